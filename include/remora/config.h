@@ -1,0 +1,65 @@
+// remora/config.h — run-time configuration, resolved from defaults, REMORA_*
+// environment variables and explicit options (in that order; later wins).
+// Every knob is listed, with its variable and default, in docs/configuration.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "remora/status.h"
+#include "remora/types.h"
+
+namespace remora {
+
+/// How registration treats page pinning (REMORA_PIN).
+enum class PinMode : uint8_t {
+  kTry,      ///< lock pages; if RLIMIT_MEMLOCK refuses, log a warning once and go on unpinned
+  kRequire,  ///< lock pages or fail registration with kNoResource
+  kOff,      ///< never lock pages (validation still happens)
+};
+
+/// Log verbosity (REMORA_LOG).
+enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
+
+/// The fully resolved configuration of a Context. Plain data; copyable.
+struct Config {
+  LogLevel log_level = LogLevel::kWarn;
+  uint32_t streams_per_endpoint = 2;       ///< K data streams per endpoint (REMORA_STREAMS)
+  size_t chunk_bytes = 512 * 1024;         ///< rendezvous chunk size (REMORA_CHUNK_SIZE)
+  size_t eager_limit = 16 * 1024;          ///< largest message sent inline (REMORA_EAGER_LIMIT)
+  size_t eager_credit = 1024 * 1024;       ///< unexpected-eager bytes a peer may have buffered here (REMORA_EAGER_CREDIT)
+  uint32_t max_outstanding = 65536;        ///< posted-but-incomplete ops per endpoint (REMORA_MAX_OUTSTANDING)
+  uint32_t max_unexpected = 65536;         ///< unexpected large-message announcements per endpoint (REMORA_MAX_UNEXPECTED)
+  uint32_t spin_us = 200;                  ///< how long a waiting thread polls before it blocks (REMORA_SPIN_US)
+  uint32_t progress_linger_us = 1000;      ///< progress thread yields to spinning waiters this long (REMORA_PROGRESS_LINGER_US)
+  uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
+  uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)
+  PinMode pin_mode = PinMode::kTry;        ///< REMORA_PIN=try|require|off
+
+  /// Defaults overridden by every REMORA_* variable that is set. A malformed value is
+  /// kInvalidArgument naming the variable; an unknown REMORA_* name is logged as a warning.
+  static Result<Config> from_env();
+  /// Checks ranges (e.g. streams 1..64, chunk >= 4 KiB); kInvalidArgument with the reason.
+  Status validate() const;
+};
+
+/// Explicit overrides for Context::create; unset fields keep the env/default value.
+struct ContextOptions {
+  std::optional<uint32_t> streams_per_endpoint;
+  std::optional<size_t> chunk_bytes;
+  std::optional<size_t> eager_limit;
+  std::optional<size_t> eager_credit;
+  std::optional<uint32_t> spin_us;
+  std::optional<uint32_t> connect_timeout_ms;
+  std::optional<uint32_t> handshake_timeout_ms;
+  std::optional<PinMode> pin_mode;
+  /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
+  bool ignore_env = false;
+};
+
+/// Applies options on top of `base`.
+Config apply(Config base, const ContextOptions& options);
+
+}  // namespace remora

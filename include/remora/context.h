@@ -1,0 +1,79 @@
+// remora/context.h — the root object: configuration, registered memory, a progress
+// thread, listeners and endpoints.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "remora/config.h"
+#include "remora/endpoint.h"
+#include "remora/memory.h"
+#include "remora/status.h"
+#include "remora/types.h"
+
+namespace remora {
+
+namespace detail {
+class ContextCore;
+class ListenerCore;
+}
+
+/// Accepts endpoints connected to a listening address.
+class Listener {
+ public:
+  explicit Listener(std::shared_ptr<detail::ListenerCore> core) noexcept;
+  ~Listener();  ///< stops listening; endpoints already accepted stay up
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  /// Next endpoint whose handshake (control + all data streams) completed. kTimeout.
+  Result<std::shared_ptr<Endpoint>> accept(Duration timeout = kForever);
+  template <typename Rep, typename Period>
+  Result<std::shared_ptr<Endpoint>> accept(std::chrono::duration<Rep, Period> timeout) {
+    return accept(std::chrono::duration_cast<Duration>(timeout));
+  }
+  /// "host:port" actually bound (port resolved when 0 was asked for).
+  std::string address() const;
+  uint16_t port() const;
+
+ private:
+  std::shared_ptr<detail::ListenerCore> core_;
+};
+
+/// One per process is typical. Owns a progress thread that serves sockets (and, with
+/// RMA, passive-target requests); it sleeps in epoll when idle, and yields to threads
+/// that are spinning in Request::wait. Thread-safe. Destroying the context closes
+/// every endpoint (their requests fail with kAborted) and joins the thread.
+class Context {
+ public:
+  /// Config from the environment (REMORA_*) with `options` applied on top.
+  static Result<std::unique_ptr<Context>> create(const ContextOptions& options = {});
+  /// Exactly this configuration (no environment).
+  static Result<std::unique_ptr<Context>> create(const Config& config);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Config& config() const noexcept;
+  MemoryRegistry& memory() noexcept;
+  /// Registers host memory with this context's registry (see MemoryRegistry).
+  Result<Region> register_memory(void* ptr, size_t len, Access access);
+
+  /// Listens on "host:port" ("0.0.0.0:0", "[::1]:7100", "localhost:7100").
+  Result<std::unique_ptr<Listener>> listen(std::string_view address);
+  /// Connects to "host:port" (IPv4, IPv6 in brackets, or a name), performs the
+  /// handshake and opens the data streams. kUnreachable, kTimeout, kProtocol
+  /// (version mismatch or garbage from the other side).
+  Result<std::shared_ptr<Endpoint>> connect(std::string_view address, Duration timeout);
+  Result<std::shared_ptr<Endpoint>> connect(std::string_view address);
+
+  /// Drives progress once from the calling thread (never blocks).
+  void progress();
+
+ private:
+  explicit Context(std::shared_ptr<detail::ContextCore> core);
+  std::shared_ptr<detail::ContextCore> core_;
+};
+
+}  // namespace remora

@@ -1,0 +1,194 @@
+// remora/memory.h — memory domains, registered regions and remote keys.
+//
+// Registration is explicit and does real work (for host memory: validate the range
+// and lock its pages), so register once and reuse — or take buffers from a Pool.
+// A Region's RemoteKey is what a peer needs to access it; deregistering the region
+// revokes every key ever handed out for it (the generation changes).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "remora/config.h"
+#include "remora/status.h"
+#include "remora/types.h"
+
+namespace remora {
+
+// ---------------------------------------------------------------------------
+// Memory domains
+// ---------------------------------------------------------------------------
+
+/// An asynchronous copy between a domain's memory and host memory.
+class AsyncCopy {
+ public:
+  virtual ~AsyncCopy() = default;
+  /// ok when done, kInProgress while running, or the copy's error.
+  virtual Status test() = 0;
+  /// Blocks up to `timeout`; kTimeout if still running then.
+  virtual Status wait(Duration timeout) = 0;
+};
+
+/// What a domain did to register a range; handed back on deregistration.
+struct DomainRegistration {
+  bool pinned = false;       ///< pages were locked (mlock) or the device equivalent
+  uint64_t cookie = 0;       ///< domain-private handle
+};
+
+/// A kind of memory remora can register and move: host now; CUDA and dmabuf later
+/// implement the same interface. Implementations are thread-safe.
+class MemoryDomain {
+ public:
+  virtual ~MemoryDomain() = default;
+  virtual MemoryKind kind() const noexcept = 0;
+  virtual std::string_view name() const noexcept = 0;
+
+  /// Pointer ownership query: does [ptr, ptr+len) lie entirely in this domain's memory?
+  virtual bool owns(const void* ptr, size_t len) const = 0;
+
+  /// Registration hook: make the range usable for I/O (host: validate it is mapped and
+  /// lock its pages according to `mode`). kInvalidArgument for a bad range;
+  /// kNoResource naming RLIMIT_MEMLOCK when pinning is required and refused.
+  virtual Result<DomainRegistration> register_range(void* ptr, size_t len, PinMode mode) = 0;
+  /// Undo register_range. Never fails; logs if the OS complains.
+  virtual void deregister_range(void* ptr, size_t len, const DomainRegistration& reg) noexcept = 0;
+
+  /// Copy `len` bytes from domain memory `src` into host memory `host_dst`.
+  virtual Result<std::unique_ptr<AsyncCopy>> copy_to_host(void* host_dst, const void* src, size_t len) = 0;
+  /// Copy `len` bytes from host memory `host_src` into domain memory `dst`.
+  virtual Result<std::unique_ptr<AsyncCopy>> copy_from_host(void* dst, const void* host_src, size_t len) = 0;
+};
+
+/// The process-wide host memory domain.
+MemoryDomain& host_domain();
+
+// ---------------------------------------------------------------------------
+// Remote keys
+// ---------------------------------------------------------------------------
+
+/// A grant to access a window of a registered region: region id, a 64-bit random
+/// secret, the region's generation (deregistration revokes), the window's bounds
+/// (relative to the region start) and the remote rights granted.
+/// Serialises to exactly kSerializedSize little-endian bytes (see docs/protocol.md).
+struct RemoteKey {
+  static constexpr uint8_t kVersion = 1;
+  static constexpr size_t kSerializedSize = 40;
+
+  RegionId region{};
+  uint32_t generation = 0;
+  uint64_t secret = 0;
+  uint64_t offset = 0;  ///< start of the granted window within the region
+  uint64_t length = 0;  ///< length of the granted window
+  Access access = Access::kNone;
+  MemoryKind kind = MemoryKind::kHost;
+
+  std::array<std::byte, kSerializedSize> serialize() const noexcept;
+  /// kInvalidArgument for a wrong size, unknown version, unknown access bits, nonzero
+  /// reserved bytes or a window whose end overflows.
+  static Result<RemoteKey> deserialize(std::span<const std::byte> bytes);
+
+  friend bool operator==(const RemoteKey&, const RemoteKey&) = default;
+};
+
+// ---------------------------------------------------------------------------
+// Regions and the registry
+// ---------------------------------------------------------------------------
+
+namespace detail {
+struct RegistryState;
+}
+
+/// A registered range of memory. Move-only; deregisters (revoking its keys) when
+/// destroyed or on deregister(). Thread-compatible; the registry it belongs to is
+/// thread-safe.
+class Region {
+ public:
+  Region() noexcept = default;
+  Region(Region&& other) noexcept;
+  Region& operator=(Region&& other) noexcept;
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  ~Region();
+
+  bool valid() const noexcept { return state_ != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+
+  std::byte* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  std::span<std::byte> span() const noexcept { return {data_, size_}; }
+  RegionId id() const noexcept { return id_; }
+  Access access() const noexcept { return access_; }
+  MemoryKind kind() const noexcept { return kind_; }
+  bool pinned() const noexcept { return pinned_; }
+
+  /// A key granting the region's remote rights over the whole region.
+  RemoteKey remote_key() const;
+  /// A key for the window [offset, offset+length) with a subset of the region's
+  /// remote rights. kOutOfRange / kAccessDenied / kInvalidArgument otherwise.
+  Result<RemoteKey> remote_key(uint64_t offset, uint64_t length, Access rights) const;
+
+  /// Deregister now (idempotent). Keys for this region stop validating immediately.
+  void deregister() noexcept;
+
+ private:
+  friend class MemoryRegistry;
+  std::shared_ptr<detail::RegistryState> state_;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  RegionId id_{};
+  uint32_t generation_ = 0;
+  uint64_t secret_ = 0;
+  Access access_ = Access::kNone;
+  MemoryKind kind_ = MemoryKind::kHost;
+  bool pinned_ = false;
+};
+
+/// Counters a registry keeps (benchmarks and `remora doctor` report them).
+struct RegistryStats {
+  uint64_t registrations = 0;    ///< successful register_memory calls, ever
+  uint64_t deregistrations = 0;
+  uint64_t live_regions = 0;
+  uint64_t bytes_registered = 0;  ///< currently registered
+  uint64_t bytes_pinned = 0;      ///< currently locked in RAM
+  uint64_t pin_failures = 0;      ///< registrations that could not pin (kTry degraded)
+};
+
+/// Where a validated remote access lands.
+struct ResolvedAccess {
+  std::byte* address = nullptr;  ///< first byte to touch
+  size_t length = 0;
+};
+
+/// Owns the table of registered regions of one Context (or of a standalone user).
+/// Thread-safe. Outlives its Regions internally (they share its state).
+class MemoryRegistry {
+ public:
+  explicit MemoryRegistry(PinMode pin_mode = PinMode::kTry);
+  ~MemoryRegistry();
+  MemoryRegistry(const MemoryRegistry&) = delete;
+  MemoryRegistry& operator=(const MemoryRegistry&) = delete;
+
+  /// Registers [ptr, ptr+len) of `domain`'s memory with `access` rights.
+  /// kInvalidArgument for null/empty/wrapping ranges or memory the domain does not own;
+  /// kNoResource when pinning is required and refused (message names RLIMIT_MEMLOCK).
+  Result<Region> register_memory(void* ptr, size_t len, Access access, MemoryDomain& domain = host_domain());
+
+  /// Validates a peer's access: key secret + generation (region still registered),
+  /// [offset, offset+len) inside the key's window and the region (overflow-safe),
+  /// and `needed` rights both granted by the key and held by the region.
+  /// Errors: kInvalidKey, kOutOfRange, kAccessDenied. Nothing is touched.
+  Result<ResolvedAccess> resolve(const RemoteKey& key, uint64_t offset, uint64_t len, Access needed) const;
+
+  RegistryStats stats() const;
+  PinMode pin_mode() const noexcept;
+
+ private:
+  std::shared_ptr<detail::RegistryState> state_;
+};
+
+}  // namespace remora

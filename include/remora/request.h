@@ -1,0 +1,58 @@
+// remora/request.h — the completion handle of an asynchronous operation.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "remora/status.h"
+#include "remora/types.h"
+
+namespace remora {
+
+namespace detail {
+struct RequestState;
+}
+
+/// Handle to one asynchronous operation (send, recv, ...). Copies share the same
+/// operation. Dropping every handle does not cancel the operation; its buffers must
+/// stay valid until it completes or its endpoint fails/closes.
+///
+/// Completion: a send completes when its buffer may be reused (the bytes are in the
+/// kernel or copied), not when the peer received them. A recv completes when the
+/// whole message is in the buffer.
+///
+/// Thread safety: wait/test may be called from any thread, concurrently.
+class Request {
+ public:
+  Request() noexcept = default;
+  explicit Request(std::shared_ptr<detail::RequestState> state) noexcept;
+
+  bool valid() const noexcept { return state_ != nullptr; }
+
+  /// Drives progress once. kInProgress while running, else the final status.
+  Status test() const;
+  /// Waits up to `timeout` (spinning briefly, then blocking in the kernel).
+  /// The final status, or kTimeout (the operation goes on; wait again or close the
+  /// endpoint to abort it).
+  Status wait(Duration timeout = kForever) const;
+  template <typename Rep, typename Period>
+  Status wait(std::chrono::duration<Rep, Period> timeout) const {
+    return wait(std::chrono::duration_cast<Duration>(timeout));
+  }
+
+  bool done() const noexcept;
+  /// Bytes sent or received (a recv: the message's length). Valid once done.
+  size_t bytes() const noexcept;
+  /// Tag of the matched message (recv) or the sent one.
+  Tag tag() const noexcept;
+
+ private:
+  std::shared_ptr<detail::RequestState> state_;
+};
+
+/// Waits for all requests (up to `timeout` in total). First error wins; kTimeout if
+/// any is still running at the deadline.
+Status wait_all(std::span<const Request> requests, Duration timeout = kForever);
+
+}  // namespace remora

@@ -1,0 +1,120 @@
+#include "remora/config.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/env.h"
+#include "core/log.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration)
+
+namespace remora {
+namespace {
+
+constexpr const char* kKnownVariables[] = {
+    "REMORA_LOG",         "REMORA_STREAMS",           "REMORA_CHUNK_SIZE",         "REMORA_EAGER_LIMIT",
+    "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_SPIN_US",
+    "REMORA_PROGRESS_LINGER_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS", "REMORA_PIN",
+    // Read by tools and later layers, not by Config:
+    "REMORA_STORE", "REMORA_BENCH_JSON"};
+
+Status env_error(const char* name, const Status& s) {
+  return Status(StatusCode::kInvalidArgument, std::string(name) + ": " + s.message());
+}
+
+template <typename T>
+Status read_uint(const char* name, T* field, uint64_t min, uint64_t max) {
+  if (auto text = core::getenv_view(name)) {
+    auto v = core::parse_uint(*text, min, max);
+    if (!v) return env_error(name, v.status());
+    *field = static_cast<T>(*v);
+  }
+  return Status::ok();
+}
+
+Status read_size(const char* name, size_t* field) {
+  if (auto text = core::getenv_view(name)) {
+    auto v = core::parse_size(*text);
+    if (!v) return env_error(name, v.status());
+    *field = static_cast<size_t>(*v);
+  }
+  return Status::ok();
+}
+
+void warn_unknown_variables() {
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "REMORA_", 7) != 0) continue;
+    std::string_view entry(*e);
+    std::string_view name = entry.substr(0, entry.find('='));
+    bool known = false;
+    for (const char* k : kKnownVariables) known = known || name == k;
+    if (!known && name.substr(0, 12) != "REMORA_TEST_" && name.substr(0, 13) != "REMORA_BENCH_") {
+      REMORA_LOG(kWarn, "unknown environment variable {} ignored (see docs/configuration.md)", name);
+    }
+  }
+}
+
+}  // namespace
+
+Result<Config> Config::from_env() {
+  Config c;
+  if (auto text = core::getenv_view("REMORA_LOG")) {
+    if (!core::parse_log_level(*text, &c.log_level)) {
+      return Status(StatusCode::kInvalidArgument, "REMORA_LOG: '" + std::string(*text) + "' is not one of error|warn|info|debug|trace");
+    }
+  }
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_STREAMS", &c.streams_per_endpoint, 1, 64));
+  REMORA_RETURN_IF_ERROR(read_size("REMORA_CHUNK_SIZE", &c.chunk_bytes));
+  REMORA_RETURN_IF_ERROR(read_size("REMORA_EAGER_LIMIT", &c.eager_limit));
+  REMORA_RETURN_IF_ERROR(read_size("REMORA_EAGER_CREDIT", &c.eager_credit));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_MAX_OUTSTANDING", &c.max_outstanding, 1, 1u << 24));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_MAX_UNEXPECTED", &c.max_unexpected, 1, 1u << 24));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
+  if (auto text = core::getenv_view("REMORA_PIN")) {
+    if (*text == "try") {
+      c.pin_mode = PinMode::kTry;
+    } else if (*text == "require") {
+      c.pin_mode = PinMode::kRequire;
+    } else if (*text == "off") {
+      c.pin_mode = PinMode::kOff;
+    } else {
+      return Status(StatusCode::kInvalidArgument, "REMORA_PIN: '" + std::string(*text) + "' is not one of try|require|off");
+    }
+  }
+  warn_unknown_variables();
+  REMORA_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Status Config::validate() const {
+  auto bad = [](std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); };
+  if (streams_per_endpoint < 1 || streams_per_endpoint > 64) return bad("streams_per_endpoint (REMORA_STREAMS) must be 1..64");
+  if (chunk_bytes < 4096 || chunk_bytes > (size_t{1} << 30)) return bad("chunk_bytes (REMORA_CHUNK_SIZE) must be 4K..1G");
+  if (eager_limit > (size_t{1} << 20)) return bad("eager_limit (REMORA_EAGER_LIMIT) must be at most 1M");
+  if (eager_credit < eager_limit + 64) return bad("eager_credit (REMORA_EAGER_CREDIT) must exceed eager_limit by at least 64 bytes");
+  if (eager_credit > (size_t{1} << 32)) return bad("eager_credit (REMORA_EAGER_CREDIT) must be at most 4G");
+  if (max_outstanding < 1) return bad("max_outstanding (REMORA_MAX_OUTSTANDING) must be at least 1");
+  if (max_unexpected < 1) return bad("max_unexpected (REMORA_MAX_UNEXPECTED) must be at least 1");
+  if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
+  if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
+  return Status::ok();
+}
+
+Config apply(Config base, const ContextOptions& o) {
+  if (o.streams_per_endpoint) base.streams_per_endpoint = *o.streams_per_endpoint;
+  if (o.chunk_bytes) base.chunk_bytes = *o.chunk_bytes;
+  if (o.eager_limit) base.eager_limit = *o.eager_limit;
+  if (o.eager_credit) base.eager_credit = *o.eager_credit;
+  if (o.spin_us) base.spin_us = *o.spin_us;
+  if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
+  if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
+  if (o.pin_mode) base.pin_mode = *o.pin_mode;
+  return base;
+}
+
+}  // namespace remora

@@ -1,0 +1,54 @@
+#include "remora/status.h"
+
+#include "remora/types.h"
+
+namespace remora {
+
+std::string_view to_string(StatusCode code) noexcept {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInProgress: return "in_progress";
+    case StatusCode::kNoResource: return "no_resource";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kInvalidKey: return "invalid_key";
+    case StatusCode::kAccessDenied: return "access_denied";
+    case StatusCode::kOutOfRange: return "out_of_range";
+    case StatusCode::kTruncated: return "truncated";
+    case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kPeerFailed: return "peer_failed";
+    case StatusCode::kUnreachable: return "unreachable";
+    case StatusCode::kProtocol: return "protocol";
+    case StatusCode::kUnsupported: return "unsupported";
+    case StatusCode::kAborted: return "aborted";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(MemoryKind kind) noexcept {
+  switch (kind) {
+    case MemoryKind::kHost: return "host";
+    case MemoryKind::kCuda: return "cuda";
+    case MemoryKind::kDmabuf: return "dmabuf";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  std::string out(remora::to_string(code_));
+  if (!message_.empty()) {
+    out += ": ";
+    out += message_;
+  }
+  return out;
+}
+
+Status Status::with_context(std::string_view prefix) const {
+  if (is_ok()) return *this;
+  std::string msg(prefix);
+  msg += ": ";
+  msg += message_;
+  return {code_, std::move(msg)};
+}
+
+}  // namespace remora

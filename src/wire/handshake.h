@@ -1,0 +1,68 @@
+// wire/handshake.h — HELLO / HELLO_ACK, the first bytes on every connection.
+// Layout in docs/protocol.md; pure functions, no I/O.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "remora/status.h"
+
+namespace remora::wire {
+
+inline constexpr uint32_t kMagic = 0x41524D52;  // bytes "RMRA"
+inline constexpr size_t kHelloSize = 48;
+inline constexpr size_t kHelloAckSize = 48;
+inline constexpr uint16_t kMaxStreams = 64;
+
+enum class Role : uint8_t { kControl = 1, kData = 2 };
+
+enum class HelloStatus : uint16_t {
+  kAccepted = 0,
+  kVersionMismatch = 1,
+  kBadRequest = 2,
+  kRefused = 3,
+};
+
+struct Hello {
+  uint16_t version = 0;
+  Role role = Role::kControl;
+  uint64_t capabilities = 0;
+  uint64_t endpoint_id = 0;
+  uint64_t attach_token = 0;
+  uint16_t stream_index = 0;
+  uint16_t stream_count = 0;
+  uint32_t eager_limit = 0;
+  uint32_t eager_credit = 0;
+};
+
+struct HelloAck {
+  uint16_t version = 0;
+  HelloStatus status = HelloStatus::kAccepted;
+  uint64_t capabilities = 0;
+  uint64_t endpoint_id = 0;
+  uint64_t attach_token = 0;
+  uint16_t stream_index = 0;
+  uint16_t stream_count = 0;
+  uint32_t eager_limit = 0;
+  uint32_t eager_credit = 0;
+};
+
+std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept;
+std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexcept;
+
+/// Decodes exactly kHelloSize bytes. kProtocol on bad magic ("not a remora peer").
+/// A different version is NOT an error here: only magic and version are decoded and
+/// returned (the rest of the layout may differ), so the caller can answer
+/// kVersionMismatch. For the current version: kProtocol on unknown role, nonzero
+/// reserved bytes, stream_count outside 1..kMaxStreams, stream_index >= stream_count,
+/// a control HELLO with a nonzero endpoint id/token/index, or a data HELLO with a zero
+/// endpoint id.
+Result<Hello> decode_hello(std::span<const std::byte> in);
+
+/// Decodes exactly kHelloAckSize bytes. kProtocol on bad magic, unknown status, nonzero
+/// reserved; as with decode_hello, another version returns only version+status.
+Result<HelloAck> decode_hello_ack(std::span<const std::byte> in);
+
+}  // namespace remora::wire
