@@ -1,0 +1,287 @@
+// Handshake robustness with raw sockets, bytes built by hand from docs/protocol.md:
+// garbage and version-mismatched HELLOs against a Listener, silent and half-finished
+// clients against REMORA_HANDSHAKE_TIMEOUT_MS, bad data-connection attaches, and
+// connect() against nothing, a silent server and servers that answer garbage.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "itest_util.h"
+#include "support/raw_wire.h"
+
+namespace remora::itest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+class Handshake : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = make_context(2, 300);
+    ASSERT_TRUE(server_);
+    auto l = server_->listen("127.0.0.1:0");
+    ASSERT_TRUE(l) << describe(l.status());
+    listener_ = std::move(l).value();
+  }
+
+  raw::Socket raw_connect() {
+    std::string err;
+    raw::Socket s = raw::Socket::connect_to("127.0.0.1", listener_->port(), &err);
+    EXPECT_TRUE(s.valid()) << err;
+    return s;
+  }
+
+  // A proper endpoint through the listener still works: connect from a second
+  // context, accept, and move one message each way.
+  void expect_listener_serves() {
+    auto client = make_context(2);
+    ASSERT_TRUE(client);
+    auto accepted = std::async(std::launch::async, [&] { return listener_->accept(std::chrono::seconds(20)); });
+    auto c = client->connect("127.0.0.1:" + std::to_string(listener_->port()), std::chrono::seconds(20));
+    auto a = accepted.get();
+    ASSERT_TRUE(c) << "connect after the bad client: " << describe(c.status());
+    ASSERT_TRUE(a) << "accept after the bad client: " << describe(a.status());
+    std::shared_ptr<Endpoint> ce = std::move(c).value(), se = std::move(a).value();
+    const char text[] = "still serving";
+    std::vector<std::byte> in(64), in2(64);
+    Request r1 = se->recv(in, Tag{3});
+    Request r2 = ce->recv(in2, Tag{4});
+    EXPECT_TRUE(ce->send(std::as_bytes(std::span(text)), Tag{3}).wait(10s).is_ok());
+    EXPECT_TRUE(se->send(std::as_bytes(std::span(text)), Tag{4}).wait(10s).is_ok());
+    ASSERT_TRUE(r1.wait(10s).is_ok());
+    ASSERT_TRUE(r2.wait(10s).is_ok());
+    EXPECT_EQ(r1.bytes(), sizeof text);
+    EXPECT_EQ(std::memcmp(in.data(), text, sizeof text), 0);
+    EXPECT_EQ(std::memcmp(in2.data(), text, sizeof text), 0);
+    ce->close();
+    se->close();
+  }
+
+  std::unique_ptr<Context> server_;
+  std::unique_ptr<Listener> listener_;
+};
+
+TEST_F(Handshake, BadMagicIsDroppedWithoutReplyAndListenerStaysUsable) {
+  raw::Socket s = raw_connect();
+  std::string err;
+  std::vector<uint8_t> garbage(48);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(0x30 + i * 7);
+  ASSERT_TRUE(s.send_all(garbage, &err)) << err;
+  size_t replied = 0;
+  EXPECT_TRUE(s.wait_closed(10s, &replied)) << "the listener kept a bad-magic connection open";
+  EXPECT_EQ(replied, 0u) << "the listener answered a bad-magic HELLO";
+  // Valid magic, garbage afterwards (unknown role, reserved bits): refused or dropped.
+  raw::Socket s2 = raw_connect();
+  raw::Hello h;
+  std::vector<uint8_t> bad = raw::encode(h);
+  bad[6] = 9;  // role 9
+  ASSERT_TRUE(s2.send_all(bad, &err)) << err;
+  EXPECT_TRUE(s2.wait_closed(10s)) << "the listener kept a connection with an invalid HELLO open";
+  expect_listener_serves();
+}
+
+TEST_F(Handshake, VersionMismatchGetsAckWithStatus1ThenClose) {
+  raw::Socket s = raw_connect();
+  std::string err;
+  raw::Hello h;
+  h.version = 99;
+  ASSERT_TRUE(s.send_all(raw::encode(h), &err)) << err;
+  auto reply = s.recv_exact(raw::kHelloSize, 10s, &err);
+  ASSERT_TRUE(reply) << "no HELLO_ACK for a version-99 HELLO: " << err;
+  const raw::HelloAck ack = raw::decode_ack(*reply);
+  EXPECT_EQ(ack.magic, 0x41524D52u);
+  EXPECT_EQ(ack.status, 1) << "status should be 1 (version mismatch)";
+  EXPECT_EQ(ack.version, 1) << "the ACK carries the server's version";
+  EXPECT_TRUE(s.wait_closed(10s)) << "the connection stays open after a version mismatch";
+  expect_listener_serves();
+}
+
+TEST_F(Handshake, SilentClientIsClosedAfterHandshakeTimeout) {
+  const auto t0 = Clock::now();
+  raw::Socket silent = raw_connect();
+  raw::Socket partial = raw_connect();
+  std::string err;
+  raw::Hello h;
+  std::vector<uint8_t> half = raw::encode(h);
+  half.resize(20);  // a HELLO that never finishes
+  ASSERT_TRUE(partial.send_all(half, &err)) << err;
+  EXPECT_TRUE(silent.wait_closed(10s)) << "a client that sends nothing was not closed within 10 s (timeout 300 ms)";
+  const double t_silent = ms_since(t0);
+  EXPECT_TRUE(partial.wait_closed(10s)) << "a client with half a HELLO was not closed within 10 s (timeout 300 ms)";
+  const double t_partial = ms_since(t0);
+  std::printf("[          ] closed after %.0f ms (silent) and %.0f ms (half HELLO); timeout 300 ms\n", t_silent,
+              t_partial);
+  EXPECT_GE(t_silent, 250.0) << "closed before the handshake timeout";
+  EXPECT_LE(t_silent, 3000.0) << "closed far later than the 300 ms handshake timeout";
+  EXPECT_LE(t_partial, 3000.0);
+  expect_listener_serves();
+}
+
+TEST_F(Handshake, DataHelloWithWrongTokenIsRefused) {
+  std::string err;
+  raw::Socket ctl = raw_connect();
+  raw::Hello h;
+  h.stream_count = 2;
+  ASSERT_TRUE(ctl.send_all(raw::encode(h), &err)) << err;
+  auto reply = ctl.recv_exact(raw::kHelloSize, 10s, &err);
+  ASSERT_TRUE(reply) << err;
+  const raw::HelloAck ack = raw::decode_ack(*reply);
+  ASSERT_EQ(ack.status, 0);
+  EXPECT_NE(ack.endpoint_id, 0u);
+  EXPECT_EQ(ack.stream_count, 2);
+  EXPECT_EQ(ack.reserved, 0u);
+
+  struct BadData {
+    const char* what;
+    uint64_t id, token;
+    uint16_t index;
+  };
+  for (const BadData& b : {BadData{"wrong token", ack.endpoint_id, ack.attach_token ^ 1, 0},
+                           BadData{"unknown endpoint id", ack.endpoint_id + 1000, ack.attach_token, 0},
+                           BadData{"index out of range", ack.endpoint_id, ack.attach_token, 2}}) {
+    SCOPED_TRACE(b.what);
+    raw::Socket d = raw_connect();
+    raw::Hello dh;
+    dh.role = 2;
+    dh.endpoint_id = b.id;
+    dh.attach_token = b.token;
+    dh.stream_index = b.index;
+    dh.stream_count = 2;
+    ASSERT_TRUE(d.send_all(raw::encode(dh), &err)) << err;
+    // Either a refusal (status 2) then close, or a plain close (a HELLO that does not
+    // decode, e.g. index >= count, may be dropped like garbage).
+    auto r = d.recv_exact(raw::kHelloSize, 10s, &err);
+    if (r) {
+      EXPECT_EQ(raw::decode_ack(*r).status, 2) << "a bad data HELLO was not refused";
+    }
+    EXPECT_TRUE(d.wait_closed(10s)) << "a refused data connection stays open";
+  }
+  // The half-built endpoint is never handed to accept().
+  auto a = listener_->accept(500ms);
+  EXPECT_FALSE(a) << "accept returned an endpoint whose data connections never attached";
+  if (!a) {
+    EXPECT_EQ(a.status().code(), StatusCode::kTimeout) << describe(a.status());
+  }
+  expect_listener_serves();
+}
+
+TEST(Connect, NothingListeningIsUnreachable) {
+  auto ctx = make_context();
+  ASSERT_TRUE(ctx);
+  raw::ClosedPort closed;
+  ASSERT_NE(closed.port(), 0);
+  const auto t0 = Clock::now();
+  auto r = ctx->connect("127.0.0.1:" + std::to_string(closed.port()), 3s);
+  const double ms = ms_since(t0);
+  ASSERT_FALSE(r) << "connected to a port nobody listens on";
+  EXPECT_EQ(r.status().code(), StatusCode::kUnreachable) << describe(r.status());
+  EXPECT_LE(ms, 5000.0) << "connect took longer than its 3 s timeout";
+}
+
+// A fake server: accepts the control connection, checks the HELLO it gets, then
+// answers with `reply` (or nothing). Returns the HELLO it read (empty on failure).
+class FakeServer {
+ public:
+  explicit FakeServer(std::optional<std::vector<uint8_t>> reply) {
+    thread_ = std::thread([this, reply] {
+      std::string err;
+      conn_ = listener_.accept(20s, &err);
+      if (!conn_.valid()) return;
+      auto hello = conn_.recv_exact(raw::kHelloSize, 20s, &err);
+      if (!hello) return;
+      hello_ = *hello;
+      if (reply) (void)conn_.send_all(*reply, &err);
+    });
+  }
+  ~FakeServer() { join(); }
+  uint16_t port() const { return listener_.port(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::vector<uint8_t>& hello() const { return hello_; }
+  raw::Socket& conn() { return conn_; }
+
+ private:
+  raw::Listener listener_;
+  raw::Socket conn_;
+  std::vector<uint8_t> hello_;
+  std::thread thread_;
+};
+
+void expect_valid_control_hello(const std::vector<uint8_t>& bytes, uint16_t streams) {
+  ASSERT_EQ(bytes.size(), raw::kHelloSize) << "the fake server got no complete HELLO";
+  const raw::HelloView h = raw::decode_hello(bytes);
+  EXPECT_EQ(h.magic, 0x41524D52u);
+  EXPECT_EQ(h.version, 1);
+  EXPECT_EQ(h.role, 1);
+  EXPECT_EQ(h.reserved7, 0);
+  EXPECT_EQ(h.endpoint_id, 0u);
+  EXPECT_EQ(h.attach_token, 0u);
+  EXPECT_EQ(h.stream_index, 0);
+  EXPECT_EQ(h.stream_count, streams);
+  EXPECT_EQ(h.reserved44, 0u);
+  EXPECT_GT(h.eager_credit, h.eager_limit);
+}
+
+TEST(Connect, GarbageFromServerIsProtocolError) {
+  auto ctx = make_context(3);
+  ASSERT_TRUE(ctx);
+  std::vector<uint8_t> garbage(48, 0xEE);
+  FakeServer server(garbage);
+  auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 10s);
+  server.join();
+  expect_valid_control_hello(server.hello(), 3);
+  ASSERT_FALSE(r) << "connect() accepted a garbage HELLO_ACK";
+  EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+}
+
+TEST(Connect, VersionMismatchAckIsProtocolError) {
+  auto ctx = make_context(1);
+  ASSERT_TRUE(ctx);
+  raw::HelloAck ack;
+  ack.magic = 0x41524D52;
+  ack.version = 7;
+  ack.status = 1;
+  FakeServer server(raw::encode(ack));
+  auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 10s);
+  server.join();
+  expect_valid_control_hello(server.hello(), 1);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+  EXPECT_NE(r.status().message().find("version"), std::string::npos)
+      << "the message should say 'version mismatch': " << r.status().message();
+}
+
+TEST(Connect, AckWithNonzeroReservedIsProtocolError) {
+  auto ctx = make_context(1);
+  ASSERT_TRUE(ctx);
+  raw::HelloAck ack{.magic = 0x41524D52, .version = 1, .status = 0, .capabilities = 0, .endpoint_id = 5,
+                    .attach_token = 6, .stream_index = 0, .stream_count = 1, .eager_limit = 16384,
+                    .eager_credit = 1 << 20, .reserved = 0xDEAD};
+  FakeServer server(raw::encode(ack));
+  auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 10s);
+  server.join();
+  ASSERT_FALSE(r) << "connect() accepted a HELLO_ACK with nonzero reserved bytes";
+  EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+}
+
+TEST(Connect, SilentServerTimesOut) {
+  auto ctx = make_context();
+  ASSERT_TRUE(ctx);
+  FakeServer server(std::nullopt);
+  const auto t0 = Clock::now();
+  auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 1s);
+  const double ms = ms_since(t0);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout) << describe(r.status());
+  EXPECT_GE(ms, 900.0);
+  EXPECT_LE(ms, 4000.0) << "connect overran its 1 s timeout";
+}
+
+}  // namespace
+}  // namespace remora::itest

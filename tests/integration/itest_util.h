@@ -1,0 +1,112 @@
+// itest_util.h — GoogleTest-side helpers: spawning and reaping the peer program,
+// reading its "PORT n" line, connecting to it, and build-dependent data sizes.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remora/context.h"
+#include "remora/endpoint.h"
+#include "remora/status.h"
+#include "support/process.h"
+
+namespace remora::itest {
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
+/// Release sizes, or the smaller ASan ones.
+template <typename T>
+constexpr T scaled(T release, T asan) {
+  return kSanitized ? asan : release;
+}
+
+inline constexpr std::chrono::seconds kPeerExitDeadline{120};
+
+inline std::string describe(const Status& s) { return std::string(to_string(s.code())) + " (" + s.message() + ")"; }
+
+/// Spawns remora_test_peer with `args` (each "--name=value"), optionally behind a
+/// command prefix (e.g. `ip netns exec NS`) and with extra environment entries.
+inline std::unique_ptr<Process> spawn_peer(std::vector<std::string> args, std::vector<std::string> env = {},
+                                           std::vector<std::string> prefix = {}) {
+  std::vector<std::string> argv = std::move(prefix);
+  argv.push_back(REMORA_TEST_PEER_PATH);
+  for (auto& a : args) argv.push_back(std::move(a));
+  argv.push_back("--parent-pid=" + std::to_string(getpid()));
+  auto p = std::make_unique<Process>(Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = false});
+  EXPECT_TRUE(p->ok()) << p->error();
+  return p;
+}
+
+/// Reads "PORT <n>" from a listening peer (0 and a test failure if it does not come).
+inline uint16_t read_port(Process& peer, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto line = peer.read_line(timeout);
+  if (!line || line->rfind("PORT ", 0) != 0) {
+    ADD_FAILURE() << "peer did not print its port: " << (line ? "got '" + *line + "'" : peer.timed_out() ? "timed out" : "EOF");
+    return 0;
+  }
+  return static_cast<uint16_t>(std::stoul(line->substr(5)));
+}
+
+/// Waits (bounded) for the peer to exit 0; kills it and fails the test otherwise.
+inline void expect_peer_success(Process& peer, std::chrono::seconds deadline = kPeerExitDeadline) {
+  auto st = peer.wait(deadline);
+  if (!st) {
+    peer.kill_and_reap();
+    ADD_FAILURE() << "peer " << peer.pid() << " did not exit within " << deadline.count() << " s (killed)";
+    return;
+  }
+  EXPECT_TRUE(Process::exited_ok(*st)) << "peer " << Process::describe(*st) << " (its stderr is above)";
+}
+
+/// A context with K data streams (0: config default) and optionally a handshake timeout.
+inline std::unique_ptr<Context> make_context(uint32_t streams = 0, std::optional<uint32_t> handshake_timeout_ms = {}) {
+  ContextOptions options;
+  if (streams != 0) options.streams_per_endpoint = streams;
+  options.handshake_timeout_ms = handshake_timeout_ms;
+  auto r = Context::create(options);
+  if (!r) {
+    ADD_FAILURE() << "Context::create: " << describe(r.status());
+    return nullptr;
+  }
+  return std::move(r).value();
+}
+
+/// Connects to 127.0.0.1:port (failure is a test failure and a null endpoint).
+inline std::shared_ptr<Endpoint> connect_to(Context& ctx, uint16_t port,
+                                            std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto r = ctx.connect("127.0.0.1:" + std::to_string(port), timeout);
+  if (!r) {
+    ADD_FAILURE() << "connect to 127.0.0.1:" << port << ": " << describe(r.status());
+    return nullptr;
+  }
+  return std::move(r).value();
+}
+
+/// Spawns a listening peer for `scenario`, connects to it. On failure `ep` is null.
+struct PeerSession {
+  std::unique_ptr<Process> peer;
+  std::shared_ptr<Endpoint> ep;
+};
+inline PeerSession start_listening_peer(Context& ctx, std::vector<std::string> args, std::vector<std::string> env = {}) {
+  PeerSession s;
+  args.push_back("--role=listen");
+  args.push_back("--address=127.0.0.1:0");
+  s.peer = spawn_peer(std::move(args), std::move(env));
+  if (!s.peer->ok()) return s;
+  const uint16_t port = read_port(*s.peer);
+  if (port == 0) return s;
+  s.ep = connect_to(ctx, port);
+  return s;
+}
+
+}  // namespace remora::itest

@@ -1,0 +1,211 @@
+// remora_test_peer — the other process of every integration scenario.
+//
+//   remora_test_peer --role=listen|connect --address=HOST:PORT --scenario=NAME [options]
+//
+// Listening on port 0 prints "PORT <n>" on stdout once the listener is up. Exits 0
+// when every check passed, non-zero with a message on stderr otherwise. It never
+// outlives the test: it dies with its parent (PR_SET_PDEATHSIG) and after
+// --max-seconds (SIGALRM) at the latest.
+//
+// Scenarios (see support/*.h for what each checks):
+//   exchange    random two-way exchange (--side, --count, --peer-count, --max-size,
+//               --fixed-size, --tags, --send-window, --recv-window), then the closing
+//               handshake (--close=initiate|follow|none)
+//   big-send    one message of --size bytes from stream --seed (prints "HASH <xxh3>")
+//   big-recv    receives one --size message, checks its XXH3 (prints "HASH <xxh3>")
+//   truncation | zero | unexpected | out-of-order | outstanding   scripted halves
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "remora/context.h"
+#include "remora/endpoint.h"
+#include "remora/request.h"
+#include "support/exchange.h"
+#include "support/scripts.h"
+#include "support/test_data.h"
+
+namespace {
+
+using namespace remora;
+using namespace remora::itest;
+
+constexpr Tag kBigTag{9};
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "remora_test_peer[%d]: %s\n", static_cast<int>(getpid()), why.c_str());
+  std::exit(1);
+}
+
+class Flags {
+ public:
+  Flags(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.rfind("--", 0) != 0) die("unexpected argument " + a);
+      const auto eq = a.find('=');
+      if (eq == std::string::npos) die("flags are --name=value: " + a);
+      values_[a.substr(2, eq - 2)] = a.substr(eq + 1);
+    }
+  }
+  std::string str(const std::string& k, const std::string& def = {}) const {
+    auto it = values_.find(k);
+    return it == values_.end() ? def : it->second;
+  }
+  uint64_t num(const std::string& k, uint64_t def) const {
+    auto it = values_.find(k);
+    if (it == values_.end()) return def;
+    char* end = nullptr;
+    const uint64_t v = std::strtoull(it->second.c_str(), &end, 0);
+    if (end == it->second.c_str() || *end != '\0') die("--" + k + " wants a number, got " + it->second);
+    return v;
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+void check(const std::string& error, const char* what) {
+  if (!error.empty()) die(std::string(what) + ": " + error);
+}
+
+std::string describe(const Status& s) { return std::string(to_string(s.code())) + " (" + s.message() + ")"; }
+
+void print_line(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int run(const Flags& f) {
+  auto ctx_r = Context::create();
+  if (!ctx_r) die("Context::create: " + describe(ctx_r.status()));
+  auto ctx = std::move(ctx_r).value();
+
+  const std::string role = f.str("role");
+  const std::string address = f.str("address", "127.0.0.1:0");
+  const auto timeout = std::chrono::milliseconds(f.num("timeout-ms", 60'000));
+  std::shared_ptr<Endpoint> ep;
+  std::unique_ptr<Listener> listener;
+  if (role == "listen") {
+    auto l = ctx->listen(address);
+    if (!l) die("listen " + address + ": " + describe(l.status()));
+    listener = std::move(l).value();
+    print_line("PORT " + std::to_string(listener->port()));
+    auto a = listener->accept(timeout);
+    if (!a) die("accept: " + describe(a.status()));
+    ep = std::move(a).value();
+  } else if (role == "connect") {
+    auto c = ctx->connect(address, timeout);
+    if (!c) die("connect " + address + ": " + describe(c.status()));
+    ep = std::move(c).value();
+  } else {
+    die("--role must be listen or connect");
+  }
+  if (const uint64_t k = f.num("expect-streams", 0); k != 0 && ep->data_streams() != k) {
+    die("endpoint has " + std::to_string(ep->data_streams()) + " data streams, expected " + std::to_string(k));
+  }
+
+  const std::string scenario = f.str("scenario");
+  const uint64_t seed = f.num("seed", 1);
+  const std::string close = f.str("close", "follow");
+  auto finish = [&] {
+    if (close != "none") check(close_handshake(*ep, close == "initiate", timeout), "closing handshake");
+  };
+
+  if (scenario == "exchange") {
+    const auto side = static_cast<uint32_t>(f.num("side", 1));
+    PlanOptions po{.seed = seed,
+                   .direction = side,
+                   .count = f.num("count", 1000),
+                   .max_size = f.num("max-size", 4 << 20),
+                   .fixed_size = f.num("fixed-size", 0),
+                   .tags = static_cast<uint32_t>(f.num("tags", 4))};
+    const Plan out = make_plan(po);
+    po.direction = 1 - side;
+    po.count = f.num("peer-count", po.count);
+    const Plan in = make_plan(po);
+    ExchangeOptions eo;
+    eo.send_window = f.num("send-window", eo.send_window);
+    eo.recv_window = f.num("recv-window", eo.recv_window);
+    eo.timeout = std::chrono::milliseconds(f.num("exchange-timeout-ms", 90'000));
+    const ExchangeReport rep = run_exchange(*ep, out, in, eo);
+    check(rep.error, "exchange");
+    std::fprintf(stderr, "remora_test_peer: exchange done: sent %llu (%llu bytes), received %llu (%llu bytes) in %.2f s\n",
+                 static_cast<unsigned long long>(rep.sent), static_cast<unsigned long long>(rep.bytes_sent),
+                 static_cast<unsigned long long>(rep.received), static_cast<unsigned long long>(rep.bytes_received),
+                 rep.seconds);
+    finish();
+  } else if (scenario == "big-send") {
+    const uint64_t size = f.num("size", 0);
+    GuardedBuffer buf(size);
+    if (!buf.ok()) die("mmap of " + std::to_string(size) + " bytes failed");
+    fill(seed, 0, buf.span());
+    print_line("HASH " + hex64(XXH3_64bits(buf.data(), buf.size())));
+    Request r = ep->send(buf.span(), kBigTag);
+    const Status s = r.wait(std::chrono::seconds(150));
+    if (!s.is_ok()) die("big send of " + std::to_string(size) + " bytes: " + describe(s));
+    if (r.bytes() != size) die("big send: bytes() = " + std::to_string(r.bytes()));
+    finish();
+  } else if (scenario == "big-recv") {
+    const uint64_t size = f.num("size", 0);
+    GuardedBuffer buf(size);
+    if (!buf.ok()) die("mmap of " + std::to_string(size) + " bytes failed");
+    Request r = ep->recv(buf.span(), kBigTag);
+    const Status s = r.wait(std::chrono::seconds(150));
+    if (!s.is_ok()) die("big recv of " + std::to_string(size) + " bytes: " + describe(s));
+    if (r.bytes() != size) die("big recv: bytes() = " + std::to_string(r.bytes()) + ", expected " + std::to_string(size));
+    const uint64_t got = XXH3_64bits(buf.data(), buf.size());
+    print_line("HASH " + hex64(got));
+    const uint64_t want = stream_hash(seed, size);
+    if (got != want) {
+      const size_t at = first_mismatch(seed, 0, buf.span());
+      die("big recv: XXH3 " + hex64(got) + " != expected " + hex64(want) + "; first differing byte at offset " +
+          std::to_string(at));
+    }
+    finish();
+  } else if (scenario == "truncation") {
+    check(truncation_receiver(*ep, seed), "truncation (receiver half)");
+    check(truncation_sender(*ep, seed + 100), "truncation (sender half)");
+    finish();
+  } else if (scenario == "zero") {
+    check(zero_receiver(*ep, seed), "zero (receiver half)");
+    check(zero_sender(*ep, seed + 100), "zero (sender half)");
+    finish();
+  } else if (scenario == "unexpected") {
+    check(unexpected_receiver(*ep, seed), "unexpected (receiver half)");
+    check(unexpected_sender(*ep, seed + 100), "unexpected (sender half)");
+    finish();
+  } else if (scenario == "out-of-order") {
+    check(out_of_order_receiver(*ep, seed), "out-of-order (receiver half)");
+    check(out_of_order_sender(*ep, seed + 100), "out-of-order (sender half)");
+    finish();
+  } else if (scenario == "outstanding") {
+    check(many_outstanding(*ep, seed, static_cast<uint32_t>(f.num("side", 1)), f.num("count", 500)), "outstanding");
+    finish();
+  } else {
+    die("unknown --scenario " + scenario);
+  }
+  ep.reset();
+  listener.reset();
+  ctx.reset();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags(argc, argv);
+  // Never outlive the test: die with the parent, and give up after a hard limit.
+  const auto parent = static_cast<pid_t>(flags.num("parent-pid", 0));
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (parent != 0 && getppid() != parent) die("parent is gone");
+  alarm(static_cast<unsigned>(flags.num("max-seconds", 150)));
+  return run(flags);
+}

@@ -1,0 +1,134 @@
+// Control-stream protocol violations by a raw peer that completed the handshake by
+// hand (control connection plus K data connections): the library side fails its
+// outstanding requests with kProtocol or kPeerFailed, closes the connections, and the
+// listener goes on serving other clients.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <future>
+
+#include "itest_util.h"
+#include "support/exchange.h"
+#include "support/raw_wire.h"
+#include "support/scripts.h"
+
+namespace remora::itest {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Violation {
+  const char* name;
+  std::vector<uint8_t> (*frame)(uint32_t eager_limit);
+};
+
+std::vector<uint8_t> unknown_type(uint32_t) { return raw::frame(0xEE, {}); }
+std::vector<uint8_t> type_zero(uint32_t) { return raw::frame(0, {}); }
+std::vector<uint8_t> nonzero_reserved(uint32_t) { return raw::frame(5, raw::Bytes().u64(64).bytes(), 0, 0x0101); }
+std::vector<uint8_t> credit_wrong_length(uint32_t) { return raw::frame(5, raw::Bytes().u32(64).bytes()); }
+std::vector<uint8_t> eager_over_limit(uint32_t limit) {
+  return raw::eager(5, std::vector<uint8_t>(static_cast<size_t>(limit) + 1, 0x42));
+}
+std::vector<uint8_t> chunk_unknown_recv(uint32_t) {
+  return raw::frame(4, raw::Bytes().u64(0x123456789ull).u64(0).u32(1024).u16(0).u16(0).bytes());
+}
+std::vector<uint8_t> huge_body_length(uint32_t) { return raw::frame(1, raw::Bytes().u64(5).bytes(), 0, 0, 0xFFFFFFF0u); }
+
+class ProtocolViolation : public ::testing::TestWithParam<Violation> {};
+
+TEST_P(ProtocolViolation, FailsOutstandingRequestsAndListenerKeepsServing) {
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  const uint16_t port = listener->port();
+  std::string err;
+
+  // Handshake by hand: control HELLO, then K = 2 data HELLOs with the id and token.
+  raw::Socket ctl = raw::Socket::connect_to("127.0.0.1", port, &err);
+  ASSERT_TRUE(ctl.valid()) << err;
+  raw::Hello h;
+  h.stream_count = 2;
+  ASSERT_TRUE(ctl.send_all(raw::encode(h), &err)) << err;
+  auto ack_bytes = ctl.recv_exact(raw::kHelloSize, 10s, &err);
+  ASSERT_TRUE(ack_bytes) << err;
+  const raw::HelloAck ack = raw::decode_ack(*ack_bytes);
+  ASSERT_EQ(ack.status, 0);
+  ASSERT_GT(ack.eager_limit, 0u);
+  std::vector<raw::Socket> data;
+  for (uint16_t i = 0; i < 2; ++i) {
+    data.push_back(raw::Socket::connect_to("127.0.0.1", port, &err));
+    ASSERT_TRUE(data.back().valid()) << err;
+    raw::Hello dh;
+    dh.role = 2;
+    dh.endpoint_id = ack.endpoint_id;
+    dh.attach_token = ack.attach_token;
+    dh.stream_index = i;
+    dh.stream_count = 2;
+    ASSERT_TRUE(data.back().send_all(raw::encode(dh), &err)) << err;
+    auto dack = data.back().recv_exact(raw::kHelloSize, 10s, &err);
+    ASSERT_TRUE(dack) << "data connection " << i << ": " << err;
+    EXPECT_EQ(raw::decode_ack(*dack).status, 0);
+    EXPECT_EQ(raw::decode_ack(*dack).stream_index, i);
+  }
+  auto ar = listener->accept(10s);
+  ASSERT_TRUE(ar) << "the hand-made handshake did not produce an endpoint: " << describe(ar.status());
+  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  EXPECT_EQ(ep->data_streams(), 2u);
+
+  // A well-formed EAGER first, so a failure below is the violation's doing.
+  std::vector<std::byte> first(64), big(1 << 20), other(64), send_buf(1 << 20, std::byte{7});
+  struct CloseOnExit {
+    std::shared_ptr<Endpoint>& ep;
+    ~CloseOnExit() {
+      if (ep) ep->close();
+    }
+  } close_on_exit{ep};
+  Request r0 = ep->recv(first, Tag{5});
+  const std::vector<uint8_t> hello_msg = {'r', 'a', 'w', ' ', 'h', 'e', 'l', 'l', 'o'};
+  ASSERT_TRUE(ctl.send_all(raw::eager(5, hello_msg), &err)) << err;
+  ASSERT_TRUE(r0.wait(10s).is_ok()) << "a hand-built EAGER frame was not delivered";
+  ASSERT_EQ(r0.bytes(), hello_msg.size());
+  EXPECT_EQ(std::memcmp(first.data(), hello_msg.data(), hello_msg.size()), 0);
+
+  // Outstanding work: receives (one large) and a rendezvous send the raw peer ignores.
+  Request r1 = ep->recv(big, Tag{5});
+  Request r2 = ep->recv(other, Tag{6});
+  Request s1 = ep->send(send_buf, Tag{7});
+
+  ASSERT_TRUE(ctl.send_all(GetParam().frame(ack.eager_limit), &err)) << err;
+  for (auto [name, r] : {std::pair{"recv tag 5", &r1}, std::pair{"recv tag 6", &r2}, std::pair{"send tag 7", &s1}}) {
+    const Status s = r->wait(10s);
+    EXPECT_TRUE(s.code() == StatusCode::kProtocol || s.code() == StatusCode::kPeerFailed)
+        << name << " after a protocol violation: " << describe(s);
+  }
+  EXPECT_TRUE(ep->failed());
+  EXPECT_TRUE(ctl.wait_closed(10s)) << "the library kept the violating control connection open";
+  for (auto& d : data) EXPECT_TRUE(d.wait_closed(10s)) << "the library kept a data connection of the failed endpoint";
+
+  // The listener serves a well-behaved peer process afterwards.
+  auto peer = spawn_peer({"--role=connect", "--address=127.0.0.1:" + std::to_string(port), "--scenario=zero",
+                          "--seed=3", "--close=follow"});
+  auto ar2 = listener->accept(20s);
+  ASSERT_TRUE(ar2) << "accept after the violation: " << describe(ar2.status());
+  std::shared_ptr<Endpoint> ep2 = std::move(ar2).value();
+  EXPECT_EQ(zero_sender(*ep2, 3), "");
+  EXPECT_EQ(zero_receiver(*ep2, 103), "");
+  EXPECT_EQ(close_handshake(*ep2, true, 30s), "");
+  ep2.reset();
+  expect_peer_success(*peer);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Frames, ProtocolViolation,
+    ::testing::Values(Violation{"UnknownType", unknown_type}, Violation{"TypeZero", type_zero},
+                      Violation{"NonzeroReserved", nonzero_reserved},
+                      Violation{"FixedFrameWrongLength", credit_wrong_length},
+                      Violation{"EagerOverLimit", eager_over_limit},
+                      Violation{"ChunkForUnknownReceive", chunk_unknown_recv},
+                      Violation{"HugeBodyLength", huge_body_length}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+}  // namespace
+}  // namespace remora::itest
