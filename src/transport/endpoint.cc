@@ -73,7 +73,7 @@ Status EndpointCore::activate() {
 // ---------------------------------------------------------------------------
 
 Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (state_ != State::kActive) {
     return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
   }
@@ -113,7 +113,7 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
 }
 
 Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (state_ != State::kActive) {
     return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
   }
@@ -152,7 +152,7 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
 }
 
 void EndpointCore::close() {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (state_ == State::kFailed) return;
   if (state_ == State::kActive && control_.valid()) {
     append_frame(GoodbyeFrame{0});
@@ -162,17 +162,17 @@ void EndpointCore::close() {
 }
 
 bool EndpointCore::failed() const {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   return state_ == State::kFailed;
 }
 
 Status EndpointCore::failure() const {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   return failure_;
 }
 
 EndpointStats EndpointCore::stats() const {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   return stats_;
 }
 
