@@ -146,7 +146,7 @@ int run(const Flags& f) {
     const uint64_t size = f.num("size", 0);
     GuardedBuffer buf(size);
     if (!buf.ok()) die("mmap of " + std::to_string(size) + " bytes failed");
-    fill(seed, 0, buf.span());
+    fill_stream(seed, 0, buf.span());
     print_line("HASH " + hex64(XXH3_64bits(buf.data(), buf.size())));
     Request r = ep->send(buf.span(), kBigTag);
     const Status s = r.wait(std::chrono::seconds(150));

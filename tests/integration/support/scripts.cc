@@ -13,7 +13,7 @@ constexpr std::byte kPoison{0x5A};
 
 std::vector<std::byte> content(uint64_t seed, size_t size) {
   std::vector<std::byte> v(size);
-  fill(seed, 0, v);
+  fill_stream(seed, 0, v);
   return v;
 }
 

@@ -39,7 +39,7 @@ uint64_t Rng::uniform(uint64_t lo, uint64_t hi) {
 
 double Rng::unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
 
-void fill(uint64_t seed, uint64_t offset, std::span<std::byte> out) {
+void fill_stream(uint64_t seed, uint64_t offset, std::span<std::byte> out) {
   std::byte* p = out.data();
   size_t n = out.size();
   uint64_t pos = offset;
@@ -69,7 +69,7 @@ uint64_t stream_hash(uint64_t seed, uint64_t length) {
   std::vector<std::byte> block(size_t{4} << 20);
   for (uint64_t off = 0; off < length; off += block.size()) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), length - off));
-    fill(seed, off, std::span(block).first(n));
+    fill_stream(seed, off, std::span(block).first(n));
     XXH3_64bits_update(st, block.data(), n);
   }
   const uint64_t h = XXH3_64bits_digest(st);
@@ -81,7 +81,7 @@ size_t first_mismatch(uint64_t seed, uint64_t offset, std::span<const std::byte>
   std::vector<std::byte> block(std::min<size_t>(data.size(), size_t{4} << 20));
   for (size_t off = 0; off < data.size(); off += block.size()) {
     const size_t n = std::min(block.size(), data.size() - off);
-    fill(seed, offset + off, std::span(block).first(n));
+    fill_stream(seed, offset + off, std::span(block).first(n));
     if (std::memcmp(block.data(), data.data() + off, n) != 0) {
       for (size_t i = 0; i < n; ++i) {
         if (block[i] != data[off + i]) return off + i;
@@ -138,7 +138,7 @@ Plan make_plan(const PlanOptions& options) {
     plan.messages.push_back(m);
   }
   plan.pattern.resize(largest + kOffsetRange);
-  fill(options.seed ^ (0xA5A5A5A5ull << options.direction), 0, plan.pattern);
+  fill_stream(options.seed ^ (0xA5A5A5A5ull << options.direction), 0, plan.pattern);
   return plan;
 }
 

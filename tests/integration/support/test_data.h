@@ -31,7 +31,7 @@ class Rng {
 
 /// Byte `p` of the stream for `seed` is byte (p % 8) of mix(seed, p / 8): any range can
 /// be generated independently of the others (so 4 GiB can be checked block by block).
-void fill(uint64_t seed, uint64_t offset, std::span<std::byte> out);
+void fill_stream(uint64_t seed, uint64_t offset, std::span<std::byte> out);
 
 /// XXH3_64bits of the stream for `seed` over [0, length), generated block by block.
 uint64_t stream_hash(uint64_t seed, uint64_t length);
