@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <ostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "itest_util.h"
 #include "support/exchange.h"
@@ -18,24 +22,40 @@ struct ExchangeCase {
   uint32_t streams;
   bool test_listens;  // else the peer listens and this process connects
   const char* name;
+  size_t count = 3000;  // messages each way (Release; ASan runs a fifth)
+  uint32_t tags = 4;
+  // Optional local overrides and the peer's environment, to run the two sides with
+  // different chunk sizes, eager limits and credits.
+  std::optional<size_t> chunk_bytes = {}, eager_limit = {}, eager_credit = {};
+  std::vector<std::string> peer_env = {};
 };
+
+void PrintTo(const ExchangeCase& c, std::ostream* os) { *os << c.name; }
 
 class LoopbackExchange : public ::testing::TestWithParam<ExchangeCase> {};
 
 TEST_P(LoopbackExchange, RandomMessagesBothWays) {
   const ExchangeCase c = GetParam();
   const uint64_t seed = 1000 + c.streams;
-  const size_t count = scaled<size_t>(3000, 600);
+  const size_t count = scaled<size_t>(c.count, c.count / 5);
   const size_t max_size = scaled<size_t>(4 << 20, 1 << 20);
   // Side 0 = this process, side 1 = the peer; the peer initiates the close.
-  auto ctx = make_context(c.streams);
-  ASSERT_TRUE(ctx);
-  const std::vector<std::string> env = {"REMORA_STREAMS=" + std::to_string(c.streams)};
+  ContextOptions options;
+  options.streams_per_endpoint = c.streams;
+  options.chunk_bytes = c.chunk_bytes;
+  options.eager_limit = c.eager_limit;
+  options.eager_credit = c.eager_credit;
+  auto cr = Context::create(options);
+  ASSERT_TRUE(cr) << describe(cr.status());
+  std::unique_ptr<Context> ctx = std::move(cr).value();
+  std::vector<std::string> env = c.peer_env;
+  env.push_back("REMORA_STREAMS=" + std::to_string(c.streams));
   std::vector<std::string> args = {"--scenario=exchange",
                                    "--side=1",
                                    "--seed=" + std::to_string(seed),
                                    "--count=" + std::to_string(count),
                                    "--max-size=" + std::to_string(max_size),
+                                   "--tags=" + std::to_string(c.tags),
                                    "--expect-streams=" + std::to_string(c.streams),
                                    "--close=initiate"};
   std::unique_ptr<Process> peer;
@@ -59,7 +79,7 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
   }
   EXPECT_EQ(ep->data_streams(), c.streams);
 
-  PlanOptions po{.seed = seed, .direction = 0, .count = count, .max_size = max_size, .fixed_size = 0, .tags = 4};
+  PlanOptions po{.seed = seed, .direction = 0, .count = count, .max_size = max_size, .fixed_size = 0, .tags = c.tags};
   const Plan out = make_plan(po);
   po.direction = 1;
   const Plan in = make_plan(po);
@@ -96,7 +116,16 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
 INSTANTIATE_TEST_SUITE_P(Streams, LoopbackExchange,
                          ::testing::Values(ExchangeCase{1, false, "K1_TestConnects"},
                                            ExchangeCase{2, true, "K2_TestListens"},
-                                           ExchangeCase{4, false, "K4_TestConnects"}),
+                                           ExchangeCase{4, false, "K4_TestConnects"},
+                                           // Sides configured differently: 64 KiB vs 1 MiB chunks,
+                                           // eager limit 1 KiB vs 64 KiB, tight credit here.
+                                           ExchangeCase{3, true, "K3_MismatchedEagerAndChunks", 3000, 8, 64 * 1024,
+                                                        1024, 4096,
+                                                        {"REMORA_CHUNK_SIZE=1048576", "REMORA_EAGER_LIMIT=65536",
+                                                         "REMORA_EAGER_CREDIT=131072"}},
+                                           // Many streams, the smallest chunks: ~100k chunks each way.
+                                           ExchangeCase{8, false, "K8_TinyChunks", 1500, 4, 4096, {}, {},
+                                                        {"REMORA_CHUNK_SIZE=4096"}}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace

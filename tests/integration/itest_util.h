@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,6 +108,36 @@ inline PeerSession start_listening_peer(Context& ctx, std::vector<std::string> a
   if (port == 0) return s;
   s.ep = connect_to(ctx, port);
   return s;
+}
+
+/// Two contexts in this process connected over loopback (a listens, b connects).
+struct Pair {
+  std::unique_ptr<Context> a, b;
+  std::unique_ptr<Listener> listener;
+  std::shared_ptr<Endpoint> ea, eb;  // ea on a (accepted), eb on b (connected)
+};
+
+inline Pair make_pair_in_process(std::unique_ptr<Context> a, std::unique_ptr<Context> b) {
+  using namespace std::chrono_literals;
+  Pair p;
+  p.a = std::move(a);
+  p.b = std::move(b);
+  if (!p.a || !p.b) return p;
+  auto l = p.a->listen("127.0.0.1:0");
+  if (!l) {
+    ADD_FAILURE() << describe(l.status());
+    return p;
+  }
+  p.listener = std::move(l).value();
+  auto accepted = std::async(std::launch::async, [&] { return p.listener->accept(20s); });
+  p.eb = connect_to(*p.b, p.listener->port(), 20s);
+  auto acc = accepted.get();
+  if (!acc) {
+    ADD_FAILURE() << "accept: " << describe(acc.status());
+    return p;
+  }
+  p.ea = std::move(acc).value();
+  return p;
 }
 
 }  // namespace remora::itest

@@ -134,7 +134,7 @@ int run(const Flags& f) {
     ExchangeOptions eo;
     eo.send_window = f.num("send-window", eo.send_window);
     eo.recv_window = f.num("recv-window", eo.recv_window);
-    eo.timeout = std::chrono::milliseconds(f.num("exchange-timeout-ms", 90'000));
+    eo.timeout = std::chrono::milliseconds(f.num("exchange-timeout-ms", 30'000));
     const ExchangeReport rep = run_exchange(*ep, out, in, eo);
     check(rep.error, "exchange");
     std::fprintf(stderr, "remora_test_peer: exchange done: sent %llu (%llu bytes), received %llu (%llu bytes) in %.2f s\n",

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <future>
+#include <ostream>
 
 #include "itest_util.h"
 #include "support/exchange.h"
@@ -33,6 +34,8 @@ std::vector<uint8_t> chunk_unknown_recv(uint32_t) {
   return raw::frame(4, raw::Bytes().u64(0x123456789ull).u64(0).u32(1024).u16(0).u16(0).bytes());
 }
 std::vector<uint8_t> huge_body_length(uint32_t) { return raw::frame(1, raw::Bytes().u64(5).bytes(), 0, 0, 0xFFFFFFF0u); }
+
+void PrintTo(const Violation& v, std::ostream* os) { *os << v.name; }
 
 class ProtocolViolation : public ::testing::TestWithParam<Violation> {};
 

@@ -20,6 +20,20 @@ constexpr std::byte kPoison{0xA5};
 
 std::string describe(const Status& s) { return std::string(to_string(s.code())) + " (" + s.message() + ")"; }
 
+// Endpoint counters, for timeout reports ("where did it stop?").
+std::string stats_summary(const Endpoint& ep) {
+  const EndpointStats st = ep.stats();
+  std::string per;
+  for (uint64_t n : st.chunks_per_stream) {
+    if (!per.empty()) per += ',';
+    per += std::to_string(n);
+  }
+  return "[endpoint stats: sent " + std::to_string(st.messages_sent) + " msgs/" + std::to_string(st.bytes_sent) +
+         " B (eager " + std::to_string(st.eager_sent) + ", rendezvous " + std::to_string(st.rendezvous_sent) +
+         ", chunks " + std::to_string(st.chunks_sent) + " = " + per + "), received " +
+         std::to_string(st.messages_received) + " msgs/" + std::to_string(st.bytes_received) + " B]";
+}
+
 struct Shared {
   Endpoint& ep;
   Clock::time_point deadline;
@@ -98,7 +112,8 @@ void send_loop(Shared& sh, const Plan& out, size_t window, ExchangeReport& rep) 
     if (any || pending.empty()) return;
     if (sh.timed_out()) {
       sh.fail("exchange timed out with " + std::to_string(pending.size()) + " sends outstanding (oldest #" +
-              std::to_string(pending.front().m->index) + ", " + std::to_string(pending.front().m->size) + " bytes)");
+              std::to_string(pending.front().m->index) + ", " + std::to_string(pending.front().m->size) + " bytes) " +
+              stats_summary(sh.ep));
       return;
     }
     const Status s = pending.front().r.wait(std::chrono::milliseconds(200));
@@ -167,7 +182,8 @@ void recv_loop(Shared& sh, const Plan& in, size_t window, ExchangeReport& rep) {
     if (sh.timed_out()) {
       sh.fail("exchange timed out with " + std::to_string(pending.size()) + " receives outstanding (oldest #" +
               std::to_string(pending.front().m->index) + ", " + std::to_string(pending.front().m->size) +
-              " bytes); received " + std::to_string(rep.received) + "/" + std::to_string(in.messages.size()));
+              " bytes); received " + std::to_string(rep.received) + "/" + std::to_string(in.messages.size()) + " " +
+              stats_summary(sh.ep));
       return;
     }
     const Status s = pending.front().r.wait(std::chrono::milliseconds(200));

@@ -1,0 +1,153 @@
+// Endpoint and context lifetimes under load: close() and Context destruction with
+// requests outstanding, a peer killed while this side is writing a large message, and
+// one context serving several peers at once while one of them dies.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "itest_util.h"
+#include "support/exchange.h"
+#include "support/test_data.h"
+
+namespace remora::itest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+TEST(Lifecycle, CloseAbortsOutstandingAndLaterOperations) {
+  Pair p = make_pair_in_process(make_context(2), make_context(2));
+  ASSERT_TRUE(p.ea && p.eb);
+  std::vector<std::byte> rbuf(1 << 20), sbuf(8 << 20, std::byte{3});
+  Request r = p.eb->recv(rbuf, Tag{1});
+  Request s = p.eb->send(sbuf, Tag{2});  // rendezvous, never received
+  Request peer_side = p.ea->recv(rbuf, Tag{3});
+  EXPECT_EQ(r.wait(50ms).code(), StatusCode::kTimeout);
+  const auto t0 = Clock::now();
+  p.eb->close();
+  EXPECT_EQ(r.wait(5s).code(), StatusCode::kAborted);
+  EXPECT_EQ(s.wait(5s).code(), StatusCode::kAborted);
+  EXPECT_LT(Clock::now() - t0, 2s);
+  // The other side learns about it: its outstanding receive fails.
+  const Status ps = peer_side.wait(10s);
+  EXPECT_TRUE(ps.code() == StatusCode::kAborted || ps.code() == StatusCode::kPeerFailed) << describe(ps);
+  EXPECT_TRUE(p.ea->failed());
+  // Operations after close fail at once.
+  Request late = p.eb->send(std::span<const std::byte>(sbuf).first(10), Tag{1});
+  EXPECT_EQ(late.wait(1s).code(), StatusCode::kAborted) << describe(late.wait(0s));
+  p.eb->close();  // idempotent
+}
+
+TEST(Lifecycle, DestroyingTheContextAbortsOutstandingRequests) {
+  Pair p = make_pair_in_process(make_context(2), make_context(2));
+  ASSERT_TRUE(p.ea && p.eb);
+  std::vector<std::byte> rbuf(1 << 20), sbuf(4 << 20, std::byte{3});
+  Request r = p.eb->recv(rbuf, Tag{1});
+  Request s = p.eb->send(sbuf, Tag{2});
+  Request peer_side = p.ea->recv(rbuf, Tag{3});
+  // The application drops everything but the request handles.
+  p.eb.reset();
+  p.b.reset();
+  ASSERT_TRUE(r.done()) << "a request of a destroyed context is still pending";
+  EXPECT_EQ(r.wait(0s).code(), StatusCode::kAborted) << describe(r.wait(0s));
+  EXPECT_EQ(s.wait(0s).code(), StatusCode::kAborted) << describe(s.wait(0s));
+  const Status ps = peer_side.wait(10s);
+  EXPECT_TRUE(ps.code() == StatusCode::kAborted || ps.code() == StatusCode::kPeerFailed) << describe(ps);
+}
+
+TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
+  // SIGPIPE must not kill this process, and the send must fail, not hang.
+  const uint64_t size = scaled<uint64_t>(uint64_t{1} << 30, 256 << 20);
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  GuardedBuffer buf(size);  // content does not matter here: the receiver dies
+  ASSERT_TRUE(buf.ok());
+  PeerSession sess = start_listening_peer(*ctx, {"--scenario=big-recv", "--size=" + std::to_string(size),
+                                                 "--close=none"});
+  ASSERT_TRUE(sess.ep);
+  Request r = sess.ep->send(buf.span(), Tag{9});
+  // Wait until chunks are flowing (a protocol event), then kill the receiver.
+  const auto deadline = Clock::now() + 30s;
+  while (sess.ep->stats().chunks_sent < 16 && !r.done() && Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_FALSE(r.done()) << "the 1 GiB send finished before the kill; " << describe(r.wait(0s));
+  ASSERT_GE(sess.ep->stats().chunks_sent, 16u) << "no chunks sent within 30 s";
+  sess.peer->kill_and_reap();
+  const Status s = r.wait(30s);
+  EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << describe(s);
+  EXPECT_TRUE(sess.ep->failed());
+}
+
+TEST(Lifecycle, OneContextManyPeersOneDies) {
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  const std::string address = "--address=127.0.0.1:" + std::to_string(listener->port());
+  const size_t count = scaled<size_t>(1500, 300);
+
+  // Accept right after each spawn so endpoint i belongs to peer i.
+  std::vector<std::unique_ptr<Process>> peers;
+  std::vector<std::shared_ptr<Endpoint>> eps;
+  auto add_peer = [&](std::vector<std::string> args) {
+    args.push_back("--role=connect");
+    args.push_back(address);
+    peers.push_back(spawn_peer(std::move(args)));
+    auto a = listener->accept(20s);
+    ASSERT_TRUE(a) << describe(a.status());
+    eps.push_back(std::move(a).value());
+  };
+  for (int i = 0; i < 2; ++i) {
+    add_peer({"--scenario=exchange", "--side=1", "--seed=" + std::to_string(300 + i), "--count=" + std::to_string(count),
+              "--max-size=1048576", "--close=initiate"});
+  }
+  add_peer({"--scenario=exchange", "--side=1", "--seed=399", "--count=1000000", "--peer-count=0",
+            "--fixed-size=262144", "--tags=1", "--close=none"});
+  ASSERT_EQ(eps.size(), 3u);
+
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> workers;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < 2; ++i) {
+    workers.emplace_back([&, i] {
+      PlanOptions po{.seed = 300u + i, .direction = 0, .count = count, .max_size = 1 << 20, .fixed_size = 0, .tags = 4};
+      const Plan out = make_plan(po);
+      po.direction = 1;
+      const Plan in = make_plan(po);
+      errors[i] = run_exchange(*eps[i], out, in, {}).error;
+      if (errors[i].empty()) errors[i] = close_handshake(*eps[i], false, 30s);
+      ++finished;
+    });
+  }
+  // Meanwhile: receive from the doomed peer, kill it after a few messages.
+  const Plan doomed_in =
+      make_plan({.seed = 399, .direction = 1, .count = 64, .max_size = 0, .fixed_size = 262144, .tags = 1});
+  std::vector<std::vector<std::byte>> bufs(64, std::vector<std::byte>(262144));
+  std::vector<Request> rs;
+  for (size_t i = 0; i < 64; ++i) rs.push_back(eps[2]->recv(bufs[i], doomed_in.messages[i].tag));
+  for (size_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(rs[i].wait(30s).is_ok());
+    EXPECT_EQ(std::memcmp(bufs[i].data(), doomed_in.content(doomed_in.messages[i]).data(), 262144), 0);
+  }
+  peers[2]->kill_and_reap();
+  for (Request& r : rs) {
+    const Status s = r.wait(30s);
+    EXPECT_TRUE(s.is_ok() || s.code() == StatusCode::kPeerFailed) << describe(s);
+  }
+  EXPECT_TRUE(eps[2]->failed());
+  for (auto& w : workers) w.join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(errors[i], "") << "exchange with healthy peer " << i;
+    EXPECT_FALSE(eps[i]->failed() && !errors[i].empty());
+  }
+  eps.clear();
+  expect_peer_success(*peers[0]);
+  expect_peer_success(*peers[1]);
+}
+
+}  // namespace
+}  // namespace remora::itest
