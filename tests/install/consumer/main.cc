@@ -1,10 +1,10 @@
 // Uses an installed remora through its public header only. Prints one line and
 // exits 0 when the library agrees with the header and the package version.
-#include <remora/remora.h>
-
 #include <cstdio>
 #include <string>
 #include <string_view>
+
+#include <remora/remora.h>
 
 #ifndef REMORA_EXPECTED_VERSION
 #error "build with -DREMORA_EXPECTED_VERSION=\"x.y.z\" (the version the package claims)"
