@@ -26,7 +26,13 @@ source_dir=$(cd "$2" && pwd)
 scratch=$3
 
 step="setup"
-trap 'rc=$?; if [[ $rc -ne 0 ]]; then echo "check_install: FAILED at step: ${step} (exit ${rc})" >&2; fi' EXIT
+on_exit() {
+  local rc=$?
+  if [[ ${rc} -ne 0 ]]; then
+    echo "check_install: FAILED at step: ${step} (exit ${rc})" >&2
+  fi
+}
+trap on_exit EXIT
 
 run_step() {  # run_step <description> <command...>
   step=$1
@@ -166,6 +172,7 @@ run_consumer "${scratch}/consumer-pc-shared"
 
 # Static: the same --static flags, with -lremora pinned to the archive (a plain -lremora
 # would pick the .so that sits beside it). This checks that Libs.private is sufficient.
+# shellcheck disable=SC2001  # needs word boundaries, which ${//} cannot express
 static_libs_pinned=$(sed 's/\(^\| \)-lremora\( \|$\)/\1-l:libremora.a\2/' <<<"${static_libs}")
 # shellcheck disable=SC2086
 run_step "compile with pkg-config --static" \
