@@ -1,1 +1,210 @@
-// placeholder: filled in by the layer's implementation
+#include "engine/progress.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "engine/futex.h"
+
+namespace remora::engine {
+namespace {
+
+constexpr uint64_t kWakeToken = ~uint64_t{0};
+constexpr int kMaxEvents = 64;
+
+int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+ProgressEngine::ProgressEngine(Options options) : options_(options) {}
+
+Result<std::shared_ptr<ProgressEngine>> ProgressEngine::create(Options options) {
+  std::shared_ptr<ProgressEngine> e(new ProgressEngine(options));
+  e->epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (e->epfd_ < 0) return Status(StatusCode::kNoResource, std::string("epoll_create1: ") + std::strerror(errno));
+  e->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->wake_fd_ < 0) return Status(StatusCode::kNoResource, std::string("eventfd: ") + std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeToken;
+  if (::epoll_ctl(e->epfd_, EPOLL_CTL_ADD, e->wake_fd_, &ev) != 0) {
+    return Status(StatusCode::kInternal, std::string("epoll_ctl(eventfd): ") + std::strerror(errno));
+  }
+  return e;
+}
+
+ProgressEngine::~ProgressEngine() {
+  stop();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (epfd_ >= 0) ::close(epfd_);
+}
+
+void ProgressEngine::start() {
+  bool expected = false;
+  if (!running_.compare_exchange_strong(expected, true)) return;
+  thread_ = std::thread([this] { thread_main(); });
+}
+
+void ProgressEngine::stop() {
+  if (!running_.exchange(false)) {
+    if (thread_.joinable()) thread_.join();
+    return;
+  }
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+  park_word_.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&park_word_);
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<HandlerId> ProgressEngine::add(int fd, EventHandler* handler, uint32_t events) {
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.push_back(Slot{});
+  }
+  Slot& s = slots_[slot];
+  s.handler = handler;
+  s.live = true;
+  epoll_event ev{};
+  ev.events = events | EPOLLET;
+  ev.data.u64 = (uint64_t{s.generation} << 32) | slot;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    int err = errno;
+    s.live = false;
+    s.handler = nullptr;
+    free_slots_.push_back(slot);
+    return Status(StatusCode::kNoResource, std::string("epoll_ctl(ADD): ") + std::strerror(err));
+  }
+  return HandlerId{slot, s.generation};
+}
+
+void ProgressEngine::remove(int fd, HandlerId id) {
+  if (!id.valid() || id.slot >= slots_.size()) return;
+  Slot& s = slots_[id.slot];
+  if (!s.live || s.generation != id.generation) return;
+  if (fd >= 0) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  s.live = false;
+  s.handler = nullptr;
+  if (++s.generation == 0) s.generation = 1;
+  free_slots_.push_back(id.slot);
+}
+
+void ProgressEngine::add_timer(Clock::time_point when, std::function<void()> fn) {
+  timers_.push(Timer{when, timer_seq_++, std::move(fn)});
+  has_timers_.store(true, std::memory_order_relaxed);
+  // The progress thread may be sleeping in epoll with a later (or no) timeout.
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+}
+
+void ProgressEngine::run_timers() {
+  if (!has_timers_.load(std::memory_order_relaxed)) return;
+  auto now = Clock::now();
+  while (!timers_.empty() && timers_.top().when <= now) {
+    auto fn = timers_.top().fn;
+    timers_.pop();
+    fn();
+  }
+  has_timers_.store(!timers_.empty(), std::memory_order_relaxed);
+}
+
+int ProgressEngine::next_timer_ms() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (timers_.empty()) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timers_.top().when - Clock::now()).count() + 1;
+  if (left < 0) return 0;
+  return left > 60'000 ? 60'000 : static_cast<int>(left);
+}
+
+void ProgressEngine::dispatch(const epoll_event* events, int n) {
+  for (int i = 0; i < n; ++i) {
+    uint64_t token = events[i].data.u64;
+    if (token == kWakeToken) {
+      uint64_t value;
+      ssize_t ignored = ::read(wake_fd_, &value, sizeof value);
+      (void)ignored;
+      continue;
+    }
+    uint32_t slot = static_cast<uint32_t>(token);
+    uint32_t generation = static_cast<uint32_t>(token >> 32);
+    if (slot >= slots_.size()) continue;
+    Slot& s = slots_[slot];
+    if (!s.live || s.generation != generation) continue;  // removed while the event was pending
+    s.handler->on_event(events[i].events);
+  }
+}
+
+bool ProgressEngine::try_progress() {
+  if (!mutex_.try_lock()) return false;
+  epoll_event events[kMaxEvents];
+  int n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
+  if (n > 0) dispatch(events, n);
+  run_timers();
+  mutex_.unlock();
+  return true;
+}
+
+void ProgressEngine::poll_and_dispatch(int timeout_ms, bool blocking_lock) {
+  epoll_event events[kMaxEvents];
+  if (blocking_lock) {
+    in_epoll_.store(true, std::memory_order_relaxed);
+    int n = ::epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
+    in_epoll_.store(false, std::memory_order_relaxed);
+    if (n < 0 && errno != EINTR) {
+      REMORA_LOG(kError, "epoll_wait: {}", std::strerror(errno));
+      n = 0;
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (n > 0) dispatch(events, n);
+    run_timers();
+    return;
+  }
+  (void)timeout_ms;
+  try_progress();
+}
+
+bool ProgressEngine::should_park() const noexcept {
+  if (active_waiters_.load(std::memory_order_acquire) > 0) return true;
+  int64_t last = last_waiter_ns_.load(std::memory_order_relaxed);
+  return last != 0 && now_ns() - last < int64_t{options_.linger_us} * 1000;
+}
+
+void ProgressEngine::thread_main() {
+  while (running_.load(std::memory_order_acquire)) {
+    if (should_park() && !kicked_.load(std::memory_order_acquire)) {
+      // Waiters are spinning and harvesting events themselves; stay off their CPUs,
+      // but look around once per linger period for sockets nobody waits on.
+      uint32_t seq = park_word_.load(std::memory_order_acquire);
+      futex_wait(&park_word_, seq, std::chrono::microseconds(options_.linger_us > 0 ? options_.linger_us : 1));
+      poll_and_dispatch(0, /*blocking_lock=*/false);
+      continue;
+    }
+    kicked_.store(false, std::memory_order_release);
+    poll_and_dispatch(next_timer_ms(), /*blocking_lock=*/true);
+  }
+}
+
+void ProgressEngine::waiter_enter() noexcept { active_waiters_.fetch_add(1, std::memory_order_acq_rel); }
+
+void ProgressEngine::waiter_exit() noexcept {
+  last_waiter_ns_.store(now_ns(), std::memory_order_relaxed);
+  active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void ProgressEngine::kick() noexcept {
+  kicked_.store(true, std::memory_order_release);
+  park_word_.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&park_word_);
+}
+
+}  // namespace remora::engine

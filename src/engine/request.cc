@@ -1,1 +1,77 @@
-// placeholder: filled in by the layer's implementation
+#include <chrono>
+#include <string>
+
+#include "engine/request_state.h"
+
+namespace remora {
+
+using engine::Clock;
+
+Request::Request(std::shared_ptr<detail::RequestState> state) noexcept : state_(std::move(state)) {}
+
+bool Request::done() const noexcept { return state_ != nullptr && state_->done(); }
+size_t Request::bytes() const noexcept { return done() ? state_->bytes : 0; }
+Tag Request::tag() const noexcept { return state_ ? state_->tag : Tag{}; }
+
+Status Request::test() const {
+  if (!state_) return Status(StatusCode::kInvalidArgument, "test() on an empty Request");
+  if (!state_->done() && state_->engine) {
+    state_->engine->waiter_enter();
+    state_->engine->try_progress();
+    state_->engine->waiter_exit();
+  }
+  if (!state_->done()) return Status(StatusCode::kInProgress, "");
+  return state_->status;
+}
+
+Status Request::wait(Duration timeout) const {
+  if (!state_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
+  detail::RequestState& st = *state_;
+  if (st.done()) return st.status;
+  const auto start = Clock::now();
+  const bool forever = timeout == kForever || timeout > std::chrono::hours(24 * 365);
+  const auto deadline = forever ? Clock::time_point::max() : start + timeout;
+  engine::ProgressEngine* eng = st.engine.get();
+
+  // Spin phase: drive progress from this thread; no wake-up needed when data arrives.
+  if (eng != nullptr && eng->options().spin_us > 0) {
+    const auto spin_end = start + std::chrono::microseconds(eng->options().spin_us);
+    eng->waiter_enter();
+    while (!st.done()) {
+      auto now = Clock::now();
+      if (now >= spin_end || now >= deadline) break;
+      eng->try_progress();
+    }
+    eng->waiter_exit();
+    if (st.done()) return st.status;
+  }
+
+  // Block phase: the progress thread completes the request and wakes us.
+  if (eng != nullptr) eng->kick();
+  while (!st.done()) {
+    auto now = Clock::now();
+    if (now >= deadline) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+      return Status(StatusCode::kTimeout, "operation still in progress after " + std::to_string(ms) + " ms");
+    }
+    uint32_t expected = 0;
+    if (!st.word.compare_exchange_strong(expected, 1, std::memory_order_acq_rel) && expected == 2) break;
+    engine::futex_wait(&st.word, 1, forever ? std::chrono::nanoseconds(-1) : deadline - now);
+  }
+  return st.status;
+}
+
+Status wait_all(std::span<const Request> requests, Duration timeout) {
+  const bool forever = timeout == kForever || timeout > std::chrono::hours(24 * 365);
+  const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
+  Status first;
+  for (const Request& r : requests) {
+    Duration left = forever ? kForever : std::chrono::duration_cast<Duration>(deadline - Clock::now());
+    if (!forever && left < Duration::zero()) left = Duration::zero();
+    Status s = r.wait(left);
+    if (!s.is_ok() && first.is_ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace remora

@@ -1,1 +1,303 @@
-// placeholder: filled in by the layer's implementation
+// mem/registry.cc — the region table behind MemoryRegistry and Region: slot ids,
+// generations that revoke keys, per-registration random secrets, and the
+// overflow-safe validation of a peer's access (resolve).
+//
+// Locking: one mutex per registry guards the slot table. Domain work (mlock/munlock)
+// runs outside it, so resolve() — the passive-target hot path — never waits for a
+// large registration to be pinned.
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "remora/memory.h"
+
+namespace remora {
+namespace detail {
+
+struct RegionSlot {
+  bool live = false;
+  uint32_t generation = 1;  // never 0, so a default-constructed key never matches
+  uint64_t secret = 0;
+  std::byte* base = nullptr;
+  size_t length = 0;
+  Access access = Access::kNone;
+  MemoryDomain* domain = nullptr;
+  DomainRegistration registration;
+};
+
+struct RegistryState {
+  explicit RegistryState(PinMode mode) : pin_mode(mode) {}
+
+  const PinMode pin_mode;
+  mutable std::mutex mu;
+  std::vector<RegionSlot> slots;
+  std::vector<uint32_t> free_slots;  // LIFO: the most recently freed id is reused first
+  RegistryStats stats;
+
+  /// Frees the slot if (id, generation) still names a live region, then undoes the
+  /// domain registration outside the lock. Idempotent.
+  void release(RegionId id, uint32_t generation) noexcept {
+    MemoryDomain* domain = nullptr;
+    std::byte* base = nullptr;
+    size_t length = 0;
+    DomainRegistration registration;
+    {
+      std::lock_guard lock(mu);
+      const auto index = static_cast<uint32_t>(id);
+      if (index >= slots.size()) return;
+      RegionSlot& slot = slots[index];
+      if (!slot.live || slot.generation != generation) return;
+      domain = slot.domain;
+      base = slot.base;
+      length = slot.length;
+      registration = slot.registration;
+      slot = RegionSlot{};
+      slot.generation = generation + 1 == 0 ? 1 : generation + 1;
+      free_slots.push_back(index);
+      ++stats.deregistrations;
+      --stats.live_regions;
+      stats.bytes_registered -= length;
+      if (registration.pinned) stats.bytes_pinned -= length;
+    }
+    domain->deregister_range(base, length, registration);
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+bool only_remote_rights(Access rights) noexcept { return (rights & kRemoteAccessMask) == rights; }
+
+/// Compares secrets without an early exit on the first differing byte.
+bool secrets_equal(uint64_t a, uint64_t b) noexcept {
+  volatile uint64_t diff = a ^ b;
+  return diff == 0;
+}
+
+Result<uint64_t> random_secret() {
+  uint64_t value = 0;
+  auto* bytes = reinterpret_cast<unsigned char*>(&value);
+  size_t got = 0;
+  while (got < sizeof(value)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(value) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status(StatusCode::kInternal, fmt::format("getrandom failed: {}", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return value;
+}
+
+/// Is [offset, offset+length) inside [0, size)? Never overflows.
+bool window_inside(uint64_t offset, uint64_t length, uint64_t size) noexcept {
+  return offset <= size && length <= size - offset;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Region
+// ---------------------------------------------------------------------------
+
+Region::Region(Region&& other) noexcept
+    : state_(std::move(other.state_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      id_(std::exchange(other.id_, RegionId{})),
+      generation_(std::exchange(other.generation_, 0)),
+      secret_(std::exchange(other.secret_, 0)),
+      access_(std::exchange(other.access_, Access::kNone)),
+      kind_(std::exchange(other.kind_, MemoryKind::kHost)),
+      pinned_(std::exchange(other.pinned_, false)) {}
+
+Region& Region::operator=(Region&& other) noexcept {
+  if (this != &other) {
+    deregister();
+    state_ = std::move(other.state_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    id_ = std::exchange(other.id_, RegionId{});
+    generation_ = std::exchange(other.generation_, 0);
+    secret_ = std::exchange(other.secret_, 0);
+    access_ = std::exchange(other.access_, Access::kNone);
+    kind_ = std::exchange(other.kind_, MemoryKind::kHost);
+    pinned_ = std::exchange(other.pinned_, false);
+  }
+  return *this;
+}
+
+Region::~Region() { deregister(); }
+
+void Region::deregister() noexcept {
+  if (!state_) return;
+  state_->release(id_, generation_);
+  state_.reset();
+  data_ = nullptr;
+  size_ = 0;
+  id_ = RegionId{};
+  generation_ = 0;
+  secret_ = 0;
+  access_ = Access::kNone;
+  pinned_ = false;
+}
+
+RemoteKey Region::remote_key() const {
+  RemoteKey key;
+  if (!valid()) return key;
+  key.region = id_;
+  key.generation = generation_;
+  key.secret = secret_;
+  key.offset = 0;
+  key.length = size_;
+  key.access = access_ & kRemoteAccessMask;
+  key.kind = kind_;
+  return key;
+}
+
+Result<RemoteKey> Region::remote_key(uint64_t offset, uint64_t length, Access rights) const {
+  if (!valid()) return Status(StatusCode::kInvalidArgument, "remote_key on a region that is not registered");
+  if (rights == Access::kNone || !only_remote_rights(rights)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("remote_key rights {:#x} must be a non-empty set of remote rights (read, write, atomic)",
+                              static_cast<uint32_t>(rights)));
+  }
+  if (!has_access(access_, rights)) {
+    return Status(StatusCode::kAccessDenied,
+                  fmt::format("remote_key asks for rights {:#x} but region {} was registered with {:#x}",
+                              static_cast<uint32_t>(rights), static_cast<uint32_t>(id_),
+                              static_cast<uint32_t>(access_)));
+  }
+  if (!window_inside(offset, length, size_)) {
+    return Status(StatusCode::kOutOfRange,
+                  fmt::format("remote_key window [{}, +{}) is outside region {} of {} bytes", offset, length,
+                              static_cast<uint32_t>(id_), size_));
+  }
+  RemoteKey key = remote_key();
+  key.offset = offset;
+  key.length = length;
+  key.access = rights;
+  return key;
+}
+
+// ---------------------------------------------------------------------------
+// MemoryRegistry
+// ---------------------------------------------------------------------------
+
+MemoryRegistry::MemoryRegistry(PinMode pin_mode) : state_(std::make_shared<detail::RegistryState>(pin_mode)) {}
+
+MemoryRegistry::~MemoryRegistry() = default;
+
+PinMode MemoryRegistry::pin_mode() const noexcept { return state_->pin_mode; }
+
+Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access access, MemoryDomain& domain) {
+  if (ptr == nullptr) return Status(StatusCode::kInvalidArgument, "register_memory: null pointer");
+  if (len == 0) return Status(StatusCode::kInvalidArgument, "register_memory: empty range (length 0)");
+  if (reinterpret_cast<uintptr_t>(ptr) > UINTPTR_MAX - len) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("register_memory: range {} + {} bytes wraps around the address space", ptr, len));
+  }
+  if ((access & kAllAccess) != access) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("register_memory: unknown access bits {:#x}", static_cast<uint32_t>(access)));
+  }
+  if (!domain.owns(ptr, len)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("register_memory: {} + {} bytes is not {} memory", ptr, len, domain.name()));
+  }
+  REMORA_ASSIGN_OR_RETURN(const uint64_t secret, random_secret());
+  const PinMode mode = state_->pin_mode;
+  auto registered = domain.register_range(ptr, len, mode);
+  if (!registered) return registered.status().with_context("register_memory");
+  const DomainRegistration registration = registered.value();
+
+  Region region;
+  {
+    std::lock_guard lock(state_->mu);
+    uint32_t index = 0;
+    if (!state_->free_slots.empty()) {
+      index = state_->free_slots.back();
+      state_->free_slots.pop_back();
+    } else if (state_->slots.size() < UINT32_MAX) {
+      index = static_cast<uint32_t>(state_->slots.size());
+      state_->slots.emplace_back();
+    } else {
+      domain.deregister_range(ptr, len, registration);
+      return Status(StatusCode::kNoResource, "register_memory: all 2^32-1 region ids are in use");
+    }
+    detail::RegionSlot& slot = state_->slots[index];
+    slot.live = true;
+    slot.secret = secret;
+    slot.base = static_cast<std::byte*>(ptr);
+    slot.length = len;
+    slot.access = access;
+    slot.domain = &domain;
+    slot.registration = registration;
+
+    RegistryStats& stats = state_->stats;
+    ++stats.registrations;
+    ++stats.live_regions;
+    stats.bytes_registered += len;
+    if (registration.pinned) stats.bytes_pinned += len;
+    if (mode == PinMode::kTry && !registration.pinned) ++stats.pin_failures;
+
+    region.state_ = state_;
+    region.data_ = slot.base;
+    region.size_ = len;
+    region.id_ = static_cast<RegionId>(index);
+    region.generation_ = slot.generation;
+    region.secret_ = secret;
+    region.access_ = access;
+    region.kind_ = domain.kind();
+    region.pinned_ = registration.pinned;
+  }
+  return region;
+}
+
+Result<ResolvedAccess> MemoryRegistry::resolve(const RemoteKey& key, uint64_t offset, uint64_t len,
+                                               Access needed) const {
+  std::lock_guard lock(state_->mu);
+  const auto index = static_cast<uint32_t>(key.region);
+  if (index >= state_->slots.size()) {
+    return Status(StatusCode::kInvalidKey, fmt::format("unknown region id {}", index));
+  }
+  const detail::RegionSlot& slot = state_->slots[index];
+  if (!slot.live) {
+    return Status(StatusCode::kInvalidKey, fmt::format("region {} is not registered (key revoked)", index));
+  }
+  if (slot.generation != key.generation) {
+    return Status(StatusCode::kInvalidKey,
+                  fmt::format("stale key for region {}: generation {} was deregistered", index, key.generation));
+  }
+  if (!secrets_equal(slot.secret, key.secret) || slot.domain->kind() != key.kind) {
+    return Status(StatusCode::kInvalidKey, fmt::format("key does not match region {}", index));
+  }
+  if (!window_inside(key.offset, key.length, slot.length)) {
+    return Status(StatusCode::kOutOfRange, fmt::format("key window [{}, +{}) is outside region {} of {} bytes",
+                                                       key.offset, key.length, index, slot.length));
+  }
+  if (!window_inside(offset, len, key.length)) {
+    return Status(StatusCode::kOutOfRange,
+                  fmt::format("access [{}, +{}) is outside the key's {}-byte window", offset, len, key.length));
+  }
+  if (!has_access(key.access, needed) || !has_access(slot.access, needed)) {
+    return Status(StatusCode::kAccessDenied,
+                  fmt::format("access needs rights {:#x}; key grants {:#x}, region {} holds {:#x}",
+                              static_cast<uint32_t>(needed), static_cast<uint32_t>(key.access), index,
+                              static_cast<uint32_t>(slot.access)));
+  }
+  return ResolvedAccess{slot.base + key.offset + offset, static_cast<size_t>(len)};
+}
+
+RegistryStats MemoryRegistry::stats() const {
+  std::lock_guard lock(state_->mu);
+  return state_->stats;
+}
+
+}  // namespace remora

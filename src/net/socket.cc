@@ -1,1 +1,173 @@
-// placeholder: filled in by the layer's implementation
+#include "net/socket.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace remora::net {
+
+void Fd::reset(int fd) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Status errno_status(int err, std::string_view what) {
+  StatusCode code = StatusCode::kInternal;
+  switch (err) {
+    case ECONNRESET:
+    case EPIPE:
+    case ECONNABORTED:
+      code = StatusCode::kPeerFailed;
+      break;
+    case ECONNREFUSED:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EADDRNOTAVAIL:
+    case ENETDOWN:
+      code = StatusCode::kUnreachable;
+      break;
+    case ETIMEDOUT:
+      code = StatusCode::kTimeout;
+      break;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      code = StatusCode::kNoResource;
+      break;
+    case EADDRINUSE:
+    case EACCES:
+    case EINVAL:
+      code = StatusCode::kInvalidArgument;
+      break;
+    default:
+      break;
+  }
+  return Status(code, std::string(what) + ": " + std::strerror(err));
+}
+
+namespace {
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return left > 1'000'000 ? 1'000'000 : static_cast<int>(left);
+}
+
+Status wait_fd(int fd, short events, Clock::time_point deadline, std::string_view what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int ms = remaining_ms(deadline);
+    int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return Status::ok();
+    if (rc == 0) return Status(StatusCode::kTimeout, std::string(what) + ": timed out");
+    if (errno != EINTR) return errno_status(errno, what);
+  }
+}
+
+}  // namespace
+
+Result<Fd> listen_tcp(const SockAddr& addr, int backlog) {
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+  if (!fd.valid()) return errno_status(errno, "socket");
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (addr.family() == AF_INET6) {
+    int zero = 0;  // dual stack when bound to the wildcard
+    ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  }
+  if (::bind(fd.get(), addr.get(), addr.length) != 0) return errno_status(errno, "bind " + to_string(addr));
+  if (::listen(fd.get(), backlog) != 0) return errno_status(errno, "listen " + to_string(addr));
+  return fd;
+}
+
+Result<SockAddr> local_address(int fd) {
+  SockAddr a;
+  a.length = sizeof a.storage;
+  if (::getsockname(fd, a.get(), &a.length) != 0) return errno_status(errno, "getsockname");
+  return a;
+}
+
+Result<SockAddr> peer_address(int fd) {
+  SockAddr a;
+  a.length = sizeof a.storage;
+  if (::getpeername(fd, a.get(), &a.length) != 0) return errno_status(errno, "getpeername");
+  return a;
+}
+
+Status configure_stream_socket(int fd) {
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return errno_status(errno, "TCP_NODELAY");
+  if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0) return errno_status(errno, "SO_KEEPALIVE");
+  int idle = 10, interval = 5, count = 3;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return errno_status(errno, "O_NONBLOCK");
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return Status::ok();
+}
+
+Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline) {
+  std::string what = "connect " + to_string(addr);
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+  if (!fd.valid()) return errno_status(errno, "socket");
+  if (::connect(fd.get(), addr.get(), addr.length) != 0) {
+    if (errno != EINPROGRESS) return errno_status(errno, what);
+    REMORA_RETURN_IF_ERROR(wait_fd(fd.get(), POLLOUT, deadline, what));
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return errno_status(err, what);
+  }
+  REMORA_RETURN_IF_ERROR(configure_stream_socket(fd.get()));
+  return fd;
+}
+
+Status write_all(int fd, std::span<const std::byte> data, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      REMORA_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, deadline, "send"));
+      continue;
+    }
+    return errno_status(errno, "send");
+  }
+  return Status::ok();
+}
+
+Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::recv(fd, data.data() + done, data.size() - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Status(StatusCode::kPeerFailed, "connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      REMORA_RETURN_IF_ERROR(wait_fd(fd, POLLIN, deadline, "recv"));
+      continue;
+    }
+    return errno_status(errno, "recv");
+  }
+  return Status::ok();
+}
+
+}  // namespace remora::net

@@ -1,1 +1,218 @@
-// placeholder: filled in by the layer's implementation
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+#include "remora/pool.h"
+#include "remora/version.h"
+#include "transport/context_core.h"
+
+namespace remora {
+namespace detail {
+
+uint64_t random_nonzero_u64() {
+  for (;;) {
+    uint64_t v = 0;
+    ssize_t n = ::getrandom(&v, sizeof v, 0);
+    if (n == static_cast<ssize_t>(sizeof v) && v != 0) return v;
+    if (n < 0 && errno != EINTR) {
+      // getrandom cannot fail on Linux >= 3.17 with a valid buffer; keep going regardless.
+      REMORA_LOG(kError, "getrandom: {}", std::strerror(errno));
+    }
+  }
+}
+
+ContextCore::ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine)
+    : config_(config), registry_(config.pin_mode), engine_(std::move(engine)) {}
+
+ContextCore::~ContextCore() { shutdown(); }
+
+void ContextCore::shutdown() {
+  {
+    std::lock_guard<std::mutex> guard(engine_->mutex());
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (auto& weak : listeners_) {
+      if (auto l = weak.lock()) l->close_locked();
+    }
+    listeners_.clear();
+    auto endpoints = std::move(endpoints_);
+    for (auto& [id, ep] : endpoints) ep->fail_locked(Status(StatusCode::kAborted, "context destroyed"));
+    auto pending = std::move(pending_);
+    for (auto& [id, pe] : pending) pe.endpoint->fail_locked(Status(StatusCode::kAborted, "context destroyed"));
+  }
+  engine_->stop();
+}
+
+void ContextCore::adopt(const std::shared_ptr<EndpointCore>& ep) {
+  uint64_t id = static_cast<uint64_t>(ep->id());
+  endpoints_[id] = ep;
+  std::weak_ptr<ContextCore> weak = weak_from_this();
+  ep->set_on_closed([weak](EndpointId gone) {
+    if (auto self = weak.lock()) self->endpoints_.erase(static_cast<uint64_t>(gone));
+  });
+}
+
+Result<std::unique_ptr<Listener>> ContextCore::listen(std::string_view address) {
+  REMORA_ASSIGN_OR_RETURN(net::HostPort hp, net::parse_host_port(address));
+  REMORA_ASSIGN_OR_RETURN(std::vector<net::SockAddr> addrs, net::resolve(hp, /*passive=*/true));
+  Status last;
+  for (const auto& a : addrs) {
+    auto fd = net::listen_tcp(a);
+    if (!fd) {
+      last = fd.status();
+      continue;
+    }
+    auto bound = net::local_address(fd->get());
+    if (!bound) return bound.status();
+    auto core = std::make_shared<ListenerCore>(weak_from_this(), engine_, std::move(fd).value(), *bound,
+                                               config_.handshake_timeout_ms);
+    std::lock_guard<std::mutex> guard(engine_->mutex());
+    if (shut_down_) return Status(StatusCode::kAborted, "context is shutting down");
+    REMORA_RETURN_IF_ERROR(core->start());
+    listeners_.push_back(core);
+    return std::make_unique<Listener>(core);
+  }
+  return last.with_context("listen on " + std::string(address));
+}
+
+namespace {
+
+Status check_ack(const Result<wire::HelloAck>& ack, const std::string& peer) {
+  if (!ack) return ack.status().with_context("not a remora peer at " + peer);
+  if (ack->version != kWireVersion) {
+    return Status(StatusCode::kProtocol, "version mismatch: " + peer + " speaks remora wire version " +
+                                             std::to_string(ack->version) + ", we speak " +
+                                             std::to_string(kWireVersion));
+  }
+  switch (ack->status) {
+    case wire::HelloStatus::kAccepted: return Status::ok();
+    case wire::HelloStatus::kVersionMismatch:
+      return Status(StatusCode::kProtocol, peer + " refused our wire version " + std::to_string(kWireVersion));
+    case wire::HelloStatus::kBadRequest: return Status(StatusCode::kProtocol, peer + " rejected the handshake as malformed");
+    case wire::HelloStatus::kRefused: return Status(StatusCode::kUnreachable, peer + " refused the connection (shutting down)");
+  }
+  return Status(StatusCode::kProtocol, "unknown handshake status from " + peer);
+}
+
+Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, net::Clock::time_point deadline) {
+  auto out = wire::encode_hello(hello);
+  REMORA_RETURN_IF_ERROR(net::write_all(fd, out, deadline));
+  std::array<std::byte, wire::kHelloAckSize> in{};
+  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  return wire::decode_hello_ack(in);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address, Duration timeout) {
+  const auto deadline = net::Clock::now() + timeout;
+  REMORA_ASSIGN_OR_RETURN(net::HostPort hp, net::parse_host_port(address));
+  if (hp.port == 0) return Status(StatusCode::kInvalidArgument, "connect to '" + std::string(address) + "': port 0");
+  REMORA_ASSIGN_OR_RETURN(std::vector<net::SockAddr> addrs, net::resolve(hp, /*passive=*/false));
+
+  net::Fd control;
+  net::SockAddr peer_addr;
+  Status last;
+  for (const auto& a : addrs) {
+    auto fd = net::connect_tcp(a, deadline);
+    if (fd) {
+      control = std::move(fd).value();
+      peer_addr = a;
+      break;
+    }
+    last = fd.status();
+  }
+  if (!control.valid()) return last.with_context("connect to " + std::string(address));
+  const std::string peer = net::to_string(peer_addr);
+
+  wire::Hello hello;
+  hello.version = kWireVersion;
+  hello.role = wire::Role::kControl;
+  hello.stream_count = static_cast<uint16_t>(config_.streams_per_endpoint);
+  hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
+  hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
+  auto ack = exchange_hello(control.get(), hello, deadline);
+  if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
+  REMORA_RETURN_IF_ERROR(check_ack(ack, peer));
+
+  EndpointCore::Params p;
+  p.id = EndpointId{ack->endpoint_id};
+  p.streams = config_.streams_per_endpoint;
+  p.peer_eager_limit = ack->eager_limit;
+  p.peer_eager_credit = ack->eager_credit;
+  p.peer = peer;
+  auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
+  ep->set_control(std::move(control));
+
+  for (uint16_t i = 0; i < config_.streams_per_endpoint; ++i) {
+    REMORA_ASSIGN_OR_RETURN(net::Fd data, net::connect_tcp(peer_addr, deadline));
+    wire::Hello dh = hello;
+    dh.role = wire::Role::kData;
+    dh.endpoint_id = ack->endpoint_id;
+    dh.attach_token = ack->attach_token;
+    dh.stream_index = i;
+    auto dack = exchange_hello(data.get(), dh, deadline);
+    if (!dack && dack.status().code() != StatusCode::kProtocol) {
+      return dack.status().with_context("data stream " + std::to_string(i) + " to " + peer);
+    }
+    REMORA_RETURN_IF_ERROR(check_ack(dack, peer));
+    REMORA_RETURN_IF_ERROR(ep->set_data(i, std::move(data)));
+  }
+
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  if (shut_down_) return Status(StatusCode::kAborted, "context is shutting down");
+  if (Status s = ep->activate(); !s) {
+    ep->fail_locked(s);
+    return s;
+  }
+  adopt(ep);
+  return std::make_shared<Endpoint>(std::move(ep));
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------
+
+Context::Context(std::shared_ptr<detail::ContextCore> core) : core_(std::move(core)) {}
+Context::~Context() {
+  if (core_) core_->shutdown();
+}
+
+Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) {
+  Config base;
+  if (!options.ignore_env) {
+    REMORA_ASSIGN_OR_RETURN(base, Config::from_env());
+  }
+  return create(apply(base, options));
+}
+
+Result<std::unique_ptr<Context>> Context::create(const Config& config) {
+  REMORA_RETURN_IF_ERROR(config.validate());
+  REMORA_ASSIGN_OR_RETURN(auto engine, engine::ProgressEngine::create({.spin_us = config.spin_us,
+                                                                         .linger_us = config.progress_linger_us}));
+  auto core = std::make_shared<detail::ContextCore>(config, engine);
+  engine->start();
+  return std::unique_ptr<Context>(new Context(std::move(core)));
+}
+
+const Config& Context::config() const noexcept { return core_->config(); }
+MemoryRegistry& Context::memory() noexcept { return core_->memory(); }
+Result<Region> Context::register_memory(void* ptr, size_t len, Access access) {
+  return core_->memory().register_memory(ptr, len, access);
+}
+Result<std::unique_ptr<Listener>> Context::listen(std::string_view address) { return core_->listen(address); }
+Result<std::shared_ptr<Endpoint>> Context::connect(std::string_view address, Duration timeout) {
+  return core_->connect(address, timeout);
+}
+Result<std::shared_ptr<Endpoint>> Context::connect(std::string_view address) {
+  return core_->connect(address, std::chrono::milliseconds(core_->config().connect_timeout_ms));
+}
+void Context::progress() { core_->engine()->try_progress(); }
+
+Pool::Pool(Context& context, PoolOptions options) : Pool(context.memory(), options) {}
+
+}  // namespace remora

@@ -1,1 +1,676 @@
-// placeholder: filled in by the layer's implementation
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+#include "transport/endpoint_core.h"
+
+namespace remora {
+namespace detail {
+
+using wire::ChunkFrame;
+using wire::CreditFrame;
+using wire::CtsFrame;
+using wire::CtsStatus;
+using wire::EagerFrame;
+using wire::GoodbyeFrame;
+using wire::RtsFrame;
+
+namespace {
+constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
+
+uint64_t tag_value(Tag t) { return static_cast<uint64_t>(t); }
+
+bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+}  // namespace
+
+EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params)
+    : engine_(std::move(engine)), config_(config), params_(std::move(params)) {
+  streams_.resize(params_.streams);
+  for (uint16_t i = 0; i < streams_.size(); ++i) streams_[i].handler = std::make_unique<DataHandler>(this, i);
+  ctl_rx_.resize(std::max<size_t>(size_t{64} << 10, 2 * (config_.eager_limit + kEagerPrefix)));
+  eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
+  tx_credit_ = params_.peer_eager_credit;
+  stats_.chunks_per_stream.assign(params_.streams, 0);
+}
+
+EndpointCore::~EndpointCore() = default;
+
+void EndpointCore::set_control(net::Fd fd) { control_ = std::move(fd); }
+
+Status EndpointCore::set_data(uint16_t index, net::Fd fd) {
+  if (index >= streams_.size()) return Status(StatusCode::kProtocol, "data stream index out of range");
+  if (streams_[index].fd.valid()) return Status(StatusCode::kProtocol, "data stream attached twice");
+  streams_[index].fd = std::move(fd);
+  return Status::ok();
+}
+
+bool EndpointCore::all_streams_attached() const noexcept {
+  return std::all_of(streams_.begin(), streams_.end(), [](const DataStream& s) { return s.fd.valid(); });
+}
+
+Status EndpointCore::activate() {
+  if (!control_.valid() || !all_streams_attached()) return Status(StatusCode::kInternal, "activate before all streams attached");
+  auto hid = engine_->add(control_.get(), &control_handler_);
+  if (!hid) return hid.status();
+  control_hid_ = *hid;
+  for (auto& s : streams_) {
+    auto dh = engine_->add(s.fd.get(), s.handler.get());
+    if (!dh) return dh.status();
+    s.hid = *dh;
+  }
+  state_ = State::kActive;
+  // Bytes may have arrived before registration; edge-triggered epoll would not report them.
+  read_control();
+  for (uint16_t i = 0; i < streams_.size() && alive(); ++i) read_stream(i);
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------
+
+Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  if (state_ != State::kActive) {
+    return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
+  }
+  if (outstanding_ >= config_.max_outstanding) {
+    return Request(RequestState::completed(
+        Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding_) +
+                                            " outstanding operations (REMORA_MAX_OUTSTANDING); wait for some first"),
+        0, tag));
+  }
+  const uint64_t cost = data.size() + wire::kEagerCreditOverhead;
+  if (data.size() <= eager_limit_ && tx_credit_ >= cost) {
+    tx_credit_ -= cost;
+    size_t at = ctl_tx_.size();
+    ctl_tx_.resize(at + kEagerPrefix + data.size());
+    wire::encode_eager_prefix(tag, static_cast<uint32_t>(data.size()), std::span(ctl_tx_).subspan(at, kEagerPrefix));
+    if (!data.empty()) std::memcpy(ctl_tx_.data() + at + kEagerPrefix, data.data(), data.size());
+    ++stats_.eager_sent;
+    ++stats_.messages_sent;
+    stats_.bytes_sent += data.size();
+    flush_control();
+    // The payload is copied: the caller's buffer is free now.
+    return Request(RequestState::completed(Status::ok(), data.size(), tag));
+  }
+  auto op = std::make_unique<SendOp>();
+  op->req = RequestState::make(engine_, tag);
+  op->data = data.data();
+  op->length = data.size();
+  op->tag = tag;
+  op->id = next_send_id_++;
+  Request r(op->req);
+  append_frame(RtsFrame{op->id, tag, op->length});
+  sends_.emplace(op->id, std::move(op));
+  ++outstanding_;
+  ++stats_.rendezvous_sent;
+  flush_control();
+  return r;
+}
+
+Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  if (state_ != State::kActive) {
+    return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
+  }
+  if (outstanding_ >= config_.max_outstanding) {
+    return Request(RequestState::completed(
+        Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding_) +
+                                            " outstanding operations (REMORA_MAX_OUTSTANDING); wait for some first"),
+        0, tag));
+  }
+  auto op = std::make_unique<RecvOp>();
+  op->req = RequestState::make(engine_, tag);
+  op->buffer = buffer.data();
+  op->capacity = buffer.size();
+  op->tag = tag;
+  Request r(op->req);
+
+  auto it = unexpected_.find(tag_value(tag));
+  if (it != unexpected_.end()) {
+    Unexpected u = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) unexpected_.erase(it);
+    if (u.eager) {
+      deliver_eager(*op, u.payload);
+      return_credit(u.payload.size() + wire::kEagerCreditOverhead);
+    } else {
+      --unexpected_rts_;
+      ++outstanding_;
+      match_rendezvous(std::move(op), u.send_id, u.length);
+    }
+    flush_control();
+    return r;
+  }
+  ++outstanding_;
+  posted_[tag_value(tag)].push_back(std::move(op));
+  return r;
+}
+
+void EndpointCore::close() {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  if (state_ == State::kFailed) return;
+  if (state_ == State::kActive && control_.valid()) {
+    append_frame(GoodbyeFrame{0});
+    flush_control();
+  }
+  fail_locked(Status(StatusCode::kAborted, "endpoint closed locally"));
+}
+
+bool EndpointCore::failed() const {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  return state_ == State::kFailed;
+}
+
+Status EndpointCore::failure() const {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  return failure_;
+}
+
+EndpointStats EndpointCore::stats() const {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  return stats_;
+}
+
+// ---------------------------------------------------------------------------
+// Failure
+// ---------------------------------------------------------------------------
+
+void EndpointCore::protocol_error(std::string message) {
+  Status s(StatusCode::kProtocol, "peer " + params_.peer + " violated the protocol: " + std::move(message));
+  REMORA_LOG(kWarn, "{}", s.message());
+  fail_locked(s);
+}
+
+void EndpointCore::fail_locked(const Status& why) {
+  if (state_ == State::kFailed) return;
+  bool was_setup = state_ == State::kSetup;
+  state_ = State::kFailed;
+  failure_ = why;
+  if (!was_setup) REMORA_LOG(kInfo, "endpoint {} to {} failed: {}", static_cast<uint64_t>(params_.id), params_.peer, why.to_string());
+
+  for (auto& s : streams_) {
+    s.txq.clear();
+    s.rxq.clear();
+    s.queued = 0;
+    if (s.fd.valid()) {
+      engine_->remove(s.fd.get(), s.hid);
+      s.fd.reset();
+    }
+  }
+  if (control_.valid()) {
+    engine_->remove(control_.get(), control_hid_);
+    control_.reset();
+  }
+  send_ready_.clear();
+  // Complete in a stable order: sends, matched receives, posted receives.
+  for (auto& [id, op] : sends_) op->req->complete(why, op->written);
+  sends_.clear();
+  for (auto& [id, op] : recvs_) op->req->complete(why, op->received);
+  recvs_.clear();
+  for (auto& [tag, q] : posted_) {
+    for (auto& op : q) op->req->complete(why, 0);
+  }
+  posted_.clear();
+  unexpected_.clear();
+  outstanding_ = 0;
+  ctl_tx_.clear();
+  ctl_tx_off_ = 0;
+  if (on_closed_) {
+    // Defer: we may be inside one of our own handlers.
+    auto fn = std::move(on_closed_);
+    on_closed_ = nullptr;
+    EndpointId id = params_.id;
+    engine_->add_timer(engine::Clock::now(), [fn = std::move(fn), id] { fn(id); });
+  }
+}
+
+void EndpointCore::handle_control_eof(const Status& why) {
+  Status reason = peer_said_goodbye_ ? Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the endpoint") : why;
+  // Everything already announced on the data streams may still arrive: keep the
+  // receives whose chunks are all announced, fail the rest.
+  bool any_left = false;
+  for (auto& [id, op] : recvs_) {
+    if (op->announced < op->length) op->doomed = true;
+    any_left = true;
+  }
+  if (!any_left) {
+    fail_locked(reason);
+    return;
+  }
+  engine_->remove(control_.get(), control_hid_);
+  control_.reset();
+  state_ = State::kDraining;
+  failure_ = reason;
+  for (auto& [id, op] : sends_) op->req->complete(reason, op->written);
+  outstanding_ -= sends_.size();
+  sends_.clear();
+  send_ready_.clear();
+  for (auto& s : streams_) {
+    s.txq.clear();
+    s.queued = 0;
+  }
+  for (auto& [tag, q] : posted_) {
+    for (auto& op : q) op->req->complete(reason, 0);
+    outstanding_ -= q.size();
+  }
+  posted_.clear();
+  unexpected_.clear();
+  // Doomed receives whose announced bytes are all in already fail now.
+  std::vector<RecvOp*> done;
+  for (auto& [id, op] : recvs_) {
+    if (op->doomed && op->received == op->announced) done.push_back(op.get());
+  }
+  for (RecvOp* op : done) finish_recv(op);
+  for (uint16_t i = 0; i < streams_.size() && state_ == State::kDraining; ++i) read_stream(i);
+  maybe_finalize();
+}
+
+void EndpointCore::maybe_finalize() {
+  if (state_ == State::kDraining && recvs_.empty()) fail_locked(failure_);
+}
+
+// ---------------------------------------------------------------------------
+// Control stream
+// ---------------------------------------------------------------------------
+
+void EndpointCore::append_frame(const wire::Frame& frame) {
+  size_t n = wire::encoded_size(frame);
+  size_t at = ctl_tx_.size();
+  ctl_tx_.resize(at + n);
+  wire::encode(frame, std::span(ctl_tx_).subspan(at, n));
+}
+
+void EndpointCore::flush_control() {
+  if (!control_.valid() || ctl_blocked_) return;
+  if (rx_credit_owed_ > 0 && ctl_tx_off_ < ctl_tx_.size()) {
+    // Piggyback owed credit on traffic we send anyway.
+    uint64_t owed = rx_credit_owed_;
+    rx_credit_owed_ = 0;
+    rx_credit_used_ -= owed;
+    append_frame(CreditFrame{owed});
+  }
+  while (ctl_tx_off_ < ctl_tx_.size()) {
+    ssize_t n = ::send(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      ctl_tx_off_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) {
+      ctl_blocked_ = true;
+      return;
+    }
+    handle_control_eof(net::errno_status(errno, "send on control stream to " + params_.peer));
+    return;
+  }
+  ctl_tx_.clear();
+  ctl_tx_off_ = 0;
+}
+
+void EndpointCore::on_control_event(uint32_t events) {
+  if (state_ != State::kActive) return;
+  if (events & EPOLLOUT) {
+    ctl_blocked_ = false;
+    flush_control();
+  }
+  if (state_ == State::kActive && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) read_control();
+}
+
+void EndpointCore::read_control() {
+  const wire::DecodeLimits limits{static_cast<uint32_t>(config_.eager_limit)};
+  while (state_ == State::kActive) {
+    if (rx_end_ == ctl_rx_.size()) {
+      // Make room: move the partial frame to the front.
+      std::memmove(ctl_rx_.data(), ctl_rx_.data() + rx_begin_, rx_end_ - rx_begin_);
+      rx_end_ -= rx_begin_;
+      rx_begin_ = 0;
+    }
+    ssize_t n = ::recv(control_.get(), ctl_rx_.data() + rx_end_, ctl_rx_.size() - rx_end_, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (would_block(errno)) break;
+      handle_control_eof(net::errno_status(errno, "recv on control stream from " + params_.peer));
+      return;
+    }
+    if (n == 0) {
+      handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the connection"));
+      return;
+    }
+    rx_end_ += static_cast<size_t>(n);
+    while (state_ == State::kActive && rx_begin_ < rx_end_) {
+      auto decoded = wire::decode_frame(std::span(ctl_rx_).subspan(rx_begin_, rx_end_ - rx_begin_), limits);
+      if (!decoded) {
+        if (decoded.status().code() == StatusCode::kInProgress) break;
+        protocol_error(decoded.status().message());
+        return;
+      }
+      rx_begin_ += decoded->consumed;
+      handle_frame(decoded->frame);
+    }
+    if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+  }
+  if (state_ == State::kActive) pump();
+}
+
+void EndpointCore::handle_frame(const wire::Frame& frame) {
+  std::visit(
+      [this](const auto& f) {
+        using T = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<T, EagerFrame>) handle_eager(f);
+        else if constexpr (std::is_same_v<T, RtsFrame>) handle_rts(f);
+        else if constexpr (std::is_same_v<T, CtsFrame>) handle_cts(f);
+        else if constexpr (std::is_same_v<T, ChunkFrame>) handle_chunk(f);
+        else if constexpr (std::is_same_v<T, CreditFrame>) handle_credit(f);
+        else handle_goodbye(f);
+      },
+      frame);
+}
+
+void EndpointCore::deliver_eager(RecvOp& op, std::span<const std::byte> payload) {
+  ++stats_.messages_received;
+  if (payload.size() > op.capacity) {
+    op.req->complete(Status(StatusCode::kTruncated, "message of " + std::to_string(payload.size()) +
+                                                        " bytes does not fit the receive buffer of " +
+                                                        std::to_string(op.capacity) + " bytes (tag " +
+                                                        std::to_string(tag_value(op.tag)) + ")"),
+                     payload.size());
+    return;
+  }
+  if (!payload.empty()) std::memcpy(op.buffer, payload.data(), payload.size());
+  stats_.bytes_received += payload.size();
+  op.req->complete(Status::ok(), payload.size());
+}
+
+void EndpointCore::return_credit(uint64_t cost) {
+  rx_credit_owed_ += cost;
+  if (rx_credit_owed_ >= config_.eager_credit / 4) {
+    uint64_t owed = rx_credit_owed_;
+    rx_credit_owed_ = 0;
+    rx_credit_used_ -= owed;
+    append_frame(CreditFrame{owed});
+  }
+}
+
+void EndpointCore::handle_eager(const EagerFrame& f) {
+  uint64_t cost = f.payload.size() + wire::kEagerCreditOverhead;
+  rx_credit_used_ += cost;
+  if (rx_credit_used_ > config_.eager_credit) {
+    protocol_error("eager messages exceed the granted credit of " + std::to_string(config_.eager_credit) + " bytes");
+    return;
+  }
+  auto it = posted_.find(tag_value(f.tag));
+  if (it != posted_.end()) {
+    std::unique_ptr<RecvOp> op = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) posted_.erase(it);
+    --outstanding_;
+    deliver_eager(*op, f.payload);
+    return_credit(cost);
+    return;
+  }
+  Unexpected u;
+  u.eager = true;
+  u.payload.assign(f.payload.begin(), f.payload.end());
+  u.length = f.payload.size();
+  unexpected_[tag_value(f.tag)].push_back(std::move(u));
+}
+
+void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length) {
+  // op is counted in outstanding_.
+  if (length > op->capacity) {
+    append_frame(CtsFrame{send_id, 0, CtsStatus::kTruncated});
+    ++stats_.messages_received;
+    --outstanding_;
+    op->req->complete(Status(StatusCode::kTruncated, "message of " + std::to_string(length) +
+                                                         " bytes does not fit the receive buffer of " +
+                                                         std::to_string(op->capacity) + " bytes (tag " +
+                                                         std::to_string(tag_value(op->tag)) + ")"),
+                      length);
+    return;
+  }
+  op->id = next_recv_id_++;
+  op->length = length;
+  append_frame(CtsFrame{send_id, op->id, CtsStatus::kProceed});
+  if (length == 0) {
+    ++stats_.messages_received;
+    --outstanding_;
+    op->req->complete(Status::ok(), 0);
+    return;
+  }
+  recvs_.emplace(op->id, std::move(op));
+}
+
+void EndpointCore::handle_rts(const RtsFrame& f) {
+  auto it = posted_.find(tag_value(f.tag));
+  if (it != posted_.end()) {
+    std::unique_ptr<RecvOp> op = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) posted_.erase(it);
+    match_rendezvous(std::move(op), f.send_id, f.length);
+    return;
+  }
+  if (unexpected_rts_ >= config_.max_unexpected) {
+    protocol_error("more than " + std::to_string(config_.max_unexpected) +
+                   " unexpected message announcements (REMORA_MAX_UNEXPECTED)");
+    return;
+  }
+  ++unexpected_rts_;
+  Unexpected u;
+  u.eager = false;
+  u.send_id = f.send_id;
+  u.length = f.length;
+  unexpected_[tag_value(f.tag)].push_back(std::move(u));
+}
+
+void EndpointCore::handle_cts(const CtsFrame& f) {
+  auto it = sends_.find(f.send_id);
+  if (it == sends_.end() || it->second->recv_id != 0) {
+    protocol_error("CTS for unknown send id " + std::to_string(f.send_id));
+    return;
+  }
+  SendOp* op = it->second.get();
+  if (f.status == CtsStatus::kTruncated) {
+    complete_send(op, Status(StatusCode::kTruncated, "the peer's receive buffer is smaller than the " +
+                                                          std::to_string(op->length) + "-byte message (tag " +
+                                                          std::to_string(tag_value(op->tag)) + ")"));
+    return;
+  }
+  if (f.recv_id == 0) {
+    protocol_error("CTS with receive id 0");
+    return;
+  }
+  op->recv_id = f.recv_id;
+  ++stats_.messages_sent;
+  if (op->length == 0) {
+    complete_send(op, Status::ok());
+    return;
+  }
+  send_ready_.push_back(op);
+}
+
+void EndpointCore::handle_chunk(const ChunkFrame& f) {
+  auto it = recvs_.find(f.recv_id);
+  if (it == recvs_.end()) {
+    protocol_error("CHUNK for unknown receive id " + std::to_string(f.recv_id));
+    return;
+  }
+  RecvOp* op = it->second.get();
+  if (f.stream >= streams_.size()) {
+    protocol_error("CHUNK names data stream " + std::to_string(f.stream) + " of " + std::to_string(streams_.size()));
+    return;
+  }
+  if (f.length == 0 || f.offset > op->length || f.length > op->length - f.offset ||
+      f.length > op->length - op->announced) {
+    protocol_error("CHUNK [" + std::to_string(f.offset) + ", +" + std::to_string(f.length) + ") outside the " +
+                   std::to_string(op->length) + "-byte message");
+    return;
+  }
+  op->announced += f.length;
+  DataStream& s = streams_[f.stream];
+  s.rxq.push_back(RxChunk{op, op->buffer + f.offset, f.length});
+  read_stream(f.stream);
+}
+
+void EndpointCore::handle_credit(const CreditFrame& f) {
+  if (f.bytes > params_.peer_eager_credit || tx_credit_ > params_.peer_eager_credit - f.bytes) {
+    protocol_error("CREDIT returns more than was granted");
+    return;
+  }
+  tx_credit_ += f.bytes;
+}
+
+void EndpointCore::handle_goodbye(const GoodbyeFrame& /*f*/) { peer_said_goodbye_ = true; }
+
+// ---------------------------------------------------------------------------
+// Data streams
+// ---------------------------------------------------------------------------
+
+bool EndpointCore::schedule_chunks() {
+  bool scheduled = false;
+  while (!send_ready_.empty()) {
+    // The stream with the fewest queued bytes, if it has room for another chunk.
+    uint16_t best = 0;
+    for (uint16_t i = 1; i < streams_.size(); ++i) {
+      if (streams_[i].queued < streams_[best].queued) best = i;
+    }
+    DataStream& s = streams_[best];
+    if (s.queued >= config_.chunk_bytes) break;
+    SendOp* op = send_ready_.front();
+    uint64_t size = std::min<uint64_t>(config_.chunk_bytes, op->length - op->scheduled);
+    append_frame(ChunkFrame{op->recv_id, op->scheduled, static_cast<uint32_t>(size), best});
+    s.txq.push_back(TxChunk{op, op->data + op->scheduled, size});
+    s.queued += size;
+    ++s.chunks_sent;
+    ++stats_.chunks_sent;
+    ++stats_.chunks_per_stream[best];
+    op->scheduled += size;
+    if (op->scheduled == op->length) send_ready_.pop_front();
+    scheduled = true;
+  }
+  return scheduled;
+}
+
+void EndpointCore::pump() {
+  // Schedule chunks onto streams with room, announce them, push bytes; repeat while
+  // streams drain fast enough to take more.
+  for (int round = 0; round < 64 && state_ == State::kActive; ++round) {
+    bool scheduled = schedule_chunks();
+    flush_control();
+    if (state_ != State::kActive) return;
+    for (uint16_t i = 0; i < streams_.size() && state_ == State::kActive; ++i) flush_stream(i);
+    if (!scheduled) break;
+  }
+}
+
+void EndpointCore::flush_stream(uint16_t index) {
+  DataStream& s = streams_[index];
+  while (!s.txq.empty() && !s.tx_blocked && state_ == State::kActive) {
+    TxChunk& c = s.txq.front();
+    ssize_t n = ::send(s.fd.get(), c.ptr, c.remaining, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (would_block(errno)) {
+        s.tx_blocked = true;
+        return;
+      }
+      fail_locked(net::errno_status(errno, "send on data stream " + std::to_string(index) + " to " + params_.peer));
+      return;
+    }
+    auto wrote = static_cast<uint64_t>(n);
+    c.ptr += wrote;
+    c.remaining -= wrote;
+    s.queued -= wrote;
+    SendOp* op = c.op;
+    op->written += wrote;
+    if (c.remaining == 0) s.txq.pop_front();
+    if (op->written == op->length) complete_send(op, Status::ok());
+  }
+}
+
+void EndpointCore::complete_send(SendOp* op, const Status& s) {
+  if (s.is_ok()) stats_.bytes_sent += op->length;
+  op->req->complete(s, s.is_ok() ? op->length : op->written);
+  --outstanding_;
+  sends_.erase(op->id);
+}
+
+void EndpointCore::finish_recv(RecvOp* op) {
+  if (op->doomed) {
+    op->req->complete(failure_.is_ok() ? Status(StatusCode::kPeerFailed, "peer went away mid-message") : failure_,
+                      op->received);
+  } else {
+    ++stats_.messages_received;
+    stats_.bytes_received += op->length;
+    op->req->complete(Status::ok(), op->length);
+  }
+  --outstanding_;
+  recvs_.erase(op->id);
+}
+
+void EndpointCore::read_stream(uint16_t index) {
+  DataStream& s = streams_[index];
+  while (!s.rxq.empty() && (state_ == State::kActive || state_ == State::kDraining)) {
+    RxChunk& c = s.rxq.front();
+    ssize_t n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (would_block(errno)) return;
+      fail_locked(net::errno_status(errno, "recv on data stream " + std::to_string(index) + " from " + params_.peer));
+      return;
+    }
+    if (n == 0) {
+      fail_locked(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " +
+                                                      std::to_string(index) + " in the middle of a message"));
+      return;
+    }
+    auto got = static_cast<uint64_t>(n);
+    c.ptr += got;
+    c.remaining -= got;
+    RecvOp* op = c.op;
+    op->received += got;
+    if (c.remaining == 0) s.rxq.pop_front();
+    if (op->received == op->length || (op->doomed && op->received == op->announced)) finish_recv(op);
+  }
+  if (state_ == State::kDraining) maybe_finalize();
+}
+
+void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  DataStream& s = streams_[index];
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    if (events & (EPOLLRDHUP | EPOLLHUP)) s.eof = true;
+    read_stream(index);
+  }
+  if (state_ == State::kActive && (events & EPOLLOUT)) {
+    s.tx_blocked = false;
+    flush_stream(index);
+    pump();
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Endpoint (public handle)
+// ---------------------------------------------------------------------------
+
+Endpoint::Endpoint(std::shared_ptr<detail::EndpointCore> core) noexcept : core_(std::move(core)) {}
+Endpoint::~Endpoint() {
+  if (core_) core_->close();
+}
+Request Endpoint::send(std::span<const std::byte> data, Tag tag) { return core_->send(data, tag); }
+Request Endpoint::recv(std::span<std::byte> buffer, Tag tag) { return core_->recv(buffer, tag); }
+void Endpoint::close() { core_->close(); }
+bool Endpoint::failed() const { return core_->failed(); }
+Status Endpoint::failure() const { return core_->failure(); }
+EndpointId Endpoint::id() const { return core_->id(); }
+std::string Endpoint::peer_address() const { return core_->peer(); }
+uint32_t Endpoint::data_streams() const { return core_->streams(); }
+EndpointStats Endpoint::stats() const { return core_->stats(); }
+
+}  // namespace remora

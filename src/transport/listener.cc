@@ -1,1 +1,304 @@
-// placeholder: filled in by the layer's implementation
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+#include "engine/futex.h"
+#include "remora/version.h"
+#include "transport/context_core.h"
+
+namespace remora {
+namespace detail {
+
+/// One accepted connection that has not finished its HELLO yet.
+class ListenerCore::Conn final : public engine::EventHandler {
+ public:
+  Conn(ListenerCore* owner, uint64_t id, net::Fd fd, std::string peer)
+      : owner_(owner), id_(id), fd_(std::move(fd)), peer_(std::move(peer)) {}
+  void on_event(uint32_t /*events*/) override { owner_->on_conn_event(id_); }
+
+  ListenerCore* owner_;
+  uint64_t id_;
+  net::Fd fd_;
+  std::string peer_;
+  engine::HandlerId hid_;
+  std::array<std::byte, wire::kHelloSize> buf_{};
+  size_t got_ = 0;
+};
+
+ListenerCore::ListenerCore(std::weak_ptr<ContextCore> ctx, std::shared_ptr<engine::ProgressEngine> engine, net::Fd fd,
+                           net::SockAddr bound, uint32_t handshake_timeout_ms)
+    : ctx_(std::move(ctx)),
+      engine_(std::move(engine)),
+      fd_(std::move(fd)),
+      bound_(bound),
+      handshake_timeout_ms_(handshake_timeout_ms) {}
+
+ListenerCore::~ListenerCore() = default;
+
+Status ListenerCore::start() {
+  auto hid = engine_->add(fd_.get(), this, EPOLLIN);
+  if (!hid) return hid.status();
+  hid_ = *hid;
+  return Status::ok();
+}
+
+void ListenerCore::close_locked() {
+  if (closed_) return;
+  closed_ = true;
+  engine_->remove(fd_.get(), hid_);
+  fd_.reset();
+  for (auto& [id, c] : conns_) engine_->remove(c->fd_.get(), c->hid_);
+  conns_.clear();
+  // Never accepted: no Endpoint handle exists, so nobody could use or close them.
+  for (auto& ep : ready_) ep->fail_locked(Status(StatusCode::kAborted, "listener closed before accept"));
+  ready_.clear();
+  ready_seq_.fetch_add(1, std::memory_order_release);
+  engine::futex_wake_all(&ready_seq_);
+}
+
+void ListenerCore::close() {
+  std::lock_guard<std::mutex> guard(engine_->mutex());
+  close_locked();
+}
+
+void ListenerCore::on_event(uint32_t /*events*/) {
+  while (!closed_) {
+    int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) REMORA_LOG(kWarn, "accept: {}", std::strerror(errno));
+      return;
+    }
+    net::Fd owned(fd);
+    if (Status s = net::configure_stream_socket(fd); !s) {
+      REMORA_LOG(kWarn, "accepted socket: {}", s.to_string());
+      continue;
+    }
+    auto peer = net::peer_address(fd);
+    uint64_t id = next_conn_id_++;
+    auto conn = std::make_unique<Conn>(this, id, std::move(owned), peer ? net::to_string(*peer) : "<unknown>");
+    auto hid = engine_->add(conn->fd_.get(), conn.get(), EPOLLIN | EPOLLRDHUP);
+    if (!hid) {
+      REMORA_LOG(kWarn, "cannot watch accepted socket: {}", hid.status().to_string());
+      continue;
+    }
+    conn->hid_ = *hid;
+    conns_.emplace(id, std::move(conn));
+    // A peer that never completes its HELLO is dropped at the deadline.
+    std::weak_ptr<ListenerCore> weak = weak_from_this();
+    engine_->add_timer(engine::Clock::now() + std::chrono::milliseconds(handshake_timeout_ms_), [weak, id] {
+      if (auto self = weak.lock()) {
+        if (self->conns_.count(id) != 0) {
+          REMORA_LOG(kInfo, "handshake from {} timed out", self->conns_[id]->peer_);
+          self->drop_conn(id);
+        }
+      }
+    });
+    on_conn_event(id);  // the HELLO may already be there
+  }
+}
+
+void ListenerCore::drop_conn(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  engine_->remove(it->second->fd_.get(), it->second->hid_);
+  conns_.erase(it);
+}
+
+namespace {
+void send_ack(int fd, const wire::HelloAck& ack) {
+  auto bytes = wire::encode_hello_ack(ack);
+  // A fresh socket's send buffer is empty; 48 bytes always fit.
+  ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(bytes.size())) REMORA_LOG(kInfo, "could not send HELLO_ACK");
+}
+}  // namespace
+
+void ListenerCore::on_conn_event(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  while (c.got_ < c.buf_.size()) {
+    ssize_t n = ::recv(c.fd_.get(), c.buf_.data() + c.got_, c.buf_.size() - c.got_, MSG_DONTWAIT);
+    if (n > 0) {
+      c.got_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    drop_conn(id);  // EOF or error before a whole HELLO
+    return;
+  }
+  auto ctx = ctx_.lock();
+  if (!ctx) {
+    drop_conn(id);
+    return;
+  }
+  auto hello = wire::decode_hello(c.buf_);
+  if (!hello) {
+    REMORA_LOG(kInfo, "dropping connection from {}: {}", c.peer_, hello.status().message());
+    drop_conn(id);
+    return;
+  }
+  if (hello->version != kWireVersion) {
+    REMORA_LOG(kWarn, "refusing {}: it speaks wire version {}, we speak {}", c.peer_, hello->version, kWireVersion);
+    send_ack(c.fd_.get(), ctx->make_ack(wire::HelloStatus::kVersionMismatch));
+    drop_conn(id);
+    return;
+  }
+  // The socket leaves the listener: unregister it here (the endpoint registers it anew).
+  engine_->remove(c.fd_.get(), c.hid_);
+  net::Fd fd = std::move(c.fd_);
+  std::string peer = c.peer_;
+  conns_.erase(it);
+  if (hello->role == wire::Role::kControl) {
+    wire::HelloAck ack = ctx->begin_server_endpoint(*hello, std::move(fd), peer, shared_from_this());
+    (void)ack;
+  } else {
+    wire::HelloAck ack = ctx->attach_server_stream(*hello, &fd);
+    if (fd.valid()) {  // refused: the fd was not taken
+      send_ack(fd.get(), ack);
+      REMORA_LOG(kInfo, "refused data stream from {}", peer);
+    }
+  }
+}
+
+void ListenerCore::enqueue(std::shared_ptr<EndpointCore> ep) {
+  if (closed_) {
+    ep->fail_locked(Status(StatusCode::kAborted, "listener closed before accept"));
+    return;
+  }
+  ready_.push_back(std::move(ep));
+  ready_seq_.fetch_add(1, std::memory_order_release);
+  engine::futex_wake_all(&ready_seq_);
+}
+
+Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration timeout) {
+  const bool forever = timeout == kForever || timeout > std::chrono::hours(24 * 365);
+  const auto deadline = forever ? engine::Clock::time_point::max() : engine::Clock::now() + timeout;
+  for (;;) {
+    uint32_t seq = ready_seq_.load(std::memory_order_acquire);
+    {
+      std::lock_guard<std::mutex> guard(engine_->mutex());
+      if (!ready_.empty()) {
+        auto ep = std::move(ready_.front());
+        ready_.pop_front();
+        return std::make_shared<Endpoint>(std::move(ep));
+      }
+      if (closed_) return Status(StatusCode::kAborted, "listener is closed");
+    }
+    auto now = engine::Clock::now();
+    if (now >= deadline) return Status(StatusCode::kTimeout, "no peer connected before the accept deadline");
+    engine_->kick();
+    engine::futex_wait(&ready_seq_, seq, forever ? std::chrono::nanoseconds(-1) : deadline - now);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Server side of the handshake (ContextCore)
+// ---------------------------------------------------------------------------
+
+wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
+  wire::HelloAck ack;
+  ack.version = kWireVersion;
+  ack.status = status;
+  ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
+  ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
+  return ack;
+}
+
+wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net::Fd control, std::string peer,
+                                                  const std::shared_ptr<ListenerCore>& listener) {
+  if (shut_down_) {
+    auto ack = make_ack(wire::HelloStatus::kRefused);
+    send_ack(control.get(), ack);
+    return ack;
+  }
+  EndpointCore::Params p;
+  p.id = EndpointId{random_nonzero_u64()};
+  p.streams = hello.stream_count;
+  p.peer_eager_limit = hello.eager_limit;
+  p.peer_eager_credit = hello.eager_credit;
+  p.peer = std::move(peer);
+  auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
+  int fd = control.get();
+  ep->set_control(std::move(control));
+  uint64_t token = random_nonzero_u64();
+  uint64_t id = static_cast<uint64_t>(p.id);
+  pending_[id] = PendingEndpoint{ep, token, listener};
+
+  wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
+  ack.endpoint_id = id;
+  ack.attach_token = token;
+  ack.stream_count = hello.stream_count;
+  send_ack(fd, ack);
+
+  // The data streams must follow within the handshake deadline.
+  std::weak_ptr<ContextCore> weak = weak_from_this();
+  engine_->add_timer(engine::Clock::now() + std::chrono::milliseconds(config_.handshake_timeout_ms), [weak, id] {
+    auto self = weak.lock();
+    if (!self) return;
+    auto it = self->pending_.find(id);
+    if (it == self->pending_.end()) return;
+    REMORA_LOG(kInfo, "endpoint from {}: data streams did not arrive in time", it->second.endpoint->peer());
+    it->second.endpoint->fail_locked(Status(StatusCode::kTimeout, "handshake timed out"));
+    self->pending_.erase(it);
+  });
+  return ack;
+}
+
+wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::Fd* data) {
+  auto it = pending_.find(hello.endpoint_id);
+  // Constant-time compare is not needed for a 64-bit token checked once per connection
+  // attempt, but a mismatch must look exactly like an unknown id.
+  if (it == pending_.end() || it->second.token != hello.attach_token ||
+      hello.stream_count != it->second.endpoint->streams()) {
+    return make_ack(wire::HelloStatus::kBadRequest);
+  }
+  PendingEndpoint& pe = it->second;
+  int fd = data->get();
+  if (Status s = pe.endpoint->set_data(hello.stream_index, std::move(*data)); !s) {
+    return make_ack(wire::HelloStatus::kBadRequest);
+  }
+  wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
+  ack.endpoint_id = hello.endpoint_id;
+  ack.attach_token = hello.attach_token;
+  ack.stream_index = hello.stream_index;
+  ack.stream_count = hello.stream_count;
+  send_ack(fd, ack);
+  if (pe.endpoint->all_streams_attached()) {
+    auto ep = pe.endpoint;
+    auto listener = pe.listener.lock();
+    pending_.erase(it);
+    if (Status s = ep->activate(); !s) {
+      ep->fail_locked(s);
+      return ack;
+    }
+    adopt(ep);
+    if (listener) {
+      listener->enqueue(ep);
+    } else {
+      ep->fail_locked(Status(StatusCode::kAborted, "listener closed before accept"));
+    }
+  }
+  return ack;
+}
+
+}  // namespace detail
+
+Listener::Listener(std::shared_ptr<detail::ListenerCore> core) noexcept : core_(std::move(core)) {}
+Listener::~Listener() {
+  if (core_) core_->close();
+}
+Result<std::shared_ptr<Endpoint>> Listener::accept(Duration timeout) { return core_->accept(timeout); }
+std::string Listener::address() const { return net::to_string(core_->bound()); }
+uint16_t Listener::port() const {
+  const auto& a = core_->bound();
+  if (a.family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_port);
+  return ntohs(reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_port);
+}
+
+}  // namespace remora

@@ -1,1 +1,202 @@
-// placeholder: filled in by the layer's implementation
+// wire/handshake.cc — HELLO / HELLO_ACK codec. Layout: docs/protocol.md, "Connections".
+#include "wire/handshake.h"
+
+#include <fmt/format.h>
+
+#include "remora/version.h"
+#include "wire/little_endian.h"
+
+namespace remora::wire {
+namespace {
+
+using internal::load_u16;
+using internal::load_u32;
+using internal::load_u64;
+using internal::load_u8;
+using internal::store_u16;
+using internal::store_u32;
+using internal::store_u64;
+using internal::store_u8;
+
+// Offsets shared by HELLO and HELLO_ACK (docs/protocol.md). They differ only at 6..7:
+// HELLO has role (u8) + reserved (u8), HELLO_ACK has status (u16).
+constexpr size_t kMagicOffset = 0;
+constexpr size_t kVersionOffset = 4;
+constexpr size_t kRoleOffset = 6;
+constexpr size_t kHelloReservedOffset = 7;
+constexpr size_t kStatusOffset = 6;
+constexpr size_t kCapabilitiesOffset = 8;
+constexpr size_t kEndpointIdOffset = 16;
+constexpr size_t kAttachTokenOffset = 24;
+constexpr size_t kStreamIndexOffset = 32;
+constexpr size_t kStreamCountOffset = 34;
+constexpr size_t kEagerLimitOffset = 36;
+constexpr size_t kEagerCreditOffset = 40;
+constexpr size_t kTailReservedOffset = 44;
+
+static_assert(kHelloSize == 48 && kHelloAckSize == 48);
+static_assert(kMagicOffset + 4 == kVersionOffset && kVersionOffset + 2 == kRoleOffset);
+static_assert(kRoleOffset + 1 == kHelloReservedOffset && kHelloReservedOffset + 1 == kCapabilitiesOffset);
+static_assert(kStatusOffset + 2 == kCapabilitiesOffset);
+static_assert(kCapabilitiesOffset + 8 == kEndpointIdOffset && kEndpointIdOffset + 8 == kAttachTokenOffset);
+static_assert(kAttachTokenOffset + 8 == kStreamIndexOffset && kStreamIndexOffset + 2 == kStreamCountOffset);
+static_assert(kStreamCountOffset + 2 == kEagerLimitOffset && kEagerLimitOffset + 4 == kEagerCreditOffset);
+static_assert(kEagerCreditOffset + 4 == kTailReservedOffset && kTailReservedOffset + 4 == kHelloSize);
+// "RMRA" as bytes 52 4D 52 41, read little-endian.
+static_assert(kMagic == (0x52u | 0x4Du << 8 | 0x52u << 16 | 0x41u << 24));
+
+Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
+
+/// Size and magic checks shared by both messages; returns the version on success.
+Result<uint16_t> decode_preamble(std::string_view what, std::span<const std::byte> in, size_t expected_size) {
+  if (in.size() != expected_size) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: decode needs exactly {} bytes, got {}", what, expected_size, in.size()));
+  }
+  const uint32_t magic = load_u32(&in[kMagicOffset]);
+  if (magic != kMagic) {
+    return protocol_error(fmt::format("{}: magic 0x{:08x} is not 0x{:08x} (not a remora peer)", what, magic, kMagic));
+  }
+  return load_u16(&in[kVersionOffset]);
+}
+
+/// The fields after offset 8, identical in both messages.
+struct CommonTail {
+  uint64_t capabilities;
+  uint64_t endpoint_id;
+  uint64_t attach_token;
+  uint16_t stream_index;
+  uint16_t stream_count;
+  uint32_t eager_limit;
+  uint32_t eager_credit;
+};
+
+void store_tail(std::byte* p, const CommonTail& t) {
+  store_u64(p + kCapabilitiesOffset, t.capabilities);
+  store_u64(p + kEndpointIdOffset, t.endpoint_id);
+  store_u64(p + kAttachTokenOffset, t.attach_token);
+  store_u16(p + kStreamIndexOffset, t.stream_index);
+  store_u16(p + kStreamCountOffset, t.stream_count);
+  store_u32(p + kEagerLimitOffset, t.eager_limit);
+  store_u32(p + kEagerCreditOffset, t.eager_credit);
+  store_u32(p + kTailReservedOffset, 0);
+}
+
+CommonTail load_tail(const std::byte* p) {
+  return {.capabilities = load_u64(p + kCapabilitiesOffset),
+          .endpoint_id = load_u64(p + kEndpointIdOffset),
+          .attach_token = load_u64(p + kAttachTokenOffset),
+          .stream_index = load_u16(p + kStreamIndexOffset),
+          .stream_count = load_u16(p + kStreamCountOffset),
+          .eager_limit = load_u32(p + kEagerLimitOffset),
+          .eager_credit = load_u32(p + kEagerCreditOffset)};
+}
+
+}  // namespace
+
+std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept {
+  std::array<std::byte, kHelloSize> out{};
+  std::byte* p = out.data();
+  store_u32(p + kMagicOffset, kMagic);
+  store_u16(p + kVersionOffset, hello.version);
+  store_u8(p + kRoleOffset, static_cast<uint8_t>(hello.role));
+  store_u8(p + kHelloReservedOffset, 0);
+  store_tail(p, {.capabilities = hello.capabilities,
+                 .endpoint_id = hello.endpoint_id,
+                 .attach_token = hello.attach_token,
+                 .stream_index = hello.stream_index,
+                 .stream_count = hello.stream_count,
+                 .eager_limit = hello.eager_limit,
+                 .eager_credit = hello.eager_credit});
+  return out;
+}
+
+std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexcept {
+  std::array<std::byte, kHelloAckSize> out{};
+  std::byte* p = out.data();
+  store_u32(p + kMagicOffset, kMagic);
+  store_u16(p + kVersionOffset, ack.version);
+  store_u16(p + kStatusOffset, static_cast<uint16_t>(ack.status));
+  store_tail(p, {.capabilities = ack.capabilities,
+                 .endpoint_id = ack.endpoint_id,
+                 .attach_token = ack.attach_token,
+                 .stream_index = ack.stream_index,
+                 .stream_count = ack.stream_count,
+                 .eager_limit = ack.eager_limit,
+                 .eager_credit = ack.eager_credit});
+  return out;
+}
+
+Result<Hello> decode_hello(std::span<const std::byte> in) {
+  REMORA_ASSIGN_OR_RETURN(const uint16_t version, decode_preamble("HELLO", in, kHelloSize));
+  // Another version may lay the rest out differently: return only what the caller needs
+  // to answer "version mismatch".
+  if (version != kWireVersion) return Hello{.version = version};
+
+  const std::byte* p = in.data();
+  const uint8_t role = load_u8(p + kRoleOffset);
+  if (role != static_cast<uint8_t>(Role::kControl) && role != static_cast<uint8_t>(Role::kData)) {
+    return protocol_error(fmt::format("HELLO: unknown role {}", role));
+  }
+  const uint8_t reserved = load_u8(p + kHelloReservedOffset);
+  if (reserved != 0) return protocol_error(fmt::format("HELLO: reserved byte 7 is 0x{:02x}, must be 0", reserved));
+  const uint32_t tail_reserved = load_u32(p + kTailReservedOffset);
+  if (tail_reserved != 0) {
+    return protocol_error(fmt::format("HELLO: reserved bytes 44..47 are 0x{:08x}, must be 0", tail_reserved));
+  }
+  const CommonTail t = load_tail(p);
+  if (t.stream_count < 1 || t.stream_count > kMaxStreams) {
+    return protocol_error(fmt::format("HELLO: stream_count {} outside 1..{}", t.stream_count, kMaxStreams));
+  }
+  if (t.stream_index >= t.stream_count) {
+    return protocol_error(
+        fmt::format("HELLO: stream_index {} not below stream_count {}", t.stream_index, t.stream_count));
+  }
+  if (role == static_cast<uint8_t>(Role::kControl)) {
+    if (t.endpoint_id != 0 || t.attach_token != 0 || t.stream_index != 0) {
+      return protocol_error(
+          fmt::format("HELLO: control connection must send endpoint_id, attach_token and stream_index 0, "
+                      "got endpoint_id {} attach_token 0x{:x} stream_index {}",
+                      t.endpoint_id, t.attach_token, t.stream_index));
+    }
+  } else if (t.endpoint_id == 0) {
+    return protocol_error("HELLO: data connection with endpoint_id 0");
+  }
+  return Hello{.version = version,
+               .role = static_cast<Role>(role),
+               .capabilities = t.capabilities,
+               .endpoint_id = t.endpoint_id,
+               .attach_token = t.attach_token,
+               .stream_index = t.stream_index,
+               .stream_count = t.stream_count,
+               .eager_limit = t.eager_limit,
+               .eager_credit = t.eager_credit};
+}
+
+Result<HelloAck> decode_hello_ack(std::span<const std::byte> in) {
+  REMORA_ASSIGN_OR_RETURN(const uint16_t version, decode_preamble("HELLO_ACK", in, kHelloAckSize));
+  const std::byte* p = in.data();
+  const uint16_t status = load_u16(p + kStatusOffset);
+  // Another version: version and status only, unvalidated (see decode_hello).
+  if (version != kWireVersion) return HelloAck{.version = version, .status = static_cast<HelloStatus>(status)};
+
+  if (status > static_cast<uint16_t>(HelloStatus::kRefused)) {
+    return protocol_error(fmt::format("HELLO_ACK: unknown status {}", status));
+  }
+  const uint32_t tail_reserved = load_u32(p + kTailReservedOffset);
+  if (tail_reserved != 0) {
+    return protocol_error(fmt::format("HELLO_ACK: reserved bytes 44..47 are 0x{:08x}, must be 0", tail_reserved));
+  }
+  const CommonTail t = load_tail(p);
+  return HelloAck{.version = version,
+                  .status = static_cast<HelloStatus>(status),
+                  .capabilities = t.capabilities,
+                  .endpoint_id = t.endpoint_id,
+                  .attach_token = t.attach_token,
+                  .stream_index = t.stream_index,
+                  .stream_count = t.stream_count,
+                  .eager_limit = t.eager_limit,
+                  .eager_credit = t.eager_credit};
+}
+
+}  // namespace remora::wire

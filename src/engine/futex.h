@@ -1,0 +1,35 @@
+// engine/futex.h — thin wrappers over futex(2) for 32-bit atomics, with timeouts
+// (std::atomic::wait has none).
+#pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace remora::engine {
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+
+/// Sleeps while *word == expected, at most `timeout` (negative = forever). Spurious
+/// wake-ups happen; callers re-check.
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (timeout.count() >= 0) {
+    ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+    tsp = &ts;
+  }
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, tsp, nullptr, 0);
+}
+
+inline void futex_wake_all(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+}
+
+}  // namespace remora::engine

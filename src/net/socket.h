@@ -1,0 +1,71 @@
+// net/socket.h — TCP sockets: RAII descriptors, listen/connect with deadlines,
+// options, and the few blocking helpers the client-side handshake needs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "net/address.h"
+#include "remora/status.h"
+
+namespace remora::net {
+
+using Clock = std::chrono::steady_clock;
+
+/// Owns a file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() noexcept = default;
+  explicit Fd(int fd) noexcept : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+  int release() noexcept {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+/// A Status for a failed syscall: code chosen from errno (ECONNRESET/EPIPE →
+/// kPeerFailed, ECONNREFUSED/EHOSTUNREACH/ENETUNREACH → kUnreachable, ETIMEDOUT →
+/// kTimeout, EMFILE/ENOBUFS/ENOMEM → kNoResource, else kInternal) and the message
+/// "<what>: <strerror>".
+Status errno_status(int err, std::string_view what);
+
+/// Binds and listens (SO_REUSEADDR, non-blocking, close-on-exec).
+Result<Fd> listen_tcp(const SockAddr& addr, int backlog = 1024);
+/// The locally bound address of a socket.
+Result<SockAddr> local_address(int fd);
+/// The peer address of a connected socket.
+Result<SockAddr> peer_address(int fd);
+
+/// Connects to `addr` before `deadline` (the socket is left blocking=false).
+Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline);
+
+/// TCP_NODELAY, SO_KEEPALIVE with short probes (dead peers are noticed even when
+/// idle), close-on-exec and O_NONBLOCK.
+Status configure_stream_socket(int fd);
+
+/// Blocking-with-deadline helpers on a non-blocking socket (poll-based).
+Status write_all(int fd, std::span<const std::byte> data, Clock::time_point deadline);
+/// Reads exactly data.size() bytes. EOF before that is kPeerFailed ("closed by peer").
+Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline);
+
+}  // namespace remora::net

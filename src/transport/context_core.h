@@ -1,0 +1,105 @@
+// transport/context_core.h — what a Context owns: configuration, the memory
+// registry, the progress engine, listeners with their in-progress handshakes, and
+// every live endpoint.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/progress.h"
+#include "net/socket.h"
+#include "remora/context.h"
+#include "remora/memory.h"
+#include "transport/endpoint_core.h"
+#include "wire/handshake.h"
+
+namespace remora::detail {
+
+class ListenerCore;
+
+/// 64 random bits from getrandom(2), never zero.
+uint64_t random_nonzero_u64();
+
+class ContextCore : public std::enable_shared_from_this<ContextCore> {
+ public:
+  ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine);
+  ~ContextCore();
+
+  const Config& config() const noexcept { return config_; }
+  MemoryRegistry& memory() noexcept { return registry_; }
+  const std::shared_ptr<engine::ProgressEngine>& engine() const noexcept { return engine_; }
+
+  Result<std::unique_ptr<Listener>> listen(std::string_view address);
+  Result<std::shared_ptr<Endpoint>> connect(std::string_view address, Duration timeout);
+  /// Closes listeners and endpoints (requests fail with kAborted), stops the thread.
+  void shutdown();
+
+  // --- lock held --------------------------------------------------------------
+  /// Tracks a live endpoint until it fails or closes.
+  void adopt(const std::shared_ptr<EndpointCore>& ep);
+  /// Server side: a control HELLO arrived; returns the ack to send.
+  wire::HelloAck begin_server_endpoint(const wire::Hello& hello, net::Fd control, std::string peer,
+                                       const std::shared_ptr<ListenerCore>& listener);
+  /// Server side: a data HELLO arrived; returns the ack to send (and, on success,
+  /// takes the fd; the endpoint is activated and queued when it is complete).
+  wire::HelloAck attach_server_stream(const wire::Hello& hello, net::Fd* data);
+  wire::HelloAck make_ack(wire::HelloStatus status) const;
+
+ private:
+  struct PendingEndpoint {
+    std::shared_ptr<EndpointCore> endpoint;
+    uint64_t token = 0;
+    std::weak_ptr<ListenerCore> listener;
+  };
+
+  Config config_;
+  MemoryRegistry registry_;
+  std::shared_ptr<engine::ProgressEngine> engine_;
+  bool shut_down_ = false;
+  std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;
+  std::unordered_map<uint64_t, PendingEndpoint> pending_;
+  std::vector<std::weak_ptr<ListenerCore>> listeners_;
+};
+
+/// A listening socket plus the connections still in their handshake.
+class ListenerCore : public engine::EventHandler, public std::enable_shared_from_this<ListenerCore> {
+ public:
+  ListenerCore(std::weak_ptr<ContextCore> ctx, std::shared_ptr<engine::ProgressEngine> engine, net::Fd fd,
+               net::SockAddr bound, uint32_t handshake_timeout_ms);
+  ~ListenerCore() override;
+
+  Status start();  // lock held
+  void on_event(uint32_t events) override;
+  /// Stops listening and drops unfinished handshakes. Lock held.
+  void close_locked();
+  void close();
+  /// A complete endpoint is ready for accept(). Lock held.
+  void enqueue(std::shared_ptr<EndpointCore> ep);
+
+  Result<std::shared_ptr<Endpoint>> accept(Duration timeout);
+  const net::SockAddr& bound() const noexcept { return bound_; }
+
+ private:
+  class Conn;
+  void drop_conn(uint64_t id);  // lock held
+  void on_conn_event(uint64_t id);
+
+  std::weak_ptr<ContextCore> ctx_;
+  std::shared_ptr<engine::ProgressEngine> engine_;
+  net::Fd fd_;
+  engine::HandlerId hid_;
+  net::SockAddr bound_;
+  uint32_t handshake_timeout_ms_;
+  bool closed_ = false;
+  uint64_t next_conn_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::deque<std::shared_ptr<EndpointCore>> ready_;
+  std::atomic<uint32_t> ready_seq_{0};
+};
+
+}  // namespace remora::detail

@@ -1,0 +1,208 @@
+// transport/endpoint_core.h — the state machine of one endpoint: control stream
+// framing, tag matching, eager credits, rendezvous (RTS/CTS), dynamic chunk
+// scheduling over K payload-only data streams, and failure.
+//
+// Everything here runs with the progress lock held (the engine's mutex); public
+// Endpoint methods take it. Ops are owned by the maps below; the per-stream FIFOs
+// point into them and are purged before an op is destroyed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/progress.h"
+#include "engine/request_state.h"
+#include "net/socket.h"
+#include "remora/config.h"
+#include "remora/endpoint.h"
+#include "wire/frame.h"
+
+namespace remora::detail {
+
+class ContextCore;
+
+class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
+ public:
+  struct Params {
+    EndpointId id{};
+    uint32_t streams = 1;
+    uint32_t peer_eager_limit = 0;
+    uint32_t peer_eager_credit = 0;
+    std::string peer;
+  };
+
+  EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params);
+  ~EndpointCore();
+
+  // --- setup, lock held -----------------------------------------------------
+  void set_control(net::Fd fd);
+  /// kProtocol for an out-of-range or duplicate index.
+  Status set_data(uint16_t index, net::Fd fd);
+  bool all_streams_attached() const noexcept;
+  /// Registers every socket with the engine and starts serving. Lock held.
+  Status activate();
+  /// Called by the context when the endpoint is gone for good (lock held) so it can
+  /// forget it. May be null.
+  void set_on_closed(std::function<void(EndpointId)> fn) { on_closed_ = std::move(fn); }
+
+  // --- public API (takes the lock) ------------------------------------------
+  Request send(std::span<const std::byte> data, Tag tag);
+  Request recv(std::span<std::byte> buffer, Tag tag);
+  void close();
+  bool failed() const;
+  Status failure() const;
+  EndpointId id() const noexcept { return params_.id; }
+  const std::string& peer() const noexcept { return params_.peer; }
+  uint32_t streams() const noexcept { return params_.streams; }
+  EndpointStats stats() const;
+  std::shared_ptr<engine::ProgressEngine> engine() const noexcept { return engine_; }
+
+  // --- lock held ------------------------------------------------------------
+  /// Fails every outstanding op with `why` and closes the sockets. Idempotent.
+  void fail_locked(const Status& why);
+
+ private:
+  struct SendOp {
+    std::shared_ptr<RequestState> req;
+    const std::byte* data = nullptr;
+    uint64_t length = 0;
+    Tag tag{};
+    uint64_t id = 0;
+    uint64_t recv_id = 0;
+    uint64_t scheduled = 0;  // bytes assigned to streams
+    uint64_t written = 0;    // bytes accepted by the kernel
+  };
+  struct RecvOp {
+    std::shared_ptr<RequestState> req;
+    std::byte* buffer = nullptr;
+    uint64_t capacity = 0;
+    Tag tag{};
+    uint64_t id = 0;
+    uint64_t length = 0;     // message length once matched
+    uint64_t announced = 0;  // bytes covered by CHUNK frames
+    uint64_t received = 0;
+    bool doomed = false;     // control stream died before all chunks were announced
+  };
+  struct Unexpected {
+    bool eager = false;
+    std::vector<std::byte> payload;  // eager
+    uint64_t send_id = 0;            // rendezvous
+    uint64_t length = 0;
+  };
+  struct TxChunk {
+    SendOp* op;
+    const std::byte* ptr;
+    uint64_t remaining;
+  };
+  struct RxChunk {
+    RecvOp* op;
+    std::byte* ptr;
+    uint64_t remaining;
+  };
+  class ControlHandler final : public engine::EventHandler {
+   public:
+    explicit ControlHandler(EndpointCore* ep) : ep_(ep) {}
+    void on_event(uint32_t events) override { ep_->on_control_event(events); }
+
+   private:
+    EndpointCore* ep_;
+  };
+  class DataHandler final : public engine::EventHandler {
+   public:
+    DataHandler(EndpointCore* ep, uint16_t index) : ep_(ep), index_(index) {}
+    void on_event(uint32_t events) override { ep_->on_data_event(index_, events); }
+
+   private:
+    EndpointCore* ep_;
+    uint16_t index_;
+  };
+  struct DataStream {
+    net::Fd fd;
+    engine::HandlerId hid;
+    std::unique_ptr<DataHandler> handler;
+    std::deque<TxChunk> txq;
+    uint64_t queued = 0;
+    std::deque<RxChunk> rxq;
+    bool tx_blocked = false;
+    bool eof = false;
+    uint64_t chunks_sent = 0;
+  };
+
+  // events
+  void on_control_event(uint32_t events);
+  void on_data_event(uint16_t index, uint32_t events);
+  void read_control();
+  void handle_frame(const wire::Frame& frame);
+  void handle_eager(const wire::EagerFrame& f);
+  void handle_rts(const wire::RtsFrame& f);
+  void handle_cts(const wire::CtsFrame& f);
+  void handle_chunk(const wire::ChunkFrame& f);
+  void handle_credit(const wire::CreditFrame& f);
+  void handle_goodbye(const wire::GoodbyeFrame& f);
+  void handle_control_eof(const Status& why);
+
+  // matching helpers
+  void deliver_eager(RecvOp& op, std::span<const std::byte> payload);
+  void match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length);
+  void return_credit(uint64_t cost);
+
+  // output
+  void append_frame(const wire::Frame& frame);
+  void flush_control();
+  void pump();
+  bool schedule_chunks();
+  void flush_stream(uint16_t index);
+  void read_stream(uint16_t index);
+  void complete_send(SendOp* op, const Status& s);
+  void finish_recv(RecvOp* op);
+  void maybe_finalize();
+
+  void protocol_error(std::string message);
+  bool alive() const noexcept { return state_ == State::kActive; }
+
+  enum class State { kSetup, kActive, kDraining, kFailed };
+
+  std::shared_ptr<engine::ProgressEngine> engine_;
+  Config config_;
+  Params params_;
+  State state_ = State::kSetup;
+  Status failure_;
+  std::function<void(EndpointId)> on_closed_;
+
+  net::Fd control_;
+  engine::HandlerId control_hid_;
+  ControlHandler control_handler_{this};
+  std::vector<DataStream> streams_;
+
+  std::vector<std::byte> ctl_tx_;
+  size_t ctl_tx_off_ = 0;
+  bool ctl_blocked_ = false;
+  std::vector<std::byte> ctl_rx_;
+  size_t rx_begin_ = 0;
+  size_t rx_end_ = 0;
+
+  uint64_t eager_limit_ = 0;  // min(ours, peer's)
+  uint64_t tx_credit_ = 0;    // bytes of eager we may still send
+  uint64_t rx_credit_used_ = 0;
+  uint64_t rx_credit_owed_ = 0;
+
+  uint64_t next_send_id_ = 1;
+  uint64_t next_recv_id_ = 1;
+  uint64_t outstanding_ = 0;
+  std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
+  std::deque<SendOp*> send_ready_;  // CTS received, chunks left to schedule
+  std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
+  std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
+  std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
+  uint64_t unexpected_rts_ = 0;
+  bool peer_said_goodbye_ = false;
+
+  EndpointStats stats_;
+};
+
+}  // namespace remora::detail

@@ -1,0 +1,322 @@
+// Tests for MemoryRegistry and Region: key issue, revocation, slot reuse and the
+// overflow-safe validation of a peer's access in resolve().
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mem/mem_test_util.h"
+#include "remora/memory.h"
+
+namespace remora {
+namespace {
+
+constexpr Access kRw = Access::kLocalWrite | Access::kRemoteRead | Access::kRemoteWrite;
+constexpr size_t kSize = 8192;
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  RegistryTest() : memory_(kSize) {}
+  Region register_all(Access access = kRw) {
+    auto r = registry_.register_memory(memory_.data(), kSize, access);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return std::move(r).value();
+  }
+  StatusCode resolve_code(const RemoteKey& key, uint64_t offset, uint64_t len, Access needed) {
+    return registry_.resolve(key, offset, len, needed).status().code();
+  }
+
+  MemoryRegistry registry_{PinMode::kTry};
+  testing::Mapping memory_;
+};
+
+TEST_F(RegistryTest, RegionDescribesTheRegisteredRange) {
+  Region region = register_all();
+  EXPECT_TRUE(region.valid());
+  EXPECT_EQ(region.data(), memory_.data());
+  EXPECT_EQ(region.size(), kSize);
+  EXPECT_EQ(region.access(), kRw);
+  EXPECT_EQ(region.kind(), MemoryKind::kHost);
+  EXPECT_EQ(region.span().size(), kSize);
+
+  RemoteKey key = region.remote_key();
+  EXPECT_EQ(key.region, region.id());
+  EXPECT_EQ(key.offset, 0u);
+  EXPECT_EQ(key.length, kSize);
+  EXPECT_EQ(key.access, Access::kRemoteRead | Access::kRemoteWrite);  // no local rights in a key
+  EXPECT_EQ(key.kind, MemoryKind::kHost);
+}
+
+TEST_F(RegistryTest, ResolveReturnsTheAddressInsideTheWindow) {
+  Region region = register_all();
+  auto whole = registry_.resolve(region.remote_key(), 100, 50, Access::kRemoteWrite);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  EXPECT_EQ(whole->address, memory_.data() + 100);
+  EXPECT_EQ(whole->length, 50u);
+
+  auto window = region.remote_key(1024, 512, Access::kRemoteRead);
+  ASSERT_TRUE(window.is_ok()) << window.status().to_string();
+  auto inside = registry_.resolve(*window, 10, 20, Access::kRemoteRead);
+  ASSERT_TRUE(inside.is_ok());
+  EXPECT_EQ(inside->address, memory_.data() + 1034);
+  // The window's last byte, and an empty access at its end, are fine.
+  auto last = registry_.resolve(*window, 511, 1, Access::kRemoteRead);
+  ASSERT_TRUE(last.is_ok());
+  EXPECT_EQ(last->address, memory_.data() + 1024 + 511);
+  EXPECT_TRUE(registry_.resolve(*window, 512, 0, Access::kRemoteRead).is_ok());
+  // Write through the resolved address lands in the region.
+  inside->address[0] = std::byte{0x5A};
+  EXPECT_EQ(memory_.data()[1034], std::byte{0x5A});
+}
+
+TEST_F(RegistryTest, WindowNarrowerThanRegionBoundsAccess) {
+  Region region = register_all();
+  RemoteKey key = region.remote_key(1024, 512, Access::kRemoteRead).value();
+  EXPECT_EQ(resolve_code(key, 500, 13, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(key, 513, 0, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(key, 0, 513, Access::kRemoteRead), StatusCode::kOutOfRange);
+  // The region itself has room, but the key does not grant it.
+  EXPECT_EQ(resolve_code(key, 600, 100, Access::kRemoteRead), StatusCode::kOutOfRange);
+}
+
+TEST_F(RegistryTest, OverflowingOffsetsAreOutOfRange) {
+  Region region = register_all();
+  RemoteKey key = region.remote_key();
+  EXPECT_EQ(resolve_code(key, UINT64_MAX - 1, 4, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(key, 1, UINT64_MAX, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(key, UINT64_MAX, UINT64_MAX, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(key, kSize, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+
+  // A forged key whose window reaches past the region (with the right secret).
+  RemoteKey wide = key;
+  wide.length = kSize + 1;
+  EXPECT_EQ(resolve_code(wide, 0, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+  RemoteKey wrapped = key;
+  wrapped.offset = UINT64_MAX - 1;
+  wrapped.length = 4;  // offset + length wraps to 2, which a naive check would accept
+  EXPECT_EQ(resolve_code(wrapped, 0, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+  RemoteKey shifted = key;
+  shifted.offset = kSize;
+  shifted.length = UINT64_MAX - kSize + 1;  // sum wraps to 0
+  EXPECT_EQ(resolve_code(shifted, 0, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+}
+
+TEST_F(RegistryTest, ForgedUnknownAndMismatchedKeysAreInvalid) {
+  Region region = register_all();
+  RemoteKey key = region.remote_key();
+
+  RemoteKey forged = key;
+  forged.secret ^= 1;
+  EXPECT_EQ(resolve_code(forged, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
+  RemoteKey unknown = key;
+  unknown.region = static_cast<RegionId>(static_cast<uint32_t>(key.region) + 1000);
+  EXPECT_EQ(resolve_code(unknown, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
+  RemoteKey future = key;
+  future.generation += 1;
+  EXPECT_EQ(resolve_code(future, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
+  RemoteKey other_kind = key;
+  other_kind.kind = MemoryKind::kCuda;
+  EXPECT_EQ(resolve_code(other_kind, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
+  EXPECT_EQ(resolve_code(RemoteKey{}, 0, 0, Access::kNone), StatusCode::kInvalidKey);
+  // The genuine key still works.
+  EXPECT_TRUE(registry_.resolve(key, 0, 8, Access::kRemoteRead).is_ok());
+}
+
+TEST_F(RegistryTest, SecretsDifferPerRegistration) {
+  Region a = register_all();
+  Region b = register_all();
+  EXPECT_NE(a.remote_key().secret, b.remote_key().secret);
+  RemoteKey crossed = b.remote_key();
+  crossed.secret = a.remote_key().secret;
+  EXPECT_EQ(resolve_code(crossed, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+}
+
+TEST_F(RegistryTest, DeregistrationRevokesKeysEvenAfterSlotReuse) {
+  Region region = register_all();
+  const RemoteKey old_key = region.remote_key();
+  ASSERT_TRUE(registry_.resolve(old_key, 0, 1, Access::kRemoteRead).is_ok());
+
+  region.deregister();
+  EXPECT_FALSE(region.valid());
+  EXPECT_EQ(resolve_code(old_key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+  region.deregister();  // idempotent
+
+  Region reused = register_all();
+  ASSERT_EQ(reused.id(), old_key.region) << "slot ids are reused after deregistration";
+  const RemoteKey new_key = reused.remote_key();
+  EXPECT_NE(new_key.generation, old_key.generation);
+  EXPECT_EQ(resolve_code(old_key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+  // Even an old key carrying the new secret fails on its generation.
+  RemoteKey old_with_new_secret = old_key;
+  old_with_new_secret.secret = new_key.secret;
+  EXPECT_EQ(resolve_code(old_with_new_secret, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+  EXPECT_TRUE(registry_.resolve(new_key, 0, 1, Access::kRemoteRead).is_ok());
+}
+
+TEST_F(RegistryTest, DestructorDeregisters) {
+  RemoteKey key;
+  {
+    Region region = register_all();
+    key = region.remote_key();
+    EXPECT_EQ(registry_.stats().live_regions, 1u);
+  }
+  EXPECT_EQ(registry_.stats().live_regions, 0u);
+  EXPECT_EQ(resolve_code(key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+}
+
+TEST_F(RegistryTest, MissingRightsAreDenied) {
+  Region read_only = register_all(Access::kRemoteRead);
+  RemoteKey key = read_only.remote_key();
+  EXPECT_EQ(key.access, Access::kRemoteRead);
+  EXPECT_TRUE(registry_.resolve(key, 0, 8, Access::kRemoteRead).is_ok());
+  EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
+  EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteAtomic), StatusCode::kAccessDenied);
+  EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteRead | Access::kRemoteWrite), StatusCode::kAccessDenied);
+
+  // A key that claims more than the region holds is still denied by the region.
+  RemoteKey inflated = key;
+  inflated.access = kRemoteAccessMask;
+  EXPECT_EQ(resolve_code(inflated, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
+
+  // A key narrower than the region is denied by the key.
+  Region rw = register_all();
+  RemoteKey read_key = rw.remote_key(0, kSize, Access::kRemoteRead).value();
+  EXPECT_EQ(resolve_code(read_key, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
+  // Local rights never come from a key.
+  EXPECT_EQ(resolve_code(rw.remote_key(), 0, 8, Access::kLocalWrite), StatusCode::kAccessDenied);
+}
+
+TEST_F(RegistryTest, RemoteKeyValidatesWindowAndRights) {
+  Region region = register_all();
+  EXPECT_EQ(region.remote_key(0, kSize, Access::kNone).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(region.remote_key(0, kSize, Access::kLocalWrite).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(region.remote_key(0, kSize, Access::kRemoteRead | Access::kLocalWrite).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(region.remote_key(0, kSize, Access::kRemoteAtomic).status().code(), StatusCode::kAccessDenied);
+  EXPECT_EQ(region.remote_key(0, kSize + 1, Access::kRemoteRead).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(region.remote_key(kSize + 1, 0, Access::kRemoteRead).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(region.remote_key(UINT64_MAX - 1, 4, Access::kRemoteRead).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(region.remote_key(4, UINT64_MAX, Access::kRemoteRead).status().code(), StatusCode::kOutOfRange);
+
+  auto key = region.remote_key(kSize - 16, 16, Access::kRemoteWrite);
+  ASSERT_TRUE(key.is_ok());
+  EXPECT_EQ(key->offset, kSize - 16);
+  EXPECT_EQ(key->length, 16u);
+  EXPECT_EQ(key->access, Access::kRemoteWrite);
+
+  Region empty;
+  EXPECT_EQ(empty.remote_key(0, 0, Access::kRemoteRead).status().code(), StatusCode::kInvalidArgument);
+}
+
+class NothingDomain final : public MemoryDomain {
+ public:
+  MemoryKind kind() const noexcept override { return MemoryKind::kCuda; }
+  std::string_view name() const noexcept override { return "nothing"; }
+  bool owns(const void*, size_t) const override { return false; }
+  Result<DomainRegistration> register_range(void*, size_t, PinMode) override {
+    ++registered;
+    return DomainRegistration{};
+  }
+  void deregister_range(void*, size_t, const DomainRegistration&) noexcept override {}
+  Result<std::unique_ptr<AsyncCopy>> copy_to_host(void*, const void*, size_t) override {
+    return Status(StatusCode::kUnsupported, "");
+  }
+  Result<std::unique_ptr<AsyncCopy>> copy_from_host(void*, const void*, size_t) override {
+    return Status(StatusCode::kUnsupported, "");
+  }
+  int registered = 0;
+};
+
+TEST_F(RegistryTest, MemoryTheDomainDoesNotOwnIsRejected) {
+  NothingDomain domain;
+  auto r = registry_.register_memory(memory_.data(), kSize, kRw, domain);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(domain.registered, 0);
+  EXPECT_EQ(registry_.register_memory(memory_.data(), kSize, static_cast<Access>(0x10)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(RegistryTest, StatsCountRegistrations) {
+  {
+    Region a = register_all();
+    Region b = register_all();  // the same memory twice is two regions
+    EXPECT_NE(a.id(), b.id());
+    RegistryStats s = registry_.stats();
+    EXPECT_EQ(s.registrations, 2u);
+    EXPECT_EQ(s.live_regions, 2u);
+    EXPECT_EQ(s.bytes_registered, 2 * kSize);
+    EXPECT_EQ(s.deregistrations, 0u);
+    EXPECT_EQ(s.bytes_pinned, a.pinned() ? 2 * kSize : 0u);
+  }
+  RegistryStats s = registry_.stats();
+  EXPECT_EQ(s.registrations, 2u);
+  EXPECT_EQ(s.deregistrations, 2u);
+  EXPECT_EQ(s.live_regions, 0u);
+  EXPECT_EQ(s.bytes_registered, 0u);
+  EXPECT_EQ(s.bytes_pinned, 0u);
+  EXPECT_EQ(registry_.pin_mode(), PinMode::kTry);
+}
+
+TEST_F(RegistryTest, MoveTransfersOwnership) {
+  Region a = register_all();
+  const RemoteKey key = a.remote_key();
+  Region b(std::move(a));
+  EXPECT_FALSE(a.valid());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(b.valid());
+  EXPECT_TRUE(registry_.resolve(key, 0, 1, Access::kRemoteRead).is_ok());
+
+  Region c = register_all();
+  const RemoteKey c_key = c.remote_key();
+  c = std::move(b);  // c's old registration goes away
+  EXPECT_EQ(resolve_code(c_key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+  EXPECT_TRUE(registry_.resolve(key, 0, 1, Access::kRemoteRead).is_ok());
+  EXPECT_EQ(registry_.stats().live_regions, 1u);
+  c = Region();
+  EXPECT_EQ(resolve_code(key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+  EXPECT_EQ(registry_.stats().live_regions, 0u);
+}
+
+TEST(Registry, RegionsMayOutliveTheRegistryObject) {
+  testing::Mapping memory(4096);
+  Region region;
+  {
+    MemoryRegistry registry(PinMode::kRequire);
+    region = registry.register_memory(memory.data(), 4096, kRw).value();
+  }
+  EXPECT_TRUE(region.valid());
+  region.deregister();
+  EXPECT_FALSE(region.valid());
+}
+
+TEST(Registry, ConcurrentRegistrationAndResolve) {
+  MemoryRegistry registry(PinMode::kOff);
+  testing::Mapping memory(1 << 16);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        auto r = registry.register_memory(memory.data() + t * 4096, 4096, kRw);
+        if (!r.is_ok()) {
+          ++failures;
+          continue;
+        }
+        RemoteKey key = r->remote_key();
+        auto hit = registry.resolve(key, 8, 8, Access::kRemoteWrite);
+        if (!hit.is_ok() || hit->address != memory.data() + t * 4096 + 8) ++failures;
+        r->deregister();
+        if (registry.resolve(key, 8, 8, Access::kRemoteWrite).status().code() != StatusCode::kInvalidKey) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(registry.stats().registrations, 8000u);
+  EXPECT_EQ(registry.stats().live_regions, 0u);
+}
+
+}  // namespace
+}  // namespace remora
