@@ -215,9 +215,10 @@ Status ControlChannel::send(Tag tag, const nlohmann::json& message) {
   return wait_ok(ep_.send(out.first(text.size()), tag), "control send");
 }
 
-Result<nlohmann::json> ControlChannel::recv(Tag tag) {
+Request ControlChannel::post_recv(Tag tag) { return ep_.recv(buffer_.subspan(kMaxMessage / 2, kMaxMessage / 2), tag); }
+
+Result<nlohmann::json> ControlChannel::finish_recv(const Request& r) {
   const auto in = buffer_.subspan(kMaxMessage / 2, kMaxMessage / 2);
-  Request r = ep_.recv(in, tag);
   REMORA_RETURN_IF_ERROR(wait_ok(r, "control receive"));
   const auto* first = reinterpret_cast<const char*>(in.data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
   nlohmann::json j = nlohmann::json::parse(first, first + r.bytes(), nullptr, /*allow_exceptions=*/false);
@@ -325,9 +326,11 @@ Status serve(std::string_view address, int port_fd) {
   nlohmann::json report = buffers.stats();
   report["endpoint"] = endpoint_json(ep->stats());
   report["config"] = config_json(*ctx, *ep);
+  // The driver closes right after its goodbye, and a closed endpoint fails receives
+  // posted later, even for a message that arrived before the close: post it first.
+  const Request bye = control.post_recv(kByeTag);
   REMORA_RETURN_IF_ERROR(control.send(kReportTag, report));
-  REMORA_ASSIGN_OR_RETURN(nlohmann::json bye, control.recv(kByeTag));
-  (void)bye;
+  REMORA_RETURN_IF_ERROR(control.finish_recv(bye).status());
   ep->close();
   return Status::ok();
 }

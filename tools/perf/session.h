@@ -86,7 +86,11 @@ class ControlChannel {
   static constexpr size_t kMaxMessage = 64 * 1024;
   ControlChannel(Endpoint& ep, std::span<std::byte> buffer) : ep_(ep), buffer_(buffer) {}
   Status send(Tag tag, const nlohmann::json& message);
-  Result<nlohmann::json> recv(Tag tag);
+  Result<nlohmann::json> recv(Tag tag) { return finish_recv(post_recv(tag)); }
+  /// Split receive, for a message that must be posted before something else happens.
+  /// One posted receive at a time: they share the buffer.
+  Request post_recv(Tag tag);
+  Result<nlohmann::json> finish_recv(const Request& r);
 
  private:
   Endpoint& ep_;
