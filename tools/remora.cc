@@ -93,6 +93,29 @@ std::string pool_line(const nlohmann::json& side) {
                      p.value("hits", 0u), p.value("misses", 0u), p.value("buffers_in_use", 0u));
 }
 
+int print_version(bool as_json) {
+  auto config = remora::Config::from_env();
+  if (!config) return fail(config.status());
+  const remora::Config& c = *config;
+  if (as_json) {
+    const nlohmann::json j = {{"version", remora::version_string()},
+                              {"wire_version", remora::kWireVersion},
+                              {"config",
+                               {{"streams", c.streams_per_endpoint},
+                                {"chunk_bytes", c.chunk_bytes},
+                                {"eager_limit", c.eager_limit},
+                                {"eager_credit", c.eager_credit},
+                                {"spin_us", c.spin_us},
+                                {"progress_linger_us", c.progress_linger_us}}}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("remora {} (wire protocol {})\n", remora::version_string(), remora::kWireVersion);
+    fmt::print("config: {} data streams, chunk {}, eager limit {}, spin {} us\n", c.streams_per_endpoint,
+               format_size(c.chunk_bytes), format_size(c.eager_limit), c.spin_us);
+  }
+  return 0;
+}
+
 int run_demo(const std::vector<std::string>& size_texts, std::optional<uint32_t> iters, const std::string& json) {
   remora::perf::DemoOptions o;
   if (auto s = parse_sizes(size_texts, &o.sizes); !s) return fail(s);
@@ -178,9 +201,9 @@ int main(int argc, char** argv) {
   CLI::App app{"remora — RDMA-like memory semantics over plain TCP"};
   app.require_subcommand(1);
 
-  app.add_subcommand("version", "print the library and wire protocol versions")->callback([] {
-    fmt::print("remora {} (wire protocol {})\n", remora::version_string(), remora::kWireVersion);
-  });
+  bool version_json = false;
+  auto* version = app.add_subcommand("version", "print the versions and the configuration REMORA_* resolves to");
+  version->add_flag("--json", version_json, "as JSON");
 
   std::vector<std::string> demo_sizes;
   std::optional<uint32_t> demo_iters;
@@ -217,6 +240,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
+  if (*version) return print_version(version_json);
   if (*demo) return run_demo(demo_sizes, demo_iters, demo_json);
   if (*p2p) return run_p2p(p2p_args);
   if (*serve) {
