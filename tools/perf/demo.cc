@@ -146,7 +146,7 @@ Result<DemoReport> run_demo(const DemoOptions& o) {
 
   REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(o.peer));
   Endpoint& ep = *link.ep;
-  BufferSet control_buffers(*link.ctx, BufferSource::kPool);
+  BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
   BufferSet buffers(*link.ctx, BufferSource::kPool);
   DemoReport report;
   report.json = {{"tool", "remora demo"}, {"version", version_string()}};

@@ -208,7 +208,7 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
 
   REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(peer));
   Endpoint& ep = *link.ep;
-  BufferSet control_buffers(*link.ctx, BufferSource::kPool);
+  BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
   BufferSet buffers(*link.ctx, o.buffers);
 
   P2pReport report;

@@ -164,8 +164,8 @@ struct BufferSet::Held {
   std::span<std::byte> span;
 };
 
-BufferSet::BufferSet(Context& ctx, BufferSource source)
-    : ctx_(ctx), source_(source), pool_(ctx, PoolOptions{.arena_bytes = size_t{64} << 20}) {}
+BufferSet::BufferSet(Context& ctx, BufferSource source, size_t arena_bytes)
+    : ctx_(ctx), source_(source), pool_(ctx, PoolOptions{.arena_bytes = arena_bytes}) {}
 
 Result<std::span<std::byte>> BufferSet::get(size_t bytes) {
   const size_t n = bytes == 0 ? 1 : bytes;
@@ -304,7 +304,7 @@ Status serve(std::string_view address, int port_fd) {
   REMORA_ASSIGN_OR_RETURN(auto ep, listener->accept(port_fd >= 0 ? Duration(kConnectTimeout) : kForever));
   listener.reset();
 
-  BufferSet control_buffers(*ctx, BufferSource::kPool);
+  BufferSet control_buffers(*ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
   REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
   ControlChannel control(*ep, control_span);
   REMORA_ASSIGN_OR_RETURN(nlohmann::json plan, control.recv(kPlanTag));

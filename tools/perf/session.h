@@ -65,7 +65,9 @@ class ServerProcess {
 /// Buffers for one run, from a Pool or registered explicitly.
 class BufferSet {
  public:
-  BufferSet(Context& ctx, BufferSource source);
+  /// Pool arenas of `arena_bytes` serve the size classes up to it (one arena per class);
+  /// a larger buffer gets an arena of its own. Small arenas keep pinned memory modest.
+  BufferSet(Context& ctx, BufferSource source, size_t arena_bytes = size_t{4} << 20);
   /// A registered buffer of `bytes` (at least 1) that lives as long as the set or until
   /// release_all().
   Result<std::span<std::byte>> get(size_t bytes);
