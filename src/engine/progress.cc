@@ -119,7 +119,7 @@ void ProgressEngine::run_timers() {
 }
 
 int ProgressEngine::next_timer_ms() {
-  std::lock_guard<std::mutex> guard(mutex_);
+  Guard guard(*this);
   if (timers_.empty()) return -1;
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timers_.top().when - Clock::now()).count() + 1;
   if (left < 0) return 0;
@@ -144,14 +144,14 @@ void ProgressEngine::dispatch(const epoll_event* events, int n) {
   }
 }
 
-bool ProgressEngine::try_progress() {
-  if (!mutex_.try_lock()) return false;
+int ProgressEngine::try_progress() {
+  if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
   epoll_event events[kMaxEvents];
   int n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
   if (n > 0) dispatch(events, n);
   run_timers();
   mutex_.unlock();
-  return true;
+  return n > 0 ? n : 0;
 }
 
 void ProgressEngine::poll_and_dispatch(int timeout_ms, bool blocking_lock) {
@@ -164,7 +164,7 @@ void ProgressEngine::poll_and_dispatch(int timeout_ms, bool blocking_lock) {
       REMORA_LOG(kError, "epoll_wait: {}", std::strerror(errno));
       n = 0;
     }
-    std::lock_guard<std::mutex> guard(mutex_);
+    Guard guard(*this);
     if (n > 0) dispatch(events, n);
     run_timers();
     return;

@@ -67,8 +67,26 @@ class ProgressEngine {
   void start();
   void stop();
 
-  /// The progress lock. Every access to transport state holds it.
+  /// The progress lock. Every access to transport state holds it. Take it with
+  /// Guard (not lock_guard) from anything but a spinning waiter: a Guard tells
+  /// spinners to step aside, so the progress thread (which may hold harvested
+  /// edge-triggered events) and application calls get the lock promptly instead of
+  /// losing a race to a tight try_lock loop.
   std::mutex& mutex() noexcept { return mutex_; }
+  class Guard {
+   public:
+    explicit Guard(ProgressEngine& e) : e_(e) {
+      e_.lock_waiters_.fetch_add(1, std::memory_order_acq_rel);
+      e_.mutex_.lock();
+      e_.lock_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    ~Guard() { e_.mutex_.unlock(); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    ProgressEngine& e_;
+  };
 
   /// Registers `fd` (edge-triggered; EPOLLIN|EPOLLOUT|EPOLLRDHUP by default). Lock held.
   Result<HandlerId> add(int fd, EventHandler* handler, uint32_t events = EPOLLIN | EPOLLOUT | EPOLLRDHUP);
@@ -79,9 +97,9 @@ class ProgressEngine {
   void add_timer(Clock::time_point when, std::function<void()> fn);
 
   /// Drives progress once if the lock is free: harvests ready events without
-  /// blocking and dispatches them, runs due timers. Returns false if another thread
-  /// held the lock.
-  bool try_progress();
+  /// blocking and dispatches them, runs due timers. Returns the number of events
+  /// dispatched (0 when idle or when another thread held the lock).
+  int try_progress();
 
   /// Waiter accounting, used by Request::wait.
   void waiter_enter() noexcept;
@@ -130,6 +148,7 @@ class ProgressEngine {
   std::atomic<uint32_t> park_word_{0};
   std::atomic<bool> kicked_{false};
   std::atomic<bool> in_epoll_{false};
+  std::atomic<uint32_t> lock_waiters_{0};
 };
 
 }  // namespace remora::engine

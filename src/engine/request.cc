@@ -34,19 +34,26 @@ Status Request::wait(Duration timeout) const {
   engine::ProgressEngine* eng = st.engine.get();
 
   // Spin phase: drive progress from this thread; no wake-up needed when data arrives.
+  // The budget restarts whenever this thread makes progress, so a waiter keeps
+  // driving a transfer that is moving and blocks only after spin_us of idleness.
   if (eng != nullptr && eng->options().spin_us > 0) {
-    const auto spin_end = start + std::chrono::microseconds(eng->options().spin_us);
+    const auto spin = std::chrono::microseconds(eng->options().spin_us);
+    auto spin_end = start + spin;
     eng->waiter_enter();
     while (!st.done()) {
       auto now = Clock::now();
       if (now >= spin_end || now >= deadline) break;
-      eng->try_progress();
+      if (eng->try_progress() > 0) spin_end = now + spin;
     }
     eng->waiter_exit();
     if (st.done()) return st.status;
   }
 
   // Block phase: the progress thread completes the request and wakes us.
+  if (Clock::now() >= deadline && !st.done()) {
+    return Status(StatusCode::kTimeout, "operation still in progress after " +
+                                            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) + " ms");
+  }
   if (eng != nullptr) eng->kick();
   while (!st.done()) {
     auto now = Clock::now();

@@ -30,7 +30,7 @@ ContextCore::~ContextCore() { shutdown(); }
 
 void ContextCore::shutdown() {
   {
-    std::lock_guard<std::mutex> guard(engine_->mutex());
+    engine::ProgressEngine::Guard guard(*engine_);
     if (shut_down_) return;
     shut_down_ = true;
     for (auto& weak : listeners_) {
@@ -68,7 +68,7 @@ Result<std::unique_ptr<Listener>> ContextCore::listen(std::string_view address) 
     if (!bound) return bound.status();
     auto core = std::make_shared<ListenerCore>(weak_from_this(), engine_, std::move(fd).value(), *bound,
                                                config_.handshake_timeout_ms);
-    std::lock_guard<std::mutex> guard(engine_->mutex());
+    engine::ProgressEngine::Guard guard(*engine_);
     if (shut_down_) return Status(StatusCode::kAborted, "context is shutting down");
     REMORA_RETURN_IF_ERROR(core->start());
     listeners_.push_back(core);
@@ -161,7 +161,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
     REMORA_RETURN_IF_ERROR(ep->set_data(i, std::move(data)));
   }
 
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (shut_down_) return Status(StatusCode::kAborted, "context is shutting down");
   if (Status s = ep->activate(); !s) {
     ep->fail_locked(s);

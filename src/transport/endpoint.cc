@@ -73,7 +73,7 @@ Status EndpointCore::activate() {
 // ---------------------------------------------------------------------------
 
 Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (state_ != State::kActive) {
     return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
   }
@@ -113,7 +113,7 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
 }
 
 Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (state_ != State::kActive) {
     return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
   }
@@ -152,7 +152,7 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
 }
 
 void EndpointCore::close() {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   if (state_ == State::kFailed) return;
   if (state_ == State::kActive && control_.valid()) {
     append_frame(GoodbyeFrame{0});
@@ -162,17 +162,17 @@ void EndpointCore::close() {
 }
 
 bool EndpointCore::failed() const {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   return state_ == State::kFailed;
 }
 
 Status EndpointCore::failure() const {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   return failure_;
 }
 
 EndpointStats EndpointCore::stats() const {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   return stats_;
 }
 
@@ -330,7 +330,8 @@ void EndpointCore::read_control() {
       rx_end_ -= rx_begin_;
       rx_begin_ = 0;
     }
-    ssize_t n = ::recv(control_.get(), ctl_rx_.data() + rx_end_, ctl_rx_.size() - rx_end_, MSG_DONTWAIT);
+    const size_t space = ctl_rx_.size() - rx_end_;
+    ssize_t n = ::recv(control_.get(), ctl_rx_.data() + rx_end_, space, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (would_block(errno)) break;
@@ -353,6 +354,9 @@ void EndpointCore::read_control() {
       handle_frame(decoded->frame);
     }
     if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+    // A short read drained the socket; new bytes raise a new edge. Skipping the
+    // recv that would return EAGAIN saves a syscall per message.
+    if (static_cast<size_t>(n) < space) break;
   }
   if (state_ == State::kActive) pump();
 }
@@ -629,12 +633,14 @@ void EndpointCore::read_stream(uint16_t index) {
       return;
     }
     auto got = static_cast<uint64_t>(n);
+    const bool short_read = got < c.remaining;
     c.ptr += got;
     c.remaining -= got;
     RecvOp* op = c.op;
     op->received += got;
     if (c.remaining == 0) s.rxq.pop_front();
     if (op->received == op->length || (op->doomed && op->received == op->announced)) finish_recv(op);
+    if (short_read) break;  // drained; the next bytes raise a new edge
   }
   if (state_ == State::kDraining) maybe_finalize();
 }

@@ -60,7 +60,7 @@ void ListenerCore::close_locked() {
 }
 
 void ListenerCore::close() {
-  std::lock_guard<std::mutex> guard(engine_->mutex());
+  engine::ProgressEngine::Guard guard(*engine_);
   close_locked();
 }
 
@@ -182,7 +182,7 @@ Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration timeout) {
   for (;;) {
     uint32_t seq = ready_seq_.load(std::memory_order_acquire);
     {
-      std::lock_guard<std::mutex> guard(engine_->mutex());
+      engine::ProgressEngine::Guard guard(*engine_);
       if (!ready_.empty()) {
         auto ep = std::move(ready_.front());
         ready_.pop_front();
