@@ -11,16 +11,25 @@
 # Prints a table (metric, reference, remora, ratio, target) and, with --json, writes
 # every number and the configuration used.
 #
-# usage: bench/compare_p2p.sh [--remora PATH] [--streams K] [--secs N] [--json FILE] [--strict]
-#   --remora   the remora binary (default: $REMORA_BIN or build/tools/remora)
+# usage: bench/compare_p2p.sh [--remora PATH] [--streams K] [--secs N] [--window W] [--json FILE] [--strict]
+#   --remora   the remora binary (default: $REMORA_BIN, else build/release/tools/remora,
+#              else build/tools/remora)
 #   --streams  data streams for remora and -P for iperf3 (default: $REMORA_STREAMS or
 #              what the library is configured with)
 #   --secs     seconds per iperf3 / sockperf run (default 10)
+#   --window   remora bw messages in flight per window (default 64, as osu_bw)
 #   --strict   exit 1 when a target is missed
+# Exit status: 0 when every run worked, 1 with --strict and a missed target, 2 when a
+# reference tool failed, 4 when a remora run failed (its row says FAILED).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-remora=${REMORA_BIN:-$here/../build/tools/remora}
+remora=${REMORA_BIN:-}
+if [[ -z $remora ]]; then
+  remora=$here/../build/release/tools/remora
+  [[ -x $remora ]] || remora=$here/../build/tools/remora
+fi
+window=64
 streams=${REMORA_STREAMS:-}
 secs=10
 json_out=""
@@ -32,9 +41,10 @@ while (($#)); do
     --remora) remora=$2; shift 2 ;;
     --streams) streams=$2; shift 2 ;;
     --secs) secs=$2; shift 2 ;;
+    --window) window=$2; shift 2 ;;
     --json) json_out=$2; shift 2 ;;
     --strict) strict=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (try --help)" ;;
   esac
 done
@@ -117,19 +127,28 @@ taskset -c 0 sockperf pp --tcp -i 127.0.0.1 -p "$port" -m 14 -t "$secs" >"$tmp/s
 stop "$sockperf_pid"
 
 # --- remora (spawns its own follower on loopback; not pinned) ---------------------
-echo "compare_p2p: remora bench p2p --mode bw --sizes 1M,16M" >&2
-"$remora" bench p2p --mode bw --sizes 1M,16M --json "$tmp/remora-bw.json" >"$tmp/remora-bw.txt" ||
-  die "remora bench p2p bw failed: $(cat "$tmp/remora-bw.txt")"
-echo "compare_p2p: remora bench p2p --mode lat --sizes 8" >&2
-"$remora" bench p2p --mode lat --sizes 8 --json "$tmp/remora-lat.json" >"$tmp/remora-lat.txt" ||
-  die "remora bench p2p lat failed: $(cat "$tmp/remora-lat.txt")"
+# One run per row, so a failing size costs only its own row. The tool bounds every
+# wait (60 s), so a stuck transfer ends as an error, not a hang.
+run_remora() {
+  local name=$1
+  shift
+  echo "compare_p2p: remora bench p2p $*" >&2
+  if ! "$remora" bench p2p "$@" --json "$tmp/remora-$name.json" >"$tmp/remora-$name.txt" 2>&1; then
+    rm -f "$tmp/remora-$name.json"
+    echo "compare_p2p: remora bench p2p $* FAILED: $(tail -3 "$tmp/remora-$name.txt")" >&2
+    tail -3 "$tmp/remora-$name.txt" >"$tmp/remora-$name.err"
+  fi
+}
+run_remora bw-1M --mode bw --sizes 1M --window "$window"
+run_remora bw-16M --mode bw --sizes 16M --window "$window"
+run_remora lat --mode lat --sizes 8
 
 # --- table and JSON -----------------------------------------------------------------
 set +e
-python3 - "$tmp" "$streams" "$secs" "$json_out" <<'PY'
-import json, re, sys
+python3 - "$tmp" "$streams" "$secs" "$json_out" "$window" <<'PY'
+import json, os, re, sys
 
-tmp, streams, secs, json_out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+tmp, streams, secs, json_out, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 
 def iperf(len_):
     """(MB/s (10^6 bytes, as OSU), the -l actually used, the whole iperf3 JSON)."""
@@ -148,48 +167,63 @@ def sockperf():
     pct = {float(p): float(v) for p, v in re.findall(r"percentile\s+([0-9.]+)\s*=\s*([0-9.]+)", text)}
     return {"avg": float(avg.group(1)), "p50": pct.get(50.0), "p99": pct.get(99.0)}
 
-bw = json.load(open(f"{tmp}/remora-bw.json"))
-lat = json.load(open(f"{tmp}/remora-lat.json"))
-remora_bw = {r["size"]: r["bandwidth_MBps"] for r in bw["results"]}
-remora_lat = lat["results"][0]["latency_us"]
+def remora(name):
+    """remora's JSON for one run, or None when it failed (its error is kept)."""
+    path = f"{tmp}/remora-{name}.json"
+    return json.load(open(path)) if os.path.exists(path) else None
+
+def remora_error(name):
+    path = f"{tmp}/remora-{name}.err"
+    return open(path).read().strip() if os.path.exists(path) else None
+
+runs = {name: remora(name) for name in ("bw-1M", "bw-16M", "lat")}
+errors = {name: remora_error(name) for name in runs if runs[name] is None}
 ref_bw = {"1M": iperf("1M"), "16M": iperf("16M")}
 ref_lat = sockperf()
 
 rows = []
 def row(metric, reference, ref, mine, target):
-    ratio = mine / ref if ref else None
+    ratio = mine / ref if ref and mine is not None else None
     met = None
     if ratio is not None and target:
         met = ratio >= target[1] if target[0] == ">=" else ratio <= target[1]
     rows.append({"metric": metric, "reference": reference, "reference_value": ref, "remora": mine,
-                 "ratio": ratio, "target": f"{target[0]} {target[1]}" if target else None, "met": met})
+                 "ratio": ratio, "target": f"{target[0]} {target[1]}" if target else None, "met": met,
+                 "failed": mine is None})
 
-for len_, size in (("1M", 1 << 20), ("16M", 16 << 20)):
+for len_ in ("1M", "16M"):
     mbps, used, _ = ref_bw[len_]
-    row(f"bandwidth {len_} (MB/s)", f"iperf3 -l {used} -P {streams}", mbps, remora_bw[size], (">=", 1.0))
-row("latency 8 B one-way avg (us)", "sockperf pp -m 14, CPU 0", ref_lat["avg"], remora_lat["avg"], ("<=", 1.0))
-row("latency 8 B one-way p50 (us)", "sockperf pp -m 14, CPU 0", ref_lat["p50"], remora_lat["p50"], None)
-row("latency 8 B one-way p99 (us)", "sockperf pp -m 14, CPU 0", ref_lat["p99"], remora_lat["p99"], None)
+    run = runs[f"bw-{len_}"]
+    mine = run["results"][0]["bandwidth_MBps"] if run else None
+    row(f"bandwidth {len_} (MB/s)", f"iperf3 -l {used} -P {streams}", mbps, mine, (">=", 1.0))
+lat = runs["lat"]["results"][0]["latency_us"] if runs["lat"] else {}
+for stat, target in (("avg", ("<=", 1.0)), ("p50", None), ("p99", None)):
+    row(f"latency 8 B one-way {stat} (us)", "sockperf pp -m 14, CPU 0", ref_lat[stat], lat.get(stat), target)
 
-cfg = bw["config"]
-print(f"# remora vs reference tools on loopback: {cfg['streams']} data streams, chunk {cfg['chunk_bytes']} B, "
-      f"eager limit {cfg['eager_limit']} B, spin {cfg['spin_us']} us; references run {secs} s each")
+cfg = next((r["config"] for r in runs.values() if r), {})
+print(f"# remora vs reference tools on loopback: {cfg.get('streams', streams)} data streams, "
+      f"chunk {cfg.get('chunk_bytes', '?')} B, eager limit {cfg.get('eager_limit', '?')} B, "
+      f"spin {cfg.get('spin_us', '?')} us, bw window {window}; references run {secs} s each")
 print(f"{'metric':<30} {'reference':<28} {'ref':>10} {'remora':>10} {'ratio':>7}  {'target':<7} {'':4}")
 fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'-':>10}"
 for r in rows:
     ratio = f"{r['ratio']:7.3f}" if r["ratio"] is not None else f"{'-':>7}"
-    verdict = "" if r["met"] is None else ("met" if r["met"] else "MISS")
+    verdict = "FAILED" if r["failed"] else "" if r["met"] is None else ("met" if r["met"] else "MISS")
     print(f"{r['metric']:<30} {r['reference']:<28} {fmt(r['reference_value'])} {fmt(r['remora'])} {ratio}  "
           f"{r['target'] or '-':<7} {verdict}")
 
 if json_out:
-    out = {"tool": "bench/compare_p2p.sh", "streams": streams, "reference_seconds": secs, "rows": rows,
-           "iperf3": {k: {"MBps": v[0], "l": v[1], "end": v[2]["end"]} for k, v in ref_bw.items()}, "sockperf_one_way_us": ref_lat, "sockperf_message_bytes": 14, "remora_bw": bw, "remora_lat": lat}
+    out = {"tool": "bench/compare_p2p.sh", "streams": streams, "reference_seconds": secs, "window": window,
+           "rows": rows, "remora_errors": errors,
+           "iperf3": {k: {"MBps": v[0], "l": v[1], "end": v[2]["end"]} for k, v in ref_bw.items()}, "sockperf_one_way_us": ref_lat, "sockperf_message_bytes": 14, "remora": runs}
     with open(json_out, "w") as f:
         json.dump(out, f, indent=2)
         f.write("\n")
-missed = any(r["met"] is False for r in rows)
-sys.exit(3 if missed else 0)
+for name, err in errors.items():
+    print(f"# remora {name} FAILED: {err}")
+if errors:
+    sys.exit(4)
+sys.exit(3 if any(r["met"] is False for r in rows) else 0)
 PY
 rc=$?
 set -e
