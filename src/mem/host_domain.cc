@@ -9,6 +9,7 @@
 // deregistering an overlapping region unlocks it.
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -45,6 +46,14 @@ std::string memlock_soft_limit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return fmt::format("unknown ({})", std::strerror(errno));
   return describe_limit(limit.rlim_cur);
+}
+
+/// mlock/munlock through the raw system call: sanitizer runtimes intercept the libc
+/// wrappers and turn them into silent no-ops (ASan: "mlock is unsupported"), which
+/// would make sanitizer builds report pages as pinned that are not.
+int sys_mlock(uintptr_t start, uintptr_t len) noexcept { return static_cast<int>(syscall(SYS_mlock, start, len)); }
+int sys_munlock(uintptr_t start, uintptr_t len) noexcept {
+  return static_cast<int>(syscall(SYS_munlock, start, len));
 }
 
 bool is_budget_errno(int err) noexcept { return err == ENOMEM || err == EPERM || err == EAGAIN; }
@@ -186,12 +195,10 @@ class HostDomain final : public MemoryDomain {
     if (cursor < end) gaps.emplace_back(cursor, end);
 
     for (size_t i = 0; i < gaps.size(); ++i) {
-      // NOLINTNEXTLINE(performance-no-int-to-ptr)
-      if (mlock(reinterpret_cast<void*>(gaps[i].first), gaps[i].second - gaps[i].first) != 0) {
+      if (sys_mlock(gaps[i].first, gaps[i].second - gaps[i].first) != 0) {
         const int err = errno;
         for (size_t j = 0; j < i; ++j) {
-          // NOLINTNEXTLINE(performance-no-int-to-ptr)
-          munlock(reinterpret_cast<void*>(gaps[j].first), gaps[j].second - gaps[j].first);
+          sys_munlock(gaps[j].first, gaps[j].second - gaps[j].first);
         }
         return err;
       }
@@ -211,8 +218,7 @@ class HostDomain final : public MemoryDomain {
         ++it;
         continue;
       }
-      // NOLINTNEXTLINE(performance-no-int-to-ptr)
-      if (munlock(reinterpret_cast<void*>(it->first), it->second.end - it->first) != 0) {
+      if (sys_munlock(it->first, it->second.end - it->first) != 0) {
         REMORA_LOG(kWarn, "munlock({:#x}, {} bytes) failed: {}", it->first, it->second.end - it->first,
                    std::strerror(errno));
       }

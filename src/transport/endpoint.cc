@@ -330,7 +330,8 @@ void EndpointCore::read_control() {
       rx_end_ -= rx_begin_;
       rx_begin_ = 0;
     }
-    ssize_t n = ::recv(control_.get(), ctl_rx_.data() + rx_end_, ctl_rx_.size() - rx_end_, MSG_DONTWAIT);
+    const size_t space = ctl_rx_.size() - rx_end_;
+    ssize_t n = ::recv(control_.get(), ctl_rx_.data() + rx_end_, space, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (would_block(errno)) break;
@@ -353,6 +354,9 @@ void EndpointCore::read_control() {
       handle_frame(decoded->frame);
     }
     if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+    // A short read drained the socket; new bytes raise a new edge. Skipping the
+    // recv that would return EAGAIN saves a syscall per message.
+    if (static_cast<size_t>(n) < space) break;
   }
   if (state_ == State::kActive) pump();
 }
@@ -557,8 +561,10 @@ bool EndpointCore::schedule_chunks() {
 
 void EndpointCore::pump() {
   // Schedule chunks onto streams with room, announce them, push bytes; repeat while
-  // streams drain fast enough to take more.
-  for (int round = 0; round < 64 && state_ == State::kActive; ++round) {
+  // streams drain fast enough to take more. Stop only when nothing more can be
+  // scheduled (every stream holds a chunk it could not write, or nothing is ready):
+  // only then is a later EPOLLOUT edge guaranteed to call us again.
+  while (state_ == State::kActive) {
     bool scheduled = schedule_chunks();
     flush_control();
     if (state_ != State::kActive) return;
@@ -629,12 +635,14 @@ void EndpointCore::read_stream(uint16_t index) {
       return;
     }
     auto got = static_cast<uint64_t>(n);
+    const bool short_read = got < c.remaining;
     c.ptr += got;
     c.remaining -= got;
     RecvOp* op = c.op;
     op->received += got;
     if (c.remaining == 0) s.rxq.pop_front();
     if (op->received == op->length || (op->doomed && op->received == op->announced)) finish_recv(op);
+    if (short_read) break;  // drained; the next bytes raise a new edge
   }
   if (state_ == State::kDraining) maybe_finalize();
 }

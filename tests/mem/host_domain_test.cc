@@ -219,7 +219,7 @@ int memlock_child() {
   auto refused = strict.register_memory(map.data(), kBytes, kRw);
   if (refused.is_ok()) return kRequireNotRefused;
   if (refused.status().code() != StatusCode::kNoResource) return kRequireWrongCode;
-  const std::string& message = refused.status().message();
+  const std::string message = refused.status().message();
   if (message.find("RLIMIT_MEMLOCK") == std::string::npos || message.find("65536") == std::string::npos ||
       message.find(std::to_string(kBytes)) == std::string::npos) {
     return kRequireMessageMissesLimit;

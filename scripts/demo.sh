@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# scripts/demo.sh — build remora (release preset) and run `remora demo`, on a fresh
+# Debian 12 machine or an existing checkout. Arguments are passed on to `remora demo`.
+#
+# Environment:
+#   REMORA_JOBS=<n>    compile jobs (default: nproc)
+#   REMORA_SKIP_APT=1  do not install packages (see scripts/lib/deps.sh)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "${repo_root}"
+# shellcheck source=scripts/lib/deps.sh
+source scripts/lib/deps.sh
+
+remora_install_deps
+cmake --preset release
+cmake --build --preset release -j "${REMORA_JOBS:-$(nproc)}"
+
+tool=build/release/tools/remora
+if [[ ! -x ${tool} ]]; then
+  remora_log "${tool} was not built; the remora CLI is missing from tools/"
+  exit 1
+fi
+exec "${tool}" demo "$@"

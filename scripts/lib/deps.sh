@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# Sourced by scripts/test.sh and scripts/demo.sh: installs what building, testing and
+# running remora needs on Debian 12 (bookworm).
+#
+#   remora_install_deps
+#
+# Skips apt entirely when REMORA_SKIP_APT=1 or when every package is already installed
+# (checked with dpkg-query), so repeated runs are fast and work offline. Uses sudo when
+# not run as root.
+
+REMORA_APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev
+  iproute2 iperf3 sockperf procps
+)
+
+remora_log() { printf '[remora] %s\n' "$*" >&2; }
+
+# Prints the packages of REMORA_APT_PACKAGES that are not installed, one per line.
+remora_missing_packages() {
+  local pkg status
+  for pkg in "${REMORA_APT_PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "${pkg}" 2>/dev/null || true)
+    if [[ ${status} != ii* ]]; then
+      printf '%s\n' "${pkg}"
+    fi
+  done
+}
+
+remora_install_deps() {
+  if [[ ${REMORA_SKIP_APT:-0} == 1 ]]; then
+    remora_log "REMORA_SKIP_APT=1: not installing packages"
+    return 0
+  fi
+  if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    remora_log "no dpkg/apt here (not Debian?): install these yourself, or set REMORA_SKIP_APT=1:"
+    remora_log "  ${REMORA_APT_PACKAGES[*]}"
+    return 1
+  fi
+  if [[ -r /etc/os-release ]] && ! grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
+    remora_log "note: this is not Debian 12 (bookworm); package names may differ"
+  fi
+
+  local missing
+  missing=$(remora_missing_packages)
+  if [[ -z ${missing} ]]; then
+    remora_log "all ${#REMORA_APT_PACKAGES[@]} packages already installed"
+    return 0
+  fi
+  remora_log "installing missing packages: $(tr '\n' ' ' <<<"${missing}")"
+
+  local -a sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      remora_log "not root and no sudo: install the packages above as root, then rerun"
+      return 1
+    fi
+    sudo=(sudo)
+  fi
+  # Install the whole list, not just the missing ones, so apt resolves them together.
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${REMORA_APT_PACKAGES[@]}"
+
+  missing=$(remora_missing_packages)
+  if [[ -n ${missing} ]]; then
+    remora_log "still missing after apt-get install: $(tr '\n' ' ' <<<"${missing}")"
+    return 1
+  fi
+}

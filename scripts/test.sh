@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# scripts/test.sh — build remora and run its tests, on a fresh Debian 12 machine or an
+# existing checkout.
+#
+# For each preset (default: release asan) it configures, builds and runs ctest, then
+# prints a summary. Exits non-zero if any step of any preset failed. Tests run one at a
+# time (-j1): they use network namespaces and real sockets.
+#
+# Environment:
+#   REMORA_PRESETS="release asan"  presets to run, in order (see CMakePresets.json)
+#   REMORA_JOBS=<n>                compile jobs (default: nproc)
+#   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
+#   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "${repo_root}"
+# shellcheck source=scripts/lib/deps.sh
+source scripts/lib/deps.sh
+
+presets=${REMORA_PRESETS:-release asan}
+jobs=${REMORA_JOBS:-$(nproc)}
+test_timeout=${REMORA_TEST_TIMEOUT:-300}
+
+remora_install_deps
+
+known_presets=$(cmake --list-presets=test 2>/dev/null | sed -n 's/^ *"\([^"]*\)".*/\1/p')
+for preset in ${presets}; do
+  if ! grep -qx "${preset}" <<<"${known_presets}"; then
+    remora_log "unknown preset '${preset}'; known: $(tr '\n' ' ' <<<"${known_presets}")"
+    exit 2
+  fi
+done
+
+summary=()
+failed=0
+start_all=${SECONDS}
+
+# step <preset> <name> <command...>: runs one step, records its outcome and time.
+step() {
+  local preset=$1 name=$2 start=${SECONDS} rc=0
+  shift 2
+  echo
+  echo "==== [${preset}] ${name}: $*"
+  "$@" || rc=$?
+  local took=$((SECONDS - start))
+  if [[ ${rc} -eq 0 ]]; then
+    summary+=("$(printf '%-8s %-10s ok      %5ss' "${preset}" "${name}" "${took}")")
+  else
+    summary+=("$(printf '%-8s %-10s FAILED  %5ss  (exit %s)' "${preset}" "${name}" "${took}" "${rc}")")
+    failed=1
+  fi
+  return "${rc}"
+}
+
+# run_ctest <preset> <log>: ctest's output is also kept so that its summary line can be
+# repeated at the end; pipefail makes this return ctest's exit status.
+run_ctest() {
+  ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
+}
+
+for preset in ${presets}; do
+  log_dir=build/${preset}
+  rm -f "${log_dir}/ctest.log"  # never report a previous run's result
+  step "${preset}" configure cmake --preset "${preset}" || continue
+  step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
+  step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
+done
+
+echo
+echo "==================== remora test summary ===================="
+for line in "${summary[@]}"; do
+  echo "${line}"
+done
+for preset in ${presets}; do
+  log=build/${preset}/ctest.log
+  if [[ -f ${log} ]]; then
+    echo "--- ${preset}: $(grep -E 'tests passed|tests failed' "${log}" | tail -n 1 || echo 'no ctest summary')"
+    # ctest lists failing tests after "The following tests FAILED:".
+    sed -n '/The following tests FAILED:/,$p' "${log}" | grep -v '^Errors while running CTest' || true
+  fi
+done
+echo "total time: $((SECONDS - start_all))s"
+if [[ ${failed} -ne 0 ]]; then
+  echo "RESULT: FAILED"
+  exit 1
+fi
+echo "RESULT: OK (presets: ${presets})"

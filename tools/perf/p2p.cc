@@ -1,0 +1,284 @@
+// tools/perf/p2p.cc — osu_bw / osu_bibw / osu_latency over remora endpoints.
+//
+// bw:   the driver posts a window of sends, the follower a window of receives; the
+//       follower answers each window with a 4-byte ack. bandwidth = bytes / time.
+// bibw: both sides post a window of receives and a window of sends, and wait for both.
+// lat:  ping-pong, receives posted before the matching send can arrive; one-way
+//       latency = round trip / 2, per iteration, so we can report p50 and p99.
+// Only the driver times. Buffers come from a Pool (or explicit registration) and are
+// registered before the first timed byte.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "pattern.h"
+#include "session.h"
+
+namespace remora::perf {
+namespace internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Step {
+  size_t size = 0;
+  uint32_t iters = 0;
+  uint32_t warmup = 0;
+};
+
+P2pMode parse_mode(std::string_view text) {
+  if (text == "lat") return P2pMode::kLatency;
+  if (text == "bibw") return P2pMode::kBiBandwidth;
+  return P2pMode::kBandwidth;
+}
+
+Step default_step(P2pMode mode, size_t size, uint32_t window, const P2pOptions& o) {
+  Step st{.size = size};
+  if (mode == P2pMode::kLatency) {
+    st.iters = o.iters.value_or(size <= 8192 ? 10000u : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
+    st.warmup = o.warmup.value_or(size <= 8192 ? 1000u : std::clamp<uint32_t>(st.iters / 10, 2, 10));
+  } else {
+    const size_t per_window = std::max<size_t>(size, 1) * window;
+    st.iters = o.iters.value_or(static_cast<uint32_t>(std::clamp<size_t>((size_t{2} << 30) / per_window, 5, 100)));
+    st.warmup = o.warmup.value_or(std::clamp<uint32_t>(st.iters / 10, 1, 10));
+  }
+  return st;
+}
+
+Status check_bytes(std::span<const Request> rs, size_t size) {
+  for (const Request& r : rs) {
+    if (r.bytes() != size) {
+      return Status(StatusCode::kProtocol, fmt::format("received {} bytes, expected {}", r.bytes(), size));
+    }
+  }
+  return Status::ok();
+}
+
+/// The window of `slots` buffers of `size` bytes carved from one registered region.
+std::span<std::byte> slot(std::span<std::byte> region, size_t size, uint32_t slots, uint32_t i) {
+  return region.subspan(static_cast<size_t>(i % slots) * size, size);
+}
+
+/// Called once a side's buffers are ready, before its first message of a size: the
+/// follower says "ready", the driver waits for it, so allocation is never timed.
+using StartFn = std::function<Status()>;
+
+/// Both sides of bw and bibw: the driver times, the follower acks (bw).
+Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t window, const Step& st, bool driver,
+                  const StartFn& start, const ProgressFn& progress, double* seconds) {
+  const uint32_t slots = window_slots(st.size, window);
+  const bool sends_data = driver || mode == P2pMode::kBiBandwidth;
+  const bool receives_data = !driver || mode == P2pMode::kBiBandwidth;
+  std::span<std::byte> send_region, recv_region;
+  if (sends_data) {
+    REMORA_ASSIGN_OR_RETURN(send_region, buffers.get(st.size * slots));
+    fill_pattern(send_region, st.size);
+  }
+  if (receives_data) {
+    REMORA_ASSIGN_OR_RETURN(recv_region, buffers.get(st.size * slots));
+  }
+  REMORA_ASSIGN_OR_RETURN(auto ack, buffers.get(4));
+  ack = ack.first(4);
+  std::fill(ack.begin(), ack.end(), std::byte{0});
+
+  std::vector<Request> sends(sends_data ? window : 0), recvs(receives_data ? window : 0);
+  const uint32_t total = st.warmup + st.iters;
+  REMORA_RETURN_IF_ERROR(start());
+  Clock::time_point t0 = Clock::now();
+  for (uint32_t it = 0; it < total; ++it) {
+    if (it == st.warmup) t0 = Clock::now();
+    Request ack_req;
+    if (driver && mode == P2pMode::kBandwidth) ack_req = ep.recv(ack, kAckTag);
+    for (uint32_t w = 0; w < recvs.size(); ++w) recvs[w] = ep.recv(slot(recv_region, st.size, slots, w), kDataTag);
+    for (uint32_t w = 0; w < sends.size(); ++w) sends[w] = ep.send(slot(send_region, st.size, slots, w), kDataTag);
+    REMORA_RETURN_IF_ERROR(wait_all_ok(sends, "window send"));
+    REMORA_RETURN_IF_ERROR(wait_all_ok(recvs, "window receive"));
+    REMORA_RETURN_IF_ERROR(check_bytes(recvs, st.size));
+    if (mode == P2pMode::kBandwidth) {
+      if (driver) {
+        REMORA_RETURN_IF_ERROR(wait_ok(ack_req, "ack receive"));
+      } else {
+        REMORA_RETURN_IF_ERROR(wait_ok(ep.send(ack, kAckTag), "ack send"));
+      }
+    }
+    if (progress) progress(format_size(st.size), it + 1, total);
+  }
+  *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return Status::ok();
+}
+
+/// Both sides of lat. The driver fills `rtt_us` with every timed round trip.
+Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool driver, const StartFn& start,
+                    const ProgressFn& progress, std::vector<double>* rtt_us) {
+  REMORA_ASSIGN_OR_RETURN(auto send_buf, buffers.get(st.size));
+  REMORA_ASSIGN_OR_RETURN(auto recv_buf, buffers.get(st.size));
+  send_buf = send_buf.first(st.size);
+  recv_buf = recv_buf.first(st.size);
+  fill_pattern(send_buf, st.size + (driver ? 0 : 1));
+  const uint32_t total = st.warmup + st.iters;
+  if (driver) rtt_us->assign(st.iters, 0.0);
+
+  if (!driver) {
+    Request r = ep.recv(recv_buf, kPingTag);
+    REMORA_RETURN_IF_ERROR(start());
+    for (uint32_t it = 0; it < total; ++it) {
+      REMORA_RETURN_IF_ERROR(wait_ok(r, "ping receive"));
+      if (r.bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("ping of {} bytes, expected {}", r.bytes(), st.size));
+      if (it + 1 < total) r = ep.recv(recv_buf, kPingTag);
+      REMORA_RETURN_IF_ERROR(wait_ok(ep.send(send_buf, kPongTag), "pong send"));
+    }
+    return Status::ok();
+  }
+
+  REMORA_RETURN_IF_ERROR(start());
+  for (uint32_t it = 0; it < total; ++it) {
+    const Clock::time_point t = Clock::now();
+    const std::array<Request, 2> pair{ep.recv(recv_buf, kPongTag), ep.send(send_buf, kPingTag)};
+    REMORA_RETURN_IF_ERROR(wait_all_ok(pair, "ping-pong"));
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+    if (pair[0].bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("pong of {} bytes, expected {}", pair[0].bytes(), st.size));
+    if (it >= st.warmup) (*rtt_us)[it - st.warmup] = us;
+    if (progress && (it & 63) == 0) progress(format_size(st.size), it + 1, total);
+  }
+  return Status::ok();
+}
+
+LatencySummary summarize_one_way(std::vector<double> rtt_us) {
+  LatencySummary s;
+  if (rtt_us.empty()) return s;
+  std::sort(rtt_us.begin(), rtt_us.end());
+  const auto rank = [&](double p) {  // nearest-rank percentile
+    const size_t k = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(rtt_us.size())));
+    return rtt_us[std::clamp<size_t>(k, 1, rtt_us.size()) - 1] / 2;
+  };
+  double sum = 0;
+  for (double v : rtt_us) sum += v;
+  s.avg_us = sum / static_cast<double>(rtt_us.size()) / 2;
+  s.p50_us = rank(50);
+  s.p99_us = rank(99);
+  s.min_us = rtt_us.front() / 2;
+  s.max_us = rtt_us.back() / 2;
+  return s;
+}
+
+nlohmann::json plan_json(P2pMode mode, uint32_t window, BufferSource source, const std::vector<Step>& steps) {
+  nlohmann::json j = {{"kind", "p2p"}, {"mode", to_string(mode)}, {"window", window}, {"buffers", to_string(source)}};
+  j["steps"] = nlohmann::json::array();
+  for (const Step& st : steps) j["steps"].push_back({{"size", st.size}, {"iters", st.iters}, {"warmup", st.warmup}});
+  return j;
+}
+
+}  // namespace
+
+Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan) {
+  const P2pMode mode = parse_mode(plan.value("mode", "bw"));
+  const uint32_t window = plan.value("window", 64u);
+  for (const auto& js : plan.at("steps")) {
+    const Step st{.size = js.at("size").get<size_t>(), .iters = js.at("iters").get<uint32_t>(), .warmup = js.at("warmup").get<uint32_t>()};
+    const StartFn ready = [&] { return control.send(kReadyTag, {{"size", st.size}}); };
+    Status s;
+    if (mode == P2pMode::kLatency) {
+      s = run_pingpong(ep, buffers, st, /*driver=*/false, ready, nullptr, nullptr);
+    } else {
+      double unused = 0;
+      s = run_window(ep, buffers, mode, window, st, /*driver=*/false, ready, nullptr, &unused);
+    }
+    if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
+    buffers.release_all();
+  }
+  return Status::ok();
+}
+
+}  // namespace internal
+
+using namespace internal;  // NOLINT(google-build-using-namespace)
+
+Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
+  if (o.sizes.empty()) return Status(StatusCode::kInvalidArgument, "no message sizes given");
+  if (o.window == 0 && o.mode != P2pMode::kLatency) return Status(StatusCode::kInvalidArgument, "--window must be at least 1");
+  if (o.iters && *o.iters == 0) return Status(StatusCode::kInvalidArgument, "--iters must be at least 1");
+
+  std::vector<Step> steps;
+  for (size_t size : o.sizes) steps.push_back(default_step(o.mode, size, o.window, o));
+
+  REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(peer));
+  Endpoint& ep = *link.ep;
+  BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
+  BufferSet buffers(*link.ctx, o.buffers);
+
+  P2pReport report;
+  report.mode = o.mode;
+  report.json = {{"tool", "remora bench p2p"}, {"version", version_string()}, {"mode", to_string(o.mode)}};
+  report.json["config"] = config_json(*link.ctx, ep);
+  report.json["config"]["window"] = o.window;
+  report.json["config"]["buffers"] = to_string(o.buffers);
+  report.json["config"]["follower"] = link.server ? "spawned on loopback" : "remote";
+
+  auto drive = [&]() -> Status {
+    REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
+    ControlChannel control(ep, control_span);
+    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan_json(o.mode, o.window, o.buffers, steps)));
+    for (const Step& st : steps) {
+      P2pRow row;
+      row.size = st.size;
+      row.iterations = st.iters;
+      row.warmup = st.warmup;
+      const StartFn await_ready = [&]() -> Status {
+        REMORA_ASSIGN_OR_RETURN(auto ready, control.recv(kReadyTag));
+        return ready.value("size", size_t{0}) == st.size
+                   ? Status::ok()
+                   : Status(StatusCode::kProtocol, "the follower is at another message size");
+      };
+      Status s;
+      if (o.mode == P2pMode::kLatency) {
+        std::vector<double> rtt_us;
+        s = run_pingpong(ep, buffers, st, /*driver=*/true, await_ready, o.progress, &rtt_us);
+        double total_us = 0;
+        for (double v : rtt_us) total_us += v;
+        row.seconds = total_us / 1e6;
+        row.latency = summarize_one_way(std::move(rtt_us));
+        if (row.latency.avg_us > 0) row.bandwidth_mbps = static_cast<double>(st.size) / row.latency.avg_us;
+      } else {
+        s = run_window(ep, buffers, o.mode, o.window, st, /*driver=*/true, await_ready, o.progress, &row.seconds);
+        const double directions = o.mode == P2pMode::kBiBandwidth ? 2.0 : 1.0;
+        const double bytes = directions * static_cast<double>(st.size) * o.window * st.iters;
+        row.bandwidth_mbps = bytes / row.seconds / 1e6;
+      }
+      if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
+      buffers.release_all();
+      report.rows.push_back(row);
+    }
+    REMORA_ASSIGN_OR_RETURN(report.json["peer"], control.recv(kReportTag));
+    report.json["local"] = buffers.stats();
+    report.json["local"]["endpoint"] = endpoint_json(ep.stats());
+    return control.send(kByeTag, nlohmann::json::object());
+  };
+  Status s = drive();
+  if (!s.is_ok()) {
+    // The transport error is the story; the follower's exit (it sees us go) is not.
+    (void)link.close();
+    return s;
+  }
+  REMORA_RETURN_IF_ERROR(link.close());
+
+  report.json["results"] = nlohmann::json::array();
+  for (const P2pRow& r : report.rows) {
+    nlohmann::json row = {{"size", r.size}, {"iterations", r.iterations}, {"warmup", r.warmup}, {"seconds", r.seconds}};
+    if (o.mode == P2pMode::kLatency) {
+      row["latency_us"] = {{"avg", r.latency.avg_us}, {"p50", r.latency.p50_us}, {"p99", r.latency.p99_us},
+                           {"min", r.latency.min_us}, {"max", r.latency.max_us}};
+    } else {
+      row["window"] = o.window;
+    }
+    row["bandwidth_MBps"] = r.bandwidth_mbps;
+    report.json["results"].push_back(row);
+  }
+  return report;
+}
+
+}  // namespace remora::perf

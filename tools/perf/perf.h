@@ -1,0 +1,117 @@
+// tools/perf/perf.h — remora's point-to-point benchmarks and demo as a library; the
+// `remora` command line (tools/remora.cc) is a thin layer over it, as ucx_perftest is
+// over libucxperf.
+//
+// Every run has two sides. The *driver* decides what to measure, sends the plan to the
+// *follower* as its first message, times the run and reports. The follower is either a
+// process the driver spawns on loopback (the default), or a `remora bench p2p --listen`
+// started by hand on another host. Results come back as plain structs plus JSON.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "remora/status.h"
+
+namespace remora::perf {
+
+/// Called from the driver's loop as work completes; `total` is the iterations of the
+/// current message size (including warm-up). Must be cheap.
+using ProgressFn = std::function<void(std::string_view what, uint64_t done, uint64_t total)>;
+
+/// Where the follower comes from. Neither set: spawn `self_exe serve` on 127.0.0.1.
+struct PeerOptions {
+  std::string peer;                       ///< "host:port" of a listening follower
+  std::string self_exe = "/proc/self/exe";  ///< what to spawn as the loopback follower
+};
+
+enum class P2pMode : uint8_t {
+  kBandwidth,    ///< a window of sends, then one small ack (osu_bw)
+  kLatency,      ///< ping-pong; one-way latency = round trip / 2 (osu_latency)
+  kBiBandwidth,  ///< both sides send a window at once (osu_bibw)
+};
+std::string_view to_string(P2pMode mode) noexcept;
+
+/// Where benchmark buffers come from; either way they are registered before the run.
+enum class BufferSource : uint8_t { kPool, kRegister };
+std::string_view to_string(BufferSource source) noexcept;
+
+struct P2pOptions {
+  P2pMode mode = P2pMode::kBandwidth;
+  std::vector<size_t> sizes = {8, 4096, size_t{1} << 20, size_t{16} << 20};
+  uint32_t window = 64;            ///< outstanding messages per window (bw, bibw)
+  std::optional<uint32_t> iters;   ///< timed iterations per size; unset = scaled by size
+  std::optional<uint32_t> warmup;  ///< untimed iterations per size; unset = scaled by size
+  BufferSource buffers = BufferSource::kPool;
+  ProgressFn progress;
+};
+
+struct LatencySummary {
+  double avg_us = 0, p50_us = 0, p99_us = 0, min_us = 0, max_us = 0;
+};
+
+struct P2pRow {
+  size_t size = 0;
+  uint32_t iterations = 0;
+  uint32_t warmup = 0;
+  double seconds = 0;           ///< timed part only
+  double bandwidth_mbps = 0;    ///< 10^6 bytes/s, as OSU reports; both directions for bibw
+  LatencySummary latency;       ///< one-way, lat mode only
+};
+
+struct P2pReport {
+  P2pMode mode = P2pMode::kBandwidth;
+  std::vector<P2pRow> rows;
+  nlohmann::json json;  ///< everything: config, rows, pool/registry/endpoint stats of both sides
+};
+
+struct DemoOptions {
+  /// Default: 1 B to 64 MiB in powers of 4.
+  std::vector<size_t> sizes;
+  std::optional<uint32_t> iters;  ///< timed round trips per size; unset = scaled by size
+  uint32_t verify_rounds = 2;     ///< extra round trips per size with fresh data + checksums
+  PeerOptions peer;
+  ProgressFn progress;
+};
+
+struct DemoRow {
+  size_t size = 0;
+  uint32_t iterations = 0;
+  double latency_us = 0;   ///< half a round trip
+  double bandwidth_gbps = 0;  ///< size / one-way time, 10^9 bytes/s
+  bool verified = false;
+  std::string problem;     ///< why not verified
+};
+
+struct DemoReport {
+  std::vector<DemoRow> rows;
+  bool ok = false;         ///< every size verified on both sides
+  nlohmann::json json;
+};
+
+/// Runs the p2p benchmark as the driver.
+Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& options);
+
+/// The two-process demo: tagged ping-pong of growing sizes in both directions, every
+/// size checked with checksums on both sides. A verification failure is reported in the
+/// rows (and `ok`), a transport failure as an error.
+Result<DemoReport> run_demo(const DemoOptions& options);
+
+/// The follower: listens on `address`, reports the bound port on `port_fd` as
+/// "<port>\n" (then closes it) or, when port_fd < 0, on stderr; serves one driver and
+/// returns when it says goodbye.
+Status serve(std::string_view address, int port_fd);
+
+/// "4K" → 4096, "16M", "1G", plain bytes. kInvalidArgument otherwise.
+Result<size_t> parse_size(std::string_view text);
+/// 4096 → "4K", 1048576 → "1M", 1000 → "1000".
+std::string format_size(size_t bytes);
+
+}  // namespace remora::perf

@@ -1,0 +1,375 @@
+// tools/perf/session.cc — spawning the loopback follower, connecting, the control
+// messages both sides exchange, and the follower's main loop.
+#include "session.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace remora::perf::internal {
+namespace {
+
+Status errno_status(std::string_view what) {
+  return {StatusCode::kInternal, fmt::format("{}: {}", what, std::strerror(errno))};
+}
+
+std::string describe_exit(int wstatus) {
+  if (WIFEXITED(wstatus)) return fmt::format("exited with status {}", WEXITSTATUS(wstatus));
+  if (WIFSIGNALED(wstatus)) return fmt::format("killed by signal {} ({})", WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+  return "stopped";
+}
+
+}  // namespace
+
+Status wait_ok(const Request& r, std::string_view what) {
+  Status s = r.wait(kOpTimeout);
+  return s.is_ok() ? s : s.with_context(what);
+}
+
+Status wait_all_ok(std::span<const Request> rs, std::string_view what) {
+  Status s = wait_all(rs, kOpTimeout);
+  return s.is_ok() ? s : s.with_context(what);
+}
+
+// ---------------------------------------------------------------------------
+// ServerProcess
+
+ServerProcess::ServerProcess(ServerProcess&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)), port_(other.port_) {}
+
+ServerProcess& ServerProcess::operator=(ServerProcess&& other) noexcept {
+  if (this != &other) {
+    terminate();
+    pid_ = std::exchange(other.pid_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+ServerProcess::~ServerProcess() { terminate(); }
+
+void ServerProcess::terminate() noexcept {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    int wstatus = 0;
+    ::waitpid(pid_, &wstatus, 0);
+    pid_ = -1;
+  }
+}
+
+Result<ServerProcess> ServerProcess::spawn(const std::string& self_exe) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return errno_status("pipe2");
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    Status s = errno_status("fork");
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return s;
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec. Dies with the driver.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(3);
+    ::close(fds[0]);
+    const int wfd = ::fcntl(fds[1], F_DUPFD, 3);  // a copy without O_CLOEXEC
+    if (wfd < 0) ::_exit(4);
+    char fd_text[16];
+    std::snprintf(fd_text, sizeof fd_text, "%d", wfd);
+    const char* argv[] = {"remora", "serve", "--listen", "127.0.0.1:0", "--port-fd", fd_text, nullptr};
+    ::execv(self_exe.c_str(), const_cast<char* const*>(argv));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  ServerProcess server;
+  server.pid_ = pid;
+
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + kConnectTimeout;
+  while (text.find('\n') == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::close(fds[0]);
+      return Status(StatusCode::kTimeout, "the spawned server did not report its port within 15 s");
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = errno_status("poll");
+      ::close(fds[0]);
+      return s;
+    }
+    if (n == 0) continue;
+    char chunk[64];
+    const ssize_t got = ::read(fds[0], chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      ::close(fds[0]);
+      int wstatus = 0;
+      ::waitpid(pid, &wstatus, 0);
+      server.pid_ = -1;
+      return Status(StatusCode::kPeerFailed,
+                    fmt::format("the spawned server ({}) {} before reporting its port", self_exe, describe_exit(wstatus)));
+    }
+    text.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fds[0]);
+  const long port = std::strtol(text.c_str(), nullptr, 10);
+  if (port <= 0 || port > 65535) {
+    return Status(StatusCode::kProtocol, fmt::format("the spawned server reported a bad port: '{}'", text));
+  }
+  server.port_ = static_cast<uint16_t>(port);
+  return server;
+}
+
+Status ServerProcess::wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return Status::ok();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int wstatus = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid_, &wstatus, WNOHANG);
+    if (r == pid_) break;
+    if (r < 0 && errno != EINTR) return errno_status("waitpid");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(StatusCode::kTimeout, fmt::format("the spawned server (pid {}) did not exit", pid_));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // bounded reap poll
+  }
+  pid_ = -1;
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return Status::ok();
+  return Status(StatusCode::kPeerFailed, fmt::format("the spawned server {}", describe_exit(wstatus)));
+}
+
+// ---------------------------------------------------------------------------
+// BufferSet
+
+struct BufferSet::Held {
+  Buffer pooled;
+  std::unique_ptr<std::byte, decltype(&std::free)> raw{nullptr, &std::free};
+  Region region;  // declared after raw: deregistered before the memory is freed
+  std::span<std::byte> span;
+};
+
+BufferSet::BufferSet(Context& ctx, BufferSource source, size_t arena_bytes)
+    : ctx_(ctx), source_(source), pool_(ctx, PoolOptions{.arena_bytes = arena_bytes}) {}
+
+Result<std::span<std::byte>> BufferSet::get(size_t bytes) {
+  const size_t n = bytes == 0 ? 1 : bytes;
+  auto held = std::make_shared<Held>();
+  if (source_ == BufferSource::kPool) {
+    REMORA_ASSIGN_OR_RETURN(held->pooled, pool_.allocate(n));
+    held->span = held->pooled.span().first(n);
+  } else {
+    const size_t rounded = (n + 4095) / 4096 * 4096;
+    held->raw.reset(static_cast<std::byte*>(std::aligned_alloc(4096, rounded)));
+    if (!held->raw) return Status(StatusCode::kNoResource, fmt::format("out of memory allocating {} bytes", rounded));
+    REMORA_ASSIGN_OR_RETURN(held->region, ctx_.register_memory(held->raw.get(), rounded, Access::kLocalWrite));
+    held->span = {held->raw.get(), n};
+  }
+  held_.push_back(held);
+  return held->span;
+}
+
+void BufferSet::release_all() { held_.clear(); }
+
+nlohmann::json BufferSet::stats() const {
+  nlohmann::json j;
+  j["buffers"] = to_string(source_);
+  if (source_ == BufferSource::kPool) {
+    const PoolStats p = pool_.stats();
+    j["pool"] = {{"registrations", p.registrations}, {"bytes_registered", p.bytes_registered},
+                 {"hits", p.hits},                   {"misses", p.misses},
+                 {"buffers_in_use", p.buffers_in_use}, {"bytes_in_use", p.bytes_in_use}};
+  }
+  const RegistryStats r = ctx_.memory().stats();
+  j["registry"] = {{"registrations", r.registrations}, {"deregistrations", r.deregistrations},
+                   {"live_regions", r.live_regions},   {"bytes_registered", r.bytes_registered},
+                   {"bytes_pinned", r.bytes_pinned},   {"pin_failures", r.pin_failures}};
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// ControlChannel
+
+Status ControlChannel::send(Tag tag, const nlohmann::json& message) {
+  const std::string text = message.dump();
+  const auto out = buffer_.first(kMaxMessage / 2);
+  if (text.size() > out.size()) {
+    return Status(StatusCode::kInternal, fmt::format("control message of {} bytes is too long", text.size()));
+  }
+  std::memcpy(out.data(), text.data(), text.size());
+  return wait_ok(ep_.send(out.first(text.size()), tag), "control send");
+}
+
+Request ControlChannel::post_recv(Tag tag) { return ep_.recv(buffer_.subspan(kMaxMessage / 2, kMaxMessage / 2), tag); }
+
+Result<nlohmann::json> ControlChannel::finish_recv(const Request& r) {
+  const auto in = buffer_.subspan(kMaxMessage / 2, kMaxMessage / 2);
+  REMORA_RETURN_IF_ERROR(wait_ok(r, "control receive"));
+  const auto* first = reinterpret_cast<const char*>(in.data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  nlohmann::json j = nlohmann::json::parse(first, first + r.bytes(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status(StatusCode::kProtocol, "control message is not valid JSON");
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// DriverLink
+
+Result<DriverLink> DriverLink::open(const PeerOptions& options) {
+  DriverLink link;
+  if (options.peer.empty()) {
+    REMORA_ASSIGN_OR_RETURN(ServerProcess server, ServerProcess::spawn(options.self_exe));
+    link.peer_address = fmt::format("127.0.0.1:{}", server.port());
+    link.server = std::make_unique<ServerProcess>(std::move(server));
+  } else {
+    link.peer_address = options.peer;
+  }
+  REMORA_ASSIGN_OR_RETURN(link.ctx, Context::create());
+  REMORA_ASSIGN_OR_RETURN(link.ep, link.ctx->connect(link.peer_address, kConnectTimeout));
+  return link;
+}
+
+Status DriverLink::close() {
+  if (ep) ep->close();
+  ep.reset();
+  ctx.reset();
+  if (server) {
+    Status s = server->wait(std::chrono::seconds(10));
+    server.reset();
+    return s;
+  }
+  return Status::ok();
+}
+
+nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
+  const Config& c = ctx.config();
+  return {{"streams", ep.data_streams()},
+          {"streams_configured", c.streams_per_endpoint},
+          {"chunk_bytes", c.chunk_bytes},
+          {"eager_limit", c.eager_limit},
+          {"eager_credit", c.eager_credit},
+          {"spin_us", c.spin_us},
+          {"progress_linger_us", c.progress_linger_us},
+          {"max_outstanding", c.max_outstanding},
+          {"peer", ep.peer_address()}};
+}
+
+nlohmann::json endpoint_json(const EndpointStats& s) {
+  return {{"messages_sent", s.messages_sent}, {"messages_received", s.messages_received},
+          {"bytes_sent", s.bytes_sent},       {"bytes_received", s.bytes_received},
+          {"eager_sent", s.eager_sent},       {"rendezvous_sent", s.rendezvous_sent},
+          {"chunks_sent", s.chunks_sent},     {"chunks_per_stream", s.chunks_per_stream}};
+}
+
+uint32_t window_slots(size_t size, uint32_t window) {
+  constexpr size_t kMaxWindowBytes = size_t{64} << 20;
+  const size_t fit = size == 0 ? window : kMaxWindowBytes / size;
+  return static_cast<uint32_t>(std::clamp<size_t>(fit, 1, std::max<uint32_t>(window, 1)));
+}
+
+}  // namespace remora::perf::internal
+
+namespace remora::perf {
+
+using namespace internal;  // NOLINT(google-build-using-namespace)
+
+Status serve(std::string_view address, int port_fd) {
+  REMORA_ASSIGN_OR_RETURN(auto ctx, Context::create());
+  REMORA_ASSIGN_OR_RETURN(auto listener, ctx->listen(address));
+  if (port_fd >= 0) {
+    const std::string line = fmt::format("{}\n", listener->port());
+    if (::write(port_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      Status s = errno_status("reporting the port");
+      ::close(port_fd);
+      return s;
+    }
+    ::close(port_fd);
+  } else {
+    fmt::print(stderr, "remora: listening on {}, waiting for a driver\n", listener->address());
+  }
+  REMORA_ASSIGN_OR_RETURN(auto ep, listener->accept(port_fd >= 0 ? Duration(kConnectTimeout) : kForever));
+  listener.reset();
+
+  BufferSet control_buffers(*ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
+  REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
+  ControlChannel control(*ep, control_span);
+  REMORA_ASSIGN_OR_RETURN(nlohmann::json plan, control.recv(kPlanTag));
+
+  const std::string kind = plan.value("kind", "");
+  const BufferSource source = plan.value("buffers", "pool") == "register" ? BufferSource::kRegister : BufferSource::kPool;
+  BufferSet buffers(*ctx, source);
+  Status s;
+  if (kind == "p2p") {
+    s = follow_p2p(*ep, control, buffers, plan);
+  } else if (kind == "demo") {
+    s = follow_demo(*ep, control, buffers, plan);
+  } else {
+    s = Status(StatusCode::kProtocol, fmt::format("unknown plan kind '{}'", kind));
+  }
+  if (!s.is_ok()) return s;
+
+  buffers.release_all();
+  nlohmann::json report = buffers.stats();
+  report["endpoint"] = endpoint_json(ep->stats());
+  report["config"] = config_json(*ctx, *ep);
+  // The driver closes right after its goodbye, and a closed endpoint fails receives
+  // posted later, even for a message that arrived before the close: post it first.
+  const Request bye = control.post_recv(kByeTag);
+  REMORA_RETURN_IF_ERROR(control.send(kReportTag, report));
+  REMORA_RETURN_IF_ERROR(control.finish_recv(bye).status());
+  ep->close();
+  return Status::ok();
+}
+
+Result<size_t> parse_size(std::string_view text) {
+  if (text.empty()) return Status(StatusCode::kInvalidArgument, "empty size");
+  size_t multiplier = 1;
+  switch (text.back()) {
+    case 'k': case 'K': multiplier = size_t{1} << 10; break;
+    case 'm': case 'M': multiplier = size_t{1} << 20; break;
+    case 'g': case 'G': multiplier = size_t{1} << 30; break;
+    default: break;
+  }
+  std::string_view digits = multiplier == 1 ? text : text.substr(0, text.size() - 1);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos || digits.size() > 12) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("bad size '{}': use bytes or a K/M/G suffix (powers of 1024), e.g. 8,4K,1M", text));
+  }
+  return std::stoull(std::string(digits)) * multiplier;
+}
+
+std::string format_size(size_t bytes) {
+  if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) return fmt::format("{}G", bytes >> 30);
+  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return fmt::format("{}M", bytes >> 20);
+  if (bytes >= (size_t{1} << 10) && bytes % (size_t{1} << 10) == 0) return fmt::format("{}K", bytes >> 10);
+  return fmt::format("{}", bytes);
+}
+
+std::string_view to_string(P2pMode mode) noexcept {
+  switch (mode) {
+    case P2pMode::kBandwidth: return "bw";
+    case P2pMode::kLatency: return "lat";
+    case P2pMode::kBiBandwidth: return "bibw";
+  }
+  return "?";
+}
+
+std::string_view to_string(BufferSource source) noexcept {
+  return source == BufferSource::kPool ? "pool" : "register";
+}
+
+}  // namespace remora::perf

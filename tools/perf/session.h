@@ -1,0 +1,126 @@
+// tools/perf/session.h — what both sides of a perf run share: the spawned loopback
+// follower, the connection, JSON control messages, registered buffers and stats.
+// Private to tools/perf.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "remora/remora.h"
+#include "perf.h"
+
+namespace remora::perf::internal {
+
+/// Tags of the perf protocol. Distinct tags per purpose, so a driver and a follower that
+/// disagree about the plan time out instead of silently mixing messages.
+inline constexpr Tag kPlanTag{1};
+inline constexpr Tag kReadyTag{2};
+inline constexpr Tag kReportTag{3};
+inline constexpr Tag kByeTag{4};
+inline constexpr Tag kPingTag{10};
+inline constexpr Tag kPongTag{11};
+inline constexpr Tag kSumTag{12};
+inline constexpr Tag kAckTag{13};
+inline constexpr Tag kDataTag{14};
+
+/// Bound on any single wait: generous (64 MiB at 100 MB/s is under a second), so a
+/// stuck run ends with an error instead of hanging.
+inline constexpr std::chrono::seconds kOpTimeout{60};
+inline constexpr std::chrono::seconds kConnectTimeout{15};
+
+/// Waits for `r`; an error status gets `what` as context.
+Status wait_ok(const Request& r, std::string_view what);
+Status wait_all_ok(std::span<const Request> rs, std::string_view what);
+
+/// A follower process started by the driver. Killed (SIGTERM) if still running when
+/// destroyed; `wait` reaps it and turns a nonzero exit into an error.
+class ServerProcess {
+ public:
+  ServerProcess() = default;
+  ServerProcess(ServerProcess&& other) noexcept;
+  ServerProcess& operator=(ServerProcess&& other) noexcept;
+  ~ServerProcess();
+
+  /// fork + exec `self_exe serve --listen 127.0.0.1:0 --port-fd N`; returns once the
+  /// child has written its port to the pipe (no sleeps; bounded by kConnectTimeout).
+  static Result<ServerProcess> spawn(const std::string& self_exe);
+  uint16_t port() const { return port_; }
+  bool running() const { return pid_ > 0; }
+  Status wait(std::chrono::milliseconds timeout);
+
+ private:
+  void terminate() noexcept;
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+/// Buffers for one run, from a Pool or registered explicitly.
+class BufferSet {
+ public:
+  /// Pool arenas of `arena_bytes` serve the size classes up to it (one arena per class);
+  /// a larger buffer gets an arena of its own. Small arenas keep pinned memory modest.
+  BufferSet(Context& ctx, BufferSource source, size_t arena_bytes = size_t{4} << 20);
+  /// A registered buffer of `bytes` (at least 1) that lives as long as the set or until
+  /// release_all().
+  Result<std::span<std::byte>> get(size_t bytes);
+  void release_all();
+  nlohmann::json stats() const;  ///< pool (if used) and registry counters
+
+ private:
+  struct Held;
+  Context& ctx_;
+  BufferSource source_;
+  Pool pool_;
+  std::vector<std::shared_ptr<Held>> held_;
+};
+
+/// Small JSON messages over the endpoint, from a registered control buffer.
+class ControlChannel {
+ public:
+  static constexpr size_t kMaxMessage = 64 * 1024;
+  ControlChannel(Endpoint& ep, std::span<std::byte> buffer) : ep_(ep), buffer_(buffer) {}
+  Status send(Tag tag, const nlohmann::json& message);
+  Result<nlohmann::json> recv(Tag tag) { return finish_recv(post_recv(tag)); }
+  /// Split receive, for a message that must be posted before something else happens.
+  /// One posted receive at a time: they share the buffer.
+  Request post_recv(Tag tag);
+  Result<nlohmann::json> finish_recv(const Request& r);
+
+ private:
+  Endpoint& ep_;
+  std::span<std::byte> buffer_;  ///< kMaxMessage bytes: first half out, second half in
+};
+
+/// The driver's view of a run: its context, the endpoint and, when it spawned one, the
+/// follower process. The follower is spawned before the context exists (no threads at
+/// fork time).
+struct DriverLink {
+  std::unique_ptr<ServerProcess> server;  ///< null with PeerOptions::peer
+  std::unique_ptr<Context> ctx;
+  std::shared_ptr<Endpoint> ep;
+  std::string peer_address;
+
+  static Result<DriverLink> open(const PeerOptions& options);
+  /// Goodbye to the follower, close, reap the spawned process.
+  Status close();
+};
+
+nlohmann::json config_json(const Context& ctx, const Endpoint& ep);
+nlohmann::json endpoint_json(const EndpointStats& stats);
+
+/// The follower's side of each plan kind (the driver's is in run_p2p / run_demo).
+Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
+Status follow_demo(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
+
+/// Buffers a window of `size`-byte messages cycles through: distinct up to 64 MiB.
+uint32_t window_slots(size_t size, uint32_t window);
+
+}  // namespace remora::perf::internal
