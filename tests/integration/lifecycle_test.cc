@@ -133,7 +133,11 @@ TEST(Lifecycle, OneContextManyPeersOneDies) {
     ASSERT_TRUE(rs[i].wait(30s).is_ok());
     EXPECT_EQ(std::memcmp(bufs[i].data(), doomed_in.content(doomed_in.messages[i]).data(), 262144), 0);
   }
+  std::byte never[8];
+  Request sentinel = eps[2]->recv(never, kNeverTag);  // can only end by failing
   peers[2]->kill_and_reap();
+  const Status ss = sentinel.wait(30s);
+  EXPECT_EQ(ss.code(), StatusCode::kPeerFailed) << "receive pending on the killed peer's endpoint: " << describe(ss);
   for (Request& r : rs) {
     const Status s = r.wait(30s);
     EXPECT_TRUE(s.is_ok() || s.code() == StatusCode::kPeerFailed) << describe(s);

@@ -33,7 +33,8 @@ ExchangeReport run_exchange(Endpoint& ep, const Plan& out, const Plan& in, const
 
 /// After both sides finished their exchange: the initiator sends FIN and waits for
 /// FIN_ACK; the other side waits for FIN, sends FIN_ACK and then waits (bounded) until
-/// the initiator's close shows up as a failed receive (kAborted/kPeerFailed).
+/// the initiator's close shows up as a failed receive (kAborted/kPeerFailed) — at most
+/// 10 s for that last step.
 /// Empty string on success.
 std::string close_handshake(Endpoint& ep, bool initiator, std::chrono::milliseconds timeout);
 
