@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@
 #include "remora/endpoint.h"
 #include "remora/status.h"
 #include "support/process.h"
+
+namespace remora {
+/// gtest prints StatusCode by name ("peer_failed") instead of as raw bytes.
+inline void PrintTo(StatusCode code, std::ostream* os) { *os << to_string(code); }
+}  // namespace remora
 
 namespace remora::itest {
 
