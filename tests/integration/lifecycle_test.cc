@@ -42,6 +42,27 @@ TEST(Lifecycle, CloseAbortsOutstandingAndLaterOperations) {
   p.eb->close();  // idempotent
 }
 
+TEST(Lifecycle, CloseRightAfterTheLastMessageIsNoticed) {
+  // The last frame, GOODBYE and the FIN tend to arrive together: the receiving side
+  // must still notice the close, however the reads are split.
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Pair p = make_pair_in_process(make_context(1), make_context(1));
+    ASSERT_TRUE(p.ea && p.eb);
+    std::vector<std::byte> got(64), never(8);
+    Request last = p.ea->recv(got, Tag{1});
+    Request pending = p.ea->recv(never, Tag{2});
+    const char text[] = "last words";
+    ASSERT_TRUE(p.eb->send(std::as_bytes(std::span(text)), Tag{1}).wait(5s).is_ok());
+    p.eb->close();
+    ASSERT_TRUE(last.wait(5s).is_ok());
+    const Status s = pending.wait(5s);
+    ASSERT_TRUE(s.code() == StatusCode::kAborted || s.code() == StatusCode::kPeerFailed)
+        << "a receive pending when the peer closed: " << describe(s);
+    EXPECT_TRUE(p.ea->failed());
+  }
+}
+
 TEST(Lifecycle, DestroyingTheContextAbortsOutstandingRequests) {
   Pair p = make_pair_in_process(make_context(2), make_context(2));
   ASSERT_TRUE(p.ea && p.eb);
