@@ -82,7 +82,7 @@ TEST(Lifecycle, DestroyingTheContextAbortsOutstandingRequests) {
 
 TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
   // SIGPIPE must not kill this process, and the send must fail, not hang.
-  const uint64_t size = scaled<uint64_t>(uint64_t{1} << 30, 256 << 20);
+  const uint64_t size = uint64_t{1} << 30;  // mmap'd zero pages: cheap in every build
   auto ctx = make_context(2);
   ASSERT_TRUE(ctx);
   GuardedBuffer buf(size);  // content does not matter here: the receiver dies
@@ -91,11 +91,15 @@ TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
                                                  "--close=none"});
   ASSERT_TRUE(sess.ep);
   Request r = sess.ep->send(buf.span(), Tag{9});
-  // Wait until chunks are flowing (a protocol event), then kill the receiver.
+  // As soon as chunks flow (a protocol event), freeze the receiver so the transfer
+  // cannot finish, then kill it: the kill lands mid-transfer, with our data streams
+  // blocked on full socket buffers.
   const auto deadline = Clock::now() + 30s;
-  while (sess.ep->stats().chunks_sent < 16 && !r.done() && Clock::now() < deadline) std::this_thread::yield();
-  ASSERT_FALSE(r.done()) << "the 1 GiB send finished before the kill; " << describe(r.wait(0s));
-  ASSERT_GE(sess.ep->stats().chunks_sent, 16u) << "no chunks sent within 30 s";
+  while (sess.ep->stats().chunks_sent == 0 && !r.done() && Clock::now() < deadline) std::this_thread::yield();
+  sess.peer->signal(SIGSTOP);
+  ASSERT_FALSE(r.done()) << "the 1 GiB send finished before the receiver was stopped; " << describe(r.wait(0s));
+  ASSERT_GT(sess.ep->stats().chunks_sent, 0u) << "no chunks sent within 30 s";
+  EXPECT_EQ(r.wait(200ms).code(), StatusCode::kTimeout) << "the send completed while the receiver was stopped";
   sess.peer->kill_and_reap();
   const Status s = r.wait(30s);
   EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << describe(s);
