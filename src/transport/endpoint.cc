@@ -561,8 +561,10 @@ bool EndpointCore::schedule_chunks() {
 
 void EndpointCore::pump() {
   // Schedule chunks onto streams with room, announce them, push bytes; repeat while
-  // streams drain fast enough to take more.
-  for (int round = 0; round < 64 && state_ == State::kActive; ++round) {
+  // streams drain fast enough to take more. Stop only when nothing more can be
+  // scheduled (every stream holds a chunk it could not write, or nothing is ready):
+  // only then is a later EPOLLOUT edge guaranteed to call us again.
+  while (state_ == State::kActive) {
     bool scheduled = schedule_chunks();
     flush_control();
     if (state_ != State::kActive) return;

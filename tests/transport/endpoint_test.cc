@@ -182,3 +182,25 @@ TEST(Context, Ipv6AndNames) {
 
 }  // namespace
 }  // namespace remora
+
+namespace remora {
+namespace {
+
+// Regression: the scheduler used to stop after 64 rounds even when every chunk had
+// been written without EAGAIN, so no EPOLLOUT edge ever resumed it; more than
+// 64 chunks in flight on a single stream hung.
+TEST(Endpoint, ManyChunksInFlightOnOneStreamComplete) {
+  Pair p = make_pair({.streams_per_endpoint = 1, .chunk_bytes = 4096});
+  constexpr size_t kMessages = 8, kSize = 200 * 4096 + 17;  // 1600+ chunks in flight
+  std::vector<std::vector<std::byte>> in(kMessages, std::vector<std::byte>(kSize));
+  std::vector<std::vector<std::byte>> out;
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kMessages; ++i) reqs.push_back(p.server->recv(in[i], Tag{i}));
+  for (size_t i = 0; i < kMessages; ++i) out.push_back(pattern(kSize, 100 + i));
+  for (size_t i = 0; i < kMessages; ++i) reqs.push_back(p.client->send(out[i], Tag{i}));
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (size_t i = 0; i < kMessages; ++i) EXPECT_EQ(in[i], out[i]) << i;
+}
+
+}  // namespace
+}  // namespace remora
