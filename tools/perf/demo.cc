@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -81,13 +82,14 @@ Status exchange(Endpoint& ep, BufferSet& buffers, ControlChannel& control, const
   }
 
   const uint32_t total = st.iters;
+  const std::string label = format_size(st.size);  // formatted once, not per iteration
   if (driver) {
     const Clock::time_point t0 = Clock::now();
     for (uint32_t it = 0; it < total; ++it) {
       const std::array<Request, 2> pair{ep.recv(in, kPongTag), ep.send(out, kPingTag)};
       REMORA_RETURN_IF_ERROR(wait_all_ok(pair, "ping-pong"));
       if (pair[0].bytes() != st.size) note(fmt::format("pong {}: {} bytes, expected {}", it, pair[0].bytes(), st.size));
-      if (progress && (it & 15) == 0) progress(format_size(st.size), it + 1, total);
+      if (progress && (it & 15) == 0) progress(label, it + 1, total);
     }
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   } else {
