@@ -36,6 +36,11 @@ if(REMORA_BUILD_TESTS)
            COMMAND remora_tool bench p2p --mode bw --buffers register --sizes 1M --window 8 --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_bibw COMMAND remora_tool bench p2p --mode bibw --sizes 8,4M --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_lat COMMAND remora_tool bench p2p --mode lat --sizes 8,1M --iters 50 --warmup 5)
-  set_tests_properties(remora_perf_tests remora_version remora_demo remora_bench_p2p_bw remora_bench_p2p_bw_register
+  # Damaged data must fail the demo, loudly: exit 1 and the peer's verdict in the table.
+  add_test(NAME remora_demo_detects_corruption
+           COMMAND sh -c "\"$0\" demo --sizes 4K,1M --iters 5 --inject-corruption > demo.out 2>&1; rc=$?; cat demo.out; \
+                    [ $rc -eq 1 ] && [ $(grep -c 'NO: peer: verify round 0: checksum' demo.out) -eq 2 ]"
+                   $<TARGET_FILE:remora_tool>)
+  set_tests_properties(remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat PROPERTIES LABELS "tools" TIMEOUT 120)
 endif()
