@@ -3,9 +3,9 @@
 # path, in one run:
 #   bandwidth: iperf3 -l 1M and -l 16M (3.12 refuses > 1M: then the 1M run stands in)
 #              with -P = remora's data streams, against
-#              `remora bench p2p --mode bw` at 1M and 16M (target: ratio >= 1.0);
+#              `remora bench p2p --mode bw` at 1M and 16M, ~8 GiB each (target: ratio >= 1.0);
 #   latency:   sockperf ping-pong with both ends pinned to CPU 0 (one-way = RTT/2),
-#              against `remora bench p2p --mode lat` at 8 B, not pinned
+#              against `remora bench p2p --mode lat` at 8 B, 50000 round trips, not pinned
 #              (target: ratio <= 1.0). sockperf's smallest message is 14 B (its own
 #              header); remora's 8 B payload travels with a 16 B frame header.
 # Prints a table (metric, reference, remora, ratio, target) and, with --json, writes
@@ -139,9 +139,12 @@ run_remora() {
     tail -3 "$tmp/remora-$name.txt" >"$tmp/remora-$name.err"
   fi
 }
-run_remora bw-1M --mode bw --sizes 1M --window "$window"
-run_remora bw-16M --mode bw --sizes 16M --window "$window"
-run_remora lat --mode lat --sizes 8
+# Longer than the tool's defaults, so remora's rows average over seconds like the
+# references do: ~8 GiB per bandwidth row, 50000 round trips for latency.
+bw_iters() { echo $(((8 * 1024 + $1 * window - 1) / ($1 * window))); }  # $1 = size in MiB
+run_remora bw-1M --mode bw --sizes 1M --window "$window" --iters "$(bw_iters 1)"
+run_remora bw-16M --mode bw --sizes 16M --window "$window" --iters "$(bw_iters 16)"
+run_remora lat --mode lat --sizes 8 --iters 50000 --warmup 1000
 
 # --- table and JSON -----------------------------------------------------------------
 set +e

@@ -18,3 +18,29 @@ set_target_properties(remora_tool PROPERTIES OUTPUT_NAME remora)
 target_compile_options(remora_tool PRIVATE ${REMORA_WARNINGS} -Wno-null-dereference)
 target_link_libraries(remora_tool PRIVATE remora_perf CLI11::CLI11 fmt::fmt)
 install(TARGETS remora_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+if(REMORA_BUILD_TESTS)
+  enable_testing()
+  find_package(GTest REQUIRED)
+  add_executable(remora_perf_tests ${CMAKE_CURRENT_LIST_DIR}/perf/perf_test.cc)
+  target_compile_options(remora_perf_tests PRIVATE ${REMORA_WARNINGS})
+  target_link_libraries(remora_perf_tests PRIVATE remora_perf GTest::gtest GTest::gtest_main)
+  add_test(NAME remora_perf_tests COMMAND remora_perf_tests)
+
+  # The tool end to end, each with its own spawned follower: every mode, both buffer
+  # sources, the demo's verification. Small iteration counts keep them to seconds.
+  add_test(NAME remora_version COMMAND remora_tool version --json)
+  add_test(NAME remora_demo COMMAND remora_tool demo --sizes 1,4K,64K,1M,8M --iters 10)
+  add_test(NAME remora_bench_p2p_bw COMMAND remora_tool bench p2p --mode bw --sizes 8,64K,4M --iters 3 --warmup 1)
+  add_test(NAME remora_bench_p2p_bw_register
+           COMMAND remora_tool bench p2p --mode bw --buffers register --sizes 1M --window 8 --iters 3 --warmup 1)
+  add_test(NAME remora_bench_p2p_bibw COMMAND remora_tool bench p2p --mode bibw --sizes 8,4M --iters 3 --warmup 1)
+  add_test(NAME remora_bench_p2p_lat COMMAND remora_tool bench p2p --mode lat --sizes 8,1M --iters 50 --warmup 5)
+  # Damaged data must fail the demo, loudly: exit 1 and the peer's verdict in the table.
+  add_test(NAME remora_demo_detects_corruption
+           COMMAND sh -c "\"$0\" demo --sizes 4K,1M --iters 5 --inject-corruption > demo.out 2>&1; rc=$?; cat demo.out; \
+                    [ $rc -eq 1 ] && [ $(grep -c 'NO: peer: verify round 0: checksum' demo.out) -eq 2 ]"
+                   $<TARGET_FILE:remora_tool>)
+  set_tests_properties(remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
+                       remora_bench_p2p_bibw remora_bench_p2p_lat PROPERTIES LABELS "tools" TIMEOUT 120)
+endif()

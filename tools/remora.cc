@@ -116,8 +116,10 @@ int print_version(bool as_json) {
   return 0;
 }
 
-int run_demo(const std::vector<std::string>& size_texts, std::optional<uint32_t> iters, const std::string& json) {
+int run_demo(const std::vector<std::string>& size_texts, std::optional<uint32_t> iters, const std::string& json,
+             bool inject_corruption) {
   remora::perf::DemoOptions o;
+  o.inject_corruption = inject_corruption;
   if (auto s = parse_sizes(size_texts, &o.sizes); !s) return fail(s);
   o.iters = iters;
   TtyProgress progress;
@@ -212,6 +214,8 @@ int main(int argc, char** argv) {
   demo->add_option("--sizes", demo_sizes, "message sizes, e.g. 1,4K,1M (default 1 B..64 MiB in powers of 4)")->delimiter(',');
   demo->add_option("--iters", demo_iters, "timed round trips per size (default: scaled by size)")->check(CLI::PositiveNumber);
   demo->add_option("--json", demo_json, "also write the results as JSON to this file");
+  bool demo_corrupt = false;
+  demo->add_flag("--inject-corruption", demo_corrupt)->group("");  // hidden: proves the checks fail loudly
 
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -241,7 +245,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (*version) return print_version(version_json);
-  if (*demo) return run_demo(demo_sizes, demo_iters, demo_json);
+  if (*demo) return run_demo(demo_sizes, demo_iters, demo_json, demo_corrupt);
   if (*p2p) return run_p2p(p2p_args);
   if (*serve) {
     if (auto s = remora::perf::serve(serve_listen, serve_port_fd); !s) {

@@ -174,6 +174,7 @@ void ProgressEngine::poll_and_dispatch(int timeout_ms, bool blocking_lock) {
 }
 
 bool ProgressEngine::should_park() const noexcept {
+  if (blocked_waiters_.load(std::memory_order_acquire) > 0) return false;
   if (active_waiters_.load(std::memory_order_acquire) > 0) return true;
   int64_t last = last_waiter_ns_.load(std::memory_order_relaxed);
   return last != 0 && now_ns() - last < int64_t{options_.linger_us} * 1000;
@@ -181,7 +182,7 @@ bool ProgressEngine::should_park() const noexcept {
 
 void ProgressEngine::thread_main() {
   while (running_.load(std::memory_order_acquire)) {
-    if (should_park() && !kicked_.load(std::memory_order_acquire)) {
+    if (should_park()) {
       // Waiters are spinning and harvesting events themselves; stay off their CPUs,
       // but look around once per linger period for sockets nobody waits on.
       uint32_t seq = park_word_.load(std::memory_order_acquire);
@@ -189,7 +190,6 @@ void ProgressEngine::thread_main() {
       poll_and_dispatch(0, /*blocking_lock=*/false);
       continue;
     }
-    kicked_.store(false, std::memory_order_release);
     poll_and_dispatch(next_timer_ms(), /*blocking_lock=*/true);
   }
 }
@@ -201,10 +201,12 @@ void ProgressEngine::waiter_exit() noexcept {
   active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void ProgressEngine::kick() noexcept {
-  kicked_.store(true, std::memory_order_release);
+void ProgressEngine::block_begin() noexcept {
+  blocked_waiters_.fetch_add(1, std::memory_order_acq_rel);
   park_word_.fetch_add(1, std::memory_order_release);
   futex_wake_all(&park_word_);
 }
+
+void ProgressEngine::block_end() noexcept { blocked_waiters_.fetch_sub(1, std::memory_order_acq_rel); }
 
 }  // namespace remora::engine

@@ -9,8 +9,8 @@
 //   50–150 µs, so completing in the waiting thread is what makes latency low.
 // - While waiters spin (and for progress_linger after the last one left), the
 //   progress thread parks instead of competing for the CPU, waking every linger
-//   period to serve other sockets. A waiter that gives up spinning kicks it back into
-//   epoll before it blocks.
+//   period to serve other sockets. It never parks while a thread is blocked
+//   waiting for it (block_begin/block_end): such a thread wakes it first.
 //
 // Handlers are registered per fd with edge-triggered interest and are identified on
 // the wire of epoll by (slot, generation), so events for a removed handler are
@@ -101,11 +101,14 @@ class ProgressEngine {
   /// dispatched (0 when idle or when another thread held the lock).
   int try_progress();
 
-  /// Waiter accounting, used by Request::wait.
+  /// Waiter accounting, used by Request::wait: a spinning waiter harvests events
+  /// itself, so the progress thread parks while any spins.
   void waiter_enter() noexcept;
   void waiter_exit() noexcept;
-  /// A waiter is about to block: make sure the progress thread serves the sockets.
-  void kick() noexcept;
+  /// A thread is about to block until the progress thread completes something for
+  /// it: the progress thread must serve the sockets (never park) until block_end().
+  void block_begin() noexcept;
+  void block_end() noexcept;
 
   const Options& options() const noexcept { return options_; }
 
@@ -133,7 +136,7 @@ class ProgressEngine {
 
   Options options_;
   int epfd_ = -1;
-  int wake_fd_ = -1;  // eventfd: stop() and kick() wake epoll_wait
+  int wake_fd_ = -1;  // eventfd: stop() and new timers wake epoll_wait
   std::mutex mutex_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
@@ -146,7 +149,7 @@ class ProgressEngine {
   std::atomic<uint32_t> active_waiters_{0};
   std::atomic<int64_t> last_waiter_ns_{0};
   std::atomic<uint32_t> park_word_{0};
-  std::atomic<bool> kicked_{false};
+  std::atomic<uint32_t> blocked_waiters_{0};
   std::atomic<bool> in_epoll_{false};
   std::atomic<uint32_t> lock_waiters_{0};
 };

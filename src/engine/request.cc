@@ -54,7 +54,17 @@ Status Request::wait(Duration timeout) const {
     return Status(StatusCode::kTimeout, "operation still in progress after " +
                                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) + " ms");
   }
-  if (eng != nullptr) eng->kick();
+  struct BlockScope {
+    engine::ProgressEngine* e;
+    explicit BlockScope(engine::ProgressEngine* eng) : e(eng) {
+      if (e != nullptr) e->block_begin();
+    }
+    ~BlockScope() {
+      if (e != nullptr) e->block_end();
+    }
+    BlockScope(const BlockScope&) = delete;
+    BlockScope& operator=(const BlockScope&) = delete;
+  } block(eng);
   while (!st.done()) {
     auto now = Clock::now();
     if (now >= deadline) {

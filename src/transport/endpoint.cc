@@ -318,6 +318,7 @@ void EndpointCore::on_control_event(uint32_t events) {
     ctl_blocked_ = false;
     flush_control();
   }
+  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ctl_hup_ = true;
   if (state_ == State::kActive && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) read_control();
 }
 
@@ -355,8 +356,9 @@ void EndpointCore::read_control() {
     }
     if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
     // A short read drained the socket; new bytes raise a new edge. Skipping the
-    // recv that would return EAGAIN saves a syscall per message.
-    if (static_cast<size_t>(n) < space) break;
+    // recv that would return EAGAIN saves a syscall per message — but not once the
+    // peer hung up: the FIN came with the same edge, and only a read sees the EOF.
+    if (static_cast<size_t>(n) < space && !ctl_hup_) break;
   }
   if (state_ == State::kActive) pump();
 }
@@ -642,7 +644,7 @@ void EndpointCore::read_stream(uint16_t index) {
     op->received += got;
     if (c.remaining == 0) s.rxq.pop_front();
     if (op->received == op->length || (op->doomed && op->received == op->announced)) finish_recv(op);
-    if (short_read) break;  // drained; the next bytes raise a new edge
+    if (short_read && !s.eof) break;  // drained; the next bytes raise a new edge (see read_control)
   }
   if (state_ == State::kDraining) maybe_finalize();
 }

@@ -182,6 +182,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;
   bool ctl_blocked_ = false;
+  bool ctl_hup_ = false;  // epoll reported a hang-up: read to EOF, never stop at a short read
   std::vector<std::byte> ctl_rx_;
   size_t rx_begin_ = 0;
   size_t rx_end_ = 0;

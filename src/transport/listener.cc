@@ -192,8 +192,9 @@ Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration timeout) {
     }
     auto now = engine::Clock::now();
     if (now >= deadline) return Status(StatusCode::kTimeout, "no peer connected before the accept deadline");
-    engine_->kick();
+    engine_->block_begin();
     engine::futex_wait(&ready_seq_, seq, forever ? std::chrono::nanoseconds(-1) : deadline - now);
+    engine_->block_end();
   }
 }
 

@@ -204,3 +204,26 @@ TEST(Endpoint, ManyChunksInFlightOnOneStreamComplete) {
 
 }  // namespace
 }  // namespace remora
+
+namespace remora {
+namespace {
+
+// Regression: the last frame, GOODBYE and FIN often arrive in one edge; stopping at a
+// short read left the EOF unseen, so a receive pending at the close never failed.
+TEST(Endpoint, CloseRightAfterLastMessageFailsPendingReceive) {
+  for (int round = 0; round < 20; ++round) {
+    Pair p = make_pair({.streams_per_endpoint = 1});
+    std::vector<std::byte> got(64), never(8);
+    Request last = p.server->recv(got, Tag{1});
+    Request pending = p.server->recv(never, Tag{2});
+    auto msg = pattern(40, round);
+    ASSERT_TRUE(p.client->send(msg, Tag{1}).wait(5s).is_ok());
+    p.client->close();
+    ASSERT_TRUE(last.wait(5s).is_ok()) << round;
+    EXPECT_EQ(pending.wait(5s).code(), StatusCode::kPeerFailed) << round;
+    EXPECT_TRUE(p.server->failed());
+  }
+}
+
+}  // namespace
+}  // namespace remora

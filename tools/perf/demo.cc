@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -44,7 +45,7 @@ uint64_t load_u64(std::span<const std::byte> b) {
 /// One side of one size. Transport errors are returned; data that does not verify goes
 /// to `problem` (first one wins) and the run goes on.
 Status exchange(Endpoint& ep, BufferSet& buffers, ControlChannel& control, const DemoStep& st, bool driver,
-                const ProgressFn& progress, double* seconds, std::string* problem) {
+                bool corrupt, const ProgressFn& progress, double* seconds, std::string* problem) {
   const auto note = [&](std::string what) {
     if (problem->empty()) *problem = std::move(what);
   };
@@ -68,6 +69,7 @@ Status exchange(Endpoint& ep, BufferSet& buffers, ControlChannel& control, const
     fill_pattern(out, seed_for(st.size, v, driver));
     const uint64_t mine = checksum(out);
     std::memcpy(sum_out.data(), &mine, 8);
+    if (corrupt && v == 0) out[out.size() / 2] ^= std::byte{0x01};
     std::fill(in.begin(), in.end(), std::byte{0xA5});
     const std::array<Request, 4> rs{ep.recv(in, peer_tag), ep.recv(sum_in, kSumTag), ep.send(out, my_tag),
                                     ep.send(sum_out, kSumTag)};
@@ -81,13 +83,14 @@ Status exchange(Endpoint& ep, BufferSet& buffers, ControlChannel& control, const
   }
 
   const uint32_t total = st.iters;
+  const std::string label = format_size(st.size);  // formatted once, not per iteration
   if (driver) {
     const Clock::time_point t0 = Clock::now();
     for (uint32_t it = 0; it < total; ++it) {
       const std::array<Request, 2> pair{ep.recv(in, kPongTag), ep.send(out, kPingTag)};
       REMORA_RETURN_IF_ERROR(wait_all_ok(pair, "ping-pong"));
       if (pair[0].bytes() != st.size) note(fmt::format("pong {}: {} bytes, expected {}", it, pair[0].bytes(), st.size));
-      if (progress && (it & 15) == 0) progress(format_size(st.size), it + 1, total);
+      if (progress && (it & 15) == 0) progress(label, it + 1, total);
     }
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   } else {
@@ -119,7 +122,7 @@ Status follow_demo(Endpoint& ep, ControlChannel& control, BufferSet& buffers, co
                       .verify = js.at("verify").get<uint32_t>()};
     std::string problem;
     double unused = 0;
-    Status s = exchange(ep, buffers, control, st, /*driver=*/false, nullptr, &unused, &problem);
+    Status s = exchange(ep, buffers, control, st, /*driver=*/false, /*corrupt=*/false, nullptr, &unused, &problem);
     if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
     buffers.release_all();
     REMORA_RETURN_IF_ERROR(control.send(kVerdictTag, {{"size", st.size}, {"verified", problem.empty()}, {"problem", problem}}));
@@ -162,7 +165,8 @@ Result<DemoReport> run_demo(const DemoOptions& o) {
       row.size = st.size;
       row.iterations = st.iters;
       double seconds = 0;
-      Status s = exchange(ep, buffers, control, st, /*driver=*/true, o.progress, &seconds, &row.problem);
+      Status s = exchange(ep, buffers, control, st, /*driver=*/true, o.inject_corruption, o.progress, &seconds,
+                          &row.problem);
       if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
       buffers.release_all();
       REMORA_ASSIGN_OR_RETURN(auto verdict, control.recv(kVerdictTag));

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -88,6 +89,7 @@ Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t windo
 
   std::vector<Request> sends(sends_data ? window : 0), recvs(receives_data ? window : 0);
   const uint32_t total = st.warmup + st.iters;
+  const std::string label = format_size(st.size);  // formatted once, not per iteration
   REMORA_RETURN_IF_ERROR(start());
   Clock::time_point t0 = Clock::now();
   for (uint32_t it = 0; it < total; ++it) {
@@ -106,7 +108,7 @@ Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t windo
         REMORA_RETURN_IF_ERROR(wait_ok(ep.send(ack, kAckTag), "ack send"));
       }
     }
-    if (progress) progress(format_size(st.size), it + 1, total);
+    if (progress) progress(label, it + 1, total);
   }
   *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return Status::ok();
@@ -136,6 +138,7 @@ Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool drive
   }
 
   REMORA_RETURN_IF_ERROR(start());
+  const std::string label = format_size(st.size);  // formatted once, not per iteration
   for (uint32_t it = 0; it < total; ++it) {
     const Clock::time_point t = Clock::now();
     const std::array<Request, 2> pair{ep.recv(recv_buf, kPongTag), ep.send(send_buf, kPingTag)};
@@ -143,7 +146,7 @@ Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool drive
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
     if (pair[0].bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("pong of {} bytes, expected {}", pair[0].bytes(), st.size));
     if (it >= st.warmup) (*rtt_us)[it - st.warmup] = us;
-    if (progress && (it & 63) == 0) progress(format_size(st.size), it + 1, total);
+    if (progress && (it & 63) == 0) progress(label, it + 1, total);
   }
   return Status::ok();
 }

@@ -77,6 +77,9 @@ struct DemoOptions {
   std::vector<size_t> sizes;
   std::optional<uint32_t> iters;  ///< timed round trips per size; unset = scaled by size
   uint32_t verify_rounds = 2;     ///< extra round trips per size with fresh data + checksums
+  /// Fault injection for tests: flip one byte of each size's first verified message
+  /// after its checksum is taken, so the follower must report the mismatch.
+  bool inject_corruption = false;
   PeerOptions peer;
   ProgressFn progress;
 };

@@ -1,0 +1,76 @@
+// tools/perf/perf_test.cc — the perf library's pure parts: sizes, patterns, checksums.
+// The tool end to end (spawned follower, every mode) runs as CTest tests in
+// tools/programs.cmake.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "pattern.h"
+#include "perf.h"
+#include "session.h"
+
+namespace remora::perf {
+namespace {
+
+TEST(ParseSize, AcceptsBytesAndBinarySuffixes) {
+  EXPECT_EQ(parse_size("8").value(), 8u);
+  EXPECT_EQ(parse_size("4K").value(), 4096u);
+  EXPECT_EQ(parse_size("16m").value(), size_t{16} << 20);
+  EXPECT_EQ(parse_size("1G").value(), size_t{1} << 30);
+  EXPECT_EQ(parse_size("0").value(), 0u);
+}
+
+TEST(ParseSize, RejectsGarbage) {
+  for (const char* bad : {"", "K", "3X", "-1", "1.5M", "12345678901234"}) {
+    auto r = parse_size(bad);
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(FormatSize, RoundTripsWithParse) {
+  for (size_t s : {size_t{1}, size_t{1000}, size_t{4096}, size_t{3} << 20, size_t{64} << 20, size_t{2} << 30}) {
+    EXPECT_EQ(parse_size(format_size(s)).value(), s) << format_size(s);
+  }
+  EXPECT_EQ(format_size(1536), "1536");
+}
+
+TEST(Checksum, SeesEveryKindOfDamage) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{31}, size_t{33}, size_t{4097}}) {
+    std::vector<std::byte> a(n + 1);
+    fill_pattern(std::span(a).first(n), 42);
+    const uint64_t good = checksum(std::span(a).first(n));
+    EXPECT_EQ(checksum(std::span(a).first(n)), good);
+    EXPECT_NE(checksum(std::span(a).first(n + 1)), good) << "longer, n=" << n;
+    if (n == 0) continue;
+    EXPECT_NE(checksum(std::span(a).first(n - 1)), good) << "truncated, n=" << n;
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      std::vector<std::byte> b(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n));
+      b[at] ^= std::byte{0x10};
+      EXPECT_NE(checksum(b), good) << "bit flip at " << at << ", n=" << n;
+    }
+    EXPECT_NE(checksum(std::span(a).subspan(1, n)), good) << "shifted, n=" << n;
+  }
+}
+
+TEST(FillPattern, DependsOnSeedAndPosition) {
+  std::vector<std::byte> a(4096), b(4096);
+  fill_pattern(a, 1);
+  fill_pattern(b, 2);
+  EXPECT_NE(a, b);
+  fill_pattern(b, 1);
+  EXPECT_EQ(a, b);
+  // No period of one word: a stale copy shifted by 8 bytes must not look right.
+  EXPECT_FALSE(std::equal(a.begin(), a.end() - 8, a.begin() + 8));
+}
+
+TEST(WindowSlots, DistinctBuffersUpTo64MiB) {
+  EXPECT_EQ(internal::window_slots(8, 64), 64u);
+  EXPECT_EQ(internal::window_slots(size_t{1} << 20, 64), 64u);
+  EXPECT_EQ(internal::window_slots(size_t{16} << 20, 64), 4u);
+  EXPECT_EQ(internal::window_slots(size_t{1} << 30, 64), 1u);
+  EXPECT_EQ(internal::window_slots(0, 8), 8u);
+}
+
+}  // namespace
+}  // namespace remora::perf
