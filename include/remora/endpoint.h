@@ -53,7 +53,10 @@ class Endpoint {
   /// posted, kPeerFailed/kAborted when the endpoint is down.
   Request send(std::span<const std::byte> data, Tag tag);
   /// Posts a receive of a message with `tag` into `buffer`. A message longer than the
-  /// buffer completes this request with kTruncated (and the sender's with kTruncated).
+  /// buffer completes this request with kTruncated and no byte of it is written. A
+  /// rendezvous sender (messages above the eager limit) fails with kTruncated too; an
+  /// eager send completed locally before the receiver matched it, so only the
+  /// receiver learns of the truncation.
   Request recv(std::span<std::byte> buffer, Tag tag);
 
   /// Closes the endpoint: outstanding requests fail with kAborted; the peer sees EOF.
