@@ -72,17 +72,18 @@ Status EndpointCore::activate() {
 // Public API
 // ---------------------------------------------------------------------------
 
+Status EndpointCore::admission() const {
+  if (state_ != State::kActive) return failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_;
+  if (outstanding_ >= config_.max_outstanding) {
+    return Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding_) +
+                                               " outstanding operations (REMORA_MAX_OUTSTANDING); wait for some first");
+  }
+  return Status::ok();
+}
+
 Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (state_ != State::kActive) {
-    return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
-  }
-  if (outstanding_ >= config_.max_outstanding) {
-    return Request(RequestState::completed(
-        Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding_) +
-                                            " outstanding operations (REMORA_MAX_OUTSTANDING); wait for some first"),
-        0, tag));
-  }
+  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
   const uint64_t cost = data.size() + wire::kEagerCreditOverhead;
   if (data.size() <= eager_limit_ && tx_credit_ >= cost) {
     tx_credit_ -= cost;
@@ -114,15 +115,7 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
 
 Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (state_ != State::kActive) {
-    return Request(RequestState::completed(failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_, 0, tag));
-  }
-  if (outstanding_ >= config_.max_outstanding) {
-    return Request(RequestState::completed(
-        Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding_) +
-                                            " outstanding operations (REMORA_MAX_OUTSTANDING); wait for some first"),
-        0, tag));
-  }
+  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
   auto op = std::make_unique<RecvOp>();
   op->req = RequestState::make(engine_, tag);
   op->buffer = buffer.data();

@@ -163,6 +163,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void maybe_finalize();
 
   void protocol_error(std::string message);
+  /// ok if a new operation may be posted now; else why not (endpoint down, too many outstanding).
+  Status admission() const;
   bool alive() const noexcept { return state_ == State::kActive; }
 
   enum class State { kSetup, kActive, kDraining, kFailed };

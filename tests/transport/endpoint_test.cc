@@ -227,3 +227,32 @@ TEST(Endpoint, CloseRightAfterLastMessageFailsPendingReceive) {
 
 }  // namespace
 }  // namespace remora
+
+namespace remora {
+namespace {
+
+TEST(Endpoint, OutstandingLimitIsBackPressureNotABlock) {
+  Config config;
+  config.max_outstanding = 4;
+  auto server_ctx = Context::create(config).value();
+  auto client_ctx = Context::create(config).value();
+  auto l = server_ctx->listen("127.0.0.1:0").value();
+  auto client = client_ctx->connect("127.0.0.1:" + std::to_string(l->port()), 5s).value();
+  auto server = l->accept(5s).value();
+  std::vector<std::vector<std::byte>> bufs(5, std::vector<std::byte>(8));
+  std::vector<Request> posted;
+  for (int i = 0; i < 4; ++i) posted.push_back(server->recv(bufs[i], Tag{1}));
+  Request refused = server->recv(bufs[4], Tag{1});
+  ASSERT_TRUE(refused.done());
+  EXPECT_EQ(refused.wait(0s).code(), StatusCode::kNoResource);
+  // Completing one makes room again.
+  auto msg = pattern(8, 1);
+  ASSERT_TRUE(client->send(msg, Tag{1}).wait(5s).is_ok());
+  ASSERT_TRUE(posted[0].wait(5s).is_ok());
+  EXPECT_EQ(bufs[0], msg);
+  Request again = server->recv(bufs[4], Tag{1});
+  EXPECT_FALSE(again.done());
+}
+
+}  // namespace
+}  // namespace remora
