@@ -1,0 +1,156 @@
+// Tests for core: Status/Result, size and integer parsing, configuration from REMORA_*.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <limits>
+#include <string>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "remora/config.h"
+#include "remora/status.h"
+
+namespace remora {
+namespace {
+
+// Sets an environment variable for the scope of a test and restores it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = ::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(Status, OkHasNoMessageAndErrorsCarryCodeAndMessage) {
+  Status ok;
+  EXPECT_TRUE(ok.is_ok());
+  EXPECT_EQ(ok.to_string(), "ok");
+  Status s(StatusCode::kPeerFailed, "connection reset");
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_EQ(s.to_string(), "peer_failed: connection reset");
+  Status c = s.with_context("connect 10.0.0.1:7100");
+  EXPECT_EQ(c.code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(c.message(), "connect 10.0.0.1:7100: connection reset");
+  EXPECT_TRUE(Status().with_context("x").is_ok());
+}
+
+TEST(Result, HoldsValueOrErrorNeverAnOkError) {
+  Result<int> v = 42;
+  ASSERT_TRUE(v.is_ok());
+  EXPECT_EQ(*v, 42);
+  Result<int> e = Status(StatusCode::kTimeout, "late");
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kTimeout);
+  // An ok Status without a value is a programming error, reported, not a silent success.
+  Result<int> bad = Status();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+}
+
+Status fails_in_the_middle(int* reached) {
+  REMORA_RETURN_IF_ERROR(Status());
+  *reached = 1;
+  REMORA_RETURN_IF_ERROR(Status(StatusCode::kInvalidArgument, "stop"));
+  *reached = 2;
+  return Status();
+}
+
+TEST(Result, ReturnIfErrorStopsAtTheFirstError) {
+  int reached = 0;
+  EXPECT_EQ(fails_in_the_middle(&reached).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reached, 1);
+}
+
+TEST(ParseSize, SuffixesAndErrors) {
+  EXPECT_EQ(core::parse_size("4096").value(), 4096u);
+  EXPECT_EQ(core::parse_size("512K").value(), 512u * 1024);
+  EXPECT_EQ(core::parse_size("64KiB").value(), 64u * 1024);
+  EXPECT_EQ(core::parse_size("1m").value(), 1u << 20);
+  EXPECT_EQ(core::parse_size("2G").value(), uint64_t{2} << 30);
+  for (const char* bad : {"", "K", "-1", "12X", "1.5M", "99999999999999999999", "17179869184G"}) {
+    auto r = core::parse_size(bad);
+    EXPECT_FALSE(r.is_ok()) << bad;
+    if (!r.is_ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ParseUint, RangeAndGarbage) {
+  EXPECT_EQ(core::parse_uint("7", 1, 64).value(), 7u);
+  EXPECT_FALSE(core::parse_uint("0", 1, 64).is_ok());
+  EXPECT_FALSE(core::parse_uint("65", 1, 64).is_ok());
+  EXPECT_FALSE(core::parse_uint("3a", 0, 100).is_ok());
+  EXPECT_FALSE(core::parse_uint("18446744073709551616", 0, std::numeric_limits<uint64_t>::max()).is_ok());
+  EXPECT_EQ(core::parse_uint("18446744073709551615", 0, std::numeric_limits<uint64_t>::max()).value(),
+            std::numeric_limits<uint64_t>::max());
+}
+
+TEST(Config, DefaultsValidate) { EXPECT_TRUE(Config{}.validate().is_ok()); }
+
+TEST(Config, EnvironmentOverridesDefaults) {
+  ScopedEnv a("REMORA_STREAMS", "4");
+  ScopedEnv b("REMORA_CHUNK_SIZE", "128K");
+  ScopedEnv c("REMORA_PIN", "require");
+  ScopedEnv d("REMORA_SPIN_US", "0");
+  auto cfg = Config::from_env();
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  EXPECT_EQ(cfg->streams_per_endpoint, 4u);
+  EXPECT_EQ(cfg->chunk_bytes, 128u * 1024);
+  EXPECT_EQ(cfg->pin_mode, PinMode::kRequire);
+  EXPECT_EQ(cfg->spin_us, 0u);
+}
+
+TEST(Config, MalformedVariableIsAnErrorNamingIt) {
+  struct Case {
+    const char* name;
+    const char* value;
+  };
+  for (const Case& c : {Case{"REMORA_STREAMS", "0"}, Case{"REMORA_STREAMS", "65"}, Case{"REMORA_STREAMS", "two"},
+                        Case{"REMORA_CHUNK_SIZE", "1K"}, Case{"REMORA_CHUNK_SIZE", "lots"},
+                        Case{"REMORA_EAGER_LIMIT", "2M"}, Case{"REMORA_PIN", "maybe"}, Case{"REMORA_LOG", "loud"}}) {
+    ScopedEnv e(c.name, c.value);
+    auto cfg = Config::from_env();
+    ASSERT_FALSE(cfg.is_ok()) << c.name << "=" << c.value;
+    EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(cfg.status().message().find(c.name), std::string::npos) << cfg.status().message();
+  }
+}
+
+TEST(Config, OptionsWinOverEnvironment) {
+  ScopedEnv a("REMORA_STREAMS", "4");
+  Config base = Config::from_env().value();
+  Config cfg = apply(base, ContextOptions{.streams_per_endpoint = 1, .eager_limit = 100});
+  EXPECT_EQ(cfg.streams_per_endpoint, 1u);
+  EXPECT_EQ(cfg.eager_limit, 100u);
+  EXPECT_EQ(cfg.chunk_bytes, base.chunk_bytes);
+}
+
+TEST(Config, ValidateRejectsCreditBelowEagerLimit) {
+  Config c;
+  c.eager_limit = 64 * 1024;
+  c.eager_credit = 64 * 1024;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Log, LevelsParse) {
+  LogLevel level;
+  EXPECT_TRUE(core::parse_log_level("DEBUG", &level));
+  EXPECT_EQ(level, LogLevel::kDebug);
+  EXPECT_TRUE(core::parse_log_level("warn", &level));
+  EXPECT_EQ(level, LogLevel::kWarn);
+  EXPECT_FALSE(core::parse_log_level("verbose", &level));
+}
+
+}  // namespace
+}  // namespace remora
