@@ -47,14 +47,14 @@ struct Config {
 
 /// Explicit overrides for Context::create; unset fields keep the env/default value.
 struct ContextOptions {
-  std::optional<uint32_t> streams_per_endpoint;
-  std::optional<size_t> chunk_bytes;
-  std::optional<size_t> eager_limit;
-  std::optional<size_t> eager_credit;
-  std::optional<uint32_t> spin_us;
-  std::optional<uint32_t> connect_timeout_ms;
-  std::optional<uint32_t> handshake_timeout_ms;
-  std::optional<PinMode> pin_mode;
+  std::optional<uint32_t> streams_per_endpoint = std::nullopt;
+  std::optional<size_t> chunk_bytes = std::nullopt;
+  std::optional<size_t> eager_limit = std::nullopt;
+  std::optional<size_t> eager_credit = std::nullopt;
+  std::optional<uint32_t> spin_us = std::nullopt;
+  std::optional<uint32_t> connect_timeout_ms = std::nullopt;
+  std::optional<uint32_t> handshake_timeout_ms = std::nullopt;
+  std::optional<PinMode> pin_mode = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;
 };

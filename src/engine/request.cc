@@ -1,3 +1,5 @@
+#include <sched.h>
+
 #include <chrono>
 #include <string>
 
@@ -40,10 +42,18 @@ Status Request::wait(Duration timeout) const {
     const auto spin = std::chrono::microseconds(eng->options().spin_us);
     auto spin_end = start + spin;
     eng->waiter_enter();
+    unsigned idle_polls = 0;
     while (!st.done()) {
       auto now = Clock::now();
       if (now >= spin_end || now >= deadline) break;
-      if (eng->try_progress() > 0) spin_end = now + spin;
+      if (eng->try_progress() > 0) {
+        spin_end = now + spin;
+        idle_polls = 0;
+      } else if (++idle_polls % 32 == 0) {
+        // Nothing moved for a while: let a thread that shares this CPU (the peer
+        // process on an oversubscribed host) run. Returns at once when none waits.
+        sched_yield();
+      }
     }
     eng->waiter_exit();
     if (st.done()) return st.status;

@@ -82,7 +82,9 @@ TEST(ParseSize, SuffixesAndErrors) {
   for (const char* bad : {"", "K", "-1", "12X", "1.5M", "99999999999999999999", "17179869184G"}) {
     auto r = core::parse_size(bad);
     EXPECT_FALSE(r.is_ok()) << bad;
-    if (!r.is_ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    if (!r.is_ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
   }
 }
 

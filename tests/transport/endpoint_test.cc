@@ -108,7 +108,9 @@ TEST(Endpoint, TruncationFailsBothSidesAndEndpointSurvives) {
     Request r = p.server->recv(got, Tag{9});
     Request s = p.client->send(msg, Tag{9});
     EXPECT_EQ(r.wait(10s).code(), StatusCode::kTruncated) << n;
-    if (n > 1024) EXPECT_EQ(s.wait(10s).code(), StatusCode::kTruncated) << n;
+    if (n > 1024) {  // rendezvous: the sender learns of it too
+      EXPECT_EQ(s.wait(10s).code(), StatusCode::kTruncated) << n;
+    }
   }
   auto msg = pattern(3000, 3);
   std::vector<std::byte> got(3000);
