@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
 # bench/compare_p2p.sh — remora against the tools people trust, on the same loopback
-# path, in one run:
-#   bandwidth: iperf3 -l 1M and -l 16M (3.12 refuses > 1M: then the 1M run stands in)
+# path, interleaved over several rounds:
+#   bandwidth: iperf3 -l 1M and -l 16M (3.12 refuses > 1M: then a -l 1M run stands in)
 #              with -P = remora's data streams, against
-#              `remora bench p2p --mode bw` at 1M and 16M, ~8 GiB each (target: ratio >= 1.0);
+#              `remora bench p2p --mode bw` at 1M and 16M (target: ratio >= 1.0);
 #   latency:   sockperf ping-pong with both ends pinned to CPU 0 (one-way = RTT/2),
-#              against `remora bench p2p --mode lat` at 8 B, 50000 round trips, not pinned
-#              (target: ratio <= 1.0). sockperf's smallest message is 14 B (its own
-#              header); remora's 8 B payload travels with a 16 B frame header.
-# Prints a table (metric, reference, remora, ratio, target) and, with --json, writes
-# every number and the configuration used.
+#              against `remora bench p2p --mode lat` at 8 B, not pinned (target:
+#              ratio <= 1.0). sockperf's smallest message is 14 B (its own header);
+#              remora's 8 B payload travels with a 16 B frame header.
+# The host is noisy (the same run varies up to 2x back to back), so one reference run
+# and one remora run say little. Each of N rounds runs, per metric, the reference and
+# remora back to back, the reference first in odd rounds and remora first in even ones
+# (ABBA); a round's ratio compares two runs that saw the same host. The table holds the
+# medians (reference, remora, and the median per-round ratio, which is what the target
+# is checked against), then the per-round ratios. --json writes every number.
 #
-# usage: bench/compare_p2p.sh [--remora PATH] [--streams K] [--secs N] [--window W] [--json FILE] [--strict]
+# usage: bench/compare_p2p.sh [--remora PATH] [--streams K] [--repeat N] [--secs S] [--window W] [--json FILE] [--strict]
 #   --remora   the remora binary (default: $REMORA_BIN, else build/release/tools/remora,
 #              else build/tools/remora)
 #   --streams  data streams for remora and -P for iperf3 (default: $REMORA_STREAMS or
 #              what the library is configured with)
-#   --secs     seconds per iperf3 / sockperf run (default 10)
+#   --repeat   rounds (default 3)
+#   --secs     reference seconds per metric, split over the rounds: each iperf3 /
+#              sockperf run lasts max(1, round(S/N)) s (default 18: 6 s at N = 3);
+#              remora's runs are sized to match (~0.8 GiB per reference second for
+#              bandwidth, 5000 round trips per second for latency)
 #   --window   remora bw messages in flight per window (default 64, as osu_bw)
-#   --strict   exit 1 when a target is missed
+#   --strict   exit 1 when a target is missed (by the median ratio)
 # Exit status: 0 when every run worked, 1 with --strict and a missed target, 2 when a
 # reference tool failed, 4 when a remora run failed (its row says FAILED).
 set -euo pipefail
@@ -31,7 +39,8 @@ if [[ -z $remora ]]; then
 fi
 window=64
 streams=${REMORA_STREAMS:-}
-secs=10
+repeat=3
+secs=18
 json_out=""
 strict=0
 
@@ -40,14 +49,20 @@ while (($#)); do
   case $1 in
     --remora) remora=$2; shift 2 ;;
     --streams) streams=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
     --secs) secs=$2; shift 2 ;;
     --window) window=$2; shift 2 ;;
     --json) json_out=$2; shift 2 ;;
     --strict) strict=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (try --help)" ;;
   esac
 done
+for v in repeat secs window; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--$v wants a positive integer, not '${!v}'"
+done
+per=$(((secs + repeat / 2) / repeat))  # seconds per reference run, rounded
+((per >= 1)) || per=1
 
 for tool in iperf3 sockperf taskset python3 ss; do
   command -v "$tool" >/dev/null || die "$tool is not installed"
@@ -83,90 +98,109 @@ wait_listen() {
   die "nothing listens on port $port after 10 s"
 }
 
-stop() {  # stop one background server we started
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-
 if [[ -z $streams ]]; then
   streams=$("$remora" version --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["streams"])')
 fi
 export REMORA_STREAMS=$streams
-echo "compare_p2p: loopback 127.0.0.1, $streams streams, ${secs}s per reference run" >&2
+echo "compare_p2p: loopback 127.0.0.1, $streams streams, $repeat rounds, ${per}s per reference run" >&2
 
-# --- iperf3 -----------------------------------------------------------------------
-port=$(free_port)
-iperf3 -s -p "$port" >"$tmp/iperf3-server.log" 2>&1 &
+# --- reference servers: started once, idle (0% CPU) while remora runs --------------
+iperf_port=$(free_port)
+iperf3 -s -p "$iperf_port" >"$tmp/iperf3-server.log" 2>&1 &
 iperf_pid=$!
 pids+=("$iperf_pid")
-wait_listen "$port" "$iperf_pid"
-for len in 1M 16M; do
-  echo "compare_p2p: iperf3 -l $len -P $streams -t $secs" >&2
-  if ! iperf3 -c 127.0.0.1 -p "$port" -l "$len" -P "$streams" -t "$secs" -J >"$tmp/iperf3-$len.json" 2>"$tmp/iperf3-$len.err"; then
-    # iperf3 3.12 refuses TCP blocks over 1 MiB; its rate no longer depends on -l by then,
-    # so the 1M run stands in (and the table says so).
-    if grep -q "block size too large" "$tmp/iperf3-$len.err" && [[ $len != 1M ]]; then
-      echo "compare_p2p: iperf3 refuses -l $len ($(grep -o 'maximum = [0-9]* bytes' "$tmp/iperf3-$len.err")); using -l 1M for that row" >&2
-      echo '{"refused": true}' >"$tmp/iperf3-$len.json"
-    else
-      die "iperf3 -l $len failed: $(head -c 500 "$tmp/iperf3-$len.err") $(head -c 500 "$tmp/iperf3-$len.json")"
-    fi
-  fi
-done
-stop "$iperf_pid"
+wait_listen "$iperf_port" "$iperf_pid"
 
-# --- sockperf ---------------------------------------------------------------------
-port=$(free_port)
-taskset -c 0 sockperf sr --tcp -i 127.0.0.1 -p "$port" >"$tmp/sockperf-server.log" 2>&1 &
+sockperf_port=$(free_port)
+taskset -c 0 sockperf sr --tcp -i 127.0.0.1 -p "$sockperf_port" >"$tmp/sockperf-server.log" 2>&1 &
 sockperf_pid=$!
 pids+=("$sockperf_pid")
-wait_listen "$port" "$sockperf_pid"
-echo "compare_p2p: sockperf pp -m 14 -t $secs (both ends on CPU 0)" >&2
-taskset -c 0 sockperf pp --tcp -i 127.0.0.1 -p "$port" -m 14 -t "$secs" >"$tmp/sockperf.log" 2>&1 ||
-  die "sockperf pp failed: $(tail -5 "$tmp/sockperf.log")"
-stop "$sockperf_pid"
+wait_listen "$sockperf_port" "$sockperf_pid"
 
-# --- remora (spawns its own follower on loopback; not pinned) ---------------------
-# One run per row, so a failing size costs only its own row. The tool bounds every
-# wait (60 s), so a stuck transfer ends as an error, not a hang.
+# --- one run of each kind; $1 = metric (bw-1M, bw-16M, lat), $2 = round -------------
+iperf_16m_refused=0
+run_reference() {
+  local metric=$1 r=$2 len out
+  if [[ $metric == lat ]]; then
+    echo "compare_p2p: [round $r] sockperf pp -m 14 -t $per (both ends on CPU 0)" >&2
+    taskset -c 0 sockperf pp --tcp -i 127.0.0.1 -p "$sockperf_port" -m 14 -t "$per" >"$tmp/sockperf-r$r.log" 2>&1 ||
+      die "sockperf pp failed: $(tail -5 "$tmp/sockperf-r$r.log")"
+    return
+  fi
+  len=${metric#bw-}
+  out=$tmp/iperf3-$len-r$r.json
+  ((iperf_16m_refused)) && [[ $len == 16M ]] && len=1M
+  echo "compare_p2p: [round $r] iperf3 -l $len -P $streams -t $per" >&2
+  if ! iperf3 -c 127.0.0.1 -p "$iperf_port" -l "$len" -P "$streams" -t "$per" -J >"$out" 2>"$out.err"; then
+    # iperf3 3.12 refuses TCP blocks over 1 MiB; its rate no longer depends on -l by then,
+    # so a -l 1M run stands in, run right here so it pairs with remora's 16M run.
+    if grep -q "block size too large" "$out.err" && [[ $len != 1M ]]; then
+      echo "compare_p2p: iperf3 refuses -l $len ($(grep -o 'maximum = [0-9]* bytes' "$out.err")); using -l 1M for that row" >&2
+      iperf_16m_refused=1
+      echo "$len" >"$tmp/iperf3-refused"
+      run_reference "$metric" "$r"
+      return
+    fi
+    die "iperf3 -l $len failed: $(head -c 500 "$out.err") $(head -c 500 "$out")"
+  fi
+}
+
+# remora spawns its own follower on loopback (not pinned). One run per row and round, so
+# a failing run costs only itself. The tool bounds every wait (60 s), so a stuck
+# transfer ends as an error, not a hang.
+bw_iters() {  # $1 = message size in MiB: ~0.8 GiB per reference second, as 8 GiB per 10 s
+  local mib=$((8 * 1024 * per / 10))
+  echo $(((mib + $1 * window - 1) / ($1 * window)))
+}
 run_remora() {
-  local name=$1
-  shift
-  echo "compare_p2p: remora bench p2p $*" >&2
-  if ! "$remora" bench p2p "$@" --json "$tmp/remora-$name.json" >"$tmp/remora-$name.txt" 2>&1; then
+  local metric=$1 r=$2 args
+  case $metric in
+    bw-1M) args=(--mode bw --sizes 1M --window "$window" --iters "$(bw_iters 1)") ;;
+    bw-16M) args=(--mode bw --sizes 16M --window "$window" --iters "$(bw_iters 16)") ;;
+    lat) args=(--mode lat --sizes 8 --iters $((5000 * per)) --warmup 1000) ;;
+  esac
+  local name=$metric-r$r
+  echo "compare_p2p: [round $r] remora bench p2p ${args[*]}" >&2
+  if ! "$remora" bench p2p "${args[@]}" --json "$tmp/remora-$name.json" >"$tmp/remora-$name.txt" 2>&1; then
     rm -f "$tmp/remora-$name.json"
-    echo "compare_p2p: remora bench p2p $* FAILED: $(tail -3 "$tmp/remora-$name.txt")" >&2
+    echo "compare_p2p: remora bench p2p ${args[*]} FAILED: $(tail -3 "$tmp/remora-$name.txt")" >&2
     tail -3 "$tmp/remora-$name.txt" >"$tmp/remora-$name.err"
   fi
 }
-# Longer than the tool's defaults, so remora's rows average over seconds like the
-# references do: ~8 GiB per bandwidth row, 50000 round trips for latency.
-bw_iters() { echo $(((8 * 1024 + $1 * window - 1) / ($1 * window))); }  # $1 = size in MiB
-run_remora bw-1M --mode bw --sizes 1M --window "$window" --iters "$(bw_iters 1)"
-run_remora bw-16M --mode bw --sizes 16M --window "$window" --iters "$(bw_iters 16)"
-run_remora lat --mode lat --sizes 8 --iters 50000 --warmup 1000
+
+# --- rounds: per metric the two runs back to back, ABBA across rounds ---------------
+for ((r = 1; r <= repeat; r++)); do
+  if ((r % 2)); then order=(reference remora); else order=(remora reference); fi
+  echo "${order[0]}" >"$tmp/first-r$r"
+  for metric in bw-1M bw-16M lat; do
+    for who in "${order[@]}"; do
+      "run_$who" "$metric" "$r"
+    done
+  done
+done
 
 # --- table and JSON -----------------------------------------------------------------
 set +e
-python3 - "$tmp" "$streams" "$secs" "$json_out" "$window" <<'PY'
-import json, os, re, sys
+python3 - "$tmp" "$streams" "$per" "$repeat" "$json_out" "$window" <<'PY'
+import json, os, re, statistics, sys
 
-tmp, streams, secs, json_out, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+tmp, streams, per, repeat, json_out, window = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                                int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+rounds = range(1, repeat + 1)
+refused = open(f"{tmp}/iperf3-refused").read().strip() if os.path.exists(f"{tmp}/iperf3-refused") else None
 
-def iperf(len_):
-    """(MB/s (10^6 bytes, as OSU), the -l actually used, the whole iperf3 JSON)."""
-    j = json.load(open(f"{tmp}/iperf3-{len_}.json"))
-    if j.get("refused"):
-        return iperf("1M")
+def iperf(len_, r):
+    """(MB/s (10^6 bytes, as OSU), the whole iperf3 JSON) of round r."""
+    j = json.load(open(f"{tmp}/iperf3-{len_}-r{r}.json"))
     if "error" in j:
-        raise SystemExit(f"iperf3 -l {len_}: {j['error']}")
-    return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e6, len_, j
+        raise SystemExit(f"iperf3 -l {len_} (round {r}): {j['error']}")
+    return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e6, j
 
-def sockperf():
-    text = re.sub(r"\x1b\[[0-9;]*m", "", open(f"{tmp}/sockperf.log").read())
+def sockperf(r):
+    text = re.sub(r"\x1b\[[0-9;]*m", "", open(f"{tmp}/sockperf-r{r}.log").read())
     avg = re.search(r"avg-latency=([0-9.]+)", text)
     if not avg:
-        raise SystemExit("could not find avg-latency in sockperf's output:\n" + text[-1000:])
+        raise SystemExit(f"could not find avg-latency in sockperf's output (round {r}):\n" + text[-1000:])
     pct = {float(p): float(v) for p, v in re.findall(r"percentile\s+([0-9.]+)\s*=\s*([0-9.]+)", text)}
     return {"avg": float(avg.group(1)), "p50": pct.get(50.0), "p99": pct.get(99.0)}
 
@@ -179,46 +213,73 @@ def remora_error(name):
     path = f"{tmp}/remora-{name}.err"
     return open(path).read().strip() if os.path.exists(path) else None
 
-runs = {name: remora(name) for name in ("bw-1M", "bw-16M", "lat")}
-errors = {name: remora_error(name) for name in runs if runs[name] is None}
-ref_bw = {"1M": iperf("1M"), "16M": iperf("16M")}
-ref_lat = sockperf()
+metrics = ("bw-1M", "bw-16M", "lat")
+first = {r: open(f"{tmp}/first-r{r}").read().strip() for r in rounds}
+runs = {r: {m: remora(f"{m}-r{r}") for m in metrics} for r in rounds}
+errors = {f"{m} round {r}": remora_error(f"{m}-r{r}") for r in rounds for m in metrics if runs[r][m] is None}
+ref_bw = {r: {len_: iperf(len_, r) for len_ in ("1M", "16M")} for r in rounds}
+ref_lat = {r: sockperf(r) for r in rounds}
 
+median = lambda xs: statistics.median(xs) if xs else None
 rows = []
-def row(metric, reference, ref, mine, target):
-    ratio = mine / ref if ref and mine is not None else None
+def row(metric, reference, refs, mines, target):
+    """refs, mines: per round (mine None where remora failed)."""
+    per_round = []
+    for r, ref, mine in zip(rounds, refs, mines):
+        ratio = mine / ref if ref and mine is not None else None
+        per_round.append({"round": r, "first": first[r], "reference_value": ref, "remora": mine, "ratio": ratio})
+    ratios = [x["ratio"] for x in per_round if x["ratio"] is not None]
+    ratio = median(ratios)
     met = None
     if ratio is not None and target:
         met = ratio >= target[1] if target[0] == ">=" else ratio <= target[1]
-    rows.append({"metric": metric, "reference": reference, "reference_value": ref, "remora": mine,
+    failed = sum(m is None for m in mines)
+    rows.append({"metric": metric, "reference": reference,
+                 "reference_value": median([v for v in refs if v is not None]),
+                 "remora": median([v for v in mines if v is not None]),
                  "ratio": ratio, "target": f"{target[0]} {target[1]}" if target else None, "met": met,
-                 "failed": mine is None})
+                 "failed": failed == len(mines), "failed_rounds": failed, "rounds": per_round})
 
 for len_ in ("1M", "16M"):
-    mbps, used, _ = ref_bw[len_]
-    run = runs[f"bw-{len_}"]
-    mine = run["results"][0]["bandwidth_MBps"] if run else None
-    row(f"bandwidth {len_} (MB/s)", f"iperf3 -l {used} -P {streams}", mbps, mine, (">=", 1.0))
-lat = runs["lat"]["results"][0]["latency_us"] if runs["lat"] else {}
+    used = "1M" if len_ == "16M" and refused else len_
+    mines = [runs[r][f"bw-{len_}"]["results"][0]["bandwidth_MBps"] if runs[r][f"bw-{len_}"] else None for r in rounds]
+    row(f"bandwidth {len_} (MB/s)", f"iperf3 -l {used} -P {streams}", [ref_bw[r][len_][0] for r in rounds], mines,
+        (">=", 1.0))
+lat = {r: runs[r]["lat"]["results"][0]["latency_us"] if runs[r]["lat"] else {} for r in rounds}
 for stat, target in (("avg", ("<=", 1.0)), ("p50", None), ("p99", None)):
-    row(f"latency 8 B one-way {stat} (us)", "sockperf pp -m 14, CPU 0", ref_lat[stat], lat.get(stat), target)
+    row(f"latency 8 B one-way {stat} (us)", "sockperf pp -m 14, CPU 0", [ref_lat[r][stat] for r in rounds],
+        [lat[r].get(stat) for r in rounds], target)
 
-cfg = next((r["config"] for r in runs.values() if r), {})
+cfg = next((run["config"] for r in rounds for run in runs[r].values() if run), {})
 print(f"# remora vs reference tools on loopback: {cfg.get('streams', streams)} data streams, "
       f"chunk {cfg.get('chunk_bytes', '?')} B, eager limit {cfg.get('eager_limit', '?')} B, "
-      f"spin {cfg.get('spin_us', '?')} us, bw window {window}; references run {secs} s each")
+      f"spin {cfg.get('spin_us', '?')} us, bw window {window}")
+print(f"# {repeat} round{'s' if repeat != 1 else ''}, reference runs {per} s each; per metric the reference and remora ran back to back, "
+      f"reference first in odd rounds, remora first in even ones")
+print(f"# ref, remora: medians over the rounds; ratio: median of the per-round ratios (checked against the target)")
 print(f"{'metric':<30} {'reference':<28} {'ref':>10} {'remora':>10} {'ratio':>7}  {'target':<7} {'':4}")
 fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'-':>10}"
 for r in rows:
     ratio = f"{r['ratio']:7.3f}" if r["ratio"] is not None else f"{'-':>7}"
     verdict = "FAILED" if r["failed"] else "" if r["met"] is None else ("met" if r["met"] else "MISS")
+    if r["failed_rounds"] and not r["failed"]:
+        verdict += f" ({r['failed_rounds']}/{repeat} rounds FAILED)"
     print(f"{r['metric']:<30} {r['reference']:<28} {fmt(r['reference_value'])} {fmt(r['remora'])} {ratio}  "
-          f"{r['target'] or '-':<7} {verdict}")
+          f"{r['target'] or '-':<7} {verdict}".rstrip())
+print(f"# per-round ratios (round: R = reference ran first, r = remora ran first)")
+for r in rows:
+    cells = "  ".join(f"{x['round']}{'R' if x['first'] == 'reference' else 'r'} "
+                      + (f"{x['ratio']:.3f}" if x["ratio"] is not None else "FAILED") for x in r["rounds"])
+    print(f"{r['metric']:<30} {cells}")
 
 if json_out:
-    out = {"tool": "bench/compare_p2p.sh", "streams": streams, "reference_seconds": secs, "window": window,
+    out = {"tool": "bench/compare_p2p.sh", "streams": streams, "repeat": repeat, "reference_seconds": per,
+           "window": window, "iperf3_refused_l": refused, "sockperf_message_bytes": 14,
            "rows": rows, "remora_errors": errors,
-           "iperf3": {k: {"MBps": v[0], "l": v[1], "end": v[2]["end"]} for k, v in ref_bw.items()}, "sockperf_one_way_us": ref_lat, "sockperf_message_bytes": 14, "remora": runs}
+           "rounds": [{"round": r, "first": first[r],
+                       "iperf3": {k: {"MBps": v[0], "l": "1M" if k == "16M" and refused else k, "end": v[1]["end"]}
+                                  for k, v in ref_bw[r].items()},
+                       "sockperf_one_way_us": ref_lat[r], "remora": runs[r]} for r in rounds]}
     with open(json_out, "w") as f:
         json.dump(out, f, indent=2)
         f.write("\n")
