@@ -152,6 +152,7 @@ struct P2pArgs {
   uint32_t window = 64;
   std::optional<uint32_t> iters, warmup;
   std::string json, peer, listen, buffers = "pool";
+  bool distinct_buffers = false;
 };
 
 int run_p2p(const P2pArgs& a) {
@@ -161,6 +162,7 @@ int run_p2p(const P2pArgs& a) {
     return 0;
   }
   remora::perf::P2pOptions o;
+  o.distinct_buffers = a.distinct_buffers;
   o.mode = a.mode == "lat"    ? remora::perf::P2pMode::kLatency
            : a.mode == "bibw" ? remora::perf::P2pMode::kBiBandwidth
                               : remora::perf::P2pMode::kBandwidth;
@@ -229,6 +231,8 @@ int main(int argc, char** argv) {
   p2p->add_option("--iters", p2p_args.iters, "timed iterations per size (default: scaled by size)")->check(CLI::PositiveNumber);
   p2p->add_option("--warmup", p2p_args.warmup, "untimed iterations per size (default: scaled by size)");
   p2p->add_option("--json", p2p_args.json, "also write everything (results, config, stats) as JSON here");
+  p2p->add_flag("--distinct-buffers", p2p_args.distinct_buffers,
+                "cycle a window through up to 64 MiB of distinct buffers (default: reuse one, as osu_bw and iperf3 do)");
   p2p->add_option("--buffers", p2p_args.buffers, "where buffers come from: pool or register")
       ->check(CLI::IsMember({"pool", "register"}))
       ->capture_default_str();

@@ -70,9 +70,9 @@ std::span<std::byte> slot(std::span<std::byte> region, size_t size, uint32_t slo
 using StartFn = std::function<Status()>;
 
 /// Both sides of bw and bibw: the driver times, the follower acks (bw).
-Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t window, const Step& st, bool driver,
-                  const StartFn& start, const ProgressFn& progress, double* seconds) {
-  const uint32_t slots = window_slots(st.size, window);
+Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t window, bool distinct, const Step& st,
+                  bool driver, const StartFn& start, const ProgressFn& progress, double* seconds) {
+  const uint32_t slots = distinct ? window_slots(st.size, window) : 1;
   const bool sends_data = driver || mode == P2pMode::kBiBandwidth;
   const bool receives_data = !driver || mode == P2pMode::kBiBandwidth;
   std::span<std::byte> send_region, recv_region;
@@ -169,8 +169,10 @@ LatencySummary summarize_one_way(std::vector<double> rtt_us) {
   return s;
 }
 
-nlohmann::json plan_json(P2pMode mode, uint32_t window, BufferSource source, const std::vector<Step>& steps) {
-  nlohmann::json j = {{"kind", "p2p"}, {"mode", to_string(mode)}, {"window", window}, {"buffers", to_string(source)}};
+nlohmann::json plan_json(P2pMode mode, uint32_t window, bool distinct, BufferSource source,
+                         const std::vector<Step>& steps) {
+  nlohmann::json j = {{"kind", "p2p"},      {"mode", to_string(mode)},        {"window", window},
+                      {"buffers", to_string(source)}, {"distinct_buffers", distinct}};
   j["steps"] = nlohmann::json::array();
   for (const Step& st : steps) j["steps"].push_back({{"size", st.size}, {"iters", st.iters}, {"warmup", st.warmup}});
   return j;
@@ -181,6 +183,7 @@ nlohmann::json plan_json(P2pMode mode, uint32_t window, BufferSource source, con
 Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan) {
   const P2pMode mode = parse_mode(plan.value("mode", "bw"));
   const uint32_t window = plan.value("window", 64u);
+  const bool distinct = plan.value("distinct_buffers", false);
   for (const auto& js : plan.at("steps")) {
     const Step st{.size = js.at("size").get<size_t>(), .iters = js.at("iters").get<uint32_t>(), .warmup = js.at("warmup").get<uint32_t>()};
     const StartFn ready = [&] { return control.send(kReadyTag, {{"size", st.size}}); };
@@ -189,7 +192,7 @@ Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, con
       s = run_pingpong(ep, buffers, st, /*driver=*/false, ready, nullptr, nullptr);
     } else {
       double unused = 0;
-      s = run_window(ep, buffers, mode, window, st, /*driver=*/false, ready, nullptr, &unused);
+      s = run_window(ep, buffers, mode, window, distinct, st, /*driver=*/false, ready, nullptr, &unused);
     }
     if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
     buffers.release_all();
@@ -219,13 +222,14 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
   report.json = {{"tool", "remora bench p2p"}, {"version", version_string()}, {"mode", to_string(o.mode)}};
   report.json["config"] = config_json(*link.ctx, ep);
   report.json["config"]["window"] = o.window;
+  report.json["config"]["distinct_buffers"] = o.distinct_buffers;
   report.json["config"]["buffers"] = to_string(o.buffers);
   report.json["config"]["follower"] = link.server ? "spawned on loopback" : "remote";
 
   auto drive = [&]() -> Status {
     REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
     ControlChannel control(ep, control_span);
-    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan_json(o.mode, o.window, o.buffers, steps)));
+    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan_json(o.mode, o.window, o.distinct_buffers, o.buffers, steps)));
     for (const Step& st : steps) {
       P2pRow row;
       row.size = st.size;
@@ -247,7 +251,8 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
         row.latency = summarize_one_way(std::move(rtt_us));
         if (row.latency.avg_us > 0) row.bandwidth_mbps = static_cast<double>(st.size) / row.latency.avg_us;
       } else {
-        s = run_window(ep, buffers, o.mode, o.window, st, /*driver=*/true, await_ready, o.progress, &row.seconds);
+        s = run_window(ep, buffers, o.mode, o.window, o.distinct_buffers, st, /*driver=*/true, await_ready, o.progress,
+                       &row.seconds);
         const double directions = o.mode == P2pMode::kBiBandwidth ? 2.0 : 1.0;
         const double bytes = directions * static_cast<double>(st.size) * o.window * st.iters;
         row.bandwidth_mbps = bytes / row.seconds / 1e6;

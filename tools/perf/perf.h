@@ -50,6 +50,10 @@ struct P2pOptions {
   std::optional<uint32_t> iters;   ///< timed iterations per size; unset = scaled by size
   std::optional<uint32_t> warmup;  ///< untimed iterations per size; unset = scaled by size
   BufferSource buffers = BufferSource::kPool;
+  /// false (default, as osu_bw and iperf3 do): every message of a window uses the same
+  /// send buffer and the same receive buffer, so a size that fits the cache stays in
+  /// it. true: a window cycles through up to 64 MiB of distinct buffers (memory-bound).
+  bool distinct_buffers = false;
   ProgressFn progress;
 };
 
