@@ -35,6 +35,22 @@ std::vector<uint8_t> chunk_unknown_recv(uint32_t) {
 }
 std::vector<uint8_t> huge_body_length(uint32_t) { return raw::frame(1, raw::Bytes().u64(5).bytes(), 0, 0, 0xFFFFFFF0u); }
 
+// Unexpected eager messages beyond the 1 MiB credit the library grants by default:
+// the receiver's unexpected-message memory must stay bounded, so this is fatal.
+std::vector<uint8_t> eager_beyond_credit(uint32_t limit) {
+  std::vector<uint8_t> out;
+  const size_t frames = (size_t{1} << 20) / (limit + 64) + 2;
+  for (size_t i = 0; i < frames; ++i) {
+    auto f = raw::eager(0xFEED, std::vector<uint8_t>(limit, 0x42));
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+std::vector<uint8_t> credit_never_granted(uint32_t) { return raw::frame(5, raw::Bytes().u64(uint64_t{1} << 40).bytes()); }
+std::vector<uint8_t> cts_unknown_send(uint32_t) {
+  return raw::frame(3, raw::Bytes().u64(0xABCDEF).u64(1).u32(0).u32(0).bytes());
+}
+
 void PrintTo(const Violation& v, std::ostream* os) { *os << v.name; }
 
 class ProtocolViolation : public ::testing::TestWithParam<Violation> {};
@@ -130,7 +146,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Violation{"FixedFrameWrongLength", credit_wrong_length},
                       Violation{"EagerOverLimit", eager_over_limit},
                       Violation{"ChunkForUnknownReceive", chunk_unknown_recv},
-                      Violation{"HugeBodyLength", huge_body_length}),
+                      Violation{"HugeBodyLength", huge_body_length},
+                      Violation{"EagerBeyondCredit", eager_beyond_credit},
+                      Violation{"CreditNeverGranted", credit_never_granted},
+                      Violation{"CtsForUnknownSend", cts_unknown_send}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
