@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/compare_p2p.sh — remora against the tools people trust, on the same loopback
 # path, interleaved over several rounds:
-#   bandwidth: iperf3 -l 1M and -l 16M (3.12 refuses > 1M: then a -l 1M run stands in)
+#   bandwidth: iperf3 -l 1M and -l 16M (3.12 refuses > 1M: then iperf3 -l <remora's chunk
+#              size> stands in — a 16M message is written to the sockets in chunk-sized
+#              writes, so that is the like-for-like write size the issue asks for)
 #              with -P = remora's data streams, against
 #              `remora bench p2p --mode bw` at 1M and 16M (target: ratio >= 1.0);
 #   latency:   sockperf ping-pong with both ends pinned to CPU 0 (one-way = RTT/2),
@@ -102,6 +104,8 @@ if [[ -z $streams ]]; then
   streams=$("$remora" version --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["streams"])')
 fi
 export REMORA_STREAMS=$streams
+chunk_bytes=$("$remora" version --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["chunk_bytes"])')
+fallback_len=$((chunk_bytes / 1024))K
 echo "compare_p2p: loopback 127.0.0.1, $streams streams, $repeat rounds, ${per}s per reference run" >&2
 
 # --- reference servers: started once, idle (0% CPU) while remora runs --------------
@@ -129,15 +133,16 @@ run_reference() {
   fi
   len=${metric#bw-}
   out=$tmp/iperf3-$len-r$r.json
-  ((iperf_16m_refused)) && [[ $len == 16M ]] && len=1M
+  ((iperf_16m_refused)) && [[ $len == 16M ]] && len=$fallback_len
   echo "compare_p2p: [round $r] iperf3 -l $len -P $streams -t $per" >&2
   if ! iperf3 -c 127.0.0.1 -p "$iperf_port" -l "$len" -P "$streams" -t "$per" -J >"$out" 2>"$out.err"; then
-    # iperf3 3.12 refuses TCP blocks over 1 MiB; its rate no longer depends on -l by then,
-    # so a -l 1M run stands in, run right here so it pairs with remora's 16M run.
-    if grep -q "block size too large" "$out.err" && [[ $len != 1M ]]; then
-      echo "compare_p2p: iperf3 refuses -l $len ($(grep -o 'maximum = [0-9]* bytes' "$out.err")); using -l 1M for that row" >&2
+    # iperf3 3.12 refuses TCP blocks over 1 MiB. remora writes a 16M message to its
+    # sockets in chunk-sized writes, so iperf3 with -l <chunk size> is the like-for-like
+    # reference; it runs right here so it pairs with remora's 16M run.
+    if grep -q "block size too large" "$out.err" && [[ $len != "$fallback_len" ]]; then
+      echo "compare_p2p: iperf3 refuses -l $len ($(grep -o 'maximum = [0-9]* bytes' "$out.err")); using -l $fallback_len (remora's chunk size) for that row" >&2
       iperf_16m_refused=1
-      echo "$len" >"$tmp/iperf3-refused"
+      echo "$fallback_len" >"$tmp/iperf3-refused"
       run_reference "$metric" "$r"
       return
     fi
@@ -241,7 +246,7 @@ def row(metric, reference, refs, mines, target):
                  "failed": failed == len(mines), "failed_rounds": failed, "rounds": per_round})
 
 for len_ in ("1M", "16M"):
-    used = "1M" if len_ == "16M" and refused else len_
+    used = refused if len_ == "16M" and refused else len_
     mines = [runs[r][f"bw-{len_}"]["results"][0]["bandwidth_MBps"] if runs[r][f"bw-{len_}"] else None for r in rounds]
     row(f"bandwidth {len_} (MB/s)", f"iperf3 -l {used} -P {streams}", [ref_bw[r][len_][0] for r in rounds], mines,
         (">=", 1.0))
@@ -274,10 +279,10 @@ for r in rows:
 
 if json_out:
     out = {"tool": "bench/compare_p2p.sh", "streams": streams, "repeat": repeat, "reference_seconds": per,
-           "window": window, "iperf3_refused_l": refused, "sockperf_message_bytes": 14,
+           "window": window, "iperf3_16M_row_l": refused, "sockperf_message_bytes": 14,
            "rows": rows, "remora_errors": errors,
            "rounds": [{"round": r, "first": first[r],
-                       "iperf3": {k: {"MBps": v[0], "l": "1M" if k == "16M" and refused else k, "end": v[1]["end"]}
+                       "iperf3": {k: {"MBps": v[0], "l": refused if k == "16M" and refused else k, "end": v[1]["end"]}
                                   for k, v in ref_bw[r].items()},
                        "sockperf_one_way_us": ref_lat[r], "remora": runs[r]} for r in rounds]}
     with open(json_out, "w") as f:
