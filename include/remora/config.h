@@ -31,7 +31,8 @@ struct Config {
   size_t eager_limit = 16 * 1024;          ///< largest message sent inline (REMORA_EAGER_LIMIT)
   size_t eager_credit = 1024 * 1024;       ///< unexpected-eager bytes a peer may have buffered here (REMORA_EAGER_CREDIT)
   uint32_t max_outstanding = 65536;        ///< posted-but-incomplete ops per endpoint (REMORA_MAX_OUTSTANDING)
-  uint32_t max_unexpected = 65536;         ///< unexpected large-message announcements per endpoint (REMORA_MAX_UNEXPECTED)
+  uint32_t max_unexpected = 65536;         ///< unexpected large-message announcements / queued notifications per endpoint (REMORA_MAX_UNEXPECTED)
+  uint32_t rma_window = 256;               ///< RMA requests a peer may have in service here per endpoint (REMORA_RMA_WINDOW)
   uint32_t spin_us = 200;                  ///< how long a waiting thread polls before it blocks (REMORA_SPIN_US)
   uint32_t progress_linger_us = 1000;      ///< progress thread yields to spinning waiters this long (REMORA_PROGRESS_LINGER_US)
   uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
@@ -51,6 +52,7 @@ struct ContextOptions {
   std::optional<size_t> chunk_bytes = std::nullopt;
   std::optional<size_t> eager_limit = std::nullopt;
   std::optional<size_t> eager_credit = std::nullopt;
+  std::optional<uint32_t> rma_window = std::nullopt;
   std::optional<uint32_t> spin_us = std::nullopt;
   std::optional<uint32_t> connect_timeout_ms = std::nullopt;
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;

@@ -1,5 +1,5 @@
-// remora/endpoint.h — a connection to one peer: tagged two-sided messaging now,
-// one-sided RMA later.
+// remora/endpoint.h — a connection to one peer: tagged two-sided messaging and
+// one-sided remote memory access (put, get, notify, atomics, flush).
 //
 // An Endpoint is one TCP control stream plus K payload-only data streams. Small
 // messages travel inline on the control stream (eager); large ones are announced
@@ -10,17 +10,49 @@
 // endpoint; messages with the same tag are received in send order. Different tags
 // complete in any order.
 //
+// One-sided RMA: the peer registered a Region and handed us its RemoteKey (any way it
+// liked). put/get/fetch_add/compare_swap name that key and an offset inside the key's
+// window; the peer's progress thread serves them — its application makes no call
+// (passive target). Before it places or reads a single byte, the target checks the
+// key's secret and generation (a deregistered region's keys are dead), that
+// [offset, offset+length) lies inside the key's window (overflow-safe) and that the
+// key and the region both grant the right (remote write for put, remote read for
+// get, remote atomic for atomics). A refused operation fails with that specific
+// code (kInvalidKey, kOutOfRange, kAccessDenied, kInvalidArgument for a misaligned
+// atomic), the target's memory is untouched, and the endpoint stays usable.
+//
+// Completion and ordering (see docs/architecture.md, "RMA semantics"):
+// - put: the request completes when the TARGET has placed every byte (remote
+//   completion) or refused the put; its status is the target's verdict. The local
+//   buffer must stay valid until then. There is no separate local-completion event.
+// - put with a notification: the target queues the 64-bit value exactly once, after
+//   all of the put's bytes are visible in its memory, and only then acknowledges.
+// - get: completes when every byte is in the local buffer (or with the refusal).
+// - fetch_add / compare_swap: 8-byte-aligned u64 words, executed by the target with
+//   hardware atomics, so they are atomic with respect to every other remora atomic on
+//   that word from any peer (and to std::atomic_ref use by the target itself).
+//   Atomics posted on one endpoint execute at the target in posting order.
+// - Puts and gets are NOT ordered with each other: chunks of different operations
+//   travel over different data streams. flush() is the fence: it completes when every
+//   put and atomic posted on this endpoint before it has completed at the target.
+// - Small puts (<= the eager limit) travel inline on the control stream and are copied
+//   once into the region; larger puts and get responses travel over the data streams
+//   and are received straight into the destination memory.
+//
 // Failure: if the peer goes away (EOF, reset) or violates the protocol, every
 // outstanding request fails with kPeerFailed (or kProtocol) and later calls fail
 // immediately. Other endpoints of the context are unaffected.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "remora/memory.h"
 #include "remora/request.h"
 #include "remora/status.h"
 #include "remora/types.h"
@@ -38,6 +70,27 @@ struct EndpointStats {
   uint64_t eager_sent = 0, rendezvous_sent = 0;
   uint64_t chunks_sent = 0;
   std::vector<uint64_t> chunks_per_stream;  ///< chunks sent on each data stream
+  // One-sided operations this side initiated, and those it served as the target.
+  uint64_t puts = 0, gets = 0, atomics = 0;
+  uint64_t rma_bytes_put = 0, rma_bytes_got = 0;
+  uint64_t served_puts = 0, served_gets = 0, served_atomics = 0;
+  uint64_t refused = 0;  ///< operations this side refused as the target (bad key, range, right)
+  uint64_t notifications = 0;  ///< notifications delivered to this side
+};
+
+/// Options of a put.
+struct PutOptions {
+  /// A 64-bit value delivered to the target (Endpoint::poll_notification /
+  /// wait_notification / the notification handler) exactly once, after the data.
+  std::optional<uint64_t> notify = std::nullopt;
+};
+
+/// A notification delivered by a put with PutOptions::notify.
+struct Notification {
+  uint64_t value = 0;
+  RegionId region{};    ///< the region the put wrote
+  uint64_t offset = 0;  ///< where in the region (bytes from the region's start)
+  uint64_t length = 0;  ///< bytes the put wrote
 };
 
 /// Thread-safe: any thread may post operations.
@@ -58,6 +111,48 @@ class Endpoint {
   /// eager send completed locally before the receiver matched it, so only the
   /// receiver learns of the truncation.
   Request recv(std::span<std::byte> buffer, Tag tag);
+
+  // --- one-sided operations (initiator) ---------------------------------------
+
+  /// Writes `local` into the peer's memory at `remote_offset` within `key`'s window.
+  /// Completes when the target placed every byte (and, with options.notify, queued
+  /// the notification). Errors from the target: kInvalidKey (forged, stale or
+  /// unknown key), kOutOfRange, kAccessDenied (no remote-write right), kNoResource
+  /// (the target's notification queue is full; nothing was written).
+  Request put(std::span<const std::byte> local, const RemoteKey& key, uint64_t remote_offset,
+              const PutOptions& options = {});
+  /// Reads the peer's memory at `remote_offset` within `key`'s window into `local`
+  /// (local.size() bytes). Needs the remote-read right.
+  Request get(std::span<std::byte> local, const RemoteKey& key, uint64_t remote_offset);
+  /// Atomically adds `value` to the u64 at `remote_offset`; the previous value is
+  /// stored in *result (if not null) before the request completes. The word must be
+  /// 8-byte aligned in the target's address space (kInvalidArgument otherwise) and the
+  /// key must grant remote atomics.
+  Request fetch_add(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t value);
+  /// Atomically replaces the u64 at `remote_offset` with `desired` if it equals
+  /// `expected`; the previous value goes to *result (if not null) either way.
+  Request compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t expected,
+                       uint64_t desired);
+  /// Completes when every put and atomic posted on this endpoint before the call has
+  /// completed at the target. Status: ok if all of them succeeded, else the first
+  /// failure among them (so fire-and-forget puts still report errors).
+  Request flush();
+
+  // --- notifications (target) ---------------------------------------------------
+
+  /// The oldest undelivered notification, if any. Drives progress once.
+  std::optional<Notification> poll_notification();
+  /// Waits up to `timeout` (spinning, then blocking) for a notification. kTimeout when
+  /// none arrived; the endpoint's failure once it failed and the queue is empty.
+  Result<Notification> wait_notification(Duration timeout = kForever);
+  template <typename Rep, typename Period>
+  Result<Notification> wait_notification(std::chrono::duration<Rep, Period> timeout) {
+    return wait_notification(std::chrono::duration_cast<Duration>(timeout));
+  }
+  /// Delivers notifications to `handler` instead of the queue (queued ones first).
+  /// The handler runs on a progress-driving thread without remora's locks held, so it
+  /// may call remora; keep it short. An empty function restores queueing.
+  void set_notification_handler(std::function<void(const Notification&)> handler);
 
   /// Closes the endpoint: outstanding requests fail with kAborted; the peer sees EOF.
   void close();

@@ -99,8 +99,11 @@ struct RemoteKey {
 // Regions and the registry
 // ---------------------------------------------------------------------------
 
+class MemoryRegistry;
 namespace detail {
 struct RegistryState;
+class RegionAccess;
+Result<RegionAccess> acquire_access(const MemoryRegistry&, const RemoteKey&, uint64_t, uint64_t, Access);
 }
 
 /// A registered range of memory. Move-only; deregisters (revoking its keys) when
@@ -188,6 +191,8 @@ class MemoryRegistry {
   PinMode pin_mode() const noexcept;
 
  private:
+  friend Result<detail::RegionAccess> detail::acquire_access(const MemoryRegistry&, const RemoteKey&, uint64_t,
+                                                             uint64_t, Access);
   std::shared_ptr<detail::RegistryState> state_;
 };
 

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kKnownVariables[] = {
     "REMORA_LOG",         "REMORA_STREAMS",           "REMORA_CHUNK_SIZE",         "REMORA_EAGER_LIMIT",
-    "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_SPIN_US",
+    "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_RMA_WINDOW", "REMORA_SPIN_US",
     "REMORA_PROGRESS_LINGER_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS", "REMORA_PIN",
     // Read by tools and later layers, not by Config:
     "REMORA_STORE", "REMORA_BENCH_JSON"};
@@ -71,6 +71,7 @@ Result<Config> Config::from_env() {
   REMORA_RETURN_IF_ERROR(read_size("REMORA_EAGER_CREDIT", &c.eager_credit));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_MAX_OUTSTANDING", &c.max_outstanding, 1, 1u << 24));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_MAX_UNEXPECTED", &c.max_unexpected, 1, 1u << 24));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_RMA_WINDOW", &c.rma_window, 1, 65536));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
@@ -100,6 +101,7 @@ Status Config::validate() const {
   if (eager_credit > (size_t{1} << 32)) return bad("eager_credit (REMORA_EAGER_CREDIT) must be at most 4G");
   if (max_outstanding < 1) return bad("max_outstanding (REMORA_MAX_OUTSTANDING) must be at least 1");
   if (max_unexpected < 1) return bad("max_unexpected (REMORA_MAX_UNEXPECTED) must be at least 1");
+  if (rma_window < 1 || rma_window > 65536) return bad("rma_window (REMORA_RMA_WINDOW) must be 1..65536");
   if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
   if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
   return Status::ok();
@@ -110,6 +112,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.chunk_bytes) base.chunk_bytes = *o.chunk_bytes;
   if (o.eager_limit) base.eager_limit = *o.eager_limit;
   if (o.eager_credit) base.eager_credit = *o.eager_credit;
+  if (o.rma_window) base.rma_window = *o.rma_window;
   if (o.spin_us) base.spin_us = *o.spin_us;
   if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;

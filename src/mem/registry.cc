@@ -7,6 +7,7 @@
 // large registration to be pinned.
 #include <sys/random.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -14,10 +15,27 @@
 #include <vector>
 
 #include "core/log.h"
+#include "mem/region_access.h"
 #include "remora/memory.h"
 
 namespace remora {
 namespace detail {
+
+/// The revocation word of one registration, shared with every RegionAccess to it.
+/// Bit 31: revoked. Bits 0..30: begin()/end() brackets open now.
+struct RegionUse {
+  static constexpr uint32_t kRevoked = 1u << 31;
+  std::atomic<uint32_t> word{0};
+
+  /// Marks the registration revoked, then waits until every open bracket closed.
+  void revoke() noexcept {
+    uint32_t v = word.fetch_or(kRevoked, std::memory_order_acq_rel) | kRevoked;
+    while (v != kRevoked) {
+      word.wait(v, std::memory_order_acquire);
+      v = word.load(std::memory_order_acquire);
+    }
+  }
+};
 
 struct RegionSlot {
   bool live = false;
@@ -28,6 +46,7 @@ struct RegionSlot {
   Access access = Access::kNone;
   MemoryDomain* domain = nullptr;
   DomainRegistration registration;
+  std::shared_ptr<RegionUse> use;
 };
 
 struct RegistryState {
@@ -46,6 +65,7 @@ struct RegistryState {
     std::byte* base = nullptr;
     size_t length = 0;
     DomainRegistration registration;
+    std::shared_ptr<RegionUse> use;
     {
       std::lock_guard lock(mu);
       const auto index = static_cast<uint32_t>(id);
@@ -56,6 +76,7 @@ struct RegistryState {
       base = slot.base;
       length = slot.length;
       registration = slot.registration;
+      use = std::move(slot.use);
       slot = RegionSlot{};
       slot.generation = generation + 1 == 0 ? 1 : generation + 1;
       free_slots.push_back(index);
@@ -64,6 +85,9 @@ struct RegistryState {
       stats.bytes_registered -= length;
       if (registration.pinned) stats.bytes_pinned -= length;
     }
+    // New keys stopped validating above; now wait out any peer access touching the
+    // memory this instant (a bracket is one non-blocking syscall or memcpy long).
+    if (use) use->revoke();
     domain->deregister_range(base, length, registration);
   }
 };
@@ -239,6 +263,7 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
     slot.access = access;
     slot.domain = &domain;
     slot.registration = registration;
+    slot.use = std::make_shared<detail::RegionUse>();
 
     RegistryStats& stats = state_->stats;
     ++stats.registrations;
@@ -260,14 +285,17 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
   return region;
 }
 
-Result<ResolvedAccess> MemoryRegistry::resolve(const RemoteKey& key, uint64_t offset, uint64_t len,
-                                               Access needed) const {
-  std::lock_guard lock(state_->mu);
+namespace detail {
+namespace {
+
+/// resolve()'s checks; the registry mutex is held. Returns the slot on success.
+Result<const RegionSlot*> validate_locked(const RegistryState& state, const RemoteKey& key, uint64_t offset,
+                                          uint64_t len, Access needed) {
   const auto index = static_cast<uint32_t>(key.region);
-  if (index >= state_->slots.size()) {
+  if (index >= state.slots.size()) {
     return Status(StatusCode::kInvalidKey, fmt::format("unknown region id {}", index));
   }
-  const detail::RegionSlot& slot = state_->slots[index];
+  const RegionSlot& slot = state.slots[index];
   if (!slot.live) {
     return Status(StatusCode::kInvalidKey, fmt::format("region {} is not registered (key revoked)", index));
   }
@@ -292,7 +320,49 @@ Result<ResolvedAccess> MemoryRegistry::resolve(const RemoteKey& key, uint64_t of
                               static_cast<uint32_t>(needed), static_cast<uint32_t>(key.access), index,
                               static_cast<uint32_t>(slot.access)));
   }
-  return ResolvedAccess{slot.base + key.offset + offset, static_cast<size_t>(len)};
+  return &slot;
+}
+
+}  // namespace
+
+bool RegionAccess::begin() const noexcept {
+  if (!use_) return false;
+  const uint32_t v = use_->word.fetch_add(1, std::memory_order_acq_rel);
+  if ((v & RegionUse::kRevoked) == 0) return true;
+  end();
+  return false;
+}
+
+void RegionAccess::end() const noexcept {
+  const uint32_t before = use_->word.fetch_sub(1, std::memory_order_acq_rel);
+  if (before == (RegionUse::kRevoked | 1)) use_->word.notify_all();
+}
+
+bool RegionAccess::revoked() const noexcept {
+  return !use_ || (use_->word.load(std::memory_order_acquire) & RegionUse::kRevoked) != 0;
+}
+
+Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
+                                    uint64_t length, Access needed) {
+  const RegistryState& state = *registry.state_;
+  std::lock_guard lock(state.mu);
+  REMORA_ASSIGN_OR_RETURN(const RegionSlot* slot, validate_locked(state, key, offset, length, needed));
+  RegionAccess access;
+  access.use_ = slot->use;
+  access.region_offset_ = key.offset + offset;
+  access.address_ = slot->base + access.region_offset_;
+  access.length_ = static_cast<size_t>(length);
+  access.region_ = key.region;
+  return access;
+}
+
+}  // namespace detail
+
+Result<ResolvedAccess> MemoryRegistry::resolve(const RemoteKey& key, uint64_t offset, uint64_t len,
+                                               Access needed) const {
+  std::lock_guard lock(state_->mu);
+  REMORA_ASSIGN_OR_RETURN(const detail::RegionSlot* slot, detail::validate_locked(*state_, key, offset, len, needed));
+  return ResolvedAccess{slot->base + key.offset + offset, static_cast<size_t>(len)};
 }
 
 RegistryStats MemoryRegistry::stats() const {

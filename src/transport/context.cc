@@ -133,6 +133,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.stream_count = static_cast<uint16_t>(config_.streams_per_endpoint);
   hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
+  hello.rma_window = config_.rma_window;
   auto ack = exchange_hello(control.get(), hello, deadline);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
   REMORA_RETURN_IF_ERROR(check_ack(ack, peer));
@@ -142,6 +143,8 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   p.streams = config_.streams_per_endpoint;
   p.peer_eager_limit = ack->eager_limit;
   p.peer_eager_credit = ack->eager_credit;
+  p.peer_rma_window = ack->rma_window;
+  p.registry = &registry_;
   p.peer = peer;
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   ep->set_control(std::move(control));

@@ -365,7 +365,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         else if constexpr (std::is_same_v<T, CtsFrame>) handle_cts(f);
         else if constexpr (std::is_same_v<T, ChunkFrame>) handle_chunk(f);
         else if constexpr (std::is_same_v<T, CreditFrame>) handle_credit(f);
-        else handle_goodbye(f);
+        else if constexpr (std::is_same_v<T, GoodbyeFrame>) handle_goodbye(f);
+        else protocol_error("RMA frames are not served yet");
       },
       frame);
 }
@@ -676,4 +677,23 @@ std::string Endpoint::peer_address() const { return core_->peer(); }
 uint32_t Endpoint::data_streams() const { return core_->streams(); }
 EndpointStats Endpoint::stats() const { return core_->stats(); }
 
+}  // namespace remora
+
+namespace remora {
+// One-sided operations: not implemented yet (issue 3 in progress).
+namespace {
+Request unsupported() {
+  return Request(detail::RequestState::completed(Status(StatusCode::kUnsupported, "RMA is not implemented yet"), 0, Tag{}));
+}
+}  // namespace
+Request Endpoint::put(std::span<const std::byte>, const RemoteKey&, uint64_t, const PutOptions&) { return unsupported(); }
+Request Endpoint::get(std::span<std::byte>, const RemoteKey&, uint64_t) { return unsupported(); }
+Request Endpoint::fetch_add(uint64_t*, const RemoteKey&, uint64_t, uint64_t) { return unsupported(); }
+Request Endpoint::compare_swap(uint64_t*, const RemoteKey&, uint64_t, uint64_t, uint64_t) { return unsupported(); }
+Request Endpoint::flush() { return unsupported(); }
+std::optional<Notification> Endpoint::poll_notification() { return std::nullopt; }
+Result<Notification> Endpoint::wait_notification(Duration) {
+  return Status(StatusCode::kUnsupported, "RMA is not implemented yet");
+}
+void Endpoint::set_notification_handler(std::function<void(const Notification&)>) {}
 }  // namespace remora

@@ -33,6 +33,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     uint32_t streams = 1;
     uint32_t peer_eager_limit = 0;
     uint32_t peer_eager_credit = 0;
+    uint32_t peer_rma_window = 1;
+    const MemoryRegistry* registry = nullptr;  ///< the context's; outlives every active endpoint
     std::string peer;
   };
 

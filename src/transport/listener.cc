@@ -208,6 +208,7 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
   ack.status = status;
   ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
+  ack.rma_window = config_.rma_window;
   return ack;
 }
 
@@ -223,6 +224,8 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.streams = hello.stream_count;
   p.peer_eager_limit = hello.eager_limit;
   p.peer_eager_credit = hello.eager_credit;
+  p.peer_rma_window = hello.rma_window;
+  p.registry = &registry_;
   p.peer = std::move(peer);
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   int fd = control.get();

@@ -38,11 +38,15 @@ static_assert(kCtsBodySize == 8 + 8 + 4 + 4, "CTS: send_id, recv_id, status, res
 static_assert(kChunkBodySize == 8 + 8 + 4 + 2 + 2, "CHUNK: recv_id, offset, length, stream, reserved");
 static_assert(kCreditBodySize == 8, "CREDIT: bytes");
 static_assert(kGoodbyeBodySize == 4 + 4, "GOODBYE: reason, reserved");
-static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kRtsBodySize);
-static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kCtsBodySize);
-static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kChunkBodySize);
+static_assert(kKeySize == 40, "a serialized RemoteKey");
+static_assert(kPutBodySize == 8 + kKeySize + 8 + 8 + 8, "PUT: op_id, key, offset, length, notify");
+static_assert(kGetBodySize == 8 + kKeySize + 8 + 8, "GET: op_id, key, offset, length");
+static_assert(kAtomicBodySize == 8 + kKeySize + 8 + 4 + 4 + 8 + 8,
+              "ATOMIC: op_id, key, offset, opcode, reserved, operand, compare");
+static_assert(kRespBodySize == 8 + 4 + 4 + 8, "RESP: op_id, status, reserved, value");
+static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kAtomicBodySize);
 static_assert(kEagerCreditOverhead == 64);
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kGoodbye) == 6);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kResp) == 10);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -51,7 +55,23 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kGoodbye);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kResp);
+}
+
+/// Flag bits each type may carry; any other bit set is a protocol error.
+uint8_t allowed_flags(FrameType type) {
+  switch (type) {
+    case FrameType::kChunk: return 0x03;  // the ChunkKind (0..2; 3 is refused when decoding the body)
+    case FrameType::kPut: return kPutNotify | kPutInline;
+    case FrameType::kResp: return kRespInline;
+    default: return 0;
+  }
+}
+
+/// Types whose body is a fixed part followed by an optional inline payload.
+bool has_inline_payload(FrameType type, uint8_t flags) {
+  return type == FrameType::kEager || (type == FrameType::kPut && (flags & kPutInline) != 0) ||
+         (type == FrameType::kResp && (flags & kRespInline) != 0);
 }
 
 /// Fixed body size of a type, or 0 for EAGER (variable).
@@ -63,6 +83,10 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kChunk: return kChunkBodySize;
     case FrameType::kCredit: return kCreditBodySize;
     case FrameType::kGoodbye: return kGoodbyeBodySize;
+    case FrameType::kPut: return kPutBodySize;
+    case FrameType::kGet: return kGetBodySize;
+    case FrameType::kAtomic: return kAtomicBodySize;
+    case FrameType::kResp: return kRespBodySize;
   }
   return 0;
 }
@@ -76,8 +100,11 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     if (!is_known_type(type)) return protocol_error(fmt::format("frame header: unknown type {}", type));
   }
   if (in.size() > kFlagsOffset) {
+    const auto type = static_cast<FrameType>(load_u8(&in[kTypeOffset]));
     const uint8_t flags = load_u8(&in[kFlagsOffset]);
-    if (flags != 0) return protocol_error(fmt::format("frame header: flags 0x{:02x} must be 0 in v1", flags));
+    if ((flags & ~allowed_flags(type)) != 0) {
+      return protocol_error(fmt::format("{} frame: flags 0x{:02x} has undefined bits", to_string(type), flags));
+    }
   }
   for (size_t i = kHeaderReservedOffset; i < kBodyLengthOffset && i < in.size(); ++i) {
     const uint8_t reserved = load_u8(&in[i]);
@@ -88,16 +115,18 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
   if (in.size() < kFrameHeaderSize) return Status::ok();
 
   const auto type = static_cast<FrameType>(load_u8(&in[kTypeOffset]));
+  const uint8_t flags = load_u8(&in[kFlagsOffset]);
   const uint32_t body_length = load_u32(&in[kBodyLengthOffset]);
-  if (type == FrameType::kEager) {
-    if (body_length < kEagerBodySize) {
-      return protocol_error(
-          fmt::format("EAGER frame: body_length {} is shorter than its {}-byte tag", body_length, kEagerBodySize));
+  if (has_inline_payload(type, flags)) {
+    const size_t fixed = type == FrameType::kEager ? kEagerBodySize : fixed_body_size(type);
+    if (body_length < fixed) {
+      return protocol_error(fmt::format("{} frame: body_length {} is shorter than its {}-byte fixed part",
+                                        to_string(type), body_length, fixed));
     }
-    const uint32_t payload = body_length - static_cast<uint32_t>(kEagerBodySize);
+    const uint32_t payload = body_length - static_cast<uint32_t>(fixed);
     if (payload > limits.max_eager_payload) {
-      return protocol_error(fmt::format("EAGER frame: payload of {} bytes (body_length {}) exceeds eager_limit {}",
-                                        payload, body_length, limits.max_eager_payload));
+      return protocol_error(fmt::format("{} frame: inline payload of {} bytes (body_length {}) exceeds eager_limit {}",
+                                        to_string(type), payload, body_length, limits.max_eager_payload));
     }
     return Status::ok();
   }
@@ -109,7 +138,13 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
 }
 
 /// Decodes the body of a complete frame; `body` holds exactly body_length bytes.
-Result<Frame> decode_body(FrameType type, std::span<const std::byte> body) {
+KeyBytes load_key(const std::byte* p) {
+  KeyBytes key;
+  std::copy(p, p + kKeySize, key.begin());
+  return key;
+}
+
+Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::byte> body) {
   const std::byte* p = body.data();
   switch (type) {
     case FrameType::kEager:
@@ -130,7 +165,14 @@ Result<Frame> decode_body(FrameType type, std::span<const std::byte> body) {
       const uint16_t reserved = load_u16(p + 22);
       if (length == 0) return protocol_error("CHUNK frame: length 0 (chunks are never empty)");
       if (reserved != 0) return protocol_error(fmt::format("CHUNK frame: reserved 0x{:04x}, must be 0", reserved));
-      return Frame{ChunkFrame{.recv_id = load_u64(p), .offset = load_u64(p + 8), .length = length, .stream = load_u16(p + 20)}};
+      if (flags > static_cast<uint8_t>(ChunkKind::kGet)) {
+        return protocol_error(fmt::format("CHUNK frame: unknown kind {}", flags));
+      }
+      return Frame{ChunkFrame{.recv_id = load_u64(p),
+                              .offset = load_u64(p + 8),
+                              .length = length,
+                              .stream = load_u16(p + 20),
+                              .kind = static_cast<ChunkKind>(flags)}};
     }
     case FrameType::kCredit:
       return Frame{CreditFrame{.bytes = load_u64(p)}};
@@ -139,13 +181,69 @@ Result<Frame> decode_body(FrameType type, std::span<const std::byte> body) {
       if (reserved != 0) return protocol_error(fmt::format("GOODBYE frame: reserved 0x{:08x}, must be 0", reserved));
       return Frame{GoodbyeFrame{.reason = load_u32(p)}};
     }
+    case FrameType::kPut: {
+      PutFrame f{.op_id = load_u64(p),
+                 .key = load_key(p + 8),
+                 .offset = load_u64(p + 48),
+                 .length = load_u64(p + 56),
+                 .has_notify = (flags & kPutNotify) != 0,
+                 .notify = load_u64(p + 64),
+                 .inline_data = (flags & kPutInline) != 0,
+                 .payload = {}};
+      if (!f.has_notify && f.notify != 0) return protocol_error("PUT frame: notify value without the NOTIFY flag");
+      if (f.inline_data) {
+        f.payload = body.subspan(kPutBodySize);
+        if (f.payload.size() != f.length) {
+          return protocol_error(fmt::format("PUT frame: length {} but {} inline bytes", f.length, f.payload.size()));
+        }
+      }
+      return Frame{f};
+    }
+    case FrameType::kGet:
+      return Frame{GetFrame{.op_id = load_u64(p), .key = load_key(p + 8), .offset = load_u64(p + 48), .length = load_u64(p + 56)}};
+    case FrameType::kAtomic: {
+      const uint32_t op = load_u32(p + 56);
+      const uint32_t reserved = load_u32(p + 60);
+      if (op != static_cast<uint32_t>(AtomicOp::kFetchAdd) && op != static_cast<uint32_t>(AtomicOp::kCompareSwap)) {
+        return protocol_error(fmt::format("ATOMIC frame: unknown opcode {}", op));
+      }
+      if (reserved != 0) return protocol_error(fmt::format("ATOMIC frame: reserved 0x{:08x}, must be 0", reserved));
+      AtomicFrame f{.op_id = load_u64(p),
+                    .key = load_key(p + 8),
+                    .offset = load_u64(p + 48),
+                    .op = static_cast<AtomicOp>(op),
+                    .operand = load_u64(p + 64),
+                    .compare = load_u64(p + 72)};
+      if (f.op == AtomicOp::kFetchAdd && f.compare != 0) {
+        return protocol_error("ATOMIC frame: fetch_add with a nonzero compare field");
+      }
+      return Frame{f};
+    }
+    case FrameType::kResp: {
+      const uint32_t status = load_u32(p + 8);
+      const uint32_t reserved = load_u32(p + 12);
+      if (status > static_cast<uint32_t>(RmaStatus::kRevoked)) {
+        return protocol_error(fmt::format("RESP frame: unknown status {}", status));
+      }
+      if (reserved != 0) return protocol_error(fmt::format("RESP frame: reserved 0x{:08x}, must be 0", reserved));
+      RespFrame f{.op_id = load_u64(p),
+                  .status = static_cast<RmaStatus>(status),
+                  .value = load_u64(p + 16),
+                  .inline_data = (flags & kRespInline) != 0,
+                  .payload = {}};
+      if (f.inline_data) {
+        f.payload = body.subspan(kRespBodySize);
+        if (f.status != RmaStatus::kOk) return protocol_error("RESP frame: inline data with a failure status");
+      }
+      return Frame{f};
+    }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
 
-void store_header(std::byte* p, FrameType type, uint32_t body_length) {
+void store_header(std::byte* p, FrameType type, uint32_t body_length, uint8_t flags = 0) {
   store_u8(p + kTypeOffset, static_cast<uint8_t>(type));
-  store_u8(p + kFlagsOffset, 0);
+  store_u8(p + kFlagsOffset, flags);
   store_u16(p + kHeaderReservedOffset, 0);
   store_u32(p + kBodyLengthOffset, body_length);
 }
@@ -156,6 +254,24 @@ FrameType type_of(const Frame& frame) {
 }
 static_assert(std::is_same_v<std::variant_alternative_t<0, Frame>, EagerFrame>);
 static_assert(std::is_same_v<std::variant_alternative_t<5, Frame>, GoodbyeFrame>);
+static_assert(std::is_same_v<std::variant_alternative_t<9, Frame>, RespFrame>);
+
+uint8_t flags_of(const Frame& frame) {
+  if (const auto* c = std::get_if<ChunkFrame>(&frame)) return static_cast<uint8_t>(c->kind);
+  if (const auto* put = std::get_if<PutFrame>(&frame)) {
+    return static_cast<uint8_t>((put->has_notify ? kPutNotify : 0) | (put->inline_data ? kPutInline : 0));
+  }
+  if (const auto* resp = std::get_if<RespFrame>(&frame)) return resp->inline_data ? kRespInline : 0;
+  return 0;
+}
+
+/// Bytes of inline payload a frame carries.
+size_t inline_size(const Frame& frame) {
+  if (const auto* eager = std::get_if<EagerFrame>(&frame)) return eager->payload.size();
+  if (const auto* put = std::get_if<PutFrame>(&frame)) return put->inline_data ? put->payload.size() : 0;
+  if (const auto* resp = std::get_if<RespFrame>(&frame)) return resp->inline_data ? resp->payload.size() : 0;
+  return 0;
+}
 
 }  // namespace
 
@@ -164,10 +280,11 @@ Result<Decoded> decode_frame(std::span<const std::byte> in, const DecodeLimits& 
   if (in.size() < kFrameHeaderSize) return Status(StatusCode::kInProgress, "frame header incomplete");
 
   const auto type = static_cast<FrameType>(load_u8(&in[kTypeOffset]));
+  const uint8_t flags = load_u8(&in[kFlagsOffset]);
   const size_t frame_size = kFrameHeaderSize + load_u32(&in[kBodyLengthOffset]);
   if (in.size() < frame_size) return Status(StatusCode::kInProgress, "frame body incomplete");
 
-  REMORA_ASSIGN_OR_RETURN(Frame frame, decode_body(type, in.subspan(kBodyOffset, frame_size - kBodyOffset)));
+  REMORA_ASSIGN_OR_RETURN(Frame frame, decode_body(type, flags, in.subspan(kBodyOffset, frame_size - kBodyOffset)));
   return Decoded{.frame = std::move(frame), .consumed = frame_size};
 }
 
@@ -175,7 +292,7 @@ size_t encoded_size(const Frame& frame) noexcept {
   if (const auto* eager = std::get_if<EagerFrame>(&frame)) {
     return kFrameHeaderSize + kEagerBodySize + eager->payload.size();
   }
-  return kFrameHeaderSize + fixed_body_size(type_of(frame));
+  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + inline_size(frame);
 }
 
 size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
@@ -217,14 +334,44 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u32(body, f.reason);
       store_u32(body + 4, 0);
     }
+    void operator()(const PutFrame& f) const {
+      store_u64(body, f.op_id);
+      std::copy(f.key.begin(), f.key.end(), body + 8);
+      store_u64(body + 48, f.offset);
+      store_u64(body + 56, f.length);
+      store_u64(body + 64, f.has_notify ? f.notify : 0);
+      if (f.inline_data && !f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kPutBodySize);
+    }
+    void operator()(const GetFrame& f) const {
+      store_u64(body, f.op_id);
+      std::copy(f.key.begin(), f.key.end(), body + 8);
+      store_u64(body + 48, f.offset);
+      store_u64(body + 56, f.length);
+    }
+    void operator()(const AtomicFrame& f) const {
+      store_u64(body, f.op_id);
+      std::copy(f.key.begin(), f.key.end(), body + 8);
+      store_u64(body + 48, f.offset);
+      store_u32(body + 56, static_cast<uint32_t>(f.op));
+      store_u32(body + 60, 0);
+      store_u64(body + 64, f.operand);
+      store_u64(body + 72, f.op == AtomicOp::kFetchAdd ? 0 : f.compare);
+    }
+    void operator()(const RespFrame& f) const {
+      store_u64(body, f.op_id);
+      store_u32(body + 8, static_cast<uint32_t>(f.status));
+      store_u32(body + 12, 0);
+      store_u64(body + 16, f.value);
+      if (f.inline_data && !f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kRespBodySize);
+    }
   };
 
-  if (type == FrameType::kEager) {
-    const size_t payload = std::get<EagerFrame>(frame).payload.size();
+  {
+    const size_t payload = inline_size(frame);
     assert(payload <= kMaxEagerWirePayload);
     if (payload > kMaxEagerWirePayload) return 0;
   }
-  store_header(p, type, static_cast<uint32_t>(size - kFrameHeaderSize));
+  store_header(p, type, static_cast<uint32_t>(size - kFrameHeaderSize), flags_of(frame));
   std::visit(Visitor{body}, frame);
   return size;
 }
@@ -246,6 +393,10 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kChunk: return "CHUNK";
     case FrameType::kCredit: return "CREDIT";
     case FrameType::kGoodbye: return "GOODBYE";
+    case FrameType::kPut: return "PUT";
+    case FrameType::kGet: return "GET";
+    case FrameType::kAtomic: return "ATOMIC";
+    case FrameType::kResp: return "RESP";
   }
   return "unknown";
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <variant>
@@ -21,6 +22,10 @@ enum class FrameType : uint8_t {
   kChunk = 4,
   kCredit = 5,
   kGoodbye = 6,
+  kPut = 7,
+  kGet = 8,
+  kAtomic = 9,
+  kResp = 10,
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -30,12 +35,43 @@ inline constexpr size_t kCtsBodySize = 24;
 inline constexpr size_t kChunkBodySize = 24;
 inline constexpr size_t kCreditBodySize = 8;
 inline constexpr size_t kGoodbyeBodySize = 8;
+inline constexpr size_t kKeySize = 40;       // a serialized RemoteKey, opaque to wire/
+inline constexpr size_t kPutBodySize = 72;   // op_id, key, offset, length, notify; INLINE payload follows
+inline constexpr size_t kGetBodySize = 64;   // op_id, key, offset, length
+inline constexpr size_t kAtomicBodySize = 80;  // op_id, key, offset, opcode, reserved, operand, compare
+inline constexpr size_t kRespBodySize = 24;  // op_id, status, reserved, value; INLINE payload follows
 /// Largest fixed-size frame (header + body), handy for stack buffers.
-inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + 24;
+inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
 inline constexpr size_t kEagerCreditOverhead = 64;
 
 enum class CtsStatus : uint32_t { kProceed = 0, kTruncated = 1 };
+
+/// CHUNK flags byte: whose id `recv_id` is and what the bytes are for.
+enum class ChunkKind : uint8_t {
+  kMessage = 0,  ///< a rendezvous message; recv_id is the receiver's id from CTS
+  kPut = 1,      ///< data of a PUT; recv_id is the initiator's op id from the PUT frame
+  kGet = 2,      ///< data answering a GET; recv_id is the initiator's op id from the GET frame
+};
+
+/// PUT flags.
+inline constexpr uint8_t kPutNotify = 0x01;  ///< the notify field carries a notification
+inline constexpr uint8_t kPutInline = 0x02;  ///< the payload (exactly `length` bytes) follows the body
+/// RESP flags.
+inline constexpr uint8_t kRespInline = 0x01;  ///< the GET's data follows the body
+
+enum class AtomicOp : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
+
+/// The target's verdict in a RESP frame.
+enum class RmaStatus : uint32_t {
+  kOk = 0,
+  kInvalidKey = 1,    ///< malformed, forged, stale or unknown key
+  kOutOfRange = 2,    ///< [offset, offset+length) not inside the key's window / region
+  kAccessDenied = 3,  ///< key or region lacks the right
+  kMisaligned = 4,    ///< atomic on a word that is not 8-byte aligned
+  kNoResource = 5,    ///< the target's notification queue is full
+  kRevoked = 6,       ///< the region was deregistered while the operation ran
+};
 
 struct EagerFrame {
   Tag tag{};
@@ -56,6 +92,7 @@ struct ChunkFrame {
   uint64_t offset = 0;
   uint32_t length = 0;
   uint16_t stream = 0;
+  ChunkKind kind = ChunkKind::kMessage;
 };
 struct CreditFrame {
   uint64_t bytes = 0;
@@ -64,10 +101,46 @@ struct GoodbyeFrame {
   uint32_t reason = 0;
 };
 
-using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame>;
+using KeyBytes = std::array<std::byte, kKeySize>;
+
+struct PutFrame {
+  uint64_t op_id = 0;
+  KeyBytes key{};
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool has_notify = false;
+  uint64_t notify = 0;                 ///< 0 unless has_notify
+  bool inline_data = false;
+  std::span<const std::byte> payload;  ///< inline_data: exactly `length` bytes; decode: view into the input
+};
+struct GetFrame {
+  uint64_t op_id = 0;
+  KeyBytes key{};
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+struct AtomicFrame {
+  uint64_t op_id = 0;
+  KeyBytes key{};
+  uint64_t offset = 0;
+  AtomicOp op = AtomicOp::kFetchAdd;
+  uint64_t operand = 0;  ///< fetch_add: the addend; compare_swap: the desired value
+  uint64_t compare = 0;  ///< compare_swap: the expected value; fetch_add: 0
+};
+struct RespFrame {
+  uint64_t op_id = 0;
+  RmaStatus status = RmaStatus::kOk;
+  uint64_t value = 0;                  ///< atomics: the previous value; else 0
+  bool inline_data = false;
+  std::span<const std::byte> payload;  ///< inline GET data; decode: view into the input
+};
+
+/// Alternatives in FrameType order (index + 1 == type).
+using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
+                           AtomicFrame, RespFrame>;
 
 struct DecodeLimits {
-  uint32_t max_eager_payload = 0;  ///< this side's eager_limit
+  uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads
 };
 
 struct Decoded {

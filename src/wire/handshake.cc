@@ -32,7 +32,7 @@ constexpr size_t kStreamIndexOffset = 32;
 constexpr size_t kStreamCountOffset = 34;
 constexpr size_t kEagerLimitOffset = 36;
 constexpr size_t kEagerCreditOffset = 40;
-constexpr size_t kTailReservedOffset = 44;
+constexpr size_t kRmaWindowOffset = 44;
 
 static_assert(kHelloSize == 48 && kHelloAckSize == 48);
 static_assert(kMagicOffset + 4 == kVersionOffset && kVersionOffset + 2 == kRoleOffset);
@@ -41,7 +41,8 @@ static_assert(kStatusOffset + 2 == kCapabilitiesOffset);
 static_assert(kCapabilitiesOffset + 8 == kEndpointIdOffset && kEndpointIdOffset + 8 == kAttachTokenOffset);
 static_assert(kAttachTokenOffset + 8 == kStreamIndexOffset && kStreamIndexOffset + 2 == kStreamCountOffset);
 static_assert(kStreamCountOffset + 2 == kEagerLimitOffset && kEagerLimitOffset + 4 == kEagerCreditOffset);
-static_assert(kEagerCreditOffset + 4 == kTailReservedOffset && kTailReservedOffset + 4 == kHelloSize);
+static_assert(kEagerCreditOffset + 4 == kRmaWindowOffset && kRmaWindowOffset + 4 == kHelloSize);
+constexpr uint32_t kMaxRmaWindow = 65536;
 // "RMRA" as bytes 52 4D 52 41, read little-endian.
 static_assert(kMagic == (0x52u | 0x4Du << 8 | 0x52u << 16 | 0x41u << 24));
 
@@ -69,6 +70,7 @@ struct CommonTail {
   uint16_t stream_count;
   uint32_t eager_limit;
   uint32_t eager_credit;
+  uint32_t rma_window;
 };
 
 void store_tail(std::byte* p, const CommonTail& t) {
@@ -79,7 +81,7 @@ void store_tail(std::byte* p, const CommonTail& t) {
   store_u16(p + kStreamCountOffset, t.stream_count);
   store_u32(p + kEagerLimitOffset, t.eager_limit);
   store_u32(p + kEagerCreditOffset, t.eager_credit);
-  store_u32(p + kTailReservedOffset, 0);
+  store_u32(p + kRmaWindowOffset, t.rma_window);
 }
 
 CommonTail load_tail(const std::byte* p) {
@@ -89,7 +91,8 @@ CommonTail load_tail(const std::byte* p) {
           .stream_index = load_u16(p + kStreamIndexOffset),
           .stream_count = load_u16(p + kStreamCountOffset),
           .eager_limit = load_u32(p + kEagerLimitOffset),
-          .eager_credit = load_u32(p + kEagerCreditOffset)};
+          .eager_credit = load_u32(p + kEagerCreditOffset),
+          .rma_window = load_u32(p + kRmaWindowOffset)};
 }
 
 }  // namespace
@@ -107,7 +110,8 @@ std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept {
                  .stream_index = hello.stream_index,
                  .stream_count = hello.stream_count,
                  .eager_limit = hello.eager_limit,
-                 .eager_credit = hello.eager_credit});
+                 .eager_credit = hello.eager_credit,
+                 .rma_window = hello.rma_window});
   return out;
 }
 
@@ -123,7 +127,8 @@ std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexc
                  .stream_index = ack.stream_index,
                  .stream_count = ack.stream_count,
                  .eager_limit = ack.eager_limit,
-                 .eager_credit = ack.eager_credit});
+                 .eager_credit = ack.eager_credit,
+                 .rma_window = ack.rma_window});
   return out;
 }
 
@@ -140,11 +145,10 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
   }
   const uint8_t reserved = load_u8(p + kHelloReservedOffset);
   if (reserved != 0) return protocol_error(fmt::format("HELLO: reserved byte 7 is 0x{:02x}, must be 0", reserved));
-  const uint32_t tail_reserved = load_u32(p + kTailReservedOffset);
-  if (tail_reserved != 0) {
-    return protocol_error(fmt::format("HELLO: reserved bytes 44..47 are 0x{:08x}, must be 0", tail_reserved));
-  }
   const CommonTail t = load_tail(p);
+  if (t.rma_window < 1 || t.rma_window > kMaxRmaWindow) {
+    return protocol_error(fmt::format("HELLO: rma_window {} outside 1..{}", t.rma_window, kMaxRmaWindow));
+  }
   if (t.stream_count < 1 || t.stream_count > kMaxStreams) {
     return protocol_error(fmt::format("HELLO: stream_count {} outside 1..{}", t.stream_count, kMaxStreams));
   }
@@ -170,7 +174,8 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
                .stream_index = t.stream_index,
                .stream_count = t.stream_count,
                .eager_limit = t.eager_limit,
-               .eager_credit = t.eager_credit};
+               .eager_credit = t.eager_credit,
+               .rma_window = t.rma_window};
 }
 
 Result<HelloAck> decode_hello_ack(std::span<const std::byte> in) {
@@ -183,11 +188,10 @@ Result<HelloAck> decode_hello_ack(std::span<const std::byte> in) {
   if (status > static_cast<uint16_t>(HelloStatus::kRefused)) {
     return protocol_error(fmt::format("HELLO_ACK: unknown status {}", status));
   }
-  const uint32_t tail_reserved = load_u32(p + kTailReservedOffset);
-  if (tail_reserved != 0) {
-    return protocol_error(fmt::format("HELLO_ACK: reserved bytes 44..47 are 0x{:08x}, must be 0", tail_reserved));
-  }
   const CommonTail t = load_tail(p);
+  if (status == static_cast<uint16_t>(HelloStatus::kAccepted) && (t.rma_window < 1 || t.rma_window > kMaxRmaWindow)) {
+    return protocol_error(fmt::format("HELLO_ACK: rma_window {} outside 1..{}", t.rma_window, kMaxRmaWindow));
+  }
   return HelloAck{.version = version,
                   .status = static_cast<HelloStatus>(status),
                   .capabilities = t.capabilities,
@@ -196,7 +200,8 @@ Result<HelloAck> decode_hello_ack(std::span<const std::byte> in) {
                   .stream_index = t.stream_index,
                   .stream_count = t.stream_count,
                   .eager_limit = t.eager_limit,
-                  .eager_credit = t.eager_credit};
+                  .eager_credit = t.eager_credit,
+                  .rma_window = t.rma_window};
 }
 
 }  // namespace remora::wire

@@ -35,6 +35,7 @@ struct Hello {
   uint16_t stream_count = 0;
   uint32_t eager_limit = 0;
   uint32_t eager_credit = 0;
+  uint32_t rma_window = 0;  ///< RMA requests this side serves concurrently per endpoint (1..65536)
 };
 
 struct HelloAck {
@@ -47,6 +48,7 @@ struct HelloAck {
   uint16_t stream_count = 0;
   uint32_t eager_limit = 0;
   uint32_t eager_credit = 0;
+  uint32_t rma_window = 0;  ///< RMA requests this side serves concurrently per endpoint (1..65536)
 };
 
 std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept;

@@ -1,0 +1,68 @@
+// mem/region_access.h — a peer's validated, revocable access to registered memory:
+// what the passive target holds while it places or reads the bytes of one RMA
+// operation.
+//
+// acquire_access() validates a RemoteKey exactly as MemoryRegistry::resolve does and
+// returns a RegionAccess naming the bytes. The access does NOT keep the region
+// registered: the application may deregister at any time. Instead every touch of
+// the memory is bracketed by begin()/end():
+//   - begin() fails once the region has been deregistered (then the caller must not
+//     touch the memory and reports kRevoked / drains the bytes elsewhere);
+//   - deregistration (Region::deregister / ~Region) revokes the region first, then
+//     waits until no begin()/end() bracket of any access to it is open, and only then
+//     unpins the pages and returns — so after it returns remora never touches the
+//     memory again, and the application may free it.
+// Brackets must be short and must not block (one non-blocking send/recv, one memcpy,
+// one atomic instruction).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "remora/memory.h"
+#include "remora/status.h"
+#include "remora/types.h"
+
+namespace remora::detail {
+
+struct RegionUse;  // per-registration revocation word; defined in registry.cc
+
+class RegionAccess {
+ public:
+  RegionAccess() noexcept = default;
+  RegionAccess(RegionAccess&&) noexcept = default;
+  RegionAccess& operator=(RegionAccess&&) noexcept = default;
+  RegionAccess(const RegionAccess&) = delete;
+  RegionAccess& operator=(const RegionAccess&) = delete;
+  ~RegionAccess() = default;
+
+  bool valid() const noexcept { return use_ != nullptr; }
+  std::byte* address() const noexcept { return address_; }
+  size_t length() const noexcept { return length_; }
+  RegionId region() const noexcept { return region_; }
+  /// Offset of address() from the region's first byte.
+  uint64_t region_offset() const noexcept { return region_offset_; }
+
+  /// Opens a bracket: true if the region is still registered (touch the memory, then
+  /// call end()); false if it was deregistered (do not touch it; no end()).
+  [[nodiscard]] bool begin() const noexcept;
+  void end() const noexcept;
+  /// True once the region has been deregistered (no bracket needed to ask).
+  bool revoked() const noexcept;
+
+ private:
+  friend Result<RegionAccess> acquire_access(const MemoryRegistry&, const RemoteKey&, uint64_t, uint64_t, Access);
+  std::shared_ptr<RegionUse> use_;
+  std::byte* address_ = nullptr;
+  size_t length_ = 0;
+  RegionId region_{};
+  uint64_t region_offset_ = 0;
+};
+
+/// Validates like MemoryRegistry::resolve (kInvalidKey, kOutOfRange, kAccessDenied;
+/// nothing touched) and returns the access on success.
+Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
+                                    uint64_t length, Access needed);
+
+}  // namespace remora::detail
