@@ -1,11 +1,12 @@
 # The `remora` command-line tool: a thin CLI (remora.cc) over the perf library
-# (perf/), which holds the p2p benchmarks and the two-process demo.
+# (perf/), which holds the p2p and RMA benchmarks and the two-process demo.
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 
 add_library(remora_perf STATIC
   ${CMAKE_CURRENT_LIST_DIR}/perf/session.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/p2p.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf/rma.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc)
 target_include_directories(remora_perf PUBLIC ${CMAKE_CURRENT_LIST_DIR}/perf)
 target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})

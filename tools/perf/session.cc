@@ -415,7 +415,8 @@ Status serve(std::string_view address, int port_fd) {
     s = follow_p2p(*ep, control, buffers, plan);
   } else if (kind == "demo") {
     s = follow_demo(*ep, control, buffers, plan);
-
+  } else if (kind == "rma") {
+    s = follow_rma(*ep, control, buffers, plan);
   } else {
     s = Status(StatusCode::kProtocol, fmt::format("unknown plan kind '{}'", kind));
   }

@@ -146,9 +146,10 @@ Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep);
 nlohmann::json endpoint_json(const EndpointStats& stats);
 
-/// The follower's side of each plan kind (the driver's is in run_p2p / run_demo).
+/// The follower's side of each plan kind (the driver's is in run_p2p / run_demo / run_rma).
 Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
 Status follow_demo(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
+Status follow_rma(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
 
 /// The follower says it is ready for `size` (its buffers exist); the driver waits for
 /// that before timing anything, so allocation is never timed.
