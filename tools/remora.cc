@@ -237,6 +237,7 @@ int run_p2p(const P2pArgs& a) {
 struct RmaArgs : BenchArgs {
   std::string mode = "put_bw";
   std::optional<double> duration;
+  bool inject_corruption = false;
 };
 
 int run_rma(const RmaArgs& a) {
@@ -251,6 +252,7 @@ int run_rma(const RmaArgs& a) {
   o.iters = a.iters;
   o.warmup = a.warmup;
   o.duration_s = a.duration;
+  o.inject_corruption = a.inject_corruption;
   o.buffers = a.buffer_source();
   TtyProgress progress;
   o.progress = progress.callback();
@@ -326,6 +328,7 @@ int main(int argc, char** argv) {
                        ->check(CLI::PositiveNumber);
   rma_args.add_to(rma);
   duration->excludes(rma->get_option("--iters"));
+  rma->add_flag("--inject-corruption", rma_args.inject_corruption)->group("");  // hidden: proves the checks fail loudly
 
   std::string serve_listen = "127.0.0.1:0";
   int serve_port_fd = -1;

@@ -101,6 +101,10 @@ struct RmaOptions {
   /// Timed seconds per size instead of a count of iterations (the warm-up still counts).
   std::optional<double> duration_s;
   BufferSource buffers = BufferSource::kPool;  ///< the initiator's buffers and the target's region
+  /// Fault injection for tests: after each size's timed part, damage one byte (put
+  /// modes: a 1-byte put of a flipped byte into the target; get modes: the local copy),
+  /// so the data check must fail the run.
+  bool inject_corruption = false;
   ProgressFn progress;
 };
 

@@ -127,6 +127,7 @@ struct DriverStep {
   uint32_t window;
   Step st;
   std::optional<double> duration_s;
+  bool corrupt;
   ProgressFn progress;
 
   Status run(RmaRow* row) {
@@ -141,11 +142,13 @@ struct DriverStep {
     }
     // put_lat: our own region, for the target's puts back.
     std::span<std::byte> mine;
+    RemoteKey mine_key;
     const Request key_in = keys.post_recv(ep);
     REMORA_ASSIGN_OR_RETURN(const RemoteKey key, keys.finish_recv(key_in));  // the target is ready
     if (mode == RmaMode::kPutLatency) {
       REMORA_ASSIGN_OR_RETURN(auto exposed, d.buffers.expose(st.size));
       mine = exposed.span.first(st.size);
+      mine_key = exposed.key;
       std::fill(mine.begin(), mine.end(), kTargetPoison);
       REMORA_RETURN_IF_ERROR(keys.send(ep, exposed.key));
     }
@@ -167,10 +170,12 @@ struct DriverStep {
         } else {
           const Request put = ep.put(local, key, 0, PutOptions{.notify = it});
           REMORA_ASSIGN_OR_RETURN(const Notification n, ep.wait_notification(kOpTimeout));
-          if (n.value != it || n.length != st.size || n.offset != 0) {
+          // Notification offsets count from the region's start (a pool buffer sits inside
+          // an arena): the key's window start plus the put's offset, 0.
+          if (n.value != it || n.length != st.size || n.offset != mine_key.offset) {
             return Status(StatusCode::kProtocol,
-                          fmt::format("round trip {}: notification {} for {} bytes at offset {}, expected {} for {} at 0",
-                                      it, n.value, n.length, n.offset, it, st.size));
+                          fmt::format("round trip {}: notification {} for {} bytes at offset {}, expected {} for {} at {}",
+                                      it, n.value, n.length, n.offset, it, st.size, mine_key.offset));
           }
           const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
           REMORA_RETURN_IF_ERROR(wait_ok(put, "put"));  // normally done already: its ack went out before the put back
@@ -201,6 +206,16 @@ struct DriverStep {
     row->iterations = timed;
     row->ops_per_second = row->seconds > 0 ? static_cast<double>(row->operations) / row->seconds : 0;
 
+    if (corrupt && st.size > 0) {  // fault injection: the check below must catch this
+      if (is_put(mode)) {
+        REMORA_ASSIGN_OR_RETURN(auto bad, d.buffers.get(1));
+        bad[0] = local[st.size / 2] ^ std::byte{0x01};
+        REMORA_RETURN_IF_ERROR(wait_ok(ep.put(bad.first(1), key, st.size / 2), "corrupting put"));
+      } else {
+        local[st.size / 2] ^= std::byte{0x01};
+      }
+    }
+
     // The data, once per size.
     std::string problem;
     if (is_put(mode)) {
@@ -217,8 +232,8 @@ struct DriverStep {
     }
     REMORA_RETURN_IF_ERROR(d.control.send(kDoneTag, {{"size", st.size}}));
     REMORA_ASSIGN_OR_RETURN(auto verdict, d.control.recv(kVerdictTag));
-    if (problem.empty() && !verdict.value("verified", false)) {
-      problem = "target: " + verdict.value("problem", std::string("did not verify"));
+    if (!verdict.value("verified", false)) {  // both views, when both saw damage: where it happened tells a lot
+      problem += (problem.empty() ? "" : "; ") + ("target's own check: " + verdict.value("problem", std::string("failed")));
     }
     if (!problem.empty()) return Status(StatusCode::kInternal, "data check failed: " + problem);
     return Status::ok();
@@ -251,9 +266,9 @@ Status follow_step(Endpoint& ep, ControlChannel& control, BufferSet& buffers, Rm
     for (;;) {
       REMORA_ASSIGN_OR_RETURN(const Notification n, ep.wait_notification(kOpTimeout));
       if (n.value == kStopValue) break;
-      if (n.length != size || n.offset != 0) {
-        return Status(StatusCode::kProtocol, fmt::format("notification {} for {} bytes at offset {}, expected {} at 0",
-                                                         n.value, n.length, n.offset, size));
+      if (n.length != size || n.offset != exposed.key.offset) {
+        return Status(StatusCode::kProtocol, fmt::format("notification {} for {} bytes at offset {}, expected {} at {}",
+                                                         n.value, n.length, n.offset, size, exposed.key.offset));
       }
       if (back.valid()) REMORA_RETURN_IF_ERROR(wait_ok(back, "put back"));
       back = ep.put(src, key, 0, PutOptions{.notify = n.value});
@@ -343,7 +358,7 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
       row.size = st.size;
       row.warmup = st.warmup;
       DriverStep step{.d = d, .mode = o.mode, .window = o.window, .st = st, .duration_s = o.duration_s,
-                      .progress = o.progress};
+                      .corrupt = o.inject_corruption, .progress = o.progress};
       if (Status s = step.run(&row); !s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
       d.buffers.release_all();
       report.rows.push_back(row);
