@@ -157,14 +157,16 @@ struct BenchArgs {
     cmd->add_option("--window", window, "operations in flight per window (bandwidth and rate modes)")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
-    cmd->add_option("--iters", iters, "timed iterations per size (default: scaled by size)")->check(CLI::PositiveNumber);
+    cmd->add_option("--iters", iters, "timed iterations per size (default: scaled by size)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--warmup", warmup, "untimed iterations per size (default: scaled by size)");
     cmd->add_option("--json", json, "also write everything (results, config, stats) as JSON here");
     cmd->add_option("--buffers", buffers, "where buffers come from: pool or register")
         ->check(CLI::IsMember({"pool", "register"}))
         ->capture_default_str();
     auto* peer_opt = cmd->add_option("--peer", peer, "drive a follower started with --listen at host:port");
-    auto* listen_opt = cmd->add_option("--listen", listen, "be the follower: listen on host:port, the --peer side drives");
+    auto* listen_opt =
+        cmd->add_option("--listen", listen, "be the follower: listen on host:port, the --peer side drives");
     peer_opt->excludes(listen_opt);
   }
   remora::perf::BufferSource buffer_source() const {
@@ -269,8 +271,8 @@ int run_rma(const RmaArgs& a) {
                  r.latency.p99_us, r.iterations);
     }
     fmt::print("# {}\n", o.mode == RmaMode::kPutLatency
-                              ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
-                              : "latency of one get: a full round trip, as is");
+                             ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
+                             : "latency of one get: a full round trip, as is");
   } else {
     fmt::print("# window {}; every operation to offset 0 of one target region, from one local buffer\n", a.window);
     fmt::print("# {:<10} {:>18} {:>16} {:>8}\n", "Size", "Bandwidth (MB/s)", "Messages/s", "windows");

@@ -210,8 +210,8 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
     }
     return Status::ok();
   };
-  REMORA_RETURN_IF_ERROR(
-      run_driver(peer, o.buffers, plan_json(o.mode, o.window, o.distinct_buffers, o.buffers, steps), &report.json, body));
+  REMORA_RETURN_IF_ERROR(run_driver(peer, o.buffers, plan_json(o.mode, o.window, o.distinct_buffers, o.buffers, steps),
+                                    &report.json, body));
 
   report.json["results"] = nlohmann::json::array();
   for (const P2pRow& r : report.rows) {

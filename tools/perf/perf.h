@@ -110,13 +110,13 @@ struct RmaOptions {
 
 struct RmaRow {
   size_t size = 0;
-  uint32_t iterations = 0;    ///< timed windows (bw, rate) or round trips (lat)
+  uint32_t iterations = 0;  ///< timed windows (bw, rate) or round trips (lat)
   uint32_t warmup = 0;
   uint64_t operations = 0;    ///< timed puts or gets
   double seconds = 0;         ///< timed part only
   double bandwidth_mbps = 0;  ///< 10^6 bytes/s
   double ops_per_second = 0;
-  LatencySummary latency;     ///< lat modes: one-way (put_lat) or per get (get_lat)
+  LatencySummary latency;  ///< lat modes: one-way (put_lat) or per get (get_lat)
 };
 
 struct RmaReport {

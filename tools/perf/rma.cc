@@ -173,9 +173,10 @@ struct DriverStep {
           // Notification offsets count from the region's start (a pool buffer sits inside
           // an arena): the key's window start plus the put's offset, 0.
           if (n.value != it || n.length != st.size || n.offset != mine_key.offset) {
-            return Status(StatusCode::kProtocol,
-                          fmt::format("round trip {}: notification {} for {} bytes at offset {}, expected {} for {} at {}",
-                                      it, n.value, n.length, n.offset, it, st.size, mine_key.offset));
+            return Status(
+                StatusCode::kProtocol,
+                fmt::format("round trip {}: notification {} for {} bytes at offset {}, expected {} for {} at {}", it,
+                            n.value, n.length, n.offset, it, st.size, mine_key.offset));
           }
           const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
           REMORA_RETURN_IF_ERROR(wait_ok(put, "put"));  // normally done already: its ack went out before the put back
@@ -233,7 +234,8 @@ struct DriverStep {
     REMORA_RETURN_IF_ERROR(d.control.send(kDoneTag, {{"size", st.size}}));
     REMORA_ASSIGN_OR_RETURN(auto verdict, d.control.recv(kVerdictTag));
     if (!verdict.value("verified", false)) {  // both views, when both saw damage: where it happened tells a lot
-      problem += (problem.empty() ? "" : "; ") + ("target's own check: " + verdict.value("problem", std::string("failed")));
+      problem +=
+          (problem.empty() ? "" : "; ") + ("target's own check: " + verdict.value("problem", std::string("failed")));
     }
     if (!problem.empty()) return Status(StatusCode::kInternal, "data check failed: " + problem);
     return Status::ok();
@@ -339,8 +341,11 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
   const std::vector<size_t> sizes = o.sizes.empty() ? default_sizes(o.mode) : o.sizes;
 
   std::vector<Step> steps;
-  nlohmann::json plan = {{"kind", "rma"}, {"mode", to_string(o.mode)}, {"window", o.window},
-                         {"buffers", to_string(o.buffers)}, {"steps", nlohmann::json::array()}};
+  nlohmann::json plan = {{"kind", "rma"},
+                         {"mode", to_string(o.mode)},
+                         {"window", o.window},
+                         {"buffers", to_string(o.buffers)},
+                         {"steps", nlohmann::json::array()}};
   for (size_t size : sizes) {
     steps.push_back(default_step(step_kind(o.mode), size, o.window, o.iters, o.warmup));
     plan["steps"].push_back({{"size", size}, {"iters", steps.back().iters}, {"warmup", steps.back().warmup}});
@@ -357,8 +362,13 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
       RmaRow row;
       row.size = st.size;
       row.warmup = st.warmup;
-      DriverStep step{.d = d, .mode = o.mode, .window = o.window, .st = st, .duration_s = o.duration_s,
-                      .corrupt = o.inject_corruption, .progress = o.progress};
+      DriverStep step{.d = d,
+                      .mode = o.mode,
+                      .window = o.window,
+                      .st = st,
+                      .duration_s = o.duration_s,
+                      .corrupt = o.inject_corruption,
+                      .progress = o.progress};
       if (Status s = step.run(&row); !s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
       d.buffers.release_all();
       report.rows.push_back(row);
@@ -369,9 +379,14 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
 
   report.json["results"] = nlohmann::json::array();
   for (const RmaRow& r : report.rows) {
-    nlohmann::json row = {{"size", r.size},         {"iterations", r.iterations},     {"warmup", r.warmup},
-                          {"operations", r.operations}, {"seconds", r.seconds},       {"bandwidth_MBps", r.bandwidth_mbps},
-                          {"ops_per_second", r.ops_per_second}, {"verified", true}};
+    nlohmann::json row = {{"size", r.size},
+                          {"iterations", r.iterations},
+                          {"warmup", r.warmup},
+                          {"operations", r.operations},
+                          {"seconds", r.seconds},
+                          {"bandwidth_MBps", r.bandwidth_mbps},
+                          {"ops_per_second", r.ops_per_second},
+                          {"verified", true}};
     if (is_latency(o.mode)) {
       row["latency_us"] = latency_json(r.latency);
       row["latency_is"] = o.mode == RmaMode::kPutLatency ? "one-way (round trip / 2)" : "per get (a full round trip)";

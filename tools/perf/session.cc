@@ -304,16 +304,17 @@ Status send_ready(ControlChannel& control, size_t size) { return control.send(kR
 
 Status await_ready(ControlChannel& control, size_t size) {
   REMORA_ASSIGN_OR_RETURN(auto ready, control.recv(kReadyTag));
-  return ready.value("size", size_t{0}) == size ? Status::ok()
-                                                : Status(StatusCode::kProtocol, "the follower is at another message size");
+  return ready.value("size", size_t{0}) == size
+             ? Status::ok()
+             : Status(StatusCode::kProtocol, "the follower is at another message size");
 }
 
 Step default_step(StepKind kind, size_t size, uint32_t window, std::optional<uint32_t> iters,
                   std::optional<uint32_t> warmup) {
   Step st{.size = size};
   if (kind == StepKind::kPingPong) {
-    st.iters = iters.value_or(size <= 8192 ? 10000u
-                                           : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
+    st.iters = iters.value_or(
+        size <= 8192 ? 10000u : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
     st.warmup = warmup.value_or(size <= 8192 ? 1000u : std::clamp<uint32_t>(st.iters / 10, 2, 10));
   } else {
     const size_t per_window = std::max<size_t>(size, 1) * std::max<uint32_t>(window, 1);
