@@ -160,9 +160,15 @@ struct DriverStep {
       if (!duration_s) samples_us.reserve(st.iters);
       const Clock::time_point start = Clock::now();
       const auto one = [&](uint32_t it, bool is_timed) -> Status {
-        if (is_timed && it == st.warmup && duration_s) {  // size the samples from the warm-up's pace
-          const double per_s = std::chrono::duration<double>(Clock::now() - start).count() / std::max(st.warmup, 1u);
-          samples_us.reserve(static_cast<size_t>(std::min(*duration_s / std::max(per_s, 1e-7) * 1.5, 5e7)) + 1024);
+        if (is_timed && it == st.warmup && duration_s) {
+          // Size the samples from the warm-up's pace (1.5x, at most 8M: 64 MiB), so
+          // the vector seldom grows inside the timed loop; without a warm-up, 64K.
+          size_t expect = size_t{1} << 16;
+          if (st.warmup > 0) {
+            const double per_s = std::chrono::duration<double>(Clock::now() - start).count() / st.warmup;
+            expect = static_cast<size_t>(std::min(*duration_s / std::max(per_s, 1e-7) * 1.5, 8e6)) + 1024;
+          }
+          samples_us.reserve(expect);
         }
         const Clock::time_point t = Clock::now();
         if (mode == RmaMode::kGetLatency) {
