@@ -105,13 +105,15 @@ Status timed_loop(const Step& st, std::optional<double> duration_s, const Progre
     if (it == st.warmup) t0 = Clock::now();
     const bool is_timed = it >= st.warmup;
     Clock::duration elapsed{};
-    if (is_timed) {
+    if (is_timed && duration_s) {
       elapsed = Clock::now() - t0;
-      if (duration_s ? elapsed >= limit : it - st.warmup >= st.iters) break;
+      if (elapsed >= limit) break;
+    } else if (is_timed && it - st.warmup >= st.iters) {
+      break;
     }
     REMORA_RETURN_IF_ERROR(one(it, is_timed));
     if (progress && (it & 15) == 0) {
-      const double part = std::chrono::duration<double>(elapsed) / limit;
+      const double part = duration_s ? std::chrono::duration<double>(elapsed) / limit : 0;
       progress(label, duration_s ? static_cast<uint64_t>(1000 * std::min(1.0, part)) : it + 1, total);
     }
   }
