@@ -718,6 +718,8 @@ TEST(RmaReject, ChunkKindThree) {
     Bytes wire = golden(name);
     wire[1] = std::byte{0x03};
     expect_protocol_error(wire, "CHUNK frame: unknown kind 3");
+    // Kind 3 can never be valid: refused as soon as the flags byte is in.
+    expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "CHUNK frame: unknown kind 3");
   }
   // 4..255 set bits the CHUNK flags byte does not define.
   for (int kind = 4; kind < 256; ++kind) {
