@@ -366,11 +366,10 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
     }
   };
 
-  {
-    const size_t payload = inline_size(frame);
-    assert(payload <= kMaxEagerWirePayload);
-    if (payload > kMaxEagerWirePayload) return 0;
-  }
+  // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
+  // for RESP): refuse a payload it cannot describe rather than send a wrapped length.
+  assert(size - kFrameHeaderSize <= UINT32_MAX);
+  if (size - kFrameHeaderSize > UINT32_MAX) return 0;
   store_header(p, type, static_cast<uint32_t>(size - kFrameHeaderSize), flags_of(frame));
   std::visit(Visitor{body}, frame);
   return size;

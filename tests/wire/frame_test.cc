@@ -4,6 +4,7 @@
 #include "wire/frame.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -690,6 +691,43 @@ TEST(RmaEncode, NormalisesFieldsTheFlagsSayAreAbsent) {
   wire = encode_to_vector(RespFrame{.op_id = 0x0102030405060708, .status = RmaStatus::kOutOfRange,
                                     .inline_data = false, .payload = kEagerPayload});
   EXPECT_EQ(wire, golden("resp"));
+}
+
+// encode() must refuse an inline payload its u32 body_length cannot describe. The bound
+// depends on the fixed body in front of the payload (8 for EAGER, 72 for PUT, 24 for
+// RESP): a bound computed for EAGER let a PUT/RESP body_length wrap around and describe
+// a far shorter frame than the bytes written. Address space only, never touched.
+TEST(RmaEncode, RefusesPayloadTheBodyLengthCannotDescribe) {
+#ifdef NDEBUG
+  constexpr size_t kPage = 4096;
+  constexpr size_t kMapSize = (size_t{1} << 32) + 2 * kPage;
+  void* map = mmap(nullptr, kMapSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) GTEST_SKIP() << "no 4 GiB of address space for the test";
+  auto* base = static_cast<std::byte*>(map);
+  ASSERT_EQ(mprotect(base, kPage, PROT_READ | PROT_WRITE), 0);  // only the first page is writable
+  const std::span<std::byte> out(base, kMapSize);
+  for (size_t fixed : {kPutBodySize, kRespBodySize, kEagerBodySize}) {
+    SCOPED_TRACE(fixed);
+    const size_t largest = size_t{kMaxU32} - fixed;  // body_length == UINT32_MAX
+    for (size_t n : {largest + 1, size_t{kMaxU32} - kEagerBodySize, size_t{kMaxU32}}) {
+      if (n <= largest) continue;
+      const std::span<const std::byte> payload(base + kPage, n);  // PROT_NONE: reading it would fault
+      Frame f;
+      if (fixed == kPutBodySize) {
+        f = PutFrame{.op_id = 1, .length = n, .inline_data = true, .payload = payload};
+      } else if (fixed == kRespBodySize) {
+        f = RespFrame{.op_id = 1, .inline_data = true, .payload = payload};
+      } else {
+        f = EagerFrame{.tag = Tag{1}, .payload = payload};
+      }
+      EXPECT_EQ(encode(f, out), 0u) << "payload " << n;
+      EXPECT_EQ(out[0], std::byte{0}) << "the header was written";
+    }
+  }
+  munmap(map, kMapSize);
+#else
+  GTEST_SKIP() << "asserts are on";
+#endif
 }
 
 // --- one-sided (RMA) frames: malformed --------------------------------------------
