@@ -111,7 +111,7 @@ struct PutFrame {
   bool has_notify = false;
   uint64_t notify = 0;                 ///< 0 unless has_notify
   bool inline_data = false;
-  std::span<const std::byte> payload;  ///< inline_data: exactly `length` bytes; decode: view into the input
+  std::span<const std::byte> payload{};  ///< inline_data: exactly `length` bytes; decode: view into the input
 };
 struct GetFrame {
   uint64_t op_id = 0;
@@ -132,7 +132,7 @@ struct RespFrame {
   RmaStatus status = RmaStatus::kOk;
   uint64_t value = 0;                  ///< atomics: the previous value; else 0
   bool inline_data = false;
-  std::span<const std::byte> payload;  ///< inline GET data; decode: view into the input
+  std::span<const std::byte> payload{};  ///< inline GET data; decode: view into the input
 };
 
 /// Alternatives in FrameType order (index + 1 == type).
