@@ -28,9 +28,11 @@
 #   --strict   exit 1 when a target is missed (by the median ratio)
 # Exit status: 0 when every run worked, 1 with --strict and a missed target, 2 when a
 # reference tool failed, 4 when a remora run failed (its row says FAILED).
+# shellcheck disable=SC2317  # run_reference and run_remora are called by name, from compare_rounds
 set -euo pipefail
 
 prog=compare_rma
+# shellcheck source-path=SCRIPTDIR source=lib_compare.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib_compare.sh"
 compare_parse_args "$@"
 compare_setup

@@ -13,6 +13,7 @@
 # and writes its table with python3, importing bench/lib_compare.py (the parsers and
 # the table), from "$lib_dir".
 
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced: its variables belong to the calling script
 lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() { echo "$prog: $*" >&2; exit 2; }
@@ -40,7 +41,7 @@ compare_parse_args() {
       --window) window=$2; shift 2 ;;
       --json) json_out=$2; shift 2 ;;
       --strict) strict=1; shift ;;
-      -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+      -h|--help) awk 'NR > 1 && (!/^#/ || /^# shellcheck/) { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
       *) die "unknown argument '$1' (try --help)" ;;
     esac
   done
