@@ -71,9 +71,12 @@ MemoryDomain& host_domain();
 // Remote keys
 // ---------------------------------------------------------------------------
 
-/// A grant to access a window of a registered region: region id, a 64-bit random
-/// secret, the region's generation (deregistration revokes), the window's bounds
-/// (relative to the region start) and the remote rights granted.
+/// A grant to access a window of a registered region: region id, the region's
+/// generation (deregistration revokes), the window's bounds (relative to the region
+/// start), the remote rights granted, and `secret`: a 64-bit tag (SipHash-2-4 keyed
+/// with a random 128-bit key that never leaves the registering process) over all of
+/// those fields. Changing any field (widening the window, adding a right) without the
+/// process's key makes the key invalid; so does guessing (2^-64 per try).
 /// Serialises to exactly kSerializedSize little-endian bytes (see docs/protocol.md).
 struct RemoteKey {
   static constexpr uint8_t kVersion = 1;
@@ -145,7 +148,7 @@ class Region {
   size_t size_ = 0;
   RegionId id_{};
   uint32_t generation_ = 0;
-  uint64_t secret_ = 0;
+  std::array<unsigned char, 16> mac_key_{};  // never leaves this process; keys carry a tag made with it
   Access access_ = Access::kNone;
   MemoryKind kind_ = MemoryKind::kHost;
   bool pinned_ = false;

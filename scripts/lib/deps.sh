@@ -11,7 +11,7 @@
 REMORA_APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   iproute2 iperf3 sockperf procps
 )
 

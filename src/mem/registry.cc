@@ -5,6 +5,7 @@
 // Locking: one mutex per registry guards the slot table. Domain work (mlock/munlock)
 // runs outside it, so resolve() — the passive-target hot path — never waits for a
 // large registration to be pinned.
+#include <sodium.h>
 #include <sys/random.h>
 
 #include <atomic>
@@ -20,6 +21,9 @@
 
 namespace remora {
 namespace detail {
+
+using MacKey = std::array<unsigned char, 16>;
+static_assert(crypto_shorthash_KEYBYTES == 16 && crypto_shorthash_BYTES == 8);
 
 /// The revocation word of one registration, shared with every RegionAccess to it.
 /// Bit 31: revoked. Bits 0..30: begin()/end() brackets open now.
@@ -40,7 +44,7 @@ struct RegionUse {
 struct RegionSlot {
   bool live = false;
   uint32_t generation = 1;  // never 0, so a default-constructed key never matches
-  uint64_t secret = 0;
+  MacKey mac_key{};
   std::byte* base = nullptr;
   size_t length = 0;
   Access access = Access::kNone;
@@ -98,25 +102,44 @@ namespace {
 
 bool only_remote_rights(Access rights) noexcept { return (rights & kRemoteAccessMask) == rights; }
 
-/// Compares secrets without an early exit on the first differing byte.
-bool secrets_equal(uint64_t a, uint64_t b) noexcept {
+/// Compares tags without an early exit on the first differing byte.
+bool tags_equal(uint64_t a, uint64_t b) noexcept {
   volatile uint64_t diff = a ^ b;
   return diff == 0;
 }
 
-Result<uint64_t> random_secret() {
-  uint64_t value = 0;
-  auto* bytes = reinterpret_cast<unsigned char*>(&value);
+Result<detail::MacKey> random_mac_key() {
+  detail::MacKey key{};
   size_t got = 0;
-  while (got < sizeof(value)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(value) - got, 0);
+  while (got < key.size()) {
+    const ssize_t n = getrandom(key.data() + got, key.size() - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status(StatusCode::kInternal, fmt::format("getrandom failed: {}", std::strerror(errno)));
     }
     got += static_cast<size_t>(n);
   }
-  return value;
+  return key;
+}
+
+/// The tag a key carries in `secret`: SipHash-2-4 (libsodium's crypto_shorthash) over
+/// every other field of the key, keyed with the region's MAC key.
+uint64_t key_tag(const detail::MacKey& mac_key, const RemoteKey& key) noexcept {
+  unsigned char in[4 + 4 + 8 + 8 + 4 + 1] = {};
+  auto put = [&in](size_t at, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) in[at + i] = static_cast<unsigned char>(v >> (8 * i));
+  };
+  put(0, static_cast<uint32_t>(key.region), 4);
+  put(4, key.generation, 4);
+  put(8, key.offset, 8);
+  put(16, key.length, 8);
+  put(24, static_cast<uint32_t>(key.access), 4);
+  put(28, static_cast<uint8_t>(key.kind), 1);
+  unsigned char out[crypto_shorthash_BYTES];
+  crypto_shorthash(out, in, sizeof in, mac_key.data());
+  uint64_t tag = 0;
+  for (size_t i = 0; i < sizeof out; ++i) tag |= uint64_t{out[i]} << (8 * i);
+  return tag;
 }
 
 /// Is [offset, offset+length) inside [0, size)? Never overflows.
@@ -136,7 +159,7 @@ Region::Region(Region&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       id_(std::exchange(other.id_, RegionId{})),
       generation_(std::exchange(other.generation_, 0)),
-      secret_(std::exchange(other.secret_, 0)),
+      mac_key_(std::exchange(other.mac_key_, {})),
       access_(std::exchange(other.access_, Access::kNone)),
       kind_(std::exchange(other.kind_, MemoryKind::kHost)),
       pinned_(std::exchange(other.pinned_, false)) {}
@@ -149,7 +172,7 @@ Region& Region::operator=(Region&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     id_ = std::exchange(other.id_, RegionId{});
     generation_ = std::exchange(other.generation_, 0);
-    secret_ = std::exchange(other.secret_, 0);
+    mac_key_ = std::exchange(other.mac_key_, {});
     access_ = std::exchange(other.access_, Access::kNone);
     kind_ = std::exchange(other.kind_, MemoryKind::kHost);
     pinned_ = std::exchange(other.pinned_, false);
@@ -167,7 +190,7 @@ void Region::deregister() noexcept {
   size_ = 0;
   id_ = RegionId{};
   generation_ = 0;
-  secret_ = 0;
+  mac_key_ = {};
   access_ = Access::kNone;
   pinned_ = false;
 }
@@ -177,11 +200,11 @@ RemoteKey Region::remote_key() const {
   if (!valid()) return key;
   key.region = id_;
   key.generation = generation_;
-  key.secret = secret_;
   key.offset = 0;
   key.length = size_;
   key.access = access_ & kRemoteAccessMask;
   key.kind = kind_;
+  key.secret = key_tag(mac_key_, key);
   return key;
 }
 
@@ -207,6 +230,7 @@ Result<RemoteKey> Region::remote_key(uint64_t offset, uint64_t length, Access ri
   key.offset = offset;
   key.length = length;
   key.access = rights;
+  key.secret = key_tag(mac_key_, key);
   return key;
 }
 
@@ -235,7 +259,7 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("register_memory: {} + {} bytes is not {} memory", ptr, len, domain.name()));
   }
-  REMORA_ASSIGN_OR_RETURN(const uint64_t secret, random_secret());
+  REMORA_ASSIGN_OR_RETURN(const detail::MacKey mac_key, random_mac_key());
   const PinMode mode = state_->pin_mode;
   auto registered = domain.register_range(ptr, len, mode);
   if (!registered) return registered.status().with_context("register_memory");
@@ -257,7 +281,7 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
     }
     detail::RegionSlot& slot = state_->slots[index];
     slot.live = true;
-    slot.secret = secret;
+    slot.mac_key = mac_key;
     slot.base = static_cast<std::byte*>(ptr);
     slot.length = len;
     slot.access = access;
@@ -277,7 +301,7 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
     region.size_ = len;
     region.id_ = static_cast<RegionId>(index);
     region.generation_ = slot.generation;
-    region.secret_ = secret;
+    region.mac_key_ = mac_key;
     region.access_ = access;
     region.kind_ = domain.kind();
     region.pinned_ = registration.pinned;
@@ -303,12 +327,16 @@ Result<const RegionSlot*> validate_locked(const RegistryState& state, const Remo
     return Status(StatusCode::kInvalidKey,
                   fmt::format("stale key for region {}: generation {} was deregistered", index, key.generation));
   }
-  if (!secrets_equal(slot.secret, key.secret) || slot.domain->kind() != key.kind) {
+  if (slot.domain->kind() != key.kind) {
     return Status(StatusCode::kInvalidKey, fmt::format("key does not match region {}", index));
   }
   if (!window_inside(key.offset, key.length, slot.length)) {
     return Status(StatusCode::kOutOfRange, fmt::format("key window [{}, +{}) is outside region {} of {} bytes",
                                                        key.offset, key.length, index, slot.length));
+  }
+  // The tag covers the window and the rights: a key whose holder widened either is forged.
+  if (!tags_equal(key_tag(slot.mac_key, key), key.secret)) {
+    return Status(StatusCode::kInvalidKey, fmt::format("key does not match region {} (bad tag)", index));
   }
   if (!window_inside(offset, len, key.length)) {
     return Status(StatusCode::kOutOfRange,

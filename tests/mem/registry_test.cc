@@ -176,10 +176,11 @@ TEST_F(RegistryTest, MissingRightsAreDenied) {
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteAtomic), StatusCode::kAccessDenied);
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteRead | Access::kRemoteWrite), StatusCode::kAccessDenied);
 
-  // A key that claims more than the region holds is still denied by the region.
+  // A key whose holder added rights is forged: the tag covers the rights.
   RemoteKey inflated = key;
   inflated.access = kRemoteAccessMask;
-  EXPECT_EQ(resolve_code(inflated, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
+  EXPECT_EQ(resolve_code(inflated, 0, 8, Access::kRemoteWrite), StatusCode::kInvalidKey);
+  EXPECT_EQ(resolve_code(inflated, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
 
   // A key narrower than the region is denied by the key.
   Region rw = register_all();
@@ -318,5 +319,32 @@ TEST(Registry, ConcurrentRegistrationAndResolve) {
   EXPECT_EQ(registry.stats().live_regions, 0u);
 }
 
+TEST_F(RegistryTest, HolderOfANarrowKeyCannotWidenItsWindowOrRights) {
+  // A read-only key for [64, +64) of a read/write region: every field its holder could
+  // rewrite is covered by the tag, so no rewrite reaches more of the region.
+  Region rw = register_all();
+  RemoteKey narrow = rw.remote_key(64, 64, Access::kRemoteRead).value();
+  EXPECT_TRUE(registry_.resolve(narrow, 0, 64, Access::kRemoteRead).is_ok());
+  EXPECT_EQ(resolve_code(narrow, 0, 64, Access::kRemoteWrite), StatusCode::kAccessDenied);
+
+  RemoteKey writable = narrow;
+  writable.access = Access::kRemoteRead | Access::kRemoteWrite;
+  EXPECT_EQ(resolve_code(writable, 0, 64, Access::kRemoteWrite), StatusCode::kInvalidKey);
+  RemoteKey wider = narrow;
+  wider.length = 128;
+  EXPECT_EQ(resolve_code(wider, 0, 128, Access::kRemoteRead), StatusCode::kInvalidKey);
+  RemoteKey moved = narrow;
+  moved.offset = 0;
+  EXPECT_EQ(resolve_code(moved, 0, 64, Access::kRemoteRead), StatusCode::kInvalidKey);
+  RemoteKey whole = narrow;
+  whole.offset = 0;
+  whole.length = kSize;
+  whole.access = kRemoteAccessMask;
+  EXPECT_EQ(resolve_code(whole, 0, kSize, Access::kRemoteRead), StatusCode::kInvalidKey);
+  // The key minted for the whole region by its owner still works, of course.
+  EXPECT_TRUE(registry_.resolve(rw.remote_key(), 0, kSize, Access::kRemoteWrite).is_ok());
+}
+
 }  // namespace
 }  // namespace remora
+
