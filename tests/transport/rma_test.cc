@@ -276,6 +276,55 @@ TEST(Rma, MoreOpsThanTheTargetWindowAreQueued) {
   EXPECT_FALSE(p.target->failed());
 }
 
+// Both sides are initiator and target at once, several threads posting on each
+// endpoint: every thread puts into its own slice of the peer's region, reads it back,
+// and bumps a shared counter word with fetch_add.
+TEST(Rma, ThreadsOnBothSidesPostConcurrently) {
+  RmaPair p = make_pair({.streams_per_endpoint = 2, .chunk_bytes = 8192, .eager_limit = 2048});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kThreads = 3, kSlice = 256 * 1024, kRounds = 60;
+  TargetMemory mem_t(*p.target_ctx, 8 + kThreads * kSlice, kAllAccess, 1);
+  TargetMemory mem_i(*p.init_ctx, 8 + kThreads * kSlice, kAllAccess, 2);
+  mem_t.set_word(0, 0);
+  mem_i.set_word(0, 0);
+  std::mutex mu;
+  std::vector<std::string> problems;
+  auto worker = [&](Endpoint& ep, const RemoteKey& key, size_t slice, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (size_t r = 0; r < kRounds; ++r) {
+      const size_t n = rng() % 3 == 0 ? rng() % kSlice : rng() % 4096;
+      const uint64_t off = 8 + slice * kSlice + rng() % (kSlice - n + 1);
+      const auto data = pattern(n, seed * 1000 + r);
+      std::vector<std::byte> back(n);
+      Request add = ep.fetch_add(nullptr, key, 0, 1);
+      Status s = ep.put(data, key, off).wait(10s);
+      if (s.is_ok()) s = ep.get(back, key, off).wait(10s);
+      if (s.is_ok()) s = add.wait(10s);
+      std::lock_guard lock(mu);
+      if (!s.is_ok()) {
+        problems.push_back("thread " + std::to_string(seed) + " round " + std::to_string(r) + ": " + s.to_string());
+        return;
+      }
+      if (back != data) {
+        problems.push_back("thread " + std::to_string(seed) + " round " + std::to_string(r) + ": read back differs");
+        return;
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (size_t i = 0; i < kThreads; ++i) {
+      threads.emplace_back(worker, std::ref(*p.init), mem_t.region.remote_key(), i, 10 + i);
+      threads.emplace_back(worker, std::ref(*p.target), mem_i.region.remote_key(), i, 20 + i);
+    }
+  }
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(mem_t.word(0), kThreads * kRounds);
+  EXPECT_EQ(mem_i.word(0), kThreads * kRounds);
+  EXPECT_FALSE(p.init->failed());
+  EXPECT_FALSE(p.target->failed());
+}
+
 // --- notifications ---------------------------------------------------------------
 
 TEST(RmaNotify, QueuedBeforeThePutCompletesAndDeliveredOnce) {
@@ -330,7 +379,7 @@ TEST(RmaNotify, QueuedBeforeThePutCompletesAndDeliveredOnce) {
     EXPECT_TRUE(seen.insert(n->value).second) << "value " << n->value << " delivered twice";
     EXPECT_EQ(n->offset, 700000 + idx * 9010 + (idx % 3));
     ASSERT_EQ(n->length, datas[idx].size());
-    EXPECT_EQ(std::memcmp(t.bytes.data() + n->offset, datas[idx].data(), n->length), 0)
+    EXPECT_TRUE(std::equal(datas[idx].begin(), datas[idx].end(), t.bytes.begin() + static_cast<ptrdiff_t>(n->offset)))
         << "notification " << n->value << " seen before its data";
   }
   ASSERT_TRUE(wait_all(reqs, 10s).is_ok());
