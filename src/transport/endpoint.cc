@@ -225,6 +225,7 @@ void EndpointCore::fail_locked(const Status& why) {
   outstanding_ = 0;
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
+  unsent_resps_.clear();
   if (on_closed_) {
     // Defer: we may be inside one of our own handlers.
     auto fn = std::move(on_closed_);
@@ -311,6 +312,7 @@ void EndpointCore::flush_control() {
     ssize_t n = ::send(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       ctl_tx_off_ += static_cast<size_t>(n);
+      while (!unsent_resps_.empty() && unsent_resps_.front() <= ctl_tx_off_) unsent_resps_.pop_front();
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -323,6 +325,7 @@ void EndpointCore::flush_control() {
   }
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
+  unsent_resps_.clear();
 }
 
 void EndpointCore::on_control_event(uint32_t events) {

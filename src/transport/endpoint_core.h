@@ -319,6 +319,10 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   // Operations this side serves as the target.
   std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
   std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
+  // End offsets in ctl_tx_ of RESPs not yet accepted by the kernel. They count
+  // against the window: a peer that floods requests and never reads its replies
+  // runs into it instead of growing ctl_tx_ without bound.
+  std::deque<size_t> unsent_resps_;
   std::vector<std::byte> scratch_;  // refused / revoked chunk bytes are read here and dropped
   std::byte* scratch() {
     if (scratch_.empty()) scratch_.resize(size_t{64} << 10);

@@ -340,7 +340,7 @@ RmaStatus EndpointCore::check_access(const wire::KeyBytes& key_bytes, uint64_t o
 }
 
 bool EndpointCore::admit_served_request() {
-  if (served_puts_.size() + served_gets_.size() >= config_.rma_window) {
+  if (served_puts_.size() + served_gets_.size() + unsent_resps_.size() >= config_.rma_window) {
     protocol_error("more than " + std::to_string(config_.rma_window) +
                    " one-sided requests in service (REMORA_RMA_WINDOW advertised in the handshake)");
     return false;
@@ -350,6 +350,7 @@ bool EndpointCore::admit_served_request() {
 
 void EndpointCore::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
   append_frame(RespFrame{.op_id = op_id, .status = status, .value = value, .inline_data = false, .payload = {}});
+  unsent_resps_.push_back(ctl_tx_.size());
 }
 
 void EndpointCore::handle_put(const PutFrame& f) {
@@ -445,6 +446,7 @@ void EndpointCore::handle_get(const GetFrame& f) {
                                .inline_data = true,
                                .payload = std::span<const std::byte>(access.address(), f.length)});
         access.end();
+        unsent_resps_.push_back(ctl_tx_.size());
         ++stats_.served_gets;
         return;
       }
