@@ -325,6 +325,51 @@ TEST(Rma, ThreadsOnBothSidesPostConcurrently) {
   EXPECT_FALSE(p.target->failed());
 }
 
+// Two-sided messages and one-sided operations share the data streams: chunks of
+// messages, puts and get responses interleave on every stream, in both directions.
+TEST(Rma, InterleavesWithTwoSidedMessagesOnTheSameStreams) {
+  RmaPair p = make_pair({.streams_per_endpoint = 2, .chunk_bytes = 8192, .eager_limit = 1024});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kOps = 40, kLen = 100000;
+  TargetMemory t(*p.target_ctx, kOps * kLen, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> msgs, puts, got_msgs(kOps, std::vector<std::byte>(kLen)),
+      got_back(kOps, std::vector<std::byte>(kLen)), replies(kOps, std::vector<std::byte>(kLen));
+  for (size_t i = 0; i < kOps; ++i) {
+    msgs.push_back(pattern(kLen, 700 + i));
+    puts.push_back(pattern(kLen, 800 + i));
+  }
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.target->recv(got_msgs[i], Tag{i}));
+    reqs.push_back(p.init->recv(replies[i], Tag{i}));
+  }
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.init->put(puts[i], key, i * kLen));
+    reqs.push_back(p.init->send(msgs[i], Tag{i}));
+    reqs.push_back(p.target->send(msgs[kOps - 1 - i], Tag{i}));  // the other direction too
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  reqs.clear();
+  for (size_t i = 0; i < kOps; ++i) {
+    ASSERT_EQ(got_msgs[i], msgs[i]) << "message " << i;
+    std::fill(got_msgs[i].begin(), got_msgs[i].end(), std::byte{0});
+  }
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.init->get(got_back[i], key, i * kLen));
+    reqs.push_back(p.init->send(msgs[i], Tag{kOps + i}));
+    reqs.push_back(p.target->recv(got_msgs[i], Tag{kOps + i}));
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (size_t i = 0; i < kOps; ++i) {
+    t.apply_put(i * kLen, puts[i]);
+    ASSERT_EQ(got_msgs[i], msgs[i]) << "second message " << i;
+    ASSERT_EQ(replies[i], msgs[kOps - 1 - i]) << "reply " << i;
+    ASSERT_EQ(got_back[i], puts[i]) << "get " << i;
+  }
+  EXPECT_EQ(diff(t), "");
+}
+
 // --- notifications ---------------------------------------------------------------
 
 TEST(RmaNotify, QueuedBeforeThePutCompletesAndDeliveredOnce) {
@@ -500,6 +545,39 @@ TEST(RmaNotify, FullQueueRefusesNotifiedPutsAndWritesNothing) {
   while (auto n = p.target->poll_notification()) rest.push_back(n->value);
   EXPECT_EQ(rest, (std::vector<uint64_t>{1, 2, 3, 7}));
   EXPECT_GE(p.target->stats().refused, 3u);
+}
+
+// Notifications promised to chunked puts still in flight count against the bound:
+// of ten notified large puts posted at once with nobody draining the queue, exactly
+// max_unexpected are accepted, whatever the timing, and the others write nothing.
+TEST(RmaNotify, PutsInFlightCountAgainstTheQueueBound) {
+  Config config;
+  config.max_unexpected = 4;
+  config.eager_limit = 1024;
+  config.chunk_bytes = 4096;
+  RmaPair p = make_pair_with(config);
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kPuts = 10, kLen = 50000;
+  TargetMemory t(*p.target_ctx, kPuts * kLen, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> datas;
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kPuts; ++i) datas.push_back(pattern(kLen, 40 + i));
+  for (size_t i = 0; i < kPuts; ++i) reqs.push_back(p.init->put(datas[i], key, i * kLen, {.notify = i}));
+  std::set<uint64_t> accepted;
+  for (size_t i = 0; i < kPuts; ++i) {
+    const Status s = reqs[i].wait(10s);
+    ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kNoResource) << i << ": " << s.to_string();
+    if (s.is_ok()) {
+      accepted.insert(i);
+      t.apply_put(i * kLen, datas[i]);
+    }
+  }
+  EXPECT_EQ(accepted.size(), 4u);
+  EXPECT_EQ(diff(t), "") << "a refused put wrote bytes";
+  std::set<uint64_t> notified;
+  while (auto n = p.target->poll_notification()) notified.insert(n->value);
+  EXPECT_EQ(notified, accepted);
 }
 
 // --- atomics ---------------------------------------------------------------------
@@ -898,7 +976,7 @@ TEST(RmaRevocation, DeregisterDuringAStreamOfLargePuts) {
   std::vector<std::vector<std::byte>> gets(kPuts, std::vector<std::byte>(kPut));
   std::vector<Request> puts, getr;
   for (size_t i = 0; i < kPuts; ++i) {
-    puts.push_back(p.init->put(datas[i], key, i * kPut));
+    puts.push_back(p.init->put(datas[i], key, i * kPut, {.notify = i}));
     getr.push_back(p.init->get(gets[i], key, kHalf + i * kPut));  // the half no put writes
   }
   ASSERT_TRUE(puts.front().wait(10s).is_ok());
@@ -924,6 +1002,15 @@ TEST(RmaRevocation, DeregisterDuringAStreamOfLargePuts) {
   }
   EXPECT_TRUE(snapshot == t.bytes) << "the target's memory changed after deregister() returned";
   EXPECT_TRUE(std::equal(snapshot.begin() + kHalf, snapshot.end(), t.model.begin() + kHalf)) << "a get wrote the target";
+  // Exactly the puts that completed ok were notified; a revoked put never is.
+  std::set<uint64_t> ok_puts, notified;
+  for (size_t i = 0; i < kPuts; ++i) {
+    if (puts[i].wait(0s).is_ok()) ok_puts.insert(i);
+  }
+  while (auto n = p.target->poll_notification()) {
+    EXPECT_TRUE(notified.insert(n->value).second) << "put #" << n->value << " notified twice";
+  }
+  EXPECT_EQ(notified, ok_puts);
   std::printf("[          ] after deregistration: %zu/%zu puts and %zu/%zu gets completed ok\n", put_ok, kPuts, get_ok,
               kPuts);
   // The endpoint is fine: a new region works.
