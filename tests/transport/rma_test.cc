@@ -834,6 +834,22 @@ TEST_F(RefusalTest, ForgedSecretRegionOrGeneration) {
   EXPECT_EQ(p_.target->stats().refused, refusals_);
 }
 
+// Fields RemoteKey::deserialize rejects but RemoteKey::serialize still writes: the
+// target cannot parse the key at all and refuses with kInvalidKey.
+TEST_F(RefusalTest, KeysTheTargetCannotDeserialize) {
+  RemoteKey k = key_;
+  k.access = static_cast<Access>(0x10) | kRemoteAccessMask;
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "unknown access bit 0x10");
+  k = key_;
+  k.kind = static_cast<MemoryKind>(7);
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "unknown memory kind 7");
+  k = key_;
+  k.offset = uint64_t{1} << 63;
+  k.length = (uint64_t{1} << 63) + 1;  // window end wraps 2^64
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "window end overflows");
+  EXPECT_EQ(p_.target->stats().refused, refusals_);
+}
+
 TEST_F(RefusalTest, StaleKeyAfterDeregistrationAndSlotReuse) {
   // A second region, keyed, then deregistered: its memory stays allocated (and
   // compared) but no byte of it may change.
