@@ -1,0 +1,1138 @@
+// In-process tests of one-sided RMA: two contexts in one process, real sockets on
+// loopback. One side (the target) registers memory and hands its key over by value;
+// the other (the initiator) puts, gets and runs atomics. Every test compares the
+// target's memory byte for byte against a model of what it must hold, so a byte
+// placed outside its range, placed twice, or placed after a refusal is caught.
+// Multi-process and namespace RMA tests live in tests/integration/rma_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remora/remora.h"
+
+namespace remora {
+/// gtest prints StatusCode by name ("invalid_key") instead of as a raw byte.
+inline void PrintTo(StatusCode code, std::ostream* os) { *os << to_string(code); }
+}  // namespace remora
+
+namespace remora {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+
+// The accepted endpoint is the target, the connected one the initiator.
+struct RmaPair {
+  std::unique_ptr<Context> target_ctx, init_ctx;
+  std::unique_ptr<Listener> listener;
+  std::shared_ptr<Endpoint> target, init;
+};
+
+RmaPair connect_pair(std::unique_ptr<Context> target_ctx, std::unique_ptr<Context> init_ctx) {
+  RmaPair p;
+  p.target_ctx = std::move(target_ctx);
+  p.init_ctx = std::move(init_ctx);
+  p.listener = p.target_ctx->listen("127.0.0.1:0").value();
+  auto c = p.init_ctx->connect("127.0.0.1:" + std::to_string(p.listener->port()), 10s);
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  if (c.is_ok()) p.init = c.value();
+  auto s = p.listener->accept(10s);
+  EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+  if (s.is_ok()) p.target = s.value();
+  return p;
+}
+
+RmaPair make_pair(ContextOptions opts = {}) {
+  opts.ignore_env = true;
+  return connect_pair(Context::create(opts).value(), Context::create(opts).value());
+}
+
+RmaPair make_pair_with(const Config& config) {
+  return connect_pair(Context::create(config).value(), Context::create(config).value());
+}
+
+std::vector<std::byte> pattern(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+/// Registered memory on the target plus the model of what it must contain. The
+/// region is declared after the bytes, so it is deregistered before they are freed.
+struct TargetMemory {
+  std::vector<std::byte> bytes;
+  std::vector<std::byte> model;
+  Region region;
+
+  TargetMemory(Context& ctx, size_t size, Access access, uint64_t seed = 77)
+      : bytes(pattern(size, seed)), model(bytes) {
+    auto r = ctx.register_memory(bytes.data(), bytes.size(), access);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    if (r.is_ok()) region = std::move(r).value();
+  }
+  void apply_put(uint64_t region_offset, std::span<const std::byte> data) {
+    std::copy(data.begin(), data.end(), model.begin() + static_cast<ptrdiff_t>(region_offset));
+  }
+  uint64_t word(size_t offset) const {
+    uint64_t v;
+    std::memcpy(&v, bytes.data() + offset, 8);
+    return v;
+  }
+  void set_word(size_t offset, uint64_t v) {
+    std::memcpy(bytes.data() + offset, &v, 8);
+    std::memcpy(model.data() + offset, &v, 8);
+  }
+  void model_word(size_t offset, uint64_t v) { std::memcpy(model.data() + offset, &v, 8); }
+  uint64_t model_value(size_t offset) const {
+    uint64_t v;
+    std::memcpy(&v, model.data() + offset, 8);
+    return v;
+  }
+};
+
+/// Empty when the target's memory equals the model; else where and how it differs.
+std::string diff(const TargetMemory& t) {
+  auto [a, b] = std::mismatch(t.bytes.begin(), t.bytes.end(), t.model.begin());
+  if (a == t.bytes.end()) return "";
+  const auto at = a - t.bytes.begin();
+  auto last = t.bytes.size();
+  while (last > 0 && t.bytes[last - 1] == t.model[last - 1]) --last;
+  return "target memory differs from the model at bytes [" + std::to_string(at) + ", " + std::to_string(last) +
+         ") of " + std::to_string(t.bytes.size()) + " (got 0x" + std::to_string(static_cast<int>(*a)) +
+         ", want 0x" + std::to_string(static_cast<int>(*b)) + ")";
+}
+
+// --- put / get round trips -------------------------------------------------------
+
+struct Geometry {
+  uint32_t streams;
+  size_t chunk_bytes;
+  size_t eager_limit;
+  const char* name;
+};
+
+class RmaRoundTrip : public ::testing::TestWithParam<Geometry> {};
+
+// Sizes around every boundary: 0, 1, a word, the eager limit +-1, the chunk size +-1
+// and non-multiples of it. Each put is checked against the whole region (nothing
+// outside its range moved) and read back with a get into a buffer with guard bytes.
+TEST_P(RmaRoundTrip, PutThenGetEverySize) {
+  const Geometry g = GetParam();
+  RmaPair p = make_pair({.streams_per_endpoint = g.streams, .chunk_bytes = g.chunk_bytes, .eager_limit = g.eager_limit});
+  ASSERT_TRUE(p.init && p.target);
+  const size_t e = g.eager_limit, c = g.chunk_bytes;
+  const std::vector<size_t> sizes = {0, 1, 7, 8, e - 1, e, e + 1, c - 1, c, c + 1, 2 * c + 4093, 3 * c + 7, (1 << 20) + 3};
+  TargetMemory t(*p.target_ctx, 4 * c + (1 << 20) + 4096, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  uint64_t bytes_put = 0, bytes_got = 0;
+
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const size_t n = sizes[i];
+    const uint64_t off = 13 + i;  // odd offsets: nothing assumes alignment
+    const auto data = pattern(n, 1000 + i);
+    const Status ps = p.init->put(data, key, off).wait(10s);
+    ASSERT_TRUE(ps.is_ok()) << "put of " << n << " bytes: " << ps.to_string();
+    t.apply_put(off, data);
+    ASSERT_EQ(diff(t), "") << "after a put of " << n << " bytes at " << off;
+    bytes_put += n;
+
+    std::vector<std::byte> back(n + 16, std::byte{0xEE});
+    const Status gs = p.init->get(std::span<std::byte>(back).subspan(8, n), key, off).wait(10s);
+    ASSERT_TRUE(gs.is_ok()) << "get of " << n << " bytes: " << gs.to_string();
+    ASSERT_TRUE(std::equal(data.begin(), data.end(), back.begin() + 8)) << "get of " << n << " bytes";
+    for (size_t k = 0; k < 8; ++k) {
+      ASSERT_EQ(back[k], std::byte{0xEE}) << "get of " << n << " wrote before its buffer";
+      ASSERT_EQ(back[n + 8 + k], std::byte{0xEE}) << "get of " << n << " wrote past its buffer";
+    }
+    bytes_got += n;
+  }
+  // Gets of bytes no put wrote return the registered contents.
+  const size_t tail = 3 * c + 5;
+  std::vector<std::byte> back(tail);
+  ASSERT_TRUE(p.init->get(back, key, t.bytes.size() - tail).wait(10s).is_ok());
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), t.model.end() - static_cast<ptrdiff_t>(tail)));
+  bytes_got += tail;
+
+  const EndpointStats is = p.init->stats(), ts = p.target->stats();
+  EXPECT_EQ(is.puts, sizes.size());
+  EXPECT_EQ(is.gets, sizes.size() + 1);
+  EXPECT_EQ(is.rma_bytes_put, bytes_put);
+  EXPECT_EQ(is.rma_bytes_got, bytes_got);
+  EXPECT_EQ(ts.served_puts, sizes.size());
+  EXPECT_EQ(ts.served_gets, sizes.size() + 1);
+  EXPECT_EQ(ts.refused, 0u);
+  EXPECT_FALSE(p.init->failed());
+  EXPECT_FALSE(p.target->failed());
+}
+
+// Many puts in flight at once (disjoint ranges, every size class), then many gets in
+// flight at once reading them back.
+TEST_P(RmaRoundTrip, ManyInFlightAtOnce) {
+  const Geometry g = GetParam();
+  RmaPair p = make_pair({.streams_per_endpoint = g.streams, .chunk_bytes = g.chunk_bytes, .eager_limit = g.eager_limit});
+  ASSERT_TRUE(p.init && p.target);
+  std::mt19937_64 rng(g.streams * 31 + g.chunk_bytes);
+  struct Op {
+    uint64_t off;
+    std::vector<std::byte> data, back;
+  };
+  std::vector<Op> ops;
+  uint64_t off = 5;
+  for (int i = 0; i < 120; ++i) {
+    size_t n = 0;
+    switch (i % 4) {
+      case 0: n = rng() % 64; break;
+      case 1: n = g.eager_limit - 2 + rng() % 5; break;
+      case 2: n = rng() % (3 * g.chunk_bytes); break;
+      default: n = rng() % (64 * 1024); break;
+    }
+    ops.push_back({off, pattern(n, 5000 + static_cast<uint64_t>(i)), std::vector<std::byte>(n)});
+    off += n + rng() % 16;
+  }
+  TargetMemory t(*p.target_ctx, off + 64, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<Request> reqs;
+  for (Op& op : ops) reqs.push_back(p.init->put(op.data, key, op.off));
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (const Op& op : ops) t.apply_put(op.off, op.data);
+  ASSERT_EQ(diff(t), "");
+  reqs.clear();
+  for (Op& op : ops) reqs.push_back(p.init->get(op.back, key, op.off));
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (size_t i = 0; i < ops.size(); ++i) ASSERT_EQ(ops[i].back, ops[i].data) << "get #" << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Geometries, RmaRoundTrip,
+                         ::testing::Values(Geometry{1, 4096, 1024, "K1_Chunk4K_Eager1K"},
+                                           Geometry{3, 64 * 1024, 4096, "K3_Chunk64K_Eager4K"},
+                                           Geometry{2, 512 * 1024, 16 * 1024, "K2_Chunk512K_Eager16K"}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// The two sides disagree on the eager limit: the smaller one decides the inline class,
+// in both directions, so sizes between the two limits must work both ways.
+TEST(Rma, MismatchedEagerLimitsBothDirections) {
+  auto a = Context::create({.chunk_bytes = 8192, .eager_limit = 1024, .ignore_env = true}).value();
+  auto b = Context::create({.chunk_bytes = 65536, .eager_limit = 32768, .ignore_env = true}).value();
+  RmaPair p = connect_pair(std::move(a), std::move(b));
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory ta(*p.target_ctx, 200000, kAllAccess, 1), tb(*p.init_ctx, 200000, kAllAccess, 2);
+  for (size_t n : {size_t{1023}, size_t{1024}, size_t{1025}, size_t{20000}, size_t{32768}, size_t{32769}, size_t{100000}}) {
+    const auto data = pattern(n, n);
+    std::vector<std::byte> back(n);
+    // initiator (eager 32K) -> target (eager 1K)
+    ASSERT_TRUE(p.init->put(data, ta.region.remote_key(), 3).wait(10s).is_ok()) << n;
+    ta.apply_put(3, data);
+    ASSERT_EQ(diff(ta), "") << n;
+    ASSERT_TRUE(p.init->get(back, ta.region.remote_key(), 3).wait(10s).is_ok()) << n;
+    ASSERT_EQ(back, data) << n;
+    // and the other way
+    ASSERT_TRUE(p.target->put(data, tb.region.remote_key(), 5).wait(10s).is_ok()) << n;
+    tb.apply_put(5, data);
+    ASSERT_EQ(diff(tb), "") << n;
+    std::fill(back.begin(), back.end(), std::byte{0});
+    ASSERT_TRUE(p.target->get(back, tb.region.remote_key(), 5).wait(10s).is_ok()) << n;
+    ASSERT_EQ(back, data) << n;
+  }
+}
+
+// A target window of 2: hundreds of operations posted at once are queued by the
+// initiator, not refused and not a protocol violation.
+TEST(Rma, MoreOpsThanTheTargetWindowAreQueued) {
+  RmaPair p = make_pair({.chunk_bytes = 4096, .eager_limit = 2048, .rma_window = 2});
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 400 * 5000 + 4096, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> data;
+  std::vector<uint64_t> olds(400, kU64Max);
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < 400; ++i) data.push_back(pattern(i % 2 ? 5000 : 100, i));
+  t.set_word(0, 0);
+  for (size_t i = 0; i < 400; ++i) {
+    reqs.push_back(p.init->put(data[i], key, 8 + i * 5000));
+    reqs.push_back(p.init->fetch_add(&olds[i], key, 0, 1));
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (size_t i = 0; i < 400; ++i) t.apply_put(8 + i * 5000, data[i]);
+  t.model_word(0, 400);
+  EXPECT_EQ(diff(t), "");
+  for (size_t i = 0; i < 400; ++i) ASSERT_EQ(olds[i], i) << "atomics must execute in posting order";
+  EXPECT_FALSE(p.init->failed());
+  EXPECT_FALSE(p.target->failed());
+}
+
+// Both sides are initiator and target at once, several threads posting on each
+// endpoint: every thread puts into its own slice of the peer's region, reads it back,
+// and bumps a shared counter word with fetch_add.
+TEST(Rma, ThreadsOnBothSidesPostConcurrently) {
+  RmaPair p = make_pair({.streams_per_endpoint = 2, .chunk_bytes = 8192, .eager_limit = 2048});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kThreads = 3, kSlice = 256 * 1024, kRounds = 60;
+  TargetMemory mem_t(*p.target_ctx, 8 + kThreads * kSlice, kAllAccess, 1);
+  TargetMemory mem_i(*p.init_ctx, 8 + kThreads * kSlice, kAllAccess, 2);
+  mem_t.set_word(0, 0);
+  mem_i.set_word(0, 0);
+  std::mutex mu;
+  std::vector<std::string> problems;
+  auto worker = [&](Endpoint& ep, const RemoteKey& key, size_t slice, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (size_t r = 0; r < kRounds; ++r) {
+      const size_t n = rng() % 3 == 0 ? rng() % kSlice : rng() % 4096;
+      const uint64_t off = 8 + slice * kSlice + rng() % (kSlice - n + 1);
+      const auto data = pattern(n, seed * 1000 + r);
+      std::vector<std::byte> back(n);
+      Request add = ep.fetch_add(nullptr, key, 0, 1);
+      Status s = ep.put(data, key, off).wait(10s);
+      if (s.is_ok()) s = ep.get(back, key, off).wait(10s);
+      if (s.is_ok()) s = add.wait(10s);
+      std::lock_guard lock(mu);
+      if (!s.is_ok()) {
+        problems.push_back("thread " + std::to_string(seed) + " round " + std::to_string(r) + ": " + s.to_string());
+        return;
+      }
+      if (back != data) {
+        problems.push_back("thread " + std::to_string(seed) + " round " + std::to_string(r) + ": read back differs");
+        return;
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (size_t i = 0; i < kThreads; ++i) {
+      threads.emplace_back(worker, std::ref(*p.init), mem_t.region.remote_key(), i, 10 + i);
+      threads.emplace_back(worker, std::ref(*p.target), mem_i.region.remote_key(), i, 20 + i);
+    }
+  }
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(mem_t.word(0), kThreads * kRounds);
+  EXPECT_EQ(mem_i.word(0), kThreads * kRounds);
+  EXPECT_FALSE(p.init->failed());
+  EXPECT_FALSE(p.target->failed());
+}
+
+// Two-sided messages and one-sided operations share the data streams: chunks of
+// messages, puts and get responses interleave on every stream, in both directions.
+TEST(Rma, InterleavesWithTwoSidedMessagesOnTheSameStreams) {
+  RmaPair p = make_pair({.streams_per_endpoint = 2, .chunk_bytes = 8192, .eager_limit = 1024});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kOps = 40, kLen = 100000;
+  TargetMemory t(*p.target_ctx, kOps * kLen, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> msgs, puts, got_msgs(kOps, std::vector<std::byte>(kLen)),
+      got_back(kOps, std::vector<std::byte>(kLen)), replies(kOps, std::vector<std::byte>(kLen));
+  for (size_t i = 0; i < kOps; ++i) {
+    msgs.push_back(pattern(kLen, 700 + i));
+    puts.push_back(pattern(kLen, 800 + i));
+  }
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.target->recv(got_msgs[i], Tag{i}));
+    reqs.push_back(p.init->recv(replies[i], Tag{i}));
+  }
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.init->put(puts[i], key, i * kLen));
+    reqs.push_back(p.init->send(msgs[i], Tag{i}));
+    reqs.push_back(p.target->send(msgs[kOps - 1 - i], Tag{i}));  // the other direction too
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  reqs.clear();
+  for (size_t i = 0; i < kOps; ++i) {
+    ASSERT_EQ(got_msgs[i], msgs[i]) << "message " << i;
+    std::fill(got_msgs[i].begin(), got_msgs[i].end(), std::byte{0});
+  }
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.init->get(got_back[i], key, i * kLen));
+    reqs.push_back(p.init->send(msgs[i], Tag{kOps + i}));
+    reqs.push_back(p.target->recv(got_msgs[i], Tag{kOps + i}));
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (size_t i = 0; i < kOps; ++i) {
+    t.apply_put(i * kLen, puts[i]);
+    ASSERT_EQ(got_msgs[i], msgs[i]) << "second message " << i;
+    ASSERT_EQ(replies[i], msgs[kOps - 1 - i]) << "reply " << i;
+    ASSERT_EQ(got_back[i], puts[i]) << "get " << i;
+  }
+  EXPECT_EQ(diff(t), "");
+}
+
+// --- notifications ---------------------------------------------------------------
+
+TEST(RmaNotify, QueuedBeforeThePutCompletesAndDeliveredOnce) {
+  RmaPair p = make_pair({.streams_per_endpoint = 2, .chunk_bytes = 16384, .eager_limit = 4096});
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 2 << 20, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+
+  EXPECT_FALSE(p.target->poll_notification().has_value());
+  EXPECT_EQ(p.target->wait_notification(20ms).status().code(), StatusCode::kTimeout);
+
+  struct Case {
+    size_t n;
+    uint64_t off, value;
+  };
+  const std::vector<Case> cases = {{0, 100, 0},           {1, 200, kU64Max},     {4096, 300, 42},
+                                   {4097, 8000, 0xABCD},  {300001, 20000, 7},    {16384, 400000, 1ull << 63}};
+  for (const Case& c : cases) {
+    const auto data = pattern(c.n, c.value);
+    const Status s = p.init->put(data, key, c.off, {.notify = c.value}).wait(10s);
+    ASSERT_TRUE(s.is_ok()) << c.n << ": " << s.to_string();
+    t.apply_put(c.off, data);
+    // The target queued the notification before it acknowledged: it is there now.
+    std::optional<Notification> got = p.target->poll_notification();
+    ASSERT_TRUE(got.has_value()) << "no notification after a completed put of " << c.n << " bytes";
+    EXPECT_EQ(got->value, c.value);
+    EXPECT_EQ(got->region, t.region.id());
+    EXPECT_EQ(got->offset, c.off);
+    EXPECT_EQ(got->length, c.n);
+    EXPECT_EQ(diff(t), "") << "data of a notified put of " << c.n << " bytes not in place";
+    EXPECT_FALSE(p.target->poll_notification().has_value()) << "delivered twice: " << c.value;
+  }
+
+  // A put without notify delivers nothing; the initiator's queue stays empty too.
+  const auto quiet = pattern(5000, 9);
+  ASSERT_TRUE(p.init->put(quiet, key, 600000).wait(10s).is_ok());
+  EXPECT_FALSE(p.target->poll_notification().has_value());
+  EXPECT_FALSE(p.init->poll_notification().has_value());
+
+  // Many at once: each value exactly once, each put's bytes there when it is seen.
+  constexpr size_t kMany = 64;
+  std::vector<std::vector<std::byte>> datas;
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kMany; ++i) datas.push_back(pattern(i * 97 % 9000, 100 + i));
+  for (size_t i = 0; i < kMany; ++i) reqs.push_back(p.init->put(datas[i], key, 700000 + i * 9010 + (i % 3), {.notify = 100 + i}));
+  std::set<uint64_t> seen;
+  for (size_t i = 0; i < kMany; ++i) {
+    Result<Notification> n = p.target->wait_notification(10s);
+    ASSERT_TRUE(n.is_ok()) << "notification " << i << " of " << kMany << ": " << n.status().to_string();
+    const uint64_t idx = n->value - 100;
+    ASSERT_LT(idx, kMany) << "unknown notify value " << n->value;
+    EXPECT_TRUE(seen.insert(n->value).second) << "value " << n->value << " delivered twice";
+    EXPECT_EQ(n->offset, 700000 + idx * 9010 + (idx % 3));
+    ASSERT_EQ(n->length, datas[idx].size());
+    EXPECT_TRUE(std::equal(datas[idx].begin(), datas[idx].end(), t.bytes.begin() + static_cast<ptrdiff_t>(n->offset)))
+        << "notification " << n->value << " seen before its data";
+  }
+  ASSERT_TRUE(wait_all(reqs, 10s).is_ok());
+  EXPECT_FALSE(p.target->poll_notification().has_value());
+  EXPECT_EQ(p.target->stats().notifications, cases.size() + kMany);
+}
+
+// A key for a window: the notification's offset counts from the region's start.
+TEST(RmaNotify, WindowKeyReportsRegionOffsets) {
+  RmaPair p = make_pair();
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 65536, kAllAccess);
+  auto key = t.region.remote_key(8192, 4096, Access::kRemoteWrite);
+  ASSERT_TRUE(key.is_ok()) << key.status().to_string();
+  const auto data = pattern(100, 3);
+  ASSERT_TRUE(p.init->put(data, *key, 40, {.notify = 5}).wait(10s).is_ok());
+  t.apply_put(8192 + 40, data);
+  EXPECT_EQ(diff(t), "");
+  auto n = p.target->poll_notification();
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->offset, 8192u + 40);
+  EXPECT_EQ(n->length, 100u);
+  EXPECT_EQ(n->region, t.region.id());
+}
+
+TEST(RmaNotify, HandlerGetsQueuedOnesFirstThenNewOnesThenQueueingResumes) {
+  RmaPair p = make_pair({.eager_limit = 2048});
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 1 << 20, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  auto data_for = [](uint64_t v) { return pattern(v % 2 ? 100 : 50000, v); };
+  auto off_for = [](uint64_t v) { return v * 60000; };
+  auto put_notified = [&](uint64_t v) {
+    const auto d = data_for(v);
+    const Status s = p.init->put(d, key, off_for(v), {.notify = v}).wait(10s);
+    EXPECT_TRUE(s.is_ok()) << v << ": " << s.to_string();
+  };
+  put_notified(1);
+  put_notified(2);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint64_t> delivered;
+  std::vector<std::string> problems;
+  p.target->set_notification_handler([&](const Notification& n) {
+    // Runs without remora's locks: calling back into remora must be fine.
+    (void)p.target->stats();
+    std::string problem;
+    const auto want = data_for(n.value);
+    if (n.offset != off_for(n.value) || n.length != want.size()) {
+      problem = "notification " + std::to_string(n.value) + " has offset/length " + std::to_string(n.offset) + "/" +
+                std::to_string(n.length);
+    } else if (std::memcmp(t.bytes.data() + n.offset, want.data(), want.size()) != 0) {
+      problem = "notification " + std::to_string(n.value) + " delivered before its data";
+    }
+    std::lock_guard lock(mu);
+    delivered.push_back(n.value);
+    if (!problem.empty()) problems.push_back(problem);
+    cv.notify_all();
+  });
+  put_notified(3);
+  put_notified(4);
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return delivered.size() >= 4; }))
+        << "handler saw " << delivered.size() << " of 4 notifications";
+    EXPECT_EQ(delivered, (std::vector<uint64_t>{1, 2, 3, 4})) << "queued notifications must come first, once each";
+    EXPECT_TRUE(problems.empty()) << problems.front();
+  }
+  EXPECT_FALSE(p.target->poll_notification().has_value()) << "a notification went to the queue while a handler was set";
+
+  p.target->set_notification_handler({});
+  put_notified(5);
+  auto n = p.target->poll_notification();
+  ASSERT_TRUE(n.has_value()) << "queueing did not resume after the handler was cleared";
+  EXPECT_EQ(n->value, 5u);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(delivered.size(), 4u);
+}
+
+// The queue is bounded by max_unexpected: a notified put beyond it is refused with
+// kNoResource and writes nothing; puts without notify still work; draining one
+// notification makes room again.
+TEST(RmaNotify, FullQueueRefusesNotifiedPutsAndWritesNothing) {
+  Config config;
+  config.max_unexpected = 4;
+  config.eager_limit = 1024;
+  config.chunk_bytes = 4096;
+  RmaPair p = make_pair_with(config);
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 1 << 20, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> datas;
+  for (uint64_t v = 0; v < 8; ++v) datas.push_back(pattern(v % 2 ? 64 : 10000, v));
+  for (uint64_t v = 0; v < 4; ++v) {
+    ASSERT_TRUE(p.init->put(datas[v], key, v * 16384, {.notify = v}).wait(10s).is_ok()) << v;
+    t.apply_put(v * 16384, datas[v]);
+  }
+  // Full: an inline and a chunked notified put are refused, nothing written.
+  for (uint64_t v : {4u, 5u}) {
+    EXPECT_EQ(p.init->put(datas[v], key, v * 16384, {.notify = v}).wait(10s).code(), StatusCode::kNoResource) << v;
+    ASSERT_EQ(diff(t), "") << "a put refused for a full notification queue wrote bytes";
+  }
+  // Not an endpoint failure; puts without a notification go through.
+  EXPECT_FALSE(p.init->failed());
+  ASSERT_TRUE(p.init->put(datas[6], key, 6 * 16384).wait(10s).is_ok());
+  t.apply_put(6 * 16384, datas[6]);
+  EXPECT_EQ(diff(t), "");
+  // Drain one: room for exactly one more.
+  auto first = p.target->poll_notification();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->value, 0u);
+  ASSERT_TRUE(p.init->put(datas[7], key, 7 * 16384, {.notify = 7}).wait(10s).is_ok());
+  t.apply_put(7 * 16384, datas[7]);
+  EXPECT_EQ(p.init->put(datas[5], key, 5 * 16384, {.notify = 5}).wait(10s).code(), StatusCode::kNoResource);
+  EXPECT_EQ(diff(t), "");
+  std::vector<uint64_t> rest;
+  while (auto n = p.target->poll_notification()) rest.push_back(n->value);
+  EXPECT_EQ(rest, (std::vector<uint64_t>{1, 2, 3, 7}));
+  EXPECT_GE(p.target->stats().refused, 3u);
+}
+
+// Notifications promised to chunked puts still in flight count against the bound:
+// of ten notified large puts posted at once with nobody draining the queue, exactly
+// max_unexpected are accepted, whatever the timing, and the others write nothing.
+TEST(RmaNotify, PutsInFlightCountAgainstTheQueueBound) {
+  Config config;
+  config.max_unexpected = 4;
+  config.eager_limit = 1024;
+  config.chunk_bytes = 4096;
+  RmaPair p = make_pair_with(config);
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kPuts = 10, kLen = 50000;
+  TargetMemory t(*p.target_ctx, kPuts * kLen, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> datas;
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kPuts; ++i) datas.push_back(pattern(kLen, 40 + i));
+  for (size_t i = 0; i < kPuts; ++i) reqs.push_back(p.init->put(datas[i], key, i * kLen, {.notify = i}));
+  std::set<uint64_t> accepted;
+  for (size_t i = 0; i < kPuts; ++i) {
+    const Status s = reqs[i].wait(10s);
+    ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kNoResource) << i << ": " << s.to_string();
+    if (s.is_ok()) {
+      accepted.insert(i);
+      t.apply_put(i * kLen, datas[i]);
+    }
+  }
+  EXPECT_EQ(accepted.size(), 4u);
+  EXPECT_EQ(diff(t), "") << "a refused put wrote bytes";
+  std::set<uint64_t> notified;
+  while (auto n = p.target->poll_notification()) notified.insert(n->value);
+  EXPECT_EQ(notified, accepted);
+}
+
+// --- atomics ---------------------------------------------------------------------
+
+TEST(RmaAtomics, FetchAddAndCompareSwapSemantics) {
+  RmaPair p = make_pair();
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 4096, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  uint64_t old = 0;
+
+  const uint64_t w0 = t.word(64);
+  ASSERT_TRUE(p.init->fetch_add(&old, key, 64, 5).wait(10s).is_ok());
+  EXPECT_EQ(old, w0);
+  t.model_word(64, w0 + 5);
+  EXPECT_EQ(diff(t), "");
+
+  ASSERT_TRUE(p.init->fetch_add(nullptr, key, 64, 1).wait(10s).is_ok());
+  t.model_word(64, w0 + 6);
+  EXPECT_EQ(diff(t), "");
+
+  // Wraps modulo 2^64.
+  t.set_word(72, kU64Max - 1);
+  ASSERT_TRUE(p.init->fetch_add(&old, key, 72, 3).wait(10s).is_ok());
+  EXPECT_EQ(old, kU64Max - 1);
+  t.model_word(72, 1);
+  EXPECT_EQ(diff(t), "");
+
+  // compare_swap: swaps on a match, reports the previous value either way.
+  t.set_word(80, 1234);
+  ASSERT_TRUE(p.init->compare_swap(&old, key, 80, 1234, 99).wait(10s).is_ok());
+  EXPECT_EQ(old, 1234u);
+  t.model_word(80, 99);
+  EXPECT_EQ(diff(t), "");
+  old = 0;
+  ASSERT_TRUE(p.init->compare_swap(&old, key, 80, 1234, 555).wait(10s).is_ok());
+  EXPECT_EQ(old, 99u) << "a failed compare_swap reports the current value";
+  EXPECT_EQ(diff(t), "") << "a failed compare_swap changed memory";
+  ASSERT_TRUE(p.init->compare_swap(nullptr, key, 80, 99, 0).wait(10s).is_ok());
+  t.model_word(80, 0);
+  EXPECT_EQ(diff(t), "");
+  // First and last word of the region.
+  t.set_word(0, 10);
+  t.set_word(4088, 20);
+  ASSERT_TRUE(p.init->fetch_add(&old, key, 0, 1).wait(10s).is_ok());
+  EXPECT_EQ(old, 10u);
+  ASSERT_TRUE(p.init->compare_swap(&old, key, 4088, 20, 21).wait(10s).is_ok());
+  EXPECT_EQ(old, 20u);
+  t.model_word(0, 11);
+  t.model_word(4088, 21);
+  EXPECT_EQ(diff(t), "");
+  EXPECT_EQ(p.init->stats().atomics, 8u);
+  EXPECT_EQ(p.target->stats().served_atomics, 8u);
+}
+
+// Atomics posted on one endpoint execute in posting order: a chain of compare_swaps
+// each expecting the previous one's result all succeed, and fetch_adds see 0, 1, 2...
+TEST(RmaAtomics, PostedWithoutWaitingExecuteInPostingOrder) {
+  RmaPair p = make_pair();
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 4096, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  t.set_word(0, 0);
+  t.set_word(8, 0);
+  constexpr size_t kOps = 1000;  // several times the default window of 256
+  std::vector<uint64_t> adds(kOps, kU64Max), cas(kOps, kU64Max);
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.init->fetch_add(&adds[i], key, 0, 1));
+    reqs.push_back(p.init->compare_swap(&cas[i], key, 8, i, i + 1));
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  for (size_t i = 0; i < kOps; ++i) {
+    ASSERT_EQ(adds[i], i) << "fetch_add #" << i;
+    ASSERT_EQ(cas[i], i) << "compare_swap #" << i << " ran out of order";
+  }
+  t.model_word(0, kOps);
+  t.model_word(8, kOps);
+  EXPECT_EQ(diff(t), "");
+}
+
+// Remote atomics and the target's own std::atomic_ref on the same word, at once.
+TEST(RmaAtomics, AtomicWithRespectToTheTargetsOwnAtomicRef) {
+  RmaPair p = make_pair();
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 64, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  t.set_word(16, 0);
+  auto* word = reinterpret_cast<uint64_t*>(t.bytes.data() + 16);  // vector storage is 16-aligned
+  constexpr uint64_t kLocal = 200000, kRemote = 3000;
+  std::jthread local([&] {  // joins on every exit path
+    std::atomic_ref<uint64_t> ref(*word);
+    for (uint64_t i = 0; i < kLocal; ++i) ref.fetch_add(1, std::memory_order_relaxed);
+  });
+  std::vector<Request> reqs;
+  for (uint64_t i = 0; i < kRemote; ++i) {
+    reqs.push_back(p.init->fetch_add(nullptr, key, 16, 1));
+    if (reqs.size() == 200) {
+      ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+      reqs.clear();
+    }
+  }
+  ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
+  local.join();
+  EXPECT_EQ(std::atomic_ref<uint64_t>(*word).load(), kLocal + kRemote) << "an increment was lost";
+}
+
+// --- flush -----------------------------------------------------------------------
+
+TEST(RmaFlush, CompletesAfterEveryEarlierPutAndAtomicLanded) {
+  RmaPair p = make_pair({.streams_per_endpoint = 3, .chunk_bytes = 16384, .eager_limit = 2048});
+  ASSERT_TRUE(p.init && p.target);
+  ASSERT_TRUE(p.init->flush().wait(10s).is_ok()) << "flush with nothing outstanding";
+  TargetMemory t(*p.target_ctx, 2 << 20, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  t.set_word(0, 0);
+  std::mt19937_64 rng(17);
+  uint64_t adds = 0;
+  for (uint64_t round = 1; round <= 6; ++round) {
+    std::vector<std::vector<std::byte>> datas;
+    std::vector<uint64_t> offs;
+    uint64_t off = 8;
+    while (true) {
+      const size_t n = (rng() % 3 == 0) ? rng() % 200000 : rng() % 3000;
+      if (off + n > t.bytes.size()) break;
+      datas.push_back(pattern(n, round * 1000 + datas.size()));
+      offs.push_back(off);
+      off += n + rng() % 64;
+    }
+    // Fire and forget: the flush is the only thing waited for.
+    for (size_t i = 0; i < datas.size(); ++i) {
+      (void)p.init->put(datas[i], key, offs[i]);
+      if (i % 10 == 0) (void)p.init->fetch_add(nullptr, key, 0, 1);
+    }
+    const Status fs = p.init->flush().wait(30s);
+    ASSERT_TRUE(fs.is_ok()) << "round " << round << ": " << fs.to_string();
+    for (size_t i = 0; i < datas.size(); ++i) t.apply_put(offs[i], datas[i]);
+    t.model_word(0, t.word(0));
+    ASSERT_EQ(diff(t), "") << "round " << round << ": flush completed before every put landed";
+    adds += (datas.size() + 9) / 10;
+    ASSERT_EQ(t.word(0), adds) << "round " << round << ": flush completed before every atomic ran";
+  }
+}
+
+// flush reports the first failure among the puts/atomics it covers; a failed get is
+// not one of them.
+TEST(RmaFlush, ReportsAFailedPutOrAtomic) {
+  const std::vector<std::pair<int, StatusCode>> cases = {{0, StatusCode::kOutOfRange},
+                                                          {1, StatusCode::kInvalidArgument},
+                                                          {2, StatusCode::kOk}};
+  for (auto [which, want] : cases) {
+    RmaPair p = make_pair({.eager_limit = 1024});
+    ASSERT_TRUE(p.init && p.target);
+    TargetMemory t(*p.target_ctx, 100000, kAllAccess);
+    const RemoteKey key = t.region.remote_key();
+    const auto a = pattern(5000, 1), b = pattern(50, 2);
+    std::vector<std::byte> sink(10);
+    Request good1 = p.init->put(a, key, 0);
+    Request bad;
+    if (which == 0) bad = p.init->put(b, key, 100000 - 49);
+    if (which == 1) bad = p.init->fetch_add(nullptr, key, 12, 1);
+    if (which == 2) bad = p.init->get(sink, key, 100000 - 9);
+    Request good2 = p.init->put(b, key, 90000);
+    const Status fs = p.init->flush().wait(10s);
+    EXPECT_EQ(fs.code(), want) << "case " << which << ": " << fs.to_string();
+    // Every good put landed by the time flush completed; the bad op wrote nothing.
+    t.apply_put(0, a);
+    t.apply_put(90000, b);
+    EXPECT_EQ(diff(t), "") << "case " << which;
+    EXPECT_TRUE(good1.wait(10s).is_ok());
+    EXPECT_TRUE(good2.wait(10s).is_ok());
+    EXPECT_FALSE(bad.wait(10s).is_ok());
+    EXPECT_FALSE(p.init->failed());
+  }
+}
+
+// --- refusals: the target checks everything before it touches a byte --------------
+
+/// The refusal the test expects, the target untouched, then a valid op works.
+class RefusalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p_ = make_pair({.chunk_bytes = 8192, .eager_limit = 1024});
+    ASSERT_TRUE(p_.init && p_.target);
+    mem_ = std::make_unique<TargetMemory>(*p_.target_ctx, kSize, kAllAccess);
+    key_ = mem_->region.remote_key();
+    small_ = pattern(16, 1);
+    large_ = pattern(30000, 2);  // chunked: the refused chunks must be drained
+  }
+
+  /// The op failed with `want`, no byte of the target changed, and the endpoint
+  /// still serves a valid put and get.
+  void expect_refused(const Request& r, StatusCode want, const std::string& what, const TargetMemory* also = nullptr) {
+    const Status s = r.wait(10s);
+    EXPECT_EQ(s.code(), want) << what << ": " << s.to_string();
+    EXPECT_EQ(diff(*mem_), "") << what;
+    if (also != nullptr) {
+      EXPECT_EQ(diff(*also), "") << what;
+    }
+    ++refusals_;
+    EXPECT_FALSE(p_.init->failed()) << what;
+    EXPECT_FALSE(p_.target->failed()) << what;
+    const auto ok = pattern(24, refusals_);
+    const uint64_t off = 1000 + refusals_ * 32;
+    ASSERT_TRUE(p_.init->put(ok, key_, off).wait(10s).is_ok()) << "valid put after " << what;
+    mem_->apply_put(off, ok);
+    std::vector<std::byte> back(24);
+    ASSERT_TRUE(p_.init->get(back, key_, off).wait(10s).is_ok()) << "valid get after " << what;
+    EXPECT_EQ(back, ok) << what;
+    EXPECT_EQ(diff(*mem_), "") << what;
+  }
+
+  /// put (inline and chunked), get (inline and chunked) with `key` at `off`,
+  /// fetch_add and compare_swap at the aligned `atomic_off`, each expected to fail
+  /// with `want`.
+  void expect_all_refused(const RemoteKey& key, uint64_t off, uint64_t atomic_off, StatusCode want,
+                          const std::string& what, const TargetMemory* also = nullptr) {
+    std::vector<std::byte> sink(30000, std::byte{0x5A});
+    const auto untouched = sink;
+    uint64_t result = 0xDEADBEEF;
+    expect_refused(p_.init->put(small_, key, off), want, what + " (small put)", also);
+    expect_refused(p_.init->put(large_, key, off), want, what + " (large put)", also);
+    expect_refused(p_.init->put(small_, key, off, {.notify = 1}), want, what + " (notified put)", also);
+    expect_refused(p_.init->get(std::span<std::byte>(sink).first(16), key, off), want, what + " (small get)", also);
+    expect_refused(p_.init->get(sink, key, off), want, what + " (large get)", also);
+    EXPECT_EQ(sink, untouched) << what << ": a refused get wrote into the local buffer";
+    expect_refused(p_.init->fetch_add(&result, key, atomic_off, 1), want, what + " (fetch_add)", also);
+    expect_refused(p_.init->compare_swap(&result, key, atomic_off, 0, 1), want, what + " (compare_swap)", also);
+    EXPECT_EQ(result, 0xDEADBEEFu) << what << ": a refused atomic wrote *result";
+    EXPECT_FALSE(p_.target->poll_notification().has_value()) << what << ": a refused put notified";
+  }
+
+  static constexpr size_t kSize = 65536;
+  RmaPair p_;
+  std::unique_ptr<TargetMemory> mem_;
+  RemoteKey key_;
+  std::vector<std::byte> small_, large_;
+  uint64_t refusals_ = 0;
+};
+
+TEST_F(RefusalTest, ForgedSecretRegionOrGeneration) {
+  RemoteKey k = key_;
+  k.secret ^= 1;
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "secret off by one bit");
+  k = key_;
+  k.secret = 0;
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "secret 0");
+  k = key_;
+  k.generation += 1;
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "future generation");
+  k = key_;
+  k.region = RegionId{static_cast<uint32_t>(k.region) + 1000};
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "unknown region id");
+  EXPECT_EQ(p_.target->stats().refused, refusals_);
+}
+
+// Fields RemoteKey::deserialize rejects but RemoteKey::serialize still writes: the
+// target cannot parse the key at all and refuses with kInvalidKey.
+TEST_F(RefusalTest, KeysTheTargetCannotDeserialize) {
+  RemoteKey k = key_;
+  k.access = static_cast<Access>(0x10) | kRemoteAccessMask;
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "unknown access bit 0x10");
+  k = key_;
+  k.kind = static_cast<MemoryKind>(7);
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "unknown memory kind 7");
+  k = key_;
+  k.offset = uint64_t{1} << 63;
+  k.length = (uint64_t{1} << 63) + 1;  // window end wraps 2^64
+  expect_all_refused(k, 64, 64, StatusCode::kInvalidKey, "window end overflows");
+  EXPECT_EQ(p_.target->stats().refused, refusals_);
+}
+
+TEST_F(RefusalTest, StaleKeyAfterDeregistrationAndSlotReuse) {
+  // A second region, keyed, then deregistered: its memory stays allocated (and
+  // compared) but no byte of it may change.
+  auto second = std::make_unique<TargetMemory>(*p_.target_ctx, 40000, kAllAccess, 5);
+  const RemoteKey stale = second->region.remote_key();
+  const RegionId old_id = second->region.id();
+  second->region.deregister();
+  expect_all_refused(stale, 64, 64, StatusCode::kInvalidKey, "deregistered region", second.get());
+  // Re-register the same memory: the registry reuses the slot (same id) with a new
+  // generation and secret, and the old key must not open it.
+  auto again = p_.target_ctx->register_memory(second->bytes.data(), second->bytes.size(), kAllAccess);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  second->region = std::move(again).value();
+  EXPECT_EQ(second->region.id(), old_id) << "the slot was not reused; this case tests less than it should";
+  expect_all_refused(stale, 64, 64, StatusCode::kInvalidKey, "stale key, slot re-registered", second.get());
+  // And the new key works.
+  const auto d = pattern(100, 9);
+  ASSERT_TRUE(p_.init->put(d, second->region.remote_key(), 8).wait(10s).is_ok());
+  second->apply_put(8, d);
+  EXPECT_EQ(diff(*second), "");
+}
+
+TEST_F(RefusalTest, OutOfRangeAndWrappingOffsets) {
+  struct Case {
+    uint64_t off, atomic_off;
+    const char* what;
+  };
+  for (const Case& c : {Case{kSize, kSize, "offset == size"},
+                        Case{kSize - 15, kSize, "last byte past the end (16 bytes at size-15)"},
+                        Case{kSize + 8, kSize + 8, "offset past the end"},
+                        Case{kU64Max - 7, kU64Max - 7, "offset + length wraps 2^64"},
+                        Case{kU64Max, kU64Max - 7, "offset 2^64-1"},
+                        Case{uint64_t{1} << 63, uint64_t{1} << 63, "offset 2^63"}}) {
+    expect_all_refused(key_, c.off, c.atomic_off, StatusCode::kOutOfRange, c.what);
+  }
+  // The large ones straddle the end too.
+  expect_refused(p_.init->put(large_, key_, kSize - 29999), StatusCode::kOutOfRange, "large put 1 byte too long");
+  std::vector<std::byte> sink(30000);
+  expect_refused(p_.init->get(sink, key_, kSize - 29999), StatusCode::kOutOfRange, "large get 1 byte too long");
+  expect_refused(p_.init->fetch_add(nullptr, key_, kSize - 4, 1), StatusCode::kOutOfRange, "atomic straddling the end");
+  // The exact fit works.
+  ASSERT_TRUE(p_.init->put(large_, key_, kSize - 30000).wait(10s).is_ok());
+  mem_->apply_put(kSize - 30000, large_);
+  EXPECT_EQ(diff(*mem_), "");
+}
+
+TEST_F(RefusalTest, AccessOutsideAWindowKey) {
+  auto wk = mem_->region.remote_key(16384, 8192, kRemoteAccessMask);
+  ASSERT_TRUE(wk.is_ok()) << wk.status().to_string();
+  const RemoteKey w = *wk;
+  expect_all_refused(w, 8192, 8192, StatusCode::kOutOfRange, "window end");
+  expect_all_refused(w, 8192 - 8, 8192, StatusCode::kOutOfRange, "window end - 8 (16 bytes)");
+  expect_all_refused(w, kU64Max - 7, kU64Max - 7, StatusCode::kOutOfRange, "window, wrapping");
+  // Below the window is unreachable too: offsets are unsigned, so -16384 wraps.
+  expect_all_refused(w, kU64Max - 16383, kU64Max - 16383, StatusCode::kOutOfRange, "window, offset -16384");
+  // 30000 bytes never fit an 8 KiB window, even at offset 0.
+  expect_refused(p_.init->put(large_, w, 0), StatusCode::kOutOfRange, "large put into a small window");
+  // Inside the window works, and lands relative to the window start.
+  const auto d = pattern(8192, 3);
+  ASSERT_TRUE(p_.init->put(d, w, 0).wait(10s).is_ok());
+  mem_->apply_put(16384, d);
+  EXPECT_EQ(diff(*mem_), "");
+  std::vector<std::byte> back(100);
+  ASSERT_TRUE(p_.init->get(back, w, 8092).wait(10s).is_ok());
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), d.begin() + 8092));
+  uint64_t old = 0;
+  ASSERT_TRUE(p_.init->fetch_add(&old, w, 8, 1).wait(10s).is_ok());
+  EXPECT_EQ(old, mem_->word(16384 + 8) - 1);
+  mem_->model_word(16384 + 8, old + 1);
+  EXPECT_EQ(diff(*mem_), "");
+}
+
+TEST_F(RefusalTest, MissingRights) {
+  std::vector<std::byte> sink(16);
+  // Keys narrowed to one right each.
+  const RemoteKey ro = mem_->region.remote_key(0, kSize, Access::kRemoteRead).value();
+  const RemoteKey wo = mem_->region.remote_key(0, kSize, Access::kRemoteWrite).value();
+  const RemoteKey ao = mem_->region.remote_key(0, kSize, Access::kRemoteAtomic).value();
+  expect_refused(p_.init->put(small_, ro, 64), StatusCode::kAccessDenied, "put with a read-only key");
+  expect_refused(p_.init->put(large_, ro, 64), StatusCode::kAccessDenied, "large put with a read-only key");
+  expect_refused(p_.init->put(small_, ao, 64), StatusCode::kAccessDenied, "put with an atomic-only key");
+  expect_refused(p_.init->get(sink, wo, 64), StatusCode::kAccessDenied, "get with a write-only key");
+  expect_refused(p_.init->get(sink, ao, 64), StatusCode::kAccessDenied, "get with an atomic-only key");
+  expect_refused(p_.init->fetch_add(nullptr, ro, 64, 1), StatusCode::kAccessDenied, "fetch_add, read-only key");
+  expect_refused(p_.init->fetch_add(nullptr, wo, 64, 1), StatusCode::kAccessDenied, "fetch_add, write-only key");
+  expect_refused(p_.init->compare_swap(nullptr, wo, 64, 0, 1), StatusCode::kAccessDenied, "compare_swap, write-only");
+  // Each narrowed key does its own op.
+  ASSERT_TRUE(p_.init->get(sink, ro, 64).wait(10s).is_ok());
+  ASSERT_TRUE(p_.init->put(small_, wo, 64).wait(10s).is_ok());
+  mem_->apply_put(64, small_);
+  uint64_t old = 0;
+  ASSERT_TRUE(p_.init->fetch_add(&old, ao, 128, 1).wait(10s).is_ok());
+  EXPECT_EQ(old, mem_->model_value(128));
+  mem_->model_word(128, old + 1);
+  EXPECT_EQ(diff(*mem_), "");
+
+  // A region registered read-only: a key whose access bits were forged to grant
+  // everything is still refused by the region's own rights.
+  TargetMemory ro_region(*p_.target_ctx, 4096, Access::kRemoteRead, 8);
+  RemoteKey forged = ro_region.region.remote_key();
+  forged.access = kRemoteAccessMask;
+  expect_refused(p_.init->put(small_, forged, 0), StatusCode::kAccessDenied, "put into a read-only region", &ro_region);
+  expect_refused(p_.init->fetch_add(nullptr, forged, 0, 1), StatusCode::kAccessDenied, "atomic on a read-only region",
+                 &ro_region);
+  ASSERT_TRUE(p_.init->get(sink, forged, 0).wait(10s).is_ok());
+  EXPECT_TRUE(std::equal(sink.begin(), sink.end(), ro_region.model.begin()));
+}
+
+TEST_F(RefusalTest, MisalignedAtomics) {
+  uint64_t result = 0xDEADBEEF;
+  for (uint64_t off : {uint64_t{1}, uint64_t{4}, uint64_t{7}, uint64_t{kSize - 12}}) {
+    expect_refused(p_.init->fetch_add(&result, key_, off, 1), StatusCode::kInvalidArgument,
+                   "fetch_add at " + std::to_string(off));
+    expect_refused(p_.init->compare_swap(&result, key_, off, 0, 1), StatusCode::kInvalidArgument,
+                   "compare_swap at " + std::to_string(off));
+  }
+  EXPECT_EQ(result, 0xDEADBEEFu);
+  // Alignment is of the target's address, not of the offset in the key's window.
+  const RemoteKey w = mem_->region.remote_key(4, 64, Access::kRemoteAtomic).value();
+  expect_refused(p_.init->fetch_add(nullptr, w, 0, 1), StatusCode::kInvalidArgument, "window at 4, offset 0");
+  ASSERT_TRUE(p_.init->fetch_add(&result, w, 4, 1).wait(10s).is_ok()) << "window at 4, offset 4 is aligned";
+  EXPECT_EQ(result, mem_->word(8) - 1);
+  mem_->model_word(8, result + 1);
+  EXPECT_EQ(diff(*mem_), "");
+}
+
+// --- deregistration, close and peer failure with operations in flight ---------------
+
+// The target deregisters while a stream of large puts (and gets) is in flight. Each
+// op completes ok or kInvalidKey; once deregister() returned, the memory never
+// changes again.
+TEST(RmaRevocation, DeregisterDuringAStreamOfLargePuts) {
+  RmaPair p = make_pair({.streams_per_endpoint = 2, .chunk_bytes = 16384, .eager_limit = 4096});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kPut = 256 * 1024, kPuts = 48, kHalf = kPuts * kPut;
+  TargetMemory t(*p.target_ctx, 2 * kHalf, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> datas;
+  for (size_t i = 0; i < kPuts; ++i) datas.push_back(pattern(kPut, 300 + i));
+  std::vector<std::vector<std::byte>> gets(kPuts, std::vector<std::byte>(kPut));
+  std::vector<Request> puts, getr;
+  for (size_t i = 0; i < kPuts; ++i) {
+    puts.push_back(p.init->put(datas[i], key, i * kPut, {.notify = i}));
+    getr.push_back(p.init->get(gets[i], key, kHalf + i * kPut));  // the half no put writes
+  }
+  ASSERT_TRUE(puts.front().wait(10s).is_ok());
+  t.region.deregister();
+  const std::vector<std::byte> snapshot = t.bytes;
+
+  size_t put_ok = 0, get_ok = 0;
+  for (size_t i = 0; i < kPuts; ++i) {
+    const Status s = puts[i].wait(30s);
+    ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kInvalidKey) << "put #" << i << ": " << s.to_string();
+    if (s.is_ok()) {
+      ++put_ok;
+      // A put reported ok must have placed all of its bytes (before the revocation).
+      EXPECT_EQ(std::memcmp(snapshot.data() + i * kPut, datas[i].data(), kPut), 0) << "put #" << i << " ok but not in place";
+    }
+    const Status g = getr[i].wait(30s);
+    ASSERT_TRUE(g.is_ok() || g.code() == StatusCode::kInvalidKey) << "get #" << i << ": " << g.to_string();
+    if (g.is_ok()) {
+      ++get_ok;
+      EXPECT_TRUE(std::equal(gets[i].begin(), gets[i].end(), t.model.begin() + static_cast<ptrdiff_t>(kHalf + i * kPut)))
+          << "get #" << i << " ok but its bytes are wrong";
+    }
+  }
+  EXPECT_TRUE(snapshot == t.bytes) << "the target's memory changed after deregister() returned";
+  EXPECT_TRUE(std::equal(snapshot.begin() + kHalf, snapshot.end(), t.model.begin() + kHalf)) << "a get wrote the target";
+  // Exactly the puts that completed ok were notified; a revoked put never is.
+  std::set<uint64_t> ok_puts, notified;
+  for (size_t i = 0; i < kPuts; ++i) {
+    if (puts[i].wait(0s).is_ok()) ok_puts.insert(i);
+  }
+  while (auto n = p.target->poll_notification()) {
+    EXPECT_TRUE(notified.insert(n->value).second) << "put #" << n->value << " notified twice";
+  }
+  EXPECT_EQ(notified, ok_puts);
+  std::printf("[          ] after deregistration: %zu/%zu puts and %zu/%zu gets completed ok\n", put_ok, kPuts, get_ok,
+              kPuts);
+  // The endpoint is fine: a new region works.
+  EXPECT_FALSE(p.init->failed());
+  TargetMemory fresh(*p.target_ctx, 4096, kAllAccess);
+  const auto d = pattern(3000, 1);
+  ASSERT_TRUE(p.init->put(d, fresh.region.remote_key(), 10).wait(10s).is_ok());
+  fresh.apply_put(10, d);
+  EXPECT_EQ(diff(fresh), "");
+  EXPECT_EQ(p.init->put(d, key, 10).wait(10s).code(), StatusCode::kInvalidKey);
+}
+
+// close() on the initiator: every outstanding put/get/atomic completes, ok or
+// kAborted; one that reported ok placed its bytes; later calls fail at once. The
+// target's wait_notification hands out what was queued, then the failure.
+TEST(RmaFailure, CloseAbortsOutstandingOps) {
+  RmaPair p = make_pair({.chunk_bytes = 8192, .eager_limit = 1024, .rma_window = 1});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kOps = 600, kPut = 5000;
+  TargetMemory t(*p.target_ctx, kOps * kPut + 8, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  const auto first = pattern(10, 1);
+  ASSERT_TRUE(p.init->put(first, key, 0, {.notify = 77}).wait(10s).is_ok());
+  t.apply_put(0, first);
+  std::vector<std::vector<std::byte>> datas, gets;
+  for (size_t i = 1; i < kOps; ++i) {
+    datas.push_back(pattern(kPut, i));
+    gets.push_back(std::vector<std::byte>(100));
+  }
+  std::vector<Request> puts, others;
+  for (size_t i = 1; i < kOps; ++i) {
+    puts.push_back(p.init->put(datas[i - 1], key, i * kPut));
+    others.push_back(p.init->get(gets[i - 1], key, 0));
+    others.push_back(p.init->fetch_add(nullptr, key, kOps * kPut, 1));
+  }
+  Request flush = p.init->flush();
+  p.init->close();
+  size_t aborted = 0;
+  for (size_t i = 0; i < puts.size(); ++i) {
+    const Status s = puts[i].wait(10s);
+    ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kAborted) << "put #" << i << ": " << s.to_string();
+    if (s.is_ok()) {
+      EXPECT_EQ(std::memcmp(t.bytes.data() + (i + 1) * kPut, datas[i].data(), kPut), 0) << "put #" << i;
+    } else {
+      ++aborted;
+    }
+  }
+  for (size_t i = 0; i < others.size(); ++i) {
+    const Status s = others[i].wait(10s);
+    ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kAborted) << "op #" << i << ": " << s.to_string();
+    aborted += s.is_ok() ? 0 : 1;
+  }
+  const Status fs = flush.wait(10s);
+  if (aborted > 0) {
+    EXPECT_EQ(fs.code(), StatusCode::kAborted) << "flush over aborted ops: " << fs.to_string();
+  } else {
+    EXPECT_TRUE(fs.is_ok() || fs.code() == StatusCode::kAborted) << fs.to_string();
+  }
+  EXPECT_GT(aborted, 0u) << "all " << 3 * (kOps - 1) << " ops behind a window of 1 finished before close()";
+  EXPECT_EQ(p.init->put(first, key, 0).wait(1s).code(), StatusCode::kAborted);
+  EXPECT_EQ(p.init->fetch_add(nullptr, key, 8, 1).wait(1s).code(), StatusCode::kAborted);
+  EXPECT_EQ(p.init->flush().wait(1s).code(), StatusCode::kAborted);
+
+  // The target: the queued notification first, then the failure (not a timeout).
+  Result<Notification> n = p.target->wait_notification(10s);
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  EXPECT_EQ(n->value, 77u);
+  Result<Notification> after = p.target->wait_notification(10s);
+  ASSERT_FALSE(after.is_ok());
+  EXPECT_EQ(after.status().code(), StatusCode::kPeerFailed) << after.status().to_string();
+}
+
+// The target goes away: everything outstanding on the initiator fails kPeerFailed
+// (or completed ok before), new ops fail at once.
+TEST(RmaFailure, PeerGoneFailsOutstandingOps) {
+  RmaPair p = make_pair({.chunk_bytes = 8192, .eager_limit = 1024, .rma_window = 1});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kOps = 600, kPut = 5000;
+  TargetMemory t(*p.target_ctx, kOps * kPut + 8, kAllAccess);
+  const RemoteKey key = t.region.remote_key();
+  std::vector<std::vector<std::byte>> datas, gets;
+  for (size_t i = 0; i < kOps; ++i) {
+    datas.push_back(pattern(kPut, i));
+    gets.push_back(std::vector<std::byte>(20000));
+  }
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kOps; ++i) {
+    reqs.push_back(p.init->put(datas[i], key, i * kPut));
+    reqs.push_back(p.init->get(gets[i], key, 0));
+    reqs.push_back(p.init->compare_swap(nullptr, key, kOps * kPut, 0, 1));
+  }
+  p.target->close();
+  size_t failed = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Status s = reqs[i].wait(10s);
+    ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kPeerFailed) << "op #" << i << ": " << s.to_string();
+    failed += s.is_ok() ? 0 : 1;
+  }
+  EXPECT_GT(failed, 0u);
+  EXPECT_TRUE(p.init->failed());
+  EXPECT_EQ(p.init->failure().code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(p.init->put(datas[0], key, 0).wait(1s).code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(p.init->get(gets[0], key, 0).wait(1s).code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(p.init->flush().wait(1s).code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(p.init->wait_notification(1s).status().code(), StatusCode::kPeerFailed);
+}
+
+}  // namespace
+}  // namespace remora
