@@ -16,7 +16,7 @@
 //   dereg               -> OK        deregister the region (its keys go stale)
 //   reg <rights>        -> KEY <hex> register the same bytes again with these rights
 //   key <off> <len> <rights> -> KEY <hex> | ERR <why>   a window key from Region::remote_key
-//   rss                 -> RSS <VmRSS in kB>
+//   rss                 -> RSS <VmRSS> <VmHWM>   (kB; HWM is the peak, so a transient blow-up shows)
 //   notes               -> NOTES <n> <value>:<region>:<offset>:<length> ...  (every notification so far)
 //   eps                 -> EPS <accepted> <failed>
 //   quit                -> BYE, then a clean shutdown and exit 0
@@ -91,11 +91,12 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-uint64_t vm_rss_kb() {
+/// A "Vm...:" line of /proc/self/status, in kB.
+uint64_t vm_kb(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+    if (line.rfind(field + ":", 0) == 0) return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10);
   }
   return 0;
 }
@@ -216,7 +217,7 @@ int run(const std::map<std::string, std::string>& flags) {
       auto k = region.remote_key(off, len, *access);
       print_line(k ? "KEY " + key_hex(*k) : "ERR " + describe(k.status()));
     } else if (cmd == "rss") {
-      print_line("RSS " + std::to_string(vm_rss_kb()));
+      print_line("RSS " + std::to_string(vm_kb("VmRSS")) + " " + std::to_string(vm_kb("VmHWM")));
     } else if (cmd == "notes") {
       // Notifications are queued before the RESP goes out, so everything the test saw
       // answered is in some endpoint's queue by now.

@@ -50,7 +50,7 @@ std::unique_ptr<Target> Target::spawn(const std::string& path, const Options& op
   if (options.rma_window) argv.push_back("--rma-window=" + std::to_string(*options.rma_window));
   if (options.eager_limit) argv.push_back("--eager-limit=" + std::to_string(*options.eager_limit));
   auto t = std::unique_ptr<Target>(new Target());
-  t->process_ = std::make_unique<Process>(Process::Options{.argv = argv, .env = {}, .capture_stderr = false,
+  t->process_ = std::make_unique<Process>(Process::Options{.argv = argv, .env = options.env, .capture_stderr = false,
                                                            .pipe_stdin = true});
   if (!t->process_->ok()) {
     *error = t->process_->error();
@@ -145,10 +145,15 @@ std::optional<raw::KeyBytes> Target::window_key(uint64_t offset, uint64_t length
   return raw::key_from_hex((*w)[1]);
 }
 
-std::optional<uint64_t> Target::rss_kb() {
-  auto w = words("rss", "RSS", 2);
+std::optional<std::pair<uint64_t, uint64_t>> Target::rss_kb() {
+  auto w = words("rss", "RSS", 3);
   if (!w) return std::nullopt;
-  return parse_u64((*w)[1]);
+  const auto rss = parse_u64((*w)[1]), hwm = parse_u64((*w)[2]);
+  if (!rss || !hwm) {
+    error_ = "malformed RSS line";
+    return std::nullopt;
+  }
+  return std::pair{*rss, *hwm};
 }
 
 std::optional<std::vector<Note>> Target::notes() {

@@ -52,8 +52,9 @@ class Target {
     std::string rights = "rwa";
     size_t size = kDefaultSize;
     size_t guard = kDefaultGuard;
-    std::optional<uint32_t> rma_window;
-    std::optional<size_t> eager_limit;
+    std::optional<uint32_t> rma_window = std::nullopt;
+    std::optional<size_t> eager_limit = std::nullopt;
+    std::vector<std::string> env = {};  ///< e.g. "REMORA_MAX_UNEXPECTED=4"
   };
 
   /// Spawns `path` and waits for READY; null (and `error`) on failure.
@@ -75,7 +76,8 @@ class Target {
   /// Registers again with `rights`; the new key becomes key().
   std::optional<raw::KeyBytes> reg(const std::string& rights);
   std::optional<raw::KeyBytes> window_key(uint64_t offset, uint64_t length, const std::string& rights);
-  std::optional<uint64_t> rss_kb();
+  /// {VmRSS, VmHWM} in kB.
+  std::optional<std::pair<uint64_t, uint64_t>> rss_kb();
   std::optional<std::vector<Note>> notes();
   /// {accepted, failed} endpoints so far.
   std::optional<std::pair<uint64_t, uint64_t>> endpoints();
