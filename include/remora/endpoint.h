@@ -134,8 +134,9 @@ class Endpoint {
   Request compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t expected,
                        uint64_t desired);
   /// Completes when every put and atomic posted on this endpoint before the call has
-  /// completed at the target. Status: ok if all of them succeeded, else the first
-  /// failure among them (so fire-and-forget puts still report errors).
+  /// completed at the target. Status: ok if every put and atomic posted since the
+  /// previous flush succeeded, else the first failure among them (so fire-and-forget
+  /// puts still report errors); the endpoint's failure if it fails first.
   Request flush();
 
   // --- notifications (target) ---------------------------------------------------

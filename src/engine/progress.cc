@@ -107,6 +107,23 @@ void ProgressEngine::add_timer(Clock::time_point when, std::function<void()> fn)
   (void)ignored;
 }
 
+void ProgressEngine::defer(std::function<void()> fn) {
+  deferred_.push_back(std::move(fn));
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+}
+
+std::vector<std::function<void()>> ProgressEngine::take_deferred() {
+  std::vector<std::function<void()>> calls;
+  calls.swap(deferred_);
+  return calls;
+}
+
+void ProgressEngine::run_deferred(std::vector<std::function<void()>>& calls) {
+  for (auto& fn : calls) fn();
+}
+
 void ProgressEngine::run_timers() {
   if (!has_timers_.load(std::memory_order_relaxed)) return;
   auto now = Clock::now();
@@ -150,7 +167,9 @@ int ProgressEngine::try_progress() {
   int n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
   if (n > 0) dispatch(events, n);
   run_timers();
+  auto deferred = take_deferred();
   mutex_.unlock();
+  run_deferred(deferred);
   return n > 0 ? n : 0;
 }
 
@@ -164,9 +183,14 @@ void ProgressEngine::poll_and_dispatch(int timeout_ms, bool blocking_lock) {
       REMORA_LOG(kError, "epoll_wait: {}", std::strerror(errno));
       n = 0;
     }
-    Guard guard(*this);
-    if (n > 0) dispatch(events, n);
-    run_timers();
+    std::vector<std::function<void()>> deferred;
+    {
+      Guard guard(*this);
+      if (n > 0) dispatch(events, n);
+      run_timers();
+      deferred = take_deferred();
+    }
+    run_deferred(deferred);
     return;
   }
   (void)timeout_ms;

@@ -95,6 +95,9 @@ class ProgressEngine {
 
   /// Runs `fn` (with the lock held) at or after `when`. Lock held.
   void add_timer(Clock::time_point when, std::function<void()> fn);
+  /// Runs `fn` soon WITHOUT the lock held, on whichever thread next drives progress
+  /// (application callbacks that may call back into remora). Lock held.
+  void defer(std::function<void()> fn);
 
   /// Drives progress once if the lock is free: harvests ready events without
   /// blocking and dispatches them, runs due timers. Returns the number of events
@@ -119,6 +122,9 @@ class ProgressEngine {
   void poll_and_dispatch(int timeout_ms, bool blocking_lock);
   void dispatch(const epoll_event* events, int n);
   void run_timers();
+  /// Takes the deferred calls (lock held) so they can run after unlocking.
+  std::vector<std::function<void()>> take_deferred();
+  static void run_deferred(std::vector<std::function<void()>>& calls);
   int next_timer_ms();
   bool should_park() const noexcept;
 
@@ -142,6 +148,7 @@ class ProgressEngine {
   std::vector<uint32_t> free_slots_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
+  std::vector<std::function<void()>> deferred_;
   std::atomic<bool> has_timers_{false};
 
   std::thread thread_;

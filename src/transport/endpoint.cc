@@ -24,6 +24,14 @@ constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
 uint64_t tag_value(Tag t) { return static_cast<uint64_t>(t); }
 
 bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+
+constexpr size_t kScratchSize = size_t{64} << 10;
+
+/// Zeros sent in place of a revoked region's bytes.
+std::span<const std::byte> zeros() {
+  static const std::vector<std::byte> bytes(kScratchSize);
+  return bytes;
+}
 }  // namespace
 
 EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params)
@@ -100,12 +108,14 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   }
   auto op = std::make_unique<SendOp>();
   op->req = RequestState::make(engine_, tag);
-  op->data = data.data();
-  op->length = data.size();
   op->tag = tag;
   op->id = next_send_id_++;
+  op->out.kind = wire::ChunkKind::kMessage;
+  op->out.owner = op->id;
+  op->out.data = data.data();
+  op->out.length = data.size();
   Request r(op->req);
-  append_frame(RtsFrame{op->id, tag, op->length});
+  append_frame(RtsFrame{op->id, tag, op->out.length});
   sends_.emplace(op->id, std::move(op));
   ++outstanding_;
   ++stats_.rendezvous_sent;
@@ -118,7 +128,8 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
   auto op = std::make_unique<RecvOp>();
   op->req = RequestState::make(engine_, tag);
-  op->buffer = buffer.data();
+  op->in.kind = wire::ChunkKind::kMessage;
+  op->in.buffer = buffer.data();
   op->capacity = buffer.size();
   op->tag = tag;
   Request r(op->req);
@@ -201,10 +212,11 @@ void EndpointCore::fail_locked(const Status& why) {
   }
   send_ready_.clear();
   // Complete in a stable order: sends, matched receives, posted receives.
-  for (auto& [id, op] : sends_) op->req->complete(why, op->written);
+  for (auto& [id, op] : sends_) op->req->complete(why, op->out.written);
   sends_.clear();
-  for (auto& [id, op] : recvs_) op->req->complete(why, op->received);
+  for (auto& [id, op] : recvs_) op->req->complete(why, op->in.received);
   recvs_.clear();
+  fail_rma_locked(why);
   for (auto& [tag, q] : posted_) {
     for (auto& op : q) op->req->complete(why, 0);
   }
@@ -213,6 +225,7 @@ void EndpointCore::fail_locked(const Status& why) {
   outstanding_ = 0;
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
+  unsent_resps_.clear();
   if (on_closed_) {
     // Defer: we may be inside one of our own handlers.
     auto fn = std::move(on_closed_);
@@ -225,21 +238,28 @@ void EndpointCore::fail_locked(const Status& why) {
 void EndpointCore::handle_control_eof(const Status& why) {
   Status reason = peer_said_goodbye_ ? Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the endpoint") : why;
   // Everything already announced on the data streams may still arrive: keep the
-  // receives whose chunks are all announced, fail the rest.
+  // receives whose chunks are all announced, fail the rest. One-sided operations
+  // need the control stream for their replies: they all fail now (their announced
+  // bytes are drained into scratch so message chunks behind them still land).
   bool any_left = false;
   for (auto& [id, op] : recvs_) {
-    if (op->announced < op->length) op->doomed = true;
+    if (op->in.announced < op->in.length) op->in.doomed = true;
     any_left = true;
   }
   if (!any_left) {
     fail_locked(reason);
     return;
   }
+  for (auto& s : streams_) {
+    for (RxChunk& c : s.rxq) {
+      if (c.op->kind != wire::ChunkKind::kMessage) c.op = &drain_sink_;
+    }
+  }
   engine_->remove(control_.get(), control_hid_);
   control_.reset();
   state_ = State::kDraining;
   failure_ = reason;
-  for (auto& [id, op] : sends_) op->req->complete(reason, op->written);
+  for (auto& [id, op] : sends_) op->req->complete(reason, op->out.written);
   outstanding_ -= sends_.size();
   sends_.clear();
   send_ready_.clear();
@@ -247,6 +267,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
     s.txq.clear();
     s.queued = 0;
   }
+  fail_rma_locked(reason);
   for (auto& [tag, q] : posted_) {
     for (auto& op : q) op->req->complete(reason, 0);
     outstanding_ -= q.size();
@@ -256,7 +277,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
   // Doomed receives whose announced bytes are all in already fail now.
   std::vector<RecvOp*> done;
   for (auto& [id, op] : recvs_) {
-    if (op->doomed && op->received == op->announced) done.push_back(op.get());
+    if (op->in.doomed && op->in.received == op->in.announced) done.push_back(op.get());
   }
   for (RecvOp* op : done) finish_recv(op);
   for (uint16_t i = 0; i < streams_.size() && state_ == State::kDraining; ++i) read_stream(i);
@@ -291,6 +312,7 @@ void EndpointCore::flush_control() {
     ssize_t n = ::send(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       ctl_tx_off_ += static_cast<size_t>(n);
+      while (!unsent_resps_.empty() && unsent_resps_.front() <= ctl_tx_off_) unsent_resps_.pop_front();
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -303,6 +325,7 @@ void EndpointCore::flush_control() {
   }
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
+  unsent_resps_.clear();
 }
 
 void EndpointCore::on_control_event(uint32_t events) {
@@ -366,7 +389,10 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         else if constexpr (std::is_same_v<T, ChunkFrame>) handle_chunk(f);
         else if constexpr (std::is_same_v<T, CreditFrame>) handle_credit(f);
         else if constexpr (std::is_same_v<T, GoodbyeFrame>) handle_goodbye(f);
-        else protocol_error("RMA frames are not served yet");
+        else if constexpr (std::is_same_v<T, wire::PutFrame>) handle_put(f);
+        else if constexpr (std::is_same_v<T, wire::GetFrame>) handle_get(f);
+        else if constexpr (std::is_same_v<T, wire::AtomicFrame>) handle_atomic(f);
+        else handle_resp(f);
       },
       frame);
 }
@@ -381,7 +407,7 @@ void EndpointCore::deliver_eager(RecvOp& op, std::span<const std::byte> payload)
                      payload.size());
     return;
   }
-  if (!payload.empty()) std::memcpy(op.buffer, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(op.in.buffer, payload.data(), payload.size());
   stats_.bytes_received += payload.size();
   op.req->complete(Status::ok(), payload.size());
 }
@@ -433,16 +459,17 @@ void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id
                       length);
     return;
   }
-  op->id = next_recv_id_++;
-  op->length = length;
-  append_frame(CtsFrame{send_id, op->id, CtsStatus::kProceed});
+  op->in.id = next_recv_id_++;
+  op->in.length = length;
+  append_frame(CtsFrame{send_id, op->in.id, CtsStatus::kProceed});
   if (length == 0) {
     ++stats_.messages_received;
     --outstanding_;
     op->req->complete(Status::ok(), 0);
     return;
   }
-  recvs_.emplace(op->id, std::move(op));
+  const uint64_t id = op->in.id;
+  recvs_.emplace(id, std::move(op));
 }
 
 void EndpointCore::handle_rts(const RtsFrame& f) {
@@ -476,7 +503,7 @@ void EndpointCore::handle_cts(const CtsFrame& f) {
   SendOp* op = it->second.get();
   if (f.status == CtsStatus::kTruncated) {
     complete_send(op, Status(StatusCode::kTruncated, "the peer's receive buffer is smaller than the " +
-                                                          std::to_string(op->length) + "-byte message (tag " +
+                                                          std::to_string(op->out.length) + "-byte message (tag " +
                                                           std::to_string(tag_value(op->tag)) + ")"));
     return;
   }
@@ -485,21 +512,45 @@ void EndpointCore::handle_cts(const CtsFrame& f) {
     return;
   }
   op->recv_id = f.recv_id;
+  op->out.chunk_id = f.recv_id;
   ++stats_.messages_sent;
-  if (op->length == 0) {
+  if (op->out.length == 0) {
     complete_send(op, Status::ok());
     return;
   }
-  send_ready_.push_back(op);
+  send_ready_.push_back(&op->out);
+}
+
+EndpointCore::InData* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
+  switch (kind) {
+    case wire::ChunkKind::kMessage: {
+      auto it = recvs_.find(id);
+      return it == recvs_.end() ? nullptr : &it->second->in;
+    }
+    case wire::ChunkKind::kPut: {
+      auto it = served_puts_.find(id);
+      return it == served_puts_.end() ? nullptr : &it->second->in;
+    }
+    case wire::ChunkKind::kGet: {
+      auto it = rma_ops_.find(id);
+      if (it == rma_ops_.end() || it->second->kind != RmaOp::Kind::kGet || it->second->inline_class ||
+          !it->second->issued || it->second->responded) {
+        return nullptr;
+      }
+      return &it->second->in;
+    }
+  }
+  return nullptr;
 }
 
 void EndpointCore::handle_chunk(const ChunkFrame& f) {
-  auto it = recvs_.find(f.recv_id);
-  if (it == recvs_.end()) {
-    protocol_error("CHUNK for unknown receive id " + std::to_string(f.recv_id));
+  InData* op = find_in(f.kind, f.recv_id);
+  if (op == nullptr) {
+    static constexpr const char* kWhat[] = {"receive", "put", "get"};
+    protocol_error(std::string("CHUNK for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
+                   std::to_string(f.recv_id));
     return;
   }
-  RecvOp* op = it->second.get();
   if (f.stream >= streams_.size()) {
     protocol_error("CHUNK names data stream " + std::to_string(f.stream) + " of " + std::to_string(streams_.size()));
     return;
@@ -512,7 +563,7 @@ void EndpointCore::handle_chunk(const ChunkFrame& f) {
   }
   op->announced += f.length;
   DataStream& s = streams_[f.stream];
-  s.rxq.push_back(RxChunk{op, op->buffer + f.offset, f.length});
+  s.rxq.push_back(RxChunk{op, op->discard ? nullptr : op->buffer + f.offset, f.length});
   read_stream(f.stream);
 }
 
@@ -540,9 +591,9 @@ bool EndpointCore::schedule_chunks() {
     }
     DataStream& s = streams_[best];
     if (s.queued >= config_.chunk_bytes) break;
-    SendOp* op = send_ready_.front();
+    OutData* op = send_ready_.front();
     uint64_t size = std::min<uint64_t>(config_.chunk_bytes, op->length - op->scheduled);
-    append_frame(ChunkFrame{op->recv_id, op->scheduled, static_cast<uint32_t>(size), best});
+    append_frame(ChunkFrame{op->chunk_id, op->scheduled, static_cast<uint32_t>(size), best, op->kind});
     s.txq.push_back(TxChunk{op, op->data + op->scheduled, size});
     s.queued += size;
     ++s.chunks_sent;
@@ -567,13 +618,27 @@ void EndpointCore::pump() {
     for (uint16_t i = 0; i < streams_.size() && state_ == State::kActive; ++i) flush_stream(i);
     if (!scheduled) break;
   }
+  // Finishing a chunk may have queued a reply (a served GET's RESP).
+  if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();
 }
 
 void EndpointCore::flush_stream(uint16_t index) {
   DataStream& s = streams_[index];
   while (!s.txq.empty() && !s.tx_blocked && state_ == State::kActive) {
     TxChunk& c = s.txq.front();
-    ssize_t n = ::send(s.fd.get(), c.ptr, c.remaining, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n;
+    if (c.op->access == nullptr) {
+      n = ::send(s.fd.get(), c.ptr, c.remaining, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else if (!c.op->revoked && c.op->access->begin()) {
+      n = ::send(s.fd.get(), c.ptr, c.remaining, MSG_NOSIGNAL | MSG_DONTWAIT);
+      c.op->access->end();
+    } else {
+      // The region was deregistered: never read it again, but keep the stream in step
+      // with the announced chunk by sending zeros; the RESP will say "revoked".
+      c.op->revoked = true;
+      n = ::send(s.fd.get(), zeros().data(), std::min<uint64_t>(c.remaining, zeros().size()),
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (would_block(errno)) {
@@ -587,38 +652,102 @@ void EndpointCore::flush_stream(uint16_t index) {
     c.ptr += wrote;
     c.remaining -= wrote;
     s.queued -= wrote;
-    SendOp* op = c.op;
+    OutData* op = c.op;
     op->written += wrote;
     if (c.remaining == 0) s.txq.pop_front();
-    if (op->written == op->length) complete_send(op, Status::ok());
+    if (op->written == op->length) out_done(op);
+  }
+}
+
+void EndpointCore::out_done(OutData* out) {
+  switch (out->kind) {
+    case wire::ChunkKind::kMessage: {
+      auto it = sends_.find(out->owner);
+      if (it != sends_.end()) complete_send(it->second.get(), Status::ok());
+      return;
+    }
+    case wire::ChunkKind::kPut: {
+      // The target replies once every byte is in; the RESP may even have come first.
+      auto it = rma_ops_.find(out->owner);
+      if (it != rma_ops_.end() && it->second->responded) complete_rma(it->second.get(), it->second->status);
+      return;
+    }
+    case wire::ChunkKind::kGet: {
+      auto it = served_gets_.find(out->owner);
+      if (it == served_gets_.end()) return;
+      ServedGet* sg = it->second.get();
+      ++stats_.served_gets;
+      send_resp(sg->op_id, out->revoked ? wire::RmaStatus::kRevoked : wire::RmaStatus::kOk);
+      served_gets_.erase(it);
+      return;
+    }
   }
 }
 
 void EndpointCore::complete_send(SendOp* op, const Status& s) {
-  if (s.is_ok()) stats_.bytes_sent += op->length;
-  op->req->complete(s, s.is_ok() ? op->length : op->written);
+  if (s.is_ok()) stats_.bytes_sent += op->out.length;
+  op->req->complete(s, s.is_ok() ? op->out.length : op->out.written);
   --outstanding_;
   sends_.erase(op->id);
 }
 
 void EndpointCore::finish_recv(RecvOp* op) {
-  if (op->doomed) {
+  if (op->in.doomed) {
     op->req->complete(failure_.is_ok() ? Status(StatusCode::kPeerFailed, "peer went away mid-message") : failure_,
-                      op->received);
+                      op->in.received);
   } else {
     ++stats_.messages_received;
-    stats_.bytes_received += op->length;
-    op->req->complete(Status::ok(), op->length);
+    stats_.bytes_received += op->in.length;
+    op->req->complete(Status::ok(), op->in.length);
   }
   --outstanding_;
-  recvs_.erase(op->id);
+  recvs_.erase(op->in.id);
+}
+
+void EndpointCore::in_done(InData* in) {
+  switch (in->kind) {
+    case wire::ChunkKind::kMessage: {
+      auto it = recvs_.find(in->id);
+      if (it != recvs_.end()) finish_recv(it->second.get());
+      return;
+    }
+    case wire::ChunkKind::kPut: {
+      auto it = served_puts_.find(in->id);
+      if (it != served_puts_.end()) finish_served_put(it->second.get());
+      return;
+    }
+    case wire::ChunkKind::kGet: {
+      auto it = rma_ops_.find(in->id);
+      if (it != rma_ops_.end()) maybe_finish_get(it->second.get());
+      return;
+    }
+  }
 }
 
 void EndpointCore::read_stream(uint16_t index) {
   DataStream& s = streams_[index];
   while (!s.rxq.empty() && (state_ == State::kActive || state_ == State::kDraining)) {
     RxChunk& c = s.rxq.front();
-    ssize_t n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
+    InData* op = c.op;
+    ssize_t n;
+    if (!op->discard && op->access != nullptr) {
+      if (op->access->begin()) {
+        n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
+        op->access->end();
+      } else {
+        // The target region was deregistered mid-put: drain the rest, reply "revoked".
+        op->discard = true;
+        auto it = served_puts_.find(op->id);
+        if (it != served_puts_.end() && it->second->verdict == wire::RmaStatus::kOk) {
+          it->second->verdict = wire::RmaStatus::kRevoked;
+        }
+        n = ::recv(s.fd.get(), scratch(), std::min<uint64_t>(c.remaining, kScratchSize), MSG_DONTWAIT);
+      }
+    } else if (op->discard) {
+      n = ::recv(s.fd.get(), scratch(), std::min<uint64_t>(c.remaining, kScratchSize), MSG_DONTWAIT);
+    } else {
+      n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (would_block(errno)) return;
@@ -632,12 +761,11 @@ void EndpointCore::read_stream(uint16_t index) {
     }
     auto got = static_cast<uint64_t>(n);
     const bool short_read = got < c.remaining;
-    c.ptr += got;
+    if (c.ptr != nullptr) c.ptr += got;
     c.remaining -= got;
-    RecvOp* op = c.op;
     op->received += got;
     if (c.remaining == 0) s.rxq.pop_front();
-    if (op->received == op->length || (op->doomed && op->received == op->announced)) finish_recv(op);
+    if (op->received == op->length || (op->doomed && op->received == op->announced)) in_done(op);
     if (short_read && !s.eof) break;  // drained; the next bytes raise a new edge (see read_control)
   }
   if (state_ == State::kDraining) maybe_finalize();
@@ -655,6 +783,8 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
     flush_stream(index);
     pump();
   }
+  // Finishing a chunk may have queued a reply (a served PUT's RESP).
+  if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();
 }
 
 }  // namespace detail
@@ -677,23 +807,4 @@ std::string Endpoint::peer_address() const { return core_->peer(); }
 uint32_t Endpoint::data_streams() const { return core_->streams(); }
 EndpointStats Endpoint::stats() const { return core_->stats(); }
 
-}  // namespace remora
-
-namespace remora {
-// One-sided operations: not implemented yet (issue 3 in progress).
-namespace {
-Request unsupported() {
-  return Request(detail::RequestState::completed(Status(StatusCode::kUnsupported, "RMA is not implemented yet"), 0, Tag{}));
-}
-}  // namespace
-Request Endpoint::put(std::span<const std::byte>, const RemoteKey&, uint64_t, const PutOptions&) { return unsupported(); }
-Request Endpoint::get(std::span<std::byte>, const RemoteKey&, uint64_t) { return unsupported(); }
-Request Endpoint::fetch_add(uint64_t*, const RemoteKey&, uint64_t, uint64_t) { return unsupported(); }
-Request Endpoint::compare_swap(uint64_t*, const RemoteKey&, uint64_t, uint64_t, uint64_t) { return unsupported(); }
-Request Endpoint::flush() { return unsupported(); }
-std::optional<Notification> Endpoint::poll_notification() { return std::nullopt; }
-Result<Notification> Endpoint::wait_notification(Duration) {
-  return Status(StatusCode::kUnsupported, "RMA is not implemented yet");
-}
-void Endpoint::set_notification_handler(std::function<void(const Notification&)>) {}
 }  // namespace remora

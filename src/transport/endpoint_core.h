@@ -15,8 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include <set>
+
 #include "engine/progress.h"
 #include "engine/request_state.h"
+#include "mem/region_access.h"
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
@@ -55,6 +58,14 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   // --- public API (takes the lock) ------------------------------------------
   Request send(std::span<const std::byte> data, Tag tag);
   Request recv(std::span<std::byte> buffer, Tag tag);
+  Request put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options);
+  Request get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset);
+  Request atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
+                 uint64_t compare);
+  Request flush();
+  std::optional<Notification> poll_notification();
+  Result<Notification> wait_notification(Duration timeout);
+  void set_notification_handler(std::function<void(const Notification&)> handler);
   void close();
   bool failed() const;
   Status failure() const;
@@ -69,26 +80,90 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void fail_locked(const Status& why);
 
  private:
-  struct SendOp {
-    std::shared_ptr<RequestState> req;
+  /// Bytes this side writes to the data streams for one operation: a rendezvous
+  /// message, the data of a large PUT (initiator) or of a large GET (target).
+  struct OutData {
+    wire::ChunkKind kind = wire::ChunkKind::kMessage;
+    uint64_t owner = 0;     // key of the owning op: sends_ / rma_ops_ / served_gets_
+    uint64_t chunk_id = 0;  // the id CHUNK frames name
     const std::byte* data = nullptr;
     uint64_t length = 0;
+    uint64_t scheduled = 0;  // bytes assigned to streams
+    uint64_t written = 0;    // bytes accepted by the kernel
+    const RegionAccess* access = nullptr;  // target GET: bracket every send from the region
+    bool revoked = false;                  // target GET: the region went away; zeros were sent
+  };
+  /// Bytes this side reads from the data streams for one operation: a rendezvous
+  /// message, a large PUT (target) or a large GET (initiator).
+  struct InData {
+    wire::ChunkKind kind = wire::ChunkKind::kMessage;
+    uint64_t id = 0;  // key in recvs_ / served_puts_ / rma_ops_
+    std::byte* buffer = nullptr;
+    uint64_t length = 0;
+    uint64_t announced = 0;  // bytes covered by CHUNK frames
+    uint64_t received = 0;
+    bool doomed = false;    // control stream died before all chunks were announced
+    bool discard = false;   // target: refused or revoked; bytes go to scratch
+    const RegionAccess* access = nullptr;  // target PUT: bracket every recv into the region
+  };
+  struct SendOp {
+    std::shared_ptr<RequestState> req;
     Tag tag{};
     uint64_t id = 0;
     uint64_t recv_id = 0;
-    uint64_t scheduled = 0;  // bytes assigned to streams
-    uint64_t written = 0;    // bytes accepted by the kernel
+    OutData out;
   };
   struct RecvOp {
     std::shared_ptr<RequestState> req;
-    std::byte* buffer = nullptr;
     uint64_t capacity = 0;
     Tag tag{};
+    InData in;
+  };
+  /// An operation this side initiated.
+  struct RmaOp {
+    enum class Kind : uint8_t { kPut, kGet, kAtomic };
+    Kind kind = Kind::kPut;
     uint64_t id = 0;
-    uint64_t length = 0;     // message length once matched
-    uint64_t announced = 0;  // bytes covered by CHUNK frames
-    uint64_t received = 0;
-    bool doomed = false;     // control stream died before all chunks were announced
+    uint64_t seq = 0;  // puts and atomics: flush order
+    std::shared_ptr<RequestState> req;
+    wire::KeyBytes key{};
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    bool inline_class = false;  // length <= eager limit: data travels in the PUT / RESP frame
+    // put
+    const std::byte* src = nullptr;
+    bool has_notify = false;
+    uint64_t notify = 0;
+    OutData out;
+    // get
+    InData in;
+    // atomic
+    wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;
+    uint64_t operand = 0, compare = 0;
+    uint64_t* result = nullptr;
+    bool issued = false;     // the request frame is on its way; counts against the peer's window
+    bool responded = false;  // RESP arrived
+    Status status;           // the RESP's verdict
+  };
+  /// A large PUT this side serves as the target (inline ones are served at once).
+  struct ServedPut {
+    uint64_t op_id = 0;
+    RegionAccess access;
+    wire::RmaStatus verdict = wire::RmaStatus::kOk;
+    bool has_notify = false;
+    uint64_t notify = 0;
+    InData in;
+  };
+  /// A large GET this side serves as the target.
+  struct ServedGet {
+    uint64_t op_id = 0;
+    RegionAccess access;
+    OutData out;
+  };
+  struct Flush {
+    uint64_t covers = 0;  // completes when no put/atomic with seq <= covers is pending
+    std::shared_ptr<RequestState> req;
+    Status first_error;
   };
   struct Unexpected {
     bool eager = false;
@@ -97,12 +172,12 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     uint64_t length = 0;
   };
   struct TxChunk {
-    SendOp* op;
+    OutData* op;
     const std::byte* ptr;
     uint64_t remaining;
   };
   struct RxChunk {
-    RecvOp* op;
+    InData* op;
     std::byte* ptr;
     uint64_t remaining;
   };
@@ -146,7 +221,28 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void handle_chunk(const wire::ChunkFrame& f);
   void handle_credit(const wire::CreditFrame& f);
   void handle_goodbye(const wire::GoodbyeFrame& f);
+  void handle_put(const wire::PutFrame& f);
+  void handle_get(const wire::GetFrame& f);
+  void handle_atomic(const wire::AtomicFrame& f);
+  void handle_resp(const wire::RespFrame& f);
   void handle_control_eof(const Status& why);
+
+  // RMA helpers (rma.cc)
+  Request post_rma(std::unique_ptr<RmaOp> op);
+  void issue_rma(RmaOp* op);
+  void issue_waiting_rma();
+  void complete_rma(RmaOp* op, const Status& s);
+  void maybe_finish_get(RmaOp* op);
+  /// Validates a peer's request; on success `access` holds the bytes.
+  wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
+                               RegionAccess* access);
+  bool admit_served_request();
+  void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
+  void finish_served_put(ServedPut* sp);
+  void deliver_notification(const Notification& n);
+  void wake_notification_waiters();
+  void run_notification_handler();
+  void fail_rma_locked(const Status& why);
 
   // matching helpers
   void deliver_eager(RecvOp& op, std::span<const std::byte> payload);
@@ -162,6 +258,9 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void read_stream(uint16_t index);
   void complete_send(SendOp* op, const Status& s);
   void finish_recv(RecvOp* op);
+  void out_done(OutData* out);
+  void in_done(InData* in);
+  InData* find_in(wire::ChunkKind kind, uint64_t id);
   void maybe_finalize();
 
   void protocol_error(std::string message);
@@ -200,12 +299,46 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   uint64_t next_recv_id_ = 1;
   uint64_t outstanding_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
-  std::deque<SendOp*> send_ready_;  // CTS received, chunks left to schedule
+  std::deque<OutData*> send_ready_;  // may send: chunks left to schedule
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
   std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
   std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
   uint64_t unexpected_rts_ = 0;
   bool peer_said_goodbye_ = false;
+
+  // One-sided operations this side initiated.
+  uint64_t next_rma_id_ = 1;
+  uint64_t next_rma_seq_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<RmaOp>> rma_ops_;
+  std::deque<RmaOp*> rma_waiting_;  // posted while the peer's window was full
+  uint64_t rma_issued_ = 0;         // request frames sent, RESP not yet received
+  std::set<uint64_t> pending_seqs_;  // puts/atomics not yet completed, for flush
+  std::deque<Flush> flushes_;
+  uint64_t flushed_through_ = 0;  // the last seq an earlier flush covered
+  Status unflushed_failure_;      // first failure of a put/atomic no flush has covered yet
+  // Operations this side serves as the target.
+  std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
+  std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
+  // End offsets in ctl_tx_ of RESPs not yet accepted by the kernel. They count
+  // against the window: a peer that floods requests and never reads its replies
+  // runs into it instead of growing ctl_tx_ without bound.
+  std::deque<size_t> unsent_resps_;
+  std::vector<std::byte> scratch_;  // refused / revoked chunk bytes are read here and dropped
+  std::byte* scratch() {
+    if (scratch_.empty()) scratch_.resize(size_t{64} << 10);
+    return scratch_.data();
+  }
+  // After the control stream died, announced one-sided chunks still in the stream
+  // FIFOs are drained through this sink (their ops are gone).
+  InData drain_sink_{.kind = wire::ChunkKind::kPut, .id = 0, .buffer = nullptr, .length = UINT64_MAX,
+                     .announced = 0, .received = 0, .doomed = false, .discard = true, .access = nullptr};
+  // Notifications delivered to this side.
+  std::deque<Notification> notes_;
+  uint64_t notes_promised_ = 0;  // served puts in flight that will queue one
+  std::deque<std::shared_ptr<RequestState>> note_waiters_;
+  std::shared_ptr<std::function<void(const Notification&)>> note_handler_;
+  std::deque<Notification> note_handler_queue_;
+  bool note_delivering_ = false;
 
   EndpointStats stats_;
 };
