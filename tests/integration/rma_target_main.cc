@@ -19,6 +19,7 @@
 //   rss                 -> RSS <VmRSS> <VmHWM>   (kB; HWM is the peak, so a transient blow-up shows)
 //   notes               -> NOTES <n> <value>:<region>:<offset>:<length> ...  (every notification so far)
 //   eps                 -> EPS <accepted> <failed>
+//   await <n>           -> EPS ... once n endpoints were accepted (ERR after 20 s)
 //   quit                -> BYE, then a clean shutdown and exit 0
 // A malformed command is answered "ERR ..."; EOF on stdin ends the program (exit 0).
 // It never outlives the test: it dies with its parent and after --max-seconds.
@@ -29,6 +30,7 @@
 #include <xxhash.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -105,8 +107,16 @@ uint64_t vm_kb(const std::string& field) {
 class Endpoints {
  public:
   void add(std::shared_ptr<Endpoint> ep) {
-    std::lock_guard lock(mu_);
-    eps_.push_back(std::move(ep));
+    {
+      std::lock_guard lock(mu_);
+      eps_.push_back(std::move(ep));
+    }
+    cv_.notify_all();
+  }
+  /// Waits until `n` endpoints were accepted; false at the deadline.
+  bool await(size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return eps_.size() >= n; });
   }
   std::vector<std::shared_ptr<Endpoint>> snapshot() {
     std::lock_guard lock(mu_);
@@ -118,6 +128,7 @@ class Endpoints {
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
   std::vector<std::shared_ptr<Endpoint>> eps_;
 };
 
@@ -230,7 +241,15 @@ int run(const std::map<std::string, std::string>& flags) {
       std::string out = "NOTES " + std::to_string(notes.size());
       for (const auto& n : notes) out += " " + n;
       print_line(out);
-    } else if (cmd == "eps") {
+    } else if (cmd == "eps" || cmd == "await") {
+      // await <n>: first wait until the acceptor holds n endpoints. An endpoint serves
+      // requests as soon as its handshake completes, possibly before accept() returned
+      // it, and `notes` only sees accepted endpoints.
+      uint64_t want = 0;
+      if (cmd == "await" && (!(in >> want) || !endpoints.await(want, std::chrono::seconds(20)))) {
+        print_line("ERR await <n>: not that many endpoints accepted");
+        continue;
+      }
       const auto all = endpoints.snapshot();
       size_t failed = 0;
       for (auto& ep : all) failed += ep->failed() ? 1 : 0;

@@ -189,6 +189,8 @@ std::optional<std::pair<uint64_t, uint64_t>> Target::endpoints() {
   return std::pair{*accepted, *failed};
 }
 
+bool Target::await_endpoints(uint64_t n) { return words("await " + std::to_string(n), "EPS", 3).has_value(); }
+
 bool Target::quit() {
   if (!words("quit", "BYE", 1)) return false;
   auto st = process_->wait(std::chrono::seconds(30));

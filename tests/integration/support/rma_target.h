@@ -81,6 +81,9 @@ class Target {
   std::optional<std::vector<Note>> notes();
   /// {accepted, failed} endpoints so far.
   std::optional<std::pair<uint64_t, uint64_t>> endpoints();
+  /// Waits until the target accepted `n` endpoints (call it after each raw handshake:
+  /// `notes` only sees endpoints the target's accept() returned).
+  bool await_endpoints(uint64_t n);
   /// Asks it to exit and reaps it; true if it said BYE and exited 0.
   bool quit();
   /// Still running (not exited or killed)?
