@@ -934,35 +934,55 @@ TEST_F(RmaTarget, WindowedPutGetPipelineIsCorrect) {
   expect_memory("after the windowed put/get pipeline");
 }
 
-/// A peer that never reads its replies floods the target with `frame_for(i)`; whatever
-/// the target does about it (back-pressure, or failing the endpoint), its peak RSS
-/// stays bounded, it survives, and it serves the next peer.
+/// A peer that never reads its replies floods the target with `frame_for(id)` (frames
+/// of one size); whatever the target does about it (back-pressure, or failing the
+/// endpoint), its peak RSS stays bounded and it survives. Afterwards the peer reads what
+/// the target still answers, so the peak covers everything the target chose to serve.
+/// `get_length`: the frames are GETs of that many bytes (their data is read and dropped).
 template <typename FrameFor>
-void never_reading_flood(raw::RmaClient& c, Target& target, uint64_t count, FrameFor frame_for,
-                         const char* what) {
+void never_reading_flood(raw::RmaClient& c, Target& target, uint64_t count, FrameFor frame_for, const char* what,
+                         std::optional<uint64_t> get_length = std::nullopt) {
   const auto base = target.rss_kb();
   ASSERT_TRUE(base) << target.last_error();
+  const size_t frame_size = frame_for(1).size();
   std::vector<uint8_t> batch;
-  uint64_t sent_ops = 0;
+  uint64_t offered = 0;
+  size_t bytes_sent = 0;
   raw::Flow flow = raw::Flow::kSent;
-  while (sent_ops < count && flow == raw::Flow::kSent) {
+  while (offered < count && flow == raw::Flow::kSent) {
     batch.clear();
-    for (int i = 0; i < 256 && sent_ops < count; ++i, ++sent_ops) {
-      const auto f = frame_for(sent_ops + 1);
+    for (int i = 0; i < 256 && offered < count; ++i) {
+      const auto f = frame_for(++offered);
+      ASSERT_EQ(f.size(), frame_size);
       batch.insert(batch.end(), f.begin(), f.end());
     }
     size_t sent = 0;
     flow = raw::send_bounded(c.control().fd(), batch, 3000ms, &sent);
+    bytes_sent += sent;
   }
+  const uint64_t complete = bytes_sent / frame_size;
+  if (get_length) {
+    for (uint64_t id = 1; id <= complete; ++id) c.expect_get(id, *get_length, false);
+  }
+  uint64_t answered = 0;
+  std::string err;
+  while (answered < complete) {
+    auto r = c.read_reply(&err);
+    if (!r) break;
+    ++answered;
+  }
+  EXPECT_EQ(err.find("timed out"), std::string::npos)
+      << what << ": the target neither answered the requests it had in full nor closed the connection: " << err;
   const auto after = target.rss_kb();
   ASSERT_TRUE(after) << what << ": the target did not answer after the flood: " << target.last_error();
   const char* outcome = flow == raw::Flow::kSent ? "all sent" : flow == raw::Flow::kStalled ? "back-pressure" : "closed";
-  std::printf("[   INFO   ] %s: %llu requests offered, outcome: %s, peak RSS %+lld kB\n", what,
-              static_cast<unsigned long long>(sent_ops), outcome,
+  std::printf("[   INFO   ] %s: %llu requests offered, %llu sent whole, %llu answered, outcome: %s, peak RSS %+lld kB\n",
+              what, static_cast<unsigned long long>(offered), static_cast<unsigned long long>(complete),
+              static_cast<unsigned long long>(answered), outcome,
               static_cast<long long>(after->second) - static_cast<long long>(base->second));
   EXPECT_LT(after->second, base->second + kMaxGrowthKb)
-      << what << ": peak RSS grew by " << (after->second - base->second) << " kB (" << sent_ops
-      << " requests offered, outcome: " << outcome << ")";
+      << what << ": peak RSS grew by " << (after->second - base->second) << " kB (" << complete
+      << " requests sent whole, " << answered << " answered, outcome: " << outcome << ")";
   c.close();
   ASSERT_TRUE(target.alive()) << target.last_error();
 }
@@ -998,7 +1018,7 @@ TEST_F(RmaTarget, NeverReadingInlineGetFloodKeepsMemoryBounded) {
   const uint64_t len = c.eager_limit();
   never_reading_flood(c, *target_, scaled<uint64_t>(20'000, 5'000),
                       [&](uint64_t id) { return raw::get_frame(id, key, (id * 4096) % (size() - len), len); },
-                      "inline GET flood");
+                      "inline GET flood", len);
   expect_memory("after the GET flood");
   expect_serves_new_peer("after the GET flood");
 }
@@ -1010,7 +1030,7 @@ TEST_F(RmaTarget, NeverReadingLargeGetFloodKeepsMemoryBounded) {
   const KeyBytes key = target_->key();
   const uint64_t len = 256 * 1024;
   never_reading_flood(c, *target_, scaled<uint64_t>(20'000, 2'000),
-                      [&](uint64_t id) { return raw::get_frame(id, key, 0, len); }, "large GET flood");
+                      [&](uint64_t id) { return raw::get_frame(id, key, 0, len); }, "large GET flood", len);
   expect_memory("after the large GET flood");
   expect_serves_new_peer("after the large GET flood");
 }

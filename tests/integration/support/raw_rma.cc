@@ -234,12 +234,16 @@ std::string RmaClient::send_put_data(uint64_t op_id, std::span<const std::byte> 
   return "";
 }
 
-std::string RmaClient::send_get(uint64_t op_id, const KeyBytes& key, uint64_t offset, uint64_t length) {
+void RmaClient::expect_get(uint64_t op_id, uint64_t length, bool keep_data) {
   // The buffer is only allocated for lengths a test can afford; a GET the target must
   // refuse (absurd length) gets no buffer and any data for it is an error.
-  PendingGet g{.length = length, .data = {}, .received = 0};
-  if (length <= (uint64_t{64} << 20)) g.data.resize(length);
+  PendingGet g{.length = length, .keep = keep_data, .data = {}, .received = 0};
+  if (keep_data && length <= (uint64_t{64} << 20)) g.data.resize(length);
   gets_[op_id] = std::move(g);
+}
+
+std::string RmaClient::send_get(uint64_t op_id, const KeyBytes& key, uint64_t offset, uint64_t length) {
+  expect_get(op_id, length, true);
   return send_control(get_frame(op_id, key, offset, length));
 }
 
@@ -291,7 +295,7 @@ std::optional<Reply> RmaClient::read_reply(std::string* error) {
       }
       PendingGet& g = it->second;
       if (chunk->stream >= data_.size() || chunk->offset > g.length || chunk->length > g.length - chunk->offset ||
-          g.data.size() != g.length) {
+          (g.keep && g.data.size() != g.length)) {
         *error = "target sent CHUNK [" + std::to_string(chunk->offset) + ", +" + std::to_string(chunk->length) +
                  ") on stream " + std::to_string(chunk->stream) + " for a GET of " + std::to_string(g.length) +
                  " bytes";
@@ -302,7 +306,7 @@ std::optional<Reply> RmaClient::read_reply(std::string* error) {
         *error = "reading GET chunk bytes: " + err;
         return std::nullopt;
       }
-      std::memcpy(g.data.data() + chunk->offset, bytes->data(), bytes->size());
+      if (g.keep) std::memcpy(g.data.data() + chunk->offset, bytes->data(), bytes->size());
       g.received += chunk->length;
       continue;
     }
@@ -320,7 +324,7 @@ std::optional<Reply> RmaClient::read_reply(std::string* error) {
     if (auto it = gets_.find(resp->op_id); it != gets_.end()) {
       r.chunk_bytes = it->second.received;
       if (resp->inline_data) {
-        r.data.assign(resp->payload.begin(), resp->payload.end());
+        if (it->second.keep) r.data.assign(resp->payload.begin(), resp->payload.end());
       } else {
         r.data = std::move(it->second.data);
       }

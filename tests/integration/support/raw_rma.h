@@ -146,6 +146,9 @@ class RmaClient {
   std::string send_get(uint64_t op_id, const KeyBytes& key, uint64_t offset, uint64_t length);
   std::string send_atomic(uint64_t op_id, const KeyBytes& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                           uint64_t compare = 0);
+  /// Tells read_reply that op `op_id` is a GET of `length` bytes sent by other means
+  /// (raw bytes); with keep_data false its bytes are read and dropped.
+  void expect_get(uint64_t op_id, uint64_t length, bool keep_data);
 
   /// Reads control frames until a RESP arrives and returns it. CHUNK(kind=get) frames on
   /// the way are checked against the GETs sent and their bytes read from the named data
@@ -169,6 +172,7 @@ class RmaClient {
  private:
   struct PendingGet {
     uint64_t length = 0;
+    bool keep = true;
     std::vector<std::byte> data;
     uint64_t received = 0;
   };
