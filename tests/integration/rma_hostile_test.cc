@@ -537,6 +537,74 @@ TEST_F(RmaTarget, ZeroLengthPutIsValidatedAndNotifies) {
   expect_memory("after zero-length ops");
 }
 
+// The last bytes of the region are as legal as the first: each op at both edges.
+TEST_F(RmaTarget, OpsAtBothEdgesOfTheRegionSucceed) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  raw::RmaClient c;
+  ASSERT_NO_FATAL_FAILURE(connect(c));
+  const KeyBytes key = target_->key();
+  std::string err;
+  for (Op op : {Op::kPutInline, Op::kPutChunked, Op::kGetInline, Op::kGetChunked, Op::kFetchAdd}) {
+    const uint64_t len = op_length(op);
+    for (uint64_t off : {uint64_t{0}, size() - len}) {
+      const std::string where = std::string(op_name(op)) + " at offset " + std::to_string(off);
+      if (is_put(op)) {
+        const auto data = stream_bytes(0xED6E + off, 0, len);
+        auto r = c.put(key, off, data, std::nullopt, &err);
+        ASSERT_TRUE(r) << where << ": " << err;
+        EXPECT_EQ(r->status, RmaStatus::kOk) << where;
+        mirror_.write(off, data);
+      } else if (is_get(op)) {
+        auto r = c.get(key, off, len, &err);
+        ASSERT_TRUE(r) << where << ": " << err;
+        ASSERT_EQ(r->status, RmaStatus::kOk) << where;
+        ASSERT_EQ(r->data.size(), len);
+        const auto expected = mirror_.slice(off, len);
+        EXPECT_TRUE(std::equal(r->data.begin(), r->data.end(), expected.begin())) << where;
+      } else {
+        auto r = c.atomic(key, off, AtomicOp::kFetchAdd, 3, 0, &err);
+        ASSERT_TRUE(r) << where << ": " << err;
+        ASSERT_EQ(r->status, RmaStatus::kOk) << where;
+        EXPECT_EQ(r->value, mirror_.word(off)) << where;
+        mirror_.set_word(off, mirror_.word(off) + 3);
+      }
+    }
+  }
+  expect_memory("after ops at both edges");
+}
+
+// A key for a sub-window addresses from the window's start: writes land at
+// key.offset + offset, notifications report the offset from the region's start.
+TEST_F(RmaTarget, SubWindowKeyAddressesFromItsWindow) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  raw::RmaClient c;
+  ASSERT_NO_FATAL_FAILURE(connect(c));
+  std::string err;
+  for (Op op : {Op::kPutInline, Op::kPutChunked}) {
+    const uint64_t len = op_length(op);
+    const uint64_t window_at = op == Op::kPutInline ? 4096 : 300'000;
+    auto key = target_->window_key(window_at, len + 100, "w");
+    ASSERT_TRUE(key) << target_->last_error();
+    const auto data = stream_bytes(0x5B + len, 0, len);
+    auto r = c.put(*key, 100, data, uint64_t{len}, &err);
+    ASSERT_TRUE(r) << op_name(op) << ": " << err;
+    ASSERT_EQ(r->status, RmaStatus::kOk) << op_name(op) << " through a window key";
+    mirror_.write(window_at + 100, data);
+    notes_.push_back({len, region_of(*key), window_at + 100, len});
+    expect_memory(std::string(op_name(op)) + " through a window key");
+  }
+  auto atomic_key = target_->window_key(8192, 64, "a");
+  ASSERT_TRUE(atomic_key) << target_->last_error();
+  const uint64_t before = mirror_.word(8192 + 56);
+  auto r = c.atomic(*atomic_key, 56, AtomicOp::kCompareSwap, 0xAB, before, &err);
+  ASSERT_TRUE(r) << err;
+  ASSERT_EQ(r->status, RmaStatus::kOk);
+  EXPECT_EQ(r->value, before);
+  mirror_.set_word(8192 + 56, 0xAB);
+  expect_memory("compare_swap through a window key");
+  expect_notes(notes_, "notification offsets count from the region's start");
+}
+
 // The inline/large boundary is min(both eager limits): with a peer announcing less than
 // the target's 16 KiB, 8 KiB puts arrive chunked and 8 KiB GETs must be answered chunked.
 TEST_F(RmaTarget, NegotiatedEagerLimitIsTheSmallerOne) {
@@ -795,6 +863,11 @@ const Violation kViolations[] = {
      [](ViolationContext& v) {
        std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.eager_limit() + 1);
        return e.empty() ? v.c.send_atomic(1, v.target.key(), 64, AtomicOp::kFetchAdd, 1) : e;
+     }},
+    {"GetReusesInFlightPutId",
+     [](ViolationContext& v) {
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.eager_limit() + 1);
+       return e.empty() ? send(v, raw::get_frame(1, v.target.key(), 0, 64)) : e;
      }},
     {"WindowExceeded",
      [](ViolationContext& v) {
