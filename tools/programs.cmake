@@ -1,11 +1,12 @@
 # The `remora` command-line tool: a thin CLI (remora.cc) over the perf library
-# (perf/), which holds the p2p benchmarks and the two-process demo.
+# (perf/), which holds the p2p and RMA benchmarks and the two-process demo.
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 
 add_library(remora_perf STATIC
   ${CMAKE_CURRENT_LIST_DIR}/perf/session.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/p2p.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf/rma.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc)
 target_include_directories(remora_perf PUBLIC ${CMAKE_CURRENT_LIST_DIR}/perf)
 target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
@@ -36,11 +37,29 @@ if(REMORA_BUILD_TESTS)
            COMMAND remora_tool bench p2p --mode bw --buffers register --sizes 1M --window 8 --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_bibw COMMAND remora_tool bench p2p --mode bibw --sizes 8,4M --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_lat COMMAND remora_tool bench p2p --mode lat --sizes 8,1M --iters 50 --warmup 5)
+  # Every RMA mode against its spawned target, sizes on both sides of the eager limit
+  # (16K: inline vs chunked puts and get responses) and 0 B; every size's data checked.
+  add_test(NAME remora_bench_rma_put_bw COMMAND remora_tool bench rma --mode put_bw --sizes 0,8,16K,17K,4M --iters 3 --warmup 1)
+  add_test(NAME remora_bench_rma_get_bw
+           COMMAND remora_tool bench rma --mode get_bw --buffers register --sizes 0,8,16K,17K,4M --window 8 --iters 3 --warmup 1)
+  add_test(NAME remora_bench_rma_put_lat COMMAND remora_tool bench rma --mode put_lat --sizes 0,8,17K,1M --iters 50 --warmup 5)
+  add_test(NAME remora_bench_rma_get_lat COMMAND remora_tool bench rma --mode get_lat --sizes 8,17K,1M --iters 50 --warmup 5)
+  add_test(NAME remora_bench_rma_put_rate COMMAND remora_tool bench rma --mode put_rate --iters 20 --warmup 2)
+  # Damaged data must fail the RMA bench, loudly: exit 1 and the byte that differs, for
+  # the put path (read back, and the target's own check) and the get path.
+  add_test(NAME remora_bench_rma_detects_corruption
+           COMMAND sh -c "for m in put_bw get_lat; do \"$0\" bench rma --mode $m --sizes 1M --iters 2 --inject-corruption \
+                            > rma-$m.out 2>&1; rc=$?; cat rma-$m.out; [ $rc -eq 1 ] || exit 1; done; \
+                    grep -q 'data check failed: read back after the puts: byte 524288 .*target.s own check: byte 524288' rma-put_bw.out && \
+                    grep -q \"data check failed: the gets' data: byte 524288\" rma-get_lat.out"
+                   $<TARGET_FILE:remora_tool>)
   # Damaged data must fail the demo, loudly: exit 1 and the peer's verdict in the table.
   add_test(NAME remora_demo_detects_corruption
            COMMAND sh -c "\"$0\" demo --sizes 4K,1M --iters 5 --inject-corruption > demo.out 2>&1; rc=$?; cat demo.out; \
                     [ $rc -eq 1 ] && [ $(grep -c 'NO: peer: verify round 0: checksum' demo.out) -eq 2 ]"
                    $<TARGET_FILE:remora_tool>)
   set_tests_properties(remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
-                       remora_bench_p2p_bibw remora_bench_p2p_lat PROPERTIES LABELS "tools" TIMEOUT 120)
+                       remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
+                       remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate
+                       remora_bench_rma_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 120)
 endif()

@@ -1,4 +1,4 @@
-// tools/remora.cc — the `remora` command: demo, bench p2p, version. A thin layer over
+// tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, version. A thin layer over
 // tools/perf: parse arguments, draw tables and the progress line, write JSON.
 #include <unistd.h>
 
@@ -146,21 +146,63 @@ int run_demo(const std::vector<std::string>& size_texts, std::optional<uint32_t>
   return 0;
 }
 
-struct P2pArgs {
-  std::string mode = "bw";
-  std::vector<std::string> sizes = {"8", "4K", "1M", "16M"};
+/// Options every `remora bench` shares.
+struct BenchArgs {
+  std::vector<std::string> sizes;
   uint32_t window = 64;
   std::optional<uint32_t> iters, warmup;
   std::string json, peer, listen, buffers = "pool";
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--window", window, "operations in flight per window (bandwidth and rate modes)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--iters", iters, "timed iterations per size (default: scaled by size)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--warmup", warmup, "untimed iterations per size (default: scaled by size)");
+    cmd->add_option("--json", json, "also write everything (results, config, stats) as JSON here");
+    cmd->add_option("--buffers", buffers, "where buffers come from: pool or register")
+        ->check(CLI::IsMember({"pool", "register"}))
+        ->capture_default_str();
+    auto* peer_opt = cmd->add_option("--peer", peer, "drive a follower started with --listen at host:port");
+    auto* listen_opt =
+        cmd->add_option("--listen", listen, "be the follower: listen on host:port, the --peer side drives");
+    peer_opt->excludes(listen_opt);
+  }
+  remora::perf::BufferSource buffer_source() const {
+    return buffers == "register" ? remora::perf::BufferSource::kRegister : remora::perf::BufferSource::kPool;
+  }
+  remora::perf::PeerOptions peer_options() const { return {.peer = peer}; }
+};
+
+/// With --listen the process is the follower: the driver (the --peer side) sends the
+/// plan, whichever benchmark it is. nullopt when this process drives.
+std::optional<int> maybe_follow(const BenchArgs& a) {
+  if (a.listen.empty()) return std::nullopt;
+  if (auto s = remora::perf::serve(a.listen, -1); !s) return fail(s);
+  return 0;
+}
+
+void print_bench_header(std::string_view what, const nlohmann::json& report, const BenchArgs& a) {
+  const auto& cfg = report["config"];
+  fmt::print("# remora bench {} — peer {} ({})\n", what, cfg.value("peer", std::string("?")),
+             cfg.value("follower", std::string("?")));
+  fmt::print("# {}; buffers: {}\n", config_line(cfg), a.buffers);
+}
+
+int finish_bench(const nlohmann::json& report, const BenchArgs& a) {
+  fmt::print("# pool: here {}; peer {}\n", pool_line(report["local"]), pool_line(report["peer"]));
+  return write_json(a.json, report) ? 0 : 1;
+}
+
+struct P2pArgs : BenchArgs {
+  std::string mode = "bw";
   bool distinct_buffers = false;
+  P2pArgs() { sizes = {"8", "4K", "1M", "16M"}; }
 };
 
 int run_p2p(const P2pArgs& a) {
-  if (!a.listen.empty()) {
-    // Follower: the driver (the side with --peer) sends the plan.
-    if (auto s = remora::perf::serve(a.listen, -1); !s) return fail(s);
-    return 0;
-  }
+  if (auto rc = maybe_follow(a)) return *rc;
   remora::perf::P2pOptions o;
   o.distinct_buffers = a.distinct_buffers;
   o.mode = a.mode == "lat"    ? remora::perf::P2pMode::kLatency
@@ -171,18 +213,14 @@ int run_p2p(const P2pArgs& a) {
   o.window = a.window;
   o.iters = a.iters;
   o.warmup = a.warmup;
-  o.buffers = a.buffers == "register" ? remora::perf::BufferSource::kRegister : remora::perf::BufferSource::kPool;
-  remora::perf::PeerOptions peer{.peer = a.peer};
+  o.buffers = a.buffer_source();
   TtyProgress progress;
   o.progress = progress.callback();
-  auto report = remora::perf::run_p2p(peer, o);
+  auto report = remora::perf::run_p2p(a.peer_options(), o);
   progress.clear();
   if (!report) return fail(report.status());
 
-  const auto& cfg = report->json["config"];
-  fmt::print("# remora bench p2p {} — peer {} ({})\n", a.mode, cfg.value("peer", std::string("?")),
-             cfg.value("follower", std::string("?")));
-  fmt::print("# {}; buffers: {}\n", config_line(cfg), a.buffers);
+  print_bench_header("p2p " + a.mode, report->json, a);
   if (o.mode == remora::perf::P2pMode::kLatency) {
     fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>8}\n", "Size", "Latency (us)", "p50", "p99", "iters");
     for (const auto& r : report->rows) {
@@ -195,8 +233,55 @@ int run_p2p(const P2pArgs& a) {
     fmt::print("# {:<10} {:>18} {:>8}\n", "Size", "Bandwidth (MB/s)", "iters");
     for (const auto& r : report->rows) fmt::print("{:<12} {:>18.2f} {:>8}\n", r.size, r.bandwidth_mbps, r.iterations);
   }
-  fmt::print("# pool: here {}; peer {}\n", pool_line(report->json["local"]), pool_line(report->json["peer"]));
-  return write_json(a.json, report->json) ? 0 : 1;
+  return finish_bench(report->json, a);
+}
+
+struct RmaArgs : BenchArgs {
+  std::string mode = "put_bw";
+  std::optional<double> duration;
+  bool inject_corruption = false;
+};
+
+int run_rma(const RmaArgs& a) {
+  if (auto rc = maybe_follow(a)) return *rc;
+  using remora::perf::RmaMode;
+  remora::perf::RmaOptions o;
+  auto mode = remora::perf::parse_rma_mode(a.mode);
+  if (!mode) return fail(mode.status());
+  o.mode = *mode;
+  if (auto s = parse_sizes(a.sizes, &o.sizes); !s) return fail(s);
+  o.window = a.window;
+  o.iters = a.iters;
+  o.warmup = a.warmup;
+  o.duration_s = a.duration;
+  o.inject_corruption = a.inject_corruption;
+  o.buffers = a.buffer_source();
+  TtyProgress progress;
+  o.progress = progress.callback();
+  auto report = remora::perf::run_rma(a.peer_options(), o);
+  progress.clear();
+  if (!report) return fail(report.status());
+
+  print_bench_header("rma " + a.mode, report->json, a);
+  const bool latency = o.mode == RmaMode::kPutLatency || o.mode == RmaMode::kGetLatency;
+  if (latency) {
+    fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>9}\n", "Size", "Latency (us)", "p50", "p99", "iters");
+    for (const auto& r : report->rows) {
+      fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>9}\n", r.size, r.latency.avg_us, r.latency.p50_us,
+                 r.latency.p99_us, r.iterations);
+    }
+    fmt::print("# {}\n", o.mode == RmaMode::kPutLatency
+                             ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
+                             : "latency of one get: a full round trip, as is");
+  } else {
+    fmt::print("# window {}; every operation to offset 0 of one target region, from one local buffer\n", a.window);
+    fmt::print("# {:<10} {:>18} {:>16} {:>8}\n", "Size", "Bandwidth (MB/s)", "Messages/s", "windows");
+    for (const auto& r : report->rows) {
+      fmt::print("{:<12} {:>18.2f} {:>16.0f} {:>8}\n", r.size, r.bandwidth_mbps, r.ops_per_second, r.iterations);
+    }
+  }
+  fmt::print("# data checked once per size after the timed part: verified\n");
+  return finish_bench(report->json, a);
 }
 
 }  // namespace
@@ -227,18 +312,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bw", "lat", "bibw"}))
       ->capture_default_str();
   p2p->add_option("--sizes", p2p_args.sizes, "message sizes (K/M/G = powers of 1024)")->delimiter(',')->capture_default_str();
-  p2p->add_option("--window", p2p_args.window, "messages in flight per window (bw, bibw)")->check(CLI::PositiveNumber)->capture_default_str();
-  p2p->add_option("--iters", p2p_args.iters, "timed iterations per size (default: scaled by size)")->check(CLI::PositiveNumber);
-  p2p->add_option("--warmup", p2p_args.warmup, "untimed iterations per size (default: scaled by size)");
-  p2p->add_option("--json", p2p_args.json, "also write everything (results, config, stats) as JSON here");
+  p2p_args.add_to(p2p);
   p2p->add_flag("--distinct-buffers", p2p_args.distinct_buffers,
                 "cycle a window through up to 64 MiB of distinct buffers (default: reuse one, as osu_bw and iperf3 do)");
-  p2p->add_option("--buffers", p2p_args.buffers, "where buffers come from: pool or register")
-      ->check(CLI::IsMember({"pool", "register"}))
+
+  RmaArgs rma_args;
+  auto* rma = bench->add_subcommand("rma", "one-sided put/get bandwidth, latency and rate (perftest-style)");
+  rma->add_option("--mode", rma_args.mode,
+                  "put_bw, get_bw (a window of puts/gets), put_lat (put+notify ping-pong), get_lat (one get at a "
+                  "time), put_rate (small puts, operations/s)")
+      ->check(CLI::IsMember({"put_bw", "get_bw", "put_lat", "get_lat", "put_rate"}))
       ->capture_default_str();
-  auto* peer = p2p->add_option("--peer", p2p_args.peer, "drive a follower started with --listen at host:port");
-  auto* listen = p2p->add_option("--listen", p2p_args.listen, "be the follower: listen on host:port, the --peer side drives");
-  peer->excludes(listen);
+  rma->add_option("--sizes", rma_args.sizes,
+                  "transfer sizes (K/M/G = powers of 1024; default 8,4K,1M,16M, put_rate 8,64,512,4K)")
+      ->delimiter(',');
+  auto* duration = rma->add_option("--duration", rma_args.duration, "timed seconds per size, instead of --iters")
+                       ->check(CLI::PositiveNumber);
+  rma_args.add_to(rma);
+  duration->excludes(rma->get_option("--iters"));
+  rma->add_flag("--inject-corruption", rma_args.inject_corruption)->group("");  // hidden: proves the checks fail loudly
 
   std::string serve_listen = "127.0.0.1:0";
   int serve_port_fd = -1;
@@ -251,6 +343,7 @@ int main(int argc, char** argv) {
   if (*version) return print_version(version_json);
   if (*demo) return run_demo(demo_sizes, demo_iters, demo_json, demo_corrupt);
   if (*p2p) return run_p2p(p2p_args);
+  if (*rma) return run_rma(rma_args);
   if (*serve) {
     if (auto s = remora::perf::serve(serve_listen, serve_port_fd); !s) {
       fmt::print(stderr, "remora serve: error: {}\n", s.to_string());

@@ -80,7 +80,7 @@ Result<std::unique_ptr<Listener>> ContextCore::listen(std::string_view address) 
 namespace {
 
 Status check_ack(const Result<wire::HelloAck>& ack, const std::string& peer) {
-  if (!ack) return ack.status().with_context("not a remora peer at " + peer);
+  if (!ack) return ack.status().with_context("bad handshake reply from " + peer);
   if (ack->version != kWireVersion) {
     return Status(StatusCode::kProtocol, "version mismatch: " + peer + " speaks remora wire version " +
                                              std::to_string(ack->version) + ", we speak " +

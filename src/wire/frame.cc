@@ -61,7 +61,7 @@ bool is_known_type(uint8_t type) {
 /// Flag bits each type may carry; any other bit set is a protocol error.
 uint8_t allowed_flags(FrameType type) {
   switch (type) {
-    case FrameType::kChunk: return 0x03;  // the ChunkKind (0..2; 3 is refused when decoding the body)
+    case FrameType::kChunk: return 0x03;  // the ChunkKind (0..2; 3 is refused by validate_header)
     case FrameType::kPut: return kPutNotify | kPutInline;
     case FrameType::kResp: return kRespInline;
     default: return 0;
@@ -104,6 +104,9 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     const uint8_t flags = load_u8(&in[kFlagsOffset]);
     if ((flags & ~allowed_flags(type)) != 0) {
       return protocol_error(fmt::format("{} frame: flags 0x{:02x} has undefined bits", to_string(type), flags));
+    }
+    if (type == FrameType::kChunk && flags > static_cast<uint8_t>(ChunkKind::kGet)) {
+      return protocol_error(fmt::format("CHUNK frame: unknown kind {}", flags));
     }
   }
   for (size_t i = kHeaderReservedOffset; i < kBodyLengthOffset && i < in.size(); ++i) {
@@ -165,9 +168,6 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       const uint16_t reserved = load_u16(p + 22);
       if (length == 0) return protocol_error("CHUNK frame: length 0 (chunks are never empty)");
       if (reserved != 0) return protocol_error(fmt::format("CHUNK frame: reserved 0x{:04x}, must be 0", reserved));
-      if (flags > static_cast<uint8_t>(ChunkKind::kGet)) {
-        return protocol_error(fmt::format("CHUNK frame: unknown kind {}", flags));
-      }
       return Frame{ChunkFrame{.recv_id = load_u64(p),
                               .offset = load_u64(p + 8),
                               .length = length,
@@ -366,11 +366,10 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
     }
   };
 
-  {
-    const size_t payload = inline_size(frame);
-    assert(payload <= kMaxEagerWirePayload);
-    if (payload > kMaxEagerWirePayload) return 0;
-  }
+  // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
+  // for RESP): refuse a payload it cannot describe rather than send a wrapped length.
+  assert(size - kFrameHeaderSize <= UINT32_MAX);
+  if (size - kFrameHeaderSize > UINT32_MAX) return 0;
   store_header(p, type, static_cast<uint32_t>(size - kFrameHeaderSize), flags_of(frame));
   std::visit(Visitor{body}, frame);
   return size;

@@ -111,7 +111,7 @@ struct PutFrame {
   bool has_notify = false;
   uint64_t notify = 0;                 ///< 0 unless has_notify
   bool inline_data = false;
-  std::span<const std::byte> payload;  ///< inline_data: exactly `length` bytes; decode: view into the input
+  std::span<const std::byte> payload{};  ///< inline_data: exactly `length` bytes; decode: view into the input
 };
 struct GetFrame {
   uint64_t op_id = 0;
@@ -132,7 +132,7 @@ struct RespFrame {
   RmaStatus status = RmaStatus::kOk;
   uint64_t value = 0;                  ///< atomics: the previous value; else 0
   bool inline_data = false;
-  std::span<const std::byte> payload;  ///< inline GET data; decode: view into the input
+  std::span<const std::byte> payload{};  ///< inline GET data; decode: view into the input
 };
 
 /// Alternatives in FrameType order (index + 1 == type).
@@ -151,10 +151,13 @@ struct Decoded {
 /// Decodes the first frame in `in`.
 /// - ok: the frame (an EAGER payload is a view into `in`) and its size;
 /// - kInProgress: `in` holds a valid prefix but not the whole frame yet (read more);
-/// - kProtocol: malformed (unknown type, nonzero flags/reserved, wrong body length,
-///   EAGER payload over the limit, CTS status unknown), with a message naming why.
-/// The header is validated as soon as its 8 bytes are present, so an absurd length is
-/// rejected before anyone waits for its body.
+/// - kProtocol: malformed (unknown type, undefined flag bits, CHUNK kind 3, nonzero
+///   reserved, wrong body length, EAGER/PUT/RESP inline payload over the limit, unknown
+///   CTS/RESP status or ATOMIC opcode, empty CHUNK, PUT length != its inline bytes, PUT
+///   notify without NOTIFY, fetch_add with a compare, RESP INLINE with a failure status),
+///   with a message naming why.
+/// The header is validated byte by byte as it arrives, so an absurd length (or a type or
+/// flags byte that can never be valid) is rejected before anyone waits for the body.
 Result<Decoded> decode_frame(std::span<const std::byte> in, const DecodeLimits& limits);
 
 /// Bytes `encode` writes for this frame (header + body + payload).

@@ -57,14 +57,15 @@ std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexc
 /// Decodes exactly kHelloSize bytes. kProtocol on bad magic ("not a remora peer").
 /// A different version is NOT an error here: only magic and version are decoded and
 /// returned (the rest of the layout may differ), so the caller can answer
-/// kVersionMismatch. For the current version: kProtocol on unknown role, nonzero
-/// reserved bytes, stream_count outside 1..kMaxStreams, stream_index >= stream_count,
-/// a control HELLO with a nonzero endpoint id/token/index, or a data HELLO with a zero
-/// endpoint id.
+/// kVersionMismatch. For the current version: kProtocol on unknown role, a nonzero
+/// reserved byte 7, rma_window outside 1..65536, stream_count outside 1..kMaxStreams,
+/// stream_index >= stream_count, a control HELLO with a nonzero endpoint id/token/index,
+/// or a data HELLO with a zero endpoint id.
 Result<Hello> decode_hello(std::span<const std::byte> in);
 
-/// Decodes exactly kHelloAckSize bytes. kProtocol on bad magic, unknown status, nonzero
-/// reserved; as with decode_hello, another version returns only version+status.
+/// Decodes exactly kHelloAckSize bytes. kProtocol on bad magic, unknown status, or an
+/// accepted ACK with rma_window outside 1..65536 (a non-accepted ACK may carry any
+/// window, 0 included); as with decode_hello, another version returns only version+status.
 Result<HelloAck> decode_hello_ack(std::span<const std::byte> in);
 
 }  // namespace remora::wire

@@ -1,7 +1,8 @@
 // Handshake robustness with raw sockets, bytes built by hand from docs/protocol.md:
-// garbage and version-mismatched HELLOs against a Listener, silent and half-finished
-// clients against REMORA_HANDSHAKE_TIMEOUT_MS, bad data-connection attaches, and
-// connect() against nothing, a silent server and servers that answer garbage.
+// garbage, version-mismatched and out-of-range rma_window HELLOs against a Listener,
+// silent and half-finished clients against REMORA_HANDSHAKE_TIMEOUT_MS, bad
+// data-connection attaches, and connect() against nothing, a silent server and servers
+// that answer garbage or an out-of-range rma_window.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,6 +17,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+
+constexpr uint32_t kMaxRmaWindow = 65536;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -85,6 +88,21 @@ TEST_F(Handshake, BadMagicIsDroppedWithoutReplyAndListenerStaysUsable) {
   expect_listener_serves();
 }
 
+TEST_F(Handshake, HelloWithRmaWindowOutOfRangeIsDroppedAndListenerStaysUsable) {
+  for (uint32_t window : {0u, kMaxRmaWindow + 1, 0xFFFFFFFFu}) {
+    SCOPED_TRACE("rma_window " + std::to_string(window));
+    raw::Socket s = raw_connect();
+    std::string err;
+    raw::Hello h;
+    h.rma_window = window;
+    ASSERT_TRUE(s.send_all(raw::encode(h), &err)) << err;
+    size_t replied = 0;
+    EXPECT_TRUE(s.wait_closed(10s, &replied)) << "the listener kept a connection with an invalid rma_window open";
+    EXPECT_EQ(replied, 0u) << "the listener accepted a HELLO with an invalid rma_window";
+  }
+  expect_listener_serves();
+}
+
 TEST_F(Handshake, VersionMismatchGetsAckWithStatus1ThenClose) {
   raw::Socket s = raw_connect();
   std::string err;
@@ -133,7 +151,8 @@ TEST_F(Handshake, DataHelloWithWrongTokenIsRefused) {
   ASSERT_EQ(ack.status, 0);
   EXPECT_NE(ack.endpoint_id, 0u);
   EXPECT_EQ(ack.stream_count, 2);
-  EXPECT_EQ(ack.reserved, 0u);
+  EXPECT_GE(ack.rma_window, 1u) << "an accepted HELLO_ACK must carry the server's rma_window";
+  EXPECT_LE(ack.rma_window, kMaxRmaWindow);
 
   struct BadData {
     const char* what;
@@ -223,7 +242,8 @@ void expect_valid_control_hello(const std::vector<uint8_t>& bytes, uint16_t stre
   EXPECT_EQ(h.attach_token, 0u);
   EXPECT_EQ(h.stream_index, 0);
   EXPECT_EQ(h.stream_count, streams);
-  EXPECT_EQ(h.reserved44, 0u);
+  EXPECT_GE(h.rma_window, 1u) << "a HELLO must carry the client's rma_window";
+  EXPECT_LE(h.rma_window, kMaxRmaWindow);
   EXPECT_GT(h.eager_credit, h.eager_limit);
 }
 
@@ -256,17 +276,36 @@ TEST(Connect, VersionMismatchAckIsProtocolError) {
       << "the message should say 'version mismatch': " << r.status().message();
 }
 
-TEST(Connect, AckWithNonzeroReservedIsProtocolError) {
+TEST(Connect, AcceptedAckWithRmaWindowOutOfRangeIsProtocolError) {
   auto ctx = make_context(1);
   ASSERT_TRUE(ctx);
-  raw::HelloAck ack{.magic = 0x41524D52, .version = 1, .status = 0, .capabilities = 0, .endpoint_id = 5,
-                    .attach_token = 6, .stream_index = 0, .stream_count = 1, .eager_limit = 16384,
-                    .eager_credit = 1 << 20, .reserved = 0xDEAD};
+  for (uint32_t window : {0u, kMaxRmaWindow + 1}) {
+    SCOPED_TRACE("rma_window " + std::to_string(window));
+    raw::HelloAck ack{.magic = 0x41524D52, .version = 1, .status = 0, .capabilities = 0, .endpoint_id = 5,
+                      .attach_token = 6, .stream_index = 0, .stream_count = 1, .eager_limit = 16384,
+                      .eager_credit = 1 << 20, .rma_window = window};
+    FakeServer server(raw::encode(ack));
+    auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 10s);
+    server.join();
+    expect_valid_control_hello(server.hello(), 1);
+    ASSERT_FALSE(r) << "connect() accepted a HELLO_ACK with an invalid rma_window";
+    EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+    EXPECT_NE(r.status().message().find("rma_window"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Connect, RefusalAckMayCarryRmaWindowZero) {
+  auto ctx = make_context(1);
+  ASSERT_TRUE(ctx);
+  raw::HelloAck ack{.magic = 0x41524D52, .version = 1, .status = 3, .capabilities = 0, .endpoint_id = 0,
+                    .attach_token = 0, .stream_index = 0, .stream_count = 0, .eager_limit = 0,
+                    .eager_credit = 0, .rma_window = 0};
   FakeServer server(raw::encode(ack));
   auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 10s);
   server.join();
-  ASSERT_FALSE(r) << "connect() accepted a HELLO_ACK with nonzero reserved bytes";
-  EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+  ASSERT_FALSE(r);
+  // The refusal is reported as such, not as a malformed acknowledgement.
+  EXPECT_EQ(r.status().code(), StatusCode::kUnreachable) << describe(r.status());
 }
 
 TEST(Connect, SilentServerTimesOut) {

@@ -1,9 +1,14 @@
-// tests/wire/frame_test.cc — control-frame codec against docs/protocol.md.
+// tests/wire/frame_test.cc — control-frame codec against docs/protocol.md: golden bytes,
+// round trips, truncation and every malformed frame kind, for the two-sided frames
+// (EAGER..GOODBYE) and the one-sided ones (PUT, GET, ATOMIC, RESP, CHUNK kinds).
 #include "wire/frame.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -37,7 +42,11 @@ Bytes concat(std::initializer_list<Bytes> parts) {
   return out;
 }
 
-// Field-wise equality (the structs have no operator==; EagerFrame compares payload bytes).
+bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
+
+// Field-wise equality (the structs have no operator==; payload views compare their bytes).
 bool same_frame(const Frame& a, const Frame& b) {
   if (a.index() != b.index()) return false;
   return std::visit(
@@ -45,19 +54,31 @@ bool same_frame(const Frame& a, const Frame& b) {
         using T = std::decay_t<decltype(x)>;
         const T& y = std::get<T>(b);
         if constexpr (std::is_same_v<T, EagerFrame>) {
-          return x.tag == y.tag && std::equal(x.payload.begin(), x.payload.end(), y.payload.begin(), y.payload.end());
+          return x.tag == y.tag && same_bytes(x.payload, y.payload);
         } else if constexpr (std::is_same_v<T, RtsFrame>) {
           return x.send_id == y.send_id && x.tag == y.tag && x.length == y.length;
         } else if constexpr (std::is_same_v<T, CtsFrame>) {
           return x.send_id == y.send_id && x.recv_id == y.recv_id && x.status == y.status;
         } else if constexpr (std::is_same_v<T, ChunkFrame>) {
-          return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.stream == y.stream;
+          return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.stream == y.stream &&
+                 x.kind == y.kind;
         } else if constexpr (std::is_same_v<T, CreditFrame>) {
           return x.bytes == y.bytes;
         } else if constexpr (std::is_same_v<T, GoodbyeFrame>) {
           return x.reason == y.reason;
+        } else if constexpr (std::is_same_v<T, PutFrame>) {
+          return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length &&
+                 x.has_notify == y.has_notify && x.notify == y.notify && x.inline_data == y.inline_data &&
+                 same_bytes(x.payload, y.payload);
+        } else if constexpr (std::is_same_v<T, GetFrame>) {
+          return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length;
+        } else if constexpr (std::is_same_v<T, AtomicFrame>) {
+          return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.op == y.op &&
+                 x.operand == y.operand && x.compare == y.compare;
         } else {
-          return false;  // RMA frames: see rma_frame_test.cc
+          static_assert(std::is_same_v<T, RespFrame>, "same_frame: a frame type is not compared");
+          return x.op_id == y.op_id && x.status == y.status && x.value == y.value && x.inline_data == y.inline_data &&
+                 same_bytes(x.payload, y.payload);
         }
       },
       a);
@@ -88,6 +109,18 @@ struct Golden {
 };
 
 const Bytes kEagerPayload = bytes({0xAA, 0xBB, 0xCC});
+
+// RMA frames carry a serialized RemoteKey that wire/ treats as 40 opaque bytes.
+KeyBytes test_key() {
+  KeyBytes key;
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::byte>(0x40 + i);
+  return key;
+}
+const Bytes kKeyWire = bytes({0x40, 0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47,  //
+                              0x48, 0x49, 0x4A, 0x4B, 0x4C, 0x4D, 0x4E, 0x4F,  //
+                              0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57,  //
+                              0x58, 0x59, 0x5A, 0x5B, 0x5C, 0x5D, 0x5E, 0x5F,  //
+                              0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67});
 
 std::vector<Golden> goldens() {
   return {
@@ -130,6 +163,133 @@ std::vector<Golden> goldens() {
        bytes({0x06, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 6, body 8
               0x04, 0x03, 0x02, 0x01,                          // reason
               0x00, 0x00, 0x00, 0x00})},                       // reserved
+      // --- one-sided (RMA) frames ---
+      {"chunk_put",
+       ChunkFrame{.recv_id = 7, .offset = 0x10000, .length = 0x8000, .stream = 2, .kind = ChunkKind::kPut},
+       bytes({0x04, 0x01, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 4, flags = kind 1 (put data), body 24
+              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the initiator's PUT op_id
+              0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
+              0x00, 0x80, 0x00, 0x00,                          // length
+              0x02, 0x00,                                      // stream
+              0x00, 0x00})},                                   // reserved
+      {"chunk_get",
+       ChunkFrame{.recv_id = kMaxU64, .offset = 0, .length = 1, .stream = 0x3F, .kind = ChunkKind::kGet},
+       bytes({0x04, 0x02, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 4, flags = kind 2 (get data), body 24
+              0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,  // recv_id = the initiator's GET op_id
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
+              0x01, 0x00, 0x00, 0x00,                          // length
+              0x3F, 0x00,                                      // stream
+              0x00, 0x00})},                                   // reserved
+      {"put_inline_notify",
+       PutFrame{.op_id = 0x0102030405060708,
+                .key = test_key(),
+                .offset = 0x1112131415161718,
+                .length = 3,
+                .has_notify = true,
+                .notify = 0x2122232425262728,
+                .inline_data = true,
+                .payload = kEagerPayload},
+       concat({bytes({0x07, 0x03, 0x00, 0x00, 0x4B, 0x00, 0x00, 0x00,   // type 7, NOTIFY|INLINE, body 72 + 3
+                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // offset
+                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // notify
+                      0xAA, 0xBB, 0xCC})})},                             // payload
+      {"put_inline",
+       PutFrame{.op_id = 2, .key = test_key(), .offset = 0x40, .length = 1, .inline_data = true,
+                .payload = std::span(kEagerPayload).first(1)},
+       concat({bytes({0x07, 0x02, 0x00, 0x00, 0x49, 0x00, 0x00, 0x00,   // type 7, INLINE, body 72 + 1
+                      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
+                      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // notify (no NOTIFY flag: 0)
+                      0xAA})})},                                         // payload
+      {"put_inline_empty",
+       PutFrame{.op_id = 3, .key = test_key(), .offset = 0, .length = 0, .has_notify = true, .notify = 1,
+                .inline_data = true, .payload = {}},
+       concat({bytes({0x07, 0x03, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,   // type 7, NOTIFY|INLINE, body 72 + 0
+                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length 0: a zero-length put
+                      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})})},  // notify
+      {"put",
+       PutFrame{.op_id = 4, .key = test_key(), .offset = 0x1000, .length = 0x0000000100000000, .payload = {}},
+       concat({bytes({0x07, 0x00, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,   // type 7, no flags: CHUNKs follow, body 72
+                      0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
+                      0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,   // length 4 GiB
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})})},  // notify
+      {"put_notify",
+       PutFrame{.op_id = kMaxU64, .key = test_key(), .offset = kMaxU64, .length = 0x123456, .has_notify = true,
+                .notify = kMaxU64, .payload = {}},
+       concat({bytes({0x07, 0x01, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,   // type 7, NOTIFY, body 72
+                      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,   // offset
+                      0x56, 0x34, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
+                      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})})},  // notify
+      {"get",
+       GetFrame{.op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718, .length = 0x2122232425262728},
+       concat({bytes({0x08, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,   // type 8, body 64
+                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // offset
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21})})},  // length
+      {"atomic_fetch_add",
+       AtomicFrame{.op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718,
+                   .op = AtomicOp::kFetchAdd, .operand = 0x2122232425262728, .compare = 0},
+       concat({bytes({0x09, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00,   // type 9, body 80
+                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // offset
+                      0x01, 0x00, 0x00, 0x00,                           // opcode 1 = fetch_add
+                      0x00, 0x00, 0x00, 0x00,                           // reserved
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // operand = addend
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})})},  // compare (0 for fetch_add)
+      {"atomic_compare_swap",
+       AtomicFrame{.op_id = 9, .key = test_key(), .offset = 0x08, .op = AtomicOp::kCompareSwap,
+                   .operand = 0x2122232425262728, .compare = 0x3132333435363738},
+       concat({bytes({0x09, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00,   // type 9, body 80
+                      0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
+                      0x02, 0x00, 0x00, 0x00,                           // opcode 2 = compare_swap
+                      0x00, 0x00, 0x00, 0x00,                           // reserved
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // operand = desired value
+                      0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31})})},  // compare = expected value
+      {"resp",
+       RespFrame{.op_id = 0x0102030405060708, .status = RmaStatus::kOutOfRange, .value = 0, .payload = {}},
+       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, body 24
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // op_id
+              0x02, 0x00, 0x00, 0x00,                          // status 2 = out_of_range
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value
+      {"resp_atomic",
+       RespFrame{.op_id = 5, .status = RmaStatus::kOk, .value = 0x2122232425262728, .payload = {}},
+       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, body 24
+              0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
+              0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21})},  // value = the previous value
+      {"resp_inline",
+       RespFrame{.op_id = 6, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = kEagerPayload},
+       bytes({0x0A, 0x01, 0x00, 0x00, 0x1B, 0x00, 0x00, 0x00,  // type 10, INLINE, body 24 + 3
+              0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
+              0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // value
+              0xAA, 0xBB, 0xCC})},                             // the GET's data
+      {"resp_inline_empty",
+       RespFrame{.op_id = 7, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = {}},
+       bytes({0x0A, 0x01, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, INLINE, body 24 + 0
+              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
+              0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value
   };
 }
 
@@ -198,6 +358,10 @@ TEST(FrameRoundTrip, FixedFramesBoundaries) {
     expect_round_trip(CreditFrame{.bytes = v});
   }
   for (uint32_t reason : {uint32_t{0}, uint32_t{1}, kMaxU32}) expect_round_trip(GoodbyeFrame{.reason = reason});
+  for (ChunkKind kind : {ChunkKind::kMessage, ChunkKind::kPut, ChunkKind::kGet}) {
+    expect_round_trip(ChunkFrame{.recv_id = 1, .offset = 0, .length = 1, .stream = 63, .kind = kind});
+    expect_round_trip(ChunkFrame{.recv_id = kMaxU64, .offset = kMaxU64, .length = kMaxU32, .stream = 0, .kind = kind});
+  }
 }
 
 TEST(FrameRoundTrip, ConcatenatedFramesDecodeInOrder) {
@@ -221,8 +385,11 @@ TEST(FrameRoundTrip, ConcatenatedFramesDecodeInOrder) {
 TEST(FrameTruncation, EveryPrefixOfEveryValidFrameIsInProgress) {
   std::vector<Golden> gs = goldens();
   Bytes max_payload(kEagerLimit, std::byte{0x5A});
-  gs.push_back({"eager_max", EagerFrame{.tag = static_cast<Tag>(kMaxU64), .payload = max_payload},
-                encode_to_vector(EagerFrame{.tag = static_cast<Tag>(kMaxU64), .payload = max_payload})});
+  const auto add = [&gs](const char* name, const Frame& f) { gs.push_back({name, f, encode_to_vector(f)}); };
+  add("eager_max", EagerFrame{.tag = static_cast<Tag>(kMaxU64), .payload = max_payload});
+  add("put_inline_max", PutFrame{.op_id = 1, .key = test_key(), .offset = 0, .length = max_payload.size(),
+                                 .has_notify = true, .notify = 2, .inline_data = true, .payload = max_payload});
+  add("resp_inline_max", RespFrame{.op_id = 1, .inline_data = true, .payload = max_payload});
   for (const Golden& g : gs) {
     SCOPED_TRACE(g.name);
     for (size_t n = 0; n < g.wire.size(); ++n) {
@@ -249,7 +416,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 7, 0x80, 0xFF}) {
+  for (int type : {0, 11, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -258,16 +425,31 @@ TEST(FrameReject, UnknownType) {
   }
 }
 
-TEST(FrameReject, NonzeroFlags) {
-  for (const Golden& g : goldens()) {
-    Bytes wire = g.wire;
-    wire[1] = std::byte{0x01};
-    expect_protocol_error(wire, "flags 0x01");
-    expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "flags");
+// The flag bits docs/protocol.md defines per type; every other bit is a protocol error.
+uint8_t defined_flags(std::byte type) {
+  switch (static_cast<FrameType>(type)) {
+    case FrameType::kChunk: return 0x03;  // the kind (3 itself is refused: ChunkKindThree)
+    case FrameType::kPut: return 0x03;    // NOTIFY | INLINE
+    case FrameType::kResp: return 0x01;   // INLINE
+    default: return 0x00;
   }
-  Bytes wire = golden("rts");
-  wire[1] = std::byte{0x80};
-  expect_protocol_error(wire, "flags 0x80");
+}
+
+TEST(FrameReject, UndefinedFlagBitsPerType) {
+  for (const Golden& g : goldens()) {
+    SCOPED_TRACE(g.name);
+    const uint8_t defined = defined_flags(g.wire[0]);
+    for (int bit = 0; bit < 8; ++bit) {
+      if ((defined & (1u << bit)) != 0) continue;
+      Bytes wire = g.wire;
+      wire[1] |= static_cast<std::byte>(1u << bit);
+      char flags[8];
+      std::snprintf(flags, sizeof flags, "0x%02x", std::to_integer<unsigned>(wire[1]));
+      expect_protocol_error(wire, std::string("flags ") + flags + " has undefined bits");
+      // Refused as soon as the flags byte is in.
+      expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "has undefined bits");
+    }
+  }
 }
 
 TEST(FrameReject, NonzeroHeaderReserved) {
@@ -286,7 +468,12 @@ TEST(FrameReject, FixedBodyLengthMismatch) {
     uint32_t expected;
   };
   for (const Case& c : {Case{"rts", "RTS", 24}, Case{"cts", "CTS", 24}, Case{"chunk", "CHUNK", 24},
-                        Case{"credit", "CREDIT", 8}, Case{"goodbye", "GOODBYE", 8}}) {
+                        Case{"credit", "CREDIT", 8}, Case{"goodbye", "GOODBYE", 8}, Case{"chunk_put", "CHUNK", 24},
+                        Case{"chunk_get", "CHUNK", 24}, Case{"put", "PUT", 72}, Case{"put_notify", "PUT", 72},
+                        Case{"get", "GET", 64}, Case{"atomic_fetch_add", "ATOMIC", 80},
+                        Case{"atomic_compare_swap", "ATOMIC", 80}, Case{"resp", "RESP", 24},
+                        Case{"resp_atomic", "RESP", 24}}) {
+    SCOPED_TRACE(c.golden);
     for (uint32_t len : {uint32_t{0}, c.expected - 1, c.expected + 1, uint32_t{0x01000000}, kMaxU32}) {
       Bytes wire = golden(c.golden);
       wire.resize(kFrameHeaderSize);  // only the header: the length alone must be refused
@@ -303,7 +490,7 @@ TEST(FrameReject, FixedBodyLengthMismatch) {
 TEST(FrameReject, EagerBodyShorterThanTag) {
   for (int len : {0, 1, 7}) {
     Bytes wire = bytes({0x01, 0x00, 0x00, 0x00, len, 0x00, 0x00, 0x00});
-    expect_protocol_error(wire, "body_length " + std::to_string(len) + " is shorter than its 8-byte tag");
+    expect_protocol_error(wire, "body_length " + std::to_string(len) + " is shorter than its 8-byte fixed part");
   }
 }
 
@@ -364,22 +551,28 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x09};
+  bad[0] = std::byte{0x0B};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 9");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 11");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
   // A precondition violation must not write out of bounds; in release builds it writes
   // nothing and returns 0 (debug builds assert, so only run this with NDEBUG).
 #ifdef NDEBUG
-  Bytes out(kMaxFixedFrameSize - 1, std::byte{0xEE});
-  EXPECT_EQ(encode(RtsFrame{.send_id = 1}, out), 0u);
-  EXPECT_EQ(out, Bytes(kMaxFixedFrameSize - 1, std::byte{0xEE}));
+  const Bytes untouched(kMaxFixedFrameSize + 8, std::byte{0xEE});
+  for (const Golden& g : goldens()) {
+    SCOPED_TRACE(g.name);
+    Bytes out = untouched;
+    EXPECT_EQ(encode(g.frame, std::span<std::byte>(out).first(g.wire.size() - 1)), 0u);
+    EXPECT_EQ(out, untouched);
+  }
+  Bytes out = untouched;
   EXPECT_EQ(encode_eager_prefix(static_cast<Tag>(1), 0, std::span<std::byte>(out).first(15)), 0u);
+  EXPECT_EQ(out, untouched);
 #else
   GTEST_SKIP() << "asserts are on";
 #endif
@@ -392,6 +585,11 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kChunk), "CHUNK");
   EXPECT_EQ(to_string(FrameType::kCredit), "CREDIT");
   EXPECT_EQ(to_string(FrameType::kGoodbye), "GOODBYE");
+  EXPECT_EQ(to_string(FrameType::kPut), "PUT");
+  EXPECT_EQ(to_string(FrameType::kGet), "GET");
+  EXPECT_EQ(to_string(FrameType::kAtomic), "ATOMIC");
+  EXPECT_EQ(to_string(FrameType::kResp), "RESP");
+  EXPECT_EQ(to_string(static_cast<FrameType>(11)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -404,6 +602,315 @@ TEST(FrameSizes, MatchProtocolDoc) {
   EXPECT_EQ(encoded_size(GoodbyeFrame{}), 16u);
   EXPECT_EQ(encoded_size(EagerFrame{}), 16u);
   EXPECT_EQ(encoded_size(EagerFrame{.payload = kEagerPayload}), 19u);
+  EXPECT_EQ(encoded_size(PutFrame{}), 80u);
+  EXPECT_EQ(encoded_size(PutFrame{.length = 3, .inline_data = true, .payload = kEagerPayload}), 83u);
+  EXPECT_EQ(encoded_size(GetFrame{}), 72u);
+  EXPECT_EQ(encoded_size(AtomicFrame{}), 88u);
+  EXPECT_EQ(encoded_size(RespFrame{}), 32u);
+  EXPECT_EQ(encoded_size(RespFrame{.inline_data = true, .payload = kEagerPayload}), 35u);
+  EXPECT_EQ(kMaxFixedFrameSize, 88u);  // ATOMIC
+}
+
+// --- one-sided (RMA) frames: round trips ------------------------------------------
+
+TEST(RmaRoundTrip, PutBoundaries) {
+  KeyBytes ones;
+  ones.fill(std::byte{0xFF});  // the key is opaque to wire/: any 40 bytes travel
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{0x8000000000000000}, kMaxU64}) {
+    for (const KeyBytes& key : {KeyBytes{}, test_key(), ones}) {
+      expect_round_trip(PutFrame{.op_id = v, .key = key, .offset = v, .length = kMaxU64 - v, .payload = {}});
+      expect_round_trip(PutFrame{.op_id = v, .key = key, .offset = v, .length = v, .has_notify = true, .notify = v, .payload = {}});
+    }
+  }
+  Bytes max_payload(kEagerLimit);
+  for (size_t i = 0; i < max_payload.size(); ++i) max_payload[i] = static_cast<std::byte>(i * 13);
+  for (bool notify : {false, true}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{kEagerLimit}}) {
+      expect_round_trip(PutFrame{.op_id = n, .key = test_key(), .offset = kMaxU64, .length = n,
+                                 .has_notify = notify, .notify = notify ? kMaxU64 : 0, .inline_data = true,
+                                 .payload = std::span(max_payload).first(n)});
+    }
+  }
+  // NOTIFY with the value 0 is a notification carrying 0, not "no notification".
+  expect_round_trip(PutFrame{.op_id = 1, .key = test_key(), .length = 8, .has_notify = true, .notify = 0, .payload = {}});
+  // A limit of 0 still admits zero-length inline puts.
+  expect_round_trip(PutFrame{.op_id = 1, .key = test_key(), .length = 0, .inline_data = true, .payload = {}},
+                    DecodeLimits{.max_eager_payload = 0});
+}
+
+TEST(RmaRoundTrip, GetAndAtomicBoundaries) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{0x8000000000000000}, kMaxU64}) {
+    expect_round_trip(GetFrame{.op_id = v, .key = test_key(), .offset = v, .length = kMaxU64 - v});
+    expect_round_trip(AtomicFrame{.op_id = v, .key = test_key(), .offset = v, .op = AtomicOp::kFetchAdd,
+                                  .operand = v, .compare = 0});
+    expect_round_trip(AtomicFrame{.op_id = v, .key = test_key(), .offset = kMaxU64 - v,
+                                  .op = AtomicOp::kCompareSwap, .operand = v, .compare = kMaxU64 - v});
+  }
+}
+
+TEST(RmaRoundTrip, RespEveryStatusAndInlineData) {
+  for (uint32_t status = 0; status <= 6; ++status) {
+    for (uint64_t v : {uint64_t{0}, uint64_t{1}, kMaxU64}) {
+      expect_round_trip(RespFrame{.op_id = v, .status = static_cast<RmaStatus>(status), .value = kMaxU64 - v, .payload = {}});
+    }
+  }
+  Bytes max_payload(kEagerLimit, std::byte{0x3C});
+  for (size_t n : {size_t{0}, size_t{1}, size_t{kEagerLimit}}) {
+    expect_round_trip(RespFrame{.op_id = n, .status = RmaStatus::kOk, .value = 0, .inline_data = true,
+                                .payload = std::span(max_payload).first(n)});
+  }
+  expect_round_trip(RespFrame{.op_id = 1, .inline_data = true, .payload = {}}, DecodeLimits{.max_eager_payload = 0});
+}
+
+TEST(RmaRoundTrip, InlinePayloadsPointIntoInput) {
+  const Bytes put = golden("put_inline_notify");
+  auto r = decode_frame(put, kLimits);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const auto& p = std::get<PutFrame>(r->frame);
+  EXPECT_EQ(p.payload.data(), put.data() + kFrameHeaderSize + kPutBodySize);
+  EXPECT_EQ(p.payload.size(), 3u);
+
+  const Bytes resp = golden("resp_inline");
+  auto r2 = decode_frame(resp, kLimits);
+  ASSERT_TRUE(r2.is_ok()) << r2.status().to_string();
+  const auto& rf = std::get<RespFrame>(r2->frame);
+  EXPECT_EQ(rf.payload.data(), resp.data() + kFrameHeaderSize + kRespBodySize);
+  EXPECT_EQ(rf.payload.size(), 3u);
+}
+
+// The encoder writes only what the layout can carry: fields that must be 0 are sent as
+// 0 and a payload without its INLINE flag is not sent at all.
+TEST(RmaEncode, NormalisesFieldsTheFlagsSayAreAbsent) {
+  Bytes wire = encode_to_vector(PutFrame{.op_id = 4, .key = test_key(), .offset = 0x1000,
+                                         .length = 0x0000000100000000, .has_notify = false, .notify = 99,
+                                         .inline_data = false, .payload = kEagerPayload});
+  EXPECT_EQ(wire, golden("put"));
+  wire = encode_to_vector(AtomicFrame{.op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718,
+                                      .op = AtomicOp::kFetchAdd, .operand = 0x2122232425262728, .compare = 77});
+  EXPECT_EQ(wire, golden("atomic_fetch_add"));
+  wire = encode_to_vector(RespFrame{.op_id = 0x0102030405060708, .status = RmaStatus::kOutOfRange,
+                                    .inline_data = false, .payload = kEagerPayload});
+  EXPECT_EQ(wire, golden("resp"));
+}
+
+// encode() must refuse an inline payload its u32 body_length cannot describe. The bound
+// depends on the fixed body in front of the payload (8 for EAGER, 72 for PUT, 24 for
+// RESP): a bound computed for EAGER let a PUT/RESP body_length wrap around and describe
+// a far shorter frame than the bytes written. Address space only, never touched.
+TEST(RmaEncode, RefusesPayloadTheBodyLengthCannotDescribe) {
+#ifdef NDEBUG
+  constexpr size_t kPage = 4096;
+  constexpr size_t kMapSize = (size_t{1} << 32) + 2 * kPage;
+  void* map = mmap(nullptr, kMapSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) GTEST_SKIP() << "no 4 GiB of address space for the test";
+  auto* base = static_cast<std::byte*>(map);
+  ASSERT_EQ(mprotect(base, kPage, PROT_READ | PROT_WRITE), 0);  // only the first page is writable
+  const std::span<std::byte> out(base, kMapSize);
+  for (size_t fixed : {kPutBodySize, kRespBodySize, kEagerBodySize}) {
+    SCOPED_TRACE(fixed);
+    const size_t largest = size_t{kMaxU32} - fixed;  // body_length == UINT32_MAX
+    for (size_t n : {largest + 1, size_t{kMaxU32} - kEagerBodySize, size_t{kMaxU32}}) {
+      if (n <= largest) continue;
+      const std::span<const std::byte> payload(base + kPage, n);  // PROT_NONE: reading it would fault
+      Frame f;
+      if (fixed == kPutBodySize) {
+        f = PutFrame{.op_id = 1, .length = n, .inline_data = true, .payload = payload};
+      } else if (fixed == kRespBodySize) {
+        f = RespFrame{.op_id = 1, .inline_data = true, .payload = payload};
+      } else {
+        f = EagerFrame{.tag = Tag{1}, .payload = payload};
+      }
+      EXPECT_EQ(encode(f, out), 0u) << "payload " << n;
+      EXPECT_EQ(out[0], std::byte{0}) << "the header was written";
+    }
+  }
+  munmap(map, kMapSize);
+#else
+  GTEST_SKIP() << "asserts are on";
+#endif
+}
+
+// --- one-sided (RMA) frames: malformed --------------------------------------------
+
+void put_le(Bytes& b, size_t at, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) b[at + i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+Bytes header(uint8_t type, uint8_t flags, uint32_t body_length) {
+  Bytes h = bytes({type, flags, 0, 0, 0, 0, 0, 0});
+  put_le(h, 4, body_length, 4);
+  return h;
+}
+
+// Byte offsets in the whole frame (header included) of the fields the tests poke.
+constexpr size_t kPutLengthAt = kFrameHeaderSize + 56;
+constexpr size_t kPutNotifyAt = kFrameHeaderSize + 64;
+constexpr size_t kAtomicOpcodeAt = kFrameHeaderSize + 56;
+constexpr size_t kAtomicReservedAt = kFrameHeaderSize + 60;
+constexpr size_t kAtomicCompareAt = kFrameHeaderSize + 72;
+constexpr size_t kRespStatusAt = kFrameHeaderSize + 8;
+constexpr size_t kRespReservedAt = kFrameHeaderSize + 12;
+
+TEST(RmaReject, ChunkKindThree) {
+  for (const char* name : {"chunk", "chunk_put", "chunk_get"}) {
+    Bytes wire = golden(name);
+    wire[1] = std::byte{0x03};
+    expect_protocol_error(wire, "CHUNK frame: unknown kind 3");
+    // Kind 3 can never be valid: refused as soon as the flags byte is in.
+    expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "CHUNK frame: unknown kind 3");
+  }
+  // 4..255 set bits the CHUNK flags byte does not define.
+  for (int kind = 4; kind < 256; ++kind) {
+    Bytes wire = golden("chunk");
+    wire[1] = static_cast<std::byte>(kind);
+    expect_protocol_error(wire, "has undefined bits");
+  }
+}
+
+TEST(RmaReject, PutInlinePayloadSizeNotLength) {
+  for (uint64_t length : {uint64_t{0}, uint64_t{2}, uint64_t{4}, uint64_t{kEagerLimit}, kMaxU64}) {
+    Bytes wire = golden("put_inline_notify");  // 3 inline bytes
+    put_le(wire, kPutLengthAt, length, 8);
+    expect_protocol_error(wire, "PUT frame: length " + std::to_string(length) + " but 3 inline bytes");
+  }
+  // The same from the payload side: length 0 (a zero-length put) with a byte attached.
+  Bytes wire = golden("put_inline_empty");
+  wire.push_back(std::byte{0x11});
+  put_le(wire, 4, kPutBodySize + 1, 4);
+  expect_protocol_error(wire, "PUT frame: length 0 but 1 inline bytes");
+}
+
+TEST(RmaReject, PutNotifyValueWithoutNotifyFlag) {
+  for (const char* name : {"put", "put_inline"}) {
+    for (size_t i = 0; i < 8; ++i) {
+      Bytes wire = golden(name);
+      wire[kPutNotifyAt + i] = std::byte{0x01};
+      expect_protocol_error(wire, "PUT frame: notify value without the NOTIFY flag");
+    }
+  }
+  // Clearing NOTIFY on a frame that carries a value is the same violation.
+  Bytes wire = golden("put_notify");
+  wire[1] = std::byte{0x00};
+  expect_protocol_error(wire, "PUT frame: notify value without the NOTIFY flag");
+}
+
+TEST(RmaReject, InlinePayloadOverEagerLimitFromHeaderAlone) {
+  struct Case {
+    uint8_t type, flags;
+    uint8_t flags_without_inline;
+    const char* name;
+    size_t fixed;
+  };
+  for (const Case& c : {Case{7, 0x02, 0x00, "PUT", kPutBodySize}, Case{7, 0x03, 0x01, "PUT", kPutBodySize},
+                        Case{10, 0x01, 0x00, "RESP", kRespBodySize}}) {
+    SCOPED_TRACE(std::string(c.name) + " flags " + std::to_string(c.flags));
+    const auto body = static_cast<uint32_t>(c.fixed + kEagerLimit + 1);
+    expect_protocol_error(header(c.type, c.flags, body),
+                          std::string(c.name) + " frame: inline payload of 4097 bytes (body_length " +
+                              std::to_string(body) + ") exceeds eager_limit 4096");
+    expect_protocol_error(header(c.type, c.flags, kMaxU32), "exceeds eager_limit 4096");
+    expect_protocol_error(header(c.type, c.flags, static_cast<uint32_t>(c.fixed + 1)), "inline payload of 1 bytes",
+                          DecodeLimits{.max_eager_payload = 0});
+    // Exactly at the limit: the header is fine, the decoder waits for the body.
+    auto r = decode_frame(header(c.type, c.flags, static_cast<uint32_t>(c.fixed + kEagerLimit)), kLimits);
+    EXPECT_EQ(r.status().code(), StatusCode::kInProgress) << r.status().to_string();
+    // Without INLINE the same lengths are simply the wrong fixed body length.
+    expect_protocol_error(header(c.type, c.flags_without_inline, body),
+                          std::string(c.name) + " frame: body_length " + std::to_string(body) + ", expected " +
+                              std::to_string(c.fixed));
+  }
+}
+
+TEST(RmaReject, InlineBodyShorterThanFixedPart) {
+  for (uint32_t len : {uint32_t{0}, uint32_t{8}, uint32_t{kPutBodySize - 1}}) {
+    expect_protocol_error(header(7, 0x02, len),
+                          "PUT frame: body_length " + std::to_string(len) + " is shorter than its 72-byte fixed part");
+    expect_protocol_error(header(7, 0x03, len), "is shorter than its 72-byte fixed part");
+  }
+  for (uint32_t len : {uint32_t{0}, uint32_t{8}, uint32_t{kRespBodySize - 1}}) {
+    expect_protocol_error(header(10, 0x01, len),
+                          "RESP frame: body_length " + std::to_string(len) + " is shorter than its 24-byte fixed part");
+  }
+}
+
+TEST(RmaReject, AtomicUnknownOpcode) {
+  for (uint32_t op : {0u, 3u, 0x100u, 0x01000001u, kMaxU32}) {
+    for (const char* name : {"atomic_fetch_add", "atomic_compare_swap"}) {
+      Bytes wire = golden(name);
+      put_le(wire, kAtomicOpcodeAt, op, 4);
+      expect_protocol_error(wire, "ATOMIC frame: unknown opcode " + std::to_string(op));
+    }
+  }
+}
+
+TEST(RmaReject, AtomicReservedNonzero) {
+  for (size_t i = 0; i < 4; ++i) {
+    for (const char* name : {"atomic_fetch_add", "atomic_compare_swap"}) {
+      Bytes wire = golden(name);
+      wire[kAtomicReservedAt + i] = std::byte{0x80};
+      expect_protocol_error(wire, "ATOMIC frame: reserved 0x");
+    }
+  }
+}
+
+TEST(RmaReject, FetchAddWithNonzeroCompare) {
+  for (size_t i = 0; i < 8; ++i) {
+    Bytes wire = golden("atomic_fetch_add");
+    wire[kAtomicCompareAt + i] = std::byte{0x01};
+    expect_protocol_error(wire, "ATOMIC frame: fetch_add with a nonzero compare field");
+  }
+  // Turning a compare_swap (compare set) into a fetch_add is the same violation.
+  Bytes wire = golden("atomic_compare_swap");
+  put_le(wire, kAtomicOpcodeAt, 1, 4);
+  expect_protocol_error(wire, "fetch_add with a nonzero compare field");
+}
+
+TEST(RmaReject, RespUnknownStatus) {
+  for (uint32_t status : {7u, 8u, 0x100u, 0x01000000u, kMaxU32}) {
+    for (const char* name : {"resp", "resp_atomic", "resp_inline"}) {
+      Bytes wire = golden(name);
+      put_le(wire, kRespStatusAt, status, 4);
+      expect_protocol_error(wire, "RESP frame: unknown status " + std::to_string(status));
+    }
+  }
+}
+
+TEST(RmaReject, RespReservedNonzero) {
+  for (size_t i = 0; i < 4; ++i) {
+    for (const char* name : {"resp", "resp_inline"}) {
+      Bytes wire = golden(name);
+      wire[kRespReservedAt + i] = std::byte{0x01};
+      expect_protocol_error(wire, "RESP frame: reserved 0x");
+    }
+  }
+}
+
+TEST(RmaReject, RespInlineWithFailureStatus) {
+  for (uint32_t status = 1; status <= 6; ++status) {
+    for (const char* name : {"resp_inline", "resp_inline_empty"}) {
+      Bytes wire = golden(name);
+      put_le(wire, kRespStatusAt, status, 4);
+      expect_protocol_error(wire, "RESP frame: inline data with a failure status");
+    }
+    // Without INLINE every status is a legal verdict.
+    Bytes wire = golden("resp");
+    put_le(wire, kRespStatusAt, status, 4);
+    EXPECT_TRUE(decode_frame(wire, kLimits).is_ok()) << "status " << status;
+  }
+}
+
+TEST(RmaTruncation, InlineFramesWaitForTheirWholeBody) {
+  // A malformed inline PUT (length says 3, the body carries 5) is only judged once all
+  // of it is in; every shorter prefix is "read more", never an error.
+  Bytes wire = golden("put_inline_notify");
+  wire.push_back(std::byte{0x01});
+  wire.push_back(std::byte{0x02});
+  put_le(wire, 4, kPutBodySize + 5, 4);
+  for (size_t n = 0; n < wire.size(); ++n) {
+    auto r = decode_frame(std::span<const std::byte>(wire).first(n), kLimits);
+    ASSERT_EQ(r.status().code(), StatusCode::kInProgress) << "prefix " << n << ": " << r.status().to_string();
+  }
+  expect_protocol_error(wire, "PUT frame: length 3 but 5 inline bytes");
 }
 
 }  // namespace

@@ -31,6 +31,13 @@ void put_u16(Bytes& b, size_t at, uint16_t v) {
   b[at + 1] = static_cast<std::byte>(v >> 8);
 }
 
+void put_u32(Bytes& b, size_t at, uint32_t v) {
+  for (size_t i = 0; i < 4; ++i) b[at + i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+constexpr size_t kRmaWindowAt = 44;
+constexpr uint32_t kMaxRmaWindow = 65536;
+
 Hello control_hello() {
   return Hello{.version = kWireVersion,
                .role = Role::kControl,
@@ -40,7 +47,8 @@ Hello control_hello() {
                .stream_index = 0,
                .stream_count = 4,
                .eager_limit = 8192,
-               .eager_credit = 1 << 20};
+               .eager_credit = 1 << 20,
+               .rma_window = 256};
 }
 
 Hello data_hello() {
@@ -52,7 +60,8 @@ Hello data_hello() {
                .stream_index = 3,
                .stream_count = 4,
                .eager_limit = 8192,
-               .eager_credit = 1 << 20};
+               .eager_credit = 1 << 20,
+               .rma_window = 256};
 }
 
 void expect_same(const Hello& a, const Hello& b) {
@@ -65,6 +74,7 @@ void expect_same(const Hello& a, const Hello& b) {
   EXPECT_EQ(a.stream_count, b.stream_count);
   EXPECT_EQ(a.eager_limit, b.eager_limit);
   EXPECT_EQ(a.eager_credit, b.eager_credit);
+  EXPECT_EQ(a.rma_window, b.rma_window);
 }
 
 void expect_same(const HelloAck& a, const HelloAck& b) {
@@ -77,6 +87,7 @@ void expect_same(const HelloAck& a, const HelloAck& b) {
   EXPECT_EQ(a.stream_count, b.stream_count);
   EXPECT_EQ(a.eager_limit, b.eager_limit);
   EXPECT_EQ(a.eager_credit, b.eager_credit);
+  EXPECT_EQ(a.rma_window, b.rma_window);
 }
 
 void expect_hello_rejected(const Bytes& wire, const std::string& fragment) {
@@ -100,6 +111,7 @@ TEST(HelloGolden, DataHelloMatchesProtocolDoc) {
   h.capabilities = 0x2122232425262728;
   h.eager_limit = 0x31323334;
   h.eager_credit = 0x41424344;
+  h.rma_window = 0xABCD;
   const Bytes expected = bytes({
       0x52, 0x4D, 0x52, 0x41,                          // magic "RMRA"
       0x01, 0x00,                                      // version
@@ -112,7 +124,7 @@ TEST(HelloGolden, DataHelloMatchesProtocolDoc) {
       0x04, 0x00,                                      // stream_count
       0x34, 0x33, 0x32, 0x31,                          // eager_limit
       0x44, 0x43, 0x42, 0x41,                          // eager_credit
-      0x00, 0x00, 0x00, 0x00,                          // reserved
+      0xCD, 0xAB, 0x00, 0x00,                          // rma_window
   });
   ASSERT_EQ(expected.size(), kHelloSize);
   EXPECT_EQ(to_vector(encode_hello(h)), expected);
@@ -130,7 +142,8 @@ TEST(HelloGolden, AckMatchesProtocolDoc) {
                      .stream_index = 0x0102,
                      .stream_count = 0x0304,
                      .eager_limit = 0x31323334,
-                     .eager_credit = 0x41424344};
+                     .eager_credit = 0x41424344,
+                     .rma_window = 0x00010000};
   const Bytes expected = bytes({
       0x52, 0x4D, 0x52, 0x41,                          // magic
       0x01, 0x00,                                      // version
@@ -142,7 +155,7 @@ TEST(HelloGolden, AckMatchesProtocolDoc) {
       0x04, 0x03,                                      // stream_count
       0x34, 0x33, 0x32, 0x31,                          // eager_limit
       0x44, 0x43, 0x42, 0x41,                          // eager_credit
-      0x00, 0x00, 0x00, 0x00,                          // reserved
+      0x00, 0x00, 0x01, 0x00,                          // rma_window = 65536
   });
   ASSERT_EQ(expected.size(), kHelloAckSize);
   EXPECT_EQ(to_vector(encode_hello_ack(ack)), expected);
@@ -161,20 +174,25 @@ TEST(HelloRoundTrip, ControlAndDataBoundaries) {
   h.eager_limit = 0;
   h.eager_credit = 0;
   cases.push_back(h);
+  h.rma_window = 1;
+  cases.push_back(h);
   h.stream_count = kMaxStreams;
   h.eager_limit = kMaxU32;
   h.eager_credit = kMaxU32;
+  h.rma_window = kMaxRmaWindow;
   cases.push_back(h);
   h = data_hello();
   h.endpoint_id = kMaxU64;
   h.attach_token = 0;  // a random token may be 0
   h.stream_count = kMaxStreams;
   h.stream_index = kMaxStreams - 1;
+  h.rma_window = kMaxRmaWindow;
   cases.push_back(h);
   h.endpoint_id = 1;
   h.attach_token = kMaxU64;
   h.stream_index = 0;
   h.stream_count = 1;
+  h.rma_window = 1;
   cases.push_back(h);
   for (const Hello& c : cases) {
     const auto wire = encode_hello(c);
@@ -188,6 +206,8 @@ TEST(HelloAckRoundTrip, EveryStatusAndBoundaries) {
   for (auto status : {HelloStatus::kAccepted, HelloStatus::kVersionMismatch, HelloStatus::kBadRequest,
                       HelloStatus::kRefused}) {
     for (uint64_t v : {uint64_t{0}, uint64_t{1}, std::numeric_limits<uint64_t>::max()}) {
+      // An accepted ACK carries the server's window (1..65536); a refusal may carry 0.
+      const uint32_t window_choices[] = {status == HelloStatus::kAccepted ? 1u : 0u, 256u, kMaxRmaWindow};
       const HelloAck ack{.version = kWireVersion,
                          .status = status,
                          .capabilities = v,
@@ -196,7 +216,8 @@ TEST(HelloAckRoundTrip, EveryStatusAndBoundaries) {
                          .stream_index = static_cast<uint16_t>(v),
                          .stream_count = static_cast<uint16_t>(~v),
                          .eager_limit = static_cast<uint32_t>(v),
-                         .eager_credit = static_cast<uint32_t>(~v)};
+                         .eager_credit = static_cast<uint32_t>(~v),
+                         .rma_window = window_choices[v % 3]};
       const auto wire = encode_hello_ack(ack);
       auto r = decode_hello_ack(wire);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -281,10 +302,29 @@ TEST(HelloReject, ReservedNonzero) {
   Bytes wire = to_vector(encode_hello(control_hello()));
   wire[7] = std::byte{0x01};
   expect_hello_rejected(wire, "reserved byte 7 is 0x01");
-  for (size_t i = 44; i < 48; ++i) {
-    wire = to_vector(encode_hello(data_hello()));
+}
+
+TEST(HelloReject, RmaWindowOutOfRange) {
+  for (uint32_t window : {0u, kMaxRmaWindow + 1, 0x80000000u, std::numeric_limits<uint32_t>::max()}) {
+    for (Hello h : {control_hello(), data_hello()}) {
+      h.rma_window = window;
+      expect_hello_rejected(to_vector(encode_hello(h)),
+                            "HELLO: rma_window " + std::to_string(window) + " outside 1..65536");
+    }
+  }
+  // Bytes 44..47 are one u32: a high byte alone pushes it out of range.
+  for (size_t i = kRmaWindowAt + 2; i < kRmaWindowAt + 4; ++i) {
+    Bytes wire = to_vector(encode_hello(data_hello()));
     wire[i] = std::byte{0x80};
-    expect_hello_rejected(wire, "reserved bytes 44..47");
+    expect_hello_rejected(wire, "rma_window");
+  }
+  // The bounds themselves are fine.
+  for (uint32_t window : {1u, kMaxRmaWindow}) {
+    Bytes wire = to_vector(encode_hello(control_hello()));
+    put_u32(wire, kRmaWindowAt, window);
+    auto r = decode_hello(wire);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->rma_window, window);
   }
 }
 
@@ -331,11 +371,22 @@ TEST(HelloAckReject, UnknownStatus) {
   }
 }
 
-TEST(HelloAckReject, ReservedNonzero) {
-  for (size_t i = 44; i < 48; ++i) {
-    Bytes wire = to_vector(encode_hello_ack(HelloAck{.version = kWireVersion, .endpoint_id = 1}));
-    wire[i] = std::byte{0x01};
-    expect_ack_rejected(wire, "reserved bytes 44..47");
+TEST(HelloAckReject, AcceptedWithRmaWindowOutOfRange) {
+  for (uint32_t window : {0u, kMaxRmaWindow + 1, std::numeric_limits<uint32_t>::max()}) {
+    const HelloAck ack{.version = kWireVersion, .status = HelloStatus::kAccepted, .endpoint_id = 1,
+                       .stream_count = 1, .rma_window = window};
+    expect_ack_rejected(to_vector(encode_hello_ack(ack)),
+                        "HELLO_ACK: rma_window " + std::to_string(window) + " outside 1..65536");
+  }
+}
+
+TEST(HelloAckRoundTrip, RefusalMayCarryRmaWindowZero) {
+  for (auto status : {HelloStatus::kVersionMismatch, HelloStatus::kBadRequest, HelloStatus::kRefused}) {
+    const HelloAck ack{.version = kWireVersion, .status = status, .rma_window = 0};
+    auto r = decode_hello_ack(encode_hello_ack(ack));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, status);
+    EXPECT_EQ(r->rma_window, 0u);
   }
 }
 

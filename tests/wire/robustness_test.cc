@@ -3,8 +3,10 @@
 // A cheap, always-on cousin of tests/fuzz/wire_fuzz.cc.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <random>
+#include <variant>
 #include <vector>
 
 #include "remora/version.h"
@@ -44,9 +46,22 @@ class Generator {
     return b;
   }
 
+  KeyBytes key() {
+    KeyBytes k;
+    for (auto& b : k) b = coin(4) ? std::byte{0} : byte();
+    return k;
+  }
+
+  /// An inline payload for PUT/RESP: usually small, sometimes exactly the limit.
+  std::span<const std::byte> inline_payload(uint32_t eager_limit, Bytes& storage) {
+    storage = random_bytes(std::min<size_t>(eager_limit, 48));
+    if (coin(8)) storage.assign(eager_limit, byte());
+    return storage;
+  }
+
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(6)) {
+    switch (below(10)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -62,10 +77,55 @@ class Generator {
         f = ChunkFrame{.recv_id = interesting_u64(),
                        .offset = interesting_u64(),
                        .length = static_cast<uint32_t>(interesting_u64() | 1),
-                       .stream = static_cast<uint16_t>(interesting_u64())};
+                       .stream = static_cast<uint16_t>(interesting_u64()),
+                       .kind = static_cast<ChunkKind>(below(3))};
         break;
       case 4: f = CreditFrame{.bytes = interesting_u64()}; break;
-      default: f = GoodbyeFrame{.reason = static_cast<uint32_t>(interesting_u64())}; break;
+      case 5: f = GoodbyeFrame{.reason = static_cast<uint32_t>(interesting_u64())}; break;
+      case 6: {
+        PutFrame put{.op_id = interesting_u64(),
+                     .key = key(),
+                     .offset = interesting_u64(),
+                     .length = interesting_u64(),
+                     .has_notify = coin(2),
+                     .notify = 0,
+                     .inline_data = coin(2),
+                     .payload = {}};
+        if (put.has_notify) put.notify = interesting_u64();
+        if (put.inline_data) {
+          put.payload = inline_payload(eager_limit, payload_storage);
+          put.length = put.payload.size();
+        }
+        f = put;
+        break;
+      }
+      case 7:
+        f = GetFrame{.op_id = interesting_u64(), .key = key(), .offset = interesting_u64(), .length = interesting_u64()};
+        break;
+      case 8: {
+        const bool cas = coin(2);
+        f = AtomicFrame{.op_id = interesting_u64(),
+                        .key = key(),
+                        .offset = interesting_u64(),
+                        .op = cas ? AtomicOp::kCompareSwap : AtomicOp::kFetchAdd,
+                        .operand = interesting_u64(),
+                        .compare = cas ? interesting_u64() : 0};
+        break;
+      }
+      default: {
+        RespFrame resp{.op_id = interesting_u64(),
+                       .status = static_cast<RmaStatus>(below(7)),
+                       .value = interesting_u64(),
+                       .inline_data = false,
+                       .payload = {}};
+        if (coin(2)) {
+          resp.status = RmaStatus::kOk;
+          resp.inline_data = true;
+          resp.payload = inline_payload(eager_limit, payload_storage);
+        }
+        f = resp;
+        break;
+      }
     }
     Bytes out(encoded_size(f));
     EXPECT_EQ(encode(f, out), out.size());
@@ -81,7 +141,8 @@ class Generator {
             .stream_index = 0,
             .stream_count = static_cast<uint16_t>(1 + below(kMaxStreams)),
             .eager_limit = static_cast<uint32_t>(interesting_u64()),
-            .eager_credit = static_cast<uint32_t>(interesting_u64())};
+            .eager_credit = static_cast<uint32_t>(interesting_u64()),
+            .rma_window = rma_window()};
     if (h.role == Role::kData) {
       h.endpoint_id = interesting_u64() | 1;
       h.attach_token = interesting_u64();
@@ -89,6 +150,15 @@ class Generator {
     }
     const auto a = encode_hello(h);
     return Bytes(a.begin(), a.end());
+  }
+
+  /// 1..65536, boundaries favoured.
+  uint32_t rma_window() {
+    switch (below(4)) {
+      case 0: return 1;
+      case 1: return 65536;
+      default: return static_cast<uint32_t>(1 + below(65536));
+    }
   }
 
   Bytes valid_hello_ack() {
@@ -100,7 +170,9 @@ class Generator {
                  .stream_index = static_cast<uint16_t>(interesting_u64()),
                  .stream_count = static_cast<uint16_t>(interesting_u64()),
                  .eager_limit = static_cast<uint32_t>(interesting_u64()),
-                 .eager_credit = static_cast<uint32_t>(interesting_u64())};
+                 .eager_credit = static_cast<uint32_t>(interesting_u64()),
+                 .rma_window = rma_window()};
+    if (ack.status != HelloStatus::kAccepted && coin(2)) ack.rma_window = 0;  // a refusal may carry 0
     const auto a = encode_hello_ack(ack);
     return Bytes(a.begin(), a.end());
   }
@@ -128,7 +200,7 @@ class Generator {
           if (b.size() >= 8) b[4 + below(4)] = coin(2) ? std::byte{0xFF} : std::byte{0x00};
           break;
         default:
-          if (!b.empty()) b[below(b.size())] = static_cast<std::byte>(below(8));  // small values: types, statuses
+          if (!b.empty()) b[below(b.size())] = static_cast<std::byte>(below(12));  // small values: types, statuses, kinds
           break;
       }
     }
@@ -143,13 +215,14 @@ constexpr uint32_t kLimitChoices[] = {0, 1, 64, 4096};
 TEST(WireRobustness, FrameDecoderInvariantsOnRandomAndMutatedInput) {
   Generator gen(0x5EED'CAFE'F00D'0001);
   size_t ok = 0, protocol = 0, in_progress = 0;
+  std::array<size_t, std::variant_size_v<Frame>> ok_by_type{};
   constexpr int kIterations = 300'000;
   for (int i = 0; i < kIterations; ++i) {
     const DecodeLimits limits{.max_eager_payload = kLimitChoices[gen.below(std::size(kLimitChoices))]};
     Bytes payload;
     Bytes in;
     switch (gen.below(4)) {
-      case 0: in = gen.random_bytes(48); break;
+      case 0: in = gen.random_bytes(96); break;
       case 1: in = gen.valid_frame(limits.max_eager_payload, payload); break;
       default:
         in = gen.valid_frame(limits.max_eager_payload, payload);
@@ -161,6 +234,7 @@ TEST(WireRobustness, FrameDecoderInvariantsOnRandomAndMutatedInput) {
     auto r = decode_frame(in, limits);
     if (r.is_ok()) {
       ++ok;
+      ++ok_by_type[r->frame.index()];
     } else if (r.status().code() == StatusCode::kProtocol) {
       ++protocol;
     } else {
@@ -171,6 +245,9 @@ TEST(WireRobustness, FrameDecoderInvariantsOnRandomAndMutatedInput) {
   EXPECT_GT(ok, kIterations / 10);
   EXPECT_GT(protocol, kIterations / 10);
   EXPECT_GT(in_progress, kIterations / 100);
+  for (size_t i = 0; i < ok_by_type.size(); ++i) {
+    EXPECT_GT(ok_by_type[i], kIterations / 100) << to_string(static_cast<FrameType>(i + 1)) << " frames decoded";
+  }
 }
 
 TEST(WireRobustness, FrameStreamsDecodeFrameByFrame) {

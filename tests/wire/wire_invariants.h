@@ -17,6 +17,44 @@
 
 namespace remora::wire::testing {
 
+/// An inline payload (EAGER, PUT, RESP) must be a view into the input right after the
+/// fixed body, and within the limit.
+inline std::string check_inline_payload(const char* what, std::span<const std::byte> payload,
+                                        std::span<const std::byte> in, size_t fixed_body,
+                                        const DecodeLimits& limits) {
+  if (payload.size() > limits.max_eager_payload) return std::string(what) + " payload over the limit";
+  if (payload.data() != in.data() + kFrameHeaderSize + fixed_body) {
+    return std::string(what) + " payload does not point into the input";
+  }
+  return "";
+}
+
+/// Semantic rules of the RMA frames (docs/protocol.md) that a decoded frame must obey.
+inline std::string check_rma_rules(const Frame& frame, std::span<const std::byte> in, const DecodeLimits& limits) {
+  if (const auto* chunk = std::get_if<ChunkFrame>(&frame)) {
+    if (static_cast<uint8_t>(chunk->kind) > static_cast<uint8_t>(ChunkKind::kGet)) return "CHUNK with kind > 2";
+    if (chunk->length == 0) return "empty CHUNK";
+  } else if (const auto* put = std::get_if<PutFrame>(&frame)) {
+    if (!put->has_notify && put->notify != 0) return "PUT notify value without NOTIFY";
+    if (put->inline_data) {
+      if (put->payload.size() != put->length) return "inline PUT payload size != length";
+      return check_inline_payload("PUT", put->payload, in, kPutBodySize, limits);
+    }
+    if (!put->payload.empty()) return "non-inline PUT with a payload";
+  } else if (const auto* atomic = std::get_if<AtomicFrame>(&frame)) {
+    if (atomic->op != AtomicOp::kFetchAdd && atomic->op != AtomicOp::kCompareSwap) return "ATOMIC opcode unknown";
+    if (atomic->op == AtomicOp::kFetchAdd && atomic->compare != 0) return "fetch_add with a compare value";
+  } else if (const auto* resp = std::get_if<RespFrame>(&frame)) {
+    if (static_cast<uint32_t>(resp->status) > static_cast<uint32_t>(RmaStatus::kRevoked)) return "RESP status unknown";
+    if (resp->inline_data) {
+      if (resp->status != RmaStatus::kOk) return "inline RESP with a failure status";
+      return check_inline_payload("RESP", resp->payload, in, kRespBodySize, limits);
+    }
+    if (!resp->payload.empty()) return "non-inline RESP with a payload";
+  }
+  return "";
+}
+
 inline std::string check_frame_invariants(std::span<const std::byte> in, const DecodeLimits& limits) {
   auto r = decode_frame(in, limits);
   if (!r.is_ok()) {
@@ -25,9 +63,11 @@ inline std::string check_frame_invariants(std::span<const std::byte> in, const D
       return s.message().empty() ? "protocol error without a message" : "";
     }
     if (s.code() != StatusCode::kInProgress) return "unexpected status " + s.to_string();
-    // Waiting is only legal while the input is shorter than the longest legal frame.
+    // Waiting is only legal while the input is shorter than the longest legal frame: the
+    // fixed-size ATOMIC, or the inline frame with the longest fixed body (PUT).
+    constexpr size_t kLongestFixedPart = std::max({kEagerBodySize, kPutBodySize, kRespBodySize});
     const size_t longest = std::max<size_t>(kMaxFixedFrameSize,
-                                            kFrameHeaderSize + kEagerBodySize + limits.max_eager_payload);
+                                            kFrameHeaderSize + kLongestFixedPart + limits.max_eager_payload);
     if (in.size() >= longest) return "kInProgress with " + std::to_string(in.size()) + " bytes buffered";
     return "";
   }
@@ -36,11 +76,10 @@ inline std::string check_frame_invariants(std::span<const std::byte> in, const D
   if (d.consumed < kFrameHeaderSize) return "consumed less than a header";
   if (encoded_size(d.frame) != d.consumed) return "encoded_size != consumed";
   if (const auto* eager = std::get_if<EagerFrame>(&d.frame)) {
-    if (eager->payload.size() > limits.max_eager_payload) return "EAGER payload over the limit";
-    if (eager->payload.data() != in.data() + kFrameHeaderSize + kEagerBodySize) {
-      return "EAGER payload does not point into the input";
-    }
+    const std::string bad = check_inline_payload("EAGER", eager->payload, in, kEagerBodySize, limits);
+    if (!bad.empty()) return bad;
   }
+  if (const std::string bad = check_rma_rules(d.frame, in, limits); !bad.empty()) return bad;
   std::vector<std::byte> out(d.consumed + 1);
   if (encode(d.frame, out) != d.consumed) return "encode returned a different size";
   if (!std::equal(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(d.consumed), in.begin())) {
@@ -62,6 +101,9 @@ inline std::string check_hello_invariants(std::span<const std::byte> in) {
     return c == StatusCode::kProtocol ? "" : "unexpected status " + r.status().to_string();
   }
   if (in.size() != kHelloSize) return "ok for a buffer of the wrong size";
+  if (r->version == kWireVersion && (r->rma_window < 1 || r->rma_window > 65536)) {
+    return "HELLO accepted with rma_window " + std::to_string(r->rma_window);
+  }
   const auto encoded = encode_hello(*r);
   if (r->version == kWireVersion) {
     if (!std::equal(encoded.begin(), encoded.end(), in.begin())) return "HELLO re-encoding differs";
@@ -79,6 +121,10 @@ inline std::string check_hello_ack_invariants(std::span<const std::byte> in) {
     return c == StatusCode::kProtocol ? "" : "unexpected status " + r.status().to_string();
   }
   if (in.size() != kHelloAckSize) return "ok for a buffer of the wrong size";
+  if (r->version == kWireVersion && r->status == HelloStatus::kAccepted &&
+      (r->rma_window < 1 || r->rma_window > 65536)) {
+    return "accepted HELLO_ACK with rma_window " + std::to_string(r->rma_window);
+  }
   const auto encoded = encode_hello_ack(*r);
   const size_t compared = r->version == kWireVersion ? kHelloAckSize : 8;  // magic, version, status
   if (!std::equal(encoded.begin(), encoded.begin() + static_cast<std::ptrdiff_t>(compared), in.begin())) {

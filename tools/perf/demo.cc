@@ -24,7 +24,6 @@ namespace internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-inline constexpr Tag kVerdictTag{5};
 
 struct DemoStep {
   size_t size = 0;
@@ -57,12 +56,7 @@ Status exchange(Endpoint& ep, BufferSet& buffers, ControlChannel& control, const
   const auto sum_out = sums.first(8), sum_in = sums.subspan(8, 8);
   const Tag my_tag = driver ? kPingTag : kPongTag, peer_tag = driver ? kPongTag : kPingTag;
 
-  if (driver) {
-    REMORA_ASSIGN_OR_RETURN(auto ready, control.recv(kReadyTag));
-    if (ready.value("size", size_t{0}) != st.size) return Status(StatusCode::kProtocol, "the follower is at another size");
-  } else {
-    REMORA_RETURN_IF_ERROR(control.send(kReadyTag, {{"size", st.size}}));
-  }
+  REMORA_RETURN_IF_ERROR(driver ? await_ready(control, st.size) : send_ready(control, st.size));
 
   uint64_t last_peer_sum = 0;
   for (uint32_t v = 0; v < st.verify; ++v) {
@@ -147,29 +141,19 @@ Result<DemoReport> run_demo(const DemoOptions& o) {
     plan["steps"].push_back({{"size", size}, {"iters", iters}, {"verify", steps.back().verify}});
   }
 
-  REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(o.peer));
-  Endpoint& ep = *link.ep;
-  BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
-  BufferSet buffers(*link.ctx, BufferSource::kPool);
   DemoReport report;
   report.json = {{"tool", "remora demo"}, {"version", version_string()}};
-  report.json["config"] = config_json(*link.ctx, ep);
-  report.json["config"]["follower"] = link.server ? "spawned on loopback" : "remote";
-
-  auto drive = [&]() -> Status {
-    REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
-    ControlChannel control(ep, control_span);
-    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan));
+  const auto body = [&](DriverSession& d) -> Status {
     for (const DemoStep& st : steps) {
       DemoRow row;
       row.size = st.size;
       row.iterations = st.iters;
       double seconds = 0;
-      Status s = exchange(ep, buffers, control, st, /*driver=*/true, o.inject_corruption, o.progress, &seconds,
+      Status s = exchange(d.ep, d.buffers, d.control, st, /*driver=*/true, o.inject_corruption, o.progress, &seconds,
                           &row.problem);
       if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
-      buffers.release_all();
-      REMORA_ASSIGN_OR_RETURN(auto verdict, control.recv(kVerdictTag));
+      d.buffers.release_all();
+      REMORA_ASSIGN_OR_RETURN(auto verdict, d.control.recv(kVerdictTag));
       if (!verdict.value("verified", false) && row.problem.empty()) {
         row.problem = "peer: " + verdict.value("problem", std::string("did not verify"));
       }
@@ -179,17 +163,9 @@ Result<DemoReport> run_demo(const DemoOptions& o) {
       row.bandwidth_gbps = one_way_s > 0 ? static_cast<double>(st.size) / one_way_s / 1e9 : 0;
       report.rows.push_back(std::move(row));
     }
-    REMORA_ASSIGN_OR_RETURN(report.json["peer"], control.recv(kReportTag));
-    report.json["local"] = buffers.stats();
-    report.json["local"]["endpoint"] = endpoint_json(ep.stats());
-    return control.send(kByeTag, nlohmann::json::object());
+    return Status::ok();
   };
-  Status s = drive();
-  if (!s.is_ok()) {
-    (void)link.close();
-    return s;
-  }
-  REMORA_RETURN_IF_ERROR(link.close());
+  REMORA_RETURN_IF_ERROR(run_driver(o.peer, BufferSource::kPool, plan, &report.json, body));
 
   report.ok = !report.rows.empty();
   report.json["results"] = nlohmann::json::array();

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,29 +25,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Step {
-  size_t size = 0;
-  uint32_t iters = 0;
-  uint32_t warmup = 0;
-};
-
 P2pMode parse_mode(std::string_view text) {
   if (text == "lat") return P2pMode::kLatency;
   if (text == "bibw") return P2pMode::kBiBandwidth;
   return P2pMode::kBandwidth;
-}
-
-Step default_step(P2pMode mode, size_t size, uint32_t window, const P2pOptions& o) {
-  Step st{.size = size};
-  if (mode == P2pMode::kLatency) {
-    st.iters = o.iters.value_or(size <= 8192 ? 10000u : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
-    st.warmup = o.warmup.value_or(size <= 8192 ? 1000u : std::clamp<uint32_t>(st.iters / 10, 2, 10));
-  } else {
-    const size_t per_window = std::max<size_t>(size, 1) * window;
-    st.iters = o.iters.value_or(static_cast<uint32_t>(std::clamp<size_t>((size_t{2} << 30) / per_window, 5, 100)));
-    st.warmup = o.warmup.value_or(std::clamp<uint32_t>(st.iters / 10, 1, 10));
-  }
-  return st;
 }
 
 Status check_bytes(std::span<const Request> rs, size_t size) {
@@ -151,24 +131,6 @@ Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool drive
   return Status::ok();
 }
 
-LatencySummary summarize_one_way(std::vector<double> rtt_us) {
-  LatencySummary s;
-  if (rtt_us.empty()) return s;
-  std::sort(rtt_us.begin(), rtt_us.end());
-  const auto rank = [&](double p) {  // nearest-rank percentile
-    const size_t k = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(rtt_us.size())));
-    return rtt_us[std::clamp<size_t>(k, 1, rtt_us.size()) - 1] / 2;
-  };
-  double sum = 0;
-  for (double v : rtt_us) sum += v;
-  s.avg_us = sum / static_cast<double>(rtt_us.size()) / 2;
-  s.p50_us = rank(50);
-  s.p99_us = rank(99);
-  s.min_us = rtt_us.front() / 2;
-  s.max_us = rtt_us.back() / 2;
-  return s;
-}
-
 nlohmann::json plan_json(P2pMode mode, uint32_t window, bool distinct, BufferSource source,
                          const std::vector<Step>& steps) {
   nlohmann::json j = {{"kind", "p2p"},      {"mode", to_string(mode)},        {"window", window},
@@ -186,7 +148,7 @@ Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, con
   const bool distinct = plan.value("distinct_buffers", false);
   for (const auto& js : plan.at("steps")) {
     const Step st{.size = js.at("size").get<size_t>(), .iters = js.at("iters").get<uint32_t>(), .warmup = js.at("warmup").get<uint32_t>()};
-    const StartFn ready = [&] { return control.send(kReadyTag, {{"size", st.size}}); };
+    const StartFn ready = [&] { return send_ready(control, st.size); };
     Status s;
     if (mode == P2pMode::kLatency) {
       s = run_pingpong(ep, buffers, st, /*driver=*/false, ready, nullptr, nullptr);
@@ -209,77 +171,53 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
   if (o.window == 0 && o.mode != P2pMode::kLatency) return Status(StatusCode::kInvalidArgument, "--window must be at least 1");
   if (o.iters && *o.iters == 0) return Status(StatusCode::kInvalidArgument, "--iters must be at least 1");
 
+  const StepKind kind = o.mode == P2pMode::kLatency ? StepKind::kPingPong : StepKind::kWindow;
   std::vector<Step> steps;
-  for (size_t size : o.sizes) steps.push_back(default_step(o.mode, size, o.window, o));
-
-  REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(peer));
-  Endpoint& ep = *link.ep;
-  BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
-  BufferSet buffers(*link.ctx, o.buffers);
+  for (size_t size : o.sizes) steps.push_back(default_step(kind, size, o.window, o.iters, o.warmup));
 
   P2pReport report;
   report.mode = o.mode;
   report.json = {{"tool", "remora bench p2p"}, {"version", version_string()}, {"mode", to_string(o.mode)}};
-  report.json["config"] = config_json(*link.ctx, ep);
-  report.json["config"]["window"] = o.window;
-  report.json["config"]["distinct_buffers"] = o.distinct_buffers;
-  report.json["config"]["buffers"] = to_string(o.buffers);
-  report.json["config"]["follower"] = link.server ? "spawned on loopback" : "remote";
-
-  auto drive = [&]() -> Status {
-    REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
-    ControlChannel control(ep, control_span);
-    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan_json(o.mode, o.window, o.distinct_buffers, o.buffers, steps)));
+  const auto body = [&](DriverSession& d) -> Status {
+    report.json["config"]["window"] = o.window;
+    report.json["config"]["distinct_buffers"] = o.distinct_buffers;
+    report.json["config"]["buffers"] = to_string(o.buffers);
     for (const Step& st : steps) {
       P2pRow row;
       row.size = st.size;
       row.iterations = st.iters;
       row.warmup = st.warmup;
-      const StartFn await_ready = [&]() -> Status {
-        REMORA_ASSIGN_OR_RETURN(auto ready, control.recv(kReadyTag));
-        return ready.value("size", size_t{0}) == st.size
-                   ? Status::ok()
-                   : Status(StatusCode::kProtocol, "the follower is at another message size");
-      };
+      const StartFn ready = [&] { return await_ready(d.control, st.size); };
       Status s;
       if (o.mode == P2pMode::kLatency) {
         std::vector<double> rtt_us;
-        s = run_pingpong(ep, buffers, st, /*driver=*/true, await_ready, o.progress, &rtt_us);
+        s = run_pingpong(d.ep, d.buffers, st, /*driver=*/true, ready, o.progress, &rtt_us);
         double total_us = 0;
         for (double v : rtt_us) total_us += v;
         row.seconds = total_us / 1e6;
-        row.latency = summarize_one_way(std::move(rtt_us));
+        row.latency = summarize_latency(std::move(rtt_us), 2);
         if (row.latency.avg_us > 0) row.bandwidth_mbps = static_cast<double>(st.size) / row.latency.avg_us;
       } else {
-        s = run_window(ep, buffers, o.mode, o.window, o.distinct_buffers, st, /*driver=*/true, await_ready, o.progress,
+        s = run_window(d.ep, d.buffers, o.mode, o.window, o.distinct_buffers, st, /*driver=*/true, ready, o.progress,
                        &row.seconds);
         const double directions = o.mode == P2pMode::kBiBandwidth ? 2.0 : 1.0;
         const double bytes = directions * static_cast<double>(st.size) * o.window * st.iters;
         row.bandwidth_mbps = bytes / row.seconds / 1e6;
       }
       if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
-      buffers.release_all();
+      d.buffers.release_all();
       report.rows.push_back(row);
     }
-    REMORA_ASSIGN_OR_RETURN(report.json["peer"], control.recv(kReportTag));
-    report.json["local"] = buffers.stats();
-    report.json["local"]["endpoint"] = endpoint_json(ep.stats());
-    return control.send(kByeTag, nlohmann::json::object());
+    return Status::ok();
   };
-  Status s = drive();
-  if (!s.is_ok()) {
-    // The transport error is the story; the follower's exit (it sees us go) is not.
-    (void)link.close();
-    return s;
-  }
-  REMORA_RETURN_IF_ERROR(link.close());
+  REMORA_RETURN_IF_ERROR(run_driver(peer, o.buffers, plan_json(o.mode, o.window, o.distinct_buffers, o.buffers, steps),
+                                    &report.json, body));
 
   report.json["results"] = nlohmann::json::array();
   for (const P2pRow& r : report.rows) {
     nlohmann::json row = {{"size", r.size}, {"iterations", r.iterations}, {"warmup", r.warmup}, {"seconds", r.seconds}};
     if (o.mode == P2pMode::kLatency) {
-      row["latency_us"] = {{"avg", r.latency.avg_us}, {"p50", r.latency.p50_us}, {"p99", r.latency.p99_us},
-                           {"min", r.latency.min_us}, {"max", r.latency.max_us}};
+      row["latency_us"] = latency_json(r.latency);
     } else {
       row["window"] = o.window;
     }

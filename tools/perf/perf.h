@@ -76,6 +76,60 @@ struct P2pReport {
   nlohmann::json json;  ///< everything: config, rows, pool/registry/endpoint stats of both sides
 };
 
+/// One-sided benchmarks, as perftest's ib_write_bw / ib_read_bw / ib_write_lat /
+/// ib_read_lat. The driver is the initiator; the follower is the target: it registers a
+/// region (remote read, write, atomic), sends its RemoteKey over a tagged message and
+/// then makes no call while the driver works (passive target), except in put_lat.
+enum class RmaMode : uint8_t {
+  kPutBandwidth,  ///< a window of puts from one reused buffer, then wait for all (osu_bw, ib_write_bw)
+  kGetBandwidth,  ///< a window of gets into one reused buffer (ib_read_bw)
+  kPutLatency,    ///< both sides put with a notification into the other; one-way = round trip / 2 (ib_write_lat)
+  kGetLatency,    ///< one get at a time; a get is a full round trip, reported as is (ib_read_lat)
+  kPutRate,       ///< a window of small puts; operations per second (osu_mbw_mr with one pair)
+};
+std::string_view to_string(RmaMode mode) noexcept;
+/// "put_bw", "get_bw", "put_lat", "get_lat", "put_rate"; kInvalidArgument otherwise.
+Result<RmaMode> parse_rma_mode(std::string_view text);
+
+struct RmaOptions {
+  RmaMode mode = RmaMode::kPutBandwidth;
+  /// Empty: 8,4K,1M,16M (put_rate: 8,64,512,4K).
+  std::vector<size_t> sizes;
+  uint32_t window = 64;            ///< operations in flight per window (put_bw, get_bw, put_rate)
+  std::optional<uint32_t> iters;   ///< timed iterations per size (windows or round trips); unset = scaled by size
+  std::optional<uint32_t> warmup;  ///< untimed iterations per size; unset = scaled by size
+  /// Timed seconds per size instead of a count of iterations (the warm-up still counts).
+  std::optional<double> duration_s;
+  BufferSource buffers = BufferSource::kPool;  ///< the initiator's buffers and the target's region
+  /// Fault injection for tests: after each size's timed part, damage one byte (put
+  /// modes: a 1-byte put of a flipped byte into the target; get modes: the local copy),
+  /// so the data check must fail the run.
+  bool inject_corruption = false;
+  ProgressFn progress;
+};
+
+struct RmaRow {
+  size_t size = 0;
+  uint32_t iterations = 0;  ///< timed windows (bw, rate) or round trips (lat)
+  uint32_t warmup = 0;
+  uint64_t operations = 0;    ///< timed puts or gets
+  double seconds = 0;         ///< timed part only
+  double bandwidth_mbps = 0;  ///< 10^6 bytes/s
+  double ops_per_second = 0;
+  LatencySummary latency;  ///< lat modes: one-way (put_lat) or per get (get_lat)
+};
+
+struct RmaReport {
+  RmaMode mode = RmaMode::kPutBandwidth;
+  std::vector<RmaRow> rows;
+  nlohmann::json json;  ///< everything: config, rows, pool/registry/endpoint stats of both sides
+};
+
+/// Runs the RMA benchmark as the driver (initiator). Every size's data is checked once
+/// after its timed part (puts read back with a get and checked by the target too; gets
+/// compared with the target's pattern); a mismatch or any failed operation is an error.
+Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& options);
+
 struct DemoOptions {
   /// Default: 1 B to 64 MiB in powers of 4.
   std::vector<size_t> sizes;

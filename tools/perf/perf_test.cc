@@ -72,5 +72,40 @@ TEST(WindowSlots, DistinctBuffersUpTo64MiB) {
   EXPECT_EQ(internal::window_slots(0, 8), 8u);
 }
 
+TEST(RmaMode, ParsesItsOwnNames) {
+  for (RmaMode m : {RmaMode::kPutBandwidth, RmaMode::kGetBandwidth, RmaMode::kPutLatency, RmaMode::kGetLatency,
+                    RmaMode::kPutRate}) {
+    EXPECT_EQ(parse_rma_mode(to_string(m)).value(), m) << to_string(m);
+  }
+  EXPECT_EQ(parse_rma_mode("bw").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DefaultStep, ScalesBySizeAndKeepsOverrides) {
+  using internal::default_step;
+  using internal::StepKind;
+  // A window of 64 x 16M is 1 GiB: the floor of 5 windows; small sizes hit the ceiling.
+  EXPECT_EQ(default_step(StepKind::kWindow, size_t{16} << 20, 64, {}, {}).iters, 5u);
+  EXPECT_EQ(default_step(StepKind::kWindow, 8, 64, {}, {}).iters, 100u);
+  EXPECT_EQ(default_step(StepKind::kRate, 8, 64, {}, {}).iters, 2000u);
+  EXPECT_EQ(default_step(StepKind::kPingPong, 8, 1, {}, {}).iters, 10000u);
+  EXPECT_EQ(default_step(StepKind::kPingPong, 8, 1, {}, {}).warmup, 1000u);
+  const auto st = default_step(StepKind::kWindow, 8, 64, 7, 0);
+  EXPECT_EQ(st.iters, 7u);
+  EXPECT_EQ(st.warmup, 0u);
+}
+
+TEST(SummarizeLatency, NearestRankAndDivisor) {
+  std::vector<double> us;
+  for (int i = 100; i >= 1; --i) us.push_back(i);
+  const LatencySummary one_way = internal::summarize_latency(us, 2);
+  EXPECT_DOUBLE_EQ(one_way.avg_us, 25.25);
+  EXPECT_DOUBLE_EQ(one_way.p50_us, 25);
+  EXPECT_DOUBLE_EQ(one_way.p99_us, 49.5);
+  EXPECT_DOUBLE_EQ(one_way.min_us, 0.5);
+  EXPECT_DOUBLE_EQ(one_way.max_us, 50);
+  EXPECT_DOUBLE_EQ(internal::summarize_latency(us, 1).p50_us, 50);
+  EXPECT_DOUBLE_EQ(internal::summarize_latency({}, 1).avg_us, 0);
+}
+
 }  // namespace
 }  // namespace remora::perf

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -165,9 +167,11 @@ struct BufferSet::Held {
 };
 
 BufferSet::BufferSet(Context& ctx, BufferSource source, size_t arena_bytes)
-    : ctx_(ctx), source_(source), pool_(ctx, PoolOptions{.arena_bytes = arena_bytes}) {}
+    // Every remote right, so that any buffer can be an RMA target (expose); a key is
+    // only ever made for the buffers handed out by expose().
+    : ctx_(ctx), source_(source), pool_(ctx, PoolOptions{.arena_bytes = arena_bytes, .access = kAllAccess}) {}
 
-Result<std::span<std::byte>> BufferSet::get(size_t bytes) {
+Result<std::shared_ptr<BufferSet::Held>> BufferSet::allocate(size_t bytes, Access access) {
   const size_t n = bytes == 0 ? 1 : bytes;
   auto held = std::make_shared<Held>();
   if (source_ == BufferSource::kPool) {
@@ -177,11 +181,23 @@ Result<std::span<std::byte>> BufferSet::get(size_t bytes) {
     const size_t rounded = (n + 4095) / 4096 * 4096;
     held->raw.reset(static_cast<std::byte*>(std::aligned_alloc(4096, rounded)));
     if (!held->raw) return Status(StatusCode::kNoResource, fmt::format("out of memory allocating {} bytes", rounded));
-    REMORA_ASSIGN_OR_RETURN(held->region, ctx_.register_memory(held->raw.get(), rounded, Access::kLocalWrite));
+    REMORA_ASSIGN_OR_RETURN(held->region, ctx_.register_memory(held->raw.get(), rounded, access));
     held->span = {held->raw.get(), n};
   }
   held_.push_back(held);
+  return held;
+}
+
+Result<std::span<std::byte>> BufferSet::get(size_t bytes) {
+  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, Access::kLocalWrite));
   return held->span;
+}
+
+Result<BufferSet::Exposed> BufferSet::expose(size_t bytes) {
+  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, kAllAccess));
+  if (source_ == BufferSource::kPool) return Exposed{held->span, held->pooled.remote_key()};
+  REMORA_ASSIGN_OR_RETURN(RemoteKey key, held->region.remote_key(0, held->span.size(), kRemoteAccessMask));
+  return Exposed{held->span, key};
 }
 
 void BufferSet::release_all() { held_.clear(); }
@@ -217,9 +233,9 @@ Status ControlChannel::send(Tag tag, const nlohmann::json& message) {
 
 Request ControlChannel::post_recv(Tag tag) { return ep_.recv(buffer_.subspan(kMaxMessage / 2, kMaxMessage / 2), tag); }
 
-Result<nlohmann::json> ControlChannel::finish_recv(const Request& r) {
+Result<nlohmann::json> ControlChannel::finish_recv(const Request& r, Duration timeout) {
   const auto in = buffer_.subspan(kMaxMessage / 2, kMaxMessage / 2);
-  REMORA_RETURN_IF_ERROR(wait_ok(r, "control receive"));
+  if (Status s = r.wait(timeout); !s.is_ok()) return s.with_context("control receive");
   const auto* first = reinterpret_cast<const char*>(in.data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
   nlohmann::json j = nlohmann::json::parse(first, first + r.bytes(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(StatusCode::kProtocol, "control message is not valid JSON");
@@ -255,6 +271,82 @@ Status DriverLink::close() {
   return Status::ok();
 }
 
+Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::json& plan, nlohmann::json* json,
+                  const DriverBody& body) {
+  REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(peer));
+  Endpoint& ep = *link.ep;
+  BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
+  BufferSet buffers(*link.ctx, source);
+  (*json)["config"] = config_json(*link.ctx, ep);
+  (*json)["config"]["follower"] = link.server ? "spawned on loopback" : "remote";
+
+  auto drive = [&]() -> Status {
+    REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
+    ControlChannel control(ep, control_span);
+    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan));
+    DriverSession session{.ep = ep, .control = control, .buffers = buffers};
+    REMORA_RETURN_IF_ERROR(body(session));
+    REMORA_ASSIGN_OR_RETURN((*json)["peer"], control.recv(kReportTag));
+    (*json)["local"] = buffers.stats();
+    (*json)["local"]["endpoint"] = endpoint_json(ep.stats());
+    return control.send(kByeTag, nlohmann::json::object());
+  };
+  Status s = drive();
+  if (!s.is_ok()) {
+    // The transport error is the story; the follower's exit (it sees us go) is not.
+    (void)link.close();
+    return s;
+  }
+  return link.close();
+}
+
+Status send_ready(ControlChannel& control, size_t size) { return control.send(kReadyTag, {{"size", size}}); }
+
+Status await_ready(ControlChannel& control, size_t size) {
+  REMORA_ASSIGN_OR_RETURN(auto ready, control.recv(kReadyTag));
+  return ready.value("size", size_t{0}) == size
+             ? Status::ok()
+             : Status(StatusCode::kProtocol, "the follower is at another message size");
+}
+
+Step default_step(StepKind kind, size_t size, uint32_t window, std::optional<uint32_t> iters,
+                  std::optional<uint32_t> warmup) {
+  Step st{.size = size};
+  if (kind == StepKind::kPingPong) {
+    st.iters = iters.value_or(
+        size <= 8192 ? 10000u : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
+    st.warmup = warmup.value_or(size <= 8192 ? 1000u : std::clamp<uint32_t>(st.iters / 10, 2, 10));
+  } else {
+    const size_t per_window = std::max<size_t>(size, 1) * std::max<uint32_t>(window, 1);
+    const size_t most = kind == StepKind::kRate ? 2000 : 100;
+    st.iters = iters.value_or(static_cast<uint32_t>(std::clamp<size_t>((size_t{2} << 30) / per_window, 5, most)));
+    st.warmup = warmup.value_or(std::clamp<uint32_t>(st.iters / 10, 1, kind == StepKind::kRate ? 100 : 10));
+  }
+  return st;
+}
+
+LatencySummary summarize_latency(std::vector<double> samples_us, double divisor) {
+  LatencySummary s;
+  if (samples_us.empty()) return s;
+  std::sort(samples_us.begin(), samples_us.end());
+  const auto rank = [&](double p) {  // nearest-rank percentile
+    const size_t k = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(samples_us.size())));
+    return samples_us[std::clamp<size_t>(k, 1, samples_us.size()) - 1] / divisor;
+  };
+  double sum = 0;
+  for (double v : samples_us) sum += v;
+  s.avg_us = sum / static_cast<double>(samples_us.size()) / divisor;
+  s.p50_us = rank(50);
+  s.p99_us = rank(99);
+  s.min_us = samples_us.front() / divisor;
+  s.max_us = samples_us.back() / divisor;
+  return s;
+}
+
+nlohmann::json latency_json(const LatencySummary& l) {
+  return {{"avg", l.avg_us}, {"p50", l.p50_us}, {"p99", l.p99_us}, {"min", l.min_us}, {"max", l.max_us}};
+}
+
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
   const Config& c = ctx.config();
   return {{"streams", ep.data_streams()},
@@ -265,6 +357,8 @@ nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
           {"spin_us", c.spin_us},
           {"progress_linger_us", c.progress_linger_us},
           {"max_outstanding", c.max_outstanding},
+          {"rma_window", c.rma_window},
+          {"max_unexpected", c.max_unexpected},
           {"peer", ep.peer_address()}};
 }
 
@@ -272,7 +366,12 @@ nlohmann::json endpoint_json(const EndpointStats& s) {
   return {{"messages_sent", s.messages_sent}, {"messages_received", s.messages_received},
           {"bytes_sent", s.bytes_sent},       {"bytes_received", s.bytes_received},
           {"eager_sent", s.eager_sent},       {"rendezvous_sent", s.rendezvous_sent},
-          {"chunks_sent", s.chunks_sent},     {"chunks_per_stream", s.chunks_per_stream}};
+          {"chunks_sent", s.chunks_sent},     {"chunks_per_stream", s.chunks_per_stream},
+          {"puts", s.puts},                   {"gets", s.gets},
+          {"atomics", s.atomics},             {"rma_bytes_put", s.rma_bytes_put},
+          {"rma_bytes_got", s.rma_bytes_got}, {"served_puts", s.served_puts},
+          {"served_gets", s.served_gets},     {"served_atomics", s.served_atomics},
+          {"refused", s.refused},             {"notifications", s.notifications}};
 }
 
 uint32_t window_slots(size_t size, uint32_t window) {
@@ -317,6 +416,8 @@ Status serve(std::string_view address, int port_fd) {
     s = follow_p2p(*ep, control, buffers, plan);
   } else if (kind == "demo") {
     s = follow_demo(*ep, control, buffers, plan);
+  } else if (kind == "rma") {
+    s = follow_rma(*ep, control, buffers, plan);
   } else {
     s = Status(StatusCode::kProtocol, fmt::format("unknown plan kind '{}'", kind));
   }

@@ -7,10 +7,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,11 +28,14 @@ inline constexpr Tag kPlanTag{1};
 inline constexpr Tag kReadyTag{2};
 inline constexpr Tag kReportTag{3};
 inline constexpr Tag kByeTag{4};
+inline constexpr Tag kVerdictTag{5};  ///< the follower's data check of one size (demo, rma)
+inline constexpr Tag kDoneTag{6};     ///< the driver is done with one size (rma: the target may let go)
 inline constexpr Tag kPingTag{10};
 inline constexpr Tag kPongTag{11};
 inline constexpr Tag kSumTag{12};
 inline constexpr Tag kAckTag{13};
 inline constexpr Tag kDataTag{14};
+inline constexpr Tag kKeyTag{15};  ///< a serialized RemoteKey (rma)
 
 /// Bound on any single wait: generous (64 MiB at 100 MB/s is under a second), so a
 /// stuck run ends with an error instead of hanging.
@@ -71,11 +77,19 @@ class BufferSet {
   /// A registered buffer of `bytes` (at least 1) that lives as long as the set or until
   /// release_all().
   Result<std::span<std::byte>> get(size_t bytes);
+  /// A buffer of `bytes` (at least 1) that a peer may read, write and run atomics on,
+  /// and the key granting exactly that: what an RMA target hands its initiator.
+  struct Exposed {
+    std::span<std::byte> span;
+    RemoteKey key;
+  };
+  Result<Exposed> expose(size_t bytes);
   void release_all();
   nlohmann::json stats() const;  ///< pool (if used) and registry counters
 
  private:
   struct Held;
+  Result<std::shared_ptr<Held>> allocate(size_t bytes, Access access);
   Context& ctx_;
   BufferSource source_;
   Pool pool_;
@@ -92,7 +106,8 @@ class ControlChannel {
   /// Split receive, for a message that must be posted before something else happens.
   /// One posted receive at a time: they share the buffer.
   Request post_recv(Tag tag);
-  Result<nlohmann::json> finish_recv(const Request& r);
+  /// `timeout`: kForever for a passive wait that only the peer's going away may end.
+  Result<nlohmann::json> finish_recv(const Request& r, Duration timeout = kOpTimeout);
 
  private:
   Endpoint& ep_;
@@ -113,12 +128,53 @@ struct DriverLink {
   Status close();
 };
 
+/// What a driver's body works with once the follower has its plan.
+struct DriverSession {
+  Endpoint& ep;
+  ControlChannel& control;
+  BufferSet& buffers;  ///< of the source the plan names; the body releases them per size
+};
+using DriverBody = std::function<Status(DriverSession&)>;
+
+/// The driver's whole run: opens the link, fills (*json)["config"], sends `plan`, runs
+/// `body`, then collects the follower's report into (*json)["peer"] and its own stats
+/// into (*json)["local"], says goodbye and reaps the follower. The body's error is the
+/// one returned (the follower's exit, which follows from it, is not).
+Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::json& plan, nlohmann::json* json,
+                  const DriverBody& body);
+
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep);
 nlohmann::json endpoint_json(const EndpointStats& stats);
 
-/// The follower's side of each plan kind (the driver's is in run_p2p / run_demo).
+/// The follower's side of each plan kind (the driver's is in run_p2p / run_demo / run_rma).
 Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
 Status follow_demo(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
+Status follow_rma(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
+
+/// The follower says it is ready for `size` (its buffers exist); the driver waits for
+/// that before timing anything, so allocation is never timed.
+Status send_ready(ControlChannel& control, size_t size);
+Status await_ready(ControlChannel& control, size_t size);
+
+/// Iterations of one message size.
+struct Step {
+  size_t size = 0;
+  uint32_t iters = 0;   ///< timed iterations (windows, round trips)
+  uint32_t warmup = 0;  ///< untimed ones before them
+};
+/// How a benchmark iterates, which decides its default counts.
+enum class StepKind : uint8_t {
+  kWindow,    ///< an iteration is a window of `window` large operations: ~2 GiB per size
+  kRate,      ///< a window of small operations: as kWindow, but up to 2000 windows
+  kPingPong,  ///< an iteration is one round trip: 10000 up to 8 KiB, fewer above
+};
+/// The counts for `size`; `iters` / `warmup` override the scaled defaults.
+Step default_step(StepKind kind, size_t size, uint32_t window, std::optional<uint32_t> iters,
+                  std::optional<uint32_t> warmup);
+/// avg/p50/p99/min/max of `samples_us`, each divided by `divisor` (2: one-way latency
+/// from round trips). Percentiles are nearest-rank.
+LatencySummary summarize_latency(std::vector<double> samples_us, double divisor);
+nlohmann::json latency_json(const LatencySummary& l);
 
 /// Buffers a window of `size`-byte messages cycles through: distinct up to 64 MiB.
 uint32_t window_slots(size_t size, uint32_t window);

@@ -26,6 +26,7 @@ struct Hello {
   uint16_t stream_count = 1;
   uint32_t eager_limit = 16 * 1024;
   uint32_t eager_credit = 1024 * 1024;
+  uint32_t rma_window = 256;  // bytes 44..47: RMA requests we serve at once, 1..65536
 };
 
 struct HelloAck {
@@ -39,7 +40,7 @@ struct HelloAck {
   uint16_t stream_count = 0;
   uint32_t eager_limit = 0;
   uint32_t eager_credit = 0;
-  uint32_t reserved = 0;
+  uint32_t rma_window = 0;  // bytes 44..47: 1..65536 when accepted; a refusal may send 0
 };
 
 /// Little-endian writer.
@@ -70,14 +71,14 @@ inline uint64_t get_le(const uint8_t* p, int n) {
 inline std::vector<uint8_t> encode(const Hello& h) {
   Bytes b;
   b.u32(h.magic).u16(h.version).u8(h.role).u8(0).u64(h.capabilities).u64(h.endpoint_id).u64(h.attach_token)
-      .u16(h.stream_index).u16(h.stream_count).u32(h.eager_limit).u32(h.eager_credit).u32(0);
+      .u16(h.stream_index).u16(h.stream_count).u32(h.eager_limit).u32(h.eager_credit).u32(h.rma_window);
   return b.bytes();
 }
 
 inline std::vector<uint8_t> encode(const HelloAck& a) {
   Bytes b;
   b.u32(a.magic).u16(a.version).u16(a.status).u64(a.capabilities).u64(a.endpoint_id).u64(a.attach_token)
-      .u16(a.stream_index).u16(a.stream_count).u32(a.eager_limit).u32(a.eager_credit).u32(a.reserved);
+      .u16(a.stream_index).u16(a.stream_count).u32(a.eager_limit).u32(a.eager_credit).u32(a.rma_window);
   return b.bytes();
 }
 
@@ -94,7 +95,7 @@ inline HelloAck decode_ack(const std::vector<uint8_t>& v) {
   a.stream_count = static_cast<uint16_t>(get_le(p + 34, 2));
   a.eager_limit = static_cast<uint32_t>(get_le(p + 36, 4));
   a.eager_credit = static_cast<uint32_t>(get_le(p + 40, 4));
-  a.reserved = static_cast<uint32_t>(get_le(p + 44, 4));
+  a.rma_window = static_cast<uint32_t>(get_le(p + 44, 4));
   return a;
 }
 
@@ -105,7 +106,7 @@ struct HelloView {
   uint8_t role, reserved7;
   uint64_t capabilities, endpoint_id, attach_token;
   uint16_t stream_index, stream_count;
-  uint32_t eager_limit, eager_credit, reserved44;
+  uint32_t eager_limit, eager_credit, rma_window;
 };
 inline HelloView decode_hello(const std::vector<uint8_t>& v) {
   const uint8_t* p = v.data();
