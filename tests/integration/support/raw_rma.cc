@@ -120,13 +120,6 @@ std::vector<uint8_t> resp_frame(uint64_t op_id, wire::RmaStatus status, uint64_t
       wire::RespFrame{.op_id = op_id, .status = status, .value = value, .inline_data = false, .payload = {}});
 }
 
-std::vector<uint8_t> encode_rma_hello(const Hello& h, uint32_t rma_window) {
-  Bytes b;
-  b.u32(h.magic).u16(h.version).u8(h.role).u8(0).u64(h.capabilities).u64(h.endpoint_id).u64(h.attach_token)
-      .u16(h.stream_index).u16(h.stream_count).u32(h.eager_limit).u32(h.eager_credit).u32(rma_window);
-  return b.bytes();
-}
-
 Flow send_bounded(int fd, std::span<const uint8_t> data, std::chrono::milliseconds stall, size_t* sent) {
   size_t off = 0;
   Flow flow = Flow::kSent;
@@ -168,13 +161,13 @@ std::string RmaClient::connect(uint16_t port, const Options& options) {
   h.stream_count = options.streams;
   h.eager_limit = options.eager_limit;
   h.eager_credit = options.eager_credit;
-  if (!control_.send_all(encode_rma_hello(h, options.rma_window), &err)) return "control HELLO: " + err;
+  h.rma_window = options.rma_window;
+  if (!control_.send_all(encode(h), &err)) return "control HELLO: " + err;
   auto ack_bytes = control_.recv_exact(kHelloSize, options.io_timeout, &err);
   if (!ack_bytes) return "control HELLO_ACK: " + err;
   const HelloAck ack = decode_ack(*ack_bytes);
   if (ack.status != 0) return "control HELLO_ACK status " + std::to_string(ack.status);
-  // decode_ack names bytes 44..47 `reserved`; since RMA they are the target's rma_window.
-  target_window_ = ack.reserved;
+  target_window_ = ack.rma_window;
   eager_limit_ = std::min(options.eager_limit, ack.eager_limit);
   data_.clear();
   for (uint16_t i = 0; i < options.streams; ++i) {
@@ -186,7 +179,7 @@ std::string RmaClient::connect(uint16_t port, const Options& options) {
     dh.endpoint_id = ack.endpoint_id;
     dh.attach_token = ack.attach_token;
     dh.stream_index = i;
-    if (!s.send_all(encode_rma_hello(dh, options.rma_window), &err)) return "data HELLO: " + err;
+    if (!s.send_all(encode(dh), &err)) return "data HELLO: " + err;
     auto dack = s.recv_exact(kHelloSize, options.io_timeout, &err);
     if (!dack) return "data HELLO_ACK " + std::to_string(i) + ": " + err;
     if (decode_ack(*dack).status != 0) return "data HELLO_ACK status " + std::to_string(decode_ack(*dack).status);

@@ -1,6 +1,6 @@
 // raw_rma.h — a one-sided-operation initiator that speaks the wire by hand, for the
 // hostile-peer tests: a control connection and K data connections opened with
-// hand-built HELLOs (rma_window at bytes 44..47), well-formed PUT/GET/ATOMIC/CHUNK/RESP
+// raw_wire's hand-built HELLOs, well-formed PUT/GET/ATOMIC/CHUNK/RESP
 // frames from src/wire's encoder, key bytes to tamper with, and a reader that gathers
 // RESPs and the data of large GETs. Malformed frames are built by the tests themselves
 // (raw_wire.h's Bytes/frame) so the encoder cannot make them well-formed by accident.
@@ -72,9 +72,6 @@ std::vector<uint8_t> atomic_frame(uint64_t op_id, const KeyBytes& key, uint64_t 
 std::vector<uint8_t> chunk_frame(uint64_t recv_id, uint64_t offset, uint32_t length, uint16_t stream,
                                  wire::ChunkKind kind);
 std::vector<uint8_t> resp_frame(uint64_t op_id, wire::RmaStatus status, uint64_t value);
-
-/// A control HELLO (or a data HELLO) with `rma_window` at bytes 44..47.
-std::vector<uint8_t> encode_rma_hello(const Hello& hello, uint32_t rma_window);
 
 // ---------------------------------------------------------------------------
 // The raw initiator
