@@ -176,7 +176,7 @@ int run(const std::map<std::string, std::string>& flags) {
   std::thread acceptor([&] {
     while (!stop.load()) {
       // Bounded so `quit` is noticed; a timeout is not an error here.
-      auto a = listener->accept(std::chrono::milliseconds(200));
+      auto a = listener->accept(std::chrono::milliseconds(50));
       if (a) endpoints.add(std::move(a).value());
     }
   });
