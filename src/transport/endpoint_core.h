@@ -236,7 +236,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   /// Validates a peer's request; on success `access` holds the bytes.
   wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
                                RegionAccess* access);
-  bool admit_served_request();
+  /// Window and duplicate-id checks for a new request; false (endpoint failed) if violated.
+  bool admit_served_request(uint64_t op_id);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
   void finish_served_put(ServedPut* sp);
   void deliver_notification(const Notification& n);

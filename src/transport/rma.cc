@@ -339,7 +339,11 @@ RmaStatus EndpointCore::check_access(const wire::KeyBytes& key_bytes, uint64_t o
   return RmaStatus::kOk;
 }
 
-bool EndpointCore::admit_served_request() {
+bool EndpointCore::admit_served_request(uint64_t op_id) {
+  if (served_puts_.contains(op_id) || served_gets_.contains(op_id)) {
+    protocol_error("request reuses the id " + std::to_string(op_id) + " of an operation still in service");
+    return false;
+  }
   if (served_puts_.size() + served_gets_.size() + unsent_resps_.size() >= config_.rma_window) {
     protocol_error("more than " + std::to_string(config_.rma_window) +
                    " one-sided requests in service (REMORA_RMA_WINDOW advertised in the handshake)");
@@ -354,17 +358,14 @@ void EndpointCore::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
 }
 
 void EndpointCore::handle_put(const PutFrame& f) {
-  if (!admit_served_request()) return;
+  if (!admit_served_request(f.op_id)) return;
   const bool inline_class = f.length <= eager_limit_;
   if (f.inline_data != inline_class) {
     protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {})", f.length,
                                f.inline_data ? "sent" : "not sent", eager_limit_));
     return;
   }
-  if (served_puts_.contains(f.op_id)) {
-    protocol_error("PUT reuses the id " + std::to_string(f.op_id) + " of a put still in service");
-    return;
-  }
+
   RegionAccess access;
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, &access);
   const bool queue_full = notes_.size() + note_handler_queue_.size() + notes_promised_ >= config_.max_unexpected;
@@ -430,11 +431,8 @@ void EndpointCore::finish_served_put(ServedPut* sp) {
 }
 
 void EndpointCore::handle_get(const GetFrame& f) {
-  if (!admit_served_request()) return;
-  if (served_gets_.contains(f.op_id)) {
-    protocol_error("GET reuses the id " + std::to_string(f.op_id) + " of a get still in service");
-    return;
-  }
+  if (!admit_served_request(f.op_id)) return;
+
   RegionAccess access;
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, &access);
   if (f.length <= eager_limit_) {
@@ -473,7 +471,7 @@ void EndpointCore::handle_get(const GetFrame& f) {
 }
 
 void EndpointCore::handle_atomic(const AtomicFrame& f) {
-  if (!admit_served_request()) return;
+  if (!admit_served_request(f.op_id)) return;
   RegionAccess access;
   RmaStatus verdict = check_access(f.key, f.offset, sizeof(uint64_t), Access::kRemoteAtomic, &access);
   uint64_t previous = 0;

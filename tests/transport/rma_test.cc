@@ -947,14 +947,18 @@ TEST_F(RefusalTest, MissingRights) {
   EXPECT_EQ(diff(*mem_), "");
 
   // A region registered read-only: a key whose access bits were forged to grant
-  // everything is still refused by the region's own rights.
+  // everything is refused as forged (the key's tag covers its rights), and nothing
+  // is written; the genuine key is refused by the rights it carries.
   TargetMemory ro_region(*p_.target_ctx, 4096, Access::kRemoteRead, 8);
-  RemoteKey forged = ro_region.region.remote_key();
+  RemoteKey genuine = ro_region.region.remote_key();
+  RemoteKey forged = genuine;
   forged.access = kRemoteAccessMask;
-  expect_refused(p_.init->put(small_, forged, 0), StatusCode::kAccessDenied, "put into a read-only region", &ro_region);
-  expect_refused(p_.init->fetch_add(nullptr, forged, 0, 1), StatusCode::kAccessDenied, "atomic on a read-only region",
+  expect_refused(p_.init->put(small_, forged, 0), StatusCode::kInvalidKey, "put with forged rights", &ro_region);
+  expect_refused(p_.init->fetch_add(nullptr, forged, 0, 1), StatusCode::kInvalidKey, "atomic with forged rights",
                  &ro_region);
-  ASSERT_TRUE(p_.init->get(sink, forged, 0).wait(10s).is_ok());
+  expect_refused(p_.init->put(small_, genuine, 0), StatusCode::kAccessDenied, "put into a read-only region",
+                 &ro_region);
+  ASSERT_TRUE(p_.init->get(sink, genuine, 0).wait(10s).is_ok());
   EXPECT_TRUE(std::equal(sink.begin(), sink.end(), ro_region.model.begin()));
 }
 

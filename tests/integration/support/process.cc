@@ -33,6 +33,13 @@ Process::Process(const Options& options) {
     error_ = std::string("pipe2: ") + std::strerror(errno);
     return;
   }
+  int in_fds[2] = {-1, -1};
+  if (options.pipe_stdin && pipe2(in_fds, O_CLOEXEC) != 0) {
+    error_ = std::string("pipe2: ") + std::strerror(errno);
+    close(fds[0]);
+    close(fds[1]);
+    return;
+  }
   // Environment: ours, with the requested entries replaced or added.
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -52,25 +59,57 @@ Process::Process(const Options& options) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
   if (options.capture_stderr) posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (options.pipe_stdin) {
+    posix_spawn_file_actions_adddup2(&fa, in_fds[0], STDIN_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  }
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
+  if (in_fds[0] >= 0) close(in_fds[0]);
   if (rc != 0) {
     close(fds[0]);
+    if (in_fds[1] >= 0) close(in_fds[1]);
     error_ = "posix_spawn " + args[0] + ": " + std::strerror(rc);
     return;
   }
   pid_ = pid;
   out_fd_ = fds[0];
+  in_fd_ = in_fds[1];
   pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
 }
 
 Process::~Process() {
   if (pid_ > 0 && !reaped_) kill_and_reap();
   if (out_fd_ >= 0) close(out_fd_);
+  if (in_fd_ >= 0) close(in_fd_);
   if (pidfd_ >= 0) close(pidfd_);
+}
+
+bool Process::write_line(const std::string& line) {
+  if (in_fd_ < 0) return false;
+  const std::string out = line + "\n";
+  size_t done = 0;
+  while (done < out.size()) {
+    // MSG_NOSIGNAL does not apply to pipes; a dead child must not kill us with SIGPIPE.
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    const ssize_t n = ::write(in_fd_, out.data() + done, out.size() - done);
+    const int saved = errno;
+    if (n < 0 && saved == EPIPE) {
+      timespec zero{0, 0};
+      (void)sigtimedwait(&pipe_set, nullptr, &zero);  // consume the pending SIGPIPE
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (n < 0 && saved == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 std::optional<std::string> Process::read_line(std::chrono::milliseconds timeout) {

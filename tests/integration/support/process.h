@@ -1,5 +1,5 @@
 // process.h — child processes for the integration tests: spawn (posix_spawn) with a
-// stdout pipe, read its lines with a deadline, reap it with a deadline, kill it.
+// stdout pipe (and optionally a stdin pipe), read its lines with a deadline, reap it with a deadline, kill it.
 // Nothing here sleeps to synchronise: reads poll the pipe, reaping polls a pidfd.
 #pragma once
 
@@ -18,6 +18,7 @@ class Process {
     std::vector<std::string> argv;
     std::vector<std::string> env;  ///< "NAME=value" entries added to (or replacing in) ours
     bool capture_stderr = false;   ///< also send stderr into the pipe (for short commands)
+    bool pipe_stdin = false;       ///< give the child a stdin pipe (write_line) instead of /dev/null
   };
 
   /// Spawns; on failure `ok()` is false and `error()` says why.
@@ -34,6 +35,9 @@ class Process {
   /// (`timed_out()` tells which).
   std::optional<std::string> read_line(std::chrono::milliseconds timeout);
   bool timed_out() const { return timed_out_; }
+  /// Writes `line` and a '\n' to the child's stdin (Options::pipe_stdin). False once the
+  /// child closed its stdin or exited.
+  bool write_line(const std::string& line);
   /// Everything the child writes until EOF or the deadline (for short commands).
   std::string read_all(std::chrono::milliseconds timeout);
 
@@ -51,6 +55,7 @@ class Process {
  private:
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  int in_fd_ = -1;
   int pidfd_ = -1;
   bool reaped_ = false;
   bool timed_out_ = false;

@@ -1,0 +1,283 @@
+// remora_rma_target — a passive RMA target for the hostile-peer tests.
+//
+//   remora_rma_target [--rights=rwa] [--size=BYTES] [--guard=BYTES] [--rma-window=N]
+//                     [--eager-limit=BYTES] [--parent-pid=PID] [--max-seconds=S]
+//
+// Maps guard + size + guard bytes, fills the guards with fixed streams (seeds
+// kGuardBeforeSeed / kGuardAfterSeed of test_data.h's fill_stream) and the middle with
+// stream 1, registers ONLY the middle as a Region with the remote rights in --rights
+// (r read, w write, a atomic), listens on 127.0.0.1:0 and prints
+//
+//   READY <port> <serialized RemoteKey, hex> <size> <guard>
+//
+// It accepts endpoints forever on a thread and answers one line per command on stdin:
+//   sum                 -> SUM <xxh3 region> <xxh3 guard before> <xxh3 guard after>   (hex)
+//   fill <seed>         -> OK        region := fill_stream(seed)
+//   dereg               -> OK        deregister the region (its keys go stale)
+//   reg <rights>        -> KEY <hex> register the same bytes again with these rights
+//   key <off> <len> <rights> -> KEY <hex> | ERR <why>   a window key from Region::remote_key
+//   rss                 -> RSS <VmRSS> <VmHWM>   (kB; HWM is the peak, so a transient blow-up shows)
+//   notes               -> NOTES <n> <value>:<region>:<offset>:<length> ...  (every notification so far)
+//   eps                 -> EPS <accepted> <failed>
+//   await <n>           -> EPS ... once n endpoints were accepted (ERR after 20 s)
+//   quit                -> BYE, then a clean shutdown and exit 0
+// A malformed command is answered "ERR ..."; EOF on stdin ends the program (exit 0).
+// It never outlives the test: it dies with its parent and after --max-seconds.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remora/context.h"
+#include "remora/endpoint.h"
+#include "remora/memory.h"
+#include "support/raw_rma.h"
+#include "support/rma_target.h"
+#include "support/test_data.h"
+
+namespace {
+
+using namespace remora;
+using namespace remora::itest;
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "remora_rma_target[%d]: %s\n", static_cast<int>(getpid()), why.c_str());
+  std::exit(1);
+}
+
+std::string describe(const Status& s) { return std::string(to_string(s.code())) + " (" + s.message() + ")"; }
+
+void print_line(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::map<std::string, std::string> parse_flags(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) die("flags are --name=value: " + a);
+    flags[a.substr(2, eq - 2)] = a.substr(eq + 1);
+  }
+  return flags;
+}
+
+uint64_t number(const std::map<std::string, std::string>& flags, const std::string& name, uint64_t def) {
+  auto it = flags.find(name);
+  if (it == flags.end()) return def;
+  char* end = nullptr;
+  const uint64_t v = std::strtoull(it->second.c_str(), &end, 0);
+  if (end == it->second.c_str() || *end != '\0') die("--" + name + " wants a number, got " + it->second);
+  return v;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+/// A "Vm...:" line of /proc/self/status, in kB.
+uint64_t vm_kb(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10);
+  }
+  return 0;
+}
+
+/// Endpoints accepted so far (kept, failed or not, so their notifications stay readable).
+class Endpoints {
+ public:
+  void add(std::shared_ptr<Endpoint> ep) {
+    {
+      std::lock_guard lock(mu_);
+      eps_.push_back(std::move(ep));
+    }
+    cv_.notify_all();
+  }
+  /// Waits until `n` endpoints were accepted; false at the deadline.
+  bool await(size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return eps_.size() >= n; });
+  }
+  std::vector<std::shared_ptr<Endpoint>> snapshot() {
+    std::lock_guard lock(mu_);
+    return eps_;
+  }
+  void close_all() {
+    for (auto& ep : snapshot()) ep->close();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Endpoint>> eps_;
+};
+
+int run(const std::map<std::string, std::string>& flags) {
+  const auto rights_text = flags.count("rights") ? flags.at("rights") : std::string("rwa");
+  const auto rights = rma_target::parse_rights(rights_text);
+  if (!rights) die("--rights takes letters from 'rwa', got " + rights_text);
+  const size_t size = number(flags, "size", rma_target::kDefaultSize);
+  const size_t guard = number(flags, "guard", rma_target::kDefaultGuard);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (size == 0 || size % page != 0 || guard % page != 0) die("--size and --guard must be multiples of the page size");
+
+  ContextOptions options;
+  options.pin_mode = PinMode::kOff;
+  if (flags.count("rma-window")) options.rma_window = static_cast<uint32_t>(number(flags, "rma-window", 0));
+  if (flags.count("eager-limit")) options.eager_limit = number(flags, "eager-limit", 0);
+  auto ctx_r = Context::create(options);
+  if (!ctx_r) die("Context::create: " + describe(ctx_r.status()));
+  auto ctx = std::move(ctx_r).value();
+
+  // One mapping: [guard before][region][guard after]; only the middle is registered.
+  const size_t total = guard + size + guard;
+  void* map = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) die("mmap failed");
+  auto* base = static_cast<std::byte*>(map);
+  const std::span<std::byte> before(base, guard), middle(base + guard, size), after(base + guard + size, guard);
+  fill_stream(rma_target::kGuardBeforeSeed, 0, before);
+  fill_stream(rma_target::kGuardAfterSeed, 0, after);
+  fill_stream(rma_target::kInitialSeed, 0, middle);
+
+  auto register_middle = [&](Access access) {
+    auto r = ctx->register_memory(middle.data(), middle.size(), access);
+    if (!r) die("register_memory: " + describe(r.status()));
+    return std::move(r).value();
+  };
+  Region region = register_middle(*rights);
+  auto key_hex = [](const RemoteKey& key) { return raw::key_to_hex(key.serialize()); };
+
+  auto lr = ctx->listen("127.0.0.1:0");
+  if (!lr) die("listen: " + describe(lr.status()));
+  std::unique_ptr<Listener> listener = std::move(lr).value();
+
+  Endpoints endpoints;
+  std::atomic<bool> stop{false};
+  std::thread acceptor([&] {
+    while (!stop.load()) {
+      // Bounded so `quit` is noticed; a timeout is not an error here.
+      auto a = listener->accept(std::chrono::milliseconds(50));
+      if (a) endpoints.add(std::move(a).value());
+    }
+  });
+
+  print_line("READY " + std::to_string(listener->port()) + " " + key_hex(region.remote_key()) + " " +
+             std::to_string(size) + " " + std::to_string(guard));
+
+  std::vector<std::string> notes;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd;
+    in >> cmd;
+    if (cmd == "sum") {
+      print_line("SUM " + hex64(XXH3_64bits(middle.data(), middle.size())) + " " +
+                 hex64(XXH3_64bits(before.data(), before.size())) + " " +
+                 hex64(XXH3_64bits(after.data(), after.size())));
+    } else if (cmd == "fill") {
+      uint64_t seed = 0;
+      if (!(in >> seed)) {
+        print_line("ERR fill <seed>");
+        continue;
+      }
+      fill_stream(seed, 0, middle);
+      print_line("OK");
+    } else if (cmd == "dereg") {
+      region.deregister();
+      print_line("OK");
+    } else if (cmd == "reg") {
+      std::string r;
+      in >> r;
+      const auto access = rma_target::parse_rights(r);
+      if (!access) {
+        print_line("ERR reg <rights>");
+        continue;
+      }
+      region.deregister();
+      region = register_middle(*access);
+      print_line("KEY " + key_hex(region.remote_key()));
+    } else if (cmd == "key") {
+      uint64_t off = 0, len = 0;
+      std::string r;
+      in >> off >> len >> r;
+      const auto access = rma_target::parse_rights(r);
+      if (!in || !access) {
+        print_line("ERR key <offset> <length> <rights>");
+        continue;
+      }
+      auto k = region.remote_key(off, len, *access);
+      print_line(k ? "KEY " + key_hex(*k) : "ERR " + describe(k.status()));
+    } else if (cmd == "rss") {
+      print_line("RSS " + std::to_string(vm_kb("VmRSS")) + " " + std::to_string(vm_kb("VmHWM")));
+    } else if (cmd == "notes") {
+      // Notifications are queued before the RESP goes out, so everything the test saw
+      // answered is in some endpoint's queue by now.
+      for (auto& ep : endpoints.snapshot()) {
+        while (auto n = ep->poll_notification()) {
+          notes.push_back(std::to_string(n->value) + ":" + std::to_string(static_cast<uint32_t>(n->region)) + ":" +
+                          std::to_string(n->offset) + ":" + std::to_string(n->length));
+        }
+      }
+      std::string out = "NOTES " + std::to_string(notes.size());
+      for (const auto& n : notes) out += " " + n;
+      print_line(out);
+    } else if (cmd == "eps" || cmd == "await") {
+      // await <n>: first wait until the acceptor holds n endpoints. An endpoint serves
+      // requests as soon as its handshake completes, possibly before accept() returned
+      // it, and `notes` only sees accepted endpoints.
+      uint64_t want = 0;
+      if (cmd == "await" && (!(in >> want) || !endpoints.await(want, std::chrono::seconds(20)))) {
+        print_line("ERR await <n>: not that many endpoints accepted");
+        continue;
+      }
+      const auto all = endpoints.snapshot();
+      size_t failed = 0;
+      for (auto& ep : all) failed += ep->failed() ? 1 : 0;
+      print_line("EPS " + std::to_string(all.size()) + " " + std::to_string(failed));
+    } else if (cmd == "quit") {
+      print_line("BYE");
+      break;
+    } else {
+      print_line("ERR unknown command '" + cmd + "'");
+    }
+  }
+  stop.store(true);
+  acceptor.join();
+  endpoints.close_all();
+  region.deregister();
+  listener.reset();
+  ctx.reset();
+  munmap(map, total);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto flags = parse_flags(argc, argv);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const auto parent = static_cast<pid_t>(number(flags, "parent-pid", 0));
+  if (parent != 0 && getppid() != parent) die("parent is gone");
+  alarm(static_cast<unsigned>(number(flags, "max-seconds", 300)));
+  return run(flags);
+}
