@@ -67,14 +67,8 @@ PYTHONPATH=$lib_dir python3 - "$tmp" "$streams" "$per" "$repeat" "$json_out" "$w
 import sys
 from lib_compare import Comparison
 
-tmp, streams, per, repeat, json_out, window = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
-                                                int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
-c = Comparison(tmp, repeat, per)
-rounds = c.rounds
-metrics = ("bw-1M", "bw-16M", "lat")
-runs = c.remora_runs(metrics)
-ref_bw = {r: {len_: c.iperf(len_, r) for len_ in ("1M", "16M")} for r in rounds}
-ref_lat = {r: c.sockperf(r) for r in rounds}
+c = Comparison.from_argv(("bw-1M", "bw-16M", "lat"))
+rounds, runs, ref_bw, ref_lat, streams = c.rounds, c.runs, c.ref_bw, c.ref_lat, c.streams
 
 for len_ in ("1M", "16M"):
     mines = [runs[r][f"bw-{len_}"]["results"][0]["bandwidth_MBps"] if runs[r][f"bw-{len_}"] else None for r in rounds]
@@ -85,15 +79,6 @@ for stat, target in (("avg", ("<=", 1.0)), ("p50", None), ("p99", None)):
     c.row(f"latency 8 B one-way {stat} (us)", "sockperf pp -m 14, CPU 0", [ref_lat[r][stat] for r in rounds],
           [lat[r].get(stat) for r in rounds], target)
 
-cfg = next((run["config"] for r in rounds for run in runs[r].values() if run), {})
-c.print_table(f"# remora vs reference tools on loopback: {cfg.get('streams', streams)} data streams, "
-              f"chunk {cfg.get('chunk_bytes', '?')} B, eager limit {cfg.get('eager_limit', '?')} B, "
-              f"spin {cfg.get('spin_us', '?')} us, bw window {window}")
-sys.exit(c.finish(json_out, {
-    "tool": "bench/compare_p2p.sh", "streams": streams, "repeat": repeat, "reference_seconds": per,
-    "window": window, "iperf3_16M_row_l": c.refused, "sockperf_message_bytes": 14,
-    "rounds": [{"round": r, "first": c.first[r],
-                "iperf3": {k: {"MBps": v[0], "l": c.iperf_len(k), "end": v[1]["end"]} for k, v in ref_bw[r].items()},
-                "sockperf_one_way_us": ref_lat[r], "remora": runs[r]} for r in rounds]}))
+sys.exit(c.report("bench/compare_p2p.sh", "remora vs reference tools"))
 PY
 compare_finish $?

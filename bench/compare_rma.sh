@@ -64,14 +64,8 @@ PYTHONPATH=$lib_dir python3 - "$tmp" "$streams" "$per" "$repeat" "$json_out" "$w
 import sys
 from lib_compare import Comparison
 
-tmp, streams, per, repeat, json_out, window = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
-                                                int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
-c = Comparison(tmp, repeat, per)
-rounds = c.rounds
-metrics = ("put_bw-1M", "get_bw-1M", "put_bw-16M", "get_bw-16M", "put_lat", "get_lat")
-runs = c.remora_runs(metrics)
-ref_bw = {r: {len_: c.iperf(len_, r) for len_ in ("1M", "16M")} for r in rounds}
-ref_lat = {r: c.sockperf(r) for r in rounds}
+c = Comparison.from_argv(("put_bw-1M", "get_bw-1M", "put_bw-16M", "get_bw-16M", "put_lat", "get_lat"))
+rounds, runs, ref_bw, ref_lat, streams = c.rounds, c.runs, c.ref_bw, c.ref_lat, c.streams
 
 result = lambda r, m: runs[r][m]["results"][0] if runs[r][m] else None
 for len_ in ("1M", "16M"):
@@ -93,15 +87,6 @@ for op, what, reference, scale, target in (
         c.row(f"latency {op} 8 B {what} {stat} (us)", reference, refs, [lat[r].get(stat) for r in rounds],
               target if stat == "avg" else None)
 
-cfg = next((run["config"] for r in rounds for run in runs[r].values() if run), {})
-c.print_table(f"# remora RMA vs reference tools on loopback: {cfg.get('streams', streams)} data streams, "
-              f"chunk {cfg.get('chunk_bytes', '?')} B, eager limit {cfg.get('eager_limit', '?')} B, "
-              f"spin {cfg.get('spin_us', '?')} us, rma window {cfg.get('rma_window', '?')}, bw window {window}")
-sys.exit(c.finish(json_out, {
-    "tool": "bench/compare_rma.sh", "streams": streams, "repeat": repeat, "reference_seconds": per,
-    "window": window, "iperf3_16M_row_l": c.refused, "sockperf_message_bytes": 14,
-    "rounds": [{"round": r, "first": c.first[r],
-                "iperf3": {k: {"MBps": v[0], "l": c.iperf_len(k), "end": v[1]["end"]} for k, v in ref_bw[r].items()},
-                "sockperf_one_way_us": ref_lat[r], "remora": runs[r]} for r in rounds]}))
+sys.exit(c.report("bench/compare_rma.sh", "remora RMA vs reference tools", (("rma window", "rma_window"),)))
 PY
 compare_finish $?

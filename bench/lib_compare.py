@@ -10,11 +10,42 @@ import json
 import os
 import re
 import statistics
+import sys
 
 median = lambda xs: statistics.median(xs) if xs else None
 
 
 class Comparison:
+    @classmethod
+    def from_argv(cls, metrics):
+        """The compare scripts' embedded Python gets: run dir, streams, seconds per
+        reference run, rounds, JSON path, bandwidth window. Loads every round."""
+        tmp, streams, per, repeat, json_out, window = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                                        int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+        c = cls(tmp, repeat, per)
+        c.streams, c.json_out, c.window = streams, json_out, window
+        c.runs = c.remora_runs(metrics)
+        c.ref_bw = {r: {len_: c.iperf(len_, r) for len_ in ("1M", "16M")} for r in c.rounds}
+        c.ref_lat = {r: c.sockperf(r) for r in c.rounds}
+        return c
+
+    def report(self, tool, title, extra_fields=()):
+        """Prints the table (titled with remora's configuration) and writes the JSON;
+        returns the exit code."""
+        cfg = next((run["config"] for r in self.rounds for run in self.runs[r].values() if run), {})
+        self.print_table(f"# {title} on loopback: {cfg.get('streams', self.streams)} data streams, "
+                         f"chunk {cfg.get('chunk_bytes', '?')} B, eager limit {cfg.get('eager_limit', '?')} B, "
+                         f"spin {cfg.get('spin_us', '?')} us, "
+                         + "".join(f"{label} {cfg.get(key, '?')}, " for label, key in extra_fields) +
+                         f"bw window {self.window}")
+        return self.finish(self.json_out, {
+            "tool": tool, "streams": self.streams, "repeat": self.repeat, "reference_seconds": self.per,
+            "window": self.window, "iperf3_16M_row_l": self.refused, "sockperf_message_bytes": 14,
+            "rounds": [{"round": r, "first": self.first[r],
+                        "iperf3": {k: {"MBps": v[0], "l": self.iperf_len(k), "end": v[1]["end"]}
+                                   for k, v in self.ref_bw[r].items()},
+                        "sockperf_one_way_us": self.ref_lat[r], "remora": self.runs[r]} for r in self.rounds]})
+
     def __init__(self, tmp, repeat, per):
         self.tmp = tmp
         self.repeat = repeat

@@ -666,12 +666,10 @@ void EndpointCore::out_done(OutData* out) {
       if (it != sends_.end()) complete_send(it->second.get(), Status::ok());
       return;
     }
-    case wire::ChunkKind::kPut: {
-      // The target replies once every byte is in; the RESP may even have come first.
-      auto it = rma_ops_.find(out->owner);
-      if (it != rma_ops_.end() && it->second->responded) complete_rma(it->second.get(), it->second->status);
+    case wire::ChunkKind::kPut:
+      // Nothing to do: the put completes at its RESP, which the target sends only once
+      // every byte is in (an earlier RESP is a protocol violation, see handle_resp).
       return;
-    }
     case wire::ChunkKind::kGet: {
       auto it = served_gets_.find(out->owner);
       if (it == served_gets_.end()) return;

@@ -15,8 +15,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include <set>
-
 #include "engine/progress.h"
 #include "engine/request_state.h"
 #include "mem/region_access.h"
@@ -313,7 +311,12 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::unordered_map<uint64_t, std::unique_ptr<RmaOp>> rma_ops_;
   std::deque<RmaOp*> rma_waiting_;  // posted while the peer's window was full
   uint64_t rma_issued_ = 0;         // request frames sent, RESP not yet received
-  std::set<uint64_t> pending_seqs_;  // puts/atomics not yet completed, for flush
+  // Completion flags of puts/atomics from seq_base_ on (seq_done_[i] is seq seq_base_ + i);
+  // the front is always a pending one, so "anything pending up to seq s" is
+  // !seq_done_.empty() && seq_base_ <= s. No allocation per operation.
+  std::deque<bool> seq_done_;
+  uint64_t seq_base_ = 1;
+  bool pending_through(uint64_t seq) const noexcept { return !seq_done_.empty() && seq_base_ <= seq; }
   std::deque<Flush> flushes_;
   uint64_t flushed_through_ = 0;  // the last seq an earlier flush covered
   Status unflushed_failure_;      // first failure of a put/atomic no flush has covered yet

@@ -117,7 +117,7 @@ Request EndpointCore::post_rma(std::unique_ptr<RmaOp> op) {
   op->inline_class = op->kind == RmaOp::Kind::kAtomic || op->length <= eager_limit_;
   if (op->kind != RmaOp::Kind::kGet) {
     op->seq = next_rma_seq_++;
-    pending_seqs_.insert(op->seq);
+    seq_done_.push_back(false);
   } else {
     op->in.id = op->id;
   }
@@ -190,7 +190,7 @@ Request EndpointCore::flush() {
   const uint64_t covers = next_rma_seq_ - 1;
   Status earlier = std::exchange(unflushed_failure_, Status::ok());
   flushed_through_ = covers;
-  if (pending_seqs_.empty() || *pending_seqs_.begin() > covers) {
+  if (!pending_through(covers)) {
     return Request(RequestState::completed(std::move(earlier), 0, Tag{}));
   }
   Flush f;
@@ -208,7 +208,11 @@ Request EndpointCore::flush() {
 
 void EndpointCore::complete_rma(RmaOp* op, const Status& s) {
   if (op->kind != RmaOp::Kind::kGet) {
-    pending_seqs_.erase(op->seq);
+    seq_done_[op->seq - seq_base_] = true;
+    while (!seq_done_.empty() && seq_done_.front()) {
+      seq_done_.pop_front();
+      ++seq_base_;
+    }
     if (!s.is_ok()) {
       for (Flush& f : flushes_) {
         if (f.covers >= op->seq && f.first_error.is_ok()) f.first_error = s;
@@ -223,7 +227,7 @@ void EndpointCore::complete_rma(RmaOp* op, const Status& s) {
   op->req->complete(s, s.is_ok() ? op->length : 0);
   --outstanding_;
   rma_ops_.erase(op->id);
-  while (!flushes_.empty() && (pending_seqs_.empty() || *pending_seqs_.begin() > flushes_.front().covers)) {
+  while (!flushes_.empty() && !pending_through(flushes_.front().covers)) {
     flushes_.front().req->complete(flushes_.front().first_error, 0);
     flushes_.pop_front();
   }
@@ -304,7 +308,8 @@ void EndpointCore::fail_rma_locked(const Status& why) {
   outstanding_ -= std::min<uint64_t>(outstanding_, rma_ops_.size());
   rma_ops_.clear();
   rma_issued_ = 0;
-  pending_seqs_.clear();
+  seq_done_.clear();
+  seq_base_ = next_rma_seq_;
   for (Flush& f : flushes_) f.req->complete(why, 0);
   flushes_.clear();
   served_puts_.clear();

@@ -28,6 +28,7 @@
 #include "remora/context.h"
 #include "remora/endpoint.h"
 #include "support/exchange.h"
+#include "support/peer_program.h"
 #include "support/rma_scenarios.h"
 #include "support/test_data.h"
 
@@ -36,44 +37,6 @@ namespace {
 using namespace remora;
 using namespace remora::itest;
 
-[[noreturn]] void die(const std::string& why) {
-  std::fprintf(stderr, "remora_rma_peer[%d]: %s\n", static_cast<int>(getpid()), why.c_str());
-  std::exit(1);
-}
-
-class Flags {
- public:
-  Flags(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a.rfind("--", 0) != 0) die("unexpected argument " + a);
-      const auto eq = a.find('=');
-      if (eq == std::string::npos) die("flags are --name=value: " + a);
-      values_[a.substr(2, eq - 2)] = a.substr(eq + 1);
-    }
-  }
-  std::string str(const std::string& k, const std::string& def = {}) const {
-    auto it = values_.find(k);
-    return it == values_.end() ? def : it->second;
-  }
-  uint64_t num(const std::string& k, uint64_t def) const {
-    auto it = values_.find(k);
-    if (it == values_.end()) return def;
-    char* end = nullptr;
-    const uint64_t v = std::strtoull(it->second.c_str(), &end, 0);
-    if (end == it->second.c_str() || *end != '\0') die("--" + k + " wants a number, got " + it->second);
-    return v;
-  }
-
- private:
-  std::map<std::string, std::string> values_;
-};
-
-void check(const std::string& error, const std::string& what) {
-  if (!error.empty()) die(what + ": " + error);
-}
-
-std::string describe(const Status& s) { return std::string(to_string(s.code())) + " (" + s.message() + ")"; }
 
 int run(const Flags& f) {
   auto ctx_r = Context::create();

@@ -47,6 +47,7 @@
 #include "remora/endpoint.h"
 #include "remora/memory.h"
 #include "support/raw_rma.h"
+#include "support/peer_program.h"
 #include "support/rma_target.h"
 #include "support/test_data.h"
 
@@ -55,37 +56,12 @@ namespace {
 using namespace remora;
 using namespace remora::itest;
 
-[[noreturn]] void die(const std::string& why) {
-  std::fprintf(stderr, "remora_rma_target[%d]: %s\n", static_cast<int>(getpid()), why.c_str());
-  std::exit(1);
-}
-
-std::string describe(const Status& s) { return std::string(to_string(s.code())) + " (" + s.message() + ")"; }
 
 void print_line(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
 
-std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) die("flags are --name=value: " + a);
-    flags[a.substr(2, eq - 2)] = a.substr(eq + 1);
-  }
-  return flags;
-}
-
-uint64_t number(const std::map<std::string, std::string>& flags, const std::string& name, uint64_t def) {
-  auto it = flags.find(name);
-  if (it == flags.end()) return def;
-  char* end = nullptr;
-  const uint64_t v = std::strtoull(it->second.c_str(), &end, 0);
-  if (end == it->second.c_str() || *end != '\0') die("--" + name + " wants a number, got " + it->second);
-  return v;
-}
 
 std::string hex64(uint64_t v) {
   char buf[24];
@@ -132,19 +108,19 @@ class Endpoints {
   std::vector<std::shared_ptr<Endpoint>> eps_;
 };
 
-int run(const std::map<std::string, std::string>& flags) {
-  const auto rights_text = flags.count("rights") ? flags.at("rights") : std::string("rwa");
+int run(const Flags& flags) {
+  const auto rights_text = flags.str("rights", "rwa");
   const auto rights = rma_target::parse_rights(rights_text);
   if (!rights) die("--rights takes letters from 'rwa', got " + rights_text);
-  const size_t size = number(flags, "size", rma_target::kDefaultSize);
-  const size_t guard = number(flags, "guard", rma_target::kDefaultGuard);
+  const size_t size = flags.num("size", rma_target::kDefaultSize);
+  const size_t guard = flags.num("guard", rma_target::kDefaultGuard);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (size == 0 || size % page != 0 || guard % page != 0) die("--size and --guard must be multiples of the page size");
 
   ContextOptions options;
   options.pin_mode = PinMode::kOff;
-  if (flags.count("rma-window")) options.rma_window = static_cast<uint32_t>(number(flags, "rma-window", 0));
-  if (flags.count("eager-limit")) options.eager_limit = number(flags, "eager-limit", 0);
+  if (flags.has("rma-window")) options.rma_window = static_cast<uint32_t>(flags.num("rma-window", 0));
+  if (flags.has("eager-limit")) options.eager_limit = flags.num("eager-limit", 0);
   auto ctx_r = Context::create(options);
   if (!ctx_r) die("Context::create: " + describe(ctx_r.status()));
   auto ctx = std::move(ctx_r).value();
@@ -274,10 +250,10 @@ int run(const std::map<std::string, std::string>& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto flags = parse_flags(argc, argv);
+  const Flags flags(argc, argv);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const auto parent = static_cast<pid_t>(number(flags, "parent-pid", 0));
+  const auto parent = static_cast<pid_t>(flags.num("parent-pid", 0));
   if (parent != 0 && getppid() != parent) die("parent is gone");
-  alarm(static_cast<unsigned>(number(flags, "max-seconds", 300)));
+  alarm(static_cast<unsigned>(flags.num("max-seconds", 300)));
   return run(flags);
 }
