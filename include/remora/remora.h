@@ -1,12 +1,16 @@
 // remora/remora.h — everything public, in one include.
 #pragma once
 
+#include "remora/communicator.h"
 #include "remora/config.h"
 #include "remora/context.h"
 #include "remora/endpoint.h"
+#include "remora/launch.h"
 #include "remora/memory.h"
 #include "remora/pool.h"
 #include "remora/request.h"
 #include "remora/status.h"
+#include "remora/store.h"
 #include "remora/types.h"
 #include "remora/version.h"
+

@@ -18,7 +18,11 @@ constexpr const char* kKnownVariables[] = {
     "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_RMA_WINDOW", "REMORA_SPIN_US",
     "REMORA_PROGRESS_LINGER_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS", "REMORA_PIN",
     // Read by tools and later layers, not by Config:
-    "REMORA_STORE", "REMORA_BENCH_JSON"};
+    "REMORA_STORE", "REMORA_BENCH_JSON",
+    // Collectives and launching (src/coll):
+    "REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "REMORA_LOCAL_WORLD_SIZE", "REMORA_HOST",
+    "REMORA_COLL_TIMEOUT_MS", "REMORA_ALLREDUCE_ALGO", "REMORA_BCAST_ALGO", "REMORA_REDUCE_ALGO",
+    "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE"};
 
 Status env_error(const char* name, const Status& s) {
   return Status(StatusCode::kInvalidArgument, std::string(name) + ": " + s.message());

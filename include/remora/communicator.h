@@ -1,0 +1,162 @@
+// remora/communicator.h — collectives with MPI semantics over remora endpoints.
+//
+// A Communicator is a group of ranks 0..size-1 with one endpoint to every other rank
+// (a full mesh over the Context, built through the rendezvous store at init). split()
+// makes sub-communicators that share those endpoints.
+//
+// Every operation exists in two forms: blocking (`allreduce`, returns Status, waits up
+// to the communicator's timeout) and asynchronous (`iallreduce`, returns a Request).
+// As in MPI, every rank of a communicator must call the same collectives in the same
+// order; buffers (and count/displacement arrays of the v-forms) must stay valid until
+// the operation completes. Asynchronous collectives of one communicator run in the
+// order they were posted; different communicators may run concurrently.
+//
+// Counts and displacements are in elements of `type`. In-place: pass kInPlace as the
+// send buffer (allreduce, reduce at the root, scan, exscan, allgather(v) — the rank's
+// block is already in place in recv —, gather(v) at the root, scatter(v) at the root —
+// its block stays in send —, reduce_scatter — the input is recv with size*count
+// elements —, alltoall(v) is not in-place). Zero counts are allowed everywhere.
+//
+// Failure: a collective that fails (a dead rank, a protocol error, the timeout) breaks
+// its communicator and every communicator sharing its endpoints: the endpoints are
+// closed so that the failure reaches every surviving rank quickly, and every later
+// operation fails with the first error. Nothing hangs: each operation is bounded by
+// CommOptions::timeout (REMORA_COLL_TIMEOUT_MS).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "remora/context.h"
+#include "remora/launch.h"
+#include "remora/request.h"
+#include "remora/status.h"
+#include "remora/store.h"
+#include "remora/types.h"
+
+namespace remora {
+
+namespace coll {
+class CommCore;
+}
+
+enum class DataType : uint8_t {
+  kInt8, kUint8, kInt32, kUint32, kInt64, kUint64, kFloat16, kBFloat16, kFloat32, kFloat64,
+};
+/// Bytes per element.
+size_t size_of(DataType type) noexcept;
+/// "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64".
+std::string_view to_string(DataType type) noexcept;
+/// Accepts the names above and the short forms "fp16", "bf16", "fp32", "fp64", "half", "float", "double".
+Result<DataType> parse_data_type(std::string_view name);
+inline constexpr bool is_floating(DataType t) noexcept {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
+}
+
+/// kAvg only for floating types (kInvalidArgument otherwise): sum, then divide by size.
+enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
+std::string_view to_string(ReduceOp op) noexcept;
+Result<ReduceOp> parse_reduce_op(std::string_view name);
+
+/// MPI_IN_PLACE: pass as the send buffer.
+inline const void* const kInPlace = reinterpret_cast<const void*>(uintptr_t{1});
+
+/// Options of a communicator; unset values come from REMORA_* (docs/configuration.md).
+struct CommOptions {
+  /// Bound on every operation and on init's rendezvous (REMORA_COLL_TIMEOUT_MS, default 300 s).
+  std::optional<Duration> timeout = std::nullopt;
+};
+
+class Communicator {
+ public:
+  /// Rank, size and store address from the launcher's environment (see launch.h).
+  /// Rank 0 hosts the store on the store address's port; every rank connects to it,
+  /// publishes where it listens, and connects to every other rank.
+  static Result<std::unique_ptr<Communicator>> init(Context& ctx, const CommOptions& options = {});
+  /// Explicit launch information.
+  static Result<std::unique_ptr<Communicator>> init(Context& ctx, const LaunchInfo& launch,
+                                                    const CommOptions& options = {});
+  explicit Communicator(std::shared_ptr<coll::CommCore> core) noexcept;
+  ~Communicator();  ///< waits for posted operations of this communicator, up to the timeout
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  /// Unique among the communicators of this job that share a rank with this one.
+  uint32_t id() const noexcept;
+
+  /// Collective over this communicator. Ranks with the same `color` form a new
+  /// communicator, ranked by (key, old rank). color < 0 (kUndefined) returns nullptr.
+  static constexpr int kUndefined = -1;
+  Result<std::unique_ptr<Communicator>> split(int color, int key);
+
+  // --- point to point inside the communicator ----------------------------------
+  Request isend(const void* buf, size_t count, DataType type, int peer, uint32_t tag);
+  Request irecv(void* buf, size_t count, DataType type, int peer, uint32_t tag);
+  Status send(const void* buf, size_t count, DataType type, int peer, uint32_t tag);
+  Status recv(void* buf, size_t count, DataType type, int peer, uint32_t tag);
+
+  // --- collectives (blocking) --------------------------------------------------
+  Status barrier();
+  Status broadcast(void* buf, size_t count, DataType type, int root);
+  Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Status gather(const void* send, void* recv, size_t count, DataType type, int root);
+  Status gatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                 std::span<const size_t> displs, DataType type, int root);
+  Status scatter(const void* send, void* recv, size_t count, DataType type, int root);
+  Status scatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs, void* recv,
+                  size_t recv_count, DataType type, int root);
+  Status allgather(const void* send, void* recv, size_t count, DataType type);
+  Status allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                    std::span<const size_t> displs, DataType type);
+  /// MPI_Reduce_scatter_block: send holds size*recv_count elements; rank r gets block r.
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op);
+  Status alltoall(const void* send, void* recv, size_t count, DataType type);
+  Status alltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
+                   void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                   DataType type);
+  /// Inclusive prefix reduction: rank r gets op(send_0 .. send_r).
+  Status scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  /// Exclusive prefix: rank r > 0 gets op(send_0 .. send_{r-1}); rank 0's recv is untouched.
+  Status exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+
+  // --- collectives (asynchronous) ----------------------------------------------
+  Request ibarrier();
+  Request ibroadcast(void* buf, size_t count, DataType type, int root);
+  Request ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  Request iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Request igather(const void* send, void* recv, size_t count, DataType type, int root);
+  Request igatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                   std::span<const size_t> displs, DataType type, int root);
+  Request iscatter(const void* send, void* recv, size_t count, DataType type, int root);
+  Request iscatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs, void* recv,
+                    size_t recv_count, DataType type, int root);
+  Request iallgather(const void* send, void* recv, size_t count, DataType type);
+  Request iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                      std::span<const size_t> displs, DataType type);
+  Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op);
+  Request ialltoall(const void* send, void* recv, size_t count, DataType type);
+  Request ialltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
+                     void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                     DataType type);
+  Request iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Request iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+
+  /// Breaks the communicator (and those sharing its endpoints) now: outstanding and
+  /// later operations fail with kAborted on this rank; peers see the failure.
+  void abort();
+  /// The first failure (ok while healthy).
+  Status failure() const;
+
+  coll::CommCore& core() noexcept { return *core_; }
+
+ private:
+  std::shared_ptr<coll::CommCore> core_;
+};
+
+}  // namespace remora

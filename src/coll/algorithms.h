@@ -1,0 +1,46 @@
+// coll/algorithms.h — the collective algorithms, one entry point per operation.
+//
+// The public Communicator checks arguments (root and peer ranks, kAvg on integer types,
+// count arrays of length size()) and resolves kInPlace before it calls these, so they
+// receive only valid input. In-place is passed on as `send == recv` where the operation allows it (allreduce, scan, exscan, reduce at the
+// root, reduce_scatter: send == recv means the input is recv with size*count elements),
+// and as send == nullptr for the gather/scatter/allgather family ("my block is already
+// in place"). Each function runs inside one Op (tags, deadline) and returns the first
+// failure; it must not return before every request it posted has completed or failed
+// (never leave a receive posted into a buffer the caller may free).
+//
+// Sizes: `count` in elements of `type`; the v-forms' counts and displacements too.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "coll/comm_core.h"
+#include "remora/communicator.h"
+
+namespace remora::coll {
+
+// algo_data.cc — movement only, type-agnostic except for element size.
+Status barrier(Op& op);
+Status broadcast(Op& op, void* buf, size_t count, DataType type, int root);
+Status gather(Op& op, const void* send, void* recv, size_t count, DataType type, int root);
+Status gatherv(Op& op, const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+               std::span<const size_t> displs, DataType type, int root);
+Status scatter(Op& op, const void* send, void* recv, size_t count, DataType type, int root);
+Status scatterv(Op& op, const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs,
+                void* recv, size_t recv_count, DataType type, int root);
+Status allgather(Op& op, const void* send, void* recv, size_t count, DataType type);
+Status allgatherv(Op& op, const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                  std::span<const size_t> displs, DataType type);
+Status alltoall(Op& op, const void* send, void* recv, size_t count, DataType type);
+Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
+                 void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DataType type);
+
+// algo_reduce.cc — reductions (kernels in reduce.h). kAvg: divide once at the end.
+Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root);
+Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop);
+Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop);
+Status scan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop);
+Status exscan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop);
+
+}  // namespace remora::coll

@@ -1,0 +1,409 @@
+#include "coll/comm_core.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "engine/request_state.h"
+
+namespace remora::coll {
+namespace {
+
+constexpr uint64_t kCollectiveBit = uint64_t{1} << 63;
+constexpr uint32_t kCommIdMask = (1u << 23) - 1;
+constexpr uint32_t kSeqMask = (1u << 24) - 1;
+/// Reserved communicator id for the mesh's hello messages (never handed out).
+constexpr uint32_t kHelloCommId = kCommIdMask;
+constexpr Tag kHelloTag = static_cast<Tag>(uint64_t{kHelloCommId} << 40);
+
+Duration left_until(Clock::time_point deadline) {
+  auto now = Clock::now();
+  return deadline <= now ? Duration::zero() : std::chrono::duration_cast<Duration>(deadline - now);
+}
+
+Result<Algo> parse_algo(const char* var, std::initializer_list<Algo> allowed) {
+  auto text = core::getenv_view(var);
+  if (!text || *text == "auto") return Algo::kAuto;
+  std::string names;
+  for (Algo a : allowed) {
+    if (*text == to_string(a)) return a;
+    names += "|" + std::string(to_string(a));
+  }
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("{}: '{}' is not one of auto{}", var, *text, names));
+}
+
+}  // namespace
+
+std::string_view to_string(Algo a) noexcept {
+  switch (a) {
+    case Algo::kAuto: return "auto";
+    case Algo::kRing: return "ring";
+    case Algo::kRecursiveDoubling: return "rd";
+    case Algo::kTree: return "tree";
+    case Algo::kChain: return "chain";
+    case Algo::kPairwise: return "pairwise";
+    case Algo::kLinear: return "linear";
+    case Algo::kDissemination: return "dissemination";
+  }
+  return "?";
+}
+
+Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
+  CollConfig c;
+  if (auto text = core::getenv_view("REMORA_COLL_TIMEOUT_MS")) {
+    auto v = core::parse_uint(*text, 1, 24ull * 3600 * 1000);
+    if (!v) return Status(StatusCode::kInvalidArgument, "REMORA_COLL_TIMEOUT_MS: " + v.status().message());
+    c.timeout = std::chrono::milliseconds(*v);
+  }
+  REMORA_ASSIGN_OR_RETURN(c.allreduce, parse_algo("REMORA_ALLREDUCE_ALGO", {Algo::kRing, Algo::kRecursiveDoubling}));
+  REMORA_ASSIGN_OR_RETURN(c.broadcast, parse_algo("REMORA_BCAST_ALGO", {Algo::kTree, Algo::kChain}));
+  REMORA_ASSIGN_OR_RETURN(c.reduce, parse_algo("REMORA_REDUCE_ALGO", {Algo::kTree, Algo::kChain}));
+  REMORA_ASSIGN_OR_RETURN(c.allgather, parse_algo("REMORA_ALLGATHER_ALGO", {Algo::kRing, Algo::kRecursiveDoubling}));
+  for (auto [var, field] : {std::pair{"REMORA_RING_THRESHOLD", &c.ring_threshold},
+                            std::pair{"REMORA_COLL_PIPELINE", &c.pipeline_bytes}}) {
+    if (auto text = core::getenv_view(var)) {
+      auto v = core::parse_size(*text);
+      if (!v) return Status(StatusCode::kInvalidArgument, std::string(var) + ": " + v.status().message());
+      *field = *v;
+    }
+  }
+  if (c.pipeline_bytes < 4096 || c.pipeline_bytes > (size_t{1} << 30)) {
+    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_PIPELINE must be 4K..1G");
+  }
+  if (options.timeout) {
+    if (*options.timeout <= Duration::zero()) return Status(StatusCode::kInvalidArgument, "CommOptions::timeout must be positive");
+    c.timeout = *options.timeout;
+  }
+  return c;
+}
+
+// --- World ------------------------------------------------------------------------
+
+World::World(Context& ctx, int rank, int size, std::vector<std::shared_ptr<Endpoint>> peers,
+             std::unique_ptr<Store> store, std::unique_ptr<StoreServer> server)
+    : ctx_(ctx), rank_(rank), size_(size), peers_(std::move(peers)), server_(std::move(server)), store_(std::move(store)) {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !peers_[static_cast<size_t>(r)]) continue;
+    // ~World removes the handlers before anything they touch goes away.
+    peers_[static_cast<size_t>(r)]->set_notification_handler([this, r](const Notification& n) { route(r, n); });
+  }
+}
+
+World::~World() {
+  for (auto& ep : peers_) {
+    if (!ep) continue;
+    ep->set_notification_handler({});
+    ep->close();
+  }
+}
+
+void World::route(int from, const Notification& n) {
+  const uint32_t comm = static_cast<uint32_t>(n.value >> 40) & kCommIdMask;
+  {
+    std::lock_guard lock(mu_);
+    mail_[comm].push_back(Incoming{from, n});
+  }
+  cv_.notify_all();
+}
+
+void World::fail(const Status& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) return;
+    failed_ = true;
+    failure_ = why;
+  }
+  REMORA_LOG(kWarn, "collectives: rank {} breaks its communicators: {}", rank_, why.to_string());
+  for (auto& ep : peers_) {
+    if (ep) ep->close();
+  }
+  cv_.notify_all();
+}
+
+Status World::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+bool World::failed() const {
+  std::lock_guard lock(mu_);
+  return failed_;
+}
+
+uint32_t World::next_comm_id() const {
+  std::lock_guard lock(mu_);
+  return next_comm_id_;
+}
+
+void World::note_comm_ids_used(uint32_t up_to_exclusive) {
+  std::lock_guard lock(mu_);
+  next_comm_id_ = std::max(next_comm_id_, up_to_exclusive);
+}
+
+bool World::poll_notification(uint32_t comm_id, Incoming* out) {
+  std::lock_guard lock(mu_);
+  auto it = mail_.find(comm_id);
+  if (it == mail_.end() || it->second.empty()) return false;
+  *out = it->second.front();
+  it->second.pop_front();
+  return true;
+}
+
+Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline) {
+  // Spin first, driving progress from this thread (a wake-up across CPUs costs far
+  // more than the wait itself on small messages), then block on the condition variable.
+  const auto spin = std::chrono::microseconds(ctx_.config().spin_us);
+  auto spin_end = Clock::now() + spin;
+  unsigned polls = 0;
+  while (true) {
+    if (poll_notification(comm_id, out)) return Status::ok();
+    if (failed()) return failure();
+    auto now = Clock::now();
+    if (now >= deadline) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
+    if (now >= spin_end) break;
+    ctx_.progress();
+    if (++polls % 32 == 0) sched_yield();
+  }
+  std::unique_lock lock(mu_);
+  while (true) {
+    auto it = mail_.find(comm_id);
+    if (it != mail_.end() && !it->second.empty()) {
+      *out = it->second.front();
+      it->second.pop_front();
+      return Status::ok();
+    }
+    if (failed_) return failure_;
+    auto now = Clock::now();
+    if (now >= deadline) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
+    // Endpoint failures do not signal this condition variable: check them every 20 ms.
+    bool peer_down = false;
+    Status why;
+    lock.unlock();
+    for (auto& ep : peers_) {
+      if (ep && ep->failed()) {
+        peer_down = true;
+        why = ep->failure();
+        break;
+      }
+    }
+    lock.lock();
+    if (peer_down) return why;
+    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(20)));
+  }
+}
+
+// --- mesh ---------------------------------------------------------------------------
+
+Result<std::vector<std::shared_ptr<Endpoint>>> connect_mesh(Context& ctx, Listener& listener, int rank,
+                                                            std::span<const std::string> addresses,
+                                                            Clock::time_point deadline) {
+  const int size = static_cast<int>(addresses.size());
+  std::vector<std::shared_ptr<Endpoint>> peers(addresses.size());
+  for (int j = 0; j < rank; ++j) {
+    auto ep = ctx.connect(addresses[static_cast<size_t>(j)], left_until(deadline));
+    if (!ep) {
+      return Status(ep.status().code(), fmt::format("rank {} could not connect to rank {} at {}: {}", rank, j,
+                                                    addresses[static_cast<size_t>(j)], ep.status().message()));
+    }
+    uint32_t me = static_cast<uint32_t>(rank);
+    Status s = (*ep)->send(std::as_bytes(std::span(&me, 1)), kHelloTag).wait(left_until(deadline));
+    if (!s.is_ok()) return Status(s.code(), fmt::format("hello to rank {}: {}", j, s.message()));
+    peers[static_cast<size_t>(j)] = std::move(*ep);
+  }
+  for (int n = rank + 1; n < size; ++n) {
+    auto ep = listener.accept(left_until(deadline));
+    if (!ep) {
+      return Status(ep.status().code(), fmt::format("rank {} waited for {} more ranks to connect: {}", rank, size - n,
+                                                    ep.status().message()));
+    }
+    uint32_t who = 0;
+    Request r = (*ep)->recv(std::as_writable_bytes(std::span(&who, 1)), kHelloTag);
+    Status s = r.wait(left_until(deadline));
+    if (!s.is_ok()) return Status(s.code(), fmt::format("hello from {}: {}", (*ep)->peer_address(), s.message()));
+    if (r.bytes() != sizeof who || who <= static_cast<uint32_t>(rank) || who >= static_cast<uint32_t>(size) ||
+        peers[who]) {
+      return Status(StatusCode::kProtocol, fmt::format("rank {}: bad hello (rank {}) from {}", rank, who,
+                                                       (*ep)->peer_address()));
+    }
+    peers[who] = std::move(*ep);
+  }
+  return peers;
+}
+
+// --- Op -------------------------------------------------------------------------------
+
+int Op::rank() const noexcept { return comm_.rank(); }
+int Op::size() const noexcept { return comm_.size(); }
+
+Tag Op::tag(uint32_t step) const noexcept {
+  return static_cast<Tag>(kCollectiveBit | (uint64_t{comm_.id() & kCommIdMask} << 40) |
+                          (uint64_t{seq_ & kSeqMask} << 16) | (step & 0xFFFFu));
+}
+
+Endpoint& Op::endpoint(int peer) { return comm_.world().peer(comm_.world_rank(peer)); }
+
+Request Op::send(int peer, const void* data, size_t bytes, uint32_t step) {
+  return endpoint(peer).send(std::span(static_cast<const std::byte*>(data), bytes), tag(step));
+}
+
+Request Op::recv(int peer, void* data, size_t bytes, uint32_t step) {
+  return endpoint(peer).recv(std::span(static_cast<std::byte*>(data), bytes), tag(step));
+}
+
+Status Op::wait(const Request& r, size_t expected_bytes) {
+  Status s = r.wait(left_until(deadline_));
+  if (s.code() == StatusCode::kTimeout) {
+    return Status(StatusCode::kTimeout, fmt::format("collective timed out after {} ms (REMORA_COLL_TIMEOUT_MS)",
+                                                    std::chrono::duration_cast<std::chrono::milliseconds>(comm_.config().timeout).count()));
+  }
+  if (!s.is_ok()) return s;
+  if (expected_bytes != SIZE_MAX && r.bytes() != expected_bytes) {
+    return Status(StatusCode::kProtocol, fmt::format("collective message of {} bytes where {} were expected "
+                                                     "(ranks disagree on counts or on the call sequence)",
+                                                     r.bytes(), expected_bytes));
+  }
+  return Status::ok();
+}
+
+Status Op::wait_all(std::span<const Request> rs) {
+  Status first;
+  for (const Request& r : rs) {
+    // Keep waiting after a failure: no request may stay posted into caller memory.
+    // A failed world closed its endpoints, so the rest complete at once.
+    Status s = wait(r);
+    if (!s.is_ok() && first.is_ok()) {
+      first = s;
+      comm_.world().fail(s);
+    }
+  }
+  return first;
+}
+
+Status Op::sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rdata, size_t rbytes, uint32_t step) {
+  Request rr, sr;
+  if (from >= 0) rr = recv(from, rdata, rbytes, step);
+  if (to >= 0) sr = send(to, sdata, sbytes, step);
+  Status first;
+  if (sr.valid()) first = wait(sr);
+  if (!first.is_ok()) comm_.world().fail(first);
+  if (rr.valid()) {
+    Status s = wait(rr, rbytes);
+    if (!s.is_ok() && first.is_ok()) first = s;
+  }
+  return first;
+}
+
+uint64_t Op::notify_value(uint16_t low) const noexcept {
+  return (uint64_t{comm_.id() & kCommIdMask} << 40) | (uint64_t{seq_ & kSeqMask} << 16) | low;
+}
+
+Status Op::wait_notification(World::Incoming* out) {
+  return comm_.world().wait_notification(comm_.id(), out, deadline_);
+}
+
+// --- CommCore -----------------------------------------------------------------------
+
+CommCore::CommCore(std::shared_ptr<World> world, uint32_t id, std::vector<int> members, int rank, CollConfig config)
+    : world_(std::move(world)), id_(id), members_(std::move(members)), rank_(rank), config_(config) {}
+
+CommCore::~CommCore() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+Status CommCore::execute(const Body& body) {
+  if (world_->failed()) return world_->failure();
+  const uint32_t seq = ++seq_ & kSeqMask;
+  Op op(*this, seq, Clock::now() + config_.timeout);
+  Status s = body(op);
+  if (!s.is_ok()) world_->fail(s);
+  return s;
+}
+
+Status CommCore::run(const Body& body) {
+  {
+    std::unique_lock lock(queue_mu_);
+    queue_cv_.wait(lock, [&] { return queued_or_running_ == 0; });
+  }
+  std::lock_guard exec(exec_mu_);
+  return execute(body);
+}
+
+Request CommCore::post(Body body) {
+  auto state = detail::RequestState::make(nullptr, Tag{});
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.emplace_back(std::move(body), state);
+    ++queued_or_running_;
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
+  }
+  queue_cv_.notify_all();
+  return Request(state);
+}
+
+void CommCore::worker_main() {
+  std::unique_lock lock(queue_mu_);
+  while (true) {
+    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    auto [body, token] = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    Status s;
+    {
+      std::lock_guard exec(exec_mu_);
+      s = execute(body);
+    }
+    static_cast<detail::RequestState*>(token.get())->complete(std::move(s), 0);
+    lock.lock();
+    --queued_or_running_;
+    queue_cv_.notify_all();
+  }
+}
+
+void CommCore::abort() { world_->fail(Status(StatusCode::kAborted, "communicator aborted by the application")); }
+
+Status CommCore::failure() const { return world_->failure(); }
+
+Status CommCore::check_root(int root) const {
+  if (root < 0 || root >= size()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("root {} is not a rank of this communicator (size {})", root, size()));
+  }
+  return Status::ok();
+}
+
+Status CommCore::check_peer(int peer) const {
+  if (peer < 0 || peer >= size() || peer == rank_) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("peer {} is not another rank of this communicator (rank {}, size {})", peer, rank_, size()));
+  }
+  return Status::ok();
+}
+
+namespace {
+Tag user_tag(uint32_t comm, uint32_t tag) { return static_cast<Tag>((uint64_t{comm & kCommIdMask} << 40) | tag); }
+}  // namespace
+
+Request CommCore::send_user(const void* data, size_t bytes, int peer, uint32_t tag) {
+  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  return world_->peer(world_rank(peer)).send(std::span(static_cast<const std::byte*>(data), bytes), user_tag(id_, tag));
+}
+
+Request CommCore::recv_user(void* data, size_t bytes, int peer, uint32_t tag) {
+  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  return world_->peer(world_rank(peer)).recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
+}
+
+}  // namespace remora::coll

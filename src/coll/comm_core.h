@@ -1,0 +1,238 @@
+// coll/comm_core.h — the machinery under remora::Communicator: the mesh of endpoints
+// (World), communicators over a subset of it (CommCore), and the per-operation
+// context (Op) that algorithms use to exchange data with tags and a deadline.
+//
+// Tags on the mesh's endpoints (they carry nothing but communicator traffic):
+//   bit 63 = 1: collective traffic   [1][comm id:23][op seq:24][step:16]
+//   bit 63 = 0: Communicator::send   [0][comm id:23][zero:8][user tag:32]
+// Messages with the same tag between two ranks match in send order, so an algorithm
+// may reuse a step number for successive pieces as long as both sides agree on order.
+//
+// Notifications (puts with notify into a rank's scratch) carry
+//   [comm id:23 at bit 40][op seq:24 at bit 16][low 16 bits: algorithm's own use]
+// and the World routes them to the communicator by id (Op::wait_notification).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remora/communicator.h"
+#include "remora/context.h"
+#include "remora/endpoint.h"
+#include "remora/request.h"
+#include "remora/status.h"
+#include "remora/store.h"
+
+namespace remora::coll {
+
+using Clock = std::chrono::steady_clock;
+
+/// Algorithm choices (REMORA_<OP>_ALGO); kAuto picks by size and rank count.
+enum class Algo : uint8_t {
+  kAuto,
+  kRing,               ///< allreduce (reduce-scatter + allgather, puts + notify), allgather, reduce_scatter
+  kRecursiveDoubling,  ///< allreduce, allgather (any size; non-powers of two fold the excess ranks)
+  kTree,               ///< broadcast, reduce: binomial tree
+  kChain,              ///< broadcast, reduce: pipelined chain
+  kPairwise,           ///< alltoall(v)
+  kLinear,             ///< gather/scatter/alltoall: root or everyone talks to everyone directly
+  kDissemination,      ///< barrier
+};
+std::string_view to_string(Algo a) noexcept;
+
+/// Collective configuration, resolved from REMORA_* and CommOptions.
+struct CollConfig {
+  Duration timeout = std::chrono::seconds(300);  ///< REMORA_COLL_TIMEOUT_MS
+  Algo allreduce = Algo::kAuto;                  ///< REMORA_ALLREDUCE_ALGO=auto|ring|rd
+  Algo broadcast = Algo::kAuto;                  ///< REMORA_BCAST_ALGO=auto|tree|chain
+  Algo reduce = Algo::kAuto;                     ///< REMORA_REDUCE_ALGO=auto|tree|chain
+  Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd
+  size_t ring_threshold = 64 * 1024;             ///< REMORA_RING_THRESHOLD: allreduce bytes from which auto picks ring
+  size_t pipeline_bytes = 256 * 1024;            ///< REMORA_COLL_PIPELINE: piece size of rings and chains
+
+  static Result<CollConfig> from_env(const CommOptions& options);
+};
+
+/// One endpoint to every other rank of the job, shared by every communicator made from
+/// it. Owns the store connection (and, on rank 0, the store server) while it lives.
+class World : public std::enable_shared_from_this<World> {
+ public:
+  struct Incoming {
+    int from = -1;  ///< world rank of the sender
+    Notification note;
+  };
+
+  World(Context& ctx, int rank, int size, std::vector<std::shared_ptr<Endpoint>> peers,
+        std::unique_ptr<Store> store = nullptr, std::unique_ptr<StoreServer> server = nullptr);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  Context& context() noexcept { return ctx_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  /// The endpoint to world rank `r` (r != rank()).
+  Endpoint& peer(int r) const { return *peers_.at(static_cast<size_t>(r)); }
+  Store* store() noexcept { return store_.get(); }
+
+  /// Records the first failure and closes every endpoint, so that peers blocked on us
+  /// fail at once. Idempotent.
+  void fail(const Status& why);
+  Status failure() const;
+  bool failed() const;
+
+  /// Communicator ids: returns `count` fresh ids, all above `floor` and above every id
+  /// this rank has handed out (split uses the maximum over its ranks as the floor).
+  uint32_t next_comm_id() const;
+  void note_comm_ids_used(uint32_t up_to_exclusive);
+
+  /// Routed notifications for communicator `comm_id` (see the header comment).
+  bool poll_notification(uint32_t comm_id, Incoming* out);
+  /// Waits until one arrives or `deadline`; drives progress while waiting.
+  Status wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline);
+
+ private:
+  void route(int from, const Notification& n);
+
+  Context& ctx_;
+  const int rank_;
+  const int size_;
+  std::vector<std::shared_ptr<Endpoint>> peers_;  ///< null at rank_
+  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<Store> store_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Status failure_;
+  bool failed_ = false;
+  uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
+  std::map<uint32_t, std::deque<Incoming>> mail_;
+};
+
+/// Connects a full mesh: rank i dials every rank j < i at addresses[j] and announces
+/// its rank; it accepts one endpoint from every rank above it on `listener`.
+/// `addresses` has one "host:port" per rank. kTimeout / kProtocol on failure.
+Result<std::vector<std::shared_ptr<Endpoint>>> connect_mesh(Context& ctx, Listener& listener, int rank,
+                                                            std::span<const std::string> addresses,
+                                                            Clock::time_point deadline);
+
+class CommCore;
+
+/// One collective (or p2p) operation in progress: its tags, its deadline.
+class Op {
+ public:
+  Op(CommCore& comm, uint32_t seq, Clock::time_point deadline) : comm_(comm), seq_(seq), deadline_(deadline) {}
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  CommCore& comm() noexcept { return comm_; }
+  uint32_t seq() const noexcept { return seq_; }
+  Clock::time_point deadline() const noexcept { return deadline_; }
+  Tag tag(uint32_t step) const noexcept;
+
+  /// Sends/receives `bytes` to/from communicator rank `peer` with this op's tag for
+  /// `step`. A zero-byte message is still a message (it synchronises).
+  Request send(int peer, const void* data, size_t bytes, uint32_t step = 0);
+  Request recv(int peer, void* data, size_t bytes, uint32_t step = 0);
+  /// Waits with the op's deadline. A failure (including kTimeout) is returned; the
+  /// caller returns it and CommCore breaks the communicator. Received sizes are checked:
+  /// a message shorter than expected is kProtocol.
+  Status wait(const Request& r, size_t expected_bytes = SIZE_MAX);
+  Status wait_all(std::span<const Request> rs);
+  /// send to `to` and receive from `from` at once (either may be skipped with -1).
+  Status sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rdata, size_t rbytes, uint32_t step = 0);
+
+  /// The endpoint to communicator rank `peer` (for RMA).
+  Endpoint& endpoint(int peer);
+  /// Notification value for this op with the algorithm's low 16 bits.
+  uint64_t notify_value(uint16_t low) const noexcept;
+  /// Waits for a notification of this communicator (any op seq; check `note.value`).
+  Status wait_notification(World::Incoming* out);
+
+ private:
+  CommCore& comm_;
+  uint32_t seq_;
+  Clock::time_point deadline_;
+};
+
+/// A communicator: `members` are world ranks in communicator-rank order.
+class CommCore : public std::enable_shared_from_this<CommCore> {
+ public:
+  using Body = std::function<Status(Op&)>;
+
+  CommCore(std::shared_ptr<World> world, uint32_t id, std::vector<int> members, int rank, CollConfig config);
+  ~CommCore();
+  CommCore(const CommCore&) = delete;
+  CommCore& operator=(const CommCore&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+  uint32_t id() const noexcept { return id_; }
+  World& world() noexcept { return *world_; }
+  const std::shared_ptr<World>& world_ptr() const noexcept { return world_; }
+  const CollConfig& config() const noexcept { return config_; }
+  int world_rank(int comm_rank) const { return members_.at(static_cast<size_t>(comm_rank)); }
+
+  /// Runs `body` as the next operation of this communicator, in the calling thread
+  /// (after every posted asynchronous op has finished). A failure breaks the world.
+  Status run(const Body& body);
+  /// Queues `body` to run on this communicator's worker thread, in posting order.
+  Request post(Body body);
+  /// Breaks everything now (kAborted).
+  void abort();
+  Status failure() const;
+
+  /// Argument check shared by the entry points: ok, or kInvalidArgument (without
+  /// breaking the communicator: nothing was sent).
+  Status check_root(int root) const;
+  Status check_peer(int peer) const;
+
+  /// Point-to-point inside the communicator (Communicator::isend/irecv).
+  Request send_user(const void* data, size_t bytes, int peer, uint32_t tag);
+  Request recv_user(void* data, size_t bytes, int peer, uint32_t tag);
+
+  /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
+  /// scratch and the neighbours' keys). Created on first use, lives with the comm.
+  template <typename T>
+  T& state(const char* name) {
+    std::lock_guard lock(state_mu_);
+    auto& slot = states_[name];
+    if (!slot) slot = std::shared_ptr<void>(new T(), [](void* p) { delete static_cast<T*>(p); });
+    return *static_cast<T*>(slot.get());
+  }
+
+ private:
+  Status execute(const Body& body);
+  void worker_main();
+
+  std::shared_ptr<World> world_;
+  const uint32_t id_;
+  const std::vector<int> members_;
+  const int rank_;
+  const CollConfig config_;
+
+  std::mutex exec_mu_;  ///< one operation at a time
+  uint32_t seq_ = 0;    ///< guarded by exec_mu_
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::pair<Body, std::shared_ptr<void>>> queue_;  ///< body, its RequestState
+  size_t queued_or_running_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;  ///< started on first post()
+
+  std::mutex state_mu_;
+  std::map<std::string, std::shared_ptr<void>> states_;
+};
+
+}  // namespace remora::coll

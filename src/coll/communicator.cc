@@ -1,0 +1,349 @@
+// The public Communicator: argument checks, kInPlace resolution, and dispatch to the
+// algorithms (algorithms.h) through CommCore::run (blocking) or post (asynchronous).
+#include "remora/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "coll/algorithms.h"
+#include "coll/comm_core.h"
+#include "coll/reduce.h"
+#include "engine/request_state.h"
+
+namespace remora {
+
+using coll::CommCore;
+using coll::Op;
+
+namespace {
+
+struct Prepared {
+  Status check;
+  CommCore::Body body;
+};
+
+Status invalid(std::string message) { return Status(StatusCode::kInvalidArgument, std::move(message)); }
+
+/// A buffer of `count` elements: null only when empty; kInPlace only where allowed.
+Status check_buffer(const char* what, const void* p, size_t count, DataType type, bool in_place_ok) {
+  if (p == kInPlace) return in_place_ok ? Status::ok() : invalid(fmt::format("{}: kInPlace is not allowed here", what));
+  if (count != 0 && p == nullptr) return invalid(fmt::format("{}: null buffer for {} elements", what, count));
+  if (count > SIZE_MAX / 16 / size_of(type)) return invalid(fmt::format("{}: {} elements is too many", what, count));
+  return Status::ok();
+}
+
+Status check_op(DataType type, ReduceOp op) {
+  if (!coll::supported(type, op)) {
+    return invalid(fmt::format("reduction {} is not defined for {}", to_string(op), to_string(type)));
+  }
+  return Status::ok();
+}
+
+Status check_counts(const char* what, std::span<const size_t> counts, std::span<const size_t> displs, int size) {
+  if (counts.size() != static_cast<size_t>(size) || displs.size() != static_cast<size_t>(size)) {
+    return invalid(fmt::format("{}: counts and displacements need {} entries each (got {} and {})", what, size,
+                               counts.size(), displs.size()));
+  }
+  return Status::ok();
+}
+
+Status first_error(std::initializer_list<Status> checks) {
+  for (const Status& s : checks) {
+    if (!s.is_ok()) return s;
+  }
+  return Status::ok();
+}
+
+const void* resolve(const void* send, void* recv) { return send == kInPlace ? recv : send; }
+const void* in_place_null(const void* send) { return send == kInPlace ? nullptr : send; }
+
+}  // namespace
+
+Communicator::Communicator(std::shared_ptr<CommCore> core) noexcept : core_(std::move(core)) {}
+
+Communicator::~Communicator() {
+  // run() waits for the posted operations first; an empty body costs nothing on the wire.
+  if (core_) (void)core_->run([](Op&) { return Status::ok(); });
+}
+
+int Communicator::rank() const noexcept { return core_->rank(); }
+int Communicator::size() const noexcept { return core_->size(); }
+uint32_t Communicator::id() const noexcept { return core_->id(); }
+void Communicator::abort() { core_->abort(); }
+Status Communicator::failure() const { return core_->failure(); }
+
+namespace {
+Status run(CommCore& c, Prepared p) { return p.check.is_ok() ? c.run(p.body) : p.check; }
+Request post(CommCore& c, Prepared p) {
+  if (!p.check.is_ok()) return Request(detail::RequestState::completed(p.check, 0, Tag{}));
+  return c.post(std::move(p.body));
+}
+
+// One Prepared per operation; the blocking and asynchronous forms share it.
+Prepared prep_barrier() {
+  return {Status::ok(), [](Op& op) { return coll::barrier(op); }};
+}
+Prepared prep_broadcast(CommCore& c, void* buf, size_t count, DataType type, int root) {
+  return {first_error({c.check_root(root), check_buffer("broadcast", buf, count, type, false)}),
+          [=](Op& op) { return coll::broadcast(op, buf, count, type, root); }};
+}
+Prepared prep_reduce(CommCore& c, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
+  const bool is_root = c.rank() == root;
+  return {first_error({c.check_root(root), check_op(type, rop), check_buffer("reduce send", send, count, type, is_root),
+                       check_buffer("reduce recv", is_root ? recv : nullptr, is_root ? count : 0, type, false)}),
+          [=](Op& op) { return coll::reduce(op, resolve(send, recv), recv, count, type, rop, root); }};
+}
+Prepared prep_allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  return {first_error({check_op(type, rop), check_buffer("allreduce send", send, count, type, true),
+                       check_buffer("allreduce recv", recv, count, type, false)}),
+          [=](Op& op) { return coll::allreduce(op, resolve(send, recv), recv, count, type, rop); }};
+}
+Prepared prep_gather(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
+  const bool is_root = c.rank() == root;
+  return {first_error({c.check_root(root), check_buffer("gather send", send, count, type, is_root),
+                       check_buffer("gather recv", is_root ? recv : nullptr, is_root ? count * c.size() : 0, type, false)}),
+          [=](Op& op) { return coll::gather(op, in_place_null(send), recv, count, type, root); }};
+}
+Prepared prep_gatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
+                      std::span<const size_t> displs, DataType type, int root) {
+  const bool is_root = c.rank() == root;
+  return {first_error({c.check_root(root), check_buffer("gatherv send", send, send_count, type, is_root),
+                       is_root ? check_counts("gatherv", counts, displs, c.size()) : Status::ok(),
+                       check_buffer("gatherv recv", is_root ? recv : nullptr, is_root ? 1 : 0, type, false)}),
+          [=](Op& op) { return coll::gatherv(op, in_place_null(send), send_count, recv, counts, displs, type, root); }};
+}
+Prepared prep_scatter(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
+  const bool is_root = c.rank() == root;
+  return {first_error({c.check_root(root),
+                       check_buffer("scatter send", is_root ? send : nullptr, is_root ? count * c.size() : 0, type, false),
+                       check_buffer("scatter recv", recv, count, type, is_root)}),
+          [=](Op& op) { return coll::scatter(op, send, recv == kInPlace ? nullptr : recv, count, type, root); }};
+}
+Prepared prep_scatterv(CommCore& c, const void* send, std::span<const size_t> counts, std::span<const size_t> displs,
+                       void* recv, size_t recv_count, DataType type, int root) {
+  const bool is_root = c.rank() == root;
+  return {first_error({c.check_root(root), is_root ? check_counts("scatterv", counts, displs, c.size()) : Status::ok(),
+                       check_buffer("scatterv send", is_root ? send : nullptr, is_root ? 1 : 0, type, false),
+                       check_buffer("scatterv recv", recv, recv_count, type, is_root)}),
+          [=](Op& op) {
+            return coll::scatterv(op, send, counts, displs, recv == kInPlace ? nullptr : recv, recv_count, type, root);
+          }};
+}
+Prepared prep_allgather(CommCore& c, const void* send, void* recv, size_t count, DataType type) {
+  return {first_error({check_buffer("allgather send", send, count, type, true),
+                       check_buffer("allgather recv", recv, count * c.size(), type, false)}),
+          [=](Op& op) { return coll::allgather(op, in_place_null(send), recv, count, type); }};
+}
+Prepared prep_allgatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
+                         std::span<const size_t> displs, DataType type) {
+  return {first_error({check_buffer("allgatherv send", send, send_count, type, true),
+                       check_counts("allgatherv", counts, displs, c.size())}),
+          [=](Op& op) { return coll::allgatherv(op, in_place_null(send), send_count, recv, counts, displs, type); }};
+}
+Prepared prep_reduce_scatter(CommCore& c, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
+  return {first_error({check_op(type, rop), check_buffer("reduce_scatter send", send, recv_count * c.size(), type, true),
+                       check_buffer("reduce_scatter recv", recv, send == kInPlace ? recv_count * c.size() : recv_count,
+                                    type, false)}),
+          [=](Op& op) { return coll::reduce_scatter(op, resolve(send, recv), recv, recv_count, type, rop); }};
+}
+Prepared prep_alltoall(CommCore& c, const void* send, void* recv, size_t count, DataType type) {
+  return {first_error({check_buffer("alltoall send", send, count * c.size(), type, false),
+                       check_buffer("alltoall recv", recv, count * c.size(), type, false)}),
+          [=](Op& op) { return coll::alltoall(op, send, recv, count, type); }};
+}
+Prepared prep_alltoallv(CommCore& c, const void* send, std::span<const size_t> scounts, std::span<const size_t> sdispls,
+                        void* recv, std::span<const size_t> rcounts, std::span<const size_t> rdispls, DataType type) {
+  return {first_error({check_counts("alltoallv send", scounts, sdispls, c.size()),
+                       check_counts("alltoallv recv", rcounts, rdispls, c.size()),
+                       check_buffer("alltoallv send", send, 0, type, false),
+                       check_buffer("alltoallv recv", recv, 0, type, false)}),
+          [=](Op& op) { return coll::alltoallv(op, send, scounts, sdispls, recv, rcounts, rdispls, type); }};
+}
+Prepared prep_scan(bool exclusive, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  return {first_error({check_op(type, rop), check_buffer("scan send", send, count, type, true),
+                       check_buffer("scan recv", recv, count, type, false)}),
+          [=](Op& op) {
+            return exclusive ? coll::exscan(op, resolve(send, recv), recv, count, type, rop)
+                             : coll::scan(op, resolve(send, recv), recv, count, type, rop);
+          }};
+}
+
+}  // namespace
+
+// --- point to point -------------------------------------------------------------------
+
+Request Communicator::isend(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+  Status s = first_error({core_->check_peer(peer), check_buffer("send", buf, count, type, false)});
+  if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
+  return core_->send_user(buf, count * size_of(type), peer, tag);
+}
+Request Communicator::irecv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+  Status s = first_error({core_->check_peer(peer), check_buffer("recv", buf, count, type, false)});
+  if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
+  return core_->recv_user(buf, count * size_of(type), peer, tag);
+}
+Status Communicator::send(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+  return isend(buf, count, type, peer, tag).wait(core_->config().timeout);
+}
+Status Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+  return irecv(buf, count, type, peer, tag).wait(core_->config().timeout);
+}
+
+// --- collectives ------------------------------------------------------------------------
+
+Status Communicator::barrier() { return run(*core_, prep_barrier()); }
+Request Communicator::ibarrier() { return post(*core_, prep_barrier()); }
+Status Communicator::broadcast(void* buf, size_t count, DataType type, int root) {
+  return run(*core_, prep_broadcast(*core_, buf, count, type, root));
+}
+Request Communicator::ibroadcast(void* buf, size_t count, DataType type, int root) {
+  return post(*core_, prep_broadcast(*core_, buf, count, type, root));
+}
+Status Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  return run(*core_, prep_reduce(*core_, send, recv, count, type, op, root));
+}
+Request Communicator::ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  return post(*core_, prep_reduce(*core_, send, recv, count, type, op, root));
+}
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return run(*core_, prep_allreduce(send, recv, count, type, op));
+}
+Request Communicator::iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return post(*core_, prep_allreduce(send, recv, count, type, op));
+}
+Status Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root) {
+  return run(*core_, prep_gather(*core_, send, recv, count, type, root));
+}
+Request Communicator::igather(const void* send, void* recv, size_t count, DataType type, int root) {
+  return post(*core_, prep_gather(*core_, send, recv, count, type, root));
+}
+Status Communicator::gatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                             std::span<const size_t> displs, DataType type, int root) {
+  return run(*core_, prep_gatherv(*core_, send, send_count, recv, recv_counts, displs, type, root));
+}
+Request Communicator::igatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                               std::span<const size_t> displs, DataType type, int root) {
+  return post(*core_, prep_gatherv(*core_, send, send_count, recv, recv_counts, displs, type, root));
+}
+Status Communicator::scatter(const void* send, void* recv, size_t count, DataType type, int root) {
+  return run(*core_, prep_scatter(*core_, send, recv, count, type, root));
+}
+Request Communicator::iscatter(const void* send, void* recv, size_t count, DataType type, int root) {
+  return post(*core_, prep_scatter(*core_, send, recv, count, type, root));
+}
+Status Communicator::scatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs,
+                              void* recv, size_t recv_count, DataType type, int root) {
+  return run(*core_, prep_scatterv(*core_, send, send_counts, displs, recv, recv_count, type, root));
+}
+Request Communicator::iscatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs,
+                                void* recv, size_t recv_count, DataType type, int root) {
+  return post(*core_, prep_scatterv(*core_, send, send_counts, displs, recv, recv_count, type, root));
+}
+Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type) {
+  return run(*core_, prep_allgather(*core_, send, recv, count, type));
+}
+Request Communicator::iallgather(const void* send, void* recv, size_t count, DataType type) {
+  return post(*core_, prep_allgather(*core_, send, recv, count, type));
+}
+Status Communicator::allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                                std::span<const size_t> displs, DataType type) {
+  return run(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type));
+}
+Request Communicator::iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                                  std::span<const size_t> displs, DataType type) {
+  return post(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type));
+}
+Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
+  return run(*core_, prep_reduce_scatter(*core_, send, recv, recv_count, type, op));
+}
+Request Communicator::ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
+  return post(*core_, prep_reduce_scatter(*core_, send, recv, recv_count, type, op));
+}
+Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType type) {
+  return run(*core_, prep_alltoall(*core_, send, recv, count, type));
+}
+Request Communicator::ialltoall(const void* send, void* recv, size_t count, DataType type) {
+  return post(*core_, prep_alltoall(*core_, send, recv, count, type));
+}
+Status Communicator::alltoallv(const void* send, std::span<const size_t> send_counts,
+                               std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
+                               std::span<const size_t> recv_displs, DataType type) {
+  return run(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+}
+Request Communicator::ialltoallv(const void* send, std::span<const size_t> send_counts,
+                                 std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
+                                 std::span<const size_t> recv_displs, DataType type) {
+  return post(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+}
+Status Communicator::scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return run(*core_, prep_scan(false, send, recv, count, type, op));
+}
+Request Communicator::iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return post(*core_, prep_scan(false, send, recv, count, type, op));
+}
+Status Communicator::exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return run(*core_, prep_scan(true, send, recv, count, type, op));
+}
+Request Communicator::iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return post(*core_, prep_scan(true, send, recv, count, type, op));
+}
+
+// --- split ------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  struct Entry {
+    int32_t color;
+    int32_t key;
+    uint32_t next_id;
+  };
+  const int n = size();
+  std::vector<Entry> all(static_cast<size_t>(n));
+  all[static_cast<size_t>(rank())] = {color < 0 ? -1 : color, key, core_->world().next_comm_id()};
+  // Everyone tells everyone (a small all-to-all of 12-byte entries).
+  Status s = core_->run([&](Op& op) {
+    std::vector<Request> reqs;
+    for (int p = 0; p < n; ++p) {
+      if (p == op.rank()) continue;
+      reqs.push_back(op.recv(p, &all[static_cast<size_t>(p)], sizeof(Entry)));
+      reqs.push_back(op.send(p, &all[static_cast<size_t>(op.rank())], sizeof(Entry)));
+    }
+    return op.wait_all(reqs);
+  });
+  if (!s.is_ok()) return s;
+  uint32_t floor = 0;
+  std::vector<int32_t> colors;
+  for (const Entry& e : all) {
+    floor = std::max(floor, e.next_id);
+    if (e.color >= 0) colors.push_back(e.color);
+  }
+  std::sort(colors.begin(), colors.end());
+  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+  constexpr uint32_t kMaxCommId = (1u << 23) - 2;  // the top id is reserved for the mesh hello
+  if (floor + colors.size() > kMaxCommId) {
+    return Status(StatusCode::kNoResource, "split: communicator ids exhausted (2^23 per job)");
+  }
+  core_->world().note_comm_ids_used(floor + static_cast<uint32_t>(colors.size()));
+  if (color < 0) return std::unique_ptr<Communicator>{};
+  const uint32_t id = floor + static_cast<uint32_t>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  std::vector<int> order;  // comm ranks of the parent with my colour, by (key, parent rank)
+  for (int p = 0; p < n; ++p) {
+    if (all[static_cast<size_t>(p)].color == color) order.push_back(p);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key;
+  });
+  std::vector<int> members;
+  int my_rank = -1;
+  for (int p : order) {
+    if (p == rank()) my_rank = static_cast<int>(members.size());
+    members.push_back(core_->world_rank(p));
+  }
+  auto child = std::make_shared<CommCore>(core_->world_ptr(), id, std::move(members), my_rank, core_->config());
+  return std::make_unique<Communicator>(std::move(child));
+}
+
+}  // namespace remora

@@ -1,0 +1,2 @@
+// STUB: launcher detection arrives in its own commit.
+#include "remora/launch.h"
