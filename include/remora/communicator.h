@@ -13,9 +13,10 @@
 //
 // Counts and displacements are in elements of `type`. In-place: pass kInPlace as the
 // send buffer (allreduce, reduce at the root, scan, exscan, allgather(v) — the rank's
-// block is already in place in recv —, gather(v) at the root, scatter(v) at the root —
-// its block stays in send —, reduce_scatter — the input is recv with size*count
-// elements —, alltoall(v) is not in-place). Zero counts are allowed everywhere.
+// block is already in place in recv —, gather(v) at the root, reduce_scatter — the
+// input is recv with size*count elements —) or as the receive buffer of scatter(v) at
+// the root (its block stays in send). alltoall(v) has no in-place form. Zero counts are
+// allowed everywhere.
 //
 // Failure: a collective that fails (a dead rank, a protocol error, the timeout) breaks
 // its communicator and every communicator sharing its endpoints: the endpoints are
@@ -61,8 +62,8 @@ enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
 std::string_view to_string(ReduceOp op) noexcept;
 Result<ReduceOp> parse_reduce_op(std::string_view name);
 
-/// MPI_IN_PLACE: pass as the send buffer.
-inline const void* const kInPlace = reinterpret_cast<const void*>(uintptr_t{1});
+/// MPI_IN_PLACE: pass as the send buffer (as the receive buffer of scatter(v) at the root).
+inline void* const kInPlace = reinterpret_cast<void*>(uintptr_t{1});
 
 /// Options of a communicator; unset values come from REMORA_* (docs/configuration.md).
 struct CommOptions {

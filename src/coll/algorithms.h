@@ -4,8 +4,8 @@
 // count arrays of length size()) and resolves kInPlace before it calls these, so they
 // receive only valid input. In-place is passed on as `send == recv` where the operation allows it (allreduce, scan, exscan, reduce at the
 // root, reduce_scatter: send == recv means the input is recv with size*count elements),
-// and as send == nullptr for the gather/scatter/allgather family ("my block is already
-// in place"). Each function runs inside one Op (tags, deadline) and returns the first
+// as send == nullptr for gather(v)/allgather(v) ("my block is already in place"), and
+// as recv == nullptr for scatter(v) at the root ("my block stays in send"). Each function runs inside one Op (tags, deadline) and returns the first
 // failure; it must not return before every request it posted has completed or failed
 // (never leave a receive posted into a buffer the caller may free).
 //

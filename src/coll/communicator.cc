@@ -43,10 +43,19 @@ Status check_op(DataType type, ReduceOp op) {
   return Status::ok();
 }
 
-Status check_counts(const char* what, std::span<const size_t> counts, std::span<const size_t> displs, int size) {
+Status check_counts(const char* what, std::span<const size_t> counts, std::span<const size_t> displs, int size,
+                    DataType type) {
   if (counts.size() != static_cast<size_t>(size) || displs.size() != static_cast<size_t>(size)) {
     return invalid(fmt::format("{}: counts and displacements need {} entries each (got {} and {})", what, size,
                                counts.size(), displs.size()));
+  }
+  // (displacement + count) * element size must not wrap: the algorithms compute byte
+  // offsets from them without further checks.
+  const size_t limit = SIZE_MAX / 16 / size_of(type);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] > limit || displs[i] > limit - counts[i]) {
+      return invalid(fmt::format("{}: block {} (count {}, displacement {}) is out of range", what, i, counts[i], displs[i]));
+    }
   }
   return Status::ok();
 }
@@ -112,7 +121,7 @@ Prepared prep_gatherv(CommCore& c, const void* send, size_t send_count, void* re
                       std::span<const size_t> displs, DataType type, int root) {
   const bool is_root = c.rank() == root;
   return {first_error({c.check_root(root), check_buffer("gatherv send", send, send_count, type, is_root),
-                       is_root ? check_counts("gatherv", counts, displs, c.size()) : Status::ok(),
+                       is_root ? check_counts("gatherv", counts, displs, c.size(), type) : Status::ok(),
                        check_buffer("gatherv recv", is_root ? recv : nullptr, is_root ? 1 : 0, type, false)}),
           [=](Op& op) { return coll::gatherv(op, in_place_null(send), send_count, recv, counts, displs, type, root); }};
 }
@@ -126,7 +135,7 @@ Prepared prep_scatter(CommCore& c, const void* send, void* recv, size_t count, D
 Prepared prep_scatterv(CommCore& c, const void* send, std::span<const size_t> counts, std::span<const size_t> displs,
                        void* recv, size_t recv_count, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return {first_error({c.check_root(root), is_root ? check_counts("scatterv", counts, displs, c.size()) : Status::ok(),
+  return {first_error({c.check_root(root), is_root ? check_counts("scatterv", counts, displs, c.size(), type) : Status::ok(),
                        check_buffer("scatterv send", is_root ? send : nullptr, is_root ? 1 : 0, type, false),
                        check_buffer("scatterv recv", recv, recv_count, type, is_root)}),
           [=](Op& op) {
@@ -141,7 +150,7 @@ Prepared prep_allgather(CommCore& c, const void* send, void* recv, size_t count,
 Prepared prep_allgatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
                          std::span<const size_t> displs, DataType type) {
   return {first_error({check_buffer("allgatherv send", send, send_count, type, true),
-                       check_counts("allgatherv", counts, displs, c.size())}),
+                       check_counts("allgatherv", counts, displs, c.size(), type)}),
           [=](Op& op) { return coll::allgatherv(op, in_place_null(send), send_count, recv, counts, displs, type); }};
 }
 Prepared prep_reduce_scatter(CommCore& c, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
@@ -157,8 +166,8 @@ Prepared prep_alltoall(CommCore& c, const void* send, void* recv, size_t count, 
 }
 Prepared prep_alltoallv(CommCore& c, const void* send, std::span<const size_t> scounts, std::span<const size_t> sdispls,
                         void* recv, std::span<const size_t> rcounts, std::span<const size_t> rdispls, DataType type) {
-  return {first_error({check_counts("alltoallv send", scounts, sdispls, c.size()),
-                       check_counts("alltoallv recv", rcounts, rdispls, c.size()),
+  return {first_error({check_counts("alltoallv send", scounts, sdispls, c.size(), type),
+                       check_counts("alltoallv recv", rcounts, rdispls, c.size(), type),
                        check_buffer("alltoallv send", send, 0, type, false),
                        check_buffer("alltoallv recv", recv, 0, type, false)}),
           [=](Op& op) { return coll::alltoallv(op, send, scounts, sdispls, recv, rcounts, rdispls, type); }};
