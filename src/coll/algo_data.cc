@@ -9,10 +9,11 @@
 //   pipeline cannot fill, and with 2 ranks the tree is one direct message anyway.
 // - gather(v)/scatter(v): linear at the root, every receive/send posted at once, so
 //   data lands in (or leaves from) the caller's buffer at its displacement directly.
-// - allgather: recursive doubling when n is a power of two and the whole result is
-//   small (kAllgatherRdMaxBytes), else a ring; a forced "rd" on a non-power-of-two
-//   falls back to the ring. allgatherv: always the ring (its blocks need not be
-//   contiguous, which is what recursive doubling's combined messages rely on).
+// - allgather: for small results (kAllgatherRdMaxBytes) log2(n) rounds: recursive
+//   doubling when n is a power of two, Bruck otherwise (REMORA_ALLGATHER_ALGO=rd means
+//   this pair); else a ring, which receives straight into place. allgatherv: always
+//   the ring (its blocks need not be contiguous or equal, which both log-round
+//   algorithms rely on).
 // - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight.
 //
 // Every rank sends its messages even for zero counts (a zero-byte message still
@@ -201,6 +202,27 @@ Status allgather_rd(Op& op, void* recv, size_t block) {
   return Status::ok();
 }
 
+/// Bruck (any n, equal blocks): at distance d a rank sends the min(d, n-d) blocks it
+/// holds (its own first) to r-d and receives as many from r+d. The blocks collect in
+/// rotated order in a scratch buffer, so this is for small results only.
+Status allgather_bruck(Op& op, void* recv, size_t block) {
+  const int n = op.size();
+  const int r = op.rank();
+  std::vector<std::byte> rotated(static_cast<size_t>(n) * block);
+  copy_block(rotated.data(), at(recv, static_cast<size_t>(r) * block), block);
+  uint32_t round = 0;
+  for (int d = 1; d < n; d <<= 1, ++round) {
+    const size_t len = static_cast<size_t>(std::min(d, n - d)) * block;
+    REMORA_RETURN_IF_ERROR(op.sendrecv(mod(r - d, n), rotated.data(), len, mod(r + d, n),
+                                       at(rotated.data(), static_cast<size_t>(d) * block), len, round));
+  }
+  for (int i = 1; i < n; ++i) {
+    copy_block(at(recv, static_cast<size_t>(mod(r + i, n)) * block), at(rotated.data(), static_cast<size_t>(i) * block),
+               block);
+  }
+  return Status::ok();
+}
+
 // --- alltoall ----------------------------------------------------------------------
 
 /// Pairwise exchange: step k sends to r+k and receives from r-k, so every pair
@@ -327,7 +349,9 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   if (algo != Algo::kRing && algo != Algo::kRecursiveDoubling) {
     algo = block * static_cast<size_t>(n) <= kAllgatherRdMaxBytes ? Algo::kRecursiveDoubling : Algo::kRing;
   }
-  if (algo == Algo::kRecursiveDoubling && is_power_of_two(n)) return allgather_rd(op, recv, block);
+  if (algo == Algo::kRecursiveDoubling) {
+    return is_power_of_two(n) ? allgather_rd(op, recv, block) : allgather_bruck(op, recv, block);
+  }
   return allgather_ring(op, recv, uniform(n, block, false), uniform(n, block, true));
 }
 

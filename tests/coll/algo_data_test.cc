@@ -233,7 +233,7 @@ TEST_P(AlgoData, AllgatherWithRingAndRecursiveDoublingIncludingInPlace) {
   auto ranks = make_ranks(n(), std::chrono::seconds(10));
   const auto un = static_cast<size_t>(n());
   run_ranks(ranks, [&](int r, Communicator& world) {
-    // "rd" on a non-power-of-two falls back to the ring; it must still be right.
+    // "rd" is recursive doubling on powers of two and Bruck on the others.
     for_each_variant(world, {{"auto"}, {"ring", coll::Algo::kAuto, coll::Algo::kRing},
                              {"rd", coll::Algo::kAuto, coll::Algo::kRecursiveDoubling}},
                      [&](Communicator& c, const char* algo) {
