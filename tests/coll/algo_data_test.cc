@@ -424,5 +424,32 @@ TEST(AlgoDataMismatch, AlltoallWithOneRankOffByOneFailsWithSizeErrors) {
   for (const Status& s : results) EXPECT_FALSE(s.is_ok());
 }
 
+TEST(AlgoDataMismatch, GathervWithALongerContributionThanItsSlotIsTruncatedAtTheRoot) {
+  auto ranks = make_ranks(3, std::chrono::seconds(5));
+  std::vector<Status> results(3);
+  const std::vector<size_t> counts{3, 5, 4}, displs{20, 0, 10};  // rank 1's slot ends where rank 2's begins
+  Bytes root_buf(30, kSentinel);
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    const size_t mine = r == 1 ? 7 : counts[static_cast<size_t>(r)];
+    Bytes send = pattern(r, mine);
+    results[static_cast<size_t>(r)] =
+        c.gatherv(send.data(), mine, r == 0 ? root_buf.data() : nullptr, counts, displs, DataType::kUint8, 0);
+  });
+  EXPECT_TRUE(size_error(results[0])) << results[0].to_string();
+  // Rank 1's message did not spill into rank 2's slot (nor anywhere else).
+  EXPECT_TRUE(same(Bytes(root_buf.begin(), root_buf.begin() + 10), Bytes(10, kSentinel)));
+}
+
+TEST(AlgoDataMismatch, ARootBroadcastingNothingToRanksThatExpectDataIsAProtocolError) {
+  auto ranks = make_ranks(3, std::chrono::seconds(5));
+  std::vector<Status> results(3);
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    Bytes buf(10, kSentinel);
+    results[static_cast<size_t>(r)] = c.broadcast(buf.data(), r == 0 ? 0 : 10, DataType::kUint8, 0);
+  });
+  EXPECT_EQ(results[1].code(), StatusCode::kProtocol) << results[1].to_string();
+  EXPECT_FALSE(results[2].is_ok());
+}
+
 }  // namespace
 }  // namespace remora
