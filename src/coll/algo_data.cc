@@ -94,6 +94,12 @@ class Inflight {
 std::byte* at(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
 const std::byte* at(const void* base, size_t offset) { return static_cast<const std::byte*>(base) + offset; }
 
+/// Where one rank's block lies in a buffer, in bytes.
+struct Span {
+  size_t offset;
+  size_t bytes;
+};
+
 /// The caller's own block: copied unless it is already there (in-place, or the same
 /// address passed twice).
 void copy_block(void* dst, const void* src, size_t bytes) {
@@ -167,19 +173,23 @@ Status broadcast_chain(Op& op, void* buf, size_t bytes, int root, size_t piece) 
 /// Ring: at step s a rank forwards the block it received at step s-1 (its own at
 /// s = 0) to the right and receives the next one from the left straight into place.
 /// Every receive is posted up front (they match in order on one tag).
-Status allgather_ring(Op& op, void* recv, std::span<const size_t> bytes, std::span<const size_t> offsets) {
+/// `block(i)` is {offset, bytes} of rank i's block in recv.
+template <typename BlockOf>
+Status allgather_ring(Op& op, void* recv, BlockOf block) {
   const int n = op.size();
   const int r = op.rank();
   const int left = mod(r - 1, n), right = mod(r + 1, n);
   Inflight recvs(op), sends(op);
   for (int s = 0; s < n - 1; ++s) {
     const auto b = static_cast<size_t>(mod(r - s - 1, n));
-    recvs.recv(left, at(recv, offsets[b]), bytes[b]);
+    const Span x = block(b);
+    recvs.recv(left, at(recv, x.offset), x.bytes);
   }
   for (int s = 0; s < n - 1; ++s) {
     if (s > 0) REMORA_RETURN_IF_ERROR(recvs.wait_oldest());
     const auto b = static_cast<size_t>(mod(r - s, n));
-    sends.send(right, at(recv, offsets[b]), bytes[b]);
+    const Span x = block(b);
+    sends.send(right, at(recv, x.offset), x.bytes);
   }
   Status s = recvs.finish();
   Status t = sends.finish();
@@ -227,32 +237,22 @@ Status allgather_bruck(Op& op, void* recv, size_t block) {
 
 /// Pairwise exchange: step k sends to r+k and receives from r-k, so every pair
 /// meets at the same step; at most kPairwiseWindow steps are in flight.
-Status alltoall_pairwise(Op& op, const void* send, std::span<const size_t> sbytes, std::span<const size_t> soff,
-                         void* recv, std::span<const size_t> rbytes, std::span<const size_t> roff) {
+/// `out(i)` / `in(i)` are {offset, bytes} of the blocks for / from rank i.
+template <typename OutOf, typename InOf>
+Status alltoall_pairwise(Op& op, const void* send, OutOf out, void* recv, InOf in) {
   const int n = op.size();
   const int r = op.rank();
   const auto me = static_cast<size_t>(r);
-  copy_block(at(recv, roff[me]), at(send, soff[me]), sbytes[me]);
+  copy_block(at(recv, in(me).offset), at(send, out(me).offset), out(me).bytes);
   Inflight io(op);
   for (int k = 1; k < n; ++k) {
     const auto to = static_cast<size_t>(mod(r + k, n));
     const auto from = static_cast<size_t>(mod(r - k, n));
-    io.recv(static_cast<int>(from), at(recv, roff[from]), rbytes[from]);
-    io.send(static_cast<int>(to), at(send, soff[to]), sbytes[to]);
+    io.recv(static_cast<int>(from), at(recv, in(from).offset), in(from).bytes);
+    io.send(static_cast<int>(to), at(send, out(to).offset), out(to).bytes);
     while (io.size() > 2 * kPairwiseWindow) REMORA_RETURN_IF_ERROR(io.wait_oldest());
   }
   return io.finish();
-}
-
-std::vector<size_t> scaled(std::span<const size_t> counts, size_t elem) {
-  std::vector<size_t> out(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i) out[i] = counts[i] * elem;
-  return out;
-}
-std::vector<size_t> uniform(int n, size_t bytes, bool offsets) {
-  std::vector<size_t> out(static_cast<size_t>(n));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = offsets ? i * bytes : bytes;
-  return out;
 }
 
 }  // namespace
@@ -352,7 +352,7 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   if (algo == Algo::kRecursiveDoubling) {
     return is_power_of_two(n) ? allgather_rd(op, recv, block) : allgather_bruck(op, recv, block);
   }
-  return allgather_ring(op, recv, uniform(n, block, false), uniform(n, block, true));
+  return allgather_ring(op, recv, [block](size_t i) { return Span{i * block, block}; });
 }
 
 Status allgatherv(Op& op, const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
@@ -364,15 +364,13 @@ Status allgatherv(Op& op, const void* send, size_t send_count, void* recv, std::
     copy_block(at(recv, displs[me] * elem), send, send_count * elem);
   }
   if (op.size() == 1) return Status::ok();
-  return allgather_ring(op, recv, scaled(recv_counts, elem), scaled(displs, elem));
+  return allgather_ring(op, recv, [&](size_t i) { return Span{displs[i] * elem, recv_counts[i] * elem}; });
 }
 
 Status alltoall(Op& op, const void* send, void* recv, size_t count, DataType type) {
-  const int n = op.size();
   const size_t block = count * size_of(type);
-  const auto bytes = uniform(n, block, false);
-  const auto offsets = uniform(n, block, true);
-  return alltoall_pairwise(op, send, bytes, offsets, recv, bytes, offsets);
+  auto same = [block](size_t i) { return Span{i * block, block}; };
+  return alltoall_pairwise(op, send, same, recv, same);
 }
 
 Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
@@ -380,8 +378,9 @@ Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, 
   const size_t elem = size_of(type);
   const auto me = static_cast<size_t>(op.rank());
   REMORA_RETURN_IF_ERROR(check_own("alltoallv", send_counts[me], recv_counts[me]));
-  return alltoall_pairwise(op, send, scaled(send_counts, elem), scaled(send_displs, elem), recv,
-                           scaled(recv_counts, elem), scaled(recv_displs, elem));
+  return alltoall_pairwise(
+      op, send, [&](size_t i) { return Span{send_displs[i] * elem, send_counts[i] * elem}; }, recv,
+      [&](size_t i) { return Span{recv_displs[i] * elem, recv_counts[i] * elem}; });
 }
 
 }  // namespace remora::coll
