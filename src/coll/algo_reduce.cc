@@ -4,12 +4,17 @@
 // - allreduce: pipelined ring (reduce-scatter by puts into the right neighbour's
 //   registered scratch with notifications, then a send/recv ring allgather) when
 //   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
-//   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides.
+//   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides. At n == 2 the ring
+//   sends as many bytes per direction as recursive doubling's one full exchange, but
+//   each rank reduces only half the vector, and the reduction of one piece overlaps
+//   the transfer of the next, where recursive doubling reduces the whole vector after
+//   the whole exchange; so large sizes take the ring at 2 ranks too.
 // - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold and n > 2.
 // - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold,
-//   else recursive-doubling allreduce of the whole input (log n rounds) keeping the
-//   rank's block.
-// - scan / exscan: recursive doubling (log n rounds, MPICH's scheme).
+//   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
+//   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
+// - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
+//   kAvg divides the prefix by size(), as communicator.h defines kAvg.
 //
 // Determinism: every algorithm combines in a fixed order that depends only on ranks
 // and counts (never on arrival order), and each element of an allreduce result is

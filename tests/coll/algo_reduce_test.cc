@@ -263,6 +263,34 @@ TEST(Allreduce, AutoChoosesRingForLargeAndRecursiveDoublingForSmallAndBothAgree)
   });
 }
 
+TEST(Allreduce, ARankThatAbortsFailsTheRingOnTheOthersBeforeTheTimeout) {
+  // After one good ring allreduce (scratch registered, keys exchanged; run_ranks joins,
+  // so every rank has finished it), rank 0 aborts instead of joining the next; the
+  // others block in the ring (on a notification or a message) and must learn of it
+  // through the closed endpoints.
+  auto ranks = make_ranks(3);
+  auto comms = with_config(ranks, ring_config(), 103);
+  const size_t count = 8 * kPipeline;
+  run_ranks(ranks, [&](int r, Communicator&) {
+    auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 3);
+    std::vector<std::byte> out(in.size());
+    ASSERT_TRUE(comms[static_cast<size_t>(r)]->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                                          ReduceOp::kSum).is_ok());
+  });
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    if (r == 0) {
+      c.abort();
+      return;
+    }
+    auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 3);
+    std::vector<std::byte> out(in.size());
+    Status s = c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.code(), StatusCode::kTimeout) << s.to_string();
+  });
+}
+
 // --- reduce ------------------------------------------------------------------------------
 
 void check_reduce(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count, int root,
