@@ -1,13 +1,580 @@
-// STUB: the reduction collectives arrive in their own commit.
+// The reduction collectives: reduce, allreduce, reduce_scatter, scan, exscan.
+//
+// Algorithms (CollConfig; `bytes` is count * element size of the whole vector):
+// - allreduce: pipelined ring (reduce-scatter by puts into the right neighbour's
+//   registered scratch with notifications, then a send/recv ring allgather) when
+//   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
+//   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides. At n == 2 the ring
+//   sends as many bytes per direction as recursive doubling's one full exchange, but
+//   each rank reduces only half the vector, and the reduction of one piece overlaps
+//   the transfer of the next, where recursive doubling reduces the whole vector after
+//   the whole exchange; so large sizes take the ring at 2 ranks too.
+// - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold and n > 2.
+// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold,
+//   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
+//   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
+// - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
+//   kAvg divides the prefix by size(), as communicator.h defines kAvg.
+//
+// Determinism: every algorithm combines in a fixed order that depends only on ranks
+// and counts (never on arrival order), and each element of an allreduce result is
+// computed once and then copied, so results are bit-identical on every rank and from
+// run to run. kAvg combines as a sum; finish_avg divides by size() once, on the ranks
+// that hold the result (for the ring: each block's owner, before the allgather).
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include <fmt/format.h>
+
 #include "coll/algorithms.h"
+#include "coll/reduce.h"
 
 namespace remora::coll {
 namespace {
-Status todo() { return Status(StatusCode::kUnsupported, "not implemented yet"); }
+
+// Op steps (tags) used below. Every algorithm of one op uses its own steps only.
+constexpr uint32_t kStepKeyToRight = 1;
+constexpr uint32_t kStepKeyToLeft = 2;
+constexpr uint32_t kStepAllgather = 3;
+constexpr uint32_t kStepData = 4;
+constexpr uint32_t kStepFoldIn = 5;
+constexpr uint32_t kStepFoldOut = 6;
+
+// Ring notification low bits: bit 15 says "credit" (sent back by the consumer), the
+// rest is the piece index modulo 2^15 (at most kSlots are in flight, so it identifies
+// the piece).
+constexpr uint16_t kCreditBit = 0x8000;
+constexpr uint64_t kIndexMask = 0x7FFF;
+constexpr int kSlots = 4;
+
+Status protocol(std::string message) { return Status(StatusCode::kProtocol, std::move(message)); }
+
+/// Byte helpers: algorithms address vectors in elements, the wire in bytes.
+inline std::byte* at(void* p, size_t elems, size_t es) { return static_cast<std::byte*>(p) + elems * es; }
+inline const std::byte* at(const void* p, size_t elems, size_t es) {
+  return static_cast<const std::byte*>(p) + elems * es;
+}
+
+/// Temporary buffers an algorithm keeps per communicator (operations of one
+/// communicator run one at a time, so no lock is needed), so that small collectives
+/// do not allocate every call.
+struct Scratch {
+  std::vector<std::byte> a, b, c;
+};
+std::byte* grow(std::vector<std::byte>& v, size_t bytes) {
+  if (v.size() < bytes) v.resize(bytes);
+  return v.data();
+}
+
+/// Fails the world (so every request posted by this op completes at once), waits for
+/// them, and returns `why`: no request may outlive the op into caller memory.
+Status abandon(Op& op, std::span<const Request> reqs, Status why) {
+  op.comm().world().fail(why);
+  (void)op.wait_all(reqs);
+  return why;
+}
+
+// --- recursive doubling allreduce -------------------------------------------------
+
+/// In-place allreduce of `buf` (count elements) by recursive doubling. The excess
+/// ranks of a non-power-of-two size first hand their vector to their even partner
+/// and get the result back at the end. Both partners of a round compute
+/// op(lower rank's vector, higher rank's vector), so they hold identical bits.
+Status allreduce_rd(Op& op, void* buf, size_t count, DataType type, ReduceOp rop) {
+  const int n = op.size();
+  const int r = op.rank();
+  const size_t es = size_of(type);
+  const size_t bytes = count * es;
+  if (n == 1 || count == 0) return Status::ok();
+  std::byte* tmp = grow(op.comm().state<Scratch>("reduce_scratch").a, bytes);
+
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  const int rem = n - p2;
+  // Ranks below 2*rem pair up: the even one folds into the odd one and sits out.
+  int vrank;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      REMORA_RETURN_IF_ERROR(op.sendrecv(r + 1, buf, bytes, -1, nullptr, 0, kStepFoldIn));
+      vrank = -1;
+    } else {
+      REMORA_RETURN_IF_ERROR(op.sendrecv(-1, nullptr, 0, r - 1, tmp, bytes, kStepFoldIn));
+      reduce_to(type, rop, buf, tmp, buf, count);  // op(lower, higher)
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - rem;
+  }
+  auto real = [rem](int v) { return v < rem ? v * 2 + 1 : v + rem; };
+  if (vrank >= 0) {
+    for (int mask = 1; mask < p2; mask <<= 1) {
+      const int partner = real(vrank ^ mask);
+      REMORA_RETURN_IF_ERROR(op.sendrecv(partner, buf, bytes, partner, tmp, bytes, kStepData));
+      if (partner < r) {
+        reduce_to(type, rop, buf, tmp, buf, count);
+      } else {
+        reduce_to(type, rop, buf, buf, tmp, count);
+      }
+    }
+  }
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      REMORA_RETURN_IF_ERROR(op.sendrecv(-1, nullptr, 0, r + 1, buf, bytes, kStepFoldOut));
+    } else {
+      REMORA_RETURN_IF_ERROR(op.sendrecv(r - 1, buf, bytes, -1, nullptr, 0, kStepFoldOut));
+    }
+  }
+  return Status::ok();
+}
+
+// --- ring reduce-scatter over puts with notifications -----------------------------
+
+/// A rank's registered ring scratch and its neighbours' keys, set up on the first
+/// ring operation of a communicator and kept for its lifetime (registration is
+/// expensive; a communicator keeps running the same ring).
+///
+/// Layout: kSlots slots of slot_bytes each, then one 8-byte credit word. The left
+/// neighbour puts pieces into the slots (piece k into slot k % kSlots) with a data
+/// notification; the right neighbour puts into the credit word with a credit
+/// notification when it has consumed a piece we put into its slots.
+struct RingState {
+  std::vector<std::byte> memory;
+  Region region;
+  RemoteKey right_key;  ///< the right neighbour's scratch (we put data there)
+  RemoteKey left_key;   ///< the left neighbour's scratch (we put credits there)
+  size_t slot_bytes = 0;
+  bool ready = false;
+  uint64_t credit_source = 0;  ///< what credit puts carry (nobody reads it)
+  /// Notifications that belong to a later operation: a neighbour that finished this
+  /// operation may already be putting the next one's pieces (its credits prove the
+  /// slots are free), and they arrive while we still wait for our last credits.
+  std::deque<World::Incoming> early;
+};
+
+Status ring_setup(Op& op, RingState& st) {
+  if (st.ready) return Status::ok();
+  const int n = op.size();
+  const int r = op.rank();
+  st.slot_bytes = op.comm().config().pipeline_bytes / 8 * 8;
+  st.memory.assign(kSlots * st.slot_bytes + sizeof(uint64_t), std::byte{0});
+  auto region = op.comm().world().context().register_memory(st.memory.data(), st.memory.size(),
+                                                           Access::kLocalWrite | Access::kRemoteWrite);
+  if (!region) return region.status().with_context("ring scratch registration");
+  auto key = region->remote_key(0, st.memory.size(), Access::kRemoteWrite);
+  if (!key) return key.status().with_context("ring scratch key");
+  const auto mine = key->serialize();
+  std::array<std::byte, RemoteKey::kSerializedSize> from_left{}, from_right{};
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  Request reqs[4] = {op.recv(left, from_left.data(), from_left.size(), kStepKeyToRight),
+                     op.recv(right, from_right.data(), from_right.size(), kStepKeyToLeft),
+                     op.send(right, mine.data(), mine.size(), kStepKeyToRight),
+                     op.send(left, mine.data(), mine.size(), kStepKeyToLeft)};
+  REMORA_RETURN_IF_ERROR(op.wait_all(reqs));
+  if (reqs[0].bytes() != mine.size() || reqs[1].bytes() != mine.size()) {
+    return protocol("ring scratch key of the wrong size");
+  }
+  auto lk = RemoteKey::deserialize(from_left);
+  auto rk = RemoteKey::deserialize(from_right);
+  if (!lk || !rk) return protocol("malformed ring scratch key from a neighbour");
+  st.left_key = *lk;
+  st.right_key = *rk;
+  st.region = std::move(*region);
+  st.ready = true;
+  return Status::ok();
+}
+
+/// Next notification of this op: from the stash first, stashing later ops' ones.
+Status next_notification(Op& op, RingState& st, World::Incoming* out) {
+  const uint64_t mine = op.notify_value(0) >> 16;
+  for (auto it = st.early.begin(); it != st.early.end(); ++it) {
+    if ((it->note.value >> 16) == mine) {
+      *out = *it;
+      st.early.erase(it);
+      return Status::ok();
+    }
+  }
+  while (true) {
+    REMORA_RETURN_IF_ERROR(op.wait_notification(out));
+    if ((out->note.value >> 16) == mine) return Status::ok();
+    if (st.early.size() >= 4 * kSlots) return protocol("ring: notifications of another operation pile up");
+    st.early.push_back(*out);
+  }
+}
+
+/// One piece of the ring sequence: `len` elements at element offset `off` of block `block`.
+struct Piece {
+  int block;
+  size_t off;  ///< from the block's start
+  size_t len;
+};
+
+/// How the ring reduce-scatter reads and writes the caller's vectors.
+struct RingBlocks {
+  std::span<const size_t> offsets;  ///< element offset of each block (in the full vector)
+  std::span<const size_t> counts;   ///< elements of each block
+  /// Block b of this rank's contribution, and where the partial/final sum of b goes.
+  std::function<const std::byte*(int b)> src;
+  std::function<std::byte*(int b)> acc;
+};
+
+/// Pipelined ring reduce-scatter: after it, this rank's acc(owned) holds the full
+/// reduction of block `owned` = (rank + 1 + shift) mod n; other blocks of acc hold
+/// partial sums. At step s a rank puts block (rank - s + shift) to its right
+/// neighbour and receives block (rank - s - 1 + shift) from the left, piece by piece:
+/// a piece goes into the receiver's slot k % kSlots with a notification; the receiver
+/// reduces it into acc (op(own, incoming): a fixed order) and puts a credit back; a
+/// sender never has more than kSlots pieces unconsumed at its right neighbour. The
+/// loop is driven only by notifications (data from the left, credits from the right),
+/// so it cannot deadlock waiting for one kind while the other is due.
+Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks& blk, int shift) {
+  const int n = op.size();
+  const int r = op.rank();
+  const size_t es = size_of(type);
+  RingState& st = op.comm().state<RingState>("reduce_ring");
+  REMORA_RETURN_IF_ERROR(ring_setup(op, st));
+  const size_t piece_elems = st.slot_bytes / es;
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const int left_world = op.comm().world_rank(left), right_world = op.comm().world_rank(right);
+  const auto mod = [n](int x) { return ((x % n) + n) % n; };
+
+  // E: the blocks of steps 0..n-1, cut into pieces. We send E[0, sends); we receive
+  // E[first_recv, end) (the left neighbour's sequence is ours shifted by one step).
+  std::vector<Piece> seq;
+  size_t first_recv = 0, sends = 0;
+  for (int s = 0; s < n; ++s) {
+    if (s == 1) first_recv = seq.size();
+    if (s == n - 1) sends = seq.size();
+    const int b = mod(r - s + shift);
+    for (size_t off = 0; off < blk.counts[static_cast<size_t>(b)]; off += piece_elems) {
+      seq.push_back({b, off, std::min(piece_elems, blk.counts[static_cast<size_t>(b)] - off)});
+    }
+  }
+  const size_t recvs = seq.size() - first_recv;
+
+  std::vector<Request> reqs;
+  reqs.reserve(sends + recvs);
+  // acked: our right neighbour consumed every piece below it (it consumes in order);
+  // credits: how many credits came (the loop ends when all did, so none is left over
+  // to confuse the next operation).
+  size_t sent = 0, acked = 0, credits = 0, done = 0;
+  bool arrived[kSlots] = {};
+  while (done < recvs || credits < sends) {
+    // Put every piece that is ready (data reduced here already) and has a free slot.
+    while (sent < sends && sent < acked + kSlots && (sent < first_recv || sent - first_recv < done)) {
+      const Piece& p = seq[sent];
+      const std::byte* from = sent < first_recv ? blk.src(p.block) : blk.acc(p.block);
+      reqs.push_back(op.endpoint(right).put(
+          std::span(at(from, p.off, es), p.len * es), st.right_key, (sent % kSlots) * st.slot_bytes,
+          {.notify = op.notify_value(static_cast<uint16_t>(sent & kIndexMask))}));
+      ++sent;
+    }
+    // Consume the next piece if it is here.
+    if (done < recvs && arrived[done % kSlots]) {
+      arrived[done % kSlots] = false;
+      const Piece& p = seq[first_recv + done];
+      const std::byte* slot = st.memory.data() + (done % kSlots) * st.slot_bytes;
+      reduce_to(type, rop, at(blk.acc(p.block), p.off, es), at(blk.src(p.block), p.off, es), slot, p.len);
+      reqs.push_back(op.endpoint(left).put(
+          std::as_bytes(std::span(&st.credit_source, 1)), st.left_key, kSlots * st.slot_bytes,
+          {.notify = op.notify_value(static_cast<uint16_t>(kCreditBit | (done & kIndexMask)))}));
+      ++done;
+      continue;
+    }
+    World::Incoming in;
+    Status s = next_notification(op, st, &in);
+    if (!s.is_ok()) return abandon(op, reqs, s);
+    const uint64_t low = in.note.value & 0xFFFF;
+    if (low & kCreditBit) {
+      const size_t ahead = (low - acked) & kIndexMask;
+      const size_t behind = (acked - low) & kIndexMask;  // a credit overtaken by a later one
+      if (in.from != right_world || (acked + ahead >= sent && behind > kSlots) || credits >= sends) {
+        return abandon(op, reqs, protocol("ring: unexpected credit"));
+      }
+      if (acked + ahead < sent) acked = acked + ahead + 1;
+      ++credits;
+    } else {
+      const size_t idx = done + ((low - done) & kIndexMask);
+      if (in.from != left_world || idx >= recvs || idx >= done + kSlots || arrived[idx % kSlots] ||
+          in.note.offset != (idx % kSlots) * st.slot_bytes || in.note.length != seq[first_recv + idx].len * es) {
+        return abandon(op, reqs, protocol("ring: unexpected piece"));
+      }
+      arrived[idx % kSlots] = true;
+    }
+  }
+  return op.wait_all(reqs);
+}
+
+/// Ring allgather of the blocks after ring_reduce_scatter: this rank owns block
+/// `owned`; at step s it sends block (owned - s) to the right and receives block
+/// (owned - s - 1) from the left, piece by piece (so a piece is forwarded as soon as
+/// it lands), straight into `buf` (rendezvous receives land zero-copy).
+Status ring_allgather(Op& op, std::byte* buf, size_t es, std::span<const size_t> offsets,
+                      std::span<const size_t> counts, int owned) {
+  const int n = op.size();
+  const int r = op.rank();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const size_t piece_elems = std::max<size_t>(1, op.comm().config().pipeline_bytes / es);
+  const auto mod = [n](int x) { return ((x % n) + n) % n; };
+  std::vector<Request> recvs, sends;
+  for (int s = 0; s < n - 1; ++s) {
+    const size_t b = static_cast<size_t>(mod(owned - s - 1));
+    for (size_t off = 0; off < counts[b]; off += piece_elems) {
+      recvs.push_back(op.recv(left, buf + (offsets[b] + off) * es, std::min(piece_elems, counts[b] - off) * es,
+                              kStepAllgather));
+    }
+  }
+  size_t k = 0;  // next receive to forward
+  for (int s = 0; s < n - 1; ++s) {
+    const size_t b = static_cast<size_t>(mod(owned - s));
+    for (size_t off = 0; off < counts[b]; off += piece_elems) {
+      const size_t len = std::min(piece_elems, counts[b] - off);
+      if (s > 0) {
+        Status w = op.wait(recvs[k++], len * es);
+        if (!w.is_ok()) {
+          recvs.insert(recvs.end(), sends.begin(), sends.end());
+          return abandon(op, recvs, w);
+        }
+      }
+      sends.push_back(op.send(right, buf + (offsets[b] + off) * es, len * es, kStepAllgather));
+    }
+  }
+  std::vector<Request> rest(recvs.begin() + static_cast<std::ptrdiff_t>(k), recvs.end());
+  rest.insert(rest.end(), sends.begin(), sends.end());
+  REMORA_RETURN_IF_ERROR(op.wait_all(rest));
+  return Status::ok();
+}
+
+/// Near-equal blocks: the first count % n blocks get one element more.
+void split_blocks(size_t count, int n, std::vector<size_t>& offsets, std::vector<size_t>& counts) {
+  offsets.resize(static_cast<size_t>(n));
+  counts.resize(static_cast<size_t>(n));
+  size_t off = 0;
+  for (size_t b = 0; b < static_cast<size_t>(n); ++b) {
+    counts[b] = count / static_cast<size_t>(n) + (b < count % static_cast<size_t>(n) ? 1 : 0);
+    offsets[b] = off;
+    off += counts[b];
+  }
+}
+
+Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  const int n = op.size();
+  const size_t es = size_of(type);
+  std::vector<size_t> offsets, counts;
+  split_blocks(count, n, offsets, counts);
+  RingBlocks blk{offsets, counts,
+                 [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
+                 [&](int b) { return at(recv, offsets[static_cast<size_t>(b)], es); }};
+  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, type, rop, blk, 0));
+  const int owned = (op.rank() + 1) % n;
+  if (rop == ReduceOp::kAvg) {
+    finish_avg(type, at(recv, offsets[static_cast<size_t>(owned)], es), counts[static_cast<size_t>(owned)], n);
+  }
+  return ring_allgather(op, static_cast<std::byte*>(recv), es, offsets, counts, owned);
+}
+
+// --- reduce: binomial tree and pipelined chain ---------------------------------------
+
+Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
+  const int n = op.size();
+  const int r = op.rank();
+  const size_t es = size_of(type);
+  const size_t bytes = count * es;
+  const int vr = (r - root + n) % n;
+  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+  std::byte* tmp = grow(sc.a, bytes);
+  // acc: what this subtree has so far. The root accumulates into recv; an inner node
+  // into scratch; a leaf sends its send buffer as it is.
+  const void* acc = send;
+  void* acc_out = r == root ? recv : grow(sc.b, bytes);
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (vr & mask) {
+      const int parent = (vr - mask + root) % n;
+      return op.sendrecv(parent, acc, bytes, -1, nullptr, 0, kStepData);
+    }
+    if (vr + mask < n) {
+      const int child = (vr + mask + root) % n;
+      REMORA_RETURN_IF_ERROR(op.sendrecv(-1, nullptr, 0, child, tmp, bytes, kStepData));
+      reduce_to(type, rop, acc_out, acc, tmp, count);  // op(lower vrank subtree, higher)
+      acc = acc_out;
+    }
+  }
+  // Only the root gets here.
+  if (acc != recv) std::memcpy(recv, acc, bytes);
+  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
+  return Status::ok();
+}
+
+/// Chain toward the root: vrank n-1 sends its vector piece by piece to n-2, which
+/// adds its own and forwards, ... down to the root (vrank 0). kWindow pieces are in
+/// flight per link, so every link and every rank's reduction work at the same time.
+Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
+  constexpr size_t kWindow = 4;
+  const int n = op.size();
+  const int r = op.rank();
+  const size_t es = size_of(type);
+  const int vr = (r - root + n) % n;
+  const int up = vr + 1 < n ? (vr + 1 + root) % n : -1;  // who sends to us
+  const int down = vr > 0 ? (vr - 1 + root) % n : -1;    // whom we send to
+  const size_t piece = std::max<size_t>(1, op.comm().config().pipeline_bytes / es);
+  const size_t pieces = (count + piece - 1) / piece;
+  auto len_of = [&](size_t p) { return std::min(piece, count - p * piece); };
+
+  if (up < 0) {  // the far end: its own vector, in pieces
+    std::vector<Request> sends;
+    for (size_t p = 0; p < pieces; ++p) sends.push_back(op.send(down, at(send, p * piece, es), len_of(p) * es, kStepData));
+    return op.wait_all(sends);
+  }
+  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+  std::byte* in = grow(sc.a, kWindow * piece * es);
+  std::byte* out = down >= 0 ? grow(sc.b, kWindow * piece * es) : nullptr;
+  std::vector<Request> recvs(pieces), sends(pieces);
+  auto all = [&] {
+    std::vector<Request> v;
+    for (auto& q : recvs) if (q.valid()) v.push_back(q);
+    for (auto& q : sends) if (q.valid()) v.push_back(q);
+    return v;
+  };
+  for (size_t p = 0; p < std::min(pieces, kWindow); ++p) {
+    recvs[p] = op.recv(up, in + (p % kWindow) * piece * es, len_of(p) * es, kStepData);
+  }
+  for (size_t p = 0; p < pieces; ++p) {
+    Status s = op.wait(recvs[p], len_of(p) * es);
+    if (s.is_ok() && down >= 0 && p >= kWindow) s = op.wait(sends[p - kWindow]);
+    if (!s.is_ok()) return abandon(op, all(), s);
+    std::byte* slot_in = in + (p % kWindow) * piece * es;
+    std::byte* dst = down >= 0 ? out + (p % kWindow) * piece * es : at(recv, p * piece, es);
+    reduce_to(type, rop, dst, at(send, p * piece, es), slot_in, len_of(p));  // op(own, higher vranks)
+    if (p + kWindow < pieces) {
+      recvs[p + kWindow] = op.recv(up, slot_in, len_of(p + kWindow) * es, kStepData);
+    }
+    if (down >= 0) sends[p] = op.send(down, dst, len_of(p) * es, kStepData);
+  }
+  REMORA_RETURN_IF_ERROR(op.wait_all(all()));
+  if (down < 0 && rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
+  return Status::ok();
+}
+
+// --- scan / exscan ---------------------------------------------------------------------
+
+/// MPICH's recursive doubling: `partial` covers the aligned group of ranks around us
+/// seen so far, `result` the part of it below (and, for scan, including) us. Each
+/// round exchanges partials with rank ^ mask; the lower range always goes first.
+Status scan_rd(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, bool exclusive) {
+  const int n = op.size();
+  const int r = op.rank();
+  const size_t es = size_of(type);
+  const size_t bytes = count * es;
+  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+  std::byte* partial = grow(sc.a, bytes);
+  std::byte* tmp = grow(sc.b, bytes);
+  std::memcpy(partial, send, bytes);
+  if (!exclusive && send != recv) std::memcpy(recv, send, bytes);
+  bool have_result = !exclusive;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    const int partner = r ^ mask;
+    if (partner >= n) continue;
+    REMORA_RETURN_IF_ERROR(op.sendrecv(partner, partial, bytes, partner, tmp, bytes, kStepData));
+    if (partner < r) {
+      reduce_to(type, rop, partial, tmp, partial, count);
+      if (have_result) {
+        reduce_to(type, rop, recv, tmp, recv, count);
+      } else {
+        std::memcpy(recv, tmp, bytes);
+        have_result = true;
+      }
+    } else {
+      reduce_to(type, rop, partial, partial, tmp, count);
+    }
+  }
+  if (have_result && rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
+  return Status::ok();
+}
+
+bool use_ring(Op& op, size_t bytes) {
+  const CollConfig& c = op.comm().config();
+  if (op.size() < 2) return false;
+  if (c.allreduce != Algo::kAuto) return c.allreduce == Algo::kRing;
+  return bytes >= c.ring_threshold;
+}
+
 }  // namespace
-Status reduce(Op&, const void*, void*, size_t, DataType, ReduceOp, int) { return todo(); }
-Status allreduce(Op&, const void*, void*, size_t, DataType, ReduceOp) { return todo(); }
-Status reduce_scatter(Op&, const void*, void*, size_t, DataType, ReduceOp) { return todo(); }
-Status scan(Op&, const void*, void*, size_t, DataType, ReduceOp) { return todo(); }
-Status exscan(Op&, const void*, void*, size_t, DataType, ReduceOp) { return todo(); }
+
+Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
+  const size_t bytes = count * size_of(type);
+  if (op.size() == 1) {
+    if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+    return Status::ok();
+  }
+  if (count == 0) return Status::ok();
+  const CollConfig& c = op.comm().config();
+  const bool chain = c.reduce == Algo::kChain || (c.reduce == Algo::kAuto && op.size() > 2 && bytes >= c.ring_threshold);
+  return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
+}
+
+Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  const size_t bytes = count * size_of(type);
+  if (send != recv && bytes > 0) {
+    if (op.size() == 1 || !use_ring(op, bytes)) std::memcpy(recv, send, bytes);
+  }
+  if (op.size() == 1 || count == 0) return Status::ok();
+  if (use_ring(op, bytes)) return allreduce_ring(op, send, recv, count, type, rop);
+  REMORA_RETURN_IF_ERROR(allreduce_rd(op, recv, count, type, rop));
+  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
+  return Status::ok();
+}
+
+Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
+  const int n = op.size();
+  const int r = op.rank();
+  const size_t es = size_of(type);
+  const size_t block_bytes = recv_count * es;
+  const bool in_place = send == recv;
+  if (recv_count == 0) return Status::ok();
+  if (n == 1) {
+    if (!in_place) std::memcpy(recv, send, block_bytes);
+    return Status::ok();
+  }
+  const size_t total = block_bytes * static_cast<size_t>(n);
+  const CollConfig& c = op.comm().config();
+  const bool ring = c.allreduce == Algo::kRing || (c.allreduce == Algo::kAuto && total >= c.ring_threshold);
+  if (!ring) {
+    // Small: recursive doubling over the whole input, keeping our block.
+    Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+    std::byte* all = grow(sc.c, total);
+    std::memcpy(all, send, total);
+    REMORA_RETURN_IF_ERROR(allreduce_rd(op, all, recv_count * static_cast<size_t>(n), type, rop));
+    std::memcpy(recv, all + static_cast<size_t>(r) * block_bytes, block_bytes);
+    if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
+    return Status::ok();
+  }
+  // Ring with shift -1 leaves block r on rank r. Partial sums of the other blocks go
+  // to recv's own input area when in place, else to scratch.
+  std::vector<size_t> offsets(static_cast<size_t>(n)), counts(static_cast<size_t>(n), recv_count);
+  for (size_t b = 0; b < offsets.size(); ++b) offsets[b] = b * recv_count;
+  std::byte* partials = in_place ? static_cast<std::byte*>(recv) : grow(op.comm().state<Scratch>("reduce_scratch").c, total);
+  RingBlocks blk{offsets, counts, [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
+                 [&](int b) -> std::byte* {
+                   if (!in_place && b == r) return static_cast<std::byte*>(recv);
+                   return partials + offsets[static_cast<size_t>(b)] * es;
+                 }};
+  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, type, rop, blk, -1));
+  if (in_place && r != 0) std::memmove(recv, at(recv, offsets[static_cast<size_t>(r)], es), block_bytes);
+  if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
+  return Status::ok();
+}
+
+Status scan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  if (count == 0) return Status::ok();
+  return scan_rd(op, send, recv, count, type, rop, false);
+}
+
+Status exscan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  if (count == 0 || op.size() == 1) return Status::ok();
+  return scan_rd(op, send, recv, count, type, rop, true);
+}
+
 }  // namespace remora::coll

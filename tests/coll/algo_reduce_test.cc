@@ -1,0 +1,438 @@
+// The reduction collectives (algo_reduce.cc) against a sequential reference: every
+// type × op for allreduce at 1, 2, 3, 4, 5 and 8 ranks, a representative matrix for
+// reduce, reduce_scatter, scan and exscan, counts 0, 1, primes and sizes around the
+// pipeline piece and the ring's block boundaries, both algorithm choices, in place.
+//
+// Inputs are small integers (or products of 1, 2 and -1), so every partial result is
+// exact in every type and the reference matches bit for bit whatever the order of
+// combination; integer overflow (int8 products) wraps identically on both sides.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "coll/comm_core.h"
+#include "mesh.h"
+
+namespace remora {
+namespace {
+
+using test::make_ranks;
+using test::run_ranks;
+
+constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
+                                  DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBFloat16,
+                                  DataType::kFloat32, DataType::kFloat64};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+constexpr size_t kPipeline = 4096;  // small pieces, so few bytes cross piece and slot boundaries
+
+bool is_unsigned(DataType t) {
+  return t == DataType::kUint8 || t == DataType::kUint32 || t == DataType::kUint64;
+}
+bool valid(DataType t, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(t); }
+
+/// Rank r's element i, as an exact integer.
+int64_t input(int r, size_t i, DataType t, ReduceOp op, int n) {
+  const int64_t k = static_cast<int64_t>(i % 1000003);
+  switch (op) {
+    case ReduceOp::kProd: {
+      const int64_t h = (k * 7 + r * 3) % 11;
+      if (h == 0) return 2;
+      if (h == 1 && !is_unsigned(t)) return -1;
+      return 1;
+    }
+    case ReduceOp::kAvg: return ((k + 2 * r) % 7 - 3) * n;  // the average is an integer
+    default: return is_unsigned(t) ? (k * 5 + r * 3) % 16 : (k * 5 + r * 3) % 17 - 8;
+  }
+}
+
+int64_t combine(ReduceOp op, int64_t a, int64_t b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return a + b;
+    case ReduceOp::kProd: return a * b;
+    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kMax: return std::max(a, b);
+  }
+  return 0;
+}
+
+/// IEEE half of an integer with |v| <= 2048 (exact).
+uint16_t half_of(int64_t v) {
+  if (v == 0) return 0;
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  uint64_t a = static_cast<uint64_t>(v < 0 ? -v : v);
+  int e = 63 - __builtin_clzll(a);
+  uint64_t mant = (a << (10 - e)) & 1023;
+  return static_cast<uint16_t>(sign | ((e + 15) << 10) | mant);
+}
+
+/// Writes integer v as one element of type t (wrapping for integer types).
+void encode(DataType t, int64_t v, std::byte* out) {
+  auto put = [out](auto x) { std::memcpy(out, &x, sizeof x); };
+  switch (t) {
+    case DataType::kInt8: put(static_cast<int8_t>(v)); break;
+    case DataType::kUint8: put(static_cast<uint8_t>(v)); break;
+    case DataType::kInt32: put(static_cast<int32_t>(v)); break;
+    case DataType::kUint32: put(static_cast<uint32_t>(v)); break;
+    case DataType::kInt64: put(static_cast<int64_t>(v)); break;
+    case DataType::kUint64: put(static_cast<uint64_t>(v)); break;
+    case DataType::kFloat16: put(half_of(v)); break;
+    case DataType::kBFloat16: {
+      float f = static_cast<float>(v);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      put(static_cast<uint16_t>(u >> 16));
+      break;
+    }
+    case DataType::kFloat32: put(static_cast<float>(v)); break;
+    case DataType::kFloat64: put(static_cast<double>(v)); break;
+  }
+}
+
+std::vector<std::byte> rank_input(int r, size_t count, DataType t, ReduceOp op, int n) {
+  const size_t es = size_of(t);
+  std::vector<std::byte> v(count * es);
+  for (size_t i = 0; i < count; ++i) encode(t, input(r, i, t, op, n), v.data() + i * es);
+  return v;
+}
+
+/// op over ranks [first, last] of element i, encoded; avg divides by n (the size).
+std::vector<std::byte> reference(int first, int last, size_t offset, size_t count, DataType t, ReduceOp op, int n) {
+  const size_t es = size_of(t);
+  std::vector<std::byte> v(count * es);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t acc = input(first, offset + i, t, op, n);
+    for (int r = first + 1; r <= last; ++r) acc = combine(op, acc, input(r, offset + i, t, op, n));
+    if (op == ReduceOp::kAvg) acc /= n;
+    encode(t, acc, v.data() + i * es);
+  }
+  return v;
+}
+
+/// First element where a and b differ, or -1.
+long first_diff(const std::vector<std::byte>& a, const std::byte* b, size_t bytes, size_t es) {
+  for (size_t i = 0; i < bytes; ++i) {
+    if (a[i] != b[i]) return static_cast<long>(i / es);
+  }
+  return -1;
+}
+
+/// A communicator per rank over the same mesh with `config` (algorithm choices).
+std::vector<std::unique_ptr<Communicator>> with_config(std::vector<test::Rank>& ranks, coll::CollConfig config,
+                                                       uint32_t id) {
+  std::vector<std::unique_ptr<Communicator>> out;
+  const int n = static_cast<int>(ranks.size());
+  std::vector<int> members(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
+  for (int r = 0; r < n; ++r) {
+    auto& core = ranks[static_cast<size_t>(r)].comm->core();
+    out.push_back(std::make_unique<Communicator>(std::make_shared<coll::CommCore>(core.world_ptr(), id, members, r, config)));
+  }
+  return out;
+}
+
+coll::CollConfig small_config() {
+  coll::CollConfig c;
+  c.timeout = std::chrono::seconds(10);
+  c.pipeline_bytes = kPipeline;
+  return c;
+}
+coll::CollConfig ring_config() {  // ring / chain at any size
+  coll::CollConfig c = small_config();
+  c.allreduce = coll::Algo::kRing;
+  c.reduce = coll::Algo::kChain;
+  c.ring_threshold = 0;
+  return c;
+}
+coll::CollConfig rd_config() {  // recursive doubling / tree at any size
+  coll::CollConfig c = small_config();
+  c.allreduce = coll::Algo::kRecursiveDoubling;
+  c.reduce = coll::Algo::kTree;
+  c.ring_threshold = SIZE_MAX;
+  return c;
+}
+
+/// Counts around pieces and ring blocks for type t at n ranks: the interesting edges
+/// are a block of exactly one piece and more pieces per block than the ring's slots.
+std::vector<size_t> boundary_counts(DataType t, int n) {
+  const size_t piece = kPipeline / size_of(t);
+  const size_t nn = static_cast<size_t>(n);
+  return {piece - 1, piece * nn - 1, piece * nn, piece * nn + 1, piece * 5 * nn + 13};
+}
+
+struct Fixture {
+  std::vector<test::Rank> ranks;
+  std::vector<std::unique_ptr<Communicator>> ring, rd;
+  explicit Fixture(int n) : ranks(make_ranks(n)) {
+    ring = with_config(ranks, ring_config(), 100);
+    rd = with_config(ranks, rd_config(), 101);
+  }
+  /// body(rank, communicator, algorithm name) for both algorithm choices.
+  void run(const std::function<void(int, Communicator&, const char*)>& body) {
+    run_ranks(ranks, [&](int r, Communicator&) {
+      body(r, *ring[static_cast<size_t>(r)], "ring");
+      if (::testing::Test::HasFatalFailure()) return;
+      body(r, *rd[static_cast<size_t>(r)], "rd");
+    });
+  }
+};
+
+/// One allreduce case on rank r: checks the result bit for bit against the reference.
+void check_allreduce(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count, bool in_place) {
+  const int n = c.size();
+  const size_t es = size_of(t);
+  auto in = rank_input(r, count, t, op, n);
+  std::vector<std::byte> out(count * es, std::byte{0x5A});
+  if (in_place) out = in;
+  Status s = in_place ? c.allreduce(kInPlace, out.data(), count, t, op) : c.allreduce(in.data(), out.data(), count, t, op);
+  const std::string what = fmt::format("allreduce {} {} {} n={} count={} in_place={} rank {}", algo, to_string(t),
+                                       to_string(op), n, count, in_place, r);
+  ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+  auto want = reference(0, n - 1, 0, count, t, op, n);
+  long d = first_diff(want, out.data(), out.size(), es);
+  ASSERT_EQ(d, -1) << what << ": first wrong element";
+  if (!in_place) {
+    EXPECT_EQ(first_diff(rank_input(r, count, t, op, n), in.data(), in.size(), es), -1) << what << ": send changed";
+  }
+}
+
+class AllreduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllreduceTest, EveryTypeAndOpMatchesTheSequentialReference) {
+  Fixture f(GetParam());
+  f.run([](int r, Communicator& c, const char* algo) {
+    int k = 0;
+    for (DataType t : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        if (!valid(t, op)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{97}}) {
+          check_allreduce(r, c, algo, t, op, count, (k++ % 2) == 1);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(AllreduceTest, SizesAroundPiecesAndBlocksInPlaceOrNot) {
+  const int n = GetParam();
+  Fixture f(n);
+  f.run([n](int r, Communicator& c, const char* algo) {
+    // Fewer types at 8 ranks keeps the suite quick; every element size is covered.
+    std::vector<DataType> types = {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
+    if (n <= 4) types.insert(types.end(), {DataType::kUint32, DataType::kFloat16, DataType::kInt64});
+    int k = 0;
+    for (DataType t : types) {
+      for (size_t count : boundary_counts(t, n)) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (!valid(t, op)) continue;
+          check_allreduce(r, c, algo, t, op, count, (k++ % 2) == 0);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllreduceTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+TEST(Allreduce, AutoChoosesRingForLargeAndRecursiveDoublingForSmallAndBothAgree) {
+  // The default config with a small threshold: both paths under kAuto, back to back,
+  // also asynchronously (the worker thread runs them).
+  auto ranks = make_ranks(3);
+  coll::CollConfig cfg = small_config();
+  cfg.ring_threshold = 4 * kPipeline;
+  auto comms = with_config(ranks, cfg, 102);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    for (size_t count : {size_t{5}, size_t{4 * kPipeline / 4}, size_t{3 * kPipeline + 3}}) {
+      auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 3);
+      std::vector<std::byte> a(in.size()), b(in.size());
+      Request ra = c.iallreduce(in.data(), a.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      Request rb = c.iallreduce(in.data(), b.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      ASSERT_TRUE(ra.wait(std::chrono::seconds(30)).is_ok());
+      ASSERT_TRUE(rb.wait(std::chrono::seconds(30)).is_ok());
+      auto want = reference(0, 2, 0, count, DataType::kFloat32, ReduceOp::kSum, 3);
+      EXPECT_EQ(first_diff(want, a.data(), a.size(), 4), -1) << count;
+      EXPECT_EQ(first_diff(want, b.data(), b.size(), 4), -1) << count;
+    }
+  });
+}
+
+TEST(Allreduce, ARankThatAbortsFailsTheRingOnTheOthersBeforeTheTimeout) {
+  // After one good ring allreduce (scratch registered, keys exchanged; run_ranks joins,
+  // so every rank has finished it), rank 0 aborts instead of joining the next; the
+  // others block in the ring (on a notification or a message) and must learn of it
+  // through the closed endpoints.
+  auto ranks = make_ranks(3);
+  auto comms = with_config(ranks, ring_config(), 103);
+  const size_t count = 8 * kPipeline;
+  run_ranks(ranks, [&](int r, Communicator&) {
+    auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 3);
+    std::vector<std::byte> out(in.size());
+    ASSERT_TRUE(comms[static_cast<size_t>(r)]->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                                          ReduceOp::kSum).is_ok());
+  });
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    if (r == 0) {
+      c.abort();
+      return;
+    }
+    auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 3);
+    std::vector<std::byte> out(in.size());
+    Status s = c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.code(), StatusCode::kTimeout) << s.to_string();
+  });
+}
+
+// --- reduce ------------------------------------------------------------------------------
+
+void check_reduce(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count, int root,
+                  bool in_place) {
+  const int n = c.size();
+  const size_t es = size_of(t);
+  auto in = rank_input(r, count, t, op, n);
+  std::vector<std::byte> out(count * es, std::byte{0x5A});
+  Status s;
+  if (r == root && in_place) {
+    out = in;
+    s = c.reduce(kInPlace, out.data(), count, t, op, root);
+  } else {
+    s = c.reduce(in.data(), r == root ? out.data() : nullptr, count, t, op, root);
+  }
+  const std::string what = fmt::format("reduce {} {} {} n={} count={} root={} in_place={} rank {}", algo,
+                                       to_string(t), to_string(op), n, count, root, in_place, r);
+  ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+  if (r == root) {
+    ASSERT_EQ(first_diff(reference(0, n - 1, 0, count, t, op, n), out.data(), out.size(), es), -1) << what;
+  }
+  if (!(r == root && in_place)) {
+    EXPECT_EQ(first_diff(rank_input(r, count, t, op, n), in.data(), in.size(), es), -1) << what << ": send changed";
+  }
+}
+
+class ReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReduceTest, TreeAndChainToEveryKindOfRoot) {
+  const int n = GetParam();
+  Fixture f(n);
+  f.run([n](int r, Communicator& c, const char* algo) {
+    const bool all_types = n == 3 || n == 5;
+    int k = 0;
+    for (DataType t : kAllTypes) {
+      if (!all_types && t != DataType::kInt32 && t != DataType::kFloat16 && t != DataType::kFloat64) continue;
+      for (ReduceOp op : kAllOps) {
+        if (!valid(t, op)) continue;
+        const size_t piece = kPipeline / size_of(t);
+        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, piece, 4 * piece + 1, 9 * piece + 7}) {
+          const int root = (k++) % n;
+          check_reduce(r, c, algo, t, op, count, root, (k % 3) == 0);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ReduceTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+// --- reduce_scatter ------------------------------------------------------------------------
+
+void check_reduce_scatter(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count,
+                          bool in_place) {
+  const int n = c.size();
+  const size_t es = size_of(t);
+  const size_t total = count * static_cast<size_t>(n);
+  auto in = rank_input(r, total, t, op, n);
+  std::vector<std::byte> out(count * es, std::byte{0x5A});
+  Status s;
+  if (in_place) {
+    out = in;
+    s = c.reduce_scatter(kInPlace, out.data(), count, t, op);
+  } else {
+    s = c.reduce_scatter(in.data(), out.data(), count, t, op);
+  }
+  const std::string what = fmt::format("reduce_scatter {} {} {} n={} count={} in_place={} rank {}", algo,
+                                       to_string(t), to_string(op), n, count, in_place, r);
+  ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+  auto want = reference(0, n - 1, count * static_cast<size_t>(r), count, t, op, n);
+  ASSERT_EQ(first_diff(want, out.data(), count * es, es), -1) << what;
+}
+
+class ReduceScatterTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReduceScatterTest, RingAndRecursiveDoublingGiveEachRankItsBlock) {
+  const int n = GetParam();
+  Fixture f(n);
+  f.run([n](int r, Communicator& c, const char* algo) {
+    const bool all_types = n == 3 || n == 5;
+    int k = 0;
+    for (DataType t : kAllTypes) {
+      if (!all_types && t != DataType::kUint8 && t != DataType::kBFloat16 && t != DataType::kFloat32) continue;
+      for (ReduceOp op : kAllOps) {
+        if (!valid(t, op)) continue;
+        const size_t piece = kPipeline / size_of(t);
+        for (size_t count : {size_t{0}, size_t{1}, size_t{11}, piece, 5 * piece + 3}) {
+          check_reduce_scatter(r, c, algo, t, op, count, (k++ % 2) == 1);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ReduceScatterTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+// --- scan / exscan ----------------------------------------------------------------------------
+
+void check_scan(int r, Communicator& c, bool exclusive, DataType t, ReduceOp op, size_t count, bool in_place) {
+  const int n = c.size();
+  const size_t es = size_of(t);
+  auto in = rank_input(r, count, t, op, n);
+  std::vector<std::byte> out(count * es, std::byte{0x5A});
+  if (in_place) out = in;
+  const std::vector<std::byte> before = out;
+  const void* send = in_place ? kInPlace : in.data();
+  Status s = exclusive ? c.exscan(send, out.data(), count, t, op) : c.scan(send, out.data(), count, t, op);
+  const std::string what = fmt::format("{} {} {} n={} count={} in_place={} rank {}", exclusive ? "exscan" : "scan",
+                                       to_string(t), to_string(op), n, count, in_place, r);
+  ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+  if (exclusive && r == 0) {
+    ASSERT_EQ(first_diff(before, out.data(), out.size(), es), -1) << what << ": rank 0's recv was touched";
+    return;
+  }
+  auto want = reference(0, exclusive ? r - 1 : r, 0, count, t, op, n);
+  ASSERT_EQ(first_diff(want, out.data(), out.size(), es), -1) << what;
+}
+
+class ScanTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ScanTest, InclusiveAndExclusivePrefixes) {
+  const int n = GetParam();
+  auto ranks = make_ranks(n);
+  run_ranks(ranks, [](int r, Communicator& c) {
+    int k = 0;
+    for (DataType t : {DataType::kInt8, DataType::kUint32, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+      for (ReduceOp op : kAllOps) {
+        if (!valid(t, op)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}}) {
+          for (bool exclusive : {false, true}) {
+            check_scan(r, c, exclusive, t, op, count, (k++ % 3) == 1);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ScanTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+}  // namespace
+}  // namespace remora
