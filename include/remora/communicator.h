@@ -57,7 +57,8 @@ inline constexpr bool is_floating(DataType t) noexcept {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
 }
 
-/// kAvg only for floating types (kInvalidArgument otherwise): sum, then divide by size.
+/// kAvg: sum, then divide by the communicator size; floating types only, and not for
+/// scan/exscan (kInvalidArgument otherwise).
 enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
 std::string_view to_string(ReduceOp op) noexcept;
 Result<ReduceOp> parse_reduce_op(std::string_view name);
@@ -122,7 +123,7 @@ class Communicator {
                    void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                    DataType type);
   /// Inclusive prefix reduction: rank r gets op(send_0 .. send_r).
-  Status scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Status scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);  // no kAvg
   /// Exclusive prefix: rank r > 0 gets op(send_0 .. send_{r-1}); rank 0's recv is untouched.
   Status exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
 

@@ -14,7 +14,7 @@
 //   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
 //   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
 // - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
-//   kAvg divides the prefix by size(), as communicator.h defines kAvg.
+//   (kAvg is refused for scans by the Communicator before they get here.)
 //
 // Determinism: every algorithm combines in a fixed order that depends only on ranks
 // and counts (never on arrival order), and each element of an allreduce result is

@@ -173,7 +173,10 @@ Prepared prep_alltoallv(CommCore& c, const void* send, std::span<const size_t> s
           [=](Op& op) { return coll::alltoallv(op, send, scounts, sdispls, recv, rcounts, rdispls, type); }};
 }
 Prepared prep_scan(bool exclusive, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  return {first_error({check_op(type, rop), check_buffer("scan send", send, count, type, true),
+  // A prefix has no single divisor that kAvg could mean (the communicator's size? the
+  // prefix's length?), so scans refuse it rather than pick one silently.
+  Status no_avg = rop == ReduceOp::kAvg ? invalid("avg is not defined for scan and exscan") : Status::ok();
+  return {first_error({no_avg, check_op(type, rop), check_buffer("scan send", send, count, type, true),
                        check_buffer("scan recv", recv, count, type, false)}),
           [=](Op& op) {
             return exclusive ? coll::exscan(op, resolve(send, recv), recv, count, type, rop)
