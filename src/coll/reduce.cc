@@ -196,7 +196,59 @@ inline constexpr bool kIs16 = std::is_same_v<T, Fp16> || std::is_same_v<T, Bf16>
   }
   for (; i < n; ++i) dst[i] = float_bits_to_half_bits(std::bit_cast<uint32_t>(src[i]));
 }
+
+// Op on eight fp32 lanes with exactly the scalar semantics above (min/max included), so
+// the fused loops below give the scalar tail's bits.
+template <class Op>
+[[gnu::target("avx2,f16c")]] inline __m256 apply8(__m256 a, __m256 b) noexcept {
+  if constexpr (std::is_same_v<Op, OpSum>) {
+    return _mm256_add_ps(a, b);
+  } else if constexpr (std::is_same_v<Op, OpProd>) {
+    return _mm256_mul_ps(a, b);
+  } else {
+    constexpr bool kMax = std::is_same_v<Op, OpMax>;
+    __m256 r = _mm256_blendv_ps(b, a, _mm256_cmp_ps(a, b, kMax ? _CMP_GT_OQ : _CMP_LT_OQ));
+    const __m256 zeros = kMax ? _mm256_and_ps(a, b) : _mm256_or_ps(a, b);
+    r = _mm256_blendv_ps(r, zeros, _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
+    return _mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+}
+
+[[gnu::target("avx2,f16c")]] inline __m256 load8_half(const uint16_t* p) noexcept {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+[[gnu::target("avx2,f16c")]] inline void store8_half(uint16_t* p, __m256 v) noexcept {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+inline float half_value(uint16_t h) noexcept { return std::bit_cast<float>(half_bits_to_float_bits(h)); }
+inline uint16_t half_round(float f) noexcept { return float_bits_to_half_bits(std::bit_cast<uint32_t>(f)); }
+
+// fp16 fused: convert, combine and round eight lanes in registers, no trip through a
+// stack block. out may equal a or b (each group is loaded before it is stored).
+template <class Op>
+[[gnu::target("avx2,f16c")]] inline void to_half_f16c(uint16_t* out, const uint16_t* a, const uint16_t* b,
+                                                     size_t n) noexcept {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) store8_half(out + i, apply8<Op>(load8_half(a + i), load8_half(b + i)));
+  for (; i < n; ++i) out[i] = half_round(Op::apply(half_value(a[i]), half_value(b[i])));
+}
+template <class Op>
+[[gnu::target("avx2,f16c")]] inline void acc_half_f16c(float* __restrict__ acc, const uint16_t* __restrict__ in,
+                                                      size_t n) noexcept {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_store_ps(acc + i, apply8<Op>(_mm256_load_ps(acc + i), load8_half(in + i)));
+  for (; i < n; ++i) acc[i] = Op::apply(acc[i], half_value(in[i]));
+}
+[[gnu::target("avx2,f16c")]] inline void div_half_f16c(uint16_t* data, size_t n, float divisor) noexcept {
+  const __m256 d = _mm256_set1_ps(divisor);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) store8_half(data + i, _mm256_div_ps(load8_half(data + i), d));
+  for (; i < n; ++i) data[i] = half_round(half_value(data[i]) / divisor);
+}
 #endif
+
+template <class Isa, class Fmt>
+inline constexpr bool kFusedHalf = REMORA_REDUCE_X86 && std::is_same_v<Isa, Avx2> && std::is_same_v<Fmt, Fp16>;
 
 template <class Isa, class Fmt>
 inline void load16(float* __restrict__ dst, const uint16_t* __restrict__ src, size_t n) noexcept {
@@ -234,6 +286,12 @@ constexpr size_t kBlock = 1024;
 // out may equal a or b: each block is read in full before it is written.
 template <class Isa, class Fmt, class Op>
 inline void to16(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) noexcept {
+#if REMORA_REDUCE_X86
+  if constexpr (kFusedHalf<Isa, Fmt>) {
+    to_half_f16c<Op>(out, a, b, n);
+    return;
+  }
+#endif
   alignas(64) float fa[kBlock];
   alignas(64) float fb[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
@@ -253,6 +311,12 @@ inline void many16(uint16_t* out, std::span<const void* const> inputs, size_t n)
     const size_t m = std::min(kBlock, n - i);
     load16<Isa, Fmt>(acc, static_cast<const uint16_t*>(inputs[0]) + i, m);
     for (size_t k = 1; k < inputs.size(); ++k) {
+#if REMORA_REDUCE_X86
+      if constexpr (kFusedHalf<Isa, Fmt>) {
+        acc_half_f16c<Op>(acc, static_cast<const uint16_t*>(inputs[k]) + i, m);
+        continue;
+      }
+#endif
       load16<Isa, Fmt>(in, static_cast<const uint16_t*>(inputs[k]) + i, m);
       loop_into<float, Op>(acc, in, m);
     }
@@ -262,6 +326,12 @@ inline void many16(uint16_t* out, std::span<const void* const> inputs, size_t n)
 
 template <class Isa, class Fmt>
 inline void avg16(uint16_t* data, size_t n, float divisor) noexcept {
+#if REMORA_REDUCE_X86
+  if constexpr (kFusedHalf<Isa, Fmt>) {
+    div_half_f16c(data, n, divisor);
+    return;
+  }
+#endif
   alignas(64) float f[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);
