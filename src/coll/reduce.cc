@@ -196,7 +196,98 @@ inline constexpr bool kIs16 = std::is_same_v<T, Fp16> || std::is_same_v<T, Bf16>
   }
   for (; i < n; ++i) dst[i] = float_bits_to_half_bits(std::bit_cast<uint32_t>(src[i]));
 }
+
+// Op on eight fp32 lanes with exactly the scalar semantics above (min/max included), so
+// the fused loops below give the scalar tail's bits.
+template <class Op>
+[[gnu::target("avx2,f16c")]] inline __m256 apply8(__m256 a, __m256 b) noexcept {
+  if constexpr (std::is_same_v<Op, OpSum>) {
+    return _mm256_add_ps(a, b);
+  } else if constexpr (std::is_same_v<Op, OpProd>) {
+    return _mm256_mul_ps(a, b);
+  } else {
+    constexpr bool kMax = std::is_same_v<Op, OpMax>;
+    __m256 r = _mm256_blendv_ps(b, a, _mm256_cmp_ps(a, b, kMax ? _CMP_GT_OQ : _CMP_LT_OQ));
+    const __m256 zeros = kMax ? _mm256_and_ps(a, b) : _mm256_or_ps(a, b);
+    r = _mm256_blendv_ps(r, zeros, _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
+    return _mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+}
+
+// Eight 16-bit values to fp32 lanes and back, bit-identical to the scalar conversions.
+template <class Fmt>
+[[gnu::target("avx2,f16c")]] inline __m256 load8(const uint16_t* p) noexcept {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<Fmt, Fp16>) {
+    return _mm256_cvtph_ps(raw);
+  } else {
+    const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    const __m256 quiet = _mm256_and_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q),
+                                       _mm256_castsi256_ps(_mm256_set1_epi32(0x400000)));
+    return _mm256_or_ps(f, quiet);
+  }
+}
+template <class Fmt>
+[[gnu::target("avx2,f16c")]] inline void store8(uint16_t* p, __m256 v) noexcept {
+  __m128i packed;
+  if constexpr (std::is_same_v<Fmt, Fp16>) {
+    packed = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+  } else {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i top = _mm256_srli_epi32(x, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(top, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7FFF));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
+    const __m256i nan = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+    const __m256i r = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    // Every lane is below 2^16, so the saturating pack is a plain narrowing.
+    packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
+template <class Fmt>
+inline float value16(uint16_t x) noexcept {
+  if constexpr (std::is_same_v<Fmt, Fp16>) {
+    return std::bit_cast<float>(half_bits_to_float_bits(x));
+  } else {
+    return std::bit_cast<float>(bfloat_bits_to_float_bits(x));
+  }
+}
+template <class Fmt>
+inline uint16_t round16(float f) noexcept {
+  if constexpr (std::is_same_v<Fmt, Fp16>) {
+    return float_bits_to_half_bits(std::bit_cast<uint32_t>(f));
+  } else {
+    return float_bits_to_bfloat_bits(std::bit_cast<uint32_t>(f));
+  }
+}
+
+// Fused: convert, combine and round eight lanes in registers, no trip through a stack
+// block. out may equal a or b (each group is loaded before it is stored).
+template <class Fmt, class Op>
+[[gnu::target("avx2,f16c")]] inline void to16_avx2(uint16_t* out, const uint16_t* a, const uint16_t* b,
+                                                  size_t n) noexcept {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) store8<Fmt>(out + i, apply8<Op>(load8<Fmt>(a + i), load8<Fmt>(b + i)));
+  for (; i < n; ++i) out[i] = round16<Fmt>(Op::apply(value16<Fmt>(a[i]), value16<Fmt>(b[i])));
+}
+template <class Fmt, class Op>
+[[gnu::target("avx2,f16c")]] inline void acc16_avx2(float* __restrict__ acc, const uint16_t* __restrict__ in,
+                                                   size_t n) noexcept {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_store_ps(acc + i, apply8<Op>(_mm256_load_ps(acc + i), load8<Fmt>(in + i)));
+  for (; i < n; ++i) acc[i] = Op::apply(acc[i], value16<Fmt>(in[i]));
+}
+template <class Fmt>
+[[gnu::target("avx2,f16c")]] inline void div16_avx2(uint16_t* data, size_t n, float divisor) noexcept {
+  const __m256 d = _mm256_set1_ps(divisor);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) store8<Fmt>(data + i, _mm256_div_ps(load8<Fmt>(data + i), d));
+  for (; i < n; ++i) data[i] = round16<Fmt>(value16<Fmt>(data[i]) / divisor);
+}
 #endif
+
+template <class Isa>
+inline constexpr bool kFused16 = REMORA_REDUCE_X86 && std::is_same_v<Isa, Avx2>;
 
 template <class Isa, class Fmt>
 inline void load16(float* __restrict__ dst, const uint16_t* __restrict__ src, size_t n) noexcept {
@@ -234,6 +325,12 @@ constexpr size_t kBlock = 1024;
 // out may equal a or b: each block is read in full before it is written.
 template <class Isa, class Fmt, class Op>
 inline void to16(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) noexcept {
+#if REMORA_REDUCE_X86
+  if constexpr (kFused16<Isa>) {
+    to16_avx2<Fmt, Op>(out, a, b, n);
+    return;
+  }
+#endif
   alignas(64) float fa[kBlock];
   alignas(64) float fb[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
@@ -253,6 +350,12 @@ inline void many16(uint16_t* out, std::span<const void* const> inputs, size_t n)
     const size_t m = std::min(kBlock, n - i);
     load16<Isa, Fmt>(acc, static_cast<const uint16_t*>(inputs[0]) + i, m);
     for (size_t k = 1; k < inputs.size(); ++k) {
+#if REMORA_REDUCE_X86
+      if constexpr (kFused16<Isa>) {
+        acc16_avx2<Fmt, Op>(acc, static_cast<const uint16_t*>(inputs[k]) + i, m);
+        continue;
+      }
+#endif
       load16<Isa, Fmt>(in, static_cast<const uint16_t*>(inputs[k]) + i, m);
       loop_into<float, Op>(acc, in, m);
     }
@@ -262,6 +365,12 @@ inline void many16(uint16_t* out, std::span<const void* const> inputs, size_t n)
 
 template <class Isa, class Fmt>
 inline void avg16(uint16_t* data, size_t n, float divisor) noexcept {
+#if REMORA_REDUCE_X86
+  if constexpr (kFused16<Isa>) {
+    div16_avx2<Fmt>(data, n, divisor);
+    return;
+  }
+#endif
   alignas(64) float f[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);

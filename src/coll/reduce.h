@@ -5,7 +5,13 @@
 // accumulates all its inputs in fp32 before the single rounding. kAvg combines as a
 // sum; the caller applies finish_avg once at the end (divide by the number of ranks;
 // integer types do not support kAvg). Integer sum/prod wrap (two's complement), as
-// MPI implementations do in practice. Float min/max propagate NaN from either side.
+// MPI implementations do in practice. Float min/max propagate NaN from either side and
+// order -0 below +0, so neither depends on operand order. When both operands are NaN
+// the result is NaN, but whose payload survives is unspecified. Pointers must be aligned
+// to the element type (as for any T*); no wider alignment is needed.
+//
+// Thread safety: the kernels are pure functions of their arguments; any number of
+// threads may call them at once.
 #pragma once
 
 #include <cstddef>

@@ -582,8 +582,15 @@ TEST(ReduceKernels, HalfFormatPathsAgreeBitForBitOnEveryPattern) {
           finish_avg(type, avg.data(), avg.size(), 3);
           results.push_back(avg);
         }
+        const auto is_nan = type == DataType::kFloat16 ? half_is_nan : bfloat_is_nan;
         for (size_t r = 2; r < results.size(); ++r) {
           for (size_t i = 0; i < all.size(); ++i) {
+            // Which payload survives when both operands are NaN is the compiler's choice
+            // of operand order (x86 returns the first source's); only NaN-ness is defined.
+            if (r % 2 == 0 && is_nan(all[i]) && is_nan(factor)) {
+              ASSERT_TRUE(is_nan(results[r][i]) && is_nan(results[0][i])) << std::hex << i;
+              continue;
+            }
             ASSERT_EQ(results[r][i], results[r % 2][i])
                 << to_string(type) << " " << to_string(op) << " factor " << std::hex << factor << " pattern " << i;
           }
