@@ -12,7 +12,7 @@ target_include_directories(remora_perf PUBLIC ${CMAKE_CURRENT_LIST_DIR}/perf)
 target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
 target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_json fmt::fmt Threads::Threads)
 
-add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc)
+add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc ${CMAKE_CURRENT_LIST_DIR}/run.cc)
 set_target_properties(remora_tool PROPERTIES OUTPUT_NAME remora)
 # -Wno-null-dereference: GCC 12 flags CLI11's own string splitting (a false positive
 # that surfaces only once its templates are inlined here).

@@ -1,4 +1,4 @@
-// tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, version. A thin layer over
+// tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, run, version. A thin layer over
 // tools/perf: parse arguments, draw tables and the progress line, write JSON.
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "perf.h"
+#include "run.h"
 #include "remora/remora.h"
 
 namespace {
@@ -338,12 +339,42 @@ int main(int argc, char** argv) {
   serve->add_option("--listen", serve_listen);
   serve->add_option("--port-fd", serve_port_fd);
 
+  remora::tools::RunOptions run_options;
+  int run_timeout_s = 0;
+  auto* run = app.add_subcommand("run", "single-host launcher: run N ranks of a program (remora run -n 4 -- prog args)");
+  run->add_option("-n,--ranks", run_options.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
+  run->add_option("--timeout", run_timeout_s, "stop every rank after this many seconds and exit 124 (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_flag("--tag-output", run_options.tag_output, "prefix every output line with [rank]");
+  // Everything from the program on is the program's, flags included.
+  run->prefix_command();
+
+  // `remora run ... -- prog args`: what follows "--" is the program's, never ours.
+  std::vector<std::string> after_dashdash;
+  if (argc > 1 && std::string_view(argv[1]) == "run") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) != "--") continue;
+      after_dashdash.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
 
   if (*version) return print_version(version_json);
   if (*demo) return run_demo(demo_sizes, demo_iters, demo_json, demo_corrupt);
   if (*p2p) return run_p2p(p2p_args);
   if (*rma) return run_rma(rma_args);
+  if (*run) {
+    run_options.argv = run->remaining();
+    run_options.argv.insert(run_options.argv.end(), after_dashdash.begin(), after_dashdash.end());
+    if (run_options.argv.empty()) {
+      fmt::print(stderr, "remora run: no program given (remora run -n N [--] prog args...)\n");
+      return 2;
+    }
+    run_options.timeout = std::chrono::seconds(run_timeout_s);
+    return remora::tools::run_ranks(run_options);
+  }
   if (*serve) {
     if (auto s = remora::perf::serve(serve_listen, serve_port_fd); !s) {
       fmt::print(stderr, "remora serve: error: {}\n", s.to_string());

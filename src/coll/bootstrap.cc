@@ -1,12 +1,145 @@
-// STUB: Communicator::init (store + launcher environment) arrives in its own commit.
+// coll/bootstrap.cc — Communicator::init: the launcher's environment, the rendezvous
+// store (hosted by rank 0), address exchange and the full mesh.
+//
+// Keys: "remora/arrivals" is a counter every rank bumps once; ranks of one run share
+// the generation g = (ticket - 1) / size, and publish under "remora/<g>/addr/<rank>".
+// Rank 0 hosts a fresh store per run, so g is 0 there; the prefix keeps runs apart
+// when ranks connect to a store that outlived an earlier, complete run.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
 #include "coll/comm_core.h"
+#include "core/env.h"
+#include "net/address.h"
 #include "remora/communicator.h"
 
 namespace remora {
-Result<std::unique_ptr<Communicator>> Communicator::init(Context&, const CommOptions&) {
-  return Status(StatusCode::kUnsupported, "not implemented yet");
+namespace {
+
+using coll::Clock;
+
+Duration left_until(Clock::time_point deadline) {
+  const auto now = Clock::now();
+  return deadline > now ? Duration(deadline - now) : Duration::zero();
 }
-Result<std::unique_ptr<Communicator>> Communicator::init(Context&, const LaunchInfo&, const CommOptions&) {
-  return Status(StatusCode::kUnsupported, "not implemented yet");
+
+/// "host" → "host", "fe80::1" → "[fe80::1]" (for "host:port").
+std::string bracketed(const std::string& host) {
+  if (host.find(':') != std::string::npos && host.front() != '[') return "[" + host + "]";
+  return host;
 }
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  const size_t shown = std::min<size_t>(ranks.size(), 16);
+  for (size_t i = 0; i < shown; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > shown) out += fmt::format(" and {} more", ranks.size() - shown);
+  return out;
+}
+
+/// Rank 0's server listens on every interface of the store address's family.
+Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_address) {
+  REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(store_address));
+  REMORA_ASSIGN_OR_RETURN(auto addrs, net::resolve(hp, /*passive=*/false));
+  const bool v6 = !addrs.empty() && addrs.front().family() == AF_INET6;
+  const std::string any = fmt::format("{}:{}", v6 ? "[::]" : "0.0.0.0", hp.port);
+  auto server = StoreServer::start(any);
+  if (!server) {
+    return server.status().with_context(
+        fmt::format("rank 0 could not host the rendezvous store on port {} (of {})", hp.port, store_address));
+  }
+  return server;
+}
+
+Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& launch, const coll::CollConfig& config) {
+  const int rank = launch.rank;
+  const int size = launch.size;
+  const auto deadline = Clock::now() + config.timeout;
+  std::vector<int> members(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) members[static_cast<size_t>(i)] = i;
+
+  if (size == 1) {
+    // Nothing to meet: no store, no sockets.
+    auto world = std::make_shared<coll::World>(ctx, 0, 1, std::vector<std::shared_ptr<Endpoint>>(1));
+    return std::make_unique<Communicator>(std::make_shared<coll::CommCore>(world, 0, members, 0, config));
+  }
+  if (launch.store_address.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "no rendezvous store address: set REMORA_STORE=host:port (or MASTER_ADDR and MASTER_PORT)");
+  }
+
+  std::unique_ptr<StoreServer> server;
+  if (rank == 0) {
+    REMORA_ASSIGN_OR_RETURN(server, start_server(launch.store_address));
+  }
+  REMORA_ASSIGN_OR_RETURN(auto store, Store::connect(launch.store_address, left_until(deadline)));
+
+  REMORA_ASSIGN_OR_RETURN(const int64_t ticket, store->add("remora/arrivals", 1));
+  const std::string prefix = fmt::format("remora/{}/", (ticket - 1) / size);
+
+  std::string host;
+  if (auto h = core::getenv_view("REMORA_HOST")) {
+    host = std::string(*h);
+  } else {
+    host = store->local_host();
+  }
+  auto listener = ctx.listen(bracketed(host) + ":0");
+  if (!listener) {
+    return listener.status().with_context(
+        fmt::format("rank {} could not listen on {} (set REMORA_HOST to an address of this host that the other "
+                    "ranks can reach)",
+                    rank, host));
+  }
+  REMORA_RETURN_IF_ERROR(store->set(prefix + "addr/" + std::to_string(rank), (*listener)->address()));
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + "addr/" + std::to_string(r));
+  if (Status s = store->wait(keys, left_until(deadline)); !s.is_ok()) {
+    if (s.code() != StatusCode::kTimeout) return s;
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      auto present = store->check(keys[static_cast<size_t>(r)]);
+      if (present.is_ok() && !*present) missing.push_back(r);
+    }
+    return Status(StatusCode::kTimeout,
+                  fmt::format("rank {}: rank(s) {} of {} never showed up at the rendezvous store {} within {} ms "
+                              "(REMORA_COLL_TIMEOUT_MS)",
+                              rank, rank_list(missing), size, launch.store_address,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(config.timeout).count()));
+  }
+  std::vector<std::string> addresses;
+  for (const auto& k : keys) {
+    REMORA_ASSIGN_OR_RETURN(auto v, store->get(k, left_until(deadline)));
+    addresses.emplace_back(reinterpret_cast<const char*>(v.data()), v.size());
+  }
+
+  REMORA_ASSIGN_OR_RETURN(auto peers, coll::connect_mesh(ctx, **listener, rank, addresses, deadline));
+  auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers), std::move(store), std::move(server));
+  return std::make_unique<Communicator>(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::init(Context& ctx, const CommOptions& options) {
+  REMORA_ASSIGN_OR_RETURN(auto launch, detect_launch());
+  return init(ctx, launch, options);
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::init(Context& ctx, const LaunchInfo& launch,
+                                                         const CommOptions& options) {
+  if (launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("Communicator::init: rank {} of size {} (need 0 <= rank < size)", launch.rank, launch.size));
+  }
+  REMORA_ASSIGN_OR_RETURN(auto config, coll::CollConfig::from_env(options));
+  auto comm = bootstrap(ctx, launch, config);
+  if (!comm) {
+    return comm.status().with_context(fmt::format("Communicator::init (rank {} of {})", launch.rank, launch.size));
+  }
+  return comm;
+}
+
 }  // namespace remora

@@ -1,11 +1,650 @@
-// STUB: the rendezvous store arrives in its own commit.
+// coll/store.cc — the rendezvous store: a poll-driven TCP key-value server on its own
+// thread, and a blocking client. Wire format: docs/protocol.md, "Rendezvous store".
 #include "remora/store.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace remora {
 namespace detail {
-class StoreServerCore {};
-class StoreClientCore {};
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// --- wire format (docs/protocol.md) ----------------------------------------------------
+enum class Op : uint8_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5, kRemove = 6 };
+enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kInvalidArgument = 2 };
+
+constexpr size_t kMaxKey = 1024;
+constexpr size_t kMaxValue = size_t{64} << 20;
+/// op u8 + key length u32 + value length u32 + timeout u64.
+constexpr size_t kFixedRequestBytes = 1 + 4 + 4 + 8;
+constexpr size_t kMaxRequest = kFixedRequestBytes + kMaxKey + kMaxValue;
+/// status u8 + payload length u32.
+constexpr size_t kReplyHeaderBytes = 1 + 4;
+/// A timeout field of all ones: wait without a deadline.
+constexpr uint64_t kNoTimeout = ~uint64_t{0};
+/// A client that never reads its replies is cut off once this much is queued for it.
+constexpr size_t kMaxQueuedReplies = size_t{256} << 20;
+/// Non-waiting requests (set, add, check, remove) are answered at once by a healthy
+/// server; this only bounds a call on a server that stopped responding.
+constexpr Duration kRequestTimeout = std::chrono::seconds(60);
+
+void put_u32(std::vector<std::byte>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+void put_u64(std::vector<std::byte>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); }
+void put_bytes(std::vector<std::byte>& out, std::string_view s) { put_bytes(out, std::as_bytes(std::span(s))); }
+uint32_t get_u32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{std::to_integer<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+uint64_t get_u64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{std::to_integer<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+std::string_view as_view(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+/// Keys of a WAIT request's value: (key length u32, key)*; at least one.
+std::optional<std::vector<std::string>> parse_key_list(std::span<const std::byte> v) {
+  std::vector<std::string> keys;
+  size_t at = 0;
+  while (at < v.size()) {
+    if (v.size() - at < 4) return std::nullopt;
+    const uint32_t n = get_u32(v.data() + at);
+    at += 4;
+    if (n == 0 || n > kMaxKey || v.size() - at < n) return std::nullopt;
+    keys.emplace_back(as_view(v.subspan(at, n)));
+    at += n;
+  }
+  if (keys.empty()) return std::nullopt;
+  return keys;
+}
+
+std::string join_keys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) {
+    if (!out.empty()) out += ", ";
+    out += '"' + k + '"';
+  }
+  return out;
+}
+
+/// Counters are stored as decimal text (a get on a counter returns "42").
+std::optional<int64_t> parse_counter(const std::vector<std::byte>& v) {
+  int64_t x = 0;
+  const char* b = reinterpret_cast<const char*>(v.data());
+  auto [p, ec] = std::from_chars(b, b + v.size(), x);
+  if (ec != std::errc() || p != b + v.size() || v.empty()) return std::nullopt;
+  return x;
+}
+
+}  // namespace
+
+// --- server ----------------------------------------------------------------------------
+
+class StoreServerCore {
+ public:
+  StoreServerCore(net::Fd listener, net::Fd wake_read, net::Fd wake_write, std::string address, uint16_t port)
+      : listener_(std::move(listener)),
+        wake_read_(std::move(wake_read)),
+        wake_write_(std::move(wake_write)),
+        address_(std::move(address)),
+        port_(port) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~StoreServerCore() {
+    stop_.store(true);
+    const char c = 0;
+    // The pipe is non-blocking and the thread drains it; a full pipe already wakes it.
+    (void)!::write(wake_write_.get(), &c, 1);
+    thread_.join();
+  }
+  StoreServerCore(const StoreServerCore&) = delete;
+  StoreServerCore& operator=(const StoreServerCore&) = delete;
+
+  uint16_t port() const { return port_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Conn {
+    net::Fd fd;
+    std::vector<std::byte> in;
+    std::vector<std::byte> out;
+    size_t out_done = 0;
+    bool waiting = false;  ///< a get/wait is parked; later requests wait behind it
+    Op wait_op = Op::kGet;
+    std::vector<std::string> wait_keys;
+    std::optional<Clock::time_point> deadline;
+    bool dead = false;
+  };
+
+  void serve() {
+    std::vector<pollfd> fds;
+    while (!stop_.load()) {
+      fds.clear();
+      fds.push_back({listener_.get(), POLLIN, 0});
+      fds.push_back({wake_read_.get(), POLLIN, 0});
+      for (auto& c : conns_) {
+        short ev = POLLIN;
+        if (c->out_done < c->out.size()) ev |= POLLOUT;
+        fds.push_back({c->fd.get(), ev, 0});
+      }
+      int timeout_ms = -1;
+      const auto now = Clock::now();
+      for (auto& c : conns_) {
+        if (!c->waiting || !c->deadline) continue;
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(*c->deadline - now).count();
+        const int ms = static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
+        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+      }
+      const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        REMORA_LOG(kError, "store server: poll: {}", std::strerror(errno));
+        break;
+      }
+      if (stop_.load()) break;
+      if (n > 0) {
+        if (fds[1].revents != 0) {
+          char buf[64];
+          while (::read(wake_read_.get(), buf, sizeof buf) > 0) {
+          }
+        }
+        // Connections accepted now are polled from the next round; fds[i + 2] matches
+        // conns_[i] for the ones that existed when fds was built.
+        const size_t polled = fds.size() - 2;
+        for (size_t i = 0; i < polled; ++i) {
+          const short re = fds[i + 2].revents;
+          if (re == 0) continue;
+          Conn& c = *conns_[i];
+          if ((re & (POLLIN | POLLHUP | POLLERR)) != 0) on_readable(c);
+          if (!c.dead && (re & POLLOUT) != 0) flush(c);
+        }
+        if (fds[0].revents != 0) accept_all();
+      }
+      expire_waits();
+      settle();
+      std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->dead; });
+    }
+    conns_.clear();  // closing the sockets fails every client's call with kPeerFailed
+  }
+
+  void accept_all() {
+    for (;;) {
+      const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+          REMORA_LOG(kWarn, "store server: accept: {}", std::strerror(errno));
+        }
+        return;
+      }
+      auto c = std::make_unique<Conn>();
+      c->fd = net::Fd(fd);
+      if (Status s = net::configure_stream_socket(fd); !s.is_ok()) {
+        REMORA_LOG(kWarn, "store server: {}", s.to_string());
+        continue;
+      }
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  void drop(Conn& c, std::string_view why) {
+    if (!why.empty()) REMORA_LOG(kWarn, "store server: closing a client connection: {}", why);
+    c.dead = true;
+    c.fd.reset();
+  }
+
+  void on_readable(Conn& c) {
+    std::byte buf[64 * 1024];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+      if (n > 0) {
+        c.in.insert(c.in.end(), buf, buf + n);
+        // A client may pipeline, but never more than one frame beyond a parked wait.
+        if (c.in.size() > 2 * kMaxRequest) return drop(c, "too much unanswered input");
+        continue;
+      }
+      if (n == 0) return drop(c, "");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return drop(c, "");
+    }
+    process(c);
+  }
+
+  /// Serves what clients unparked by a set/add/timeout had queued behind their wait.
+  void settle() {
+    for (bool again = true; again;) {
+      again = false;
+      for (auto& c : conns_) {
+        if (!c->dead && !c->waiting && !c->in.empty()) again |= process(*c);
+      }
+    }
+  }
+
+  /// Serves complete frames in order, stopping behind a parked get/wait. Returns
+  /// whether it consumed anything. Never re-entered for the same connection: the
+  /// request being served points into `c.in`.
+  bool process(Conn& c) {
+    size_t at = 0;
+    while (!c.dead && !c.waiting) {
+      const size_t avail = c.in.size() - at;
+      const std::byte* p = c.in.data() + at;
+      if (avail < 5) break;
+      const auto op = static_cast<Op>(std::to_integer<uint8_t>(p[0]));
+      if (op < Op::kSet || op > Op::kRemove) return drop(c, fmt::format("unknown op {}", std::to_integer<int>(p[0]))), false;
+      const uint32_t key_len = get_u32(p + 1);
+      if (key_len > kMaxKey) return drop(c, fmt::format("key of {} bytes (limit {})", key_len, kMaxKey)), false;
+      if ((key_len == 0) != (op == Op::kWait)) return drop(c, "key length 0 is for wait only, and wait only"), false;
+      if (avail < 5 + size_t{key_len} + 4) break;
+      const uint32_t value_len = get_u32(p + 5 + key_len);
+      if (value_len > kMaxValue) return drop(c, fmt::format("value of {} bytes (limit {})", value_len, kMaxValue)), false;
+      const size_t total = kFixedRequestBytes + key_len + value_len;
+      if (avail < total) break;
+      const std::string key(as_view(std::span(p + 5, key_len)));
+      const std::span<const std::byte> value(p + 9 + key_len, value_len);
+      const uint64_t timeout_ms = get_u64(p + 9 + key_len + value_len);
+      at += total;
+      serve_one(c, op, key, value, timeout_ms);
+    }
+    if (c.dead) return false;
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(at));
+    return at > 0;
+  }
+
+  void serve_one(Conn& c, Op op, const std::string& key, std::span<const std::byte> value, uint64_t timeout_ms) {
+    switch (op) {
+      case Op::kSet:
+        data_[key].assign(value.begin(), value.end());
+        reply(c, Reply::kOk, {});
+        wake_waiters();
+        return;
+      case Op::kGet:
+      case Op::kWait: {
+        std::vector<std::string> keys;
+        if (op == Op::kGet) {
+          if (!value.empty()) return drop(c, "get with a value");
+          keys.push_back(key);
+        } else {
+          auto parsed = parse_key_list(value);
+          if (!parsed) return drop(c, "malformed key list in wait");
+          keys = std::move(*parsed);
+        }
+        c.waiting = true;
+        c.wait_op = op;
+        c.wait_keys = std::move(keys);
+        c.deadline.reset();
+        if (timeout_ms != kNoTimeout) c.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+        try_complete(c);
+        return;
+      }
+      case Op::kAdd: {
+        if (value.size() != 8) return drop(c, "add needs an 8-byte delta");
+        const auto delta = static_cast<int64_t>(get_u64(value.data()));
+        int64_t now = 0;
+        if (auto it = data_.find(key); it != data_.end()) {
+          auto v = parse_counter(it->second);
+          if (!v) {
+            const std::string msg = fmt::format("store key \"{}\" holds a value that is not a counter", key);
+            return reply(c, Reply::kInvalidArgument, std::as_bytes(std::span(msg)));
+          }
+          now = *v;
+        }
+        if (__builtin_add_overflow(now, delta, &now)) {
+          const std::string msg = fmt::format("store counter \"{}\" would overflow", key);
+          return reply(c, Reply::kInvalidArgument, std::as_bytes(std::span(msg)));
+        }
+        const std::string text = std::to_string(now);
+        auto& slot = data_[key];
+        slot.clear();
+        put_bytes(slot, text);
+        std::vector<std::byte> out;
+        put_u64(out, static_cast<uint64_t>(now));
+        reply(c, Reply::kOk, out);
+        wake_waiters();
+        return;
+      }
+      case Op::kCheck:
+      case Op::kRemove: {
+        if (!value.empty()) return drop(c, "check/remove with a value");
+        bool had = false;
+        if (op == Op::kCheck) {
+          had = data_.contains(key);
+        } else {
+          had = data_.erase(key) > 0;
+        }
+        const std::byte b{static_cast<uint8_t>(had ? 1 : 0)};
+        reply(c, Reply::kOk, std::span(&b, 1));
+        return;
+      }
+    }
+  }
+
+  /// Answers a parked get/wait if its keys exist now (settle() serves what queued behind it).
+  void try_complete(Conn& c) {
+    if (!c.waiting) return;
+    for (const auto& k : c.wait_keys) {
+      if (!data_.contains(k)) return;
+    }
+    c.waiting = false;
+    if (c.wait_op == Op::kGet) {
+      reply(c, Reply::kOk, data_[c.wait_keys[0]]);
+    } else {
+      reply(c, Reply::kOk, {});
+    }
+    c.wait_keys.clear();
+  }
+
+  void wake_waiters() {
+    for (auto& c : conns_) {
+      if (!c->dead && c->waiting) try_complete(*c);
+    }
+  }
+
+  void expire_waits() {
+    const auto now = Clock::now();
+    for (auto& c : conns_) {
+      if (c->dead || !c->waiting || !c->deadline || *c->deadline > now) continue;
+      std::vector<std::string> missing;
+      for (const auto& k : c->wait_keys) {
+        if (!data_.contains(k)) missing.push_back(k);
+      }
+      const std::string msg = fmt::format("store: timed out waiting for {} of {} key(s): {}", missing.size(),
+                                          c->wait_keys.size(), join_keys(missing));
+      c->waiting = false;
+      c->wait_keys.clear();
+      reply(*c, Reply::kTimeout, std::as_bytes(std::span(msg)));
+    }
+  }
+
+  void reply(Conn& c, Reply status, std::span<const std::byte> payload) {
+    if (c.dead) return;
+    if (c.out_done == c.out.size()) {
+      c.out.clear();
+      c.out_done = 0;
+    }
+    c.out.push_back(static_cast<std::byte>(status));
+    put_u32(c.out, static_cast<uint32_t>(payload.size()));
+    put_bytes(c.out, payload);
+    if (c.out.size() - c.out_done > kMaxQueuedReplies) return drop(c, "client does not read its replies");
+    flush(c);
+  }
+
+  void flush(Conn& c) {
+    while (c.out_done < c.out.size()) {
+      const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_done, c.out.size() - c.out_done, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      return drop(c, "");
+    }
+  }
+
+  net::Fd listener_;
+  net::Fd wake_read_;
+  net::Fd wake_write_;
+  const std::string address_;
+  const uint16_t port_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<Conn>> conns_;               ///< server thread only
+  std::map<std::string, std::vector<std::byte>> data_;     ///< server thread only
+  std::thread thread_;
+};
+
+// --- client ----------------------------------------------------------------------------
+
+class StoreClientCore {
+ public:
+  StoreClientCore(net::Fd fd, std::string address, std::string local_host)
+      : fd_(std::move(fd)), address_(std::move(address)), local_host_(std::move(local_host)) {}
+
+  const std::string& local_host() const { return local_host_; }
+
+  struct Response {
+    Reply status;
+    std::vector<std::byte> payload;
+  };
+
+  /// One request, one reply. `wait` is how long the server may hold it.
+  Result<Response> call(Op op, std::string_view key, std::span<const std::byte> value, std::optional<Duration> wait) {
+    if (key.size() > kMaxKey || (key.empty() && op != Op::kWait)) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("store key must be 1..{} bytes (got {})", kMaxKey, key.size()));
+    }
+    if (value.size() > kMaxValue) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("store value must be at most {} bytes (got {})", kMaxValue, value.size()));
+    }
+    uint64_t timeout_ms = 0;
+    Clock::time_point deadline = Clock::now() + kRequestTimeout;
+    if (wait) {
+      if (*wait < Duration::zero()) return Status(StatusCode::kInvalidArgument, "store: negative timeout");
+      if (*wait == kForever) {
+        timeout_ms = kNoTimeout;
+        deadline = Clock::time_point::max();
+      } else {
+        timeout_ms = static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(*wait).count());
+        // The server answers kTimeout itself; the grace covers the round trip.
+        deadline = Clock::now() + *wait + std::chrono::seconds(10);
+      }
+    }
+    std::vector<std::byte> frame;
+    frame.reserve(kFixedRequestBytes + key.size() + value.size());
+    frame.push_back(static_cast<std::byte>(op));
+    put_u32(frame, static_cast<uint32_t>(key.size()));
+    put_bytes(frame, key);
+    put_u32(frame, static_cast<uint32_t>(value.size()));
+    put_bytes(frame, value);
+    put_u64(frame, timeout_ms);
+
+    std::lock_guard lock(mu_);
+    if (!broken_.is_ok()) return broken_;
+    auto fail = [&](const Status& s) {
+      // A half-written request or half-read reply leaves the stream out of step.
+      const StatusCode code = s.code() == StatusCode::kTimeout ? StatusCode::kTimeout : StatusCode::kPeerFailed;
+      broken_ = Status(StatusCode::kPeerFailed, fmt::format("store at {}: {}", address_, s.message()));
+      fd_.reset();
+      return Status(code, fmt::format("store at {}: {}", address_, s.message()));
+    };
+    if (Status s = net::write_all(fd_.get(), frame, deadline); !s.is_ok()) return fail(s);
+    std::byte head[kReplyHeaderBytes];
+    if (Status s = net::read_exact(fd_.get(), head, deadline); !s.is_ok()) return fail(s);
+    Response r{static_cast<Reply>(head[0]), {}};
+    const uint32_t len = get_u32(head + 1);
+    if (std::to_integer<uint8_t>(head[0]) > 2 || len > kMaxValue + 64 * 1024) {
+      return fail(Status(StatusCode::kProtocol, "malformed reply (is this a remora store?)"));
+    }
+    r.payload.resize(len);
+    if (Status s = net::read_exact(fd_.get(), r.payload, deadline); !s.is_ok()) return fail(s);
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  net::Fd fd_;
+  Status broken_;
+  const std::string address_;
+  const std::string local_host_;
+};
+
+namespace {
+/// kOk, or the server's refusal as a Status.
+Status reply_status(const StoreClientCore::Response& r) {
+  const std::string msg(as_view(r.payload));
+  switch (r.status) {
+    case Reply::kOk: return Status::ok();
+    case Reply::kTimeout: return Status(StatusCode::kTimeout, msg);
+    case Reply::kInvalidArgument: return Status(StatusCode::kInvalidArgument, msg);
+  }
+  return Status(StatusCode::kProtocol, "store: unknown reply status");
+}
+
+std::string host_of(const net::SockAddr& a) {
+  std::string s = net::to_string(a);
+  const auto colon = s.rfind(':');
+  if (colon != std::string::npos) s.resize(colon);
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  return s;
+}
+}  // namespace
+
 }  // namespace detail
+
+using Clock = std::chrono::steady_clock;
+
+// --- StoreServer ---------------------------------------------------------------------------
+
+StoreServer::StoreServer(std::unique_ptr<detail::StoreServerCore> core) : core_(std::move(core)) {}
 StoreServer::~StoreServer() = default;
+uint16_t StoreServer::port() const { return core_->port(); }
+std::string StoreServer::address() const { return core_->address(); }
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address) {
+  REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(address));
+  REMORA_ASSIGN_OR_RETURN(auto addrs, net::resolve(hp, /*passive=*/true));
+  if (addrs.empty()) return Status(StatusCode::kUnreachable, fmt::format("store: {} resolves to nothing", address));
+  auto fd = net::listen_tcp(addrs.front());
+  if (!fd) return fd.status().with_context(fmt::format("store: listen on {}", address));
+  REMORA_ASSIGN_OR_RETURN(auto bound, net::local_address(fd->get()));
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) return net::errno_status(errno, "store: pipe2");
+  uint16_t port = 0;
+  if (bound.family() == AF_INET) {
+    port = ntohs(reinterpret_cast<const sockaddr_in*>(bound.get())->sin_port);
+  } else {
+    port = ntohs(reinterpret_cast<const sockaddr_in6*>(bound.get())->sin6_port);
+  }
+  auto core = std::make_unique<detail::StoreServerCore>(std::move(*fd), net::Fd(pipe_fds[0]), net::Fd(pipe_fds[1]),
+                                                        net::to_string(bound), port);
+  return std::unique_ptr<StoreServer>(new StoreServer(std::move(core)));
+}
+
+// --- Store ---------------------------------------------------------------------------------
+
+Store::Store(std::unique_ptr<detail::StoreClientCore> core) : core_(std::move(core)) {}
 Store::~Store() = default;
+
+Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration timeout) {
+  REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(address));
+  if (hp.host.empty() || hp.port == 0) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("store address \"{}\" needs a host and a port", address));
+  }
+  const auto start = Clock::now();
+  const auto deadline = timeout == kForever ? Clock::time_point::max() : start + timeout;
+  Status last(StatusCode::kTimeout, "no attempt finished");
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    auto addrs = net::resolve(hp, /*passive=*/false);
+    if (addrs) {
+      for (const auto& a : *addrs) {
+        const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+        auto fd = net::connect_tcp(a, attempt_deadline);
+        if (!fd) {
+          last = fd.status();
+          continue;
+        }
+        if (Status s = net::configure_stream_socket(fd->get()); !s.is_ok()) return s;
+        REMORA_ASSIGN_OR_RETURN(auto local, net::local_address(fd->get()));
+        auto core = std::make_unique<detail::StoreClientCore>(std::move(*fd), std::string(address),
+                                                              detail::host_of(local));
+        return std::unique_ptr<Store>(new Store(std::move(core)));
+      }
+    } else {
+      last = addrs.status();
+    }
+    // The server may not be up yet (rank 0 starts later than the others): retry with a
+    // growing pause until the deadline.
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  return Status(StatusCode::kTimeout, fmt::format("could not reach the rendezvous store at {} within {} ms "
+                                                  "(is rank 0 running, and REMORA_STORE/MASTER_ADDR right?): {}",
+                                                  address, waited, last.message()));
+}
+
+Status Store::set(std::string_view key, std::span<const std::byte> value) {
+  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kSet, key, value, std::nullopt));
+  return detail::reply_status(r);
+}
+
+Status Store::set(std::string_view key, std::string_view value) { return set(key, std::as_bytes(std::span(value))); }
+
+Result<std::vector<std::byte>> Store::get(std::string_view key, Duration timeout) {
+  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kGet, key, {}, timeout));
+  REMORA_RETURN_IF_ERROR(detail::reply_status(r));
+  return std::move(r.payload);
+}
+
+Status Store::wait(std::span<const std::string> keys, Duration timeout) {
+  if (keys.empty()) return Status::ok();
+  std::vector<std::byte> list;
+  for (const auto& k : keys) {
+    if (k.empty() || k.size() > detail::kMaxKey) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("store key must be 1..{} bytes (got {})", detail::kMaxKey, k.size()));
+    }
+    detail::put_u32(list, static_cast<uint32_t>(k.size()));
+    detail::put_bytes(list, k);
+  }
+  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kWait, {}, list, timeout));
+  return detail::reply_status(r);
+}
+
+Result<int64_t> Store::add(std::string_view key, int64_t delta) {
+  std::vector<std::byte> v;
+  detail::put_u64(v, static_cast<uint64_t>(delta));
+  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kAdd, key, v, std::nullopt));
+  REMORA_RETURN_IF_ERROR(detail::reply_status(r));
+  if (r.payload.size() != 8) return Status(StatusCode::kProtocol, "store: add reply is not 8 bytes");
+  return static_cast<int64_t>(detail::get_u64(r.payload.data()));
+}
+
+Result<bool> Store::check(std::string_view key) {
+  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kCheck, key, {}, std::nullopt));
+  REMORA_RETURN_IF_ERROR(detail::reply_status(r));
+  if (r.payload.size() != 1) return Status(StatusCode::kProtocol, "store: check reply is not 1 byte");
+  return r.payload[0] != std::byte{0};
+}
+
+Result<bool> Store::remove(std::string_view key) {
+  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kRemove, key, {}, std::nullopt));
+  REMORA_RETURN_IF_ERROR(detail::reply_status(r));
+  if (r.payload.size() != 1) return Status(StatusCode::kProtocol, "store: remove reply is not 1 byte");
+  return r.payload[0] != std::byte{0};
+}
+
+std::string Store::local_host() const { return core_->local_host(); }
+
 }  // namespace remora

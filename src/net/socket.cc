@@ -68,6 +68,8 @@ Status wait_fd(int fd, short events, Clock::time_point deadline, std::string_vie
     int ms = remaining_ms(deadline);
     int rc = ::poll(&p, 1, ms);
     if (rc > 0) return Status::ok();
+    // remaining_ms caps one poll at 1000 s: a longer deadline takes several rounds.
+    if (rc == 0 && Clock::now() < deadline) continue;
     if (rc == 0) return Status(StatusCode::kTimeout, std::string(what) + ": timed out");
     if (errno != EINTR) return errno_status(errno, what);
   }
