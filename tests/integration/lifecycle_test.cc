@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -80,6 +81,21 @@ TEST(Lifecycle, DestroyingTheContextAbortsOutstandingRequests) {
   EXPECT_TRUE(ps.code() == StatusCode::kAborted || ps.code() == StatusCode::kPeerFailed) << describe(ps);
 }
 
+/// Bytes the loopback interface has received (/proc/net/dev), or 0 if unreadable.
+uint64_t loopback_rx_bytes() {
+  FILE* f = std::fopen("/proc/net/dev", "r");
+  if (f == nullptr) return 0;
+  char line[512];
+  unsigned long long rx = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    const char* p = line;
+    while (*p == ' ') ++p;
+    if (std::sscanf(p, "lo: %llu", &rx) == 1) break;
+  }
+  std::fclose(f);
+  return rx;
+}
+
 TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
   // SIGPIPE must not kill this process, and the send must fail, not hang.
   const uint64_t size = uint64_t{1} << 30;  // mmap'd zero pages: cheap in every build
@@ -90,12 +106,18 @@ TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
   PeerSession sess = start_listening_peer(*ctx, {"--scenario=big-recv", "--size=" + std::to_string(size),
                                                  "--close=none"});
   ASSERT_TRUE(sess.ep);
+  const uint64_t lo_before = loopback_rx_bytes();
+  ASSERT_GT(lo_before, 0u) << "cannot read lo's counters in /proc/net/dev";
   Request r = sess.ep->send(buf.span(), Tag{9});
-  // As soon as chunks flow (a protocol event), freeze the receiver so the transfer
-  // cannot finish, then kill it: the kill lands mid-transfer, with our data streams
-  // blocked on full socket buffers.
+  // As soon as payload flows, freeze the receiver so the transfer cannot finish, then
+  // kill it: the kill lands mid-transfer, with our data streams blocked on full socket
+  // buffers. Flow is seen in lo's byte counter (tests run one at a time), not in our
+  // endpoint's stats: stats() takes the progress lock, which the progress thread holds
+  // while it pumps, so by the time it answers the whole transfer may be over.
   const auto deadline = Clock::now() + 30s;
-  while (sess.ep->stats().chunks_sent == 0 && !r.done() && Clock::now() < deadline) std::this_thread::yield();
+  while (loopback_rx_bytes() < lo_before + (8u << 20) && !r.done() && Clock::now() < deadline) {
+    std::this_thread::yield();
+  }
   sess.peer->signal(SIGSTOP);
   ASSERT_FALSE(r.done()) << "the 1 GiB send finished before the receiver was stopped; " << describe(r.wait(0s));
   ASSERT_GT(sess.ep->stats().chunks_sent, 0u) << "no chunks sent within 30 s";
