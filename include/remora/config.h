@@ -35,6 +35,7 @@ struct Config {
   uint32_t rma_window = 256;               ///< RMA requests a peer may have in service here per endpoint (REMORA_RMA_WINDOW)
   uint32_t spin_us = 200;                  ///< how long a waiting thread polls before it blocks (REMORA_SPIN_US)
   uint32_t progress_linger_us = 1000;      ///< progress thread yields to spinning waiters this long (REMORA_PROGRESS_LINGER_US)
+  uint32_t progress_poll_us = 100;         ///< progress thread polls this long after it served something, then sleeps (REMORA_PROGRESS_POLL_US)
   uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
   uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)
   PinMode pin_mode = PinMode::kTry;        ///< REMORA_PIN=try|require|off
@@ -54,6 +55,7 @@ struct ContextOptions {
   std::optional<size_t> eager_credit = std::nullopt;
   std::optional<uint32_t> rma_window = std::nullopt;
   std::optional<uint32_t> spin_us = std::nullopt;
+  std::optional<uint32_t> progress_poll_us = std::nullopt;
   std::optional<uint32_t> connect_timeout_ms = std::nullopt;
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;
   std::optional<PinMode> pin_mode = std::nullopt;

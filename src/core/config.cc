@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kKnownVariables[] = {
     "REMORA_LOG",         "REMORA_STREAMS",           "REMORA_CHUNK_SIZE",         "REMORA_EAGER_LIMIT",
     "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_RMA_WINDOW", "REMORA_SPIN_US",
-    "REMORA_PROGRESS_LINGER_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS", "REMORA_PIN",
+    "REMORA_PROGRESS_LINGER_US", "REMORA_PROGRESS_POLL_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS", "REMORA_PIN",
     // Read by tools and later layers, not by Config:
     "REMORA_STORE", "REMORA_BENCH_JSON",
     // Collectives and launching (src/coll):
@@ -78,6 +78,7 @@ Result<Config> Config::from_env() {
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_RMA_WINDOW", &c.rma_window, 1, 65536));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
   if (auto text = core::getenv_view("REMORA_PIN")) {
@@ -118,6 +119,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.eager_credit) base.eager_credit = *o.eager_credit;
   if (o.rma_window) base.rma_window = *o.rma_window;
   if (o.spin_us) base.spin_us = *o.spin_us;
+  if (o.progress_poll_us) base.progress_poll_us = *o.progress_poll_us;
   if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
   if (o.pin_mode) base.pin_mode = *o.pin_mode;

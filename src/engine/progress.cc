@@ -1,5 +1,7 @@
 #include "engine/progress.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -173,28 +175,25 @@ int ProgressEngine::try_progress() {
   return n > 0 ? n : 0;
 }
 
-void ProgressEngine::poll_and_dispatch(int timeout_ms, bool blocking_lock) {
+int ProgressEngine::poll_and_dispatch(int timeout_ms) {
   epoll_event events[kMaxEvents];
-  if (blocking_lock) {
-    in_epoll_.store(true, std::memory_order_relaxed);
-    int n = ::epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
-    in_epoll_.store(false, std::memory_order_relaxed);
-    if (n < 0 && errno != EINTR) {
-      REMORA_LOG(kError, "epoll_wait: {}", std::strerror(errno));
-      n = 0;
-    }
-    std::vector<std::function<void()>> deferred;
-    {
-      Guard guard(*this);
-      if (n > 0) dispatch(events, n);
-      run_timers();
-      deferred = take_deferred();
-    }
-    run_deferred(deferred);
-    return;
+  int n = ::epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
+  if (n < 0 && errno != EINTR) {
+    REMORA_LOG(kError, "epoll_wait: {}", std::strerror(errno));
   }
-  (void)timeout_ms;
-  try_progress();
+  if (n < 0) n = 0;
+  // A poll that found nothing needs the lock only for due timers (deferred calls
+  // come with a wake-up event, so they have n > 0).
+  if (n == 0 && timeout_ms == 0 && !has_timers_.load(std::memory_order_relaxed)) return 0;
+  std::vector<std::function<void()>> deferred;
+  {
+    Guard guard(*this);
+    if (n > 0) dispatch(events, n);
+    run_timers();
+    deferred = take_deferred();
+  }
+  run_deferred(deferred);
+  return n;
 }
 
 bool ProgressEngine::should_park() const noexcept {
@@ -205,16 +204,35 @@ bool ProgressEngine::should_park() const noexcept {
 }
 
 void ProgressEngine::thread_main() {
+  pthread_setname_np(pthread_self(), "remora-progress");  // what top -H and perf show
+  const int64_t poll_ns = int64_t{options_.poll_us} * 1000;
+  int64_t poll_until = 0;  // keep polling instead of sleeping in epoll until then
+  unsigned idle_polls = 0;
   while (running_.load(std::memory_order_acquire)) {
     if (should_park()) {
       // Waiters are spinning and harvesting events themselves; stay off their CPUs,
       // but look around once per linger period for sockets nobody waits on.
       uint32_t seq = park_word_.load(std::memory_order_acquire);
       futex_wait(&park_word_, seq, std::chrono::microseconds(options_.linger_us > 0 ? options_.linger_us : 1));
-      poll_and_dispatch(0, /*blocking_lock=*/false);
+      try_progress();
+      poll_until = 0;
       continue;
     }
-    poll_and_dispatch(next_timer_ms(), /*blocking_lock=*/true);
+    if (poll_ns > 0 && now_ns() < poll_until) {
+      // Recently busy: the next request is likely close behind, and waking from
+      // epoll_wait costs more than a whole small round trip on this class of VM.
+      if (poll_and_dispatch(0) > 0) {
+        poll_until = now_ns() + poll_ns;
+        idle_polls = 0;
+      } else if (++idle_polls % 32 == 0) {
+        sched_yield();  // as a spinning waiter does: let a thread waiting for this CPU run
+      }
+      continue;
+    }
+    if (poll_and_dispatch(next_timer_ms()) > 0 && poll_ns > 0) {
+      poll_until = now_ns() + poll_ns;
+      idle_polls = 0;
+    }
   }
 }
 

@@ -11,6 +11,10 @@
 //   progress thread parks instead of competing for the CPU, waking every linger
 //   period to serve other sockets. It never parks while a thread is blocked
 //   waiting for it (block_begin/block_end): such a thread wakes it first.
+// - Otherwise, once it has served something, the progress thread keeps polling
+//   (epoll_wait with no timeout) for poll_us before it sleeps in epoll again, so a
+//   passive target answering a stream of requests (one-sided gets, puts) is not woken
+//   from the kernel for each one. A context with nothing to do still sleeps.
 //
 // Handlers are registered per fd with edge-triggered interest and are identified on
 // the wire of epoll by (slot, generation), so events for a removed handler are
@@ -56,6 +60,7 @@ class ProgressEngine {
   struct Options {
     uint32_t spin_us = 200;
     uint32_t linger_us = 1000;
+    uint32_t poll_us = 100;
   };
 
   static Result<std::shared_ptr<ProgressEngine>> create(Options options);
@@ -118,8 +123,9 @@ class ProgressEngine {
  private:
   explicit ProgressEngine(Options options);
   void thread_main();
-  /// Harvest with `timeout_ms` and dispatch. Lock NOT held on entry; takes it.
-  void poll_and_dispatch(int timeout_ms, bool blocking_lock);
+  /// Harvest with `timeout_ms` and dispatch. Lock NOT held on entry; takes it (only
+  /// when there is something to do if timeout_ms is 0). Returns the events dispatched.
+  int poll_and_dispatch(int timeout_ms);
   void dispatch(const epoll_event* events, int n);
   void run_timers();
   /// Takes the deferred calls (lock held) so they can run after unlocking.
@@ -157,7 +163,6 @@ class ProgressEngine {
   std::atomic<int64_t> last_waiter_ns_{0};
   std::atomic<uint32_t> park_word_{0};
   std::atomic<uint32_t> blocked_waiters_{0};
-  std::atomic<bool> in_epoll_{false};
   std::atomic<uint32_t> lock_waiters_{0};
 };
 

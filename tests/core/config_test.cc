@@ -105,12 +105,14 @@ TEST(Config, EnvironmentOverridesDefaults) {
   ScopedEnv b("REMORA_CHUNK_SIZE", "128K");
   ScopedEnv c("REMORA_PIN", "require");
   ScopedEnv d("REMORA_SPIN_US", "0");
+  ScopedEnv e("REMORA_PROGRESS_POLL_US", "0");
   auto cfg = Config::from_env();
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
   EXPECT_EQ(cfg->streams_per_endpoint, 4u);
   EXPECT_EQ(cfg->chunk_bytes, 128u * 1024);
   EXPECT_EQ(cfg->pin_mode, PinMode::kRequire);
   EXPECT_EQ(cfg->spin_us, 0u);
+  EXPECT_EQ(cfg->progress_poll_us, 0u);
 }
 
 TEST(Config, MalformedVariableIsAnErrorNamingIt) {
@@ -120,7 +122,8 @@ TEST(Config, MalformedVariableIsAnErrorNamingIt) {
   };
   for (const Case& c : {Case{"REMORA_STREAMS", "0"}, Case{"REMORA_STREAMS", "65"}, Case{"REMORA_STREAMS", "two"},
                         Case{"REMORA_CHUNK_SIZE", "1K"}, Case{"REMORA_CHUNK_SIZE", "lots"},
-                        Case{"REMORA_EAGER_LIMIT", "2M"}, Case{"REMORA_PIN", "maybe"}, Case{"REMORA_LOG", "loud"}}) {
+                        Case{"REMORA_EAGER_LIMIT", "2M"}, Case{"REMORA_PIN", "maybe"}, Case{"REMORA_LOG", "loud"},
+                        Case{"REMORA_PROGRESS_POLL_US", "-1"}, Case{"REMORA_PROGRESS_POLL_US", "10000001"}}) {
     ScopedEnv e(c.name, c.value);
     auto cfg = Config::from_env();
     ASSERT_FALSE(cfg.is_ok()) << c.name << "=" << c.value;

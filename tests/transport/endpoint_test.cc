@@ -2,8 +2,13 @@
 // loopback. Multi-process and namespace tests live in tests/integration/.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -287,6 +292,71 @@ TEST(Endpoint, EagerCreditRunsOutThenRendezvousCarriesOnInOrder) {
     ASSERT_TRUE(std::equal(out[i].begin(), out[i].end(), got.begin())) << i;
   }
   ASSERT_TRUE(wait_all(sends, 10s).is_ok());
+}
+
+// --- an idle context burns no CPU ---------------------------------------------------
+
+/// Thread ids of this process's progress threads (named "remora-progress").
+std::vector<std::string> progress_threads() {
+  std::vector<std::string> tids;
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return tids;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "remora-progress") tids.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return tids;
+}
+
+/// Nanoseconds thread `tid` has run on a CPU (first field of schedstat).
+uint64_t cpu_ns(const std::string& tid) {
+  std::ifstream f("/proc/self/task/" + tid + "/schedstat");
+  uint64_t ns = 0;
+  f >> ns;
+  return ns;
+}
+
+/// Scheduler state letter of thread `tid` ('R' running, 'S' sleeping, ...).
+char state_of(const std::string& tid) {
+  std::ifstream f("/proc/self/task/" + tid + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
+
+TEST(Context, IdleProgressThreadsSleepAfterTraffic) {
+  // After traffic the progress threads poll for REMORA_PROGRESS_POLL_US, then must go
+  // back to sleep in the kernel: an idle context uses no CPU.
+  Pair p = make_pair({.progress_poll_us = 2000});
+  auto msg = pattern(64, 9);
+  std::vector<std::byte> got(64);
+  for (uint64_t i = 0; i < 200; ++i) {
+    Request r = p.server->recv(got, Tag{i});
+    ASSERT_TRUE(p.client->send(msg, Tag{i}).wait(10s).is_ok());
+    ASSERT_TRUE(r.wait(10s).is_ok());
+  }
+  const auto tids = progress_threads();
+  ASSERT_EQ(tids.size(), 2u) << "one progress thread per context";
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (const auto& tid : tids) {
+    while (state_of(tid) != 'S' && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(state_of(tid), 'S') << "progress thread " << tid << " never went to sleep";
+  }
+  std::vector<uint64_t> before;
+  for (const auto& tid : tids) before.push_back(cpu_ns(tid));
+  // Block this thread for 300 ms on a receive nothing will match: the progress threads
+  // have nothing to do all that time (a busy one would run for most of it).
+  std::vector<std::byte> never(8);
+  EXPECT_EQ(p.server->recv(never, Tag{999}).wait(300ms).code(), StatusCode::kTimeout);
+  for (size_t i = 0; i < tids.size(); ++i) {
+    const uint64_t used = cpu_ns(tids[i]) - before[i];
+    EXPECT_LT(used, 30'000'000u) << "progress thread " << tids[i] << " ran " << used / 1000 << " us while idle";
+  }
 }
 
 }  // namespace
