@@ -561,6 +561,14 @@ void EndpointCore::handle_chunk(const ChunkFrame& f) {
                    std::to_string(op->length) + "-byte message");
     return;
   }
+  // Chunks of one operation are announced in order, each starting where the previous
+  // ended. Anything else (a repeat, an overlap, a gap) could complete the operation
+  // with bytes of it never written: a put would report success over stale memory.
+  if (f.offset != op->announced) {
+    protocol_error("CHUNK [" + std::to_string(f.offset) + ", +" + std::to_string(f.length) + ") does not start at " +
+                   std::to_string(op->announced) + ", where the operation's previous chunk ended");
+    return;
+  }
   op->announced += f.length;
   DataStream& s = streams_[f.stream];
   s.rxq.push_back(RxChunk{op, op->discard ? nullptr : op->buffer + f.offset, f.length});

@@ -839,6 +839,39 @@ const Violation kViolations[] = {
        if (e.empty()) e = v.c.send_data(0, std::vector<std::byte>(200, std::byte{0xEE}));
        return e;
      }},
+    // Chunks that stay inside the put but do not tile it: repeated, overlapping or out of
+    // order, they could bring the byte count to the put's length with part of it never
+    // written (a successful RESP over stale memory). The bytes sent are the region's own,
+    // so only the verdict (the endpoint fails) tells the target refused them.
+    {"ChunkRepeatedToFakeCompletion",
+     [](ViolationContext& v) {
+       const uint64_t half = v.c.eager_limit() + 1000, len = 2 * half;
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
+       for (int i = 0; i < 2 && e.empty(); ++i) {
+         e = send(v, raw::chunk_frame(1, 0, half, 0, wire::ChunkKind::kPut));
+         if (e.empty()) e = v.c.send_data(0, v.mirror.slice(0, half));
+       }
+       return e;
+     }},
+    {"ChunkOverlapsThePrevious",
+     [](ViolationContext& v) {
+       const uint64_t len = 2 * (v.c.eager_limit() + 1000);
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
+       if (e.empty()) e = send(v, raw::chunk_frame(1, 0, 2000, 0, wire::ChunkKind::kPut));
+       if (e.empty()) e = v.c.send_data(0, v.mirror.slice(0, 2000));
+       // [1000, len - 1000): the count reaches len, the last 1000 bytes are never written.
+       if (e.empty()) e = send(v, raw::chunk_frame(1, 1000, len - 2000, 0, wire::ChunkKind::kPut));
+       if (e.empty()) e = v.c.send_data(0, v.mirror.slice(1000, len - 2000));
+       return e;
+     }},
+    {"ChunkLeavesAGap",
+     [](ViolationContext& v) {
+       const uint64_t len = 2 * (v.c.eager_limit() + 1000);
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
+       if (e.empty()) e = send(v, raw::chunk_frame(1, 1000, len - 1000, 0, wire::ChunkKind::kPut));
+       if (e.empty()) e = v.c.send_data(0, v.mirror.slice(1000, len - 1000));
+       return e;
+     }},
     {"ChunkOnStreamBeyondK",
      [](ViolationContext& v) {
        const uint64_t len = 50'000;
