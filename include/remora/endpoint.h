@@ -145,6 +145,10 @@ class Endpoint {
   std::optional<Notification> poll_notification();
   /// Waits up to `timeout` (spinning, then blocking) for a notification. kTimeout when
   /// none arrived; the endpoint's failure once it failed and the queue is empty.
+  /// The acknowledgement of the put that carried a notification handed to this call
+  /// rides with this thread's next frame on the endpoint (a put or send in answer), so
+  /// a ping-pong costs one segment per direction; it goes on its own at the next
+  /// progress round of any thread of the context, within REMORA_PROGRESS_LINGER_US.
   Result<Notification> wait_notification(Duration timeout = kForever);
   template <typename Rep, typename Period>
   Result<Notification> wait_notification(std::chrono::duration<Rep, Period> timeout) {

@@ -116,6 +116,27 @@ void ProgressEngine::defer(std::function<void()> fn) {
   (void)ignored;
 }
 
+void ProgressEngine::at_next_round(std::function<void()> fn) {
+  next_round_.push_back(std::move(fn));
+  has_next_round_.store(true, std::memory_order_seq_cst);
+  // A progress thread asleep in epoll_wait would not start a round before the next
+  // event; wake it. (Parked for spinners, it polls within linger_us anyway.) Pairs
+  // with thread_main's store to epoll_sleeping_ then load of has_next_round_.
+  if (epoll_sleeping_.load(std::memory_order_seq_cst)) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
+}
+
+void ProgressEngine::run_next_round() {
+  if (!has_next_round_.load(std::memory_order_relaxed)) return;
+  std::vector<std::function<void()>> calls;
+  calls.swap(next_round_);
+  has_next_round_.store(false, std::memory_order_relaxed);
+  for (auto& fn : calls) fn();  // may queue more for the round after
+}
+
 std::vector<std::function<void()>> ProgressEngine::take_deferred() {
   std::vector<std::function<void()>> calls;
   calls.swap(deferred_);
@@ -165,6 +186,7 @@ void ProgressEngine::dispatch(const epoll_event* events, int n) {
 
 int ProgressEngine::try_progress() {
   if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
+  run_next_round();
   epoll_event events[kMaxEvents];
   int n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
   if (n > 0) dispatch(events, n);
@@ -178,16 +200,21 @@ int ProgressEngine::try_progress() {
 int ProgressEngine::poll_and_dispatch(int timeout_ms) {
   epoll_event events[kMaxEvents];
   int n = ::epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
+  epoll_sleeping_.store(false, std::memory_order_relaxed);
   if (n < 0 && errno != EINTR) {
     REMORA_LOG(kError, "epoll_wait: {}", std::strerror(errno));
   }
   if (n < 0) n = 0;
-  // A poll that found nothing needs the lock only for due timers (deferred calls
-  // come with a wake-up event, so they have n > 0).
-  if (n == 0 && timeout_ms == 0 && !has_timers_.load(std::memory_order_relaxed)) return 0;
+  // A poll that found nothing needs the lock only for due timers and next-round work
+  // (deferred calls come with a wake-up event, so they have n > 0).
+  if (n == 0 && timeout_ms == 0 && !has_timers_.load(std::memory_order_relaxed) &&
+      !has_next_round_.load(std::memory_order_relaxed)) {
+    return 0;
+  }
   std::vector<std::function<void()>> deferred;
   {
     Guard guard(*this);
+    run_next_round();
     if (n > 0) dispatch(events, n);
     run_timers();
     deferred = take_deferred();
@@ -229,7 +256,9 @@ void ProgressEngine::thread_main() {
       }
       continue;
     }
-    if (poll_and_dispatch(next_timer_ms()) > 0 && poll_ns > 0) {
+    epoll_sleeping_.store(true, std::memory_order_seq_cst);
+    const int timeout_ms = has_next_round_.load(std::memory_order_seq_cst) ? 0 : next_timer_ms();
+    if (poll_and_dispatch(timeout_ms) > 0 && poll_ns > 0) {
       poll_until = now_ns() + poll_ns;
       idle_polls = 0;
     }

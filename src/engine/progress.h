@@ -103,6 +103,11 @@ class ProgressEngine {
   /// Runs `fn` soon WITHOUT the lock held, on whichever thread next drives progress
   /// (application callbacks that may call back into remora). Lock held.
   void defer(std::function<void()> fn);
+  /// Runs `fn` WITH the lock held at the start of the next progress round of any
+  /// thread: a spinning waiter's next poll, or the progress thread's (at once when it
+  /// is serving; within linger_us when it is parked for spinners). No wake-up is
+  /// sent: for work that may wait until someone drives progress again. Lock held.
+  void at_next_round(std::function<void()> fn);
 
   /// Drives progress once if the lock is free: harvests ready events without
   /// blocking and dispatches them, runs due timers. Returns the number of events
@@ -128,6 +133,7 @@ class ProgressEngine {
   int poll_and_dispatch(int timeout_ms);
   void dispatch(const epoll_event* events, int n);
   void run_timers();
+  void run_next_round();
   /// Takes the deferred calls (lock held) so they can run after unlocking.
   std::vector<std::function<void()>> take_deferred();
   static void run_deferred(std::vector<std::function<void()>>& calls);
@@ -155,6 +161,9 @@ class ProgressEngine {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
   std::vector<std::function<void()>> deferred_;
+  std::vector<std::function<void()>> next_round_;
+  std::atomic<bool> has_next_round_{false};
+  std::atomic<bool> epoll_sleeping_{false};  ///< the progress thread is in (or entering) a blocking epoll_wait
   std::atomic<bool> has_timers_{false};
 
   std::thread thread_;

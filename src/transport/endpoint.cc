@@ -226,6 +226,8 @@ void EndpointCore::fail_locked(const Status& why) {
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
   unsent_resps_.clear();
+  ctl_resp_only_ = true;
+  hold_resps_ = false;
   if (on_closed_) {
     // Defer: we may be inside one of our own handlers.
     auto fn = std::move(on_closed_);
@@ -293,6 +295,7 @@ void EndpointCore::maybe_finalize() {
 // ---------------------------------------------------------------------------
 
 void EndpointCore::append_frame(const wire::Frame& frame) {
+  if (!std::holds_alternative<wire::RespFrame>(frame)) ctl_resp_only_ = false;
   size_t n = wire::encoded_size(frame);
   size_t at = ctl_tx_.size();
   ctl_tx_.resize(at + n);
@@ -301,6 +304,15 @@ void EndpointCore::append_frame(const wire::Frame& frame) {
 
 void EndpointCore::flush_control() {
   if (!control_.valid() || ctl_blocked_) return;
+  if (hold_resps_ && ctl_resp_only_ && ctl_tx_off_ < ctl_tx_.size()) {
+    if (!hold_release_queued_) {
+      hold_release_queued_ = true;
+      engine_->at_next_round([weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->release_held_resps();
+      });
+    }
+    return;
+  }
   if (rx_credit_owed_ > 0 && ctl_tx_off_ < ctl_tx_.size()) {
     // Piggyback owed credit on traffic we send anyway.
     uint64_t owed = rx_credit_owed_;
@@ -326,6 +338,14 @@ void EndpointCore::flush_control() {
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
   unsent_resps_.clear();
+  ctl_resp_only_ = true;
+  hold_resps_ = false;
+}
+
+void EndpointCore::release_held_resps() {
+  hold_release_queued_ = false;
+  hold_resps_ = false;
+  if (state_ == State::kActive) flush_control();
 }
 
 void EndpointCore::on_control_event(uint32_t events) {

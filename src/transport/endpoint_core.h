@@ -284,6 +284,16 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;
   bool ctl_blocked_ = false;
+  // RESP coalescing. When a notification goes to a thread waiting for it, that thread
+  // usually answers at once (a put back, a send); its frame then carries the RESPs in
+  // the same segment instead of a segment of their own (on loopback each small segment
+  // costs several microseconds on both sides). The RESPs wait only while ctl_tx_ holds
+  // nothing else, and at most until the next progress round of any thread: the
+  // waiter's next poll, or the progress thread's (within REMORA_PROGRESS_LINGER_US).
+  bool ctl_resp_only_ = true;      // the unsent part of ctl_tx_ is RESP frames only
+  bool hold_resps_ = false;        // a notification just went to a waiting thread
+  bool hold_release_queued_ = false;
+  void release_held_resps();
   bool ctl_hup_ = false;  // epoll reported a hang-up: read to EOF, never stop at a short read
   std::vector<std::byte> ctl_rx_;
   size_t rx_begin_ = 0;

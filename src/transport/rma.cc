@@ -517,6 +517,7 @@ void EndpointCore::deliver_notification(const Notification& n) {
   if (!note_waiters_.empty()) {
     note_waiters_.front()->complete(Status::ok(), 0);
     note_waiters_.pop_front();
+    hold_resps_ = true;  // its answer will likely carry this put's RESP (see endpoint_core.h)
   }
 }
 

@@ -432,6 +432,75 @@ TEST(RmaNotify, QueuedBeforeThePutCompletesAndDeliveredOnce) {
   EXPECT_EQ(p.target->stats().notifications, cases.size() + kMany);
 }
 
+// A notification handed to a waiting thread lets that put's RESP wait for the thread's
+// answer (they share a segment). The RESP must still go when no answer comes: the
+// waiter's thread here never calls remora again, and the put must complete anyway.
+TEST(RmaNotify, PutCompletesWhenTheNotifiedWaiterNeverAnswers) {
+  // A long spin keeps the waiter polling itself (the coalescing case); the default one
+  // lets it block, so the progress thread delivers (the other case).
+  for (uint32_t spin_us : {uint32_t{2'000'000}, uint32_t{200}}) {
+    RmaPair p = make_pair({.spin_us = spin_us});
+    ASSERT_TRUE(p.init && p.target);
+    TargetMemory t(*p.target_ctx, 65536, kAllAccess);
+    const RemoteKey key = t.region.remote_key();
+    for (uint64_t i = 0; i < 20; ++i) {
+      Result<Notification> got = Status(StatusCode::kInternal, "never ran");
+      std::thread waiter([&] { got = p.target->wait_notification(20s); });
+      const auto data = pattern(64, i);
+      const Status s = p.init->put(data, key, 64 * i, {.notify = i}).wait(20s);
+      waiter.join();
+      ASSERT_TRUE(s.is_ok()) << "spin " << spin_us << " put " << i << ": " << s.to_string();
+      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+      EXPECT_EQ(got->value, i);
+      t.apply_put(64 * i, data);
+      ASSERT_EQ(diff(t), "");
+    }
+  }
+}
+
+// Ping-pong of notified puts, each answer carrying the RESP of the put it answers:
+// every put completes, every notification arrives once, the data is right both ways.
+TEST(RmaNotify, PingPongOfNotifiedPutsCarriesTheAcknowledgements) {
+  RmaPair p = make_pair({.spin_us = 2'000'000});
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory at_target(*p.target_ctx, 65536, kAllAccess, 1);
+  TargetMemory at_init(*p.init_ctx, 65536, kAllAccess, 2);
+  const RemoteKey to_target = at_target.region.remote_key(), to_init = at_init.region.remote_key();
+  constexpr uint64_t kRounds = 500;
+  Status answerer_failed;
+  std::thread answerer([&] {
+    Request back;
+    for (uint64_t i = 0; i < kRounds; ++i) {
+      Result<Notification> n = p.target->wait_notification(20s);
+      if (!n.is_ok() || n->value != i) {
+        answerer_failed = n.is_ok() ? Status(StatusCode::kInternal, "got " + std::to_string(n->value)) : n.status();
+        return;
+      }
+      if (back.valid() && !(answerer_failed = back.wait(20s)).is_ok()) return;
+      const auto data = pattern(32, 1000 + i);
+      back = p.target->put(data, to_init, 32 * (i % 2000), {.notify = i});
+    }
+    answerer_failed = back.wait(20s);
+  });
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    const auto data = pattern(32, i);
+    Request put = p.init->put(data, to_target, 32 * (i % 2000), {.notify = i});
+    Result<Notification> n = p.init->wait_notification(20s);
+    ASSERT_TRUE(n.is_ok()) << "round " << i << ": " << n.status().to_string();
+    ASSERT_EQ(n->value, i);
+    ASSERT_TRUE(put.wait(20s).is_ok()) << "round " << i;
+    at_target.apply_put(32 * (i % 2000), data);
+    const auto back = pattern(32, 1000 + i);
+    ASSERT_TRUE(std::equal(back.begin(), back.end(), at_init.bytes.begin() + static_cast<ptrdiff_t>(32 * (i % 2000))))
+        << "round " << i << ": the answer's data is not there with its notification";
+  }
+  answerer.join();
+  EXPECT_TRUE(answerer_failed.is_ok()) << answerer_failed.to_string();
+  EXPECT_EQ(diff(at_target), "");
+  EXPECT_FALSE(p.target->poll_notification().has_value());
+  EXPECT_FALSE(p.init->poll_notification().has_value());
+}
+
 // A key for a window: the notification's offset counts from the region's start.
 TEST(RmaNotify, WindowKeyReportsRegionOffsets) {
   RmaPair p = make_pair();
