@@ -180,6 +180,7 @@ void ProgressEngine::dispatch(const epoll_event* events, int n) {
     if (slot >= slots_.size()) continue;
     Slot& s = slots_[slot];
     if (!s.live || s.generation != generation) continue;  // removed while the event was pending
+    if ((events[i].events & EPOLLIN) != 0 && s.handler->pollable()) hot_token_ = token;
     s.handler->on_event(events[i].events);
   }
 }
@@ -187,9 +188,20 @@ void ProgressEngine::dispatch(const epoll_event* events, int n) {
 int ProgressEngine::try_progress() {
   if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
   run_next_round();
-  epoll_event events[kMaxEvents];
-  int n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
-  if (n > 0) dispatch(events, n);
+  int n = -1;
+  if (hot_token_ != 0 && (++poll_turn_ & 3) != 0) {
+    const auto slot = static_cast<uint32_t>(hot_token_);
+    if (slot < slots_.size() && slots_[slot].live && slots_[slot].generation == static_cast<uint32_t>(hot_token_ >> 32)) {
+      n = slots_[slot].handler->poll_read() ? 1 : 0;
+    } else {
+      hot_token_ = 0;  // removed
+    }
+  }
+  if (n < 0) {
+    epoll_event events[kMaxEvents];
+    n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
+    if (n > 0) dispatch(events, n);
+  }
   run_timers();
   auto deferred = take_deferred();
   mutex_.unlock();
@@ -248,7 +260,7 @@ void ProgressEngine::thread_main() {
     if (poll_ns > 0 && now_ns() < poll_until) {
       // Recently busy: the next request is likely close behind, and waking from
       // epoll_wait costs more than a whole small round trip on this class of VM.
-      if (poll_and_dispatch(0) > 0) {
+      if (try_progress() > 0) {
         poll_until = now_ns() + poll_ns;
         idle_polls = 0;
       } else if (++idle_polls % 32 == 0) {

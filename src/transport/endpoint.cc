@@ -358,7 +358,8 @@ void EndpointCore::on_control_event(uint32_t events) {
   if (state_ == State::kActive && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) read_control();
 }
 
-void EndpointCore::read_control() {
+bool EndpointCore::read_control() {
+  bool got = false;
   const wire::DecodeLimits limits{static_cast<uint32_t>(config_.eager_limit)};
   while (state_ == State::kActive) {
     if (rx_end_ == ctl_rx_.size()) {
@@ -373,19 +374,20 @@ void EndpointCore::read_control() {
       if (errno == EINTR) continue;
       if (would_block(errno)) break;
       handle_control_eof(net::errno_status(errno, "recv on control stream from " + params_.peer));
-      return;
+      return got;
     }
     if (n == 0) {
       handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the connection"));
-      return;
+      return true;
     }
     rx_end_ += static_cast<size_t>(n);
+    got = true;
     while (state_ == State::kActive && rx_begin_ < rx_end_) {
       auto decoded = wire::decode_frame(std::span(ctl_rx_).subspan(rx_begin_, rx_end_ - rx_begin_), limits);
       if (!decoded) {
         if (decoded.status().code() == StatusCode::kInProgress) break;
         protocol_error(decoded.status().message());
-        return;
+        return true;
       }
       rx_begin_ += decoded->consumed;
       handle_frame(decoded->frame);
@@ -396,8 +398,11 @@ void EndpointCore::read_control() {
     // peer hung up: the FIN came with the same edge, and only a read sees the EOF.
     if (static_cast<size_t>(n) < space && !ctl_hup_) break;
   }
-  if (state_ == State::kActive) pump();
+  if (got && state_ == State::kActive) pump();  // nothing read, nothing new to send
+  return got;
 }
+
+bool EndpointCore::poll_control() { return state_ == State::kActive && read_control(); }
 
 void EndpointCore::handle_frame(const wire::Frame& frame) {
   std::visit(

@@ -183,6 +183,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
    public:
     explicit ControlHandler(EndpointCore* ep) : ep_(ep) {}
     void on_event(uint32_t events) override { ep_->on_control_event(events); }
+    bool pollable() const override { return true; }
+    bool poll_read() override { return ep_->poll_control(); }
 
    private:
     EndpointCore* ep_;
@@ -211,7 +213,10 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   // events
   void on_control_event(uint32_t events);
   void on_data_event(uint16_t index, uint32_t events);
-  void read_control();
+  /// Reads and handles what the control stream holds; true if any bytes were read.
+  bool read_control();
+  /// read_control without an event (a spinning poller's direct read).
+  bool poll_control();
   void handle_frame(const wire::Frame& frame);
   void handle_eager(const wire::EagerFrame& f);
   void handle_rts(const wire::RtsFrame& f);
