@@ -189,7 +189,7 @@ int ProgressEngine::try_progress() {
   if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
   run_next_round();
   int n = -1;
-  if (hot_token_ != 0 && (++poll_turn_ & 3) != 0) {
+  if (hot_token_ != 0 && !epoll_busy_ && (++poll_turn_ & 3) != 0) {
     const auto slot = static_cast<uint32_t>(hot_token_);
     if (slot < slots_.size() && slots_[slot].live && slots_[slot].generation == static_cast<uint32_t>(hot_token_ >> 32)) {
       n = slots_[slot].handler->poll_read() ? 1 : 0;
@@ -201,6 +201,7 @@ int ProgressEngine::try_progress() {
     epoll_event events[kMaxEvents];
     n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
     if (n > 0) dispatch(events, n);
+    epoll_busy_ = n > 0;
   }
   run_timers();
   auto deferred = take_deferred();

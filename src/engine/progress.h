@@ -182,9 +182,11 @@ class ProgressEngine {
   // on three polls out of four: when the next message arrives there, one recv finds and
   // reads it where epoll_wait + recv take two system calls (about 2 us per message on
   // this class of VM). Every fourth poll is an epoll_wait, so every other socket is
-  // still served within a few polls.
+  // still served within a few polls. While epoll_wait keeps finding events (a transfer
+  // moving on the data streams) every poll is an epoll_wait.
   uint64_t hot_token_ = 0;
   uint32_t poll_turn_ = 0;
+  bool epoll_busy_ = false;
 };
 
 }  // namespace remora::engine
