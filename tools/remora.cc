@@ -305,7 +305,9 @@ remora::Status coll_options(const CollArgs& a, remora::perf::CollOptions* o) {
   o->ops.clear();
   for (const std::string& name : a.ops) {
     if (name == "all") {
-      for (int k = 0; k <= static_cast<int>(CollectiveKind::kAlltoall); ++k) o->ops.push_back(static_cast<CollectiveKind>(k));
+      for (int k = 0; k <= static_cast<int>(CollectiveKind::kAlltoall); ++k) {
+        o->ops.push_back(static_cast<CollectiveKind>(k));
+      }
       continue;
     }
     auto op = remora::parse_collective_kind(name);
@@ -372,13 +374,14 @@ std::string bus_formula(remora::CollectiveKind op) {
 void print_coll_report(const remora::perf::CollReport& r, const remora::perf::CollOptions& o) {
   using remora::CollectiveKind;
   const auto& cfg = r.json["config"];
-  fmt::print("# remora bench coll — {} ranks ({}), type {}, redop {}, root {}\n", r.ranks, r.launcher, to_string(o.type),
-             to_string(o.redop), o.root);
+  fmt::print("# remora bench coll — {} ranks ({}), type {}, redop {}, root {}\n", r.ranks, r.launcher,
+             to_string(o.type), to_string(o.redop), o.root);
   fmt::print("# {} data streams configured, chunk {}, eager limit {}, spin {} us; data check: {}\n",
              cfg.value("streams_configured", 0u), format_size(cfg.value("chunk_bytes", size_t{0})),
              format_size(cfg.value("eager_limit", size_t{0})), cfg.value("spin_us", 0u), o.check ? "on" : "off");
-  fmt::print("# time: per operation, each rank's average over the timed iterations, the slowest rank's;\n"
-             "# algbw = size / time; busbw = algbw x bus factor; GB/s = 10^9 bytes/s\n");
+  fmt::print(
+      "# time: per operation, each rank's average over the timed iterations, the slowest rank's;\n"
+      "# algbw = size / time; busbw = algbw x bus factor; GB/s = 10^9 bytes/s\n");
   const std::string blank;
   double busbw_sum = 0;
   int busbw_rows = 0;
@@ -392,12 +395,13 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
                  "size", "count", "type", "redop", "root", "algorithm", "steps", "time", "algbw", "busbw", "#wrong",
                  "time", "algbw", "busbw", "#wrong");
       fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
-                 "(B)", "(elements)", "", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+                 "(B)", "(elements)", "", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+                 "");
       current = row.op;
       first = false;
     }
-    const bool reduction =
-        row.op == CollectiveKind::kAllreduce || row.op == CollectiveKind::kReduce || row.op == CollectiveKind::kReduceScatter;
+    const bool reduction = row.op == CollectiveKind::kAllreduce || row.op == CollectiveKind::kReduce ||
+                           row.op == CollectiveKind::kReduceScatter;
     const bool rooted = row.op == CollectiveKind::kReduce || row.op == CollectiveKind::kBroadcast ||
                         row.op == CollectiveKind::kGather || row.op == CollectiveKind::kScatter;
     fmt::print("  {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {}  {}\n", row.size, row.count, to_string(o.type),
@@ -411,7 +415,7 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
     }
   }
   fmt::print("#\n# #wrong: {}\n", o.check ? fmt::format("{} (every size checked on every rank)", r.wrong)
-                                            : std::string("not checked (--no-check)"));
+                                          : std::string("not checked (--no-check)"));
   if (busbw_rows > 0) fmt::print("# Avg bus bandwidth: {:.3f} GB/s\n", busbw_sum / busbw_rows);
 
   const auto& ref = r.reference;
@@ -432,8 +436,7 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
              "algorithm", "steps", "value", "reference", "ratio", "target");
   for (const auto& x : r.ratios) {
     const std::string what = fmt::format("{} {}", to_string(x.op), x.bandwidth ? "busbw" : "time");
-    const std::string value =
-        x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
+    const std::string value = x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
     const std::string reference = x.bandwidth ? fmt::format("{:.3f} GB/s", x.reference)
                                               : fmt::format("{} x {:.2f} us", x.steps, x.reference / x.steps);
     std::string target = "-";
@@ -442,9 +445,10 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
                x.placement, x.algorithm, x.steps, value, reference, x.ratio, target,
                x.bandwidth ? "" : fmt::format("  (against the p50 RTT: {:.2f})", x.ratio_p50));
   }
-  fmt::print("# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
-             "# time ratio: time / (steps x the average {} round trip); targets are the issue's, for allreduce\n",
-             format_size(ref.pingpong_size));
+  fmt::print(
+      "# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
+      "# time ratio: time / (steps x the average {} round trip); targets are the issue's, for allreduce\n",
+      format_size(ref.pingpong_size));
 }
 
 /// `remora bench coll`: as a rank of a launched job, or, with no launcher around, the
@@ -554,8 +558,9 @@ int main(int argc, char** argv) {
       ->excludes(minbytes)
       ->excludes(maxbytes)
       ->excludes(stepfactor);
-  coll->add_option("-d,--type", coll_args.type,
-                   "int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (or fp16, bf16, ...)")
+  coll->add_option(
+          "-d,--type", coll_args.type,
+          "int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (or fp16, bf16, ...)")
       ->capture_default_str();
   coll->add_option("--redop", coll_args.redop, "sum, prod, min, max, avg (reductions)")->capture_default_str();
   coll->add_option("-r,--root", coll_args.root, "root of reduce, broadcast, gather, scatter")->capture_default_str();
@@ -573,7 +578,8 @@ int main(int argc, char** argv) {
   coll->add_option("-n,--ranks", coll_args.ranks,
                    "without a launcher: start this many ranks on this host (default 2); under one: must match it")
       ->check(CLI::Range(1, 4096));
-  coll->add_flag("--inject-corruption", coll_args.inject_corruption)->group("");  // hidden: proves the check fails loudly
+  coll->add_flag("--inject-corruption", coll_args.inject_corruption)
+      ->group("");  // hidden: proves the check fails loudly
 
   std::string serve_listen = "127.0.0.1:0";
   int serve_port_fd = -1;

@@ -53,9 +53,8 @@ Algo select_algorithm(CollectiveKind kind, const CollConfig& c, int n, size_t by
     }
     case CollectiveKind::kReduce:
       if (bytes == 0) return Algo::kLocal;
-      return c.reduce == Algo::kChain || (c.reduce == Algo::kAuto && n > 2 && bytes >= c.ring_threshold)
-                 ? Algo::kChain
-                 : Algo::kTree;
+      return c.reduce == Algo::kChain || (c.reduce == Algo::kAuto && n > 2 && bytes >= c.ring_threshold) ? Algo::kChain
+                                                                                                         : Algo::kTree;
     case CollectiveKind::kAllreduce:
       if (bytes == 0) return Algo::kLocal;
       return allreduce_family(c, bytes);
@@ -126,7 +125,8 @@ Result<CollectiveKind> parse_collective_kind(std::string_view name) {
   for (int k = 0; k <= static_cast<int>(CollectiveKind::kAlltoall); ++k) {
     const auto kind = static_cast<CollectiveKind>(k);
     if (name == to_string(kind)) return kind;
-    names += (names.empty() ? "" : ", ") + std::string(to_string(kind));
+    if (!names.empty()) names += ", ";
+    names += to_string(kind);
   }
   return Status(StatusCode::kInvalidArgument, fmt::format("unknown collective '{}': use one of {}", name, names));
 }

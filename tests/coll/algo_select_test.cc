@@ -2,11 +2,11 @@
 // the answer follows size and rank count, the REMORA_*_ALGO overrides, and it names
 // what actually runs (a ring allreduce moves its data with puts, recursive doubling
 // with sends only).
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "coll/algorithms.h"
 #include "coll/comm_core.h"

@@ -75,8 +75,8 @@ bool is_rooted(CollectiveKind op) {
 }
 /// Operations whose buffer is cut into one block per rank.
 bool has_blocks(CollectiveKind op) {
-  return op == CollectiveKind::kAllgather || op == CollectiveKind::kReduceScatter ||
-         op == CollectiveKind::kAlltoall || op == CollectiveKind::kGather || op == CollectiveKind::kScatter;
+  return op == CollectiveKind::kAllgather || op == CollectiveKind::kReduceScatter || op == CollectiveKind::kAlltoall ||
+         op == CollectiveKind::kGather || op == CollectiveKind::kScatter;
 }
 /// broadcast has one buffer (MPI's form is in place by nature); alltoall has no in-place
 /// form; barrier moves nothing and is shown once.
@@ -152,7 +152,11 @@ Encode encoder(DataType t) {
 class ReductionData {
  public:
   ReductionData(DataType type, ReduceOp op, int ranks, uint64_t seed)
-      : op_(op), ranks_(ranks), es_(size_of(type)), signed_(!is_unsigned(type)), encode_(encoder(type)),
+      : op_(op),
+        ranks_(ranks),
+        es_(size_of(type)),
+        signed_(!is_unsigned(type)),
+        encode_(encoder(type)),
         common_(mix64(seed ^ 0xC011EC7ull)) {
     for (int r = 0; r < ranks; ++r) rank_seeds_.push_back(mix64(seed + static_cast<uint64_t>(r + 1) * kGolden));
   }
@@ -268,7 +272,7 @@ struct Case {
   std::function<void()> prepare;  ///< inputs filled, outputs poisoned
   std::function<Status()> run;    ///< the collective
   std::function<uint64_t()> verify;
-  std::span<std::byte> output;    ///< what this rank checks (fault injection damages it)
+  std::span<std::byte> output;  ///< what this rank checks (fault injection damages it)
 };
 
 struct CaseParams {
@@ -329,9 +333,7 @@ Case make_case(const CaseParams& p, const Buffers& b, const std::shared_ptr<cons
         red->fill(r, in_place ? recv : send, 0, count);
         if (!in_place && root) poison(b.recv.span(block));
       };
-      k.run = [=, &c] {
-        return c.reduce(in_place ? (root ? kInPlace : recv) : send, recv, count, t, rop, rt);
-      };
+      k.run = [=, &c] { return c.reduce(in_place ? (root ? kInPlace : recv) : send, recv, count, t, rop, rt); };
       k.verify = [=] { return root ? red->count_wrong(recv, 0, count) : 0; };
       if (root) k.output = b.recv.span(block);
       break;
@@ -474,11 +476,19 @@ Result<CollRow> run_row(RunContext& x, CollectiveKind op, size_t requested) {
   row.warmup = st.warmup;
   for (Placement pl : {Placement::kOutOfPlace, Placement::kInPlace}) {
     if (!has_form(op, pl)) continue;
-    const uint64_t seed = mix64(mix64(requested) ^ ((uint64_t{static_cast<uint8_t>(op)} << 8) | static_cast<uint8_t>(pl)));
-    const CaseParams p{.comm = c, .op = op, .placement = pl, .g = g, .type = x.o.type, .redop = x.o.redop,
-                       .root = x.o.root, .seed = seed};
+    const uint64_t seed =
+        mix64(mix64(requested) ^ ((uint64_t{static_cast<uint8_t>(op)} << 8) | static_cast<uint8_t>(pl)));
+    const CaseParams p{.comm = c,
+                       .op = op,
+                       .placement = pl,
+                       .g = g,
+                       .type = x.o.type,
+                       .redop = x.o.redop,
+                       .root = x.o.root,
+                       .seed = seed};
     CollTiming* t = pl == Placement::kOutOfPlace ? &row.out_of_place : &row.in_place;
-    REMORA_RETURN_IF_ERROR(measure(x, p, st, t).with_context(fmt::format("{} of {}", to_string(op), format_size(g.size))));
+    REMORA_RETURN_IF_ERROR(
+        measure(x, p, st, t).with_context(fmt::format("{} of {}", to_string(op), format_size(g.size))));
   }
   return row;
 }
@@ -528,7 +538,10 @@ Status measure_reference(Communicator& c, Context& ctx, const CollOptions& o, Co
                                  .with_context(fmt::format("reference exchange of {}", format_size(s))));
       buffers.release_all();
       const double one_way = static_cast<double>(s) * window * st.iters;
-      out->exchanges.push_back({.size = s, .window = window, .iterations = st.iters, .seconds = seconds,
+      out->exchanges.push_back({.size = s,
+                                .window = window,
+                                .iterations = st.iters,
+                                .seconds = seconds,
                                 .gbps_per_direction = seconds > 0 ? one_way / seconds / 1e9 : 0});
     }
     const Step st = default_step(StepKind::kPingPong, out->pingpong_size, 1, o.reference_iters, std::nullopt);
@@ -592,8 +605,8 @@ nlohmann::json timing_json(const CollTiming& t, bool checked) {
 }
 
 nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nlohmann::json& config) {
-  nlohmann::json j = {{"tool", "remora bench coll"}, {"version", version_string()}, {"ranks", rep.ranks},
-                      {"launcher", rep.launcher}};
+  nlohmann::json j = {
+      {"tool", "remora bench coll"}, {"version", version_string()}, {"ranks", rep.ranks}, {"launcher", rep.launcher}};
   j["config"] = config;
   j["config"]["ops"] = nlohmann::json::array();
   for (CollectiveKind op : o.ops) j["config"]["ops"].push_back(to_string(op));
@@ -611,40 +624,47 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
   j["config"]["time"] = "per operation: each rank's average over the timed iterations, the slowest rank's";
   j["results"] = nlohmann::json::array();
   for (const CollRow& r : rep.rows) {
-    j["results"].push_back({{"op", to_string(r.op)},
-                            {"size", r.size},
-                            {"requested", r.requested},
-                            {"count", r.count},
-                            {"type", to_string(o.type)},
-                            {"redop", is_reduction(r.op) ? nlohmann::json(to_string(o.redop)) : nlohmann::json(nullptr)},
-                            {"root", is_rooted(r.op) ? o.root : -1},
-                            {"algorithm", r.algorithm},
-                            {"steps", r.steps},
-                            {"bus_factor", bus_factor(r.op, rep.ranks)},
-                            {"iterations", r.iterations},
-                            {"warmup", r.warmup},
-                            {"out_of_place", timing_json(r.out_of_place, o.check)},
-                            {"in_place", timing_json(r.in_place, o.check)}});
+    j["results"].push_back(
+        {{"op", to_string(r.op)},
+         {"size", r.size},
+         {"requested", r.requested},
+         {"count", r.count},
+         {"type", to_string(o.type)},
+         {"redop", is_reduction(r.op) ? nlohmann::json(to_string(o.redop)) : nlohmann::json(nullptr)},
+         {"root", is_rooted(r.op) ? o.root : -1},
+         {"algorithm", r.algorithm},
+         {"steps", r.steps},
+         {"bus_factor", bus_factor(r.op, rep.ranks)},
+         {"iterations", r.iterations},
+         {"warmup", r.warmup},
+         {"out_of_place", timing_json(r.out_of_place, o.check)},
+         {"in_place", timing_json(r.in_place, o.check)}});
   }
   const CollReference& ref = rep.reference;
   if (ref.measured) {
     nlohmann::json x = nlohmann::json::array();
     for (const auto& e : ref.exchanges) {
-      x.push_back({{"size", e.size}, {"window", e.window}, {"iterations", e.iterations}, {"seconds", e.seconds},
+      x.push_back({{"size", e.size},
+                   {"window", e.window},
+                   {"iterations", e.iterations},
+                   {"seconds", e.seconds},
                    {"bandwidth_GBps_per_direction", e.gbps_per_direction}});
     }
     j["reference"] = {{"ranks", {0, 1}},
                       {"exchange", x},
-                      {"exchange_is", "bidirectional: ranks 0 and 1 each send a window of messages to the other at "
-                                      "once (remora bench p2p --mode bibw over the communicator); bytes one way / time"},
-                      {"pingpong", {{"size", ref.pingpong_size}, {"iterations", ref.pingpong_iterations},
-                                    {"rtt_us", internal::latency_json(ref.rtt)}}}};
+                      {"exchange_is",
+                       "bidirectional: ranks 0 and 1 each send a window of messages to the other at "
+                       "once (remora bench p2p --mode bibw over the communicator); bytes one way / time"},
+                      {"pingpong",
+                       {{"size", ref.pingpong_size},
+                        {"iterations", ref.pingpong_iterations},
+                        {"rtt_us", internal::latency_json(ref.rtt)}}}};
   } else {
     j["reference"] = nullptr;
   }
   j["ratios"] = nlohmann::json::array();
   for (const CollRatio& r : rep.ratios) {
-    nlohmann::json x = {{"op", to_string(r.op)}, {"size", r.size},       {"placement", r.placement},
+    nlohmann::json x = {{"op", to_string(r.op)},    {"size", r.size},   {"placement", r.placement},
                         {"algorithm", r.algorithm}, {"steps", r.steps}, {"ratio", r.ratio}};
     if (r.bandwidth) {
       x["kind"] = "busbw / per-direction bandwidth";

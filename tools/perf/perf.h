@@ -216,9 +216,9 @@ struct CollTiming {
 
 struct CollRow {
   CollectiveKind op = CollectiveKind::kAllreduce;
-  size_t requested = 0;  ///< the size asked for
-  size_t size = 0;       ///< bytes, as nccl-tests' size column
-  size_t count = 0;      ///< elements of `size`
+  size_t requested = 0;   ///< the size asked for
+  size_t size = 0;        ///< bytes, as nccl-tests' size column
+  size_t count = 0;       ///< elements of `size`
   std::string algorithm;  ///< what Communicator::algorithm says ran
   int steps = 0;
   uint32_t iterations = 0;
@@ -254,7 +254,7 @@ struct CollRatio {
   double value = 0;      ///< busbw (GB/s) or time (us)
   double reference = 0;  ///< per-direction GB/s, or steps × average RTT (us)
   double ratio = 0;
-  double ratio_p50 = 0;         ///< latency only: against steps × the RTT's p50
+  double ratio_p50 = 0;          ///< latency only: against steps × the RTT's p50
   std::optional<double> target;  ///< allreduce only: >= 0.8 (bandwidth), <= 2 (latency)
   bool met() const { return !target || (bandwidth ? ratio >= *target : ratio <= *target); }
 };

@@ -317,7 +317,8 @@ Step default_step(StepKind kind, size_t size, uint32_t window, std::optional<uin
         size <= 8192 ? 10000u : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
     st.warmup = warmup.value_or(size <= 8192 ? 1000u : std::clamp<uint32_t>(st.iters / 10, 2, 10));
   } else if (kind == StepKind::kCollective) {
-    st.iters = iters.value_or(static_cast<uint32_t>(std::clamp<size_t>((size_t{256} << 20) / std::max<size_t>(size, 1), 5, 1000)));
+    st.iters = iters.value_or(
+        static_cast<uint32_t>(std::clamp<size_t>((size_t{256} << 20) / std::max<size_t>(size, 1), 5, 1000)));
     st.warmup = warmup.value_or(std::clamp<uint32_t>(st.iters / 10, 1, 20));
   } else {
     const size_t per_window = std::max<size_t>(size, 1) * std::max<uint32_t>(window, 1);

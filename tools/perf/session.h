@@ -187,9 +187,9 @@ struct Step {
 };
 /// How a benchmark iterates, which decides its default counts.
 enum class StepKind : uint8_t {
-  kWindow,    ///< an iteration is a window of `window` large operations: ~2 GiB per size
-  kRate,      ///< a window of small operations: as kWindow, but up to 2000 windows
-  kPingPong,  ///< an iteration is one round trip: 10000 up to 8 KiB, fewer above
+  kWindow,      ///< an iteration is a window of `window` large operations: ~2 GiB per size
+  kRate,        ///< a window of small operations: as kWindow, but up to 2000 windows
+  kPingPong,    ///< an iteration is one round trip: 10000 up to 8 KiB, fewer above
   kCollective,  ///< an iteration is one collective: 256 MiB per size, 5…1000 of them
 };
 /// The counts for `size`; `iters` / `warmup` override the scaled defaults.
