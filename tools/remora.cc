@@ -457,10 +457,7 @@ int run_coll(const CollArgs& a, const std::vector<std::string>& argv) {
   remora::perf::CollOptions o;
   if (auto s = coll_options(a, &o); !s) return fail(s);
   auto launched = remora::perf::launched_as_rank();
-  if (!launched) {
-    return fail(launched.status().with_context(
-        "launcher variables are set but do not describe a job (unset them to let -n N start ranks here)"));
-  }
+  if (!launched) return fail(launched.status());
   if (!*launched) {
     const int n = a.ranks.value_or(2);
     o.expect_ranks = n;

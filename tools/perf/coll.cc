@@ -39,6 +39,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "pattern.h"
 #include "session.h"
@@ -768,16 +769,20 @@ Status validate(const CollOptions& o, int ranks) {
 }
 
 Result<bool> launched_as_rank() {
-  bool any_set = false;
-  auto launch = detect_launch([&any_set](std::string_view name) -> std::optional<std::string> {
+  std::set<std::string> set;  // launcher variables that are set
+  auto launch = detect_launch([&set](std::string_view name) -> std::optional<std::string> {
     const char* v = std::getenv(std::string(name).c_str());
     if (v == nullptr || *v == '\0') return std::nullopt;
-    any_set = true;
+    set.emplace(name);
     return std::string(v);
   });
   if (launch.is_ok()) return true;
-  if (!any_set) return false;
-  return launch.status();
+  if (set.empty()) return false;
+  const bool many = set.size() > 1;
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("{} {} set but {} no job ({}); unset {} to let -n N start ranks on this host",
+                            fmt::join(set, ", "), many ? "are" : "is", many ? "describe" : "describes",
+                            launch.status().message(), many ? "them" : "it"));
 }
 
 Result<CollReport> run_coll(const CollOptions& options) {
