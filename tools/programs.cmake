@@ -102,7 +102,9 @@ if(REMORA_BUILD_TESTS)
                           \"$0\" bench coll --op gather -n 2 --root 2 > bad.out 2>&1 && exit 1; \
                           grep -q 'root 2 is not a rank of 2 ranks' bad.out || exit 1; \
                           \"$0\" bench coll --op allscatter > bad.out 2>&1 && exit 1; \
-                          grep -q \"unknown collective 'allscatter'\" bad.out"
+                          grep -q \"unknown collective 'allscatter'\" bad.out || exit 1; \
+                          RANK=0 \"$0\" bench coll -n 2 > bad.out 2>&1 && exit 1; \
+                          grep -q 'RANK is set but describes no job' bad.out"
                    $<TARGET_FILE:remora_tool>)
   # The JSON: every column, what ran, the reference and the ratios.
   add_test(NAME remora_bench_coll_json
@@ -110,6 +112,10 @@ if(REMORA_BUILD_TESTS)
                    -P ${CMAKE_CURRENT_LIST_DIR}/perf/coll_json_check.cmake)
   list(APPEND coll_tests remora_bench_coll_allreduce_n4 remora_bench_coll_types remora_bench_coll_detects_corruption
        remora_bench_coll_rejects_bad_input remora_bench_coll_json)
+  # They start their own ranks: a launcher the tests themselves run under (srun ctest)
+  # must not make them ranks of its job.
+  set_tests_properties(${coll_tests} PROPERTIES ENVIRONMENT_MODIFICATION
+                       "REMORA_RANK=unset:;RANK=unset:;OMPI_COMM_WORLD_RANK=unset:;PMI_RANK=unset:;SLURM_PROCID=unset:")
 
   set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
