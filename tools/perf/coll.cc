@@ -215,10 +215,11 @@ class ReductionData {
   static int64_t small(uint64_t seed, size_t i, uint64_t modulus, int64_t offset) {
     return static_cast<int64_t>(((seed + i * kGolden) >> 40) % modulus) - offset;
   }
+  /// 2, 3, and for signed types also -1, -2.
   int64_t factor(uint64_t x) const {
-    static constexpr int64_t kSigned[4] = {2, 3, -1, -2};
-    static constexpr int64_t kUnsigned[4] = {2, 3, 2, 3};
-    return (signed_ ? kSigned : kUnsigned)[(x >> 32) & 3];
+    const auto k = static_cast<int64_t>((x >> 32) & 3);
+    if (k < 2 || !signed_) return 2 + (k & 1);
+    return 1 - k;
   }
   static int64_t centre(uint64_t x) { return static_cast<int64_t>((x >> 40) % 7) - 3; }
 
