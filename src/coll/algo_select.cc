@@ -16,7 +16,7 @@ namespace {
 
 /// Recursive doubling (or Bruck) for allgather up to this many result bytes: log2 n
 /// latency beats the ring's n-1 steps; above, the ring's neighbour-only traffic wins.
-constexpr size_t kAllgatherRdMaxBytes = 64 * 1024;
+constexpr size_t kAllgatherRdMaxBytes = size_t{64} * 1024;
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 

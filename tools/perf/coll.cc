@@ -117,7 +117,7 @@ void encode_half(int64_t v, std::byte* out) {
   uint16_t h = 0;
   if (v != 0) {
     const uint16_t sign = v < 0 ? 0x8000 : 0;
-    const uint64_t a = static_cast<uint64_t>(v < 0 ? -v : v);
+    const auto a = static_cast<uint64_t>(v < 0 ? -v : v);
     const int e = 63 - __builtin_clzll(a);
     const uint64_t mant = (e <= 10 ? a << (10 - e) : a >> (e - 10)) & 0x3FF;
     h = static_cast<uint16_t>(sign | ((e + 15) << 10) | mant);
