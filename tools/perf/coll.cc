@@ -16,7 +16,7 @@
 // element, the rest 1; avg: values whose sum is ranks × an integer), so every partial
 // result is exact in every type and the expected result is bit for bit what any
 // correct order of combination gives: exact up to 128 ranks for bf16 sums (64 for avg),
-// 1024 for fp16, without limit that matters for the other types.
+// 1024 for fp16 (512 for avg), without limit that matters for the other types.
 //
 // The reference (unless disabled): before the table, ranks 0 and 1 run remora bench
 // p2p's bibw window and lat ping-pong (p2p.cc's loops, over a Link that is their
@@ -24,8 +24,6 @@
 // bandwidth at every size >= 1 MiB of the run, and the 4 KiB round trip. Ratios
 // compare each row with it: busbw / per-direction bandwidth, and time / (steps × RTT)
 // where steps is what Communicator::algorithm reports for the row.
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
