@@ -1,5 +1,5 @@
 # The `remora` command-line tool: a thin CLI (remora.cc) over the perf library
-# (perf/), which holds the p2p and RMA benchmarks and the two-process demo.
+# (perf/), which holds the p2p, RMA and collective benchmarks and the two-process demo.
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 
@@ -7,7 +7,8 @@ add_library(remora_perf STATIC
   ${CMAKE_CURRENT_LIST_DIR}/perf/session.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/p2p.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/rma.cc
-  ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf/coll.cc)
 target_include_directories(remora_perf PUBLIC ${CMAKE_CURRENT_LIST_DIR}/perf)
 target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
 target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_json fmt::fmt Threads::Threads)
@@ -58,7 +59,65 @@ if(REMORA_BUILD_TESTS)
            COMMAND sh -c "\"$0\" demo --sizes 4K,1M --iters 5 --inject-corruption > demo.out 2>&1; rc=$?; cat demo.out; \
                     [ $rc -eq 1 ] && [ $(grep -c 'NO: peer: verify round 0: checksum' demo.out) -eq 2 ]"
                    $<TARGET_FILE:remora_tool>)
-  set_tests_properties(remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
+  # remora bench coll: every operation at 2 and 3 ranks (and allreduce at 4), each
+  # started by the tool itself (-n, no launcher around), every size checked on every
+  # rank, in and out of place. The sizes cross the algorithm switches: 0, a size that
+  # does not divide into blocks, 4100 (recursive doubling / Bruck / tree), 100K (ring
+  # allreduce and reduce_scatter; reduce's chain at 3 ranks), 1100K (broadcast's chain
+  # at 3 ranks, the allgather ring).
+  set(coll_tests)
+  foreach(n 2 3)
+    foreach(op allreduce reduce broadcast allgather reduce_scatter alltoall gather scatter barrier)
+      add_test(NAME remora_bench_coll_${op}_n${n}
+               COMMAND remora_tool bench coll --op ${op} -n ${n} --sizes 0,6,4100,100K,1100K --root 1 --check
+                       --iters 3 --warmup 1 --no-reference)
+      list(APPEND coll_tests remora_bench_coll_${op}_n${n})
+    endforeach()
+  endforeach()
+  add_test(NAME remora_bench_coll_allreduce_n4
+           COMMAND remora_tool bench coll --op allreduce -n 4 --sizes 0,4K,100K,1100K --check --iters 3 --warmup 1
+                   --no-reference)
+  # Other types and reductions through the same check (exact small integers in every type).
+  add_test(NAME remora_bench_coll_types
+           COMMAND sh -c "for t in int8 uint8 int32 uint64 float16 bfloat16 float64; do \
+                            for r in sum prod min max; do \"$0\" bench coll --op allreduce,reduce_scatter -n 3 \
+                              --sizes 4100,100K --type $t --redop $r --iters 1 --warmup 0 --no-reference > /dev/null \
+                              || { echo \"FAILED: $t $r\"; exit 1; }; done; done; \
+                          for t in float16 bfloat16 float32; do \"$0\" bench coll --op allreduce,reduce -n 3 \
+                            --sizes 4100,100K --type $t --redop avg --iters 1 --warmup 0 --no-reference > /dev/null \
+                            || { echo \"FAILED: $t avg\"; exit 1; }; done"
+                   $<TARGET_FILE:remora_tool>)
+  # A flipped byte in every checked result must fail the run: exit 1, the count of
+  # wrong elements (2 ops x 2 sizes x 2 placements, one element each) and the column.
+  add_test(NAME remora_bench_coll_detects_corruption
+           COMMAND sh -c "\"$0\" bench coll --op allreduce,gather -n 3 --sizes 4K,1M --iters 2 --warmup 1 \
+                            --no-reference --inject-corruption > coll.out 2>&1; rc=$?; cat coll.out; \
+                          [ $rc -eq 1 ] && grep -q 'FAILED: 8 wrong elements: the data check failed' coll.out && \
+                          grep -q '^# #wrong: 8 ' coll.out"
+                   $<TARGET_FILE:remora_tool>)
+  # Bad input is refused before any rank starts, with a clear message.
+  add_test(NAME remora_bench_coll_rejects_bad_input
+           COMMAND sh -c "\"$0\" bench coll --op allreduce --type int32 --redop avg > bad.out 2>&1 && exit 1; \
+                          grep -q 'avg needs a floating type' bad.out || exit 1; \
+                          \"$0\" bench coll --op gather -n 2 --root 2 > bad.out 2>&1 && exit 1; \
+                          grep -q 'root 2 is not a rank of 2 ranks' bad.out || exit 1; \
+                          \"$0\" bench coll --op allscatter > bad.out 2>&1 && exit 1; \
+                          grep -q \"unknown collective 'allscatter'\" bad.out || exit 1; \
+                          RANK=0 \"$0\" bench coll -n 2 > bad.out 2>&1 && exit 1; \
+                          grep -q 'RANK is set but describes no job' bad.out"
+                   $<TARGET_FILE:remora_tool>)
+  # The JSON: every column, what ran, the reference and the ratios.
+  add_test(NAME remora_bench_coll_json
+           COMMAND ${CMAKE_COMMAND} -DREMORA=$<TARGET_FILE:remora_tool> -DOUT=coll.json
+                   -P ${CMAKE_CURRENT_LIST_DIR}/perf/coll_json_check.cmake)
+  list(APPEND coll_tests remora_bench_coll_allreduce_n4 remora_bench_coll_types remora_bench_coll_detects_corruption
+       remora_bench_coll_rejects_bad_input remora_bench_coll_json)
+  # They start their own ranks: a launcher the tests themselves run under (srun ctest)
+  # must not make them ranks of its job.
+  set_tests_properties(${coll_tests} PROPERTIES ENVIRONMENT_MODIFICATION
+                       "REMORA_RANK=unset:;RANK=unset:;OMPI_COMM_WORLD_RANK=unset:;PMI_RANK=unset:;SLURM_PROCID=unset:")
+
+  set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
                        remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate
                        remora_bench_rma_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 120)

@@ -1,5 +1,6 @@
-// tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, run, version. A thin layer over
-// tools/perf: parse arguments, draw tables and the progress line, write JSON.
+// tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, bench coll, run, version. A thin
+// layer over tools/perf: parse arguments, draw tables and the progress line, write JSON.
+#include <limits.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -285,6 +286,208 @@ int run_rma(const RmaArgs& a) {
   return finish_bench(report->json, a);
 }
 
+struct CollArgs {
+  std::vector<std::string> ops = {"allreduce"};
+  std::string minbytes = "4K", maxbytes = "64M";
+  uint32_t stepfactor = 4;
+  std::vector<std::string> sizes;
+  std::string type = "float32", redop = "sum";
+  int root = 0;
+  std::optional<uint32_t> iters, warmup, reference_iters;
+  bool check = true, no_reference = false, inject_corruption = false;
+  std::string json;
+  std::optional<int> ranks;
+};
+
+/// Turns the arguments into options; the sizes from --sizes or -b/-e/-f.
+remora::Status coll_options(const CollArgs& a, remora::perf::CollOptions* o) {
+  using remora::CollectiveKind;
+  o->ops.clear();
+  for (const std::string& name : a.ops) {
+    if (name == "all") {
+      for (int k = 0; k <= static_cast<int>(CollectiveKind::kAlltoall); ++k) {
+        o->ops.push_back(static_cast<CollectiveKind>(k));
+      }
+      continue;
+    }
+    auto op = remora::parse_collective_kind(name);
+    if (!op) return op.status().with_context("--op");
+    o->ops.push_back(*op);
+  }
+  if (a.sizes.empty()) {
+    auto lo = remora::perf::parse_size(a.minbytes);
+    if (!lo) return lo.status().with_context("-b/--minbytes");
+    auto hi = remora::perf::parse_size(a.maxbytes);
+    if (!hi) return hi.status().with_context("-e/--maxbytes");
+    if (*lo == 0 || *lo > *hi) {
+      return {remora::StatusCode::kInvalidArgument,
+              fmt::format("-b {} -e {}: need 1 <= minbytes <= maxbytes (--sizes takes a list, 0 included)", a.minbytes,
+                          a.maxbytes)};
+    }
+    for (size_t s = *lo; s <= *hi; s *= a.stepfactor) {
+      o->sizes.push_back(s);
+      if (s > *hi / a.stepfactor) break;
+    }
+  } else if (auto s = parse_sizes(a.sizes, &o->sizes); !s) {
+    return s;
+  }
+  auto type = remora::parse_data_type(a.type);
+  if (!type) return type.status().with_context("--type");
+  o->type = *type;
+  auto redop = remora::parse_reduce_op(a.redop);
+  if (!redop) return redop.status().with_context("--redop");
+  o->redop = *redop;
+  o->root = a.root;
+  o->iters = a.iters;
+  o->warmup = a.warmup;
+  o->check = a.check;
+  o->reference = !a.no_reference;
+  o->reference_iters = a.reference_iters;
+  o->inject_corruption = a.inject_corruption;
+  o->expect_ranks = a.ranks;
+  return remora::Status::ok();
+}
+
+/// This executable's path, for starting ranks of it (argv[0] may be a bare name).
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("/proc/self/exe");
+}
+
+std::string timing_cells(const remora::perf::CollTiming& t, bool checked) {
+  if (!t.ran) return fmt::format("{:>10}{:25}", "n/a", "");  // as wide as the four cells
+  return fmt::format("{:>10.2f} {:>8.3f} {:>8.3f} {:>6}", t.time_us, t.algbw_gbps, t.busbw_gbps,
+                     checked ? std::to_string(t.wrong) : "N/A");
+}
+
+std::string bus_formula(remora::CollectiveKind op) {
+  switch (op) {
+    case remora::CollectiveKind::kAllreduce: return "2(n-1)/n";
+    case remora::CollectiveKind::kBroadcast:
+    case remora::CollectiveKind::kReduce: return "1";
+    case remora::CollectiveKind::kBarrier: return "-";
+    default: return "(n-1)/n";
+  }
+}
+
+void print_coll_report(const remora::perf::CollReport& r, const remora::perf::CollOptions& o) {
+  using remora::CollectiveKind;
+  const auto& cfg = r.json["config"];
+  fmt::print("# remora bench coll — {} ranks ({}), type {}, redop {}, root {}\n", r.ranks, r.launcher,
+             to_string(o.type), to_string(o.redop), o.root);
+  fmt::print("# {} data streams configured, chunk {}, eager limit {}, spin {} us; data check: {}\n",
+             cfg.value("streams_configured", 0u), format_size(cfg.value("chunk_bytes", size_t{0})),
+             format_size(cfg.value("eager_limit", size_t{0})), cfg.value("spin_us", 0u), o.check ? "on" : "off");
+  fmt::print(
+      "# time: per operation, each rank's average over the timed iterations, the slowest rank's;\n"
+      "# algbw = size / time; busbw = algbw x bus factor; GB/s = 10^9 bytes/s\n");
+  const std::string blank;
+  double busbw_sum = 0;
+  int busbw_rows = 0;
+  CollectiveKind current = CollectiveKind::kBarrier;
+  bool first = true;
+  for (const auto& row : r.rows) {
+    if (first || row.op != current) {
+      fmt::print("#\n# {} (bus factor {})\n", to_string(row.op), bus_formula(row.op));
+      fmt::print("# {:63} {:-^35}  {:-^35}\n", blank, " out-of-place ", " in-place ");
+      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
+                 "size", "count", "type", "redop", "root", "algorithm", "steps", "time", "algbw", "busbw", "#wrong",
+                 "time", "algbw", "busbw", "#wrong");
+      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
+                 "(B)", "(elements)", "", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+                 "");
+      current = row.op;
+      first = false;
+    }
+    const bool reduction = row.op == CollectiveKind::kAllreduce || row.op == CollectiveKind::kReduce ||
+                           row.op == CollectiveKind::kReduceScatter;
+    const bool rooted = row.op == CollectiveKind::kReduce || row.op == CollectiveKind::kBroadcast ||
+                        row.op == CollectiveKind::kGather || row.op == CollectiveKind::kScatter;
+    fmt::print("  {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {}  {}\n", row.size, row.count, to_string(o.type),
+               reduction ? std::string(to_string(o.redop)) : "none", rooted ? o.root : -1, row.algorithm, row.steps,
+               timing_cells(row.out_of_place, o.check), timing_cells(row.in_place, o.check));
+    for (const auto* t : {&row.out_of_place, &row.in_place}) {
+      if (t->ran && row.op != CollectiveKind::kBarrier) {
+        busbw_sum += t->busbw_gbps;
+        ++busbw_rows;
+      }
+    }
+  }
+  fmt::print("#\n# #wrong: {}\n", o.check ? fmt::format("{} (every size checked on every rank)", r.wrong)
+                                          : std::string("not checked (--no-check)"));
+  if (busbw_rows > 0) fmt::print("# Avg bus bandwidth: {:.3f} GB/s\n", busbw_sum / busbw_rows);
+
+  const auto& ref = r.reference;
+  if (!ref.measured) {
+    fmt::print("# reference: {}\n", o.reference ? "needs 2 ranks" : "not measured (--no-reference)");
+    return;
+  }
+  fmt::print("#\n# reference, ranks 0 and 1 in this run over their communicator endpoint (bench p2p's loops):\n");
+  if (ref.exchanges.empty()) fmt::print("#   bidirectional exchange: no size >= 1M in this run\n");
+  for (const auto& e : ref.exchanges) {
+    fmt::print("#   bidirectional exchange {:>5}: {:.3f} GB/s per direction (window {}, {} iterations)\n",
+               format_size(e.size), e.gbps_per_direction, e.window, e.iterations);
+  }
+  fmt::print("#   {} ping-pong round trip: avg {:.2f} us, p50 {:.2f} us, p99 {:.2f} us ({} round trips)\n",
+             format_size(ref.pingpong_size), ref.rtt.avg_us, ref.rtt.p50_us, ref.rtt.p99_us, ref.pingpong_iterations);
+  if (r.ratios.empty()) return;
+  fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
+             "algorithm", "steps", "value", "reference", "ratio", "target");
+  for (const auto& x : r.ratios) {
+    const std::string what = fmt::format("{} {}", to_string(x.op), x.bandwidth ? "busbw" : "time");
+    const std::string value = x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
+    const std::string reference = x.bandwidth ? fmt::format("{:.3f} GB/s", x.reference)
+                                              : fmt::format("{} x {:.2f} us", x.steps, x.reference / x.steps);
+    std::string target = "-";
+    if (x.target) target = fmt::format("{} {} {}", x.bandwidth ? ">=" : "<=", *x.target, x.met() ? "met" : "MISS");
+    fmt::print("  {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7.2f}  {}{}\n", what, format_size(x.size),
+               x.placement, x.algorithm, x.steps, value, reference, x.ratio, target,
+               x.bandwidth ? "" : fmt::format("  (against the p50 RTT: {:.2f})", x.ratio_p50));
+  }
+  fmt::print(
+      "# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
+      "# time ratio: time / (steps x the average {} round trip); targets are the issue's, for allreduce\n",
+      format_size(ref.pingpong_size));
+}
+
+/// `remora bench coll`: as a rank of a launched job, or, with no launcher around, the
+/// launcher of N ranks of itself on this host (remora run's machinery).
+int run_coll(const CollArgs& a, const std::vector<std::string>& argv) {
+  remora::perf::CollOptions o;
+  if (auto s = coll_options(a, &o); !s) return fail(s);
+  auto launched = remora::perf::launched_as_rank();
+  if (!launched) return fail(launched.status());
+  if (!*launched) {
+    const int n = a.ranks.value_or(2);
+    o.expect_ranks = n;
+    if (auto s = remora::perf::validate(o, n); !s) return fail(s);
+    remora::tools::RunOptions run;
+    run.ranks = n;
+    run.argv = argv;
+    run.argv[0] = self_exe();
+    return remora::tools::run_ranks(run);
+  }
+  TtyProgress progress;
+  o.progress = progress.callback();
+  auto report = remora::perf::run_coll(o);
+  progress.clear();
+  if (!report) {
+    fmt::print(stderr, "remora bench coll: error: {}\n", report.status().to_string());
+    return 1;
+  }
+  if (report->rank != 0) return 0;  // rank 0 speaks for the job (the data check included)
+  print_coll_report(*report, o);
+  if (!write_json(a.json, report->json)) return 1;
+  if (report->wrong > 0) {
+    fmt::print(stderr,
+               "remora bench coll: FAILED: {} wrong elements: the data check failed (the #wrong column says where)\n",
+               report->wrong);
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -333,6 +536,48 @@ int main(int argc, char** argv) {
   duration->excludes(rma->get_option("--iters"));
   rma->add_flag("--inject-corruption", rma_args.inject_corruption)->group("");  // hidden: proves the checks fail loudly
 
+  CollArgs coll_args;
+  auto* coll = bench->add_subcommand(
+      "coll", "collectives, nccl-tests-style: time, algbw, busbw, #wrong per size, against a p2p reference");
+  coll->add_option("--op", coll_args.ops,
+                   "allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, gather, scatter, barrier; "
+                   "several separated by commas, or all")
+      ->delimiter(',')
+      ->capture_default_str();
+  auto* minbytes = coll->add_option("-b,--minbytes", coll_args.minbytes, "smallest size (K/M/G = powers of 1024)")
+                       ->capture_default_str();
+  auto* maxbytes = coll->add_option("-e,--maxbytes", coll_args.maxbytes, "largest size")->capture_default_str();
+  auto* stepfactor = coll->add_option("-f,--stepfactor", coll_args.stepfactor, "multiply the size by this each step")
+                         ->check(CLI::Range(2u, 1024u))
+                         ->capture_default_str();
+  coll->add_option("--sizes", coll_args.sizes, "explicit sizes instead of -b/-e/-f, e.g. 4K,16M,64M")
+      ->delimiter(',')
+      ->excludes(minbytes)
+      ->excludes(maxbytes)
+      ->excludes(stepfactor);
+  coll->add_option(
+          "-d,--type", coll_args.type,
+          "int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (or fp16, bf16, ...)")
+      ->capture_default_str();
+  coll->add_option("--redop", coll_args.redop, "sum, prod, min, max, avg (reductions)")->capture_default_str();
+  coll->add_option("-r,--root", coll_args.root, "root of reduce, broadcast, gather, scatter")->capture_default_str();
+  coll->add_option("--iters", coll_args.iters, "timed operations per size (default: scaled by size, 5..1000)")
+      ->check(CLI::PositiveNumber);
+  coll->add_option("-w,--warmup", coll_args.warmup, "untimed operations per size (default: scaled by size)");
+  coll->add_flag("-c,--check,!--no-check", coll_args.check,
+                 "check every size's result on every rank (the #wrong column); on by default");
+  coll->add_flag("--no-reference", coll_args.no_reference,
+                 "skip the p2p reference (bidirectional exchange, 4K ping-pong) between ranks 0 and 1");
+  coll->add_option("--reference-iters", coll_args.reference_iters,
+                   "timed windows per exchange size and timed round trips of the reference (default: as bench p2p)")
+      ->check(CLI::PositiveNumber);
+  coll->add_option("--json", coll_args.json, "rank 0 also writes everything as JSON here");
+  coll->add_option("-n,--ranks", coll_args.ranks,
+                   "without a launcher: start this many ranks on this host (default 2); under one: must match it")
+      ->check(CLI::Range(1, 4096));
+  coll->add_flag("--inject-corruption", coll_args.inject_corruption)
+      ->group("");  // hidden: proves the check fails loudly
+
   std::string serve_listen = "127.0.0.1:0";
   int serve_port_fd = -1;
   auto* serve = app.add_subcommand("serve", "")->group("");  // hidden: the spawned follower
@@ -365,6 +610,7 @@ int main(int argc, char** argv) {
   if (*demo) return run_demo(demo_sizes, demo_iters, demo_json, demo_corrupt);
   if (*p2p) return run_p2p(p2p_args);
   if (*rma) return run_rma(rma_args);
+  if (*coll) return run_coll(coll_args, std::vector<std::string>(argv, argv + argc));
   if (*run) {
     run_options.argv = run->remaining();
     run_options.argv.insert(run_options.argv.end(), after_dashdash.begin(), after_dashdash.end());

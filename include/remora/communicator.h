@@ -63,6 +63,34 @@ enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
 std::string_view to_string(ReduceOp op) noexcept;
 Result<ReduceOp> parse_reduce_op(std::string_view name);
 
+/// The collectives whose algorithm Communicator::algorithm reports. The v-forms run
+/// their plain form's algorithm family (allgatherv: ring; gatherv, scatterv: linear;
+/// alltoallv: pairwise).
+enum class CollectiveKind : uint8_t {
+  kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter, kAlltoall,
+};
+/// "barrier", "broadcast", "reduce", "allreduce", "gather", "scatter", "allgather", "reduce_scatter", "alltoall".
+std::string_view to_string(CollectiveKind kind) noexcept;
+/// Accepts the names above; kInvalidArgument (listing them) otherwise.
+Result<CollectiveKind> parse_collective_kind(std::string_view name);
+
+/// Which algorithm a collective runs, and how many communication steps it takes.
+struct AlgorithmChoice {
+  /// "ring", "rd" (recursive doubling), "bruck", "tree" (binomial), "chain" (pipelined),
+  /// "pairwise", "linear", "dissemination", or "local" when nothing crosses the network
+  /// (one rank, or nothing to reduce).
+  std::string_view name;
+  /// Sequential communication steps on the critical path: rounds in which a rank sends
+  /// to and/or receives from its peers of that round, each round waiting for the one
+  /// before. Pipelining into pieces is not counted (a ring step is one step however many
+  /// pieces it moves). ring allreduce 2(n-1); ring allgather and reduce_scatter n-1;
+  /// rd log2(p) for p the largest power of two <= n, plus 2 (fold in, fold out) when
+  /// n > p, except allgather (log2 n, powers of two only); bruck, tree and dissemination
+  /// ceil(log2 n); chain n-1; pairwise n-1 (up to 8 of them in flight at once); linear 1
+  /// (the root exchanges with every rank at once); local 0.
+  int steps = 0;
+};
+
 /// MPI_IN_PLACE: pass as the send buffer (as the receive buffer of scatter(v) at the root).
 inline void* const kInPlace = reinterpret_cast<void*>(uintptr_t{1});
 
@@ -90,6 +118,14 @@ class Communicator {
   int size() const noexcept;
   /// Unique among the communicators of this job that share a rank with this one.
   uint32_t id() const noexcept;
+
+  /// The algorithm `kind` runs on this communicator for a call whose `count` × element
+  /// size is `bytes` (the per-rank block for allgather, reduce_scatter, gather, scatter
+  /// and alltoall, as their `count` argument; the whole vector for the others; barrier
+  /// ignores it). The answer comes from the same selection the collectives make, so it
+  /// follows the size thresholds, the rank count and the REMORA_*_ALGO overrides that
+  /// were read when the communicator was made. Local: no communication, thread-safe.
+  AlgorithmChoice algorithm(CollectiveKind kind, size_t bytes) const;
 
   /// Collective over this communicator. Ranks with the same `color` form a new
   /// communicator, ranked by (key, old rank). color < 0 (kUndefined) returns nullptr.

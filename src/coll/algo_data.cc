@@ -1,7 +1,8 @@
 // coll/algo_data.cc — the movement collectives: barrier, broadcast, gather(v),
 // scatter(v), allgather(v), alltoall(v). Type-agnostic: only the element size matters.
 //
-// Algorithms and when they are chosen (CollConfig overrides where there is a choice):
+// Algorithms and when they are chosen (CollConfig overrides where there is a choice;
+// the choice itself is made in algo_select.cc):
 // - barrier: dissemination, ceil(log2 n) rounds of zero-byte messages.
 // - broadcast: binomial tree, or a pipelined chain (pieces of pipeline_bytes, each
 //   rank forwards a piece as soon as it has it). Auto picks the chain when the
@@ -9,7 +10,7 @@
 //   pipeline cannot fill, and with 2 ranks the tree is one direct message anyway.
 // - gather(v)/scatter(v): linear at the root, every receive/send posted at once, so
 //   data lands in (or leaves from) the caller's buffer at its displacement directly.
-// - allgather: for small results (kAllgatherRdMaxBytes) log2(n) rounds: recursive
+// - allgather: for small results (up to 64 KiB, algo_select.cc) log2(n) rounds: recursive
 //   doubling when n is a power of two, Bruck otherwise (REMORA_ALLGATHER_ALGO=rd means
 //   this pair); else a ring, which receives straight into place. allgatherv: always
 //   the ring (its blocks need not be contiguous or equal, which both log-round
@@ -37,9 +38,6 @@ constexpr size_t kChainWindow = 4;
 /// Steps of a pairwise exchange in flight: bounds the posted operations per rank
 /// while still overlapping several peers.
 constexpr size_t kPairwiseWindow = 8;
-/// Recursive doubling for allgather up to this many result bytes (log2 n latency
-/// beats the ring's n-1 steps; above, the ring's neighbour-only traffic wins).
-constexpr size_t kAllgatherRdMaxBytes = 64 * 1024;
 
 /// Requests of one algorithm in posting order, each with the size its receive must
 /// have. The destructor waits for whatever is left, so no return path can leave a
@@ -115,7 +113,6 @@ Status check_own(const char* what, size_t have, size_t slot) {
 }
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
-bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 // --- broadcast ---------------------------------------------------------------------
 
@@ -272,10 +269,7 @@ Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   if (n == 1) return Status::ok();
   const size_t bytes = count * size_of(type);
   const size_t piece = std::max<size_t>(op.comm().config().pipeline_bytes, 1);
-  Algo algo = op.comm().config().broadcast;
-  if (algo != Algo::kTree && algo != Algo::kChain) {
-    algo = bytes >= 4 * piece && n > 2 ? Algo::kChain : Algo::kTree;
-  }
+  const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.comm().config(), n, bytes);
   return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
 }
 
@@ -345,13 +339,9 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   const size_t block = count * size_of(type);
   if (send != nullptr) copy_block(at(recv, static_cast<size_t>(op.rank()) * block), send, block);
   if (n == 1) return Status::ok();
-  Algo algo = op.comm().config().allgather;
-  if (algo != Algo::kRing && algo != Algo::kRecursiveDoubling) {
-    algo = block * static_cast<size_t>(n) <= kAllgatherRdMaxBytes ? Algo::kRecursiveDoubling : Algo::kRing;
-  }
-  if (algo == Algo::kRecursiveDoubling) {
-    return is_power_of_two(n) ? allgather_rd(op, recv, block) : allgather_bruck(op, recv, block);
-  }
+  const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.comm().config(), n, block);
+  if (algo == Algo::kRecursiveDoubling) return allgather_rd(op, recv, block);
+  if (algo == Algo::kBruck) return allgather_bruck(op, recv, block);
   return allgather_ring(op, recv, [block](size_t i) { return Span{i * block, block}; });
 }
 

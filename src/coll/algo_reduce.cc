@@ -1,6 +1,7 @@
 // The reduction collectives: reduce, allreduce, reduce_scatter, scan, exscan.
 //
-// Algorithms (CollConfig; `bytes` is count * element size of the whole vector):
+// Algorithms (CollConfig; `bytes` is count * element size of the whole vector; the
+// choice is made in algo_select.cc):
 // - allreduce: pipelined ring (reduce-scatter by puts into the right neighbour's
 //   registered scratch with notifications, then a send/recv ring allgather) when
 //   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
@@ -494,13 +495,6 @@ Status scan_rd(Op& op, const void* send, void* recv, size_t count, DataType type
   return Status::ok();
 }
 
-bool use_ring(Op& op, size_t bytes) {
-  const CollConfig& c = op.comm().config();
-  if (op.size() < 2) return false;
-  if (c.allreduce != Algo::kAuto) return c.allreduce == Algo::kRing;
-  return bytes >= c.ring_threshold;
-}
-
 }  // namespace
 
 Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
@@ -510,18 +504,16 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
     return Status::ok();
   }
   if (count == 0) return Status::ok();
-  const CollConfig& c = op.comm().config();
-  const bool chain = c.reduce == Algo::kChain || (c.reduce == Algo::kAuto && op.size() > 2 && bytes >= c.ring_threshold);
+  const bool chain = select_algorithm(CollectiveKind::kReduce, op.comm().config(), op.size(), bytes) == Algo::kChain;
   return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
 }
 
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
-  if (send != recv && bytes > 0) {
-    if (op.size() == 1 || !use_ring(op, bytes)) std::memcpy(recv, send, bytes);
-  }
+  const bool ring = select_algorithm(CollectiveKind::kAllreduce, op.comm().config(), op.size(), bytes) == Algo::kRing;
+  if (send != recv && bytes > 0 && !ring) std::memcpy(recv, send, bytes);
   if (op.size() == 1 || count == 0) return Status::ok();
-  if (use_ring(op, bytes)) return allreduce_ring(op, send, recv, count, type, rop);
+  if (ring) return allreduce_ring(op, send, recv, count, type, rop);
   REMORA_RETURN_IF_ERROR(allreduce_rd(op, recv, count, type, rop));
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
   return Status::ok();
@@ -539,8 +531,7 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     return Status::ok();
   }
   const size_t total = block_bytes * static_cast<size_t>(n);
-  const CollConfig& c = op.comm().config();
-  const bool ring = c.allreduce == Algo::kRing || (c.allreduce == Algo::kAuto && total >= c.ring_threshold);
+  const bool ring = select_algorithm(CollectiveKind::kReduceScatter, op.comm().config(), n, block_bytes) == Algo::kRing;
   if (!ring) {
     // Small: recursive doubling over the whole input, keeping our block.
     Scratch& sc = op.comm().state<Scratch>("reduce_scratch");

@@ -20,6 +20,17 @@
 
 namespace remora::coll {
 
+// algo_select.cc — which algorithm each collective runs. The algorithms call this to
+// decide, and Communicator::algorithm reports it, so the two cannot disagree.
+
+/// The algorithm `kind` runs on `n` ranks under `config` for a call whose count ×
+/// element size is `bytes` (the per-rank block for allgather, reduce_scatter, gather,
+/// scatter, alltoall). Never kAuto; kLocal when the call moves nothing between ranks.
+Algo select_algorithm(CollectiveKind kind, const CollConfig& config, int n, size_t bytes) noexcept;
+/// Sequential communication steps of `algo` running `kind` on `n` ranks (see
+/// AlgorithmChoice::steps).
+int algorithm_steps(CollectiveKind kind, Algo algo, int n) noexcept;
+
 // algo_data.cc — movement only, type-agnostic except for element size.
 Status barrier(Op& op);
 Status broadcast(Op& op, void* buf, size_t count, DataType type, int root);

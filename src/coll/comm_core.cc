@@ -52,6 +52,8 @@ std::string_view to_string(Algo a) noexcept {
     case Algo::kPairwise: return "pairwise";
     case Algo::kLinear: return "linear";
     case Algo::kDissemination: return "dissemination";
+    case Algo::kBruck: return "bruck";
+    case Algo::kLocal: return "local";
   }
   return "?";
 }

@@ -47,6 +47,8 @@ enum class Algo : uint8_t {
   kPairwise,           ///< alltoall(v)
   kLinear,             ///< gather/scatter/alltoall: root or everyone talks to everyone directly
   kDissemination,      ///< barrier
+  kBruck,              ///< allgather at a non-power-of-two size when recursive doubling is chosen
+  kLocal,              ///< nothing crosses the network (one rank, nothing to reduce)
 };
 std::string_view to_string(Algo a) noexcept;
 

@@ -186,6 +186,11 @@ Prepared prep_scan(bool exclusive, const void* send, void* recv, size_t count, D
 
 }  // namespace
 
+AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes) const {
+  const coll::Algo a = coll::select_algorithm(kind, core_->config(), size(), bytes);
+  return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};
+}
+
 // --- point to point -------------------------------------------------------------------
 
 Request Communicator::isend(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {

@@ -6,7 +6,8 @@
 // lat:  ping-pong, receives posted before the matching send can arrive; one-way
 //       latency = round trip / 2, per iteration, so we can report p50 and p99.
 // Only the driver times. Buffers come from a Pool (or explicit registration) and are
-// registered before the first timed byte.
+// registered before the first timed byte. The loops run over a Link (session.h), so
+// remora bench coll measures its reference with the same code over a Communicator.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -45,12 +46,9 @@ std::span<std::byte> slot(std::span<std::byte> region, size_t size, uint32_t slo
   return region.subspan(static_cast<size_t>(i % slots) * size, size);
 }
 
-/// Called once a side's buffers are ready, before its first message of a size: the
-/// follower says "ready", the driver waits for it, so allocation is never timed.
-using StartFn = std::function<Status()>;
+}  // namespace
 
-/// Both sides of bw and bibw: the driver times, the follower acks (bw).
-Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t window, bool distinct, const Step& st,
+Status run_window(Link& link, BufferSet& buffers, P2pMode mode, uint32_t window, bool distinct, const Step& st,
                   bool driver, const StartFn& start, const ProgressFn& progress, double* seconds) {
   const uint32_t slots = distinct ? window_slots(st.size, window) : 1;
   const bool sends_data = driver || mode == P2pMode::kBiBandwidth;
@@ -75,9 +73,9 @@ Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t windo
   for (uint32_t it = 0; it < total; ++it) {
     if (it == st.warmup) t0 = Clock::now();
     Request ack_req;
-    if (driver && mode == P2pMode::kBandwidth) ack_req = ep.recv(ack, kAckTag);
-    for (uint32_t w = 0; w < recvs.size(); ++w) recvs[w] = ep.recv(slot(recv_region, st.size, slots, w), kDataTag);
-    for (uint32_t w = 0; w < sends.size(); ++w) sends[w] = ep.send(slot(send_region, st.size, slots, w), kDataTag);
+    if (driver && mode == P2pMode::kBandwidth) ack_req = link.recv(ack, kAckTag);
+    for (uint32_t w = 0; w < recvs.size(); ++w) recvs[w] = link.recv(slot(recv_region, st.size, slots, w), kDataTag);
+    for (uint32_t w = 0; w < sends.size(); ++w) sends[w] = link.send(slot(send_region, st.size, slots, w), kDataTag);
     REMORA_RETURN_IF_ERROR(wait_all_ok(sends, "window send"));
     REMORA_RETURN_IF_ERROR(wait_all_ok(recvs, "window receive"));
     REMORA_RETURN_IF_ERROR(check_bytes(recvs, st.size));
@@ -85,7 +83,7 @@ Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t windo
       if (driver) {
         REMORA_RETURN_IF_ERROR(wait_ok(ack_req, "ack receive"));
       } else {
-        REMORA_RETURN_IF_ERROR(wait_ok(ep.send(ack, kAckTag), "ack send"));
+        REMORA_RETURN_IF_ERROR(wait_ok(link.send(ack, kAckTag), "ack send"));
       }
     }
     if (progress) progress(label, it + 1, total);
@@ -94,8 +92,7 @@ Status run_window(Endpoint& ep, BufferSet& buffers, P2pMode mode, uint32_t windo
   return Status::ok();
 }
 
-/// Both sides of lat. The driver fills `rtt_us` with every timed round trip.
-Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool driver, const StartFn& start,
+Status run_pingpong(Link& link, BufferSet& buffers, const Step& st, bool driver, const StartFn& start,
                     const ProgressFn& progress, std::vector<double>* rtt_us) {
   REMORA_ASSIGN_OR_RETURN(auto send_buf, buffers.get(st.size));
   REMORA_ASSIGN_OR_RETURN(auto recv_buf, buffers.get(st.size));
@@ -106,13 +103,13 @@ Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool drive
   if (driver) rtt_us->assign(st.iters, 0.0);
 
   if (!driver) {
-    Request r = ep.recv(recv_buf, kPingTag);
+    Request r = link.recv(recv_buf, kPingTag);
     REMORA_RETURN_IF_ERROR(start());
     for (uint32_t it = 0; it < total; ++it) {
       REMORA_RETURN_IF_ERROR(wait_ok(r, "ping receive"));
       if (r.bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("ping of {} bytes, expected {}", r.bytes(), st.size));
-      if (it + 1 < total) r = ep.recv(recv_buf, kPingTag);
-      REMORA_RETURN_IF_ERROR(wait_ok(ep.send(send_buf, kPongTag), "pong send"));
+      if (it + 1 < total) r = link.recv(recv_buf, kPingTag);
+      REMORA_RETURN_IF_ERROR(wait_ok(link.send(send_buf, kPongTag), "pong send"));
     }
     return Status::ok();
   }
@@ -121,7 +118,7 @@ Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool drive
   const std::string label = format_size(st.size);  // formatted once, not per iteration
   for (uint32_t it = 0; it < total; ++it) {
     const Clock::time_point t = Clock::now();
-    const std::array<Request, 2> pair{ep.recv(recv_buf, kPongTag), ep.send(send_buf, kPingTag)};
+    const std::array<Request, 2> pair{link.recv(recv_buf, kPongTag), link.send(send_buf, kPingTag)};
     REMORA_RETURN_IF_ERROR(wait_all_ok(pair, "ping-pong"));
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
     if (pair[0].bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("pong of {} bytes, expected {}", pair[0].bytes(), st.size));
@@ -130,6 +127,8 @@ Status run_pingpong(Endpoint& ep, BufferSet& buffers, const Step& st, bool drive
   }
   return Status::ok();
 }
+
+namespace {
 
 nlohmann::json plan_json(P2pMode mode, uint32_t window, bool distinct, BufferSource source,
                          const std::vector<Step>& steps) {
@@ -146,15 +145,16 @@ Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, con
   const P2pMode mode = parse_mode(plan.value("mode", "bw"));
   const uint32_t window = plan.value("window", 64u);
   const bool distinct = plan.value("distinct_buffers", false);
+  EndpointLink link(ep);
   for (const auto& js : plan.at("steps")) {
     const Step st{.size = js.at("size").get<size_t>(), .iters = js.at("iters").get<uint32_t>(), .warmup = js.at("warmup").get<uint32_t>()};
     const StartFn ready = [&] { return send_ready(control, st.size); };
     Status s;
     if (mode == P2pMode::kLatency) {
-      s = run_pingpong(ep, buffers, st, /*driver=*/false, ready, nullptr, nullptr);
+      s = run_pingpong(link, buffers, st, /*driver=*/false, ready, nullptr, nullptr);
     } else {
       double unused = 0;
-      s = run_window(ep, buffers, mode, window, distinct, st, /*driver=*/false, ready, nullptr, &unused);
+      s = run_window(link, buffers, mode, window, distinct, st, /*driver=*/false, ready, nullptr, &unused);
     }
     if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
     buffers.release_all();
@@ -182,6 +182,7 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
     report.json["config"]["window"] = o.window;
     report.json["config"]["distinct_buffers"] = o.distinct_buffers;
     report.json["config"]["buffers"] = to_string(o.buffers);
+    EndpointLink link(d.ep);
     for (const Step& st : steps) {
       P2pRow row;
       row.size = st.size;
@@ -191,14 +192,14 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
       Status s;
       if (o.mode == P2pMode::kLatency) {
         std::vector<double> rtt_us;
-        s = run_pingpong(d.ep, d.buffers, st, /*driver=*/true, ready, o.progress, &rtt_us);
+        s = run_pingpong(link, d.buffers, st, /*driver=*/true, ready, o.progress, &rtt_us);
         double total_us = 0;
         for (double v : rtt_us) total_us += v;
         row.seconds = total_us / 1e6;
         row.latency = summarize_latency(std::move(rtt_us), 2);
         if (row.latency.avg_us > 0) row.bandwidth_mbps = static_cast<double>(st.size) / row.latency.avg_us;
       } else {
-        s = run_window(d.ep, d.buffers, o.mode, o.window, o.distinct_buffers, st, /*driver=*/true, ready, o.progress,
+        s = run_window(link, d.buffers, o.mode, o.window, o.distinct_buffers, st, /*driver=*/true, ready, o.progress,
                        &row.seconds);
         const double directions = o.mode == P2pMode::kBiBandwidth ? 2.0 : 1.0;
         const double bytes = directions * static_cast<double>(st.size) * o.window * st.iters;

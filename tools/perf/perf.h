@@ -1,11 +1,11 @@
-// tools/perf/perf.h — remora's point-to-point benchmarks and demo as a library; the
-// `remora` command line (tools/remora.cc) is a thin layer over it, as ucx_perftest is
-// over libucxperf.
+// tools/perf/perf.h — remora's benchmarks and demo as a library; the `remora` command
+// line (tools/remora.cc) is a thin layer over it, as ucx_perftest is over libucxperf.
 //
-// Every run has two sides. The *driver* decides what to measure, sends the plan to the
-// *follower* as its first message, times the run and reports. The follower is either a
-// process the driver spawns on loopback (the default), or a `remora bench p2p --listen`
-// started by hand on another host. Results come back as plain structs plus JSON.
+// p2p, rma and the demo have two sides. The *driver* decides what to measure, sends the
+// plan to the *follower* as its first message, times the run and reports. The follower
+// is either a process the driver spawns on loopback (the default), or a `remora bench
+// p2p --listen` started by hand on another host. Results come back as plain structs
+// plus JSON. The collective benchmark (run_coll) instead runs as every rank of a job.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remora/communicator.h"
 #include "remora/status.h"
 
 namespace remora::perf {
@@ -169,6 +170,118 @@ Result<DemoReport> run_demo(const DemoOptions& options);
 /// "<port>\n" (then closes it) or, when port_fd < 0, on stderr; serves one driver and
 /// returns when it says goodbye.
 Status serve(std::string_view address, int port_fd);
+
+// --- collectives (coll.cc) ------------------------------------------------------------
+
+/// `remora bench coll`, the nccl-tests of remora. Every rank of a job calls run_coll;
+/// rank 0 gets the results. Sizes, counts and bus bandwidth follow nccl-tests (see
+/// bench/README.md): "size" is the bytes of the whole buffer the operation is named by
+/// (allreduce, reduce, broadcast: the vector; allgather, gather: the gathered result;
+/// reduce_scatter, scatter: the input; alltoall: each rank's send buffer), rounded down
+/// to a multiple of ranks × element size where it is cut into per-rank blocks.
+struct CollOptions {
+  std::vector<CollectiveKind> ops = {CollectiveKind::kAllreduce};
+  /// Table sizes in bytes, in order. Empty: 4K, 16K, ... 64M (powers of 4).
+  std::vector<size_t> sizes;
+  DataType type = DataType::kFloat32;
+  ReduceOp redop = ReduceOp::kSum;  ///< reductions only
+  int root = 0;                     ///< rooted operations only (reduce, broadcast, gather, scatter)
+  std::optional<uint32_t> iters;    ///< timed operations per size; unset = scaled by size
+  std::optional<uint32_t> warmup;   ///< untimed ones before them; unset = scaled by size
+  /// Check every size's result (both placements) against the expected data; the count
+  /// of wrong elements over all ranks is the #wrong column. A wrong element is not an
+  /// error of run_coll: the report carries it (CollReport::wrong).
+  bool check = true;
+  /// Measure the point-to-point reference between ranks 0 and 1 before the table.
+  bool reference = true;
+  /// Timed windows per exchange size and timed round trips of the reference; unset =
+  /// scaled as remora bench p2p scales them (bibw: ~2 GiB per size; lat: 10000).
+  std::optional<uint32_t> reference_iters;
+  /// Fault injection for tests: after each checked operation, one rank that checks
+  /// flips a byte in the middle of its result before checking it.
+  bool inject_corruption = false;
+  /// When set, the job must have exactly this many ranks (`-n` under a launcher).
+  std::optional<int> expect_ranks;
+  ProgressFn progress;  ///< called on rank 0 only
+};
+
+/// One placement (out-of-place or in-place) of one size.
+struct CollTiming {
+  bool ran = false;       ///< false where the operation has no such form (alltoall in place)
+  double time_us = 0;     ///< per operation: each rank's average, the slowest rank's
+  double algbw_gbps = 0;  ///< size / time, 10^9 bytes/s
+  double busbw_gbps = 0;  ///< algbw × the operation's bus factor
+  uint64_t wrong = 0;     ///< wrong elements, summed over ranks (0 without a check)
+};
+
+struct CollRow {
+  CollectiveKind op = CollectiveKind::kAllreduce;
+  size_t requested = 0;   ///< the size asked for
+  size_t size = 0;        ///< bytes, as nccl-tests' size column
+  size_t count = 0;       ///< elements of `size`
+  std::string algorithm;  ///< what Communicator::algorithm says ran
+  int steps = 0;
+  uint32_t iterations = 0;
+  uint32_t warmup = 0;
+  CollTiming out_of_place, in_place;
+};
+
+/// The point-to-point reference, ranks 0 and 1 over the communicator's endpoint, in
+/// the same run (what a ring's links can carry at once, and one message's latency).
+struct CollReference {
+  bool measured = false;
+  struct Exchange {
+    size_t size = 0;  ///< bytes per message
+    uint32_t window = 0;
+    uint32_t iterations = 0;
+    double seconds = 0;
+    double gbps_per_direction = 0;  ///< bytes one way / time, 10^9 bytes/s
+  };
+  std::vector<Exchange> exchanges;  ///< bidirectional, at the run's sizes >= 1 MiB
+  size_t pingpong_size = 4096;
+  uint32_t pingpong_iterations = 0;
+  LatencySummary rtt;  ///< 4 KiB round trip (not halved)
+};
+
+/// A row measured against the reference (the targets).
+struct CollRatio {
+  CollectiveKind op = CollectiveKind::kAllreduce;
+  size_t size = 0;
+  bool bandwidth = true;  ///< busbw / per-direction bandwidth; else time / (steps × RTT)
+  std::string placement;  ///< "out-of-place" (or "in-place" where there is no other)
+  std::string algorithm;
+  int steps = 0;
+  double value = 0;      ///< busbw (GB/s) or time (us)
+  double reference = 0;  ///< per-direction GB/s, or steps × average RTT (us)
+  double ratio = 0;
+  double ratio_p50 = 0;          ///< latency only: against steps × the RTT's p50
+  std::optional<double> target;  ///< allreduce only: >= 0.8 (bandwidth), <= 2 (latency)
+  bool met() const { return !target || (bandwidth ? ratio >= *target : ratio <= *target); }
+};
+
+struct CollReport {
+  int rank = 0;
+  int ranks = 1;
+  std::string launcher;
+  std::vector<CollRow> rows;  ///< rank 0 only, in (op, size) order
+  CollReference reference;    ///< rank 0 only
+  std::vector<CollRatio> ratios;
+  uint64_t wrong = 0;   ///< over every row, placement and rank (every rank knows it)
+  nlohmann::json json;  ///< rank 0: everything (config, rows, reference, ratios)
+};
+
+/// Checks options that need no job (sizes, root against `ranks`, type × redop).
+Status validate(const CollOptions& options, int ranks);
+/// Runs as one rank of the job the launcher's environment describes (launch.h). A
+/// failure on any rank (including a bad option) fails every rank: an error here, and
+/// the communicator's failure reaching the others.
+Result<CollReport> run_coll(const CollOptions& options);
+/// Whether this process runs as a rank of a launched job: true when detect_launch()
+/// finds one; false when none of the variables it reads is set (no launcher at all);
+/// detect_launch's error when some are set but do not describe a job.
+Result<bool> launched_as_rank();
+/// nccl-tests' bus bandwidth factor of `op` on `ranks` ranks.
+double bus_factor(CollectiveKind op, int ranks);
 
 /// "4K" → 4096, "16M", "1G", plain bytes. kInvalidArgument otherwise.
 Result<size_t> parse_size(std::string_view text);

@@ -1,4 +1,5 @@
-// tools/perf/perf_test.cc — the perf library's pure parts: sizes, patterns, checksums.
+// tools/perf/perf_test.cc — the perf library's pure parts: sizes, patterns, checksums,
+// iteration counts, the collective benchmark's bus factors and option checks.
 // The tool end to end (spawned follower, every mode) runs as CTest tests in
 // tools/programs.cmake.
 #include <gtest/gtest.h>
@@ -92,6 +93,52 @@ TEST(DefaultStep, ScalesBySizeAndKeepsOverrides) {
   const auto st = default_step(StepKind::kWindow, 8, 64, 7, 0);
   EXPECT_EQ(st.iters, 7u);
   EXPECT_EQ(st.warmup, 0u);
+}
+
+TEST(DefaultStep, CollectivesMoveAbout256MiBPerSize) {
+  using internal::default_step;
+  using internal::StepKind;
+  EXPECT_EQ(default_step(StepKind::kCollective, size_t{64} << 20, 1, {}, {}).iters, 5u);
+  EXPECT_EQ(default_step(StepKind::kCollective, size_t{16} << 20, 1, {}, {}).iters, 16u);
+  EXPECT_EQ(default_step(StepKind::kCollective, 4096, 1, {}, {}).iters, 1000u);
+  EXPECT_EQ(default_step(StepKind::kCollective, 0, 1, {}, {}).iters, 1000u);  // barrier
+  EXPECT_EQ(default_step(StepKind::kCollective, 4096, 1, {}, {}).warmup, 20u);
+  EXPECT_EQ(default_step(StepKind::kCollective, size_t{64} << 20, 1, {}, {}).warmup, 1u);
+  EXPECT_EQ(default_step(StepKind::kCollective, 4096, 1, 3, 0).iters, 3u);
+}
+
+TEST(BusFactor, AsNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::kAllreduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::kAllreduce, 2), 1.0);
+  for (auto op : {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter, CollectiveKind::kAlltoall,
+                  CollectiveKind::kGather, CollectiveKind::kScatter}) {
+    EXPECT_DOUBLE_EQ(bus_factor(op, 4), 0.75) << to_string(op);
+  }
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::kBroadcast, 4), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::kReduce, 4), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::kAllreduce, 1), 0.0);
+}
+
+TEST(CollValidate, RefusesWhatNoRankCouldRun) {
+  CollOptions o;
+  o.sizes = {4096};
+  EXPECT_TRUE(validate(o, 2).is_ok());
+  o.ops = {CollectiveKind::kGather};
+  o.root = 2;
+  EXPECT_NE(validate(o, 2).message().find("--root 2 is not a rank of 2 ranks"), std::string::npos);
+  EXPECT_TRUE(validate(o, 3).is_ok());
+  o.ops = {CollectiveKind::kAllreduce};  // not rooted: the root does not matter
+  EXPECT_TRUE(validate(o, 2).is_ok());
+  o.redop = ReduceOp::kAvg;
+  o.type = DataType::kInt32;
+  EXPECT_EQ(validate(o, 2).code(), StatusCode::kInvalidArgument);
+  o.type = DataType::kBFloat16;
+  EXPECT_TRUE(validate(o, 2).is_ok());
+  o.expect_ranks = 3;
+  EXPECT_NE(validate(o, 2).message().find("-n 3 but the launcher started 2 ranks"), std::string::npos);
+  o.expect_ranks.reset();
+  o.sizes.clear();
+  EXPECT_EQ(validate(o, 2).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SummarizeLatency, NearestRankAndDivisor) {

@@ -316,6 +316,10 @@ Step default_step(StepKind kind, size_t size, uint32_t window, std::optional<uin
     st.iters = iters.value_or(
         size <= 8192 ? 10000u : static_cast<uint32_t>(std::clamp<size_t>((size_t{512} << 20) / size, 10, 1000)));
     st.warmup = warmup.value_or(size <= 8192 ? 1000u : std::clamp<uint32_t>(st.iters / 10, 2, 10));
+  } else if (kind == StepKind::kCollective) {
+    st.iters = iters.value_or(
+        static_cast<uint32_t>(std::clamp<size_t>((size_t{256} << 20) / std::max<size_t>(size, 1), 5, 1000)));
+    st.warmup = warmup.value_or(std::clamp<uint32_t>(st.iters / 10, 1, 20));
   } else {
     const size_t per_window = std::max<size_t>(size, 1) * std::max<uint32_t>(window, 1);
     const size_t most = kind == StepKind::kRate ? 2000 : 100;
@@ -347,10 +351,9 @@ nlohmann::json latency_json(const LatencySummary& l) {
   return {{"avg", l.avg_us}, {"p50", l.p50_us}, {"p99", l.p99_us}, {"min", l.min_us}, {"max", l.max_us}};
 }
 
-nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
+nlohmann::json config_json(const Context& ctx) {
   const Config& c = ctx.config();
-  return {{"streams", ep.data_streams()},
-          {"streams_configured", c.streams_per_endpoint},
+  return {{"streams_configured", c.streams_per_endpoint},
           {"chunk_bytes", c.chunk_bytes},
           {"eager_limit", c.eager_limit},
           {"eager_credit", c.eager_credit},
@@ -358,8 +361,14 @@ nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
           {"progress_linger_us", c.progress_linger_us},
           {"max_outstanding", c.max_outstanding},
           {"rma_window", c.rma_window},
-          {"max_unexpected", c.max_unexpected},
-          {"peer", ep.peer_address()}};
+          {"max_unexpected", c.max_unexpected}};
+}
+
+nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
+  nlohmann::json j = config_json(ctx);
+  j["streams"] = ep.data_streams();
+  j["peer"] = ep.peer_address();
+  return j;
 }
 
 nlohmann::json endpoint_json(const EndpointStats& s) {

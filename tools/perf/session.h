@@ -143,6 +143,9 @@ using DriverBody = std::function<Status(DriverSession&)>;
 Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::json& plan, nlohmann::json* json,
                   const DriverBody& body);
 
+/// The context's transport settings (streams configured, chunk, eager limit, spin, ...).
+nlohmann::json config_json(const Context& ctx);
+/// The same, plus what this endpoint negotiated and its peer.
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep);
 nlohmann::json endpoint_json(const EndpointStats& stats);
 
@@ -156,6 +159,26 @@ Status follow_rma(Endpoint& ep, ControlChannel& control, BufferSet& buffers, con
 Status send_ready(ControlChannel& control, size_t size);
 Status await_ready(ControlChannel& control, size_t size);
 
+/// What the p2p loops (run_window, run_pingpong) send and receive through: an Endpoint
+/// (remora bench p2p), or one peer of a Communicator (the reference of remora bench coll).
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual Request send(std::span<const std::byte> data, Tag tag) = 0;
+  virtual Request recv(std::span<std::byte> data, Tag tag) = 0;
+};
+
+/// A Link over an endpoint, with remora's own tags.
+class EndpointLink final : public Link {
+ public:
+  explicit EndpointLink(Endpoint& ep) : ep_(ep) {}
+  Request send(std::span<const std::byte> data, Tag tag) override { return ep_.send(data, tag); }
+  Request recv(std::span<std::byte> data, Tag tag) override { return ep_.recv(data, tag); }
+
+ private:
+  Endpoint& ep_;
+};
+
 /// Iterations of one message size.
 struct Step {
   size_t size = 0;
@@ -164,9 +187,10 @@ struct Step {
 };
 /// How a benchmark iterates, which decides its default counts.
 enum class StepKind : uint8_t {
-  kWindow,    ///< an iteration is a window of `window` large operations: ~2 GiB per size
-  kRate,      ///< a window of small operations: as kWindow, but up to 2000 windows
-  kPingPong,  ///< an iteration is one round trip: 10000 up to 8 KiB, fewer above
+  kWindow,      ///< an iteration is a window of `window` large operations: ~2 GiB per size
+  kRate,        ///< a window of small operations: as kWindow, but up to 2000 windows
+  kPingPong,    ///< an iteration is one round trip: 10000 up to 8 KiB, fewer above
+  kCollective,  ///< an iteration is one collective: 256 MiB per size, 5…1000 of them
 };
 /// The counts for `size`; `iters` / `warmup` override the scaled defaults.
 Step default_step(StepKind kind, size_t size, uint32_t window, std::optional<uint32_t> iters,
@@ -178,5 +202,20 @@ nlohmann::json latency_json(const LatencySummary& l);
 
 /// Buffers a window of `size`-byte messages cycles through: distinct up to 64 MiB.
 uint32_t window_slots(size_t size, uint32_t window);
+
+/// Called once a side's buffers are ready, before its first message of a size: the
+/// follower says "ready", the driver waits for it, so allocation is never timed.
+using StartFn = std::function<Status()>;
+
+/// Both sides of p2p bw and bibw (osu_bw, osu_bibw): windows of `window` messages of
+/// st.size bytes (bw: the driver sends, the follower acks each window; bibw: both send
+/// and receive a window at once). `seconds` gets the timed part on either side; only the
+/// driver reports progress.
+Status run_window(Link& link, BufferSet& buffers, P2pMode mode, uint32_t window, bool distinct, const Step& st,
+                  bool driver, const StartFn& start, const ProgressFn& progress, double* seconds);
+/// Both sides of p2p lat (osu_latency): st.size-byte ping-pong. The driver fills
+/// `rtt_us` with every timed round trip (the follower passes nullptr).
+Status run_pingpong(Link& link, BufferSet& buffers, const Step& st, bool driver, const StartFn& start,
+                    const ProgressFn& progress, std::vector<double>* rtt_us);
 
 }  // namespace remora::perf::internal
