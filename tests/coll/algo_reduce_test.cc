@@ -1,7 +1,8 @@
 // The reduction collectives (algo_reduce.cc) against a sequential reference: every
-// type × op for allreduce at 1, 2, 3, 4, 5 and 8 ranks, a representative matrix for
-// reduce, reduce_scatter, scan and exscan, counts 0, 1, primes and sizes around the
-// pipeline piece and the ring's block boundaries, both algorithm choices, in place.
+// type × op for allreduce, scan and exscan at 1, 2, 3, 4, 5 and 8 ranks, a
+// representative matrix for reduce and reduce_scatter, counts 0, 1, primes and sizes
+// around the pipeline piece and the ring's block boundaries, both algorithm choices,
+// in place.
 //
 // The inputs and the reference are in reference.h (small exact integers, so the
 // reference matches bit for bit whatever the order of combination).
@@ -328,7 +329,7 @@ TEST_P(ScanTest, InclusiveAndExclusivePrefixes) {
   auto ranks = make_ranks(n);
   run_ranks(ranks, [](int r, Communicator& c) {
     int k = 0;
-    for (DataType t : {DataType::kInt8, DataType::kUint32, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (DataType t : kAllTypes) {
       for (ReduceOp op : kAllOps) {
         if (!valid(t, op)) continue;
         if (op == ReduceOp::kAvg) {
