@@ -94,6 +94,8 @@ class Checker {
 
  private:
   static size_t uz(int v) { return static_cast<size_t>(v); }
+  /// One less, but not below zero (REMORA_EAGER_LIMIT may be 0).
+  static size_t below(size_t v) { return v > 0 ? v - 1 : 0; }
   /// The byte-pattern salt of contributor `who` (a rank, or from * n + to) in case k:
   /// distinct within a case and from the neighbouring cases, so data left over from
   /// the previous case cannot pass for this one's.
@@ -103,8 +105,15 @@ class Checker {
   /// and one of at least 1 MiB.
   std::vector<size_t> counts(DataType t) const {
     const size_t es = size_of(t);
-    return {
-        0, 1, kPrime, eager_ / es - 1, eager_ / es, eager_ / es + 1, piece_ / es - 1, piece_ / es + 1, kBig / es + 3};
+    return {0,
+            1,
+            kPrime,
+            below(eager_ / es),
+            eager_ / es,
+            eager_ / es + 1,
+            below(piece_ / es),
+            piece_ / es + 1,
+            kBig / es + 3};
   }
 
   [[noreturn]] void die(int code, const std::string& why) const {
@@ -139,8 +148,9 @@ class Checker {
     }
     same(got.data(), want.data(), got.size(), es, what);
   }
-  std::string tag(std::string_view op, DataType t, size_t count) const {
-    return fmt::format("{} {} count={}", op, to_string(t), count);
+  /// "op type count=N" (v-forms: "base=N", the count their uneven counts derive from).
+  static std::string tag(std::string_view op, DataType t, size_t count, std::string_view what = "count") {
+    return fmt::format("{} {} {}={}", op, to_string(t), what, count);
   }
 
   // --- barrier -------------------------------------------------------------------------
@@ -334,7 +344,7 @@ class Checker {
   /// one is split over the ranks and the root's buffer still holds ≥ 1 MiB.
   std::vector<size_t> block_counts(DataType t) const {
     const size_t es = size_of(t);
-    return {0, 1, kPrime, eager_ / es - 1, eager_ / es + 1, piece_ / es + 1, kBig / uz(n_) / es + 1};
+    return {0, 1, kPrime, below(eager_ / es), eager_ / es + 1, piece_ / es + 1, kBig / uz(n_) / es + 1};
   }
 
   /// The concatenation of every rank's block, each block `block` bytes of pattern(salt(k, p)).
@@ -465,7 +475,7 @@ class Checker {
         const Bytes mine = pattern(salt(k, r_), my_count * es);
         Bytes all(want.size(), kSentinel);
         if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(l.displs[uz(r_)] * es));
-        const std::string what = fmt::format("{} in_place={}", tag("allgatherv base", t, base), in_place);
+        const std::string what = fmt::format("{} in_place={}", tag("allgatherv", t, base, "base"), in_place);
         ok(world_.allgatherv(in_place ? kInPlace : mine.data(), my_count, all.data(), l.counts, l.displs, t), what);
         same(all, want, es, what);
         ++k;
@@ -525,7 +535,7 @@ class Checker {
           std::copy(out.begin(), out.end(), send.begin() + static_cast<ptrdiff_t>(sdispls[uz(p)] * es));
           std::copy(in.begin(), in.end(), want.begin() + static_cast<ptrdiff_t>(rdispls[uz(p)] * es));
         }
-        const std::string what = tag("alltoallv base", t, base);
+        const std::string what = tag("alltoallv", t, base, "base");
         ok(world_.alltoallv(send.data(), scounts, sdispls, got.data(), rcounts, rdispls, t), what);
         same(got, want, es, what);
         ++k;
@@ -541,7 +551,7 @@ class Checker {
     int k = 0;
     for (int d = 1; d < n_; ++d) {
       const int to = (r_ + d) % n_, from = (r_ + n_ - d) % n_;
-      for (size_t bytes : {size_t{0}, size_t{1}, kPrime, eager_ - 1, eager_, eager_ + 1, kBig + 3}) {
+      for (size_t bytes : {size_t{0}, size_t{1}, kPrime, below(eager_), eager_, eager_ + 1, kBig + 3}) {
         const uint32_t user_tag = 200 + static_cast<uint32_t>(k % 7);
         const Bytes out = block_of(k, r_, to, bytes), want = block_of(k, from, r_, bytes);
         Bytes in(bytes, kSentinel);
