@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ranges>
 
 #include "support/process.h"
 
@@ -13,8 +14,8 @@ constexpr std::chrono::milliseconds kCommandTimeout{20'000};
 
 NetnsGroup::~NetnsGroup() {
   // Namespaces holding a veth end go first, the switch (created first) last.
-  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
-    (void)run_command({"ip", "netns", "del", *it}, kCommandTimeout);
+  for (const std::string& ns : std::views::reverse(created_)) {
+    (void)run_command({"ip", "netns", "del", ns}, kCommandTimeout);
   }
 }
 
