@@ -13,6 +13,7 @@ REMORA_APT_PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   iproute2 iperf3 sockperf procps
+  openmpi-bin
 )
 
 remora_log() { printf '[remora] %s\n' "$*" >&2; }

@@ -3,6 +3,7 @@
 // (0, 1, a prime, a size that needs many pipeline pieces), every root, in-place
 // forms, uneven/zero counts with scattered displacements, each algorithm choice;
 // and ranks that disagree on counts fail with a size error instead of corrupting.
+// The byte patterns and v-form layouts are in reference.h.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,12 +15,16 @@
 
 #include "coll/comm_core.h"
 #include "mesh.h"
+#include "reference.h"
 
 namespace remora {
 namespace {
 
 using test::make_ranks;
+using test::pattern;
 using test::run_ranks;
+using test::scattered_layout;
+using test::uneven;
 using Bytes = std::vector<uint8_t>;
 
 /// 300 KiB + 13: with 4 KiB pieces a chain broadcast runs 76 pieces, the last short.
@@ -39,14 +44,6 @@ const Case kCases[] = {{0, DataType::kUint8},
                        {kLarge, DataType::kUint8}};
 
 std::string describe(const Case& c) { return fmt::format("count {} of {}", c.count, to_string(c.type)); }
-
-/// The reference data: byte i of what rank `rank` contributes (salted per use).
-uint8_t pat(int rank, size_t i) { return static_cast<uint8_t>(rank * 37 + i * 7 + i / 251 + 1); }
-Bytes pattern(int rank, size_t bytes) {
-  Bytes b(bytes);
-  for (size_t i = 0; i < bytes; ++i) b[i] = pat(rank, i);
-  return b;
-}
 
 ::testing::AssertionResult same(const Bytes& got, const Bytes& want) {
   if (got.size() != want.size()) {
@@ -88,21 +85,6 @@ void for_each_variant(Communicator& world, std::initializer_list<Variant> varian
     auto comm = with_config(world, id++, config);
     body(*comm, v.name);
   }
-}
-
-/// Uneven counts with zeros (every third rank contributes nothing), from a base count.
-size_t uneven(size_t base, int who) { return base == 0 || who % 3 == 1 ? 0 : base + static_cast<size_t>(who) * 3; }
-
-/// Displacements for `counts` laid out in reverse rank order with gaps between the
-/// blocks; returns the total length (elements) the layout needs.
-size_t scattered_layout(const std::vector<size_t>& counts, std::vector<size_t>* displs) {
-  displs->assign(counts.size(), 0);
-  size_t at = 2;
-  for (size_t i = counts.size(); i-- > 0;) {
-    (*displs)[i] = at;
-    at += counts[i] + 5;
-  }
-  return at + 3;
 }
 
 class AlgoData : public ::testing::TestWithParam<int> {

@@ -1,11 +1,11 @@
 // The reduction collectives (algo_reduce.cc) against a sequential reference: every
-// type × op for allreduce at 1, 2, 3, 4, 5 and 8 ranks, a representative matrix for
-// reduce, reduce_scatter, scan and exscan, counts 0, 1, primes and sizes around the
-// pipeline piece and the ring's block boundaries, both algorithm choices, in place.
+// type × op for allreduce, scan and exscan at 1, 2, 3, 4, 5 and 8 ranks, a
+// representative matrix for reduce and reduce_scatter, counts 0, 1, primes and sizes
+// around the pipeline piece and the ring's block boundaries, both algorithm choices,
+// in place.
 //
-// Inputs are small integers (or products of 1, 2 and -1), so every partial result is
-// exact in every type and the reference matches bit for bit whatever the order of
-// combination; integer overflow (int8 products) wraps identically on both sides.
+// The inputs and the reference are in reference.h (small exact integers, so the
+// reference matches bit for bit whatever the order of combination).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,110 +16,21 @@
 
 #include "coll/comm_core.h"
 #include "mesh.h"
+#include "reference.h"
 
 namespace remora {
 namespace {
 
+using test::first_diff;
+using test::kAllOps;
+using test::kAllTypes;
 using test::make_ranks;
+using test::rank_input;
+using test::reference;
 using test::run_ranks;
+using test::valid;
 
-constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
-                                  DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBFloat16,
-                                  DataType::kFloat32, DataType::kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
 constexpr size_t kPipeline = 4096;  // small pieces, so few bytes cross piece and slot boundaries
-
-bool is_unsigned(DataType t) {
-  return t == DataType::kUint8 || t == DataType::kUint32 || t == DataType::kUint64;
-}
-bool valid(DataType t, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(t); }
-
-/// Rank r's element i, as an exact integer.
-int64_t input(int r, size_t i, DataType t, ReduceOp op, int n) {
-  const int64_t k = static_cast<int64_t>(i % 1000003);
-  switch (op) {
-    case ReduceOp::kProd: {
-      const int64_t h = (k * 7 + r * 3) % 11;
-      if (h == 0) return 2;
-      if (h == 1 && !is_unsigned(t)) return -1;
-      return 1;
-    }
-    case ReduceOp::kAvg: return ((k + 2 * r) % 7 - 3) * n;  // the average is an integer
-    default: return is_unsigned(t) ? (k * 5 + r * 3) % 16 : (k * 5 + r * 3) % 17 - 8;
-  }
-}
-
-int64_t combine(ReduceOp op, int64_t a, int64_t b) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return a + b;
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-  }
-  return 0;
-}
-
-/// IEEE half of an integer with |v| <= 2048 (exact).
-uint16_t half_of(int64_t v) {
-  if (v == 0) return 0;
-  uint16_t sign = v < 0 ? 0x8000 : 0;
-  uint64_t a = static_cast<uint64_t>(v < 0 ? -v : v);
-  int e = 63 - __builtin_clzll(a);
-  uint64_t mant = (a << (10 - e)) & 1023;
-  return static_cast<uint16_t>(sign | ((e + 15) << 10) | mant);
-}
-
-/// Writes integer v as one element of type t (wrapping for integer types).
-void encode(DataType t, int64_t v, std::byte* out) {
-  auto put = [out](auto x) { std::memcpy(out, &x, sizeof x); };
-  switch (t) {
-    case DataType::kInt8: put(static_cast<int8_t>(v)); break;
-    case DataType::kUint8: put(static_cast<uint8_t>(v)); break;
-    case DataType::kInt32: put(static_cast<int32_t>(v)); break;
-    case DataType::kUint32: put(static_cast<uint32_t>(v)); break;
-    case DataType::kInt64: put(static_cast<int64_t>(v)); break;
-    case DataType::kUint64: put(static_cast<uint64_t>(v)); break;
-    case DataType::kFloat16: put(half_of(v)); break;
-    case DataType::kBFloat16: {
-      float f = static_cast<float>(v);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      put(static_cast<uint16_t>(u >> 16));
-      break;
-    }
-    case DataType::kFloat32: put(static_cast<float>(v)); break;
-    case DataType::kFloat64: put(static_cast<double>(v)); break;
-  }
-}
-
-std::vector<std::byte> rank_input(int r, size_t count, DataType t, ReduceOp op, int n) {
-  const size_t es = size_of(t);
-  std::vector<std::byte> v(count * es);
-  for (size_t i = 0; i < count; ++i) encode(t, input(r, i, t, op, n), v.data() + i * es);
-  return v;
-}
-
-/// op over ranks [first, last] of element i, encoded; avg divides by n (the size).
-std::vector<std::byte> reference(int first, int last, size_t offset, size_t count, DataType t, ReduceOp op, int n) {
-  const size_t es = size_of(t);
-  std::vector<std::byte> v(count * es);
-  for (size_t i = 0; i < count; ++i) {
-    int64_t acc = input(first, offset + i, t, op, n);
-    for (int r = first + 1; r <= last; ++r) acc = combine(op, acc, input(r, offset + i, t, op, n));
-    if (op == ReduceOp::kAvg) acc /= n;
-    encode(t, acc, v.data() + i * es);
-  }
-  return v;
-}
-
-/// First element where a and b differ, or -1.
-long first_diff(const std::vector<std::byte>& a, const std::byte* b, size_t bytes, size_t es) {
-  for (size_t i = 0; i < bytes; ++i) {
-    if (a[i] != b[i]) return static_cast<long>(i / es);
-  }
-  return -1;
-}
 
 /// A communicator per rank over the same mesh with `config` (algorithm choices).
 std::vector<std::unique_ptr<Communicator>> with_config(std::vector<test::Rank>& ranks, coll::CollConfig config,
@@ -418,7 +329,7 @@ TEST_P(ScanTest, InclusiveAndExclusivePrefixes) {
   auto ranks = make_ranks(n);
   run_ranks(ranks, [](int r, Communicator& c) {
     int k = 0;
-    for (DataType t : {DataType::kInt8, DataType::kUint32, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (DataType t : kAllTypes) {
       for (ReduceOp op : kAllOps) {
         if (!valid(t, op)) continue;
         if (op == ReduceOp::kAvg) {

@@ -1,17 +1,24 @@
 // itest_util.h — GoogleTest-side helpers: spawning and reaping the peer program,
-// reading its "PORT n" line, connecting to it, and build-dependent data sizes.
+// reading its "PORT n" line, connecting to it, running a program to its end with a
+// deadline, a free loopback port, and build-dependent data sizes.
 #pragma once
 
-#include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "remora/context.h"
 #include "remora/endpoint.h"
@@ -73,6 +80,42 @@ inline void expect_peer_success(Process& peer, std::chrono::seconds deadline = k
     return;
   }
   EXPECT_TRUE(Process::exited_ok(*st)) << "peer " << Process::describe(*st) << " (its stderr is above)";
+}
+
+/// Spawns a program with stdout and stderr in one pipe (for launchers and short jobs).
+inline std::unique_ptr<Process> spawn_program(std::vector<std::string> argv, std::vector<std::string> env = {}) {
+  auto p = std::make_unique<Process>(
+      Process::Options{.argv = std::move(argv), .env = std::move(env), .capture_stderr = true});
+  EXPECT_TRUE(p->ok()) << p->error();
+  return p;
+}
+
+/// Output and wait status of a program run to its end within `timeout`; one that is
+/// still running then is a test failure and is killed, so a hang cannot block the suite.
+inline std::pair<std::string, int> finish(Process& p, std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string out = p.read_all(timeout);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  auto status = p.wait(std::max(left, std::chrono::milliseconds(0)));
+  if (!status) {
+    ADD_FAILURE() << "still running after " << timeout.count() << " ms; output so far:\n" << out;
+    return {out, p.kill_and_reap()};
+  }
+  return {out, *status};
+}
+
+/// A loopback TCP port that was free a moment ago (for a rendezvous store the ranks of
+/// a test host; another process could take it in between, which would fail the test).
+inline uint16_t free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 /// A context with K data streams (0: config default) and optionally a handshake timeout.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ranges>
 
 #include "support/process.h"
 
@@ -11,7 +12,14 @@ namespace {
 constexpr std::chrono::milliseconds kCommandTimeout{20'000};
 }
 
-bool NetnsPair::run(const std::vector<std::string>& argv) {
+NetnsGroup::~NetnsGroup() {
+  // Namespaces holding a veth end go first, the switch (created first) last.
+  for (const std::string& ns : std::views::reverse(created_)) {
+    (void)run_command({"ip", "netns", "del", ns}, kCommandTimeout);
+  }
+}
+
+bool NetnsGroup::run(const std::vector<std::string>& argv) {
   CommandResult r = run_command(argv, kCommandTimeout);
   if (r.ok()) return true;
   std::string cmd;
@@ -20,18 +28,27 @@ bool NetnsPair::run(const std::vector<std::string>& argv) {
   return false;
 }
 
+bool NetnsGroup::add_namespace(const std::string& ns) {
+  // Leftovers from an earlier process with the same pid (a crash) would make `add` fail.
+  (void)run_command({"ip", "netns", "del", ns}, kCommandTimeout);
+  if (!run({"ip", "netns", "add", ns})) return false;
+  created_.push_back(ns);
+  return true;
+}
+
+std::string NetnsGroup::subnet_octet() { return std::to_string(static_cast<int>(getpid()) % 250 + 1); }
+
+std::vector<std::string> NetnsGroup::exec_prefix(const std::string& ns) const { return {"ip", "netns", "exec", ns}; }
+
 NetnsPair::NetnsPair() {
-  const int pid = static_cast<int>(getpid());
-  ns_[0] = "remora-t" + std::to_string(pid) + "-a";
-  ns_[1] = "remora-t" + std::to_string(pid) + "-b";
-  const std::string subnet = "10.199." + std::to_string(pid % 250 + 1) + ".";
+  const std::string base = "remora-t" + std::to_string(static_cast<int>(getpid()));
+  ns_[0] = base + "-a";
+  ns_[1] = base + "-b";
+  const std::string subnet = "10.199." + subnet_octet() + ".";
   addr_[0] = subnet + "1";
   addr_[1] = subnet + "2";
-  // Leftovers from an earlier process with the same pid (a crash) would make `add` fail.
-  for (const auto& ns : ns_) (void)run_command({"ip", "netns", "del", ns}, kCommandTimeout);
-  for (int i = 0; i < 2; ++i) {
-    if (!run({"ip", "netns", "add", ns_[i]})) return;
-    created_[i] = true;
+  for (const auto& ns : ns_) {
+    if (!add_namespace(ns)) return;
   }
   if (!run({"ip", "-n", ns_[0], "link", "add", "rmr0", "type", "veth", "peer", "name", "rmr1", "netns", ns_[1]})) return;
   const char* dev[2] = {"rmr0", "rmr1"};
@@ -43,12 +60,28 @@ NetnsPair::NetnsPair() {
   ok_ = true;
 }
 
-NetnsPair::~NetnsPair() {
-  for (int i = 0; i < 2; ++i) {
-    if (created_[i]) (void)run_command({"ip", "netns", "del", ns_[i]}, kCommandTimeout);
+NetnsBridge::NetnsBridge(int n) {
+  const std::string base = "remora-b" + std::to_string(static_cast<int>(getpid()));
+  const std::string sw = base + "-sw";
+  const std::string subnet = "10.198." + subnet_octet() + ".";
+  if (!add_namespace(sw)) return;
+  // No STP: a port forwards as soon as it is up (no listening/learning delay).
+  if (!run({"ip", "-n", sw, "link", "add", "rmrbr", "type", "bridge", "stp_state", "0"})) return;
+  if (!run({"ip", "-n", sw, "link", "set", "rmrbr", "up"})) return;
+  for (int i = 0; i < n; ++i) {
+    ns_.push_back(base + "-" + std::to_string(i));
+    addr_.push_back(subnet + std::to_string(i + 1));
+    const std::string& ns = ns_.back();
+    const std::string port = "rmrp" + std::to_string(i);
+    if (!add_namespace(ns)) return;
+    if (!run({"ip", "-n", ns, "link", "add", "rmr0", "type", "veth", "peer", "name", port, "netns", sw})) return;
+    if (!run({"ip", "-n", sw, "link", "set", port, "master", "rmrbr"})) return;
+    if (!run({"ip", "-n", sw, "link", "set", port, "up"})) return;
+    if (!run({"ip", "-n", ns, "link", "set", "lo", "up"})) return;
+    if (!run({"ip", "-n", ns, "addr", "add", addr_.back() + "/24", "dev", "rmr0"})) return;
+    if (!run({"ip", "-n", ns, "link", "set", "rmr0", "up"})) return;
   }
+  ok_ = true;
 }
-
-std::vector<std::string> NetnsPair::exec_prefix(const std::string& ns) const { return {"ip", "netns", "exec", ns}; }
 
 }  // namespace remora::itest

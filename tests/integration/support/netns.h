@@ -1,8 +1,11 @@
-// netns.h — two network namespaces joined by a veth pair, removed on destruction.
+// netns.h — network namespaces made for one test, removed on destruction:
+//   NetnsPair    two namespaces joined by a veth pair
+//   NetnsBridge  N namespaces, each with a veth into an (N+1)th that holds a bridge
 //
-// Everything happens inside the two namespaces (the veth is created in A with its
-// peer end moved straight into B), with addresses 10.199.<x>.1 (A) and .2 (B) /24, so
-// nothing outside them is touched or addressed.
+// Everything happens inside the namespaces (each veth is created in its namespace with
+// its peer end moved straight into the other), with private addresses (10.199.<x>.0/24
+// for pairs, 10.198.<x>.0/24 for bridges, x from the pid), so nothing outside them is
+// touched or addressed. Deleting a namespace deletes its links, and so the whole setup.
 #pragma once
 
 #include <string>
@@ -10,33 +13,67 @@
 
 namespace remora::itest {
 
-class NetnsPair {
+/// What the setups share: the namespaces they created, and the commands that build them.
+class NetnsGroup {
  public:
-  /// Creates the pair; on failure `ok()` is false and `error()` has the command output.
-  NetnsPair();
-  ~NetnsPair();  ///< always deletes both namespaces (and so the veth pair)
-  NetnsPair(const NetnsPair&) = delete;
-  NetnsPair& operator=(const NetnsPair&) = delete;
+  ~NetnsGroup();  ///< always deletes every namespace it created (and so their links)
+  NetnsGroup(const NetnsGroup&) = delete;
+  NetnsGroup& operator=(const NetnsGroup&) = delete;
 
+  /// Whether the setup was built; if not, `error()` has the failing command and its output.
   bool ok() const { return ok_; }
   const std::string& error() const { return error_; }
+
+  /// {"ip", "netns", "exec", <ns>} — prefix for a command to run inside.
+  std::vector<std::string> exec_prefix(const std::string& ns) const;
+
+ protected:
+  NetnsGroup() = default;
+  /// Creates namespace `ns` (after removing a leftover of that name from a crashed
+  /// process with the same pid) and remembers to delete it.
+  bool add_namespace(const std::string& ns);
+  /// Runs a short `ip` command; on failure records it in error() and returns false.
+  bool run(const std::vector<std::string>& argv);
+  /// The third octet of this process's private subnets.
+  static std::string subnet_octet();
+
+  bool ok_ = false;
+
+ private:
+  std::vector<std::string> created_;
+  std::string error_;
+};
+
+class NetnsPair : public NetnsGroup {
+ public:
+  /// Creates the pair; on failure `ok()` is false and `error()` says why.
+  NetnsPair();
 
   const std::string& ns_a() const { return ns_[0]; }
   const std::string& ns_b() const { return ns_[1]; }
   const std::string& addr_a() const { return addr_[0]; }  ///< "10.199.x.1"
   const std::string& addr_b() const { return addr_[1]; }
 
-  /// {"ip", "netns", "exec", <ns>} — prefix for a command to run inside.
-  std::vector<std::string> exec_prefix(const std::string& ns) const;
-
  private:
-  bool run(const std::vector<std::string>& argv);
-
   std::string ns_[2];
   std::string addr_[2];
-  bool created_[2] = {false, false};
-  bool ok_ = false;
-  std::string error_;
+};
+
+/// `n` namespaces on one Ethernet segment: namespace i has "rmr0" with address
+/// 10.198.x.(i+1)/24, whose veth peer is a port of the bridge "rmrbr" in a separate
+/// switch namespace (so no namespace of the test holds the bridge and its traffic is
+/// switched, not routed).
+class NetnsBridge : public NetnsGroup {
+ public:
+  explicit NetnsBridge(int n);
+
+  int size() const { return static_cast<int>(ns_.size()); }
+  const std::string& ns(int i) const { return ns_.at(static_cast<size_t>(i)); }
+  const std::string& addr(int i) const { return addr_.at(static_cast<size_t>(i)); }
+
+ private:
+  std::vector<std::string> ns_;
+  std::vector<std::string> addr_;
 };
 
 }  // namespace remora::itest

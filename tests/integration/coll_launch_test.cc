@@ -1,0 +1,204 @@
+// Collectives across real processes, under the launchers people use: the whole
+// remora_coll_check suite (every collective against the sequential reference, on every
+// rank) started by `remora run`, by Open MPI's mpirun, and with explicit REMORA_*
+// variables in four network namespaces joined by a bridge; and a rank killed (SIGKILL)
+// in the middle of a loop of collectives, which must fail every surviving rank with the
+// peer's failure, not a hang and not the collective timeout.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "itest_util.h"
+#include "support/netns.h"
+#include "support/process.h"
+
+namespace remora::itest {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kCheck[] = REMORA_COLL_CHECK_PATH;
+/// Long enough that only a detected failure, never the timeout, ends a collective
+/// within the test's own (shorter) waits: a pass proves detection.
+constexpr char kLongCollTimeout[] = "REMORA_COLL_TIMEOUT_MS=120000";
+/// Bound on one whole job; well below the ctest timeout, so a hang fails here first.
+constexpr auto kJobDeadline = std::chrono::seconds(kSanitized ? 480 : 240);
+
+/// Time left until `deadline` (at least 1 ms, so a wait still looks once).
+std::chrono::milliseconds left_until(std::chrono::steady_clock::time_point deadline) {
+  return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+                  std::chrono::milliseconds(1));
+}
+
+/// The lines of `out` that start with `prefix`, without it.
+std::vector<std::string> lines_after(const std::string& out, const std::string& prefix) {
+  std::vector<std::string> found;
+  size_t at = 0;
+  while (at < out.size()) {
+    const size_t end = std::min(out.find('\n', at), out.size());
+    if (out.compare(at, prefix.size(), prefix) == 0 && end - at >= prefix.size()) {
+      found.push_back(out.substr(at + prefix.size(), end - at - prefix.size()));
+    }
+    at = end + 1;
+  }
+  return found;
+}
+
+/// `out` holds rank r's success line, "rank R of N: K checks ok (launcher L)" with K > 0.
+void expect_rank_passed(const std::string& out, int r, int n, const std::string& launcher) {
+  const std::string tail = " checks ok (launcher " + launcher + ")";
+  for (const std::string& rest : lines_after(out, "rank " + std::to_string(r) + " of " + std::to_string(n) + ": ")) {
+    const size_t digits = rest.find_first_not_of("0123456789");
+    if (digits > 0 && digits != std::string::npos && rest[0] != '0' && rest.substr(digits) == tail) return;
+  }
+  ADD_FAILURE() << "rank " << r << " did not pass; output:\n" << out;
+}
+
+/// The job exited 0 and every rank 0..n-1 printed its success line.
+void expect_every_rank_passed(const std::string& out, int status, int n, const std::string& launcher) {
+  EXPECT_TRUE(Process::exited_ok(status)) << Process::describe(status) << "\n" << out;
+  for (int r = 0; r < n; ++r) expect_rank_passed(out, r, n, launcher);
+}
+
+/// An executable `name` in one of PATH's folders ("" if none).
+std::string find_in_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t begin = 0;
+  while (begin <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    std::string candidate = dirs.substr(begin, end - begin) + "/" + name;
+    struct stat st {};
+    if (end > begin && ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    begin = end + 1;
+  }
+  return "";
+}
+
+TEST(CollLaunch, RemoraRunFiveRanksPassTheWholeSuite) {
+  auto p = spawn_program(
+      {REMORA_TOOL_PATH, "run", "-n", "5", "--timeout", std::to_string(kJobDeadline.count() - 10), "--", kCheck},
+      {kLongCollTimeout});
+  auto [out, status] = finish(*p, kJobDeadline);
+  expect_every_rank_passed(out, status, 5, "remora");
+}
+
+TEST(CollLaunch, MpirunFourRanksPassTheWholeSuite) {
+  const std::string mpirun = find_in_path("mpirun");
+  if (mpirun.empty()) {
+    GTEST_SKIP() << "mpirun not found in PATH: install Debian's openmpi-bin (scripts/lib/deps.sh lists it) to "
+                    "run the Open MPI launcher test";
+  }
+  // The program never calls MPI_Init: mpirun only starts it with OMPI_COMM_WORLD_RANK
+  // and _SIZE, which remora reads itself; the store address comes through -x.
+  // --allow-run-as-root: CI containers run as root, which mpirun refuses otherwise;
+  // --oversubscribe: four ranks on a machine with fewer cores (mpirun's slots).
+  std::vector<std::string> env = {"REMORA_STORE=127.0.0.1:" + std::to_string(free_tcp_port()), kLongCollTimeout};
+  // mpirun's own out-of-band channel stays on loopback (every rank is local): otherwise
+  // it takes up every interface, and in containers bridge and veth interfaces it cannot
+  // use are a known cause of hangs (open-mpi/ompi#2320, #6377).
+  env.emplace_back("OMPI_MCA_oob_tcp_if_include=lo");
+  // No binding: by default Open MPI pins ranks to cores, which on a shared 2-core CI
+  // machine stacks busy ranks and their progress threads onto the cores it picks.
+  env.emplace_back("OMPI_MCA_hwloc_base_binding_policy=none");
+  // PMIx keeps job data in shared memory with process-shared locks by default, which
+  // fails in some containers ("PMIX ERROR ... gds_ds12_lock_pthread.c",
+  // open-mpi/ompi#7516); the hash store needs neither.
+  env.emplace_back("PMIX_MCA_gds=hash");
+  auto p = spawn_program({mpirun, "--allow-run-as-root", "--oversubscribe", "-n", "4", "-x", "REMORA_STORE", "-x",
+                          "REMORA_COLL_TIMEOUT_MS", kCheck},
+                         std::move(env));
+  auto [out, status] = finish(*p, kJobDeadline);
+  expect_every_rank_passed(out, status, 4, "openmpi");
+}
+
+TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
+  constexpr int kRanks = 4;
+  NetnsBridge net(kRanks);
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces and a bridge: " << net.error();
+  // Each namespace is its own host: the store's port is free in rank 0's namespace, and
+  // every rank listens on its own address (the interface through which it reaches rank 0).
+  const std::string store = "REMORA_STORE=" + net.addr(0) + ":29500";
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    std::vector<std::string> argv = net.exec_prefix(net.ns(r));
+    argv.emplace_back(kCheck);
+    ranks.push_back(spawn_program(
+        std::move(argv),
+        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout}));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kJobDeadline;
+  for (int r = 0; r < kRanks; ++r) {
+    auto [out, status] = finish(*ranks[static_cast<size_t>(r)], left_until(deadline));
+    EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << "\n" << out;
+    expect_rank_passed(out, r, kRanks, "remora");
+  }
+}
+
+class DeadRank : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeadRank, EverySurvivorFailsWithThePeersFailureNotATimeout) {
+  constexpr int kRanks = 4;
+  const int victim = GetParam();
+  const std::string store = "REMORA_STORE=127.0.0.1:" + std::to_string(free_tcp_port());
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.push_back(spawn_program(
+        {kCheck, "--loop"},
+        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout}));
+  }
+  // Every rank has finished one round of the loop: the mesh is up and every rank is
+  // inside the loop (it prints nothing more until something fails).
+  const auto started_by = std::chrono::steady_clock::now() + 120s;
+  for (int r = 0; r < kRanks; ++r) {
+    Process& p = *ranks[static_cast<size_t>(r)];
+    const std::string mine = "rank " + std::to_string(r) + " of 4: ";
+    std::optional<std::string> line;
+    // Its stderr shares the pipe: log lines (a memlock warning, say) may come first.
+    while ((line = p.read_line(left_until(started_by))) && line->rfind(mine, 0) != 0) {
+    }
+    ASSERT_TRUE(line.has_value()) << "rank " << r << (p.timed_out() ? " timed out" : " EOF");
+    ASSERT_EQ(*line, mine + "looping");
+  }
+  const int victim_status = ranks[static_cast<size_t>(victim)]->kill_and_reap();
+  ASSERT_TRUE(WIFSIGNALED(victim_status) && WTERMSIG(victim_status) == SIGKILL)
+      << "the victim was not killed by us: " << Process::describe(victim_status);
+
+  // Every survivor must be gone well within the collective timeout: one that waits
+  // it out (or hangs) is killed at this deadline and fails the test.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == victim) continue;
+    auto [out, status] = finish(*ranks[static_cast<size_t>(r)], left_until(deadline));
+    SCOPED_TRACE("rank " + std::to_string(r) + " " + Process::describe(status) + ":\n" + out);
+    // Exit 2: an operation failed (1 would be wrong data, 0 a loop that went on).
+    ASSERT_TRUE(WIFEXITED(status)) << "not a normal exit";
+    EXPECT_EQ(WEXITSTATUS(status), 2);
+    // "rank R of 4: <what> failed with <status code>: <message>"
+    const auto lines = lines_after(out, "rank " + std::to_string(r) + " of 4: ");
+    const auto failure = std::find_if(
+        lines.begin(), lines.end(), [](const std::string& l) { return l.find(" failed with ") != std::string::npos; });
+    ASSERT_NE(failure, lines.end()) << "no failure line";
+    const std::string code = failure->substr(failure->find(" failed with ") + 13);
+    EXPECT_NE(code.substr(0, code.find(':')), "timeout") << "the failure was waited out, not detected";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Victim, DeadRank, ::testing::Values(0, 2),
+                         [](const ::testing::TestParamInfo<int>& p) { return "Rank" + std::to_string(p.param); });
+
+}  // namespace
+}  // namespace remora::itest
