@@ -192,7 +192,7 @@ int ProgressEngine::try_progress() {
   if (hot_token_ != 0 && !epoll_busy_ && (++poll_turn_ & 3) != 0) {
     const auto slot = static_cast<uint32_t>(hot_token_);
     if (slot < slots_.size() && slots_[slot].live && slots_[slot].generation == static_cast<uint32_t>(hot_token_ >> 32)) {
-      n = slots_[slot].handler->poll_read() ? 1 : 0;
+      n = slots_[slot].handler->poll_read();  // -1: epoll_wait after all
     } else {
       hot_token_ = 0;  // removed
     }

@@ -49,8 +49,9 @@ class EventHandler {
   /// Handlers whose socket may be read without an event (it is edge-triggered and
   /// read until EAGAIN anyway) say so, and implement poll_read.
   virtual bool pollable() const { return false; }
-  /// Reads whatever is there without an event; true if anything was read.
-  virtual bool poll_read() { return false; }
+  /// Reads whatever is there without an event: 1 if anything was read, 0 if not, -1
+  /// if the handler would rather be left to epoll now (nothing was done).
+  virtual int poll_read() { return -1; }
 };
 
 /// Opaque registration handle.

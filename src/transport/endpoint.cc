@@ -402,7 +402,13 @@ bool EndpointCore::read_control() {
   return got;
 }
 
-bool EndpointCore::poll_control() { return state_ == State::kActive && read_control(); }
+int EndpointCore::poll_control() {
+  if (state_ != State::kActive || !send_ready_.empty()) return -1;
+  for (const DataStream& s : streams_) {
+    if (!s.txq.empty() || !s.rxq.empty()) return -1;
+  }
+  return read_control() ? 1 : 0;
+}
 
 void EndpointCore::handle_frame(const wire::Frame& frame) {
   std::visit(
