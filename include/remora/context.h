@@ -14,9 +14,16 @@
 
 namespace remora {
 
+class Context;
+
+namespace engine {
+class ProgressEngine;
+}
 namespace detail {
 class ContextCore;
 class ListenerCore;
+/// The context's progress engine, for the library's own upper layers (not for users).
+const std::shared_ptr<engine::ProgressEngine>& engine_of(const Context& context) noexcept;
 }
 
 /// Accepts endpoints connected to a listening address.
@@ -72,6 +79,7 @@ class Context {
   void progress();
 
  private:
+  friend const std::shared_ptr<engine::ProgressEngine>& detail::engine_of(const Context& context) noexcept;
   explicit Context(std::shared_ptr<detail::ContextCore> core);
   std::shared_ptr<detail::ContextCore> core_;
 };

@@ -109,25 +109,35 @@ World::~World() {
 
 void World::route(int from, const Notification& n) {
   const uint32_t comm = static_cast<uint32_t>(n.value >> 40) & kCommIdMask;
+  std::vector<std::shared_ptr<detail::RequestState>> wake;
   {
     std::lock_guard lock(mu_);
     mail_[comm].push_back(Incoming{from, n});
+    if (auto it = waiters_.find(comm); it != waiters_.end()) {
+      wake.swap(it->second);
+      waiters_.erase(it);
+    }
   }
-  cv_.notify_all();
+  // Taken out of waiters_ under mu_, so each is completed exactly once.
+  for (auto& w : wake) w->complete(Status::ok(), 0);
 }
 
 void World::fail(const Status& why) {
+  std::map<uint32_t, std::vector<std::shared_ptr<detail::RequestState>>> wake;
   {
     std::lock_guard lock(mu_);
     if (failed_) return;
     failed_ = true;
     failure_ = why;
+    wake.swap(waiters_);
   }
   REMORA_LOG(kWarn, "collectives: rank {} breaks its communicators: {}", rank_, why.to_string());
   for (auto& ep : peers_) {
     if (ep) ep->close();
   }
-  cv_.notify_all();
+  for (auto& [comm, ws] : wake) {
+    for (auto& w : ws) w->complete(why, 0);
+  }
 }
 
 Status World::failure() const {
@@ -160,45 +170,41 @@ bool World::poll_notification(uint32_t comm_id, Incoming* out) {
 }
 
 Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline) {
-  // Spin first, driving progress from this thread (a wake-up across CPUs costs far
-  // more than the wait itself on small messages), then block on the condition variable.
-  const auto spin = std::chrono::microseconds(ctx_.config().spin_us);
-  auto spin_end = Clock::now() + spin;
-  unsigned polls = 0;
+  // A Request that route() completes: its wait spins first, driving progress from
+  // this thread (a wake-up across CPUs costs far more than the wait itself on small
+  // messages), then blocks — and tells the progress thread so, which otherwise stays
+  // parked for the spinner it last saw and leaves the notification unread.
+  const std::shared_ptr<engine::ProgressEngine>& engine = detail::engine_of(ctx_);
   while (true) {
-    if (poll_notification(comm_id, out)) return Status::ok();
-    if (failed()) return failure();
-    auto now = Clock::now();
-    if (now >= deadline) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
-    if (now >= spin_end) break;
-    ctx_.progress();
-    if (++polls % 32 == 0) sched_yield();
-  }
-  std::unique_lock lock(mu_);
-  while (true) {
-    auto it = mail_.find(comm_id);
-    if (it != mail_.end() && !it->second.empty()) {
-      *out = it->second.front();
-      it->second.pop_front();
-      return Status::ok();
-    }
-    if (failed_) return failure_;
-    auto now = Clock::now();
-    if (now >= deadline) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
-    // Endpoint failures do not signal this condition variable: check them every 20 ms.
-    bool peer_down = false;
-    Status why;
-    lock.unlock();
-    for (auto& ep : peers_) {
-      if (ep && ep->failed()) {
-        peer_down = true;
-        why = ep->failure();
-        break;
+    auto waiter = detail::RequestState::make(engine, Tag{});
+    {
+      std::lock_guard lock(mu_);
+      auto it = mail_.find(comm_id);
+      if (it != mail_.end() && !it->second.empty()) {
+        *out = it->second.front();
+        it->second.pop_front();
+        return Status::ok();
       }
+      if (failed_) return failure_;
+      waiters_[comm_id].push_back(waiter);
     }
-    lock.lock();
-    if (peer_down) return why;
-    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(20)));
+    const auto now = Clock::now();
+    const bool expired = now >= deadline;
+    // Endpoint failures do not route here: look at them every 20 ms of waiting.
+    if (!expired) (void)Request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
+    if (!waiter->done()) {
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = waiters_.find(comm_id); it != waiters_.end()) {
+          std::erase(it->second, waiter);
+          if (it->second.empty()) waiters_.erase(it);
+        }
+      }
+      for (auto& ep : peers_) {
+        if (ep && ep->failed()) return ep->failure();
+      }
+      if (expired) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
+    }
   }
 }
 

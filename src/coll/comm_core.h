@@ -28,6 +28,10 @@
 
 #include "remora/communicator.h"
 #include "remora/context.h"
+
+namespace remora::detail {
+struct RequestState;
+}
 #include "remora/endpoint.h"
 #include "remora/request.h"
 #include "remora/status.h"
@@ -114,11 +118,14 @@ class World : public std::enable_shared_from_this<World> {
   std::unique_ptr<Store> store_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   Status failure_;
   bool failed_ = false;
   uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
   std::map<uint32_t, std::deque<Incoming>> mail_;
+  /// Threads in wait_notification, per communicator: route() completes them, which
+  /// wakes one that has stopped spinning (Request::wait's spin-then-block, so the
+  /// progress thread knows whether a waiter is driving progress or needs it).
+  std::map<uint32_t, std::vector<std::shared_ptr<detail::RequestState>>> waiters_;
 };
 
 /// Connects a full mesh: rank i dials every rank j < i at addresses[j] and announces

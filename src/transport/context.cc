@@ -217,6 +217,10 @@ Result<std::shared_ptr<Endpoint>> Context::connect(std::string_view address) {
 }
 void Context::progress() { core_->engine()->try_progress(); }
 
+const std::shared_ptr<engine::ProgressEngine>& detail::engine_of(const Context& context) noexcept {
+  return context.core_->engine();
+}
+
 Pool::Pool(Context& context, PoolOptions options) : Pool(context.memory(), options) {}
 
 }  // namespace remora
