@@ -5,6 +5,8 @@
 // the generation g = (ticket - 1) / size, and publish under "remora/<g>/addr/<rank>".
 // Rank 0 hosts a fresh store per run, so g is 0 there; the prefix keeps runs apart
 // when ranks connect to a store that outlived an earlier, complete run.
+#include <sched.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 
 #include "coll/comm_core.h"
 #include "core/env.h"
+#include "engine/progress.h"
 #include "net/address.h"
 #include "remora/communicator.h"
 
@@ -54,8 +57,23 @@ Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_addre
   return server;
 }
 
+/// CPUs this process may run on.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
 Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& launch, const coll::CollConfig& config) {
   const int rank = launch.rank;
+  // More ranks on this host than CPUs: a spinning waiter mostly keeps the rank it
+  // waits for off the CPU, so waiting threads yield after every empty poll.
+  if (const int cpus = usable_cpus(); launch.local_size > cpus) {
+    detail::engine_of(ctx)->set_yield_polls(1);
+    REMORA_LOG(kInfo, "collectives: {} ranks on this host share {} CPUs; waiting threads yield after every empty poll",
+               launch.local_size, cpus);
+  }
   const int size = launch.size;
   const auto deadline = Clock::now() + config.timeout;
   std::vector<int> members(static_cast<size_t>(size));

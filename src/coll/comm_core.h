@@ -64,7 +64,7 @@ struct CollConfig {
   Algo reduce = Algo::kAuto;                     ///< REMORA_REDUCE_ALGO=auto|tree|chain
   Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd
   size_t ring_threshold = 64 * 1024;             ///< REMORA_RING_THRESHOLD: allreduce bytes from which auto picks ring
-  size_t pipeline_bytes = 256 * 1024;            ///< REMORA_COLL_PIPELINE: piece size of rings and chains
+  size_t pipeline_bytes = 1024 * 1024;           ///< REMORA_COLL_PIPELINE: piece size of rings and chains
 
   static Result<CollConfig> from_env(const CommOptions& options);
 };

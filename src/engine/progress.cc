@@ -273,7 +273,7 @@ void ProgressEngine::thread_main() {
       if (try_progress() > 0) {
         poll_until = now_ns() + poll_ns;
         idle_polls = 0;
-      } else if (++idle_polls % 32 == 0) {
+      } else if (++idle_polls % yield_polls() == 0) {
         sched_yield();  // as a spinning waiter does: let a thread waiting for this CPU run
       }
       continue;

@@ -139,6 +139,14 @@ class ProgressEngine {
 
   const Options& options() const noexcept { return options_; }
 
+  /// A spinning thread (a waiter, or the progress thread polling) calls sched_yield
+  /// after this many polls in a row that found nothing: 32, or 1 once the process
+  /// knows it shares the CPUs with more spinning processes than there are CPUs (the
+  /// collectives' bootstrap sets it), where the rank a spinner waits for is often the
+  /// one it keeps off the CPU.
+  uint32_t yield_polls() const noexcept { return yield_polls_.load(std::memory_order_relaxed); }
+  void set_yield_polls(uint32_t polls) noexcept { yield_polls_.store(polls > 0 ? polls : 1, std::memory_order_relaxed); }
+
  private:
   explicit ProgressEngine(Options options);
   void thread_main();
@@ -185,7 +193,8 @@ class ProgressEngine {
   std::atomic<uint32_t> active_waiters_{0};
   std::atomic<int64_t> last_waiter_ns_{0};
   std::atomic<uint32_t> park_word_{0};
-  std::atomic<bool> parked_{false};  ///< the progress thread is in (or entering) its park
+  std::atomic<bool> parked_{false};
+  std::atomic<uint32_t> yield_polls_{32};  ///< the progress thread is in (or entering) its park
   std::atomic<uint32_t> blocked_waiters_{0};
   std::atomic<uint32_t> lock_waiters_{0};
   // The pollable handler that last got input. Spinning pollers read its socket directly

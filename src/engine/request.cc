@@ -49,7 +49,7 @@ Status Request::wait(Duration timeout) const {
       if (eng->try_progress() > 0) {
         spin_end = now + spin;
         idle_polls = 0;
-      } else if (++idle_polls % 32 == 0) {
+      } else if (++idle_polls % eng->yield_polls() == 0) {
         // Nothing moved for a while: let a thread that shares this CPU (the peer
         // process on an oversubscribed host) run. Returns at once when none waits.
         sched_yield();

@@ -25,7 +25,7 @@ using test::run_ranks;
 constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
 
 TEST(SelectAlgorithm, DefaultsBySizeAndRankCount) {
-  const CollConfig c;  // ring threshold 64 KiB, pipeline 256 KiB
+  const CollConfig c;  // ring threshold 64 KiB, pipeline 1 MiB
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 2, 4 * kKiB), Algo::kRecursiveDoubling);
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 2, 64 * kKiB), Algo::kRing);
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 4, 16 * kMiB), Algo::kRing);
@@ -37,8 +37,8 @@ TEST(SelectAlgorithm, DefaultsBySizeAndRankCount) {
   // The chain needs more than 2 ranks (reduce: from the threshold; broadcast: 4 pieces).
   EXPECT_EQ(select_algorithm(CollectiveKind::kReduce, c, 2, 16 * kMiB), Algo::kTree);
   EXPECT_EQ(select_algorithm(CollectiveKind::kReduce, c, 3, 16 * kMiB), Algo::kChain);
-  EXPECT_EQ(select_algorithm(CollectiveKind::kBroadcast, c, 3, 512 * kKiB), Algo::kTree);
-  EXPECT_EQ(select_algorithm(CollectiveKind::kBroadcast, c, 3, kMiB), Algo::kChain);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kBroadcast, c, 3, 2 * kMiB), Algo::kTree);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kBroadcast, c, 3, 4 * kMiB), Algo::kChain);
   EXPECT_EQ(select_algorithm(CollectiveKind::kBroadcast, c, 2, 64 * kMiB), Algo::kTree);
   // allgather: log rounds up to a 64 KiB result, recursive doubling or Bruck by n.
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllgather, c, 4, 16 * kKiB), Algo::kRecursiveDoubling);
