@@ -120,8 +120,7 @@ void ProgressEngine::at_next_round(std::function<void()> fn) {
   next_round_.push_back(std::move(fn));
   has_next_round_.store(true, std::memory_order_seq_cst);
   // A progress thread asleep in epoll_wait would not start a round before the next
-  // event; wake it. (Parked, it runs the round when it wakes: at once when the last
-  // spinner leaves with this work queued, see waiter_exit.) Pairs
+  // event; wake it. (Parked for spinners, it polls within linger_us anyway.) Pairs
   // with thread_main's store to epoll_sleeping_ then load of has_next_round_.
   if (epoll_sleeping_.load(std::memory_order_seq_cst)) {
     uint64_t one = 1;
@@ -253,16 +252,8 @@ void ProgressEngine::thread_main() {
     if (should_park()) {
       // Waiters are spinning and harvesting events themselves; stay off their CPUs,
       // but look around once per linger period for sockets nobody waits on.
-      uint32_t seq = park_word_.load(std::memory_order_seq_cst);
-      parked_.store(true, std::memory_order_seq_cst);
-      const bool spinners = active_waiters_.load(std::memory_order_seq_cst) > 0;
-      // Re-checked after parked_ is set: a waiter that left next-round work behind
-      // either sees parked_ and kicks us, or we see its work here (waiter_exit).
-      if (!(has_next_round_.load(std::memory_order_seq_cst) && !spinners)) {
-        const uint64_t period_us = uint64_t{options_.linger_us} * (spinners ? kParkedChecks : 1);
-        futex_wait(&park_word_, seq, std::chrono::microseconds(period_us > 0 ? period_us : 1));
-      }
-      parked_.store(false, std::memory_order_relaxed);
+      uint32_t seq = park_word_.load(std::memory_order_acquire);
+      futex_wait(&park_word_, seq, std::chrono::microseconds(options_.linger_us > 0 ? options_.linger_us : 1));
       try_progress();
       poll_until = 0;
       continue;
@@ -291,13 +282,7 @@ void ProgressEngine::waiter_enter() noexcept { active_waiters_.fetch_add(1, std:
 
 void ProgressEngine::waiter_exit() noexcept {
   last_waiter_ns_.store(now_ns(), std::memory_order_relaxed);
-  if (active_waiters_.fetch_sub(1, std::memory_order_seq_cst) != 1) return;
-  // The last spinner is leaving. Work it queued for the next round (a held RESP's
-  // release) must not wait for a progress thread parked for kParkedChecks periods.
-  if (has_next_round_.load(std::memory_order_seq_cst) && parked_.load(std::memory_order_seq_cst)) {
-    park_word_.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake_all(&park_word_);
-  }
+  active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void ProgressEngine::block_begin() noexcept {

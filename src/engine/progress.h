@@ -8,13 +8,9 @@
 //   (try_lock + epoll_wait(0)): on this class of VM a cross-CPU wake-up costs
 //   50–150 µs, so completing in the waiting thread is what makes latency low.
 // - While waiters spin (and for progress_linger after the last one left), the
-//   progress thread parks instead of competing for the CPU. A spinning waiter serves
-//   every socket of the engine, so while one is active the parked thread looks
-//   around only every kParkedChecks linger periods (each of its wake-ups preempts a
-//   spinner: at one per millisecond they were the p99 of a get round trip); once the
-//   last waiter has left it comes back within a linger period, and at once when
-//   that waiter left next-round work behind. It never parks while a thread is
-//   blocked waiting for it (block_begin/block_end): such a thread wakes it first.
+//   progress thread parks instead of competing for the CPU, waking every linger
+//   period to serve other sockets. It never parks while a thread is blocked
+//   waiting for it (block_begin/block_end): such a thread wakes it first.
 // - Otherwise, once it has served something, the progress thread keeps polling
 //   (epoll_wait with no timeout) for poll_us before it sleeps in epoll again, so a
 //   passive target answering a stream of requests (one-sided gets, puts) is not woken
@@ -67,10 +63,6 @@ struct HandlerId {
 
 class ProgressEngine {
  public:
-  /// While waiters are active, a parked progress thread wakes every this many
-  /// linger periods (see the header comment).
-  static constexpr uint32_t kParkedChecks = 10;
-
   struct Options {
     uint32_t spin_us = 200;
     uint32_t linger_us = 1000;
@@ -193,8 +185,7 @@ class ProgressEngine {
   std::atomic<uint32_t> active_waiters_{0};
   std::atomic<int64_t> last_waiter_ns_{0};
   std::atomic<uint32_t> park_word_{0};
-  std::atomic<bool> parked_{false};
-  std::atomic<uint32_t> yield_polls_{32};  ///< the progress thread is in (or entering) its park
+  std::atomic<uint32_t> yield_polls_{32};  ///< see yield_polls()
   std::atomic<uint32_t> blocked_waiters_{0};
   std::atomic<uint32_t> lock_waiters_{0};
   // The pollable handler that last got input. Spinning pollers read its socket directly
