@@ -2,11 +2,7 @@
 // ranks on this host than CPUs, which switches waiting threads to yield after every
 // empty poll (see engine/progress.h, yield_polls).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <sched.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -14,24 +10,11 @@
 #include <vector>
 
 #include "engine/progress.h"
+#include "net_util.h"
 #include "remora/remora.h"
 
 namespace remora {
 namespace {
-
-/// A port the kernel just handed out on 127.0.0.1 (as `remora run` picks its store's).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 /// Pins the calling thread to the first CPU it may use, so that it sees one CPU.
 void pin_to_one_cpu() {
@@ -50,7 +33,7 @@ void pin_to_one_cpu() {
 /// returns each context's yield_polls afterwards.
 std::vector<uint32_t> init_two_pinned_ranks(int local_size) {
   constexpr int n = 2;
-  const std::string store = "127.0.0.1:" + std::to_string(free_port());
+  const std::string store = "127.0.0.1:" + std::to_string(test::free_tcp_port());
   std::vector<std::unique_ptr<Context>> ctxs;
   for (int r = 0; r < n; ++r) {
     // Created here, unpinned: the progress threads keep every CPU.

@@ -23,6 +23,7 @@
 #include "remora/context.h"
 #include "remora/endpoint.h"
 #include "remora/status.h"
+#include "../net_util.h"
 #include "support/process.h"
 
 namespace remora {
@@ -104,19 +105,7 @@ inline std::pair<std::string, int> finish(Process& p, std::chrono::milliseconds 
   return {out, *status};
 }
 
-/// A loopback TCP port that was free a moment ago (for a rendezvous store the ranks of
-/// a test host; another process could take it in between, which would fail the test).
-inline uint16_t free_tcp_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using test::free_tcp_port;
 
 /// A context with K data streams (0: config default) and optionally a handshake timeout.
 inline std::unique_ptr<Context> make_context(uint32_t streams = 0, std::optional<uint32_t> handshake_timeout_ms = {}) {
