@@ -4,8 +4,10 @@
 #   cmake -DREMORA=<remora> -DOUT=<file.json> -P coll_json_check.cmake
 cmake_minimum_required(VERSION 3.25)
 
+# Pieces of 256K, so that the 1M broadcast is 4 pieces and takes the chain whatever
+# the default piece size.
 execute_process(
-  COMMAND "${REMORA}" bench coll --op allreduce,allgather,broadcast -n 3 --sizes 4K,1M --iters 3 --warmup 1
+  COMMAND "${CMAKE_COMMAND}" -E env REMORA_COLL_PIPELINE=256K "${REMORA}" bench coll --op allreduce,allgather,broadcast -n 3 --sizes 4K,1M --iters 3 --warmup 1
           --reference-iters 20 --json "${OUT}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 message("${out}${err}")
