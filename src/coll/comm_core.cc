@@ -1,7 +1,5 @@
 #include "coll/comm_core.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string>

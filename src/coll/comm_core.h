@@ -28,14 +28,14 @@
 
 #include "remora/communicator.h"
 #include "remora/context.h"
-
-namespace remora::detail {
-struct RequestState;
-}
 #include "remora/endpoint.h"
 #include "remora/request.h"
 #include "remora/status.h"
 #include "remora/store.h"
+
+namespace remora::detail {
+struct RequestState;
+}
 
 namespace remora::coll {
 
