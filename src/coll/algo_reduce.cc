@@ -3,7 +3,9 @@
 // Algorithms (CollConfig; `bytes` is count * element size of the whole vector; the
 // choice is made in algo_select.cc):
 // - allreduce: pipelined ring (reduce-scatter by puts into the right neighbour's
-//   registered scratch with notifications, then a send/recv ring allgather) when
+//   registered scratch with notifications, then a send/recv ring allgather whose
+//   receives are posted first and whose first step sends each owned piece the moment
+//   the reduce-scatter finishes it, so the two phases overlap) when
 //   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
 //   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides. At n == 2 the ring
 //   sends as many bytes per direction as recursive doubling's one full exchange, but
@@ -231,7 +233,12 @@ struct RingBlocks {
 /// sender never has more than kSlots pieces unconsumed at its right neighbour. The
 /// loop is driven only by notifications (data from the left, credits from the right),
 /// so it cannot deadlock waiting for one kind while the other is due.
-Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks& blk, int shift) {
+///
+/// `on_final`, when set, is called with each piece of the owned block as soon as it
+/// holds the full reduction (before the remaining credits come in), so the allgather
+/// can start forwarding it while the reduce-scatter drains.
+Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks& blk, int shift,
+                           const std::function<void(const Piece&)>& on_final = {}) {
   const int n = op.size();
   const int r = op.rank();
   const size_t es = size_of(type);
@@ -282,6 +289,7 @@ Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks
       reqs.push_back(op.endpoint(left).put(
           std::as_bytes(std::span(&st.credit_source, 1)), st.left_key, kSlots * st.slot_bytes,
           {.notify = op.notify_value(static_cast<uint16_t>(kCreditBit | (done & kIndexMask)))}));
+      if (on_final && first_recv + done >= sends) on_final(p);
       ++done;
       continue;
     }
@@ -309,46 +317,6 @@ Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks
   return op.wait_all(reqs);
 }
 
-/// Ring allgather of the blocks after ring_reduce_scatter: this rank owns block
-/// `owned`; at step s it sends block (owned - s) to the right and receives block
-/// (owned - s - 1) from the left, piece by piece (so a piece is forwarded as soon as
-/// it lands), straight into `buf` (rendezvous receives land zero-copy).
-Status ring_allgather(Op& op, std::byte* buf, size_t es, std::span<const size_t> offsets,
-                      std::span<const size_t> counts, int owned) {
-  const int n = op.size();
-  const int r = op.rank();
-  const int right = (r + 1) % n, left = (r + n - 1) % n;
-  const size_t piece_elems = std::max<size_t>(1, op.comm().config().pipeline_bytes / es);
-  const auto mod = [n](int x) { return ((x % n) + n) % n; };
-  std::vector<Request> recvs, sends;
-  for (int s = 0; s < n - 1; ++s) {
-    const size_t b = static_cast<size_t>(mod(owned - s - 1));
-    for (size_t off = 0; off < counts[b]; off += piece_elems) {
-      recvs.push_back(op.recv(left, buf + (offsets[b] + off) * es, std::min(piece_elems, counts[b] - off) * es,
-                              kStepAllgather));
-    }
-  }
-  size_t k = 0;  // next receive to forward
-  for (int s = 0; s < n - 1; ++s) {
-    const size_t b = static_cast<size_t>(mod(owned - s));
-    for (size_t off = 0; off < counts[b]; off += piece_elems) {
-      const size_t len = std::min(piece_elems, counts[b] - off);
-      if (s > 0) {
-        Status w = op.wait(recvs[k++], len * es);
-        if (!w.is_ok()) {
-          recvs.insert(recvs.end(), sends.begin(), sends.end());
-          return abandon(op, recvs, w);
-        }
-      }
-      sends.push_back(op.send(right, buf + (offsets[b] + off) * es, len * es, kStepAllgather));
-    }
-  }
-  std::vector<Request> rest(recvs.begin() + static_cast<std::ptrdiff_t>(k), recvs.end());
-  rest.insert(rest.end(), sends.begin(), sends.end());
-  REMORA_RETURN_IF_ERROR(op.wait_all(rest));
-  return Status::ok();
-}
-
 /// Near-equal blocks: the first count % n blocks get one element more.
 void split_blocks(size_t count, int n, std::vector<size_t>& offsets, std::vector<size_t>& counts) {
   offsets.resize(static_cast<size_t>(n));
@@ -361,20 +329,99 @@ void split_blocks(size_t count, int n, std::vector<size_t>& offsets, std::vector
   }
 }
 
+/// Ring allgather of the blocks of a ring allreduce: this rank owns block `owned`;
+/// at step s it sends block (owned - s) to the right and receives block
+/// (owned - s - 1) from the left, piece by piece (so a piece is forwarded as soon as
+/// it lands), straight into `buf` (the receives are posted up front, so rendezvous
+/// data lands zero-copy). Step 0's pieces are the owned block's, handed over by the
+/// reduce-scatter one by one as they are final (send_owned); finish() runs the rest.
+/// Both neighbours cut blocks into pieces of the same `piece_elems`, so a receive
+/// always matches one send.
+class RingAllgather {
+ public:
+  RingAllgather(Op& op, std::byte* buf, size_t es, std::span<const size_t> offsets, std::span<const size_t> counts,
+                int owned, size_t piece_elems)
+      : op_(op), buf_(buf), es_(es), offsets_(offsets), counts_(counts), owned_(owned), piece_(piece_elems) {
+    const int n = op.size();
+    left_ = (op.rank() + n - 1) % n;
+    right_ = (op.rank() + 1) % n;
+    for (int s = 0; s < n - 1; ++s) {
+      const size_t b = block(owned_ - s - 1);
+      for (size_t off = 0; off < counts_[b]; off += piece_) {
+        const size_t len = std::min(piece_, counts_[b] - off) * es_;
+        recvs_.push_back(op.recv(left_, buf_ + (offsets_[b] + off) * es_, len, kStepAllgather));
+        recv_bytes_.push_back(len);
+      }
+    }
+  }
+
+  /// Sends `len` elements at `off` of the owned block (step 0, in order).
+  void send_owned(size_t off, size_t len) {
+    const size_t b = block(owned_);
+    sends_.push_back(op_.send(right_, buf_ + (offsets_[b] + off) * es_, len * es_, kStepAllgather));
+  }
+
+  /// Forwards steps 1..n-2 as their pieces land and waits for everything.
+  Status finish() {
+    size_t k = 0;  // next receive to forward
+    for (int s = 1; s < op_.size() - 1; ++s) {
+      const size_t b = block(owned_ - s);
+      for (size_t off = 0; off < counts_[b]; off += piece_) {
+        Status w = op_.wait(recvs_[k], recv_bytes_[k]);
+        if (!w.is_ok()) return fail(w);
+        sends_.push_back(op_.send(right_, buf_ + (offsets_[b] + off) * es_, recv_bytes_[k], kStepAllgather));
+        ++k;
+      }
+    }
+    for (; k < recvs_.size(); ++k) {
+      Status w = op_.wait(recvs_[k], recv_bytes_[k]);
+      if (!w.is_ok()) return fail(w);
+    }
+    return op_.wait_all(sends_);
+  }
+
+  /// Abandons every request (the op failed with `why`) and returns `why`.
+  Status fail(Status why) {
+    recvs_.insert(recvs_.end(), sends_.begin(), sends_.end());
+    return abandon(op_, recvs_, std::move(why));
+  }
+
+ private:
+  size_t block(int x) const {
+    const int n = op_.size();
+    return static_cast<size_t>(((x % n) + n) % n);
+  }
+
+  Op& op_;
+  std::byte* buf_;
+  size_t es_;
+  std::span<const size_t> offsets_, counts_;
+  int owned_;
+  size_t piece_;
+  int left_ = 0, right_ = 0;
+  std::vector<Request> recvs_, sends_;
+  std::vector<size_t> recv_bytes_;  ///< what each receive must bring
+};
+
 Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const int n = op.size();
   const size_t es = size_of(type);
   std::vector<size_t> offsets, counts;
   split_blocks(count, n, offsets, counts);
+  RingState& st = op.comm().state<RingState>("reduce_ring");
+  REMORA_RETURN_IF_ERROR(ring_setup(op, st));
   RingBlocks blk{offsets, counts,
                  [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
                  [&](int b) { return at(recv, offsets[static_cast<size_t>(b)], es); }};
-  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, type, rop, blk, 0));
   const int owned = (op.rank() + 1) % n;
-  if (rop == ReduceOp::kAvg) {
-    finish_avg(type, at(recv, offsets[static_cast<size_t>(owned)], es), counts[static_cast<size_t>(owned)], n);
-  }
-  return ring_allgather(op, static_cast<std::byte*>(recv), es, offsets, counts, owned);
+  std::byte* const owned_at = at(recv, offsets[static_cast<size_t>(owned)], es);
+  RingAllgather ag(op, static_cast<std::byte*>(recv), es, offsets, counts, owned, st.slot_bytes / es);
+  Status rs = ring_reduce_scatter(op, type, rop, blk, 0, [&](const Piece& p) {
+    if (rop == ReduceOp::kAvg) finish_avg(type, at(owned_at, p.off, es), p.len, n);
+    ag.send_owned(p.off, p.len);
+  });
+  if (!rs.is_ok()) return ag.fail(rs);
+  return ag.finish();
 }
 
 // --- reduce: binomial tree and pipelined chain ---------------------------------------
