@@ -103,6 +103,8 @@ if(REMORA_BUILD_TESTS)
                           grep -q 'root 2 is not a rank of 2 ranks' bad.out || exit 1; \
                           \"$0\" bench coll --op allscatter > bad.out 2>&1 && exit 1; \
                           grep -q \"unknown collective 'allscatter'\" bad.out || exit 1; \
+                          \"$0\" bench coll --rounds 0 > bad.out 2>&1 && exit 1; \
+                          grep -q -- '--rounds: Value 0 not in range 1 to 1000' bad.out || exit 1; \
                           RANK=0 \"$0\" bench coll -n 2 > bad.out 2>&1 && exit 1; \
                           grep -q 'RANK is set but describes no job' bad.out"
                    $<TARGET_FILE:remora_tool>)

@@ -294,6 +294,7 @@ struct CollArgs {
   std::string type = "float32", redop = "sum";
   int root = 0;
   std::optional<uint32_t> iters, warmup, reference_iters;
+  uint32_t rounds = 1;
   bool check = true, no_reference = false, inject_corruption = false;
   std::string json;
   std::optional<int> ranks;
@@ -343,6 +344,7 @@ remora::Status coll_options(const CollArgs& a, remora::perf::CollOptions* o) {
   o->check = a.check;
   o->reference = !a.no_reference;
   o->reference_iters = a.reference_iters;
+  o->rounds = a.rounds;
   o->inject_corruption = a.inject_corruption;
   o->expect_ranks = a.ranks;
   return remora::Status::ok();
@@ -432,6 +434,9 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
   fmt::print("#   {} ping-pong round trip: avg {:.2f} us, p50 {:.2f} us, p99 {:.2f} us ({} round trips)\n",
              format_size(ref.pingpong_size), ref.rtt.avg_us, ref.rtt.p50_us, ref.rtt.p99_us, ref.pingpong_iterations);
   if (r.ratios.empty()) return;
+  if (o.rounds > 1) {
+    fmt::print("#   (the first of {} rounds; the table above is the first round's too)\n", o.rounds);
+  }
   fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
              "algorithm", "steps", "value", "reference", "ratio", "target");
   for (const auto& x : r.ratios) {
@@ -444,6 +449,13 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
     fmt::print("  {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7.2f}  {}{}\n", what, format_size(x.size),
                x.placement, x.algorithm, x.steps, value, reference, x.ratio, target,
                x.bandwidth ? "" : fmt::format("  (against the p50 RTT: {:.2f})", x.ratio_p50));
+    if (x.per_round.size() > 1) fmt::print("  {:<15} per round: {:.2f}\n", "", fmt::join(x.per_round, " "));
+  }
+  if (o.rounds > 1) {
+    fmt::print(
+        "# {} rounds, the reference first in odd rounds and last in even ones; value, reference and ratio are\n"
+        "# the medians over the rounds\n",
+        o.rounds);
   }
   fmt::print(
       "# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
@@ -571,6 +583,11 @@ int main(int argc, char** argv) {
   coll->add_option("--reference-iters", coll_args.reference_iters,
                    "timed windows per exchange size and timed round trips of the reference (default: as bench p2p)")
       ->check(CLI::PositiveNumber);
+  coll->add_option("--rounds", coll_args.rounds,
+                   "measure the reference and the table this many times, alternating which goes first; "
+                   "ratios are the medians of the rounds' (the data check runs in the first round)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
   coll->add_option("--json", coll_args.json, "rank 0 also writes everything as JSON here");
   coll->add_option("-n,--ranks", coll_args.ranks,
                    "without a launcher: start this many ranks on this host (default 2); under one: must match it")

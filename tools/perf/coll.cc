@@ -557,8 +557,8 @@ Status measure_reference(Communicator& c, Context& ctx, const CollOptions& o, Co
   return Status::ok();
 }
 
-/// Each row against the reference (rank 0, once everything is measured).
-std::vector<CollRatio> ratios(const std::vector<CollRow>& rows, const CollReference& ref) {
+/// Each row against the reference of the same round (rank 0, once everything is measured).
+std::vector<CollRatio> round_ratios(const std::vector<CollRow>& rows, const CollReference& ref) {
   std::vector<CollRatio> out;
   if (!ref.measured) return out;
   for (const CollRow& row : rows) {
@@ -578,6 +578,7 @@ std::vector<CollRatio> ratios(const std::vector<CollRow>& rows, const CollRefere
       r.value = t.busbw_gbps;
       r.reference = ex.gbps_per_direction;
       r.ratio = r.value / r.reference;
+      r.per_round = {r.ratio};
       if (allreduce) r.target = kBandwidthTarget;
       out.push_back(r);
     }
@@ -587,10 +588,44 @@ std::vector<CollRatio> ratios(const std::vector<CollRow>& rows, const CollRefere
       r.value = t.time_us;
       r.reference = row.steps * ref.rtt.avg_us;
       r.ratio = r.value / r.reference;
+      r.per_round = {r.ratio};
       r.ratio_p50 = ref.rtt.p50_us > 0 ? r.value / (row.steps * ref.rtt.p50_us) : 0;
       if (allreduce) r.target = kLatencyTarget;
       out.push_back(r);
     }
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+/// The rounds' ratios combined: every round has the same rows and reference sizes, so
+/// the i-th ratio of each round is the same metric. Value, reference, ratio and the
+/// p50 ratio are each the median over the rounds; per_round keeps every round's ratio.
+std::vector<CollRatio> ratios(const std::vector<CollReport::Round>& rounds) {
+  if (rounds.empty()) return {};
+  std::vector<std::vector<CollRatio>> each;
+  for (const auto& r : rounds) each.push_back(round_ratios(r.rows, r.reference));
+  std::vector<CollRatio> out = each.front();
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> value, reference, ratio, p50;
+    for (const auto& e : each) {
+      if (i >= e.size()) continue;  // cannot happen: same rows, same reference sizes
+      value.push_back(e[i].value);
+      reference.push_back(e[i].reference);
+      ratio.push_back(e[i].ratio);
+      p50.push_back(e[i].ratio_p50);
+    }
+    out[i].value = median(value);
+    out[i].reference = median(reference);
+    out[i].ratio = median(ratio);
+    out[i].ratio_p50 = median(p50);
+    out[i].per_round = std::move(ratio);
   }
   return out;
 }
@@ -602,6 +637,48 @@ nlohmann::json timing_json(const CollTiming& t, bool checked) {
   nlohmann::json j = {{"time_us", t.time_us}, {"algbw_GBps", t.algbw_gbps}, {"busbw_GBps", t.busbw_gbps}};
   j["wrong"] = checked ? nlohmann::json(t.wrong) : nlohmann::json(nullptr);
   return j;
+}
+
+nlohmann::json results_json(const std::vector<CollRow>& rows, const CollOptions& o, int ranks, bool checked) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CollRow& r : rows) {
+    out.push_back({{"op", to_string(r.op)},
+                   {"size", r.size},
+                   {"requested", r.requested},
+                   {"count", r.count},
+                   {"type", to_string(o.type)},
+                   {"redop", is_reduction(r.op) ? nlohmann::json(to_string(o.redop)) : nlohmann::json(nullptr)},
+                   {"root", is_rooted(r.op) ? o.root : -1},
+                   {"algorithm", r.algorithm},
+                   {"steps", r.steps},
+                   {"bus_factor", bus_factor(r.op, ranks)},
+                   {"iterations", r.iterations},
+                   {"warmup", r.warmup},
+                   {"out_of_place", timing_json(r.out_of_place, checked)},
+                   {"in_place", timing_json(r.in_place, checked)}});
+  }
+  return out;
+}
+
+nlohmann::json reference_json(const CollReference& ref) {
+  if (!ref.measured) return nullptr;
+  nlohmann::json x = nlohmann::json::array();
+  for (const auto& e : ref.exchanges) {
+    x.push_back({{"size", e.size},
+                 {"window", e.window},
+                 {"iterations", e.iterations},
+                 {"seconds", e.seconds},
+                 {"bandwidth_GBps_per_direction", e.gbps_per_direction}});
+  }
+  return {{"ranks", {0, 1}},
+          {"exchange", x},
+          {"exchange_is",
+           "bidirectional: ranks 0 and 1 each send a window of messages to the other at "
+           "once (remora bench p2p --mode bibw over the communicator); bytes one way / time"},
+          {"pingpong",
+           {{"size", ref.pingpong_size},
+            {"iterations", ref.pingpong_iterations},
+            {"rtt_us", internal::latency_json(ref.rtt)}}}};
 }
 
 nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nlohmann::json& config) {
@@ -622,50 +699,23 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
       o.reference_iters ? nlohmann::json(*o.reference_iters) : nlohmann::json("scaled as remora bench p2p");
   j["config"]["inject_corruption"] = o.inject_corruption;
   j["config"]["time"] = "per operation: each rank's average over the timed iterations, the slowest rank's";
-  j["results"] = nlohmann::json::array();
-  for (const CollRow& r : rep.rows) {
-    j["results"].push_back(
-        {{"op", to_string(r.op)},
-         {"size", r.size},
-         {"requested", r.requested},
-         {"count", r.count},
-         {"type", to_string(o.type)},
-         {"redop", is_reduction(r.op) ? nlohmann::json(to_string(o.redop)) : nlohmann::json(nullptr)},
-         {"root", is_rooted(r.op) ? o.root : -1},
-         {"algorithm", r.algorithm},
-         {"steps", r.steps},
-         {"bus_factor", bus_factor(r.op, rep.ranks)},
-         {"iterations", r.iterations},
-         {"warmup", r.warmup},
-         {"out_of_place", timing_json(r.out_of_place, o.check)},
-         {"in_place", timing_json(r.in_place, o.check)}});
-  }
-  const CollReference& ref = rep.reference;
-  if (ref.measured) {
-    nlohmann::json x = nlohmann::json::array();
-    for (const auto& e : ref.exchanges) {
-      x.push_back({{"size", e.size},
-                   {"window", e.window},
-                   {"iterations", e.iterations},
-                   {"seconds", e.seconds},
-                   {"bandwidth_GBps_per_direction", e.gbps_per_direction}});
-    }
-    j["reference"] = {{"ranks", {0, 1}},
-                      {"exchange", x},
-                      {"exchange_is",
-                       "bidirectional: ranks 0 and 1 each send a window of messages to the other at "
-                       "once (remora bench p2p --mode bibw over the communicator); bytes one way / time"},
-                      {"pingpong",
-                       {{"size", ref.pingpong_size},
-                        {"iterations", ref.pingpong_iterations},
-                        {"rtt_us", internal::latency_json(ref.rtt)}}}};
-  } else {
-    j["reference"] = nullptr;
+  j["config"]["rounds"] = o.rounds;
+  j["results"] = results_json(rep.rows, o, rep.ranks, o.check);
+  j["reference"] = reference_json(rep.reference);
+  // Every round (the first is results/reference above), for the spread behind the ratios.
+  j["rounds"] = nlohmann::json::array();
+  for (size_t k = 0; k < rep.rounds.size(); ++k) {
+    j["rounds"].push_back({{"round", k + 1},
+                           {"order", k % 2 == 0 ? "reference, table" : "table, reference"},
+                           {"checked", k == 0 && o.check},
+                           {"results", results_json(rep.rounds[k].rows, o, rep.ranks, k == 0 && o.check)},
+                           {"reference", reference_json(rep.rounds[k].reference)}});
   }
   j["ratios"] = nlohmann::json::array();
   for (const CollRatio& r : rep.ratios) {
     nlohmann::json x = {{"op", to_string(r.op)},    {"size", r.size},   {"placement", r.placement},
-                        {"algorithm", r.algorithm}, {"steps", r.steps}, {"ratio", r.ratio}};
+                        {"algorithm", r.algorithm}, {"steps", r.steps}, {"ratio", r.ratio},
+                        {"ratio_per_round", r.per_round}};
     if (r.bandwidth) {
       x["kind"] = "busbw / per-direction bandwidth";
       x["busbw_GBps"] = r.value;
@@ -700,17 +750,29 @@ Result<CollReport> run_as_rank(const CollOptions& o, const LaunchInfo& launch) {
     return Status(StatusCode::kNoResource, fmt::format("out of memory allocating 3 x {} bytes", largest));
   }
 
+  CollOptions unchecked = o;  // the rounds after the first only time
+  unchecked.check = false;
+  unchecked.inject_corruption = false;
   const auto body = [&]() -> Status {
-    if (o.reference && c.size() >= 2) REMORA_RETURN_IF_ERROR(measure_reference(c, *ctx, o, &rep.reference));
-    RunContext x{.comm = c, .o = o, .buffers = buffers};
-    for (CollectiveKind op : o.ops) {
-      const std::vector<size_t> one = {0};  // barrier: one row
-      for (size_t s : op == CollectiveKind::kBarrier ? one : o.sizes) {
-        REMORA_ASSIGN_OR_RETURN(CollRow row, run_row(x, op, s));
-        rep.wrong += row.out_of_place.wrong + row.in_place.wrong;
-        rep.rows.push_back(std::move(row));
+    for (uint32_t k = 0; k < o.rounds; ++k) {
+      CollReport::Round round;
+      const bool measure = o.reference && c.size() >= 2;
+      const bool reference_first = k % 2 == 0;  // ABBA: reference, table; table, reference; ...
+      if (measure && reference_first) REMORA_RETURN_IF_ERROR(measure_reference(c, *ctx, o, &round.reference));
+      RunContext x{.comm = c, .o = k == 0 ? o : unchecked, .buffers = buffers};
+      for (CollectiveKind op : o.ops) {
+        const std::vector<size_t> one = {0};  // barrier: one row
+        for (size_t s : op == CollectiveKind::kBarrier ? one : o.sizes) {
+          REMORA_ASSIGN_OR_RETURN(CollRow row, run_row(x, op, s));
+          rep.wrong += row.out_of_place.wrong + row.in_place.wrong;
+          round.rows.push_back(std::move(row));
+        }
       }
+      if (measure && !reference_first) REMORA_RETURN_IF_ERROR(measure_reference(c, *ctx, o, &round.reference));
+      rep.rounds.push_back(std::move(round));
     }
+    rep.rows = rep.rounds.front().rows;
+    rep.reference = rep.rounds.front().reference;
     return Status::ok();
   };
   if (Status s = body(); !s.is_ok()) {
@@ -718,12 +780,13 @@ Result<CollReport> run_as_rank(const CollOptions& o, const LaunchInfo& launch) {
     return s;
   }
   if (rep.rank == 0) {
-    rep.ratios = ratios(rep.rows, rep.reference);
+    rep.ratios = ratios(rep.rounds);
     nlohmann::json config = internal::config_json(*ctx);
     config["coll_timeout"] = "REMORA_COLL_TIMEOUT_MS";
     rep.json = report_json(rep, o, config);
   } else {
     rep.rows.clear();
+    rep.rounds.clear();
   }
   return rep;
 }
@@ -752,6 +815,7 @@ Status validate(const CollOptions& o, int ranks) {
   if (o.sizes.empty()) return invalid("no sizes given");
   if (o.iters && *o.iters == 0) return invalid("--iters must be at least 1");
   if (o.reference_iters && *o.reference_iters == 0) return invalid("--reference-iters must be at least 1");
+  if (o.rounds == 0) return invalid("--rounds must be at least 1");
   if (ranks < 1) return invalid("--ranks must be at least 1");
   if (o.expect_ranks && *o.expect_ranks != ranks) {
     return invalid(fmt::format("-n {} but the launcher started {} ranks", *o.expect_ranks, ranks));

@@ -1,6 +1,6 @@
 # tools/perf/coll_json_check.cmake — runs `remora bench coll --json` and checks the
 # file: every nccl-tests column per row, the algorithm and its steps, the reference and
-# the ratios against it. A CTest test (tools/programs.cmake):
+# the ratios against it, over two rounds (--rounds 2: ratios are medians of the rounds'). A CTest test (tools/programs.cmake):
 #   cmake -DREMORA=<remora> -DOUT=<file.json> -P coll_json_check.cmake
 cmake_minimum_required(VERSION 3.25)
 
@@ -8,7 +8,7 @@ cmake_minimum_required(VERSION 3.25)
 # the default piece size.
 execute_process(
   COMMAND "${CMAKE_COMMAND}" -E env REMORA_COLL_PIPELINE=256K "${REMORA}" bench coll --op allreduce,allgather,broadcast -n 3 --sizes 4K,1M --iters 3 --warmup 1
-          --reference-iters 20 --json "${OUT}"
+          --reference-iters 20 --rounds 2 --json "${OUT}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 message("${out}${err}")
 if(NOT rc EQUAL 0)
@@ -121,6 +121,35 @@ foreach(i RANGE ${last})
   endif()
   list(APPEND seen "${op}/${size}/${target}")
 endforeach()
+# Two rounds: the reference first, then last; only the first checks the data; every
+# ratio lists both rounds' and lies between them (the median of two is their mean).
+string(JSON v GET "${json}" config rounds)
+expect("config.rounds" "${v}" 2)
+string(JSON v LENGTH "${json}" rounds)
+expect("rounds" "${v}" 2)
+string(JSON v GET "${json}" rounds 0 order)
+expect("round 1 order" "${v}" "reference, table")
+string(JSON v GET "${json}" rounds 1 order)
+expect("round 2 order" "${v}" "table, reference")
+string(JSON v GET "${json}" rounds 0 results 1 out_of_place wrong)
+expect("round 1 checked" "${v}" 0)
+string(JSON v TYPE "${json}" rounds 1 results 1 out_of_place wrong)
+expect("round 2 unchecked" "${v}" "NULL")
+string(JSON v GET "${json}" rounds 1 results 1 out_of_place busbw_GBps)
+expect_number("round 2 busbw" "${v}" ON)
+string(JSON v GET "${json}" rounds 1 reference pingpong rtt_us avg)
+expect_number("round 2 reference RTT" "${v}" ON)
+foreach(i RANGE ${last})
+  string(JSON k LENGTH "${json}" ratios ${i} ratio_per_round)
+  expect("ratio ${i} rounds" "${k}" 2)
+  string(JSON a GET "${json}" ratios ${i} ratio_per_round 0)
+  string(JSON b GET "${json}" ratios ${i} ratio_per_round 1)
+  string(JSON m GET "${json}" ratios ${i} ratio)
+  if((m LESS a AND m LESS b) OR (m GREATER a AND m GREATER b))
+    message(FATAL_ERROR "ratio ${i}: ${m} is not between its rounds' ${a} and ${b}")
+  endif()
+endforeach()
+
 foreach(w "allreduce/1048576/>= 0.8" "allreduce/4096/<= 2" "allgather/1048572/" "broadcast/4096/")
   if(NOT w IN_LIST seen)
     message(FATAL_ERROR "no ratio '${w}' among: ${seen}")

@@ -197,6 +197,12 @@ struct CollOptions {
   /// Timed windows per exchange size and timed round trips of the reference; unset =
   /// scaled as remora bench p2p scales them (bibw: ~2 GiB per size; lat: 10000).
   std::optional<uint32_t> reference_iters;
+  /// Rounds of (reference, table): the reference and the table are measured this many
+  /// times, the reference first in odd rounds and last in even ones (ABBA), so that a
+  /// host whose speed drifts during the run moves both sides of a ratio alike. Each
+  /// ratio is then the median of its per-round ratios. The data check runs in the
+  /// first round only (the later rounds only time).
+  uint32_t rounds = 1;
   /// Fault injection for tests: after each checked operation, one rank that checks
   /// flips a byte in the middle of its result before checking it.
   bool inject_corruption = false;
@@ -251,10 +257,11 @@ struct CollRatio {
   std::string placement;  ///< "out-of-place" (or "in-place" where there is no other)
   std::string algorithm;
   int steps = 0;
-  double value = 0;      ///< busbw (GB/s) or time (us)
-  double reference = 0;  ///< per-direction GB/s, or steps × average RTT (us)
-  double ratio = 0;
-  double ratio_p50 = 0;          ///< latency only: against steps × the RTT's p50
+  double value = 0;      ///< busbw (GB/s) or time (us); the median over rounds
+  double reference = 0;  ///< per-direction GB/s, or steps × average RTT (us); the median over rounds
+  double ratio = 0;              ///< the median of per_round (one round: its ratio)
+  std::vector<double> per_round; ///< value / reference in each round, in round order
+  double ratio_p50 = 0;          ///< latency only: against steps × the RTT's p50 (median over rounds)
   std::optional<double> target;  ///< allreduce only: >= 0.8 (bandwidth), <= 2 (latency)
   bool met() const { return !target || (bandwidth ? ratio >= *target : ratio <= *target); }
 };
@@ -263,9 +270,15 @@ struct CollReport {
   int rank = 0;
   int ranks = 1;
   std::string launcher;
-  std::vector<CollRow> rows;  ///< rank 0 only, in (op, size) order
-  CollReference reference;    ///< rank 0 only
-  std::vector<CollRatio> ratios;
+  std::vector<CollRow> rows;  ///< rank 0 only, in (op, size) order: the first (checked) round's
+  CollReference reference;    ///< rank 0 only: the first round's
+  /// Every round's table and reference (rank 0 only; rounds[0] is rows/reference).
+  struct Round {
+    std::vector<CollRow> rows;
+    CollReference reference;
+  };
+  std::vector<Round> rounds;
+  std::vector<CollRatio> ratios;  ///< over all rounds (medians)
   uint64_t wrong = 0;   ///< over every row, placement and rank (every rank knows it)
   nlohmann::json json;  ///< rank 0: everything (config, rows, reference, ratios)
 };
