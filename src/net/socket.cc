@@ -131,8 +131,29 @@ Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline) {
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) return errno_status(err, what);
   }
+  if (is_self_connected(fd.get())) {
+    return Status(StatusCode::kUnreachable,
+                  what + ": connected to itself (nothing listens there, and the kernel chose that port as the source)");
+  }
   REMORA_RETURN_IF_ERROR(configure_stream_socket(fd.get()));
   return fd;
+}
+
+bool is_self_connected(int fd) {
+  auto local = local_address(fd);
+  auto peer = peer_address(fd);
+  if (!local.is_ok() || !peer.is_ok() || local->family() != peer->family()) return false;
+  if (local->family() == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(local->get());
+    const auto* b = reinterpret_cast<const sockaddr_in*>(peer->get());
+    return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+  }
+  if (local->family() == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(local->get());
+    const auto* b = reinterpret_cast<const sockaddr_in6*>(peer->get());
+    return a->sin6_port == b->sin6_port && std::memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0;
+  }
+  return false;
 }
 
 Status write_all(int fd, std::span<const std::byte> data, Clock::time_point deadline) {

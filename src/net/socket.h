@@ -56,7 +56,15 @@ Result<SockAddr> local_address(int fd);
 /// The peer address of a connected socket.
 Result<SockAddr> peer_address(int fd);
 
-/// Connects to `addr` before `deadline` (the socket is left blocking=false).
+/// Whether a connected TCP socket is connected to itself. Connecting to a local port
+/// that nobody listens on, the kernel may choose that same port as the source port,
+/// and TCP's simultaneous open then joins the socket to itself: the connect succeeds
+/// and the caller talks to itself.
+bool is_self_connected(int fd);
+
+/// Connects to `addr` before `deadline` (the socket is left blocking=false). A
+/// connection that came out joined to itself (is_self_connected) is kUnreachable, as
+/// a refused one: nobody listens there yet.
 Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline);
 
 /// TCP_NODELAY, SO_KEEPALIVE with short probes (dead peers are noticed even when
