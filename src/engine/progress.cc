@@ -294,6 +294,8 @@ void ProgressEngine::waiter_exit() noexcept {
   active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
+void ProgressEngine::driven_by_caller() noexcept { last_waiter_ns_.store(now_ns(), std::memory_order_relaxed); }
+
 void ProgressEngine::block_begin() noexcept {
   blocked_waiters_.fetch_add(1, std::memory_order_acq_rel);
   park_word_.fetch_add(1, std::memory_order_release);

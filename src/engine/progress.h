@@ -126,6 +126,13 @@ class ProgressEngine {
   /// itself, so the progress thread parks while any spins.
   void waiter_enter() noexcept;
   void waiter_exit() noexcept;
+  /// An application thread just pushed data itself (a put posted with the lock held
+  /// writes what the sockets take, and on loopback that goes on while the peer
+  /// drains): as after a spinning waiter, the progress thread stays parked for a
+  /// linger period. Otherwise, between the puts of a long stream, it would wake and
+  /// queue on the lock, and every put's unlock would hand the lock to it and back
+  /// (two futex calls and two context switches per put). Lock held or not.
+  void driven_by_caller() noexcept;
   /// A thread is about to block until the progress thread completes something for
   /// it: the progress thread must serve the sockets (never park) until block_end().
   void block_begin() noexcept;

@@ -126,8 +126,10 @@ Request EndpointCore::post_rma(std::unique_ptr<RmaOp> op) {
   rma_ops_.emplace(raw->id, std::move(op));
   ++outstanding_;
   if (rma_waiting_.empty() && rma_issued_ < params_.peer_rma_window) {
+    const bool pushes_data = raw->kind == RmaOp::Kind::kPut && !raw->inline_class;
     issue_rma(raw);
-    pump();
+    pump();  // may complete (and free) the op
+    if (pushes_data) engine_->driven_by_caller();  // see there: this thread just pushed data
   } else {
     rma_waiting_.push_back(raw);
   }
