@@ -1,23 +1,20 @@
 // tools/run.cc — the single-host launcher behind `remora run` (see run.h).
 #include "run.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <random>
 
 #include <fmt/format.h>
+
+#include "store_port.h"
 
 extern char** environ;
 
@@ -33,44 +30,6 @@ void on_signal(int sig) {
   const auto b = static_cast<unsigned char>(sig);
   (void)!::write(g_signal_pipe, &b, 1);
   errno = saved;
-}
-
-/// Whether 127.0.0.1:port can be bound now (as the store binds: SO_REUSEADDR).
-bool bindable(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-/// A port for the store that was free on loopback a moment ago (rank 0 binds it again
-/// at once), chosen outside the kernel's ephemeral range (net.ipv4.ip_local_port_range),
-/// which bind(0) and connect() draw from: inside it, a rank's listener created in
-/// between could be given the same port, and the store could not bind it.
-std::optional<uint16_t> free_port() {
-  int low = 32768, high = 60999;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
-  int bottom = 1024, top = 65535;  // the whole range, where the ephemeral one leaves no room
-  if (low > 2048) {
-    top = low - 1;
-  } else if (high < 64511) {
-    bottom = high + 1;
-  }
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int> pick(bottom, top);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const auto port = static_cast<uint16_t>(pick(rng));
-    if (bindable(port)) return port;
-  }
-  errno = EADDRINUSE;
-  return std::nullopt;
 }
 
 std::string describe(int status) {
@@ -132,7 +91,7 @@ int run_ranks(const RunOptions& o) {
     fmt::print(stderr, "remora run: need -n N >= 1 and a program\n");
     return 2;
   }
-  const auto port = free_port();
+  const auto port = free_store_port();
   if (!port) {
     fmt::print(stderr, "remora run: no free port on 127.0.0.1: {}\n", std::strerror(errno));
     return 1;
