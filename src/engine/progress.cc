@@ -2,8 +2,8 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/prctl.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
