@@ -435,7 +435,7 @@ void print_coll_report(const remora::perf::CollReport& r, const remora::perf::Co
              format_size(ref.pingpong_size), ref.rtt.avg_us, ref.rtt.p50_us, ref.rtt.p99_us, ref.pingpong_iterations);
   if (r.ratios.empty()) return;
   if (o.rounds > 1) {
-    fmt::print("#   (the first of {} rounds; the table above is the first round's too)\n", o.rounds);
+    fmt::print("#   (this reference and the table above: round 1 of {})\n", o.rounds);
   }
   fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
              "algorithm", "steps", "value", "reference", "ratio", "target");

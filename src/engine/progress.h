@@ -9,10 +9,11 @@
 //   50–150 µs, so completing in the waiting thread is what makes latency low.
 // - While waiters spin (and for progress_linger after the last one left), the
 //   progress thread parks instead of competing for the CPU, waking every linger
-//   period to serve other sockets (its timer slack is the linger period: the kernel
-//   may fold the wake-up into a later interrupt, up to one more period, rather than
-//   interrupt a spinner's CPU for it). It never parks while a thread is blocked
-//   waiting for it (block_begin/block_end): such a thread wakes it first.
+//   period to serve other sockets (its timer slack is the linger period, within
+//   50 us … 10 ms: the kernel may fold the wake-up into a later interrupt, up to
+//   that much later, rather than interrupt a spinner's CPU for it). It never parks
+//   while a thread is blocked waiting for it (block_begin/block_end): such a thread
+//   wakes it first.
 // - Otherwise, once it has served something, the progress thread keeps polling
 //   (epoll_wait with no timeout) for poll_us before it sleeps in epoll again, so a
 //   passive target answering a stream of requests (one-sided gets, puts) is not woken

@@ -1,6 +1,7 @@
 # tools/perf/coll_json_check.cmake — runs `remora bench coll --json` and checks the
 # file: every nccl-tests column per row, the algorithm and its steps, the reference and
-# the ratios against it, over two rounds (--rounds 2: ratios are medians of the rounds'). A CTest test (tools/programs.cmake):
+# the ratios against it, over two rounds (--rounds 2: ratios are medians of the rounds').
+# A CTest test (tools/programs.cmake):
 #   cmake -DREMORA=<remora> -DOUT=<file.json> -P coll_json_check.cmake
 cmake_minimum_required(VERSION 3.25)
 
