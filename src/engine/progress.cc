@@ -91,6 +91,19 @@ Result<HandlerId> ProgressEngine::add(int fd, EventHandler* handler, uint32_t ev
   return HandlerId{slot, s.generation};
 }
 
+Status ProgressEngine::modify(int fd, HandlerId id, uint32_t events) {
+  if (!id.valid() || id.slot >= slots_.size() || !slots_[id.slot].live || slots_[id.slot].generation != id.generation) {
+    return Status(StatusCode::kInternal, "modify of a handler that is not registered");
+  }
+  epoll_event ev{};
+  ev.events = events | EPOLLET;
+  ev.data.u64 = (uint64_t{id.generation} << 32) | id.slot;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
+    return Status(StatusCode::kInternal, std::string("epoll_ctl(MOD): ") + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
 void ProgressEngine::remove(int fd, HandlerId id) {
   if (!id.valid() || id.slot >= slots_.size()) return;
   Slot& s = slots_[id.slot];

@@ -104,6 +104,9 @@ class ProgressEngine {
 
   /// Registers `fd` (edge-triggered; EPOLLIN|EPOLLOUT|EPOLLRDHUP by default). Lock held.
   Result<HandlerId> add(int fd, EventHandler* handler, uint32_t events = EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+  /// Changes the events `fd` is watched for (edge-triggered still). Adding one that is
+  /// already ready raises its edge at once. Lock held.
+  Status modify(int fd, HandlerId id, uint32_t events);
   /// Unregisters; pending events for it are dropped. Lock held. Does not close fd.
   void remove(int fd, HandlerId id);
 

@@ -61,9 +61,15 @@ bool EndpointCore::all_streams_attached() const noexcept {
 
 Status EndpointCore::activate() {
   if (!control_.valid() || !all_streams_attached()) return Status(StatusCode::kInternal, "activate before all streams attached");
-  auto hid = engine_->add(control_.get(), &control_handler_);
+  // The control stream is watched for EPOLLOUT only while a send is blocked
+  // (watch_control_output). Otherwise, with edge-triggered interest, every arriving
+  // frame would also queue an EPOLLOUT report: after a spinning poller has already
+  // read the frame directly, the next epoll_wait would still return it, costing the
+  // poller a dispatch and one more epoll_wait per frame on a get's critical path.
+  auto hid = engine_->add(control_.get(), &control_handler_, ctl_blocked_ ? kControlEvents | EPOLLOUT : kControlEvents);
   if (!hid) return hid.status();
   control_hid_ = *hid;
+  ctl_watch_out_ = ctl_blocked_;
   for (auto& s : streams_) {
     auto dh = engine_->add(s.fd.get(), s.handler.get());
     if (!dh) return dh.status();
@@ -330,6 +336,7 @@ void EndpointCore::flush_control() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && would_block(errno)) {
       ctl_blocked_ = true;
+      if (!ctl_watch_out_) watch_control_output(true);
       return;
     }
     handle_control_eof(net::errno_status(errno, "send on control stream to " + params_.peer));
@@ -342,6 +349,16 @@ void EndpointCore::flush_control() {
   hold_resps_ = false;
 }
 
+void EndpointCore::watch_control_output(bool on) {
+  if (state_ != State::kActive) return;
+  Status s = engine_->modify(control_.get(), control_hid_, on ? kControlEvents | EPOLLOUT : kControlEvents);
+  if (!s.is_ok()) {
+    fail_locked(s);
+    return;
+  }
+  ctl_watch_out_ = on;
+}
+
 void EndpointCore::release_held_resps() {
   hold_release_queued_ = false;
   hold_resps_ = false;
@@ -350,9 +367,10 @@ void EndpointCore::release_held_resps() {
 
 void EndpointCore::on_control_event(uint32_t events) {
   if (state_ != State::kActive) return;
-  if (events & EPOLLOUT) {
+  if ((events & EPOLLOUT) && ctl_blocked_) {
     ctl_blocked_ = false;
     flush_control();
+    if (!ctl_blocked_ && ctl_watch_out_) watch_control_output(false);  // all sent: stop watching
   }
   if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ctl_hup_ = true;
   if (state_ == State::kActive && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) read_control();

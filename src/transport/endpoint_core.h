@@ -212,6 +212,9 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
 
   // events
   void on_control_event(uint32_t events);
+  /// What the control stream is watched for, plus EPOLLOUT while a send is blocked.
+  static constexpr uint32_t kControlEvents = EPOLLIN | EPOLLRDHUP;
+  void watch_control_output(bool on);
   void on_data_event(uint16_t index, uint32_t events);
   /// Reads and handles what the control stream holds; true if any bytes were read.
   bool read_control();
@@ -292,6 +295,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;
   bool ctl_blocked_ = false;
+  bool ctl_watch_out_ = false;  // the control stream is watched for EPOLLOUT (while blocked)
   // RESP coalescing. When a notification goes to a thread waiting for it, that thread
   // usually answers at once (a put back, a send); its frame then carries the RESPs in
   // the same segment instead of a segment of their own (on loopback each small segment

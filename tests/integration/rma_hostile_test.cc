@@ -8,8 +8,10 @@
 //     and keep its memory bounded under floods (peak RSS).
 // The test keeps a mirror of what the region must hold and compares checksums.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <xxhash.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -668,6 +670,73 @@ TEST_F(RmaTarget, FullWindowOfPutsInServiceIsLegal) {
   }
   for (uint64_t id : ids) EXPECT_EQ(seen[id], RmaStatus::kOk) << "put op " << id;
   expect_memory("after a full window of large puts");
+}
+
+// Inline GETs whose replies (16 MiB) do not fit in the sockets' buffers (the target's
+// send buffer grows to tcp_wmem's 4 MiB at most; ours is fixed at a few hundred KiB),
+// and which we read only once the target has served them all (a notifying PUT sent
+// behind them has arrived): the target's control stream must then be waiting for room,
+// which it watches for (EPOLLOUT) only then. As we read, it resumes: every reply arrives
+// whole, and the endpoint stays usable.
+TEST_F(RmaTarget, InlineRepliesBeyondTheSocketBuffersAllArriveOnceThePeerReads) {
+  constexpr uint32_t kGets = 32;
+  constexpr uint64_t kLength = 512 * 1024;
+  ASSERT_NO_FATAL_FAILURE(start({.rma_window = 2 * kGets, .eager_limit = kLength}));
+  raw::RmaClient c;
+  ASSERT_NO_FATAL_FAILURE(connect(c, {.eager_limit = kLength, .eager_credit = 2 * kLength}));
+  ASSERT_EQ(c.eager_limit(), kLength) << "the negotiated eager limit";
+  // A fixed receive buffer: no autotuning up to tcp_rmem's maximum (32 MiB here).
+  const int rcvbuf = 256 * 1024;
+  ASSERT_EQ(::setsockopt(c.control().fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0) << std::strerror(errno);
+  const KeyBytes key = target_->key();
+  std::map<uint64_t, uint64_t> gets;  // op id -> offset
+  for (uint32_t i = 0; i < kGets; ++i) {
+    const uint64_t id = c.next_op_id();
+    const uint64_t offset = (i * 16'411) % (size() - kLength);
+    gets[id] = offset;
+    ASSERT_EQ(c.send_get(id, key, offset, kLength), "");
+  }
+  const uint64_t put_id = c.next_op_id();
+  const uint64_t put_offset = size() - 8;
+  const auto put_data = stream_bytes(0xB10C, 0, 8);
+  ASSERT_EQ(c.send_put(put_id, key, put_offset, put_data, 0xB10C), "");
+  // Frames are served in order: once the PUT's notification is there, every GET's reply
+  // is queued behind a socket that cannot take it all.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    auto n = target_->notes();
+    ASSERT_TRUE(n) << target_->last_error();
+    if (!n->empty()) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the target did not serve the PUT behind the GETs";
+  }
+  notes_.push_back({0xB10C, region_of(key), put_offset, 8});
+  expect_notes(notes_, "the PUT behind the GETs");
+  std::string err;
+  bool put_answered = false;
+  for (uint32_t i = 0; i < kGets + 1; ++i) {
+    auto r = c.read_reply(&err);
+    ASSERT_TRUE(r) << "reply " << i << " of " << kGets + 1 << ": " << err;
+    ASSERT_EQ(r->status, RmaStatus::kOk) << "op " << r->op_id;
+    if (r->op_id == put_id) {
+      EXPECT_FALSE(put_answered) << "two RESPs for the PUT";
+      put_answered = true;
+      continue;
+    }
+    auto it = gets.find(r->op_id);
+    ASSERT_NE(it, gets.end()) << "a reply for op " << r->op_id << ", which is not (or no longer) outstanding";
+    EXPECT_TRUE(r->inline_data) << "op " << r->op_id;
+    ASSERT_EQ(r->data.size(), kLength) << "op " << r->op_id;
+    const auto expected = mirror_.slice(it->second, kLength);  // served before the PUT
+    EXPECT_TRUE(std::equal(r->data.begin(), r->data.end(), expected.begin()))
+        << "GET op " << r->op_id << " returned the wrong bytes";
+    gets.erase(it);
+  }
+  EXPECT_TRUE(gets.empty());
+  EXPECT_TRUE(put_answered);
+  mirror_.write(put_offset, put_data);
+  expect_memory("after replies that waited for room");
+  valid_op(c, Op::kFetchAdd, key, "after replies that waited for room");
+  valid_op(c, Op::kGetInline, key, "after replies that waited for room");
 }
 
 // ---------------------------------------------------------------------------
