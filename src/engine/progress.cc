@@ -204,7 +204,7 @@ int ProgressEngine::try_progress() {
   if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
   run_next_round();
   int n = -1;
-  if (hot_token_ != 0 && !epoll_busy_ && (++poll_turn_ & 3) != 0) {
+  if (hot_token_ != 0 && !epoll_busy_ && (++poll_turn_ & (epoll_every_ - 1)) != 0) {
     const auto slot = static_cast<uint32_t>(hot_token_);
     if (slot < slots_.size() && slots_[slot].live && slots_[slot].generation == static_cast<uint32_t>(hot_token_ >> 32)) {
       n = slots_[slot].handler->poll_read();  // -1: epoll_wait after all
@@ -214,9 +214,20 @@ int ProgressEngine::try_progress() {
   }
   if (n < 0) {
     epoll_event events[kMaxEvents];
+    const uint64_t hot = hot_token_;
     n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
     if (n > 0) dispatch(events, n);
     epoll_busy_ = n > 0;
+    // Found something the hot socket's direct reads would not have: epoll_wait every
+    // kMinEpollEvery polls again. Found nothing kEmptyEpollsToSlow times in a row: half
+    // as often, down to every kMaxEpollEvery polls.
+    if (n > 0 && (n > 1 || events[0].data.u64 != hot)) {
+      epoll_every_ = kMinEpollEvery;
+      empty_epolls_ = 0;
+    } else if (n == 0 && ++empty_epolls_ >= kEmptyEpollsToSlow) {
+      empty_epolls_ = 0;
+      if (epoll_every_ < kMaxEpollEvery) epoll_every_ *= 2;
+    }
   }
   run_timers();
   auto deferred = take_deferred();

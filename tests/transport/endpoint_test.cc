@@ -359,5 +359,62 @@ TEST(Context, IdleProgressThreadsSleepAfterTraffic) {
   }
 }
 
+TEST(Context, SpinningWaiterStillServesSocketsOtherThanTheHotOne) {
+  // A spinning poller reads the socket that last got input (the hot one) directly and
+  // calls epoll_wait only every few polls, less often the longer those find nothing.
+  // Here the waiter never stops spinning (spin_us: 60 s), and its progress thread stays
+  // parked meanwhile, so a message on another endpoint arrives only if that cadence
+  // still reaches epoll_wait, after a long ping-pong made one endpoint hot and while
+  // the waiter spins on an empty socket.
+  ContextOptions opts{.spin_us = 60'000'000};
+  opts.ignore_env = true;
+  auto hub = Context::create(opts).value();
+  auto peers = Context::create(ContextOptions{.ignore_env = true}).value();
+  auto listener = peers->listen("127.0.0.1:0").value();
+  const std::string addr = "127.0.0.1:" + std::to_string(listener->port());
+  auto to_a = hub->connect(addr, 10s).value();
+  auto a = listener->accept(10s).value();
+  auto to_b = hub->connect(addr, 10s).value();
+  auto b = listener->accept(10s).value();
+
+  auto ping = pattern(64, 11);
+  std::vector<std::byte> got(64);
+  auto ping_pong_with_a = [&](uint64_t rounds, uint64_t tag0) {
+    for (uint64_t i = 0; i < rounds; ++i) {
+      const Tag tag{tag0 + i};
+      Request at_a = a->recv(got, tag);
+      ASSERT_TRUE(to_a->send(ping, tag).wait(10s).is_ok());
+      ASSERT_TRUE(at_a.wait(10s).is_ok());
+      Request back = to_a->recv(got, tag);
+      ASSERT_TRUE(a->send(ping, tag).wait(10s).is_ok());
+      Status st = back.wait(10s);  // the hub spins on its endpoint to a: that one is hot
+      ASSERT_TRUE(st.is_ok()) << "round " << i << ": " << st.to_string();
+      ASSERT_EQ(got, ping);
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(ping_pong_with_a(500, 1000));
+
+  // b sends from another thread once the hub spins (or before: either way it must land).
+  auto note = pattern(40, 12);
+  std::vector<std::byte> from_b(40);
+  Request r = to_b->recv(from_b, Tag{7});
+  Pair other = make_pair();  // traffic the hub has no part in
+  std::thread sender([&] {
+    // A ping-pong elsewhere first, so the hub spins on nothing for a while: its
+    // epoll_waits find nothing and grow rarer.
+    std::vector<std::byte> x(8), y(8);
+    for (uint64_t i = 0; i < 200; ++i) {
+      Request rx = other.server->recv(y, Tag{i});
+      if (!other.client->send(x, Tag{i}).wait(10s).is_ok() || !rx.wait(10s).is_ok()) break;
+    }
+    (void)b->send(note, Tag{7}).wait(10s);
+  });
+  Status st = r.wait(20s);
+  sender.join();
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(from_b, note);
+  ASSERT_NO_FATAL_FAILURE(ping_pong_with_a(50, 2000));  // and a still works
+}
+
 }  // namespace
 }  // namespace remora
