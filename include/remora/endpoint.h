@@ -159,10 +159,20 @@ class Endpoint {
   /// may call remora; keep it short. An empty function restores queueing.
   void set_notification_handler(std::function<void(const Notification&)> handler);
 
-  /// Closes the endpoint: outstanding requests fail with kAborted; the peer sees EOF.
+  /// Closes the endpoint because this side is done with it: outstanding requests fail
+  /// with kAborted; the peer sees an orderly close (closed_by_peer() there) and can
+  /// still receive the messages this side sent before. Idempotent.
   void close();
+  /// Like close(), but tells the peer this side gave up after a failure: the peer
+  /// fails as if this side had died (closed_by_peer() stays false there), and what
+  /// it had received but not yet matched is dropped.
+  void abort();
 
   bool failed() const;
+  /// True once the endpoint failed because the peer called close() (not abort(), not
+  /// a crash or a reset). Receives still match the eager messages that arrived before
+  /// the close (up to the eager limit); any other operation fails with kPeerFailed.
+  bool closed_by_peer() const;
   /// Why the endpoint failed (ok if it has not).
   Status failure() const;
   EndpointId id() const;

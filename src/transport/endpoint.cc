@@ -131,7 +131,11 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
 
 Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
+  // After the peer's orderly close, what it sent before is still ours to receive.
+  const bool arrived_only = keep_arrived_;
+  if (!arrived_only) {
+    if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
+  }
   auto op = std::make_unique<RecvOp>();
   op->req = RequestState::make(engine_, tag);
   op->in.kind = wire::ChunkKind::kMessage;
@@ -147,7 +151,7 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
     if (it->second.empty()) unexpected_.erase(it);
     if (u.eager) {
       deliver_eager(*op, u.payload);
-      return_credit(u.payload.size() + wire::kEagerCreditOverhead);
+      if (!arrived_only) return_credit(u.payload.size() + wire::kEagerCreditOverhead);
     } else {
       --unexpected_rts_;
       ++outstanding_;
@@ -156,19 +160,33 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
     flush_control();
     return r;
   }
+  if (arrived_only) {
+    op->req->complete(failure_, 0);
+    return r;
+  }
   ++outstanding_;
   posted_[tag_value(tag)].push_back(std::move(op));
   return r;
 }
 
-void EndpointCore::close() {
+void EndpointCore::close(wire::GoodbyeReason reason) {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (state_ == State::kFailed) return;
+  keep_arrived_ = false;
+  if (state_ == State::kFailed) {
+    unexpected_.clear();
+    return;
+  }
   if (state_ == State::kActive && control_.valid()) {
-    append_frame(GoodbyeFrame{0});
+    append_frame(GoodbyeFrame{static_cast<uint32_t>(reason)});
     flush_control();
   }
-  fail_locked(Status(StatusCode::kAborted, "endpoint closed locally"));
+  fail_locked(Status(StatusCode::kAborted, reason == wire::GoodbyeReason::kAborted ? "endpoint aborted locally"
+                                                                                     : "endpoint closed locally"));
+}
+
+bool EndpointCore::closed_by_peer() const {
+  engine::ProgressEngine::Guard guard(*engine_);
+  return state_ == State::kFailed && peer_goodbye_ == wire::GoodbyeReason::kClosed;
 }
 
 bool EndpointCore::failed() const {
@@ -227,7 +245,7 @@ void EndpointCore::fail_locked(const Status& why) {
     for (auto& op : q) op->req->complete(why, 0);
   }
   posted_.clear();
-  unexpected_.clear();
+  if (!keep_arrived_) unexpected_.clear();
   outstanding_ = 0;
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
@@ -244,7 +262,20 @@ void EndpointCore::fail_locked(const Status& why) {
 }
 
 void EndpointCore::handle_control_eof(const Status& why) {
-  Status reason = peer_said_goodbye_ ? Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the endpoint") : why;
+  Status reason = why;
+  if (peer_goodbye_ == wire::GoodbyeReason::kAborted) {
+    reason = Status(StatusCode::kPeerFailed, "peer " + params_.peer + " aborted the endpoint (it gave up after a failure)");
+  } else if (peer_goodbye_ == wire::GoodbyeReason::kClosed) {
+    reason = Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the endpoint");
+    // An orderly close: the eager messages it sent before stay receivable. A
+    // rendezvous announcement cannot complete any more (its sender is gone).
+    for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+      std::erase_if(it->second, [](const Unexpected& u) { return !u.eager; });
+      it = it->second.empty() ? unexpected_.erase(it) : std::next(it);
+    }
+    unexpected_rts_ = 0;
+    keep_arrived_ = true;
+  }
   // Everything already announced on the data streams may still arrive: keep the
   // receives whose chunks are all announced, fail the rest. One-sided operations
   // need the control stream for their replies: they all fail now (their announced
@@ -281,7 +312,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
     outstanding_ -= q.size();
   }
   posted_.clear();
-  unexpected_.clear();
+  if (!keep_arrived_) unexpected_.clear();
   // Doomed receives whose announced bytes are all in already fail now.
   std::vector<RecvOp*> done;
   for (auto& [id, op] : recvs_) {
@@ -632,7 +663,14 @@ void EndpointCore::handle_credit(const CreditFrame& f) {
   tx_credit_ += f.bytes;
 }
 
-void EndpointCore::handle_goodbye(const GoodbyeFrame& /*f*/) { peer_said_goodbye_ = true; }
+void EndpointCore::handle_goodbye(const GoodbyeFrame& f) {
+  if (f.reason != static_cast<uint32_t>(wire::GoodbyeReason::kClosed) &&
+      f.reason != static_cast<uint32_t>(wire::GoodbyeReason::kAborted)) {
+    protocol_error("GOODBYE with unknown reason " + std::to_string(f.reason));
+    return;
+  }
+  peer_goodbye_ = static_cast<wire::GoodbyeReason>(f.reason);
+}
 
 // ---------------------------------------------------------------------------
 // Data streams
@@ -850,12 +888,14 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
 
 Endpoint::Endpoint(std::shared_ptr<detail::EndpointCore> core) noexcept : core_(std::move(core)) {}
 Endpoint::~Endpoint() {
-  if (core_) core_->close();
+  if (core_) core_->close(wire::GoodbyeReason::kClosed);
 }
 Request Endpoint::send(std::span<const std::byte> data, Tag tag) { return core_->send(data, tag); }
 Request Endpoint::recv(std::span<std::byte> buffer, Tag tag) { return core_->recv(buffer, tag); }
-void Endpoint::close() { core_->close(); }
+void Endpoint::close() { core_->close(wire::GoodbyeReason::kClosed); }
+void Endpoint::abort() { core_->close(wire::GoodbyeReason::kAborted); }
 bool Endpoint::failed() const { return core_->failed(); }
+bool Endpoint::closed_by_peer() const { return core_->closed_by_peer(); }
 Status Endpoint::failure() const { return core_->failure(); }
 EndpointId Endpoint::id() const { return core_->id(); }
 std::string Endpoint::peer_address() const { return core_->peer(); }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -64,8 +65,10 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::optional<Notification> poll_notification();
   Result<Notification> wait_notification(Duration timeout);
   void set_notification_handler(std::function<void(const Notification&)> handler);
-  void close();
+  /// Closes with GOODBYE `reason` (kClosed for Endpoint::close, kAborted for abort).
+  void close(wire::GoodbyeReason reason);
   bool failed() const;
+  bool closed_by_peer() const;
   Status failure() const;
   EndpointId id() const noexcept { return params_.id; }
   const std::string& peer() const noexcept { return params_.peer; }
@@ -325,7 +328,11 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
   std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
   uint64_t unexpected_rts_ = 0;
-  bool peer_said_goodbye_ = false;
+  /// The GOODBYE reason the peer sent, if it sent one.
+  std::optional<wire::GoodbyeReason> peer_goodbye_;
+  /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived
+  /// before stay in unexpected_ and receives still match them. Cleared by close().
+  bool keep_arrived_ = false;
 
   // One-sided operations this side initiated.
   uint64_t next_rma_id_ = 1;

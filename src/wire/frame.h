@@ -97,8 +97,13 @@ struct ChunkFrame {
 struct CreditFrame {
   uint64_t bytes = 0;
 };
+/// Why a GOODBYE's sender closes. The receiver rejects any other value.
+enum class GoodbyeReason : uint32_t {
+  kClosed = 0,   ///< Endpoint::close(): the application is done with the endpoint
+  kAborted = 1,  ///< Endpoint::abort(): the application gave up after a failure
+};
 struct GoodbyeFrame {
-  uint32_t reason = 0;
+  uint32_t reason = 0;  ///< a GoodbyeReason
 };
 
 using KeyBytes = std::array<std::byte, kKeySize>;

@@ -64,6 +64,81 @@ TEST(Lifecycle, CloseRightAfterTheLastMessageIsNoticed) {
   }
 }
 
+std::vector<std::byte> numbered_bytes(size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + static_cast<size_t>(seed) * 7 + 1) & 0xFF);
+  return v;
+}
+
+// Waits until `ep` has seen its peer go: a receive nobody will ever match fails then.
+Status wait_for_peer_gone(Endpoint& ep) {
+  std::vector<std::byte> never(8);
+  return ep.recv(never, Tag{0xDEAD}).wait(10s);
+}
+
+TEST(Lifecycle, MessagesSentBeforeAnOrderlyCloseStayReceivable) {
+  // A sender whose sends completed and which then closes (a rank leaving after its
+  // last collective) must not take back what it sent: the eager messages that reached
+  // the receiver before its receives were posted are still theirs.
+  Pair p = make_pair_in_process(make_context(1), make_context(1));
+  ASSERT_TRUE(p.ea && p.eb);
+  std::vector<std::vector<std::byte>> sent;
+  for (int i = 0; i < 3; ++i) {
+    sent.push_back(numbered_bytes(100 * static_cast<size_t>(i + 1), i));
+    ASSERT_TRUE(p.eb->send(sent.back(), Tag{static_cast<uint64_t>(10 + i)}).wait(5s).is_ok());
+  }
+  sent.push_back(numbered_bytes(5, 3));  // two on one tag: they keep their order
+  sent.push_back(numbered_bytes(7, 4));
+  ASSERT_TRUE(p.eb->send(sent[3], Tag{20}).wait(5s).is_ok());
+  ASSERT_TRUE(p.eb->send(sent[4], Tag{20}).wait(5s).is_ok());
+  std::vector<std::byte> big(1 << 20, std::byte{9});
+  Request never_matched = p.eb->send(big, Tag{30});  // rendezvous: needs a receive first
+  p.eb->close();
+  EXPECT_EQ(never_matched.wait(5s).code(), StatusCode::kAborted);
+
+  const Status gone = wait_for_peer_gone(*p.ea);
+  ASSERT_EQ(gone.code(), StatusCode::kPeerFailed) << describe(gone);
+  EXPECT_NE(gone.message().find("closed the endpoint"), std::string::npos) << describe(gone);
+  EXPECT_TRUE(p.ea->failed());
+  EXPECT_TRUE(p.ea->closed_by_peer());
+
+  std::vector<std::byte> got(1024);
+  for (int i = 2; i >= 0; --i) {  // not in arrival order: matching is by tag
+    Request r = p.ea->recv(got, Tag{static_cast<uint64_t>(10 + i)});
+    ASSERT_TRUE(r.wait(1s).is_ok()) << "message " << i << ": " << describe(r.wait(0s));
+    ASSERT_EQ(r.bytes(), sent[static_cast<size_t>(i)].size());
+    EXPECT_EQ(std::memcmp(got.data(), sent[static_cast<size_t>(i)].data(), r.bytes()), 0) << "message " << i;
+  }
+  Request first = p.ea->recv(got, Tag{20});
+  ASSERT_TRUE(first.wait(1s).is_ok());
+  ASSERT_EQ(first.bytes(), sent[3].size());
+  EXPECT_EQ(std::memcmp(got.data(), sent[3].data(), sent[3].size()), 0);
+  // Each message is received once; the rendezvous one never arrived; sends fail.
+  EXPECT_EQ(p.ea->recv(got, Tag{10}).wait(1s).code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(p.ea->recv(big, Tag{30}).wait(1s).code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(p.ea->send(std::span(got).first(8), Tag{1}).wait(1s).code(), StatusCode::kPeerFailed);
+  // Closing this side too drops what was left (the second message on tag 20); the
+  // endpoint keeps the failure it had.
+  p.ea->close();
+  EXPECT_TRUE(p.ea->closed_by_peer());
+  EXPECT_EQ(p.ea->recv(got, Tag{20}).wait(1s).code(), StatusCode::kPeerFailed);
+}
+
+TEST(Lifecycle, AnAbortingPeerIsAFailureNotAFinish) {
+  Pair p = make_pair_in_process(make_context(1), make_context(1));
+  ASSERT_TRUE(p.ea && p.eb);
+  const auto msg = numbered_bytes(64, 1);
+  ASSERT_TRUE(p.eb->send(msg, Tag{1}).wait(5s).is_ok());
+  p.eb->abort();
+  EXPECT_EQ(p.eb->failure().code(), StatusCode::kAborted);
+  const Status gone = wait_for_peer_gone(*p.ea);
+  ASSERT_EQ(gone.code(), StatusCode::kPeerFailed) << describe(gone);
+  EXPECT_NE(gone.message().find("aborted"), std::string::npos) << describe(gone);
+  EXPECT_FALSE(p.ea->closed_by_peer());
+  std::vector<std::byte> got(64);
+  EXPECT_EQ(p.ea->recv(got, Tag{1}).wait(1s).code(), StatusCode::kPeerFailed);
+}
+
 TEST(Lifecycle, DestroyingTheContextAbortsOutstandingRequests) {
   Pair p = make_pair_in_process(make_context(2), make_context(2));
   ASSERT_TRUE(p.ea && p.eb);

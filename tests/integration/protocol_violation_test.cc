@@ -50,6 +50,8 @@ std::vector<uint8_t> credit_never_granted(uint32_t) { return raw::frame(5, raw::
 std::vector<uint8_t> cts_unknown_send(uint32_t) {
   return raw::frame(3, raw::Bytes().u64(0xABCDEF).u64(1).u32(0).u32(0).bytes());
 }
+// GOODBYE's reason is 0 (closed) or 1 (aborted): a peer's close must mean one of them.
+std::vector<uint8_t> goodbye_unknown_reason(uint32_t) { return raw::frame(6, raw::Bytes().u32(7).u32(0).bytes()); }
 
 void PrintTo(const Violation& v, std::ostream* os) { *os << v.name; }
 
@@ -149,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Violation{"HugeBodyLength", huge_body_length},
                       Violation{"EagerBeyondCredit", eager_beyond_credit},
                       Violation{"CreditNeverGranted", credit_never_granted},
-                      Violation{"CtsForUnknownSend", cts_unknown_send}),
+                      Violation{"CtsForUnknownSend", cts_unknown_send},
+                      Violation{"GoodbyeUnknownReason", goodbye_unknown_reason}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
