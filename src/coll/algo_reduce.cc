@@ -201,7 +201,7 @@ Status next_notification(Op& op, RingState& st, World::Incoming* out) {
     }
   }
   while (true) {
-    REMORA_RETURN_IF_ERROR(op.wait_notification(out));
+    REMORA_RETURN_IF_ERROR(op.wait_notification(out, {(op.rank() + op.size() - 1) % op.size(), (op.rank() + 1) % op.size()}));
     if ((out->note.value >> 16) == mine) return Status::ok();
     if (st.early.size() >= 4 * kSlots) return protocol("ring: notifications of another operation pile up");
     st.early.push_back(*out);

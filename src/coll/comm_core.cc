@@ -1,6 +1,7 @@
 #include "coll/comm_core.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -101,7 +102,7 @@ World::~World() {
   for (auto& ep : peers_) {
     if (!ep) continue;
     ep->set_notification_handler({});
-    ep->close();
+    ep->close();  // orderly: the peers can still receive what this rank sent
   }
 }
 
@@ -130,8 +131,9 @@ void World::fail(const Status& why) {
     wake.swap(waiters_);
   }
   REMORA_LOG(kWarn, "collectives: rank {} breaks its communicators: {}", rank_, why.to_string());
+  // abort, not close: the peers must see a failure, not a rank that finished.
   for (auto& ep : peers_) {
-    if (ep) ep->close();
+    if (ep) ep->abort();
   }
   for (auto& [comm, ws] : wake) {
     for (auto& w : ws) w->complete(why, 0);
@@ -167,7 +169,8 @@ bool World::poll_notification(uint32_t comm_id, Incoming* out) {
   return true;
 }
 
-Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline) {
+Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline,
+                                std::span<const int> from) {
   // A Request that route() completes: its wait spins first, driving progress from
   // this thread (a wake-up across CPUs costs far more than the wait itself on small
   // messages), then blocks — and tells the progress thread so, which otherwise stays
@@ -198,8 +201,10 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
           if (it->second.empty()) waiters_.erase(it);
         }
       }
-      for (auto& ep : peers_) {
-        if (ep && ep->failed()) return ep->failure();
+      for (int r = 0; r < size_; ++r) {
+        const auto& ep = peers_[static_cast<size_t>(r)];
+        if (!ep || !ep->failed()) continue;
+        if (!ep->closed_by_peer() || std::find(from.begin(), from.end(), r) != from.end()) return ep->failure();
       }
       if (expired) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
     }
@@ -311,8 +316,12 @@ uint64_t Op::notify_value(uint16_t low) const noexcept {
   return (uint64_t{comm_.id() & kCommIdMask} << 40) | (uint64_t{seq_ & kSeqMask} << 16) | low;
 }
 
-Status Op::wait_notification(World::Incoming* out) {
-  return comm_.world().wait_notification(comm_.id(), out, deadline_);
+Status Op::wait_notification(World::Incoming* out, std::initializer_list<int> from) {
+  std::array<int, 4> world_ranks{};
+  if (from.size() > world_ranks.size()) return Status(StatusCode::kInternal, "wait_notification: too many ranks");
+  size_t n = 0;
+  for (int r : from) world_ranks[n++] = comm_.world_rank(r);
+  return comm_.world().wait_notification(comm_.id(), out, deadline_, std::span(world_ranks).first(n));
 }
 
 // --- CommCore -----------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,8 +105,12 @@ class World : public std::enable_shared_from_this<World> {
 
   /// Routed notifications for communicator `comm_id` (see the header comment).
   bool poll_notification(uint32_t comm_id, Incoming* out);
-  /// Waits until one arrives or `deadline`; drives progress while waiting.
-  Status wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline);
+  /// Waits until one arrives or `deadline`; drives progress while waiting. `from`
+  /// names the world ranks the caller expects notifications from. The wait fails early
+  /// when a peer's endpoint failed: any peer that aborted, died or was cut off, but a
+  /// peer that closed orderly (it finished and destroyed its communicator) only if it
+  /// is in `from` — a rank that finished first must not fail a slower one.
+  Status wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline, std::span<const int> from);
 
  private:
   void route(int from, const Notification& n);
@@ -165,8 +170,9 @@ class Op {
   Endpoint& endpoint(int peer);
   /// Notification value for this op with the algorithm's low 16 bits.
   uint64_t notify_value(uint16_t low) const noexcept;
-  /// Waits for a notification of this communicator (any op seq; check `note.value`).
-  Status wait_notification(World::Incoming* out);
+  /// Waits for a notification of this communicator (any op seq; check `note.value`)
+  /// from one of the communicator ranks `from` (see World::wait_notification).
+  Status wait_notification(World::Incoming* out, std::initializer_list<int> from);
 
  private:
   CommCore& comm_;

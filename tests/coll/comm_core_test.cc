@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <numeric>
 
 #include "coll/comm_core.h"
@@ -191,7 +192,7 @@ TEST(CommCore, NotificationsAreRoutedToTheirCommunicator) {
       Request p = op.endpoint(1 - r).put(std::as_bytes(std::span(&word, 1)), keys[static_cast<size_t>(1 - r)], 8,
                                         {.notify = op.notify_value(static_cast<uint16_t>(r))});
       coll::World::Incoming in;
-      Status w = op.wait_notification(&in);
+      Status w = op.wait_notification(&in, {1 - r});
       if (!w.is_ok()) return w;
       if (in.from != 1 - r || (in.note.value & 0xFFFF) != static_cast<uint64_t>(1 - r) || in.note.offset != 8) {
         return Status(StatusCode::kInternal, "wrong notification");
@@ -202,6 +203,131 @@ TEST(CommCore, NotificationsAreRoutedToTheirCommunicator) {
     uint64_t got = 0;
     std::memcpy(&got, mem[static_cast<size_t>(r)].data() + 8, 8);
     EXPECT_EQ(got, 0x1111u * static_cast<uint64_t>(2 - r));
+  });
+}
+
+// --- a rank that leaves first ---------------------------------------------------------
+//
+// Three ranks. Rank 0 finishes first: it sends rank 1 a message and destroys its
+// communicator, which closes its endpoints orderly. Rank 1, still at work, must be able
+// to receive that message and to wait for a notification from rank 2: a rank that
+// finished is not a failure. Only waits that need rank 0 fail, and at once.
+
+/// Rank 1's scratch and the key rank 2 puts into it.
+struct Scratch {
+  std::vector<std::byte> mem = std::vector<std::byte>(64);
+  Region region;
+  RemoteKey key;
+};
+
+Scratch register_scratch(Context& ctx) {
+  Scratch s;
+  auto reg = ctx.register_memory(s.mem.data(), s.mem.size(), kAllAccess);
+  EXPECT_TRUE(reg.is_ok()) << reg.status().to_string();
+  if (!reg.is_ok()) return s;
+  s.key = *reg->remote_key(0, s.mem.size(), Access::kRemoteWrite);
+  s.region = std::move(*reg);
+  return s;
+}
+
+/// Rank 0 of these tests: a message for rank 1 (tag 7), then it leaves (or aborts).
+void rank0_sends_and_leaves(std::vector<test::Rank>& ranks, bool abort) {
+  const uint64_t word = 0xF00D;
+  EXPECT_TRUE(ranks[0].comm->isend(&word, 1, DataType::kUint64, 1, 7).wait(std::chrono::seconds(5)).is_ok());
+  if (abort) ranks[0].comm->abort();
+  ranks[0].comm.reset();
+}
+
+/// Rank 1 returns once its endpoint to rank 0 has seen rank 0 go.
+Status wait_until_rank0_gone(Communicator& c) {
+  uint64_t never = 0;
+  return c.irecv(&never, 1, DataType::kUint64, 0, 99).wait(std::chrono::seconds(10));
+}
+
+TEST(CommCore, ARankThatLeavesFirstDoesNotFailTheRanksStillAtWork) {
+  auto ranks = make_ranks(3);
+  Scratch scratch = register_scratch(*ranks[1].ctx);
+  std::promise<void> waiting, done;
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    if (r == 0) return rank0_sends_and_leaves(ranks, false);
+    if (r == 2) {
+      ASSERT_EQ(waiting.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+      Status s = c.core().run([&](coll::Op& op) {
+        const uint64_t word = 0xBEEF;
+        return op.wait(op.endpoint(1).put(std::as_bytes(std::span(&word, 1)), scratch.key, 16,
+                                          {.notify = op.notify_value(2)}));
+      });
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_EQ(done.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+      return;
+    }
+    const Status gone = wait_until_rank0_gone(c);
+    EXPECT_EQ(gone.code(), StatusCode::kPeerFailed) << gone.to_string();
+    uint64_t got = 0;
+    Status s = c.irecv(&got, 1, DataType::kUint64, 0, 7).wait(std::chrono::seconds(5));
+    EXPECT_TRUE(s.is_ok()) << "the message rank 0 sent before it left: " << s.to_string();
+    EXPECT_EQ(got, 0xF00Du);
+    waiting.set_value();
+    s = c.core().run([&](coll::Op& op) {
+      coll::World::Incoming in;
+      REMORA_RETURN_IF_ERROR(op.wait_notification(&in, {2}));
+      if (in.from != 2 || (in.note.value & 0xFFFF) != 2 || in.note.offset != 16) {
+        return Status(StatusCode::kInternal, "wrong notification");
+      }
+      return Status::ok();
+    });
+    EXPECT_TRUE(s.is_ok()) << "waiting for rank 2 after rank 0 left: " << s.to_string();
+    uint64_t word = 0;
+    std::memcpy(&word, scratch.mem.data() + 16, 8);
+    EXPECT_EQ(word, 0xBEEFu);
+    // A wait that needs rank 0 fails with rank 0's close, not at the deadline.
+    s = c.core().run([&](coll::Op& op) {
+      coll::World::Incoming in;
+      return op.wait_notification(&in, {0, 2});
+    });
+    EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.to_string();
+    done.set_value();
+  });
+}
+
+TEST(CommCore, ARankThatLeftIsNotMistakenForAFailureUntilTheDeadline) {
+  // Nothing comes from rank 2: the wait ends at the deadline, as a timeout, rather
+  // than early with rank 0's close.
+  auto ranks = make_ranks(3, std::chrono::milliseconds(300));
+  std::promise<void> done;
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    if (r == 0) return rank0_sends_and_leaves(ranks, false);
+    if (r == 2) {  // stays, silent, until rank 1 is done
+      EXPECT_EQ(done.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+      return;
+    }
+    EXPECT_EQ(wait_until_rank0_gone(c).code(), StatusCode::kPeerFailed);
+    Status s = c.core().run([&](coll::Op& op) {
+      coll::World::Incoming in;
+      return op.wait_notification(&in, {2});
+    });
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+    done.set_value();
+  });
+}
+
+TEST(CommCore, ARankThatAbortsFailsAWaitForAnotherRankAtOnce) {
+  auto ranks = make_ranks(3, std::chrono::seconds(30));
+  std::promise<void> done;
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    if (r == 0) return rank0_sends_and_leaves(ranks, true);
+    if (r == 2) {
+      EXPECT_EQ(done.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+      return;
+    }
+    // Fails with rank 0's abort, not at the deadline (kTimeout).
+    Status s = c.core().run([&](coll::Op& op) {
+      coll::World::Incoming in;
+      return op.wait_notification(&in, {2});
+    });
+    EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.to_string();
+    EXPECT_NE(s.message().find("aborted"), std::string::npos) << s.to_string();
+    done.set_value();
   });
 }
 

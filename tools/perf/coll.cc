@@ -734,30 +734,6 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
   return j;
 }
 
-/// The ranks leave together. A rank past its last collective may still be waited for:
-/// until every message it sent has been used, another rank's wait for a notification
-/// fails as soon as any peer's endpoint has closed (the collectives cannot tell a rank
-/// that finished from one that aborted), so no rank may exit while another is still in
-/// the last barrier. Each rank tells rank 0 it is done, and leaves when rank 0 has heard
-/// from all. Plain receives on one endpoint are failed by that endpoint alone, and each
-/// is posted before the message can come (an unmatched message would be dropped when
-/// its sender's close follows it).
-Status leave_together(Communicator& c) {
-  constexpr uint32_t kDone = 0x1EA0, kLeave = 0x1EA1;  // tags no other exchange of this bench uses
-  const char* what = "leaving together after the last collective";
-  if (c.rank() != 0) {
-    Request leave = c.irecv(nullptr, 0, DataType::kUint8, 0, kLeave);
-    REMORA_RETURN_IF_ERROR(internal::wait_ok(c.isend(nullptr, 0, DataType::kUint8, 0, kDone), what));
-    return internal::wait_ok(leave, what);
-  }
-  std::vector<Request> done;
-  for (int r = 1; r < c.size(); ++r) done.push_back(c.irecv(nullptr, 0, DataType::kUint8, r, kDone));
-  REMORA_RETURN_IF_ERROR(internal::wait_all_ok(done, what));
-  std::vector<Request> leave;
-  for (int r = 1; r < c.size(); ++r) leave.push_back(c.isend(nullptr, 0, DataType::kUint8, r, kLeave));
-  return internal::wait_all_ok(leave, what);
-}
-
 Result<CollReport> run_as_rank(const CollOptions& o, const LaunchInfo& launch) {
   REMORA_ASSIGN_OR_RETURN(auto ctx, Context::create());
   REMORA_ASSIGN_OR_RETURN(auto comm, Communicator::init(*ctx, launch));
@@ -803,7 +779,6 @@ Result<CollReport> run_as_rank(const CollOptions& o, const LaunchInfo& launch) {
     c.abort();  // the others fail at once instead of waiting for us
     return s;
   }
-  REMORA_RETURN_IF_ERROR(leave_together(c));
   if (rep.rank == 0) {
     rep.ratios = ratios(rep.rounds);
     nlohmann::json config = internal::config_json(*ctx);
