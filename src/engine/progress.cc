@@ -18,6 +18,15 @@ namespace {
 constexpr uint64_t kWakeToken = ~uint64_t{0};
 constexpr int kMaxEvents = 64;
 
+/// What epoll hands back for a registered fd: the slot's generation above its index,
+/// so an event for a slot that was reused since is recognised and dropped.
+epoll_event epoll_registration(uint32_t events, uint32_t slot, uint32_t generation) {
+  epoll_event ev{};
+  ev.events = events | EPOLLET;
+  ev.data.u64 = (uint64_t{generation} << 32) | slot;
+  return ev;
+}
+
 int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
@@ -78,9 +87,7 @@ Result<HandlerId> ProgressEngine::add(int fd, EventHandler* handler, uint32_t ev
   Slot& s = slots_[slot];
   s.handler = handler;
   s.live = true;
-  epoll_event ev{};
-  ev.events = events | EPOLLET;
-  ev.data.u64 = (uint64_t{s.generation} << 32) | slot;
+  epoll_event ev = epoll_registration(events, slot, s.generation);
   if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     int err = errno;
     s.live = false;
@@ -95,9 +102,7 @@ Status ProgressEngine::modify(int fd, HandlerId id, uint32_t events) {
   if (!id.valid() || id.slot >= slots_.size() || !slots_[id.slot].live || slots_[id.slot].generation != id.generation) {
     return Status(StatusCode::kInternal, "modify of a handler that is not registered");
   }
-  epoll_event ev{};
-  ev.events = events | EPOLLET;
-  ev.data.u64 = (uint64_t{id.generation} << 32) | id.slot;
+  epoll_event ev = epoll_registration(events, id.slot, id.generation);
   if (::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
     return Status(StatusCode::kInternal, std::string("epoll_ctl(MOD): ") + std::strerror(errno));
   }
