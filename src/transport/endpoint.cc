@@ -26,6 +26,8 @@ uint64_t tag_value(Tag t) { return static_cast<uint64_t>(t); }
 bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 constexpr size_t kScratchSize = size_t{64} << 10;
+/// How long a closed endpoint's control socket may linger to deliver what was queued.
+constexpr auto kCloseLinger = std::chrono::seconds(10);
 
 /// Zeros sent in place of a revoked region's bytes.
 std::span<const std::byte> zeros() {
@@ -179,9 +181,87 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
   if (state_ == State::kActive && control_.valid()) {
     append_frame(GoodbyeFrame{static_cast<uint32_t>(reason)});
     flush_control();
+    if (reason == wire::GoodbyeReason::kClosed && state_ == State::kActive) {
+      // Taken out of control_, so fail_locked leaves the socket open.
+      linger_ = std::make_unique<Linger>();
+      linger_->fd = std::move(control_);
+      linger_->hid = control_hid_;
+      linger_->bytes.assign(ctl_tx_.begin() + static_cast<std::ptrdiff_t>(ctl_tx_off_), ctl_tx_.end());
+    }
   }
   fail_locked(Status(StatusCode::kAborted, reason == wire::GoodbyeReason::kAborted ? "endpoint aborted locally"
                                                                                      : "endpoint closed locally"));
+  if (linger_) start_linger();
+}
+
+void EndpointCore::start_linger() {
+  Status s = engine_->modify(linger_->fd.get(), linger_->hid, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+  if (!s.is_ok()) {
+    end_linger();
+    return;
+  }
+  linger_->last_progress = engine::Clock::now();
+  arm_linger_timer();
+  linger_progress();
+}
+
+void EndpointCore::arm_linger_timer() {
+  engine_->add_timer(linger_->last_progress + kCloseLinger, [weak = weak_from_this()] {
+    auto self = weak.lock();
+    if (!self || !self->linger_) return;
+    if (engine::Clock::now() - self->linger_->last_progress < kCloseLinger) {
+      self->arm_linger_timer();  // it moved since: wait a full period from there
+      return;
+    }
+    REMORA_LOG(kInfo, "endpoint to {}: the peer took nothing for {} s after close; dropping what was still queued",
+               self->params_.peer, kCloseLinger.count());
+    self->end_linger();
+  });
+}
+
+void EndpointCore::linger_progress() {
+  Linger& l = *linger_;
+  while (l.off < l.bytes.size()) {
+    ssize_t n = ::send(l.fd.get(), l.bytes.data() + l.off, l.bytes.size() - l.off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      l.off += static_cast<size_t>(n);
+      l.last_progress = engine::Clock::now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) break;
+    end_linger();  // the peer is gone: nothing more can be delivered
+    return;
+  }
+  if (l.off == l.bytes.size() && !l.shut) {
+    ::shutdown(l.fd.get(), SHUT_WR);  // FIN behind the last byte
+    l.shut = true;
+  }
+  // Read and drop what the peer still sends (credits, replies): closing a socket with
+  // unread bytes resets the connection, and a reset discards what the kernel has not
+  // sent yet. The peer's EOF (it closes on ours) ends the linger.
+  while (true) {
+    ssize_t n = ::recv(l.fd.get(), scratch(), kScratchSize, MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && errno == EINTR)) continue;
+    if (n < 0 && would_block(errno)) return;
+    end_linger();
+    return;
+  }
+}
+
+void EndpointCore::end_linger() {
+  engine_->remove(linger_->fd.get(), linger_->hid);
+  linger_.reset();  // closes the socket
+  notify_closed();
+}
+
+void EndpointCore::notify_closed() {
+  if (!on_closed_) return;
+  // Deferred: we may be inside one of our own handlers.
+  auto fn = std::move(on_closed_);
+  on_closed_ = nullptr;
+  EndpointId id = params_.id;
+  engine_->add_timer(engine::Clock::now(), [fn = std::move(fn), id] { fn(id); });
 }
 
 bool EndpointCore::closed_by_peer() const {
@@ -215,7 +295,10 @@ void EndpointCore::protocol_error(std::string message) {
 }
 
 void EndpointCore::fail_locked(const Status& why) {
-  if (state_ == State::kFailed) return;
+  if (state_ == State::kFailed) {
+    if (linger_) end_linger();  // the context is going away: stop lingering
+    return;
+  }
   bool was_setup = state_ == State::kSetup;
   state_ = State::kFailed;
   failure_ = why;
@@ -252,13 +335,7 @@ void EndpointCore::fail_locked(const Status& why) {
   unsent_resps_.clear();
   ctl_resp_only_ = true;
   hold_resps_ = false;
-  if (on_closed_) {
-    // Defer: we may be inside one of our own handlers.
-    auto fn = std::move(on_closed_);
-    on_closed_ = nullptr;
-    EndpointId id = params_.id;
-    engine_->add_timer(engine::Clock::now(), [fn = std::move(fn), id] { fn(id); });
-  }
+  if (!linger_) notify_closed();  // else once the linger ends
 }
 
 void EndpointCore::handle_control_eof(const Status& why) {
@@ -397,6 +474,10 @@ void EndpointCore::release_held_resps() {
 }
 
 void EndpointCore::on_control_event(uint32_t events) {
+  if (linger_) {
+    linger_progress();
+    return;
+  }
   if (state_ != State::kActive) return;
   if ((events & EPOLLOUT) && ctl_blocked_) {
     ctl_blocked_ = false;

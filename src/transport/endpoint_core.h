@@ -328,6 +328,27 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
   std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
   uint64_t unexpected_rts_ = 0;
+  /// After an orderly close the control socket lingers until everything queued on it
+  /// (frames behind a full socket, then GOODBYE) has been sent and the peer has closed
+  /// its side too, or the peer took nothing for kCloseLinger: an eager send completes once its bytes
+  /// are copied, so closing the socket at once could drop messages already reported
+  /// sent. The endpoint itself has failed (every request completed) by then.
+  struct Linger {
+    net::Fd fd;
+    engine::HandlerId hid;
+    std::vector<std::byte> bytes;  // what was still queued at close()
+    size_t off = 0;                // sent so far
+    bool shut = false;             // everything sent and shutdown(SHUT_WR) done
+    engine::Clock::time_point last_progress;  // when the peer last took bytes
+  };
+  std::unique_ptr<Linger> linger_;
+  void start_linger();
+  void arm_linger_timer();
+  void linger_progress();
+  void end_linger();
+  /// Tells the context (deferred) that this endpoint is gone for good.
+  void notify_closed();
+
   /// The GOODBYE reason the peer sent, if it sent one.
   std::optional<wire::GoodbyeReason> peer_goodbye_;
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived

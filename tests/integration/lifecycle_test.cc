@@ -3,6 +3,7 @@
 // one context serving several peers at once while one of them dies.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdio>
@@ -12,6 +13,7 @@
 
 #include "itest_util.h"
 #include "support/exchange.h"
+#include "support/raw_rma.h"
 #include "support/test_data.h"
 
 namespace remora::itest {
@@ -122,6 +124,53 @@ TEST(Lifecycle, MessagesSentBeforeAnOrderlyCloseStayReceivable) {
   p.ea->close();
   EXPECT_TRUE(p.ea->closed_by_peer());
   EXPECT_EQ(p.ea->recv(got, Tag{20}).wait(1s).code(), StatusCode::kPeerFailed);
+}
+
+TEST(Lifecycle, AnOrderlyCloseDeliversWhatWasQueuedBehindAFullSocket) {
+  // An eager send completes once its bytes are copied; they may still sit in the
+  // endpoint's queue, behind a socket the peer is not reading yet, when the
+  // application closes. close() must not drop them: the peer, a raw socket that reads
+  // only after the close, gets every message, then GOODBYE (reason 0), then EOF.
+  auto ctx = make_context(1);
+  ASSERT_TRUE(ctx);
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  constexpr size_t kMessages = 512, kSize = 16 * 1024;  // 8 MiB: far beyond the socket buffers
+  raw::RmaClient c;
+  ASSERT_EQ(c.connect(listener->port(), {.streams = 1, .eager_limit = kSize, .eager_credit = 16u << 20}), "");
+  const int rcvbuf = 64 * 1024;  // fixed: no autotuning up to tcp_rmem's maximum
+  ASSERT_EQ(::setsockopt(c.control().fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0) << std::strerror(errno);
+  auto ar = listener->accept(10s);
+  ASSERT_TRUE(ar) << describe(ar.status());
+  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  for (size_t i = 0; i < kMessages; ++i) {
+    const Status s = ep->send(numbered_bytes(kSize, static_cast<int>(i)), Tag{1000 + i}).wait(5s);
+    ASSERT_TRUE(s.is_ok()) << "message " << i << ": " << describe(s);
+  }
+  ep->close();
+  ep.reset();
+
+  std::string err;
+  for (size_t i = 0; i < kMessages; ++i) {
+    auto header = c.control().recv_exact(8, 20s, &err);
+    ASSERT_TRUE(header) << "message " << i << " of " << kMessages << ": " << err;
+    ASSERT_EQ((*header)[0], 1) << "message " << i << ": frame type " << int{(*header)[0]} << ", not EAGER";
+    const uint32_t body = static_cast<uint32_t>(raw::get_le(header->data() + 4, 4));
+    ASSERT_EQ(body, 8 + kSize) << "message " << i;
+    auto bytes = c.control().recv_exact(body, 20s, &err);
+    ASSERT_TRUE(bytes) << "message " << i << ": " << err;
+    EXPECT_EQ(raw::get_le(bytes->data(), 8), 1000 + i);
+    const auto want = numbered_bytes(kSize, static_cast<int>(i));
+    ASSERT_EQ(std::memcmp(bytes->data() + 8, want.data(), kSize), 0) << "message " << i;
+  }
+  auto goodbye = c.control().recv_exact(16, 20s, &err);
+  ASSERT_TRUE(goodbye) << "GOODBYE: " << err;
+  EXPECT_EQ((*goodbye)[0], 6) << "frame type";
+  EXPECT_EQ(raw::get_le(goodbye->data() + 8, 4), 0u) << "GOODBYE reason";
+  size_t extra = 0;
+  EXPECT_TRUE(c.control().wait_closed(20s, &extra));
+  EXPECT_EQ(extra, 0u) << "bytes after GOODBYE";
 }
 
 TEST(Lifecycle, AnAbortingPeerIsAFailureNotAFinish) {
