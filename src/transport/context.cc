@@ -46,11 +46,13 @@ void ContextCore::shutdown() {
 }
 
 void ContextCore::adopt(const std::shared_ptr<EndpointCore>& ep) {
-  uint64_t id = static_cast<uint64_t>(ep->id());
-  endpoints_[id] = ep;
+  // Keyed by a number of our own, not the EndpointId: the id is chosen by the
+  // accepting side, so both ends of a connection to this same context carry it.
+  const uint64_t key = next_endpoint_key_++;
+  endpoints_[key] = ep;
   std::weak_ptr<ContextCore> weak = weak_from_this();
-  ep->set_on_closed([weak](EndpointId gone) {
-    if (auto self = weak.lock()) self->endpoints_.erase(static_cast<uint64_t>(gone));
+  ep->set_on_closed([weak, key](EndpointId) {
+    if (auto self = weak.lock()) self->endpoints_.erase(key);
   });
 }
 

@@ -61,7 +61,8 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   MemoryRegistry registry_;
   std::shared_ptr<engine::ProgressEngine> engine_;
   bool shut_down_ = false;
-  std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;
+  std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;  // by next_endpoint_key_
+  uint64_t next_endpoint_key_ = 1;
   std::unordered_map<uint64_t, PendingEndpoint> pending_;
   std::vector<std::weak_ptr<ListenerCore>> listeners_;
 };

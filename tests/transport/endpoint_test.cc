@@ -160,6 +160,25 @@ TEST(Endpoint, ContextDestructionAbortsRequests) {
   EXPECT_EQ(r.wait(1s).code(), StatusCode::kAborted);
 }
 
+TEST(Endpoint, ContextDestructionAbortsBothEndsOfAConnectionToItself) {
+  // Both ends live in one context and carry the same endpoint id (the accepting side
+  // chooses it): the context must still track, and so abort, each of them.
+  auto ctx = Context::create({.ignore_env = true}).value();
+  auto l = ctx->listen("127.0.0.1:0").value();
+  auto c = ctx->connect("127.0.0.1:" + std::to_string(l->port()), 10s);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  auto s = l->accept(10s);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_EQ((*c)->id(), (*s)->id());
+  std::vector<std::byte> buf(2 * 10);
+  Request on_client = (*c)->recv(std::span(buf).first(10), Tag{1});
+  Request on_server = (*s)->recv(std::span(buf).last(10), Tag{1});
+  l.reset();
+  ctx.reset();
+  EXPECT_EQ(on_client.wait(2s).code(), StatusCode::kAborted);
+  EXPECT_EQ(on_server.wait(2s).code(), StatusCode::kAborted);
+}
+
 TEST(Context, ConnectRefusedIsUnreachable) {
   auto ctx = Context::create({.ignore_env = true}).value();
   auto l = ctx->listen("127.0.0.1:0").value();
