@@ -162,9 +162,10 @@ class Endpoint {
   /// Closes the endpoint because this side is done with it: outstanding requests fail
   /// with kAborted; the peer sees an orderly close (closed_by_peer() there) and can
   /// still receive the messages this side sent before. Messages whose sends completed
-  /// but that still sat behind a full socket are delivered after close() returns: the
-  /// socket lingers until they are sent, the peer takes nothing for 10 s, or the
-  /// context is destroyed. Idempotent.
+  /// but that were still queued (eager) or in the kernel (rendezvous) are delivered
+  /// after close() returns: the sockets linger until they are sent and the peer has
+  /// closed too, the peer takes nothing for 10 s, or the context is destroyed.
+  /// Idempotent.
   void close();
   /// Like close(), but tells the peer this side gave up after a failure: the peer
   /// fails as if this side had died (closed_by_peer() stays false there), and what

@@ -182,11 +182,13 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
     append_frame(GoodbyeFrame{static_cast<uint32_t>(reason)});
     flush_control();
     if (reason == wire::GoodbyeReason::kClosed && state_ == State::kActive) {
-      // Taken out of control_, so fail_locked leaves the socket open.
+      // The sockets are taken out of the endpoint, so fail_locked leaves them open.
       linger_ = std::make_unique<Linger>();
-      linger_->fd = std::move(control_);
-      linger_->hid = control_hid_;
+      linger_->control = {std::move(control_), control_hid_};
       linger_->bytes.assign(ctl_tx_.begin() + static_cast<std::ptrdiff_t>(ctl_tx_off_), ctl_tx_.end());
+      for (DataStream& ds : streams_) {
+        if (ds.fd.valid()) linger_->data.push_back({std::move(ds.fd), ds.hid});
+      }
     }
   }
   fail_locked(Status(StatusCode::kAborted, reason == wire::GoodbyeReason::kAborted ? "endpoint aborted locally"
@@ -195,12 +197,16 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
 }
 
 void EndpointCore::start_linger() {
-  Status s = engine_->modify(linger_->fd.get(), linger_->hid, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
-  if (!s.is_ok()) {
+  Linger& l = *linger_;
+  // The control socket is watched for room now; the data streams still are. What a
+  // data stream still had queued belonged to operations that have just failed, so it
+  // is not sent: each one ends with FIN at once, after the chunks already written.
+  if (!engine_->modify(l.control.fd.get(), l.control.hid, EPOLLIN | EPOLLOUT | EPOLLRDHUP).is_ok()) {
     end_linger();
     return;
   }
-  linger_->last_progress = engine::Clock::now();
+  for (Linger::Socket& d : l.data) ::shutdown(d.fd.get(), SHUT_WR);
+  l.last_progress = engine::Clock::now();
   arm_linger_timer();
   linger_progress();
 }
@@ -221,37 +227,66 @@ void EndpointCore::arm_linger_timer() {
 
 void EndpointCore::linger_progress() {
   Linger& l = *linger_;
-  while (l.off < l.bytes.size()) {
-    ssize_t n = ::send(l.fd.get(), l.bytes.data() + l.off, l.bytes.size() - l.off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      l.off += static_cast<size_t>(n);
-      l.last_progress = engine::Clock::now();
-      continue;
+  if (l.control.fd.valid()) {
+    while (l.off < l.bytes.size()) {
+      ssize_t n = ::send(l.control.fd.get(), l.bytes.data() + l.off, l.bytes.size() - l.off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        l.off += static_cast<size_t>(n);
+        l.last_progress = engine::Clock::now();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && would_block(errno)) break;
+      end_linger();  // the peer is gone: nothing more can be delivered
+      return;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && would_block(errno)) break;
-    end_linger();  // the peer is gone: nothing more can be delivered
-    return;
+    if (l.off == l.bytes.size() && !l.shut) {
+      ::shutdown(l.control.fd.get(), SHUT_WR);  // FIN behind the last byte
+      l.shut = true;
+    }
   }
-  if (l.off == l.bytes.size() && !l.shut) {
-    ::shutdown(l.fd.get(), SHUT_WR);  // FIN behind the last byte
-    l.shut = true;
-  }
-  // Read and drop what the peer still sends (credits, replies): closing a socket with
-  // unread bytes resets the connection, and a reset discards what the kernel has not
-  // sent yet. The peer's EOF (it closes on ours) ends the linger.
-  while (true) {
-    ssize_t n = ::recv(l.fd.get(), scratch(), kScratchSize, MSG_DONTWAIT);
-    if (n > 0 || (n < 0 && errno == EINTR)) continue;
-    if (n < 0 && would_block(errno)) return;
+  // Read and drop what the peer still sends (credits, replies, its data): closing a
+  // socket with unread bytes resets the connection, and a reset discards what the
+  // kernel has not sent yet. Each socket closes at the peer's EOF (it closes on ours).
+  // A read budget per call keeps a peer that streams on from starving other work.
+  size_t budget = 16;
+  bool more = false;
+  auto drain = [&](Linger::Socket& sock) {
+    while (sock.fd.valid()) {
+      if (budget == 0) {
+        more = true;
+        return;
+      }
+      --budget;
+      ssize_t n = ::recv(sock.fd.get(), scratch(), kScratchSize, MSG_DONTWAIT);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      if (n < 0 && would_block(errno)) return;
+      engine_->remove(sock.fd.get(), sock.hid);  // EOF or an error: done with it
+      sock.fd.reset();
+    }
+  };
+  drain(l.control);
+  for (Linger::Socket& d : l.data) drain(d);
+  const bool open = l.control.fd.valid() ||
+                    std::any_of(l.data.begin(), l.data.end(), [](const Linger::Socket& d) { return d.fd.valid(); });
+  if (!open) {
     end_linger();
     return;
+  }
+  if (more) {
+    // Edge-triggered: nothing else may come to raise another edge, so go on later.
+    engine_->add_timer(engine::Clock::now(), [weak = weak_from_this()] {
+      auto self = weak.lock();
+      if (self && self->linger_) self->linger_progress();
+    });
   }
 }
 
 void EndpointCore::end_linger() {
-  engine_->remove(linger_->fd.get(), linger_->hid);
-  linger_.reset();  // closes the socket
+  Linger& l = *linger_;
+  engine_->remove(l.control.fd.get(), l.control.hid);
+  for (Linger::Socket& d : l.data) engine_->remove(d.fd.get(), d.hid);
+  linger_.reset();  // closes what is still open
   notify_closed();
 }
 
@@ -946,6 +981,10 @@ void EndpointCore::read_stream(uint16_t index) {
 }
 
 void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
+  if (linger_) {
+    linger_progress();
+    return;
+  }
   if (state_ != State::kActive && state_ != State::kDraining) return;
   DataStream& s = streams_[index];
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {

@@ -328,15 +328,21 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
   std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
   uint64_t unexpected_rts_ = 0;
-  /// After an orderly close the control socket lingers until everything queued on it
-  /// (frames behind a full socket, then GOODBYE) has been sent and the peer has closed
-  /// its side too, or the peer took nothing for kCloseLinger: an eager send completes once its bytes
-  /// are copied, so closing the socket at once could drop messages already reported
-  /// sent. The endpoint itself has failed (every request completed) by then.
+  /// After an orderly close the endpoint's sockets linger until everything queued on
+  /// the control socket (frames behind a full socket, then GOODBYE) has been sent and
+  /// the peer has closed each socket too, or the peer took nothing for kCloseLinger:
+  /// an eager send completes once its bytes are copied and a rendezvous send once its
+  /// last chunk is in the kernel, so closing at once (or with unread bytes, which
+  /// resets the connection) could drop messages already reported sent. The endpoint
+  /// itself has failed (every request completed) by then.
   struct Linger {
-    net::Fd fd;
-    engine::HandlerId hid;
-    std::vector<std::byte> bytes;  // what was still queued at close()
+    struct Socket {
+      net::Fd fd;  // invalid once the peer's EOF came
+      engine::HandlerId hid;
+    };
+    Socket control;
+    std::vector<Socket> data;
+    std::vector<std::byte> bytes;  // what was still queued on the control socket at close()
     size_t off = 0;                // sent so far
     bool shut = false;             // everything sent and shutdown(SHUT_WR) done
     engine::Clock::time_point last_progress;  // when the peer last took bytes
