@@ -80,6 +80,32 @@ Status wait_for_peer_gone(Endpoint& ep) {
   return ep.recv(never, Tag{0xDEAD}).wait(10s);
 }
 
+// An endpoint whose peer is a raw socket (one data stream): the test decides when the
+// peer reads, and a 64 KiB receive buffer (fixed: no autotuning up to tcp_rmem's
+// maximum) on the peer's control or data socket makes that socket fill up fast.
+struct RawPeer {
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<Listener> listener;
+  raw::RmaClient c;
+  std::shared_ptr<Endpoint> ep;
+};
+enum class SmallBuffer { kControl, kData };
+void accept_raw_peer(RawPeer& p, raw::RmaClient::Options options, SmallBuffer small) {
+  p.ctx = make_context(1);
+  ASSERT_TRUE(p.ctx);
+  auto lr = p.ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  p.listener = std::move(lr).value();
+  options.streams = 1;
+  ASSERT_EQ(p.c.connect(p.listener->port(), options), "");
+  const int fd = small == SmallBuffer::kControl ? p.c.control().fd() : p.c.data(0).fd();
+  const int rcvbuf = 64 * 1024;
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0) << std::strerror(errno);
+  auto ar = p.listener->accept(10s);
+  ASSERT_TRUE(ar) << describe(ar.status());
+  p.ep = std::move(ar).value();
+}
+
 TEST(Lifecycle, MessagesSentBeforeAnOrderlyCloseStayReceivable) {
   // A sender whose sends completed and which then closes (a rank leaving after its
   // last collective) must not take back what it sent: the eager messages that reached
@@ -133,19 +159,12 @@ TEST(Lifecycle, AnOrderlyCloseDeliversWhatWasQueuedBehindAFullSocket) {
   // endpoint's queue, behind a socket the peer is not reading yet, when the
   // application closes. close() must not drop them: the peer, a raw socket that reads
   // only after the close, gets every message, then GOODBYE (reason 0), then EOF.
-  auto ctx = make_context(1);
-  ASSERT_TRUE(ctx);
-  auto lr = ctx->listen("127.0.0.1:0");
-  ASSERT_TRUE(lr) << describe(lr.status());
-  auto listener = std::move(lr).value();
   constexpr size_t kMessages = 512, kSize = 16 * 1024;  // 8 MiB: far beyond the socket buffers
-  raw::RmaClient c;
-  ASSERT_EQ(c.connect(listener->port(), {.streams = 1, .eager_limit = kSize, .eager_credit = 16u << 20}), "");
-  const int rcvbuf = 64 * 1024;  // fixed: no autotuning up to tcp_rmem's maximum
-  ASSERT_EQ(::setsockopt(c.control().fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0) << std::strerror(errno);
-  auto ar = listener->accept(10s);
-  ASSERT_TRUE(ar) << describe(ar.status());
-  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  RawPeer p;
+  ASSERT_NO_FATAL_FAILURE(
+      accept_raw_peer(p, {.eager_limit = kSize, .eager_credit = 16u << 20}, SmallBuffer::kControl));
+  raw::RmaClient& c = p.c;
+  std::shared_ptr<Endpoint>& ep = p.ep;
   for (size_t i = 0; i < kMessages; ++i) {
     const Status s = ep->send(numbered_bytes(kSize, static_cast<int>(i)), Tag{1000 + i}).wait(5s);
     ASSERT_TRUE(s.is_ok()) << "message " << i << ": " << describe(s);
@@ -181,18 +200,10 @@ TEST(Lifecycle, ACloseWithUnreadBytesStillDeliversACompletedRendezvousSend) {
   // tail is still in the sender's kernel at close(); and it has written bytes into the
   // data stream that the endpoint never reads. Closing that socket outright would
   // reset the connection and throw the tail away.
-  auto ctx = make_context(1);
-  ASSERT_TRUE(ctx);
-  auto lr = ctx->listen("127.0.0.1:0");
-  ASSERT_TRUE(lr) << describe(lr.status());
-  auto listener = std::move(lr).value();
-  raw::RmaClient c;
-  ASSERT_EQ(c.connect(listener->port(), {.streams = 1}), "");
-  const int rcvbuf = 64 * 1024;
-  ASSERT_EQ(::setsockopt(c.data(0).fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0) << std::strerror(errno);
-  auto ar = listener->accept(10s);
-  ASSERT_TRUE(ar) << describe(ar.status());
-  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  RawPeer p;
+  ASSERT_NO_FATAL_FAILURE(accept_raw_peer(p, {}, SmallBuffer::kData));
+  raw::RmaClient& c = p.c;
+  std::shared_ptr<Endpoint>& ep = p.ep;
 
   const auto msg = numbered_bytes(size_t{512} << 10, 8);
   Request sent = ep->send(msg, Tag{77});
