@@ -185,7 +185,8 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
       // The sockets are taken out of the endpoint, so fail_locked leaves them open.
       linger_ = std::make_unique<Linger>();
       linger_->control = {std::move(control_), control_hid_};
-      linger_->bytes.assign(ctl_tx_.begin() + static_cast<std::ptrdiff_t>(ctl_tx_off_), ctl_tx_.end());
+      linger_->bytes = std::move(ctl_tx_);  // fail_locked clears what is left behind
+      linger_->off = ctl_tx_off_;
       for (DataStream& ds : streams_) {
         if (ds.fd.valid()) linger_->data.push_back({std::move(ds.fd), ds.hid});
       }
@@ -509,11 +510,10 @@ void EndpointCore::release_held_resps() {
 }
 
 void EndpointCore::on_control_event(uint32_t events) {
-  if (linger_) {
-    linger_progress();
+  if (state_ != State::kActive) {
+    if (linger_) linger_progress();  // closed: the sockets are draining (see close)
     return;
   }
-  if (state_ != State::kActive) return;
   if ((events & EPOLLOUT) && ctl_blocked_) {
     ctl_blocked_ = false;
     flush_control();
@@ -981,11 +981,10 @@ void EndpointCore::read_stream(uint16_t index) {
 }
 
 void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
-  if (linger_) {
-    linger_progress();
+  if (state_ != State::kActive && state_ != State::kDraining) {
+    if (linger_) linger_progress();  // closed: the sockets are draining (see close)
     return;
   }
-  if (state_ != State::kActive && state_ != State::kDraining) return;
   DataStream& s = streams_[index];
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     if (events & (EPOLLRDHUP | EPOLLHUP)) s.eof = true;

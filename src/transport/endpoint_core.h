@@ -342,8 +342,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     };
     Socket control;
     std::vector<Socket> data;
-    std::vector<std::byte> bytes;  // what was still queued on the control socket at close()
-    size_t off = 0;                // sent so far
+    std::vector<std::byte> bytes;  // the control socket's queue, taken over at close()
+    size_t off = 0;                // sent so far (from where the endpoint had got to)
     bool shut = false;             // everything sent and shutdown(SHUT_WR) done
     engine::Clock::time_point last_progress;  // when the peer last took bytes
   };
