@@ -1,16 +1,15 @@
 #include "engine/progress.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include "engine/futex.h"
 
 namespace remora::engine {
 namespace {
@@ -41,6 +40,12 @@ Result<std::shared_ptr<ProgressEngine>> ProgressEngine::create(Options options) 
   if (e->epfd_ < 0) return Status(StatusCode::kNoResource, std::string("epoll_create1: ") + std::strerror(errno));
   e->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (e->wake_fd_ < 0) return Status(StatusCode::kNoResource, std::string("eventfd: ") + std::strerror(errno));
+  e->park_event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->park_event_fd_ < 0) return Status(StatusCode::kNoResource, std::string("eventfd: ") + std::strerror(errno));
+  e->park_timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);  // steady_clock's clock
+  if (e->park_timer_fd_ < 0) {
+    return Status(StatusCode::kNoResource, std::string("timerfd_create: ") + std::strerror(errno));
+  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeToken;
@@ -52,8 +57,9 @@ Result<std::shared_ptr<ProgressEngine>> ProgressEngine::create(Options options) 
 
 ProgressEngine::~ProgressEngine() {
   stop();
-  if (wake_fd_ >= 0) ::close(wake_fd_);
-  if (epfd_ >= 0) ::close(epfd_);
+  for (int fd : {wake_fd_, park_event_fd_, park_timer_fd_, epfd_}) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 void ProgressEngine::start() {
@@ -70,8 +76,7 @@ void ProgressEngine::stop() {
   uint64_t one = 1;
   ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
   (void)ignored;
-  park_word_.fetch_add(1, std::memory_order_release);
-  futex_wake_all(&park_word_);
+  wake_parked();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -268,30 +273,81 @@ int ProgressEngine::poll_and_dispatch(int timeout_ms) {
 }
 
 bool ProgressEngine::should_park() const noexcept {
-  if (blocked_waiters_.load(std::memory_order_acquire) > 0) return false;
+  if (blocked_waiters_.load(std::memory_order_seq_cst) > 0) return false;  // seq_cst: see park
   if (active_waiters_.load(std::memory_order_acquire) > 0) return true;
   int64_t last = last_waiter_ns_.load(std::memory_order_relaxed);
   return last != 0 && now_ns() - last < int64_t{options_.linger_us} * 1000;
 }
 
+bool ProgressEngine::arm_park_timer(int64_t deadline_ns) noexcept {
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(deadline_ns / 1'000'000'000);
+  when.it_value.tv_nsec = static_cast<long>(deadline_ns % 1'000'000'000);
+  if (when.it_value.tv_sec == 0 && when.it_value.tv_nsec == 0) when.it_value.tv_nsec = 1;  // 0 would disarm it
+  return ::timerfd_settime(park_timer_fd_, TFD_TIMER_ABSTIME, &when, nullptr) == 0;
+}
+
+void ProgressEngine::push_park_timer(int64_t now_ns) noexcept {
+  // With no linger the progress thread parks only while a waiter is inside wait();
+  // it then looks around every kMinPark on its own (see park), and a push per
+  // waiter would cost a system call per operation.
+  const int64_t linger_ns = int64_t{options_.linger_us} * 1000;
+  if (linger_ns == 0) return;
+  int64_t pushed = park_pushed_ns_.load(std::memory_order_relaxed);
+  if (now_ns - pushed < linger_ns / 2) return;
+  if (!park_pushed_ns_.compare_exchange_strong(pushed, now_ns, std::memory_order_relaxed)) return;  // another did
+  (void)arm_park_timer(now_ns + linger_ns);  // failed: the thread wakes at the older deadline and re-parks
+}
+
+void ProgressEngine::wake_parked() noexcept {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(park_event_fd_, &one, sizeof one);
+  (void)ignored;
+}
+
+void ProgressEngine::park() {
+  // Park until a linger period after the last waiter's activity. Spinners poll every
+  // socket themselves, and while they keep spinning they push the timer further out
+  // (waiter_polling, waiter_exit), so the timer fires only once they have gone quiet
+  // for about a linger period: this thread then looks around (try_progress) and, if
+  // nobody has waited since, serves the sockets again. A wake-up while they spin
+  // would put this thread on a CPU a spinner is using: on this class of VM an
+  // interrupt plus the switch costs the spinner tens of microseconds. (Waking once
+  // per linger period instead, a 100 000-get ping-pong took 3198 context switches
+  // in its two processes; with the pushed timer, 418.)
+  constexpr int64_t kMinPark = 50'000;  // ns: with no linger, look around this often
+  const int64_t now = now_ns();
+  const int64_t linger_ns = std::max<int64_t>(int64_t{options_.linger_us} * 1000, kMinPark);
+  const int64_t deadline = std::max(now, last_waiter_ns_.load(std::memory_order_relaxed)) + linger_ns;
+  park_pushed_ns_.store(now, std::memory_order_relaxed);
+  parked_.store(true, std::memory_order_seq_cst);
+  const bool armed = arm_park_timer(deadline);
+  // Re-check after announcing the park: a thread that began to block before it saw
+  // parked_ has raised blocked_waiters_ by now, and one that begins later writes
+  // park_event_fd_, which the poll below sees.
+  if (should_park() && running_.load(std::memory_order_acquire)) {
+    pollfd fds[2] = {{park_timer_fd_, POLLIN, 0}, {park_event_fd_, POLLIN, 0}};
+    const int timeout_ms = armed ? 60'000 : static_cast<int>(linger_ns / 1'000'000) + 1;  // armed: a safety net only
+    (void)::poll(fds, 2, timeout_ms);
+  }
+  parked_.store(false, std::memory_order_relaxed);
+  uint64_t drained;
+  for (int fd : {park_timer_fd_, park_event_fd_}) {
+    ssize_t ignored = ::read(fd, &drained, sizeof drained);  // non-blocking; either may be empty
+    (void)ignored;
+  }
+}
+
 void ProgressEngine::thread_main() {
   pthread_setname_np(pthread_self(), "remora-progress");  // what top -H and perf show
-  // Parked for spinners, this thread wakes once per linger period only to look around;
-  // the kernel may defer that wake-up by up to another linger period (timer slack) to
-  // fold it into an interrupt it takes anyway, instead of interrupting a spinner's CPU
-  // for it. On this class of VM an interrupt plus the switch costs a spinner ~50 us.
-  // Its other timeouts (epoll_wait's, for engine timers) are in milliseconds anyway.
-  const uint64_t slack_ns = std::clamp<uint64_t>(uint64_t{options_.linger_us} * 1000, 50'000, 10'000'000);
-  (void)::prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0);  // best effort: the default 50 us otherwise
   const int64_t poll_ns = int64_t{options_.poll_us} * 1000;
   int64_t poll_until = 0;  // keep polling instead of sleeping in epoll until then
   unsigned idle_polls = 0;
   while (running_.load(std::memory_order_acquire)) {
     if (should_park()) {
-      // Waiters are spinning and harvesting events themselves; stay off their CPUs,
-      // but look around once per linger period for sockets nobody waits on.
-      uint32_t seq = park_word_.load(std::memory_order_acquire);
-      futex_wait(&park_word_, seq, std::chrono::microseconds(options_.linger_us > 0 ? options_.linger_us : 1));
+      // Waiters are spinning and harvesting events themselves; stay off their CPUs
+      // until they have been quiet for a linger period (see park), then look around.
+      park();
       try_progress();
       poll_until = 0;
       continue;
@@ -319,16 +375,21 @@ void ProgressEngine::thread_main() {
 void ProgressEngine::waiter_enter() noexcept { active_waiters_.fetch_add(1, std::memory_order_acq_rel); }
 
 void ProgressEngine::waiter_exit() noexcept {
-  last_waiter_ns_.store(now_ns(), std::memory_order_relaxed);
+  const int64_t now = now_ns();
+  last_waiter_ns_.store(now, std::memory_order_relaxed);
   active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  if (parked_.load(std::memory_order_relaxed)) push_park_timer(now);
 }
 
-void ProgressEngine::driven_by_caller() noexcept { last_waiter_ns_.store(now_ns(), std::memory_order_relaxed); }
+void ProgressEngine::driven_by_caller() noexcept {
+  const int64_t now = now_ns();
+  last_waiter_ns_.store(now, std::memory_order_relaxed);
+  if (parked_.load(std::memory_order_relaxed)) push_park_timer(now);
+}
 
 void ProgressEngine::block_begin() noexcept {
-  blocked_waiters_.fetch_add(1, std::memory_order_acq_rel);
-  park_word_.fetch_add(1, std::memory_order_release);
-  futex_wake_all(&park_word_);
+  blocked_waiters_.fetch_add(1, std::memory_order_seq_cst);  // before reading parked_: see park
+  if (parked_.load(std::memory_order_seq_cst)) wake_parked();
 }
 
 void ProgressEngine::block_end() noexcept { blocked_waiters_.fetch_sub(1, std::memory_order_acq_rel); }

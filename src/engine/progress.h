@@ -8,10 +8,11 @@
 //   (try_lock + epoll_wait(0)): on this class of VM a cross-CPU wake-up costs
 //   50–150 µs, so completing in the waiting thread is what makes latency low.
 // - While waiters spin (and for progress_linger after the last one left), the
-//   progress thread parks instead of competing for the CPU, waking every linger
-//   period to serve other sockets (its timer slack is the linger period, within
-//   50 us … 10 ms: the kernel may fold the wake-up into a later interrupt, up to
-//   that much later, rather than interrupt a spinner's CPU for it). It never parks
+//   progress thread parks instead of competing for the CPU: spinners poll every
+//   socket themselves. It sleeps until a timer that fires a linger period after the
+//   last waiter's activity; waiters push that timer further out (at most once per
+//   half a linger period, one timerfd_settime) instead of letting it fire, since a
+//   wake-up puts the progress thread on a CPU a spinner is using. It never parks
 //   while a thread is blocked waiting for it (block_begin/block_end): such a thread
 //   wakes it first.
 // - Otherwise, once it has served something, the progress thread keeps polling
@@ -130,6 +131,13 @@ class ProgressEngine {
   /// itself, so the progress thread parks while any spins.
   void waiter_enter() noexcept;
   void waiter_exit() noexcept;
+  /// A spinning waiter's poll at `now`: keeps a parked progress thread parked (see
+  /// push_park_timer). Cheap unless a push is due.
+  void waiter_polling(Clock::time_point now) noexcept {
+    if (parked_.load(std::memory_order_relaxed)) {
+      push_park_timer(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+    }
+  }
   /// An application thread just pushed data itself (a put posted with the lock held
   /// writes what the sockets take, and on loopback that goes on while the peer
   /// drains): as after a spinning waiter, the progress thread stays parked for a
@@ -166,6 +174,13 @@ class ProgressEngine {
   static void run_deferred(std::vector<std::function<void()>>& calls);
   int next_timer_ms();
   bool should_park() const noexcept;
+  /// Parked: sleeps until the park timer fires or park_event_fd_ is written.
+  void park();
+  /// Moves the park timer to a linger period after `now_ns` if the last move is half
+  /// a linger period old (so at most one system call per half period, by any thread).
+  void push_park_timer(int64_t now_ns) noexcept;
+  bool arm_park_timer(int64_t deadline_ns) noexcept;
+  void wake_parked() noexcept;
 
   struct Slot {
     EventHandler* handler = nullptr;
@@ -197,7 +212,12 @@ class ProgressEngine {
   std::atomic<bool> running_{false};
   std::atomic<uint32_t> active_waiters_{0};
   std::atomic<int64_t> last_waiter_ns_{0};
-  std::atomic<uint32_t> park_word_{0};
+  // Parking: a CLOCK_MONOTONIC timerfd that waiters push out while they keep
+  // spinning, and an eventfd for wake-ups now (a blocking waiter, stop()).
+  int park_timer_fd_ = -1;
+  int park_event_fd_ = -1;
+  std::atomic<bool> parked_{false};
+  std::atomic<int64_t> park_pushed_ns_{0};  ///< when the park timer was last set
   std::atomic<uint32_t> yield_polls_{32};  ///< see yield_polls()
   std::atomic<uint32_t> blocked_waiters_{0};
   std::atomic<uint32_t> lock_waiters_{0};

@@ -46,6 +46,7 @@ Status Request::wait(Duration timeout) const {
     while (!st.done()) {
       auto now = Clock::now();
       if (now >= spin_end || now >= deadline) break;
+      eng->waiter_polling(now);
       if (eng->try_progress() > 0) {
         spin_end = now + spin;
         idle_polls = 0;

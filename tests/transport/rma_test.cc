@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -821,6 +822,45 @@ TEST(RmaFlush, ReportsAFailedPutOrAtomic) {
     EXPECT_FALSE(bad.wait(10s).is_ok());
     EXPECT_FALSE(p.init->failed());
   }
+}
+
+// --- the passive target after its own threads stop waiting -------------------------
+
+// While a thread of the target's process spins in wait(), that process's progress
+// thread parks and the spinner serves every socket; it parks until a timer fires a
+// linger period after the last waiter's activity, and waiters keep pushing the timer
+// out. Here the target's only application thread spins through a ping-pong, then
+// blocks outside remora. A get against its memory must still be served: by the
+// progress thread, once that timer fires.
+TEST(RmaPassiveTarget, ServedAfterTheTargetsThreadsStopSpinning) {
+  ContextOptions opts{.spin_us = 60'000'000};  // the waits below spin, never block
+  RmaPair p = make_pair(opts);
+  TargetMemory t(*p.target_ctx, 4096, Access::kRemoteRead);
+  const RemoteKey key = t.region.remote_key();
+
+  std::promise<void> got_it;
+  std::thread target_app([&] {
+    std::vector<std::byte> ping(16), pong(16);
+    for (uint64_t i = 0; i < 300; ++i) {
+      Request r = p.target->recv(pong, Tag{i});
+      ASSERT_TRUE(p.target->send(ping, Tag{i}).wait(10s).is_ok());
+      ASSERT_TRUE(r.wait(10s).is_ok()) << "round " << i;
+    }
+    got_it.get_future().wait();  // blocked outside remora until the get came back
+  });
+  std::vector<std::byte> ping(16), pong(16);
+  for (uint64_t i = 0; i < 300; ++i) {
+    Request r = p.init->recv(pong, Tag{i});
+    ASSERT_TRUE(r.wait(10s).is_ok()) << "round " << i;
+    ASSERT_TRUE(p.init->send(ping, Tag{i}).wait(10s).is_ok());
+  }
+
+  std::vector<std::byte> back(4096);
+  Status st = p.init->get(back, key, 0).wait(10s);
+  got_it.set_value();
+  target_app.join();
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(back, t.model);
 }
 
 // --- refusals: the target checks everything before it touches a byte --------------
