@@ -201,12 +201,12 @@ void EndpointCore::start_linger() {
   Linger& l = *linger_;
   // The control socket is watched for room now; the data streams still are. What a
   // data stream still had queued belonged to operations that have just failed, so it
-  // is not sent: each one ends with FIN at once, after the chunks already written.
+  // is not sent: each one ends with FIN after the bytes already written, once the
+  // control stream has handed GOODBYE to the kernel (see linger_progress).
   if (!engine_->modify(l.control.fd.get(), l.control.hid, EPOLLIN | EPOLLOUT | EPOLLRDHUP).is_ok()) {
     end_linger();
     return;
   }
-  for (Linger::Socket& d : l.data) ::shutdown(d.fd.get(), SHUT_WR);
   l.last_progress = engine::Clock::now();
   arm_linger_timer();
   linger_progress();
@@ -245,6 +245,15 @@ void EndpointCore::linger_progress() {
       ::shutdown(l.control.fd.get(), SHUT_WR);  // FIN behind the last byte
       l.shut = true;
     }
+  }
+  if ((l.shut || !l.control.fd.valid()) && !l.data_shut) {
+    // Only now the data streams: a chunk cut short by close() then ends after the
+    // GOODBYE is on its way, so the peer, reading its control stream when a data
+    // stream ends mid-chunk (read_stream), finds it there and sees an orderly close.
+    for (Linger::Socket& d : l.data) {
+      if (d.fd.valid()) ::shutdown(d.fd.get(), SHUT_WR);
+    }
+    l.data_shut = true;
   }
   // Read and drop what the peer still sends (credits, replies, its data): closing a
   // socket with unread bytes resets the connection, and a reset discards what the
@@ -964,6 +973,19 @@ void EndpointCore::read_stream(uint16_t index) {
       return;
     }
     if (n == 0) {
+      if (state_ == State::kActive && control_.valid()) {
+        // A peer closing orderly hands GOODBYE and its control stream's FIN to the
+        // kernel before it ends its data streams, but this side may see a data stream
+        // end first (its event was harvested first; on a network the streams race).
+        // Read the control stream before judging: a GOODBYE there makes this the
+        // orderly close it is. (read_control may end the endpoint's active state and
+        // re-read this stream itself; then `c` is gone, so return at once.)
+        read_control();
+        if (state_ == State::kActive && peer_goodbye_.has_value()) {
+          handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " said GOODBYE"));
+        }
+        if (state_ != State::kActive) return;
+      }
       fail_locked(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " +
                                                       std::to_string(index) + " in the middle of a message"));
       return;

@@ -345,6 +345,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     std::vector<std::byte> bytes;  // the control socket's queue, taken over at close()
     size_t off = 0;                // sent so far (from where the endpoint had got to)
     bool shut = false;             // everything sent and shutdown(SHUT_WR) done
+    bool data_shut = false;        // the data streams' shutdown(SHUT_WR) done (after `shut`)
     engine::Clock::time_point last_progress;  // when the peer last took bytes
   };
   std::unique_ptr<Linger> linger_;

@@ -158,7 +158,9 @@ TEST(Lifecycle, AnOrderlyCloseDeliversWhatWasQueuedBehindAFullSocket) {
   // An eager send completes once its bytes are copied; they may still sit in the
   // endpoint's queue, behind a socket the peer is not reading yet, when the
   // application closes. close() must not drop them: the peer, a raw socket that reads
-  // only after the close, gets every message, then GOODBYE (reason 0), then EOF.
+  // only after the close, gets every message, then GOODBYE (reason 0), then EOF. The
+  // data stream ends only after that GOODBYE is in the kernel, so a chunk cut short by
+  // a close reaches the peer behind the GOODBYE (see AChunkCutShortByAnOrderlyClose...).
   constexpr size_t kMessages = 512, kSize = 16 * 1024;  // 8 MiB: far beyond the socket buffers
   RawPeer p;
   ASSERT_NO_FATAL_FAILURE(
@@ -171,6 +173,11 @@ TEST(Lifecycle, AnOrderlyCloseDeliversWhatWasQueuedBehindAFullSocket) {
   }
   ep->close();
   ep.reset();
+  std::byte probe{};
+  const ssize_t early = ::recv(c.data(0).fd(), &probe, 1, MSG_DONTWAIT);
+  const int early_errno = errno;
+  EXPECT_TRUE(early < 0 && (early_errno == EAGAIN || early_errno == EWOULDBLOCK))
+      << "the data stream ended (0) or carried bytes before GOODBYE could be sent: " << early;
 
   std::string err;
   for (size_t i = 0; i < kMessages; ++i) {
@@ -192,6 +199,8 @@ TEST(Lifecycle, AnOrderlyCloseDeliversWhatWasQueuedBehindAFullSocket) {
   size_t extra = 0;
   EXPECT_TRUE(c.control().wait_closed(20s, &extra));
   EXPECT_EQ(extra, 0u) << "bytes after GOODBYE";
+  EXPECT_TRUE(c.data(0).wait_closed(20s, &extra)) << "the data stream, once GOODBYE was out";
+  EXPECT_EQ(extra, 0u) << "bytes on the data stream";
 }
 
 TEST(Lifecycle, ACloseWithUnreadBytesStillDeliversACompletedRendezvousSend) {
@@ -289,6 +298,67 @@ TEST(Lifecycle, ACloseWhileThePeerIsStillSendingDoesNotTakeBackWhatWasSent) {
     for (Request& r : a_sends) EXPECT_NE(r.wait(30s).code(), StatusCode::kTimeout);
   }
   EXPECT_EQ(closed_while_coming_in, 1) << "a's data was never still coming in at b's close";
+}
+
+TEST(Lifecycle, AChunkCutShortByAnOrderlyCloseIsStillAnOrderlyClose) {
+  // A peer that closes while one of its chunks is on the wire (close() aborts that
+  // operation) ends the data stream mid-chunk, after its GOODBYE. When this side
+  // harvests the data stream's end first, it must read the control stream before it
+  // judges: the GOODBYE there makes this an orderly close, so the eager message that
+  // had arrived stays receivable and closed_by_peer() holds. To make this side see the
+  // data stream first every time, its progress thread is held in a notification
+  // handler while the peer (a raw socket) writes more of the chunk, so the data
+  // stream's event is queued first, then GOODBYE and the control stream's FIN, then
+  // the data stream's FIN.
+  RawPeer p;
+  ASSERT_NO_FATAL_FAILURE(accept_raw_peer(p, {}, SmallBuffer::kControl));
+  raw::RmaClient& c = p.c;
+  std::vector<std::byte> mem(size_t{1} << 20);
+  auto region = p.ctx->register_memory(mem.data(), mem.size(), Access::kRemoteWrite);
+  ASSERT_TRUE(region) << describe(region.status());
+  const raw::KeyBytes key = region->remote_key().serialize();
+
+  std::promise<void> held, release;
+  std::shared_future<void> released = release.get_future().share();
+  struct Release {  // whatever happens below, the progress thread is let go
+    std::promise<void>& p;
+    bool done = false;
+    void now() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Release() { now(); }
+  } let_go{release};
+  p.ep->set_notification_handler([&held, released](const Notification& n) {
+    if (n.value != 77) return;
+    held.set_value();
+    released.wait();
+  });
+
+  const std::vector<uint8_t> hello = {'s', 't', 'i', 'l', 'l', ' ', 'm', 'i', 'n', 'e'};
+  ASSERT_EQ(c.send_control(raw::eager(5, hello)), "");
+  constexpr uint32_t kLen = 256 * 1024;
+  const auto bytes = numbered_bytes(kLen, 3);
+  ASSERT_EQ(c.send_put_announce(c.next_op_id(), key, 0, kLen), "");
+  ASSERT_EQ(c.send_control(raw::chunk_frame(1, 0, kLen, 0, wire::ChunkKind::kPut)), "");
+  ASSERT_EQ(c.send_data(0, std::span(bytes).first(1000)), "");
+  ASSERT_EQ(c.send_put(c.next_op_id(), key, 4096, std::span(bytes).first(8), 77), "");
+  ASSERT_EQ(held.get_future().wait_for(20s), std::future_status::ready) << "the notification handler never ran";
+
+  ASSERT_EQ(c.send_data(0, std::span(bytes).subspan(1000, 1000)), "");
+  ASSERT_EQ(c.send_control(raw::frame(6, raw::Bytes().u32(0).u32(0).bytes())), "");  // GOODBYE, closed
+  ASSERT_EQ(::shutdown(c.control().fd(), SHUT_WR), 0);
+  ASSERT_EQ(::shutdown(c.data(0).fd(), SHUT_WR), 0);
+  let_go.now();
+
+  const Status gone = wait_for_peer_gone(*p.ep);
+  ASSERT_EQ(gone.code(), StatusCode::kPeerFailed) << describe(gone);
+  EXPECT_TRUE(p.ep->closed_by_peer()) << describe(p.ep->failure());
+  std::vector<std::byte> got(64);
+  Request r = p.ep->recv(got, Tag{5});
+  ASSERT_TRUE(r.wait(5s).is_ok()) << "the message that arrived before the close: " << describe(r.wait(0s));
+  ASSERT_EQ(r.bytes(), hello.size());
+  EXPECT_EQ(std::memcmp(got.data(), hello.data(), hello.size()), 0);
 }
 
 TEST(Lifecycle, AnAbortingPeerIsAFailureNotAFinish) {
