@@ -339,8 +339,9 @@ TEST(Lifecycle, AChunkCutShortByAnOrderlyCloseIsStillAnOrderlyClose) {
   ASSERT_EQ(c.send_control(raw::eager(5, hello)), "");
   constexpr uint32_t kLen = 256 * 1024;
   const auto bytes = numbered_bytes(kLen, 3);
-  ASSERT_EQ(c.send_put_announce(c.next_op_id(), key, 0, kLen), "");
-  ASSERT_EQ(c.send_control(raw::chunk_frame(1, 0, kLen, 0, wire::ChunkKind::kPut)), "");
+  const uint64_t put_id = c.next_op_id();
+  ASSERT_EQ(c.send_put_announce(put_id, key, 0, kLen), "");
+  ASSERT_EQ(c.send_control(raw::chunk_frame(put_id, 0, kLen, 0, wire::ChunkKind::kPut)), "");
   ASSERT_EQ(c.send_data(0, std::span(bytes).first(1000)), "");
   ASSERT_EQ(c.send_put(c.next_op_id(), key, 4096, std::span(bytes).first(8), 77), "");
   ASSERT_EQ(held.get_future().wait_for(20s), std::future_status::ready) << "the notification handler never ran";

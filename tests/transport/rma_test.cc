@@ -839,7 +839,19 @@ TEST(RmaPassiveTarget, ServedAfterTheTargetsThreadsStopSpinning) {
   const RemoteKey key = t.region.remote_key();
 
   std::promise<void> got_it;
-  std::thread target_app([&] {
+  std::thread target_app;
+  struct Finish {  // however this test ends, the target's thread is let go and joined
+    std::promise<void>& go;
+    std::thread& t;
+    bool set = false;
+    void now() {
+      if (!set) go.set_value();
+      set = true;
+      if (t.joinable()) t.join();
+    }
+    ~Finish() { now(); }
+  } finish{got_it, target_app};
+  target_app = std::thread([&] {
     std::vector<std::byte> ping(16), pong(16);
     for (uint64_t i = 0; i < 300; ++i) {
       Request r = p.target->recv(pong, Tag{i});
@@ -857,8 +869,7 @@ TEST(RmaPassiveTarget, ServedAfterTheTargetsThreadsStopSpinning) {
 
   std::vector<std::byte> back(4096);
   Status st = p.init->get(back, key, 0).wait(10s);
-  got_it.set_value();
-  target_app.join();
+  finish.now();
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(back, t.model);
 }
