@@ -26,6 +26,14 @@ epoll_event epoll_registration(uint32_t events, uint32_t slot, uint32_t generati
   return ev;
 }
 
+/// Raises an eventfd (the epoll wake-up, the park wake-up). Best effort: a full
+/// counter is already raised.
+void raise_eventfd(int eventfd) noexcept {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(eventfd, &one, sizeof one);
+  (void)ignored;
+}
+
 int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
@@ -73,10 +81,8 @@ void ProgressEngine::stop() {
     if (thread_.joinable()) thread_.join();
     return;
   }
-  uint64_t one = 1;
-  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
-  (void)ignored;
-  wake_parked();
+  raise_eventfd(wake_fd_);
+  raise_eventfd(park_event_fd_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -129,16 +135,12 @@ void ProgressEngine::add_timer(Clock::time_point when, std::function<void()> fn)
   timers_.push(Timer{when, timer_seq_++, std::move(fn)});
   has_timers_.store(true, std::memory_order_relaxed);
   // The progress thread may be sleeping in epoll with a later (or no) timeout.
-  uint64_t one = 1;
-  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
-  (void)ignored;
+  raise_eventfd(wake_fd_);
 }
 
 void ProgressEngine::defer(std::function<void()> fn) {
   deferred_.push_back(std::move(fn));
-  uint64_t one = 1;
-  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
-  (void)ignored;
+  raise_eventfd(wake_fd_);
 }
 
 void ProgressEngine::at_next_round(std::function<void()> fn) {
@@ -148,9 +150,7 @@ void ProgressEngine::at_next_round(std::function<void()> fn) {
   // event; wake it. (Parked for spinners, it polls within linger_us anyway.) Pairs
   // with thread_main's store to epoll_sleeping_ then load of has_next_round_.
   if (epoll_sleeping_.load(std::memory_order_seq_cst)) {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
-    (void)ignored;
+    raise_eventfd(wake_fd_);
   }
 }
 
@@ -299,12 +299,6 @@ void ProgressEngine::push_park_timer(int64_t now_ns) noexcept {
   (void)arm_park_timer(now_ns + linger_ns);  // failed: the thread wakes at the older deadline and re-parks
 }
 
-void ProgressEngine::wake_parked() noexcept {
-  uint64_t one = 1;
-  ssize_t ignored = ::write(park_event_fd_, &one, sizeof one);
-  (void)ignored;
-}
-
 void ProgressEngine::park() {
   // Park until a linger period after the last waiter's activity. Spinners poll every
   // socket themselves, and while they keep spinning they push the timer further out
@@ -375,10 +369,8 @@ void ProgressEngine::thread_main() {
 void ProgressEngine::waiter_enter() noexcept { active_waiters_.fetch_add(1, std::memory_order_acq_rel); }
 
 void ProgressEngine::waiter_exit() noexcept {
-  const int64_t now = now_ns();
-  last_waiter_ns_.store(now, std::memory_order_relaxed);
+  driven_by_caller();  // the time first: a progress thread that sees no waiter sees it recent
   active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
-  if (parked_.load(std::memory_order_relaxed)) push_park_timer(now);
 }
 
 void ProgressEngine::driven_by_caller() noexcept {
@@ -389,7 +381,7 @@ void ProgressEngine::driven_by_caller() noexcept {
 
 void ProgressEngine::block_begin() noexcept {
   blocked_waiters_.fetch_add(1, std::memory_order_seq_cst);  // before reading parked_: see park
-  if (parked_.load(std::memory_order_seq_cst)) wake_parked();
+  if (parked_.load(std::memory_order_seq_cst)) raise_eventfd(park_event_fd_);
 }
 
 void ProgressEngine::block_end() noexcept { blocked_waiters_.fetch_sub(1, std::memory_order_acq_rel); }

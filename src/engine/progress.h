@@ -180,7 +180,6 @@ class ProgressEngine {
   /// a linger period old (so at most one system call per half period, by any thread).
   void push_park_timer(int64_t now_ns) noexcept;
   bool arm_park_timer(int64_t deadline_ns) noexcept;
-  void wake_parked() noexcept;
 
   struct Slot {
     EventHandler* handler = nullptr;
