@@ -947,6 +947,11 @@ void EndpointCore::read_stream(uint16_t index) {
   while (!s.rxq.empty() && (state_ == State::kActive || state_ == State::kDraining)) {
     RxChunk& c = s.rxq.front();
     InData* op = c.op;
+    // What this recv asks for: the rest of the chunk, or a scratch buffer's worth when
+    // the bytes are drained. A read shorter than that drained the socket; one that
+    // fills it did not, and stopping there would strand the rest (edge-triggered: no
+    // new edge comes for bytes already queued).
+    uint64_t asked = c.remaining;
     ssize_t n;
     if (!op->discard && op->access != nullptr) {
       if (op->access->begin()) {
@@ -959,10 +964,12 @@ void EndpointCore::read_stream(uint16_t index) {
         if (it != served_puts_.end() && it->second->verdict == wire::RmaStatus::kOk) {
           it->second->verdict = wire::RmaStatus::kRevoked;
         }
-        n = ::recv(s.fd.get(), scratch(), std::min<uint64_t>(c.remaining, kScratchSize), MSG_DONTWAIT);
+        asked = std::min<uint64_t>(c.remaining, kScratchSize);
+        n = ::recv(s.fd.get(), scratch(), asked, MSG_DONTWAIT);
       }
     } else if (op->discard) {
-      n = ::recv(s.fd.get(), scratch(), std::min<uint64_t>(c.remaining, kScratchSize), MSG_DONTWAIT);
+      asked = std::min<uint64_t>(c.remaining, kScratchSize);
+      n = ::recv(s.fd.get(), scratch(), asked, MSG_DONTWAIT);
     } else {
       n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
     }
@@ -991,7 +998,7 @@ void EndpointCore::read_stream(uint16_t index) {
       return;
     }
     auto got = static_cast<uint64_t>(n);
-    const bool short_read = got < c.remaining;
+    const bool short_read = got < asked;
     if (c.ptr != nullptr) c.ptr += got;
     c.remaining -= got;
     op->received += got;

@@ -5,6 +5,7 @@
 // placed outside its range, placed twice, or placed after a refusal is caught.
 // Multi-process and namespace RMA tests live in tests/integration/rma_test.cc.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1098,6 +1100,208 @@ TEST_F(RefusalTest, MisalignedAtomics) {
   EXPECT_EQ(result, mem_->word(8) - 1);
   mem_->model_word(8, result + 1);
   EXPECT_EQ(diff(*mem_), "");
+}
+
+// --- refused puts of every size: the refusal always comes back -----------------------
+
+/// Anonymous memory that is never written: reading it maps the shared zero page, so
+/// a multi-GiB put source or target costs no resident memory.
+class ZeroMapping {
+ public:
+  explicit ZeroMapping(size_t size) : size_(size) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    EXPECT_NE(p, MAP_FAILED) << "mmap of " << size << " bytes";
+    data_ = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+  }
+  ~ZeroMapping() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  ZeroMapping(const ZeroMapping&) = delete;
+  ZeroMapping& operator=(const ZeroMapping&) = delete;
+  std::byte* data() const { return data_; }
+  std::span<std::byte> span() const { return {data_, size_}; }
+  /// True while every byte is still zero.
+  bool all_zero() const {
+    static const std::vector<std::byte> zeros(size_t{1} << 20);
+    for (size_t at = 0; at < size_; at += zeros.size()) {
+      if (std::memcmp(data_ + at, zeros.data(), std::min(zeros.size(), size_ - at)) != 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+enum class PutRefusal { kOutOfRange, kMissingRight, kForgedSecret, kStaleKey, kTamperedWindow };
+
+struct RefusedPutCase {
+  const char* size_class;
+  size_t size;
+  PutRefusal refusal;
+};
+
+void PrintTo(const RefusedPutCase& c, std::ostream* os) {
+  static constexpr const char* kNames[] = {"OutOfRange", "MissingRight", "ForgedSecret", "StaleKey", "TamperedWindow"};
+  *os << c.size_class << "_" << kNames[static_cast<int>(c.refusal)];
+}
+
+std::vector<RefusedPutCase> refused_put_cases() {
+  // With the defaults (16 KiB eager limit, 512 KiB chunks, 2 streams): inline, one
+  // chunk (above the 128 KiB default receive buffer), many chunks, more than every
+  // socket buffer of both streams can hold (tcp_rmem/tcp_wmem maxima 32 + 4 MiB
+  // each), and a multi-GiB put whose chunk count and length pass 2^31.
+  const std::pair<const char*, size_t> sizes[] = {{"Inline", 100},
+                                                  {"OneChunk", 300 * 1024 + 7},
+                                                  {"ManyChunks", (3 << 20) + 17},
+                                                  {"BeyondSocketBuffers", (size_t{96} << 20) + 5},
+                                                  {"MultiGiB", (size_t{2} << 30) + 4097}};
+  std::vector<RefusedPutCase> out;
+  for (auto [name, size] : sizes) {
+    for (PutRefusal r : {PutRefusal::kOutOfRange, PutRefusal::kMissingRight, PutRefusal::kForgedSecret,
+                         PutRefusal::kStaleKey, PutRefusal::kTamperedWindow}) {
+      out.push_back({name, size, r});
+    }
+  }
+  return out;
+}
+
+class RefusedPut : public ::testing::TestWithParam<RefusedPutCase> {};
+
+// A refused put completes with the target's verdict whatever its size: the target
+// drains the bytes it will not place, and the initiator's request ends on the RESP.
+// (Puts beyond a 64 KiB drain buffer once waited forever: the drain stopped after a
+// full read as if the socket were empty.) The target's memory is untouched, and the
+// endpoint still serves puts, gets and messages afterwards.
+TEST_P(RefusedPut, CompletesWithItsCodeAndTheEndpointStaysUsable) {
+  const RefusedPutCase c = GetParam();
+  RmaPair p = make_pair({.pin_mode = PinMode::kOff});
+  ASSERT_TRUE(p.init && p.target);
+  const ZeroMapping source(c.size);  // what the put sends: zeros, never resident
+  ASSERT_NE(source.data(), nullptr);
+
+  // A missing right needs a key whose window holds the whole put (the window is
+  // checked first), so that case targets a window over untouched memory as large
+  // as the put; the others target a small patterned region.
+  const bool big_target = c.refusal == PutRefusal::kMissingRight;
+  std::unique_ptr<ZeroMapping> big;
+  std::unique_ptr<TargetMemory> small;
+  Region big_region;
+  RemoteKey key;
+  uint64_t offset = 0;
+  StatusCode want = StatusCode::kInvalidKey;
+  if (big_target) {
+    big = std::make_unique<ZeroMapping>(c.size);
+    auto r = p.target_ctx->register_memory(big->data(), c.size, Access::kRemoteRead | Access::kRemoteAtomic);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    big_region = std::move(r).value();
+    key = big_region.remote_key();
+    want = StatusCode::kAccessDenied;
+  } else {
+    small = std::make_unique<TargetMemory>(*p.target_ctx, 65536, kAllAccess);
+    key = small->region.remote_key();
+    switch (c.refusal) {
+      case PutRefusal::kOutOfRange:
+        offset = 65535;  // the first byte fits, the second does not
+        want = StatusCode::kOutOfRange;
+        break;
+      case PutRefusal::kForgedSecret: key.secret ^= 0x10; break;
+      case PutRefusal::kStaleKey: {
+        // A key of a region deregistered since; the live region is what must not change.
+        TargetMemory gone(*p.target_ctx, 65536, kAllAccess, 3);
+        key = gone.region.remote_key();
+        break;
+      }
+      case PutRefusal::kTamperedWindow: key.length = uint64_t{1} << 40; break;
+      case PutRefusal::kMissingRight: break;
+    }
+  }
+  const uint64_t refused_before = p.target->stats().refused;
+  Request put = p.init->put(source.span(), key, offset);
+  const Status s = put.wait(120s);
+  ASSERT_EQ(s.code(), want) << s.to_string();
+  EXPECT_EQ(p.target->stats().refused, refused_before + 1);
+  if (small) {
+    EXPECT_EQ(diff(*small), "");
+  }
+  if (big) {
+    EXPECT_TRUE(big->all_zero()) << "a refused put wrote into the target";
+  }
+  ASSERT_FALSE(p.init->failed()) << p.init->failure().to_string();
+  ASSERT_FALSE(p.target->failed()) << p.target->failure().to_string();
+
+  // The endpoint is in step: a chunked put and get, an inline one, and messages.
+  TargetMemory after(*p.target_ctx, 1 << 20, kAllAccess, 9);
+  const auto data = pattern(700 * 1024, 4);
+  ASSERT_TRUE(p.init->put(data, after.region.remote_key(), 100).wait(30s).is_ok());
+  after.apply_put(100, data);
+  ASSERT_TRUE(p.init->put(std::span(data).first(64), after.region.remote_key(), 8).wait(30s).is_ok());
+  after.apply_put(8, std::span(data).first(64));
+  EXPECT_EQ(diff(after), "");
+  std::vector<std::byte> back(after.bytes.size());
+  ASSERT_TRUE(p.init->get(back, after.region.remote_key(), 0).wait(30s).is_ok());
+  EXPECT_TRUE(back == after.model);
+  std::vector<std::byte> got(data.size());
+  Request rx = p.target->recv(got, Tag{7});
+  ASSERT_TRUE(p.init->send(data, Tag{7}).wait(30s).is_ok());
+  ASSERT_TRUE(rx.wait(30s).is_ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(p.init->flush().wait(30s).code() == want) << "flush reports the refused put";
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySizeAndReason, RefusedPut, ::testing::ValuesIn(refused_put_cases()),
+                         [](const ::testing::TestParamInfo<RefusedPutCase>& param_info) {
+                           std::ostringstream os;
+                           PrintTo(param_info.param, &os);
+                           return os.str();
+                         });
+
+// The target deregisters its region while a 1 GiB put is streaming into it. The put
+// ends (ok if it had landed first, else kInvalidKey) instead of waiting forever for
+// a reply, the region never changes once deregister() returned, and the endpoint
+// goes on working.
+TEST(RmaRevocation, DeregisterInTheMiddleOfALargePut) {
+  RmaPair p = make_pair({.pin_mode = PinMode::kOff});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kSize = size_t{1} << 30, kTail = size_t{64} << 20;
+  ZeroMapping target(kSize);
+  auto region = p.target_ctx->register_memory(target.data(), kSize, kAllAccess);
+  ASSERT_TRUE(region.is_ok()) << region.status().to_string();
+  // The source: zeros (never resident), then a pattern in its last 64 MiB, which
+  // arrives long after the deregistration below.
+  ZeroMapping source(kSize);
+  const auto tail = pattern(kTail, 12);
+  std::memcpy(source.data() + kSize - kTail, tail.data(), kTail);
+  Request put = p.init->put(source.span(), region->remote_key(), 0);
+  // Wait until far more than every socket buffer of both streams holds was handed to
+  // the kernel: the target has accepted the put and is placing its bytes.
+  const uint64_t chunk = p.init_ctx->config().chunk_bytes;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (p.init->stats().chunks_sent * chunk < (uint64_t{160} << 20) && !put.done() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  region->deregister();
+  const Status s = put.wait(120s);
+  ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kInvalidKey) << s.to_string();
+  std::printf("[          ] the 1 GiB put ended with %s\n", s.to_string().c_str());
+  if (s.is_ok()) {
+    EXPECT_EQ(std::memcmp(target.data() + kSize - kTail, tail.data(), kTail), 0) << "an ok put did not place its tail";
+  } else {
+    EXPECT_TRUE(std::all_of(target.data() + kSize - kTail, target.data() + kSize,
+                            [](std::byte b) { return b == std::byte{0}; }))
+        << "bytes of a revoked put were placed after deregister() returned";
+  }
+  ASSERT_FALSE(p.init->failed()) << p.init->failure().to_string();
+  TargetMemory fresh(*p.target_ctx, 1 << 20, kAllAccess, 2);
+  const auto d = pattern(600 * 1024, 5);
+  ASSERT_TRUE(p.init->put(d, fresh.region.remote_key(), 0).wait(30s).is_ok());
+  fresh.apply_put(0, d);
+  EXPECT_EQ(diff(fresh), "");
+  std::vector<std::byte> back(d.size());
+  ASSERT_TRUE(p.init->get(back, fresh.region.remote_key(), 0).wait(30s).is_ok());
+  EXPECT_TRUE(back == d);
 }
 
 // --- deregistration, close and peer failure with operations in flight ---------------
