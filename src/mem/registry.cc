@@ -313,42 +313,40 @@ namespace detail {
 namespace {
 
 /// resolve()'s checks; the registry mutex is held. Returns the slot on success.
+///
+/// The key is authenticated before anything else is looked at: every field of it
+/// (region, generation, window, rights, kind) is covered by its tag, so a key that
+/// fails any of these checks gets the same kInvalidKey and the same message, which
+/// tells a forger nothing about the region (whether the id is live, its size, its
+/// rights). Only an authentic key learns more: that an access falls outside the
+/// window it grants (kOutOfRange) or needs a right it lacks (kAccessDenied).
 Result<const RegionSlot*> validate_locked(const RegistryState& state, const RemoteKey& key, uint64_t offset,
                                           uint64_t len, Access needed) {
   const auto index = static_cast<uint32_t>(key.region);
-  if (index >= state.slots.size()) {
-    return Status(StatusCode::kInvalidKey, fmt::format("unknown region id {}", index));
-  }
-  const RegionSlot& slot = state.slots[index];
-  if (!slot.live) {
-    return Status(StatusCode::kInvalidKey, fmt::format("region {} is not registered (key revoked)", index));
-  }
-  if (slot.generation != key.generation) {
+  const RegionSlot* slot = index < state.slots.size() ? &state.slots[index] : nullptr;
+  const bool authentic = slot != nullptr && slot->live && slot->generation == key.generation &&
+                         slot->domain->kind() == key.kind && tags_equal(key_tag(slot->mac_key, key), key.secret);
+  if (!authentic) {
     return Status(StatusCode::kInvalidKey,
-                  fmt::format("stale key for region {}: generation {} was deregistered", index, key.generation));
+                  fmt::format("key for region {} does not authenticate: forged or altered, or its region was "
+                              "deregistered (keys die with their registration)",
+                              index));
   }
-  if (slot.domain->kind() != key.kind) {
-    return Status(StatusCode::kInvalidKey, fmt::format("key does not match region {}", index));
-  }
-  if (!window_inside(key.offset, key.length, slot.length)) {
-    return Status(StatusCode::kOutOfRange, fmt::format("key window [{}, +{}) is outside region {} of {} bytes",
-                                                       key.offset, key.length, index, slot.length));
-  }
-  // The tag covers the window and the rights: a key whose holder widened either is forged.
-  if (!tags_equal(key_tag(slot.mac_key, key), key.secret)) {
-    return Status(StatusCode::kInvalidKey, fmt::format("key does not match region {} (bad tag)", index));
+  // An authentic key's window lies inside its region (Region::remote_key checks it);
+  // checked again so that a broken invariant cannot become an out-of-bounds access.
+  if (!window_inside(key.offset, key.length, slot->length)) {
+    return Status(StatusCode::kInternal, fmt::format("authentic key for region {} has a window outside it", index));
   }
   if (!window_inside(offset, len, key.length)) {
     return Status(StatusCode::kOutOfRange,
                   fmt::format("access [{}, +{}) is outside the key's {}-byte window", offset, len, key.length));
   }
-  if (!has_access(key.access, needed) || !has_access(slot.access, needed)) {
+  if (!has_access(key.access, needed) || !has_access(slot->access, needed)) {
     return Status(StatusCode::kAccessDenied,
-                  fmt::format("access needs rights {:#x}; key grants {:#x}, region {} holds {:#x}",
-                              static_cast<uint32_t>(needed), static_cast<uint32_t>(key.access), index,
-                              static_cast<uint32_t>(slot.access)));
+                  fmt::format("access needs rights {:#x}; the key grants {:#x}", static_cast<uint32_t>(needed),
+                              static_cast<uint32_t>(key.access)));
   }
-  return &slot;
+  return slot;
 }
 
 }  // namespace

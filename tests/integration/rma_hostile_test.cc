@@ -284,8 +284,10 @@ constexpr BadCase kBadCases[] = {
     {Bad::kFarOffset, "FarOffset", RmaStatus::kOutOfRange},
     {Bad::kOffsetWraps, "OffsetWraps", RmaStatus::kOutOfRange},
     {Bad::kHugeLength, "HugeLength", RmaStatus::kOutOfRange},
-    {Bad::kKeyWindowBeyondRegion, "KeyWindowBeyondRegion", RmaStatus::kOutOfRange},
-    {Bad::kKeyWindowAfterRegion, "KeyWindowAfterRegion", RmaStatus::kOutOfRange},
+    // A key whose window was rewritten no longer authenticates: kInvalidKey, never
+    // kOutOfRange, which would tell the forger about the region's size.
+    {Bad::kKeyWindowBeyondRegion, "KeyWindowBeyondRegion", RmaStatus::kInvalidKey},
+    {Bad::kKeyWindowAfterRegion, "KeyWindowAfterRegion", RmaStatus::kInvalidKey},
     {Bad::kBeyondSubWindow, "BeyondSubWindow", RmaStatus::kOutOfRange},
     {Bad::kKeyLacksRight, "KeyLacksRight", RmaStatus::kAccessDenied},
     {Bad::kForgedRights, "ForgedRights", RmaStatus::kInvalidKey},

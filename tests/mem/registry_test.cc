@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -90,18 +92,72 @@ TEST_F(RegistryTest, OverflowingOffsetsAreOutOfRange) {
   EXPECT_EQ(resolve_code(key, UINT64_MAX, UINT64_MAX, Access::kRemoteRead), StatusCode::kOutOfRange);
   EXPECT_EQ(resolve_code(key, kSize, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
 
-  // A forged key whose window reaches past the region (with the right secret).
+  // A key whose window was widened past the region, or made to wrap, no longer
+  // authenticates (its tag covers the window): invalid, not out of range, so the
+  // refusal tells the forger nothing about the region's size.
   RemoteKey wide = key;
   wide.length = kSize + 1;
-  EXPECT_EQ(resolve_code(wide, 0, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(wide, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
   RemoteKey wrapped = key;
   wrapped.offset = UINT64_MAX - 1;
   wrapped.length = 4;  // offset + length wraps to 2, which a naive check would accept
-  EXPECT_EQ(resolve_code(wrapped, 0, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(wrapped, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
   RemoteKey shifted = key;
   shifted.offset = kSize;
   shifted.length = UINT64_MAX - kSize + 1;  // sum wraps to 0
-  EXPECT_EQ(resolve_code(shifted, 0, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(shifted, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
+}
+
+// Every field of a key is authenticated before any other check: tampering with any
+// one of them gives kInvalidKey with the same message whatever the access asked for,
+// so no refusal reveals the region's size, rights or state to a forger.
+TEST_F(RegistryTest, TamperingWithAnyFieldIsInvalidAndRevealsNothing) {
+  Region region = register_all();
+  const RemoteKey key = region.remote_key(1024, 2048, Access::kRemoteRead).value();
+  struct Tamper {
+    const char* field;
+    RemoteKey key;
+  };
+  std::vector<Tamper> cases;
+  auto add = [&](const char* field, auto&& change) {
+    RemoteKey k = key;
+    change(k);
+    cases.push_back({field, k});
+  };
+  add("offset -1", [](RemoteKey& k) { k.offset -= 1; });
+  add("offset +1", [](RemoteKey& k) { k.offset += 1; });
+  add("offset to 0, length to the region", [](RemoteKey& k) { k.offset = 0, k.length = kSize; });
+  add("length +1", [](RemoteKey& k) { k.length += 1; });
+  add("length -1", [](RemoteKey& k) { k.length -= 1; });
+  add("length far beyond the region", [](RemoteKey& k) { k.length = uint64_t{1} << 40; });
+  add("rights widened", [](RemoteKey& k) { k.access = Access::kRemoteRead | Access::kRemoteWrite; });
+  add("rights changed", [](RemoteKey& k) { k.access = Access::kRemoteWrite; });
+  add("generation", [](RemoteKey& k) { k.generation += 1; });
+  add("kind", [](RemoteKey& k) { k.kind = MemoryKind::kCuda; });
+  add("secret", [](RemoteKey& k) { k.secret ^= uint64_t{1} << 63; });
+  std::string first_message;
+  for (const Tamper& t : cases) {
+    // Accesses that would be out of range or lack a right under the genuine key get
+    // the same answer as one that would be fine.
+    for (auto [offset, len, needed] : {std::tuple{uint64_t{0}, uint64_t{8}, Access::kRemoteRead},
+                                       std::tuple{uint64_t{4096}, uint64_t{8}, Access::kRemoteRead},
+                                       std::tuple{uint64_t{0}, uint64_t{8}, Access::kRemoteWrite}}) {
+      const Status s = registry_.resolve(t.key, offset, len, needed).status();
+      EXPECT_EQ(s.code(), StatusCode::kInvalidKey) << t.field << ": " << s.to_string();
+      if (first_message.empty()) first_message = s.message();
+      EXPECT_EQ(s.message(), first_message) << t.field;
+    }
+  }
+  EXPECT_EQ(first_message.find(std::to_string(kSize)), std::string::npos) << first_message;
+  // A key for a region id that was never registered reads the same, but for the id.
+  RemoteKey unknown = key;
+  unknown.region = static_cast<RegionId>(static_cast<uint32_t>(key.region) + 1000);
+  const Status u = registry_.resolve(unknown, 0, 8, Access::kRemoteRead).status();
+  EXPECT_EQ(u.code(), StatusCode::kInvalidKey);
+  // The genuine key: its own window bounds and rights give their specific answers.
+  EXPECT_TRUE(registry_.resolve(key, 0, 8, Access::kRemoteRead).is_ok());
+  EXPECT_EQ(resolve_code(key, 2048, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
+  EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
 }
 
 TEST_F(RegistryTest, ForgedUnknownAndMismatchedKeysAreInvalid) {
