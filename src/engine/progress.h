@@ -150,6 +150,13 @@ class ProgressEngine {
   void block_begin() noexcept;
   void block_end() noexcept;
 
+  /// True while some thread waits in Guard for the progress lock (an application
+  /// call, the progress thread with harvested events). Long work done under the lock
+  /// (pushing or draining a large transfer) checks it after each system call and
+  /// gives way, going on at the next round (at_next_round). Spinning waiters take the
+  /// lock with try_lock and do not count.
+  bool lock_wanted() const noexcept { return lock_waiters_.load(std::memory_order_relaxed) != 0; }
+
   const Options& options() const noexcept { return options_; }
 
   /// A spinning thread (a waiter, or the progress thread polling) calls sched_yield

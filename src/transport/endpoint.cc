@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "core/log.h"
 #include "transport/endpoint_core.h"
@@ -826,20 +827,42 @@ bool EndpointCore::schedule_chunks() {
   return scheduled;
 }
 
-void EndpointCore::pump() {
+void EndpointCore::pump(bool one_round) {
   // Schedule chunks onto streams with room, announce them, push bytes; repeat while
   // streams drain fast enough to take more. Stop only when nothing more can be
   // scheduled (every stream holds a chunk it could not write, or nothing is ready):
-  // only then is a later EPOLLOUT edge guaranteed to call us again.
+  // only then is a later EPOLLOUT edge guaranteed to call us again. Stopping earlier
+  // (one round for a posting thread; another thread waiting for the lock) leaves
+  // streams with room and no edge to come, so resume() goes on at the next round.
   while (state_ == State::kActive) {
     bool scheduled = schedule_chunks();
     flush_control();
     if (state_ != State::kActive) return;
     for (uint16_t i = 0; i < streams_.size() && state_ == State::kActive; ++i) flush_stream(i);
     if (!scheduled) break;
+    if (one_round || engine_->lock_wanted()) {
+      queue_resume();
+      break;
+    }
   }
   // Finishing a chunk may have queued a reply (a served GET's RESP).
   if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();
+}
+
+void EndpointCore::queue_resume() {
+  if (resume_queued_) return;
+  resume_queued_ = true;
+  engine_->at_next_round([weak = weak_from_this()] {
+    if (auto self = weak.lock()) self->resume();
+  });
+}
+
+void EndpointCore::resume() {
+  resume_queued_ = false;
+  for (uint16_t i = 0; i < streams_.size() && (state_ == State::kActive || state_ == State::kDraining); ++i) {
+    if (std::exchange(streams_[i].rx_resume, false)) read_stream(i);
+  }
+  if (state_ == State::kActive) pump();
 }
 
 void EndpointCore::flush_stream(uint16_t index) {
@@ -1005,6 +1028,13 @@ void EndpointCore::read_stream(uint16_t index) {
     if (c.remaining == 0) s.rxq.pop_front();
     if (op->received == op->length || (op->doomed && op->received == op->announced)) in_done(op);
     if (short_read && !s.eof) break;  // drained; the next bytes raise a new edge (see read_control)
+    if (engine_->lock_wanted() && !s.rxq.empty()) {
+      // Another thread waits for the lock: give way; resume() reads on (the bytes
+      // already queued raise no new edge).
+      s.rx_resume = true;
+      queue_resume();
+      break;
+    }
   }
   if (state_ == State::kDraining) maybe_finalize();
 }

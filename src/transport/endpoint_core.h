@@ -210,6 +210,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     std::deque<RxChunk> rxq;
     bool tx_blocked = false;
     bool eof = false;
+    bool rx_resume = false;  // read_stream gave way with bytes possibly left: resume() reads on
     uint64_t chunks_sent = 0;
   };
 
@@ -265,7 +266,16 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   // output
   void append_frame(const wire::Frame& frame);
   void flush_control();
-  void pump();
+  /// Schedules chunks onto streams with room, announces them and writes. With
+  /// `one_round` (a thread posting an operation) it writes at most one round, about a
+  /// chunk per stream, so posting returns in bounded time whatever the size; otherwise
+  /// it goes on while the streams take more, giving way when another thread wants the
+  /// lock (lock_wanted). Work left over goes on at the next progress round (resume).
+  void pump(bool one_round = false);
+  /// Queues resume() for the next progress round of any thread (once).
+  void queue_resume();
+  /// Continues what pump and read_stream left when they gave way.
+  void resume();
   bool schedule_chunks();
   void flush_stream(uint16_t index);
   void read_stream(uint16_t index);
@@ -294,6 +304,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   engine::HandlerId control_hid_;
   ControlHandler control_handler_{this};
   std::vector<DataStream> streams_;
+
+  bool resume_queued_ = false;  // resume() is queued for the next progress round
 
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;

@@ -128,7 +128,10 @@ Request EndpointCore::post_rma(std::unique_ptr<RmaOp> op) {
   if (rma_waiting_.empty() && rma_issued_ < params_.peer_rma_window) {
     const bool pushes_data = raw->kind == RmaOp::Kind::kPut && !raw->inline_class;
     issue_rma(raw);
-    pump();  // may complete (and free) the op
+    // One round at most: the first chunks go out from this thread, and the rest moves
+    // on progress rounds (the progress thread's, or a waiting thread's), so posting
+    // returns in bounded time however large the put.
+    pump(/*one_round=*/true);  // may complete (and free) the op
     if (pushes_data) engine_->driven_by_caller();  // see there: this thread just pushed data
   } else {
     rma_waiting_.push_back(raw);

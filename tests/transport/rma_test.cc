@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/progress.h"
 #include "remora/remora.h"
 
 namespace remora {
@@ -1302,6 +1303,48 @@ TEST(RmaRevocation, DeregisterInTheMiddleOfALargePut) {
   std::vector<std::byte> back(d.size());
   ASSERT_TRUE(p.init->get(back, fresh.region.remote_key(), 0).wait(30s).is_ok());
   EXPECT_TRUE(back == d);
+}
+
+// --- posting returns in bounded time -----------------------------------------------
+
+// Posting a put writes one round at most (about a chunk per data stream) and returns;
+// the rest moves on progress rounds. Here the initiator's progress thread is stopped
+// while the 1 GiB put is posted, so nothing but the posting call can have written:
+// at return at most one chunk per stream is scheduled. (It used to push until the
+// sockets were full, and on loopback, with the target draining, often the whole
+// transfer.) Then the progress thread alone, with no thread waiting, must carry the
+// put to completion, and a small get posted behind it completes too.
+TEST(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
+  RmaPair p = make_pair({.pin_mode = PinMode::kOff});
+  ASSERT_TRUE(p.init && p.target);
+  constexpr size_t kSize = size_t{1} << 30;
+  ZeroMapping target(kSize), source(kSize);
+  const auto head = pattern(1 << 20, 21);
+  std::memcpy(source.data(), head.data(), head.size());
+  std::memcpy(source.data() + kSize - head.size(), head.data(), head.size());
+  auto region = p.target_ctx->register_memory(target.data(), kSize, kAllAccess);
+  ASSERT_TRUE(region.is_ok()) << region.status().to_string();
+
+  const auto& engine = detail::engine_of(*p.init_ctx);
+  engine->stop();
+  const uint64_t before = p.init->stats().chunks_sent;
+  Request put = p.init->put(source.span(), region->remote_key(), 0);
+  const uint64_t posted = p.init->stats().chunks_sent - before;
+  EXPECT_FALSE(put.done());
+  EXPECT_GE(posted, 1u) << "the posting thread sent nothing itself";
+  EXPECT_LE(posted, p.init->data_streams()) << "posting wrote more than one round of chunks";
+  std::vector<std::byte> back(64);
+  Request get = p.init->get(back, region->remote_key(), 0);
+  engine->start();
+
+  // No thread waits: only the progress thread moves the put (done() drives nothing).
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (!(put.done() && get.done()) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(put.done() && get.done()) << "the progress thread did not carry the put through";
+  ASSERT_TRUE(put.wait(0s).is_ok()) << put.wait(0s).to_string();
+  ASSERT_TRUE(get.wait(0s).is_ok()) << get.wait(0s).to_string();
+  EXPECT_EQ(std::memcmp(target.data(), head.data(), head.size()), 0);
+  EXPECT_EQ(std::memcmp(target.data() + kSize - head.size(), head.data(), head.size()), 0);
 }
 
 // --- deregistration, close and peer failure with operations in flight ---------------
