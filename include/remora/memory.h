@@ -184,10 +184,13 @@ class MemoryRegistry {
   /// kNoResource when pinning is required and refused (message names RLIMIT_MEMLOCK).
   Result<Region> register_memory(void* ptr, size_t len, Access access, MemoryDomain& domain = host_domain());
 
-  /// Validates a peer's access: key secret + generation (region still registered),
-  /// [offset, offset+len) inside the key's window and the region (overflow-safe),
-  /// and `needed` rights both granted by the key and held by the region.
-  /// Errors: kInvalidKey, kOutOfRange, kAccessDenied. Nothing is touched.
+  /// Validates a peer's access. The key is authenticated first (region still
+  /// registered, generation, kind, and the tag over every field): any failure there is
+  /// kInvalidKey with the same message whatever the cause, so the answer reveals
+  /// nothing about the region. Then, for an authentic key: [offset, offset+len) inside
+  /// the key's window (overflow-safe; len 0 is fine at any offset up to the window's
+  /// end) else kOutOfRange, and `needed` granted by the key else kAccessDenied.
+  /// Nothing is touched.
   Result<ResolvedAccess> resolve(const RemoteKey& key, uint64_t offset, uint64_t len, Access needed) const;
 
   RegistryStats stats() const;
