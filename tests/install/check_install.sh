@@ -7,6 +7,8 @@
 #   2. CMake find_package(remora) + remora::remora_static   (static)
 #   3. g++ with `pkg-config --cflags --libs remora`         (shared), and the same with
 #      `pkg-config --static` and the archive picked explicitly (static)
+# The shared find_package build also builds and runs outside_client.cc, which uses the
+# package as a user would: every size class, every refusal, bounded waits.
 # Any failing step stops the script with a message saying which step failed.
 #
 # Environment (set by tests/install/CMakeLists.txt, all optional):
@@ -148,6 +150,13 @@ for kind in shared static; do
   run_step "build consumer (${kind})" cmake --build "${bdir}" -j 1
   expect_linkage "${bdir}/consumer" "${kind}"
   run_consumer "${bdir}/consumer"
+  if [[ $kind == shared ]]; then
+    # Once: every size class and every refusal, as a user of the package would.
+    # (Without this script's own REMORA_CONSUMER_* settings, which the library would
+    # warn about as unknown REMORA_* variables.)
+    run_step "run the outside client" env -u REMORA_CONSUMER_CXX -u REMORA_CONSUMER_FLAGS \
+      -u REMORA_CONSUMER_GENERATOR -u REMORA_INSTALL_CONFIG -u REMORA_INSTALL_LIBDIR "${bdir}/outside_client"
+  fi
 done
 
 # 3. pkg-config, shared and static.

@@ -1,0 +1,235 @@
+// An outside client: uses an installed remora through its public headers only, the way
+// a new user would after reading the README and docs/, and checks what those promise
+// across every size class and every refusal: two contexts over loopback, tagged
+// messages and one-sided puts and gets of every size, compared byte for byte; every
+// reason a target refuses a put or a get, at inline, chunked and larger-than-socket-
+// buffer sizes, each answered with its code, the target's memory untouched and the
+// endpoint still usable; zero-length accesses at the window's edge; a dead peer.
+// Every wait has a bound, and a wait that runs out is a failure: a hang here is a bug.
+//
+// Prints "outside-client: N checks, 0 failed" and exits 0, or lists what failed.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <remora/remora.h>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kBound = 60s;  // no single operation here may take longer
+int checks = 0;
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+  }
+}
+
+/// The operation ended within the bound with `want`.
+void expect_code(const remora::Request& r, remora::StatusCode want, const std::string& what) {
+  const remora::Status s = r.wait(kBound);
+  check(s.code() == want, what + ": want " + std::string(remora::to_string(want)) + ", got " + s.to_string());
+}
+
+std::vector<std::byte> pattern(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+struct Peers {
+  std::unique_ptr<remora::Context> target_ctx, init_ctx;
+  std::unique_ptr<remora::Listener> listener;
+  std::shared_ptr<remora::Endpoint> target, init;
+};
+
+bool connect(Peers& p) {
+  auto t = remora::Context::create();
+  auto i = remora::Context::create();
+  if (!t || !i) {
+    check(false, "Context::create: " + (t ? i.status() : t.status()).to_string());
+    return false;
+  }
+  p.target_ctx = std::move(t).value();
+  p.init_ctx = std::move(i).value();
+  auto l = p.target_ctx->listen("127.0.0.1:0");
+  if (!l) {
+    check(false, "listen: " + l.status().to_string());
+    return false;
+  }
+  p.listener = std::move(l).value();
+  auto c = p.init_ctx->connect("127.0.0.1:" + std::to_string(p.listener->port()), 10s);
+  auto a = p.listener->accept(10s);
+  if (!c || !a) {
+    check(false, "connect/accept: " + (c ? a.status() : c.status()).to_string());
+    return false;
+  }
+  p.init = std::move(c).value();
+  p.target = std::move(a).value();
+  return true;
+}
+
+/// After a refusal: a small put and get and a message still work.
+void expect_usable(Peers& p, remora::Region& scratch, const std::string& after) {
+  const auto data = pattern(700, checks);
+  const remora::RemoteKey key = scratch.remote_key();
+  expect_code(p.init->put(data, key, 64), remora::StatusCode::kOk, "put after " + after);
+  std::vector<std::byte> back(data.size());
+  expect_code(p.init->get(back, key, 64), remora::StatusCode::kOk, "get after " + after);
+  check(back == data, "get after " + after + " returned the bytes put");
+  std::vector<std::byte> msg(100);
+  remora::Request rx = p.target->recv(msg, remora::Tag{99});
+  expect_code(p.init->send(std::span(data).first(100), remora::Tag{99}), remora::StatusCode::kOk, "send after " + after);
+  expect_code(rx, remora::StatusCode::kOk, "recv after " + after);
+  check(std::equal(msg.begin(), msg.end(), data.begin()), "message after " + after + " intact");
+}
+
+// Messages and one-sided transfers of every size class, compared byte for byte.
+void every_size(Peers& p) {
+  const size_t sizes[] = {0,      1,          4095,       16383,          16384,          16385,
+                          524287, 524288,     524289,     (3 << 20) + 1,  (40 << 20) + 3};
+  const size_t largest = sizes[std::size(sizes) - 1];
+  std::vector<std::byte> window(largest + 64);
+  auto region = p.target_ctx->register_memory(window.data(), window.size(),
+                                              remora::Access::kRemoteRead | remora::Access::kRemoteWrite);
+  if (!region) return check(false, "register: " + region.status().to_string());
+  const remora::RemoteKey key = region->remote_key();
+  for (size_t n : sizes) {
+    const std::string at = std::to_string(n) + " bytes";
+    const auto data = pattern(n, n + 1);
+    std::vector<std::byte> in(n + 8, std::byte{0x77});
+    remora::Request rx = p.target->recv(std::span(in).first(n), remora::Tag{1});
+    expect_code(p.init->send(data, remora::Tag{1}), remora::StatusCode::kOk, "send of " + at);
+    expect_code(rx, remora::StatusCode::kOk, "recv of " + at);
+    check(rx.bytes() == n && std::equal(data.begin(), data.end(), in.begin()), "message of " + at + " intact");
+    check(std::all_of(in.begin() + static_cast<ptrdiff_t>(n), in.end(), [](std::byte b) { return b == std::byte{0x77}; }),
+          "recv of " + at + " wrote past the message");
+
+    expect_code(p.init->put(data, key, 32), remora::StatusCode::kOk, "put of " + at);
+    check(std::equal(data.begin(), data.end(), window.begin() + 32), "put of " + at + " landed");
+    std::vector<std::byte> back(n);
+    expect_code(p.init->get(back, key, 32), remora::StatusCode::kOk, "get of " + at);
+    check(back == data, "get of " + at + " intact");
+  }
+}
+
+// Every refusal, at every size class, for puts and gets.
+void every_refusal(Peers& p) {
+  constexpr size_t kRegion = 48 << 20;
+  std::vector<std::byte> memory = pattern(kRegion, 5);
+  const std::vector<std::byte> original = memory;
+  auto region = p.target_ctx->register_memory(memory.data(), memory.size(),
+                                              remora::Access::kRemoteRead | remora::Access::kRemoteWrite);
+  std::vector<std::byte> other(1 << 20);
+  auto usable = p.target_ctx->register_memory(other.data(), other.size(),
+                                              remora::Access::kRemoteRead | remora::Access::kRemoteWrite);
+  if (!region || !usable) return check(false, "register for refusals");
+  const remora::RemoteKey key = region->remote_key();
+  const auto read_only = region->remote_key(0, kRegion, remora::Access::kRemoteRead).value();
+  const auto write_only = region->remote_key(0, kRegion, remora::Access::kRemoteWrite).value();
+  remora::RemoteKey stale;
+  {
+    std::vector<std::byte> gone_memory(64 << 10);
+    auto gone = p.target_ctx->register_memory(gone_memory.data(), gone_memory.size(),
+                                              remora::Access::kRemoteRead | remora::Access::kRemoteWrite);
+    if (!gone) return check(false, "register the region that goes");
+    stale = gone->remote_key();
+  }  // deregistered here
+
+  struct Reason {
+    const char* name;
+    remora::StatusCode want;
+  };
+  const size_t sizes[] = {100, 300 * 1024 + 5, (40 << 20) + 7};  // inline, a chunk, beyond the socket buffers
+  for (size_t n : sizes) {
+    const auto data = pattern(n, 11);
+    std::vector<std::byte> sink(n, std::byte{0x3C});
+    const auto untouched = sink;
+    auto both = [&](const char* why, const remora::RemoteKey& put_key, const remora::RemoteKey& get_key,
+                    uint64_t offset, remora::StatusCode want) {
+      const std::string at = std::string(why) + ", " + std::to_string(n) + " bytes";
+      expect_code(p.init->put(data, put_key, offset), want, "put refused: " + at);
+      check(memory == original, "target memory untouched after the refused put: " + at);
+      expect_usable(p, *usable, "a refused put (" + at + ")");
+      expect_code(p.init->get(sink, get_key, offset), want, "get refused: " + at);
+      check(sink == untouched, "local buffer untouched after the refused get: " + at);
+      expect_usable(p, *usable, "a refused get (" + at + ")");
+    };
+    both("out of range", key, key, kRegion - n / 2, remora::StatusCode::kOutOfRange);
+    both("missing right", read_only, write_only, 0, remora::StatusCode::kAccessDenied);
+    remora::RemoteKey forged = key;
+    forged.secret ^= 1;
+    both("forged secret", forged, forged, 0, remora::StatusCode::kInvalidKey);
+    both("stale key", stale, stale, 0, remora::StatusCode::kInvalidKey);
+    remora::RemoteKey moved = read_only;
+    moved.offset += 4096;
+    both("tampered offset", moved, moved, 0, remora::StatusCode::kInvalidKey);
+    remora::RemoteKey widened = key;
+    widened.length += uint64_t{1} << 30;
+    both("tampered length", widened, widened, kRegion, remora::StatusCode::kInvalidKey);
+  }
+  // flush reports the first refused put since the previous flush: the first put
+  // refused above was out of range; after that flush, the next refused one.
+  expect_code(p.init->flush(), remora::StatusCode::kOutOfRange, "flush after the refusals");
+  expect_code(p.init->put(std::span(original).first(64), read_only, 0), remora::StatusCode::kAccessDenied,
+              "put with a read-only key");
+  expect_code(p.init->flush(), remora::StatusCode::kAccessDenied, "flush after a refused put");
+  expect_code(p.init->flush(), remora::StatusCode::kOk, "a second flush");
+}
+
+// Zero-length accesses: fine anywhere from 0 to the window's end, out of range past it.
+void zero_length(Peers& p) {
+  std::vector<std::byte> memory(8192);
+  auto region = p.target_ctx->register_memory(memory.data(), memory.size(),
+                                              remora::Access::kRemoteRead | remora::Access::kRemoteWrite);
+  if (!region) return check(false, "register for zero-length");
+  const auto window = region->remote_key(1024, 2048, remora::Access::kRemoteRead | remora::Access::kRemoteWrite);
+  if (!window) return check(false, "window key: " + window.status().to_string());
+  const std::span<const std::byte> none;
+  for (uint64_t off : {uint64_t{0}, uint64_t{1}, uint64_t{2048}}) {
+    expect_code(p.init->put(none, *window, off), remora::StatusCode::kOk, "zero-length put at " + std::to_string(off));
+    expect_code(p.init->get(std::span<std::byte>(), *window, off), remora::StatusCode::kOk,
+                "zero-length get at " + std::to_string(off));
+  }
+  expect_code(p.init->put(none, *window, 2049), remora::StatusCode::kOutOfRange, "zero-length put past the window");
+  expect_code(p.init->get(std::span<std::byte>(), *window, 2049), remora::StatusCode::kOutOfRange,
+              "zero-length get past the window");
+}
+
+// A peer that goes away fails what is outstanding, within the bound, and later calls.
+void dead_peer(Peers& p) {
+  std::vector<std::byte> big(64 << 20);
+  remora::Request rx = p.init->recv(big, remora::Tag{5});  // nobody will send it
+  p.target->abort();
+  expect_code(rx, remora::StatusCode::kPeerFailed, "a posted recv when the peer aborts");
+  expect_code(p.init->send(std::span(big).first(10), remora::Tag{5}), remora::StatusCode::kPeerFailed,
+              "a send after the peer aborted");
+  check(p.init->failed(), "the endpoint reports failed() after the peer aborted");
+}
+
+}  // namespace
+
+int main() {
+  Peers p;
+  if (connect(p)) {
+    every_size(p);
+    every_refusal(p);
+    zero_length(p);
+    dead_peer(p);
+  }
+  std::printf("outside-client: %d checks, %d failed\n", checks, failures);
+  return failures == 0 ? 0 : 1;
+}
