@@ -1,7 +1,9 @@
 // remora/status.h — error values used across the whole public API.
 //
 // Every fallible call returns a `Status` or a `Result<T>`; no exception crosses
-// the API. Both are [[nodiscard]]: ignoring an error is a compile warning.
+// the API. Both are [[nodiscard]]: ignoring an error is a compile warning. Taking the
+// value of a Result that holds an error (value(), operator*, operator->) is a
+// programming error, not an exception: it prints the error to stderr and aborts.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +65,21 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+namespace detail {
+/// Prints "remora: Result::value() called on an error: <code>: <message>" to stderr
+/// and calls std::abort(). The out-of-line slow path of Result's accessors.
+[[noreturn]] void result_value_on_error(const Status& status) noexcept;
+}  // namespace detail
+
 /// A value or an error Status. Set only on success (UCX's discipline).
+///
+/// value(), operator* and operator-> require is_ok(). Called on an error they do not
+/// throw: they print one line to stderr,
+///   remora: Result::value() called on an error: <code>: <message>
+/// (the Status's to_string(), e.g. "invalid_argument: REMORA_STREAMS: ...") and call
+/// std::abort(), so `Context::create().value()` in a program that cannot go on without
+/// a context still says why it stopped. Check is_ok() (or use REMORA_ASSIGN_OR_RETURN)
+/// where an error is something to handle. The check is one predictable branch.
 template <typename T>
 class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::decay_t<T>, Status>, "Result<Status> makes no sense");
@@ -82,15 +98,29 @@ class [[nodiscard]] Result {
   /// The error, or ok.
   Status status() const { return is_ok() ? Status() : std::get<1>(v_); }
 
-  T& value() & { return std::get<0>(v_); }
-  const T& value() const& { return std::get<0>(v_); }
-  T&& value() && { return std::get<0>(std::move(v_)); }
-  T* operator->() { return &std::get<0>(v_); }
-  const T* operator->() const { return &std::get<0>(v_); }
-  T& operator*() & { return std::get<0>(v_); }
-  const T& operator*() const& { return std::get<0>(v_); }
+  /// The value; on an error, prints it and aborts (see the class comment).
+  T& value() & { return *checked(); }
+  const T& value() const& { return *checked(); }
+  T&& value() && { return std::move(*checked()); }
+  T* operator->() { return checked(); }
+  const T* operator->() const { return checked(); }
+  T& operator*() & { return *checked(); }
+  const T& operator*() const& { return *checked(); }
 
  private:
+  T* checked() {
+    if (v_.index() != 0) [[unlikely]] {
+      detail::result_value_on_error(*std::get_if<1>(&v_));
+    }
+    return std::get_if<0>(&v_);
+  }
+  const T* checked() const {
+    if (v_.index() != 0) [[unlikely]] {
+      detail::result_value_on_error(*std::get_if<1>(&v_));
+    }
+    return std::get_if<0>(&v_);
+  }
+
   std::variant<T, Status> v_;
 };
 

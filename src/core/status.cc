@@ -1,4 +1,9 @@
+// core/status.cc — status code names, Status formatting, and the abort behind
+// Result::value() on an error.
 #include "remora/status.h"
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "remora/types.h"
 
@@ -50,5 +55,17 @@ Status Status::with_context(std::string_view prefix) const {
   msg += message_;
   return {code_, std::move(msg)};
 }
+
+namespace detail {
+
+void result_value_on_error(const Status& status) noexcept {
+  // One write, so the line is not interleaved with other threads' output.
+  const std::string line = "remora: Result::value() called on an error: " + status.to_string() + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace detail
 
 }  // namespace remora

@@ -1,4 +1,5 @@
-// Tests for core: Status/Result, size and integer parsing, configuration from REMORA_*.
+// Tests for core: size and integer parsing, configuration from REMORA_* (Status and
+// Result: status_test.cc).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -32,46 +33,6 @@ class ScopedEnv {
   std::string old_;
   bool had_ = false;
 };
-
-TEST(Status, OkHasNoMessageAndErrorsCarryCodeAndMessage) {
-  Status ok;
-  EXPECT_TRUE(ok.is_ok());
-  EXPECT_EQ(ok.to_string(), "ok");
-  Status s(StatusCode::kPeerFailed, "connection reset");
-  EXPECT_FALSE(s.is_ok());
-  EXPECT_EQ(s.to_string(), "peer_failed: connection reset");
-  Status c = s.with_context("connect 10.0.0.1:7100");
-  EXPECT_EQ(c.code(), StatusCode::kPeerFailed);
-  EXPECT_EQ(c.message(), "connect 10.0.0.1:7100: connection reset");
-  EXPECT_TRUE(Status().with_context("x").is_ok());
-}
-
-TEST(Result, HoldsValueOrErrorNeverAnOkError) {
-  Result<int> v = 42;
-  ASSERT_TRUE(v.is_ok());
-  EXPECT_EQ(*v, 42);
-  Result<int> e = Status(StatusCode::kTimeout, "late");
-  ASSERT_FALSE(e.is_ok());
-  EXPECT_EQ(e.status().code(), StatusCode::kTimeout);
-  // An ok Status without a value is a programming error, reported, not a silent success.
-  Result<int> bad = Status();
-  ASSERT_FALSE(bad.is_ok());
-  EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
-}
-
-Status fails_in_the_middle(int* reached) {
-  REMORA_RETURN_IF_ERROR(Status());
-  *reached = 1;
-  REMORA_RETURN_IF_ERROR(Status(StatusCode::kInvalidArgument, "stop"));
-  *reached = 2;
-  return Status();
-}
-
-TEST(Result, ReturnIfErrorStopsAtTheFirstError) {
-  int reached = 0;
-  EXPECT_EQ(fails_in_the_middle(&reached).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(reached, 1);
-}
 
 TEST(ParseSize, SuffixesAndErrors) {
   EXPECT_EQ(core::parse_size("4096").value(), 4096u);
