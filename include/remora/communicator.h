@@ -5,7 +5,9 @@
 // makes sub-communicators that share those endpoints.
 //
 // Every operation exists in two forms: blocking (`allreduce`, returns Status, waits up
-// to the communicator's timeout) and asynchronous (`iallreduce`, returns a Request).
+// to the communicator's timeout) and asynchronous (`iallreduce`, returns a Request; a
+// wait on it given no timeout is bounded by the context's REMORA_WAIT_TIMEOUT_MS, like
+// every Request::wait, while the operation itself stays bounded by the communicator's).
 // As in MPI, every rank of a communicator must call the same collectives in the same
 // order; buffers (and count/displacement arrays of the v-forms) must stay valid until
 // the operation completes. Asynchronous collectives of one communicator run in the

@@ -38,6 +38,9 @@ struct Config {
   uint32_t progress_poll_us = 100;         ///< progress thread polls this long after it served something, then sleeps (REMORA_PROGRESS_POLL_US)
   uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
   uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)
+  /// Bound of a wait given no timeout (remora::kDefaultTimeout): Request::wait, wait_all,
+  /// Listener::accept, Endpoint::wait_notification. 1 ms to 24 h (REMORA_WAIT_TIMEOUT_MS).
+  uint32_t wait_timeout_ms = 300000;
   PinMode pin_mode = PinMode::kTry;        ///< REMORA_PIN=try|require|off
 
   /// Defaults overridden by every REMORA_* variable that is set. A malformed value is
@@ -58,6 +61,7 @@ struct ContextOptions {
   std::optional<uint32_t> progress_poll_us = std::nullopt;
   std::optional<uint32_t> connect_timeout_ms = std::nullopt;
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;
+  std::optional<uint32_t> wait_timeout_ms = std::nullopt;
   std::optional<PinMode> pin_mode = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;

@@ -34,8 +34,12 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
-  /// Next endpoint whose handshake (control + all data streams) completed. kTimeout.
-  Result<std::shared_ptr<Endpoint>> accept(Duration timeout = kForever);
+  /// Next endpoint whose handshake (control + all data streams) completed, waiting up
+  /// to `timeout` for one: kTimeout when none did. Without a timeout (kDefaultTimeout)
+  /// the wait is bounded by Config::wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS), and its
+  /// kTimeout names that variable; a server that waits for clients indefinitely passes
+  /// kForever. kAborted once the listener is closed.
+  Result<std::shared_ptr<Endpoint>> accept(Duration timeout = kDefaultTimeout);
   template <typename Rep, typename Period>
   Result<std::shared_ptr<Endpoint>> accept(std::chrono::duration<Rep, Period> timeout) {
     return accept(std::chrono::duration_cast<Duration>(timeout));

@@ -145,11 +145,14 @@ class Endpoint {
   std::optional<Notification> poll_notification();
   /// Waits up to `timeout` (spinning, then blocking) for a notification. kTimeout when
   /// none arrived; the endpoint's failure once it failed and the queue is empty.
+  /// Without a timeout (kDefaultTimeout) the wait is bounded by the context's
+  /// Config::wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS), and its kTimeout names that
+  /// variable; kForever waits until a notification comes or the endpoint fails.
   /// The acknowledgement of the put that carried a notification handed to this call
   /// rides with this thread's next frame on the endpoint (a put or send in answer), so
   /// a ping-pong costs one segment per direction; it goes on its own at the next
   /// progress round of any thread of the context, within REMORA_PROGRESS_LINGER_US.
-  Result<Notification> wait_notification(Duration timeout = kForever);
+  Result<Notification> wait_notification(Duration timeout = kDefaultTimeout);
   template <typename Rep, typename Period>
   Result<Notification> wait_notification(std::chrono::duration<Rep, Period> timeout) {
     return wait_notification(std::chrono::duration_cast<Duration>(timeout));

@@ -34,8 +34,10 @@ class Request {
   Status test() const;
   /// Waits up to `timeout` (spinning briefly, then blocking in the kernel).
   /// The final status, or kTimeout (the operation goes on; wait again or close the
-  /// endpoint to abort it).
-  Status wait(Duration timeout = kForever) const;
+  /// endpoint to abort it). Without a timeout (kDefaultTimeout) the wait is bounded by
+  /// the context's Config::wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS, 5 min by default),
+  /// and its kTimeout names that variable; kForever waits without a deadline.
+  Status wait(Duration timeout = kDefaultTimeout) const;
   template <typename Rep, typename Period>
   Status wait(std::chrono::duration<Rep, Period> timeout) const {
     return wait(std::chrono::duration_cast<Duration>(timeout));
@@ -48,11 +50,13 @@ class Request {
   Tag tag() const noexcept;
 
  private:
+  friend Status wait_all(std::span<const Request> requests, Duration timeout);
   std::shared_ptr<detail::RequestState> state_;
 };
 
 /// Waits for all requests (up to `timeout` in total). First error wins; kTimeout if
-/// any is still running at the deadline.
-Status wait_all(std::span<const Request> requests, Duration timeout = kForever);
+/// any is still running at the deadline. kDefaultTimeout: the default bound of the
+/// context of the first request still running (see Request::wait); kForever: none.
+Status wait_all(std::span<const Request> requests, Duration timeout = kDefaultTimeout);
 
 }  // namespace remora

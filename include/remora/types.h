@@ -17,10 +17,19 @@ enum class RegionId : uint32_t {};
 /// Identifies an endpoint within a Context (and on the wire in the handshake).
 enum class EndpointId : uint64_t {};
 
-/// Timeouts everywhere are durations; `kForever` means "no deadline" and is only
-/// accepted where a separate abort path exists (it still ends when the peer dies).
+/// Timeouts everywhere are durations.
 using Duration = std::chrono::nanoseconds;
+/// "No deadline": a wait given kForever ends only when what it waits for happens or
+/// fails (a dead peer, a closed endpoint or listener, a destroyed context). Never a
+/// default: a caller asks for it by name.
 inline constexpr Duration kForever = Duration::max();
+/// "The context's default bound": what every wait that takes a timeout uses when the
+/// caller passes none (Request::wait, wait_all, Listener::accept,
+/// Endpoint::wait_notification). It stands for Config::wait_timeout_ms of the context
+/// the wait belongs to (REMORA_WAIT_TIMEOUT_MS, default 300000 = 5 min). A wait that
+/// runs that bound out fails with kTimeout, and its message names
+/// REMORA_WAIT_TIMEOUT_MS. A sentinel, not a length: it is never a real timeout.
+inline constexpr Duration kDefaultTimeout = Duration::min();
 
 /// Access rights of a registered region. Remote rights are what a RemoteKey can grant.
 enum class Access : uint32_t {

@@ -358,6 +358,9 @@ Status CommCore::run(const Body& body) {
 
 Request CommCore::post(Body body) {
   auto state = detail::RequestState::make(nullptr, Tag{});
+  // Completed by the worker, not the engine; a wait without a timeout still gets the
+  // context's bound.
+  state->default_timeout = std::chrono::milliseconds(world_->context().config().wait_timeout_ms);
   {
     std::lock_guard lock(queue_mu_);
     queue_.emplace_back(std::move(body), state);

@@ -16,13 +16,16 @@ namespace {
 constexpr const char* kKnownVariables[] = {
     "REMORA_LOG",         "REMORA_STREAMS",           "REMORA_CHUNK_SIZE",         "REMORA_EAGER_LIMIT",
     "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_RMA_WINDOW", "REMORA_SPIN_US",
-    "REMORA_PROGRESS_LINGER_US", "REMORA_PROGRESS_POLL_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS", "REMORA_PIN",
+    "REMORA_PROGRESS_LINGER_US", "REMORA_PROGRESS_POLL_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS",
+    "REMORA_WAIT_TIMEOUT_MS", "REMORA_PIN",
     // Read by tools and later layers, not by Config:
     "REMORA_STORE", "REMORA_BENCH_JSON",
     // Collectives and launching (src/coll):
     "REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "REMORA_LOCAL_WORLD_SIZE", "REMORA_HOST",
     "REMORA_COLL_TIMEOUT_MS", "REMORA_ALLREDUCE_ALGO", "REMORA_BCAST_ALGO", "REMORA_REDUCE_ALGO",
     "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE"};
+
+constexpr uint32_t kMaxWaitTimeoutMs = 86'400'000;  // 24 h: longer waits ask for kForever
 
 Status env_error(const char* name, const Status& s) {
   return Status(StatusCode::kInvalidArgument, std::string(name) + ": " + s.message());
@@ -81,6 +84,7 @@ Result<Config> Config::from_env() {
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
   REMORA_RETURN_IF_ERROR(read_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
+  REMORA_RETURN_IF_ERROR(read_uint("REMORA_WAIT_TIMEOUT_MS", &c.wait_timeout_ms, 1, kMaxWaitTimeoutMs));
   if (auto text = core::getenv_view("REMORA_PIN")) {
     if (*text == "try") {
       c.pin_mode = PinMode::kTry;
@@ -109,6 +113,10 @@ Status Config::validate() const {
   if (rma_window < 1 || rma_window > 65536) return bad("rma_window (REMORA_RMA_WINDOW) must be 1..65536");
   if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
   if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
+  if (wait_timeout_ms < 1 || wait_timeout_ms > kMaxWaitTimeoutMs) {
+    return bad("wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS) must be 1..86400000 (24 h); "
+               "wait without a bound with remora::kForever");
+  }
   return Status::ok();
 }
 
@@ -122,6 +130,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.progress_poll_us) base.progress_poll_us = *o.progress_poll_us;
   if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
+  if (o.wait_timeout_ms) base.wait_timeout_ms = *o.wait_timeout_ms;
   if (o.pin_mode) base.pin_mode = *o.pin_mode;
   return base;
 }

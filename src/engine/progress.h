@@ -71,6 +71,8 @@ class ProgressEngine {
     uint32_t spin_us = 200;
     uint32_t linger_us = 1000;
     uint32_t poll_us = 100;
+    /// Bound of a wait given kDefaultTimeout on this context (engine/wait_bound.h).
+    uint32_t wait_timeout_ms = Config{}.wait_timeout_ms;
   };
 
   static Result<std::shared_ptr<ProgressEngine>> create(Options options);

@@ -1,9 +1,12 @@
+// engine/request.cc — remora::Request: test, and wait (spin, then block) with a bound
+// that is the caller's, the context's default (kDefaultTimeout) or none (kForever).
 #include <sched.h>
 
 #include <chrono>
 #include <string>
 
 #include "engine/request_state.h"
+#include "engine/wait_bound.h"
 
 namespace remora {
 
@@ -26,10 +29,12 @@ Status Request::test() const {
   return state_->status;
 }
 
-Status Request::wait(Duration timeout) const {
+Status Request::wait(Duration requested) const {
   if (!state_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
   detail::RequestState& st = *state_;
   if (st.done()) return st.status;
+  const engine::WaitBound bound(requested, st.default_timeout);
+  const Duration timeout = bound.timeout();
   const auto start = Clock::now();
   const bool forever = timeout == kForever || timeout > std::chrono::hours(24 * 365);
   const auto deadline = forever ? Clock::time_point::max() : start + timeout;
@@ -61,10 +66,12 @@ Status Request::wait(Duration timeout) const {
   }
 
   // Block phase: the progress thread completes the request and wakes us.
-  if (Clock::now() >= deadline && !st.done()) {
-    return Status(StatusCode::kTimeout, "operation still in progress after " +
-                                            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) + " ms");
-  }
+  auto expired = [&] {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    return bound.explain(
+        Status(StatusCode::kTimeout, "operation still in progress after " + std::to_string(ms) + " ms"));
+  };
+  if (Clock::now() >= deadline && !st.done()) return expired();
   struct BlockScope {
     engine::ProgressEngine* e;
     explicit BlockScope(engine::ProgressEngine* eng) : e(eng) {
@@ -78,10 +85,7 @@ Status Request::wait(Duration timeout) const {
   } block(eng);
   while (!st.done()) {
     auto now = Clock::now();
-    if (now >= deadline) {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-      return Status(StatusCode::kTimeout, "operation still in progress after " + std::to_string(ms) + " ms");
-    }
+    if (now >= deadline) return expired();
     uint32_t expected = 0;
     if (!st.word.compare_exchange_strong(expected, 1, std::memory_order_acq_rel) && expected == 2) break;
     engine::futex_wait(&st.word, 1, forever ? std::chrono::nanoseconds(-1) : deadline - now);
@@ -89,7 +93,18 @@ Status Request::wait(Duration timeout) const {
   return st.status;
 }
 
-Status wait_all(std::span<const Request> requests, Duration timeout) {
+Status wait_all(std::span<const Request> requests, Duration requested) {
+  // The default bound is that of the first request still running (requests of one
+  // call normally share a context); when none is, there is nothing to wait for.
+  Duration default_bound = Duration::zero();
+  for (const Request& r : requests) {
+    if (r.state_ && !r.state_->done()) {
+      default_bound = r.state_->default_timeout;
+      break;
+    }
+  }
+  const engine::WaitBound bound(requested, default_bound);
+  const Duration timeout = bound.timeout();
   const bool forever = timeout == kForever || timeout > std::chrono::hours(24 * 365);
   const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
   Status first;
@@ -99,7 +114,7 @@ Status wait_all(std::span<const Request> requests, Duration timeout) {
     Status s = r.wait(left);
     if (!s.is_ok() && first.is_ok()) first = s;
   }
-  return first;
+  return bound.explain(std::move(first));
 }
 
 }  // namespace remora

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "engine/futex.h"
 #include "engine/progress.h"
+#include "engine/wait_bound.h"
 #include "remora/request.h"
 #include "remora/status.h"
 
@@ -21,6 +23,10 @@ struct RequestState {
   size_t bytes = 0;
   Tag tag{};
   std::shared_ptr<engine::ProgressEngine> engine;
+  /// What a wait given kDefaultTimeout waits at most: the context's wait_timeout_ms.
+  /// make() takes it from the engine; the owner of a request without one (the
+  /// collectives' worker) sets it from its context.
+  Duration default_timeout = std::chrono::milliseconds(Config{}.wait_timeout_ms);
 
   bool done() const noexcept { return word.load(std::memory_order_acquire) == 2; }
 
@@ -33,6 +39,7 @@ struct RequestState {
 
   static std::shared_ptr<RequestState> make(std::shared_ptr<engine::ProgressEngine> e, Tag t) {
     auto r = std::make_shared<RequestState>();
+    if (e) r->default_timeout = engine::WaitBound::default_bound(*e);
     r->engine = std::move(e);
     r->tag = t;
     return r;

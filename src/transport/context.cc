@@ -199,7 +199,8 @@ Result<std::unique_ptr<Context>> Context::create(const Config& config) {
   REMORA_RETURN_IF_ERROR(config.validate());
   REMORA_ASSIGN_OR_RETURN(auto engine, engine::ProgressEngine::create({.spin_us = config.spin_us,
                                                                          .linger_us = config.progress_linger_us,
-                                                                         .poll_us = config.progress_poll_us}));
+                                                                         .poll_us = config.progress_poll_us,
+                                                                         .wait_timeout_ms = config.wait_timeout_ms}));
   auto core = std::make_shared<detail::ContextCore>(config, engine);
   engine->start();
   return std::unique_ptr<Context>(new Context(std::move(core)));

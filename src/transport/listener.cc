@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "engine/futex.h"
+#include "engine/wait_bound.h"
 #include "remora/version.h"
 #include "transport/context_core.h"
 
@@ -176,7 +177,9 @@ void ListenerCore::enqueue(std::shared_ptr<EndpointCore> ep) {
   engine::futex_wake_all(&ready_seq_);
 }
 
-Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration timeout) {
+Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration requested) {
+  const engine::WaitBound bound(requested, *engine_);
+  const Duration timeout = bound.timeout();
   const bool forever = timeout == kForever || timeout > std::chrono::hours(24 * 365);
   const auto deadline = forever ? engine::Clock::time_point::max() : engine::Clock::now() + timeout;
   for (;;) {
@@ -191,7 +194,7 @@ Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration timeout) {
       if (closed_) return Status(StatusCode::kAborted, "listener is closed");
     }
     auto now = engine::Clock::now();
-    if (now >= deadline) return Status(StatusCode::kTimeout, "no peer connected before the accept deadline");
+    if (now >= deadline) return bound.explain(Status(StatusCode::kTimeout, "no peer connected before the accept deadline"));
     engine_->block_begin();
     engine::futex_wait(&ready_seq_, seq, forever ? std::chrono::nanoseconds(-1) : deadline - now);
     engine_->block_end();

@@ -630,7 +630,10 @@ Request Endpoint::compare_swap(uint64_t* result, const RemoteKey& key, uint64_t 
 }
 Request Endpoint::flush() { return core_->flush(); }
 std::optional<Notification> Endpoint::poll_notification() { return core_->poll_notification(); }
-Result<Notification> Endpoint::wait_notification(Duration timeout) { return core_->wait_notification(timeout); }
+Result<Notification> Endpoint::wait_notification(Duration timeout) {
+  const engine::WaitBound bound(timeout, *core_->engine());
+  return bound.explain(core_->wait_notification(bound.timeout()));
+}
 void Endpoint::set_notification_handler(std::function<void(const Notification&)> handler) {
   core_->set_notification_handler(std::move(handler));
 }

@@ -175,6 +175,28 @@ TEST(CommCore, AnOperationThatNeverCompletesTimesOut) {
   });
 }
 
+// An asynchronous collective's Request is completed by the communicator's worker, not
+// by a progress engine; a wait on it without a timeout still ends at the context's
+// bound (Config::wait_timeout_ms), not the collective's, and says which bound it was.
+TEST(CommCore, AWaitWithoutATimeoutOnAnAsynchronousCollectiveEndsAtTheContextsBound) {
+  auto ranks = make_ranks(2, std::chrono::seconds(20), {.wait_timeout_ms = 300, .ignore_env = true});
+  std::promise<void> rank0_waited;
+  std::shared_future<void> waited = rank0_waited.get_future().share();
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    if (r == 1) {
+      waited.wait();  // joins the barrier only once rank 0's wait gave up
+      EXPECT_TRUE(c.barrier().is_ok());
+      return;
+    }
+    const Request b = c.ibarrier();
+    const Status s = b.wait();
+    rank0_waited.set_value();
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+    EXPECT_NE(s.message().find("REMORA_WAIT_TIMEOUT_MS"), std::string::npos) << s.to_string();
+    EXPECT_TRUE(b.wait(std::chrono::seconds(10)).is_ok()) << "the barrier itself went on";
+  });
+}
+
 TEST(CommCore, NotificationsAreRoutedToTheirCommunicator) {
   auto ranks = make_ranks(2);
   std::vector<std::vector<std::byte>> mem(2, std::vector<std::byte>(64));

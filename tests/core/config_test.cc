@@ -102,6 +102,35 @@ TEST(Config, OptionsWinOverEnvironment) {
   EXPECT_EQ(cfg.chunk_bytes, base.chunk_bytes);
 }
 
+// The bound of a wait given no timeout: 5 minutes unless REMORA_WAIT_TIMEOUT_MS or
+// ContextOptions says otherwise; 1 ms to 24 h (no bound at all is kForever, by name).
+TEST(Config, WaitTimeoutFromDefaultsEnvironmentAndOptions) {
+  EXPECT_EQ(Config{}.wait_timeout_ms, 300000u);
+  {
+    ScopedEnv e("REMORA_WAIT_TIMEOUT_MS", "1500");
+    auto cfg = Config::from_env();
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    EXPECT_EQ(cfg->wait_timeout_ms, 1500u);
+    EXPECT_EQ(apply(*cfg, ContextOptions{.wait_timeout_ms = 250}).wait_timeout_ms, 250u);
+    EXPECT_EQ(apply(*cfg, ContextOptions{}).wait_timeout_ms, 1500u);
+  }
+  for (const char* bad : {"0", "-1", "abc", "86400001"}) {
+    ScopedEnv e("REMORA_WAIT_TIMEOUT_MS", bad);
+    auto cfg = Config::from_env();
+    ASSERT_FALSE(cfg.is_ok()) << "REMORA_WAIT_TIMEOUT_MS=" << bad;
+    EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(cfg.status().message().find("REMORA_WAIT_TIMEOUT_MS"), std::string::npos) << cfg.status().message();
+  }
+  Config c;
+  c.wait_timeout_ms = 0;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.validate().message().find("REMORA_WAIT_TIMEOUT_MS"), std::string::npos) << c.validate().message();
+  c.wait_timeout_ms = 86'400'001;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+  c.wait_timeout_ms = 86'400'000;
+  EXPECT_TRUE(c.validate().is_ok());
+}
+
 TEST(Config, ValidateRejectsCreditBelowEagerLimit) {
   Config c;
   c.eager_limit = 64 * 1024;
