@@ -119,10 +119,16 @@ class Endpoint {
   /// the notification). Errors from the target: kInvalidKey (forged, stale or
   /// unknown key), kOutOfRange, kAccessDenied (no remote-write right), kNoResource
   /// (the target's notification queue is full; nothing was written).
+  /// A zero-length put is checked like any other (key, right, range) and writes
+  /// nothing: it succeeds at every `remote_offset` from 0 to the window's length, the
+  /// end included (and notifies, with options.notify), and fails with kOutOfRange
+  /// beyond it.
   Request put(std::span<const std::byte> local, const RemoteKey& key, uint64_t remote_offset,
               const PutOptions& options = {});
   /// Reads the peer's memory at `remote_offset` within `key`'s window into `local`
-  /// (local.size() bytes). Needs the remote-read right.
+  /// (local.size() bytes). Needs the remote-read right. Not covered by flush(): wait
+  /// on its request. A zero-length get succeeds at every `remote_offset` from 0 to the
+  /// window's length, the end included, and fails with kOutOfRange beyond it.
   Request get(std::span<std::byte> local, const RemoteKey& key, uint64_t remote_offset);
   /// Atomically adds `value` to the u64 at `remote_offset`; the previous value is
   /// stored in *result (if not null) before the request completes. The word must be

@@ -1045,6 +1045,43 @@ TEST_F(RefusalTest, AccessOutsideAWindowKey) {
   EXPECT_EQ(diff(*mem_), "");
 }
 
+// Zero-length puts and gets are checked like any other: at every offset from 0 to the
+// window's length (its end included) they succeed, touch nothing and (a notified put)
+// notify once; one byte beyond, they are out of range. For the whole region's key
+// and for a window key.
+TEST_F(RefusalTest, ZeroLengthPutsAndGetsSucceedUpToTheWindowEndAndFailBeyond) {
+  auto wk = mem_->region.remote_key(16384, 8192, kRemoteAccessMask);
+  ASSERT_TRUE(wk.is_ok()) << wk.status().to_string();
+  struct Window {
+    RemoteKey key;
+    uint64_t start, length;
+    const char* what;
+  };
+  uint64_t notify = 100;
+  for (const Window& w : {Window{key_, 0, kSize, "region key"}, Window{*wk, 16384, 8192, "window key"}}) {
+    for (uint64_t off : {uint64_t{0}, w.length / 2, w.length}) {
+      const std::string at = std::string(w.what) + ", offset " + std::to_string(off) + " of " + std::to_string(w.length);
+      EXPECT_TRUE(p_.init->put({}, w.key, off).wait(10s).is_ok()) << "zero-length put, " << at;
+      EXPECT_TRUE(p_.init->get({}, w.key, off).wait(10s).is_ok()) << "zero-length get, " << at;
+      ++notify;
+      ASSERT_TRUE(p_.init->put({}, w.key, off, {.notify = notify}).wait(10s).is_ok()) << "notified, " << at;
+      auto note = p_.target->wait_notification(10s);
+      ASSERT_TRUE(note.is_ok()) << at << ": " << note.status().to_string();
+      EXPECT_EQ(note->value, notify) << at;
+      EXPECT_EQ(note->offset, w.start + off) << at;
+      EXPECT_EQ(note->length, 0u) << at;
+      EXPECT_EQ(diff(*mem_), "") << at;
+    }
+    for (uint64_t off : {w.length + 1, kU64Max}) {
+      const std::string at = std::string(w.what) + ", offset " + std::to_string(off) + " of " + std::to_string(w.length);
+      expect_refused(p_.init->put({}, w.key, off), StatusCode::kOutOfRange, "zero-length put, " + at);
+      expect_refused(p_.init->get({}, w.key, off), StatusCode::kOutOfRange, "zero-length get, " + at);
+      expect_refused(p_.init->put({}, w.key, off, {.notify = 1}), StatusCode::kOutOfRange, "notified, " + at);
+    }
+  }
+  EXPECT_FALSE(p_.target->poll_notification().has_value()) << "a refused zero-length put notified";
+}
+
 TEST_F(RefusalTest, MissingRights) {
   std::vector<std::byte> sink(16);
   // Keys narrowed to one right each.
