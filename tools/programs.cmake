@@ -119,6 +119,20 @@ if(REMORA_BUILD_TESTS)
   set_tests_properties(${coll_tests} PROPERTIES ENVIRONMENT_MODIFICATION
                        "REMORA_RANK=unset:;RANK=unset:;OMPI_COMM_WORLD_RANK=unset:;PMI_RANK=unset:;SLURM_PROCID=unset:")
 
+  # `remora run`: the program may follow the options with or without "--"; from the
+  # program on everything is the program's ("--" and flags like ours included), a
+  # program named like one of our subcommands is still run, and an option we do not
+  # know is refused (exit 2) rather than run as the program.
+  add_test(NAME remora_run_arguments
+           COMMAND sh -c "\"$0\" run -n 2 /bin/echo a -- b -n 3 > run.out && [ $(grep -cx 'a -- b -n 3' run.out) -eq 2 ] && \
+                          \"$0\" run -n 2 -- /bin/echo a -- b > run.out && [ $(grep -cx 'a -- b' run.out) -eq 2 ] && \
+                          mkdir -p run-bin && printf '#!/bin/sh\\necho ran \"$@\"\\n' > run-bin/bench && chmod +x run-bin/bench && \
+                          PATH=\"$PWD/run-bin:$PATH\" \"$0\" run -n 1 bench --help > run.out && grep -qx 'ran --help' run.out && \
+                          { \"$0\" run -n 1 --bogus /bin/echo > run.out 2>&1; [ $? -eq 2 ]; } && \
+                          grep -q \"unknown option '--bogus'\" run.out"
+                   $<TARGET_FILE:remora_tool>)
+  set_tests_properties(remora_run_arguments PROPERTIES LABELS "tools" TIMEOUT 60)
+
   set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
                        remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate

@@ -603,7 +603,11 @@ int main(int argc, char** argv) {
 
   remora::tools::RunOptions run_options;
   int run_timeout_s = 0;
-  auto* run = app.add_subcommand("run", "single-host launcher: run N ranks of a program (remora run -n 4 -- prog args)");
+  auto* run = app.add_subcommand(
+      "run",
+      "single-host launcher: run N ranks of a program. `remora run -n 4 ./app args` and "
+      "`remora run -n 4 -- ./app args` are the same: everything from the program on is the program's, "
+      "`--` and flags included. `--` is needed only before a program whose name begins with '-'.");
   run->add_option("-n,--ranks", run_options.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
   run->add_option("--timeout", run_timeout_s, "stop every rank after this many seconds and exit 124 (0: never)")
       ->check(CLI::NonNegativeNumber);
@@ -611,12 +615,21 @@ int main(int argc, char** argv) {
   // Everything from the program on is the program's, flags included.
   run->prefix_command();
 
-  // `remora run ... -- prog args`: what follows "--" is the program's, never ours.
-  std::vector<std::string> after_dashdash;
+  // `remora run [options] [--] prog args`: the program starts at the first argument
+  // that is none of run's options (or right after a "--" among them), and from there on
+  // everything is the program's. It is cut off here, before CLI11 sees it: CLI11 takes
+  // a program named like one of our subcommands ("bench") for that subcommand, and
+  // refuses anything after a "--". A "--" after the program is the program's own.
+  std::vector<std::string> program_argv;
   if (argc > 1 && std::string_view(argv[1]) == "run") {
     for (int i = 2; i < argc; ++i) {
-      if (std::string_view(argv[i]) != "--") continue;
-      after_dashdash.assign(argv + i + 1, argv + argc);
+      const std::string_view arg(argv[i]);
+      if (arg == "-n" || arg == "--ranks" || arg == "--timeout") {
+        ++i;  // its value
+        continue;
+      }
+      if (arg != "--" && arg.starts_with("-")) continue;  // an option of ours: -n4, --timeout=5, --tag-output
+      program_argv.assign(argv + i + (arg == "--" ? 1 : 0), argv + argc);
       argc = i;
       break;
     }
@@ -629,10 +642,15 @@ int main(int argc, char** argv) {
   if (*rma) return run_rma(rma_args);
   if (*coll) return run_coll(coll_args, std::vector<std::string>(argv, argv + argc));
   if (*run) {
-    run_options.argv = run->remaining();
-    run_options.argv.insert(run_options.argv.end(), after_dashdash.begin(), after_dashdash.end());
+    // The program was cut off above: what CLI11 left over is an option it does not know.
+    if (const auto unknown = run->remaining(); !unknown.empty()) {
+      fmt::print(stderr, "remora run: unknown option '{}' (see remora run --help; a program whose name begins "
+                         "with '-' goes after --)\n", unknown.front());
+      return 2;
+    }
+    run_options.argv = std::move(program_argv);
     if (run_options.argv.empty()) {
-      fmt::print(stderr, "remora run: no program given (remora run -n N [--] prog args...)\n");
+      fmt::print(stderr, "remora run: no program given (remora run -n N [options] [--] prog args...)\n");
       return 2;
     }
     run_options.timeout = std::chrono::seconds(run_timeout_s);

@@ -1,4 +1,5 @@
-// tools/run.h — `remora run -n N prog args…`: the single-host launcher.
+// tools/run.h — `remora run -n N [--] prog args…`: the single-host launcher (the CLI's
+// argument handling, where `--` is optional, is in tools/remora.cc).
 //
 // Spawns N copies of a program with the launcher variables remora::detect_launch reads
 // (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_LOCAL_RANK, REMORA_LOCAL_WORLD_SIZE,
