@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "core/little_endian.h"
 #include "core/log.h"
 #include "net/address.h"
 #include "net/socket.h"
@@ -49,24 +50,8 @@ constexpr size_t kMaxQueuedReplies = size_t{256} << 20;
 /// server; this only bounds a call on a server that stopped responding.
 constexpr Duration kRequestTimeout = std::chrono::seconds(60);
 
-void put_u32(std::vector<std::byte>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
-}
-void put_u64(std::vector<std::byte>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
-}
 void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); }
 void put_bytes(std::vector<std::byte>& out, std::string_view s) { put_bytes(out, std::as_bytes(std::span(s))); }
-uint32_t get_u32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{std::to_integer<uint8_t>(p[i])} << (8 * i);
-  return v;
-}
-uint64_t get_u64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{std::to_integer<uint8_t>(p[i])} << (8 * i);
-  return v;
-}
 std::string_view as_view(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
@@ -77,7 +62,7 @@ std::optional<std::vector<std::string>> parse_key_list(std::span<const std::byte
   size_t at = 0;
   while (at < v.size()) {
     if (v.size() - at < 4) return std::nullopt;
-    const uint32_t n = get_u32(v.data() + at);
+    const uint32_t n = core::load_u32(v.data() + at);
     at += 4;
     if (n == 0 || n > kMaxKey || v.size() - at < n) return std::nullopt;
     keys.emplace_back(as_view(v.subspan(at, n)));
@@ -259,17 +244,17 @@ class StoreServerCore {
       if (avail < 5) break;
       const auto op = static_cast<Op>(std::to_integer<uint8_t>(p[0]));
       if (op < Op::kSet || op > Op::kRemove) return drop(c, fmt::format("unknown op {}", std::to_integer<int>(p[0]))), false;
-      const uint32_t key_len = get_u32(p + 1);
+      const uint32_t key_len = core::load_u32(p + 1);
       if (key_len > kMaxKey) return drop(c, fmt::format("key of {} bytes (limit {})", key_len, kMaxKey)), false;
       if ((key_len == 0) != (op == Op::kWait)) return drop(c, "key length 0 is for wait only, and wait only"), false;
       if (avail < 5 + size_t{key_len} + 4) break;
-      const uint32_t value_len = get_u32(p + 5 + key_len);
+      const uint32_t value_len = core::load_u32(p + 5 + key_len);
       if (value_len > kMaxValue) return drop(c, fmt::format("value of {} bytes (limit {})", value_len, kMaxValue)), false;
       const size_t total = kFixedRequestBytes + key_len + value_len;
       if (avail < total) break;
       const std::string key(as_view(std::span(p + 5, key_len)));
       const std::span<const std::byte> value(p + 9 + key_len, value_len);
-      const uint64_t timeout_ms = get_u64(p + 9 + key_len + value_len);
+      const uint64_t timeout_ms = core::load_u64(p + 9 + key_len + value_len);
       at += total;
       serve_one(c, op, key, value, timeout_ms);
     }
@@ -306,7 +291,7 @@ class StoreServerCore {
       }
       case Op::kAdd: {
         if (value.size() != 8) return drop(c, "add needs an 8-byte delta");
-        const auto delta = static_cast<int64_t>(get_u64(value.data()));
+        const auto delta = static_cast<int64_t>(core::load_u64(value.data()));
         int64_t now = 0;
         if (auto it = data_.find(key); it != data_.end()) {
           auto v = parse_counter(it->second);
@@ -325,7 +310,7 @@ class StoreServerCore {
         slot.clear();
         put_bytes(slot, text);
         std::vector<std::byte> out;
-        put_u64(out, static_cast<uint64_t>(now));
+        core::append_le<uint64_t>(out, static_cast<uint64_t>(now));
         reply(c, Reply::kOk, out);
         wake_waiters();
         return;
@@ -390,7 +375,7 @@ class StoreServerCore {
       c.out_done = 0;
     }
     c.out.push_back(static_cast<std::byte>(status));
-    put_u32(c.out, static_cast<uint32_t>(payload.size()));
+    core::append_le<uint32_t>(c.out, static_cast<uint32_t>(payload.size()));
     put_bytes(c.out, payload);
     if (c.out.size() - c.out_done > kMaxQueuedReplies) return drop(c, "client does not read its replies");
     flush(c);
@@ -460,11 +445,11 @@ class StoreClientCore {
     std::vector<std::byte> frame;
     frame.reserve(kFixedRequestBytes + key.size() + value.size());
     frame.push_back(static_cast<std::byte>(op));
-    put_u32(frame, static_cast<uint32_t>(key.size()));
+    core::append_le<uint32_t>(frame, static_cast<uint32_t>(key.size()));
     put_bytes(frame, key);
-    put_u32(frame, static_cast<uint32_t>(value.size()));
+    core::append_le<uint32_t>(frame, static_cast<uint32_t>(value.size()));
     put_bytes(frame, value);
-    put_u64(frame, timeout_ms);
+    core::append_le<uint64_t>(frame, timeout_ms);
 
     std::lock_guard lock(mu_);
     if (!broken_.is_ok()) return broken_;
@@ -479,7 +464,7 @@ class StoreClientCore {
     std::byte head[kReplyHeaderBytes];
     if (Status s = net::read_exact(fd_.get(), head, deadline); !s.is_ok()) return fail(s);
     Response r{static_cast<Reply>(head[0]), {}};
-    const uint32_t len = get_u32(head + 1);
+    const uint32_t len = core::load_u32(head + 1);
     if (std::to_integer<uint8_t>(head[0]) > 2 || len > kMaxValue + 64 * 1024) {
       return fail(Status(StatusCode::kProtocol, "malformed reply (is this a remora store?)"));
     }
@@ -615,7 +600,7 @@ Status Store::wait(std::span<const std::string> keys, Duration timeout) {
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("store key must be 1..{} bytes (got {})", detail::kMaxKey, k.size()));
     }
-    detail::put_u32(list, static_cast<uint32_t>(k.size()));
+    core::append_le<uint32_t>(list, static_cast<uint32_t>(k.size()));
     detail::put_bytes(list, k);
   }
   REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kWait, {}, list, timeout));
@@ -624,11 +609,11 @@ Status Store::wait(std::span<const std::string> keys, Duration timeout) {
 
 Result<int64_t> Store::add(std::string_view key, int64_t delta) {
   std::vector<std::byte> v;
-  detail::put_u64(v, static_cast<uint64_t>(delta));
+  core::append_le<uint64_t>(v, static_cast<uint64_t>(delta));
   REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kAdd, key, v, std::nullopt));
   REMORA_RETURN_IF_ERROR(detail::reply_status(r));
   if (r.payload.size() != 8) return Status(StatusCode::kProtocol, "store: add reply is not 8 bytes");
-  return static_cast<int64_t>(detail::get_u64(r.payload.data()));
+  return static_cast<int64_t>(core::load_u64(r.payload.data()));
 }
 
 Result<bool> Store::check(std::string_view key) {

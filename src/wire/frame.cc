@@ -8,19 +8,19 @@
 #include <utility>
 #include <type_traits>
 
-#include "wire/little_endian.h"
+#include "core/little_endian.h"
 
 namespace remora::wire {
 namespace {
 
-using internal::load_u16;
-using internal::load_u32;
-using internal::load_u64;
-using internal::load_u8;
-using internal::store_u16;
-using internal::store_u32;
-using internal::store_u64;
-using internal::store_u8;
+using core::load_u16;
+using core::load_u32;
+using core::load_u64;
+using core::load_u8;
+using core::store_u16;
+using core::store_u32;
+using core::store_u64;
+using core::store_u8;
 
 // Header field offsets (docs/protocol.md, frame header table).
 constexpr size_t kTypeOffset = 0;

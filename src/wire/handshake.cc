@@ -4,19 +4,19 @@
 #include <fmt/format.h>
 
 #include "remora/version.h"
-#include "wire/little_endian.h"
+#include "core/little_endian.h"
 
 namespace remora::wire {
 namespace {
 
-using internal::load_u16;
-using internal::load_u32;
-using internal::load_u64;
-using internal::load_u8;
-using internal::store_u16;
-using internal::store_u32;
-using internal::store_u64;
-using internal::store_u8;
+using core::load_u16;
+using core::load_u32;
+using core::load_u64;
+using core::load_u8;
+using core::store_u16;
+using core::store_u32;
+using core::store_u64;
+using core::store_u8;
 
 // Offsets shared by HELLO and HELLO_ACK (docs/protocol.md). They differ only at 6..7:
 // HELLO has role (u8) + reserved (u8), HELLO_ACK has status (u16).

@@ -1,13 +1,17 @@
-// wire/little_endian.h — explicit little-endian loads and stores for the wire codecs.
+// core/little_endian.h — the project's one little-endian codec: explicit loads and
+// stores for everything that puts integers on the wire or in a file (frames and the
+// handshake, remote keys, the rendezvous store's protocol).
 // Byte-by-byte shifts, so the result never depends on the host's byte order or on
 // alignment; compilers fold these into single moves on little-endian hosts.
-// Callers check bounds; these functions index the pointer they are given.
+// Callers check bounds; these functions index the pointer they are given (the append_
+// forms grow a vector instead).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
-namespace remora::wire::internal {
+namespace remora::core {
 
 template <typename T>
 constexpr T load_le(const std::byte* p) noexcept {
@@ -35,4 +39,12 @@ inline void store_u16(std::byte* p, uint16_t v) noexcept { store_le(p, v); }
 inline void store_u32(std::byte* p, uint32_t v) noexcept { store_le(p, v); }
 inline void store_u64(std::byte* p, uint64_t v) noexcept { store_le(p, v); }
 
-}  // namespace remora::wire::internal
+/// Appends `value`'s sizeof(T) little-endian bytes to `out`.
+template <typename T>
+void append_le(std::vector<std::byte>& out, T value) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  store_le(out.data() + at, value);
+}
+
+}  // namespace remora::core
