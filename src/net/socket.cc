@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "net/io.h"
 
 namespace remora::net {
 
@@ -159,17 +160,14 @@ bool is_self_connected(int fd) {
 Status write_all(int fd, std::span<const std::byte> data, Clock::time_point deadline) {
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    const IoResult r = send_some(fd, data.data() + done, data.size() - done);
+    if (r.moved()) {
+      done += r.bytes;
+    } else if (r.would_block()) {
       REMORA_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, deadline, "send"));
-      continue;
+    } else {
+      return errno_status(r.err, "send");
     }
-    return errno_status(errno, "send");
   }
   return Status::ok();
 }
@@ -177,18 +175,16 @@ Status write_all(int fd, std::span<const std::byte> data, Clock::time_point dead
 Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline) {
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::recv(fd, data.data() + done, data.size() - done, MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) return Status(StatusCode::kPeerFailed, "connection closed by peer");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+    const IoResult r = recv_some(fd, data.data() + done, data.size() - done);
+    if (r.moved()) {
+      done += r.bytes;
+    } else if (r.would_block()) {
       REMORA_RETURN_IF_ERROR(wait_fd(fd, POLLIN, deadline, "recv"));
-      continue;
+    } else if (r.eof()) {
+      return Status(StatusCode::kPeerFailed, "connection closed by peer");
+    } else {
+      return errno_status(r.err, "recv");
     }
-    return errno_status(errno, "recv");
   }
   return Status::ok();
 }

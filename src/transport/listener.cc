@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "engine/futex.h"
 #include "engine/wait_bound.h"
+#include "net/io.h"
 #include "remora/version.h"
 #include "transport/context_core.h"
 
@@ -113,8 +114,7 @@ namespace {
 void send_ack(int fd, const wire::HelloAck& ack) {
   auto bytes = wire::encode_hello_ack(ack);
   // A fresh socket's send buffer is empty; 48 bytes always fit.
-  ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n != static_cast<ssize_t>(bytes.size())) REMORA_LOG(kInfo, "could not send HELLO_ACK");
+  if (net::send_some(fd, bytes.data(), bytes.size()).bytes != bytes.size()) REMORA_LOG(kInfo, "could not send HELLO_ACK");
 }
 }  // namespace
 
@@ -123,13 +123,12 @@ void ListenerCore::on_conn_event(uint64_t id) {
   if (it == conns_.end()) return;
   Conn& c = *it->second;
   while (c.got_ < c.buf_.size()) {
-    ssize_t n = ::recv(c.fd_.get(), c.buf_.data() + c.got_, c.buf_.size() - c.got_, MSG_DONTWAIT);
-    if (n > 0) {
-      c.got_ += static_cast<size_t>(n);
+    const net::IoResult r = net::recv_some(c.fd_.get(), c.buf_.data() + c.got_, c.buf_.size() - c.got_);
+    if (r.moved()) {
+      c.got_ += r.bytes;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (r.would_block()) return;
     drop_conn(id);  // EOF or error before a whole HELLO
     return;
   }
