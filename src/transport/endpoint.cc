@@ -1,3 +1,6 @@
+// transport/endpoint.cc — the endpoint: set-up, tagged send/recv (eager, rendezvous),
+// the control stream, the lingering close, failure, and the ChunkScheduler's owner
+// callbacks. One-sided operations are in rma.cc.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -6,6 +9,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "net/io.h"
 #include "transport/endpoint_core.h"
 
 namespace remora {
@@ -24,43 +28,29 @@ constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
 
 uint64_t tag_value(Tag t) { return static_cast<uint64_t>(t); }
 
-bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
-
-constexpr size_t kScratchSize = size_t{64} << 10;
 /// How long a closed endpoint's control socket may linger to deliver what was queued.
 constexpr auto kCloseLinger = std::chrono::seconds(10);
-
-/// Zeros sent in place of a revoked region's bytes.
-std::span<const std::byte> zeros() {
-  static const std::vector<std::byte> bytes(kScratchSize);
-  return bytes;
-}
 }  // namespace
 
 EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params)
-    : engine_(std::move(engine)), config_(config), params_(std::move(params)) {
-  streams_.resize(params_.streams);
-  for (uint16_t i = 0; i < streams_.size(); ++i) streams_[i].handler = std::make_unique<DataHandler>(this, i);
+    : engine_(std::move(engine)),
+      config_(config),
+      params_(std::move(params)),
+      chunks_(*this, params_.streams, config_.chunk_bytes, params_.peer) {
+  data_watch_.resize(params_.streams);
+  for (uint16_t i = 0; i < data_watch_.size(); ++i) data_watch_[i].handler = std::make_unique<DataHandler>(this, i);
   ctl_rx_.resize(std::max<size_t>(size_t{64} << 10, 2 * (config_.eager_limit + kEagerPrefix)));
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
   tx_credit_ = params_.peer_eager_credit;
-  stats_.chunks_per_stream.assign(params_.streams, 0);
 }
 
 EndpointCore::~EndpointCore() = default;
 
 void EndpointCore::set_control(net::Fd fd) { control_ = std::move(fd); }
 
-Status EndpointCore::set_data(uint16_t index, net::Fd fd) {
-  if (index >= streams_.size()) return Status(StatusCode::kProtocol, "data stream index out of range");
-  if (streams_[index].fd.valid()) return Status(StatusCode::kProtocol, "data stream attached twice");
-  streams_[index].fd = std::move(fd);
-  return Status::ok();
-}
+Status EndpointCore::set_data(uint16_t index, net::Fd fd) { return chunks_.attach(index, std::move(fd)); }
 
-bool EndpointCore::all_streams_attached() const noexcept {
-  return std::all_of(streams_.begin(), streams_.end(), [](const DataStream& s) { return s.fd.valid(); });
-}
+bool EndpointCore::all_streams_attached() const noexcept { return chunks_.all_attached(); }
 
 Status EndpointCore::activate() {
   if (!control_.valid() || !all_streams_attached()) return Status(StatusCode::kInternal, "activate before all streams attached");
@@ -73,15 +63,15 @@ Status EndpointCore::activate() {
   if (!hid) return hid.status();
   control_hid_ = *hid;
   ctl_watch_out_ = ctl_blocked_;
-  for (auto& s : streams_) {
-    auto dh = engine_->add(s.fd.get(), s.handler.get());
+  for (uint16_t i = 0; i < data_watch_.size(); ++i) {
+    auto dh = engine_->add(chunks_.fd(i), data_watch_[i].handler.get());
     if (!dh) return dh.status();
-    s.hid = *dh;
+    data_watch_[i].hid = *dh;
   }
   state_ = State::kActive;
   // Bytes may have arrived before registration; edge-triggered epoll would not report them.
   read_control();
-  for (uint16_t i = 0; i < streams_.size() && alive(); ++i) read_stream(i);
+  for (uint16_t i = 0; i < data_watch_.size() && alive(); ++i) read_stream(i);
   return Status::ok();
 }
 
@@ -119,10 +109,11 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   op->req = RequestState::make(engine_, tag);
   op->tag = tag;
   op->id = next_send_id_++;
+  op->source = HostSource(data.data());
   op->out.kind = wire::ChunkKind::kMessage;
   op->out.owner = op->id;
-  op->out.data = data.data();
   op->out.length = data.size();
+  op->out.source = &op->source;
   Request r(op->req);
   append_frame(RtsFrame{op->id, tag, op->out.length});
   sends_.emplace(op->id, std::move(op));
@@ -141,8 +132,10 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   }
   auto op = std::make_unique<RecvOp>();
   op->req = RequestState::make(engine_, tag);
+  op->buffer = buffer.data();
+  op->sink = HostSink(buffer.data());
   op->in.kind = wire::ChunkKind::kMessage;
-  op->in.buffer = buffer.data();
+  op->in.sink = &op->sink;
   op->capacity = buffer.size();
   op->tag = tag;
   Request r(op->req);
@@ -188,8 +181,9 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
       linger_->control = {std::move(control_), control_hid_};
       linger_->bytes = std::move(ctl_tx_);  // fail_locked clears what is left behind
       linger_->off = ctl_tx_off_;
-      for (DataStream& ds : streams_) {
-        if (ds.fd.valid()) linger_->data.push_back({std::move(ds.fd), ds.hid});
+      for (uint16_t i = 0; i < data_watch_.size(); ++i) {
+        net::Fd fd = chunks_.take(i);
+        if (fd.valid()) linger_->data.push_back({std::move(fd), data_watch_[i].hid});
       }
     }
   }
@@ -231,14 +225,13 @@ void EndpointCore::linger_progress() {
   Linger& l = *linger_;
   if (l.control.fd.valid()) {
     while (l.off < l.bytes.size()) {
-      ssize_t n = ::send(l.control.fd.get(), l.bytes.data() + l.off, l.bytes.size() - l.off, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        l.off += static_cast<size_t>(n);
+      const net::IoResult r = net::send_some(l.control.fd.get(), l.bytes.data() + l.off, l.bytes.size() - l.off);
+      if (r.moved() && r.bytes > 0) {
+        l.off += r.bytes;
         l.last_progress = engine::Clock::now();
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) break;
+      if (r.would_block()) break;
       end_linger();  // the peer is gone: nothing more can be delivered
       return;
     }
@@ -269,9 +262,9 @@ void EndpointCore::linger_progress() {
         return;
       }
       --budget;
-      ssize_t n = ::recv(sock.fd.get(), scratch(), kScratchSize, MSG_DONTWAIT);
-      if (n > 0 || (n < 0 && errno == EINTR)) continue;
-      if (n < 0 && would_block(errno)) return;
+      const net::IoResult r = net::recv_some(sock.fd.get(), discard_.scratch(), DiscardSink::kScratchBytes);
+      if (r.moved()) continue;
+      if (r.would_block()) return;
       engine_->remove(sock.fd.get(), sock.hid);  // EOF or an error: done with it
       sock.fd.reset();
     }
@@ -327,7 +320,10 @@ Status EndpointCore::failure() const {
 
 EndpointStats EndpointCore::stats() const {
   engine::ProgressEngine::Guard guard(*engine_);
-  return stats_;
+  EndpointStats st = stats_;
+  st.chunks_sent = chunks_.chunks_sent();
+  st.chunks_per_stream = chunks_.chunks_per_stream();
+  return st;
 }
 
 // ---------------------------------------------------------------------------
@@ -350,20 +346,15 @@ void EndpointCore::fail_locked(const Status& why) {
   failure_ = why;
   if (!was_setup) REMORA_LOG(kInfo, "endpoint {} to {} failed: {}", static_cast<uint64_t>(params_.id), params_.peer, why.to_string());
 
-  for (auto& s : streams_) {
-    s.txq.clear();
-    s.rxq.clear();
-    s.queued = 0;
-    if (s.fd.valid()) {
-      engine_->remove(s.fd.get(), s.hid);
-      s.fd.reset();
-    }
+  chunks_.clear();
+  for (uint16_t i = 0; i < data_watch_.size(); ++i) {
+    if (chunks_.fd(i) >= 0) engine_->remove(chunks_.fd(i), data_watch_[i].hid);
   }
+  chunks_.close_all();
   if (control_.valid()) {
     engine_->remove(control_.get(), control_hid_);
     control_.reset();
   }
-  send_ready_.clear();
   // Complete in a stable order: sends, matched receives, posted receives.
   for (auto& [id, op] : sends_) op->req->complete(why, op->out.written);
   sends_.clear();
@@ -412,23 +403,15 @@ void EndpointCore::handle_control_eof(const Status& why) {
     fail_locked(reason);
     return;
   }
-  for (auto& s : streams_) {
-    for (RxChunk& c : s.rxq) {
-      if (c.op->kind != wire::ChunkKind::kMessage) c.op = &drain_sink_;
-    }
-  }
+  chunks_.redirect([](const RxTransfer& t) { return t.kind != wire::ChunkKind::kMessage; }, &drain_);
   engine_->remove(control_.get(), control_hid_);
   control_.reset();
   state_ = State::kDraining;
   failure_ = reason;
   for (auto& [id, op] : sends_) op->req->complete(reason, op->out.written);
   outstanding_ -= sends_.size();
+  chunks_.clear_tx();
   sends_.clear();
-  send_ready_.clear();
-  for (auto& s : streams_) {
-    s.txq.clear();
-    s.queued = 0;
-  }
   fail_rma_locked(reason);
   for (auto& [tag, q] : posted_) {
     for (auto& op : q) op->req->complete(reason, 0);
@@ -439,10 +422,10 @@ void EndpointCore::handle_control_eof(const Status& why) {
   // Doomed receives whose announced bytes are all in already fail now.
   std::vector<RecvOp*> done;
   for (auto& [id, op] : recvs_) {
-    if (op->in.doomed && op->in.received == op->in.announced) done.push_back(op.get());
+    if (op->in.doomed && op->in.complete()) done.push_back(op.get());
   }
   for (RecvOp* op : done) finish_recv(op);
-  for (uint16_t i = 0; i < streams_.size() && state_ == State::kDraining; ++i) read_stream(i);
+  for (uint16_t i = 0; i < data_watch_.size() && state_ == State::kDraining; ++i) read_stream(i);
   maybe_finalize();
 }
 
@@ -481,19 +464,18 @@ void EndpointCore::flush_control() {
     append_frame(CreditFrame{owed});
   }
   while (ctl_tx_off_ < ctl_tx_.size()) {
-    ssize_t n = ::send(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      ctl_tx_off_ += static_cast<size_t>(n);
+    const net::IoResult r = net::send_some(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_);
+    if (r.moved() && r.bytes > 0) {
+      ctl_tx_off_ += r.bytes;
       while (!unsent_resps_.empty() && unsent_resps_.front() <= ctl_tx_off_) unsent_resps_.pop_front();
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && would_block(errno)) {
+    if (r.would_block()) {
       ctl_blocked_ = true;
       if (!ctl_watch_out_) watch_control_output(true);
       return;
     }
-    handle_control_eof(net::errno_status(errno, "send on control stream to " + params_.peer));
+    handle_control_eof(net::errno_status(r.err, "send on control stream to " + params_.peer));
     return;
   }
   ctl_tx_.clear();
@@ -544,18 +526,18 @@ bool EndpointCore::read_control() {
       rx_begin_ = 0;
     }
     const size_t space = ctl_rx_.size() - rx_end_;
-    ssize_t n = ::recv(control_.get(), ctl_rx_.data() + rx_end_, space, MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (would_block(errno)) break;
-      handle_control_eof(net::errno_status(errno, "recv on control stream from " + params_.peer));
+    const net::IoResult r = net::recv_some(control_.get(), ctl_rx_.data() + rx_end_, space);
+    if (r.would_block()) break;
+    if (r.error()) {
+      handle_control_eof(net::errno_status(r.err, "recv on control stream from " + params_.peer));
       return got;
     }
-    if (n == 0) {
+    if (r.eof()) {
       handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the connection"));
       return true;
     }
-    rx_end_ += static_cast<size_t>(n);
+    const size_t n = r.bytes;
+    rx_end_ += n;
     got = true;
     while (state_ == State::kActive && rx_begin_ < rx_end_) {
       auto decoded = wire::decode_frame(std::span(ctl_rx_).subspan(rx_begin_, rx_end_ - rx_begin_), limits);
@@ -571,17 +553,14 @@ bool EndpointCore::read_control() {
     // A short read drained the socket; new bytes raise a new edge. Skipping the
     // recv that would return EAGAIN saves a syscall per message — but not once the
     // peer hung up: the FIN came with the same edge, and only a read sees the EOF.
-    if (static_cast<size_t>(n) < space && !ctl_hup_) break;
+    if (n < space && !ctl_hup_) break;
   }
   if (got && state_ == State::kActive) pump();  // nothing read, nothing new to send
   return got;
 }
 
 int EndpointCore::poll_control() {
-  if (state_ != State::kActive || !send_ready_.empty()) return -1;
-  for (const DataStream& s : streams_) {
-    if (!s.txq.empty() || !s.rxq.empty()) return -1;
-  }
+  if (state_ != State::kActive || !chunks_.idle()) return -1;
   return read_control() ? 1 : 0;
 }
 
@@ -613,7 +592,7 @@ void EndpointCore::deliver_eager(RecvOp& op, std::span<const std::byte> payload)
                      payload.size());
     return;
   }
-  if (!payload.empty()) std::memcpy(op.in.buffer, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(op.buffer, payload.data(), payload.size());
   stats_.bytes_received += payload.size();
   op.req->complete(Status::ok(), payload.size());
 }
@@ -724,10 +703,10 @@ void EndpointCore::handle_cts(const CtsFrame& f) {
     complete_send(op, Status::ok());
     return;
   }
-  send_ready_.push_back(&op->out);
+  chunks_.ready(&op->out);
 }
 
-EndpointCore::InData* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
+RxTransfer* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
   switch (kind) {
     case wire::ChunkKind::kMessage: {
       auto it = recvs_.find(id);
@@ -750,34 +729,17 @@ EndpointCore::InData* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
 }
 
 void EndpointCore::handle_chunk(const ChunkFrame& f) {
-  InData* op = find_in(f.kind, f.recv_id);
+  RxTransfer* op = find_in(f.kind, f.recv_id);
   if (op == nullptr) {
     static constexpr const char* kWhat[] = {"receive", "put", "get"};
     protocol_error(std::string("CHUNK for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
                    std::to_string(f.recv_id));
     return;
   }
-  if (f.stream >= streams_.size()) {
-    protocol_error("CHUNK names data stream " + std::to_string(f.stream) + " of " + std::to_string(streams_.size()));
+  if (std::string violation = chunks_.expect(op, f.stream, f.offset, f.length); !violation.empty()) {
+    protocol_error(std::move(violation));
     return;
   }
-  if (f.length == 0 || f.offset > op->length || f.length > op->length - f.offset ||
-      f.length > op->length - op->announced) {
-    protocol_error("CHUNK [" + std::to_string(f.offset) + ", +" + std::to_string(f.length) + ") outside the " +
-                   std::to_string(op->length) + "-byte message");
-    return;
-  }
-  // Chunks of one operation are announced in order, each starting where the previous
-  // ended. Anything else (a repeat, an overlap, a gap) could complete the operation
-  // with bytes of it never written: a put would report success over stale memory.
-  if (f.offset != op->announced) {
-    protocol_error("CHUNK [" + std::to_string(f.offset) + ", +" + std::to_string(f.length) + ") does not start at " +
-                   std::to_string(op->announced) + ", where the operation's previous chunk ended");
-    return;
-  }
-  op->announced += f.length;
-  DataStream& s = streams_[f.stream];
-  s.rxq.push_back(RxChunk{op, op->discard ? nullptr : op->buffer + f.offset, f.length});
   read_stream(f.stream);
 }
 
@@ -802,31 +764,6 @@ void EndpointCore::handle_goodbye(const GoodbyeFrame& f) {
 // Data streams
 // ---------------------------------------------------------------------------
 
-bool EndpointCore::schedule_chunks() {
-  bool scheduled = false;
-  while (!send_ready_.empty()) {
-    // The stream with the fewest queued bytes, if it has room for another chunk.
-    uint16_t best = 0;
-    for (uint16_t i = 1; i < streams_.size(); ++i) {
-      if (streams_[i].queued < streams_[best].queued) best = i;
-    }
-    DataStream& s = streams_[best];
-    if (s.queued >= config_.chunk_bytes) break;
-    OutData* op = send_ready_.front();
-    uint64_t size = std::min<uint64_t>(config_.chunk_bytes, op->length - op->scheduled);
-    append_frame(ChunkFrame{op->chunk_id, op->scheduled, static_cast<uint32_t>(size), best, op->kind});
-    s.txq.push_back(TxChunk{op, op->data + op->scheduled, size});
-    s.queued += size;
-    ++s.chunks_sent;
-    ++stats_.chunks_sent;
-    ++stats_.chunks_per_stream[best];
-    op->scheduled += size;
-    if (op->scheduled == op->length) send_ready_.pop_front();
-    scheduled = true;
-  }
-  return scheduled;
-}
-
 void EndpointCore::pump(bool one_round) {
   // Schedule chunks onto streams with room, announce them, push bytes; repeat while
   // streams drain fast enough to take more. Stop only when nothing more can be
@@ -835,10 +772,11 @@ void EndpointCore::pump(bool one_round) {
   // (one round for a posting thread; another thread waiting for the lock) leaves
   // streams with room and no edge to come, so resume() goes on at the next round.
   while (state_ == State::kActive) {
-    bool scheduled = schedule_chunks();
+    bool scheduled = chunks_.schedule();
     flush_control();
     if (state_ != State::kActive) return;
-    for (uint16_t i = 0; i < streams_.size() && state_ == State::kActive; ++i) flush_stream(i);
+    chunks_.write_all();
+    if (state_ != State::kActive) return;
     if (!scheduled) break;
     if (one_round || engine_->lock_wanted()) {
       queue_resume();
@@ -859,53 +797,16 @@ void EndpointCore::queue_resume() {
 
 void EndpointCore::resume() {
   resume_queued_ = false;
-  for (uint16_t i = 0; i < streams_.size() && (state_ == State::kActive || state_ == State::kDraining); ++i) {
-    if (std::exchange(streams_[i].rx_resume, false)) read_stream(i);
-  }
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  chunks_.resume();
+  if (state_ == State::kDraining) maybe_finalize();
   if (state_ == State::kActive) pump();
 }
 
-void EndpointCore::flush_stream(uint16_t index) {
-  DataStream& s = streams_[index];
-  while (!s.txq.empty() && !s.tx_blocked && state_ == State::kActive) {
-    TxChunk& c = s.txq.front();
-    ssize_t n;
-    if (c.op->access == nullptr) {
-      n = ::send(s.fd.get(), c.ptr, c.remaining, MSG_NOSIGNAL | MSG_DONTWAIT);
-    } else if (!c.op->revoked && c.op->access->begin()) {
-      n = ::send(s.fd.get(), c.ptr, c.remaining, MSG_NOSIGNAL | MSG_DONTWAIT);
-      c.op->access->end();
-    } else {
-      // The region was deregistered: never read it again, but keep the stream in step
-      // with the announced chunk by sending zeros; the RESP will say "revoked".
-      c.op->revoked = true;
-      n = ::send(s.fd.get(), zeros().data(), std::min<uint64_t>(c.remaining, zeros().size()),
-                 MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (would_block(errno)) {
-        s.tx_blocked = true;
-        return;
-      }
-      fail_locked(net::errno_status(errno, "send on data stream " + std::to_string(index) + " to " + params_.peer));
-      return;
-    }
-    auto wrote = static_cast<uint64_t>(n);
-    c.ptr += wrote;
-    c.remaining -= wrote;
-    s.queued -= wrote;
-    OutData* op = c.op;
-    op->written += wrote;
-    if (c.remaining == 0) s.txq.pop_front();
-    if (op->written == op->length) out_done(op);
-  }
-}
-
-void EndpointCore::out_done(OutData* out) {
-  switch (out->kind) {
+void EndpointCore::sent(TxTransfer& out) {
+  switch (out.kind) {
     case wire::ChunkKind::kMessage: {
-      auto it = sends_.find(out->owner);
+      auto it = sends_.find(out.owner);
       if (it != sends_.end()) complete_send(it->second.get(), Status::ok());
       return;
     }
@@ -914,11 +815,11 @@ void EndpointCore::out_done(OutData* out) {
       // every byte is in (an earlier RESP is a protocol violation, see handle_resp).
       return;
     case wire::ChunkKind::kGet: {
-      auto it = served_gets_.find(out->owner);
+      auto it = served_gets_.find(out.owner);
       if (it == served_gets_.end()) return;
       ServedGet* sg = it->second.get();
       ++stats_.served_gets;
-      send_resp(sg->op_id, out->revoked ? wire::RmaStatus::kRevoked : wire::RmaStatus::kOk);
+      send_resp(sg->op_id, sg->source.revoked() ? wire::RmaStatus::kRevoked : wire::RmaStatus::kOk);
       served_gets_.erase(it);
       return;
     }
@@ -936,6 +837,8 @@ void EndpointCore::finish_recv(RecvOp* op) {
   if (op->in.doomed) {
     op->req->complete(failure_.is_ok() ? Status(StatusCode::kPeerFailed, "peer went away mid-message") : failure_,
                       op->in.received);
+  } else if (!op->in.failure.is_ok()) {
+    op->req->complete(op->in.failure, op->in.received);  // the sink failed a chunk
   } else {
     ++stats_.messages_received;
     stats_.bytes_received += op->in.length;
@@ -945,20 +848,20 @@ void EndpointCore::finish_recv(RecvOp* op) {
   recvs_.erase(op->in.id);
 }
 
-void EndpointCore::in_done(InData* in) {
-  switch (in->kind) {
+void EndpointCore::received(RxTransfer& in) {
+  switch (in.kind) {
     case wire::ChunkKind::kMessage: {
-      auto it = recvs_.find(in->id);
+      auto it = recvs_.find(in.id);
       if (it != recvs_.end()) finish_recv(it->second.get());
       return;
     }
     case wire::ChunkKind::kPut: {
-      auto it = served_puts_.find(in->id);
+      auto it = served_puts_.find(in.id);
       if (it != served_puts_.end()) finish_served_put(it->second.get());
       return;
     }
     case wire::ChunkKind::kGet: {
-      auto it = rma_ops_.find(in->id);
+      auto it = rma_ops_.find(in.id);
       if (it != rma_ops_.end()) maybe_finish_get(it->second.get());
       return;
     }
@@ -966,77 +869,27 @@ void EndpointCore::in_done(InData* in) {
 }
 
 void EndpointCore::read_stream(uint16_t index) {
-  DataStream& s = streams_[index];
-  while (!s.rxq.empty() && (state_ == State::kActive || state_ == State::kDraining)) {
-    RxChunk& c = s.rxq.front();
-    InData* op = c.op;
-    // What this recv asks for: the rest of the chunk, or a scratch buffer's worth when
-    // the bytes are drained. A read shorter than that drained the socket; one that
-    // fills it did not, and stopping there would strand the rest (edge-triggered: no
-    // new edge comes for bytes already queued).
-    uint64_t asked = c.remaining;
-    ssize_t n;
-    if (!op->discard && op->access != nullptr) {
-      if (op->access->begin()) {
-        n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
-        op->access->end();
-      } else {
-        // The target region was deregistered mid-put: drain the rest, reply "revoked".
-        op->discard = true;
-        auto it = served_puts_.find(op->id);
-        if (it != served_puts_.end() && it->second->verdict == wire::RmaStatus::kOk) {
-          it->second->verdict = wire::RmaStatus::kRevoked;
-        }
-        asked = std::min<uint64_t>(c.remaining, kScratchSize);
-        n = ::recv(s.fd.get(), scratch(), asked, MSG_DONTWAIT);
-      }
-    } else if (op->discard) {
-      asked = std::min<uint64_t>(c.remaining, kScratchSize);
-      n = ::recv(s.fd.get(), scratch(), asked, MSG_DONTWAIT);
-    } else {
-      n = ::recv(s.fd.get(), c.ptr, c.remaining, MSG_DONTWAIT);
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (would_block(errno)) return;
-      fail_locked(net::errno_status(errno, "recv on data stream " + std::to_string(index) + " from " + params_.peer));
-      return;
-    }
-    if (n == 0) {
-      if (state_ == State::kActive && control_.valid()) {
-        // A peer closing orderly hands GOODBYE and its control stream's FIN to the
-        // kernel before it ends its data streams, but this side may see a data stream
-        // end first (its event was harvested first; on a network the streams race).
-        // Read the control stream before judging: a GOODBYE there makes this the
-        // orderly close it is. (read_control may end the endpoint's active state and
-        // re-read this stream itself; then `c` is gone, so return at once.)
-        read_control();
-        if (state_ == State::kActive && peer_goodbye_.has_value()) {
-          handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " said GOODBYE"));
-        }
-        if (state_ != State::kActive) return;
-      }
-      fail_locked(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " +
-                                                      std::to_string(index) + " in the middle of a message"));
-      return;
-    }
-    auto got = static_cast<uint64_t>(n);
-    const bool short_read = got < asked;
-    if (c.ptr != nullptr) c.ptr += got;
-    c.remaining -= got;
-    op->received += got;
-    if (c.remaining == 0) s.rxq.pop_front();
-    if (op->received == op->length || (op->doomed && op->received == op->announced)) in_done(op);
-    if (short_read && !s.eof) break;  // drained; the next bytes raise a new edge (see read_control)
-    if (engine_->lock_wanted() && !s.rxq.empty()) {
-      // Another thread waits for the lock: give way; resume() reads on (the bytes
-      // already queued raise no new edge).
-      s.rx_resume = true;
-      queue_resume();
-      break;
-    }
-  }
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  chunks_.read(index);
   if (state_ == State::kDraining) maybe_finalize();
+}
+
+void EndpointCore::stream_ended(uint16_t index) {
+  if (state_ == State::kActive && control_.valid()) {
+    // A peer closing orderly hands GOODBYE and its control stream's FIN to the
+    // kernel before it ends its data streams, but this side may see a data stream
+    // end first (its event was harvested first; on a network the streams race).
+    // Read the control stream before judging: a GOODBYE there makes this the
+    // orderly close it is. (read_control may end the endpoint's active state and
+    // re-read this stream itself; then there is nothing left to do here.)
+    read_control();
+    if (state_ == State::kActive && peer_goodbye_.has_value()) {
+      handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " said GOODBYE"));
+    }
+    if (state_ != State::kActive) return;
+  }
+  fail_locked(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " +
+                                                  std::to_string(index) + " in the middle of a message"));
 }
 
 void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
@@ -1044,15 +897,13 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
     if (linger_) linger_progress();  // closed: the sockets are draining (see close)
     return;
   }
-  DataStream& s = streams_[index];
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-    if (events & (EPOLLRDHUP | EPOLLHUP)) s.eof = true;
+    if (events & (EPOLLRDHUP | EPOLLHUP)) chunks_.hung_up(index);
     read_stream(index);
   }
   if (state_ == State::kActive && (events & EPOLLOUT)) {
-    s.tx_blocked = false;
-    flush_stream(index);
-    pump();
+    chunks_.writable(index);
+    if (state_ == State::kActive) pump();
   }
   // Finishing a chunk may have queued a reply (a served PUT's RESP).
   if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();

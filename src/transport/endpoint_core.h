@@ -1,10 +1,12 @@
 // transport/endpoint_core.h — the state machine of one endpoint: control stream
-// framing, tag matching, eager credits, rendezvous (RTS/CTS), dynamic chunk
-// scheduling over K payload-only data streams, and failure.
+// framing and dispatch, tag matching, eager credits, rendezvous (RTS/CTS), one-sided
+// operations (rma.cc), the lingering close, and failure. The data streams and their
+// chunks are the ChunkScheduler's (chunk_scheduler.h); this class tells it what each
+// transfer's bytes are (a ChunkSource or ChunkSink) and what completing one means.
 //
 // Everything here runs with the progress lock held (the engine's mutex); public
-// Endpoint methods take it. Ops are owned by the maps below; the per-stream FIFOs
-// point into them and are purged before an op is destroyed.
+// Endpoint methods take it. Ops are owned by the maps below; the scheduler's queues
+// point into them and are cleared before an op is destroyed.
 #pragma once
 
 #include <cstddef>
@@ -22,13 +24,15 @@
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
+#include "transport/chunk_io.h"
+#include "transport/chunk_scheduler.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
 
 class ContextCore;
 
-class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
+class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private ChunkScheduler::Owner {
  public:
   struct Params {
     EndpointId id{};
@@ -81,44 +85,21 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void fail_locked(const Status& why);
 
  private:
-  /// Bytes this side writes to the data streams for one operation: a rendezvous
-  /// message, the data of a large PUT (initiator) or of a large GET (target).
-  struct OutData {
-    wire::ChunkKind kind = wire::ChunkKind::kMessage;
-    uint64_t owner = 0;     // key of the owning op: sends_ / rma_ops_ / served_gets_
-    uint64_t chunk_id = 0;  // the id CHUNK frames name
-    const std::byte* data = nullptr;
-    uint64_t length = 0;
-    uint64_t scheduled = 0;  // bytes assigned to streams
-    uint64_t written = 0;    // bytes accepted by the kernel
-    const RegionAccess* access = nullptr;  // target GET: bracket every send from the region
-    bool revoked = false;                  // target GET: the region went away; zeros were sent
-  };
-  /// Bytes this side reads from the data streams for one operation: a rendezvous
-  /// message, a large PUT (target) or a large GET (initiator).
-  struct InData {
-    wire::ChunkKind kind = wire::ChunkKind::kMessage;
-    uint64_t id = 0;  // key in recvs_ / served_puts_ / rma_ops_
-    std::byte* buffer = nullptr;
-    uint64_t length = 0;
-    uint64_t announced = 0;  // bytes covered by CHUNK frames
-    uint64_t received = 0;
-    bool doomed = false;    // control stream died before all chunks were announced
-    bool discard = false;   // target: refused or revoked; bytes go to scratch
-    const RegionAccess* access = nullptr;  // target PUT: bracket every recv into the region
-  };
   struct SendOp {
     std::shared_ptr<RequestState> req;
     Tag tag{};
     uint64_t id = 0;
     uint64_t recv_id = 0;
-    OutData out;
+    HostSource source;
+    TxTransfer out;
   };
   struct RecvOp {
     std::shared_ptr<RequestState> req;
     uint64_t capacity = 0;
     Tag tag{};
-    InData in;
+    std::byte* buffer = nullptr;
+    HostSink sink;
+    RxTransfer in;
   };
   /// An operation this side initiated.
   struct RmaOp {
@@ -135,9 +116,12 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     const std::byte* src = nullptr;
     bool has_notify = false;
     uint64_t notify = 0;
-    OutData out;
+    HostSource source;
+    TxTransfer out;
     // get
-    InData in;
+    std::byte* dst = nullptr;
+    HostSink sink;
+    RxTransfer in;
     // atomic
     wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;
     uint64_t operand = 0, compare = 0;
@@ -153,13 +137,15 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     wire::RmaStatus verdict = wire::RmaStatus::kOk;
     bool has_notify = false;
     uint64_t notify = 0;
-    InData in;
+    RegionSink sink;  // refused: the bytes go to the endpoint's DiscardSink instead
+    RxTransfer in;
   };
   /// A large GET this side serves as the target.
   struct ServedGet {
     uint64_t op_id = 0;
     RegionAccess access;
-    OutData out;
+    RegionSource source;
+    TxTransfer out;
   };
   struct Flush {
     uint64_t covers = 0;  // completes when no put/atomic with seq <= covers is pending
@@ -171,16 +157,6 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     std::vector<std::byte> payload;  // eager
     uint64_t send_id = 0;            // rendezvous
     uint64_t length = 0;
-  };
-  struct TxChunk {
-    OutData* op;
-    const std::byte* ptr;
-    uint64_t remaining;
-  };
-  struct RxChunk {
-    InData* op;
-    std::byte* ptr;
-    uint64_t remaining;
   };
   class ControlHandler final : public engine::EventHandler {
    public:
@@ -201,17 +177,10 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
     EndpointCore* ep_;
     uint16_t index_;
   };
-  struct DataStream {
-    net::Fd fd;
+  /// A data stream's registration with the engine (its socket is the scheduler's).
+  struct DataWatch {
     engine::HandlerId hid;
     std::unique_ptr<DataHandler> handler;
-    std::deque<TxChunk> txq;
-    uint64_t queued = 0;
-    std::deque<RxChunk> rxq;
-    bool tx_blocked = false;
-    bool eof = false;
-    bool rx_resume = false;  // read_stream gave way with bytes possibly left: resume() reads on
-    uint64_t chunks_sent = 0;
   };
 
   // events
@@ -263,6 +232,15 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length);
   void return_credit(uint64_t cost);
 
+  // ChunkScheduler::Owner
+  void announce(const wire::ChunkFrame& frame) override { append_frame(frame); }
+  void sent(TxTransfer& t) override;
+  void received(RxTransfer& t) override;
+  void stream_failed(const Status& why) override { fail_locked(why); }
+  void stream_ended(uint16_t index) override;
+  bool should_yield() override { return engine_->lock_wanted(); }
+  void resume_later() override { queue_resume(); }
+
   // output
   void append_frame(const wire::Frame& frame);
   void flush_control();
@@ -276,14 +254,12 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   void queue_resume();
   /// Continues what pump and read_stream left when they gave way.
   void resume();
-  bool schedule_chunks();
-  void flush_stream(uint16_t index);
+  /// Reads a data stream's chunks (the scheduler), then ends a draining endpoint
+  /// once nothing is left to read.
   void read_stream(uint16_t index);
   void complete_send(SendOp* op, const Status& s);
   void finish_recv(RecvOp* op);
-  void out_done(OutData* out);
-  void in_done(InData* in);
-  InData* find_in(wire::ChunkKind kind, uint64_t id);
+  RxTransfer* find_in(wire::ChunkKind kind, uint64_t id);
   void maybe_finalize();
 
   void protocol_error(std::string message);
@@ -303,7 +279,11 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   net::Fd control_;
   engine::HandlerId control_hid_;
   ControlHandler control_handler_{this};
-  std::vector<DataStream> streams_;
+  // The scheduler holds pointers into the ops below and into discard_; it never
+  // dereferences them while being destroyed.
+  DiscardSink discard_;  // refused and revoked bytes are read here and dropped
+  ChunkScheduler chunks_;
+  std::vector<DataWatch> data_watch_;
 
   bool resume_queued_ = false;  // resume() is queued for the next progress round
 
@@ -335,7 +315,6 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   uint64_t next_recv_id_ = 1;
   uint64_t outstanding_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
-  std::deque<OutData*> send_ready_;  // may send: chunks left to schedule
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
   std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
   std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
@@ -396,15 +375,16 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore> {
   // against the window: a peer that floods requests and never reads its replies
   // runs into it instead of growing ctl_tx_ without bound.
   std::deque<size_t> unsent_resps_;
-  std::vector<std::byte> scratch_;  // refused / revoked chunk bytes are read here and dropped
-  std::byte* scratch() {
-    if (scratch_.empty()) scratch_.resize(size_t{64} << 10);
-    return scratch_.data();
+  // After the control stream died, announced one-sided chunks still queued on the
+  // data streams are drained into this transfer (their ops are gone).
+  RxTransfer drain_ = drain_transfer(&discard_);
+  static RxTransfer drain_transfer(DiscardSink* sink) {
+    RxTransfer t;
+    t.kind = wire::ChunkKind::kPut;
+    t.length = UINT64_MAX;  // never complete
+    t.sink = sink;
+    return t;
   }
-  // After the control stream died, announced one-sided chunks still in the stream
-  // FIFOs are drained through this sink (their ops are gone).
-  InData drain_sink_{.kind = wire::ChunkKind::kPut, .id = 0, .buffer = nullptr, .length = UINT64_MAX,
-                     .announced = 0, .received = 0, .doomed = false, .discard = true, .access = nullptr};
   // Notifications delivered to this side.
   std::deque<Notification> notes_;
   uint64_t notes_promised_ = 0;  // served puts in flight that will queue one

@@ -89,9 +89,11 @@ Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint
   op->key = key.serialize();
   op->offset = offset;
   op->length = local.size();
+  op->dst = local.data();
+  op->sink = HostSink(local.data());
   op->in.kind = ChunkKind::kGet;
-  op->in.buffer = local.data();
   op->in.length = local.size();
+  op->in.sink = &op->sink;
   return post_rma(std::move(op));
 }
 
@@ -154,12 +156,13 @@ void EndpointCore::issue_rma(RmaOp* op) {
                             .inline_data = op->inline_class,
                             .payload = op->inline_class ? std::span(op->src, op->length) : std::span<const std::byte>()});
       if (!op->inline_class) {
+        op->source = HostSource(op->src);
         op->out.kind = ChunkKind::kPut;
         op->out.owner = op->id;
         op->out.chunk_id = op->id;
-        op->out.data = op->src;
         op->out.length = op->length;
-        send_ready_.push_back(&op->out);
+        op->out.source = &op->source;
+        chunks_.ready(&op->out);
       }
       return;
     case RmaOp::Kind::kGet:
@@ -239,8 +242,8 @@ void EndpointCore::complete_rma(RmaOp* op, const Status& s) {
 }
 
 void EndpointCore::maybe_finish_get(RmaOp* op) {
-  if (!op->responded || op->in.received != op->in.announced) return;
-  complete_rma(op, op->status);
+  if (!op->responded || op->in.placed != op->in.announced) return;
+  complete_rma(op, op->in.failure.is_ok() ? op->status : op->in.failure);
 }
 
 void EndpointCore::handle_resp(const RespFrame& f) {
@@ -291,7 +294,7 @@ void EndpointCore::handle_resp(const RespFrame& f) {
                                        f.inline_data ? f.payload.size() : 0));
             return;
           }
-          if (op->length > 0) std::memcpy(op->in.buffer, f.payload.data(), op->length);
+          if (op->length > 0) std::memcpy(op->dst, f.payload.data(), op->length);
         }
         complete_rma(op, op->status);
       } else {
@@ -416,10 +419,10 @@ void EndpointCore::handle_put(const PutFrame& f) {
   sp->in.id = f.op_id;
   sp->in.length = f.length;
   if (verdict == RmaStatus::kOk) {
-    sp->in.buffer = sp->access.address();
-    sp->in.access = &sp->access;
+    sp->sink = RegionSink(&sp->access, &discard_);
+    sp->in.sink = &sp->sink;
   } else {
-    sp->in.discard = true;  // the initiator sends the bytes anyway; they are drained
+    sp->in.sink = &discard_;  // the initiator sends the bytes anyway; they are drained
   }
   if (sp->has_notify) ++notes_promised_;
   served_puts_.emplace(f.op_id, std::move(sp));
@@ -427,6 +430,10 @@ void EndpointCore::handle_put(const PutFrame& f) {
 
 void EndpointCore::finish_served_put(ServedPut* sp) {
   if (sp->has_notify) --notes_promised_;
+  if (sp->verdict == RmaStatus::kOk && sp->sink.revoked()) sp->verdict = RmaStatus::kRevoked;
+  // A host RegionSink never fails a chunk; a device sink that fails a copy will need a
+  // status of its own on the wire (see chunk_io.h). Until then: "no resource".
+  if (sp->verdict == RmaStatus::kOk && !sp->in.failure.is_ok()) sp->verdict = RmaStatus::kNoResource;
   if (sp->verdict == RmaStatus::kOk) {
     ++stats_.served_puts;
     if (sp->has_notify) {
@@ -470,13 +477,13 @@ void EndpointCore::handle_get(const GetFrame& f) {
   auto sg = std::make_unique<ServedGet>();
   sg->op_id = f.op_id;
   sg->access = std::move(access);
+  sg->source = RegionSource(&sg->access);
   sg->out.kind = ChunkKind::kGet;
   sg->out.owner = f.op_id;
   sg->out.chunk_id = f.op_id;
-  sg->out.data = sg->access.address();
   sg->out.length = f.length;
-  sg->out.access = &sg->access;
-  send_ready_.push_back(&sg->out);
+  sg->out.source = &sg->source;
+  chunks_.ready(&sg->out);
   served_gets_.emplace(f.op_id, std::move(sg));
 }
 

@@ -1,0 +1,209 @@
+// transport/chunk_scheduler.cc — see chunk_scheduler.h.
+#include "transport/chunk_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace remora::detail {
+
+ChunkScheduler::ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer)
+    : owner_(owner),
+      chunk_bytes_(chunk_bytes),
+      peer_(std::move(peer)),
+      streams_(streams),
+      chunks_per_stream_(streams, 0) {}
+
+Status ChunkScheduler::attach(uint16_t index, net::Fd fd) {
+  if (index >= streams_.size()) return Status(StatusCode::kProtocol, "data stream index out of range");
+  if (streams_[index].fd.valid()) return Status(StatusCode::kProtocol, "data stream attached twice");
+  streams_[index].fd = std::move(fd);
+  return Status::ok();
+}
+
+bool ChunkScheduler::all_attached() const noexcept {
+  return std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.fd.valid(); });
+}
+
+void ChunkScheduler::close_all() {
+  for (Stream& s : streams_) s.fd.reset();
+}
+
+void ChunkScheduler::clear() {
+  for (Stream& s : streams_) {
+    s.txq.clear();
+    s.queued = 0;
+    s.rxq.clear();
+    s.rx_resume = false;
+  }
+  ready_.clear();
+  ++epoch_;
+}
+
+void ChunkScheduler::clear_tx() {
+  for (Stream& s : streams_) {
+    s.txq.clear();
+    s.queued = 0;
+  }
+  ready_.clear();
+  ++epoch_;
+}
+
+bool ChunkScheduler::idle() const noexcept {
+  return ready_.empty() &&
+         std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.txq.empty() && s.rxq.empty(); });
+}
+
+// --- sending ---------------------------------------------------------------------
+
+bool ChunkScheduler::schedule() {
+  bool scheduled = false;
+  while (!ready_.empty()) {
+    // The stream with the fewest queued bytes, if it has room for another chunk.
+    uint16_t best = 0;
+    for (uint16_t i = 1; i < streams_.size(); ++i) {
+      if (streams_[i].queued < streams_[best].queued) best = i;
+    }
+    Stream& s = streams_[best];
+    if (s.queued >= chunk_bytes_) break;
+    TxTransfer* t = ready_.front();
+    const uint64_t size = std::min<uint64_t>(chunk_bytes_, t->length - t->scheduled);
+    owner_.announce(wire::ChunkFrame{t->chunk_id, t->scheduled, static_cast<uint32_t>(size), best, t->kind});
+    s.txq.push_back(TxChunk{t, t->scheduled, size});
+    s.queued += size;
+    ++chunks_sent_;
+    ++chunks_per_stream_[best];
+    t->scheduled += size;
+    if (t->scheduled == t->length) ready_.pop_front();
+    scheduled = true;
+  }
+  return scheduled;
+}
+
+void ChunkScheduler::write_all() {
+  const uint64_t epoch = epoch_;
+  for (uint16_t i = 0; i < streams_.size() && epoch == epoch_; ++i) write(i);
+}
+
+void ChunkScheduler::writable(uint16_t index) {
+  streams_[index].tx_blocked = false;
+  write(index);
+}
+
+void ChunkScheduler::write(uint16_t index) {
+  Stream& s = streams_[index];
+  const uint64_t epoch = epoch_;
+  while (!s.txq.empty() && !s.tx_blocked) {
+    TxChunk& c = s.txq.front();
+    const net::IoResult r = c.t->source->write(s.fd.get(), c.offset, c.remaining);
+    if (r.would_block()) {
+      s.tx_blocked = true;
+      return;
+    }
+    if (!r.moved()) {
+      owner_.stream_failed(net::errno_status(r.err, "send on data stream " + std::to_string(index) + " to " + peer_));
+      return;
+    }
+    c.offset += r.bytes;
+    c.remaining -= r.bytes;
+    s.queued -= r.bytes;
+    TxTransfer* t = c.t;
+    t->written += r.bytes;
+    if (c.remaining == 0) s.txq.pop_front();
+    if (t->written == t->length) {
+      owner_.sent(*t);
+      if (epoch != epoch_) return;
+    }
+  }
+}
+
+// --- receiving -------------------------------------------------------------------
+
+std::string ChunkScheduler::expect(RxTransfer* t, uint16_t stream, uint64_t offset, uint64_t length) {
+  if (stream >= streams_.size()) {
+    return "CHUNK names data stream " + std::to_string(stream) + " of " + std::to_string(streams_.size());
+  }
+  if (length == 0 || offset > t->length || length > t->length - offset || length > t->length - t->announced) {
+    return "CHUNK [" + std::to_string(offset) + ", +" + std::to_string(length) + ") outside the " +
+           std::to_string(t->length) + "-byte message";
+  }
+  // Chunks of one operation are announced in order, each starting where the previous
+  // ended. Anything else (a repeat, an overlap, a gap) could complete the operation
+  // with bytes of it never written: a put would report success over stale memory.
+  if (offset != t->announced) {
+    return "CHUNK [" + std::to_string(offset) + ", +" + std::to_string(length) + ") does not start at " +
+           std::to_string(t->announced) + ", where the operation's previous chunk ended";
+  }
+  t->announced += length;
+  streams_[stream].rxq.push_back(RxChunk{t, offset, length, 0});
+  return {};
+}
+
+void ChunkScheduler::read(uint16_t index) {
+  Stream& s = streams_[index];
+  const uint64_t epoch = epoch_;
+  while (!s.rxq.empty()) {
+    RxChunk& c = s.rxq.front();
+    RxTransfer* t = c.t;
+    // `asked` is what the sink asked the kernel for: the rest of the chunk, or a
+    // scratch buffer's worth when it drains. A read shorter than that drained the
+    // socket; one that fills it did not, and stopping there would strand the rest
+    // (edge-triggered: no new edge comes for bytes already queued).
+    uint64_t asked = 0;
+    const net::IoResult r = t->sink->read(s.fd.get(), c.start + c.done, c.length - c.done, &asked);
+    if (r.would_block()) return;
+    if (r.error()) {
+      owner_.stream_failed(net::errno_status(r.err, "recv on data stream " + std::to_string(index) + " from " + peer_));
+      return;
+    }
+    if (r.eof()) {
+      owner_.stream_ended(index);
+      return;
+    }
+    const bool short_read = r.bytes < asked;
+    c.done += r.bytes;
+    t->received += r.bytes;
+    if (c.done == c.length) {
+      const uint64_t start = c.start, length = c.length;
+      s.rxq.pop_front();
+      finish_chunk(t, start, length);
+      if (epoch != epoch_) return;
+    }
+    if (short_read && !s.eof) break;  // drained; the next bytes raise a new edge
+    if (!s.rxq.empty() && owner_.should_yield()) {
+      // Another thread waits for the lock: give way; resume() reads on (the bytes
+      // already queued raise no new edge).
+      s.rx_resume = true;
+      owner_.resume_later();
+      break;
+    }
+  }
+}
+
+void ChunkScheduler::finish_chunk(RxTransfer* t, uint64_t start, uint64_t length) {
+  const Status s = t->sink->chunk_arrived(start, length);
+  if (s.code() == StatusCode::kInProgress) return;  // the sink calls chunk_placed later
+  chunk_placed(t, length, s);
+}
+
+void ChunkScheduler::chunk_placed(RxTransfer* t, uint64_t length, const Status& status) {
+  if (!status.is_ok() && t->failure.is_ok()) t->failure = status;
+  t->placed += length;
+  if (t->complete()) owner_.received(*t);
+}
+
+void ChunkScheduler::redirect(const std::function<bool(const RxTransfer&)>& drop, RxTransfer* drain) {
+  for (Stream& s : streams_) {
+    for (RxChunk& c : s.rxq) {
+      if (drop(*c.t)) c.t = drain;
+    }
+  }
+}
+
+void ChunkScheduler::resume() {
+  const uint64_t epoch = epoch_;
+  for (uint16_t i = 0; i < streams_.size() && epoch == epoch_; ++i) {
+    if (std::exchange(streams_[i].rx_resume, false)) read(i);
+  }
+}
+
+}  // namespace remora::detail

@@ -1,0 +1,163 @@
+// transport/chunk_scheduler.h — the data path of an endpoint: K payload-only data
+// streams, the chunks queued to write on each (chosen dynamically: the stream with the
+// fewest queued bytes) and the chunks expected on each (in the order their CHUNK frames
+// were announced), and the moving of bytes between those streams and each transfer's
+// ChunkSource or ChunkSink (chunk_io.h).
+//
+// It owns the streams' sockets and queues, nothing else: what a transfer is for (a
+// message, a put, a get) and what completing it means is the Owner's (the endpoint),
+// told through callbacks. It never blocks; it gives way when the Owner says another
+// thread wants the lock, and resume() goes on from there. Every call runs with the
+// progress lock held.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "net/socket.h"
+#include "remora/status.h"
+#include "transport/chunk_io.h"
+#include "wire/frame.h"
+
+namespace remora::detail {
+
+/// Bytes this side writes to the data streams for one operation.
+struct TxTransfer {
+  wire::ChunkKind kind = wire::ChunkKind::kMessage;
+  uint64_t owner = 0;      ///< the Owner's key for the operation
+  uint64_t chunk_id = 0;   ///< the id its CHUNK frames name
+  uint64_t length = 0;
+  uint64_t scheduled = 0;  ///< bytes assigned to streams
+  uint64_t written = 0;    ///< bytes the kernel accepted
+  ChunkSource* source = nullptr;
+};
+
+/// Bytes this side reads from the data streams for one operation.
+struct RxTransfer {
+  wire::ChunkKind kind = wire::ChunkKind::kMessage;
+  uint64_t id = 0;         ///< the Owner's key; CHUNK frames name it
+  uint64_t length = 0;
+  uint64_t announced = 0;  ///< bytes covered by CHUNK frames
+  uint64_t received = 0;   ///< bytes read off the streams
+  uint64_t placed = 0;     ///< bytes of finished chunks (placed, or failed)
+  bool doomed = false;     ///< no more chunks will be announced: complete at `announced`
+  Status failure;          ///< the first chunk the sink failed, if any
+  ChunkSink* sink = nullptr;
+
+  bool complete() const noexcept { return placed == length || (doomed && placed == announced); }
+};
+
+class ChunkScheduler {
+ public:
+  /// The endpoint the scheduler works for.
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    /// Announce a chunk on the control stream (a CHUNK frame) before its bytes go out.
+    virtual void announce(const wire::ChunkFrame& frame) = 0;
+    /// Every byte of `t` is in the kernel. `t` may be destroyed in the call.
+    virtual void sent(TxTransfer& t) = 0;
+    /// Every announced chunk of `t` is finished (t.failure says whether one failed).
+    /// `t` may be destroyed in the call.
+    virtual void received(RxTransfer& t) = 0;
+    /// A data stream's send or recv failed.
+    virtual void stream_failed(const Status& why) = 0;
+    /// A data stream ended while chunks were expected on it.
+    virtual void stream_ended(uint16_t index) = 0;
+    /// True when another thread waits for the progress lock: stop soon.
+    virtual bool should_yield() = 0;
+    /// Call resume() at the next progress round (the scheduler gave way).
+    virtual void resume_later() = 0;
+  };
+
+  /// `peer` names the other side in error messages.
+  ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer);
+
+  uint32_t streams() const noexcept { return static_cast<uint32_t>(streams_.size()); }
+  /// kProtocol for an out-of-range or duplicate index.
+  Status attach(uint16_t index, net::Fd fd);
+  bool all_attached() const noexcept;
+  int fd(uint16_t index) const noexcept { return streams_[index].fd.get(); }
+  /// Hands a stream's socket over (the lingering close keeps it open).
+  net::Fd take(uint16_t index) { return std::move(streams_[index].fd); }
+  /// Closes every socket that was not taken.
+  void close_all();
+  /// Forgets every queued chunk and transfer (their operations are gone). Callbacks in
+  /// progress see it and return.
+  void clear();
+  /// Forgets what was to be sent (the sending operations are gone); what is expected
+  /// stays queued and is still read.
+  void clear_tx();
+
+  // --- sending ----------------------------------------------------------------
+  /// `t` has chunks to schedule; it stays referenced until sent() or clear().
+  void ready(TxTransfer* t) { ready_.push_back(t); }
+  /// Assigns chunks of ready transfers to streams with room (announcing each); true
+  /// if it assigned any.
+  bool schedule();
+  /// Writes what each stream has queued until it would block.
+  void write_all();
+  /// The stream reported room (EPOLLOUT).
+  void writable(uint16_t index);
+
+  // --- receiving ----------------------------------------------------------------
+  /// A CHUNK frame announced [offset, offset + length) of `t` on `stream`: checks it
+  /// against `t` (in order, inside, non-empty) and queues it. The violation's
+  /// description if the frame breaks the protocol (nothing is queued then), else "".
+  std::string expect(RxTransfer* t, uint16_t stream, uint64_t offset, uint64_t length);
+  /// Reads what the stream holds for its queued chunks.
+  void read(uint16_t index);
+  /// The stream reported a hang-up: read to its end, never stop at a short read.
+  void hung_up(uint16_t index) { streams_[index].eof = true; }
+  /// An asynchronous sink finished `length` bytes of `t` (ok, or the chunk's error).
+  void chunk_placed(RxTransfer* t, uint64_t length, const Status& status);
+  /// Chunks of transfers `drop` selects go to `drain` from now on (their operations
+  /// are gone but their bytes are still coming).
+  void redirect(const std::function<bool(const RxTransfer&)>& drop, RxTransfer* drain);
+  /// Goes on where read() gave way.
+  void resume();
+
+  /// Nothing is queued or waiting to be scheduled, in either direction.
+  bool idle() const noexcept;
+  uint64_t chunks_sent() const noexcept { return chunks_sent_; }
+  const std::vector<uint64_t>& chunks_per_stream() const noexcept { return chunks_per_stream_; }
+
+ private:
+  struct TxChunk {
+    TxTransfer* t;
+    uint64_t offset;     // next byte to write, in the transfer
+    uint64_t remaining;
+  };
+  struct RxChunk {
+    RxTransfer* t;
+    uint64_t start;      // the chunk's first byte, in the transfer
+    uint64_t length;
+    uint64_t done;       // bytes read so far
+  };
+  struct Stream {
+    net::Fd fd;
+    std::deque<TxChunk> txq;
+    uint64_t queued = 0;  // bytes in txq
+    std::deque<RxChunk> rxq;
+    bool tx_blocked = false;
+    bool eof = false;
+    bool rx_resume = false;  // read() gave way with bytes possibly left
+  };
+  void write(uint16_t index);
+  void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length);
+
+  Owner& owner_;
+  uint64_t chunk_bytes_;
+  std::string peer_;
+  std::vector<Stream> streams_;
+  std::deque<TxTransfer*> ready_;
+  uint64_t epoch_ = 0;  // clear() moves it: a loop that sees it move after a callback returns
+  uint64_t chunks_sent_ = 0;
+  std::vector<uint64_t> chunks_per_stream_;
+};
+
+}  // namespace remora::detail
