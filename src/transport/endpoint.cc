@@ -140,18 +140,13 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   op->tag = tag;
   Request r(op->req);
 
-  auto it = unexpected_.find(tag_value(tag));
-  if (it != unexpected_.end()) {
-    Unexpected u = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) unexpected_.erase(it);
-    if (u.eager) {
-      deliver_eager(*op, u.payload);
-      if (!arrived_only) return_credit(u.payload.size() + wire::kEagerCreditOverhead);
+  if (std::optional<Unexpected> u = matcher_.take_unexpected(tag)) {
+    if (u->eager) {
+      deliver_eager(*op, u->payload);
+      if (!arrived_only) return_credit(u->payload.size() + wire::kEagerCreditOverhead);
     } else {
-      --unexpected_rts_;
       ++outstanding_;
-      match_rendezvous(std::move(op), u.send_id, u.length);
+      match_rendezvous(std::move(op), u->send_id, u->length);
     }
     flush_control();
     return r;
@@ -161,7 +156,7 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
     return r;
   }
   ++outstanding_;
-  posted_[tag_value(tag)].push_back(std::move(op));
+  matcher_.post(std::move(op));
   return r;
 }
 
@@ -169,7 +164,7 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
   engine::ProgressEngine::Guard guard(*engine_);
   keep_arrived_ = false;
   if (state_ == State::kFailed) {
-    unexpected_.clear();
+    matcher_.clear_unexpected();
     return;
   }
   if (state_ == State::kActive && control_.valid()) {
@@ -361,11 +356,8 @@ void EndpointCore::fail_locked(const Status& why) {
   for (auto& [id, op] : recvs_) op->req->complete(why, op->in.received);
   recvs_.clear();
   fail_rma_locked(why);
-  for (auto& [tag, q] : posted_) {
-    for (auto& op : q) op->req->complete(why, 0);
-  }
-  posted_.clear();
-  if (!keep_arrived_) unexpected_.clear();
+  matcher_.fail_posted(why);
+  if (!keep_arrived_) matcher_.clear_unexpected();
   outstanding_ = 0;
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
@@ -383,11 +375,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
     reason = Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the endpoint");
     // An orderly close: the eager messages it sent before stay receivable. A
     // rendezvous announcement cannot complete any more (its sender is gone).
-    for (auto it = unexpected_.begin(); it != unexpected_.end();) {
-      std::erase_if(it->second, [](const Unexpected& u) { return !u.eager; });
-      it = it->second.empty() ? unexpected_.erase(it) : std::next(it);
-    }
-    unexpected_rts_ = 0;
+    matcher_.drop_rts();
     keep_arrived_ = true;
   }
   // Everything already announced on the data streams may still arrive: keep the
@@ -413,12 +401,8 @@ void EndpointCore::handle_control_eof(const Status& why) {
   chunks_.clear_tx();
   sends_.clear();
   fail_rma_locked(reason);
-  for (auto& [tag, q] : posted_) {
-    for (auto& op : q) op->req->complete(reason, 0);
-    outstanding_ -= q.size();
-  }
-  posted_.clear();
-  if (!keep_arrived_) unexpected_.clear();
+  outstanding_ -= matcher_.fail_posted(reason);
+  if (!keep_arrived_) matcher_.clear_unexpected();
   // Doomed receives whose announced bytes are all in already fail now.
   std::vector<RecvOp*> done;
   for (auto& [id, op] : recvs_) {
@@ -614,21 +598,13 @@ void EndpointCore::handle_eager(const EagerFrame& f) {
     protocol_error("eager messages exceed the granted credit of " + std::to_string(config_.eager_credit) + " bytes");
     return;
   }
-  auto it = posted_.find(tag_value(f.tag));
-  if (it != posted_.end()) {
-    std::unique_ptr<RecvOp> op = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) posted_.erase(it);
+  if (std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag)) {
     --outstanding_;
     deliver_eager(*op, f.payload);
     return_credit(cost);
     return;
   }
-  Unexpected u;
-  u.eager = true;
-  u.payload.assign(f.payload.begin(), f.payload.end());
-  u.length = f.payload.size();
-  unexpected_[tag_value(f.tag)].push_back(std::move(u));
+  matcher_.add_eager(f.tag, f.payload);
 }
 
 void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length) {
@@ -658,25 +634,14 @@ void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id
 }
 
 void EndpointCore::handle_rts(const RtsFrame& f) {
-  auto it = posted_.find(tag_value(f.tag));
-  if (it != posted_.end()) {
-    std::unique_ptr<RecvOp> op = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) posted_.erase(it);
+  if (std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag)) {
     match_rendezvous(std::move(op), f.send_id, f.length);
     return;
   }
-  if (unexpected_rts_ >= config_.max_unexpected) {
+  if (!matcher_.add_rts(f.tag, f.send_id, f.length, config_.max_unexpected)) {
     protocol_error("more than " + std::to_string(config_.max_unexpected) +
                    " unexpected message announcements (REMORA_MAX_UNEXPECTED)");
-    return;
   }
-  ++unexpected_rts_;
-  Unexpected u;
-  u.eager = false;
-  u.send_id = f.send_id;
-  u.length = f.length;
-  unexpected_[tag_value(f.tag)].push_back(std::move(u));
 }
 
 void EndpointCore::handle_cts(const CtsFrame& f) {

@@ -26,6 +26,7 @@
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/matcher.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
@@ -93,14 +94,6 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
     HostSource source;
     TxTransfer out;
   };
-  struct RecvOp {
-    std::shared_ptr<RequestState> req;
-    uint64_t capacity = 0;
-    Tag tag{};
-    std::byte* buffer = nullptr;
-    HostSink sink;
-    RxTransfer in;
-  };
   /// An operation this side initiated.
   struct RmaOp {
     enum class Kind : uint8_t { kPut, kGet, kAtomic };
@@ -151,12 +144,6 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
     uint64_t covers = 0;  // completes when no put/atomic with seq <= covers is pending
     std::shared_ptr<RequestState> req;
     Status first_error;
-  };
-  struct Unexpected {
-    bool eager = false;
-    std::vector<std::byte> payload;  // eager
-    uint64_t send_id = 0;            // rendezvous
-    uint64_t length = 0;
   };
   class ControlHandler final : public engine::EventHandler {
    public:
@@ -316,9 +303,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
   uint64_t outstanding_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
-  std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
-  std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
-  uint64_t unexpected_rts_ = 0;
+  Matcher matcher_;  // posted receives and unexpected messages
   /// After an orderly close the endpoint's sockets linger until everything queued on
   /// the control socket (frames behind a full socket, then GOODBYE) has been sent and
   /// the peer has closed each socket too, or the peer took nothing for kCloseLinger:
@@ -350,7 +335,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
   /// The GOODBYE reason the peer sent, if it sent one.
   std::optional<wire::GoodbyeReason> peer_goodbye_;
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived
-  /// before stay in unexpected_ and receives still match them. Cleared by close().
+  /// before stay in matcher_ and receives still match them. Cleared by close().
   bool keep_arrived_ = false;
 
   // One-sided operations this side initiated.
