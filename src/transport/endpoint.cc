@@ -28,8 +28,6 @@ constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
 
 uint64_t tag_value(Tag t) { return static_cast<uint64_t>(t); }
 
-/// How long a closed endpoint's control socket may linger to deliver what was queued.
-constexpr auto kCloseLinger = std::chrono::seconds(10);
 }  // namespace
 
 EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params)
@@ -171,121 +169,29 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
     append_frame(GoodbyeFrame{static_cast<uint32_t>(reason)});
     flush_control();
     if (reason == wire::GoodbyeReason::kClosed && state_ == State::kActive) {
-      // The sockets are taken out of the endpoint, so fail_locked leaves them open.
-      linger_ = std::make_unique<Linger>();
-      linger_->control = {std::move(control_), control_hid_};
-      linger_->bytes = std::move(ctl_tx_);  // fail_locked clears what is left behind
-      linger_->off = ctl_tx_off_;
+      // The sockets are taken out of the endpoint, so fail_locked leaves them open;
+      // the control socket's queue goes with them (fail_locked clears what is left).
+      std::vector<LingeringClose::Socket> data;
       for (uint16_t i = 0; i < data_watch_.size(); ++i) {
         net::Fd fd = chunks_.take(i);
-        if (fd.valid()) linger_->data.push_back({std::move(fd), data_watch_[i].hid});
+        if (fd.valid()) data.push_back({std::move(fd), data_watch_[i].hid});
       }
+      linger_ = std::make_shared<LingeringClose>(
+          engine_, params_.peer, LingeringClose::Socket{std::move(control_), control_hid_}, std::move(data),
+          std::move(ctl_tx_), ctl_tx_off_, [weak = weak_from_this()] {
+            if (auto self = weak.lock()) self->end_linger();
+          });
     }
   }
   fail_locked(Status(StatusCode::kAborted, reason == wire::GoodbyeReason::kAborted ? "endpoint aborted locally"
                                                                                      : "endpoint closed locally"));
-  if (linger_) start_linger();
-}
-
-void EndpointCore::start_linger() {
-  Linger& l = *linger_;
-  // The control socket is watched for room now; the data streams still are. What a
-  // data stream still had queued belonged to operations that have just failed, so it
-  // is not sent: each one ends with FIN after the bytes already written, once the
-  // control stream has handed GOODBYE to the kernel (see linger_progress).
-  if (!engine_->modify(l.control.fd.get(), l.control.hid, EPOLLIN | EPOLLOUT | EPOLLRDHUP).is_ok()) {
-    end_linger();
-    return;
-  }
-  l.last_progress = engine::Clock::now();
-  arm_linger_timer();
-  linger_progress();
-}
-
-void EndpointCore::arm_linger_timer() {
-  engine_->add_timer(linger_->last_progress + kCloseLinger, [weak = weak_from_this()] {
-    auto self = weak.lock();
-    if (!self || !self->linger_) return;
-    if (engine::Clock::now() - self->linger_->last_progress < kCloseLinger) {
-      self->arm_linger_timer();  // it moved since: wait a full period from there
-      return;
-    }
-    REMORA_LOG(kInfo, "endpoint to {}: the peer took nothing for {} s after close; dropping what was still queued",
-               self->params_.peer, kCloseLinger.count());
-    self->end_linger();
-  });
-}
-
-void EndpointCore::linger_progress() {
-  Linger& l = *linger_;
-  if (l.control.fd.valid()) {
-    while (l.off < l.bytes.size()) {
-      const net::IoResult r = net::send_some(l.control.fd.get(), l.bytes.data() + l.off, l.bytes.size() - l.off);
-      if (r.moved() && r.bytes > 0) {
-        l.off += r.bytes;
-        l.last_progress = engine::Clock::now();
-        continue;
-      }
-      if (r.would_block()) break;
-      end_linger();  // the peer is gone: nothing more can be delivered
-      return;
-    }
-    if (l.off == l.bytes.size() && !l.shut) {
-      ::shutdown(l.control.fd.get(), SHUT_WR);  // FIN behind the last byte
-      l.shut = true;
-    }
-  }
-  if ((l.shut || !l.control.fd.valid()) && !l.data_shut) {
-    // Only now the data streams: a chunk cut short by close() then ends after the
-    // GOODBYE is on its way, so the peer, reading its control stream when a data
-    // stream ends mid-chunk (read_stream), finds it there and sees an orderly close.
-    for (Linger::Socket& d : l.data) {
-      if (d.fd.valid()) ::shutdown(d.fd.get(), SHUT_WR);
-    }
-    l.data_shut = true;
-  }
-  // Read and drop what the peer still sends (credits, replies, its data): closing a
-  // socket with unread bytes resets the connection, and a reset discards what the
-  // kernel has not sent yet. Each socket closes at the peer's EOF (it closes on ours).
-  // A read budget per call keeps a peer that streams on from starving other work.
-  size_t budget = 16;
-  bool more = false;
-  auto drain = [&](Linger::Socket& sock) {
-    while (sock.fd.valid()) {
-      if (budget == 0) {
-        more = true;
-        return;
-      }
-      --budget;
-      const net::IoResult r = net::recv_some(sock.fd.get(), discard_.scratch(), DiscardSink::kScratchBytes);
-      if (r.moved()) continue;
-      if (r.would_block()) return;
-      engine_->remove(sock.fd.get(), sock.hid);  // EOF or an error: done with it
-      sock.fd.reset();
-    }
-  };
-  drain(l.control);
-  for (Linger::Socket& d : l.data) drain(d);
-  const bool open = l.control.fd.valid() ||
-                    std::any_of(l.data.begin(), l.data.end(), [](const Linger::Socket& d) { return d.fd.valid(); });
-  if (!open) {
-    end_linger();
-    return;
-  }
-  if (more) {
-    // Edge-triggered: nothing else may come to raise another edge, so go on later.
-    engine_->add_timer(engine::Clock::now(), [weak = weak_from_this()] {
-      auto self = weak.lock();
-      if (self && self->linger_) self->linger_progress();
-    });
-  }
+  if (linger_) linger_->start();
 }
 
 void EndpointCore::end_linger() {
-  Linger& l = *linger_;
-  engine_->remove(l.control.fd.get(), l.control.hid);
-  for (Linger::Socket& d : l.data) engine_->remove(d.fd.get(), d.hid);
-  linger_.reset();  // closes what is still open
+  if (!linger_) return;
+  linger_->stop();
+  linger_.reset();
   notify_closed();
 }
 
@@ -487,7 +393,7 @@ void EndpointCore::release_held_resps() {
 
 void EndpointCore::on_control_event(uint32_t events) {
   if (state_ != State::kActive) {
-    if (linger_) linger_progress();  // closed: the sockets are draining (see close)
+    if (linger_) linger_->progress();  // closed: the sockets are draining (see close)
     return;
   }
   if ((events & EPOLLOUT) && ctl_blocked_) {
@@ -859,7 +765,7 @@ void EndpointCore::stream_ended(uint16_t index) {
 
 void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
   if (state_ != State::kActive && state_ != State::kDraining) {
-    if (linger_) linger_progress();  // closed: the sockets are draining (see close)
+    if (linger_) linger_->progress();  // closed: the sockets are draining (see close)
     return;
   }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {

@@ -26,6 +26,7 @@
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/linger.h"
 #include "transport/matcher.h"
 #include "wire/frame.h"
 
@@ -304,30 +305,10 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
   Matcher matcher_;  // posted receives and unexpected messages
-  /// After an orderly close the endpoint's sockets linger until everything queued on
-  /// the control socket (frames behind a full socket, then GOODBYE) has been sent and
-  /// the peer has closed each socket too, or the peer took nothing for kCloseLinger:
-  /// an eager send completes once its bytes are copied and a rendezvous send once its
-  /// last chunk is in the kernel, so closing at once (or with unread bytes, which
-  /// resets the connection) could drop messages already reported sent. The endpoint
-  /// itself has failed (every request completed) by then.
-  struct Linger {
-    struct Socket {
-      net::Fd fd;  // invalid once the peer's EOF came
-      engine::HandlerId hid;
-    };
-    Socket control;
-    std::vector<Socket> data;
-    std::vector<std::byte> bytes;  // the control socket's queue, taken over at close()
-    size_t off = 0;                // sent so far (from where the endpoint had got to)
-    bool shut = false;             // everything sent and shutdown(SHUT_WR) done
-    bool data_shut = false;        // the data streams' shutdown(SHUT_WR) done (after `shut`)
-    engine::Clock::time_point last_progress;  // when the peer last took bytes
-  };
-  std::unique_ptr<Linger> linger_;
-  void start_linger();
-  void arm_linger_timer();
-  void linger_progress();
+  /// After an orderly close the sockets linger until what was queued is delivered
+  /// (see transport/linger.h); events on them go there. Null otherwise.
+  std::shared_ptr<LingeringClose> linger_;
+  /// The linger is over (by itself, or stopped because the context goes away).
   void end_linger();
   /// Tells the context (deferred) that this endpoint is gone for good.
   void notify_closed();
