@@ -1,5 +1,6 @@
-# The `remora` command-line tool: a thin CLI (remora.cc) over the perf library
-# (perf/), which holds the p2p, RMA and collective benchmarks and the two-process demo.
+# The `remora` command-line tool: a thin CLI (remora.cc: arguments and the progress line;
+# run.cc: the launcher) over the perf library (perf/), which holds the p2p, RMA and
+# collective benchmarks, the two-process demo, and the printers of their reports (report.cc).
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 
@@ -8,7 +9,8 @@ add_library(remora_perf STATIC
   ${CMAKE_CURRENT_LIST_DIR}/perf/p2p.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/rma.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc
-  ${CMAKE_CURRENT_LIST_DIR}/perf/coll.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/perf/coll.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf/report.cc)
 target_include_directories(remora_perf PUBLIC ${CMAKE_CURRENT_LIST_DIR}/perf)
 target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
 target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_json fmt::fmt Threads::Threads)

@@ -1,11 +1,11 @@
 // tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, bench coll, run, version. A thin
-// layer over tools/perf: parse arguments, draw tables and the progress line, write JSON.
+// layer over tools/perf: parse arguments, draw the progress line, run, and hand the report to the
+// printers of tools/perf/report.h.
 #include <limits.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,12 +14,11 @@
 #include <fmt/format.h>
 
 #include "perf.h"
+#include "report.h"
 #include "run.h"
 #include "remora/remora.h"
 
 namespace {
-
-using remora::perf::format_size;
 
 /// A one-line progress indicator on stderr: only when stderr is a terminal and only
 /// once a run has taken more than a second (short runs stay clean).
@@ -70,51 +69,10 @@ remora::Status parse_sizes(const std::vector<std::string>& texts, std::vector<si
   return remora::Status::ok();
 }
 
-bool write_json(const std::string& path, const nlohmann::json& j) {
-  if (path.empty()) return true;
-  std::ofstream f(path);
-  f << j.dump(2) << '\n';
-  if (!f) {
-    fmt::print(stderr, "remora: error: cannot write {}\n", path);
-    return false;
-  }
-  return true;
-}
-
-std::string config_line(const nlohmann::json& c) {
-  return fmt::format("{} data streams, chunk {}, eager limit {}, spin {} us", c.value("streams", 0u),
-                     format_size(c.value("chunk_bytes", size_t{0})), format_size(c.value("eager_limit", size_t{0})),
-                     c.value("spin_us", 0u));
-}
-
-std::string pool_line(const nlohmann::json& side) {
-  if (!side.contains("pool")) return "explicit registration";
-  const auto& p = side["pool"];
-  return fmt::format("{} arenas, {} MiB registered, {} hits, {} misses, {} buffers in use",
-                     p.value("registrations", 0u), p.value("bytes_registered", size_t{0}) >> 20,
-                     p.value("hits", 0u), p.value("misses", 0u), p.value("buffers_in_use", 0u));
-}
-
 int print_version(bool as_json) {
   auto config = remora::Config::from_env();
   if (!config) return fail(config.status());
-  const remora::Config& c = *config;
-  if (as_json) {
-    const nlohmann::json j = {{"version", remora::version_string()},
-                              {"wire_version", remora::kWireVersion},
-                              {"config",
-                               {{"streams", c.streams_per_endpoint},
-                                {"chunk_bytes", c.chunk_bytes},
-                                {"eager_limit", c.eager_limit},
-                                {"eager_credit", c.eager_credit},
-                                {"spin_us", c.spin_us},
-                                {"progress_linger_us", c.progress_linger_us}}}};
-    fmt::print("{}\n", j.dump(2));
-  } else {
-    fmt::print("remora {} (wire protocol {})\n", remora::version_string(), remora::kWireVersion);
-    fmt::print("config: {} data streams, chunk {}, eager limit {}, spin {} us\n", c.streams_per_endpoint,
-               format_size(c.chunk_bytes), format_size(c.eager_limit), c.spin_us);
-  }
+  remora::perf::print_version(*config, as_json);
   return 0;
 }
 
@@ -129,18 +87,8 @@ int run_demo(const std::vector<std::string>& size_texts, std::optional<uint32_t>
   auto report = remora::perf::run_demo(o);
   progress.clear();
   if (!report) return fail(report.status());
-  const auto& cfg = report->json["config"];
-  fmt::print("# remora demo: two processes over {} ({}); tagged ping-pong both ways\n",
-             cfg.value("peer", std::string("?")), config_line(cfg));
-  fmt::print("# {:>8} {:>7} {:>14} {:>12}  {}\n", "size", "iters", "latency (us)", "bw (GB/s)", "verified");
-  for (const auto& r : report->rows) {
-    fmt::print("  {:>8} {:>7} {:>14.2f} {:>12.3f}  {}\n", format_size(r.size), r.iterations, r.latency_us,
-               r.bandwidth_gbps, r.verified ? "yes" : "NO: " + r.problem);
-  }
-  fmt::print("# latency = half a round trip; bw = size / one-way time; verified = checksums on both sides\n");
-  fmt::print("# pool (this process): {}\n", pool_line(report->json["local"]));
-  fmt::print("# pool (peer process): {}\n", pool_line(report->json["peer"]));
-  if (!write_json(json, report->json)) return 1;
+  remora::perf::print_demo_report(*report);
+  if (!remora::perf::write_json(json, report->json)) return 1;
   if (!report->ok) {
     fmt::print(stderr, "remora demo: FAILED: data did not verify (see the table)\n");
     return 1;
@@ -175,6 +123,9 @@ struct BenchArgs {
     return buffers == "register" ? remora::perf::BufferSource::kRegister : remora::perf::BufferSource::kPool;
   }
   remora::perf::PeerOptions peer_options() const { return {.peer = peer}; }
+  remora::perf::BenchLabels labels(std::string_view mode) const {
+    return {.mode = mode, .buffers = buffers, .window = window};
+  }
 };
 
 /// With --listen the process is the follower: the driver (the --peer side) sends the
@@ -183,18 +134,6 @@ std::optional<int> maybe_follow(const BenchArgs& a) {
   if (a.listen.empty()) return std::nullopt;
   if (auto s = remora::perf::serve(a.listen, -1); !s) return fail(s);
   return 0;
-}
-
-void print_bench_header(std::string_view what, const nlohmann::json& report, const BenchArgs& a) {
-  const auto& cfg = report["config"];
-  fmt::print("# remora bench {} — peer {} ({})\n", what, cfg.value("peer", std::string("?")),
-             cfg.value("follower", std::string("?")));
-  fmt::print("# {}; buffers: {}\n", config_line(cfg), a.buffers);
-}
-
-int finish_bench(const nlohmann::json& report, const BenchArgs& a) {
-  fmt::print("# pool: here {}; peer {}\n", pool_line(report["local"]), pool_line(report["peer"]));
-  return write_json(a.json, report) ? 0 : 1;
 }
 
 struct P2pArgs : BenchArgs {
@@ -221,21 +160,8 @@ int run_p2p(const P2pArgs& a) {
   auto report = remora::perf::run_p2p(a.peer_options(), o);
   progress.clear();
   if (!report) return fail(report.status());
-
-  print_bench_header("p2p " + a.mode, report->json, a);
-  if (o.mode == remora::perf::P2pMode::kLatency) {
-    fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>8}\n", "Size", "Latency (us)", "p50", "p99", "iters");
-    for (const auto& r : report->rows) {
-      fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>8}\n", r.size, r.latency.avg_us, r.latency.p50_us,
-                 r.latency.p99_us, r.iterations);
-    }
-    fmt::print("# one-way latency = round trip / 2\n");
-  } else {
-    fmt::print("# window {}\n", a.window);
-    fmt::print("# {:<10} {:>18} {:>8}\n", "Size", "Bandwidth (MB/s)", "iters");
-    for (const auto& r : report->rows) fmt::print("{:<12} {:>18.2f} {:>8}\n", r.size, r.bandwidth_mbps, r.iterations);
-  }
-  return finish_bench(report->json, a);
+  remora::perf::print_p2p_report(*report, a.labels(a.mode));
+  return remora::perf::write_json(a.json, report->json) ? 0 : 1;
 }
 
 struct RmaArgs : BenchArgs {
@@ -246,7 +172,6 @@ struct RmaArgs : BenchArgs {
 
 int run_rma(const RmaArgs& a) {
   if (auto rc = maybe_follow(a)) return *rc;
-  using remora::perf::RmaMode;
   remora::perf::RmaOptions o;
   auto mode = remora::perf::parse_rma_mode(a.mode);
   if (!mode) return fail(mode.status());
@@ -263,27 +188,8 @@ int run_rma(const RmaArgs& a) {
   auto report = remora::perf::run_rma(a.peer_options(), o);
   progress.clear();
   if (!report) return fail(report.status());
-
-  print_bench_header("rma " + a.mode, report->json, a);
-  const bool latency = o.mode == RmaMode::kPutLatency || o.mode == RmaMode::kGetLatency;
-  if (latency) {
-    fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>9}\n", "Size", "Latency (us)", "p50", "p99", "iters");
-    for (const auto& r : report->rows) {
-      fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>9}\n", r.size, r.latency.avg_us, r.latency.p50_us,
-                 r.latency.p99_us, r.iterations);
-    }
-    fmt::print("# {}\n", o.mode == RmaMode::kPutLatency
-                             ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
-                             : "latency of one get: a full round trip, as is");
-  } else {
-    fmt::print("# window {}; every operation to offset 0 of one target region, from one local buffer\n", a.window);
-    fmt::print("# {:<10} {:>18} {:>16} {:>8}\n", "Size", "Bandwidth (MB/s)", "Messages/s", "windows");
-    for (const auto& r : report->rows) {
-      fmt::print("{:<12} {:>18.2f} {:>16.0f} {:>8}\n", r.size, r.bandwidth_mbps, r.ops_per_second, r.iterations);
-    }
-  }
-  fmt::print("# data checked once per size after the timed part: verified\n");
-  return finish_bench(report->json, a);
+  remora::perf::print_rma_report(*report, a.labels(a.mode));
+  return remora::perf::write_json(a.json, report->json) ? 0 : 1;
 }
 
 struct CollArgs {
@@ -357,112 +263,6 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("/proc/self/exe");
 }
 
-std::string timing_cells(const remora::perf::CollTiming& t, bool checked) {
-  if (!t.ran) return fmt::format("{:>10}{:25}", "n/a", "");  // as wide as the four cells
-  return fmt::format("{:>10.2f} {:>8.3f} {:>8.3f} {:>6}", t.time_us, t.algbw_gbps, t.busbw_gbps,
-                     checked ? std::to_string(t.wrong) : "N/A");
-}
-
-std::string bus_formula(remora::CollectiveKind op) {
-  switch (op) {
-    case remora::CollectiveKind::kAllreduce: return "2(n-1)/n";
-    case remora::CollectiveKind::kBroadcast:
-    case remora::CollectiveKind::kReduce: return "1";
-    case remora::CollectiveKind::kBarrier: return "-";
-    default: return "(n-1)/n";
-  }
-}
-
-void print_coll_report(const remora::perf::CollReport& r, const remora::perf::CollOptions& o) {
-  using remora::CollectiveKind;
-  const auto& cfg = r.json["config"];
-  fmt::print("# remora bench coll — {} ranks ({}), type {}, redop {}, root {}\n", r.ranks, r.launcher,
-             to_string(o.type), to_string(o.redop), o.root);
-  fmt::print("# {} data streams configured, chunk {}, eager limit {}, spin {} us; data check: {}\n",
-             cfg.value("streams_configured", 0u), format_size(cfg.value("chunk_bytes", size_t{0})),
-             format_size(cfg.value("eager_limit", size_t{0})), cfg.value("spin_us", 0u), o.check ? "on" : "off");
-  fmt::print(
-      "# time: per operation, each rank's average over the timed iterations, the slowest rank's;\n"
-      "# algbw = size / time; busbw = algbw x bus factor; GB/s = 10^9 bytes/s\n");
-  const std::string blank;
-  double busbw_sum = 0;
-  int busbw_rows = 0;
-  CollectiveKind current = CollectiveKind::kBarrier;
-  bool first = true;
-  for (const auto& row : r.rows) {
-    if (first || row.op != current) {
-      fmt::print("#\n# {} (bus factor {})\n", to_string(row.op), bus_formula(row.op));
-      fmt::print("# {:63} {:-^35}  {:-^35}\n", blank, " out-of-place ", " in-place ");
-      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
-                 "size", "count", "type", "redop", "root", "algorithm", "steps", "time", "algbw", "busbw", "#wrong",
-                 "time", "algbw", "busbw", "#wrong");
-      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
-                 "(B)", "(elements)", "", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-                 "");
-      current = row.op;
-      first = false;
-    }
-    const bool reduction = row.op == CollectiveKind::kAllreduce || row.op == CollectiveKind::kReduce ||
-                           row.op == CollectiveKind::kReduceScatter;
-    const bool rooted = row.op == CollectiveKind::kReduce || row.op == CollectiveKind::kBroadcast ||
-                        row.op == CollectiveKind::kGather || row.op == CollectiveKind::kScatter;
-    fmt::print("  {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {}  {}\n", row.size, row.count, to_string(o.type),
-               reduction ? std::string(to_string(o.redop)) : "none", rooted ? o.root : -1, row.algorithm, row.steps,
-               timing_cells(row.out_of_place, o.check), timing_cells(row.in_place, o.check));
-    for (const auto* t : {&row.out_of_place, &row.in_place}) {
-      if (t->ran && row.op != CollectiveKind::kBarrier) {
-        busbw_sum += t->busbw_gbps;
-        ++busbw_rows;
-      }
-    }
-  }
-  fmt::print("#\n# #wrong: {}\n", o.check ? fmt::format("{} (every size checked on every rank)", r.wrong)
-                                          : std::string("not checked (--no-check)"));
-  if (busbw_rows > 0) fmt::print("# Avg bus bandwidth: {:.3f} GB/s\n", busbw_sum / busbw_rows);
-
-  const auto& ref = r.reference;
-  if (!ref.measured) {
-    fmt::print("# reference: {}\n", o.reference ? "needs 2 ranks" : "not measured (--no-reference)");
-    return;
-  }
-  fmt::print("#\n# reference, ranks 0 and 1 in this run over their communicator endpoint (bench p2p's loops):\n");
-  if (ref.exchanges.empty()) fmt::print("#   bidirectional exchange: no size >= 1M in this run\n");
-  for (const auto& e : ref.exchanges) {
-    fmt::print("#   bidirectional exchange {:>5}: {:.3f} GB/s per direction (window {}, {} iterations)\n",
-               format_size(e.size), e.gbps_per_direction, e.window, e.iterations);
-  }
-  fmt::print("#   {} ping-pong round trip: avg {:.2f} us, p50 {:.2f} us, p99 {:.2f} us ({} round trips)\n",
-             format_size(ref.pingpong_size), ref.rtt.avg_us, ref.rtt.p50_us, ref.rtt.p99_us, ref.pingpong_iterations);
-  if (r.ratios.empty()) return;
-  if (o.rounds > 1) {
-    fmt::print("#   (this reference and the table above: round 1 of {})\n", o.rounds);
-  }
-  fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
-             "algorithm", "steps", "value", "reference", "ratio", "target");
-  for (const auto& x : r.ratios) {
-    const std::string what = fmt::format("{} {}", to_string(x.op), x.bandwidth ? "busbw" : "time");
-    const std::string value = x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
-    const std::string reference = x.bandwidth ? fmt::format("{:.3f} GB/s", x.reference)
-                                              : fmt::format("{} x {:.2f} us", x.steps, x.reference / x.steps);
-    std::string target = "-";
-    if (x.target) target = fmt::format("{} {} {}", x.bandwidth ? ">=" : "<=", *x.target, x.met() ? "met" : "MISS");
-    fmt::print("  {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7.2f}  {}{}\n", what, format_size(x.size),
-               x.placement, x.algorithm, x.steps, value, reference, x.ratio, target,
-               x.bandwidth ? "" : fmt::format("  (against the p50 RTT: {:.2f})", x.ratio_p50));
-    if (x.per_round.size() > 1) fmt::print("  {:<15} per round: {:.2f}\n", "", fmt::join(x.per_round, " "));
-  }
-  if (o.rounds > 1) {
-    fmt::print(
-        "# {} rounds, the reference first in odd rounds and last in even ones; value, reference and ratio are\n"
-        "# the medians over the rounds\n",
-        o.rounds);
-  }
-  fmt::print(
-      "# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
-      "# time ratio: time / (steps x the average {} round trip); targets are the issue's, for allreduce\n",
-      format_size(ref.pingpong_size));
-}
-
 /// `remora bench coll`: as a rank of a launched job, or, with no launcher around, the
 /// launcher of N ranks of itself on this host (remora run's machinery).
 int run_coll(const CollArgs& a, const std::vector<std::string>& argv) {
@@ -489,8 +289,8 @@ int run_coll(const CollArgs& a, const std::vector<std::string>& argv) {
     return 1;
   }
   if (report->rank != 0) return 0;  // rank 0 speaks for the job (the data check included)
-  print_coll_report(*report, o);
-  if (!write_json(a.json, report->json)) return 1;
+  remora::perf::print_coll_report(*report, o);
+  if (!remora::perf::write_json(a.json, report->json)) return 1;
   if (report->wrong > 0) {
     fmt::print(stderr,
                "remora bench coll: FAILED: {} wrong elements: the data check failed (the #wrong column says where)\n",

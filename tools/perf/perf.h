@@ -1,5 +1,6 @@
 // tools/perf/perf.h — remora's benchmarks and demo as a library; the `remora` command
 // line (tools/remora.cc) is a thin layer over it, as ucx_perftest is over libucxperf.
+// What the tool prints of a report (tables, JSON files) is in report.h.
 //
 // p2p, rma and the demo have two sides. The *driver* decides what to measure, sends the
 // plan to the *follower* as its first message, times the run and reports. The follower
