@@ -300,167 +300,233 @@ int run_coll(const CollArgs& a, const std::vector<std::string>& argv) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// Everything the command line sets: one member per subcommand's options, and the
+/// subcommands themselves, to see which one was given.
+struct Cli {
   CLI::App app{"remora — RDMA-like memory semantics over plain TCP"};
-  app.require_subcommand(1);
 
+  CLI::App* version = nullptr;
   bool version_json = false;
-  auto* version = app.add_subcommand("version", "print the versions and the configuration REMORA_* resolves to");
-  version->add_flag("--json", version_json, "as JSON");
 
+  CLI::App* demo = nullptr;
   std::vector<std::string> demo_sizes;
   std::optional<uint32_t> demo_iters;
   std::string demo_json;
-  auto* demo = app.add_subcommand("demo", "two-process loopback demo: tagged messages 1 B..64 MiB both ways, verified");
-  demo->add_option("--sizes", demo_sizes, "message sizes, e.g. 1,4K,1M (default 1 B..64 MiB in powers of 4)")->delimiter(',');
-  demo->add_option("--iters", demo_iters, "timed round trips per size (default: scaled by size)")->check(CLI::PositiveNumber);
-  demo->add_option("--json", demo_json, "also write the results as JSON to this file");
   bool demo_corrupt = false;
-  demo->add_flag("--inject-corruption", demo_corrupt)->group("");  // hidden: proves the checks fail loudly
 
-  auto* bench = app.add_subcommand("bench", "benchmarks");
-  bench->require_subcommand(1);
+  CLI::App* p2p = nullptr;
   P2pArgs p2p_args;
+  CLI::App* rma = nullptr;
+  RmaArgs rma_args;
+  CLI::App* coll = nullptr;
+  CollArgs coll_args;
+
+  CLI::App* serve = nullptr;
+  std::string serve_listen = "127.0.0.1:0";
+  int serve_port_fd = -1;
+
+  CLI::App* run = nullptr;
+  remora::tools::RunOptions run_options;
+  int run_timeout_s = 0;
+  /// `remora run`'s program and its arguments, cut off before CLI11 parses (take_run_program).
+  std::vector<std::string> program_argv;
+};
+
+void add_version(Cli& c) {
+  c.version = c.app.add_subcommand("version", "print the versions and the configuration REMORA_* resolves to");
+  c.version->add_flag("--json", c.version_json, "as JSON");
+}
+
+void add_demo(Cli& c) {
+  auto* demo = c.app.add_subcommand("demo", "two-process loopback demo: tagged messages 1 B..64 MiB both ways, verified");
+  demo->add_option("--sizes", c.demo_sizes, "message sizes, e.g. 1,4K,1M (default 1 B..64 MiB in powers of 4)")->delimiter(',');
+  demo->add_option("--iters", c.demo_iters, "timed round trips per size (default: scaled by size)")->check(CLI::PositiveNumber);
+  demo->add_option("--json", c.demo_json, "also write the results as JSON to this file");
+  demo->add_flag("--inject-corruption", c.demo_corrupt)->group("");  // hidden: proves the checks fail loudly
+  c.demo = demo;
+}
+
+void add_bench_p2p(CLI::App* bench, Cli& c) {
+  P2pArgs& a = c.p2p_args;
   auto* p2p = bench->add_subcommand("p2p", "point-to-point bandwidth and latency (OSU-style)");
-  p2p->add_option("--mode", p2p_args.mode, "bw (window + ack), lat (ping-pong), bibw (both ways)")
+  p2p->add_option("--mode", a.mode, "bw (window + ack), lat (ping-pong), bibw (both ways)")
       ->check(CLI::IsMember({"bw", "lat", "bibw"}))
       ->capture_default_str();
-  p2p->add_option("--sizes", p2p_args.sizes, "message sizes (K/M/G = powers of 1024)")->delimiter(',')->capture_default_str();
-  p2p_args.add_to(p2p);
-  p2p->add_flag("--distinct-buffers", p2p_args.distinct_buffers,
+  p2p->add_option("--sizes", a.sizes, "message sizes (K/M/G = powers of 1024)")->delimiter(',')->capture_default_str();
+  a.add_to(p2p);
+  p2p->add_flag("--distinct-buffers", a.distinct_buffers,
                 "cycle a window through up to 64 MiB of distinct buffers (default: reuse one, as osu_bw and iperf3 do)");
+  c.p2p = p2p;
+}
 
-  RmaArgs rma_args;
+void add_bench_rma(CLI::App* bench, Cli& c) {
+  RmaArgs& a = c.rma_args;
   auto* rma = bench->add_subcommand("rma", "one-sided put/get bandwidth, latency and rate (perftest-style)");
-  rma->add_option("--mode", rma_args.mode,
+  rma->add_option("--mode", a.mode,
                   "put_bw, get_bw (a window of puts/gets), put_lat (put+notify ping-pong), get_lat (one get at a "
                   "time), put_rate (small puts, operations/s)")
       ->check(CLI::IsMember({"put_bw", "get_bw", "put_lat", "get_lat", "put_rate"}))
       ->capture_default_str();
-  rma->add_option("--sizes", rma_args.sizes,
+  rma->add_option("--sizes", a.sizes,
                   "transfer sizes (K/M/G = powers of 1024; default 8,4K,1M,16M, put_rate 8,64,512,4K)")
       ->delimiter(',');
-  auto* duration = rma->add_option("--duration", rma_args.duration, "timed seconds per size, instead of --iters")
+  auto* duration = rma->add_option("--duration", a.duration, "timed seconds per size, instead of --iters")
                        ->check(CLI::PositiveNumber);
-  rma_args.add_to(rma);
+  a.add_to(rma);
   duration->excludes(rma->get_option("--iters"));
-  rma->add_flag("--inject-corruption", rma_args.inject_corruption)->group("");  // hidden: proves the checks fail loudly
+  rma->add_flag("--inject-corruption", a.inject_corruption)->group("");  // hidden: proves the checks fail loudly
+  c.rma = rma;
+}
 
-  CollArgs coll_args;
+void add_bench_coll(CLI::App* bench, Cli& c) {
+  CollArgs& a = c.coll_args;
   auto* coll = bench->add_subcommand(
       "coll", "collectives, nccl-tests-style: time, algbw, busbw, #wrong per size, against a p2p reference");
-  coll->add_option("--op", coll_args.ops,
+  coll->add_option("--op", a.ops,
                    "allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, gather, scatter, barrier; "
                    "several separated by commas, or all")
       ->delimiter(',')
       ->capture_default_str();
-  auto* minbytes = coll->add_option("-b,--minbytes", coll_args.minbytes, "smallest size (K/M/G = powers of 1024)")
+  auto* minbytes = coll->add_option("-b,--minbytes", a.minbytes, "smallest size (K/M/G = powers of 1024)")
                        ->capture_default_str();
-  auto* maxbytes = coll->add_option("-e,--maxbytes", coll_args.maxbytes, "largest size")->capture_default_str();
-  auto* stepfactor = coll->add_option("-f,--stepfactor", coll_args.stepfactor, "multiply the size by this each step")
+  auto* maxbytes = coll->add_option("-e,--maxbytes", a.maxbytes, "largest size")->capture_default_str();
+  auto* stepfactor = coll->add_option("-f,--stepfactor", a.stepfactor, "multiply the size by this each step")
                          ->check(CLI::Range(2u, 1024u))
                          ->capture_default_str();
-  coll->add_option("--sizes", coll_args.sizes, "explicit sizes instead of -b/-e/-f, e.g. 4K,16M,64M")
+  coll->add_option("--sizes", a.sizes, "explicit sizes instead of -b/-e/-f, e.g. 4K,16M,64M")
       ->delimiter(',')
       ->excludes(minbytes)
       ->excludes(maxbytes)
       ->excludes(stepfactor);
   coll->add_option(
-          "-d,--type", coll_args.type,
+          "-d,--type", a.type,
           "int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (or fp16, bf16, ...)")
       ->capture_default_str();
-  coll->add_option("--redop", coll_args.redop, "sum, prod, min, max, avg (reductions)")->capture_default_str();
-  coll->add_option("-r,--root", coll_args.root, "root of reduce, broadcast, gather, scatter")->capture_default_str();
-  coll->add_option("--iters", coll_args.iters, "timed operations per size (default: scaled by size, 5..1000)")
+  coll->add_option("--redop", a.redop, "sum, prod, min, max, avg (reductions)")->capture_default_str();
+  coll->add_option("-r,--root", a.root, "root of reduce, broadcast, gather, scatter")->capture_default_str();
+  coll->add_option("--iters", a.iters, "timed operations per size (default: scaled by size, 5..1000)")
       ->check(CLI::PositiveNumber);
-  coll->add_option("-w,--warmup", coll_args.warmup, "untimed operations per size (default: scaled by size)");
-  coll->add_flag("-c,--check,!--no-check", coll_args.check,
+  coll->add_option("-w,--warmup", a.warmup, "untimed operations per size (default: scaled by size)");
+  coll->add_flag("-c,--check,!--no-check", a.check,
                  "check every size's result on every rank (the #wrong column); on by default");
-  coll->add_flag("--no-reference", coll_args.no_reference,
+  coll->add_flag("--no-reference", a.no_reference,
                  "skip the p2p reference (bidirectional exchange, 4K ping-pong) between ranks 0 and 1");
-  coll->add_option("--reference-iters", coll_args.reference_iters,
+  coll->add_option("--reference-iters", a.reference_iters,
                    "timed windows per exchange size and timed round trips of the reference (default: as bench p2p)")
       ->check(CLI::PositiveNumber);
-  coll->add_option("--rounds", coll_args.rounds,
+  coll->add_option("--rounds", a.rounds,
                    "measure the reference and the table this many times, alternating which goes first; "
                    "ratios are the medians of the rounds' (the data check runs in the first round)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));
-  coll->add_option("--json", coll_args.json, "rank 0 also writes everything as JSON here");
-  coll->add_option("-n,--ranks", coll_args.ranks,
+  coll->add_option("--json", a.json, "rank 0 also writes everything as JSON here");
+  coll->add_option("-n,--ranks", a.ranks,
                    "without a launcher: start this many ranks on this host (default 2); under one: must match it")
       ->check(CLI::Range(1, 4096));
-  coll->add_flag("--inject-corruption", coll_args.inject_corruption)
+  coll->add_flag("--inject-corruption", a.inject_corruption)
       ->group("");  // hidden: proves the check fails loudly
+  c.coll = coll;
+}
 
-  std::string serve_listen = "127.0.0.1:0";
-  int serve_port_fd = -1;
-  auto* serve = app.add_subcommand("serve", "")->group("");  // hidden: the spawned follower
-  serve->add_option("--listen", serve_listen);
-  serve->add_option("--port-fd", serve_port_fd);
+void add_bench(Cli& c) {
+  auto* bench = c.app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  add_bench_p2p(bench, c);
+  add_bench_rma(bench, c);
+  add_bench_coll(bench, c);
+}
 
-  remora::tools::RunOptions run_options;
-  int run_timeout_s = 0;
-  auto* run = app.add_subcommand(
+void add_serve(Cli& c) {
+  c.serve = c.app.add_subcommand("serve", "")->group("");  // hidden: the spawned follower
+  c.serve->add_option("--listen", c.serve_listen);
+  c.serve->add_option("--port-fd", c.serve_port_fd);
+}
+
+void add_run(Cli& c) {
+  auto* run = c.app.add_subcommand(
       "run",
       "single-host launcher: run N ranks of a program. `remora run -n 4 ./app args` and "
       "`remora run -n 4 -- ./app args` are the same: everything from the program on is the program's, "
       "`--` and flags included. `--` is needed only before a program whose name begins with '-'.");
-  run->add_option("-n,--ranks", run_options.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
-  run->add_option("--timeout", run_timeout_s, "stop every rank after this many seconds and exit 124 (0: never)")
+  run->add_option("-n,--ranks", c.run_options.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
+  run->add_option("--timeout", c.run_timeout_s, "stop every rank after this many seconds and exit 124 (0: never)")
       ->check(CLI::NonNegativeNumber);
-  run->add_flag("--tag-output", run_options.tag_output, "prefix every output line with [rank]");
+  run->add_flag("--tag-output", c.run_options.tag_output, "prefix every output line with [rank]");
   // Everything from the program on is the program's, flags included.
   run->prefix_command();
+  c.run = run;
+}
 
-  // `remora run [options] [--] prog args`: the program starts at the first argument
-  // that is none of run's options (or right after a "--" among them), and from there on
-  // everything is the program's. It is cut off here, before CLI11 sees it: CLI11 takes
-  // a program named like one of our subcommands ("bench") for that subcommand, and
-  // refuses anything after a "--". A "--" after the program is the program's own.
-  std::vector<std::string> program_argv;
-  if (argc > 1 && std::string_view(argv[1]) == "run") {
-    for (int i = 2; i < argc; ++i) {
-      const std::string_view arg(argv[i]);
-      if (arg == "-n" || arg == "--ranks" || arg == "--timeout") {
-        ++i;  // its value
-        continue;
-      }
-      if (arg != "--" && arg.starts_with("-")) continue;  // an option of ours: -n4, --timeout=5, --tag-output
-      program_argv.assign(argv + i + (arg == "--" ? 1 : 0), argv + argc);
-      argc = i;
-      break;
+/// `remora run [options] [--] prog args`: the program starts at the first argument
+/// that is none of run's options (or right after a "--" among them), and from there on
+/// everything is the program's. It is cut off here, before CLI11 sees it: CLI11 takes
+/// a program named like one of our subcommands ("bench") for that subcommand, and
+/// refuses anything after a "--". A "--" after the program is the program's own.
+/// Returns the argc CLI11 is to parse.
+int take_run_program(int argc, char** argv, std::vector<std::string>* program_argv) {
+  if (argc <= 1 || std::string_view(argv[1]) != "run") return argc;
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg(argv[i]);
+    if (arg == "-n" || arg == "--ranks" || arg == "--timeout") {
+      ++i;  // its value
+      continue;
     }
+    if (arg != "--" && arg.starts_with("-")) continue;  // an option of ours: -n4, --timeout=5, --tag-output
+    program_argv->assign(argv + i + (arg == "--" ? 1 : 0), argv + argc);
+    return i;
   }
-  CLI11_PARSE(app, argc, argv);
+  return argc;
+}
 
-  if (*version) return print_version(version_json);
-  if (*demo) return run_demo(demo_sizes, demo_iters, demo_json, demo_corrupt);
-  if (*p2p) return run_p2p(p2p_args);
-  if (*rma) return run_rma(rma_args);
-  if (*coll) return run_coll(coll_args, std::vector<std::string>(argv, argv + argc));
-  if (*run) {
-    // The program was cut off above: what CLI11 left over is an option it does not know.
-    if (const auto unknown = run->remaining(); !unknown.empty()) {
-      fmt::print(stderr, "remora run: unknown option '{}' (see remora run --help; a program whose name begins "
-                         "with '-' goes after --)\n", unknown.front());
-      return 2;
-    }
-    run_options.argv = std::move(program_argv);
-    if (run_options.argv.empty()) {
-      fmt::print(stderr, "remora run: no program given (remora run -n N [options] [--] prog args...)\n");
-      return 2;
-    }
-    run_options.timeout = std::chrono::seconds(run_timeout_s);
-    return remora::tools::run_ranks(run_options);
+/// `remora run`, once parsed: refuses what CLI11 left over, then launches.
+int run_launcher(Cli& c) {
+  // The program was cut off before parsing: what CLI11 left over is an option it does not know.
+  if (const auto unknown = c.run->remaining(); !unknown.empty()) {
+    fmt::print(stderr, "remora run: unknown option '{}' (see remora run --help; a program whose name begins "
+                       "with '-' goes after --)\n", unknown.front());
+    return 2;
   }
-  if (*serve) {
-    if (auto s = remora::perf::serve(serve_listen, serve_port_fd); !s) {
-      fmt::print(stderr, "remora serve: error: {}\n", s.to_string());
-      return 1;
-    }
+  c.run_options.argv = std::move(c.program_argv);
+  if (c.run_options.argv.empty()) {
+    fmt::print(stderr, "remora run: no program given (remora run -n N [options] [--] prog args...)\n");
+    return 2;
+  }
+  c.run_options.timeout = std::chrono::seconds(c.run_timeout_s);
+  return remora::tools::run_ranks(c.run_options);
+}
+
+/// `remora serve`: the follower a driver spawned.
+int run_serve(const Cli& c) {
+  if (auto s = remora::perf::serve(c.serve_listen, c.serve_port_fd); !s) {
+    fmt::print(stderr, "remora serve: error: {}\n", s.to_string());
+    return 1;
   }
   return 0;
+}
+
+/// Runs the subcommand that was given; `argv` is what CLI11 parsed.
+int dispatch(Cli& c, const std::vector<std::string>& argv) {
+  if (*c.version) return print_version(c.version_json);
+  if (*c.demo) return run_demo(c.demo_sizes, c.demo_iters, c.demo_json, c.demo_corrupt);
+  if (*c.p2p) return run_p2p(c.p2p_args);
+  if (*c.rma) return run_rma(c.rma_args);
+  if (*c.coll) return run_coll(c.coll_args, argv);
+  if (*c.run) return run_launcher(c);
+  if (*c.serve) return run_serve(c);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Cli cli;
+  cli.app.require_subcommand(1);
+  add_version(cli);
+  add_demo(cli);
+  add_bench(cli);
+  add_serve(cli);
+  add_run(cli);
+  argc = take_run_program(argc, argv, &cli.program_argv);
+  CLI11_PARSE(cli.app, argc, argv);
+  return dispatch(cli, std::vector<std::string>(argv, argv + argc));
 }
