@@ -4,11 +4,14 @@
 #include <stdlib.h>
 
 #include <memory>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "remora/config.h"
 #include "remora/status.h"
+#include "remora/types.h"
 
 namespace remora {
 namespace {
@@ -37,6 +40,86 @@ TEST(Result, HoldsValueOrErrorNeverAnOkError) {
   Result<int> bad = Status();
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+}
+
+// The names are part of every message a user sees and scripts grep for: each code has
+// its own, fixed, and none falls through to "unknown".
+TEST(Status, EveryCodeHasItsOwnStableName) {
+  const std::pair<StatusCode, std::string_view> names[] = {
+      {StatusCode::kOk, "ok"},
+      {StatusCode::kInProgress, "in_progress"},
+      {StatusCode::kNoResource, "no_resource"},
+      {StatusCode::kInvalidArgument, "invalid_argument"},
+      {StatusCode::kInvalidKey, "invalid_key"},
+      {StatusCode::kAccessDenied, "access_denied"},
+      {StatusCode::kOutOfRange, "out_of_range"},
+      {StatusCode::kTruncated, "truncated"},
+      {StatusCode::kTimeout, "timeout"},
+      {StatusCode::kPeerFailed, "peer_failed"},
+      {StatusCode::kUnreachable, "unreachable"},
+      {StatusCode::kProtocol, "protocol"},
+      {StatusCode::kUnsupported, "unsupported"},
+      {StatusCode::kAborted, "aborted"},
+      {StatusCode::kInternal, "internal"},
+  };
+  std::set<std::string_view> seen;
+  for (const auto& [code, name] : names) {
+    EXPECT_EQ(to_string(code), name);
+    EXPECT_TRUE(seen.insert(to_string(code)).second) << "two codes share the name " << name;
+  }
+  // The list above is the whole closed set: the values run 0..kInternal without gaps.
+  EXPECT_EQ(static_cast<size_t>(StatusCode::kInternal) + 1, std::size(names));
+  EXPECT_EQ(to_string(static_cast<StatusCode>(static_cast<int>(StatusCode::kInternal) + 1)), "unknown");
+}
+
+TEST(Status, ToStringOfAnErrorWithoutMessageIsTheCodeAlone) {
+  EXPECT_EQ(Status(StatusCode::kAborted, "").to_string(), "aborted");
+  EXPECT_EQ(Status(StatusCode::kTimeout, "x").to_string(), "timeout: x");
+}
+
+TEST(Status, WithContextKeepsEveryCodeAndNestsOutsideIn) {
+  for (int c = 1; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    const auto code = static_cast<StatusCode>(c);
+    const Status s = Status(code, "inner").with_context("middle").with_context("outer");
+    EXPECT_EQ(s.code(), code) << to_string(code);
+    EXPECT_EQ(s.message(), "outer: middle: inner");
+    EXPECT_FALSE(s.is_ok());
+  }
+  const Status ok = Status::ok().with_context("ignored");
+  EXPECT_TRUE(ok.is_ok());
+  EXPECT_EQ(ok.message(), "") << "an ok status takes no context";
+}
+
+TEST(Status, EqualityComparesCodeAndMessage) {
+  EXPECT_EQ(Status(StatusCode::kTimeout, "a"), Status(StatusCode::kTimeout, "a"));
+  EXPECT_FALSE(Status(StatusCode::kTimeout, "a") == Status(StatusCode::kTimeout, "b"));
+  EXPECT_FALSE(Status(StatusCode::kTimeout, "a") == Status(StatusCode::kAborted, "a"));
+  EXPECT_EQ(Status(), Status::ok());
+  EXPECT_TRUE(static_cast<bool>(Status()));
+  EXPECT_FALSE(static_cast<bool>(Status(StatusCode::kInternal, "")));
+}
+
+TEST(Status, MemoryKindNamesAreStable) {
+  EXPECT_EQ(to_string(MemoryKind::kHost), "host");
+  EXPECT_EQ(to_string(MemoryKind::kCuda), "cuda");
+  EXPECT_EQ(to_string(MemoryKind::kDmabuf), "dmabuf");
+}
+
+TEST(Result, AssignOrReturnPassesTheValueOnAndTheErrorUp) {
+  auto half = [](int x) -> Result<int> {
+    if (x % 2 != 0) return Status(StatusCode::kInvalidArgument, "odd");
+    return x / 2;
+  };
+  auto quarter = [&](int x) -> Result<int> {
+    REMORA_ASSIGN_OR_RETURN(int h, half(x));
+    REMORA_ASSIGN_OR_RETURN(int q, half(h));
+    return q;
+  };
+  ASSERT_TRUE(quarter(8).is_ok());
+  EXPECT_EQ(*quarter(8), 2);
+  EXPECT_EQ(quarter(6).status().code(), StatusCode::kInvalidArgument);  // 3 is odd
+  EXPECT_EQ(quarter(6).status().message(), "odd");
+  EXPECT_TRUE(Result<int>(5).status().is_ok());
 }
 
 Status fails_in_the_middle(int* reached) {
