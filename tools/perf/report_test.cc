@@ -1,0 +1,109 @@
+// tools/perf/report_test.cc — the printers of report.cc on hand-made reports: the
+// summary lines, the JSON writer's success and failure, and the exact lines of the p2p,
+// RMA and demo tables that scripts and the CTest checks of tools/programs.cmake read.
+#include "report.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace remora::perf {
+namespace {
+
+nlohmann::json config_json() {
+  return {{"streams", 2}, {"chunk_bytes", 512 * 1024}, {"eager_limit", 16 * 1024}, {"spin_us", 200},
+          {"peer", "127.0.0.1:7100"}, {"follower", "spawned on loopback"}};
+}
+
+nlohmann::json pool_side() {
+  return {{"pool",
+           {{"registrations", 1}, {"bytes_registered", 4 << 20}, {"hits", 5}, {"misses", 1}, {"buffers_in_use", 0}}}};
+}
+
+/// What `print` writes to stdout.
+template <typename Print>
+std::string captured(Print print) {
+  std::fflush(stdout);
+  testing::internal::CaptureStdout();
+  print();
+  std::fflush(stdout);
+  return testing::internal::GetCapturedStdout();
+}
+
+TEST(Report, ConfigAndPoolLines) {
+  EXPECT_EQ(config_line(config_json()), "2 data streams, chunk 512K, eager limit 16K, spin 200 us");
+  EXPECT_EQ(pool_line(pool_side()), "1 arenas, 4 MiB registered, 5 hits, 1 misses, 0 buffers in use");
+  EXPECT_EQ(pool_line(nlohmann::json::object()), "explicit registration");
+}
+
+TEST(Report, WriteJsonWritesTheFileOrSaysWhyNot) {
+  EXPECT_TRUE(write_json("", {{"a", 1}})) << "no path: nothing to write, not an error";
+  const std::string path = testing::TempDir() + "report_test.json";
+  ASSERT_TRUE(write_json(path, {{"a", 1}}));
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "{\n  \"a\": 1\n}\n");
+  std::remove(path.c_str());
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(write_json("/nonexistent-dir/x.json", {{"a", 1}}));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "remora: error: cannot write /nonexistent-dir/x.json\n");
+}
+
+TEST(Report, P2pLatencyTable) {
+  P2pReport r;
+  r.mode = P2pMode::kLatency;
+  r.json = {{"config", config_json()}, {"local", pool_side()}, {"peer", nlohmann::json::object()}};
+  P2pRow row;
+  row.size = 8;
+  row.iterations = 200;
+  row.latency = {.avg_us = 12.5, .p50_us = 12.25, .p99_us = 20, .min_us = 0, .max_us = 0};
+  r.rows.push_back(row);
+  const std::string out = captured([&] { print_p2p_report(r, {.mode = "lat", .buffers = "pool", .window = 64}); });
+  EXPECT_EQ(out,
+            "# remora bench p2p lat — peer 127.0.0.1:7100 (spawned on loopback)\n"
+            "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us; buffers: pool\n"
+            "# Size         Latency (us)        p50        p99    iters\n"
+            "8                     12.50      12.25      20.00      200\n"
+            "# one-way latency = round trip / 2\n"
+            "# pool: here 1 arenas, 4 MiB registered, 5 hits, 1 misses, 0 buffers in use; peer explicit registration\n");
+}
+
+TEST(Report, RmaBandwidthTable) {
+  RmaReport r;
+  r.mode = RmaMode::kPutBandwidth;
+  r.json = {{"config", config_json()}, {"local", nlohmann::json::object()}, {"peer", nlohmann::json::object()}};
+  RmaRow row;
+  row.size = 4096;
+  row.iterations = 5;
+  row.bandwidth_mbps = 1234.5;
+  row.ops_per_second = 300000;
+  r.rows.push_back(row);
+  const std::string out = captured([&] { print_rma_report(r, {.mode = "put_bw", .buffers = "register", .window = 8}); });
+  EXPECT_EQ(out,
+            "# remora bench rma put_bw — peer 127.0.0.1:7100 (spawned on loopback)\n"
+            "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us; buffers: register\n"
+            "# window 8; every operation to offset 0 of one target region, from one local buffer\n"
+            "# Size         Bandwidth (MB/s)       Messages/s  windows\n"
+            "4096                    1234.50           300000        5\n"
+            "# data checked once per size after the timed part: verified\n"
+            "# pool: here explicit registration; peer explicit registration\n");
+}
+
+TEST(Report, DemoTableShowsEachVerdict) {
+  DemoReport r;
+  r.json = {{"config", config_json()}, {"local", pool_side()}, {"peer", pool_side()}};
+  r.rows.push_back({.size = 1024, .iterations = 10, .latency_us = 5, .bandwidth_gbps = 0.25, .verified = true, .problem = ""});
+  r.rows.push_back(
+      {.size = 4096, .iterations = 10, .latency_us = 6, .bandwidth_gbps = 1, .verified = false, .problem = "checksum"});
+  const std::string out = captured([&] { print_demo_report(r); });
+  EXPECT_NE(out.find("\n        1K      10           5.00        0.250  yes\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("\n        4K      10           6.00        1.000  NO: checksum\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("# pool (peer process): 1 arenas, 4 MiB registered"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace remora::perf
