@@ -43,6 +43,109 @@ std::string bus_formula(remora::CollectiveKind op) {
   }
 }
 
+/// The lines above the tables: the job, the configuration, what the columns mean.
+void print_coll_header(const CollReport& r, const CollOptions& o) {
+  const auto& cfg = r.json["config"];
+  fmt::print("# remora bench coll — {} ranks ({}), type {}, redop {}, root {}\n", r.ranks, r.launcher,
+             to_string(o.type), to_string(o.redop), o.root);
+  fmt::print("# {} data streams configured, chunk {}, eager limit {}, spin {} us; data check: {}\n",
+             cfg.value("streams_configured", 0u), format_size(cfg.value("chunk_bytes", size_t{0})),
+             format_size(cfg.value("eager_limit", size_t{0})), cfg.value("spin_us", 0u), o.check ? "on" : "off");
+  fmt::print(
+      "# time: per operation, each rank's average over the timed iterations, the slowest rank's;\n"
+      "# algbw = size / time; busbw = algbw x bus factor; GB/s = 10^9 bytes/s\n");
+}
+
+/// One table per operation (out of place and in place side by side), then #wrong and
+/// the average bus bandwidth.
+void print_coll_tables(const CollReport& r, const CollOptions& o) {
+  using remora::CollectiveKind;
+  const std::string blank;
+  double busbw_sum = 0;
+  int busbw_rows = 0;
+  CollectiveKind current = CollectiveKind::kBarrier;
+  bool first = true;
+  for (const auto& row : r.rows) {
+    if (first || row.op != current) {
+      fmt::print("#\n# {} (bus factor {})\n", to_string(row.op), bus_formula(row.op));
+      fmt::print("# {:63} {:-^35}  {:-^35}\n", blank, " out-of-place ", " in-place ");
+      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
+                 "size", "count", "type", "redop", "root", "algorithm", "steps", "time", "algbw", "busbw", "#wrong",
+                 "time", "algbw", "busbw", "#wrong");
+      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
+                 "(B)", "(elements)", "", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+                 "");
+      current = row.op;
+      first = false;
+    }
+    const bool reduction = row.op == CollectiveKind::kAllreduce || row.op == CollectiveKind::kReduce ||
+                           row.op == CollectiveKind::kReduceScatter;
+    const bool rooted = row.op == CollectiveKind::kReduce || row.op == CollectiveKind::kBroadcast ||
+                        row.op == CollectiveKind::kGather || row.op == CollectiveKind::kScatter;
+    fmt::print("  {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {}  {}\n", row.size, row.count, to_string(o.type),
+               reduction ? std::string(to_string(o.redop)) : "none", rooted ? o.root : -1, row.algorithm, row.steps,
+               timing_cells(row.out_of_place, o.check), timing_cells(row.in_place, o.check));
+    for (const auto* t : {&row.out_of_place, &row.in_place}) {
+      if (t->ran && row.op != CollectiveKind::kBarrier) {
+        busbw_sum += t->busbw_gbps;
+        ++busbw_rows;
+      }
+    }
+  }
+  fmt::print("#\n# #wrong: {}\n", o.check ? fmt::format("{} (every size checked on every rank)", r.wrong)
+                                          : std::string("not checked (--no-check)"));
+  if (busbw_rows > 0) fmt::print("# Avg bus bandwidth: {:.3f} GB/s\n", busbw_sum / busbw_rows);
+}
+
+/// The p2p reference of ranks 0 and 1; false (after saying why) when none was measured.
+bool print_coll_reference(const CollReport& r, const CollOptions& o) {
+  const auto& ref = r.reference;
+  if (!ref.measured) {
+    fmt::print("# reference: {}\n", o.reference ? "needs 2 ranks" : "not measured (--no-reference)");
+    return false;
+  }
+  fmt::print("#\n# reference, ranks 0 and 1 in this run over their communicator endpoint (bench p2p's loops):\n");
+  if (ref.exchanges.empty()) fmt::print("#   bidirectional exchange: no size >= 1M in this run\n");
+  for (const auto& e : ref.exchanges) {
+    fmt::print("#   bidirectional exchange {:>5}: {:.3f} GB/s per direction (window {}, {} iterations)\n",
+               format_size(e.size), e.gbps_per_direction, e.window, e.iterations);
+  }
+  fmt::print("#   {} ping-pong round trip: avg {:.2f} us, p50 {:.2f} us, p99 {:.2f} us ({} round trips)\n",
+             format_size(ref.pingpong_size), ref.rtt.avg_us, ref.rtt.p50_us, ref.rtt.p99_us, ref.pingpong_iterations);
+  return true;
+}
+
+/// Each ratio against the reference with its target, and how to read them.
+void print_coll_ratios(const CollReport& r, const CollOptions& o) {
+  if (o.rounds > 1) {
+    fmt::print("#   (this reference and the table above: round 1 of {})\n", o.rounds);
+  }
+  fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
+             "algorithm", "steps", "value", "reference", "ratio", "target");
+  for (const auto& x : r.ratios) {
+    const std::string what = fmt::format("{} {}", to_string(x.op), x.bandwidth ? "busbw" : "time");
+    const std::string value = x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
+    const std::string reference = x.bandwidth ? fmt::format("{:.3f} GB/s", x.reference)
+                                              : fmt::format("{} x {:.2f} us", x.steps, x.reference / x.steps);
+    std::string target = "-";
+    if (x.target) target = fmt::format("{} {} {}", x.bandwidth ? ">=" : "<=", *x.target, x.met() ? "met" : "MISS");
+    fmt::print("  {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7.2f}  {}{}\n", what, format_size(x.size),
+               x.placement, x.algorithm, x.steps, value, reference, x.ratio, target,
+               x.bandwidth ? "" : fmt::format("  (against the p50 RTT: {:.2f})", x.ratio_p50));
+    if (x.per_round.size() > 1) fmt::print("  {:<15} per round: {:.2f}\n", "", fmt::join(x.per_round, " "));
+  }
+  if (o.rounds > 1) {
+    fmt::print(
+        "# {} rounds, the reference first in odd rounds and last in even ones; value, reference and ratio are\n"
+        "# the medians over the rounds\n",
+        o.rounds);
+  }
+  fmt::print(
+      "# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
+      "# time ratio: time / (steps x the average {} round trip); targets are the issue's, for allreduce\n",
+      format_size(r.reference.pingpong_size));
+}
+
 }  // namespace
 
 std::string config_line(const nlohmann::json& c) {
@@ -145,93 +248,10 @@ void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
 }
 
 void print_coll_report(const CollReport& r, const CollOptions& o) {
-  using remora::CollectiveKind;
-  const auto& cfg = r.json["config"];
-  fmt::print("# remora bench coll — {} ranks ({}), type {}, redop {}, root {}\n", r.ranks, r.launcher,
-             to_string(o.type), to_string(o.redop), o.root);
-  fmt::print("# {} data streams configured, chunk {}, eager limit {}, spin {} us; data check: {}\n",
-             cfg.value("streams_configured", 0u), format_size(cfg.value("chunk_bytes", size_t{0})),
-             format_size(cfg.value("eager_limit", size_t{0})), cfg.value("spin_us", 0u), o.check ? "on" : "off");
-  fmt::print(
-      "# time: per operation, each rank's average over the timed iterations, the slowest rank's;\n"
-      "# algbw = size / time; busbw = algbw x bus factor; GB/s = 10^9 bytes/s\n");
-  const std::string blank;
-  double busbw_sum = 0;
-  int busbw_rows = 0;
-  CollectiveKind current = CollectiveKind::kBarrier;
-  bool first = true;
-  for (const auto& row : r.rows) {
-    if (first || row.op != current) {
-      fmt::print("#\n# {} (bus factor {})\n", to_string(row.op), bus_formula(row.op));
-      fmt::print("# {:63} {:-^35}  {:-^35}\n", blank, " out-of-place ", " in-place ");
-      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
-                 "size", "count", "type", "redop", "root", "algorithm", "steps", "time", "algbw", "busbw", "#wrong",
-                 "time", "algbw", "busbw", "#wrong");
-      fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
-                 "(B)", "(elements)", "", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-                 "");
-      current = row.op;
-      first = false;
-    }
-    const bool reduction = row.op == CollectiveKind::kAllreduce || row.op == CollectiveKind::kReduce ||
-                           row.op == CollectiveKind::kReduceScatter;
-    const bool rooted = row.op == CollectiveKind::kReduce || row.op == CollectiveKind::kBroadcast ||
-                        row.op == CollectiveKind::kGather || row.op == CollectiveKind::kScatter;
-    fmt::print("  {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {}  {}\n", row.size, row.count, to_string(o.type),
-               reduction ? std::string(to_string(o.redop)) : "none", rooted ? o.root : -1, row.algorithm, row.steps,
-               timing_cells(row.out_of_place, o.check), timing_cells(row.in_place, o.check));
-    for (const auto* t : {&row.out_of_place, &row.in_place}) {
-      if (t->ran && row.op != CollectiveKind::kBarrier) {
-        busbw_sum += t->busbw_gbps;
-        ++busbw_rows;
-      }
-    }
-  }
-  fmt::print("#\n# #wrong: {}\n", o.check ? fmt::format("{} (every size checked on every rank)", r.wrong)
-                                          : std::string("not checked (--no-check)"));
-  if (busbw_rows > 0) fmt::print("# Avg bus bandwidth: {:.3f} GB/s\n", busbw_sum / busbw_rows);
-
-  const auto& ref = r.reference;
-  if (!ref.measured) {
-    fmt::print("# reference: {}\n", o.reference ? "needs 2 ranks" : "not measured (--no-reference)");
-    return;
-  }
-  fmt::print("#\n# reference, ranks 0 and 1 in this run over their communicator endpoint (bench p2p's loops):\n");
-  if (ref.exchanges.empty()) fmt::print("#   bidirectional exchange: no size >= 1M in this run\n");
-  for (const auto& e : ref.exchanges) {
-    fmt::print("#   bidirectional exchange {:>5}: {:.3f} GB/s per direction (window {}, {} iterations)\n",
-               format_size(e.size), e.gbps_per_direction, e.window, e.iterations);
-  }
-  fmt::print("#   {} ping-pong round trip: avg {:.2f} us, p50 {:.2f} us, p99 {:.2f} us ({} round trips)\n",
-             format_size(ref.pingpong_size), ref.rtt.avg_us, ref.rtt.p50_us, ref.rtt.p99_us, ref.pingpong_iterations);
-  if (r.ratios.empty()) return;
-  if (o.rounds > 1) {
-    fmt::print("#   (this reference and the table above: round 1 of {})\n", o.rounds);
-  }
-  fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
-             "algorithm", "steps", "value", "reference", "ratio", "target");
-  for (const auto& x : r.ratios) {
-    const std::string what = fmt::format("{} {}", to_string(x.op), x.bandwidth ? "busbw" : "time");
-    const std::string value = x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
-    const std::string reference = x.bandwidth ? fmt::format("{:.3f} GB/s", x.reference)
-                                              : fmt::format("{} x {:.2f} us", x.steps, x.reference / x.steps);
-    std::string target = "-";
-    if (x.target) target = fmt::format("{} {} {}", x.bandwidth ? ">=" : "<=", *x.target, x.met() ? "met" : "MISS");
-    fmt::print("  {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7.2f}  {}{}\n", what, format_size(x.size),
-               x.placement, x.algorithm, x.steps, value, reference, x.ratio, target,
-               x.bandwidth ? "" : fmt::format("  (against the p50 RTT: {:.2f})", x.ratio_p50));
-    if (x.per_round.size() > 1) fmt::print("  {:<15} per round: {:.2f}\n", "", fmt::join(x.per_round, " "));
-  }
-  if (o.rounds > 1) {
-    fmt::print(
-        "# {} rounds, the reference first in odd rounds and last in even ones; value, reference and ratio are\n"
-        "# the medians over the rounds\n",
-        o.rounds);
-  }
-  fmt::print(
-      "# busbw ratio: busbw / the exchange's per-direction bandwidth at the same size;\n"
-      "# time ratio: time / (steps x the average {} round trip); targets are the issue's, for allreduce\n",
-      format_size(ref.pingpong_size));
+  print_coll_header(r, o);
+  print_coll_tables(r, o);
+  if (!print_coll_reference(r, o) || r.ratios.empty()) return;
+  print_coll_ratios(r, o);
 }
 
 }  // namespace remora::perf
