@@ -14,22 +14,15 @@
 
 namespace remora {
 
-class Context;
-
-namespace engine {
-class ProgressEngine;
-}
 namespace detail {
 class ContextCore;
 class ListenerCore;
-/// The context's progress engine, for the library's own upper layers (not for users).
-const std::shared_ptr<engine::ProgressEngine>& engine_of(const Context& context) noexcept;
+struct ContextInternals;  // the library's own access (src/transport/context_core.h)
 }
 
 /// Accepts endpoints connected to a listening address.
 class Listener {
  public:
-  explicit Listener(std::shared_ptr<detail::ListenerCore> core) noexcept;
   ~Listener();  ///< stops listening; endpoints already accepted stay up
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -49,6 +42,8 @@ class Listener {
   uint16_t port() const;
 
  private:
+  friend struct detail::ContextInternals;
+  explicit Listener(std::shared_ptr<detail::ListenerCore> core) noexcept;
   std::shared_ptr<detail::ListenerCore> core_;
 };
 
@@ -83,7 +78,7 @@ class Context {
   void progress();
 
  private:
-  friend const std::shared_ptr<engine::ProgressEngine>& detail::engine_of(const Context& context) noexcept;
+  friend struct detail::ContextInternals;
   explicit Context(std::shared_ptr<detail::ContextCore> core);
   std::shared_ptr<detail::ContextCore> core_;
 };

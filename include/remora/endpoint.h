@@ -61,6 +61,7 @@ namespace remora {
 
 namespace detail {
 class EndpointCore;
+struct ContextInternals;  // the library's own access (src/transport/context_core.h)
 }
 
 /// Counters for one endpoint.
@@ -96,7 +97,7 @@ struct Notification {
 /// Thread-safe: any thread may post operations.
 class Endpoint {
  public:
-  explicit Endpoint(std::shared_ptr<detail::EndpointCore> core) noexcept;
+  /// Closes the endpoint (see close()).
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -194,6 +195,8 @@ class Endpoint {
   EndpointStats stats() const;
 
  private:
+  friend struct detail::ContextInternals;
+  explicit Endpoint(std::shared_ptr<detail::EndpointCore> core) noexcept;
   std::shared_ptr<detail::EndpointCore> core_;
 };
 

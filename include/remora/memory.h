@@ -105,8 +105,7 @@ struct RemoteKey {
 class MemoryRegistry;
 namespace detail {
 struct RegistryState;
-class RegionAccess;
-Result<RegionAccess> acquire_access(const MemoryRegistry&, const RemoteKey&, uint64_t, uint64_t, Access);
+struct RegistryInternals;  // the library's own access to a registry (src/mem/region_access.h)
 }
 
 /// A registered range of memory. Move-only; deregisters (revoking its keys) when
@@ -164,12 +163,6 @@ struct RegistryStats {
   uint64_t pin_failures = 0;      ///< registrations that could not pin (kTry degraded)
 };
 
-/// Where a validated remote access lands.
-struct ResolvedAccess {
-  std::byte* address = nullptr;  ///< first byte to touch
-  size_t length = 0;
-};
-
 /// Owns the table of registered regions of one Context (or of a standalone user).
 /// Thread-safe. Outlives its Regions internally (they share its state).
 class MemoryRegistry {
@@ -184,21 +177,11 @@ class MemoryRegistry {
   /// kNoResource when pinning is required and refused (message names RLIMIT_MEMLOCK).
   Result<Region> register_memory(void* ptr, size_t len, Access access, MemoryDomain& domain = host_domain());
 
-  /// Validates a peer's access. The key is authenticated first (region still
-  /// registered, generation, kind, and the tag over every field): any failure there is
-  /// kInvalidKey with the same message whatever the cause, so the answer reveals
-  /// nothing about the region. Then, for an authentic key: [offset, offset+len) inside
-  /// the key's window (overflow-safe; len 0 is fine at any offset up to the window's
-  /// end) else kOutOfRange, and `needed` granted by the key else kAccessDenied.
-  /// Nothing is touched.
-  Result<ResolvedAccess> resolve(const RemoteKey& key, uint64_t offset, uint64_t len, Access needed) const;
-
   RegistryStats stats() const;
   PinMode pin_mode() const noexcept;
 
  private:
-  friend Result<detail::RegionAccess> detail::acquire_access(const MemoryRegistry&, const RemoteKey&, uint64_t,
-                                                             uint64_t, Access);
+  friend struct detail::RegistryInternals;
   std::shared_ptr<detail::RegistryState> state_;
 };
 

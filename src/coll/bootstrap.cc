@@ -15,6 +15,7 @@
 
 #include "coll/comm_core.h"
 #include "core/env.h"
+#include "engine/engine_of.h"
 #include "engine/progress.h"
 #include "net/address.h"
 #include "remora/communicator.h"

@@ -10,6 +10,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "engine/engine_of.h"
 #include "engine/request_state.h"
 
 namespace remora::coll {

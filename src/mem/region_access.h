@@ -2,8 +2,8 @@
 // what the passive target holds while it places or reads the bytes of one RMA
 // operation.
 //
-// acquire_access() validates a RemoteKey exactly as MemoryRegistry::resolve does and
-// returns a RegionAccess naming the bytes. The access does NOT keep the region
+// acquire_access() validates a peer's RemoteKey and returns a RegionAccess naming the
+// bytes (resolve() validates the same way and only says where they are). The access does NOT keep the region
 // registered: the application may deregister at any time. Instead every touch of
 // the memory is bracketed by begin()/end():
 //   - begin() fails once the region has been deregistered (then the caller must not
@@ -60,9 +60,31 @@ class RegionAccess {
   uint64_t region_offset_ = 0;
 };
 
-/// Validates like MemoryRegistry::resolve (kInvalidKey, kOutOfRange, kAccessDenied;
-/// nothing touched) and returns the access on success.
+/// The library's way into a MemoryRegistry's state (a friend of the public class).
+struct RegistryInternals {
+  static const RegistryState& state(const MemoryRegistry& registry) noexcept { return *registry.state_; }
+};
+
+/// Validates a peer's access to [offset, offset + length) of `key`'s window with the
+/// `needed` rights. The key is authenticated first (region still registered,
+/// generation, kind, and the tag over every field): any failure there is kInvalidKey
+/// with the same message whatever the cause, so the answer reveals nothing about the
+/// region. Then, for an authentic key: the range inside the key's window
+/// (overflow-safe; length 0 is fine at any offset up to the window's end) else
+/// kOutOfRange, and `needed` granted by the key else kAccessDenied. Nothing is touched.
+/// Returns the access on success.
 Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
                                     uint64_t length, Access needed);
+
+/// Where a validated access lands.
+struct ResolvedAccess {
+  std::byte* address = nullptr;  ///< first byte to touch
+  size_t length = 0;
+};
+
+/// Validates exactly as acquire_access and says where the bytes are, without an
+/// access that tracks revocation (tests, diagnostics).
+Result<ResolvedAccess> resolve(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset, uint64_t length,
+                               Access needed);
 
 }  // namespace remora::detail

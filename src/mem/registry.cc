@@ -370,7 +370,7 @@ bool RegionAccess::revoked() const noexcept {
 
 Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
                                     uint64_t length, Access needed) {
-  const RegistryState& state = *registry.state_;
+  const RegistryState& state = RegistryInternals::state(registry);
   std::lock_guard lock(state.mu);
   REMORA_ASSIGN_OR_RETURN(const RegionSlot* slot, validate_locked(state, key, offset, length, needed));
   RegionAccess access;
@@ -384,11 +384,12 @@ Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const Remote
 
 }  // namespace detail
 
-Result<ResolvedAccess> MemoryRegistry::resolve(const RemoteKey& key, uint64_t offset, uint64_t len,
-                                               Access needed) const {
-  std::lock_guard lock(state_->mu);
-  REMORA_ASSIGN_OR_RETURN(const detail::RegionSlot* slot, detail::validate_locked(*state_, key, offset, len, needed));
-  return ResolvedAccess{slot->base + key.offset + offset, static_cast<size_t>(len)};
+Result<detail::ResolvedAccess> detail::resolve(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
+                                       uint64_t length, Access needed) {
+  const RegistryState& state = RegistryInternals::state(registry);
+  std::lock_guard lock(state.mu);
+  REMORA_ASSIGN_OR_RETURN(const RegionSlot* slot, validate_locked(state, key, offset, length, needed));
+  return ResolvedAccess{slot->base + key.offset + offset, static_cast<size_t>(length)};
 }
 
 RegistryStats MemoryRegistry::stats() const {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "engine/engine_of.h"
 #include "remora/pool.h"
 #include "remora/version.h"
 #include "transport/context_core.h"
@@ -74,7 +75,7 @@ Result<std::unique_ptr<Listener>> ContextCore::listen(std::string_view address) 
     if (shut_down_) return Status(StatusCode::kAborted, "context is shutting down");
     REMORA_RETURN_IF_ERROR(core->start());
     listeners_.push_back(core);
-    return std::make_unique<Listener>(core);
+    return ContextInternals::make_listener(core);
   }
   return last.with_context("listen on " + std::string(address));
 }
@@ -173,7 +174,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
     return s;
   }
   adopt(ep);
-  return std::make_shared<Endpoint>(std::move(ep));
+  return ContextInternals::make_endpoint(std::move(ep));
 }
 
 }  // namespace detail
@@ -221,7 +222,7 @@ Result<std::shared_ptr<Endpoint>> Context::connect(std::string_view address) {
 void Context::progress() { core_->engine()->try_progress(); }
 
 const std::shared_ptr<engine::ProgressEngine>& detail::engine_of(const Context& context) noexcept {
-  return context.core_->engine();
+  return ContextInternals::core(context)->engine();
 }
 
 Pool::Pool(Context& context, PoolOptions options) : Pool(context.memory(), options) {}

@@ -103,4 +103,16 @@ class ListenerCore : public engine::EventHandler, public std::enable_shared_from
   std::atomic<uint32_t> ready_seq_{0};
 };
 
+/// The library's way into the public Context, Listener and Endpoint (a friend of
+/// each): their constructors, and the core behind a Context.
+struct ContextInternals {
+  static std::unique_ptr<Listener> make_listener(std::shared_ptr<ListenerCore> core) {
+    return std::unique_ptr<Listener>(new Listener(std::move(core)));
+  }
+  static std::shared_ptr<Endpoint> make_endpoint(std::shared_ptr<EndpointCore> core) {
+    return std::shared_ptr<Endpoint>(new Endpoint(std::move(core)));
+  }
+  static const std::shared_ptr<ContextCore>& core(const Context& context) noexcept { return context.core_; }
+};
+
 }  // namespace remora::detail

@@ -188,7 +188,7 @@ Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration requested) {
       if (!ready_.empty()) {
         auto ep = std::move(ready_.front());
         ready_.pop_front();
-        return std::make_shared<Endpoint>(std::move(ep));
+        return ContextInternals::make_endpoint(std::move(ep));
       }
       if (closed_) return Status(StatusCode::kAborted, "listener is closed");
     }

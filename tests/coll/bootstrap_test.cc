@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/engine_of.h"
 #include "engine/progress.h"
 #include "net_util.h"
 #include "remora/remora.h"

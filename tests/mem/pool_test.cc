@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "mem/region_access.h"
 #include "remora/pool.h"
 
 namespace remora {
@@ -209,14 +210,14 @@ TEST(Pool, BuffersOutliveThePoolObject) {
   fill(survivor, 42);
   EXPECT_TRUE(check(survivor, 42));
   EXPECT_TRUE(survivor.region().valid());
-  auto where = registry.resolve(key, 0, 8, Access::kRemoteWrite);
+  auto where = detail::resolve(registry, key, 0, 8, Access::kRemoteWrite);
   ASSERT_TRUE(where.is_ok()) << where.status().to_string();
   EXPECT_EQ(where->address, survivor.data());
   EXPECT_EQ(registry.stats().live_regions, 1u);
 
   survivor.reset();  // last reference to the pool core: arenas go
   EXPECT_EQ(registry.stats().live_regions, 0u);
-  EXPECT_EQ(registry.resolve(key, 0, 8, Access::kRemoteWrite).status().code(), StatusCode::kInvalidKey);
+  EXPECT_EQ(detail::resolve(registry, key, 0, 8, Access::kRemoteWrite).status().code(), StatusCode::kInvalidKey);
 }
 
 TEST(Pool, MaxBytesCapIsNoResource) {
@@ -250,18 +251,18 @@ TEST(Pool, RemoteKeyCoversExactlyTheBuffer) {
   EXPECT_EQ(key.length, b.capacity());
   EXPECT_EQ(key.access, Access::kRemoteRead | Access::kRemoteWrite);
 
-  auto whole = registry.resolve(key, 0, b.capacity(), Access::kRemoteWrite);
+  auto whole = detail::resolve(registry, key, 0, b.capacity(), Access::kRemoteWrite);
   ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
   EXPECT_EQ(whole->address, b.data());
   EXPECT_EQ(whole->length, b.capacity());
-  EXPECT_EQ(registry.resolve(key, 1, b.capacity(), Access::kRemoteWrite).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(registry.resolve(key, b.capacity(), 1, Access::kRemoteRead).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(registry.resolve(key, 0, 8, Access::kRemoteAtomic).status().code(), StatusCode::kAccessDenied);
+  EXPECT_EQ(detail::resolve(registry, key, 1, b.capacity(), Access::kRemoteWrite).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(detail::resolve(registry, key, b.capacity(), 1, Access::kRemoteRead).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(detail::resolve(registry, key, 0, 8, Access::kRemoteAtomic).status().code(), StatusCode::kAccessDenied);
 
   // Survives the wire.
   auto decoded = RemoteKey::deserialize(key.serialize());
   ASSERT_TRUE(decoded.is_ok());
-  EXPECT_EQ(registry.resolve(*decoded, 100, 8, Access::kRemoteRead)->address, b.data() + 100);
+  EXPECT_EQ(detail::resolve(registry, *decoded, 100, 8, Access::kRemoteRead)->address, b.data() + 100);
 }
 
 TEST(Pool, ConcurrentAllocateReleaseKeepsContentsIntact) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mem/mem_test_util.h"
+#include "mem/region_access.h"
 #include "remora/memory.h"
 
 namespace remora {
@@ -28,7 +29,7 @@ class RegistryTest : public ::testing::Test {
     return std::move(r).value();
   }
   StatusCode resolve_code(const RemoteKey& key, uint64_t offset, uint64_t len, Access needed) {
-    return registry_.resolve(key, offset, len, needed).status().code();
+    return detail::resolve(registry_, key, offset, len, needed).status().code();
   }
 
   MemoryRegistry registry_{PinMode::kTry};
@@ -54,21 +55,21 @@ TEST_F(RegistryTest, RegionDescribesTheRegisteredRange) {
 
 TEST_F(RegistryTest, ResolveReturnsTheAddressInsideTheWindow) {
   Region region = register_all();
-  auto whole = registry_.resolve(region.remote_key(), 100, 50, Access::kRemoteWrite);
+  auto whole = detail::resolve(registry_, region.remote_key(), 100, 50, Access::kRemoteWrite);
   ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
   EXPECT_EQ(whole->address, memory_.data() + 100);
   EXPECT_EQ(whole->length, 50u);
 
   auto window = region.remote_key(1024, 512, Access::kRemoteRead);
   ASSERT_TRUE(window.is_ok()) << window.status().to_string();
-  auto inside = registry_.resolve(*window, 10, 20, Access::kRemoteRead);
+  auto inside = detail::resolve(registry_, *window, 10, 20, Access::kRemoteRead);
   ASSERT_TRUE(inside.is_ok());
   EXPECT_EQ(inside->address, memory_.data() + 1034);
   // The window's last byte, and an empty access at its end, are fine.
-  auto last = registry_.resolve(*window, 511, 1, Access::kRemoteRead);
+  auto last = detail::resolve(registry_, *window, 511, 1, Access::kRemoteRead);
   ASSERT_TRUE(last.is_ok());
   EXPECT_EQ(last->address, memory_.data() + 1024 + 511);
-  EXPECT_TRUE(registry_.resolve(*window, 512, 0, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, *window, 512, 0, Access::kRemoteRead).is_ok());
   // Write through the resolved address lands in the region.
   inside->address[0] = std::byte{0x5A};
   EXPECT_EQ(memory_.data()[1034], std::byte{0x5A});
@@ -142,7 +143,7 @@ TEST_F(RegistryTest, TamperingWithAnyFieldIsInvalidAndRevealsNothing) {
     for (auto [offset, len, needed] : {std::tuple{uint64_t{0}, uint64_t{8}, Access::kRemoteRead},
                                        std::tuple{uint64_t{4096}, uint64_t{8}, Access::kRemoteRead},
                                        std::tuple{uint64_t{0}, uint64_t{8}, Access::kRemoteWrite}}) {
-      const Status s = registry_.resolve(t.key, offset, len, needed).status();
+      const Status s = detail::resolve(registry_, t.key, offset, len, needed).status();
       EXPECT_EQ(s.code(), StatusCode::kInvalidKey) << t.field << ": " << s.to_string();
       if (first_message.empty()) first_message = s.message();
       EXPECT_EQ(s.message(), first_message) << t.field;
@@ -152,10 +153,10 @@ TEST_F(RegistryTest, TamperingWithAnyFieldIsInvalidAndRevealsNothing) {
   // A key for a region id that was never registered reads the same, but for the id.
   RemoteKey unknown = key;
   unknown.region = static_cast<RegionId>(static_cast<uint32_t>(key.region) + 1000);
-  const Status u = registry_.resolve(unknown, 0, 8, Access::kRemoteRead).status();
+  const Status u = detail::resolve(registry_, unknown, 0, 8, Access::kRemoteRead).status();
   EXPECT_EQ(u.code(), StatusCode::kInvalidKey);
   // The genuine key: its own window bounds and rights give their specific answers.
-  EXPECT_TRUE(registry_.resolve(key, 0, 8, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, key, 0, 8, Access::kRemoteRead).is_ok());
   EXPECT_EQ(resolve_code(key, 2048, 1, Access::kRemoteRead), StatusCode::kOutOfRange);
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
 }
@@ -178,7 +179,7 @@ TEST_F(RegistryTest, ForgedUnknownAndMismatchedKeysAreInvalid) {
   EXPECT_EQ(resolve_code(other_kind, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
   EXPECT_EQ(resolve_code(RemoteKey{}, 0, 0, Access::kNone), StatusCode::kInvalidKey);
   // The genuine key still works.
-  EXPECT_TRUE(registry_.resolve(key, 0, 8, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, key, 0, 8, Access::kRemoteRead).is_ok());
 }
 
 TEST_F(RegistryTest, SecretsDifferPerRegistration) {
@@ -193,7 +194,7 @@ TEST_F(RegistryTest, SecretsDifferPerRegistration) {
 TEST_F(RegistryTest, DeregistrationRevokesKeysEvenAfterSlotReuse) {
   Region region = register_all();
   const RemoteKey old_key = region.remote_key();
-  ASSERT_TRUE(registry_.resolve(old_key, 0, 1, Access::kRemoteRead).is_ok());
+  ASSERT_TRUE(detail::resolve(registry_, old_key, 0, 1, Access::kRemoteRead).is_ok());
 
   region.deregister();
   EXPECT_FALSE(region.valid());
@@ -209,7 +210,7 @@ TEST_F(RegistryTest, DeregistrationRevokesKeysEvenAfterSlotReuse) {
   RemoteKey old_with_new_secret = old_key;
   old_with_new_secret.secret = new_key.secret;
   EXPECT_EQ(resolve_code(old_with_new_secret, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
-  EXPECT_TRUE(registry_.resolve(new_key, 0, 1, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, new_key, 0, 1, Access::kRemoteRead).is_ok());
 }
 
 TEST_F(RegistryTest, DestructorDeregisters) {
@@ -227,7 +228,7 @@ TEST_F(RegistryTest, MissingRightsAreDenied) {
   Region read_only = register_all(Access::kRemoteRead);
   RemoteKey key = read_only.remote_key();
   EXPECT_EQ(key.access, Access::kRemoteRead);
-  EXPECT_TRUE(registry_.resolve(key, 0, 8, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, key, 0, 8, Access::kRemoteRead).is_ok());
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteAtomic), StatusCode::kAccessDenied);
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteRead | Access::kRemoteWrite), StatusCode::kAccessDenied);
@@ -323,13 +324,13 @@ TEST_F(RegistryTest, MoveTransfersOwnership) {
   Region b(std::move(a));
   EXPECT_FALSE(a.valid());  // NOLINT(bugprone-use-after-move)
   EXPECT_TRUE(b.valid());
-  EXPECT_TRUE(registry_.resolve(key, 0, 1, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, key, 0, 1, Access::kRemoteRead).is_ok());
 
   Region c = register_all();
   const RemoteKey c_key = c.remote_key();
   c = std::move(b);  // c's old registration goes away
   EXPECT_EQ(resolve_code(c_key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
-  EXPECT_TRUE(registry_.resolve(key, 0, 1, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, key, 0, 1, Access::kRemoteRead).is_ok());
   EXPECT_EQ(registry_.stats().live_regions, 1u);
   c = Region();
   EXPECT_EQ(resolve_code(key, 0, 1, Access::kRemoteRead), StatusCode::kInvalidKey);
@@ -362,10 +363,10 @@ TEST(Registry, ConcurrentRegistrationAndResolve) {
           continue;
         }
         RemoteKey key = r->remote_key();
-        auto hit = registry.resolve(key, 8, 8, Access::kRemoteWrite);
+        auto hit = detail::resolve(registry, key, 8, 8, Access::kRemoteWrite);
         if (!hit.is_ok() || hit->address != memory.data() + t * 4096 + 8) ++failures;
         r->deregister();
-        if (registry.resolve(key, 8, 8, Access::kRemoteWrite).status().code() != StatusCode::kInvalidKey) ++failures;
+        if (detail::resolve(registry, key, 8, 8, Access::kRemoteWrite).status().code() != StatusCode::kInvalidKey) ++failures;
       }
     });
   }
@@ -380,7 +381,7 @@ TEST_F(RegistryTest, HolderOfANarrowKeyCannotWidenItsWindowOrRights) {
   // rewrite is covered by the tag, so no rewrite reaches more of the region.
   Region rw = register_all();
   RemoteKey narrow = rw.remote_key(64, 64, Access::kRemoteRead).value();
-  EXPECT_TRUE(registry_.resolve(narrow, 0, 64, Access::kRemoteRead).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, narrow, 0, 64, Access::kRemoteRead).is_ok());
   EXPECT_EQ(resolve_code(narrow, 0, 64, Access::kRemoteWrite), StatusCode::kAccessDenied);
 
   RemoteKey writable = narrow;
@@ -398,7 +399,7 @@ TEST_F(RegistryTest, HolderOfANarrowKeyCannotWidenItsWindowOrRights) {
   whole.access = kRemoteAccessMask;
   EXPECT_EQ(resolve_code(whole, 0, kSize, Access::kRemoteRead), StatusCode::kInvalidKey);
   // The key minted for the whole region by its owner still works, of course.
-  EXPECT_TRUE(registry_.resolve(rw.remote_key(), 0, kSize, Access::kRemoteWrite).is_ok());
+  EXPECT_TRUE(detail::resolve(registry_, rw.remote_key(), 0, kSize, Access::kRemoteWrite).is_ok());
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/engine_of.h"
 #include "engine/progress.h"
 #include "remora/remora.h"
 
