@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -93,6 +94,56 @@ struct AlgorithmChoice {
   int steps = 0;
 };
 
+/// An algorithm a collective can be asked to run (CollectiveOptions::algorithm, or the
+/// REMORA_*_ALGO variables). Which operation supports which:
+///
+/// | operation | algorithms |
+/// |---|---|
+/// | allreduce, reduce_scatter | kRing, kRecursiveDoubling |
+/// | allgather | kRing, kRecursiveDoubling (Bruck when the size is not a power of two), kBruck |
+/// | broadcast, reduce | kTree, kChain |
+/// | barrier | kDissemination |
+/// | gather(v), scatter(v) | kLinear |
+/// | alltoall(v) | kPairwise |
+/// | allgatherv | kRing |
+/// | scan, exscan | kRecursiveDoubling |
+///
+/// kAuto is accepted everywhere: the communicator's choice by size and rank count.
+enum class CollAlgorithm : uint8_t {
+  kAuto,               ///< the communicator decides (REMORA_*_ALGO, then size and rank count)
+  kRing,               ///< "ring"
+  kRecursiveDoubling,  ///< "rd"
+  kTree,               ///< "tree" (binomial)
+  kChain,              ///< "chain" (pipelined)
+  kPairwise,           ///< "pairwise"
+  kLinear,             ///< "linear"
+  kDissemination,      ///< "dissemination"
+  kBruck,              ///< "bruck"
+};
+/// "auto", "ring", "rd", "tree", "chain", "pairwise", "linear", "dissemination", "bruck";
+/// "?" for a value outside the enumeration.
+std::string_view to_string(CollAlgorithm algorithm) noexcept;
+/// Accepts the names above; kInvalidArgument (listing them) otherwise.
+Result<CollAlgorithm> parse_coll_algorithm(std::string_view name);
+
+/// Options of one collective call (the model is Gloo's AllreduceOptions). Every field
+/// left unset takes the communicator's value (CommOptions, then REMORA_*), so `{}` is
+/// the call as it runs without options. Use designated initialisers:
+/// `comm->allreduce(..., {.algorithm = remora::CollAlgorithm::kRing})`.
+/// An algorithm the operation does not support (see CollAlgorithm), a value outside
+/// the enumeration or a timeout that is not positive fail the call with
+/// kInvalidArgument before anything is sent; the communicator stays usable.
+/// Every rank must pass the same algorithm: ranks running different algorithms do not
+/// match and fail the collective (as ranks calling different collectives would).
+struct CollectiveOptions {
+  /// The algorithm to run; kAuto: the communicator's choice (REMORA_*_ALGO overrides
+  /// included). Overrides REMORA_*_ALGO for this call.
+  CollAlgorithm algorithm = CollAlgorithm::kAuto;
+  /// Bound on this call (blocking form: the call; i-form: the operation, counted from
+  /// when it starts to run). Overrides CommOptions::timeout / REMORA_COLL_TIMEOUT_MS.
+  std::optional<Duration> timeout = std::nullopt;
+};
+
 /// MPI_IN_PLACE: pass as the send buffer (as the receive buffer of scatter(v) at the root).
 inline void* const kInPlace = reinterpret_cast<void*>(uintptr_t{1});
 
@@ -127,7 +178,9 @@ class Communicator {
   /// ignores it). The answer comes from the same selection the collectives make, so it
   /// follows the size thresholds, the rank count and the REMORA_*_ALGO overrides that
   /// were read when the communicator was made. Local: no communication, thread-safe.
-  AlgorithmChoice algorithm(CollectiveKind kind, size_t bytes) const;
+  /// With `options`: what a call with those options runs (an algorithm `kind` does not
+  /// support, which the call would refuse with kInvalidArgument, reports "invalid", 0).
+  AlgorithmChoice algorithm(CollectiveKind kind, size_t bytes, const CollectiveOptions& options = {}) const;
 
   /// Collective over this communicator. Ranks with the same `color` form a new
   /// communicator, ranked by (key, old rank). color < 0 (kUndefined) returns nullptr.
@@ -141,51 +194,65 @@ class Communicator {
   Status recv(void* buf, size_t count, DataType type, int peer, uint32_t tag);
 
   // --- collectives (blocking) --------------------------------------------------
-  Status barrier();
-  Status broadcast(void* buf, size_t count, DataType type, int root);
-  Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
-  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
-  Status gather(const void* send, void* recv, size_t count, DataType type, int root);
+  Status barrier(const CollectiveOptions& options = {});
+  Status broadcast(void* buf, size_t count, DataType type, int root, const CollectiveOptions& options = {});
+  Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                const CollectiveOptions& options = {});
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                   const CollectiveOptions& options = {});
+  Status gather(const void* send, void* recv, size_t count, DataType type, int root,
+                const CollectiveOptions& options = {});
   Status gatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                 std::span<const size_t> displs, DataType type, int root);
-  Status scatter(const void* send, void* recv, size_t count, DataType type, int root);
+                 std::span<const size_t> displs, DataType type, int root, const CollectiveOptions& options = {});
+  Status scatter(const void* send, void* recv, size_t count, DataType type, int root,
+                 const CollectiveOptions& options = {});
   Status scatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs, void* recv,
-                  size_t recv_count, DataType type, int root);
-  Status allgather(const void* send, void* recv, size_t count, DataType type);
+                  size_t recv_count, DataType type, int root, const CollectiveOptions& options = {});
+  Status allgather(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
   Status allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                    std::span<const size_t> displs, DataType type);
+                    std::span<const size_t> displs, DataType type, const CollectiveOptions& options = {});
   /// MPI_Reduce_scatter_block: send holds size*recv_count elements; rank r gets block r.
-  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op);
-  Status alltoall(const void* send, void* recv, size_t count, DataType type);
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                        const CollectiveOptions& options = {});
+  Status alltoall(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
   Status alltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
-                   void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                   DataType type);
+                   void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DataType type,
+                   const CollectiveOptions& options = {});
   /// Inclusive prefix reduction: rank r gets op(send_0 .. send_r).
-  Status scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);  // no kAvg
+  Status scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,  // no kAvg
+              const CollectiveOptions& options = {});
   /// Exclusive prefix: rank r > 0 gets op(send_0 .. send_{r-1}); rank 0's recv is untouched.
-  Status exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Status exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                const CollectiveOptions& options = {});
 
   // --- collectives (asynchronous) ----------------------------------------------
-  Request ibarrier();
-  Request ibroadcast(void* buf, size_t count, DataType type, int root);
-  Request ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
-  Request iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
-  Request igather(const void* send, void* recv, size_t count, DataType type, int root);
+  Request ibarrier(const CollectiveOptions& options = {});
+  Request ibroadcast(void* buf, size_t count, DataType type, int root, const CollectiveOptions& options = {});
+  Request ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                  const CollectiveOptions& options = {});
+  Request iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                     const CollectiveOptions& options = {});
+  Request igather(const void* send, void* recv, size_t count, DataType type, int root,
+                  const CollectiveOptions& options = {});
   Request igatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                   std::span<const size_t> displs, DataType type, int root);
-  Request iscatter(const void* send, void* recv, size_t count, DataType type, int root);
+                   std::span<const size_t> displs, DataType type, int root, const CollectiveOptions& options = {});
+  Request iscatter(const void* send, void* recv, size_t count, DataType type, int root,
+                   const CollectiveOptions& options = {});
   Request iscatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs, void* recv,
-                    size_t recv_count, DataType type, int root);
-  Request iallgather(const void* send, void* recv, size_t count, DataType type);
+                    size_t recv_count, DataType type, int root, const CollectiveOptions& options = {});
+  Request iallgather(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
   Request iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                      std::span<const size_t> displs, DataType type);
-  Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op);
-  Request ialltoall(const void* send, void* recv, size_t count, DataType type);
+                      std::span<const size_t> displs, DataType type, const CollectiveOptions& options = {});
+  Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                          const CollectiveOptions& options = {});
+  Request ialltoall(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
   Request ialltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
                      void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                     DataType type);
-  Request iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
-  Request iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+                     DataType type, const CollectiveOptions& options = {});
+  Request iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                const CollectiveOptions& options = {});
+  Request iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                  const CollectiveOptions& options = {});
 
   /// Breaks the communicator (and those sharing its endpoints) now: outstanding and
   /// later operations fail with kAborted on this rank; peers see the failure.

@@ -268,8 +268,8 @@ Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   const int n = op.size();
   if (n == 1) return Status::ok();
   const size_t bytes = count * size_of(type);
-  const size_t piece = std::max<size_t>(op.comm().config().pipeline_bytes, 1);
-  const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.comm().config(), n, bytes);
+  const size_t piece = std::max<size_t>(op.config().pipeline_bytes, 1);
+  const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.config(), n, bytes);
   return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
 }
 
@@ -339,7 +339,7 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   const size_t block = count * size_of(type);
   if (send != nullptr) copy_block(at(recv, static_cast<size_t>(op.rank()) * block), send, block);
   if (n == 1) return Status::ok();
-  const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.comm().config(), n, block);
+  const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.config(), n, block);
   if (algo == Algo::kRecursiveDoubling) return allgather_rd(op, recv, block);
   if (algo == Algo::kBruck) return allgather_bruck(op, recv, block);
   return allgather_ring(op, recv, [block](size_t i) { return Span{i * block, block}; });

@@ -467,7 +467,7 @@ Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType
   const int vr = (r - root + n) % n;
   const int up = vr + 1 < n ? (vr + 1 + root) % n : -1;  // who sends to us
   const int down = vr > 0 ? (vr - 1 + root) % n : -1;    // whom we send to
-  const size_t piece = std::max<size_t>(1, op.comm().config().pipeline_bytes / es);
+  const size_t piece = std::max<size_t>(1, op.config().pipeline_bytes / es);
   const size_t pieces = (count + piece - 1) / piece;
   auto len_of = [&](size_t p) { return std::min(piece, count - p * piece); };
 
@@ -551,13 +551,13 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
     return Status::ok();
   }
   if (count == 0) return Status::ok();
-  const bool chain = select_algorithm(CollectiveKind::kReduce, op.comm().config(), op.size(), bytes) == Algo::kChain;
+  const bool chain = select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) == Algo::kChain;
   return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
 }
 
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
-  const bool ring = select_algorithm(CollectiveKind::kAllreduce, op.comm().config(), op.size(), bytes) == Algo::kRing;
+  const bool ring = select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing;
   if (send != recv && bytes > 0 && !ring) std::memcpy(recv, send, bytes);
   if (op.size() == 1 || count == 0) return Status::ok();
   if (ring) return allreduce_ring(op, send, recv, count, type, rop);
@@ -578,7 +578,7 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     return Status::ok();
   }
   const size_t total = block_bytes * static_cast<size_t>(n);
-  const bool ring = select_algorithm(CollectiveKind::kReduceScatter, op.comm().config(), n, block_bytes) == Algo::kRing;
+  const bool ring = select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block_bytes) == Algo::kRing;
   if (!ring) {
     // Small: recursive doubling over the whole input, keeping our block.
     Scratch& sc = op.comm().state<Scratch>("reduce_scratch");

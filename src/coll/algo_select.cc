@@ -63,6 +63,7 @@ Algo select_algorithm(CollectiveKind kind, const CollConfig& c, int n, size_t by
       return allreduce_family(c, times(bytes, n));  // the whole input decides
     case CollectiveKind::kAllgather: {
       Algo a = c.allgather;
+      if (a == Algo::kBruck) return a;
       if (a != Algo::kRing && a != Algo::kRecursiveDoubling) {
         a = times(bytes, n) <= kAllgatherRdMaxBytes ? Algo::kRecursiveDoubling : Algo::kRing;
       }
@@ -74,6 +75,27 @@ Algo select_algorithm(CollectiveKind kind, const CollConfig& c, int n, size_t by
     case CollectiveKind::kAlltoall: return Algo::kPairwise;
   }
   return Algo::kLocal;
+}
+
+Result<CollConfig> call_config(const CollConfig& base, CollectiveKind kind, const CollectiveOptions& options) {
+  const std::string_view what = to_string(kind);
+  switch (kind) {
+    case CollectiveKind::kBarrier: return call_config(base, what, {Algo::kDissemination}, nullptr, options);
+    case CollectiveKind::kBroadcast:
+      return call_config(base, what, {Algo::kTree, Algo::kChain}, &CollConfig::broadcast, options);
+    case CollectiveKind::kReduce:
+      return call_config(base, what, {Algo::kTree, Algo::kChain}, &CollConfig::reduce, options);
+    case CollectiveKind::kAllreduce:
+    case CollectiveKind::kReduceScatter:
+      return call_config(base, what, {Algo::kRing, Algo::kRecursiveDoubling}, &CollConfig::allreduce, options);
+    case CollectiveKind::kAllgather:
+      return call_config(base, what, {Algo::kRing, Algo::kRecursiveDoubling, Algo::kBruck}, &CollConfig::allgather,
+                         options);
+    case CollectiveKind::kGather:
+    case CollectiveKind::kScatter: return call_config(base, what, {Algo::kLinear}, nullptr, options);
+    case CollectiveKind::kAlltoall: return call_config(base, what, {Algo::kPairwise}, nullptr, options);
+  }
+  return Status(StatusCode::kInternal, "call_config: unknown collective");
 }
 
 int algorithm_steps(CollectiveKind kind, Algo algo, int n) noexcept {
@@ -104,6 +126,23 @@ int algorithm_steps(CollectiveKind kind, Algo algo, int n) noexcept {
 }  // namespace remora::coll
 
 namespace remora {
+
+std::string_view to_string(CollAlgorithm algorithm) noexcept {
+  if (static_cast<unsigned>(algorithm) > static_cast<unsigned>(CollAlgorithm::kBruck)) return "?";
+  return coll::to_string(static_cast<coll::Algo>(algorithm));
+}
+
+Result<CollAlgorithm> parse_coll_algorithm(std::string_view name) {
+  std::string names;
+  for (int a = 0; a <= static_cast<int>(CollAlgorithm::kBruck); ++a) {
+    const auto algorithm = static_cast<CollAlgorithm>(a);
+    if (name == to_string(algorithm)) return algorithm;
+    if (!names.empty()) names += ", ";
+    names += to_string(algorithm);
+  }
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("unknown collective algorithm '{}': use one of {}", name, names));
+}
 
 std::string_view to_string(CollectiveKind kind) noexcept {
   switch (kind) {

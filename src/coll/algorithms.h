@@ -27,6 +27,9 @@ namespace remora::coll {
 /// element size is `bytes` (the per-rank block for allgather, reduce_scatter, gather,
 /// scatter, alltoall). Never kAuto; kLocal when the call moves nothing between ranks.
 Algo select_algorithm(CollectiveKind kind, const CollConfig& config, int n, size_t bytes) noexcept;
+/// call_config for the operations CollectiveKind names (the algorithms each supports:
+/// CollAlgorithm's table; reduce_scatter's choice is the allreduce family's).
+Result<CollConfig> call_config(const CollConfig& base, CollectiveKind kind, const CollectiveOptions& options);
 /// Sequential communication steps of `algo` running `kind` on `n` ranks (see
 /// AlgorithmChoice::steps).
 int algorithm_steps(CollectiveKind kind, Algo algo, int n) noexcept;

@@ -87,6 +87,32 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   return c;
 }
 
+Result<CollConfig> call_config(const CollConfig& base, std::string_view what, std::initializer_list<Algo> allowed,
+                               Algo CollConfig::*field, const CollectiveOptions& options) {
+  CollConfig c = base;
+  if (options.timeout) {
+    if (*options.timeout <= Duration::zero()) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: CollectiveOptions::timeout must be positive", what));
+    }
+    c.timeout = *options.timeout;
+  }
+  if (options.algorithm == CollAlgorithm::kAuto) return c;
+  std::string names = "auto";
+  for (Algo a : allowed) names += fmt::format(", {}", to_string(a));
+  const auto value = static_cast<unsigned>(options.algorithm);
+  if (value > static_cast<unsigned>(CollAlgorithm::kBruck)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: algorithm value {} is not a CollAlgorithm (use one of {})", what, value, names));
+  }
+  const auto algo = static_cast<Algo>(value);
+  if (std::find(allowed.begin(), allowed.end(), algo) == allowed.end()) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: algorithm '{}' is not supported (use one of {})", what, to_string(algo), names));
+  }
+  if (field != nullptr) c.*field = algo;
+  return c;
+}
+
 // --- World ------------------------------------------------------------------------
 
 World::World(Context& ctx, int rank, int size, std::vector<std::shared_ptr<Endpoint>> peers,
@@ -273,8 +299,9 @@ Request Op::recv(int peer, void* data, size_t bytes, uint32_t step) {
 Status Op::wait(const Request& r, size_t expected_bytes) {
   Status s = r.wait(left_until(deadline_));
   if (s.code() == StatusCode::kTimeout) {
-    return Status(StatusCode::kTimeout, fmt::format("collective timed out after {} ms (REMORA_COLL_TIMEOUT_MS)",
-                                                    std::chrono::duration_cast<std::chrono::milliseconds>(comm_.config().timeout).count()));
+    return Status(StatusCode::kTimeout,
+                  fmt::format("collective timed out after {} ms (REMORA_COLL_TIMEOUT_MS)",
+                              std::chrono::duration_cast<std::chrono::milliseconds>(config_.timeout).count()));
   }
   if (!s.is_ok()) return s;
   if (expected_bytes != SIZE_MAX && r.bytes() != expected_bytes) {
@@ -339,32 +366,36 @@ CommCore::~CommCore() {
   if (worker_.joinable()) worker_.join();
 }
 
-Status CommCore::execute(const Body& body) {
+Status CommCore::execute(const Body& body, const CollConfig& call) {
   if (world_->failed()) return world_->failure();
   const uint32_t seq = ++seq_ & kSeqMask;
-  Op op(*this, seq, Clock::now() + config_.timeout);
+  Op op(*this, seq, Clock::now() + call.timeout, call);
   Status s = body(op);
   if (!s.is_ok()) world_->fail(s);
   return s;
 }
 
-Status CommCore::run(const Body& body) {
+Status CommCore::run(const Body& body) { return run(body, config_); }
+
+Status CommCore::run(const Body& body, const CollConfig& call) {
   {
     std::unique_lock lock(queue_mu_);
     queue_cv_.wait(lock, [&] { return queued_or_running_ == 0; });
   }
   std::lock_guard exec(exec_mu_);
-  return execute(body);
+  return execute(body, call);
 }
 
-Request CommCore::post(Body body) {
+Request CommCore::post(Body body) { return post(std::move(body), config_); }
+
+Request CommCore::post(Body body, const CollConfig& call) {
   auto state = detail::RequestState::make(nullptr, Tag{});
   // Completed by the worker, not the engine; a wait without a timeout still gets the
   // context's bound.
   state->default_timeout = std::chrono::milliseconds(world_->context().config().wait_timeout_ms);
   {
     std::lock_guard lock(queue_mu_);
-    queue_.emplace_back(std::move(body), state);
+    queue_.push_back(Queued{std::move(body), call, state});
     ++queued_or_running_;
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
   }
@@ -377,15 +408,15 @@ void CommCore::worker_main() {
   while (true) {
     queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
-    auto [body, token] = std::move(queue_.front());
+    Queued next = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     Status s;
     {
       std::lock_guard exec(exec_mu_);
-      s = execute(body);
+      s = execute(next.body, next.config);
     }
-    static_cast<detail::RequestState*>(token.get())->complete(std::move(s), 0);
+    static_cast<detail::RequestState*>(next.state.get())->complete(std::move(s), 0);
     lock.lock();
     --queued_or_running_;
     queue_cv_.notify_all();

@@ -52,10 +52,19 @@ enum class Algo : uint8_t {
   kPairwise,           ///< alltoall(v)
   kLinear,             ///< gather/scatter/alltoall: root or everyone talks to everyone directly
   kDissemination,      ///< barrier
-  kBruck,              ///< allgather at a non-power-of-two size when recursive doubling is chosen
+  kBruck,              ///< allgather at a non-power-of-two size when recursive doubling is chosen, or when asked for
   kLocal,              ///< nothing crosses the network (one rank, nothing to reduce)
 };
 std::string_view to_string(Algo a) noexcept;
+// CollectiveOptions::algorithm converts to Algo by value.
+static_assert(static_cast<int>(Algo::kRing) == static_cast<int>(CollAlgorithm::kRing));
+static_assert(static_cast<int>(Algo::kRecursiveDoubling) == static_cast<int>(CollAlgorithm::kRecursiveDoubling));
+static_assert(static_cast<int>(Algo::kTree) == static_cast<int>(CollAlgorithm::kTree));
+static_assert(static_cast<int>(Algo::kChain) == static_cast<int>(CollAlgorithm::kChain));
+static_assert(static_cast<int>(Algo::kPairwise) == static_cast<int>(CollAlgorithm::kPairwise));
+static_assert(static_cast<int>(Algo::kLinear) == static_cast<int>(CollAlgorithm::kLinear));
+static_assert(static_cast<int>(Algo::kDissemination) == static_cast<int>(CollAlgorithm::kDissemination));
+static_assert(static_cast<int>(Algo::kBruck) == static_cast<int>(CollAlgorithm::kBruck));
 
 /// Collective configuration, resolved from REMORA_* and CommOptions.
 struct CollConfig {
@@ -63,12 +72,20 @@ struct CollConfig {
   Algo allreduce = Algo::kAuto;                  ///< REMORA_ALLREDUCE_ALGO=auto|ring|rd
   Algo broadcast = Algo::kAuto;                  ///< REMORA_BCAST_ALGO=auto|tree|chain
   Algo reduce = Algo::kAuto;                     ///< REMORA_REDUCE_ALGO=auto|tree|chain
-  Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd
+  Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd (bruck: per call only)
   size_t ring_threshold = 64 * 1024;             ///< REMORA_RING_THRESHOLD: allreduce bytes from which auto picks ring
   size_t pipeline_bytes = 1024 * 1024;           ///< REMORA_COLL_PIPELINE: piece size of rings and chains
 
   static Result<CollConfig> from_env(const CommOptions& options);
 };
+
+/// The configuration one call runs under: `base` with the call's options applied.
+/// `allowed` lists the algorithms the operation (`what`, for the message) supports;
+/// `field` is the CollConfig member the algorithm choice sets (null where the
+/// operation has only one algorithm). kInvalidArgument for an algorithm outside
+/// `allowed` or outside the enumeration, or a timeout that is not positive.
+Result<CollConfig> call_config(const CollConfig& base, std::string_view what, std::initializer_list<Algo> allowed,
+                               Algo CollConfig::*field, const CollectiveOptions& options);
 
 /// One endpoint to every other rank of the job, shared by every communicator made from
 /// it. Owns the store connection (and, on rank 0, the store server) while it lives.
@@ -145,13 +162,17 @@ class CommCore;
 /// One collective (or p2p) operation in progress: its tags, its deadline.
 class Op {
  public:
-  Op(CommCore& comm, uint32_t seq, Clock::time_point deadline) : comm_(comm), seq_(seq), deadline_(deadline) {}
+  Op(CommCore& comm, uint32_t seq, Clock::time_point deadline, const CollConfig& config)
+      : comm_(comm), seq_(seq), deadline_(deadline), config_(config) {}
 
   int rank() const noexcept;
   int size() const noexcept;
   CommCore& comm() noexcept { return comm_; }
   uint32_t seq() const noexcept { return seq_; }
   Clock::time_point deadline() const noexcept { return deadline_; }
+  /// The configuration this call runs under: the communicator's, with the call's
+  /// CollectiveOptions applied (algorithm choice, timeout). Algorithms read this one.
+  const CollConfig& config() const noexcept { return config_; }
   Tag tag(uint32_t step) const noexcept;
 
   /// Sends/receives `bytes` to/from communicator rank `peer` with this op's tag for
@@ -178,6 +199,7 @@ class Op {
   CommCore& comm_;
   uint32_t seq_;
   Clock::time_point deadline_;
+  CollConfig config_;
 };
 
 /// A communicator: `members` are world ranks in communicator-rank order.
@@ -200,9 +222,12 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
 
   /// Runs `body` as the next operation of this communicator, in the calling thread
   /// (after every posted asynchronous op has finished). A failure breaks the world.
+  /// The op runs under `call` (its timeout and algorithm choices), else config().
   Status run(const Body& body);
+  Status run(const Body& body, const CollConfig& call);
   /// Queues `body` to run on this communicator's worker thread, in posting order.
   Request post(Body body);
+  Request post(Body body, const CollConfig& call);
   /// Breaks everything now (kAborted).
   void abort();
   Status failure() const;
@@ -227,7 +252,7 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   }
 
  private:
-  Status execute(const Body& body);
+  Status execute(const Body& body, const CollConfig& call);
   void worker_main();
 
   std::shared_ptr<World> world_;
@@ -241,7 +266,12 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<std::pair<Body, std::shared_ptr<void>>> queue_;  ///< body, its RequestState
+  struct Queued {
+    Body body;
+    CollConfig config;
+    std::shared_ptr<void> state;  ///< its RequestState
+  };
+  std::deque<Queued> queue_;
   size_t queued_or_running_ = 0;
   bool stopping_ = false;
   std::thread worker_;  ///< started on first post()

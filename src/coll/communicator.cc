@@ -16,6 +16,8 @@
 
 namespace remora {
 
+using coll::Algo;
+using coll::CollConfig;
 using coll::CommCore;
 using coll::Op;
 
@@ -86,10 +88,23 @@ void Communicator::abort() { core_->abort(); }
 Status Communicator::failure() const { return core_->failure(); }
 
 namespace {
-Status run(CommCore& c, Prepared p) { return p.check.is_ok() ? c.run(p.body) : p.check; }
-Request post(CommCore& c, Prepared p) {
-  if (!p.check.is_ok()) return Request(detail::RequestState::completed(p.check, 0, Tag{}));
-  return c.post(std::move(p.body));
+// `call`: the communicator's configuration with the call's CollectiveOptions applied.
+Status run(CommCore& c, Prepared p, const Result<CollConfig>& call) {
+  if (!p.check.is_ok()) return p.check;
+  if (!call.is_ok()) return call.status();
+  return c.run(p.body, *call);
+}
+Request post(CommCore& c, Prepared p, const Result<CollConfig>& call) {
+  Status check = p.check.is_ok() ? call.status() : p.check;
+  if (!check.is_ok()) return Request(detail::RequestState::completed(check, 0, Tag{}));
+  return c.post(std::move(p.body), *call);
+}
+Result<CollConfig> call_config(CommCore& c, CollectiveKind kind, const CollectiveOptions& options) {
+  return coll::call_config(c.config(), kind, options);
+}
+/// The operations CollectiveKind does not name: their one algorithm family.
+Result<CollConfig> call_config(CommCore& c, std::string_view what, Algo only, const CollectiveOptions& options) {
+  return coll::call_config(c.config(), what, {only}, nullptr, options);
 }
 
 // One Prepared per operation; the blocking and asynchronous forms share it.
@@ -186,8 +201,10 @@ Prepared prep_scan(bool exclusive, const void* send, void* recv, size_t count, D
 
 }  // namespace
 
-AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes) const {
-  const coll::Algo a = coll::select_algorithm(kind, core_->config(), size(), bytes);
+AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const CollectiveOptions& options) const {
+  auto call = coll::call_config(core_->config(), kind, options);
+  if (!call.is_ok()) return {"invalid", 0};
+  const coll::Algo a = coll::select_algorithm(kind, *call, size(), bytes);
   return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};
 }
 
@@ -212,101 +229,155 @@ Status Communicator::recv(void* buf, size_t count, DataType type, int peer, uint
 
 // --- collectives ------------------------------------------------------------------------
 
-Status Communicator::barrier() { return run(*core_, prep_barrier()); }
-Request Communicator::ibarrier() { return post(*core_, prep_barrier()); }
-Status Communicator::broadcast(void* buf, size_t count, DataType type, int root) {
-  return run(*core_, prep_broadcast(*core_, buf, count, type, root));
+Status Communicator::barrier(const CollectiveOptions& options) {
+  return run(*core_, prep_barrier(), call_config(*core_, CollectiveKind::kBarrier, options));
 }
-Request Communicator::ibroadcast(void* buf, size_t count, DataType type, int root) {
-  return post(*core_, prep_broadcast(*core_, buf, count, type, root));
+Request Communicator::ibarrier(const CollectiveOptions& options) {
+  return post(*core_, prep_barrier(), call_config(*core_, CollectiveKind::kBarrier, options));
 }
-Status Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
-  return run(*core_, prep_reduce(*core_, send, recv, count, type, op, root));
+Status Communicator::broadcast(void* buf, size_t count, DataType type, int root, const CollectiveOptions& options) {
+  return run(*core_, prep_broadcast(*core_, buf, count, type, root),
+             call_config(*core_, CollectiveKind::kBroadcast, options));
 }
-Request Communicator::ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
-  return post(*core_, prep_reduce(*core_, send, recv, count, type, op, root));
+Request Communicator::ibroadcast(void* buf, size_t count, DataType type, int root, const CollectiveOptions& options) {
+  return post(*core_, prep_broadcast(*core_, buf, count, type, root),
+              call_config(*core_, CollectiveKind::kBroadcast, options));
 }
-Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return run(*core_, prep_allreduce(send, recv, count, type, op));
+Status Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                            const CollectiveOptions& options) {
+  return run(*core_, prep_reduce(*core_, send, recv, count, type, op, root),
+             call_config(*core_, CollectiveKind::kReduce, options));
 }
-Request Communicator::iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return post(*core_, prep_allreduce(send, recv, count, type, op));
+Request Communicator::ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                              const CollectiveOptions& options) {
+  return post(*core_, prep_reduce(*core_, send, recv, count, type, op, root),
+              call_config(*core_, CollectiveKind::kReduce, options));
 }
-Status Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root) {
-  return run(*core_, prep_gather(*core_, send, recv, count, type, root));
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                               const CollectiveOptions& options) {
+  return run(*core_, prep_allreduce(send, recv, count, type, op),
+             call_config(*core_, CollectiveKind::kAllreduce, options));
 }
-Request Communicator::igather(const void* send, void* recv, size_t count, DataType type, int root) {
-  return post(*core_, prep_gather(*core_, send, recv, count, type, root));
+Request Communicator::iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                                 const CollectiveOptions& options) {
+  return post(*core_, prep_allreduce(send, recv, count, type, op),
+              call_config(*core_, CollectiveKind::kAllreduce, options));
+}
+Status Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root,
+                            const CollectiveOptions& options) {
+  return run(*core_, prep_gather(*core_, send, recv, count, type, root),
+             call_config(*core_, CollectiveKind::kGather, options));
+}
+Request Communicator::igather(const void* send, void* recv, size_t count, DataType type, int root,
+                              const CollectiveOptions& options) {
+  return post(*core_, prep_gather(*core_, send, recv, count, type, root),
+              call_config(*core_, CollectiveKind::kGather, options));
 }
 Status Communicator::gatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                             std::span<const size_t> displs, DataType type, int root) {
-  return run(*core_, prep_gatherv(*core_, send, send_count, recv, recv_counts, displs, type, root));
+                             std::span<const size_t> displs, DataType type, int root,
+                             const CollectiveOptions& options) {
+  return run(*core_, prep_gatherv(*core_, send, send_count, recv, recv_counts, displs, type, root),
+             call_config(*core_, "gatherv", Algo::kLinear, options));
 }
 Request Communicator::igatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                               std::span<const size_t> displs, DataType type, int root) {
-  return post(*core_, prep_gatherv(*core_, send, send_count, recv, recv_counts, displs, type, root));
+                               std::span<const size_t> displs, DataType type, int root,
+                               const CollectiveOptions& options) {
+  return post(*core_, prep_gatherv(*core_, send, send_count, recv, recv_counts, displs, type, root),
+              call_config(*core_, "gatherv", Algo::kLinear, options));
 }
-Status Communicator::scatter(const void* send, void* recv, size_t count, DataType type, int root) {
-  return run(*core_, prep_scatter(*core_, send, recv, count, type, root));
+Status Communicator::scatter(const void* send, void* recv, size_t count, DataType type, int root,
+                             const CollectiveOptions& options) {
+  return run(*core_, prep_scatter(*core_, send, recv, count, type, root),
+             call_config(*core_, CollectiveKind::kScatter, options));
 }
-Request Communicator::iscatter(const void* send, void* recv, size_t count, DataType type, int root) {
-  return post(*core_, prep_scatter(*core_, send, recv, count, type, root));
+Request Communicator::iscatter(const void* send, void* recv, size_t count, DataType type, int root,
+                               const CollectiveOptions& options) {
+  return post(*core_, prep_scatter(*core_, send, recv, count, type, root),
+              call_config(*core_, CollectiveKind::kScatter, options));
 }
 Status Communicator::scatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs,
-                              void* recv, size_t recv_count, DataType type, int root) {
-  return run(*core_, prep_scatterv(*core_, send, send_counts, displs, recv, recv_count, type, root));
+                              void* recv, size_t recv_count, DataType type, int root,
+                              const CollectiveOptions& options) {
+  return run(*core_, prep_scatterv(*core_, send, send_counts, displs, recv, recv_count, type, root),
+             call_config(*core_, "scatterv", Algo::kLinear, options));
 }
 Request Communicator::iscatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs,
-                                void* recv, size_t recv_count, DataType type, int root) {
-  return post(*core_, prep_scatterv(*core_, send, send_counts, displs, recv, recv_count, type, root));
+                                void* recv, size_t recv_count, DataType type, int root,
+                                const CollectiveOptions& options) {
+  return post(*core_, prep_scatterv(*core_, send, send_counts, displs, recv, recv_count, type, root),
+              call_config(*core_, "scatterv", Algo::kLinear, options));
 }
-Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type) {
-  return run(*core_, prep_allgather(*core_, send, recv, count, type));
+Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
+                               const CollectiveOptions& options) {
+  return run(*core_, prep_allgather(*core_, send, recv, count, type),
+             call_config(*core_, CollectiveKind::kAllgather, options));
 }
-Request Communicator::iallgather(const void* send, void* recv, size_t count, DataType type) {
-  return post(*core_, prep_allgather(*core_, send, recv, count, type));
+Request Communicator::iallgather(const void* send, void* recv, size_t count, DataType type,
+                                 const CollectiveOptions& options) {
+  return post(*core_, prep_allgather(*core_, send, recv, count, type),
+              call_config(*core_, CollectiveKind::kAllgather, options));
 }
 Status Communicator::allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                                std::span<const size_t> displs, DataType type) {
-  return run(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type));
+                                std::span<const size_t> displs, DataType type, const CollectiveOptions& options) {
+  return run(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type),
+             call_config(*core_, "allgatherv", Algo::kRing, options));
 }
 Request Communicator::iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                                  std::span<const size_t> displs, DataType type) {
-  return post(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type));
+                                  std::span<const size_t> displs, DataType type, const CollectiveOptions& options) {
+  return post(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type),
+              call_config(*core_, "allgatherv", Algo::kRing, options));
 }
-Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
-  return run(*core_, prep_reduce_scatter(*core_, send, recv, recv_count, type, op));
+Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                                    const CollectiveOptions& options) {
+  return run(*core_, prep_reduce_scatter(*core_, send, recv, recv_count, type, op),
+             call_config(*core_, CollectiveKind::kReduceScatter, options));
 }
-Request Communicator::ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
-  return post(*core_, prep_reduce_scatter(*core_, send, recv, recv_count, type, op));
+Request Communicator::ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                                      const CollectiveOptions& options) {
+  return post(*core_, prep_reduce_scatter(*core_, send, recv, recv_count, type, op),
+              call_config(*core_, CollectiveKind::kReduceScatter, options));
 }
-Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType type) {
-  return run(*core_, prep_alltoall(*core_, send, recv, count, type));
+Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType type,
+                              const CollectiveOptions& options) {
+  return run(*core_, prep_alltoall(*core_, send, recv, count, type),
+             call_config(*core_, CollectiveKind::kAlltoall, options));
 }
-Request Communicator::ialltoall(const void* send, void* recv, size_t count, DataType type) {
-  return post(*core_, prep_alltoall(*core_, send, recv, count, type));
+Request Communicator::ialltoall(const void* send, void* recv, size_t count, DataType type,
+                                const CollectiveOptions& options) {
+  return post(*core_, prep_alltoall(*core_, send, recv, count, type),
+              call_config(*core_, CollectiveKind::kAlltoall, options));
 }
 Status Communicator::alltoallv(const void* send, std::span<const size_t> send_counts,
                                std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
-                               std::span<const size_t> recv_displs, DataType type) {
-  return run(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+                               std::span<const size_t> recv_displs, DataType type, const CollectiveOptions& options) {
+  return run(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
+             call_config(*core_, "alltoallv", Algo::kPairwise, options));
 }
 Request Communicator::ialltoallv(const void* send, std::span<const size_t> send_counts,
                                  std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
-                                 std::span<const size_t> recv_displs, DataType type) {
-  return post(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type));
+                                 std::span<const size_t> recv_displs, DataType type, const CollectiveOptions& options) {
+  return post(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
+              call_config(*core_, "alltoallv", Algo::kPairwise, options));
 }
-Status Communicator::scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return run(*core_, prep_scan(false, send, recv, count, type, op));
+Status Communicator::scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                          const CollectiveOptions& options) {
+  return run(*core_, prep_scan(false, send, recv, count, type, op),
+             call_config(*core_, "scan", Algo::kRecursiveDoubling, options));
 }
-Request Communicator::iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return post(*core_, prep_scan(false, send, recv, count, type, op));
+Request Communicator::iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                            const CollectiveOptions& options) {
+  return post(*core_, prep_scan(false, send, recv, count, type, op),
+              call_config(*core_, "scan", Algo::kRecursiveDoubling, options));
 }
-Status Communicator::exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return run(*core_, prep_scan(true, send, recv, count, type, op));
+Status Communicator::exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                            const CollectiveOptions& options) {
+  return run(*core_, prep_scan(true, send, recv, count, type, op),
+             call_config(*core_, "exscan", Algo::kRecursiveDoubling, options));
 }
-Request Communicator::iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return post(*core_, prep_scan(true, send, recv, count, type, op));
+Request Communicator::iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                              const CollectiveOptions& options) {
+  return post(*core_, prep_scan(true, send, recv, count, type, op),
+              call_config(*core_, "exscan", Algo::kRecursiveDoubling, options));
 }
 
 // --- split ------------------------------------------------------------------------------

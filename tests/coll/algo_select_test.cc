@@ -116,13 +116,14 @@ struct Observed {
   int steps = -1;
   bool used_puts = false;
 };
-std::vector<Observed> observe_allreduce(std::vector<test::Rank>& ranks, size_t bytes) {
+std::vector<Observed> observe_allreduce(std::vector<test::Rank>& ranks, size_t bytes,
+                                        const CollectiveOptions& options = {}) {
   std::vector<Observed> seen(ranks.size());
   run_ranks(ranks, [&](int r, Communicator& c) {
-    const AlgorithmChoice a = c.algorithm(CollectiveKind::kAllreduce, bytes);
+    const AlgorithmChoice a = c.algorithm(CollectiveKind::kAllreduce, bytes, options);
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     const uint64_t before = puts_started(c);
-    ASSERT_TRUE(c.allreduce(kInPlace, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).is_ok());
+    ASSERT_TRUE(c.allreduce(kInPlace, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum, options).is_ok());
     EXPECT_EQ(data.front(), static_cast<float>(c.size()));
     seen[static_cast<size_t>(r)] = {std::string(a.name), a.steps, puts_started(c) > before};
   });
@@ -184,6 +185,105 @@ TEST(CommunicatorAlgorithm, FollowsTheEnvironmentOverride) {
     EXPECT_EQ(ranks[0].comm->algorithm(CollectiveKind::kAllreduce, 512 * kKiB).name, "rd");
     EXPECT_EQ(ranks[0].comm->algorithm(CollectiveKind::kAllreduce, kMiB).name, "ring");
   }
+}
+
+// CollectiveOptions::algorithm picks what runs for that one call: the ring (puts) on a
+// size where the communicator would run recursive doubling, and recursive doubling
+// (sends only) where the environment asks for the ring.
+TEST(CommunicatorAlgorithm, APerCallAlgorithmSelectsWhatRuns) {
+  auto ranks = make_ranks(2);
+  for (const Observed& o : observe_allreduce(ranks, 4 * kKiB, {.algorithm = CollAlgorithm::kRing})) {
+    EXPECT_EQ(o.name, "ring");
+    EXPECT_TRUE(o.used_puts);
+  }
+  for (const Observed& o : observe_allreduce(ranks, 4 * kKiB)) {  // the next call is back to auto
+    EXPECT_EQ(o.name, "rd");
+    EXPECT_FALSE(o.used_puts);
+  }
+  {
+    ScopedEnv ring("REMORA_ALLREDUCE_ALGO", "ring");
+    auto env_ranks = make_ranks(2);
+    for (const Observed& o : observe_allreduce(env_ranks, kMiB, {.algorithm = CollAlgorithm::kRecursiveDoubling})) {
+      EXPECT_EQ(o.name, "rd");
+      EXPECT_FALSE(o.used_puts);
+    }
+  }
+  // The asynchronous form takes the same options.
+  run_ranks(ranks, [&](int, Communicator& c) {
+    std::vector<float> data(1024, 1.0f);
+    const uint64_t before = puts_started(c);
+    Request r = c.iallreduce(kInPlace, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum,
+                             {.algorithm = CollAlgorithm::kRing});
+    ASSERT_TRUE(r.wait(std::chrono::seconds(30)).is_ok());
+    EXPECT_GT(puts_started(c), before);
+    EXPECT_EQ(data.back(), 2.0f);
+  });
+}
+
+TEST(CommunicatorAlgorithm, APerCallAlgorithmIsReportedAndRunsCorrectlyForEveryChoice) {
+  auto ranks = make_ranks(4);
+  Communicator& c0 = *ranks[0].comm;
+  EXPECT_EQ(c0.algorithm(CollectiveKind::kAllgather, 8, {.algorithm = CollAlgorithm::kBruck}).name, "bruck");
+  EXPECT_EQ(c0.algorithm(CollectiveKind::kAllgather, 8, {.algorithm = CollAlgorithm::kRing}).name, "ring");
+  EXPECT_EQ(c0.algorithm(CollectiveKind::kBroadcast, 8, {.algorithm = CollAlgorithm::kChain}).name, "chain");
+  EXPECT_EQ(c0.algorithm(CollectiveKind::kReduce, 8, {.algorithm = CollAlgorithm::kChain}).name, "chain");
+  EXPECT_EQ(c0.algorithm(CollectiveKind::kReduceScatter, 8, {.algorithm = CollAlgorithm::kRing}).name, "ring");
+  EXPECT_EQ(c0.algorithm(CollectiveKind::kAllreduce, 8, {.algorithm = CollAlgorithm::kTree}).name, "invalid");
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    for (CollAlgorithm a : {CollAlgorithm::kRing, CollAlgorithm::kRecursiveDoubling, CollAlgorithm::kBruck}) {
+      std::vector<int32_t> mine(3, r), all(12, -1);
+      ASSERT_TRUE(c.allgather(mine.data(), all.data(), 3, DataType::kInt32, {.algorithm = a}).is_ok()) << to_string(a);
+      for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], static_cast<int32_t>(i / 3)) << to_string(a);
+    }
+    for (CollAlgorithm a : {CollAlgorithm::kTree, CollAlgorithm::kChain}) {
+      std::vector<int32_t> v(5000, r == 2 ? 7 : 0);
+      ASSERT_TRUE(c.broadcast(v.data(), v.size(), DataType::kInt32, 2, {.algorithm = a}).is_ok()) << to_string(a);
+      EXPECT_EQ(v.back(), 7) << to_string(a);
+      std::vector<int32_t> one(5000, 1), sum(5000, 0);
+      ASSERT_TRUE(
+          c.reduce(one.data(), sum.data(), one.size(), DataType::kInt32, ReduceOp::kSum, 1, {.algorithm = a}).is_ok())
+          << to_string(a);
+      if (r == 1) {
+        EXPECT_EQ(sum.back(), 4) << to_string(a);
+      }
+    }
+  });
+}
+
+TEST(CommunicatorAlgorithm, AnAlgorithmTheOperationDoesNotRunIsAnInvalidArgument) {
+  auto ranks = make_ranks(2);
+  run_ranks(ranks, [&](int, Communicator& c) {
+    std::vector<float> data(16, 1.0f), all(32);
+    Status s = c.allreduce(kInPlace, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum,
+                           {.algorithm = CollAlgorithm::kTree});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("allreduce"), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("'tree'"), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("ring"), std::string::npos) << s.to_string();  // says what would do
+    s = c.barrier({.algorithm = static_cast<CollAlgorithm>(200)});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    const size_t counts[] = {16, 16}, displs[] = {0, 16};
+    Request r = c.iallgatherv(data.data(), 16, all.data(), counts, displs, DataType::kFloat32,
+                              {.algorithm = CollAlgorithm::kRecursiveDoubling});
+    EXPECT_EQ(r.wait(std::chrono::seconds(10)).code(), StatusCode::kInvalidArgument);
+    s = c.scan(data.data(), all.data(), 16, DataType::kFloat32, ReduceOp::kSum, {.algorithm = CollAlgorithm::kRing});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    s = c.alltoall(all.data(), data.data(), 8, DataType::kFloat32, {.algorithm = CollAlgorithm::kLinear});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    s = c.barrier({.timeout = std::chrono::milliseconds(0)});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    // Refused before anything was sent: the communicator is intact.
+    EXPECT_TRUE(c.failure().is_ok());
+    EXPECT_TRUE(c.barrier({.algorithm = CollAlgorithm::kDissemination}).is_ok());
+  });
+  for (int a = 0; a <= static_cast<int>(CollAlgorithm::kBruck); ++a) {
+    const auto algorithm = static_cast<CollAlgorithm>(a);
+    EXPECT_EQ(parse_coll_algorithm(to_string(algorithm)).value(), algorithm) << to_string(algorithm);
+  }
+  auto bad = parse_coll_algorithm("butterfly");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("dissemination"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace

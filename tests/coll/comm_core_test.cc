@@ -175,6 +175,20 @@ TEST(CommCore, AnOperationThatNeverCompletesTimesOut) {
   });
 }
 
+// CollectiveOptions::timeout bounds one call (blocking and asynchronous) in place of the
+// communicator's timeout (here 60 s, which the test would not wait out).
+TEST(CommCore, APerCallTimeoutBoundsTheCollective) {
+  for (bool async : {false, true}) {
+    auto ranks = make_ranks(2, std::chrono::seconds(60));
+    run_ranks(ranks, [&](int r, Communicator& c) {
+      if (r == 1) return;  // never takes part
+      const CollectiveOptions options{.timeout = std::chrono::milliseconds(200)};
+      const Status s = async ? c.ibarrier(options).wait(std::chrono::seconds(30)) : c.barrier(options);
+      EXPECT_EQ(s.code(), StatusCode::kTimeout) << (async ? "ibarrier: " : "barrier: ") << s.to_string();
+    });
+  }
+}
+
 // An asynchronous collective's Request is completed by the communicator's worker, not
 // by a progress engine; a wait on it without a timeout still ends at the context's
 // bound (Config::wait_timeout_ms), not the collective's, and says which bound it was.
