@@ -45,10 +45,23 @@ namespace remora {
 
 namespace coll {
 class CommCore;
-}
+struct CommAccess;
+}  // namespace coll
 
+/// The element type of a buffer a communicator moves or reduces. Counts and
+/// displacements are in elements of it. Every type takes every ReduceOp but kAvg,
+/// which needs a floating type.
 enum class DataType : uint8_t {
-  kInt8, kUint8, kInt32, kUint32, kInt64, kUint64, kFloat16, kBFloat16, kFloat32, kFloat64,
+  kInt8,      ///< int8_t
+  kUint8,     ///< uint8_t (also: raw bytes)
+  kInt32,     ///< int32_t
+  kUint32,    ///< uint32_t
+  kInt64,     ///< int64_t
+  kUint64,    ///< uint64_t
+  kFloat16,   ///< IEEE 754 binary16, as its 16 bits (uint16_t)
+  kBFloat16,  ///< bfloat16, as its 16 bits (uint16_t)
+  kFloat32,   ///< float
+  kFloat64,   ///< double
 };
 /// Bytes per element.
 size_t size_of(DataType type) noexcept;
@@ -56,21 +69,38 @@ size_t size_of(DataType type) noexcept;
 std::string_view to_string(DataType type) noexcept;
 /// Accepts the names above and the short forms "fp16", "bf16", "fp32", "fp64", "half", "float", "double".
 Result<DataType> parse_data_type(std::string_view name);
+/// True for the floating types (kFloat16, kBFloat16, kFloat32, kFloat64).
 inline constexpr bool is_floating(DataType t) noexcept {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
 }
 
 /// kAvg: sum, then divide by the communicator size; floating types only, and not for
 /// scan/exscan (kInvalidArgument otherwise).
-enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
+enum class ReduceOp : uint8_t {
+  kSum,   ///< a + b
+  kProd,  ///< a * b
+  kMin,   ///< the smaller
+  kMax,   ///< the larger
+  kAvg,   ///< the sum divided by the communicator size
+};
+/// "sum", "prod", "min", "max", "avg".
 std::string_view to_string(ReduceOp op) noexcept;
+/// Accepts the names above; kInvalidArgument otherwise.
 Result<ReduceOp> parse_reduce_op(std::string_view name);
 
 /// The collectives whose algorithm Communicator::algorithm reports. The v-forms run
 /// their plain form's algorithm family (allgatherv: ring; gatherv, scatterv: linear;
 /// alltoallv: pairwise).
 enum class CollectiveKind : uint8_t {
-  kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter, kAlltoall,
+  kBarrier,        ///< barrier
+  kBroadcast,      ///< broadcast
+  kReduce,         ///< reduce
+  kAllreduce,      ///< allreduce
+  kGather,         ///< gather, gatherv
+  kScatter,        ///< scatter, scatterv
+  kAllgather,      ///< allgather (allgatherv runs the ring)
+  kReduceScatter,  ///< reduce_scatter
+  kAlltoall,       ///< alltoall, alltoallv
 };
 /// "barrier", "broadcast", "reduce", "allreduce", "gather", "scatter", "allgather", "reduce_scatter", "alltoall".
 std::string_view to_string(CollectiveKind kind) noexcept;
@@ -153,6 +183,10 @@ struct CommOptions {
   std::optional<Duration> timeout = std::nullopt;
 };
 
+/// A group of ranks running collectives and point-to-point messages over a mesh of
+/// endpoints (see the top of this file). Made by init() or split(), held
+/// by unique_ptr (neither copyable nor movable). Every call may be made from any thread; operations of one
+/// communicator run one at a time, in the order they were called or posted.
 class Communicator {
  public:
   /// Rank, size and store address from the launcher's environment (see launch.h).
@@ -162,12 +196,13 @@ class Communicator {
   /// Explicit launch information.
   static Result<std::unique_ptr<Communicator>> init(Context& ctx, const LaunchInfo& launch,
                                                     const CommOptions& options = {});
-  explicit Communicator(std::shared_ptr<coll::CommCore> core) noexcept;
   ~Communicator();  ///< waits for posted operations of this communicator, up to the timeout
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  /// This process's rank in the communicator, 0 <= rank() < size().
   int rank() const noexcept;
+  /// Number of ranks.
   int size() const noexcept;
   /// Unique among the communicators of this job that share a rank with this one.
   uint32_t id() const noexcept;
@@ -182,39 +217,67 @@ class Communicator {
   /// support, which the call would refuse with kInvalidArgument, reports "invalid", 0).
   AlgorithmChoice algorithm(CollectiveKind kind, size_t bytes, const CollectiveOptions& options = {}) const;
 
+  /// The `color` of a rank that joins no communicator in split().
+  static constexpr int kUndefined = -1;
   /// Collective over this communicator. Ranks with the same `color` form a new
   /// communicator, ranked by (key, old rank). color < 0 (kUndefined) returns nullptr.
-  static constexpr int kUndefined = -1;
+  /// The new communicator shares this one's endpoints (and its failures).
   Result<std::unique_ptr<Communicator>> split(int color, int key);
 
   // --- point to point inside the communicator ----------------------------------
-  Request isend(const void* buf, size_t count, DataType type, int peer, uint32_t tag);
-  Request irecv(void* buf, size_t count, DataType type, int peer, uint32_t tag);
-  Status send(const void* buf, size_t count, DataType type, int peer, uint32_t tag);
-  Status recv(void* buf, size_t count, DataType type, int peer, uint32_t tag);
+  // Messages to or from communicator rank `peer` (not this rank) with a tag of the
+  // caller's choice, below 2^32 (the rest of the wire tag names the communicator).
+  // A send matches the receive of the same communicator, peer and tag; messages with
+  // the same tag match in send order. Argument errors (a bad peer, a null buffer, a
+  // tag of 2^32 or more) are kInvalidArgument and break nothing.
+
+  /// Posts a send of `count` elements; the buffer must stay valid until the Request
+  /// completes (when the bytes are handed to the transport).
+  Request isend(const void* buf, size_t count, DataType type, int peer, Tag tag);
+  /// Posts a receive of up to `count` elements; Request::bytes() says how many came.
+  Request irecv(void* buf, size_t count, DataType type, int peer, Tag tag);
+  /// isend, then a wait bounded by the communicator's timeout.
+  Status send(const void* buf, size_t count, DataType type, int peer, Tag tag);
+  /// irecv, then a wait bounded by the communicator's timeout.
+  Status recv(void* buf, size_t count, DataType type, int peer, Tag tag);
 
   // --- collectives (blocking) --------------------------------------------------
+  // Each returns when this rank's part is done (its buffers may be reused), with the
+  // first failure; `options` as CollectiveOptions says.
+
+  /// Returns once every rank has called it.
   Status barrier(const CollectiveOptions& options = {});
+  /// Root's `buf` to every rank's `buf`.
   Status broadcast(void* buf, size_t count, DataType type, int root, const CollectiveOptions& options = {});
+  /// op over every rank's `send`, into `recv` at the root (recv is ignored elsewhere).
   Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
                 const CollectiveOptions& options = {});
+  /// op over every rank's `send`, into every rank's `recv`; results are bit-identical on every rank.
   Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                    const CollectiveOptions& options = {});
+  /// Every rank's `count` elements into the root's `recv`, rank r's at r * count.
   Status gather(const void* send, void* recv, size_t count, DataType type, int root,
                 const CollectiveOptions& options = {});
+  /// gather with per-rank counts and displacements (the root's `recv_counts`, `displs`).
   Status gatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                  std::span<const size_t> displs, DataType type, int root, const CollectiveOptions& options = {});
+  /// The root's block r (of `count` elements, at r * count) to rank r's `recv`.
   Status scatter(const void* send, void* recv, size_t count, DataType type, int root,
                  const CollectiveOptions& options = {});
+  /// scatter with per-rank counts and displacements (the root's `send_counts`, `displs`).
   Status scatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs, void* recv,
                   size_t recv_count, DataType type, int root, const CollectiveOptions& options = {});
+  /// Every rank's `count` elements into every rank's `recv`, rank r's at r * count.
   Status allgather(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
+  /// allgather with per-rank counts and displacements.
   Status allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                     std::span<const size_t> displs, DataType type, const CollectiveOptions& options = {});
   /// MPI_Reduce_scatter_block: send holds size*recv_count elements; rank r gets block r.
   Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                         const CollectiveOptions& options = {});
+  /// Rank r's block p of `send` (count elements at p * count) to rank p's block r of `recv`.
   Status alltoall(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
+  /// alltoall with per-peer counts and displacements on both sides.
   Status alltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
                    void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DataType type,
                    const CollectiveOptions& options = {});
@@ -226,31 +289,51 @@ class Communicator {
                 const CollectiveOptions& options = {});
 
   // --- collectives (asynchronous) ----------------------------------------------
+  // The same operations, posted: each returns at once with a Request that completes
+  // (from the communicator's worker thread) when the blocking form would have
+  // returned, with its status. Buffers must stay valid until then. An argument error
+  // is a Request completed with kInvalidArgument.
+
+  /// Asynchronous barrier.
   Request ibarrier(const CollectiveOptions& options = {});
+  /// Asynchronous broadcast.
   Request ibroadcast(void* buf, size_t count, DataType type, int root, const CollectiveOptions& options = {});
+  /// Asynchronous reduce.
   Request ireduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
                   const CollectiveOptions& options = {});
+  /// Asynchronous allreduce.
   Request iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                      const CollectiveOptions& options = {});
+  /// Asynchronous gather.
   Request igather(const void* send, void* recv, size_t count, DataType type, int root,
                   const CollectiveOptions& options = {});
+  /// Asynchronous gatherv.
   Request igatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                    std::span<const size_t> displs, DataType type, int root, const CollectiveOptions& options = {});
+  /// Asynchronous scatter.
   Request iscatter(const void* send, void* recv, size_t count, DataType type, int root,
                    const CollectiveOptions& options = {});
+  /// Asynchronous scatterv.
   Request iscatterv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> displs, void* recv,
                     size_t recv_count, DataType type, int root, const CollectiveOptions& options = {});
+  /// Asynchronous allgather.
   Request iallgather(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
+  /// Asynchronous allgatherv.
   Request iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                       std::span<const size_t> displs, DataType type, const CollectiveOptions& options = {});
+  /// Asynchronous reduce_scatter.
   Request ireduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                           const CollectiveOptions& options = {});
+  /// Asynchronous alltoall.
   Request ialltoall(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
+  /// Asynchronous alltoallv.
   Request ialltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
                      void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                      DataType type, const CollectiveOptions& options = {});
+  /// Asynchronous scan.
   Request iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                 const CollectiveOptions& options = {});
+  /// Asynchronous exscan.
   Request iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                   const CollectiveOptions& options = {});
 
@@ -260,9 +343,11 @@ class Communicator {
   /// The first failure (ok while healthy).
   Status failure() const;
 
+ private:
+  friend struct coll::CommAccess;  // makes communicators and reaches their core (src/coll/comm_access.h)
+  explicit Communicator(std::shared_ptr<coll::CommCore> core) noexcept;
   coll::CommCore& core() noexcept { return *core_; }
 
- private:
   std::shared_ptr<coll::CommCore> core_;
 };
 

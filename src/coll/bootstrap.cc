@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "coll/comm_access.h"
 #include "coll/comm_core.h"
 #include "core/env.h"
 #include "engine/engine_of.h"
@@ -83,7 +84,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
   if (size == 1) {
     // Nothing to meet: no store, no sockets.
     auto world = std::make_shared<coll::World>(ctx, 0, 1, std::vector<std::shared_ptr<Endpoint>>(1));
-    return std::make_unique<Communicator>(std::make_shared<coll::CommCore>(world, 0, members, 0, config));
+    return coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, 0, config));
   }
   if (launch.store_address.empty()) {
     return Status(StatusCode::kInvalidArgument,
@@ -137,7 +138,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
 
   REMORA_ASSIGN_OR_RETURN(auto peers, coll::connect_mesh(ctx, **listener, rank, addresses, deadline));
   auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers), std::move(store), std::move(server));
-  return std::make_unique<Communicator>(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+  return coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
 }
 
 }  // namespace

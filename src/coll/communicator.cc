@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "coll/algorithms.h"
+#include "coll/comm_access.h"
 #include "coll/comm_core.h"
 #include "coll/reduce.h"
 #include "engine/request_state.h"
@@ -210,20 +211,31 @@ AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const
 
 // --- point to point -------------------------------------------------------------------
 
-Request Communicator::isend(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {
-  Status s = first_error({core_->check_peer(peer), check_buffer("send", buf, count, type, false)});
-  if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
-  return core_->send_user(buf, count * size_of(type), peer, tag);
+namespace {
+/// A user tag takes the low 32 bits of the wire tag (comm_core.h).
+Status check_tag(const char* what, Tag tag) {
+  const auto value = static_cast<uint64_t>(tag);
+  if (value > UINT32_MAX) return invalid(fmt::format("{}: tag {} does not fit in 32 bits", what, value));
+  return Status::ok();
 }
-Request Communicator::irecv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
-  Status s = first_error({core_->check_peer(peer), check_buffer("recv", buf, count, type, false)});
+}  // namespace
+
+Request Communicator::isend(const void* buf, size_t count, DataType type, int peer, Tag tag) {
+  Status s =
+      first_error({core_->check_peer(peer), check_buffer("send", buf, count, type, false), check_tag("send", tag)});
   if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
-  return core_->recv_user(buf, count * size_of(type), peer, tag);
+  return core_->send_user(buf, count * size_of(type), peer, static_cast<uint32_t>(tag));
 }
-Status Communicator::send(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+Request Communicator::irecv(void* buf, size_t count, DataType type, int peer, Tag tag) {
+  Status s =
+      first_error({core_->check_peer(peer), check_buffer("recv", buf, count, type, false), check_tag("recv", tag)});
+  if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
+  return core_->recv_user(buf, count * size_of(type), peer, static_cast<uint32_t>(tag));
+}
+Status Communicator::send(const void* buf, size_t count, DataType type, int peer, Tag tag) {
   return isend(buf, count, type, peer, tag).wait(core_->config().timeout);
 }
-Status Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+Status Communicator::recv(void* buf, size_t count, DataType type, int peer, Tag tag) {
   return irecv(buf, count, type, peer, tag).wait(core_->config().timeout);
 }
 
@@ -431,7 +443,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     members.push_back(core_->world_rank(p));
   }
   auto child = std::make_shared<CommCore>(core_->world_ptr(), id, std::move(members), my_rank, core_->config());
-  return std::make_unique<Communicator>(std::move(child));
+  return coll::CommAccess::make(std::move(child));
 }
 
 }  // namespace remora

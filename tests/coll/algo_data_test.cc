@@ -63,8 +63,8 @@ std::string describe(const Case& c) { return fmt::format("count {} of {}", c.cou
 std::unique_ptr<Communicator> with_config(Communicator& c, uint32_t id, coll::CollConfig config) {
   std::vector<int> members(static_cast<size_t>(c.size()));
   std::iota(members.begin(), members.end(), 0);
-  return std::make_unique<Communicator>(
-      std::make_shared<coll::CommCore>(c.core().world_ptr(), id, std::move(members), c.rank(), config));
+  return coll::CommAccess::make(std::make_shared<coll::CommCore>(coll::CommAccess::core(c).world_ptr(), id,
+                                                                 std::move(members), c.rank(), config));
 }
 
 struct Variant {
@@ -78,7 +78,7 @@ void for_each_variant(Communicator& world, std::initializer_list<Variant> varian
                       const std::function<void(Communicator&, const char*)>& body) {
   uint32_t id = 100;
   for (const Variant& v : variants) {
-    coll::CollConfig config = world.core().config();
+    coll::CollConfig config = coll::CommAccess::core(world).config();
     config.pipeline_bytes = kPiece;
     config.broadcast = v.broadcast;
     config.allgather = v.allgather;
@@ -379,7 +379,7 @@ TEST(AlgoDataMismatch, LargeChainBroadcastShorterThanExpectedIsAProtocolError) {
   auto ranks = make_ranks(3, std::chrono::seconds(5));
   std::vector<Status> results(3);
   run_ranks(ranks, [&](int r, Communicator& world) {
-    coll::CollConfig config = world.core().config();
+    coll::CollConfig config = coll::CommAccess::core(world).config();
     config.pipeline_bytes = kPiece;
     config.broadcast = coll::Algo::kChain;
     auto c = with_config(world, 7, config);

@@ -40,8 +40,8 @@ std::vector<std::unique_ptr<Communicator>> with_config(std::vector<test::Rank>& 
   std::vector<int> members(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
   for (int r = 0; r < n; ++r) {
-    auto& core = ranks[static_cast<size_t>(r)].comm->core();
-    out.push_back(std::make_unique<Communicator>(std::make_shared<coll::CommCore>(core.world_ptr(), id, members, r, config)));
+    auto& core = coll::CommAccess::core(*ranks[static_cast<size_t>(r)].comm);
+    out.push_back(coll::CommAccess::make(std::make_shared<coll::CommCore>(core.world_ptr(), id, members, r, config)));
   }
   return out;
 }

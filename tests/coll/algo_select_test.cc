@@ -104,7 +104,7 @@ TEST(CollectiveKind, NamesRoundTrip) {
 uint64_t puts_started(Communicator& c) {
   uint64_t puts = 0;
   for (int p = 0; p < c.size(); ++p) {
-    if (p != c.rank()) puts += c.core().world().peer(p).stats().puts;
+    if (p != c.rank()) puts += coll::CommAccess::core(c).world().peer(p).stats().puts;
   }
   return puts;
 }

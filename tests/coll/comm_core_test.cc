@@ -30,7 +30,7 @@ TEST(CommCore, PointToPointInsideTheCommunicatorMatchesPeerAndTag) {
       if (p == r) continue;
       for (uint32_t tag : {7u, 9u}) {
         out[static_cast<size_t>(k)] = r * 100 + p * 10 + tag;
-        reqs.push_back(c.isend(&out[static_cast<size_t>(k)], 1, DataType::kInt64, p, tag));
+        reqs.push_back(c.isend(&out[static_cast<size_t>(k)], 1, DataType::kInt64, p, Tag{tag}));
         ++k;
       }
     }
@@ -38,7 +38,7 @@ TEST(CommCore, PointToPointInsideTheCommunicatorMatchesPeerAndTag) {
     for (int p = 0; p < 3; ++p) {
       if (p == r) continue;
       for (uint32_t tag : {9u, 7u}) {
-        ASSERT_TRUE(c.recv(&in[static_cast<size_t>(k)], 1, DataType::kInt64, p, tag).is_ok());
+        ASSERT_TRUE(c.recv(&in[static_cast<size_t>(k)], 1, DataType::kInt64, p, Tag{tag}).is_ok());
         EXPECT_EQ(in[static_cast<size_t>(k)], p * 100 + r * 10 + tag);
         ++k;
       }
@@ -51,15 +51,16 @@ TEST(CommCore, BadPeerOrBufferIsAnInvalidArgumentThatBreaksNothing) {
   auto ranks = make_ranks(2);
   run_ranks(ranks, [](int r, Communicator& c) {
     int32_t v = r;
-    EXPECT_EQ(c.send(&v, 1, DataType::kInt32, r, 0).code(), StatusCode::kInvalidArgument);  // self
-    EXPECT_EQ(c.send(&v, 1, DataType::kInt32, 2, 0).code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(c.send(nullptr, 1, DataType::kInt32, 1 - r, 0).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.send(&v, 1, DataType::kInt32, r, Tag{0}).code(), StatusCode::kInvalidArgument);  // self
+    EXPECT_EQ(c.send(&v, 1, DataType::kInt32, 2, Tag{0}).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.send(nullptr, 1, DataType::kInt32, 1 - r, Tag{0}).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.send(&v, 1, DataType::kInt32, 1 - r, Tag{uint64_t{1} << 32}).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(c.allreduce(&v, &v, 1, DataType::kInt32, ReduceOp::kAvg).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(c.broadcast(&v, 1, DataType::kInt32, 5).code(), StatusCode::kInvalidArgument);
     EXPECT_TRUE(c.failure().is_ok());
     int32_t got = -1;
-    Request rr = c.irecv(&got, 1, DataType::kInt32, 1 - r, 1);
-    ASSERT_TRUE(c.send(&v, 1, DataType::kInt32, 1 - r, 1).is_ok());
+    Request rr = c.irecv(&got, 1, DataType::kInt32, 1 - r, Tag{1});
+    ASSERT_TRUE(c.send(&v, 1, DataType::kInt32, 1 - r, Tag{1}).is_ok());
     ASSERT_TRUE(rr.wait(std::chrono::seconds(10)).is_ok());
     EXPECT_EQ(got, 1 - r);
   });
@@ -95,10 +96,10 @@ TEST(CommCore, SplitGroupsByColourAndOrdersByKeyThenRank) {
     int64_t mine = 1000 + r, theirs = -1, w_mine = r, w_theirs = -1;
     const int peer = 1 - sub.rank();
     const int world_peer = r ^ 1;  // 0<->1, 2<->3: a different pairing than the sub's
-    Request a = sub.irecv(&theirs, 1, DataType::kInt64, peer, 5);
-    Request b = world.irecv(&w_theirs, 1, DataType::kInt64, world_peer, 5);
-    ASSERT_TRUE(world.send(&w_mine, 1, DataType::kInt64, world_peer, 5).is_ok());
-    ASSERT_TRUE(sub.send(&mine, 1, DataType::kInt64, peer, 5).is_ok());
+    Request a = sub.irecv(&theirs, 1, DataType::kInt64, peer, Tag{5});
+    Request b = world.irecv(&w_theirs, 1, DataType::kInt64, world_peer, Tag{5});
+    ASSERT_TRUE(world.send(&w_mine, 1, DataType::kInt64, world_peer, Tag{5}).is_ok());
+    ASSERT_TRUE(sub.send(&mine, 1, DataType::kInt64, peer, Tag{5}).is_ok());
     ASSERT_TRUE(a.wait(std::chrono::seconds(10)).is_ok());
     ASSERT_TRUE(b.wait(std::chrono::seconds(10)).is_ok());
     EXPECT_EQ(theirs, 1000 + (r ^ 2));
@@ -125,7 +126,7 @@ TEST(CommCore, AsynchronousOperationsRunInPostingOrder) {
     std::vector<int> order;
     std::vector<Request> reqs;
     for (int i = 0; i < 20; ++i) {
-      reqs.push_back(c.core().post([&order, i, r](coll::Op& op) {
+      reqs.push_back(coll::CommAccess::core(c).post([&order, i, r](coll::Op& op) {
         order.push_back(i);
         int64_t v = i * 10 + r, got = -1;
         Status s = op.sendrecv(1 - r, &v, sizeof v, 1 - r, &got, sizeof got);
@@ -134,7 +135,10 @@ TEST(CommCore, AsynchronousOperationsRunInPostingOrder) {
       }));
     }
     // A blocking operation after them runs after all of them.
-    ASSERT_TRUE(c.core().run([&](coll::Op&) { return order.size() == 20 ? Status::ok() : Status(StatusCode::kInternal, "early"); }).is_ok());
+    ASSERT_TRUE(
+        coll::CommAccess::core(c)
+            .run([&](coll::Op&) { return order.size() == 20 ? Status::ok() : Status(StatusCode::kInternal, "early"); })
+            .is_ok());
     ASSERT_TRUE(wait_all(reqs, std::chrono::seconds(10)).is_ok());
     for (int i = 0; i < 20; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
   });
@@ -150,7 +154,7 @@ TEST(CommCore, AFailedOperationBreaksEveryRankInsteadOfHanging) {
       EXPECT_EQ(c.failure().code(), StatusCode::kAborted);
       return;
     }
-    Status s = c.core().run([r](coll::Op& op) {
+    Status s = coll::CommAccess::core(c).run([r](coll::Op& op) {
       int64_t v = 0;
       if (r == 1) return op.sendrecv(-1, nullptr, 0, 0, &v, sizeof v);  // waits for rank 0
       // rank 2 waits for rank 1, which never sends: it learns through rank 1's failure.
@@ -161,7 +165,9 @@ TEST(CommCore, AFailedOperationBreaksEveryRankInsteadOfHanging) {
     EXPECT_FALSE(c.failure().is_ok());
     // Later operations fail at once with the first failure.
     int64_t v = 0;
-    EXPECT_FALSE(c.core().run([&](coll::Op& op) { return op.sendrecv(-1, nullptr, 0, 0, &v, sizeof v); }).is_ok());
+    EXPECT_FALSE(coll::CommAccess::core(c)
+                     .run([&](coll::Op& op) { return op.sendrecv(-1, nullptr, 0, 0, &v, sizeof v); })
+                     .is_ok());
   });
 }
 
@@ -170,7 +176,8 @@ TEST(CommCore, AnOperationThatNeverCompletesTimesOut) {
   run_ranks(ranks, [](int r, Communicator& c) {
     if (r == 1) return;  // never takes part
     int64_t v = 0;
-    Status s = c.core().run([&](coll::Op& op) { return op.sendrecv(-1, nullptr, 0, 1, &v, sizeof v); });
+    Status s =
+        coll::CommAccess::core(c).run([&](coll::Op& op) { return op.sendrecv(-1, nullptr, 0, 1, &v, sizeof v); });
     EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
   });
 }
@@ -223,7 +230,7 @@ TEST(CommCore, NotificationsAreRoutedToTheirCommunicator) {
     regions.push_back(std::move(*reg));
   }
   run_ranks(ranks, [&](int r, Communicator& c) {
-    Status s = c.core().run([&](coll::Op& op) {
+    Status s = coll::CommAccess::core(c).run([&](coll::Op& op) {
       uint64_t word = 0x1111 * (r + 1);
       Request p = op.endpoint(1 - r).put(std::as_bytes(std::span(&word, 1)), keys[static_cast<size_t>(1 - r)], 8,
                                         {.notify = op.notify_value(static_cast<uint16_t>(r))});
@@ -269,7 +276,7 @@ Scratch register_scratch(Context& ctx) {
 /// Rank 0 of these tests: a message for rank 1 (tag 7), then it leaves (or aborts).
 void rank0_sends_and_leaves(std::vector<test::Rank>& ranks, bool abort) {
   const uint64_t word = 0xF00D;
-  EXPECT_TRUE(ranks[0].comm->isend(&word, 1, DataType::kUint64, 1, 7).wait(std::chrono::seconds(5)).is_ok());
+  EXPECT_TRUE(ranks[0].comm->isend(&word, 1, DataType::kUint64, 1, Tag{7}).wait(std::chrono::seconds(5)).is_ok());
   if (abort) ranks[0].comm->abort();
   ranks[0].comm.reset();
 }
@@ -277,7 +284,7 @@ void rank0_sends_and_leaves(std::vector<test::Rank>& ranks, bool abort) {
 /// Rank 1 returns once its endpoint to rank 0 has seen rank 0 go.
 Status wait_until_rank0_gone(Communicator& c) {
   uint64_t never = 0;
-  return c.irecv(&never, 1, DataType::kUint64, 0, 99).wait(std::chrono::seconds(10));
+  return c.irecv(&never, 1, DataType::kUint64, 0, Tag{99}).wait(std::chrono::seconds(10));
 }
 
 TEST(CommCore, ARankThatLeavesFirstDoesNotFailTheRanksStillAtWork) {
@@ -288,7 +295,7 @@ TEST(CommCore, ARankThatLeavesFirstDoesNotFailTheRanksStillAtWork) {
     if (r == 0) return rank0_sends_and_leaves(ranks, false);
     if (r == 2) {
       ASSERT_EQ(waiting.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
-      Status s = c.core().run([&](coll::Op& op) {
+      Status s = coll::CommAccess::core(c).run([&](coll::Op& op) {
         const uint64_t word = 0xBEEF;
         return op.wait(op.endpoint(1).put(std::as_bytes(std::span(&word, 1)), scratch.key, 16,
                                           {.notify = op.notify_value(2)}));
@@ -300,11 +307,11 @@ TEST(CommCore, ARankThatLeavesFirstDoesNotFailTheRanksStillAtWork) {
     const Status gone = wait_until_rank0_gone(c);
     EXPECT_EQ(gone.code(), StatusCode::kPeerFailed) << gone.to_string();
     uint64_t got = 0;
-    Status s = c.irecv(&got, 1, DataType::kUint64, 0, 7).wait(std::chrono::seconds(5));
+    Status s = c.irecv(&got, 1, DataType::kUint64, 0, Tag{7}).wait(std::chrono::seconds(5));
     EXPECT_TRUE(s.is_ok()) << "the message rank 0 sent before it left: " << s.to_string();
     EXPECT_EQ(got, 0xF00Du);
     waiting.set_value();
-    s = c.core().run([&](coll::Op& op) {
+    s = coll::CommAccess::core(c).run([&](coll::Op& op) {
       coll::World::Incoming in;
       REMORA_RETURN_IF_ERROR(op.wait_notification(&in, {2}));
       if (in.from != 2 || (in.note.value & 0xFFFF) != 2 || in.note.offset != 16) {
@@ -317,7 +324,7 @@ TEST(CommCore, ARankThatLeavesFirstDoesNotFailTheRanksStillAtWork) {
     std::memcpy(&word, scratch.mem.data() + 16, 8);
     EXPECT_EQ(word, 0xBEEFu);
     // A wait that needs rank 0 fails with rank 0's close, not at the deadline.
-    s = c.core().run([&](coll::Op& op) {
+    s = coll::CommAccess::core(c).run([&](coll::Op& op) {
       coll::World::Incoming in;
       return op.wait_notification(&in, {0, 2});
     });
@@ -338,7 +345,7 @@ TEST(CommCore, ARankThatLeftIsNotMistakenForAFailureUntilTheDeadline) {
       return;
     }
     EXPECT_EQ(wait_until_rank0_gone(c).code(), StatusCode::kPeerFailed);
-    Status s = c.core().run([&](coll::Op& op) {
+    Status s = coll::CommAccess::core(c).run([&](coll::Op& op) {
       coll::World::Incoming in;
       return op.wait_notification(&in, {2});
     });
@@ -357,7 +364,7 @@ TEST(CommCore, ARankThatAbortsFailsAWaitForAnotherRankAtOnce) {
       return;
     }
     // Fails with rank 0's abort, not at the deadline (kTimeout).
-    Status s = c.core().run([&](coll::Op& op) {
+    Status s = coll::CommAccess::core(c).run([&](coll::Op& op) {
       coll::World::Incoming in;
       return op.wait_notification(&in, {2});
     });

@@ -3,14 +3,15 @@
 // world Communicator per rank. run_ranks() runs a body per rank on its own thread.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "coll/comm_access.h"
 #include "coll/comm_core.h"
 #include "remora/remora.h"
 
@@ -49,7 +50,7 @@ inline std::vector<Rank> make_ranks(int n, Duration timeout = std::chrono::secon
       auto world = std::make_shared<coll::World>(*rk.ctx, r, n, std::move(*peers));
       std::vector<int> members(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
-      rk.comm = std::make_unique<Communicator>(std::make_shared<coll::CommCore>(world, 0, members, r, *config));
+      rk.comm = coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, r, *config));
     });
   }
   for (auto& t : threads) t.join();

@@ -33,7 +33,8 @@
 
 #include <fmt/format.h>
 
-#include "coll/comm_core.h"  // CollConfig: the pipeline piece the sizes are chosen around
+#include "coll/comm_access.h"  // the world communicator's configuration
+#include "coll/comm_core.h"    // CollConfig: the pipeline piece the sizes are chosen around
 #include "coll/reference.h"  // tests/coll/reference.h
 #include "remora/remora.h"
 
@@ -60,7 +61,7 @@ class Checker {
         n_(world.size()),
         eager_(eager_limit),
         piece_(piece_bytes),
-        timeout_(world.core().config().timeout) {}
+        timeout_(coll::CommAccess::core(world).config().timeout) {}
 
   uint64_t checks() const { return checks_; }
 
@@ -163,7 +164,7 @@ class Checker {
       std::vector<uint32_t> got(uz(n_), 0);
       std::vector<Request> rx;
       for (int p = 0; p < n_; ++p) {
-        if (p != r_) rx.push_back(world_.irecv(&got[uz(p)], 1, DataType::kUint32, p, user_tag));
+        if (p != r_) rx.push_back(world_.irecv(&got[uz(p)], 1, DataType::kUint32, p, Tag{user_tag}));
       }
       for (const Request& q : rx) {
         const Status s = q.test();
@@ -178,7 +179,7 @@ class Checker {
       ok(world_.barrier(), fmt::format("barrier round {}", round));
       for (int p = 0; p < n_; ++p) {
         const auto token = static_cast<uint32_t>(r_ * 1000 + round);
-        if (p != r_) ok(world_.send(&token, 1, DataType::kUint32, p, user_tag), "barrier token send");
+        if (p != r_) ok(world_.send(&token, 1, DataType::kUint32, p, Tag{user_tag}), "barrier token send");
       }
       ok(wait_all(rx, timeout_), "barrier token recv");
       for (int p = 0; p < n_; ++p) {
@@ -557,12 +558,12 @@ class Checker {
         Bytes in(bytes, kSentinel);
         const std::string what = fmt::format("send/recv {} bytes to {} from {} tag {}", bytes, to, from, user_tag);
         if (k % 2 == 0) {
-          Request rx = world_.irecv(in.data(), bytes, DataType::kUint8, from, user_tag);
-          ok(world_.send(out.data(), bytes, DataType::kUint8, to, user_tag), what + " (send)");
+          Request rx = world_.irecv(in.data(), bytes, DataType::kUint8, from, Tag{user_tag});
+          ok(world_.send(out.data(), bytes, DataType::kUint8, to, Tag{user_tag}), what + " (send)");
           ok(rx.wait(timeout_), what + " (irecv)");
         } else {
-          Request tx = world_.isend(out.data(), bytes, DataType::kUint8, to, user_tag);
-          ok(world_.recv(in.data(), bytes, DataType::kUint8, from, user_tag), what + " (recv)");
+          Request tx = world_.isend(out.data(), bytes, DataType::kUint8, to, Tag{user_tag});
+          ok(world_.recv(in.data(), bytes, DataType::kUint8, from, Tag{user_tag}), what + " (recv)");
           ok(tx.wait(timeout_), what + " (isend)");
         }
         same(in, want, 1, what);
@@ -685,7 +686,7 @@ int run(int argc, char** argv) {
   auto comm = Communicator::init(**ctx, *launch);
   if (!comm) return fail("Communicator::init", comm.status());
 
-  Checker check(**comm, (*ctx)->config().eager_limit, (*comm)->core().config().pipeline_bytes);
+  Checker check(**comm, (*ctx)->config().eager_limit, coll::CommAccess::core(**comm).config().pipeline_bytes);
   if (loop) {
     for (int round = 0; iterations < 0 || round < iterations; ++round) {
       check.loop_round(round);

@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     const auto out = payload(rank, next, kCount);
     std::vector<uint32_t> in(kCount);
-    remora::Request r = c.irecv(in.data(), kCount, remora::DataType::kUint32, prev, 7);
-    if (auto s = c.send(out.data(), kCount, remora::DataType::kUint32, next, 7); !s) return fail(rank, s);
+    remora::Request r = c.irecv(in.data(), kCount, remora::DataType::kUint32, prev, remora::Tag{7});
+    if (auto s = c.send(out.data(), kCount, remora::DataType::kUint32, next, remora::Tag{7}); !s) return fail(rank, s);
     if (auto s = r.wait(std::chrono::seconds(30)); !s) return fail(rank, s);
     if (in != payload(prev, rank, kCount)) {
       return fail(rank, remora::Status(remora::StatusCode::kInternal, "ring exchange: wrong data"));

@@ -500,10 +500,10 @@ class CommLink final : public Link {
  public:
   CommLink(Communicator& comm, int peer) : comm_(comm), peer_(peer) {}
   Request send(std::span<const std::byte> data, Tag tag) override {
-    return comm_.isend(data.data(), data.size(), DataType::kUint8, peer_, static_cast<uint32_t>(tag));
+    return comm_.isend(data.data(), data.size(), DataType::kUint8, peer_, tag);
   }
   Request recv(std::span<std::byte> data, Tag tag) override {
-    return comm_.irecv(data.data(), data.size(), DataType::kUint8, peer_, static_cast<uint32_t>(tag));
+    return comm_.irecv(data.data(), data.size(), DataType::kUint8, peer_, tag);
   }
 
  private:
