@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "coll/variables.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "engine/engine_of.h"
@@ -41,6 +42,16 @@ Result<Algo> parse_algo(const char* var, std::initializer_list<Algo> allowed) {
 }
 
 }  // namespace
+
+core::VariableList variables() noexcept {
+  static constexpr std::string_view kVariables[] = {
+      // Launching (launch.cc, bootstrap.cc):
+      "REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "REMORA_LOCAL_WORLD_SIZE", "REMORA_STORE", "REMORA_HOST",
+      // The collectives (CollConfig::from_env):
+      "REMORA_COLL_TIMEOUT_MS", "REMORA_ALLREDUCE_ALGO", "REMORA_BCAST_ALGO", "REMORA_REDUCE_ALGO",
+      "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE"};
+  return kVariables;
+}
 
 std::string_view to_string(Algo a) noexcept {
   switch (a) {

@@ -1,8 +1,14 @@
+// core/env.cc — REMORA_* value parsing and the unknown-variable warning (env.h).
 #include "core/env.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
+
+#include "core/log.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace remora::core {
 
@@ -55,6 +61,39 @@ std::optional<std::string_view> getenv_view(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string_view(value);
+}
+
+Status env_error(const char* name, const Status& parse_error) {
+  return Status(StatusCode::kInvalidArgument, std::string(name) + ": " + parse_error.message());
+}
+
+Status read_env_size(const char* name, size_t* field) {
+  if (auto text = getenv_view(name)) {
+    auto v = parse_size(*text);
+    if (!v) return env_error(name, v.status());
+    *field = static_cast<size_t>(*v);
+  }
+  return Status::ok();
+}
+
+VariableList core_variables() noexcept {
+  static constexpr std::string_view kVariables[] = {"REMORA_LOG"};
+  return kVariables;
+}
+
+void warn_unknown_variables(std::span<const VariableList> lists) {
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "REMORA_", 7) != 0) continue;
+    std::string_view entry(*e);
+    std::string_view name = entry.substr(0, entry.find('='));
+    bool known = false;
+    for (VariableList list : lists) {
+      for (std::string_view k : list) known = known || name == k;
+    }
+    if (!known && name.substr(0, 12) != "REMORA_TEST_" && name.substr(0, 13) != "REMORA_BENCH_") {
+      REMORA_LOG(kWarn, "unknown environment variable {} ignored (see docs/configuration.md)", name);
+    }
+  }
 }
 
 }  // namespace remora::core

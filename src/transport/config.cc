@@ -1,90 +1,67 @@
+// transport/config.cc — the Context's configuration: Config::from_env reads the
+// REMORA_* variables of what a Context runs (logging, registration, progress engine,
+// endpoints), Config::validate checks the transport's limits, apply() lays
+// ContextOptions over them. The parsing helpers and the unknown-variable warning are
+// core's (core/env.h); the collectives read and check their own variables
+// (coll/comm_core.cc, coll/launch.cc).
 #include "remora/config.h"
 
-#include <unistd.h>
-
-#include <cstring>
 #include <string>
 
 #include "core/env.h"
 #include "core/log.h"
-
-extern char** environ;  // NOLINT(readability-redundant-declaration)
+#include "transport/variables.h"
 
 namespace remora {
 namespace {
 
-constexpr const char* kKnownVariables[] = {
-    "REMORA_LOG",         "REMORA_STREAMS",           "REMORA_CHUNK_SIZE",         "REMORA_EAGER_LIMIT",
-    "REMORA_EAGER_CREDIT", "REMORA_MAX_OUTSTANDING",  "REMORA_MAX_UNEXPECTED",     "REMORA_RMA_WINDOW", "REMORA_SPIN_US",
-    "REMORA_PROGRESS_LINGER_US", "REMORA_PROGRESS_POLL_US", "REMORA_CONNECT_TIMEOUT_MS", "REMORA_HANDSHAKE_TIMEOUT_MS",
-    "REMORA_WAIT_TIMEOUT_MS", "REMORA_PIN",
-    // Read by tools and later layers, not by Config:
-    "REMORA_STORE", "REMORA_BENCH_JSON",
-    // Collectives and launching (src/coll):
-    "REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "REMORA_LOCAL_WORLD_SIZE", "REMORA_HOST",
-    "REMORA_COLL_TIMEOUT_MS", "REMORA_ALLREDUCE_ALGO", "REMORA_BCAST_ALGO", "REMORA_REDUCE_ALGO",
-    "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE"};
-
 constexpr uint32_t kMaxWaitTimeoutMs = 86'400'000;  // 24 h: longer waits ask for kForever
 
-Status env_error(const char* name, const Status& s) {
-  return Status(StatusCode::kInvalidArgument, std::string(name) + ": " + s.message());
-}
-
-template <typename T>
-Status read_uint(const char* name, T* field, uint64_t min, uint64_t max) {
-  if (auto text = core::getenv_view(name)) {
-    auto v = core::parse_uint(*text, min, max);
-    if (!v) return env_error(name, v.status());
-    *field = static_cast<T>(*v);
-  }
-  return Status::ok();
-}
-
-Status read_size(const char* name, size_t* field) {
-  if (auto text = core::getenv_view(name)) {
-    auto v = core::parse_size(*text);
-    if (!v) return env_error(name, v.status());
-    *field = static_cast<size_t>(*v);
-  }
-  return Status::ok();
-}
-
-void warn_unknown_variables() {
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    if (std::strncmp(*e, "REMORA_", 7) != 0) continue;
-    std::string_view entry(*e);
-    std::string_view name = entry.substr(0, entry.find('='));
-    bool known = false;
-    for (const char* k : kKnownVariables) known = known || name == k;
-    if (!known && name.substr(0, 12) != "REMORA_TEST_" && name.substr(0, 13) != "REMORA_BENCH_") {
-      REMORA_LOG(kWarn, "unknown environment variable {} ignored (see docs/configuration.md)", name);
-    }
-  }
-}
-
 }  // namespace
+
+namespace transport {
+
+core::VariableList variables() noexcept {
+  static constexpr std::string_view kVariables[] = {"REMORA_STREAMS",
+                                                    "REMORA_CHUNK_SIZE",
+                                                    "REMORA_EAGER_LIMIT",
+                                                    "REMORA_EAGER_CREDIT",
+                                                    "REMORA_MAX_OUTSTANDING",
+                                                    "REMORA_MAX_UNEXPECTED",
+                                                    "REMORA_RMA_WINDOW",
+                                                    "REMORA_SPIN_US",
+                                                    "REMORA_PROGRESS_LINGER_US",
+                                                    "REMORA_PROGRESS_POLL_US",
+                                                    "REMORA_CONNECT_TIMEOUT_MS",
+                                                    "REMORA_HANDSHAKE_TIMEOUT_MS",
+                                                    "REMORA_WAIT_TIMEOUT_MS",
+                                                    "REMORA_PIN"};
+  return kVariables;
+}
+
+}  // namespace transport
 
 Result<Config> Config::from_env() {
   Config c;
   if (auto text = core::getenv_view("REMORA_LOG")) {
     if (!core::parse_log_level(*text, &c.log_level)) {
-      return Status(StatusCode::kInvalidArgument, "REMORA_LOG: '" + std::string(*text) + "' is not one of error|warn|info|debug|trace");
+      return Status(StatusCode::kInvalidArgument,
+                    "REMORA_LOG: '" + std::string(*text) + "' is not one of error|warn|info|debug|trace");
     }
   }
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_STREAMS", &c.streams_per_endpoint, 1, 64));
-  REMORA_RETURN_IF_ERROR(read_size("REMORA_CHUNK_SIZE", &c.chunk_bytes));
-  REMORA_RETURN_IF_ERROR(read_size("REMORA_EAGER_LIMIT", &c.eager_limit));
-  REMORA_RETURN_IF_ERROR(read_size("REMORA_EAGER_CREDIT", &c.eager_credit));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_MAX_OUTSTANDING", &c.max_outstanding, 1, 1u << 24));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_MAX_UNEXPECTED", &c.max_unexpected, 1, 1u << 24));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_RMA_WINDOW", &c.rma_window, 1, 65536));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
-  REMORA_RETURN_IF_ERROR(read_uint("REMORA_WAIT_TIMEOUT_MS", &c.wait_timeout_ms, 1, kMaxWaitTimeoutMs));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_STREAMS", &c.streams_per_endpoint, 1, 64));
+  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_CHUNK_SIZE", &c.chunk_bytes));
+  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_EAGER_LIMIT", &c.eager_limit));
+  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_EAGER_CREDIT", &c.eager_credit));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_MAX_OUTSTANDING", &c.max_outstanding, 1, 1u << 24));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_MAX_UNEXPECTED", &c.max_unexpected, 1, 1u << 24));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_RMA_WINDOW", &c.rma_window, 1, 65536));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_WAIT_TIMEOUT_MS", &c.wait_timeout_ms, 1, kMaxWaitTimeoutMs));
   if (auto text = core::getenv_view("REMORA_PIN")) {
     if (*text == "try") {
       c.pin_mode = PinMode::kTry;
@@ -93,20 +70,24 @@ Result<Config> Config::from_env() {
     } else if (*text == "off") {
       c.pin_mode = PinMode::kOff;
     } else {
-      return Status(StatusCode::kInvalidArgument, "REMORA_PIN: '" + std::string(*text) + "' is not one of try|require|off");
+      return Status(StatusCode::kInvalidArgument,
+                    "REMORA_PIN: '" + std::string(*text) + "' is not one of try|require|off");
     }
   }
-  warn_unknown_variables();
+  core::warn_unknown_variables(core::known_variable_lists());
   REMORA_RETURN_IF_ERROR(c.validate());
   return c;
 }
 
 Status Config::validate() const {
   auto bad = [](std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); };
-  if (streams_per_endpoint < 1 || streams_per_endpoint > 64) return bad("streams_per_endpoint (REMORA_STREAMS) must be 1..64");
-  if (chunk_bytes < 4096 || chunk_bytes > (size_t{1} << 30)) return bad("chunk_bytes (REMORA_CHUNK_SIZE) must be 4K..1G");
+  if (streams_per_endpoint < 1 || streams_per_endpoint > 64)
+    return bad("streams_per_endpoint (REMORA_STREAMS) must be 1..64");
+  if (chunk_bytes < 4096 || chunk_bytes > (size_t{1} << 30))
+    return bad("chunk_bytes (REMORA_CHUNK_SIZE) must be 4K..1G");
   if (eager_limit > (size_t{1} << 20)) return bad("eager_limit (REMORA_EAGER_LIMIT) must be at most 1M");
-  if (eager_credit < eager_limit + 64) return bad("eager_credit (REMORA_EAGER_CREDIT) must exceed eager_limit by at least 64 bytes");
+  if (eager_credit < eager_limit + 64)
+    return bad("eager_credit (REMORA_EAGER_CREDIT) must exceed eager_limit by at least 64 bytes");
   if (eager_credit > (size_t{1} << 32)) return bad("eager_credit (REMORA_EAGER_CREDIT) must be at most 4G");
   if (max_outstanding < 1) return bad("max_outstanding (REMORA_MAX_OUTSTANDING) must be at least 1");
   if (max_unexpected < 1) return bad("max_unexpected (REMORA_MAX_UNEXPECTED) must be at least 1");
@@ -114,8 +95,9 @@ Status Config::validate() const {
   if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
   if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
   if (wait_timeout_ms < 1 || wait_timeout_ms > kMaxWaitTimeoutMs) {
-    return bad("wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS) must be 1..86400000 (24 h); "
-               "wait without a bound with remora::kForever");
+    return bad(
+        "wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS) must be 1..86400000 (24 h); "
+        "wait without a bound with remora::kForever");
   }
   return Status::ok();
 }

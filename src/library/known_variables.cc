@@ -1,0 +1,19 @@
+// library/known_variables.cc — the top of the library, the one place that sees every
+// layer: it gathers the REMORA_* variables each layer reads for core's
+// unknown-variable warning (core::known_variable_lists, core/env.h). Core declares the
+// function and cannot see the layers above it; this file, linked into libremora with
+// them, names each layer's own list.
+#include <array>
+
+#include "coll/variables.h"
+#include "core/env.h"
+#include "transport/variables.h"
+
+namespace remora::core {
+
+std::span<const VariableList> known_variable_lists() noexcept {
+  static const std::array<VariableList, 3> kLists = {core_variables(), transport::variables(), coll::variables()};
+  return kLists;
+}
+
+}  // namespace remora::core
