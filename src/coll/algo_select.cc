@@ -1,8 +1,8 @@
 // coll/algo_select.cc — which algorithm each collective runs, by size, rank count and
 // CollConfig (REMORA_*_ALGO, REMORA_RING_THRESHOLD, REMORA_COLL_PIPELINE). The one
-// place that decides: algo_data.cc and algo_reduce.cc dispatch on select_algorithm,
-// and Communicator::algorithm reports it. Why each rule is what it is lives beside the
-// algorithms (the comments at the top of those two files).
+// place that decides: the entry points (collectives.cc) dispatch on select_algorithm,
+// and Communicator::algorithm reports it. Why each rule is what it is: the comment at
+// the top of collectives.cc.
 #include <algorithm>
 #include <cstdint>
 #include <string>

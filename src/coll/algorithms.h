@@ -34,7 +34,11 @@ Result<CollConfig> call_config(const CollConfig& base, CollectiveKind kind, cons
 /// AlgorithmChoice::steps).
 int algorithm_steps(CollectiveKind kind, Algo algo, int n) noexcept;
 
-// algo_data.cc — movement only, type-agnostic except for element size.
+// The entry points: the collectives that have a choice of algorithm dispatch in
+// collectives.cc; the others live with their one algorithm (barrier_dissemination.cc,
+// gather_linear.cc, scatter_linear.cc, alltoall_pairwise.cc, allreduce_ring.cc for
+// reduce_scatter, scan_recursive_doubling.cc).
+// Movement: type-agnostic except for element size.
 Status barrier(Op& op);
 Status broadcast(Op& op, void* buf, size_t count, DataType type, int root);
 Status gather(Op& op, const void* send, void* recv, size_t count, DataType type, int root);
@@ -50,11 +54,26 @@ Status alltoall(Op& op, const void* send, void* recv, size_t count, DataType typ
 Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
                  void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DataType type);
 
-// algo_reduce.cc — reductions (kernels in reduce.h). kAvg: divide once at the end.
+// Reductions (kernels in reduce.h). kAvg: divide once at the end.
 Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root);
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop);
 Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop);
 Status scan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop);
 Status exscan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop);
+
+// The algorithm families, one file each, named after it; the entry points call them.
+// `bytes` / `block` in bytes, `count` in elements.
+Status broadcast_tree(Op& op, void* buf, size_t bytes, int root);                 // bcast_binomial.cc
+Status broadcast_chain(Op& op, void* buf, size_t bytes, int root, size_t piece);  // bcast_chain.cc
+Status allgather_rd(Op& op, void* recv, size_t block);     // allgather_recursive_doubling.cc
+Status allgather_bruck(Op& op, void* recv, size_t block);  // allgather_bruck.cc
+// allgather_ring (a template over the block layout): allgather_ring.h.
+Status allreduce_rd(Op& op, void* buf, size_t count, DataType type, ReduceOp rop);  // allreduce_recursive_doubling.cc
+Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type,
+                      ReduceOp rop);  // allreduce_ring.cc
+Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,
+                   int root);  // reduce_binomial.cc
+Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,
+                    int root);  // reduce_chain.cc
 
 }  // namespace remora::coll

@@ -1,29 +1,7 @@
-// The reduction collectives: reduce, allreduce, reduce_scatter, scan, exscan.
-//
-// Algorithms (CollConfig; `bytes` is count * element size of the whole vector; the
-// choice is made in algo_select.cc):
-// - allreduce: pipelined ring (reduce-scatter by puts into the right neighbour's
-//   registered scratch with notifications, then a send/recv ring allgather whose
-//   receives are posted first and whose first step sends each owned piece the moment
-//   the reduce-scatter finishes it, so the two phases overlap) when
-//   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
-//   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides. At n == 2 the ring
-//   sends as many bytes per direction as recursive doubling's one full exchange, but
-//   each rank reduces only half the vector, and the reduction of one piece overlaps
-//   the transfer of the next, where recursive doubling reduces the whole vector after
-//   the whole exchange; so large sizes take the ring at 2 ranks too.
-// - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold and n > 2.
-// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold,
-//   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
-//   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
-// - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
-//   (kAvg is refused for scans by the Communicator before they get here.)
-//
-// Determinism: every algorithm combines in a fixed order that depends only on ranks
-// and counts (never on arrival order), and each element of an allreduce result is
-// computed once and then copied, so results are bit-identical on every rank and from
-// run to run. kAvg combines as a sum; finish_avg divides by size() once, on the ranks
-// that hold the result (for the ring: each block's owner, before the allgather).
+// coll/allreduce_ring.cc — the ring family: the pipelined ring reduce-scatter by puts
+// into the right neighbour's registered scratch with notifications, the ring allreduce
+// (that reduce-scatter overlapped with a send/recv ring allgather), and
+// reduce_scatter, whose large path is that reduce-scatter.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -31,21 +9,12 @@
 #include <functional>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
 #include "coll/reduce.h"
 
 namespace remora::coll {
 namespace {
-
-// Op steps (tags) used below. Every algorithm of one op uses its own steps only.
-constexpr uint32_t kStepKeyToRight = 1;
-constexpr uint32_t kStepKeyToLeft = 2;
-constexpr uint32_t kStepAllgather = 3;
-constexpr uint32_t kStepData = 4;
-constexpr uint32_t kStepFoldIn = 5;
-constexpr uint32_t kStepFoldOut = 6;
 
 // Ring notification low bits: bit 15 says "credit" (sent back by the consumer), the
 // rest is the piece index modulo 2^15 (at most kSlots are in flight, so it identifies
@@ -53,88 +22,6 @@ constexpr uint32_t kStepFoldOut = 6;
 constexpr uint16_t kCreditBit = 0x8000;
 constexpr uint64_t kIndexMask = 0x7FFF;
 constexpr int kSlots = 4;
-
-Status protocol(std::string message) { return Status(StatusCode::kProtocol, std::move(message)); }
-
-/// Byte helpers: algorithms address vectors in elements, the wire in bytes.
-inline std::byte* at(void* p, size_t elems, size_t es) { return static_cast<std::byte*>(p) + elems * es; }
-inline const std::byte* at(const void* p, size_t elems, size_t es) {
-  return static_cast<const std::byte*>(p) + elems * es;
-}
-
-/// Temporary buffers an algorithm keeps per communicator (operations of one
-/// communicator run one at a time, so no lock is needed), so that small collectives
-/// do not allocate every call.
-struct Scratch {
-  std::vector<std::byte> a, b, c;
-};
-std::byte* grow(std::vector<std::byte>& v, size_t bytes) {
-  if (v.size() < bytes) v.resize(bytes);
-  return v.data();
-}
-
-/// Fails the world (so every request posted by this op completes at once), waits for
-/// them, and returns `why`: no request may outlive the op into caller memory.
-Status abandon(Op& op, std::span<const Request> reqs, Status why) {
-  op.comm().world().fail(why);
-  (void)op.wait_all(reqs);
-  return why;
-}
-
-// --- recursive doubling allreduce -------------------------------------------------
-
-/// In-place allreduce of `buf` (count elements) by recursive doubling. The excess
-/// ranks of a non-power-of-two size first hand their vector to their even partner
-/// and get the result back at the end. Both partners of a round compute
-/// op(lower rank's vector, higher rank's vector), so they hold identical bits.
-Status allreduce_rd(Op& op, void* buf, size_t count, DataType type, ReduceOp rop) {
-  const int n = op.size();
-  const int r = op.rank();
-  const size_t es = size_of(type);
-  const size_t bytes = count * es;
-  if (n == 1 || count == 0) return Status::ok();
-  std::byte* tmp = grow(op.comm().state<Scratch>("reduce_scratch").a, bytes);
-
-  int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
-  const int rem = n - p2;
-  // Ranks below 2*rem pair up: the even one folds into the odd one and sits out.
-  int vrank;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      REMORA_RETURN_IF_ERROR(op.sendrecv(r + 1, buf, bytes, -1, nullptr, 0, kStepFoldIn));
-      vrank = -1;
-    } else {
-      REMORA_RETURN_IF_ERROR(op.sendrecv(-1, nullptr, 0, r - 1, tmp, bytes, kStepFoldIn));
-      reduce_to(type, rop, buf, tmp, buf, count);  // op(lower, higher)
-      vrank = r / 2;
-    }
-  } else {
-    vrank = r - rem;
-  }
-  auto real = [rem](int v) { return v < rem ? v * 2 + 1 : v + rem; };
-  if (vrank >= 0) {
-    for (int mask = 1; mask < p2; mask <<= 1) {
-      const int partner = real(vrank ^ mask);
-      REMORA_RETURN_IF_ERROR(op.sendrecv(partner, buf, bytes, partner, tmp, bytes, kStepData));
-      if (partner < r) {
-        reduce_to(type, rop, buf, tmp, buf, count);
-      } else {
-        reduce_to(type, rop, buf, buf, tmp, count);
-      }
-    }
-  }
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      REMORA_RETURN_IF_ERROR(op.sendrecv(-1, nullptr, 0, r + 1, buf, bytes, kStepFoldOut));
-    } else {
-      REMORA_RETURN_IF_ERROR(op.sendrecv(r - 1, buf, bytes, -1, nullptr, 0, kStepFoldOut));
-    }
-  }
-  return Status::ok();
-}
-
-// --- ring reduce-scatter over puts with notifications -----------------------------
 
 /// A rank's registered ring scratch and its neighbours' keys, set up on the first
 /// ring operation of a communicator and kept for its lifetime (registration is
@@ -403,6 +290,8 @@ class RingAllgather {
   std::vector<size_t> recv_bytes_;  ///< what each receive must bring
 };
 
+}  // namespace
+
 Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const int n = op.size();
   const size_t es = size_of(type);
@@ -422,148 +311,6 @@ Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataTy
   });
   if (!rs.is_ok()) return ag.fail(rs);
   return ag.finish();
-}
-
-// --- reduce: binomial tree and pipelined chain ---------------------------------------
-
-Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
-  const int n = op.size();
-  const int r = op.rank();
-  const size_t es = size_of(type);
-  const size_t bytes = count * es;
-  const int vr = (r - root + n) % n;
-  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
-  std::byte* tmp = grow(sc.a, bytes);
-  // acc: what this subtree has so far. The root accumulates into recv; an inner node
-  // into scratch; a leaf sends its send buffer as it is.
-  const void* acc = send;
-  void* acc_out = r == root ? recv : grow(sc.b, bytes);
-  for (int mask = 1; mask < n; mask <<= 1) {
-    if (vr & mask) {
-      const int parent = (vr - mask + root) % n;
-      return op.sendrecv(parent, acc, bytes, -1, nullptr, 0, kStepData);
-    }
-    if (vr + mask < n) {
-      const int child = (vr + mask + root) % n;
-      REMORA_RETURN_IF_ERROR(op.sendrecv(-1, nullptr, 0, child, tmp, bytes, kStepData));
-      reduce_to(type, rop, acc_out, acc, tmp, count);  // op(lower vrank subtree, higher)
-      acc = acc_out;
-    }
-  }
-  // Only the root gets here.
-  if (acc != recv) std::memcpy(recv, acc, bytes);
-  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
-  return Status::ok();
-}
-
-/// Chain toward the root: vrank n-1 sends its vector piece by piece to n-2, which
-/// adds its own and forwards, ... down to the root (vrank 0). kWindow pieces are in
-/// flight per link, so every link and every rank's reduction work at the same time.
-Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
-  constexpr size_t kWindow = 4;
-  const int n = op.size();
-  const int r = op.rank();
-  const size_t es = size_of(type);
-  const int vr = (r - root + n) % n;
-  const int up = vr + 1 < n ? (vr + 1 + root) % n : -1;  // who sends to us
-  const int down = vr > 0 ? (vr - 1 + root) % n : -1;    // whom we send to
-  const size_t piece = std::max<size_t>(1, op.config().pipeline_bytes / es);
-  const size_t pieces = (count + piece - 1) / piece;
-  auto len_of = [&](size_t p) { return std::min(piece, count - p * piece); };
-
-  if (up < 0) {  // the far end: its own vector, in pieces
-    std::vector<Request> sends;
-    for (size_t p = 0; p < pieces; ++p) sends.push_back(op.send(down, at(send, p * piece, es), len_of(p) * es, kStepData));
-    return op.wait_all(sends);
-  }
-  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
-  std::byte* in = grow(sc.a, kWindow * piece * es);
-  std::byte* out = down >= 0 ? grow(sc.b, kWindow * piece * es) : nullptr;
-  std::vector<Request> recvs(pieces), sends(pieces);
-  auto all = [&] {
-    std::vector<Request> v;
-    for (auto& q : recvs) if (q.valid()) v.push_back(q);
-    for (auto& q : sends) if (q.valid()) v.push_back(q);
-    return v;
-  };
-  for (size_t p = 0; p < std::min(pieces, kWindow); ++p) {
-    recvs[p] = op.recv(up, in + (p % kWindow) * piece * es, len_of(p) * es, kStepData);
-  }
-  for (size_t p = 0; p < pieces; ++p) {
-    Status s = op.wait(recvs[p], len_of(p) * es);
-    if (s.is_ok() && down >= 0 && p >= kWindow) s = op.wait(sends[p - kWindow]);
-    if (!s.is_ok()) return abandon(op, all(), s);
-    std::byte* slot_in = in + (p % kWindow) * piece * es;
-    std::byte* dst = down >= 0 ? out + (p % kWindow) * piece * es : at(recv, p * piece, es);
-    reduce_to(type, rop, dst, at(send, p * piece, es), slot_in, len_of(p));  // op(own, higher vranks)
-    if (p + kWindow < pieces) {
-      recvs[p + kWindow] = op.recv(up, slot_in, len_of(p + kWindow) * es, kStepData);
-    }
-    if (down >= 0) sends[p] = op.send(down, dst, len_of(p) * es, kStepData);
-  }
-  REMORA_RETURN_IF_ERROR(op.wait_all(all()));
-  if (down < 0 && rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
-  return Status::ok();
-}
-
-// --- scan / exscan ---------------------------------------------------------------------
-
-/// MPICH's recursive doubling: `partial` covers the aligned group of ranks around us
-/// seen so far, `result` the part of it below (and, for scan, including) us. Each
-/// round exchanges partials with rank ^ mask; the lower range always goes first.
-Status scan_rd(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, bool exclusive) {
-  const int n = op.size();
-  const int r = op.rank();
-  const size_t es = size_of(type);
-  const size_t bytes = count * es;
-  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
-  std::byte* partial = grow(sc.a, bytes);
-  std::byte* tmp = grow(sc.b, bytes);
-  std::memcpy(partial, send, bytes);
-  if (!exclusive && send != recv) std::memcpy(recv, send, bytes);
-  bool have_result = !exclusive;
-  for (int mask = 1; mask < n; mask <<= 1) {
-    const int partner = r ^ mask;
-    if (partner >= n) continue;
-    REMORA_RETURN_IF_ERROR(op.sendrecv(partner, partial, bytes, partner, tmp, bytes, kStepData));
-    if (partner < r) {
-      reduce_to(type, rop, partial, tmp, partial, count);
-      if (have_result) {
-        reduce_to(type, rop, recv, tmp, recv, count);
-      } else {
-        std::memcpy(recv, tmp, bytes);
-        have_result = true;
-      }
-    } else {
-      reduce_to(type, rop, partial, partial, tmp, count);
-    }
-  }
-  if (have_result && rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
-  return Status::ok();
-}
-
-}  // namespace
-
-Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
-  const size_t bytes = count * size_of(type);
-  if (op.size() == 1) {
-    if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
-    return Status::ok();
-  }
-  if (count == 0) return Status::ok();
-  const bool chain = select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) == Algo::kChain;
-  return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
-}
-
-Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  const size_t bytes = count * size_of(type);
-  const bool ring = select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing;
-  if (send != recv && bytes > 0 && !ring) std::memcpy(recv, send, bytes);
-  if (op.size() == 1 || count == 0) return Status::ok();
-  if (ring) return allreduce_ring(op, send, recv, count, type, rop);
-  REMORA_RETURN_IF_ERROR(allreduce_rd(op, recv, count, type, rop));
-  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
-  return Status::ok();
 }
 
 Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
@@ -603,16 +350,6 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
   if (in_place && r != 0) std::memmove(recv, at(recv, offsets[static_cast<size_t>(r)], es), block_bytes);
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
   return Status::ok();
-}
-
-Status scan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  if (count == 0) return Status::ok();
-  return scan_rd(op, send, recv, count, type, rop, false);
-}
-
-Status exscan(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  if (count == 0 || op.size() == 1) return Status::ok();
-  return scan_rd(op, send, recv, count, type, rop, true);
 }
 
 }  // namespace remora::coll

@@ -1,0 +1,120 @@
+// coll/collectives.cc — the entry points of the collectives that have more than one
+// algorithm: each asks select_algorithm (algo_select.cc) which one runs and calls it.
+// The algorithms live one family per file, named after it (bcast_binomial.cc,
+// allreduce_ring.cc, ...; the single-algorithm collectives' entry points live with
+// their algorithm). Why each rule is what it is:
+//
+// Movement (type-agnostic: only the element size matters): barrier, broadcast,
+// gather(v), scatter(v), allgather(v), alltoall(v).
+//
+// Algorithms and when they are chosen (CollConfig overrides where there is a choice;
+// the choice itself is made in algo_select.cc):
+// - barrier: dissemination, ceil(log2 n) rounds of zero-byte messages.
+// - broadcast: binomial tree, or a pipelined chain (pieces of pipeline_bytes, each
+//   rank forwards a piece as soon as it has it). Auto picks the chain when the
+//   message is at least 4 pieces and there are more than 2 ranks: below that the
+//   pipeline cannot fill, and with 2 ranks the tree is one direct message anyway.
+// - gather(v)/scatter(v): linear at the root, every receive/send posted at once, so
+//   data lands in (or leaves from) the caller's buffer at its displacement directly.
+// - allgather: for small results (up to 64 KiB, algo_select.cc) log2(n) rounds: recursive
+//   doubling when n is a power of two, Bruck otherwise (REMORA_ALLGATHER_ALGO=rd means
+//   this pair); else a ring, which receives straight into place. allgatherv: always
+//   the ring (its blocks need not be contiguous or equal, which both log-round
+//   algorithms rely on).
+// - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight.
+//
+// Every rank sends its messages even for zero counts (a zero-byte message still
+// matches), so ranks that disagree on counts get kProtocol/kTruncated from the size
+// check instead of one side moving on while the other waits.
+//
+// Reductions: reduce, allreduce, reduce_scatter, scan, exscan.
+//
+// Algorithms (CollConfig; `bytes` is count * element size of the whole vector; the
+// choice is made in algo_select.cc):
+// - allreduce: pipelined ring (reduce-scatter by puts into the right neighbour's
+//   registered scratch with notifications, then a send/recv ring allgather whose
+//   receives are posted first and whose first step sends each owned piece the moment
+//   the reduce-scatter finishes it, so the two phases overlap) when
+//   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
+//   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides. At n == 2 the ring
+//   sends as many bytes per direction as recursive doubling's one full exchange, but
+//   each rank reduces only half the vector, and the reduction of one piece overlaps
+//   the transfer of the next, where recursive doubling reduces the whole vector after
+//   the whole exchange; so large sizes take the ring at 2 ranks too.
+// - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold and n > 2.
+// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold,
+//   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
+//   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
+// - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
+//   (kAvg is refused for scans by the Communicator before they get here.)
+//
+// Determinism: every algorithm combines in a fixed order that depends only on ranks
+// and counts (never on arrival order), and each element of an allreduce result is
+// computed once and then copied, so results are bit-identical on every rank and from
+// run to run. kAvg combines as a sum; finish_avg divides by size() once, on the ranks
+// that hold the result (for the ring: each block's owner, before the allgather).
+#include <algorithm>
+#include <cstring>
+
+#include "coll/algo_helpers.h"
+#include "coll/algorithms.h"
+#include "coll/allgather_ring.h"
+#include "coll/reduce.h"
+
+namespace remora::coll {
+
+Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
+  const int n = op.size();
+  if (n == 1) return Status::ok();
+  const size_t bytes = count * size_of(type);
+  const size_t piece = std::max<size_t>(op.config().pipeline_bytes, 1);
+  const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.config(), n, bytes);
+  return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
+}
+
+Status allgather(Op& op, const void* send, void* recv, size_t count, DataType type) {
+  const int n = op.size();
+  const size_t block = count * size_of(type);
+  if (send != nullptr) copy_block(at(recv, static_cast<size_t>(op.rank()) * block), send, block);
+  if (n == 1) return Status::ok();
+  const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.config(), n, block);
+  if (algo == Algo::kRecursiveDoubling) return allgather_rd(op, recv, block);
+  if (algo == Algo::kBruck) return allgather_bruck(op, recv, block);
+  return allgather_ring(op, recv, [block](size_t i) { return Span{i * block, block}; });
+}
+
+Status allgatherv(Op& op, const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
+                  std::span<const size_t> displs, DataType type) {
+  const size_t elem = size_of(type);
+  const auto me = static_cast<size_t>(op.rank());
+  if (send != nullptr) {
+    REMORA_RETURN_IF_ERROR(check_own("allgatherv", send_count, recv_counts[me]));
+    copy_block(at(recv, displs[me] * elem), send, send_count * elem);
+  }
+  if (op.size() == 1) return Status::ok();
+  return allgather_ring(op, recv, [&](size_t i) { return Span{displs[i] * elem, recv_counts[i] * elem}; });
+}
+
+Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
+  const size_t bytes = count * size_of(type);
+  if (op.size() == 1) {
+    if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+    return Status::ok();
+  }
+  if (count == 0) return Status::ok();
+  const bool chain = select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) == Algo::kChain;
+  return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
+}
+
+Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  const size_t bytes = count * size_of(type);
+  const bool ring = select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing;
+  if (send != recv && bytes > 0 && !ring) std::memcpy(recv, send, bytes);
+  if (op.size() == 1 || count == 0) return Status::ok();
+  if (ring) return allreduce_ring(op, send, recv, count, type, rop);
+  REMORA_RETURN_IF_ERROR(allreduce_rd(op, recv, count, type, rop));
+  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
+  return Status::ok();
+}
+
+}  // namespace remora::coll
