@@ -52,12 +52,19 @@ struct Config {
 
 /// Explicit overrides for Context::create; unset fields keep the env/default value.
 struct ContextOptions {
+  // One optional per field of Config, same name and meaning (see Config and
+  // docs/configuration.md). log_level sets the process-wide log level (the log is
+  // one per process), as REMORA_LOG does.
+  std::optional<LogLevel> log_level = std::nullopt;
   std::optional<uint32_t> streams_per_endpoint = std::nullopt;
   std::optional<size_t> chunk_bytes = std::nullopt;
   std::optional<size_t> eager_limit = std::nullopt;
   std::optional<size_t> eager_credit = std::nullopt;
+  std::optional<uint32_t> max_outstanding = std::nullopt;
+  std::optional<uint32_t> max_unexpected = std::nullopt;
   std::optional<uint32_t> rma_window = std::nullopt;
   std::optional<uint32_t> spin_us = std::nullopt;
+  std::optional<uint32_t> progress_linger_us = std::nullopt;
   std::optional<uint32_t> progress_poll_us = std::nullopt;
   std::optional<uint32_t> connect_timeout_ms = std::nullopt;
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;

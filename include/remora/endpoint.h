@@ -79,6 +79,13 @@ struct EndpointStats {
   uint64_t notifications = 0;  ///< notifications delivered to this side
 };
 
+/// The two operands of compare_swap, named so that they cannot be swapped unnoticed:
+/// `ep->compare_swap(&old, key, offset, {.expected = 0, .desired = 1})`.
+struct CompareSwap {
+  uint64_t expected = 0;  ///< the value the word must hold for the swap to happen
+  uint64_t desired = 0;   ///< the value it then takes
+};
+
 /// Options of a put.
 struct PutOptions {
   /// A 64-bit value delivered to the target (Endpoint::poll_notification /
@@ -136,10 +143,11 @@ class Endpoint {
   /// 8-byte aligned in the target's address space (kInvalidArgument otherwise) and the
   /// key must grant remote atomics.
   Request fetch_add(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t value);
-  /// Atomically replaces the u64 at `remote_offset` with `desired` if it equals
-  /// `expected`; the previous value goes to *result (if not null) either way.
-  Request compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t expected,
-                       uint64_t desired);
+  /// Atomically replaces the u64 at `remote_offset` with `operands.desired` if it
+  /// equals `operands.expected`; the previous value goes to *result (if not null)
+  /// either way (so the swap happened exactly when *result == expected). Alignment and
+  /// rights as for fetch_add.
+  Request compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, CompareSwap operands);
   /// Completes when every put and atomic posted on this endpoint before the call has
   /// completed at the target. Status: ok if every put and atomic posted since the
   /// previous flush succeeded, else the first failure among them (so fire-and-forget
@@ -182,6 +190,9 @@ class Endpoint {
   /// it had received but not yet matched is dropped.
   void abort();
 
+  /// True once the endpoint has failed for good: the peer went away, broke the
+  /// protocol, closed or aborted, or this side called close()/abort(). Every request
+  /// outstanding then has completed with failure(), and new calls fail at once.
   bool failed() const;
   /// True once the endpoint failed because the peer called close() (not abort(), not
   /// a crash or a reset). Receives still match the eager messages that arrived before
@@ -189,9 +200,14 @@ class Endpoint {
   bool closed_by_peer() const;
   /// Why the endpoint failed (ok if it has not).
   Status failure() const;
+  /// This endpoint's id within its context (the handshake names it; logs show it).
   EndpointId id() const;
+  /// The peer's "host:port" as this side connected to it or accepted it from.
   std::string peer_address() const;
+  /// K, the number of payload-only data streams (REMORA_STREAMS of the side that
+  /// connected; both sides use the connector's count).
   uint32_t data_streams() const;
+  /// A snapshot of the counters. Thread-safe.
   EndpointStats stats() const;
 
  private:

@@ -103,12 +103,16 @@ Status Config::validate() const {
 }
 
 Config apply(Config base, const ContextOptions& o) {
+  if (o.log_level) base.log_level = *o.log_level;
   if (o.streams_per_endpoint) base.streams_per_endpoint = *o.streams_per_endpoint;
   if (o.chunk_bytes) base.chunk_bytes = *o.chunk_bytes;
   if (o.eager_limit) base.eager_limit = *o.eager_limit;
   if (o.eager_credit) base.eager_credit = *o.eager_credit;
+  if (o.max_outstanding) base.max_outstanding = *o.max_outstanding;
+  if (o.max_unexpected) base.max_unexpected = *o.max_unexpected;
   if (o.rma_window) base.rma_window = *o.rma_window;
   if (o.spin_us) base.spin_us = *o.spin_us;
+  if (o.progress_linger_us) base.progress_linger_us = *o.progress_linger_us;
   if (o.progress_poll_us) base.progress_poll_us = *o.progress_poll_us;
   if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;

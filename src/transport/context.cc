@@ -193,6 +193,7 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
   if (!options.ignore_env) {
     REMORA_ASSIGN_OR_RETURN(base, Config::from_env());
   }
+  if (options.log_level) core::set_log_level(*options.log_level);  // the log is one per process
   return create(apply(base, options));
 }
 

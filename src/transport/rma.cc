@@ -631,9 +631,8 @@ Request Endpoint::get(std::span<std::byte> local, const RemoteKey& key, uint64_t
 Request Endpoint::fetch_add(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t value) {
   return core_->atomic(result, key, remote_offset, wire::AtomicOp::kFetchAdd, value, 0);
 }
-Request Endpoint::compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t expected,
-                               uint64_t desired) {
-  return core_->atomic(result, key, remote_offset, wire::AtomicOp::kCompareSwap, desired, expected);
+Request Endpoint::compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, CompareSwap operands) {
+  return core_->atomic(result, key, remote_offset, wire::AtomicOp::kCompareSwap, operands.desired, operands.expected);
 }
 Request Endpoint::flush() { return core_->flush(); }
 std::optional<Notification> Endpoint::poll_notification() { return core_->poll_notification(); }

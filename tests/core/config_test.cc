@@ -102,6 +102,41 @@ TEST(Config, OptionsWinOverEnvironment) {
   EXPECT_EQ(cfg.chunk_bytes, base.chunk_bytes);
 }
 
+// Every field of Config can be set through ContextOptions, and lands where it belongs.
+TEST(Config, EveryOptionReachesItsField) {
+  const Config d;
+  const Config c = apply(d, ContextOptions{.log_level = LogLevel::kDebug,
+                                           .streams_per_endpoint = d.streams_per_endpoint + 1,
+                                           .chunk_bytes = d.chunk_bytes + 1,
+                                           .eager_limit = d.eager_limit + 1,
+                                           .eager_credit = d.eager_credit + 1,
+                                           .max_outstanding = d.max_outstanding + 1,
+                                           .max_unexpected = d.max_unexpected + 1,
+                                           .rma_window = d.rma_window + 1,
+                                           .spin_us = d.spin_us + 1,
+                                           .progress_linger_us = d.progress_linger_us + 1,
+                                           .progress_poll_us = d.progress_poll_us + 1,
+                                           .connect_timeout_ms = d.connect_timeout_ms + 1,
+                                           .handshake_timeout_ms = d.handshake_timeout_ms + 1,
+                                           .wait_timeout_ms = d.wait_timeout_ms + 1,
+                                           .pin_mode = PinMode::kOff});
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c.streams_per_endpoint, d.streams_per_endpoint + 1);
+  EXPECT_EQ(c.chunk_bytes, d.chunk_bytes + 1);
+  EXPECT_EQ(c.eager_limit, d.eager_limit + 1);
+  EXPECT_EQ(c.eager_credit, d.eager_credit + 1);
+  EXPECT_EQ(c.max_outstanding, d.max_outstanding + 1);
+  EXPECT_EQ(c.max_unexpected, d.max_unexpected + 1);
+  EXPECT_EQ(c.rma_window, d.rma_window + 1);
+  EXPECT_EQ(c.spin_us, d.spin_us + 1);
+  EXPECT_EQ(c.progress_linger_us, d.progress_linger_us + 1);
+  EXPECT_EQ(c.progress_poll_us, d.progress_poll_us + 1);
+  EXPECT_EQ(c.connect_timeout_ms, d.connect_timeout_ms + 1);
+  EXPECT_EQ(c.handshake_timeout_ms, d.handshake_timeout_ms + 1);
+  EXPECT_EQ(c.wait_timeout_ms, d.wait_timeout_ms + 1);
+  EXPECT_EQ(c.pin_mode, PinMode::kOff);
+}
+
 // The bound of a wait given no timeout: 5 minutes unless REMORA_WAIT_TIMEOUT_MS or
 // ContextOptions says otherwise; 1 ms to 24 h (no bound at all is kForever, by name).
 TEST(Config, WaitTimeoutFromDefaultsEnvironmentAndOptions) {

@@ -682,15 +682,15 @@ TEST(RmaAtomics, FetchAddAndCompareSwapSemantics) {
 
   // compare_swap: swaps on a match, reports the previous value either way.
   t.set_word(80, 1234);
-  ASSERT_TRUE(p.init->compare_swap(&old, key, 80, 1234, 99).wait(10s).is_ok());
+  ASSERT_TRUE(p.init->compare_swap(&old, key, 80, {.expected = 1234, .desired = 99}).wait(10s).is_ok());
   EXPECT_EQ(old, 1234u);
   t.model_word(80, 99);
   EXPECT_EQ(diff(t), "");
   old = 0;
-  ASSERT_TRUE(p.init->compare_swap(&old, key, 80, 1234, 555).wait(10s).is_ok());
+  ASSERT_TRUE(p.init->compare_swap(&old, key, 80, {.expected = 1234, .desired = 555}).wait(10s).is_ok());
   EXPECT_EQ(old, 99u) << "a failed compare_swap reports the current value";
   EXPECT_EQ(diff(t), "") << "a failed compare_swap changed memory";
-  ASSERT_TRUE(p.init->compare_swap(nullptr, key, 80, 99, 0).wait(10s).is_ok());
+  ASSERT_TRUE(p.init->compare_swap(nullptr, key, 80, {.expected = 99, .desired = 0}).wait(10s).is_ok());
   t.model_word(80, 0);
   EXPECT_EQ(diff(t), "");
   // First and last word of the region.
@@ -698,7 +698,7 @@ TEST(RmaAtomics, FetchAddAndCompareSwapSemantics) {
   t.set_word(4088, 20);
   ASSERT_TRUE(p.init->fetch_add(&old, key, 0, 1).wait(10s).is_ok());
   EXPECT_EQ(old, 10u);
-  ASSERT_TRUE(p.init->compare_swap(&old, key, 4088, 20, 21).wait(10s).is_ok());
+  ASSERT_TRUE(p.init->compare_swap(&old, key, 4088, {.expected = 20, .desired = 21}).wait(10s).is_ok());
   EXPECT_EQ(old, 20u);
   t.model_word(0, 11);
   t.model_word(4088, 21);
@@ -721,7 +721,7 @@ TEST(RmaAtomics, PostedWithoutWaitingExecuteInPostingOrder) {
   std::vector<Request> reqs;
   for (size_t i = 0; i < kOps; ++i) {
     reqs.push_back(p.init->fetch_add(&adds[i], key, 0, 1));
-    reqs.push_back(p.init->compare_swap(&cas[i], key, 8, i, i + 1));
+    reqs.push_back(p.init->compare_swap(&cas[i], key, 8, {.expected = i, .desired = i + 1}));
   }
   ASSERT_TRUE(wait_all(reqs, 30s).is_ok());
   for (size_t i = 0; i < kOps; ++i) {
@@ -929,7 +929,7 @@ class RefusalTest : public ::testing::Test {
     expect_refused(p_.init->get(sink, key, off), want, what + " (large get)", also);
     EXPECT_EQ(sink, untouched) << what << ": a refused get wrote into the local buffer";
     expect_refused(p_.init->fetch_add(&result, key, atomic_off, 1), want, what + " (fetch_add)", also);
-    expect_refused(p_.init->compare_swap(&result, key, atomic_off, 0, 1), want, what + " (compare_swap)", also);
+    expect_refused(p_.init->compare_swap(&result, key, atomic_off, {.expected = 0, .desired = 1}), want, what + " (compare_swap)", also);
     EXPECT_EQ(result, 0xDEADBEEFu) << what << ": a refused atomic wrote *result";
     EXPECT_FALSE(p_.target->poll_notification().has_value()) << what << ": a refused put notified";
   }
@@ -1096,7 +1096,7 @@ TEST_F(RefusalTest, MissingRights) {
   expect_refused(p_.init->get(sink, ao, 64), StatusCode::kAccessDenied, "get with an atomic-only key");
   expect_refused(p_.init->fetch_add(nullptr, ro, 64, 1), StatusCode::kAccessDenied, "fetch_add, read-only key");
   expect_refused(p_.init->fetch_add(nullptr, wo, 64, 1), StatusCode::kAccessDenied, "fetch_add, write-only key");
-  expect_refused(p_.init->compare_swap(nullptr, wo, 64, 0, 1), StatusCode::kAccessDenied, "compare_swap, write-only");
+  expect_refused(p_.init->compare_swap(nullptr, wo, 64, {.expected = 0, .desired = 1}), StatusCode::kAccessDenied, "compare_swap, write-only");
   // Each narrowed key does its own op.
   ASSERT_TRUE(p_.init->get(sink, ro, 64).wait(10s).is_ok());
   ASSERT_TRUE(p_.init->put(small_, wo, 64).wait(10s).is_ok());
@@ -1128,7 +1128,7 @@ TEST_F(RefusalTest, MisalignedAtomics) {
   for (uint64_t off : {uint64_t{1}, uint64_t{4}, uint64_t{7}, uint64_t{kSize - 12}}) {
     expect_refused(p_.init->fetch_add(&result, key_, off, 1), StatusCode::kInvalidArgument,
                    "fetch_add at " + std::to_string(off));
-    expect_refused(p_.init->compare_swap(&result, key_, off, 0, 1), StatusCode::kInvalidArgument,
+    expect_refused(p_.init->compare_swap(&result, key_, off, {.expected = 0, .desired = 1}), StatusCode::kInvalidArgument,
                    "compare_swap at " + std::to_string(off));
   }
   EXPECT_EQ(result, 0xDEADBEEFu);
@@ -1525,7 +1525,7 @@ TEST(RmaFailure, PeerGoneFailsOutstandingOps) {
   for (size_t i = 0; i < kOps; ++i) {
     reqs.push_back(p.init->put(datas[i], key, i * kPut));
     reqs.push_back(p.init->get(gets[i], key, 0));
-    reqs.push_back(p.init->compare_swap(nullptr, key, kOps * kPut, 0, 1));
+    reqs.push_back(p.init->compare_swap(nullptr, key, kOps * kPut, {.expected = 0, .desired = 1}));
   }
   p.target->close();
   size_t failed = 0;

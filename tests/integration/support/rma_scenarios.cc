@@ -375,7 +375,7 @@ std::string atomics_initiator(Endpoint& ep, uint32_t rank, const AtomicsOptions&
   uint64_t expected = 0, attempts = 0;
   for (size_t done_count = 0; done_count < o.cas_count;) {
     uint64_t old = ~uint64_t{0};
-    if (const Status s = ep.compare_swap(&old, key, 16, expected, expected + 1).wait(o.timeout); !s.is_ok()) {
+    if (const Status s = ep.compare_swap(&old, key, 16, {.expected = expected, .desired = expected + 1}).wait(o.timeout); !s.is_ok()) {
       return fail(ep, "compare_swap: " + describe(s));
     }
     if (++attempts > 1000 * o.cas_count) return fail(ep, "compare_swap loop does not converge");
