@@ -11,6 +11,7 @@
 #include "coll/algorithms.h"
 #include "coll/comm_core.h"
 #include "mesh.h"
+#include "scoped_env.h"
 
 namespace remora {
 namespace {
@@ -148,17 +149,7 @@ TEST(CommunicatorAlgorithm, FollowsSizeAndNamesWhatRuns) {
   EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).steps, 2);
 }
 
-/// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 TEST(CommunicatorAlgorithm, FollowsTheEnvironmentOverride) {
   {

@@ -10,29 +10,12 @@
 #include "core/log.h"
 #include "remora/config.h"
 #include "remora/status.h"
+#include "scoped_env.h"
 
 namespace remora {
 namespace {
 
-// Sets an environment variable for the scope of a test and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = ::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using testing::ScopedEnv;
 
 TEST(ParseSize, SuffixesAndErrors) {
   EXPECT_EQ(core::parse_size("4096").value(), 4096u);

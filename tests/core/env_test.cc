@@ -12,20 +12,12 @@
 #include <gtest/gtest.h>
 
 #include "remora/config.h"
+#include "scoped_env.h"
 
 namespace remora {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 bool known(std::string_view name) {
   for (core::VariableList list : core::known_variable_lists()) {

@@ -19,33 +19,14 @@
 #include <gtest/gtest.h>
 
 #include "remora/remora.h"
+#include "scoped_env.h"
 
 namespace remora {
 namespace {
 
 using namespace std::chrono_literals;
 
-/// Sets an environment variable for the scope of one test and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = ::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 /// A TCP socket listening on 127.0.0.1 that never accepts: connects complete in the
 /// kernel's backlog, and nothing ever answers the handshake.
