@@ -3,14 +3,15 @@
 //
 // The chunk scheduler (chunk_scheduler.h) moves chunks between the data streams and
 // these interfaces and knows nothing else about memory. A new memory kind joins the
-// data path by implementing them:
+// data path by implementing them (none of these exists yet; see issue 18):
 // - a staging sink reads a chunk into a pinned bounce buffer, starts an asynchronous
 //   copy to device memory in chunk_arrived() and returns kInProgress, then reports the
 //   copy's end with ChunkScheduler::chunk_placed (in any order, or with an error);
 // - a devmem sink reads with recvmsg(MSG_SOCK_DEVMEM), gets dmabuf fragments and
 //   tokens instead of bytes, scatters them to the destination and returns the tokens
 //   before it reports the chunk placed;
-// - a staging source copies device memory into bounce buffers ahead of the stream.
+// - a staging source copies device memory into bounce buffers ahead of the stream
+//   (the scheduler will need a "not staged yet" answer from write() for it).
 // Every call runs with the progress lock held; none may block.
 #pragma once
 
