@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -32,6 +33,19 @@ class AsyncCopy {
   virtual Status test() = 0;
   /// Blocks up to `timeout`; kTimeout if still running then.
   virtual Status wait(Duration timeout) = 0;
+  /// Calls `fn` exactly once when the copy has ended (test() no longer answers
+  /// kInProgress): at once, on the calling thread, if it already has; otherwise later,
+  /// on a thread of the domain's. `fn` must be quick, must not block and must not call
+  /// into the domain; the library uses it to wake its progress engine.
+  virtual void on_done(std::function<void()> fn) = 0;
+};
+
+/// A dmabuf file descriptor exported for a range of a domain's memory (devmem TCP
+/// binds it to a NIC's queues). The caller owns `fd` and closes it.
+struct DmabufExport {
+  int fd = -1;
+  uint64_t offset = 0;  ///< where the range starts within the dmabuf
+  uint64_t length = 0;
 };
 
 /// What a domain did to register a range; handed back on deregistration.
@@ -62,6 +76,16 @@ class MemoryDomain {
   virtual Result<std::unique_ptr<AsyncCopy>> copy_to_host(void* host_dst, const void* src, size_t len) = 0;
   /// Copy `len` bytes from host memory `host_src` into domain memory `dst`.
   virtual Result<std::unique_ptr<AsyncCopy>> copy_from_host(void* dst, const void* host_src, size_t len) = 0;
+
+  /// Makes host memory [host, host+len) fast to copy to and from this domain (CUDA:
+  /// page-locks it with the driver). Staging buffers are prepared once, when their
+  /// pool is made, and reused (the explicit-reuse rule). Default: nothing to do.
+  virtual Status prepare_staging(void* /*host*/, size_t /*len*/) { return Status::ok(); }
+  /// Undoes prepare_staging. Never fails.
+  virtual void release_staging(void* /*host*/, size_t /*len*/) noexcept {}
+  /// A dmabuf for [ptr, ptr+len) of this domain's memory, where the driver can export
+  /// one. Default: kUnsupported, saying which domain cannot.
+  virtual Result<DmabufExport> export_dmabuf(const void* ptr, size_t len);
 };
 
 /// The process-wide host memory domain.

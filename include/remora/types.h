@@ -52,7 +52,11 @@ constexpr Access operator&(Access a, Access b) noexcept {
 constexpr bool has_access(Access have, Access wanted) noexcept { return (have & wanted) == wanted; }
 
 /// Where a piece of memory lives.
-enum class MemoryKind : uint8_t { kHost = 0, kCuda = 1, kDmabuf = 2 };
+/// What kind of memory a region or buffer is. kTestDevice is the test double of a
+/// device (remora::testing::TestDeviceDomain): memory reachable only through its
+/// asynchronous copies, so that tests and benchmarks exercise the staging path on
+/// machines without an accelerator.
+enum class MemoryKind : uint8_t { kHost = 0, kCuda = 1, kDmabuf = 2, kTestDevice = 3 };
 std::string_view to_string(MemoryKind kind) noexcept;
 
 }  // namespace remora

@@ -35,6 +35,7 @@ std::string_view to_string(MemoryKind kind) noexcept {
     case MemoryKind::kHost: return "host";
     case MemoryKind::kCuda: return "cuda";
     case MemoryKind::kDmabuf: return "dmabuf";
+    case MemoryKind::kTestDevice: return "test-device";
   }
   return "unknown";
 }

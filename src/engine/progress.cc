@@ -154,7 +154,26 @@ void ProgressEngine::at_next_round(std::function<void()> fn) {
   }
 }
 
+void ProgressEngine::post(std::function<void()> fn) {
+  {
+    std::lock_guard lock(posted_mutex_);
+    posted_.push_back(std::move(fn));
+  }
+  has_posted_.store(true, std::memory_order_seq_cst);
+  has_next_round_.store(true, std::memory_order_seq_cst);
+  raise_eventfd(wake_fd_);  // a sleeping progress thread; spinning waiters poll anyway
+}
+
 void ProgressEngine::run_next_round() {
+  if (has_posted_.load(std::memory_order_acquire)) {
+    std::vector<std::function<void()>> posted;
+    {
+      std::lock_guard lock(posted_mutex_);
+      posted.swap(posted_);
+      has_posted_.store(false, std::memory_order_relaxed);
+    }
+    for (auto& fn : posted) fn();
+  }
   if (!has_next_round_.load(std::memory_order_relaxed)) return;
   std::vector<std::function<void()>> calls;
   calls.swap(next_round_);

@@ -124,6 +124,11 @@ class ProgressEngine {
   /// sent: for work that may wait until someone drives progress again. Lock held.
   void at_next_round(std::function<void()> fn);
 
+  /// Runs `fn` WITH the lock held at the start of the next progress round, and wakes
+  /// the progress thread for it. The one call here that may be made from any thread
+  /// without the lock: a memory domain's copy-completion thread reports through it.
+  void post(std::function<void()> fn);
+
   /// Drives progress once if the lock is free: harvests ready events without
   /// blocking and dispatches them, runs due timers. Returns the number of events
   /// dispatched (0 when idle or when another thread held the lock).
@@ -213,6 +218,9 @@ class ProgressEngine {
   std::vector<std::function<void()>> deferred_;
   std::vector<std::function<void()>> next_round_;
   std::atomic<bool> has_next_round_{false};
+  std::mutex posted_mutex_;  // guards posted_ only; taken without (or under) mutex_
+  std::vector<std::function<void()>> posted_;
+  std::atomic<bool> has_posted_{false};
   std::atomic<bool> epoll_sleeping_{false};  ///< the progress thread is in (or entering) a blocking epoll_wait
   std::atomic<bool> has_timers_{false};
 

@@ -78,6 +78,7 @@ class CompletedCopy final : public AsyncCopy {
  public:
   Status test() override { return Status::ok(); }
   Status wait(Duration /*timeout*/) override { return Status::ok(); }
+  void on_done(std::function<void()> fn) override { fn(); }
 };
 
 class HostDomain final : public MemoryDomain {
@@ -231,6 +232,10 @@ class HostDomain final : public MemoryDomain {
 };
 
 }  // namespace
+
+Result<DmabufExport> MemoryDomain::export_dmabuf(const void* /*ptr*/, size_t /*len*/) {
+  return Status(StatusCode::kUnsupported, fmt::format("the {} memory domain cannot export a dmabuf", name()));
+}
 
 MemoryDomain& host_domain() {
   static HostDomain* domain = new HostDomain();  // never destroyed: regions may outlive static teardown

@@ -30,7 +30,8 @@ bool known_kind(uint8_t kind) noexcept {
   switch (static_cast<MemoryKind>(kind)) {
     case MemoryKind::kHost:
     case MemoryKind::kCuda:
-    case MemoryKind::kDmabuf: return true;
+    case MemoryKind::kDmabuf:
+    case MemoryKind::kTestDevice: return true;
   }
   return false;
 }

@@ -445,6 +445,36 @@ TEST(ProgressEngine, ProgressThreadServesWhenNobodyElseDrives) {
   e->remove(efd.fd(), id);
 }
 
+// post() from threads that never hold the lock (a copy engine's completion thread):
+// every call runs exactly once and under the lock: a counter bumped without atomicity
+// by the posted calls and by this thread (holding the lock) loses no update. A sleeping
+// progress thread is woken for them; a try_progress caller runs what was posted.
+TEST(ProgressEngine, PostFromForeignThreadsRunsEachCallOnceUnderTheLock) {
+  auto e = make_engine();
+  e->start();
+  constexpr int kThreads = 4, kPerThread = 500, kMine = 2000;
+  std::atomic<int> counter{0};
+  const auto bump = [&] { counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); };
+  std::vector<std::thread> posters;
+  for (int t = 0; t < kThreads; ++t) {
+    posters.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) e->post(bump);
+    });
+  }
+  for (int i = 0; i < kMine; ++i) {
+    ProgressEngine::Guard g(*e);
+    bump();
+  }
+  for (auto& t : posters) t.join();
+  EXPECT_TRUE(wait_until([&] { return counter.load() == kThreads * kPerThread + kMine; })) << counter.load();
+  e->stop();
+  EXPECT_EQ(counter.load(), kThreads * kPerThread + kMine);
+  bool later = false;
+  e->post([&] { later = true; });
+  e->try_progress();
+  EXPECT_TRUE(later);
+}
+
 // A waiter that entered (the progress thread parks for it instead of competing) and then
 // blocks — it stops polling and waits for the progress thread — still gets its event
 // served: block_begin wakes a parked thread and keeps it from parking. The linger is long
