@@ -89,9 +89,9 @@ TEST(RemoteKey, RejectsEachMalformedField) {
   EXPECT_EQ(decode_code(with(0, 2)), StatusCode::kInvalidArgument);
   EXPECT_NE(message(with(0, 2)).find("version"), std::string::npos);
 
-  EXPECT_EQ(decode_code(with(1, 3)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(decode_code(with(1, 4)), StatusCode::kInvalidArgument);
   EXPECT_EQ(decode_code(with(1, 0xFF)), StatusCode::kInvalidArgument);
-  EXPECT_NE(message(with(1, 3)).find("kind"), std::string::npos);
+  EXPECT_NE(message(with(1, 4)).find("kind"), std::string::npos);
 
   EXPECT_EQ(decode_code(with(2, 0x10)), StatusCode::kInvalidArgument);
   EXPECT_EQ(decode_code(with(2, 0x8A)), StatusCode::kInvalidArgument);
