@@ -1,0 +1,76 @@
+// remora/testing/test_device.h — a test double of an accelerator's memory, for machines
+// without one.
+//
+// TestDeviceDomain is a MemoryDomain (MemoryKind::kTestDevice) whose memory this
+// process cannot touch: it is mapped without any access rights, so a code path that
+// reads or writes it directly instead of going through the domain's copies faults at
+// once. Copies run asynchronously on copy-engine threads (one per direction, like a
+// GPU's copy engines), at a rate you set, complete out of order when asked to, and fail
+// on demand. The staging path's tests and `remora bench --memory test-device` use it;
+// it proves nothing about real device drivers, and nothing that uses it says otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "remora/memory.h"
+#include "remora/status.h"
+
+namespace remora::testing {
+
+struct TestDeviceOptions {
+  /// Device memory reserved (address space; pages are allocated on first copy).
+  size_t capacity = size_t{1} << 30;
+  /// Bytes per second each copy engine moves; 0: as fast as memcpy.
+  double copy_bytes_per_second = 0;
+  /// Each engine takes the newest queued copy first, so copies queued together end in
+  /// the reverse order (tests of out-of-order completion). Off: oldest first.
+  bool newest_first = false;
+};
+
+class TestDeviceDomain final : public MemoryDomain {
+ public:
+  static Result<std::unique_ptr<TestDeviceDomain>> create(const TestDeviceOptions& options = {});
+  /// Waits for the copies in flight, then unmaps the memory.
+  ~TestDeviceDomain() override;
+  TestDeviceDomain(const TestDeviceDomain&) = delete;
+  TestDeviceDomain& operator=(const TestDeviceDomain&) = delete;
+
+  /// `len` bytes of device memory (page-aligned; kNoResource when the capacity is used up).
+  Result<std::byte*> allocate(size_t len);
+  /// Every copy touching [ptr, ptr+len) from now on fails (StatusCode::kInternal,
+  /// "injected"), until clear_failures().
+  void fail_copies(const void* ptr, size_t len);
+  void clear_failures();
+  /// Changes the copy rate (bytes per second per engine; 0: unlimited).
+  void set_copy_rate(double bytes_per_second);
+  /// Copies started so far (both directions), and those that failed.
+  uint64_t copies() const noexcept;
+  uint64_t failed_copies() const noexcept;
+
+  /// Synchronous conveniences for tests: copy and wait (up to 60 s).
+  Status write(void* device_dst, const void* host_src, size_t len);
+  Status read(void* host_dst, const void* device_src, size_t len);
+
+  // MemoryDomain
+  MemoryKind kind() const noexcept override { return MemoryKind::kTestDevice; }
+  std::string_view name() const noexcept override { return "test-device"; }
+  bool owns(const void* ptr, size_t len) const override;
+  Result<DomainRegistration> register_range(void* ptr, size_t len, PinMode mode) override;
+  void deregister_range(void* ptr, size_t len, const DomainRegistration& reg) noexcept override;
+  Result<std::unique_ptr<AsyncCopy>> copy_to_host(void* host_dst, const void* src, size_t len) override;
+  Result<std::unique_ptr<AsyncCopy>> copy_from_host(void* dst, const void* host_src, size_t len) override;
+  Status prepare_staging(void* host, size_t len) override;
+  void release_staging(void* host, size_t len) noexcept override;
+  /// Staging buffers prepared and not yet released (tests check the pool's reuse).
+  uint64_t prepared_staging() const noexcept;
+
+  struct State;
+
+ private:
+  explicit TestDeviceDomain(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace remora::testing

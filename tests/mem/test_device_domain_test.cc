@@ -1,0 +1,146 @@
+// Tests for mem/test_device_domain.cc, the test double the staging path is tested
+// with: its memory is unreachable except through its copies, copies move the right
+// bytes, end out of order when asked, fail on demand, and report their end exactly
+// once through on_done. If the double were lax (readable memory, copies that end in
+// order), the staging tests built on it would prove less than they claim.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "remora/testing/test_device.h"
+
+namespace remora::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::byte> pattern(size_t len, uint8_t seed) {
+  std::vector<std::byte> v(len);
+  for (size_t i = 0; i < len; ++i) v[i] = std::byte(static_cast<uint8_t>(i * 131 + seed + (i >> 12)));
+  return v;
+}
+
+std::unique_ptr<TestDeviceDomain> make(TestDeviceOptions o = {}) {
+  o.capacity = o.capacity == TestDeviceOptions{}.capacity ? size_t{64} << 20 : o.capacity;
+  auto d = TestDeviceDomain::create(o);
+  EXPECT_TRUE(d.is_ok()) << d.status().to_string();
+  return std::move(*d);
+}
+
+TEST(TestDeviceDomain, ItsMemoryCannotBeTouchedDirectly) {
+  auto dev = make();
+  std::byte* p = dev->allocate(4096).value();
+  EXPECT_DEATH({ volatile std::byte b = *p; (void)b; }, "");
+  EXPECT_DEATH({ std::memset(p, 1, 16); }, "");
+}
+
+TEST(TestDeviceDomain, CopiesMoveExactlyTheirBytesAtAnyOffsetAndSize) {
+  auto dev = make();
+  std::byte* base = dev->allocate(size_t{8} << 20).value();
+  for (size_t len : {size_t{1}, size_t{7}, size_t{4096}, size_t{65537}, size_t{3} << 20}) {
+    for (size_t off : {size_t{0}, size_t{1}, size_t{4095}}) {
+      const auto in = pattern(len, static_cast<uint8_t>(len + off));
+      ASSERT_TRUE(dev->write(base + off, in.data(), len).is_ok());
+      std::vector<std::byte> out(len + 2, std::byte{0xEE});
+      ASSERT_TRUE(dev->read(out.data() + 1, base + off, len).is_ok());
+      EXPECT_EQ(std::memcmp(out.data() + 1, in.data(), len), 0) << len << " at " << off;
+      EXPECT_EQ(out[0], std::byte{0xEE});  // nothing outside the copy's range
+      EXPECT_EQ(out[len + 1], std::byte{0xEE});
+    }
+  }
+}
+
+TEST(TestDeviceDomain, RefusesWhatIsNotItsMemory) {
+  auto dev = make();
+  std::byte* p = dev->allocate(4096).value();
+  std::vector<std::byte> host(4096);
+  EXPECT_TRUE(dev->owns(p, 4096));
+  EXPECT_FALSE(dev->owns(host.data(), 16));
+  EXPECT_FALSE(dev->owns(p, (size_t{64} << 20) + 1));
+  EXPECT_EQ(dev->copy_to_host(host.data(), host.data(), 16).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev->register_range(host.data(), 16, PinMode::kTry).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dev->register_range(p, 4096, PinMode::kRequire).is_ok());
+  EXPECT_EQ(dev->allocate(size_t{64} << 20).status().code(), StatusCode::kNoResource);
+}
+
+TEST(TestDeviceDomain, NewestFirstEndsQueuedCopiesInReverseOrder) {
+  TestDeviceOptions o;
+  o.newest_first = true;
+  o.copy_bytes_per_second = 64.0 * 1024 * 1024;  // 1 MiB: about 16 ms, so the rest queue behind it
+  auto dev = make(o);
+  std::byte* p = dev->allocate(size_t{4} << 20).value();
+  std::vector<std::byte> host(size_t{4} << 20);
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::unique_ptr<AsyncCopy>> copies;
+  for (int i = 0; i < 4; ++i) {
+    auto c = dev->copy_from_host(p + (size_t(i) << 20), host.data() + (size_t(i) << 20), size_t{1} << 20);
+    ASSERT_TRUE(c.is_ok());
+    (*c)->on_done([&, i] {
+      std::lock_guard lock(mu);
+      order.push_back(i);
+    });
+    copies.push_back(std::move(*c));
+  }
+  for (auto& c : copies) ASSERT_TRUE(c->wait(60s).is_ok());
+  std::lock_guard lock(mu);
+  ASSERT_EQ(order.size(), 4u);
+  // The first may have started before the others were queued (then it ends first);
+  // the rest end newest first.
+  std::vector<int> rest = order;
+  std::erase(rest, 0);
+  EXPECT_EQ(rest, (std::vector<int>{3, 2, 1}));
+  EXPECT_TRUE(order.front() == 0 || order.back() == 0);
+}
+
+TEST(TestDeviceDomain, InjectedFailuresFailOnlyTheCopiesThatTouchTheRange) {
+  auto dev = make();
+  std::byte* p = dev->allocate(size_t{1} << 20).value();
+  std::vector<std::byte> host(size_t{1} << 20);
+  dev->fail_copies(p + 4096, 1);
+  EXPECT_TRUE(dev->write(p, host.data(), 4096).is_ok());
+  const Status bad = dev->write(p + 4000, host.data(), 200);
+  EXPECT_EQ(bad.code(), StatusCode::kInternal);
+  EXPECT_NE(bad.message().find("injected"), std::string::npos);
+  EXPECT_EQ(dev->read(host.data(), p + 4096, 16).code(), StatusCode::kInternal);
+  EXPECT_EQ(dev->failed_copies(), 2u);
+  dev->clear_failures();
+  EXPECT_TRUE(dev->read(host.data(), p + 4096, 16).is_ok());
+}
+
+TEST(TestDeviceDomain, OnDoneRunsExactlyOnceWhetherSetBeforeOrAfterTheEnd) {
+  auto dev = make();
+  std::byte* p = dev->allocate(4096).value();
+  std::vector<std::byte> host(4096);
+  std::atomic<int> calls{0};
+  auto c = dev->copy_from_host(p, host.data(), 4096).value();
+  ASSERT_TRUE(c->wait(60s).is_ok());
+  c->on_done([&] { calls.fetch_add(1); });  // already ended: runs here, now
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(c->test().is_ok());
+}
+
+TEST(TestDeviceDomain, DestructionWaitsForQueuedCopiesAndReportsEachEnd) {
+  std::atomic<int> ended{0};
+  std::vector<std::byte> host(size_t{1} << 20);
+  std::vector<std::unique_ptr<AsyncCopy>> copies;
+  {
+    TestDeviceOptions o;
+    o.copy_bytes_per_second = 256.0 * 1024 * 1024;
+    auto dev = make(o);
+    std::byte* p = dev->allocate(size_t{1} << 20).value();
+    for (int i = 0; i < 8; ++i) {
+      auto c = dev->copy_from_host(p, host.data(), size_t{1} << 20).value();
+      c->on_done([&] { ended.fetch_add(1); });
+      copies.push_back(std::move(c));
+    }
+  }
+  EXPECT_EQ(ended.load(), 8);
+  for (auto& c : copies) EXPECT_TRUE(c->test().is_ok());
+}
+
+}  // namespace
+}  // namespace remora::testing
