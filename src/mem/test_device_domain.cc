@@ -97,6 +97,7 @@ struct TestDeviceDomain::State {
   std::byte* backing = nullptr;  // read-write: what the engines copy through
   std::atomic<size_t> used{0};
   std::atomic<double> rate{0};
+  bool held = false;  // guarded by every engine's mutex (set under all of them)
   std::atomic<uint64_t> copies{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> prepared{0};
@@ -133,7 +134,7 @@ struct TestDeviceDomain::State {
       Job job;
       {
         std::unique_lock lock(e.mu);
-        e.cv.wait(lock, [&] { return e.stop || !e.queue.empty(); });
+        e.cv.wait(lock, [&] { return e.stop || (!e.queue.empty() && !held); });
         if (e.queue.empty()) return;  // stopping, and nothing left in flight
         if (options.newest_first) {
           job = std::move(e.queue.back());
@@ -252,6 +253,16 @@ void TestDeviceDomain::fail_copies(const void* ptr, size_t len) {
 void TestDeviceDomain::clear_failures() {
   std::lock_guard lock(state_->fail_mu);
   state_->fail_ranges.clear();
+}
+
+void TestDeviceDomain::hold_copies(bool held) {
+  for (auto& e : state_->engines) {
+    {
+      std::lock_guard lock(e.mu);
+      state_->held = held;
+    }
+    e.cv.notify_all();
+  }
 }
 
 void TestDeviceDomain::set_copy_rate(double bytes_per_second) { state_->rate.store(bytes_per_second); }

@@ -3,15 +3,20 @@
 //
 // The chunk scheduler (chunk_scheduler.h) moves chunks between the data streams and
 // these interfaces and knows nothing else about memory. A new memory kind joins the
-// data path by implementing them (none of these exists yet; see issue 18):
-// - a staging sink reads a chunk into a pinned bounce buffer, starts an asynchronous
-//   copy to device memory in chunk_arrived() and returns kInProgress, then reports the
-//   copy's end with ChunkScheduler::chunk_placed (in any order, or with an error);
-// - a devmem sink reads with recvmsg(MSG_SOCK_DEVMEM), gets dmabuf fragments and
-//   tokens instead of bytes, scatters them to the destination and returns the tokens
-//   before it reports the chunk placed;
-// - a staging source copies device memory into bounce buffers ahead of the stream
-//   (the scheduler will need a "not staged yet" answer from write() for it).
+// data path by implementing them:
+// - a source that is not ready at once answers prepare() with kInProgress until a
+//   chunk's bytes are at hand (the staging source copies device memory into pinned
+//   bounce buffers ahead of the stream, transport/staging.h), and hears of each chunk
+//   written through chunk_sent() so that its buffer can be reused;
+// - a sink that needs room before it can read a chunk answers begin_chunk() with
+//   false until it has some (the staging sink's bounce buffers), and one that places
+//   chunks asynchronously answers chunk_arrived() with kInProgress and reports the end
+//   through ChunkScheduler::chunk_placed, in any order, or with an error;
+// - a devmem sink (not built yet, issue 18) reads with recvmsg(MSG_SOCK_DEVMEM), gets
+//   dmabuf fragments and tokens instead of bytes, scatters them to the destination and
+//   returns the tokens before it reports the chunk placed.
+// A stalled source or sink tells the scheduler's owner when it can go on (the owner
+// then calls ChunkScheduler::unstall and schedules again).
 // Every call runs with the progress lock held; none may block.
 #pragma once
 
@@ -33,6 +38,13 @@ class ChunkSource {
   /// Writes up to `len` bytes of the transfer, from transfer offset `offset` on, to the
   /// non-blocking stream `fd` (one system call).
   virtual net::IoResult write(int fd, uint64_t offset, uint64_t len) = 0;
+  /// May the chunk [offset, offset + len) be announced and written now? ok: yes.
+  /// kInProgress: not yet (its bytes are being staged); the source's owner schedules
+  /// again when they are. Any other status: the transfer failed there; nothing more of
+  /// it is announced, and it ends once what was announced is written.
+  virtual Status prepare(uint64_t /*offset*/, uint64_t /*len*/) { return Status::ok(); }
+  /// Every byte of the chunk [offset, offset + length) is in the kernel.
+  virtual void chunk_sent(uint64_t /*offset*/, uint64_t /*length*/) {}
 };
 
 /// Where the chunks of one incoming transfer go.
@@ -43,6 +55,10 @@ class ChunkSink {
   /// non-blocking stream `fd` (one system call). `*asked` is set to the byte count the
   /// call asked the kernel for: a read shorter than that drained the socket.
   virtual net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) = 0;
+  /// The chunk [offset, offset + length) is next on its stream, before its first byte
+  /// is read. false: no room for it now; the stream is not read until the sink's owner
+  /// calls ChunkScheduler::unstall.
+  virtual bool begin_chunk(uint64_t /*offset*/, uint64_t /*length*/) { return true; }
   /// Every byte of the chunk [offset, offset + length) is off the stream. ok: the chunk
   /// is in place. kInProgress: it will be, and the sink says so later through
   /// ChunkScheduler::chunk_placed. Any other status: the chunk failed, and the whole

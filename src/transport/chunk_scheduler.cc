@@ -34,6 +34,7 @@ void ChunkScheduler::clear() {
     s.queued = 0;
     s.rxq.clear();
     s.rx_resume = false;
+    s.rx_stalled = false;
   }
   ready_.clear();
   ++epoch_;
@@ -55,8 +56,30 @@ bool ChunkScheduler::idle() const noexcept {
 
 // --- sending ---------------------------------------------------------------------
 
+std::deque<TxTransfer*>::iterator ChunkScheduler::next_preparable(uint64_t epoch) {
+  auto it = ready_.begin();
+  while (it != ready_.end()) {
+    TxTransfer* t = *it;
+    const Status p = t->source->prepare(t->scheduled, std::min<uint64_t>(chunk_bytes_, t->length - t->scheduled));
+    if (p.is_ok()) return it;
+    if (p.code() == StatusCode::kInProgress) {
+      ++it;  // not staged yet: a later transfer may go first
+      continue;
+    }
+    t->failure = p;
+    it = ready_.erase(it);
+    if (t->done()) {
+      owner_.sent(*t);
+      if (epoch != epoch_) return ready_.end();
+      it = ready_.begin();
+    }
+  }
+  return it;
+}
+
 bool ChunkScheduler::schedule() {
   bool scheduled = false;
+  const uint64_t epoch = epoch_;
   while (!ready_.empty()) {
     // The stream with the fewest queued bytes, if it has room for another chunk.
     uint16_t best = 0;
@@ -65,15 +88,17 @@ bool ChunkScheduler::schedule() {
     }
     Stream& s = streams_[best];
     if (s.queued >= chunk_bytes_) break;
-    TxTransfer* t = ready_.front();
+    const auto it = next_preparable(epoch);
+    if (epoch != epoch_ || it == ready_.end()) break;
+    TxTransfer* t = *it;
     const uint64_t size = std::min<uint64_t>(chunk_bytes_, t->length - t->scheduled);
     owner_.announce(wire::ChunkFrame{t->chunk_id, t->scheduled, static_cast<uint32_t>(size), best, t->kind});
-    s.txq.push_back(TxChunk{t, t->scheduled, size});
+    s.txq.push_back(TxChunk{t, t->scheduled, t->scheduled, size});
     s.queued += size;
     ++chunks_sent_;
     ++chunks_per_stream_[best];
     t->scheduled += size;
-    if (t->scheduled == t->length) ready_.pop_front();
+    if (t->scheduled == t->length) ready_.erase(it);
     scheduled = true;
   }
   return scheduled;
@@ -108,8 +133,12 @@ void ChunkScheduler::write(uint16_t index) {
     s.queued -= r.bytes;
     TxTransfer* t = c.t;
     t->written += r.bytes;
-    if (c.remaining == 0) s.txq.pop_front();
-    if (t->written == t->length) {
+    if (c.remaining == 0) {
+      const uint64_t start = c.start, length = c.offset - c.start;
+      s.txq.pop_front();
+      t->source->chunk_sent(start, length);
+    }
+    if (t->done()) {
       owner_.sent(*t);
       if (epoch != epoch_) return;
     }
@@ -134,7 +163,7 @@ std::string ChunkScheduler::expect(RxTransfer* t, uint16_t stream, uint64_t offs
            std::to_string(t->announced) + ", where the operation's previous chunk ended";
   }
   t->announced += length;
-  streams_[stream].rxq.push_back(RxChunk{t, offset, length, 0});
+  streams_[stream].rxq.push_back(RxChunk{t, offset, length, 0, false});
   return {};
 }
 
@@ -144,6 +173,13 @@ void ChunkScheduler::read(uint16_t index) {
   while (!s.rxq.empty()) {
     RxChunk& c = s.rxq.front();
     RxTransfer* t = c.t;
+    if (!c.begun) {
+      if (!t->sink->begin_chunk(c.start, c.length)) {
+        s.rx_stalled = true;  // unstall() reads on; the bytes raise no new edge
+        return;
+      }
+      c.begun = true;
+    }
     // `asked` is what the sink asked the kernel for: the rest of the chunk, or a
     // scratch buffer's worth when it drains. A read shorter than that drained the
     // socket; one that fills it did not, and stopping there would strand the rest
@@ -192,10 +228,25 @@ void ChunkScheduler::chunk_placed(RxTransfer* t, uint64_t length, const Status& 
 }
 
 void ChunkScheduler::redirect(const std::function<bool(const RxTransfer&)>& drop, RxTransfer* drain) {
+  bool stalled = false;
   for (Stream& s : streams_) {
     for (RxChunk& c : s.rxq) {
       if (drop(*c.t)) c.t = drain;
     }
+    if (s.rx_stalled && !s.rxq.empty() && s.rxq.front().t == drain) {
+      // Its sink had no room and is gone now; the drain has room.
+      s.rx_stalled = false;
+      s.rx_resume = true;
+      stalled = true;
+    }
+  }
+  if (stalled) owner_.resume_later();
+}
+
+void ChunkScheduler::unstall() {
+  const uint64_t epoch = epoch_;
+  for (uint16_t i = 0; i < streams_.size() && epoch == epoch_; ++i) {
+    if (std::exchange(streams_[i].rx_stalled, false)) read(i);
   }
 }
 

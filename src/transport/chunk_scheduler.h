@@ -34,6 +34,10 @@ struct TxTransfer {
   uint64_t scheduled = 0;  ///< bytes assigned to streams
   uint64_t written = 0;    ///< bytes the kernel accepted
   ChunkSource* source = nullptr;
+  Status failure;          ///< the source failed it (prepare): nothing after `scheduled` goes out
+
+  /// Everything that will be written of it is written.
+  bool done() const noexcept { return written == length || (!failure.is_ok() && written == scheduled); }
 };
 
 /// Bytes this side reads from the data streams for one operation.
@@ -59,7 +63,8 @@ class ChunkScheduler {
     virtual ~Owner() = default;
     /// Announce a chunk on the control stream (a CHUNK frame) before its bytes go out.
     virtual void announce(const wire::ChunkFrame& frame) = 0;
-    /// Every byte of `t` is in the kernel. `t` may be destroyed in the call.
+    /// Every byte of `t` is in the kernel, or, when t.failure is set, every byte that
+    /// was announced before its source failed. `t` may be destroyed in the call.
     virtual void sent(TxTransfer& t) = 0;
     /// Every announced chunk of `t` is finished (t.failure says whether one failed).
     /// `t` may be destroyed in the call.
@@ -120,6 +125,9 @@ class ChunkScheduler {
   void redirect(const std::function<bool(const RxTransfer&)>& drop, RxTransfer* drain);
   /// Goes on where read() gave way.
   void resume();
+  /// Reads the streams a sink stalled (begin_chunk said no); its owner calls this when
+  /// the sink has room again.
+  void unstall();
 
   /// Nothing is queued or waiting to be scheduled, in either direction.
   bool idle() const noexcept;
@@ -129,6 +137,7 @@ class ChunkScheduler {
  private:
   struct TxChunk {
     TxTransfer* t;
+    uint64_t start;      // the chunk's first byte, in the transfer
     uint64_t offset;     // next byte to write, in the transfer
     uint64_t remaining;
   };
@@ -137,6 +146,7 @@ class ChunkScheduler {
     uint64_t start;      // the chunk's first byte, in the transfer
     uint64_t length;
     uint64_t done;       // bytes read so far
+    bool begun;          // the sink took it (begin_chunk)
   };
   struct Stream {
     net::Fd fd;
@@ -146,7 +156,12 @@ class ChunkScheduler {
     bool tx_blocked = false;
     bool eof = false;
     bool rx_resume = false;  // read() gave way with bytes possibly left
+    bool rx_stalled = false;  // the front chunk's sink had no room (begin_chunk)
   };
+  /// The first ready transfer whose next chunk may go now (ready_.end() if none); a
+  /// transfer whose source failed leaves ready_ and, if nothing of it is left to
+  /// write, is reported sent (then `epoch_` may have moved).
+  std::deque<TxTransfer*>::iterator next_preparable(uint64_t epoch);
   void write(uint16_t index);
   void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length);
 

@@ -14,79 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "transport/chunk_scheduler.h"
+#include "transport/chunk_link.h"
 
 namespace remora::detail {
 namespace {
 
-std::vector<std::byte> pattern(size_t n, uint64_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
-
-/// Records what the scheduler tells its owner.
-struct RecordingOwner : ChunkScheduler::Owner {
-  std::vector<wire::ChunkFrame> announced;
-  std::vector<uint64_t> sent_ids;
-  std::vector<std::pair<uint64_t, Status>> received_ids;
-  std::vector<Status> failures;
-  int resumes = 0;
-  bool yield = false;
-
-  void announce(const wire::ChunkFrame& frame) override { announced.push_back(frame); }
-  void sent(TxTransfer& t) override { sent_ids.push_back(t.owner); }
-  void received(RxTransfer& t) override { received_ids.emplace_back(t.id, t.failure); }
-  void stream_failed(const Status& why) override { failures.push_back(why); }
-  void stream_ended(uint16_t index) override {
-    failures.push_back(Status(StatusCode::kPeerFailed, "stream " + std::to_string(index) + " ended"));
-  }
-  bool should_yield() override { return yield; }
-  void resume_later() override { ++resumes; }
-};
-
-/// A sender and a receiver joined by `streams` socket pairs.
-struct Link {
-  static constexpr uint64_t kChunk = 64 * 1024;
-  RecordingOwner tx_owner, rx_owner;
-  ChunkScheduler tx{tx_owner, kStreams, kChunk, "receiver"};
-  ChunkScheduler rx{rx_owner, kStreams, kChunk, "sender"};
-  static constexpr uint32_t kStreams = 2;
-  size_t handed = 0;  // announced frames passed to the receiver so far
-
-  Link() {
-    for (uint16_t i = 0; i < kStreams; ++i) {
-      int fds[2];
-      EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-      EXPECT_TRUE(tx.attach(i, net::Fd(fds[0])).is_ok());
-      EXPECT_TRUE(rx.attach(i, net::Fd(fds[1])).is_ok());
-    }
-  }
-
-  /// Moves bytes until `done` holds (bounded), handing each announced frame to the
-  /// transfer `pick` names for it, as the endpoint's CHUNK handler does by id.
-  template <typename Pick, typename Done>
-  void run_picking(Pick pick, Done done) {
-    for (int round = 0; round < 100000 && !done(); ++round) {
-      tx.schedule();
-      tx.write_all();
-      for (; handed < tx_owner.announced.size(); ++handed) {
-        const wire::ChunkFrame& f = tx_owner.announced[handed];
-        ASSERT_EQ(rx.expect(pick(f), f.stream, f.offset, f.length), "");
-      }
-      for (uint16_t i = 0; i < kStreams; ++i) {
-        rx.read(i);
-        tx.writable(i);  // the socket pair may have room again
-      }
-    }
-  }
-  /// The same with one transfer receiving every frame.
-  template <typename Done>
-  void run(RxTransfer* in, Done done) {
-    run_picking([in](const wire::ChunkFrame&) { return in; }, done);
-  }
-};
+using test::Link;
+using test::outgoing;
+using test::pattern;
+using test::RecordingOwner;
 
 TEST(ChunkScheduler, HostMemoryLandsIntactOverEveryStream) {
   Link link;
@@ -94,7 +30,7 @@ TEST(ChunkScheduler, HostMemoryLandsIntactOverEveryStream) {
   std::vector<std::byte> got(data.size());
   HostSource source(data.data());
   HostSink sink(got.data());
-  TxTransfer out{.kind = wire::ChunkKind::kMessage, .owner = 7, .chunk_id = 9, .length = data.size(), .source = &source};
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 7, 9, data.size(), &source);
   RxTransfer in;
   in.id = 9;
   in.length = data.size();
@@ -154,7 +90,7 @@ TEST(ChunkScheduler, ASinkMayCompleteChunksLaterAndOutOfOrder) {
   std::vector<std::byte> got(data.size());
   HostSource source(data.data());
   DeferredSink sink(got.data());
-  TxTransfer out{.kind = wire::ChunkKind::kPut, .owner = 1, .chunk_id = 3, .length = data.size(), .source = &source};
+  TxTransfer out = outgoing(wire::ChunkKind::kPut, 1, 3, data.size(), &source);
   RxTransfer in;
   in.kind = wire::ChunkKind::kPut;
   in.id = 3;
@@ -185,8 +121,8 @@ TEST(ChunkScheduler, AFailedChunkFailsItsTransferAndTheStreamsStayInStep) {
   HostSource source1(first.data()), source2(second.data());
   DeferredSink failing(got_first.data());
   HostSink sink2(got_second.data());
-  TxTransfer out1{.kind = wire::ChunkKind::kMessage, .owner = 1, .chunk_id = 1, .length = first.size(), .source = &source1};
-  TxTransfer out2{.kind = wire::ChunkKind::kMessage, .owner = 2, .chunk_id = 2, .length = second.size(), .source = &source2};
+  TxTransfer out1 = outgoing(wire::ChunkKind::kMessage, 1, 1, first.size(), &source1);
+  TxTransfer out2 = outgoing(wire::ChunkKind::kMessage, 2, 2, second.size(), &source2);
   RxTransfer in1, in2;
   in1.id = 1;
   in1.length = first.size();
@@ -237,7 +173,7 @@ TEST(ChunkScheduler, GivesWayWhenAskedAndResumesWhereItStopped) {
   std::vector<std::byte> got(data.size());
   HostSource source(data.data());
   HostSink sink(got.data());
-  TxTransfer out{.kind = wire::ChunkKind::kMessage, .owner = 1, .chunk_id = 1, .length = data.size(), .source = &source};
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
   RxTransfer in;
   in.id = 1;
   in.length = data.size();

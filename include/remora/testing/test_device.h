@@ -43,6 +43,9 @@ class TestDeviceDomain final : public MemoryDomain {
   /// "injected"), until clear_failures().
   void fail_copies(const void* ptr, size_t len);
   void clear_failures();
+  /// While held, copies queue and none starts; releasing starts them (newest first, if
+  /// so made). Tests make an order of completion certain with it.
+  void hold_copies(bool held);
   /// Changes the copy rate (bytes per second per engine; 0: unlimited).
   void set_copy_rate(double bytes_per_second);
   /// Copies started so far (both directions), and those that failed.
