@@ -32,6 +32,7 @@ enum class StatusCode : uint8_t {
   kUnsupported,      ///< feature not available here (and the message says why)
   kAborted,          ///< cancelled locally (endpoint closed, context destroyed)
   kInternal,         ///< an invariant broke; please report
+  kDeviceFailed,     ///< a device (accelerator) copy or registration failed; the message says which
 };
 
 /// Stable lower-case name of a code, e.g. "peer_failed".

@@ -26,6 +26,7 @@ std::string_view to_string(StatusCode code) noexcept {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kAborted: return "aborted";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kDeviceFailed: return "device_failed";
   }
   return "unknown";
 }

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/log.h"
 #include "net/io.h"
 #include "transport/endpoint_core.h"
@@ -467,7 +469,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         else if constexpr (std::is_same_v<T, wire::PutFrame>) handle_put(f);
         else if constexpr (std::is_same_v<T, wire::GetFrame>) handle_get(f);
         else if constexpr (std::is_same_v<T, wire::AtomicFrame>) handle_atomic(f);
-        else handle_resp(f);
+        else if constexpr (std::is_same_v<T, wire::RespFrame>) handle_resp(f);
+        else handle_abort(f);
       },
       frame);
 }
@@ -612,6 +615,24 @@ void EndpointCore::handle_chunk(const ChunkFrame& f) {
     return;
   }
   read_stream(f.stream);
+}
+
+void EndpointCore::handle_abort(const wire::AbortFrame& f) {
+  RxTransfer* in = find_in(f.kind, f.id);
+  if (in == nullptr || in->doomed) {
+    static constexpr const char* kWhat[] = {"receive", "put", "get"};
+    protocol_error(std::string("ABORT for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
+                   std::to_string(f.id));
+    return;
+  }
+  // What was announced still arrives; nothing more will be.
+  in->doomed = true;
+  if (in->failure.is_ok()) {
+    in->failure = Status(f.code, fmt::format("peer {} stopped sending after {} of {} bytes: its side of the transfer "
+                                             "failed ({})",
+                                             params_.peer, in->announced, in->length, to_string(f.code)));
+  }
+  if (in->complete()) received(*in);
 }
 
 void EndpointCore::handle_credit(const CreditFrame& f) {

@@ -195,6 +195,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
   void handle_get(const wire::GetFrame& f);
   void handle_atomic(const wire::AtomicFrame& f);
   void handle_resp(const wire::RespFrame& f);
+  void handle_abort(const wire::AbortFrame& f);
   void handle_control_eof(const Status& why);
 
   // RMA helpers (rma.cc)

@@ -34,6 +34,7 @@ std::string_view describe(RmaStatus s) {
     case RmaStatus::kMisaligned: return "atomic word not 8-byte aligned";
     case RmaStatus::kNoResource: return "the target's notification queue is full";
     case RmaStatus::kRevoked: return "the region was deregistered during the operation";
+    case RmaStatus::kDeviceFailed: return "the target's device memory copy failed";
   }
   return "unknown";
 }
@@ -47,6 +48,7 @@ StatusCode code_of(RmaStatus s) {
     case RmaStatus::kMisaligned: return StatusCode::kInvalidArgument;
     case RmaStatus::kNoResource: return StatusCode::kNoResource;
     case RmaStatus::kRevoked: return StatusCode::kInvalidKey;
+    case RmaStatus::kDeviceFailed: return StatusCode::kDeviceFailed;
   }
   return StatusCode::kInternal;
 }

@@ -46,7 +46,7 @@ static_assert(kAtomicBodySize == 8 + kKeySize + 8 + 4 + 4 + 8 + 8,
 static_assert(kRespBodySize == 8 + 4 + 4 + 8, "RESP: op_id, status, reserved, value");
 static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kAtomicBodySize);
 static_assert(kEagerCreditOverhead == 64);
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kResp) == 10);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kAbort) == 11);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -55,13 +55,14 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kResp);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kAbort);
 }
 
 /// Flag bits each type may carry; any other bit set is a protocol error.
 uint8_t allowed_flags(FrameType type) {
   switch (type) {
-    case FrameType::kChunk: return 0x03;  // the ChunkKind (0..2; 3 is refused by validate_header)
+    case FrameType::kChunk:
+    case FrameType::kAbort: return 0x03;  // the ChunkKind (0..2; 3 is refused by validate_header)
     case FrameType::kPut: return kPutNotify | kPutInline;
     case FrameType::kResp: return kRespInline;
     default: return 0;
@@ -87,6 +88,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kGet: return kGetBodySize;
     case FrameType::kAtomic: return kAtomicBodySize;
     case FrameType::kResp: return kRespBodySize;
+    case FrameType::kAbort: return kAbortBodySize;
   }
   return 0;
 }
@@ -105,8 +107,8 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     if ((flags & ~allowed_flags(type)) != 0) {
       return protocol_error(fmt::format("{} frame: flags 0x{:02x} has undefined bits", to_string(type), flags));
     }
-    if (type == FrameType::kChunk && flags > static_cast<uint8_t>(ChunkKind::kGet)) {
-      return protocol_error(fmt::format("CHUNK frame: unknown kind {}", flags));
+    if ((type == FrameType::kChunk || type == FrameType::kAbort) && flags > static_cast<uint8_t>(ChunkKind::kGet)) {
+      return protocol_error(fmt::format("{} frame: unknown kind {}", to_string(type), flags));
     }
   }
   for (size_t i = kHeaderReservedOffset; i < kBodyLengthOffset && i < in.size(); ++i) {
@@ -222,7 +224,7 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
     case FrameType::kResp: {
       const uint32_t status = load_u32(p + 8);
       const uint32_t reserved = load_u32(p + 12);
-      if (status > static_cast<uint32_t>(RmaStatus::kRevoked)) {
+      if (status > static_cast<uint32_t>(RmaStatus::kDeviceFailed)) {
         return protocol_error(fmt::format("RESP frame: unknown status {}", status));
       }
       if (reserved != 0) return protocol_error(fmt::format("RESP frame: reserved 0x{:08x}, must be 0", reserved));
@@ -236,6 +238,16 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
         if (f.status != RmaStatus::kOk) return protocol_error("RESP frame: inline data with a failure status");
       }
       return Frame{f};
+    }
+    case FrameType::kAbort: {
+      const uint8_t code = load_u8(p + 8);
+      for (size_t i = 9; i < kAbortBodySize; ++i) {
+        if (load_u8(p + i) != 0) return protocol_error(fmt::format("ABORT frame: reserved byte {} is not 0", i));
+      }
+      if (code <= static_cast<uint8_t>(StatusCode::kInProgress) || code > static_cast<uint8_t>(StatusCode::kDeviceFailed)) {
+        return protocol_error(fmt::format("ABORT frame: code {} is not an error", code));
+      }
+      return Frame{AbortFrame{.id = load_u64(p), .kind = static_cast<ChunkKind>(flags), .code = static_cast<StatusCode>(code)}};
     }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
@@ -258,6 +270,7 @@ static_assert(std::is_same_v<std::variant_alternative_t<9, Frame>, RespFrame>);
 
 uint8_t flags_of(const Frame& frame) {
   if (const auto* c = std::get_if<ChunkFrame>(&frame)) return static_cast<uint8_t>(c->kind);
+  if (const auto* a = std::get_if<AbortFrame>(&frame)) return static_cast<uint8_t>(a->kind);
   if (const auto* put = std::get_if<PutFrame>(&frame)) {
     return static_cast<uint8_t>((put->has_notify ? kPutNotify : 0) | (put->inline_data ? kPutInline : 0));
   }
@@ -364,6 +377,11 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u64(body + 16, f.value);
       if (f.inline_data && !f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kRespBodySize);
     }
+    void operator()(const AbortFrame& f) const {
+      store_u64(body, f.id);
+      store_u8(body + 8, static_cast<uint8_t>(f.code));
+      std::fill(body + 9, body + kAbortBodySize, std::byte{0});
+    }
   };
 
   // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
@@ -396,6 +414,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kGet: return "GET";
     case FrameType::kAtomic: return "ATOMIC";
     case FrameType::kResp: return "RESP";
+    case FrameType::kAbort: return "ABORT";
   }
   return "unknown";
 }

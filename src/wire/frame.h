@@ -26,6 +26,7 @@ enum class FrameType : uint8_t {
   kGet = 8,
   kAtomic = 9,
   kResp = 10,
+  kAbort = 11,
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -40,6 +41,7 @@ inline constexpr size_t kPutBodySize = 72;   // op_id, key, offset, length, noti
 inline constexpr size_t kGetBodySize = 64;   // op_id, key, offset, length
 inline constexpr size_t kAtomicBodySize = 80;  // op_id, key, offset, opcode, reserved, operand, compare
 inline constexpr size_t kRespBodySize = 24;  // op_id, status, reserved, value; INLINE payload follows
+inline constexpr size_t kAbortBodySize = 16;  // id, code, reserved
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -71,6 +73,7 @@ enum class RmaStatus : uint32_t {
   kMisaligned = 4,    ///< atomic on a word that is not 8-byte aligned
   kNoResource = 5,    ///< the target's notification queue is full
   kRevoked = 6,       ///< the region was deregistered while the operation ran
+  kDeviceFailed = 7,  ///< the target could not copy between the network and its device memory
 };
 
 struct EagerFrame {
@@ -140,9 +143,18 @@ struct RespFrame {
   std::span<const std::byte> payload{};  ///< inline GET data; decode: view into the input
 };
 
+/// The sender of a chunked transfer sends no more of it: its source failed (a device
+/// copy). CHUNKs it announced before still deliver their bytes; the transfer then ends
+/// with `code`. `id` is what its CHUNKs name (recv_id), `kind` what they carry.
+struct AbortFrame {
+  uint64_t id = 0;
+  ChunkKind kind = ChunkKind::kMessage;
+  StatusCode code = StatusCode::kDeviceFailed;  ///< why: never ok or in_progress
+};
+
 /// Alternatives in FrameType order (index + 1 == type).
 using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
-                           AtomicFrame, RespFrame>;
+                           AtomicFrame, RespFrame, AbortFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

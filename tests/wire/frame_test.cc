@@ -75,10 +75,12 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, AtomicFrame>) {
           return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.op == y.op &&
                  x.operand == y.operand && x.compare == y.compare;
-        } else {
-          static_assert(std::is_same_v<T, RespFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, RespFrame>) {
           return x.op_id == y.op_id && x.status == y.status && x.value == y.value && x.inline_data == y.inline_data &&
                  same_bytes(x.payload, y.payload);
+        } else {
+          static_assert(std::is_same_v<T, AbortFrame>, "same_frame: a frame type is not compared");
+          return x.id == y.id && x.kind == y.kind && x.code == y.code;
         }
       },
       a);
@@ -290,6 +292,12 @@ std::vector<Golden> goldens() {
               0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
               0x00, 0x00, 0x00, 0x00,                          // reserved
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value
+      {"abort",
+       AbortFrame{.id = 0x0102030405060708, .kind = ChunkKind::kGet, .code = StatusCode::kDeviceFailed},
+       bytes({0x0B, 0x02, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 11, kind 2 = get, body 16
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // id
+              0x0F,                                            // code 15 = device_failed
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},     // reserved
   };
 }
 
@@ -416,7 +424,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 11, 0x80, 0xFF}) {
+  for (int type : {0, 12, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -428,7 +436,8 @@ TEST(FrameReject, UnknownType) {
 // The flag bits docs/protocol.md defines per type; every other bit is a protocol error.
 uint8_t defined_flags(std::byte type) {
   switch (static_cast<FrameType>(type)) {
-    case FrameType::kChunk: return 0x03;  // the kind (3 itself is refused: ChunkKindThree)
+    case FrameType::kChunk:
+    case FrameType::kAbort: return 0x03;  // the kind (3 itself is refused: ChunkKindThree)
     case FrameType::kPut: return 0x03;    // NOTIFY | INLINE
     case FrameType::kResp: return 0x01;   // INLINE
     default: return 0x00;
@@ -551,12 +560,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x0B};
+  bad[0] = std::byte{0x0C};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 11");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 12");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -589,7 +598,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kGet), "GET");
   EXPECT_EQ(to_string(FrameType::kAtomic), "ATOMIC");
   EXPECT_EQ(to_string(FrameType::kResp), "RESP");
-  EXPECT_EQ(to_string(static_cast<FrameType>(11)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kAbort), "ABORT");
+  EXPECT_EQ(to_string(static_cast<FrameType>(12)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -608,6 +618,7 @@ TEST(FrameSizes, MatchProtocolDoc) {
   EXPECT_EQ(encoded_size(AtomicFrame{}), 88u);
   EXPECT_EQ(encoded_size(RespFrame{}), 32u);
   EXPECT_EQ(encoded_size(RespFrame{.inline_data = true, .payload = kEagerPayload}), 35u);
+  EXPECT_EQ(encoded_size(AbortFrame{}), 24u);
   EXPECT_EQ(kMaxFixedFrameSize, 88u);  // ATOMIC
 }
 
@@ -649,7 +660,7 @@ TEST(RmaRoundTrip, GetAndAtomicBoundaries) {
 }
 
 TEST(RmaRoundTrip, RespEveryStatusAndInlineData) {
-  for (uint32_t status = 0; status <= 6; ++status) {
+  for (uint32_t status = 0; status <= 7; ++status) {
     for (uint64_t v : {uint64_t{0}, uint64_t{1}, kMaxU64}) {
       expect_round_trip(RespFrame{.op_id = v, .status = static_cast<RmaStatus>(status), .value = kMaxU64 - v, .payload = {}});
     }
@@ -866,7 +877,7 @@ TEST(RmaReject, FetchAddWithNonzeroCompare) {
 }
 
 TEST(RmaReject, RespUnknownStatus) {
-  for (uint32_t status : {7u, 8u, 0x100u, 0x01000000u, kMaxU32}) {
+  for (uint32_t status : {8u, 9u, 0x100u, 0x01000000u, kMaxU32}) {
     for (const char* name : {"resp", "resp_atomic", "resp_inline"}) {
       Bytes wire = golden(name);
       put_le(wire, kRespStatusAt, status, 4);
@@ -886,7 +897,7 @@ TEST(RmaReject, RespReservedNonzero) {
 }
 
 TEST(RmaReject, RespInlineWithFailureStatus) {
-  for (uint32_t status = 1; status <= 6; ++status) {
+  for (uint32_t status = 1; status <= 7; ++status) {
     for (const char* name : {"resp_inline", "resp_inline_empty"}) {
       Bytes wire = golden(name);
       put_le(wire, kRespStatusAt, status, 4);
@@ -911,6 +922,33 @@ TEST(RmaTruncation, InlineFramesWaitForTheirWholeBody) {
     ASSERT_EQ(r.status().code(), StatusCode::kInProgress) << "prefix " << n << ": " << r.status().to_string();
   }
   expect_protocol_error(wire, "PUT frame: length 3 but 5 inline bytes");
+}
+
+// --- ABORT ---------------------------------------------------------------------------
+
+TEST(AbortFrame, EveryKindAndErrorCodeRoundTrips) {
+  for (ChunkKind kind : {ChunkKind::kMessage, ChunkKind::kPut, ChunkKind::kGet}) {
+    for (uint8_t code = static_cast<uint8_t>(StatusCode::kNoResource); code <= static_cast<uint8_t>(StatusCode::kDeviceFailed);
+         ++code) {
+      expect_round_trip(AbortFrame{.id = kMaxU64 - code, .kind = kind, .code = static_cast<StatusCode>(code)});
+    }
+  }
+}
+
+TEST(AbortFrame, RefusesCodesThatAreNotErrorsAndNonzeroReserved) {
+  for (int code : {0, 1, 16, 0xFF}) {  // ok, in_progress, and past the last code
+    Bytes wire = golden("abort");
+    wire[16] = static_cast<std::byte>(code);
+    expect_protocol_error(wire, "ABORT frame: code " + std::to_string(code) + " is not an error");
+  }
+  for (size_t i = 17; i < 24; ++i) {
+    Bytes wire = golden("abort");
+    wire[i] = std::byte{0x01};
+    expect_protocol_error(wire, "ABORT frame: reserved byte " + std::to_string(i - 8) + " is not 0");
+  }
+  Bytes kind3 = golden("abort");
+  kind3[1] = std::byte{0x03};
+  expect_protocol_error(kind3, "ABORT frame: unknown kind 3");
 }
 
 }  // namespace

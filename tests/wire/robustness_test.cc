@@ -61,7 +61,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(10)) {
+    switch (below(11)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -112,9 +112,14 @@ class Generator {
                         .compare = cas ? interesting_u64() : 0};
         break;
       }
+      case 10:
+        f = AbortFrame{.id = interesting_u64(),
+                       .kind = static_cast<ChunkKind>(below(3)),
+                       .code = static_cast<StatusCode>(2 + below(14))};  // no_resource .. device_failed
+        break;
       default: {
         RespFrame resp{.op_id = interesting_u64(),
-                       .status = static_cast<RmaStatus>(below(7)),
+                       .status = static_cast<RmaStatus>(below(8)),
                        .value = interesting_u64(),
                        .inline_data = false,
                        .payload = {}};

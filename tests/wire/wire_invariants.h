@@ -45,7 +45,7 @@ inline std::string check_rma_rules(const Frame& frame, std::span<const std::byte
     if (atomic->op != AtomicOp::kFetchAdd && atomic->op != AtomicOp::kCompareSwap) return "ATOMIC opcode unknown";
     if (atomic->op == AtomicOp::kFetchAdd && atomic->compare != 0) return "fetch_add with a compare value";
   } else if (const auto* resp = std::get_if<RespFrame>(&frame)) {
-    if (static_cast<uint32_t>(resp->status) > static_cast<uint32_t>(RmaStatus::kRevoked)) return "RESP status unknown";
+    if (static_cast<uint32_t>(resp->status) > static_cast<uint32_t>(RmaStatus::kDeviceFailed)) return "RESP status unknown";
     if (resp->inline_data) {
       if (resp->status != RmaStatus::kOk) return "inline RESP with a failure status";
       return check_inline_payload("RESP", resp->payload, in, kRespBodySize, limits);
