@@ -34,7 +34,8 @@ using Clock = std::chrono::steady_clock;
 struct CopyState {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  bool done = false;      // test() sees the end
+  bool reported = false;  // on_done's call (if any) has returned: wait() sees the end
   Status status;
   std::function<void()> on_done;
 
@@ -46,8 +47,12 @@ struct CopyState {
       status = std::move(s);
       fn = std::move(on_done);
     }
-    cv.notify_all();
     if (fn) fn();
+    {
+      std::lock_guard lock(mu);
+      reported = true;  // after on_done's call: a waiter that returns sees its effects
+    }
+    cv.notify_all();
   }
 };
 
@@ -60,7 +65,7 @@ class TestCopy final : public AsyncCopy {
   }
   Status wait(Duration timeout) override {
     std::unique_lock lock(state_->mu);
-    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->reported; })) {
       return Status(StatusCode::kTimeout, "device copy still in flight");
     }
     return state_->status;
@@ -155,7 +160,7 @@ struct TestDeviceDomain::State {
       }
       if (job.fail) {
         failed.fetch_add(1, std::memory_order_relaxed);
-        job.state->finish(Status(StatusCode::kInternal, fmt::format("test device: injected failure of a {}-byte copy "
+        job.state->finish(Status(StatusCode::kDeviceFailed, fmt::format("test device: injected failure of a {}-byte copy "
                                                                     "(TestDeviceDomain::fail_copies)",
                                                                     job.len)));
         continue;

@@ -61,15 +61,16 @@ TEST(Status, EveryCodeHasItsOwnStableName) {
       {StatusCode::kUnsupported, "unsupported"},
       {StatusCode::kAborted, "aborted"},
       {StatusCode::kInternal, "internal"},
+      {StatusCode::kDeviceFailed, "device_failed"},
   };
   std::set<std::string_view> seen;
   for (const auto& [code, name] : names) {
     EXPECT_EQ(to_string(code), name);
     EXPECT_TRUE(seen.insert(to_string(code)).second) << "two codes share the name " << name;
   }
-  // The list above is the whole closed set: the values run 0..kInternal without gaps.
-  EXPECT_EQ(static_cast<size_t>(StatusCode::kInternal) + 1, std::size(names));
-  EXPECT_EQ(to_string(static_cast<StatusCode>(static_cast<int>(StatusCode::kInternal) + 1)), "unknown");
+  // The list above is the whole closed set: the values run 0..kDeviceFailed without gaps.
+  EXPECT_EQ(static_cast<size_t>(StatusCode::kDeviceFailed) + 1, std::size(names));
+  EXPECT_EQ(to_string(static_cast<StatusCode>(static_cast<int>(StatusCode::kDeviceFailed) + 1)), "unknown");
 }
 
 TEST(Status, ToStringOfAnErrorWithoutMessageIsTheCodeAlone) {

@@ -99,9 +99,9 @@ TEST(TestDeviceDomain, InjectedFailuresFailOnlyTheCopiesThatTouchTheRange) {
   dev->fail_copies(p + 4096, 1);
   EXPECT_TRUE(dev->write(p, host.data(), 4096).is_ok());
   const Status bad = dev->write(p + 4000, host.data(), 200);
-  EXPECT_EQ(bad.code(), StatusCode::kInternal);
+  EXPECT_EQ(bad.code(), StatusCode::kDeviceFailed);
   EXPECT_NE(bad.message().find("injected"), std::string::npos);
-  EXPECT_EQ(dev->read(host.data(), p + 4096, 16).code(), StatusCode::kInternal);
+  EXPECT_EQ(dev->read(host.data(), p + 4096, 16).code(), StatusCode::kDeviceFailed);
   EXPECT_EQ(dev->failed_copies(), 2u);
   dev->clear_failures();
   EXPECT_TRUE(dev->read(host.data(), p + 4096, 16).is_ok());

@@ -213,7 +213,7 @@ TEST(Staging, AFailedCopyIntoTheDeviceFailsThatTransferOnly) {
   ASSERT_EQ(s.link.rx_owner.received_ids.size(), 2u);
   for (const auto& [id, status] : s.link.rx_owner.received_ids) {
     if (id == 1) {
-      EXPECT_EQ(status.code(), StatusCode::kInternal);
+      EXPECT_EQ(status.code(), StatusCode::kDeviceFailed);
       EXPECT_NE(status.message().find("injected"), std::string::npos);
     } else {
       EXPECT_TRUE(status.is_ok()) << status.to_string();
@@ -243,7 +243,7 @@ TEST(Staging, AFailedCopyOutOfTheDeviceCutsTheTransferAfterWhatWasAnnounced) {
   s.link.run(&in, [&] { return !s.link.tx_owner.sent_ids.empty() && in.placed == in.announced; });
 
   ASSERT_EQ(s.link.tx_owner.sent_ids, std::vector<uint64_t>{4});
-  EXPECT_EQ(s.link.tx_owner.sent_failures[0].code(), StatusCode::kInternal);
+  EXPECT_EQ(s.link.tx_owner.sent_failures[0].code(), StatusCode::kDeviceFailed);
   // Exactly the five chunks before the failed one were announced, and they landed
   // intact; the receiver's transfer is incomplete (the endpoint tells it why).
   EXPECT_EQ(out.scheduled, 5 * C);

@@ -39,7 +39,7 @@ class TestDeviceDomain final : public MemoryDomain {
 
   /// `len` bytes of device memory (page-aligned; kNoResource when the capacity is used up).
   Result<std::byte*> allocate(size_t len);
-  /// Every copy touching [ptr, ptr+len) from now on fails (StatusCode::kInternal,
+  /// Every copy touching [ptr, ptr+len) from now on fails (StatusCode::kDeviceFailed,
   /// "injected"), until clear_failures().
   void fail_copies(const void* ptr, size_t len);
   void clear_failures();
