@@ -13,27 +13,32 @@
 namespace remora::detail {
 namespace {
 
-/// Starts nothing; calls `done(status)` with the progress lock held once `copy` has
-/// ended, whichever thread ends it. Without an engine any more (the context is gone),
-/// `done` is dropped unrun, and with it what it holds.
-template <class Done>
-void when_ended(const std::shared_ptr<engine::ProgressEngine>& engine, std::unique_ptr<AsyncCopy> copy, Done done) {
+/// Tells the host now: only from a copy's end, which runs at the start of a progress
+/// round, never inside a scheduler call.
+void notify_progress(const std::weak_ptr<StagingHost*>& host) {
+  if (auto h = host.lock()) (*h)->staging_progressed();
+}
+
+/// Tells the host at the next progress round: from inside a scheduler call (chunk_sent,
+/// chunk_arrived) or a destructor, where going on at once would re-enter the scheduler.
+void notify_progress_later(const StagingContext& ctx) {
+  ctx.engine->post([host = ctx.host] { notify_progress(host); });
+}
+
+}  // namespace
+
+void when_copied(const std::shared_ptr<engine::ProgressEngine>& engine, std::unique_ptr<AsyncCopy> copy,
+                 std::function<void(const Status&)> done) {
   std::shared_ptr<AsyncCopy> held(std::move(copy));
   AsyncCopy* raw = held.get();
   std::weak_ptr<engine::ProgressEngine> weak = engine;
   // `held` rides along so that the copy's handle lives until its end is handled.
   raw->on_done([weak, held, done = std::move(done)]() mutable {
     if (auto e = weak.lock()) {
-      e->post([held, done = std::move(done)]() mutable { done(held->test()); });
+      e->post([held, done = std::move(done)] { done(held->test()); });
     }
   });
 }
-
-void notify_progress(const std::weak_ptr<StagingHost*>& host) {
-  if (auto h = host.lock()) (*h)->staging_progressed();
-}
-
-}  // namespace
 
 // --- the pool -------------------------------------------------------------------
 
@@ -105,8 +110,8 @@ void StagingSource::stage_ahead() {
     }
     slots_.push_back(Slot{index, buffer, false, Status::ok()});
     std::weak_ptr<StagingSource*> self = self_;
-    when_ended(ctx_.engine, std::move(*copy),
-               [self, pool = ctx_.pool, buffer, index, host = ctx_.host](const Status& status) {
+    when_copied(ctx_.engine, std::move(*copy),
+                [self, pool = ctx_.pool, buffer, index, host = ctx_.host](const Status& status) {
                  if (auto s = self.lock()) {
                    (*s)->copied(index, status);
                  } else {
@@ -142,7 +147,7 @@ void StagingSource::chunk_sent(uint64_t offset, uint64_t /*length*/) {
   if (it == slots_.end()) return;
   ctx_.pool->release(it->buffer);
   slots_.erase(it);
-  notify_progress(ctx_.host);  // the buffer may stage a chunk of another transfer
+  notify_progress_later(ctx_);  // the buffer may stage a chunk of another transfer
 }
 
 // --- receiving ------------------------------------------------------------------
@@ -153,7 +158,7 @@ StagingSink::StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t)
 StagingSink::~StagingSink() {
   self_.reset();
   for (const Open& o : open_) ctx_.pool->release(o.buffer);
-  if (!open_.empty()) notify_progress(ctx_.host);
+  if (!open_.empty()) notify_progress_later(ctx_);
 }
 
 StagingSink::Open* StagingSink::open(uint64_t offset) {
@@ -183,18 +188,20 @@ Status StagingSink::chunk_arrived(uint64_t offset, uint64_t length) {
   auto copy = ctx_.pool->domain().copy_from_host(device_ + offset, buffer, length);
   if (!copy) {
     ctx_.pool->release(buffer);
-    notify_progress(ctx_.host);
+    notify_progress_later(ctx_);
     return copy.status();
   }
+  ++in_flight_;
   std::weak_ptr<StagingSink*> self = self_;
-  when_ended(ctx_.engine, std::move(*copy),
-             [self, pool = ctx_.pool, buffer, length, host = ctx_.host](const Status& status) {
-               pool->release(buffer);
-               if (auto s = self.lock()) {
-                 if (auto h = host.lock()) (*h)->staged_chunk_placed(*(*s)->t_, length, status);
-               }
-               notify_progress(host);
-             });
+  when_copied(ctx_.engine, std::move(*copy),
+              [self, pool = ctx_.pool, buffer, length, host = ctx_.host](const Status& status) {
+                pool->release(buffer);
+                if (auto s = self.lock()) {
+                  --(*s)->in_flight_;
+                  if (auto h = host.lock()) (*h)->staged_chunk_placed(*(*s)->t_, length, status);
+                }
+                notify_progress(host);
+              });
   return Status(StatusCode::kInProgress, "copying to device");
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -77,6 +78,12 @@ struct StagingContext {
   uint64_t chunk_bytes = 0;  ///< the scheduler's chunk size; the pool's buffers are this big
 };
 
+/// Calls `done(status)` with the progress lock held, at the start of a progress round,
+/// once `copy` has ended (whichever thread ends it). If the engine is gone by then,
+/// `done` is dropped unrun, with what it holds.
+void when_copied(const std::shared_ptr<engine::ProgressEngine>& engine, std::unique_ptr<AsyncCopy> copy,
+                 std::function<void(const Status&)> done);
+
 class StagingSource final : public ChunkSource {
  public:
   /// Sends [device, device + length) of `ctx.pool`'s domain.
@@ -119,6 +126,10 @@ class StagingSink final : public ChunkSink {
   bool begin_chunk(uint64_t offset, uint64_t length) override;
   net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
+  /// Copies to the device started and not ended yet. An operation that fails while
+  /// some are in flight completes only once they have ended: its buffer is the
+  /// application's again only when nothing writes to it any more.
+  size_t in_flight() const noexcept { return in_flight_; }
 
  private:
   struct Open {
@@ -131,6 +142,7 @@ class StagingSink final : public ChunkSink {
   std::byte* device_;
   RxTransfer* t_;
   std::vector<Open> open_;  // chunks being read, at most one per data stream
+  size_t in_flight_ = 0;
   std::shared_ptr<StagingSink*> self_;
 };
 
