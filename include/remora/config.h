@@ -42,6 +42,9 @@ struct Config {
   /// Listener::accept, Endpoint::wait_notification. 1 ms to 24 h (REMORA_WAIT_TIMEOUT_MS).
   uint32_t wait_timeout_ms = 300000;
   PinMode pin_mode = PinMode::kTry;        ///< REMORA_PIN=try|require|off
+  /// Chunk-sized pinned buffers per endpoint and direction through which device memory
+  /// moves when no zero-copy path exists; 2 (double buffering) to 1024 (REMORA_STAGING_BUFFERS).
+  uint32_t staging_buffers = 8;
 
   /// Defaults overridden by every REMORA_* variable that is set. A malformed value is
   /// kInvalidArgument naming the variable; an unknown REMORA_* name is logged as a warning.
@@ -70,6 +73,7 @@ struct ContextOptions {
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;
   std::optional<uint32_t> wait_timeout_ms = std::nullopt;
   std::optional<PinMode> pin_mode = std::nullopt;
+  std::optional<uint32_t> staging_buffers = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;
 };

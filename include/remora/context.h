@@ -65,6 +65,12 @@ class Context {
   MemoryRegistry& memory() noexcept;
   /// Registers host memory with this context's registry (see MemoryRegistry).
   Result<Region> register_memory(void* ptr, size_t len, Access access);
+  /// Lets this context's endpoints move memory of `domain` (a device: CUDA, the test
+  /// device): a send, receive, put or get whose buffer the domain owns
+  /// (MemoryDomain::owns) moves through pinned staging buffers, device copies
+  /// overlapping the network (docs/device-memory.md). `domain` must outlive the
+  /// context. kInvalidArgument for the host domain or one added before.
+  Status add_memory_domain(MemoryDomain& domain);
 
   /// Listens on "host:port" ("0.0.0.0:0", "[::1]:7100", "localhost:7100").
   Result<std::unique_ptr<Listener>> listen(std::string_view address);

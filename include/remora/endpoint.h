@@ -77,6 +77,12 @@ struct EndpointStats {
   uint64_t served_puts = 0, served_gets = 0, served_atomics = 0;
   uint64_t refused = 0;  ///< operations this side refused as the target (bad key, range, right)
   uint64_t notifications = 0;  ///< notifications delivered to this side
+  /// Transfers (sends, receives, puts, gets, in either role) whose memory on this side
+  /// was a device's and moved through pinned staging buffers, and their bytes. Staging
+  /// is the device path whenever devmem TCP or io_uring zero-copy receive is not set up
+  /// for the endpoint's data streams, which in this version is always (see
+  /// docs/device-memory.md and `remora doctor`).
+  uint64_t staged_transfers = 0, staged_bytes = 0;
 };
 
 /// The two operands of compare_swap, named so that they cannot be swapped unnoticed:

@@ -164,16 +164,19 @@ void ProgressEngine::post(std::function<void()> fn) {
   raise_eventfd(wake_fd_);  // a sleeping progress thread; spinning waiters poll anyway
 }
 
-void ProgressEngine::run_next_round() {
-  if (has_posted_.load(std::memory_order_acquire)) {
-    std::vector<std::function<void()>> posted;
-    {
-      std::lock_guard lock(posted_mutex_);
-      posted.swap(posted_);
-      has_posted_.store(false, std::memory_order_relaxed);
-    }
-    for (auto& fn : posted) fn();
+void ProgressEngine::run_posted() {
+  if (!has_posted_.load(std::memory_order_acquire)) return;
+  std::vector<std::function<void()>> posted;
+  {
+    std::lock_guard lock(posted_mutex_);
+    posted.swap(posted_);
+    has_posted_.store(false, std::memory_order_relaxed);
   }
+  for (auto& fn : posted) fn();
+}
+
+void ProgressEngine::run_next_round() {
+  run_posted();
   if (!has_next_round_.load(std::memory_order_relaxed)) return;
   std::vector<std::function<void()>> calls;
   calls.swap(next_round_);
@@ -258,6 +261,9 @@ int ProgressEngine::try_progress() {
       if (epoll_every_ < kMaxEpollEvery) epoll_every_ *= 2;
     }
   }
+  // A post() whose wake-up this epoll_wait consumed pushed its call before it wrote
+  // the eventfd: run it now, or nobody would (the progress thread saw no wake-up).
+  run_posted();
   run_timers();
   auto deferred = take_deferred();
   mutex_.unlock();
@@ -276,7 +282,7 @@ int ProgressEngine::poll_and_dispatch(int timeout_ms) {
   // A poll that found nothing needs the lock only for due timers and next-round work
   // (deferred calls come with a wake-up event, so they have n > 0).
   if (n == 0 && timeout_ms == 0 && !has_timers_.load(std::memory_order_relaxed) &&
-      !has_next_round_.load(std::memory_order_relaxed)) {
+      !has_next_round_.load(std::memory_order_relaxed) && !has_posted_.load(std::memory_order_relaxed)) {
     return 0;
   }
   std::vector<std::function<void()>> deferred;
@@ -284,6 +290,7 @@ int ProgressEngine::poll_and_dispatch(int timeout_ms) {
     Guard guard(*this);
     run_next_round();
     if (n > 0) dispatch(events, n);
+    run_posted();  // see try_progress
     run_timers();
     deferred = take_deferred();
   }
@@ -377,7 +384,10 @@ void ProgressEngine::thread_main() {
       continue;
     }
     epoll_sleeping_.store(true, std::memory_order_seq_cst);
-    const int timeout_ms = has_next_round_.load(std::memory_order_seq_cst) ? 0 : next_timer_ms();
+    // Posted work counts on its own: a round that ran the next-round calls may have
+    // cleared has_next_round_ after a post set it, and drained the post's wake-up.
+    const bool pending = has_next_round_.load(std::memory_order_seq_cst) || has_posted_.load(std::memory_order_seq_cst);
+    const int timeout_ms = pending ? 0 : next_timer_ms();
     if (poll_and_dispatch(timeout_ms) > 0 && poll_ns > 0) {
       poll_until = now_ns() + poll_ns;
       idle_polls = 0;

@@ -183,6 +183,8 @@ class ProgressEngine {
   void dispatch(const epoll_event* events, int n);
   void run_timers();
   void run_next_round();
+  /// Runs what post() queued (lock held).
+  void run_posted();
   /// Takes the deferred calls (lock held) so they can run after unlocking.
   std::vector<std::function<void()>> take_deferred();
   static void run_deferred(std::vector<std::function<void()>>& calls);

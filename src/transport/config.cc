@@ -29,6 +29,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_MAX_OUTSTANDING",
                                                     "REMORA_MAX_UNEXPECTED",
                                                     "REMORA_RMA_WINDOW",
+                                                    "REMORA_STAGING_BUFFERS",
                                                     "REMORA_SPIN_US",
                                                     "REMORA_PROGRESS_LINGER_US",
                                                     "REMORA_PROGRESS_POLL_US",
@@ -56,6 +57,7 @@ Result<Config> Config::from_env() {
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_MAX_OUTSTANDING", &c.max_outstanding, 1, 1u << 24));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_MAX_UNEXPECTED", &c.max_unexpected, 1, 1u << 24));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_RMA_WINDOW", &c.rma_window, 1, 65536));
+  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_STAGING_BUFFERS", &c.staging_buffers, 2, 1024));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
@@ -92,6 +94,9 @@ Status Config::validate() const {
   if (max_outstanding < 1) return bad("max_outstanding (REMORA_MAX_OUTSTANDING) must be at least 1");
   if (max_unexpected < 1) return bad("max_unexpected (REMORA_MAX_UNEXPECTED) must be at least 1");
   if (rma_window < 1 || rma_window > 65536) return bad("rma_window (REMORA_RMA_WINDOW) must be 1..65536");
+  if (staging_buffers < 2 || staging_buffers > 1024) {
+    return bad("staging_buffers (REMORA_STAGING_BUFFERS) must be 2..1024");
+  }
   if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
   if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
   if (wait_timeout_ms < 1 || wait_timeout_ms > kMaxWaitTimeoutMs) {
@@ -118,6 +123,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
   if (o.wait_timeout_ms) base.wait_timeout_ms = *o.wait_timeout_ms;
   if (o.pin_mode) base.pin_mode = *o.pin_mode;
+  if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
   return base;
 }
 

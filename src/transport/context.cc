@@ -1,5 +1,6 @@
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -44,6 +45,18 @@ void ContextCore::shutdown() {
     for (auto& [id, pe] : pending) pe.endpoint->fail_locked(Status(StatusCode::kAborted, "context destroyed"));
   }
   engine_->stop();
+}
+
+Status ContextCore::add_memory_domain(MemoryDomain& domain) {
+  if (domain.kind() == MemoryKind::kHost) {
+    return Status(StatusCode::kInvalidArgument, "host memory needs no domain: every endpoint moves it directly");
+  }
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (std::find(domains_.begin(), domains_.end(), &domain) != domains_.end()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("the {} memory domain was added before", domain.name()));
+  }
+  domains_.push_back(&domain);
+  return Status::ok();
 }
 
 void ContextCore::adopt(const std::shared_ptr<EndpointCore>& ep) {
@@ -148,6 +161,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   p.peer_eager_credit = ack->eager_credit;
   p.peer_rma_window = ack->rma_window;
   p.registry = &registry_;
+  p.domains = &domains_;
   p.peer = peer;
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   ep->set_control(std::move(control));
@@ -213,6 +227,7 @@ MemoryRegistry& Context::memory() noexcept { return core_->memory(); }
 Result<Region> Context::register_memory(void* ptr, size_t len, Access access) {
   return core_->memory().register_memory(ptr, len, access);
 }
+Status Context::add_memory_domain(MemoryDomain& domain) { return core_->add_memory_domain(domain); }
 Result<std::unique_ptr<Listener>> Context::listen(std::string_view address) { return core_->listen(address); }
 Result<std::shared_ptr<Endpoint>> Context::connect(std::string_view address, Duration timeout) {
   return core_->connect(address, timeout);

@@ -32,6 +32,8 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
 
   const Config& config() const noexcept { return config_; }
   MemoryRegistry& memory() noexcept { return registry_; }
+  /// See Context::add_memory_domain. Takes the lock.
+  Status add_memory_domain(MemoryDomain& domain);
   const std::shared_ptr<engine::ProgressEngine>& engine() const noexcept { return engine_; }
 
   Result<std::unique_ptr<Listener>> listen(std::string_view address);
@@ -59,6 +61,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
 
   Config config_;
   MemoryRegistry registry_;
+  std::vector<MemoryDomain*> domains_;  // device domains the endpoints look buffers up in; lock held
   std::shared_ptr<engine::ProgressEngine> engine_;
   bool shut_down_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;  // by next_endpoint_key_

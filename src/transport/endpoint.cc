@@ -42,9 +42,14 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   ctl_rx_.resize(std::max<size_t>(size_t{64} << 10, 2 * (config_.eager_limit + kEagerPrefix)));
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
   tx_credit_ = params_.peer_eager_credit;
+  staging_anchor_ = std::make_shared<StagingHost*>(static_cast<StagingHost*>(this));
 }
 
-EndpointCore::~EndpointCore() = default;
+EndpointCore::~EndpointCore() {
+  staging_anchor_.reset();
+  // Receives still waiting for device copies (the context is going away): now.
+  for (auto& [op, why] : staged_failing_) op->req->complete(why, op->in.received);
+}
 
 void EndpointCore::set_control(net::Fd fd) { control_ = std::move(fd); }
 
@@ -92,7 +97,9 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   engine::ProgressEngine::Guard guard(*engine_);
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
   const uint64_t cost = data.size() + wire::kEagerCreditOverhead;
-  if (data.size() <= eager_limit_ && tx_credit_ >= cost) {
+  // Device memory always goes by rendezvous: its bytes are staged chunk by chunk.
+  MemoryDomain* device = device_of(data.data(), data.size());
+  if (device == nullptr && data.size() <= eager_limit_ && tx_credit_ >= cost) {
     tx_credit_ -= cost;
     size_t at = ctl_tx_.size();
     ctl_tx_.resize(at + kEagerPrefix + data.size());
@@ -114,6 +121,15 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   op->out.owner = op->id;
   op->out.length = data.size();
   op->out.source = &op->source;
+  if (device != nullptr) {
+    auto staging = staging_for(device, /*tx=*/true);
+    if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
+    op->staged = std::make_unique<StagingSource>(std::move(*staging), data.data(), data.size());
+    op->out.source = op->staged.get();
+    // Start staging now: the copies overlap the RTS/CTS round trip.
+    (void)op->staged->prepare(0, std::min<uint64_t>(config_.chunk_bytes, data.size()));
+    ++stats_.staged_transfers;
+  }
   Request r(op->req);
   append_frame(RtsFrame{op->id, tag, op->out.length});
   sends_.emplace(op->id, std::move(op));
@@ -138,6 +154,12 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   op->in.sink = &op->sink;
   op->capacity = buffer.size();
   op->tag = tag;
+  op->device = device_of(buffer.data(), buffer.size());
+  if (op->device != nullptr) {
+    auto staging = staging_for(op->device, /*tx=*/false);
+    if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
+    op->staging = std::move(*staging);
+  }
   Request r(op->req);
 
   if (std::optional<Unexpected> u = matcher_.take_unexpected(tag)) {
@@ -221,6 +243,58 @@ Status EndpointCore::failure() const {
   return failure_;
 }
 
+// ---------------------------------------------------------------------------
+// Device memory
+// ---------------------------------------------------------------------------
+
+MemoryDomain* EndpointCore::device_of(const void* p, size_t n) const {
+  if (params_.domains == nullptr || params_.domains->empty() || p == nullptr) return nullptr;
+  for (MemoryDomain* d : *params_.domains) {
+    if (d->owns(p, std::max<size_t>(n, 1))) return d;
+  }
+  return nullptr;
+}
+
+Result<StagingContext> EndpointCore::staging_for(MemoryDomain* domain, bool tx) {
+  auto it = std::find_if(staging_pools_.begin(), staging_pools_.end(),
+                         [&](const StagingPools& p) { return p.domain == domain; });
+  if (it == staging_pools_.end()) {
+    staging_pools_.push_back(StagingPools{domain, nullptr, nullptr});
+    it = staging_pools_.end() - 1;
+  }
+  std::shared_ptr<StagingPool>& pool = tx ? it->tx : it->rx;
+  if (!pool) {
+    auto made = StagingPool::create(*domain, config_.staging_buffers, config_.chunk_bytes);
+    if (!made) return made.status().with_context("endpoint to " + params_.peer);
+    pool = std::move(*made);
+  }
+  return StagingContext{.engine = engine_, .pool = pool, .host = staging_anchor_, .chunk_bytes = config_.chunk_bytes};
+}
+
+void EndpointCore::fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why) {
+  if (op->staged && op->staged->in_flight() > 0) {
+    staged_failing_.emplace_back(std::move(op), why);  // staging_progressed completes it
+    return;
+  }
+  op->req->complete(why, op->in.received);
+}
+
+void EndpointCore::staged_chunk_placed(RxTransfer& t, uint64_t length, const Status& status) {
+  if (state_ == State::kActive || state_ == State::kDraining) chunks_.chunk_placed(&t, length, status);
+}
+
+void EndpointCore::staging_progressed() {
+  std::erase_if(staged_failing_, [](auto& entry) {
+    if (entry.first->staged->in_flight() > 0) return false;
+    entry.first->req->complete(entry.second, entry.first->in.received);
+    return true;
+  });
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  chunks_.unstall();
+  if (state_ == State::kDraining) maybe_finalize();
+  if (state_ == State::kActive) pump();
+}
+
 EndpointStats EndpointCore::stats() const {
   engine::ProgressEngine::Guard guard(*engine_);
   EndpointStats st = stats_;
@@ -261,7 +335,7 @@ void EndpointCore::fail_locked(const Status& why) {
   // Complete in a stable order: sends, matched receives, posted receives.
   for (auto& [id, op] : sends_) op->req->complete(why, op->out.written);
   sends_.clear();
-  for (auto& [id, op] : recvs_) op->req->complete(why, op->in.received);
+  for (auto& [id, op] : recvs_) fail_staged_recv(std::move(op), why);
   recvs_.clear();
   fail_rma_locked(why);
   matcher_.fail_posted(why);
@@ -485,8 +559,24 @@ void EndpointCore::deliver_eager(RecvOp& op, std::span<const std::byte> payload)
                      payload.size());
     return;
   }
-  if (!payload.empty()) std::memcpy(op.buffer, payload.data(), payload.size());
   stats_.bytes_received += payload.size();
+  if (op.device != nullptr && !payload.empty()) {
+    // Into device memory: the payload is copied out of the control stream's buffer
+    // first, and the receive completes when the device copy has ended.
+    ++stats_.staged_transfers;
+    stats_.staged_bytes += payload.size();
+    auto held = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
+    auto copy = op.device->copy_from_host(op.buffer, held->data(), held->size());
+    if (!copy) {
+      op.req->complete(copy.status(), 0);
+      return;
+    }
+    when_copied(engine_, std::move(*copy), [req = op.req, held](const Status& s) {
+      req->complete(s, s.is_ok() ? held->size() : 0);
+    });
+    return;
+  }
+  if (!payload.empty()) std::memcpy(op.buffer, payload.data(), payload.size());
   op.req->complete(Status::ok(), payload.size());
 }
 
@@ -537,6 +627,11 @@ void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id
     --outstanding_;
     op->req->complete(Status::ok(), 0);
     return;
+  }
+  if (op->device != nullptr) {
+    op->staged = std::make_unique<StagingSink>(op->staging, op->buffer, &op->in);
+    op->in.sink = op->staged.get();
+    ++stats_.staged_transfers;
   }
   const uint64_t id = op->in.id;
   recvs_.emplace(id, std::move(op));
@@ -699,7 +794,16 @@ void EndpointCore::sent(TxTransfer& out) {
   switch (out.kind) {
     case wire::ChunkKind::kMessage: {
       auto it = sends_.find(out.owner);
-      if (it != sends_.end()) complete_send(it->second.get(), Status::ok());
+      if (it == sends_.end()) return;
+      if (!out.failure.is_ok()) {
+        // Its source failed after part of it was announced: the receiver must hear
+        // that nothing more comes.
+        append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
+        complete_send(it->second.get(), out.failure);
+        return;
+      }
+      if (it->second->staged) stats_.staged_bytes += out.length;
+      complete_send(it->second.get(), Status::ok());
       return;
     }
     case wire::ChunkKind::kPut:
@@ -726,14 +830,15 @@ void EndpointCore::complete_send(SendOp* op, const Status& s) {
 }
 
 void EndpointCore::finish_recv(RecvOp* op) {
-  if (op->in.doomed) {
+  if (!op->in.failure.is_ok()) {
+    op->req->complete(op->in.failure, op->in.received);  // a chunk failed, or the sender aborted
+  } else if (op->in.doomed) {
     op->req->complete(failure_.is_ok() ? Status(StatusCode::kPeerFailed, "peer went away mid-message") : failure_,
                       op->in.received);
-  } else if (!op->in.failure.is_ok()) {
-    op->req->complete(op->in.failure, op->in.received);  // the sink failed a chunk
   } else {
     ++stats_.messages_received;
     stats_.bytes_received += op->in.length;
+    if (op->staged) stats_.staged_bytes += op->in.length;
     op->req->complete(Status::ok(), op->in.length);
   }
   --outstanding_;

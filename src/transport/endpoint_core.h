@@ -28,13 +28,16 @@
 #include "transport/chunk_scheduler.h"
 #include "transport/linger.h"
 #include "transport/matcher.h"
+#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
 
 class ContextCore;
 
-class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private ChunkScheduler::Owner {
+class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
+                     private ChunkScheduler::Owner,
+                     private StagingHost {
  public:
   struct Params {
     EndpointId id{};
@@ -43,6 +46,8 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
     uint32_t peer_eager_credit = 0;
     uint32_t peer_rma_window = 1;
     const MemoryRegistry* registry = nullptr;  ///< the context's; outlives every active endpoint
+    /// The context's device domains (Context::add_memory_domain); read with the lock held.
+    const std::vector<MemoryDomain*>* domains = nullptr;
     std::string peer;
   };
 
@@ -93,6 +98,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
     uint64_t id = 0;
     uint64_t recv_id = 0;
     HostSource source;
+    std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
     TxTransfer out;
   };
   /// An operation this side initiated.
@@ -221,6 +227,20 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
   void match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length);
   void return_credit(uint64_t cost);
 
+  // device memory
+  /// The device domain whose memory [p, p+n) is; null for host memory (and always
+  /// when the context has no device domains: one branch on the hot path).
+  MemoryDomain* device_of(const void* p, size_t n) const;
+  /// The endpoint's staging for `domain` in one direction, its pool made (and prepared
+  /// with the domain) on first use.
+  Result<StagingContext> staging_for(MemoryDomain* domain, bool tx);
+  /// Completes a failed receive whose copies into device memory are still in flight
+  /// once they have ended (then nothing writes to its buffer any more), else now.
+  void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);
+  // StagingHost
+  void staged_chunk_placed(RxTransfer& t, uint64_t length, const Status& status) override;
+  void staging_progressed() override;
+
   // ChunkScheduler::Owner
   void announce(const wire::ChunkFrame& frame) override { append_frame(frame); }
   void sent(TxTransfer& t) override;
@@ -275,6 +295,17 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>, private 
   std::vector<DataWatch> data_watch_;
 
   bool resume_queued_ = false;  // resume() is queued for the next progress round
+
+  struct StagingPools {
+    MemoryDomain* domain;
+    std::shared_ptr<StagingPool> tx, rx;
+  };
+  std::vector<StagingPools> staging_pools_;
+  /// What staged sources and sinks hold to reach this endpoint; reset first thing in
+  /// the destructor, so late copy ends find nobody.
+  std::shared_ptr<StagingHost*> staging_anchor_;
+  /// Failed receives waiting for their device copies to end (fail_staged_recv).
+  std::vector<std::pair<std::unique_ptr<RecvOp>, Status>> staged_failing_;
 
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;

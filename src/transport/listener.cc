@@ -228,6 +228,7 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.peer_eager_credit = hello.eager_credit;
   p.peer_rma_window = hello.rma_window;
   p.registry = &registry_;
+  p.domains = &domains_;
   p.peer = std::move(peer);
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   int fd = control.get();

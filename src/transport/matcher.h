@@ -18,6 +18,7 @@
 #include "engine/request_state.h"
 #include "remora/types.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/staging.h"
 
 namespace remora::detail {
 
@@ -28,7 +29,12 @@ struct RecvOp {
   Tag tag{};
   std::byte* buffer = nullptr;
   HostSink sink;
-  RxTransfer in;  // a matched rendezvous message's chunks land through `sink`
+  RxTransfer in;  // a matched rendezvous message's chunks land through `sink` (or `staged`)
+  // A receive into device memory: the domain, the endpoint's staging for it, and once
+  // matched, the sink its chunks land through.
+  MemoryDomain* device = nullptr;
+  StagingContext staging;
+  std::unique_ptr<StagingSink> staged;
 };
 
 /// A message that arrived before a receive for it was posted.

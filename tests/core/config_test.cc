@@ -102,7 +102,8 @@ TEST(Config, EveryOptionReachesItsField) {
                                            .connect_timeout_ms = d.connect_timeout_ms + 1,
                                            .handshake_timeout_ms = d.handshake_timeout_ms + 1,
                                            .wait_timeout_ms = d.wait_timeout_ms + 1,
-                                           .pin_mode = PinMode::kOff});
+                                           .pin_mode = PinMode::kOff,
+                                           .staging_buffers = d.staging_buffers + 1});
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
   EXPECT_EQ(c.streams_per_endpoint, d.streams_per_endpoint + 1);
   EXPECT_EQ(c.chunk_bytes, d.chunk_bytes + 1);
@@ -118,6 +119,7 @@ TEST(Config, EveryOptionReachesItsField) {
   EXPECT_EQ(c.handshake_timeout_ms, d.handshake_timeout_ms + 1);
   EXPECT_EQ(c.wait_timeout_ms, d.wait_timeout_ms + 1);
   EXPECT_EQ(c.pin_mode, PinMode::kOff);
+  EXPECT_EQ(c.staging_buffers, d.staging_buffers + 1);
 }
 
 // The bound of a wait given no timeout: 5 minutes unless REMORA_WAIT_TIMEOUT_MS or

@@ -461,11 +461,19 @@ TEST(ProgressEngine, PostFromForeignThreadsRunsEachCallOnceUnderTheLock) {
       for (int i = 0; i < kPerThread; ++i) e->post(bump);
     });
   }
+  // A spinning waiter drives progress too: its epoll_wait may take a post's wake-up
+  // from the progress thread, and must then run the post itself.
+  std::atomic<bool> spin{true};
+  std::thread spinner([&] {
+    while (spin.load()) e->try_progress();
+  });
   for (int i = 0; i < kMine; ++i) {
     ProgressEngine::Guard g(*e);
     bump();
   }
   for (auto& t : posters) t.join();
+  spin.store(false);
+  spinner.join();
   EXPECT_TRUE(wait_until([&] { return counter.load() == kThreads * kPerThread + kMine; })) << counter.load();
   e->stop();
   EXPECT_EQ(counter.load(), kThreads * kPerThread + kMine);

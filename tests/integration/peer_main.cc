@@ -14,6 +14,11 @@
 //   big-send    one message of --size bytes from stream --seed (prints "HASH <xxh3>")
 //   big-recv    receives one --size message, checks its XXH3 (prints "HASH <xxh3>")
 //   truncation | zero | unexpected | out-of-order | outstanding   scripted halves
+//   device-echo receives one message per --sizes entry (comma-separated) with tag
+//               100+i into --memory=host|device (device: a TestDeviceDomain added to
+//               the context), prints "RECV <i> ok <xxh3>" or "RECV <i> <error code>",
+//               and sends each message it got back with tag 200+i from that memory;
+//               then "DONE". --fail-recv=<i>: its device copies for message i fail
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -28,6 +33,7 @@
 #include "remora/context.h"
 #include "remora/endpoint.h"
 #include "remora/request.h"
+#include "remora/testing/test_device.h"
 #include "support/exchange.h"
 #include "support/peer_program.h"
 #include "support/scripts.h"
@@ -46,10 +52,68 @@ void print_line(const std::string& line) {
   std::fflush(stdout);
 }
 
+/// Sizes from "a,b,c".
+std::vector<uint64_t> parse_sizes(const std::string& text) {
+  std::vector<uint64_t> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    out.push_back(std::stoull(text.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return out;
+}
+
+/// The device-echo scenario (see the banner).
+void device_echo(Endpoint& ep, testing::TestDeviceDomain* device, const std::vector<uint64_t>& sizes,
+                 uint64_t fail_recv) {
+  uint64_t max = 1;
+  for (uint64_t s : sizes) max = std::max(max, s);
+  std::vector<std::byte> host(device == nullptr ? max : 0);
+  std::byte* buffer = host.data();
+  if (device != nullptr) {
+    auto mem = device->allocate(max);
+    if (!mem) die("device allocate: " + describe(mem.status()));
+    buffer = *mem;
+  }
+  std::vector<std::byte> check(max);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::span<std::byte> msg(buffer, sizes[i]);
+    if (i == fail_recv && device != nullptr) device->fail_copies(buffer, max);
+    Request r = ep.recv(msg, Tag{100 + i});
+    const Status s = r.wait(std::chrono::seconds(60));
+    if (device != nullptr) device->clear_failures();
+    if (!s.is_ok()) {
+      print_line("RECV " + std::to_string(i) + " " + std::string(to_string(s.code())));
+      continue;
+    }
+    if (r.bytes() != sizes[i]) die("device-echo: message " + std::to_string(i) + " has " + std::to_string(r.bytes()) + " bytes");
+    if (device != nullptr) {
+      if (Status rd = device->read(check.data(), buffer, sizes[i]); !rd.is_ok()) die("device read: " + describe(rd));
+    } else {
+      std::copy(msg.begin(), msg.end(), check.begin());
+    }
+    print_line("RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(check.data(), sizes[i])));
+    const Status back = ep.send(msg, Tag{200 + i}).wait(std::chrono::seconds(60));
+    if (!back.is_ok()) die("device-echo: sending message " + std::to_string(i) + " back: " + describe(back));
+  }
+  print_line("DONE");
+}
+
 int run(const Flags& f) {
+  // The device domain outlives the context (Context::add_memory_domain).
+  std::unique_ptr<testing::TestDeviceDomain> device;
+  if (f.str("memory", "host") == "device") {
+    auto d = testing::TestDeviceDomain::create({.capacity = size_t{1} << 30});
+    if (!d) die("TestDeviceDomain::create: " + describe(d.status()));
+    device = std::move(d).value();
+  }
   auto ctx_r = Context::create();
   if (!ctx_r) die("Context::create: " + describe(ctx_r.status()));
   auto ctx = std::move(ctx_r).value();
+  if (device != nullptr) {
+    if (Status s = ctx->add_memory_domain(*device); !s.is_ok()) die("add_memory_domain: " + describe(s));
+  }
 
   const std::string role = f.str("role");
   const std::string address = f.str("address", "127.0.0.1:0");
@@ -148,6 +212,9 @@ int run(const Flags& f) {
   } else if (scenario == "out-of-order") {
     check(out_of_order_receiver(*ep, seed), "out-of-order (receiver half)");
     check(out_of_order_sender(*ep, seed + 100), "out-of-order (sender half)");
+    finish();
+  } else if (scenario == "device-echo") {
+    device_echo(*ep, device.get(), parse_sizes(f.str("sizes")), f.num("fail-recv", UINT64_MAX));
     finish();
   } else if (scenario == "outstanding") {
     check(many_outstanding(*ep, seed, static_cast<uint32_t>(f.num("side", 1)), f.num("count", 500)), "outstanding");

@@ -141,6 +141,7 @@ TEST(ContextCreate, BadOptionsAreRefusedWithTheReason) {
       {{.eager_limit = 2u << 20, .ignore_env = true}, "REMORA_EAGER_LIMIT"},
       {{.eager_limit = 4096, .eager_credit = 4096, .ignore_env = true}, "REMORA_EAGER_CREDIT"},
       {{.rma_window = 0, .ignore_env = true}, "REMORA_RMA_WINDOW"},
+      {{.staging_buffers = 1, .ignore_env = true}, "REMORA_STAGING_BUFFERS"},
       {{.connect_timeout_ms = 0, .ignore_env = true}, "connect_timeout_ms"},
       {{.handshake_timeout_ms = 0, .ignore_env = true}, "handshake_timeout_ms"},
       {{.wait_timeout_ms = 0, .ignore_env = true}, "REMORA_WAIT_TIMEOUT_MS"},
