@@ -60,14 +60,20 @@ RmaInitiator::~RmaInitiator() = default;
 // Posting
 // ---------------------------------------------------------------------------
 
-RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
-                                       const PutOptions& options, bool inline_class) {
+std::unique_ptr<RmaInitiator::Op> RmaInitiator::new_op(Op::Kind kind, const RemoteKey& key, uint64_t offset,
+                                                      uint64_t length, bool inline_class) {
   auto op = std::make_unique<Op>();
-  op->kind = Op::Kind::kPut;
+  op->kind = kind;
   op->key = key.serialize();
   op->offset = offset;
-  op->length = local.size();
+  op->length = length;
   op->inline_class = inline_class;
+  return op;
+}
+
+RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                                       const PutOptions& options, bool inline_class) {
+  auto op = new_op(Op::Kind::kPut, key, offset, local.size(), inline_class);
   op->src = local.data();
   op->has_notify = options.notify.has_value();
   op->notify = options.notify.value_or(0);
@@ -76,12 +82,7 @@ RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const R
 
 RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset,
                                        bool inline_class) {
-  auto op = std::make_unique<Op>();
-  op->kind = Op::Kind::kGet;
-  op->key = key.serialize();
-  op->offset = offset;
-  op->length = local.size();
-  op->inline_class = inline_class;
+  auto op = new_op(Op::Kind::kGet, key, offset, local.size(), inline_class);
   op->dst = local.data();
   op->sink = HostSink(local.data());
   op->in.kind = wire::ChunkKind::kGet;
@@ -92,12 +93,8 @@ RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteK
 
 RmaInitiator::Posted RmaInitiator::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, AtomicOp kind,
                                           uint64_t operand, uint64_t compare) {
-  auto op = std::make_unique<Op>();
-  op->kind = Op::Kind::kAtomic;
-  op->key = key.serialize();
-  op->offset = offset;
-  op->length = sizeof(uint64_t);
-  op->inline_class = true;  // the operands travel in the ATOMIC frame, the result in the RESP
+  // The operands travel in the ATOMIC frame, the result in the RESP.
+  auto op = new_op(Op::Kind::kAtomic, key, offset, sizeof(uint64_t), /*inline_class=*/true);
   op->atomic = kind;
   op->operand = operand;
   op->compare = kind == AtomicOp::kCompareSwap ? compare : 0;

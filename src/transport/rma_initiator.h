@@ -121,6 +121,8 @@ class RmaInitiator {
     Status first_error;
   };
 
+  static std::unique_ptr<Op> new_op(Op::Kind kind, const RemoteKey& key, uint64_t offset, uint64_t length,
+                                    bool inline_class);
   Posted post(std::unique_ptr<Op> op);
   void issue(Op* op);
   void issue_waiting();
