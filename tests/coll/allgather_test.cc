@@ -17,23 +17,10 @@
 #include "movement.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
 
-using test::Bytes;
-using test::Case;
-using test::describe;
-using test::for_each_variant;
-using test::kCases;
-using test::kSentinel;
-using test::make_ranks;
-using test::pattern;
-using test::run_ranks;
-using test::same;
-using test::scattered_layout;
-using test::uneven;
-
-class AllgatherTest : public test::MovementTest {};
+class AllgatherTest : public MovementTest {};
 
 TEST_P(AllgatherTest, AllgatherWithRingAndRecursiveDoublingIncludingInPlace) {
   auto ranks = make_ranks(n(), std::chrono::seconds(10));
@@ -92,7 +79,7 @@ TEST_P(AllgatherTest, AllgathervWithUnevenCountsAndScatteredDisplacements) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, AllgatherTest, ::testing::ValuesIn(test::kRankCounts), test::rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, AllgatherTest, ::testing::ValuesIn(kRankCounts), rank_count_name);
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

@@ -21,22 +21,8 @@
 #include "reduction.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
-
-using test::boundary_counts;
-using test::first_diff;
-using test::kAllOps;
-using test::kAllTypes;
-using test::kPipeline;
-using test::make_ranks;
-using test::rank_input;
-using test::reference;
-using test::ring_config;
-using test::run_ranks;
-using test::small_config;
-using test::valid;
-using test::with_config;
 
 /// One allreduce case on rank r: checks the result bit for bit against the reference.
 void check_allreduce(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count, bool in_place) {
@@ -60,7 +46,7 @@ void check_allreduce(int r, Communicator& c, const char* algo, DataType t, Reduc
 class AllreduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllreduceTest, EveryTypeAndOpMatchesTheSequentialReference) {
-  test::BothAlgorithms f(GetParam());
+  BothAlgorithms f(GetParam());
   f.run([](int r, Communicator& c, const char* algo) {
     int k = 0;
     for (DataType t : kAllTypes) {
@@ -77,7 +63,7 @@ TEST_P(AllreduceTest, EveryTypeAndOpMatchesTheSequentialReference) {
 
 TEST_P(AllreduceTest, SizesAroundPiecesAndBlocksInPlaceOrNot) {
   const int n = GetParam();
-  test::BothAlgorithms f(n);
+  BothAlgorithms f(n);
   f.run([n](int r, Communicator& c, const char* algo) {
     // Fewer types at 8 ranks keeps the suite quick; every element size is covered.
     std::vector<DataType> types = {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
@@ -149,4 +135,4 @@ TEST(Allreduce, ARankThatAbortsFailsTheRingOnTheOthersBeforeTheTimeout) {
 }
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

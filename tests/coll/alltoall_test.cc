@@ -17,22 +17,10 @@
 #include "movement.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
 
-using test::Bytes;
-using test::Case;
-using test::describe;
-using test::kCases;
-using test::kSentinel;
-using test::make_ranks;
-using test::pattern;
-using test::run_ranks;
-using test::same;
-using test::scattered_layout;
-using test::size_error;
-
-class AlltoallTest : public test::MovementTest {};
+class AlltoallTest : public MovementTest {};
 
 TEST_P(AlltoallTest, AlltoallAndAlltoallv) {
   auto ranks = make_ranks(n(), std::chrono::seconds(10));
@@ -79,7 +67,7 @@ TEST_P(AlltoallTest, AlltoallAndAlltoallv) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, AlltoallTest, ::testing::ValuesIn(test::kRankCounts), test::rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, AlltoallTest, ::testing::ValuesIn(kRankCounts), rank_count_name);
 
 // --- ranks that disagree ----------------------------------------------------------
 
@@ -98,4 +86,4 @@ TEST(AlltoallMismatch, AlltoallWithOneRankOffByOneFailsWithSizeErrors) {
 }
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

@@ -9,13 +9,10 @@
 #include "mesh.h"
 #include "movement.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
 
-using test::make_ranks;
-using test::run_ranks;
-
-class BarrierTest : public test::MovementTest {};
+class BarrierTest : public MovementTest {};
 
 TEST_P(BarrierTest, BarrierLetsNobodyThroughBeforeEveryoneArrived) {
   auto ranks = make_ranks(n(), std::chrono::seconds(10));
@@ -30,7 +27,7 @@ TEST_P(BarrierTest, BarrierLetsNobodyThroughBeforeEveryoneArrived) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, BarrierTest, ::testing::ValuesIn(test::kRankCounts), test::rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, BarrierTest, ::testing::ValuesIn(kRankCounts), rank_count_name);
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

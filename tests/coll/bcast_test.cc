@@ -13,24 +13,10 @@
 #include "movement.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
 
-using test::Bytes;
-using test::Case;
-using test::describe;
-using test::for_each_variant;
-using test::kCases;
-using test::kPiece;
-using test::kSentinel;
-using test::make_ranks;
-using test::pattern;
-using test::run_ranks;
-using test::same;
-using test::size_error;
-using test::with_config;
-
-class BroadcastTest : public test::MovementTest {};
+class BroadcastTest : public MovementTest {};
 
 TEST_P(BroadcastTest, BroadcastFromEveryRootWithTreeAndChain) {
   auto ranks = make_ranks(n(), std::chrono::seconds(10));
@@ -50,7 +36,7 @@ TEST_P(BroadcastTest, BroadcastFromEveryRootWithTreeAndChain) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, BroadcastTest, ::testing::ValuesIn(test::kRankCounts), test::rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, BroadcastTest, ::testing::ValuesIn(kRankCounts), rank_count_name);
 
 // --- ranks that disagree ----------------------------------------------------------
 
@@ -98,4 +84,4 @@ TEST(BroadcastMismatch, ARootBroadcastingNothingToRanksThatExpectDataIsAProtocol
 }
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

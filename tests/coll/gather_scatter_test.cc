@@ -18,23 +18,10 @@
 #include "movement.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
 
-using test::Bytes;
-using test::Case;
-using test::describe;
-using test::kCases;
-using test::kSentinel;
-using test::make_ranks;
-using test::pattern;
-using test::run_ranks;
-using test::same;
-using test::scattered_layout;
-using test::size_error;
-using test::uneven;
-
-class GatherScatterTest : public test::MovementTest {};
+class GatherScatterTest : public MovementTest {};
 
 TEST_P(GatherScatterTest, GatherAndScatterFromEveryRootIncludingInPlace) {
   auto ranks = make_ranks(n(), std::chrono::seconds(10));
@@ -124,7 +111,7 @@ TEST_P(GatherScatterTest, GathervAndScattervWithUnevenCountsAndScatteredDisplace
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GatherScatterTest, ::testing::ValuesIn(test::kRankCounts), test::rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, GatherScatterTest, ::testing::ValuesIn(kRankCounts), rank_count_name);
 
 // --- ranks that disagree ----------------------------------------------------------
 
@@ -164,4 +151,4 @@ TEST(GatherMismatch, GathervWithALongerContributionThanItsSlotIsTruncatedAtTheRo
 }
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

@@ -19,16 +19,8 @@
 #include "reduction.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
-
-using test::first_diff;
-using test::kAllOps;
-using test::kAllTypes;
-using test::kPipeline;
-using test::rank_input;
-using test::reference;
-using test::valid;
 
 void check_reduce(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count, int root,
                   bool in_place) {
@@ -58,7 +50,7 @@ class ReduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ReduceTest, TreeAndChainToEveryKindOfRoot) {
   const int n = GetParam();
-  test::BothAlgorithms f(n);
+  BothAlgorithms f(n);
   f.run([n](int r, Communicator& c, const char* algo) {
     const bool all_types = n == 3 || n == 5;
     int k = 0;
@@ -80,4 +72,4 @@ TEST_P(ReduceTest, TreeAndChainToEveryKindOfRoot) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ReduceTest, ::testing::Values(1, 2, 3, 4, 5, 8));
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

@@ -19,16 +19,8 @@
 #include "reduction.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
-
-using test::first_diff;
-using test::kAllOps;
-using test::kAllTypes;
-using test::kPipeline;
-using test::rank_input;
-using test::reference;
-using test::valid;
 
 void check_reduce_scatter(int r, Communicator& c, const char* algo, DataType t, ReduceOp op, size_t count,
                           bool in_place) {
@@ -55,7 +47,7 @@ class ReduceScatterTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ReduceScatterTest, RingAndRecursiveDoublingGiveEachRankItsBlock) {
   const int n = GetParam();
-  test::BothAlgorithms f(n);
+  BothAlgorithms f(n);
   f.run([n](int r, Communicator& c, const char* algo) {
     const bool all_types = n == 3 || n == 5;
     int k = 0;
@@ -76,4 +68,4 @@ TEST_P(ReduceScatterTest, RingAndRecursiveDoublingGiveEachRankItsBlock) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ReduceScatterTest, ::testing::Values(1, 2, 3, 4, 5, 8));
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test

@@ -16,17 +16,8 @@
 #include "mesh.h"
 #include "reference.h"
 
-namespace remora {
+namespace remora::test {
 namespace {
-
-using test::first_diff;
-using test::kAllOps;
-using test::kAllTypes;
-using test::make_ranks;
-using test::rank_input;
-using test::reference;
-using test::run_ranks;
-using test::valid;
 
 void check_scan(int r, Communicator& c, bool exclusive, DataType t, ReduceOp op, size_t count, bool in_place) {
   const int n = c.size();
@@ -79,4 +70,4 @@ TEST_P(ScanTest, InclusiveAndExclusivePrefixes) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ScanTest, ::testing::Values(1, 2, 3, 4, 5, 8));
 
 }  // namespace
-}  // namespace remora
+}  // namespace remora::test
