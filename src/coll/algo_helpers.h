@@ -18,7 +18,7 @@
 
 namespace remora::coll {
 
-// --- movement (from algo_data.cc) ----------------------------------------------------
+// --- movement: barrier, broadcast, gather, scatter, allgather, alltoall ---------------
 
 /// Requests of one algorithm in posting order, each with the size its receive must
 /// have. The destructor waits for whatever is left, so no return path can leave a
@@ -95,7 +95,7 @@ inline Status check_own(const char* what, size_t have, size_t slot) {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
-// --- reductions (from algo_reduce.cc) ---------------------------------------------------
+// --- reductions: allreduce, reduce, reduce_scatter, scan --------------------------------
 
 // Op steps (tags) used below. Every algorithm of one op uses its own steps only.
 constexpr uint32_t kStepKeyToRight = 1;

@@ -1,6 +1,8 @@
 // transport/endpoint.cc — the endpoint: set-up, tagged send/recv (eager, rendezvous),
-// the control stream, the lingering close, failure, and the ChunkScheduler's owner
-// callbacks. One-sided operations are in rma.cc.
+// the entry points of one-sided operations and notifications (their parts are
+// rma_initiator.cc, rma_target.cc and notifications.cc), the control stream and its
+// dispatch, the lingering close, failure, and the callbacks of the parts' Owner
+// interfaces.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -84,10 +86,16 @@ Status EndpointCore::activate() {
 // Public API
 // ---------------------------------------------------------------------------
 
+Status EndpointCore::inactive() const {
+  if (state_ == State::kActive) return Status::ok();
+  return failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_;
+}
+
 Status EndpointCore::admission() const {
-  if (state_ != State::kActive) return failure_.is_ok() ? Status(StatusCode::kAborted, "endpoint is not active") : failure_;
-  if (outstanding_ >= config_.max_outstanding) {
-    return Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding_) +
+  if (Status down = inactive(); !down) return down;
+  const uint64_t outstanding = outstanding_ + initiator_.outstanding();
+  if (outstanding >= config_.max_outstanding) {
+    return Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding) +
                                                " outstanding operations (REMORA_MAX_OUTSTANDING); wait for some first");
   }
   return Status::ok();
@@ -99,7 +107,7 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   const uint64_t cost = data.size() + wire::kEagerCreditOverhead;
   // Device memory always goes by rendezvous: its bytes are staged chunk by chunk.
   MemoryDomain* device = device_of(data.data(), data.size());
-  if (device == nullptr && data.size() <= eager_limit_ && tx_credit_ >= cost) {
+  if (device == nullptr && travels_inline(data.size()) && tx_credit_ >= cost) {
     tx_credit_ -= cost;
     size_t at = ctl_tx_.size();
     ctl_tx_.resize(at + kEagerPrefix + data.size());
@@ -180,6 +188,45 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   ++outstanding_;
   matcher_.post(std::move(op));
   return r;
+}
+
+template <typename Post>
+Request EndpointCore::post_one_sided(const Post& post) {
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
+  RmaInitiator::Posted posted = post();
+  if (posted.issued) {
+    // One round at most: the first chunks go out from this thread, and the rest moves
+    // on progress rounds (the progress thread's, or a waiting thread's), so posting
+    // returns in bounded time however large the put.
+    pump(/*one_round=*/true);  // may complete (and free) the op
+    if (posted.pushes_data) engine_->driven_by_caller();  // see there: this thread just pushed data
+  }
+  return std::move(posted.request);
+}
+
+Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                          const PutOptions& options) {
+  return post_one_sided([&] { return initiator_.put(local, key, offset, options, travels_inline(local.size())); });
+}
+
+Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
+  return post_one_sided([&] { return initiator_.get(local, key, offset, travels_inline(local.size())); });
+}
+
+Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
+                             uint64_t operand, uint64_t compare) {
+  return post_one_sided([&] { return initiator_.atomic(result, key, offset, op, operand, compare); });
+}
+
+Request EndpointCore::flush() {
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status down = inactive(); !down) return Request(RequestState::completed(std::move(down), 0, Tag{}));
+  return initiator_.flush();
+}
+
+void EndpointCore::run_handler_later() {
+  engine_->defer([self = shared_from_this()] { self->notifications_.run_handler(); });
 }
 
 void EndpointCore::close(wire::GoodbyeReason reason) {
@@ -337,16 +384,22 @@ void EndpointCore::fail_locked(const Status& why) {
   sends_.clear();
   for (auto& [id, op] : recvs_) fail_staged_recv(std::move(op), why);
   recvs_.clear();
-  fail_rma_locked(why);
+  fail_one_sided(why);
   matcher_.fail_posted(why);
   if (!keep_arrived_) matcher_.clear_unexpected();
   outstanding_ = 0;
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
-  unsent_resps_.clear();
+  target_.control_cleared();
   ctl_resp_only_ = true;
   hold_resps_ = false;
   if (!linger_) notify_closed();  // else once the linger ends
+}
+
+void EndpointCore::fail_one_sided(const Status& why) {
+  initiator_.fail(why);
+  target_.fail();
+  notifications_.fail();
 }
 
 void EndpointCore::handle_control_eof(const Status& why) {
@@ -382,7 +435,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
   outstanding_ -= sends_.size();
   chunks_.clear_tx();
   sends_.clear();
-  fail_rma_locked(reason);
+  fail_one_sided(reason);
   outstanding_ -= matcher_.fail_posted(reason);
   if (!keep_arrived_) matcher_.clear_unexpected();
   // Doomed receives whose announced bytes are all in already fail now.
@@ -433,7 +486,7 @@ void EndpointCore::flush_control() {
     const net::IoResult r = net::send_some(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_);
     if (r.moved() && r.bytes > 0) {
       ctl_tx_off_ += r.bytes;
-      while (!unsent_resps_.empty() && unsent_resps_.front() <= ctl_tx_off_) unsent_resps_.pop_front();
+      target_.control_sent(ctl_tx_off_);
       continue;
     }
     if (r.would_block()) {
@@ -446,7 +499,7 @@ void EndpointCore::flush_control() {
   }
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
-  unsent_resps_.clear();
+  target_.control_cleared();
   ctl_resp_only_ = true;
   hold_resps_ = false;
 }
@@ -540,13 +593,29 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         else if constexpr (std::is_same_v<T, ChunkFrame>) handle_chunk(f);
         else if constexpr (std::is_same_v<T, CreditFrame>) handle_credit(f);
         else if constexpr (std::is_same_v<T, GoodbyeFrame>) handle_goodbye(f);
-        else if constexpr (std::is_same_v<T, wire::PutFrame>) handle_put(f);
-        else if constexpr (std::is_same_v<T, wire::GetFrame>) handle_get(f);
-        else if constexpr (std::is_same_v<T, wire::AtomicFrame>) handle_atomic(f);
-        else if constexpr (std::is_same_v<T, wire::RespFrame>) handle_resp(f);
-        else handle_abort(f);
+        else if constexpr (std::is_same_v<T, wire::RespFrame>) initiator_.handle_resp(f);
+        else if constexpr (std::is_same_v<T, wire::AbortFrame>) handle_abort(f);
+        else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);
+}
+
+void EndpointCore::serve_request(const wire::PutFrame& f) {
+  if (!target_.admit(f.op_id)) return;
+  if (f.inline_data != travels_inline(f.length)) {
+    protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {})", f.length,
+                               f.inline_data ? "sent" : "not sent", eager_limit_));
+    return;
+  }
+  target_.serve_put(f);
+}
+
+void EndpointCore::serve_request(const wire::GetFrame& f) {
+  if (target_.admit(f.op_id)) target_.serve_get(f, travels_inline(f.length));
+}
+
+void EndpointCore::serve_request(const wire::AtomicFrame& f) {
+  if (target_.admit(f.op_id)) target_.serve_atomic(f);
 }
 
 void EndpointCore::deliver_eager(RecvOp& op, std::span<const std::byte> payload) {
@@ -681,18 +750,8 @@ RxTransfer* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
       auto it = recvs_.find(id);
       return it == recvs_.end() ? nullptr : &it->second->in;
     }
-    case wire::ChunkKind::kPut: {
-      auto it = served_puts_.find(id);
-      return it == served_puts_.end() ? nullptr : &it->second->in;
-    }
-    case wire::ChunkKind::kGet: {
-      auto it = rma_ops_.find(id);
-      if (it == rma_ops_.end() || it->second->kind != RmaOp::Kind::kGet || it->second->inline_class ||
-          !it->second->issued || it->second->responded) {
-        return nullptr;
-      }
-      return &it->second->in;
-    }
+    case wire::ChunkKind::kPut: return target_.put_transfer(id);
+    case wire::ChunkKind::kGet: return initiator_.get_transfer(id);
   }
   return nullptr;
 }
@@ -808,17 +867,10 @@ void EndpointCore::sent(TxTransfer& out) {
     }
     case wire::ChunkKind::kPut:
       // Nothing to do: the put completes at its RESP, which the target sends only once
-      // every byte is in (an earlier RESP is a protocol violation, see handle_resp).
+      // every byte is in (an earlier RESP is a protocol violation, see
+      // RmaInitiator::handle_resp).
       return;
-    case wire::ChunkKind::kGet: {
-      auto it = served_gets_.find(out.owner);
-      if (it == served_gets_.end()) return;
-      ServedGet* sg = it->second.get();
-      ++stats_.served_gets;
-      send_resp(sg->op_id, sg->source.revoked() ? wire::RmaStatus::kRevoked : wire::RmaStatus::kOk);
-      served_gets_.erase(it);
-      return;
-    }
+    case wire::ChunkKind::kGet: target_.get_sent(out.owner); return;
   }
 }
 
@@ -852,16 +904,8 @@ void EndpointCore::received(RxTransfer& in) {
       if (it != recvs_.end()) finish_recv(it->second.get());
       return;
     }
-    case wire::ChunkKind::kPut: {
-      auto it = served_puts_.find(in.id);
-      if (it != served_puts_.end()) finish_served_put(it->second.get());
-      return;
-    }
-    case wire::ChunkKind::kGet: {
-      auto it = rma_ops_.find(in.id);
-      if (it != rma_ops_.end()) maybe_finish_get(it->second.get());
-      return;
-    }
+    case wire::ChunkKind::kPut: target_.put_received(in.id); return;
+    case wire::ChunkKind::kGet: initiator_.get_received(in.id); return;
   }
 }
 
@@ -927,5 +971,28 @@ EndpointId Endpoint::id() const { return core_->id(); }
 std::string Endpoint::peer_address() const { return core_->peer(); }
 uint32_t Endpoint::data_streams() const { return core_->streams(); }
 EndpointStats Endpoint::stats() const { return core_->stats(); }
+
+Request Endpoint::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t remote_offset,
+                      const PutOptions& options) {
+  return core_->put(local, key, remote_offset, options);
+}
+Request Endpoint::get(std::span<std::byte> local, const RemoteKey& key, uint64_t remote_offset) {
+  return core_->get(local, key, remote_offset);
+}
+Request Endpoint::fetch_add(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, uint64_t value) {
+  return core_->atomic(result, key, remote_offset, wire::AtomicOp::kFetchAdd, value, 0);
+}
+Request Endpoint::compare_swap(uint64_t* result, const RemoteKey& key, uint64_t remote_offset, CompareSwap operands) {
+  return core_->atomic(result, key, remote_offset, wire::AtomicOp::kCompareSwap, operands.desired, operands.expected);
+}
+Request Endpoint::flush() { return core_->flush(); }
+std::optional<Notification> Endpoint::poll_notification() { return core_->poll_notification(); }
+Result<Notification> Endpoint::wait_notification(Duration timeout) {
+  const engine::WaitBound bound(timeout, *core_->engine());
+  return bound.explain(core_->wait_notification(bound.timeout()));
+}
+void Endpoint::set_notification_handler(std::function<void(const Notification&)> handler) {
+  core_->set_notification_handler(std::move(handler));
+}
 
 }  // namespace remora

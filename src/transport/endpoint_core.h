@@ -1,17 +1,24 @@
-// transport/endpoint_core.h — the state machine of one endpoint: control stream
-// framing and dispatch, tag matching, eager credits, rendezvous (RTS/CTS), one-sided
-// operations (rma.cc), the lingering close, and failure. The data streams and their
-// chunks are the ChunkScheduler's (chunk_scheduler.h); this class tells it what each
-// transfer's bytes are (a ChunkSource or ChunkSink) and what completing one means.
+// transport/endpoint_core.h — the state machine of one endpoint, composed of parts:
+// EndpointCore keeps set-up, control-stream framing and dispatch (each frame goes to
+// the part that handles it), eager credits and rendezvous (RTS/CTS), the one place
+// that decides whether data travels inline on the control stream or in chunks
+// (travels_inline), and the one failure path (fail_locked, handle_control_eof), which
+// fails every part. The parts, each behind a narrow interface this class implements:
+//   - Matcher (matcher.h): posted receives and unexpected messages;
+//   - ChunkScheduler (chunk_scheduler.h): the data streams and their chunks, moved
+//     through ChunkSources and ChunkSinks; this class says what completing one means;
+//   - RmaInitiator (rma_initiator.h): the one-sided operations this side initiates;
+//   - RmaTarget (rma_target.h): the peer's one-sided requests this side serves;
+//   - Notifications (notifications.h): what notified puts delivered to this side;
+//   - LingeringClose (linger.h): the sockets of a closed endpoint.
 //
 // Everything here runs with the progress lock held (the engine's mutex); public
-// Endpoint methods take it. Ops are owned by the maps below; the scheduler's queues
-// point into them and are cleared before an op is destroyed.
+// Endpoint methods take it. Ops are owned by the maps below and by the parts; the
+// scheduler's queues point into them and are cleared before an op is destroyed.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,7 +27,6 @@
 
 #include "engine/progress.h"
 #include "engine/request_state.h"
-#include "mem/region_access.h"
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
@@ -28,6 +34,9 @@
 #include "transport/chunk_scheduler.h"
 #include "transport/linger.h"
 #include "transport/matcher.h"
+#include "transport/notifications.h"
+#include "transport/rma_initiator.h"
+#include "transport/rma_target.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
 
@@ -35,9 +44,12 @@ namespace remora::detail {
 
 class ContextCore;
 
-class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
-                     private ChunkScheduler::Owner,
-                     private StagingHost {
+class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
+                           private ChunkScheduler::Owner,
+                           private RmaInitiator::Owner,
+                           private RmaTarget::Owner,
+                           private Notifications::Owner,
+                           private StagingHost {
  public:
   struct Params {
     EndpointId id{};
@@ -73,9 +85,11 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
   Request atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                  uint64_t compare);
   Request flush();
-  std::optional<Notification> poll_notification();
-  Result<Notification> wait_notification(Duration timeout);
-  void set_notification_handler(std::function<void(const Notification&)> handler);
+  std::optional<Notification> poll_notification() { return notifications_.poll(); }
+  Result<Notification> wait_notification(Duration timeout) { return notifications_.wait(timeout); }
+  void set_notification_handler(std::function<void(const Notification&)> handler) {
+    notifications_.set_handler(std::move(handler));
+  }
   /// Closes with GOODBYE `reason` (kClosed for Endpoint::close, kAborted for abort).
   void close(wire::GoodbyeReason reason);
   bool failed() const;
@@ -100,57 +114,6 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
     HostSource source;
     std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
     TxTransfer out;
-  };
-  /// An operation this side initiated.
-  struct RmaOp {
-    enum class Kind : uint8_t { kPut, kGet, kAtomic };
-    Kind kind = Kind::kPut;
-    uint64_t id = 0;
-    uint64_t seq = 0;  // puts and atomics: flush order
-    std::shared_ptr<RequestState> req;
-    wire::KeyBytes key{};
-    uint64_t offset = 0;
-    uint64_t length = 0;
-    bool inline_class = false;  // length <= eager limit: data travels in the PUT / RESP frame
-    // put
-    const std::byte* src = nullptr;
-    bool has_notify = false;
-    uint64_t notify = 0;
-    HostSource source;
-    TxTransfer out;
-    // get
-    std::byte* dst = nullptr;
-    HostSink sink;
-    RxTransfer in;
-    // atomic
-    wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;
-    uint64_t operand = 0, compare = 0;
-    uint64_t* result = nullptr;
-    bool issued = false;     // the request frame is on its way; counts against the peer's window
-    bool responded = false;  // RESP arrived
-    Status status;           // the RESP's verdict
-  };
-  /// A large PUT this side serves as the target (inline ones are served at once).
-  struct ServedPut {
-    uint64_t op_id = 0;
-    RegionAccess access;
-    wire::RmaStatus verdict = wire::RmaStatus::kOk;
-    bool has_notify = false;
-    uint64_t notify = 0;
-    RegionSink sink;  // refused: the bytes go to the endpoint's DiscardSink instead
-    RxTransfer in;
-  };
-  /// A large GET this side serves as the target.
-  struct ServedGet {
-    uint64_t op_id = 0;
-    RegionAccess access;
-    RegionSource source;
-    TxTransfer out;
-  };
-  struct Flush {
-    uint64_t covers = 0;  // completes when no put/atomic with seq <= covers is pending
-    std::shared_ptr<RequestState> req;
-    Status first_error;
   };
   class ControlHandler final : public engine::EventHandler {
    public:
@@ -197,30 +160,24 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
   void handle_chunk(const wire::ChunkFrame& f);
   void handle_credit(const wire::CreditFrame& f);
   void handle_goodbye(const wire::GoodbyeFrame& f);
-  void handle_put(const wire::PutFrame& f);
-  void handle_get(const wire::GetFrame& f);
-  void handle_atomic(const wire::AtomicFrame& f);
-  void handle_resp(const wire::RespFrame& f);
   void handle_abort(const wire::AbortFrame& f);
+  /// A request for the RMA target: the target admits it, this side checks (a PUT) or
+  /// decides (a GET's reply) its inline class, the target serves it.
+  void serve_request(const wire::PutFrame& f);
+  void serve_request(const wire::GetFrame& f);
+  void serve_request(const wire::AtomicFrame& f);
   void handle_control_eof(const Status& why);
 
-  // RMA helpers (rma.cc)
-  Request post_rma(std::unique_ptr<RmaOp> op);
-  void issue_rma(RmaOp* op);
-  void issue_waiting_rma();
-  void complete_rma(RmaOp* op, const Status& s);
-  void maybe_finish_get(RmaOp* op);
-  /// Validates a peer's request; on success `access` holds the bytes.
-  wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
-                               RegionAccess* access);
-  /// Window and duplicate-id checks for a new request; false (endpoint failed) if violated.
-  bool admit_served_request(uint64_t op_id);
-  void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
-  void finish_served_put(ServedPut* sp);
-  void deliver_notification(const Notification& n);
-  void wake_notification_waiters();
-  void run_notification_handler();
-  void fail_rma_locked(const Status& why);
+  /// The one place that decides how data travels: a message (given credit), a put's
+  /// data and a get's reply of at most the negotiated eager limit go inline on the
+  /// control stream; longer ones go in chunks on the data streams.
+  bool travels_inline(uint64_t length) const noexcept { return length <= eager_limit_; }
+  /// Admits a one-sided operation, has `post` (the initiator) post it, and makes its
+  /// first round of progress.
+  template <typename Post>
+  Request post_one_sided(const Post& post);
+  /// The one-sided parts' share of a failure.
+  void fail_one_sided(const Status& why);
 
   // matching helpers
   void deliver_eager(RecvOp& op, std::span<const std::byte> payload);
@@ -250,6 +207,19 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
   bool should_yield() override { return engine_->lock_wanted(); }
   void resume_later() override { queue_resume(); }
 
+  // RmaInitiator::Owner and RmaTarget::Owner (protocol_error below serves both)
+  void queue_request(const wire::Frame& frame) override { append_frame(frame); }
+  size_t queue_resp(const wire::RespFrame& frame) override {
+    append_frame(frame);
+    return ctl_tx_.size();
+  }
+  void send_chunks(TxTransfer* t) override { chunks_.ready(t); }
+
+  // Notifications::Owner
+  Status inactive() const override;
+  void run_handler_later() override;
+  void waiter_woken() override { hold_resps_ = true; }  // see the RESP coalescing below
+
   // output
   void append_frame(const wire::Frame& frame);
   void flush_control();
@@ -271,7 +241,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
   RxTransfer* find_in(wire::ChunkKind kind, uint64_t id);
   void maybe_finalize();
 
-  void protocol_error(std::string message);
+  void protocol_error(std::string message) override;
   /// ok if a new operation may be posted now; else why not (endpoint down, too many outstanding).
   Status admission() const;
   bool alive() const noexcept { return state_ == State::kActive; }
@@ -333,7 +303,7 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
 
   uint64_t next_send_id_ = 1;
   uint64_t next_recv_id_ = 1;
-  uint64_t outstanding_ = 0;
+  uint64_t outstanding_ = 0;  // two-sided operations; one-sided ones are the initiator's
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
   Matcher matcher_;  // posted receives and unexpected messages
@@ -351,28 +321,6 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
   /// before stay in matcher_ and receives still match them. Cleared by close().
   bool keep_arrived_ = false;
 
-  // One-sided operations this side initiated.
-  uint64_t next_rma_id_ = 1;
-  uint64_t next_rma_seq_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<RmaOp>> rma_ops_;
-  std::deque<RmaOp*> rma_waiting_;  // posted while the peer's window was full
-  uint64_t rma_issued_ = 0;         // request frames sent, RESP not yet received
-  // Completion flags of puts/atomics from seq_base_ on (seq_done_[i] is seq seq_base_ + i);
-  // the front is always a pending one, so "anything pending up to seq s" is
-  // !seq_done_.empty() && seq_base_ <= s. No allocation per operation.
-  std::deque<bool> seq_done_;
-  uint64_t seq_base_ = 1;
-  bool pending_through(uint64_t seq) const noexcept { return !seq_done_.empty() && seq_base_ <= seq; }
-  std::deque<Flush> flushes_;
-  uint64_t flushed_through_ = 0;  // the last seq an earlier flush covered
-  Status unflushed_failure_;      // first failure of a put/atomic no flush has covered yet
-  // Operations this side serves as the target.
-  std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
-  std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
-  // End offsets in ctl_tx_ of RESPs not yet accepted by the kernel. They count
-  // against the window: a peer that floods requests and never reads its replies
-  // runs into it instead of growing ctl_tx_ without bound.
-  std::deque<size_t> unsent_resps_;
   // After the control stream died, announced one-sided chunks still queued on the
   // data streams are drained into this transfer (their ops are gone).
   RxTransfer drain_ = drain_transfer(&discard_);
@@ -383,15 +331,19 @@ class EndpointCore : public std::enable_shared_from_this<EndpointCore>,
     t.sink = sink;
     return t;
   }
-  // Notifications delivered to this side.
-  std::deque<Notification> notes_;
-  uint64_t notes_promised_ = 0;  // served puts in flight that will queue one
-  std::deque<std::shared_ptr<RequestState>> note_waiters_;
-  std::shared_ptr<std::function<void(const Notification&)>> note_handler_;
-  std::deque<Notification> note_handler_queue_;
-  bool note_delivering_ = false;
+  EndpointStats stats_;  // the parts below count into it
 
-  EndpointStats stats_;
+  // The one-sided parts. Declared after the scheduler, so destroyed before it (it
+  // points into their operations); the target delivers into notifications_.
+  Notifications notifications_{*this, engine_, params_.peer, stats_};
+  RmaInitiator initiator_{*this, engine_, params_.peer_rma_window, params_.peer, stats_};
+  RmaTarget target_{*this,
+                    notifications_,
+                    discard_,
+                    params_.registry,
+                    {.window = config_.rma_window, .notifications = config_.max_unexpected},
+                    params_.peer,
+                    stats_};
 };
 
 }  // namespace remora::detail

@@ -9,12 +9,18 @@
 
 #include "coll/comm_core.h"
 #include "mesh.h"
+#include "movement.h"
+#include "reference.h"
 
 namespace remora {
 namespace {
 
+using test::Bytes;
+using test::kSentinel;
 using test::make_ranks;
+using test::pattern;
 using test::run_ranks;
+using test::same;
 
 TEST(CommCore, PointToPointInsideTheCommunicatorMatchesPeerAndTag) {
   auto ranks = make_ranks(3);
@@ -373,6 +379,31 @@ TEST(CommCore, ARankThatAbortsFailsAWaitForAnotherRankAtOnce) {
     done.set_value();
   });
 }
+
+// --- asynchronous forms of different operations, at every rank count ---------------
+
+class AsyncOrderTest : public test::MovementTest {};
+
+TEST_P(AsyncOrderTest, AsynchronousFormsRunInOrder) {
+  auto ranks = make_ranks(n(), std::chrono::seconds(10));
+  const auto un = static_cast<size_t>(n());
+  run_ranks(ranks, [&](int r, Communicator& c) {
+    const size_t count = 1009;
+    Bytes b = r == n() - 1 ? pattern(n() - 1, count) : Bytes(count, kSentinel);
+    Bytes mine = pattern(r, count), all(un * count, kSentinel), want;
+    for (int p = 0; p < n(); ++p) {
+      Bytes x = pattern(p, count);
+      want.insert(want.end(), x.begin(), x.end());
+    }
+    std::vector<Request> reqs{c.ibroadcast(b.data(), count, DataType::kUint8, n() - 1), c.ibarrier(),
+                              c.iallgather(mine.data(), all.data(), count, DataType::kUint8)};
+    ASSERT_TRUE(wait_all(reqs, std::chrono::seconds(10)).is_ok());
+    EXPECT_TRUE(same(b, pattern(n() - 1, count)));
+    EXPECT_TRUE(same(all, want));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AsyncOrderTest, ::testing::ValuesIn(test::kRankCounts), test::rank_count_name);
 
 }  // namespace
 }  // namespace remora

@@ -1,0 +1,129 @@
+// transport/rma_target.h — the passive target of one endpoint: serving the peer's PUT,
+// GET and ATOMIC requests while the application makes no call. It owns admission (at
+// most this side's REMORA_RMA_WINDOW requests in service, an id never reused while its
+// operation is), the key check before a single byte is touched (a refusal is a RESP
+// with its verdict, and the endpoint stays usable), the large puts and gets in service
+// with their sinks and sources (every touch of the memory bracketed by a RegionAccess,
+// see chunk_io.h), and the rule that RESPs the kernel has not taken yet count against
+// the window: a peer that floods requests and never reads its replies runs into the
+// window instead of growing the control stream's queue without bound.
+//
+// It knows nothing of matching, sends or the initiator side: it asks its Owner (the
+// endpoint) to queue RESPs on the control stream and a large get's reply on the data
+// streams, reports protocol violations to it, and delivers notifications to
+// Notifications. Whether a request's data travels inline is the endpoint's decision.
+// Runs under the progress lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "mem/region_access.h"
+#include "remora/endpoint.h"
+#include "transport/chunk_io.h"
+#include "transport/chunk_scheduler.h"
+#include "transport/notifications.h"
+#include "wire/frame.h"
+
+namespace remora::detail {
+
+class RmaTarget {
+ public:
+  /// The endpoint the target serves on.
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    /// Queue `frame` on the control stream; returns the length of the control stream's
+    /// output queue just after it (control_sent() later reports it taken).
+    virtual size_t queue_resp(const wire::RespFrame& frame) = 0;
+    /// `t` (a large get's reply) is ready for the data streams; it stays referenced
+    /// until the owner's chunk scheduler reports it sent or the endpoint fails.
+    virtual void send_chunks(TxTransfer* t) = 0;
+    /// The peer broke the protocol: the endpoint fails (fail() runs before this returns).
+    virtual void protocol_error(std::string message) = 0;
+  };
+
+  struct Limits {
+    uint64_t window = 1;         ///< requests in service at once (this side's REMORA_RMA_WINDOW)
+    uint64_t notifications = 0;  ///< notifications queued or promised at most (REMORA_MAX_UNEXPECTED)
+  };
+
+  /// Keys are checked against `registry` (null: every key is refused); refused and
+  /// revoked bytes are drained through `discard`; `peer` names the other side in logs.
+  RmaTarget(Owner& owner, Notifications& notifications, DiscardSink& discard, const MemoryRegistry* registry,
+            Limits limits, std::string peer, EndpointStats& stats);
+  ~RmaTarget();
+  RmaTarget(const RmaTarget&) = delete;
+  RmaTarget& operator=(const RmaTarget&) = delete;
+
+  /// The window and duplicate-id checks for a new request, before it is served; false
+  /// if the peer broke them (reported: the endpoint has failed).
+  bool admit(uint64_t op_id);
+  /// Serves an admitted PUT whose inline class the endpoint has checked (f.inline_data).
+  void serve_put(const wire::PutFrame& f);
+  /// Serves an admitted GET; `inline_class`: the data goes back in the RESP.
+  void serve_get(const wire::GetFrame& f, bool inline_class);
+  /// Serves an admitted ATOMIC.
+  void serve_atomic(const wire::AtomicFrame& f);
+
+  /// The transfer a CHUNK of put `op_id` feeds; null unless that large put is in service.
+  RxTransfer* put_transfer(uint64_t op_id);
+  /// Every announced chunk of put `op_id` is in: RESP, and its notification.
+  void put_received(uint64_t op_id);
+  /// Every byte of get `op_id`'s reply is in the kernel: RESP.
+  void get_sent(uint64_t op_id);
+
+  /// The kernel took the control stream's output queue up to `position`.
+  void control_sent(size_t position) {
+    while (!unsent_resps_.empty() && unsent_resps_.front() <= position) unsent_resps_.pop_front();
+  }
+  /// The control stream's output queue was emptied (all sent, or dropped).
+  void control_cleared() { unsent_resps_.clear(); }
+  /// Forgets every request in service (the endpoint failed; their RESPs cannot go out).
+  void fail();
+
+ private:
+  /// A large PUT in service (inline ones are served at once).
+  struct ServedPut {
+    uint64_t op_id = 0;
+    RegionAccess access;
+    wire::RmaStatus verdict = wire::RmaStatus::kOk;
+    bool has_notify = false;
+    uint64_t notify = 0;
+    RegionSink sink;  // refused: the bytes go to the DiscardSink instead
+    RxTransfer in;
+  };
+  /// A large GET in service.
+  struct ServedGet {
+    uint64_t op_id = 0;
+    RegionAccess access;
+    RegionSource source;
+    TxTransfer out;
+  };
+
+  /// Validates a peer's request; on success `access` holds the bytes.
+  wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
+                               RegionAccess* access);
+  void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
+  void queue_resp(const wire::RespFrame& frame) { unsent_resps_.push_back(owner_.queue_resp(frame)); }
+
+  Owner& owner_;
+  Notifications& notifications_;
+  DiscardSink& discard_;
+  const MemoryRegistry* registry_;
+  Limits limits_;
+  std::string peer_;
+  EndpointStats& stats_;
+
+  std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
+  std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
+  // Positions in the owner's control queue just after each RESP the kernel has not
+  // taken yet; each counts against the window.
+  std::deque<size_t> unsent_resps_;
+};
+
+}  // namespace remora::detail
