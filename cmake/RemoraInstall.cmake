@@ -62,6 +62,8 @@ foreach(dir LIBDIR INCLUDEDIR)
     set(REMORA_PC_${dir} "\${prefix}/${CMAKE_INSTALL_${dir}}")
   endif()
 endforeach()
+# The zerocopy layer's libraries.
+set(REMORA_PC_EXTRA_LIBS "-lmnl ")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/remora.pc.in ${PROJECT_BINARY_DIR}/remora.pc.stage1 @ONLY)
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(remora_pc_dest "${CMAKE_INSTALL_LIBDIR}/pkgconfig")

@@ -16,7 +16,8 @@ std::string errno_text(int err) {
 std::string KernelError::to_string() const {
   std::string text = errno_text(err);
   if (!message.empty()) text += ": " + message;
-  if (missing_attr) text += fmt::format(" (missing attribute {})", *missing_attr);
+  if (bad_attr_type) text += fmt::format(" (objected to attribute type {})", *bad_attr_type);
+  if (missing_attr) text += fmt::format(" (missing attribute type {})", *missing_attr);
   return text;
 }
 

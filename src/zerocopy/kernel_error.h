@@ -14,10 +14,12 @@ namespace remora::zerocopy {
 struct KernelError {
   int err = 0;          ///< positive errno; 0 when the kernel did not refuse
   std::string message;  ///< netlink extended-ack message ("" when none came)
-  std::optional<uint32_t> bad_attr_offset;  ///< netlink: offset of the attribute it objected to
+  std::optional<uint32_t> bad_attr_offset;  ///< netlink: offset in our request of the attribute it objected to
+  std::optional<uint16_t> bad_attr_type;    ///< netlink: that attribute's type (found in our request)
   std::optional<uint32_t> missing_attr;     ///< netlink: the attribute type it missed
 
-  /// "EOPNOTSUPP (Operation not supported): Driver does not support netmem TX"
+  /// "EOPNOTSUPP (Operation not supported): Driver does not support netmem TX", then
+  /// " (objected to attribute type 1)" or " (missing attribute type 3)" where known.
   std::string to_string() const;
 };
 

@@ -114,8 +114,10 @@ class Bytes {
   Bytes& attr(uint16_t type, uint16_t payload) { return u16(static_cast<uint16_t>(4 + payload)).u16(type); }
   Bytes& attr_u32(uint16_t type, uint32_t v) { return attr(type, 4).u32(v); }
   /// Patches a u32 at `offset` (nlmsg_len once the size is known).
-  void set_u32(size_t offset, uint32_t v) { std::memcpy(bytes_.data() + offset, &v, 4); }
-  void set_u16(size_t offset, uint16_t v) { std::memcpy(bytes_.data() + offset, &v, 2); }
+  void set_u32(size_t offset, uint32_t v) {
+    ASSERT_LE(offset + sizeof v, bytes_.size());
+    std::memcpy(&bytes_[offset], &v, sizeof v);
+  }
   size_t size() const { return bytes_.size(); }
   const std::vector<std::byte>& bytes() const { return bytes_; }
 
