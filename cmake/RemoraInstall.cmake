@@ -62,8 +62,11 @@ foreach(dir LIBDIR INCLUDEDIR)
     set(REMORA_PC_${dir} "\${prefix}/${CMAKE_INSTALL_${dir}}")
   endif()
 endforeach()
-# The zerocopy layer's libraries.
+# The zerocopy layer's libraries: libmnl always, liburing where the build found it.
 set(REMORA_PC_EXTRA_LIBS "-lmnl ")
+if(REMORA_URING_LIBS)
+  string(APPEND REMORA_PC_EXTRA_LIBS "-luring ")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/remora.pc.in ${PROJECT_BINARY_DIR}/remora.pc.stage1 @ONLY)
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(remora_pc_dest "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
