@@ -1,10 +1,10 @@
 // tools/doctor.cc — `remora doctor`: the capability report, human-readable or as JSON.
 #include "doctor.h"
 
-#include <fmt/format.h>
-
 #include <cstring>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include "remora/version.h"
 

@@ -57,9 +57,9 @@ struct InterfaceCapabilities {
   ProbeAnswer ntuple;                 ///< yes: ntuple flow steering ("rx-ntuple-filter") on now
   ProbeAnswer queues;                 ///< detail: the counts, as text
   QueueCounts queue_counts;
-  ProbeAnswer devmem_rx;              ///< bind-rx of the host's best dmabuf to the last RX queue
-  ProbeAnswer devmem_tx;              ///< bind-tx of the host's best dmabuf
-  ProbeAnswer zcrx;                   ///< io_uring zcrx registration of the last RX queue (host memory area)
+  ProbeAnswer devmem_rx;  ///< bind-rx of the host's best dmabuf to the last RX queue
+  ProbeAnswer devmem_tx;  ///< bind-tx of the host's best dmabuf
+  ProbeAnswer zcrx;       ///< io_uring zcrx registration of the last RX queue (host memory area)
   /// A device zero-copy path exists on this interface: a devmem binding succeeded.
   bool device_path() const { return devmem_rx.yes() || devmem_tx.yes(); }
 };

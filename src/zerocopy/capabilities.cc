@@ -8,14 +8,14 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <cerrno>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "zerocopy/dmabuf_source.h"
 #include "zerocopy/ethtool_nl.h"
@@ -119,16 +119,14 @@ void probe_rings(zerocopy::EthtoolClient* ethtool, InterfaceCapabilities* c) {
   const std::string set_cmd = fmt::format("ethtool -G {} tcp-data-split on", c->name);
   switch (rings->tcp_data_split) {
     case zerocopy::uapi::kEthtoolTcpDataSplitEnabled:
-      c->header_split = yes(fmt::format("tcp-data-split: enabled{}", rings->hds_thresh
-                                                                       ? fmt::format(", hds-thresh {}", *rings->hds_thresh)
-                                                                       : ""));
+      c->header_split = yes(fmt::format("tcp-data-split: enabled{}",
+                                        rings->hds_thresh ? fmt::format(", hds-thresh {}", *rings->hds_thresh) : ""));
       break;
-    case zerocopy::uapi::kEthtoolTcpDataSplitDisabled:
-      c->header_split = no("tcp-data-split: disabled", set_cmd);
-      break;
+    case zerocopy::uapi::kEthtoolTcpDataSplitDisabled: c->header_split = no("tcp-data-split: disabled", set_cmd); break;
     default:
-      c->header_split = no("the driver does not report tcp-data-split (rings-get has no ETHTOOL_A_RINGS_TCP_DATA_SPLIT):"
-                           " it has no header split, or does not say");
+      c->header_split =
+          no("the driver does not report tcp-data-split (rings-get has no ETHTOOL_A_RINGS_TCP_DATA_SPLIT):"
+             " it has no header split, or does not say");
       break;
   }
   if (!has_net_admin()) {
@@ -138,8 +136,9 @@ void probe_rings(zerocopy::EthtoolClient* ethtool, InterfaceCapabilities* c) {
   KernelError set_ke;
   Status s = ethtool->probe_tcp_data_split_settable(c->ifindex, rings->tcp_data_split, &set_ke);
   if (s) {
-    c->header_split_settable = yes("the driver accepts tcp-data-split (a rings-set of its current value, which "
-                                   "changes nothing)");
+    c->header_split_settable =
+        yes("the driver accepts tcp-data-split (a rings-set of its current value, which "
+            "changes nothing)");
     if (!c->header_split.yes()) c->header_split.fix = set_cmd;
   } else {
     c->header_split_settable = no(s.message(), set_ke.err == EPERM ? kRootFix : "", set_ke);
@@ -168,8 +167,8 @@ void probe_features(zerocopy::EthtoolClient* ethtool, InterfaceCapabilities* c) 
 
 void probe_queues(zerocopy::EthtoolClient* ethtool, zerocopy::NetdevClient* netdev, InterfaceCapabilities* c) {
   KernelError ke;
-  auto ch = ethtool ? ethtool->channels(c->ifindex, &ke) : Result<zerocopy::ChannelsInfo>(Status(
-                                                                StatusCode::kUnsupported, "no ethtool family"));
+  auto ch = ethtool ? ethtool->channels(c->ifindex, &ke)
+                    : Result<zerocopy::ChannelsInfo>(Status(StatusCode::kUnsupported, "no ethtool family"));
   std::vector<std::string> parts;
   QueueCounts& q = c->queue_counts;
   if (ch) {
@@ -275,9 +274,9 @@ ProbeAnswer io_uring_answer() {
     }
     return no(p.ring.message(), std::move(fix), p.ring_refusal);
   }
-  std::string detail = fmt::format("rings set up; SEND_ZC: {}, RECV_ZC (zcrx): {}; zcrx setup flags: {}",
-                                   p.send_zc ? "yes" : "no", p.recv_zc ? "yes" : "no (Linux 6.15+)",
-                                   p.zcrx_ring ? "accepted" : p.zcrx_ring.message());
+  std::string detail =
+      fmt::format("rings set up; SEND_ZC: {}, RECV_ZC (zcrx): {}; zcrx setup flags: {}", p.send_zc ? "yes" : "no",
+                  p.recv_zc ? "yes" : "no (Linux 6.15+)", p.zcrx_ring ? "accepted" : p.zcrx_ring.message());
   if (p.disabled_sysctl) detail += fmt::format("; kernel.io_uring_disabled={}", *p.disabled_sysctl);
   return yes(std::move(detail));
 }
@@ -357,7 +356,8 @@ Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& option
       c.devmem_tx = try_bind(false, netdev ? &*netdev : nullptr, source ? &*source : nullptr, c, queue);
       c.zcrx = try_zcrx(c, queue);
     } else {
-      c.devmem_rx = c.devmem_tx = c.zcrx = unknown("not tried: bind attempts were turned off (remora doctor --no-bind)");
+      c.devmem_rx = c.devmem_tx = c.zcrx =
+          unknown("not tried: bind attempts were turned off (remora doctor --no-bind)");
     }
     report.device_path_available = report.device_path_available || c.device_path();
     report.interfaces.push_back(std::move(c));

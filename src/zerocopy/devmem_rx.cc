@@ -1,12 +1,12 @@
 // zerocopy/devmem_rx.cc — see devmem_rx.h.
 #include "zerocopy/devmem_rx.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
+
+#include <fmt/format.h>
 
 namespace remora::zerocopy {
 namespace {
@@ -50,9 +50,10 @@ Status parse_devmem_rx(const msghdr& msg, size_t received, const DevmemRxPolicy&
     cmsghdr header;
     std::memcpy(&header, control + off, sizeof header);
     if (header.cmsg_len < kHeaderBytes || header.cmsg_len > control_len - off) {
-      first.set(protocol(fmt::format("malformed control message at byte {}: cmsg_len {} (a header takes {}, "
-                                     "{} bytes of control data remain); the rest of the control data is unreadable",
-                                     off, header.cmsg_len, kHeaderBytes, control_len - off)));
+      first.set(
+          protocol(fmt::format("malformed control message at byte {}: cmsg_len {} (a header takes {}, "
+                               "{} bytes of control data remain); the rest of the control data is unreadable",
+                               off, header.cmsg_len, kHeaderBytes, control_len - off)));
       break;
     }
     const size_t this_off = off;
@@ -60,16 +61,17 @@ Status parse_devmem_rx(const msghdr& msg, size_t received, const DevmemRxPolicy&
     const bool devmem = header.cmsg_level == SOL_SOCKET &&
                         (header.cmsg_type == uapi::kScmDevmemDmabuf || header.cmsg_type == uapi::kScmDevmemLinear);
     if (!devmem) {
-      first.set(protocol(fmt::format("unexpected control message (level {}, type {}) at byte {} on a devmem stream: "
-                                     "only SCM_DEVMEM_DMABUF ({}) and SCM_DEVMEM_LINEAR ({}) belong here",
-                                     header.cmsg_level, header.cmsg_type, this_off, uapi::kScmDevmemDmabuf,
-                                     uapi::kScmDevmemLinear)));
+      first.set(protocol(
+          fmt::format("unexpected control message (level {}, type {}) at byte {} on a devmem stream: "
+                      "only SCM_DEVMEM_DMABUF ({}) and SCM_DEVMEM_LINEAR ({}) belong here",
+                      header.cmsg_level, header.cmsg_type, this_off, uapi::kScmDevmemDmabuf, uapi::kScmDevmemLinear)));
       continue;
     }
     if (header.cmsg_len < kDmabufCmsgLen) {
-      first.set(protocol(fmt::format("malformed devmem control message at byte {}: cmsg_len {}, less than the {} "
-                                     "bytes of a struct dmabuf_cmsg",
-                                     this_off, header.cmsg_len, kDmabufCmsgLen)));
+      first.set(
+          protocol(fmt::format("malformed devmem control message at byte {}: cmsg_len {}, less than the {} "
+                               "bytes of a struct dmabuf_cmsg",
+                               this_off, header.cmsg_len, kDmabufCmsgLen)));
       continue;
     }
     uapi::DmabufCmsg frag;
@@ -124,9 +126,10 @@ Status parse_devmem_rx(const msghdr& msg, size_t received, const DevmemRxPolicy&
         received, described, dmabuf_bytes, linear_bytes, received - described));
   }
   if (described > received) {
-    return protocol(fmt::format("malformed devmem control data: its fragments add up to {} bytes ({} in the dmabuf, "
-                                "{} linear) but recvmsg returned {}",
-                                described, dmabuf_bytes, linear_bytes, received));
+    return protocol(
+        fmt::format("malformed devmem control data: its fragments add up to {} bytes ({} in the dmabuf, "
+                    "{} linear) but recvmsg returned {}",
+                    described, dmabuf_bytes, linear_bytes, received));
   }
   return Status::ok();
 }

@@ -8,9 +8,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <cerrno>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "zerocopy/kernel_error.h"
 
@@ -27,14 +28,19 @@ Result<net::Fd> make_memfd(size_t size, unsigned flags) {
   return fd;
 }
 
+/// An exporter's device, or why not (`absent` says what would make it appear).
+Result<net::Fd> open_exporter(const char* path, int flags, std::string_view absent) {
+  net::Fd dev(::open(path, flags | O_CLOEXEC));
+  if (dev.valid()) return dev;
+  const int err = errno;
+  return Status(StatusCode::kUnsupported,
+                fmt::format("{}: {}{}", path, errno_text(err), err == ENOENT ? fmt::format(" ({})", absent) : ""));
+}
+
 /// A dmabuf from /dev/udmabuf, or why not.
 Result<net::Fd> from_udmabuf(size_t size) {
-  net::Fd dev(::open(kUdmabufPath, O_RDWR | O_CLOEXEC));
-  if (!dev.valid()) {
-    return Status(StatusCode::kUnsupported,
-                  fmt::format("{}: {}{}", kUdmabufPath, errno_text(errno),
-                              errno == ENOENT ? " (modprobe udmabuf, where the kernel has CONFIG_UDMABUF)" : ""));
-  }
+  REMORA_ASSIGN_OR_RETURN(net::Fd dev,
+                          open_exporter(kUdmabufPath, O_RDWR, "modprobe udmabuf, where the kernel has CONFIG_UDMABUF"));
   REMORA_ASSIGN_OR_RETURN(net::Fd memfd, make_memfd(size, MFD_ALLOW_SEALING));
   // udmabuf takes only memfds that cannot shrink under it.
   if (::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK) != 0) return net::errno_status(errno, "F_SEAL_SHRINK");
@@ -49,12 +55,8 @@ Result<net::Fd> from_udmabuf(size_t size) {
 
 /// A dmabuf from the system DMA-BUF heap, or why not.
 Result<net::Fd> from_system_heap(size_t size) {
-  net::Fd heap(::open(kSystemHeapPath, O_RDONLY | O_CLOEXEC));
-  if (!heap.valid()) {
-    return Status(StatusCode::kUnsupported,
-                  fmt::format("{}: {}{}", kSystemHeapPath, errno_text(errno),
-                              errno == ENOENT ? " (a kernel with CONFIG_DMABUF_HEAPS_SYSTEM)" : ""));
-  }
+  REMORA_ASSIGN_OR_RETURN(net::Fd heap,
+                          open_exporter(kSystemHeapPath, O_RDONLY, "a kernel with CONFIG_DMABUF_HEAPS_SYSTEM"));
   dma_heap_allocation_data alloc{};
   alloc.len = size;
   alloc.fd_flags = O_RDWR | O_CLOEXEC;
@@ -78,8 +80,8 @@ std::string DmabufSource::describe() const {
 Result<DmabufSource> best_dmabuf(size_t size) {
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   if (size == 0 || size % page != 0) {
-    return Status(StatusCode::kInvalidArgument, fmt::format("dmabuf size {} is not a positive multiple of {}", size,
-                                                            page));
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("dmabuf size {} is not a positive multiple of {}", size, page));
   }
   DmabufSource out;
   out.size = size;

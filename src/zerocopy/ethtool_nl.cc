@@ -1,9 +1,7 @@
 // zerocopy/ethtool_nl.cc — see ethtool_nl.h.
 #include "zerocopy/ethtool_nl.h"
 
-#include <libmnl/libmnl.h>
 #include <linux/ethtool.h>
-#include <linux/genetlink.h>
 #include <linux/netlink.h>
 #include <linux/sockios.h>
 #include <net/if.h>
@@ -11,13 +9,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <utility>
+
+#include <fmt/format.h>
+#include <libmnl/libmnl.h>
 
 #include "net/socket.h"
 
@@ -42,21 +41,6 @@ nl::Message request(uint16_t family, uint8_t cmd, uint16_t nl_flags, uint32_t se
   return m;
 }
 
-Status expect_cmd(const nlmsghdr* msg, uint8_t cmd, std::string_view what) {
-  if (mnl_nlmsg_get_payload_len(msg) < sizeof(genlmsghdr)) return Status::ok();  // parse_genl_attrs refuses it
-  const auto* genl = static_cast<const genlmsghdr*>(mnl_nlmsg_get_payload(msg));
-  if (genl->cmd != cmd) {
-    return {StatusCode::kProtocol, fmt::format("ethtool {}: reply command {}, expected {}", what, genl->cmd, cmd)};
-  }
-  return Status::ok();
-}
-
-Result<nl::AttrTable> reply_attrs(std::span<const std::byte> reply, uint8_t cmd, uint16_t max, std::string_view what) {
-  REMORA_ASSIGN_OR_RETURN(const nlmsghdr* msg, nl::as_message(reply));
-  REMORA_RETURN_IF_ERROR(expect_cmd(msg, cmd, what));
-  return nl::parse_genl_attrs(msg, max);
-}
-
 /// Merges one bitset (verbose form) of features-get into `info`, setting `field` of every
 /// feature whose bit is set. In a list (NOMASK) every bit named is set; otherwise a bit is
 /// set when it carries the VALUE flag.
@@ -76,8 +60,8 @@ Status merge_bitset(const nlattr* bitset, bool FeatureState::*field, FeaturesInf
     REMORA_ASSIGN_OR_RETURN(const nl::AttrTable b, nl::parse_nested(bit, kBitMaxAttr));
     REMORA_ASSIGN_OR_RETURN(std::string name, nl::get_string(b[uapi::kEthtoolABitsetBitName], "feature bit name"));
     const bool set = list || b[uapi::kEthtoolABitsetBitValue] != nullptr;
-    auto it = std::find_if(info->features.begin(), info->features.end(),
-                           [&](const auto& f) { return f.first == name; });
+    auto it =
+        std::find_if(info->features.begin(), info->features.end(), [&](const auto& f) { return f.first == name; });
     if (it == info->features.end()) {
       info->features.emplace_back(std::move(name), FeatureState{});
       it = info->features.end() - 1;
@@ -116,16 +100,15 @@ nl::Message build_rings_set_tcp_data_split(uint16_t family, uint32_t seq, uint32
 
 Result<RingsInfo> parse_rings(std::span<const std::byte> reply) {
   REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t,
-                          reply_attrs(reply, uapi::kEthtoolMsgRingsGetReply, kRingsMaxAttr, "rings-get"));
+                          nl::reply_attrs(reply, uapi::kEthtoolMsgRingsGetReply, kRingsMaxAttr, "rings-get"));
   RingsInfo r;
-  REMORA_ASSIGN_OR_RETURN(r.rx, nl::get_optional_u32(t, uapi::kEthtoolARingsRx, "rings rx"));
-  REMORA_ASSIGN_OR_RETURN(r.rx_max, nl::get_optional_u32(t, uapi::kEthtoolARingsRxMax, "rings rx-max"));
-  REMORA_ASSIGN_OR_RETURN(r.tx, nl::get_optional_u32(t, uapi::kEthtoolARingsTx, "rings tx"));
-  REMORA_ASSIGN_OR_RETURN(r.tx_max, nl::get_optional_u32(t, uapi::kEthtoolARingsTxMax, "rings tx-max"));
-  REMORA_ASSIGN_OR_RETURN(r.rx_buf_len, nl::get_optional_u32(t, uapi::kEthtoolARingsRxBufLen, "rings rx-buf-len"));
-  REMORA_ASSIGN_OR_RETURN(r.hds_thresh, nl::get_optional_u32(t, uapi::kEthtoolARingsHdsThresh, "hds-thresh"));
-  REMORA_ASSIGN_OR_RETURN(r.hds_thresh_max,
-                          nl::get_optional_u32(t, uapi::kEthtoolARingsHdsThreshMax, "hds-thresh-max"));
+  REMORA_RETURN_IF_ERROR(nl::get_optional_u32s(t, {{uapi::kEthtoolARingsRx, &r.rx, "rings rx"},
+                                                   {uapi::kEthtoolARingsRxMax, &r.rx_max, "rings rx-max"},
+                                                   {uapi::kEthtoolARingsTx, &r.tx, "rings tx"},
+                                                   {uapi::kEthtoolARingsTxMax, &r.tx_max, "rings tx-max"},
+                                                   {uapi::kEthtoolARingsRxBufLen, &r.rx_buf_len, "rx-buf-len"},
+                                                   {uapi::kEthtoolARingsHdsThresh, &r.hds_thresh, "hds-thresh"},
+                                                   {uapi::kEthtoolARingsHdsThreshMax, &r.hds_thresh_max, "hds-max"}}));
   if (t[uapi::kEthtoolARingsTcpDataSplit] != nullptr) {
     REMORA_ASSIGN_OR_RETURN(r.tcp_data_split, nl::get_u8(t[uapi::kEthtoolARingsTcpDataSplit], "tcp-data-split"));
     if (r.tcp_data_split > uapi::kEthtoolTcpDataSplitEnabled) {
@@ -137,22 +120,23 @@ Result<RingsInfo> parse_rings(std::span<const std::byte> reply) {
 
 Result<ChannelsInfo> parse_channels(std::span<const std::byte> reply) {
   REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t,
-                          reply_attrs(reply, uapi::kEthtoolMsgChannelsGetReply, kChannelsMaxAttr, "channels-get"));
+                          nl::reply_attrs(reply, uapi::kEthtoolMsgChannelsGetReply, kChannelsMaxAttr, "channels-get"));
   ChannelsInfo c;
-  REMORA_ASSIGN_OR_RETURN(c.rx, nl::get_optional_u32(t, uapi::kEthtoolAChannelsRxCount, "rx-count"));
-  REMORA_ASSIGN_OR_RETURN(c.tx, nl::get_optional_u32(t, uapi::kEthtoolAChannelsTxCount, "tx-count"));
-  REMORA_ASSIGN_OR_RETURN(c.other, nl::get_optional_u32(t, uapi::kEthtoolAChannelsOtherCount, "other-count"));
-  REMORA_ASSIGN_OR_RETURN(c.combined, nl::get_optional_u32(t, uapi::kEthtoolAChannelsCombinedCount, "combined-count"));
-  REMORA_ASSIGN_OR_RETURN(c.rx_max, nl::get_optional_u32(t, uapi::kEthtoolAChannelsRxMax, "rx-max"));
-  REMORA_ASSIGN_OR_RETURN(c.tx_max, nl::get_optional_u32(t, uapi::kEthtoolAChannelsTxMax, "tx-max"));
-  REMORA_ASSIGN_OR_RETURN(c.other_max, nl::get_optional_u32(t, uapi::kEthtoolAChannelsOtherMax, "other-max"));
-  REMORA_ASSIGN_OR_RETURN(c.combined_max, nl::get_optional_u32(t, uapi::kEthtoolAChannelsCombinedMax, "combined-max"));
+  REMORA_RETURN_IF_ERROR(
+      nl::get_optional_u32s(t, {{uapi::kEthtoolAChannelsRxCount, &c.rx, "rx-count"},
+                                {uapi::kEthtoolAChannelsTxCount, &c.tx, "tx-count"},
+                                {uapi::kEthtoolAChannelsOtherCount, &c.other, "other-count"},
+                                {uapi::kEthtoolAChannelsCombinedCount, &c.combined, "combined"},
+                                {uapi::kEthtoolAChannelsRxMax, &c.rx_max, "rx-max"},
+                                {uapi::kEthtoolAChannelsTxMax, &c.tx_max, "tx-max"},
+                                {uapi::kEthtoolAChannelsOtherMax, &c.other_max, "other-max"},
+                                {uapi::kEthtoolAChannelsCombinedMax, &c.combined_max, "combined-max"}}));
   return c;
 }
 
 Result<FeaturesInfo> parse_features(std::span<const std::byte> reply) {
   REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t,
-                          reply_attrs(reply, uapi::kEthtoolMsgFeaturesGetReply, kFeaturesMaxAttr, "features-get"));
+                          nl::reply_attrs(reply, uapi::kEthtoolMsgFeaturesGetReply, kFeaturesMaxAttr, "features-get"));
   FeaturesInfo info;
   REMORA_RETURN_IF_ERROR(merge_bitset(t[uapi::kEthtoolAFeaturesHw], &FeatureState::changeable, &info, "hw"));
   REMORA_RETURN_IF_ERROR(merge_bitset(t[uapi::kEthtoolAFeaturesActive], &FeatureState::active, &info, "active"));
@@ -222,9 +206,9 @@ Result<std::string> driver_name(const std::string& ifname) {
   req.ifr_data = static_cast<char*>(static_cast<void*>(&info));
   if (::ioctl(fd.get(), SIOCETHTOOL, &req) != 0) {
     const int err = errno;
-    return Status(err == EOPNOTSUPP ? StatusCode::kUnsupported : StatusCode::kInvalidArgument,
-                  fmt::format("{}: no device driver in sysfs, and SIOCETHTOOL GDRVINFO answered {}", ifname,
-                              errno_text(err)));
+    return Status(
+        err == EOPNOTSUPP ? StatusCode::kUnsupported : StatusCode::kInvalidArgument,
+        fmt::format("{}: no device driver in sysfs, and SIOCETHTOOL GDRVINFO answered {}", ifname, errno_text(err)));
   }
   info.driver[sizeof info.driver - 1] = '\0';
   return std::string(info.driver);

@@ -1,18 +1,18 @@
 // zerocopy/genl.cc — see genl.h.
 #include "zerocopy/genl.h"
 
-#include <libmnl/libmnl.h>
 #include <linux/genetlink.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-
-#include <fmt/format.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+
+#include <fmt/format.h>
+#include <libmnl/libmnl.h>
 
 namespace remora::zerocopy::nl {
 namespace {
@@ -157,8 +157,8 @@ Result<const nlmsghdr*> as_message(std::span<const std::byte> bytes) {
   }
   const auto* msg = view_as<nlmsghdr>(bytes.data());
   if (msg->nlmsg_len < sizeof(nlmsghdr) || msg->nlmsg_len > bytes.size()) {
-    return protocol(fmt::format("netlink message length {} outside the {} bytes received", msg->nlmsg_len,
-                                bytes.size()));
+    return protocol(
+        fmt::format("netlink message length {} outside the {} bytes received", msg->nlmsg_len, bytes.size()));
   }
   return msg;
 }
@@ -189,25 +189,20 @@ Result<std::vector<const nlattr*>> nested_list(const nlattr* nest) {
   return list;
 }
 
-Result<uint8_t> get_u8(const nlattr* a, std::string_view what) {
-  REMORA_ASSIGN_OR_RETURN(a, need(a, sizeof(uint8_t), what));
-  return mnl_attr_get_u8(a);
+namespace {
+template <typename T>
+Result<T> get_uint(const nlattr* a, std::string_view what) {
+  REMORA_ASSIGN_OR_RETURN(a, need(a, sizeof(T), what));
+  T v;
+  std::memcpy(&v, mnl_attr_get_payload(a), sizeof v);
+  return v;
 }
+}  // namespace
 
-Result<uint16_t> get_u16(const nlattr* a, std::string_view what) {
-  REMORA_ASSIGN_OR_RETURN(a, need(a, sizeof(uint16_t), what));
-  return mnl_attr_get_u16(a);
-}
-
-Result<uint32_t> get_u32(const nlattr* a, std::string_view what) {
-  REMORA_ASSIGN_OR_RETURN(a, need(a, sizeof(uint32_t), what));
-  return mnl_attr_get_u32(a);
-}
-
-Result<uint64_t> get_u64(const nlattr* a, std::string_view what) {
-  REMORA_ASSIGN_OR_RETURN(a, need(a, sizeof(uint64_t), what));
-  return mnl_attr_get_u64(a);
-}
+Result<uint8_t> get_u8(const nlattr* a, std::string_view what) { return get_uint<uint8_t>(a, what); }
+Result<uint16_t> get_u16(const nlattr* a, std::string_view what) { return get_uint<uint16_t>(a, what); }
+Result<uint32_t> get_u32(const nlattr* a, std::string_view what) { return get_uint<uint32_t>(a, what); }
+Result<uint64_t> get_u64(const nlattr* a, std::string_view what) { return get_uint<uint64_t>(a, what); }
 
 Result<std::string> get_string(const nlattr* a, std::string_view what) {
   if (a == nullptr) return protocol(fmt::format("{}: attribute missing", what));
@@ -223,6 +218,22 @@ Result<std::optional<uint32_t>> get_optional_u32(const AttrTable& t, uint16_t ty
   return std::optional<uint32_t>(v);
 }
 
+Status get_optional_u32s(const AttrTable& t, std::initializer_list<OptionalU32> fields) {
+  for (const OptionalU32& f : fields) {
+    REMORA_ASSIGN_OR_RETURN(*f.out, get_optional_u32(t, f.type, f.what));
+  }
+  return Status::ok();
+}
+
+Result<AttrTable> reply_attrs(std::span<const std::byte> reply, uint8_t cmd, uint16_t max_type, std::string_view what) {
+  REMORA_ASSIGN_OR_RETURN(const nlmsghdr* msg, as_message(reply));
+  if (mnl_nlmsg_get_payload_len(msg) >= sizeof(genlmsghdr)) {
+    const auto* genl = static_cast<const genlmsghdr*>(mnl_nlmsg_get_payload(msg));
+    if (genl->cmd != cmd) return protocol(fmt::format("{}: reply command {}, expected {}", what, genl->cmd, cmd));
+  }
+  return parse_genl_attrs(msg, max_type);
+}
+
 Result<KernelError> parse_error(const nlmsghdr* msg) {
   const size_t payload = mnl_nlmsg_get_payload_len(msg);
   size_t tlv_offset = 0;
@@ -234,8 +245,7 @@ Result<KernelError> parse_error(const nlmsghdr* msg) {
     const auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(msg));
     error = e->error;
     // The original request follows, whole unless the kernel capped it to its header.
-    tlv_offset = (msg->nlmsg_flags & NLM_F_CAPPED) != 0 ? sizeof(nlmsgerr)
-                                                         : sizeof(int) + MNL_ALIGN(e->msg.nlmsg_len);
+    tlv_offset = (msg->nlmsg_flags & NLM_F_CAPPED) != 0 ? sizeof(nlmsgerr) : sizeof(int) + MNL_ALIGN(e->msg.nlmsg_len);
   } else if (msg->nlmsg_type == NLMSG_DONE) {
     if (payload >= sizeof(int)) std::memcpy(&error, mnl_nlmsg_get_payload(msg), sizeof error);
     tlv_offset = sizeof(int);
@@ -248,8 +258,8 @@ Result<KernelError> parse_error(const nlmsghdr* msg) {
   if ((msg->nlmsg_flags & NLM_F_ACK_TLVS) == 0 || tlv_offset >= payload) return out;
   AttrTable table(NLMSGERR_ATTR_MAX);
   WalkState st{.table = &table, .max_type = NLMSGERR_ATTR_MAX};
-  REMORA_RETURN_IF_ERROR(walk(mnl_nlmsg_get_payload_offset(msg, tlv_offset), payload - tlv_offset, &st,
-                              "the extended ack"));
+  REMORA_RETURN_IF_ERROR(
+      walk(mnl_nlmsg_get_payload_offset(msg, tlv_offset), payload - tlv_offset, &st, "the extended ack"));
   if (table[NLMSGERR_ATTR_MSG] != nullptr) {
     REMORA_ASSIGN_OR_RETURN(out.message, get_string(table[NLMSGERR_ATTR_MSG], "extended ack message"));
   }
@@ -269,8 +279,8 @@ Message build_get_family(uint32_t seq, std::string_view name) {
 Result<FamilyInfo> parse_family(std::span<const std::byte> reply) {
   REMORA_ASSIGN_OR_RETURN(const nlmsghdr* msg, as_message(reply));
   if (msg->nlmsg_type != GENL_ID_CTRL) {
-    return protocol(fmt::format("family reply of type {}, expected the controller ({})", msg->nlmsg_type,
-                                GENL_ID_CTRL));
+    return protocol(
+        fmt::format("family reply of type {}, expected the controller ({})", msg->nlmsg_type, GENL_ID_CTRL));
   }
   REMORA_ASSIGN_OR_RETURN(const AttrTable t, parse_genl_attrs(msg, CTRL_ATTR_MAX));
   FamilyInfo info;
@@ -319,8 +329,7 @@ Result<Socket> Socket::open(int reply_timeout_ms) {
   return sock;
 }
 
-Socket::Socket(Socket&& o) noexcept
-    : socket_(std::exchange(o.socket_, nullptr)), seq_(o.seq_), rx_(std::move(o.rx_)) {}
+Socket::Socket(Socket&& o) noexcept : socket_(std::exchange(o.socket_, nullptr)), seq_(o.seq_), rx_(std::move(o.rx_)) {}
 
 Socket& Socket::operator=(Socket&& o) noexcept {
   if (this != &o) {
@@ -357,8 +366,7 @@ Status Socket::transact(const Message& request, const std::function<Status(std::
       return Status(code_for(errno), fmt::format("{}: reading the answer: {}", what, errno_text(errno)));
     }
     int left = static_cast<int>(n);
-    for (const auto* msg = view_as<nlmsghdr>(rx_.data()); mnl_nlmsg_ok(msg, left);
-         msg = mnl_nlmsg_next(msg, &left)) {
+    for (const auto* msg = view_as<nlmsghdr>(rx_.data()); mnl_nlmsg_ok(msg, left); msg = mnl_nlmsg_next(msg, &left)) {
       if (!mnl_nlmsg_portid_ok(msg, port) || !mnl_nlmsg_seq_ok(msg, seq)) continue;  // someone else's
       if (msg->nlmsg_type == NLMSG_NOOP) continue;
       if (msg->nlmsg_type == NLMSG_OVERRUN) return protocol(fmt::format("{}: netlink overrun", what));

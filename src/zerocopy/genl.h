@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -85,6 +86,18 @@ Result<uint64_t> get_u64(const nlattr* a, std::string_view what);
 Result<std::string> get_string(const nlattr* a, std::string_view what);
 /// u32 if present, nullopt if absent; an error if present and malformed.
 Result<std::optional<uint32_t>> get_optional_u32(const AttrTable& t, uint16_t type, std::string_view what);
+/// One optional u32 attribute and where it goes, for get_optional_u32s.
+struct OptionalU32 {
+  uint16_t type;
+  std::optional<uint32_t>* out;
+  std::string_view what;
+};
+/// get_optional_u32 of each field in turn; the first malformed one is the error.
+Status get_optional_u32s(const AttrTable& t, std::initializer_list<OptionalU32> fields);
+
+/// The attributes of a family's reply: checks it is a message whose generic netlink
+/// command is `cmd` (kProtocol naming `what` otherwise), then parse_genl_attrs.
+Result<AttrTable> reply_attrs(std::span<const std::byte> reply, uint8_t cmd, uint16_t max_type, std::string_view what);
 
 /// The kernel's answer to a request, when it is NLMSG_ERROR (error 0 is the ACK) or
 /// NLMSG_DONE (a dump's end, which carries an error of its own): the errno (positive)

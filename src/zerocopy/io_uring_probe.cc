@@ -5,11 +5,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <cerrno>
 #include <fstream>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "zerocopy/uapi.h"
 
@@ -197,7 +197,7 @@ Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refus
     }
     std::string text = fmt::format("{}: the kernel refused: {}", what, errno_text(err));
     if (const auto hint = zcrx_hint(err); !hint.empty()) text += " — " + hint;
-    const StatusCode code = err == EPERM ? StatusCode::kAccessDenied
+    const StatusCode code = err == EPERM                                     ? StatusCode::kAccessDenied
                             : err == EBUSY || err == EEXIST || err == ENOMEM ? StatusCode::kNoResource
                             : err == EINVAL || err == ENODEV                 ? StatusCode::kInvalidArgument
                                                                              : StatusCode::kUnsupported;

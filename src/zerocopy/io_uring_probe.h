@@ -20,12 +20,12 @@ bool built_with_io_uring();
 
 /// What probe_io_uring() found.
 struct IoUringProbe {
-  Status ring;                       ///< a plain ring: ok, or why not (the errno in ring_refusal)
+  Status ring;  ///< a plain ring: ok, or why not (the errno in ring_refusal)
   KernelError ring_refusal;
   std::optional<int> disabled_sysctl;  ///< /proc/sys/kernel/io_uring_disabled (0 on, 1 group only, 2 off)
-  Status zcrx_ring;                  ///< a ring with the zcrx setup flags: ok, or why not
-  bool send_zc = false;              ///< IORING_OP_SEND_ZC is in the kernel's probe (6.0)
-  bool recv_zc = false;              ///< IORING_OP_RECV_ZC is in the kernel's probe (6.15)
+  Status zcrx_ring;                    ///< a ring with the zcrx setup flags: ok, or why not
+  bool send_zc = false;                ///< IORING_OP_SEND_ZC is in the kernel's probe (6.0)
+  bool recv_zc = false;                ///< IORING_OP_RECV_ZC is in the kernel's probe (6.15)
 };
 
 /// Sets up (and closes) a plain ring and a zcrx-style ring, and reads the opcode probe.

@@ -1,16 +1,15 @@
 // zerocopy/kernel_error.cc — see kernel_error.h.
 #include "zerocopy/kernel_error.h"
 
-#include <fmt/format.h>
-
 #include <cstring>
+
+#include <fmt/format.h>
 
 namespace remora::zerocopy {
 
 std::string errno_text(int err) {
   const char* name = strerrorname_np(err);
-  return fmt::format("{} ({})", name != nullptr ? std::string(name) : fmt::format("errno {}", err),
-                     std::strerror(err));
+  return fmt::format("{} ({})", name != nullptr ? std::string(name) : fmt::format("errno {}", err), std::strerror(err));
 }
 
 std::string KernelError::to_string() const {

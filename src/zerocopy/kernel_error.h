@@ -12,8 +12,8 @@ namespace remora::zerocopy {
 
 /// What the kernel answered when it refused a request.
 struct KernelError {
-  int err = 0;          ///< positive errno; 0 when the kernel did not refuse
-  std::string message;  ///< netlink extended-ack message ("" when none came)
+  int err = 0;                              ///< positive errno; 0 when the kernel did not refuse
+  std::string message;                      ///< netlink extended-ack message ("" when none came)
   std::optional<uint32_t> bad_attr_offset;  ///< netlink: offset in our request of the attribute it objected to
   std::optional<uint16_t> bad_attr_type;    ///< netlink: that attribute's type (found in our request)
   std::optional<uint32_t> missing_attr;     ///< netlink: the attribute type it missed

@@ -7,11 +7,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <fmt/format.h>
-
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "net/address.h"
 #include "net/socket.h"

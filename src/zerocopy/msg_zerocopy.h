@@ -16,11 +16,11 @@ namespace remora::zerocopy {
 
 /// What probe_msg_zerocopy() saw.
 struct MsgZerocopyProbe {
-  bool so_zerocopy = false;  ///< setsockopt(SO_ZEROCOPY, 1) accepted
-  bool completed = false;    ///< the send's completion came back on the error queue
-  bool copied = false;       ///< ... with SO_EE_CODE_ZEROCOPY_COPIED
+  bool so_zerocopy = false;      ///< setsockopt(SO_ZEROCOPY, 1) accepted
+  bool completed = false;        ///< the send's completion came back on the error queue
+  bool copied = false;           ///< ... with SO_EE_CODE_ZEROCOPY_COPIED
   uint32_t first = 0, last = 0;  ///< the completion's range of send sequence numbers
-  KernelError refusal;       ///< the errno of the step that failed, if one did
+  KernelError refusal;           ///< the errno of the step that failed, if one did
 };
 
 /// Runs the probe: ok when SO_ZEROCOPY was accepted and a MSG_ZEROCOPY send completed

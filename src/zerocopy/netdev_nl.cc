@@ -1,15 +1,13 @@
 // zerocopy/netdev_nl.cc — see netdev_nl.h.
 #include "zerocopy/netdev_nl.h"
 
-#include <libmnl/libmnl.h>
-#include <linux/genetlink.h>
 #include <linux/netlink.h>
-
-#include <fmt/format.h>
 
 #include <cerrno>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 namespace remora::zerocopy {
 namespace {
@@ -23,26 +21,22 @@ Result<uint64_t> optional_u64(const nl::AttrTable& t, uint16_t type, std::string
   return nl::get_u64(t[type], what);
 }
 
-Status expect_genl_cmd(const nlmsghdr* msg, uint8_t cmd, std::string_view what) {
-  const auto* genl = static_cast<const genlmsghdr*>(mnl_nlmsg_get_payload(msg));
-  if (mnl_nlmsg_get_payload_len(msg) >= sizeof(genlmsghdr) && genl->cmd != cmd) {
-    return {StatusCode::kProtocol, fmt::format("{}: reply command {}, expected {}", what, genl->cmd, cmd)};
-  }
-  return Status::ok();
+/// A netdev request whose one attribute is the u32 `value`.
+nl::Message one_u32(uint16_t family, uint8_t cmd, uint16_t flags, uint32_t seq, uint16_t type, uint32_t value) {
+  nl::Message m(family, cmd, uapi::kNetdevFamilyVersion, flags, seq);
+  m.put_u32(type, value);
+  return m;
 }
 
 }  // namespace
 
 nl::Message build_dev_get(uint16_t family, uint32_t seq, uint32_t ifindex) {
-  nl::Message m(family, uapi::kNetdevCmdDevGet, uapi::kNetdevFamilyVersion, NLM_F_ACK, seq);
-  m.put_u32(uapi::kNetdevADevIfindex, ifindex);
-  return m;
+  return one_u32(family, uapi::kNetdevCmdDevGet, NLM_F_ACK, seq, uapi::kNetdevADevIfindex, ifindex);
 }
 
 Result<NetdevInfo> parse_dev(std::span<const std::byte> reply) {
-  REMORA_ASSIGN_OR_RETURN(const nlmsghdr* msg, nl::as_message(reply));
-  REMORA_RETURN_IF_ERROR(expect_genl_cmd(msg, uapi::kNetdevCmdDevGet, "dev-get"));
-  REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t, nl::parse_genl_attrs(msg, kDevMaxAttr));
+  REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t,
+                          nl::reply_attrs(reply, uapi::kNetdevCmdDevGet, kDevMaxAttr, "dev-get"));
   NetdevInfo info;
   REMORA_ASSIGN_OR_RETURN(info.ifindex, nl::get_u32(t[uapi::kNetdevADevIfindex], "dev-get ifindex"));
   REMORA_ASSIGN_OR_RETURN(info.xdp_features, optional_u64(t, uapi::kNetdevADevXdpFeatures, "dev-get xdp-features"));
@@ -55,15 +49,12 @@ Result<NetdevInfo> parse_dev(std::span<const std::byte> reply) {
 }
 
 nl::Message build_queue_dump(uint16_t family, uint32_t seq, uint32_t ifindex) {
-  nl::Message m(family, uapi::kNetdevCmdQueueGet, uapi::kNetdevFamilyVersion, NLM_F_DUMP, seq);
-  m.put_u32(uapi::kNetdevAQueueIfindex, ifindex);
-  return m;
+  return one_u32(family, uapi::kNetdevCmdQueueGet, NLM_F_DUMP, seq, uapi::kNetdevAQueueIfindex, ifindex);
 }
 
 Result<NetdevQueue> parse_queue(std::span<const std::byte> reply) {
-  REMORA_ASSIGN_OR_RETURN(const nlmsghdr* msg, nl::as_message(reply));
-  REMORA_RETURN_IF_ERROR(expect_genl_cmd(msg, uapi::kNetdevCmdQueueGet, "queue-get"));
-  REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t, nl::parse_genl_attrs(msg, kQueueMaxAttr));
+  REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t,
+                          nl::reply_attrs(reply, uapi::kNetdevCmdQueueGet, kQueueMaxAttr, "queue-get"));
   NetdevQueue q;
   REMORA_ASSIGN_OR_RETURN(q.id, nl::get_u32(t[uapi::kNetdevAQueueId], "queue id"));
   REMORA_ASSIGN_OR_RETURN(q.ifindex, nl::get_u32(t[uapi::kNetdevAQueueIfindex], "queue ifindex"));
@@ -81,8 +72,7 @@ Result<NetdevQueue> parse_queue(std::span<const std::byte> reply) {
 nl::Message build_bind_rx(uint16_t family, uint32_t seq, uint32_t ifindex, uint32_t dmabuf_fd,
                           std::span<const uint32_t> rx_queues) {
   // Each queue nest: its header and two u32 attributes.
-  nl::Message m(family, uapi::kNetdevCmdBindRx, uapi::kNetdevFamilyVersion, NLM_F_ACK, seq,
-                64 + rx_queues.size() * 20);
+  nl::Message m(family, uapi::kNetdevCmdBindRx, uapi::kNetdevFamilyVersion, NLM_F_ACK, seq, 64 + rx_queues.size() * 20);
   m.put_u32(uapi::kNetdevADmabufIfindex, ifindex);
   m.put_u32(uapi::kNetdevADmabufFd, dmabuf_fd);
   for (const uint32_t q : rx_queues) {
@@ -95,15 +85,14 @@ nl::Message build_bind_rx(uint16_t family, uint32_t seq, uint32_t ifindex, uint3
 }
 
 nl::Message build_bind_tx(uint16_t family, uint32_t seq, uint32_t ifindex, uint32_t dmabuf_fd) {
-  nl::Message m(family, uapi::kNetdevCmdBindTx, uapi::kNetdevFamilyVersion, NLM_F_ACK, seq);
-  m.put_u32(uapi::kNetdevADmabufIfindex, ifindex);
+  nl::Message m = one_u32(family, uapi::kNetdevCmdBindTx, NLM_F_ACK, seq, uapi::kNetdevADmabufIfindex, ifindex);
   m.put_u32(uapi::kNetdevADmabufFd, dmabuf_fd);
   return m;
 }
 
 Result<uint32_t> parse_binding_id(std::span<const std::byte> reply) {
   REMORA_ASSIGN_OR_RETURN(const nlmsghdr* msg, nl::as_message(reply));
-  REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t, nl::parse_genl_attrs(msg, kDmabufMaxAttr));
+  REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t, nl::parse_genl_attrs(msg, kDmabufMaxAttr));  // bind-rx's or bind-tx's
   REMORA_ASSIGN_OR_RETURN(const uint32_t id, nl::get_u32(t[uapi::kNetdevADmabufId], "binding id"));
   if (id == 0) return Status(StatusCode::kProtocol, "binding id 0 (the kernel's ids start at 1)");
   return id;
@@ -157,7 +146,8 @@ std::string bind_refusal_hint(DevmemBinding::Direction d, const KernelError& ref
     case ENODEV: return "no such interface in this network namespace";
     case EBADF:
     case EINVAL:
-      if (refusal.message.find("split") != std::string::npos) return "turn header split on: ethtool -G <if> tcp-data-split on";
+      if (refusal.message.find("split") != std::string::npos)
+        return "turn header split on: ethtool -G <if> tcp-data-split on";
       return "a real dmabuf is needed (from a GPU driver, or /dev/udmabuf with a sealed memfd), and queue ids the "
              "interface has";
     case EBUSY: return "a queue is already bound (another devmem binding, io_uring zcrx or AF_XDP)";
@@ -186,9 +176,9 @@ Result<DevmemBinding> DevmemBinding::bind(Direction d, uint32_t ifindex, int dma
   std::optional<uint32_t> id;
   KernelError local;
   KernelError* out = refusal != nullptr ? refusal : &local;
-  const std::string what = rx ? fmt::format("devmem bind-rx of fd {} to ifindex {} queues {}", dmabuf_fd, ifindex,
-                                            fmt::join(rx_queues, ","))
-                              : fmt::format("devmem bind-tx of fd {} on ifindex {}", dmabuf_fd, ifindex);
+  const std::string what =
+      rx ? fmt::format("devmem bind-rx of fd {} to ifindex {} queues {}", dmabuf_fd, ifindex, fmt::join(rx_queues, ","))
+         : fmt::format("devmem bind-tx of fd {} on ifindex {}", dmabuf_fd, ifindex);
   Status s = socket.transact(
       request,
       [&](std::span<const std::byte> reply) -> Status {

@@ -3,13 +3,13 @@
 
 #include <sys/socket.h>
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "zerocopy/kernel_error.h"
 
@@ -23,8 +23,9 @@ Result<uint32_t> devmem_dontneed(int fd, std::span<const uapi::DmabufToken> rang
   std::string what = fmt::format("setsockopt(SO_DEVMEM_DONTNEED, {} ranges): {}", ranges.size(), errno_text(err));
   switch (err) {
     case EBADF:
-      return Status(StatusCode::kInvalidArgument, what + ": not a TCP socket (tokens belong to the devmem TCP socket "
-                                                         "they came from)");
+      return Status(StatusCode::kInvalidArgument, what +
+                                                      ": not a TCP socket (tokens belong to the devmem TCP socket "
+                                                      "they came from)");
     case EINVAL:
       return Status(StatusCode::kInvalidArgument,
                     what + fmt::format(": more than {} ranges, or not a whole number of struct dmabuf_token",
@@ -32,10 +33,8 @@ Result<uint32_t> devmem_dontneed(int fd, std::span<const uapi::DmabufToken> rang
     case ENOPROTOOPT:
       return Status(StatusCode::kUnsupported,
                     what + ": this kernel has no devmem TCP (Linux 6.12 or later with CONFIG_PAGE_POOL)");
-    case ENOMEM:
-      return Status(StatusCode::kNoResource, what);
-    default:
-      return Status(StatusCode::kInternal, what);
+    case ENOMEM: return Status(StatusCode::kNoResource, what);
+    default: return Status(StatusCode::kInternal, what);
   }
 }
 
@@ -98,8 +97,7 @@ Status TokenReturner::flush() {
   ranges_.clear();
 
   if (first_error) {
-    return first_error->with_context(
-        fmt::format("returning {} devmem tokens ({} freed by the kernel)", tokens, freed));
+    return first_error->with_context(fmt::format("returning {} devmem tokens ({} freed by the kernel)", tokens, freed));
   }
   if (short_by > 0) {
     return {StatusCode::kProtocol,

@@ -38,23 +38,17 @@ inline constexpr int kSoDevmemDontneed = 80;
 inline constexpr int kMsgZerocopy = 0x4000000;
 inline constexpr int kSoZerocopy = 60;
 
+// Where the build host's headers know these names (the kernel's asm/socket.h the SO_ and
+// SCM_ ones, glibc the MSG_ ones, each from its own release on), they must agree.
 #ifdef SO_DEVMEM_DONTNEED
-static_assert(SO_DEVMEM_DONTNEED == kSoDevmemDontneed);
-#endif
-#ifdef SCM_DEVMEM_LINEAR
-static_assert(SCM_DEVMEM_LINEAR == kScmDevmemLinear);
-#endif
-#ifdef SCM_DEVMEM_DMABUF
-static_assert(SCM_DEVMEM_DMABUF == kScmDevmemDmabuf);
+static_assert(SO_DEVMEM_DONTNEED == kSoDevmemDontneed && SCM_DEVMEM_LINEAR == kScmDevmemLinear &&
+              SCM_DEVMEM_DMABUF == kScmDevmemDmabuf);
 #endif
 #ifdef MSG_SOCK_DEVMEM
 static_assert(MSG_SOCK_DEVMEM == kMsgSockDevmem);
 #endif
 #ifdef SO_ZEROCOPY
-static_assert(SO_ZEROCOPY == kSoZerocopy);
-#endif
-#ifdef MSG_ZEROCOPY
-static_assert(MSG_ZEROCOPY == kMsgZerocopy);
+static_assert(SO_ZEROCOPY == kSoZerocopy && MSG_ZEROCOPY == kMsgZerocopy);
 #endif
 
 /// The payload of SCM_DEVMEM_DMABUF / SCM_DEVMEM_LINEAR on receive (linux/uio.h

@@ -6,13 +6,12 @@
 // where the veth's bind attempts are refused by the kernel and say so.
 #include <sys/wait.h>
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "itest_util.h"
 #include "support/netns.h"
@@ -80,8 +79,8 @@ const nlohmann::json* find_interface(const nlohmann::json& doc, const std::strin
 void expect_interface(const nlohmann::json& i) {
   const std::string name = i["name"];
   ASSERT_TRUE(i["ifindex"].is_number_unsigned()) << name;
-  for (const char* key : {"driver", "header_split", "header_split_settable", "ntuple", "queues", "devmem_rx",
-                          "devmem_tx", "zcrx"}) {
+  for (const char* key :
+       {"driver", "header_split", "header_split_settable", "ntuple", "queues", "devmem_rx", "devmem_tx", "zcrx"}) {
     expect_answer(i[key], name + " " + key);
   }
   ASSERT_TRUE(i["queues"]["counts"].is_object()) << i.dump();
@@ -154,9 +153,9 @@ TEST(Doctor, WithoutBindAttemptsTheyAreNotTried) {
 TEST(Doctor, HumanReport) {
   const DoctorRun r = doctor({"-i", "lo"});
   EXPECT_EQ(r.exit_code, 3);
-  for (const char* text : {"Note: Nothing in remora has run on devmem-capable hardware", "Interface lo (index",
-                           "devmem RX (bind-rx)", "kernel: EOPNOTSUPP", "CUDA: not probed yet",
-                           "Device zero-copy path: none", "Exit code 3"}) {
+  for (const char* text :
+       {"Note: Nothing in remora has run on devmem-capable hardware", "Interface lo (index", "devmem RX (bind-rx)",
+        "kernel: EOPNOTSUPP", "CUDA: not probed yet", "Device zero-copy path: none", "Exit code 3"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "' in:\n" << r.out;
   }
 }

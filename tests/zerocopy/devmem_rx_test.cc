@@ -43,8 +43,8 @@ TEST(DevmemRx, DmabufFragmentsComeOutInStreamOrder) {
   std::vector<DevmemFragment> out;
   const Status s = parse_devmem_rx(cb.msg(), 4096 + 1448 + 100, {.bindings = kBindings}, &out);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  EXPECT_EQ(out, (std::vector<DevmemFragment>{dmabuf(0x10000, 4096, 11), dmabuf(0x3000, 1448, 12),
-                                              dmabuf(0x20000, 100, 5)}));
+  EXPECT_EQ(
+      out, (std::vector<DevmemFragment>{dmabuf(0x10000, 4096, 11), dmabuf(0x3000, 1448, 12), dmabuf(0x20000, 100, 5)}));
 }
 
 TEST(DevmemRx, LinearAndDmabufInterleaveAndLinearOffsetsCountIovBytes) {
@@ -56,8 +56,8 @@ TEST(DevmemRx, LinearAndDmabufInterleaveAndLinearOffsetsCountIovBytes) {
   std::vector<DevmemFragment> out = {dmabuf(1, 1, 99)};  // appended to, not replaced
   const Status s = parse_devmem_rx(cb.msg(), 3100, {.bindings = kBindings, .allow_linear = true}, &out);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  EXPECT_EQ(out, (std::vector<DevmemFragment>{dmabuf(1, 1, 99), linear(0, 66), dmabuf(8192, 1000, 1),
-                                              linear(66, 34), dmabuf(12288, 2000, 2)}));
+  EXPECT_EQ(out, (std::vector<DevmemFragment>{dmabuf(1, 1, 99), linear(0, 66), dmabuf(8192, 1000, 1), linear(66, 34),
+                                              dmabuf(12288, 2000, 2)}));
 }
 
 TEST(DevmemRx, LinearDataOnADeviceOnlyStreamIsRefusedButTokensAreKept) {
@@ -86,8 +86,7 @@ TEST(DevmemRx, ForeignBindingIsAFlowSteeringError) {
   EXPECT_NE(s.message().find("dmabuf binding 9 on a stream bound to 7 (foreign binding)"), std::string::npos)
       << s.message();
   // The foreign fragment's token is this socket's too: it is handed out to be returned.
-  EXPECT_EQ(out, (std::vector<DevmemFragment>{dmabuf(0, 1448, 20), dmabuf(4096, 1448, 21, 9),
-                                              dmabuf(8192, 1448, 22)}));
+  EXPECT_EQ(out, (std::vector<DevmemFragment>{dmabuf(0, 1448, 20), dmabuf(4096, 1448, 21, 9), dmabuf(8192, 1448, 22)}));
 }
 
 TEST(DevmemRx, SeveralBindingsOfOneStreamAreAllOurs) {

@@ -42,8 +42,11 @@ Bytes reply(uint8_t cmd) {
   Bytes b;
   b.u32(0).u16(kFamily).u16(0).u32(5).u32(99);
   b.u8(cmd).u8(1).u16(0);
-  b.attr(1 | NLA_F_NESTED, 16).attr_u32(uapi::kEthtoolAHeaderDevIndex, 4).attr(uapi::kEthtoolAHeaderDevName, 4).str(
-      "eth").u8(0);
+  b.attr(1 | NLA_F_NESTED, 16)
+      .attr_u32(uapi::kEthtoolAHeaderDevIndex, 4)
+      .attr(uapi::kEthtoolAHeaderDevName, 4)
+      .str("eth")
+      .u8(0);
   return b;
 }
 
@@ -110,37 +113,35 @@ TEST(EthtoolNl, ChannelsReply) {
   EXPECT_FALSE(c->tx_max.has_value());
 }
 
-/// One verbose bit: {INDEX, NAME, [VALUE]}.
-void bit(Bytes& b, uint32_t index, const std::string& name, bool value) {
-  const auto name_len = static_cast<uint16_t>(name.size() + 1);
-  const uint16_t padded = static_cast<uint16_t>((name_len + 3) / 4 * 4);
-  b.attr(uapi::kEthtoolABitsetBitsBit | NLA_F_NESTED, static_cast<uint16_t>(8 + 4 + padded + (value ? 4 : 0)));
-  b.attr_u32(uapi::kEthtoolABitsetBitIndex, index);
-  b.attr(uapi::kEthtoolABitsetBitName, name_len).str(name).u8(0).zeros(padded - name_len);
-  if (value) b.attr(uapi::kEthtoolABitsetBitValue, 0);
-}
-uint16_t bit_size(const std::string& name, bool value) {
-  return static_cast<uint16_t>(4 + 8 + 4 + (name.size() + 1 + 3) / 4 * 4 + (value ? 4 : 0));
+/// One verbose bitset: {[NOMASK], SIZE, BITS {BIT {INDEX, NAME, [VALUE]}...}}. In a list
+/// (NOMASK) the bits named are the set ones; otherwise VALUE marks them.
+struct Bit {
+  uint32_t index;
+  std::string name;
+  bool value;
+};
+void bitset(Bytes& b, uint16_t type, bool list, const std::vector<Bit>& bits) {
+  const size_t set = b.open(type | NLA_F_NESTED);
+  if (list) b.attr(uapi::kEthtoolABitsetNomask, 0);
+  b.attr_u32(uapi::kEthtoolABitsetSize, 64);
+  const size_t all = b.open(uapi::kEthtoolABitsetBits | NLA_F_NESTED);
+  for (const Bit& bit : bits) {
+    const size_t one = b.open(uapi::kEthtoolABitsetBitsBit | NLA_F_NESTED);
+    b.attr_u32(uapi::kEthtoolABitsetBitIndex, bit.index);
+    const auto len = static_cast<uint16_t>(bit.name.size() + 1);
+    b.attr(uapi::kEthtoolABitsetBitName, len).str(bit.name).u8(0).zeros((4 - len % 4) % 4);
+    if (bit.value) b.attr(uapi::kEthtoolABitsetBitValue, 0);
+    b.close(one);
+  }
+  b.close(all);
+  b.close(set);
 }
 
 TEST(EthtoolNl, FeaturesReplyInListAndMaskForm) {
   Bytes b = reply(uapi::kEthtoolMsgFeaturesGetReply);
-  // hw: a list (NOMASK): every bit named is set.
-  const uint16_t hw_bits = static_cast<uint16_t>(bit_size("rx-ntuple-filter", false) + bit_size("tx-checksum-ipv4", false));
-  b.attr(uapi::kEthtoolAFeaturesHw | NLA_F_NESTED, static_cast<uint16_t>(4 + 8 + 4 + hw_bits));
-  b.attr(uapi::kEthtoolABitsetNomask, 0).attr_u32(uapi::kEthtoolABitsetSize, 64);
-  b.attr(uapi::kEthtoolABitsetBits | NLA_F_NESTED, hw_bits);
-  bit(b, 36, "rx-ntuple-filter", false);
-  bit(b, 1, "tx-checksum-ipv4", false);
-  // active: the mask form: a bit is set only with VALUE.
-  const uint16_t act_bits = static_cast<uint16_t>(bit_size("rx-ntuple-filter", false) + bit_size("tx-checksum-ipv4", true) +
-                                                  bit_size("loopback", true));
-  b.attr(uapi::kEthtoolAFeaturesActive | NLA_F_NESTED, static_cast<uint16_t>(8 + 4 + act_bits));
-  b.attr_u32(uapi::kEthtoolABitsetSize, 64);
-  b.attr(uapi::kEthtoolABitsetBits | NLA_F_NESTED, act_bits);
-  bit(b, 36, "rx-ntuple-filter", false);
-  bit(b, 1, "tx-checksum-ipv4", true);
-  bit(b, 31, "loopback", true);
+  bitset(b, uapi::kEthtoolAFeaturesHw, true, {{36, "rx-ntuple-filter", false}, {1, "tx-checksum-ipv4", false}});
+  bitset(b, uapi::kEthtoolAFeaturesActive, false,
+         {{36, "rx-ntuple-filter", false}, {1, "tx-checksum-ipv4", true}, {31, "loopback", true}});
   auto f = parse_features(finish(b));
   ASSERT_TRUE(f.is_ok()) << f.status().to_string();
   auto ntuple = f->find(uapi::kNtupleFeatureName);

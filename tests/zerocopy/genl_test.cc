@@ -35,7 +35,7 @@ std::vector<std::byte> finish(Bytes b) {
 
 TEST(Genl, GetFamilyRequestIsByteForByteTheUapiLayout) {
   Bytes want = nlmsg(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, 42);
-  want.u8(CTRL_CMD_GETFAMILY).u8(1).u16(0);            // genlmsghdr
+  want.u8(CTRL_CMD_GETFAMILY).u8(1).u16(0);                          // genlmsghdr
   want.attr(CTRL_ATTR_FAMILY_NAME, 7).str("netdev").u8(0).zeros(1);  // "netdev\0" + 1 byte of padding
   const auto expected = finish(want);
   ASSERT_EQ(expected.size(), 32u);

@@ -140,8 +140,7 @@ TEST(NetdevNl, QueueReply) {
   EXPECT_EQ(parse_queue(finish(no_id)).status().code(), StatusCode::kProtocol);
   Bytes wrong_cmd = reply(uapi::kNetdevCmdDevGet);
   wrong_cmd.attr_u32(uapi::kNetdevAQueueId, 0);
-  EXPECT_NE(parse_queue(finish(wrong_cmd)).status().message().find("reply command 1, expected 10"),
-            std::string::npos);
+  EXPECT_NE(parse_queue(finish(wrong_cmd)).status().message().find("reply command 1, expected 10"), std::string::npos);
 }
 
 TEST(NetdevNl, DevReply) {

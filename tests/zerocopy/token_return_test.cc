@@ -101,7 +101,7 @@ TEST(TokenReturn, ExactlyTheTokenLimitFitsOneCallAndOneMoreTakesTwo) {
 TEST(TokenReturn, RangesNeverPushACallPastTheTokenLimit) {
   Recorder rec;
   TokenReturner r(3, rec.fn());
-  for (uint32_t i = 0; i < 1000; ++i) r.add(i);          // {0, 1000}
+  for (uint32_t i = 0; i < 1000; ++i) r.add(i);           // {0, 1000}
   for (uint32_t i = 0; i < 24; ++i) r.add(5000 + 2 * i);  // 24 singles: exactly 1024 with the first
   for (uint32_t i = 0; i < 100; ++i) r.add(9000 + i);     // {9000, 100}: must go to the next call
   ASSERT_TRUE(r.flush().is_ok());
@@ -120,8 +120,8 @@ TEST(TokenReturn, ALongRunIsCutAtTheTokenLimit) {
   TokenReturner r(3, rec.fn());
   for (uint32_t i = 0; i < 5000; ++i) r.add(i);
   ASSERT_TRUE(r.flush().is_ok());
-  EXPECT_EQ(rec.calls, (std::vector<Batch>{{{0, 1024}}, {{1024, 1024}}, {{2048, 1024}}, {{3072, 1024}},
-                                           {{4096, 904}}}));
+  EXPECT_EQ(rec.calls,
+            (std::vector<Batch>{{{0, 1024}}, {{1024, 1024}}, {{2048, 1024}}, {{3072, 1024}}, {{4096, 904}}}));
   EXPECT_EQ(r.stats().returned, 5000u);
 }
 

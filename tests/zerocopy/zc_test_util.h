@@ -9,11 +9,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <bit>
 #include <initializer_list>
 #include <optional>
 #include <ostream>
@@ -59,8 +59,8 @@ class ControlBuffer {
     used_ = offset_of(c) + CMSG_SPACE(len);
   }
   void dmabuf(uint64_t offset, uint32_t size, uint32_t token, uint32_t binding = kOurBinding) {
-    const uapi::DmabufCmsg frag{.frag_offset = offset, .frag_size = size, .frag_token = token, .dmabuf_id = binding,
-                                .flags = 0};
+    const uapi::DmabufCmsg frag{
+        .frag_offset = offset, .frag_size = size, .frag_token = token, .dmabuf_id = binding, .flags = 0};
     add(SOL_SOCKET, uapi::kScmDevmemDmabuf, &frag, sizeof frag);
   }
   void linear(uint32_t size) {
@@ -113,6 +113,17 @@ class Bytes {
   /// nlattr header {len, type} for a payload of `payload` bytes.
   Bytes& attr(uint16_t type, uint16_t payload) { return u16(static_cast<uint16_t>(4 + payload)).u16(type); }
   Bytes& attr_u32(uint16_t type, uint32_t v) { return attr(type, 4).u32(v); }
+  /// A nested attribute whose length close() fills in: open() returns where it starts.
+  size_t open(uint16_t type) {
+    const size_t at = bytes_.size();
+    attr(type, 0);
+    return at;
+  }
+  void close(size_t at) {
+    ASSERT_LE(at + 2, bytes_.size());
+    const auto len = static_cast<uint16_t>(bytes_.size() - at);
+    std::memcpy(&bytes_[at], &len, sizeof len);
+  }
   /// Patches a u32 at `offset` (nlmsg_len once the size is known).
   void set_u32(size_t offset, uint32_t v) {
     ASSERT_LE(offset + sizeof v, bytes_.size());
