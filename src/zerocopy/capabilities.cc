@@ -248,11 +248,9 @@ ProbeAnswer try_bind(bool rx, zerocopy::NetdevClient* netdev, const zerocopy::Dm
 }
 
 ProbeAnswer try_zcrx(const InterfaceCapabilities& c, uint32_t queue) {
-  if (!zerocopy::built_with_io_uring()) {
-    return unknown("built without io_uring (liburing-dev was not found when remora was built)");
-  }
   KernelError ke;
   Status s = zerocopy::try_zcrx_register(c.ifindex, queue, &ke);
+  if (!zerocopy::built_with_io_uring()) return unknown(s.message());
   if (s) return yes(fmt::format("registered RX queue {} with a host memory area; released at once", queue));
   std::string fix;
   if (ke.err == EPERM) fix = kRootFix;
@@ -263,10 +261,8 @@ ProbeAnswer try_zcrx(const InterfaceCapabilities& c, uint32_t queue) {
 // ---- per host ----
 
 ProbeAnswer io_uring_answer() {
-  if (!zerocopy::built_with_io_uring()) {
-    return unknown("built without io_uring (liburing-dev was not found when remora was built)");
-  }
   const zerocopy::IoUringProbe p = zerocopy::probe_io_uring();
+  if (!zerocopy::built_with_io_uring()) return unknown(p.ring.message());
   if (!p.ring) {
     std::string fix;
     if (p.ring_refusal.err == EPERM && p.disabled_sysctl && *p.disabled_sysctl != 0) {
