@@ -456,8 +456,9 @@ void add_doctor(Cli& c) {
   doctor->add_flag("--json", c.doctor_options.json, "the report as JSON");
   doctor->add_option("-i,--interface", c.doctor_options.interfaces, "probe only these interfaces (default: all)")
       ->delimiter(',');
-  doctor->add_flag("--no-bind", c.doctor_options.no_bind,
-                   "do not try bind-rx, bind-tx and zcrx (on a capable NIC they bind the last RX queue for an instant)");
+  doctor->add_flag(
+      "--no-bind", c.doctor_options.no_bind,
+      "do not try bind-rx, bind-tx and zcrx (on a capable NIC they bind the last RX queue for an instant)");
   c.doctor = doctor;
 }
 
