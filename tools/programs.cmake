@@ -1,5 +1,5 @@
 # The `remora` command-line tool: a thin CLI (remora.cc: arguments and the progress line;
-# run.cc: the launcher) over the perf library (perf/), which holds the p2p, RMA and
+# run.cc: the launcher; doctor.cc: the capability report) over the perf library (perf/), which holds the p2p, RMA and
 # collective benchmarks, the two-process demo, and the printers of their reports (report.cc).
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
@@ -15,12 +15,13 @@ target_include_directories(remora_perf PUBLIC ${CMAKE_CURRENT_LIST_DIR}/perf)
 target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
 target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_json fmt::fmt Threads::Threads)
 
-add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc ${CMAKE_CURRENT_LIST_DIR}/run.cc)
+add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc ${CMAKE_CURRENT_LIST_DIR}/run.cc
+               ${CMAKE_CURRENT_LIST_DIR}/doctor.cc)
 set_target_properties(remora_tool PROPERTIES OUTPUT_NAME remora)
 # -Wno-null-dereference: GCC 12 flags CLI11's own string splitting (a false positive
 # that surfaces only once its templates are inlined here).
 target_compile_options(remora_tool PRIVATE ${REMORA_WARNINGS} -Wno-null-dereference)
-target_link_libraries(remora_tool PRIVATE remora_perf CLI11::CLI11 fmt::fmt)
+target_link_libraries(remora_tool PRIVATE remora_perf CLI11::CLI11 fmt::fmt nlohmann_json::nlohmann_json)
 install(TARGETS remora_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 if(REMORA_BUILD_TESTS)

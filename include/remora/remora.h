@@ -1,6 +1,7 @@
 // remora/remora.h — everything public, in one include.
 #pragma once
 
+#include "remora/capabilities.h"
 #include "remora/communicator.h"
 #include "remora/config.h"
 #include "remora/context.h"

@@ -12,6 +12,7 @@ REMORA_APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
+  libmnl-dev liburing-dev
   iproute2 iperf3 sockperf procps
   openmpi-bin
 )

@@ -1,0 +1,185 @@
+// `remora doctor` end to end: the JSON document's structure (every answer with state,
+// detail, reason, fix, errno, errno_name, kernel_message), loopback reported with the
+// kernel's reasons, CUDA honestly unprobed, and the exit code: 3 when no device path
+// exists (as here) and the same number in the JSON, 1 for an interface that does not
+// exist; the human report; and the report inside a network namespace with a veth pair,
+// where the veth's bind attempts are refused by the kernel and say so.
+#include <sys/wait.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "itest_util.h"
+#include "support/netns.h"
+#include "support/process.h"
+
+namespace remora::itest {
+namespace {
+
+struct DoctorRun {
+  int exit_code = -1;
+  std::string out;
+};
+
+/// Runs `remora doctor` with `args` (behind `prefix`, e.g. ip netns exec) to its end;
+/// stdout only, so the JSON parses (stderr goes to the test's).
+DoctorRun doctor(std::vector<std::string> args, std::vector<std::string> prefix = {}) {
+  std::vector<std::string> argv = std::move(prefix);
+  argv.push_back(REMORA_TOOL_PATH);
+  argv.push_back("doctor");
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p({.argv = argv, .env = {}, .capture_stderr = false});
+  EXPECT_TRUE(p.ok()) << p.error();
+  DoctorRun r;
+  r.out = p.read_all(std::chrono::seconds(60));
+  auto st = p.wait(std::chrono::seconds(10));
+  if (!st) {
+    p.kill_and_reap();
+    ADD_FAILURE() << "remora doctor did not finish";
+    return r;
+  }
+  EXPECT_TRUE(WIFEXITED(*st)) << Process::describe(*st);
+  r.exit_code = WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  return r;
+}
+
+void expect_answer(const nlohmann::json& a, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_TRUE(a.is_object()) << a.dump();
+  for (const char* key : {"state", "detail", "reason", "fix", "kernel_message"}) {
+    ASSERT_TRUE(a.contains(key) && a[key].is_string()) << key << " in " << a.dump();
+  }
+  ASSERT_TRUE(a.contains("errno") && a["errno"].is_number_integer()) << a.dump();
+  ASSERT_TRUE(a.contains("errno_name")) << a.dump();
+  const std::string state = a["state"];
+  ASSERT_TRUE(state == "yes" || state == "no" || state == "unknown") << state;
+  if (state == "yes") {
+    EXPECT_FALSE(a["detail"].get<std::string>().empty()) << "a yes says what it found: " << a.dump();
+  } else {
+    EXPECT_FALSE(a["reason"].get<std::string>().empty()) << "every no says why: " << a.dump();
+  }
+  if (a["errno"].get<int>() != 0) {
+    EXPECT_TRUE(a["errno_name"].is_string() && a["errno_name"].get<std::string>().starts_with("E")) << a.dump();
+  } else {
+    EXPECT_TRUE(a["errno_name"].is_null()) << a.dump();
+  }
+}
+
+const nlohmann::json* find_interface(const nlohmann::json& doc, const std::string& name) {
+  for (const auto& i : doc["interfaces"]) {
+    if (i["name"] == name) return &i;
+  }
+  return nullptr;
+}
+
+void expect_interface(const nlohmann::json& i) {
+  const std::string name = i["name"];
+  ASSERT_TRUE(i["ifindex"].is_number_unsigned()) << name;
+  for (const char* key :
+       {"driver", "header_split", "header_split_settable", "ntuple", "queues", "devmem_rx", "devmem_tx", "zcrx"}) {
+    expect_answer(i[key], name + " " + key);
+  }
+  ASSERT_TRUE(i["queues"]["counts"].is_object()) << i.dump();
+  ASSERT_TRUE(i["queues"]["counts"]["rx_queue_ids"].is_array()) << i.dump();
+  ASSERT_TRUE(i["device_path"].is_boolean());
+}
+
+/// Checks the document and returns it.
+nlohmann::json parse_report(const DoctorRun& r) {
+  nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << "not JSON:\n" << r.out;
+  if (doc.is_discarded()) return {};
+  for (const char* key : {"remora_version", "kernel", "hardware_note"}) {
+    EXPECT_TRUE(doc[key].is_string()) << key;
+  }
+  EXPECT_NE(doc["hardware_note"].get<std::string>().find("devmem-capable hardware"), std::string::npos);
+  for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "cuda"}) {
+    expect_answer(doc["host"][key], std::string("host ") + key);
+  }
+  EXPECT_EQ(doc["host"]["cuda"]["state"], "unknown");
+  EXPECT_NE(doc["host"]["cuda"]["reason"].get<std::string>().find("not probed yet"), std::string::npos);
+  EXPECT_TRUE(doc["interfaces"].is_array());
+  for (const auto& i : doc["interfaces"]) expect_interface(i);
+  // The exit code is the document's, and 0 exactly when a device path was proven.
+  EXPECT_EQ(doc["exit_code"], r.exit_code);
+  bool any = false;
+  for (const auto& i : doc["interfaces"]) any = any || i["device_path"].get<bool>();
+  EXPECT_EQ(doc["device_path_available"], any);
+  EXPECT_EQ(r.exit_code, any ? 0 : 3);
+  return doc;
+}
+
+TEST(Doctor, JsonReportsLoopbackWithTheKernelsReasons) {
+  const DoctorRun r = doctor({"--json"});
+  const nlohmann::json doc = parse_report(r);
+  ASSERT_FALSE(doc.is_null());
+  const nlohmann::json* lo = find_interface(doc, "lo");
+  ASSERT_NE(lo, nullptr) << "lo is missing from the report";
+  // Loopback can do none of the device paths; each no carries what the kernel answered.
+  EXPECT_EQ((*lo)["header_split"]["state"], "no");
+  EXPECT_EQ((*lo)["ntuple"]["state"], "no");
+  for (const char* key : {"devmem_rx", "devmem_tx"}) {
+    EXPECT_EQ((*lo)[key]["state"], "no") << key;
+    EXPECT_NE((*lo)[key]["errno"], 0) << key;
+  }
+  EXPECT_EQ((*lo)["devmem_tx"]["kernel_message"], "Driver does not support netmem TX");
+  EXPECT_FALSE((*lo)["device_path"].get<bool>());
+  // No NIC here binds, so no device path: exit code 3.
+  EXPECT_EQ(r.exit_code, 3);
+}
+
+TEST(Doctor, OnlyTheNamedInterfacesAndAnUnknownOneFails) {
+  const DoctorRun r = doctor({"--json", "-i", "lo"});
+  const nlohmann::json doc = parse_report(r);
+  ASSERT_EQ(doc["interfaces"].size(), 1u);
+  EXPECT_EQ(doc["interfaces"][0]["name"], "lo");
+  const DoctorRun bad = doctor({"--json", "-i", "remora-none0"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(bad.out.empty()) << "no half report on stdout: " << bad.out;
+}
+
+TEST(Doctor, WithoutBindAttemptsTheyAreNotTried) {
+  const nlohmann::json doc = parse_report(doctor({"--json", "--no-bind", "-i", "lo"}));
+  for (const char* key : {"devmem_rx", "devmem_tx", "zcrx"}) {
+    EXPECT_EQ(doc["interfaces"][0][key]["state"], "unknown") << key;
+    EXPECT_NE(doc["interfaces"][0][key]["reason"].get<std::string>().find("not tried"), std::string::npos) << key;
+  }
+}
+
+TEST(Doctor, HumanReport) {
+  const DoctorRun r = doctor({"-i", "lo"});
+  EXPECT_EQ(r.exit_code, 3);
+  for (const char* text :
+       {"Note: Nothing in remora has run on devmem-capable hardware", "Interface lo (index", "devmem RX (bind-rx)",
+        "kernel: EOPNOTSUPP", "CUDA: not probed yet", "Device zero-copy path: none", "Exit code 3"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "' in:\n" << r.out;
+  }
+}
+
+TEST(Doctor, VethInANetworkNamespaceIsRefusedWithReasons) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  const DoctorRun r = doctor({"--json"}, net.exec_prefix(net.ns_a()));
+  const nlohmann::json doc = parse_report(r);
+  ASSERT_FALSE(doc.is_null());
+  // Only the namespace's own interfaces: its loopback and its end of the veth pair.
+  ASSERT_EQ(doc["interfaces"].size(), 2u) << doc["interfaces"].dump();
+  const nlohmann::json* veth = find_interface(doc, "rmr0");
+  ASSERT_NE(veth, nullptr);
+  EXPECT_EQ((*veth)["driver"]["detail"], "veth");
+  for (const char* key : {"devmem_rx", "devmem_tx", "zcrx"}) {
+    EXPECT_EQ((*veth)[key]["state"], "no") << key << ": " << (*veth)[key].dump();
+    EXPECT_NE((*veth)[key]["errno"], 0) << key;
+  }
+  EXPECT_EQ((*veth)["devmem_tx"]["kernel_message"], "Driver does not support netmem TX");
+  EXPECT_EQ(r.exit_code, 3);
+  std::cout << "[ kernel   ] veth bind-rx: " << (*veth)["devmem_rx"]["reason"].get<std::string>() << "\n"
+            << "[ kernel   ] veth zcrx: " << (*veth)["zcrx"]["reason"].get<std::string>() << "\n";
+}
+
+}  // namespace
+}  // namespace remora::itest

@@ -1,0 +1,84 @@
+// zerocopy/capabilities: the probe behind `remora doctor` on this host's loopback: every
+// answer that is not "yes" has a reason, kernel refusals keep their errno, nothing
+// claims a device path that no binding proved, CUDA says it was not probed, an unknown
+// interface is a clear error and turning the bind attempts off says so.
+#include "remora/capabilities.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "zc_test_util.h"
+
+namespace remora {
+namespace {
+
+void expect_explained(const ProbeAnswer& a, const std::string& what) {
+  SCOPED_TRACE(what);
+  if (a.state == ProbeAnswer::State::kYes) {
+    EXPECT_FALSE(a.detail.empty()) << "a yes says what it found";
+  } else {
+    EXPECT_FALSE(a.reason.empty()) << "every no and unknown says why";
+  }
+  if (!a.kernel_message.empty()) {
+    EXPECT_NE(a.error, 0) << "a kernel message comes with its errno";
+  }
+}
+
+TEST(Capabilities, LoopbackIsProbedAndEveryAnswerExplained) {
+  auto r = probe_capabilities({.interfaces = {"lo"}});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_FALSE(r->host.kernel.empty());
+  EXPECT_NE(r->hardware_note.find("devmem-capable hardware"), std::string::npos);
+  for (const auto* a : {&r->host.dmabuf_source, &r->host.netdev_family, &r->host.ethtool_family, &r->host.io_uring,
+                        &r->host.msg_zerocopy, &r->host.cuda}) {
+    expect_explained(*a, "host");
+  }
+  EXPECT_EQ(r->host.cuda.state, ProbeAnswer::State::kUnknown);
+  EXPECT_NE(r->host.cuda.reason.find("not probed yet"), std::string::npos);
+  ASSERT_EQ(r->interfaces.size(), 1u);
+  const InterfaceCapabilities& lo = r->interfaces[0];
+  EXPECT_EQ(lo.name, "lo");
+  EXPECT_GT(lo.ifindex, 0u);
+  for (const auto* a : {&lo.driver, &lo.header_split, &lo.header_split_settable, &lo.ntuple, &lo.queues, &lo.devmem_rx,
+                        &lo.devmem_tx, &lo.zcrx}) {
+    expect_explained(*a, "lo");
+  }
+  // Loopback can do none of it, and says what the kernel answered.
+  EXPECT_EQ(lo.header_split.state, ProbeAnswer::State::kNo);
+  EXPECT_EQ(lo.ntuple.state, ProbeAnswer::State::kNo);
+  EXPECT_EQ(lo.devmem_rx.state, ProbeAnswer::State::kNo);
+  EXPECT_NE(lo.devmem_rx.error, 0) << lo.devmem_rx.reason;
+  EXPECT_EQ(lo.devmem_tx.state, ProbeAnswer::State::kNo);
+  EXPECT_EQ(lo.devmem_tx.error, EOPNOTSUPP) << lo.devmem_tx.reason;
+  EXPECT_EQ(lo.devmem_tx.kernel_message, "Driver does not support netmem TX");
+  EXPECT_NE(lo.zcrx.state, ProbeAnswer::State::kYes);
+  EXPECT_FALSE(lo.device_path());
+  EXPECT_FALSE(r->device_path_available);
+  if (::geteuid() == 0) {
+    EXPECT_EQ(lo.devmem_rx.error, EOPNOTSUPP) << lo.devmem_rx.reason;
+  }
+}
+
+TEST(Capabilities, AnUnknownInterfaceIsAnError) {
+  auto r = probe_capabilities({.interfaces = {"lo", "remora-none0"}});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'remora-none0'"), std::string::npos) << r.status().message();
+}
+
+TEST(Capabilities, WithoutBindAttemptsTheyAreUnknownAndSaySo) {
+  auto r = probe_capabilities({.interfaces = {"lo"}, .try_bind = false});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  for (const auto* a : {&r->interfaces[0].devmem_rx, &r->interfaces[0].devmem_tx, &r->interfaces[0].zcrx}) {
+    EXPECT_EQ(a->state, ProbeAnswer::State::kUnknown);
+    EXPECT_NE(a->reason.find("not tried"), std::string::npos) << a->reason;
+    EXPECT_EQ(a->error, 0);
+  }
+}
+
+}  // namespace
+}  // namespace remora
