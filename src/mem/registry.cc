@@ -259,6 +259,15 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("register_memory: {} + {} bytes is not {} memory", ptr, len, domain.name()));
   }
+  if (domain.kind() != MemoryKind::kHost && (access & kRemoteAccessMask) != Access::kNone) {
+    // The target serves puts and gets straight from and into the region's memory; for
+    // a device's, that needs the staging path, which puts and gets do not take yet.
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("register_memory: remote access to {} memory is not supported yet (puts and gets of "
+                              "device memory are not staged; sends and receives are: docs/device-memory.md); "
+                              "register it with Access::kLocalWrite only",
+                              domain.name()));
+  }
   REMORA_ASSIGN_OR_RETURN(const detail::MacKey mac_key, random_mac_key());
   const PinMode mode = state_->pin_mode;
   auto registered = domain.register_range(ptr, len, mode);

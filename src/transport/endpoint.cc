@@ -190,10 +190,22 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   return r;
 }
 
+namespace {
+Status device_rma_refused(std::string_view what, const MemoryDomain& d) {
+  return Status(StatusCode::kUnsupported,
+                fmt::format("a {} from or into {} memory: puts and gets of device memory are not staged yet (sends "
+                            "and receives are; docs/device-memory.md)",
+                            what, d.name()));
+}
+}  // namespace
+
 template <typename Post>
-Request EndpointCore::post_one_sided(const Post& post) {
+Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t length, std::string_view what) {
   engine::ProgressEngine::Guard guard(*engine_);
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
+  if (const MemoryDomain* d = device_of(local, length)) {
+    return Request(RequestState::completed(device_rma_refused(what, *d), 0, Tag{}));
+  }
   RmaInitiator::Posted posted = post();
   if (posted.issued) {
     // One round at most: the first chunks go out from this thread, and the rest moves
@@ -207,16 +219,19 @@ Request EndpointCore::post_one_sided(const Post& post) {
 
 Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                           const PutOptions& options) {
-  return post_one_sided([&] { return initiator_.put(local, key, offset, options, travels_inline(local.size())); });
+  return post_one_sided([&] { return initiator_.put(local, key, offset, options, travels_inline(local.size())); },
+                        local.data(), local.size(), "put");
 }
 
 Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
-  return post_one_sided([&] { return initiator_.get(local, key, offset, travels_inline(local.size())); });
+  return post_one_sided([&] { return initiator_.get(local, key, offset, travels_inline(local.size())); }, local.data(),
+                        local.size(), "get");
 }
 
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
                              uint64_t operand, uint64_t compare) {
-  return post_one_sided([&] { return initiator_.atomic(result, key, offset, op, operand, compare); });
+  return post_one_sided([&] { return initiator_.atomic(result, key, offset, op, operand, compare); }, nullptr, 0,
+                        "atomic");
 }
 
 Request EndpointCore::flush() {

@@ -175,7 +175,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Admits a one-sided operation, has `post` (the initiator) post it, and makes its
   /// first round of progress.
   template <typename Post>
-  Request post_one_sided(const Post& post);
+  Request post_one_sided(const Post& post, const void* local, size_t length, std::string_view what);
   /// The one-sided parts' share of a failure.
   void fail_one_sided(const Status& why);
 

@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -205,6 +206,36 @@ TEST(DeviceStagingFailure, AFailedCopyFailsItsMessageOnlyOnEitherSide) {
   EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
   s.ep.reset();
   expect_peer_success(*s.peer);
+}
+
+// Puts and gets of device memory are not staged yet: refused with a clear error, the
+// device memory untouched and the endpoint still usable.
+TEST(DeviceStagingRma, PutsAndGetsOfDeviceMemoryAreRefusedClearly) {
+  Sides mine = make_sides(true);
+  ASSERT_TRUE(mine.ctx);
+  Pair p = make_pair_in_process(make_context(2), std::move(mine.ctx));
+  ASSERT_TRUE(p.ea && p.eb);
+  std::vector<std::byte> target(4096, std::byte{0x11});
+  auto region = p.a->register_memory(target.data(), target.size(), Access::kRemoteRead | Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok());
+  std::byte* dev_mem = mine.dev->allocate(4096).value();
+  const std::vector<std::byte> pattern_bytes(4096, std::byte{0x77});
+  ASSERT_TRUE(mine.dev->write(dev_mem, pattern_bytes.data(), pattern_bytes.size()).is_ok());
+  for (uint64_t n : {uint64_t{8}, uint64_t{4096}}) {
+    const Status put = p.eb->put(std::span<const std::byte>(dev_mem, n), region->remote_key(), 0).wait(30s);
+    EXPECT_EQ(put.code(), StatusCode::kUnsupported) << describe(put);
+    EXPECT_NE(put.message().find("not staged yet"), std::string::npos) << put.message();
+    const Status get = p.eb->get(std::span<std::byte>(dev_mem, n), region->remote_key(), 0).wait(30s);
+    EXPECT_EQ(get.code(), StatusCode::kUnsupported) << describe(get);
+  }
+  EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](std::byte b) { return b == std::byte{0x11}; }));
+  std::vector<std::byte> back(4096);
+  ASSERT_TRUE(mine.dev->read(back.data(), dev_mem, back.size()).is_ok());
+  EXPECT_TRUE(back == pattern_bytes);
+  // Host puts still work on the same endpoint.
+  std::vector<std::byte> host(64, std::byte{0x22});
+  EXPECT_TRUE(p.eb->put(host, region->remote_key(), 0).wait(30s).is_ok());
+  EXPECT_EQ(target[0], std::byte{0x22});
 }
 
 }  // namespace

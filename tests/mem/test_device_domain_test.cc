@@ -138,5 +138,21 @@ TEST(TestDeviceDomain, DestructionWaitsForQueuedCopiesAndReportsEachEnd) {
   for (auto& c : copies) EXPECT_TRUE(c->test().is_ok());
 }
 
+// Peers reach registered memory straight, which device memory forbids until puts and
+// gets are staged: registration with a remote right is refused, local-only is fine.
+TEST(TestDeviceDomain, RegistersForLocalUseOnlyUntilPutsAndGetsAreStaged) {
+  auto dev = make();
+  std::byte* p = dev->allocate(4096).value();
+  MemoryRegistry registry(PinMode::kOff);
+  for (Access remote : {Access::kRemoteRead, Access::kRemoteWrite, Access::kRemoteAtomic}) {
+    auto r = registry.register_memory(p, 4096, Access::kLocalWrite | remote, *dev);
+    EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(r.status().message().find("test-device"), std::string::npos) << r.status().message();
+  }
+  auto local = registry.register_memory(p, 4096, Access::kLocalWrite, *dev);
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  EXPECT_EQ(local->kind(), MemoryKind::kTestDevice);
+}
+
 }  // namespace
 }  // namespace remora::testing
