@@ -4,7 +4,9 @@
 // messages and one-sided puts and gets of every size, compared byte for byte; every
 // reason a target refuses a put or a get, at inline, chunked and larger-than-socket-
 // buffer sizes, each answered with its code, the target's memory untouched and the
-// endpoint still usable; zero-length accesses at the window's edge; a dead peer.
+// endpoint still usable; zero-length accesses at the window's edge; a dead peer; and
+// device memory (the test device of remora/testing/test_device.h) sent and received at
+// every size, a failed device copy, and the refusal of puts from device memory.
 // Every wait has a bound, and a wait that runs out is a failure: a hang here is a bug.
 //
 // Prints "outside-client: N checks, 0 failed" and exits 0, or lists what failed.
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include <remora/remora.h>
+#include <remora/testing/test_device.h>
 
 using namespace std::chrono_literals;
 
@@ -56,7 +59,7 @@ struct Peers {
   std::shared_ptr<remora::Endpoint> target, init;
 };
 
-bool connect(Peers& p) {
+bool connect(Peers& p, remora::MemoryDomain* target_device = nullptr, remora::MemoryDomain* init_device = nullptr) {
   auto t = remora::Context::create();
   auto i = remora::Context::create();
   if (!t || !i) {
@@ -65,6 +68,8 @@ bool connect(Peers& p) {
   }
   p.target_ctx = std::move(t).value();
   p.init_ctx = std::move(i).value();
+  if (target_device != nullptr) check(p.target_ctx->add_memory_domain(*target_device).is_ok(), "add_memory_domain");
+  if (init_device != nullptr) check(p.init_ctx->add_memory_domain(*init_device).is_ok(), "add_memory_domain");
   auto l = p.target_ctx->listen("127.0.0.1:0");
   if (!l) {
     check(false, "listen: " + l.status().to_string());
@@ -220,6 +225,64 @@ void dead_peer(Peers& p) {
   check(p.init->failed(), "the endpoint reports failed() after the peer aborted");
 }
 
+// Device memory, as docs/device-memory.md shows it: each side's test device added to
+// its context, messages of every size from and into device memory (and mixed with host
+// memory) compared byte for byte, a device copy that fails fails that message only, and
+// a put from device memory is refused as documented.
+void device_memory() {
+  auto tdev = remora::testing::TestDeviceDomain::create();
+  auto idev = remora::testing::TestDeviceDomain::create();
+  if (!tdev || !idev) return check(false, "TestDeviceDomain::create");
+  Peers p;  // after the domains: they outlive the contexts
+  if (!connect(p, tdev->get(), idev->get())) return;
+  remora::testing::TestDeviceDomain& td = **tdev;
+  remora::testing::TestDeviceDomain& id = **idev;
+  const size_t sizes[] = {0, 1, 16383, 16384, 16385, 524287, 524288, 524289, (3 << 20) + 1, (40 << 20) + 3};
+  const size_t largest = sizes[std::size(sizes) - 1];
+  std::byte* send_dev = id.allocate(largest).value();
+  std::byte* recv_dev = td.allocate(largest).value();
+  std::vector<std::byte> host_in(largest);
+  for (size_t n : sizes) {
+    const std::string at = std::to_string(n) + " bytes";
+    const auto data = pattern(n, n + 7);
+    check(id.write(send_dev, data.data(), n).is_ok(), "write the test device");
+    // device -> device
+    remora::Request rx = p.target->recv(std::span(recv_dev, n), remora::Tag{3});
+    expect_code(p.init->send(std::span<const std::byte>(send_dev, n), remora::Tag{3}), remora::StatusCode::kOk,
+                "device send of " + at);
+    expect_code(rx, remora::StatusCode::kOk, "device recv of " + at);
+    std::vector<std::byte> got(n);
+    check(td.read(got.data(), recv_dev, n).is_ok() && got == data, "device to device message of " + at + " intact");
+    // device -> host
+    remora::Request rx2 = p.target->recv(std::span(host_in).first(n), remora::Tag{4});
+    expect_code(p.init->send(std::span<const std::byte>(send_dev, n), remora::Tag{4}), remora::StatusCode::kOk,
+                "device send to host of " + at);
+    expect_code(rx2, remora::StatusCode::kOk, "host recv of " + at);
+    check(std::equal(data.begin(), data.end(), host_in.begin()), "device to host message of " + at + " intact");
+  }
+  // A failed copy into the receiver's device fails that receive, and the next one works.
+  const auto data = pattern(3 << 20, 5);
+  check(id.write(send_dev, data.data(), data.size()).is_ok(), "write the test device");
+  td.fail_copies(recv_dev, 1);
+  remora::Request bad = p.target->recv(std::span(recv_dev, data.size()), remora::Tag{6});
+  expect_code(p.init->send(std::span<const std::byte>(send_dev, data.size()), remora::Tag{6}), remora::StatusCode::kOk,
+              "send whose receiver's device copy fails");
+  expect_code(bad, remora::StatusCode::kDeviceFailed, "recv whose device copy fails");
+  td.clear_failures();
+  remora::Request good = p.target->recv(std::span(recv_dev, data.size()), remora::Tag{7});
+  expect_code(p.init->send(std::span<const std::byte>(send_dev, data.size()), remora::Tag{7}), remora::StatusCode::kOk,
+              "send after a failed device copy");
+  expect_code(good, remora::StatusCode::kOk, "recv after a failed device copy");
+  std::vector<std::byte> got(data.size());
+  check(td.read(got.data(), recv_dev, got.size()).is_ok() && got == data, "message after a failed device copy intact");
+  // Puts of device memory are documented as not staged yet.
+  std::vector<std::byte> window(4096);
+  auto region = p.target_ctx->register_memory(window.data(), window.size(), remora::Access::kRemoteWrite);
+  if (!region) return check(false, "register: " + region.status().to_string());
+  expect_code(p.init->put(std::span<const std::byte>(send_dev, 4096), region->remote_key(), 0),
+              remora::StatusCode::kUnsupported, "a put from device memory");
+}
+
 }  // namespace
 
 int main() {
@@ -230,6 +293,7 @@ int main() {
     zero_length(p);
     dead_peer(p);
   }
+  device_memory();
   std::printf("outside-client: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
