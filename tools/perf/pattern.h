@@ -1,11 +1,17 @@
-// tools/perf/pattern.h — deterministic payload patterns and a fast checksum, so the
-// demo can prove that every byte it moved arrived intact.
+// tools/perf/pattern.h — deterministic payload patterns, a fast checksum and the byte
+// comparison of the data checks, so the demo and the benchmarks can prove that every
+// byte they moved arrived intact.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 namespace remora::perf {
 
@@ -63,6 +69,24 @@ inline uint64_t checksum(std::span<const std::byte> data) noexcept {
   uint64_t tail = 0;
   std::memcpy(&tail, p, n);
   return mix64(h ^ tail ^ (uint64_t{n} << 56));
+}
+
+/// "" when `got` equals `want`, else where and how it differs.
+inline std::string first_difference(std::span<const std::byte> got, std::span<const std::byte> want) {
+  if (got.size() != want.size()) return fmt::format("{} bytes, expected {}", got.size(), want.size());
+  const auto [g, w] = std::mismatch(got.begin(), got.end(), want.begin());
+  if (g == got.end()) return "";
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i] ? 1 : 0;
+  return fmt::format("byte {} is 0x{:02x}, expected 0x{:02x} ({} of {} bytes differ)", g - got.begin(),
+                     std::to_integer<unsigned>(*g), std::to_integer<unsigned>(*w), differ, got.size());
+}
+
+/// "" when `got` holds fill_pattern(seed), else where it differs (first_difference).
+inline std::string check_pattern(std::span<const std::byte> got, uint64_t seed) {
+  std::vector<std::byte> want(got.size());
+  fill_pattern(want, seed);
+  return first_difference(got, want);
 }
 
 }  // namespace remora::perf

@@ -46,23 +46,6 @@ bool is_latency(RmaMode mode) { return mode == RmaMode::kPutLatency || mode == R
 uint64_t initiator_seed(size_t size) { return mix64(mix64(size) ^ 1); }
 uint64_t target_seed(size_t size) { return mix64(mix64(size) ^ 2); }
 
-/// "" when `got` equals `want`, else where and how it differs.
-std::string first_difference(std::span<const std::byte> got, std::span<const std::byte> want) {
-  if (got.size() != want.size()) return fmt::format("{} bytes, expected {}", got.size(), want.size());
-  const auto [g, w] = std::mismatch(got.begin(), got.end(), want.begin());
-  if (g == got.end()) return "";
-  size_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i] ? 1 : 0;
-  return fmt::format("byte {} is 0x{:02x}, expected 0x{:02x} ({} of {} bytes differ)", g - got.begin(),
-                     std::to_integer<unsigned>(*g), std::to_integer<unsigned>(*w), differ, got.size());
-}
-
-std::string check_pattern(std::span<const std::byte> got, uint64_t seed) {
-  std::vector<std::byte> want(got.size());
-  fill_pattern(want, seed);
-  return first_difference(got, want);
-}
-
 /// Keys travel as their 40 serialized bytes on kKeyTag, from a registered buffer:
 /// the first half of `buf` is outgoing, the second incoming.
 class KeyExchange {
