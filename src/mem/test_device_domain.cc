@@ -137,9 +137,12 @@ struct TestDeviceDomain::State {
   void run(Engine& e) {
     for (;;) {
       Job job;
+      bool was_idle = false;  // no copy was waiting when the last one ended
       {
         std::unique_lock lock(e.mu);
-        e.cv.wait(lock, [&] { return e.stop || (!e.queue.empty() && !held); });
+        const auto ready = [&] { return e.stop || (!e.queue.empty() && !held); };
+        was_idle = !ready();
+        e.cv.wait(lock, ready);
         if (e.queue.empty()) return;  // stopping, and nothing left in flight
         if (options.newest_first) {
           job = std::move(e.queue.back());
@@ -152,12 +155,17 @@ struct TestDeviceDomain::State {
       const double r = rate.load(std::memory_order_relaxed);
       if (r > 0) {
         // A copy engine of bounded bandwidth: this copy ends len/rate after the
-        // previous one did (or after now, if the engine was idle).
-        const auto now = Clock::now();
-        e.free_at = std::max(e.free_at, now) +
-                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(job.len) / r));
-        std::this_thread::sleep_until(e.free_at);
+        // previous one did (or after now, if the engine was idle). An engine that is
+        // never idle moves `rate` bytes per second, not less: the memcpy below happens
+        // within a copy's time, not after it, and a wake-up later than the previous
+        // end does not push this one back.
+        const auto start = was_idle || e.free_at == Clock::time_point{} ? Clock::now() : e.free_at;
+        e.free_at = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(job.len) / r));
+      } else {
+        e.free_at = {};  // unlimited: a copy at a rate after this one starts the clock afresh
       }
+      if (!job.fail) std::memcpy(job.dst, job.src, job.len);
+      if (r > 0) std::this_thread::sleep_until(e.free_at);
       if (job.fail) {
         failed.fetch_add(1, std::memory_order_relaxed);
         job.state->finish(Status(StatusCode::kDeviceFailed, fmt::format("test device: injected failure of a {}-byte copy "
@@ -165,7 +173,6 @@ struct TestDeviceDomain::State {
                                                                     job.len)));
         continue;
       }
-      std::memcpy(job.dst, job.src, job.len);
       job.state->finish(Status::ok());
     }
   }
