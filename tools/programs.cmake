@@ -6,6 +6,7 @@ find_package(nlohmann_json REQUIRED)
 
 add_library(remora_perf STATIC
   ${CMAKE_CURRENT_LIST_DIR}/perf/session.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf/memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/p2p.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/rma.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc
@@ -41,6 +42,29 @@ if(REMORA_BUILD_TESTS)
            COMMAND remora_tool bench p2p --mode bw --buffers register --sizes 1M --window 8 --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_bibw COMMAND remora_tool bench p2p --mode bibw --sizes 8,4M --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_lat COMMAND remora_tool bench p2p --mode lat --sizes 8,1M --iters 50 --warmup 5)
+  # Device memory (the test device) on either side or both, every p2p mode: what each side used, every size verified, exactly the device side's
+  # messages staged (memory_json_check.cmake). No timing is checked.
+  add_test(NAME remora_bench_memory_json
+           COMMAND ${CMAKE_COMMAND} -DREMORA=$<TARGET_FILE:remora_tool> -DOUT=memory
+                   -P ${CMAKE_CURRENT_LIST_DIR}/perf/memory_json_check.cmake)
+  # Memory this remora cannot give is refused before anything starts, with the reason
+  # and exit 1: cuda on either side, kinds and rates it does not know.
+  add_test(NAME remora_bench_p2p_memory_refusals
+           COMMAND sh -c "for side in --memory --peer-memory; do \"$0\" bench p2p $side cuda > mem.out 2>&1; rc=$?; \
+                            cat mem.out; [ $rc -eq 1 ] || exit 1; \
+                            grep -q 'unsupported: cuda memory: not built into this remora yet' mem.out || exit 1; done; \
+                          \"$0\" bench p2p --memory gpu > mem.out 2>&1 && exit 1; \
+                          grep -q \"memory: unknown memory kind 'gpu': use host, test-device or cuda\" mem.out || exit 1; \
+                          \"$0\" bench p2p --memory test-device --device-copy-rate fast > mem.out 2>&1 && exit 1; \
+                          grep -q \"device-copy-rate: bad copy rate 'fast'\" mem.out"
+                   $<TARGET_FILE:remora_tool>)
+  # A damaged byte in device memory must fail the run, loudly: the follower reads what
+  # it received back through the device and reports the byte.
+  add_test(NAME remora_bench_p2p_device_detects_corruption
+           COMMAND sh -c "\"$0\" bench p2p --memory test-device --sizes 1M --window 4 --iters 2 --warmup 0 \
+                            --inject-corruption > devc.out 2>&1; rc=$?; cat devc.out; [ $rc -eq 1 ] && \
+                          grep -q 'size 1048576: data check failed: what the follower received: byte 524288 is ' devc.out"
+                   $<TARGET_FILE:remora_tool>)
   # Every RMA mode against its spawned target, sizes on both sides of the eager limit
   # (16K: inline vs chunked puts and get responses) and 0 B; every size's data checked.
   add_test(NAME remora_bench_rma_put_bw COMMAND remora_tool bench rma --mode put_bw --sizes 0,8,16K,17K,4M --iters 3 --warmup 1)
@@ -139,5 +163,6 @@ if(REMORA_BUILD_TESTS)
   set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
                        remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate
-                       remora_bench_rma_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 120)
+                       remora_bench_rma_detects_corruption remora_bench_memory_json remora_bench_p2p_memory_refusals
+                       remora_bench_p2p_device_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 120)
 endif()

@@ -140,12 +140,34 @@ std::optional<int> maybe_follow(const BenchArgs& a) {
 struct P2pArgs : BenchArgs {
   std::string mode = "bw";
   bool distinct_buffers = false;
+  std::string memory = "host";
+  std::optional<std::string> peer_memory;
+  std::string device_copy_rate = "0";
+  bool inject_corruption = false;
   P2pArgs() { sizes = {"8", "4K", "1M", "16M"}; }
 };
+
+/// --memory, --peer-memory and --device-copy-rate into `o`.
+remora::Status memory_options(const P2pArgs& a, remora::perf::MemoryOptions* o) {
+  auto local = remora::perf::parse_bench_memory(a.memory);
+  if (!local) return local.status().with_context("--memory");
+  o->local = *local;
+  if (a.peer_memory) {
+    auto peer = remora::perf::parse_bench_memory(*a.peer_memory);
+    if (!peer) return peer.status().with_context("--peer-memory");
+    o->peer = *peer;
+  }
+  auto rate = remora::perf::parse_device_copy_rate(a.device_copy_rate);
+  if (!rate) return rate.status().with_context("--device-copy-rate");
+  o->copy_rate = *rate;
+  return remora::Status::ok();
+}
 
 int run_p2p(const P2pArgs& a) {
   if (auto rc = maybe_follow(a)) return *rc;
   remora::perf::P2pOptions o;
+  if (auto s = memory_options(a, &o.memory); !s) return fail(s);
+  o.inject_corruption = a.inject_corruption;
   o.distinct_buffers = a.distinct_buffers;
   o.mode = a.mode == "lat"    ? remora::perf::P2pMode::kLatency
            : a.mode == "bibw" ? remora::perf::P2pMode::kBiBandwidth
@@ -360,6 +382,16 @@ void add_bench_p2p(CLI::App* bench, Cli& c) {
   a.add_to(p2p);
   p2p->add_flag("--distinct-buffers", a.distinct_buffers,
                 "cycle a window through up to 64 MiB of distinct buffers (default: reuse one, as osu_bw and iperf3 do)");
+  p2p->add_option("--memory", a.memory,
+                  "this side's message buffers: host, test-device (a test double of a device, moved through the "
+                  "staging path) or cuda (not built in yet)")
+      ->capture_default_str();
+  p2p->add_option("--peer-memory", a.peer_memory, "the follower's message buffers (default: as --memory)");
+  p2p->add_option("--device-copy-rate", a.device_copy_rate,
+                  "bytes/s of each test-device copy engine, both sides (0: unlimited; K/M/G = powers of 1024), or "
+                  "auto: each size's host-to-host rate, measured just before it")
+      ->capture_default_str();
+  p2p->add_flag("--inject-corruption", a.inject_corruption)->group("");  // hidden: proves the check fails loudly
   c.p2p = p2p;
 }
 

@@ -528,13 +528,19 @@ Status measure_reference(Communicator& c, Context& ctx, const CollOptions& o, Co
       const std::array<Request, 2> both{link.recv({}, internal::kReadyTag), link.send({}, internal::kReadyTag)};
       return internal::wait_all_ok(both, "reference start");
     };
-    const ProgressFn progress = driver ? o.progress : nullptr;
+    const internal::LoopSide side{
+        .link = link,
+        .buffers = buffers,
+        .driver = driver,
+        .start = start,
+        .progress = driver ? o.progress : nullptr,
+        .problem = nullptr,  // the reference is timed only; the table checks the collectives
+        .damage = false};
     for (size_t s : sizes) {
       const auto window = static_cast<uint32_t>(std::clamp<size_t>(kReferenceWindowBytes / s, 1, 64));
       const Step st = default_step(StepKind::kWindow, s, window, o.reference_iters, std::nullopt);
       double seconds = 0;
-      REMORA_RETURN_IF_ERROR(internal::run_window(link, buffers, P2pMode::kBiBandwidth, window, false, st, driver,
-                                                  start, progress, &seconds)
+      REMORA_RETURN_IF_ERROR(internal::run_window(side, P2pMode::kBiBandwidth, window, false, st, &seconds)
                                  .with_context(fmt::format("reference exchange of {}", format_size(s))));
       buffers.release_all();
       const double one_way = static_cast<double>(s) * window * st.iters;
@@ -547,7 +553,7 @@ Status measure_reference(Communicator& c, Context& ctx, const CollOptions& o, Co
     const Step st = default_step(StepKind::kPingPong, out->pingpong_size, 1, o.reference_iters, std::nullopt);
     std::vector<double> rtt_us;
     REMORA_RETURN_IF_ERROR(
-        internal::run_pingpong(link, buffers, st, driver, start, progress, driver ? &rtt_us : nullptr)
+        internal::run_pingpong(side, st, driver ? &rtt_us : nullptr)
             .with_context("reference ping-pong"));
     out->pingpong_iterations = st.iters;
     out->rtt = internal::summarize_latency(std::move(rtt_us), 1);

@@ -21,6 +21,7 @@
 
 #include "remora/communicator.h"
 #include "remora/status.h"
+#include "remora/types.h"
 
 namespace remora::perf {
 
@@ -45,6 +46,38 @@ std::string_view to_string(P2pMode mode) noexcept;
 enum class BufferSource : uint8_t { kPool, kRegister };
 std::string_view to_string(BufferSource source) noexcept;
 
+/// The memory a side's message buffers are of: MemoryKind::kHost; kTestDevice, a
+/// remora::testing::TestDeviceDomain (a test double of a device: memory reachable only
+/// through its asynchronous copies) that the side creates and adds to its context; or
+/// kCuda, which this remora refuses (the CUDA domain is not built into it yet). Device
+/// memory moves through the endpoint's staging path (pinned bounce buffers, device
+/// copies overlapping the network). "host", "test-device" or "cuda"; kInvalidArgument
+/// otherwise.
+Result<MemoryKind> parse_bench_memory(std::string_view text);
+
+/// What each copy engine of a test device moves per second (--device-copy-rate).
+struct DeviceCopyRate {
+  double bytes_per_second = 0;  ///< 0: unlimited (a memcpy)
+  /// "auto": before each size, the same measurement on host memory at both sides, and
+  /// the copy rate set to the network rate it found (bytes one way per second).
+  bool automatic = false;
+};
+/// "auto"; bytes per second as a number ("2500000000", "2.5e9", 0 = unlimited) or with
+/// a K/M/G suffix (powers of 1024: "2G"). kInvalidArgument otherwise.
+Result<DeviceCopyRate> parse_device_copy_rate(std::string_view text);
+/// "unlimited", "auto", or "2.500 GB/s" (10^9 bytes/s).
+std::string to_string(const DeviceCopyRate& rate);
+
+/// The memory of both sides' message buffers. p2p takes it; rma takes the same struct
+/// once puts and gets of device memory are wired (the follower's side is the target's
+/// region there). Acks and control messages stay in host memory.
+struct MemoryOptions {
+  MemoryKind local = MemoryKind::kHost;  ///< the driver's (--memory)
+  std::optional<MemoryKind> peer;        ///< the follower's (--peer-memory); unset: as `local`
+  DeviceCopyRate copy_rate;              ///< of the test devices on both sides
+  MemoryKind peer_kind() const { return peer.value_or(local); }
+};
+
 struct P2pOptions {
   P2pMode mode = P2pMode::kBandwidth;
   std::vector<size_t> sizes = {8, 4096, size_t{1} << 20, size_t{16} << 20};
@@ -56,11 +89,23 @@ struct P2pOptions {
   /// send buffer and the same receive buffer, so a size that fits the cache stays in
   /// it. true: a window cycles through up to 64 MiB of distinct buffers (memory-bound).
   bool distinct_buffers = false;
+  MemoryOptions memory;
+  /// Fault injection for tests: the follower damages one byte of what it received at
+  /// each size (through the device's copies for device memory) before its data check,
+  /// so the check must fail the run.
+  bool inject_corruption = false;
   ProgressFn progress;
 };
 
 struct LatencySummary {
   double avg_us = 0, p50_us = 0, p99_us = 0, min_us = 0, max_us = 0;
+};
+
+/// Transfers of one side's endpoint that moved through staging buffers
+/// (EndpointStats::staged_transfers, staged_bytes).
+struct StagedCounts {
+  uint64_t transfers = 0;
+  uint64_t bytes = 0;
 };
 
 struct P2pRow {
@@ -70,11 +115,22 @@ struct P2pRow {
   double seconds = 0;           ///< timed part only
   double bandwidth_mbps = 0;    ///< 10^6 bytes/s, as OSU reports; both directions for bibw
   LatencySummary latency;       ///< one-way, lat mode only
+  MemoryKind driver_memory = MemoryKind::kHost;
+  MemoryKind follower_memory = MemoryKind::kHost;
+  double device_copy_rate = 0;  ///< bytes/s each test-device copy engine was held to; 0: unlimited
+  bool verified = false;        ///< both sides' data check of this size passed
+  StagedCounts staged_driver, staged_follower;  ///< during this size (warm-up, timed part, check)
 };
+
+/// The network rate of a row, bytes one way per second: bw's bandwidth, half of
+/// bibw's, lat's size / one-way latency. What --device-copy-rate auto sets.
+double network_rate(P2pMode mode, const P2pRow& row);
 
 struct P2pReport {
   P2pMode mode = P2pMode::kBandwidth;
   std::vector<P2pRow> rows;
+  /// --device-copy-rate auto: the host-to-host measurement before each row (same index).
+  std::vector<P2pRow> calibration;
   nlohmann::json json;  ///< everything: config, rows, pool/registry/endpoint stats of both sides
 };
 

@@ -1,11 +1,14 @@
-// tools/perf/perf_test.cc — the perf library's pure parts: sizes, patterns, checksums,
-// iteration counts, the collective benchmark's bus factors and option checks.
-// The tool end to end (spawned follower, every mode) runs as CTest tests in
-// tools/programs.cmake.
+// tools/perf/perf_test.cc — the perf library's in-process parts: sizes, patterns,
+// checksums, iteration counts, the collective benchmark's bus factors and option
+// checks, the memory kinds and copy rates, the p2p plan's JSON, and device buffers
+// (fill, check, damage, reuse) on the test device. The tool end to end (spawned
+// follower, every mode) runs as CTest tests in tools/programs.cmake.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "memory.h"
+#include "p2p.h"
 #include "pattern.h"
 #include "perf.h"
 #include "session.h"
@@ -152,6 +155,182 @@ TEST(SummarizeLatency, NearestRankAndDivisor) {
   EXPECT_DOUBLE_EQ(one_way.max_us, 50);
   EXPECT_DOUBLE_EQ(internal::summarize_latency(us, 1).p50_us, 50);
   EXPECT_DOUBLE_EQ(internal::summarize_latency({}, 1).avg_us, 0);
+}
+
+TEST(BenchMemory, ParsesTheKindsItKnows) {
+  EXPECT_EQ(parse_bench_memory("host").value(), MemoryKind::kHost);
+  EXPECT_EQ(parse_bench_memory("test-device").value(), MemoryKind::kTestDevice);
+  EXPECT_EQ(parse_bench_memory("cuda").value(), MemoryKind::kCuda);  // parsed; refused when opened
+  for (const char* bad : {"", "gpu", "dmabuf", "Host", "test_device"}) {
+    auto r = parse_bench_memory(bad);
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("use host, test-device or cuda"), std::string::npos) << bad;
+  }
+}
+
+TEST(BenchMemory, CudaIsRefusedWithTheReasonAndHostAndTestDeviceOpen) {
+  const Status cuda = internal::memory_available(MemoryKind::kCuda);
+  EXPECT_EQ(cuda.code(), StatusCode::kUnsupported);
+  EXPECT_NE(cuda.message().find("cuda memory: not built into this remora yet"), std::string::npos) << cuda.message();
+  internal::DeviceSet devices;
+  EXPECT_EQ(devices.open(MemoryKind::kCuda).status().code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(internal::memory_available(MemoryKind::kHost).is_ok());
+  EXPECT_TRUE(internal::memory_available(MemoryKind::kTestDevice).is_ok());
+  EXPECT_EQ(devices.open(MemoryKind::kHost).value(), nullptr);
+  internal::DeviceMemory* dev = devices.open(MemoryKind::kTestDevice).value();
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->kind(), MemoryKind::kTestDevice);
+  EXPECT_EQ(devices.open(MemoryKind::kTestDevice).value(), dev) << "opened once per side";
+}
+
+TEST(DeviceCopyRate, ParsesNumbersSuffixesAndAuto) {
+  EXPECT_TRUE(parse_device_copy_rate("auto").value().automatic);
+  EXPECT_DOUBLE_EQ(parse_device_copy_rate("0").value().bytes_per_second, 0);
+  EXPECT_DOUBLE_EQ(parse_device_copy_rate("2500000000").value().bytes_per_second, 2.5e9);
+  EXPECT_DOUBLE_EQ(parse_device_copy_rate("2.5e9").value().bytes_per_second, 2.5e9);
+  EXPECT_DOUBLE_EQ(parse_device_copy_rate("2G").value().bytes_per_second, 2.0 * (1 << 30));
+  EXPECT_FALSE(parse_device_copy_rate("2G").value().automatic);
+  for (const char* bad : {"", "-1", "fast", "1.5G", "nan", "inf", "2e9x"}) {
+    auto r = parse_device_copy_rate(bad);
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(to_string(DeviceCopyRate{}), "unlimited");
+  EXPECT_EQ(to_string(DeviceCopyRate{.automatic = true}), "auto");
+  EXPECT_EQ(to_string(DeviceCopyRate{.bytes_per_second = 2.5e9}), "2.500 GB/s");
+}
+
+TEST(MemoryOptions, ThePeerIsAsThisSideUnlessSet) {
+  MemoryOptions o;
+  o.local = MemoryKind::kTestDevice;
+  EXPECT_EQ(o.peer_kind(), MemoryKind::kTestDevice);
+  o.peer = MemoryKind::kHost;
+  EXPECT_EQ(o.peer_kind(), MemoryKind::kHost);
+}
+
+internal::P2pPlan sample_plan() {
+  using internal::P2pStep;
+  return {.mode = P2pMode::kBiBandwidth,
+          .window = 8,
+          .distinct_buffers = true,
+          .buffers = BufferSource::kRegister,
+          .inject_corruption = true,
+          .steps = {P2pStep{.counts = {.size = 0, .iters = 3, .warmup = 1}},
+                    P2pStep{.counts = {.size = 4096, .iters = 5, .warmup = 0},
+                            .driver_memory = MemoryKind::kTestDevice,
+                            .follower_memory = MemoryKind::kHost},
+                    P2pStep{.counts = {.size = size_t{64} << 20, .iters = 2, .warmup = 1},
+                            .driver_memory = MemoryKind::kHost,
+                            .follower_memory = MemoryKind::kCuda}}};
+}
+
+TEST(P2pPlan, RoundTripsThroughJsonWithTheMemoryOfEachStep) {
+  const internal::P2pPlan plan = sample_plan();
+  const nlohmann::json j = internal::to_json(plan);
+  EXPECT_EQ(j["steps"][1]["driver_memory"], "test-device");
+  EXPECT_EQ(j["steps"][2]["follower_memory"], "cuda");
+  // What the follower reads is what it gets over the wire: parse the text.
+  const auto back = internal::p2p_plan_from_json(nlohmann::json::parse(j.dump())).value();
+  EXPECT_EQ(back.mode, plan.mode);
+  EXPECT_EQ(back.window, plan.window);
+  EXPECT_EQ(back.distinct_buffers, plan.distinct_buffers);
+  EXPECT_EQ(back.buffers, plan.buffers);
+  EXPECT_EQ(back.inject_corruption, plan.inject_corruption);
+  ASSERT_EQ(back.steps.size(), plan.steps.size());
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    EXPECT_EQ(back.steps[i].counts.size, plan.steps[i].counts.size) << i;
+    EXPECT_EQ(back.steps[i].counts.iters, plan.steps[i].counts.iters) << i;
+    EXPECT_EQ(back.steps[i].counts.warmup, plan.steps[i].counts.warmup) << i;
+    EXPECT_EQ(back.steps[i].driver_memory, plan.steps[i].driver_memory) << i;
+    EXPECT_EQ(back.steps[i].follower_memory, plan.steps[i].follower_memory) << i;
+  }
+  EXPECT_EQ(internal::to_json(back), j);
+  EXPECT_EQ(plan.driver_memory(), (std::vector<MemoryKind>{MemoryKind::kHost, MemoryKind::kTestDevice}));
+  EXPECT_EQ(plan.follower_memory(), (std::vector<MemoryKind>{MemoryKind::kHost, MemoryKind::kCuda}));
+}
+
+TEST(P2pPlan, RefusesWhatTheDriverCouldNotHaveSent) {
+  const nlohmann::json good = internal::to_json(sample_plan());
+  const auto refused = [](nlohmann::json j, std::string_view why) {
+    const auto r = internal::p2p_plan_from_json(j);
+    ASSERT_FALSE(r.is_ok()) << j.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << j.dump();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  nlohmann::json j = good;
+  j["steps"][1]["driver_memory"] = "gpu";
+  refused(j, "unknown memory kind 'gpu'");
+  j = good;
+  j["steps"][0].erase("follower_memory");
+  refused(j, "no 'follower_memory'");
+  j = good;
+  j["steps"][0]["size"] = -1;
+  refused(j, "'size' is -1");
+  j = good;
+  j["window"] = uint64_t{1} << 40;
+  refused(j, "'window' is");
+  j = good;
+  j["mode"] = "put_bw";
+  refused(j, "mode 'put_bw'");
+  j = good;
+  j["kind"] = "rma";
+  refused(j, "kind 'rma'");
+  j = good;
+  j["steps"] = "all";
+  refused(j, "no 'steps' list");
+  refused(nlohmann::json::array(), "no 'kind'");
+}
+
+TEST(NetworkRate, BytesOneWayPerSecond) {
+  P2pRow row;
+  row.bandwidth_mbps = 2000;
+  EXPECT_DOUBLE_EQ(network_rate(P2pMode::kBandwidth, row), 2e9);
+  EXPECT_DOUBLE_EQ(network_rate(P2pMode::kLatency, row), 2e9);
+  EXPECT_DOUBLE_EQ(network_rate(P2pMode::kBiBandwidth, row), 1e9);  // both directions counted
+}
+
+/// A context with a test device added, and a BufferSet over both.
+struct DeviceBuffers : ::testing::Test {
+  internal::DeviceSet devices;  // before the context: outlives it
+  std::unique_ptr<Context> ctx = Context::create().value();
+  internal::DeviceMemory* dev = nullptr;
+  void SetUp() override {
+    ASSERT_TRUE(devices.attach(*ctx).is_ok());
+    dev = devices.open(MemoryKind::kTestDevice).value();
+  }
+};
+
+TEST_F(DeviceBuffers, FillCheckAndDamageGoThroughTheDevice) {
+  internal::BufferSet buffers(*ctx, BufferSource::kPool);
+  buffers.use_memory(dev);
+  auto buf = buffers.get(100000).value();  // device memory: touching it directly faults
+  ASSERT_TRUE(dev->domain().owns(buf.data(), buf.size()));
+  ASSERT_TRUE(buffers.fill(buf, 7).is_ok());
+  EXPECT_EQ(buffers.check(buf, 7).value(), "");
+  EXPECT_NE(buffers.check(buf, 8).value(), "") << "another seed's pattern";
+  ASSERT_TRUE(buffers.damage(buf, 4242).is_ok());
+  EXPECT_EQ(buffers.check(buf, 7).value().rfind("byte 4242 is ", 0), 0u) << buffers.check(buf, 7).value();
+  EXPECT_EQ(buffers.damage(buf, buf.size()).code(), StatusCode::kOutOfRange);
+  // Host buffers of the same set stay host memory, checked in place.
+  auto ack = buffers.get_host(4).value();
+  EXPECT_FALSE(dev->domain().owns(ack.data(), ack.size()));
+  ASSERT_TRUE(buffers.fill(ack, 1).is_ok());
+  EXPECT_EQ(buffers.check(ack, 1).value(), "");
+}
+
+TEST_F(DeviceBuffers, ReleasedDeviceBuffersAreReusedNotReallocated) {
+  internal::BufferSet buffers(*ctx, BufferSource::kRegister);
+  buffers.use_memory(dev);
+  std::byte* first = buffers.get(size_t{1} << 20).value().data();
+  std::byte* second = buffers.get(size_t{1} << 20).value().data();
+  EXPECT_NE(first, second);
+  buffers.release_all();
+  // The test device cannot free: without reuse every size of a run would take new memory.
+  const std::byte* again = buffers.get(4096).value().data();  // the smallest free block that fits
+  EXPECT_TRUE(again == first || again == second);
+  buffers.use_memory(nullptr);
+  EXPECT_FALSE(dev->domain().owns(buffers.get(4096).value().data(), 4096));
 }
 
 }  // namespace

@@ -206,20 +206,56 @@ void print_demo_report(const DemoReport& report) {
   fmt::print("# pool (peer process): {}\n", pool_line(report.json["peer"]));
 }
 
+std::string memory_line(const nlohmann::json& config) {
+  const nlohmann::json memory = config.value("memory", nlohmann::json::object());
+  const std::string here = memory.value("driver", std::string("host"));
+  const std::string peer = memory.value("follower", std::string("host"));
+  std::string line = fmt::format("memory: here {}, peer {}", here, peer);
+  if (here == "test-device" || peer == "test-device") {
+    const std::string rate = memory.value("device_copy_rate", std::string("unlimited"));
+    line += fmt::format("; test-device copy rate: {}", rate == "auto" ? "auto (the host-to-host rate measured just "
+                                                                        "before, at each size)"
+                                                                      : rate);
+  }
+  return line;
+}
+
+std::string staged_line(const nlohmann::json& report) {
+  const auto side = [&](const char* which) {
+    const nlohmann::json ep = report.value(which, nlohmann::json::object()).value("endpoint", nlohmann::json::object());
+    return fmt::format("{} transfers ({} MiB)", ep.value("staged_transfers", uint64_t{0}),
+                       ep.value("staged_bytes", uint64_t{0}) >> 20);
+  };
+  return fmt::format("staged through pinned buffers: here {}, peer {}", side("local"), side("peer"));
+}
+
 void print_p2p_report(const P2pReport& report, const BenchLabels& labels) {
   print_bench_header("p2p " + std::string(labels.mode), report.json, labels.buffers);
+  fmt::print("# {}\n", memory_line(report.json["config"]));
+  // --device-copy-rate auto: the rate each row's copies were held to.
+  const bool rates = !report.calibration.empty();
+  const auto rate_cell = [&](const P2pRow& r) {
+    if (!rates) return std::string();
+    return r.device_copy_rate > 0 ? fmt::format(" {:>16.2f}", r.device_copy_rate / 1e6) : fmt::format(" {:>16}", "unlimited");
+  };
+  const std::string rate_head = rates ? fmt::format(" {:>16}", "Copy rate (MB/s)") : "";
   if (report.mode == P2pMode::kLatency) {
-    fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>8}\n", "Size", "Latency (us)", "p50", "p99", "iters");
+    fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>8}{}\n", "Size", "Latency (us)", "p50", "p99", "iters", rate_head);
     for (const auto& r : report.rows) {
-      fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>8}\n", r.size, r.latency.avg_us, r.latency.p50_us,
-                 r.latency.p99_us, r.iterations);
+      fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>8}{}\n", r.size, r.latency.avg_us, r.latency.p50_us,
+                 r.latency.p99_us, r.iterations, rate_cell(r));
     }
     fmt::print("# one-way latency = round trip / 2\n");
   } else {
     fmt::print("# window {}\n", labels.window);
-    fmt::print("# {:<10} {:>18} {:>8}\n", "Size", "Bandwidth (MB/s)", "iters");
-    for (const auto& r : report.rows) fmt::print("{:<12} {:>18.2f} {:>8}\n", r.size, r.bandwidth_mbps, r.iterations);
+    fmt::print("# {:<10} {:>18} {:>8}{}\n", "Size", "Bandwidth (MB/s)", "iters", rate_head);
+    for (const auto& r : report.rows) {
+      fmt::print("{:<12} {:>18.2f} {:>8}{}\n", r.size, r.bandwidth_mbps, r.iterations, rate_cell(r));
+    }
   }
+  if (rates) fmt::print("# copy rate: each size's host-to-host network rate, measured just before it in this run\n");
+  fmt::print("# data checked once per size after the timed part: verified\n");
+  fmt::print("# {}\n", staged_line(report.json));
   print_bench_pools(report.json);
 }
 

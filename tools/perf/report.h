@@ -22,6 +22,14 @@ std::string config_line(const nlohmann::json& config);
 /// registration" when that side used none.
 std::string pool_line(const nlohmann::json& side);
 
+/// "memory: here K, peer K" from a report's "config" object (host when it names none),
+/// with the test-device copy rate when a side used the test device.
+std::string memory_line(const nlohmann::json& config);
+
+/// "staged through pinned buffers: here N transfers (M MiB), peer ..." from a report's
+/// "local" and "peer" endpoint counters.
+std::string staged_line(const nlohmann::json& report);
+
 /// Writes `j` (indented, newline-terminated) to `path`; nothing when `path` is empty.
 /// false, after saying so on stderr, when the file cannot be written.
 bool write_json(const std::string& path, const nlohmann::json& j);

@@ -66,10 +66,60 @@ TEST(Report, P2pLatencyTable) {
   EXPECT_EQ(out,
             "# remora bench p2p lat — peer 127.0.0.1:7100 (spawned on loopback)\n"
             "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us; buffers: pool\n"
+            "# memory: here host, peer host\n"
             "# Size         Latency (us)        p50        p99    iters\n"
             "8                     12.50      12.25      20.00      200\n"
             "# one-way latency = round trip / 2\n"
+            "# data checked once per size after the timed part: verified\n"
+            "# staged through pinned buffers: here 0 transfers (0 MiB), peer 0 transfers (0 MiB)\n"
             "# pool: here 1 arenas, 4 MiB registered, 5 hits, 1 misses, 0 buffers in use; peer explicit registration\n");
+}
+
+nlohmann::json endpoint_side(uint64_t transfers, uint64_t bytes) {
+  return {{"endpoint", {{"staged_transfers", transfers}, {"staged_bytes", bytes}}}};
+}
+
+TEST(Report, MemoryAndStagedLines) {
+  EXPECT_EQ(memory_line(config_json()), "memory: here host, peer host");
+  nlohmann::json cfg = config_json();
+  cfg["memory"] = {{"driver", "test-device"}, {"follower", "host"}, {"device_copy_rate", "2.500 GB/s"}};
+  EXPECT_EQ(memory_line(cfg), "memory: here test-device, peer host; test-device copy rate: 2.500 GB/s");
+  cfg["memory"] = {{"driver", "host"}, {"follower", "host"}, {"device_copy_rate", "auto"}};
+  EXPECT_EQ(memory_line(cfg), "memory: here host, peer host") << "no test device: no rate to speak of";
+  const nlohmann::json report = {{"local", endpoint_side(256, uint64_t{1} << 30)}, {"peer", endpoint_side(3, 4096)}};
+  EXPECT_EQ(staged_line(report), "staged through pinned buffers: here 256 transfers (1024 MiB), peer 3 transfers (0 MiB)");
+}
+
+TEST(Report, P2pBandwidthTableOfDeviceMemoryAtTheMeasuredRate) {
+  P2pReport r;
+  r.mode = P2pMode::kBandwidth;
+  nlohmann::json cfg = config_json();
+  cfg["memory"] = {{"driver", "test-device"}, {"follower", "test-device"}, {"device_copy_rate", "auto"}};
+  r.json = {{"config", cfg}, {"local", endpoint_side(10, 5 << 20)}, {"peer", endpoint_side(10, 5 << 20)}};
+  P2pRow row;
+  row.size = 1 << 20;
+  row.iterations = 5;
+  row.bandwidth_mbps = 1500;
+  row.device_copy_rate = 2.25e9;
+  r.rows.push_back(row);
+  row.size = 0;
+  row.device_copy_rate = 0;
+  r.rows.push_back(row);
+  r.calibration.resize(2);
+  const std::string out = captured([&] { print_p2p_report(r, {.mode = "bw", .buffers = "pool", .window = 2}); });
+  EXPECT_EQ(out,
+            "# remora bench p2p bw — peer 127.0.0.1:7100 (spawned on loopback)\n"
+            "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us; buffers: pool\n"
+            "# memory: here test-device, peer test-device; test-device copy rate: auto (the host-to-host rate "
+            "measured just before, at each size)\n"
+            "# window 2\n"
+            "# Size         Bandwidth (MB/s)    iters Copy rate (MB/s)\n"
+            "1048576                 1500.00        5          2250.00\n"
+            "0                       1500.00        5        unlimited\n"
+            "# copy rate: each size's host-to-host network rate, measured just before it in this run\n"
+            "# data checked once per size after the timed part: verified\n"
+            "# staged through pinned buffers: here 10 transfers (5 MiB), peer 10 transfers (5 MiB)\n"
+            "# pool: here explicit registration; peer explicit registration\n");
 }
 
 TEST(Report, RmaBandwidthTable) {

@@ -366,7 +366,7 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
     }
     return Status::ok();
   };
-  REMORA_RETURN_IF_ERROR(run_driver(peer, o.buffers, plan, &report.json, body));
+  REMORA_RETURN_IF_ERROR(run_driver(peer, {.buffers = o.buffers, .memory = {}, .plan = plan}, &report.json, body));
 
   report.json["results"] = nlohmann::json::array();
   for (const RmaRow& r : report.rows) {

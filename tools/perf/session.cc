@@ -20,6 +20,8 @@
 
 #include <fmt/format.h>
 
+#include "pattern.h"
+
 namespace remora::perf::internal {
 namespace {
 
@@ -162,7 +164,8 @@ Status ServerProcess::wait(std::chrono::milliseconds timeout) {
 struct BufferSet::Held {
   Buffer pooled;
   std::unique_ptr<std::byte, decltype(&std::free)> raw{nullptr, &std::free};
-  Region region;  // declared after raw: deregistered before the memory is freed
+  DeviceBlock device;
+  Region region;  // declared after raw and device: deregistered before the memory goes
   std::span<std::byte> span;
 };
 
@@ -171,10 +174,15 @@ BufferSet::BufferSet(Context& ctx, BufferSource source, size_t arena_bytes)
     // only ever made for the buffers handed out by expose().
     : ctx_(ctx), source_(source), pool_(ctx, PoolOptions{.arena_bytes = arena_bytes, .access = kAllAccess}) {}
 
-Result<std::shared_ptr<BufferSet::Held>> BufferSet::allocate(size_t bytes, Access access) {
+Result<std::shared_ptr<BufferSet::Held>> BufferSet::allocate(size_t bytes, Access access, DeviceMemory* device) {
   const size_t n = bytes == 0 ? 1 : bytes;
   auto held = std::make_shared<Held>();
-  if (source_ == BufferSource::kPool) {
+  if (device != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(held->device, device->allocate(n));
+    REMORA_ASSIGN_OR_RETURN(held->region, ctx_.memory().register_memory(held->device.data(), held->device.size(),
+                                                                        access, device->domain()));
+    held->span = {held->device.data(), n};
+  } else if (source_ == BufferSource::kPool) {
     REMORA_ASSIGN_OR_RETURN(held->pooled, pool_.allocate(n));
     held->span = held->pooled.span().first(n);
   } else {
@@ -189,15 +197,62 @@ Result<std::shared_ptr<BufferSet::Held>> BufferSet::allocate(size_t bytes, Acces
 }
 
 Result<std::span<std::byte>> BufferSet::get(size_t bytes) {
-  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, Access::kLocalWrite));
+  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, Access::kLocalWrite, device_));
+  return held->span;
+}
+
+Result<std::span<std::byte>> BufferSet::get_host(size_t bytes) {
+  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, Access::kLocalWrite, nullptr));
   return held->span;
 }
 
 Result<BufferSet::Exposed> BufferSet::expose(size_t bytes) {
-  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, kAllAccess));
-  if (source_ == BufferSource::kPool) return Exposed{held->span, held->pooled.remote_key()};
+  REMORA_ASSIGN_OR_RETURN(auto held, allocate(bytes, kAllAccess, device_));
+  if (held->pooled) return Exposed{held->span, held->pooled.remote_key()};
   REMORA_ASSIGN_OR_RETURN(RemoteKey key, held->region.remote_key(0, held->span.size(), kRemoteAccessMask));
   return Exposed{held->span, key};
+}
+
+DeviceMemory* BufferSet::device_of(std::span<const std::byte> buf) const {
+  for (const auto& held : held_) {
+    const std::byte* begin = held->device.data();
+    if (begin != nullptr && buf.data() >= begin && buf.data() + buf.size() <= begin + held->device.size()) {
+      return held->device.owner();
+    }
+  }
+  return nullptr;
+}
+
+Status BufferSet::fill(std::span<std::byte> buf, uint64_t seed) {
+  DeviceMemory* device = device_of(buf);
+  if (device == nullptr) {
+    fill_pattern(buf, seed);
+    return Status::ok();
+  }
+  std::vector<std::byte> staged(buf.size());
+  fill_pattern(staged, seed);
+  return device->write(buf.data(), staged);
+}
+
+Result<std::string> BufferSet::check(std::span<const std::byte> buf, uint64_t seed) {
+  DeviceMemory* device = device_of(buf);
+  if (device == nullptr) return check_pattern(buf, seed);
+  std::vector<std::byte> back(buf.size());
+  REMORA_RETURN_IF_ERROR(device->read(back, buf.data()));
+  return check_pattern(back, seed);
+}
+
+Status BufferSet::damage(std::span<std::byte> buf, size_t at) {
+  if (at >= buf.size()) return Status(StatusCode::kOutOfRange, fmt::format("byte {} of {}", at, buf.size()));
+  DeviceMemory* device = device_of(buf);
+  if (device == nullptr) {
+    buf[at] ^= std::byte{0x01};
+    return Status::ok();
+  }
+  std::byte b{};
+  REMORA_RETURN_IF_ERROR(device->read(std::span(&b, 1), buf.data() + at));
+  b ^= std::byte{0x01};
+  return device->write(buf.data() + at, std::span(&b, 1));
 }
 
 void BufferSet::release_all() { held_.clear(); }
@@ -245,7 +300,8 @@ Result<nlohmann::json> ControlChannel::finish_recv(const Request& r, Duration ti
 // ---------------------------------------------------------------------------
 // DriverLink
 
-Result<DriverLink> DriverLink::open(const PeerOptions& options) {
+Result<DriverLink> DriverLink::open(const PeerOptions& options, std::span<const MemoryKind> memory) {
+  for (MemoryKind kind : memory) REMORA_RETURN_IF_ERROR(memory_available(kind));
   DriverLink link;
   if (options.peer.empty()) {
     REMORA_ASSIGN_OR_RETURN(ServerProcess server, ServerProcess::spawn(options.self_exe));
@@ -254,7 +310,10 @@ Result<DriverLink> DriverLink::open(const PeerOptions& options) {
   } else {
     link.peer_address = options.peer;
   }
+  link.devices = std::make_unique<DeviceSet>();
+  for (MemoryKind kind : memory) REMORA_RETURN_IF_ERROR(link.devices->open(kind).status());
   REMORA_ASSIGN_OR_RETURN(link.ctx, Context::create());
+  REMORA_RETURN_IF_ERROR(link.devices->attach(*link.ctx));
   REMORA_ASSIGN_OR_RETURN(link.ep, link.ctx->connect(link.peer_address, kConnectTimeout));
   return link;
 }
@@ -271,20 +330,19 @@ Status DriverLink::close() {
   return Status::ok();
 }
 
-Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::json& plan, nlohmann::json* json,
-                  const DriverBody& body) {
-  REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(peer));
+Status run_driver(const PeerOptions& peer, const DriverSetup& setup, nlohmann::json* json, const DriverBody& body) {
+  REMORA_ASSIGN_OR_RETURN(DriverLink link, DriverLink::open(peer, setup.memory));
   Endpoint& ep = *link.ep;
   BufferSet control_buffers(*link.ctx, BufferSource::kPool, ControlChannel::kMaxMessage);
-  BufferSet buffers(*link.ctx, source);
+  BufferSet buffers(*link.ctx, setup.buffers);
   (*json)["config"] = config_json(*link.ctx, ep);
   (*json)["config"]["follower"] = link.server ? "spawned on loopback" : "remote";
 
   auto drive = [&]() -> Status {
     REMORA_ASSIGN_OR_RETURN(auto control_span, control_buffers.get(ControlChannel::kMaxMessage));
     ControlChannel control(ep, control_span);
-    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, plan));
-    DriverSession session{.ep = ep, .control = control, .buffers = buffers};
+    REMORA_RETURN_IF_ERROR(control.send(kPlanTag, setup.plan));
+    DriverSession session{.ep = ep, .control = control, .buffers = buffers, .devices = *link.devices};
     REMORA_RETURN_IF_ERROR(body(session));
     REMORA_ASSIGN_OR_RETURN((*json)["peer"], control.recv(kReportTag));
     (*json)["local"] = buffers.stats();
@@ -302,8 +360,15 @@ Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::
 
 Status send_ready(ControlChannel& control, size_t size) { return control.send(kReadyTag, {{"size", size}}); }
 
+Status send_refusal(ControlChannel& control, const Status& why) {
+  return control.send(kReadyTag, {{"refused", why.to_string()}});
+}
+
 Status await_ready(ControlChannel& control, size_t size) {
   REMORA_ASSIGN_OR_RETURN(auto ready, control.recv(kReadyTag));
+  if (ready.contains("refused")) {
+    return Status(StatusCode::kPeerFailed, "the follower refused the plan: " + ready.value("refused", std::string()));
+  }
   return ready.value("size", size_t{0}) == size
              ? Status::ok()
              : Status(StatusCode::kProtocol, "the follower is at another message size");
@@ -361,7 +426,8 @@ nlohmann::json config_json(const Context& ctx) {
           {"progress_linger_us", c.progress_linger_us},
           {"max_outstanding", c.max_outstanding},
           {"rma_window", c.rma_window},
-          {"max_unexpected", c.max_unexpected}};
+          {"max_unexpected", c.max_unexpected},
+          {"staging_buffers", c.staging_buffers}};
 }
 
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
@@ -380,7 +446,8 @@ nlohmann::json endpoint_json(const EndpointStats& s) {
           {"atomics", s.atomics},             {"rma_bytes_put", s.rma_bytes_put},
           {"rma_bytes_got", s.rma_bytes_got}, {"served_puts", s.served_puts},
           {"served_gets", s.served_gets},     {"served_atomics", s.served_atomics},
-          {"refused", s.refused},             {"notifications", s.notifications}};
+          {"refused", s.refused},             {"notifications", s.notifications},
+          {"staged_transfers", s.staged_transfers}, {"staged_bytes", s.staged_bytes}};
 }
 
 uint32_t window_slots(size_t size, uint32_t window) {
@@ -396,7 +463,9 @@ namespace remora::perf {
 using namespace internal;  // NOLINT(google-build-using-namespace)
 
 Status serve(std::string_view address, int port_fd) {
+  DeviceSet devices;  // before the context: what the plan makes it open outlives the context
   REMORA_ASSIGN_OR_RETURN(auto ctx, Context::create());
+  REMORA_RETURN_IF_ERROR(devices.attach(*ctx));
   REMORA_ASSIGN_OR_RETURN(auto listener, ctx->listen(address));
   if (port_fd >= 0) {
     const std::string line = fmt::format("{}\n", listener->port());
@@ -422,7 +491,8 @@ Status serve(std::string_view address, int port_fd) {
   BufferSet buffers(*ctx, source);
   Status s;
   if (kind == "p2p") {
-    s = follow_p2p(*ep, control, buffers, plan);
+    FollowerSide side{.ep = *ep, .control = control, .buffers = buffers, .devices = devices};
+    s = follow_p2p(side, plan);
   } else if (kind == "demo") {
     s = follow_demo(*ep, control, buffers, plan);
   } else if (kind == "rma") {

@@ -17,8 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "remora/remora.h"
+#include "memory.h"
 #include "perf.h"
+#include "remora/remora.h"
 
 namespace remora::perf::internal {
 
@@ -30,6 +31,7 @@ inline constexpr Tag kReportTag{3};
 inline constexpr Tag kByeTag{4};
 inline constexpr Tag kVerdictTag{5};  ///< the follower's data check of one size (demo, rma)
 inline constexpr Tag kDoneTag{6};     ///< the driver is done with one size (rma: the target may let go)
+inline constexpr Tag kStepTag{7};     ///< the driver starts one step (p2p: its device copy rate)
 inline constexpr Tag kPingTag{10};
 inline constexpr Tag kPongTag{11};
 inline constexpr Tag kSumTag{12};
@@ -68,15 +70,28 @@ class ServerProcess {
   uint16_t port_ = 0;
 };
 
-/// Buffers for one run, from a Pool or registered explicitly.
+/// Buffers for one run: host memory from a Pool or registered explicitly, or device
+/// memory (use_memory), registered explicitly with its domain.
 class BufferSet {
  public:
   /// Pool arenas of `arena_bytes` serve the size classes up to it (one arena per class);
   /// a larger buffer gets an arena of its own. Small arenas keep pinned memory modest.
   BufferSet(Context& ctx, BufferSource source, size_t arena_bytes = size_t{4} << 20);
-  /// A registered buffer of `bytes` (at least 1) that lives as long as the set or until
-  /// release_all().
+  /// What get() and expose() hand out from now on: `device`'s memory, or host memory
+  /// when null. `device` must outlive the set.
+  void use_memory(DeviceMemory* device) noexcept { device_ = device; }
+  /// A registered buffer of `bytes` (at least 1), of the memory in use, that lives as
+  /// long as the set or until release_all(). Device memory cannot be touched directly:
+  /// fill, check and damage it through the set.
   Result<std::span<std::byte>> get(size_t bytes);
+  /// As get(), always host memory (acks, small protocol messages).
+  Result<std::span<std::byte>> get_host(size_t bytes);
+  /// Writes fill_pattern(seed) into `buf` (a buffer of this set, or part of one).
+  Status fill(std::span<std::byte> buf, uint64_t seed);
+  /// "" when `buf` holds fill_pattern(seed), else where it differs (check_pattern).
+  Result<std::string> check(std::span<const std::byte> buf, uint64_t seed);
+  /// Flips one bit of byte `at` of `buf` (fault injection: a check must see it).
+  Status damage(std::span<std::byte> buf, size_t at);
   /// A buffer of `bytes` (at least 1) that a peer may read, write and run atomics on,
   /// and the key granting exactly that: what an RMA target hands its initiator.
   struct Exposed {
@@ -89,10 +104,13 @@ class BufferSet {
 
  private:
   struct Held;
-  Result<std::shared_ptr<Held>> allocate(size_t bytes, Access access);
+  Result<std::shared_ptr<Held>> allocate(size_t bytes, Access access, DeviceMemory* device);
+  /// The device memory `buf` lies in, or null for host memory.
+  DeviceMemory* device_of(std::span<const std::byte> buf) const;
   Context& ctx_;
   BufferSource source_;
   Pool pool_;
+  DeviceMemory* device_ = nullptr;
   std::vector<std::shared_ptr<Held>> held_;
 };
 
@@ -114,16 +132,19 @@ class ControlChannel {
   std::span<std::byte> buffer_;  ///< kMaxMessage bytes: first half out, second half in
 };
 
-/// The driver's view of a run: its context, the endpoint and, when it spawned one, the
-/// follower process. The follower is spawned before the context exists (no threads at
-/// fork time).
+/// The driver's view of a run: its device memory, context, the endpoint and, when it
+/// spawned one, the follower process. The follower is spawned before the devices and
+/// the context exist (no threads at fork time).
 struct DriverLink {
   std::unique_ptr<ServerProcess> server;  ///< null with PeerOptions::peer
+  std::unique_ptr<DeviceSet> devices;     ///< declared before ctx: outlives it
   std::unique_ptr<Context> ctx;
   std::shared_ptr<Endpoint> ep;
   std::string peer_address;
 
-  static Result<DriverLink> open(const PeerOptions& options);
+  /// `memory`: the kinds of the driver's buffers; each is opened and added to the
+  /// context. One that is not available here is refused before anything starts.
+  static Result<DriverLink> open(const PeerOptions& options, std::span<const MemoryKind> memory = {});
   /// Goodbye to the follower, close, reap the spawned process.
   Status close();
 };
@@ -133,15 +154,22 @@ struct DriverSession {
   Endpoint& ep;
   ControlChannel& control;
   BufferSet& buffers;  ///< of the source the plan names; the body releases them per size
+  DeviceSet& devices;  ///< the device memory the driver's buffers may be of
 };
 using DriverBody = std::function<Status(DriverSession&)>;
 
-/// The driver's whole run: opens the link, fills (*json)["config"], sends `plan`, runs
+/// What a driver's run is made of, besides its body.
+struct DriverSetup {
+  BufferSource buffers = BufferSource::kPool;
+  std::vector<MemoryKind> memory;  ///< kinds of the driver's buffers (DriverLink::open)
+  nlohmann::json plan;             ///< sent to the follower first
+};
+
+/// The driver's whole run: opens the link, fills (*json)["config"], sends the plan, runs
 /// `body`, then collects the follower's report into (*json)["peer"] and its own stats
 /// into (*json)["local"], says goodbye and reaps the follower. The body's error is the
 /// one returned (the follower's exit, which follows from it, is not).
-Status run_driver(const PeerOptions& peer, BufferSource source, const nlohmann::json& plan, nlohmann::json* json,
-                  const DriverBody& body);
+Status run_driver(const PeerOptions& peer, const DriverSetup& setup, nlohmann::json* json, const DriverBody& body);
 
 /// The context's transport settings (streams configured, chunk, eager limit, spin, ...).
 nlohmann::json config_json(const Context& ctx);
@@ -149,14 +177,25 @@ nlohmann::json config_json(const Context& ctx);
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep);
 nlohmann::json endpoint_json(const EndpointStats& stats);
 
+/// What the follower serves with; `devices` outlives `ctx`, whose domains it holds.
+struct FollowerSide {
+  Endpoint& ep;
+  ControlChannel& control;
+  BufferSet& buffers;
+  DeviceSet& devices;  ///< attached to the follower's context: what it opens is added
+};
+
 /// The follower's side of each plan kind (the driver's is in run_p2p / run_demo / run_rma).
-Status follow_p2p(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
+Status follow_p2p(FollowerSide& side, const nlohmann::json& plan);
 Status follow_demo(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
 Status follow_rma(Endpoint& ep, ControlChannel& control, BufferSet& buffers, const nlohmann::json& plan);
 
 /// The follower says it is ready for `size` (its buffers exist); the driver waits for
 /// that before timing anything, so allocation is never timed.
 Status send_ready(ControlChannel& control, size_t size);
+/// Instead of ready: the follower cannot serve the plan, and says why (the driver's
+/// await_ready returns it as the follower's error).
+Status send_refusal(ControlChannel& control, const Status& why);
 Status await_ready(ControlChannel& control, size_t size);
 
 /// What the p2p loops (run_window, run_pingpong) send and receive through: an Endpoint
@@ -207,15 +246,28 @@ uint32_t window_slots(size_t size, uint32_t window);
 /// follower says "ready", the driver waits for it, so allocation is never timed.
 using StartFn = std::function<Status()>;
 
+/// One side's part in a p2p loop (run_window, run_pingpong).
+struct LoopSide {
+  Link& link;
+  BufferSet& buffers;  ///< message buffers of the memory in use; acks are host memory
+  bool driver = false;
+  StartFn start;
+  ProgressFn progress;  ///< the driver's only
+  /// After the timed part, what this side received is checked against the sender's
+  /// pattern: *problem gets "" when it verified (or nothing was received), else where
+  /// it differs. Null: no check.
+  std::string* problem = nullptr;
+  bool damage = false;  ///< fault injection: flip a received byte before the check
+};
+
 /// Both sides of p2p bw and bibw (osu_bw, osu_bibw): windows of `window` messages of
 /// st.size bytes (bw: the driver sends, the follower acks each window; bibw: both send
 /// and receive a window at once). `seconds` gets the timed part on either side; only the
 /// driver reports progress.
-Status run_window(Link& link, BufferSet& buffers, P2pMode mode, uint32_t window, bool distinct, const Step& st,
-                  bool driver, const StartFn& start, const ProgressFn& progress, double* seconds);
+Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st,
+                  double* seconds);
 /// Both sides of p2p lat (osu_latency): st.size-byte ping-pong. The driver fills
 /// `rtt_us` with every timed round trip (the follower passes nullptr).
-Status run_pingpong(Link& link, BufferSet& buffers, const Step& st, bool driver, const StartFn& start,
-                    const ProgressFn& progress, std::vector<double>* rtt_us);
+Status run_pingpong(const LoopSide& side, const Step& st, std::vector<double>* rtt_us);
 
 }  // namespace remora::perf::internal
