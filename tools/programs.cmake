@@ -8,6 +8,7 @@ add_library(remora_perf STATIC
   ${CMAKE_CURRENT_LIST_DIR}/perf/session.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/p2p.cc
+  ${CMAKE_CURRENT_LIST_DIR}/perf/staging_check.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/rma.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/demo.cc
   ${CMAKE_CURRENT_LIST_DIR}/perf/coll.cc
@@ -42,7 +43,8 @@ if(REMORA_BUILD_TESTS)
            COMMAND remora_tool bench p2p --mode bw --buffers register --sizes 1M --window 8 --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_bibw COMMAND remora_tool bench p2p --mode bibw --sizes 8,4M --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_lat COMMAND remora_tool bench p2p --mode lat --sizes 8,1M --iters 50 --warmup 5)
-  # Device memory (the test device) on either side or both, every p2p mode: what each side used, every size verified, exactly the device side's
+  # Device memory (the test device) on either side or both, every p2p mode, and the
+  # staging check: what each side used, every size verified, exactly the device side's
   # messages staged (memory_json_check.cmake). No timing is checked.
   add_test(NAME remora_bench_memory_json
            COMMAND ${CMAKE_COMMAND} -DREMORA=$<TARGET_FILE:remora_tool> -DOUT=memory

@@ -1,6 +1,6 @@
-// tools/remora.cc — the `remora` command: demo, bench p2p, bench rma, bench coll, run, doctor, version.
-// A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress line, run, and
-// hand the report to the printers of tools/perf/report.h.
+// tools/remora.cc — the `remora` command: demo, bench p2p, bench staging, bench rma, bench coll, run,
+// doctor, version. A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress
+// line, run, and hand the report to the printers of tools/perf/report.h.
 #include <limits.h>
 #include <unistd.h>
 
@@ -187,6 +187,36 @@ int run_p2p(const P2pArgs& a) {
   return remora::perf::write_json(a.json, report->json) ? 0 : 1;
 }
 
+struct StagingArgs {
+  std::string size = "64M";
+  remora::perf::StagingCheckOptions options;
+  std::string json, peer, listen;
+  bool strict = false;
+};
+
+int run_staging(StagingArgs& a) {
+  if (!a.listen.empty()) {
+    if (auto s = remora::perf::serve(a.listen, -1); !s) return fail(s);
+    return 0;
+  }
+  auto size = remora::perf::parse_size(a.size);
+  if (!size) return fail(size.status().with_context("--size"));
+  a.options.size = *size;
+  TtyProgress progress;
+  a.options.progress = progress.callback();
+  auto report = remora::perf::run_staging_check({.peer = a.peer}, a.options);
+  progress.clear();
+  if (!report) return fail(report.status());
+  remora::perf::print_staging_report(*report);
+  if (!remora::perf::write_json(a.json, report->json)) return 1;
+  if (a.strict && !report->matched.within_bound) {
+    fmt::print(stderr, "remora bench staging: FAILED (--strict): median device/host {:.3f} is above the bound {}\n",
+               report->matched.median_ratio, report->bound);
+    return 1;
+  }
+  return 0;
+}
+
 struct RmaArgs : BenchArgs {
   std::string mode = "put_bw";
   std::optional<double> duration;
@@ -339,6 +369,8 @@ struct Cli {
 
   CLI::App* p2p = nullptr;
   P2pArgs p2p_args;
+  CLI::App* staging = nullptr;
+  StagingArgs staging_args;
   CLI::App* rma = nullptr;
   RmaArgs rma_args;
   CLI::App* coll = nullptr;
@@ -393,6 +425,36 @@ void add_bench_p2p(CLI::App* bench, Cli& c) {
       ->capture_default_str();
   p2p->add_flag("--inject-corruption", a.inject_corruption)->group("");  // hidden: proves the check fails loudly
   c.p2p = p2p;
+}
+
+void add_bench_staging(CLI::App* bench, Cli& c) {
+  StagingArgs& a = c.staging_args;
+  remora::perf::StagingCheckOptions& o = a.options;
+  auto* staging = bench->add_subcommand(
+      "staging",
+      "the staging path's acceptance check: test-device-to-test-device transfers against host-to-host ones in "
+      "adjacent pairs, the devices' copies at the measured network rate, then unlimited");
+  staging->add_option("--size", a.size, "message size (K/M/G = powers of 1024)")->capture_default_str();
+  staging->add_option("--window", o.window, "messages per timed iteration (1: one transfer)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  staging->add_option("--pairs", o.pairs, "host/device pairs per phase, the order alternating (at least 4)")
+      ->check(CLI::Range(4, 1000))
+      ->capture_default_str();
+  staging->add_option("--iters", o.iters, "timed iterations per measurement")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  staging->add_option("--warmup", o.warmup, "untimed iterations before them")->capture_default_str();
+  staging->add_option("--calibration-iters", o.calibration_iters, "timed iterations of the host-to-host calibration")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  staging->add_option("--json", a.json, "also write everything (pairs, verdict, config, stats) as JSON here");
+  staging->add_flag("--strict", a.strict, "exit 1 when the median ratio with copies at the network rate is above 1.25");
+  auto* peer_opt = staging->add_option("--peer", a.peer, "drive a follower started with --listen at host:port");
+  auto* listen_opt =
+      staging->add_option("--listen", a.listen, "be the follower: listen on host:port, the --peer side drives");
+  peer_opt->excludes(listen_opt);
+  c.staging = staging;
 }
 
 void add_bench_rma(CLI::App* bench, Cli& c) {
@@ -468,6 +530,7 @@ void add_bench(Cli& c) {
   auto* bench = c.app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   add_bench_p2p(bench, c);
+  add_bench_staging(bench, c);
   add_bench_rma(bench, c);
   add_bench_coll(bench, c);
 }
@@ -561,6 +624,7 @@ int dispatch(Cli& c, const std::vector<std::string>& argv) {
   if (*c.version) return print_version(c.version_json);
   if (*c.demo) return run_demo(c.demo_sizes, c.demo_iters, c.demo_json, c.demo_corrupt);
   if (*c.p2p) return run_p2p(c.p2p_args);
+  if (*c.staging) return run_staging(c.staging_args);
   if (*c.rma) return run_rma(c.rma_args);
   if (*c.coll) return run_coll(c.coll_args, argv);
   if (*c.run) return run_launcher(c);

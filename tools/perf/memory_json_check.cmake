@@ -1,8 +1,8 @@
-# tools/perf/memory_json_check.cmake — `remora bench p2p` with test-device memory, end
-# to end between the tool and its spawned follower, checked in its JSON: which memory
-# each side used, that every size verified, and that exactly the device side's
-# transfers went through staging (EndpointStats::staged_transfers: one per message of
-# device memory sent or received). No timing is checked. A CTest test
+# tools/perf/memory_json_check.cmake — `remora bench p2p` and `remora bench staging` with
+# test-device memory, end to end between the tool and its spawned follower, checked in
+# their JSON: which memory each side used, that every size verified, and that exactly the
+# device side's transfers went through staging (EndpointStats::staged_transfers: one per
+# message of device memory sent or received). No timing is checked. A CTest test
 # (tools/programs.cmake):
 #   cmake -DREMORA=<remora> -DOUT=<file prefix> -P memory_json_check.cmake
 cmake_minimum_required(VERSION 3.25)
@@ -99,4 +99,53 @@ foreach(i 0 1)
   expect_row("lat row ${i}'s calibration" "${calibration}" host host 0 0)
   string(JSON rate GET "${row}" device_copy_rate_Bps)
   expect_positive("lat row ${i}: the copy rate from its calibration" "${rate}")
+endforeach()
+
+# 4. The staging check, small: a calibration, then 4 adjacent pairs in alternating order
+#    with copies at the calibrated rate and 4 unlimited; every device measurement
+#    staged on both sides ((2 + 1) messages), every host one nowhere.
+run_bench("${OUT}-staging.json" staging --size 1M --pairs 4 --iters 2 --warmup 1 --calibration-iters 2)
+string(JSON v GET "${json}" tool)
+expect("tool" "${v}" "remora bench staging")
+string(JSON network GET "${json}" calibration network_rate_Bps)
+expect_positive("calibration.network_rate_Bps" "${network}")
+string(JSON row GET "${json}" calibration)
+expect_row("calibration" "${row}" host host 0 0)
+string(JSON v GET "${json}" verdict bound)
+expect("verdict.bound" "${v}" 1.25)
+string(JSON v GET "${json}" verdict pass)
+if(NOT v MATCHES "^(ON|OFF)$")
+  message(FATAL_ERROR "verdict.pass: '${v}', expected a boolean")
+endif()
+string(JSON phases LENGTH "${json}" phases)
+expect("phases" "${phases}" 2)
+foreach(p 0 1)
+  string(JSON phase GET "${json}" phases ${p})
+  string(JSON name GET "${phase}" name)
+  string(JSON rate GET "${phase}" copy_rate_Bps)
+  if(p EQUAL 0)
+    expect("phase 0" "${name}" "matched")
+    expect("matched copy rate = the calibration's network rate" "${rate}" "${network}")
+  else()
+    expect("phase 1" "${name}" "unlimited")
+    expect("unlimited copy rate" "${rate}" 0.0)
+  endif()
+  string(JSON pairs LENGTH "${phase}" pairs)
+  expect("${name} pairs" "${pairs}" 4)
+  foreach(i 0 1 2 3)
+    string(JSON pair GET "${phase}" pairs ${i})
+    math(EXPR odd "${i} % 2")
+    string(JSON v GET "${pair}" host_first)
+    if(odd)
+      expect("${name} pair ${i} host_first" "${v}" "OFF")
+    else()
+      expect("${name} pair ${i} host_first" "${v}" "ON")
+    endif()
+    string(JSON row GET "${pair}" host)
+    expect_row("${name} pair ${i} host" "${row}" host host 0 0)
+    string(JSON row GET "${pair}" device)
+    expect_row("${name} pair ${i} device" "${row}" test-device test-device 3 3)
+    string(JSON ratio GET "${pair}" ratio)
+    expect_positive("${name} pair ${i} ratio" "${ratio}")
+  endforeach()
 endforeach()

@@ -134,6 +134,60 @@ struct P2pReport {
   nlohmann::json json;  ///< everything: config, rows, pool/registry/endpoint stats of both sides
 };
 
+/// `remora bench staging`, issue 18's acceptance check of the staging path: does a
+/// device-to-device transfer hide its device copies behind the network? One run, one
+/// connection, bw mode with a window of `window` messages of `size` bytes:
+///  1. calibration: host to host, `calibration_iters` windows; its network rate
+///     (network_rate) becomes the copy rate of the test devices on both sides;
+///  2. `pairs` pairs of one host-to-host and one test-device-to-test-device measurement,
+///     back to back, host first in odd pairs and device first in even ones; each pair's
+///     ratio is device time / host time, and the median of the ratios is checked
+///     against `bound`. With copies as fast as the network, each copy alone costs what
+///     the transfer does: a design that copies the whole message before sending it
+///     takes at least 2x (3x when the receiver too copies only after the whole message
+///     arrived); staging that overlaps the copies with the network, about 1x;
+///  3. the same pairs with the copies unlimited.
+/// Only adjacent measurements make a ratio: on a host whose speed drifts between a
+/// slow and a fast state, the two sides of a pair nearly always share one.
+struct StagingCheckOptions {
+  size_t size = size_t{64} << 20;
+  uint32_t window = 1;             ///< messages per timed iteration (one transfer: 1)
+  uint32_t pairs = 6;              ///< at least 4
+  uint32_t iters = 8;              ///< timed iterations per measurement
+  uint32_t warmup = 1;             ///< untimed iterations before them
+  uint32_t calibration_iters = 16; ///< timed iterations of the calibration
+  double bound = 1.25;             ///< device time / host time, at most
+  ProgressFn progress;
+};
+
+struct StagingPair {
+  bool host_first = true;
+  P2pRow host, device;
+  double ratio = 0;  ///< device seconds / host seconds
+};
+
+struct StagingPhase {
+  std::string name;         ///< "matched" (copy rate = network rate) or "unlimited"
+  double copy_rate = 0;     ///< bytes/s per copy engine; 0: unlimited
+  std::vector<StagingPair> pairs;
+  double median_ratio = 0;  ///< of the pairs' ratios
+  bool within_bound = false;  ///< median_ratio <= the bound
+};
+
+struct StagingCheckReport {
+  size_t size = 0;
+  uint32_t window = 1;
+  double bound = 1.25;
+  P2pRow calibration;       ///< host to host; its network rate is matched.copy_rate
+  StagingPhase matched, unlimited;
+  nlohmann::json json;      ///< everything, as bench p2p's, plus the pairs and verdicts
+};
+
+/// Runs the staging check as the driver (the follower as for run_p2p). Every
+/// measurement's data is checked on the receiving side; the verdict against the bound
+/// is reported, never an error.
+Result<StagingCheckReport> run_staging_check(const PeerOptions& peer, const StagingCheckOptions& options);
+
 /// One-sided benchmarks, as perftest's ib_write_bw / ib_read_bw / ib_write_lat /
 /// ib_read_lat. The driver is the initiator; the follower is the target: it registers a
 /// region (remote read, write, atomic), sends its RemoteKey over a tagged message and

@@ -1,7 +1,7 @@
 // tools/perf/perf_test.cc — the perf library's in-process parts: sizes, patterns,
 // checksums, iteration counts, the collective benchmark's bus factors and option
-// checks, the memory kinds and copy rates, the p2p plan's JSON, and device buffers
-// (fill, check, damage, reuse) on the test device. The tool end to end (spawned
+// checks, the memory kinds and copy rates, the p2p plan's JSON, the staging check's
+// option checks, and device buffers (fill, check, damage, reuse) on the test device. The tool end to end (spawned
 // follower, every mode) runs as CTest tests in tools/programs.cmake.
 #include <gtest/gtest.h>
 
@@ -288,6 +288,25 @@ TEST(NetworkRate, BytesOneWayPerSecond) {
   EXPECT_DOUBLE_EQ(network_rate(P2pMode::kBandwidth, row), 2e9);
   EXPECT_DOUBLE_EQ(network_rate(P2pMode::kLatency, row), 2e9);
   EXPECT_DOUBLE_EQ(network_rate(P2pMode::kBiBandwidth, row), 1e9);  // both directions counted
+}
+
+TEST(StagingCheck, RefusesOptionsThatCannotGiveAnAnswerBeforeStartingAnything) {
+  const PeerOptions nowhere{.peer = "", .self_exe = "/nonexistent/remora"};  // a spawn would fail differently
+  const auto refused = [&](StagingCheckOptions o, std::string_view why) {
+    const auto r = run_staging_check(nowhere, o);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  StagingCheckOptions o;
+  o.pairs = 3;
+  refused(o, "at least 4 pairs, so that the median stands on both orders");
+  o = {};
+  o.size = 0;
+  refused(o, "--size must be at least 1 byte");
+  o = {};
+  o.calibration_iters = 0;
+  refused(o, "must be at least 1");
 }
 
 /// A context with a test device added, and a BufferSet over both.

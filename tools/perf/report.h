@@ -50,6 +50,10 @@ struct BenchLabels {
 /// `remora bench p2p`: header, the latency or bandwidth table, the pools.
 void print_p2p_report(const P2pReport& report, const BenchLabels& labels);
 
+/// `remora bench staging`: the calibration, each phase's pairs with their ratios, the
+/// medians against the bound, the staged transfers and the pools.
+void print_staging_report(const StagingCheckReport& report);
+
 /// `remora bench rma`: header, the latency or bandwidth/rate table, the pools.
 void print_rma_report(const RmaReport& report, const BenchLabels& labels);
 

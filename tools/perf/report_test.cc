@@ -1,6 +1,7 @@
 // tools/perf/report_test.cc — the printers of report.cc on hand-made reports: the
 // summary lines, the JSON writer's success and failure, and the exact lines of the p2p,
-// RMA and demo tables that scripts and the CTest checks of tools/programs.cmake read.
+// staging-check, RMA and demo tables that scripts and the CTest checks of
+// tools/programs.cmake read.
 #include "report.h"
 
 #include <gtest/gtest.h>
@@ -120,6 +121,57 @@ TEST(Report, P2pBandwidthTableOfDeviceMemoryAtTheMeasuredRate) {
             "# data checked once per size after the timed part: verified\n"
             "# staged through pinned buffers: here 10 transfers (5 MiB), peer 10 transfers (5 MiB)\n"
             "# pool: here explicit registration; peer explicit registration\n");
+}
+
+TEST(Report, StagingCheckPairsMediansAndVerdict) {
+  StagingCheckReport r;
+  r.size = size_t{64} << 20;
+  r.window = 1;
+  r.bound = 1.25;
+  nlohmann::json cfg = config_json();
+  cfg["staging_buffers"] = 8;
+  cfg["iters"] = 8;
+  cfg["warmup"] = 1;
+  r.json = {{"config", cfg}, {"local", endpoint_side(108, 6912ull << 20)}, {"peer", endpoint_side(108, 6912ull << 20)}};
+  const auto row = [](double ms) {
+    P2pRow x;
+    x.iterations = 8;
+    x.seconds = ms * 8 / 1e3;
+    x.bandwidth_mbps = 67.108864 / (ms / 1e3);
+    return x;
+  };
+  r.calibration = row(32);
+  r.calibration.iterations = 16;
+  r.calibration.seconds = 16 * 0.032;
+  r.matched = {.name = "matched", .copy_rate = 2.097152e9, .pairs = {}, .median_ratio = 1.1, .within_bound = true};
+  r.matched.pairs.push_back({.host_first = true, .host = row(30), .device = row(33), .ratio = 1.1});
+  r.matched.pairs.push_back({.host_first = false, .host = row(40), .device = row(44), .ratio = 1.1});
+  r.unlimited = {.name = "unlimited", .copy_rate = 0, .pairs = {}, .median_ratio = 1.5, .within_bound = false};
+  r.unlimited.pairs.push_back({.host_first = true, .host = row(20), .device = row(30), .ratio = 1.5});
+  const std::string out = captured([&] { print_staging_report(r); });
+  EXPECT_EQ(out,
+            "# remora bench staging — peer 127.0.0.1:7100 (spawned on loopback)\n"
+            "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us, 8 staging buffers\n"
+            "# a transfer: one 64M message (window 1) and its 4-byte ack; 8 timed after 1 warm-up per measurement\n"
+            "# calibration, host to host: 16 transfers, 32.00 ms each = 2.097 GB/s\n"
+            "#\n"
+            "# copies at the network rate: 2.097 GB/s per copy engine, both sides\n"
+            "# pair  order         host (ms)  device (ms)   ratio\n"
+            "     1  host, device      30.00        33.00   1.100\n"
+            "     2  device, host      40.00        44.00   1.100\n"
+            "# median device/host: 1.100 (bound <= 1.25: PASS)\n"
+            "#\n"
+            "# copies unlimited (a memcpy)\n"
+            "# pair  order         host (ms)  device (ms)   ratio\n"
+            "     1  host, device      20.00        30.00   1.500\n"
+            "# median device/host: 1.500 (bound <= 1.25: FAIL)\n"
+            "#\n"
+            "# ratio: device-to-device time / host-to-host time of the same pair (adjacent measurements);\n"
+            "# the bound is issue 18's, for copies at the network rate. A design that copies the whole message\n"
+            "# before sending it takes at least 2x there (3x when the receiver also copies after it arrived).\n"
+            "# staging check: PASS (median 1.100, bound 1.25)\n"
+            "# data checked on the receiving side of every measurement: verified\n"
+            "# staged through pinned buffers: here 108 transfers (6912 MiB), peer 108 transfers (6912 MiB)\n");
 }
 
 TEST(Report, RmaBandwidthTable) {
