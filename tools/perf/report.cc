@@ -273,11 +273,13 @@ void print_staging_phase(const StagingCheckReport& r, const StagingPhase& phase)
   } else {
     fmt::print("#\n# copies unlimited (a memcpy)\n");
   }
-  fmt::print("# {:>4}  {:<12} {:>10} {:>12} {:>7}\n", "pair", "order", "host (ms)", "device (ms)", "ratio");
+  fmt::print("# {:>4}  {:<12} {:>10} {:>12} {:>7} {:>11}\n", "pair", "order", "host (ms)", "device (ms)", "ratio",
+             "host GB/s");
   for (size_t i = 0; i < phase.pairs.size(); ++i) {
     const StagingPair& p = phase.pairs[i];
-    fmt::print("  {:>4}  {:<12} {:>10.2f} {:>12.2f} {:>7.3f}\n", i + 1, p.host_first ? "host, device" : "device, host",
-               ms_per_transfer(p.host, r.window), ms_per_transfer(p.device, r.window), p.ratio);
+    fmt::print("  {:>4}  {:<12} {:>10.2f} {:>12.2f} {:>7.3f} {:>11.3f}\n", i + 1,
+               p.host_first ? "host, device" : "device, host", ms_per_transfer(p.host, r.window),
+               ms_per_transfer(p.device, r.window), p.ratio, network_rate(P2pMode::kBandwidth, p.host) / 1e9);
   }
   fmt::print("# median device/host: {:.3f} (bound <= {}: {})\n", phase.median_ratio, r.bound,
              phase.within_bound ? "PASS" : "FAIL");
@@ -300,6 +302,7 @@ void print_staging_report(const StagingCheckReport& r) {
   print_staging_phase(r, r.unlimited);
   fmt::print(
       "#\n# ratio: device-to-device time / host-to-host time of the same pair (adjacent measurements);\n"
+      "# host GB/s: the pair's network rate (a pair faster than the calibration had copies slower than it);\n"
       "# the bound is issue 18's, for copies at the network rate. A design that copies the whole message\n"
       "# before sending it takes at least 2x there (3x when the receiver also copies after it arrived).\n");
   fmt::print("# staging check: {} (median {:.3f}, bound {})\n", r.matched.within_bound ? "PASS" : "FAIL",
