@@ -6,8 +6,9 @@
 // reads or writes it directly instead of going through the domain's copies faults at
 // once. Copies run asynchronously on copy-engine threads (one per direction, like a
 // GPU's copy engines), at a rate you set, complete out of order when asked to, and fail
-// on demand. The staging path's tests and `remora bench --memory test-device` use it;
-// it proves nothing about real device drivers, and nothing that uses it says otherwise.
+// on demand. The staging path's tests, `remora bench p2p --memory test-device` and
+// `remora bench staging` use it; it proves nothing about real device drivers, and
+// nothing that uses it says otherwise.
 #pragma once
 
 #include <cstddef>
