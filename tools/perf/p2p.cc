@@ -17,6 +17,7 @@
 #include <array>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -175,6 +176,16 @@ Result<T> plan_field(const nlohmann::json& j, const char* key) {
   return bad_plan(fmt::format("'{}' is {}", key, v.dump()));
 }
 
+/// `j[key]` as the one of `values` whose to_string it is.
+template <typename E>
+Result<E> plan_enum(const nlohmann::json& j, const char* key, std::initializer_list<E> values) {
+  REMORA_ASSIGN_OR_RETURN(std::string text, plan_field<std::string>(j, key));
+  for (E e : values) {
+    if (text == to_string(e)) return e;
+  }
+  return bad_plan(fmt::format("{} '{}'", key, text));
+}
+
 Result<MemoryKind> plan_memory(const nlohmann::json& j, const char* key) {
   REMORA_ASSIGN_OR_RETURN(std::string text, plan_field<std::string>(j, key));
   auto kind = parse_bench_memory(text);
@@ -201,6 +212,52 @@ void time_row(P2pMode mode, uint32_t window, const Step& st, double seconds, std
     const double bytes = directions * static_cast<double>(st.size) * window * st.iters;
     row->bandwidth_mbps = seconds > 0 ? bytes / seconds / 1e6 : 0;
   }
+}
+
+/// One side of a step: who it is and what it runs with.
+struct StepSide {
+  Endpoint& ep;
+  BufferSet& buffers;
+  DeviceSet& devices;
+  bool driver = false;
+  StartFn start;
+  ProgressFn progress;
+  bool damage = false;  ///< P2pPlan::inject_corruption, the follower's
+};
+
+/// What one side's part of a step gave.
+struct SideResult {
+  double seconds = 0;          ///< the timed part (bw, bibw)
+  std::vector<double> rtt_us;  ///< every timed round trip (lat, the driver's)
+  std::string problem;         ///< its data check: "" when verified
+  StagedCounts staged;         ///< its endpoint's staged transfers during the step
+};
+
+/// One side's part of `step`: its test devices at `copy_rate`, its buffers of the
+/// step's memory for it, the loop, and its data check.
+Status run_step_side(const StepSide& s, const P2pPlan& plan, const P2pStep& step, double copy_rate,
+                     SideResult* out) {
+  const Step& st = step.counts;
+  REMORA_RETURN_IF_ERROR(s.devices.set_copy_rate(copy_rate));
+  REMORA_ASSIGN_OR_RETURN(DeviceMemory * memory, s.devices.open(s.driver ? step.driver_memory : step.follower_memory));
+  const StagedCounts before = staged_of(s.ep.stats());
+  EndpointLink link(s.ep);
+  s.buffers.use_memory(memory);
+  const LoopSide side{.link = link,
+                      .buffers = s.buffers,
+                      .driver = s.driver,
+                      .start = s.start,
+                      .progress = s.progress,
+                      .problem = &out->problem,
+                      .damage = s.damage};
+  Status status = plan.mode == P2pMode::kLatency
+                      ? run_pingpong(side, st, s.driver ? &out->rtt_us : nullptr)
+                      : run_window(side, plan.mode, plan.window, plan.distinct_buffers, st, &out->seconds);
+  s.buffers.release_all();
+  s.buffers.use_memory(nullptr);
+  if (!status.is_ok()) return status.with_context(fmt::format("size {}", st.size));
+  out->staged = staged_since(before, s.ep.stats());
+  return Status::ok();
 }
 
 }  // namespace
@@ -230,25 +287,10 @@ Result<P2pPlan> p2p_plan_from_json(const nlohmann::json& j) {
   P2pPlan plan;
   REMORA_ASSIGN_OR_RETURN(std::string kind, plan_field<std::string>(j, "kind"));
   if (kind != "p2p") return bad_plan(fmt::format("kind '{}'", kind));
-  REMORA_ASSIGN_OR_RETURN(std::string mode, plan_field<std::string>(j, "mode"));
-  if (mode == to_string(P2pMode::kBandwidth)) {
-    plan.mode = P2pMode::kBandwidth;
-  } else if (mode == to_string(P2pMode::kLatency)) {
-    plan.mode = P2pMode::kLatency;
-  } else if (mode == to_string(P2pMode::kBiBandwidth)) {
-    plan.mode = P2pMode::kBiBandwidth;
-  } else {
-    return bad_plan(fmt::format("mode '{}'", mode));
-  }
+  REMORA_ASSIGN_OR_RETURN(plan.mode, plan_enum(j, "mode", {P2pMode::kBandwidth, P2pMode::kLatency,
+                                                            P2pMode::kBiBandwidth}));
   REMORA_ASSIGN_OR_RETURN(plan.window, plan_field<uint32_t>(j, "window"));
-  REMORA_ASSIGN_OR_RETURN(std::string buffers, plan_field<std::string>(j, "buffers"));
-  if (buffers == to_string(BufferSource::kPool)) {
-    plan.buffers = BufferSource::kPool;
-  } else if (buffers == to_string(BufferSource::kRegister)) {
-    plan.buffers = BufferSource::kRegister;
-  } else {
-    return bad_plan(fmt::format("buffers '{}'", buffers));
-  }
+  REMORA_ASSIGN_OR_RETURN(plan.buffers, plan_enum(j, "buffers", {BufferSource::kPool, BufferSource::kRegister}));
   REMORA_ASSIGN_OR_RETURN(plan.distinct_buffers, plan_field<bool>(j, "distinct_buffers"));
   REMORA_ASSIGN_OR_RETURN(plan.inject_corruption, plan_field<bool>(j, "inject_corruption"));
   if (!j.contains("steps") || !j["steps"].is_array()) return bad_plan("no 'steps' list");
@@ -275,35 +317,23 @@ Status drive_p2p_step(DriverSession& d, const P2pPlan& plan, size_t index, doubl
   row->driver_memory = step.driver_memory;
   row->follower_memory = step.follower_memory;
   row->device_copy_rate = copy_rate;
-  REMORA_RETURN_IF_ERROR(d.devices.set_copy_rate(copy_rate));
-  REMORA_ASSIGN_OR_RETURN(DeviceMemory * memory, d.devices.open(step.driver_memory));
-  const StagedCounts before = staged_of(d.ep.stats());
   REMORA_RETURN_IF_ERROR(d.control.send(kStepTag, {{"index", index}, {"device_copy_rate", copy_rate}}));
-
-  EndpointLink link(d.ep);
-  d.buffers.use_memory(memory);
-  std::string problem;
-  const LoopSide side{.link = link,
+  SideResult mine;
+  const StepSide side{.ep = d.ep,
                       .buffers = d.buffers,
+                      .devices = d.devices,
                       .driver = true,
                       .start = [&] { return await_ready(d.control, st.size); },
                       .progress = progress,
-                      .problem = &problem,
                       .damage = false};
-  double seconds = 0;
-  std::vector<double> rtt_us;
-  Status s = plan.mode == P2pMode::kLatency ? run_pingpong(side, st, &rtt_us)
-                                            : run_window(side, plan.mode, plan.window, plan.distinct_buffers, st, &seconds);
-  d.buffers.release_all();
-  d.buffers.use_memory(nullptr);
-  if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
-  time_row(plan.mode, plan.window, st, seconds, std::move(rtt_us), row);
-  row->staged_driver = staged_since(before, d.ep.stats());
+  REMORA_RETURN_IF_ERROR(run_step_side(side, plan, step, copy_rate, &mine));
+  time_row(plan.mode, plan.window, st, mine.seconds, std::move(mine.rtt_us), row);
+  row->staged_driver = mine.staged;
 
   REMORA_ASSIGN_OR_RETURN(auto verdict, d.control.recv(kVerdictTag));
   row->staged_follower = {.transfers = verdict.value("staged_transfers", uint64_t{0}),
                           .bytes = verdict.value("staged_bytes", uint64_t{0})};
-  if (!problem.empty()) problem = "what the driver received: " + problem;
+  std::string problem = mine.problem.empty() ? "" : "what the driver received: " + mine.problem;
   if (!verdict.value("verified", false)) {
     problem += (problem.empty() ? "" : "; ") +
                ("what the follower received: " + verdict.value("problem", std::string("did not verify")));
@@ -344,7 +374,6 @@ Status follow_p2p(FollowerSide& f, const nlohmann::json& plan_json) {
       return opened.status();
     }
   }
-  EndpointLink link(f.ep);
   for (size_t i = 0; i < plan->steps.size(); ++i) {
     const P2pStep& step = plan->steps[i];
     const Step& st = step.counts;
@@ -352,31 +381,20 @@ Status follow_p2p(FollowerSide& f, const nlohmann::json& plan_json) {
     if (go.value("index", plan->steps.size()) != i) {
       return Status(StatusCode::kProtocol, fmt::format("the driver is at another step than {}", i));
     }
-    REMORA_RETURN_IF_ERROR(f.devices.set_copy_rate(go.value("device_copy_rate", 0.0)));
-    REMORA_ASSIGN_OR_RETURN(DeviceMemory * memory, f.devices.open(step.follower_memory));
-    const StagedCounts before = staged_of(f.ep.stats());
-    f.buffers.use_memory(memory);
-    std::string problem;
-    const LoopSide side{.link = link,
+    SideResult mine;
+    const StepSide side{.ep = f.ep,
                         .buffers = f.buffers,
+                        .devices = f.devices,
                         .driver = false,
                         .start = [&] { return send_ready(f.control, st.size); },
                         .progress = nullptr,
-                        .problem = &problem,
                         .damage = plan->inject_corruption};
-    double unused = 0;
-    Status s = plan->mode == P2pMode::kLatency
-                   ? run_pingpong(side, st, nullptr)
-                   : run_window(side, plan->mode, plan->window, plan->distinct_buffers, st, &unused);
-    f.buffers.release_all();
-    f.buffers.use_memory(nullptr);
-    if (!s.is_ok()) return s.with_context(fmt::format("size {}", st.size));
-    const StagedCounts staged = staged_since(before, f.ep.stats());
+    REMORA_RETURN_IF_ERROR(run_step_side(side, *plan, step, go.value("device_copy_rate", 0.0), &mine));
     REMORA_RETURN_IF_ERROR(f.control.send(kVerdictTag, {{"size", st.size},
-                                                        {"verified", problem.empty()},
-                                                        {"problem", problem},
-                                                        {"staged_transfers", staged.transfers},
-                                                        {"staged_bytes", staged.bytes}}));
+                                                        {"verified", mine.problem.empty()},
+                                                        {"problem", mine.problem},
+                                                        {"staged_transfers", mine.staged.transfers},
+                                                        {"staged_bytes", mine.staged.bytes}}));
   }
   return Status::ok();
 }
