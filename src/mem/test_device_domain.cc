@@ -160,7 +160,8 @@ struct TestDeviceDomain::State {
         // within a copy's time, not after it, and a wake-up later than the previous
         // end does not push this one back.
         const auto start = was_idle || e.free_at == Clock::time_point{} ? Clock::now() : e.free_at;
-        e.free_at = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(job.len) / r));
+        e.free_at =
+            start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(job.len) / r));
       } else {
         e.free_at = {};  // unlimited: a copy at a rate after this one starts the clock afresh
       }

@@ -3,13 +3,13 @@
 // bytes, end out of order when asked, fail on demand, and report their end exactly
 // once through on_done. If the double were lax (readable memory, copies that end in
 // order), the staging tests built on it would prove less than they claim.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "remora/testing/test_device.h"
 

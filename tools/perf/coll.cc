@@ -528,14 +528,13 @@ Status measure_reference(Communicator& c, Context& ctx, const CollOptions& o, Co
       const std::array<Request, 2> both{link.recv({}, internal::kReadyTag), link.send({}, internal::kReadyTag)};
       return internal::wait_all_ok(both, "reference start");
     };
-    const internal::LoopSide side{
-        .link = link,
-        .buffers = buffers,
-        .driver = driver,
-        .start = start,
-        .progress = driver ? o.progress : nullptr,
-        .problem = nullptr,  // the reference is timed only; the table checks the collectives
-        .damage = false};
+    const internal::LoopSide side{.link = link,
+                                  .buffers = buffers,
+                                  .driver = driver,
+                                  .start = start,
+                                  .progress = driver ? o.progress : nullptr,
+                                  .problem = nullptr,  // the reference is timed only; the table checks the collectives
+                                  .damage = false};
     for (size_t s : sizes) {
       const auto window = static_cast<uint32_t>(std::clamp<size_t>(kReferenceWindowBytes / s, 1, 64));
       const Step st = default_step(StepKind::kWindow, s, window, o.reference_iters, std::nullopt);
@@ -553,8 +552,7 @@ Status measure_reference(Communicator& c, Context& ctx, const CollOptions& o, Co
     const Step st = default_step(StepKind::kPingPong, out->pingpong_size, 1, o.reference_iters, std::nullopt);
     std::vector<double> rtt_us;
     REMORA_RETURN_IF_ERROR(
-        internal::run_pingpong(side, st, driver ? &rtt_us : nullptr)
-            .with_context("reference ping-pong"));
+        internal::run_pingpong(side, st, driver ? &rtt_us : nullptr).with_context("reference ping-pong"));
     out->pingpong_iterations = st.iters;
     out->rtt = internal::summarize_latency(std::move(rtt_us), 1);
   }

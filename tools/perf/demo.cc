@@ -165,7 +165,8 @@ Result<DemoReport> run_demo(const DemoOptions& o) {
     }
     return Status::ok();
   };
-  REMORA_RETURN_IF_ERROR(run_driver(o.peer, {.buffers = BufferSource::kPool, .memory = {}, .plan = plan}, &report.json, body));
+  REMORA_RETURN_IF_ERROR(
+      run_driver(o.peer, {.buffers = BufferSource::kPool, .memory = {}, .plan = plan}, &report.json, body));
 
   report.ok = !report.rows.empty();
   report.json["results"] = nlohmann::json::array();

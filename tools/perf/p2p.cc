@@ -49,8 +49,7 @@ std::span<std::byte> slot(std::span<std::byte> region, size_t size, uint32_t slo
 
 }  // namespace
 
-Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st,
-                  double* seconds) {
+Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st, double* seconds) {
   Link& link = side.link;
   BufferSet& buffers = side.buffers;
   const bool driver = side.driver;
@@ -99,7 +98,8 @@ Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool dist
   if (side.problem != nullptr) {
     // Slot w of every window received slot w of the sender's region: the whole region
     // holds the sender's pattern.
-    if (side.damage && !recv_region.empty()) REMORA_RETURN_IF_ERROR(buffers.damage(recv_region, recv_region.size() / 2));
+    if (side.damage && !recv_region.empty())
+      REMORA_RETURN_IF_ERROR(buffers.damage(recv_region, recv_region.size() / 2));
     REMORA_ASSIGN_OR_RETURN(*side.problem, buffers.check(recv_region, st.size));
   }
   return Status::ok();
@@ -135,7 +135,8 @@ Status run_pingpong(const LoopSide& side, const Step& st, std::vector<double>* r
       const std::array<Request, 2> pair{link.recv(recv_buf, kPongTag), link.send(send_buf, kPingTag)};
       REMORA_RETURN_IF_ERROR(wait_all_ok(pair, "ping-pong"));
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
-      if (pair[0].bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("pong of {} bytes, expected {}", pair[0].bytes(), st.size));
+      if (pair[0].bytes() != st.size)
+        return Status(StatusCode::kProtocol, fmt::format("pong of {} bytes, expected {}", pair[0].bytes(), st.size));
       if (it >= st.warmup) (*rtt_us)[it - st.warmup] = us;
       if (side.progress && (it & 63) == 0) side.progress(label, it + 1, total);
     }
@@ -235,8 +236,7 @@ struct SideResult {
 
 /// One side's part of `step`: its test devices at `copy_rate`, its buffers of the
 /// step's memory for it, the loop, and its data check.
-Status run_step_side(const StepSide& s, const P2pPlan& plan, const P2pStep& step, double copy_rate,
-                     SideResult* out) {
+Status run_step_side(const StepSide& s, const P2pPlan& plan, const P2pStep& step, double copy_rate, SideResult* out) {
   const Step& st = step.counts;
   REMORA_RETURN_IF_ERROR(s.devices.set_copy_rate(copy_rate));
   REMORA_ASSIGN_OR_RETURN(DeviceMemory * memory, s.devices.open(s.driver ? step.driver_memory : step.follower_memory));
@@ -287,8 +287,8 @@ Result<P2pPlan> p2p_plan_from_json(const nlohmann::json& j) {
   P2pPlan plan;
   REMORA_ASSIGN_OR_RETURN(std::string kind, plan_field<std::string>(j, "kind"));
   if (kind != "p2p") return bad_plan(fmt::format("kind '{}'", kind));
-  REMORA_ASSIGN_OR_RETURN(plan.mode, plan_enum(j, "mode", {P2pMode::kBandwidth, P2pMode::kLatency,
-                                                            P2pMode::kBiBandwidth}));
+  REMORA_ASSIGN_OR_RETURN(plan.mode,
+                          plan_enum(j, "mode", {P2pMode::kBandwidth, P2pMode::kLatency, P2pMode::kBiBandwidth}));
   REMORA_ASSIGN_OR_RETURN(plan.window, plan_field<uint32_t>(j, "window"));
   REMORA_ASSIGN_OR_RETURN(plan.buffers, plan_enum(j, "buffers", {BufferSource::kPool, BufferSource::kRegister}));
   REMORA_ASSIGN_OR_RETURN(plan.distinct_buffers, plan_field<bool>(j, "distinct_buffers"));
@@ -306,8 +306,8 @@ Result<P2pPlan> p2p_plan_from_json(const nlohmann::json& j) {
   return plan;
 }
 
-Status drive_p2p_step(DriverSession& d, const P2pPlan& plan, size_t index, double copy_rate,
-                      const ProgressFn& progress, P2pRow* row) {
+Status drive_p2p_step(DriverSession& d, const P2pPlan& plan, size_t index, double copy_rate, const ProgressFn& progress,
+                      P2pRow* row) {
   const P2pStep& step = plan.steps.at(index);
   const Step& st = step.counts;
   *row = P2pRow{};
@@ -356,9 +356,9 @@ nlohmann::json row_json(P2pMode mode, uint32_t window, const P2pRow& r) {
   row["memory"] = {{"driver", to_string(r.driver_memory)}, {"follower", to_string(r.follower_memory)}};
   row["device_copy_rate_Bps"] = r.device_copy_rate;
   row["verified"] = r.verified;
-  row["staged"] = {{"driver", {{"staged_transfers", r.staged_driver.transfers}, {"staged_bytes", r.staged_driver.bytes}}},
-                   {"follower",
-                    {{"staged_transfers", r.staged_follower.transfers}, {"staged_bytes", r.staged_follower.bytes}}}};
+  row["staged"] = {
+      {"driver", {{"staged_transfers", r.staged_driver.transfers}, {"staged_bytes", r.staged_driver.bytes}}},
+      {"follower", {{"staged_transfers", r.staged_follower.transfers}, {"staged_bytes", r.staged_follower.bytes}}}};
   return row;
 }
 
@@ -427,7 +427,8 @@ Result<P2pReport> run_p2p(const PeerOptions& peer, const P2pOptions& o) {
                .steps = {}};
   for (size_t size : o.sizes) {
     const Step counts = default_step(kind, size, o.window, o.iters, o.warmup);
-    if (calibrate) plan.steps.push_back(  // host to host, just before
+    if (calibrate)
+      plan.steps.push_back(  // host to host, just before
           {.counts = counts, .driver_memory = MemoryKind::kHost, .follower_memory = MemoryKind::kHost});
     plan.steps.push_back({.counts = counts, .driver_memory = mine, .follower_memory = theirs});
   }

@@ -45,8 +45,8 @@ Result<P2pPlan> p2p_plan_from_json(const nlohmann::json& j);
 /// The driver's part of plan.steps[index]: sets the copy rate of the test devices on
 /// both sides (bytes/s per copy engine, 0: unlimited), times the step, and checks the
 /// data on both sides (a mismatch is an error). `row` gets what the step measured.
-Status drive_p2p_step(DriverSession& d, const P2pPlan& plan, size_t index, double copy_rate,
-                      const ProgressFn& progress, P2pRow* row);
+Status drive_p2p_step(DriverSession& d, const P2pPlan& plan, size_t index, double copy_rate, const ProgressFn& progress,
+                      P2pRow* row);
 
 /// One row as JSON ("results" of bench p2p, the pairs of bench staging).
 nlohmann::json row_json(P2pMode mode, uint32_t window, const P2pRow& row);

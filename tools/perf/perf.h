@@ -117,8 +117,8 @@ struct P2pRow {
   LatencySummary latency;       ///< one-way, lat mode only
   MemoryKind driver_memory = MemoryKind::kHost;
   MemoryKind follower_memory = MemoryKind::kHost;
-  double device_copy_rate = 0;  ///< bytes/s each test-device copy engine was held to; 0: unlimited
-  bool verified = false;        ///< both sides' data check of this size passed
+  double device_copy_rate = 0;                  ///< bytes/s each test-device copy engine was held to; 0: unlimited
+  bool verified = false;                        ///< both sides' data check of this size passed
   StagedCounts staged_driver, staged_follower;  ///< during this size (warm-up, timed part, check)
 };
 
@@ -151,12 +151,12 @@ struct P2pReport {
 /// slow and a fast state, the two sides of a pair nearly always share one.
 struct StagingCheckOptions {
   size_t size = size_t{64} << 20;
-  uint32_t window = 1;             ///< messages per timed iteration (one transfer: 1)
-  uint32_t pairs = 6;              ///< at least 4
-  uint32_t iters = 8;              ///< timed iterations per measurement
-  uint32_t warmup = 1;             ///< untimed iterations before them
-  uint32_t calibration_iters = 16; ///< timed iterations of the calibration
-  double bound = 1.25;             ///< device time / host time, at most
+  uint32_t window = 1;              ///< messages per timed iteration (one transfer: 1)
+  uint32_t pairs = 6;               ///< at least 4
+  uint32_t iters = 8;               ///< timed iterations per measurement
+  uint32_t warmup = 1;              ///< untimed iterations before them
+  uint32_t calibration_iters = 16;  ///< timed iterations of the calibration
+  double bound = 1.25;              ///< device time / host time, at most
   ProgressFn progress;
 };
 
@@ -167,10 +167,10 @@ struct StagingPair {
 };
 
 struct StagingPhase {
-  std::string name;         ///< "matched" (copy rate = network rate) or "unlimited"
-  double copy_rate = 0;     ///< bytes/s per copy engine; 0: unlimited
+  std::string name;      ///< "matched" (copy rate = network rate) or "unlimited"
+  double copy_rate = 0;  ///< bytes/s per copy engine; 0: unlimited
   std::vector<StagingPair> pairs;
-  double median_ratio = 0;  ///< of the pairs' ratios
+  double median_ratio = 0;    ///< of the pairs' ratios
   bool within_bound = false;  ///< median_ratio <= the bound
 };
 
@@ -178,9 +178,9 @@ struct StagingCheckReport {
   size_t size = 0;
   uint32_t window = 1;
   double bound = 1.25;
-  P2pRow calibration;       ///< host to host; its network rate is matched.copy_rate
+  P2pRow calibration;  ///< host to host; its network rate is matched.copy_rate
   StagingPhase matched, unlimited;
-  nlohmann::json json;      ///< everything, as bench p2p's, plus the pairs and verdicts
+  nlohmann::json json;  ///< everything, as bench p2p's, plus the pairs and verdicts
 };
 
 /// Runs the staging check as the driver (the follower as for run_p2p). Every

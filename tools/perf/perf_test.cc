@@ -3,14 +3,15 @@
 // checks, the memory kinds and copy rates, the p2p plan's JSON, the staging check's
 // option checks, and device buffers (fill, check, damage, reuse) on the test device. The tool end to end (spawned
 // follower, every mode) runs as CTest tests in tools/programs.cmake.
-#include <gtest/gtest.h>
+#include "perf.h"
 
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "memory.h"
 #include "p2p.h"
 #include "pattern.h"
-#include "perf.h"
 #include "session.h"
 
 namespace remora::perf {

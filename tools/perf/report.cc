@@ -236,7 +236,8 @@ void print_p2p_report(const P2pReport& report, const BenchLabels& labels) {
   const bool rates = !report.calibration.empty();
   const auto rate_cell = [&](const P2pRow& r) {
     if (!rates) return std::string();
-    return r.device_copy_rate > 0 ? fmt::format(" {:>16.2f}", r.device_copy_rate / 1e6) : fmt::format(" {:>16}", "unlimited");
+    return r.device_copy_rate > 0 ? fmt::format(" {:>16.2f}", r.device_copy_rate / 1e6)
+                                  : fmt::format(" {:>16}", "unlimited");
   };
   const std::string rate_head = rates ? fmt::format(" {:>16}", "Copy rate (MB/s)") : "";
   if (report.mode == P2pMode::kLatency) {

@@ -64,16 +64,17 @@ TEST(Report, P2pLatencyTable) {
   row.latency = {.avg_us = 12.5, .p50_us = 12.25, .p99_us = 20, .min_us = 0, .max_us = 0};
   r.rows.push_back(row);
   const std::string out = captured([&] { print_p2p_report(r, {.mode = "lat", .buffers = "pool", .window = 64}); });
-  EXPECT_EQ(out,
-            "# remora bench p2p lat — peer 127.0.0.1:7100 (spawned on loopback)\n"
-            "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us; buffers: pool\n"
-            "# memory: here host, peer host\n"
-            "# Size         Latency (us)        p50        p99    iters\n"
-            "8                     12.50      12.25      20.00      200\n"
-            "# one-way latency = round trip / 2\n"
-            "# data checked once per size after the timed part: verified\n"
-            "# staged through pinned buffers: here 0 transfers (0 MiB), peer 0 transfers (0 MiB)\n"
-            "# pool: here 1 arenas, 4 MiB registered, 5 hits, 1 misses, 0 buffers in use; peer explicit registration\n");
+  EXPECT_EQ(
+      out,
+      "# remora bench p2p lat — peer 127.0.0.1:7100 (spawned on loopback)\n"
+      "# 2 data streams, chunk 512K, eager limit 16K, spin 200 us; buffers: pool\n"
+      "# memory: here host, peer host\n"
+      "# Size         Latency (us)        p50        p99    iters\n"
+      "8                     12.50      12.25      20.00      200\n"
+      "# one-way latency = round trip / 2\n"
+      "# data checked once per size after the timed part: verified\n"
+      "# staged through pinned buffers: here 0 transfers (0 MiB), peer 0 transfers (0 MiB)\n"
+      "# pool: here 1 arenas, 4 MiB registered, 5 hits, 1 misses, 0 buffers in use; peer explicit registration\n");
 }
 
 nlohmann::json endpoint_side(uint64_t transfers, uint64_t bytes) {
@@ -88,7 +89,8 @@ TEST(Report, MemoryAndStagedLines) {
   cfg["memory"] = {{"driver", "host"}, {"follower", "host"}, {"device_copy_rate", "auto"}};
   EXPECT_EQ(memory_line(cfg), "memory: here host, peer host") << "no test device: no rate to speak of";
   const nlohmann::json report = {{"local", endpoint_side(256, uint64_t{1} << 30)}, {"peer", endpoint_side(3, 4096)}};
-  EXPECT_EQ(staged_line(report), "staged through pinned buffers: here 256 transfers (1024 MiB), peer 3 transfers (0 MiB)");
+  EXPECT_EQ(staged_line(report),
+            "staged through pinned buffers: here 256 transfers (1024 MiB), peer 3 transfers (0 MiB)");
 }
 
 TEST(Report, P2pBandwidthTableOfDeviceMemoryAtTheMeasuredRate) {

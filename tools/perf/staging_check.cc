@@ -53,9 +53,8 @@ P2pPlan make_plan(const StagingCheckOptions& o) {
                      .follower_memory = MemoryKind::kHost};
   P2pStep calibration = host;
   calibration.counts.iters = o.calibration_iters;
-  const P2pStep device{.counts = host.counts,
-                       .driver_memory = MemoryKind::kTestDevice,
-                       .follower_memory = MemoryKind::kTestDevice};
+  const P2pStep device{
+      .counts = host.counts, .driver_memory = MemoryKind::kTestDevice, .follower_memory = MemoryKind::kTestDevice};
   plan.steps.push_back(calibration);
   for (int phase = 0; phase < 2; ++phase) {  // matched, unlimited: the same pairs
     for (uint32_t p = 0; p < o.pairs; ++p) {
@@ -139,8 +138,9 @@ Result<StagingCheckReport> run_staging_check(const PeerOptions& peer, const Stag
   report.json["verdict"] = {{"bound", o.bound},
                             {"median_ratio", report.matched.median_ratio},
                             {"pass", report.matched.within_bound},
-                            {"what", "test-device to test-device time / host to host time, copies at the network "
-                                     "rate, median over adjacent pairs"}};
+                            {"what",
+                             "test-device to test-device time / host to host time, copies at the network "
+                             "rate, median over adjacent pairs"}};
   return report;
 }
 
