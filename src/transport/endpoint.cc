@@ -310,9 +310,10 @@ Status EndpointCore::failure() const {
 // ---------------------------------------------------------------------------
 
 MemoryDomain* EndpointCore::device_of(const void* p, size_t n) const {
-  if (params_.domains == nullptr || params_.domains->empty() || p == nullptr) return nullptr;
+  // An empty buffer has no bytes to stage: it takes the host path whatever it points at.
+  if (params_.domains == nullptr || params_.domains->empty() || p == nullptr || n == 0) return nullptr;
   for (MemoryDomain* d : *params_.domains) {
-    if (d->owns(p, std::max<size_t>(n, 1))) return d;
+    if (d->owns(p, n)) return d;
   }
   return nullptr;
 }
