@@ -46,8 +46,18 @@ if(NOT remora_cuda_mode STREQUAL "OFF")
   endif()
 endif()
 
-if(REMORA_CUDA_HEADERS)
-  message(STATUS "remora: CUDA API declarations checked against ${REMORA_CUDA_INCLUDE_DIR}/cuda.h")
+# The architectures the kernel is compiled for: machine code for each, and PTX of the
+# last for GPUs newer than all of them.
+set(REMORA_CUDA_ARCHITECTURES 80 90 CACHE STRING "GPU architectures (sm_XX) of the CUDA unpack kernel")
+
+if(REMORA_CUDA_KERNEL)
+  list(GET REMORA_CUDA_ARCHITECTURES -1 remora_cuda_ptx_arch)
+  list(TRANSFORM REMORA_CUDA_ARCHITECTURES PREPEND sm_ OUTPUT_VARIABLE remora_cuda_sms)
+  list(JOIN remora_cuda_sms ", " remora_cuda_sms)
+  message(STATUS "remora: CUDA unpack kernel: built by ${CUDAToolkit_NVCC_EXECUTABLE} "
+                 "(CUDA ${CUDAToolkit_VERSION}; ${remora_cuda_sms}, compute_${remora_cuda_ptx_arch} PTX)")
+else()
+  message(STATUS "remora: CUDA unpack kernel: not built (${remora_cuda_why}); CUDA scatters copy entry by entry")
 endif()
 
 # Adds the toolkit-dependent sources to the device layer's target.
@@ -58,4 +68,37 @@ function(remora_cuda_parts target)
     # -isystem: the toolkit's headers are not ours to hold to our warnings.
     set_source_files_properties(${check} PROPERTIES COMPILE_OPTIONS "-isystem;${REMORA_CUDA_INCLUDE_DIR}")
   endif()
+  if(NOT REMORA_CUDA_KERNEL)
+    return()
+  endif()
+  set(out ${CMAKE_BINARY_DIR}/cuda)
+  set(fatbin ${out}/cuda_unpack.fatbin)
+  set(embedded ${out}/cuda_unpack_fatbin.cc)
+  set(gencode)
+  foreach(arch ${REMORA_CUDA_ARCHITECTURES})
+    list(APPEND gencode -gencode arch=compute_${arch},code=sm_${arch})
+  endforeach()
+  list(APPEND gencode -gencode arch=compute_${remora_cuda_ptx_arch},code=compute_${remora_cuda_ptx_arch})
+  set(host_compiler)
+  if(CMAKE_CUDA_HOST_COMPILER)
+    set(host_compiler -ccbin ${CMAKE_CUDA_HOST_COMPILER})
+  endif()
+  add_custom_command(
+    OUTPUT ${fatbin}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${out}
+    COMMAND ${CUDAToolkit_NVCC_EXECUTABLE} -fatbin -std=c++17 -O3 ${host_compiler} ${gencode}
+            -I${PROJECT_SOURCE_DIR}/src -o ${fatbin} ${PROJECT_SOURCE_DIR}/src/device/cuda_unpack.cu
+    DEPENDS ${PROJECT_SOURCE_DIR}/src/device/cuda_unpack.cu ${PROJECT_SOURCE_DIR}/src/device/unpack_layout.h
+    COMMENT "nvcc: CUDA unpack kernel -> ${fatbin}"
+    VERBATIM)
+  add_custom_command(
+    OUTPUT ${embedded}
+    COMMAND ${CMAKE_COMMAND} -DINPUT=${fatbin} -DOUTPUT=${embedded} -DHEADER=device/cuda_unpack.h
+            -DNAMESPACE=remora::device -DFUNCTION=unpack_fatbin -P ${PROJECT_SOURCE_DIR}/cmake/RemoraEmbed.cmake
+    DEPENDS ${fatbin} ${PROJECT_SOURCE_DIR}/cmake/RemoraEmbed.cmake
+    COMMENT "Embedding the CUDA unpack kernel in libremora"
+    VERBATIM)
+  target_sources(${target} PRIVATE ${embedded})
+  target_compile_definitions(${target} PRIVATE REMORA_CUDA_UNPACK_KERNEL=1)
+  set(REMORA_CUDA_FATBIN ${fatbin} PARENT_SCOPE)
 endfunction()
