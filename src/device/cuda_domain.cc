@@ -2,11 +2,11 @@
 //
 // Threads. Three kinds touch a copy: the caller (starts it, tests, waits, registers
 // on_done), the driver's host-function thread (runs on_stream_done after the copy's
-// event), and the domain's CompletionWatcher (polls the events of copies that have an
-// on_done pending, because the driver drops host functions after a context-wide
-// error). The host-function thread must not call CUDA, so it only flips the copy's
-// state and calls on_done's function; every CUDA object (events, streams) is destroyed
-// by a caller or by the watcher.
+// event), and the process's CompletionWatcher thread (polls the events of copies that
+// have an on_done pending, because the driver drops host functions after a
+// context-wide error). The host-function thread must not call CUDA, so it only flips
+// the copy's state and calls on_done's function; a CUDA object released on that thread
+// (an on_done function that destroys its copy) is handed to the watcher to destroy.
 #include "device/cuda_domain.h"
 
 #include <unistd.h>
@@ -63,42 +63,66 @@ class ScopedContext {
 struct CopyState {
   std::mutex mu;
   std::condition_variable cv;
-  bool ended = false;
+  bool ended = false;     // the result is known: test() and on_done see the end
+  bool reported = false;  // on_done's call (if any) has returned: wait() sees the end
   Status result;
   std::function<void()> fn;  // set by on_done while the copy runs
 
-  /// Ends the copy with `status` unless it has ended; returns the function to call
-  /// (outside any lock), empty when there is none or the copy had already ended.
-  std::function<void()> finish(Status status) {
+  /// Ends the copy with `status` unless it has ended, calls on_done's function (if one
+  /// is registered) on this thread, then lets wait() return: a waiter that returns sees
+  /// the effects of that call.
+  void finish(Status status) {
     std::function<void()> to_call;
     {
       std::lock_guard lock(mu);
-      if (ended) return to_call;
+      if (ended) return;
       ended = true;
       result = std::move(status);
       to_call = std::move(fn);
       fn = nullptr;
     }
+    if (to_call) to_call();
+    {
+      std::lock_guard lock(mu);
+      reported = true;
+    }
     cv.notify_all();
-    return to_call;
   }
 
   bool has_ended() {
     std::lock_guard lock(mu);
     return ended;
   }
+  /// Not ended, and nobody to call when it does: a waiter may end it itself.
+  bool unwatched() {
+    std::lock_guard lock(mu);
+    return !ended && !fn;
+  }
 };
+
+/// True on the driver's thread while it runs one of our host functions, where no CUDA
+/// call is allowed.
+thread_local bool t_in_host_function = false;
+
+void destroy_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event) noexcept {
+  ScopedContext scope(driver, ctx);
+  driver.cuEventDestroy(event);  // legal before the event completes: freed when it does
+}
+
+void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event);  // by the watcher
 
 /// The driver's host function, run after a copy's event: no CUDA calls here.
 void on_stream_done(void* user_data) noexcept {
+  t_in_host_function = true;
   auto* ref = static_cast<std::shared_ptr<CopyState>*>(user_data);
-  std::function<void()> fn = (*ref)->finish(Status::ok());
+  (*ref)->finish(Status::ok());
   delete ref;  // CopyState holds no CUDA object, so this may free it here
-  if (fn) fn();
+  t_in_host_function = false;
 }
 
 /// An event recorded after a copy. Destroyed by whoever lets go of it last: the
-/// AsyncCopy's owner or the watcher, never the host-function thread.
+/// AsyncCopy's owner or the watcher; on the host-function thread (an on_done function
+/// that destroyed its copy) the watcher destroys it later.
 struct CopyEvent {
   const CudaDriver* driver;
   cu::CUcontext ctx;
@@ -106,8 +130,11 @@ struct CopyEvent {
 
   CopyEvent(const CudaDriver* d, cu::CUcontext c, cu::CUevent e) : driver(d), ctx(c), event(e) {}
   ~CopyEvent() {
-    ScopedContext scope(*driver, ctx);
-    driver->cuEventDestroy(event);  // legal before the event completes: freed when it does
+    if (t_in_host_function) {
+      retire_event(*driver, ctx, event);
+    } else {
+      destroy_event(*driver, ctx, event);
+    }
   }
   CopyEvent(const CopyEvent&) = delete;
   CopyEvent& operator=(const CopyEvent&) = delete;
@@ -130,30 +157,31 @@ class CompletedCopy final : public AsyncCopy {
   void on_done(std::function<void()> fn) override { fn(); }
 };
 
-}  // namespace
-
-/// Polls, every kErrorPoll while any are pending, the events of copies whose on_done is
-/// still to be called, and ends those whose event reports an error (or completion the
-/// host function has not yet reported). Its thread starts with the first such copy and
-/// sleeps on a condition variable while there is none.
+/// The process's one watcher (all domains share it): polls, every kErrorPoll while any
+/// are pending, the events of copies whose on_done is still to be called, and ends
+/// those whose event reports an error (or completion the host function has not yet
+/// reported); and destroys events released on the host-function thread. Its thread
+/// starts with the first such copy, sleeps on a condition variable while there is
+/// nothing to do, and lives as long as the process (so no copy can outlive it).
 class CompletionWatcher {
  public:
-  CompletionWatcher() = default;
-  ~CompletionWatcher() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+  static CompletionWatcher& instance() {
+    static CompletionWatcher* watcher = new CompletionWatcher();  // never destroyed: see above
+    return *watcher;
   }
-  CompletionWatcher(const CompletionWatcher&) = delete;
-  CompletionWatcher& operator=(const CompletionWatcher&) = delete;
 
   void watch(std::shared_ptr<CopyState> state, std::shared_ptr<CopyEvent> event, std::string what) {
     std::lock_guard lock(mu_);
+    const bool was_idle = pending_.empty() && retired_.empty();
     pending_.push_back({std::move(state), std::move(event), std::move(what)});
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    start_locked();
+    if (was_idle) cv_.notify_all();  // a busy watcher finds it at its next poll
+  }
+
+  void retire(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event) {
+    std::lock_guard lock(mu_);
+    retired_.push_back({&driver, ctx, event});
+    start_locked();
     cv_.notify_all();
   }
 
@@ -163,14 +191,30 @@ class CompletionWatcher {
     std::shared_ptr<CopyEvent> event;
     std::string what;
   };
+  struct Retired {
+    const CudaDriver* driver;
+    cu::CUcontext ctx;
+    cu::CUevent event;
+  };
+
+  CompletionWatcher() = default;
+
+  void start_locked() {
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { run(); }).detach();
+    }
+  }
 
   void run() {
     std::unique_lock lock(mu_);
-    while (!stop_) {
-      cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
-      if (cv_.wait_for(lock, kErrorPoll, [this] { return stop_; })) break;
+    for (;;) {
+      cv_.wait(lock, [this] { return !pending_.empty() || !retired_.empty(); });
+      if (retired_.empty()) cv_.wait_for(lock, kErrorPoll, [this] { return !retired_.empty(); });
+      std::vector<Retired> retired = std::exchange(retired_, {});
       std::vector<Pending> batch = std::exchange(pending_, {});
       lock.unlock();
+      for (const Retired& r : retired) destroy_event(*r.driver, r.ctx, r.event);
       std::vector<Pending> still_running;
       for (Pending& p : batch) {
         if (p.state->has_ended()) continue;
@@ -180,9 +224,9 @@ class CompletionWatcher {
           continue;
         }
         if (!s.is_ok()) REMORA_LOG(kWarn, "{} failed on the device: {}", p.what, s.message());
-        if (auto fn = p.state->finish(std::move(s))) fn();
+        p.state->finish(std::move(s));
       }
-      batch.clear();  // destroys finished events here, outside the lock
+      batch.clear();  // destroys the events nobody else holds, here, outside the lock
       lock.lock();
       for (Pending& p : still_running) pending_.push_back(std::move(p));
     }
@@ -190,18 +234,19 @@ class CompletionWatcher {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  bool started_ = false;
   std::vector<Pending> pending_;
-  std::thread thread_;
+  std::vector<Retired> retired_;
 };
 
-namespace {
+void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event) {
+  CompletionWatcher::instance().retire(driver, ctx, event);
+}
 
 class CudaCopy final : public AsyncCopy {
  public:
-  CudaCopy(std::shared_ptr<CopyState> state, std::shared_ptr<CopyEvent> event,
-           std::shared_ptr<CompletionWatcher> watcher, std::string what)
-      : state_(std::move(state)), event_(std::move(event)), watcher_(std::move(watcher)), what_(std::move(what)) {}
+  CudaCopy(std::shared_ptr<CopyState> state, std::shared_ptr<CopyEvent> event, std::string what)
+      : state_(std::move(state)), event_(std::move(event)), what_(std::move(what)) {}
 
   Status test() override {
     {
@@ -211,6 +256,8 @@ class CudaCopy final : public AsyncCopy {
     return event_->query(what_);
   }
 
+  /// Returns when the copy has ended and on_done's call, if one is registered, has
+  /// returned.
   Status wait(Duration timeout) override {
     if (timeout <= Duration::zero()) return test();  // kDefaultTimeout too: a domain has no context default
     // Past a year is forever (and keeps now + timeout from overflowing).
@@ -221,12 +268,18 @@ class CudaCopy final : public AsyncCopy {
         std::unique_lock lock(state_->mu);
         const Clock::time_point now = Clock::now();
         const Clock::time_point slice_end = deadline - now > kErrorPoll ? now + kErrorPoll : deadline;
-        state_->cv.wait_until(lock, slice_end, [this] { return state_->ended; });
-        if (state_->ended) return state_->result;
+        state_->cv.wait_until(lock, slice_end, [this] { return state_->reported; });
+        if (state_->reported) return state_->result;
       }
-      // The host function may never come (a context-wide error): ask the event.
+      // The host function never comes after a context-wide error. With an on_done
+      // registered the watcher ends the copy (and calls it); without one, end it here.
+      // (Ended but not reported: another thread is in on_done's call; wait for it.)
       Status s = event_->query(what_);
-      if (s.code() != StatusCode::kInProgress) return s;
+      if (s.code() != StatusCode::kInProgress && state_->unwatched()) {
+        state_->finish(std::move(s));
+        std::lock_guard lock(state_->mu);
+        return state_->result;
+      }
       if (Clock::now() >= deadline) {
         return Status(StatusCode::kTimeout,
                       fmt::format("{} still running after {} ms", what_,
@@ -236,36 +289,29 @@ class CudaCopy final : public AsyncCopy {
   }
 
   void on_done(std::function<void()> fn) override {
-    if (state_->has_ended()) {
-      fn();
-      return;
+    {
+      std::unique_lock lock(state_->mu);
+      if (state_->ended) {
+        lock.unlock();
+        fn();
+        return;
+      }
+      state_->fn = std::move(fn);
     }
     // Ended on the device but not yet reported by the host function: end it here, so
-    // fn runs at once, as for a copy test() already calls done.
+    // the function runs at once, as for a copy test() already calls done. (Should the
+    // host function get there first, it makes the call instead: still exactly one.)
     Status s = event_->query(what_);
     if (s.code() != StatusCode::kInProgress) {
-      state_->finish(std::move(s));  // nothing stored to call yet
-      fn();
+      state_->finish(std::move(s));
       return;
     }
-    {
-      std::lock_guard lock(state_->mu);
-      if (!state_->ended) {
-        state_->fn = std::move(fn);
-        fn = nullptr;
-      }
-    }
-    if (fn) {
-      fn();  // ended between the query and the lock
-      return;
-    }
-    watcher_->watch(state_, event_, what_);
+    CompletionWatcher::instance().watch(state_, event_, what_);
   }
 
  private:
   std::shared_ptr<CopyState> state_;
   std::shared_ptr<CopyEvent> event_;
-  std::shared_ptr<CompletionWatcher> watcher_;
   std::string what_;
 };
 
@@ -303,8 +349,7 @@ struct CudaDomain::DevicePointer {
   size_t size = 0;
 };
 
-CudaDomain::CudaDomain(Result<const CudaDriver*> driver, CudaDomainOptions options)
-    : options_(options), watcher_(std::make_shared<CompletionWatcher>()) {
+CudaDomain::CudaDomain(Result<const CudaDriver*> driver, CudaDomainOptions options) : options_(options) {
   if (driver.is_ok()) {
     driver_ = *driver;
   } else {
@@ -434,8 +479,7 @@ namespace {
 /// is returned.
 template <typename Work>
 Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContextEntry& entry, StreamRole role,
-                                           const std::shared_ptr<CompletionWatcher>& watcher, std::string what,
-                                           Work&& work) {
+                                           std::string what, Work&& work) {
   cu::CUevent raw_event = nullptr;
   cu::CUresult r = driver.cuEventCreate(&raw_event, cu::CU_EVENT_DISABLE_TIMING);
   if (r != cu::CUDA_SUCCESS) return cuda_error(driver, r, "cuEventCreate", what);
@@ -461,8 +505,7 @@ Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContext
     driver.cuStreamSynchronize(stream);
     return s;
   }
-  return std::unique_ptr<AsyncCopy>(
-      std::make_unique<CudaCopy>(std::move(state), std::move(event), watcher, std::move(what)));
+  return std::unique_ptr<AsyncCopy>(std::make_unique<CudaCopy>(std::move(state), std::move(event), std::move(what)));
 }
 
 }  // namespace
@@ -514,7 +557,7 @@ Result<std::unique_ptr<AsyncCopy>> CudaDomain::copy(bool to_host, void* dst, con
   std::string what = fmt::format("CUDA {} of {} bytes ({} {})", direction, len, to_host ? "from" : "to", device_side);
   const cu::CUdeviceptr device = device_address(device_side);
   const CudaDriver& driver = *driver_;
-  return enqueue(driver, *entry, to_host ? kToHost : kFromHost, watcher_, std::move(what), [&](cu::CUstream stream) {
+  return enqueue(driver, *entry, to_host ? kToHost : kFromHost, std::move(what), [&](cu::CUstream stream) {
     const cu::CUresult r = to_host ? driver.cuMemcpyDtoHAsync(dst, device, len, stream)
                                    : driver.cuMemcpyHtoDAsync(device, src, len, stream);
     if (r == cu::CUDA_SUCCESS) return Status::ok();
@@ -690,7 +733,7 @@ Result<std::unique_ptr<AsyncCopy>> CudaDomain::scatter(void* dst_base, const voi
   const cu::CUdeviceptr dst_address = device_address(dst_base);
   const cu::CUdeviceptr src_address = device_address(src_base);
   const CudaDriver& driver = *driver_;
-  return enqueue(driver, *entry, kScatter, watcher_, std::move(what), [&](cu::CUstream stream) {
+  return enqueue(driver, *entry, kScatter, std::move(what), [&](cu::CUstream stream) {
     if (use_kernel) return entry->kernel.launch(driver, stream, dst_address, src_address, entries);
     return scatter_by_copies(driver, stream, dst_address, src_address, entries);
   });

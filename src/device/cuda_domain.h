@@ -24,7 +24,6 @@ struct CudaDomainOptions {
 };
 
 struct CudaContextEntry;  // a context's streams and loaded kernel (cuda_domain.cc)
-class CompletionWatcher;  // notices copies that the driver ended with an error
 
 /// A MemoryDomain for CUDA device memory. Thread-safe.
 ///
@@ -39,8 +38,10 @@ class CompletionWatcher;  // notices copies that the driver ended with an error
 /// in one direction run in the order they were started. A copy's end is an event
 /// recorded after it; a host function enqueued after the event ends the copy for
 /// on_done, and because the driver never runs host functions after a context-wide
-/// error, a domain thread polls the events of copies with a pending on_done every
-/// 250 ms and ends those the driver failed.
+/// error, a thread (one per process, started with the first copy that needs it) polls
+/// the events of copies with a pending on_done every 250 ms and ends those the driver
+/// failed. wait() also asks the event at that interval. A wait given a timeout ≤ 0
+/// (kDefaultTimeout included: a domain belongs to no context) only polls, like test().
 class CudaDomain final : public MemoryDomain {
  public:
   /// A domain over `driver` (normally cuda_driver()); when that holds an error, every
@@ -123,7 +124,6 @@ class CudaDomain final : public MemoryDomain {
   const CudaDriver* driver_ = nullptr;
   Status unavailable_;
   CudaDomainOptions options_;
-  std::shared_ptr<CompletionWatcher> watcher_;
 
   mutable std::mutex primary_mu_;
   mutable std::map<int, cu::CUcontext> primary_;  // device ordinal -> primary context we retained

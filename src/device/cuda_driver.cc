@@ -77,10 +77,10 @@ std::string last_dlerror() {
   return error != nullptr ? error : "no error text from dlerror";
 }
 
-/// One entry point: from cuGetProcAddress_v2 for `abi_version` where the driver has it,
-/// else the exported symbol of that version.
-void* resolve(void* handle, cu::PFN_cuGetProcAddress get_proc, const char* name, const char* exported,
-              int abi_version) noexcept {
+/// One entry point: from cuGetProcAddress_v2 for `abi_version` where the driver has it
+/// (then *via_proc_address is left true), else the exported symbol of that version.
+void* resolve(void* handle, cu::PFN_cuGetProcAddress get_proc, const char* name, const char* exported, int abi_version,
+              bool* via_proc_address) noexcept {
   if (get_proc != nullptr) {
     void* fn = nullptr;
     cu::CUdriverProcAddressQueryResult found = cu::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -89,7 +89,9 @@ void* resolve(void* handle, cu::PFN_cuGetProcAddress get_proc, const char* name,
       return fn;
     }
   }
-  return dlsym(handle, exported);
+  void* fn = dlsym(handle, exported);
+  if (fn != nullptr) *via_proc_address = false;
+  return fn;
 }
 
 Result<const CudaDriver*> load() {
@@ -134,12 +136,12 @@ Result<const CudaDriver*> load() {
   }
 
   const auto get_proc = reinterpret_cast<cu::PFN_cuGetProcAddress>(dlsym(handle, "cuGetProcAddress_v2"));
-  driver->proc_address = get_proc != nullptr;
+  driver->proc_address = get_proc != nullptr;  // until an entry point comes from dlsym
   std::string missing;
-#define REMORA_CUDA_RESOLVE(name, suffix, abi_version, required, params)                                     \
-  driver->name =                                                                                             \
-      reinterpret_cast<decltype(driver->name)>(resolve(handle, get_proc, #name, #name suffix, abi_version)); \
-  if (driver->name == nullptr && (required))                                                                 \
+#define REMORA_CUDA_RESOLVE(name, suffix, abi_version, required, params)                   \
+  driver->name = reinterpret_cast<decltype(driver->name)>(                                 \
+      resolve(handle, get_proc, #name, #name suffix, abi_version, &driver->proc_address)); \
+  if (driver->name == nullptr && (required))                                               \
     missing += fmt::format("{}{} (CUDA {})", missing.empty() ? "" : ", ", #name suffix, version_string(abi_version));
   REMORA_CUDA_DRIVER_FUNCTIONS(REMORA_CUDA_RESOLVE)
 #undef REMORA_CUDA_RESOLVE
@@ -187,7 +189,7 @@ std::string describe_cuda_result(const CudaDriver* driver, cu::CUresult result) 
 }
 
 Status cuda_error(const CudaDriver& driver, cu::CUresult result, std::string_view call, std::string_view what) {
-  StatusCode code = StatusCode::kInternal;
+  StatusCode code = StatusCode::kDeviceFailed;
   switch (result) {
     case cu::CUDA_ERROR_OUT_OF_MEMORY: code = StatusCode::kNoResource; break;
     case cu::CUDA_ERROR_INVALID_VALUE: code = StatusCode::kInvalidArgument; break;

@@ -38,7 +38,7 @@ struct CudaDriver {
 
   std::string path;           ///< what was passed to dlopen
   int version = 0;            ///< cuDriverGetVersion: 1000 × major + 10 × minor
-  bool proc_address = false;  ///< entry points came from cuGetProcAddress_v2 (else dlsym)
+  bool proc_address = false;  ///< every entry point came from cuGetProcAddress_v2 (else some from dlsym)
 
   // name##_fn is the type of member `name` (a pasted name, which cuda.h's renaming
   // macros cannot touch: device/cuda_api_check.cc compares it with cuda.h's).
@@ -65,7 +65,8 @@ std::string describe_cuda_result(const CudaDriver* driver, cu::CUresult result);
 
 /// A Status for a failed driver call: "<what>: <call> returned <describe_cuda_result>",
 /// with a code chosen from the result (out of memory: kNoResource; invalid value:
-/// kInvalidArgument; not supported or permitted: kUnsupported; the rest: kInternal).
+/// kInvalidArgument; not supported or permitted: kUnsupported; the rest, a device
+/// failure: kDeviceFailed).
 Status cuda_error(const CudaDriver& driver, cu::CUresult result, std::string_view call, std::string_view what);
 
 }  // namespace remora::device
