@@ -17,25 +17,13 @@
 #endif
 
 namespace remora::device {
+namespace cu {
 
 /// The loaded driver: where it came from, its version, and one pointer per function of
 /// REMORA_CUDA_DRIVER_FUNCTIONS (null only for a missing optional one). Immutable once
-/// loaded and never unloaded, so it may be used from any thread.
+/// loaded and never unloaded, so it may be used from any thread. (Declared among the
+/// driver's types, so the function list reads as in cuda.h; remora::device::CudaDriver.)
 struct CudaDriver {
-  // The driver's types, so the function list below reads as in cuda.h.
-  using CUresult = cu::CUresult;
-  using CUdevice = cu::CUdevice;
-  using CUdeviceptr = cu::CUdeviceptr;
-  using CUcontext = cu::CUcontext;
-  using CUstream = cu::CUstream;
-  using CUevent = cu::CUevent;
-  using CUmodule = cu::CUmodule;
-  using CUfunction = cu::CUfunction;
-  using CUhostFn = cu::CUhostFn;
-  using CUdevice_attribute = cu::CUdevice_attribute;
-  using CUpointer_attribute = cu::CUpointer_attribute;
-  using CUmemRangeHandleType = cu::CUmemRangeHandleType;
-
   std::string path;           ///< what was passed to dlopen
   int version = 0;            ///< cuDriverGetVersion: 1000 × major + 10 × minor
   bool proc_address = false;  ///< every entry point came from cuGetProcAddress_v2 (else some from dlsym)
@@ -48,6 +36,10 @@ struct CudaDriver {
   REMORA_CUDA_DRIVER_FUNCTIONS(REMORA_CUDA_DRIVER_MEMBER)
 #undef REMORA_CUDA_DRIVER_MEMBER
 };
+
+}  // namespace cu
+
+using cu::CudaDriver;
 
 /// The process's CUDA driver, loaded on the first call (thread-safe; later calls return
 /// the same answer, failure included). kUnsupported with the reason when there is none:

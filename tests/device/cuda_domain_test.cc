@@ -25,6 +25,7 @@ using testing::AlignedHost;
 using testing::compare_bytes;
 using testing::CudaGpuTest;
 using testing::DeviceBuffer;
+using testing::DoneCounter;
 using testing::kCopyTimeout;
 using testing::pattern;
 
@@ -172,31 +173,6 @@ TEST_F(CudaDomainGpu, RefusesHostMemoryAndRangesPastTheAllocation) {
   EXPECT_EQ(into_past_end.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(domain.copy_from_host(nullptr, host.data(), 1).status().code(), StatusCode::kInvalidArgument);
 }
-
-/// Counts on_done calls and lets a test wait (bounded) for a number of them.
-struct DoneCounter {
-  std::mutex mu;
-  std::condition_variable cv;
-  int calls = 0;
-
-  std::function<void()> callback() {
-    return [this] {
-      {
-        std::lock_guard lock(mu);
-        ++calls;
-      }
-      cv.notify_all();
-    };
-  }
-  bool wait_for(int n) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, kCopyTimeout, [&] { return calls >= n; });
-  }
-  int count() {
-    std::lock_guard lock(mu);
-    return calls;
-  }
-};
 
 TEST_F(CudaDomainGpu, OnDoneRunsExactlyOnce) {
   CudaDomain domain(driver_);

@@ -8,9 +8,12 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <random>
 #include <string>
@@ -205,6 +208,31 @@ class AlignedHost {
   static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
   std::byte* data_;
   size_t size_;
+};
+
+/// Counts on_done calls and lets a test wait (bounded) for a number of them.
+struct DoneCounter {
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls = 0;
+
+  std::function<void()> callback() {
+    return [this] {
+      {
+        std::lock_guard lock(mu);
+        ++calls;
+      }
+      cv.notify_all();
+    };
+  }
+  bool wait_for(int n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, kCopyTimeout, [&] { return calls >= n; });
+  }
+  int count() {
+    std::lock_guard lock(mu);
+    return calls;
+  }
 };
 
 /// Deterministic pseudo-random bytes (a different stream for each seed).
