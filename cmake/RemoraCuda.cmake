@@ -89,6 +89,7 @@ function(remora_cuda_parts target)
     COMMAND ${CUDAToolkit_NVCC_EXECUTABLE} -fatbin -std=c++17 -O3 ${host_compiler} ${gencode}
             -I${PROJECT_SOURCE_DIR}/src -o ${fatbin} ${PROJECT_SOURCE_DIR}/src/device/cuda_unpack.cu
     DEPENDS ${PROJECT_SOURCE_DIR}/src/device/cuda_unpack.cu ${PROJECT_SOURCE_DIR}/src/device/unpack_layout.h
+            ${PROJECT_SOURCE_DIR}/src/device/unpack_copy.h
     COMMENT "nvcc: CUDA unpack kernel -> ${fatbin}"
     VERBATIM)
   add_custom_command(

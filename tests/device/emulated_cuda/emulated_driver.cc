@@ -6,9 +6,10 @@
 // without a GPU, under the sanitizers too.
 //
 // It is NOT a GPU and proves nothing about one: "device memory" is host memory, a
-// stream is a host thread running its work in order, and the unpack kernel is
-// interpreted on the host from its parameter block (the real kernel,
-// device/cuda_unpack.cu, never runs here). It follows the driver's documented
+// stream is a host thread running its work in order, and a launch of the unpack kernel
+// runs the kernel's per-thread copy (device/unpack_copy.h) on the host for each thread
+// of each block in turn, from the launch's parameter block; the compiled kernel never
+// runs here. It follows the driver's documented
 // behaviour where remora depends on it: work on a stream runs in order; an event is
 // done when the stream reaches it; host functions run on a driver thread and are
 // dropped after a context-wide ("sticky") error, which every later call reports;
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "device/cuda_api.h"
+#include "device/unpack_copy.h"
 #include "device/unpack_layout.h"
 
 using namespace remora::device::cu;  // NOLINT(google-build-using-namespace): this file is the driver
@@ -662,7 +664,12 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y, 
         ctx->error = CUDA_ERROR_ILLEGAL_ADDRESS;  // what a real kernel's stray access becomes
         return;
       }
-      std::memmove(as_pointer(batch.dst_base + e.dst_offset), as_pointer(batch.src_base + e.src_offset), e.length);
+      // The kernel's own copy, every thread of the block in turn (their shares are disjoint).
+      for (uint32_t t = 0; t < remora::device::kUnpackThreadsPerBlock; ++t) {
+        remora::device::unpack::copy_share(static_cast<unsigned char*>(as_pointer(batch.dst_base + e.dst_offset)),
+                                           static_cast<const unsigned char*>(as_pointer(batch.src_base + e.src_offset)),
+                                           e.length, t, remora::device::kUnpackThreadsPerBlock);
+      }
     }
   });
 }
