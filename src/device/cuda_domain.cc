@@ -166,7 +166,7 @@ class CompletedCopy final : public AsyncCopy {
 class CompletionWatcher {
  public:
   static CompletionWatcher& instance() {
-    static CompletionWatcher* watcher = new CompletionWatcher();  // never destroyed: see above
+    static auto* watcher = new CompletionWatcher();  // never destroyed: see above
     return *watcher;
   }
 
@@ -621,7 +621,7 @@ void CudaDomain::release_staging(void* host, size_t /*len*/) noexcept {
 
 Result<DmabufExport> CudaDomain::export_dmabuf(const void* ptr, size_t len) {
   REMORA_RETURN_IF_ERROR(available());
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   if (len == 0 || reinterpret_cast<uintptr_t>(ptr) % page != 0 || len % page != 0) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("export_dmabuf: {} + {} bytes is not a whole number of pages (start and length must be "

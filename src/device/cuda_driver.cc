@@ -167,8 +167,8 @@ core::VariableList variables() noexcept {
 }
 
 Result<const CudaDriver*> cuda_driver() {
-  static const Result<const CudaDriver*> loaded = load();  // once per process; thread-safe
-  return loaded;
+  static const Result<const CudaDriver*> kLoaded = load();  // once per process; thread-safe
+  return kLoaded;
 }
 
 std::string describe_cuda_result(const CudaDriver* driver, cu::CUresult result) {

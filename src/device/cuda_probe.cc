@@ -13,7 +13,7 @@ namespace remora {
 
 Result<MemoryDomain*> cuda_domain() {
   // Never destroyed: regions and copies may outlive static destruction.
-  static device::CudaDomain* domain = new device::CudaDomain(device::cuda_driver());
+  static auto* domain = new device::CudaDomain(device::cuda_driver());
   REMORA_RETURN_IF_ERROR(domain->available());
   return static_cast<MemoryDomain*>(domain);
 }

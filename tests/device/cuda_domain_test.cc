@@ -205,13 +205,13 @@ TEST_F(CudaDomainGpu, OnDoneRunsExactlyOnce) {
   // Many copies, each with its own counter; then one more copy on the same stream,
   // whose completion means every earlier host function has run (a stream runs them in
   // order), so a second call of any of them would have happened by then.
-  constexpr int kCopies = 64;
+  constexpr size_t kCopies = 64;
   std::vector<DoneCounter> counters(kCopies);
   std::vector<std::unique_ptr<AsyncCopy>> copies;
-  for (int i = 0; i < kCopies; ++i) {
+  for (size_t i = 0; i < kCopies; ++i) {
     auto c = domain.copy_from_host(dev.data() + i * 4096, host.data() + i * 4096, 4096);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    (*c)->on_done(counters[static_cast<size_t>(i)].callback());
+    (*c)->on_done(counters[i].callback());
     copies.push_back(std::move(c).value());
   }
   DoneCounter last;
@@ -219,8 +219,8 @@ TEST_F(CudaDomainGpu, OnDoneRunsExactlyOnce) {
   ASSERT_TRUE(fence.is_ok());
   (*fence)->on_done(last.callback());
   ASSERT_TRUE(last.wait_for(1));
-  for (int i = 0; i < kCopies; ++i) {
-    EXPECT_EQ(counters[static_cast<size_t>(i)].count(), 1) << "copy " << i;
+  for (size_t i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(counters[i].count(), 1) << "copy " << i;
   }
   EXPECT_EQ(big.count(), 1);
   domain.release_staging(host.data(), kBytes);
@@ -228,8 +228,8 @@ TEST_F(CudaDomainGpu, OnDoneRunsExactlyOnce) {
 
 TEST_F(CudaDomainGpu, CopiesFromManyThreadsLandWhereTheyShould) {
   CudaDomain domain(driver_);
-  constexpr int kThreads = 4;
-  constexpr int kCopiesPerThread = 32;
+  constexpr size_t kThreads = 4;
+  constexpr size_t kCopiesPerThread = 32;
   constexpr size_t kPiece = 12345;
   DeviceBuffer dev(*driver_, kThreads * kCopiesPerThread * kPiece);
   ASSERT_TRUE(dev.ok()) << dev.error();
@@ -237,11 +237,12 @@ TEST_F(CudaDomainGpu, CopiesFromManyThreadsLandWhereTheyShould) {
   std::vector<std::byte> back(dev.size());
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
-  for (int t = 0; t < kThreads; ++t) {
+  threads.reserve(kThreads);
+  for (size_t t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       // Each thread needs a current context for nothing: the domain pushes its own.
-      for (int i = 0; i < kCopiesPerThread; ++i) {
-        const size_t at = (static_cast<size_t>(t) * kCopiesPerThread + static_cast<size_t>(i)) * kPiece;
+      for (size_t i = 0; i < kCopiesPerThread; ++i) {
+        const size_t at = (t * kCopiesPerThread + i) * kPiece;
         auto in = domain.copy_from_host(dev.data() + at, src.data() + at, kPiece);
         if (!in.is_ok() || !(*in)->wait(kCopyTimeout).is_ok()) {
           ++failures;
@@ -292,8 +293,8 @@ TEST_F(CudaDomainGpu, StagingIsPageLockedUntilReleased) {
 
 TEST_F(CudaDomainGpu, ExportsADmabufWhereTheDeviceCan) {
   CudaDomain domain(driver_);
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  DeviceBuffer dev(*driver_, 2 * 1024 * 1024 + page);
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  DeviceBuffer dev(*driver_, size_t{2} * 1024 * 1024 + page);
   ASSERT_TRUE(dev.ok()) << dev.error();
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(dev.data()) + page - 1) / page * page;
   auto* start = reinterpret_cast<std::byte*>(aligned);  // NOLINT(performance-no-int-to-ptr)
