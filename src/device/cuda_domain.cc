@@ -18,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -66,7 +67,8 @@ struct CopyState {
   bool ended = false;     // the result is known: test() and on_done see the end
   bool reported = false;  // on_done's call (if any) has returned: wait() sees the end
   Status result;
-  std::function<void()> fn;  // set by on_done while the copy runs
+  std::function<void()> fn;   // set by on_done while the copy runs
+  uint64_t in_flight_id = 0;  // InFlight's number for the host function
 
   /// Ends the copy with `status` unless it has ended, calls on_done's function (if one
   /// is registered) on this thread, then lets wait() return: a waiter that returns sees
@@ -111,13 +113,51 @@ void destroy_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent even
 
 void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event);  // by the watcher
 
+/// The copies whose host function may still come, by a number never reused: the host
+/// function gets the number, not a pointer, so one that comes after its copy was ended
+/// another way finds nothing, and a copy whose host function never comes (the driver
+/// drops them after a context-wide error) is let go by whoever ends it. One per
+/// process, never destroyed (a host function may run at any time).
+class InFlight {
+ public:
+  static InFlight& instance() {
+    static auto* in_flight = new InFlight();
+    return *in_flight;
+  }
+  uint64_t add(std::shared_ptr<CopyState> state) {
+    std::lock_guard lock(mu_);
+    const uint64_t id = next_++;
+    copies_.emplace(id, std::move(state));
+    return id;
+  }
+  std::shared_ptr<CopyState> take(uint64_t id) {
+    std::lock_guard lock(mu_);
+    auto it = copies_.find(id);
+    if (it == copies_.end()) return nullptr;
+    std::shared_ptr<CopyState> state = std::move(it->second);
+    copies_.erase(it);
+    return state;
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t next_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<CopyState>> copies_;
+};
+
 /// The driver's host function, run after a copy's event: no CUDA calls here.
 void on_stream_done(void* user_data) noexcept {
   t_in_host_function = true;
-  auto* ref = static_cast<std::shared_ptr<CopyState>*>(user_data);
-  (*ref)->finish(Status::ok());
-  delete ref;  // CopyState holds no CUDA object, so this may free it here
+  if (auto state = InFlight::instance().take(reinterpret_cast<uintptr_t>(user_data))) {
+    state->finish(Status::ok());  // CopyState holds no CUDA object, so it may be freed here
+  }
   t_in_host_function = false;
+}
+
+/// Ends a copy found ended (or failed) by asking its event, not by its host function.
+void end_by_query(CopyState& state, Status status) {
+  InFlight::instance().take(state.in_flight_id);
+  state.finish(std::move(status));
 }
 
 /// An event recorded after a copy. Destroyed by whoever lets go of it last: the
@@ -223,8 +263,8 @@ class CompletionWatcher {
           still_running.push_back(std::move(p));
           continue;
         }
-        if (!s.is_ok()) REMORA_LOG(kWarn, "{} failed on the device: {}", p.what, s.message());
-        p.state->finish(std::move(s));
+        if (!s.is_ok()) REMORA_LOG(kWarn, "{}", s.message());
+        end_by_query(*p.state, std::move(s));
       }
       batch.clear();  // destroys the events nobody else holds, here, outside the lock
       lock.lock();
@@ -276,7 +316,7 @@ class CudaCopy final : public AsyncCopy {
       // (Ended but not reported: another thread is in on_done's call; wait for it.)
       Status s = event_->query(what_);
       if (s.code() != StatusCode::kInProgress && state_->unwatched()) {
-        state_->finish(std::move(s));
+        end_by_query(*state_, std::move(s));
         std::lock_guard lock(state_->mu);
         return state_->result;
       }
@@ -303,7 +343,7 @@ class CudaCopy final : public AsyncCopy {
     // host function get there first, it makes the call instead: still exactly one.)
     Status s = event_->query(what_);
     if (s.code() != StatusCode::kInProgress) {
-      state_->finish(std::move(s));
+      end_by_query(*state_, std::move(s));
       return;
     }
     CompletionWatcher::instance().watch(state_, event_, what_);
@@ -494,10 +534,11 @@ Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContext
     if (r != cu::CUDA_SUCCESS) s = cuda_error(driver, r, "cuEventRecord", what);
   }
   if (s.is_ok()) {
-    auto* ref = new std::shared_ptr<CopyState>(state);
-    r = driver.cuLaunchHostFunc(stream, &on_stream_done, ref);
+    state->in_flight_id = InFlight::instance().add(state);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): a number, not a pointer
+    r = driver.cuLaunchHostFunc(stream, &on_stream_done, reinterpret_cast<void*>(state->in_flight_id));
     if (r != cu::CUDA_SUCCESS) {
-      delete ref;
+      InFlight::instance().take(state->in_flight_id);
       s = cuda_error(driver, r, "cuLaunchHostFunc", what);
     }
   }
