@@ -5,6 +5,11 @@
 // range checks, staging counts, the scatter's launch batching — runs in CI on machines
 // without a GPU, under the sanitizers too.
 //
+// Device memory is a memfd mapped twice: the address handed out is mapped with no
+// access at all, as a GPU's memory is to the CPU, so code that touches "device memory"
+// directly instead of through the driver faults at once; the driver copies through a
+// second, read-write mapping of the same pages.
+//
 // It is NOT a GPU and proves nothing about one: "device memory" is host memory, a
 // stream is a host thread running its work in order, and a launch of the unpack kernel
 // runs the kernel's per-thread copy (device/unpack_copy.h) on the host for each thread
@@ -30,6 +35,8 @@
 // REMORA_TEST_CUDA_EMULATOR_NO_PROC_ADDRESS=1 makes cuGetProcAddress_v2 find nothing,
 // so the loader's dlsym fallback is exercised.
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -90,6 +97,8 @@ struct Range {
   bool device = false;  // cuMemAlloc; else page-locked host memory
   bool owned = false;   // we allocated the bytes (cuMemAlloc, cuMemAllocHost)
   bool sync_memops = false;
+  unsigned char* view = nullptr;  // device memory: the read-write mapping the driver copies through
+  size_t mapped = 0;              // device memory: bytes mapped (whole pages)
 };
 
 std::mutex g_mu;
@@ -182,7 +191,13 @@ std::function<void()> copy_work(CUcontext ctx, void* dst, const void* src, size_
   };
 }
 
-void* as_pointer(CUdeviceptr p) { return reinterpret_cast<void*>(p); }  // NOLINT(performance-no-int-to-ptr)
+/// Where the driver reaches device address `p`: its read-write view (null if unknown).
+void* as_pointer(CUdeviceptr p) {
+  std::lock_guard lock(g_mu);
+  auto it = find_range(p);
+  if (it == g_ranges.end() || !it->second.device) return nullptr;
+  return it->second.view + (p - it->first);
+}
 
 CUresult need_context() { return current() == nullptr ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS; }
 
@@ -421,11 +436,29 @@ CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
   REMORA_EMULATED_ENTRY();
   if (CUresult r = need_context(); r != CUDA_SUCCESS) return r;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t mapped = (bytes + 4095) / 4096 * 4096;
+  const int fd = memfd_create("remora-emulated-cuda-device-memory", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* device = MAP_FAILED;
+  void* view = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+    device = mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    view = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  if (device == MAP_FAILED || view == MAP_FAILED) {
+    if (device != MAP_FAILED) munmap(device, mapped);
+    if (view != MAP_FAILED) munmap(view, mapped);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   std::lock_guard lock(g_mu);
-  g_ranges[reinterpret_cast<uintptr_t>(p)] = Range{.size = bytes, .ctx = current(), .device = true, .owned = true};
-  *ptr = reinterpret_cast<uintptr_t>(p);
+  g_ranges[reinterpret_cast<uintptr_t>(device)] = Range{.size = bytes,
+                                                        .ctx = current(),
+                                                        .device = true,
+                                                        .owned = true,
+                                                        .view = static_cast<unsigned char*>(view),
+                                                        .mapped = mapped};
+  *ptr = reinterpret_cast<uintptr_t>(device);
   return CUDA_SUCCESS;
 }
 
@@ -434,7 +467,8 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   std::lock_guard lock(g_mu);
   auto it = g_ranges.find(ptr);
   if (it == g_ranges.end() || !it->second.device) return CUDA_ERROR_INVALID_VALUE;
-  std::free(as_pointer(ptr));
+  munmap(reinterpret_cast<void*>(ptr), it->second.mapped);  // NOLINT(performance-no-int-to-ptr)
+  munmap(it->second.view, it->second.mapped);
   g_ranges.erase(it);
   return CUDA_SUCCESS;
 }
