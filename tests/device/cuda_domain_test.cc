@@ -85,12 +85,15 @@ TEST_F(CudaDomainGpu, RegistersDeviceMemoryAsCudaRegions) {
   DeviceBuffer dev(*driver_, 1 << 20);
   ASSERT_TRUE(dev.ok()) << dev.error();
   MemoryRegistry registry(PinMode::kRequire);
-  auto region = registry.register_memory(dev.data() + 64, 4096, Access::kLocalWrite | Access::kRemoteWrite, domain);
+  auto region = registry.register_memory(dev.data() + 64, 4096, Access::kLocalWrite, domain);
   ASSERT_TRUE(region.is_ok()) << region.status().to_string();
   EXPECT_EQ(region->kind(), MemoryKind::kCuda);
   EXPECT_TRUE(region->pinned());
   EXPECT_EQ(region->remote_key().kind, MemoryKind::kCuda);
   EXPECT_EQ(registry.stats().pin_failures, 0u);
+  // Puts and gets of device memory are not staged yet, so the registry refuses remote rights.
+  auto remote = registry.register_memory(dev.data(), 4096, Access::kLocalWrite | Access::kRemoteWrite, domain);
+  EXPECT_EQ(remote.status().code(), StatusCode::kUnsupported) << remote.status().to_string();
 
   unsigned int sync_memops = 0;
   ASSERT_EQ(driver_->cuPointerGetAttribute(&sync_memops, cu::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dev.address()),
