@@ -61,4 +61,26 @@ std::string describe_cuda_result(const CudaDriver* driver, cu::CUresult result);
 /// failure: kDeviceFailed).
 Status cuda_error(const CudaDriver& driver, cu::CUresult result, std::string_view call, std::string_view what);
 
+/// Makes `ctx` current on this thread for a scope (cuCtxPushCurrent / cuCtxPopCurrent).
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriver& driver, cu::CUcontext ctx) : driver_(driver), result_(driver.cuCtxPushCurrent(ctx)) {}
+  ~ScopedContext() {
+    if (result_ != cu::CUDA_SUCCESS) return;
+    cu::CUcontext popped = nullptr;
+    driver_.cuCtxPopCurrent(&popped);
+  }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+  Status status(std::string_view what) const {
+    if (result_ == cu::CUDA_SUCCESS) return Status::ok();
+    return cuda_error(driver_, result_, "cuCtxPushCurrent", what);
+  }
+
+ private:
+  const CudaDriver& driver_;
+  cu::CUresult result_;
+};
+
 }  // namespace remora::device
