@@ -30,6 +30,8 @@ static_assert(offsetof(UnpackEntry, reserved) == 12);
 static_assert(offsetof(UnpackEntry, dst_offset) == 16);
 static_assert(offsetof(UnpackBatch, entries) == 24);
 
+#ifdef REMORA_TEST_UNPACK_FATBIN
+
 uint32_t read_u32(std::span<const unsigned char> bytes, size_t at) {
   uint32_t v = 0;
   std::memcpy(&v, bytes.data() + at, 4);
@@ -40,8 +42,6 @@ uint64_t read_u64(std::span<const unsigned char> bytes, size_t at) {
   std::memcpy(&v, bytes.data() + at, 8);
   return v;
 }
-
-#ifdef REMORA_TEST_UNPACK_FATBIN
 
 TEST(UnpackFatbin, IsWhatNvccWrote) {
   const std::span<const unsigned char> embedded = unpack_fatbin();
