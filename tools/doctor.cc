@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "remora/cuda.h"
 #include "remora/version.h"
 
 namespace remora::tools {
@@ -78,6 +79,54 @@ void print_answer(std::string_view label, const ProbeAnswer& a) {
   if (!a.fix.empty()) fmt::print("{}fix: {}\n", pad, a.fix);
 }
 
+/// The CUDA driver, as the CUDA memory domain sees it (remora/cuda.h). Device memory of a
+/// GPU moves through the staging path wherever the driver loads; a "no" says why not.
+void print_cuda(const remora::CudaProbe& p) {
+  if (!p.driver_loaded) {
+    fmt::print("  {:<24} no: {}\n", "CUDA driver", p.reason);
+  } else {
+    fmt::print("  {:<24} yes: {} (driver {}.{}), {} device(s)\n", "CUDA driver", p.driver_path,
+               p.driver_version / 1000, (p.driver_version % 1000) / 10, p.devices.size());
+    for (const auto& d : p.devices) {
+      fmt::print("    GPU {}: {} ({}), {} MiB, sm_{}{}, dmabuf export {}{}\n", d.ordinal, d.name, d.pci_bus_id,
+                 d.total_memory_bytes >> 20, d.compute_capability_major, d.compute_capability_minor,
+                 d.dmabuf_supported ? "yes" : "no", d.error.empty() ? "" : " (" + d.error + ")");
+    }
+  }
+  fmt::print("  {:<24} {}\n", "CUDA unpack kernel", p.unpack_kernel_built ? "built into this library" : "not built (no nvcc at build time)");
+}
+
+nlohmann::json cuda_json(const remora::CudaProbe& p) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : p.devices) {
+    devices.push_back({{"ordinal", d.ordinal},
+                       {"name", d.name},
+                       {"pci_bus_id", d.pci_bus_id},
+                       {"total_memory_bytes", d.total_memory_bytes},
+                       {"compute_capability", fmt::format("{}.{}", d.compute_capability_major, d.compute_capability_minor)},
+                       {"dmabuf_supported", d.dmabuf_supported},
+                       {"error", d.error}});
+  }
+  // The shape of every other answer (state, detail, reason, fix, errno ...), plus the
+  // driver's and its devices' particulars.
+  ProbeAnswer a;
+  a.state = p.driver_loaded ? ProbeAnswer::State::kYes : ProbeAnswer::State::kNo;
+  if (p.driver_loaded) {
+    a.detail = fmt::format("{} (driver {}.{}), {} device(s)", p.driver_path, p.driver_version / 1000,
+                           (p.driver_version % 1000) / 10, p.devices.size());
+  } else {
+    a.reason = p.reason;
+    a.fix = "install the NVIDIA driver (libcuda.so.1), or point REMORA_CUDA_DRIVER at it";
+  }
+  nlohmann::json j = answer_json(a);
+  j["driver_loaded"] = p.driver_loaded;
+  j["driver_path"] = p.driver_path;
+  j["driver_version"] = p.driver_version;
+  j["devices"] = std::move(devices);
+  j["unpack_kernel_built"] = p.unpack_kernel_built;
+  return j;
+}
+
 void print_report(const CapabilityReport& r) {
   fmt::print("remora doctor {}: zero-copy paths on this host (Linux {})\n\n", version_string(), r.host.kernel);
   fmt::print("Note: {}\n\n", r.hardware_note);
@@ -87,8 +136,7 @@ void print_report(const CapabilityReport& r) {
   print_answer("ethtool netlink", r.host.ethtool_family);
   print_answer("io_uring", r.host.io_uring);
   print_answer("MSG_ZEROCOPY", r.host.msg_zerocopy);
-  // ---- CUDA (driver, devices, dmabuf export): to be filled in by the CUDA memory domain.
-  fmt::print("  CUDA: {}\n", r.host.cuda.reason);
+  print_cuda(remora::probe_cuda());
   for (const InterfaceCapabilities& c : r.interfaces) {
     fmt::print("\nInterface {} (index {})\n", c.name, c.ifindex);
     print_answer("driver", c.driver);
@@ -127,8 +175,7 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"ethtool_family", answer_json(r.host.ethtool_family)},
             {"io_uring", answer_json(r.host.io_uring)},
             {"msg_zerocopy", answer_json(r.host.msg_zerocopy)},
-            // The CUDA memory domain will fill this in; until then "unknown: not probed yet".
-            {"cuda", answer_json(r.host.cuda)}}},
+            {"cuda", cuda_json(remora::probe_cuda())}}},
           {"interfaces", std::move(interfaces)},
           {"device_path_available", r.device_path_available},
           {"exit_code", exit_code(r)}};

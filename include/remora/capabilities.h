@@ -72,8 +72,9 @@ struct HostCapabilities {
   ProbeAnswer ethtool_family;  ///< the ethtool netlink family
   ProbeAnswer io_uring;        ///< a ring could be set up (detail: zero-copy opcodes)
   ProbeAnswer msg_zerocopy;    ///< SO_ZEROCOPY and one MSG_ZEROCOPY send completed (detail: copied or not)
-  /// CUDA: driver, devices and dmabuf export. Not probed yet: the CUDA memory domain
-  /// will fill this in (state kUnknown, reason "not probed yet").
+  /// CUDA: always kUnknown here ("not probed yet"): the driver, its devices and their
+  /// dmabuf export are reported by remora::probe_cuda() (remora/cuda.h), which
+  /// `remora doctor` shows in this place.
   ProbeAnswer cuda;
 };
 

@@ -5,6 +5,7 @@
 #include "remora/communicator.h"
 #include "remora/config.h"
 #include "remora/context.h"
+#include "remora/cuda.h"
 #include "remora/endpoint.h"
 #include "remora/launch.h"
 #include "remora/memory.h"

@@ -7,12 +7,14 @@
 
 #include "coll/variables.h"
 #include "core/env.h"
+#include "device/variables.h"
 #include "transport/variables.h"
 
 namespace remora::core {
 
 std::span<const VariableList> known_variable_lists() noexcept {
-  static const std::array<VariableList, 3> kLists = {core_variables(), transport::variables(), coll::variables()};
+  static const std::array<VariableList, 4> kLists = {core_variables(), transport::variables(), coll::variables(),
+                                                     device::variables()};
   return kLists;
 }
 

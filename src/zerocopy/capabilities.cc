@@ -298,9 +298,10 @@ Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& option
   utsname u{};
   if (::uname(&u) == 0) host.kernel = u.release;
 
-  // This is where the CUDA memory domain will report the driver, its devices and
-  // whether they export dmabufs (for devmem TX/RX into GPU memory). Until it exists:
-  host.cuda = unknown("not probed yet: remora has no CUDA memory domain yet");
+  // The CUDA driver, its devices and their dmabuf export are the device layer's to
+  // probe (remora::probe_cuda(), remora/cuda.h; `remora doctor` reports both); this
+  // layer sits below it and cannot.
+  host.cuda = unknown("not probed yet by probe_capabilities(): see remora::probe_cuda() in remora/cuda.h");
 
   std::optional<zerocopy::DmabufSource> source;
   if (auto s = zerocopy::best_dmabuf(kProbeDmabufBytes)) {

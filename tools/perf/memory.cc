@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "perf.h"
+#include "remora/cuda.h"
 #include "remora/testing/test_device.h"
 #include "session.h"
 
@@ -43,13 +44,16 @@ Result<std::unique_ptr<DeviceMemory>> open_test_device() {
   return std::unique_ptr<DeviceMemory>(std::make_unique<TestDeviceMemory>(std::move(device)));
 }
 
-/// The one place CUDA memory comes from. remora::cuda_domain() (remora/cuda.h) is not
-/// in this build yet; once it is, this returns a DeviceMemory over it that allocates
-/// with the driver, and every caller (memory_available, DeviceSet::open) follows.
+/// The one place CUDA memory comes from. The CUDA memory domain exists
+/// (remora::cuda_domain(), remora/cuda.h), but remora has no public allocator of device
+/// memory for the benchmark to use yet; until it has, CUDA is refused here, with the
+/// driver's own reason when there is no driver.
 Result<std::unique_ptr<DeviceMemory>> open_cuda() {
+  auto domain = cuda_domain();
+  const std::string why = domain ? std::string("the benchmark cannot allocate CUDA memory yet")
+                                 : std::string(domain.status().message());
   return Status(StatusCode::kUnsupported,
-                "cuda memory: not built into this remora yet (the CUDA memory domain is still to come); "
-                "use host or test-device memory");
+                fmt::format("cuda memory: not built into this remora yet ({}); use host or test-device memory", why));
 }
 
 Result<std::unique_ptr<DeviceMemory>> open_device(MemoryKind kind) {

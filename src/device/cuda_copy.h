@@ -1,0 +1,27 @@
+// device/cuda_copy.h — how a CUDA copy ends: an event recorded after it on its stream,
+// and a host function behind the event that ends it for test(), wait() and on_done();
+// where the driver drops the host function (after a context-wide error), a process-wide
+// watcher thread ends it from the event. The domain (device/cuda_domain.h) enqueues the
+// copy; this tracks its end.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/cuda_driver.h"
+#include "remora/memory.h"
+
+namespace remora::device {
+
+/// Call with `ctx` current right after enqueuing a copy (or a scatter) on `stream`, with
+/// nothing else enqueued there in between: records an event and enqueues the host
+/// function, and returns the copy's AsyncCopy, whose on_done is called exactly once.
+/// On an error nothing is tracked and the work already enqueued may still run: the
+/// caller waits for the stream before it returns the error.
+Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::CUcontext ctx, cu::CUstream stream,
+                                                  std::string what);
+
+/// An AsyncCopy that has already ended (a copy of 0 bytes, an empty scatter).
+std::unique_ptr<AsyncCopy> completed_copy();
+
+}  // namespace remora::device
