@@ -165,7 +165,7 @@ struct TestDeviceDomain::State {
       } else {
         e.free_at = {};  // unlimited: a copy at a rate after this one starts the clock afresh
       }
-      if (!job.fail) std::memcpy(job.dst, job.src, job.len);
+      if (!job.fail && job.len > 0) std::memcpy(job.dst, job.src, job.len);  // a 0-byte copy may name null
       if (r > 0) std::this_thread::sleep_until(e.free_at);
       if (job.fail) {
         failed.fetch_add(1, std::memory_order_relaxed);

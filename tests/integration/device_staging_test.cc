@@ -66,6 +66,7 @@ struct Side {
   }
   std::byte* data() { return dev == nullptr ? host.data() : device; }
   void write(const std::vector<std::byte>& bytes) {
+    if (bytes.empty()) return;  // memcpy of 0 bytes from a null pointer is undefined
     if (dev == nullptr) {
       std::memcpy(host.data(), bytes.data(), bytes.size());
     } else {
@@ -74,6 +75,7 @@ struct Side {
   }
   std::vector<std::byte> read(uint64_t len) {
     std::vector<std::byte> out(len);
+    if (len == 0) return out;
     if (dev == nullptr) {
       std::memcpy(out.data(), host.data(), len);
     } else {
