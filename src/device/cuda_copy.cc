@@ -314,7 +314,9 @@ class CudaCopy final : public AsyncCopy {
     // host function get there first, it makes the call instead: still exactly one.)
     Status s = event_->query(what_);
     if (s.code() != StatusCode::kInProgress) {
-      end_by_query(*state_, std::move(s));
+      // The function may destroy this copy: keep the state alive until finish returns.
+      const std::shared_ptr<CopyState> state = state_;
+      end_by_query(*state, std::move(s));
       return;
     }
     CompletionWatcher::instance().watch(state_, event_, what_);
