@@ -63,7 +63,10 @@ class Context {
 
   const Config& config() const noexcept;
   MemoryRegistry& memory() noexcept;
-  /// Registers host memory with this context's registry (see MemoryRegistry).
+  /// Registers memory with this context's registry (see MemoryRegistry): host memory,
+  /// or memory of a domain added with add_memory_domain (the one that owns the range).
+  /// A region of device memory may be granted remote reads and writes (peers' puts and
+  /// gets are staged through host memory), not remote atomics (kUnsupported).
   Result<Region> register_memory(void* ptr, size_t len, Access access);
   /// Lets this context's endpoints move memory of `domain` (a device: CUDA, the test
   /// device): a send, receive, put or get whose buffer the domain owns
@@ -71,6 +74,9 @@ class Context {
   /// overlapping the network (docs/device-memory.md). `domain` must outlive the
   /// context. kInvalidArgument for the host domain or one added before.
   Status add_memory_domain(MemoryDomain& domain);
+  /// The domain added with add_memory_domain that owns [ptr, ptr + len), or nullptr
+  /// (host memory, or memory of no domain this context knows).
+  MemoryDomain* device_domain_of(const void* ptr, size_t len);
 
   /// Listens on "host:port" ("0.0.0.0:0", "[::1]:7100", "localhost:7100").
   Result<std::unique_ptr<Listener>> listen(std::string_view address);

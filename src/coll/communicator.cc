@@ -12,6 +12,7 @@
 #include "coll/algorithms.h"
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
+#include "coll/device_stage.h"
 #include "coll/reduce.h"
 #include "engine/request_state.h"
 
@@ -108,96 +109,195 @@ Result<CollConfig> call_config(CommCore& c, std::string_view what, Algo only, co
   return coll::call_config(c.config(), what, {only}, nullptr, options);
 }
 
+/// The bytes a v-form's buffer spans: the end of its furthest block.
+size_t extent(std::span<const size_t> counts, std::span<const size_t> displs, DataType type) {
+  size_t end = 0;
+  for (size_t i = 0; i < counts.size() && i < displs.size(); ++i) {
+    if (counts[i] != 0) end = std::max(end, displs[i] + counts[i]);
+  }
+  return end * size_of(type);
+}
+
+/// `body`, its buffers of device memory staged through host memory (coll/device_stage.h),
+/// once `check` passed (nothing is allocated for a refused call). `stage` maps the
+/// buffers and returns the body over the mapped ones.
+template <typename Stage>
+Prepared prepare(CommCore& c, Status check, Stage stage) {
+  if (!check.is_ok()) return {std::move(check), {}};
+  coll::DeviceStage staging(c);
+  CommCore::Body body = stage(staging);
+  return {Status::ok(), staging.wrap(std::move(body))};
+}
+
 // One Prepared per operation; the blocking and asynchronous forms share it.
 Prepared prep_barrier() {
   return {Status::ok(), [](Op& op) { return coll::barrier(op); }};
 }
 Prepared prep_broadcast(CommCore& c, void* buf, size_t count, DataType type, int root) {
-  return {first_error({c.check_root(root), check_buffer("broadcast", buf, count, type, false)}),
-          [=](Op& op) { return coll::broadcast(op, buf, count, type, root); }};
+  return prepare(c, first_error({c.check_root(root), check_buffer("broadcast", buf, count, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   void* b = st.inout(buf, count * size_of(type));
+                   return [=](Op& op) { return coll::broadcast(op, b, count, type, root); };
+                 });
 }
 Prepared prep_reduce(CommCore& c, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
   const bool is_root = c.rank() == root;
-  return {first_error({c.check_root(root), check_op(type, rop), check_buffer("reduce send", send, count, type, is_root),
-                       check_buffer("reduce recv", is_root ? recv : nullptr, is_root ? count : 0, type, false)}),
-          [=](Op& op) { return coll::reduce(op, resolve(send, recv), recv, count, type, rop, root); }};
+  return prepare(c,
+                 first_error({c.check_root(root), check_op(type, rop), check_buffer("reduce send", send, count, type, is_root),
+                              check_buffer("reduce recv", is_root ? recv : nullptr, is_root ? count : 0, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const size_t bytes = count * size_of(type);
+                   const void* s = st.in(send, bytes);
+                   void* r = st.inout(is_root ? recv : nullptr, is_root ? bytes : 0);
+                   if (!is_root) r = recv;
+                   return [=](Op& op) { return coll::reduce(op, resolve(s, r), r, count, type, rop, root); };
+                 });
 }
-Prepared prep_allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  return {first_error({check_op(type, rop), check_buffer("allreduce send", send, count, type, true),
-                       check_buffer("allreduce recv", recv, count, type, false)}),
-          [=](Op& op) { return coll::allreduce(op, resolve(send, recv), recv, count, type, rop); }};
+Prepared prep_allreduce(CommCore& c, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  return prepare(c,
+                 first_error({check_op(type, rop), check_buffer("allreduce send", send, count, type, true),
+                              check_buffer("allreduce recv", recv, count, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const size_t bytes = count * size_of(type);
+                   const void* s = st.in(send, bytes);
+                   void* r = st.inout(recv, bytes);
+                   return [=](Op& op) { return coll::allreduce(op, resolve(s, r), r, count, type, rop); };
+                 });
 }
 Prepared prep_gather(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return {first_error({c.check_root(root), check_buffer("gather send", send, count, type, is_root),
-                       check_buffer("gather recv", is_root ? recv : nullptr, is_root ? count * c.size() : 0, type, false)}),
-          [=](Op& op) { return coll::gather(op, in_place_null(send), recv, count, type, root); }};
+  return prepare(c,
+                 first_error({c.check_root(root), check_buffer("gather send", send, count, type, is_root),
+                              check_buffer("gather recv", is_root ? recv : nullptr, is_root ? count * c.size() : 0,
+                                           type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = st.in(send, count * size_of(type));
+                   void* r = is_root ? st.inout(recv, count * size_of(type) * c.size()) : recv;
+                   return [=](Op& op) { return coll::gather(op, in_place_null(s), r, count, type, root); };
+                 });
 }
 Prepared prep_gatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
                       std::span<const size_t> displs, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return {first_error({c.check_root(root), check_buffer("gatherv send", send, send_count, type, is_root),
-                       is_root ? check_counts("gatherv", counts, displs, c.size(), type) : Status::ok(),
-                       check_buffer("gatherv recv", is_root ? recv : nullptr, is_root ? 1 : 0, type, false)}),
-          [=](Op& op) { return coll::gatherv(op, in_place_null(send), send_count, recv, counts, displs, type, root); }};
+  return prepare(c,
+                 first_error({c.check_root(root), check_buffer("gatherv send", send, send_count, type, is_root),
+                              is_root ? check_counts("gatherv", counts, displs, c.size(), type) : Status::ok(),
+                              check_buffer("gatherv recv", is_root ? recv : nullptr, is_root ? 1 : 0, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = st.in(send, send_count * size_of(type));
+                   void* r = is_root ? st.inout(recv, extent(counts, displs, type)) : recv;
+                   return [=](Op& op) {
+                     return coll::gatherv(op, in_place_null(s), send_count, r, counts, displs, type, root);
+                   };
+                 });
 }
 Prepared prep_scatter(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return {first_error({c.check_root(root),
-                       check_buffer("scatter send", is_root ? send : nullptr, is_root ? count * c.size() : 0, type, false),
-                       check_buffer("scatter recv", recv, count, type, is_root)}),
-          [=](Op& op) { return coll::scatter(op, send, recv == kInPlace ? nullptr : recv, count, type, root); }};
+  return prepare(c,
+                 first_error({c.check_root(root),
+                              check_buffer("scatter send", is_root ? send : nullptr, is_root ? count * c.size() : 0,
+                                           type, false),
+                              check_buffer("scatter recv", recv, count, type, is_root)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = is_root ? st.in(send, count * size_of(type) * c.size()) : send;
+                   void* r = st.inout(recv, count * size_of(type));
+                   return [=](Op& op) {
+                     return coll::scatter(op, s, r == kInPlace ? nullptr : r, count, type, root);
+                   };
+                 });
 }
 Prepared prep_scatterv(CommCore& c, const void* send, std::span<const size_t> counts, std::span<const size_t> displs,
                        void* recv, size_t recv_count, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return {first_error({c.check_root(root), is_root ? check_counts("scatterv", counts, displs, c.size(), type) : Status::ok(),
-                       check_buffer("scatterv send", is_root ? send : nullptr, is_root ? 1 : 0, type, false),
-                       check_buffer("scatterv recv", recv, recv_count, type, is_root)}),
-          [=](Op& op) {
-            return coll::scatterv(op, send, counts, displs, recv == kInPlace ? nullptr : recv, recv_count, type, root);
-          }};
+  return prepare(c,
+                 first_error({c.check_root(root),
+                              is_root ? check_counts("scatterv", counts, displs, c.size(), type) : Status::ok(),
+                              check_buffer("scatterv send", is_root ? send : nullptr, is_root ? 1 : 0, type, false),
+                              check_buffer("scatterv recv", recv, recv_count, type, is_root)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = is_root ? st.in(send, extent(counts, displs, type)) : send;
+                   void* r = st.inout(recv, recv_count * size_of(type));
+                   return [=](Op& op) {
+                     return coll::scatterv(op, s, counts, displs, r == kInPlace ? nullptr : r, recv_count, type, root);
+                   };
+                 });
 }
 Prepared prep_allgather(CommCore& c, const void* send, void* recv, size_t count, DataType type) {
-  return {first_error({check_buffer("allgather send", send, count, type, true),
-                       check_buffer("allgather recv", recv, count * c.size(), type, false)}),
-          [=](Op& op) { return coll::allgather(op, in_place_null(send), recv, count, type); }};
+  return prepare(c,
+                 first_error({check_buffer("allgather send", send, count, type, true),
+                              check_buffer("allgather recv", recv, count * c.size(), type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = st.in(send, count * size_of(type));
+                   void* r = st.inout(recv, count * size_of(type) * c.size());
+                   return [=](Op& op) { return coll::allgather(op, in_place_null(s), r, count, type); };
+                 });
 }
 Prepared prep_allgatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
                          std::span<const size_t> displs, DataType type) {
-  return {first_error({check_buffer("allgatherv send", send, send_count, type, true),
-                       check_counts("allgatherv", counts, displs, c.size(), type)}),
-          [=](Op& op) { return coll::allgatherv(op, in_place_null(send), send_count, recv, counts, displs, type); }};
+  return prepare(c,
+                 first_error({check_buffer("allgatherv send", send, send_count, type, true),
+                              check_counts("allgatherv", counts, displs, c.size(), type)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = st.in(send, send_count * size_of(type));
+                   void* r = st.inout(recv, extent(counts, displs, type));
+                   return [=](Op& op) {
+                     return coll::allgatherv(op, in_place_null(s), send_count, r, counts, displs, type);
+                   };
+                 });
 }
 Prepared prep_reduce_scatter(CommCore& c, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
-  return {first_error({check_op(type, rop), check_buffer("reduce_scatter send", send, recv_count * c.size(), type, true),
-                       check_buffer("reduce_scatter recv", recv, send == kInPlace ? recv_count * c.size() : recv_count,
-                                    type, false)}),
-          [=](Op& op) { return coll::reduce_scatter(op, resolve(send, recv), recv, recv_count, type, rop); }};
+  return prepare(c,
+                 first_error({check_op(type, rop),
+                              check_buffer("reduce_scatter send", send, recv_count * c.size(), type, true),
+                              check_buffer("reduce_scatter recv", recv,
+                                           send == kInPlace ? recv_count * c.size() : recv_count, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const size_t block = recv_count * size_of(type);
+                   const void* s = st.in(send, block * c.size());
+                   void* r = st.inout(recv, send == kInPlace ? block * c.size() : block);
+                   return [=](Op& op) { return coll::reduce_scatter(op, resolve(s, r), r, recv_count, type, rop); };
+                 });
 }
 Prepared prep_alltoall(CommCore& c, const void* send, void* recv, size_t count, DataType type) {
-  return {first_error({check_buffer("alltoall send", send, count * c.size(), type, false),
-                       check_buffer("alltoall recv", recv, count * c.size(), type, false)}),
-          [=](Op& op) { return coll::alltoall(op, send, recv, count, type); }};
+  return prepare(c,
+                 first_error({check_buffer("alltoall send", send, count * c.size(), type, false),
+                              check_buffer("alltoall recv", recv, count * c.size(), type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = st.in(send, count * size_of(type) * c.size());
+                   void* r = st.inout(recv, count * size_of(type) * c.size());
+                   return [=](Op& op) { return coll::alltoall(op, s, r, count, type); };
+                 });
 }
 Prepared prep_alltoallv(CommCore& c, const void* send, std::span<const size_t> scounts, std::span<const size_t> sdispls,
                         void* recv, std::span<const size_t> rcounts, std::span<const size_t> rdispls, DataType type) {
-  return {first_error({check_counts("alltoallv send", scounts, sdispls, c.size(), type),
-                       check_counts("alltoallv recv", rcounts, rdispls, c.size(), type),
-                       check_buffer("alltoallv send", send, 0, type, false),
-                       check_buffer("alltoallv recv", recv, 0, type, false)}),
-          [=](Op& op) { return coll::alltoallv(op, send, scounts, sdispls, recv, rcounts, rdispls, type); }};
+  return prepare(c,
+                 first_error({check_counts("alltoallv send", scounts, sdispls, c.size(), type),
+                              check_counts("alltoallv recv", rcounts, rdispls, c.size(), type),
+                              check_buffer("alltoallv send", send, 0, type, false),
+                              check_buffer("alltoallv recv", recv, 0, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const void* s = st.in(send, extent(scounts, sdispls, type));
+                   void* r = st.inout(recv, extent(rcounts, rdispls, type));
+                   return [=](Op& op) { return coll::alltoallv(op, s, scounts, sdispls, r, rcounts, rdispls, type); };
+                 });
 }
-Prepared prep_scan(bool exclusive, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+Prepared prep_scan(CommCore& c, bool exclusive, const void* send, void* recv, size_t count, DataType type,
+                   ReduceOp rop) {
   // A prefix has no single divisor that kAvg could mean (the communicator's size? the
   // prefix's length?), so scans refuse it rather than pick one silently.
   Status no_avg = rop == ReduceOp::kAvg ? invalid("avg is not defined for scan and exscan") : Status::ok();
-  return {first_error({no_avg, check_op(type, rop), check_buffer("scan send", send, count, type, true),
-                       check_buffer("scan recv", recv, count, type, false)}),
-          [=](Op& op) {
-            return exclusive ? coll::exscan(op, resolve(send, recv), recv, count, type, rop)
-                             : coll::scan(op, resolve(send, recv), recv, count, type, rop);
-          }};
+  return prepare(c,
+                 first_error({no_avg, check_op(type, rop), check_buffer("scan send", send, count, type, true),
+                              check_buffer("scan recv", recv, count, type, false)}),
+                 [&](coll::DeviceStage& st) -> CommCore::Body {
+                   const size_t bytes = count * size_of(type);
+                   const void* s = st.in(send, bytes);
+                   void* r = st.inout(recv, bytes);
+                   return [=](Op& op) {
+                     return exclusive ? coll::exscan(op, resolve(s, r), r, count, type, rop)
+                                      : coll::scan(op, resolve(s, r), r, count, type, rop);
+                   };
+                 });
 }
 
 }  // namespace
@@ -267,12 +367,12 @@ Request Communicator::ireduce(const void* send, void* recv, size_t count, DataTy
 }
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                const CollectiveOptions& options) {
-  return run(*core_, prep_allreduce(send, recv, count, type, op),
+  return run(*core_, prep_allreduce(*core_, send, recv, count, type, op),
              call_config(*core_, CollectiveKind::kAllreduce, options));
 }
 Request Communicator::iallreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                  const CollectiveOptions& options) {
-  return post(*core_, prep_allreduce(send, recv, count, type, op),
+  return post(*core_, prep_allreduce(*core_, send, recv, count, type, op),
               call_config(*core_, CollectiveKind::kAllreduce, options));
 }
 Status Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root,
@@ -373,22 +473,22 @@ Request Communicator::ialltoallv(const void* send, std::span<const size_t> send_
 }
 Status Communicator::scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                           const CollectiveOptions& options) {
-  return run(*core_, prep_scan(false, send, recv, count, type, op),
+  return run(*core_, prep_scan(*core_, false, send, recv, count, type, op),
              call_config(*core_, "scan", Algo::kRecursiveDoubling, options));
 }
 Request Communicator::iscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                             const CollectiveOptions& options) {
-  return post(*core_, prep_scan(false, send, recv, count, type, op),
+  return post(*core_, prep_scan(*core_, false, send, recv, count, type, op),
               call_config(*core_, "scan", Algo::kRecursiveDoubling, options));
 }
 Status Communicator::exscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                             const CollectiveOptions& options) {
-  return run(*core_, prep_scan(true, send, recv, count, type, op),
+  return run(*core_, prep_scan(*core_, true, send, recv, count, type, op),
              call_config(*core_, "exscan", Algo::kRecursiveDoubling, options));
 }
 Request Communicator::iexscan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                               const CollectiveOptions& options) {
-  return post(*core_, prep_scan(true, send, recv, count, type, op),
+  return post(*core_, prep_scan(*core_, true, send, recv, count, type, op),
               call_config(*core_, "exscan", Algo::kRecursiveDoubling, options));
 }
 

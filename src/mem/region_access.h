@@ -13,7 +13,8 @@
 //     unpins the pages and returns — so after it returns remora never touches the
 //     memory again, and the application may free it.
 // Brackets must be short and must not block (one non-blocking send/recv, one memcpy,
-// one atomic instruction).
+// one atomic instruction, or one asynchronous device copy: open from its start to its
+// end, which the copy's own thread closes; see transport/staging.h).
 #pragma once
 
 #include <cstddef>
@@ -43,6 +44,12 @@ class RegionAccess {
   RegionId region() const noexcept { return region_; }
   /// Offset of address() from the region's first byte.
   uint64_t region_offset() const noexcept { return region_offset_; }
+  /// The domain whose memory the region is (the host's for host memory).
+  MemoryDomain* domain() const noexcept { return domain_; }
+  /// The device domain of a region of device memory; null for host memory.
+  MemoryDomain* device() const noexcept {
+    return domain_ != nullptr && domain_->kind() != MemoryKind::kHost ? domain_ : nullptr;
+  }
 
   /// Opens a bracket: true if the region is still registered (touch the memory, then
   /// call end()); false if it was deregistered (do not touch it; no end()).
@@ -58,6 +65,7 @@ class RegionAccess {
   size_t length_ = 0;
   RegionId region_{};
   uint64_t region_offset_ = 0;
+  MemoryDomain* domain_ = nullptr;
 };
 
 /// The library's way into a MemoryRegistry's state (a friend of the public class).

@@ -259,13 +259,13 @@ Result<Region> MemoryRegistry::register_memory(void* ptr, size_t len, Access acc
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("register_memory: {} + {} bytes is not {} memory", ptr, len, domain.name()));
   }
-  if (domain.kind() != MemoryKind::kHost && (access & kRemoteAccessMask) != Access::kNone) {
-    // The target serves puts and gets straight from and into the region's memory; for
-    // a device's, that needs the staging path, which puts and gets do not take yet.
+  if (domain.kind() != MemoryKind::kHost && (access & Access::kRemoteAtomic) != Access::kNone) {
+    // The target applies atomics with the CPU's atomic instructions on the region's
+    // memory; a device's is reachable only through its copies (puts and gets of it are
+    // staged through host memory instead).
     return Status(StatusCode::kUnsupported,
-                  fmt::format("register_memory: remote access to {} memory is not supported yet (puts and gets of "
-                              "device memory are not staged; sends and receives are: docs/device-memory.md); "
-                              "register it with Access::kLocalWrite only",
+                  fmt::format("register_memory: remote atomics on {} memory are not supported (remote reads and "
+                              "writes are: docs/device-memory.md); register it without Access::kRemoteAtomic",
                               domain.name()));
   }
   REMORA_ASSIGN_OR_RETURN(const detail::MacKey mac_key, random_mac_key());
@@ -388,6 +388,7 @@ Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const Remote
   access.address_ = slot->base + access.region_offset_;
   access.length_ = static_cast<size_t>(length);
   access.region_ = key.region;
+  access.domain_ = slot->domain;
   return access;
 }
 

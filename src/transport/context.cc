@@ -59,6 +59,14 @@ Status ContextCore::add_memory_domain(MemoryDomain& domain) {
   return Status::ok();
 }
 
+MemoryDomain* ContextCore::device_of(const void* ptr, size_t len) {
+  engine::ProgressEngine::Guard guard(*engine_);
+  for (MemoryDomain* d : domains_) {
+    if (d->owns(ptr, len)) return d;
+  }
+  return nullptr;
+}
+
 void ContextCore::adopt(const std::shared_ptr<EndpointCore>& ep) {
   // Keyed by a number of our own, not the EndpointId: the id is chosen by the
   // accepting side, so both ends of a connection to this same context carry it.
@@ -225,9 +233,10 @@ Result<std::unique_ptr<Context>> Context::create(const Config& config) {
 const Config& Context::config() const noexcept { return core_->config(); }
 MemoryRegistry& Context::memory() noexcept { return core_->memory(); }
 Result<Region> Context::register_memory(void* ptr, size_t len, Access access) {
-  return core_->memory().register_memory(ptr, len, access);
+  return core_->memory().register_memory(ptr, len, access, core_->domain_of(ptr, len));
 }
 Status Context::add_memory_domain(MemoryDomain& domain) { return core_->add_memory_domain(domain); }
+MemoryDomain* Context::device_domain_of(const void* ptr, size_t len) { return core_->device_of(ptr, len); }
 Result<std::unique_ptr<Listener>> Context::listen(std::string_view address) { return core_->listen(address); }
 Result<std::shared_ptr<Endpoint>> Context::connect(std::string_view address, Duration timeout) {
   return core_->connect(address, timeout);

@@ -34,6 +34,13 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   MemoryRegistry& memory() noexcept { return registry_; }
   /// See Context::add_memory_domain. Takes the lock.
   Status add_memory_domain(MemoryDomain& domain);
+  /// The added (device) domain that owns [ptr, ptr + len), else null. Takes the lock.
+  MemoryDomain* device_of(const void* ptr, size_t len);
+  /// device_of, else the host's domain.
+  MemoryDomain& domain_of(const void* ptr, size_t len) {
+    MemoryDomain* device = device_of(ptr, len);
+    return device != nullptr ? *device : host_domain();
+  }
   const std::shared_ptr<engine::ProgressEngine>& engine() const noexcept { return engine_; }
 
   Result<std::unique_ptr<Listener>> listen(std::string_view address);

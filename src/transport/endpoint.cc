@@ -190,23 +190,20 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   return r;
 }
 
-namespace {
-Status device_rma_refused(std::string_view what, const MemoryDomain& d) {
-  return Status(StatusCode::kUnsupported,
-                fmt::format("a {} from or into {} memory: puts and gets of device memory are not staged yet (sends "
-                            "and receives are; docs/device-memory.md)",
-                            what, d.name()));
-}
-}  // namespace
-
 template <typename Post>
 Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t length, std::string_view what) {
   engine::ProgressEngine::Guard guard(*engine_);
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
-  if (const MemoryDomain* d = device_of(local, length)) {
-    return Request(RequestState::completed(device_rma_refused(what, *d), 0, Tag{}));
+  std::optional<StagingContext> staging;
+  if (MemoryDomain* d = device_of(local, length)) {
+    // Device memory: its bytes are staged (an inline put's were copied before posting
+    // and come here as host memory).
+    auto made = staging_for(d, /*tx=*/what == "put");
+    if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
+    staging = std::move(*made);
+    ++stats_.staged_transfers;
   }
-  RmaInitiator::Posted posted = post();
+  RmaInitiator::Posted posted = post(staging ? &*staging : nullptr);
   if (posted.issued) {
     // One round at most: the first chunks go out from this thread, and the rest moves
     // on progress rounds (the progress thread's, or a waiting thread's), so posting
@@ -219,19 +216,55 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
 
 Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                           const PutOptions& options) {
-  return post_one_sided([&] { return initiator_.put(local, key, offset, options, travels_inline(local.size())); },
-                        local.data(), local.size(), "put");
+  const bool inline_class = travels_inline(local.size());
+  if (inline_class && !local.empty()) {
+    MemoryDomain* device = nullptr;
+    {
+      engine::ProgressEngine::Guard guard(*engine_);
+      device = device_of(local.data(), local.size());
+    }
+    if (device != nullptr) return put_from_device_inline(*device, local, key, offset, options);
+  }
+  return post_one_sided(
+      [&](const StagingContext* staging) {
+        return initiator_.put(local, key, offset, options, inline_class, staging);
+      },
+      local.data(), local.size(), "put");
+}
+
+Request EndpointCore::put_from_device_inline(MemoryDomain& device, std::span<const std::byte> local,
+                                             const RemoteKey& key, uint64_t offset, const PutOptions& options) {
+  // Its bytes travel in the PUT frame: copy them to host memory first, without the
+  // progress lock (the copy is at most the eager limit).
+  std::vector<std::byte> bounce(local.size());
+  auto copy = device.copy_to_host(bounce.data(), local.data(), local.size());
+  Status copied = copy ? (*copy)->wait(std::chrono::milliseconds(config_.wait_timeout_ms)) : copy.status();
+  if (!copied) {
+    return Request(RequestState::completed(
+        copied.with_context(fmt::format("put of {} bytes from {} memory", local.size(), device.name())), 0, Tag{}));
+  }
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
+  ++stats_.staged_transfers;
+  RmaInitiator::Posted posted =
+      initiator_.put(local, key, offset, options, /*inline_class=*/true, nullptr, std::move(bounce));
+  if (posted.issued) pump(/*one_round=*/true);
+  return std::move(posted.request);
 }
 
 Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
-  return post_one_sided([&] { return initiator_.get(local, key, offset, travels_inline(local.size())); }, local.data(),
-                        local.size(), "get");
+  return post_one_sided(
+      [&](const StagingContext* staging) {
+        return initiator_.get(local, key, offset, travels_inline(local.size()), staging);
+      },
+      local.data(), local.size(), "get");
 }
 
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
                              uint64_t operand, uint64_t compare) {
-  return post_one_sided([&] { return initiator_.atomic(result, key, offset, op, operand, compare); }, nullptr, 0,
-                        "atomic");
+  return post_one_sided(
+      [&](const StagingContext*) { return initiator_.atomic(result, key, offset, op, operand, compare); }, nullptr, 0,
+      "atomic");
 }
 
 Request EndpointCore::flush() {
@@ -352,6 +385,7 @@ void EndpointCore::staging_progressed() {
     entry.first->req->complete(entry.second, entry.first->in.received);
     return true;
   });
+  initiator_.staging_progressed();
   if (state_ != State::kActive && state_ != State::kDraining) return;
   chunks_.unstall();
   if (state_ == State::kDraining) maybe_finalize();
@@ -882,11 +916,22 @@ void EndpointCore::sent(TxTransfer& out) {
       return;
     }
     case wire::ChunkKind::kPut:
-      // Nothing to do: the put completes at its RESP, which the target sends only once
-      // every byte is in (an earlier RESP is a protocol violation, see
-      // RmaInitiator::handle_resp).
+      // The put completes at its RESP, which the target sends only once every byte is
+      // in (an earlier RESP is a protocol violation, see RmaInitiator::handle_resp). A
+      // put whose device memory could not be staged was cut short: the target hears
+      // that nothing more comes, and answers.
+      if (!out.failure.is_ok()) {
+        append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
+      }
       return;
-    case wire::ChunkKind::kGet: target_.get_sent(out.owner); return;
+    case wire::ChunkKind::kGet:
+      // A served get out of device memory that could not be staged was cut short: the
+      // initiator hears that nothing more comes (the RESP then says device_failed).
+      if (!out.failure.is_ok()) {
+        append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
+      }
+      target_.get_sent(out.owner);
+      return;
   }
 }
 

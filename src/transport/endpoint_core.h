@@ -176,6 +176,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// first round of progress.
   template <typename Post>
   Request post_one_sided(const Post& post, const void* local, size_t length, std::string_view what);
+  /// A put of device memory small enough to travel in its PUT frame.
+  Request put_from_device_inline(MemoryDomain& device, std::span<const std::byte> local, const RemoteKey& key,
+                                 uint64_t offset, const PutOptions& options);
   /// The one-sided parts' share of a failure.
   void fail_one_sided(const Status& why);
 
@@ -189,8 +192,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// when the context has no device domains: one branch on the hot path).
   MemoryDomain* device_of(const void* p, size_t n) const;
   /// The endpoint's staging for `domain` in one direction, its pool made (and prepared
-  /// with the domain) on first use.
-  Result<StagingContext> staging_for(MemoryDomain* domain, bool tx);
+  /// with the domain) on first use. (Also RmaTarget::Owner's, for device regions.)
+  Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) override;
+  const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return engine_; }
+  void replies_queued() override {
+    if (state_ == State::kActive || state_ == State::kDraining) flush_control();
+  }
   /// Completes a failed receive whose copies into device memory are still in flight
   /// once they have ended (then nothing writes to its buffer any more), else now.
   void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);

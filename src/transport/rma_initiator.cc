@@ -74,22 +74,39 @@ std::unique_ptr<RmaInitiator::Op> RmaInitiator::new_op(Op::Kind kind, const Remo
 }
 
 RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
-                                       const PutOptions& options, bool inline_class) {
+                                       const PutOptions& options, bool inline_class, const StagingContext* staging,
+                                       std::vector<std::byte> bounce) {
   auto op = new_op(Op::Kind::kPut, key, offset, local.size(), inline_class);
   op->src = local.data();
+  if (!bounce.empty()) {
+    op->bounce = std::move(bounce);
+    op->src = op->bounce.data();
+  }
+  if (staging != nullptr && !inline_class) {
+    op->staged_source = std::make_unique<StagingSource>(*staging, local.data(), local.size());
+    // Start staging now: the copies overlap the PUT's way to the target.
+    (void)op->staged_source->prepare(0, std::min<uint64_t>(staging->chunk_bytes, local.size()));
+  }
   op->has_notify = options.notify.has_value();
   op->notify = options.notify.value_or(0);
   return post(std::move(op));
 }
 
 RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset,
-                                       bool inline_class) {
+                                       bool inline_class, const StagingContext* staging) {
   auto op = new_op(Op::Kind::kGet, key, offset, local.size(), inline_class);
   op->dst = local.data();
   op->sink = HostSink(local.data());
   op->in.kind = wire::ChunkKind::kGet;
   op->in.length = local.size();
   op->in.sink = &op->sink;
+  if (staging != nullptr) {
+    op->staging = *staging;
+    if (!inline_class) {
+      op->staged_sink = std::make_unique<StagingSink>(*staging, local.data(), &op->in);
+      op->in.sink = op->staged_sink.get();
+    }
+  }
   return post(std::move(op));
 }
 
@@ -147,7 +164,7 @@ void RmaInitiator::issue(Op* op) {
         op->out.owner = op->id;
         op->out.chunk_id = op->id;
         op->out.length = op->length;
-        op->out.source = &op->source;
+        op->out.source = op->staged_source ? static_cast<ChunkSource*>(op->staged_source.get()) : &op->source;
         owner_.send_chunks(&op->out);
       }
       return;
@@ -212,6 +229,7 @@ void RmaInitiator::complete(Op* op, const Status& s) {
   if (s.is_ok()) {
     if (op->kind == Op::Kind::kPut) stats_.rma_bytes_put += op->length;
     if (op->kind == Op::Kind::kGet) stats_.rma_bytes_got += op->length;
+    if (op->staged_source || op->staged_sink || !op->bounce.empty() || op->staging) stats_.staged_bytes += op->length;
   }
   op->req->complete(s, s.is_ok() ? op->length : 0);
   ops_.erase(op->id);
@@ -224,6 +242,44 @@ void RmaInitiator::complete(Op* op, const Status& s) {
 void RmaInitiator::maybe_finish_get(Op* op) {
   if (!op->responded || op->in.placed != op->in.announced) return;
   complete(op, op->in.failure.is_ok() ? op->status : op->in.failure);
+}
+
+void RmaInitiator::copy_reply_into_device(Op* op, std::span<const std::byte> payload) {
+  MemoryDomain& domain = op->staging->pool->domain();
+  // The reply lives in the control stream's buffer only for this call: the copy takes
+  // its own (an inline reply is at most the eager limit).
+  auto held = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
+  auto copy = domain.copy_from_host(op->dst, held->data(), held->size());
+  if (!copy) {
+    complete(op, copy.status().with_context(fmt::format("get of {} bytes into {} memory", op->length, domain.name())));
+    return;
+  }
+  op->copying = true;
+  when_copied(op->staging->engine, std::move(*copy),
+              [weak = std::weak_ptr<RmaInitiator*>(self_), id = op->id, held](const Status& s) {
+                if (auto self = weak.lock()) (*self)->reply_copied(id, s);
+              });
+}
+
+void RmaInitiator::reply_copied(uint64_t op_id, const Status& copy) {
+  if (auto it = ops_.find(op_id); it != ops_.end()) {
+    Op* op = it->second.get();
+    op->copying = false;
+    complete(op, copy.is_ok() ? op->status : copy);
+    return;
+  }
+  for (auto& [op, why] : draining_) {
+    if (op->id == op_id) op->copying = false;
+  }
+  staging_progressed();
+}
+
+void RmaInitiator::staging_progressed() {
+  std::erase_if(draining_, [](auto& entry) {
+    if (writing_device(*entry.first)) return false;
+    entry.first->req->complete(entry.second, 0);
+    return true;
+  });
 }
 
 RxTransfer* RmaInitiator::get_transfer(uint64_t op_id) {
@@ -269,6 +325,12 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
                                                   op->length, op->offset, peer_, describe(f.status)));
   switch (op->kind) {
     case Op::Kind::kPut:
+      if (!op->out.failure.is_ok()) {
+        // Its device memory could not be staged: it was cut short (ABORT), and the
+        // target's verdict is about the bytes it never got.
+        complete(op, op->out.failure);
+        break;
+      }
       if (!op->inline_class && op->out.written != op->length) {
         owner_.protocol_error("RESP for put " + std::to_string(op->id) + " before all of its data was sent");
         return;
@@ -286,6 +348,10 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
             owner_.protocol_error(fmt::format("RESP for a {}-byte get carries {} inline bytes", op->length,
                                               f.inline_data ? f.payload.size() : 0));
             return;
+          }
+          if (op->staging && op->length > 0) {
+            copy_reply_into_device(op, f.payload);
+            break;
           }
           if (op->length > 0) std::memcpy(op->dst, f.payload.data(), op->length);
         }
@@ -305,7 +371,13 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
 
 void RmaInitiator::fail(const Status& why) {
   waiting_.clear();
-  for (auto& [id, op] : ops_) op->req->complete(why, 0);
+  for (auto& [id, op] : ops_) {
+    if (writing_device(*op)) {
+      draining_.emplace_back(std::move(op), why);  // completes when its copies end
+    } else {
+      op->req->complete(why, 0);
+    }
+  }
   ops_.clear();
   issued_ = 0;
   seq_done_.clear();

@@ -12,21 +12,35 @@
 // operation's data travels inline is the endpoint's decision, given at posting; the
 // endpoint also admits the operation (active, not too many outstanding) and makes
 // progress after it. Runs under the progress lock.
+//
+// Local device memory (the endpoint passes a StagingContext): a chunked put's data is
+// staged out of the device by a StagingSource and a chunked get's into it by a
+// StagingSink (transport/staging.h); an inline put's bytes were copied to host memory
+// by the endpoint before posting, and an inline get's reply is copied into the device
+// after its RESP, the get completing when that copy ends. A failed copy fails its
+// operation only (a chunked put's target hears of it through ABORT). An operation
+// that fails while copies into its device memory are in flight completes only once
+// they have ended: its buffer is the application's again only when nothing writes to
+// it any more.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "engine/progress.h"
 #include "engine/request_state.h"
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
@@ -61,11 +75,15 @@ class RmaInitiator {
     bool issued = false;       ///< its frame is queued now (else it waits for the peer's window)
     bool pushes_data = false;  ///< issued, and a chunked put: its data is ready for the streams
   };
-  /// `inline_class`: the data travels in the PUT frame (else in chunks).
+  /// `inline_class`: the data travels in the PUT frame (else in chunks). `staging`:
+  /// `local` is device memory, staged in chunks (chunked class; an inline put of
+  /// device memory comes here as its host copy, held by `bounce`).
   Posted put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options,
-             bool inline_class);
-  /// `inline_class`: the data comes back in the RESP frame (else in chunks).
-  Posted get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset, bool inline_class);
+             bool inline_class, const StagingContext* staging = nullptr, std::vector<std::byte> bounce = {});
+  /// `inline_class`: the data comes back in the RESP frame (else in chunks). `staging`:
+  /// `local` is device memory of the staging pool's domain.
+  Posted get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset, bool inline_class,
+             const StagingContext* staging = nullptr);
   /// `compare` is used by kCompareSwap only.
   Posted atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                 uint64_t compare);
@@ -83,8 +101,12 @@ class RmaInitiator {
 
   /// Operations posted and not complete (those waiting for the window included).
   size_t outstanding() const noexcept { return ops_.size(); }
-  /// Completes every operation and flush with `why` and forgets them.
+  /// Completes every operation and flush with `why` and forgets them; those with
+  /// copies into device memory in flight complete when the copies end
+  /// (staging_progressed).
   void fail(const Status& why);
+  /// Staging went on (a copy ended): failed gets whose copies have all ended complete.
+  void staging_progressed();
 
  private:
   struct Op {
@@ -103,10 +125,15 @@ class RmaInitiator {
     uint64_t notify = 0;
     HostSource source;
     TxTransfer out;
+    std::unique_ptr<StagingSource> staged_source;  // a chunked put of device memory: out.source
+    std::vector<std::byte> bounce;                 // an inline put of device memory: src points here
     // get
     std::byte* dst = nullptr;
     HostSink sink;
     RxTransfer in;
+    std::optional<StagingContext> staging;     // a get into device memory
+    std::unique_ptr<StagingSink> staged_sink;  // chunked: in.sink is this
+    bool copying = false;                      // inline: its reply is being copied into the device
     // atomic
     wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;
     uint64_t operand = 0, compare = 0;
@@ -128,6 +155,13 @@ class RmaInitiator {
   void issue_waiting();
   void complete(Op* op, const Status& s);
   void maybe_finish_get(Op* op);
+  /// An inline get into device memory: copy the reply there, then complete.
+  void copy_reply_into_device(Op* op, std::span<const std::byte> payload);
+  void reply_copied(uint64_t op_id, const Status& copy);
+  /// Copies into the op's device memory are in flight.
+  static bool writing_device(const Op& op) noexcept {
+    return op.copying || (op.staged_sink && op.staged_sink->in_flight() > 0);
+  }
   bool pending_through(uint64_t seq) const noexcept { return !seq_done_.empty() && seq_base_ <= seq; }
 
   Owner& owner_;
@@ -149,6 +183,10 @@ class RmaInitiator {
   std::deque<Flush> flushes_;
   uint64_t flushed_through_ = 0;  // the last seq an earlier flush covered
   Status unflushed_failure_;      // first failure of a put/atomic no flush has covered yet
+  /// Failed gets waiting for their copies into device memory to end, and why they failed.
+  std::vector<std::pair<std::unique_ptr<Op>, Status>> draining_;
+  /// What a device copy's end holds to reach this initiator (it may be gone by then).
+  std::shared_ptr<RmaInitiator*> self_ = std::make_shared<RmaInitiator*>(this);
 };
 
 }  // namespace remora::detail

@@ -77,18 +77,22 @@ void RmaTarget::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
 }
 
 void RmaTarget::serve_put(const wire::PutFrame& f) {
-  RegionAccess access;
-  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, &access);
+  auto access = std::make_shared<RegionAccess>();
+  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, access.get());
   if (verdict == RmaStatus::kOk && f.has_notify && notifications_.full(limits_.notifications)) {
     ++stats_.refused;
     verdict = RmaStatus::kNoResource;
   }
 
   if (f.inline_data) {
+    if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
+      serve_device_inline_put(f, std::move(access));
+      return;
+    }
     if (verdict == RmaStatus::kOk && f.length > 0) {
-      if (access.begin()) {
-        std::memcpy(access.address(), f.payload.data(), f.length);
-        access.end();
+      if (access->begin()) {
+        std::memcpy(access->address(), f.payload.data(), f.length);
+        access->end();
       } else {
         verdict = RmaStatus::kRevoked;
       }
@@ -97,7 +101,7 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
       ++stats_.served_puts;
       if (f.has_notify) {
         notifications_.deliver(Notification{
-            .value = f.notify, .region = access.region(), .offset = access.region_offset(), .length = f.length});
+            .value = f.notify, .region = access->region(), .offset = access->region_offset(), .length = f.length});
       }
     }
     send_resp(f.op_id, verdict);
@@ -113,19 +117,79 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
   sp->in.kind = wire::ChunkKind::kPut;
   sp->in.id = f.op_id;
   sp->in.length = f.length;
-  if (verdict == RmaStatus::kOk) {
-    sp->sink = RegionSink(&sp->access, &discard_);
-    sp->in.sink = &sp->sink;
-  } else {
-    sp->in.sink = &discard_;  // the initiator sends the bytes anyway; they are drained
+  if (sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr) {
+    auto staging = owner_.staging_for(sp->access->device(), /*tx=*/false);
+    if (staging) {
+      sp->staged = std::make_unique<StagingSink>(std::move(*staging), sp->access->address(), &sp->in, sp->access);
+      sp->in.sink = sp->staged.get();
+    } else {
+      REMORA_LOG(kWarn, "peer {}: a put into {} memory cannot be staged: {}", peer_, sp->access->device()->name(),
+                 staging.status().to_string());
+      sp->verdict = RmaStatus::kDeviceFailed;
+      sp->has_notify = false;
+    }
+  }
+  if (sp->in.sink == nullptr) {
+    if (sp->verdict == RmaStatus::kOk) {
+      sp->sink = RegionSink(sp->access.get(), &discard_);
+      sp->in.sink = &sp->sink;
+    } else {
+      sp->in.sink = &discard_;  // the initiator sends the bytes anyway; they are drained
+    }
   }
   if (sp->has_notify) notifications_.promise();
   served_puts_.emplace(f.op_id, std::move(sp));
 }
 
+void RmaTarget::serve_device_inline_put(const wire::PutFrame& f, std::shared_ptr<RegionAccess> access) {
+  auto sp = std::make_unique<ServedPut>();
+  sp->op_id = f.op_id;
+  sp->has_notify = f.has_notify;
+  sp->notify = f.notify;
+  sp->inline_copy = true;
+  sp->in.kind = wire::ChunkKind::kPut;
+  sp->in.id = f.op_id;
+  sp->in.length = f.length;
+  sp->access = access;
+  MemoryDomain& device = *access->device();
+  if (!access->begin()) {
+    sp->verdict = RmaStatus::kRevoked;
+    send_resp(f.op_id, sp->verdict);
+    return;
+  }
+  // The payload lives in the control stream's buffer only for this call.
+  auto held = std::make_shared<std::vector<std::byte>>(f.payload.begin(), f.payload.end());
+  auto copy = device.copy_from_host(access->address(), held->data(), held->size());
+  if (!copy) {
+    access->end();
+    REMORA_LOG(kWarn, "peer {}: put into {} memory: {}", peer_, device.name(), copy.status().to_string());
+    send_resp(f.op_id, RmaStatus::kDeviceFailed);
+    return;
+  }
+  if (sp->has_notify) notifications_.promise();
+  const uint64_t op_id = f.op_id;
+  served_puts_.emplace(op_id, std::move(sp));
+  when_copied(
+      owner_.progress_engine(), std::move(*copy),
+      [weak = std::weak_ptr<RmaTarget*>(self_), op_id, held](const Status& s) {
+        auto self = weak.lock();
+        if (!self) return;
+        RmaTarget& t = **self;
+        auto it = t.served_puts_.find(op_id);
+        if (it == t.served_puts_.end()) return;  // the endpoint failed meanwhile
+        if (!s.is_ok()) {
+          REMORA_LOG(kWarn, "peer {}: put into device memory: {}", t.peer_, s.to_string());
+          it->second->in.failure = s;
+        }
+        t.put_received(op_id);
+        t.owner_.replies_queued();
+      },
+      [access] { access->end(); });
+}
+
 RxTransfer* RmaTarget::put_transfer(uint64_t op_id) {
   auto it = served_puts_.find(op_id);
-  return it == served_puts_.end() ? nullptr : &it->second->in;
+  return it == served_puts_.end() || it->second->inline_copy ? nullptr : &it->second->in;
 }
 
 void RmaTarget::put_received(uint64_t op_id) {
@@ -133,7 +197,9 @@ void RmaTarget::put_received(uint64_t op_id) {
   if (it == served_puts_.end()) return;
   ServedPut* sp = it->second.get();
   if (sp->has_notify) notifications_.settle();
-  if (sp->verdict == RmaStatus::kOk && sp->sink.revoked()) sp->verdict = RmaStatus::kRevoked;
+  if (sp->verdict == RmaStatus::kOk && (sp->sink.revoked() || (sp->staged && sp->staged->revoked()))) {
+    sp->verdict = RmaStatus::kRevoked;
+  }
   // A host RegionSink never fails a chunk: a failed chunk is a device copy's (or the
   // initiator aborted: it knows why already).
   if (sp->verdict == RmaStatus::kOk && !sp->in.failure.is_ok()) sp->verdict = RmaStatus::kDeviceFailed;
@@ -141,8 +207,8 @@ void RmaTarget::put_received(uint64_t op_id) {
     ++stats_.served_puts;
     if (sp->has_notify) {
       notifications_.deliver(Notification{.value = sp->notify,
-                                          .region = sp->access.region(),
-                                          .offset = sp->access.region_offset(),
+                                          .region = sp->access->region(),
+                                          .offset = sp->access->region_offset(),
                                           .length = sp->in.length});
     }
   }
@@ -151,17 +217,21 @@ void RmaTarget::put_received(uint64_t op_id) {
 }
 
 void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
-  RegionAccess access;
-  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, &access);
+  auto access = std::make_shared<RegionAccess>();
+  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, access.get());
   if (inline_class) {
+    if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
+      serve_device_inline_get(f, std::move(access));
+      return;
+    }
     if (verdict == RmaStatus::kOk) {
-      if (access.begin()) {
+      if (access->begin()) {
         queue_resp(wire::RespFrame{.op_id = f.op_id,
                                    .status = RmaStatus::kOk,
                                    .value = 0,
                                    .inline_data = true,
-                                   .payload = std::span<const std::byte>(access.address(), f.length)});
-        access.end();
+                                   .payload = std::span<const std::byte>(access->address(), f.length)});
+        access->end();
         ++stats_.served_gets;
         return;
       }
@@ -170,6 +240,17 @@ void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
     send_resp(f.op_id, verdict);
     return;
   }
+  StagingContext staging;
+  if (verdict == RmaStatus::kOk && access->device() != nullptr) {
+    auto made = owner_.staging_for(access->device(), /*tx=*/true);
+    if (made) {
+      staging = std::move(*made);
+    } else {
+      REMORA_LOG(kWarn, "peer {}: a get from {} memory cannot be staged: {}", peer_, access->device()->name(),
+                 made.status().to_string());
+      verdict = RmaStatus::kDeviceFailed;
+    }
+  }
   if (verdict != RmaStatus::kOk) {
     send_resp(f.op_id, verdict);  // nothing announced: the initiator completes on this
     return;
@@ -177,22 +258,76 @@ void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
   auto sg = std::make_unique<ServedGet>();
   sg->op_id = f.op_id;
   sg->access = std::move(access);
-  sg->source = RegionSource(&sg->access);
+  sg->source = RegionSource(sg->access.get());
   sg->out.kind = wire::ChunkKind::kGet;
   sg->out.owner = f.op_id;
   sg->out.chunk_id = f.op_id;
   sg->out.length = f.length;
   sg->out.source = &sg->source;
+  if (staging.pool) {
+    sg->staged = std::make_unique<StagingSource>(std::move(staging), sg->access->address(), f.length, sg->access);
+    sg->out.source = sg->staged.get();
+  }
   owner_.send_chunks(&sg->out);
   served_gets_.emplace(f.op_id, std::move(sg));
+}
+
+void RmaTarget::serve_device_inline_get(const wire::GetFrame& f, std::shared_ptr<RegionAccess> access) {
+  MemoryDomain& device = *access->device();
+  if (!access->begin()) {
+    send_resp(f.op_id, RmaStatus::kRevoked);
+    return;
+  }
+  auto held = std::make_shared<std::vector<std::byte>>(f.length);
+  auto copy = device.copy_to_host(held->data(), access->address(), held->size());
+  if (!copy) {
+    access->end();
+    REMORA_LOG(kWarn, "peer {}: get from {} memory: {}", peer_, device.name(), copy.status().to_string());
+    send_resp(f.op_id, RmaStatus::kDeviceFailed);
+    return;
+  }
+  auto sg = std::make_unique<ServedGet>();
+  sg->op_id = f.op_id;
+  sg->access = access;
+  sg->inline_copy = true;
+  served_gets_.emplace(f.op_id, std::move(sg));
+  when_copied(
+      owner_.progress_engine(), std::move(*copy),
+      [weak = std::weak_ptr<RmaTarget*>(self_), op_id = f.op_id, held](const Status& s) {
+        if (auto self = weak.lock()) (*self)->device_get_copied(op_id, *held, s);
+      },
+      [access] { access->end(); });
+}
+
+void RmaTarget::device_get_copied(uint64_t op_id, std::span<const std::byte> bytes, const Status& copy) {
+  auto it = served_gets_.find(op_id);
+  if (it == served_gets_.end()) return;  // the endpoint failed meanwhile
+  served_gets_.erase(it);
+  if (!copy.is_ok()) {
+    REMORA_LOG(kWarn, "peer {}: get from device memory: {}", peer_, copy.to_string());
+    send_resp(op_id, RmaStatus::kDeviceFailed);
+    owner_.replies_queued();
+    return;
+  }
+  ++stats_.served_gets;
+  queue_resp(
+      wire::RespFrame{.op_id = op_id, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = bytes});
+  owner_.replies_queued();
 }
 
 void RmaTarget::get_sent(uint64_t op_id) {
   auto it = served_gets_.find(op_id);
   if (it == served_gets_.end()) return;
   ServedGet* sg = it->second.get();
-  ++stats_.served_gets;
-  send_resp(sg->op_id, sg->source.revoked() ? RmaStatus::kRevoked : RmaStatus::kOk);
+  RmaStatus status = RmaStatus::kOk;
+  if (!sg->out.failure.is_ok()) {
+    status = RmaStatus::kDeviceFailed;  // cut short: the endpoint sent ABORT
+  } else if (sg->source.revoked() || (sg->staged && sg->staged->revoked())) {
+    status = RmaStatus::kRevoked;
+  } else {
+    ++stats_.served_gets;
+  }
+  send_resp(sg->op_id, status);
   served_gets_.erase(it);
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -27,6 +28,7 @@
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
 #include "transport/notifications.h"
+#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
@@ -45,6 +47,12 @@ class RmaTarget {
     virtual void send_chunks(TxTransfer* t) = 0;
     /// The peer broke the protocol: the endpoint fails (fail() runs before this returns).
     virtual void protocol_error(std::string message) = 0;
+    /// Staging for a region of `domain`'s (device) memory: `tx` for what a GET reads.
+    virtual Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) = 0;
+    /// The engine that device copies report their end to.
+    virtual const std::shared_ptr<engine::ProgressEngine>& progress_engine() const = 0;
+    /// RESPs were queued outside the owner's own dispatch (a device copy ended): send them.
+    virtual void replies_queued() = 0;
   };
 
   struct Limits {
@@ -87,21 +95,26 @@ class RmaTarget {
   void fail();
 
  private:
-  /// A large PUT in service (inline ones are served at once).
+  /// A large PUT in service (inline ones into host memory are served at once; into
+  /// device memory they are in service until their copy ends: inline_copy).
   struct ServedPut {
     uint64_t op_id = 0;
-    RegionAccess access;
+    std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();
     wire::RmaStatus verdict = wire::RmaStatus::kOk;
     bool has_notify = false;
     uint64_t notify = 0;
-    RegionSink sink;  // refused: the bytes go to the DiscardSink instead
+    RegionSink sink;                      // refused: the bytes go to the DiscardSink instead
+    std::unique_ptr<StagingSink> staged;  // device memory: in.sink is this
+    bool inline_copy = false;
     RxTransfer in;
   };
-  /// A large GET in service.
+  /// A large GET in service, or an inline one out of device memory waiting for its copy.
   struct ServedGet {
     uint64_t op_id = 0;
-    RegionAccess access;
+    std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();
     RegionSource source;
+    std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
+    bool inline_copy = false;
     TxTransfer out;
   };
 
@@ -109,6 +122,11 @@ class RmaTarget {
   wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
                                RegionAccess* access);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
+  /// Device memory: an inline PUT's bytes copied into it, or an inline GET's out of it,
+  /// then the RESP (the request stays in service meanwhile).
+  void serve_device_inline_put(const wire::PutFrame& f, std::shared_ptr<RegionAccess> access);
+  void serve_device_inline_get(const wire::GetFrame& f, std::shared_ptr<RegionAccess> access);
+  void device_get_copied(uint64_t op_id, std::span<const std::byte> bytes, const Status& copy);
   void queue_resp(const wire::RespFrame& frame) { unsent_resps_.push_back(owner_.queue_resp(frame)); }
 
   Owner& owner_;
@@ -124,6 +142,8 @@ class RmaTarget {
   // Positions in the owner's control queue just after each RESP the kernel has not
   // taken yet; each counts against the window.
   std::deque<size_t> unsent_resps_;
+  /// What a device copy's end holds to reach this target (it may be gone by then).
+  std::shared_ptr<RmaTarget*> self_ = std::make_shared<RmaTarget*>(this);
 };
 
 }  // namespace remora::detail

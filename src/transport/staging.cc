@@ -28,17 +28,26 @@ void notify_progress_later(const StagingContext& ctx) {
 }  // namespace
 
 void when_copied(const std::shared_ptr<engine::ProgressEngine>& engine, std::unique_ptr<AsyncCopy> copy,
-                 std::function<void(const Status&)> done) {
+                 std::function<void(const Status&)> done, std::function<void()> first) {
   std::shared_ptr<AsyncCopy> held(std::move(copy));
   AsyncCopy* raw = held.get();
   std::weak_ptr<engine::ProgressEngine> weak = engine;
   // `held` rides along so that the copy's handle lives until its end is handled.
-  raw->on_done([weak, held, done = std::move(done)]() mutable {
+  raw->on_done([weak, held, done = std::move(done), first = std::move(first)]() mutable {
+    if (first) first();
     if (auto e = weak.lock()) {
       e->post([held, done = std::move(done)] { done(held->test()); });
     }
   });
 }
+
+namespace {
+/// What ends a copy's RegionAccess bracket on the copy's thread; nothing without one.
+std::function<void()> close_bracket(const std::shared_ptr<const RegionAccess>& access) {
+  if (!access) return {};
+  return [access] { access->end(); };
+}
+}  // namespace
 
 // --- the pool -------------------------------------------------------------------
 
@@ -79,8 +88,13 @@ void StagingPool::release(std::byte* buffer) noexcept { free_.push_back(buffer);
 
 // --- sending --------------------------------------------------------------------
 
-StagingSource::StagingSource(StagingContext ctx, const std::byte* device, uint64_t length)
-    : ctx_(std::move(ctx)), device_(device), length_(length), self_(std::make_shared<StagingSource*>(this)) {}
+StagingSource::StagingSource(StagingContext ctx, const std::byte* device, uint64_t length,
+                             std::shared_ptr<const RegionAccess> access)
+    : ctx_(std::move(ctx)),
+      device_(device),
+      length_(length),
+      access_(std::move(access)),
+      self_(std::make_shared<StagingSource*>(this)) {}
 
 StagingSource::~StagingSource() {
   self_.reset();  // copies still in flight return their buffers when they end
@@ -102,9 +116,18 @@ void StagingSource::stage_ahead() {
     if (buffer == nullptr) return;  // a chunk_sent or another transfer's will free one
     const uint64_t index = next_ / ctx_.chunk_bytes;
     const uint64_t len = std::min<uint64_t>(ctx_.chunk_bytes, length_ - next_);
+    if (access_ && !access_->begin()) {
+      // Deregistered: the rest goes out as zeros, and the served GET says revoked.
+      revoked_ = true;
+      std::memset(buffer, 0, len);
+      next_ += len;
+      slots_.push_back(Slot{index, buffer, true, Status::ok()});
+      continue;
+    }
     auto copy = ctx_.pool->domain().copy_to_host(buffer, device_ + next_, len);
     next_ += len;
     if (!copy) {
+      if (access_) access_->end();
       slots_.push_back(Slot{index, buffer, true, copy.status()});
       return;
     }
@@ -118,7 +141,8 @@ void StagingSource::stage_ahead() {
                    pool->release(buffer);
                  }
                  notify_progress(host);
-               });
+               },
+               close_bracket(access_));
   }
 }
 
@@ -152,12 +176,19 @@ void StagingSource::chunk_sent(uint64_t offset, uint64_t /*length*/) {
 
 // --- receiving ------------------------------------------------------------------
 
-StagingSink::StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t)
-    : ctx_(std::move(ctx)), device_(device), t_(t), self_(std::make_shared<StagingSink*>(this)) {}
+StagingSink::StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t,
+                         std::shared_ptr<const RegionAccess> access)
+    : ctx_(std::move(ctx)),
+      device_(device),
+      t_(t),
+      access_(std::move(access)),
+      self_(std::make_shared<StagingSink*>(this)) {}
 
 StagingSink::~StagingSink() {
   self_.reset();
-  for (const Open& o : open_) ctx_.pool->release(o.buffer);
+  for (const Open& o : open_) {
+    if (!o.oversized) ctx_.pool->release(o.buffer);
+  }
   if (!open_.empty()) notify_progress_later(ctx_);
 }
 
@@ -169,9 +200,18 @@ StagingSink::Open* StagingSink::open(uint64_t offset) {
 }
 
 bool StagingSink::begin_chunk(uint64_t offset, uint64_t length) {
+  if (length > ctx_.pool->buffer_bytes()) {
+    // The sender's chunks are longer than our buffers: this one gets memory of its own
+    // (not prepared with the domain, so its copy may be slower). Matching
+    // REMORA_CHUNK_SIZE on both sides avoids it.
+    auto oversized = std::make_shared<std::vector<std::byte>>(length);
+    std::byte* buffer = oversized->data();
+    open_.push_back(Open{offset, length, buffer, std::move(oversized)});
+    return true;
+  }
   std::byte* buffer = ctx_.pool->acquire();
   if (buffer == nullptr) return false;
-  open_.push_back(Open{offset, length, buffer});
+  open_.push_back(Open{offset, length, buffer, nullptr});
   return true;
 }
 
@@ -184,24 +224,38 @@ net::IoResult StagingSink::read(int fd, uint64_t offset, uint64_t len, uint64_t*
 Status StagingSink::chunk_arrived(uint64_t offset, uint64_t length) {
   const auto it = std::find_if(open_.begin(), open_.end(), [&](const Open& o) { return o.offset == offset; });
   std::byte* buffer = it->buffer;
+  std::shared_ptr<std::vector<std::byte>> oversized = std::move(it->oversized);
   open_.erase(it);
+  // Gives the chunk's memory back: to the pool, or frees it.
+  auto give_back = [pool = ctx_.pool, buffer, oversized]() {
+    if (!oversized) pool->release(buffer);
+  };
+  if (access_ && !access_->begin()) {
+    // Deregistered: the chunk is dropped, and the served PUT says revoked.
+    revoked_ = true;
+    give_back();
+    notify_progress_later(ctx_);
+    return Status::ok();
+  }
   auto copy = ctx_.pool->domain().copy_from_host(device_ + offset, buffer, length);
   if (!copy) {
-    ctx_.pool->release(buffer);
+    if (access_) access_->end();
+    give_back();
     notify_progress_later(ctx_);
     return copy.status();
   }
   ++in_flight_;
   std::weak_ptr<StagingSink*> self = self_;
   when_copied(ctx_.engine, std::move(*copy),
-              [self, pool = ctx_.pool, buffer, length, host = ctx_.host](const Status& status) {
-                pool->release(buffer);
+              [self, give_back, length, host = ctx_.host](const Status& status) {
+                give_back();
                 if (auto s = self.lock()) {
                   --(*s)->in_flight_;
                   if (auto h = host.lock()) (*h)->staged_chunk_placed(*(*s)->t_, length, status);
                 }
                 notify_progress(host);
-              });
+              },
+              close_bracket(access_));
   return Status(StatusCode::kInProgress, "copying to device");
 }
 

@@ -17,6 +17,12 @@
 // engine, and everything else here runs with the progress lock held. A source or sink
 // may be destroyed while its copies are in flight (its operation failed): their buffers
 // return to the pool when the copies end, never earlier.
+//
+// Registered device memory a peer reads or writes (a served GET or PUT) is reached
+// through its RegionAccess: each device copy is one begin()/end() bracket, open from
+// the copy's start to its end. Once the region is deregistered no copy starts: a
+// source sends zeros in place of the rest and a sink drops what arrives, keeping the
+// streams in step, and revoked() says so.
 #pragma once
 
 #include <cstddef>
@@ -80,14 +86,18 @@ struct StagingContext {
 
 /// Calls `done(status)` with the progress lock held, at the start of a progress round,
 /// once `copy` has ended (whichever thread ends it). If the engine is gone by then,
-/// `done` is dropped unrun, with what it holds.
+/// `done` is dropped unrun, with what it holds. `first`, if given, runs on the thread
+/// that ends the copy, before anything else (it closes a RegionAccess bracket: a
+/// deregistration waiting for it must not wait for a progress round).
 void when_copied(const std::shared_ptr<engine::ProgressEngine>& engine, std::unique_ptr<AsyncCopy> copy,
-                 std::function<void(const Status&)> done);
+                 std::function<void(const Status&)> done, std::function<void()> first = {});
 
 class StagingSource final : public ChunkSource {
  public:
-  /// Sends [device, device + length) of `ctx.pool`'s domain.
-  StagingSource(StagingContext ctx, const std::byte* device, uint64_t length);
+  /// Sends [device, device + length) of `ctx.pool`'s domain; `access`, if given, is
+  /// the registered region's (a served GET), bracketing each copy.
+  StagingSource(StagingContext ctx, const std::byte* device, uint64_t length,
+                std::shared_ptr<const RegionAccess> access = nullptr);
   ~StagingSource() override;
   StagingSource(const StagingSource&) = delete;
   StagingSource& operator=(const StagingSource&) = delete;
@@ -95,6 +105,8 @@ class StagingSource final : public ChunkSource {
   Status prepare(uint64_t offset, uint64_t len) override;
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   void chunk_sent(uint64_t offset, uint64_t length) override;
+  /// The region was deregistered: zeros went in place of some of its bytes.
+  bool revoked() const noexcept { return revoked_; }
 
  private:
   struct Slot {
@@ -110,6 +122,8 @@ class StagingSource final : public ChunkSource {
   StagingContext ctx_;
   const std::byte* device_;
   uint64_t length_;
+  std::shared_ptr<const RegionAccess> access_;
+  bool revoked_ = false;
   uint64_t next_ = 0;  // the next byte to stage
   std::vector<Slot> slots_;
   std::shared_ptr<StagingSource*> self_;
@@ -117,8 +131,9 @@ class StagingSource final : public ChunkSource {
 
 class StagingSink final : public ChunkSink {
  public:
-  /// Receives `t` into [device, device + t.length) of `ctx.pool`'s domain.
-  StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t);
+  /// Receives `t` into [device, device + t.length) of `ctx.pool`'s domain; `access`,
+  /// if given, is the registered region's (a served PUT), bracketing each copy.
+  StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t, std::shared_ptr<const RegionAccess> access = nullptr);
   ~StagingSink() override;
   StagingSink(const StagingSink&) = delete;
   StagingSink& operator=(const StagingSink&) = delete;
@@ -130,17 +145,24 @@ class StagingSink final : public ChunkSink {
   /// some are in flight completes only once they have ended: its buffer is the
   /// application's again only when nothing writes to it any more.
   size_t in_flight() const noexcept { return in_flight_; }
+  /// The region was deregistered: some chunks were dropped instead of placed.
+  bool revoked() const noexcept { return revoked_; }
 
  private:
   struct Open {
     uint64_t offset, length;
     std::byte* buffer;
+    /// A chunk longer than the pool's buffers (the sender's REMORA_CHUNK_SIZE is larger
+    /// than ours) is read into memory of its own instead; `buffer` points into it.
+    std::shared_ptr<std::vector<std::byte>> oversized;
   };
   Open* open(uint64_t offset);
 
   StagingContext ctx_;
   std::byte* device_;
   RxTransfer* t_;
+  std::shared_ptr<const RegionAccess> access_;
+  bool revoked_ = false;
   std::vector<Open> open_;  // chunks being read, at most one per data stream
   size_t in_flight_ = 0;
   std::shared_ptr<StagingSink*> self_;

@@ -19,6 +19,10 @@
 //               the context), prints "RECV <i> ok <xxh3>" or "RECV <i> <error code>",
 //               and sends each message it got back with tag 200+i from that memory;
 //               then "DONE". --fail-recv=<i>: its device copies for message i fail
+//   device-rma  registers --size bytes of --memory=host|device for remote reads and
+//               writes, filled with stream --seed, sends its RemoteKey (tag 1), waits
+//               for a message (tag 2) saying the peer is done with it, prints
+//               "REGION <xxh3 of the region>", then "DONE"
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -31,6 +35,7 @@
 #include <string>
 
 #include "remora/context.h"
+#include "remora/memory.h"
 #include "remora/endpoint.h"
 #include "remora/request.h"
 #include "remora/testing/test_device.h"
@@ -97,6 +102,32 @@ void device_echo(Endpoint& ep, testing::TestDeviceDomain* device, const std::vec
     const Status back = ep.send(msg, Tag{200 + i}).wait(std::chrono::seconds(60));
     if (!back.is_ok()) die("device-echo: sending message " + std::to_string(i) + " back: " + describe(back));
   }
+  print_line("DONE");
+}
+
+/// The device-rma scenario (see the banner).
+void device_rma(Context& ctx, Endpoint& ep, testing::TestDeviceDomain* device, uint64_t size, uint64_t seed) {
+  std::vector<std::byte> host(size);
+  fill_stream(seed, 0, host);
+  std::byte* region_mem = host.data();
+  if (device != nullptr) {
+    auto mem = device->allocate(size);
+    if (!mem) die("device allocate: " + describe(mem.status()));
+    region_mem = *mem;
+    if (Status w = device->write(region_mem, host.data(), size); !w.is_ok()) die("device write: " + describe(w));
+  }
+  auto region = ctx.register_memory(region_mem, size, Access::kRemoteRead | Access::kRemoteWrite);
+  if (!region) die("register_memory: " + describe(region.status()));
+  const auto key = region->remote_key().serialize();
+  if (Status s = ep.send(key, Tag{1}).wait(std::chrono::seconds(60)); !s.is_ok()) die("sending the key: " + describe(s));
+  std::byte done{};
+  if (Status s = ep.recv(std::span(&done, 1), Tag{2}).wait(std::chrono::seconds(120)); !s.is_ok()) {
+    die("waiting for the peer to finish: " + describe(s));
+  }
+  if (device != nullptr) {
+    if (Status rd = device->read(host.data(), region_mem, size); !rd.is_ok()) die("device read: " + describe(rd));
+  }
+  print_line("REGION " + hex64(XXH3_64bits(host.data(), size)));
   print_line("DONE");
 }
 
@@ -215,6 +246,9 @@ int run(const Flags& f) {
     finish();
   } else if (scenario == "device-echo") {
     device_echo(*ep, device.get(), parse_sizes(f.str("sizes")), f.num("fail-recv", UINT64_MAX));
+    finish();
+  } else if (scenario == "device-rma") {
+    device_rma(*ctx, *ep, device.get(), f.num("size", 1 << 20), seed);
     finish();
   } else if (scenario == "outstanding") {
     check(many_outstanding(*ep, seed, static_cast<uint32_t>(f.num("side", 1)), f.num("count", 500)), "outstanding");

@@ -163,20 +163,26 @@ TEST(TestDeviceDomain, DestructionWaitsForQueuedCopiesAndReportsEachEnd) {
   for (auto& c : copies) EXPECT_TRUE(c->test().is_ok());
 }
 
-// Peers reach registered memory straight, which device memory forbids until puts and
-// gets are staged: registration with a remote right is refused, local-only is fine.
-TEST(TestDeviceDomain, RegistersForLocalUseOnlyUntilPutsAndGetsAreStaged) {
+// Peers' puts and gets of device memory are staged through host memory; their atomics
+// would need the CPU to touch it: remote reads and writes are granted, atomics refused.
+TEST(TestDeviceDomain, RegistersRemoteReadsAndWritesButNotAtomics) {
   auto dev = make();
   std::byte* p = dev->allocate(4096).value();
   MemoryRegistry registry(PinMode::kOff);
-  for (Access remote : {Access::kRemoteRead, Access::kRemoteWrite, Access::kRemoteAtomic}) {
+  // Remote atomics run on the CPU: refused for device memory, alone or with other rights.
+  for (Access remote : {Access::kRemoteAtomic, Access::kRemoteAtomic | Access::kRemoteWrite}) {
     auto r = registry.register_memory(p, 4096, Access::kLocalWrite | remote, *dev);
     EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
     EXPECT_NE(r.status().message().find("test-device"), std::string::npos) << r.status().message();
   }
+  EXPECT_EQ(registry.stats().live_regions, 0u);
   auto local = registry.register_memory(p, 4096, Access::kLocalWrite, *dev);
   ASSERT_TRUE(local.is_ok()) << local.status().to_string();
   EXPECT_EQ(local->kind(), MemoryKind::kTestDevice);
+  // Remote reads and writes are staged: granted, and the key says what memory it is.
+  auto remote = registry.register_memory(p, 4096, Access::kRemoteRead | Access::kRemoteWrite, *dev);
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  EXPECT_EQ(remote->remote_key().kind, MemoryKind::kTestDevice);
 }
 
 }  // namespace

@@ -42,6 +42,15 @@ struct RecordingOwner : RmaTarget::Owner, Notifications::Owner {
     errors.push_back(std::move(message));
     target->fail();  // as the endpoint's failure path does
   }
+  // The harness's regions are host memory: the device paths (staging, copies that end
+  // later) are exercised through real endpoints in tests/integration/device_staging_test.cc.
+  Result<StagingContext> staging_for(MemoryDomain*, bool) override {
+    return Status(StatusCode::kUnsupported, "this harness serves host regions only");
+  }
+  const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return no_engine; }
+  void replies_queued() override { ++replies_flushed; }
+  std::shared_ptr<engine::ProgressEngine> no_engine;
+  int replies_flushed = 0;
   Status inactive() const override { return Status::ok(); }
   void run_handler_later() override { ++handler_runs; }
   void waiter_woken() override {}

@@ -228,7 +228,7 @@ void dead_peer(Peers& p) {
 // Device memory, as docs/device-memory.md shows it: each side's test device added to
 // its context, messages of every size from and into device memory (and mixed with host
 // memory) compared byte for byte, a device copy that fails fails that message only, and
-// a put from device memory is refused as documented.
+// puts and gets from and into device memory of every size, compared byte for byte.
 void device_memory() {
   auto tdev = remora::testing::TestDeviceDomain::create();
   auto idev = remora::testing::TestDeviceDomain::create();
@@ -275,12 +275,26 @@ void device_memory() {
   expect_code(good, remora::StatusCode::kOk, "recv after a failed device copy");
   std::vector<std::byte> got(data.size());
   check(td.read(got.data(), recv_dev, got.size()).is_ok() && got == data, "message after a failed device copy intact");
-  // Puts of device memory are documented as not staged yet.
-  std::vector<std::byte> window(4096);
-  auto region = p.target_ctx->register_memory(window.data(), window.size(), remora::Access::kRemoteWrite);
+  // Puts and gets of device memory: staged too, every size class, into and out of a
+  // host window of the other side.
+  std::vector<std::byte> window(largest);
+  auto region = p.target_ctx->register_memory(window.data(), window.size(),
+                                              remora::Access::kRemoteWrite | remora::Access::kRemoteRead);
   if (!region) return check(false, "register: " + region.status().to_string());
-  expect_code(p.init->put(std::span<const std::byte>(send_dev, 4096), region->remote_key(), 0),
-              remora::StatusCode::kUnsupported, "a put from device memory");
+  for (size_t n : sizes) {
+    const std::string at = std::to_string(n) + " bytes";
+    const auto bytes = pattern(n, n + 11);
+    check(id.write(send_dev, bytes.data(), n).is_ok(), "write the test device");
+    expect_code(p.init->put(std::span<const std::byte>(send_dev, n), region->remote_key(), 0),
+                remora::StatusCode::kOk, "put from device memory of " + at);
+    check(std::equal(bytes.begin(), bytes.end(), window.begin()), "put from device memory of " + at + " intact");
+    for (size_t i = 0; i < n; ++i) window[i] = ~window[i];
+    expect_code(p.init->get(std::span<std::byte>(send_dev, n), region->remote_key(), 0), remora::StatusCode::kOk,
+                "get into device memory of " + at);
+    std::vector<std::byte> back(n);
+    check(id.read(back.data(), send_dev, n).is_ok() && std::equal(back.begin(), back.end(), window.begin()),
+          "get into device memory of " + at + " intact");
+  }
 }
 
 }  // namespace
