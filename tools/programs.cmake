@@ -50,11 +50,13 @@ if(REMORA_BUILD_TESTS)
            COMMAND ${CMAKE_COMMAND} -DREMORA=$<TARGET_FILE:remora_tool> -DOUT=memory
                    -P ${CMAKE_CURRENT_LIST_DIR}/perf/memory_json_check.cmake)
   # Memory this remora cannot give is refused before anything starts, with the reason
-  # and exit 1: cuda on either side, kinds and rates it does not know.
+  # and exit 1: cuda on either side without a driver (REMORA_CUDA_DRIVER at a missing
+  # file, so that a machine with a GPU refuses too), kinds and rates it does not know.
   add_test(NAME remora_bench_p2p_memory_refusals
-           COMMAND sh -c "for side in --memory --peer-memory; do \"$0\" bench p2p $side cuda > mem.out 2>&1; rc=$?; \
+           COMMAND sh -c "for side in --memory --peer-memory; do \
+                            REMORA_CUDA_DRIVER=/nonexistent/libcuda.so.1 \"$0\" bench p2p $side cuda > mem.out 2>&1; rc=$?; \
                             cat mem.out; [ $rc -eq 1 ] || exit 1; \
-                            grep -q 'unsupported: cuda memory: not built into this remora yet' mem.out || exit 1; done; \
+                            grep -q 'unsupported: cuda memory: no CUDA driver: dlopen(/nonexistent/libcuda.so.1)' mem.out || exit 1; done; \
                           \"$0\" bench p2p --memory gpu > mem.out 2>&1 && exit 1; \
                           grep -q \"memory: unknown memory kind 'gpu': use host, test-device or cuda\" mem.out || exit 1; \
                           \"$0\" bench p2p --memory test-device --device-copy-rate fast > mem.out 2>&1 && exit 1; \

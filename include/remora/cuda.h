@@ -23,6 +23,13 @@ namespace remora {
 /// Thread-safe; the driver is loaded once per process, so the answer never changes.
 Result<MemoryDomain*> cuda_domain();
 
+/// `bytes` of device memory on CUDA device `ordinal` (cuMemAlloc in its primary
+/// context), for programs without a CUDA runtime of their own (remora bench, tests).
+/// The reason there is no CUDA (as cuda_domain()), or the driver's error.
+Result<void*> cuda_allocate(size_t bytes, int ordinal = 0);
+/// Frees what cuda_allocate returned; kInvalidArgument for anything else.
+Status cuda_free(void* ptr);
+
 /// One CUDA device as the driver describes it.
 struct CudaDeviceInfo {
   int ordinal = -1;        ///< the driver's device number (after CUDA_VISIBLE_DEVICES)

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -104,6 +105,32 @@ Result<cu::CUcontext> CudaDomain::primary_context(int ordinal) const {
   }
   primary_.emplace(ordinal, ctx);
   return ctx;
+}
+
+Result<void*> CudaDomain::allocate(size_t bytes, int ordinal) {
+  REMORA_RETURN_IF_ERROR(available());
+  REMORA_ASSIGN_OR_RETURN(cu::CUcontext ctx, primary_context(ordinal));
+  const std::string what = fmt::format("allocating {} bytes on CUDA device {}", bytes, ordinal);
+  ScopedContext scope(*driver_, ctx);
+  REMORA_RETURN_IF_ERROR(scope.status(what));
+  cu::CUdeviceptr address = 0;
+  const cu::CUresult r = driver_->cuMemAlloc(&address, std::max<size_t>(bytes, 1));
+  if (r != cu::CUDA_SUCCESS) return cuda_error(*driver_, r, "cuMemAlloc", what);
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+}
+
+Status CudaDomain::deallocate(void* ptr) {
+  REMORA_RETURN_IF_ERROR(available());
+  REMORA_ASSIGN_OR_RETURN(DevicePointer where, locate(ptr, 1, "freeing CUDA memory"));
+  if (where.base != device_address(ptr)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("freeing CUDA memory: {} is inside an allocation, not its start", ptr));
+  }
+  ScopedContext scope(*driver_, where.ctx);
+  REMORA_RETURN_IF_ERROR(scope.status("freeing CUDA memory"));
+  const cu::CUresult r = driver_->cuMemFree(where.base);
+  if (r != cu::CUDA_SUCCESS) return cuda_error(*driver_, r, "cuMemFree", fmt::format("freeing {}", ptr));
+  return Status::ok();
 }
 
 Result<CudaDomain::DevicePointer> CudaDomain::locate(const void* ptr, size_t len, std::string_view what) const {

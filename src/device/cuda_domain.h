@@ -106,6 +106,13 @@ class CudaDomain final : public MemoryDomain {
   /// it there if it was not yet); else why they copy entry by entry.
   Status unpack_kernel_status(const void* device_ptr);
 
+  /// `bytes` (at least 1) of device memory on device `ordinal`, in its primary context
+  /// (cuMemAlloc), for applications with no CUDA runtime of their own (remora bench).
+  Result<void*> allocate(size_t bytes, int ordinal = 0);
+  /// Frees what allocate() returned (cuMemFree in the allocation's context).
+  /// kInvalidArgument for anything else.
+  Status deallocate(void* ptr);
+
  private:
   struct DevicePointer;
   Result<DevicePointer> locate(const void* ptr, size_t len, std::string_view what) const;

@@ -11,12 +11,21 @@
 
 namespace remora {
 
-Result<MemoryDomain*> cuda_domain() {
+namespace {
+device::CudaDomain& process_domain() {
   // Never destroyed: regions and copies may outlive static destruction.
   static auto* domain = new device::CudaDomain(device::cuda_driver());
-  REMORA_RETURN_IF_ERROR(domain->available());
-  return static_cast<MemoryDomain*>(domain);
+  return *domain;
 }
+}  // namespace
+
+Result<MemoryDomain*> cuda_domain() {
+  REMORA_RETURN_IF_ERROR(process_domain().available());
+  return static_cast<MemoryDomain*>(&process_domain());
+}
+
+Result<void*> cuda_allocate(size_t bytes, int ordinal) { return process_domain().allocate(bytes, ordinal); }
+Status cuda_free(void* ptr) { return process_domain().deallocate(ptr); }
 
 namespace {
 

@@ -91,9 +91,12 @@ TEST_F(CudaDomainGpu, RegistersDeviceMemoryAsCudaRegions) {
   EXPECT_TRUE(region->pinned());
   EXPECT_EQ(region->remote_key().kind, MemoryKind::kCuda);
   EXPECT_EQ(registry.stats().pin_failures, 0u);
-  // Puts and gets of device memory are not staged yet, so the registry refuses remote rights.
-  auto remote = registry.register_memory(dev.data(), 4096, Access::kLocalWrite | Access::kRemoteWrite, domain);
-  EXPECT_EQ(remote.status().code(), StatusCode::kUnsupported) << remote.status().to_string();
+  // Peers' puts and gets of device memory are staged, atomics are not: the registry
+  // grants remote reads and writes and refuses remote atomics.
+  auto remote = registry.register_memory(dev.data(), 4096, Access::kRemoteRead | Access::kRemoteWrite, domain);
+  EXPECT_TRUE(remote.is_ok()) << remote.status().to_string();
+  auto atomic = registry.register_memory(dev.data(), 4096, Access::kRemoteAtomic, domain);
+  EXPECT_EQ(atomic.status().code(), StatusCode::kUnsupported) << atomic.status().to_string();
 
   unsigned int sync_memops = 0;
   ASSERT_EQ(driver_->cuPointerGetAttribute(&sync_memops, cu::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dev.address()),
@@ -148,6 +151,32 @@ TEST_F(CudaDomainGpu, RoundTripsEverySizeAndOffset) {
       domain.release_staging(host.data(), size + 2);
     }
   }
+}
+
+// The allocator for programs without a CUDA runtime (remora bench): memory the domain
+// owns, round-tripped, freed; a pointer inside an allocation or of host memory is not
+// freed. The public functions answer like the process domain.
+TEST_F(CudaDomainGpu, AllocatesAndFreesDeviceMemory) {
+  CudaDomain domain(driver_);
+  auto p = domain.allocate(3 << 20);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  auto* dev = static_cast<std::byte*>(*p);
+  EXPECT_TRUE(domain.owns(dev, 3 << 20));
+  std::vector<std::byte> out(3 << 20), in(3 << 20);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = std::byte(i * 7 % 251);
+  auto up = domain.copy_from_host(dev, out.data(), out.size());
+  expect_completes(up);
+  auto down = domain.copy_to_host(in.data(), dev, in.size());
+  expect_completes(down);
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(domain.deallocate(dev + 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(domain.deallocate(out.data()).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(domain.deallocate(dev).is_ok());
+  EXPECT_FALSE(domain.owns(dev, 1)) << "freed";
+  auto q = cuda_allocate(4096);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_TRUE(cuda_domain().value()->owns(*q, 4096));
+  EXPECT_TRUE(cuda_free(*q).is_ok());
 }
 
 TEST_F(CudaDomainGpu, ZeroLengthCopiesCompleteAtOnce) {

@@ -54,6 +54,8 @@ inline void expect_every_entry_point_reports(CudaDomain& domain, const Status& r
   const UnpackEntry entry{.src_offset = 0, .length = 16, .reserved = 0, .dst_offset = 64};
   EXPECT_EQ(domain.scatter(host.data(), host.data() + 1024, std::span(&entry, 1)).status(), reason);
   EXPECT_EQ(domain.unpack_kernel_status(host.data()), reason);
+  EXPECT_EQ(domain.allocate(4096).status(), reason);
+  EXPECT_EQ(domain.deallocate(host.data()), reason);
   domain.release_staging(host.data(), host.size());
   domain.deregister_range(host.data(), host.size(), DomainRegistration{});
 

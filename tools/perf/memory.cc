@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -44,16 +45,43 @@ Result<std::unique_ptr<DeviceMemory>> open_test_device() {
   return std::unique_ptr<DeviceMemory>(std::make_unique<TestDeviceMemory>(std::move(device)));
 }
 
-/// The one place CUDA memory comes from. The CUDA memory domain exists
-/// (remora::cuda_domain(), remora/cuda.h), but remora has no public allocator of device
-/// memory for the benchmark to use yet; until it has, CUDA is refused here, with the
-/// driver's own reason when there is no driver.
+/// CUDA device memory of device 0, allocated with the driver (remora::cuda_allocate)
+/// and freed when the benchmark side closes it. Copies run at the hardware's rate.
+class CudaMemory final : public DeviceMemory {
+ public:
+  explicit CudaMemory(MemoryDomain& domain) : domain_(domain) {}
+  ~CudaMemory() override {
+    for (std::byte* p : allocated_) (void)cuda_free(p);
+  }
+  MemoryKind kind() const noexcept override { return MemoryKind::kCuda; }
+  MemoryDomain& domain() noexcept override { return domain_; }
+  Status set_copy_rate(double bytes_per_second) override {
+    if (bytes_per_second == 0) return Status::ok();
+    return Status(StatusCode::kInvalidArgument, "cuda memory: a GPU's copies run at the hardware's rate; "
+                                                "--device-copy-rate applies to the test device only");
+  }
+
+ protected:
+  Result<std::byte*> allocate_new(size_t len) override {
+    REMORA_ASSIGN_OR_RETURN(void* p, cuda_allocate(len));
+    allocated_.push_back(static_cast<std::byte*>(p));
+    return static_cast<std::byte*>(p);
+  }
+
+ private:
+  MemoryDomain& domain_;
+  std::vector<std::byte*> allocated_;
+};
+
+/// The one place CUDA memory comes from: the process's CUDA domain, or the driver's
+/// reason there is none.
 Result<std::unique_ptr<DeviceMemory>> open_cuda() {
   auto domain = cuda_domain();
-  const std::string why = domain ? std::string("the benchmark cannot allocate CUDA memory yet")
-                                 : std::string(domain.status().message());
-  return Status(StatusCode::kUnsupported,
-                fmt::format("cuda memory: not built into this remora yet ({}); use host or test-device memory", why));
+  if (!domain) {
+    return Status(StatusCode::kUnsupported, fmt::format("cuda memory: {}; use host or test-device memory",
+                                                        domain.status().message()));
+  }
+  return std::unique_ptr<DeviceMemory>(std::make_unique<CudaMemory>(**domain));
 }
 
 Result<std::unique_ptr<DeviceMemory>> open_device(MemoryKind kind) {

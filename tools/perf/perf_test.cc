@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "memory.h"
+#include "remora/cuda.h"
 #include "p2p.h"
 #include "pattern.h"
 #include "session.h"
@@ -170,12 +171,28 @@ TEST(BenchMemory, ParsesTheKindsItKnows) {
   }
 }
 
-TEST(BenchMemory, CudaIsRefusedWithTheReasonAndHostAndTestDeviceOpen) {
+TEST(BenchMemory, CudaOpensWhereThereIsADriverElseIsRefusedWithTheReason) {
+  const CudaProbe probe = probe_cuda();
   const Status cuda = internal::memory_available(MemoryKind::kCuda);
-  EXPECT_EQ(cuda.code(), StatusCode::kUnsupported);
-  EXPECT_NE(cuda.message().find("cuda memory: not built into this remora yet"), std::string::npos) << cuda.message();
   internal::DeviceSet devices;
+  if (probe.driver_loaded && !probe.devices.empty()) {
+    EXPECT_TRUE(cuda.is_ok()) << cuda.to_string();
+    internal::DeviceMemory* dev = devices.open(MemoryKind::kCuda).value();
+    ASSERT_NE(dev, nullptr);
+    internal::DeviceBlock block = dev->allocate(4096).value();
+    std::vector<std::byte> out(4096, std::byte{0x5c}), in(4096);
+    ASSERT_TRUE(dev->write(block.data(), out).is_ok());
+    ASSERT_TRUE(dev->read(in, block.data()).is_ok());
+    EXPECT_EQ(in, out);
+    return;
+  }
+  EXPECT_EQ(cuda.code(), StatusCode::kUnsupported);
+  EXPECT_NE(cuda.message().find("cuda memory: " + probe.reason), std::string::npos) << cuda.message();
   EXPECT_EQ(devices.open(MemoryKind::kCuda).status().code(), StatusCode::kUnsupported);
+}
+
+TEST(BenchMemory, HostAndTestDeviceOpen) {
+  internal::DeviceSet devices;
   EXPECT_TRUE(internal::memory_available(MemoryKind::kHost).is_ok());
   EXPECT_TRUE(internal::memory_available(MemoryKind::kTestDevice).is_ok());
   EXPECT_EQ(devices.open(MemoryKind::kHost).value(), nullptr);
