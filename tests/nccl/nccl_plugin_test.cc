@@ -149,7 +149,11 @@ TEST_P(NcclPlugin, KilledSenderMakesTestFail) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, NcclPlugin, ::testing::Values(8, 9, 10, 11, 12),
-                         [](const auto& param_info) { return "v" + std::to_string(param_info.param); });
+                         [](const auto& param_info) {
+                           std::string name = "v";
+                           name += std::to_string(param_info.param);
+                           return name;
+                         });
 
 TEST(NcclPluginLarge, TwoHundredMiBRegistered) {
   exchange(12, {"--sizes", "209715200", "--messages", "1", "--reg", "1", "--timeout", "120"});
