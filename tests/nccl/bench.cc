@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -249,6 +250,8 @@ class PluginLink : public Link {
       if (done) {
         inflight.erase(inflight.begin());
         ++completed;
+      } else {
+        sched_yield();  // as NCCL's proxy thread does when a pass over its operations made no progress
       }
     }
   }
