@@ -7,7 +7,8 @@ For every pair of runs (reference then plugin, the order alternating from pair t
 back to back) and every scenario:
   none   nothing slowed
   slow   one of the connection's data streams shaped with tc on the sender's veth: an htb
-         class at --slow-rate, and a u32 filter on that stream's source port (the established connection that carried the most bytes in the
+         class at --slow-rate with a tbf leaf (20 ms of queue), and a u32 filter on that
+         stream's source port (the established connection that carried the most bytes in the
          warm-up, from `ss -tni`, so a data stream and not remora's control stream).
 It prints per-size medians of MB/s for each transport, the median of the per-pair
 ratios plugin/reference, and one-way latency.
@@ -88,6 +89,11 @@ def shape(port):
     tc("qdisc", "add", "dev", d, "root", "handle", "1:", "htb", "default", "0")
     tc("class", "add", "dev", d, "parent", "1:", "classid", "1:20", "htb", "rate", a.slow_rate, "ceil", a.slow_rate,
        "quantum", "60000")
+    # The class's own queue would hold up to txqueuelen 64 KiB GSO packets (hundreds of
+    # ms at the slow rate), hiding the slowness from the sender's socket; a tbf leaf
+    # bounds the queueing delay as a slow link's buffer would.
+    tc("qdisc", "add", "dev", d, "parent", "1:20", "handle", "20:", "tbf", "rate", a.slow_rate, "burst", "256kb",
+       "latency", "20ms")
     tc("filter", "add", "dev", d, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "sport",
        str(port), "0xffff", "flowid", "1:20")
 
