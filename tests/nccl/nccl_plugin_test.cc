@@ -155,6 +155,35 @@ INSTANTIATE_TEST_SUITE_P(Versions, NcclPlugin, ::testing::Values(8, 9, 10, 11, 1
                            return name;
                          });
 
+/// The DEVICE line of a harness that only listens (and closes): what getProperties said.
+std::string device_line(std::vector<std::string> env) {
+  Process::Options o = run_opts(harness_argv("recv", 12, {"--mode", "stale"}), true);
+  o.env = std::move(env);
+  Process p(o);
+  std::string line = expect_line(p, "DEVICE ");
+  EXPECT_FALSE(expect_line(p, "CLOSED").empty());
+  p.write_line("done");
+  return line;
+}
+
+TEST(NcclPluginProperties, CudaAdvertisedOnlyWhenTheDomainWorks) {
+  // No driver (or a path that is none): host memory only.
+  std::string host = device_line({"REMORA_CUDA_DRIVER=/nonexistent/libcuda.so.1"});
+  EXPECT_NE(host.find("ptrSupport 1 "), std::string::npos) << host;
+#ifdef REMORA_TEST_EMULATED_CUDA
+  // A driver that loads and initialises (the emulated one): NCCL_PTR_HOST | NCCL_PTR_CUDA.
+  std::string cuda = device_line({std::string("REMORA_CUDA_DRIVER=") + REMORA_TEST_EMULATED_CUDA});
+  EXPECT_NE(cuda.find("ptrSupport 3 "), std::string::npos) << cuda;
+#endif
+}
+
+TEST(NcclPluginProperties, InterfaceChosenByTheVariables) {
+  EXPECT_NE(device_line({"REMORA_NCCL_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
+  EXPECT_NE(device_line({"NCCL_SOCKET_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
+  // REMORA_NCCL_IFNAME wins over NCCL_SOCKET_IFNAME.
+  EXPECT_NE(device_line({"NCCL_SOCKET_IFNAME=^lo", "REMORA_NCCL_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
+}
+
 TEST(NcclPluginLarge, TwoHundredMiBRegistered) {
   exchange(12, {"--sizes", "209715200", "--messages", "1", "--reg", "1", "--timeout", "120"});
 }
