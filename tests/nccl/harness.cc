@@ -7,12 +7,14 @@
 //
 //   harness recv  --plugin P --version N [scenario options]   prints "HANDLE <hex>", then "OK ..."
 //   harness send  --plugin P --version N --handle HEX [same scenario options]
-//   harness bench-recv / bench-send  --transport plugin|reference ...  (bench/nccl_compare.sh)
+//   harness bench-recv / bench-send  --transport plugin|reference ...  (bench/nccl_compare.py)
 //
 // Scenario options (both sides must get the same ones): --sizes a,b,c (bytes, one message
 // each, cycled over --messages), --messages M, --group n (grouped receive of n), --window W
 // (requests in flight), --reg 0|1, --slack B (the receiver posts B bytes more than sent).
 // Failure modes: --mode normal|kill-wait|stale|bad-secret|bad-stage|garbage.
+// --memory cuda: both sides' buffers in CUDA memory (regMr with NCCL_PTR_CUDA), filled and
+// checked through the driver's copies.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -156,8 +158,9 @@ struct Net {
   ncclResult_t accept(void* l, void** comm) {
     return call([&](auto t) { return t->accept(l, comm, nullptr); });
   }
+  int mem_type = NCCL_PTR_HOST;
   ncclResult_t reg(void* comm, void* data, size_t size, void** mh) {
-    return call([&](auto t) { return t->regMr(comm, data, size, NCCL_PTR_HOST, mh); });
+    return call([&](auto t) { return t->regMr(comm, data, size, mem_type, mh); });
   }
   ncclResult_t dereg(void* comm, void* mh) {
     return call([&](auto t) { return t->deregMr(comm, mh); });
@@ -211,6 +214,7 @@ struct Options {
   std::vector<size_t> sizes{4096};
   int timeout_s = 60;
   std::string address;  // reference transport: where the receiver listens
+  bool cuda = false;     // --memory cuda: buffers in CUDA memory (the driver REMORA_CUDA_DRIVER names)
 };
 
 std::vector<size_t> parse_sizes(const char* s) {
@@ -247,6 +251,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--streams") o.streams = std::atoi(v);
     else if (k == "--iters") o.iters = std::atol(v);
     else if (k == "--address") o.address = v;
+    else if (k == "--memory") o.cuda = std::string(v) == "cuda";
     else die("unknown option %s", k.c_str());
   }
   if (o.messages == 0) o.messages = static_cast<long>(o.sizes.size());
@@ -323,6 +328,52 @@ struct Buffers {
   void* whole_mh = nullptr;
 };
 
+/// CUDA memory through the driver the plugin's remora also loads (REMORA_CUDA_DRIVER: the
+/// same file, so the same instance): allocation and the copies that fill and check it.
+struct CudaMem {
+  using Fn = int (*)(...);
+  void* lib = nullptr;
+  int (*init)(unsigned) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*ctx_retain)(void**, int) = nullptr;
+  int (*ctx_push)(void*) = nullptr;
+  int (*alloc)(unsigned long long*, size_t) = nullptr;
+  int (*htod)(unsigned long long, const void*, size_t) = nullptr;
+  int (*dtoh)(void*, unsigned long long, size_t) = nullptr;
+
+  template <typename F>
+  void sym(F& f, const char* name) {
+    f = reinterpret_cast<F>(dlsym(lib, name));
+    if (f == nullptr) die("CUDA driver lacks %s", name);
+  }
+  uint8_t* allocate(size_t size) {
+    const char* path = std::getenv("REMORA_CUDA_DRIVER");
+    lib = dlopen(path != nullptr ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) die("dlopen CUDA driver: %s", dlerror());
+    sym(init, "cuInit");
+    sym(device_get, "cuDeviceGet");
+    sym(ctx_retain, "cuDevicePrimaryCtxRetain");
+    sym(ctx_push, "cuCtxPushCurrent_v2");
+    sym(alloc, "cuMemAlloc_v2");
+    sym(htod, "cuMemcpyHtoD_v2");
+    sym(dtoh, "cuMemcpyDtoH_v2");
+    int dev = 0;
+    void* ctx = nullptr;
+    unsigned long long ptr = 0;
+    if (init(0) != 0 || device_get(&dev, 0) != 0 || ctx_retain(&ctx, dev) != 0 || ctx_push(ctx) != 0 ||
+        alloc(&ptr, size) != 0) {
+      die("CUDA set-up failed");
+    }
+    return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(ptr));
+  }
+  void to_device(uint8_t* dst, const uint8_t* src, size_t n) {
+    if (n > 0 && htod(reinterpret_cast<uintptr_t>(dst), src, n) != 0) die("cuMemcpyHtoD failed");
+  }
+  void to_host(uint8_t* dst, const uint8_t* src, size_t n) {
+    if (n > 0 && dtoh(dst, reinterpret_cast<uintptr_t>(src), n) != 0) die("cuMemcpyDtoH failed");
+  }
+};
+
 int run_recv(const Options& o) {
   Net net = load(o);
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -351,14 +402,20 @@ int run_recv(const Options& o) {
   // Buffers: one per message, posted with o.slack bytes more than will be sent.
   size_t total = 0;
   for (long k = 0; k < o.messages; ++k) total += msg_size(o, k) + o.slack;
-  std::vector<uint8_t> arena(total + 1);
+  std::vector<uint8_t> host_arena(total + 1), mirror;
+  CudaMem cuda;
+  uint8_t* base = host_arena.data();
+  if (o.cuda) {
+    base = cuda.allocate(host_arena.size());
+    net.mem_type = NCCL_PTR_CUDA;
+  }
   std::vector<size_t> offset(static_cast<size_t>(o.messages));
   for (long k = 0, at = 0; k < o.messages; ++k) {
     offset[static_cast<size_t>(k)] = static_cast<size_t>(at);
     at += static_cast<long>(msg_size(o, k) + o.slack);
   }
   void* whole = nullptr;
-  if (o.reg && net.reg(rcomm, arena.data(), arena.size(), &whole) != ncclSuccess) die("regMr");
+  if (o.reg && net.reg(rcomm, base, host_arena.size(), &whole) != ncclSuccess) die("regMr");
 
   if (o.mode == "kill-wait") {  // a receive for a message that never comes; the test kills the sender
     std::vector<uint8_t> buf(msg_size(o, 0) + 1);
@@ -399,7 +456,7 @@ int run_recv(const Options& o) {
       std::vector<void*> sub(static_cast<size_t>(o.group), nullptr);
       for (int j = 0; j < o.group; ++j) {
         long k = posted * o.group + j;
-        data[j] = arena.data() + offset[static_cast<size_t>(k)];
+        data[j] = base + offset[static_cast<size_t>(k)];
         sz[j] = msg_size(o, k) + o.slack;
         tags[j] = msg_tag(o, k);
         mh[j] = nullptr;
@@ -425,14 +482,19 @@ int run_recv(const Options& o) {
       long k = s.first + j;
       size_t want = msg_size(o, k);
       if (static_cast<size_t>(got[j]) != want) die("message %ld: test reported %d bytes, %zu were sent", k, got[j], want);
-      const uint8_t* p = arena.data() + offset[static_cast<size_t>(k)];
+      const uint8_t* p = base + offset[static_cast<size_t>(k)];
+      if (o.cuda) {
+        mirror.resize(want);
+        cuda.to_host(mirror.data(), p, want);
+        p = mirror.data();
+      }
       for (size_t b = 0; b < want; ++b) {
         if (p[b] != pattern(k, b)) die("message %ld byte %zu: %u, expected %u", k, b, p[b], pattern(k, b));
       }
       bytes += want;
     }
     if (o.reg) {  // iflush as NCCL calls it after a receive (a no-op for host memory, but a request)
-      void* fdata[1] = {arena.data()};
+      void* fdata[1] = {base};
       int fsz[1] = {1};
       void* fmh[1] = {whole};
       void* freq = nullptr;
@@ -498,8 +560,15 @@ int run_send(const Options& o) {
     for (size_t b = 0; b < msg_size(o, k); ++b) arena[static_cast<size_t>(at) + b] = pattern(k, b);
     at += static_cast<long>(msg_size(o, k));
   }
+  uint8_t* base = arena.data();
+  CudaMem cuda;
+  if (o.cuda) {
+    base = cuda.allocate(arena.size());
+    cuda.to_device(base, arena.data(), arena.size());
+    net.mem_type = NCCL_PTR_CUDA;
+  }
   void* whole = nullptr;
-  if (o.reg && net.reg(scomm, arena.data(), arena.size(), &whole) != ncclSuccess) die("regMr");
+  if (o.reg && net.reg(scomm, base, arena.size(), &whole) != ncclSuccess) die("regMr");
   if (o.mode == "kill-wait") {
     std::printf("READY\n");
     std::fflush(stdout);
@@ -514,7 +583,7 @@ int run_send(const Options& o) {
     require_deadline(deadline, "sends");
     if (posted < o.messages && static_cast<int>(inflight.size()) < window) {
       void* req = nullptr;
-      if (net.isend(scomm, arena.data() + offset[static_cast<size_t>(posted)], msg_size(o, posted), msg_tag(o, posted),
+      if (net.isend(scomm, base + offset[static_cast<size_t>(posted)], msg_size(o, posted), msg_tag(o, posted),
                     whole, &req) != ncclSuccess) {
         die("isend");
       }

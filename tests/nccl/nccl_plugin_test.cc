@@ -184,6 +184,18 @@ TEST(NcclPluginProperties, InterfaceChosenByTheVariables) {
   EXPECT_NE(device_line({"NCCL_SOCKET_IFNAME=^lo", "REMORA_NCCL_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
 }
 
+#ifdef REMORA_TEST_EMULATED_CUDA
+TEST(NcclPluginCuda, CudaMemoryBothSidesThroughStagingWithTheEmulatedDriver) {
+  // The emulated driver is host memory behind the driver API (tests/device/emulated_cuda):
+  // this proves the plugin's CUDA registration and remora's staging under it, nothing
+  // about a GPU.
+  std::vector<std::string> env = {std::string("REMORA_CUDA_DRIVER=") + REMORA_TEST_EMULATED_CUDA};
+  exchange(12, {"--memory", "cuda", "--sizes", "0,1,4096,100000,3000001,16385", "--messages", "12", "--group", "2",
+                "--slack", "7", "--reg", "1"},
+           env);
+}
+#endif
+
 TEST(NcclPluginLarge, TwoHundredMiBRegistered) {
   exchange(12, {"--sizes", "209715200", "--messages", "1", "--reg", "1", "--timeout", "120"});
 }
