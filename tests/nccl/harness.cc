@@ -331,7 +331,6 @@ struct Buffers {
 /// CUDA memory through the driver the plugin's remora also loads (REMORA_CUDA_DRIVER: the
 /// same file, so the same instance): allocation and the copies that fill and check it.
 struct CudaMem {
-  using Fn = int (*)(...);
   void* lib = nullptr;
   int (*init)(unsigned) = nullptr;
   int (*device_get)(int*, int) = nullptr;
@@ -340,6 +339,18 @@ struct CudaMem {
   int (*alloc)(unsigned long long*, size_t) = nullptr;
   int (*htod)(unsigned long long, const void*, size_t) = nullptr;
   int (*dtoh)(void*, unsigned long long, size_t) = nullptr;
+
+  int (*mem_free)(unsigned long long) = nullptr;
+  uint8_t* ptr_ = nullptr;
+
+  CudaMem() = default;
+  CudaMem(const CudaMem&) = delete;
+  CudaMem& operator=(const CudaMem&) = delete;
+  /// Frees the allocation: device memory left mapped (no access, as the emulated driver
+  /// maps it) at exit would be read by LeakSanitizer's scan and fault.
+  ~CudaMem() {
+    if (ptr_ != nullptr) mem_free(reinterpret_cast<uintptr_t>(ptr_));
+  }
 
   template <typename F>
   void sym(F& f, const char* name) {
@@ -357,6 +368,7 @@ struct CudaMem {
     sym(alloc, "cuMemAlloc_v2");
     sym(htod, "cuMemcpyHtoD_v2");
     sym(dtoh, "cuMemcpyDtoH_v2");
+    sym(mem_free, "cuMemFree_v2");
     int dev = 0;
     void* ctx = nullptr;
     unsigned long long ptr = 0;
@@ -364,7 +376,8 @@ struct CudaMem {
         alloc(&ptr, size) != 0) {
       die("CUDA set-up failed");
     }
-    return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(ptr));
+    ptr_ = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(ptr));
+    return ptr_;
   }
   void to_device(uint8_t* dst, const uint8_t* src, size_t n) {
     if (n > 0 && htod(reinterpret_cast<uintptr_t>(dst), src, n) != 0) die("cuMemcpyHtoD failed");
