@@ -12,9 +12,14 @@
 
 namespace remora::core {
 
+namespace {
+// Read by the NCCL net plugin (plugin/nccl/interfaces.cc), which links this library in.
+constexpr std::array<std::string_view, 1> kNcclPluginVariables = {"REMORA_NCCL_IFNAME"};
+}  // namespace
+
 std::span<const VariableList> known_variable_lists() noexcept {
-  static const std::array<VariableList, 4> kLists = {core_variables(), transport::variables(), coll::variables(),
-                                                     device::variables()};
+  static const std::array<VariableList, 5> kLists = {core_variables(), transport::variables(), coll::variables(),
+                                                     device::variables(), kNcclPluginVariables};
   return kLists;
 }
 

@@ -84,6 +84,10 @@ expect_file "${libdir}/cmake/remora/remoraConfig.cmake"
 expect_file "${libdir}/cmake/remora/remoraConfigVersion.cmake"
 expect_file "${libdir}/cmake/remora/remoraTargets.cmake"
 expect_file "${libdir}/pkgconfig/remora.pc"
+# The NCCL net plugin, where the build made it (REMORA_BUILD_NCCL_PLUGIN, docs/nccl.md).
+if [[ -e ${build_dir}/plugin/nccl/libnccl-net-remora.so ]]; then
+  expect_file "${libdir}/libnccl-net-remora.so"
+fi
 # libremora.so must be a link to the versioned file, whose soname is libremora.so.<major>.
 soname=$(readelf -d "${libdir}/libremora.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if [[ -z $soname || ! -L ${libdir}/libremora.so || ! -e ${libdir}/${soname} ]]; then

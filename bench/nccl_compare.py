@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""bench/nccl_compare.py — the NCCL net plugin against a reference sender built like NCCL's
+socket transport (tests/nccl/bench.cc), in one run, across two network namespaces joined
+by a veth pair (created here, removed at the end; needs root).
+
+For every pair of runs (reference then plugin, the order alternating from pair to pair,
+back to back) and every scenario:
+  none   nothing slowed
+  slow   one of the connection's data streams shaped with tc on the sender's veth: an htb
+         class at --slow-rate with a tbf leaf (20 ms of queue), and a u32 filter on that
+         stream's source port (the established connection that carried the most bytes in the
+         warm-up, from `ss -tni`, so a data stream and not remora's control stream).
+It prints per-size medians of MB/s for each transport, the median of the per-pair
+ratios plugin/reference, and one-way latency.
+
+  sudo python3 bench/nccl_compare.py --build build/release --pairs 4 --streams 4 \
+      --sizes 65536,1048576,4194304,16777216 --slow-rate 1gbit
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+p = argparse.ArgumentParser()
+p.add_argument("--build", default="build/release")
+p.add_argument("--pairs", type=int, default=4)
+p.add_argument("--streams", type=int, default=4)
+p.add_argument("--sizes", default="65536,1048576,4194304,16777216")
+p.add_argument("--iters", type=int, default=16)
+p.add_argument("--slow-rate", default="1gbit")
+p.add_argument("--scenarios", default="none,slow")
+a = p.parse_args()
+
+harness = os.path.join(a.build, "tests/nccl/remora_nccl_harness")
+plugin = os.path.abspath(os.path.join(a.build, "plugin/nccl/libnccl-net-remora.so"))
+tag = str(os.getpid() % 200 + 20)
+ns = [f"rnccl{tag}a", f"rnccl{tag}b"]
+dev = ["rnc0", "rnc1"]
+addr = [f"10.197.{tag}.1", f"10.197.{tag}.2"]
+
+
+def sh(*argv, check=True):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        sys.exit(f"{' '.join(argv)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def setup():
+    for n in ns:
+        sh("ip", "netns", "del", n, check=False)
+        sh("ip", "netns", "add", n)
+        sh("ip", "-n", n, "link", "set", "lo", "up")
+    sh("ip", "-n", ns[0], "link", "add", dev[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1])
+    for i in range(2):
+        sh("ip", "-n", ns[i], "addr", "add", addr[i] + "/24", "dev", dev[i])
+        sh("ip", "-n", ns[i], "link", "set", dev[i], "up")
+
+
+def teardown():
+    for n in ns:
+        sh("ip", "netns", "del", n, check=False)
+
+
+def busiest_sport():
+    out = sh("ip", "netns", "exec", ns[0], "ss", "-tniH", "state", "established")
+    best, port = -1, None
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*\d+\s+\d+\s+(\S+):(\d+)\s+(\S+):(\d+)", line)
+        if not m or not m.group(1).startswith(addr[0]):
+            continue
+        info = lines[i + 1] if i + 1 < len(lines) else ""
+        b = re.search(r"bytes_acked:(\d+)", info)
+        acked = int(b.group(1)) if b else 0
+        if acked > best:
+            best, port = acked, int(m.group(2))
+    return port
+
+
+def shape(port):
+    """htb at the root: unclassified packets go straight through (default 0, its direct
+    queue); the slowed stream's packets, picked by a u32 filter on the source port, go
+    to a class limited to --slow-rate. (This kernel has htb and tbf but not prio/netem.)"""
+    d = dev[0]
+    tc = lambda *x: sh("ip", "netns", "exec", ns[0], "tc", *x)
+    tc("qdisc", "add", "dev", d, "root", "handle", "1:", "htb", "default", "0")
+    tc("class", "add", "dev", d, "parent", "1:", "classid", "1:20", "htb", "rate", a.slow_rate, "ceil", a.slow_rate,
+       "quantum", "60000")
+    # The class's own queue would hold up to txqueuelen 64 KiB GSO packets (hundreds of
+    # ms at the slow rate), hiding the slowness from the sender's socket; a tbf leaf
+    # bounds the queueing delay as a slow link's buffer would.
+    tc("qdisc", "add", "dev", d, "parent", "1:20", "handle", "20:", "tbf", "rate", a.slow_rate, "burst", "256kb",
+       "latency", "20ms")
+    tc("filter", "add", "dev", d, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "sport",
+       str(port), "0xffff", "flowid", "1:20")
+
+
+def unshape():
+    sh("ip", "netns", "exec", ns[0], "tc", "qdisc", "del", "dev", dev[0], "root", check=False)
+
+
+def run(transport, scenario):
+    env = dict(os.environ, REMORA_STREAMS=str(a.streams), REMORA_NCCL_IFNAME="=" + dev[1])
+    common = ["--transport", transport, "--plugin", plugin, "--streams", str(a.streams), "--sizes", a.sizes,
+              "--iters", str(a.iters)]
+    recv = subprocess.Popen(["ip", "netns", "exec", ns[1], harness, "bench-recv", *common, "--address", addr[1]],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    first = recv.stdout.readline().split()
+    senv = dict(env, REMORA_NCCL_IFNAME="=" + dev[0])
+    target = ["--handle", first[1]] if transport == "plugin" else ["--address", first[1]]
+    send = subprocess.Popen(["ip", "netns", "exec", ns[0], harness, "bench-send", *common, *target],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=senv)
+    results = {}
+    port = None
+    for line in send.stdout:
+        w = line.split()
+        if not w:
+            continue
+        if w[0] == "PEER":
+            recv.stdin.write(line)
+            recv.stdin.flush()
+        elif w[0] == "WARM":
+            if scenario == "slow":
+                port = busiest_sport()
+                shape(port)
+            send.stdin.write("go\n")
+            send.stdin.flush()
+        elif w[0] == "RESULT":
+            results[int(w[2])] = (float(w[3]), float(w[4]))
+        elif w[0] in ("FAIL", "DONE"):
+            if w[0] == "FAIL":
+                print(line.strip(), file=sys.stderr)
+            break
+    send.wait(timeout=120)
+    recv.wait(timeout=120)
+    unshape()
+    return results, port
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("needs root (network namespaces, tc)")
+    setup()
+    try:
+        scenarios = a.scenarios.split(",")
+        data = {s: {"reference": [], "plugin": []} for s in scenarios}
+        for i in range(a.pairs):
+            for s in scenarios:
+                order = ["reference", "plugin"] if i % 2 == 0 else ["plugin", "reference"]
+                for t in order:
+                    res, port = run(t, s)
+                    data[s][t].append(res)
+                    print(f"pair {i} {s:4} {t:9} " + " ".join(f"{k}:{v[0]:.0f}MB/s" for k, v in sorted(res.items())) +
+                          (f" (slowed sport {port})" if port else ""), flush=True)
+        sizes = [int(x) for x in a.sizes.split(",")]
+        print(f"\n# {a.pairs} pairs, {a.streams} streams, slow stream at {a.slow_rate}; medians")
+        print("| scenario | size | reference MB/s | plugin MB/s | median ratio | ref lat us | plugin lat us |")
+        print("|---|---|---|---|---|---|---|")
+        for s in scenarios:
+            for z in sizes:
+                ref = [r[z][0] for r in data[s]["reference"] if z in r]
+                plg = [r[z][0] for r in data[s]["plugin"] if z in r]
+                ratios = [pl[z][0] / rf[z][0] for rf, pl in zip(data[s]["reference"], data[s]["plugin"])
+                          if z in rf and z in pl and rf[z][0] > 0]
+                rl = [r[z][1] for r in data[s]["reference"] if z in r and r[z][1] >= 0]
+                pl_ = [r[z][1] for r in data[s]["plugin"] if z in r and r[z][1] >= 0]
+                med = lambda xs: f"{statistics.median(xs):.1f}" if xs else "-"
+                print(f"| {s} | {z} | {med(ref)} | {med(plg)} | {med(ratios)} | {med(rl)} | {med(pl_)} |")
+    finally:
+        unshape()
+        teardown()
+
+
+main()

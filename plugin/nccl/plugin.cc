@@ -1,0 +1,666 @@
+// plugin/nccl/plugin.cc — the NCCL net plugin over remora endpoints: one remora
+// Context per process, one Endpoint per NCCL connection (NCCL connections are
+// unidirectional: the connecting side only sends, the accepting side only receives),
+// NCCL's (tag, size) matched by remora's tagged send/recv, grouped receives as one
+// request over n remora receives, registrations as remora Regions with a cache
+// (regIsGlobal). Nothing blocks NCCL's proxy thread: connect runs on a helper thread
+// and each listen comm has an acceptor thread that checks the connector's secret.
+#include "plugin.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "interfaces.h"
+#include "remora/context.h"
+#include "remora/cuda.h"
+
+namespace remora::nccl_plugin {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// --- logging ------------------------------------------------------------------------
+
+std::atomic<ncclDebugLogger_t> g_log{nullptr};
+
+[[gnu::format(printf, 3, 4)]] void log_at(ncclDebugLogLevel level, unsigned long flags, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ncclDebugLogger_t fn = g_log.load();
+  if (fn != nullptr) {
+    fn(level, flags, __FILE__, __LINE__, "NET/remora: %s", msg);
+  } else if (level == NCCL_LOG_WARN) {
+    std::fprintf(stderr, "NET/remora: %s\n", msg);
+  }
+}
+#define LOG_INFO(...) log_at(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __VA_ARGS__)
+#define LOG_WARN(...) log_at(NCCL_LOG_WARN, NCCL_NET, __VA_ARGS__)
+
+/// NCCL's verdict for a remora failure: the peer's fault or ours.
+ncclResult_t to_nccl(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return ncclSuccess;
+    case StatusCode::kPeerFailed:
+    case StatusCode::kProtocol:
+    case StatusCode::kUnreachable: return ncclRemoteError;
+    default: return ncclSystemError;  // kTruncated (a receive smaller than the send) included
+  }
+}
+
+// --- the handle ---------------------------------------------------------------------
+
+constexpr uint32_t kHandleMagic = 0x524d4e43;  // "CNMR"
+constexpr uint16_t kHandleVersion = 1;
+constexpr Tag kHelloTag{1ull << 40};  // above every NCCL tag (an int)
+constexpr auto kHelloTimeout = 5s;
+
+struct Handle {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t port;
+  char host[64];  // numeric, IPv6 in brackets, NUL-terminated
+  std::array<uint8_t, 16> secret;
+  uint64_t stage;  // the connector's own: its pending connection (0 as the listener wrote it)
+};
+static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE);
+
+struct Hello {
+  uint32_t magic;
+  std::array<uint8_t, 16> secret;
+};
+
+// --- comms, requests, registrations -----------------------------------------------
+
+enum class ReqKind : uint8_t { kFree, kSend, kRecv, kFlush };
+
+struct Comm;
+struct Req {
+  Comm* owner = nullptr;
+  ReqKind kind = ReqKind::kFree;
+  int n = 0;
+  std::array<Request, kMaxRecvs> parts;
+};
+
+struct Comm {
+  explicit Comm(std::shared_ptr<Endpoint> e, size_t slots, bool sender) : ep(std::move(e)), reqs(slots), is_send(sender) {
+    for (Req& r : reqs) r.owner = this;
+  }
+  std::shared_ptr<Endpoint> ep;
+  std::vector<Req> reqs;
+  size_t next = 0;
+  bool is_send;
+
+  Req* take(ReqKind kind) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Req& r = reqs[(next + i) % reqs.size()];
+      if (r.kind == ReqKind::kFree) {
+        next = (next + i + 1) % reqs.size();
+        r.kind = kind;
+        r.n = 0;
+        return &r;
+      }
+    }
+    return nullptr;  // NCCL_NET_MAX_REQUESTS (x maxRecvs) in flight: NCCL tries again
+  }
+};
+
+struct Mr {
+  std::byte* base = nullptr;
+  size_t len = 0;
+  int type = NCCL_PTR_HOST;
+  int refs = 1;
+  Region region;
+};
+
+struct ListenComm {
+  std::unique_ptr<Listener> listener;
+  std::array<uint8_t, 16> secret{};
+  std::mutex mu;
+  std::deque<std::shared_ptr<Endpoint>> ready;
+  Status error;
+  std::atomic<bool> stop{false};
+  std::thread acceptor;
+};
+
+struct PendingConnect {
+  std::thread thread;
+  std::atomic<bool> done{false};
+  Status status;
+  std::shared_ptr<Endpoint> ep;
+};
+
+struct NetCtx {
+  uint64_t comm_id = 0;
+  int traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF;
+};
+
+struct State {
+  std::mutex mu;
+  bool ready = false;
+  ncclResult_t init_result = ncclSuccess;
+  std::unique_ptr<Context> ctx;
+  DeviceChoice choice;
+  bool cuda = false;
+  std::map<uint64_t, std::shared_ptr<PendingConnect>> pending;
+  uint64_t next_stage = 1;
+  std::vector<std::unique_ptr<Mr>> mrs;
+  std::atomic<int> live_comms{0};
+};
+
+State& state() {
+  static State* s = new State;  // lives as long as the process (NCCL never unloads a plugin mid-job)
+  return *s;
+}
+
+/// At exit (registered after the context was made, so it runs before the library's own
+/// statics go): connections still being made are waited for, and the context (its
+/// progress thread) is stopped when NCCL closed every comm; otherwise it is left alone.
+void teardown() {
+  State& s = state();
+  std::map<uint64_t, std::shared_ptr<PendingConnect>> pending;
+  {
+    std::lock_guard lock(s.mu);
+    pending.swap(s.pending);
+  }
+  for (auto& [id, pc] : pending) {
+    if (pc->thread.joinable()) pc->thread.join();
+  }
+  std::lock_guard lock(s.mu);
+  if (s.live_comms.load() == 0) {
+    s.mrs.clear();
+    s.ctx.reset();
+  }
+}
+
+ncclResult_t init_locked(State& s) {
+  if (s.ready) return s.init_result;
+  s.ready = true;
+  auto ctx = Context::create();
+  if (!ctx.is_ok()) {
+    LOG_WARN("cannot create the remora context: %s", ctx.status().to_string().c_str());
+    s.init_result = ncclSystemError;
+    return s.init_result;
+  }
+  s.ctx = std::move(ctx).value();
+  std::atexit(teardown);
+  s.choice = choose_devices();
+  for (size_t i = 0; i < s.choice.devices.size(); ++i) {
+    const NetDevice& d = s.choice.devices[i];
+    LOG_INFO("device %zu: %s %s, %d Mb/s%s, PCI %s", i, d.ifname.c_str(), d.address.c_str(), d.speed_mbps,
+             d.speed_known ? "" : " (link does not say; assumed)", d.pci_path.empty() ? "none" : d.pci_path.c_str());
+  }
+  LOG_INFO("%zu device(s) chosen by %s", s.choice.devices.size(), s.choice.reason.c_str());
+  if (s.choice.devices.empty()) {
+    LOG_WARN("no network interface matches %s", s.choice.reason.c_str());
+  }
+  auto cuda = cuda_domain();
+  if (cuda.is_ok()) {
+    Status added = s.ctx->add_memory_domain(*cuda.value());
+    s.cuda = added.is_ok();
+    LOG_INFO("CUDA memory: %s", added.is_ok() ? "supported through remora's staging buffers (NCCL_PTR_CUDA)"
+                                              : added.to_string().c_str());
+  } else {
+    LOG_INFO("CUDA memory not offered (host memory only): %s", cuda.status().message().c_str());
+  }
+  const Config& c = s.ctx->config();
+  LOG_INFO("remora %u data stream(s) per connection, chunk %zu bytes, eager limit %zu bytes",
+           c.streams_per_endpoint, c.chunk_bytes, c.eager_limit);
+  s.init_result = ncclSuccess;
+  return ncclSuccess;
+}
+
+Context* context() {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return s.ctx.get();
+}
+
+void acceptor_loop(ListenComm* lc) {
+  while (!lc->stop.load()) {
+    auto accepted = lc->listener->accept(50ms);
+    if (!accepted.is_ok()) {
+      if (accepted.status().code() == StatusCode::kTimeout) continue;
+      std::lock_guard lock(lc->mu);
+      lc->error = accepted.status();
+      return;
+    }
+    std::shared_ptr<Endpoint> ep = std::move(accepted).value();
+    Hello hello{};
+    Request r = ep->recv({reinterpret_cast<std::byte*>(&hello), sizeof hello}, kHelloTag);
+    Status st = r.wait(kHelloTimeout);
+    std::string why;
+    if (!st.is_ok()) {
+      why = st.to_string();
+    } else if (r.bytes() != sizeof hello || hello.magic != kHandleMagic) {
+      why = "not a remora NCCL connection";
+    } else if (hello.secret != lc->secret) {
+      why = "its handle is not this listener's (stale, or from another listen)";
+    }
+    uint8_t verdict = why.empty() ? 1 : 0;
+    Status sent = ep->send({reinterpret_cast<const std::byte*>(&verdict), 1}, kHelloTag).wait(kHelloTimeout);
+    if (!why.empty() || !sent.is_ok()) {
+      LOG_WARN("refused a connection from %s: %s", ep->peer_address().c_str(),
+               why.empty() ? sent.to_string().c_str() : why.c_str());
+      ep->close();
+      continue;
+    }
+    std::lock_guard lock(lc->mu);
+    lc->ready.push_back(std::move(ep));
+  }
+}
+
+void connect_thread(PendingConnect* pc, Context* ctx, std::string address, Hello hello) {
+  auto ep = ctx->connect(address);
+  if (!ep.is_ok()) {
+    pc->status = ep.status();
+    pc->done.store(true);
+    return;
+  }
+  std::shared_ptr<Endpoint> e = std::move(ep).value();
+  uint8_t verdict = 0;
+  Request rv = e->recv({reinterpret_cast<std::byte*>(&verdict), 1}, kHelloTag);
+  Status st = e->send({reinterpret_cast<const std::byte*>(&hello), sizeof hello}, kHelloTag).wait(kHelloTimeout);
+  if (st.is_ok()) st = rv.wait(kHelloTimeout);
+  if (st.is_ok() && verdict != 1) {
+    st = Status(StatusCode::kPeerFailed, "the listener refused this handle (stale, or not its own)");
+  }
+  if (!st.is_ok()) {
+    e->abort();
+    pc->status = st;
+  } else {
+    pc->ep = std::move(e);
+  }
+  pc->done.store(true);
+}
+
+}  // namespace
+
+// --- init, devices --------------------------------------------------------------------
+
+ncclResult_t init(ncclDebugLogger_t log) {
+  if (log != nullptr) g_log.store(log);
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return init_locked(s);
+}
+
+ncclResult_t init_comm(void** ctx, uint64_t comm_id, int traffic_class, ncclDebugLogger_t log) {
+  if (ctx == nullptr) return ncclInvalidArgument;
+  ncclResult_t r = init(log);
+  if (r != ncclSuccess) return r;
+  auto* c = new NetCtx{comm_id, traffic_class};
+  if (traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF) {
+    LOG_INFO("communicator %lx asks for traffic class %d: ignored (remora sets no TOS on its streams)",
+             static_cast<unsigned long>(comm_id), traffic_class);
+  }
+  *ctx = c;
+  return ncclSuccess;
+}
+
+ncclResult_t finalize(void* ctx) {
+  delete static_cast<NetCtx*>(ctx);
+  return ncclSuccess;
+}
+
+ncclResult_t set_net_attr(void* /*ctx*/, const ncclNetAttr_v11_t* attr) {
+  if (attr != nullptr) {
+    LOG_INFO("setNetAttr (send peers %d..%d, flows %d..%d; op %u algo %u proto %u): accepted and ignored; "
+             "remora balances over its data streams by itself",
+             attr->sendCommAttr.minConcurrentPeers, attr->sendCommAttr.maxConcurrentPeers,
+             attr->sendCommAttr.minFlowsPerPeer, attr->sendCommAttr.maxFlowsPerPeer, attr->op, attr->algo,
+             attr->proto);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t devices(int* ndev) {
+  if (ndev == nullptr) return ncclInvalidArgument;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (!s.ready) return ncclInvalidUsage;
+  *ndev = static_cast<int>(s.choice.devices.size());
+  return ncclSuccess;
+}
+
+ncclResult_t properties(int dev, Properties* p) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (p == nullptr || !s.ready || dev < 0 || static_cast<size_t>(dev) >= s.choice.devices.size()) {
+    return ncclInvalidArgument;
+  }
+  NetDevice& d = s.choice.devices[static_cast<size_t>(dev)];
+  *p = Properties{};
+  p->name = d.ifname.data();
+  p->pci_path = d.pci_path.empty() ? nullptr : d.pci_path.data();
+  p->guid = static_cast<uint64_t>(dev);
+  p->ptr_support = NCCL_PTR_HOST | (s.cuda ? NCCL_PTR_CUDA : 0);
+  p->reg_is_global = 1;
+  p->speed = d.speed_mbps;
+  p->latency = 0;
+  p->max_comms = 65536;
+  p->max_recvs = kMaxRecvs;
+  p->max_p2p_bytes = INT_MAX;  // test() reports sizes as int
+  p->max_coll_bytes = INT_MAX;
+  p->dev = dev;
+  return ncclSuccess;
+}
+
+// --- connection establishment ---------------------------------------------------------
+
+ncclResult_t listen(int dev, void* handle, void** listen_comm) {
+  if (handle == nullptr || listen_comm == nullptr) return ncclInvalidArgument;
+  *listen_comm = nullptr;
+  State& s = state();
+  std::string address;
+  {
+    std::lock_guard lock(s.mu);
+    if (!s.ready || s.ctx == nullptr) return ncclInvalidUsage;
+    if (dev < 0 || static_cast<size_t>(dev) >= s.choice.devices.size()) return ncclInvalidArgument;
+    address = s.choice.devices[static_cast<size_t>(dev)].address;
+  }
+  auto l = context()->listen(address + ":0");
+  if (!l.is_ok()) {
+    LOG_WARN("listen on %s failed: %s", address.c_str(), l.status().to_string().c_str());
+    return ncclSystemError;
+  }
+  auto lc = std::make_unique<ListenComm>();
+  lc->listener = std::move(l).value();
+  if (getrandom(lc->secret.data(), lc->secret.size(), 0) != static_cast<ssize_t>(lc->secret.size())) {
+    LOG_WARN("getrandom failed: %s", std::strerror(errno));
+    return ncclSystemError;
+  }
+  Handle h{};
+  h.magic = kHandleMagic;
+  h.version = kHandleVersion;
+  h.port = lc->listener->port();
+  std::snprintf(h.host, sizeof h.host, "%s", address.c_str());
+  h.secret = lc->secret;
+  h.stage = 0;
+  std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+  std::memcpy(handle, &h, sizeof h);
+  ListenComm* raw = lc.get();
+  lc->acceptor = std::thread(acceptor_loop, raw);
+  LOG_INFO("listening on %s (device %d)", lc->listener->address().c_str(), dev);
+  *listen_comm = lc.release();
+  s.live_comms.fetch_add(1);
+  return ncclSuccess;
+}
+
+ncclResult_t connect(int dev, void* handle, void** send_comm) {
+  if (handle == nullptr || send_comm == nullptr) return ncclInvalidArgument;
+  *send_comm = nullptr;
+  Handle h;
+  std::memcpy(&h, handle, sizeof h);
+  if (h.magic != kHandleMagic || h.version != kHandleVersion || h.port == 0 ||
+      std::memchr(h.host, '\0', sizeof h.host) == nullptr || h.host[0] == '\0') {
+    LOG_WARN("connect (device %d): the handle is not a remora listen handle", dev);
+    return ncclInvalidArgument;
+  }
+  State& s = state();
+  std::shared_ptr<PendingConnect> pc;
+  {
+    std::lock_guard lock(s.mu);
+    if (!s.ready || s.ctx == nullptr) return ncclInvalidUsage;
+    if (h.stage == 0) {
+      pc = std::make_shared<PendingConnect>();
+      uint64_t id = s.next_stage++;
+      s.pending[id] = pc;
+      std::string address = std::string(h.host) + ":" + std::to_string(h.port);
+      Hello hello{kHandleMagic, h.secret};
+      pc->thread = std::thread(connect_thread, pc.get(), s.ctx.get(), address, hello);
+      h.stage = id;
+      std::memcpy(static_cast<char*>(handle) + offsetof(Handle, stage), &h.stage, sizeof h.stage);
+      return ncclSuccess;  // called again until the comm is there
+    }
+    auto it = s.pending.find(h.stage);
+    if (it == s.pending.end()) {
+      LOG_WARN("connect: the handle names a connection this process never started (used by another process, or stale)");
+      return ncclInvalidArgument;
+    }
+    pc = it->second;
+    if (!pc->done.load()) return ncclSuccess;
+    s.pending.erase(it);
+  }
+  pc->thread.join();
+  uint64_t zero = 0;
+  std::memcpy(static_cast<char*>(handle) + offsetof(Handle, stage), &zero, sizeof zero);
+  if (!pc->status.is_ok()) {
+    LOG_WARN("connect to %s:%u failed: %s", h.host, h.port, pc->status.to_string().c_str());
+    return to_nccl(pc->status);
+  }
+  auto* comm = new Comm(std::move(pc->ep), static_cast<size_t>(NCCL_NET_MAX_REQUESTS) * kMaxRecvs, true);
+  LOG_INFO("connected to %s:%u (device %d, %u data streams)", h.host, h.port, dev, comm->ep->data_streams());
+  *send_comm = comm;
+  s.live_comms.fetch_add(1);
+  return ncclSuccess;
+}
+
+ncclResult_t accept(void* listen_comm, void** recv_comm) {
+  if (listen_comm == nullptr || recv_comm == nullptr) return ncclInvalidArgument;
+  *recv_comm = nullptr;
+  auto* lc = static_cast<ListenComm*>(listen_comm);
+  std::shared_ptr<Endpoint> ep;
+  {
+    std::lock_guard lock(lc->mu);
+    if (lc->ready.empty()) {
+      if (!lc->error.is_ok()) {
+        LOG_WARN("accept failed: %s", lc->error.to_string().c_str());
+        return ncclSystemError;
+      }
+      return ncclSuccess;  // called again
+    }
+    ep = std::move(lc->ready.front());
+    lc->ready.pop_front();
+  }
+  LOG_INFO("accepted a connection from %s", ep->peer_address().c_str());
+  *recv_comm = new Comm(std::move(ep), NCCL_NET_MAX_REQUESTS, false);
+  state().live_comms.fetch_add(1);
+  return ncclSuccess;
+}
+
+ncclResult_t close_listen(void* listen_comm) {
+  auto* lc = static_cast<ListenComm*>(listen_comm);
+  if (lc == nullptr) return ncclSuccess;
+  lc->stop.store(true);
+  if (lc->acceptor.joinable()) lc->acceptor.join();
+  for (auto& ep : lc->ready) ep->close();
+  delete lc;
+  state().live_comms.fetch_sub(1);
+  return ncclSuccess;
+}
+
+namespace {
+ncclResult_t close_comm(void* c) {
+  auto* comm = static_cast<Comm*>(c);
+  if (comm == nullptr) return ncclSuccess;
+  comm->ep->close();
+  delete comm;
+  state().live_comms.fetch_sub(1);
+  return ncclSuccess;
+}
+}  // namespace
+
+ncclResult_t close_send(void* send_comm) { return close_comm(send_comm); }
+ncclResult_t close_recv(void* recv_comm) { return close_comm(recv_comm); }
+
+// --- memory registration --------------------------------------------------------------
+
+ncclResult_t reg_mr(void* /*comm*/, void* data, size_t size, int type, void** mhandle) {
+  if (mhandle == nullptr) return ncclInvalidArgument;
+  *mhandle = nullptr;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (type != NCCL_PTR_HOST && !(type == NCCL_PTR_CUDA && s.cuda)) {
+    LOG_WARN("regMr: memory type %d is not supported here (%s)", type,
+             type == NCCL_PTR_CUDA ? "no usable CUDA driver" : "unknown type");
+    return ncclInvalidArgument;
+  }
+  auto* base = static_cast<std::byte*>(data);
+  for (auto& m : s.mrs) {  // the registration cache: a subrange of a live registration costs nothing
+    if (m->type == type && base >= m->base && base + size <= m->base + m->len) {
+      ++m->refs;
+      *mhandle = m.get();
+      return ncclSuccess;
+    }
+  }
+  auto mr = std::make_unique<Mr>();
+  mr->base = base;
+  mr->len = size;
+  mr->type = type;
+  if (size > 0) {
+    Result<Region> region = Status(StatusCode::kInternal, "unset");
+    if (type == NCCL_PTR_CUDA) {
+      region = s.ctx->memory().register_memory(data, size, Access::kLocalWrite, *cuda_domain().value());
+    } else {
+      region = s.ctx->register_memory(data, size, Access::kLocalWrite);
+    }
+    if (!region.is_ok()) {
+      LOG_WARN("regMr(%p, %zu) failed: %s", data, size, region.status().to_string().c_str());
+      return to_nccl(region.status());
+    }
+    mr->region = std::move(region).value();
+  }
+  *mhandle = mr.get();
+  s.mrs.push_back(std::move(mr));
+  return ncclSuccess;
+}
+
+ncclResult_t reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  // The dmabuf fd would bind device memory to a devmem-capable NIC's queues; remora has
+  // no such receive path set up yet, so the buffer is registered like regMr's (and CUDA
+  // memory moves through staging). ptrSupport never offers NCCL_PTR_DMABUF.
+  LOG_INFO("regMrDmaBuf(fd %d, offset %lu): registered as regMr (no devmem path in this version)", fd,
+           static_cast<unsigned long>(offset));
+  return reg_mr(comm, data, size, type, mhandle);
+}
+
+ncclResult_t dereg_mr(void* /*comm*/, void* mhandle) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = std::find_if(s.mrs.begin(), s.mrs.end(), [&](const auto& m) { return m.get() == mhandle; });
+  if (it == s.mrs.end()) {
+    LOG_WARN("deregMr: %p is not a registration of this plugin", mhandle);
+    return ncclInvalidArgument;
+  }
+  if (--(*it)->refs == 0) s.mrs.erase(it);
+  return ncclSuccess;
+}
+
+ncclResult_t get_device_mr(void* /*comm*/, void* /*mhandle*/, void** dptr_mhandle) {
+  if (dptr_mhandle != nullptr) *dptr_mhandle = nullptr;  // no device offload (netDeviceType HOST)
+  return ncclSuccess;
+}
+
+ncclResult_t irecv_consumed(void* /*recv_comm*/, int /*n*/, void* /*request*/) { return ncclSuccess; }
+
+// --- data -----------------------------------------------------------------------------
+
+ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* /*mhandle*/, void** request) {
+  if (send_comm == nullptr || request == nullptr || (data == nullptr && size > 0)) return ncclInvalidArgument;
+  auto* comm = static_cast<Comm*>(send_comm);
+  *request = nullptr;
+  if (comm->ep->failed()) {
+    Status f = comm->ep->failure();
+    LOG_WARN("isend: the connection to %s has failed: %s", comm->ep->peer_address().c_str(), f.to_string().c_str());
+    return to_nccl(f);
+  }
+  Req* r = comm->take(ReqKind::kSend);
+  if (r == nullptr) return ncclSuccess;
+  r->n = 1;
+  r->parts[0] = comm->ep->send({static_cast<const std::byte*>(data), size}, Tag{static_cast<uint32_t>(tag)});
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags, void** /*mhandles*/,
+                   void** request) {
+  if (recv_comm == nullptr || request == nullptr || n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr ||
+      tags == nullptr) {
+    LOG_WARN("irecv: bad arguments (n=%d; at most %d grouped receives)", n, kMaxRecvs);
+    return ncclInvalidArgument;
+  }
+  auto* comm = static_cast<Comm*>(recv_comm);
+  *request = nullptr;
+  if (comm->ep->failed() && !comm->ep->closed_by_peer()) {
+    Status f = comm->ep->failure();
+    LOG_WARN("irecv: the connection from %s has failed: %s", comm->ep->peer_address().c_str(), f.to_string().c_str());
+    return to_nccl(f);
+  }
+  Req* r = comm->take(ReqKind::kRecv);
+  if (r == nullptr) return ncclSuccess;
+  r->n = n;
+  for (int i = 0; i < n; ++i) {
+    r->parts[static_cast<size_t>(i)] =
+        comm->ep->recv({static_cast<std::byte*>(data[i]), sizes[i]}, Tag{static_cast<uint32_t>(tags[i])});
+  }
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t iflush(void* recv_comm, int /*n*/, void** /*data*/, int* /*sizes*/, void** /*mhandles*/, void** request) {
+  // A receive completes only after its bytes are in place (host memory directly; CUDA
+  // memory after the staging copy has finished on the device), so there is nothing to
+  // flush: a request that is already done.
+  if (recv_comm == nullptr || request == nullptr) return ncclInvalidArgument;
+  Req* r = static_cast<Comm*>(recv_comm)->take(ReqKind::kFlush);
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t test(void* request, int* done, int* sizes) {
+  if (request == nullptr || done == nullptr) return ncclInvalidArgument;
+  auto* r = static_cast<Req*>(request);
+  *done = 0;
+  if (r->kind == ReqKind::kFree) {
+    LOG_WARN("test: %p is not a request in flight", request);
+    return ncclInvalidArgument;
+  }
+  bool all = true;
+  for (int i = 0; i < r->n; ++i) {
+    Status st = r->parts[static_cast<size_t>(i)].test();
+    if (st.code() == StatusCode::kInProgress) {
+      all = false;
+      continue;
+    }
+    if (!st.is_ok()) {
+      const char* what = r->kind == ReqKind::kSend ? "send to" : "receive from";
+      LOG_WARN("%s %s failed: %s", what, r->owner->ep->peer_address().c_str(), st.to_string().c_str());
+      for (auto& p : r->parts) p = Request{};
+      r->kind = ReqKind::kFree;
+      return to_nccl(st);
+    }
+  }
+  if (!all) return ncclSuccess;
+  if (sizes != nullptr) {
+    for (int i = 0; i < r->n; ++i) {
+      size_t b = r->parts[static_cast<size_t>(i)].bytes();
+      sizes[i] = b > INT_MAX ? INT_MAX : static_cast<int>(b);
+    }
+  }
+  for (auto& p : r->parts) p = Request{};
+  r->kind = ReqKind::kFree;
+  *done = 1;
+  return ncclSuccess;
+}
+
+}  // namespace remora::nccl_plugin

@@ -1,0 +1,31 @@
+# cmake -DREADELF=<readelf> -DLIBRARY=<libnccl-net-remora.so> -P check_plugin_elf.cmake
+#
+# The NCCL plugin needs neither CUDA nor NCCL at load time, and its dynamic symbol table
+# defines exactly ncclNetPlugin_v8 … ncclNetPlugin_v12 (remora's own symbols stay inside).
+execute_process(COMMAND ${READELF} -d ${LIBRARY} OUTPUT_VARIABLE dynamic RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${READELF} -d ${LIBRARY} failed (${rc})")
+endif()
+string(REGEX MATCHALL "\\(NEEDED\\)[^\n]*" needed "${dynamic}")
+foreach(entry ${needed})
+  if(entry MATCHES "cuda|cudart|nvrtc|nvidia|nccl")
+    message(FATAL_ERROR "${LIBRARY} links a CUDA or NCCL library: ${entry}")
+  endif()
+endforeach()
+execute_process(COMMAND ${READELF} --dyn-syms -W ${LIBRARY} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${READELF} --dyn-syms ${LIBRARY} failed (${rc})")
+endif()
+# Defined (section index not UND), global or weak, object or function.
+string(REGEX MATCHALL "[^\n]*(OBJECT|FUNC) +(GLOBAL|WEAK) +DEFAULT +[0-9]+ [^\n]*" defined "${syms}")
+set(names)
+foreach(line ${defined})
+  string(REGEX REPLACE ".* ([^ ]+)$" "\\1" name "${line}")
+  list(APPEND names ${name})
+endforeach()
+list(SORT names)
+set(expected ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9)
+if(NOT names STREQUAL expected)
+  message(FATAL_ERROR "${LIBRARY} defines [${names}], expected exactly [${expected}]")
+endif()
+message(STATUS "${LIBRARY}: exports ${names}; needs ${needed}")

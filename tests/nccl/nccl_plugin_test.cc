@@ -1,0 +1,215 @@
+// tests/nccl/nccl_plugin_test.cc — the NCCL net plugin driven through its exported
+// tables by the harness (harness.cc) in two processes, for every version v8..v12: over
+// loopback and across network namespaces joined by veth, many requests in flight,
+// grouped receives, sizes 0 to 200 MiB (one large size, so CI stays quick), registered
+// and unregistered buffers, every byte verified; a killed peer turns into an error from
+// test() within the deadline; stale, foreign and garbage handles are refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "support/netns.h"
+#include "support/process.h"
+
+namespace {
+
+using remora::itest::NetnsPair;
+using remora::itest::Process;
+using namespace std::chrono_literals;
+
+constexpr auto kLineTimeout = 60s;
+
+struct Pair {
+  std::unique_ptr<Process> recv, send;
+};
+
+std::vector<std::string> harness_argv(const std::string& role, int version, const std::vector<std::string>& extra,
+                                      const std::vector<std::string>& prefix = {}) {
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {REMORA_NCCL_HARNESS, role, "--plugin", REMORA_NCCL_PLUGIN, "--version",
+                           std::to_string(version)});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+/// Reads lines until one starts with `prefix`; fails the test on EOF, timeout or FAIL.
+std::string expect_line(Process& p, const std::string& prefix) {
+  for (;;) {
+    auto line = p.read_line(kLineTimeout);
+    if (!line) {
+      ADD_FAILURE() << (p.timed_out() ? "timed out" : "EOF") << " waiting for " << prefix;
+      return {};
+    }
+    if (line->starts_with(prefix)) return *line;
+    if (line->starts_with("FAIL")) {
+      ADD_FAILURE() << *line;
+      return {};
+    }
+  }
+}
+
+Process::Options run_opts(std::vector<std::string> argv, bool pipe_stdin = false) {
+  Process::Options o;
+  o.argv = std::move(argv);
+  o.pipe_stdin = pipe_stdin;
+  return o;
+}
+
+/// Runs a whole exchange: receiver listens, sender connects with its handle, both check.
+void exchange(int version, const std::vector<std::string>& scenario, const std::vector<std::string>& env = {},
+              const NetnsPair* net = nullptr) {
+  std::vector<std::string> recv_prefix, send_prefix;
+  std::vector<std::string> recv_env = env, send_env = env;
+  if (net != nullptr) {
+    recv_prefix = net->exec_prefix(net->ns_b());
+    send_prefix = net->exec_prefix(net->ns_a());
+    recv_env.push_back("REMORA_NCCL_IFNAME==rmr1");
+    send_env.push_back("NCCL_SOCKET_IFNAME=rmr0");
+  }
+  Process recv({.argv = harness_argv("recv", version, scenario, recv_prefix), .env = recv_env});
+  ASSERT_TRUE(recv.ok()) << recv.error();
+  std::string handle = expect_line(recv, "HANDLE ");
+  ASSERT_FALSE(handle.empty());
+  std::vector<std::string> send_args = scenario;
+  send_args.insert(send_args.end(), {"--handle", handle.substr(7)});
+  Process send({.argv = harness_argv("send", version, send_args, send_prefix), .env = send_env, .pipe_stdin = true});
+  ASSERT_TRUE(send.ok()) << send.error();
+  std::string ok = expect_line(recv, "OK");
+  EXPECT_FALSE(ok.empty());
+  EXPECT_FALSE(expect_line(send, "SENT").empty());
+  send.write_line("done");
+  EXPECT_FALSE(expect_line(send, "OK").empty());
+  auto rs = recv.wait(30s), ss = send.wait(30s);
+  ASSERT_TRUE(rs && ss);
+  EXPECT_TRUE(Process::exited_ok(*rs)) << Process::describe(*rs);
+  EXPECT_TRUE(Process::exited_ok(*ss)) << Process::describe(*ss);
+}
+
+class NcclPlugin : public ::testing::TestWithParam<int> {};
+
+TEST_P(NcclPlugin, ManySizesInFlightRegistered) {
+  exchange(GetParam(), {"--sizes", "0,1,7,4096,16384,16385,100000,1048576,3000001", "--messages", "144", "--window",
+                        "32", "--reg", "1", "--slack", "0"});
+}
+
+TEST_P(NcclPlugin, GroupedReceivesSmallerSendsUnregistered) {
+  // n = 8 receives per request, each posted 100 bytes larger than what is sent.
+  exchange(GetParam(), {"--sizes", "0,5,70000,1024,2000000,33,16384,9", "--messages", "128", "--group", "8",
+                        "--window", "32", "--reg", "0", "--slack", "100"});
+}
+
+TEST_P(NcclPlugin, RefusesGarbageForeignAndStaleHandles) {
+  int v = GetParam();
+  for (std::string mode : {"garbage", "bad-stage"}) {
+    Process recv(run_opts(harness_argv("recv", v, {"--mode", "stale"}), true));
+    std::string handle = expect_line(recv, "HANDLE ");
+    ASSERT_FALSE(handle.empty());
+    Process send(run_opts(harness_argv("send", v, {"--mode", mode, "--handle", handle.substr(7)})));
+    EXPECT_FALSE(expect_line(send, "REFUSED").empty()) << mode;
+    recv.write_line("done");
+  }
+  // Stale: the listener closed before the connect.
+  Process recv(run_opts(harness_argv("recv", v, {"--mode", "stale"}), true));
+  std::string handle = expect_line(recv, "HANDLE ");
+  ASSERT_FALSE(expect_line(recv, "CLOSED").empty());
+  Process send(run_opts(harness_argv("send", v, {"--mode", "stale", "--timeout", "30", "--handle", handle.substr(7)})));
+  EXPECT_FALSE(expect_line(send, "REFUSED").empty());
+  recv.write_line("done");
+}
+
+TEST_P(NcclPlugin, RefusesAnotherListenersSecretThenAcceptsTheRightOne) {
+  int v = GetParam();
+  Process recv(run_opts(harness_argv("recv", v, {"--sizes", "12345", "--messages", "1"})));
+  std::string handle = expect_line(recv, "HANDLE ");
+  ASSERT_FALSE(handle.empty());
+  Process send(run_opts(harness_argv("send", v, {"--sizes", "12345", "--messages", "1", "--mode", "bad-secret",
+                                                 "--handle", handle.substr(7)}), true));
+  EXPECT_FALSE(expect_line(send, "REFUSED").empty());
+  EXPECT_FALSE(expect_line(recv, "OK").empty());
+  EXPECT_FALSE(expect_line(send, "SENT").empty());
+  send.write_line("done");
+  EXPECT_FALSE(expect_line(send, "OK").empty());
+}
+
+TEST_P(NcclPlugin, KilledSenderMakesTestFail) {
+  int v = GetParam();
+  Process recv(run_opts(harness_argv("recv", v, {"--mode", "kill-wait", "--sizes", "1048576", "--timeout", "30"})));
+  std::string handle = expect_line(recv, "HANDLE ");
+  ASSERT_FALSE(handle.empty());
+  Process send(run_opts(harness_argv("send", v, {"--mode", "kill-wait", "--sizes", "1048576", "--handle",
+                                                 handle.substr(7)}), true));
+  EXPECT_FALSE(expect_line(send, "READY").empty());
+  EXPECT_FALSE(expect_line(recv, "POSTED").empty());
+  send.kill_and_reap();
+  std::string err = expect_line(recv, "PEER_ERROR");
+  // ncclRemoteError (6) or ncclSystemError (2), never success or a hang.
+  EXPECT_TRUE(err == "PEER_ERROR 6" || err == "PEER_ERROR 2") << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, NcclPlugin, ::testing::Values(8, 9, 10, 11, 12),
+                         [](const auto& param_info) {
+                           std::string name = "v";
+                           name += std::to_string(param_info.param);
+                           return name;
+                         });
+
+/// The DEVICE line of a harness that only listens (and closes): what getProperties said.
+std::string device_line(std::vector<std::string> env) {
+  Process::Options o = run_opts(harness_argv("recv", 12, {"--mode", "stale"}), true);
+  o.env = std::move(env);
+  Process p(o);
+  std::string line = expect_line(p, "DEVICE ");
+  EXPECT_FALSE(expect_line(p, "CLOSED").empty());
+  p.write_line("done");
+  return line;
+}
+
+TEST(NcclPluginProperties, CudaAdvertisedOnlyWhenTheDomainWorks) {
+  // No driver (or a path that is none): host memory only.
+  std::string host = device_line({"REMORA_CUDA_DRIVER=/nonexistent/libcuda.so.1"});
+  EXPECT_NE(host.find("ptrSupport 1 "), std::string::npos) << host;
+#ifdef REMORA_TEST_EMULATED_CUDA
+  // A driver that loads and initialises (the emulated one): NCCL_PTR_HOST | NCCL_PTR_CUDA.
+  std::string cuda = device_line({std::string("REMORA_CUDA_DRIVER=") + REMORA_TEST_EMULATED_CUDA});
+  EXPECT_NE(cuda.find("ptrSupport 3 "), std::string::npos) << cuda;
+#endif
+}
+
+TEST(NcclPluginProperties, InterfaceChosenByTheVariables) {
+  EXPECT_NE(device_line({"REMORA_NCCL_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
+  EXPECT_NE(device_line({"NCCL_SOCKET_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
+  // REMORA_NCCL_IFNAME wins over NCCL_SOCKET_IFNAME.
+  EXPECT_NE(device_line({"NCCL_SOCKET_IFNAME=^lo", "REMORA_NCCL_IFNAME==lo"}).find("DEVICE lo "), std::string::npos);
+}
+
+#ifdef REMORA_TEST_EMULATED_CUDA
+TEST(NcclPluginCuda, CudaMemoryBothSidesThroughStagingWithTheEmulatedDriver) {
+  // The emulated driver is host memory behind the driver API (tests/device/emulated_cuda):
+  // this proves the plugin's CUDA registration and remora's staging under it, nothing
+  // about a GPU.
+  // LSAN_OPTIONS=use_tls=0: in the asan preset, LeakSanitizer's exit-time scan faults
+  // reading the dynamic TLS of the driver module that both the harness and the plugin's
+  // remora dlopen ("DTLS ... Tracer caught signal 11"); the leak check itself stays on.
+  std::vector<std::string> env = {std::string("REMORA_CUDA_DRIVER=") + REMORA_TEST_EMULATED_CUDA,
+                                  "LSAN_OPTIONS=use_tls=0"};
+  exchange(12, {"--memory", "cuda", "--sizes", "0,1,4096,100000,3000001,16385", "--messages", "12", "--group", "2",
+                "--slack", "7", "--reg", "1"},
+           env);
+}
+#endif
+
+TEST(NcclPluginLarge, TwoHundredMiBRegistered) {
+  exchange(12, {"--sizes", "209715200", "--messages", "1", "--reg", "1", "--timeout", "120"});
+}
+
+TEST(NcclPluginNetns, AcrossVethBothVersions) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
+  for (int v : {8, 12}) {
+    exchange(v, {"--sizes", "0,4096,1048576,5000000", "--messages", "64", "--group", "4", "--reg", "1"}, {}, &net);
+  }
+}
+
+}  // namespace
