@@ -244,20 +244,20 @@ bool WorkRemora::drive(std::chrono::milliseconds timeout) {
       const auto now = steady_clock::now();
       const auto slice = std::min<steady_clock::duration>(std::chrono::milliseconds(100), deadline - now);
       Status s = r.wait(std::chrono::duration_cast<remora::Duration>(std::max(slice, steady_clock::duration::zero())));
-      if (r.done()) {
-        if (status.is_ok() && !s.is_ok()) status = s;
-        break;
-      }
-      if (is_p2p && steady_clock::now() - started_ >= timeout_) {
+      if (!r.done() && is_p2p && steady_clock::now() - started_ >= timeout_) {
         // Past the group's timeout: break the communicator so that the buffer is
-        // released (the request fails at once) and every rank learns of it.
+        // released (the request fails at once) and every rank learns of it. Another
+        // thread driving this work sees the abort's status: timed_out_ names the cause.
+        timed_out_.store(true);
         comm_->abort();
         (void)r.wait(remora::kForever);
-        if (status.is_ok()) {
-          status = Status(remora::StatusCode::kTimeout,
-                          c10::str(name_, " did not complete within the process group's timeout of ", timeout_.count(),
-                                   " ms"));
+      }
+      if (r.done()) {
+        if (timed_out_.load()) {
+          s = Status(remora::StatusCode::kTimeout, c10::str(name_, " did not complete within the process group's timeout of ",
+                                                            timeout_.count(), " ms"));
         }
+        if (status.is_ok() && !s.is_ok()) status = s;
         break;
       }
       if (steady_clock::now() >= deadline) return false;

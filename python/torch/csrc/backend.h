@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -68,6 +69,7 @@ class WorkRemora : public c10d::Work {
   std::chrono::steady_clock::time_point started_;
   std::shared_ptr<remora::Communicator> comm_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> timed_out_{false};  ///< a send/recv went past the group's timeout
   std::mutex finish_mu_;
   bool finished_ = false;
 };
