@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -252,19 +251,17 @@ def main() -> None:
     # the group's timeout bounds a recv that nothing answers; the failure reaches the peer
     short = dist.new_group(list(range(world)), backend="remora", timeout=datetime.timedelta(seconds=2))
     if rank == 0:
-        start = time.monotonic()
         msg = expect_error("recv timeout", dist.DistBackendError,
                            lambda: dist.recv(torch.empty(4), src=1, group=short, tag=99))
-        took = time.monotonic() - start
-        assert "timeout" in msg.lower(), msg
-        assert took < 30, f"recv took {took:.1f} s to fail with a 2 s timeout"
+        # the group's 2 s, not the default group's 60 s nor remora's own bound
+        assert "recv did not complete within the process group's timeout of 2000 ms" in msg, msg
     dist.barrier()  # the default group is unaffected
     if rank == 1:
-        # the broken communicator fails this rank's next operation at once, instead of hanging
-        start = time.monotonic()
-        expect_error("peer of the timed-out recv", dist.DistBackendError,
-                     lambda: dist.all_reduce(torch.ones(4), group=short))
-        assert time.monotonic() - start < 1.9, "the peer's failure did not arrive before its own timeout"
+        # rank 0's timeout broke the communicator on both ranks: this rank's next
+        # operation fails with the peer's failure, not after its own 2 s
+        msg = expect_error("peer of the timed-out recv", dist.DistBackendError,
+                           lambda: dist.all_reduce(torch.ones(4), group=short))
+        assert "timeout" not in msg.lower() and ("peer" in msg or "abort" in msg), msg
     dist.barrier()
 
     print(f"rank {rank}: ops ok: {CHECKS} checks", flush=True)

@@ -88,7 +88,6 @@ def test_a_killed_rank_makes_the_others_raise_not_hang():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    took = time.monotonic() - start
     report = "\n".join(f"rank {r}: rc {rc}\n{out}\n{err[-3000:]}" for r, (rc, out, err) in enumerate(outputs))
     assert outputs[victim][0] == -signal.SIGKILL, report
     for rank in range(world):
@@ -97,4 +96,5 @@ def test_a_killed_rank_makes_the_others_raise_not_hang():
         rc, out, _ = outputs[rank]
         assert rc == 0, report
         assert "raised after" in out and "next operation failed too" in out, report
-    assert took < timeout_s, report
+        # the dead peer's failure, not the group's timeout
+        assert "peer_failed" in out and "timeout" not in out.lower(), report
