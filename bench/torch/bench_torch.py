@@ -10,6 +10,8 @@ is a pair run back to back (gloo then remora, the order alternating from pair to
 and the report gives the median of the pairs and the ratio remora / gloo.
 
 allreduce bus bandwidth: 2 (n - 1) / n x bytes / time (NCCL's convention), fp32.
+CPU: the median CPU time (user + system, all threads) of rank 0's process per call,
+which says more than wall time on a loaded machine.
 DDP step: a wide MLP (1024 -> 8192 -> 2048 -> 1024, 27 M parameters, batch 8), forward,
 backward (gradient allreduce through DDP's buckets) and SGD step.
 """
@@ -39,11 +41,14 @@ def worker(args) -> None:
     torch.set_num_threads(threads)
     results = []
 
-    def timed(fn, iters: int) -> float:
+    cpu = {"gloo": [], "remora": []}  # this process's CPU seconds (all threads) per call
+
+    def timed(fn, iters: int, name: str) -> float:
         dist.barrier(group=groups["gloo"])
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(iters):
             fn()
+        cpu[name].append((time.process_time() - cpu_start) / iters)
         return (time.perf_counter() - start) / iters
 
     for mib in args.sizes_mib:
@@ -56,13 +61,16 @@ def worker(args) -> None:
             for name in order:
                 g = groups[name]
                 dist.all_reduce(t, group=g)  # warm-up
-                samples[name].append(timed(lambda g=g: dist.all_reduce(t, group=g), iters))
+                samples[name].append(timed(lambda g=g: dist.all_reduce(t, group=g), iters, name))
         busbw = {k: [2 * (world - 1) / world * n * 4 / s / 1e9 for s in v] for k, v in samples.items()}
         results.append({"what": "allreduce", "ranks": world, "mib": mib,
                         "gloo_GBps": statistics.median(busbw["gloo"]),
                         "remora_GBps": statistics.median(busbw["remora"]),
                         "ratios": [r / g for g, r in zip(busbw["gloo"], busbw["remora"])],
-                        "algorithm": remora_torch.allreduce_algorithm(n * 4)})
+                        "algorithm": remora_torch.allreduce_algorithm(n * 4),
+                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
+        for v in cpu.values():
+            v.clear()
 
     if args.ddp_steps > 0 and world == 2:
         def mlp():
@@ -85,11 +93,12 @@ def worker(args) -> None:
         for pair in range(args.pairs):
             order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
             for k in order:
-                samples[k].append(timed(lambda k=k: step(k), args.ddp_steps))
+                samples[k].append(timed(lambda k=k: step(k), args.ddp_steps, k))
         results.append({"what": "ddp_step", "ranks": world, "params": params,
                         "gloo_ms": statistics.median(samples["gloo"]) * 1e3,
                         "remora_ms": statistics.median(samples["remora"]) * 1e3,
-                        "ratios": [r / g for g, r in zip(samples["gloo"], samples["remora"])]})
+                        "ratios": [r / g for g, r in zip(samples["gloo"], samples["remora"])],
+                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
     if rank == 0:
         for r in results:
             print("RESULT " + json.dumps(r), flush=True)
@@ -128,12 +137,14 @@ def main() -> int:
             label = f"allreduce {r['mib']} MiB, {r['ranks']} ranks"
             ratio = r["remora_GBps"] / r["gloo_GBps"]
             print(f"{label:<28}{r['gloo_GBps']:>9.2f} GB/s{r['remora_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{ratios}]"
-                  f" (busbw; remora runs {r['algorithm']})")
+                  f" (busbw; remora runs {r['algorithm']}; CPU ms/call gloo {r['cpu_ms']['gloo']:.1f},"
+                  f" remora {r['cpu_ms']['remora']:.1f})")
         else:
             label = f"DDP step, {r['ranks']} ranks"
             ratio = r["remora_ms"] / r["gloo_ms"]
             print(f"{label:<28}{r['gloo_ms']:>9.1f} ms{r['remora_ms']:>9.1f} ms{ratio:>10.2f}x  [{ratios}]"
-                  f" ({r['params'] / 1e6:.1f} M parameters; step time, lower is better)")
+                  f" ({r['params'] / 1e6:.1f} M parameters; step time, lower is better; CPU ms/step gloo"
+                  f" {r['cpu_ms']['gloo']:.0f}, remora {r['cpu_ms']['remora']:.0f})")
     return 0
 
 

@@ -369,8 +369,10 @@ void ProcessGroupRemora::completion_loop() {
   }
 }
 
-remora::CollectiveOptions ProcessGroupRemora::coll_options() const {
-  return {.timeout = std::chrono::duration_cast<remora::Duration>(timeout_)};
+remora::CollectiveOptions ProcessGroupRemora::coll_options(std::chrono::milliseconds op_timeout) const {
+  // A call's own timeout (c10d's kUnsetTimeout: none) overrides the group's.
+  const auto t = op_timeout.count() > 0 ? op_timeout : timeout_;
+  return {.timeout = std::chrono::duration_cast<remora::Duration>(t)};
 }
 
 c10::intrusive_ptr<WorkRemora> ProcessGroupRemora::make_work(c10d::OpType type, const char* name,
@@ -397,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::broadcast(std::vector<at::Ten
   auto work = make_work(c10d::OpType::BROADCAST, "broadcast", tensors);
   at::Tensor buf = dense(tensors[0]);
   work->requests.push_back(comm_->ibroadcast(buf.data_ptr(), nbytes(buf), DataType::kUint8,
-                                             static_cast<int>(opts.rootRank), coll_options()));
+                                             static_cast<int>(opts.rootRank), coll_options(opts.timeout)));
   work->keep_alive = {buf};
   work->on_success = copy_back(tensors[0], buf);
   return enqueue(work);
@@ -410,7 +412,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allreduce(std::vector<at::Ten
   auto work = make_work(c10d::OpType::ALLREDUCE, "allreduce", tensors);
   at::Tensor buf = dense(tensors[0]);
   work->requests.push_back(comm_->iallreduce(remora::kInPlace, buf.data_ptr(), static_cast<size_t>(buf.numel()),
-                                             red.type, red.op, coll_options()));
+                                             red.type, red.op, coll_options(opts.timeout)));
   work->keep_alive = {buf};
   work->on_success = copy_back(tensors[0], buf);
   return enqueue(work);
@@ -422,7 +424,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allreduce_coalesced(std::vect
   const auto red = reduction("allreduce_coalesced", flat, opts.reduceOp);
   auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors);
   work->requests.push_back(comm_->iallreduce(remora::kInPlace, flat.data_ptr(), static_cast<size_t>(flat.numel()),
-                                             red.type, red.op, coll_options()));
+                                             red.type, red.op, coll_options(opts.timeout)));
   work->keep_alive = {flat};
   work->on_success = [flat, tensors]() mutable { flat_split(flat, tensors); };
   return enqueue(work);
@@ -438,7 +440,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::reduce(std::vector<at::Tensor
   const bool root = opts.rootRank == rank_;
   work->requests.push_back(comm_->ireduce(root ? remora::kInPlace : buf.data_ptr(), buf.data_ptr(),
                                           static_cast<size_t>(buf.numel()), red.type, red.op,
-                                          static_cast<int>(opts.rootRank), coll_options()));
+                                          static_cast<int>(opts.rootRank), coll_options(opts.timeout)));
   work->keep_alive = {buf};
   if (root) work->on_success = copy_back(tensors[0], buf);
   return enqueue(work);
@@ -446,7 +448,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::reduce(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
-                                                             const c10d::AllgatherOptions& /*opts*/) {
+                                                             const c10d::AllgatherOptions& opts) {
   check_one("allgather", inputs);
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "remora backend: allgather takes ",
               size_, " output tensors (one list)");
@@ -459,7 +461,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather(std::vector<std::ve
   at::Tensor staging = at::empty({size_ * in.numel()}, in.options());
   auto work = make_work(c10d::OpType::ALLGATHER, "allgather", outputs[0]);
   work->requests.push_back(comm_->iallgather(in.data_ptr(), staging.data_ptr(), nbytes(in), DataType::kUint8,
-                                             coll_options()));
+                                             coll_options(opts.timeout)));
   work->keep_alive = {in, staging};
   std::vector<at::Tensor> outs = outputs[0];
   work->on_success = [staging, outs]() mutable { flat_split(staging, outs); };
@@ -467,7 +469,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather(std::vector<std::ve
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                   const c10d::AllgatherOptions& /*opts*/) {
+                                                                   const c10d::AllgatherOptions& opts) {
   check_cpu("allgather_into_tensor", input);
   check_cpu("allgather_into_tensor", output);
   TORCH_CHECK(output.numel() == size_ * input.numel() && output.scalar_type() == input.scalar_type(),
@@ -478,14 +480,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::_allgather_base(at::Tensor& o
   at::Tensor out = dense(output);
   auto work = make_work(c10d::OpType::_ALLGATHER_BASE, "allgather_into_tensor", {output});
   work->requests.push_back(
-      comm_->iallgather(in.data_ptr(), out.data_ptr(), nbytes(in), DataType::kUint8, coll_options()));
+      comm_->iallgather(in.data_ptr(), out.data_ptr(), nbytes(in), DataType::kUint8, coll_options(opts.timeout)));
   work->keep_alive = {in, out};
   work->on_success = copy_back(output, out);
   return enqueue(work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& /*opts*/) {
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "remora backend: allgather_into_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
   auto work = make_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "allgather_into_tensor_coalesced", outputs);
@@ -498,7 +500,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather_into_tensor_coalesc
     at::Tensor in = dense(inputs[i]);
     at::Tensor out = dense(outputs[i]);
     work->requests.push_back(
-        comm_->iallgather(in.data_ptr(), out.data_ptr(), nbytes(in), DataType::kUint8, coll_options()));
+        comm_->iallgather(in.data_ptr(), out.data_ptr(), nbytes(in), DataType::kUint8, coll_options(opts.timeout)));
     work->keep_alive.push_back(in);
     work->keep_alive.push_back(out);
     if (auto f = copy_back(outputs[i], out)) copies.push_back(std::move(f));
@@ -533,7 +535,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::gather(std::vector<std::vecto
   }
   auto work = make_work(c10d::OpType::GATHER, "gather", outs);
   work->requests.push_back(comm_->igather(in.data_ptr(), root ? staging.data_ptr() : nullptr, nbytes(in),
-                                          DataType::kUint8, static_cast<int>(opts.rootRank), coll_options()));
+                                          DataType::kUint8, static_cast<int>(opts.rootRank), coll_options(opts.timeout)));
   work->keep_alive = {in};
   if (root) {
     work->keep_alive.push_back(staging);
@@ -563,7 +565,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::scatter(std::vector<at::Tenso
   at::Tensor out = dense(outputs[0]);
   auto work = make_work(c10d::OpType::SCATTER, "scatter", outputs);
   work->requests.push_back(comm_->iscatter(root ? staging.data_ptr() : nullptr, out.data_ptr(), nbytes(out),
-                                           DataType::kUint8, static_cast<int>(opts.rootRank), coll_options()));
+                                           DataType::kUint8, static_cast<int>(opts.rootRank), coll_options(opts.timeout)));
   work->keep_alive = {out};
   if (root) work->keep_alive.push_back(staging);
   work->on_success = copy_back(outputs[0], out);
@@ -585,7 +587,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::reduce_scatter(std::vector<at
   at::Tensor out = dense(outputs[0]);
   auto work = make_work(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
   work->requests.push_back(comm_->ireduce_scatter(staging.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
-                                                  red.type, red.op, coll_options()));
+                                                  red.type, red.op, coll_options(opts.timeout)));
   work->keep_alive = {staging, out};
   work->on_success = copy_back(outputs[0], out);
   return enqueue(work);
@@ -618,7 +620,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::reduce_scatter_tensor_coalesc
     at::Tensor in = dense(inputs[i]);
     at::Tensor out = dense(outputs[i]);
     work->requests.push_back(comm_->ireduce_scatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
-                                                    red.type, red.op, coll_options()));
+                                                    red.type, red.op, coll_options(opts.timeout)));
     work->keep_alive.push_back(in);
     work->keep_alive.push_back(out);
     if (auto f = copy_back(outputs[i], out)) copies.push_back(std::move(f));
@@ -632,7 +634,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::reduce_scatter_tensor_coalesc
 c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                  std::vector<int64_t>& output_splits,
                                                                  std::vector<int64_t>& input_splits,
-                                                                 const c10d::AllToAllOptions& /*opts*/) {
+                                                                 const c10d::AllToAllOptions& opts) {
   check_cpu("all_to_all_single", input);
   check_cpu("all_to_all_single", output);
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), "remora backend: all_to_all_single: input ",
@@ -645,7 +647,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall_base(at::Tensor& out
                 in.numel(), " input and ", out.numel(), " output elements do not split into ", size_,
                 " equal blocks");
     work->requests.push_back(comm_->ialltoall(in.data_ptr(), out.data_ptr(), nbytes(in) / static_cast<size_t>(size_),
-                                              DataType::kUint8, coll_options()));
+                                              DataType::kUint8, coll_options(opts.timeout)));
     work->keep_alive = {in, out};
   } else {
     auto send_counts = std::make_shared<std::vector<size_t>>(split_bytes("all_to_all_single", in, input_splits, size_));
@@ -654,7 +656,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall_base(at::Tensor& out
     auto send_displs = std::make_shared<std::vector<size_t>>(displacements(*send_counts));
     auto recv_displs = std::make_shared<std::vector<size_t>>(displacements(*recv_counts));
     work->requests.push_back(comm_->ialltoallv(in.data_ptr(), *send_counts, *send_displs, out.data_ptr(), *recv_counts,
-                                               *recv_displs, DataType::kUint8, coll_options()));
+                                               *recv_displs, DataType::kUint8, coll_options(opts.timeout)));
     work->keep_alive = {in, out};
     // The count arrays must outlive the operation: the completion closure holds them.
     auto f = copy_back(output, out);
@@ -669,7 +671,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall_base(at::Tensor& out
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
-                                                            const c10d::AllToAllOptions& /*opts*/) {
+                                                            const c10d::AllToAllOptions& opts) {
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "remora backend: all_to_all takes ", size_, " input and ", size_, " output tensors");
   at::Tensor send = flat_cat("all_to_all", inputs);
@@ -685,7 +687,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall(std::vector<at::Tens
   auto recv_displs = std::make_shared<std::vector<size_t>>(displacements(*recv_counts));
   auto work = make_work(c10d::OpType::ALLTOALL, "all_to_all", outputs);
   work->requests.push_back(comm_->ialltoallv(send.data_ptr(), *send_counts, *send_displs, recv.data_ptr(),
-                                             *recv_counts, *recv_displs, DataType::kUint8, coll_options()));
+                                             *recv_counts, *recv_displs, DataType::kUint8, coll_options(opts.timeout)));
   work->keep_alive = {send, recv};
   std::vector<at::Tensor> outs = outputs;
   work->on_success = [recv, outs, send_counts, recv_counts, send_displs, recv_displs]() mutable {
@@ -694,9 +696,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::alltoall(std::vector<at::Tens
   return enqueue(work);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::barrier(const c10d::BarrierOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::barrier(const c10d::BarrierOptions& opts) {
   auto work = make_work(c10d::OpType::BARRIER, "barrier", {});
-  work->requests.push_back(comm_->ibarrier(coll_options()));
+  work->requests.push_back(comm_->ibarrier(coll_options(opts.timeout)));
   return enqueue(work);
 }
 

@@ -133,7 +133,7 @@ class ProcessGroupRemora : public c10d::Backend {
  private:
   c10::intrusive_ptr<WorkRemora> make_work(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
   c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkRemora> work);
-  remora::CollectiveOptions coll_options() const;
+  remora::CollectiveOptions coll_options(std::chrono::milliseconds op_timeout) const;
   void completion_loop();
 
   std::chrono::milliseconds timeout_;
