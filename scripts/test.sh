@@ -11,6 +11,7 @@
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
+#   REMORA_SKIP_TORCH=1            skip the PyTorch backend's step (scripts/lib/torch_env.sh)
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,6 +67,15 @@ for preset in ${presets}; do
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
 done
+
+# The PyTorch backend (python/torch, tests/torch) in the virtual environment build/venv.
+if [[ ${REMORA_SKIP_TORCH:-0} != 1 ]]; then
+  # shellcheck source=scripts/lib/torch_env.sh
+  source scripts/lib/torch_env.sh
+  if step torch env remora_torch_env; then
+    step torch test remora_torch_tests || true
+  fi
+fi
 
 echo
 echo "==================== remora test summary ===================="

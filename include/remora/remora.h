@@ -7,6 +7,7 @@
 #include "remora/context.h"
 #include "remora/cuda.h"
 #include "remora/endpoint.h"
+#include "remora/external_store.h"
 #include "remora/launch.h"
 #include "remora/memory.h"
 #include "remora/pool.h"

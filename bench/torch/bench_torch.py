@@ -1,0 +1,152 @@
+"""remora vs gloo under torch.distributed, in one run.
+
+    python bench/torch/bench_torch.py [--pairs 5] [--sizes-mib 1 16 64] [--ddp-steps 10]
+
+(with the interpreter of an environment that has torch and remora-torch, e.g.
+build/venv/bin/python after scripts/test.sh). It starts torchrun twice: 2 ranks
+(allreduce bus bandwidth and a DDP training step) and 4 ranks (allreduce). In each,
+the default group is remora and a gloo group spans the same ranks; every measurement
+is a pair run back to back (gloo then remora, the order alternating from pair to pair),
+and the report gives the median of the pairs and the ratio remora / gloo.
+
+allreduce bus bandwidth: 2 (n - 1) / n x bytes / time (NCCL's convention), fp32.
+CPU: the median CPU time (user + system, all threads) of rank 0's process per call,
+which says more than wall time on a loaded machine.
+DDP step: a wide MLP (1024 -> 8192 -> 2048 -> 1024, 27 M parameters, batch 8), forward,
+backward (gradient allreduce through DDP's buckets) and SGD step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def worker(args) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remora_torch
+
+    dist.init_process_group("remora")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = {"gloo": dist.new_group(list(range(world)), backend="gloo"), "remora": dist.group.WORLD}
+    threads = max(1, (os.cpu_count() or 1) // world)
+    torch.set_num_threads(threads)
+    results = []
+
+    cpu = {"gloo": [], "remora": []}  # this process's CPU seconds (all threads) per call
+
+    def timed(fn, iters: int, name: str) -> float:
+        dist.barrier(group=groups["gloo"])
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for _ in range(iters):
+            fn()
+        cpu[name].append((time.process_time() - cpu_start) / iters)
+        return (time.perf_counter() - start) / iters
+
+    for mib in args.sizes_mib:
+        n = mib * (1 << 20) // 4
+        t = torch.ones(n)
+        iters = max(3, min(50, 256 // mib))
+        samples = {"gloo": [], "remora": []}
+        for pair in range(args.pairs):
+            order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
+            for name in order:
+                g = groups[name]
+                dist.all_reduce(t, group=g)  # warm-up
+                samples[name].append(timed(lambda g=g: dist.all_reduce(t, group=g), iters, name))
+        busbw = {k: [2 * (world - 1) / world * n * 4 / s / 1e9 for s in v] for k, v in samples.items()}
+        results.append({"what": "allreduce", "ranks": world, "mib": mib,
+                        "gloo_GBps": statistics.median(busbw["gloo"]),
+                        "remora_GBps": statistics.median(busbw["remora"]),
+                        "ratios": [r / g for g, r in zip(busbw["gloo"], busbw["remora"])],
+                        "algorithm": remora_torch.allreduce_algorithm(n * 4),
+                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
+        for v in cpu.values():
+            v.clear()
+
+    if args.ddp_steps > 0 and world == 2:
+        def mlp():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(1024, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 2048),
+                                       torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
+        models = {k: DDP(mlp(), process_group=g) for k, g in groups.items()}
+        params = sum(p.numel() for p in models["remora"].parameters())
+        opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+        x, y = torch.randn(8, 1024), torch.randn(8, 1024)
+
+        def step(k):
+            opts[k].zero_grad(set_to_none=False)
+            torch.nn.functional.mse_loss(models[k](x), y).backward()
+            opts[k].step()
+
+        samples = {"gloo": [], "remora": []}
+        for k in samples:
+            step(k)  # warm-up: buckets built
+        for pair in range(args.pairs):
+            order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
+            for k in order:
+                samples[k].append(timed(lambda k=k: step(k), args.ddp_steps, k))
+        results.append({"what": "ddp_step", "ranks": world, "params": params,
+                        "gloo_ms": statistics.median(samples["gloo"]) * 1e3,
+                        "remora_ms": statistics.median(samples["remora"]) * 1e3,
+                        "ratios": [r / g for g, r in zip(samples["gloo"], samples["remora"])],
+                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
+    if rank == 0:
+        for r in results:
+            print("RESULT " + json.dumps(r), flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--ddp-steps", type=int, default=10)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+
+    rows = []
+    for nproc in args.ranks:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr",
+               "127.0.0.1", "--master-port", str(29600 + nproc), os.path.abspath(__file__), "--worker", "--pairs",
+               str(args.pairs), "--ddp-steps", str(args.ddp_steps), "--sizes-mib", *map(str, args.sizes_mib)]
+        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // nproc)))
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(out.stdout, out.stderr, file=sys.stderr)
+            return 1
+        rows += [json.loads(line[len("RESULT "):]) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+
+    print(f"# remora vs gloo, median of {args.pairs} back-to-back pairs; host: {os.cpu_count()} CPUs")
+    print(f"{'measure':<28}{'gloo':>12}{'remora':>12}{'remora/gloo':>13}  pair ratios")
+    for r in rows:
+        ratios = " ".join(f"{x:.2f}" for x in r["ratios"])
+        if r["what"] == "allreduce":
+            label = f"allreduce {r['mib']} MiB, {r['ranks']} ranks"
+            ratio = r["remora_GBps"] / r["gloo_GBps"]
+            print(f"{label:<28}{r['gloo_GBps']:>9.2f} GB/s{r['remora_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{ratios}]"
+                  f" (busbw; remora runs {r['algorithm']}; CPU ms/call gloo {r['cpu_ms']['gloo']:.1f},"
+                  f" remora {r['cpu_ms']['remora']:.1f})")
+        else:
+            label = f"DDP step, {r['ranks']} ranks"
+            ratio = r["remora_ms"] / r["gloo_ms"]
+            print(f"{label:<28}{r['gloo_ms']:>9.1f} ms{r['remora_ms']:>9.1f} ms{ratio:>10.2f}x  [{ratios}]"
+                  f" ({r['params'] / 1e6:.1f} M parameters; step time, lower is better; CPU ms/step gloo"
+                  f" {r['cpu_ms']['gloo']:.0f}, remora {r['cpu_ms']['remora']:.0f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+// python/torch/csrc/module.cc — remora_torch._C: the constructor torch.distributed
+// calls through the Python creator (remora_torch/__init__.py), and a query for tests.
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <string>
+
+#include "backend.h"
+
+namespace py = pybind11;
+
+namespace {
+
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                 double timeout_s, const std::string& host, int local_size) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  return c10::make_intrusive<remora_torch::ProcessGroupRemora>(store, rank, size, timeout, host, local_size);
+}
+
+std::string allreduce_algorithm(const c10::intrusive_ptr<c10d::Backend>& backend, size_t bytes) {
+  auto* pg = dynamic_cast<remora_torch::ProcessGroupRemora*>(backend.get());
+  TORCH_CHECK(pg != nullptr, "not a remora backend");
+  return pg->allreduce_algorithm(bytes);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "The remora backend of torch.distributed (C++ part); use remora_torch.";
+  // Constructing it meets the other ranks: release the GIL meanwhile.
+  m.def("create_backend", &create_backend, py::arg("store"), py::arg("rank"), py::arg("size"),
+        py::arg("timeout_s"), py::arg("host"), py::arg("local_size"), py::call_guard<py::gil_scoped_release>(),
+        "A ProcessGroupRemora meeting the other ranks through `store` (a c10d Store).");
+  m.def("allreduce_algorithm", &allreduce_algorithm, py::arg("backend"), py::arg("bytes"),
+        "The algorithm remora runs for an allreduce of `bytes` on this backend (\"ring\", \"rd\", ...).");
+}

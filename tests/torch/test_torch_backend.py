@@ -1,0 +1,100 @@
+"""The remora backend of torch.distributed, as users run it: the installed
+remora-torch package, torchrun, real processes over loopback.
+
+Run with the interpreter of the environment that has torch and remora-torch:
+    python -m pytest tests/torch
+(scripts/test.sh builds that environment: scripts/lib/torch_env.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+# Bounds on whole runs: far above what they take (seconds), so that a hang fails the
+# test instead of the suite.
+RUN_LIMIT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REMORA_", "TORCHELASTIC_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    # run from outside the source tree: the installed package, not python/torch/src
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def torchrun(nproc: int, script: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr",
+           "127.0.0.1", "--master-port", str(free_port()), str(HERE / script), *args]
+    proc = subprocess.run(cmd, env=clean_env(), cwd="/", capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return proc
+
+
+def test_the_installed_package_is_used():
+    out = subprocess.run([sys.executable, "-c", "import remora_torch; print(remora_torch.__file__)"], env=clean_env(),
+                         cwd="/", capture_output=True, text=True, check=True).stdout
+    assert "site-packages" in out, out
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_operation_matches_a_local_reference(nproc):
+    out = torchrun(nproc, "ops_check.py").stdout
+    lines = [ln for ln in out.splitlines() if "ops ok:" in ln]
+    assert len(lines) == nproc, out
+    assert all(int(ln.split("ops ok:")[1].split()[0]) >= 80 for ln in lines), out
+
+
+def test_ddp_training_ends_where_gloo_ends():
+    out = torchrun(2, "ddp_check.py", "200").stdout
+    assert out.count("ddp ok: 200 steps") == 2, out
+
+
+def test_a_killed_rank_makes_the_others_raise_not_hang():
+    world, victim, timeout_s = 3, 1, 60.0
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = clean_env()
+        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "kill_check.py"), str(victim), str(timeout_s)],
+                                      env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    start = time.monotonic()
+    outputs = []
+    try:
+        for p in procs:
+            # well inside the group's timeout: the failure must come from the dead peer
+            out, err = p.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - start)))
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    report = "\n".join(f"rank {r}: rc {rc}\n{out}\n{err[-3000:]}" for r, (rc, out, err) in enumerate(outputs))
+    assert outputs[victim][0] == -signal.SIGKILL, report
+    for rank in range(world):
+        if rank == victim:
+            continue
+        rc, out, _ = outputs[rank]
+        assert rc == 0, report
+        assert "raised after" in out and "next operation failed too" in out, report
+        # the dead peer's failure, not the group's timeout
+        assert "peer_failed" in out and "timeout" not in out.lower(), report
