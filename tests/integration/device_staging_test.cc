@@ -117,6 +117,12 @@ struct Pairing {
   bool peer_device;
 };
 
+/// Every pairing of this side's and the peer's memory that has a device in it.
+const auto kPairings = ::testing::Values(Pairing{true, true}, Pairing{true, false}, Pairing{false, true});
+std::string pairing_name(const ::testing::TestParamInfo<Pairing>& p) {
+  return std::string(p.param.mine_device ? "Device" : "Host") + "To" + (p.param.peer_device ? "Device" : "Host");
+}
+
 class DeviceStaging : public ::testing::TestWithParam<Pairing> {};
 
 TEST_P(DeviceStaging, EveryMessageComesBackIntactAtEverySize) {
@@ -159,11 +165,7 @@ TEST_P(DeviceStaging, EveryMessageComesBackIntactAtEverySize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDevice, DeviceStaging,
-                         ::testing::Values(Pairing{true, true}, Pairing{true, false}, Pairing{false, true}),
-                         [](const auto& p) {
-                           return std::string(p.param.mine_device ? "Device" : "Host") + "To" +
-                                  (p.param.peer_device ? "Device" : "Host");
-                         });
+                         kPairings, pairing_name);
 
 // Puts and gets between two processes: the peer (device-rma) registers a region of its
 // memory (device or host) and sends its key; this side puts from and gets into its own
@@ -219,11 +221,7 @@ TEST_P(DeviceStagingRmaPeer, PutsAndGetsLandWhereTheyShould) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDevice, DeviceStagingRmaPeer,
-                         ::testing::Values(Pairing{true, true}, Pairing{true, false}, Pairing{false, true}),
-                         [](const auto& p) {
-                           return std::string(p.param.mine_device ? "Device" : "Host") + "To" +
-                                  (p.param.peer_device ? "Device" : "Host");
-                         });
+                         kPairings, pairing_name);
 
 // A copy that fails fails its message and nothing else: on the receiver's side (the
 // peer's device copy of message 1 fails, the peer's receive says device_failed, this
