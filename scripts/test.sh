@@ -11,12 +11,15 @@
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
+#   REMORA_PYTHON_STEP=0           skip the Python package step (see scripts/lib/python.sh)
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${repo_root}"
 # shellcheck source=scripts/lib/deps.sh
 source scripts/lib/deps.sh
+# shellcheck source=scripts/lib/python.sh
+source scripts/lib/python.sh
 
 presets=${REMORA_PRESETS:-release asan}
 jobs=${REMORA_JOBS:-$(nproc)}
@@ -66,6 +69,12 @@ for preset in ${presets}; do
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
 done
+
+# The Python package, once, after the presets: pip install . into a venv, then pytest
+# against the installed package (scripts/lib/python.sh).
+if [[ ${REMORA_PYTHON_STEP:-1} != 0 ]]; then
+  step python install remora_python_setup && step python pytest remora_python_test || true
+fi
 
 echo
 echo "==================== remora test summary ===================="

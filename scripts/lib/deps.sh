@@ -15,6 +15,7 @@ REMORA_APT_PACKAGES=(
   libmnl-dev liburing-dev
   iproute2 iperf3 sockperf procps
   openmpi-bin
+  python3-dev python3-venv  # the Python package's build and its tests' venv (scripts/lib/python.sh)
 )
 
 remora_log() { printf '[remora] %s\n' "$*" >&2; }
