@@ -8,6 +8,9 @@
 #                                backend adds its own with remora_python_require)
 #   remora_python_require <pkg...>   adds requirements before remora_python_setup runs
 #   remora_python_setup          creates the venv, installs the requirements and the package
+#   REMORA_PYTHON_LIBRARY        a libremora.a just built from this tree (scripts/test.sh
+#                                passes build/release's): linked instead of compiling the
+#                                library again (python/CMakeLists.txt)
 #   remora_python_test [args]    runs pytest on tests/python with the venv's python
 #
 # The package build reuses build/python/ between runs (scikit-build-core's build-dir), so
@@ -28,6 +31,11 @@ remora_python_setup() {
   # shellcheck disable=SC2086  # the list is word-split on purpose
   "${REMORA_VENV}/bin/python" -m pip install --quiet --upgrade ${REMORA_PY_REQUIREMENTS} || return 1
   local cmake_args=${CMAKE_ARGS:-}
+  if [[ -n ${REMORA_PYTHON_LIBRARY:-} ]]; then
+    cmake_args="${cmake_args} -DREMORA_PYTHON_LIBRARY=$(realpath "${REMORA_PYTHON_LIBRARY}")"
+  else
+    cmake_args="${cmake_args} -DREMORA_PYTHON_LIBRARY="
+  fi
   if command -v ccache >/dev/null 2>&1; then
     cmake_args="${cmake_args} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
   fi
