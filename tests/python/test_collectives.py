@@ -40,3 +40,18 @@ def test_single_rank_communicator_and_dtype_errors():
         remora.Communicator(ctx, rank=0)
     comm.close()
     ctx.close()
+
+
+def test_torch_tensors_through_the_same_paths():
+    torch = pytest.importorskip("torch")
+    ctx = remora.Context(ignore_env=True)
+    comm = remora.Communicator(ctx, rank=0, size=1, store=f"127.0.0.1:{free_port()}", timeout=BOUND)
+    t = torch.arange(16, dtype=torch.bfloat16)
+    out = torch.zeros(16, dtype=torch.bfloat16)
+    comm.iallreduce(t, out, op="max").wait(BOUND)
+    assert torch.equal(out, t)
+    g = torch.zeros(16, dtype=torch.float32)
+    comm.allgather(torch.ones(16), g)
+    assert torch.equal(g, torch.ones(16))
+    comm.close()
+    ctx.close()
