@@ -75,7 +75,9 @@ done
 # The Python package, once, after the presets: pip install . into a venv, then pytest
 # against the installed package (scripts/lib/python.sh).
 if [[ ${REMORA_PYTHON_STEP:-1} != 0 ]]; then
-  step python install remora_python_setup && step python pytest remora_python_test || true
+  if step python install remora_python_setup; then
+    step python pytest remora_python_test || true
+  fi
 fi
 
 echo

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # scripts/lib/python.sh — the Python step of scripts/test.sh: a virtual environment,
 # the remora package installed into it from this checkout (pip install .), and its
 # pytest suite (tests/python) run against the INSTALLED package, not the source tree.
