@@ -55,3 +55,15 @@ def test_torch_tensors_through_the_same_paths():
     assert torch.equal(g, torch.ones(16))
     comm.close()
     ctx.close()
+
+
+def test_communicator_abort_and_failure():
+    ctx = remora.Context(ignore_env=True)
+    comm = remora.Communicator(ctx, rank=0, size=1, store=f"127.0.0.1:{free_port()}", timeout=BOUND)
+    assert comm.failure is None and isinstance(comm.id, int)
+    comm.abort()
+    assert isinstance(comm.failure, remora.Aborted)
+    with pytest.raises(remora.Aborted):
+        comm.barrier()
+    comm.close()
+    ctx.close()

@@ -185,3 +185,26 @@ def test_notification_with_many_pairs():
         assert [p.target.wait_notification(BOUND).value for _ in range(5)] == list(range(5))
     finally:
         p.close()
+
+
+def test_accessors_abort_and_options():
+    p = Pair(pin_mode=remora.PinMode.TRY, log_level=remora.LogLevel.WARN, spin_us=0)
+    try:
+        assert p.init_ctx.config()["pin_mode"] == remora.PinMode.TRY and p.init_ctx.config()["spin_us"] == 0
+        assert p.init.peer_address.endswith(str(p.listener.port)) and isinstance(p.init.id, int)
+        mem = np.zeros(4096, np.uint8)
+        region = p.target_ctx.register(mem, remora.Access.LOCAL_WRITE | remora.Access.REMOTE_READ)
+        assert region.access == remora.Access.LOCAL_WRITE | remora.Access.REMOTE_READ
+        assert isinstance(region.pinned, bool)
+        pool = remora.Pool(p.target_ctx, arena_bytes=1 << 20)
+        buf = pool.allocate(100)
+        assert len(buf) == 100 and buf.region_offset + buf.capacity <= 1 << 20
+        assert isinstance(buf.region_id, int)
+        pending = p.target.recv(np.zeros(8, np.uint8), 1)
+        p.init.abort()  # the peer fails as if this side had died
+        with pytest.raises(remora.PeerFailed):
+            pending.wait(BOUND)
+        assert p.target.failed and not p.target.closed_by_peer
+        assert isinstance(p.init.failure, remora.Aborted)
+    finally:
+        p.close()
