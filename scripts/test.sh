@@ -11,6 +11,7 @@
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
+#   REMORA_PYTHON_STEP=0           skip the Python package step (see scripts/lib/python.sh)
 #   REMORA_SKIP_TORCH=1            skip the PyTorch backend's step (scripts/lib/torch_env.sh)
 set -euo pipefail
 
@@ -18,6 +19,8 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${repo_root}"
 # shellcheck source=scripts/lib/deps.sh
 source scripts/lib/deps.sh
+# shellcheck source=scripts/lib/python.sh
+source scripts/lib/python.sh
 
 presets=${REMORA_PRESETS:-release asan}
 jobs=${REMORA_JOBS:-$(nproc)}
@@ -65,10 +68,20 @@ for preset in ${presets}; do
   rm -f "${log_dir}/ctest.log"  # never report a previous run's result
   step "${preset}" configure cmake --preset "${preset}" || continue
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
+  # The Python step links this library instead of compiling it again.
+  if [[ ${preset} == release ]]; then export REMORA_PYTHON_LIBRARY=build/release/libremora.a; fi
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
 done
 
-# The PyTorch backend (python/torch, tests/torch) in the virtual environment build/venv.
+# The Python package, once, after the presets: pip install . into a venv, then pytest
+# against the installed package (scripts/lib/python.sh).
+if [[ ${REMORA_PYTHON_STEP:-1} != 0 ]]; then
+  if step python install remora_python_setup; then
+    step python pytest remora_python_test || true
+  fi
+fi
+
+# The PyTorch backend (python/torch, tests/torch) in the same virtual environment.
 if [[ ${REMORA_SKIP_TORCH:-0} != 1 ]]; then
   # shellcheck source=scripts/lib/torch_env.sh
   source scripts/lib/torch_env.sh

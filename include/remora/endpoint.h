@@ -107,6 +107,15 @@ struct Notification {
   uint64_t length = 0;  ///< bytes the put wrote
 };
 
+/// One transfer of a batch (Endpoint::put_batch, Endpoint::get_batch): `local.size()`
+/// bytes between `local` and the peer's memory at `remote_offset` within `key`'s window.
+/// A put only reads `local`.
+struct TransferItem {
+  std::span<std::byte> local;
+  RemoteKey key;
+  uint64_t remote_offset = 0;
+};
+
 /// Thread-safe: any thread may post operations.
 class Endpoint {
  public:
@@ -159,6 +168,30 @@ class Endpoint {
   /// previous flush succeeded, else the first failure among them (so fire-and-forget
   /// puts still report errors); the endpoint's failure if it fails first.
   Request flush();
+
+  // --- batches (built on put, get and the Request machinery: src/transport/batch.cc) ---
+
+  /// Posts one put per item, all at once, and returns one Request that completes when
+  /// every put has completed at the target (as put() says) or failed. Its status is ok,
+  /// or the failure of the lowest-numbered item that failed (all of them are still
+  /// waited for); bytes() is the sum of the items' lengths. Each item is checked by
+  /// the target like a put of its own (key, right, range), so an item that fails
+  /// leaves the others' bytes placed. The local buffers must stay valid until the
+  /// Request completes. Items may name different keys (regions) of the peer.
+  ///
+  /// With options.notify, the target receives exactly one notification, and only
+  /// after every item's bytes are visible in its memory: once all the puts succeeded
+  /// the batch posts a zero-length put carrying the value at the LAST item's key and
+  /// remote_offset (so the Notification names that region and offset, length 0), and
+  /// completes when the target queued it. If any item fails, no notification is sent.
+  /// This costs one round trip more than the data alone. An empty batch completes at
+  /// once with ok, or with kInvalidArgument when it asks for a notification (it would
+  /// have no key to name).
+  Request put_batch(std::span<const TransferItem> items, const PutOptions& options = {});
+  /// Posts one get per item, all at once; one Request that completes when every byte
+  /// of every item is in its local buffer, or with the failure of the lowest-numbered
+  /// item that failed (after all of them ended). bytes() is the sum of the lengths.
+  Request get_batch(std::span<const TransferItem> items);
 
   // --- notifications (target) ---------------------------------------------------
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -48,6 +49,15 @@ class Request {
   size_t bytes() const noexcept;
   /// Tag of the matched message (recv) or the sent one.
   Tag tag() const noexcept;
+
+  /// Calls `fn` exactly once when the operation has completed (done() is true): at
+  /// once, on the calling thread, if it already has; otherwise on the thread that
+  /// completes it, which may hold remora's progress lock. So `fn` must be quick, must
+  /// not block and must not call remora (write to an eventfd, post to an event loop,
+  /// count down). Several functions may be added; each runs once. For event loops
+  /// (Python's asyncio awaits Requests this way) and for composing operations
+  /// (Endpoint::put_batch). kInvalidArgument on an empty Request (fn is not called).
+  Status on_done(std::function<void()> fn) const;
 
  private:
   friend Status wait_all(std::span<const Request> requests, Duration timeout);

@@ -15,7 +15,7 @@ REMORA_APT_PACKAGES=(
   libmnl-dev liburing-dev
   iproute2 iperf3 sockperf procps
   openmpi-bin
-  python3-dev python3-venv
+  python3-dev python3-venv  # the Python package and the PyTorch backend (scripts/lib/python.sh, torch_env.sh)
 )
 
 remora_log() { printf '[remora] %s\n' "$*" >&2; }

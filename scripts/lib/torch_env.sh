@@ -46,6 +46,13 @@ remora_torch_env() {
   if command -v ccache >/dev/null 2>&1; then
     launcher=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
   fi
+  # The library just built by the release preset (scripts/test.sh), if any: linked
+  # instead of compiled again.
+  if [[ -n ${REMORA_PYTHON_LIBRARY:-} ]]; then
+    launcher+=(-Ccmake.define.REMORA_PYTHON_LIBRARY="$(realpath "${REMORA_PYTHON_LIBRARY}")")
+  else
+    launcher+=(-Ccmake.define.REMORA_PYTHON_LIBRARY=)
+  fi
   CMAKE_BUILD_PARALLEL_LEVEL=${REMORA_JOBS:-$(nproc)} \
     "${py}" -m pip install -q --no-build-isolation --no-deps "${launcher[@]}" ./python/torch
 }

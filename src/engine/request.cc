@@ -18,6 +18,12 @@ bool Request::done() const noexcept { return state_ != nullptr && state_->done()
 size_t Request::bytes() const noexcept { return done() ? state_->bytes : 0; }
 Tag Request::tag() const noexcept { return state_ ? state_->tag : Tag{}; }
 
+Status Request::on_done(std::function<void()> fn) const {
+  if (!state_) return Status(StatusCode::kInvalidArgument, "on_done() on an empty Request");
+  state_->add_on_done(std::move(fn));
+  return Status::ok();
+}
+
 Status Request::test() const {
   if (!state_) return Status(StatusCode::kInvalidArgument, "test() on an empty Request");
   if (!state_->done() && state_->engine) {

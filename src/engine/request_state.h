@@ -5,7 +5,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "engine/futex.h"
 #include "engine/progress.h"
@@ -28,13 +32,40 @@ struct RequestState {
   /// collectives' worker) sets it from its context.
   Duration default_timeout = std::chrono::milliseconds(Config{}.wait_timeout_ms);
 
+  /// Request::on_done functions not yet run. `has_on_done` is set (seq_cst) before
+  /// add_on_done looks at `word`, and complete() looks at it after its (seq_cst)
+  /// exchange of `word`, so at least one of the two sees the other and runs them.
+  std::mutex on_done_mutex;
+  std::vector<std::function<void()>> on_done;
+  std::atomic<bool> has_on_done{false};
+
   bool done() const noexcept { return word.load(std::memory_order_acquire) == 2; }
 
   void complete(Status s, size_t n) {
     if (done()) return;
     status = std::move(s);
     bytes = n;
-    if (word.exchange(2, std::memory_order_acq_rel) == 1) engine::futex_wake_all(&word);
+    if (word.exchange(2, std::memory_order_seq_cst) == 1) engine::futex_wake_all(&word);
+    if (has_on_done.load(std::memory_order_seq_cst)) run_on_done();
+  }
+
+  void add_on_done(std::function<void()> fn) {
+    {
+      std::lock_guard lock(on_done_mutex);
+      on_done.push_back(std::move(fn));
+      has_on_done.store(true, std::memory_order_seq_cst);
+    }
+    if (word.load(std::memory_order_seq_cst) == 2) run_on_done();
+  }
+
+  /// Runs (once) the functions added so far; either side of the race may get here.
+  void run_on_done() {
+    std::vector<std::function<void()>> fns;
+    {
+      std::lock_guard lock(on_done_mutex);
+      fns.swap(on_done);
+    }
+    for (auto& fn : fns) fn();
   }
 
   static std::shared_ptr<RequestState> make(std::shared_ptr<engine::ProgressEngine> e, Tag t) {

@@ -214,6 +214,30 @@ void zero_length(Peers& p) {
               "zero-length get past the window");
 }
 
+// A batch of puts into two regions with one notification (the KV-cache pattern of the
+// README), then a get batch reading them back, and a batch whose bad item fails it.
+void batches(Peers& p) {
+  std::vector<std::byte> a(1 << 20), b(1 << 20);
+  const auto rights = remora::Access::kRemoteRead | remora::Access::kRemoteWrite;
+  auto ra = p.target_ctx->register_memory(a.data(), a.size(), rights);
+  auto rb = p.target_ctx->register_memory(b.data(), b.size(), rights);
+  if (!ra || !rb) return check(false, "register for batches");
+  auto x = pattern(300000, 11), y = pattern(100, 12);
+  std::vector<remora::TransferItem> items = {{x, ra->remote_key(), 4096}, {y, rb->remote_key(), 0}};
+  expect_code(p.init->put_batch(items, {.notify = 77}), remora::StatusCode::kOk, "put_batch");
+  auto n = p.target->wait_notification(kBound);
+  check(n.is_ok() && n->value == 77 && n->region == rb->id(), "put_batch's one notification names the last item");
+  check(std::equal(x.begin(), x.end(), a.begin() + 4096) && std::equal(y.begin(), y.end(), b.begin()),
+        "put_batch placed every item");
+  std::vector<std::byte> bx(x.size()), by(y.size());
+  std::vector<remora::TransferItem> back = {{bx, ra->remote_key(), 4096}, {by, rb->remote_key(), 0}};
+  expect_code(p.init->get_batch(back), remora::StatusCode::kOk, "get_batch");
+  check(bx == x && by == y, "get_batch read every item");
+  std::vector<remora::TransferItem> bad = {{y, rb->remote_key(), b.size()}};
+  expect_code(p.init->put_batch(bad, {.notify = 1}), remora::StatusCode::kOutOfRange, "put_batch with a bad item");
+  check(!p.target->poll_notification().has_value(), "a failed put_batch notifies nobody");
+}
+
 // A peer that goes away fails what is outstanding, within the bound, and later calls.
 void dead_peer(Peers& p) {
   std::vector<std::byte> big(64 << 20);
@@ -305,6 +329,7 @@ int main() {
     every_size(p);
     every_refusal(p);
     zero_length(p);
+    batches(p);
     dead_peer(p);
   }
   device_memory();

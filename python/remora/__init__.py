@@ -1,0 +1,38 @@
+"""remora: RDMA-like memory semantics over plain TCP.
+
+Python bindings of the C++ library (include/remora/*.h): Context, Listener, Endpoint
+(send, recv, put, get, put_batch, get_batch, atomics, flush, notifications), Region,
+RemoteKey, Pool and Buffer, Request (wait, test, done, await) and Communicator (every
+collective). Memory is any buffer-protocol or DLPack object (NumPy arrays, PyTorch CPU
+tensors, bytearray, ...), used in place. Errors are remora.Error subclasses, one per
+status code. See docs/python.md.
+"""
+
+from __future__ import annotations
+
+from ._errors import *  # noqa: F401,F403
+from ._errors import __all__ as _error_names
+from ._remora import (  # noqa: F401
+    FOREVER,
+    WIRE_VERSION,
+    Access,
+    Buffer,
+    Communicator,
+    Context,
+    Endpoint,
+    Listener,
+    LogLevel,
+    Notification,
+    PinMode,
+    Pool,
+    Region,
+    RemoteKey,
+    Request,
+    __version__,
+)
+
+__all__ = [
+    "FOREVER", "WIRE_VERSION", "Access", "Buffer", "Communicator", "Context", "Endpoint",
+    "Listener", "LogLevel", "Notification", "PinMode", "Pool", "Region", "RemoteKey",
+    "Request", "__version__", *_error_names,
+]

@@ -1,0 +1,157 @@
+// python/src/buffers.cc — buffer protocol and DLPack objects as remora memory, and the
+// keep-alive registry (see buffers.h).
+#include "buffers.h"
+
+#include <string>
+#include <utility>
+
+namespace remora::python {
+
+namespace {
+
+/// The DataType of a buffer-protocol format character and item size.
+std::optional<DataType> type_of_format(const char* format, size_t itemsize) {
+  std::string f = format != nullptr ? format : "B";
+  if (!f.empty() && (f[0] == '@' || f[0] == '=' || f[0] == '<')) f.erase(0, 1);
+  if (f.size() != 1) return std::nullopt;
+  const char c = f[0];
+  switch (c) {
+    case 'e': return DataType::kFloat16;
+    case 'f': return DataType::kFloat32;
+    case 'd': return DataType::kFloat64;
+    case 'c':
+    case 'B':
+    case '?': return DataType::kUint8;
+    case 'b': return DataType::kInt8;
+    default: break;
+  }
+  const bool is_signed = c == 'h' || c == 'i' || c == 'l' || c == 'q' || c == 'n';
+  const bool is_unsigned = c == 'H' || c == 'I' || c == 'L' || c == 'Q' || c == 'N';
+  if (!is_signed && !is_unsigned) return std::nullopt;
+  switch (itemsize) {
+    case 4: return is_signed ? DataType::kInt32 : DataType::kUint32;
+    case 8: return is_signed ? DataType::kInt64 : DataType::kUint64;
+    default: return std::nullopt;  // 16-bit integers: remora has no such type
+  }
+}
+
+std::optional<DataType> type_of_dlpack(nb::dlpack::dtype t) {
+  using nb::dlpack::dtype_code;
+  if (t.lanes != 1) return std::nullopt;
+  switch (static_cast<dtype_code>(t.code)) {
+    case dtype_code::Float:
+      return t.bits == 16 ? std::optional(DataType::kFloat16)
+             : t.bits == 32 ? std::optional(DataType::kFloat32)
+             : t.bits == 64 ? std::optional(DataType::kFloat64)
+                            : std::nullopt;
+    case dtype_code::Bfloat: return t.bits == 16 ? std::optional(DataType::kBFloat16) : std::nullopt;
+    case dtype_code::Int:
+      return t.bits == 8 ? std::optional(DataType::kInt8)
+             : t.bits == 32 ? std::optional(DataType::kInt32)
+             : t.bits == 64 ? std::optional(DataType::kInt64)
+                            : std::nullopt;
+    case dtype_code::UInt:
+      return t.bits == 8 ? std::optional(DataType::kUint8)
+             : t.bits == 32 ? std::optional(DataType::kUint32)
+             : t.bits == 64 ? std::optional(DataType::kUint64)
+                            : std::nullopt;
+    case dtype_code::Bool: return t.bits == 8 ? std::optional(DataType::kUint8) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+std::string obj_type_name(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
+
+}  // namespace
+
+Memory memory_of(nb::handle obj, bool writable) {
+  Memory m;
+  auto holder = std::make_shared<Holder>();
+  holder->owner = nb::borrow(obj);
+  if (PyObject_CheckBuffer(obj.ptr()) != 0) {
+    const int flags = PyBUF_ND | PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &holder->view, flags) != 0) {
+      PyErr_Clear();
+      raise(Status(StatusCode::kInvalidArgument,
+                   obj_type_name(obj) + (writable ? " is not a writable buffer (remora would write into it)"
+                                              : " does not export its buffer")));
+    }
+    holder->has_view = true;
+    if (PyBuffer_IsContiguous(&holder->view, 'C') == 0) {
+      raise(Status(StatusCode::kInvalidArgument,
+                   obj_type_name(obj) + " is not contiguous: remora moves contiguous memory in place (copy it first, "
+                                    "e.g. numpy.ascontiguousarray)"));
+    }
+    m.data = static_cast<std::byte*>(holder->view.buf);
+    m.size = static_cast<size_t>(holder->view.len);
+    m.itemsize = static_cast<size_t>(holder->view.itemsize);
+    m.type = type_of_format(holder->view.format, m.itemsize);
+    m.holder = std::move(holder);
+    return m;
+  }
+  if (nb::hasattr(obj, "__dlpack__")) {
+    nb::ndarray<> array;
+    if (!nb::try_cast(obj, array, false)) {
+      raise(Status(StatusCode::kInvalidArgument, obj_type_name(obj) + ": its DLPack export could not be imported"));
+    }
+    if (array.device_type() != nb::device::cpu::value) {
+      raise(Status(StatusCode::kUnsupported,
+                   obj_type_name(obj) + " lives in device memory (DLPack device type " +
+                       std::to_string(array.device_type()) +
+                       "): the Python package moves host memory only for now; copy it to the CPU "
+                       "(tensor.cpu()) or see docs/python.md"));
+    }
+    // Contiguous (row-major) check over the strides, in elements.
+    int64_t expect = 1;
+    for (size_t i = array.ndim(); i-- > 0;) {
+      if (array.shape(i) != 1 && array.stride_ptr() != nullptr && array.stride(i) != expect) {
+        raise(Status(StatusCode::kInvalidArgument,
+                     obj_type_name(obj) + " is not contiguous: remora moves contiguous memory in place (call "
+                                      ".contiguous() first)"));
+      }
+      expect *= static_cast<int64_t>(array.shape(i));
+    }
+    m.data = static_cast<std::byte*>(array.data_handle()) + array.byte_offset();
+    m.size = array.nbytes();
+    m.itemsize = array.itemsize();
+    m.type = type_of_dlpack(array.dtype());
+    holder->array = std::move(array);
+    m.holder = std::move(holder);
+    return m;
+  }
+  raise(Status(StatusCode::kInvalidArgument,
+               obj_type_name(obj) + " has neither the buffer protocol nor DLPack: pass a NumPy array, a PyTorch CPU "
+                                "tensor, bytes, bytearray, memoryview, a remora.Buffer or a remora.Region"));
+}
+
+KeepAlive& KeepAlive::instance() {
+  static auto* k = new KeepAlive();  // never destroyed: what it holds at exit stays held
+  return *k;
+}
+
+void KeepAlive::hold(const Request& r, std::vector<std::shared_ptr<Holder>> holders) {
+  if (holders.empty()) return;
+  const uint64_t token = next_++;
+  held_.emplace(token, std::move(holders));
+  // Runs on whichever thread completes the operation, without the GIL: only note it.
+  (void)r.on_done([this, token] {
+    std::lock_guard lock(mutex_);
+    released_.push_back(token);
+  });
+}
+
+void KeepAlive::sweep() {
+  std::vector<uint64_t> done;
+  {
+    std::lock_guard lock(mutex_);
+    done.swap(released_);
+  }
+  for (uint64_t t : done) held_.erase(t);
+}
+
+size_t KeepAlive::pending() {
+  sweep();
+  return held_.size();
+}
+
+}  // namespace remora::python

@@ -1,0 +1,1257 @@
+// python/src/module.cc — the remora._remora extension: the whole C++ API of
+// include/remora/*.h for Python (nanobind). Conventions:
+//   - every call that may block or take remora's locks runs with the GIL released;
+//   - a failed Status becomes the remora.Error subclass of its code (remora/_errors.py)
+//     with the C++ message;
+//   - memory is any buffer-protocol or DLPack object, used in place; the objects an
+//     operation touches are held (KeepAlive) until its Request completes;
+//   - timeouts are seconds (float); None is the context's default bound
+//     (REMORA_WAIT_TIMEOUT_MS), remora.FOREVER (math.inf) is no bound.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "buffers.h"
+
+namespace remora::python {
+namespace {
+
+using namespace nb::literals;
+
+// ---------------------------------------------------------------------------
+// errors and timeouts
+// ---------------------------------------------------------------------------
+
+/// The remora.Error subclass of `code`, from remora._errors (imported at first use).
+nb::handle error_class(StatusCode code) {
+  static nb::object by_code = nb::module_::import_("remora._errors").attr("_BY_CODE");
+  static auto* keep = new nb::object(by_code);  // never released: the module outlives every raise
+  (void)keep;
+  return by_code[nb::int_(static_cast<int>(code))];
+}
+
+nb::object error_object(const Status& s) {
+  return error_class(s.code())(nb::str(s.message().c_str()));
+}
+
+Duration to_duration(std::optional<double> seconds) {
+  if (!seconds) return kDefaultTimeout;
+  if (std::isinf(*seconds) && *seconds > 0) return kForever;
+  if (std::isnan(*seconds) || *seconds < 0) {
+    raise(Status(StatusCode::kInvalidArgument, "a timeout is a number of seconds >= 0, None or remora.FOREVER"));
+  }
+  if (*seconds > 1e9) return kForever;
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*seconds));
+}
+
+std::optional<Duration> to_optional_duration(std::optional<double> seconds) {
+  if (!seconds) return std::nullopt;
+  return to_duration(seconds);
+}
+
+// ---------------------------------------------------------------------------
+// wrappers
+// ---------------------------------------------------------------------------
+
+struct RequestObj {
+  Request req;
+  std::shared_ptr<uint64_t> value;  ///< the old word of an atomic
+};
+
+struct ContextObj {
+  std::unique_ptr<Context> ctx;
+  Context& get() {
+    if (!ctx) raise(Status(StatusCode::kAborted, "the context was closed"));
+    return *ctx;
+  }
+};
+
+struct EndpointObj {
+  std::shared_ptr<Endpoint> ep;
+};
+
+struct ListenerObj {
+  std::unique_ptr<Listener> listener;
+  Listener& get() {
+    if (!listener) raise(Status(StatusCode::kAborted, "the listener was closed"));
+    return *listener;
+  }
+};
+
+struct RegionObj {
+  std::shared_ptr<Holder> holder;  // declared first: destroyed after the region deregistered
+  Region region;
+};
+
+struct PoolObj {
+  std::unique_ptr<Pool> pool;
+};
+
+struct BufferObj {
+  Buffer buf;
+};
+
+struct CommObj {
+  std::unique_ptr<Communicator> comm;
+  Communicator& get() {
+    if (!comm) raise(Status(StatusCode::kAborted, "the communicator was closed"));
+    return *comm;
+  }
+};
+
+/// Wakes an asyncio loop when requests complete (remora/_aio.py): Request::on_done
+/// notes the token and writes an eventfd, without the GIL; the loop reads it.
+class Completions {
+ public:
+  Completions() : inner_(std::make_shared<Inner>()) {
+    inner_->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (inner_->fd < 0) raise(Status(StatusCode::kNoResource, std::string("eventfd: ") + std::strerror(errno)));
+  }
+  int fileno() const { return inner_->fd; }
+  void watch(const RequestObj& r, uint64_t token) {
+    auto inner = inner_;
+    check(r.req.on_done([inner, token] {
+      {
+        std::lock_guard lock(inner->mutex);
+        inner->ready.push_back(token);
+      }
+      const uint64_t one = 1;
+      ssize_t n = ::write(inner->fd, &one, sizeof one);
+      (void)n;  // EAGAIN: the counter is already raised
+    }));
+  }
+  std::vector<uint64_t> drain() {
+    uint64_t count = 0;
+    ssize_t n = ::read(inner_->fd, &count, sizeof count);
+    (void)n;
+    std::vector<uint64_t> out;
+    std::lock_guard lock(inner_->mutex);
+    out.swap(inner_->ready);
+    return out;
+  }
+
+ private:
+  struct Inner {
+    int fd = -1;
+    std::mutex mutex;
+    std::vector<uint64_t> ready;
+    ~Inner() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  std::shared_ptr<Inner> inner_;
+};
+
+// ---------------------------------------------------------------------------
+// memory of module objects, and posting operations
+// ---------------------------------------------------------------------------
+
+Memory memory(nb::handle obj, bool writable) {
+  if (nb::isinstance<BufferObj>(obj)) {
+    BufferObj& b = nb::cast<BufferObj&>(obj);
+    if (!b.buf.valid()) raise(Status(StatusCode::kInvalidArgument, "the remora.Buffer was released"));
+    Memory m;
+    m.data = b.buf.data();
+    m.size = b.buf.size();
+    m.type = DataType::kUint8;
+    m.holder = std::make_shared<Holder>();
+    m.holder->owner = nb::borrow(obj);
+    return m;
+  }
+  if (nb::isinstance<RegionObj>(obj)) {
+    RegionObj& r = nb::cast<RegionObj&>(obj);
+    if (!r.region.valid()) raise(Status(StatusCode::kInvalidArgument, "the remora.Region was deregistered"));
+    Memory m;
+    m.data = r.region.data();
+    m.size = r.region.size();
+    m.type = DataType::kUint8;
+    m.holder = std::make_shared<Holder>();
+    m.holder->owner = nb::borrow(obj);
+    return m;
+  }
+  return memory_of(obj, writable);
+}
+
+using Holders = std::vector<std::shared_ptr<Holder>>;
+
+/// Posts with the GIL released; holds `holders` until the request completes.
+RequestObj post(const std::function<Request()>& fn, Holders holders, std::shared_ptr<uint64_t> value = nullptr) {
+  KeepAlive::instance().sweep();
+  Request r;
+  {
+    nb::gil_scoped_release unlocked;
+    r = fn();
+  }
+  if (value) {
+    auto h = std::make_shared<Holder>();
+    h->extra = value;
+    holders.push_back(std::move(h));
+  }
+  KeepAlive::instance().hold(r, std::move(holders));
+  return RequestObj{std::move(r), std::move(value)};
+}
+
+void wait_request(const RequestObj& r, std::optional<double> timeout) {
+  const Duration d = to_duration(timeout);
+  Status s;
+  {
+    nb::gil_scoped_release unlocked;
+    s = r.req.wait(d);
+  }
+  KeepAlive::instance().sweep();
+  check(s);
+}
+
+nb::dict stats_dict(const EndpointStats& s) {
+  nb::dict d;
+  d["messages_sent"] = s.messages_sent;
+  d["messages_received"] = s.messages_received;
+  d["bytes_sent"] = s.bytes_sent;
+  d["bytes_received"] = s.bytes_received;
+  d["eager_sent"] = s.eager_sent;
+  d["rendezvous_sent"] = s.rendezvous_sent;
+  d["chunks_sent"] = s.chunks_sent;
+  d["chunks_per_stream"] = s.chunks_per_stream;
+  d["puts"] = s.puts;
+  d["gets"] = s.gets;
+  d["atomics"] = s.atomics;
+  d["rma_bytes_put"] = s.rma_bytes_put;
+  d["rma_bytes_got"] = s.rma_bytes_got;
+  d["served_puts"] = s.served_puts;
+  d["served_gets"] = s.served_gets;
+  d["served_atomics"] = s.served_atomics;
+  d["refused"] = s.refused;
+  d["notifications"] = s.notifications;
+  d["staged_transfers"] = s.staged_transfers;
+  d["staged_bytes"] = s.staged_bytes;
+  return d;
+}
+
+const RemoteKey& key_of(nb::handle key) {
+  if (!nb::isinstance<RemoteKey>(key)) {
+    raise(Status(StatusCode::kInvalidArgument, "expected a remora.RemoteKey (RemoteKey.from_bytes makes one)"));
+  }
+  return nb::cast<const RemoteKey&>(key);
+}
+
+// ---------------------------------------------------------------------------
+// collectives
+// ---------------------------------------------------------------------------
+
+/// One collective buffer argument: None (absent or in place) or memory.
+struct Arg {
+  std::optional<Memory> mem;
+  void* ptr() const { return mem ? static_cast<void*>(mem->data) : nullptr; }
+};
+
+Arg arg(nb::handle obj, bool writable) {
+  Arg a;
+  if (!obj.is_none()) a.mem = memory(obj, writable);
+  return a;
+}
+
+/// The element type of the call: the first buffer that names one (dtype overrides).
+DataType type_of(std::optional<std::string> dtype, std::initializer_list<const Arg*> args) {
+  if (dtype) return take(parse_data_type(*dtype));
+  std::optional<DataType> found;
+  bool any = false;
+  for (const Arg* a : args) {
+    if (!a->mem) continue;
+    any = true;
+    if (!a->mem->type) continue;
+    if (found && *found != *a->mem->type) {
+      raise(Status(StatusCode::kInvalidArgument,
+                   std::string("the buffers have different element types (") + std::string(to_string(*found)) +
+                       ", " + std::string(to_string(*a->mem->type)) + "): pass dtype= to say which"));
+    }
+    found = a->mem->type;
+  }
+  if (!found) {
+    if (!any) return DataType::kUint8;
+    raise(Status(StatusCode::kInvalidArgument,
+                 "the buffers' element type is not one remora reduces or moves (int8, uint8, int32, uint32, int64, "
+                 "uint64, float16, bfloat16, float32, float64): pass dtype= (e.g. 'uint8' for raw bytes)"));
+  }
+  return *found;
+}
+
+size_t count_of(const Arg& a, DataType t) {
+  if (!a.mem) return 0;
+  const size_t sz = size_of(t);
+  if (a.mem->size % sz != 0) {
+    raise(Status(StatusCode::kInvalidArgument, "a buffer of " + std::to_string(a.mem->size) +
+                                                   " bytes is not a whole number of " + std::string(to_string(t)) +
+                                                   " elements"));
+  }
+  return a.mem->size / sz;
+}
+
+Holders holders_of(std::initializer_list<const Arg*> args) {
+  Holders h;
+  for (const Arg* a : args) {
+    if (a->mem) h.push_back(a->mem->holder);
+  }
+  return h;
+}
+
+CollectiveOptions coll_options(std::optional<std::string> algorithm, std::optional<double> timeout) {
+  CollectiveOptions o;
+  if (algorithm) o.algorithm = take(parse_coll_algorithm(*algorithm));
+  o.timeout = to_optional_duration(timeout);
+  return o;
+}
+
+/// A size_t vector that lives as long as the operation (v-forms read it while running).
+std::shared_ptr<std::vector<size_t>> counts(const std::vector<size_t>& v, Holders& holders) {
+  auto p = std::make_shared<std::vector<size_t>>(v);
+  auto h = std::make_shared<Holder>();
+  h->extra = p;
+  holders.push_back(std::move(h));
+  return p;
+}
+
+/// Blocking form: post, then wait without a bound of its own (the collective is bounded
+/// by the communicator's timeout), GIL released.
+nb::object finish(RequestObj r, bool blocking) {
+  if (!blocking) return nb::cast(std::move(r));
+  wait_request(r, std::numeric_limits<double>::infinity());
+  return nb::none();
+}
+
+nb::object scan_impl(CommObj& c, bool blocking, bool exclusive, nb::handle send, nb::handle recv, const std::string& op,
+                     std::optional<std::string> dtype, std::optional<std::string> algorithm,
+                     std::optional<double> timeout) {
+  Arg s = arg(send, false);
+  const bool in_place = recv.is_none() || recv.is(send);
+  Arg r = in_place ? arg(send, true) : arg(recv, true);
+  DataType t = type_of(dtype, {&s, &r});
+  size_t n = count_of(r, t);
+  ReduceOp rop = take(parse_reduce_op(op));
+  auto o = coll_options(algorithm, timeout);
+  const void* sp = in_place ? kInPlace : s.ptr();
+  return finish(post([&] {
+                  return exclusive ? c.get().iexscan(sp, r.ptr(), n, t, rop, o) : c.get().iscan(sp, r.ptr(), n, t, rop, o);
+                },
+                     holders_of({&s, &r})),
+                blocking);
+}
+
+/// Defines collective `name` twice: i<name> (returns a Request) and <name> (blocking).
+template <typename... A, typename... Extra>
+void both(nb::class_<CommObj>& cls, const char* name, nb::object (*fn)(CommObj&, bool, A...), const char* doc,
+          const Extra&... extra) {
+  const char* iname = (new std::string(std::string("i") + name))->c_str();  // names live as long as the module
+  cls.def(iname, [fn](CommObj& c, A... a) { return fn(c, false, std::move(a)...); }, extra..., doc);
+  cls.def(name, [fn](CommObj& c, A... a) { return fn(c, true, std::move(a)...); }, extra..., doc);
+}
+
+const char* const kAccessDoc =
+    "Access rights of a registered region. Remote rights are what a RemoteKey can grant "
+    "(remora/types.h). Combine with |.";
+
+}  // namespace
+}  // namespace remora::python
+
+using namespace remora;
+using namespace remora::python;
+
+NB_MODULE(_remora, m) {
+  m.doc() =
+      "remora: RDMA-like memory semantics over plain TCP (the C++ library, include/remora/*.h). "
+      "See docs/python.md.";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      nb::handle cls = error_class(e.status.code());
+      PyErr_SetString(cls.ptr(), e.status.message().c_str());
+    }
+  });
+
+  m.attr("FOREVER") = std::numeric_limits<double>::infinity();
+  m.attr("__version__") = version_string();
+  m.attr("WIRE_VERSION") = kWireVersion;
+  m.def("_pending_keepalive", [] { return KeepAlive::instance().pending(); },
+        "Operations whose buffers the package still holds (tests).");
+  m.def("_code_names", [] {
+    std::vector<std::string> names;
+    for (int c = 0; c <= static_cast<int>(StatusCode::kDeviceFailed); ++c) {
+      names.emplace_back(to_string(static_cast<StatusCode>(c)));
+    }
+    return names;
+  });
+
+  nb::enum_<Access>(m, "Access", nb::is_flag(), kAccessDoc)
+      .value("NONE", Access::kNone)
+      .value("LOCAL_WRITE", Access::kLocalWrite, "local operations may write into it (receives, get results)")
+      .value("REMOTE_READ", Access::kRemoteRead, "a peer holding a key may read it (get)")
+      .value("REMOTE_WRITE", Access::kRemoteWrite, "a peer holding a key may write it (put)")
+      .value("REMOTE_ATOMIC", Access::kRemoteAtomic, "a peer holding a key may run 64-bit atomics on it")
+      .value("ALL", kAllAccess);
+
+  nb::enum_<PinMode>(m, "PinMode", "How registration treats page pinning (REMORA_PIN).")
+      .value("TRY", PinMode::kTry, "lock pages; if RLIMIT_MEMLOCK refuses, warn once and go on unpinned")
+      .value("REQUIRE", PinMode::kRequire, "lock pages or fail registration with NoResource")
+      .value("OFF", PinMode::kOff, "never lock pages (validation still happens)");
+
+  nb::enum_<LogLevel>(m, "LogLevel", "Log verbosity (REMORA_LOG).")
+      .value("ERROR", LogLevel::kError)
+      .value("WARN", LogLevel::kWarn)
+      .value("INFO", LogLevel::kInfo)
+      .value("DEBUG", LogLevel::kDebug)
+      .value("TRACE", LogLevel::kTrace);
+
+  // --- RemoteKey ------------------------------------------------------------
+  nb::class_<RemoteKey>(m, "RemoteKey",
+                        "A grant to access a window of a registered region: region id, generation "
+                        "(deregistration revokes), the window's bounds, the remote rights granted, and a "
+                        "64-bit secret tag over all of those (SipHash keyed with a key that never leaves the "
+                        "registering process). Changing any field makes the key invalid. Serialises to exactly "
+                        "40 bytes (to_bytes / from_bytes) to hand to a peer any way you like.")
+      .def_prop_ro("region", [](const RemoteKey& k) { return static_cast<uint32_t>(k.region); })
+      .def_ro("generation", &RemoteKey::generation)
+      .def_ro("secret", &RemoteKey::secret)
+      .def_ro("offset", &RemoteKey::offset, "start of the granted window within the region")
+      .def_ro("length", &RemoteKey::length, "length of the granted window")
+      .def_ro("access", &RemoteKey::access)
+      .def("to_bytes",
+           [](const RemoteKey& k) {
+             auto a = k.serialize();
+             return nb::bytes(reinterpret_cast<const char*>(a.data()), a.size());
+           },
+           "The 40-byte little-endian serialisation (docs/protocol.md).")
+      .def_static("from_bytes",
+                  [](nb::bytes b) {
+                    return take(RemoteKey::deserialize(
+                        std::span<const std::byte>(static_cast<const std::byte*>(b.data()), b.size())));
+                  },
+                  "data"_a,
+                  "Parses 40 bytes. InvalidArgument for a wrong size, unknown version, unknown access bits, "
+                  "nonzero reserved bytes or a window whose end overflows. (A key whose secret was tampered "
+                  "with parses; the target refuses it with InvalidKey.)")
+      .def("__eq__", [](const RemoteKey& a, const RemoteKey& b) { return a == b; })
+      .def("__hash__",
+           [](const RemoteKey& k) {
+             auto a = k.serialize();
+             return nb::hash(nb::bytes(reinterpret_cast<const char*>(a.data()), a.size()));
+           })
+      .def("__getstate__",
+           [](const RemoteKey& k) {
+             auto a = k.serialize();
+             return nb::bytes(reinterpret_cast<const char*>(a.data()), a.size());
+           })
+      .def("__setstate__",
+           [](RemoteKey& k, nb::bytes b) {
+             new (&k) RemoteKey(take(RemoteKey::deserialize(
+                 std::span<const std::byte>(static_cast<const std::byte*>(b.data()), b.size()))));
+           })
+      .def("__repr__", [](const RemoteKey& k) {
+        return "RemoteKey(region=" + std::to_string(static_cast<uint32_t>(k.region)) +
+               ", generation=" + std::to_string(k.generation) + ", offset=" + std::to_string(k.offset) +
+               ", length=" + std::to_string(k.length) + ")";
+      });
+
+  // --- Request --------------------------------------------------------------
+  nb::class_<RequestObj>(m, "Request",
+                        "Handle to one asynchronous operation. Dropping it does not cancel the operation; the "
+                        "package keeps the operation's buffers alive until it completes. Awaitable from asyncio "
+                        "(no thread per request: completion writes an eventfd the event loop watches).")
+      .def("wait", &wait_request, "timeout"_a = nb::none(),
+           "Waits up to `timeout` seconds (spinning briefly, then blocking in the kernel), GIL released. "
+           "Returns None when the operation succeeded, raises its error otherwise, or remora.Timeout (the "
+           "operation goes on; wait again or close the endpoint to abort it). None: the context's default "
+           "bound (REMORA_WAIT_TIMEOUT_MS, 5 min); remora.FOREVER: no deadline.")
+      .def("test",
+           [](const RequestObj& r) {
+             Status s;
+             {
+               nb::gil_scoped_release unlocked;
+               s = r.req.test();
+             }
+             KeepAlive::instance().sweep();
+             if (s.code() == StatusCode::kInProgress) return false;
+             check(s);
+             return true;
+           },
+           "Drives progress once. False while running, True when it succeeded; raises its error if it failed.")
+      .def_prop_ro("done", [](const RequestObj& r) { return r.req.done(); }, "True once the operation completed.")
+      .def_prop_ro("bytes", [](const RequestObj& r) { return r.req.bytes(); },
+                   "Bytes sent or received (a recv: the message's length; a batch: the sum). Valid once done.")
+      .def_prop_ro("tag", [](const RequestObj& r) { return static_cast<uint64_t>(r.req.tag()); },
+                   "Tag of the matched message (recv) or the sent one.")
+      .def_prop_ro("value",
+                   [](const RequestObj& r) -> std::optional<uint64_t> {
+                     if (!r.value || !r.req.done()) return std::nullopt;
+                     return *r.value;
+                   },
+                   "fetch_add / compare_swap: the word's previous value once done (None before, or for other "
+                   "operations).")
+      .def("__await__",
+           [](nb::handle self) {
+             return nb::module_::import_("remora._aio").attr("wait_for")(self).attr("__await__")();
+           },
+           "`await request`: completes when the operation does (raising its error) and returns the request.");
+
+  nb::class_<Completions>(m, "_Completions", "Completion eventfd for asyncio (remora/_aio.py).")
+      .def(nb::init<>())
+      .def("fileno", &Completions::fileno)
+      .def("watch", &Completions::watch, "request"_a, "token"_a)
+      .def("drain", &Completions::drain);
+
+  // --- Notification ---------------------------------------------------------
+  nb::class_<Notification>(m, "Notification", "A notification delivered by a put (or batch) with notify=.")
+      .def_ro("value", &Notification::value, "the 64-bit value the initiator sent")
+      .def_prop_ro("region", [](const Notification& n) { return static_cast<uint32_t>(n.region); },
+                   "the id of the region the put wrote (Region.id)")
+      .def_ro("offset", &Notification::offset, "where in the region (bytes from the region's start)")
+      .def_ro("length", &Notification::length, "bytes the put wrote")
+      .def("__repr__", [](const Notification& n) {
+        return "Notification(value=" + std::to_string(n.value) + ", region=" +
+               std::to_string(static_cast<uint32_t>(n.region)) + ", offset=" + std::to_string(n.offset) +
+               ", length=" + std::to_string(n.length) + ")";
+      });
+
+  // --- Region, Pool, Buffer -------------------------------------------------
+  nb::class_<RegionObj>(m, "Region",
+                       "A registered range of memory (Context.register). Keeps the registered object alive; "
+                       "deregisters (revoking its keys) on deregister() or when collected.")
+      .def("remote_key",
+           [](RegionObj& r, std::optional<uint64_t> offset, std::optional<uint64_t> length,
+              std::optional<Access> access) {
+             if (!r.region.valid()) raise(Status(StatusCode::kInvalidArgument, "the region was deregistered"));
+             if (!offset && !length && !access) return r.region.remote_key();
+             const uint64_t off = offset.value_or(0);
+             const uint64_t len = length ? *length : (off <= r.region.size() ? r.region.size() - off : 0);
+             return take(r.region.remote_key(off, len, access.value_or(r.region.access() & kRemoteAccessMask)));
+           },
+           "offset"_a = nb::none(), "length"_a = nb::none(), "access"_a = nb::none(),
+           "A key granting the region's remote rights over the whole region; with arguments, a key for the "
+           "window [offset, offset+length) with a subset of the rights. OutOfRange / AccessDenied / "
+           "InvalidArgument otherwise.")
+      .def("deregister", [](RegionObj& r) { r.region.deregister(); },
+           "Deregister now (idempotent). Keys for this region stop validating immediately.")
+      .def_prop_ro("id", [](const RegionObj& r) { return static_cast<uint32_t>(r.region.id()); })
+      .def_prop_ro("size", [](const RegionObj& r) { return r.region.size(); })
+      .def_prop_ro("address", [](const RegionObj& r) { return reinterpret_cast<uintptr_t>(r.region.data()); })
+      .def_prop_ro("access", [](const RegionObj& r) { return r.region.access(); })
+      .def_prop_ro("pinned", [](const RegionObj& r) { return r.region.pinned(); })
+      .def_prop_ro("valid", [](const RegionObj& r) { return r.region.valid(); })
+      .def_prop_ro("obj", [](const RegionObj& r) { return r.holder ? r.holder->owner : nb::none(); },
+                   "The object whose memory is registered.");
+
+  nb::class_<BufferObj>(m, "Buffer",
+                       "A registered buffer from a Pool. Returns to the pool's free list when released "
+                       "(release(), or when collected). Usable wherever memory is expected.")
+      .def("view",
+           [](nb::handle self) {
+             BufferObj& b = nb::cast<BufferObj&>(self);
+             if (!b.buf.valid()) raise(Status(StatusCode::kInvalidArgument, "the buffer was released"));
+             size_t shape[1] = {b.buf.size()};
+             return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(reinterpret_cast<uint8_t*>(b.buf.data()), 1, shape,
+                                                                 self);
+           },
+           "A NumPy uint8 array over the buffer's bytes (no copy; keeps the buffer alive).")
+      .def("remote_key", [](const BufferObj& b) { return b.buf.remote_key(); },
+           "A key granting the pool's remote rights over exactly this buffer's bytes.")
+      .def("release", [](BufferObj& b) { b.buf.reset(); }, "Returns the buffer to its pool now.")
+      .def_prop_ro("size", [](const BufferObj& b) { return b.buf.size(); }, "bytes requested")
+      .def_prop_ro("capacity", [](const BufferObj& b) { return b.buf.capacity(); }, "size class")
+      .def_prop_ro("region_id", [](const BufferObj& b) { return static_cast<uint32_t>(b.buf.region().id()); })
+      .def_prop_ro("region_offset", [](const BufferObj& b) { return b.buf.region_offset(); })
+      .def("__len__", [](const BufferObj& b) { return b.buf.size(); });
+
+  nb::class_<PoolObj>(m, "Pool",
+                     "Explicit reuse of registered memory: registers large arenas once and hands out Buffers "
+                     "from power-of-two size classes (remora/pool.h).")
+      .def("__init__",
+           [](PoolObj* self, ContextObj& ctx, size_t arena_bytes, size_t min_buffer_bytes, size_t max_bytes,
+              std::optional<Access> access) {
+             PoolOptions o;
+             o.arena_bytes = arena_bytes;
+             o.min_buffer_bytes = min_buffer_bytes;
+             o.max_bytes = max_bytes;
+             if (access) o.access = *access;
+             new (self) PoolObj{std::make_unique<Pool>(ctx.get(), o)};
+           },
+           "context"_a, "arena_bytes"_a = size_t{64} << 20, "min_buffer_bytes"_a = 4096, "max_bytes"_a = 0,
+           "access"_a = nb::none(), nb::keep_alive<1, 2>())
+      .def("allocate",
+           [](PoolObj& p, size_t bytes) {
+             Result<Buffer> b = [&] {
+               nb::gil_scoped_release unlocked;
+               return p.pool->allocate(bytes);
+             }();
+             return BufferObj{take(std::move(b))};
+           },
+           "bytes"_a,
+           "A buffer of at least `bytes`. NoResource if max_bytes would be exceeded or registration is "
+           "refused.",
+           nb::keep_alive<0, 1>())
+      .def("stats", [](const PoolObj& p) {
+        PoolStats s = p.pool->stats();
+        nb::dict d;
+        d["registrations"] = s.registrations;
+        d["bytes_registered"] = s.bytes_registered;
+        d["hits"] = s.hits;
+        d["misses"] = s.misses;
+        d["buffers_in_use"] = s.buffers_in_use;
+        d["bytes_in_use"] = s.bytes_in_use;
+        return d;
+      });
+
+  // --- Endpoint -------------------------------------------------------------
+  nb::class_<EndpointObj>(m, "Endpoint",
+                         "A connection to one peer: tagged two-sided messaging and one-sided remote memory "
+                         "access (put, get, notify, atomics, flush). Thread-safe (remora/endpoint.h).")
+      .def("send",
+           [](EndpointObj& e, nb::handle buf, uint64_t tag) {
+             Memory m = memory(buf, false);
+             return post([&] { return e.ep->send(m.span(), Tag{tag}); }, {m.holder});
+           },
+           "buf"_a, "tag"_a,
+           "Sends `buf` with `tag` (no copy). The buffer is held until the request completes (when the "
+           "bytes are in the kernel or copied, not when the peer received them). Messages with the same tag "
+           "are received in send order.")
+      .def("recv",
+           [](EndpointObj& e, nb::handle buf, uint64_t tag) {
+             Memory m = memory(buf, true);
+             return post([&] { return e.ep->recv(m.span(), Tag{tag}); }, {m.holder});
+           },
+           "buf"_a, "tag"_a,
+           "Posts a receive of a message with `tag` into `buf` (in place). A message longer than the "
+           "buffer completes the request with Truncated and no byte of it is written. Request.bytes is "
+           "the message's length.")
+      .def("put",
+           [](EndpointObj& e, nb::handle buf, const RemoteKey& key, uint64_t offset, std::optional<uint64_t> notify) {
+             Memory m = memory(buf, false);
+             const RemoteKey& k = key;
+             return post([&] { return e.ep->put(m.span(), k, offset, PutOptions{.notify = notify}); }, {m.holder});
+           },
+           "buf"_a, "key"_a, "offset"_a = 0, "notify"_a = nb::none(),
+           "Writes `buf` into the peer's memory at `offset` within `key`'s window. Completes when the TARGET "
+           "placed every byte (and, with notify=, queued the notification: a 64-bit value the target gets "
+           "exactly once, after the data). Errors from the target: InvalidKey (forged, stale or unknown "
+           "key), OutOfRange, AccessDenied (no remote-write right), NoResource (the target's notification "
+           "queue is full; nothing was written). Puts and gets are not ordered with each other; flush() is "
+           "the fence.")
+      .def("get",
+           [](EndpointObj& e, nb::handle buf, const RemoteKey& key, uint64_t offset) {
+             Memory m = memory(buf, true);
+             const RemoteKey& k = key;
+             return post([&] { return e.ep->get(m.span(), k, offset); }, {m.holder});
+           },
+           "buf"_a, "key"_a, "offset"_a = 0,
+           "Reads the peer's memory at `offset` within `key`'s window into `buf` (len(buf) bytes, in place). "
+           "Needs the remote-read right. Not covered by flush(): wait on its request.")
+      .def("put_batch",
+           [](EndpointObj& e, nb::iterable items, std::optional<uint64_t> notify) {
+             std::vector<TransferItem> list;
+             Holders holders;
+             for (nb::handle item : items) {
+               nb::tuple t = nb::cast<nb::tuple>(item);
+               if (t.size() != 3) raise(Status(StatusCode::kInvalidArgument, "a batch item is (buffer, key, offset)"));
+               Memory m = memory(t[0], false);
+               list.push_back({m.span(), key_of(t[1]), nb::cast<uint64_t>(t[2])});
+               holders.push_back(m.holder);
+             }
+             return post([&] { return e.ep->put_batch(list, PutOptions{.notify = notify}); }, std::move(holders));
+           },
+           "items"_a, "notify"_a = nb::none(),
+           "Posts one put per (buffer, key, offset) item, all at once, and returns one Request that completes "
+           "when every put has completed at the target, with the failure of the lowest-numbered item that "
+           "failed (others still land). With notify=, the target receives exactly one notification, only "
+           "after every item's bytes are visible: it is sent (a zero-length put at the LAST item's key and "
+           "offset) once all the puts succeeded, and not at all if one failed. Items may name different "
+           "regions of the peer.")
+      .def("get_batch",
+           [](EndpointObj& e, nb::iterable items) {
+             std::vector<TransferItem> list;
+             Holders holders;
+             for (nb::handle item : items) {
+               nb::tuple t = nb::cast<nb::tuple>(item);
+               if (t.size() != 3) raise(Status(StatusCode::kInvalidArgument, "a batch item is (buffer, key, offset)"));
+               Memory m = memory(t[0], true);
+               list.push_back({m.span(), key_of(t[1]), nb::cast<uint64_t>(t[2])});
+               holders.push_back(m.holder);
+             }
+             return post([&] { return e.ep->get_batch(list); }, std::move(holders));
+           },
+           "items"_a,
+           "Posts one get per (buffer, key, offset) item, all at once; one Request that completes when every "
+           "byte is in place, or with the failure of the lowest-numbered item that failed.")
+      .def("fetch_add",
+           [](EndpointObj& e, const RemoteKey& key, uint64_t offset, uint64_t value) {
+             const RemoteKey& k = key;
+             auto result = std::make_shared<uint64_t>(0);
+             return post([&] { return e.ep->fetch_add(result.get(), k, offset, value); }, {}, result);
+           },
+           "key"_a, "offset"_a, "value"_a,
+           "Atomically adds `value` to the u64 at `offset`; Request.value is the previous value once done. "
+           "The word must be 8-byte aligned in the target's address space (InvalidArgument otherwise) and "
+           "the key must grant remote atomics.")
+      .def("compare_swap",
+           [](EndpointObj& e, const RemoteKey& key, uint64_t offset, uint64_t expected, uint64_t desired) {
+             const RemoteKey& k = key;
+             auto result = std::make_shared<uint64_t>(0);
+             return post([&] { return e.ep->compare_swap(result.get(), k, offset, {expected, desired}); }, {},
+                         result);
+           },
+           "key"_a, "offset"_a, "expected"_a, "desired"_a,
+           "Atomically replaces the u64 at `offset` with `desired` if it equals `expected`; Request.value is "
+           "the previous value either way (so the swap happened exactly when value == expected).")
+      .def("flush", [](EndpointObj& e) { return post([&] { return e.ep->flush(); }, {}); },
+           "Completes when every put and atomic posted on this endpoint before the call has completed at the "
+           "target; raises the first failure among them (so fire-and-forget puts still report errors).")
+      .def("poll_notification",
+           [](EndpointObj& e) {
+             nb::gil_scoped_release unlocked;
+             return e.ep->poll_notification();
+           },
+           "The oldest undelivered notification, or None. Drives progress once.")
+      .def("wait_notification",
+           [](EndpointObj& e, std::optional<double> timeout) {
+             const Duration d = to_duration(timeout);
+             Result<Notification> n = [&] {
+               nb::gil_scoped_release unlocked;
+               return e.ep->wait_notification(d);
+             }();
+             return take(std::move(n));
+           },
+           "timeout"_a = nb::none(),
+           "Waits up to `timeout` seconds for a notification (GIL released). remora.Timeout when none "
+           "arrived; the endpoint's failure once it failed and the queue is empty.")
+      .def("close",
+           [](EndpointObj& e) {
+             nb::gil_scoped_release unlocked;
+             e.ep->close();
+           },
+           "Closes the endpoint: outstanding requests fail with Aborted; the peer sees an orderly close and "
+           "can still receive what this side sent before. Idempotent.")
+      .def("abort",
+           [](EndpointObj& e) {
+             nb::gil_scoped_release unlocked;
+             e.ep->abort();
+           },
+           "Like close(), but the peer fails as if this side had died.")
+      .def_prop_ro("failed", [](const EndpointObj& e) { return e.ep->failed(); },
+                   "True once the endpoint has failed for good (peer gone, closed or aborted).")
+      .def_prop_ro("closed_by_peer", [](const EndpointObj& e) { return e.ep->closed_by_peer(); },
+                   "True once the endpoint failed because the peer called close().")
+      .def_prop_ro("failure",
+                   [](const EndpointObj& e) -> nb::object {
+                     Status s = e.ep->failure();
+                     if (s.is_ok()) return nb::none();
+                     return error_object(s);
+                   },
+                   "Why the endpoint failed, as a remora.Error instance (not raised), or None.")
+      .def_prop_ro("id", [](const EndpointObj& e) { return static_cast<uint64_t>(e.ep->id()); })
+      .def_prop_ro("peer_address", [](const EndpointObj& e) { return e.ep->peer_address(); })
+      .def_prop_ro("data_streams", [](const EndpointObj& e) { return e.ep->data_streams(); })
+      .def("stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); }, "A snapshot of the counters.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](EndpointObj& e, nb::args) {
+        nb::gil_scoped_release unlocked;
+        e.ep->close();
+      });
+
+  // --- Listener, Context ----------------------------------------------------
+  nb::class_<ListenerObj>(m, "Listener", "Accepts endpoints connected to a listening address.")
+      .def("accept",
+           [](ListenerObj& l, std::optional<double> timeout) {
+             const Duration d = to_duration(timeout);
+             Result<std::shared_ptr<Endpoint>> r = [&] {
+               nb::gil_scoped_release unlocked;
+               return l.get().accept(d);
+             }();
+             return EndpointObj{take(std::move(r))};
+           },
+           "timeout"_a = nb::none(),
+           "Next endpoint whose handshake completed, waiting up to `timeout` seconds (GIL released): "
+           "remora.Timeout when none did; Aborted once the listener is closed.",
+           nb::keep_alive<0, 1>())
+      .def_prop_ro("address", [](ListenerObj& l) { return l.get().address(); }, "\"host:port\" actually bound")
+      .def_prop_ro("port", [](ListenerObj& l) { return l.get().port(); })
+      .def("close",
+           [](ListenerObj& l) {
+             nb::gil_scoped_release unlocked;
+             l.listener.reset();
+           },
+           "Stops listening; endpoints already accepted stay up.");
+
+  nb::class_<ContextObj>(m, "Context",
+                        "The root object: configuration, registered memory, a progress thread, listeners and "
+                        "endpoints. Configuration comes from REMORA_* environment variables with the keyword "
+                        "arguments applied on top (docs/configuration.md); ignore_env=True skips the "
+                        "environment. Closing (close() or collection) closes every endpoint.")
+      .def("__init__",
+           [](ContextObj* self, std::optional<uint32_t> streams_per_endpoint, std::optional<size_t> chunk_bytes,
+              std::optional<size_t> eager_limit, std::optional<size_t> eager_credit,
+              std::optional<uint32_t> max_outstanding, std::optional<uint32_t> max_unexpected,
+              std::optional<uint32_t> rma_window, std::optional<uint32_t> spin_us,
+              std::optional<uint32_t> progress_linger_us, std::optional<uint32_t> progress_poll_us,
+              std::optional<uint32_t> connect_timeout_ms, std::optional<uint32_t> handshake_timeout_ms,
+              std::optional<uint32_t> wait_timeout_ms, std::optional<PinMode> pin_mode,
+              std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level, bool ignore_env) {
+             ContextOptions o;
+             o.streams_per_endpoint = streams_per_endpoint;
+             o.chunk_bytes = chunk_bytes;
+             o.eager_limit = eager_limit;
+             o.eager_credit = eager_credit;
+             o.max_outstanding = max_outstanding;
+             o.max_unexpected = max_unexpected;
+             o.rma_window = rma_window;
+             o.spin_us = spin_us;
+             o.progress_linger_us = progress_linger_us;
+             o.progress_poll_us = progress_poll_us;
+             o.connect_timeout_ms = connect_timeout_ms;
+             o.handshake_timeout_ms = handshake_timeout_ms;
+             o.wait_timeout_ms = wait_timeout_ms;
+             o.pin_mode = pin_mode;
+             o.staging_buffers = staging_buffers;
+             o.log_level = log_level;
+             o.ignore_env = ignore_env;
+             Result<std::unique_ptr<Context>> c = [&] {
+               nb::gil_scoped_release unlocked;
+               return Context::create(o);
+             }();
+             new (self) ContextObj{take(std::move(c))};
+           },
+           nb::kw_only(), "streams_per_endpoint"_a = nb::none(), "chunk_bytes"_a = nb::none(),
+           "eager_limit"_a = nb::none(), "eager_credit"_a = nb::none(), "max_outstanding"_a = nb::none(),
+           "max_unexpected"_a = nb::none(), "rma_window"_a = nb::none(), "spin_us"_a = nb::none(),
+           "progress_linger_us"_a = nb::none(), "progress_poll_us"_a = nb::none(),
+           "connect_timeout_ms"_a = nb::none(), "handshake_timeout_ms"_a = nb::none(),
+           "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
+           "log_level"_a = nb::none(), "ignore_env"_a = false)
+      .def("listen",
+           [](ContextObj& c, const std::string& address) {
+             Result<std::unique_ptr<Listener>> l = [&] {
+               nb::gil_scoped_release unlocked;
+               return c.get().listen(address);
+             }();
+             return ListenerObj{take(std::move(l))};
+           },
+           "address"_a = "127.0.0.1:0",
+           "Listens on \"host:port\" (\"0.0.0.0:0\", \"[::1]:7100\", \"localhost:7100\"); port 0 picks one.",
+           nb::keep_alive<0, 1>())
+      .def("connect",
+           [](ContextObj& c, const std::string& address, std::optional<double> timeout) {
+             Result<std::shared_ptr<Endpoint>> r = [&] {
+               Context& ctx = c.get();
+               nb::gil_scoped_release unlocked;
+               return timeout ? ctx.connect(address, to_duration(timeout)) : ctx.connect(address);
+             }();
+             return EndpointObj{take(std::move(r))};
+           },
+           "address"_a, "timeout"_a = nb::none(),
+           "Connects to \"host:port\", performs the handshake and opens the data streams (GIL released). "
+           "Unreachable, Timeout, ProtocolError (version mismatch or garbage). timeout None: "
+           "REMORA_CONNECT_TIMEOUT_MS.",
+           nb::keep_alive<0, 1>())
+      .def("register",
+           [](ContextObj& c, nb::handle obj, Access access) {
+             const bool writable = (access & (Access::kLocalWrite | Access::kRemoteWrite | Access::kRemoteAtomic)) !=
+                                   Access::kNone;
+             Memory m = memory(obj, writable);
+             Result<Region> r = [&] {
+               Context& ctx = c.get();
+               nb::gil_scoped_release unlocked;
+               return ctx.register_memory(m.data, m.size, access);
+             }();
+             return RegionObj{m.holder, take(std::move(r))};
+           },
+           "obj"_a, "access"_a = Access::kLocalWrite | Access::kRemoteRead | Access::kRemoteWrite,
+           "Registers the memory of `obj` (any buffer-protocol or DLPack object: NumPy array, PyTorch CPU "
+           "tensor, bytearray, ...) in place, with `access` rights; the Region keeps `obj` alive. Validates "
+           "the range and locks its pages (REMORA_PIN). InvalidArgument for empty or non-contiguous memory; "
+           "NoResource when pinning is required and refused; Unsupported for device memory.",
+           nb::keep_alive<0, 1>())
+      .def("progress",
+           [](ContextObj& c) {
+             nb::gil_scoped_release unlocked;
+             c.get().progress();
+           },
+           "Drives progress once from the calling thread (never blocks).")
+      .def("config",
+           [](ContextObj& c) {
+             const Config& k = c.get().config();
+             nb::dict d;
+             d["streams_per_endpoint"] = k.streams_per_endpoint;
+             d["chunk_bytes"] = k.chunk_bytes;
+             d["eager_limit"] = k.eager_limit;
+             d["eager_credit"] = k.eager_credit;
+             d["max_outstanding"] = k.max_outstanding;
+             d["max_unexpected"] = k.max_unexpected;
+             d["rma_window"] = k.rma_window;
+             d["spin_us"] = k.spin_us;
+             d["progress_linger_us"] = k.progress_linger_us;
+             d["progress_poll_us"] = k.progress_poll_us;
+             d["connect_timeout_ms"] = k.connect_timeout_ms;
+             d["handshake_timeout_ms"] = k.handshake_timeout_ms;
+             d["wait_timeout_ms"] = k.wait_timeout_ms;
+             d["pin_mode"] = k.pin_mode;
+             d["staging_buffers"] = k.staging_buffers;
+             d["log_level"] = k.log_level;
+             return d;
+           },
+           "The resolved configuration, as a dict of Config's fields.")
+      .def("close",
+           [](ContextObj& c) {
+             nb::gil_scoped_release unlocked;
+             c.ctx.reset();
+           },
+           "Closes every endpoint (their requests fail with Aborted) and joins the progress thread. Objects "
+           "made from the context fail with Aborted afterwards.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](ContextObj& c, nb::args) {
+        nb::gil_scoped_release unlocked;
+        c.ctx.reset();
+      });
+
+  // --- Communicator ---------------------------------------------------------
+  nb::class_<CommObj> comm(
+      m, "Communicator",
+      "A group of ranks running collectives (MPI semantics) and point-to-point messages over a mesh of "
+      "endpoints (remora/communicator.h). Every rank must call the same collectives in the same order. "
+      "Buffers are arrays or tensors used in place; the element type comes from them (dtype= overrides). "
+      "Each collective has a blocking form (returns when this rank's part is done; bounded by the "
+      "communicator's timeout) and an i-form returning a Request. A recv/send argument of None means in "
+      "place where MPI has MPI_IN_PLACE. Ops: 'sum', 'prod', 'min', 'max', 'avg' (floating types).");
+  comm.def("__init__",
+           [](CommObj* self, ContextObj& ctx, std::optional<int> rank, std::optional<int> size,
+              std::optional<std::string> store, std::optional<double> timeout) {
+             CommOptions o;
+             o.timeout = to_optional_duration(timeout);
+             Context& c = ctx.get();
+             Result<std::unique_ptr<Communicator>> r = Status(StatusCode::kInternal, "unset");
+             if (rank || size || store) {
+               if (!rank || !size || !store) {
+                 raise(Status(StatusCode::kInvalidArgument, "rank, size and store go together (or none of them: "
+                                                            "the launcher's environment)"));
+               }
+               LaunchInfo li;
+               li.rank = *rank;
+               li.size = *size;
+               li.local_rank = *rank;
+               li.local_size = *size;
+               li.launcher = "python";
+               li.store_address = *store;
+               nb::gil_scoped_release unlocked;
+               r = Communicator::init(c, li, o);
+             } else {
+               nb::gil_scoped_release unlocked;
+               r = Communicator::init(c, o);
+             }
+             new (self) CommObj{take(std::move(r))};
+           },
+           "context"_a, "rank"_a = nb::none(), "size"_a = nb::none(), "store"_a = nb::none(), "timeout"_a = nb::none(),
+           "Joins the group (GIL released). Without rank/size/store: from the launcher's environment "
+           "(remora run, torchrun, Open MPI, MPICH, Slurm; remora/launch.h). Rank 0 hosts the rendezvous "
+           "store at `store` (\"host:port\"). timeout: seconds bounding every operation and the rendezvous "
+           "(None: REMORA_COLL_TIMEOUT_MS).",
+           nb::keep_alive<1, 2>());
+  comm.def_prop_ro("rank", [](CommObj& c) { return c.get().rank(); })
+      .def_prop_ro("size", [](CommObj& c) { return c.get().size(); })
+      .def_prop_ro("id", [](CommObj& c) { return c.get().id(); })
+      .def("split",
+           [](CommObj& c, int color, int key) -> std::optional<CommObj> {
+             Result<std::unique_ptr<Communicator>> r = [&] {
+               Communicator& cm = c.get();
+               nb::gil_scoped_release unlocked;
+               return cm.split(color, key);
+             }();
+             auto p = take(std::move(r));
+             if (!p) return std::nullopt;
+             return CommObj{std::move(p)};
+           },
+           "color"_a, "key"_a = 0,
+           "Collective: ranks with the same color form a new communicator ranked by (key, old rank). A "
+           "negative color joins none (returns None).",
+           nb::keep_alive<0, 1>())
+      .def("algorithm",
+           [](CommObj& c, const std::string& kind, size_t bytes, std::optional<std::string> algorithm) {
+             CollectiveOptions o = coll_options(algorithm, std::nullopt);
+             AlgorithmChoice a = c.get().algorithm(take(parse_collective_kind(kind)), bytes, o);
+             return std::make_tuple(std::string(a.name), a.steps);
+           },
+           "kind"_a, "bytes"_a, "algorithm"_a = nb::none(),
+           "(name, steps) of the algorithm collective `kind` runs for `bytes`.")
+      .def("abort", [](CommObj& c) {
+        nb::gil_scoped_release unlocked;
+        c.get().abort();
+      }, "Breaks the communicator now: outstanding and later operations fail with Aborted; peers see it.")
+      .def_prop_ro("failure",
+                   [](CommObj& c) -> nb::object {
+                     Status s = c.get().failure();
+                     if (s.is_ok()) return nb::none();
+                     return error_object(s);
+                   },
+                   "The first failure as a remora.Error instance (not raised), or None.")
+      .def("close",
+           [](CommObj& c) {
+             nb::gil_scoped_release unlocked;
+             c.comm.reset();
+           },
+           "Waits for posted operations (up to the timeout) and leaves the communicator.");
+
+  // Each collective: i<name> (Request) and <name> (blocking).
+  using OS = std::optional<std::string>;
+  using OD = std::optional<double>;
+
+  comm.def("send",
+           [](CommObj& c, nb::handle buf, int peer, uint64_t tag, OS dtype) {
+             Arg a = arg(buf, false);
+             DataType t = type_of(dtype, {&a});
+             size_t n = count_of(a, t);
+             finish(post([&] { return c.get().isend(a.ptr(), n, t, peer, Tag{tag}); }, holders_of({&a})), true);
+           },
+           "buf"_a, "peer"_a, "tag"_a = 0, "dtype"_a = nb::none(), "Sends `buf` to rank `peer` (tag < 2**32).");
+  comm.def("recv",
+           [](CommObj& c, nb::handle buf, int peer, uint64_t tag, OS dtype) {
+             Arg a = arg(buf, true);
+             DataType t = type_of(dtype, {&a});
+             size_t n = count_of(a, t);
+             RequestObj r = post([&] { return c.get().irecv(a.ptr(), n, t, peer, Tag{tag}); }, holders_of({&a}));
+             wait_request(r, std::numeric_limits<double>::infinity());
+             return r.req.bytes();
+           },
+           "buf"_a, "peer"_a, "tag"_a = 0, "dtype"_a = nb::none(),
+           "Receives from rank `peer` into `buf`; returns the bytes that came.");
+  comm.def("isend",
+           [](CommObj& c, nb::handle buf, int peer, uint64_t tag, OS dtype) {
+             Arg a = arg(buf, false);
+             DataType t = type_of(dtype, {&a});
+             size_t n = count_of(a, t);
+             return post([&] { return c.get().isend(a.ptr(), n, t, peer, Tag{tag}); }, holders_of({&a}));
+           },
+           "buf"_a, "peer"_a, "tag"_a = 0, "dtype"_a = nb::none(), "Posts a send; returns a Request.");
+  comm.def("irecv",
+           [](CommObj& c, nb::handle buf, int peer, uint64_t tag, OS dtype) {
+             Arg a = arg(buf, true);
+             DataType t = type_of(dtype, {&a});
+             size_t n = count_of(a, t);
+             return post([&] { return c.get().irecv(a.ptr(), n, t, peer, Tag{tag}); }, holders_of({&a}));
+           },
+           "buf"_a, "peer"_a, "tag"_a = 0, "dtype"_a = nb::none(),
+           "Posts a receive; Request.bytes says how many bytes came.");
+
+  both(comm, "barrier",
+       +[](CommObj& c, bool blocking, OS algorithm, OD timeout) {
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().ibarrier(o); }, {}), blocking);
+       },
+       "Returns (completes) once every rank has called it.", nb::kw_only(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "broadcast",
+       +[](CommObj& c, bool blocking, nb::handle buf, int root, OS dtype, OS algorithm, OD timeout) {
+         Arg a = arg(buf, true);
+         DataType t = type_of(dtype, {&a});
+         size_t n = count_of(a, t);
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().ibroadcast(a.ptr(), n, t, root, o); }, holders_of({&a})), blocking);
+       },
+       "Root's `buf` to every rank's `buf`.", "buf"_a, "root"_a = 0, nb::kw_only(), "dtype"_a = nb::none(),
+       "algorithm"_a = nb::none(), "timeout"_a = nb::none());
+  both(comm, "reduce",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, const std::string& op, int root, OS dtype,
+              OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         const bool in_place = r.mem.has_value() && recv.is(send);
+         size_t n = count_of(s, t);
+         ReduceOp rop = take(parse_reduce_op(op));
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] {
+                         return c.get().ireduce(in_place ? kInPlace : s.ptr(), r.ptr(), n, t, rop, root, o);
+                       },
+                            holders_of({&s, &r})),
+                       blocking);
+       },
+       "op over every rank's `send`, into `recv` at the root (recv may be None elsewhere; pass the same "
+       "object as send and recv at the root for in place).",
+       "send"_a.none(), "recv"_a.none() = nb::none(), "op"_a = "sum", "root"_a = 0, nb::kw_only(), "dtype"_a = nb::none(),
+       "algorithm"_a = nb::none(), "timeout"_a = nb::none());
+  both(comm, "allreduce",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, const std::string& op, OS dtype,
+              OS algorithm, OD timeout) {
+         Arg s = arg(send, false);
+         const bool in_place = recv.is_none() || recv.is(send);
+         Arg r = in_place ? arg(send, true) : arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = count_of(r, t);
+         ReduceOp rop = take(parse_reduce_op(op));
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().iallreduce(in_place ? kInPlace : s.ptr(), r.ptr(), n, t, rop, o); },
+                            holders_of({&s, &r})),
+                       blocking);
+       },
+       "op over every rank's `send`, into every rank's `recv` (None: in place in send); results are "
+       "bit-identical on every rank.",
+       "send"_a.none(), "recv"_a.none() = nb::none(), "op"_a = "sum", nb::kw_only(), "dtype"_a = nb::none(),
+       "algorithm"_a = nb::none(), "timeout"_a = nb::none());
+  both(comm, "gather",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, int root, OS dtype, OS algorithm,
+              OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = count_of(s, t);
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().igather(s.ptr(), r.ptr(), n, t, root, o); }, holders_of({&s, &r})),
+                       blocking);
+       },
+       "Every rank's `send` (n elements) into the root's `recv`, rank r's at r*n (recv None elsewhere).", "send"_a.none(),
+       "recv"_a.none() = nb::none(), "root"_a = 0, nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "gatherv",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, std::vector<size_t> recv_counts,
+              std::vector<size_t> displs, int root, OS dtype, OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = count_of(s, t);
+         auto o = coll_options(algorithm, timeout);
+         Holders h = holders_of({&s, &r});
+         auto rc = counts(recv_counts, h), ds = counts(displs, h);
+         return finish(post([&] { return c.get().igatherv(s.ptr(), n, r.ptr(), *rc, *ds, t, root, o); }, h),
+                       blocking);
+       },
+       "gather with per-rank counts and displacements (in elements; meaningful at the root).", "send"_a.none(), "recv"_a.none(),
+       "recv_counts"_a, "displs"_a, "root"_a = 0, nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "scatter",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, int root, OS dtype, OS algorithm,
+              OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = count_of(r, t);
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().iscatter(s.ptr(), r.ptr(), n, t, root, o); }, holders_of({&s, &r})),
+                       blocking);
+       },
+       "The root's `send`, cut into size blocks of len(recv) elements, block r to rank r's `recv` (send None "
+       "elsewhere).",
+       "send"_a.none(), "recv"_a.none(), "root"_a = 0, nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "scatterv",
+       +[](CommObj& c, bool blocking, nb::handle send, std::vector<size_t> send_counts, std::vector<size_t> displs,
+              nb::handle recv, int root, OS dtype, OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = count_of(r, t);
+         auto o = coll_options(algorithm, timeout);
+         Holders h = holders_of({&s, &r});
+         auto sc = counts(send_counts, h), ds = counts(displs, h);
+         return finish(post([&] { return c.get().iscatterv(s.ptr(), *sc, *ds, r.ptr(), n, t, root, o); }, h),
+                       blocking);
+       },
+       "scatter with per-rank counts and displacements (the root's).", "send"_a.none(), "send_counts"_a, "displs"_a,
+       "recv"_a.none(), "root"_a = 0, nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "allgather",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, OS dtype, OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = s.mem ? count_of(s, t) : count_of(r, t) / static_cast<size_t>(c.get().size());
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().iallgather(s.mem ? s.ptr() : kInPlace, r.ptr(), n, t, o); },
+                            holders_of({&s, &r})),
+                       blocking);
+       },
+       "Every rank's `send` into every rank's `recv`, rank r's block at r*len(send). send None: in place "
+       "(the rank's block is already in recv).",
+       "send"_a.none(), "recv"_a.none(), nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "allgatherv",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, std::vector<size_t> recv_counts,
+              std::vector<size_t> displs, OS dtype, OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = s.mem ? count_of(s, t) : 0;
+         auto o = coll_options(algorithm, timeout);
+         Holders h = holders_of({&s, &r});
+         auto rc = counts(recv_counts, h), ds = counts(displs, h);
+         return finish(
+             post([&] { return c.get().iallgatherv(s.mem ? s.ptr() : kInPlace, n, r.ptr(), *rc, *ds, t, o); }, h),
+             blocking);
+       },
+       "allgather with per-rank counts and displacements (send None: in place).", "send"_a.none(), "recv"_a.none(),
+       "recv_counts"_a, "displs"_a, nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "reduce_scatter",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, const std::string& op, OS dtype,
+              OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         const size_t size = static_cast<size_t>(c.get().size());
+         size_t n = s.mem ? count_of(r, t) : count_of(r, t) / size;
+         ReduceOp rop = take(parse_reduce_op(op));
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().ireduce_scatter(s.mem ? s.ptr() : kInPlace, r.ptr(), n, t, rop, o); },
+                            holders_of({&s, &r})),
+                       blocking);
+       },
+       "op over every rank's `send` (size*len(recv) elements); rank r gets block r in `recv`. send None: in "
+       "place (the input is recv, size*n elements; the result is recv's first n).",
+       "send"_a.none(), "recv"_a.none(), "op"_a = "sum", nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "alltoall",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, OS dtype, OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         size_t n = count_of(s, t) / static_cast<size_t>(c.get().size());
+         auto o = coll_options(algorithm, timeout);
+         return finish(post([&] { return c.get().ialltoall(s.ptr(), r.ptr(), n, t, o); }, holders_of({&s, &r})),
+                       blocking);
+       },
+       "Block j of this rank's `send` (len(send)/size elements) to rank j's `recv` at block (this rank).",
+       "send"_a.none(), "recv"_a.none(), nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "alltoallv",
+       +[](CommObj& c, bool blocking, nb::handle send, std::vector<size_t> send_counts,
+              std::vector<size_t> send_displs, nb::handle recv, std::vector<size_t> recv_counts,
+              std::vector<size_t> recv_displs, OS dtype, OS algorithm, OD timeout) {
+         Arg s = arg(send, false), r = arg(recv, true);
+         DataType t = type_of(dtype, {&s, &r});
+         auto o = coll_options(algorithm, timeout);
+         Holders h = holders_of({&s, &r});
+         auto sc = counts(send_counts, h), sd = counts(send_displs, h), rc = counts(recv_counts, h),
+              rd = counts(recv_displs, h);
+         return finish(post([&] { return c.get().ialltoallv(s.ptr(), *sc, *sd, r.ptr(), *rc, *rd, t, o); }, h),
+                       blocking);
+       },
+       "alltoall with per-peer counts and displacements on both sides (in elements).", "send"_a.none(), "send_counts"_a,
+       "send_displs"_a, "recv"_a.none(), "recv_counts"_a, "recv_displs"_a, nb::kw_only(), "dtype"_a = nb::none(),
+       "algorithm"_a = nb::none(), "timeout"_a = nb::none());
+  both(comm, "scan",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, const std::string& op, OS dtype, OS algorithm,
+           OD timeout) { return scan_impl(c, blocking, false, send, recv, op, dtype, algorithm, timeout); },
+       "Inclusive prefix reduction: rank r gets op(send_0 .. send_r) (recv None: in place; no avg).", "send"_a.none(),
+       "recv"_a.none() = nb::none(), "op"_a = "sum", nb::kw_only(), "dtype"_a = nb::none(), "algorithm"_a = nb::none(),
+       "timeout"_a = nb::none());
+  both(comm, "exscan",
+       +[](CommObj& c, bool blocking, nb::handle send, nb::handle recv, const std::string& op, OS dtype, OS algorithm,
+           OD timeout) { return scan_impl(c, blocking, true, send, recv, op, dtype, algorithm, timeout); },
+       "Exclusive prefix: rank r > 0 gets op(send_0 .. send_{r-1}); rank 0's recv is untouched (recv None: in "
+       "place; no avg).",
+       "send"_a.none(), "recv"_a.none() = nb::none(), "op"_a = "sum", nb::kw_only(), "dtype"_a = nb::none(),
+       "algorithm"_a = nb::none(), "timeout"_a = nb::none());
+}

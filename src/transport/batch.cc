@@ -1,0 +1,141 @@
+// transport/batch.cc — Endpoint::put_batch and Endpoint::get_batch: many puts or gets
+// on one endpoint that complete as one Request, with at most one notification after
+// all of a put batch's bytes are visible at the target.
+//
+// Built only from what the endpoint already offers (put, get, put with a notification)
+// and the Request machinery: each item is an ordinary operation whose Request reports
+// its end through on_done to a shared countdown; the last one to end completes the
+// batch's Request. The notification cannot ride on one of the data puts, because puts
+// are not ordered at the target (their chunks travel over different data streams): it
+// goes in a zero-length put posted once every data put has completed at the target.
+// That post happens outside the completing thread's progress lock: the countdown
+// posts to the engine (any thread may), and the engine defers it to a thread that
+// drives progress without the lock (as application callbacks run).
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/request_state.h"
+#include "transport/endpoint_core.h"
+
+namespace remora {
+
+namespace {
+
+/// The countdown shared by the items of one batch.
+struct Batch : std::enable_shared_from_this<Batch> {
+  std::shared_ptr<detail::RequestState> req;  ///< the batch's Request
+  std::atomic<size_t> pending{0};
+  uint64_t bytes = 0;
+  std::mutex mutex;                 // guards the two below
+  size_t failed_index = std::numeric_limits<size_t>::max();
+  Status failure;                   ///< of the lowest-numbered failed item
+  // The notification to send once every item succeeded (put batches only).
+  std::optional<uint64_t> notify;
+  std::shared_ptr<detail::EndpointCore> core;
+  RemoteKey notify_key;
+  uint64_t notify_offset = 0;
+
+  void item_ended(size_t index, const Status& s) {
+    if (!s.is_ok()) {
+      std::lock_guard lock(mutex);
+      if (index < failed_index) {
+        failed_index = index;
+        failure = s;
+      }
+    }
+    if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) all_ended();
+  }
+
+  // Runs on the thread that ended the last item (which may hold the progress lock).
+  void all_ended() {
+    Status first;
+    {
+      std::lock_guard lock(mutex);
+      first = failure;
+    }
+    if (!first.is_ok() || !notify) {
+      req->complete(first, first.is_ok() ? bytes : 0);
+      return;
+    }
+    // Every byte is placed at the target: post the notification from a thread that
+    // drives progress without the lock (posting a put takes it).
+    std::shared_ptr<engine::ProgressEngine> engine = core->engine();
+    std::weak_ptr<engine::ProgressEngine> weak = engine;
+    auto self = shared_from_this();
+    engine->post([weak, self] {
+      if (auto e = weak.lock()) e->defer([self] { self->post_notification(); });
+    });
+  }
+
+  void post_notification() {
+    static const std::byte kNothing{};
+    Request r = core->put(std::span<const std::byte>(&kNothing, 0), notify_key, notify_offset,
+                          PutOptions{.notify = notify});
+    auto self = shared_from_this();
+    (void)r.on_done([self, r] {
+      Status s = r.test();
+      self->req->complete(s, s.is_ok() ? self->bytes : 0);
+    });
+  }
+
+};
+
+std::shared_ptr<Batch> make_batch(const std::shared_ptr<detail::EndpointCore>& core, size_t items) {
+  auto b = std::make_shared<Batch>();
+  b->req = detail::RequestState::make(core->engine(), Tag{});
+  b->pending.store(items, std::memory_order_relaxed);
+  return b;
+}
+
+// Hooks item `i`'s Request to the countdown. The item's own state outlives the hook.
+void watch(const std::shared_ptr<Batch>& b, size_t i, const Request& r) {
+  (void)r.on_done([b, i, r] { b->item_ended(i, r.test()); });
+}
+
+}  // namespace
+
+Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOptions& options) {
+  if (items.empty()) {
+    if (options.notify) {
+      return Request(detail::RequestState::completed(
+          Status(StatusCode::kInvalidArgument, "put_batch: a notification needs at least one item to name its region"),
+          0, Tag{}));
+    }
+    return Request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
+  }
+  auto b = make_batch(core_, items.size());
+  for (const TransferItem& it : items) b->bytes += it.local.size();
+  if (options.notify) {
+    b->notify = options.notify;
+    b->core = core_;
+    b->notify_key = items.back().key;
+    b->notify_offset = items.back().remote_offset;
+  }
+  Request batch(b->req);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TransferItem& it = items[i];
+    watch(b, i, core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
+  }
+  return batch;
+}
+
+Request Endpoint::get_batch(std::span<const TransferItem> items) {
+  if (items.empty()) return Request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
+  auto b = make_batch(core_, items.size());
+  for (const TransferItem& it : items) b->bytes += it.local.size();
+  Request batch(b->req);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TransferItem& it = items[i];
+    watch(b, i, core_->get(it.local, it.key, it.remote_offset));
+  }
+  return batch;
+}
+
+}  // namespace remora

@@ -1,0 +1,184 @@
+// Batches of puts and gets (Endpoint::put_batch, get_batch) and Request::on_done, on
+// two contexts in one process over real loopback sockets. Each test compares the
+// target's memory byte for byte with what the batch must have placed, and checks that
+// a notified batch delivers exactly one notification, only after all of its bytes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "remora/remora.h"
+
+namespace remora {
+inline void PrintTo(StatusCode code, std::ostream* os) { *os << to_string(code); }
+}  // namespace remora
+
+namespace remora {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Pair {
+  std::unique_ptr<Context> target_ctx, init_ctx;
+  std::unique_ptr<Listener> listener;
+  std::shared_ptr<Endpoint> target, init;
+};
+
+Pair make_pair() {
+  ContextOptions opts;
+  opts.ignore_env = true;
+  opts.eager_limit = 4096;  // small items travel inline, larger ones in chunks
+  opts.chunk_bytes = 64 * 1024;
+  Pair p;
+  p.target_ctx = Context::create(opts).value();
+  p.init_ctx = Context::create(opts).value();
+  p.listener = p.target_ctx->listen("127.0.0.1:0").value();
+  p.init = p.init_ctx->connect("127.0.0.1:" + std::to_string(p.listener->port()), 10s).value();
+  p.target = p.listener->accept(10s).value();
+  return p;
+}
+
+std::vector<std::byte> pattern(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+constexpr Access kTargetAccess = Access::kLocalWrite | Access::kRemoteRead | Access::kRemoteWrite;
+
+TEST(Batch, PutBatchPlacesEveryItemThenNotifiesOnce) {
+  Pair p = make_pair();
+  // Two target regions; items of inline, chunked and multi-chunk sizes into both.
+  std::vector<std::byte> a(2 << 20, std::byte{0}), b(2 << 20, std::byte{0});
+  Region ra = p.target_ctx->register_memory(a.data(), a.size(), kTargetAccess).value();
+  Region rb = p.target_ctx->register_memory(b.data(), b.size(), kTargetAccess).value();
+  const size_t sizes[] = {100, 4096, 70000, 1 << 20, 1, 300000};
+  std::vector<std::vector<std::byte>> src;
+  std::vector<TransferItem> items;
+  std::vector<std::byte> want_a = a, want_b = b;
+  uint64_t off_a = 0, off_b = 0;
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    src.push_back(pattern(sizes[i], i + 1));
+    const bool to_a = i % 2 == 0;
+    uint64_t& off = to_a ? off_a : off_b;
+    std::memcpy((to_a ? want_a : want_b).data() + off, src.back().data(), sizes[i]);
+    items.push_back({src.back(), to_a ? ra.remote_key() : rb.remote_key(), off});
+    off += sizes[i] + 13;  // gaps stay untouched
+  }
+  size_t total = 0;
+  for (size_t s : sizes) total += s;
+
+  Request r = p.init->put_batch(items, {.notify = 0xC0FFEE});
+  ASSERT_EQ(r.wait(30s).code(), StatusCode::kOk);
+  EXPECT_EQ(r.bytes(), total);
+  auto n = p.target->wait_notification(30s);
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  EXPECT_EQ(n->value, 0xC0FFEEu);
+  EXPECT_EQ(n->region, rb.id());  // the last item's region and offset, length 0
+  EXPECT_EQ(n->offset, items.back().remote_offset);
+  EXPECT_EQ(n->length, 0u);
+  // The notification came after the data: everything is in place now.
+  EXPECT_TRUE(a == want_a);
+  EXPECT_TRUE(b == want_b);
+  EXPECT_FALSE(p.target->poll_notification().has_value()) << "one notification per batch";
+}
+
+TEST(Batch, GetBatchReadsEveryItem) {
+  Pair p = make_pair();
+  std::vector<std::byte> remote = pattern(3 << 20, 7);
+  Region reg = p.target_ctx->register_memory(remote.data(), remote.size(), kTargetAccess).value();
+  const size_t sizes[] = {8, 5000, 1 << 20, 65536, 777};
+  std::vector<std::vector<std::byte>> dst;
+  std::vector<TransferItem> items;
+  uint64_t off = 3;
+  for (size_t s : sizes) {
+    dst.emplace_back(s, std::byte{0xEE});
+    items.push_back({dst.back(), reg.remote_key(), off});
+    off += s * 2;
+  }
+  Request r = p.init->get_batch(items);
+  ASSERT_EQ(r.wait(30s).code(), StatusCode::kOk);
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(dst[i].data(), remote.data() + items[i].remote_offset, sizes[i])) << "item " << i;
+  }
+}
+
+TEST(Batch, AFailedItemFailsTheBatchWithoutNotificationAndOthersLand) {
+  Pair p = make_pair();
+  std::vector<std::byte> mem(1 << 20, std::byte{0});
+  Region reg = p.target_ctx->register_memory(mem.data(), mem.size(), kTargetAccess).value();
+  RemoteKey bad = reg.remote_key();
+  bad.secret ^= 1;  // tampered
+  auto good1 = pattern(200000, 1), good2 = pattern(300, 2), doomed = pattern(1000, 3);
+  std::vector<TransferItem> items = {
+      {good1, reg.remote_key(), 0}, {doomed, bad, 500000}, {good2, reg.remote_key(), 600000}};
+  Request r = p.init->put_batch(items, {.notify = 1});
+  EXPECT_EQ(r.wait(30s).code(), StatusCode::kInvalidKey);
+  EXPECT_EQ(r.bytes(), 0u);
+  EXPECT_EQ(0, std::memcmp(mem.data(), good1.data(), good1.size()));
+  EXPECT_EQ(0, std::memcmp(mem.data() + 600000, good2.data(), good2.size()));
+  for (size_t i = 500000; i < 501000; ++i) ASSERT_EQ(mem[i], std::byte{0}) << "refused item wrote at " << i;
+  EXPECT_FALSE(p.target->poll_notification().has_value());
+  // The lowest-numbered failure wins: an out-of-range item 0 and a bad key later.
+  std::vector<TransferItem> two = {{good2, reg.remote_key(), mem.size()}, {doomed, bad, 0}};
+  EXPECT_EQ(p.init->put_batch(two).wait(30s).code(), StatusCode::kOutOfRange);
+  std::vector<std::byte> sink(100);
+  std::vector<TransferItem> get_items = {{sink, reg.remote_key(), 0}, {sink, bad, 0}};
+  EXPECT_EQ(p.init->get_batch(get_items).wait(30s).code(), StatusCode::kInvalidKey);
+  // The endpoint is still usable.
+  EXPECT_EQ(p.init->put(good2, reg.remote_key(), 0).wait(30s).code(), StatusCode::kOk);
+}
+
+TEST(Batch, EmptyBatches) {
+  Pair p = make_pair();
+  EXPECT_EQ(p.init->put_batch({}).wait(1s).code(), StatusCode::kOk);
+  EXPECT_EQ(p.init->get_batch({}).wait(1s).code(), StatusCode::kOk);
+  EXPECT_EQ(p.init->put_batch({}, {.notify = 5}).wait(1s).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Batch, PeerGoneFailsTheBatch) {
+  Pair p = make_pair();
+  std::vector<std::byte> mem(1 << 20);
+  Region reg = p.target_ctx->register_memory(mem.data(), mem.size(), kTargetAccess).value();
+  RemoteKey key = reg.remote_key();
+  p.target->abort();
+  p.target.reset();
+  auto data = pattern(1 << 20, 9);
+  std::vector<TransferItem> items = {{data, key, 0}};
+  const Status s = p.init->put_batch(items, {.notify = 3}).wait(30s);
+  EXPECT_TRUE(s.code() == StatusCode::kPeerFailed || s.code() == StatusCode::kAborted) << s.to_string();
+}
+
+TEST(RequestOnDone, RunsOnceWhenDoneAndAtOnceWhenAlreadyDone) {
+  Pair p = make_pair();
+  std::vector<std::byte> buf(100);
+  std::atomic<int> calls{0};
+  std::promise<void> ran;  // the functions run in the order added: the second one says when both did
+  Request recv = p.target->recv(buf, Tag{4});
+  ASSERT_TRUE(recv.on_done([&] { calls.fetch_add(1); }).is_ok());
+  ASSERT_TRUE(recv.on_done([&] {
+                    calls.fetch_add(10);
+                    ran.set_value();
+                  }).is_ok());
+  EXPECT_EQ(calls.load(), 0);  // nothing was sent yet
+  auto msg = pattern(100, 4);
+  ASSERT_EQ(p.init->send(msg, Tag{4}).wait(10s).code(), StatusCode::kOk);
+  ASSERT_EQ(recv.wait(10s).code(), StatusCode::kOk);
+  // The completing thread wakes waiters first, then runs the functions.
+  ASSERT_EQ(ran.get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(calls.load(), 11);
+  int late = 0;
+  ASSERT_TRUE(recv.on_done([&] { ++late; }).is_ok());
+  EXPECT_EQ(late, 1);  // already done: called at once, on this thread
+  EXPECT_EQ(Request().on_done([] {}).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace remora
