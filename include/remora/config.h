@@ -3,6 +3,7 @@
 // Every knob is listed, with its variable and default, in docs/configuration.md.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -22,6 +23,12 @@ enum class PinMode : uint8_t {
 
 /// Log verbosity (REMORA_LOG).
 enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
+
+/// Which data path transfers of device memory take (REMORA_DEVICE_PATH). auto: the best
+/// one that works (devmem TCP, io_uring zcrx, else staging), each one passed over
+/// recorded with why; the others demand that path, and a transfer it cannot take fails
+/// with the reason (docs/device-memory.md).
+enum class DevicePathMode : uint8_t { kAuto, kDevmem, kZcrx, kStaging };
 
 /// The fully resolved configuration of a Context. Plain data; copyable.
 struct Config {
@@ -45,6 +52,13 @@ struct Config {
   /// Chunk-sized pinned buffers per endpoint and direction through which device memory
   /// moves when no zero-copy path exists; 2 (double buffering) to 1024 (REMORA_STAGING_BUFFERS).
   uint32_t staging_buffers = 8;
+  /// REMORA_DEVICE_PATH=auto|devmem|zcrx|staging.
+  DevicePathMode device_path = DevicePathMode::kAuto;
+  /// The NIC devmem TCP and zcrx use (REMORA_DEVMEM_IFNAME), NUL-terminated, at most
+  /// 15 characters (IFNAMSIZ); empty: none. A character array, not a std::string: g++ 12
+  /// warns maybe-uninitialized on string members of option aggregates (an error in the
+  /// release preset). Set through the environment only.
+  std::array<char, 16> devmem_ifname{};
 
   /// Defaults overridden by every REMORA_* variable that is set. A malformed value is
   /// kInvalidArgument naming the variable; an unknown REMORA_* name is logged as a warning.
@@ -74,6 +88,7 @@ struct ContextOptions {
   std::optional<uint32_t> wait_timeout_ms = std::nullopt;
   std::optional<PinMode> pin_mode = std::nullopt;
   std::optional<uint32_t> staging_buffers = std::nullopt;
+  std::optional<DevicePathMode> device_path = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;
 };

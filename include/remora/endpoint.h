@@ -83,6 +83,16 @@ struct EndpointStats {
   /// for the endpoint's data streams, which in this version is always (see
   /// docs/device-memory.md and `remora doctor`).
   uint64_t staged_transfers = 0, staged_bytes = 0;
+  /// Device transfers that went by devmem TCP and by io_uring zero-copy receive. Both
+  /// stay 0 in this version: the endpoint does not drive those paths yet.
+  uint64_t devmem_transfers = 0, zcrx_transfers = 0;
+  /// Device transfers refused because the path REMORA_DEVICE_PATH demands could not take them.
+  uint64_t device_path_refusals = 0;
+  /// The path the last device-memory transfer took ("staging", "devmem", "zcrx", or
+  /// "refused"; empty before the first) and why: each faster path passed over, with the
+  /// kernel's or the configuration's reason (REMORA_DEVICE_PATH, docs/device-memory.md).
+  std::string device_path;
+  std::string device_path_reason;
 };
 
 /// The two operands of compare_swap, named so that they cannot be swapped unnoticed:

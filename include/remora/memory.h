@@ -48,6 +48,14 @@ struct DmabufExport {
   uint64_t length = 0;
 };
 
+/// One piece of a scatter within a domain's memory (MemoryDomain::scatter): `length`
+/// bytes from source base + `src_offset` to destination base + `dst_offset`.
+struct ScatterEntry {
+  uint64_t src_offset = 0;
+  uint64_t length = 0;
+  uint64_t dst_offset = 0;
+};
+
 /// What a domain did to register a range; handed back on deregistration.
 struct DomainRegistration {
   bool pinned = false;       ///< pages were locked (mlock) or the device equivalent
@@ -86,6 +94,13 @@ class MemoryDomain {
   /// A dmabuf for [ptr, ptr+len) of this domain's memory, where the driver can export
   /// one. Default: kUnsupported, saying which domain cannot.
   virtual Result<DmabufExport> export_dmabuf(const void* ptr, size_t len);
+  /// Copies each entry from `src_base` to `dst_base`, both this domain's memory, as one
+  /// asynchronous copy: devmem TCP receive scatters the fragments the NIC left in a
+  /// dmabuf of this domain's memory to where they belong (CUDA: the unpack kernel).
+  /// Destination ranges must not overlap each other or a source range. `entries` may
+  /// be reused when this returns. Default: kUnsupported, saying which domain cannot.
+  virtual Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
+                                                     std::span<const ScatterEntry> entries);
 };
 
 /// The process-wide host memory domain.

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -402,6 +403,24 @@ Status CudaDomain::unpack_kernel_status(const void* device_ptr) {
   REMORA_ASSIGN_OR_RETURN(DevicePointer where, locate(device_ptr, 0, "unpack_kernel_status"));
   REMORA_ASSIGN_OR_RETURN(CudaContextEntry * entry, context_entry(where.ctx));
   return ensure_kernel(*entry);
+}
+
+Result<std::unique_ptr<AsyncCopy>> CudaDomain::scatter(void* dst_base, const void* src_base,
+                                                       std::span<const ScatterEntry> entries) {
+  // The unpack layout takes 32-bit lengths: a longer piece becomes several entries.
+  std::vector<UnpackEntry> unpack;
+  unpack.reserve(entries.size());
+  constexpr uint64_t kMaxPiece = uint64_t{1} << 31;
+  for (const ScatterEntry& e : entries) {
+    for (uint64_t done = 0; done < e.length; done += kMaxPiece) {
+      const uint64_t n = std::min(kMaxPiece, e.length - done);
+      unpack.push_back(UnpackEntry{.src_offset = e.src_offset + done,
+                                   .length = static_cast<uint32_t>(n),
+                                   .reserved = 0,
+                                   .dst_offset = e.dst_offset + done});
+    }
+  }
+  return scatter(dst_base, src_base, std::span<const UnpackEntry>(unpack));
 }
 
 Result<std::unique_ptr<AsyncCopy>> CudaDomain::scatter(void* dst_base, const void* src_base,

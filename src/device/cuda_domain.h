@@ -101,6 +101,9 @@ class CudaDomain final : public MemoryDomain {
   /// source range. `entries` may be reused as soon as this returns.
   Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
                                              std::span<const UnpackEntry> entries);
+  /// MemoryDomain::scatter: the same, pieces longer than 2 GiB split into entries.
+  Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
+                                             std::span<const ScatterEntry> entries) override;
 
   /// ok when scatters into the context of `device_ptr` use the unpack kernel (loading
   /// it there if it was not yet); else why they copy entry by entry.

@@ -136,6 +136,17 @@ class HostDomain final : public MemoryDomain {
   Result<std::unique_ptr<AsyncCopy>> copy_from_host(void* dst, const void* host_src, size_t len) override {
     return copy(dst, host_src, len);
   }
+  /// A udmabuf is host memory: devmem receive into one scatters with memcpy.
+  Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
+                                             std::span<const ScatterEntry> entries) override {
+    for (const ScatterEntry& e : entries) {
+      if (e.length == 0) continue;
+      if (dst_base == nullptr || src_base == nullptr) return Status(StatusCode::kInvalidArgument, "scatter with a null base");
+      std::memcpy(static_cast<std::byte*>(dst_base) + e.dst_offset, static_cast<const std::byte*>(src_base) + e.src_offset,
+                  e.length);
+    }
+    return std::unique_ptr<AsyncCopy>(std::make_unique<CompletedCopy>());
+  }
 
  private:
   struct LockedSpan {
@@ -235,6 +246,12 @@ class HostDomain final : public MemoryDomain {
 
 Result<DmabufExport> MemoryDomain::export_dmabuf(const void* /*ptr*/, size_t /*len*/) {
   return Status(StatusCode::kUnsupported, fmt::format("the {} memory domain cannot export a dmabuf", name()));
+}
+
+Result<std::unique_ptr<AsyncCopy>> MemoryDomain::scatter(void* /*dst_base*/, const void* /*src_base*/,
+                                                         std::span<const ScatterEntry> /*entries*/) {
+  return Status(StatusCode::kUnsupported,
+                fmt::format("the {} memory domain has no scatter (devmem TCP receive into it needs one)", name()));
 }
 
 MemoryDomain& host_domain() {

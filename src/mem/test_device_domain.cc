@@ -91,6 +91,7 @@ struct Job {
   size_t len;
   bool fail;
   std::shared_ptr<CopyState> state;
+  std::vector<ScatterEntry> pieces;  // a scatter: dst and src are bases, len the sum
 };
 
 }  // namespace
@@ -165,7 +166,13 @@ struct TestDeviceDomain::State {
       } else {
         e.free_at = {};  // unlimited: a copy at a rate after this one starts the clock afresh
       }
-      if (!job.fail && job.len > 0) std::memcpy(job.dst, job.src, job.len);  // a 0-byte copy may name null
+      if (!job.fail && !job.pieces.empty()) {
+        for (const ScatterEntry& p : job.pieces) {
+          if (p.length > 0) std::memcpy(job.dst + p.dst_offset, job.src + p.src_offset, p.length);
+        }
+      } else if (!job.fail && job.len > 0) {
+        std::memcpy(job.dst, job.src, job.len);  // a 0-byte copy may name null
+      }
       if (r > 0) std::this_thread::sleep_until(e.free_at);
       if (job.fail) {
         failed.fetch_add(1, std::memory_order_relaxed);
@@ -192,7 +199,7 @@ struct TestDeviceDomain::State {
     Engine& e = engines[engine];
     {
       std::lock_guard lock(e.mu);
-      e.queue.push_back(Job{dst, src, len, len > 0 && fails(device_ptr, len), state});
+      e.queue.push_back(Job{dst, src, len, len > 0 && fails(device_ptr, len), state, {}});
     }
     e.cv.notify_one();
     return std::unique_ptr<AsyncCopy>(std::make_unique<TestCopy>(std::move(state)));
@@ -309,6 +316,43 @@ void TestDeviceDomain::deregister_range(void*, size_t, const DomainRegistration&
 
 Result<std::unique_ptr<AsyncCopy>> TestDeviceDomain::copy_to_host(void* host_dst, const void* src, size_t len) {
   return state_->submit(0, static_cast<std::byte*>(host_dst), state_->backing_of(src), len, src);
+}
+
+Result<std::unique_ptr<AsyncCopy>> TestDeviceDomain::scatter(void* dst_base, const void* src_base,
+                                                             std::span<const ScatterEntry> entries) {
+  State& st = *state_;
+  size_t total = 0;
+  bool fail = false;
+  std::vector<ScatterEntry> pieces;
+  pieces.reserve(entries.size());
+  for (const ScatterEntry& e : entries) {
+    if (e.length == 0) continue;
+    const auto* src = static_cast<const std::byte*>(src_base);
+    auto* dst = static_cast<std::byte*>(dst_base);
+    if (src_base == nullptr || dst_base == nullptr || e.src_offset > st.options.capacity ||
+        e.dst_offset > st.options.capacity || !st.in_device(src + e.src_offset, e.length) ||
+        !st.in_device(dst + e.dst_offset, e.length)) {
+      return Status(StatusCode::kOutOfRange,
+                    fmt::format("test device: scatter entry {}+{} -> {}+{} ({} bytes) is not this device's memory",
+                                src_base, e.src_offset, dst_base, e.dst_offset, e.length));
+    }
+    fail = fail || st.fails(src + e.src_offset, e.length) || st.fails(dst + e.dst_offset, e.length);
+    total += e.length;
+    pieces.push_back(e);
+  }
+  st.copies.fetch_add(1, std::memory_order_relaxed);
+  auto state = std::make_shared<CopyState>();
+  if (pieces.empty()) {
+    state->finish(Status::ok());
+    return std::unique_ptr<AsyncCopy>(std::make_unique<TestCopy>(std::move(state)));
+  }
+  State::Engine& e = st.engines[1];
+  {
+    std::lock_guard lock(e.mu);
+    e.queue.push_back(Job{st.backing_of(dst_base), st.backing_of(src_base), total, fail, state, std::move(pieces)});
+  }
+  e.cv.notify_one();
+  return std::unique_ptr<AsyncCopy>(std::make_unique<TestCopy>(std::move(state)));
 }
 
 Result<std::unique_ptr<AsyncCopy>> TestDeviceDomain::copy_from_host(void* dst, const void* host_src, size_t len) {

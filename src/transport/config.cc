@@ -6,6 +6,7 @@
 // (coll/comm_core.cc, coll/launch.cc).
 #include "remora/config.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/env.h"
@@ -36,7 +37,9 @@ core::VariableList variables() noexcept {
                                                     "REMORA_CONNECT_TIMEOUT_MS",
                                                     "REMORA_HANDSHAKE_TIMEOUT_MS",
                                                     "REMORA_WAIT_TIMEOUT_MS",
-                                                    "REMORA_PIN"};
+                                                    "REMORA_PIN",
+                                                    "REMORA_DEVICE_PATH",
+                                                    "REMORA_DEVMEM_IFNAME"};
   return kVariables;
 }
 
@@ -75,6 +78,27 @@ Result<Config> Config::from_env() {
       return Status(StatusCode::kInvalidArgument,
                     "REMORA_PIN: '" + std::string(*text) + "' is not one of try|require|off");
     }
+  }
+  if (auto text = core::getenv_view("REMORA_DEVICE_PATH")) {
+    if (*text == "auto") {
+      c.device_path = DevicePathMode::kAuto;
+    } else if (*text == "devmem") {
+      c.device_path = DevicePathMode::kDevmem;
+    } else if (*text == "zcrx") {
+      c.device_path = DevicePathMode::kZcrx;
+    } else if (*text == "staging") {
+      c.device_path = DevicePathMode::kStaging;
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "REMORA_DEVICE_PATH: '" + std::string(*text) + "' is not one of auto|devmem|zcrx|staging");
+    }
+  }
+  if (auto text = core::getenv_view("REMORA_DEVMEM_IFNAME")) {
+    if (text->size() >= c.devmem_ifname.size()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "REMORA_DEVMEM_IFNAME: '" + std::string(*text) + "' is longer than an interface name (15 characters)");
+    }
+    std::copy(text->begin(), text->end(), c.devmem_ifname.begin());
   }
   core::warn_unknown_variables(core::known_variable_lists());
   REMORA_RETURN_IF_ERROR(c.validate());
@@ -124,6 +148,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.wait_timeout_ms) base.wait_timeout_ms = *o.wait_timeout_ms;
   if (o.pin_mode) base.pin_mode = *o.pin_mode;
   if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
+  if (o.device_path) base.device_path = *o.device_path;
   return base;
 }
 

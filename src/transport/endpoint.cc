@@ -130,6 +130,9 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   op->out.length = data.size();
   op->out.source = &op->source;
   if (device != nullptr) {
+    if (Status path = choose_device_path(*device, data.data(), data.size(), /*tx=*/true); !path) {
+      return Request(RequestState::completed(std::move(path), 0, tag));
+    }
     auto staging = staging_for(device, /*tx=*/true);
     if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
     op->staged = std::make_unique<StagingSource>(std::move(*staging), data.data(), data.size());
@@ -164,6 +167,9 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   op->tag = tag;
   op->device = device_of(buffer.data(), buffer.size());
   if (op->device != nullptr) {
+    if (Status path = choose_device_path(*op->device, buffer.data(), buffer.size(), /*tx=*/false); !path) {
+      return Request(RequestState::completed(std::move(path), 0, tag));
+    }
     auto staging = staging_for(op->device, /*tx=*/false);
     if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
     op->staging = std::move(*staging);
@@ -365,6 +371,20 @@ Result<StagingContext> EndpointCore::staging_for(MemoryDomain* domain, bool tx) 
     pool = std::move(*made);
   }
   return StagingContext{.engine = engine_, .pool = pool, .host = staging_anchor_, .chunk_bytes = config_.chunk_bytes};
+}
+
+Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) {
+  Result<PathChoice> choice = device_paths_.choose(domain, p, n, tx);
+  if (!choice) {
+    ++stats_.device_path_refusals;
+    stats_.device_path = "refused";
+    stats_.device_path_reason = choice.status().message();
+    return choice.status();
+  }
+  // Only staging is driven in this version (device_path.h says why).
+  stats_.device_path = std::string(data_path_name(choice->path));
+  stats_.device_path_reason = std::move(choice->reason);
+  return Status::ok();
 }
 
 void EndpointCore::fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why) {

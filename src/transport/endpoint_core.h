@@ -37,6 +37,7 @@
 #include "transport/notifications.h"
 #include "transport/rma_initiator.h"
 #include "transport/rma_target.h"
+#include "transport/device_path.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
 
@@ -198,6 +199,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void replies_queued() override {
     if (state_ == State::kActive || state_ == State::kDraining) flush_control();
   }
+  /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
+  /// and records it in the stats; the demanded path's refusal when it cannot be taken.
+  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx);
   /// Completes a failed receive whose copies into device memory are still in flight
   /// once they have ended (then nothing writes to its buffer any more), else now.
   void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);
@@ -278,6 +282,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     std::shared_ptr<StagingPool> tx, rx;
   };
   std::vector<StagingPools> staging_pools_;
+  DevicePathSelector device_paths_{config_};  // issue 18: devmem / zcrx / staging choice
   /// What staged sources and sinks hold to reach this endpoint; reset first thing in
   /// the destructor, so late copy ends find nobody.
   std::shared_ptr<StagingHost*> staging_anchor_;

@@ -217,7 +217,7 @@ TEST_P(CudaScatterGpu, RefusesBadEntriesAndCopiesNothing) {
   const std::vector<std::byte> got = dst.read();
   EXPECT_EQ(compare_bytes(untouched.data(), got.data(), got.size()), "") << "a refused scatter wrote";
 
-  auto empty = domain.scatter(dst.data(), src.data(), {});
+  auto empty = domain.scatter(dst.data(), src.data(), std::span<const UnpackEntry>{});
   ASSERT_TRUE(empty.is_ok());
   EXPECT_TRUE((*empty)->test().is_ok());
 }

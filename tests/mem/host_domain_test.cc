@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -253,6 +254,20 @@ TEST(HostDomain, RlimitMemlockRefusalWithoutCapIpcLock) {
   ASSERT_TRUE(WIFEXITED(status)) << "child died with signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), kChildOk) << "child failed at step " << WEXITSTATUS(status)
                                            << " (see ChildExit in this file)";
+}
+
+// A udmabuf is host memory: devmem receive into one scatters with memcpy, at once.
+TEST(HostDomain, ScatterCopiesEachEntryAndEndsAtOnce) {
+  std::vector<std::byte> src(64), dst(64, std::byte{0});
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i + 1);
+  const ScatterEntry entries[] = {{.src_offset = 10, .length = 5, .dst_offset = 0},
+                                  {.src_offset = 0, .length = 3, .dst_offset = 5}};
+  auto copy = host_domain().scatter(dst.data(), src.data(), entries);
+  ASSERT_TRUE(copy.is_ok());
+  EXPECT_TRUE((*copy)->test().is_ok());
+  const std::vector<std::byte> want = {src[10], src[11], src[12], src[13], src[14], src[0], src[1], src[2]};
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), dst.begin()));
+  EXPECT_EQ(dst[8], std::byte{0});
 }
 
 }  // namespace

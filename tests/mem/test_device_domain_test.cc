@@ -185,5 +185,34 @@ TEST(TestDeviceDomain, RegistersRemoteReadsAndWritesButNotAtomics) {
   EXPECT_EQ(remote->remote_key().kind, MemoryKind::kTestDevice);
 }
 
+// The scatter devmem receive uses: entries land where they say, device to device, in
+// one asynchronous copy that holds, fails and is refused like the others.
+TEST(TestDeviceDomain, ScatterCopiesEachEntryWithinTheDevice) {
+  auto dev = make();
+  std::byte* src = dev->allocate(3 * 4096).value();
+  std::byte* dst = dev->allocate(3 * 4096).value();
+  std::vector<std::byte> bytes(3 * 4096);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 7 + 1);
+  ASSERT_TRUE(dev->write(src, bytes.data(), bytes.size()).is_ok());
+  const ScatterEntry entries[] = {{.src_offset = 8192, .length = 100, .dst_offset = 0},
+                                  {.src_offset = 0, .length = 4096, .dst_offset = 101},
+                                  {.src_offset = 5000, .length = 0, .dst_offset = 0}};
+  dev->hold_copies(true);
+  auto copy = dev->scatter(dst, src, entries).value();
+  EXPECT_EQ(copy->test().code(), StatusCode::kInProgress);
+  dev->hold_copies(false);
+  ASSERT_TRUE(copy->wait(10s).is_ok());
+  std::vector<std::byte> got(4197);
+  ASSERT_TRUE(dev->read(got.data(), dst, got.size()).is_ok());
+  EXPECT_EQ(std::memcmp(got.data(), bytes.data() + 8192, 100), 0);
+  EXPECT_EQ(std::memcmp(got.data() + 101, bytes.data(), 4096), 0);
+
+  const ScatterEntry outside[] = {{.src_offset = 0, .length = 1, .dst_offset = size_t{4} << 30}};
+  EXPECT_EQ(dev->scatter(dst, src, outside).status().code(), StatusCode::kOutOfRange);
+  dev->fail_copies(dst + 50, 1);
+  auto failing = dev->scatter(dst, src, entries).value();
+  EXPECT_EQ(failing->wait(10s).code(), StatusCode::kDeviceFailed);
+}
+
 }  // namespace
 }  // namespace remora::testing

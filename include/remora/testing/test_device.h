@@ -66,6 +66,10 @@ class TestDeviceDomain final : public MemoryDomain {
   Result<std::unique_ptr<AsyncCopy>> copy_to_host(void* host_dst, const void* src, size_t len) override;
   Result<std::unique_ptr<AsyncCopy>> copy_from_host(void* dst, const void* host_src, size_t len) override;
   Status prepare_staging(void* host, size_t len) override;
+  /// Device-to-device, on the from-host engine (held, rated and failed like a copy): the
+  /// devmem receive tests scatter fragments of a "dmabuf" in this memory with it.
+  Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
+                                             std::span<const ScatterEntry> entries) override;
   void release_staging(void* host, size_t len) noexcept override;
   /// Staging buffers prepared and not yet released (tests check the pool's reuse).
   uint64_t prepared_staging() const noexcept;

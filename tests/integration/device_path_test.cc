@@ -1,0 +1,198 @@
+// Which path device memory takes, and the reason reported (transport/device_path.h),
+// on this machine, where no NIC does devmem TCP or zcrx:
+// - between two processes (this one and remora_test_peer's device-echo, both with a
+//   TestDeviceDomain): under REMORA_DEVICE_PATH=auto the messages go by staging, intact,
+//   and the endpoint's stats name staging and why not devmem, with the kernel's refusal
+//   of bind-tx on the interface named (lo) and the memory's refusal to export a dmabuf;
+// - REMORA_DEVICE_PATH=devmem (and zcrx) demanded: the transfer fails at once with that
+//   reason, the refusal is counted, and the endpoint goes on with host memory;
+// - over a veth pair in network namespaces: the same probe inside the namespace reports
+//   the veth driver's refusal of bind-tx in the kernel's words.
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "itest_util.h"
+#include "remora/testing/test_device.h"
+#include "net/socket.h"
+#include "support/exchange.h"
+#include "support/netns.h"
+#include "support/test_data.h"
+#include "transport/device_path.h"
+
+namespace remora::itest {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TestDeviceDomain;
+
+constexpr uint64_t kChunk = 64 * 1024;
+
+std::vector<std::byte> bytes_of(uint64_t len, uint64_t seed) {
+  std::vector<std::byte> v(len);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+  return v;
+}
+
+struct DeviceContext {
+  std::unique_ptr<TestDeviceDomain> dev;  // outlives the context
+  std::unique_ptr<Context> ctx;
+};
+
+/// Sets an environment variable for its lifetime (the interface is named only there).
+struct EnvVar {
+  const char* name;
+  EnvVar(const char* n, const char* value) : name(n) { ::setenv(n, value, 1); }
+  ~EnvVar() { ::unsetenv(name); }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+};
+
+DeviceContext device_context(ContextOptions options, bool ignore_env = true) {
+  DeviceContext d;
+  d.dev = TestDeviceDomain::create({.capacity = size_t{256} << 20}).value();
+  options.ignore_env = ignore_env;
+  auto ctx = Context::create(options);
+  EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  if (!ctx) return d;
+  d.ctx = std::move(ctx).value();
+  EXPECT_TRUE(d.ctx->add_memory_domain(*d.dev).is_ok());
+  return d;
+}
+
+TEST(DevicePath, AutoStagesBetweenProcessesAndSaysWhyNotDevmem) {
+  const EnvVar ifname("REMORA_DEVMEM_IFNAME", "lo");
+  DeviceContext mine = device_context(
+      {.streams_per_endpoint = 2, .chunk_bytes = kChunk, .staging_buffers = 2, .device_path = DevicePathMode::kAuto},
+      /*ignore_env=*/false);
+  ASSERT_TRUE(mine.ctx);
+  const uint64_t len = 5 * kChunk + 3;
+  PeerSession s = start_listening_peer(*mine.ctx,
+                                       {"--scenario=device-echo", "--sizes=" + std::to_string(len), "--memory=device",
+                                        "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk), "REMORA_DEVICE_PATH=auto",
+                                        "REMORA_DEVMEM_IFNAME=lo"});
+  ASSERT_TRUE(s.ep);
+  const auto data = bytes_of(len, 1);
+  std::byte* out = mine.dev->allocate(len).value();
+  std::byte* in = mine.dev->allocate(len).value();
+  ASSERT_TRUE(mine.dev->write(out, data.data(), len).is_ok());
+
+  ASSERT_TRUE(s.ep->send(std::span<const std::byte>(out, len), Tag{100}).wait(60s).is_ok());
+  EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "staging");
+  // Why not devmem TX: the memory cannot export a dmabuf, and lo refuses bind-tx.
+  EXPECT_NE(st.device_path_reason.find("cannot export a dmabuf"), std::string::npos) << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("lo: bind-tx"), std::string::npos) << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("EOPNOTSUPP"), std::string::npos) << st.device_path_reason;
+
+  Request back = s.ep->recv(std::span(in, len), Tag{200});
+  auto line = s.peer->read_line(60s);
+  ASSERT_TRUE(line);
+  EXPECT_EQ(*line, "RECV 0 ok " + hex64(XXH3_64bits(data.data(), data.size())));
+  ASSERT_TRUE(back.wait(60s).is_ok());
+  std::vector<std::byte> got(len);
+  ASSERT_TRUE(mine.dev->read(got.data(), in, len).is_ok());
+  EXPECT_TRUE(got == data);
+
+  st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "staging");
+  // Why not devmem RX or zcrx: nothing steers and binds the data streams' queues.
+  EXPECT_NE(st.device_path_reason.find("remora rxq"), std::string::npos) << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("zcrx:"), std::string::npos) << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 0u);
+  EXPECT_EQ(st.zcrx_transfers, 0u);
+  EXPECT_EQ(st.device_path_refusals, 0u);
+  EXPECT_EQ(st.staged_transfers, 2u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+}
+
+TEST(DevicePath, ADemandedPathThatCannotBeTakenFailsTheTransferWithTheReason) {
+  for (const DevicePathMode mode : {DevicePathMode::kDevmem, DevicePathMode::kZcrx}) {
+    const bool devmem = mode == DevicePathMode::kDevmem;
+    SCOPED_TRACE(devmem ? "devmem" : "zcrx");
+    DeviceContext mine = device_context({.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = mode});
+    ASSERT_TRUE(mine.ctx);
+    Pair p = make_pair_in_process(make_context(2), std::move(mine.ctx));
+    ASSERT_TRUE(p.ea && p.eb);
+    std::byte* dev = mine.dev->allocate(kChunk).value();
+
+    const Status sent = p.eb->send(std::span<const std::byte>(dev, kChunk), Tag{1}).wait(10s);
+    EXPECT_EQ(sent.code(), StatusCode::kUnsupported);
+    EXPECT_NE(sent.message().find(devmem ? "REMORA_DEVICE_PATH=devmem" : "REMORA_DEVICE_PATH=zcrx"),
+              std::string::npos)
+        << sent.to_string();
+    // devmem: no interface named; zcrx: there is no zero-copy send through io_uring.
+    EXPECT_NE(sent.message().find(devmem ? "REMORA_DEVMEM_IFNAME is unset" : "zcrx is a receive path"),
+              std::string::npos)
+        << sent.to_string();
+    const Status recvd = p.eb->recv(std::span(dev, kChunk), Tag{2}).wait(10s);
+    EXPECT_EQ(recvd.code(), StatusCode::kUnsupported);
+    EXPECT_NE(recvd.message().find("REMORA_DEVMEM_IFNAME is unset"), std::string::npos) << recvd.to_string();
+
+    const EndpointStats st = p.eb->stats();
+    EXPECT_EQ(st.device_path_refusals, 2u);
+    EXPECT_EQ(st.device_path, "refused");
+    EXPECT_EQ(st.staged_transfers, 0u);
+
+    // Host memory is unaffected: the endpoint goes on.
+    std::vector<std::byte> a(1000, std::byte{7}), b(1000);
+    Request r = p.ea->recv(std::span(b), Tag{3});
+    ASSERT_TRUE(p.eb->send(std::span<const std::byte>(a), Tag{3}).wait(10s).is_ok());
+    ASSERT_TRUE(r.wait(10s).is_ok());
+    EXPECT_TRUE(a == b);
+  }
+}
+
+TEST(DevicePath, OnAVethInANamespaceTheKernelsRefusalOfBindTxIsTheReason) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  std::string setup_error;
+  detail::DevicePathProbe probe;
+  std::string reason;
+  std::thread t([&] {
+    net::Fd nsfd(::open(("/run/netns/" + net.ns_a()).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!nsfd.valid() || ::setns(nsfd.get(), CLONE_NEWNET) != 0) {
+      setup_error = "setns into " + net.ns_a() + " failed";
+      return;
+    }
+    Config config;
+    std::snprintf(config.devmem_ifname.data(), config.devmem_ifname.size(), "%s", "rmr0");
+    probe = detail::probe_device_paths(config);
+    auto dev = TestDeviceDomain::create({.capacity = size_t{1} << 20}).value();
+    detail::DevicePathSelector selector(config);
+    std::byte* mem = dev->allocate(4096).value();
+    auto choice = selector.choose(*dev, mem, 4096, /*tx=*/true);
+    reason = choice ? choice->reason : choice.status().to_string();
+  });
+  t.join();
+  ASSERT_TRUE(setup_error.empty()) << setup_error;
+  EXPECT_EQ(probe.devmem_tx_interface.code(), StatusCode::kUnsupported);
+  EXPECT_NE(probe.devmem_tx_interface.message().find("rmr0: bind-tx"), std::string::npos)
+      << probe.devmem_tx_interface.to_string();
+  EXPECT_NE(probe.devmem_tx_interface.message().find("Driver does not support netmem TX"), std::string::npos)
+      << probe.devmem_tx_interface.to_string();
+  EXPECT_NE(probe.devmem_rx.message().find("remora rxq"), std::string::npos);
+  EXPECT_NE(reason.find("Driver does not support netmem TX"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("REMORA_DEVICE_PATH=auto"), std::string::npos) << reason;
+}
+
+}  // namespace
+}  // namespace remora::itest

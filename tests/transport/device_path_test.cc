@@ -1,0 +1,115 @@
+// Tests of transport/device_path.cc, the choice of a device transfer's data path: each
+// REMORA_DEVICE_PATH mode with the kernel's answers given (DevicePathSelector::set_probe)
+// and asked for real (this machine: no interface named, and lo, which refuses bind-tx),
+// the memory's refusal to export a dmabuf asked once per domain, and REMORA_DEVICE_PATH /
+// REMORA_DEVMEM_IFNAME read from the environment and refused when malformed.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "remora/testing/test_device.h"
+#include "scoped_env.h"
+#include "transport/device_path.h"
+
+namespace remora::detail {
+namespace {
+
+using remora::testing::TestDeviceDomain;
+
+struct Dev {
+  std::unique_ptr<TestDeviceDomain> dev = TestDeviceDomain::create({.capacity = size_t{1} << 20}).value();
+  std::byte* mem = dev->allocate(4096).value();
+};
+
+DevicePathProbe refused_probe() {
+  return {.devmem_tx_interface = Status(StatusCode::kUnsupported, "eth9: bind-tx: EOPNOTSUPP"),
+          .devmem_rx = Status(StatusCode::kUnsupported, "eth9: no rxq binding"),
+          .zcrx = Status(StatusCode::kUnsupported, "eth9: no zcrx queue")};
+}
+
+TEST(DevicePath, AutoStagesAndNamesEveryReason) {
+  Dev d;
+  Config c;
+  DevicePathSelector s(c);
+  s.set_probe(refused_probe());
+  auto tx = s.choose(*d.dev, d.mem, 4096, true);
+  ASSERT_TRUE(tx.is_ok());
+  EXPECT_EQ(tx->path, DataPath::kStaging);
+  EXPECT_NE(tx->reason.find("cannot export a dmabuf"), std::string::npos) << tx->reason;
+  EXPECT_NE(tx->reason.find("eth9: bind-tx: EOPNOTSUPP"), std::string::npos) << tx->reason;
+  auto rx = s.choose(*d.dev, d.mem, 4096, false);
+  ASSERT_TRUE(rx.is_ok());
+  EXPECT_EQ(rx->path, DataPath::kStaging);
+  EXPECT_NE(rx->reason.find("devmem: eth9: no rxq binding"), std::string::npos) << rx->reason;
+  EXPECT_NE(rx->reason.find("zcrx: eth9: no zcrx queue"), std::string::npos) << rx->reason;
+  EXPECT_EQ(data_path_name(rx->path), "staging");
+}
+
+TEST(DevicePath, ADemandedPathFailsWithItsReasonAndStagingNeverAsks) {
+  Dev d;
+  Config c;
+  c.device_path = DevicePathMode::kDevmem;
+  DevicePathSelector devmem(c);
+  devmem.set_probe(refused_probe());
+  auto r = devmem.choose(*d.dev, d.mem, 4096, false);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("REMORA_DEVICE_PATH=devmem"), std::string::npos);
+  EXPECT_NE(r.status().message().find("no rxq binding"), std::string::npos);
+
+  c.device_path = DevicePathMode::kZcrx;
+  DevicePathSelector zcrx(c);
+  zcrx.set_probe(refused_probe());
+  auto z = zcrx.choose(*d.dev, d.mem, 4096, true);
+  ASSERT_FALSE(z.is_ok());
+  EXPECT_NE(z.status().message().find("receive path"), std::string::npos) << z.status().to_string();
+
+  c.device_path = DevicePathMode::kStaging;
+  std::snprintf(c.devmem_ifname.data(), c.devmem_ifname.size(), "%s", "none0");
+  DevicePathSelector staging(c);  // no probe given: it must not need one
+  auto st = staging.choose(*d.dev, d.mem, 4096, true);
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_EQ(st->reason, "REMORA_DEVICE_PATH=staging");
+}
+
+TEST(DevicePath, TheRealKernelIsAskedForTheNamedInterface) {
+  Config none;
+  const DevicePathProbe p = probe_device_paths(none);
+  EXPECT_NE(p.devmem_tx_interface.message().find("REMORA_DEVMEM_IFNAME is unset"), std::string::npos);
+  Config missing;
+  std::snprintf(missing.devmem_ifname.data(), missing.devmem_ifname.size(), "%s", "no-such-if0");
+  EXPECT_NE(probe_device_paths(missing).devmem_rx.message().find("no such interface"), std::string::npos);
+  Config lo;
+  std::snprintf(lo.devmem_ifname.data(), lo.devmem_ifname.size(), "%s", "lo");
+  const DevicePathProbe l = probe_device_paths(lo);
+  EXPECT_EQ(l.devmem_tx_interface.code(), StatusCode::kUnsupported) << l.devmem_tx_interface.to_string();
+  EXPECT_NE(l.devmem_tx_interface.message().find("lo: bind-tx"), std::string::npos) << l.devmem_tx_interface.to_string();
+  EXPECT_NE(l.devmem_tx_interface.message().find("EOPNOTSUPP"), std::string::npos) << l.devmem_tx_interface.to_string();
+  EXPECT_NE(l.devmem_rx.message().find("remora rxq"), std::string::npos);
+  EXPECT_NE(l.zcrx.message().find("remora rxq"), std::string::npos);
+}
+
+TEST(DevicePath, TheEnvironmentSetsTheModeAndTheInterface) {
+  {
+    remora::testing::ScopedEnv a("REMORA_DEVICE_PATH", "zcrx");
+    remora::testing::ScopedEnv b("REMORA_DEVMEM_IFNAME", "eth7");
+    auto c = Config::from_env();
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->device_path, DevicePathMode::kZcrx);
+    EXPECT_STREQ(c->devmem_ifname.data(), "eth7");
+  }
+  {
+    remora::testing::ScopedEnv bad("REMORA_DEVICE_PATH", "gpu");
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_NE(c.status().message().find("auto|devmem|zcrx|staging"), std::string::npos);
+  }
+  remora::testing::ScopedEnv long_name("REMORA_DEVMEM_IFNAME", "a-name-of-16-chr");
+  auto c = Config::from_env();
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("15 characters"), std::string::npos) << c.status().to_string();
+}
+
+}  // namespace
+}  // namespace remora::detail
