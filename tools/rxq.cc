@@ -220,6 +220,17 @@ class Server {
 
   /// Applies the changes, binds, serves until a signal, undoes. The exit code.
   int run() {
+    // The signals wait in the signalfd from here on, so that one that comes while the
+    // interface is being changed is taken after, and undoes it.
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+    ::sigprocmask(SIG_BLOCK, &set, nullptr);
+    signals_ = net::Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!signals_.valid()) {
+      fmt::print(stderr, "remora rxq serve: signalfd: {}\n", zc::errno_text(errno));
+      return finish(kRxqError);
+    }
     if (Status s = apply(); !s) {
       fmt::print(stderr, "remora rxq serve: {}\n", s.message());
       return finish(kRxqError);
@@ -230,15 +241,6 @@ class Server {
       return finish(kRxqError);
     }
     listen_ = std::move(*listening);
-    sigset_t set;
-    sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-    ::sigprocmask(SIG_BLOCK, &set, nullptr);
-    signals_ = net::Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!signals_.valid()) {
-      fmt::print(stderr, "remora rxq serve: signalfd: {}\n", zc::errno_text(errno));
-      return finish(kRxqError);
-    }
     say("serving {} queues {} on {} (journal {})", o_.ifname, fmt::join(plan_.reserved, ","), o_.socket,
         journal_.path());
     const int code = loop();
@@ -547,7 +549,9 @@ int request(const std::string& socket, uint16_t port, uint16_t src_port, const s
     fmt::print("rxq request: holding the flow until stdin closes\n");
     std::fflush(stdout);
     char c;
-    while (::read(STDIN_FILENO, &c, 1) > 0 || errno == EINTR) {
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
     }
   }
   return kRxqOk;

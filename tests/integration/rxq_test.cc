@@ -99,7 +99,7 @@ TEST_F(Rxq, RefusesOnVethAndLoopbackWithTheReasonsAndChangesNothing) {
   for (const std::string ifname : {"rmr0", "lo"}) {
     SCOPED_TRACE(ifname);
     const std::string before = snapshot(net, net.ns_a(), ifname);
-    ASSERT_NE(before.find("Ring parameters"), std::string::npos) << before;  // ethtool ran
+    ASSERT_NE(before.find("Features for " + ifname), std::string::npos) << before;  // ethtool ran
     const CommandResult serve = run_command(
         rxq(net, net.ns_a(),
             {"serve", "--ifname", ifname, "--queues", "1", "--socket", socket_, "--journal", journal_}),
@@ -112,7 +112,7 @@ TEST_F(Rxq, RefusesOnVethAndLoopbackWithTheReasonsAndChangesNothing) {
         << out;
     // The doctor's answers, with the kernel's words, and rxq's own.
     EXPECT_NE(out.find("header split"), std::string::npos) << out;
-    EXPECT_NE(out.find("ntuple flow steering    no"), std::string::npos) << out;
+    EXPECT_NE(out.find("ntuple flow steering     no      rx-ntuple-filter: off [fixed]"), std::string::npos) << out;
     EXPECT_NE(out.find("SIOCETHTOOL ETHTOOL_GRXRINGS (RX ring count) on " + ifname +
                        ": the kernel refused: EOPNOTSUPP"),
               std::string::npos)
