@@ -112,13 +112,21 @@ Result<Plan> check_interface(const std::string& ifname, uint32_t queues, bool st
   if (auto n = steering.rx_rings(&ke)) {
     plan.rx_rings = *n;
     const bool enough = *n > queues;
+    // The fix: more channels, where the driver has them; fewer reserved queues, where that helps.
+    std::string fix;
+    const std::optional<uint32_t> most = c.queue_counts.combined_max;
+    if (!enough) {
+      if (!most || *most > queues) fix = fmt::format("ethtool -L {} combined {}", ifname, queues + 1);
+      if (*n > 1) fix += fmt::format("{}--queues {} or fewer", fix.empty() ? "" : "; or ", *n - 1);
+    }
     plan.checks.emplace_back(
-        "RX queues", answer(enough,
-                            enough ? fmt::format("{} RX queues: RSS keeps 0..{}, rxq reserves {}..{}", *n, *n - queues - 1,
-                                                 *n - queues, *n - 1)
-                                   : fmt::format("{} RX queue(s): reserving {} leaves none for RSS", *n, queues),
-                            enough ? "" : fmt::format("ethtool -L {} combined {} (or ask rxq for fewer queues)", ifname,
-                                                      queues + 1)));
+        "RX queues",
+        answer(enough,
+               enough ? fmt::format("{} RX queues: RSS keeps 0..{}, rxq reserves {}..{}", *n, *n - queues - 1,
+                                    *n - queues, *n - 1)
+                      : fmt::format("{} RX queue(s){}: reserving {} leaves none for RSS", *n,
+                                    most ? fmt::format(" (at most {} channel(s))", *most) : "", queues),
+               fix));
     for (uint32_t q = *n - std::min(*n, queues); q < *n; ++q) plan.reserved.push_back(q);
   } else {
     plan.checks.emplace_back("RX queues", answer(false, n.status().message(), zc::steering_hint(ke.err, ifname, ""), ke));
