@@ -61,24 +61,6 @@ int exit_code(const CapabilityReport& r) { return r.device_path_available ? kDoc
 
 // ---- human-readable ----
 
-constexpr int kLabel = 24;
-
-/// One answer: "  label  yes  detail", then the reason, the kernel's words and the fix
-/// on their own indented lines.
-void print_answer(std::string_view label, const ProbeAnswer& a) {
-  const std::string_view state = to_string(a.state);
-  std::string first = a.state == ProbeAnswer::State::kYes ? a.detail : a.reason;
-  fmt::print("  {:<{}} {:<7} {}\n", label, kLabel, state, first);
-  const std::string pad(2 + kLabel + 1 + 7 + 1, ' ');
-  if (a.state != ProbeAnswer::State::kYes && !a.detail.empty()) fmt::print("{}found: {}\n", pad, a.detail);
-  if (a.state == ProbeAnswer::State::kYes && !a.reason.empty()) fmt::print("{}note: {}\n", pad, a.reason);
-  if (a.error != 0) {
-    fmt::print("{}kernel: {} ({}){}\n", pad, errno_name(a.error), std::strerror(a.error),
-               a.kernel_message.empty() ? "" : fmt::format(": \"{}\"", a.kernel_message));
-  }
-  if (!a.fix.empty()) fmt::print("{}fix: {}\n", pad, a.fix);
-}
-
 /// The CUDA driver, as the CUDA memory domain sees it (remora/cuda.h). Device memory of a
 /// GPU moves through the staging path wherever the driver loads; a "no" says why not.
 void print_cuda(const remora::CudaProbe& p) {
@@ -162,6 +144,22 @@ void print_report(const CapabilityReport& r) {
 }
 
 }  // namespace
+
+constexpr int kLabel = 24;
+
+void print_answer(std::string_view label, const ProbeAnswer& a) {
+  const std::string_view state = to_string(a.state);
+  std::string first = a.state == ProbeAnswer::State::kYes ? a.detail : a.reason;
+  fmt::print("  {:<{}} {:<7} {}\n", label, kLabel, state, first);
+  const std::string pad(2 + kLabel + 1 + 7 + 1, ' ');
+  if (a.state != ProbeAnswer::State::kYes && !a.detail.empty()) fmt::print("{}found: {}\n", pad, a.detail);
+  if (a.state == ProbeAnswer::State::kYes && !a.reason.empty()) fmt::print("{}note: {}\n", pad, a.reason);
+  if (a.error != 0) {
+    fmt::print("{}kernel: {} ({}){}\n", pad, errno_name(a.error), std::strerror(a.error),
+               a.kernel_message.empty() ? "" : fmt::format(": \"{}\"", a.kernel_message));
+  }
+  if (!a.fix.empty()) fmt::print("{}fix: {}\n", pad, a.fix);
+}
 
 nlohmann::json doctor_json(const CapabilityReport& r) {
   nlohmann::json interfaces = nlohmann::json::array();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,10 @@ struct DoctorOptions {
 /// The report as JSON (the `--json` document): every answer as
 /// {state, detail, reason, fix, errno, errno_name, kernel_message}.
 nlohmann::json doctor_json(const CapabilityReport& report);
+
+/// One answer as the doctor prints it: "  label  yes  detail", then the reason, the
+/// kernel's words and the fix on their own indented lines (also `remora rxq`'s checks).
+void print_answer(std::string_view label, const ProbeAnswer& a);
 
 /// Probes, prints, and returns the exit code.
 int run_doctor(const DoctorOptions& options);

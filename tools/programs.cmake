@@ -18,12 +18,16 @@ target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
 target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_json fmt::fmt Threads::Threads)
 
 add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc ${CMAKE_CURRENT_LIST_DIR}/run.cc
-               ${CMAKE_CURRENT_LIST_DIR}/doctor.cc)
+               ${CMAKE_CURRENT_LIST_DIR}/doctor.cc ${CMAKE_CURRENT_LIST_DIR}/rxq.cc)
 set_target_properties(remora_tool PROPERTIES OUTPUT_NAME remora)
 # -Wno-null-dereference: GCC 12 flags CLI11's own string splitting (a false positive
 # that surfaces only once its templates are inlined here).
 target_compile_options(remora_tool PRIVATE ${REMORA_WARNINGS} -Wno-null-dereference)
 target_link_libraries(remora_tool PRIVATE remora_perf CLI11::CLI11 fmt::fmt nlohmann_json::nlohmann_json)
+# rxq.cc drives the zerocopy layer's internals (ethtool, netdev, the rxq protocol and journal).
+get_property(rxq_zerocopy_deps GLOBAL PROPERTY REMORA_LAYER_DEPS_zerocopy)
+remora_layer_include_root(zerocopy rxq_zerocopy_root ${rxq_zerocopy_deps})
+target_include_directories(remora_tool PRIVATE ${rxq_zerocopy_root})
 install(TARGETS remora_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 if(REMORA_BUILD_TESTS)

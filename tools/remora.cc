@@ -1,11 +1,12 @@
 // tools/remora.cc — the `remora` command: demo, bench p2p, bench staging, bench rma, bench coll, run,
-// doctor, version. A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress
+// doctor, rxq, version. A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress
 // line, run, and hand the report to the printers of tools/perf/report.h.
 #include <limits.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "perf.h"
 #include "report.h"
 #include "run.h"
+#include "rxq.h"
 #include "remora/remora.h"
 
 namespace {
@@ -383,6 +385,8 @@ struct Cli {
   CLI::App* doctor = nullptr;
   remora::tools::DoctorOptions doctor_options;
 
+  std::unique_ptr<remora::tools::RxqCli> rxq;
+
   CLI::App* run = nullptr;
   remora::tools::RunOptions run_options;
   int run_timeout_s = 0;
@@ -630,6 +634,7 @@ int dispatch(Cli& c, const std::vector<std::string>& argv) {
   if (*c.run) return run_launcher(c);
   if (*c.doctor) return remora::tools::run_doctor(c.doctor_options);
   if (*c.serve) return run_serve(c);
+  if (c.rxq && c.rxq->given()) return c.rxq->run();
   return 0;
 }
 
@@ -644,6 +649,7 @@ int main(int argc, char** argv) {
   add_serve(cli);
   add_run(cli);
   add_doctor(cli);
+  cli.rxq = std::make_unique<remora::tools::RxqCli>(&cli.app);
   argc = take_run_program(argc, argv, &cli.program_argv);
   CLI11_PARSE(cli.app, argc, argv);
   return dispatch(cli, std::vector<std::string>(argv, argv + argc));

@@ -187,6 +187,13 @@ Status EthtoolClient::probe_tcp_data_split_settable(uint32_t ifindex, uint8_t cu
       fmt::format("ethtool rings-set tcp-data-split={} (its current value) on ifindex {}", current, ifindex), refusal);
 }
 
+Status EthtoolClient::set_tcp_data_split(uint32_t ifindex, uint8_t value, KernelError* refusal) {
+  return socket_.transact(
+      build_rings_set_tcp_data_split(family_.id, socket_.next_seq(), ifindex, value),
+      [](std::span<const std::byte>) { return Status::ok(); },
+      fmt::format("ethtool rings-set tcp-data-split={} on ifindex {}", value, ifindex), refusal);
+}
+
 // ---- Driver name ----
 
 Result<std::string> driver_name(const std::string& ifname) {

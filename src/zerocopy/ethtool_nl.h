@@ -79,6 +79,9 @@ class EthtoolClient {
   /// otherwise the kernel's refusal (EOPNOTSUPP "setting TCP data split is not
   /// supported"; EPERM without CAP_NET_ADMIN).
   Status probe_tcp_data_split_settable(uint32_t ifindex, uint8_t current, KernelError* refusal = nullptr);
+  /// rings-set of tcp-data-split to `value` (`ethtool -G <if> tcp-data-split on|off|auto`):
+  /// `remora rxq` turns header split on, and puts back what was there.
+  Status set_tcp_data_split(uint32_t ifindex, uint8_t value, KernelError* refusal = nullptr);
 
  private:
   EthtoolClient(nl::Socket socket, nl::FamilyInfo family) : socket_(std::move(socket)), family_(std::move(family)) {}

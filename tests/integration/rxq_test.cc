@@ -1,0 +1,265 @@
+// `remora rxq` end to end, with real processes, in a network namespace with a veth pair:
+//  - on veth and the namespace's loopback (no header split, no ntuple, no RSS: the only
+//    interfaces this kernel can make) `rxq serve` and `rxq check` refuse with the kernel's
+//    reasons, exit 3, and change nothing: every `ethtool` view of the interface and
+//    `ip -d link` are the same before and after, and no journal or socket is left;
+//  - in the test-only stand-in mode (a memfd stands in for the dmabuf, the interface is
+//    left alone) the Unix-socket protocol runs for real: a client process and this test
+//    get the buffer's descriptor by SCM_RIGHTS and read what rxq wrote into it; each flow
+//    is journalled with its client's pid (SO_PEERCRED) and the kernel's refusal of its
+//    rule; a malformed request is refused with the decoder's reason; a SIGKILLed client's
+//    flows leave the journal; SIGTERM undoes everything and removes journal and socket;
+//    after a SIGKILL of rxq the journal stays, a new `serve` refuses to start over it,
+//    and `rxq undo` replays it and removes it.
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "itest_util.h"
+#include "support/netns.h"
+#include "support/process.h"
+#include "zerocopy/rxq_client.h"
+#include "zerocopy/rxq_protocol.h"
+
+namespace remora::itest {
+namespace {
+
+namespace rq = remora::zerocopy::rxq;
+using std::chrono::seconds;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Rxq : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/remora-rxq-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ + "/rxq.sock";
+    journal_ = dir_ + "/rxq.journal";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  /// `remora rxq <args>` inside `ns` ("" for this namespace).
+  std::vector<std::string> rxq(const NetnsPair& net, const std::string& ns, std::vector<std::string> args) const {
+    std::vector<std::string> argv = ns.empty() ? std::vector<std::string>{} : net.exec_prefix(ns);
+    argv.push_back(REMORA_TOOL_PATH);
+    argv.push_back("rxq");
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  /// Everything ethtool and ip say about `ifname` in `ns`, for a before/after comparison.
+  std::string snapshot(const NetnsPair& net, const std::string& ns, const std::string& ifname) const {
+    std::string all;
+    for (const char* opt : {"-g", "-k", "-l", "-x", "-n", "-i"}) {
+      auto argv = net.exec_prefix(ns);
+      argv.insert(argv.end(), {"ethtool", opt, ifname});
+      all += run_command(argv, seconds(10)).output;
+    }
+    auto argv = net.exec_prefix(ns);
+    argv.insert(argv.end(), {"ip", "-d", "link", "show", ifname});
+    all += run_command(argv, seconds(10)).output;
+    return all;
+  }
+
+  /// Reads `p`'s lines until one contains `want`; all lines read so far in `*seen`.
+  bool read_until(Process& p, const std::string& want, std::string* seen) {
+    for (;;) {
+      auto line = p.read_line(std::chrono::milliseconds(30000));
+      if (!line) return false;
+      *seen += *line + "\n";
+      if (line->find(want) != std::string::npos) return true;
+    }
+  }
+
+  std::string dir_, socket_, journal_;
+};
+
+TEST_F(Rxq, RefusesOnVethAndLoopbackWithTheReasonsAndChangesNothing) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  for (const std::string ifname : {"rmr0", "lo"}) {
+    SCOPED_TRACE(ifname);
+    const std::string before = snapshot(net, net.ns_a(), ifname);
+    ASSERT_NE(before.find("Features for " + ifname), std::string::npos) << before;  // ethtool ran
+    const CommandResult serve = run_command(
+        rxq(net, net.ns_a(),
+            {"serve", "--ifname", ifname, "--queues", "1", "--socket", socket_, "--journal", journal_}),
+        seconds(60));
+    ASSERT_TRUE(WIFEXITED(serve.status)) << serve.output;
+    EXPECT_EQ(WEXITSTATUS(serve.status), 3) << serve.output;
+    const std::string& out = serve.output;
+    EXPECT_NE(out.find("cannot be a devmem receive interface (the reasons are above); nothing was changed."),
+              std::string::npos)
+        << out;
+    // The doctor's answers, with the kernel's words, and rxq's own.
+    EXPECT_NE(out.find("header split"), std::string::npos) << out;
+    EXPECT_NE(out.find("ntuple flow steering     no      rx-ntuple-filter: off [fixed]"), std::string::npos) << out;
+    EXPECT_NE(out.find("SIOCETHTOOL ETHTOOL_GRXRINGS (RX ring count) on " + ifname +
+                       ": the kernel refused: EOPNOTSUPP"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("kernel: EOPNOTSUPP (Operation not supported)"), std::string::npos) << out;
+    EXPECT_NE(out.find("SIOCETHTOOL ETHTOOL_GRXFHINDIR"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(journal_));
+    EXPECT_FALSE(std::filesystem::exists(socket_));
+    EXPECT_EQ(snapshot(net, net.ns_a(), ifname), before);
+
+    const CommandResult check = run_command(rxq(net, net.ns_a(), {"check", "--ifname", ifname}), seconds(60));
+    ASSERT_TRUE(WIFEXITED(check.status)) << check.output;
+    EXPECT_EQ(WEXITSTATUS(check.status), 3) << check.output;
+    EXPECT_NE(check.output.find(ifname + " cannot be a devmem receive interface."), std::string::npos)
+        << check.output;
+    EXPECT_EQ(snapshot(net, net.ns_a(), ifname), before);
+  }
+  const CommandResult none = run_command(rxq(net, net.ns_a(), {"check", "--ifname", "nosuch0"}), seconds(60));
+  EXPECT_EQ(WEXITSTATUS(none.status), 1) << none.output;
+  EXPECT_NE(none.output.find("no network interface 'nosuch0'"), std::string::npos) << none.output;
+}
+
+TEST_F(Rxq, StandinServesFlowsPassesTheBufferAndCleansUpAfterClients) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  const std::string before = snapshot(net, net.ns_a(), "rmr0");
+  Process serve({.argv = rxq(net, net.ns_a(),
+                             {"serve", "--standin", "--ifname", "rmr0", "--queues", "2", "--socket", socket_,
+                              "--journal", journal_, "--dmabuf-size", "65536"}),
+                 .env = {},
+                 .capture_stderr = true});
+  ASSERT_TRUE(serve.ok()) << serve.error();
+  std::string log;
+  ASSERT_TRUE(read_until(serve, "rxq: serving rmr0 queues 0,1 on " + socket_, &log)) << log;
+  EXPECT_NE(log.find("bind-rx refused, as expected of a stand-in: devmem bind-rx"), std::string::npos) << log;
+
+  // A client process holds a flow; it reads what rxq wrote into the buffer it was given.
+  Process client({.argv = rxq(net, "", {"request", "--socket", socket_, "--port", "5000", "--hold"}),
+                  .env = {},
+                  .capture_stderr = true,
+                  .pipe_stdin = true});
+  ASSERT_TRUE(client.ok()) << client.error();
+  std::string client_out;
+  ASSERT_TRUE(read_until(client, "holding the flow", &client_out)) << client_out;
+  EXPECT_NE(client_out.find("rxq request: flow-type tcp4 dst-port 5000: binding 0 queue 0 rule none buffer 65536 "
+                            "bytes (stand-in memfd); SIOCETHTOOL ETHTOOL_SRXCLSRLINS (flow-type tcp4 dst-port 5000 "
+                            "action 0) on rmr0: the kernel refused: EOPNOTSUPP"),
+            std::string::npos)
+      << client_out;
+  EXPECT_NE(client_out.find("rxq request: buffer starts: remora rxq stand-in buffer: a memfd, not a dmabuf"),
+            std::string::npos)
+      << client_out;
+  const std::string client_entry =
+      fmt::format("flow {} 0 none flow-type tcp4 dst-port 5000\n", client.pid());
+  EXPECT_NE(slurp(journal_).find(client_entry), std::string::npos) << slurp(journal_);
+
+  // This test is a client too: the descriptor crosses processes and reads the same bytes.
+  {
+    auto c = rq::Client::connect(socket_);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    zerocopy::TcpFlow flow;
+    flow.dst_port = 6000;
+    flow.src_port = 40000;
+    flow.dst_addr = {10, 199, 0, 1};
+    auto lease = c->bind_flow(flow);
+    ASSERT_TRUE(lease.is_ok()) << lease.status().to_string();
+    EXPECT_EQ(lease->reply.queue, 1u);  // round robin over the reserved queues
+    EXPECT_EQ(lease->reply.flags, rq::kFlagStandin | rq::kFlagRuleRefused);
+    EXPECT_EQ(lease->reply.dmabuf_size, 65536u);
+    char head[16] = {};
+    ASSERT_EQ(::pread(lease->dmabuf.get(), head, sizeof head, 0), static_cast<ssize_t>(sizeof head));
+    EXPECT_EQ(std::string(head, sizeof head), "remora rxq stand");
+    EXPECT_NE(slurp(journal_).find(fmt::format("flow {} 1 none flow-type tcp4 dst-port 6000 src-port 40000 "
+                                               "dst-ip 10.199.0.1\n",
+                                               ::getpid())),
+              std::string::npos)
+        << slurp(journal_);
+
+    // A malformed request: refused with the decoder's reason, no descriptor.
+    std::vector<std::byte> junk(rq::kRequestBytes, std::byte{0x41});
+    ASSERT_TRUE(rq::send_packet(c->fd(), junk).is_ok());
+    auto p = rq::recv_packet(c->fd(), rq::kMaxReplyBytes, net::Clock::now() + seconds(30));
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_FALSE(p->fd.valid());
+    auto r = rq::decode_reply(p->bytes);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->error, EINVAL);
+    EXPECT_NE(r->message.find("bad magic 0x41414141"), std::string::npos) << r->message;
+  }  // this client disconnects: its flow goes
+  ASSERT_TRUE(read_until(serve, fmt::format("removed client pid {}'s flow-type tcp4 dst-port 6000", ::getpid()), &log))
+      << log;
+
+  // The client process dies without a word: rxq sees the hang-up and removes its flow.
+  client.kill_and_reap();
+  ASSERT_TRUE(read_until(serve, fmt::format("removed client pid {}'s flow-type tcp4 dst-port 5000", client.pid()),
+                         &log))
+      << log;
+  const std::string only_head = slurp(journal_);
+  EXPECT_TRUE(only_head.starts_with("remora-rxq-journal 1 rmr0 ")) << only_head;
+  EXPECT_EQ(std::count(only_head.begin(), only_head.end(), '\n'), 1) << only_head;
+
+  // SIGTERM: everything undone, journal and socket gone, the interface as it was.
+  serve.signal(SIGTERM);
+  ASSERT_TRUE(read_until(serve, "stopped; rmr0 is as it was", &log)) << log;
+  auto st = serve.wait(seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(Process::exited_ok(*st)) << Process::describe(*st) << "\n" << log;
+  EXPECT_FALSE(std::filesystem::exists(journal_));
+  EXPECT_FALSE(std::filesystem::exists(socket_));
+  EXPECT_EQ(snapshot(net, net.ns_a(), "rmr0"), before);
+}
+
+TEST_F(Rxq, UndoReplaysTheJournalOfAKilledRxq) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  const std::vector<std::string> serve_args = {"serve", "--standin", "--ifname", "rmr0", "--socket", socket_,
+                                               "--journal", journal_, "--dmabuf-size", "65536"};
+  Process serve({.argv = rxq(net, net.ns_a(), serve_args), .env = {}, .capture_stderr = true});
+  ASSERT_TRUE(serve.ok()) << serve.error();
+  std::string log;
+  ASSERT_TRUE(read_until(serve, "rxq: serving rmr0", &log)) << log;
+  auto c = rq::Client::connect(socket_);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  zerocopy::TcpFlow flow;
+  flow.dst_port = 7000;
+  ASSERT_TRUE(c->bind_flow(flow).is_ok());
+  serve.kill_and_reap();
+
+  const std::string left = slurp(journal_);
+  EXPECT_NE(left.find(fmt::format("1 flow {} 0 none flow-type tcp4 dst-port 7000\n", ::getpid())), std::string::npos)
+      << left;
+  // A new rxq will not start over a journal it did not undo.
+  const CommandResult again = run_command(rxq(net, net.ns_a(), serve_args), seconds(60));
+  EXPECT_EQ(WEXITSTATUS(again.status), 1) << again.output;
+  EXPECT_NE(again.output.find("run `remora rxq undo --journal " + journal_ + "` first"), std::string::npos)
+      << again.output;
+  EXPECT_EQ(slurp(journal_), left);
+
+  const CommandResult undo = run_command(rxq(net, net.ns_a(), {"undo", "--journal", journal_}), seconds(60));
+  EXPECT_TRUE(undo.ok()) << undo.output;
+  EXPECT_NE(undo.output.find("rxq: undone: flow"), std::string::npos) << undo.output;
+  EXPECT_NE(undo.output.find("1 of 1 entries undone; journal removed"), std::string::npos) << undo.output;
+  EXPECT_FALSE(std::filesystem::exists(journal_));
+  const CommandResult nothing = run_command(rxq(net, net.ns_a(), {"undo", "--journal", journal_}), seconds(60));
+  EXPECT_EQ(WEXITSTATUS(nothing.status), 1) << nothing.output;
+  EXPECT_NE(nothing.output.find("cannot read it"), std::string::npos) << nothing.output;
+}
+
+}  // namespace
+}  // namespace remora::itest
