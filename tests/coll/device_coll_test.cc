@@ -45,11 +45,15 @@ struct DevVec {
   size_t n;
   DevVec(TestDeviceDomain& d, const std::vector<int32_t>& v) : dev(&d), n(v.size()) {
     p = reinterpret_cast<int32_t*>(d.allocate(std::max<size_t>(n, 1) * sizeof(int32_t)).value());
-    if (n > 0) EXPECT_TRUE(d.write(p, v.data(), n * sizeof(int32_t)).is_ok());
+    if (n > 0) {
+      EXPECT_TRUE(d.write(p, v.data(), n * sizeof(int32_t)).is_ok());
+    }
   }
   std::vector<int32_t> read() const {
     std::vector<int32_t> out(n);
-    if (n > 0) EXPECT_TRUE(dev->read(out.data(), p, n * sizeof(int32_t)).is_ok());
+    if (n > 0) {
+      EXPECT_TRUE(dev->read(out.data(), p, n * sizeof(int32_t)).is_ok());
+    }
     return out;
   }
 };
