@@ -976,12 +976,11 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
 // ---------------------------------------------------------------------------
 
 void EndpointCore::start_liveness() {
-  // TCP_USER_TIMEOUT on every stream: data unacknowledged for the peer timeout (a link
-  // gone down) fails the socket, whatever the heartbeat sees.
-  Status s = Liveness::set_user_timeout(control_.get(), config_.peer_timeout_ms);
-  for (uint16_t i = 0; i < data_watch_.size() && s.is_ok(); ++i) {
-    s = Liveness::set_user_timeout(chunks_.fd(i), config_.peer_timeout_ms);
-  }
+  // TCP_USER_TIMEOUT on every stream (Liveness::user_timeout_ms): data unacknowledged
+  // that long (a link gone down) fails the socket, whatever the heartbeat sees.
+  const uint32_t user_timeout = Liveness::user_timeout_ms(config_.peer_timeout_ms);
+  Status s = Liveness::set_user_timeout(control_.get(), user_timeout);
+  for (uint16_t i = 0; i < data_watch_.size() && s.is_ok(); ++i) s = Liveness::set_user_timeout(chunks_.fd(i), user_timeout);
   if (!s.is_ok()) REMORA_LOG(kWarn, "endpoint to {}: {}; a dead link is noticed by heartbeats only", params_.peer, s.message());
   if (!liveness_.probes()) {
     REMORA_LOG(kInfo, "peer {} does not answer heartbeats (an older remora): a stopped peer is not noticed",

@@ -77,6 +77,12 @@ void Liveness::tick() {
   arm(now + period_);
 }
 
+uint32_t Liveness::user_timeout_ms(uint32_t peer_timeout_ms) noexcept {
+  constexpr uint64_t kMinUserTimeoutMs = 10'000;
+  const uint64_t ms = std::max<uint64_t>(uint64_t{peer_timeout_ms} * 3, kMinUserTimeoutMs);
+  return static_cast<uint32_t>(std::min<uint64_t>(ms, UINT32_MAX));
+}
+
 Status Liveness::set_user_timeout(int fd, uint32_t timeout_ms) {
   const unsigned int ms = timeout_ms;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) != 0) {

@@ -13,8 +13,11 @@
 // declared dead, however long its transfers take. With nothing outstanding, silence
 // is normal and nothing is sent.
 //
-// TCP_USER_TIMEOUT (set_user_timeout) covers the other half: data the kernel cannot
-// get acknowledged (a link down) fails the socket after the same timeout.
+// TCP_USER_TIMEOUT (set_user_timeout) is the kernel's backstop: data it cannot get
+// acknowledged (a link down) fails the socket. It is longer than the peer timeout
+// (user_timeout_ms): on a live but lossy or shaped link, retransmission backoff leaves
+// a segment unacknowledged for seconds (measured: 3 MiB messages over an 8 Mbit/s tbf
+// link failed with ETIMEDOUT at 1 s), while the heartbeat still gets through.
 //
 // Runs with the progress lock held, on the engine's timers.
 #pragma once
@@ -64,6 +67,8 @@ class Liveness {
   bool probes() const noexcept { return probes_; }
   uint32_t timeout_ms() const noexcept { return timeout_ms_; }
 
+  /// The TCP_USER_TIMEOUT for a peer timeout: three of them, at least 10 s.
+  static uint32_t user_timeout_ms(uint32_t peer_timeout_ms) noexcept;
   /// TCP_USER_TIMEOUT of `timeout_ms` on a stream socket: unacknowledged data older
   /// than that (or a zero window never reopened) fails the socket with ETIMEDOUT.
   static Status set_user_timeout(int fd, uint32_t timeout_ms);

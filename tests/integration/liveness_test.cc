@@ -6,20 +6,26 @@
 //   - a silent initiator (a raw peer that announced a large put and went quiet, never
 //     answering the target's HEARTBEAT probes): the target probes, gives up, closes,
 //     releases what it held, and goes on serving others;
+//   - a link set down between two namespaces mid-transfer: both sides fail;
 //   - a link rate-limited (tc tbf) between two namespaces, so that every large put and
 //     get takes several peer timeouts: everything completes, every byte checked.
 // All with REMORA_PEER_TIMEOUT_MS=1000 so that a verdict comes within seconds. No
 // assertion on time: a wait that outlives its bound fails as `timeout`, not as
 // `peer_failed`.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "itest_util.h"
 #include "support/netns.h"
 #include "support/raw_rma.h"
+#include "support/rma_scenarios.h"
 #include "support/rma_target.h"
 #include "support/test_data.h"
 #include "wire/handshake.h"
@@ -47,6 +53,26 @@ std::unique_ptr<Context> context_with_peer_timeout() {
   auto r = Context::create(options);
   EXPECT_TRUE(r) << describe(r.status());
   return r ? std::move(r).value() : nullptr;
+}
+
+/// Runs `fn` on a thread inside network namespace `ns`: the sockets it creates (a
+/// connect's) belong there. False (and `error`) if the thread could not enter it.
+template <typename Fn>
+bool in_netns(const std::string& ns, Fn fn, std::string* error) {
+  bool entered = false;
+  std::thread t([&] {
+    const int fd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+      *error = "entering " + ns + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return;
+    }
+    ::close(fd);
+    entered = true;
+    fn();
+  });
+  t.join();
+  return entered;
 }
 
 void expect_peer_silent(const Status& s, const char* what) {
@@ -147,6 +173,62 @@ TEST(Liveness, TargetReleasesWhatASilentInitiatorHeld) {
   EXPECT_TRUE(target->quit()) << target->last_error();
 }
 
+TEST(Liveness, LinkDownMidTransferFailsBothSides) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  // The target: a remora_rma_peer in namespace a, with waits far longer than the test
+  // waits for it (so only the liveness verdict can end it in time).
+  auto target = spawn_program({"ip", "netns", "exec", net.ns_a(), REMORA_TEST_RMA_PEER_PATH, "--scenario=random",
+                               "--seed=77", "--region-size=8388608", "--count=1000000", "--max-size=1048576",
+                               "--window=8", "--timeout-ms=300000", "--role=listen",
+                               "--address=" + net.addr_a() + ":0", "--half=target"},
+                              {kPeerTimeoutEnv});
+  ASSERT_TRUE(target->ok()) << target->error();
+  const uint16_t port = read_port(*target);
+  ASSERT_NE(port, 0);
+
+  // The initiator: this process, its endpoint's sockets in namespace b.
+  auto ctx = context_with_peer_timeout();
+  ASSERT_TRUE(ctx);
+  std::shared_ptr<Endpoint> ep;
+  std::string err;
+  ASSERT_TRUE(in_netns(
+      net.ns_b(),
+      [&] {
+        auto r = ctx->connect(net.addr_a() + ":" + std::to_string(port), std::chrono::seconds(30));
+        if (r) ep = std::move(r).value();
+        else err = describe(r.status());
+      },
+      &err))
+      << err;
+  ASSERT_TRUE(ep) << err;
+  RandomRmaOptions options{.seed = 77, .region_size = 8 << 20, .count = 1000000, .max_size = 1 << 20, .window = 8,
+                           .timeout = std::chrono::milliseconds(300000)};
+  RandomRmaReport report;
+  std::thread initiator([&] { report = random_rma_initiator(*ep, options); });
+  // Mid-transfer: once chunks are moving (bounded; polling the counters, no sleep).
+  const auto deadline = std::chrono::steady_clock::now() + kVerdictBound;
+  while (ep->stats().chunks_sent < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  const CommandResult down = run_command({"ip", "-n", net.ns_a(), "link", "set", "rmr0", "down"}, std::chrono::seconds(10));
+  EXPECT_TRUE(down.ok()) << down.output;
+  initiator.join();
+
+  // This side: the endpoint failed by itself (a wait that merely expired leaves it up),
+  // through the heartbeat (peer_failed) or TCP_USER_TIMEOUT (timeout).
+  EXPECT_NE(report.error, "") << "the random run completed although the link went down";
+  EXPECT_TRUE(ep->failed()) << report.error;
+  const StatusCode code = ep->failure().code();
+  EXPECT_TRUE(code == StatusCode::kPeerFailed || code == StatusCode::kTimeout) << describe(ep->failure());
+  // The other side: ends by itself too, long before its own waits would.
+  auto [out, status] = finish(*target, std::chrono::seconds(60));
+  // Its endpoint failed: by the heartbeat, TCP_USER_TIMEOUT, or (its own link being
+  // down) the kernel's "network is unreachable".
+  EXPECT_FALSE(Process::exited_ok(status)) << out;
+  EXPECT_TRUE(out.find("REMORA_PEER_TIMEOUT_MS") != std::string::npos || out.find("timed out") != std::string::npos ||
+              out.find("unreachable") != std::string::npos)
+      << out;
+}
+
 TEST(Liveness, SlowPeersOverARateLimitedLinkAreAlive) {
   NetnsPair net;
   if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
@@ -183,6 +265,25 @@ TEST(Liveness, SlowPeersOverARateLimitedLinkAreAlive) {
   ASSERT_TRUE(initiator->ok()) << initiator->error();
   expect_peer_success(*initiator);
   expect_peer_success(*target);
+
+  // Two-sided: a 3 MiB message each way, about three peer timeouts on the wire, every
+  // byte checked by the receiving peer.
+  const std::vector<std::string> exchange = {"--scenario=exchange", "--seed=2112",        "--count=1",
+                                             "--peer-count=1",      "--fixed-size=3145728", "--tags=1",
+                                             "--expect-streams=2"};
+  std::vector<std::string> a_args = exchange;
+  a_args.insert(a_args.end(), {"--role=listen", "--address=" + net.addr_a() + ":0", "--side=0", "--close=follow"});
+  auto a = spawn_peer(a_args, env, net.exec_prefix(net.ns_a()));
+  ASSERT_TRUE(a->ok());
+  const uint16_t exchange_port = read_port(*a);
+  ASSERT_NE(exchange_port, 0);
+  std::vector<std::string> b_args = exchange;
+  b_args.insert(b_args.end(), {"--role=connect", "--address=" + net.addr_a() + ":" + std::to_string(exchange_port),
+                               "--side=1", "--close=initiate"});
+  auto b = spawn_peer(b_args, env, net.exec_prefix(net.ns_b()));
+  ASSERT_TRUE(b->ok());
+  expect_peer_success(*b);
+  expect_peer_success(*a);
 }
 
 }  // namespace
