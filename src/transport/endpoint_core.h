@@ -10,7 +10,8 @@
 //   - RmaInitiator (rma_initiator.h): the one-sided operations this side initiates;
 //   - RmaTarget (rma_target.h): the peer's one-sided requests this side serves;
 //   - Notifications (notifications.h): what notified puts delivered to this side;
-//   - LingeringClose (linger.h): the sockets of a closed endpoint.
+//   - LingeringClose (linger.h): the sockets of a closed endpoint;
+//   - Liveness (liveness.h): the heartbeat, and the verdict on a silent peer.
 //
 // Everything here runs with the progress lock held (the engine's mutex); public
 // Endpoint methods take it. Ops are owned by the maps below and by the parts; the
