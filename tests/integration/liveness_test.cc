@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -75,6 +76,15 @@ bool in_netns(const std::string& ns, Fn fn, std::string* error) {
   return entered;
 }
 
+/// Stops child `pid` and returns once it is stopped (kill() only queues the signal: a
+/// process still running could answer what is posted next) or has exited.
+bool stop_child(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WEXITED | WNOWAIT) != 0) return false;
+  return info.si_code == CLD_STOPPED;
+}
+
 void expect_peer_silent(const Status& s, const char* what) {
   EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << what << ": " << describe(s);
   EXPECT_NE(s.message().find("REMORA_PEER_TIMEOUT_MS"), std::string::npos) << what << ": " << describe(s);
@@ -97,7 +107,7 @@ TEST(Liveness, StoppedTargetFailsEveryOutstandingOperation) {
   ASSERT_TRUE(ep->get(got, *key, 0).wait(kVerdictBound).is_ok());
   ASSERT_EQ(std::memcmp(got.data(), want.data(), size), 0);
 
-  target->process().signal(SIGSTOP);
+  ASSERT_TRUE(stop_child(target->process().pid()));
   // Operations of every kind, outstanding on the stopped peer.
   std::vector<std::byte> big(size), small(64), recv_buf(64);
   uint64_t previous = 0;
