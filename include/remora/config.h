@@ -48,6 +48,10 @@ struct Config {
   /// Bound of a wait given no timeout (remora::kDefaultTimeout): Request::wait, wait_all,
   /// Listener::accept, Endpoint::wait_notification. 1 ms to 24 h (REMORA_WAIT_TIMEOUT_MS).
   uint32_t wait_timeout_ms = 300000;
+  /// A peer that sends nothing for this long while operations are outstanding on its
+  /// endpoint (in either direction) is declared dead: TCP_USER_TIMEOUT on every stream
+  /// and a heartbeat on the control stream. 1000 ms to 1 h (REMORA_PEER_TIMEOUT_MS).
+  uint32_t peer_timeout_ms = 30000;
   PinMode pin_mode = PinMode::kTry;        ///< REMORA_PIN=try|require|off
   /// Chunk-sized pinned buffers per endpoint and direction through which device memory
   /// moves when no zero-copy path exists; 2 (double buffering) to 1024 (REMORA_STAGING_BUFFERS).
@@ -86,6 +90,7 @@ struct ContextOptions {
   std::optional<uint32_t> connect_timeout_ms = std::nullopt;
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;
   std::optional<uint32_t> wait_timeout_ms = std::nullopt;
+  std::optional<uint32_t> peer_timeout_ms = std::nullopt;
   std::optional<PinMode> pin_mode = std::nullopt;
   std::optional<uint32_t> staging_buffers = std::nullopt;
   std::optional<DevicePathMode> device_path = std::nullopt;

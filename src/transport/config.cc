@@ -17,6 +17,8 @@ namespace remora {
 namespace {
 
 constexpr uint32_t kMaxWaitTimeoutMs = 86'400'000;  // 24 h: longer waits ask for kForever
+constexpr uint32_t kMinPeerTimeoutMs = 1000;        // below, a busy machine's scheduling delays look like death
+constexpr uint32_t kMaxPeerTimeoutMs = 3'600'000;
 
 }  // namespace
 
@@ -37,6 +39,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_CONNECT_TIMEOUT_MS",
                                                     "REMORA_HANDSHAKE_TIMEOUT_MS",
                                                     "REMORA_WAIT_TIMEOUT_MS",
+                                                    "REMORA_PEER_TIMEOUT_MS",
                                                     "REMORA_PIN",
                                                     "REMORA_DEVICE_PATH",
                                                     "REMORA_DEVMEM_IFNAME"};
@@ -67,6 +70,8 @@ Result<Config> Config::from_env() {
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_WAIT_TIMEOUT_MS", &c.wait_timeout_ms, 1, kMaxWaitTimeoutMs));
+  REMORA_RETURN_IF_ERROR(
+      core::read_env_uint("REMORA_PEER_TIMEOUT_MS", &c.peer_timeout_ms, kMinPeerTimeoutMs, kMaxPeerTimeoutMs));
   if (auto text = core::getenv_view("REMORA_PIN")) {
     if (*text == "try") {
       c.pin_mode = PinMode::kTry;
@@ -128,6 +133,9 @@ Status Config::validate() const {
         "wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS) must be 1..86400000 (24 h); "
         "wait without a bound with remora::kForever");
   }
+  if (peer_timeout_ms < kMinPeerTimeoutMs || peer_timeout_ms > kMaxPeerTimeoutMs) {
+    return bad("peer_timeout_ms (REMORA_PEER_TIMEOUT_MS) must be 1000..3600000 (1 s to 1 h)");
+  }
   return Status::ok();
 }
 
@@ -146,6 +154,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
   if (o.wait_timeout_ms) base.wait_timeout_ms = *o.wait_timeout_ms;
+  if (o.peer_timeout_ms) base.peer_timeout_ms = *o.peer_timeout_ms;
   if (o.pin_mode) base.pin_mode = *o.pin_mode;
   if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
   if (o.device_path) base.device_path = *o.device_path;

@@ -158,6 +158,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   hello.rma_window = config_.rma_window;
+  hello.capabilities = wire::kCapHeartbeat;
   auto ack = exchange_hello(control.get(), hello, deadline);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
   REMORA_RETURN_IF_ERROR(check_ack(ack, peer));
@@ -168,6 +169,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   p.peer_eager_limit = ack->eager_limit;
   p.peer_eager_credit = ack->eager_credit;
   p.peer_rma_window = ack->rma_window;
+  p.peer_capabilities = ack->capabilities;
   p.registry = &registry_;
   p.domains = &domains_;
   p.peer = peer;

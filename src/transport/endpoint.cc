@@ -76,6 +76,7 @@ Status EndpointCore::activate() {
     data_watch_[i].hid = *dh;
   }
   state_ = State::kActive;
+  start_liveness();
   // Bytes may have arrived before registration; edge-triggered epoll would not report them.
   read_control();
   for (uint16_t i = 0; i < data_watch_.size() && alive(); ++i) read_stream(i);
@@ -437,6 +438,7 @@ void EndpointCore::fail_locked(const Status& why) {
   }
   bool was_setup = state_ == State::kSetup;
   state_ = State::kFailed;
+  liveness_.stop();
   failure_ = why;
   if (!was_setup) REMORA_LOG(kInfo, "endpoint {} to {} failed: {}", static_cast<uint64_t>(params_.id), params_.peer, why.to_string());
 
@@ -626,6 +628,7 @@ bool EndpointCore::read_control() {
       return true;
     }
     const size_t n = r.bytes;
+    liveness_.heard();
     rx_end_ += n;
     got = true;
     while (state_ == State::kActive && rx_begin_ < rx_end_) {
@@ -665,6 +668,7 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         else if constexpr (std::is_same_v<T, GoodbyeFrame>) handle_goodbye(f);
         else if constexpr (std::is_same_v<T, wire::RespFrame>) initiator_.handle_resp(f);
         else if constexpr (std::is_same_v<T, wire::AbortFrame>) handle_abort(f);
+        else if constexpr (std::is_same_v<T, wire::HeartbeatFrame>) handle_heartbeat(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);
@@ -1019,6 +1023,7 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
     if (linger_) linger_->progress();  // closed: the sockets are draining (see close)
     return;
   }
+  if (events & EPOLLIN) liveness_.heard();
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     if (events & (EPOLLRDHUP | EPOLLHUP)) chunks_.hung_up(index);
     read_stream(index);
@@ -1029,6 +1034,50 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
   }
   // Finishing a chunk may have queued a reply (a served PUT's RESP).
   if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();
+}
+
+// ---------------------------------------------------------------------------
+// Liveness (transport/liveness.h): the endpoint's side of the heartbeat
+// ---------------------------------------------------------------------------
+
+void EndpointCore::start_liveness() {
+  // TCP_USER_TIMEOUT on every stream (Liveness::user_timeout_ms): data unacknowledged
+  // that long (a link gone down) fails the socket, whatever the heartbeat sees.
+  const uint32_t user_timeout = Liveness::user_timeout_ms(config_.peer_timeout_ms);
+  Status s = Liveness::set_user_timeout(control_.get(), user_timeout);
+  for (uint16_t i = 0; i < data_watch_.size() && s.is_ok(); ++i) s = Liveness::set_user_timeout(chunks_.fd(i), user_timeout);
+  if (!s.is_ok()) REMORA_LOG(kWarn, "endpoint to {}: {}; a dead link is noticed by heartbeats only", params_.peer, s.message());
+  if (!liveness_.probes()) {
+    REMORA_LOG(kInfo, "peer {} does not answer heartbeats (an older remora): a stopped peer is not noticed",
+               params_.peer);
+  }
+  liveness_.start(weak_from_this());
+}
+
+bool EndpointCore::awaiting_peer() const {
+  return outstanding_ > 0 || initiator_.outstanding() > 0 || target_.serving() || !recvs_.empty() || !chunks_.idle() ||
+         ctl_tx_off_ < ctl_tx_.size();
+}
+
+void EndpointCore::read_input() {
+  if (state_ == State::kActive) read_control();
+  for (uint16_t i = 0; i < data_watch_.size() && (state_ == State::kActive || state_ == State::kDraining); ++i) {
+    read_stream(i);
+  }
+}
+
+void EndpointCore::send_probe(uint64_t seq) {
+  if (state_ != State::kActive || !control_.valid()) return;  // draining: nothing to probe with
+  append_frame(wire::HeartbeatFrame{.seq = seq, .reply = false});
+  flush_control();
+}
+
+void EndpointCore::handle_heartbeat(const wire::HeartbeatFrame& f) {
+  if (f.reply) {
+    liveness_.replied(f.seq);
+    return;
+  }
+  append_frame(wire::HeartbeatFrame{.seq = f.seq, .reply = true});  // read_control's pump flushes it
 }
 
 }  // namespace detail

@@ -10,7 +10,8 @@
 //   - RmaInitiator (rma_initiator.h): the one-sided operations this side initiates;
 //   - RmaTarget (rma_target.h): the peer's one-sided requests this side serves;
 //   - Notifications (notifications.h): what notified puts delivered to this side;
-//   - LingeringClose (linger.h): the sockets of a closed endpoint.
+//   - LingeringClose (linger.h): the sockets of a closed endpoint;
+//   - Liveness (liveness.h): the heartbeat, and the verdict on a silent peer.
 //
 // Everything here runs with the progress lock held (the engine's mutex); public
 // Endpoint methods take it. Ops are owned by the maps below and by the parts; the
@@ -33,6 +34,7 @@
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
 #include "transport/linger.h"
+#include "transport/liveness.h"
 #include "transport/matcher.h"
 #include "transport/notifications.h"
 #include "transport/rma_initiator.h"
@@ -40,6 +42,7 @@
 #include "transport/device_path.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
+#include "wire/handshake.h"
 
 namespace remora::detail {
 
@@ -50,7 +53,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
                            private RmaInitiator::Owner,
                            private RmaTarget::Owner,
                            private Notifications::Owner,
-                           private StagingHost {
+                           private StagingHost,
+                           private Liveness::Owner {
  public:
   struct Params {
     EndpointId id{};
@@ -62,6 +66,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     /// The context's device domains (Context::add_memory_domain); read with the lock held.
     const std::vector<MemoryDomain*>* domains = nullptr;
     std::string peer;
+    uint64_t peer_capabilities = 0;  ///< the peer's HELLO / HELLO_ACK capability bits (wire/handshake.h)
   };
 
   EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params);
@@ -162,12 +167,15 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_credit(const wire::CreditFrame& f);
   void handle_goodbye(const wire::GoodbyeFrame& f);
   void handle_abort(const wire::AbortFrame& f);
+  void handle_heartbeat(const wire::HeartbeatFrame& f);
   /// A request for the RMA target: the target admits it, this side checks (a PUT) or
   /// decides (a GET's reply) its inline class, the target serves it.
   void serve_request(const wire::PutFrame& f);
   void serve_request(const wire::GetFrame& f);
   void serve_request(const wire::AtomicFrame& f);
   void handle_control_eof(const Status& why);
+  /// Sets TCP_USER_TIMEOUT on every stream and starts the heartbeat (activate).
+  void start_liveness();
 
   /// The one place that decides how data travels: a message (given credit), a put's
   /// data and a get's reply of at most the negotiated eager limit go inline on the
@@ -230,6 +238,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   Status inactive() const override;
   void run_handler_later() override;
   void waiter_woken() override { hold_resps_ = true; }  // see the RESP coalescing below
+
+  // Liveness::Owner (liveness.h: the heartbeat and the silent-peer verdict)
+  bool awaiting_peer() const override;
+  void read_input() override;
+  void send_probe(uint64_t seq) override;
+  void peer_silent(const Status& why) override { fail_locked(why); }
 
   // output
   void append_frame(const wire::Frame& frame);
@@ -349,6 +363,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // points into their operations); the target delivers into notifications_.
   Notifications notifications_{*this, engine_, params_.peer, stats_};
   RmaInitiator initiator_{*this, engine_, params_.peer_rma_window, params_.peer, stats_};
+  /// Notices a silent peer (REMORA_PEER_TIMEOUT_MS); ticks from activate() until failure.
+  Liveness liveness_{*this, engine_, config_.peer_timeout_ms, (params_.peer_capabilities & wire::kCapHeartbeat) != 0,
+                     params_.peer};
   RmaTarget target_{*this,
                     notifications_,
                     discard_,

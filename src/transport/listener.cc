@@ -211,6 +211,7 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
   ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   ack.rma_window = config_.rma_window;
+  ack.capabilities = wire::kCapHeartbeat;
   return ack;
 }
 
@@ -227,6 +228,7 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.peer_eager_limit = hello.eager_limit;
   p.peer_eager_credit = hello.eager_credit;
   p.peer_rma_window = hello.rma_window;
+  p.peer_capabilities = hello.capabilities;
   p.registry = &registry_;
   p.domains = &domains_;
   p.peer = std::move(peer);

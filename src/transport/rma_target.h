@@ -91,6 +91,8 @@ class RmaTarget {
   }
   /// The control stream's output queue was emptied (all sent, or dropped).
   void control_cleared() { unsent_resps_.clear(); }
+  /// A large PUT or GET is in service (the peer's liveness matters to it).
+  bool serving() const noexcept { return !served_puts_.empty() || !served_gets_.empty(); }
   /// Forgets every request in service (the endpoint failed; their RESPs cannot go out).
   void fail();
 

@@ -46,7 +46,8 @@ static_assert(kAtomicBodySize == 8 + kKeySize + 8 + 4 + 4 + 8 + 8,
 static_assert(kRespBodySize == 8 + 4 + 4 + 8, "RESP: op_id, status, reserved, value");
 static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kAtomicBodySize);
 static_assert(kEagerCreditOverhead == 64);
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kAbort) == 11);
+static_assert(kHeartbeatBodySize == 8, "HEARTBEAT: seq");
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kHeartbeat) == 12);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -55,7 +56,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kAbort);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kHeartbeat);
 }
 
 /// Flag bits each type may carry; any other bit set is a protocol error.
@@ -65,6 +66,7 @@ uint8_t allowed_flags(FrameType type) {
     case FrameType::kAbort: return 0x03;  // the ChunkKind (0..2; 3 is refused by validate_header)
     case FrameType::kPut: return kPutNotify | kPutInline;
     case FrameType::kResp: return kRespInline;
+    case FrameType::kHeartbeat: return kHeartbeatReply;
     default: return 0;
   }
 }
@@ -89,6 +91,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kAtomic: return kAtomicBodySize;
     case FrameType::kResp: return kRespBodySize;
     case FrameType::kAbort: return kAbortBodySize;
+    case FrameType::kHeartbeat: return kHeartbeatBodySize;
   }
   return 0;
 }
@@ -249,6 +252,8 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       }
       return Frame{AbortFrame{.id = load_u64(p), .kind = static_cast<ChunkKind>(flags), .code = static_cast<StatusCode>(code)}};
     }
+    case FrameType::kHeartbeat:
+      return Frame{HeartbeatFrame{.seq = load_u64(p), .reply = (flags & kHeartbeatReply) != 0}};
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -275,6 +280,7 @@ uint8_t flags_of(const Frame& frame) {
     return static_cast<uint8_t>((put->has_notify ? kPutNotify : 0) | (put->inline_data ? kPutInline : 0));
   }
   if (const auto* resp = std::get_if<RespFrame>(&frame)) return resp->inline_data ? kRespInline : 0;
+  if (const auto* hb = std::get_if<HeartbeatFrame>(&frame)) return hb->reply ? kHeartbeatReply : 0;
   return 0;
 }
 
@@ -382,6 +388,7 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u8(body + 8, static_cast<uint8_t>(f.code));
       std::fill(body + 9, body + kAbortBodySize, std::byte{0});
     }
+    void operator()(const HeartbeatFrame& f) const { store_u64(body, f.seq); }
   };
 
   // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
@@ -415,6 +422,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kAtomic: return "ATOMIC";
     case FrameType::kResp: return "RESP";
     case FrameType::kAbort: return "ABORT";
+    case FrameType::kHeartbeat: return "HEARTBEAT";
   }
   return "unknown";
 }

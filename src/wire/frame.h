@@ -27,6 +27,7 @@ enum class FrameType : uint8_t {
   kAtomic = 9,
   kResp = 10,
   kAbort = 11,
+  kHeartbeat = 12,  ///< liveness probe and its reply; only to a peer that advertised kCapHeartbeat
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -42,6 +43,7 @@ inline constexpr size_t kGetBodySize = 64;   // op_id, key, offset, length
 inline constexpr size_t kAtomicBodySize = 80;  // op_id, key, offset, opcode, reserved, operand, compare
 inline constexpr size_t kRespBodySize = 24;  // op_id, status, reserved, value; INLINE payload follows
 inline constexpr size_t kAbortBodySize = 16;  // id, code, reserved
+inline constexpr size_t kHeartbeatBodySize = 8;  // seq
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -61,6 +63,8 @@ inline constexpr uint8_t kPutNotify = 0x01;  ///< the notify field carries a not
 inline constexpr uint8_t kPutInline = 0x02;  ///< the payload (exactly `length` bytes) follows the body
 /// RESP flags.
 inline constexpr uint8_t kRespInline = 0x01;  ///< the GET's data follows the body
+/// HEARTBEAT flags.
+inline constexpr uint8_t kHeartbeatReply = 0x01;  ///< the answer to a probe (echoes its seq)
 
 enum class AtomicOp : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
 
@@ -152,9 +156,16 @@ struct AbortFrame {
   StatusCode code = StatusCode::kDeviceFailed;  ///< why: never ok or in_progress
 };
 
+/// A liveness probe (reply false) or its answer (reply true, the probe's seq). Sent
+/// on the control stream while operations are outstanding (transport/liveness.h).
+struct HeartbeatFrame {
+  uint64_t seq = 0;
+  bool reply = false;
+};
+
 /// Alternatives in FrameType order (index + 1 == type).
 using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
-                           AtomicFrame, RespFrame, AbortFrame>;
+                           AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

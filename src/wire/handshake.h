@@ -16,6 +16,10 @@ inline constexpr size_t kHelloSize = 48;
 inline constexpr size_t kHelloAckSize = 48;
 inline constexpr uint16_t kMaxStreams = 64;
 
+/// HELLO / HELLO_ACK capability bits (docs/protocol.md). A peer ignores bits it does
+/// not know, so each feature is used only when both sides advertised it.
+inline constexpr uint64_t kCapHeartbeat = uint64_t{1} << 0;  ///< understands HEARTBEAT frames (type 12)
+
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 
 enum class HelloStatus : uint16_t {

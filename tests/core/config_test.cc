@@ -102,6 +102,7 @@ TEST(Config, EveryOptionReachesItsField) {
                                            .connect_timeout_ms = d.connect_timeout_ms + 1,
                                            .handshake_timeout_ms = d.handshake_timeout_ms + 1,
                                            .wait_timeout_ms = d.wait_timeout_ms + 1,
+                                           .peer_timeout_ms = d.peer_timeout_ms + 1,
                                            .pin_mode = PinMode::kOff,
                                            .staging_buffers = d.staging_buffers + 1});
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
@@ -118,6 +119,7 @@ TEST(Config, EveryOptionReachesItsField) {
   EXPECT_EQ(c.connect_timeout_ms, d.connect_timeout_ms + 1);
   EXPECT_EQ(c.handshake_timeout_ms, d.handshake_timeout_ms + 1);
   EXPECT_EQ(c.wait_timeout_ms, d.wait_timeout_ms + 1);
+  EXPECT_EQ(c.peer_timeout_ms, d.peer_timeout_ms + 1);
   EXPECT_EQ(c.pin_mode, PinMode::kOff);
   EXPECT_EQ(c.staging_buffers, d.staging_buffers + 1);
 }
@@ -148,6 +150,32 @@ TEST(Config, WaitTimeoutFromDefaultsEnvironmentAndOptions) {
   c.wait_timeout_ms = 86'400'001;
   EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
   c.wait_timeout_ms = 86'400'000;
+  EXPECT_TRUE(c.validate().is_ok());
+}
+
+// The liveness timeout: 30 s unless REMORA_PEER_TIMEOUT_MS or ContextOptions says
+// otherwise; 1 s to 1 h (shorter would declare peers on a busy machine dead).
+TEST(Config, PeerTimeoutFromDefaultsEnvironmentAndOptions) {
+  EXPECT_EQ(Config{}.peer_timeout_ms, 30000u);
+  {
+    ScopedEnv e("REMORA_PEER_TIMEOUT_MS", "1000");
+    auto cfg = Config::from_env();
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    EXPECT_EQ(cfg->peer_timeout_ms, 1000u);
+    EXPECT_EQ(apply(*cfg, ContextOptions{.peer_timeout_ms = 5000}).peer_timeout_ms, 5000u);
+  }
+  for (const char* bad : {"0", "999", "abc", "3600001"}) {
+    ScopedEnv e("REMORA_PEER_TIMEOUT_MS", bad);
+    auto cfg = Config::from_env();
+    ASSERT_FALSE(cfg.is_ok()) << "REMORA_PEER_TIMEOUT_MS=" << bad;
+    EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(cfg.status().message().find("REMORA_PEER_TIMEOUT_MS"), std::string::npos) << cfg.status().message();
+  }
+  Config c;
+  c.peer_timeout_ms = 999;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.validate().message().find("REMORA_PEER_TIMEOUT_MS"), std::string::npos) << c.validate().message();
+  c.peer_timeout_ms = 3'600'000;
   EXPECT_TRUE(c.validate().is_ok());
 }
 

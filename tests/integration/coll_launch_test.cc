@@ -148,17 +148,19 @@ TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
   }
 }
 
-class DeadRank : public ::testing::TestWithParam<int> {};
-
-TEST_P(DeadRank, EverySurvivorFailsWithThePeersFailureNotATimeout) {
+// Rank `victim` of a looping 4-rank job is killed (SIGKILL) or stopped (SIGSTOP: its
+// kernel still ACKs, so only the endpoints' heartbeat notices, REMORA_PEER_TIMEOUT_MS);
+// every survivor must fail with the peer's failure, not wait it out.
+void expect_survivors_fail(int victim, bool stop) {
   constexpr int kRanks = 4;
-  const int victim = GetParam();
   const std::string store = "REMORA_STORE=127.0.0.1:" + std::to_string(free_tcp_port());
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < kRanks; ++r) {
     ranks.push_back(spawn_program(
         {kCheck, "--loop"},
-        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout}));
+        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout,
+         // The default (30 s) where nothing stops, so the killed-rank case is as before.
+         stop ? "REMORA_PEER_TIMEOUT_MS=1000" : "REMORA_PEER_TIMEOUT_MS=30000"}));
   }
   // Every rank has finished one round of the loop: the mesh is up and every rank is
   // inside the loop (it prints nothing more until something fails).
@@ -173,9 +175,13 @@ TEST_P(DeadRank, EverySurvivorFailsWithThePeersFailureNotATimeout) {
     ASSERT_TRUE(line.has_value()) << "rank " << r << (p.timed_out() ? " timed out" : " EOF");
     ASSERT_EQ(*line, mine + "looping");
   }
-  const int victim_status = ranks[static_cast<size_t>(victim)]->kill_and_reap();
-  ASSERT_TRUE(WIFSIGNALED(victim_status) && WTERMSIG(victim_status) == SIGKILL)
-      << "the victim was not killed by us: " << Process::describe(victim_status);
+  if (stop) {
+    ranks[static_cast<size_t>(victim)]->signal(SIGSTOP);  // killed (and reaped) at the end
+  } else {
+    const int victim_status = ranks[static_cast<size_t>(victim)]->kill_and_reap();
+    ASSERT_TRUE(WIFSIGNALED(victim_status) && WTERMSIG(victim_status) == SIGKILL)
+        << "the victim was not killed by us: " << Process::describe(victim_status);
+  }
 
   // Every survivor must be gone well within the collective timeout: one that waits
   // it out (or hangs) is killed at this deadline and fails the test.
@@ -197,8 +203,14 @@ TEST_P(DeadRank, EverySurvivorFailsWithThePeersFailureNotATimeout) {
   }
 }
 
+class DeadRank : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeadRank, EverySurvivorFailsWithThePeersFailureNotATimeout) { expect_survivors_fail(GetParam(), false); }
+
 INSTANTIATE_TEST_SUITE_P(Victim, DeadRank, ::testing::Values(0, 2),
                          [](const ::testing::TestParamInfo<int>& p) { return "Rank" + std::to_string(p.param); });
+
+TEST(StoppedRank, EverySurvivorFailsWithinThePeerTimeoutNotACollectiveTimeout) { expect_survivors_fail(2, true); }
 
 }  // namespace
 }  // namespace remora::itest

@@ -78,9 +78,11 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, RespFrame>) {
           return x.op_id == y.op_id && x.status == y.status && x.value == y.value && x.inline_data == y.inline_data &&
                  same_bytes(x.payload, y.payload);
-        } else {
-          static_assert(std::is_same_v<T, AbortFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, AbortFrame>) {
           return x.id == y.id && x.kind == y.kind && x.code == y.code;
+        } else {
+          static_assert(std::is_same_v<T, HeartbeatFrame>, "same_frame: a frame type is not compared");
+          return x.seq == y.seq && x.reply == y.reply;
         }
       },
       a);
@@ -298,6 +300,15 @@ std::vector<Golden> goldens() {
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // id
               0x0F,                                            // code 15 = device_failed
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},     // reserved
+      // --- liveness ---
+      {"heartbeat",
+       HeartbeatFrame{.seq = 0x0102030405060708, .reply = false},
+       bytes({0x0C, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 12, a probe, body 8
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})},  // seq
+      {"heartbeat_reply",
+       HeartbeatFrame{.seq = 1, .reply = true},
+       bytes({0x0C, 0x01, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 12, REPLY, body 8
+              0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // seq echoed from the probe
   };
 }
 
@@ -424,7 +435,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 12, 0x80, 0xFF}) {
+  for (int type : {0, 13, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -440,6 +451,7 @@ uint8_t defined_flags(std::byte type) {
     case FrameType::kAbort: return 0x03;  // the kind (3 itself is refused: ChunkKindThree)
     case FrameType::kPut: return 0x03;    // NOTIFY | INLINE
     case FrameType::kResp: return 0x01;   // INLINE
+    case FrameType::kHeartbeat: return 0x01;  // REPLY
     default: return 0x00;
   }
 }
@@ -560,12 +572,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x0C};
+  bad[0] = std::byte{0x0D};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 12");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 13");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -599,7 +611,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kAtomic), "ATOMIC");
   EXPECT_EQ(to_string(FrameType::kResp), "RESP");
   EXPECT_EQ(to_string(FrameType::kAbort), "ABORT");
-  EXPECT_EQ(to_string(static_cast<FrameType>(12)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kHeartbeat), "HEARTBEAT");
+  EXPECT_EQ(to_string(static_cast<FrameType>(13)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }

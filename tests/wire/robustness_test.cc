@@ -61,7 +61,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(11)) {
+    switch (below(12)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -112,6 +112,7 @@ class Generator {
                         .compare = cas ? interesting_u64() : 0};
         break;
       }
+      case 11: f = HeartbeatFrame{.seq = interesting_u64(), .reply = coin(2)}; break;
       case 10:
         f = AbortFrame{.id = interesting_u64(),
                        .kind = static_cast<ChunkKind>(below(3)),

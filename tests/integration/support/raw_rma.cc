@@ -163,6 +163,7 @@ std::string RmaClient::connect(uint16_t port, const Options& options) {
   h.eager_limit = options.eager_limit;
   h.eager_credit = options.eager_credit;
   h.rma_window = options.rma_window;
+  h.capabilities = options.capabilities;
   if (!control_.send_all(encode(h), &err)) return "control HELLO: " + err;
   auto ack_bytes = control_.recv_exact(kHelloSize, options.io_timeout, &err);
   if (!ack_bytes) return "control HELLO_ACK: " + err;

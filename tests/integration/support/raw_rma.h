@@ -107,6 +107,7 @@ class RmaClient {
     uint32_t eager_limit = 16 * 1024;    ///< what this side announces (and accepts inline)
     uint32_t eager_credit = 1024 * 1024;
     uint32_t rma_window = kRawRmaWindow;
+    uint64_t capabilities = 0;  ///< HELLO capability bits (wire/handshake.h); 0: an older peer
     std::chrono::milliseconds io_timeout{20'000};
   };
 
