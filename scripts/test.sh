@@ -68,10 +68,12 @@ for preset in ${presets}; do
   rm -f "${log_dir}/ctest.log"  # never report a previous run's result
   step "${preset}" configure cmake --preset "${preset}" || continue
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
-  # The Python step links this library instead of compiling it again.
-  if [[ ${preset} == release ]]; then export REMORA_PYTHON_LIBRARY=build/release/libremora.a; fi
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
 done
+
+# The Python steps link the release preset's library instead of compiling it again
+# (exported only now: the C++ tests run without it).
+if [[ -f build/release/libremora.a ]]; then export REMORA_PYTHON_LIBRARY=build/release/libremora.a; fi
 
 # The Python package, once, after the presets: pip install . into a venv, then pytest
 # against the installed package (scripts/lib/python.sh).

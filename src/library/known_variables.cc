@@ -15,11 +15,14 @@ namespace remora::core {
 namespace {
 // Read by the NCCL net plugin (plugin/nccl/interfaces.cc), which links this library in.
 constexpr std::array<std::string_view, 1> kNcclPluginVariables = {"REMORA_NCCL_IFNAME"};
+// Read by the build of the Python packages (scripts/lib/python.sh, torch_env.sh), never
+// by the library; a process started from that build's environment must not warn of it.
+constexpr std::array<std::string_view, 1> kBuildVariables = {"REMORA_PYTHON_LIBRARY"};
 }  // namespace
 
 std::span<const VariableList> known_variable_lists() noexcept {
-  static const std::array<VariableList, 5> kLists = {core_variables(), transport::variables(), coll::variables(),
-                                                     device::variables(), kNcclPluginVariables};
+  static const std::array<VariableList, 6> kLists = {core_variables(), transport::variables(), coll::variables(),
+                                                     device::variables(), kNcclPluginVariables, kBuildVariables};
   return kLists;
 }
 
