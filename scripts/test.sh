@@ -75,21 +75,26 @@ done
 # (exported only now: the C++ tests run without it).
 if [[ -f build/release/libremora.a ]]; then export REMORA_PYTHON_LIBRARY=build/release/libremora.a; fi
 
-# The Python package, once, after the presets: pip install . into a venv, then pytest
-# against the installed package (scripts/lib/python.sh).
+# The PyTorch backend's environment first (python/torch, scripts/lib/torch_env.sh): PyTorch
+# in build/venv, so that the Python package's tests of tensors run too.
+torch_ready=0
+if [[ ${REMORA_SKIP_TORCH:-0} != 1 ]]; then
+  # shellcheck source=scripts/lib/torch_env.sh
+  source scripts/lib/torch_env.sh
+  if step torch env remora_torch_env; then torch_ready=1; fi
+fi
+
+# The Python package, once, after the presets: pip install . into the same venv, then
+# pytest against the installed package (scripts/lib/python.sh).
 if [[ ${REMORA_PYTHON_STEP:-1} != 0 ]]; then
   if step python install remora_python_setup; then
     step python pytest remora_python_test || true
   fi
 fi
 
-# The PyTorch backend (python/torch, tests/torch) in the same virtual environment.
-if [[ ${REMORA_SKIP_TORCH:-0} != 1 ]]; then
-  # shellcheck source=scripts/lib/torch_env.sh
-  source scripts/lib/torch_env.sh
-  if step torch env remora_torch_env; then
-    step torch test remora_torch_tests || true
-  fi
+# The PyTorch backend's tests (tests/torch) under torchrun.
+if [[ ${torch_ready} == 1 ]]; then
+  step torch test remora_torch_tests || true
 fi
 
 echo
