@@ -198,13 +198,19 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
 }
 
 template <typename Post>
-Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t length, std::string_view what) {
+Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t length, std::string_view what,
+                                     MemoryDomain** inline_device) {
   engine::ProgressEngine::Guard guard(*engine_);
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
   std::optional<StagingContext> staging;
   if (MemoryDomain* d = device_of(local, length)) {
-    // Device memory: its bytes are staged (an inline put's were copied before posting
-    // and come here as host memory).
+    if (inline_device != nullptr) {
+      // An inline put of device memory: its bytes are copied to host memory first,
+      // without the lock (put_from_device_inline); nothing is posted here.
+      *inline_device = d;
+      return Request();
+    }
+    // Device memory: its bytes are staged.
     auto made = staging_for(d, /*tx=*/what == "put");
     if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
     staging = std::move(*made);
@@ -224,19 +230,14 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
 Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                           const PutOptions& options) {
   const bool inline_class = travels_inline(local.size());
-  if (inline_class && !local.empty()) {
-    MemoryDomain* device = nullptr;
-    {
-      engine::ProgressEngine::Guard guard(*engine_);
-      device = device_of(local.data(), local.size());
-    }
-    if (device != nullptr) return put_from_device_inline(*device, local, key, offset, options);
-  }
-  return post_one_sided(
+  MemoryDomain* inline_device = nullptr;
+  Request r = post_one_sided(
       [&](const StagingContext* staging) {
         return initiator_.put(local, key, offset, options, inline_class, staging);
       },
-      local.data(), local.size(), "put");
+      local.data(), local.size(), "put", inline_class ? &inline_device : nullptr);
+  if (inline_device != nullptr) return put_from_device_inline(*inline_device, local, key, offset, options);
+  return r;
 }
 
 Request EndpointCore::put_from_device_inline(MemoryDomain& device, std::span<const std::byte> local,
