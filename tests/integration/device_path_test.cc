@@ -38,13 +38,10 @@ using testing::TestDeviceDomain;
 
 constexpr uint64_t kChunk = 64 * 1024;
 
+/// `len` bytes of the test data stream `seed` (support/test_data.h).
 std::vector<std::byte> bytes_of(uint64_t len, uint64_t seed) {
   std::vector<std::byte> v(len);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& b : v) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    b = static_cast<std::byte>(x);
-  }
+  fill_stream(seed, 0, v);
   return v;
 }
 

@@ -43,13 +43,10 @@ std::string join(const std::vector<uint64_t>& v) {
   return out;
 }
 
+/// `len` bytes of the test data stream `seed` (support/test_data.h).
 std::vector<std::byte> pattern(uint64_t len, uint64_t seed) {
   std::vector<std::byte> v(len);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& b : v) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    b = static_cast<std::byte>(x);
-  }
+  fill_stream(seed, 0, v);
   return v;
 }
 

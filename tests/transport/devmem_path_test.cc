@@ -36,6 +36,7 @@
 #include "transport/chunk_link.h"
 #include "transport/devmem_path.h"
 #include "zerocopy/uapi.h"
+#include "zerocopy/zc_test_util.h"
 
 namespace remora::detail {
 namespace {
@@ -49,22 +50,7 @@ namespace uapi = zerocopy::uapi;
 constexpr uint32_t kBinding = 7;
 constexpr size_t kPage = 4096;
 
-/// A loopback TCP connection (client, server), both non-blocking.
-std::pair<net::Fd, net::Fd> tcp_pair() {
-  net::SockAddr lo;
-  auto* in = reinterpret_cast<sockaddr_in*>(&lo.storage);
-  in->sin_family = AF_INET;
-  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  lo.length = sizeof(sockaddr_in);
-  net::Fd listener = net::listen_tcp(lo, 1).value();
-  const net::SockAddr where = net::local_address(listener.get()).value();
-  net::Fd client = net::connect_tcp(where, std::chrono::steady_clock::now() + std::chrono::seconds(10)).value();
-  pollfd p{listener.get(), POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 10000), 1);
-  net::Fd server(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-  EXPECT_TRUE(server.valid());
-  return {std::move(client), std::move(server)};
-}
+using zerocopy::test::tcp_pair;  // a loopback TCP connection, both ends non-blocking
 
 void wait_readable(int fd) {
   pollfd p{fd, POLLIN, 0};

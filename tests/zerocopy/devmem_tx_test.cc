@@ -17,24 +17,12 @@
 #include "net/socket.h"
 #include "zerocopy/devmem_tx.h"
 #include "zerocopy/uapi.h"
+#include "zerocopy/zc_test_util.h"
 
 namespace remora::zerocopy {
 namespace {
 
-std::pair<net::Fd, net::Fd> tcp_pair() {
-  net::SockAddr lo;
-  auto* in = reinterpret_cast<sockaddr_in*>(&lo.storage);
-  in->sin_family = AF_INET;
-  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  lo.length = sizeof(sockaddr_in);
-  net::Fd listener = net::listen_tcp(lo, 1).value();
-  const net::SockAddr where = net::local_address(listener.get()).value();
-  net::Fd client = net::connect_tcp(where, std::chrono::steady_clock::now() + std::chrono::seconds(10)).value();
-  pollfd p{listener.get(), POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 10000), 1);
-  net::Fd server(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-  return {std::move(client), std::move(server)};
-}
+using test::tcp_pair;
 
 TEST(DevmemTx, TheControlMessageIsTheKernelsLayoutByteForByte) {
   alignas(cmsghdr) std::byte control[kDevmemTxControlBytes];
