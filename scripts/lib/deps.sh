@@ -13,6 +13,7 @@ REMORA_APT_PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   libmnl-dev liburing-dev
+  libisal-dev  # CRC-32C for REMORA_CHECKSUM=crc32c (optional at build time)
   iproute2 ethtool iperf3 sockperf procps
   openmpi-bin
   python3-dev python3-venv  # the Python package and the PyTorch backend (scripts/lib/python.sh, torch_env.sh)
