@@ -30,6 +30,13 @@ enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
 /// with the reason (docs/device-memory.md).
 enum class DevicePathMode : uint8_t { kAuto, kDevmem, kZcrx, kStaging };
 
+/// End-to-end integrity of transfers (REMORA_CHECKSUM). kCrc32c: every chunk of every
+/// transfer carries a CRC-32C on the control stream and the receiver checks it; a
+/// mismatch fails that operation with kDataCorrupt (docs/protocol.md, "Checksums"). Both
+/// sides of an endpoint must use the same mode (a differing peer is refused at connect).
+/// Needs a build with ISA-L (libisal-dev); without it kCrc32c is refused (kUnsupported).
+enum class ChecksumMode : uint8_t { kNone, kCrc32c };
+
 /// The fully resolved configuration of a Context. Plain data; copyable.
 struct Config {
   LogLevel log_level = LogLevel::kWarn;
@@ -63,6 +70,8 @@ struct Config {
   /// warns maybe-uninitialized on string members of option aggregates (an error in the
   /// release preset). Set through the environment only.
   std::array<char, 16> devmem_ifname{};
+  /// REMORA_CHECKSUM=none|crc32c (see ChecksumMode).
+  ChecksumMode checksum = ChecksumMode::kNone;
 
   /// Defaults overridden by every REMORA_* variable that is set. A malformed value is
   /// kInvalidArgument naming the variable; an unknown REMORA_* name is logged as a warning.
@@ -94,6 +103,7 @@ struct ContextOptions {
   std::optional<PinMode> pin_mode = std::nullopt;
   std::optional<uint32_t> staging_buffers = std::nullopt;
   std::optional<DevicePathMode> device_path = std::nullopt;
+  std::optional<ChecksumMode> checksum = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;
 };

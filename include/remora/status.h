@@ -33,6 +33,7 @@ enum class StatusCode : uint8_t {
   kAborted,          ///< cancelled locally (endpoint closed, context destroyed)
   kInternal,         ///< an invariant broke; please report
   kDeviceFailed,     ///< a device (accelerator) copy or registration failed; the message says which
+  kDataCorrupt,      ///< a transfer's bytes failed their end-to-end checksum (REMORA_CHECKSUM); the message says where
 };
 
 /// Stable lower-case name of a code, e.g. "peer_failed".

@@ -7,7 +7,7 @@ from __future__ import annotations
 __all__ = [
     "Error", "InProgress", "NoResource", "InvalidArgument", "InvalidKey", "AccessDenied",
     "OutOfRange", "Truncated", "Timeout", "PeerFailed", "Unreachable", "ProtocolError",
-    "Unsupported", "Aborted", "InternalError", "DeviceFailed",
+    "Unsupported", "Aborted", "InternalError", "DeviceFailed", "DataCorrupt",
 ]
 
 
@@ -107,10 +107,18 @@ class DeviceFailed(Error):
     code = "device_failed"
 
 
+class DataCorrupt(Error):
+    """A transfer's bytes failed their end-to-end checksum (REMORA_CHECKSUM=crc32c); the
+    message names the operation and the chunk."""
+
+    code = "data_corrupt"
+
+
 # StatusCode's numeric values, in the order of the C++ enum (checked by the tests
 # against the extension's own list of names).
 _BY_CODE = {
     1: InProgress, 2: NoResource, 3: InvalidArgument, 4: InvalidKey, 5: AccessDenied,
     6: OutOfRange, 7: Truncated, 8: Timeout, 9: PeerFailed, 10: Unreachable,
     11: ProtocolError, 12: Unsupported, 13: Aborted, 14: InternalError, 15: DeviceFailed,
+    16: DataCorrupt,
 }

@@ -395,7 +395,7 @@ NB_MODULE(_remora, m) {
         "Operations whose buffers the package still holds (tests).");
   m.def("_code_names", [] {
     std::vector<std::string> names;
-    for (int c = 0; c <= static_cast<int>(StatusCode::kDeviceFailed); ++c) {
+    for (int c = 0; c <= static_cast<int>(StatusCode::kDataCorrupt); ++c) {
       names.emplace_back(to_string(static_cast<StatusCode>(c)));
     }
     return names;

@@ -27,6 +27,7 @@ std::string_view to_string(StatusCode code) noexcept {
     case StatusCode::kAborted: return "aborted";
     case StatusCode::kInternal: return "internal";
     case StatusCode::kDeviceFailed: return "device_failed";
+    case StatusCode::kDataCorrupt: return "data_corrupt";
   }
   return "unknown";
 }

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "core/crc32c.h"
+#include "transport/checksum.h"
+
 namespace remora::detail {
 namespace {
 
@@ -54,6 +57,38 @@ net::IoResult RegionSink::read(int fd, uint64_t offset, uint64_t len, uint64_t* 
   }
   revoked_ = true;  // deregistered mid-transfer: drain the rest, the reply says "revoked"
   return discard_->read(fd, offset, len, asked);
+}
+
+std::optional<uint32_t> HostSource::checksum(uint64_t offset, uint64_t length) {
+  return checksum_of({data_ + offset, length});
+}
+
+std::optional<uint32_t> HostSink::checksum(uint64_t offset, uint64_t length) {
+  return checksum_of({data_ + offset, length});
+}
+
+std::optional<uint32_t> RegionSource::checksum(uint64_t offset, uint64_t length) {
+  if (!revoked_ && access_->begin()) {
+    const uint32_t crc = checksum_of({access_->address() + offset, length});
+    access_->end();
+    return crc;
+  }
+  // Revoked before its bytes go out: zeros will (write), and the RESP says revoked.
+  revoked_ = true;
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < length;) {
+    const uint64_t n = std::min<uint64_t>(length - done, zeros().size());
+    crc = core::crc32c_extend(crc, zeros().first(n));  // extend from 0 is crc32c
+    done += n;
+  }
+  return crc;
+}
+
+std::optional<uint32_t> RegionSink::checksum(uint64_t offset, uint64_t length) {
+  if (revoked_ || !access_->begin()) return std::nullopt;
+  const uint32_t crc = checksum_of({access_->address() + offset, length});
+  access_->end();
+  return crc;
 }
 
 }  // namespace remora::detail

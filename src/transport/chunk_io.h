@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,10 @@ class ChunkSource {
   virtual Status prepare(uint64_t /*offset*/, uint64_t /*len*/) { return Status::ok(); }
   /// Every byte of the chunk [offset, offset + length) is in the kernel.
   virtual void chunk_sent(uint64_t /*offset*/, uint64_t /*length*/) {}
+  /// The CRC-32C of the chunk [offset, offset + length), which prepare() said is ready
+  /// (REMORA_CHECKSUM=crc32c: it travels in the chunk's CHUNK frame). nullopt: this
+  /// source cannot read its bytes on the host (the transfer then fails, kUnsupported).
+  virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
 };
 
 /// Where the chunks of one incoming transfer go.
@@ -64,6 +69,10 @@ class ChunkSink {
   /// ChunkScheduler::chunk_placed. Any other status: the chunk failed, and the whole
   /// transfer completes with that status (the stream stays in step either way).
   virtual Status chunk_arrived(uint64_t /*offset*/, uint64_t /*length*/) { return Status::ok(); }
+  /// The CRC-32C of the chunk [offset, offset + length) as it arrived, asked after its
+  /// last byte is read and before chunk_arrived (REMORA_CHECKSUM=crc32c). nullopt: the
+  /// bytes are not kept (drained, or the region is gone), so there is nothing to check.
+  virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
 };
 
 /// Host memory that nothing can take away: a message's send buffer, an initiator's put.
@@ -71,6 +80,7 @@ class HostSource final : public ChunkSource {
  public:
   explicit HostSource(const std::byte* data = nullptr) noexcept : data_(data) {}
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
 
  private:
   const std::byte* data_;
@@ -81,6 +91,7 @@ class HostSink final : public ChunkSink {
  public:
   explicit HostSink(std::byte* data = nullptr) noexcept : data_(data) {}
   net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
 
  private:
   std::byte* data_;
@@ -106,6 +117,8 @@ class RegionSource final : public ChunkSource {
   RegionSource() noexcept = default;
   explicit RegionSource(const RegionAccess* access) noexcept : access_(access) {}
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
+  /// Of the region's bytes (bracketed); of zeros once it is revoked, as write sends.
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept { return revoked_; }
 
  private:
@@ -120,6 +133,8 @@ class RegionSink final : public ChunkSink {
   RegionSink() noexcept = default;
   RegionSink(const RegionAccess* access, DiscardSink* discard) noexcept : access_(access), discard_(discard) {}
   net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  /// Of the region's bytes (bracketed); nullopt once revoked (the reply says so anyway).
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept { return revoked_; }
 
  private:

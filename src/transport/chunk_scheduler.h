@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,10 @@ struct RxTransfer {
   uint64_t received = 0;   ///< bytes read off the streams
   uint64_t placed = 0;     ///< bytes of finished chunks (placed, or failed)
   bool doomed = false;     ///< no more chunks will be announced: complete at `announced`
-  Status failure;          ///< the first chunk the sink failed, if any
+  Status failure;          ///< the first chunk the sink failed (or that failed its checksum), if any
+  /// The offset of the first chunk whose CRC-32C did not match (failure is then
+  /// kDataCorrupt); UINT64_MAX while none did.
+  uint64_t corrupt_at = UINT64_MAX;
   ChunkSink* sink = nullptr;
 
   bool complete() const noexcept { return placed == length || (doomed && placed == announced); }
@@ -83,6 +87,11 @@ class ChunkScheduler {
   ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer);
 
   uint32_t streams() const noexcept { return static_cast<uint32_t>(streams_.size()); }
+  /// REMORA_CHECKSUM=crc32c on this endpoint: every chunk announced carries its
+  /// source's CRC-32C, and every chunk expected must carry one, checked against its
+  /// sink's bytes once they are in (a mismatch fails the transfer with kDataCorrupt;
+  /// the stream stays in step).
+  void set_checksum(bool on) noexcept { checksum_ = on; }
   /// kProtocol for an out-of-range or duplicate index.
   Status attach(uint16_t index, net::Fd fd);
   bool all_attached() const noexcept;
@@ -110,10 +119,12 @@ class ChunkScheduler {
   void writable(uint16_t index);
 
   // --- receiving ----------------------------------------------------------------
-  /// A CHUNK frame announced [offset, offset + length) of `t` on `stream`: checks it
-  /// against `t` (in order, inside, non-empty) and queues it. The violation's
-  /// description if the frame breaks the protocol (nothing is queued then), else "".
-  std::string expect(RxTransfer* t, uint16_t stream, uint64_t offset, uint64_t length);
+  /// A CHUNK frame announced [offset, offset + length) of `t` on `stream`, with `crc`
+  /// when it carries one: checks it against `t` (in order, inside, non-empty; a CRC iff
+  /// checksums are on) and queues it. The violation's description if the frame breaks
+  /// the protocol (nothing is queued then), else "".
+  std::string expect(RxTransfer* t, uint16_t stream, uint64_t offset, uint64_t length,
+                     std::optional<uint32_t> crc = std::nullopt);
   /// Reads what the stream holds for its queued chunks.
   void read(uint16_t index);
   /// The stream reported a hang-up: read to its end, never stop at a short read.
@@ -147,6 +158,8 @@ class ChunkScheduler {
     uint64_t length;
     uint64_t done;       // bytes read so far
     bool begun;          // the sink took it (begin_chunk)
+    bool has_crc;        // the CHUNK frame carried `crc`
+    uint32_t crc;
   };
   struct Stream {
     net::Fd fd;
@@ -163,10 +176,11 @@ class ChunkScheduler {
   /// write, is reported sent (then `epoch_` may have moved).
   std::deque<TxTransfer*>::iterator next_preparable(uint64_t epoch);
   void write(uint16_t index);
-  void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length);
+  void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc);
 
   Owner& owner_;
   uint64_t chunk_bytes_;
+  bool checksum_ = false;
   std::string peer_;
   std::vector<Stream> streams_;
   std::deque<TxTransfer*> ready_;

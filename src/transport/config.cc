@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/crc32c.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "transport/variables.h"
@@ -42,7 +43,8 @@ core::VariableList variables() noexcept {
                                                     "REMORA_PEER_TIMEOUT_MS",
                                                     "REMORA_PIN",
                                                     "REMORA_DEVICE_PATH",
-                                                    "REMORA_DEVMEM_IFNAME"};
+                                                    "REMORA_DEVMEM_IFNAME",
+                                                    "REMORA_CHECKSUM"};
   return kVariables;
 }
 
@@ -98,6 +100,16 @@ Result<Config> Config::from_env() {
                     "REMORA_DEVICE_PATH: '" + std::string(*text) + "' is not one of auto|devmem|zcrx|staging");
     }
   }
+  if (auto text = core::getenv_view("REMORA_CHECKSUM")) {
+    if (*text == "none") {
+      c.checksum = ChecksumMode::kNone;
+    } else if (*text == "crc32c") {
+      c.checksum = ChecksumMode::kCrc32c;
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "REMORA_CHECKSUM: '" + std::string(*text) + "' is not one of none|crc32c");
+    }
+  }
   if (auto text = core::getenv_view("REMORA_DEVMEM_IFNAME")) {
     if (text->size() >= c.devmem_ifname.size()) {
       return Status(StatusCode::kInvalidArgument,
@@ -136,6 +148,11 @@ Status Config::validate() const {
   if (peer_timeout_ms < kMinPeerTimeoutMs || peer_timeout_ms > kMaxPeerTimeoutMs) {
     return bad("peer_timeout_ms (REMORA_PEER_TIMEOUT_MS) must be 1000..3600000 (1 s to 1 h)");
   }
+  if (checksum == ChecksumMode::kCrc32c && !core::crc32c_available()) {
+    return Status(StatusCode::kUnsupported,
+                  "checksum (REMORA_CHECKSUM=crc32c): this remora was built without ISA-L, its CRC-32C library; "
+                  "install libisal-dev and rebuild, or unset REMORA_CHECKSUM");
+  }
   return Status::ok();
 }
 
@@ -158,6 +175,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.pin_mode) base.pin_mode = *o.pin_mode;
   if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
   if (o.device_path) base.device_path = *o.device_path;
+  if (o.checksum) base.checksum = *o.checksum;
   return base;
 }
 

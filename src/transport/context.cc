@@ -8,6 +8,7 @@
 #include "engine/engine_of.h"
 #include "remora/pool.h"
 #include "remora/version.h"
+#include "transport/checksum.h"
 #include "transport/context_core.h"
 
 namespace remora {
@@ -158,9 +159,13 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   hello.rma_window = config_.rma_window;
-  hello.capabilities = wire::kCapHeartbeat;
+  hello.capabilities = wire::kCapHeartbeat | checksum_capability(config_);
   auto ack = exchange_hello(control.get(), hello, deadline);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
+  // Before the status: a server whose checksum setting differs refuses, and this says why.
+  if (ack && ack->version == kWireVersion) {
+    REMORA_RETURN_IF_ERROR(checksum_agreement(config_, ack->capabilities, peer).with_context("connect to " + peer));
+  }
   REMORA_RETURN_IF_ERROR(check_ack(ack, peer));
 
   EndpointCore::Params p;

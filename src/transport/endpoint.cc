@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "net/io.h"
+#include "transport/checksum.h"
 #include "transport/endpoint_core.h"
 
 namespace remora {
@@ -43,6 +44,7 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   for (uint16_t i = 0; i < data_watch_.size(); ++i) data_watch_[i].handler = std::make_unique<DataHandler>(this, i);
   ctl_rx_.resize(std::max<size_t>(size_t{64} << 10, 2 * (config_.eager_limit + kEagerPrefix)));
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
+  chunks_.set_checksum(checksum_);
   tx_credit_ = params_.peer_eager_credit;
   staging_anchor_ = std::make_shared<StagingHost*>(static_cast<StagingHost*>(this));
 }
@@ -111,9 +113,12 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   if (device == nullptr && travels_inline(data.size()) && tx_credit_ >= cost) {
     tx_credit_ -= cost;
     size_t at = ctl_tx_.size();
-    ctl_tx_.resize(at + kEagerPrefix + data.size());
-    wire::encode_eager_prefix(tag, static_cast<uint32_t>(data.size()), std::span(ctl_tx_).subspan(at, kEagerPrefix));
-    if (!data.empty()) std::memcpy(ctl_tx_.data() + at + kEagerPrefix, data.data(), data.size());
+    const size_t prefix = kEagerPrefix + (checksum_ ? wire::kCrcSize : 0);
+    ctl_tx_.resize(at + prefix + data.size());
+    const uint32_t crc = checksum_ ? checksum_of(data) : 0;
+    wire::encode_eager_prefix(tag, static_cast<uint32_t>(data.size()), std::span(ctl_tx_).subspan(at, prefix),
+                              checksum_ ? &crc : nullptr);
+    if (!data.empty()) std::memcpy(ctl_tx_.data() + at + prefix, data.data(), data.size());
     ++stats_.eager_sent;
     ++stats_.messages_sent;
     stats_.bytes_sent += data.size();
@@ -178,7 +183,11 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   Request r(op->req);
 
   if (std::optional<Unexpected> u = matcher_.take_unexpected(tag)) {
-    if (u->eager) {
+    if (u->eager && !u->corrupt.is_ok()) {
+      ++stats_.messages_received;
+      op->req->complete(u->corrupt, 0);
+      if (!arrived_only) return_credit(u->payload.size() + wire::kEagerCreditOverhead);
+    } else if (u->eager) {
       deliver_eager(*op, u->payload);
       if (!arrived_only) return_credit(u->payload.size() + wire::kEagerCreditOverhead);
     } else {
@@ -531,10 +540,38 @@ void EndpointCore::maybe_finalize() {
 
 void EndpointCore::append_frame(const wire::Frame& frame) {
   if (!std::holds_alternative<wire::RespFrame>(frame)) ctl_resp_only_ = false;
+  if (checksum_) {
+    // The one place inline payloads get their CRC (an inline PUT's data, a GET's inline
+    // reply, read by the caller inside its region bracket); EAGER is encoded in send()
+    // and chunks are announced with theirs by the scheduler.
+    if (const auto* put = std::get_if<wire::PutFrame>(&frame); put != nullptr && put->inline_data) {
+      wire::PutFrame f = *put;
+      f.has_crc = true;
+      f.crc = checksum_of(f.payload);
+      return append_encoded(f);
+    }
+    if (const auto* resp = std::get_if<wire::RespFrame>(&frame); resp != nullptr && resp->inline_data) {
+      wire::RespFrame f = *resp;
+      f.has_crc = true;
+      f.crc = checksum_of(f.payload);
+      return append_encoded(f);
+    }
+  }
+  append_encoded(frame);
+}
+
+void EndpointCore::append_encoded(const wire::Frame& frame) {
   size_t n = wire::encoded_size(frame);
   size_t at = ctl_tx_.size();
   ctl_tx_.resize(at + n);
   wire::encode(frame, std::span(ctl_tx_).subspan(at, n));
+}
+
+bool EndpointCore::crc_as_negotiated(bool has_crc, std::string_view frame) {
+  if (has_crc == checksum_) return true;
+  protocol_error(checksum_ ? fmt::format("{} without the CRC-32C this endpoint negotiated (REMORA_CHECKSUM=crc32c)", frame)
+                           : fmt::format("{} with a CRC on an endpoint without checksums", frame));
+  return false;
 }
 
 void EndpointCore::flush_control() {
@@ -667,7 +704,9 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         else if constexpr (std::is_same_v<T, ChunkFrame>) handle_chunk(f);
         else if constexpr (std::is_same_v<T, CreditFrame>) handle_credit(f);
         else if constexpr (std::is_same_v<T, GoodbyeFrame>) handle_goodbye(f);
-        else if constexpr (std::is_same_v<T, wire::RespFrame>) initiator_.handle_resp(f);
+        else if constexpr (std::is_same_v<T, wire::RespFrame>) {
+          if (!f.inline_data || crc_as_negotiated(f.has_crc, "RESP with inline data")) initiator_.handle_resp(f);
+        }
         else if constexpr (std::is_same_v<T, wire::AbortFrame>) handle_abort(f);
         else if constexpr (std::is_same_v<T, wire::HeartbeatFrame>) handle_heartbeat(f);
         else serve_request(f);  // PUT, GET, ATOMIC
@@ -676,6 +715,7 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
 }
 
 void EndpointCore::serve_request(const wire::PutFrame& f) {
+  if (f.inline_data && !crc_as_negotiated(f.has_crc, "inline PUT")) return;
   if (!target_.admit(f.op_id)) return;
   if (f.inline_data != travels_inline(f.length)) {
     protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {})", f.length,
@@ -735,19 +775,34 @@ void EndpointCore::return_credit(uint64_t cost) {
 }
 
 void EndpointCore::handle_eager(const EagerFrame& f) {
+  if (!crc_as_negotiated(f.has_crc, "EAGER")) return;
   uint64_t cost = f.payload.size() + wire::kEagerCreditOverhead;
   rx_credit_used_ += cost;
   if (rx_credit_used_ > config_.eager_credit) {
     protocol_error("eager messages exceed the granted credit of " + std::to_string(config_.eager_credit) + " bytes");
     return;
   }
+  // A payload that fails its checksum fails the receive it matches, and nothing else.
+  Status corrupt;
+  if (f.has_crc) {
+    if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
+      corrupt = checksum_mismatch(fmt::format("a message (tag {})", tag_value(f.tag)), 0, f.payload.size(), f.crc,
+                                  got, params_.peer);
+      REMORA_LOG(kWarn, "{}", corrupt.message());
+    }
+  }
   if (std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag)) {
     --outstanding_;
-    deliver_eager(*op, f.payload);
+    if (corrupt.is_ok()) {
+      deliver_eager(*op, f.payload);
+    } else {
+      ++stats_.messages_received;
+      op->req->complete(corrupt, 0);
+    }
     return_credit(cost);
     return;
   }
-  matcher_.add_eager(f.tag, f.payload);
+  matcher_.add_eager(f.tag, f.payload, std::move(corrupt));
 }
 
 void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length) {
@@ -839,7 +894,9 @@ void EndpointCore::handle_chunk(const ChunkFrame& f) {
                    std::to_string(f.recv_id));
     return;
   }
-  if (std::string violation = chunks_.expect(op, f.stream, f.offset, f.length); !violation.empty()) {
+  if (std::string violation = chunks_.expect(op, f.stream, f.offset, f.length,
+                                             f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt);
+      !violation.empty()) {
     protocol_error(std::move(violation));
     return;
   }

@@ -248,7 +248,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void peer_silent(const Status& why) override { fail_locked(why); }
 
   // output
+  /// Queues a frame on the control stream; with checksums, gives inline payloads their CRC.
   void append_frame(const wire::Frame& frame);
+  void append_encoded(const wire::Frame& frame);
   void flush_control();
   /// Schedules chunks onto streams with room, announces them and writes. With
   /// `one_round` (a thread posting an operation) it writes at most one round, about a
@@ -278,6 +280,11 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::shared_ptr<engine::ProgressEngine> engine_;
   Config config_;
   Params params_;
+  /// REMORA_CHECKSUM=crc32c: every payload carries its CRC-32C, and every payload that
+  /// arrives must carry one (both sides agreed at connect: transport/checksum.h).
+  const bool checksum_ = config_.checksum == ChecksumMode::kCrc32c;
+  /// Whether a frame's CRC flag is what this endpoint negotiated; a protocol error if not.
+  bool crc_as_negotiated(bool has_crc, std::string_view frame);
   State state_ = State::kSetup;
   Status failure_;
   std::function<void(EndpointId)> on_closed_;

@@ -9,6 +9,7 @@
 #include "engine/wait_bound.h"
 #include "net/io.h"
 #include "remora/version.h"
+#include "transport/checksum.h"
 #include "transport/context_core.h"
 
 namespace remora {
@@ -211,7 +212,7 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
   ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   ack.rma_window = config_.rma_window;
-  ack.capabilities = wire::kCapHeartbeat;
+  ack.capabilities = wire::kCapHeartbeat | checksum_capability(config_);
   return ack;
 }
 
@@ -219,6 +220,12 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
                                                   const std::shared_ptr<ListenerCore>& listener) {
   if (shut_down_) {
     auto ack = make_ack(wire::HelloStatus::kRefused);
+    send_ack(control.get(), ack);
+    return ack;
+  }
+  if (Status differ = checksum_agreement(config_, hello.capabilities, peer); !differ) {
+    REMORA_LOG(kWarn, "refused endpoint: {}", differ.message());
+    auto ack = make_ack(wire::HelloStatus::kRefused);  // carries our bits: the client says why
     send_ack(control.get(), ack);
     return ack;
   }

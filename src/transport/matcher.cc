@@ -39,9 +39,10 @@ std::optional<Unexpected> Matcher::take_unexpected(Tag tag) {
   return u;
 }
 
-void Matcher::add_eager(Tag tag, std::span<const std::byte> payload) {
+void Matcher::add_eager(Tag tag, std::span<const std::byte> payload, Status corrupt) {
   Unexpected u;
   u.eager = true;
+  u.corrupt = std::move(corrupt);
   u.payload.assign(payload.begin(), payload.end());
   u.length = payload.size();
   unexpected_[key(tag)].push_back(std::move(u));

@@ -43,6 +43,7 @@ struct Unexpected {
   std::vector<std::byte> payload;  // eager: the bytes, copied out of the control stream
   uint64_t send_id = 0;            // rendezvous: the sender's id for the CTS
   uint64_t length = 0;
+  Status corrupt;                  // eager: the payload failed its checksum; the receive fails with this
 };
 
 class Matcher {
@@ -55,7 +56,8 @@ class Matcher {
 
   /// The oldest unexpected message for `tag`, taken out; nullopt if none.
   std::optional<Unexpected> take_unexpected(Tag tag);
-  void add_eager(Tag tag, std::span<const std::byte> payload);
+  /// `corrupt`: the payload failed its checksum (kept for the credit it costs).
+  void add_eager(Tag tag, std::span<const std::byte> payload, Status corrupt = Status::ok());
   /// Queues a rendezvous announcement, unless `max` of them are queued already
   /// (false: the peer broke the bound it was given).
   bool add_rts(Tag tag, uint64_t send_id, uint64_t length, uint64_t max);

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "transport/checksum.h"
+
 namespace remora::detail {
 
 using wire::AtomicOp;
@@ -27,6 +29,7 @@ std::string_view describe(RmaStatus s) {
     case RmaStatus::kNoResource: return "the target's notification queue is full";
     case RmaStatus::kRevoked: return "the region was deregistered during the operation";
     case RmaStatus::kDeviceFailed: return "the target's device memory copy failed";
+    case RmaStatus::kChecksum: return "the data failed its checksum (CRC-32C) at the target";
   }
   return "unknown";
 }
@@ -41,6 +44,7 @@ StatusCode code_of(RmaStatus s) {
     case RmaStatus::kNoResource: return StatusCode::kNoResource;
     case RmaStatus::kRevoked: return StatusCode::kInvalidKey;
     case RmaStatus::kDeviceFailed: return StatusCode::kDeviceFailed;
+    case RmaStatus::kChecksum: return StatusCode::kDataCorrupt;
   }
   return StatusCode::kInternal;
 }
@@ -308,7 +312,16 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
                           (op->kind == Op::Kind::kGet ? " of " + std::to_string(op->length) + " bytes" : ""));
     return;
   }
-  if (f.value != 0 && op->kind != Op::Kind::kAtomic) {
+  if (f.status == RmaStatus::kChecksum && op->kind != Op::Kind::kPut) {
+    owner_.protocol_error(std::string("RESP 'checksum' for a ") + op_name(kind));
+    return;
+  }
+  if (f.status == RmaStatus::kChecksum && (f.value >= op->length || (op->inline_class && f.value != 0))) {
+    owner_.protocol_error(fmt::format("RESP 'checksum' for put {} names offset {} of its {} bytes", op->id, f.value,
+                                      op->length));
+    return;
+  }
+  if (f.value != 0 && op->kind != Op::Kind::kAtomic && f.status != RmaStatus::kChecksum) {
     owner_.protocol_error(std::string("RESP with a value for a ") + op_name(kind));
     return;
   }
@@ -323,6 +336,13 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
           ? Status::ok()
           : Status(code_of(f.status), fmt::format("{} of {} bytes at offset {} refused by peer {}: {}", op_name(kind),
                                                   op->length, op->offset, peer_, describe(f.status)));
+  if (f.status == RmaStatus::kChecksum) {
+    op->status = Status(StatusCode::kDataCorrupt,
+                        fmt::format("checksum mismatch (CRC-32C): peer {} found the data of put {} ({} bytes to offset "
+                                    "{}) corrupted in the chunk at offset {}; the put failed, and its target range "
+                                    "holds unspecified bytes",
+                                    peer_, op->id, op->length, op->offset, f.value));
+  }
   switch (op->kind) {
     case Op::Kind::kPut:
       if (!op->out.failure.is_ok()) {
@@ -348,6 +368,14 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
             owner_.protocol_error(fmt::format("RESP for a {}-byte get carries {} inline bytes", op->length,
                                               f.inline_data ? f.payload.size() : 0));
             return;
+          }
+          if (f.has_crc) {
+            // Checked before a byte reaches the destination: a corrupt reply writes nothing.
+            if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
+              complete(op, checksum_mismatch(fmt::format("the inline reply to get {}", op->id), 0, op->length, f.crc,
+                                             got, peer_));
+              break;
+            }
           }
           if (op->staging && op->length > 0) {
             copy_reply_into_device(op, f.payload);

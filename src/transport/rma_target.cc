@@ -7,7 +7,10 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/log.h"
+#include "transport/checksum.h"
 
 namespace remora::detail {
 
@@ -85,6 +88,16 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
   }
 
   if (f.inline_data) {
+    if (verdict == RmaStatus::kOk && f.has_crc) {
+      // Checked before a byte is placed: a corrupt inline put writes nothing.
+      if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
+        REMORA_LOG(kWarn, "{}",
+                   checksum_mismatch(fmt::format("a put (the peer's op id {})", f.op_id), 0, f.length, f.crc, got, peer_)
+                       .message());
+        ++stats_.refused;
+        verdict = RmaStatus::kChecksum;
+      }
+    }
     if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
       serve_device_inline_put(f, std::move(access));
       return;
@@ -200,9 +213,17 @@ void RmaTarget::put_received(uint64_t op_id) {
   if (sp->verdict == RmaStatus::kOk && (sp->sink.revoked() || (sp->staged && sp->staged->revoked()))) {
     sp->verdict = RmaStatus::kRevoked;
   }
-  // A host RegionSink never fails a chunk: a failed chunk is a device copy's (or the
-  // initiator aborted: it knows why already).
-  if (sp->verdict == RmaStatus::kOk && !sp->in.failure.is_ok()) sp->verdict = RmaStatus::kDeviceFailed;
+  // A host RegionSink fails a chunk only on a checksum mismatch (the RESP names the
+  // chunk); any other failed chunk is a device copy's (or the initiator aborted: it
+  // knows why already).
+  uint64_t value = 0;
+  if (sp->verdict == RmaStatus::kOk && sp->in.failure.code() == StatusCode::kDataCorrupt) {
+    REMORA_LOG(kWarn, "{}", sp->in.failure.message());
+    sp->verdict = RmaStatus::kChecksum;
+    value = sp->in.corrupt_at;
+  } else if (sp->verdict == RmaStatus::kOk && !sp->in.failure.is_ok()) {
+    sp->verdict = RmaStatus::kDeviceFailed;
+  }
   if (sp->verdict == RmaStatus::kOk) {
     ++stats_.served_puts;
     if (sp->has_notify) {
@@ -212,7 +233,7 @@ void RmaTarget::put_received(uint64_t op_id) {
                                           .length = sp->in.length});
     }
   }
-  send_resp(sp->op_id, sp->verdict);
+  send_resp(sp->op_id, sp->verdict, value);
   served_puts_.erase(it);
 }
 

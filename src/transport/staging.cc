@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "transport/checksum.h"
+
 namespace remora::detail {
 namespace {
 
@@ -165,6 +167,12 @@ net::IoResult StagingSource::write(int fd, uint64_t offset, uint64_t len) {
   return net::send_some(fd, s->buffer + offset % ctx_.chunk_bytes, len);
 }
 
+std::optional<uint32_t> StagingSource::checksum(uint64_t offset, uint64_t length) {
+  const Slot* s = slot(offset / ctx_.chunk_bytes);  // prepare() said it is there
+  if (s == nullptr) return std::nullopt;
+  return checksum_of({s->buffer + offset % ctx_.chunk_bytes, length});
+}
+
 void StagingSource::chunk_sent(uint64_t offset, uint64_t /*length*/) {
   const uint64_t index = offset / ctx_.chunk_bytes;
   const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.index == index; });
@@ -219,6 +227,12 @@ net::IoResult StagingSink::read(int fd, uint64_t offset, uint64_t len, uint64_t*
   const Open* o = open(offset);  // begin_chunk took it
   *asked = len;
   return net::recv_some(fd, o->buffer + (offset - o->offset), len);
+}
+
+std::optional<uint32_t> StagingSink::checksum(uint64_t offset, uint64_t length) {
+  const Open* o = open(offset);
+  if (o == nullptr || o->offset != offset) return std::nullopt;
+  return checksum_of({o->buffer, length});
 }
 
 Status StagingSink::chunk_arrived(uint64_t offset, uint64_t length) {

@@ -105,6 +105,8 @@ class StagingSource final : public ChunkSource {
   Status prepare(uint64_t offset, uint64_t len) override;
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   void chunk_sent(uint64_t offset, uint64_t length) override;
+  /// Of the staged host bytes (what goes on the wire), once prepare() said ready.
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   /// The region was deregistered: zeros went in place of some of its bytes.
   bool revoked() const noexcept { return revoked_; }
 
@@ -141,6 +143,8 @@ class StagingSink final : public ChunkSink {
   bool begin_chunk(uint64_t offset, uint64_t length) override;
   net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
+  /// Of the bounce buffer's bytes, before they are copied to the device.
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   /// Copies to the device started and not ended yet. An operation that fails while
   /// some are in flight completes only once they have ended: its buffer is the
   /// application's again only when nothing writes to it any more.

@@ -47,6 +47,7 @@ static_assert(kRespBodySize == 8 + 4 + 4 + 8, "RESP: op_id, status, reserved, va
 static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kAtomicBodySize);
 static_assert(kEagerCreditOverhead == 64);
 static_assert(kHeartbeatBodySize == 8, "HEARTBEAT: seq");
+static_assert(kCrcSize == 4 && kCrcFlag == 0x80, "CRC: a u32 after the fixed body, flag bit 7");
 static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kHeartbeat) == 12);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
@@ -62,10 +63,11 @@ bool is_known_type(uint8_t type) {
 /// Flag bits each type may carry; any other bit set is a protocol error.
 uint8_t allowed_flags(FrameType type) {
   switch (type) {
-    case FrameType::kChunk:
-    case FrameType::kAbort: return 0x03;  // the ChunkKind (0..2; 3 is refused by validate_header)
-    case FrameType::kPut: return kPutNotify | kPutInline;
-    case FrameType::kResp: return kRespInline;
+    case FrameType::kChunk: return 0x03 | kCrcFlag;  // the ChunkKind (0..2; 3 is refused by validate_header)
+    case FrameType::kAbort: return 0x03;
+    case FrameType::kEager: return kCrcFlag;
+    case FrameType::kPut: return kPutNotify | kPutInline | kCrcFlag;
+    case FrameType::kResp: return kRespInline | kCrcFlag;
     case FrameType::kHeartbeat: return kHeartbeatReply;
     default: return 0;
   }
@@ -76,6 +78,9 @@ bool has_inline_payload(FrameType type, uint8_t flags) {
   return type == FrameType::kEager || (type == FrameType::kPut && (flags & kPutInline) != 0) ||
          (type == FrameType::kResp && (flags & kRespInline) != 0);
 }
+
+/// Bytes the CRC adds after the fixed body.
+size_t crc_size(uint8_t flags) { return (flags & kCrcFlag) != 0 ? kCrcSize : 0; }
 
 /// Fixed body size of a type, or 0 for EAGER (variable).
 size_t fixed_body_size(FrameType type) {
@@ -110,8 +115,14 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     if ((flags & ~allowed_flags(type)) != 0) {
       return protocol_error(fmt::format("{} frame: flags 0x{:02x} has undefined bits", to_string(type), flags));
     }
-    if ((type == FrameType::kChunk || type == FrameType::kAbort) && flags > static_cast<uint8_t>(ChunkKind::kGet)) {
-      return protocol_error(fmt::format("{} frame: unknown kind {}", to_string(type), flags));
+    if ((type == FrameType::kChunk || type == FrameType::kAbort) &&
+        (flags & ~kCrcFlag) > static_cast<uint8_t>(ChunkKind::kGet)) {
+      return protocol_error(fmt::format("{} frame: unknown kind {}", to_string(type), flags & ~kCrcFlag));
+    }
+    // A CRC covers a payload: a PUT or RESP without inline data has none on this stream.
+    if ((type == FrameType::kPut && (flags & kCrcFlag) != 0 && (flags & kPutInline) == 0) ||
+        (type == FrameType::kResp && (flags & kCrcFlag) != 0 && (flags & kRespInline) == 0)) {
+      return protocol_error(fmt::format("{} frame: CRC flag without INLINE", to_string(type)));
     }
   }
   for (size_t i = kHeaderReservedOffset; i < kBodyLengthOffset && i < in.size(); ++i) {
@@ -126,7 +137,7 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
   const uint8_t flags = load_u8(&in[kFlagsOffset]);
   const uint32_t body_length = load_u32(&in[kBodyLengthOffset]);
   if (has_inline_payload(type, flags)) {
-    const size_t fixed = type == FrameType::kEager ? kEagerBodySize : fixed_body_size(type);
+    const size_t fixed = (type == FrameType::kEager ? kEagerBodySize : fixed_body_size(type)) + crc_size(flags);
     if (body_length < fixed) {
       return protocol_error(fmt::format("{} frame: body_length {} is shorter than its {}-byte fixed part",
                                         to_string(type), body_length, fixed));
@@ -138,7 +149,7 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     }
     return Status::ok();
   }
-  const size_t expected = fixed_body_size(type);
+  const size_t expected = fixed_body_size(type) + crc_size(flags);
   if (body_length != expected) {
     return protocol_error(fmt::format("{} frame: body_length {}, expected {}", to_string(type), body_length, expected));
   }
@@ -155,8 +166,13 @@ KeyBytes load_key(const std::byte* p) {
 Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::byte> body) {
   const std::byte* p = body.data();
   switch (type) {
-    case FrameType::kEager:
-      return Frame{EagerFrame{.tag = static_cast<Tag>(load_u64(p)), .payload = body.subspan(kEagerBodySize)}};
+    case FrameType::kEager: {
+      const bool has_crc = (flags & kCrcFlag) != 0;
+      return Frame{EagerFrame{.tag = static_cast<Tag>(load_u64(p)),
+                              .payload = body.subspan(kEagerBodySize + crc_size(flags)),
+                              .has_crc = has_crc,
+                              .crc = has_crc ? load_u32(p + kEagerBodySize) : 0}};
+    }
     case FrameType::kRts:
       return Frame{RtsFrame{.send_id = load_u64(p), .tag = static_cast<Tag>(load_u64(p + 8)), .length = load_u64(p + 16)}};
     case FrameType::kCts: {
@@ -173,11 +189,14 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       const uint16_t reserved = load_u16(p + 22);
       if (length == 0) return protocol_error("CHUNK frame: length 0 (chunks are never empty)");
       if (reserved != 0) return protocol_error(fmt::format("CHUNK frame: reserved 0x{:04x}, must be 0", reserved));
+      const bool has_crc = (flags & kCrcFlag) != 0;
       return Frame{ChunkFrame{.recv_id = load_u64(p),
                               .offset = load_u64(p + 8),
                               .length = length,
                               .stream = load_u16(p + 20),
-                              .kind = static_cast<ChunkKind>(flags)}};
+                              .kind = static_cast<ChunkKind>(flags & ~kCrcFlag),
+                              .has_crc = has_crc,
+                              .crc = has_crc ? load_u32(p + kChunkBodySize) : 0}};
     }
     case FrameType::kCredit:
       return Frame{CreditFrame{.bytes = load_u64(p)}};
@@ -196,8 +215,12 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
                  .inline_data = (flags & kPutInline) != 0,
                  .payload = {}};
       if (!f.has_notify && f.notify != 0) return protocol_error("PUT frame: notify value without the NOTIFY flag");
+      if ((flags & kCrcFlag) != 0) {
+        f.has_crc = true;
+        f.crc = load_u32(p + kPutBodySize);
+      }
       if (f.inline_data) {
-        f.payload = body.subspan(kPutBodySize);
+        f.payload = body.subspan(kPutBodySize + crc_size(flags));
         if (f.payload.size() != f.length) {
           return protocol_error(fmt::format("PUT frame: length {} but {} inline bytes", f.length, f.payload.size()));
         }
@@ -227,7 +250,7 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
     case FrameType::kResp: {
       const uint32_t status = load_u32(p + 8);
       const uint32_t reserved = load_u32(p + 12);
-      if (status > static_cast<uint32_t>(RmaStatus::kDeviceFailed)) {
+      if (status > static_cast<uint32_t>(RmaStatus::kChecksum)) {
         return protocol_error(fmt::format("RESP frame: unknown status {}", status));
       }
       if (reserved != 0) return protocol_error(fmt::format("RESP frame: reserved 0x{:08x}, must be 0", reserved));
@@ -236,8 +259,12 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
                   .value = load_u64(p + 16),
                   .inline_data = (flags & kRespInline) != 0,
                   .payload = {}};
+      if ((flags & kCrcFlag) != 0) {
+        f.has_crc = true;
+        f.crc = load_u32(p + kRespBodySize);
+      }
       if (f.inline_data) {
-        f.payload = body.subspan(kRespBodySize);
+        f.payload = body.subspan(kRespBodySize + crc_size(flags));
         if (f.status != RmaStatus::kOk) return protocol_error("RESP frame: inline data with a failure status");
       }
       return Frame{f};
@@ -274,12 +301,19 @@ static_assert(std::is_same_v<std::variant_alternative_t<5, Frame>, GoodbyeFrame>
 static_assert(std::is_same_v<std::variant_alternative_t<9, Frame>, RespFrame>);
 
 uint8_t flags_of(const Frame& frame) {
-  if (const auto* c = std::get_if<ChunkFrame>(&frame)) return static_cast<uint8_t>(c->kind);
+  if (const auto* e = std::get_if<EagerFrame>(&frame)) return e->has_crc ? kCrcFlag : 0;
+  if (const auto* c = std::get_if<ChunkFrame>(&frame)) {
+    return static_cast<uint8_t>(static_cast<uint8_t>(c->kind) | (c->has_crc ? kCrcFlag : 0));
+  }
   if (const auto* a = std::get_if<AbortFrame>(&frame)) return static_cast<uint8_t>(a->kind);
   if (const auto* put = std::get_if<PutFrame>(&frame)) {
-    return static_cast<uint8_t>((put->has_notify ? kPutNotify : 0) | (put->inline_data ? kPutInline : 0));
+    return static_cast<uint8_t>((put->has_notify ? kPutNotify : 0) | (put->inline_data ? kPutInline : 0) |
+                                (put->inline_data && put->has_crc ? kCrcFlag : 0));
   }
-  if (const auto* resp = std::get_if<RespFrame>(&frame)) return resp->inline_data ? kRespInline : 0;
+  if (const auto* resp = std::get_if<RespFrame>(&frame)) {
+    return static_cast<uint8_t>((resp->inline_data ? kRespInline : 0) |
+                                (resp->inline_data && resp->has_crc ? kCrcFlag : 0));
+  }
   if (const auto* hb = std::get_if<HeartbeatFrame>(&frame)) return hb->reply ? kHeartbeatReply : 0;
   return 0;
 }
@@ -308,10 +342,11 @@ Result<Decoded> decode_frame(std::span<const std::byte> in, const DecodeLimits& 
 }
 
 size_t encoded_size(const Frame& frame) noexcept {
+  const size_t crc = crc_size(flags_of(frame));
   if (const auto* eager = std::get_if<EagerFrame>(&frame)) {
-    return kFrameHeaderSize + kEagerBodySize + eager->payload.size();
+    return kFrameHeaderSize + kEagerBodySize + crc + eager->payload.size();
   }
-  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + inline_size(frame);
+  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + crc + inline_size(frame);
 }
 
 size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
@@ -328,7 +363,8 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
     std::byte* body;
     void operator()(const EagerFrame& f) const {
       store_u64(body, static_cast<uint64_t>(f.tag));
-      if (!f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kEagerBodySize);
+      if (f.has_crc) store_u32(body + kEagerBodySize, f.crc);
+      if (!f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kEagerBodySize + (f.has_crc ? kCrcSize : 0));
     }
     void operator()(const RtsFrame& f) const {
       store_u64(body, f.send_id);
@@ -347,6 +383,7 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u32(body + 16, f.length);
       store_u16(body + 20, f.stream);
       store_u16(body + 22, 0);
+      if (f.has_crc) store_u32(body + kChunkBodySize, f.crc);
     }
     void operator()(const CreditFrame& f) const { store_u64(body, f.bytes); }
     void operator()(const GoodbyeFrame& f) const {
@@ -359,7 +396,11 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u64(body + 48, f.offset);
       store_u64(body + 56, f.length);
       store_u64(body + 64, f.has_notify ? f.notify : 0);
-      if (f.inline_data && !f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kPutBodySize);
+      const bool crc = f.inline_data && f.has_crc;
+      if (crc) store_u32(body + kPutBodySize, f.crc);
+      if (f.inline_data && !f.payload.empty()) {
+        std::copy(f.payload.begin(), f.payload.end(), body + kPutBodySize + (crc ? kCrcSize : 0));
+      }
     }
     void operator()(const GetFrame& f) const {
       store_u64(body, f.op_id);
@@ -381,7 +422,11 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u32(body + 8, static_cast<uint32_t>(f.status));
       store_u32(body + 12, 0);
       store_u64(body + 16, f.value);
-      if (f.inline_data && !f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kRespBodySize);
+      const bool crc = f.inline_data && f.has_crc;
+      if (crc) store_u32(body + kRespBodySize, f.crc);
+      if (f.inline_data && !f.payload.empty()) {
+        std::copy(f.payload.begin(), f.payload.end(), body + kRespBodySize + (crc ? kCrcSize : 0));
+      }
     }
     void operator()(const AbortFrame& f) const {
       store_u64(body, f.id);
@@ -400,13 +445,15 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
   return size;
 }
 
-size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> out) noexcept {
-  constexpr size_t kPrefixSize = kFrameHeaderSize + kEagerBodySize;
-  assert(out.size() >= kPrefixSize && payload_len <= kMaxEagerWirePayload);
-  if (out.size() < kPrefixSize || payload_len > kMaxEagerWirePayload) return 0;
-  store_header(out.data(), FrameType::kEager, static_cast<uint32_t>(kEagerBodySize + payload_len));
+size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> out, const uint32_t* crc) noexcept {
+  const size_t prefix_size = kFrameHeaderSize + kEagerBodySize + (crc != nullptr ? kCrcSize : 0);
+  assert(out.size() >= prefix_size && payload_len <= kMaxEagerWirePayload - kCrcSize);
+  if (out.size() < prefix_size || payload_len > kMaxEagerWirePayload - kCrcSize) return 0;
+  store_header(out.data(), FrameType::kEager, static_cast<uint32_t>(prefix_size - kFrameHeaderSize + payload_len),
+               crc != nullptr ? kCrcFlag : 0);
   store_u64(out.data() + kBodyOffset, static_cast<uint64_t>(tag));
-  return kPrefixSize;
+  if (crc != nullptr) store_u32(out.data() + kBodyOffset + kEagerBodySize, *crc);
+  return prefix_size;
 }
 
 std::string_view to_string(FrameType type) noexcept {

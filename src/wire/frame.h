@@ -58,6 +58,11 @@ enum class ChunkKind : uint8_t {
   kGet = 2,      ///< data answering a GET; recv_id is the initiator's op id from the GET frame
 };
 
+/// CRC flag of EAGER, CHUNK, PUT (with INLINE) and RESP (with INLINE): a u32 CRC-32C of
+/// the payload follows the fixed body (before any inline payload). Sent only on an
+/// endpoint whose sides both advertised wire::kCapChecksumCrc32c, and then always.
+inline constexpr uint8_t kCrcFlag = 0x80;
+inline constexpr size_t kCrcSize = 4;
 /// PUT flags.
 inline constexpr uint8_t kPutNotify = 0x01;  ///< the notify field carries a notification
 inline constexpr uint8_t kPutInline = 0x02;  ///< the payload (exactly `length` bytes) follows the body
@@ -78,11 +83,14 @@ enum class RmaStatus : uint32_t {
   kNoResource = 5,    ///< the target's notification queue is full
   kRevoked = 6,       ///< the region was deregistered while the operation ran
   kDeviceFailed = 7,  ///< the target could not copy between the network and its device memory
+  kChecksum = 8,      ///< a PUT's data failed its CRC-32C at the target; value = the bad chunk's offset
 };
 
 struct EagerFrame {
   Tag tag{};
   std::span<const std::byte> payload;  ///< decode: points into the input buffer
+  bool has_crc = false;                ///< kCrcFlag: `crc` is the payload's CRC-32C
+  uint32_t crc = 0;
 };
 struct RtsFrame {
   uint64_t send_id = 0;
@@ -100,6 +108,8 @@ struct ChunkFrame {
   uint32_t length = 0;
   uint16_t stream = 0;
   ChunkKind kind = ChunkKind::kMessage;
+  bool has_crc = false;  ///< kCrcFlag: `crc` is the CRC-32C of the chunk's bytes
+  uint32_t crc = 0;
 };
 struct CreditFrame {
   uint64_t bytes = 0;
@@ -124,6 +134,8 @@ struct PutFrame {
   uint64_t notify = 0;                 ///< 0 unless has_notify
   bool inline_data = false;
   std::span<const std::byte> payload{};  ///< inline_data: exactly `length` bytes; decode: view into the input
+  bool has_crc = false;                  ///< kCrcFlag (only with inline_data): the payload's CRC-32C
+  uint32_t crc = 0;
 };
 struct GetFrame {
   uint64_t op_id = 0;
@@ -145,6 +157,8 @@ struct RespFrame {
   uint64_t value = 0;                  ///< atomics: the previous value; else 0
   bool inline_data = false;
   std::span<const std::byte> payload{};  ///< inline GET data; decode: view into the input
+  bool has_crc = false;                  ///< kCrcFlag (only with inline_data): the payload's CRC-32C
+  uint32_t crc = 0;
 };
 
 /// The sender of a chunked transfer sends no more of it: its source failed (a device
@@ -196,9 +210,10 @@ size_t encoded_size(const Frame& frame) noexcept;
 size_t encode(const Frame& frame, std::span<std::byte> out) noexcept;
 
 /// Writes only the header and tag of an EAGER frame carrying `payload_len` bytes
-/// (kFrameHeaderSize + kEagerBodySize bytes), so the payload can be appended without
-/// an intermediate copy.
-size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> out) noexcept;
+/// (kFrameHeaderSize + kEagerBodySize bytes, plus kCrcSize with `crc`), so the payload
+/// can be appended without an intermediate copy.
+size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> out,
+                           const uint32_t* crc = nullptr) noexcept;
 
 std::string_view to_string(FrameType type) noexcept;
 

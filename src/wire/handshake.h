@@ -19,6 +19,9 @@ inline constexpr uint16_t kMaxStreams = 64;
 /// HELLO / HELLO_ACK capability bits (docs/protocol.md). A peer ignores bits it does
 /// not know, so each feature is used only when both sides advertised it.
 inline constexpr uint64_t kCapHeartbeat = uint64_t{1} << 0;  ///< understands HEARTBEAT frames (type 12)
+/// Checksums every payload with CRC-32C (REMORA_CHECKSUM=crc32c). Unlike other bits it
+/// must match: a control HELLO whose bit differs from the server's is refused.
+inline constexpr uint64_t kCapChecksumCrc32c = uint64_t{1} << 1;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 

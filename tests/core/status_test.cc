@@ -62,15 +62,16 @@ TEST(Status, EveryCodeHasItsOwnStableName) {
       {StatusCode::kAborted, "aborted"},
       {StatusCode::kInternal, "internal"},
       {StatusCode::kDeviceFailed, "device_failed"},
+      {StatusCode::kDataCorrupt, "data_corrupt"},
   };
   std::set<std::string_view> seen;
   for (const auto& [code, name] : names) {
     EXPECT_EQ(to_string(code), name);
     EXPECT_TRUE(seen.insert(to_string(code)).second) << "two codes share the name " << name;
   }
-  // The list above is the whole closed set: the values run 0..kDeviceFailed without gaps.
-  EXPECT_EQ(static_cast<size_t>(StatusCode::kDeviceFailed) + 1, std::size(names));
-  EXPECT_EQ(to_string(static_cast<StatusCode>(static_cast<int>(StatusCode::kDeviceFailed) + 1)), "unknown");
+  // The list above is the whole closed set: the values run 0..kDataCorrupt without gaps.
+  EXPECT_EQ(static_cast<size_t>(StatusCode::kDataCorrupt) + 1, std::size(names));
+  EXPECT_EQ(to_string(static_cast<StatusCode>(static_cast<int>(StatusCode::kDataCorrupt) + 1)), "unknown");
 }
 
 TEST(Status, ToStringOfAnErrorWithoutMessageIsTheCodeAlone) {
