@@ -54,14 +54,14 @@ bool same_frame(const Frame& a, const Frame& b) {
         using T = std::decay_t<decltype(x)>;
         const T& y = std::get<T>(b);
         if constexpr (std::is_same_v<T, EagerFrame>) {
-          return x.tag == y.tag && same_bytes(x.payload, y.payload);
+          return x.tag == y.tag && same_bytes(x.payload, y.payload) && x.has_crc == y.has_crc && x.crc == y.crc;
         } else if constexpr (std::is_same_v<T, RtsFrame>) {
           return x.send_id == y.send_id && x.tag == y.tag && x.length == y.length;
         } else if constexpr (std::is_same_v<T, CtsFrame>) {
           return x.send_id == y.send_id && x.recv_id == y.recv_id && x.status == y.status;
         } else if constexpr (std::is_same_v<T, ChunkFrame>) {
           return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.stream == y.stream &&
-                 x.kind == y.kind;
+                 x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc;
         } else if constexpr (std::is_same_v<T, CreditFrame>) {
           return x.bytes == y.bytes;
         } else if constexpr (std::is_same_v<T, GoodbyeFrame>) {
@@ -69,7 +69,7 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, PutFrame>) {
           return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length &&
                  x.has_notify == y.has_notify && x.notify == y.notify && x.inline_data == y.inline_data &&
-                 same_bytes(x.payload, y.payload);
+                 same_bytes(x.payload, y.payload) && x.has_crc == y.has_crc && x.crc == y.crc;
         } else if constexpr (std::is_same_v<T, GetFrame>) {
           return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length;
         } else if constexpr (std::is_same_v<T, AtomicFrame>) {
@@ -77,7 +77,7 @@ bool same_frame(const Frame& a, const Frame& b) {
                  x.operand == y.operand && x.compare == y.compare;
         } else if constexpr (std::is_same_v<T, RespFrame>) {
           return x.op_id == y.op_id && x.status == y.status && x.value == y.value && x.inline_data == y.inline_data &&
-                 same_bytes(x.payload, y.payload);
+                 same_bytes(x.payload, y.payload) && x.has_crc == y.has_crc && x.crc == y.crc;
         } else if constexpr (std::is_same_v<T, AbortFrame>) {
           return x.id == y.id && x.kind == y.kind && x.code == y.code;
         } else {
@@ -300,6 +300,59 @@ std::vector<Golden> goldens() {
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // id
               0x0F,                                            // code 15 = device_failed
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},     // reserved
+      // --- with REMORA_CHECKSUM=crc32c: flag 0x80, a u32 CRC-32C after the fixed body ---
+      {"eager_crc",
+       EagerFrame{.tag = static_cast<Tag>(9), .payload = kEagerPayload, .has_crc = true, .crc = 0xA1B2C3D4},
+       bytes({0x01, 0x80, 0x00, 0x00, 0x0F, 0x00, 0x00, 0x00,  // type 1, CRC, body 8 + 4 + 3
+              0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag
+              0xD4, 0xC3, 0xB2, 0xA1,                          // crc
+              0xAA, 0xBB, 0xCC})},
+      {"chunk_crc",
+       ChunkFrame{.recv_id = 3, .offset = 0, .length = 5, .stream = 1, .kind = ChunkKind::kGet, .has_crc = true,
+                  .crc = 0x01020304},
+       bytes({0x04, 0x82, 0x00, 0x00, 0x1C, 0x00, 0x00, 0x00,  // type 4, CRC | kind 2, body 24 + 4
+              0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
+              0x05, 0x00, 0x00, 0x00,                          // length
+              0x01, 0x00,                                      // stream
+              0x00, 0x00,                                      // reserved
+              0x04, 0x03, 0x02, 0x01})},                       // crc of the chunk's bytes
+      {"put_inline_crc",
+       PutFrame{.op_id = 2,
+                .key = test_key(),
+                .offset = 0,
+                .length = 3,
+                .has_notify = false,
+                .notify = 0,
+                .inline_data = true,
+                .payload = kEagerPayload,
+                .has_crc = true,
+                .crc = 0xCAFEF00D},
+       concat({bytes({0x07, 0x82, 0x00, 0x00, 0x4F, 0x00, 0x00, 0x00,   // type 7, INLINE|CRC, body 72 + 4 + 3
+                      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
+                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // notify
+                      0x0D, 0xF0, 0xFE, 0xCA,                           // crc
+                      0xAA, 0xBB, 0xCC})})},                            // payload
+      {"resp_inline_crc",
+       RespFrame{.op_id = 6, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = kEagerPayload,
+                 .has_crc = true, .crc = 0x11223344},
+       bytes({0x0A, 0x81, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00,  // type 10, INLINE|CRC, body 24 + 4 + 3
+              0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
+              0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // value
+              0x44, 0x33, 0x22, 0x11,                          // crc
+              0xAA, 0xBB, 0xCC})},                             // the GET's data
+      {"resp_checksum",
+       RespFrame{.op_id = 8, .status = RmaStatus::kChecksum, .value = 0x80000, .inline_data = false, .payload = {}},
+       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, body 24
+              0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
+              0x08, 0x00, 0x00, 0x00,                          // status 8 = checksum
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value: the bad chunk's offset
       // --- liveness ---
       {"heartbeat",
        HeartbeatFrame{.seq = 0x0102030405060708, .reply = false},
@@ -337,6 +390,29 @@ TEST(FrameGolden, EagerPrefixMatchesFullEncoding) {
   EXPECT_EQ(prefix, Bytes(g.wire.begin(), g.wire.begin() + 16));
   const Bytes whole = concat({prefix, kEagerPayload});
   EXPECT_EQ(whole, g.wire);
+}
+
+Bytes golden(const char* name);  // below, with the malformed frames
+
+TEST(FrameGolden, EagerPrefixWithCrcMatchesFullEncoding) {
+  const Golden g{"eager_crc", EagerFrame{}, golden("eager_crc")};
+  Bytes prefix(kFrameHeaderSize + kEagerBodySize + kCrcSize);
+  const uint32_t crc = 0xA1B2C3D4;
+  ASSERT_EQ(encode_eager_prefix(static_cast<Tag>(9), 3, prefix, &crc), prefix.size());
+  EXPECT_EQ(concat({prefix, kEagerPayload}), g.wire);
+}
+
+TEST(FrameReject, CrcWithoutInlineData) {
+  Bytes put = golden("put_inline_crc");
+  put[1] = std::byte{0x80};  // CRC without INLINE: a large PUT's CRCs travel in its CHUNKs
+  expect_protocol_error(Bytes(put.begin(), put.begin() + 2), "PUT frame: CRC flag without INLINE");
+  Bytes resp = golden("resp_checksum");
+  resp[1] = std::byte{0x80};
+  expect_protocol_error(Bytes(resp.begin(), resp.begin() + 2), "RESP frame: CRC flag without INLINE");
+  // A CHUNK with the flag but no room for the CRC.
+  Bytes chunk = golden("chunk");
+  chunk[1] = std::byte{0x80};
+  expect_protocol_error(chunk, "CHUNK frame: body_length 24, expected 28");
 }
 
 TEST(FrameGolden, EagerPrefixOfMaxTagAndEmptyPayload) {
@@ -447,10 +523,11 @@ TEST(FrameReject, UnknownType) {
 // The flag bits docs/protocol.md defines per type; every other bit is a protocol error.
 uint8_t defined_flags(std::byte type) {
   switch (static_cast<FrameType>(type)) {
-    case FrameType::kChunk:
-    case FrameType::kAbort: return 0x03;  // the kind (3 itself is refused: ChunkKindThree)
-    case FrameType::kPut: return 0x03;    // NOTIFY | INLINE
-    case FrameType::kResp: return 0x01;   // INLINE
+    case FrameType::kChunk: return 0x83;  // the kind (3 itself is refused: ChunkKindThree), CRC
+    case FrameType::kAbort: return 0x03;  // the kind
+    case FrameType::kEager: return 0x80;  // CRC
+    case FrameType::kPut: return 0x83;    // NOTIFY | INLINE | CRC
+    case FrameType::kResp: return 0x81;   // INLINE | CRC
     case FrameType::kHeartbeat: return 0x01;  // REPLY
     default: return 0x00;
   }
@@ -783,12 +860,16 @@ TEST(RmaReject, ChunkKindThree) {
     // Kind 3 can never be valid: refused as soon as the flags byte is in.
     expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "CHUNK frame: unknown kind 3");
   }
-  // 4..255 set bits the CHUNK flags byte does not define.
+  // 4..127 and 0x84..255 set bits the CHUNK flags byte does not define (0x80 is CRC).
   for (int kind = 4; kind < 256; ++kind) {
+    if ((kind & 0x7F) < 4) continue;
     Bytes wire = golden("chunk");
     wire[1] = static_cast<std::byte>(kind);
     expect_protocol_error(wire, "has undefined bits");
   }
+  Bytes with_crc = golden("chunk");
+  with_crc[1] = std::byte{0x83};
+  expect_protocol_error(Bytes(with_crc.begin(), with_crc.begin() + 2), "CHUNK frame: unknown kind 3");
 }
 
 TEST(RmaReject, PutInlinePayloadSizeNotLength) {
@@ -890,7 +971,7 @@ TEST(RmaReject, FetchAddWithNonzeroCompare) {
 }
 
 TEST(RmaReject, RespUnknownStatus) {
-  for (uint32_t status : {8u, 9u, 0x100u, 0x01000000u, kMaxU32}) {
+  for (uint32_t status : {9u, 10u, 0x100u, 0x01000000u, kMaxU32}) {
     for (const char* name : {"resp", "resp_atomic", "resp_inline"}) {
       Bytes wire = golden(name);
       put_le(wire, kRespStatusAt, status, 4);

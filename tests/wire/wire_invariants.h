@@ -18,7 +18,7 @@
 namespace remora::wire::testing {
 
 /// An inline payload (EAGER, PUT, RESP) must be a view into the input right after the
-/// fixed body, and within the limit.
+/// fixed body (and its CRC, when the frame carries one), and within the limit.
 inline std::string check_inline_payload(const char* what, std::span<const std::byte> payload,
                                         std::span<const std::byte> in, size_t fixed_body,
                                         const DecodeLimits& limits) {
@@ -38,19 +38,21 @@ inline std::string check_rma_rules(const Frame& frame, std::span<const std::byte
     if (!put->has_notify && put->notify != 0) return "PUT notify value without NOTIFY";
     if (put->inline_data) {
       if (put->payload.size() != put->length) return "inline PUT payload size != length";
-      return check_inline_payload("PUT", put->payload, in, kPutBodySize, limits);
+      return check_inline_payload("PUT", put->payload, in, kPutBodySize + (put->has_crc ? kCrcSize : 0), limits);
     }
     if (!put->payload.empty()) return "non-inline PUT with a payload";
+    if (put->has_crc) return "non-inline PUT with a CRC";
   } else if (const auto* atomic = std::get_if<AtomicFrame>(&frame)) {
     if (atomic->op != AtomicOp::kFetchAdd && atomic->op != AtomicOp::kCompareSwap) return "ATOMIC opcode unknown";
     if (atomic->op == AtomicOp::kFetchAdd && atomic->compare != 0) return "fetch_add with a compare value";
   } else if (const auto* resp = std::get_if<RespFrame>(&frame)) {
-    if (static_cast<uint32_t>(resp->status) > static_cast<uint32_t>(RmaStatus::kDeviceFailed)) return "RESP status unknown";
+    if (static_cast<uint32_t>(resp->status) > static_cast<uint32_t>(RmaStatus::kChecksum)) return "RESP status unknown";
     if (resp->inline_data) {
       if (resp->status != RmaStatus::kOk) return "inline RESP with a failure status";
-      return check_inline_payload("RESP", resp->payload, in, kRespBodySize, limits);
+      return check_inline_payload("RESP", resp->payload, in, kRespBodySize + (resp->has_crc ? kCrcSize : 0), limits);
     }
     if (!resp->payload.empty()) return "non-inline RESP with a payload";
+    if (resp->has_crc) return "non-inline RESP with a CRC";
   }
   return "";
 }
@@ -65,7 +67,7 @@ inline std::string check_frame_invariants(std::span<const std::byte> in, const D
     if (s.code() != StatusCode::kInProgress) return "unexpected status " + s.to_string();
     // Waiting is only legal while the input is shorter than the longest legal frame: the
     // fixed-size ATOMIC, or the inline frame with the longest fixed body (PUT).
-    constexpr size_t kLongestFixedPart = std::max({kEagerBodySize, kPutBodySize, kRespBodySize});
+    constexpr size_t kLongestFixedPart = std::max({kEagerBodySize, kPutBodySize, kRespBodySize}) + kCrcSize;
     const size_t longest = std::max<size_t>(kMaxFixedFrameSize,
                                             kFrameHeaderSize + kLongestFixedPart + limits.max_eager_payload);
     if (in.size() >= longest) return "kInProgress with " + std::to_string(in.size()) + " bytes buffered";
@@ -76,7 +78,8 @@ inline std::string check_frame_invariants(std::span<const std::byte> in, const D
   if (d.consumed < kFrameHeaderSize) return "consumed less than a header";
   if (encoded_size(d.frame) != d.consumed) return "encoded_size != consumed";
   if (const auto* eager = std::get_if<EagerFrame>(&d.frame)) {
-    const std::string bad = check_inline_payload("EAGER", eager->payload, in, kEagerBodySize, limits);
+    const std::string bad =
+        check_inline_payload("EAGER", eager->payload, in, kEagerBodySize + (eager->has_crc ? kCrcSize : 0), limits);
     if (!bad.empty()) return bad;
   }
   if (const std::string bad = check_rma_rules(d.frame, in, limits); !bad.empty()) return bad;
