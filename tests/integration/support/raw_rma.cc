@@ -77,6 +77,7 @@ std::string_view to_string(wire::RmaStatus status) {
     case wire::RmaStatus::kNoResource: return "no_resource";
     case wire::RmaStatus::kRevoked: return "revoked";
     case wire::RmaStatus::kDeviceFailed: return "device_failed";
+    case wire::RmaStatus::kChecksum: return "checksum";
   }
   return "unknown";
 }
