@@ -149,9 +149,11 @@ void print_coll_ratios(const CollReport& r, const CollOptions& o) {
 }  // namespace
 
 std::string config_line(const nlohmann::json& c) {
-  return fmt::format("{} data streams, chunk {}, eager limit {}, spin {} us", c.value("streams", 0u),
+  // The checksum is named only when on (REMORA_CHECKSUM=crc32c): its cost shows in the rows.
+  const std::string checksum = c.value("checksum", std::string("none"));
+  return fmt::format("{} data streams, chunk {}, eager limit {}, spin {} us{}", c.value("streams", 0u),
                      format_size(c.value("chunk_bytes", size_t{0})), format_size(c.value("eager_limit", size_t{0})),
-                     c.value("spin_us", 0u));
+                     c.value("spin_us", 0u), checksum == "none" ? "" : ", checksum " + checksum);
 }
 
 std::string pool_line(const nlohmann::json& side) {

@@ -36,6 +36,9 @@ std::string captured(Print print) {
 
 TEST(Report, ConfigAndPoolLines) {
   EXPECT_EQ(config_line(config_json()), "2 data streams, chunk 512K, eager limit 16K, spin 200 us");
+  nlohmann::json with_checksum = config_json();
+  with_checksum["checksum"] = "crc32c";
+  EXPECT_EQ(config_line(with_checksum), "2 data streams, chunk 512K, eager limit 16K, spin 200 us, checksum crc32c");
   EXPECT_EQ(pool_line(pool_side()), "1 arenas, 4 MiB registered, 5 hits, 1 misses, 0 buffers in use");
   EXPECT_EQ(pool_line(nlohmann::json::object()), "explicit registration");
 }

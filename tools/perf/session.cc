@@ -427,7 +427,8 @@ nlohmann::json config_json(const Context& ctx) {
           {"max_outstanding", c.max_outstanding},
           {"rma_window", c.rma_window},
           {"max_unexpected", c.max_unexpected},
-          {"staging_buffers", c.staging_buffers}};
+          {"staging_buffers", c.staging_buffers},
+          {"checksum", c.checksum == ChecksumMode::kCrc32c ? "crc32c" : "none"}};
 }
 
 nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
