@@ -316,7 +316,7 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
     owner_.protocol_error(std::string("RESP 'checksum' for a ") + op_name(kind));
     return;
   }
-  if (f.status == RmaStatus::kChecksum && (f.value >= op->length || (op->inline_class && f.value != 0))) {
+  if (f.status == RmaStatus::kChecksum && (op->inline_class ? f.value != 0 : f.value >= op->length)) {
     owner_.protocol_error(fmt::format("RESP 'checksum' for put {} names offset {} of its {} bytes", op->id, f.value,
                                       op->length));
     return;

@@ -88,6 +88,11 @@ class RawPeer {
     write_all(ctl_, out);
   }
   void send_data(std::span<const std::byte> bytes) { write_all(data_, bytes); }
+  /// Reads `n` bytes off the data stream (a put's chunks the victim sends).
+  bool read_data(size_t n) {
+    std::vector<std::byte> sink(n);
+    return read_all(data_, sink);
+  }
 
   /// The next frame of type T from the victim (others, such as CREDIT, are skipped).
   template <typename T>
@@ -382,6 +387,48 @@ TEST_F(ChecksumHostile, ChunkedGetWithFlippedByteFailsTheGet) {
     } else {
       ASSERT_TRUE(s.is_ok()) << s.to_string();
       EXPECT_EQ(got, data);
+    }
+  }
+  EXPECT_FALSE(victim_->failed());
+}
+
+/// The victim initiates: a target that answers RESP status 8 fails that put with
+/// data_corrupt naming the chunk, at every size class (0 B and inline: offset 0), and
+/// the victim's next put completes.
+TEST_F(ChecksumHostile, TargetsChecksumVerdictFailsThatPutOnly) {
+  for (size_t n : {size_t{0}, size_t{100}, size_t{3 * 64 * 1024 + 1}}) {
+    for (bool corrupt : {true, false}) {
+      const auto data = pattern(n, n);
+      Request r = victim_->put(data, reg_.remote_key(), 0);
+      auto put = peer_.next<wire::PutFrame>();
+      ASSERT_TRUE(put.has_value());
+      ASSERT_EQ(put->length, n);
+      ASSERT_EQ(put->inline_data, n <= kVictimEager);
+      if (put->inline_data) {
+        ASSERT_TRUE(put->has_crc) << "an inline put carries its CRC";
+        EXPECT_EQ(put->crc, crc_of(data));
+      } else {
+        // Take every chunk in before answering (a RESP before the data is a violation).
+        uint64_t announced = 0;
+        while (announced < n) {
+          auto chunk = peer_.next<wire::ChunkFrame>();
+          ASSERT_TRUE(chunk.has_value());
+          ASSERT_TRUE(chunk->has_crc);
+          EXPECT_EQ(chunk->crc, crc_of(std::span(data).subspan(chunk->offset, chunk->length)));
+          announced += chunk->length;
+        }
+        ASSERT_TRUE(peer_.read_data(n));
+      }
+      const uint64_t bad_chunk = put->inline_data ? 0 : 64 * 1024;
+      peer_.send_frame(wire::RespFrame{.op_id = put->op_id,
+                                       .status = corrupt ? wire::RmaStatus::kChecksum : wire::RmaStatus::kOk,
+                                       .value = corrupt ? bad_chunk : 0});
+      const Status s = r.wait(10s);
+      if (corrupt) {
+        expect_corrupt(s, "chunk at offset " + std::to_string(bad_chunk));
+      } else {
+        EXPECT_TRUE(s.is_ok()) << n << " bytes: " << s.to_string();
+      }
     }
   }
   EXPECT_FALSE(victim_->failed());
