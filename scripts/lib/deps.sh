@@ -9,7 +9,7 @@
 # not run as root.
 
 REMORA_APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   libmnl-dev liburing-dev
