@@ -45,12 +45,17 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-/// Rank 0's server listens on every interface of the store address's family.
+/// Rank 0's server listens on every interface of the store address's family, or only on
+/// loopback when the store address is a loopback one (every rank is on this host then, and
+/// nothing else should reach the store).
 Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_address) {
   REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(store_address));
   REMORA_ASSIGN_OR_RETURN(auto addrs, net::resolve(hp, /*passive=*/false));
   const bool v6 = !addrs.empty() && addrs.front().family() == AF_INET6;
-  const std::string any = fmt::format("{}:{}", v6 ? "[::]" : "0.0.0.0", hp.port);
+  const bool loopback =
+      !addrs.empty() && std::all_of(addrs.begin(), addrs.end(), [](const net::SockAddr& a) { return net::is_loopback(a); });
+  const std::string any =
+      loopback ? net::to_string(addrs.front()) : fmt::format("{}:{}", v6 ? "[::]" : "0.0.0.0", hp.port);
   auto server = StoreServer::start(any);
   if (!server) {
     return server.status().with_context(
