@@ -241,6 +241,47 @@ TEST_F(Auth, DataStreamAttachWithoutProofIsRefusedAndEndpointGoesOn) {
   expect_endpoints_work(**c, **a, 1024 * 1024);
 }
 
+TEST(AuthClient, RefusesAListenerWhoseProofIsWrong) {
+  // A raw listener that plays the keyed server's part without the key: a challenge, then
+  // a confirmation carrying a proof it could not make. The client must not trust the
+  // HELLO_ACK that follows (an accepted one, with an endpoint id).
+  raw::Listener fake;
+  ASSERT_TRUE(fake.valid());
+  auto server = std::async(std::launch::async, [&]() -> std::string {
+    std::string err;
+    raw::Socket s = fake.accept(10s, &err);
+    if (!s.valid()) return "accept: " + err;
+    if (!s.recv_exact(raw::kHelloSize, 10s, &err)) return "HELLO: " + err;
+    raw::HelloAck ack{.magic = 0x41524D52, .version = 1, .status = 4, .capabilities = wire::kCapAuth,
+                      .stream_count = 3, .rma_window = 256};
+    std::vector<uint8_t> out = raw::encode(ack);
+    const auto challenge = wire::encode_auth({.step = wire::AuthStep::kChallenge, .nonce = wire::fresh_auth_nonce()});
+    for (std::byte b : challenge) out.push_back(std::to_integer<uint8_t>(b));
+    if (!s.send_all(out, &err)) return "challenge: " + err;
+    if (!s.recv_exact(wire::kAuthSize, 10s, &err)) return "response: " + err;
+    out.clear();
+    const auto confirm = wire::encode_auth({.step = wire::AuthStep::kConfirm, .proof = wire::fresh_auth_nonce()});
+    for (std::byte b : confirm) out.push_back(std::to_integer<uint8_t>(b));
+    raw::HelloAck accepted = ack;
+    accepted.status = 0;
+    accepted.endpoint_id = 7;
+    accepted.attach_token = 9;
+    const auto tail = raw::encode(accepted);
+    out.insert(out.end(), tail.begin(), tail.end());
+    if (!s.send_all(out, &err)) return "confirm: " + err;
+    // The client opens no data connection: it refused at the proof.
+    raw::Socket data = fake.accept(500ms, &err);
+    return data.valid() ? "the client opened a data connection after a wrong proof" : "";
+  });
+  auto client = keyed_context(key_of("job secret"));
+  ASSERT_TRUE(client);
+  auto c = client->connect("127.0.0.1:" + std::to_string(fake.port()), 10s);
+  ASSERT_FALSE(c) << "the client trusted a listener that did not prove the key";
+  EXPECT_EQ(c.status().code(), StatusCode::kAccessDenied) << describe(c.status());
+  EXPECT_NE(c.status().message().find("could not prove"), std::string::npos) << c.status().message();
+  EXPECT_EQ(server.get(), "");
+}
+
 /// Relays every connection made to it to `target`, recording what each client sent and
 /// what the server answered, in order of acceptance.
 class RecordingProxy {
