@@ -140,6 +140,16 @@ class Matrix {
 
   Row run(const std::string& workload, const Fault& fault);
 
+  /// Segmentation offloads off on both ends of the victim's link: packets then are
+  /// MTU-sized frames, as on a wire, so a drop loses one frame rather than a 64 KB
+  /// super-packet (which would make "2%" mean far fewer, far larger losses).
+  bool wire_like(std::string* log) {
+    return sh({"ip", "netns", "exec", net_.ns(1), "ethtool", "-K", "rmr0", "tso", "off", "gso", "off", "gro", "off"},
+              log) &&
+           sh({"ip", "netns", "exec", switch_ns_, "ethtool", "-K", "rmrp1", "tso", "off", "gso", "off", "gro", "off"},
+              log);
+  }
+
  private:
   std::unique_ptr<Process> spawn(int ns, std::vector<std::string> args, bool capture = true) {
     std::vector<std::string> argv = net_.exec_prefix(net_.ns(ns));
@@ -438,6 +448,10 @@ int matrix_main(int argc, char** argv) {
     return 77;
   }
   Matrix matrix(net, peer_timeout, margin);
+  if (std::string log; !matrix.wire_like(&log)) {
+    std::fprintf(stderr, "remora_faults: cannot turn the victim link's offloads off:\n%s", log.c_str());
+    return 1;
+  }
   fmt::print("fault matrix: REMORA_PEER_TIMEOUT_MS={}, bound for failures = timeout + {} ms\n", peer_timeout, margin);
   const std::string header =
       fmt::format("{:<24} {:<20} {:<32} {:<16} {:<8} {:<8} {:<24} {}", "cell", "fault did", "outcome",
