@@ -11,7 +11,6 @@
 // end (also on failure: NetnsBridge is RAII). The fault hits once the observer has seen
 // a round of its workload complete and keeps the next one in flight; nothing here sleeps
 // to synchronise (the descriptor count is polled, with a deadline, after the release).
-#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +25,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "faults.h"
 #include "support/netns.h"
@@ -45,17 +46,16 @@ enum class FaultKind { kSigkill, kSigstop, kLinkDown, kTcpReset, kDrop, kRate, k
 struct Fault {
   std::string name;
   FaultKind kind;
-  double drop = 0;           ///< kDrop: probability per packet, each direction
-  uint64_t rounds_after = 4; ///< conditions: rounds of the workload after the fault
+  double drop = 0;            ///< kDrop: probability per packet, each direction
+  uint64_t rounds_after = 4;  ///< conditions: rounds of the workload after the fault
   bool is_failure() const { return kind <= FaultKind::kTcpReset; }
 };
 
 const std::vector<Fault>& all_faults() {
   static const std::vector<Fault> faults = {
-      {"sigkill", FaultKind::kSigkill},        {"sigstop", FaultKind::kSigstop},
-      {"link-down", FaultKind::kLinkDown},     {"tcp-reset", FaultKind::kTcpReset},
-      {"drop-2%", FaultKind::kDrop, 0.02},     {"drop-10%", FaultKind::kDrop, 0.10, 2},
-      {"rate-100mbit", FaultKind::kRate},      {"delay-50ms", FaultKind::kDelay},
+      {"sigkill", FaultKind::kSigkill},    {"sigstop", FaultKind::kSigstop},    {"link-down", FaultKind::kLinkDown},
+      {"tcp-reset", FaultKind::kTcpReset}, {"drop-2%", FaultKind::kDrop, 0.02}, {"drop-10%", FaultKind::kDrop, 0.10, 2},
+      {"rate-100mbit", FaultKind::kRate},  {"delay-50ms", FaultKind::kDelay},
   };
   return faults;
 }
@@ -121,7 +121,7 @@ bool stop_child(pid_t pid) {
 }
 
 struct Row {
-  std::string cell, evidence, outcome, end, fds, rss, survivor;
+  std::string cell, evidence, in_flight, outcome, end, fds, rss, survivor;
   bool pass = true;
   std::string why;  ///< the broken expectations and the processes' output
   void fail(const std::string& what) {
@@ -155,11 +155,11 @@ class Matrix {
     std::vector<std::string> argv = net_.exec_prefix(net_.ns(ns));
     argv.push_back(exe_);
     argv.insert(argv.end(), args.begin(), args.end());
-    return std::make_unique<Process>(Process::Options{
-        .argv = argv,
-        .env = {"REMORA_PEER_TIMEOUT_MS=" + std::to_string(peer_timeout_ms_)},
-        .capture_stderr = capture,
-        .pipe_stdin = true});
+    return std::make_unique<Process>(
+        Process::Options{.argv = argv,
+                         .env = {"REMORA_PEER_TIMEOUT_MS=" + std::to_string(peer_timeout_ms_)},
+                         .capture_stderr = capture,
+                         .pipe_stdin = true});
   }
   bool sh(const std::vector<std::string>& argv, std::string* log) {
     const CommandResult r = itest::run_command(argv, 20s);
@@ -193,9 +193,7 @@ bool Matrix::apply(const Fault& fault, Process& victim, std::string* log, std::s
       victim.signal(SIGKILL);
       *evidence = "killed";
       return true;
-    case FaultKind::kSigstop:
-      *evidence = "stopped";
-      return stop_child(victim.pid());
+    case FaultKind::kSigstop: *evidence = "stopped"; return stop_child(victim.pid());
     case FaultKind::kLinkDown:
       *evidence = "link down";
       return sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "down"}, log);
@@ -269,12 +267,8 @@ void Matrix::undo(const Fault& fault, Process& victim, std::string* log, std::st
     *evidence = fmt::format("{} pkts throttled", overlimits);
   }
   switch (fault.kind) {
-    case FaultKind::kSigstop:
-      victim.signal(SIGCONT);
-      break;
-    case FaultKind::kLinkDown:
-      (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "up"}, log);
-      break;
+    case FaultKind::kSigstop: victim.signal(SIGCONT); break;
+    case FaultKind::kLinkDown: (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "up"}, log); break;
     case FaultKind::kDrop:
     case FaultKind::kDelay: {
       auto argv = iptables();
@@ -287,8 +281,7 @@ void Matrix::undo(const Fault& fault, Process& victim, std::string* log, std::st
       (void)sh({"tc", "-n", net_.ns(1), "qdisc", "del", "dev", "rmr0", "root"}, log);
       (void)sh({"tc", "-n", switch_ns_, "qdisc", "del", "dev", "rmrp1", "root"}, log);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -321,17 +314,18 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
   };
   const auto [v_port, v_key] = port_key(*v_ready);
   const auto [h_port, h_key] = port_key(*h_ready);
-  auto observer = spawn(0, {"node", "--role=observer", "--workload=" + workload,
-                            std::string("--expect=") + (fault.is_failure() ? "fail" : "complete"),
-                            "--rounds-after=" + std::to_string(fault.rounds_after),
-                            "--victim=" + net_.addr(1) + ":" + v_port, "--victim-key=" + v_key,
-                            "--victim-seed=" + std::to_string(kVictimSeed), "--healthy=" + net_.addr(2) + ":" + h_port,
-                            "--healthy-key=" + h_key, store});
+  auto observer =
+      spawn(0, {"node", "--role=observer", "--workload=" + workload,
+                std::string("--expect=") + (fault.is_failure() ? "fail" : "complete"),
+                "--rounds-after=" + std::to_string(fault.rounds_after), "--victim=" + net_.addr(1) + ":" + v_port,
+                "--victim-key=" + v_key, "--victim-seed=" + std::to_string(kVictimSeed),
+                "--healthy=" + net_.addr(2) + ":" + h_port, "--healthy-key=" + h_key, store});
   const pid_t pid = observer->pid();
   std::optional<std::string> end, released, survivor, h_coll;
   int fds_before = -1, fds_after = -1;
   long rss_before = -1, rss_after = -1;
   long h_coll_ms = -1;
+  long in_flight = 0;  // the observer's operations outstanding just before the fault
   bool applied = false;
   const auto bound = std::chrono::milliseconds(peer_timeout_ms_ + margin_ms_);
   Clock::time_point fault_time{};
@@ -341,6 +335,10 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
     rss_before = rss_kib(pid);
     observer->write_line("go");
     if (!expect_line(*observer, "INFLIGHT", kStepDeadline, &log)) break;
+    observer->write_line("arm");
+    const auto armed = expect_line(*observer, "ARMED ", kStepDeadline, &log);
+    if (!armed) break;
+    in_flight = std::strtol(armed->c_str(), nullptr, 10);
     fault_time = Clock::now();
     applied = apply(fault, *victim, &log, &row.evidence);
     if (!applied) row.fail("the fault could not be applied");
@@ -368,8 +366,10 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
 
   // The observer and the healthy peer must end cleanly; the victim is simply reaped.
   const auto o_status = observer->wait(30s);
-  if (!o_status) row.fail("the observer did not exit");
-  else if (!Process::exited_ok(*o_status)) row.fail("the observer " + Process::describe(*o_status));
+  if (!o_status)
+    row.fail("the observer did not exit");
+  else if (!Process::exited_ok(*o_status))
+    row.fail("the observer " + Process::describe(*o_status));
   healthy->write_line("quit");
   const auto h_status = healthy->wait(30s);
   if (!h_status || !Process::exited_ok(*h_status)) {
@@ -386,19 +386,22 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
     const auto f = fields(*end);
     const uint64_t ok = num(f, "ok"), errors = num(f, "errors"), bad = num(f, "bad"), bytes = num(f, "bytes");
     // From the moment the driver began to apply the fault (steady clock, shared by the processes).
-    const long ms = static_cast<long>((static_cast<int64_t>(num(f, "last_end_ns")) -
-                                       fault_time.time_since_epoch() / 1ns) / 1'000'000);
-    const bool failed_before = errors != 0 && static_cast<int64_t>(num(f, "first_error_ns")) <
-                                                  fault_time.time_since_epoch() / 1ns;
+    const long ms = static_cast<long>(
+        (static_cast<int64_t>(num(f, "last_end_ns")) - fault_time.time_since_epoch() / 1ns) / 1'000'000);
+    const bool failed_before =
+        errors != 0 && static_cast<int64_t>(num(f, "first_error_ns")) < fault_time.time_since_epoch() / 1ns;
     if (bad != 0) row.fail(std::to_string(bad) + " operations completed with wrong bytes");
+    if (in_flight <= 0) row.fail("nothing was in flight when the fault was applied");
     if (fault.is_failure()) {
       row.outcome = fmt::format("{}: {} ok, {} failed", f.count("code") ? f.at("code") : "?", ok, errors);
+      row.in_flight = std::to_string(in_flight);
       row.end = fmt::format("{} <= {} ms", ms, bound.count());
       if (errors == 0) row.fail("no operation failed: the fault hit nothing in flight");
       if (failed_before) row.fail("operations failed before the fault");
       if (ms > bound.count()) row.fail(fmt::format("the last operation ended {} ms after the fault", ms));
     } else {
       row.outcome = fmt::format("ok: {} ops, {:.1f} MiB", ok, static_cast<double>(bytes) / (1 << 20));
+      row.in_flight = std::to_string(in_flight);
       row.end = fmt::format("{:.1f} s", static_cast<double>(ms) / 1000);
       if (errors != 0) row.fail(fmt::format("{} operations failed ({})", errors, f.at("code")));
       if (ok == 0) row.fail("nothing completed");
@@ -407,7 +410,8 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
   row.fds = fmt::format("{}->{}", fds_before, fds_after);
   row.rss = fmt::format("{}->{}", rss_before / 1024, rss_after / 1024);
   if (released && fds_after > fds_before) row.fail("descriptors leaked: " + row.fds);
-  if (released && (rss_after < 0 || rss_after > rss_before + kRssSlackKib)) row.fail("resident memory grew: " + row.rss + " MiB");
+  if (released && (rss_after < 0 || rss_after > rss_before + kRssSlackKib))
+    row.fail("resident memory grew: " + row.rss + " MiB");
   row.survivor = survivor ? *survivor : "-";
   if (!survivor || *survivor != "ok") row.fail("the healthy peer stopped working with the observer");
   if (coll) {
@@ -415,11 +419,16 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
     const auto h = h_coll ? fields("code=" + *h_coll) : std::map<std::string, std::string>{};
     const std::string code = h_coll ? h_coll->substr(0, h_coll->find(' ')) : "none";
     row.survivor += ", rank 2 " + code;
-    if (!h_coll) row.fail("the healthy rank's allreduce never ended");
-    else if (num(h, "bad") != 0) row.fail("the healthy rank saw wrong sums");
-    else if (fault.is_failure() && code == "ok") row.fail("the healthy rank's allreduce did not fail");
-    else if (fault.is_failure() && h_coll_ms > bound.count() + 1000) row.fail(fmt::format("the healthy rank ended {} ms after the fault", h_coll_ms));
-    else if (!fault.is_failure() && code != "ok") row.fail("the healthy rank's allreduce failed: " + code);
+    if (!h_coll)
+      row.fail("the healthy rank's allreduce never ended");
+    else if (num(h, "bad") != 0)
+      row.fail("the healthy rank saw wrong sums");
+    else if (fault.is_failure() && code == "ok")
+      row.fail("the healthy rank's allreduce did not fail");
+    else if (fault.is_failure() && h_coll_ms > bound.count() + 1000)
+      row.fail(fmt::format("the healthy rank ended {} ms after the fault", h_coll_ms));
+    else if (!fault.is_failure() && code != "ok")
+      row.fail("the healthy rank's allreduce failed: " + code);
   }
   if (!row.pass) row.why += log;
   return row;
@@ -453,8 +462,11 @@ int matrix_main(int argc, char** argv) {
     return 1;
   }
   fmt::print("fault matrix: REMORA_PEER_TIMEOUT_MS={}, bound for failures = timeout + {} ms\n", peer_timeout, margin);
+  // in flight: the observer's operations outstanding just before the fault; end after
+  // fault: when the last of them ended (failures: against the bound); fds and RSS: the
+  // observer's before the victim's endpoint existed and after it was let go.
   const std::string header =
-      fmt::format("{:<24} {:<20} {:<32} {:<16} {:<8} {:<8} {:<24} {}", "cell", "fault did", "outcome",
+      fmt::format("{:<24} {:<20} {:>6}  {:<30} {:<16} {:<8} {:<8} {:<24} {}", "cell", "fault did", "flying", "outcome",
                   "end after fault", "fds", "RSS MiB", "survivor", "verdict");
   fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
   std::fflush(stdout);
@@ -465,8 +477,8 @@ int matrix_main(int argc, char** argv) {
       Row row = matrix.run(w, fault);
       ++total;
       if (!row.pass) ++failed;
-      fmt::print("{:<24} {:<20} {:<32} {:<16} {:<8} {:<8} {:<24} {}\n", row.cell, row.evidence, row.outcome, row.end,
-                 row.fds, row.rss, row.survivor, row.pass ? "pass" : "FAIL");
+      fmt::print("{:<24} {:<20} {:>6}  {:<30} {:<16} {:<8} {:<8} {:<24} {}\n", row.cell, row.evidence, row.in_flight,
+                 row.outcome, row.end, row.fds, row.rss, row.survivor, row.pass ? "pass" : "FAIL");
       if (!row.pass) fmt::print("{}", row.why);
       std::fflush(stdout);
     }

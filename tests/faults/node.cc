@@ -10,7 +10,8 @@
 //   --role=observer  connects to the healthy peer (--healthy, --healthy-key) and checks
 //                    it, prints "BASELINE" and waits for "go"; connects to the victim (or
 //                    joins the allreduce as rank 0) and runs --workload in rounds, prints
-//                    "INFLIGHT" once a round completed, takes "faulted" as the moment the
+//                    "INFLIGHT" once a round completed, answers "arm" with "ARMED <n>" once
+//                    n > 0 operations are outstanding, takes "faulted" as the moment the
 //                    fault hit, and prints "END …" once every operation ended: with
 //                    --expect=complete after --rounds-after more rounds, with
 //                    --expect=fail when the endpoint (or communicator) failed. Then it lets
@@ -150,7 +151,10 @@ int run_server(const Flags& f) {
   std::thread coll;
   if (f.has("coll")) {
     coll = std::thread([&] {
-      LaunchInfo launch{.rank = static_cast<int>(f.num("rank", 1)), .size = 3, .launcher = "remora_faults", .store_address = f.str("store")};
+      LaunchInfo launch{.rank = static_cast<int>(f.num("rank", 1)),
+                        .size = 3,
+                        .launcher = "remora_faults",
+                        .store_address = f.str("store")};
       auto comm_r = Communicator::init(*ctx, launch, CommOptions{.timeout = std::chrono::milliseconds(30000)});
       if (!comm_r) {
         say("COLL " + std::string(to_string(comm_r.status().code())) + " 0 bad=0");
@@ -220,14 +224,22 @@ struct Workbench {
     itest::fill_stream(kObserverSeed + round * window + i, 0, s);
     return s;
   }
-  uint64_t offset_of(uint64_t round, size_t i) const {
-    return ((round * window + i) * size) % (kRegionData - size);
-  }
+  uint64_t offset_of(uint64_t round, size_t i) const { return ((round * window + i) * size) % (kRegionData - size); }
 };
+
+/// Operations of the workload posted and not yet seen to end (the driver's evidence that
+/// the fault hit something in flight).
+std::atomic<int64_t> g_outstanding{0};
+
+Request posted(Request r) {
+  ++g_outstanding;
+  return r;
+}
 
 /// Waits for `r` and records its end; false when it failed.
 bool finish(Request& r, const Workbench& wb, Outcome* o) {
   const Status s = r.wait(wb.op_timeout);
+  --g_outstanding;
   o->ended(s);
   return s.is_ok();
 }
@@ -245,8 +257,8 @@ void verify(std::span<const std::byte> got, uint64_t seed, uint64_t offset, Outc
 
 bool round_sendrecv(Endpoint& ep, Workbench& wb, uint64_t round, Outcome* o) {
   std::vector<Request> rx, tx;
-  for (size_t i = 0; i < wb.window; ++i) rx.push_back(ep.recv(wb.in[i], kEchoBack));
-  for (size_t i = 0; i < wb.window; ++i) tx.push_back(ep.send(wb.fill(round, i), kEcho));
+  for (size_t i = 0; i < wb.window; ++i) rx.push_back(posted(ep.recv(wb.in[i], kEchoBack)));
+  for (size_t i = 0; i < wb.window; ++i) tx.push_back(posted(ep.send(wb.fill(round, i), kEcho)));
   bool ok = true;
   for (auto& r : tx) ok = finish(r, wb, o) && ok;
   for (size_t i = 0; i < wb.window; ++i) {
@@ -255,21 +267,23 @@ bool round_sendrecv(Endpoint& ep, Workbench& wb, uint64_t round, Outcome* o) {
       continue;
     }
     const size_t n = wb.size_of(round, i);
-    if (rx[i].bytes() != n) ++o->bad;
-    else verify(std::span(wb.in[i]).first(n), kObserverSeed + round * wb.window + i, 0, o);
+    if (rx[i].bytes() != n)
+      ++o->bad;
+    else
+      verify(std::span(wb.in[i]).first(n), kObserverSeed + round * wb.window + i, 0, o);
   }
   return ok;
 }
 
 bool round_put(Endpoint& ep, const RemoteKey& key, Workbench& wb, uint64_t round, Outcome* o) {
   std::vector<Request> puts, gets;
-  for (size_t i = 0; i < wb.window; ++i) puts.push_back(ep.put(wb.fill(round, i), key, wb.offset_of(round, i)));
+  for (size_t i = 0; i < wb.window; ++i) puts.push_back(posted(ep.put(wb.fill(round, i), key, wb.offset_of(round, i))));
   bool ok = true;
   for (auto& r : puts) ok = finish(r, wb, o) && ok;
   if (!ok) return false;
   // Read back what landed: a put counts as good only once its bytes are seen there.
   for (size_t i = 0; i < wb.window; ++i) {
-    gets.push_back(ep.get(std::span(wb.in[i]).first(wb.size_of(round, i)), key, wb.offset_of(round, i)));
+    gets.push_back(posted(ep.get(std::span(wb.in[i]).first(wb.size_of(round, i)), key, wb.offset_of(round, i))));
   }
   for (size_t i = 0; i < wb.window; ++i) {
     if (!finish(gets[i], wb, o)) {
@@ -284,7 +298,7 @@ bool round_put(Endpoint& ep, const RemoteKey& key, Workbench& wb, uint64_t round
 bool round_get(Endpoint& ep, const RemoteKey& key, Workbench& wb, uint64_t round, Outcome* o) {
   std::vector<Request> gets;
   for (size_t i = 0; i < wb.window; ++i) {
-    gets.push_back(ep.get(std::span(wb.in[i]).first(wb.size_of(round, i)), key, wb.offset_of(round, i)));
+    gets.push_back(posted(ep.get(std::span(wb.in[i]).first(wb.size_of(round, i)), key, wb.offset_of(round, i))));
   }
   bool ok = true;
   for (size_t i = 0; i < wb.window; ++i) {
@@ -306,10 +320,11 @@ bool round_atomics(Endpoint& ep, const RemoteKey& key, Workbench& wb, Outcome* o
   for (size_t i = 0; i < wb.window; ++i) {
     if (i % 2 == 0) {
       want[i] = wb.fetch_adds++;
-      ops.push_back(ep.fetch_add(&wb.words[i], key, kFetchAddWord, 1));
+      ops.push_back(posted(ep.fetch_add(&wb.words[i], key, kFetchAddWord, 1)));
     } else {
       want[i] = wb.swaps;
-      ops.push_back(ep.compare_swap(&wb.words[i], key, kCasWord, {.expected = wb.swaps, .desired = wb.swaps + 1}));
+      ops.push_back(
+          posted(ep.compare_swap(&wb.words[i], key, kCasWord, {.expected = wb.swaps, .desired = wb.swaps + 1})));
       ++wb.swaps;
     }
   }
@@ -413,12 +428,18 @@ int run_observer(const Flags& f) {
     for (uint64_t round = 0;; ++round) {
       const bool last = expect_complete ? faulted && after + 1 >= rounds_after : Clock::now() - start > cap;
       bool ok = false;
-      if (workload == "sendrecv") ok = round_sendrecv(*victim, wb, round, &o);
-      else if (workload == "put") ok = round_put(*victim, victim_key, wb, round, &o);
-      else if (workload == "get") ok = round_get(*victim, victim_key, wb, round, &o);
-      else if (workload == "atomics") ok = round_atomics(*victim, victim_key, wb, &o);
+      if (workload == "sendrecv")
+        ok = round_sendrecv(*victim, wb, round, &o);
+      else if (workload == "put")
+        ok = round_put(*victim, victim_key, wb, round, &o);
+      else if (workload == "get")
+        ok = round_get(*victim, victim_key, wb, round, &o);
+      else if (workload == "atomics")
+        ok = round_atomics(*victim, victim_key, wb, &o);
       else if (workload == "allreduce") {
+        ++g_outstanding;
         ok = allreduce_once(*comm, round, !last, &more, &cr, coll_buffer);
+        --g_outstanding;
         o.ended(cr.status);
         if (ok) {
           ++o.ok;
@@ -426,7 +447,8 @@ int run_observer(const Flags& f) {
         }
         o.bad += cr.bad;
         cr.bad = 0;
-      } else die("unknown --workload " + workload);
+      } else
+        die("unknown --workload " + workload);
       ++o.rounds;
       if (faulted) ++after;
       {
@@ -445,6 +467,12 @@ int run_observer(const Flags& f) {
     cv.wait(lock, [&] { return warm || done; });
   }
   say("INFLIGHT");
+  // Armed: the driver applies the fault right after this answer, while the rounds go on
+  // posting; the answer waits (bounded) until operations are outstanding.
+  expect_command("arm");
+  const auto arm_deadline = Clock::now() + 10s;
+  while (g_outstanding.load() == 0 && Clock::now() < arm_deadline) std::this_thread::yield();
+  say("ARMED " + std::to_string(g_outstanding.load()));
   expect_command("faulted");
   const auto fault_time = Clock::now();  // complete: the rounds after the fault count from here
   faulted = true;
@@ -456,8 +484,8 @@ int run_observer(const Flags& f) {
   auto ns = [](Clock::time_point t) { return std::to_string(t.time_since_epoch() / 1ns); };
   say("END ok=" + std::to_string(o.ok) + " errors=" + std::to_string(o.errors) + " bad=" + std::to_string(o.bad) +
       " bytes=" + std::to_string(o.bytes) + " rounds=" + std::to_string(o.rounds) +
-      " code=" + std::string(o.first_error ? "-" : to_string(o.first_error.code())) + " last_end_ns=" +
-      ns(o.last_end) + " first_error_ns=" + ns(o.first_error_at));
+      " code=" + std::string(o.first_error ? "-" : to_string(o.first_error.code())) + " last_end_ns=" + ns(o.last_end) +
+      " first_error_ns=" + ns(o.first_error_at));
 
   // Let go of the victim: an orderly close where it still answers.
   if (victim) {
