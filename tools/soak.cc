@@ -37,7 +37,9 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
 
 /// Deterministic content: the byte at stream position p depends only on (seed, p), so
 /// any part of a stream can be made or checked on its own.
-uint8_t content_byte(uint64_t seed, uint64_t p) { return static_cast<uint8_t>(mix(seed ^ mix(p >> 3)) >> (8 * (p & 7))); }
+uint8_t content_byte(uint64_t seed, uint64_t p) {
+  return static_cast<uint8_t>(mix(seed ^ mix(p >> 3)) >> (8 * (p & 7)));
+}
 
 void fill(uint64_t seed, uint64_t offset, std::span<std::byte> out) {
   for (size_t i = 0; i < out.size(); ++i) out[i] = std::byte{content_byte(seed, offset + i)};
@@ -112,7 +114,9 @@ class SoakRank {
     if (!s) ++c_.errors;
     return s ? s : s.with_context(what);
   }
-  uint64_t content_seed(uint64_t r, int rank) const { return mix(o_.seed ^ mix(r * 4099 + static_cast<uint64_t>(rank))); }
+  uint64_t content_seed(uint64_t r, int rank) const {
+    return mix(o_.seed ^ mix(r * 4099 + static_cast<uint64_t>(rank)));
+  }
   uint64_t zone_seed(int rank) const { return mix(o_.seed * 31 + static_cast<uint64_t>(rank) + 7); }
   size_t slot(int rank) const { return static_cast<size_t>(rank) * o_.max_size; }
   size_t zone() const { return static_cast<size_t>(n_) * o_.max_size; }
@@ -136,7 +140,8 @@ class SoakRank {
 
 Status SoakRank::setup() {
   REMORA_ASSIGN_OR_RETURN(ctx_, Context::create());
-  REMORA_ASSIGN_OR_RETURN(comm_, Communicator::init(*ctx_, CommOptions{.timeout = std::chrono::milliseconds(kOpTimeout)}));
+  REMORA_ASSIGN_OR_RETURN(comm_,
+                          Communicator::init(*ctx_, CommOptions{.timeout = std::chrono::milliseconds(kOpTimeout)}));
   me_ = comm_->rank();
   n_ = comm_->size();
   send_.resize(o_.max_size);
@@ -144,9 +149,9 @@ Status SoakRank::setup() {
   coll_.resize(o_.max_size / 8 * static_cast<size_t>(n_) + 1);
   mem_.resize(zone() + o_.max_size + 64);
   fill(zone_seed(me_), 0, std::span(mem_).subspan(zone(), o_.max_size));
-  REMORA_ASSIGN_OR_RETURN(Region region, ctx_->register_memory(mem_.data(), mem_.size(),
-                                                               Access::kRemoteRead | Access::kRemoteWrite |
-                                                                   Access::kRemoteAtomic));
+  REMORA_ASSIGN_OR_RETURN(Region region,
+                          ctx_->register_memory(mem_.data(), mem_.size(),
+                                                Access::kRemoteRead | Access::kRemoteWrite | Access::kRemoteAtomic));
   region_.emplace(std::move(region));
 
   // Keys and listening ports, everyone's to everyone.
@@ -154,9 +159,9 @@ Status SoakRank::setup() {
   const auto mine = region_->remote_key().serialize();
   REMORA_RETURN_IF_ERROR(comm_->allgather(mine.data(), all_keys.data(), mine.size(), DataType::kUint8));
   for (int i = 0; i < n_; ++i) {
-    REMORA_ASSIGN_OR_RETURN(RemoteKey k, RemoteKey::deserialize(std::span(all_keys).subspan(
-                                             static_cast<size_t>(i) * RemoteKey::kSerializedSize,
-                                             RemoteKey::kSerializedSize)));
+    REMORA_ASSIGN_OR_RETURN(RemoteKey k,
+                            RemoteKey::deserialize(std::span(all_keys).subspan(
+                                static_cast<size_t>(i) * RemoteKey::kSerializedSize, RemoteKey::kSerializedSize)));
     keys_.push_back(k);
   }
   const char* host = std::getenv("REMORA_HOST");
@@ -263,7 +268,8 @@ Status SoakRank::op_atomics(uint64_t r, Rng& rng) {
     for (auto& q : reqs) REMORA_RETURN_IF_ERROR(waited(q, "fetch_add"));
     for (uint64_t i = 0; i < m; ++i) {
       if (olds[i] < base || olds[i] >= base + total || (i > 0 && olds[i] <= olds[i - 1])) {
-        return wrong(fmt::format("round {}: fetch_add returned {} (the model: {} to {})", r, olds[i], base, base + total));
+        return wrong(
+            fmt::format("round {}: fetch_add returned {} (the model: {} to {})", r, olds[i], base, base + total));
       }
     }
     c_.fetch_adds += static_cast<int64_t>(m);
@@ -306,7 +312,8 @@ Status SoakRank::op_collective(uint64_t r, Rng& rng, const std::vector<size_t>& 
     REMORA_RETURN_IF_ERROR(s.with_context("allreduce"));
     const int64_t ranks = static_cast<int64_t>(n_) * (n_ + 1) / 2;
     for (size_t i = 0; i < count; ++i) {
-      if (coll_[i] != static_cast<int64_t>(mix(r + i) % 1000) * ranks) return wrong(fmt::format("round {}: allreduce", r));
+      if (coll_[i] != static_cast<int64_t>(mix(r + i) % 1000) * ranks)
+        return wrong(fmt::format("round {}: allreduce", r));
     }
     c_.bytes += static_cast<int64_t>(count * 8);
   } else if (which == 1) {
@@ -345,18 +352,12 @@ Status SoakRank::round(uint64_t r) {
     s = static_cast<size_t>(rng.below(ceiling + 1));
   }
   switch (kind) {
-    case kSendRecv:
-      return op_send_recv(r, rng, sizes);
-    case kPut:
-      return op_put(r, rng, sizes, false);
-    case kPutNotify:
-      return op_put(r, rng, sizes, true);
-    case kGet:
-      return op_get(r, rng, sizes);
-    case kAtomics:
-      return op_atomics(r, rng);
-    default:
-      return op_collective(r, rng, sizes);
+    case kSendRecv: return op_send_recv(r, rng, sizes);
+    case kPut: return op_put(r, rng, sizes, false);
+    case kPutNotify: return op_put(r, rng, sizes, true);
+    case kGet: return op_get(r, rng, sizes);
+    case kAtomics: return op_atomics(r, rng);
+    default: return op_collective(r, rng, sizes);
   }
 }
 
