@@ -371,11 +371,22 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
   else if (!Process::exited_ok(*o_status))
     row.fail("the observer " + Process::describe(*o_status));
   healthy->write_line("quit");
-  const auto h_status = healthy->wait(30s);
+  log += healthy->read_all(30s);
+  const auto h_status = healthy->wait(5s);
   if (!h_status || !Process::exited_ok(*h_status)) {
     row.fail("the healthy peer " + (h_status ? Process::describe(*h_status) : std::string("did not exit")));
   }
+  // The victim, unless killed, must not have crashed either: resumed and told to quit,
+  // it shuts down cleanly (its endpoint to the observer failed or closed meanwhile).
   victim->signal(SIGCONT);
+  if (fault.kind != FaultKind::kSigkill) {
+    victim->write_line("quit");
+    log += victim->read_all(30s);  // drained, so that it never blocks on a full pipe
+    const auto v_status = victim->wait(5s);
+    if (!v_status || !Process::exited_ok(*v_status)) {
+      row.fail("the victim " + (v_status ? Process::describe(*v_status) : std::string("did not exit on quit")));
+    }
+  }
   (void)victim->kill_and_reap();
   while (auto line = observer->read_line(1s)) log += "    | " + *line + "\n";
 
