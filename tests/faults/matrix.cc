@@ -1,5 +1,5 @@
 // tests/faults/matrix.cc — `remora_faults [--workloads=a,b] [--faults=x,y] [--peer-timeout-ms=N]
-// [--margin-ms=N]`: every workload / fault cell between real processes in three network
+// [--margin-ms=N] [--window=N] [--size=B]`: every workload / fault cell between real processes in three network
 // namespaces on one bridge, one table line per cell; exit status 1 when any cell broke
 // its expectation (docs/testing.md lists them).
 //
@@ -184,6 +184,12 @@ class Matrix {
   const itest::NetnsBridge& net_;
   std::string exe_, switch_ns_;
   uint32_t peer_timeout_ms_, margin_ms_;
+
+ public:
+  uint64_t window_ = 8;      ///< the observer's operations per round
+  uint64_t size_ = 1 << 20;  ///< the size of every other operation (the rest are small)
+
+ private:
   std::unique_ptr<Process> delayer_;
 };
 
@@ -319,7 +325,8 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
                 std::string("--expect=") + (fault.is_failure() ? "fail" : "complete"),
                 "--rounds-after=" + std::to_string(fault.rounds_after), "--victim=" + net_.addr(1) + ":" + v_port,
                 "--victim-key=" + v_key, "--victim-seed=" + std::to_string(kVictimSeed),
-                "--healthy=" + net_.addr(2) + ":" + h_port, "--healthy-key=" + h_key, store});
+                "--healthy=" + net_.addr(2) + ":" + h_port, "--healthy-key=" + h_key, store,
+                "--window=" + std::to_string(window_), "--size=" + std::to_string(size_)});
   const pid_t pid = observer->pid();
   std::optional<std::string> end, released, survivor, h_coll;
   int fds_before = -1, fds_after = -1;
@@ -461,6 +468,7 @@ int matrix_main(int argc, char** argv) {
   if (faults.empty()) itest::die("no fault matches --faults=" + f.str("faults"));
   const auto peer_timeout = static_cast<uint32_t>(f.num("peer-timeout-ms", 1000));
   const auto margin = static_cast<uint32_t>(f.num("margin-ms", 1000));
+  if (peer_timeout < 1000) itest::die("--peer-timeout-ms: REMORA_PEER_TIMEOUT_MS accepts 1000 to 3600000");
 
   itest::NetnsBridge net(3);
   if (!net.ok()) {
@@ -468,6 +476,13 @@ int matrix_main(int argc, char** argv) {
     return 77;
   }
   Matrix matrix(net, peer_timeout, margin);
+  matrix.window_ = f.num("window", matrix.window_);
+  matrix.size_ = f.num("size", matrix.size_);
+  // A round's puts must not overlap in the victim's region (each is read back).
+  if (matrix.window_ == 0 || matrix.size_ < 8192 || matrix.size_ > kMaxMessage ||
+      matrix.window_ * matrix.size_ > kRegionData / 2) {
+    itest::die("--size must be within [8192, 4 MiB] and --window × --size at most 8 MiB");
+  }
   if (std::string log; !matrix.wire_like(&log)) {
     std::fprintf(stderr, "remora_faults: cannot turn the victim link's offloads off:\n%s", log.c_str());
     return 1;
