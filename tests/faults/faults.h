@@ -19,12 +19,24 @@
 namespace remora::faults {
 
 /// The workloads, in table order.
-inline const std::vector<std::string> kWorkloads = {"sendrecv", "put", "get", "atomics", "allreduce"};
+/// put-in: the victim puts with notifications into the observer's memory (the observer
+/// is the passive target and checks each block when its notification arrives).
+inline const std::vector<std::string> kWorkloads = {"sendrecv", "put", "get", "atomics", "put-in", "allreduce"};
 
 // Tags of the echo service every server runs: a message to kEcho comes back on kEchoBack.
 inline constexpr Tag kEcho{0xEC40};
 inline constexpr Tag kEchoBack{0xEC41};
 inline constexpr size_t kMaxMessage = 4 << 20;
+
+// The put-in workload: the observer sends its key and the geometry (kPushKey), the victim
+// puts block `seq` into slot seq % window with notification `seq`, and reuses a slot once
+// the observer acknowledged (kPushAck) the block before; kPushStop as an ack ends it.
+inline constexpr Tag kPushKey{0xEC50};
+inline constexpr Tag kPushAck{0xEC51};
+inline constexpr uint64_t kPushStop = ~uint64_t{0};
+inline constexpr uint64_t kPushSeed = 0x9ba5;
+/// Bytes of block `seq`: every other one `size`, the rest small (inline).
+inline size_t push_size(uint64_t seq, size_t size) { return seq % 2 == 0 ? size : 4096 + seq % 512; }
 
 // The servers' region: data for puts and gets, then two atomic words.
 inline constexpr size_t kRegionData = 16 << 20;

@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,6 +32,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,6 +141,37 @@ int run_server(const Flags& f) {
       if (!finish(out)) return;
     }
   };
+  // put-in: once the observer sends its key, notified puts into its memory, a window
+  // ahead of its acknowledgements, until it says stop, the endpoint fails, or quit.
+  auto pusher = [&stop](std::shared_ptr<Endpoint> ep) {
+    auto finish = [&stop](Request& r) {
+      Status s = r.wait(500ms);
+      while (s.code() == StatusCode::kTimeout && !stop) s = r.wait(500ms);
+      return s;
+    };
+    std::array<std::byte, RemoteKey::kSerializedSize + 16> hello{};
+    Request h = ep->recv(hello, kPushKey);
+    if (!finish(h)) return;
+    auto target_key = RemoteKey::deserialize(std::span(hello).first(RemoteKey::kSerializedSize));
+    if (!target_key) return;
+    uint64_t window = 0, size = 0;
+    std::memcpy(&window, hello.data() + RemoteKey::kSerializedSize, 8);
+    std::memcpy(&size, hello.data() + RemoteKey::kSerializedSize + 8, 8);
+    if (window == 0 || window > 1024 || size > kMaxMessage) return;
+    std::vector<std::vector<std::byte>> blocks(window, std::vector<std::byte>(size));
+    std::vector<Request> puts(window);
+    for (uint64_t seq = 0; !stop; ++seq) {
+      const size_t slot = seq % window;
+      if (seq >= window) {
+        uint64_t acked = 0;  // acknowledgements come in order: this one is seq - window's
+        Request a = ep->recv(std::as_writable_bytes(std::span(&acked, 1)), kPushAck);
+        if (!finish(a) || acked == kPushStop || !finish(puts[slot])) return;
+      }
+      auto block = std::span(blocks[slot]).first(push_size(seq, size));
+      itest::fill_stream(kPushSeed + seq, 0, block);
+      puts[slot] = ep->put(block, *target_key, slot * size, {.notify = seq});
+    }
+  };
   std::thread acceptor([&] {
     while (!stop) {
       auto a = listener->accept(200ms);
@@ -146,6 +179,7 @@ int run_server(const Flags& f) {
       std::lock_guard lock(mu);
       endpoints.push_back(std::move(a).value());
       echoes.emplace_back(echo, endpoints.back());
+      echoes.emplace_back(pusher, endpoints.back());
     }
   });
   std::thread coll;
@@ -344,6 +378,46 @@ bool round_atomics(Endpoint& ep, const RemoteKey& key, Workbench& wb, Outcome* o
   return ok;
 }
 
+/// The observer's side of put-in: its memory, which the victim writes.
+struct PushTarget {
+  std::vector<std::byte> mem;
+  std::optional<Region> region;
+  uint64_t seq = 0;      ///< the oldest block not acknowledged yet
+  std::vector<bool> in;  ///< by slot: its block (seq .. seq + window - 1) arrived and was checked
+  uint64_t ack = 0;      ///< the acknowledgement being sent (alive until its send completes)
+};
+
+/// Receives a window of notified blocks, checks each one's notification and bytes, and
+/// acknowledges them in order (an acknowledgement frees the oldest slot for the victim).
+/// Puts are not ordered with each other, so neither are their notifications: any block of
+/// the window may come first.
+bool round_put_in(Endpoint& ep, Workbench& wb, PushTarget& t, Outcome* o) {
+  t.in.resize(wb.window, false);
+  for (size_t i = 0; i < wb.window; ++i) {
+    ++g_outstanding;
+    auto note = ep.wait_notification(wb.op_timeout);
+    --g_outstanding;
+    o->ended(note.status());
+    if (!note) return false;
+    const uint64_t v = note->value;
+    const uint64_t offset = (v % wb.window) * wb.size;
+    if (v < t.seq || v >= t.seq + wb.window || t.in[v % wb.window] || note->offset != offset ||
+        note->length != push_size(v, wb.size)) {
+      ++o->bad;
+      continue;
+    }
+    verify(std::span(t.mem).subspan(offset, note->length), kPushSeed + v, 0, o);
+    t.in[v % wb.window] = true;
+    for (; t.in[t.seq % wb.window]; ++t.seq) {
+      t.in[t.seq % wb.window] = false;
+      t.ack = t.seq;
+      Request a = posted(ep.send(std::as_bytes(std::span(&t.ack, 1)), kPushAck));
+      if (!finish(a, wb, o)) return false;
+    }
+  }
+  return true;
+}
+
 /// put, get and an echoed message against the healthy peer, every byte checked.
 std::string check_survivor(Endpoint& ep, const RemoteKey& key, uint64_t seed) {
   std::vector<std::byte> out(3 << 20), in(3 << 20);
@@ -393,6 +467,13 @@ int run_observer(const Flags& f) {
   wb.server_seed = f.num("victim-seed", 1);
   wb.allocate();
   std::vector<int64_t> coll_buffer(kCollCount);
+  PushTarget push;
+  if (workload == "put-in") {
+    push.mem.resize(wb.window * wb.size);
+    auto r = ctx->register_memory(push.mem.data(), push.mem.size(), Access::kRemoteWrite);
+    if (!r) die("register_memory: " + itest::describe(r.status()));
+    push.region.emplace(std::move(r).value());
+  }
 
   // The healthy peer first, checked once, so that the baseline holds everything the
   // rest of the process keeps.
@@ -413,6 +494,14 @@ int run_observer(const Flags& f) {
   } else {
     victim = connect_or_die(*ctx, f.str("victim"));
     victim_key = key_or_die(f.str("victim-key"));
+  }
+  if (push.region) {
+    std::array<std::byte, RemoteKey::kSerializedSize + 16> hello{};
+    const auto key = push.region->remote_key().serialize();
+    const uint64_t geometry[2] = {wb.window, wb.size};
+    std::memcpy(hello.data(), key.data(), key.size());
+    std::memcpy(hello.data() + key.size(), geometry, sizeof geometry);
+    if (Status s = victim->send(hello, kPushKey).wait(wb.op_timeout); !s) die("sending the key: " + s.to_string());
   }
 
   std::mutex mu;
@@ -436,6 +525,8 @@ int run_observer(const Flags& f) {
         ok = round_get(*victim, victim_key, wb, round, &o);
       else if (workload == "atomics")
         ok = round_atomics(*victim, victim_key, wb, &o);
+      else if (workload == "put-in")
+        ok = round_put_in(*victim, wb, push, &o);
       else if (workload == "allreduce") {
         ++g_outstanding;
         ok = allreduce_once(*comm, round, !last, &more, &cr, coll_buffer);
@@ -487,7 +578,11 @@ int run_observer(const Flags& f) {
       " code=" + std::string(o.first_error ? "-" : to_string(o.first_error.code())) + " last_end_ns=" + ns(o.last_end) +
       " first_error_ns=" + ns(o.first_error_at));
 
-  // Let go of the victim: an orderly close where it still answers.
+  // Let go of the victim: an orderly close where it still answers (put-in: told to stop first).
+  if (victim && push.region && !victim->failed()) {
+    push.ack = kPushStop;
+    (void)victim->send(std::as_bytes(std::span(&push.ack, 1)), kPushAck).wait(wb.op_timeout);
+  }
   if (victim) {
     if (!victim->failed()) victim->close();
     victim.reset();
