@@ -14,6 +14,7 @@ REMORA_APT_PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   libmnl-dev liburing-dev
   iproute2 ethtool iperf3 sockperf procps
+  iptables libnetfilter-queue-dev  # the fault matrix (tests/faults): drops, resets, NFQUEUE delay
   openmpi-bin
   python3-dev python3-venv  # the Python package and the PyTorch backend (scripts/lib/python.sh, torch_env.sh)
 )

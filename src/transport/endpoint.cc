@@ -1060,8 +1060,12 @@ void EndpointCore::start_liveness() {
 }
 
 bool EndpointCore::awaiting_peer() const {
+  // A thread waiting for a notification awaits the peer as a posted receive does: without
+  // it, a wait_notification() on a stopped peer with nothing else outstanding ran to its
+  // own timeout instead of failing at the peer timeout (found by the fault matrix,
+  // tests/faults, put-in × sigstop).
   return outstanding_ > 0 || initiator_.outstanding() > 0 || target_.serving() || !recvs_.empty() || !chunks_.idle() ||
-         ctl_tx_off_ < ctl_tx_.size();
+         ctl_tx_off_ < ctl_tx_.size() || notifications_.waited_for();
 }
 
 void EndpointCore::read_input() {
