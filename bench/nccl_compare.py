@@ -33,6 +33,8 @@ p.add_argument("--pairs", type=int, default=4)
 p.add_argument("--streams", type=int, default=4)
 p.add_argument("--sizes", default="65536,1048576,4194304,16777216")
 p.add_argument("--iters", type=int, default=16)
+p.add_argument("--sample-mib", type=int, default=256,
+               help="MiB per bandwidth sample (at most --iters x 64 messages); longer samples are steadier on a noisy host")
 p.add_argument("--slow-rate", default="1gbit")
 p.add_argument("--scenarios", default="none,slow")
 p.add_argument("--baseline-plugin", default="", help="another build's libnccl-net-remora.so, measured as 'baseline'")
@@ -113,7 +115,7 @@ def run(transport, scenario):
     # "baseline" is the plugin transport of the harness, loaded from the other build.
     common = ["--transport", "reference" if transport == "reference" else "plugin",
               "--plugin", plugins.get(transport, plugin), "--streams", str(a.streams), "--sizes", a.sizes,
-              "--iters", str(a.iters)]
+              "--iters", str(a.iters), "--sample-mib", str(a.sample_mib)]
     recv = subprocess.Popen(["ip", "netns", "exec", ns[1], harness, "bench-recv", *common, "--address", addr[1]],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     first = recv.stdout.readline().split()
@@ -171,22 +173,24 @@ def main():
         print(f"\n# {a.pairs} pairs, {a.streams} streams, slow stream at {a.slow_rate}; medians; load average "
               f"{load_before[0]:.1f}/{load_before[1]:.1f}/{load_before[2]:.1f} before, "
               f"{load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f} after")
-        med = lambda xs: f"{statistics.median(xs):.1f}" if xs else "-"
+        med = lambda xs, digits=1: f"{statistics.median(xs):.{digits}f}" if xs else "-"
 
         def ratios(s, z, num, den):
             return [n[z][0] / d[z][0] for n, d in zip(data[s][num], data[s][den]) if z in n and z in d and d[z][0] > 0]
 
         extra = " baseline MB/s | plugin/baseline |" if a.baseline_plugin else ""
-        print("| scenario | size | reference MB/s | plugin MB/s | median ratio |" + extra + " ref lat us | plugin lat us |")
-        print("|---|---|---|---|---|" + ("---|---|" if a.baseline_plugin else "") + "---|---|")
+        print("| scenario | size | reference MB/s | plugin MB/s | median ratio |" + extra + " ref lat us | plugin lat us |" +
+              (" baseline lat us |" if a.baseline_plugin else ""))
+        print("|---|---|---|---|---|" + ("---|---|" if a.baseline_plugin else "") + "---|---|" +
+              ("---|" if a.baseline_plugin else ""))
         for s in scenarios:
             for z in sizes:
                 mbs = {t: [r[z][0] for r in data[s][t] if z in r] for t in transports}
                 lat = {t: [r[z][1] for r in data[s][t] if z in r and r[z][1] >= 0] for t in transports}
-                cells = [med(mbs["reference"]), med(mbs["plugin"]), med(ratios(s, z, "plugin", "reference"))]
+                cells = [med(mbs["reference"]), med(mbs["plugin"]), med(ratios(s, z, "plugin", "reference"), 2)]
                 if a.baseline_plugin:
-                    cells += [med(mbs["baseline"]), med(ratios(s, z, "plugin", "baseline"))]
-                cells += [med(lat["reference"]), med(lat["plugin"])]
+                    cells += [med(mbs["baseline"]), med(ratios(s, z, "plugin", "baseline"), 2)]
+                cells += [med(lat["reference"]), med(lat["plugin"])] + ([med(lat["baseline"])] if a.baseline_plugin else [])
                 print(f"| {s} | {z} | " + " | ".join(cells) + " |")
     finally:
         unshape()
