@@ -291,9 +291,10 @@ ncclResult_t init_locked(State& s) {
   LOG_INFO("remora %u data stream(s) per connection, chunk %zu bytes, eager limit %zu bytes",
            c.streams_per_endpoint, c.chunk_bytes, c.eager_limit);
   if (idle_wait().wait_us() > 0) {
-    LOG_INFO("test() waits up to %u us for a request after %u tests in a row found nothing done "
-             "(REMORA_NCCL_IDLE_WAIT_US, REMORA_NCCL_IDLE_POLLS); waits spin %u us, the progress thread polls %u us",
-             idle_wait().wait_us(), idle_wait().polls(), c.spin_us, c.progress_poll_us);
+    LOG_INFO(
+        "test() waits up to %u us for a request after %u tests in a row found nothing done "
+        "(REMORA_NCCL_IDLE_WAIT_US, REMORA_NCCL_IDLE_POLLS); waits spin %u us, the progress thread polls %u us",
+        idle_wait().wait_us(), idle_wait().polls(), c.spin_us, c.progress_poll_us);
   } else {
     LOG_INFO("test() never waits (REMORA_NCCL_IDLE_WAIT_US=0)");
   }

@@ -156,13 +156,14 @@ TEST_P(NcclPlugin, KilledSenderMakesTestFail) {
 TEST(NcclPluginIdle, TestWaitsInTheKernelWhenNothingIsDoneAndStaysBounded) {
   for (const char* wait_us : {"20000", "0"}) {
     SCOPED_TRACE(std::string("REMORA_NCCL_IDLE_WAIT_US=") + wait_us);
-    Process::Options ro = run_opts(harness_argv("recv", 12, {"--mode", "kill-wait", "--sizes", "1048576", "--timeout", "30"}));
+    Process::Options ro =
+        run_opts(harness_argv("recv", 12, {"--mode", "kill-wait", "--sizes", "1048576", "--timeout", "30"}));
     ro.env = {std::string("REMORA_NCCL_IDLE_WAIT_US=") + wait_us};
     Process recv(ro);
     std::string handle = expect_line(recv, "HANDLE ");
     ASSERT_FALSE(handle.empty());
-    Process send(run_opts(harness_argv("send", 12, {"--mode", "kill-wait", "--sizes", "1048576", "--handle",
-                                                    handle.substr(7)}), true));
+    Process send(run_opts(
+        harness_argv("send", 12, {"--mode", "kill-wait", "--sizes", "1048576", "--handle", handle.substr(7)}), true));
     EXPECT_FALSE(expect_line(send, "READY").empty());
     std::string idle = expect_line(recv, "IDLE ");
     long calls = -1;
