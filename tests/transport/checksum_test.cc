@@ -202,6 +202,36 @@ TEST(ChecksumNegotiation, DifferingPeersAreRefusedAtConnect) {
   }
 }
 
+/// With authentication (REMORA_AUTH_KEY) on both sides, the checksum rule still holds:
+/// after the peers proved the shared secret, a differing checksum setting is refused with
+/// its own error, and agreeing peers exchange checksummed data.
+TEST(ChecksumNegotiation, HoldsBehindAuthentication) {
+  if (!core::crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no checksums";
+  auto keyed = [](ChecksumMode mode) {
+    ContextOptions o = options(mode);
+    o.auth_key = AuthKey::from_secret("job secret").value();
+    return Context::create(o).value();
+  };
+  auto server = keyed(ChecksumMode::kCrc32c);
+  auto listener = server->listen("127.0.0.1:0").value();
+  const std::string address = "127.0.0.1:" + std::to_string(listener->port());
+  auto refused = keyed(ChecksumMode::kNone)->connect(address, 10s);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("REMORA_CHECKSUM"), std::string::npos) << refused.status().to_string();
+  auto client = keyed(ChecksumMode::kCrc32c);
+  auto ok = client->connect(address, 10s);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  auto accepted = listener->accept(10s);
+  ASSERT_TRUE(accepted.is_ok()) << accepted.status().to_string();
+  const auto data = pattern(3 * kChunk + 1, 9);
+  std::vector<std::byte> got(data.size());
+  Request r = (*accepted)->recv(got, Tag{1});
+  ASSERT_TRUE((*ok)->send(data, Tag{1}).wait(10s).is_ok());
+  ASSERT_TRUE(r.wait(10s).is_ok());
+  EXPECT_EQ(got, data);
+}
+
 TEST(ChecksumConfig, VariableIsParsedAndChecked) {
   ContextOptions o;
   o.ignore_env = true;
