@@ -64,7 +64,11 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
     std::shared_ptr<EndpointCore> endpoint;
     uint64_t token = 0;
     std::weak_ptr<ListenerCore> listener;
+    uint64_t seq = 0;  ///< arrival order: the smallest is dropped first beyond the bound
   };
+  /// Makes room for one more endpoint waiting for its data streams: beyond
+  /// Config::max_pending_handshakes the one waiting longest fails (REMORA_MAX_PENDING_HANDSHAKES).
+  void drop_oldest_pending_beyond_bound();
 
   Config config_;
   MemoryRegistry registry_;
@@ -74,6 +78,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;  // by next_endpoint_key_
   uint64_t next_endpoint_key_ = 1;
   std::unordered_map<uint64_t, PendingEndpoint> pending_;
+  uint64_t next_pending_seq_ = 0;
   std::vector<std::weak_ptr<ListenerCore>> listeners_;
 };
 
@@ -97,7 +102,10 @@ class ListenerCore : public engine::EventHandler, public std::enable_shared_from
 
  private:
   class Conn;
-  void drop_conn(uint64_t id);  // lock held
+  void drop_conn(uint64_t id);
+  /// Makes room for one more connection in its handshake: beyond
+  /// Config::max_pending_handshakes the one waiting longest is dropped.
+  void drop_oldest_beyond_bound();  // lock held
   void on_conn_event(uint64_t id);
 
   std::weak_ptr<ContextCore> ctx_;

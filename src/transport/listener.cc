@@ -1,6 +1,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -80,6 +81,7 @@ void ListenerCore::on_event(uint32_t /*events*/) {
       continue;
     }
     auto peer = net::peer_address(fd);
+    drop_oldest_beyond_bound();
     uint64_t id = next_conn_id_++;
     auto conn = std::make_unique<Conn>(this, id, std::move(owned), peer ? net::to_string(*peer) : "<unknown>");
     auto hid = engine_->add(conn->fd_.get(), conn.get(), EPOLLIN | EPOLLRDHUP);
@@ -101,6 +103,20 @@ void ListenerCore::on_event(uint32_t /*events*/) {
     });
     on_conn_event(id);  // the HELLO may already be there
   }
+}
+
+void ListenerCore::drop_oldest_beyond_bound() {
+  auto ctx = ctx_.lock();
+  const size_t bound = ctx ? ctx->config().max_pending_handshakes : 1;
+  if (conns_.size() < bound) return;
+  // Ids grow with every accept: the smallest is the connection waiting longest. A real
+  // client sends its HELLO within a round trip, so only a flood that outpaces that
+  // could push one out, while silent connections cannot pile up.
+  uint64_t oldest = UINT64_MAX;
+  for (const auto& [id, c] : conns_) oldest = std::min(oldest, id);
+  REMORA_LOG(kInfo, "dropping the handshake from {}: {} handshakes in progress (REMORA_MAX_PENDING_HANDSHAKES)",
+             conns_[oldest]->peer_, conns_.size());
+  drop_conn(oldest);
 }
 
 void ListenerCore::drop_conn(uint64_t id) {
@@ -232,12 +248,13 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.registry = &registry_;
   p.domains = &domains_;
   p.peer = std::move(peer);
+  drop_oldest_pending_beyond_bound();
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   int fd = control.get();
   ep->set_control(std::move(control));
   uint64_t token = random_nonzero_u64();
   uint64_t id = static_cast<uint64_t>(p.id);
-  pending_[id] = PendingEndpoint{ep, token, listener};
+  pending_[id] = PendingEndpoint{ep, token, listener, next_pending_seq_++};
 
   wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
   ack.endpoint_id = id;
@@ -257,6 +274,19 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
     self->pending_.erase(it);
   });
   return ack;
+}
+
+void ContextCore::drop_oldest_pending_beyond_bound() {
+  if (pending_.size() < config_.max_pending_handshakes) return;
+  auto oldest = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->second.seq < oldest->second.seq) oldest = it;
+  }
+  REMORA_LOG(kInfo, "endpoint from {}: dropped while waiting for its data streams, {} handshakes in progress "
+             "(REMORA_MAX_PENDING_HANDSHAKES)", oldest->second.endpoint->peer(), pending_.size());
+  oldest->second.endpoint->fail_locked(
+      Status(StatusCode::kNoResource, "handshake dropped: too many in progress (REMORA_MAX_PENDING_HANDSHAKES)"));
+  pending_.erase(oldest);
 }
 
 wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::Fd* data) {
