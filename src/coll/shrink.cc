@@ -34,6 +34,8 @@ constexpr uint32_t kHelloMagic = 0x4B524853;  // "SHRK"
 constexpr size_t kHelloHeader = 24;
 /// The mesh hellos' reserved communicator id (comm_core.cc), low bits 1: init's hello has 0.
 constexpr Tag kShrinkHelloTag = static_cast<Tag>((uint64_t{(1u << 23) - 1} << 40) | 1);
+/// How long an accepted connection has to send its hello.
+constexpr auto kStrayHelloWait = std::chrono::seconds(10);
 /// How often a rank waiting for connections looks at the endpoints it already has.
 constexpr auto kAcceptSlice = std::chrono::milliseconds(50);
 
@@ -119,11 +121,11 @@ class Meeting {
   int size() const { return static_cast<int>(addresses_.size()); }
   uint32_t old_rank(int new_rank) const { return mine_.keep[static_cast<size_t>(new_rank)]; }
 
-  /// Receives one hello on `ep`: the failure when none comes, kProtocol for garbage.
-  Result<Hello> receive_hello(Endpoint& ep) {
+  /// Receives one hello on `ep` by `deadline`: the failure when none comes, kProtocol for garbage.
+  Result<Hello> receive_hello(Endpoint& ep, Clock::time_point deadline) {
     std::vector<std::byte> buf(kHelloHeader + 4 * old_size_);
     Request r = ep.recv(buf, kShrinkHelloTag);
-    Status s = r.wait(left_until(deadline_));
+    Status s = r.wait(left_until(deadline));
     if (!s.is_ok()) return s;
     auto h = decode(std::span(buf).first(r.bytes()));
     if (!h) return Status(StatusCode::kProtocol, fmt::format("a malformed shrink hello from {}", ep.peer_address()));
@@ -165,7 +167,8 @@ class Meeting {
       }
       peers_[static_cast<size_t>(j)] = *ep;
       if (Status s = send_hello(**ep); !s.is_ok()) return s.with_context(fmt::format("shrink hello to old rank {}", old_rank(j)));
-      auto theirs = receive_hello(**ep);
+      // The answer may wait until that rank reaches its shrink: the whole deadline.
+      auto theirs = receive_hello(**ep, deadline_);
       if (!theirs) {
         return Status(StatusCode::kPeerFailed, fmt::format("shrink: old rank {} gave the shrink up: {}", old_rank(j),
                                                            theirs.status().to_string()));
@@ -200,7 +203,9 @@ class Meeting {
         continue;
       }
       std::shared_ptr<Endpoint> peer = std::move(*ep);
-      auto theirs = receive_hello(*peer);
+      // A survivor sends its hello right after connecting; whatever else reached the
+      // listener (a client that is no rank) must not hold the meeting up for long.
+      auto theirs = receive_hello(*peer, std::min(deadline_, Clock::now() + kStrayHelloWait));
       if (!theirs) {
         REMORA_LOG(kInfo, "shrink: dropping a connection from {}: {}", peer->peer_address(),
                    theirs.status().to_string());
