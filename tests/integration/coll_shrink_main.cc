@@ -3,8 +3,10 @@
 // failed, shrink to the rest and prove the new communicator with exactly checked
 // collectives, then go on looping (or end) on it. Used by coll_shrink_test.cc.
 //
-//   remora_coll_shrink --stages=S1/S2/...  [--shrink-timeout-ms=T]
+//   remora_coll_shrink --stages=S1/S2/...  [--shrink-timeout-ms=T] [--die-as-rank=W]
 //
+// --die-as-rank=W: world rank W SIGKILLs itself after its first round (for launchers,
+// such as `remora run --keep-going`, where the test cannot reach the ranks' pids).
 // Each stage is the exclude list of one shrink, comma-separated ranks of the
 // communicator at that point, or "auto" for what failed_ranks() says. After the last
 // stage's shrink the rank runs a few more rounds and exits 0. Output lines, each
@@ -18,6 +20,7 @@
 // Exit 1: a result differs (the line says what); 2: a failure with no stage left.
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +116,7 @@ int usage(const char* why) {
 int run(int argc, char** argv) {
   std::vector<Stage> stages;
   remora::CommOptions shrink_options;
+  int die_as = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a.starts_with("--stages=")) {
@@ -135,6 +139,8 @@ int run(int argc, char** argv) {
         stages.push_back(st);
         at = end + 1;
       }
+    } else if (a.starts_with("--die-as-rank=")) {
+      die_as = std::atoi(argv[i] + 14);
     } else if (a.starts_with("--shrink-timeout-ms=")) {
       shrink_options.timeout = std::chrono::milliseconds(std::atol(argv[i] + 20));
     } else {
@@ -162,6 +168,10 @@ int run(int argc, char** argv) {
     remora::Communicator& c = *comms.back();
     remora::Status s = round(c, n);
     if (s) {
+      if (n == 0 && g_rank == die_as && comms.size() == 1) {
+        say("dying");
+        ::raise(SIGKILL);
+      }
       if (n == 0) {
         say("looping as rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + " epoch " +
             std::to_string(c.epoch()));

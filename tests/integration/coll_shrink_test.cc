@@ -144,18 +144,36 @@ void kill_and_shrink(const std::vector<int>& victims, const std::string& stages)
   }
 }
 
-TEST(Shrink, AMiddleRankDiesAndTheSurvivorsGoOnWithoutIt) { kill_and_shrink({2}, "2"); }
+TEST(ShrinkSurvivors, AMiddleRankDiesAndTheSurvivorsGoOnWithoutIt) { kill_and_shrink({2}, "2"); }
 
-TEST(Shrink, RankZeroWhichHostedTheStoreDiesAndTheSurvivorsExcludeWhatFailedRanksSays) {
+TEST(ShrinkSurvivors, RankZeroWhichHostedTheStoreDiesAndTheSurvivorsExcludeWhatFailedRanksSays) {
   kill_and_shrink({0}, "auto");
 }
 
-TEST(Shrink, ASecondDeathAfterTheFirstShrinkShrinksAgain) {
+TEST(ShrinkSurvivors, ASecondDeathAfterTheFirstShrinkShrinksAgain) {
   // World rank 1 dies (communicator rank 1), then world rank 0 (rank 0 of the shrunk one).
   kill_and_shrink({1, 0}, "1/0");
 }
 
-TEST(Shrink, SurvivorsThatDisagreeOnTheListFailWithinTheTimeoutNotHang) {
+TEST(ShrinkSurvivors, UnderRemoraRunWithKeepGoingTheSurvivorsOfAKilledRankShrinkAndFinish) {
+  auto p = spawn_program({REMORA_TOOL_PATH, "run", "-n", "4", "--keep-going", "--timeout", "200", "--", kShrink,
+                          "--stages=auto", "--die-as-rank=2"},
+                         {kLongCollTimeout});
+  auto [out, status] = finish(*p, 240s);
+  // A rank died, so the launcher still reports a failure, but after the others ended.
+  ASSERT_TRUE(WIFEXITED(status)) << Process::describe(status) << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("remora run: rank 2 "), std::string::npos) << out;
+  EXPECT_NE(out.find("the others go on (--keep-going)"), std::string::npos) << out;
+  for (int r : {0, 1, 3}) {
+    const std::string me = "rank " + std::to_string(r) + " of 4: ";
+    EXPECT_NE(out.find(me + "failed ranks {2}"), std::string::npos) << out;
+    EXPECT_NE(out.find(me + "verified as rank " + std::to_string(r == 3 ? 2 : r) + " of 3"), std::string::npos) << out;
+    EXPECT_NE(out.find(me + "done"), std::string::npos) << out;
+  }
+}
+
+TEST(ShrinkSurvivors, SurvivorsThatDisagreeOnTheListFailWithinTheTimeoutNotHang) {
   // Rank 3 dies; ranks 0 and 1 exclude it, rank 2 excludes rank 1 as well.
   Job job([](int r) {
     return std::vector<std::string>{r == 2 ? "--stages=1,3" : "--stages=3", "--shrink-timeout-ms=20000"};
