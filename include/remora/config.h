@@ -47,10 +47,12 @@ struct Config {
   uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)
   /// Handshakes a server side keeps in progress at once: accepted connections that have
   /// not sent their whole HELLO, per listener, and endpoints waiting for their data
-  /// streams, per context. A new one beyond it drops the oldest, so half-open
+  /// streams, per context. At the bound the oldest is dropped once it has waited a short
+  /// grace (younger ones may be a storm of honest clients: new connections wait in the
+  /// kernel's backlog meanwhile; endpoints may exceed it up to four times), so half-open
   /// connections bound memory and descriptors and cannot keep a real client out.
   /// 1 to 65536 (REMORA_MAX_PENDING_HANDSHAKES).
-  uint32_t max_pending_handshakes = 128;
+  uint32_t max_pending_handshakes = 256;
   /// Bound of a wait given no timeout (remora::kDefaultTimeout): Request::wait, wait_all,
   /// Listener::accept, Endpoint::wait_notification. 1 ms to 24 h (REMORA_WAIT_TIMEOUT_MS).
   uint32_t wait_timeout_ms = 300000;

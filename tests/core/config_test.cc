@@ -126,10 +126,10 @@ TEST(Config, EveryOptionReachesItsField) {
   EXPECT_EQ(c.staging_buffers, d.staging_buffers + 1);
 }
 
-// Handshakes in progress at once: 128 unless REMORA_MAX_PENDING_HANDSHAKES says
+// Handshakes in progress at once: 256 unless REMORA_MAX_PENDING_HANDSHAKES says
 // otherwise; 1 to 65536, anything else refused naming the variable.
 TEST(Config, MaxPendingHandshakesFromDefaultsAndEnvironment) {
-  EXPECT_EQ(Config{}.max_pending_handshakes, 128u);
+  EXPECT_EQ(Config{}.max_pending_handshakes, 256u);
   {
     ScopedEnv e("REMORA_MAX_PENDING_HANDSHAKES", "16");
     auto cfg = Config::from_env();

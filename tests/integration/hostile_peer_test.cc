@@ -313,7 +313,9 @@ TEST(HalfOpen, HundredsOfSilentConnectionsAreBoundedAndAGoodClientStillGetsIn) {
     }
   }
   // The good client's connection comes after every junk one in the kernel's queue, so
-  // once it is served the listener has taken them all.
+  // once it is served the listener has taken them all, keeping at most kBound at a
+  // time: each waits in the backlog until the oldest held one has had 100 ms for its
+  // HELLO, then takes its place.
   expect_good_client_served(s);
   size_t dropped = 0;
   for (auto& j : junk) dropped += j.wait_closed(1ms) ? 1 : 0;
@@ -341,7 +343,9 @@ TEST(HalfOpen, ControlHandshakesWhoseDataStreamsNeverComeAreBounded) {
   expect_good_client_served(s);
   size_t dropped = 0;
   for (auto& j : junk) dropped += j.wait_closed(1ms) ? 1 : 0;
-  EXPECT_GE(dropped, static_cast<size_t>(kJunk) - kBound);
+  // Young endpoints may exceed the bound up to four times (honest clients of a storm
+  // still need their data streams accepted); beyond that the oldest go.
+  EXPECT_GE(dropped, static_cast<size_t>(kJunk) - 4 * kBound);
 }
 
 TEST(NeverFinishes, AHandshakeStuckHalfwayIsDroppedAtTheTimeoutAndItsDescriptorsReleased) {
