@@ -11,7 +11,11 @@ back to back) and every scenario:
          stream's source port (the established connection that carried the most bytes in the
          warm-up, from `ss -tni`, so a data stream and not remora's control stream).
 It prints per-size medians of MB/s for each transport, the median of the per-pair
-ratios plugin/reference, and one-way latency.
+ratios plugin/reference, one-way latency, and the load average before and after (the
+numbers are only comparable at a similar load). With --baseline-plugin, a second build of
+the plugin (say, main's) runs in the same pairs as a third transport, the order rotating
+from pair to pair, and the table adds its MB/s and the median per-pair ratio
+plugin/baseline: a before/after comparison measured under the same load.
 
   sudo python3 bench/nccl_compare.py --build build/release --pairs 4 --streams 4 \
       --sizes 65536,1048576,4194304,16777216 --slow-rate 1gbit
@@ -29,12 +33,16 @@ p.add_argument("--pairs", type=int, default=4)
 p.add_argument("--streams", type=int, default=4)
 p.add_argument("--sizes", default="65536,1048576,4194304,16777216")
 p.add_argument("--iters", type=int, default=16)
+p.add_argument("--sample-mib", type=int, default=256,
+               help="MiB per bandwidth sample (at most --iters x 64 messages); longer samples are steadier on a noisy host")
 p.add_argument("--slow-rate", default="1gbit")
 p.add_argument("--scenarios", default="none,slow")
+p.add_argument("--baseline-plugin", default="", help="another build's libnccl-net-remora.so, measured as 'baseline'")
 a = p.parse_args()
 
 harness = os.path.join(a.build, "tests/nccl/remora_nccl_harness")
 plugin = os.path.abspath(os.path.join(a.build, "plugin/nccl/libnccl-net-remora.so"))
+plugins = {"plugin": plugin, "baseline": os.path.abspath(a.baseline_plugin) if a.baseline_plugin else ""}
 tag = str(os.getpid() % 200 + 20)
 ns = [f"rnccl{tag}a", f"rnccl{tag}b"]
 dev = ["rnc0", "rnc1"]
@@ -104,13 +112,15 @@ def unshape():
 
 def run(transport, scenario):
     env = dict(os.environ, REMORA_STREAMS=str(a.streams), REMORA_NCCL_IFNAME="=" + dev[1])
-    common = ["--transport", transport, "--plugin", plugin, "--streams", str(a.streams), "--sizes", a.sizes,
-              "--iters", str(a.iters)]
+    # "baseline" is the plugin transport of the harness, loaded from the other build.
+    common = ["--transport", "reference" if transport == "reference" else "plugin",
+              "--plugin", plugins.get(transport, plugin), "--streams", str(a.streams), "--sizes", a.sizes,
+              "--iters", str(a.iters), "--sample-mib", str(a.sample_mib)]
     recv = subprocess.Popen(["ip", "netns", "exec", ns[1], harness, "bench-recv", *common, "--address", addr[1]],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     first = recv.stdout.readline().split()
     senv = dict(env, REMORA_NCCL_IFNAME="=" + dev[0])
-    target = ["--handle", first[1]] if transport == "plugin" else ["--address", first[1]]
+    target = ["--address", first[1]] if transport == "reference" else ["--handle", first[1]]
     send = subprocess.Popen(["ip", "netns", "exec", ns[0], harness, "bench-send", *common, *target],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=senv)
     results = {}
@@ -143,32 +153,45 @@ def run(transport, scenario):
 def main():
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, tc)")
+    load_before = os.getloadavg()
     setup()
     try:
         scenarios = a.scenarios.split(",")
-        data = {s: {"reference": [], "plugin": []} for s in scenarios}
+        transports = ["reference", "plugin"] + (["baseline"] if a.baseline_plugin else [])
+        data = {s: {t: [] for t in transports} for s in scenarios}
         for i in range(a.pairs):
             for s in scenarios:
-                order = ["reference", "plugin"] if i % 2 == 0 else ["plugin", "reference"]
+                k = i % len(transports)  # two transports: reference first in even pairs, plugin first in odd
+                order = transports[k:] + transports[:k]
                 for t in order:
                     res, port = run(t, s)
                     data[s][t].append(res)
                     print(f"pair {i} {s:4} {t:9} " + " ".join(f"{k}:{v[0]:.0f}MB/s" for k, v in sorted(res.items())) +
                           (f" (slowed sport {port})" if port else ""), flush=True)
         sizes = [int(x) for x in a.sizes.split(",")]
-        print(f"\n# {a.pairs} pairs, {a.streams} streams, slow stream at {a.slow_rate}; medians")
-        print("| scenario | size | reference MB/s | plugin MB/s | median ratio | ref lat us | plugin lat us |")
-        print("|---|---|---|---|---|---|---|")
+        load_after = os.getloadavg()
+        print(f"\n# {a.pairs} pairs, {a.streams} streams, slow stream at {a.slow_rate}; medians; load average "
+              f"{load_before[0]:.1f}/{load_before[1]:.1f}/{load_before[2]:.1f} before, "
+              f"{load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f} after")
+        med = lambda xs, digits=1: f"{statistics.median(xs):.{digits}f}" if xs else "-"
+
+        def ratios(s, z, num, den):
+            return [n[z][0] / d[z][0] for n, d in zip(data[s][num], data[s][den]) if z in n and z in d and d[z][0] > 0]
+
+        extra = " baseline MB/s | plugin/baseline |" if a.baseline_plugin else ""
+        print("| scenario | size | reference MB/s | plugin MB/s | median ratio |" + extra + " ref lat us | plugin lat us |" +
+              (" baseline lat us |" if a.baseline_plugin else ""))
+        print("|---|---|---|---|---|" + ("---|---|" if a.baseline_plugin else "") + "---|---|" +
+              ("---|" if a.baseline_plugin else ""))
         for s in scenarios:
             for z in sizes:
-                ref = [r[z][0] for r in data[s]["reference"] if z in r]
-                plg = [r[z][0] for r in data[s]["plugin"] if z in r]
-                ratios = [pl[z][0] / rf[z][0] for rf, pl in zip(data[s]["reference"], data[s]["plugin"])
-                          if z in rf and z in pl and rf[z][0] > 0]
-                rl = [r[z][1] for r in data[s]["reference"] if z in r and r[z][1] >= 0]
-                pl_ = [r[z][1] for r in data[s]["plugin"] if z in r and r[z][1] >= 0]
-                med = lambda xs: f"{statistics.median(xs):.1f}" if xs else "-"
-                print(f"| {s} | {z} | {med(ref)} | {med(plg)} | {med(ratios)} | {med(rl)} | {med(pl_)} |")
+                mbs = {t: [r[z][0] for r in data[s][t] if z in r] for t in transports}
+                lat = {t: [r[z][1] for r in data[s][t] if z in r and r[z][1] >= 0] for t in transports}
+                cells = [med(mbs["reference"]), med(mbs["plugin"]), med(ratios(s, z, "plugin", "reference"), 2)]
+                if a.baseline_plugin:
+                    cells += [med(mbs["baseline"]), med(ratios(s, z, "plugin", "baseline"), 2)]
+                cells += [med(lat["reference"]), med(lat["plugin"])] + ([med(lat["baseline"])] if a.baseline_plugin else [])
+                print(f"| {s} | {z} | " + " | ".join(cells) + " |")
     finally:
         unshape()
         teardown()

@@ -28,6 +28,14 @@ test_timeout=${REMORA_TEST_TIMEOUT:-300}
 
 remora_install_deps
 
+# ccache, where installed, makes building the same sources again quick, also in another
+# clone (paths are taken relative to the clone; the directory is left out of the hash so
+# that -g builds hit too). Nothing depends on it: without it every object is compiled.
+if command -v ccache >/dev/null 2>&1 && [[ -z ${CMAKE_CXX_COMPILER_LAUNCHER:-} ]]; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR=${repo_root} CCACHE_NOHASHDIR=1
+fi
+
 known_presets=$(cmake --list-presets=test 2>/dev/null | sed -n 's/^ *"\([^"]*\)".*/\1/p')
 for preset in ${presets}; do
   if ! grep -qx "${preset}" <<<"${known_presets}"; then

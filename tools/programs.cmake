@@ -1,5 +1,5 @@
 # The `remora` command-line tool: a thin CLI (remora.cc: arguments and the progress line;
-# run.cc: the launcher; doctor.cc: the capability report) over the perf library (perf/), which holds the p2p, RMA and
+# run.cc: the launcher; soak.cc: one rank of `remora soak`; doctor.cc: the capability report) over the perf library (perf/), which holds the p2p, RMA and
 # collective benchmarks, the two-process demo, and the printers of their reports (report.cc).
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
@@ -18,7 +18,8 @@ target_compile_options(remora_perf PRIVATE ${REMORA_WARNINGS})
 target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_json fmt::fmt Threads::Threads)
 
 add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc ${CMAKE_CURRENT_LIST_DIR}/run.cc
-               ${CMAKE_CURRENT_LIST_DIR}/doctor.cc ${CMAKE_CURRENT_LIST_DIR}/rxq.cc)
+               ${CMAKE_CURRENT_LIST_DIR}/doctor.cc ${CMAKE_CURRENT_LIST_DIR}/rxq.cc
+               ${CMAKE_CURRENT_LIST_DIR}/soak.cc)
 set_target_properties(remora_tool PROPERTIES OUTPUT_NAME remora)
 # -Wno-null-dereference: GCC 12 flags CLI11's own string splitting (a false positive
 # that surfaces only once its templates are inlined here).
@@ -167,6 +168,18 @@ if(REMORA_BUILD_TESTS)
                           grep -q \"unknown option '--bogus'\" run.out"
                    $<TARGET_FILE:remora_tool>)
   set_tests_properties(remora_run_arguments PROPERTIES LABELS "tools" TIMEOUT 60)
+
+  # `remora soak`, short: 4 ranks, 20 s of mixed operations, every byte verified; fails on
+  # any error or on descriptors or memory that grew after the warm-up (tools/soak.h).
+  add_test(NAME remora_soak COMMAND remora_tool soak -n 4 --seconds 20 --max-size 2M)
+  # ... and fails, naming the damage, when a received byte is wrong.
+  add_test(NAME remora_soak_detects_corruption
+           COMMAND sh -c "! \"$0\" soak -n 2 --seconds 5 --seed 7 --inject-corruption > soak.out 2>&1 && \
+                          grep -q 'wrong bytes' soak.out"
+                   $<TARGET_FILE:remora_tool>)
+  set_tests_properties(remora_soak remora_soak_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 300
+                       ENVIRONMENT_MODIFICATION
+                       "REMORA_RANK=unset:;RANK=unset:;OMPI_COMM_WORLD_RANK=unset:;PMI_RANK=unset:;SLURM_PROCID=unset:")
 
   set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw

@@ -1,5 +1,5 @@
 // tools/remora.cc — the `remora` command: demo, bench p2p, bench staging, bench rma, bench coll, run,
-// doctor, rxq, version. A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress
+// soak, doctor, rxq, version. A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress
 // line, run, and hand the report to the printers of tools/perf/report.h.
 #include <limits.h>
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "report.h"
 #include "run.h"
 #include "rxq.h"
+#include "soak.h"
 #include "remora/remora.h"
 
 namespace {
@@ -387,6 +389,12 @@ struct Cli {
 
   std::unique_ptr<remora::tools::RxqCli> rxq;
 
+  CLI::App* soak = nullptr;
+  remora::tools::SoakOptions soak_options;
+  int soak_ranks = 4;
+  std::optional<uint64_t> soak_seed;
+  std::string soak_max_size = "4M";
+
   CLI::App* run = nullptr;
   remora::tools::RunOptions run_options;
   int run_timeout_s = 0;
@@ -617,6 +625,51 @@ int run_launcher(Cli& c) {
   return remora::tools::run_ranks(c.run_options);
 }
 
+void add_soak(Cli& c) {
+  auto* soak = c.app.add_subcommand(
+      "soak",
+      "N ranks on this host run mixed operations (send/recv, put, put+notify, get, fetch_add, compare_swap, "
+      "collectives) of random sizes for a while, every byte verified; reports operations, bytes, errors and each "
+      "rank's descriptors and resident memory after the warm-up and at the end. Exit 1 on any error or when "
+      "descriptors or memory grew (tools/soak.h says by how much counts as flat).");
+  soak->add_option("-n,--ranks", c.soak_ranks, "ranks to start (under a launcher: the launcher's)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 64));
+  soak->add_option("--seconds", c.soak_options.seconds, "how long to run")->capture_default_str()->check(
+      CLI::Range(1.0, 86400.0));
+  soak->add_option("--seed", c.soak_seed, "the plan's seed (default: random, printed for reproduction)");
+  soak->add_option("--max-size", c.soak_max_size, "largest transfer (K/M = powers of 1024)")->capture_default_str();
+  soak->add_flag("--inject-corruption", c.soak_options.inject_corruption)->group("");  // hidden: proves the check
+  c.soak = soak;
+}
+
+/// `remora soak`: as a rank of a launched job, or the launcher of N ranks of itself.
+int run_soak(Cli& c, const std::vector<std::string>& argv) {
+  auto max_size = remora::perf::parse_size(c.soak_max_size);
+  if (!max_size) return fail(max_size.status().with_context("--max-size"));
+  if (*max_size < 64 || *max_size > (size_t{256} << 20)) {
+    return fail(remora::Status(remora::StatusCode::kInvalidArgument, "--max-size: between 64 B and 256 MiB"));
+  }
+  c.soak_options.max_size = *max_size;
+  auto launched = remora::perf::launched_as_rank();
+  if (!launched) return fail(launched.status());
+  if (!*launched) {
+    // Every rank must draw the same plan: fix the seed here and hand it down.
+    const uint64_t seed = c.soak_seed.value_or(std::random_device{}() * 0x100000001ull ^ std::random_device{}());
+    remora::tools::RunOptions run;
+    run.ranks = c.soak_ranks;
+    run.argv = argv;
+    run.argv[0] = self_exe();
+    if (!c.soak_seed) run.argv.insert(run.argv.end(), {"--seed", std::to_string(seed)});
+    run.timeout = std::chrono::seconds(static_cast<int64_t>(c.soak_options.seconds) + 300);
+    return remora::tools::run_ranks(run);
+  }
+  if (!c.soak_seed) return fail(remora::Status(remora::StatusCode::kInvalidArgument,
+                                               "remora soak under a launcher: give --seed (every rank needs the same)"));
+  c.soak_options.seed = *c.soak_seed;
+  return remora::tools::run_soak_rank(c.soak_options);
+}
+
 /// `remora serve`: the follower a driver spawned.
 int run_serve(const Cli& c) {
   if (auto s = remora::perf::serve(c.serve_listen, c.serve_port_fd); !s) {
@@ -635,6 +688,7 @@ int dispatch(Cli& c, const std::vector<std::string>& argv) {
   if (*c.rma) return run_rma(c.rma_args);
   if (*c.coll) return run_coll(c.coll_args, argv);
   if (*c.run) return run_launcher(c);
+  if (*c.soak) return run_soak(c, argv);
   if (*c.doctor) return remora::tools::run_doctor(c.doctor_options);
   if (*c.serve) return run_serve(c);
   if (c.rxq && c.rxq->given()) return c.rxq->run();
@@ -651,6 +705,7 @@ int main(int argc, char** argv) {
   add_bench(cli);
   add_serve(cli);
   add_run(cli);
+  add_soak(cli);
   add_doctor(cli);
   cli.rxq = std::make_unique<remora::tools::RxqCli>(&cli.app);
   argc = take_run_program(argc, argv, &cli.program_argv);

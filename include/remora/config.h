@@ -30,6 +30,24 @@ enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
 /// with the reason (docs/device-memory.md).
 enum class DevicePathMode : uint8_t { kAuto, kDevmem, kZcrx, kStaging };
 
+/// The key every handshake proves knowledge of when a job secret is configured
+/// (REMORA_AUTH_KEY or REMORA_AUTH_KEY_FILE; docs/configuration.md): 32 bytes derived
+/// from the secret (BLAKE2b under a fixed label), never the secret itself. Endpoints and
+/// the rendezvous store then authenticate both ways by an HMAC challenge-response over
+/// fresh nonces (docs/protocol.md, "Authentication"); a peer that cannot prove it holds
+/// the same secret gets no endpoint and no store access (kAccessDenied on its side).
+struct AuthKey {
+  std::array<std::byte, 32> bytes{};
+
+  /// Derives the key from a shared secret. kInvalidArgument when it is empty.
+  static Result<AuthKey> from_secret(std::string_view secret);
+  /// The key the environment names: REMORA_AUTH_KEY (the secret itself) or
+  /// REMORA_AUTH_KEY_FILE (a file holding it; one trailing newline is dropped). Neither
+  /// set: nullopt (no authentication). kInvalidArgument, naming the variable, when both
+  /// are set, when the secret is empty, or when the file cannot be read.
+  static Result<std::optional<AuthKey>> from_env();
+};
+
 /// The fully resolved configuration of a Context. Plain data; copyable.
 struct Config {
   LogLevel log_level = LogLevel::kWarn;
@@ -71,6 +89,9 @@ struct Config {
   /// warns maybe-uninitialized on string members of option aggregates (an error in the
   /// release preset). Set through the environment only.
   std::array<char, 16> devmem_ifname{};
+  /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);
+  /// nullopt: connections are not authenticated.
+  std::optional<AuthKey> auth_key = std::nullopt;
 
   /// Defaults overridden by every REMORA_* variable that is set. A malformed value is
   /// kInvalidArgument naming the variable; an unknown REMORA_* name is logged as a warning.
@@ -103,6 +124,8 @@ struct ContextOptions {
   std::optional<PinMode> pin_mode = std::nullopt;
   std::optional<uint32_t> staging_buffers = std::nullopt;
   std::optional<DevicePathMode> device_path = std::nullopt;
+  /// Authenticate with this key (AuthKey::from_secret) instead of the environment's.
+  std::optional<AuthKey> auth_key = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;
 };

@@ -89,7 +89,9 @@ struct EndpointStats {
   /// Device transfers refused because the path REMORA_DEVICE_PATH demands could not take them.
   uint64_t device_path_refusals = 0;
   /// The path the last device-memory transfer took ("staging", "devmem", "zcrx", or
-  /// "refused"; empty before the first) and why: each faster path passed over, with the
+  /// "refused"; empty before the first) and why: sends, receives, puts and gets of this
+  /// side's device memory, and peers' puts and gets of its regions of device memory.
+  /// The reason names each faster path passed over, with the
   /// kernel's or the configuration's reason (REMORA_DEVICE_PATH, docs/device-memory.md).
   std::string device_path;
   std::string device_path_reason;

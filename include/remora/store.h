@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "remora/config.h"
 #include "remora/status.h"
 #include "remora/types.h"
 
@@ -34,8 +35,13 @@ class StoreClientCore;
 /// every client connection (their calls fail with kPeerFailed).
 class StoreServer {
  public:
-  /// Listens on "host:port" (port 0 picks one; "0.0.0.0:29500", "[::]:0").
+  /// Listens on "host:port" (port 0 picks one; "0.0.0.0:29500", "[::]:0"). With the
+  /// environment's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE), every
+  /// client must authenticate before its first request is served; an unreadable key is
+  /// kInvalidArgument. Without a key on a non-loopback address it warns once per process.
   static Result<std::unique_ptr<StoreServer>> start(std::string_view address);
+  /// The same with an explicit key (nullopt: no authentication), ignoring the environment.
+  static Result<std::unique_ptr<StoreServer>> start(std::string_view address, const std::optional<AuthKey>& key);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -53,7 +59,14 @@ class Store {
  public:
   /// Connects to "host:port", retrying until `timeout` (the server may start later
   /// than its clients). kTimeout / kUnreachable with the address in the message.
+  /// With the environment's key (AuthKey::from_env), the client and the server prove to
+  /// each other that they hold it before any request; a server without it, with another
+  /// key, or one that cannot prove it fails the call with kAccessDenied (not retried).
+  /// Without a key, a server that requires one fails the first request with kAccessDenied.
   static Result<std::unique_ptr<Store>> connect(std::string_view address, Duration timeout);
+  /// The same with an explicit key (nullopt: none), ignoring the environment.
+  static Result<std::unique_ptr<Store>> connect(std::string_view address, Duration timeout,
+                                                const std::optional<AuthKey>& key);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

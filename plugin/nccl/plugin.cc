@@ -4,7 +4,9 @@
 // NCCL's (tag, size) matched by remora's tagged send/recv, grouped receives as one
 // request over n remora receives, registrations as remora Regions with a cache
 // (regIsGlobal). Nothing blocks NCCL's proxy thread: connect runs on a helper thread
-// and each listen comm has an acceptor thread that checks the connector's secret.
+// and each listen comm has an acceptor thread that checks the connector's secret; test()
+// waits only when NCCL's polling has found nothing done for a while, and then for at
+// most REMORA_NCCL_IDLE_WAIT_US (see IdleWait).
 #include "plugin.h"
 
 #include <sys/random.h>
@@ -13,6 +15,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -65,6 +69,55 @@ ncclResult_t to_nccl(const Status& s) {
     case StatusCode::kUnreachable: return ncclRemoteError;
     default: return ncclSystemError;  // kTruncated (a receive smaller than the send) included
   }
+}
+
+// --- idle waits in test() -------------------------------------------------------------
+
+/// NCCL's proxy thread polls test() in a loop and, when a pass completed nothing, calls
+/// sched_yield() and polls again: it never leaves the run queue. Where CPUs are shared
+/// (here: a loaded 2-vCPU VM where each login session is one autogroup, so both ends of
+/// the benchmark share one session's slice), such polls spend the CPU the transfer
+/// needs, and a thread that never sleeps is never woken ahead of others when its
+/// sockets are ready. Measured (docs/nccl.md, "Benchmark"): the plugin's processes got
+/// the same CPU time as the reference transport's but spent 20-30% more of it per byte,
+/// the polling thread runnable all the time and waiting for a CPU three quarters of it,
+/// with 10^4-10^5 sched_yield and epoll_wait calls per run where the reference, whose
+/// threads sleep in send/recv, makes none. So after `polls` tests in a row (any
+/// request, any comm) found their request still running, each test waits for its
+/// request in the kernel for at most `wait` without driving progress itself (the
+/// plugin's context neither spins in waits nor has its progress thread poll after
+/// events), while the progress thread, woken by the sockets, moves the bytes; until
+/// some test finds its request done. Bounded: NCCL's proxy is back within `wait`.
+class IdleWait {
+ public:
+  static constexpr uint32_t kDefaultPolls = 16;
+  static constexpr uint32_t kDefaultWaitUs = 200;
+  static constexpr uint32_t kMaxWaitUs = 100'000;
+
+  /// Reads REMORA_NCCL_IDLE_POLLS and REMORA_NCCL_IDLE_WAIT_US (0: never wait). A value
+  /// that is not a number in range is refused with a warning and the default kept.
+  void configure();
+  uint32_t polls() const noexcept { return polls_; }
+  uint32_t wait_us() const noexcept { return wait_us_; }
+
+  /// A test found its request done: NCCL's proxy has work again.
+  void busy() noexcept { fruitless_.store(0, std::memory_order_relaxed); }
+  /// A test found its request still running after driving progress once.
+  void fruitless() noexcept { fruitless_.fetch_add(1, std::memory_order_relaxed); }
+  /// `polls` tests in a row found nothing done: the next ones wait (until one finds
+  /// its request done).
+  bool idle() const noexcept { return wait_us_ > 0 && fruitless_.load(std::memory_order_relaxed) >= polls_; }
+  std::chrono::microseconds wait() const noexcept { return std::chrono::microseconds(wait_us_); }
+
+ private:
+  uint32_t polls_ = kDefaultPolls;
+  uint32_t wait_us_ = kDefaultWaitUs;
+  std::atomic<uint32_t> fruitless_{0};
+};
+
+IdleWait& idle_wait() {
+  static IdleWait w;
+  return w;
 }
 
 // --- the handle ---------------------------------------------------------------------
@@ -195,7 +248,19 @@ void teardown() {
 ncclResult_t init_locked(State& s) {
   if (s.ready) return s.init_result;
   s.ready = true;
-  auto ctx = Context::create();
+  idle_wait().configure();
+  // test()'s idle waits block at once (IdleWait): a spinning wait would be the poll
+  // they replace. And while they wait the progress thread moves the bytes; polling on
+  // after each event it served would be that poll again. REMORA_SPIN_US and
+  // REMORA_PROGRESS_POLL_US, where set, still decide.
+  ContextOptions options;
+  auto unset = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v == nullptr || *v == '\0';
+  };
+  if (unset("REMORA_SPIN_US")) options.spin_us = 0;
+  if (unset("REMORA_PROGRESS_POLL_US")) options.progress_poll_us = 0;
+  auto ctx = Context::create(options);
   if (!ctx.is_ok()) {
     LOG_WARN("cannot create the remora context: %s", ctx.status().to_string().c_str());
     s.init_result = ncclSystemError;
@@ -225,6 +290,14 @@ ncclResult_t init_locked(State& s) {
   const Config& c = s.ctx->config();
   LOG_INFO("remora %u data stream(s) per connection, chunk %zu bytes, eager limit %zu bytes",
            c.streams_per_endpoint, c.chunk_bytes, c.eager_limit);
+  if (idle_wait().wait_us() > 0) {
+    LOG_INFO(
+        "test() waits up to %u us for a request after %u tests in a row found nothing done "
+        "(REMORA_NCCL_IDLE_WAIT_US, REMORA_NCCL_IDLE_POLLS); waits spin %u us, the progress thread polls %u us",
+        idle_wait().wait_us(), idle_wait().polls(), c.spin_us, c.progress_poll_us);
+  } else {
+    LOG_INFO("test() never waits (REMORA_NCCL_IDLE_WAIT_US=0)");
+  }
   s.init_result = ncclSuccess;
   return ncclSuccess;
 }
@@ -291,6 +364,23 @@ void connect_thread(PendingConnect* pc, Context* ctx, std::string address, Hello
     pc->ep = std::move(e);
   }
   pc->done.store(true);
+}
+
+void IdleWait::configure() {
+  auto read = [](const char* name, uint32_t low, uint32_t high, uint32_t& out) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long x = std::strtoul(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x < low || x > high) {
+      LOG_WARN("%s=%s is not a whole number from %u to %u; using %u", name, v, low, high, out);
+      return;
+    }
+    out = static_cast<uint32_t>(x);
+  };
+  read("REMORA_NCCL_IDLE_POLLS", 1, 1'000'000, polls_);
+  read("REMORA_NCCL_IDLE_WAIT_US", 0, kMaxWaitUs, wait_us_);
 }
 
 }  // namespace
@@ -635,22 +725,57 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     LOG_WARN("test: %p is not a request in flight", request);
     return ncclInvalidArgument;
   }
-  bool all = true;
-  for (int i = 0; i < r->n; ++i) {
-    Status st = r->parts[static_cast<size_t>(i)].test();
-    if (st.code() == StatusCode::kInProgress) {
-      all = false;
-      continue;
+  // Drives progress once and looks at every part: the first failure ends the request;
+  // otherwise the first part still running, or n once all are done.
+  Status failure;
+  auto look = [r, &failure]() -> int {
+    int first = r->n;
+    for (int i = r->n - 1; i >= 0; --i) {
+      Status st = r->parts[static_cast<size_t>(i)].test();
+      if (st.code() == StatusCode::kInProgress) {
+        first = i;
+      } else if (!st.is_ok()) {
+        failure = std::move(st);
+        first = i;
+      }
     }
-    if (!st.is_ok()) {
-      const char* what = r->kind == ReqKind::kSend ? "send to" : "receive from";
-      LOG_WARN("%s %s failed: %s", what, r->owner->ep->peer_address().c_str(), st.to_string().c_str());
-      for (auto& p : r->parts) p = Request{};
-      r->kind = ReqKind::kFree;
-      return to_nccl(st);
+    return first;
+  };
+  // Idle: wait in the kernel while the progress thread moves the bytes. Neither the
+  // wait (the context does not spin) nor the look after it (done() only) drives
+  // progress from this thread: that would park the progress thread for a linger period
+  // (docs/architecture.md) and wake it again at the next wait.
+  auto settled = [r, &failure]() -> int {
+    for (int i = 0; i < r->n; ++i) {
+      const Request& p = r->parts[static_cast<size_t>(i)];
+      if (!p.done()) return i;
+      if (Status st = p.test(); !st.is_ok()) {
+        failure = std::move(st);
+        return i;
+      }
     }
+    return r->n;
+  };
+  int running;
+  if (idle_wait().idle()) {
+    running = settled();
+    if (running < r->n && failure.is_ok()) {
+      (void)r->parts[static_cast<size_t>(running)].wait(idle_wait().wait());
+      running = settled();
+    }
+  } else {
+    running = look();
+    if (running < r->n && failure.is_ok()) idle_wait().fruitless();
   }
-  if (!all) return ncclSuccess;
+  if (!failure.is_ok()) {
+    const char* what = r->kind == ReqKind::kSend ? "send to" : "receive from";
+    LOG_WARN("%s %s failed: %s", what, r->owner->ep->peer_address().c_str(), failure.to_string().c_str());
+    for (auto& p : r->parts) p = Request{};
+    r->kind = ReqKind::kFree;
+    return to_nccl(failure);
+  }
+  if (running < r->n) return ncclSuccess;
+  idle_wait().busy();
   if (sizes != nullptr) {
     for (int i = 0; i < r->n; ++i) {
       size_t b = r->parts[static_cast<size_t>(i)].bytes();

@@ -9,11 +9,12 @@
 # not run as root.
 
 REMORA_APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   libmnl-dev liburing-dev
   iproute2 ethtool iperf3 sockperf procps
+  iptables libnetfilter-queue-dev  # the fault matrix (tests/faults): drops, resets, NFQUEUE delay
   openmpi-bin
   python3-dev python3-venv  # the Python package and the PyTorch backend (scripts/lib/python.sh, torch_env.sh)
 )

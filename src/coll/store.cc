@@ -24,6 +24,8 @@
 #include "core/log.h"
 #include "net/address.h"
 #include "net/socket.h"
+#include "wire/auth.h"
+#include "wire/handshake.h"
 
 namespace remora {
 namespace detail {
@@ -33,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 // --- wire format (docs/protocol.md) ----------------------------------------------------
 enum class Op : uint8_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5, kRemove = 6 };
-enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kInvalidArgument = 2 };
+enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kInvalidArgument = 2, kUnauthenticated = 3 };
 
 constexpr size_t kMaxKey = 1024;
 constexpr size_t kMaxValue = size_t{64} << 20;
@@ -96,12 +98,14 @@ std::optional<int64_t> parse_counter(const std::vector<std::byte>& v) {
 
 class StoreServerCore {
  public:
-  StoreServerCore(net::Fd listener, net::Fd wake_read, net::Fd wake_write, std::string address, uint16_t port)
+  StoreServerCore(net::Fd listener, net::Fd wake_read, net::Fd wake_write, std::string address, uint16_t port,
+                  std::optional<AuthKey> key)
       : listener_(std::move(listener)),
         wake_read_(std::move(wake_read)),
         wake_write_(std::move(wake_write)),
         address_(std::move(address)),
-        port_(port) {
+        port_(port),
+        key_(key) {
     thread_ = std::thread([this] { serve(); });
   }
   ~StoreServerCore() {
@@ -118,8 +122,15 @@ class StoreServerCore {
   const std::string& address() const { return address_; }
 
  private:
+  /// Where a connection stands in the authentication that precedes every request when
+  /// the store has a key (docs/protocol.md, "Authentication").
+  enum class Auth : uint8_t { kAwaitRequest, kAwaitResponse, kDone };
+
   struct Conn {
     net::Fd fd;
+    std::string peer;
+    Auth auth = Auth::kDone;
+    wire::AuthNonce server_nonce{};
     std::vector<std::byte> in;
     std::vector<std::byte> out;
     size_t out_done = 0;
@@ -191,6 +202,9 @@ class StoreServerCore {
       }
       auto c = std::make_unique<Conn>();
       c->fd = net::Fd(fd);
+      auto peer = net::peer_address(fd);
+      c->peer = peer ? net::to_string(*peer) : "<unknown>";
+      if (key_) c->auth = Auth::kAwaitRequest;
       if (Status s = net::configure_stream_socket(fd); !s.is_ok()) {
         REMORA_LOG(kWarn, "store server: {}", s.to_string());
         continue;
@@ -241,6 +255,13 @@ class StoreServerCore {
     while (!c.dead && !c.waiting) {
       const size_t avail = c.in.size() - at;
       const std::byte* p = c.in.data() + at;
+      if (c.auth != Auth::kDone) {
+        if (avail == 0) break;
+        const auto consumed = authenticate(c, std::span(p, avail));
+        if (!consumed) break;
+        at += *consumed;
+        continue;
+      }
       if (avail < 5) break;
       const auto op = static_cast<Op>(std::to_integer<uint8_t>(p[0]));
       if (op < Op::kSet || op > Op::kRemove) return drop(c, fmt::format("unknown op {}", std::to_integer<int>(p[0]))), false;
@@ -261,6 +282,58 @@ class StoreServerCore {
     if (c.dead) return false;
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(at));
     return at > 0;
+  }
+
+  /// One step of a keyed store's authentication from the bytes at the front of the
+  /// connection's input: how many it consumed, or nullopt when it needs more (or dropped
+  /// the connection).
+  std::optional<size_t> authenticate(Conn& c, std::span<const std::byte> in) {
+    if (c.auth == Auth::kAwaitRequest && std::to_integer<uint8_t>(in[0]) != (wire::kMagic & 0xFF)) {
+      REMORA_LOG(kWarn, "store server: refusing {}: no authentication proof (it has no REMORA_AUTH_KEY)", c.peer);
+      const std::string_view why =
+          "this store requires authentication: set REMORA_AUTH_KEY (or REMORA_AUTH_KEY_FILE) to the job's shared "
+          "secret";
+      reply(c, Reply::kUnauthenticated, std::as_bytes(std::span(why.data(), why.size())));
+      drop(c, "");
+      return std::nullopt;
+    }
+    if (in.size() < wire::kAuthSize) return std::nullopt;
+    auto m = wire::decode_auth(in.first(wire::kAuthSize));
+    const wire::AuthStep expected = c.auth == Auth::kAwaitRequest ? wire::AuthStep::kRequest : wire::AuthStep::kResponse;
+    if (!m || m->step != expected) {
+      REMORA_LOG(kWarn, "store server: refusing {}: no authentication proof ({})", c.peer,
+                 m ? "an AUTH message out of turn" : m.status().message());
+      drop(c, "");
+      return std::nullopt;
+    }
+    if (c.auth == Auth::kAwaitRequest) {
+      c.server_nonce = wire::fresh_auth_nonce();
+      send_raw(c, wire::encode_auth({.step = wire::AuthStep::kChallenge, .nonce = c.server_nonce}));
+      c.auth = Auth::kAwaitResponse;
+      return wire::kAuthSize;
+    }
+    const auto context = wire::store_auth_context();
+    if (!wire::verify_auth_proof(key_->bytes, wire::AuthRole::kClient, context, c.server_nonce, m->nonce, m->proof)) {
+      REMORA_LOG(kWarn,
+                 "store server: refusing {}: wrong authentication proof (another REMORA_AUTH_KEY, or a replayed "
+                 "handshake)",
+                 c.peer);
+      send_raw(c, wire::encode_auth({.step = wire::AuthStep::kRefused}));
+      drop(c, "");
+      return std::nullopt;
+    }
+    send_raw(c, wire::encode_auth({.step = wire::AuthStep::kConfirm,
+                                   .proof = wire::auth_proof(key_->bytes, wire::AuthRole::kServer, context,
+                                                             c.server_nonce, m->nonce)}));
+    c.auth = Auth::kDone;
+    return wire::kAuthSize;
+  }
+
+  /// Queues bytes that are not a reply (the AUTH messages) and sends what fits.
+  void send_raw(Conn& c, std::span<const std::byte> bytes) {
+    if (c.dead) return;
+    put_bytes(c.out, bytes);
+    flush(c);
   }
 
   void serve_one(Conn& c, Op op, const std::string& key, std::span<const std::byte> value, uint64_t timeout_ms) {
@@ -399,6 +472,7 @@ class StoreServerCore {
   net::Fd wake_write_;
   const std::string address_;
   const uint16_t port_;
+  const std::optional<AuthKey> key_;  ///< with a key, every connection authenticates first
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Conn>> conns_;               ///< server thread only
   std::map<std::string, std::vector<std::byte>> data_;     ///< server thread only
@@ -465,7 +539,7 @@ class StoreClientCore {
     if (Status s = net::read_exact(fd_.get(), head, deadline); !s.is_ok()) return fail(s);
     Response r{static_cast<Reply>(head[0]), {}};
     const uint32_t len = core::load_u32(head + 1);
-    if (std::to_integer<uint8_t>(head[0]) > 2 || len > kMaxValue + 64 * 1024) {
+    if (std::to_integer<uint8_t>(head[0]) > 3 || len > kMaxValue + 64 * 1024) {
       return fail(Status(StatusCode::kProtocol, "malformed reply (is this a remora store?)"));
     }
     r.payload.resize(len);
@@ -489,8 +563,49 @@ Status reply_status(const StoreClientCore::Response& r) {
     case Reply::kOk: return Status::ok();
     case Reply::kTimeout: return Status(StatusCode::kTimeout, msg);
     case Reply::kInvalidArgument: return Status(StatusCode::kInvalidArgument, msg);
+    case Reply::kUnauthenticated: return Status(StatusCode::kAccessDenied, msg);
   }
   return Status(StatusCode::kProtocol, "store: unknown reply status");
+}
+
+Result<wire::AuthMessage> read_auth(int fd, Clock::time_point deadline) {
+  std::array<std::byte, wire::kAuthSize> in{};
+  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  return wire::decode_auth(in);
+}
+
+/// The client's side of the store's authentication (docs/protocol.md): kAccessDenied
+/// when the server lacks the key, holds another, or cannot prove it.
+Status authenticate_client(int fd, const AuthKey& key, std::string_view address, Clock::time_point deadline) {
+  auto denied = [&](std::string_view why) {
+    return Status(StatusCode::kAccessDenied, fmt::format("rendezvous store at {}: {}", address, why));
+  };
+  REMORA_RETURN_IF_ERROR(net::write_all(fd, wire::encode_auth({.step = wire::AuthStep::kRequest}), deadline));
+  auto challenge = read_auth(fd, deadline);
+  if (!challenge && challenge.status().code() == StatusCode::kPeerFailed) {
+    return denied("closed the connection when we asked to authenticate: it holds no REMORA_AUTH_KEY");
+  }
+  if (!challenge) return challenge.status().with_context(fmt::format("rendezvous store at {}", address));
+  if (challenge->step != wire::AuthStep::kChallenge) return denied("answered with an AUTH message that is not a challenge");
+  const wire::AuthNonce nonce = wire::fresh_auth_nonce();
+  const auto context = wire::store_auth_context();
+  REMORA_RETURN_IF_ERROR(net::write_all(
+      fd,
+      wire::encode_auth({.step = wire::AuthStep::kResponse,
+                         .nonce = nonce,
+                         .proof = wire::auth_proof(key.bytes, wire::AuthRole::kClient, context, challenge->nonce, nonce)}),
+      deadline));
+  auto confirm = read_auth(fd, deadline);
+  if (!confirm && confirm.status().code() == StatusCode::kPeerFailed) {
+    return denied("closed the connection at our authentication proof");
+  }
+  if (!confirm) return confirm.status().with_context(fmt::format("rendezvous store at {}", address));
+  if (confirm->step == wire::AuthStep::kRefused) return denied("refused our proof: its REMORA_AUTH_KEY differs from ours");
+  if (confirm->step != wire::AuthStep::kConfirm ||
+      !wire::verify_auth_proof(key.bytes, wire::AuthRole::kServer, context, challenge->nonce, nonce, confirm->proof)) {
+    return denied("could not prove that it holds the shared secret: refusing it");
+  }
+  return Status::ok();
 }
 
 std::string host_of(const net::SockAddr& a) {
@@ -514,12 +629,18 @@ uint16_t StoreServer::port() const { return core_->port(); }
 std::string StoreServer::address() const { return core_->address(); }
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address) {
+  REMORA_ASSIGN_OR_RETURN(std::optional<AuthKey> key, AuthKey::from_env());
+  return start(address, key);
+}
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address, const std::optional<AuthKey>& key) {
   REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(address));
   REMORA_ASSIGN_OR_RETURN(auto addrs, net::resolve(hp, /*passive=*/true));
   if (addrs.empty()) return Status(StatusCode::kUnreachable, fmt::format("store: {} resolves to nothing", address));
   auto fd = net::listen_tcp(addrs.front());
   if (!fd) return fd.status().with_context(fmt::format("store: listen on {}", address));
   REMORA_ASSIGN_OR_RETURN(auto bound, net::local_address(fd->get()));
+  if (!key && !net::is_loopback(bound)) wire::warn_unauthenticated_listener("the rendezvous store", net::to_string(bound));
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) return net::errno_status(errno, "store: pipe2");
   uint16_t port = 0;
@@ -529,7 +650,7 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address
     port = ntohs(reinterpret_cast<const sockaddr_in6*>(bound.get())->sin6_port);
   }
   auto core = std::make_unique<detail::StoreServerCore>(std::move(*fd), net::Fd(pipe_fds[0]), net::Fd(pipe_fds[1]),
-                                                        net::to_string(bound), port);
+                                                        net::to_string(bound), port, key);
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(core)));
 }
 
@@ -539,6 +660,12 @@ Store::Store(std::unique_ptr<detail::StoreClientCore> core) : core_(std::move(co
 Store::~Store() = default;
 
 Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration timeout) {
+  REMORA_ASSIGN_OR_RETURN(std::optional<AuthKey> key, AuthKey::from_env());
+  return connect(address, timeout, key);
+}
+
+Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration timeout,
+                                              const std::optional<AuthKey>& key) {
   REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(address));
   if (hp.host.empty() || hp.port == 0) {
     return Status(StatusCode::kInvalidArgument, fmt::format("store address \"{}\" needs a host and a port", address));
@@ -558,6 +685,11 @@ Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration
           continue;
         }
         if (Status s = net::configure_stream_socket(fd->get()); !s.is_ok()) return s;
+        if (key) {
+          // A refusal is final (not retried): the server is there and does not take our key.
+          const auto auth_deadline = std::min(deadline, Clock::now() + detail::kRequestTimeout);
+          REMORA_RETURN_IF_ERROR(detail::authenticate_client(fd->get(), *key, address, auth_deadline));
+        }
         REMORA_ASSIGN_OR_RETURN(auto local, net::local_address(fd->get()));
         auto core = std::make_unique<detail::StoreClientCore>(std::move(*fd), std::string(address),
                                                               detail::host_of(local));

@@ -13,8 +13,9 @@
 namespace remora::core {
 
 namespace {
-// Read by the NCCL net plugin (plugin/nccl/interfaces.cc), which links this library in.
-constexpr std::array<std::string_view, 1> kNcclPluginVariables = {"REMORA_NCCL_IFNAME"};
+// Read by the NCCL net plugin (plugin/nccl/interfaces.cc, plugin.cc), which links this library in.
+constexpr std::array<std::string_view, 3> kNcclPluginVariables = {"REMORA_NCCL_IFNAME", "REMORA_NCCL_IDLE_POLLS",
+                                                                  "REMORA_NCCL_IDLE_WAIT_US"};
 // Read by the build of the Python packages (scripts/lib/python.sh, torch_env.sh), never
 // by the library; a process started from that build's environment must not warn of it.
 constexpr std::array<std::string_view, 1> kBuildVariables = {"REMORA_PYTHON_LIBRARY"};

@@ -84,4 +84,17 @@ std::string to_string(const SockAddr& addr) {
   return "<unknown address family>";
 }
 
+bool is_loopback(const SockAddr& addr) noexcept {
+  if (addr.family() == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr.storage);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr.family() == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr.storage);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
 }  // namespace remora::net

@@ -36,4 +36,8 @@ Result<std::vector<SockAddr>> resolve(const HostPort& hp, bool passive);
 /// "1.2.3.4:80" / "[::1]:80".
 std::string to_string(const SockAddr& addr);
 
+/// Whether `addr` is a loopback address (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104); a
+/// wildcard (0.0.0.0, ::) is not.
+bool is_loopback(const SockAddr& addr) noexcept;
+
 }  // namespace remora::net

@@ -7,11 +7,17 @@
 #include "remora/config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "core/env.h"
 #include "core/log.h"
 #include "transport/variables.h"
+#include "wire/auth.h"
 
 namespace remora {
 namespace {
@@ -20,6 +26,7 @@ constexpr uint32_t kMaxWaitTimeoutMs = 86'400'000;  // 24 h: longer waits ask fo
 constexpr uint32_t kMaxPendingHandshakes = 65536;
 constexpr uint32_t kMinPeerTimeoutMs = 1000;        // below, a busy machine's scheduling delays look like death
 constexpr uint32_t kMaxPeerTimeoutMs = 3'600'000;
+constexpr size_t kMaxAuthKeyFileBytes = 64 * 1024;  // a secret, not a data file
 
 }  // namespace
 
@@ -44,14 +51,73 @@ core::VariableList variables() noexcept {
                                                     "REMORA_PEER_TIMEOUT_MS",
                                                     "REMORA_PIN",
                                                     "REMORA_DEVICE_PATH",
-                                                    "REMORA_DEVMEM_IFNAME"};
+                                                    "REMORA_DEVMEM_IFNAME",
+                                                    "REMORA_AUTH_KEY",
+                                                    "REMORA_AUTH_KEY_FILE"};
   return kVariables;
 }
 
 }  // namespace transport
 
+Result<AuthKey> AuthKey::from_secret(std::string_view secret) {
+  if (secret.empty()) return Status(StatusCode::kInvalidArgument, "the shared authentication secret is empty");
+  AuthKey key;
+  key.bytes = wire::derive_auth_key(std::as_bytes(std::span(secret.data(), secret.size())));
+  return key;
+}
+
+Result<std::optional<AuthKey>> AuthKey::from_env() {
+  // std::getenv, not core::getenv_view: a variable set to "" is a mistake to report
+  // (REMORA_AUTH_KEY=$SECRET with SECRET unset), not "no authentication".
+  const char* inline_secret = std::getenv("REMORA_AUTH_KEY");
+  const char* file = std::getenv("REMORA_AUTH_KEY_FILE");
+  if (inline_secret != nullptr && file != nullptr) {
+    return Status(StatusCode::kInvalidArgument,
+                  "REMORA_AUTH_KEY and REMORA_AUTH_KEY_FILE are both set: set only one of them");
+  }
+  if (inline_secret != nullptr) {
+    if (*inline_secret == '\0') {
+      return Status(StatusCode::kInvalidArgument, "REMORA_AUTH_KEY is set but empty: set it to the job's secret, or unset it");
+    }
+    REMORA_ASSIGN_OR_RETURN(AuthKey key, from_secret(inline_secret));
+    return std::optional<AuthKey>(key);
+  }
+  if (file == nullptr) return std::optional<AuthKey>();
+  if (*file == '\0') {
+    return Status(StatusCode::kInvalidArgument, "REMORA_AUTH_KEY_FILE is set but empty: set it to a file holding the job's secret");
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string("REMORA_AUTH_KEY_FILE: cannot read '") + file + "': " + std::strerror(errno));
+  }
+  std::string secret;
+  char buf[4096];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    secret.append(buf, static_cast<size_t>(in.gcount()));
+    if (secret.size() > kMaxAuthKeyFileBytes) {
+      return Status(StatusCode::kInvalidArgument, std::string("REMORA_AUTH_KEY_FILE: '") + file +
+                                                      "' is larger than 64 KiB; it should hold only the secret");
+    }
+  }
+  if (in.bad()) {
+    return Status(StatusCode::kInvalidArgument, std::string("REMORA_AUTH_KEY_FILE: cannot read '") + file + "'");
+  }
+  // `echo secret > file` and `openssl rand -hex 32 > file` end the secret with a newline.
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  if (secret.empty()) {
+    return Status(StatusCode::kInvalidArgument, std::string("REMORA_AUTH_KEY_FILE: '") + file + "' holds no secret");
+  }
+  auto key = from_secret(secret);
+  std::fill(secret.begin(), secret.end(), '\0');
+  REMORA_RETURN_IF_ERROR(key.status());
+  return std::optional<AuthKey>(*key);
+}
+
 Result<Config> Config::from_env() {
   Config c;
+  REMORA_ASSIGN_OR_RETURN(c.auth_key, AuthKey::from_env());
   if (auto text = core::getenv_view("REMORA_LOG")) {
     if (!core::parse_log_level(*text, &c.log_level)) {
       return Status(StatusCode::kInvalidArgument,
@@ -166,6 +232,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.pin_mode) base.pin_mode = *o.pin_mode;
   if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
   if (o.device_path) base.device_path = *o.device_path;
+  if (o.auth_key) base.auth_key = o.auth_key;
   return base;
 }
 

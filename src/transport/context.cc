@@ -9,6 +9,7 @@
 #include "remora/pool.h"
 #include "remora/version.h"
 #include "transport/context_core.h"
+#include "wire/auth.h"
 
 namespace remora {
 namespace detail {
@@ -90,6 +91,9 @@ Result<std::unique_ptr<Listener>> ContextCore::listen(std::string_view address) 
     }
     auto bound = net::local_address(fd->get());
     if (!bound) return bound.status();
+    if (!config_.auth_key && !net::is_loopback(*bound)) {
+      wire::warn_unauthenticated_listener("a remora listener", net::to_string(*bound));
+    }
     auto core = std::make_shared<ListenerCore>(weak_from_this(), engine_, std::move(fd).value(), *bound,
                                                config_.handshake_timeout_ms);
     engine::ProgressEngine::Guard guard(*engine_);
@@ -116,14 +120,68 @@ Status check_ack(const Result<wire::HelloAck>& ack, const std::string& peer) {
       return Status(StatusCode::kProtocol, peer + " refused our wire version " + std::to_string(kWireVersion));
     case wire::HelloStatus::kBadRequest: return Status(StatusCode::kProtocol, peer + " rejected the handshake as malformed");
     case wire::HelloStatus::kRefused: return Status(StatusCode::kUnreachable, peer + " refused the connection (shutting down)");
+    case wire::HelloStatus::kAuthenticate:
+    case wire::HelloStatus::kUnauthenticated:
+      break;  // handled by exchange_hello
   }
   return Status(StatusCode::kProtocol, "unknown handshake status from " + peer);
 }
 
-Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, net::Clock::time_point deadline) {
-  auto out = wire::encode_hello(hello);
+Status access_denied(std::string message) { return {StatusCode::kAccessDenied, std::move(message)}; }
+
+Result<wire::AuthMessage> read_auth(int fd, net::Clock::time_point deadline) {
+  std::array<std::byte, wire::kAuthSize> in{};
+  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  return wire::decode_auth(in);
+}
+
+/// Sends `hello` and returns the listener's final HELLO_ACK. With a key, the listener must
+/// authenticate (docs/protocol.md, "Authentication"): it sends a challenge, we answer
+/// with our proof, and it proves the key back before its ACK counts. Any failure of that
+/// is kAccessDenied, and so is a keyed listener refusing us for having no key.
+Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, const std::optional<AuthKey>& key,
+                                      const std::string& peer, net::Clock::time_point deadline) {
+  const auto out = wire::encode_hello(hello);
   REMORA_RETURN_IF_ERROR(net::write_all(fd, out, deadline));
   std::array<std::byte, wire::kHelloAckSize> in{};
+  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  auto ack = wire::decode_hello_ack(in);
+  if (!ack || ack->version != kWireVersion) return ack;  // check_ack words it
+  if (ack->status == wire::HelloStatus::kUnauthenticated || (!key && ack->status == wire::HelloStatus::kAuthenticate)) {
+    return access_denied(peer + " requires authentication and we hold no key: set REMORA_AUTH_KEY (or "
+                                "REMORA_AUTH_KEY_FILE) to the job's shared secret");
+  }
+  if (!key) return ack;
+  if (ack->status == wire::HelloStatus::kAccepted) {
+    return access_denied(peer + " accepted us without proving that it holds the shared secret (it has no "
+                                "REMORA_AUTH_KEY set): refusing it");
+  }
+  if (ack->status != wire::HelloStatus::kAuthenticate) return ack;  // version, bad request, refused
+  REMORA_ASSIGN_OR_RETURN(const wire::AuthMessage challenge, read_auth(fd, deadline));
+  if (challenge.step != wire::AuthStep::kChallenge) {
+    return Status(StatusCode::kProtocol, peer + " sent an AUTH message that is not a challenge");
+  }
+  const wire::AuthNonce client_nonce = wire::fresh_auth_nonce();
+  const wire::AuthMessage response{
+      .step = wire::AuthStep::kResponse,
+      .nonce = client_nonce,
+      .proof = wire::auth_proof(key->bytes, wire::AuthRole::kClient, out, challenge.nonce, client_nonce)};
+  REMORA_RETURN_IF_ERROR(net::write_all(fd, wire::encode_auth(response), deadline));
+  auto confirm = read_auth(fd, deadline);
+  if (!confirm && confirm.status().code() == StatusCode::kPeerFailed) {
+    return access_denied(peer + " closed the connection at our authentication proof");
+  }
+  if (!confirm) return confirm.status();
+  if (confirm->step == wire::AuthStep::kRefused) {
+    return access_denied(peer + " refused our authentication proof: its REMORA_AUTH_KEY differs from ours");
+  }
+  if (confirm->step != wire::AuthStep::kConfirm) {
+    return Status(StatusCode::kProtocol, peer + " sent an AUTH message that is neither a confirmation nor a refusal");
+  }
+  if (!wire::verify_auth_proof(key->bytes, wire::AuthRole::kServer, out, challenge.nonce, client_nonce,
+                               confirm->proof)) {
+    return access_denied(peer + " could not prove that it holds the shared secret (wrong proof): refusing it");
+  }
   REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
   return wire::decode_hello_ack(in);
 }
@@ -158,8 +216,8 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   hello.rma_window = config_.rma_window;
-  hello.capabilities = wire::kCapHeartbeat;
-  auto ack = exchange_hello(control.get(), hello, deadline);
+  hello.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0);
+  auto ack = exchange_hello(control.get(), hello, config_.auth_key, peer, deadline);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
   REMORA_RETURN_IF_ERROR(check_ack(ack, peer));
 
@@ -183,7 +241,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
     dh.endpoint_id = ack->endpoint_id;
     dh.attach_token = ack->attach_token;
     dh.stream_index = i;
-    auto dack = exchange_hello(data.get(), dh, deadline);
+    auto dack = exchange_hello(data.get(), dh, config_.auth_key, peer, deadline);
     if (!dack && dack.status().code() != StatusCode::kProtocol) {
       return dack.status().with_context("data stream " + std::to_string(i) + " to " + peer);
     }

@@ -204,6 +204,10 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
   std::optional<StagingContext> staging;
   if (MemoryDomain* d = device_of(local, length)) {
+    const bool tx = what == "put";
+    if (Status path = choose_device_path(*d, local, length, tx); !path) {
+      return Request(RequestState::completed(path.with_context(what), 0, Tag{}));
+    }
     if (inline_device != nullptr) {
       // An inline put of device memory: its bytes are copied to host memory first,
       // without the lock (put_from_device_inline); nothing is posted here.
@@ -211,7 +215,7 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
       return Request();
     }
     // Device memory: its bytes are staged.
-    auto made = staging_for(d, /*tx=*/what == "put");
+    auto made = staging_for(d, tx);
     if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
     staging = std::move(*made);
     ++stats_.staged_transfers;
@@ -1061,8 +1065,12 @@ void EndpointCore::start_liveness() {
 }
 
 bool EndpointCore::awaiting_peer() const {
+  // A thread waiting for a notification awaits the peer as a posted receive does: without
+  // it, a wait_notification() on a stopped peer with nothing else outstanding ran to its
+  // own timeout instead of failing at the peer timeout (found by the fault matrix,
+  // tests/faults, put-in × sigstop).
   return outstanding_ > 0 || initiator_.outstanding() > 0 || target_.serving() || !recvs_.empty() || !chunks_.idle() ||
-         ctl_tx_off_ < ctl_tx_.size();
+         ctl_tx_off_ < ctl_tx_.size() || notifications_.waited_for();
 }
 
 void EndpointCore::read_input() {

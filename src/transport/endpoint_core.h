@@ -212,7 +212,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   }
   /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
   /// and records it in the stats; the demanded path's refusal when it cannot be taken.
-  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx);
+  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) override;
   /// Completes a failed receive whose copies into device memory are still in flight
   /// once they have ended (then nothing writes to its buffer any more), else now.
   void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);

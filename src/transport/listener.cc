@@ -11,6 +11,7 @@
 #include "net/io.h"
 #include "remora/version.h"
 #include "transport/context_core.h"
+#include "wire/auth.h"
 
 namespace remora {
 namespace detail {
@@ -30,6 +31,12 @@ class ListenerCore::Conn final : public engine::EventHandler {
   engine::HandlerId hid_;
   std::array<std::byte, wire::kHelloSize> buf_{};
   size_t got_ = 0;
+  // With a key: after the HELLO, the client's AUTH response (docs/protocol.md,
+  // "Authentication"), read into auth_buf_ against the nonce sent in the challenge.
+  bool authenticating_ = false;
+  std::array<std::byte, wire::kAuthSize> auth_buf_{};
+  size_t auth_got_ = 0;
+  wire::AuthNonce server_nonce_{};
 };
 
 ListenerCore::ListenerCore(std::weak_ptr<ContextCore> ctx, std::shared_ptr<engine::ProgressEngine> engine, net::Fd fd,
@@ -164,34 +171,90 @@ void send_ack(int fd, const wire::HelloAck& ack) {
 }
 }  // namespace
 
+namespace {
+void send_auth(int fd, const wire::AuthMessage& m) {
+  auto bytes = wire::encode_auth(m);
+  // Follows at most one 48-byte ACK on a fresh socket: always fits.
+  if (net::send_some(fd, bytes.data(), bytes.size()).bytes != bytes.size()) REMORA_LOG(kInfo, "could not send AUTH");
+}
+}  // namespace
+
 void ListenerCore::on_conn_event(uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn& c = *it->second;
-  while (c.got_ < c.buf_.size()) {
-    const net::IoResult r = net::recv_some(c.fd_.get(), c.buf_.data() + c.got_, c.buf_.size() - c.got_);
-    if (r.moved()) {
-      c.got_ += r.bytes;
-      continue;
+  // Reads the HELLO, then (authenticating) the AUTH response, without blocking.
+  auto fill = [&](std::byte* buf, size_t size, size_t* got) {
+    while (*got < size) {
+      const net::IoResult r = net::recv_some(c.fd_.get(), buf + *got, size - *got);
+      if (r.moved()) {
+        *got += r.bytes;
+        continue;
+      }
+      if (!r.would_block()) drop_conn(id);  // EOF or error before the whole message
+      return false;
     }
-    if (r.would_block()) return;
-    drop_conn(id);  // EOF or error before a whole HELLO
-    return;
-  }
+    return true;
+  };
+  if (!c.authenticating_ && !fill(c.buf_.data(), c.buf_.size(), &c.got_)) return;
   auto ctx = ctx_.lock();
   if (!ctx) {
     drop_conn(id);
     return;
   }
-  auto hello = wire::decode_hello(c.buf_);
-  if (!hello) {
-    REMORA_LOG(kInfo, "dropping connection from {}: {}", c.peer_, hello.status().message());
-    drop_conn(id);
-    return;
+  const std::optional<AuthKey>& key = ctx->config().auth_key;
+  if (!c.authenticating_) {
+    auto hello = wire::decode_hello(c.buf_);
+    if (!hello) {
+      REMORA_LOG(kInfo, "dropping connection from {}: {}", c.peer_, hello.status().message());
+      drop_conn(id);
+      return;
+    }
+    if (hello->version != kWireVersion) {
+      REMORA_LOG(kWarn, "refusing {}: it speaks wire version {}, we speak {}", c.peer_, hello->version, kWireVersion);
+      send_ack(c.fd_.get(), ctx->make_ack(wire::HelloStatus::kVersionMismatch));
+      drop_conn(id);
+      return;
+    }
+    if (key) {
+      if ((hello->capabilities & wire::kCapAuth) == 0) {
+        REMORA_LOG(kWarn, "refusing {} ({} connection): no authentication proof (it has no REMORA_AUTH_KEY)", c.peer_,
+                   hello->role == wire::Role::kControl ? "control" : "data");
+        send_ack(c.fd_.get(), ctx->make_ack(wire::HelloStatus::kUnauthenticated));
+        drop_conn(id);
+        return;
+      }
+      c.authenticating_ = true;
+      c.server_nonce_ = wire::fresh_auth_nonce();
+      send_ack(c.fd_.get(), ctx->make_ack(wire::HelloStatus::kAuthenticate));
+      send_auth(c.fd_.get(), {.step = wire::AuthStep::kChallenge, .nonce = c.server_nonce_});
+    }
   }
-  if (hello->version != kWireVersion) {
-    REMORA_LOG(kWarn, "refusing {}: it speaks wire version {}, we speak {}", c.peer_, hello->version, kWireVersion);
-    send_ack(c.fd_.get(), ctx->make_ack(wire::HelloStatus::kVersionMismatch));
+  if (c.authenticating_) {
+    if (!fill(c.auth_buf_.data(), c.auth_buf_.size(), &c.auth_got_)) return;
+    auto response = wire::decode_auth(c.auth_buf_);
+    if (!response || response->step != wire::AuthStep::kResponse) {
+      REMORA_LOG(kWarn, "refusing {}: no authentication proof ({})", c.peer_,
+                 response ? "an AUTH message that is not a response" : response.status().message());
+      drop_conn(id);
+      return;
+    }
+    // The proof covers the HELLO as sent: the role, and for a data connection the
+    // endpoint id, token and index it attaches with.
+    if (!wire::verify_auth_proof(key->bytes, wire::AuthRole::kClient, c.buf_, c.server_nonce_, response->nonce,
+                                 response->proof)) {
+      REMORA_LOG(kWarn, "refusing {}: wrong authentication proof (another REMORA_AUTH_KEY, or a replayed handshake)",
+                 c.peer_);
+      send_auth(c.fd_.get(), {.step = wire::AuthStep::kRefused});
+      drop_conn(id);
+      return;
+    }
+    send_auth(c.fd_.get(), {.step = wire::AuthStep::kConfirm,
+                            .proof = wire::auth_proof(key->bytes, wire::AuthRole::kServer, c.buf_, c.server_nonce_,
+                                                      response->nonce)});
+  }
+  auto hello = wire::decode_hello(c.buf_);  // decoded above; cannot fail now
+  if (!hello) {
     drop_conn(id);
     return;
   }
@@ -258,7 +321,7 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
   ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   ack.rma_window = config_.rma_window;
-  ack.capabilities = wire::kCapHeartbeat;
+  ack.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0);
   return ack;
 }
 

@@ -53,6 +53,9 @@ class Notifications {
   void deliver(const Notification& n);
   /// The oldest queued notification, taken out; nullopt if none (or a handler takes them).
   std::optional<Notification> take();
+  /// A thread waits in wait(): the endpoint then awaits the peer (its liveness watch
+  /// counts it, as it counts a posted receive).
+  bool waited_for() const noexcept { return !waiters_.empty(); }
   /// The endpoint failed: nothing promised will come; waiting threads wake and see why.
   void fail();
 

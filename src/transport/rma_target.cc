@@ -75,6 +75,16 @@ bool RmaTarget::admit(uint64_t op_id) {
   return true;
 }
 
+RmaStatus RmaTarget::choose_device_path(const RegionAccess& access, uint64_t length, bool tx, std::string_view what) {
+  MemoryDomain* device = access.device();
+  if (device == nullptr) return RmaStatus::kOk;
+  if (Status path = owner_.choose_device_path(*device, access.address(), length, tx); !path) {
+    REMORA_LOG(kWarn, "peer {}: a {} {} memory takes no path: {}", peer_, what, device->name(), path.to_string());
+    return RmaStatus::kDeviceFailed;
+  }
+  return RmaStatus::kOk;
+}
+
 void RmaTarget::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
   queue_resp(wire::RespFrame{.op_id = op_id, .status = status, .value = value, .inline_data = false, .payload = {}});
 }
@@ -82,6 +92,7 @@ void RmaTarget::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
 void RmaTarget::serve_put(const wire::PutFrame& f) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, access.get());
+  if (verdict == RmaStatus::kOk) verdict = choose_device_path(*access, f.length, /*tx=*/false, "put into");
   if (verdict == RmaStatus::kOk && f.has_notify && notifications_.full(limits_.notifications)) {
     ++stats_.refused;
     verdict = RmaStatus::kNoResource;
@@ -232,6 +243,7 @@ void RmaTarget::put_received(uint64_t op_id) {
 void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, access.get());
+  if (verdict == RmaStatus::kOk) verdict = choose_device_path(*access, f.length, /*tx=*/true, "get from");
   if (inline_class) {
     if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
       serve_device_inline_get(f, std::move(access));

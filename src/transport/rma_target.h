@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "mem/region_access.h"
@@ -49,6 +50,9 @@ class RmaTarget {
     virtual void protocol_error(std::string message) = 0;
     /// Staging for a region of `domain`'s (device) memory: `tx` for what a GET reads.
     virtual Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) = 0;
+    /// Picks (and records) the data path of a transfer of [p, p+n) of `domain`'s memory;
+    /// the refusal when the path the configuration demands cannot be taken.
+    virtual Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) = 0;
     /// The engine that device copies report their end to.
     virtual const std::shared_ptr<engine::ProgressEngine>& progress_engine() const = 0;
     /// RESPs were queued outside the owner's own dispatch (a device copy ended): send them.
@@ -123,6 +127,9 @@ class RmaTarget {
   /// Validates a peer's request; on success `access` holds the bytes.
   wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
                                RegionAccess* access);
+  /// kOk for host memory, or when the endpoint found a path for this device transfer;
+  /// kDeviceFailed (logged) when the path the configuration demands cannot be taken.
+  wire::RmaStatus choose_device_path(const RegionAccess& access, uint64_t length, bool tx, std::string_view what);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
   /// Device memory: an inline PUT's bytes copied into it, or an inline GET's out of it,
   /// then the RESP (the request stays in service meanwhile).

@@ -185,7 +185,7 @@ Result<HelloAck> decode_hello_ack(std::span<const std::byte> in) {
   // Another version: version and status only, unvalidated (see decode_hello).
   if (version != kWireVersion) return HelloAck{.version = version, .status = static_cast<HelloStatus>(status)};
 
-  if (status > static_cast<uint16_t>(HelloStatus::kRefused)) {
+  if (status > static_cast<uint16_t>(HelloStatus::kUnauthenticated)) {
     return protocol_error(fmt::format("HELLO_ACK: unknown status {}", status));
   }
   const CommonTail t = load_tail(p);

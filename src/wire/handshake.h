@@ -19,6 +19,10 @@ inline constexpr uint16_t kMaxStreams = 64;
 /// HELLO / HELLO_ACK capability bits (docs/protocol.md). A peer ignores bits it does
 /// not know, so each feature is used only when both sides advertised it.
 inline constexpr uint64_t kCapHeartbeat = uint64_t{1} << 0;  ///< understands HEARTBEAT frames (type 12)
+/// This side holds the job secret and authenticates (wire/auth.h). A keyed listener refuses
+/// a HELLO without it (status kUnauthenticated); a keyed client refuses a listener that
+/// accepts it without authenticating.
+inline constexpr uint64_t kCapAuth = uint64_t{1} << 1;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 
@@ -27,6 +31,8 @@ enum class HelloStatus : uint16_t {
   kVersionMismatch = 1,
   kBadRequest = 2,
   kRefused = 3,
+  kAuthenticate = 4,     ///< the listener holds a key: an AUTH challenge follows (docs/protocol.md)
+  kUnauthenticated = 5,  ///< the listener holds a key and the HELLO did not offer to authenticate
 };
 
 struct Hello {
@@ -67,7 +73,7 @@ std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexc
 /// or a data HELLO with a zero endpoint id.
 Result<Hello> decode_hello(std::span<const std::byte> in);
 
-/// Decodes exactly kHelloAckSize bytes. kProtocol on bad magic, unknown status, or an
+/// Decodes exactly kHelloAckSize bytes. kProtocol on bad magic, unknown status (above 5), or an
 /// accepted ACK with rma_window outside 1..65536 (a non-accepted ACK may carry any
 /// window, 0 included); as with decode_hello, another version returns only version+status.
 Result<HelloAck> decode_hello_ack(std::span<const std::byte> in);

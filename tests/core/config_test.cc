@@ -85,6 +85,20 @@ TEST(Config, OptionsWinOverEnvironment) {
   EXPECT_EQ(cfg.chunk_bytes, base.chunk_bytes);
 }
 
+// The authentication key: set by ContextOptions, kept from the base otherwise; an empty
+// secret is refused.
+TEST(Config, AuthKeyOption) {
+  auto key = AuthKey::from_secret("secret");
+  ASSERT_TRUE(key.is_ok()) << key.status().to_string();
+  const Config keyed = apply(Config{}, ContextOptions{.auth_key = *key});
+  ASSERT_TRUE(keyed.auth_key.has_value());
+  EXPECT_EQ(keyed.auth_key->bytes, key->bytes);
+  EXPECT_TRUE(apply(keyed, ContextOptions{}).auth_key.has_value());
+  EXPECT_FALSE(apply(Config{}, ContextOptions{}).auth_key.has_value());
+  EXPECT_NE(AuthKey::from_secret("secreT")->bytes, key->bytes);
+  EXPECT_EQ(AuthKey::from_secret("").status().code(), StatusCode::kInvalidArgument);
+}
+
 // Every field of Config can be set through ContextOptions, and lands where it belongs.
 TEST(Config, EveryOptionReachesItsField) {
   const Config d;

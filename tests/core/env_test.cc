@@ -32,6 +32,8 @@ TEST(KnownVariables, EveryLayersListIsGathered) {
   EXPECT_TRUE(known("REMORA_LOG"));              // core
   EXPECT_TRUE(known("REMORA_STREAMS"));          // transport
   EXPECT_TRUE(known("REMORA_PIN"));              // transport (Config)
+  EXPECT_TRUE(known("REMORA_AUTH_KEY"));         // transport (Config, AuthKey::from_env)
+  EXPECT_TRUE(known("REMORA_AUTH_KEY_FILE"));    // transport (Config, AuthKey::from_env)
   EXPECT_TRUE(known("REMORA_ALLREDUCE_ALGO"));   // coll
   EXPECT_TRUE(known("REMORA_COLL_TIMEOUT_MS"));  // coll
   EXPECT_TRUE(known("REMORA_RANK"));             // coll (launching)

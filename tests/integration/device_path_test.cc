@@ -158,6 +158,87 @@ TEST(DevicePath, ADemandedPathThatCannotBeTakenFailsTheTransferWithTheReason) {
   }
 }
 
+// Puts and gets choose and report their path like messages, on both sides: the
+// initiator for its local device memory, the target for its region of device memory.
+TEST(DevicePath, PutsAndGetsReportTheirPathOnBothSides) {
+  DeviceContext target = device_context({.streams_per_endpoint = 2, .chunk_bytes = kChunk});
+  DeviceContext init = device_context({.streams_per_endpoint = 2, .chunk_bytes = kChunk});
+  ASSERT_TRUE(target.ctx && init.ctx);
+  TestDeviceDomain& tdev = *target.dev;
+  TestDeviceDomain& idev = *init.dev;
+  Pair p = make_pair_in_process(std::move(target.ctx), std::move(init.ctx));
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 3 * kChunk + 5;
+  std::byte* region_mem = tdev.allocate(len).value();
+  auto region = p.a->register_memory(region_mem, len, Access::kRemoteRead | Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  std::byte* local = idev.allocate(len).value();
+  const auto data = bytes_of(len, 7);
+  ASSERT_TRUE(idev.write(local, data.data(), len).is_ok());
+
+  ASSERT_TRUE(p.eb->put(std::span<const std::byte>(local, len), region->remote_key(), 0).wait(60s).is_ok());
+  std::vector<std::byte> got(len);
+  ASSERT_TRUE(tdev.read(got.data(), region_mem, len).is_ok());
+  EXPECT_TRUE(got == data);
+  for (const Endpoint* ep : {p.ea.get(), p.eb.get()}) {
+    const EndpointStats st = ep->stats();
+    EXPECT_EQ(st.device_path, "staging");
+    EXPECT_NE(st.device_path_reason.find("devmem"), std::string::npos) << st.device_path_reason;
+    EXPECT_EQ(st.device_path_refusals, 0u);
+  }
+  const auto changed = bytes_of(len, 8);
+  ASSERT_TRUE(tdev.write(region_mem, changed.data(), len).is_ok());
+  ASSERT_TRUE(p.eb->get(std::span<std::byte>(local, len), region->remote_key(), 0).wait(60s).is_ok());
+  ASSERT_TRUE(idev.read(got.data(), local, len).is_ok());
+  EXPECT_TRUE(got == changed);
+  EXPECT_EQ(p.ea->stats().device_path, "staging");
+  EXPECT_EQ(p.eb->stats().device_path, "staging");
+}
+
+// A path demanded by either side that cannot be taken fails the one-sided operation:
+// at the initiator with the reason (kUnsupported), at the target as device_failed, and
+// the target's memory is untouched.
+TEST(DevicePath, ADemandedPathFailsPutsAndGetsOnEitherSide) {
+  DeviceContext target = device_context({.streams_per_endpoint = 2, .chunk_bytes = kChunk,
+                                         .device_path = DevicePathMode::kDevmem});
+  DeviceContext init = device_context({.streams_per_endpoint = 2, .chunk_bytes = kChunk,
+                                       .device_path = DevicePathMode::kDevmem});
+  ASSERT_TRUE(target.ctx && init.ctx);
+  TestDeviceDomain& tdev = *target.dev;
+  TestDeviceDomain& idev = *init.dev;
+  Pair p = make_pair_in_process(std::move(target.ctx), std::move(init.ctx));
+  ASSERT_TRUE(p.ea && p.eb);
+  for (const uint64_t len : {uint64_t{100}, 3 * kChunk}) {
+    SCOPED_TRACE("size " + std::to_string(len));
+    std::byte* region_mem = tdev.allocate(len).value();
+    const std::vector<std::byte> before(len, std::byte{0x5a});
+    ASSERT_TRUE(tdev.write(region_mem, before.data(), len).is_ok());
+    auto region = p.a->register_memory(region_mem, len, Access::kRemoteRead | Access::kRemoteWrite);
+    ASSERT_TRUE(region.is_ok()) << describe(region.status());
+    std::byte* local = idev.allocate(len).value();
+    // The initiator's own device memory: refused before anything is sent.
+    const Status put = p.eb->put(std::span<const std::byte>(local, len), region->remote_key(), 0).wait(30s);
+    EXPECT_EQ(put.code(), StatusCode::kUnsupported) << describe(put);
+    EXPECT_NE(put.message().find("REMORA_DEVICE_PATH=devmem"), std::string::npos) << describe(put);
+    const Status get = p.eb->get(std::span<std::byte>(local, len), region->remote_key(), 0).wait(30s);
+    EXPECT_EQ(get.code(), StatusCode::kUnsupported) << describe(get);
+    // Host memory at the initiator, the target's region of device memory: the target refuses.
+    const std::vector<std::byte> host(len, std::byte{1});
+    const Status hput = p.eb->put(std::span<const std::byte>(host), region->remote_key(), 0).wait(30s);
+    EXPECT_EQ(hput.code(), StatusCode::kDeviceFailed) << describe(hput);
+    std::vector<std::byte> back(len);
+    const Status hget = p.eb->get(std::span<std::byte>(back), region->remote_key(), 0).wait(30s);
+    EXPECT_EQ(hget.code(), StatusCode::kDeviceFailed) << describe(hget);
+    std::vector<std::byte> now(len);
+    ASSERT_TRUE(tdev.read(now.data(), region_mem, len).is_ok());
+    EXPECT_TRUE(now == before);
+  }
+  EXPECT_EQ(p.eb->stats().device_path, "refused");
+  EXPECT_EQ(p.ea->stats().device_path, "refused");
+  EXPECT_EQ(p.ea->stats().device_path_refusals, 4u);
+  EXPECT_EQ(p.eb->stats().device_path_refusals, 4u);
+}
+
 TEST(DevicePath, OnAVethInANamespaceTheKernelsRefusalOfBindTxIsTheReason) {
   NetnsPair net;
   if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();

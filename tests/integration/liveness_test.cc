@@ -2,7 +2,8 @@
 // while operations are outstanding is declared dead by the endpoint itself, on both
 // sides, and a slow peer that keeps answering is not.
 //   - a stopped target (SIGSTOP: its kernel still ACKs): every outstanding operation
-//     of the initiator fails with peer_failed naming the silence;
+//     of the initiator fails with peer_failed naming the silence, and so does a thread
+//     waiting for a notification from it;
 //   - a silent initiator (a raw peer that announced a large put and went quiet, never
 //     answering the target's HEARTBEAT probes): the target probes, gives up, closes,
 //     releases what it held, and goes on serving others;
@@ -125,6 +126,26 @@ TEST(Liveness, StoppedTargetFailsEveryOutstandingOperation) {
   EXPECT_EQ(ep->get(small, *key, 0).wait(kVerdictBound).code(), StatusCode::kPeerFailed);
 
   // The target, resumed, finds its endpoint gone and goes on.
+  target->process().signal(SIGCONT);
+  ep.reset();
+  EXPECT_TRUE(target->quit()) << target->last_error();
+}
+
+// A thread waiting for a notification, with nothing else outstanding, awaits the peer as
+// a posted receive does: a stopped peer fails it at the peer timeout, not at its own
+// (here 30 s). Found by the fault matrix (tests/faults, put-in × sigstop).
+TEST(Liveness, NotificationWaiterOnAStoppedPeerFails) {
+  auto target = spawn_target();
+  ASSERT_TRUE(target);
+  auto ctx = context_with_peer_timeout();
+  ASSERT_TRUE(ctx);
+  std::shared_ptr<Endpoint> ep = connect_to(*ctx, target->port());
+  ASSERT_TRUE(ep);
+  ASSERT_TRUE(stop_child(target->process().pid()));
+  auto note = ep->wait_notification(kVerdictBound);
+  ASSERT_FALSE(note) << "a notification from a stopped peer";
+  expect_peer_silent(note.status(), "wait_notification");
+  EXPECT_TRUE(ep->failed());
   target->process().signal(SIGCONT);
   ep.reset();
   EXPECT_TRUE(target->quit()) << target->last_error();

@@ -10,6 +10,7 @@
 //              (chunks go to whichever stream has room: dynamic balancing).
 //
 //   harness bench-recv --transport plugin|reference --plugin P --streams K --sizes a,b --iters N
+//                      [--sample-mib M]   (bytes per bandwidth sample, 256 MiB by default)
 //   harness bench-send --transport ... --handle HEX | --address HOST:PORT
 // The receiver prints "HANDLE <hex>" (plugin) or "ADDRESS host:port" (reference); the
 // sender then prints "PEER <hex>" (plugin: its own listen handle for the way back, which
@@ -57,6 +58,7 @@ struct BenchOptions {
   std::string transport = "plugin", plugin, handle, address;
   int streams = 4;
   long iters = 16;
+  long sample_mib = 256;  // bytes per bandwidth sample (both sides must agree)
   std::vector<size_t> sizes{4096, 65536, 1048576, 4194304, 16777216};
 };
 
@@ -71,6 +73,7 @@ BenchOptions parse_bench(int argc, char** argv) {
     else if (k == "--address") o.address = v;
     else if (k == "--streams") o.streams = std::atoi(v.c_str());
     else if (k == "--iters") o.iters = std::atol(v.c_str());
+    else if (k == "--sample-mib") o.sample_mib = std::max(1L, std::atol(v.c_str()));
     else if (k == "--sizes") {
       o.sizes.clear();
       for (size_t at = 0; at < v.size();) {
@@ -91,9 +94,10 @@ std::string read_stdin_line() {
   return s;
 }
 
-/// How many messages of `size` make one bandwidth sample (about 256 MiB, at least 4).
-long count_for(size_t size, long iters) {
-  long n = static_cast<long>((256ull << 20) / std::max<size_t>(size, 1));
+/// How many messages of `size` make one bandwidth sample (about `sample_mib` MiB, at
+/// least 4, at most iters * 64).
+long count_for(size_t size, long iters, long sample_mib) {
+  long n = static_cast<long>((static_cast<unsigned long long>(sample_mib) << 20) / std::max<size_t>(size, 1));
   return std::clamp(n, 4L, std::max(4L, iters * 64));
 }
 bool wants_latency(size_t size) { return size <= (1u << 20); }
@@ -383,7 +387,7 @@ int run_bench(int argc, char** argv) {
     back->stream(false, ack, 1, 1);
   }
   for (size_t size : o.sizes) {
-    long count = count_for(size, o.iters);
+    long count = count_for(size, o.iters, o.sample_mib);
     auto t0 = Clock::now();
     if (o.send) {
       out->stream(true, buf.data(), size, count);

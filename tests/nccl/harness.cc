@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -440,6 +441,19 @@ int run_recv(const Options& o) {
     while (req == nullptr) {
       if (net.irecv(rcomm, 1, data, sz, tag, mh, &req) != ncclSuccess) die("irecv");
     }
+    // Poll it for 300 ms as NCCL's proxy does while the sender stays alive and silent:
+    // how many test() calls that took and the longest one (the idle wait, IdleWait in
+    // plugin.cc, makes them few and bounded).
+    long calls = 0;
+    Clock::duration longest{};
+    for (auto end = Clock::now() + std::chrono::milliseconds(300); Clock::now() < end; ++calls) {
+      int done = 0;
+      auto t0 = Clock::now();
+      if (net.test(req, &done, nullptr) != ncclSuccess || done) die("an idle receive ended");
+      longest = std::max(longest, Clock::now() - t0);
+    }
+    std::printf("IDLE %ld %lld\n", calls,
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(longest).count()));
     std::printf("POSTED\n");
     std::fflush(stdout);
     for (;;) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,41 @@ TEST_P(NcclPlugin, KilledSenderMakesTestFail) {
   std::string err = expect_line(recv, "PEER_ERROR");
   // ncclRemoteError (6) or ncclSystemError (2), never success or a hang.
   EXPECT_TRUE(err == "PEER_ERROR 6" || err == "PEER_ERROR 2") << err;
+}
+
+/// NCCL's proxy polls test() without sleeping. Once its tests find nothing done, test()
+/// waits in the kernel (up to REMORA_NCCL_IDLE_WAIT_US) instead of returning at once, so
+/// an idle proxy leaves the CPU; and it stays bounded, so a dead peer is still reported.
+/// Without the wait (0) the same 300 ms take thousands of calls.
+TEST(NcclPluginIdle, TestWaitsInTheKernelWhenNothingIsDoneAndStaysBounded) {
+  for (const char* wait_us : {"20000", "0"}) {
+    SCOPED_TRACE(std::string("REMORA_NCCL_IDLE_WAIT_US=") + wait_us);
+    Process::Options ro =
+        run_opts(harness_argv("recv", 12, {"--mode", "kill-wait", "--sizes", "1048576", "--timeout", "30"}));
+    ro.env = {std::string("REMORA_NCCL_IDLE_WAIT_US=") + wait_us};
+    Process recv(ro);
+    std::string handle = expect_line(recv, "HANDLE ");
+    ASSERT_FALSE(handle.empty());
+    Process send(run_opts(
+        harness_argv("send", 12, {"--mode", "kill-wait", "--sizes", "1048576", "--handle", handle.substr(7)}), true));
+    EXPECT_FALSE(expect_line(send, "READY").empty());
+    std::string idle = expect_line(recv, "IDLE ");
+    long calls = -1;
+    long long longest_us = -1;
+    ASSERT_EQ(std::sscanf(idle.c_str(), "IDLE %ld %lld", &calls, &longest_us), 2) << idle;
+    if (std::string(wait_us) == "0") {
+      EXPECT_GT(calls, 200) << idle;  // polled: returns at once every time
+    } else {
+      // 300 ms / 20 ms, plus the polls before the first wait (REMORA_NCCL_IDLE_POLLS, 16);
+      // each call within the bound, with room for a loaded host's scheduling.
+      EXPECT_LE(calls, 100) << idle;
+      EXPECT_LE(longest_us, 2'000'000) << idle;
+    }
+    EXPECT_FALSE(expect_line(recv, "POSTED").empty());
+    send.kill_and_reap();
+    std::string err = expect_line(recv, "PEER_ERROR");
+    EXPECT_TRUE(err == "PEER_ERROR 6" || err == "PEER_ERROR 2") << err;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, NcclPlugin, ::testing::Values(8, 9, 10, 11, 12),

@@ -5,6 +5,8 @@
 // device-memory sink relies on: chunks completed later and out of order
 // (ChunkScheduler::chunk_placed), and a chunk that fails while the streams stay in step.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -83,6 +85,20 @@ class DeferredSink final : public ChunkSink {
   std::byte* dst_;
   std::vector<std::byte> bounce_;
 };
+
+// A slowed stream must look full once about a chunk waits unsent in its kernel buffer,
+// or it takes chunks that later transfers wait for (see attach()).
+TEST(ChunkScheduler, AStreamHoldsAtMostAChunkUnsentInTheKernel) {
+  RecordingOwner owner;
+  ChunkScheduler s{owner, 1, Link::kChunk, "peer"};
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(s.attach(0, net::Fd(fd)).is_ok());
+  int unsent = 0;
+  socklen_t len = sizeof unsent;
+  ASSERT_EQ(::getsockopt(s.fd(0), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, &len), 0);
+  EXPECT_EQ(static_cast<uint64_t>(unsent), Link::kChunk);
+}
 
 TEST(ChunkScheduler, ASinkMayCompleteChunksLaterAndOutOfOrder) {
   Link link;

@@ -47,6 +47,9 @@ struct RecordingOwner : RmaTarget::Owner, Notifications::Owner {
   Result<StagingContext> staging_for(MemoryDomain*, bool) override {
     return Status(StatusCode::kUnsupported, "this harness serves host regions only");
   }
+  Status choose_device_path(MemoryDomain&, const void*, size_t, bool) override {
+    return Status(StatusCode::kUnsupported, "this harness serves host regions only");
+  }
   const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return no_engine; }
   void replies_queued() override { ++replies_flushed; }
   std::shared_ptr<engine::ProgressEngine> no_engine;

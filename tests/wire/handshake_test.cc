@@ -204,7 +204,7 @@ TEST(HelloRoundTrip, ControlAndDataBoundaries) {
 
 TEST(HelloAckRoundTrip, EveryStatusAndBoundaries) {
   for (auto status : {HelloStatus::kAccepted, HelloStatus::kVersionMismatch, HelloStatus::kBadRequest,
-                      HelloStatus::kRefused}) {
+                      HelloStatus::kRefused, HelloStatus::kAuthenticate, HelloStatus::kUnauthenticated}) {
     for (uint64_t v : {uint64_t{0}, uint64_t{1}, std::numeric_limits<uint64_t>::max()}) {
       // An accepted ACK carries the server's window (1..65536); a refusal may carry 0.
       const uint32_t window_choices[] = {status == HelloStatus::kAccepted ? 1u : 0u, 256u, kMaxRmaWindow};
@@ -364,7 +364,7 @@ TEST(HelloReject, DataWithZeroEndpointId) {
 }
 
 TEST(HelloAckReject, UnknownStatus) {
-  for (uint16_t status : {uint16_t{4}, uint16_t{0x100}, uint16_t{0xFFFF}}) {
+  for (uint16_t status : {uint16_t{6}, uint16_t{0x100}, uint16_t{0xFFFF}}) {
     Bytes wire = to_vector(encode_hello_ack(HelloAck{.version = kWireVersion}));
     put_u16(wire, 6, status);
     expect_ack_rejected(wire, "unknown status " + std::to_string(status));
@@ -381,7 +381,8 @@ TEST(HelloAckReject, AcceptedWithRmaWindowOutOfRange) {
 }
 
 TEST(HelloAckRoundTrip, RefusalMayCarryRmaWindowZero) {
-  for (auto status : {HelloStatus::kVersionMismatch, HelloStatus::kBadRequest, HelloStatus::kRefused}) {
+  for (auto status : {HelloStatus::kVersionMismatch, HelloStatus::kBadRequest, HelloStatus::kRefused,
+                      HelloStatus::kUnauthenticated}) {
     const HelloAck ack{.version = kWireVersion, .status = status, .rma_window = 0};
     auto r = decode_hello_ack(encode_hello_ack(ack));
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
