@@ -579,6 +579,9 @@ void add_run(Cli& c) {
   run->add_option("--timeout", c.run_timeout_s, "stop every rank after this many seconds and exit 124 (0: never)")
       ->check(CLI::NonNegativeNumber);
   run->add_flag("--tag-output", c.run_options.tag_output, "prefix every output line with [rank]");
+  run->add_flag("--keep-going", c.run_options.keep_going,
+                "a rank that fails does not stop the others (for jobs whose survivors shrink their communicator); "
+                "the exit status is still 1");
   // Everything from the program on is the program's, flags included.
   run->prefix_command();
   c.run = run;
@@ -598,7 +601,7 @@ int take_run_program(int argc, char** argv, std::vector<std::string>* program_ar
       ++i;  // its value
       continue;
     }
-    if (arg != "--" && arg.starts_with("-")) continue;  // an option of ours: -n4, --timeout=5, --tag-output
+    if (arg != "--" && arg.starts_with("-")) continue;  // an option of ours: -n4, --timeout=5, --tag-output, --keep-going
     program_argv->assign(argv + i + (arg == "--" ? 1 : 0), argv + argc);
     return i;
   }

@@ -300,6 +300,12 @@ class Job {
       // The rank's own children (same process group) go with it.
       ::kill(-c.pid, SIGKILL);
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && o_.keep_going) {
+        fmt::print(stderr, "remora run: rank {} (pid {}) {}; the others go on (--keep-going)\n", r, c.pid,
+                   describe(status));
+        if (exit_code_ == 0) exit_code_ = 1;
+        continue;
+      }
       if (!ok && exit_code_ == 0) {
         fmt::print(stderr, "remora run: rank {} (pid {}) {}; stopping the other ranks\n", r, c.pid, describe(status));
         exit_code_ = 1;

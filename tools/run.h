@@ -11,7 +11,8 @@
 // the others get SIGTERM, then SIGKILL after `grace`, and the launcher prints which rank
 // failed how and exits 1. SIGINT/SIGTERM to the launcher are forwarded to every rank
 // (exit 128+signal). Past `timeout` everything is stopped the same way and the exit
-// status is 124.
+// status is 124. With `keep_going` a failed rank stops nobody (the survivors of a job
+// that shrinks its communicator go on); the launcher still exits 1 once all have ended.
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,7 @@ struct RunOptions {
   std::chrono::seconds timeout{0};         ///< 0: none
   std::chrono::milliseconds grace{3000};   ///< SIGTERM → SIGKILL
   bool tag_output = false;                 ///< prefix every output line with "[rank] "
+  bool keep_going = false;                 ///< a failed rank does not stop the others
 };
 
 /// Runs the job; returns the launcher's exit status. Messages go to stderr.

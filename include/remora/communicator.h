@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "remora/context.h"
 #include "remora/launch.h"
@@ -216,6 +217,52 @@ class Communicator {
   /// With `options`: what a call with those options runs (an algorithm `kind` does not
   /// support, which the call would refuse with kInvalidArgument, reports "invalid", 0).
   AlgorithmChoice algorithm(CollectiveKind kind, size_t bytes, const CollectiveOptions& options = {}) const;
+
+  /// A new communicator of this one's ranks but `exclude_ranks` (ranks of this
+  /// communicator: the dead, and any the application wants out), in the spirit of
+  /// ncclCommShrink: the survivors keep their processes, their Context and memory.
+  /// Collective over the survivors: every one of them calls it with the same list
+  /// (in any order, duplicates ignored); an excluded rank does not call it. Works on a
+  /// broken communicator (the usual case: after a collective failed because a rank
+  /// died, see failed_ranks()) and on a healthy one, which it leaves as it was.
+  ///
+  /// The new communicator does not depend on the old one's store, so it works when
+  /// rank 0, which hosted the store, is among the dead: the survivors connect to each
+  /// other again, at the listeners they opened at init (kept open for this), over new
+  /// endpoints. Its ranks are the survivors renumbered 0..m-1 in their old order; it
+  /// has a fresh epoch() (the same on every survivor) that its connection hellos carry,
+  /// so nothing of the old communicator's traffic, nor a late connection of another
+  /// shrink attempt, can reach it. It gets this communicator's configuration, its
+  /// timeout replaced by `options.timeout` when set. Only init's communicators and
+  /// their splits and shrinks can shrink (kUnsupported otherwise).
+  ///
+  /// Bounded by `options.timeout`, else this communicator's timeout
+  /// (REMORA_COLL_TIMEOUT_MS). Errors, on the ranks that see them: kInvalidArgument for
+  /// a rank outside 0..size()-1 or this rank in the list (nothing is sent);
+  /// kInvalidArgument naming both lists when a survivor it meets passed a different
+  /// list; kPeerFailed when a survivor gave the shrink up (it disagreed with another,
+  /// or failed) or a rank that should survive cannot be reached (it died: exclude it
+  /// too); kTimeout naming the ranks that never connected. The shrink ends with a
+  /// barrier over the new communicator, so it succeeds on every survivor or fails on
+  /// every one that the failure reaches; a rank left out by every other survivor's
+  /// list, which still calls shrink, fails with kTimeout. On failure, call it again
+  /// (with the corrected list): each attempt is a new epoch. Thread-safe, but not
+  /// concurrently with this communicator's own operations.
+  Result<std::unique_ptr<Communicator>> shrink(std::span<const int> exclude_ranks, const CommOptions& options = {});
+  /// Ranks of this communicator this rank believes dead, ascending. While the
+  /// communicator is healthy: those whose endpoint ended without a GOODBYE (process
+  /// killed, host gone, reset, silent past REMORA_PEER_TIMEOUT_MS). Once it is broken
+  /// (a collective failed, which aborts every endpoint here): each rank whose endpoint
+  /// ended without its GOODBYE is asked, at the listener it opened at init, for a
+  /// handshake, all at once; a refusal (the process is gone) or no answer within
+  /// `timeout` (stopped, or its host is unreachable) makes it dead, an answer alive.
+  /// So after a rank was killed every survivor sees the same list. Local knowledge
+  /// still: when failures keep racing, ranks may see different sets; make them agree
+  /// before passing a list to shrink. Thread-safe; blocks up to `timeout` when broken.
+  std::vector<int> failed_ranks(Duration timeout = std::chrono::seconds(5));
+  /// 0 for communicators made by init and split from them; a fresh value, the same on
+  /// every member, for each made by shrink (and the splits of that one).
+  uint64_t epoch() const noexcept;
 
   /// The `color` of a rank that joins no communicator in split().
   static constexpr int kUndefined = -1;

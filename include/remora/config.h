@@ -70,6 +70,14 @@ struct Config {
   uint32_t progress_poll_us = 100;         ///< progress thread polls this long after it served something, then sleeps (REMORA_PROGRESS_POLL_US)
   uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
   uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)
+  /// Handshakes a server side keeps in progress at once: accepted connections that have
+  /// not sent their whole HELLO, per listener, and endpoints waiting for their data
+  /// streams, per context. At the bound the oldest is dropped once it has waited a short
+  /// grace (younger ones may be a storm of honest clients: new connections wait in the
+  /// kernel's backlog meanwhile; endpoints may exceed it up to four times), so half-open
+  /// connections bound memory and descriptors and cannot keep a real client out.
+  /// 1 to 65536 (REMORA_MAX_PENDING_HANDSHAKES).
+  uint32_t max_pending_handshakes = 256;
   /// Bound of a wait given no timeout (remora::kDefaultTimeout): Request::wait, wait_all,
   /// Listener::accept, Endpoint::wait_notification. 1 ms to 24 h (REMORA_WAIT_TIMEOUT_MS).
   uint32_t wait_timeout_ms = 300000;
@@ -119,6 +127,7 @@ struct ContextOptions {
   std::optional<uint32_t> progress_poll_us = std::nullopt;
   std::optional<uint32_t> connect_timeout_ms = std::nullopt;
   std::optional<uint32_t> handshake_timeout_ms = std::nullopt;
+  std::optional<uint32_t> max_pending_handshakes = std::nullopt;
   std::optional<uint32_t> wait_timeout_ms = std::nullopt;
   std::optional<uint32_t> peer_timeout_ms = std::nullopt;
   std::optional<PinMode> pin_mode = std::nullopt;

@@ -249,6 +249,11 @@ class Endpoint {
   /// a crash or a reset). Receives still match the eager messages that arrived before
   /// the close (up to the eager limit); any other operation fails with kPeerFailed.
   bool closed_by_peer() const;
+  /// True once the peer sent GOODBYE, with close() or abort(): it was alive when the
+  /// endpoint ended. An endpoint that failed with kPeerFailed without it lost a peer
+  /// that died, was cut off or fell silent (EOF, reset, REMORA_PEER_TIMEOUT_MS).
+  /// Communicator::failed_ranks() tells a dead rank from a survivor that gave up this way.
+  bool peer_said_goodbye() const;
   /// Why the endpoint failed (ok if it has not).
   Status failure() const;
   /// This endpoint's id within its context (the handshake names it; logs show it).

@@ -146,6 +146,8 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
 
   REMORA_ASSIGN_OR_RETURN(auto peers, coll::connect_mesh(ctx, **listener, rank, addresses, deadline));
   auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers), std::move(store), std::move(server));
+  // The listener stays open: survivors of a failure meet there again (shrink) without the store.
+  world->set_rendezvous(std::shared_ptr<Listener>(std::move(*listener)), std::move(addresses), 0);
   return coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
 }
 

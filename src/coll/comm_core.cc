@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <future>
 #include <string>
 #include <utility>
 
@@ -128,7 +129,13 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
 
 World::World(Context& ctx, int rank, int size, std::vector<std::shared_ptr<Endpoint>> peers,
              std::unique_ptr<Store> store, std::unique_ptr<StoreServer> server)
-    : ctx_(ctx), rank_(rank), size_(size), peers_(std::move(peers)), server_(std::move(server)), store_(std::move(store)) {
+    : ctx_(ctx),
+      rank_(rank),
+      size_(size),
+      peers_(std::move(peers)),
+      server_(std::move(server)),
+      store_(std::move(store)),
+      dead_(static_cast<size_t>(size), false) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || !peers_[static_cast<size_t>(r)]) continue;
     // ~World removes the handlers before anything they touch goes away.
@@ -142,6 +149,64 @@ World::~World() {
     ep->set_notification_handler({});
     ep->close();  // orderly: the peers can still receive what this rank sent
   }
+}
+
+void World::set_rendezvous(std::shared_ptr<Listener> listener, std::vector<std::string> addresses, uint64_t epoch) {
+  listener_ = std::move(listener);
+  addresses_ = std::move(addresses);
+  epoch_ = epoch;
+}
+
+std::string World::address_of(int r) const {
+  return r >= 0 && static_cast<size_t>(r) < addresses_.size() ? addresses_[static_cast<size_t>(r)] : std::string();
+}
+
+void World::note_dead_peers() {
+  std::vector<int> died;
+  for (int r = 0; r < size_; ++r) {
+    const auto& ep = peers_[static_cast<size_t>(r)];
+    // kAborted: this side closed or aborted it, which says nothing about the peer.
+    if (ep && ep->failed() && ep->failure().code() != StatusCode::kAborted && !ep->peer_said_goodbye()) {
+      died.push_back(r);
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (int r : died) dead_[static_cast<size_t>(r)] = true;
+}
+
+std::vector<int> World::dead_ranks(Duration timeout) {
+  note_dead_peers();
+  bool failed = false;
+  {
+    std::lock_guard lock(mu_);
+    failed = failed_;
+  }
+  // Once the world has failed every endpoint is ended (this rank aborted the rest), so
+  // what they say is partial: a peer may have died after this rank aborted, and a
+  // survivor's GOODBYE can be lost when it aborts with a full socket. Ask each peer's
+  // listener instead, which a surviving rank keeps open: a full handshake that its
+  // progress thread answers is a live process; a refused connection (a dead process)
+  // or no answer in time (a stopped one, or a host gone) is not.
+  std::vector<std::pair<int, std::future<bool>>> probes;
+  for (int r = 0; failed && r < size_; ++r) {
+    const auto& ep = peers_[static_cast<size_t>(r)];
+    if (r == rank_ || !ep || !ep->failed() || ep->peer_said_goodbye() || address_of(r).empty()) continue;
+    probes.emplace_back(r, std::async(std::launch::async, [this, address = address_of(r), timeout] {
+                          auto probe = ctx_.connect(address, timeout);
+                          if (!probe) return false;
+                          (*probe)->close();
+                          return true;
+                        }));
+  }
+  std::vector<std::pair<int, bool>> answers;
+  for (auto& [r, alive] : probes) answers.emplace_back(r, alive.get());
+  std::vector<int> out;
+  std::lock_guard lock(mu_);
+  for (auto [r, alive] : answers) dead_[static_cast<size_t>(r)] = !alive;
+  for (int r = 0; r < size_; ++r) {
+    if (dead_[static_cast<size_t>(r)]) out.push_back(r);
+  }
+  return out;
 }
 
 void World::route(int from, const Notification& n) {
@@ -161,6 +226,8 @@ void World::route(int from, const Notification& n) {
 
 void World::fail(const Status& why) {
   std::map<uint32_t, std::vector<std::shared_ptr<detail::RequestState>>> wake;
+  // Before the aborts below end every endpoint here: which peers had died by then.
+  note_dead_peers();
   {
     std::lock_guard lock(mu_);
     if (failed_) return;

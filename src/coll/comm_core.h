@@ -13,6 +13,7 @@
 // and the World routes them to the communicator by id (Op::wait_notification).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -102,6 +103,25 @@ class World : public std::enable_shared_from_this<World> {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
+  /// Where the ranks of this world meet again to shrink (Communicator::shrink): this
+  /// rank's listener, kept open while any world made from it lives, the "host:port" of
+  /// every world rank's listener, and the world's epoch (0 for init's; each shrink
+  /// makes a world with a fresh one). Set once, before the world is shared.
+  void set_rendezvous(std::shared_ptr<Listener> listener, std::vector<std::string> addresses, uint64_t epoch);
+  Listener* listener() const noexcept { return listener_.get(); }
+  const std::shared_ptr<Listener>& listener_ptr() const noexcept { return listener_; }
+  /// "host:port" of world rank `r`'s listener; empty when unknown (a world not made by init or shrink).
+  std::string address_of(int r) const;
+  uint64_t epoch() const noexcept { return epoch_; }
+
+  /// World ranks this rank believes dead, ascending. While the world is healthy: those
+  /// whose endpoint ended without a GOODBYE (EOF, reset, the heartbeat's silence). Once
+  /// it has failed (which aborts every endpoint, hiding what happened afterwards): those
+  /// whose listener does not complete a handshake within `timeout` (refused: the process
+  /// is gone; no answer: stopped, or its host is), probed all at once; a rank whose
+  /// endpoint ended with its GOODBYE is alive.
+  std::vector<int> dead_ranks(Duration timeout);
+
   Context& context() noexcept { return ctx_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -131,6 +151,8 @@ class World : public std::enable_shared_from_this<World> {
 
  private:
   void route(int from, const Notification& n);
+  /// Marks the peers whose endpoint ended without a GOODBYE as dead. Takes mu_.
+  void note_dead_peers();
 
   Context& ctx_;
   const int rank_;
@@ -138,8 +160,12 @@ class World : public std::enable_shared_from_this<World> {
   std::vector<std::shared_ptr<Endpoint>> peers_;  ///< null at rank_
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<Store> store_;
+  std::shared_ptr<Listener> listener_;
+  std::vector<std::string> addresses_;
+  uint64_t epoch_ = 0;
 
   mutable std::mutex mu_;
+  std::vector<bool> dead_;  ///< per world rank: its endpoint ended without a GOODBYE
   Status failure_;
   bool failed_ = false;
   uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
@@ -231,6 +257,9 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   /// Breaks everything now (kAborted).
   void abort();
   Status failure() const;
+  /// Counts this communicator's shrink attempts (1, 2, …): every member makes the same
+  /// calls in the same order, so the count names one attempt on all of them.
+  uint32_t next_shrink_attempt() noexcept { return ++shrink_attempts_; }
 
   /// Argument check shared by the entry points: ok, or kInvalidArgument (without
   /// breaking the communicator: nothing was sent).
@@ -278,6 +307,7 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
 
   std::mutex state_mu_;
   std::map<std::string, std::shared_ptr<void>> states_;
+  std::atomic<uint32_t> shrink_attempts_{0};
 };
 
 }  // namespace remora::coll

@@ -24,6 +24,7 @@ namespace remora {
 namespace {
 
 constexpr uint32_t kMaxWaitTimeoutMs = 86'400'000;  // 24 h: longer waits ask for kForever
+constexpr uint32_t kMaxPendingHandshakes = 65536;
 constexpr uint32_t kMinPeerTimeoutMs = 1000;        // below, a busy machine's scheduling delays look like death
 constexpr uint32_t kMaxPeerTimeoutMs = 3'600'000;
 constexpr size_t kMaxAuthKeyFileBytes = 64 * 1024;  // a secret, not a data file
@@ -46,6 +47,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_PROGRESS_POLL_US",
                                                     "REMORA_CONNECT_TIMEOUT_MS",
                                                     "REMORA_HANDSHAKE_TIMEOUT_MS",
+                                                    "REMORA_MAX_PENDING_HANDSHAKES",
                                                     "REMORA_WAIT_TIMEOUT_MS",
                                                     "REMORA_PEER_TIMEOUT_MS",
                                                     "REMORA_PIN",
@@ -137,6 +139,8 @@ Result<Config> Config::from_env() {
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
+  REMORA_RETURN_IF_ERROR(
+      core::read_env_uint("REMORA_MAX_PENDING_HANDSHAKES", &c.max_pending_handshakes, 1, kMaxPendingHandshakes));
   REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_WAIT_TIMEOUT_MS", &c.wait_timeout_ms, 1, kMaxWaitTimeoutMs));
   REMORA_RETURN_IF_ERROR(
       core::read_env_uint("REMORA_PEER_TIMEOUT_MS", &c.peer_timeout_ms, kMinPeerTimeoutMs, kMaxPeerTimeoutMs));
@@ -206,6 +210,9 @@ Status Config::validate() const {
   }
   if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
   if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
+  if (max_pending_handshakes < 1 || max_pending_handshakes > kMaxPendingHandshakes) {
+    return bad("max_pending_handshakes (REMORA_MAX_PENDING_HANDSHAKES) must be 1..65536");
+  }
   if (wait_timeout_ms < 1 || wait_timeout_ms > kMaxWaitTimeoutMs) {
     return bad(
         "wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS) must be 1..86400000 (24 h); "
@@ -236,6 +243,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.progress_poll_us) base.progress_poll_us = *o.progress_poll_us;
   if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
   if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
+  if (o.max_pending_handshakes) base.max_pending_handshakes = *o.max_pending_handshakes;
   if (o.wait_timeout_ms) base.wait_timeout_ms = *o.wait_timeout_ms;
   if (o.peer_timeout_ms) base.peer_timeout_ms = *o.peer_timeout_ms;
   if (o.pin_mode) base.pin_mode = *o.pin_mode;

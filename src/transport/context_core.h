@@ -64,7 +64,13 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
     std::shared_ptr<EndpointCore> endpoint;
     uint64_t token = 0;
     std::weak_ptr<ListenerCore> listener;
+    uint64_t seq = 0;  ///< arrival order: the smallest is dropped first beyond the bound
+    engine::Clock::time_point since;
   };
+  /// Makes room for one more endpoint waiting for its data streams (see
+  /// Config::max_pending_handshakes): at the bound the one waiting longest fails if it
+  /// has waited kDataStreamsGrace, and at four times the bound whatever its age.
+  void drop_oldest_pending_beyond_bound();
 
   Config config_;
   MemoryRegistry registry_;
@@ -74,8 +80,18 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;  // by next_endpoint_key_
   uint64_t next_endpoint_key_ = 1;
   std::unordered_map<uint64_t, PendingEndpoint> pending_;
+  uint64_t next_pending_seq_ = 0;
   std::vector<std::weak_ptr<ListenerCore>> listeners_;
 };
+
+/// How long a handshake in progress is safe from being dropped for a newer one when the
+/// bound is reached (REMORA_MAX_PENDING_HANDSHAKES). A real client sends its HELLO as
+/// soon as its connect completes, usually before the listener accepts the socket, so an
+/// accepted socket gets a short grace; its data streams follow the HELLO_ACK after a
+/// round trip and must be accepted first, so an endpoint waiting for them gets longer.
+/// Silent connections reach their grace and make room.
+inline constexpr std::chrono::milliseconds kHelloGrace{100};
+inline constexpr std::chrono::milliseconds kDataStreamsGrace{1000};
 
 /// A listening socket plus the connections still in their handshake.
 class ListenerCore : public engine::EventHandler, public std::enable_shared_from_this<ListenerCore> {
@@ -97,7 +113,14 @@ class ListenerCore : public engine::EventHandler, public std::enable_shared_from
 
  private:
   class Conn;
-  void drop_conn(uint64_t id);  // lock held
+  void drop_conn(uint64_t id);
+  /// Whether one more connection may be accepted (Config::max_pending_handshakes): below
+  /// the bound yes; at it, the one waiting longest is dropped if it has waited
+  /// kHelloGrace, else no, and accepting resumes when it has (the newcomers wait in
+  /// the kernel's backlog meanwhile). Lock held.
+  bool make_room();
+  void resume_accepting_at(engine::Clock::time_point when);
+  void resume_accepting_at_once();
   void on_conn_event(uint64_t id);
 
   std::weak_ptr<ContextCore> ctx_;
@@ -109,6 +132,7 @@ class ListenerCore : public engine::EventHandler, public std::enable_shared_from
   bool closed_ = false;
   uint64_t next_conn_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  bool resume_timer_set_ = false;  ///< accepting paused until a timer resumes it
   std::deque<std::shared_ptr<EndpointCore>> ready_;
   std::atomic<uint32_t> ready_seq_{0};
 };

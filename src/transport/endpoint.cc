@@ -349,6 +349,11 @@ bool EndpointCore::closed_by_peer() const {
   return state_ == State::kFailed && peer_goodbye_ == wire::GoodbyeReason::kClosed;
 }
 
+bool EndpointCore::peer_said_goodbye() const {
+  engine::ProgressEngine::Guard guard(*engine_);
+  return peer_goodbye_.has_value();
+}
+
 bool EndpointCore::failed() const {
   engine::ProgressEngine::Guard guard(*engine_);
   return state_ == State::kFailed;
@@ -1162,6 +1167,7 @@ void Endpoint::close() { core_->close(wire::GoodbyeReason::kClosed); }
 void Endpoint::abort() { core_->close(wire::GoodbyeReason::kAborted); }
 bool Endpoint::failed() const { return core_->failed(); }
 bool Endpoint::closed_by_peer() const { return core_->closed_by_peer(); }
+bool Endpoint::peer_said_goodbye() const { return core_->peer_said_goodbye(); }
 Status Endpoint::failure() const { return core_->failure(); }
 EndpointId Endpoint::id() const { return core_->id(); }
 std::string Endpoint::peer_address() const { return core_->peer(); }

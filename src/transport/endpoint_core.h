@@ -100,6 +100,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void close(wire::GoodbyeReason reason);
   bool failed() const;
   bool closed_by_peer() const;
+  bool peer_said_goodbye() const;
   Status failure() const;
   EndpointId id() const noexcept { return params_.id; }
   const std::string& peer() const noexcept { return params_.peer; }

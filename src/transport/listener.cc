@@ -1,6 +1,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -27,6 +28,7 @@ class ListenerCore::Conn final : public engine::EventHandler {
   uint64_t id_;
   net::Fd fd_;
   std::string peer_;
+  engine::Clock::time_point accepted_at = engine::Clock::now();
   engine::HandlerId hid_;
   std::array<std::byte, wire::kHelloSize> buf_{};
   size_t got_ = 0;
@@ -76,6 +78,7 @@ void ListenerCore::close() {
 
 void ListenerCore::on_event(uint32_t /*events*/) {
   while (!closed_) {
+    if (!make_room()) return;  // the rest waits in the kernel's backlog
     int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -111,11 +114,54 @@ void ListenerCore::on_event(uint32_t /*events*/) {
   }
 }
 
+bool ListenerCore::make_room() {
+  auto ctx = ctx_.lock();
+  const size_t bound = ctx ? ctx->config().max_pending_handshakes : 1;
+  if (conns_.size() < bound) return true;
+  // Ids grow with every accept: the smallest is the connection waiting longest.
+  const Conn* oldest = nullptr;
+  for (const auto& [id, c] : conns_) {
+    if (oldest == nullptr || id < oldest->id_) oldest = c.get();
+  }
+  if (oldest == nullptr) return true;
+  const auto ripe = oldest->accepted_at + kHelloGrace;
+  if (engine::Clock::now() < ripe) {
+    resume_accepting_at(ripe);
+    return false;
+  }
+  REMORA_LOG(kInfo, "dropping the handshake from {}: {} handshakes in progress (REMORA_MAX_PENDING_HANDSHAKES)",
+             oldest->peer_, conns_.size());
+  drop_conn(oldest->id_);
+  return true;
+}
+
+void ListenerCore::resume_accepting_at_once() {
+  // A slot freed while paused: accept again at the next progress round (not from
+  // here, which may be inside on_event's own loop).
+  std::weak_ptr<ListenerCore> weak = weak_from_this();
+  engine_->add_timer(engine::Clock::now(), [weak] {
+    if (auto self = weak.lock()) self->on_event(0);
+  });
+}
+
+void ListenerCore::resume_accepting_at(engine::Clock::time_point when) {
+  if (resume_timer_set_) return;
+  resume_timer_set_ = true;
+  std::weak_ptr<ListenerCore> weak = weak_from_this();
+  engine_->add_timer(when, [weak] {
+    if (auto self = weak.lock()) {
+      self->resume_timer_set_ = false;
+      self->on_event(0);
+    }
+  });
+}
+
 void ListenerCore::drop_conn(uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   engine_->remove(it->second->fd_.get(), it->second->hid_);
   conns_.erase(it);
+  if (resume_timer_set_) resume_accepting_at_once();
 }
 
 namespace {
@@ -218,6 +264,7 @@ void ListenerCore::on_conn_event(uint64_t id) {
   net::Fd fd = std::move(c.fd_);
   std::string peer = c.peer_;
   conns_.erase(it);
+  if (resume_timer_set_) resume_accepting_at_once();
   if (hello->role == wire::Role::kControl) {
     wire::HelloAck ack = ctx->begin_server_endpoint(*hello, std::move(fd), peer, shared_from_this());
     (void)ack;
@@ -302,12 +349,13 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.registry = &registry_;
   p.domains = &domains_;
   p.peer = std::move(peer);
+  drop_oldest_pending_beyond_bound();
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   int fd = control.get();
   ep->set_control(std::move(control));
   uint64_t token = random_nonzero_u64();
   uint64_t id = static_cast<uint64_t>(p.id);
-  pending_[id] = PendingEndpoint{ep, token, listener};
+  pending_[id] = PendingEndpoint{ep, token, listener, next_pending_seq_++, engine::Clock::now()};
 
   wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
   ack.endpoint_id = id;
@@ -327,6 +375,29 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
     self->pending_.erase(it);
   });
   return ack;
+}
+
+void ContextCore::drop_oldest_pending_beyond_bound() {
+  const size_t bound = config_.max_pending_handshakes;
+  if (pending_.size() < bound) return;
+  uint64_t oldest_id = 0;
+  const PendingEndpoint* oldest = nullptr;
+  for (const auto& [id, pe] : pending_) {
+    if (oldest == nullptr || pe.seq < oldest->seq) {
+      oldest = &pe;
+      oldest_id = id;
+    }
+  }
+  if (oldest == nullptr) return;
+  // Young ones may be honest clients of a storm whose data streams are on their way
+  // (and need accepting, so the listener cannot pause for them): only the hard cap
+  // drops those.
+  if (engine::Clock::now() < oldest->since + kDataStreamsGrace && pending_.size() < 4 * bound) return;
+  REMORA_LOG(kInfo, "endpoint from {}: dropped while waiting for its data streams, {} handshakes in progress "
+             "(REMORA_MAX_PENDING_HANDSHAKES)", oldest->endpoint->peer(), pending_.size());
+  oldest->endpoint->fail_locked(
+      Status(StatusCode::kNoResource, "handshake dropped: too many in progress (REMORA_MAX_PENDING_HANDSHAKES)"));
+  pending_.erase(oldest_id);
 }
 
 wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::Fd* data) {

@@ -18,6 +18,9 @@ using wire::RmaStatus;
 
 namespace {
 
+/// Above the 57-bit user address space of 5-level paging: no real buffer is this large.
+constexpr uint64_t kLargestHonestPut = uint64_t{1} << 57;
+
 RmaStatus verdict_of(StatusCode code) {
   switch (code) {
     case StatusCode::kOutOfRange: return RmaStatus::kOutOfRange;
@@ -132,6 +135,16 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
     return;
   }
 
+  // A large put's bytes follow its frame whatever the verdict, and a refused one is
+  // drained before its RESP: the claim costs a window slot for as long as the bytes
+  // take, never memory. But no process has a buffer beyond the 57-bit address space
+  // (5-level paging), so a larger claim is not an initiator's mistake to drain; it is
+  // refused at once as a violation, and the endpoint ends.
+  if (f.length > kLargestHonestPut) {
+    owner_.protocol_error("PUT announces " + std::to_string(f.length) +
+                          " bytes, more than any process can address; nothing was allocated for it");
+    return;
+  }
   auto sp = std::make_unique<ServedPut>();
   sp->op_id = f.op_id;
   sp->verdict = verdict;

@@ -115,6 +115,7 @@ TEST(Config, EveryOptionReachesItsField) {
                                            .progress_poll_us = d.progress_poll_us + 1,
                                            .connect_timeout_ms = d.connect_timeout_ms + 1,
                                            .handshake_timeout_ms = d.handshake_timeout_ms + 1,
+                                           .max_pending_handshakes = d.max_pending_handshakes + 1,
                                            .wait_timeout_ms = d.wait_timeout_ms + 1,
                                            .peer_timeout_ms = d.peer_timeout_ms + 1,
                                            .pin_mode = PinMode::kOff,
@@ -132,10 +133,33 @@ TEST(Config, EveryOptionReachesItsField) {
   EXPECT_EQ(c.progress_poll_us, d.progress_poll_us + 1);
   EXPECT_EQ(c.connect_timeout_ms, d.connect_timeout_ms + 1);
   EXPECT_EQ(c.handshake_timeout_ms, d.handshake_timeout_ms + 1);
+  EXPECT_EQ(c.max_pending_handshakes, d.max_pending_handshakes + 1);
   EXPECT_EQ(c.wait_timeout_ms, d.wait_timeout_ms + 1);
   EXPECT_EQ(c.peer_timeout_ms, d.peer_timeout_ms + 1);
   EXPECT_EQ(c.pin_mode, PinMode::kOff);
   EXPECT_EQ(c.staging_buffers, d.staging_buffers + 1);
+}
+
+// Handshakes in progress at once: 256 unless REMORA_MAX_PENDING_HANDSHAKES says
+// otherwise; 1 to 65536, anything else refused naming the variable.
+TEST(Config, MaxPendingHandshakesFromDefaultsAndEnvironment) {
+  EXPECT_EQ(Config{}.max_pending_handshakes, 256u);
+  {
+    ScopedEnv e("REMORA_MAX_PENDING_HANDSHAKES", "16");
+    auto cfg = Config::from_env();
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    EXPECT_EQ(cfg->max_pending_handshakes, 16u);
+  }
+  for (const char* bad : {"0", "65537", "many"}) {
+    ScopedEnv e("REMORA_MAX_PENDING_HANDSHAKES", bad);
+    auto cfg = Config::from_env();
+    ASSERT_FALSE(cfg.is_ok()) << bad;
+    EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(cfg.status().message().find("REMORA_MAX_PENDING_HANDSHAKES"), std::string::npos) << cfg.status().to_string();
+  }
+  Config c;
+  c.max_pending_handshakes = 0;
+  EXPECT_FALSE(c.validate().is_ok());
 }
 
 // The bound of a wait given no timeout: 5 minutes unless REMORA_WAIT_TIMEOUT_MS or
