@@ -65,6 +65,10 @@ inline std::unique_ptr<Process> spawn_peer(std::vector<std::string> args, std::v
 /// Reads "PORT <n>" from a listening peer (0 and a test failure if it does not come).
 inline uint16_t read_port(Process& peer, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   auto line = peer.read_line(timeout);
+  // The library's own log lines ("remora[pid] WARN ...", e.g. the warning for a listener
+  // on a non-loopback address without REMORA_AUTH_KEY) may come first: they share the
+  // peer's output, and are not its answer.
+  while (line && line->rfind("remora[", 0) == 0) line = peer.read_line(timeout);
   if (!line || line->rfind("PORT ", 0) != 0) {
     ADD_FAILURE() << "peer did not print its port: " << (line ? "got '" + *line + "'" : peer.timed_out() ? "timed out" : "EOF");
     return 0;
