@@ -2,12 +2,16 @@
 # scripts/test.sh — build remora and run its tests, on a fresh Debian 12 machine or an
 # existing checkout.
 #
-# For each preset (default: release asan) it configures, builds and runs ctest, then
-# prints a summary. Exits non-zero if any step of any preset failed. Tests run one at a
+# For each preset (default: release asan tsan fuzz) it configures, builds and runs ctest,
+# then prints a summary. tsan builds and runs only the threaded suites (engine,
+# transport, coll, integration) under ThreadSanitizer; fuzz builds the libFuzzer targets
+# with clang, replays their corpus, then runs each for a bounded time
+# (scripts/lib/fuzz.sh). Exits non-zero if any step of any preset failed. Tests run one at a
 # time (-j1): they use network namespaces and real sockets.
 #
 # Environment:
-#   REMORA_PRESETS="release asan"  presets to run, in order (see CMakePresets.json)
+#   REMORA_PRESETS="release asan tsan fuzz"  presets to run, in order (see CMakePresets.json)
+#   REMORA_FUZZ_SECONDS=<s>        how long each fuzz target runs (default: 45)
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
@@ -21,10 +25,13 @@ cd "${repo_root}"
 source scripts/lib/deps.sh
 # shellcheck source=scripts/lib/python.sh
 source scripts/lib/python.sh
+# shellcheck source=scripts/lib/fuzz.sh
+source scripts/lib/fuzz.sh
 
-presets=${REMORA_PRESETS:-release asan}
+presets=${REMORA_PRESETS:-release asan tsan fuzz}
 jobs=${REMORA_JOBS:-$(nproc)}
 test_timeout=${REMORA_TEST_TIMEOUT:-300}
+fuzz_seconds=${REMORA_FUZZ_SECONDS:-45}
 
 remora_install_deps
 
@@ -69,6 +76,9 @@ for preset in ${presets}; do
   step "${preset}" configure cmake --preset "${preset}" || continue
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
+  if [[ ${preset} == fuzz ]]; then
+    step "${preset}" fuzzing remora_fuzz_run "${fuzz_seconds}" "${log_dir}" || true
+  fi
 done
 
 # The Python steps link the release preset's library instead of compiling it again

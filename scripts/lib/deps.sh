@@ -15,6 +15,7 @@ REMORA_APT_PACKAGES=(
   libmnl-dev liburing-dev
   iproute2 ethtool iperf3 sockperf procps
   openmpi-bin
+  clang libclang-rt-14-dev  # the fuzz preset: libFuzzer and its sanitizers (tests/fuzz)
   python3-dev python3-venv  # the Python package and the PyTorch backend (scripts/lib/python.sh, torch_env.sh)
 )
 
