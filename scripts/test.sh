@@ -70,12 +70,28 @@ run_ctest() {
   ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
 }
 
+# no_tsan_reports <dir>: fails, printing them, when any process of the tsan preset's
+# tests wrote a ThreadSanitizer report (TSAN_OPTIONS log_path, CMakePresets.json): a
+# helper process whose exit status no test checks still fails the step.
+no_tsan_reports() {
+  local reports
+  reports=$(find "$1" -type f 2>/dev/null)
+  [[ -z ${reports} ]] && return 0
+  for r in ${reports}; do cat "${r}"; done
+  echo "ThreadSanitizer reports: $(wc -w <<<"${reports}") file(s) in $1"
+  return 1
+}
+
 for preset in ${presets}; do
   log_dir=build/${preset}
   rm -f "${log_dir}/ctest.log"  # never report a previous run's result
   step "${preset}" configure cmake --preset "${preset}" || continue
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
+  if [[ ${preset} == tsan ]]; then rm -rf "${log_dir}/tsan-reports" && mkdir -p "${log_dir}/tsan-reports"; fi
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
+  if [[ ${preset} == tsan ]]; then
+    step "${preset}" races no_tsan_reports "${log_dir}/tsan-reports" || true
+  fi
   if [[ ${preset} == fuzz ]]; then
     step "${preset}" fuzzing remora_fuzz_run "${fuzz_seconds}" "${log_dir}" || true
   fi
