@@ -66,8 +66,13 @@ step() {
 
 # run_ctest <preset> <log>: ctest's output is also kept so that its summary line can be
 # repeated at the end; pipefail makes this return ctest's exit status.
+# The variables above are this script's, not the library's: a test's peer process that
+# inherited one would warn "unknown environment variable" on its first line, where the
+# test reads the peer's port.
 run_ctest() {
-  ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
+  env -u REMORA_PRESETS -u REMORA_JOBS -u REMORA_TEST_TIMEOUT -u REMORA_SKIP_APT -u REMORA_PYTHON_STEP \
+    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS \
+    ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
 }
 
 # no_tsan_reports <dir>: fails, printing them, when any process of the tsan preset's
