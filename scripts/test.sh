@@ -2,12 +2,16 @@
 # scripts/test.sh — build remora and run its tests, on a fresh Debian 12 machine or an
 # existing checkout.
 #
-# For each preset (default: release asan) it configures, builds and runs ctest, then
-# prints a summary. Exits non-zero if any step of any preset failed. Tests run one at a
+# For each preset (default: release asan tsan fuzz) it configures, builds and runs ctest,
+# then prints a summary. tsan builds and runs only the threaded suites (engine,
+# transport, coll, integration) under ThreadSanitizer; fuzz builds the libFuzzer targets
+# with clang, replays their corpus, then runs each for a bounded time
+# (scripts/lib/fuzz.sh). Exits non-zero if any step of any preset failed. Tests run one at a
 # time (-j1): they use network namespaces and real sockets.
 #
 # Environment:
-#   REMORA_PRESETS="release asan"  presets to run, in order (see CMakePresets.json)
+#   REMORA_PRESETS="release asan tsan fuzz"  presets to run, in order (see CMakePresets.json)
+#   REMORA_FUZZ_SECONDS=<s>        how long each fuzz target runs (default: 45)
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
@@ -21,10 +25,13 @@ cd "${repo_root}"
 source scripts/lib/deps.sh
 # shellcheck source=scripts/lib/python.sh
 source scripts/lib/python.sh
+# shellcheck source=scripts/lib/fuzz.sh
+source scripts/lib/fuzz.sh
 
-presets=${REMORA_PRESETS:-release asan}
+presets=${REMORA_PRESETS:-release asan tsan fuzz}
 jobs=${REMORA_JOBS:-$(nproc)}
 test_timeout=${REMORA_TEST_TIMEOUT:-300}
+fuzz_seconds=${REMORA_FUZZ_SECONDS:-45}
 
 remora_install_deps
 
@@ -67,8 +74,25 @@ step() {
 
 # run_ctest <preset> <log>: ctest's output is also kept so that its summary line can be
 # repeated at the end; pipefail makes this return ctest's exit status.
+# The variables above are this script's, not the library's: a test's peer process that
+# inherited one would warn "unknown environment variable" on its first line, where the
+# test reads the peer's port.
 run_ctest() {
-  ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
+  env -u REMORA_PRESETS -u REMORA_JOBS -u REMORA_TEST_TIMEOUT -u REMORA_SKIP_APT -u REMORA_PYTHON_STEP \
+    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS \
+    ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
+}
+
+# no_tsan_reports <dir>: fails, printing them, when any process of the tsan preset's
+# tests wrote a ThreadSanitizer report (TSAN_OPTIONS log_path, CMakePresets.json): a
+# helper process whose exit status no test checks still fails the step.
+no_tsan_reports() {
+  local reports
+  reports=$(find "$1" -type f 2>/dev/null)
+  [[ -z ${reports} ]] && return 0
+  for r in ${reports}; do cat "${r}"; done
+  echo "ThreadSanitizer reports: $(wc -w <<<"${reports}") file(s) in $1"
+  return 1
 }
 
 for preset in ${presets}; do
@@ -76,7 +100,14 @@ for preset in ${presets}; do
   rm -f "${log_dir}/ctest.log"  # never report a previous run's result
   step "${preset}" configure cmake --preset "${preset}" || continue
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
+  if [[ ${preset} == tsan ]]; then rm -rf "${log_dir}/tsan-reports" && mkdir -p "${log_dir}/tsan-reports"; fi
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
+  if [[ ${preset} == tsan ]]; then
+    step "${preset}" races no_tsan_reports "${log_dir}/tsan-reports" || true
+  fi
+  if [[ ${preset} == fuzz ]]; then
+    step "${preset}" fuzzing remora_fuzz_run "${fuzz_seconds}" "${log_dir}" || true
+  fi
 done
 
 # The Python steps link the release preset's library instead of compiling it again

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "handle.h"
 #include "interfaces.h"
 #include "remora/context.h"
 #include "remora/cuda.h"
@@ -122,25 +123,9 @@ IdleWait& idle_wait() {
 
 // --- the handle ---------------------------------------------------------------------
 
-constexpr uint32_t kHandleMagic = 0x524d4e43;  // "CNMR"
-constexpr uint16_t kHandleVersion = 1;
+// Layout and checks in handle.h.
 constexpr Tag kHelloTag{1ull << 40};  // above every NCCL tag (an int)
 constexpr auto kHelloTimeout = 5s;
-
-struct Handle {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t port;
-  char host[64];  // numeric, IPv6 in brackets, NUL-terminated
-  std::array<uint8_t, 16> secret;
-  uint64_t stage;  // the connector's own: its pending connection (0 as the listener wrote it)
-};
-static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE);
-
-struct Hello {
-  uint32_t magic;
-  std::array<uint8_t, 16> secret;
-};
 
 // --- comms, requests, registrations -----------------------------------------------
 
@@ -318,16 +303,14 @@ void acceptor_loop(ListenComm* lc) {
       return;
     }
     std::shared_ptr<Endpoint> ep = std::move(accepted).value();
-    Hello hello{};
-    Request r = ep->recv({reinterpret_cast<std::byte*>(&hello), sizeof hello}, kHelloTag);
+    std::array<std::byte, sizeof(Hello)> hello{};
+    Request r = ep->recv(hello, kHelloTag);
     Status st = r.wait(kHelloTimeout);
     std::string why;
     if (!st.is_ok()) {
       why = st.to_string();
-    } else if (r.bytes() != sizeof hello || hello.magic != kHandleMagic) {
-      why = "not a remora NCCL connection";
-    } else if (hello.secret != lc->secret) {
-      why = "its handle is not this listener's (stale, or from another listen)";
+    } else {
+      why = check_hello(std::span(hello).first(std::min(r.bytes(), hello.size())), lc->secret);
     }
     uint8_t verdict = why.empty() ? 1 : 0;
     Status sent = ep->send({reinterpret_cast<const std::byte*>(&verdict), 1}, kHelloTag).wait(kHelloTimeout);
@@ -486,8 +469,7 @@ ncclResult_t listen(int dev, void* handle, void** listen_comm) {
   std::snprintf(h.host, sizeof h.host, "%s", address.c_str());
   h.secret = lc->secret;
   h.stage = 0;
-  std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
-  std::memcpy(handle, &h, sizeof h);
+  encode_handle(h, std::span<std::byte, NCCL_NET_HANDLE_MAXSIZE>(static_cast<std::byte*>(handle), NCCL_NET_HANDLE_MAXSIZE));
   ListenComm* raw = lc.get();
   lc->acceptor = std::thread(acceptor_loop, raw);
   LOG_INFO("listening on %s (device %d)", lc->listener->address().c_str(), dev);
@@ -500,9 +482,7 @@ ncclResult_t connect(int dev, void* handle, void** send_comm) {
   if (handle == nullptr || send_comm == nullptr) return ncclInvalidArgument;
   *send_comm = nullptr;
   Handle h;
-  std::memcpy(&h, handle, sizeof h);
-  if (h.magic != kHandleMagic || h.version != kHandleVersion || h.port == 0 ||
-      std::memchr(h.host, '\0', sizeof h.host) == nullptr || h.host[0] == '\0') {
+  if (!decode_handle(HandleBytes(static_cast<const std::byte*>(handle), NCCL_NET_HANDLE_MAXSIZE), &h)) {
     LOG_WARN("connect (device %d): the handle is not a remora listen handle", dev);
     return ncclInvalidArgument;
   }

@@ -17,6 +17,7 @@ REMORA_APT_PACKAGES=(
   iproute2 ethtool iperf3 sockperf procps
   iptables libnetfilter-queue-dev  # the fault matrix (tests/faults): drops, resets, NFQUEUE delay
   openmpi-bin
+  clang libclang-rt-14-dev  # the fuzz preset: libFuzzer and its sanitizers (tests/fuzz)
   python3-dev python3-venv  # the Python package and the PyTorch backend (scripts/lib/python.sh, torch_env.sh)
 )
 

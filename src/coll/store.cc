@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/little_endian.h"
+#include "coll/store_protocol.h"
 #include "core/log.h"
 #include "net/address.h"
 #include "net/socket.h"
@@ -33,19 +34,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// --- wire format (docs/protocol.md) ----------------------------------------------------
-enum class Op : uint8_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5, kRemove = 6 };
-enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kInvalidArgument = 2, kUnauthenticated = 3 };
-
-constexpr size_t kMaxKey = 1024;
-constexpr size_t kMaxValue = size_t{64} << 20;
-/// op u8 + key length u32 + value length u32 + timeout u64.
-constexpr size_t kFixedRequestBytes = 1 + 4 + 4 + 8;
-constexpr size_t kMaxRequest = kFixedRequestBytes + kMaxKey + kMaxValue;
-/// status u8 + payload length u32.
-constexpr size_t kReplyHeaderBytes = 1 + 4;
-/// A timeout field of all ones: wait without a deadline.
-constexpr uint64_t kNoTimeout = ~uint64_t{0};
+// The wire format is store_protocol's (docs/protocol.md); the server's own limits:
+using namespace store_protocol;
 /// A client that never reads its replies is cut off once this much is queued for it.
 constexpr size_t kMaxQueuedReplies = size_t{256} << 20;
 /// Non-waiting requests (set, add, check, remove) are answered at once by a healthy
@@ -56,22 +46,6 @@ void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> b) { out.
 void put_bytes(std::vector<std::byte>& out, std::string_view s) { put_bytes(out, std::as_bytes(std::span(s))); }
 std::string_view as_view(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
-
-/// Keys of a WAIT request's value: (key length u32, key)*; at least one.
-std::optional<std::vector<std::string>> parse_key_list(std::span<const std::byte> v) {
-  std::vector<std::string> keys;
-  size_t at = 0;
-  while (at < v.size()) {
-    if (v.size() - at < 4) return std::nullopt;
-    const uint32_t n = core::load_u32(v.data() + at);
-    at += 4;
-    if (n == 0 || n > kMaxKey || v.size() - at < n) return std::nullopt;
-    keys.emplace_back(as_view(v.subspan(at, n)));
-    at += n;
-  }
-  if (keys.empty()) return std::nullopt;
-  return keys;
 }
 
 std::string join_keys(const std::vector<std::string>& keys) {
@@ -253,31 +227,21 @@ class StoreServerCore {
   bool process(Conn& c) {
     size_t at = 0;
     while (!c.dead && !c.waiting) {
-      const size_t avail = c.in.size() - at;
-      const std::byte* p = c.in.data() + at;
       if (c.auth != Auth::kDone) {
+        const size_t avail = c.in.size() - at;
         if (avail == 0) break;
-        const auto consumed = authenticate(c, std::span(p, avail));
+        const auto consumed = authenticate(c, std::span(c.in.data() + at, avail));
         if (!consumed) break;
         at += *consumed;
         continue;
       }
-      if (avail < 5) break;
-      const auto op = static_cast<Op>(std::to_integer<uint8_t>(p[0]));
-      if (op < Op::kSet || op > Op::kRemove) return drop(c, fmt::format("unknown op {}", std::to_integer<int>(p[0]))), false;
-      const uint32_t key_len = core::load_u32(p + 1);
-      if (key_len > kMaxKey) return drop(c, fmt::format("key of {} bytes (limit {})", key_len, kMaxKey)), false;
-      if ((key_len == 0) != (op == Op::kWait)) return drop(c, "key length 0 is for wait only, and wait only"), false;
-      if (avail < 5 + size_t{key_len} + 4) break;
-      const uint32_t value_len = core::load_u32(p + 5 + key_len);
-      if (value_len > kMaxValue) return drop(c, fmt::format("value of {} bytes (limit {})", value_len, kMaxValue)), false;
-      const size_t total = kFixedRequestBytes + key_len + value_len;
-      if (avail < total) break;
-      const std::string key(as_view(std::span(p + 5, key_len)));
-      const std::span<const std::byte> value(p + 9 + key_len, value_len);
-      const uint64_t timeout_ms = core::load_u64(p + 9 + key_len + value_len);
-      at += total;
-      serve_one(c, op, key, value, timeout_ms);
+      auto r = decode_request(std::span(c.in).subspan(at));
+      if (!r.is_ok()) {
+        if (r.status().code() == StatusCode::kInProgress) break;
+        return drop(c, r.status().message()), false;
+      }
+      at += r->consumed;
+      serve_one(c, r->op, std::string(r->key), r->value, r->timeout_ms);
     }
     if (c.dead) return false;
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(at));
@@ -350,9 +314,9 @@ class StoreServerCore {
           if (!value.empty()) return drop(c, "get with a value");
           keys.push_back(key);
         } else {
-          auto parsed = parse_key_list(value);
-          if (!parsed) return drop(c, "malformed key list in wait");
-          keys = std::move(*parsed);
+          auto parsed = decode_wait_keys(value);
+          if (!parsed.is_ok()) return drop(c, parsed.status().message());
+          keys = std::move(parsed).value();
         }
         c.waiting = true;
         c.wait_op = op;
@@ -447,9 +411,7 @@ class StoreServerCore {
       c.out.clear();
       c.out_done = 0;
     }
-    c.out.push_back(static_cast<std::byte>(status));
-    core::append_le<uint32_t>(c.out, static_cast<uint32_t>(payload.size()));
-    put_bytes(c.out, payload);
+    encode_reply(c.out, status, payload);
     if (c.out.size() - c.out_done > kMaxQueuedReplies) return drop(c, "client does not read its replies");
     flush(c);
   }
@@ -517,13 +479,7 @@ class StoreClientCore {
       }
     }
     std::vector<std::byte> frame;
-    frame.reserve(kFixedRequestBytes + key.size() + value.size());
-    frame.push_back(static_cast<std::byte>(op));
-    core::append_le<uint32_t>(frame, static_cast<uint32_t>(key.size()));
-    put_bytes(frame, key);
-    core::append_le<uint32_t>(frame, static_cast<uint32_t>(value.size()));
-    put_bytes(frame, value);
-    core::append_le<uint64_t>(frame, timeout_ms);
+    encode_request(frame, op, key, value, timeout_ms);
 
     std::lock_guard lock(mu_);
     if (!broken_.is_ok()) return broken_;
@@ -537,12 +493,10 @@ class StoreClientCore {
     if (Status s = net::write_all(fd_.get(), frame, deadline); !s.is_ok()) return fail(s);
     std::byte head[kReplyHeaderBytes];
     if (Status s = net::read_exact(fd_.get(), head, deadline); !s.is_ok()) return fail(s);
-    Response r{static_cast<Reply>(head[0]), {}};
-    const uint32_t len = core::load_u32(head + 1);
-    if (std::to_integer<uint8_t>(head[0]) > 3 || len > kMaxValue + 64 * 1024) {
-      return fail(Status(StatusCode::kProtocol, "malformed reply (is this a remora store?)"));
-    }
-    r.payload.resize(len);
+    auto header = decode_reply_header(head);
+    if (!header.is_ok()) return fail(header.status());
+    Response r{header->status, {}};
+    r.payload.resize(header->payload_bytes);
     if (Status s = net::read_exact(fd_.get(), r.payload, deadline); !s.is_ok()) return fail(s);
     return r;
   }
@@ -732,9 +686,8 @@ Status Store::wait(std::span<const std::string> keys, Duration timeout) {
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("store key must be 1..{} bytes (got {})", detail::kMaxKey, k.size()));
     }
-    core::append_le<uint32_t>(list, static_cast<uint32_t>(k.size()));
-    detail::put_bytes(list, k);
   }
+  detail::store_protocol::encode_wait_keys(list, keys);
   REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kWait, {}, list, timeout));
   return detail::reply_status(r);
 }

@@ -103,7 +103,6 @@ struct TestDeviceDomain::State {
   std::byte* backing = nullptr;  // read-write: what the engines copy through
   std::atomic<size_t> used{0};
   std::atomic<double> rate{0};
-  bool held = false;  // guarded by every engine's mutex (set under all of them)
   std::atomic<uint64_t> copies{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> prepared{0};
@@ -116,6 +115,7 @@ struct TestDeviceDomain::State {
     std::condition_variable cv;
     std::deque<Job> queue;
     bool stop = false;
+    bool held = false;  // hold_copies: queued copies wait while set
     std::thread thread;
     Clock::time_point free_at{};  // when the engine's last copy ends, at the set rate
   };
@@ -141,7 +141,7 @@ struct TestDeviceDomain::State {
       bool was_idle = false;  // no copy was waiting when the last one ended
       {
         std::unique_lock lock(e.mu);
-        const auto ready = [&] { return e.stop || (!e.queue.empty() && !held); };
+        const auto ready = [&] { return e.stop || (!e.queue.empty() && !e.held); };
         was_idle = !ready();
         e.cv.wait(lock, ready);
         if (e.queue.empty()) return;  // stopping, and nothing left in flight
@@ -279,7 +279,7 @@ void TestDeviceDomain::hold_copies(bool held) {
   for (auto& e : state_->engines) {
     {
       std::lock_guard lock(e.mu);
-      state_->held = held;
+      e.held = held;
     }
     e.cv.notify_all();
   }

@@ -33,13 +33,13 @@ inline void PrintTo(StatusCode code, std::ostream* os) { *os << to_string(code);
 
 namespace remora::itest {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr bool kSanitized = true;
 #else
 inline constexpr bool kSanitized = false;
 #endif
 
-/// Release sizes, or the smaller ASan ones.
+/// Release sizes, or the smaller ones for the sanitizer builds (ASan, TSan).
 template <typename T>
 constexpr T scaled(T release, T asan) {
   return kSanitized ? asan : release;

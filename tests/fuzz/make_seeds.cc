@@ -1,0 +1,182 @@
+// tests/fuzz/make_seeds.cc — writes the seed corpus of the fuzz targets, each seed made
+// by the encoder the library itself uses, so that the fuzzer starts from valid inputs:
+//
+//   ./build/fuzz/tests/fuzz/remora_fuzz_seeds tests/fuzz/corpus
+//
+// writes <dir>/<target>/<seed> (wire_fuzz's seeds predate it and are kept as they are).
+// Run it again after a format changes, and commit what it wrote.
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coll/store_protocol.h"
+#include "handle.h"
+#include "remora/memory.h"
+#include "zerocopy/rxq_protocol.h"
+#include "zerocopy/uapi.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+fs::path g_root;
+
+void write(const std::string& target, const std::string& name, std::span<const std::byte> bytes) {
+  fs::create_directories(g_root / target);
+  std::ofstream(g_root / target / name, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s)); }
+
+void remote_keys() {
+  remora::RemoteKey k;
+  k.region = remora::RegionId{7};
+  k.generation = 3;
+  k.secret = 0x0123456789abcdef;
+  k.offset = 4096;
+  k.length = 1 << 20;
+  k.access = remora::Access::kRemoteRead | remora::Access::kRemoteWrite;
+  write("remote_key_fuzz", "host_rw", k.serialize());
+  k.access = remora::Access::kRemoteRead | remora::Access::kRemoteWrite | remora::Access::kRemoteAtomic;
+  k.kind = remora::MemoryKind::kTestDevice;
+  k.offset = 0;
+  k.length = UINT64_MAX;
+  write("remote_key_fuzz", "device_whole", k.serialize());
+}
+
+void store() {
+  using namespace remora::detail::store_protocol;
+  const std::string value = "10.0.0.1:7100";
+  std::vector<std::byte> b;
+  encode_request(b, Op::kSet, "remora/rank/0", bytes_of(value), 0);
+  write("store_fuzz", "set", b);
+  b.clear();
+  encode_request(b, Op::kGet, "remora/rank/1", {}, 30000);
+  write("store_fuzz", "get", b);
+  b.clear();
+  std::vector<std::byte> keys;
+  const std::string names[] = {"remora/rank/0", "remora/rank/1", "k"};
+  encode_wait_keys(keys, names);
+  encode_request(b, Op::kWait, "", keys, kNoTimeout);
+  write("store_fuzz", "wait", b);
+  b.clear();
+  std::vector<std::byte> delta(8);
+  delta[0] = std::byte{1};
+  encode_request(b, Op::kAdd, "remora/arrivals", delta, 0);
+  encode_request(b, Op::kCheck, "remora/arrivals", {}, 0);
+  encode_request(b, Op::kRemove, "remora/arrivals", {}, 0);
+  write("store_fuzz", "add_check_remove", b);
+  b.clear();
+  encode_reply(b, Reply::kOk, bytes_of(value));
+  write("store_fuzz", "reply_ok", b);
+  b.clear();
+  encode_reply(b, Reply::kTimeout, bytes_of(std::string("store: timed out waiting for 1 of 2 key(s): \"k\"")));
+  write("store_fuzz", "reply_timeout", b);
+}
+
+void rxq() {
+  using namespace remora::zerocopy;
+  rxq::BindFlowRequest req;
+  req.flow.dst_port = 5000;
+  req.flow.dst_addr = {10, 0, 0, 1};
+  write("rxq_fuzz", "request_tcp4", rxq::encode(req));
+  req.flow.ipv6 = true;
+  req.flow.src_port = 41000;
+  req.flow.dst_addr = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  req.flow.src_addr = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  write("rxq_fuzz", "request_tcp6", rxq::encode(req));
+  rxq::BindFlowReply rep;
+  rep.binding_id = 4;
+  rep.queue = 15;
+  rep.rule_location = 1023;
+  rep.dmabuf_size = 64 << 20;
+  write("rxq_fuzz", "reply_ok", rxq::encode(rep));
+  rep = {};
+  rep.error = 95;
+  rep.flags = rxq::kFlagStandin | rxq::kFlagRuleRefused;
+  rep.message = "eth0 has no header split (ethtool -G eth0 tcp-data-split on)";
+  write("rxq_fuzz", "reply_refused", rxq::encode(rep));
+}
+
+/// The 8-byte prefix devmem_rx_fuzz reads, then control messages as the kernel lays
+/// them out.
+void devmem_rx() {
+  using remora::zerocopy::uapi::DmabufCmsg;
+  struct Frag {
+    int type;
+    DmabufCmsg body;
+  };
+  auto seed = [](const std::string& name, uint32_t received, uint8_t flags, const std::vector<Frag>& frags) {
+    std::vector<cmsghdr> control(frags.size() * CMSG_SPACE(sizeof(DmabufCmsg)) / sizeof(cmsghdr) + 1);
+    msghdr msg{};
+    msg.msg_control = control.data();
+    msg.msg_controllen = frags.size() * CMSG_SPACE(sizeof(DmabufCmsg));
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    for (const auto& f : frags) {
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = f.type;
+      c->cmsg_len = CMSG_LEN(sizeof(DmabufCmsg));
+      std::memcpy(CMSG_DATA(c), &f.body, sizeof f.body);
+      c = CMSG_NXTHDR(&msg, c);
+    }
+    std::vector<std::byte> b(8);
+    std::memcpy(b.data(), &received, 4);
+    b[4] = std::byte{flags};
+    b[5] = std::byte{5};  // binding ids 5 and 9 are ours
+    b[6] = std::byte{9};
+    b[7] = std::byte{2};
+    const auto* p = reinterpret_cast<const std::byte*>(control.data());
+    b.insert(b.end(), p, p + msg.msg_controllen);
+    write("devmem_rx_fuzz", name, b);
+  };
+  using remora::zerocopy::uapi::kScmDevmemDmabuf;
+  using remora::zerocopy::uapi::kScmDevmemLinear;
+  seed("dmabuf_two", 8192, 0,
+       {{kScmDevmemDmabuf, {0, 4096, 1, 5, 0}}, {kScmDevmemDmabuf, {65536, 4096, 2, 9, 0}}});
+  seed("mixed_linear", 4196, 2,
+       {{kScmDevmemLinear, {0, 100, 0, 0, 0}}, {kScmDevmemDmabuf, {4096, 4096, 3, 5, 0}}});
+  seed("truncated", 4096, 1, {{kScmDevmemDmabuf, {0, 4096, 1, 5, 0}}});
+}
+
+void nccl_handle() {
+  using namespace remora::nccl_plugin;
+  Handle h{};
+  h.magic = kHandleMagic;
+  h.version = kHandleVersion;
+  h.port = 43210;
+  std::snprintf(h.host, sizeof h.host, "%s", "10.1.2.3");
+  for (size_t i = 0; i < h.secret.size(); ++i) h.secret[i] = static_cast<uint8_t>(i * 17 + 3);
+  std::vector<std::byte> b(NCCL_NET_HANDLE_MAXSIZE);
+  encode_handle(h, std::span<std::byte, NCCL_NET_HANDLE_MAXSIZE>(b.data(), b.size()));
+  write("nccl_handle_fuzz", "listen_ipv4", b);
+  std::snprintf(h.host, sizeof h.host, "%s", "[fe80::1%eth0]");
+  h.stage = 3;
+  encode_handle(h, std::span<std::byte, NCCL_NET_HANDLE_MAXSIZE>(b.data(), b.size()));
+  write("nccl_handle_fuzz", "connecting_ipv6", b);
+  const Hello hello{kHandleMagic, h.secret};
+  write("nccl_handle_fuzz", "hello", std::as_bytes(std::span(&hello, 1)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+  remote_keys();
+  store();
+  rxq();
+  devmem_rx();
+  nccl_handle();
+  return 0;
+}
