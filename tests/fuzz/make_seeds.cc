@@ -3,7 +3,8 @@
 //
 //   ./build/fuzz/tests/fuzz/remora_fuzz_seeds tests/fuzz/corpus
 //
-// writes <dir>/<target>/<seed> (wire_fuzz's seeds predate it and are kept as they are).
+// writes <dir>/<target>/<seed> (wire_fuzz's older seeds predate it and are kept as they
+// are; its AUTH and checksummed-frame seeds are written here).
 // Run it again after a format changes, and commit what it wrote.
 #include <sys/socket.h>
 
@@ -20,6 +21,8 @@
 #include "coll/store_protocol.h"
 #include "handle.h"
 #include "remora/memory.h"
+#include "wire/auth.h"
+#include "wire/frame.h"
 #include "zerocopy/rxq_protocol.h"
 #include "zerocopy/uapi.h"
 
@@ -165,6 +168,30 @@ void nccl_handle() {
   write("nccl_handle_fuzz", "hello", std::as_bytes(std::span(&hello, 1)));
 }
 
+// The handshake's AUTH messages, and frames that carry a CRC-32C (REMORA_CHECKSUM).
+void wire() {
+  using namespace remora::wire;
+  AuthMessage m{.step = AuthStep::kChallenge};
+  for (size_t i = 0; i < m.nonce.size(); ++i) m.nonce[i] = std::byte(i * 7 + 1);
+  write("wire_fuzz", "auth_challenge", encode_auth(m));
+  m.step = AuthStep::kResponse;
+  for (size_t i = 0; i < m.proof.size(); ++i) m.proof[i] = std::byte(i * 13 + 5);
+  write("wire_fuzz", "auth_response", encode_auth(m));
+  write("wire_fuzz", "auth_confirm", encode_auth({.step = AuthStep::kConfirm, .proof = m.proof}));
+  write("wire_fuzz", "auth_refused", encode_auth({.step = AuthStep::kRefused}));
+
+  auto frame = [](const Frame& f) {
+    std::vector<std::byte> b(encoded_size(f));
+    b.resize(encode(f, b));
+    return b;
+  };
+  const std::string payload = "checksummed payload";
+  write("wire_fuzz", "eager_crc",
+        frame(EagerFrame{.tag = remora::Tag{9}, .payload = bytes_of(payload), .has_crc = true, .crc = 0x1234abcd}));
+  write("wire_fuzz", "chunk_crc",
+        frame(ChunkFrame{.recv_id = 3, .offset = 1 << 20, .length = 4096, .stream = 1, .has_crc = true, .crc = 7}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,6 +200,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_root = argv[1];
+  wire();
   remote_keys();
   store();
   rxq();

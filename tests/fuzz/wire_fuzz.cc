@@ -1,6 +1,6 @@
 // tests/fuzz/wire_fuzz.cc — libFuzzer harness for the wire decoders.
 // Feeds the input to decode_frame (as one frame and as a stream of frames, under several
-// eager limits), decode_hello and decode_hello_ack, and aborts when any invariant of
+// eager limits), decode_hello, decode_hello_ack and decode_auth, and aborts when any invariant of
 // tests/wire/wire_invariants.h breaks. Build with -DREMORA_FUZZ=ON and clang; see
 // tests/fuzz/CMakeLists.txt for how to run it.
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "wire/auth.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 #include "wire/wire_invariants.h"
@@ -47,5 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(testing::check_hello_invariants(in.first(kHelloSize)), "decode_hello (first 48 bytes)");
     require(testing::check_hello_ack_invariants(in.first(kHelloAckSize)), "decode_hello_ack (first 48 bytes)");
   }
+  require(testing::check_auth_invariants(in), "decode_auth");
+  if (in.size() > kAuthSize) require(testing::check_auth_invariants(in.first(kAuthSize)), "decode_auth (first 72 bytes)");
   return 0;
 }

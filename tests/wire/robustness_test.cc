@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "remora/version.h"
+#include "wire/auth.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 #include "wire/wire_invariants.h"
@@ -301,6 +302,25 @@ TEST(WireRobustness, HandshakeDecoderInvariants) {
     }
     ASSERT_EQ(testing::check_hello_invariants(in), "") << "iteration " << i;
     ASSERT_EQ(testing::check_hello_ack_invariants(in), "") << "iteration " << i;
+  }
+}
+
+TEST(WireRobustness, AuthDecoderInvariants) {
+  Generator gen(0x5EED'CAFE'F00D'0004);
+  for (int i = 0; i < 200'000; ++i) {
+    Bytes in;
+    if (gen.coin(4)) {
+      in = gen.random_bytes(gen.coin(2) ? kAuthSize : 80);
+    } else {
+      AuthMessage m{.step = static_cast<AuthStep>(1 + gen.below(5))};
+      for (auto& b : m.nonce) b = std::byte(gen.u64());
+      for (auto& b : m.proof) b = std::byte(gen.u64());
+      const auto encoded = encode_auth(m);  // the encoder writes what it is given
+      in.assign(encoded.begin(), encoded.end());
+      if (gen.coin(2)) gen.mutate(in);
+      if (gen.coin(2)) in.resize(kAuthSize);  // most mutations should still reach field checks
+    }
+    ASSERT_EQ(testing::check_auth_invariants(in), "") << "iteration " << i;
   }
 }
 

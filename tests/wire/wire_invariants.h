@@ -12,6 +12,7 @@
 
 #include "remora/status.h"
 #include "remora/version.h"
+#include "wire/auth.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 
@@ -133,6 +134,22 @@ inline std::string check_hello_ack_invariants(std::span<const std::byte> in) {
   if (!std::equal(encoded.begin(), encoded.begin() + static_cast<std::ptrdiff_t>(compared), in.begin())) {
     return "HELLO_ACK re-encoding differs";
   }
+  return "";
+}
+
+/// AUTH (wire/auth.h): exactly kAuthSize bytes or kInvalidArgument; a message that
+/// decodes re-encodes to exactly its input (the zero fields a step must not carry are
+/// checked by the decoder, so nothing is lost).
+inline std::string check_auth_invariants(std::span<const std::byte> in) {
+  auto r = decode_auth(in);
+  if (!r.is_ok()) {
+    const StatusCode c = r.status().code();
+    if (in.size() != kAuthSize) return c == StatusCode::kInvalidArgument ? "" : "wrong size not kInvalidArgument";
+    return c == StatusCode::kProtocol ? "" : "unexpected status " + r.status().to_string();
+  }
+  if (in.size() != kAuthSize) return "AUTH ok for a buffer of the wrong size";
+  const auto encoded = encode_auth(*r);
+  if (!std::equal(encoded.begin(), encoded.end(), in.begin())) return "AUTH re-encoding differs";
   return "";
 }
 
