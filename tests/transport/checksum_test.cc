@@ -7,6 +7,7 @@
 // A peer that sends a wrong CRC or a flipped byte: checksum_hostile_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -92,7 +93,7 @@ TEST_F(Checksum, MessagesOfEverySizeArriveIntactBothWays) {
         ASSERT_TRUE(r.wait(10s).is_ok()) << n << " bytes: " << r.wait(0s).to_string();
         ASSERT_TRUE(s.wait(10s).is_ok()) << n;
         EXPECT_EQ(r.bytes(), n);
-        EXPECT_EQ(std::memcmp(got.data(), data.data(), n), 0) << n << " bytes";
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), got.begin())) << n << " bytes";
         EXPECT_EQ(got[n], std::byte{0xEE}) << "a byte past the message was written";
         ++tag;
       }
@@ -111,14 +112,14 @@ TEST_F(Checksum, PutsAndGetsOfEverySizeArriveIntact) {
   for (size_t n : kSizes) {
     const auto data = pattern(n, seed++);
     std::vector<std::byte> model = region;
-    std::memcpy(model.data() + 3, data.data(), n);
+    std::copy(data.begin(), data.end(), model.begin() + 3);
     Status put = init_->put(data, key, 3).wait(10s);
     ASSERT_TRUE(put.is_ok()) << n << " bytes: " << put.to_string();
     EXPECT_EQ(region, model) << "put of " << n << " bytes";
     std::vector<std::byte> back(n + 1, std::byte{0xEE});
     Status get = init_->get(std::span(back).first(n), key, 3).wait(10s);
     ASSERT_TRUE(get.is_ok()) << n << " bytes: " << get.to_string();
-    EXPECT_EQ(std::memcmp(back.data(), data.data(), n), 0) << "get of " << n << " bytes";
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "get of " << n << " bytes";
     EXPECT_EQ(back[n], std::byte{0xEE});
   }
   // Collectives ride on puts with notifications: those are checked alike.
