@@ -92,7 +92,10 @@ ncclResult_t to_nccl(const Status& s) {
 class IdleWait {
  public:
   static constexpr uint32_t kDefaultPolls = 16;
-  static constexpr uint32_t kDefaultWaitUs = 200;
+  // Off by default: on an idle host polling wins (bench/nccl_compare.py, nothing slowed:
+  // 0.88x/1.07x the reference at 4/16 MiB with 200 us waits, 1.03-1.15x/1.51-1.57x
+  // without), and NCCL expects test() not to block. A CPU-starved host turns it on.
+  static constexpr uint32_t kDefaultWaitUs = 0;
   static constexpr uint32_t kMaxWaitUs = 100'000;
 
   /// Reads REMORA_NCCL_IDLE_POLLS and REMORA_NCCL_IDLE_WAIT_US (0: never wait). A value
