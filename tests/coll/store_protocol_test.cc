@@ -90,7 +90,10 @@ TEST(StoreProtocol, ReplyHeader) {
   EXPECT_EQ(h->status, Reply::kInvalidArgument);
   EXPECT_EQ(h->payload_bytes, 3u);
   EXPECT_EQ(decode_reply_header(std::span(b).first(4)).status().code(), StatusCode::kInProgress);
-  EXPECT_EQ(decode_reply_header(bytes({3, 0, 0, 0, 0})).status().code(), StatusCode::kProtocol);
+  auto refused = decode_reply_header(bytes({3, 0, 0, 0, 0}));  // a keyed store refusing (REMORA_AUTH_KEY)
+  ASSERT_TRUE(refused.is_ok());
+  EXPECT_EQ(refused->status, Reply::kUnauthenticated);
+  EXPECT_EQ(decode_reply_header(bytes({4, 0, 0, 0, 0})).status().code(), StatusCode::kProtocol);
   EXPECT_EQ(decode_reply_header(bytes({0, 0, 0, 0, 0x10})).status().code(), StatusCode::kProtocol);  // 256 MiB
 }
 
