@@ -82,7 +82,8 @@ void destroy_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent even
   driver.cuEventDestroy(event);  // legal before the event completes: freed when it does
 }
 
-void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event);  // by the watcher
+void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event,
+                  std::shared_ptr<const void> context_hold);  // by the watcher
 
 /// The copies whose host function may still come, by a number never reused: the host
 /// function gets the number, not a pointer, so one that comes after its copy was ended
@@ -133,16 +134,19 @@ void end_by_query(CopyState& state, Status status) {
 
 /// An event recorded after a copy. Destroyed by whoever lets go of it last: the
 /// AsyncCopy's owner or the watcher; on the host-function thread (an on_done function
-/// that destroyed its copy) the watcher destroys it later.
+/// that destroyed its copy) the watcher destroys it later. `context_hold` keeps the
+/// context alive until then (released after the event is destroyed).
 struct CopyEvent {
   const CudaDriver* driver;
   cu::CUcontext ctx;
   cu::CUevent event;
+  std::shared_ptr<const void> context_hold;
 
-  CopyEvent(const CudaDriver* d, cu::CUcontext c, cu::CUevent e) : driver(d), ctx(c), event(e) {}
+  CopyEvent(const CudaDriver* d, cu::CUcontext c, cu::CUevent e, std::shared_ptr<const void> hold)
+      : driver(d), ctx(c), event(e), context_hold(std::move(hold)) {}
   ~CopyEvent() {
     if (t_in_host_function) {
-      retire_event(*driver, ctx, event);
+      retire_event(*driver, ctx, event, std::move(context_hold));
     } else {
       destroy_event(*driver, ctx, event);
     }
@@ -189,9 +193,9 @@ class CompletionWatcher {
     if (was_idle) cv_.notify_all();  // a busy watcher finds it at its next poll
   }
 
-  void retire(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event) {
+  void retire(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event, std::shared_ptr<const void> hold) {
     std::lock_guard lock(mu_);
-    retired_.push_back({&driver, ctx, event});
+    retired_.push_back({&driver, ctx, event, std::move(hold)});
     start_locked();
     cv_.notify_all();
   }
@@ -206,6 +210,7 @@ class CompletionWatcher {
     const CudaDriver* driver;
     cu::CUcontext ctx;
     cu::CUevent event;
+    std::shared_ptr<const void> context_hold;  // released once the event is destroyed
   };
 
   CompletionWatcher() = default;
@@ -226,6 +231,7 @@ class CompletionWatcher {
       std::vector<Pending> batch = std::exchange(pending_, {});
       lock.unlock();
       for (const Retired& r : retired) destroy_event(*r.driver, r.ctx, r.event);
+      retired.clear();  // the contexts' holds, after their events
       std::vector<Pending> still_running;
       for (Pending& p : batch) {
         if (p.state->has_ended()) continue;
@@ -250,8 +256,9 @@ class CompletionWatcher {
   std::vector<Retired> retired_;
 };
 
-void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event) {
-  CompletionWatcher::instance().retire(driver, ctx, event);
+void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event,
+                  std::shared_ptr<const void> context_hold) {
+  CompletionWatcher::instance().retire(driver, ctx, event, std::move(context_hold));
 }
 
 class CudaCopy final : public AsyncCopy {
@@ -331,11 +338,11 @@ class CudaCopy final : public AsyncCopy {
 }  // namespace
 
 Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::CUcontext ctx, cu::CUstream stream,
-                                                  std::string what) {
+                                                  std::string what, std::shared_ptr<const void> context_hold) {
   cu::CUevent raw_event = nullptr;
   cu::CUresult r = driver.cuEventCreate(&raw_event, cu::CU_EVENT_DISABLE_TIMING);
   if (r != cu::CUDA_SUCCESS) return cuda_error(driver, r, "cuEventCreate", what);
-  auto event = std::make_shared<CopyEvent>(&driver, ctx, raw_event);
+  auto event = std::make_shared<CopyEvent>(&driver, ctx, raw_event, std::move(context_hold));
   r = driver.cuEventRecord(raw_event, stream);
   if (r != cu::CUDA_SUCCESS) return cuda_error(driver, r, "cuEventRecord", what);
   auto state = std::make_shared<CopyState>();

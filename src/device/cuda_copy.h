@@ -17,9 +17,12 @@ namespace remora::device {
 /// nothing else enqueued there in between: records an event and enqueues the host
 /// function, and returns the copy's AsyncCopy, whose on_done is called exactly once.
 /// On an error nothing is tracked and the work already enqueued may still run: the
-/// caller waits for the stream before it returns the error.
+/// caller waits for the stream before it returns the error. `context_hold`, where
+/// given, keeps `ctx` alive (the domain's retain of a primary context) until the event
+/// is destroyed, which may be after the domain that enqueued the copy is gone: an event
+/// must be destroyed in a live context.
 Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::CUcontext ctx, cu::CUstream stream,
-                                                  std::string what);
+                                                  std::string what, std::shared_ptr<const void> context_hold = nullptr);
 
 /// An AsyncCopy that has already ended (a copy of 0 bytes, an empty scatter).
 std::unique_ptr<AsyncCopy> completed_copy();

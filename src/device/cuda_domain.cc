@@ -82,10 +82,33 @@ CudaDomain::~CudaDomain() {
     ScopedContext scope(*driver_, staging.ctx);
     driver_->cuMemHostUnregister(const_cast<void*>(host));
   }
-  for (auto& [ordinal, ctx] : primary_) {
+  // Each primary context is released when the last copy event made in it is destroyed
+  // too (the process's watcher may hold some a little longer).
+  std::lock_guard lock(primary_mu_);
+  primary_.clear();
+}
+
+/// A primary context the domain retained, released when the domain and the copy events
+/// made in it have all let go of it.
+struct CudaDomain::PrimaryContext {
+  const CudaDriver* driver;
+  int ordinal;
+  cu::CUcontext ctx;
+  PrimaryContext(const CudaDriver* d, int o, cu::CUcontext c) : driver(d), ordinal(o), ctx(c) {}
+  PrimaryContext(const PrimaryContext&) = delete;  // one release per retain
+  PrimaryContext& operator=(const PrimaryContext&) = delete;
+  ~PrimaryContext() {
     cu::CUdevice device = 0;
-    if (driver_->cuDeviceGet(&device, ordinal) == cu::CUDA_SUCCESS) driver_->cuDevicePrimaryCtxRelease(device);
+    if (driver->cuDeviceGet(&device, ordinal) == cu::CUDA_SUCCESS) driver->cuDevicePrimaryCtxRelease(device);
   }
+};
+
+std::shared_ptr<const void> CudaDomain::context_hold(cu::CUcontext ctx) const {
+  std::lock_guard lock(primary_mu_);
+  for (const auto& [ordinal, primary] : primary_) {
+    if (primary->ctx == ctx) return primary;
+  }
+  return nullptr;  // the application's context: its lifetime is the application's
 }
 
 Status CudaDomain::available() const {
@@ -95,7 +118,7 @@ Status CudaDomain::available() const {
 
 Result<cu::CUcontext> CudaDomain::primary_context(int ordinal) const {
   std::lock_guard lock(primary_mu_);
-  if (auto it = primary_.find(ordinal); it != primary_.end()) return it->second;
+  if (auto it = primary_.find(ordinal); it != primary_.end()) return it->second->ctx;
   cu::CUdevice device = 0;
   cu::CUresult r = driver_->cuDeviceGet(&device, ordinal);
   if (r != cu::CUDA_SUCCESS) return cuda_error(*driver_, r, "cuDeviceGet", fmt::format("CUDA device {}", ordinal));
@@ -104,7 +127,7 @@ Result<cu::CUcontext> CudaDomain::primary_context(int ordinal) const {
   if (r != cu::CUDA_SUCCESS) {
     return cuda_error(*driver_, r, "cuDevicePrimaryCtxRetain", fmt::format("CUDA device {}", ordinal));
   }
-  primary_.emplace(ordinal, ctx);
+  primary_.emplace(ordinal, std::make_shared<PrimaryContext>(driver_, ordinal, ctx));
   return ctx;
 }
 
@@ -212,13 +235,14 @@ namespace {
 /// then what tracks its end. If any of it fails, waits for what was enqueued, so nothing
 /// writes into the caller's memory after the error is returned.
 template <typename Work>
-Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContextEntry& entry, StreamRole role,
+Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContextEntry& entry,
+                                           std::shared_ptr<const void> context_hold, StreamRole role,
                                            std::string what, Work&& work) {
   const cu::CUstream stream = entry.streams[role];
   std::lock_guard lock(entry.stream_mu[role]);
   Status s = work(stream);
   if (s.is_ok()) {
-    auto copy = track_copy_end(driver, entry.ctx, stream, std::move(what));
+    auto copy = track_copy_end(driver, entry.ctx, stream, std::move(what), std::move(context_hold));
     if (copy.is_ok()) return copy;
     s = copy.status();
   }
@@ -275,7 +299,8 @@ Result<std::unique_ptr<AsyncCopy>> CudaDomain::copy(bool to_host, void* dst, con
   std::string what = fmt::format("CUDA {} of {} bytes ({} {})", direction, len, to_host ? "from" : "to", device_side);
   const cu::CUdeviceptr device = device_address(device_side);
   const CudaDriver& driver = *driver_;
-  return enqueue(driver, *entry, to_host ? kToHost : kFromHost, std::move(what), [&](cu::CUstream stream) {
+  return enqueue(driver, *entry, context_hold(entry->ctx), to_host ? kToHost : kFromHost, std::move(what),
+                 [&](cu::CUstream stream) {
     const cu::CUresult r = to_host ? driver.cuMemcpyDtoHAsync(dst, device, len, stream)
                                    : driver.cuMemcpyHtoDAsync(device, src, len, stream);
     if (r == cu::CUDA_SUCCESS) return Status::ok();
@@ -469,7 +494,7 @@ Result<std::unique_ptr<AsyncCopy>> CudaDomain::scatter(void* dst_base, const voi
   const cu::CUdeviceptr dst_address = device_address(dst_base);
   const cu::CUdeviceptr src_address = device_address(src_base);
   const CudaDriver& driver = *driver_;
-  return enqueue(driver, *entry, kScatter, std::move(what), [&](cu::CUstream stream) {
+  return enqueue(driver, *entry, context_hold(entry->ctx), kScatter, std::move(what), [&](cu::CUstream stream) {
     if (use_kernel) return entry->kernel.launch(driver, stream, dst_address, src_address, entries);
     return scatter_by_copies(driver, stream, dst_address, src_address, entries);
   });

@@ -135,8 +135,13 @@ class CudaDomain final : public MemoryDomain {
   Status unavailable_;
   CudaDomainOptions options_;
 
+  struct PrimaryContext;
+  /// What keeps `ctx` alive for a copy event made in it: our retain where it is a primary
+  /// context we retained, else nothing.
+  std::shared_ptr<const void> context_hold(cu::CUcontext ctx) const;
+
   mutable std::mutex primary_mu_;
-  mutable std::map<int, cu::CUcontext> primary_;  // device ordinal -> primary context we retained
+  mutable std::map<int, std::shared_ptr<PrimaryContext>> primary_;  // device ordinal -> our retain of its primary context
 
   std::mutex entries_mu_;
   std::map<uint64_t, std::unique_ptr<CudaContextEntry>> entries_;  // by context id; never erased before ~CudaDomain

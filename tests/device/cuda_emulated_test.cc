@@ -194,6 +194,41 @@ TEST_F(CudaEmulated, OnDoneMayDestroyItsCopy) {
   // TearDown checks that no CUDA call came from the host-function thread.
 }
 
+// Found on an H100 by compute-sanitizer: the process's watcher destroyed copy events
+// after the domain had released the primary context they were made in, and with it
+// the last retain (CUDA_ERROR_INVALID_CONTEXT from cuEventDestroy: the driver had
+// destroyed the context and its events). An event now keeps the domain's retain of its
+// context until it is destroyed. The watcher holds this copy's event until its next
+// poll, well after the domain is gone.
+TEST_F(CudaEmulated, CopyEventsKeepTheirPrimaryContextAliveAfterTheDomain) {
+  auto without_context = emulator_control<int (*)()>("remora_emulated_cuda_events_destroyed_without_context");
+  auto all_destroyed = emulator_control<int (*)(int)>("remora_emulated_cuda_wait_all_events_destroyed");
+  ASSERT_NE(without_context, nullptr);
+  ASSERT_NE(all_destroyed, nullptr);
+  const int before = without_context();
+  // The fixture's own retain would keep the context alive: only the domain's is left.
+  ASSERT_EQ(driver_->cuDevicePrimaryCtxRelease(device_), cu::CUDA_SUCCESS);
+  ctx_ = nullptr;
+  {
+    auto domain = std::make_unique<CudaDomain>(driver_);
+    auto device = domain->allocate(1 << 20);
+    ASSERT_TRUE(device.is_ok()) << device.status().to_string();
+    std::vector<std::byte> host(1 << 20, std::byte{7});
+    hold_streams_(1);  // on_done is registered (and the watcher watches) before the copy ends
+    auto copy = domain->copy_from_host(*device, host.data(), host.size());
+    ASSERT_TRUE(copy.is_ok()) << copy.status().to_string();
+    DoneCounter done;
+    (*copy)->on_done(done.callback());
+    hold_streams_(0);
+    ASSERT_TRUE(done.wait_for(1)) << "on_done never came";
+    copy->reset();
+    EXPECT_TRUE(domain->deallocate(*device).is_ok());
+  }  // the domain lets go of its retain here; the watcher still holds the event
+  ASSERT_EQ(all_destroyed(static_cast<int>(kCopyTimeout / std::chrono::milliseconds(1))), 1)
+      << "the watcher never destroyed the copy's event";
+  EXPECT_EQ(without_context() - before, 0) << "cuEventDestroy after the event's context was released";
+}
+
 // The loader, in child processes with the emulated driver: entry points from
 // cuGetProcAddress_v2, and from dlsym where the driver has no working one.
 constexpr const char* kLoaderChild = "CudaEmulatedLoaderChild.Loads";

@@ -31,7 +31,13 @@
 //     can enqueue everything before any of it runs, and fail it then);
 //   remora_emulated_cuda_current_depth(): how many contexts this thread has pushed;
 //   remora_emulated_cuda_calls_from_host_functions(): how many driver calls were made
-//     from inside a host function, where CUDA forbids them (they also fail here).
+//     from inside a host function, where CUDA forbids them (they also fail here);
+//   remora_emulated_cuda_events_destroyed_without_context(): how many cuEventDestroy
+//     calls came after every retain of the event's primary context was released (a
+//     real driver has destroyed the context, and the event with it, by then: the call
+//     fails with CUDA_ERROR_INVALID_CONTEXT, as it does here);
+//   remora_emulated_cuda_wait_all_events_destroyed(ms): 1 once every event created has
+//     been given to cuEventDestroy, 0 if that takes longer than `ms`.
 // REMORA_TEST_CUDA_EMULATOR_NO_PROC_ADDRESS=1 makes cuGetProcAddress_v2 find nothing,
 // so the loader's dlsym fallback is exercised.
 #include <dlfcn.h>
@@ -39,6 +45,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -104,6 +111,12 @@ struct Range {
 std::mutex g_mu;
 std::map<uintptr_t, Range> g_ranges;  // by start
 CUctx_st g_primary;
+
+// Events created and not yet given to cuEventDestroy; destroys after the context went.
+std::mutex g_event_count_mu;
+std::condition_variable g_event_count_cv;
+int g_events_alive = 0;
+std::atomic<int> g_events_without_context{0};
 bool g_initialised = false;
 std::atomic<bool> g_fail_next_copy{false};
 std::mutex g_hold_mu;
@@ -241,6 +254,11 @@ void remora_emulated_cuda_hold_streams(int hold) {
 }
 int remora_emulated_cuda_current_depth() { return static_cast<int>(t_contexts.size()); }
 int remora_emulated_cuda_calls_from_host_functions() { return g_calls_from_host_functions.load(); }
+int remora_emulated_cuda_events_destroyed_without_context() { return g_events_without_context.load(); }
+int remora_emulated_cuda_wait_all_events_destroyed(int ms) {
+  std::unique_lock lock(g_event_count_mu);
+  return g_event_count_cv.wait_for(lock, std::chrono::milliseconds(ms), [] { return g_events_alive == 0; }) ? 1 : 0;
+}
 
 CUresult cuInit(unsigned int flags) {
   REMORA_EMULATED_ENTRY();
@@ -601,6 +619,8 @@ CUresult cuEventCreate(CUevent* event, unsigned int flags) {
   auto* e = new CUevent_st();
   e->ctx = current();
   *event = e;
+  std::lock_guard lock(g_event_count_mu);
+  ++g_events_alive;
   return CUDA_SUCCESS;
 }
 
@@ -634,7 +654,21 @@ CUresult cuEventSynchronize(CUevent event) {
 CUresult cuEventDestroy_v2(CUevent event) {
   REMORA_EMULATED_ENTRY();
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  release(event);
+  bool context_gone = false;
+  if (event->ctx == &g_primary) {
+    std::lock_guard lock(g_mu);
+    context_gone = g_primary.refs == 0;
+  }
+  {
+    std::lock_guard lock(g_event_count_mu);
+    --g_events_alive;
+  }
+  g_event_count_cv.notify_all();
+  release(event);  // a real driver freed it with its context; the emulation frees it now
+  if (context_gone) {
+    ++g_events_without_context;
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   return CUDA_SUCCESS;
 }
 
