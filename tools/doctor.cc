@@ -1,6 +1,8 @@
 // tools/doctor.cc — `remora doctor`: the capability report, human-readable or as JSON.
 #include "doctor.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string_view>
 
@@ -179,8 +181,57 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
           {"exit_code", exit_code(r)}};
 }
 
+/// CUDA device 0's memory exported as a dmabuf for the bind attempts, where the driver
+/// and device can (a real GPU's dmabuf is what devmem TCP binds); else `note` says why
+/// not. Freed when the doctor is done.
+struct GpuDmabuf {
+  void* memory = nullptr;
+  int fd = -1;
+  std::string note;
+  GpuDmabuf() = default;
+  GpuDmabuf(const GpuDmabuf&) = delete;
+  GpuDmabuf& operator=(const GpuDmabuf&) = delete;
+  ~GpuDmabuf() {
+    if (fd >= 0) ::close(fd);
+    if (memory != nullptr) (void)cuda_free(memory);
+  }
+};
+
+void export_gpu_dmabuf(const CudaProbe& probe, GpuDmabuf& out) {
+  constexpr size_t kBytes = size_t{2} << 20;  // cuMemAlloc's alignment: whole pages
+  if (!probe.driver_loaded) {
+    out.note = "no GPU export was tried (no CUDA driver)";
+    return;
+  }
+  if (probe.devices.empty() || !probe.devices.front().dmabuf_supported) {
+    out.note = probe.devices.empty() ? "no GPU export was tried (no CUDA device)"
+                                     : "CUDA device 0 cannot export dmabufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0)";
+    return;
+  }
+  auto domain = cuda_domain();
+  auto memory = domain ? cuda_allocate(kBytes, 0) : Result<void*>(domain.status());
+  if (!memory) {
+    out.note = "CUDA device 0's export not tried: " + memory.status().message();
+    return;
+  }
+  out.memory = *memory;
+  auto exported = (*domain)->export_dmabuf(out.memory, kBytes);
+  if (!exported) {
+    out.note = "CUDA device 0's dmabuf export failed: " + exported.status().message();
+    return;
+  }
+  out.fd = exported->fd;
+  out.note = fmt::format("CUDA device 0 ({}) memory, {} bytes, exported with cuMemGetHandleForAddressRange",
+                         probe.devices.front().name, kBytes);
+}
+
 int run_doctor(const DoctorOptions& options) {
-  const auto report = probe_capabilities({.interfaces = options.interfaces, .try_bind = !options.no_bind});
+  GpuDmabuf gpu;
+  if (!options.no_bind) export_gpu_dmabuf(probe_cuda(), gpu);
+  const auto report = probe_capabilities({.interfaces = options.interfaces,
+                                          .try_bind = !options.no_bind,
+                                          .dmabuf_fd = gpu.fd,
+                                          .dmabuf_note = gpu.note});
   if (!report) {
     fmt::print(stderr, "remora doctor: error: {}\n", report.status().to_string());
     return kDoctorProbeFailed;

@@ -428,7 +428,7 @@ void add_bench_p2p(CLI::App* bench, Cli& c) {
                 "cycle a window through up to 64 MiB of distinct buffers (default: reuse one, as osu_bw and iperf3 do)");
   p2p->add_option("--memory", a.memory,
                   "this side's message buffers: host, test-device (a test double of a device, moved through the "
-                  "staging path) or cuda (not built in yet)")
+                  "staging path) or cuda (device 0, through the CUDA driver where one loads)")
       ->capture_default_str();
   p2p->add_option("--peer-memory", a.peer_memory, "the follower's message buffers (default: as --memory)");
   p2p->add_option("--device-copy-rate", a.device_copy_rate,

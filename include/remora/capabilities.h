@@ -95,6 +95,15 @@ struct CapabilityProbeOptions {
   /// them they bind the last RX queue for an instant (the queue restarts); false skips
   /// them (answers kUnknown, "not tried").
   bool try_bind = true;
+  /// A dmabuf the caller exported to try the binds with, instead of the best one this
+  /// layer can make (udmabuf, the DMA-BUF system heap, else a memfd); -1: none. Not
+  /// closed here. `remora doctor` passes one exported from CUDA device 0's memory
+  /// (remora/cuda.h), where the driver can.
+  int dmabuf_fd = -1;
+  /// What dmabuf_fd is ("CUDA device 0 (NVIDIA H100 80GB HBM3), 2097152 bytes"); or,
+  /// with no fd, why the caller's export failed: reported in the host's dmabuf answer
+  /// in place of "no GPU export was tried".
+  std::string dmabuf_note = {};
 };
 
 /// Probes this host. Each answer is independent: one that cannot be had is kUnknown

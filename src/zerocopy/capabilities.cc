@@ -304,7 +304,17 @@ Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& option
   host.cuda = unknown("not probed yet by probe_capabilities(): see remora::probe_cuda() in remora/cuda.h");
 
   std::optional<zerocopy::DmabufSource> source;
-  if (auto s = zerocopy::best_dmabuf(kProbeDmabufBytes)) {
+  if (options.dmabuf_fd >= 0) {
+    auto s = zerocopy::exported_dmabuf(options.dmabuf_fd, 0, options.dmabuf_note);
+    if (s) {
+      host.dmabuf_source = yes(options.dmabuf_note);
+      source = std::move(*s);
+    } else {
+      host.dmabuf_source = unknown(s.status().message());
+    }
+  } else if (auto s = zerocopy::best_dmabuf(kProbeDmabufBytes,
+                                            options.dmabuf_note.empty() ? "no GPU export was tried"
+                                                                        : std::string_view(options.dmabuf_note))) {
     host.dmabuf_source = s->is_dmabuf() ? yes(fmt::format("{} ({} bytes)", s->describe(), s->size))
                                         : no(s->why_no_dmabuf, "modprobe udmabuf, or a GPU driver's dmabuf export");
     source = std::move(*s);

@@ -73,11 +73,23 @@ std::string DmabufSource::describe() const {
     case Kind::kUdmabuf: return "udmabuf";
     case Kind::kDmaHeap: return "dma-heap system";
     case Kind::kMemfd: return "memfd (not a dmabuf)";
+    case Kind::kExported: return exporter;
   }
   return "?";
 }
 
-Result<DmabufSource> best_dmabuf(size_t size) {
+Result<DmabufSource> exported_dmabuf(int fd, size_t size, std::string exporter) {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return Status(StatusCode::kInvalidArgument, fmt::format("dmabuf fd {}: {}", fd, errno_text(errno)));
+  DmabufSource out;
+  out.kind = DmabufSource::Kind::kExported;
+  out.fd = net::Fd(copy);
+  out.size = size;
+  out.exporter = std::move(exporter);
+  return out;
+}
+
+Result<DmabufSource> best_dmabuf(size_t size, std::string_view gpu_note) {
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   if (size == 0 || size % page != 0) {
     return Status(StatusCode::kInvalidArgument,
@@ -98,8 +110,8 @@ Result<DmabufSource> best_dmabuf(size_t size) {
     return out;
   }
   REMORA_ASSIGN_OR_RETURN(out.fd, make_memfd(size, 0));
-  out.why_no_dmabuf = fmt::format("no dmabuf exporter here: {}; {}; no GPU export was tried",
-                                  udmabuf.status().message(), heap.status().message());
+  out.why_no_dmabuf = fmt::format("no dmabuf exporter here: {}; {}; {}", udmabuf.status().message(),
+                                  heap.status().message(), gpu_note);
   return out;
 }
 

@@ -4,6 +4,8 @@
 // interface is a clear error and turning the bind attempts off says so.
 #include "remora/capabilities.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,6 +79,34 @@ TEST(Capabilities, WithoutBindAttemptsTheyAreUnknownAndSaySo) {
     EXPECT_EQ(a->state, ProbeAnswer::State::kUnknown);
     EXPECT_NE(a->reason.find("not tried"), std::string::npos) << a->reason;
     EXPECT_EQ(a->error, 0);
+  }
+}
+
+// The caller's own dmabuf (remora doctor exports CUDA device 0's memory): the binds are
+// tried with it and the host answer names it; a note without an fd (a failed export)
+// replaces "no GPU export was tried". A memfd stands in for the export here: the kernel
+// refuses it at the same point it refuses a dmabuf on lo, and the answer must not call
+// it a memfd, since the caller said what it is.
+TEST(Capabilities, TriesTheCallersDmabufAndNamesIt) {
+  const int fd = ::memfd_create("remora-test-export", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 1 << 16), 0);
+  auto r = probe_capabilities({.interfaces = {"lo"}, .dmabuf_fd = fd, .dmabuf_note = "test export of 65536 bytes"});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->host.dmabuf_source.state, ProbeAnswer::State::kYes);
+  EXPECT_EQ(r->host.dmabuf_source.detail, "test export of 65536 bytes");
+  const InterfaceCapabilities& lo = r->interfaces[0];
+  EXPECT_NE(lo.devmem_rx.state, ProbeAnswer::State::kYes);  // lo can never bind
+  EXPECT_EQ(lo.devmem_rx.reason.find("memfd"), std::string::npos) << lo.devmem_rx.reason;
+  EXPECT_EQ(::fcntl(fd, F_GETFD), FD_CLOEXEC) << "the caller's fd must stay open";
+  ::close(fd);
+
+  auto failed = probe_capabilities({.interfaces = {"lo"}, .try_bind = false, .dmabuf_note = "the export failed: why"});
+  ASSERT_TRUE(failed.is_ok()) << failed.status().to_string();
+  if (failed->host.dmabuf_source.state == ProbeAnswer::State::kNo) {  // no udmabuf or heap here
+    EXPECT_NE(failed->host.dmabuf_source.reason.find("; the export failed: why"), std::string::npos)
+        << failed->host.dmabuf_source.reason;
+    EXPECT_EQ(failed->host.dmabuf_source.reason.find("no GPU export was tried"), std::string::npos);
   }
 }
 
