@@ -263,8 +263,9 @@ void retire_event(const CudaDriver& driver, cu::CUcontext ctx, cu::CUevent event
 
 class CudaCopy final : public AsyncCopy {
  public:
-  CudaCopy(std::shared_ptr<CopyState> state, std::shared_ptr<CopyEvent> event, std::string what)
-      : state_(std::move(state)), event_(std::move(event)), what_(std::move(what)) {}
+  CudaCopy(std::shared_ptr<CopyState> state, std::shared_ptr<CopyEvent> event, std::string what,
+           std::chrono::microseconds spin)
+      : state_(std::move(state)), event_(std::move(event)), what_(std::move(what)), spin_(spin) {}
 
   Status test() override {
     {
@@ -319,7 +320,12 @@ class CudaCopy final : public AsyncCopy {
     // Ended on the device but not yet reported by the host function: end it here, so
     // the function runs at once, as for a copy test() already calls done. (Should the
     // host function get there first, it makes the call instead: still exactly one.)
+    // A small copy is polled for a few microseconds first (spin_, track_copy_end).
     Status s = event_->query(what_);
+    for (const Clock::time_point until = Clock::now() + spin_;
+         s.code() == StatusCode::kInProgress && Clock::now() < until;) {
+      s = event_->query(what_);
+    }
     if (s.code() != StatusCode::kInProgress) {
       // The function may destroy this copy: keep the state alive until finish returns.
       const std::shared_ptr<CopyState> state = state_;
@@ -333,12 +339,14 @@ class CudaCopy final : public AsyncCopy {
   std::shared_ptr<CopyState> state_;
   std::shared_ptr<CopyEvent> event_;
   std::string what_;
+  std::chrono::microseconds spin_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::CUcontext ctx, cu::CUstream stream,
-                                                  std::string what, std::shared_ptr<const void> context_hold) {
+                                                  std::string what, std::shared_ptr<const void> context_hold,
+                                                  std::chrono::microseconds spin) {
   cu::CUevent raw_event = nullptr;
   cu::CUresult r = driver.cuEventCreate(&raw_event, cu::CU_EVENT_DISABLE_TIMING);
   if (r != cu::CUDA_SUCCESS) return cuda_error(driver, r, "cuEventCreate", what);
@@ -353,7 +361,8 @@ Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::
     InFlight::instance().take(state->in_flight_id);
     return cuda_error(driver, r, "cuLaunchHostFunc", what);
   }
-  return std::unique_ptr<AsyncCopy>(std::make_unique<CudaCopy>(std::move(state), std::move(event), std::move(what)));
+  return std::unique_ptr<AsyncCopy>(
+      std::make_unique<CudaCopy>(std::move(state), std::move(event), std::move(what), spin));
 }
 
 std::unique_ptr<AsyncCopy> completed_copy() { return std::make_unique<CompletedCopy>(); }

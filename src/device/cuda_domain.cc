@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -234,15 +235,25 @@ namespace {
 /// Enqueues `work` on `stream` (in `entry`'s context, which the caller made current),
 /// then what tracks its end. If any of it fails, waits for what was enqueued, so nothing
 /// writes into the caller's memory after the error is returned.
+/// Copies (and scatters) of up to this many bytes are polled for briefly when their
+/// end is asked for, rather than left to the driver's host function: on an H100 that
+/// function came about 150 µs after each small copy, against a few µs for the copy.
+constexpr size_t kPolledCopyBytes = 256 * 1024;
+constexpr std::chrono::microseconds kPolledCopySpin{50};
+
+std::chrono::microseconds spin_for(size_t bytes) {
+  return bytes <= kPolledCopyBytes ? kPolledCopySpin : std::chrono::microseconds(0);
+}
+
 template <typename Work>
 Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContextEntry& entry,
                                            std::shared_ptr<const void> context_hold, StreamRole role,
-                                           std::string what, Work&& work) {
+                                           std::string what, size_t bytes, Work&& work) {
   const cu::CUstream stream = entry.streams[role];
   std::lock_guard lock(entry.stream_mu[role]);
   Status s = work(stream);
   if (s.is_ok()) {
-    auto copy = track_copy_end(driver, entry.ctx, stream, std::move(what), std::move(context_hold));
+    auto copy = track_copy_end(driver, entry.ctx, stream, std::move(what), std::move(context_hold), spin_for(bytes));
     if (copy.is_ok()) return copy;
     s = copy.status();
   }
@@ -299,7 +310,7 @@ Result<std::unique_ptr<AsyncCopy>> CudaDomain::copy(bool to_host, void* dst, con
   std::string what = fmt::format("CUDA {} of {} bytes ({} {})", direction, len, to_host ? "from" : "to", device_side);
   const cu::CUdeviceptr device = device_address(device_side);
   const CudaDriver& driver = *driver_;
-  return enqueue(driver, *entry, context_hold(entry->ctx), to_host ? kToHost : kFromHost, std::move(what),
+  return enqueue(driver, *entry, context_hold(entry->ctx), to_host ? kToHost : kFromHost, std::move(what), len,
                  [&](cu::CUstream stream) {
     const cu::CUresult r = to_host ? driver.cuMemcpyDtoHAsync(dst, device, len, stream)
                                    : driver.cuMemcpyHtoDAsync(device, src, len, stream);
@@ -494,7 +505,8 @@ Result<std::unique_ptr<AsyncCopy>> CudaDomain::scatter(void* dst_base, const voi
   const cu::CUdeviceptr dst_address = device_address(dst_base);
   const cu::CUdeviceptr src_address = device_address(src_base);
   const CudaDriver& driver = *driver_;
-  return enqueue(driver, *entry, context_hold(entry->ctx), kScatter, std::move(what), [&](cu::CUstream stream) {
+  return enqueue(driver, *entry, context_hold(entry->ctx), kScatter, std::move(what), total,
+                 [&](cu::CUstream stream) {
     if (use_kernel) return entry->kernel.launch(driver, stream, dst_address, src_address, entries);
     return scatter_by_copies(driver, stream, dst_address, src_address, entries);
   });
