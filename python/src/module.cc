@@ -243,6 +243,11 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["notifications"] = s.notifications;
   d["staged_transfers"] = s.staged_transfers;
   d["staged_bytes"] = s.staged_bytes;
+  d["devmem_transfers"] = s.devmem_transfers;
+  d["zcrx_transfers"] = s.zcrx_transfers;
+  d["device_path_refusals"] = s.device_path_refusals;
+  d["device_path"] = s.device_path;
+  d["device_path_reason"] = s.device_path_reason;
   return d;
 }
 
@@ -421,6 +426,53 @@ NB_MODULE(_remora, m) {
       .value("DEBUG", LogLevel::kDebug)
       .value("TRACE", LogLevel::kTrace);
 
+  nb::enum_<DevicePathMode>(m, "DevicePathMode",
+                            "Which data path transfers of device memory take (REMORA_DEVICE_PATH). AUTO: the "
+                            "best one that works (devmem TCP, io_uring zcrx, else staging), each one passed over "
+                            "recorded with why; the others demand that path, and a transfer it cannot take fails "
+                            "with the reason (docs/device-memory.md).")
+      .value("AUTO", DevicePathMode::kAuto)
+      .value("DEVMEM", DevicePathMode::kDevmem)
+      .value("ZCRX", DevicePathMode::kZcrx)
+      .value("STAGING", DevicePathMode::kStaging);
+
+  nb::enum_<ChecksumMode>(m, "ChecksumMode",
+                          "End-to-end integrity of transfers (REMORA_CHECKSUM). CRC32C: every chunk of every "
+                          "transfer carries a CRC-32C on the control stream and the receiver checks it; a "
+                          "mismatch fails that operation with DataCorrupt (docs/protocol.md, \"Checksums\"). "
+                          "Both sides of an endpoint must use the same mode (a differing peer is refused at "
+                          "connect). Needs a build with ISA-L; without it CRC32C is refused (Unsupported).")
+      .value("NONE", ChecksumMode::kNone)
+      .value("CRC32C", ChecksumMode::kCrc32c);
+
+  nb::class_<AuthKey>(m, "AuthKey",
+                      "The key every handshake proves knowledge of when a job secret is configured "
+                      "(REMORA_AUTH_KEY or REMORA_AUTH_KEY_FILE; docs/configuration.md): 32 bytes derived from "
+                      "the secret (BLAKE2b under a fixed label), never the secret itself. Endpoints and the "
+                      "rendezvous store then authenticate both ways by an HMAC challenge-response over fresh "
+                      "nonces (docs/protocol.md, \"Authentication\"); a peer that cannot prove it holds the same "
+                      "secret gets no endpoint and no store access (AccessDenied on its side).")
+      .def_static("from_secret",
+                  [](nb::bytes secret) {
+                    return take(AuthKey::from_secret(
+                        std::string_view(static_cast<const char*>(secret.data()), secret.size())));
+                  },
+                  "secret"_a,
+                  "Derives the key from a shared secret (bytes; encode a str first). InvalidArgument when it "
+                  "is empty.")
+      .def_static("from_env", [] { return take(AuthKey::from_env()); },
+                  "The key the environment names: REMORA_AUTH_KEY (the secret itself) or REMORA_AUTH_KEY_FILE "
+                  "(a file holding it; one trailing newline is dropped). Neither set: None (no "
+                  "authentication). InvalidArgument, naming the variable, when both are set, when the secret "
+                  "is empty, or when the file cannot be read.")
+      .def_prop_ro("bytes",
+                   [](const AuthKey& k) {
+                     return nb::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
+                   },
+                   "The 32 derived bytes.")
+      .def("__eq__", [](const AuthKey& a, const AuthKey& b) { return a.bytes == b.bytes; })
+      .def("__repr__", [](const AuthKey&) { return std::string("AuthKey(<32 bytes>)"); });
+
   // --- RemoteKey ------------------------------------------------------------
   nb::class_<RemoteKey>(m, "RemoteKey",
                         "A grant to access a window of a registered region: region id, generation "
@@ -511,6 +563,28 @@ NB_MODULE(_remora, m) {
              return nb::module_::import_("remora._aio").attr("wait_for")(self).attr("__await__")();
            },
            "`await request`: completes when the operation does (raising its error) and returns the request.");
+
+  m.def("wait_all",
+        [](std::vector<RequestObj*> requests, std::optional<double> timeout) {
+          std::vector<Request> list;
+          list.reserve(requests.size());
+          for (RequestObj* r : requests) {
+            if (!r) raise(Status(StatusCode::kInvalidArgument, "wait_all takes remora.Request objects"));
+            list.push_back(r->req);
+          }
+          const Duration d = to_duration(timeout);
+          Status s;
+          {
+            nb::gil_scoped_release unlocked;
+            s = wait_all(list, d);
+          }
+          KeepAlive::instance().sweep();
+          check(s);
+        },
+        "requests"_a, "timeout"_a = nb::none(),
+        "Waits for all requests (up to `timeout` seconds in total; GIL released). First error wins; "
+        "remora.Timeout if any is still running at the deadline. None: the default bound of the context "
+        "of the first request still running (REMORA_WAIT_TIMEOUT_MS); remora.FOREVER: none.");
 
   nb::class_<Completions>(m, "_Completions", "Completion eventfd for asyncio (remora/_aio.py).")
       .def(nb::init<>())
@@ -767,7 +841,23 @@ NB_MODULE(_remora, m) {
       .def_prop_ro("id", [](const EndpointObj& e) { return static_cast<uint64_t>(e.ep->id()); })
       .def_prop_ro("peer_address", [](const EndpointObj& e) { return e.ep->peer_address(); })
       .def_prop_ro("data_streams", [](const EndpointObj& e) { return e.ep->data_streams(); })
-      .def("stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); }, "A snapshot of the counters.")
+      .def_prop_ro("peer_said_goodbye", [](const EndpointObj& e) { return e.ep->peer_said_goodbye(); },
+                   "True once the peer sent GOODBYE, with close() or abort(): it was alive when the endpoint "
+                   "ended. An endpoint that failed with PeerFailed without it lost a peer that died, was cut "
+                   "off or fell silent (EOF, reset, REMORA_PEER_TIMEOUT_MS). Communicator.failed_ranks() tells "
+                   "a dead rank from a survivor that gave up this way.")
+      .def("stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); },
+           "A snapshot of the counters (EndpointStats, remora/endpoint.h) as a dict: messages_sent, "
+           "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
+           "chunks_per_stream (a list, one per data stream), puts, gets, atomics, rma_bytes_put, "
+           "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "
+           "as the target), notifications (delivered to this side), staged_transfers and staged_bytes "
+           "(device-memory transfers through pinned staging buffers), devmem_transfers and zcrx_transfers "
+           "(device transfers by devmem TCP / io_uring zero-copy receive: 0 in this version), "
+           "device_path_refusals (device transfers refused because the path REMORA_DEVICE_PATH demands "
+           "could not take them), device_path (the path the last device-memory transfer took: "
+           "\"staging\", \"devmem\", \"zcrx\", \"refused\"; empty before the first) and "
+           "device_path_reason (why; names each faster path passed over).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](EndpointObj& e, nb::args) {
         nb::gil_scoped_release unlocked;
@@ -811,7 +901,10 @@ NB_MODULE(_remora, m) {
               std::optional<uint32_t> progress_linger_us, std::optional<uint32_t> progress_poll_us,
               std::optional<uint32_t> connect_timeout_ms, std::optional<uint32_t> handshake_timeout_ms,
               std::optional<uint32_t> wait_timeout_ms, std::optional<PinMode> pin_mode,
-              std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level, bool ignore_env) {
+              std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level,
+              std::optional<uint32_t> max_pending_handshakes, std::optional<uint32_t> peer_timeout_ms,
+              std::optional<DevicePathMode> device_path, std::optional<ChecksumMode> checksum,
+              std::optional<AuthKey> auth_key, bool ignore_env) {
              ContextOptions o;
              o.streams_per_endpoint = streams_per_endpoint;
              o.chunk_bytes = chunk_bytes;
@@ -829,6 +922,11 @@ NB_MODULE(_remora, m) {
              o.pin_mode = pin_mode;
              o.staging_buffers = staging_buffers;
              o.log_level = log_level;
+             o.max_pending_handshakes = max_pending_handshakes;
+             o.peer_timeout_ms = peer_timeout_ms;
+             o.device_path = device_path;
+             o.checksum = checksum;
+             o.auth_key = auth_key;
              o.ignore_env = ignore_env;
              Result<std::unique_ptr<Context>> c = [&] {
                nb::gil_scoped_release unlocked;
@@ -842,7 +940,17 @@ NB_MODULE(_remora, m) {
            "progress_linger_us"_a = nb::none(), "progress_poll_us"_a = nb::none(),
            "connect_timeout_ms"_a = nb::none(), "handshake_timeout_ms"_a = nb::none(),
            "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
-           "log_level"_a = nb::none(), "ignore_env"_a = false)
+           "log_level"_a = nb::none(), "max_pending_handshakes"_a = nb::none(), "peer_timeout_ms"_a = nb::none(),
+           "device_path"_a = nb::none(), "checksum"_a = nb::none(), "auth_key"_a = nb::none(),
+           "ignore_env"_a = false,
+           "Keyword arguments: one per field of ContextOptions (remora/config.h), same name and meaning "
+           "(docs/configuration.md); unset ones keep the environment's or the default value. "
+           "max_pending_handshakes: handshakes a server side keeps in progress at once (per listener, and "
+           "endpoints waiting for their data streams, per context), 1 to 65536. peer_timeout_ms: a peer "
+           "silent this long while operations are outstanding is declared dead, 1000 ms to 1 h. "
+           "device_path: a DevicePathMode. checksum: a ChecksumMode (CRC32C needs an ISA-L build, else "
+           "Unsupported). auth_key: an AuthKey to authenticate with instead of the environment's. "
+           "InvalidArgument for a value out of range.")
       .def("listen",
            [](ContextObj& c, const std::string& address) {
              Result<std::unique_ptr<Listener>> l = [&] {
@@ -912,6 +1020,16 @@ NB_MODULE(_remora, m) {
              d["pin_mode"] = k.pin_mode;
              d["staging_buffers"] = k.staging_buffers;
              d["log_level"] = k.log_level;
+             d["max_pending_handshakes"] = k.max_pending_handshakes;
+             d["peer_timeout_ms"] = k.peer_timeout_ms;
+             d["device_path"] = k.device_path;
+             d["devmem_ifname"] = std::string(k.devmem_ifname.data());
+             d["checksum"] = k.checksum;
+             if (k.auth_key) {
+               d["auth_key"] = *k.auth_key;
+             } else {
+               d["auth_key"] = nb::none();
+             }
              return d;
            },
            "The resolved configuration, as a dict of Config's fields.")
@@ -972,7 +1090,54 @@ NB_MODULE(_remora, m) {
            nb::keep_alive<1, 2>());
   comm.def_prop_ro("rank", [](CommObj& c) { return c.get().rank(); })
       .def_prop_ro("size", [](CommObj& c) { return c.get().size(); })
-      .def_prop_ro("id", [](CommObj& c) { return c.get().id(); })
+      .def_prop_ro("id", [](CommObj& c) { return c.get().id(); },
+                   "Unique among the communicators of this job that share a rank with this one.")
+      .def_prop_ro("epoch", [](CommObj& c) { return c.get().epoch(); },
+                   "0 for communicators made by init and split from them; a fresh value, the same on every "
+                   "member, for each made by shrink (and the splits of that one).")
+      .def("failed_ranks",
+           [](CommObj& c, double timeout) {
+             const Duration d = to_duration(timeout);
+             Communicator& cm = c.get();
+             nb::gil_scoped_release unlocked;
+             return cm.failed_ranks(d);
+           },
+           "timeout"_a = 5.0,
+           "Ranks of this communicator this rank believes dead, ascending (GIL released). While the "
+           "communicator is healthy: those whose endpoint ended without a GOODBYE (process killed, host "
+           "gone, reset, silent past REMORA_PEER_TIMEOUT_MS). Once it is broken (a collective failed): "
+           "each rank whose endpoint ended without its GOODBYE is asked, at the listener it opened at init, "
+           "for a handshake, all at once; a refusal or no answer within `timeout` seconds makes it dead, an "
+           "answer alive. So after a rank was killed every survivor sees the same list. Local knowledge "
+           "still: when failures keep racing, ranks may see different sets; make them agree before "
+           "passing a list to shrink. Blocks up to `timeout` when broken.")
+      .def("shrink",
+           [](CommObj& c, std::vector<int> exclude_ranks, std::optional<double> timeout) {
+             CommOptions o;
+             o.timeout = to_optional_duration(timeout);
+             Result<std::unique_ptr<Communicator>> r = [&] {
+               Communicator& cm = c.get();
+               nb::gil_scoped_release unlocked;
+               return cm.shrink(exclude_ranks, o);
+             }();
+             return CommObj{take(std::move(r))};
+           },
+           "exclude_ranks"_a, "timeout"_a = nb::none(),
+           "A new communicator of this one's ranks but `exclude_ranks` (the dead, and any the application "
+           "wants out), in the spirit of ncclCommShrink (GIL released). Collective over the survivors: "
+           "every one calls it with the same list (any order, duplicates ignored); an excluded rank does "
+           "not. Works on a broken communicator (after a collective failed because a rank died, see "
+           "failed_ranks()) and on a healthy one, which it leaves as it was. Independent of the old "
+           "store (works when rank 0 died): the survivors reconnect at the listeners they opened at init. "
+           "Ranks are the survivors renumbered 0..m-1 in their old order; a fresh epoch. timeout: seconds "
+           "(None: this communicator's timeout), also the new communicator's timeout when set. Errors: "
+           "InvalidArgument for a rank outside 0..size-1 or this rank in the list (nothing is sent), or "
+           "naming both lists when a survivor passed a different list; PeerFailed when a survivor gave up "
+           "or a rank that should survive cannot be reached (exclude it too); Timeout naming the ranks "
+           "that never connected. Ends with a barrier over the new communicator. On failure call it again "
+           "with the corrected list. Only init's communicators and their splits and shrinks can shrink "
+           "(Unsupported otherwise). Not concurrently with this communicator's own operations.",
+           nb::keep_alive<0, 1>())
       .def("split",
            [](CommObj& c, int color, int key) -> std::optional<CommObj> {
              Result<std::unique_ptr<Communicator>> r = [&] {
