@@ -275,3 +275,65 @@ def test_shrink_after_a_rank_is_killed():
         for p in peers:
             p.kill()
             p.wait(BOUND)
+
+
+def test_store_every_call_over_loopback():
+    with remora.StoreServer("127.0.0.1:0", auth_key=None) as server:
+        assert server.address.endswith(f":{server.port}")
+        a = remora.Store(server.address, BOUND, auth_key=None)
+        b = remora.Store(server.address, BOUND, auth_key=None)
+        assert a.local_host == "127.0.0.1"
+        value = bytes(pattern(100_000, 3))
+        a.set("k", value)
+        assert b.get("k", BOUND) == value
+        assert b.check("k") and not b.check("missing")
+        b.wait(["k"], BOUND)
+        with pytest.raises(remora.Timeout, match="missing"):
+            b.wait(["k", "missing"], 0.05)
+        with pytest.raises(remora.Timeout):
+            b.get("missing", 0.05)
+        assert a.add("n", 5) == 5 and b.add("n", -7) == -2
+        with pytest.raises(remora.InvalidArgument):
+            a.add("k", 1)  # not a counter
+        assert a.remove("k") and not a.remove("k") and not b.check("k")
+        a.close()
+        with pytest.raises(remora.Aborted):
+            a.check("n")
+        server.close()
+        with pytest.raises(remora.PeerFailed):
+            b.check("n")
+        b.close()
+
+
+def test_store_authentication():
+    key = remora.AuthKey.from_secret(b"store secret")
+    with remora.StoreServer("127.0.0.1:0", auth_key=key) as server:
+        with remora.Store(server.address, BOUND, auth_key=key) as ok:
+            ok.set("x", b"1")
+            assert ok.get("x", BOUND) == b"1"
+        with pytest.raises(remora.AccessDenied):
+            remora.Store(server.address, BOUND, auth_key=remora.AuthKey.from_secret(b"guess"))
+        with pytest.raises(remora.AccessDenied):
+            with remora.Store(server.address, BOUND, auth_key=None) as none:
+                none.check("x")  # a server that requires a key refuses the first request
+
+
+def test_detect_launch(monkeypatch):
+    for name in ("REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                 "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "REMORA_STORE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(remora.InvalidArgument):
+        remora.detect_launch()
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    li = remora.detect_launch()
+    assert (li.rank, li.size, li.local_rank, li.local_size) == (2, 4, 0, 2)
+    assert (li.launcher, li.store_address) == ("torchrun", "127.0.0.1:29500")
+    monkeypatch.setenv("RANK", "4")  # rank >= size
+    with pytest.raises(remora.InvalidArgument):
+        remora.detect_launch()
