@@ -1,10 +1,13 @@
 """remora: RDMA-like memory semantics over plain TCP.
 
-Python bindings of the C++ library (include/remora/*.h): Context, Listener, Endpoint
+Python bindings of the C++ library (include/remora/*.h): Context (with every
+ContextOptions field; AuthKey, ChecksumMode, DevicePathMode), Listener, Endpoint
 (send, recv, put, get, put_batch, get_batch, atomics, flush, notifications), Region,
-RemoteKey, Pool and Buffer, Request (wait, test, done, await) and Communicator (every
-collective). Memory is any buffer-protocol or DLPack object (NumPy arrays, PyTorch CPU
-tensors, bytearray, ...), used in place. Errors are remora.Error subclasses, one per
+RemoteKey, Pool and Buffer, Request (wait, test, done, await), wait_all and
+Communicator (every collective; split, shrink, failed_ranks, epoch), the rendezvous
+StoreServer and Store, and detect_launch. Memory is any
+buffer-protocol or DLPack object (NumPy arrays, PyTorch CPU tensors, bytearray, ...),
+used in place. Errors are remora.Error subclasses, one per
 status code. See docs/python.md.
 """
 
@@ -16,10 +19,14 @@ from ._remora import (  # noqa: F401
     FOREVER,
     WIRE_VERSION,
     Access,
+    AuthKey,
     Buffer,
+    ChecksumMode,
     Communicator,
     Context,
+    DevicePathMode,
     Endpoint,
+    LaunchInfo,
     Listener,
     LogLevel,
     Notification,
@@ -28,11 +35,16 @@ from ._remora import (  # noqa: F401
     Region,
     RemoteKey,
     Request,
+    Store,
+    StoreServer,
     __version__,
+    detect_launch,
+    wait_all,
 )
 
 __all__ = [
-    "FOREVER", "WIRE_VERSION", "Access", "Buffer", "Communicator", "Context", "Endpoint",
-    "Listener", "LogLevel", "Notification", "PinMode", "Pool", "Region", "RemoteKey",
-    "Request", "__version__", *_error_names,
+    "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator",
+    "Context", "DevicePathMode", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
+    "PinMode", "Pool", "Region", "RemoteKey", "Request", "Store", "StoreServer", "__version__",
+    "detect_launch", "wait_all", *_error_names,
 ]

@@ -110,6 +110,22 @@ struct BufferObj {
   Buffer buf;
 };
 
+struct StoreServerObj {
+  std::unique_ptr<StoreServer> server;
+  StoreServer& get() {
+    if (!server) raise(Status(StatusCode::kAborted, "the store server was closed"));
+    return *server;
+  }
+};
+
+struct StoreObj {
+  std::unique_ptr<Store> store;
+  Store& get() {
+    if (!store) raise(Status(StatusCode::kAborted, "the store connection was closed"));
+    return *store;
+  }
+};
+
 struct CommObj {
   std::unique_ptr<Communicator> comm;
   Communicator& get() {
@@ -243,6 +259,11 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["notifications"] = s.notifications;
   d["staged_transfers"] = s.staged_transfers;
   d["staged_bytes"] = s.staged_bytes;
+  d["devmem_transfers"] = s.devmem_transfers;
+  d["zcrx_transfers"] = s.zcrx_transfers;
+  d["device_path_refusals"] = s.device_path_refusals;
+  d["device_path"] = s.device_path;
+  d["device_path_reason"] = s.device_path_reason;
   return d;
 }
 
@@ -421,6 +442,53 @@ NB_MODULE(_remora, m) {
       .value("DEBUG", LogLevel::kDebug)
       .value("TRACE", LogLevel::kTrace);
 
+  nb::enum_<DevicePathMode>(m, "DevicePathMode",
+                            "Which data path transfers of device memory take (REMORA_DEVICE_PATH). AUTO: the "
+                            "best one that works (devmem TCP, io_uring zcrx, else staging), each one passed over "
+                            "recorded with why; the others demand that path, and a transfer it cannot take fails "
+                            "with the reason (docs/device-memory.md).")
+      .value("AUTO", DevicePathMode::kAuto)
+      .value("DEVMEM", DevicePathMode::kDevmem)
+      .value("ZCRX", DevicePathMode::kZcrx)
+      .value("STAGING", DevicePathMode::kStaging);
+
+  nb::enum_<ChecksumMode>(m, "ChecksumMode",
+                          "End-to-end integrity of transfers (REMORA_CHECKSUM). CRC32C: every chunk of every "
+                          "transfer carries a CRC-32C on the control stream and the receiver checks it; a "
+                          "mismatch fails that operation with DataCorrupt (docs/protocol.md, \"Checksums\"). "
+                          "Both sides of an endpoint must use the same mode (a differing peer is refused at "
+                          "connect). Needs a build with ISA-L; without it CRC32C is refused (Unsupported).")
+      .value("NONE", ChecksumMode::kNone)
+      .value("CRC32C", ChecksumMode::kCrc32c);
+
+  nb::class_<AuthKey>(m, "AuthKey",
+                      "The key every handshake proves knowledge of when a job secret is configured "
+                      "(REMORA_AUTH_KEY or REMORA_AUTH_KEY_FILE; docs/configuration.md): 32 bytes derived from "
+                      "the secret (BLAKE2b under a fixed label), never the secret itself. Endpoints and the "
+                      "rendezvous store then authenticate both ways by an HMAC challenge-response over fresh "
+                      "nonces (docs/protocol.md, \"Authentication\"); a peer that cannot prove it holds the same "
+                      "secret gets no endpoint and no store access (AccessDenied on its side).")
+      .def_static("from_secret",
+                  [](nb::bytes secret) {
+                    return take(AuthKey::from_secret(
+                        std::string_view(static_cast<const char*>(secret.data()), secret.size())));
+                  },
+                  "secret"_a,
+                  "Derives the key from a shared secret (bytes; encode a str first). InvalidArgument when it "
+                  "is empty.")
+      .def_static("from_env", [] { return take(AuthKey::from_env()); },
+                  "The key the environment names: REMORA_AUTH_KEY (the secret itself) or REMORA_AUTH_KEY_FILE "
+                  "(a file holding it; one trailing newline is dropped). Neither set: None (no "
+                  "authentication). InvalidArgument, naming the variable, when both are set, when the secret "
+                  "is empty, or when the file cannot be read.")
+      .def_prop_ro("bytes",
+                   [](const AuthKey& k) {
+                     return nb::bytes(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
+                   },
+                   "The 32 derived bytes.")
+      .def("__eq__", [](const AuthKey& a, const AuthKey& b) { return a.bytes == b.bytes; })
+      .def("__repr__", [](const AuthKey&) { return std::string("AuthKey(<32 bytes>)"); });
+
   // --- RemoteKey ------------------------------------------------------------
   nb::class_<RemoteKey>(m, "RemoteKey",
                         "A grant to access a window of a registered region: region id, generation "
@@ -511,6 +579,28 @@ NB_MODULE(_remora, m) {
              return nb::module_::import_("remora._aio").attr("wait_for")(self).attr("__await__")();
            },
            "`await request`: completes when the operation does (raising its error) and returns the request.");
+
+  m.def("wait_all",
+        [](std::vector<RequestObj*> requests, std::optional<double> timeout) {
+          std::vector<Request> list;
+          list.reserve(requests.size());
+          for (RequestObj* r : requests) {
+            if (!r) raise(Status(StatusCode::kInvalidArgument, "wait_all takes remora.Request objects"));
+            list.push_back(r->req);
+          }
+          const Duration d = to_duration(timeout);
+          Status s;
+          {
+            nb::gil_scoped_release unlocked;
+            s = wait_all(list, d);
+          }
+          KeepAlive::instance().sweep();
+          check(s);
+        },
+        "requests"_a, "timeout"_a = nb::none(),
+        "Waits for all requests (up to `timeout` seconds in total; GIL released). First error wins; "
+        "remora.Timeout if any is still running at the deadline. None: the default bound of the context "
+        "of the first request still running (REMORA_WAIT_TIMEOUT_MS); remora.FOREVER: none.");
 
   nb::class_<Completions>(m, "_Completions", "Completion eventfd for asyncio (remora/_aio.py).")
       .def(nb::init<>())
@@ -767,7 +857,23 @@ NB_MODULE(_remora, m) {
       .def_prop_ro("id", [](const EndpointObj& e) { return static_cast<uint64_t>(e.ep->id()); })
       .def_prop_ro("peer_address", [](const EndpointObj& e) { return e.ep->peer_address(); })
       .def_prop_ro("data_streams", [](const EndpointObj& e) { return e.ep->data_streams(); })
-      .def("stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); }, "A snapshot of the counters.")
+      .def_prop_ro("peer_said_goodbye", [](const EndpointObj& e) { return e.ep->peer_said_goodbye(); },
+                   "True once the peer sent GOODBYE, with close() or abort(): it was alive when the endpoint "
+                   "ended. An endpoint that failed with PeerFailed without it lost a peer that died, was cut "
+                   "off or fell silent (EOF, reset, REMORA_PEER_TIMEOUT_MS). Communicator.failed_ranks() tells "
+                   "a dead rank from a survivor that gave up this way.")
+      .def("stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); },
+           "A snapshot of the counters (EndpointStats, remora/endpoint.h) as a dict: messages_sent, "
+           "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
+           "chunks_per_stream (a list, one per data stream), puts, gets, atomics, rma_bytes_put, "
+           "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "
+           "as the target), notifications (delivered to this side), staged_transfers and staged_bytes "
+           "(device-memory transfers through pinned staging buffers), devmem_transfers and zcrx_transfers "
+           "(device transfers by devmem TCP / io_uring zero-copy receive: 0 in this version), "
+           "device_path_refusals (device transfers refused because the path REMORA_DEVICE_PATH demands "
+           "could not take them), device_path (the path the last device-memory transfer took: "
+           "\"staging\", \"devmem\", \"zcrx\", \"refused\"; empty before the first) and "
+           "device_path_reason (why; names each faster path passed over).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](EndpointObj& e, nb::args) {
         nb::gil_scoped_release unlocked;
@@ -811,7 +917,10 @@ NB_MODULE(_remora, m) {
               std::optional<uint32_t> progress_linger_us, std::optional<uint32_t> progress_poll_us,
               std::optional<uint32_t> connect_timeout_ms, std::optional<uint32_t> handshake_timeout_ms,
               std::optional<uint32_t> wait_timeout_ms, std::optional<PinMode> pin_mode,
-              std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level, bool ignore_env) {
+              std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level,
+              std::optional<uint32_t> max_pending_handshakes, std::optional<uint32_t> peer_timeout_ms,
+              std::optional<DevicePathMode> device_path, std::optional<ChecksumMode> checksum,
+              std::optional<AuthKey> auth_key, bool ignore_env) {
              ContextOptions o;
              o.streams_per_endpoint = streams_per_endpoint;
              o.chunk_bytes = chunk_bytes;
@@ -829,6 +938,11 @@ NB_MODULE(_remora, m) {
              o.pin_mode = pin_mode;
              o.staging_buffers = staging_buffers;
              o.log_level = log_level;
+             o.max_pending_handshakes = max_pending_handshakes;
+             o.peer_timeout_ms = peer_timeout_ms;
+             o.device_path = device_path;
+             o.checksum = checksum;
+             o.auth_key = auth_key;
              o.ignore_env = ignore_env;
              Result<std::unique_ptr<Context>> c = [&] {
                nb::gil_scoped_release unlocked;
@@ -842,7 +956,17 @@ NB_MODULE(_remora, m) {
            "progress_linger_us"_a = nb::none(), "progress_poll_us"_a = nb::none(),
            "connect_timeout_ms"_a = nb::none(), "handshake_timeout_ms"_a = nb::none(),
            "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
-           "log_level"_a = nb::none(), "ignore_env"_a = false)
+           "log_level"_a = nb::none(), "max_pending_handshakes"_a = nb::none(), "peer_timeout_ms"_a = nb::none(),
+           "device_path"_a = nb::none(), "checksum"_a = nb::none(), "auth_key"_a = nb::none(),
+           "ignore_env"_a = false,
+           "Keyword arguments: one per field of ContextOptions (remora/config.h), same name and meaning "
+           "(docs/configuration.md); unset ones keep the environment's or the default value. "
+           "max_pending_handshakes: handshakes a server side keeps in progress at once (per listener, and "
+           "endpoints waiting for their data streams, per context), 1 to 65536. peer_timeout_ms: a peer "
+           "silent this long while operations are outstanding is declared dead, 1000 ms to 1 h. "
+           "device_path: a DevicePathMode. checksum: a ChecksumMode (CRC32C needs an ISA-L build, else "
+           "Unsupported). auth_key: an AuthKey to authenticate with instead of the environment's. "
+           "InvalidArgument for a value out of range.")
       .def("listen",
            [](ContextObj& c, const std::string& address) {
              Result<std::unique_ptr<Listener>> l = [&] {
@@ -912,6 +1036,16 @@ NB_MODULE(_remora, m) {
              d["pin_mode"] = k.pin_mode;
              d["staging_buffers"] = k.staging_buffers;
              d["log_level"] = k.log_level;
+             d["max_pending_handshakes"] = k.max_pending_handshakes;
+             d["peer_timeout_ms"] = k.peer_timeout_ms;
+             d["device_path"] = k.device_path;
+             d["devmem_ifname"] = std::string(k.devmem_ifname.data());
+             d["checksum"] = k.checksum;
+             if (k.auth_key) {
+               d["auth_key"] = *k.auth_key;
+             } else {
+               d["auth_key"] = nb::none();
+             }
              return d;
            },
            "The resolved configuration, as a dict of Config's fields.")
@@ -927,6 +1061,175 @@ NB_MODULE(_remora, m) {
         nb::gil_scoped_release unlocked;
         c.ctx.reset();
       });
+
+  // --- rendezvous store, launch ---------------------------------------------
+  nb::class_<StoreServerObj>(m, "StoreServer",
+                            "Serves the rendezvous store (remora/store.h: a small TCP key-value service that "
+                            "ranks use to find each other, hosted by rank 0) on a listening socket with its own "
+                            "thread. Closing it (close() or collection) closes every client connection (their "
+                            "calls fail with PeerFailed).")
+      .def("__init__",
+           [](StoreServerObj* self, const std::string& address, nb::object auth_key) {
+             Result<std::unique_ptr<StoreServer>> r = Status(StatusCode::kInternal, "unset");
+             if (auth_key.is(nb::ellipsis())) {
+               nb::gil_scoped_release unlocked;
+               r = StoreServer::start(address);
+             } else {
+               std::optional<AuthKey> key = nb::cast<std::optional<AuthKey>>(auth_key);
+               nb::gil_scoped_release unlocked;
+               r = StoreServer::start(address, key);
+             }
+             new (self) StoreServerObj{take(std::move(r))};
+           },
+           "address"_a = "127.0.0.1:0", "auth_key"_a.none() = nb::ellipsis(),
+           "Listens on \"host:port\" (port 0 picks one). auth_key left out: the environment's key "
+           "(AuthKey.from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE); every client must then authenticate "
+           "before its first request is served (an unreadable key is InvalidArgument). An AuthKey, or None "
+           "(no authentication): that, ignoring the environment.")
+      .def_prop_ro("port", [](StoreServerObj& s) { return s.get().port(); })
+      .def_prop_ro("address", [](StoreServerObj& s) { return s.get().address(); }, "\"host:port\" actually bound")
+      .def("close",
+           [](StoreServerObj& s) {
+             nb::gil_scoped_release unlocked;
+             s.server.reset();
+           },
+           "Stops serving; every client's calls fail with PeerFailed.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](StoreServerObj& s, nb::args) {
+        nb::gil_scoped_release unlocked;
+        s.server.reset();
+      });
+
+  nb::class_<StoreObj>(m, "Store",
+                      "A connection to a StoreServer (remora/store.h). Keys are str (1..1024 bytes), values bytes "
+                      "(up to 64 MiB). Every blocking call has a deadline and fails with Timeout naming the "
+                      "keys it waited for; a server that went away fails every call with PeerFailed. "
+                      "Thread-safe (calls are serialised); every call releases the GIL.")
+      .def("__init__",
+           [](StoreObj* self, const std::string& address, double timeout, nb::object auth_key) {
+             const Duration d = to_duration(timeout);
+             Result<std::unique_ptr<Store>> r = Status(StatusCode::kInternal, "unset");
+             if (auth_key.is(nb::ellipsis())) {
+               nb::gil_scoped_release unlocked;
+               r = Store::connect(address, d);
+             } else {
+               std::optional<AuthKey> key = nb::cast<std::optional<AuthKey>>(auth_key);
+               nb::gil_scoped_release unlocked;
+               r = Store::connect(address, d, key);
+             }
+             new (self) StoreObj{take(std::move(r))};
+           },
+           "address"_a, "timeout"_a = 30.0, "auth_key"_a.none() = nb::ellipsis(),
+           "Connects to \"host:port\", retrying until `timeout` seconds (the server may start later): "
+           "Timeout / Unreachable with the address. auth_key left out: the environment's key; client and "
+           "server then prove to each other that they hold it, and a server without it, with another key, "
+           "or one that cannot prove it fails the call with AccessDenied (not retried). An AuthKey, or None "
+           "(no key; a server that requires one fails the first request with AccessDenied): that, "
+           "ignoring the environment.")
+      .def("set",
+           [](StoreObj& s, const std::string& key, nb::bytes value) {
+             std::span<const std::byte> v(static_cast<const std::byte*>(value.data()), value.size());
+             Store& st = s.get();
+             Status r;
+             {
+               nb::gil_scoped_release unlocked;
+               r = st.set(key, v);
+             }
+             check(r);
+           },
+           "key"_a, "value"_a, "Stores `value` (bytes) under `key`.")
+      .def("get",
+           [](StoreObj& s, const std::string& key, double timeout) {
+             const Duration d = to_duration(timeout);
+             Store& st = s.get();
+             Result<std::vector<std::byte>> r = [&] {
+               nb::gil_scoped_release unlocked;
+               return st.get(key, d);
+             }();
+             std::vector<std::byte> v = take(std::move(r));
+             return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+           },
+           "key"_a, "timeout"_a = 30.0,
+           "Waits up to `timeout` seconds for `key` to exist, then returns its value (bytes).")
+      .def("wait",
+           [](StoreObj& s, std::vector<std::string> keys, double timeout) {
+             const Duration d = to_duration(timeout);
+             Store& st = s.get();
+             Status r;
+             {
+               nb::gil_scoped_release unlocked;
+               r = st.wait(keys, d);
+             }
+             check(r);
+           },
+           "keys"_a, "timeout"_a = 30.0,
+           "Waits up to `timeout` seconds until every key exists. Timeout lists the missing ones.")
+      .def("add",
+           [](StoreObj& s, const std::string& key, int64_t delta) {
+             Store& st = s.get();
+             Result<int64_t> r = [&] {
+               nb::gil_scoped_release unlocked;
+               return st.add(key, delta);
+             }();
+             return take(std::move(r));
+           },
+           "key"_a, "delta"_a,
+           "Atomically adds `delta` to the signed 64-bit counter at `key` (created as 0) and returns the new "
+           "value. A key holding a value that is not a counter is InvalidArgument.")
+      .def("check",
+           [](StoreObj& s, const std::string& key) {
+             Store& st = s.get();
+             Result<bool> r = [&] {
+               nb::gil_scoped_release unlocked;
+               return st.check(key);
+             }();
+             return take(std::move(r));
+           },
+           "key"_a, "Whether `key` exists now (never waits).")
+      .def("remove",
+           [](StoreObj& s, const std::string& key) {
+             Store& st = s.get();
+             Result<bool> r = [&] {
+               nb::gil_scoped_release unlocked;
+               return st.remove(key);
+             }();
+             return take(std::move(r));
+           },
+           "key"_a, "Removes `key`; True if it existed.")
+      .def_prop_ro("local_host", [](StoreObj& s) { return s.get().local_host(); },
+                   "The local address of this client's connection (\"10.0.0.2\"): the interface through "
+                   "which the store is reachable, what a rank advertises to others.")
+      .def("close",
+           [](StoreObj& s) {
+             nb::gil_scoped_release unlocked;
+             s.store.reset();
+           },
+           "Closes the connection.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](StoreObj& s, nb::args) {
+        nb::gil_scoped_release unlocked;
+        s.store.reset();
+      });
+
+  nb::class_<LaunchInfo>(m, "LaunchInfo", "Rank, size and rendezvous address of this process (remora/launch.h).")
+      .def_ro("rank", &LaunchInfo::rank)
+      .def_ro("size", &LaunchInfo::size)
+      .def_ro("local_rank", &LaunchInfo::local_rank)
+      .def_ro("local_size", &LaunchInfo::local_size)
+      .def_ro("launcher", &LaunchInfo::launcher, "\"remora\", \"torchrun\", \"openmpi\", \"mpich\", \"slurm\"")
+      .def_ro("store_address", &LaunchInfo::store_address, "\"host:port\" of the rendezvous store")
+      .def("__repr__", [](const LaunchInfo& l) {
+        return "LaunchInfo(rank=" + std::to_string(l.rank) + ", size=" + std::to_string(l.size) +
+               ", local_rank=" + std::to_string(l.local_rank) + ", local_size=" + std::to_string(l.local_size) +
+               ", launcher='" + l.launcher + "', store_address='" + l.store_address + "')";
+      });
+  m.def("detect_launch", [] { return take(detect_launch()); },
+        "Rank, size and store address from the launcher's environment, the first complete set of: "
+        "remora (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_LOCAL_RANK), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, "
+        "LOCAL_WORLD_SIZE), Open MPI (OMPI_COMM_WORLD_*), MPICH/Hydra (PMI_RANK, PMI_SIZE), Slurm "
+        "(SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The store: REMORA_STORE, else MASTER_ADDR:MASTER_PORT. "
+        "InvalidArgument (naming the variable) for a malformed or inconsistent value, or when no launcher "
+        "environment is found.");
 
   // --- Communicator ---------------------------------------------------------
   nb::class_<CommObj> comm(
@@ -972,7 +1275,54 @@ NB_MODULE(_remora, m) {
            nb::keep_alive<1, 2>());
   comm.def_prop_ro("rank", [](CommObj& c) { return c.get().rank(); })
       .def_prop_ro("size", [](CommObj& c) { return c.get().size(); })
-      .def_prop_ro("id", [](CommObj& c) { return c.get().id(); })
+      .def_prop_ro("id", [](CommObj& c) { return c.get().id(); },
+                   "Unique among the communicators of this job that share a rank with this one.")
+      .def_prop_ro("epoch", [](CommObj& c) { return c.get().epoch(); },
+                   "0 for communicators made by init and split from them; a fresh value, the same on every "
+                   "member, for each made by shrink (and the splits of that one).")
+      .def("failed_ranks",
+           [](CommObj& c, double timeout) {
+             const Duration d = to_duration(timeout);
+             Communicator& cm = c.get();
+             nb::gil_scoped_release unlocked;
+             return cm.failed_ranks(d);
+           },
+           "timeout"_a = 5.0,
+           "Ranks of this communicator this rank believes dead, ascending (GIL released). While the "
+           "communicator is healthy: those whose endpoint ended without a GOODBYE (process killed, host "
+           "gone, reset, silent past REMORA_PEER_TIMEOUT_MS). Once it is broken (a collective failed): "
+           "each rank whose endpoint ended without its GOODBYE is asked, at the listener it opened at init, "
+           "for a handshake, all at once; a refusal or no answer within `timeout` seconds makes it dead, an "
+           "answer alive. So after a rank was killed every survivor sees the same list. Local knowledge "
+           "still: when failures keep racing, ranks may see different sets; make them agree before "
+           "passing a list to shrink. Blocks up to `timeout` when broken.")
+      .def("shrink",
+           [](CommObj& c, std::vector<int> exclude_ranks, std::optional<double> timeout) {
+             CommOptions o;
+             o.timeout = to_optional_duration(timeout);
+             Result<std::unique_ptr<Communicator>> r = [&] {
+               Communicator& cm = c.get();
+               nb::gil_scoped_release unlocked;
+               return cm.shrink(exclude_ranks, o);
+             }();
+             return CommObj{take(std::move(r))};
+           },
+           "exclude_ranks"_a, "timeout"_a = nb::none(),
+           "A new communicator of this one's ranks but `exclude_ranks` (the dead, and any the application "
+           "wants out), in the spirit of ncclCommShrink (GIL released). Collective over the survivors: "
+           "every one calls it with the same list (any order, duplicates ignored); an excluded rank does "
+           "not. Works on a broken communicator (after a collective failed because a rank died, see "
+           "failed_ranks()) and on a healthy one, which it leaves as it was. Independent of the old "
+           "store (works when rank 0 died): the survivors reconnect at the listeners they opened at init. "
+           "Ranks are the survivors renumbered 0..m-1 in their old order; a fresh epoch. timeout: seconds "
+           "(None: this communicator's timeout), also the new communicator's timeout when set. Errors: "
+           "InvalidArgument for a rank outside 0..size-1 or this rank in the list (nothing is sent), or "
+           "naming both lists when a survivor passed a different list; PeerFailed when a survivor gave up "
+           "or a rank that should survive cannot be reached (exclude it too); Timeout naming the ranks "
+           "that never connected. Ends with a barrier over the new communicator. On failure call it again "
+           "with the corrected list. Only init's communicators and their splits and shrinks can shrink "
+           "(Unsupported otherwise). Not concurrently with this communicator's own operations.",
+           nb::keep_alive<0, 1>())
       .def("split",
            [](CommObj& c, int color, int key) -> std::optional<CommObj> {
              Result<std::unique_ptr<Communicator>> r = [&] {

@@ -5,6 +5,11 @@
                              (the test kills it with SIGKILL)
   peer.py rank <rank> <size> <store>   runs every collective against a local reference
                              (collectives.py) and exits 0 when all matched
+  peer.py shrink <rank> <size> <store>   joins, passes a barrier; the last rank prints
+                             "ready" and waits on stdin (the test kills it), the others
+                             call a barrier that the death breaks, ask failed_ranks(),
+                             shrink them out, allreduce on the new communicator and print
+                             one JSON line of what they saw
 """
 
 from __future__ import annotations
@@ -38,10 +43,38 @@ def rank(r: int, n: int, store: str) -> None:
     print("ok", flush=True)
 
 
+def shrink(r: int, n: int, store: str) -> None:
+    import json
+
+    ctx = remora.Context(ignore_env=True)
+    comm = remora.Communicator(ctx, rank=r, size=n, store=store, timeout=60)
+    comm.barrier()
+    if r == n - 1:
+        print("ready", flush=True)
+        sys.stdin.readline()  # killed meanwhile
+        return
+    error = None
+    try:
+        comm.barrier()  # the last rank never calls it: only its death ends it
+    except remora.Error as e:
+        error = type(e).__name__
+    failed = comm.failed_ranks(30)
+    new = comm.shrink(failed, timeout=60)
+    buf = np.full(8, float(new.rank + 1))
+    new.allreduce(buf)
+    print(json.dumps({"error": error, "failed": failed, "rank": new.rank, "size": new.size,
+                      "epoch": new.epoch, "sum": buf.tolist()}), flush=True)
+    new.close()
+    comm.close()
+    ctx.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "target":
         target(sys.argv[2])
     elif sys.argv[1] == "rank":
         rank(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1] == "shrink":
+        shrink(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
     else:
         sys.exit(f"unknown mode {sys.argv[1]}")
