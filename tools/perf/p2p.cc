@@ -13,6 +13,8 @@
 // reference with the same code over a Communicator.
 #include "p2p.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -49,7 +51,18 @@ std::span<std::byte> slot(std::span<std::byte> region, size_t size, uint32_t slo
 
 }  // namespace
 
-Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st, double* seconds) {
+namespace {
+/// This process's CPU time so far, user and system, all threads (getrusage).
+double process_cpu_seconds() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  const auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+}  // namespace
+
+Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st, double* seconds,
+                  double* cpu_seconds) {
   Link& link = side.link;
   BufferSet& buffers = side.buffers;
   const bool driver = side.driver;
@@ -76,8 +89,12 @@ Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool dist
   const std::string label = format_size(st.size);  // formatted once, not per iteration
   REMORA_RETURN_IF_ERROR(side.start());
   Clock::time_point t0 = Clock::now();
+  double cpu0 = process_cpu_seconds();
   for (uint32_t it = 0; it < total; ++it) {
-    if (it == st.warmup) t0 = Clock::now();
+    if (it == st.warmup) {
+      t0 = Clock::now();
+      cpu0 = process_cpu_seconds();
+    }
     Request ack_req;
     if (driver && mode == P2pMode::kBandwidth) ack_req = link.recv(ack, kAckTag);
     for (uint32_t w = 0; w < recvs.size(); ++w) recvs[w] = link.recv(slot(recv_region, st.size, slots, w), kDataTag);
@@ -95,6 +112,7 @@ Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool dist
     if (side.progress) side.progress(label, it + 1, total);
   }
   *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (cpu_seconds != nullptr) *cpu_seconds = process_cpu_seconds() - cpu0;
   if (side.problem != nullptr) {
     // Slot w of every window received slot w of the sender's region: the whole region
     // holds the sender's pattern.
@@ -229,6 +247,7 @@ struct StepSide {
 /// What one side's part of a step gave.
 struct SideResult {
   double seconds = 0;          ///< the timed part (bw, bibw)
+  double cpu_seconds = 0;      ///< this process's CPU time during it (bw, bibw)
   std::vector<double> rtt_us;  ///< every timed round trip (lat, the driver's)
   std::string problem;         ///< its data check: "" when verified
   StagedCounts staged;         ///< its endpoint's staged transfers during the step
@@ -252,7 +271,8 @@ Status run_step_side(const StepSide& s, const P2pPlan& plan, const P2pStep& step
                       .damage = s.damage};
   Status status = plan.mode == P2pMode::kLatency
                       ? run_pingpong(side, st, s.driver ? &out->rtt_us : nullptr)
-                      : run_window(side, plan.mode, plan.window, plan.distinct_buffers, st, &out->seconds);
+                      : run_window(side, plan.mode, plan.window, plan.distinct_buffers, st, &out->seconds,
+                                   &out->cpu_seconds);
   s.buffers.release_all();
   s.buffers.use_memory(nullptr);
   if (!status.is_ok()) return status.with_context(fmt::format("size {}", st.size));
@@ -329,10 +349,12 @@ Status drive_p2p_step(DriverSession& d, const P2pPlan& plan, size_t index, doubl
   REMORA_RETURN_IF_ERROR(run_step_side(side, plan, step, copy_rate, &mine));
   time_row(plan.mode, plan.window, st, mine.seconds, std::move(mine.rtt_us), row);
   row->staged_driver = mine.staged;
+  row->cpu_driver_seconds = mine.cpu_seconds;
 
   REMORA_ASSIGN_OR_RETURN(auto verdict, d.control.recv(kVerdictTag));
   row->staged_follower = {.transfers = verdict.value("staged_transfers", uint64_t{0}),
                           .bytes = verdict.value("staged_bytes", uint64_t{0})};
+  row->cpu_follower_seconds = verdict.value("cpu_seconds", 0.0);
   std::string problem = mine.problem.empty() ? "" : "what the driver received: " + mine.problem;
   if (!verdict.value("verified", false)) {
     problem += (problem.empty() ? "" : "; ") +
@@ -356,6 +378,9 @@ nlohmann::json row_json(P2pMode mode, uint32_t window, const P2pRow& r) {
   row["memory"] = {{"driver", to_string(r.driver_memory)}, {"follower", to_string(r.follower_memory)}};
   row["device_copy_rate_Bps"] = r.device_copy_rate;
   row["verified"] = r.verified;
+  if (mode != P2pMode::kLatency) {
+    row["cpu_seconds"] = {{"driver", r.cpu_driver_seconds}, {"follower", r.cpu_follower_seconds}};
+  }
   row["staged"] = {
       {"driver", {{"staged_transfers", r.staged_driver.transfers}, {"staged_bytes", r.staged_driver.bytes}}},
       {"follower", {{"staged_transfers", r.staged_follower.transfers}, {"staged_bytes", r.staged_follower.bytes}}}};
@@ -394,7 +419,8 @@ Status follow_p2p(FollowerSide& f, const nlohmann::json& plan_json) {
                                                         {"verified", mine.problem.empty()},
                                                         {"problem", mine.problem},
                                                         {"staged_transfers", mine.staged.transfers},
-                                                        {"staged_bytes", mine.staged.bytes}}));
+                                                        {"staged_bytes", mine.staged.bytes},
+                                                        {"cpu_seconds", mine.cpu_seconds}}));
   }
   return Status::ok();
 }

@@ -120,6 +120,9 @@ struct P2pRow {
   double device_copy_rate = 0;                  ///< bytes/s each test-device copy engine was held to; 0: unlimited
   bool verified = false;                        ///< both sides' data check of this size passed
   StagedCounts staged_driver, staged_follower;  ///< during this size (warm-up, timed part, check)
+  /// CPU time (user + system, all threads) of each side's process during the timed
+  /// part (bw, bibw): with `seconds`, how many cores the transfer kept busy.
+  double cpu_driver_seconds = 0, cpu_follower_seconds = 0;
 };
 
 /// The network rate of a row, bytes one way per second: bw's bandwidth, half of

@@ -264,7 +264,9 @@ struct LoopSide {
 /// st.size bytes (bw: the driver sends, the follower acks each window; bibw: both send
 /// and receive a window at once). `seconds` gets the timed part on either side; only the
 /// driver reports progress.
-Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st, double* seconds);
+/// `cpu_seconds`, where given: this process's CPU time (all threads) during the timed part.
+Status run_window(const LoopSide& side, P2pMode mode, uint32_t window, bool distinct, const Step& st, double* seconds,
+                  double* cpu_seconds = nullptr);
 /// Both sides of p2p lat (osu_latency): st.size-byte ping-pong. The driver fills
 /// `rtt_us` with every timed round trip (the follower passes nullptr).
 Status run_pingpong(const LoopSide& side, const Step& st, std::vector<double>* rtt_us);

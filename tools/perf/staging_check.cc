@@ -6,6 +6,7 @@
 // data is checked on the receiving side and its staged transfers counted.
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -103,6 +104,7 @@ Result<StagingCheckReport> run_staging_check(const PeerOptions& peer, const Stag
     report.json["config"]["iters"] = o.iters;
     report.json["config"]["warmup"] = o.warmup;
     report.json["config"]["calibration_iters"] = o.calibration_iters;
+    report.json["config"]["host_cpus"] = std::thread::hardware_concurrency();  // this side's
     size_t i = 0;  // the next step of the plan
     REMORA_RETURN_IF_ERROR(drive_p2p_step(d, plan, i++, 0, o.progress, &report.calibration));
     const double network = network_rate(P2pMode::kBandwidth, report.calibration);
