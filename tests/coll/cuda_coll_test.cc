@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "device_checks.h"
 #include "mesh.h"
 #include "remora/cuda.h"
 
@@ -49,7 +50,7 @@ class CudaVec {
   CudaVec(const CudaVec&) = delete;
   CudaVec& operator=(const CudaVec&) = delete;
 
-  int32_t* p() const { return p_; }
+  int32_t* data() const { return p_; }
   std::vector<int32_t> read() const {
     std::vector<int32_t> out(n_);
     if (n_ == 0 || p_ == nullptr) return out;
@@ -66,14 +67,6 @@ class CudaVec {
   size_t n_;
   int32_t* p_ = nullptr;
 };
-
-int32_t value(int rank, size_t i) { return static_cast<int32_t>(rank * 1000003 + static_cast<int>(i % 9973)); }
-
-std::vector<int32_t> values(int rank, size_t n) {
-  std::vector<int32_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = value(rank, i);
-  return v;
-}
 
 class CudaCollectives : public ::testing::Test {
  protected:
@@ -100,45 +93,9 @@ TEST_F(CudaCollectives, EveryResultIsExactOnDeviceMemory) {
   for (size_t n : {size_t{1}, size_t{1000}, size_t{300000}, size_t{4} << 20}) {
     SCOPED_TRACE("count " + std::to_string(n));
     run_ranks(ranks_, [&](int r, Communicator& comm) {
-      MemoryDomain& dev = *domain_;
-      CudaVec send(dev, values(r, n)), recv(dev, std::vector<int32_t>(n, -1));
-      ASSERT_TRUE(comm.allreduce(send.p(), recv.p(), n, DataType::kInt32, ReduceOp::kSum).is_ok());
-      std::vector<int32_t> want(n);
-      for (size_t i = 0; i < n; ++i) want[i] = value(0, i) + value(1, i) + value(2, i);
-      EXPECT_EQ(recv.read(), want);
-      ASSERT_TRUE(comm.allreduce(kInPlace, recv.p(), n, DataType::kInt32, ReduceOp::kMax).is_ok());
-      EXPECT_EQ(recv.read(), want);
-
-      CudaVec b(dev, r == 2 ? values(2, n) : std::vector<int32_t>(n, 0));
-      ASSERT_TRUE(comm.broadcast(b.p(), n, DataType::kInt32, 2).is_ok());
-      EXPECT_EQ(b.read(), values(2, n));
-
-      CudaVec all(dev, std::vector<int32_t>(n * kRanks, 0));
-      ASSERT_TRUE(comm.allgather(send.p(), all.p(), n, DataType::kInt32).is_ok());
-      std::vector<int32_t> gathered;
-      for (int q = 0; q < kRanks; ++q) {
-        auto v = values(q, n);
-        gathered.insert(gathered.end(), v.begin(), v.end());
-      }
-      EXPECT_EQ(all.read(), gathered);
-
-      CudaVec block(dev, std::vector<int32_t>(n, 0));
-      ASSERT_TRUE(comm.reduce_scatter(all.p(), block.p(), n, DataType::kInt32, ReduceOp::kSum).is_ok());
-      std::vector<int32_t> mine = values(r, n);
-      for (auto& x : mine) x *= kRanks;
-      EXPECT_EQ(block.read(), mine);
-
-      std::vector<int32_t> out;
-      for (int q = 0; q < kRanks; ++q) {
-        for (size_t i = 0; i < n; ++i) out.push_back(value(r, i) + q);
-      }
-      CudaVec a_send(dev, out), a_recv(dev, std::vector<int32_t>(n * kRanks, 0));
-      ASSERT_TRUE(comm.alltoall(a_send.p(), a_recv.p(), n, DataType::kInt32).is_ok());
-      std::vector<int32_t> in;
-      for (int q = 0; q < kRanks; ++q) {
-        for (size_t i = 0; i < n; ++i) in.push_back(value(q, i) + r);
-      }
-      EXPECT_EQ(a_recv.read(), in);
+      expect_every_collective_exact(r, kRanks, comm, n, [&](const std::vector<int32_t>& v) {
+        return std::make_unique<CudaVec>(*domain_, v);
+      });
     });
   }
 }
@@ -149,14 +106,14 @@ TEST_F(CudaCollectives, HostAndDeviceRanksMix) {
   const size_t n = 100000;
   run_ranks(ranks_, [&](int r, Communicator& comm) {
     std::vector<int32_t> want(n);
-    for (size_t i = 0; i < n; ++i) want[i] = value(0, i) + value(1, i) + value(2, i);
+    for (size_t i = 0; i < n; ++i) want[i] = device_value(0, i) + device_value(1, i) + device_value(2, i);
     if (r == 0) {
-      std::vector<int32_t> send = values(r, n), recv(n, -1);
+      std::vector<int32_t> send = device_values(r, n), recv(n, -1);
       ASSERT_TRUE(comm.allreduce(send.data(), recv.data(), n, DataType::kInt32, ReduceOp::kSum).is_ok());
       EXPECT_EQ(recv, want);
     } else {
-      CudaVec send(*domain_, values(r, n)), recv(*domain_, std::vector<int32_t>(n, -1));
-      ASSERT_TRUE(comm.allreduce(send.p(), recv.p(), n, DataType::kInt32, ReduceOp::kSum).is_ok());
+      CudaVec send(*domain_, device_values(r, n)), recv(*domain_, std::vector<int32_t>(n, -1));
+      ASSERT_TRUE(comm.allreduce(send.data(), recv.data(), n, DataType::kInt32, ReduceOp::kSum).is_ok());
       EXPECT_EQ(recv.read(), want);
     }
   });

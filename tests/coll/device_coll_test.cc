@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "device_checks.h"
 #include "mesh.h"
 #include "remora/testing/test_device.h"
 
@@ -49,6 +50,7 @@ struct DevVec {
       EXPECT_TRUE(d.write(p, v.data(), n * sizeof(int32_t)).is_ok());
     }
   }
+  int32_t* data() const { return p; }
   std::vector<int32_t> read() const {
     std::vector<int32_t> out(n);
     if (n > 0) {
@@ -58,13 +60,7 @@ struct DevVec {
   }
 };
 
-int32_t value(int rank, size_t i) { return static_cast<int32_t>(rank * 1000003 + static_cast<int>(i % 9973)); }
-
-std::vector<int32_t> values(int rank, size_t n) {
-  std::vector<int32_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = value(rank, i);
-  return v;
-}
+std::vector<int32_t> values(int rank, size_t n) { return device_values(rank, n); }
 
 TEST(DeviceCollectives, EveryResultIsExactOnDeviceMemory) {
   Devices d = make_device_ranks();
@@ -73,45 +69,9 @@ TEST(DeviceCollectives, EveryResultIsExactOnDeviceMemory) {
     SCOPED_TRACE("count " + std::to_string(n));
     run_ranks(d.ranks, [&](int r, Communicator& comm) {
       TestDeviceDomain& dev = *d.devs[static_cast<size_t>(r)];
-      // allreduce, then in place
-      DevVec send(dev, values(r, n)), recv(dev, std::vector<int32_t>(n, -1));
-      ASSERT_TRUE(comm.allreduce(send.p, recv.p, n, DataType::kInt32, ReduceOp::kSum).is_ok());
-      std::vector<int32_t> want(n);
-      for (size_t i = 0; i < n; ++i) want[i] = value(0, i) + value(1, i) + value(2, i);
-      EXPECT_EQ(recv.read(), want);
-      ASSERT_TRUE(comm.allreduce(kInPlace, recv.p, n, DataType::kInt32, ReduceOp::kMax).is_ok());
-      EXPECT_EQ(recv.read(), want);
-      // broadcast from rank 1
-      DevVec b(dev, r == 1 ? values(1, n) : std::vector<int32_t>(n, 0));
-      ASSERT_TRUE(comm.broadcast(b.p, n, DataType::kInt32, 1).is_ok());
-      EXPECT_EQ(b.read(), values(1, n));
-      // allgather
-      DevVec all(dev, std::vector<int32_t>(n * kRanks, 0));
-      ASSERT_TRUE(comm.allgather(send.p, all.p, n, DataType::kInt32).is_ok());
-      std::vector<int32_t> gathered;
-      for (int q = 0; q < kRanks; ++q) {
-        auto v = values(q, n);
-        gathered.insert(gathered.end(), v.begin(), v.end());
-      }
-      EXPECT_EQ(all.read(), gathered);
-      // reduce_scatter of the gathered vector: every rank's block summed over 3 ranks
-      DevVec block(dev, std::vector<int32_t>(n, 0));
-      ASSERT_TRUE(comm.reduce_scatter(all.p, block.p, n, DataType::kInt32, ReduceOp::kSum).is_ok());
-      std::vector<int32_t> mine = values(r, n);
-      for (auto& x : mine) x *= kRanks;
-      EXPECT_EQ(block.read(), mine);
-      // alltoall: block q of rank r's send is value(r, ...) + q
-      std::vector<int32_t> out;
-      for (int q = 0; q < kRanks; ++q) {
-        for (size_t i = 0; i < n; ++i) out.push_back(value(r, i) + q);
-      }
-      DevVec a_send(dev, out), a_recv(dev, std::vector<int32_t>(n * kRanks, 0));
-      ASSERT_TRUE(comm.alltoall(a_send.p, a_recv.p, n, DataType::kInt32).is_ok());
-      std::vector<int32_t> in;
-      for (int q = 0; q < kRanks; ++q) {
-        for (size_t i = 0; i < n; ++i) in.push_back(value(q, i) + r);
-      }
-      EXPECT_EQ(a_recv.read(), in);
+      expect_every_collective_exact(r, kRanks, comm, n,
+                                    [&](const std::vector<int32_t>& v) { return std::make_unique<DevVec>(dev, v); });
+      DevVec send(dev, values(r, n));
       // allgatherv with a gap before each block: the gaps keep their bytes
       const std::vector<size_t> counts(kRanks, n);
       std::vector<size_t> displs;

@@ -126,6 +126,7 @@ def test_peer_failed_when_the_peer_process_is_killed():
         with pytest.raises(remora.PeerFailed):
             ep.get(got, key, 0).wait(BOUND)
         assert ep.failed and isinstance(ep.failure, remora.PeerFailed)
+        assert not ep.closed_by_peer and not ep.peer_said_goodbye  # it died: no GOODBYE came
     finally:
         if peer.poll() is None:
             peer.kill()
