@@ -6,9 +6,10 @@ ContextOptions field; AuthKey, ChecksumMode, DevicePathMode), Listener, Endpoint
 RemoteKey, Pool and Buffer, Request (wait, test, done, await), wait_all and
 Communicator (every collective; split, shrink, failed_ranks, epoch), the rendezvous
 StoreServer and Store, and detect_launch. Memory is any
-buffer-protocol or DLPack object (NumPy arrays, PyTorch CPU tensors, bytearray, ...),
-used in place. Errors are remora.Error subclasses, one per
-status code. See docs/python.md.
+buffer-protocol or DLPack object (NumPy arrays, PyTorch tensors on the CPU or a CUDA
+device, CuPy arrays, bytearray, ...), used in place; CUDA memory moves through pinned
+staging buffers (cuda_empty and cuda_copy serve programs without a framework).
+Errors are remora.Error subclasses, one per status code. See docs/python.md.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from ._remora import (  # noqa: F401
     Store,
     StoreServer,
     __version__,
+    cuda_copy,
+    cuda_empty,
     detect_launch,
     wait_all,
 )
@@ -46,5 +49,5 @@ __all__ = [
     "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator",
     "Context", "DevicePathMode", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
     "PinMode", "Pool", "Region", "RemoteKey", "Request", "Store", "StoreServer", "__version__",
-    "detect_launch", "wait_all", *_error_names,
+    "cuda_copy", "cuda_empty", "detect_launch", "wait_all", *_error_names,
 ]

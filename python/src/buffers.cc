@@ -64,6 +64,8 @@ std::string obj_type_name(nb::handle obj) { return nb::type_name(obj.type()).c_s
 
 }  // namespace
 
+Memory memory_of_dlpack(nb::handle obj, std::shared_ptr<Holder> holder);
+
 Memory memory_of(nb::handle obj, bool writable) {
   Memory m;
   auto holder = std::make_shared<Holder>();
@@ -72,6 +74,9 @@ Memory memory_of(nb::handle obj, bool writable) {
     const int flags = PyBUF_ND | PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &holder->view, flags) != 0) {
       PyErr_Clear();
+      // A device array whose type has the buffer protocol refuses it (nanobind's
+      // ndarray does): its DLPack export says where its memory is.
+      if (nb::hasattr(obj, "__dlpack__")) return memory_of_dlpack(obj, std::move(holder));
       raise(Status(StatusCode::kInvalidArgument,
                    obj_type_name(obj) + (writable ? " is not a writable buffer (remora would write into it)"
                                               : " does not export its buffer")));
@@ -89,17 +94,36 @@ Memory memory_of(nb::handle obj, bool writable) {
     m.holder = std::move(holder);
     return m;
   }
-  if (nb::hasattr(obj, "__dlpack__")) {
+  if (nb::hasattr(obj, "__dlpack__")) return memory_of_dlpack(obj, std::move(holder));
+  raise(Status(StatusCode::kInvalidArgument,
+               obj_type_name(obj) + " has neither the buffer protocol nor DLPack: pass a NumPy array, a PyTorch "
+                                "tensor, bytes, bytearray, memoryview, a remora.Buffer or a remora.Region"));
+}
+
+Memory memory_of_dlpack(nb::handle obj, std::shared_ptr<Holder> holder) {
+  Memory m;
+  {
     nb::ndarray<> array;
     if (!nb::try_cast(obj, array, false)) {
       raise(Status(StatusCode::kInvalidArgument, obj_type_name(obj) + ": its DLPack export could not be imported"));
     }
-    if (array.device_type() != nb::device::cpu::value) {
+    const int device = array.device_type();
+    // Host memory the CPU reaches directly: plain, CUDA-pinned and CUDA-managed.
+    const bool host = device == nb::device::cpu::value || device == nb::device::cuda_host::value ||
+                      device == nb::device::cuda_managed::value;
+    if (device == nb::device::cuda::value) {
+      MemoryDomain& cuda = use_cuda_memory();  // raises with the driver's reason where there is none
+      const auto* data = static_cast<std::byte*>(array.data_handle()) + array.byte_offset();
+      if (array.nbytes() > 0 && !cuda.owns(data, array.nbytes())) {
+        // Never treat it as host memory: the CPU cannot touch a device address.
+        raise(Status(StatusCode::kInvalidArgument,
+                     obj_type_name(obj) + " says it is CUDA memory (DLPack device type 2), but the CUDA driver "
+                                          "does not know its " + std::to_string(array.nbytes()) + " bytes"));
+      }
+    } else if (!host) {
       raise(Status(StatusCode::kUnsupported,
-                   obj_type_name(obj) + " lives in device memory (DLPack device type " +
-                       std::to_string(array.device_type()) +
-                       "): the Python package moves host memory only for now; copy it to the CPU "
-                       "(tensor.cpu()) or see docs/python.md"));
+                   obj_type_name(obj) + " lives in memory of DLPack device type " + std::to_string(device) +
+                       ": remora moves host and CUDA memory only (docs/python.md)"));
     }
     // Contiguous (row-major) check over the strides, in elements.
     int64_t expect = 1;
@@ -117,11 +141,8 @@ Memory memory_of(nb::handle obj, bool writable) {
     m.type = type_of_dlpack(array.dtype());
     holder->array = std::move(array);
     m.holder = std::move(holder);
-    return m;
   }
-  raise(Status(StatusCode::kInvalidArgument,
-               obj_type_name(obj) + " has neither the buffer protocol nor DLPack: pass a NumPy array, a PyTorch CPU "
-                                "tensor, bytes, bytearray, memoryview, a remora.Buffer or a remora.Region"));
+  return m;
 }
 
 KeepAlive& KeepAlive::instance() {

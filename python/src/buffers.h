@@ -65,9 +65,17 @@ struct Memory {
 
 /// The object's memory, in place. `writable`: remora will write into it (recv, get).
 /// Region and Buffer objects of this module are accepted too (see bindings). Raises
-/// InvalidArgument for an object without either protocol or non-contiguous memory,
-/// and Unsupported for device memory (CUDA tensors).
+/// InvalidArgument for an object without either protocol or non-contiguous memory.
+/// CUDA device memory (DLPack device kDLCUDA: PyTorch CUDA tensors, CuPy arrays,
+/// remora.cuda_empty) is accepted once the CUDA driver loads (use_cuda_memory());
+/// Unsupported, with the driver's reason, where it does not, and for other devices.
 Memory memory_of(nb::handle obj, bool writable);
+
+/// Loads the CUDA driver and adds the process's CUDA domain to every context of this
+/// module, now and later (module.cc), so that their endpoints, regions and collectives
+/// stage CUDA memory through pinned host buffers. Once per process; raises Unsupported
+/// with the driver's reason where there is none. With the GIL. Returns the domain.
+MemoryDomain& use_cuda_memory();
 
 /// Objects kept alive while remora may touch their memory. A token per operation:
 /// hold() stores the holders and arranges (through Request::on_done, which runs on

@@ -77,8 +77,22 @@ struct RequestObj {
   std::shared_ptr<uint64_t> value;  ///< the old word of an atomic
 };
 
+struct ContextObj;
+
+/// The CUDA domain once CUDA memory was first used, and every open context of this
+/// module, so that each gets it (use_cuda_memory). Both with the GIL.
+MemoryDomain* g_cuda = nullptr;
+std::vector<ContextObj*> g_contexts;
+
 struct ContextObj {
   std::unique_ptr<Context> ctx;
+  explicit ContextObj(std::unique_ptr<Context> c) : ctx(std::move(c)) {
+    if (g_cuda != nullptr) check(ctx->add_memory_domain(*g_cuda));
+    g_contexts.push_back(this);
+  }
+  ContextObj(const ContextObj&) = delete;
+  ContextObj& operator=(const ContextObj&) = delete;
+  ~ContextObj() { std::erase(g_contexts, this); }
   Context& get() {
     if (!ctx) raise(Status(StatusCode::kAborted, "the context was closed"));
     return *ctx;
@@ -180,6 +194,20 @@ class Completions {
 // ---------------------------------------------------------------------------
 // memory of module objects, and posting operations
 // ---------------------------------------------------------------------------
+
+}  // namespace
+
+MemoryDomain& use_cuda_memory() {
+  if (g_cuda != nullptr) return *g_cuda;
+  MemoryDomain* cuda = take(cuda_domain());
+  for (ContextObj* c : g_contexts) {
+    if (c->ctx) check(c->ctx->add_memory_domain(*cuda));
+  }
+  g_cuda = cuda;
+  return *cuda;
+}
+
+namespace {
 
 Memory memory(nb::handle obj, bool writable) {
   if (nb::isinstance<BufferObj>(obj)) {
@@ -580,6 +608,48 @@ NB_MODULE(_remora, m) {
            },
            "`await request`: completes when the operation does (raising its error) and returns the request.");
 
+  // --- CUDA memory without a CUDA runtime of one's own ------------------------
+  m.def("cuda_empty",
+        [](size_t nbytes, int device) {
+          use_cuda_memory();
+          void* p = nullptr;
+          {
+            nb::gil_scoped_release unlocked;
+            p = take(cuda_allocate(std::max<size_t>(nbytes, 1), device));
+          }
+          nb::capsule owner(p, [](void* q) noexcept { (void)cuda_free(q); });
+          return nb::ndarray<nb::array_api, uint8_t, nb::ndim<1>, nb::device::cuda>(p, {nbytes}, owner, {}, nb::dtype<uint8_t>(),
+                                                                    nb::device::cuda::value, device);
+        },
+        "nbytes"_a, "device"_a = 0,
+        "`nbytes` of CUDA device memory on `device` (cuMemAlloc in its primary context, through the driver: "
+        "no CUDA runtime needed), uninitialised, as a 1-D uint8 array that exports DLPack (kDLCUDA) and is "
+        "freed when the last reference to it goes. For programs that have no PyTorch or CuPy to allocate "
+        "device memory with. Unsupported, with the driver's reason, where no CUDA driver loads.");
+  m.def("cuda_copy",
+        [](nb::handle dst, nb::handle src) {
+          Memory d = memory(dst, true);
+          Memory s = memory(src, false);
+          if (d.size != s.size) {
+            raise(Status(StatusCode::kInvalidArgument, "cuda_copy: dst has " + std::to_string(d.size) +
+                                                           " bytes and src " + std::to_string(s.size)));
+          }
+          MemoryDomain& cuda = use_cuda_memory();
+          const bool dst_dev = cuda.owns(d.data, d.size), src_dev = cuda.owns(s.data, s.size);
+          if (dst_dev == src_dev) {
+            raise(Status(StatusCode::kInvalidArgument,
+                         "cuda_copy copies between host and CUDA memory: one side must be each (device to device "
+                         "and host to host are the frameworks' and memcpy's)"));
+          }
+          nb::gil_scoped_release unlocked;
+          auto copy = dst_dev ? cuda.copy_from_host(d.data, s.data, s.size) : cuda.copy_to_host(d.data, s.data, s.size);
+          check(copy.is_ok() ? (*copy)->wait(kForever) : copy.status());
+        },
+        "dst"_a, "src"_a,
+        "Copies `src` into `dst`, one of them CUDA memory and the other host memory, of the same size, "
+        "through the CUDA driver (waits for the copy, GIL released). With cuda_empty, what moves data in "
+        "and out of device memory for programs without a framework.");
+
   m.def("wait_all",
         [](std::vector<RequestObj*> requests, std::optional<double> timeout) {
           std::vector<Request> list;
@@ -920,7 +990,8 @@ NB_MODULE(_remora, m) {
               std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level,
               std::optional<uint32_t> max_pending_handshakes, std::optional<uint32_t> peer_timeout_ms,
               std::optional<DevicePathMode> device_path, std::optional<ChecksumMode> checksum,
-              std::optional<AuthKey> auth_key, bool ignore_env) {
+              std::optional<AuthKey> auth_key, bool cuda, bool ignore_env) {
+             if (cuda) use_cuda_memory();  // before the context: its failure leaves nothing behind
              ContextOptions o;
              o.streams_per_endpoint = streams_per_endpoint;
              o.chunk_bytes = chunk_bytes;
@@ -948,7 +1019,7 @@ NB_MODULE(_remora, m) {
                nb::gil_scoped_release unlocked;
                return Context::create(o);
              }();
-             new (self) ContextObj{take(std::move(c))};
+             new (self) ContextObj(take(std::move(c)));
            },
            nb::kw_only(), "streams_per_endpoint"_a = nb::none(), "chunk_bytes"_a = nb::none(),
            "eager_limit"_a = nb::none(), "eager_credit"_a = nb::none(), "max_outstanding"_a = nb::none(),
@@ -958,7 +1029,7 @@ NB_MODULE(_remora, m) {
            "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
            "log_level"_a = nb::none(), "max_pending_handshakes"_a = nb::none(), "peer_timeout_ms"_a = nb::none(),
            "device_path"_a = nb::none(), "checksum"_a = nb::none(), "auth_key"_a = nb::none(),
-           "ignore_env"_a = false,
+           "cuda"_a = false, "ignore_env"_a = false,
            "Keyword arguments: one per field of ContextOptions (remora/config.h), same name and meaning "
            "(docs/configuration.md); unset ones keep the environment's or the default value. "
            "max_pending_handshakes: handshakes a server side keeps in progress at once (per listener, and "
@@ -966,6 +1037,10 @@ NB_MODULE(_remora, m) {
            "silent this long while operations are outstanding is declared dead, 1000 ms to 1 h. "
            "device_path: a DevicePathMode. checksum: a ChecksumMode (CRC32C needs an ISA-L build, else "
            "Unsupported). auth_key: an AuthKey to authenticate with instead of the environment's. "
+           "cuda=True: load the CUDA driver now and fail here (Unsupported, with the driver's reason) "
+           "where there is none; without it, the first CUDA memory the package sees (a PyTorch CUDA "
+           "tensor, a CuPy array, remora.cuda_empty) loads it, and from then on every context moves CUDA "
+           "memory through pinned staging buffers (docs/device-memory.md). "
            "InvalidArgument for a value out of range.")
       .def("listen",
            [](ContextObj& c, const std::string& address) {
