@@ -50,7 +50,7 @@ core::VariableList variables() noexcept {
       "REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "REMORA_LOCAL_WORLD_SIZE", "REMORA_STORE", "REMORA_HOST",
       // The collectives (CollConfig::from_env):
       "REMORA_COLL_TIMEOUT_MS", "REMORA_ALLREDUCE_ALGO", "REMORA_BCAST_ALGO", "REMORA_REDUCE_ALGO",
-      "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE"};
+      "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE", "REMORA_COLL_DEVICE_SEGMENT"};
   return kVariables;
 }
 
@@ -82,7 +82,8 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   REMORA_ASSIGN_OR_RETURN(c.reduce, parse_algo("REMORA_REDUCE_ALGO", {Algo::kTree, Algo::kChain}));
   REMORA_ASSIGN_OR_RETURN(c.allgather, parse_algo("REMORA_ALLGATHER_ALGO", {Algo::kRing, Algo::kRecursiveDoubling}));
   for (auto [var, field] : {std::pair{"REMORA_RING_THRESHOLD", &c.ring_threshold},
-                            std::pair{"REMORA_COLL_PIPELINE", &c.pipeline_bytes}}) {
+                            std::pair{"REMORA_COLL_PIPELINE", &c.pipeline_bytes},
+                            std::pair{"REMORA_COLL_DEVICE_SEGMENT", &c.device_segment_bytes}}) {
     if (auto text = core::getenv_view(var)) {
       auto v = core::parse_size(*text);
       if (!v) return Status(StatusCode::kInvalidArgument, std::string(var) + ": " + v.status().message());
@@ -91,6 +92,9 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   }
   if (c.pipeline_bytes < 4096 || c.pipeline_bytes > (size_t{1} << 30)) {
     return Status(StatusCode::kInvalidArgument, "REMORA_COLL_PIPELINE must be 4K..1G");
+  }
+  if (c.device_segment_bytes != 0 && (c.device_segment_bytes < 4096 || c.device_segment_bytes > (size_t{1} << 30))) {
+    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_DEVICE_SEGMENT must be 0 (off) or 4K..1G");
   }
   if (options.timeout) {
     if (*options.timeout <= Duration::zero()) return Status(StatusCode::kInvalidArgument, "CommOptions::timeout must be positive");
@@ -102,6 +106,9 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
 Result<CollConfig> call_config(const CollConfig& base, std::string_view what, std::initializer_list<Algo> allowed,
                                Algo CollConfig::*field, const CollectiveOptions& options) {
   CollConfig c = base;
+  if (c.device_segment_bytes != 0 && (c.device_segment_bytes < 4096 || c.device_segment_bytes > (size_t{1} << 30))) {
+    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_DEVICE_SEGMENT must be 0 (off) or 4K..1G");
+  }
   if (options.timeout) {
     if (*options.timeout <= Duration::zero()) {
       return Status(StatusCode::kInvalidArgument, fmt::format("{}: CollectiveOptions::timeout must be positive", what));
@@ -452,6 +459,8 @@ Status CommCore::execute(const Body& body, const CollConfig& call) {
   if (!s.is_ok()) world_->fail(s);
   return s;
 }
+
+uint32_t CommCore::reserve_seq() noexcept { return ++seq_ & kSeqMask; }
 
 Status CommCore::run(const Body& body) { return run(body, config_); }
 

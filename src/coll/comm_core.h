@@ -76,6 +76,10 @@ struct CollConfig {
   Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd (bruck: per call only)
   size_t ring_threshold = 64 * 1024;             ///< REMORA_RING_THRESHOLD: allreduce bytes from which auto picks ring
   size_t pipeline_bytes = 1024 * 1024;           ///< REMORA_COLL_PIPELINE: piece size of rings and chains
+  /// REMORA_COLL_DEVICE_SEGMENT: the segment of device-memory staging in elementwise
+  /// collectives (coll/device_stage.h); from 4 segments up, copies overlap the network.
+  /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.
+  size_t device_segment_bytes = 4 * 1024 * 1024;
 
   static Result<CollConfig> from_env(const CommOptions& options);
 };
@@ -260,6 +264,10 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   /// Counts this communicator's shrink attempts (1, 2, …): every member makes the same
   /// calls in the same order, so the count names one attempt on all of them.
   uint32_t next_shrink_attempt() noexcept { return ++shrink_attempts_; }
+  /// A fresh op sequence number for an operation that runs as several (a segmented
+  /// collective, coll/device_stage.h). Only from a running op's body: every member
+  /// makes the same calls in the same order, so the numbers agree.
+  uint32_t reserve_seq() noexcept;
 
   /// Argument check shared by the entry points: ok, or kInvalidArgument (without
   /// breaking the communicator: nothing was sent).

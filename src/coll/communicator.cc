@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -129,40 +130,70 @@ Prepared prepare(CommCore& c, Status check, Stage stage) {
   return {Status::ok(), staging.wrap(std::move(body))};
 }
 
+/// As prepare, for an elementwise collective of `count` elements of `elem` bytes in
+/// every buffer (allreduce, reduce, broadcast): `stage` maps the buffers and returns
+/// what runs the collective on a range of elements of the mapped ones, so that device
+/// buffers can be staged segment by segment (coll/device_stage.h).
+template <typename Stage>
+Prepared prepare_elementwise(CommCore& c, Status check, size_t count, size_t elem, Stage stage) {
+  if (!check.is_ok()) return {std::move(check), {}};
+  coll::DeviceStage staging(c);
+  coll::DeviceStage::SegmentFn run = stage(staging);
+  return {Status::ok(), staging.wrap_elementwise(count, elem, std::move(run))};
+}
+
+/// Element `first` of a buffer of `elem`-byte elements (nullptr and kInPlace stay).
+template <typename T>
+T* at(T* p, size_t first, size_t elem) {
+  if (p == nullptr || p == kInPlace) return p;
+  using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + first * elem);
+}
+
 // One Prepared per operation; the blocking and asynchronous forms share it.
 Prepared prep_barrier() {
   return {Status::ok(), [](Op& op) { return coll::barrier(op); }};
 }
 Prepared prep_broadcast(CommCore& c, void* buf, size_t count, DataType type, int root) {
-  return prepare(c, first_error({c.check_root(root), check_buffer("broadcast", buf, count, type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   void* b = st.inout(buf, count * size_of(type));
-                   return [=](Op& op) { return coll::broadcast(op, b, count, type, root); };
-                 });
+  const size_t e = size_of(type);
+  return prepare_elementwise(c, first_error({c.check_root(root), check_buffer("broadcast", buf, count, type, false)}),
+                             count, e, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+                               void* b = st.inout(buf, count * e);
+                               return [=](Op& op, size_t first, size_t n) {
+                                 return coll::broadcast(op, at(b, first, e), n, type, root);
+                               };
+                             });
 }
 Prepared prep_reduce(CommCore& c, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {
   const bool is_root = c.rank() == root;
-  return prepare(c,
-                 first_error({c.check_root(root), check_op(type, rop), check_buffer("reduce send", send, count, type, is_root),
-                              check_buffer("reduce recv", is_root ? recv : nullptr, is_root ? count : 0, type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const size_t bytes = count * size_of(type);
-                   const void* s = st.in(send, bytes);
-                   void* r = st.inout(is_root ? recv : nullptr, is_root ? bytes : 0);
-                   if (!is_root) r = recv;
-                   return [=](Op& op) { return coll::reduce(op, resolve(s, r), r, count, type, rop, root); };
-                 });
+  const size_t e = size_of(type);
+  return prepare_elementwise(
+      c,
+      first_error({c.check_root(root), check_op(type, rop), check_buffer("reduce send", send, count, type, is_root),
+                   check_buffer("reduce recv", is_root ? recv : nullptr, is_root ? count : 0, type, false)}),
+      count, e, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+        const size_t bytes = count * e;
+        const void* s = st.in(send, bytes);
+        void* r = st.inout(is_root ? recv : nullptr, is_root ? bytes : 0);
+        if (!is_root) r = recv;
+        return [=](Op& op, size_t first, size_t n) {
+          return coll::reduce(op, at(resolve(s, r), first, e), at(r, first, e), n, type, rop, root);
+        };
+      });
 }
 Prepared prep_allreduce(CommCore& c, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  return prepare(c,
-                 first_error({check_op(type, rop), check_buffer("allreduce send", send, count, type, true),
-                              check_buffer("allreduce recv", recv, count, type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const size_t bytes = count * size_of(type);
-                   const void* s = st.in(send, bytes);
-                   void* r = st.inout(recv, bytes);
-                   return [=](Op& op) { return coll::allreduce(op, resolve(s, r), r, count, type, rop); };
-                 });
+  const size_t e = size_of(type);
+  return prepare_elementwise(c,
+                             first_error({check_op(type, rop), check_buffer("allreduce send", send, count, type, true),
+                                          check_buffer("allreduce recv", recv, count, type, false)}),
+                             count, e, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+                               const size_t bytes = count * e;
+                               const void* s = st.in(send, bytes);
+                               void* r = st.inout(recv, bytes);
+                               return [=](Op& op, size_t first, size_t n) {
+                                 return coll::allreduce(op, at(resolve(s, r), first, e), at(r, first, e), n, type, rop);
+                               };
+                             });
 }
 Prepared prep_gather(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
   const bool is_root = c.rank() == root;

@@ -1,10 +1,13 @@
 // coll/device_stage.cc — see device_stage.h.
 #include "coll/device_stage.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "coll/algorithms.h"
 #include "remora/context.h"
 
 namespace remora::coll {
@@ -31,6 +34,80 @@ Status copy_and_wait(Result<std::unique_ptr<AsyncCopy>> copy, Duration timeout, 
   return s.with_context(fmt::format("collective: staging {} bytes {} {} memory", bytes, what, domain.name()));
 }
 }  // namespace
+
+namespace {
+
+/// Where `s`'s bytes [offset, offset + len) are copied: in (device to host) or out.
+Result<std::unique_ptr<AsyncCopy>> copy_range(const DeviceStage::Staged& s, bool in, size_t offset, size_t len) {
+  std::byte* host = s.host->data() + offset;
+  std::byte* device = static_cast<std::byte*>(s.device) + offset;
+  return in ? s.domain->copy_to_host(host, device, len) : s.domain->copy_from_host(device, host, len);
+}
+
+/// Waits for every copy of `copies` (each bounded by what is left of the op), clears
+/// it, and returns the first failure.
+Status wait_copies(std::vector<std::unique_ptr<AsyncCopy>>& copies, const Op& op, const char* what) {
+  Status first;
+  for (auto& c : copies) {
+    const auto left = op.deadline() - Clock::now();
+    Status s = c->wait(left > Clock::duration::zero() ? Duration(left) : Duration(std::chrono::milliseconds(1)));
+    if (!s.is_ok() && first.is_ok()) first = s.with_context(fmt::format("collective: staging a segment {}", what));
+  }
+  copies.clear();
+  return first;
+}
+
+/// The pipelined form (device_stage.h): segment k's collective while segment k + 1 is
+/// copied in and segment k - 1 out. Whatever fails, every copy started is waited for
+/// before this returns: the host buffers go when the body does.
+Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size_t count, size_t elem,
+                    size_t segment, const DeviceStage::SegmentFn& run) {
+  const size_t segments = (count + segment - 1) / segment;
+  std::vector<std::unique_ptr<AsyncCopy>> ins, outs;
+  const auto start = [&](bool in, size_t k, std::vector<std::unique_ptr<AsyncCopy>>& into) -> Status {
+    const size_t first = k * segment, n = std::min(segment, count - first);
+    for (const DeviceStage::Staged& s : staged) {
+      if (!in && !s.written) continue;
+      auto copy = copy_range(s, in, first * elem, n * elem);
+      if (!copy) return copy.status().with_context(fmt::format("collective: staging a segment {} {} memory",
+                                                                in ? "out of" : "into", s.domain->name()));
+      into.push_back(std::move(*copy));
+    }
+    return Status::ok();
+  };
+  Status status = start(true, 0, ins);
+  if (status.is_ok()) status = wait_copies(ins, op, "out of device memory");
+  for (size_t k = 0; k < segments && status.is_ok(); ++k) {
+    if (k + 1 < segments) status = start(true, k + 1, ins);
+    if (!status.is_ok()) break;
+    const size_t first = k * segment;
+    Op part(op.comm(), op.comm().reserve_seq(), op.deadline(), op.config());
+    status = run(part, first, std::min(segment, count - first));
+    if (status.is_ok()) status = start(false, k, outs);
+    if (status.is_ok()) status = wait_copies(ins, op, "out of device memory");
+  }
+  Status in_flight = wait_copies(ins, op, "out of device memory");
+  Status written = wait_copies(outs, op, "into device memory");
+  if (!status.is_ok()) return status;
+  return in_flight.is_ok() ? written : in_flight;
+}
+
+}  // namespace
+
+CommCore::Body DeviceStage::wrap_elementwise(size_t count, size_t elem, SegmentFn run) {
+  const size_t segment = elem == 0 ? 0 : comm_.config().device_segment_bytes / elem;
+  if (segment == 0 || count / 4 < segment) {
+    return wrap([run = std::move(run), count](Op& op) { return run(op, 0, count); });
+  }
+  return [run = std::move(run), staged = std::move(staged_), count, elem, segment](Op& op) -> Status {
+    // Whether any rank has device memory: every rank's pattern must be the same.
+    uint8_t mine = staged.empty() ? 0 : 1, any = 0;
+    Op agree(op.comm(), op.comm().reserve_seq(), op.deadline(), op.config());
+    REMORA_RETURN_IF_ERROR(allreduce(agree, &mine, &any, 1, DataType::kUint8, ReduceOp::kMax));
+    if (any == 0) return run(op, 0, count);  // host memory everywhere: as without staging
+    return run_segments(op, staged, count, elem, segment, run);
+  };
+}
 
 CommCore::Body DeviceStage::wrap(CommCore::Body body) {
   if (staged_.empty()) return body;

@@ -15,6 +15,7 @@
 
 #include "device_checks.h"
 #include "mesh.h"
+#include "scoped_env.h"
 #include "remora/testing/test_device.h"
 
 namespace remora::test {
@@ -106,6 +107,81 @@ TEST(DeviceCollectives, AFailedCopyFailsTheCollectiveOnEveryRank) {
     EXPECT_FALSE(results[static_cast<size_t>(r)].is_ok()) << "rank " << r;
     EXPECT_NE(results[static_cast<size_t>(r)].code(), StatusCode::kTimeout) << results[static_cast<size_t>(r)].to_string();
   }
+}
+
+// Segmented staging (coll/device_stage.h) with 4 KiB segments (1024 int32): below 4
+// segments the collective is staged whole, from 4 on it runs segment by segment, and a
+// last segment may be one element. Every rank's result is exact, also with rank 0's
+// buffers in host memory (it segments too: the ranks agree first), and the test
+// devices' copy counts show the segments were copied one by one.
+TEST(DeviceCollectives, SegmentedStagingIsExactAtEveryBoundary) {
+  testing::ScopedEnv segment("REMORA_COLL_DEVICE_SEGMENT", "4K");  // read when the communicators are made
+  Devices d = make_device_ranks();
+  for (bool host_rank0 : {false, true}) {
+    for (size_t n : {size_t{4095}, size_t{4096}, size_t{4097}, size_t{10000}}) {
+      SCOPED_TRACE("count " + std::to_string(n) + (host_rank0 ? ", rank 0 on host memory" : ""));
+      const bool segmented = n >= 4 * 1024;  // at least 4 whole segments
+      const size_t passes = segmented ? (n + 1023) / 1024 : 1;
+      std::vector<uint64_t> copies_before(kRanks);
+      for (int r = 0; r < kRanks; ++r) copies_before[static_cast<size_t>(r)] = d.devs[static_cast<size_t>(r)]->copies();
+      run_ranks(d.ranks, [&](int r, Communicator& comm) {
+        TestDeviceDomain& dev = *d.devs[static_cast<size_t>(r)];
+        const bool host = host_rank0 && r == 0;
+        std::vector<int32_t> want(n, 0);
+        for (int q = 0; q < kRanks; ++q) {
+          for (size_t i = 0; i < n; ++i) want[i] += device_value(q, i);
+        }
+        // allreduce, then in place; reduce to rank 2; broadcast from rank 1
+        std::vector<int32_t> h_send = values(r, n), h_recv(n, -1), h_red(n, -1), h_b(r == 1 ? values(1, n) : want);
+        DevVec send(dev, h_send), recv(dev, h_recv), red(dev, h_red), b(dev, h_b);
+        int32_t* sp = host ? h_send.data() : send.p;
+        int32_t* rp = host ? h_recv.data() : recv.p;
+        int32_t* redp = host ? h_red.data() : red.p;
+        int32_t* bp = host ? h_b.data() : b.p;
+        const auto read = [&](const DevVec& v, const std::vector<int32_t>& h) { return host ? h : v.read(); };
+        ASSERT_TRUE(comm.allreduce(sp, rp, n, DataType::kInt32, ReduceOp::kSum).is_ok());
+        EXPECT_EQ(read(recv, h_recv), want);
+        ASSERT_TRUE(comm.allreduce(kInPlace, rp, n, DataType::kInt32, ReduceOp::kMax).is_ok());
+        EXPECT_EQ(read(recv, h_recv), want);
+        ASSERT_TRUE(comm.reduce(sp, redp, n, DataType::kInt32, ReduceOp::kSum, 2).is_ok());
+        EXPECT_EQ(read(red, h_red), r == 2 ? want : std::vector<int32_t>(n, -1)) << "rank " << r;
+        ASSERT_TRUE(comm.broadcast(bp, n, DataType::kInt32, 1).is_ok());
+        EXPECT_EQ(read(b, h_b), values(1, n));
+      });
+      for (int r = host_rank0 ? 1 : 0; r < kRanks; ++r) {
+        // The test's own: 4 buffers written, 4 reads. Each pass (the whole buffer, or one
+        // segment) copies every device buffer in and every written one out: allreduce 2
+        // in 1 out, in place 1 and 1, reduce 1 in (the root: 2 in 1 out), broadcast 1
+        // and 1.
+        const uint64_t copies = d.devs[static_cast<size_t>(r)]->copies() - copies_before[static_cast<size_t>(r)];
+        const uint64_t per_pass = r == 2 ? 10 : 8;
+        EXPECT_EQ(copies, 8 + per_pass * passes) << "rank " << r << (segmented ? ": not segmented as it should be"
+                                                                                 : ": segmented below 4 segments");
+      }
+    }
+  }
+}
+
+// A device copy failing in the middle of a segmented collective fails it on its rank
+// with device_failed and on every other rank, without a hang, and nothing is left
+// running: every copy started was waited for before the error returned.
+TEST(DeviceCollectives, AFailedSegmentCopyFailsTheSegmentedCollectiveOnEveryRank) {
+  testing::ScopedEnv segment("REMORA_COLL_DEVICE_SEGMENT", "4K");
+  Devices d = make_device_ranks();
+  const size_t n = 10000;  // 10 segments
+  std::vector<Status> results(kRanks);
+  run_ranks(d.ranks, [&](int r, Communicator& comm) {
+    TestDeviceDomain& dev = *d.devs[static_cast<size_t>(r)];
+    DevVec send(dev, values(r, n)), recv(dev, std::vector<int32_t>(n, -1));
+    if (r == 1) dev.fail_copies(send.p + 5 * 1024, 16);  // inside the sixth segment
+    results[static_cast<size_t>(r)] = comm.allreduce(send.p, recv.p, n, DataType::kInt32, ReduceOp::kSum);
+  });
+  EXPECT_EQ(results[1].code(), StatusCode::kDeviceFailed) << results[1].to_string();
+  for (int r : {0, 2}) {
+    EXPECT_FALSE(results[static_cast<size_t>(r)].is_ok()) << "rank " << r;
+    EXPECT_NE(results[static_cast<size_t>(r)].code(), StatusCode::kTimeout) << results[static_cast<size_t>(r)].to_string();
+  }
+  EXPECT_GE(d.devs[1]->failed_copies(), 1u);
 }
 
 }  // namespace
