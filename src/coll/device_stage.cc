@@ -27,15 +27,19 @@ const void* DeviceStage::in(const void* p, size_t bytes) { return stage(p, bytes
 void* DeviceStage::inout(void* p, size_t bytes) { return stage(p, bytes, true); }
 
 namespace {
-Status copy_and_wait(Result<std::unique_ptr<AsyncCopy>> copy, Duration timeout, std::string_view what,
-                     const MemoryDomain& domain, size_t bytes) {
+/// The copy's host buffer stays alive until the copy has ended, also when a wait for
+/// it gives up first (the collective fails and its body, which owns the buffer, goes).
+void keep_until_done(AsyncCopy& copy, const std::shared_ptr<std::vector<std::byte>>& host) {
+  copy.on_done([host] {});
+}
+
+Status copy_and_wait(Result<std::unique_ptr<AsyncCopy>> copy, const std::shared_ptr<std::vector<std::byte>>& host,
+                     Duration timeout, std::string_view what, const MemoryDomain& domain, size_t bytes) {
+  if (copy) keep_until_done(**copy, host);
   Status s = copy ? (*copy)->wait(timeout) : copy.status();
   if (s.is_ok()) return s;
   return s.with_context(fmt::format("collective: staging {} bytes {} {} memory", bytes, what, domain.name()));
 }
-}  // namespace
-
-namespace {
 
 /// Where `s`'s bytes [offset, offset + len) are copied: in (device to host) or out.
 Result<std::unique_ptr<AsyncCopy>> copy_range(const DeviceStage::Staged& s, bool in, size_t offset, size_t len) {
@@ -71,6 +75,7 @@ Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size
       auto copy = copy_range(s, in, first * elem, n * elem);
       if (!copy) return copy.status().with_context(fmt::format("collective: staging a segment {} {} memory",
                                                                 in ? "out of" : "into", s.domain->name()));
+      keep_until_done(**copy, s.host);
       into.push_back(std::move(*copy));
     }
     return Status::ok();
@@ -114,13 +119,13 @@ CommCore::Body DeviceStage::wrap(CommCore::Body body) {
   return [body = std::move(body), staged = std::move(staged_)](Op& op) -> Status {
     const Duration timeout = op.config().timeout;
     for (const Staged& s : staged) {
-      REMORA_RETURN_IF_ERROR(copy_and_wait(s.domain->copy_to_host(s.host->data(), s.device, s.bytes), timeout,
+      REMORA_RETURN_IF_ERROR(copy_and_wait(s.domain->copy_to_host(s.host->data(), s.device, s.bytes), s.host, timeout,
                                            "out of", *s.domain, s.bytes));
     }
     REMORA_RETURN_IF_ERROR(body(op));
     for (const Staged& s : staged) {
       if (!s.written) continue;
-      REMORA_RETURN_IF_ERROR(copy_and_wait(s.domain->copy_from_host(s.device, s.host->data(), s.bytes), timeout,
+      REMORA_RETURN_IF_ERROR(copy_and_wait(s.domain->copy_from_host(s.device, s.host->data(), s.bytes), s.host, timeout,
                                            "into", *s.domain, s.bytes));
     }
     return Status::ok();
