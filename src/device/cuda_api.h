@@ -157,6 +157,7 @@ using PFN_cuGetProcAddress = CUresult (*)(const char* symbol, void** pfn, int cu
   X(cuStreamCreate, "", 2000, true, (CUstream * stream, unsigned int flags))                                    \
   X(cuStreamDestroy, "_v2", 4000, true, (CUstream stream))                                                      \
   X(cuStreamSynchronize, "", 2000, true, (CUstream stream))                                                     \
+  X(cuStreamWaitEvent, "", 3020, true, (CUstream stream, CUevent event, unsigned int flags))                    \
   X(cuEventCreate, "", 2000, true, (CUevent * event, unsigned int flags))                                       \
   X(cuEventRecord, "", 2000, true, (CUevent event, CUstream stream))                                            \
   X(cuEventQuery, "", 2000, true, (CUevent event))                                                              \

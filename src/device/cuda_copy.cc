@@ -345,7 +345,8 @@ class CudaCopy final : public AsyncCopy {
 }  // namespace
 
 Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::CUcontext ctx, cu::CUstream stream,
-                                                  std::string what, std::shared_ptr<const void> context_hold,
+                                                  cu::CUstream notify, std::string what,
+                                                  std::shared_ptr<const void> context_hold,
                                                   std::chrono::microseconds spin) {
   cu::CUevent raw_event = nullptr;
   cu::CUresult r = driver.cuEventCreate(&raw_event, cu::CU_EVENT_DISABLE_TIMING);
@@ -353,10 +354,12 @@ Result<std::unique_ptr<AsyncCopy>> track_copy_end(const CudaDriver& driver, cu::
   auto event = std::make_shared<CopyEvent>(&driver, ctx, raw_event, std::move(context_hold));
   r = driver.cuEventRecord(raw_event, stream);
   if (r != cu::CUDA_SUCCESS) return cuda_error(driver, r, "cuEventRecord", what);
+  r = driver.cuStreamWaitEvent(notify, raw_event, 0);
+  if (r != cu::CUDA_SUCCESS) return cuda_error(driver, r, "cuStreamWaitEvent", what);
   auto state = std::make_shared<CopyState>();
   state->in_flight_id = InFlight::instance().add(state);
   // NOLINTNEXTLINE(performance-no-int-to-ptr): a number, not a pointer
-  r = driver.cuLaunchHostFunc(stream, &on_stream_done, reinterpret_cast<void*>(state->in_flight_id));
+  r = driver.cuLaunchHostFunc(notify, &on_stream_done, reinterpret_cast<void*>(state->in_flight_id));
   if (r != cu::CUDA_SUCCESS) {
     InFlight::instance().take(state->in_flight_id);
     return cuda_error(driver, r, "cuLaunchHostFunc", what);

@@ -44,7 +44,12 @@ std::string describe_memory_type(unsigned int type) {
 struct CudaContextEntry {
   cu::CUcontext ctx = nullptr;
   cu::CUstream streams[kStreamRoles] = {};
-  std::mutex stream_mu[kStreamRoles];  // keeps each copy's work, event and host function together
+  std::mutex stream_mu[kStreamRoles];  // keeps each copy's work and event together
+  /// Where the host functions that report copies' ends run, one stream per role, each
+  /// function behind its copy's event (cuStreamWaitEvent): a host function holds up the
+  /// work of its stream until the driver has run it, and on the copy streams that held
+  /// every next copy back by the driver's callback latency.
+  cu::CUstream notify[kStreamRoles] = {};
 
   std::mutex kernel_mu;
   bool kernel_tried = false;
@@ -72,6 +77,11 @@ CudaDomain::~CudaDomain() {
   for (auto& [key, entry] : entries_) {
     ScopedContext scope(*driver_, entry->ctx);
     for (cu::CUstream stream : entry->streams) {
+      if (stream == nullptr) continue;
+      driver_->cuStreamSynchronize(stream);
+      driver_->cuStreamDestroy(stream);
+    }
+    for (cu::CUstream stream : entry->notify) {  // last: their waits are for the copy streams' events
       if (stream == nullptr) continue;
       driver_->cuStreamSynchronize(stream);
       driver_->cuStreamDestroy(stream);
@@ -215,12 +225,15 @@ Result<CudaContextEntry*> CudaDomain::context_entry(cu::CUcontext ctx) {
   entry->ctx = ctx;
   ScopedContext scope(*driver_, ctx);
   REMORA_RETURN_IF_ERROR(scope.status("creating the CUDA domain's streams"));
-  for (cu::CUstream& stream : entry->streams) {
-    const cu::CUresult r = driver_->cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING);
+  std::vector<cu::CUstream*> to_make;
+  for (cu::CUstream& stream : entry->streams) to_make.push_back(&stream);
+  for (cu::CUstream& stream : entry->notify) to_make.push_back(&stream);
+  for (cu::CUstream* stream : to_make) {
+    const cu::CUresult r = driver_->cuStreamCreate(stream, cu::CU_STREAM_NON_BLOCKING);
     if (r != cu::CUDA_SUCCESS) {
       Status s = cuda_error(*driver_, r, "cuStreamCreate", "creating the CUDA domain's streams");
-      for (cu::CUstream made : entry->streams) {
-        if (made != nullptr) driver_->cuStreamDestroy(made);
+      for (cu::CUstream* made : to_make) {
+        if (*made != nullptr) driver_->cuStreamDestroy(*made);
       }
       return s;
     }
@@ -236,8 +249,8 @@ namespace {
 /// then what tracks its end. If any of it fails, waits for what was enqueued, so nothing
 /// writes into the caller's memory after the error is returned.
 /// Copies (and scatters) of up to this many bytes are polled for briefly when their
-/// end is asked for, rather than left to the driver's host function: on an H100 that
-/// function came about 150 µs after each small copy, against a few µs for the copy.
+/// end is asked for, rather than left to the driver's host function, which comes tens
+/// to hundreds of µs after a copy of a few µs.
 constexpr size_t kPolledCopyBytes = 256 * 1024;
 constexpr std::chrono::microseconds kPolledCopySpin{50};
 
@@ -253,7 +266,8 @@ Result<std::unique_ptr<AsyncCopy>> enqueue(const CudaDriver& driver, CudaContext
   std::lock_guard lock(entry.stream_mu[role]);
   Status s = work(stream);
   if (s.is_ok()) {
-    auto copy = track_copy_end(driver, entry.ctx, stream, std::move(what), std::move(context_hold), spin_for(bytes));
+    auto copy = track_copy_end(driver, entry.ctx, stream, entry.notify[role], std::move(what), std::move(context_hold),
+                               spin_for(bytes));
     if (copy.is_ok()) return copy;
     s = copy.status();
   }

@@ -112,6 +112,10 @@ std::mutex g_mu;
 std::map<uintptr_t, Range> g_ranges;  // by start
 CUctx_st g_primary;
 
+// Records reached (cuStreamWaitEvent waits on these).
+std::mutex g_event_done_mu;
+std::condition_variable g_event_done_cv;
+
 // Events created and not yet given to cuEventDestroy; destroys after the context went.
 std::mutex g_event_count_mu;
 std::condition_variable g_event_count_cv;
@@ -631,7 +635,28 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
   event->done = false;
   ++event->refs;  // the event outlives cuEventDestroy until the stream reaches it
   const CUresult r = enqueue(stream, [event] {
-    event->done = true;
+    {
+      std::lock_guard lock(g_event_done_mu);
+      event->done = true;
+    }
+    g_event_done_cv.notify_all();
+    release(event);
+  });
+  if (r != CUDA_SUCCESS) release(event);
+  return r;
+}
+
+// Work on `stream` after this waits until `event`'s last record has been reached (an
+// event never recorded is reached already).
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  REMORA_EMULATED_ENTRY();
+  if (stream == nullptr || event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  ++event->refs;
+  const CUresult r = enqueue(stream, [event] {
+    std::unique_lock lock(g_event_done_mu);
+    g_event_done_cv.wait(lock, [event] { return event->done.load(); });
+    lock.unlock();
     release(event);
   });
   if (r != CUDA_SUCCESS) release(event);
