@@ -108,17 +108,19 @@ struct Range {
   size_t mapped = 0;              // device memory: bytes mapped (whole pages)
 };
 
-std::mutex g_mu;
+// The synchronisation objects are never destroyed: remora's copy watcher thread lives
+// as long as the process and may still destroy an event while exit runs destructors.
+std::mutex& g_mu = *new std::mutex;
 std::map<uintptr_t, Range> g_ranges;  // by start
 CUctx_st g_primary;
 
 // Records reached (cuStreamWaitEvent waits on these).
-std::mutex g_event_done_mu;
-std::condition_variable g_event_done_cv;
+std::mutex& g_event_done_mu = *new std::mutex;
+std::condition_variable& g_event_done_cv = *new std::condition_variable;
 
 // Events created and not yet given to cuEventDestroy; destroys after the context went.
-std::mutex g_event_count_mu;
-std::condition_variable g_event_count_cv;
+std::mutex& g_event_count_mu = *new std::mutex;
+std::condition_variable& g_event_count_cv = *new std::condition_variable;
 int g_events_alive = 0;
 std::atomic<int> g_events_without_context{0};
 bool g_initialised = false;
