@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "crc32c_required.h"
+
 #include <cstring>
 #include <numeric>
 #include <string_view>
@@ -15,7 +17,7 @@ namespace {
 std::span<const std::byte> bytes_of(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
 TEST(Crc32c, KnownAnswer) {
-  if (!crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no CRC-32C";
+  REMORA_SKIP_WITHOUT_CRC32C();
   // The check value of CRC-32C (Castagnoli), as in RFC 3720 and every CRC catalogue.
   EXPECT_EQ(crc32c(bytes_of("123456789")), 0xE3069283u);
   EXPECT_EQ(crc32c({}), 0u);
@@ -27,7 +29,7 @@ TEST(Crc32c, KnownAnswer) {
 }
 
 TEST(Crc32c, ExtendChainsPieces) {
-  if (!crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no CRC-32C";
+  REMORA_SKIP_WITHOUT_CRC32C();
   std::vector<std::byte> data(1 << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i * 131 + 7) & 0xFF);
   const uint32_t whole = crc32c(data);
@@ -38,7 +40,7 @@ TEST(Crc32c, ExtendChainsPieces) {
 }
 
 TEST(Crc32c, OneFlippedBitChangesIt) {
-  if (!crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no CRC-32C";
+  REMORA_SKIP_WITHOUT_CRC32C();
   std::vector<std::byte> data(512 * 1024, std::byte{0x5A});
   const uint32_t before = crc32c(data);
   data[data.size() / 2] ^= std::byte{0x01};

@@ -8,6 +8,8 @@
 // endpoint negotiated is a protocol error. (Frames are built with src/wire's encoder,
 // whose byte layout tests/wire/frame_test.cc pins by hand.)
 #include <gtest/gtest.h>
+
+#include "crc32c_required.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -172,7 +174,7 @@ class RawPeer {
 class ChecksumHostile : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!core::crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no checksums";
+    REMORA_SKIP_WITHOUT_CRC32C();
     ContextOptions o;
     o.ignore_env = true;
     o.checksum = ChecksumMode::kCrc32c;

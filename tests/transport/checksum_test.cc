@@ -7,6 +7,8 @@
 // A peer that sends a wrong CRC or a flipped byte: checksum_hostile_test.cc.
 #include <gtest/gtest.h>
 
+#include "crc32c_required.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -52,7 +54,7 @@ const std::vector<size_t> kSizes = {0, 1, kEager - 1, kEager, kEager + 1, kChunk
 class Checksum : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!core::crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no checksums";
+    REMORA_SKIP_WITHOUT_CRC32C();
     a_ = Context::create(options(ChecksumMode::kCrc32c)).value();
     b_ = Context::create(options(ChecksumMode::kCrc32c)).value();
     listener_ = b_->listen("127.0.0.1:0").value();
@@ -174,7 +176,7 @@ TEST_F(Checksum, StagedDeviceMemoryIsChecksummedOnItsHostBytes) {
 /// A server and a client configured differently: connect fails, on whichever side
 /// checksums, naming REMORA_CHECKSUM; the server goes on accepting matching peers.
 TEST(ChecksumNegotiation, DifferingPeersAreRefusedAtConnect) {
-  if (!core::crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no checksums";
+  REMORA_SKIP_WITHOUT_CRC32C();
   for (bool server_checksums : {true, false}) {
     auto server = Context::create(options(server_checksums ? ChecksumMode::kCrc32c : ChecksumMode::kNone)).value();
     auto client = Context::create(options(server_checksums ? ChecksumMode::kNone : ChecksumMode::kCrc32c)).value();
@@ -207,7 +209,7 @@ TEST(ChecksumNegotiation, DifferingPeersAreRefusedAtConnect) {
 /// after the peers proved the shared secret, a differing checksum setting is refused with
 /// its own error, and agreeing peers exchange checksummed data.
 TEST(ChecksumNegotiation, HoldsBehindAuthentication) {
-  if (!core::crc32c_available()) GTEST_SKIP() << "built without ISA-L (libisal-dev): no checksums";
+  REMORA_SKIP_WITHOUT_CRC32C();
   auto keyed = [](ChecksumMode mode) {
     ContextOptions o = options(mode);
     o.auth_key = AuthKey::from_secret("job secret").value();
