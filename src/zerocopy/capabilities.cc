@@ -41,9 +41,10 @@ using zerocopy::KernelError;
 constexpr size_t kProbeDmabufBytes = 64 * 4096;
 constexpr char kRootFix[] = "run as root, or give the process CAP_NET_ADMIN";
 constexpr char kHardwareNote[] =
-    "Nothing in remora has run on devmem-capable hardware: no NIC with header split and no dmabuf exporter was "
-    "available where it was built and tested. The bind and zcrx answers below are the kernel's real answers to real "
-    "attempts on this host; a 'yes' would come only from a successful binding.";
+    "Nothing in remora has run on devmem-capable hardware: no NIC with header split was available where it was "
+    "built and tested (a GPU's dmabuf, exported on an H100 machine, was refused by its virtio_net). The bind and "
+    "zcrx answers below are the kernel's real answers to real attempts on this host; a 'yes' would come only from "
+    "a successful binding.";
 
 ProbeAnswer yes(std::string detail) {
   ProbeAnswer a;
