@@ -76,8 +76,8 @@ struct CollConfig {
   Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd (bruck: per call only)
   size_t ring_threshold = 64 * 1024;             ///< REMORA_RING_THRESHOLD: allreduce bytes from which auto picks ring
   size_t pipeline_bytes = 1024 * 1024;           ///< REMORA_COLL_PIPELINE: piece size of rings and chains
-  /// REMORA_COLL_DEVICE_SEGMENT: the segment of device-memory staging in elementwise
-  /// collectives (coll/device_stage.h); from 4 segments up, copies overlap the network.
+  /// REMORA_COLL_DEVICE_SEGMENT: the segment of device-memory staging in collectives
+  /// (coll/device_stage.h; all but the v-forms); from 4 segments up, copies overlap the network.
   /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.
   size_t device_segment_bytes = 4 * 1024 * 1024;
 

@@ -59,7 +59,8 @@ Status check_counts(const char* what, std::span<const size_t> counts, std::span<
   const size_t limit = SIZE_MAX / 16 / size_of(type);
   for (size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] > limit || displs[i] > limit - counts[i]) {
-      return invalid(fmt::format("{}: block {} (count {}, displacement {}) is out of range", what, i, counts[i], displs[i]));
+      return invalid(
+          fmt::format("{}: block {} (count {}, displacement {}) is out of range", what, i, counts[i], displs[i]));
     }
   }
   return Status::ok();
@@ -130,16 +131,53 @@ Prepared prepare(CommCore& c, Status check, Stage stage) {
   return {Status::ok(), staging.wrap(std::move(body))};
 }
 
-/// As prepare, for an elementwise collective of `count` elements of `elem` bytes in
-/// every buffer (allreduce, reduce, broadcast): `stage` maps the buffers and returns
-/// what runs the collective on a range of elements of the mapped ones, so that device
-/// buffers can be staged segment by segment (coll/device_stage.h).
+/// As prepare, for a collective whose buffers are `blocks` blocks of `count` elements
+/// of `elem` bytes (one block: allreduce, reduce, broadcast, scan; a block per rank:
+/// allgather, gather, scatter, alltoall, reduce_scatter): `stage` maps the buffers and
+/// returns what runs the collective on elements [first, first + m) of every block of
+/// the mapped ones, so that device buffers can be staged segment by segment
+/// (coll/device_stage.h).
 template <typename Stage>
-Prepared prepare_elementwise(CommCore& c, Status check, size_t count, size_t elem, Stage stage) {
+Prepared prepare_segmented(CommCore& c, Status check, size_t count, size_t elem, size_t blocks, Stage stage) {
   if (!check.is_ok()) return {std::move(check), {}};
   coll::DeviceStage staging(c);
   coll::DeviceStage::SegmentFn run = stage(staging);
-  return {Status::ok(), staging.wrap_elementwise(count, elem, std::move(run))};
+  return {Status::ok(), staging.wrap_segmented(count, elem, blocks, std::move(run))};
+}
+template <typename Stage>
+Prepared prepare_elementwise(CommCore& c, Status check, size_t count, size_t elem, Stage stage) {
+  return prepare_segmented(c, std::move(check), count, elem, 1, std::move(stage));
+}
+
+/// The blocks of segment [first, first + m) of a buffer of `n` blocks of `count`
+/// elements (`mapped` is what DeviceStage made of `original`), as a v-form takes them:
+/// a base, m elements per block, and each block's displacement from the base.
+struct SegmentLayout {
+  void* base = nullptr;
+  std::vector<size_t> counts, displs;
+  bool packed = false;  ///< staged: the blocks lie one after the other
+};
+SegmentLayout segment_layout(const void* original, const void* mapped, size_t count, size_t n, size_t elem,
+                             size_t first, size_t m) {
+  SegmentLayout l;
+  const auto b = coll::DeviceStage::segment_blocks(original, mapped, count, n, elem, first, m);
+  l.base = b.base;
+  l.packed = mapped != original;
+  l.counts.assign(n, m);
+  for (size_t i = 0; i < n; ++i) l.displs.push_back(i * b.stride);
+  return l;
+}
+
+/// The blocks of `l` packed one after the other into `scratch` (for a collective that
+/// has no v-form, when the buffer is host memory and so keeps its own layout).
+const void* packed(const SegmentLayout& l, size_t elem, std::vector<std::byte>& scratch) {
+  if (l.packed) return l.base;
+  const size_t m = l.counts.empty() ? 0 : l.counts[0];
+  scratch.resize(l.counts.size() * m * elem);
+  for (size_t i = 0; i < l.counts.size(); ++i) {
+    std::memcpy(scratch.data() + i * m * elem, static_cast<const std::byte*>(l.base) + l.displs[i] * elem, m * elem);
+  }
+  return scratch.data();
 }
 
 /// Element `first` of a buffer of `elem`-byte elements (nullptr and kInPlace stay).
@@ -197,15 +235,20 @@ Prepared prep_allreduce(CommCore& c, const void* send, void* recv, size_t count,
 }
 Prepared prep_gather(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return prepare(c,
-                 first_error({c.check_root(root), check_buffer("gather send", send, count, type, is_root),
-                              check_buffer("gather recv", is_root ? recv : nullptr, is_root ? count * c.size() : 0,
-                                           type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const void* s = st.in(send, count * size_of(type));
-                   void* r = is_root ? st.inout(recv, count * size_of(type) * c.size()) : recv;
-                   return [=](Op& op) { return coll::gather(op, in_place_null(s), r, count, type, root); };
-                 });
+  const size_t e = size_of(type), n = static_cast<size_t>(c.size());
+  return prepare_segmented(
+      c,
+      first_error({c.check_root(root), check_buffer("gather send", send, count, type, is_root),
+                   check_buffer("gather recv", is_root ? recv : nullptr, is_root ? count * n : 0, type, false)}),
+      count, e, n, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+        const void* s = st.in(send, count * e);
+        void* r = is_root ? st.inout_blocks(recv, count, n, n, e) : recv;
+        return [=](Op& op, size_t first, size_t m) {
+          if (m == count) return coll::gather(op, in_place_null(s), r, count, type, root);
+          const SegmentLayout l = segment_layout(recv, r, count, n, e, first, m);
+          return coll::gatherv(op, in_place_null(at(s, first, e)), m, l.base, l.counts, l.displs, type, root);
+        };
+      });
 }
 Prepared prep_gatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
                       std::span<const size_t> displs, DataType type, int root) {
@@ -224,18 +267,22 @@ Prepared prep_gatherv(CommCore& c, const void* send, size_t send_count, void* re
 }
 Prepared prep_scatter(CommCore& c, const void* send, void* recv, size_t count, DataType type, int root) {
   const bool is_root = c.rank() == root;
-  return prepare(c,
-                 first_error({c.check_root(root),
-                              check_buffer("scatter send", is_root ? send : nullptr, is_root ? count * c.size() : 0,
-                                           type, false),
-                              check_buffer("scatter recv", recv, count, type, is_root)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const void* s = is_root ? st.in(send, count * size_of(type) * c.size()) : send;
-                   void* r = st.inout(recv, count * size_of(type));
-                   return [=](Op& op) {
-                     return coll::scatter(op, s, r == kInPlace ? nullptr : r, count, type, root);
-                   };
-                 });
+  const size_t e = size_of(type), n = static_cast<size_t>(c.size());
+  return prepare_segmented(
+      c,
+      first_error({c.check_root(root),
+                   check_buffer("scatter send", is_root ? send : nullptr, is_root ? count * n : 0, type, false),
+                   check_buffer("scatter recv", recv, count, type, is_root)}),
+      count, e, n, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+        const void* s = is_root ? st.in_blocks(send, count, n, e) : send;
+        void* r = st.inout(recv, count * e);
+        return [=](Op& op, size_t first, size_t m) {
+          void* mine = r == kInPlace ? nullptr : r;
+          if (m == count) return coll::scatter(op, s, mine, count, type, root);
+          const SegmentLayout l = segment_layout(send, s, count, n, e, first, m);
+          return coll::scatterv(op, l.base, l.counts, l.displs, at(mine, first, e), m, type, root);
+        };
+      });
 }
 Prepared prep_scatterv(CommCore& c, const void* send, std::span<const size_t> counts, std::span<const size_t> displs,
                        void* recv, size_t recv_count, DataType type, int root) {
@@ -254,14 +301,20 @@ Prepared prep_scatterv(CommCore& c, const void* send, std::span<const size_t> co
                  });
 }
 Prepared prep_allgather(CommCore& c, const void* send, void* recv, size_t count, DataType type) {
-  return prepare(c,
-                 first_error({check_buffer("allgather send", send, count, type, true),
-                              check_buffer("allgather recv", recv, count * c.size(), type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const void* s = st.in(send, count * size_of(type));
-                   void* r = st.inout(recv, count * size_of(type) * c.size());
-                   return [=](Op& op) { return coll::allgather(op, in_place_null(s), r, count, type); };
-                 });
+  const size_t e = size_of(type), n = static_cast<size_t>(c.size());
+  return prepare_segmented(c,
+                           first_error({check_buffer("allgather send", send, count, type, true),
+                                        check_buffer("allgather recv", recv, count * n, type, false)}),
+                           count, e, n, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+                             const void* s = st.in(send, count * e);
+                             void* r = st.inout_blocks(recv, count, n, n, e);
+                             return [=](Op& op, size_t first, size_t m) {
+                               if (m == count) return coll::allgather(op, in_place_null(s), r, count, type);
+                               const SegmentLayout l = segment_layout(recv, r, count, n, e, first, m);
+                               return coll::allgatherv(op, in_place_null(at(s, first, e)), m, l.base, l.counts,
+                                                       l.displs, type);
+                             };
+                           });
 }
 Prepared prep_allgatherv(CommCore& c, const void* send, size_t send_count, void* recv, std::span<const size_t> counts,
                          std::span<const size_t> displs, DataType type) {
@@ -276,28 +329,48 @@ Prepared prep_allgatherv(CommCore& c, const void* send, size_t send_count, void*
                    };
                  });
 }
-Prepared prep_reduce_scatter(CommCore& c, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
-  return prepare(c,
-                 first_error({check_op(type, rop),
-                              check_buffer("reduce_scatter send", send, recv_count * c.size(), type, true),
-                              check_buffer("reduce_scatter recv", recv,
-                                           send == kInPlace ? recv_count * c.size() : recv_count, type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const size_t block = recv_count * size_of(type);
-                   const void* s = st.in(send, block * c.size());
-                   void* r = st.inout(recv, send == kInPlace ? block * c.size() : block);
-                   return [=](Op& op) { return coll::reduce_scatter(op, resolve(s, r), r, recv_count, type, rop); };
-                 });
+Prepared prep_reduce_scatter(CommCore& c, const void* send, void* recv, size_t recv_count, DataType type,
+                             ReduceOp rop) {
+  const size_t e = size_of(type), n = static_cast<size_t>(c.size());
+  const bool in_place = send == kInPlace;
+  return prepare_segmented(
+      c,
+      first_error({check_op(type, rop), check_buffer("reduce_scatter send", send, recv_count * n, type, true),
+                   check_buffer("reduce_scatter recv", recv, in_place ? recv_count * n : recv_count, type, false)}),
+      recv_count, e, n, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+        // In place, the input is recv's n blocks and the result its first block.
+        const void* s = in_place ? kInPlace : st.in_blocks(send, recv_count, n, e);
+        void* r = in_place ? st.inout_blocks(recv, recv_count, n, 1, e) : st.inout(recv, recv_count * e);
+        return [=](Op& op, size_t first, size_t m) {
+          if (m == recv_count) return coll::reduce_scatter(op, resolve(s, r), r, recv_count, type, rop);
+          // No v-form: a segment's input must be packed (staged buffers are already).
+          const SegmentLayout l = in_place ? segment_layout(recv, r, recv_count, n, e, first, m)
+                                           : segment_layout(send, s, recv_count, n, e, first, m);
+          std::vector<std::byte> scratch;
+          const void* input = packed(l, e, scratch);
+          // Staged in place: the result goes to the segment's first packed block, which
+          // is what is written back (out_blocks 1); host memory: straight into recv.
+          void* out = in_place && l.packed ? l.base : at(r, first, e);
+          return coll::reduce_scatter(op, input, out, m, type, rop);
+        };
+      });
 }
 Prepared prep_alltoall(CommCore& c, const void* send, void* recv, size_t count, DataType type) {
-  return prepare(c,
-                 first_error({check_buffer("alltoall send", send, count * c.size(), type, false),
-                              check_buffer("alltoall recv", recv, count * c.size(), type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const void* s = st.in(send, count * size_of(type) * c.size());
-                   void* r = st.inout(recv, count * size_of(type) * c.size());
-                   return [=](Op& op) { return coll::alltoall(op, s, r, count, type); };
-                 });
+  const size_t e = size_of(type), n = static_cast<size_t>(c.size());
+  return prepare_segmented(c,
+                           first_error({check_buffer("alltoall send", send, count * n, type, false),
+                                        check_buffer("alltoall recv", recv, count * n, type, false)}),
+                           count, e, n, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+                             const void* s = st.in_blocks(send, count, n, e);
+                             void* r = st.inout_blocks(recv, count, n, n, e);
+                             return [=](Op& op, size_t first, size_t m) {
+                               if (m == count) return coll::alltoall(op, s, r, count, type);
+                               const SegmentLayout ls = segment_layout(send, s, count, n, e, first, m);
+                               const SegmentLayout lr = segment_layout(recv, r, count, n, e, first, m);
+                               return coll::alltoallv(op, ls.base, ls.counts, ls.displs, lr.base, lr.counts, lr.displs,
+                                                      type);
+                             };
+                           });
 }
 Prepared prep_alltoallv(CommCore& c, const void* send, std::span<const size_t> scounts, std::span<const size_t> sdispls,
                         void* recv, std::span<const size_t> rcounts, std::span<const size_t> rdispls, DataType type) {
@@ -317,18 +390,20 @@ Prepared prep_scan(CommCore& c, bool exclusive, const void* send, void* recv, si
   // A prefix has no single divisor that kAvg could mean (the communicator's size? the
   // prefix's length?), so scans refuse it rather than pick one silently.
   Status no_avg = rop == ReduceOp::kAvg ? invalid("avg is not defined for scan and exscan") : Status::ok();
-  return prepare(c,
-                 first_error({no_avg, check_op(type, rop), check_buffer("scan send", send, count, type, true),
-                              check_buffer("scan recv", recv, count, type, false)}),
-                 [&](coll::DeviceStage& st) -> CommCore::Body {
-                   const size_t bytes = count * size_of(type);
-                   const void* s = st.in(send, bytes);
-                   void* r = st.inout(recv, bytes);
-                   return [=](Op& op) {
-                     return exclusive ? coll::exscan(op, resolve(s, r), r, count, type, rop)
-                                      : coll::scan(op, resolve(s, r), r, count, type, rop);
-                   };
-                 });
+  const size_t e = size_of(type);
+  return prepare_elementwise(
+      c,
+      first_error({no_avg, check_op(type, rop), check_buffer("scan send", send, count, type, true),
+                   check_buffer("scan recv", recv, count, type, false)}),
+      count, e, [&](coll::DeviceStage& st) -> coll::DeviceStage::SegmentFn {
+        const void* s = st.in(send, count * e);
+        void* r = st.inout(recv, count * e);
+        return [=](Op& op, size_t first, size_t m) {
+          const void* in = at(resolve(s, r), first, e);
+          void* out = at(r, first, e);
+          return exclusive ? coll::exscan(op, in, out, m, type, rop) : coll::scan(op, in, out, m, type, rop);
+        };
+      });
 }
 
 }  // namespace
@@ -559,14 +634,14 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   }
   core_->world().note_comm_ids_used(floor + static_cast<uint32_t>(colors.size()));
   if (color < 0) return std::unique_ptr<Communicator>{};
-  const uint32_t id = floor + static_cast<uint32_t>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  const uint32_t id =
+      floor + static_cast<uint32_t>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
   std::vector<int> order;  // comm ranks of the parent with my colour, by (key, parent rank)
   for (int p = 0; p < n; ++p) {
     if (all[static_cast<size_t>(p)].color == color) order.push_back(p);
   }
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
   std::vector<int> members;
   int my_rank = -1;
   for (int p : order) {

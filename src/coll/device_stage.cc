@@ -14,17 +14,32 @@ namespace remora::coll {
 
 DeviceStage::DeviceStage(CommCore& comm) : comm_(comm) {}
 
-void* DeviceStage::stage(const void* p, size_t bytes, bool written) {
+void* DeviceStage::stage(const void* p, size_t bytes, bool written, size_t blocks, size_t out_blocks, size_t stride) {
   if (p == nullptr || p == kInPlace || bytes == 0) return const_cast<void*>(p);
   MemoryDomain* device = comm_.world().context().device_domain_of(p, bytes);
   if (device == nullptr) return const_cast<void*>(p);
   auto host = std::make_shared<std::vector<std::byte>>(bytes);
-  staged_.push_back(Staged{device, const_cast<void*>(p), bytes, written, host});
+  staged_.push_back(Staged{device, const_cast<void*>(p), bytes, written, host, blocks, out_blocks, stride});
   return host->data();
 }
 
 const void* DeviceStage::in(const void* p, size_t bytes) { return stage(p, bytes, false); }
 void* DeviceStage::inout(void* p, size_t bytes) { return stage(p, bytes, true); }
+
+const void* DeviceStage::in_blocks(const void* p, size_t count, size_t blocks, size_t elem) {
+  return stage(p, count * blocks * elem, false, blocks, blocks, count);
+}
+void* DeviceStage::inout_blocks(void* p, size_t count, size_t blocks, size_t out_blocks, size_t elem) {
+  return stage(p, count * blocks * elem, true, blocks, out_blocks, count);
+}
+
+DeviceStage::SegmentBlocks DeviceStage::segment_blocks(const void* original, const void* mapped, size_t count,
+                                                       size_t blocks, size_t elem, size_t first, size_t m) {
+  auto* base = static_cast<std::byte*>(const_cast<void*>(mapped));
+  if (base == nullptr || mapped == kInPlace) return {base, count};
+  if (mapped == original) return {base + first * elem, count};  // host memory: its own layout
+  return {base + blocks * first * elem, m};                     // staged: the segment's blocks packed
+}
 
 namespace {
 /// The copy's host buffer stays alive until the copy has ended, also when a wait for
@@ -41,11 +56,13 @@ Status copy_and_wait(Result<std::unique_ptr<AsyncCopy>> copy, const std::shared_
   return s.with_context(fmt::format("collective: staging {} bytes {} {} memory", bytes, what, domain.name()));
 }
 
-/// Where `s`'s bytes [offset, offset + len) are copied: in (device to host) or out.
-Result<std::unique_ptr<AsyncCopy>> copy_range(const DeviceStage::Staged& s, bool in, size_t offset, size_t len) {
-  std::byte* host = s.host->data() + offset;
-  std::byte* device = static_cast<std::byte*>(s.device) + offset;
-  return in ? s.domain->copy_to_host(host, device, len) : s.domain->copy_from_host(device, host, len);
+/// Copies block `i` of segment [first, first + m) of `s` in (device to host, into the
+/// segment's packed layout: device_stage.h) or out.
+Result<std::unique_ptr<AsyncCopy>> copy_segment_block(const DeviceStage::Staged& s, bool in, size_t elem, size_t i,
+                                                      size_t first, size_t m) {
+  std::byte* host = s.host->data() + (s.blocks * first + i * m) * elem;
+  std::byte* device = static_cast<std::byte*>(s.device) + (i * s.stride + first) * elem;
+  return in ? s.domain->copy_to_host(host, device, m * elem) : s.domain->copy_from_host(device, host, m * elem);
 }
 
 /// Waits for every copy of `copies` (each bounded by what is left of the op), clears
@@ -64,19 +81,22 @@ Status wait_copies(std::vector<std::unique_ptr<AsyncCopy>>& copies, const Op& op
 /// The pipelined form (device_stage.h): segment k's collective while segment k + 1 is
 /// copied in and segment k - 1 out. Whatever fails, every copy started is waited for
 /// before this returns: the host buffers go when the body does.
-Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size_t count, size_t elem,
-                    size_t segment, const DeviceStage::SegmentFn& run) {
+Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size_t count, size_t elem, size_t segment,
+                    const DeviceStage::SegmentFn& run) {
   const size_t segments = (count + segment - 1) / segment;
   std::vector<std::unique_ptr<AsyncCopy>> ins, outs;
   const auto start = [&](bool in, size_t k, std::vector<std::unique_ptr<AsyncCopy>>& into) -> Status {
     const size_t first = k * segment, n = std::min(segment, count - first);
     for (const DeviceStage::Staged& s : staged) {
       if (!in && !s.written) continue;
-      auto copy = copy_range(s, in, first * elem, n * elem);
-      if (!copy) return copy.status().with_context(fmt::format("collective: staging a segment {} {} memory",
-                                                                in ? "out of" : "into", s.domain->name()));
-      keep_until_done(**copy, s.host);
-      into.push_back(std::move(*copy));
+      for (size_t i = 0; i < (in ? s.blocks : s.out_blocks); ++i) {
+        auto copy = copy_segment_block(s, in, elem, i, first, n);
+        if (!copy)
+          return copy.status().with_context(
+              fmt::format("collective: staging a segment {} {} memory", in ? "out of" : "into", s.domain->name()));
+        keep_until_done(**copy, s.host);
+        into.push_back(std::move(*copy));
+      }
     }
     return Status::ok();
   };
@@ -99,8 +119,8 @@ Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size
 
 }  // namespace
 
-CommCore::Body DeviceStage::wrap_elementwise(size_t count, size_t elem, SegmentFn run) {
-  const size_t segment = elem == 0 ? 0 : comm_.config().device_segment_bytes / elem;
+CommCore::Body DeviceStage::wrap_segmented(size_t count, size_t elem, size_t blocks, SegmentFn run) {
+  const size_t segment = elem == 0 || blocks == 0 ? 0 : comm_.config().device_segment_bytes / (elem * blocks);
   if (segment == 0 || count / 4 < segment) {
     return wrap([run = std::move(run), count](Op& op) { return run(op, 0, count); });
   }
