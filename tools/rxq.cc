@@ -69,6 +69,7 @@ struct Plan {
   uint32_t ifindex = 0;
   std::vector<std::pair<std::string, ProbeAnswer>> checks;
   std::optional<uint8_t> tcp_data_split;   ///< rings-get's value (nullopt: not reported)
+  std::optional<uint32_t> hds_thresh;      ///< rings-get's header-split threshold (nullopt: not reported)
   std::optional<uint32_t> rx_rings;        ///< ETHTOOL_GRXRINGS
   std::optional<std::vector<uint32_t>> indirection;  ///< ETHTOOL_GRXFHINDIR
   std::vector<uint32_t> reserved;          ///< the queues flows go to: the last `queues`
@@ -94,7 +95,10 @@ Result<Plan> check_interface(const std::string& ifname, uint32_t queues, bool st
   const InterfaceCapabilities& c = report.interfaces.at(0);
 
   if (auto ethtool = zc::EthtoolClient::open()) {
-    if (auto rings = ethtool->rings(plan.ifindex)) plan.tcp_data_split = rings->tcp_data_split;
+    if (auto rings = ethtool->rings(plan.ifindex)) {
+      plan.tcp_data_split = rings->tcp_data_split;
+      plan.hds_thresh = rings->hds_thresh;
+    }
   }
   // Header split: on already, or the driver lets it be set (the doctor's rings-set of the current value).
   if (c.header_split.yes()) {
@@ -105,6 +109,16 @@ Result<Plan> check_interface(const std::string& ifname, uint32_t queues, bool st
     if (!a.yes() && a.fix.empty()) a.fix = c.header_split.fix;
     plan.checks.emplace_back("header split", a);
   }
+  // The threshold under which payload stays with the headers (linear data on a devmem
+  // stream, which remora refuses when linear data is not allowed): set to 0 if it is
+  // not, but never a reason to stop (a driver may refuse it, and linear data is legal).
+  plan.checks.emplace_back(
+      "header-split threshold",
+      answer(true, !plan.hds_thresh        ? "the driver reports none"
+                   : *plan.hds_thresh == 0 ? "hds-thresh 0: every payload byte goes to the bound queues' buffer"
+                                           : fmt::format("hds-thresh {}: rxq will set it to 0 (payloads under {} bytes "
+                                                         "would arrive in host memory, as linear data)",
+                                                         *plan.hds_thresh, *plan.hds_thresh)));
   plan.checks.emplace_back("ntuple flow steering", c.ntuple);
 
   REMORA_ASSIGN_OR_RETURN(zc::FlowSteering steering, zc::FlowSteering::open(ifname));
@@ -276,6 +290,21 @@ class Server {
         REMORA_ASSIGN_OR_RETURN(zc::EthtoolClient ethtool, zc::EthtoolClient::open());
         REMORA_RETURN_IF_ERROR(ethtool.set_tcp_data_split(plan_.ifindex, zc::uapi::kEthtoolTcpDataSplitEnabled));
         say("header split: on");
+      }
+      if (plan_.hds_thresh && *plan_.hds_thresh != 0) {
+        rq::JournalEntry e;
+        e.kind = rq::JournalEntry::Kind::kHdsThresh;
+        e.hds_thresh = *plan_.hds_thresh;
+        REMORA_ASSIGN_OR_RETURN(const uint64_t id, journal_.add(e));
+        REMORA_ASSIGN_OR_RETURN(zc::EthtoolClient ethtool, zc::EthtoolClient::open());
+        if (Status s = ethtool.set_hds_thresh(plan_.ifindex, 0); s) {
+          say("header-split threshold: 0 (was {})", e.hds_thresh);
+        } else {
+          // Not fatal: small payloads then arrive as linear data, which the receive path
+          // takes from the iov (an endpoint that forbids linear data refuses them).
+          REMORA_RETURN_IF_ERROR(journal_.remove(id));
+          say("header-split threshold stays {}: {}", e.hds_thresh, s.message());
+        }
       }
       rq::JournalEntry e;
       e.kind = rq::JournalEntry::Kind::kRss;

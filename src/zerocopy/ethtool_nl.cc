@@ -98,6 +98,12 @@ nl::Message build_rings_set_tcp_data_split(uint16_t family, uint32_t seq, uint32
   return m;
 }
 
+nl::Message build_rings_set_hds_thresh(uint16_t family, uint32_t seq, uint32_t ifindex, uint32_t value) {
+  nl::Message m = request(family, uapi::kEthtoolMsgRingsSet, NLM_F_ACK, seq, ifindex, uapi::kEthtoolFlagOmitReply);
+  m.put_u32(uapi::kEthtoolARingsHdsThresh, value);
+  return m;
+}
+
 Result<RingsInfo> parse_rings(std::span<const std::byte> reply) {
   REMORA_ASSIGN_OR_RETURN(const nl::AttrTable t,
                           nl::reply_attrs(reply, uapi::kEthtoolMsgRingsGetReply, kRingsMaxAttr, "rings-get"));
@@ -192,6 +198,13 @@ Status EthtoolClient::set_tcp_data_split(uint32_t ifindex, uint8_t value, Kernel
       build_rings_set_tcp_data_split(family_.id, socket_.next_seq(), ifindex, value),
       [](std::span<const std::byte>) { return Status::ok(); },
       fmt::format("ethtool rings-set tcp-data-split={} on ifindex {}", value, ifindex), refusal);
+}
+
+Status EthtoolClient::set_hds_thresh(uint32_t ifindex, uint32_t value, KernelError* refusal) {
+  return socket_.transact(
+      build_rings_set_hds_thresh(family_.id, socket_.next_seq(), ifindex, value),
+      [](std::span<const std::byte>) { return Status::ok(); },
+      fmt::format("ethtool rings-set hds-thresh={} on ifindex {}", value, ifindex), refusal);
 }
 
 // ---- Driver name ----

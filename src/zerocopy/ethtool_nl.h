@@ -60,6 +60,13 @@ nl::Message build_features_get(uint16_t family, uint32_t seq, uint32_t ifindex);
 /// the check that refuses drivers that cannot set header split: the doctor's probe.
 nl::Message build_rings_set_tcp_data_split(uint16_t family, uint32_t seq, uint32_t ifindex, uint8_t value);
 
+/// rings-set of ETHTOOL_A_RINGS_HDS_THRESH to `value` alone (NLM_F_ACK,
+/// ETHTOOL_FLAG_OMIT_REPLY): the payload size under which a header-split queue still
+/// puts the payload with the headers (in host memory: SCM_DEVMEM_LINEAR on a devmem
+/// stream). Linux 6.13+ drivers that report it; the kernel refuses a value above
+/// hds-thresh-max, and drivers without it ("setting hds-thresh is not supported").
+nl::Message build_rings_set_hds_thresh(uint16_t family, uint32_t seq, uint32_t ifindex, uint32_t value);
+
 Result<RingsInfo> parse_rings(std::span<const std::byte> reply);
 Result<ChannelsInfo> parse_channels(std::span<const std::byte> reply);
 Result<FeaturesInfo> parse_features(std::span<const std::byte> reply);
@@ -82,6 +89,8 @@ class EthtoolClient {
   /// rings-set of tcp-data-split to `value` (`ethtool -G <if> tcp-data-split on|off|auto`):
   /// `remora rxq` turns header split on, and puts back what was there.
   Status set_tcp_data_split(uint32_t ifindex, uint8_t value, KernelError* refusal = nullptr);
+  /// Sets the header-split threshold (build_rings_set_hds_thresh).
+  Status set_hds_thresh(uint32_t ifindex, uint32_t value, KernelError* refusal = nullptr);
 
  private:
   EthtoolClient(nl::Socket socket, nl::FamilyInfo family) : socket_(std::move(socket)), family_(std::move(family)) {}

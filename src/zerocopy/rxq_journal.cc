@@ -47,6 +47,7 @@ bool number(std::string_view s, T* out) {
 std::string JournalEntry::describe() const {
   switch (kind) {
     case Kind::kHeaderSplit: return fmt::format("header-split {}", header_split);
+    case Kind::kHdsThresh: return fmt::format("hds-thresh {}", hds_thresh);
     case Kind::kRss: return rss.empty() ? "rss 0" : fmt::format("rss {} {}", rss.size(), fmt::join(rss, " "));
     case Kind::kFlow:
       return fmt::format("flow {} {} {} {}", pid, queue,
@@ -121,6 +122,9 @@ Result<Journal> Journal::parse(std::string path, std::string_view text) {
         if (f.size() != 3 || !number(f[2], &e.header_split) || e.header_split > 2) {
           return bad(line_no, "header-split wants one value 0, 1 or 2");
         }
+      } else if (f[1] == "hds-thresh") {
+        e.kind = JournalEntry::Kind::kHdsThresh;
+        if (f.size() != 3 || !number(f[2], &e.hds_thresh)) return bad(line_no, "hds-thresh wants one number");
       } else if (f[1] == "rss") {
         e.kind = JournalEntry::Kind::kRss;
         size_t n = 0;
@@ -210,6 +214,10 @@ Status undo_entry(const Journal& journal, const JournalEntry& entry, KernelError
     case JournalEntry::Kind::kHeaderSplit: {
       REMORA_ASSIGN_OR_RETURN(EthtoolClient ethtool, EthtoolClient::open());
       return ethtool.set_tcp_data_split(journal.ifindex(), entry.header_split, refusal);
+    }
+    case JournalEntry::Kind::kHdsThresh: {
+      REMORA_ASSIGN_OR_RETURN(EthtoolClient ethtool, EthtoolClient::open());
+      return ethtool.set_hds_thresh(journal.ifindex(), entry.hds_thresh, refusal);
     }
     case JournalEntry::Kind::kRss: {
       REMORA_ASSIGN_OR_RETURN(FlowSteering steering, FlowSteering::open(journal.ifname()));

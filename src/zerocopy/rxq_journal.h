@@ -1,14 +1,16 @@
 // zerocopy/rxq_journal.h — the restore journal of `remora rxq serve`: every change it
-// makes to an interface (header split set, RSS indirection table changed, a flow's ntuple
-// rule installed) is written to a file *before* it is made, with what undoes it, and
-// struck off once undone. When rxq ends normally it undoes everything in reverse order
-// and removes the file; when it is killed (SIGKILL, a crash, power loss of the process)
-// the file stays, and `remora rxq undo --journal PATH` replays it. The file is rewritten
-// whole (temporary file, fsync, rename) on every change, so it is never half written.
+// makes to an interface (header split set, its threshold set, RSS indirection table
+// changed, a flow's ntuple rule installed) is written to a file *before* it is made,
+// with what undoes it, and struck off once undone. When rxq ends normally it undoes
+// everything in reverse order and removes the file; when it is killed (SIGKILL, a
+// crash, power loss of the process) the file stays, and `remora rxq undo --journal
+// PATH` replays it. The file is rewritten whole (temporary file, fsync, rename) on
+// every change, so it is never half written.
 //
 // The format (one entry per line, fields separated by one space; docs/device-memory.md):
 //   remora-rxq-journal 1 <ifname> <ifindex>
 //   <id> header-split <value to restore: 0 unknown, 1 off, 2 on>
+//   <id> hds-thresh <value to restore>
 //   <id> rss <n> <queue of bucket 0> ... <queue of bucket n-1>
 //   <id> flow <pid> <queue> <rule location | none> <the flow, as ethtool -N spells it>
 #pragma once
@@ -26,12 +28,14 @@ namespace remora::zerocopy::rxq {
 struct JournalEntry {
   enum class Kind : uint8_t {
     kHeaderSplit,  ///< rxq set tcp-data-split; undo: rings-set `header_split`
+    kHdsThresh,    ///< rxq set hds-thresh; undo: rings-set `hds_thresh`
     kRss,          ///< rxq changed the RSS indirection table; undo: set `rss`
     kFlow,         ///< a client's flow (with its ntuple rule, if one was installed); undo: delete the rule
   };
   Kind kind = Kind::kFlow;
   uint64_t id = 0;
   uint8_t header_split = 0;
+  uint32_t hds_thresh = 0;
   std::vector<uint32_t> rss;
   int32_t pid = 0;
   uint32_t queue = 0;

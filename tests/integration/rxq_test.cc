@@ -112,6 +112,7 @@ TEST_F(Rxq, RefusesOnVethAndLoopbackWithTheReasonsAndChangesNothing) {
         << out;
     // The doctor's answers, with the kernel's words, and rxq's own.
     EXPECT_NE(out.find("header split"), std::string::npos) << out;
+    EXPECT_NE(out.find("header-split threshold   yes     the driver reports none"), std::string::npos) << out;
     EXPECT_NE(out.find("ntuple flow steering     no      rx-ntuple-filter: off [fixed]"), std::string::npos) << out;
     EXPECT_NE(out.find("SIOCETHTOOL ETHTOOL_GRXRINGS (RX ring count) on " + ifname +
                        ": the kernel refused: EOPNOTSUPP"),

@@ -66,6 +66,14 @@ TEST(EthtoolNl, RingsSetOfHeaderSplitBytes) {
             expected);
 }
 
+TEST(EthtoolNl, RingsSetOfHdsThreshBytes) {
+  Bytes want = request(uapi::kEthtoolMsgRingsSet, 4, uapi::kEthtoolFlagOmitReply);
+  want.attr_u32(uapi::kEthtoolARingsHdsThresh, 0x01020304);
+  const auto expected = finish(want);
+  ASSERT_EQ(expected.size(), 48u);
+  EXPECT_EQ(as_vector(build_rings_set_hds_thresh(kFamily, 5, 4, 0x01020304).bytes()), expected);
+}
+
 TEST(EthtoolNl, RingsReplyWithHeaderSplitOnOffAndUnreported) {
   Bytes on = reply(uapi::kEthtoolMsgRingsGetReply);
   on.attr_u32(uapi::kEthtoolARingsRxMax, 4096).attr_u32(uapi::kEthtoolARingsRx, 1024);

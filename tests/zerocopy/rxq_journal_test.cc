@@ -60,16 +60,23 @@ TEST_F(RxqJournal, EntriesAreInTheFileAndStruckOffExactly) {
   JournalEntry rss;
   rss.kind = JournalEntry::Kind::kRss;
   rss.rss = {0, 1, 2, 3};
+  JournalEntry hds;
+  hds.kind = JournalEntry::Kind::kHdsThresh;
+  hds.hds_thresh = 4096;
   ASSERT_EQ(*j->add(hs), 1u);
   ASSERT_EQ(*j->add(rss), 2u);
   ASSERT_EQ(*j->add(flow_entry(100, 15, 1023)), 3u);
   ASSERT_EQ(*j->add(flow_entry(101, 14, std::nullopt)), 4u);
+  ASSERT_EQ(*j->add(hds), 5u);
+  ASSERT_TRUE(j->remove(5).is_ok());
+  ASSERT_EQ(*j->add(hds), 6u);
   const std::string want =
       "remora-rxq-journal 1 eth1 3\n"
       "1 header-split 1\n"
       "2 rss 4 0 1 2 3\n"
       "3 flow 100 15 1023 flow-type tcp4 dst-port 5000\n"
-      "4 flow 101 14 none flow-type tcp4 dst-port 5000\n";
+      "4 flow 101 14 none flow-type tcp4 dst-port 5000\n"
+      "6 hds-thresh 4096\n";
   EXPECT_EQ(file(), want);
   EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
 
@@ -80,14 +87,16 @@ TEST_F(RxqJournal, EntriesAreInTheFileAndStruckOffExactly) {
   EXPECT_EQ(again->ifindex(), 3u);
   EXPECT_EQ(again->entries().at(2).rule_location, 1023u);
   EXPECT_FALSE(again->entries().at(3).rule_location.has_value());
+  EXPECT_EQ(again->entries().at(4).kind, JournalEntry::Kind::kHdsThresh);
+  EXPECT_EQ(again->entries().at(4).hds_thresh, 4096u);
 
   ASSERT_TRUE(j->remove(3).is_ok());
   EXPECT_EQ(file(),
             "remora-rxq-journal 1 eth1 3\n1 header-split 1\n2 rss 4 0 1 2 3\n"
-            "4 flow 101 14 none flow-type tcp4 dst-port 5000\n");
+            "4 flow 101 14 none flow-type tcp4 dst-port 5000\n6 hds-thresh 4096\n");
   EXPECT_FALSE(j->remove(3).is_ok());
   // Ids keep rising after a removal, so a reloaded journal never reuses one.
-  EXPECT_EQ(*j->add(flow_entry(102, 15, 7)), 5u);
+  EXPECT_EQ(*j->add(flow_entry(102, 15, 7)), 7u);
 }
 
 TEST_F(RxqJournal, ASecondJournalIsRefusedWhileOneExists) {
@@ -110,6 +119,10 @@ TEST_F(RxqJournal, DamagedFilesAreRefusedNamingTheLine) {
       {"remora-rxq-journal 2 eth1 3\n", "line 1: version '2'"},
       {"something else\n", "line 1: not a header"},
       {head + "1 header-split 3\n", "line 2: header-split wants"},
+      {head + "1 hds-thresh\n", "line 2: hds-thresh wants"},
+      {head + "1 hds-thresh -1\n", "line 2: hds-thresh wants"},
+      {head + "1 hds-thresh 1 2\n", "line 2: hds-thresh wants"},
+      {head + "1 hds-thresh 4294967296\n", "line 2: hds-thresh wants"},
       {head + "1 rss 3 0 1\n", "line 2: rss wants"},
       {head + "1 rss 1 x\n", "line 2: rss entry 0"},
       {head + "1 flow 0 1 none flow-type tcp4 dst-port 1\n", "line 2: flow wants"},
@@ -138,22 +151,29 @@ TEST_F(RxqJournal, UndoOnLoopbackKeepsWhatTheKernelRefuses) {
   JournalEntry rss;
   rss.kind = JournalEntry::Kind::kRss;
   rss.rss = {0, 0};
+  JournalEntry hds;
+  hds.kind = JournalEntry::Kind::kHdsThresh;
+  hds.hds_thresh = 256;
   ASSERT_TRUE(j->add(hs).is_ok());
+  ASSERT_TRUE(j->add(hds).is_ok());
   ASSERT_TRUE(j->add(rss).is_ok());
   ASSERT_TRUE(j->add(flow_entry(100, 0, 5)).is_ok());
   ASSERT_TRUE(j->add(flow_entry(101, 0, std::nullopt)).is_ok());
   const UndoOutcome out = undo_all(&*j);
-  // The rule-less flow is done; lo refuses the rest (no rules, no RSS, no rings-set).
+  // The rule-less flow is done; lo refuses the rest (no rules, no RSS, no rings-set),
+  // undone last first.
   ASSERT_EQ(out.done.size(), 1u);
   EXPECT_EQ(out.done[0], "flow 101 0 none flow-type tcp4 dst-port 5000");
-  ASSERT_EQ(out.failed.size(), 3u);
+  ASSERT_EQ(out.failed.size(), 4u);
   EXPECT_EQ(out.failed[0].rfind("flow 100 0 5 ", 0), 0u) << out.failed[0];
   EXPECT_NE(out.failed[0].find("ETHTOOL_SRXCLSRLDEL"), std::string::npos) << out.failed[0];
   EXPECT_NE(out.failed[1].find("ETHTOOL_SRXFHINDIR"), std::string::npos) << out.failed[1];
   EXPECT_NE(out.failed[1].find("EOPNOTSUPP"), std::string::npos) << out.failed[1];
-  EXPECT_NE(out.failed[2].find("rings-set tcp-data-split=1"), std::string::npos) << out.failed[2];
-  EXPECT_EQ(file(), fmt::format("remora-rxq-journal 1 lo {}\n1 header-split 1\n2 rss 2 0 0\n"
-                                "3 flow 100 0 5 flow-type tcp4 dst-port 5000\n",
+  EXPECT_EQ(out.failed[2].rfind("hds-thresh 256: ", 0), 0u) << out.failed[2];
+  EXPECT_NE(out.failed[2].find("rings-set hds-thresh=256"), std::string::npos) << out.failed[2];
+  EXPECT_NE(out.failed[3].find("rings-set tcp-data-split=1"), std::string::npos) << out.failed[3];
+  EXPECT_EQ(file(), fmt::format("remora-rxq-journal 1 lo {}\n1 header-split 1\n2 hds-thresh 256\n3 rss 2 0 0\n"
+                                "4 flow 100 0 5 flow-type tcp4 dst-port 5000\n",
                                 lo));
   // With nothing the kernel must do, undo empties the journal and removes the file.
   ASSERT_TRUE(std::filesystem::remove(path_));
