@@ -79,12 +79,14 @@ struct EndpointStats {
   uint64_t notifications = 0;  ///< notifications delivered to this side
   /// Transfers (sends, receives, puts, gets, in either role) whose memory on this side
   /// was a device's and moved through pinned staging buffers, and their bytes. Staging
-  /// is the device path whenever devmem TCP or io_uring zero-copy receive is not set up
-  /// for the endpoint's data streams, which in this version is always (see
-  /// docs/device-memory.md and `remora doctor`).
+  /// is the device path whenever devmem TCP or io_uring zero-copy receive cannot take a
+  /// transfer: always for receives, puts and gets in this version, and for message
+  /// sends unless the memory exports a dmabuf that REMORA_DEVMEM_IFNAME binds for
+  /// transmit (see docs/device-memory.md and `remora doctor`).
   uint64_t staged_transfers = 0, staged_bytes = 0;
-  /// Device transfers that went by devmem TCP and by io_uring zero-copy receive. Both
-  /// stay 0 in this version: the endpoint does not drive those paths yet.
+  /// Device transfers that went by devmem TCP (message sends, counted once the kernel
+  /// reported the NIC done with their memory) and by io_uring zero-copy receive (0 in
+  /// this version: the endpoint does not drive it).
   uint64_t devmem_transfers = 0, zcrx_transfers = 0;
   /// Device transfers refused because the path REMORA_DEVICE_PATH demands could not take them.
   uint64_t device_path_refusals = 0;

@@ -6,6 +6,7 @@
 // copy engines use. Two engine threads, one per direction, each with its own queue;
 // a copy's completion is published under its own mutex and then announced through
 // on_done, outside every lock of the domain.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -298,6 +299,19 @@ Status TestDeviceDomain::write(void* device_dst, const void* host_src, size_t le
 Status TestDeviceDomain::read(void* host_dst, const void* device_src, size_t len) {
   auto copy = copy_to_host(host_dst, device_src, len);
   return copy ? (*copy)->wait(std::chrono::seconds(60)) : copy.status();
+}
+
+Result<DmabufExport> TestDeviceDomain::export_dmabuf(const void* ptr, size_t len) {
+  if (!state_->options.export_memfd) return MemoryDomain::export_dmabuf(ptr, len);
+  if (len == 0 || !owns(ptr, len)) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("test device: {} + {} bytes is not this device's memory",
+                                                            ptr, len));
+  }
+  const int fd = ::fcntl(state_->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return Status(StatusCode::kNoResource, fmt::format("test device: dup of its memfd: {}", std::strerror(errno)));
+  return DmabufExport{.fd = fd,
+                      .offset = static_cast<uint64_t>(static_cast<const std::byte*>(ptr) - state_->device),
+                      .length = len};
 }
 
 bool TestDeviceDomain::owns(const void* ptr, size_t len) const {

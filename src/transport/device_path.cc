@@ -58,9 +58,10 @@ DevicePathProbe probe_device_paths(const Config& config) {
   }
   const unsigned ifindex = ::if_nametoindex(ifname.c_str());
   if (ifindex == 0) {
-    const Status gone = unsupported(fmt::format("REMORA_DEVMEM_IFNAME={}: no such interface in this network namespace "
-                                                "({})",
-                                                ifname, zerocopy::errno_text(errno)));
+    const Status gone =
+        unsupported(fmt::format("REMORA_DEVMEM_IFNAME={}: no such interface in this network namespace "
+                                "({})",
+                                ifname, zerocopy::errno_text(errno)));
     out.devmem_tx_interface = gone;
     out.devmem_rx = gone;
     out.zcrx = gone;
@@ -78,7 +79,8 @@ DevicePathProbe probe_device_paths(const Config& config) {
     if (binding) {
       out.devmem_tx_interface = Status::ok();
     } else {
-      std::string text = fmt::format("{}: bind-tx with a {}: {}", ifname, source->describe(), binding.status().message());
+      std::string text =
+          fmt::format("{}: bind-tx with a {}: {}", ifname, source->describe(), binding.status().message());
       if (!source->is_dmabuf()) text += fmt::format(" (no dmabuf exporter on this host: {})", source->why_no_dmabuf);
       out.devmem_tx_interface = Status(binding.status().code(), text);
     }
@@ -104,51 +106,65 @@ DevicePathProbe probe_device_paths(const Config& config) {
   return out;
 }
 
-Status DevicePathSelector::devmem_tx_for(MemoryDomain& domain, const void* ptr, size_t len) {
-  Status exported_why;
-  const auto it = std::find_if(export_refusals_.begin(), export_refusals_.end(),
-                               [&](const auto& e) { return e.first == &domain; });
-  if (it != export_refusals_.end()) {
-    exported_why = it->second;
-  } else {
-    // Asked once per domain, on its first transfer (an export is not free: CUDA makes a
-    // file descriptor), and remembered whatever the answer.
-    if (auto exported = domain.export_dmabuf(ptr, len); !exported) {
-      exported_why = exported.status();
-    } else {
-      ::close(exported->fd);
-    }
-    export_refusals_.emplace_back(&domain, exported_why);
+Result<std::unique_ptr<DevmemTxSend>> DevicePathSelector::devmem_tx_for(MemoryDomain& domain, const void* ptr,
+                                                                        size_t len, bool drives_devmem_tx) {
+  if (!drives_devmem_tx) {
+    return unsupported(
+        "this version sends only messages by devmem TX (a put or a served get of device memory "
+        "stages; its completion would have to wait for the NIC's too)");
   }
-  const Status& nic = probe_->devmem_tx_interface;
-  if (!exported_why.is_ok() || !nic.is_ok()) {
-    std::string text;
-    if (!exported_why.is_ok()) text = "memory: " + exported_why.message();
-    if (!nic.is_ok()) text += (text.empty() ? "" : "; ") + std::string("interface: ") + nic.message();
-    return unsupported(std::move(text));
+  if (len == 0) return unsupported("an empty message has nothing for the NIC to read");
+  if (config_.checksum != ChecksumMode::kNone) {
+    return unsupported(
+        "REMORA_CHECKSUM=crc32c: the CRC is computed on the host, and devmem TX never brings the "
+        "bytes there");
   }
-  return unsupported(fmt::format(
-      "{} memory exports a dmabuf and {} accepts bind-tx, but this version's endpoint does not send through "
-      "devmem TX yet (zerocopy/devmem_tx.h is the send path; the endpoint hook is not built)",
-      domain.name(), config_.devmem_ifname.data()));
+  const std::string ifname(config_.devmem_ifname.data());
+  const unsigned ifindex = ifname.empty() ? 0 : ::if_nametoindex(ifname.c_str());
+  if (ifindex == 0) {  // the probe says why: the name is unset, or no such interface here
+    return probe_->devmem_tx_interface.is_ok() ? unsupported(fmt::format("no interface {}", ifname))
+                                               : probe_->devmem_tx_interface;
+  }
+  const auto it =
+      std::find_if(devmem_refusals_.begin(), devmem_refusals_.end(), [&](const auto& e) { return e.first == &domain; });
+  if (it != devmem_refusals_.end()) return it->second;
+  // Each send exports and binds its own range; a refusal is remembered for the domain
+  // (its driver or the NIC would say the same again).
+  auto send = DevmemTxSend::make(devmem_tx_kernel(), domain, ptr, len, ifindex, ifname);
+  if (send) return send;
+  std::string text = send.status().message();
+  if (text.rfind("memory:", 0) == 0 && !probe_->devmem_tx_interface.is_ok()) {
+    text += "; interface: " + probe_->devmem_tx_interface.message();
+  }
+  Status refused = unsupported(std::move(text));
+  devmem_refusals_.emplace_back(&domain, refused);
+  return refused;
 }
 
-Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx) {
+Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx,
+                                              bool drives_devmem_tx) {
   const DevicePathMode mode = config_.device_path;
   if (mode == DevicePathMode::kStaging) {
-    return PathChoice{.path = DataPath::kStaging, .reason = "REMORA_DEVICE_PATH=staging"};
+    return PathChoice{.path = DataPath::kStaging, .reason = "REMORA_DEVICE_PATH=staging", .devmem_tx = nullptr};
   }
   if (!probe_) probe_ = probe_device_paths(config_);
 
   std::string devmem_why;
   if (tx) {
-    const Status s = devmem_tx_for(domain, ptr, len);
-    devmem_why = s.message();
+    auto send = devmem_tx_for(domain, ptr, len, drives_devmem_tx);
+    if (send) {
+      std::string reason = fmt::format(
+          "REMORA_DEVICE_PATH={}: devmem TX: {} memory exported as a dmabuf and bound "
+          "for transmit on {} (binding {})",
+          mode_name(mode), domain.name(), config_.devmem_ifname.data(), (*send)->binding.id);
+      return PathChoice{.path = DataPath::kDevmem, .reason = std::move(reason), .devmem_tx = std::move(*send)};
+    }
+    devmem_why = send.status().message();
   } else {
     devmem_why = probe_->devmem_rx.message();
   }
-  const std::string zcrx_why = tx ? std::string("zcrx is a receive path (io_uring has no devmem send)")
-                                  : probe_->zcrx.message();
+  const std::string zcrx_why =
+      tx ? std::string("zcrx is a receive path (io_uring has no devmem send)") : probe_->zcrx.message();
 
   const std::string_view direction = tx ? "send" : "receive";
   if (mode == DevicePathMode::kDevmem) {
@@ -157,13 +173,14 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
                               domain.name(), devmem_why));
   }
   if (mode == DevicePathMode::kZcrx) {
-    return Status(StatusCode::kUnsupported,
-                  fmt::format("REMORA_DEVICE_PATH=zcrx: io_uring zero-copy receive cannot take this {} of {} memory: {}",
-                              direction, domain.name(), zcrx_why));
+    return Status(
+        StatusCode::kUnsupported,
+        fmt::format("REMORA_DEVICE_PATH=zcrx: io_uring zero-copy receive cannot take this {} of {} memory: {}",
+                    direction, domain.name(), zcrx_why));
   }
   std::string reason = fmt::format("REMORA_DEVICE_PATH={}: devmem: {}", mode_name(mode), devmem_why);
   if (!tx) reason += fmt::format("; zcrx: {}", zcrx_why);
-  return PathChoice{.path = DataPath::kStaging, .reason = std::move(reason)};
+  return PathChoice{.path = DataPath::kStaging, .reason = std::move(reason), .devmem_tx = nullptr};
 }
 
 }  // namespace remora::detail

@@ -10,13 +10,15 @@
 // kernel was asked), and EndpointStats reports the path and reason of the last device
 // transfer and a count per path.
 //
-// What is asked, once per endpoint (on its first device transfer) and cached:
-// - devmem TX: can the memory's domain export a dmabuf (asked once per domain, on its
-//   first transfer, the answer kept whatever it is), and does the
-//   interface REMORA_DEVMEM_IFNAME accept a bind-tx (tried with the best dmabuf this host
-//   has, zerocopy/dmabuf_source.h; the binding is dropped at once; bind-tx restarts no
-//   queue). Even where both succeed this version's endpoint does not drive devmem TX yet
-//   (zerocopy/devmem_tx.h holds the send path), and says so.
+// What is asked:
+// - devmem TX (message sends; transport/devmem_tx_path.h): per send, the memory's domain
+//   exports the range as a dmabuf and the interface REMORA_DEVMEM_IFNAME binds it for
+//   transmit (bind-tx restarts no queue); a domain that refused to export, or whose
+//   dmabuf the interface refused to bind, is not asked again by this endpoint. Where both
+//   succeed the send goes by devmem TX. Not with REMORA_CHECKSUM=crc32c (the CRC needs
+//   the bytes on the host), and not for puts and served gets, which stage. Once per
+//   endpoint, for the reason given when the memory cannot be exported, the interface is
+//   tried with the best dmabuf this host has (zerocopy/dmabuf_source.h; dropped at once).
 // - devmem RX and zcrx: they need RX queues steered and bound for this endpoint's data
 //   streams, which only `remora rxq` can set up; no binding is ever tried here (it would
 //   restart a queue of a live NIC). Until rxq hands a binding to the endpoint the reason
@@ -25,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +37,7 @@
 #include "remora/config.h"
 #include "remora/memory.h"
 #include "remora/status.h"
+#include "transport/devmem_tx_path.h"
 
 namespace remora::detail {
 
@@ -54,6 +58,7 @@ DevicePathProbe probe_device_paths(const Config& config);
 struct PathChoice {
   DataPath path = DataPath::kStaging;
   std::string reason;
+  std::unique_ptr<DevmemTxSend> devmem_tx;  ///< kDevmem sends: the dmabuf and its binding
 };
 
 /// One endpoint's choices: probes once, remembers each domain's dmabuf export answer.
@@ -62,18 +67,21 @@ class DevicePathSelector {
  public:
   explicit DevicePathSelector(const Config& config) : config_(config) {}
   /// The path for a transfer of [ptr, ptr+len) of `domain`'s memory (`tx`: this side
-  /// sends it). An error when the path Config::device_path demands cannot be taken: its
+  /// sends it; `drives_devmem_tx`: the caller can send it by devmem TX, as message sends
+  /// can). An error when the path Config::device_path demands cannot be taken: its
   /// status says why (kUnsupported, the kernel's reason inside).
-  Result<PathChoice> choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx);
+  Result<PathChoice> choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx, bool drives_devmem_tx = false);
   /// For tests: the probe to use instead of asking the kernel.
   void set_probe(DevicePathProbe probe) { probe_ = std::move(probe); }
 
  private:
-  Status devmem_tx_for(MemoryDomain& domain, const void* ptr, size_t len);
+  /// The export and binding of a devmem send, or why not.
+  Result<std::unique_ptr<DevmemTxSend>> devmem_tx_for(MemoryDomain& domain, const void* ptr, size_t len,
+                                                      bool drives_devmem_tx);
 
   Config config_;
   std::optional<DevicePathProbe> probe_;
-  std::vector<std::pair<const MemoryDomain*, Status>> export_refusals_;  // ok: it exports
+  std::vector<std::pair<const MemoryDomain*, Status>> devmem_refusals_;  // per domain: export or bind-tx refused
 };
 
 }  // namespace remora::detail

@@ -136,9 +136,14 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   op->out.length = data.size();
   op->out.source = &op->source;
   if (device != nullptr) {
-    if (Status path = choose_device_path(*device, data.data(), data.size(), /*tx=*/true); !path) {
+    if (Status path = choose_device_path(*device, data.data(), data.size(), /*tx=*/true, &op->devmem); !path) {
       return Request(RequestState::completed(std::move(path), 0, tag));
     }
+  }
+  if (op->devmem) {
+    op->devmem_source = std::make_unique<DevmemSource>(*op->devmem, devmem_streams_, op->id);
+    op->out.source = op->devmem_source.get();
+  } else if (device != nullptr) {
     auto staging = staging_for(device, /*tx=*/true);
     if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
     op->staged = std::make_unique<StagingSource>(std::move(*staging), data.data(), data.size());
@@ -393,18 +398,43 @@ Result<StagingContext> EndpointCore::staging_for(MemoryDomain* domain, bool tx) 
   return StagingContext{.engine = engine_, .pool = pool, .host = staging_anchor_, .chunk_bytes = config_.chunk_bytes};
 }
 
-Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) {
-  Result<PathChoice> choice = device_paths_.choose(domain, p, n, tx);
+Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx,
+                                        std::unique_ptr<DevmemTxSend>* devmem) {
+  Result<PathChoice> choice = device_paths_.choose(domain, p, n, tx, /*drives_devmem_tx=*/devmem != nullptr);
   if (!choice) {
     ++stats_.device_path_refusals;
     stats_.device_path = "refused";
     stats_.device_path_reason = choice.status().message();
     return choice.status();
   }
-  // Only staging is driven in this version (device_path.h says why).
+  if (choice->path == DataPath::kDevmem && devmem != nullptr) {
+    // The NIC reads the memory after sendmsg returns: every data stream reports those
+    // reads' end on its error queue.
+    for (uint16_t i = 0; i < chunks_.streams(); ++i) {
+      if (Status s = devmem_streams_.enable(chunks_.fd(i)); !s) {
+        ++stats_.device_path_refusals;
+        stats_.device_path = "refused";
+        stats_.device_path_reason = "devmem TX: data stream " + std::to_string(i) + ": " + s.message();
+        return Status(StatusCode::kUnsupported, stats_.device_path_reason);
+      }
+    }
+    *devmem = std::move(choice->devmem_tx);
+  }
+  // Devmem receive and zcrx are not driven in this version (device_path.h says why).
   stats_.device_path = std::string(data_path_name(choice->path));
   stats_.device_path_reason = std::move(choice->reason);
   return Status::ok();
+}
+
+void EndpointCore::devmem_send_completed(uint64_t id) {
+  auto it = sends_.find(id);
+  if (it == sends_.end() || !it->second->devmem_source) return;  // failed already
+  SendOp* op = it->second.get();
+  op->devmem_source->completed();
+  if (op->awaiting_completions && op->devmem_source->pending() == 0) {
+    ++stats_.devmem_transfers;
+    complete_send(op, Status::ok());
+  }
 }
 
 void EndpointCore::fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why) {
@@ -1003,6 +1033,14 @@ void EndpointCore::sent(TxTransfer& out) {
         return;
       }
       if (it->second->staged) stats_.staged_bytes += out.length;
+      if (it->second->devmem_source) {
+        // Complete once the NIC has read every byte (devmem_send_completed).
+        if (it->second->devmem_source->pending() > 0) {
+          it->second->awaiting_completions = true;
+          return;
+        }
+        ++stats_.devmem_transfers;
+      }
       complete_send(it->second.get(), Status::ok());
       return;
     }
@@ -1091,6 +1129,15 @@ void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
     return;
   }
   if (events & EPOLLIN) liveness_.heard();
+  if ((events & EPOLLERR) && devmem_streams_.enabled(chunks_.fd(index))) {
+    // Zero-copy completions of devmem sends (a socket error, if that is what this is,
+    // is read below as before).
+    Status s = devmem_streams_.drain(chunks_.fd(index), [this](uint64_t id) { devmem_send_completed(id); });
+    if (!s) {
+      fail_locked(s.with_context("devmem TX completions on data stream " + std::to_string(index)));
+      return;
+    }
+  }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     if (events & (EPOLLRDHUP | EPOLLHUP)) chunks_.hung_up(index);
     read_stream(index);

@@ -120,6 +120,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     uint64_t recv_id = 0;
     HostSource source;
     std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
+    std::unique_ptr<DevmemTxSend> devmem;   // or, sent by devmem TX: its dmabuf and binding,
+    std::unique_ptr<DevmemSource> devmem_source;  // and out.source is this
+    bool awaiting_completions = false;      // every byte is in the kernel; the NIC's reads are not all done
     TxTransfer out;
   };
   class ControlHandler final : public engine::EventHandler {
@@ -212,7 +215,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   }
   /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
   /// and records it in the stats; the demanded path's refusal when it cannot be taken.
-  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) override;
+  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) override {
+    return choose_device_path(domain, p, n, tx, nullptr);
+  }
+  /// The same, for a message send, which devmem TX can take: `*devmem` is set when it does.
+  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx,
+                            std::unique_ptr<DevmemTxSend>* devmem);
+  /// The kernel reported sendmsg(s) of the devmem send `id` complete.
+  void devmem_send_completed(uint64_t id);
   /// Completes a failed receive whose copies into device memory are still in flight
   /// once they have ended (then nothing writes to its buffer any more), else now.
   void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);
@@ -307,6 +317,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   };
   std::vector<StagingPools> staging_pools_;
   DevicePathSelector device_paths_{config_};  // issue 18: devmem / zcrx / staging choice
+  DevmemTxStreams devmem_streams_;            // the data streams' zero-copy completions (devmem TX)
   /// What staged sources and sinks hold to reach this endpoint; reset first thing in
   /// the destructor, so late copy ends find nobody.
   std::shared_ptr<StagingHost*> staging_anchor_;

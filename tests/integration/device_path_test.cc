@@ -38,18 +38,6 @@ using testing::TestDeviceDomain;
 
 constexpr uint64_t kChunk = 64 * 1024;
 
-/// `len` bytes of the test data stream `seed` (support/test_data.h).
-std::vector<std::byte> bytes_of(uint64_t len, uint64_t seed) {
-  std::vector<std::byte> v(len);
-  fill_stream(seed, 0, v);
-  return v;
-}
-
-struct DeviceContext {
-  std::unique_ptr<TestDeviceDomain> dev;  // outlives the context
-  std::unique_ptr<Context> ctx;
-};
-
 /// Sets an environment variable for its lifetime (the interface is named only there).
 struct EnvVar {
   const char* name;
@@ -84,7 +72,7 @@ TEST(DevicePath, AutoStagesBetweenProcessesAndSaysWhyNotDevmem) {
                                        {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk), "REMORA_DEVICE_PATH=auto",
                                         "REMORA_DEVMEM_IFNAME=lo"});
   ASSERT_TRUE(s.ep);
-  const auto data = bytes_of(len, 1);
+  const auto data = stream_bytes(len, 1);
   std::byte* out = mine.dev->allocate(len).value();
   std::byte* in = mine.dev->allocate(len).value();
   ASSERT_TRUE(mine.dev->write(out, data.data(), len).is_ok());
@@ -173,7 +161,7 @@ TEST(DevicePath, PutsAndGetsReportTheirPathOnBothSides) {
   auto region = p.a->register_memory(region_mem, len, Access::kRemoteRead | Access::kRemoteWrite);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
   std::byte* local = idev.allocate(len).value();
-  const auto data = bytes_of(len, 7);
+  const auto data = stream_bytes(len, 7);
   ASSERT_TRUE(idev.write(local, data.data(), len).is_ok());
 
   ASSERT_TRUE(p.eb->put(std::span<const std::byte>(local, len), region->remote_key(), 0).wait(60s).is_ok());
@@ -186,7 +174,7 @@ TEST(DevicePath, PutsAndGetsReportTheirPathOnBothSides) {
     EXPECT_NE(st.device_path_reason.find("devmem"), std::string::npos) << st.device_path_reason;
     EXPECT_EQ(st.device_path_refusals, 0u);
   }
-  const auto changed = bytes_of(len, 8);
+  const auto changed = stream_bytes(len, 8);
   ASSERT_TRUE(tdev.write(region_mem, changed.data(), len).is_ok());
   ASSERT_TRUE(p.eb->get(std::span<std::byte>(local, len), region->remote_key(), 0).wait(60s).is_ok());
   ASSERT_TRUE(idev.read(got.data(), local, len).is_ok());
@@ -244,7 +232,7 @@ TEST(DevicePath, OnAVethInANamespaceTheKernelsRefusalOfBindTxIsTheReason) {
   if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
   std::string setup_error;
   detail::DevicePathProbe probe;
-  std::string reason;
+  std::string reason, exported_reason;
   std::thread t([&] {
     net::Fd nsfd(::open(("/run/netns/" + net.ns_a()).c_str(), O_RDONLY | O_CLOEXEC));
     if (!nsfd.valid() || ::setns(nsfd.get(), CLONE_NEWNET) != 0) {
@@ -257,8 +245,14 @@ TEST(DevicePath, OnAVethInANamespaceTheKernelsRefusalOfBindTxIsTheReason) {
     auto dev = TestDeviceDomain::create({.capacity = size_t{1} << 20}).value();
     detail::DevicePathSelector selector(config);
     std::byte* mem = dev->allocate(4096).value();
-    auto choice = selector.choose(*dev, mem, 4096, /*tx=*/true);
+    auto choice = selector.choose(*dev, mem, 4096, /*tx=*/true, /*drives_devmem_tx=*/true);
     reason = choice ? choice->reason : choice.status().to_string();
+    // The test device's memfd offered as the dmabuf: the real bind-tx of it on veth.
+    auto exporting = TestDeviceDomain::create({.capacity = size_t{1} << 20, .export_memfd = true}).value();
+    detail::DevicePathSelector second(config);
+    std::byte* emem = exporting->allocate(8192).value();
+    auto bound = second.choose(*exporting, emem + 100, 5000, /*tx=*/true, /*drives_devmem_tx=*/true);
+    exported_reason = bound ? bound->reason : bound.status().to_string();
   });
   t.join();
   ASSERT_TRUE(setup_error.empty()) << setup_error;
@@ -270,6 +264,9 @@ TEST(DevicePath, OnAVethInANamespaceTheKernelsRefusalOfBindTxIsTheReason) {
   EXPECT_NE(probe.devmem_rx.message().find("remora rxq"), std::string::npos);
   EXPECT_NE(reason.find("Driver does not support netmem TX"), std::string::npos) << reason;
   EXPECT_NE(reason.find("REMORA_DEVICE_PATH=auto"), std::string::npos) << reason;
+  EXPECT_NE(exported_reason.find("interface: rmr0: bind-tx of a test-device dmabuf"), std::string::npos)
+      << exported_reason;
+  EXPECT_NE(exported_reason.find("Driver does not support netmem TX"), std::string::npos) << exported_reason;
 }
 
 }  // namespace

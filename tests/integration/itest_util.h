@@ -23,6 +23,7 @@
 #include "remora/context.h"
 #include "remora/endpoint.h"
 #include "remora/status.h"
+#include "remora/testing/test_device.h"
 #include "../net_util.h"
 #include "support/process.h"
 
@@ -151,6 +152,12 @@ inline PeerSession start_listening_peer(Context& ctx, std::vector<std::string> a
   s.ep = connect_to(ctx, port);
   return s;
 }
+
+/// A context with a test device added (the device outlives the context).
+struct DeviceContext {
+  std::unique_ptr<testing::TestDeviceDomain> dev;
+  std::unique_ptr<Context> ctx;
+};
 
 /// Two contexts in this process connected over loopback (a listens, b connects).
 struct Pair {

@@ -31,13 +31,34 @@ DevicePathProbe refused_probe() {
 TEST(DevicePath, AutoStagesAndNamesEveryReason) {
   Dev d;
   Config c;
+  std::snprintf(c.devmem_ifname.data(), c.devmem_ifname.size(), "%s", "lo");
   DevicePathSelector s(c);
   s.set_probe(refused_probe());
-  auto tx = s.choose(*d.dev, d.mem, 4096, true);
+  // A message send (which devmem TX could take): the memory cannot be exported, and
+  // what the interface said to the probe.
+  auto tx = s.choose(*d.dev, d.mem, 4096, true, /*drives_devmem_tx=*/true);
   ASSERT_TRUE(tx.is_ok());
   EXPECT_EQ(tx->path, DataPath::kStaging);
-  EXPECT_NE(tx->reason.find("cannot export a dmabuf"), std::string::npos) << tx->reason;
+  EXPECT_EQ(tx->devmem_tx, nullptr);
+  EXPECT_NE(tx->reason.find("memory: the test-device memory domain cannot export a dmabuf"), std::string::npos)
+      << tx->reason;
   EXPECT_NE(tx->reason.find("eth9: bind-tx: EOPNOTSUPP"), std::string::npos) << tx->reason;
+  // A put or a served get: devmem TX does not take them in this version.
+  auto put = s.choose(*d.dev, d.mem, 4096, true);
+  ASSERT_TRUE(put.is_ok());
+  EXPECT_EQ(put->path, DataPath::kStaging);
+  EXPECT_NE(put->reason.find("sends only messages by devmem TX"), std::string::npos) << put->reason;
+  // Checksums need the bytes on the host; an empty message has none for the NIC.
+  Config sum = c;
+  sum.checksum = ChecksumMode::kCrc32c;
+  DevicePathSelector with_crc(sum);
+  with_crc.set_probe(refused_probe());
+  auto crc = with_crc.choose(*d.dev, d.mem, 4096, true, true);
+  ASSERT_TRUE(crc.is_ok());
+  EXPECT_NE(crc->reason.find("REMORA_CHECKSUM=crc32c"), std::string::npos) << crc->reason;
+  auto empty = s.choose(*d.dev, d.mem, 0, true, true);
+  ASSERT_TRUE(empty.is_ok());
+  EXPECT_NE(empty->reason.find("an empty message"), std::string::npos) << empty->reason;
   auto rx = s.choose(*d.dev, d.mem, 4096, false);
   ASSERT_TRUE(rx.is_ok());
   EXPECT_EQ(rx->path, DataPath::kStaging);

@@ -28,6 +28,11 @@ struct TestDeviceOptions {
   /// Each engine takes the newest queued copy first, so copies queued together end in
   /// the reverse order (tests of out-of-order completion). Off: oldest first.
   bool newest_first = false;
+  /// export_dmabuf hands out the memfd behind this memory (a duplicate descriptor and the
+  /// range's offset in it) as a stand-in for a dmabuf: not a dmabuf (a real bind-tx
+  /// refuses it), for tests of the devmem paths with a stand-in of the kernel and NIC.
+  /// Off: export_dmabuf is refused, as the default MemoryDomain's is.
+  bool export_memfd = false;
 };
 
 class TestDeviceDomain final : public MemoryDomain {
@@ -71,6 +76,8 @@ class TestDeviceDomain final : public MemoryDomain {
   Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
                                              std::span<const ScatterEntry> entries) override;
   void release_staging(void* host, size_t len) noexcept override;
+  /// With TestDeviceOptions::export_memfd: the memfd, and the range's offset in it.
+  Result<DmabufExport> export_dmabuf(const void* ptr, size_t len) override;
   /// Staging buffers prepared and not yet released (tests check the pool's reuse).
   uint64_t prepared_staging() const noexcept;
 

@@ -39,6 +39,12 @@ uint64_t Rng::uniform(uint64_t lo, uint64_t hi) {
 
 double Rng::unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
 
+std::vector<std::byte> stream_bytes(uint64_t len, uint64_t seed) {
+  std::vector<std::byte> v(len);
+  fill_stream(seed, 0, v);
+  return v;
+}
+
 void fill_stream(uint64_t seed, uint64_t offset, std::span<std::byte> out) {
   std::byte* p = out.data();
   size_t n = out.size();

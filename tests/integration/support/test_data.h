@@ -33,6 +33,9 @@ class Rng {
 /// be generated independently of the others (so 4 GiB can be checked block by block).
 void fill_stream(uint64_t seed, uint64_t offset, std::span<std::byte> out);
 
+/// The first `len` bytes of the stream for `seed`.
+std::vector<std::byte> stream_bytes(uint64_t len, uint64_t seed);
+
 /// XXH3_64bits of the stream for `seed` over [0, length), generated block by block.
 uint64_t stream_hash(uint64_t seed, uint64_t length);
 

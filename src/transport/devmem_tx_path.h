@@ -1,0 +1,117 @@
+// transport/devmem_tx_path.h — devmem TCP send driven by an endpoint: a message of
+// device memory goes from the device to the wire with no copy through host memory. The
+// memory's domain exports the range as a dmabuf (MemoryDomain::export_dmabuf), the NIC
+// named by REMORA_DEVMEM_IFNAME binds it for transmit (netdev bind-tx), and each chunk
+// is one sendmsg(MSG_ZEROCOPY) whose iov holds the offset into the dmabuf and whose
+// control data names the binding (zerocopy/devmem_tx.h). The NIC reads the memory after
+// sendmsg returns, so the send completes only once the kernel has reported every one of
+// its sendmsgs complete on the stream's error queue (ZerocopyTracker); the binding is
+// dropped then.
+//
+// DevmemTxSend is one transfer's export and binding; DevmemSource its ChunkSource;
+// DevmemTxStreams the per-stream SO_ZEROCOPY switch and completion trackers of one
+// endpoint. The kernel calls go through DevmemTxKernel: the system calls, except in tests,
+// which put a stand-in of the kernel and NIC there (no NIC here can bind: every bind-tx
+// on this project's machines is refused, see docs/device-memory.md).
+//
+// Scope of this version: message sends (Endpoint::send). Puts and served gets of device
+// memory still stage (their completion is the target's RESP or the initiator's, which a
+// zero-copy send would have to be held behind too). A bind-tx per transfer: dmabufs are
+// exported per range, and one binding per exported dmabuf is what the kernel takes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "net/io.h"
+#include "net/socket.h"
+#include "remora/memory.h"
+#include "remora/status.h"
+#include "transport/chunk_io.h"
+#include "zerocopy/devmem_tx.h"
+
+namespace remora::detail {
+
+/// A bind-tx that succeeded: its id, and what keeps it bound (the netlink socket; the
+/// kernel unbinds when it goes).
+struct DevmemTxBinding {
+  uint32_t id = 0;
+  std::shared_ptr<void> hold;
+};
+
+/// The kernel calls of devmem TX. The real ones unless a test put a stand-in there.
+struct DevmemTxKernel {
+  /// bind-tx of `dmabuf_fd` on `ifindex` (zerocopy::DevmemBinding::bind_tx).
+  std::function<Result<DevmemTxBinding>(uint32_t ifindex, int dmabuf_fd)> bind_tx;
+  /// One devmem sendmsg (zerocopy::send_devmem).
+  std::function<net::IoResult(int fd, uint32_t binding_id, uint64_t dmabuf_offset, size_t len)> send;
+};
+
+/// The kernel calls endpoints use from now on (read when an endpoint makes its first
+/// devmem send).
+std::shared_ptr<const DevmemTxKernel> devmem_tx_kernel();
+/// Tests only: a stand-in of the kernel and NIC; nullptr puts the system calls back.
+void set_devmem_tx_kernel_for_tests(std::shared_ptr<const DevmemTxKernel> kernel);
+
+/// One transfer's dmabuf and binding.
+struct DevmemTxSend {
+  std::shared_ptr<const DevmemTxKernel> kernel;
+  DevmemTxBinding binding;
+  uint64_t offset = 0;  ///< of the transfer's first byte in the dmabuf
+  uint64_t length = 0;
+
+  /// Exports [ptr, ptr + len) of `domain` and binds it for transmit on `ifindex`. The
+  /// refusal (the domain's, or the kernel's with its errno and message) otherwise.
+  static Result<std::unique_ptr<DevmemTxSend>> make(std::shared_ptr<const DevmemTxKernel> kernel, MemoryDomain& domain,
+                                                    const void* ptr, size_t len, uint32_t ifindex,
+                                                    const std::string& ifname);
+};
+
+/// The data streams of one endpoint as devmem TX uses them: SO_ZEROCOPY switched on
+/// (once, on the first devmem send), and each stream's completion tracker. Not
+/// thread-safe (the progress lock).
+class DevmemTxStreams {
+ public:
+  /// SO_ZEROCOPY on `fd` (once per stream).
+  Status enable(int fd);
+  bool enabled(int fd) const { return trackers_.count(fd) != 0; }
+  /// The sendmsg of `cookie` on `fd` sent bytes: it took the stream's next number.
+  void sent(int fd, uint64_t cookie);
+  /// Reads `fd`'s error queue; `released(cookie)` once per completed sendmsg.
+  Status drain(int fd, const std::function<void(uint64_t cookie)>& released);
+  /// Forgets `fd` (closed, or handed to the lingering close).
+  void forget(int fd) { trackers_.erase(fd); }
+  /// Completions the kernel reported as copied instead (loopback always is).
+  uint64_t copied() const noexcept;
+
+ private:
+  std::map<int, zerocopy::ZerocopyTracker> trackers_;
+};
+
+/// The chunks of one message send read by the NIC from device memory. Counts the
+/// sendmsgs not yet reported complete (`pending`).
+class DevmemSource final : public ChunkSource {
+ public:
+  DevmemSource(const DevmemTxSend& send, DevmemTxStreams& streams, uint64_t cookie) noexcept
+      : send_(send), streams_(streams), cookie_(cookie) {}
+  net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
+  /// The host never holds these bytes: no CRC-32C (the path is not chosen with checksums on).
+  std::optional<uint32_t> checksum(uint64_t, uint64_t) override { return std::nullopt; }
+  /// Sendmsgs made and not yet reported complete.
+  uint64_t pending() const noexcept { return pending_; }
+  void completed() noexcept {
+    if (pending_ > 0) --pending_;
+  }
+
+ private:
+  const DevmemTxSend& send_;
+  DevmemTxStreams& streams_;
+  uint64_t cookie_;
+  uint64_t pending_ = 0;
+};
+
+}  // namespace remora::detail

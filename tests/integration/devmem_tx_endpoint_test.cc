@@ -1,0 +1,321 @@
+// devmem TX driven by the endpoint (transport/devmem_tx_path.h), on a machine where no
+// NIC can bind a dmabuf for transmit. What is real here: the endpoints and their data
+// streams (loopback TCP, another process receiving), the test device's memory, exported
+// as the memfd behind it (TestDeviceOptions::export_memfd: a stand-in for a dmabuf), the
+// SO_ZEROCOPY streams and the kernel's MSG_ZEROCOPY completions on their error queues,
+// which gate each send's completion. What stands in for the kernel and NIC (and only in
+// the sending process): bind-tx, which maps the "dmabuf" instead of binding it, and the
+// devmem sendmsg, which becomes a MSG_ZEROCOPY send of the same bytes straight from that
+// mapping, so the kernel reads the device memory after sendmsg returns, as the NIC would.
+// Also against the real kernel: the devmem sendmsg itself on loopback (EINVAL: no such
+// binding), which fails the send and the endpoint with that errno, without a hang.
+#include <net/if.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include "itest_util.h"
+#include "remora/testing/test_device.h"
+#include "support/exchange.h"
+#include "support/test_data.h"
+#include "transport/devmem_tx_path.h"
+#include "zerocopy/devmem_tx.h"
+
+namespace remora::itest {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TestDeviceDomain;
+
+constexpr uint64_t kChunk = 64 * 1024;
+
+/// A stand-in of the kernel and NIC for devmem TX (see the top of this file). Counts
+/// what it was asked, and the bindings still held.
+struct StandinNic {
+  struct Mapping {
+    std::byte* base = nullptr;
+    size_t size = 0;
+  };
+  std::mutex mu;
+  std::map<uint32_t, Mapping> bound;  // binding id -> the "dmabuf" mapped
+  uint32_t next_id = 77;
+  std::atomic<uint64_t> binds{0}, sends{0}, bytes{0};
+  uint32_t lo = ::if_nametoindex("lo");
+  bool refuse_bind = false;
+
+  std::shared_ptr<const detail::DevmemTxKernel> kernel() {
+    auto k = std::make_shared<detail::DevmemTxKernel>();
+    k->bind_tx = [this](uint32_t ifindex, int fd) -> Result<detail::DevmemTxBinding> {
+      if (refuse_bind) return Status(StatusCode::kUnsupported, "stand-in NIC: no netmem TX");
+      if (ifindex != lo) return Status(StatusCode::kInvalidArgument, "stand-in NIC: not lo");
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || st.st_size <= 0) return Status(StatusCode::kInvalidArgument, "stand-in: fstat");
+      void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) return Status(StatusCode::kInvalidArgument, "stand-in: mmap");
+      std::lock_guard lock(mu);
+      const uint32_t id = next_id++;
+      bound[id] = Mapping{static_cast<std::byte*>(base), static_cast<size_t>(st.st_size)};
+      ++binds;
+      // Unbound (unmapped) when the endpoint lets the binding go.
+      auto hold = std::shared_ptr<void>(nullptr, [this, id](void*) {
+        std::lock_guard l(mu);
+        auto it = bound.find(id);
+        if (it != bound.end()) {
+          ::munmap(it->second.base, it->second.size);
+          bound.erase(it);
+        }
+      });
+      return detail::DevmemTxBinding{.id = id, .hold = hold};
+    };
+    k->send = [this](int fd, uint32_t id, uint64_t offset, size_t len) -> net::IoResult {
+      Mapping m;
+      {
+        std::lock_guard lock(mu);
+        auto it = bound.find(id);
+        if (it == bound.end() || offset > it->second.size || len > it->second.size - offset) {
+          return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EINVAL};  // as the kernel answers
+        }
+        m = it->second;
+      }
+      ++sends;
+      const net::IoResult r = zerocopy::send_zerocopy(fd, m.base + offset, len);
+      if (r.kind == net::IoResult::Kind::kBytes) bytes += r.bytes;
+      return r;
+    };
+    return k;
+  }
+  size_t held() {
+    std::lock_guard lock(mu);
+    return bound.size();
+  }
+};
+
+/// Puts a stand-in kernel in place for the test's duration.
+struct ScopedKernel {
+  explicit ScopedKernel(std::shared_ptr<const detail::DevmemTxKernel> k) {
+    detail::set_devmem_tx_kernel_for_tests(std::move(k));
+  }
+  ~ScopedKernel() { detail::set_devmem_tx_kernel_for_tests(nullptr); }
+  ScopedKernel(const ScopedKernel&) = delete;
+  ScopedKernel& operator=(const ScopedKernel&) = delete;
+};
+
+/// `data` copied into new memory of `dev` (nullptr on failure, reported).
+std::byte* on_device(TestDeviceDomain& dev, const std::vector<std::byte>& data) {
+  auto mem = dev.allocate(data.size());
+  EXPECT_TRUE(mem.is_ok());
+  if (!mem) return nullptr;
+  const Status w = dev.write(*mem, data.data(), data.size());
+  EXPECT_TRUE(w.is_ok()) << describe(w);
+  return w.is_ok() ? *mem : nullptr;
+}
+
+/// `a` (sending) connected to a plain context in this process.
+Pair pair_with(DeviceContext& a) {
+  auto b = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .ignore_env = true});
+  EXPECT_TRUE(b.is_ok()) << describe(b.status());
+  if (!b) return {};
+  return make_pair_in_process(std::move(a.ctx), std::move(*b));
+}
+
+/// Ends the pair: endpoints, listener, then contexts.
+void reset(Pair& p) {
+  p.ea.reset();
+  p.eb.reset();
+  p.listener.reset();
+  p.a.reset();
+  p.b.reset();
+}
+
+DeviceContext exporting_context(DevicePathMode mode) {
+  DeviceContext d;
+  d.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20, .export_memfd = true}).value();
+  ::setenv("REMORA_DEVMEM_IFNAME", "lo", 1);  // read by Context::create
+  auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = mode});
+  ::unsetenv("REMORA_DEVMEM_IFNAME");
+  EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  if (!ctx) return d;
+  d.ctx = std::move(ctx).value();
+  EXPECT_TRUE(d.ctx->add_memory_domain(*d.dev).is_ok());
+  return d;
+}
+
+TEST(DevmemTx, MessagesOfDeviceMemoryGoByDevmemAndCompleteOnlyOnceTheKernelIsDone) {
+  StandinNic nic;
+  ScopedKernel scoped(nic.kernel());
+  DeviceContext mine = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(mine.ctx);
+  // One byte, a chunk and one, several chunks from an offset that is not page-aligned.
+  const std::vector<uint64_t> sizes = {1, kChunk + 1, 5 * kChunk + 3};
+  std::string list;
+  for (uint64_t s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+  PeerSession s = start_listening_peer(
+      *mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--memory=device", "--close=follow"},
+      {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  std::byte* out = mine.dev->allocate(6 * kChunk + 4096).value() + 100;
+  std::byte* in = mine.dev->allocate(6 * kChunk).value();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE("message of " + std::to_string(sizes[i]) + " bytes");
+    const auto data = stream_bytes(sizes[i], i + 1);
+    ASSERT_TRUE(mine.dev->write(out, data.data(), sizes[i]).is_ok());
+    const uint64_t binds = nic.binds.load();
+    const Status sent = s.ep->send(std::span<const std::byte>(out, sizes[i]), Tag{100 + i}).wait(60s);
+    ASSERT_TRUE(sent.is_ok()) << describe(sent);
+    // Complete means the kernel reported every sendmsg of it done (the next test shows a
+    // send is held until then). One binding per send.
+    EXPECT_EQ(nic.binds.load(), binds + 1);
+    const EndpointStats st = s.ep->stats();
+    EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+    EXPECT_NE(st.device_path_reason.find("devmem TX: test-device memory exported as a dmabuf and bound for transmit "
+                                         "on lo"),
+              std::string::npos)
+        << st.device_path_reason;
+    EXPECT_EQ(st.devmem_transfers, i + 1);
+    auto line = s.peer->read_line(60s);
+    ASSERT_TRUE(line);
+    EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
+    // The echo comes back by staging (devmem receive is not driven), intact.
+    ASSERT_TRUE(s.ep->recv(std::span(in, sizes[i]), Tag{200 + i}).wait(60s).is_ok());
+    std::vector<std::byte> got(sizes[i]);
+    ASSERT_TRUE(mine.dev->read(got.data(), in, sizes[i]).is_ok());
+    EXPECT_TRUE(got == data);
+  }
+  EXPECT_EQ(nic.bytes.load(), 1 + (kChunk + 1) + (5 * kChunk + 3));
+  EXPECT_GE(nic.sends.load(), 1u + 2u + 6u);      // at least one sendmsg per chunk
+  EXPECT_EQ(s.ep->stats().staged_transfers, 3u);  // the three echoes
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+  EXPECT_EQ(nic.held(), 0u);  // every binding went with its send
+}
+
+TEST(DevmemTx, ARefusedBindStagesUnderAutoAndFailsADemandedDevmemSend) {
+  StandinNic nic;
+  nic.refuse_bind = true;
+  ScopedKernel scoped(nic.kernel());
+  for (const DevicePathMode mode : {DevicePathMode::kAuto, DevicePathMode::kDevmem}) {
+    SCOPED_TRACE(mode == DevicePathMode::kAuto ? "auto" : "devmem");
+    DeviceContext a = exporting_context(mode);
+    ASSERT_TRUE(a.ctx);
+    Pair p = pair_with(a);
+    ASSERT_TRUE(p.ea && p.eb);
+    const uint64_t len = 3 * kChunk + 5;
+    const auto data = stream_bytes(len, 9);
+    std::byte* out = on_device(*a.dev, data);
+    ASSERT_NE(out, nullptr);
+    std::vector<std::byte> got(len);
+    Request r = p.eb->recv(std::span(got), Tag{1});
+    const Status sent = p.ea->send(std::span<const std::byte>(out, len), Tag{1}).wait(30s);
+    const EndpointStats st = p.ea->stats();
+    EXPECT_NE(st.device_path_reason.find("interface: lo: bind-tx of a test-device dmabuf: stand-in NIC: no netmem TX"),
+              std::string::npos)
+        << st.device_path_reason;
+    if (mode == DevicePathMode::kAuto) {
+      ASSERT_TRUE(sent.is_ok()) << describe(sent);
+      ASSERT_TRUE(r.wait(30s).is_ok());
+      EXPECT_TRUE(got == data);
+      EXPECT_EQ(st.device_path, "staging");
+      EXPECT_EQ(st.staged_transfers, 1u);
+    } else {
+      EXPECT_EQ(sent.code(), StatusCode::kUnsupported) << describe(sent);
+      EXPECT_EQ(st.device_path, "refused");
+      EXPECT_EQ(st.device_path_refusals, 1u);
+      // The endpoint goes on: a host message still arrives.
+      const auto host = stream_bytes(100, 3);
+      ASSERT_TRUE(p.ea->send(std::span(host), Tag{1}).wait(30s).is_ok());
+      ASSERT_TRUE(r.wait(30s).is_ok());
+      EXPECT_TRUE(std::equal(host.begin(), host.end(), got.begin()));
+    }
+    EXPECT_EQ(st.devmem_transfers, 0u);
+    EXPECT_EQ(nic.binds.load(), 0u);
+    reset(p);
+  }
+}
+
+TEST(DevmemTx, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
+  // A stand-in whose sendmsgs are ordinary sends: the bytes arrive, but the kernel never
+  // reports them on the error queue, as a NIC that has not read the memory yet would not.
+  StandinNic nic;
+  auto k = std::make_shared<detail::DevmemTxKernel>(*nic.kernel());
+  k->send = [&nic](int fd, uint32_t id, uint64_t offset, size_t len) -> net::IoResult {
+    std::byte* base = nullptr;
+    {
+      std::lock_guard lock(nic.mu);
+      base = nic.bound.at(id).base;
+    }
+    const ssize_t n = ::send(fd, base + offset, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return net::IoResult{.kind = net::IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
+    if (errno == EAGAIN) return net::IoResult{.kind = net::IoResult::Kind::kWouldBlock};
+    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = errno};
+  };
+  ScopedKernel scoped(k);
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 2 * kChunk + 7;
+  const auto data = stream_bytes(len, 5);
+  std::byte* out = on_device(*a.dev, data);
+  ASSERT_NE(out, nullptr);
+  std::vector<std::byte> got(len);
+  Request r = p.eb->recv(std::span(got), Tag{1});
+  Request sent = p.ea->send(std::span<const std::byte>(out, len), Tag{1});
+  ASSERT_TRUE(r.wait(30s).is_ok());  // every byte arrived
+  EXPECT_TRUE(got == data);
+  // ...but the send is held: the memory may still be read. (A bounded wait that must
+  // run out; it never completes however long it waits.)
+  EXPECT_EQ(sent.wait(300ms).code(), StatusCode::kTimeout);
+  EXPECT_EQ(nic.held(), 1u);
+  EXPECT_EQ(p.ea->stats().devmem_transfers, 0u);
+  // Aborting the endpoint fails it, and lets the binding go.
+  p.ea->abort();
+  const Status after = sent.wait(30s);
+  EXPECT_FALSE(after.is_ok());
+  EXPECT_NE(after.code(), StatusCode::kTimeout) << describe(after);
+  reset(p);  // the endpoints and contexts gone: so is the binding
+  EXPECT_EQ(nic.held(), 0u);
+}
+
+TEST(DevmemTx, TheRealDevmemSendmsgOnLoopbackFailsTheSendWithTheKernelsErrno) {
+  // The stand-in binds; the sendmsg is the real one, which loopback refuses (EINVAL: no
+  // binding on its device).
+  StandinNic nic;
+  auto k = std::make_shared<detail::DevmemTxKernel>(*nic.kernel());
+  k->send = [](int fd, uint32_t id, uint64_t offset, size_t len) { return zerocopy::send_devmem(fd, id, offset, len); };
+  ScopedKernel scoped(k);
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 2 * kChunk;
+  std::byte* out = a.dev->allocate(len).value();
+  std::vector<std::byte> got(len);
+  Request r = p.eb->recv(std::span(got), Tag{1});
+  const Status sent = p.ea->send(std::span<const std::byte>(out, len), Tag{1}).wait(30s);
+  EXPECT_FALSE(sent.is_ok());
+  EXPECT_NE(sent.code(), StatusCode::kTimeout) << describe(sent);
+  EXPECT_EQ(sent.code(), StatusCode::kInvalidArgument) << describe(sent);  // EINVAL
+  EXPECT_NE(sent.message().find("Invalid argument"), std::string::npos) << describe(sent);
+  EXPECT_EQ(p.ea->stats().device_path, "devmem");
+  // The receiver hears of it too, and nothing hangs.
+  const Status got_status = r.wait(30s);
+  EXPECT_FALSE(got_status.is_ok());
+  EXPECT_NE(got_status.code(), StatusCode::kTimeout) << describe(got_status);
+  reset(p);
+  EXPECT_EQ(nic.held(), 0u);
+}
+
+}  // namespace
+}  // namespace remora::itest
