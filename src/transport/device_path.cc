@@ -110,8 +110,8 @@ Result<std::unique_ptr<DevmemTxSend>> DevicePathSelector::devmem_tx_for(MemoryDo
                                                                         size_t len, bool drives_devmem_tx) {
   if (!drives_devmem_tx) {
     return unsupported(
-        "this version sends only messages by devmem TX (a put or a served get of device memory "
-        "stages; its completion would have to wait for the NIC's too)");
+        "this version sends messages and chunked puts by devmem TX (an inline put travels in its PUT frame, and "
+        "a served get of device memory stages)");
   }
   if (len == 0) return unsupported("an empty message has nothing for the NIC to read");
   if (config_.checksum != ChecksumMode::kNone) {

@@ -11,14 +11,15 @@
 // transfer and a count per path.
 //
 // What is asked:
-// - devmem TX (message sends; transport/devmem_tx_path.h): per send, the memory's domain
-//   exports the range as a dmabuf and the interface REMORA_DEVMEM_IFNAME binds it for
-//   transmit (bind-tx restarts no queue); a domain that refused to export, or whose
-//   dmabuf the interface refused to bind, is not asked again by this endpoint. Where both
-//   succeed the send goes by devmem TX. Not with REMORA_CHECKSUM=crc32c (the CRC needs
-//   the bytes on the host), and not for puts and served gets, which stage. Once per
-//   endpoint, for the reason given when the memory cannot be exported, the interface is
-//   tried with the best dmabuf this host has (zerocopy/dmabuf_source.h; dropped at once).
+// - devmem TX (message sends and chunked puts; transport/devmem_tx_path.h): per send,
+//   the memory's domain exports the range as a dmabuf and the interface
+//   REMORA_DEVMEM_IFNAME binds it for transmit (bind-tx restarts no queue); a domain
+//   that refused to export, or whose dmabuf the interface refused to bind, is not asked
+//   again by this endpoint. Where both succeed the send goes by devmem TX. Not with
+//   REMORA_CHECKSUM=crc32c (the CRC needs the bytes on the host), and not for inline
+//   puts and served gets. Once per endpoint, for the reason given when the memory
+//   cannot be exported, the interface is tried with the best dmabuf this host has
+//   (zerocopy/dmabuf_source.h; dropped at once).
 // - devmem RX and zcrx: they need RX queues steered and bound for this endpoint's data
 //   streams, which only `remora rxq` can set up; no binding is ever tried here (it would
 //   restart a queue of a live NIC). Until rxq hands a binding to the endpoint the reason
@@ -68,7 +69,7 @@ class DevicePathSelector {
   explicit DevicePathSelector(const Config& config) : config_(config) {}
   /// The path for a transfer of [ptr, ptr+len) of `domain`'s memory (`tx`: this side
   /// sends it; `drives_devmem_tx`: the caller can send it by devmem TX, as message sends
-  /// can). An error when the path Config::device_path demands cannot be taken: its
+  /// and chunked puts can). An error when the path Config::device_path demands cannot be taken: its
   /// status says why (kUnsupported, the kernel's reason inside).
   Result<PathChoice> choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx, bool drives_devmem_tx = false);
   /// For tests: the probe to use instead of asking the kernel.

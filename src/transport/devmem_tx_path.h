@@ -14,10 +14,11 @@
 // which put a stand-in of the kernel and NIC there (no NIC here can bind: every bind-tx
 // on this project's machines is refused, see docs/device-memory.md).
 //
-// Scope of this version: message sends (Endpoint::send). Puts and served gets of device
-// memory still stage (their completion is the target's RESP or the initiator's, which a
-// zero-copy send would have to be held behind too). A bind-tx per transfer: dmabufs are
-// exported per range, and one binding per exported dmabuf is what the kernel takes.
+// Scope of this version: message sends (Endpoint::send) and chunked puts (Endpoint::put;
+// the put completes once its RESP came and the kernel reported its sendmsgs done). An
+// inline put travels in its PUT frame, and a served get of device memory stages. A
+// bind-tx per transfer: dmabufs are exported per range, and one binding per exported
+// dmabuf is what the kernel takes.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,10 @@
 #include "zerocopy/devmem_tx.h"
 
 namespace remora::detail {
+
+/// What a devmem put's sendmsgs are registered under: its operation id with this bit (a
+/// message send's are its send id).
+inline constexpr uint64_t kDevmemPutCookie = uint64_t{1} << 63;
 
 /// A bind-tx that succeeded: its id, and what keeps it bound (the netlink socket; the
 /// kernel unbinds when it goes).

@@ -217,9 +217,12 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
   engine::ProgressEngine::Guard guard(*engine_);
   if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
   std::optional<StagingContext> staging;
+  std::unique_ptr<DevmemTxSend> devmem;
   if (MemoryDomain* d = device_of(local, length)) {
     const bool tx = what == "put";
-    if (Status path = choose_device_path(*d, local, length, tx); !path) {
+    // A chunked put can go by devmem TX; an inline one travels in its PUT frame.
+    const bool chunked_put = tx && inline_device == nullptr;
+    if (Status path = choose_device_path(*d, local, length, tx, chunked_put ? &devmem : nullptr); !path) {
       return Request(RequestState::completed(path.with_context(what), 0, Tag{}));
     }
     if (inline_device != nullptr) {
@@ -228,13 +231,15 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
       *inline_device = d;
       return Request();
     }
-    // Device memory: its bytes are staged.
-    auto made = staging_for(d, tx);
-    if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
-    staging = std::move(*made);
-    ++stats_.staged_transfers;
+    if (devmem == nullptr) {
+      // Device memory: its bytes are staged.
+      auto made = staging_for(d, tx);
+      if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
+      staging = std::move(*made);
+      ++stats_.staged_transfers;
+    }
   }
-  RmaInitiator::Posted posted = post(staging ? &*staging : nullptr);
+  RmaInitiator::Posted posted = post(staging ? &*staging : nullptr, std::move(devmem));
   if (posted.issued) {
     // One round at most: the first chunks go out from this thread, and the rest moves
     // on progress rounds (the progress thread's, or a waiting thread's), so posting
@@ -250,8 +255,9 @@ Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key
   const bool inline_class = travels_inline(local.size());
   MemoryDomain* inline_device = nullptr;
   Request r = post_one_sided(
-      [&](const StagingContext* staging) {
-        return initiator_.put(local, key, offset, options, inline_class, staging);
+      [&](const StagingContext* staging, std::unique_ptr<DevmemTxSend> devmem) {
+        return initiator_.put(local, key, offset, options, inline_class, staging, {}, std::move(devmem),
+                              &devmem_streams_);
       },
       local.data(), local.size(), "put", inline_class ? &inline_device : nullptr);
   if (inline_device != nullptr) return put_from_device_inline(*inline_device, local, key, offset, options);
@@ -280,7 +286,7 @@ Request EndpointCore::put_from_device_inline(MemoryDomain& device, std::span<con
 
 Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
   return post_one_sided(
-      [&](const StagingContext* staging) {
+      [&](const StagingContext* staging, std::unique_ptr<DevmemTxSend>) {
         return initiator_.get(local, key, offset, travels_inline(local.size()), staging);
       },
       local.data(), local.size(), "get");
@@ -289,8 +295,10 @@ Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
                              uint64_t operand, uint64_t compare) {
   return post_one_sided(
-      [&](const StagingContext*) { return initiator_.atomic(result, key, offset, op, operand, compare); }, nullptr, 0,
-      "atomic");
+      [&](const StagingContext*, std::unique_ptr<DevmemTxSend>) {
+        return initiator_.atomic(result, key, offset, op, operand, compare);
+      },
+      nullptr, 0, "atomic");
 }
 
 Request EndpointCore::flush() {
@@ -427,6 +435,10 @@ Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, siz
 }
 
 void EndpointCore::devmem_send_completed(uint64_t id) {
+  if (id & kDevmemPutCookie) {
+    initiator_.devmem_completed(id & ~kDevmemPutCookie);
+    return;
+  }
   auto it = sends_.find(id);
   if (it == sends_.end() || !it->second->devmem_source) return;  // failed already
   SendOp* op = it->second.get();

@@ -186,8 +186,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// control stream; longer ones go in chunks on the data streams.
   bool travels_inline(uint64_t length) const noexcept { return length <= eager_limit_; }
   /// Admits a one-sided operation, has `post` (the initiator) post it, and makes its
-  /// first round of progress. With `inline_device` (an inline put), device memory is
-  /// not posted: its domain is returned there, for put_from_device_inline.
+  /// first round of progress. `post(staging, devmem)` gets the staging of device memory
+  /// (or null), and a chunked put of device memory the devmem TX binding it goes by (or
+  /// null). With `inline_device` (an inline put), device memory is not posted: its
+  /// domain is returned there, for put_from_device_inline.
   template <typename Post>
   Request post_one_sided(const Post& post, const void* local, size_t length, std::string_view what,
                          MemoryDomain** inline_device = nullptr);

@@ -79,9 +79,15 @@ std::unique_ptr<RmaInitiator::Op> RmaInitiator::new_op(Op::Kind kind, const Remo
 
 RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                                        const PutOptions& options, bool inline_class, const StagingContext* staging,
-                                       std::vector<std::byte> bounce) {
+                                       std::vector<std::byte> bounce, std::unique_ptr<DevmemTxSend> devmem,
+                                       DevmemTxStreams* streams) {
   auto op = new_op(Op::Kind::kPut, key, offset, local.size(), inline_class);
   op->src = local.data();
+  if (devmem != nullptr && streams != nullptr && !inline_class) {
+    op->id = next_id_++;  // the completions name it
+    op->devmem = std::move(devmem);
+    op->devmem_source = std::make_unique<DevmemSource>(*op->devmem, *streams, kDevmemPutCookie | op->id);
+  }
   if (!bounce.empty()) {
     op->bounce = std::move(bounce);
     op->src = op->bounce.data();
@@ -127,7 +133,7 @@ RmaInitiator::Posted RmaInitiator::atomic(uint64_t* result, const RemoteKey& key
 
 RmaInitiator::Posted RmaInitiator::post(std::unique_ptr<Op> op) {
   op->req = RequestState::make(engine_, Tag{});
-  op->id = next_id_++;
+  if (op->id == 0) op->id = next_id_++;
   if (op->kind != Op::Kind::kGet) {
     op->seq = next_seq_++;
     seq_done_.push_back(false);
@@ -168,7 +174,9 @@ void RmaInitiator::issue(Op* op) {
         op->out.owner = op->id;
         op->out.chunk_id = op->id;
         op->out.length = op->length;
-        op->out.source = op->staged_source ? static_cast<ChunkSource*>(op->staged_source.get()) : &op->source;
+        op->out.source = op->staged_source   ? static_cast<ChunkSource*>(op->staged_source.get())
+                         : op->devmem_source ? static_cast<ChunkSource*>(op->devmem_source.get())
+                                             : &op->source;
         owner_.send_chunks(&op->out);
       }
       return;
@@ -232,6 +240,7 @@ void RmaInitiator::complete(Op* op, const Status& s) {
   }
   if (s.is_ok()) {
     if (op->kind == Op::Kind::kPut) stats_.rma_bytes_put += op->length;
+    if (op->devmem_source) ++stats_.devmem_transfers;
     if (op->kind == Op::Kind::kGet) stats_.rma_bytes_got += op->length;
     if (op->staged_source || op->staged_sink || !op->bounce.empty() || op->staging) stats_.staged_bytes += op->length;
   }
@@ -355,6 +364,11 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
         owner_.protocol_error("RESP for put " + std::to_string(op->id) + " before all of its data was sent");
         return;
       }
+      if (op->devmem_source && op->devmem_source->pending() > 0) {
+        // The target has the bytes; the NIC may still be reading the memory.
+        op->awaiting_completions = true;
+        break;
+      }
       complete(op, op->status);
       break;
     case Op::Kind::kAtomic:
@@ -395,6 +409,14 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
       break;
   }
   issue_waiting();
+}
+
+void RmaInitiator::devmem_completed(uint64_t op_id) {
+  auto it = ops_.find(op_id);
+  if (it == ops_.end() || !it->second->devmem_source) return;  // failed already
+  Op* op = it->second.get();
+  op->devmem_source->completed();
+  if (op->awaiting_completions && op->devmem_source->pending() == 0) complete(op, op->status);
 }
 
 void RmaInitiator::fail(const Status& why) {

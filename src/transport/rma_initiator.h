@@ -40,6 +40,7 @@
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/devmem_tx_path.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
 
@@ -77,9 +78,15 @@ class RmaInitiator {
   };
   /// `inline_class`: the data travels in the PUT frame (else in chunks). `staging`:
   /// `local` is device memory, staged in chunks (chunked class; an inline put of
-  /// device memory comes here as its host copy, held by `bounce`).
+  /// device memory comes here as its host copy, held by `bounce`). `devmem`: `local` is
+  /// device memory sent by devmem TX through `streams` (chunked class); the put then
+  /// completes once both its RESP came and the kernel reported every sendmsg of it done
+  /// (devmem_completed).
   Posted put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options,
-             bool inline_class, const StagingContext* staging = nullptr, std::vector<std::byte> bounce = {});
+             bool inline_class, const StagingContext* staging = nullptr, std::vector<std::byte> bounce = {},
+             std::unique_ptr<DevmemTxSend> devmem = nullptr, DevmemTxStreams* streams = nullptr);
+  /// The kernel reported a sendmsg of devmem put `op_id` done.
+  void devmem_completed(uint64_t op_id);
   /// `inline_class`: the data comes back in the RESP frame (else in chunks). `staging`:
   /// `local` is device memory of the staging pool's domain.
   Posted get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset, bool inline_class,
@@ -127,6 +134,9 @@ class RmaInitiator {
     TxTransfer out;
     std::unique_ptr<StagingSource> staged_source;  // a chunked put of device memory: out.source
     std::vector<std::byte> bounce;                 // an inline put of device memory: src points here
+    std::unique_ptr<DevmemTxSend> devmem;          // a chunked put sent by devmem TX: its dmabuf and binding,
+    std::unique_ptr<DevmemSource> devmem_source;   // and out.source
+    bool awaiting_completions = false;             // RESP in (verdict in `status`), the NIC's reads not all done
     // get
     std::byte* dst = nullptr;
     HostSink sink;

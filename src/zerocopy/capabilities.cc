@@ -44,7 +44,7 @@ constexpr char kHardwareNote[] =
     "Nothing in remora has run on devmem-capable hardware: no NIC with header split was available where it was "
     "built and tested (a GPU's dmabuf, exported on an H100 machine, was refused by its virtio_net). The bind and "
     "zcrx answers below are the kernel's real answers to real attempts on this host; a 'yes' would come only from "
-    "a successful binding. What remora's endpoints drive: devmem TX for message sends of device memory whose "
+    "a successful binding. What remora's endpoints drive: devmem TX for message sends and puts of device memory whose "
     "dmabuf the interface binds (REMORA_DEVMEM_IFNAME); not yet devmem RX or zcrx, which need `remora rxq` to hand "
     "a binding to the endpoint: those transfers stage.";
 

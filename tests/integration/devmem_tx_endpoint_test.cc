@@ -100,6 +100,25 @@ struct StandinNic {
   }
 };
 
+/// `nic`'s kernel, except that its sendmsgs are ordinary sends: the bytes arrive, but the
+/// kernel never reports them on the error queue, as for a NIC that has not read the
+/// memory yet.
+std::shared_ptr<const detail::DevmemTxKernel> never_completing(StandinNic& nic) {
+  auto k = std::make_shared<detail::DevmemTxKernel>(*nic.kernel());
+  k->send = [&nic](int fd, uint32_t id, uint64_t offset, size_t len) -> net::IoResult {
+    std::byte* base = nullptr;
+    {
+      std::lock_guard lock(nic.mu);
+      base = nic.bound.at(id).base;
+    }
+    const ssize_t n = ::send(fd, base + offset, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return net::IoResult{.kind = net::IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
+    if (errno == EAGAIN) return net::IoResult{.kind = net::IoResult::Kind::kWouldBlock};
+    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = errno};
+  };
+  return k;
+}
+
 /// Puts a stand-in kernel in place for the test's duration.
 struct ScopedKernel {
   explicit ScopedKernel(std::shared_ptr<const detail::DevmemTxKernel> k) {
@@ -248,19 +267,7 @@ TEST(DevmemTx, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   // A stand-in whose sendmsgs are ordinary sends: the bytes arrive, but the kernel never
   // reports them on the error queue, as a NIC that has not read the memory yet would not.
   StandinNic nic;
-  auto k = std::make_shared<detail::DevmemTxKernel>(*nic.kernel());
-  k->send = [&nic](int fd, uint32_t id, uint64_t offset, size_t len) -> net::IoResult {
-    std::byte* base = nullptr;
-    {
-      std::lock_guard lock(nic.mu);
-      base = nic.bound.at(id).base;
-    }
-    const ssize_t n = ::send(fd, base + offset, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n >= 0) return net::IoResult{.kind = net::IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
-    if (errno == EAGAIN) return net::IoResult{.kind = net::IoResult::Kind::kWouldBlock};
-    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = errno};
-  };
-  ScopedKernel scoped(k);
+  ScopedKernel scoped(never_completing(nic));
   DeviceContext a = exporting_context(DevicePathMode::kAuto);
   ASSERT_TRUE(a.ctx);
   Pair p = pair_with(a);
@@ -285,6 +292,85 @@ TEST(DevmemTx, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   EXPECT_FALSE(after.is_ok());
   EXPECT_NE(after.code(), StatusCode::kTimeout) << describe(after);
   reset(p);  // the endpoints and contexts gone: so is the binding
+  EXPECT_EQ(nic.held(), 0u);
+}
+
+TEST(DevmemTx, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFrame) {
+  StandinNic nic;
+  ScopedKernel scoped(nic.kernel());
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);
+  ASSERT_TRUE(p.ea && p.eb);
+  // The target's window: host memory of the plain context.
+  const uint64_t window_len = 6 * kChunk;
+  std::vector<std::byte> window(window_len, std::byte{0x5a});
+  auto region = p.b->register_memory(window.data(), window.size(), Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  const RemoteKey key = region->remote_key();
+  uint64_t devmem_puts = 0;
+  // Inline (below the eager limit), one chunk and one byte, several chunks, at an
+  // unaligned offset on both sides.
+  for (const uint64_t len : {uint64_t{100}, kChunk + 1, 4 * kChunk + 7}) {
+    SCOPED_TRACE("put of " + std::to_string(len) + " bytes");
+    const auto data = stream_bytes(len, len);
+    std::byte* src = on_device(*a.dev, data);
+    ASSERT_NE(src, nullptr);
+    const uint64_t binds = nic.binds.load();
+    const Status put = p.ea->put(std::span<const std::byte>(src, len), key, 333).wait(30s);
+    ASSERT_TRUE(put.is_ok()) << describe(put);
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), window.begin() + 333));
+    const EndpointStats st = p.ea->stats();
+    if (len <= 100) {  // inline: staged into its PUT frame
+      EXPECT_EQ(nic.binds.load(), binds);
+      EXPECT_EQ(st.device_path, "staging");
+      EXPECT_NE(st.device_path_reason.find("an inline put travels in its PUT frame"), std::string::npos)
+          << st.device_path_reason;
+    } else {
+      EXPECT_EQ(nic.binds.load(), binds + 1);
+      EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+      ++devmem_puts;
+    }
+    EXPECT_EQ(st.devmem_transfers, devmem_puts);
+  }
+  // A flush after them completes, and covers nothing that failed.
+  EXPECT_TRUE(p.ea->flush().wait(30s).is_ok());
+  reset(p);
+  EXPECT_EQ(nic.held(), 0u);
+}
+
+TEST(DevmemTx, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
+  StandinNic nic;
+  ScopedKernel scoped(never_completing(nic));
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 3 * kChunk;
+  std::vector<std::byte> window(len);
+  auto region = p.b->register_memory(window.data(), window.size(), Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  const auto data = stream_bytes(len, 11);
+  std::byte* src = on_device(*a.dev, data);
+  ASSERT_NE(src, nullptr);
+  Request put = p.ea->put(std::span<const std::byte>(src, len), region->remote_key(), 0, {.notify = 7});
+  // The target has every byte (its notification comes after the data)...
+  auto note = p.eb->wait_notification(30s);
+  ASSERT_TRUE(note.is_ok()) << describe(note.status());
+  EXPECT_EQ(note->value, 7u);
+  EXPECT_TRUE(window == data);
+  // ...but the put is held while the memory may still be read (a bounded wait that must
+  // run out), and a flush behind it waits too.
+  EXPECT_EQ(put.wait(300ms).code(), StatusCode::kTimeout);
+  Request flush = p.ea->flush();
+  EXPECT_EQ(flush.wait(50ms).code(), StatusCode::kTimeout);
+  EXPECT_EQ(nic.held(), 1u);
+  p.ea->abort();
+  const Status after = put.wait(30s);
+  EXPECT_FALSE(after.is_ok());
+  EXPECT_NE(after.code(), StatusCode::kTimeout) << describe(after);
+  EXPECT_FALSE(flush.wait(30s).is_ok());
+  reset(p);
   EXPECT_EQ(nic.held(), 0u);
 }
 
