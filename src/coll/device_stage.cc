@@ -91,9 +91,10 @@ Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size
       if (!in && !s.written) continue;
       for (size_t i = 0; i < (in ? s.blocks : s.out_blocks); ++i) {
         auto copy = copy_segment_block(s, in, elem, i, first, n);
-        if (!copy)
+        if (!copy) {
           return copy.status().with_context(
               fmt::format("collective: staging a segment {} {} memory", in ? "out of" : "into", s.domain->name()));
+        }
         keep_until_done(**copy, s.host);
         into.push_back(std::move(*copy));
       }

@@ -169,7 +169,26 @@ DeviceContext exporting_context(DevicePathMode mode) {
   return d;
 }
 
-TEST(DevmemTx, MessagesOfDeviceMemoryGoByDevmemAndCompleteOnlyOnceTheKernelIsDone) {
+/// A context with an exporting test device (`mode`) paired with a plain one, and `len`
+/// bytes of test stream `seed` in its device memory, ready to be sent from `src`.
+struct Sender {
+  DeviceContext a;  // before the pair: it outlives it
+  Pair p;
+  std::vector<std::byte> data;
+  std::byte* src = nullptr;
+};
+
+Sender sender(DevicePathMode mode, uint64_t len, uint64_t seed) {
+  Sender s;
+  s.a = exporting_context(mode);
+  if (!s.a.ctx) return s;
+  s.p = pair_with(s.a);
+  s.data = stream_bytes(len, seed);
+  s.src = on_device(*s.a.dev, s.data);
+  return s;
+}
+
+TEST(DevmemTxEndpoint, MessagesOfDeviceMemoryGoByDevmemAndCompleteOnlyOnceTheKernelIsDone) {
   StandinNic nic;
   ScopedKernel scoped(nic.kernel());
   DeviceContext mine = exporting_context(DevicePathMode::kAuto);
@@ -220,20 +239,18 @@ TEST(DevmemTx, MessagesOfDeviceMemoryGoByDevmemAndCompleteOnlyOnceTheKernelIsDon
   EXPECT_EQ(nic.held(), 0u);  // every binding went with its send
 }
 
-TEST(DevmemTx, ARefusedBindStagesUnderAutoAndFailsADemandedDevmemSend) {
+TEST(DevmemTxEndpoint, ARefusedBindStagesUnderAutoAndFailsADemandedDevmemSend) {
   StandinNic nic;
   nic.refuse_bind = true;
   ScopedKernel scoped(nic.kernel());
   for (const DevicePathMode mode : {DevicePathMode::kAuto, DevicePathMode::kDevmem}) {
     SCOPED_TRACE(mode == DevicePathMode::kAuto ? "auto" : "devmem");
-    DeviceContext a = exporting_context(mode);
-    ASSERT_TRUE(a.ctx);
-    Pair p = pair_with(a);
-    ASSERT_TRUE(p.ea && p.eb);
     const uint64_t len = 3 * kChunk + 5;
-    const auto data = stream_bytes(len, 9);
-    std::byte* out = on_device(*a.dev, data);
-    ASSERT_NE(out, nullptr);
+    Sender snd = sender(mode, len, 9);
+    Pair& p = snd.p;
+    ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+    const auto& data = snd.data;
+    std::byte* out = snd.src;
     std::vector<std::byte> got(len);
     Request r = p.eb->recv(std::span(got), Tag{1});
     const Status sent = p.ea->send(std::span<const std::byte>(out, len), Tag{1}).wait(30s);
@@ -263,19 +280,17 @@ TEST(DevmemTx, ARefusedBindStagesUnderAutoAndFailsADemandedDevmemSend) {
   }
 }
 
-TEST(DevmemTx, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
+TEST(DevmemTxEndpoint, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   // A stand-in whose sendmsgs are ordinary sends: the bytes arrive, but the kernel never
   // reports them on the error queue, as a NIC that has not read the memory yet would not.
   StandinNic nic;
   ScopedKernel scoped(never_completing(nic));
-  DeviceContext a = exporting_context(DevicePathMode::kAuto);
-  ASSERT_TRUE(a.ctx);
-  Pair p = pair_with(a);
-  ASSERT_TRUE(p.ea && p.eb);
   const uint64_t len = 2 * kChunk + 7;
-  const auto data = stream_bytes(len, 5);
-  std::byte* out = on_device(*a.dev, data);
-  ASSERT_NE(out, nullptr);
+  Sender snd = sender(DevicePathMode::kAuto, len, 5);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  const auto& data = snd.data;
+  std::byte* out = snd.src;
   std::vector<std::byte> got(len);
   Request r = p.eb->recv(std::span(got), Tag{1});
   Request sent = p.ea->send(std::span<const std::byte>(out, len), Tag{1});
@@ -295,7 +310,7 @@ TEST(DevmemTx, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   EXPECT_EQ(nic.held(), 0u);
 }
 
-TEST(DevmemTx, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFrame) {
+TEST(DevmemTxEndpoint, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFrame) {
   StandinNic nic;
   ScopedKernel scoped(nic.kernel());
   DeviceContext a = exporting_context(DevicePathMode::kAuto);
@@ -339,20 +354,18 @@ TEST(DevmemTx, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFrame) {
   EXPECT_EQ(nic.held(), 0u);
 }
 
-TEST(DevmemTx, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
+TEST(DevmemTxEndpoint, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   StandinNic nic;
   ScopedKernel scoped(never_completing(nic));
-  DeviceContext a = exporting_context(DevicePathMode::kAuto);
-  ASSERT_TRUE(a.ctx);
-  Pair p = pair_with(a);
-  ASSERT_TRUE(p.ea && p.eb);
   const uint64_t len = 3 * kChunk;
+  Sender snd = sender(DevicePathMode::kAuto, len, 11);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  const auto& data = snd.data;
+  std::byte* src = snd.src;
   std::vector<std::byte> window(len);
   auto region = p.b->register_memory(window.data(), window.size(), Access::kRemoteWrite);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
-  const auto data = stream_bytes(len, 11);
-  std::byte* src = on_device(*a.dev, data);
-  ASSERT_NE(src, nullptr);
   Request put = p.ea->put(std::span<const std::byte>(src, len), region->remote_key(), 0, {.notify = 7});
   // The target has every byte (its notification comes after the data)...
   auto note = p.eb->wait_notification(30s);
@@ -374,19 +387,18 @@ TEST(DevmemTx, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   EXPECT_EQ(nic.held(), 0u);
 }
 
-TEST(DevmemTx, TheRealDevmemSendmsgOnLoopbackFailsTheSendWithTheKernelsErrno) {
+TEST(DevmemTxEndpoint, TheRealDevmemSendmsgOnLoopbackFailsTheSendWithTheKernelsErrno) {
   // The stand-in binds; the sendmsg is the real one, which loopback refuses (EINVAL: no
   // binding on its device).
   StandinNic nic;
   auto k = std::make_shared<detail::DevmemTxKernel>(*nic.kernel());
   k->send = [](int fd, uint32_t id, uint64_t offset, size_t len) { return zerocopy::send_devmem(fd, id, offset, len); };
   ScopedKernel scoped(k);
-  DeviceContext a = exporting_context(DevicePathMode::kAuto);
-  ASSERT_TRUE(a.ctx);
-  Pair p = pair_with(a);
-  ASSERT_TRUE(p.ea && p.eb);
   const uint64_t len = 2 * kChunk;
-  std::byte* out = a.dev->allocate(len).value();
+  Sender snd = sender(DevicePathMode::kAuto, len, 13);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  std::byte* out = snd.src;
   std::vector<std::byte> got(len);
   Request r = p.eb->recv(std::span(got), Tag{1});
   const Status sent = p.ea->send(std::span<const std::byte>(out, len), Tag{1}).wait(30s);
