@@ -96,6 +96,10 @@ struct Config {
   /// warns maybe-uninitialized on string members of option aggregates (an error in the
   /// release preset). Set through the environment only.
   std::array<char, 16> devmem_ifname{};
+  /// The Unix socket of `remora rxq serve` (REMORA_RXQ_SOCKET), NUL-terminated, at most
+  /// 107 characters; empty: none. Endpoints with device memory domains ask it to steer
+  /// their data streams to devmem RX queues (docs/device-memory.md). Environment only.
+  std::array<char, 108> rxq_socket{};
   /// REMORA_CHECKSUM=none|crc32c (see ChecksumMode).
   ChecksumMode checksum = ChecksumMode::kNone;
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);

@@ -1116,6 +1116,7 @@ NB_MODULE(_remora, m) {
              d["peer_timeout_ms"] = k.peer_timeout_ms;
              d["device_path"] = k.device_path;
              d["devmem_ifname"] = std::string(k.devmem_ifname.data());
+             d["rxq_socket"] = std::string(k.rxq_socket.data());
              d["checksum"] = k.checksum;
              if (k.auth_key) {
                d["auth_key"] = *k.auth_key;

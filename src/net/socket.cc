@@ -172,10 +172,11 @@ Status write_all(int fd, std::span<const std::byte> data, Clock::time_point dead
   return Status::ok();
 }
 
-Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline) {
+Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline,
+                  const std::function<IoResult(std::byte*, size_t)>& recv, const std::function<Status(int)>& error) {
   size_t done = 0;
   while (done < data.size()) {
-    const IoResult r = recv_some(fd, data.data() + done, data.size() - done);
+    const IoResult r = recv(data.data() + done, data.size() - done);
     if (r.moved()) {
       done += r.bytes;
     } else if (r.would_block()) {
@@ -183,10 +184,16 @@ Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline)
     } else if (r.eof()) {
       return Status(StatusCode::kPeerFailed, "connection closed by peer");
     } else {
-      return errno_status(r.err, "recv");
+      return error(r.err);
     }
   }
   return Status::ok();
+}
+
+Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline) {
+  return read_exact(
+      fd, data, deadline, [fd](std::byte* p, size_t n) { return recv_some(fd, p, n); },
+      [](int err) { return errno_status(err, "recv"); });
 }
 
 }  // namespace remora::net

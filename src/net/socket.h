@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 
 #include "net/address.h"
+#include "net/io.h"
 #include "remora/status.h"
 
 namespace remora::net {
@@ -75,5 +77,10 @@ Status configure_stream_socket(int fd);
 Status write_all(int fd, std::span<const std::byte> data, Clock::time_point deadline);
 /// Reads exactly data.size() bytes. EOF before that is kPeerFailed ("closed by peer").
 Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline);
+/// The same, each read made by `recv` (one non-blocking read of up to the length given
+/// into the pointer given, as recv_some): for a socket read otherwise than by recv(2).
+/// Its kError is reported by `error` (given the errno).
+Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline,
+                  const std::function<IoResult(std::byte*, size_t)>& recv, const std::function<Status(int)>& error);
 
 }  // namespace remora::net

@@ -21,9 +21,20 @@ net::IoResult HostSource::write(int fd, uint64_t offset, uint64_t len) {
   return net::send_some(fd, data_ + offset, len);
 }
 
-net::IoResult HostSink::read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) {
+net::IoResult StreamIn::recv_some(std::byte* dst, size_t len) { return net::recv_some(fd_, dst, len); }
+
+Status StreamIn::read_exact(std::span<std::byte> data, net::Clock::time_point deadline) {
+  return net::read_exact(
+      fd_, data, deadline, [this](std::byte* p, size_t n) { return recv_some(p, n); },
+      [this](int err) {
+        Status why = take_failure();
+        return why.is_ok() ? net::errno_status(err, "recv") : why;
+      });
+}
+
+net::IoResult HostSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
   *asked = len;
-  return net::recv_some(fd, data_ + offset, len);
+  return in.recv_some(data_ + offset, len);
 }
 
 std::byte* DiscardSink::scratch() {
@@ -31,9 +42,9 @@ std::byte* DiscardSink::scratch() {
   return scratch_.data();
 }
 
-net::IoResult DiscardSink::read(int fd, uint64_t /*offset*/, uint64_t len, uint64_t* asked) {
+net::IoResult DiscardSink::read(StreamIn& in, uint64_t /*offset*/, uint64_t len, uint64_t* asked) {
   *asked = std::min<uint64_t>(len, kScratchBytes);
-  return net::recv_some(fd, scratch(), *asked);
+  return in.recv_some(scratch(), *asked);
 }
 
 net::IoResult RegionSource::write(int fd, uint64_t offset, uint64_t len) {
@@ -48,15 +59,15 @@ net::IoResult RegionSource::write(int fd, uint64_t offset, uint64_t len) {
   return net::send_some(fd, zeros().data(), std::min<uint64_t>(len, zeros().size()));
 }
 
-net::IoResult RegionSink::read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) {
+net::IoResult RegionSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
   if (!revoked_ && access_->begin()) {
     *asked = len;
-    const net::IoResult r = net::recv_some(fd, access_->address() + offset, len);
+    const net::IoResult r = in.recv_some(access_->address() + offset, len);
     access_->end();
     return r;
   }
   revoked_ = true;  // deregistered mid-transfer: drain the rest, the reply says "revoked"
-  return discard_->read(fd, offset, len, asked);
+  return discard_->read(in, offset, len, asked);
 }
 
 std::optional<uint32_t> HostSource::checksum(uint64_t offset, uint64_t length) {

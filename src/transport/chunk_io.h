@@ -12,9 +12,13 @@
 //   false until it has some (the staging sink's bounce buffers), and one that places
 //   chunks asynchronously answers chunk_arrived() with kInProgress and reports the end
 //   through ChunkScheduler::chunk_placed, in any order, or with an error;
-// - a devmem sink (not built yet, issue 18) reads with recvmsg(MSG_SOCK_DEVMEM), gets
+// - a devmem sink (transport/devmem_path.h) reads with recvmsg(MSG_SOCK_DEVMEM), gets
 //   dmabuf fragments and tokens instead of bytes, scatters them to the destination and
 //   returns the tokens before it reports the chunk placed.
+// Sinks read through the stream's StreamIn: recv(2) on an ordinary stream; on a stream
+// steered to devmem RX queues every byte arrives in the bound buffer, so host-memory
+// sinks read through its devmem receiver too (StreamIn::recv_some copies the fragments
+// out and gives their tokens back before it returns).
 // A stalled source or sink tells the scheduler's owner when it can go on (the owner
 // then calls ChunkScheduler::unstall and schedules again).
 // Every call runs with the progress lock held; none may block.
@@ -24,13 +28,45 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "mem/region_access.h"
 #include "net/io.h"
+#include "net/socket.h"
 #include "remora/status.h"
 
 namespace remora::detail {
+
+class DevmemReceiver;
+
+/// One data stream as sinks read it. The default reads with recv(2).
+class StreamIn {
+ public:
+  explicit StreamIn(int fd = -1) noexcept : fd_(fd) {}
+  virtual ~StreamIn() = default;
+  StreamIn(const StreamIn&) = delete;
+  StreamIn& operator=(const StreamIn&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  /// Up to `len` bytes of the stream into host memory at `dst` (one system call).
+  /// kError: the stream cannot go on; failure() may say why better than the errno.
+  virtual net::IoResult recv_some(std::byte* dst, size_t len);
+  /// The receiver of a stream steered to devmem RX queues; null for an ordinary one.
+  virtual DevmemReceiver* devmem() noexcept { return nullptr; }
+  /// Why the last kError happened, when there is more to say than its errno.
+  Status take_failure() noexcept { return std::exchange(failure_, Status::ok()); }
+  /// Reads exactly data.size() bytes before `deadline` (a handshake's answer on a data
+  /// stream), waiting with poll: net::read_exact through recv_some.
+  Status read_exact(std::span<std::byte> data, net::Clock::time_point deadline);
+
+ protected:
+  void set_failure(Status s) { failure_ = std::move(s); }
+
+ private:
+  int fd_;
+  Status failure_;
+};
 
 /// Where the chunks of one outgoing transfer come from.
 class ChunkSource {
@@ -57,9 +93,9 @@ class ChunkSink {
  public:
   virtual ~ChunkSink() = default;
   /// Reads up to `len` bytes of the transfer, at transfer offset `offset`, from the
-  /// non-blocking stream `fd` (one system call). `*asked` is set to the byte count the
+  /// non-blocking stream `in` (one system call). `*asked` is set to the byte count the
   /// call asked the kernel for: a read shorter than that drained the socket.
-  virtual net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) = 0;
+  virtual net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) = 0;
   /// The chunk [offset, offset + length) is next on its stream, before its first byte
   /// is read. false: no room for it now; the stream is not read until the sink's owner
   /// calls ChunkScheduler::unstall.
@@ -73,6 +109,17 @@ class ChunkSink {
   /// last byte is read and before chunk_arrived (REMORA_CHECKSUM=crc32c). nullopt: the
   /// bytes are not kept (drained, or the region is gone), so there is nothing to check.
   virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
+};
+
+/// A sink that places chunks asynchronously (staging's copies, devmem receive's
+/// scatter): an operation that fails completes only once none of its placements is
+/// in flight, so nothing writes to its memory after it completed.
+class PlacingSink : public ChunkSink {
+ public:
+  /// Placements started and not ended.
+  virtual size_t in_flight() const noexcept = 0;
+  /// A served put's region was deregistered mid-transfer: the rest was drained.
+  virtual bool revoked() const noexcept { return false; }
 };
 
 /// Host memory that nothing can take away: a message's send buffer, an initiator's put.
@@ -90,7 +137,7 @@ class HostSource final : public ChunkSource {
 class HostSink final : public ChunkSink {
  public:
   explicit HostSink(std::byte* data = nullptr) noexcept : data_(data) {}
-  net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
 
  private:
@@ -102,7 +149,7 @@ class HostSink final : public ChunkSink {
 class DiscardSink final : public ChunkSink {
  public:
   static constexpr size_t kScratchBytes = size_t{64} << 10;
-  net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   std::byte* scratch();
 
  private:
@@ -132,7 +179,7 @@ class RegionSink final : public ChunkSink {
  public:
   RegionSink() noexcept = default;
   RegionSink(const RegionAccess* access, DiscardSink* discard) noexcept : access_(access), discard_(discard) {}
-  net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   /// Of the region's bytes (bracketed); nullopt once revoked (the reply says so anyway).
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept { return revoked_; }

@@ -35,6 +35,7 @@ Status ChunkScheduler::attach(uint16_t index, net::Fd fd) {
   // a socket that is not TCP (the unit tests' socket pairs) keeps its buffer.
   const int unsent = static_cast<int>(std::min<uint64_t>(chunk_bytes_, INT_MAX));
   (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, sizeof unsent);
+  streams_[index].in = std::make_unique<StreamIn>(fd.get());
   streams_[index].fd = std::move(fd);
   return Status::ok();
 }
@@ -44,7 +45,10 @@ bool ChunkScheduler::all_attached() const noexcept {
 }
 
 void ChunkScheduler::close_all() {
-  for (Stream& s : streams_) s.fd.reset();
+  for (Stream& s : streams_) {
+    s.in.reset();
+    s.fd.reset();
+  }
 }
 
 void ChunkScheduler::clear() {
@@ -211,6 +215,7 @@ std::string ChunkScheduler::expect(RxTransfer* t, uint16_t stream, uint64_t offs
 
 void ChunkScheduler::read(uint16_t index) {
   Stream& s = streams_[index];
+  if (!s.in) return;  // closed, or handed to the lingering close
   const uint64_t epoch = epoch_;
   while (!s.rxq.empty()) {
     RxChunk& c = s.rxq.front();
@@ -227,10 +232,12 @@ void ChunkScheduler::read(uint16_t index) {
     // socket; one that fills it did not, and stopping there would strand the rest
     // (edge-triggered: no new edge comes for bytes already queued).
     uint64_t asked = 0;
-    const net::IoResult r = t->sink->read(s.fd.get(), c.start + c.done, c.length - c.done, &asked);
+    const net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
     if (r.would_block()) return;
     if (r.error()) {
-      owner_.stream_failed(net::errno_status(r.err, "recv on data stream " + std::to_string(index) + " from " + peer_));
+      const std::string where = "recv on data stream " + std::to_string(index) + " from " + peer_;
+      Status why = s.in->take_failure();
+      owner_.stream_failed(why.is_ok() ? net::errno_status(r.err, where) : why.with_context(where));
       return;
     }
     if (r.eof()) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,7 +98,15 @@ class ChunkScheduler {
   bool all_attached() const noexcept;
   int fd(uint16_t index) const noexcept { return streams_[index].fd.get(); }
   /// Hands a stream's socket over (the lingering close keeps it open).
-  net::Fd take(uint16_t index) { return std::move(streams_[index].fd); }
+  net::Fd take(uint16_t index) {
+    streams_[index].in.reset();
+    return std::move(streams_[index].fd);
+  }
+  /// How sinks read stream `index` from now on (attach gives it a plain StreamIn; a
+  /// stream steered to devmem RX queues gets its devmem receiver's). `in` reads the
+  /// stream's socket.
+  void set_stream_in(uint16_t index, std::unique_ptr<StreamIn> in) { streams_[index].in = std::move(in); }
+  StreamIn* stream_in(uint16_t index) noexcept { return streams_[index].in.get(); }
   /// Closes every socket that was not taken.
   void close_all();
   /// Forgets every queued chunk and transfer (their operations are gone). Callbacks in
@@ -163,6 +172,7 @@ class ChunkScheduler {
   };
   struct Stream {
     net::Fd fd;
+    std::unique_ptr<StreamIn> in;  // how sinks read fd
     std::deque<TxChunk> txq;
     uint64_t queued = 0;  // bytes in txq
     std::deque<RxChunk> rxq;

@@ -53,6 +53,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_PIN",
                                                     "REMORA_DEVICE_PATH",
                                                     "REMORA_DEVMEM_IFNAME",
+                                                    "REMORA_RXQ_SOCKET",
                                                     "REMORA_CHECKSUM",
                                                     "REMORA_AUTH_KEY",
                                                     "REMORA_AUTH_KEY_FILE"};
@@ -186,6 +187,13 @@ Result<Config> Config::from_env() {
                     "REMORA_DEVMEM_IFNAME: '" + std::string(*text) + "' is longer than an interface name (15 characters)");
     }
     std::copy(text->begin(), text->end(), c.devmem_ifname.begin());
+  }
+  if (auto text = core::getenv_view("REMORA_RXQ_SOCKET")) {
+    if (text->size() >= c.rxq_socket.size()) {
+      return Status(StatusCode::kInvalidArgument, "REMORA_RXQ_SOCKET: '" + std::string(*text) +
+                                                      "' is longer than a Unix socket path (107 characters)");
+    }
+    std::copy(text->begin(), text->end(), c.rxq_socket.begin());
   }
   core::warn_unknown_variables(core::known_variable_lists());
   REMORA_RETURN_IF_ERROR(c.validate());

@@ -130,9 +130,9 @@ Status check_ack(const Result<wire::HelloAck>& ack, const std::string& peer) {
 
 Status access_denied(std::string message) { return {StatusCode::kAccessDenied, std::move(message)}; }
 
-Result<wire::AuthMessage> read_auth(int fd, net::Clock::time_point deadline) {
+Result<wire::AuthMessage> read_auth(StreamIn& stream, net::Clock::time_point deadline) {
   std::array<std::byte, wire::kAuthSize> in{};
-  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  REMORA_RETURN_IF_ERROR(stream.read_exact(in, deadline));
   return wire::decode_auth(in);
 }
 
@@ -140,12 +140,13 @@ Result<wire::AuthMessage> read_auth(int fd, net::Clock::time_point deadline) {
 /// authenticate (docs/protocol.md, "Authentication"): it sends a challenge, we answer
 /// with our proof, and it proves the key back before its ACK counts. Any failure of that
 /// is kAccessDenied, and so is a keyed listener refusing us for having no key.
-Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, const std::optional<AuthKey>& key,
+Result<wire::HelloAck> exchange_hello(StreamIn& stream, const wire::Hello& hello, const std::optional<AuthKey>& key,
                                       const std::string& peer, net::Clock::time_point deadline) {
+  const int fd = stream.fd();
   const auto out = wire::encode_hello(hello);
   REMORA_RETURN_IF_ERROR(net::write_all(fd, out, deadline));
   std::array<std::byte, wire::kHelloAckSize> in{};
-  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  REMORA_RETURN_IF_ERROR(stream.read_exact(in, deadline));
   auto ack = wire::decode_hello_ack(in);
   if (!ack || ack->version != kWireVersion) return ack;  // check_ack words it
   if (ack->status == wire::HelloStatus::kUnauthenticated || (!key && ack->status == wire::HelloStatus::kAuthenticate)) {
@@ -158,7 +159,7 @@ Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, const st
                                 "REMORA_AUTH_KEY set): refusing it");
   }
   if (ack->status != wire::HelloStatus::kAuthenticate) return ack;  // version, bad request, refused
-  REMORA_ASSIGN_OR_RETURN(const wire::AuthMessage challenge, read_auth(fd, deadline));
+  REMORA_ASSIGN_OR_RETURN(const wire::AuthMessage challenge, read_auth(stream, deadline));
   if (challenge.step != wire::AuthStep::kChallenge) {
     return Status(StatusCode::kProtocol, peer + " sent an AUTH message that is not a challenge");
   }
@@ -168,7 +169,7 @@ Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, const st
       .nonce = client_nonce,
       .proof = wire::auth_proof(key->bytes, wire::AuthRole::kClient, out, challenge.nonce, client_nonce)};
   REMORA_RETURN_IF_ERROR(net::write_all(fd, wire::encode_auth(response), deadline));
-  auto confirm = read_auth(fd, deadline);
+  auto confirm = read_auth(stream, deadline);
   if (!confirm && confirm.status().code() == StatusCode::kPeerFailed) {
     return access_denied(peer + " closed the connection at our authentication proof");
   }
@@ -183,7 +184,7 @@ Result<wire::HelloAck> exchange_hello(int fd, const wire::Hello& hello, const st
                                confirm->proof)) {
     return access_denied(peer + " could not prove that it holds the shared secret (wrong proof): refusing it");
   }
-  REMORA_RETURN_IF_ERROR(net::read_exact(fd, in, deadline));
+  REMORA_RETURN_IF_ERROR(stream.read_exact(in, deadline));
   return wire::decode_hello_ack(in);
 }
 
@@ -219,7 +220,8 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.rma_window = config_.rma_window;
   hello.capabilities =
       wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_);
-  auto ack = exchange_hello(control.get(), hello, config_.auth_key, peer, deadline);
+  StreamIn control_in(control.get());
+  auto ack = exchange_hello(control_in, hello, config_.auth_key, peer, deadline);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
   // Before the status: a server whose checksum setting differs refuses, and this says why.
   if (ack && ack->version == kWireVersion) {
@@ -242,17 +244,20 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
 
   for (uint16_t i = 0; i < config_.streams_per_endpoint; ++i) {
     REMORA_ASSIGN_OR_RETURN(net::Fd data, net::connect_tcp(peer_addr, deadline));
+    // Steered to devmem RX queues before the hello (REMORA_RXQ_SOCKET), so that every
+    // byte of the answer on comes through the stream's devmem receiver.
+    std::unique_ptr<StreamIn> in = ep->steer_data_stream(data.get(), deadline);
     wire::Hello dh = hello;
     dh.role = wire::Role::kData;
     dh.endpoint_id = ack->endpoint_id;
     dh.attach_token = ack->attach_token;
     dh.stream_index = i;
-    auto dack = exchange_hello(data.get(), dh, config_.auth_key, peer, deadline);
+    auto dack = exchange_hello(*in, dh, config_.auth_key, peer, deadline);
     if (!dack && dack.status().code() != StatusCode::kProtocol) {
       return dack.status().with_context("data stream " + std::to_string(i) + " to " + peer);
     }
     REMORA_RETURN_IF_ERROR(check_ack(dack, peer));
-    REMORA_RETURN_IF_ERROR(ep->set_data(i, std::move(data)));
+    REMORA_RETURN_IF_ERROR(ep->set_data(i, std::move(data), std::move(in)));
   }
 
   engine::ProgressEngine::Guard guard(*engine_);

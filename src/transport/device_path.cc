@@ -31,8 +31,11 @@ std::string_view mode_name(DevicePathMode m) {
 }
 
 constexpr std::string_view kNoRxq =
-    "this endpoint's data streams are not steered to bound RX queues: that takes `remora rxq` (header split, "
-    "flow-steering rules, the binding), which does not hand bindings to endpoints in this version";
+    "this endpoint's data streams are not steered to bound RX queues: that takes `remora rxq serve` (header split, "
+    "flow-steering rules, the binding) and REMORA_RXQ_SOCKET naming its socket";
+constexpr std::string_view kNoZcrxLoop =
+    "no receive loop drives io_uring zero-copy receive in this version (the registration, completions and refill "
+    "ring are built, the loop on a data stream is not)";
 
 }  // namespace
 
@@ -95,7 +98,7 @@ DevicePathProbe probe_device_paths(const Config& config) {
   }
   out.devmem_rx = unsupported(std::move(rx));
 
-  std::string zc = fmt::format("{}: {}", ifname, kNoRxq);
+  std::string zc = fmt::format("{}: {}", ifname, kNoZcrxLoop);
   const zerocopy::IoUringProbe ring = zerocopy::probe_io_uring();
   if (!ring.ring.is_ok()) {
     zc += "; " + ring.ring.message();
@@ -142,7 +145,7 @@ Result<std::unique_ptr<DevmemTxSend>> DevicePathSelector::devmem_tx_for(MemoryDo
 }
 
 Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx,
-                                              bool drives_devmem_tx) {
+                                              bool drives_devmem_tx, bool drives_devmem_rx) {
   const DevicePathMode mode = config_.device_path;
   if (mode == DevicePathMode::kStaging) {
     return PathChoice{.path = DataPath::kStaging, .reason = "REMORA_DEVICE_PATH=staging", .devmem_tx = nullptr};
@@ -160,8 +163,23 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
       return PathChoice{.path = DataPath::kDevmem, .reason = std::move(reason), .devmem_tx = std::move(*send)};
     }
     devmem_why = send.status().message();
+  } else if (devmem_rx_ready() && drives_devmem_rx && config_.checksum != ChecksumMode::kNone) {
+    devmem_why = fmt::format(
+        "the data streams are steered ({}), but with REMORA_CHECKSUM=crc32c device memory is "
+        "received through host buffers, where the CRC is checked",
+        devmem_rx_->message());
+  } else if (devmem_rx_ready() && drives_devmem_rx) {
+    return PathChoice{.path = DataPath::kDevmem,
+                      .reason = fmt::format("REMORA_DEVICE_PATH={}: devmem RX into {} memory: {}", mode_name(mode),
+                                            domain.name(), devmem_rx_->message()),
+                      .devmem_tx = nullptr};
+  } else if (devmem_rx_ready()) {
+    devmem_why = fmt::format(
+        "the data streams are steered ({}), but this transfer's bytes come inline on the "
+        "control stream",
+        devmem_rx_->message());
   } else {
-    devmem_why = probe_->devmem_rx.message();
+    devmem_why = devmem_rx_ ? devmem_rx_->message() : probe_->devmem_rx.message();
   }
   const std::string zcrx_why =
       tx ? std::string("zcrx is a receive path (io_uring has no devmem send)") : probe_->zcrx.message();

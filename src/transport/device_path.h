@@ -20,11 +20,15 @@
 //   puts and served gets. Once per endpoint, for the reason given when the memory
 //   cannot be exported, the interface is tried with the best dmabuf this host has
 //   (zerocopy/dmabuf_source.h; dropped at once).
-// - devmem RX and zcrx: they need RX queues steered and bound for this endpoint's data
-//   streams, which only `remora rxq` can set up; no binding is ever tried here (it would
-//   restart a queue of a live NIC). Until rxq hands a binding to the endpoint the reason
-//   says that, with what the kernel offers (bind-rx in the netdev family, RECV_ZC in
-//   io_uring).
+// - devmem RX: every data stream of the endpoint steered by `remora rxq` to RX queues
+//   bound to its buffer (REMORA_RXQ_SOCKET; transport/devmem_rx_lease.h). Then message
+//   receives, chunked gets and a peer's chunked puts into device memory go by devmem
+//   RX; bytes that come inline on the control stream stage, and so does everything with
+//   REMORA_CHECKSUM=crc32c. No binding is ever tried here (it would restart a queue of
+//   a live NIC). Without rxq the reason says so, with what the kernel
+//   offers (bind-rx in the netdev family).
+// - zcrx: no receive loop drives it yet; the reason says so, with what the kernel offers
+//   (RECV_ZC in io_uring).
 #pragma once
 
 #include <cstdint>
@@ -71,7 +75,14 @@ class DevicePathSelector {
   /// sends it; `drives_devmem_tx`: the caller can send it by devmem TX, as message sends
   /// and chunked puts can). An error when the path Config::device_path demands cannot be taken: its
   /// status says why (kUnsupported, the kernel's reason inside).
-  Result<PathChoice> choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx, bool drives_devmem_tx = false);
+  /// `drives_devmem_rx`: the caller can receive it by devmem RX (message receives and
+  /// chunked gets can, once every data stream is steered: set_devmem_rx).
+  Result<PathChoice> choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx, bool drives_devmem_tx = false,
+                            bool drives_devmem_rx = false);
+  /// What this endpoint's data streams are: ok, every one steered to devmem RX queues
+  /// (the message describes the binding); else why devmem RX is not set up for them.
+  void set_devmem_rx(Status steered) { devmem_rx_ = std::move(steered); }
+  bool devmem_rx_ready() const noexcept { return devmem_rx_ && devmem_rx_->is_ok(); }
   /// For tests: the probe to use instead of asking the kernel.
   void set_probe(DevicePathProbe probe) { probe_ = std::move(probe); }
 
@@ -82,6 +93,7 @@ class DevicePathSelector {
 
   Config config_;
   std::optional<DevicePathProbe> probe_;
+  std::optional<Status> devmem_rx_;                                      // set_devmem_rx; unset: the probe's answer
   std::vector<std::pair<const MemoryDomain*, Status>> devmem_refusals_;  // per domain: export or bind-tx refused
 };
 

@@ -1,7 +1,11 @@
 // transport/devmem_path.cc — see devmem_path.h.
 #include "transport/devmem_path.h"
 
+#include <linux/dma-buf.h>
+#include <sys/ioctl.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -19,9 +23,11 @@ ssize_t system_recvmsg(int fd, msghdr* msg, int flags) { return ::recvmsg(fd, ms
 
 // --- one stream's receive loop ----------------------------------------------------
 
-DevmemReceiver::DevmemReceiver(int fd, DevmemRxBinding binding, RecvmsgFn recvmsg, zerocopy::DontneedFn dontneed)
+DevmemReceiver::DevmemReceiver(int fd, DevmemRxBinding binding, RecvmsgFn recvmsg, zerocopy::DontneedFn dontneed,
+                               std::shared_ptr<const void> hold)
     : fd_(fd),
       binding_(binding),
+      hold_(std::move(hold)),
       recvmsg_(std::move(recvmsg)),
       returner_(fd, std::move(dontneed)),
       control_(zerocopy::devmem_control_bytes(kMaxFragments)) {
@@ -102,6 +108,10 @@ Result<net::IoResult> DevmemReceiver::receive(MemoryDomain* dst_domain, std::byt
       }
     }
   }
+  if (parsed.is_ok() && dst == nullptr) {
+    give_back(read->tokens);  // dropped: nothing reads the dmabuf
+    return net::IoResult{.kind = net::IoResult::Kind::kBytes, .bytes = read->bytes};
+  }
   if (parsed.is_ok()) parsed = place(dst_domain, dst, read);
   if (!parsed.is_ok()) {
     // Nothing of this read is used: its tokens go back now (copies that did start
@@ -114,9 +124,33 @@ Result<net::IoResult> DevmemReceiver::receive(MemoryDomain* dst_domain, std::byt
   return net::IoResult{.kind = net::IoResult::Kind::kBytes, .bytes = read->bytes};
 }
 
+namespace {
+
+/// DMA_BUF_IOCTL_SYNC of `fd` (a dmabuf the CPU reads); a refusal changes nothing the
+/// copy needs on a cache-coherent host, so it is not an error.
+void cpu_sync(int fd, uint64_t flags) {
+  if (fd < 0) return;
+  dma_buf_sync sync{.flags = flags | DMA_BUF_SYNC_READ};
+  int r;
+  do {
+    r = ::ioctl(fd, DMA_BUF_IOCTL_SYNC, &sync);
+  } while (r != 0 && (errno == EINTR || errno == EAGAIN));
+}
+
+}  // namespace
+
 Status DevmemReceiver::place(MemoryDomain* dst_domain, std::byte* dst, DevmemRead* read) {
   MemoryDomain* pool = binding_.domain != nullptr ? binding_.domain : &host_domain();
   const bool host_dst = dst_domain == nullptr || dst_domain == &host_domain();
+  const bool cpu_reads = host_dst && pool == &host_domain();
+  if (cpu_reads) cpu_sync(binding_.cpu_sync_fd, DMA_BUF_SYNC_START);
+  Status placed = place_fragments(pool, dst_domain, host_dst, dst, read);
+  if (cpu_reads) cpu_sync(binding_.cpu_sync_fd, DMA_BUF_SYNC_END);
+  return placed;
+}
+
+Status DevmemReceiver::place_fragments(MemoryDomain* pool, MemoryDomain* dst_domain, bool host_dst, std::byte* dst,
+                                       DevmemRead* read) {
   std::vector<ScatterEntry> scatter;
   uint64_t at = 0;  // where the next fragment goes, from dst
   for (const zerocopy::DevmemFragment& f : fragments_) {
@@ -137,6 +171,11 @@ Status DevmemReceiver::place(MemoryDomain* dst_domain, std::byte* dst, DevmemRea
     } else if (host_dst) {
       REMORA_ASSIGN_OR_RETURN(auto copy, pool->copy_to_host(dst + at, binding_.base + f.offset, f.size));
       read->copies.push_back(std::move(copy));
+    } else if (pool == &host_domain()) {
+      // A host buffer (udmabuf) bound, device memory the destination: one copy to the
+      // device per fragment, straight from where the NIC left it.
+      REMORA_ASSIGN_OR_RETURN(auto copy, dst_domain->copy_from_host(dst + at, binding_.base + f.offset, f.size));
+      read->copies.push_back(std::move(copy));
     } else {
       scatter.push_back(ScatterEntry{.src_offset = f.offset, .length = f.size, .dst_offset = at});
     }
@@ -155,18 +194,49 @@ Status DevmemReceiver::place(MemoryDomain* dst_domain, std::byte* dst, DevmemRea
   return Status::ok();
 }
 
-std::shared_ptr<DevmemReceiver> DevmemRxContext::receiver(int fd) {
-  auto it = receivers.find(fd);
-  if (it == receivers.end()) {
-    it = receivers.emplace(fd, std::make_shared<DevmemReceiver>(fd, binding, recvmsg, dontneed)).first;
+// --- a devmem stream as host sinks read it -------------------------------------------
+
+DevmemStreamIn::DevmemStreamIn(std::shared_ptr<DevmemReceiver> receiver)
+    : StreamIn(receiver->fd()), receiver_(std::move(receiver)) {}
+
+// The socket goes on to be closed (or to the lingering close): its tokens go with it.
+DevmemStreamIn::~DevmemStreamIn() { receiver_->detach(); }
+
+net::IoResult DevmemStreamIn::recv_some(std::byte* dst, size_t len) {
+  DevmemRead read;
+  Result<net::IoResult> got = receiver_->receive(&host_domain(), dst, len, &read);
+  if (!got) {
+    set_failure(got.status());
+    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
   }
-  return it->second;
+  // Copies out of a host buffer have ended (memcpy); a device one is refused at set-up.
+  for (auto& copy : read.copies) {
+    if (Status s = copy->test(); !s.is_ok()) {
+      (void)receiver_->release(read);
+      set_failure(s.code() == StatusCode::kInProgress
+                      ? Status(StatusCode::kInternal, "devmem receive into host memory from a device dmabuf")
+                      : s);
+      return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
+    }
+  }
+  read.copies.clear();
+  if (Status s = receiver_->release(read); !s.is_ok()) {
+    set_failure(s.with_context("SO_DEVMEM_DONTNEED"));
+    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
+  }
+  return *got;
 }
 
 // --- the sink -----------------------------------------------------------------------
 
-DevmemSink::DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domain, std::byte* dst, RxTransfer* t)
-    : ctx_(std::move(ctx)), domain_(domain), dst_(dst), t_(t), self_(std::make_shared<DevmemSink*>(this)) {}
+DevmemSink::DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domain, std::byte* dst, RxTransfer* t,
+                       std::shared_ptr<const RegionAccess> access)
+    : ctx_(std::move(ctx)),
+      domain_(domain),
+      dst_(dst),
+      t_(t),
+      access_(std::move(access)),
+      self_(std::make_shared<DevmemSink*>(this)) {}
 
 DevmemSink::~DevmemSink() { self_.reset(); }
 
@@ -185,12 +255,30 @@ bool DevmemSink::begin_chunk(uint64_t offset, uint64_t length) {
   return true;
 }
 
-net::IoResult DevmemSink::read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) {
+net::IoResult DevmemSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
   *asked = std::min<uint64_t>(len, DevmemReceiver::kMaxReadBytes);
   Chunk* c = chunk(offset);  // begin_chunk took it
-  const std::shared_ptr<DevmemReceiver> receiver = ctx_->receiver(fd);
+  auto* devmem_in = dynamic_cast<DevmemStreamIn*>(&in);
+  if (devmem_in == nullptr) {
+    if (c != nullptr && c->status.is_ok()) {
+      c->status = Status(StatusCode::kInternal, "devmem sink on a stream not steered to devmem RX queues");
+    }
+    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
+  }
+  const std::shared_ptr<DevmemReceiver> receiver = devmem_in->receiver();
+  // A served put's region: each read's placement is bracketed; a deregistered one's
+  // bytes are dropped (the RESP says revoked).
+  std::shared_ptr<const RegionAccess> bracket;
+  if (access_ && !revoked_) {
+    if (access_->begin()) {
+      bracket = access_;
+    } else {
+      revoked_ = true;
+    }
+  }
   DevmemRead r;
-  Result<net::IoResult> got = receiver->receive(domain_, dst_ + offset, *asked, &r);
+  Result<net::IoResult> got = receiver->receive(domain_, revoked_ ? nullptr : dst_ + offset, *asked, &r);
+  if (bracket && (!got || !got->moved() || r.copies.empty())) bracket->end();
   if (!got) {
     // The bytes are off the stream, unusable: the chunk (so the transfer) fails with
     // why, and the stream stays in step. No bytes taken (EFAULT): the stream cannot go on.
@@ -213,17 +301,28 @@ net::IoResult DevmemSink::read(int fd, uint64_t offset, uint64_t len, uint64_t* 
   auto first_error = std::make_shared<Status>();
   std::weak_ptr<DevmemSink*> self = self_;
   std::vector<std::unique_ptr<AsyncCopy>> copies = std::move(shared->copies);
+  // A served put's bracket closes on the thread that ends the read's last copy (a
+  // deregistration waiting for it must not wait for a progress round).
+  std::function<void()> close_bracket;
+  if (bracket) {
+    auto copying = std::make_shared<std::atomic<size_t>>(copies.size());
+    close_bracket = [bracket, copying] {
+      if (copying->fetch_sub(1, std::memory_order_acq_rel) == 1) bracket->end();
+    };
+  }
   for (auto& copy : copies) {
-    when_copied(ctx_->engine, std::move(copy),
-                [self, shared, left, first_error, receiver, chunk_offset, host = ctx_->host](const Status& status) {
-                  if (!status.is_ok() && first_error->is_ok()) *first_error = status;
-                  if (--*left > 0) return;
-                  const Status returned = receiver->release(*shared);
-                  Status outcome = *first_error;
-                  if (outcome.is_ok() && !returned.is_ok()) outcome = returned;
-                  if (auto s = self.lock()) (*s)->placement_ended(chunk_offset, outcome);
-                  if (auto h = host.lock()) (*h)->staging_progressed();
-                });
+    when_copied(
+        ctx_->engine, std::move(copy),
+        [self, shared, left, first_error, receiver, chunk_offset, host = ctx_->host](const Status& status) {
+          if (!status.is_ok() && first_error->is_ok()) *first_error = status;
+          if (--*left > 0) return;
+          const Status returned = receiver->release(*shared);
+          Status outcome = *first_error;
+          if (outcome.is_ok() && !returned.is_ok()) outcome = returned;
+          if (auto s = self.lock()) (*s)->placement_ended(chunk_offset, outcome);
+          if (auto h = host.lock()) (*h)->staging_progressed();
+        },
+        close_bracket);
   }
   return *got;
 }

@@ -62,6 +62,9 @@ struct DevmemRxBinding {
   /// iov is null, so the kernel refuses readable data with EFAULT and any linear data
   /// is an error.
   bool allow_linear = true;
+  /// A real dmabuf of host memory mapped here: the CPU's reads of it are bracketed by
+  /// DMA_BUF_IOCTL_SYNC (-1: none, as for a memfd).
+  int cpu_sync_fd = -1;
 };
 
 /// What one receive placed, and what it holds until the placement ends.
@@ -80,11 +83,14 @@ class DevmemReceiver {
   static constexpr size_t kMaxFragments = 2048;
   static constexpr size_t kMaxReadBytes = size_t{1} << 20;
 
+  /// `hold` keeps the dmabuf's mapping (and descriptor) alive while the receiver, or a
+  /// placement holding it, may still read it.
   DevmemReceiver(int fd, DevmemRxBinding binding, RecvmsgFn recvmsg = system_recvmsg,
-                 zerocopy::DontneedFn dontneed = zerocopy::devmem_dontneed);
+                 zerocopy::DontneedFn dontneed = zerocopy::devmem_dontneed, std::shared_ptr<const void> hold = nullptr);
 
   /// One recvmsg(MSG_SOCK_DEVMEM | MSG_DONTWAIT) of up to `len` bytes, placed at `dst`
-  /// (memory of `dst_domain`, or host memory when that is null or the host domain).
+  /// (memory of `dst_domain`, or host memory when that is null or the host domain);
+  /// `dst` null drops them (their tokens go back at once).
   /// Returns the IoResult (bytes, would-block, EOF, or the errno of a refused
   /// recvmsg); `*read` holds the placement. kProtocol / kTruncated from the parser, and
   /// kProtocol for a fragment outside the dmabuf: the bytes were taken off the stream
@@ -107,10 +113,12 @@ class DevmemReceiver {
 
  private:
   Status place(MemoryDomain* dst_domain, std::byte* dst, DevmemRead* read);
+  Status place_fragments(MemoryDomain* pool, MemoryDomain* dst_domain, bool host_dst, std::byte* dst, DevmemRead* read);
   void give_back(std::vector<uint32_t>& tokens);
 
   int fd_;
   DevmemRxBinding binding_;
+  std::shared_ptr<const void> hold_;
   RecvmsgFn recvmsg_;
   zerocopy::TokenReturner returner_;
   std::vector<std::byte> linear_;   // the iov (allow_linear)
@@ -119,34 +127,51 @@ class DevmemReceiver {
   uint64_t outstanding_ = 0;
 };
 
-/// What the devmem sinks of one endpoint share: its receivers (one per data stream,
-/// keyed by socket), the binding, the engine copies end on, and the endpoint.
+/// A data stream steered to devmem RX queues, as sinks read it: every byte of it
+/// arrives in the bound buffer, host transfers' too, so recv_some reads through the
+/// receiver. The bound buffer must be host memory (a udmabuf, the system heap, or
+/// rxq's stand-in memfd, mapped here), so that copying fragments out of it into host
+/// memory ends before recv_some returns and their tokens go back at once. A refused
+/// read (misrouted flow, foreign binding, truncation) fails the stream: its bytes are
+/// gone, and a host sink cannot fail just its chunk.
+class DevmemStreamIn final : public StreamIn {
+ public:
+  explicit DevmemStreamIn(std::shared_ptr<DevmemReceiver> receiver);
+  ~DevmemStreamIn() override;
+  net::IoResult recv_some(std::byte* dst, size_t len) override;
+  DevmemReceiver* devmem() noexcept override { return receiver_.get(); }
+  const std::shared_ptr<DevmemReceiver>& receiver() const noexcept { return receiver_; }
+
+ private:
+  std::shared_ptr<DevmemReceiver> receiver_;
+};
+
+/// What the devmem sinks of one endpoint share: the engine copies end on, and the
+/// endpoint that hears of placed chunks.
 struct DevmemRxContext {
   std::shared_ptr<engine::ProgressEngine> engine;
   std::weak_ptr<StagingHost*> host;
-  DevmemRxBinding binding;
-  RecvmsgFn recvmsg = system_recvmsg;
-  zerocopy::DontneedFn dontneed = zerocopy::devmem_dontneed;
-  std::map<int, std::shared_ptr<DevmemReceiver>> receivers;
-
-  /// The receiver of stream socket `fd`, made on first use.
-  std::shared_ptr<DevmemReceiver> receiver(int fd);
 };
 
-/// One transfer's chunks read off devmem streams into memory of `domain` at `dst`.
-class DevmemSink final : public ChunkSink {
+/// One transfer's chunks read off devmem streams (their StreamIn's devmem receiver)
+/// into memory of `domain` at `dst`.
+class DevmemSink final : public PlacingSink {
  public:
-  /// `ctx` outlives the sink; `t` is the transfer it receives.
-  DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domain, std::byte* dst, RxTransfer* t);
+  /// `ctx` outlives the sink; `t` is the transfer it receives. `access`, if given, is
+  /// the registered region's (a served put): each read's placement is bracketed by it,
+  /// and once the region is deregistered the rest is dropped (revoked()).
+  DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domain, std::byte* dst, RxTransfer* t,
+             std::shared_ptr<const RegionAccess> access = nullptr);
   ~DevmemSink() override;
   DevmemSink(const DevmemSink&) = delete;
   DevmemSink& operator=(const DevmemSink&) = delete;
 
   bool begin_chunk(uint64_t offset, uint64_t length) override;
-  net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
   /// Placements started and not ended (an operation that fails completes once none are).
-  size_t in_flight() const noexcept { return in_flight_; }
+  size_t in_flight() const noexcept override { return in_flight_; }
+  bool revoked() const noexcept override { return revoked_; }
 
  private:
   struct Chunk {
@@ -162,6 +187,8 @@ class DevmemSink final : public ChunkSink {
   MemoryDomain* domain_;
   std::byte* dst_;
   RxTransfer* t_;
+  std::shared_ptr<const RegionAccess> access_;
+  bool revoked_ = false;
   std::vector<Chunk> chunks_;
   size_t in_flight_ = 0;
   std::shared_ptr<DevmemSink*> self_;

@@ -57,12 +57,66 @@ EndpointCore::~EndpointCore() {
 
 void EndpointCore::set_control(net::Fd fd) { control_ = std::move(fd); }
 
-Status EndpointCore::set_data(uint16_t index, net::Fd fd) { return chunks_.attach(index, std::move(fd)); }
+Status EndpointCore::set_data(uint16_t index, net::Fd fd, std::unique_ptr<StreamIn> in) {
+  REMORA_RETURN_IF_ERROR(chunks_.attach(index, std::move(fd)));
+  if (in != nullptr && in->devmem() != nullptr) chunks_.set_stream_in(index, std::move(in));
+  return Status::ok();
+}
+
+std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::time_point deadline) {
+  const std::string socket(config_.rxq_socket.data());
+  if (socket.empty() || params_.domains == nullptr || params_.domains->empty() ||
+      config_.device_path == DevicePathMode::kStaging || config_.device_path == DevicePathMode::kZcrx ||
+      !devmem_rx_refused_.is_ok()) {
+    return std::make_unique<StreamIn>(fd);
+  }
+  if (devmem_rx_lease_ == nullptr) {
+    auto lease = DevmemRxLease::open(socket);
+    if (!lease) {
+      devmem_rx_refused_ = lease.status().with_context("devmem RX: REMORA_RXQ_SOCKET");
+      REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
+      return std::make_unique<StreamIn>(fd);
+    }
+    devmem_rx_lease_ = std::move(*lease);
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - net::Clock::now());
+  auto in =
+      devmem_rx_lease_->steer(fd, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
+  if (!in) {
+    // Streams steered before stay steered (rxq keeps their rules while the lease is
+    // open) and are read through their receivers; device receives then stage.
+    devmem_rx_refused_ = in.status().with_context("devmem RX");
+    REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
+    return std::make_unique<StreamIn>(fd);
+  }
+  return std::move(*in);
+}
 
 bool EndpointCore::all_streams_attached() const noexcept { return chunks_.all_attached(); }
 
+void EndpointCore::settle_devmem_rx() {
+  if (devmem_rx_lease_ != nullptr && devmem_rx_lease_->streams_steered() == chunks_.streams()) {
+    device_paths_.set_devmem_rx(Status(StatusCode::kOk, devmem_rx_lease_->describe()));
+    devmem_rx_ = std::make_shared<DevmemRxContext>(DevmemRxContext{.engine = engine_, .host = staging_anchor_});
+  } else if (config_.rxq_socket[0] == '\0') {
+    device_paths_.set_devmem_rx(Status(StatusCode::kUnsupported,
+                                       "REMORA_RXQ_SOCKET is unset: no `remora rxq serve` steers this endpoint's data "
+                                       "streams to devmem RX queues"));
+  } else if (!devmem_rx_refused_.is_ok()) {
+    device_paths_.set_devmem_rx(Status(
+        StatusCode::kUnsupported,
+        fmt::format("{} of {} data streams steered; {}", devmem_rx_lease_ ? devmem_rx_lease_->streams_steered() : 0,
+                    chunks_.streams(), devmem_rx_refused_.message())));
+  } else if (devmem_rx_lease_ == nullptr) {
+    device_paths_.set_devmem_rx(Status(StatusCode::kUnsupported,
+                                       "this endpoint's data streams were not steered: the context had no device "
+                                       "memory domain when it was made (or REMORA_DEVICE_PATH excludes devmem)"));
+  }
+}
+
 Status EndpointCore::activate() {
   if (!control_.valid() || !all_streams_attached()) return Status(StatusCode::kInternal, "activate before all streams attached");
+  settle_devmem_rx();
   // The control stream is watched for EPOLLOUT only while a send is blocked
   // (watch_control_output). Otherwise, with edge-triggered interest, every arriving
   // frame would also queue an EPOLLOUT report: after a spinning poller has already
@@ -178,9 +232,12 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   op->tag = tag;
   op->device = device_of(buffer.data(), buffer.size());
   if (op->device != nullptr) {
-    if (Status path = choose_device_path(*op->device, buffer.data(), buffer.size(), /*tx=*/false); !path) {
+    if (Status path = choose_device_path(*op->device, buffer.data(), buffer.size(), /*tx=*/false, nullptr,
+                                         /*drives_devmem_rx=*/true);
+        !path) {
       return Request(RequestState::completed(std::move(path), 0, tag));
     }
+    op->devmem_rx = last_device_path_ == DataPath::kDevmem;
     auto staging = staging_for(op->device, /*tx=*/false);
     if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
     op->staging = std::move(*staging);
@@ -222,7 +279,9 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
     const bool tx = what == "put";
     // A chunked put can go by devmem TX; an inline one travels in its PUT frame.
     const bool chunked_put = tx && inline_device == nullptr;
-    if (Status path = choose_device_path(*d, local, length, tx, chunked_put ? &devmem : nullptr); !path) {
+    // A chunked get can go by devmem RX (when every data stream is steered).
+    const bool chunked_get = what == "get" && !travels_inline(length);
+    if (Status path = choose_device_path(*d, local, length, tx, chunked_put ? &devmem : nullptr, chunked_get); !path) {
       return Request(RequestState::completed(path.with_context(what), 0, Tag{}));
     }
     if (inline_device != nullptr) {
@@ -236,7 +295,7 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
       auto made = staging_for(d, tx);
       if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
       staging = std::move(*made);
-      ++stats_.staged_transfers;
+      if (last_device_path_ != DataPath::kDevmem) ++stats_.staged_transfers;
     }
   }
   RmaInitiator::Posted posted = post(staging ? &*staging : nullptr, std::move(devmem));
@@ -287,7 +346,14 @@ Request EndpointCore::put_from_device_inline(MemoryDomain& device, std::span<con
 Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
   return post_one_sided(
       [&](const StagingContext* staging, std::unique_ptr<DevmemTxSend>) {
-        return initiator_.get(local, key, offset, travels_inline(local.size()), staging);
+        // A chunked get into device memory goes by devmem RX when every data stream is
+        // steered (post_one_sided chose the path just now).
+        const bool inline_class = travels_inline(local.size());
+        if (staging != nullptr && !inline_class && last_device_path_ == DataPath::kDevmem) {
+          return initiator_.get(local, key, offset, inline_class, staging, devmem_rx_,
+                                device_of(local.data(), local.size()));
+        }
+        return initiator_.get(local, key, offset, inline_class, staging);
       },
       local.data(), local.size(), "get");
 }
@@ -407,8 +473,9 @@ Result<StagingContext> EndpointCore::staging_for(MemoryDomain* domain, bool tx) 
 }
 
 Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx,
-                                        std::unique_ptr<DevmemTxSend>* devmem) {
-  Result<PathChoice> choice = device_paths_.choose(domain, p, n, tx, /*drives_devmem_tx=*/devmem != nullptr);
+                                        std::unique_ptr<DevmemTxSend>* devmem, bool drives_devmem_rx) {
+  Result<PathChoice> choice =
+      device_paths_.choose(domain, p, n, tx, /*drives_devmem_tx=*/devmem != nullptr, drives_devmem_rx);
   if (!choice) {
     ++stats_.device_path_refusals;
     stats_.device_path = "refused";
@@ -428,7 +495,8 @@ Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, siz
     }
     *devmem = std::move(choice->devmem_tx);
   }
-  // Devmem receive and zcrx are not driven in this version (device_path.h says why).
+  // zcrx is not driven in this version (device_path.h says why).
+  last_device_path_ = choice->path;
   stats_.device_path = std::string(data_path_name(choice->path));
   stats_.device_path_reason = std::move(choice->reason);
   return Status::ok();
@@ -878,7 +946,10 @@ void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id
     op->req->complete(Status::ok(), 0);
     return;
   }
-  if (op->device != nullptr) {
+  if (op->devmem_rx) {
+    op->staged = std::make_unique<DevmemSink>(devmem_rx_, op->device, op->buffer, &op->in);
+    op->in.sink = op->staged.get();
+  } else if (op->device != nullptr) {
     op->staged = std::make_unique<StagingSink>(op->staging, op->buffer, &op->in);
     op->in.sink = op->staged.get();
     ++stats_.staged_transfers;
@@ -1092,7 +1163,11 @@ void EndpointCore::finish_recv(RecvOp* op) {
   } else {
     ++stats_.messages_received;
     stats_.bytes_received += op->in.length;
-    if (op->staged) stats_.staged_bytes += op->in.length;
+    if (op->devmem_rx) {
+      ++stats_.devmem_transfers;
+    } else if (op->staged) {
+      stats_.staged_bytes += op->in.length;
+    }
     op->req->complete(Status::ok(), op->in.length);
   }
   --outstanding_;

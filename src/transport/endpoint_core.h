@@ -33,13 +33,14 @@
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/device_path.h"
+#include "transport/devmem_rx_lease.h"
 #include "transport/linger.h"
 #include "transport/liveness.h"
 #include "transport/matcher.h"
 #include "transport/notifications.h"
 #include "transport/rma_initiator.h"
 #include "transport/rma_target.h"
-#include "transport/device_path.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
@@ -75,7 +76,22 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // --- setup, lock held -----------------------------------------------------
   void set_control(net::Fd fd);
   /// kProtocol for an out-of-range or duplicate index.
-  Status set_data(uint16_t index, net::Fd fd);
+  /// Attaches data stream `index`; `in` (from steer_data_stream) is how it is read.
+  Status set_data(uint16_t index, net::Fd fd, std::unique_ptr<StreamIn> in = nullptr);
+  /// Before any payload can arrive on data stream socket `fd`: with REMORA_RXQ_SOCKET
+  /// set and device memory domains in the context, asks rxq to steer its flow to devmem
+  /// RX queues (one rxq connection per endpoint, open for its life) and returns the
+  /// stream's devmem StreamIn; otherwise, or when rxq or the kernel refuse (the reason
+  /// is kept for the path choice), a plain one. Blocks up to `deadline` (rxq's answer).
+  std::unique_ptr<StreamIn> steer_data_stream(int fd, net::Clock::time_point deadline);
+  /// Every data stream attached: devmem RX is on when all of them were steered, and
+  /// the path choice hears why not otherwise.
+  void settle_devmem_rx();
+  /// The same for data stream `index`, attached already.
+  void steer_stream(uint16_t index, net::Clock::time_point deadline) {
+    std::unique_ptr<StreamIn> in = steer_data_stream(chunks_.fd(index), deadline);
+    if (in->devmem() != nullptr) chunks_.set_stream_in(index, std::move(in));
+  }
   bool all_streams_attached() const noexcept;
   /// Registers every socket with the engine and starts serving. Lock held.
   Status activate();
@@ -217,12 +233,18 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   }
   /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
   /// and records it in the stats; the demanded path's refusal when it cannot be taken.
-  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) override {
-    return choose_device_path(domain, p, n, tx, nullptr);
+  /// RmaTarget's: a chunked put into a region of device memory can go by devmem RX.
+  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked) override {
+    return choose_device_path(domain, p, n, tx, nullptr, /*drives_devmem_rx=*/!tx && chunked);
   }
-  /// The same, for a message send, which devmem TX can take: `*devmem` is set when it does.
+  std::shared_ptr<DevmemRxContext> devmem_rx_chosen() override {
+    return last_device_path_ == DataPath::kDevmem ? devmem_rx_ : nullptr;
+  }
+  /// The same, for a message send or chunked put, which devmem TX can take (`*devmem`
+  /// is set when it does), or a message receive or chunked get, which devmem RX can
+  /// (`drives_devmem_rx`; last_device_path_ says whether it does).
   Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx,
-                            std::unique_ptr<DevmemTxSend>* devmem);
+                            std::unique_ptr<DevmemTxSend>* devmem, bool drives_devmem_rx = false);
   /// The kernel reported sendmsg(s) of the devmem send `id` complete.
   void devmem_send_completed(uint64_t id);
   /// Completes a failed receive whose copies into device memory are still in flight
@@ -320,6 +342,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::vector<StagingPools> staging_pools_;
   DevicePathSelector device_paths_{config_};  // issue 18: devmem / zcrx / staging choice
   DevmemTxStreams devmem_streams_;            // the data streams' zero-copy completions (devmem TX)
+  DataPath last_device_path_ = DataPath::kStaging;  // of the last choose_device_path that succeeded
+  // devmem RX: rxq's lease of this endpoint's flows (null: none asked, or refused), why
+  // a stream is not steered, and what devmem sinks share.
+  std::unique_ptr<DevmemRxLease> devmem_rx_lease_;
+  Status devmem_rx_refused_;
+  std::shared_ptr<DevmemRxContext> devmem_rx_;
   /// What staged sources and sinks hold to reach this endpoint; reset first thing in
   /// the destructor, so late copy ends find nobody.
   std::shared_ptr<StagingHost*> staging_anchor_;

@@ -165,6 +165,9 @@ void ListenerCore::drop_conn(uint64_t id) {
 }
 
 namespace {
+/// How long the progress thread waits for rxq to steer an accepted data stream.
+constexpr std::chrono::milliseconds kRxqAnswerTimeout{2000};
+
 void send_ack(int fd, const wire::HelloAck& ack) {
   auto bytes = wire::encode_hello_ack(ack);
   // A fresh socket's send buffer is empty; 48 bytes always fit.
@@ -413,6 +416,11 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
   if (Status s = pe.endpoint->set_data(hello.stream_index, std::move(*data)); !s) {
     return make_ack(wire::HelloStatus::kBadRequest);
   }
+  // Steered to devmem RX queues (REMORA_RXQ_SOCKET) before the answer goes out: the
+  // connecting side sends nothing more on this stream before it has every answer.
+  // rxq is local and answers at once; this runs on the progress thread, so its wait is
+  // kept short.
+  pe.endpoint->steer_stream(hello.stream_index, net::Clock::now() + kRxqAnswerTimeout);
   wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
   ack.endpoint_id = hello.endpoint_id;
   ack.attach_token = hello.attach_token;

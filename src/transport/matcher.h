@@ -30,11 +30,13 @@ struct RecvOp {
   std::byte* buffer = nullptr;
   HostSink sink;
   RxTransfer in;  // a matched rendezvous message's chunks land through `sink` (or `staged`)
-  // A receive into device memory: the domain, the endpoint's staging for it, and once
-  // matched, the sink its chunks land through.
+  // A receive into device memory: the domain, the endpoint's staging for it, whether
+  // devmem receive takes it, and once matched, the sink its chunks land through (a
+  // StagingSink, or a DevmemSink).
   MemoryDomain* device = nullptr;
   StagingContext staging;
-  std::unique_ptr<StagingSink> staged;
+  bool devmem_rx = false;
+  std::unique_ptr<PlacingSink> staged;
 };
 
 /// A message that arrived before a receive for it was posted.

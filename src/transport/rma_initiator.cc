@@ -103,7 +103,8 @@ RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const R
 }
 
 RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset,
-                                       bool inline_class, const StagingContext* staging) {
+                                       bool inline_class, const StagingContext* staging,
+                                       std::shared_ptr<DevmemRxContext> devmem_rx, MemoryDomain* device) {
   auto op = new_op(Op::Kind::kGet, key, offset, local.size(), inline_class);
   op->dst = local.data();
   op->sink = HostSink(local.data());
@@ -112,7 +113,11 @@ RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteK
   op->in.sink = &op->sink;
   if (staging != nullptr) {
     op->staging = *staging;
-    if (!inline_class) {
+    if (!inline_class && devmem_rx != nullptr) {
+      op->staged_sink = std::make_unique<DevmemSink>(std::move(devmem_rx), device, local.data(), &op->in);
+      op->devmem_rx = true;
+      op->in.sink = op->staged_sink.get();
+    } else if (!inline_class) {
       op->staged_sink = std::make_unique<StagingSink>(*staging, local.data(), &op->in);
       op->in.sink = op->staged_sink.get();
     }
@@ -240,9 +245,11 @@ void RmaInitiator::complete(Op* op, const Status& s) {
   }
   if (s.is_ok()) {
     if (op->kind == Op::Kind::kPut) stats_.rma_bytes_put += op->length;
-    if (op->devmem_source) ++stats_.devmem_transfers;
+    if (op->devmem_source || op->devmem_rx) ++stats_.devmem_transfers;
     if (op->kind == Op::Kind::kGet) stats_.rma_bytes_got += op->length;
-    if (op->staged_source || op->staged_sink || !op->bounce.empty() || op->staging) stats_.staged_bytes += op->length;
+    if (!op->devmem_rx && (op->staged_source || op->staged_sink || !op->bounce.empty() || op->staging)) {
+      stats_.staged_bytes += op->length;
+    }
   }
   op->req->complete(s, s.is_ok() ? op->length : 0);
   ops_.erase(op->id);

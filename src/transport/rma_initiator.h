@@ -40,6 +40,7 @@
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/devmem_path.h"
 #include "transport/devmem_tx_path.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
@@ -89,8 +90,11 @@ class RmaInitiator {
   void devmem_completed(uint64_t op_id);
   /// `inline_class`: the data comes back in the RESP frame (else in chunks). `staging`:
   /// `local` is device memory of the staging pool's domain.
+  /// `devmem_rx` (with `staging`, for device memory): a chunked get's chunks are read
+  /// off devmem streams straight into `local` (a DevmemSink) instead of staged.
   Posted get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset, bool inline_class,
-             const StagingContext* staging = nullptr);
+             const StagingContext* staging = nullptr, std::shared_ptr<DevmemRxContext> devmem_rx = nullptr,
+             MemoryDomain* device = nullptr);
   /// `compare` is used by kCompareSwap only.
   Posted atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                 uint64_t compare);
@@ -142,7 +146,8 @@ class RmaInitiator {
     HostSink sink;
     RxTransfer in;
     std::optional<StagingContext> staging;     // a get into device memory
-    std::unique_ptr<StagingSink> staged_sink;  // chunked: in.sink is this
+    std::unique_ptr<PlacingSink> staged_sink;  // chunked: in.sink is this (staging, or devmem receive)
+    bool devmem_rx = false;                    // staged_sink is a DevmemSink
     bool copying = false;                      // inline: its reply is being copied into the device
     // atomic
     wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;

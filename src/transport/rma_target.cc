@@ -78,10 +78,11 @@ bool RmaTarget::admit(uint64_t op_id) {
   return true;
 }
 
-RmaStatus RmaTarget::choose_device_path(const RegionAccess& access, uint64_t length, bool tx, std::string_view what) {
+RmaStatus RmaTarget::choose_device_path(const RegionAccess& access, uint64_t length, bool tx, bool chunked,
+                                        std::string_view what) {
   MemoryDomain* device = access.device();
   if (device == nullptr) return RmaStatus::kOk;
-  if (Status path = owner_.choose_device_path(*device, access.address(), length, tx); !path) {
+  if (Status path = owner_.choose_device_path(*device, access.address(), length, tx, chunked); !path) {
     REMORA_LOG(kWarn, "peer {}: a {} {} memory takes no path: {}", peer_, what, device->name(), path.to_string());
     return RmaStatus::kDeviceFailed;
   }
@@ -95,7 +96,9 @@ void RmaTarget::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
 void RmaTarget::serve_put(const wire::PutFrame& f) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, access.get());
-  if (verdict == RmaStatus::kOk) verdict = choose_device_path(*access, f.length, /*tx=*/false, "put into");
+  if (verdict == RmaStatus::kOk) {
+    verdict = choose_device_path(*access, f.length, /*tx=*/false, /*chunked=*/!f.inline_data, "put into");
+  }
   if (verdict == RmaStatus::kOk && f.has_notify && notifications_.full(limits_.notifications)) {
     ++stats_.refused;
     verdict = RmaStatus::kNoResource;
@@ -154,7 +157,15 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
   sp->in.kind = wire::ChunkKind::kPut;
   sp->in.id = f.op_id;
   sp->in.length = f.length;
-  if (sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr) {
+  std::shared_ptr<DevmemRxContext> devmem =
+      sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr ? owner_.devmem_rx_chosen() : nullptr;
+  if (devmem != nullptr) {
+    // Every data stream is steered: the chunks are placed from the bound buffer.
+    sp->staged = std::make_unique<DevmemSink>(std::move(devmem), sp->access->device(), sp->access->address(), &sp->in,
+                                              sp->access);
+    sp->in.sink = sp->staged.get();
+    sp->devmem_rx = true;
+  } else if (sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr) {
     auto staging = owner_.staging_for(sp->access->device(), /*tx=*/false);
     if (staging) {
       sp->staged = std::make_unique<StagingSink>(std::move(*staging), sp->access->address(), &sp->in, sp->access);
@@ -250,6 +261,7 @@ void RmaTarget::put_received(uint64_t op_id) {
   }
   if (sp->verdict == RmaStatus::kOk) {
     ++stats_.served_puts;
+    if (sp->devmem_rx) ++stats_.devmem_transfers;
     if (sp->has_notify) {
       notifications_.deliver(Notification{.value = sp->notify,
                                           .region = sp->access->region(),
@@ -264,7 +276,9 @@ void RmaTarget::put_received(uint64_t op_id) {
 void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, access.get());
-  if (verdict == RmaStatus::kOk) verdict = choose_device_path(*access, f.length, /*tx=*/true, "get from");
+  if (verdict == RmaStatus::kOk) {
+    verdict = choose_device_path(*access, f.length, /*tx=*/true, /*chunked=*/!inline_class, "get from");
+  }
   if (inline_class) {
     if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
       serve_device_inline_get(f, std::move(access));

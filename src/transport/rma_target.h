@@ -28,6 +28,7 @@
 #include "remora/endpoint.h"
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
+#include "transport/devmem_path.h"
 #include "transport/notifications.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
@@ -51,8 +52,12 @@ class RmaTarget {
     /// Staging for a region of `domain`'s (device) memory: `tx` for what a GET reads.
     virtual Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) = 0;
     /// Picks (and records) the data path of a transfer of [p, p+n) of `domain`'s memory;
-    /// the refusal when the path the configuration demands cannot be taken.
-    virtual Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx) = 0;
+    /// the refusal when the path the configuration demands cannot be taken. `chunked`:
+    /// its bytes move on the data streams (not inline in a frame).
+    virtual Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked) = 0;
+    /// The devmem receive a put into device memory goes by, when the path just chosen
+    /// (choose_device_path) was devmem RX; null: it stages.
+    virtual std::shared_ptr<DevmemRxContext> devmem_rx_chosen() { return nullptr; }
     /// The engine that device copies report their end to.
     virtual const std::shared_ptr<engine::ProgressEngine>& progress_engine() const = 0;
     /// RESPs were queued outside the owner's own dispatch (a device copy ended): send them.
@@ -110,7 +115,8 @@ class RmaTarget {
     bool has_notify = false;
     uint64_t notify = 0;
     RegionSink sink;                      // refused: the bytes go to the DiscardSink instead
-    std::unique_ptr<StagingSink> staged;  // device memory: in.sink is this
+    std::unique_ptr<PlacingSink> staged;  // device memory (staging or devmem RX): in.sink is this
+    bool devmem_rx = false;               // staged is a DevmemSink
     bool inline_copy = false;
     RxTransfer in;
   };
@@ -129,7 +135,8 @@ class RmaTarget {
                                RegionAccess* access);
   /// kOk for host memory, or when the endpoint found a path for this device transfer;
   /// kDeviceFailed (logged) when the path the configuration demands cannot be taken.
-  wire::RmaStatus choose_device_path(const RegionAccess& access, uint64_t length, bool tx, std::string_view what);
+  wire::RmaStatus choose_device_path(const RegionAccess& access, uint64_t length, bool tx, bool chunked,
+                                     std::string_view what);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
   /// Device memory: an inline PUT's bytes copied into it, or an inline GET's out of it,
   /// then the RESP (the request stays in service meanwhile).

@@ -223,10 +223,10 @@ bool StagingSink::begin_chunk(uint64_t offset, uint64_t length) {
   return true;
 }
 
-net::IoResult StagingSink::read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) {
+net::IoResult StagingSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
   const Open* o = open(offset);  // begin_chunk took it
   *asked = len;
-  return net::recv_some(fd, o->buffer + (offset - o->offset), len);
+  return in.recv_some(o->buffer + (offset - o->offset), len);
 }
 
 std::optional<uint32_t> StagingSink::checksum(uint64_t offset, uint64_t length) {

@@ -131,7 +131,7 @@ class StagingSource final : public ChunkSource {
   std::shared_ptr<StagingSource*> self_;
 };
 
-class StagingSink final : public ChunkSink {
+class StagingSink final : public PlacingSink {
  public:
   /// Receives `t` into [device, device + t.length) of `ctx.pool`'s domain; `access`,
   /// if given, is the registered region's (a served PUT), bracketing each copy.
@@ -141,16 +141,16 @@ class StagingSink final : public ChunkSink {
   StagingSink& operator=(const StagingSink&) = delete;
 
   bool begin_chunk(uint64_t offset, uint64_t length) override;
-  net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
   /// Of the bounce buffer's bytes, before they are copied to the device.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   /// Copies to the device started and not ended yet. An operation that fails while
   /// some are in flight completes only once they have ended: its buffer is the
   /// application's again only when nothing writes to it any more.
-  size_t in_flight() const noexcept { return in_flight_; }
+  size_t in_flight() const noexcept override { return in_flight_; }
   /// The region was deregistered: some chunks were dropped instead of placed.
-  bool revoked() const noexcept { return revoked_; }
+  bool revoked() const noexcept override { return revoked_; }
 
  private:
   struct Open {

@@ -45,8 +45,11 @@ constexpr char kHardwareNote[] =
     "built and tested (a GPU's dmabuf, exported on an H100 machine, was refused by its virtio_net). The bind and "
     "zcrx answers below are the kernel's real answers to real attempts on this host; a 'yes' would come only from "
     "a successful binding. What remora's endpoints drive: devmem TX for message sends and puts of device memory whose "
-    "dmabuf the interface binds (REMORA_DEVMEM_IFNAME); not yet devmem RX or zcrx, which need `remora rxq` to hand "
-    "a binding to the endpoint: those transfers stage.";
+    "dmabuf the interface binds (REMORA_DEVMEM_IFNAME); devmem RX for message receives, gets and peers' puts into "
+    "device "
+    "memory once `remora rxq serve` has steered every data stream of the endpoint (REMORA_RXQ_SOCKET; rxq binds its "
+    "own "
+    "host-memory dmabuf, not yet a GPU's); not zcrx. Everything else stages.";
 
 ProbeAnswer yes(std::string detail) {
   ProbeAnswer a;

@@ -64,10 +64,10 @@ TEST(ChunkScheduler, HostMemoryLandsIntactOverEveryStream) {
 class DeferredSink final : public ChunkSink {
  public:
   explicit DeferredSink(std::byte* dst) : dst_(dst) {}
-  net::IoResult read(int fd, uint64_t offset, uint64_t len, uint64_t* asked) override {
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override {
     if (bounce_.size() < offset + len) bounce_.resize(offset + len);
     *asked = len;
-    return net::recv_some(fd, bounce_.data() + offset, len);
+    return in.recv_some(bounce_.data() + offset, len);
   }
   Status chunk_arrived(uint64_t offset, uint64_t length) override {
     pending.emplace_back(offset, length);

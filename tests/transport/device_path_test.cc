@@ -67,6 +67,46 @@ TEST(DevicePath, AutoStagesAndNamesEveryReason) {
   EXPECT_EQ(data_path_name(rx->path), "staging");
 }
 
+TEST(DevicePath, SteeredStreamsTakeChunkedReceivesButNotInlineOrCheckedOnes) {
+  Dev d;
+  Config c;
+  DevicePathSelector s(c);
+  s.set_probe(refused_probe());
+  s.set_devmem_rx(Status(StatusCode::kOk, "rxq's dmabuf of 4096 bytes, binding 3"));
+  auto recv = s.choose(*d.dev, d.mem, 4096, false, false, /*drives_devmem_rx=*/true);
+  ASSERT_TRUE(recv.is_ok());
+  EXPECT_EQ(recv->path, DataPath::kDevmem);
+  EXPECT_NE(recv->reason.find("devmem RX into test-device memory: rxq's dmabuf of 4096 bytes, binding 3"),
+            std::string::npos)
+      << recv->reason;
+  // An inline get's reply or inline put: its bytes come in a frame on the control stream.
+  auto inline_bytes = s.choose(*d.dev, d.mem, 4096, false);
+  ASSERT_TRUE(inline_bytes.is_ok());
+  EXPECT_EQ(inline_bytes->path, DataPath::kStaging);
+  EXPECT_NE(inline_bytes->reason.find("this transfer's bytes come inline on the control stream"), std::string::npos)
+      << inline_bytes->reason;
+  // With checksums the bytes must reach host memory, where the CRC is checked.
+  Config sum = c;
+  sum.checksum = ChecksumMode::kCrc32c;
+  DevicePathSelector with_crc(sum);
+  with_crc.set_probe(refused_probe());
+  with_crc.set_devmem_rx(Status(StatusCode::kOk, "steered"));
+  auto crc = with_crc.choose(*d.dev, d.mem, 4096, false, false, true);
+  ASSERT_TRUE(crc.is_ok());
+  EXPECT_EQ(crc->path, DataPath::kStaging);
+  EXPECT_NE(crc->reason.find("REMORA_CHECKSUM=crc32c"), std::string::npos) << crc->reason;
+  // Not steered: the endpoint's reason, not the probe's; demanded, a refusal.
+  Config demand = c;
+  demand.device_path = DevicePathMode::kDevmem;
+  DevicePathSelector no(demand);
+  no.set_probe(refused_probe());
+  no.set_devmem_rx(Status(StatusCode::kUnsupported, "1 of 2 data streams steered; rxq refused"));
+  auto refused = no.choose(*d.dev, d.mem, 4096, false, false, true);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("1 of 2 data streams steered; rxq refused"), std::string::npos)
+      << refused.status().to_string();
+}
+
 TEST(DevicePath, ADemandedPathFailsWithItsReasonAndStagingNeverAsks) {
   Dev d;
   Config c;
@@ -107,8 +147,9 @@ TEST(DevicePath, TheRealKernelIsAskedForTheNamedInterface) {
   EXPECT_EQ(l.devmem_tx_interface.code(), StatusCode::kUnsupported) << l.devmem_tx_interface.to_string();
   EXPECT_NE(l.devmem_tx_interface.message().find("lo: bind-tx"), std::string::npos) << l.devmem_tx_interface.to_string();
   EXPECT_NE(l.devmem_tx_interface.message().find("EOPNOTSUPP"), std::string::npos) << l.devmem_tx_interface.to_string();
-  EXPECT_NE(l.devmem_rx.message().find("remora rxq"), std::string::npos);
-  EXPECT_NE(l.zcrx.message().find("remora rxq"), std::string::npos);
+  EXPECT_NE(l.devmem_rx.message().find("remora rxq serve"), std::string::npos);
+  EXPECT_NE(l.devmem_rx.message().find("REMORA_RXQ_SOCKET"), std::string::npos);
+  EXPECT_NE(l.zcrx.message().find("no receive loop drives io_uring zero-copy receive"), std::string::npos);
 }
 
 TEST(DevicePath, TheEnvironmentSetsTheModeAndTheInterface) {

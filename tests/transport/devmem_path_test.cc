@@ -7,17 +7,17 @@
 // frees nothing.
 //
 // Through the same code with the recvmsg and the setsockopt swapped for a stand-in of
-// the kernel and NIC (the only parts swapped; `NicStandIn` below): real TCP bytes read
-// off real sockets are laid into a "dmabuf" in TestDeviceDomain memory (or host memory,
-// as a udmabuf is) in page-sized fragments with tokens, and handed over as control
-// messages in the kernel's layouts. Checked: the bytes land intact at the destination
-// through the domain's scatter; tokens go back only after the scatter ended, all of
-// them, coalesced; linear fragments mixed in; foreign bindings, truncation and
-// fragments outside the dmabuf fail with their reason and their tokens go back at once;
-// a failed scatter fails the chunk and still returns the tokens; DevmemSink under the
-// real ChunkScheduler over socket pairs.
+// the kernel and NIC (the only parts swapped; `NicStandIn`, in
+// tests/zerocopy/devmem_nic_standin.h): real TCP bytes read off real sockets are laid into a "dmabuf" in
+// TestDeviceDomain memory (or host memory, as a udmabuf is) in page-sized fragments with tokens, and handed over as
+// control messages in the kernel's layouts. Checked: the bytes land intact at the destination through the domain's
+// scatter; tokens go back only after the scatter ended, all of them, coalesced; linear fragments mixed in; foreign
+// bindings, truncation and fragments outside the dmabuf fail with their reason and their tokens go back at once; a
+// failed scatter fails the chunk and still returns the tokens; DevmemSink under the real ChunkScheduler over socket
+// pairs.
+#include "transport/devmem_path.h"
+
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -30,11 +30,14 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "mem/region_access.h"
 #include "net/address.h"
 #include "net/socket.h"
 #include "remora/testing/test_device.h"
 #include "transport/chunk_link.h"
-#include "transport/devmem_path.h"
+#include "zerocopy/devmem_nic_standin.h"
 #include "zerocopy/uapi.h"
 #include "zerocopy/zc_test_util.h"
 
@@ -50,6 +53,7 @@ namespace uapi = zerocopy::uapi;
 constexpr uint32_t kBinding = 7;
 constexpr size_t kPage = 4096;
 
+using zerocopy::test::NicStandIn;
 using zerocopy::test::tcp_pair;  // a loopback TCP connection, both ends non-blocking
 
 void wait_readable(int fd) {
@@ -120,111 +124,6 @@ TEST(DevmemReceive, TheKernelFreesNoTokenOnAnOrdinaryTcpSocket) {
 }
 
 // --- a stand-in for the kernel and the NIC -------------------------------------------
-
-/// Reads real bytes off the socket and hands them over as a devmem NIC and kernel
-/// would: each page-sized piece in a free page of the dmabuf (written there as the NIC's
-/// DMA would), described by an SCM_DEVMEM_DMABUF message with a fresh token; pages come
-/// back only with SO_DEVMEM_DONTNEED. `linear_every` > 0 makes every n-th piece linear
-/// (a header-split miss).
-struct NicStandIn {
-  TestDeviceDomain* dev = nullptr;  // null: the dmabuf is host memory
-  std::byte* dmabuf = nullptr;
-  size_t pages = 0;
-  uint32_t binding = kBinding;
-  size_t piece = kPage;
-  int linear_every = 0;
-  bool truncate = false;
-  bool outside = false;  // hand out one fragment past the dmabuf's end
-
-  std::set<size_t> free_pages;
-  std::map<uint32_t, size_t> outstanding;  // token -> page
-  uint32_t next_token = 1;
-  int pieces = 0;
-  std::vector<std::vector<uapi::DmabufToken>> dontneed_calls;
-  std::function<void()> on_dontneed;  // runs at each SO_DEVMEM_DONTNEED
-  std::function<void()> after_dma;    // runs when a recvmsg has laid its bytes into the dmabuf
-
-  void init(size_t n) {
-    pages = n;
-    for (size_t i = 0; i < n; ++i) free_pages.insert(i);
-  }
-
-  ssize_t recvmsg(int fd, msghdr* msg, int flags) {
-    EXPECT_NE(flags & uapi::kMsgSockDevmem, 0);
-    const size_t want = msg->msg_iov[0].iov_len;
-    std::vector<std::byte> bytes(std::min(want, free_pages.size() * piece));
-    if (bytes.empty()) {
-      errno = EAGAIN;
-      return -1;
-    }
-    const ssize_t n = ::recv(fd, bytes.data(), bytes.size(), MSG_DONTWAIT);
-    if (n <= 0) return n;
-    auto* control = static_cast<std::byte*>(msg->msg_control);
-    size_t control_used = 0, linear_used = 0;
-    for (size_t at = 0; at < static_cast<size_t>(n);) {
-      const size_t len = std::min(piece, static_cast<size_t>(n) - at);
-      uapi::DmabufCmsg c{};
-      cmsghdr h{};
-      h.cmsg_len = CMSG_LEN(sizeof c);
-      h.cmsg_level = SOL_SOCKET;
-      ++pieces;
-      if (linear_every > 0 && pieces % linear_every == 0) {
-        h.cmsg_type = uapi::kScmDevmemLinear;
-        std::memcpy(static_cast<std::byte*>(msg->msg_iov[0].iov_base) + linear_used, bytes.data() + at, len);
-        linear_used += len;
-      } else {
-        const size_t page = *free_pages.begin();
-        free_pages.erase(free_pages.begin());
-        if (dev != nullptr) {
-          EXPECT_TRUE(dev->write(dmabuf + page * kPage, bytes.data() + at, len).is_ok());
-        } else {
-          std::memcpy(dmabuf + page * kPage, bytes.data() + at, len);
-        }
-        h.cmsg_type = uapi::kScmDevmemDmabuf;
-        c.frag_offset = outside ? pages * kPage : page * kPage;
-        c.frag_token = next_token++;
-        c.dmabuf_id = binding;
-        outstanding[c.frag_token] = page;
-      }
-      c.frag_size = static_cast<uint32_t>(len);
-      if (control_used + CMSG_SPACE(sizeof c) > msg->msg_controllen) {
-        ADD_FAILURE() << "control buffer too small";
-        break;
-      }
-      std::memcpy(control + control_used, &h, sizeof h);
-      std::memcpy(control + control_used + CMSG_LEN(0), &c, sizeof c);
-      control_used += CMSG_SPACE(sizeof c);
-      at += len;
-    }
-    msg->msg_controllen = control_used;
-    msg->msg_flags = truncate ? MSG_CTRUNC : 0;
-    if (after_dma) after_dma();
-    return n;
-  }
-
-  Result<uint32_t> dontneed(int /*fd*/, std::span<const uapi::DmabufToken> ranges) {
-    if (on_dontneed) on_dontneed();
-    dontneed_calls.emplace_back(ranges.begin(), ranges.end());
-    uint32_t freed = 0;
-    for (const auto& r : ranges) {
-      for (uint32_t t = r.token_start; t != r.token_start + r.token_count; ++t) {
-        auto it = outstanding.find(t);
-        if (it == outstanding.end()) continue;
-        free_pages.insert(it->second);
-        outstanding.erase(it);
-        ++freed;
-      }
-    }
-    return freed;
-  }
-
-  RecvmsgFn recvmsg_fn() {
-    return [this](int fd, msghdr* m, int f) { return recvmsg(fd, m, f); };
-  }
-  zerocopy::DontneedFn dontneed_fn() {
-    return [this](int fd, std::span<const uapi::DmabufToken> r) { return dontneed(fd, r); };
-  }
-};
 
 struct DeviceNic {
   std::unique_ptr<TestDeviceDomain> dev;
@@ -402,6 +301,14 @@ struct Host final : StagingHost {
   void staging_progressed() override { link->rx.unstall(); }
 };
 
+/// Every receiving stream of `link` reads through a devmem receiver of `d`'s binding.
+void steer_to_devmem(Link& link, DeviceNic& d) {
+  for (uint16_t i = 0; i < Link::kStreams; ++i) {
+    auto receiver = std::make_shared<DevmemReceiver>(link.rx.fd(i), d.binding, d.nic.recvmsg_fn(), d.nic.dontneed_fn());
+    link.rx.set_stream_in(i, std::make_unique<DevmemStreamIn>(std::move(receiver)));
+  }
+}
+
 TEST(DevmemSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryTokenGoesBack) {
   DeviceNic d(256);
   auto engine = engine::ProgressEngine::create({}).value();
@@ -412,9 +319,7 @@ TEST(DevmemSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryTokenGoesBack) {
   auto ctx = std::make_shared<DevmemRxContext>();
   ctx->engine = engine;
   ctx->host = anchor;
-  ctx->binding = d.binding;
-  ctx->recvmsg = d.nic.recvmsg_fn();
-  ctx->dontneed = d.nic.dontneed_fn();
+  steer_to_devmem(link, d);
 
   constexpr uint64_t len = 7 * Link::kChunk + 333;
   const auto data = pattern(len, 8);
@@ -448,9 +353,7 @@ TEST(DevmemSink, AFailedScatterFailsTheTransferAndStillReturnsTheTokens) {
   auto ctx = std::make_shared<DevmemRxContext>();
   ctx->engine = engine;
   ctx->host = anchor;
-  ctx->binding = d.binding;
-  ctx->recvmsg = d.nic.recvmsg_fn();
-  ctx->dontneed = d.nic.dontneed_fn();
+  steer_to_devmem(link, d);
 
   constexpr uint64_t len = 3 * Link::kChunk;
   const auto data = pattern(len, 9);
@@ -469,6 +372,67 @@ TEST(DevmemSink, AFailedScatterFailsTheTransferAndStillReturnsTheTokens) {
   EXPECT_EQ(link.rx_owner.received_ids[0].second.code(), StatusCode::kDeviceFailed);
   EXPECT_TRUE(d.nic.outstanding.empty());
   EXPECT_TRUE(link.rx_owner.failures.empty());  // the streams stay in step
+}
+
+/// A registered host region of `len` bytes, and a served put's access to all of it.
+struct PutRegion {
+  MemoryRegistry registry{PinMode::kTry};
+  std::vector<std::byte> memory;
+  Region region;
+  std::shared_ptr<RegionAccess> access;
+  explicit PutRegion(size_t len) : memory(len) {
+    auto r = registry.register_memory(memory.data(), len, Access::kLocalWrite | Access::kRemoteWrite);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    region = std::move(r).value();
+    auto key = region.remote_key(0, len, Access::kRemoteWrite).value();
+    auto a = acquire_access(registry, key, 0, len, Access::kRemoteWrite);
+    EXPECT_TRUE(a.is_ok()) << a.status().to_string();
+    access = std::make_shared<RegionAccess>(std::move(a).value());
+  }
+};
+
+TEST(DevmemSink, AServedPutIsBracketedAndARegionDeregisteredMidwayIsDrainedAsRevoked) {
+  for (const bool deregister_first : {false, true}) {
+    SCOPED_TRACE(deregister_first ? "deregistered before the chunks" : "registered throughout");
+    DeviceNic d(256);
+    auto engine = engine::ProgressEngine::create({}).value();
+    Link link;
+    link.each_round = [&] { engine->try_progress(); };
+    Host host(&link);
+    auto anchor = std::make_shared<StagingHost*>(&host);
+    auto ctx = std::make_shared<DevmemRxContext>();
+    ctx->engine = engine;
+    ctx->host = anchor;
+    steer_to_devmem(link, d);
+
+    constexpr uint64_t len = 3 * Link::kChunk + 5;
+    const auto data = pattern(len, 10);
+    PutRegion put(len);
+    if (deregister_first) put.region.deregister();
+    HostSource source(data.data());
+    TxTransfer out = test::outgoing(wire::ChunkKind::kPut, 1, 1, len, &source);
+    RxTransfer in;
+    in.kind = wire::ChunkKind::kPut;
+    in.id = 1;
+    in.length = len;
+    // Host memory from a dmabuf of the test device: each placement is an asynchronous
+    // copy, so the bracket stays open across it.
+    DevmemSink sink(ctx, &host_domain(), put.memory.data(), &in, put.access);
+    in.sink = &sink;
+    link.tx.ready(&out);
+    link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
+    ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+    EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok()) << link.rx_owner.received_ids[0].second.to_string();
+    EXPECT_EQ(sink.revoked(), deregister_first);
+    if (deregister_first) {
+      EXPECT_TRUE(std::all_of(put.memory.begin(), put.memory.end(), [](std::byte b) { return b == std::byte{0}; }));
+    } else {
+      EXPECT_TRUE(put.memory == data);
+      put.region.deregister();  // returns: every bracket was closed
+    }
+    EXPECT_TRUE(d.nic.outstanding.empty());
+    EXPECT_EQ(sink.in_flight(), 0u);
+  }
 }
 
 }  // namespace

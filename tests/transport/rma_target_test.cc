@@ -47,7 +47,7 @@ struct RecordingOwner : RmaTarget::Owner, Notifications::Owner {
   Result<StagingContext> staging_for(MemoryDomain*, bool) override {
     return Status(StatusCode::kUnsupported, "this harness serves host regions only");
   }
-  Status choose_device_path(MemoryDomain&, const void*, size_t, bool) override {
+  Status choose_device_path(MemoryDomain&, const void*, size_t, bool, bool) override {
     return Status(StatusCode::kUnsupported, "this harness serves host regions only");
   }
   const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return no_engine; }
@@ -295,7 +295,8 @@ TEST(RmaTargetTest, APutWhoseRegionWentAwayMidwayIsRevoked) {
   ASSERT_EQ(::write(link.fd[0], data.data(), data.size()), 4096);
   h.region.deregister();
   uint64_t asked = 0;
-  net::IoResult r = t->sink->read(link.fd[1], 0, 4096, &asked);
+  StreamIn in(link.fd[1]);
+  net::IoResult r = t->sink->read(in, 0, 4096, &asked);
   EXPECT_TRUE(r.moved());
   h.target.put_received(5);
   EXPECT_EQ(h.last_status(), RmaStatus::kRevoked);

@@ -1,0 +1,136 @@
+// transport/devmem_rx_lease.cc — see devmem_rx_lease.h.
+#include "transport/devmem_rx_lease.h"
+
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "zerocopy/flow_steering.h"
+#include "zerocopy/kernel_error.h"
+
+namespace remora::detail {
+namespace {
+
+std::mutex g_kernel_mu;
+std::shared_ptr<const DevmemRxKernel> g_kernel;  // guarded by g_kernel_mu; null: the system's
+
+/// The flow of connected TCP socket `fd` as its receiver sees it: packets from the
+/// peer's address and port to ours.
+Result<zerocopy::TcpFlow> flow_of(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof local, peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
+    return Status(StatusCode::kInternal, fmt::format("getsockname: {}", zerocopy::errno_text(errno)));
+  }
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return Status(StatusCode::kInternal, fmt::format("getpeername: {}", zerocopy::errno_text(errno)));
+  }
+  zerocopy::TcpFlow f;
+  if (local.ss_family == AF_INET && peer.ss_family == AF_INET) {
+    const auto& l = reinterpret_cast<const sockaddr_in&>(local);
+    const auto& p = reinterpret_cast<const sockaddr_in&>(peer);
+    f.dst_port = ntohs(l.sin_port);
+    f.src_port = ntohs(p.sin_port);
+    std::memcpy(f.dst_addr.data(), &l.sin_addr, 4);
+    std::memcpy(f.src_addr.data(), &p.sin_addr, 4);
+    return f;
+  }
+  if (local.ss_family == AF_INET6 && peer.ss_family == AF_INET6) {
+    const auto& l = reinterpret_cast<const sockaddr_in6&>(local);
+    const auto& p = reinterpret_cast<const sockaddr_in6&>(peer);
+    f.ipv6 = true;
+    f.dst_port = ntohs(l.sin6_port);
+    f.src_port = ntohs(p.sin6_port);
+    std::memcpy(f.dst_addr.data(), &l.sin6_addr, 16);
+    std::memcpy(f.src_addr.data(), &p.sin6_addr, 16);
+    return f;
+  }
+  return Status(StatusCode::kUnsupported, "devmem RX: a data stream that is neither TCP over IPv4 nor over IPv6");
+}
+
+bool same_file(int a, int b) {
+  struct stat sa = {};
+  struct stat sb = {};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+std::shared_ptr<const DevmemRxKernel> devmem_rx_kernel() {
+  std::lock_guard lock(g_kernel_mu);
+  if (!g_kernel) g_kernel = std::make_shared<const DevmemRxKernel>();
+  return g_kernel;
+}
+
+void set_devmem_rx_kernel_for_tests(std::shared_ptr<const DevmemRxKernel> kernel) {
+  std::lock_guard lock(g_kernel_mu);
+  g_kernel = std::move(kernel);
+}
+
+DevmemRxLease::DevmemRxLease(zerocopy::rxq::Client client, std::shared_ptr<const DevmemRxKernel> kernel)
+    : client_(std::move(client)), kernel_(std::move(kernel)) {}
+
+DevmemRxLease::~DevmemRxLease() = default;
+
+Result<std::unique_ptr<DevmemRxLease>> DevmemRxLease::open(const std::string& path) {
+  REMORA_ASSIGN_OR_RETURN(zerocopy::rxq::Client client, zerocopy::rxq::Client::connect(path));
+  return std::unique_ptr<DevmemRxLease>(new DevmemRxLease(std::move(client), devmem_rx_kernel()));
+}
+
+Result<std::unique_ptr<DevmemStreamIn>> DevmemRxLease::steer(int fd, std::chrono::milliseconds timeout) {
+  REMORA_ASSIGN_OR_RETURN(const zerocopy::TcpFlow flow, flow_of(fd));
+  REMORA_ASSIGN_OR_RETURN(zerocopy::rxq::FlowLease lease, client_.bind_flow(flow, timeout));
+  const zerocopy::rxq::BindFlowReply& r = lease.reply;
+  const bool standin = (r.flags & zerocopy::rxq::kFlagStandin) != 0;
+  if (standin && !kernel_->standin) {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("rxq serves in stand-in mode (its buffer is a memfd, not a dmabuf, and no rule steers "
+                              "{}): not used",
+                              flow.describe()));
+  }
+  if ((r.flags & zerocopy::rxq::kFlagRuleRefused) != 0 && !kernel_->standin) {
+    return Status(StatusCode::kUnsupported, fmt::format("rxq could not steer {}: {}", flow.describe(), r.message));
+  }
+  if (map_ == nullptr) {
+    void* p = ::mmap(nullptr, r.dmabuf_size, PROT_READ, MAP_SHARED, lease.dmabuf.get(), 0);
+    if (p == MAP_FAILED) {
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("devmem RX: rxq's {}-byte buffer cannot be mapped ({}): remora copies fragments out "
+                                "of a host-memory buffer (udmabuf or the DMA-BUF system heap)",
+                                r.dmabuf_size, zerocopy::errno_text(errno)));
+    }
+    const size_t bytes = r.dmabuf_size;
+    buffer_ = std::make_shared<net::Fd>(std::move(lease.dmabuf));
+    // The mapping holds the descriptor too: DMA_BUF_IOCTL_SYNC goes to it.
+    map_ = std::shared_ptr<void>(p, [bytes, fd = buffer_](void* m) { ::munmap(m, bytes); });
+    map_bytes_ = bytes;
+    binding_ = DevmemRxBinding{.id = r.binding_id,
+                               .domain = &host_domain(),
+                               .base = static_cast<const std::byte*>(p),
+                               .size = r.dmabuf_size,
+                               .allow_linear = true,
+                               .cpu_sync_fd = standin ? -1 : buffer_->get()};
+    describe_ = fmt::format("rxq's {} of {} bytes, binding {}", standin ? "stand-in memfd" : "dmabuf", r.dmabuf_size,
+                            r.binding_id);
+  } else if (r.binding_id != binding_.id || r.dmabuf_size != map_bytes_ ||
+             !same_file(lease.dmabuf.get(), buffer_->get())) {
+    return Status(StatusCode::kProtocol,
+                  fmt::format("rxq steered {} to another buffer (binding {}, {} bytes) than this endpoint's first "
+                              "stream (binding {}, {} bytes)",
+                              flow.describe(), r.binding_id, r.dmabuf_size, binding_.id, map_bytes_));
+  }
+  queues_ += fmt::format("{}{}", steered_ == 0 ? "" : ", ", r.queue);
+  ++steered_;
+  auto receiver = std::make_shared<DevmemReceiver>(fd, binding_, kernel_->recvmsg, kernel_->dontneed, map_);
+  return std::make_unique<DevmemStreamIn>(std::move(receiver));
+}
+
+}  // namespace remora::detail

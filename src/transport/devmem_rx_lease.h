@@ -1,0 +1,86 @@
+// transport/devmem_rx_lease.h — devmem TCP receive driven by an endpoint: `remora rxq`
+// (the receive data-path manager) steers each of the endpoint's data streams to an RX
+// queue bound to its buffer, and from then on the stream is read through a
+// DevmemReceiver (transport/devmem_path.h).
+//
+// REMORA_RXQ_SOCKET (Config::rxq_socket) names rxq's socket. An endpoint with device
+// memory domains opens one lease (one connection to rxq: the flows stay steered while
+// it is open, and rxq removes their rules when it closes or the process dies) and asks
+// for each data stream's flow before any payload can arrive on it:
+// - the connecting side right after the stream's TCP connect, before its hello, so that
+//   the hello's answer is read through the receiver already;
+// - the accepting side when the stream's hello has been read, before its answer, and
+//   the connecting side sends nothing more on a data stream before every answer came.
+// rxq answers with the binding id, the queue and the buffer's descriptor. That buffer is
+// rxq's own (a udmabuf or the DMA-BUF system heap: host memory), mapped here read-only;
+// fragments are copied out of it to host destinations, and to device memory by the
+// domain's copy from host. Binding an application's own device dmabuf (TCPX's model)
+// is not in this version.
+//
+// rxq's stand-in mode (a memfd, no rule) is refused unless a test installed a stand-in
+// of the kernel's devmem receive (set_devmem_rx_kernel_for_tests), since nothing would
+// steer the flow. None of this has run on a NIC that can do devmem.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "remora/memory.h"
+#include "remora/status.h"
+#include "transport/devmem_path.h"
+#include "zerocopy/rxq_client.h"
+#include "zerocopy/token_return.h"
+
+namespace remora::detail {
+
+/// The kernel calls devmem receive makes: the real ones, or a test's stand-in.
+struct DevmemRxKernel {
+  RecvmsgFn recvmsg = system_recvmsg;
+  zerocopy::DontneedFn dontneed = zerocopy::devmem_dontneed;
+  bool standin = false;  ///< a test's stand-in: rxq's stand-in buffers are accepted
+};
+
+/// The calls endpoints use from now on (read when a lease opens).
+std::shared_ptr<const DevmemRxKernel> devmem_rx_kernel();
+/// Tests only: a stand-in of the kernel and NIC; nullptr puts the system calls back.
+void set_devmem_rx_kernel_for_tests(std::shared_ptr<const DevmemRxKernel> kernel);
+
+/// One endpoint's flows steered by rxq, and rxq's buffer mapped. Not thread-safe.
+class DevmemRxLease {
+ public:
+  /// Connects to rxq's socket at `path`; nothing is steered yet.
+  static Result<std::unique_ptr<DevmemRxLease>> open(const std::string& path);
+  ~DevmemRxLease();
+  DevmemRxLease(const DevmemRxLease&) = delete;
+  DevmemRxLease& operator=(const DevmemRxLease&) = delete;
+
+  /// Asks rxq to steer the flow of the connected TCP socket `fd` (this side receiving)
+  /// and returns the stream's StreamIn. rxq's refusal, a reply that names another
+  /// buffer than the first one, a buffer that cannot be mapped, or stand-in mode
+  /// without a stand-in kernel is an error saying so; the stream is then not steered.
+  Result<std::unique_ptr<DevmemStreamIn>> steer(int fd, std::chrono::milliseconds timeout);
+
+  /// The binding every steered stream reads through (valid once one was steered).
+  const DevmemRxBinding& binding() const noexcept { return binding_; }
+  uint32_t streams_steered() const noexcept { return steered_; }
+  /// What rxq said about the buffer and queues, for the path's reason.
+  std::string describe() const { return describe_ + "; streams steered to queues " + queues_; }
+
+ private:
+  DevmemRxLease(zerocopy::rxq::Client client, std::shared_ptr<const DevmemRxKernel> kernel);
+
+  zerocopy::rxq::Client client_;
+  std::shared_ptr<const DevmemRxKernel> kernel_;
+  std::shared_ptr<net::Fd> buffer_;  // rxq's buffer (the first reply's descriptor)
+  std::shared_ptr<void> map_;        // it, mapped read-only (unmapped when the last receiver lets go)
+  size_t map_bytes_ = 0;
+  DevmemRxBinding binding_;
+  uint32_t steered_ = 0;
+  std::string describe_;
+  std::string queues_;
+};
+
+}  // namespace remora::detail

@@ -1,0 +1,408 @@
+// devmem TCP receive driven by the endpoint (transport/devmem_rx_lease.h), on a machine
+// where no NIC can do devmem. What is real here: `remora rxq serve` in its stand-in mode
+// (a process of its own; the Unix-socket protocol, SCM_RIGHTS, the per-connection lease
+// whose end removes the flows, all for real; its buffer a memfd), the endpoints and
+// their data streams (loopback TCP, another process sending), the test device's memory.
+// What stands in for the kernel and NIC (and only in this, the receiving, process):
+// recvmsg(MSG_SOCK_DEVMEM), which reads the real bytes off the socket and lays them into
+// free pages of rxq's buffer with tokens, as the NIC's DMA would, and SO_DEVMEM_DONTNEED
+// (tests/zerocopy/devmem_nic_standin.h). So every byte this process receives on a data
+// stream comes out of rxq's buffer, through the endpoint's devmem receivers: handshake
+// answers, host messages, and device messages and gets (scattered to the test device
+// by its copy engine); each test checks what arrived by checksum and that every token
+// went back. Also: a flow that arrives with no devmem control message (a misrouted one)
+// fails the transfer with that reason; rxq in stand-in mode without the stand-in kernel,
+// or no rxq at all, leaves the streams plain and device transfers staged, saying why.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include "itest_util.h"
+#include "remora/testing/test_device.h"
+#include "support/exchange.h"
+#include "support/test_data.h"
+#include "transport/devmem_rx_lease.h"
+#include "zerocopy/devmem_nic_standin.h"
+#include "zerocopy/rxq_client.h"
+
+namespace remora::itest {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TestDeviceDomain;
+namespace rq = remora::zerocopy::rxq;
+
+constexpr uint64_t kChunk = 64 * 1024;
+constexpr uint64_t kBuffer = uint64_t{16} << 20;  // rxq's stand-in buffer
+
+/// `remora rxq serve --standin` on lo, with a socket and journal of its own.
+class RxqStandin {
+ public:
+  RxqStandin() {
+    char tmpl[] = "/tmp/remora-rxq-ep-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      ADD_FAILURE() << "mkdtemp";
+      return;
+    }
+    dir_ = tmpl;
+    socket_ = dir_ + "/rxq.sock";
+    serve_ = std::make_unique<Process>(Process::Options{
+        .argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--queues", "2", "--socket", socket_,
+                 "--journal", dir_ + "/rxq.journal", "--dmabuf-size", std::to_string(kBuffer)},
+        .env = {},
+        .capture_stderr = true});
+    EXPECT_TRUE(serve_->ok()) << serve_->error();
+    ready_ = read_until("rxq: serving lo queues 0,1 on " + socket_);
+    EXPECT_TRUE(ready_) << log_;
+  }
+  ~RxqStandin() {
+    if (serve_ != nullptr && serve_->ok()) {
+      serve_->signal(SIGTERM);
+      EXPECT_TRUE(read_until("stopped; lo is as it was")) << log_;
+      auto st = serve_->wait(30s);
+      EXPECT_TRUE(st.has_value() && Process::exited_ok(*st)) << log_;
+    }
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  RxqStandin(const RxqStandin&) = delete;
+  RxqStandin& operator=(const RxqStandin&) = delete;
+
+  bool ready() const { return ready_; }
+  const std::string& socket() const { return socket_; }
+  /// Reads rxq's lines until one contains `want`.
+  bool read_until(const std::string& want) {
+    for (;;) {
+      auto line = serve_->read_line(30000ms);
+      if (!line) return false;
+      log_ += *line + "\n";
+      if (line->find(want) != std::string::npos) return true;
+    }
+  }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string dir_, socket_, log_;
+  std::unique_ptr<Process> serve_;
+  bool ready_ = false;
+};
+
+/// The stand-in NIC laying bytes into rxq's buffer, which it maps writable through a
+/// lease of its own (a flow no stream has), and installed as the kernel's devmem receive
+/// for the test's duration.
+struct StandinRx {
+  zerocopy::test::NicStandIn nic;
+  std::unique_ptr<rq::Client> client;
+  void* map = nullptr;
+
+  explicit StandinRx(const std::string& socket, bool install = true) {
+    auto c = rq::Client::connect(socket);
+    EXPECT_TRUE(c.is_ok()) << describe(c.status());
+    if (!c) return;
+    client = std::make_unique<rq::Client>(std::move(*c));
+    zerocopy::TcpFlow flow;
+    flow.dst_port = 9;
+    auto lease = client->bind_flow(flow);
+    EXPECT_TRUE(lease.is_ok()) << describe(lease.status());
+    if (!lease) return;
+    EXPECT_EQ(lease->reply.dmabuf_size, kBuffer);
+    map = ::mmap(nullptr, kBuffer, PROT_READ | PROT_WRITE, MAP_SHARED, lease->dmabuf.get(), 0);
+    EXPECT_NE(map, MAP_FAILED);
+    if (map == MAP_FAILED) return;
+    nic.dmabuf = static_cast<std::byte*>(map);
+    nic.binding = lease->reply.binding_id;  // 0: stand-in mode
+    nic.init(kBuffer / zerocopy::test::NicStandIn::kPage);
+    if (!install) return;
+    auto k = std::make_shared<detail::DevmemRxKernel>();
+    k->recvmsg = nic.recvmsg_fn();
+    k->dontneed = nic.dontneed_fn();
+    k->standin = true;
+    detail::set_devmem_rx_kernel_for_tests(std::move(k));
+  }
+  ~StandinRx() {
+    detail::set_devmem_rx_kernel_for_tests(nullptr);
+    if (map != nullptr && map != MAP_FAILED) ::munmap(map, kBuffer);
+  }
+  StandinRx(const StandinRx&) = delete;
+  StandinRx& operator=(const StandinRx&) = delete;
+};
+
+/// A context with a test device, REMORA_RXQ_SOCKET set to `socket` ("" none).
+DeviceContext rx_context(const std::string& socket, DevicePathMode mode = DevicePathMode::kAuto) {
+  DeviceContext d;
+  d.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20}).value();
+  if (!socket.empty()) ::setenv("REMORA_RXQ_SOCKET", socket.c_str(), 1);  // read by Context::create
+  auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = mode});
+  ::unsetenv("REMORA_RXQ_SOCKET");
+  EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  if (!ctx) return d;
+  d.ctx = std::move(ctx).value();
+  EXPECT_TRUE(d.ctx->add_memory_domain(*d.dev).is_ok());
+  return d;
+}
+
+/// What `dev` holds at [p, p + len).
+std::vector<std::byte> device_bytes(TestDeviceDomain& dev, const std::byte* p, size_t len) {
+  std::vector<std::byte> got(len);
+  EXPECT_TRUE(dev.read(got.data(), p, len).is_ok());
+  return got;
+}
+
+/// Messages sent to the device-echo peer come back, into device memory and into host
+/// memory, each checked byte for byte.
+void echo_into_device_and_host(PeerSession& s, DeviceContext& mine, const std::vector<uint64_t>& sizes) {
+  std::byte* dev_in = mine.dev->allocate(6 * kChunk).value();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool to_device = i % 2 == 0;
+    SCOPED_TRACE(fmt::format("message {} of {} bytes into {} memory", i, sizes[i], to_device ? "device" : "host"));
+    const auto data = stream_bytes(sizes[i], i + 1);
+    ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
+    auto line = s.peer->read_line(60s);
+    ASSERT_TRUE(line);
+    EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
+    if (to_device) {
+      const Status got = s.ep->recv(std::span(dev_in, sizes[i]), Tag{200 + i}).wait(60s);
+      ASSERT_TRUE(got.is_ok()) << describe(got);
+      EXPECT_TRUE(device_bytes(*mine.dev, dev_in, sizes[i]) == data);
+    } else {
+      std::vector<std::byte> host(sizes[i]);
+      const Status got = s.ep->recv(std::span(host), Tag{200 + i}).wait(60s);
+      ASSERT_TRUE(got.is_ok()) << describe(got);
+      EXPECT_TRUE(host == data);
+    }
+  }
+}
+
+TEST(DevmemRxEndpoint, EveryByteOfAConnectedEndpointComesOutOfRxqsBufferAndEveryTokenGoesBack) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  StandinRx standin(rxq.socket());
+  ASSERT_NE(standin.nic.dmabuf, nullptr);
+  DeviceContext mine = rx_context(rxq.socket());
+  ASSERT_TRUE(mine.ctx);
+  // Chunked sizes alternate device and host destinations: one chunk and one, several
+  // chunks, and a 1-byte message (eager: it comes on the control stream).
+  const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3, 1, 1};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  // We connect: our streams are steered before their hellos, so even the answers come
+  // through the receivers.
+  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  const uint64_t handshake = standin.nic.bytes;
+  EXPECT_GT(handshake, 0u);  // the HELLO_ACKs of both data streams
+  echo_into_device_and_host(s, mine, sizes);
+
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("devmem RX into test-device memory: rxq's stand-in memfd of 16777216 bytes, "
+                                       "binding 0; streams steered to queues "),
+            std::string::npos)
+      << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 2u);  // the chunked device receives
+  EXPECT_EQ(st.staged_transfers, 1u);  // the eager one: copied from the control stream
+  // Every rendezvous byte came out of the buffer (the eager ones came on the control stream).
+  EXPECT_EQ(standin.nic.bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
+  EXPECT_EQ(standin.nic.tokens_out(), 0u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+  // The endpoint's lease ended with it: rxq removed both of its flows.
+  EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
+  EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
+}
+
+TEST(DevmemRxEndpoint, AnAcceptedEndpointGetsIntoDeviceMemoryByDevmem) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  StandinRx standin(rxq.socket());
+  ASSERT_NE(standin.nic.dmabuf, nullptr);
+  DeviceContext mine = rx_context(rxq.socket());
+  ASSERT_TRUE(mine.ctx);
+  auto listener = mine.ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.is_ok()) << describe(listener.status());
+  // The peer connects: our streams are steered when their hellos arrive, before the answers.
+  const uint64_t len = 3 * kChunk + 17;
+  auto peer = spawn_peer({"--scenario=device-rma", "--size=" + std::to_string(len), "--seed=5", "--role=connect",
+                          "--address=127.0.0.1:" + std::to_string((*listener)->port())},
+                         {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  auto ep = (*listener)->accept(30s);
+  ASSERT_TRUE(ep.is_ok()) << describe(ep.status());
+  std::vector<std::byte> key(512);
+  Request kr = (*ep)->recv(std::span(key), Tag{1});
+  ASSERT_TRUE(kr.wait(60s).is_ok());
+  auto rkey = RemoteKey::deserialize(std::span(key.data(), kr.bytes()));
+  ASSERT_TRUE(rkey.is_ok()) << describe(rkey.status());
+  std::vector<std::byte> expect(len);
+  fill_stream(5, 0, expect);
+
+  // A chunked get into device memory, from an unaligned offset of the region.
+  std::byte* dst = mine.dev->allocate(len).value();
+  const Status got = (*ep)->get(std::span(dst, len - 9), *rkey, 9).wait(60s);
+  ASSERT_TRUE(got.is_ok()) << describe(got);
+  EXPECT_TRUE(device_bytes(*mine.dev, dst, len - 9) == std::vector<std::byte>(expect.begin() + 9, expect.end()));
+  EndpointStats st = (*ep)->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 1u);
+  // And into host memory, through the same receivers.
+  std::vector<std::byte> host(len);
+  ASSERT_TRUE((*ep)->get(std::span(host), *rkey, 0).wait(60s).is_ok());
+  EXPECT_TRUE(host == expect);
+  EXPECT_GE(standin.nic.bytes, (len - 9) + len);
+  EXPECT_EQ(standin.nic.tokens_out(), 0u);
+
+  const std::byte done{1};
+  ASSERT_TRUE((*ep)->send(std::span(&done, 1), Tag{2}).wait(60s).is_ok());
+  auto region = peer->read_line(60s);
+  ASSERT_TRUE(region);
+  EXPECT_EQ(*region, "REGION " + hex64(XXH3_64bits(expect.data(), expect.size())));
+  EXPECT_EQ(*peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(**ep, true, 30s), "");
+  ep->reset();
+  expect_peer_success(*peer);
+}
+
+TEST(DevmemRxEndpoint, PutsIntoARegionOfDeviceMemoryArePlacedFromRxqsBufferAndNotifyAfter) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  StandinRx standin(rxq.socket());
+  ASSERT_NE(standin.nic.dmabuf, nullptr);
+  DeviceContext target = rx_context(rxq.socket());  // before the pair: its device outlives it
+  ASSERT_TRUE(target.ctx);
+  auto initiator =
+      Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .ignore_env = true});
+  ASSERT_TRUE(initiator.is_ok()) << describe(initiator.status());
+  // The target accepts: its streams are steered as their hellos arrive. The initiator's
+  // are plain (no rxq for it), so only the target's receives go through the stand-in.
+  Pair p = make_pair_in_process(std::move(target.ctx), std::move(*initiator));
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 4 * kChunk + 11;
+  std::byte* mem = target.dev->allocate(len).value();
+  auto region = p.a->register_memory(mem, len, Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  const RemoteKey key = region->remote_key();
+
+  // A chunked put with a notification, at an offset; then an inline one.
+  const auto data = stream_bytes(len - 3, 6);
+  const Status put = p.eb->put(std::span(data), key, 3, PutOptions{.notify = 42}).wait(60s);
+  ASSERT_TRUE(put.is_ok()) << describe(put);
+  auto n = p.ea->wait_notification(60s);
+  ASSERT_TRUE(n.is_ok()) << describe(n.status());
+  EXPECT_EQ(n->value, 42u);
+  EXPECT_EQ(n->offset, 3u);
+  EXPECT_EQ(n->length, len - 3);
+  EXPECT_TRUE(device_bytes(*target.dev, mem + 3, len - 3) == data);
+  EndpointStats st = p.ea->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 1u);
+  EXPECT_EQ(st.served_puts, 1u);
+  EXPECT_GE(standin.nic.bytes, len - 3);
+  EXPECT_EQ(standin.nic.tokens_out(), 0u);
+
+  const auto small = stream_bytes(100, 7);
+  ASSERT_TRUE(p.eb->put(std::span(small), key, 0).wait(60s).is_ok());
+  EXPECT_TRUE(device_bytes(*target.dev, mem, 100) == small);
+  st = p.ea->stats();
+  EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("this transfer's bytes come inline on the control stream"), std::string::npos)
+      << st.device_path_reason;
+  EXPECT_EQ(st.served_puts, 2u);
+  p.ea.reset();
+  p.eb.reset();
+  p.listener.reset();
+  p.a.reset();
+  p.b.reset();
+}
+
+TEST(DevmemRxEndpoint, BytesWithNoDevmemControlMessageFailTheTransferAsAMisroutedFlow) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  StandinRx standin(rxq.socket());
+  ASSERT_NE(standin.nic.dmabuf, nullptr);
+  for (const bool to_device : {true, false}) {
+    SCOPED_TRACE(to_device ? "into device memory" : "into host memory");
+    standin.nic.misroute = false;
+    DeviceContext mine = rx_context(rxq.socket());
+    ASSERT_TRUE(mine.ctx);
+    PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + std::to_string(kChunk * 2)},
+                                         {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+    ASSERT_TRUE(s.ep);
+    // From now on the flow is not steered: its bytes arrive as plain ones.
+    standin.nic.misroute = true;
+    const auto data = stream_bytes(2 * kChunk, 4);
+    ASSERT_TRUE(s.ep->send(std::span(data), Tag{100}).wait(60s).is_ok());
+    std::byte* dev_in = mine.dev->allocate(2 * kChunk).value();
+    std::vector<std::byte> host(2 * kChunk);
+    const Status got = to_device ? s.ep->recv(std::span(dev_in, 2 * kChunk), Tag{200}).wait(60s)
+                                 : s.ep->recv(std::span(host), Tag{200}).wait(60s);
+    EXPECT_EQ(got.code(), StatusCode::kProtocol) << describe(got);
+    EXPECT_NE(got.message().find("misrouted flow"), std::string::npos) << describe(got);
+    EXPECT_EQ(standin.nic.tokens_out(), 0u);
+    s.ep->abort();
+    s.ep.reset();
+    (void)finish(*s.peer);  // the peer sees us go; its exit status is not the point
+    // rxq saw the lease end.
+    EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
+    EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
+  }
+}
+
+TEST(DevmemRxEndpoint, WithoutASteeringRxqTheStreamsStayPlainAndDeviceReceivesStageSayingWhy) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  struct Case {
+    std::string socket;
+    const char* says;
+  };
+  const Case cases[] = {
+      // rxq in stand-in mode, but nothing stands in for the kernel: nothing would steer.
+      {rxq.socket(), "rxq serves in stand-in mode (its buffer is a memfd, not a dmabuf, and no rule steers"},
+      {"/nonexistent/rxq.sock", "is `remora rxq serve --socket /nonexistent/rxq.sock` running?"},
+      {"", "REMORA_RXQ_SOCKET is unset"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.socket);
+    DeviceContext mine = rx_context(c.socket);
+    ASSERT_TRUE(mine.ctx);
+    PeerSession s = start_listening_peer(
+        *mine.ctx, {"--scenario=device-echo", "--sizes=" + std::to_string(3 * kChunk + 1), "--close=follow"},
+        {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+    ASSERT_TRUE(s.ep);
+    echo_into_device_and_host(s, mine, {3 * kChunk + 1});
+    const EndpointStats st = s.ep->stats();
+    EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;
+    EXPECT_NE(st.device_path_reason.find(c.says), std::string::npos) << st.device_path_reason;
+    EXPECT_EQ(st.staged_transfers, 1u);
+    EXPECT_EQ(st.devmem_transfers, 0u);
+    EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+    EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+    s.ep.reset();
+    expect_peer_success(*s.peer);
+  }
+  // Demanded, devmem RX refuses the device receive with the reason instead.
+  DeviceContext demand = rx_context("", DevicePathMode::kDevmem);
+  ASSERT_TRUE(demand.ctx);
+  PeerSession s = start_listening_peer(*demand.ctx, {"--scenario=device-echo", "--sizes=100"});
+  ASSERT_TRUE(s.ep);
+  std::byte* dev_in = demand.dev->allocate(kChunk).value();
+  const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
+  EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
+  EXPECT_NE(refused.message().find("REMORA_RXQ_SOCKET is unset"), std::string::npos) << describe(refused);
+  s.ep->abort();
+  s.ep.reset();
+  (void)finish(*s.peer);
+}
+
+}  // namespace
+}  // namespace remora::itest
