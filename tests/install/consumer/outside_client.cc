@@ -6,8 +6,9 @@
 // buffer sizes, each answered with its code, the target's memory untouched and the
 // endpoint still usable; zero-length accesses at the window's edge; a dead peer; and
 // device memory (the test device of remora/testing/test_device.h) sent and received at
-// every size, a failed device copy, and the refusal of puts from device memory; and
-// every collective family on device memory between two communicators made with
+// every size, a failed device copy, and the refusal of puts from device memory; device
+// receives without the `remora rxq` that devmem receive needs (staged, or refused when
+// demanded, with the reason); and every collective family on device memory between two communicators made with
 // Communicator::init, across the sizes where staging goes from whole to segmented.
 // Every wait has a bound, and a wait that runs out is a failure: a hang here is a bug.
 //
@@ -330,6 +331,49 @@ void device_memory() {
 }
 
 /// A free TCP port on 127.0.0.1 (for the communicators' store, which rank 0 serves).
+// Devmem receive needs `remora rxq serve` steering the data streams
+// (docs/device-memory.md, REMORA_RXQ_SOCKET). With the variable naming no socket, a
+// receive into device memory stages and the endpoint says why; with REMORA_DEVICE_PATH
+// =devmem demanded, it is refused with that reason, and host messages go on.
+void rxq_unreachable() {
+  auto tdev = remora::testing::TestDeviceDomain::create();
+  if (!tdev) return check(false, "TestDeviceDomain::create");
+  remora::testing::TestDeviceDomain& td = **tdev;
+  const std::string socket = "/nonexistent/remora-rxq.sock";
+  ::setenv("REMORA_RXQ_SOCKET", socket.c_str(), 1);
+  for (const bool demanded : {false, true}) {
+    const std::string mode = demanded ? "REMORA_DEVICE_PATH=devmem" : "REMORA_DEVICE_PATH=auto";
+    ::setenv("REMORA_DEVICE_PATH", demanded ? "devmem" : "auto", 1);
+    Peers p;
+    if (!connect(p, &td)) continue;
+    const size_t n = 300 * 1024;
+    const auto data = pattern(n, demanded ? 11 : 12);
+    auto recv_dev = td.allocate(n);
+    if (!recv_dev) return check(false, "allocate the test device");
+    remora::Request rx = p.target->recv(std::span(*recv_dev, n), remora::Tag{1});
+    remora::Request tx = p.init->send(std::span(data), remora::Tag{1});
+    const remora::EndpointStats st = p.target->stats();
+    check(st.device_path_reason.find("is `remora rxq serve --socket " + socket + "` running?") != std::string::npos,
+          mode + ": the reason names the unreachable rxq: " + st.device_path_reason);
+    if (demanded) {
+      expect_code(rx, remora::StatusCode::kUnsupported, mode + ": receive into device memory without rxq");
+      check(st.device_path == "refused", mode + ": path refused");
+      std::vector<std::byte> host(n);
+      expect_code(p.target->recv(std::span(host), remora::Tag{1}), remora::StatusCode::kOk,
+                  mode + ": the message still arrives in host memory");
+      check(host == data, mode + ": host message intact");
+    } else {
+      expect_code(rx, remora::StatusCode::kOk, mode + ": receive into device memory without rxq");
+      std::vector<std::byte> got(n);
+      check(td.read(got.data(), *recv_dev, n).is_ok() && got == data, mode + ": staged message intact");
+      check(p.target->stats().device_path == "staging", mode + ": path staging");
+    }
+    expect_code(tx, remora::StatusCode::kOk, mode + ": send");
+  }
+  ::unsetenv("REMORA_DEVICE_PATH");
+  ::unsetenv("REMORA_RXQ_SOCKET");
+}
+
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -470,6 +514,7 @@ int main() {
     dead_peer(p);
   }
   device_memory();
+  rxq_unreachable();
   device_collectives();
   std::printf("outside-client: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
