@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -10,6 +11,7 @@
 
 #include "remora/cuda.h"
 #include "remora/version.h"
+#include "zerocopy/rxq_client.h"
 
 namespace remora::tools {
 namespace {
@@ -30,6 +32,36 @@ nlohmann::json answer_json(const ProbeAnswer& a) {
                       {"kernel_message", a.kernel_message}};
   if (a.error != 0) j["errno_name"] = errno_name(a.error);
   return j;
+}
+
+/// Whether endpoints here would have their data streams steered for devmem receive:
+/// REMORA_RXQ_SOCKET set, and `remora rxq serve` accepting on it. Only a connection is
+/// made (a request would install a flow-steering rule), and closed at once.
+ProbeAnswer rxq_answer() {
+  ProbeAnswer a;
+  const char* path = std::getenv("REMORA_RXQ_SOCKET");
+  if (path == nullptr || *path == '\0') {
+    a.state = ProbeAnswer::State::kNo;
+    a.reason = "REMORA_RXQ_SOCKET is unset: endpoints ask no `remora rxq serve` to steer their data streams, so "
+               "they receive device memory by staging";
+    a.fix = "run `remora rxq serve --ifname IF --socket PATH` (CAP_NET_ADMIN) and give the application "
+            "REMORA_RXQ_SOCKET=PATH";
+    return a;
+  }
+  auto client = zerocopy::rxq::Client::connect(path);
+  if (!client) {
+    a.state = ProbeAnswer::State::kNo;
+    a.reason = fmt::format("REMORA_RXQ_SOCKET={}: {}", path, client.status().message());
+    a.fix = fmt::format("start `remora rxq serve --ifname IF --socket {}`", path);
+    return a;
+  }
+  a.state = ProbeAnswer::State::kYes;
+  a.detail = fmt::format("`remora rxq serve` accepts on {} (REMORA_RXQ_SOCKET): endpoints ask it to steer their data "
+                         "streams to devmem RX queues",
+                         path);
+  a.reason = "whether its interface can do devmem receive is that interface's devmem RX answer; rxq in stand-in "
+             "mode steers nothing, and endpoints refuse it";
+  return a;
 }
 
 nlohmann::json optional_json(const std::optional<uint32_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
@@ -120,6 +152,7 @@ void print_report(const CapabilityReport& r) {
   print_answer("ethtool netlink", r.host.ethtool_family);
   print_answer("io_uring", r.host.io_uring);
   print_answer("MSG_ZEROCOPY", r.host.msg_zerocopy);
+  print_answer("rxq (devmem receive)", rxq_answer());
   print_cuda(remora::probe_cuda());
   for (const InterfaceCapabilities& c : r.interfaces) {
     fmt::print("\nInterface {} (index {})\n", c.name, c.ifindex);
@@ -175,6 +208,7 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"ethtool_family", answer_json(r.host.ethtool_family)},
             {"io_uring", answer_json(r.host.io_uring)},
             {"msg_zerocopy", answer_json(r.host.msg_zerocopy)},
+            {"rxq", answer_json(rxq_answer())},
             {"cuda", cuda_json(remora::probe_cuda())}}},
           {"interfaces", std::move(interfaces)},
           {"device_path_available", r.device_path_available},

@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <xxhash.h>
 
 #include "itest_util.h"
@@ -402,6 +403,27 @@ TEST(DevmemRxEndpoint, WithoutASteeringRxqTheStreamsStayPlainAndDeviceReceivesSt
   s.ep->abort();
   s.ep.reset();
   (void)finish(*s.peer);
+}
+
+TEST(DevmemRxEndpoint, TheDoctorSeesTheRxqThatWouldSteerEndpoints) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  // stdout only, so that the JSON parses.
+  Process doctor({.argv = {REMORA_TOOL_PATH, "doctor", "--json", "--no-bind", "-i", "lo"},
+                  .env = {"REMORA_RXQ_SOCKET=" + rxq.socket()},
+                  .capture_stderr = false});
+  ASSERT_TRUE(doctor.ok()) << doctor.error();
+  const std::string out = doctor.read_all(60s);
+  auto st = doctor.wait(10s);
+  ASSERT_TRUE(st.has_value());
+  const nlohmann::json doc = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << out;
+  EXPECT_EQ(doc["host"]["rxq"]["state"], "yes") << doc["host"]["rxq"].dump();
+  EXPECT_NE(doc["host"]["rxq"]["detail"].get<std::string>().find("`remora rxq serve` accepts on " + rxq.socket()),
+            std::string::npos)
+      << doc["host"]["rxq"].dump();
+  // It only connected: rxq saw a client come and go with no flow.
+  EXPECT_TRUE(rxq.read_until("removing its 0 flow(s)")) << rxq.log();
 }
 
 }  // namespace

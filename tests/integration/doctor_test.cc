@@ -97,7 +97,8 @@ nlohmann::json parse_report(const DoctorRun& r) {
     EXPECT_TRUE(doc[key].is_string()) << key;
   }
   EXPECT_NE(doc["hardware_note"].get<std::string>().find("devmem-capable hardware"), std::string::npos);
-  for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "cuda"}) {
+  for (const char* key :
+       {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "rxq", "cuda"}) {
     expect_answer(doc["host"][key], std::string("host ") + key);
   }
   // No GPU driver on the machines this runs on in CI: the driver's own reason. Where one
@@ -158,11 +159,28 @@ TEST(Doctor, WithoutBindAttemptsTheyAreNotTried) {
   }
 }
 
+TEST(Doctor, SaysWhetherAnRxqSteersDevmemReceiveAndHowToStartOne) {
+  const nlohmann::json unset = parse_report(doctor({"--json", "--no-bind", "-i", "lo"}));
+  EXPECT_EQ(unset["host"]["rxq"]["state"], "no");
+  EXPECT_NE(unset["host"]["rxq"]["reason"].get<std::string>().find("REMORA_RXQ_SOCKET is unset"), std::string::npos)
+      << unset["host"]["rxq"].dump();
+  EXPECT_NE(unset["host"]["rxq"]["fix"].get<std::string>().find("remora rxq serve --ifname IF --socket PATH"),
+            std::string::npos)
+      << unset["host"]["rxq"].dump();
+  const nlohmann::json gone =
+      parse_report(doctor({"--json", "--no-bind", "-i", "lo"}, {"env", "REMORA_RXQ_SOCKET=/nonexistent/rxq.sock"}));
+  EXPECT_EQ(gone["host"]["rxq"]["state"], "no");
+  EXPECT_NE(gone["host"]["rxq"]["reason"].get<std::string>().find("connect to /nonexistent/rxq.sock: ENOENT"),
+            std::string::npos)
+      << gone["host"]["rxq"].dump();
+}
+
 TEST(Doctor, HumanReport) {
   const DoctorRun r = doctor({"-i", "lo"});
   EXPECT_EQ(r.exit_code, 3);
   for (const char* text :
        {"Note: Nothing in remora has run on devmem-capable hardware", "Interface lo (index", "devmem RX (bind-rx)",
+        "rxq (devmem receive)",
         "kernel: EOPNOTSUPP", "CUDA driver", "Device zero-copy path: none", "Exit code 3"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "' in:\n" << r.out;
   }
