@@ -137,13 +137,18 @@ struct StandinRx {
   StandinRx& operator=(const StandinRx&) = delete;
 };
 
-/// A context with a test device, REMORA_RXQ_SOCKET set to `socket` ("" none).
-DeviceContext rx_context(const std::string& socket, DevicePathMode mode = DevicePathMode::kAuto) {
+/// A context with a test device, REMORA_RXQ_SOCKET set to `socket` ("" none), and
+/// REMORA_AUTH_KEY to `key` ("" none).
+DeviceContext rx_context(const std::string& socket, DevicePathMode mode = DevicePathMode::kAuto,
+                         const std::string& key = "") {
   DeviceContext d;
   d.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20}).value();
-  if (!socket.empty()) ::setenv("REMORA_RXQ_SOCKET", socket.c_str(), 1);  // read by Context::create
+  // Read by Context::create.
+  if (!socket.empty()) ::setenv("REMORA_RXQ_SOCKET", socket.c_str(), 1);
+  if (!key.empty()) ::setenv("REMORA_AUTH_KEY", key.c_str(), 1);
   auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = mode});
   ::unsetenv("REMORA_RXQ_SOCKET");
+  ::unsetenv("REMORA_AUTH_KEY");
   EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
   if (!ctx) return d;
   d.ctx = std::move(ctx).value();
@@ -183,12 +188,22 @@ void echo_into_device_and_host(PeerSession& s, DeviceContext& mine, const std::v
   }
 }
 
+void connected_endpoint_through_rxq(const std::string& key);
+
 TEST(DevmemRxEndpoint, EveryByteOfAConnectedEndpointComesOutOfRxqsBufferAndEveryTokenGoesBack) {
+  for (const std::string key : {"", "a-job-secret-for-this-test"}) {
+    SCOPED_TRACE(key.empty() ? "no authentication" : "authenticated (challenges on the steered streams too)");
+    connected_endpoint_through_rxq(key);
+  }
+}
+
+/// One run of the test above: we connect to a device-echo peer through rxq's steering.
+void connected_endpoint_through_rxq(const std::string& key) {
   RxqStandin rxq;
   ASSERT_TRUE(rxq.ready());
   StandinRx standin(rxq.socket());
   ASSERT_NE(standin.nic.dmabuf, nullptr);
-  DeviceContext mine = rx_context(rxq.socket());
+  DeviceContext mine = rx_context(rxq.socket(), DevicePathMode::kAuto, key);
   ASSERT_TRUE(mine.ctx);
   // Chunked sizes alternate device and host destinations: one chunk and one, several
   // chunks, and a 1-byte message (eager: it comes on the control stream).
@@ -197,11 +212,14 @@ TEST(DevmemRxEndpoint, EveryByteOfAConnectedEndpointComesOutOfRxqsBufferAndEvery
   for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
   // We connect: our streams are steered before their hellos, so even the answers come
   // through the receivers.
-  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  std::vector<std::string> env = {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)};
+  if (!key.empty()) env.push_back("REMORA_AUTH_KEY=" + key);
+  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"}, env);
   ASSERT_TRUE(s.ep);
   const uint64_t handshake = standin.nic.bytes;
-  EXPECT_GT(handshake, 0u);  // the HELLO_ACKs of both data streams
+  // The HELLO_ACKs of both data streams (and with a key, the challenges and
+  // confirmations before them).
+  EXPECT_GT(handshake, 0u);
   echo_into_device_and_host(s, mine, sizes);
 
   const EndpointStats st = s.ep->stats();
