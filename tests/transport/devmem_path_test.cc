@@ -309,17 +309,28 @@ void steer_to_devmem(Link& link, DeviceNic& d) {
   }
 }
 
-TEST(DevmemSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryTokenGoesBack) {
-  DeviceNic d(256);
-  auto engine = engine::ProgressEngine::create({}).value();
+/// What the DevmemSink tests share: the NIC stand-in, an engine, and a link whose
+/// receiving streams read through devmem receivers of the stand-in's binding.
+struct SinkRig {
+  DeviceNic d{256};
+  std::shared_ptr<engine::ProgressEngine> engine = engine::ProgressEngine::create({}).value();
   Link link;
-  link.each_round = [&] { engine->try_progress(); };
-  Host host(&link);
-  auto anchor = std::make_shared<StagingHost*>(&host);
-  auto ctx = std::make_shared<DevmemRxContext>();
-  ctx->engine = engine;
-  ctx->host = anchor;
-  steer_to_devmem(link, d);
+  Host host{&link};
+  std::shared_ptr<StagingHost*> anchor = std::make_shared<StagingHost*>(&host);
+  std::shared_ptr<DevmemRxContext> ctx = std::make_shared<DevmemRxContext>();
+  SinkRig() {
+    link.each_round = [this] { engine->try_progress(); };
+    ctx->engine = engine;
+    ctx->host = anchor;
+    steer_to_devmem(link, d);
+  }
+};
+
+TEST(DevmemSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryTokenGoesBack) {
+  SinkRig rig;
+  DeviceNic& d = rig.d;
+  Link& link = rig.link;
+  const auto& ctx = rig.ctx;
 
   constexpr uint64_t len = 7 * Link::kChunk + 333;
   const auto data = pattern(len, 8);
@@ -344,16 +355,10 @@ TEST(DevmemSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryTokenGoesBack) {
 }
 
 TEST(DevmemSink, AFailedScatterFailsTheTransferAndStillReturnsTheTokens) {
-  DeviceNic d(256);
-  auto engine = engine::ProgressEngine::create({}).value();
-  Link link;
-  link.each_round = [&] { engine->try_progress(); };
-  Host host(&link);
-  auto anchor = std::make_shared<StagingHost*>(&host);
-  auto ctx = std::make_shared<DevmemRxContext>();
-  ctx->engine = engine;
-  ctx->host = anchor;
-  steer_to_devmem(link, d);
+  SinkRig rig;
+  DeviceNic& d = rig.d;
+  Link& link = rig.link;
+  const auto& ctx = rig.ctx;
 
   constexpr uint64_t len = 3 * Link::kChunk;
   const auto data = pattern(len, 9);
@@ -394,16 +399,10 @@ struct PutRegion {
 TEST(DevmemSink, AServedPutIsBracketedAndARegionDeregisteredMidwayIsDrainedAsRevoked) {
   for (const bool deregister_first : {false, true}) {
     SCOPED_TRACE(deregister_first ? "deregistered before the chunks" : "registered throughout");
-    DeviceNic d(256);
-    auto engine = engine::ProgressEngine::create({}).value();
-    Link link;
-    link.each_round = [&] { engine->try_progress(); };
-    Host host(&link);
-    auto anchor = std::make_shared<StagingHost*>(&host);
-    auto ctx = std::make_shared<DevmemRxContext>();
-    ctx->engine = engine;
-    ctx->host = anchor;
-    steer_to_devmem(link, d);
+    SinkRig rig;
+    DeviceNic& d = rig.d;
+    Link& link = rig.link;
+    const auto& ctx = rig.ctx;
 
     constexpr uint64_t len = 3 * Link::kChunk + 5;
     const auto data = pattern(len, 10);
