@@ -54,6 +54,11 @@ class StreamIn {
   virtual net::IoResult recv_some(std::byte* dst, size_t len);
   /// The receiver of a stream steered to devmem RX queues; null for an ordinary one.
   virtual DevmemReceiver* devmem() noexcept { return nullptr; }
+  /// Does a read shorter than asked prove the socket drained? recv(2) of a TCP stream
+  /// with MSG_DONTWAIT takes all it has, so yes. A devmem recvmsg also stops where the
+  /// stream switches between linear and dmabuf data, and at the receiver's read limit:
+  /// no (read on until EAGAIN, or the edge-triggered stream would stall).
+  virtual bool short_read_drains() const noexcept { return true; }
   /// Why the last kError happened, when there is more to say than its errno.
   Status take_failure() noexcept { return std::exchange(failure_, Status::ok()); }
   /// Reads exactly data.size() bytes before `deadline` (a handshake's answer on a data

@@ -255,7 +255,9 @@ void ChunkScheduler::read(uint16_t index) {
       finish_chunk(t, start, length, has_crc, crc);
       if (epoch != epoch_) return;
     }
-    if (short_read && !s.eof) break;  // drained; the next bytes raise a new edge
+    // Drained; the next bytes raise a new edge. (Not proven on a devmem stream: its
+    // reads go on until one would block.)
+    if (short_read && !s.eof && s.in->short_read_drains()) break;
     if (!s.rxq.empty() && owner_.should_yield()) {
       // Another thread waits for the lock: give way; resume() reads on (the bytes
       // already queued raise no new edge).

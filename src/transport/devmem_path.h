@@ -140,6 +140,7 @@ class DevmemStreamIn final : public StreamIn {
   ~DevmemStreamIn() override;
   net::IoResult recv_some(std::byte* dst, size_t len) override;
   DevmemReceiver* devmem() noexcept override { return receiver_.get(); }
+  bool short_read_drains() const noexcept override { return false; }
   const std::shared_ptr<DevmemReceiver>& receiver() const noexcept { return receiver_; }
 
  private:

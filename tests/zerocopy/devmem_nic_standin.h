@@ -43,6 +43,9 @@ struct NicStandIn {
   bool truncate = false;              // report MSG_CTRUNC
   bool outside = false;               // hand out one fragment past the dmabuf's end
   std::atomic<bool> misroute{false};  // hand the bytes over with no control message at all
+  // > 0: at most this many bytes per recvmsg however many are queued, as the kernel's
+  // recvmsg stops where linear and dmabuf data meet.
+  size_t max_read = 0;
 
   std::mutex mu;  // guards what follows
   std::set<size_t> free_pages;
@@ -71,7 +74,7 @@ struct NicStandIn {
     }
     std::unique_lock lock(mu);
     const size_t want = msg->msg_iov[0].iov_len;
-    std::vector<std::byte> got(std::min(want, free_pages.size() * piece));
+    std::vector<std::byte> got(std::min({want, free_pages.size() * piece, max_read > 0 ? max_read : want}));
     if (got.empty()) {
       errno = EAGAIN;
       return -1;
