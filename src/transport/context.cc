@@ -244,8 +244,8 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
 
   for (uint16_t i = 0; i < config_.streams_per_endpoint; ++i) {
     REMORA_ASSIGN_OR_RETURN(net::Fd data, net::connect_tcp(peer_addr, deadline));
-    // Steered to devmem RX queues before the hello (REMORA_RXQ_SOCKET), so that every
-    // byte of the answer on comes through the stream's devmem receiver.
+    // Steered to devmem RX queues before the hello (REMORA_RXQ_SOCKET), so that the
+    // answer, and every byte after it, comes through the stream's devmem receiver.
     std::unique_ptr<StreamIn> in = ep->steer_data_stream(data.get(), deadline);
     wire::Hello dh = hello;
     dh.role = wire::Role::kData;
