@@ -50,7 +50,7 @@ class StreamIn {
 
   int fd() const noexcept { return fd_; }
   /// Up to `len` bytes of the stream into host memory at `dst` (one system call).
-  /// kError: the stream cannot go on; failure() may say why better than the errno.
+  /// kError: the stream cannot go on; take_failure() may say why better than the errno.
   virtual net::IoResult recv_some(std::byte* dst, size_t len);
   /// The receiver of a stream steered to devmem RX queues; null for an ordinary one.
   virtual DevmemReceiver* devmem() noexcept { return nullptr; }

@@ -350,8 +350,7 @@ Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint
         // steered (post_one_sided chose the path just now).
         const bool inline_class = travels_inline(local.size());
         if (staging != nullptr && !inline_class && last_device_path_ == DataPath::kDevmem) {
-          return initiator_.get(local, key, offset, inline_class, staging, devmem_rx_,
-                                device_of(local.data(), local.size()));
+          return initiator_.get(local, key, offset, inline_class, staging, devmem_rx_);
         }
         return initiator_.get(local, key, offset, inline_class, staging);
       },

@@ -84,14 +84,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// stream's devmem StreamIn; otherwise, or when rxq or the kernel refuse (the reason
   /// is kept for the path choice), a plain one. Blocks up to `deadline` (rxq's answer).
   std::unique_ptr<StreamIn> steer_data_stream(int fd, net::Clock::time_point deadline);
-  /// Every data stream attached: devmem RX is on when all of them were steered, and
-  /// the path choice hears why not otherwise.
-  void settle_devmem_rx();
-  /// The same for data stream `index`, attached already.
+  /// The same for data stream `index`, attached already (the accepting side).
   void steer_stream(uint16_t index, net::Clock::time_point deadline) {
     std::unique_ptr<StreamIn> in = steer_data_stream(chunks_.fd(index), deadline);
     if (in->devmem() != nullptr) chunks_.set_stream_in(index, std::move(in));
   }
+  /// Every data stream attached: devmem RX is on when all of them were steered, and
+  /// the path choice hears why not otherwise.
+  void settle_devmem_rx();
   bool all_streams_attached() const noexcept;
   /// Registers every socket with the engine and starts serving. Lock held.
   Status activate();

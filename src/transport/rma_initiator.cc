@@ -104,7 +104,7 @@ RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const R
 
 RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset,
                                        bool inline_class, const StagingContext* staging,
-                                       std::shared_ptr<DevmemRxContext> devmem_rx, MemoryDomain* device) {
+                                       std::shared_ptr<DevmemRxContext> devmem_rx) {
   auto op = new_op(Op::Kind::kGet, key, offset, local.size(), inline_class);
   op->dst = local.data();
   op->sink = HostSink(local.data());
@@ -114,7 +114,8 @@ RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteK
   if (staging != nullptr) {
     op->staging = *staging;
     if (!inline_class && devmem_rx != nullptr) {
-      op->staged_sink = std::make_unique<DevmemSink>(std::move(devmem_rx), device, local.data(), &op->in);
+      op->staged_sink =
+          std::make_unique<DevmemSink>(std::move(devmem_rx), &staging->pool->domain(), local.data(), &op->in);
       op->devmem_rx = true;
       op->in.sink = op->staged_sink.get();
     } else if (!inline_class) {

@@ -93,8 +93,7 @@ class RmaInitiator {
   /// `devmem_rx` (with `staging`, for device memory): a chunked get's chunks are read
   /// off devmem streams straight into `local` (a DevmemSink) instead of staged.
   Posted get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset, bool inline_class,
-             const StagingContext* staging = nullptr, std::shared_ptr<DevmemRxContext> devmem_rx = nullptr,
-             MemoryDomain* device = nullptr);
+             const StagingContext* staging = nullptr, std::shared_ptr<DevmemRxContext> devmem_rx = nullptr);
   /// `compare` is used by kCompareSwap only.
   Posted atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                 uint64_t compare);

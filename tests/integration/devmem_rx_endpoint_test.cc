@@ -343,11 +343,7 @@ TEST(DevmemRxEndpoint, PutsIntoARegionOfDeviceMemoryArePlacedFromRxqsBufferAndNo
   EXPECT_NE(st.device_path_reason.find("this transfer's bytes come inline on the control stream"), std::string::npos)
       << st.device_path_reason;
   EXPECT_EQ(st.served_puts, 2u);
-  p.ea.reset();
-  p.eb.reset();
-  p.listener.reset();
-  p.a.reset();
-  p.b.reset();
+  reset(p);  // before `target`, whose device the contexts use
 }
 
 TEST(DevmemRxEndpoint, BytesWithNoDevmemControlMessageFailTheTransferAsAMisroutedFlow) {

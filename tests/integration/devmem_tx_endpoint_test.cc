@@ -147,15 +147,6 @@ Pair pair_with(DeviceContext& a) {
   return make_pair_in_process(std::move(a.ctx), std::move(*b));
 }
 
-/// Ends the pair: endpoints, listener, then contexts.
-void reset(Pair& p) {
-  p.ea.reset();
-  p.eb.reset();
-  p.listener.reset();
-  p.a.reset();
-  p.b.reset();
-}
-
 DeviceContext exporting_context(DevicePathMode mode) {
   DeviceContext d;
   d.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20, .export_memfd = true}).value();

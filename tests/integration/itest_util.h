@@ -166,6 +166,15 @@ struct Pair {
   std::shared_ptr<Endpoint> ea, eb;  // ea on a (accepted), eb on b (connected)
 };
 
+/// Ends the pair: endpoints, listener, then contexts.
+inline void reset(Pair& p) {
+  p.ea.reset();
+  p.eb.reset();
+  p.listener.reset();
+  p.a.reset();
+  p.b.reset();
+}
+
 inline Pair make_pair_in_process(std::unique_ptr<Context> a, std::unique_ptr<Context> b) {
   using namespace std::chrono_literals;
   Pair p;
