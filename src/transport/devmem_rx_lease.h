@@ -60,7 +60,10 @@ class DevmemRxLease {
   /// Asks rxq to steer the flow of the connected TCP socket `fd` (this side receiving)
   /// and returns the stream's StreamIn. rxq's refusal, a reply that names another
   /// buffer than the first one, a buffer that cannot be mapped, or stand-in mode
-  /// without a stand-in kernel is an error saying so; the stream is then not steered.
+  /// without a stand-in kernel is an error saying so; the stream is then read as a
+  /// plain one. (Only the "another buffer" answer leaves a rule of rxq's behind: that
+  /// stream's payload lands where this endpoint cannot read it, and its first read
+  /// fails the endpoint with EFAULT. A conforming rxq serves one buffer.)
   Result<std::unique_ptr<DevmemStreamIn>> steer(int fd, std::chrono::milliseconds timeout);
 
   /// The binding every steered stream reads through (valid once one was steered).

@@ -84,9 +84,13 @@ std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::ti
       devmem_rx_lease_->steer(fd, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
   if (!in) {
     // Streams steered before stay steered (rxq keeps their rules while the lease is
-    // open) and are read through their receivers; device receives then stage.
+    // open) and are read through their receivers; device receives then stage. With
+    // none steered yet the lease goes: rxq may have installed this flow's rule before
+    // the answer was refused here, and closing the lease removes it (no payload can
+    // have come on this stream yet).
     devmem_rx_refused_ = in.status().with_context("devmem RX");
     REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
+    if (devmem_rx_lease_->streams_steered() == 0) devmem_rx_lease_.reset();
     return std::make_unique<StreamIn>(fd);
   }
   return std::move(*in);
