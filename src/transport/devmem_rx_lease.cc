@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "net/socket.h"
 #include "zerocopy/flow_steering.h"
 #include "zerocopy/kernel_error.h"
 
@@ -22,38 +24,35 @@ namespace {
 std::mutex g_kernel_mu;
 std::shared_ptr<const DevmemRxKernel> g_kernel;  // guarded by g_kernel_mu; null: the system's
 
+/// One end of a flow: its port and address, from a socket address.
+bool end_of(const net::SockAddr& a, uint16_t* port, std::array<uint8_t, 16>* addr) {
+  if (a.family() == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a.get());
+    *port = ntohs(in->sin_port);
+    std::memcpy(addr->data(), &in->sin_addr, 4);
+    return true;
+  }
+  if (a.family() == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a.get());
+    *port = ntohs(in6->sin6_port);
+    std::memcpy(addr->data(), &in6->sin6_addr, 16);
+    return true;
+  }
+  return false;
+}
+
 /// The flow of connected TCP socket `fd` as its receiver sees it: packets from the
 /// peer's address and port to ours.
 Result<zerocopy::TcpFlow> flow_of(int fd) {
-  sockaddr_storage local{}, peer{};
-  socklen_t local_len = sizeof local, peer_len = sizeof peer;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
-    return Status(StatusCode::kInternal, fmt::format("getsockname: {}", zerocopy::errno_text(errno)));
-  }
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-    return Status(StatusCode::kInternal, fmt::format("getpeername: {}", zerocopy::errno_text(errno)));
-  }
+  REMORA_ASSIGN_OR_RETURN(const net::SockAddr local, net::local_address(fd));
+  REMORA_ASSIGN_OR_RETURN(const net::SockAddr peer, net::peer_address(fd));
   zerocopy::TcpFlow f;
-  if (local.ss_family == AF_INET && peer.ss_family == AF_INET) {
-    const auto& l = reinterpret_cast<const sockaddr_in&>(local);
-    const auto& p = reinterpret_cast<const sockaddr_in&>(peer);
-    f.dst_port = ntohs(l.sin_port);
-    f.src_port = ntohs(p.sin_port);
-    std::memcpy(f.dst_addr.data(), &l.sin_addr, 4);
-    std::memcpy(f.src_addr.data(), &p.sin_addr, 4);
-    return f;
+  f.ipv6 = local.family() == AF_INET6;
+  if (local.family() != peer.family() || !end_of(local, &f.dst_port, &f.dst_addr) ||
+      !end_of(peer, &f.src_port, &f.src_addr)) {
+    return Status(StatusCode::kUnsupported, "devmem RX: a data stream that is neither TCP over IPv4 nor over IPv6");
   }
-  if (local.ss_family == AF_INET6 && peer.ss_family == AF_INET6) {
-    const auto& l = reinterpret_cast<const sockaddr_in6&>(local);
-    const auto& p = reinterpret_cast<const sockaddr_in6&>(peer);
-    f.ipv6 = true;
-    f.dst_port = ntohs(l.sin6_port);
-    f.src_port = ntohs(p.sin6_port);
-    std::memcpy(f.dst_addr.data(), &l.sin6_addr, 16);
-    std::memcpy(f.src_addr.data(), &p.sin6_addr, 16);
-    return f;
-  }
-  return Status(StatusCode::kUnsupported, "devmem RX: a data stream that is neither TCP over IPv4 nor over IPv6");
+  return f;
 }
 
 bool same_file(int a, int b) {
