@@ -21,6 +21,26 @@ using remora::DataType;
 using remora::Request;
 using remora::Status;
 
+// The coalesced op types that newer PyTorch has (2.15 does, 2.11 does not); older ones
+// report such works as COALESCED. Detected, not keyed to a version number.
+template <typename Op = c10d::OpType>
+constexpr Op allgather_into_tensor_coalesced_op() {
+  if constexpr (requires { Op::ALLGATHER_INTO_TENSOR_COALESCED; }) {
+    return Op::ALLGATHER_INTO_TENSOR_COALESCED;
+  } else {
+    return Op::COALESCED;
+  }
+}
+
+template <typename Op = c10d::OpType>
+constexpr Op reduce_scatter_tensor_coalesced_op() {
+  if constexpr (requires { Op::REDUCE_SCATTER_TENSOR_COALESCED; }) {
+    return Op::REDUCE_SCATTER_TENSOR_COALESCED;
+  } else {
+    return Op::COALESCED;
+  }
+}
+
 std::exception_ptr backend_error(const std::string& msg) {
   try {
     C10_THROW_ERROR(DistBackendError, msg);
@@ -490,7 +510,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather_into_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "remora backend: allgather_into_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
-  auto work = make_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "allgather_into_tensor_coalesced", outputs);
+  auto work = make_work(allgather_into_tensor_coalesced_op(), "allgather_into_tensor_coalesced", outputs);
   std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_cpu("allgather_into_tensor_coalesced", inputs[i]);
@@ -605,8 +625,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::reduce_scatter_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "remora backend: reduce_scatter_tensor: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
-  auto work = make_work(outputs.size() == 1 ? c10d::OpType::_REDUCE_SCATTER_BASE
-                                            : c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+  auto work = make_work(outputs.size() == 1 ? c10d::OpType::_REDUCE_SCATTER_BASE : reduce_scatter_tensor_coalesced_op(),
                         "reduce_scatter_tensor", outputs);
   std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -49,7 +49,9 @@ class WorkRemora : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+  // Overrides c10d::Work::getTimeout where PyTorch has it (2.15 does, 2.11 does not), so
+  // no `override`: the same source builds against both.
+  std::chrono::milliseconds getTimeout() const { return timeout_; }
 
   /// Filled by the backend before the work is handed out.
   std::vector<remora::Request> requests;
