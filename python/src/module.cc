@@ -1081,10 +1081,12 @@ NB_MODULE(_remora, m) {
              return RegionObj{m.holder, take(std::move(r))};
            },
            "obj"_a, "access"_a = Access::kLocalWrite | Access::kRemoteRead | Access::kRemoteWrite,
-           "Registers the memory of `obj` (any buffer-protocol or DLPack object: NumPy array, PyTorch CPU "
-           "tensor, bytearray, ...) in place, with `access` rights; the Region keeps `obj` alive. Validates "
-           "the range and locks its pages (REMORA_PIN). InvalidArgument for empty or non-contiguous memory; "
-           "NoResource when pinning is required and refused; Unsupported for device memory.",
+           "Registers the memory of `obj` (any buffer-protocol or DLPack object: NumPy array, PyTorch "
+           "tensor, CuPy array, bytearray, ...) in place, with `access` rights; the Region keeps `obj` alive. "
+           "Host memory: validates the range and locks its pages (REMORA_PIN). CUDA memory: a region of device "
+           "memory, which peers' puts and gets reach through the CUDA domain (docs/python.md). InvalidArgument "
+           "for empty or non-contiguous memory; NoResource when pinning is required and refused; Unsupported "
+           "for memory of another device kind.",
            nb::keep_alive<0, 1>())
       .def("progress",
            [](ContextObj& c) {

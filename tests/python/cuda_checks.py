@@ -165,7 +165,57 @@ def refusals() -> None:
             raise AssertionError(f"cuda_copy succeeded where it should say '{why}'")
 
 
-CHECKS = {f.__name__: f for f in (send_recv, rma, collective, lifetime, demanded_path, refusals)}
+def frameworks() -> None:
+    """PyTorch CUDA tensors and CuPy arrays, through DLPack, as users pass them: sends,
+    receives, a registered tensor as an RMA region, an allreduce. Needs a real GPU (the
+    frameworks load the real driver, not the emulated one); every framework found with a
+    device runs, and finding none is a failure (test_cuda.py runs this only on a GPU)."""
+    makers = {}
+    try:
+        import torch
+        if torch.cuda.is_available():
+            makers["torch"] = (lambda host: torch.from_numpy(host).cuda(),
+                               lambda n: torch.full((n,), 0xCD, dtype=torch.uint8, device="cuda"),
+                               lambda t: t.cpu().numpy())
+    except ImportError:
+        pass
+    try:
+        import cupy
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            makers["cupy"] = (cupy.asarray, lambda n: cupy.full(n, 0xCD, dtype=cupy.uint8), cupy.asnumpy)
+    except Exception:  # no CuPy, or CuPy without a device
+        pass
+    assert makers, "neither PyTorch nor CuPy sees a CUDA device"
+    a, b, ea, eb = connected()
+    chunk = a.config()["chunk_bytes"]
+    tag = 100
+    for name, (upload, filled, download) in makers.items():
+        for size in (1, a.config()["eager_limit"] + 1, 3 * chunk + 5):
+            message = pattern(size, tag)
+            dst = filled(size + 64)
+            r = eb.recv(dst, tag)
+            ea.send(upload(message), tag).wait(BOUND)
+            r.wait(BOUND)
+            got = download(dst)
+            assert r.bytes == size and np.array_equal(got[:size], message), f"{name} {size}: data differs"
+            assert (got[size:] == 0xCD).all(), f"{name} {size}: written past the message"
+            tag += 1
+        region_mem = filled(1 << 20)
+        region = b.register(region_mem)
+        data = pattern(300000, 7)
+        ea.put(upload(data), region.remote_key(), 4096).wait(BOUND)  # device to device region, chunked
+        back = filled(data.size)
+        ea.get(back, region.remote_key(), 4096).wait(BOUND)
+        whole = download(region_mem)
+        assert np.array_equal(whole[4096:4096 + data.size], data), f"{name}: put differs"
+        assert (whole[:4096] == 0xCD).all() and (whole[4096 + data.size:] == 0xCD).all(), f"{name}: outside the put"
+        assert np.array_equal(download(back), data), f"{name}: get differs"
+        region.deregister()
+        print(name, "ok", flush=True)
+    assert eb.stats()["staged_transfers"] > 0
+
+
+CHECKS = {f.__name__: f for f in (send_recv, rma, collective, lifetime, demanded_path, refusals, frameworks)}
 
 if __name__ == "__main__":
     CHECKS[sys.argv[1]]()

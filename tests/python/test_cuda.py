@@ -35,6 +35,14 @@ def test_cuda_memory(check):
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 
 
+def test_cuda_tensors_of_frameworks():
+    """PyTorch CUDA tensors and CuPy arrays: they exist only on a real GPU."""
+    if DRIVER == str(EMULATED):
+        pytest.skip("PyTorch and CuPy tensors need a GPU: set REMORA_TEST_CUDA_DRIVER=libcuda.so.1 on one")
+    out = run_check("frameworks", REMORA_CUDA_DRIVER=DRIVER)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
 def test_without_a_driver_every_cuda_entry_point_says_why():
     code = ("import remora, numpy as np\n"
             "for f in (lambda: remora.Context(cuda=True, ignore_env=True), lambda: remora.cuda_empty(16),\n"
