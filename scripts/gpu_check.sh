@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh — remora's GPU checks, prepared on a build machine and run on a
-# GPU machine that has the NVIDIA driver but no toolchain (no compiler, no Debian
-# packages, nothing to fetch).
+# GPU machine that has the NVIDIA driver, Python with PyTorch, CMake and a compiler, but
+# nothing to fetch (no Debian packages, no network).
 #
 #   scripts/gpu_check.sh bundle DIR   (here, after the release preset is built)
 #       copies remora, remora_device_tests, remora_coll_tests and the shared libraries
-#       they need that a bare machine lacks into DIR, with this script as DIR/run.sh
-#   DIR/run.sh [RESULTS]              (there)
-#       runs, writing logs and JSON under RESULTS (default: $OUT, else ./gpu-results):
-#       the GPU tests (CudaDomainGpu, CudaScatterGpu, CudaStaging, CudaProbe,
-#       CudaCollectives), the same under compute-sanitizer memcheck where it is installed,
-#       `remora doctor --json` (a GPU dmabuf offered to the devmem binds), and, in pairs
-#       against host memory over loopback between two processes: `bench p2p` bandwidth
-#       and latency with CUDA memory, and `bench staging` (the test device's check, which
-#       needs spare cores: 2-vCPU machines are CPU-bound there, bench/README.md).
+#       they need that a bare machine lacks into DIR, the release libremora.a (linked
+#       into the Python extensions there), the Debian packages of the libraries the
+#       Python builds link (fmt, sodium, mnl, uring, isal: unpacked there, not
+#       installed), and this script as DIR/run.sh
+#   DIR/run.sh [RESULTS]              (there, in the repository's root)
+#       runs, writing logs and JSON under RESULTS (default: $OUT, else ./gpu-results),
+#       each stage only while REMORA_GPU_BUDGET seconds (default 450) last:
+#       doctor   `remora doctor --json` (a GPU dmabuf offered to the devmem binds)
+#       tests    the GPU tests (CudaDomainGpu, CudaScatterGpu, CudaStaging, CudaProbe,
+#                CudaCollectives)
+#       python   the remora package built there (pip install ., the bundled libremora.a)
+#                and tests/python/test_cuda.py against the real driver, PyTorch CUDA
+#                tensors and CuPy arrays included
+#       p2p      `bench p2p` bandwidth and latency, CUDA and host memory, in pairs of
+#                alternating order between two processes over loopback
+#       torch    remora-torch built there and bench/torch/bench_torch.py (remora vs gloo)
+#       memcheck the GPU tests under compute-sanitizer memcheck, where it is installed
+#       staging  `bench staging` (the test device's check, which needs spare cores:
+#                2-vCPU machines are CPU-bound there, bench/README.md)
+#       REMORA_GPU_STAGES (default: all of them, in that order) picks some.
 # docs/device-memory.md, "What has run where", records what these gave.
 set -uo pipefail
 
@@ -28,6 +39,12 @@ bundle() {
   ldd "${dir}"/bin/* | awk '/=> \// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt)\.so' |
     while read -r lib; do cp -L "${lib}" "${dir}/lib/"; done
+  mkdir -p "${dir}/pylib" "${dir}/debs"
+  cp "${build}/libremora.a" "${dir}/pylib/"
+  # Headers, CMake files and libraries of what the Python extensions link besides
+  # libremora.a; unpacked into a folder there (dpkg -x), never installed.
+  (cd "${dir}/debs" && apt-get download -q libfmt-dev libfmt9 libsodium-dev libsodium23 libmnl-dev libmnl0 \
+    liburing-dev liburing2 libisal-dev libisal2 >/dev/null) || return
   cp "${BASH_SOURCE[0]}" "${dir}/run.sh"
   chmod +x "${dir}/run.sh"
   echo "bundled into ${dir} ($(du -sh "${dir}" | cut -f1)); run ${dir}/run.sh on the GPU machine"
@@ -52,48 +69,96 @@ p2p_pair() {
   echo "  rc=${rc} (${mode} ${mem})"
 }
 
+# Whether a stage is asked for and at least $2 seconds of the budget are left.
+stage() {
+  [[ " ${STAGES} " == *" $1 "* ]] || return 1
+  if ((SECONDS + $2 > BUDGET)); then
+    echo "=== $1: skipped, $((BUDGET - SECONDS)) s of the budget left (it needs about $2)"
+    return 1
+  fi
+  echo "=== $1 (at ${SECONDS} s)"
+}
+
+# Seconds of the budget left, at least $1 (default 30): the bound of a stage's commands.
+left() { local l=$((BUDGET - SECONDS)) min=${1:-30}; echo $((l > min ? l : min)); }
+
+# pip install --no-build-isolation of the package at $1 into the running Python, linking
+# the bundled libremora.a and the unpacked packages' libraries.
+pip_build() {
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    -Ccmake.define.REMORA_PYTHON_LIBRARY="${HERE}/pylib/libremora.a" -Ccmake.define.CMAKE_PREFIX_PATH="${DEPS}/usr" \
+    -Cbuild-dir="/tmp/remora-build-$2" "$1"
+}
+
 run() {
-  local here results port=29811 pair order mem tmp
+  local results port=29811 pair order mem tmp cs
   tmp=$(mktemp -d)
-  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   results=${1:-${OUT:-./gpu-results}}
   mkdir -p "${results}"
-  B=${here}/bin
-  export LD_LIBRARY_PATH="${here}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-  echo "=== machine"; uname -r; nproc
+  B=${HERE}/bin
+  BUDGET=${REMORA_GPU_BUDGET:-450}
+  STAGES=${REMORA_GPU_STAGES:-doctor tests python p2p torch memcheck staging}
+  DEPS=/tmp/remora-deps
+  mkdir -p "${DEPS}"
+  for deb in "${HERE}"/debs/*.deb; do dpkg -x "${deb}" "${DEPS}"; done
+  export LD_LIBRARY_PATH="${HERE}/lib:${DEPS}/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+  echo "=== machine"; uname -r; nproc; python3 --version
   nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader
-  echo "=== doctor"; timeout 60 "${B}/remora" doctor --json >"${results}/doctor.json"; echo "rc=$? (3: no device path)"
-  echo "=== GPU tests"
+  python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
   local filter='CudaDomainGpu.*:Paths/CudaScatterGpu.*:CudaStaging.*:CudaProbe.*'
-  timeout 300 "${B}/remora_device_tests" --gtest_filter="${filter}" --gtest_output="xml:${results}/device_tests.xml" 2>&1 |
-    grep -E '^\[  (PASSED|FAILED|SKIPPED) |Failure'
-  REMORA_TEST_REQUIRE_CUDA=1 timeout 300 "${B}/remora_coll_tests" --gtest_filter='CudaCollectives.*' \
-    --gtest_output="xml:${results}/coll_tests.xml" 2>&1 | grep -E '^\[  (PASSED|FAILED|SKIPPED) |Failure'
-  local cs
-  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  if [ -n "${cs}" ]; then
-    echo "=== compute-sanitizer memcheck"
-    timeout 300 "${cs}" --tool memcheck --print-limit 20 "${B}/remora_device_tests" --gtest_filter="${filter}" \
-      >"${results}/memcheck.txt" 2>&1
-    REMORA_TEST_REQUIRE_CUDA=1 timeout 300 "${cs}" --tool memcheck --print-limit 20 "${B}/remora_coll_tests" \
-      --gtest_filter='CudaCollectives.*' >>"${results}/memcheck.txt" 2>&1
-    grep -E 'ERROR SUMMARY|Program hit' "${results}/memcheck.txt" | sort | uniq -c
+  if stage doctor 10; then
+    timeout 60 "${B}/remora" doctor --json >"${results}/doctor.json"; echo "rc=$? (3: no device path)"
   fi
-  echo "=== bench p2p, host and cuda pairs, order alternating"
-  for pair in 1 2 3 4; do
-    order="host cuda"
-    [ $((pair % 2)) = 0 ] && order="cuda host"
-    for mem in ${order}; do
-      port=$((port + 1)); p2p_pair "${port}" "${mem}" bw 64K,1M,16M,64M "--window 4 --iters 20" "${tmp}/bw_${mem}_${pair}.json"
-      port=$((port + 1)); p2p_pair "${port}" "${mem}" lat 8,4K,64K,1M "--iters 2000" "${tmp}/lat_${mem}_${pair}.json"
+  if stage tests 60; then
+    timeout 300 "${B}/remora_device_tests" --gtest_filter="${filter}" 2>&1 | grep -E '^\[  (PASSED|FAILED|SKIPPED) |Failure|^\[  FAILED'
+    REMORA_TEST_REQUIRE_CUDA=1 timeout 300 "${B}/remora_coll_tests" --gtest_filter='CudaCollectives.*' 2>&1 |
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |Failure|^\[  FAILED'
+  fi
+  if stage python 60; then
+    {
+      pip_build . python && echo "built the remora package" &&
+        REMORA_TEST_CUDA_DRIVER=libcuda.so.1 timeout 300 python3 -m pytest -p no:cacheprovider -v -rs tests/python/test_cuda.py
+      echo "rc=$?"
+    } >"${results}/python.log" 2>&1
+    grep -E 'PASSED|FAILED|SKIPPED|ERROR|passed|failed|rc=' "${results}/python.log"
+  fi
+  if stage p2p 60; then
+    for pair in 1 2 3 4; do
+      ((SECONDS < BUDGET)) || { echo "p2p: budget spent after $((pair - 1)) pairs"; break; }
+      order="host cuda"
+      [ $((pair % 2)) = 0 ] && order="cuda host"
+      for mem in ${order}; do
+        port=$((port + 1)); p2p_pair "${port}" "${mem}" bw 64K,1M,16M,64M "--window 4 --iters 20" "${tmp}/bw_${mem}_${pair}.json"
+        port=$((port + 1)); p2p_pair "${port}" "${mem}" lat 8,4K,64K,1M "--iters 2000" "${tmp}/lat_${mem}_${pair}.json"
+      done
     done
-  done
-  # One file of every run's JSON, a line each (the runs' own files are many).
-  for f in "${tmp}"/*.json; do
-    [ -s "${f}" ] && tr -d '\n' <"${f}" && echo
-  done >"${results}/bench_p2p.jsonl"
-  echo "=== bench staging"
-  timeout 300 "${B}/remora" bench staging --json "${results}/staging.json" 2>&1 | grep -vE '^# (ratio|host GB|the bound|before|cores|a GPU|copies take)'
+    # One file of every run's JSON, a line each (the runs' own files are many).
+    for f in "${tmp}"/*.json; do
+      [ -s "${f}" ] && tr -d '\n' <"${f}" && echo
+    done >"${results}/bench_p2p.jsonl"
+  fi
+  if stage torch 90; then
+    {
+      pip_build python/torch torch && echo "built remora-torch" &&
+        PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 bench/torch/bench_torch.py --pairs 4
+      echo "rc=$?"
+    } >"${results}/torch.log" 2>&1
+    grep -vE '^\s*$' "${results}/torch.log" | tail -15
+  fi
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -n "${cs}" ] && stage memcheck 60; then
+    timeout "$(left)" "${cs}" --tool memcheck --print-limit 20 "${B}/remora_device_tests" --gtest_filter="${filter}" \
+      >"${results}/memcheck.txt" 2>&1
+    REMORA_TEST_REQUIRE_CUDA=1 timeout "$(left)" "${cs}" --tool memcheck --print-limit 20 "${B}/remora_coll_tests" \
+      --gtest_filter='CudaCollectives.*' >>"${results}/memcheck.txt" 2>&1
+    grep -E 'ERROR SUMMARY|Program hit|^\[  (PASSED|FAILED) ' "${results}/memcheck.txt" | sort | uniq -c
+  fi
+  if stage staging 60; then
+    timeout "$(left)" "${B}/remora" bench staging --json "${results}/staging.json" 2>&1 |
+      grep -vE '^# (ratio|host GB|the bound|before|cores|a GPU|copies take)'
+  fi
+  echo "=== done at ${SECONDS} s"
 }
 
 case "${1:-run}" in
