@@ -21,6 +21,10 @@
 #       p2p      `bench p2p` bandwidth and latency, CUDA and host memory, in pairs of
 #                alternating order between two processes over loopback
 #       torch    remora-torch built there and bench/torch/bench_torch.py (remora vs gloo)
+#       devmem   DevmemRxEndpointCuda.* (devmem receive into CUDA memory through rxq's
+#                stand-in mode), where the release build's remora_integration_tests is
+#                there at its build path (it starts build/release/tools/remora and
+#                remora_test_peer by those paths: carry the three)
 #       memcheck the GPU tests under compute-sanitizer memcheck, where it is installed
 #       staging  `bench staging` (the test device's check, which needs spare cores:
 #                2-vCPU machines are CPU-bound there, bench/README.md)
@@ -98,7 +102,7 @@ run() {
   mkdir -p "${results}"
   B=${HERE}/bin
   BUDGET=${REMORA_GPU_BUDGET:-450}
-  STAGES=${REMORA_GPU_STAGES:-doctor tests python p2p torch memcheck staging}
+  STAGES=${REMORA_GPU_STAGES:-doctor tests python devmem p2p torch memcheck staging}
   DEPS=/tmp/remora-deps
   mkdir -p "${DEPS}"
   for deb in "${HERE}"/debs/*.deb; do dpkg -x "${deb}" "${DEPS}"; done
@@ -122,6 +126,11 @@ run() {
       echo "rc=$?"
     } >"${results}/python.log" 2>&1
     grep -E 'PASSED|FAILED|SKIPPED|ERROR|passed|failed|rc=' "${results}/python.log"
+  fi
+  local itests=build/release/tests/integration/remora_integration_tests
+  if [ -x "${itests}" ] && stage devmem 20; then
+    REMORA_TEST_REQUIRE_CUDA=1 timeout "$(left)" "${itests}" --gtest_filter='DevmemRxEndpointCuda.*' 2>&1 |
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |Failure|^\[  FAILED'
   fi
   if stage p2p 60; then
     for pair in 1 2 3 4; do

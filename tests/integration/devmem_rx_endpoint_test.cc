@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "itest_util.h"
+#include "remora/cuda.h"
 #include "remora/testing/test_device.h"
 #include "support/exchange.h"
 #include "support/test_data.h"
@@ -449,6 +450,164 @@ TEST(DevmemRxEndpoint, TheDoctorSeesTheRxqThatWouldSteerEndpoints) {
       << doc["host"]["rxq"].dump();
   // It only connected: rxq saw a client come and go with no flow.
   EXPECT_TRUE(rxq.read_until("removing its 0 flow(s)")) << rxq.log();
+}
+
+// --- CUDA memory ----------------------------------------------------------------------
+// The same receive path with the CUDA domain as the destination: each fragment goes from
+// rxq's (mapped, host) buffer to CUDA memory by cuMemcpyHtoDAsync, and its tokens go
+// back when that copy ended. CTest runs these against the emulated CUDA driver
+// (integration.devmem_rx_cuda_with_emulated_driver, REMORA_TEST_REQUIRE_CUDA=1: they
+// cannot skip there); on a GPU machine, with the real driver, they run on the GPU
+// (scripts/gpu_check.sh). The plain integration run leaves them out.
+
+class DevmemRxEndpointCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto domain = cuda_domain();
+    if (!domain.is_ok()) {
+      const char* required = std::getenv("REMORA_TEST_REQUIRE_CUDA");
+      ASSERT_FALSE(required != nullptr && std::string(required) == "1")
+          << "REMORA_TEST_REQUIRE_CUDA=1 but " << domain.status().to_string();
+      GTEST_SKIP() << "needs a CUDA driver (a GPU, or REMORA_CUDA_DRIVER=the emulated driver): "
+                   << domain.status().message();
+    }
+    cuda_ = *domain;
+  }
+  void TearDown() override {
+    for (void* p : allocations_) EXPECT_TRUE(cuda_free(p).is_ok());
+  }
+
+  /// A context receiving through rxq at `socket`, with the CUDA domain.
+  std::unique_ptr<Context> context(const std::string& socket) {
+    ::setenv("REMORA_RXQ_SOCKET", socket.c_str(), 1);
+    auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk});
+    ::unsetenv("REMORA_RXQ_SOCKET");
+    EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
+    if (!ctx) return nullptr;
+    EXPECT_TRUE((*ctx)->add_memory_domain(*cuda_).is_ok());
+    return std::move(ctx).value();
+  }
+  /// CUDA memory of `len` bytes, each 0xCD.
+  std::byte* allocate(size_t len) {
+    auto p = cuda_allocate(len);
+    EXPECT_TRUE(p.is_ok()) << describe(p.status());
+    if (!p) return nullptr;
+    allocations_.push_back(*p);
+    const std::vector<std::byte> fill(len, std::byte{0xCD});
+    auto copy = cuda_->copy_from_host(*p, fill.data(), len);
+    EXPECT_TRUE(copy.is_ok() && (*copy)->wait(30s).is_ok());
+    return static_cast<std::byte*>(*p);
+  }
+  /// What CUDA memory holds at [p, p + len).
+  std::vector<std::byte> read(const std::byte* p, size_t len) {
+    std::vector<std::byte> got(len);
+    auto copy = cuda_->copy_to_host(got.data(), p, len);
+    EXPECT_TRUE(copy.is_ok()) << describe(copy.status());
+    if (copy) {
+      EXPECT_TRUE((*copy)->wait(30s).is_ok());
+    }
+    return got;
+  }
+
+  MemoryDomain* cuda_ = nullptr;
+  std::vector<void*> allocations_;
+};
+
+TEST_F(DevmemRxEndpointCuda, MessagesFromAPeerProcessArePlacedInCudaMemoryFromRxqsBuffer) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  StandinRx standin(rxq.socket());
+  ASSERT_NE(standin.nic.dmabuf, nullptr);
+  auto ctx = context(rxq.socket());
+  ASSERT_TRUE(ctx);
+  // A chunk and one, several chunks, and a 1-byte message (eager, staged).
+  const std::vector<uint64_t> sizes = {kChunk + 1, 5 * kChunk + 3, 1};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  PeerSession s = start_listening_peer(*ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  const uint64_t handshake = standin.nic.bytes;
+  const size_t cap = 5 * kChunk + 64;
+  std::byte* dev = allocate(cap);
+  ASSERT_NE(dev, nullptr);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(fmt::format("message {} of {} bytes", i, sizes[i]));
+    const auto data = stream_bytes(sizes[i], i + 1);
+    ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
+    auto line = s.peer->read_line(60s);
+    ASSERT_TRUE(line);
+    EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
+    Request r = s.ep->recv(std::span(dev, cap), Tag{200 + i});
+    const Status got = r.wait(60s);
+    ASSERT_TRUE(got.is_ok()) << describe(got);
+    EXPECT_EQ(r.bytes(), sizes[i]);
+    const auto back = read(dev, cap);
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "the message differs in CUDA memory";
+  }
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("devmem RX into cuda memory"), std::string::npos) << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 2u);
+  EXPECT_EQ(st.staged_transfers, 1u);
+  EXPECT_EQ(standin.nic.bytes - handshake, (kChunk + 1) + (5 * kChunk + 3));
+  EXPECT_EQ(standin.nic.tokens_out(), 0u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+}
+
+TEST_F(DevmemRxEndpointCuda, APeersPutIntoACudaRegionAndAGetIntoCudaMemoryArePlacedFromRxqsBuffer) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  StandinRx standin(rxq.socket());
+  ASSERT_NE(standin.nic.dmabuf, nullptr);
+  auto target = context(rxq.socket());
+  ASSERT_TRUE(target);
+  auto initiator =
+      Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .ignore_env = true});
+  ASSERT_TRUE(initiator.is_ok()) << describe(initiator.status());
+  // The target accepts: its streams are steered; the initiator's are plain.
+  Pair p = make_pair_in_process(std::move(target), std::move(*initiator));
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 4 * kChunk + 11;
+  std::byte* mem = allocate(len);
+  ASSERT_NE(mem, nullptr);
+  auto region = p.a->register_memory(mem, len, Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+
+  // The initiator's chunked put at offset 3, with a notification after it.
+  const auto data = stream_bytes(len - 8, 6);
+  const Status put = p.eb->put(std::span(data), region->remote_key(), 3, PutOptions{.notify = 42}).wait(60s);
+  ASSERT_TRUE(put.is_ok()) << describe(put);
+  auto n = p.ea->wait_notification(60s);
+  ASSERT_TRUE(n.is_ok()) << describe(n.status());
+  EXPECT_EQ(n->value, 42u);
+  auto expect = std::vector<std::byte>(len, std::byte{0xCD});
+  std::copy(data.begin(), data.end(), expect.begin() + 3);
+  EXPECT_TRUE(read(mem, len) == expect) << "the put differs in CUDA memory, or bytes around it changed";
+  EXPECT_EQ(p.ea->stats().devmem_transfers, 1u) << p.ea->stats().device_path_reason;
+
+  // The target gets from the initiator's host memory into CUDA memory, at an offset.
+  const auto source = stream_bytes(3 * kChunk + 17, 8);
+  auto src_region = p.b->register_memory(const_cast<std::byte*>(source.data()), source.size(), Access::kRemoteRead);
+  ASSERT_TRUE(src_region.is_ok()) << describe(src_region.status());
+  std::byte* dst = allocate(source.size());
+  ASSERT_NE(dst, nullptr);
+  const Status got = p.ea->get(std::span(dst, source.size() - 9), src_region->remote_key(), 9).wait(60s);
+  ASSERT_TRUE(got.is_ok()) << describe(got);
+  const auto back = read(dst, source.size());
+  EXPECT_TRUE(std::equal(source.begin() + 9, source.end(), back.begin())) << "the get differs in CUDA memory";
+  EXPECT_TRUE(std::all_of(back.end() - 9, back.end(), [](std::byte b) { return b == std::byte{0xCD}; }));
+  const EndpointStats st = p.ea->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("devmem RX into cuda memory"), std::string::npos) << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 2u);
+  EXPECT_GE(standin.nic.bytes, (len - 8) + (source.size() - 9));
+  EXPECT_EQ(standin.nic.tokens_out(), 0u);
+  region->deregister();
+  reset(p);
 }
 
 }  // namespace
