@@ -19,7 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "remora/memory.h"
 #include "remora/status.h"
@@ -71,7 +73,37 @@ class RegionAccess {
 /// The library's way into a MemoryRegistry's state (a friend of the public class).
 struct RegistryInternals {
   static const RegistryState& state(const MemoryRegistry& registry) noexcept { return *registry.state_; }
+  static std::shared_ptr<RegistryState> shared_state(const MemoryRegistry& registry) noexcept {
+    return registry.state_;
+  }
 };
+
+/// A live registration, found by address (what per-region resources are keyed on:
+/// devmem TX bindings, transport/devmem_tx_path.h). (id, generation) names it until it
+/// is deregistered; a later registration of the same memory is another.
+struct CoveringRegion {
+  RegionId id{};
+  uint32_t generation = 0;
+  std::byte* base = nullptr;
+  size_t length = 0;
+};
+
+/// The live region of `domain` that holds all of [ptr, ptr + len), if any (the first
+/// such; a scan of the registry's slots, under its lock).
+std::optional<CoveringRegion> find_covering_region(const RegistryState& state, const MemoryDomain& domain,
+                                                   const void* ptr, size_t len);
+
+/// Whether (id, generation) still names a live registration.
+bool region_live(const RegistryState& state, RegionId id, uint32_t generation);
+
+/// Called once per deregistration, with the region's (id, generation), on the thread
+/// that deregisters, after every peer access to it ended and before the domain's
+/// registration is undone (so before Region::deregister returns). Must not deregister
+/// anything itself.
+using ReleaseListener = std::function<void(RegionId id, uint32_t generation)>;
+/// Adds `listener`; the number removes it. Both take the registry's lock.
+uint64_t add_release_listener(RegistryState& state, ReleaseListener listener);
+void remove_release_listener(RegistryState& state, uint64_t handle) noexcept;
 
 /// Validates a peer's access to [offset, offset + length) of `key`'s window with the
 /// `needed` rights. The key is authenticated first (region still registered,

@@ -61,6 +61,8 @@ struct RegistryState {
   std::vector<RegionSlot> slots;
   std::vector<uint32_t> free_slots;  // LIFO: the most recently freed id is reused first
   RegistryStats stats;
+  std::vector<std::pair<uint64_t, std::shared_ptr<const ReleaseListener>>> listeners;
+  uint64_t next_listener = 1;
 
   /// Frees the slot if (id, generation) still names a live region, then undoes the
   /// domain registration outside the lock. Idempotent.
@@ -70,6 +72,7 @@ struct RegistryState {
     size_t length = 0;
     DomainRegistration registration;
     std::shared_ptr<RegionUse> use;
+    std::vector<std::shared_ptr<const ReleaseListener>> to_tell;
     {
       std::lock_guard lock(mu);
       const auto index = static_cast<uint32_t>(id);
@@ -88,10 +91,12 @@ struct RegistryState {
       --stats.live_regions;
       stats.bytes_registered -= length;
       if (registration.pinned) stats.bytes_pinned -= length;
+      for (const auto& entry : listeners) to_tell.push_back(entry.second);
     }
     // New keys stopped validating above; now wait out any peer access touching the
     // memory this instant (a bracket is one non-blocking syscall or memcpy long).
     if (use) use->revoke();
+    for (const auto& listener : to_tell) (*listener)(id, generation);
     domain->deregister_range(base, length, registration);
   }
 };
@@ -375,6 +380,40 @@ void RegionAccess::end() const noexcept {
 
 bool RegionAccess::revoked() const noexcept {
   return !use_ || (use_->word.load(std::memory_order_acquire) & RegionUse::kRevoked) != 0;
+}
+
+std::optional<CoveringRegion> find_covering_region(const RegistryState& state, const MemoryDomain& domain,
+                                                   const void* ptr, size_t len) {
+  const auto first = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard lock(state.mu);
+  for (size_t i = 0; i < state.slots.size(); ++i) {
+    const RegionSlot& slot = state.slots[i];
+    if (!slot.live || slot.domain != &domain) continue;
+    const auto base = reinterpret_cast<uintptr_t>(slot.base);
+    if (first >= base && first - base <= slot.length && len <= slot.length - (first - base)) {
+      return CoveringRegion{
+          .id = static_cast<RegionId>(i), .generation = slot.generation, .base = slot.base, .length = slot.length};
+    }
+  }
+  return std::nullopt;
+}
+
+bool region_live(const RegistryState& state, RegionId id, uint32_t generation) {
+  const auto index = static_cast<uint32_t>(id);
+  std::lock_guard lock(state.mu);
+  return index < state.slots.size() && state.slots[index].live && state.slots[index].generation == generation;
+}
+
+uint64_t add_release_listener(RegistryState& state, ReleaseListener listener) {
+  std::lock_guard lock(state.mu);
+  const uint64_t handle = state.next_listener++;
+  state.listeners.emplace_back(handle, std::make_shared<const ReleaseListener>(std::move(listener)));
+  return handle;
+}
+
+void remove_release_listener(RegistryState& state, uint64_t handle) noexcept {
+  std::lock_guard lock(state.mu);
+  std::erase_if(state.listeners, [handle](const auto& l) { return l.first == handle; });
 }
 
 Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,

@@ -237,6 +237,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   p.peer_rma_window = ack->rma_window;
   p.peer_capabilities = ack->capabilities;
   p.registry = &registry_;
+  p.devmem_tx_bindings = devmem_tx_bindings_;
   p.domains = &domains_;
   p.peer = peer;
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);

@@ -74,6 +74,9 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
 
   Config config_;
   MemoryRegistry registry_;
+  /// devmem TX bindings of registered regions, shared by the endpoints (after registry_:
+  /// it listens for deregistrations).
+  std::shared_ptr<DevmemTxBindingCache> devmem_tx_bindings_ = std::make_shared<DevmemTxBindingCache>(registry_);
   std::vector<MemoryDomain*> domains_;  // device domains the endpoints look buffers up in; lock held
   std::shared_ptr<engine::ProgressEngine> engine_;
   bool shut_down_ = false;

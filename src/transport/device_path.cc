@@ -131,9 +131,11 @@ Result<std::unique_ptr<DevmemTxSend>> DevicePathSelector::devmem_tx_for(MemoryDo
   const auto it =
       std::find_if(devmem_refusals_.begin(), devmem_refusals_.end(), [&](const auto& e) { return e.first == &domain; });
   if (it != devmem_refusals_.end()) return it->second;
-  // Each send exports and binds its own range; a refusal is remembered for the domain
-  // (its driver or the NIC would say the same again).
-  auto send = DevmemTxSend::make(devmem_tx_kernel(), domain, ptr, len, ifindex, ifname);
+  // A send from a registered region goes through the region's binding (made once);
+  // others export and bind their own range. A refusal is remembered for the domain (its
+  // driver or the NIC would say the same again).
+  auto send = bindings_ ? bindings_->send_for(devmem_tx_kernel(), domain, ptr, len, ifindex, ifname)
+                        : DevmemTxSend::make(devmem_tx_kernel(), domain, ptr, len, ifindex, ifname);
   if (send) return send;
   std::string text = send.status().message();
   if (text.rfind("memory:", 0) == 0 && !probe_->devmem_tx_interface.is_ok()) {
@@ -158,8 +160,10 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
     if (send) {
       std::string reason = fmt::format(
           "REMORA_DEVICE_PATH={}: devmem TX: {} memory exported as a dmabuf and bound "
-          "for transmit on {} (binding {})",
-          mode_name(mode), domain.name(), config_.devmem_ifname.data(), (*send)->binding.id);
+          "for transmit on {} (binding {}{})",
+          mode_name(mode), domain.name(), config_.devmem_ifname.data(), (*send)->binding.id,
+          (*send)->region_binding ? ", its registered region's, kept until the region is deregistered"
+                                  : ", this transfer's own: the memory is in no registered region");
       return PathChoice{.path = DataPath::kDevmem, .reason = std::move(reason), .devmem_tx = std::move(*send)};
     }
     devmem_why = send.status().message();

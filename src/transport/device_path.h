@@ -85,6 +85,9 @@ class DevicePathSelector {
   bool devmem_rx_ready() const noexcept { return devmem_rx_ && devmem_rx_->is_ok(); }
   /// For tests: the probe to use instead of asking the kernel.
   void set_probe(DevicePathProbe probe) { probe_ = std::move(probe); }
+  /// The context's bindings of registered regions (devmem TX); without it every devmem
+  /// send binds its own.
+  void set_binding_cache(std::shared_ptr<DevmemTxBindingCache> cache) { bindings_ = std::move(cache); }
 
  private:
   /// The export and binding of a devmem send, or why not.
@@ -95,6 +98,7 @@ class DevicePathSelector {
   std::optional<DevicePathProbe> probe_;
   std::optional<Status> devmem_rx_;                                      // set_devmem_rx; unset: the probe's answer
   std::vector<std::pair<const MemoryDomain*, Status>> devmem_refusals_;  // per domain: export or bind-tx refused
+  std::shared_ptr<DevmemTxBindingCache> bindings_;
 };
 
 }  // namespace remora::detail

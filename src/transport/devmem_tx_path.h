@@ -16,9 +16,11 @@
 //
 // Scope of this version: message sends (Endpoint::send) and chunked puts (Endpoint::put;
 // the put completes once its RESP came and the kernel reported its sendmsgs done). An
-// inline put travels in its PUT frame, and a served get of device memory stages. A
-// bind-tx per transfer: dmabufs are exported per range, and one binding per exported
-// dmabuf is what the kernel takes.
+// inline put travels in its PUT frame, and a served get of device memory stages.
+// Bindings: memory inside a registered region is sent through one binding of the whole
+// region, made on its first devmem send and kept, for every endpoint of the context, until
+// the region is deregistered (DevmemTxBindingCache: registration is where remora pays
+// such costs once); other memory is exported and bound per transfer.
 #pragma once
 
 #include <cstddef>
@@ -68,12 +70,41 @@ struct DevmemTxSend {
   DevmemTxBinding binding;
   uint64_t offset = 0;  ///< of the transfer's first byte in the dmabuf
   uint64_t length = 0;
+  bool region_binding = false;  ///< the binding of a registered region (DevmemTxBindingCache), kept after this send
 
   /// Exports [ptr, ptr + len) of `domain` and binds it for transmit on `ifindex`. The
   /// refusal (the domain's, or the kernel's with its errno and message) otherwise.
   static Result<std::unique_ptr<DevmemTxSend>> make(std::shared_ptr<const DevmemTxKernel> kernel, MemoryDomain& domain,
                                                     const void* ptr, size_t len, uint32_t ifindex,
                                                     const std::string& ifname);
+};
+
+/// The transmit bindings of registered regions of device memory, shared by the endpoints
+/// of one context (see the top of this file). The first devmem send from inside a live
+/// region exports the region's pages and binds them on the interface; later sends from
+/// anywhere in the region, by any endpoint, use that binding. Deregistration lets it go
+/// (sends still using it hold it until the kernel reports them done; then the kernel
+/// unbinds). Memory in no registered region is bound per send, as before. Thread-safe.
+class DevmemTxBindingCache {
+ public:
+  explicit DevmemTxBindingCache(const MemoryRegistry& registry);
+  ~DevmemTxBindingCache();
+  DevmemTxBindingCache(const DevmemTxBindingCache&) = delete;
+  DevmemTxBindingCache& operator=(const DevmemTxBindingCache&) = delete;
+
+  /// The send of [ptr, ptr + len) of `domain` on `ifindex`: through its region's binding
+  /// (made now if it is the region's first), else DevmemTxSend::make's own binding.
+  Result<std::unique_ptr<DevmemTxSend>> send_for(std::shared_ptr<const DevmemTxKernel> kernel, MemoryDomain& domain,
+                                                 const void* ptr, size_t len, uint32_t ifindex,
+                                                 const std::string& ifname);
+  /// Region bindings held now.
+  size_t size() const;
+
+ private:
+  struct Shared;  // the bindings, shared with the registry's release listener
+  std::shared_ptr<RegistryState> registry_;
+  std::shared_ptr<Shared> shared_;
+  uint64_t listener_ = 0;
 };
 
 /// The data streams of one endpoint as devmem TX uses them: SO_ZEROCOPY switched on

@@ -47,6 +47,7 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   chunks_.set_checksum(checksum_);
   tx_credit_ = params_.peer_eager_credit;
   staging_anchor_ = std::make_shared<StagingHost*>(static_cast<StagingHost*>(this));
+  device_paths_.set_binding_cache(params_.devmem_tx_bindings);
 }
 
 EndpointCore::~EndpointCore() {

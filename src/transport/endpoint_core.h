@@ -64,6 +64,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     uint32_t peer_eager_credit = 0;
     uint32_t peer_rma_window = 1;
     const MemoryRegistry* registry = nullptr;  ///< the context's; outlives every active endpoint
+    /// The context's devmem TX bindings of registered regions (null: none kept).
+    std::shared_ptr<DevmemTxBindingCache> devmem_tx_bindings;
     /// The context's device domains (Context::add_memory_domain); read with the lock held.
     const std::vector<MemoryDomain*>* domains = nullptr;
     std::string peer;

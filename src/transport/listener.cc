@@ -350,6 +350,7 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.peer_rma_window = hello.rma_window;
   p.peer_capabilities = hello.capabilities;
   p.registry = &registry_;
+  p.devmem_tx_bindings = devmem_tx_bindings_;
   p.domains = &domains_;
   p.peer = std::move(peer);
   drop_oldest_pending_beyond_bound();

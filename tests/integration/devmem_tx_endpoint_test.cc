@@ -345,6 +345,73 @@ TEST(DevmemTxEndpoint, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFr
   EXPECT_EQ(nic.held(), 0u);
 }
 
+TEST(DevmemTxEndpoint, SendsAndPutsFromARegisteredRegionShareItsOneBindingUntilItIsDeregistered) {
+  StandinNic nic;
+  ScopedKernel scoped(nic.kernel());
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);
+  ASSERT_TRUE(p.ea && p.eb);
+  // A KV-cache-like region of device memory, registered once, sent from in pieces.
+  const uint64_t len = 6 * kChunk;
+  const auto contents = stream_bytes(len, 11);
+  std::byte* mem = on_device(*a.dev, contents);
+  ASSERT_NE(mem, nullptr);
+  auto region = p.a->register_memory(mem, len, Access::kLocalWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  // Messages (and their receives into host memory), each from another part of it.
+  auto send_from = [&](const std::byte* src, uint64_t n, uint64_t tag, const std::byte* expect) {
+    std::vector<std::byte> got(n);
+    Request r = p.eb->recv(std::span(got), Tag{tag});
+    const Status sent = p.ea->send(std::span<const std::byte>(src, n), Tag{tag}).wait(30s);
+    EXPECT_TRUE(sent.is_ok()) << describe(sent);
+    EXPECT_TRUE(r.wait(30s).is_ok());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), expect)) << "message " << tag << " differs";
+  };
+  auto at = [&](uint64_t offset) { return contents.data() + offset; };
+  const uint64_t binds = nic.binds.load();
+  send_from(mem + 1000, kChunk + 1, 1, at(1000));
+  EXPECT_EQ(nic.binds.load(), binds + 1);  // the region's binding, made by its first send
+  EXPECT_NE(p.ea->stats().device_path_reason.find("its registered region's, kept until the region is deregistered"),
+            std::string::npos)
+      << p.ea->stats().device_path_reason;
+  send_from(mem, 1, 2, at(0));
+  send_from(mem + len - 3 * kChunk - 5, 3 * kChunk + 5, 3, at(len - 3 * kChunk - 5));  // up to its last byte
+  EXPECT_EQ(nic.binds.load(), binds + 1);                                              // no more binds
+  EXPECT_EQ(nic.held(), 1u);                                                           // kept after the sends completed
+  // A chunked put from it too.
+  std::vector<std::byte> window(2 * kChunk, std::byte{0x5a});
+  auto target = p.b->register_memory(window.data(), window.size(), Access::kRemoteWrite);
+  ASSERT_TRUE(target.is_ok()) << describe(target.status());
+  ASSERT_TRUE(p.ea->put(std::span<const std::byte>(mem + 7, kChunk + 9), target->remote_key(), 0).wait(30s).is_ok());
+  EXPECT_TRUE(std::equal(contents.begin() + 7, contents.begin() + 7 + kChunk + 9, window.begin()));
+  EXPECT_EQ(nic.binds.load(), binds + 1);
+  EXPECT_EQ(p.ea->stats().devmem_transfers, 4u);
+  // Memory in no registered region is bound for its send alone.
+  const auto loose = stream_bytes(kChunk + 3, 12);
+  std::byte* other = on_device(*a.dev, loose);
+  ASSERT_NE(other, nullptr);
+  send_from(other, loose.size(), 4, loose.data());
+  EXPECT_EQ(nic.binds.load(), binds + 2);
+  EXPECT_EQ(nic.held(), 1u);  // that one went with its send; the region's stays
+  EXPECT_NE(p.ea->stats().device_path_reason.find("this transfer's own: the memory is in no registered region"),
+            std::string::npos)
+      << p.ea->stats().device_path_reason;
+  // Deregistration lets the region's binding go at once.
+  region->deregister();
+  EXPECT_EQ(nic.held(), 0u);
+  // Registered again, the same memory is bound again, once.
+  auto again = p.a->register_memory(mem, len, Access::kLocalWrite);
+  ASSERT_TRUE(again.is_ok()) << describe(again.status());
+  send_from(mem + 64, 2 * kChunk, 5, at(64));
+  send_from(mem + 3 * kChunk, kChunk, 6, at(3 * kChunk));
+  EXPECT_EQ(nic.binds.load(), binds + 3);
+  EXPECT_EQ(nic.held(), 1u);
+  target->deregister();
+  reset(p);  // the context's bindings go with it, though the region is still registered
+  EXPECT_EQ(nic.held(), 0u);
+}
+
 TEST(DevmemTxEndpoint, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsDone) {
   StandinNic nic;
   ScopedKernel scoped(never_completing(nic));

@@ -1,14 +1,15 @@
 // Tests for MemoryRegistry and Region: key issue, revocation, slot reuse and the
 // overflow-safe validation of a peer's access in resolve().
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "mem/mem_test_util.h"
 #include "mem/region_access.h"
@@ -400,6 +401,53 @@ TEST_F(RegistryTest, HolderOfANarrowKeyCannotWidenItsWindowOrRights) {
   EXPECT_EQ(resolve_code(whole, 0, kSize, Access::kRemoteRead), StatusCode::kInvalidKey);
   // The key minted for the whole region by its owner still works, of course.
   EXPECT_TRUE(detail::resolve(registry_, rw.remote_key(), 0, kSize, Access::kRemoteWrite).is_ok());
+}
+
+TEST_F(RegistryTest, ARegionIsFoundByAddressOnlyWhileItHoldsTheWholeRangeAndIsRegistered) {
+  const detail::RegistryState& state = detail::RegistryInternals::state(registry_);
+  std::byte* base = memory_.data();
+  EXPECT_FALSE(detail::find_covering_region(state, host_domain(), base, 1));  // nothing registered yet
+  auto region = registry_.register_memory(base + 1024, 4096, kRw);
+  ASSERT_TRUE(region.is_ok());
+  auto found = detail::find_covering_region(state, host_domain(), base + 1024 + 100, 200);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->id, region->id());
+  EXPECT_EQ(found->base, base + 1024);
+  EXPECT_EQ(found->length, 4096u);
+  EXPECT_TRUE(detail::find_covering_region(state, host_domain(), base + 1024, 4096));        // all of it
+  EXPECT_TRUE(detail::find_covering_region(state, host_domain(), base + 1024 + 4096, 0));    // its end, empty
+  EXPECT_FALSE(detail::find_covering_region(state, host_domain(), base + 1023, 2));          // starts before it
+  EXPECT_FALSE(detail::find_covering_region(state, host_domain(), base + 1024 + 4000, 97));  // runs past its end
+  EXPECT_FALSE(detail::find_covering_region(state, host_domain(), base + 1024 + 4097, 1));   // after it
+  EXPECT_TRUE(detail::region_live(state, found->id, found->generation));
+  region->deregister();
+  EXPECT_FALSE(detail::region_live(state, found->id, found->generation));
+  EXPECT_FALSE(detail::find_covering_region(state, host_domain(), base + 1024, 1));
+  // Registered again: the same slot, another generation.
+  auto again = registry_.register_memory(base + 1024, 4096, kRw);
+  ASSERT_TRUE(again.is_ok());
+  auto second = detail::find_covering_region(state, host_domain(), base + 1024, 1);
+  ASSERT_TRUE(second);
+  EXPECT_NE(second->generation, found->generation);
+}
+
+TEST_F(RegistryTest, ReleaseListenersHearEachDeregistrationOnceUntilRemoved) {
+  detail::RegistryState& state = *detail::RegistryInternals::shared_state(registry_);
+  std::vector<std::pair<RegionId, uint32_t>> heard;
+  const uint64_t handle = detail::add_release_listener(
+      state, [&](RegionId id, uint32_t generation) { heard.emplace_back(id, generation); });
+  Region a = register_all();
+  const auto found = detail::find_covering_region(state, host_domain(), memory_.data(), 1);
+  ASSERT_TRUE(found);
+  a.deregister();
+  a.deregister();  // a second time: nothing to hear
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].first, found->id);
+  EXPECT_EQ(heard[0].second, found->generation);
+  detail::remove_release_listener(state, handle);
+  Region b = register_all();
+  b.deregister();
+  EXPECT_EQ(heard.size(), 1u);  // removed: not told
 }
 
 }  // namespace
