@@ -7,15 +7,11 @@
 #include "transport/checksum.h"
 
 namespace remora::detail {
-namespace {
 
-/// Zeros sent in place of a revoked region's bytes.
 std::span<const std::byte> zeros() {
   static const std::vector<std::byte> bytes(DiscardSink::kScratchBytes);
   return bytes;
 }
-
-}  // namespace
 
 net::IoResult HostSource::write(int fd, uint64_t offset, uint64_t len) {
   return net::send_some(fd, data_ + offset, len);

@@ -161,6 +161,9 @@ class DiscardSink final : public ChunkSink {
   std::vector<std::byte> scratch_;
 };
 
+/// Zeros, sent in place of a revoked region's bytes (DiscardSink::kScratchBytes of them).
+std::span<const std::byte> zeros();
+
 /// A registered region a peer reads (a served get): every write is bracketed by the
 /// region's RegionAccess. Once the region is deregistered it never reads the memory
 /// again and sends zeros instead, keeping the stream in step; revoked() then says so.

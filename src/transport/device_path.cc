@@ -113,8 +113,8 @@ Result<std::unique_ptr<DevmemTxSend>> DevicePathSelector::devmem_tx_for(MemoryDo
                                                                         size_t len, bool drives_devmem_tx) {
   if (!drives_devmem_tx) {
     return unsupported(
-        "this version sends messages and chunked puts by devmem TX (an inline put travels in its PUT frame, and "
-        "a served get of device memory stages)");
+        "this version sends messages, chunked puts and the replies to peers' chunked gets by devmem TX (an inline "
+        "put or get reply travels in its frame)");
   }
   if (len == 0) return unsupported("an empty message has nothing for the NIC to read");
   if (config_.checksum != ChecksumMode::kNone) {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -206,11 +207,33 @@ uint64_t DevmemTxStreams::copied() const noexcept {
   return n;
 }
 
+DevmemSource::~DevmemSource() {
+  // Sendmsgs never reported complete (the endpoint failed): their brackets end here,
+  // or deregistration would wait for them forever.
+  if (access_ != nullptr) {
+    for (; pending_ > 0; --pending_) access_->end();
+  }
+}
+
+void DevmemSource::completed() noexcept {
+  if (pending_ == 0) return;
+  --pending_;
+  if (access_ != nullptr) access_->end();  // the NIC is done with this sendmsg's memory
+}
+
 net::IoResult DevmemSource::write(int fd, uint64_t offset, uint64_t len) {
+  if (access_ != nullptr && (revoked_ || !access_->begin())) {
+    // Deregistered: never read it again, but keep the stream in step with the announced
+    // chunk by sending zeros from host memory; the reply says "revoked".
+    revoked_ = true;
+    return net::send_some(fd, zeros().data(), std::min<uint64_t>(len, zeros().size()));
+  }
   const net::IoResult r = send_.kernel->send(fd, send_.binding.id, send_.offset + offset, static_cast<size_t>(len));
   if (r.kind == net::IoResult::Kind::kBytes && r.bytes > 0) {
     streams_.sent(fd, cookie_);
-    ++pending_;
+    ++pending_;  // a served get's bracket stays open until this sendmsg's completion
+  } else if (access_ != nullptr) {
+    access_->end();  // nothing went: nothing for the NIC to read
   }
   return r;
 }

@@ -14,9 +14,11 @@
 // which put a stand-in of the kernel and NIC there (no NIC here can bind: every bind-tx
 // on this project's machines is refused, see docs/device-memory.md).
 //
-// Scope of this version: message sends (Endpoint::send) and chunked puts (Endpoint::put;
-// the put completes once its RESP came and the kernel reported its sendmsgs done). An
-// inline put travels in its PUT frame, and a served get of device memory stages.
+// Scope of this version: message sends (Endpoint::send), chunked puts (Endpoint::put;
+// the put completes once its RESP came and the kernel reported its sendmsgs done; an
+// inline put travels in its PUT frame) and chunked gets a peer makes of a registered
+// region of device memory (the target's reply; the get completes once the kernel
+// reported the reply's sendmsgs done, and the region stays bracketed until then).
 // Bindings: memory inside a registered region is sent through one binding of the whole
 // region, made on its first devmem send and kept, for every endpoint of the context, until
 // the region is deregistered (DevmemTxBindingCache: registration is where remora pays
@@ -30,6 +32,7 @@
 #include <memory>
 #include <optional>
 
+#include "mem/region_access.h"
 #include "net/io.h"
 #include "net/socket.h"
 #include "remora/memory.h"
@@ -42,6 +45,9 @@ namespace remora::detail {
 /// What a devmem put's sendmsgs are registered under: its operation id with this bit (a
 /// message send's are its send id).
 inline constexpr uint64_t kDevmemPutCookie = uint64_t{1} << 63;
+/// A served get's: this bit with the target's own number for it (the peer's operation
+/// ids are the peer's to choose, so they never go into a cookie).
+inline constexpr uint64_t kDevmemServedGetCookie = uint64_t{1} << 62;
 
 /// A bind-tx that succeeded: its id, and what keeps it bound (the netlink socket; the
 /// kernel unbinds when it goes).
@@ -128,26 +134,39 @@ class DevmemTxStreams {
   std::map<int, zerocopy::ZerocopyTracker> trackers_;
 };
 
-/// The chunks of one message send read by the NIC from device memory. Counts the
-/// sendmsgs not yet reported complete (`pending`).
+/// The chunks of one transfer read by the NIC from device memory. Counts the sendmsgs
+/// not yet reported complete (`pending`).
+///
+/// A served get reads a peer-granted region (`access`): every sendmsg opens a bracket of
+/// the region's access that its completion closes (the NIC reads the memory until then,
+/// so deregistration waits for it); once the region is deregistered the rest of the
+/// announced bytes go as zeros from host memory and revoked() says so, as RegionSource
+/// does. Brackets still open when the source goes (the endpoint failed) are closed then.
 class DevmemSource final : public ChunkSource {
  public:
-  DevmemSource(const DevmemTxSend& send, DevmemTxStreams& streams, uint64_t cookie) noexcept
-      : send_(send), streams_(streams), cookie_(cookie) {}
+  DevmemSource(const DevmemTxSend& send, DevmemTxStreams& streams, uint64_t cookie,
+               const RegionAccess* access = nullptr) noexcept
+      : send_(send), streams_(streams), cookie_(cookie), access_(access) {}
+  ~DevmemSource() override;
+  DevmemSource(const DevmemSource&) = delete;
+  DevmemSource& operator=(const DevmemSource&) = delete;
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   /// The host never holds these bytes: no CRC-32C (the path is not chosen with checksums on).
   std::optional<uint32_t> checksum(uint64_t, uint64_t) override { return std::nullopt; }
   /// Sendmsgs made and not yet reported complete.
   uint64_t pending() const noexcept { return pending_; }
-  void completed() noexcept {
-    if (pending_ > 0) --pending_;
-  }
+  /// One of them was reported complete.
+  void completed() noexcept;
+  /// The region was deregistered before all of it was sent (a served get's).
+  bool revoked() const noexcept { return revoked_; }
 
  private:
   const DevmemTxSend& send_;
   DevmemTxStreams& streams_;
   uint64_t cookie_;
+  const RegionAccess* access_;
   uint64_t pending_ = 0;
+  bool revoked_ = false;
 };
 
 }  // namespace remora::detail

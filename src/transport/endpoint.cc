@@ -511,6 +511,10 @@ void EndpointCore::devmem_send_completed(uint64_t id) {
     initiator_.devmem_completed(id & ~kDevmemPutCookie);
     return;
   }
+  if (id & kDevmemServedGetCookie) {
+    target_.devmem_completed(id & ~kDevmemServedGetCookie);
+    return;
+  }
   auto it = sends_.find(id);
   if (it == sends_.end() || !it->second->devmem_source) return;  // failed already
   SendOp* op = it->second.get();

@@ -235,10 +235,13 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   }
   /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
   /// and records it in the stats; the demanded path's refusal when it cannot be taken.
-  /// RmaTarget's: a chunked put into a region of device memory can go by devmem RX.
-  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked) override {
-    return choose_device_path(domain, p, n, tx, nullptr, /*drives_devmem_rx=*/!tx && chunked);
+  /// RmaTarget's: a chunked put into a region of device memory can go by devmem RX, and
+  /// a chunked get's reply from one by devmem TX.
+  Status choose_target_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked,
+                            std::unique_ptr<DevmemTxSend>* devmem) override {
+    return choose_device_path(domain, p, n, tx, tx && chunked ? devmem : nullptr, /*drives_devmem_rx=*/!tx && chunked);
   }
+  DevmemTxStreams* devmem_tx_streams() override { return &devmem_streams_; }
   std::shared_ptr<DevmemRxContext> devmem_rx_chosen() override {
     return last_device_path_ == DataPath::kDevmem ? devmem_rx_ : nullptr;
   }

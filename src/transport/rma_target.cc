@@ -79,10 +79,10 @@ bool RmaTarget::admit(uint64_t op_id) {
 }
 
 RmaStatus RmaTarget::choose_device_path(const RegionAccess& access, uint64_t length, bool tx, bool chunked,
-                                        std::string_view what) {
+                                        std::string_view what, std::unique_ptr<DevmemTxSend>* devmem) {
   MemoryDomain* device = access.device();
   if (device == nullptr) return RmaStatus::kOk;
-  if (Status path = owner_.choose_device_path(*device, access.address(), length, tx, chunked); !path) {
+  if (Status path = owner_.choose_target_path(*device, access.address(), length, tx, chunked, devmem); !path) {
     REMORA_LOG(kWarn, "peer {}: a {} {} memory takes no path: {}", peer_, what, device->name(), path.to_string());
     return RmaStatus::kDeviceFailed;
   }
@@ -276,8 +276,11 @@ void RmaTarget::put_received(uint64_t op_id) {
 void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, access.get());
+  // A chunked reply from device memory can go by devmem TX (`devmem` set then).
+  std::unique_ptr<DevmemTxSend> devmem;
   if (verdict == RmaStatus::kOk) {
-    verdict = choose_device_path(*access, f.length, /*tx=*/true, /*chunked=*/!inline_class, "get from");
+    verdict = choose_device_path(*access, f.length, /*tx=*/true, /*chunked=*/!inline_class, "get from",
+                                 inline_class || owner_.devmem_tx_streams() == nullptr ? nullptr : &devmem);
   }
   if (inline_class) {
     if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
@@ -301,7 +304,7 @@ void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
     return;
   }
   StagingContext staging;
-  if (verdict == RmaStatus::kOk && access->device() != nullptr) {
+  if (verdict == RmaStatus::kOk && access->device() != nullptr && devmem == nullptr) {
     auto made = owner_.staging_for(access->device(), /*tx=*/true);
     if (made) {
       staging = std::move(*made);
@@ -327,6 +330,14 @@ void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
   if (staging.pool) {
     sg->staged = std::make_unique<StagingSource>(std::move(staging), sg->access->address(), f.length, sg->access);
     sg->out.source = sg->staged.get();
+  } else if (devmem != nullptr) {
+    // The NIC reads the region: each sendmsg bracketed until the kernel reports it done.
+    sg->devmem = std::move(devmem);
+    sg->devmem_seq = next_devmem_get_++;
+    sg->devmem_source = std::make_unique<DevmemSource>(*sg->devmem, *owner_.devmem_tx_streams(),
+                                                       kDevmemServedGetCookie | sg->devmem_seq, sg->access.get());
+    sg->out.source = sg->devmem_source.get();
+    devmem_gets_.emplace(sg->devmem_seq, f.op_id);
   }
   owner_.send_chunks(&sg->out);
   served_gets_.emplace(f.op_id, std::move(sg));
@@ -379,15 +390,40 @@ void RmaTarget::get_sent(uint64_t op_id) {
   auto it = served_gets_.find(op_id);
   if (it == served_gets_.end()) return;
   ServedGet* sg = it->second.get();
+  if (sg->devmem_source && sg->devmem_source->pending() > 0) {
+    sg->awaiting_completions = true;  // the NIC still reads the region: RESP once it is done
+    return;
+  }
+  finish_served_get(it);
+}
+
+void RmaTarget::devmem_completed(uint64_t seq) {
+  auto d = devmem_gets_.find(seq);
+  if (d == devmem_gets_.end()) return;  // finished (or failed) already
+  auto it = served_gets_.find(d->second);
+  if (it == served_gets_.end()) return;
+  ServedGet* sg = it->second.get();
+  sg->devmem_source->completed();
+  if (sg->awaiting_completions && sg->devmem_source->pending() == 0) {
+    finish_served_get(it);
+    owner_.replies_queued();  // from the error queue's drain, outside the control dispatch
+  }
+}
+
+void RmaTarget::finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it) {
+  ServedGet* sg = it->second.get();
   RmaStatus status = RmaStatus::kOk;
   if (!sg->out.failure.is_ok()) {
     status = RmaStatus::kDeviceFailed;  // cut short: the endpoint sent ABORT
-  } else if (sg->source.revoked() || (sg->staged && sg->staged->revoked())) {
+  } else if (sg->source.revoked() || (sg->staged && sg->staged->revoked()) ||
+             (sg->devmem_source && sg->devmem_source->revoked())) {
     status = RmaStatus::kRevoked;
   } else {
     ++stats_.served_gets;
+    if (sg->devmem_source) ++stats_.devmem_transfers;
   }
   send_resp(sg->op_id, status);
+  if (sg->devmem_seq != 0) devmem_gets_.erase(sg->devmem_seq);
   served_gets_.erase(it);
 }
 
@@ -419,7 +455,8 @@ void RmaTarget::serve_atomic(const wire::AtomicFrame& f) {
 
 void RmaTarget::fail() {
   served_puts_.clear();
-  served_gets_.clear();
+  served_gets_.clear();  // devmem replies' brackets still open end with their sources
+  devmem_gets_.clear();
 }
 
 }  // namespace remora::detail

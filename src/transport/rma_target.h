@@ -29,6 +29,7 @@
 #include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
 #include "transport/devmem_path.h"
+#include "transport/devmem_tx_path.h"
 #include "transport/notifications.h"
 #include "transport/staging.h"
 #include "wire/frame.h"
@@ -53,8 +54,13 @@ class RmaTarget {
     virtual Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) = 0;
     /// Picks (and records) the data path of a transfer of [p, p+n) of `domain`'s memory;
     /// the refusal when the path the configuration demands cannot be taken. `chunked`:
-    /// its bytes move on the data streams (not inline in a frame).
-    virtual Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked) = 0;
+    /// its bytes move on the data streams (not inline in a frame). `devmem` (a chunked
+    /// get's reply, which devmem TX can send): set when the path is devmem TX.
+    virtual Status choose_target_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked,
+                                      std::unique_ptr<DevmemTxSend>* devmem) = 0;
+    /// The data streams as devmem TX uses them (for a reply choose_target_path sent
+    /// that way); their completions come back through RmaTarget::devmem_completed.
+    virtual DevmemTxStreams* devmem_tx_streams() { return nullptr; }
     /// The devmem receive a put into device memory goes by, when the path just chosen
     /// (choose_device_path) was devmem RX; null: it stages.
     virtual std::shared_ptr<DevmemRxContext> devmem_rx_chosen() { return nullptr; }
@@ -91,8 +97,12 @@ class RmaTarget {
   RxTransfer* put_transfer(uint64_t op_id);
   /// Every announced chunk of put `op_id` is in: RESP, and its notification.
   void put_received(uint64_t op_id);
-  /// Every byte of get `op_id`'s reply is in the kernel: RESP.
+  /// Every byte of get `op_id`'s reply is in the kernel: RESP (by devmem TX: once the
+  /// kernel reported every sendmsg of it done, devmem_completed).
   void get_sent(uint64_t op_id);
+  /// The kernel reported a sendmsg of the devmem reply `seq` (kDevmemServedGetCookie's
+  /// number) complete.
+  void devmem_completed(uint64_t seq);
 
   /// The kernel took the control stream's output queue up to `position`.
   void control_sent(size_t position) {
@@ -126,6 +136,10 @@ class RmaTarget {
     std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();
     RegionSource source;
     std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
+    std::unique_ptr<DevmemTxSend> devmem;   // device memory by devmem TX: its binding ...
+    std::unique_ptr<DevmemSource> devmem_source;  // ... and out.source (after `devmem`: it reads it)
+    uint64_t devmem_seq = 0;                      // its cookie's number
+    bool awaiting_completions = false;            // sent; the kernel has yet to report sendmsgs done
     bool inline_copy = false;
     TxTransfer out;
   };
@@ -136,7 +150,9 @@ class RmaTarget {
   /// kOk for host memory, or when the endpoint found a path for this device transfer;
   /// kDeviceFailed (logged) when the path the configuration demands cannot be taken.
   wire::RmaStatus choose_device_path(const RegionAccess& access, uint64_t length, bool tx, bool chunked,
-                                     std::string_view what);
+                                     std::string_view what, std::unique_ptr<DevmemTxSend>* devmem = nullptr);
+  /// RESP for a served get whose reply is out (and, by devmem TX, reported done).
+  void finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
   /// Device memory: an inline PUT's bytes copied into it, or an inline GET's out of it,
   /// then the RESP (the request stays in service meanwhile).
@@ -155,6 +171,8 @@ class RmaTarget {
 
   std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
   std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
+  std::unordered_map<uint64_t, uint64_t> devmem_gets_;  // devmem reply number -> the get's op_id
+  uint64_t next_devmem_get_ = 1;
   // Positions in the owner's control queue just after each RESP the kernel has not
   // taken yet; each counts against the window.
   std::deque<size_t> unsent_resps_;

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -330,7 +332,7 @@ TEST(DevmemTxEndpoint, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFr
     if (len <= 100) {  // inline: staged into its PUT frame
       EXPECT_EQ(nic.binds.load(), binds);
       EXPECT_EQ(st.device_path, "staging");
-      EXPECT_NE(st.device_path_reason.find("an inline put travels in its PUT frame"), std::string::npos)
+      EXPECT_NE(st.device_path_reason.find("an inline put or get reply travels in its frame"), std::string::npos)
           << st.device_path_reason;
     } else {
       EXPECT_EQ(nic.binds.load(), binds + 1);
@@ -441,6 +443,84 @@ TEST(DevmemTxEndpoint, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsD
   EXPECT_FALSE(after.is_ok());
   EXPECT_NE(after.code(), StatusCode::kTimeout) << describe(after);
   EXPECT_FALSE(flush.wait(30s).is_ok());
+  reset(p);
+  EXPECT_EQ(nic.held(), 0u);
+}
+
+TEST(DevmemTxEndpoint, APeersChunkedGetOfADeviceRegionIsSentByDevmemThroughTheRegionsBinding) {
+  StandinNic nic;
+  ScopedKernel scoped(nic.kernel());
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);  // a (p.ea) serves; the plain context gets
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 5 * kChunk + 123;
+  const auto contents = stream_bytes(len, 21);
+  std::byte* mem = on_device(*a.dev, contents);
+  ASSERT_NE(mem, nullptr);
+  auto region = p.a->register_memory(mem, len, Access::kRemoteRead);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  const RemoteKey key = region->remote_key();
+  const uint64_t binds = nic.binds.load();
+  uint64_t by_devmem = 0;
+  // Chunked replies from unaligned offsets (one chunk and one, several, up to the last
+  // byte), and an inline one (in its RESP frame, copied out of the device).
+  struct Case {
+    uint64_t offset, length;
+  };
+  for (const Case c :
+       {Case{5, kChunk + 1}, Case{kChunk, 3 * kChunk + 7}, Case{len - 2 * kChunk - 9, 2 * kChunk + 9}, Case{77, 100}}) {
+    SCOPED_TRACE(fmt::format("get of {} bytes at {}", c.length, c.offset));
+    std::vector<std::byte> got(c.length + 16, std::byte{0xee});
+    const Status g = p.eb->get(std::span(got.data(), c.length), key, c.offset).wait(30s);
+    ASSERT_TRUE(g.is_ok()) << describe(g);
+    EXPECT_TRUE(std::equal(contents.begin() + static_cast<std::ptrdiff_t>(c.offset),
+                           contents.begin() + static_cast<std::ptrdiff_t>(c.offset + c.length), got.begin()));
+    EXPECT_TRUE(std::all_of(got.end() - 16, got.end(), [](std::byte b) { return b == std::byte{0xee}; }));
+    const EndpointStats st = p.ea->stats();
+    if (c.length <= 100) {
+      EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;
+    } else {
+      ++by_devmem;
+      EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+      EXPECT_NE(st.device_path_reason.find("its registered region's"), std::string::npos) << st.device_path_reason;
+    }
+    EXPECT_EQ(st.devmem_transfers, by_devmem);
+  }
+  EXPECT_EQ(p.ea->stats().served_gets, 4u);
+  EXPECT_EQ(nic.binds.load(), binds + 1);  // the region's one binding served every reply
+  EXPECT_GE(nic.bytes.load(), (kChunk + 1) + (3 * kChunk + 7) + (2 * kChunk + 9));
+  region->deregister();
+  EXPECT_EQ(nic.held(), 0u);
+  reset(p);
+}
+
+TEST(DevmemTxEndpoint, AServedGetIsNotAnsweredWhileTheKernelHasNotReportedItsReplyDone) {
+  StandinNic nic;
+  ScopedKernel scoped(never_completing(nic));
+  DeviceContext a = exporting_context(DevicePathMode::kAuto);
+  ASSERT_TRUE(a.ctx);
+  Pair p = pair_with(a);
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 3 * kChunk;
+  const auto contents = stream_bytes(len, 22);
+  std::byte* mem = on_device(*a.dev, contents);
+  ASSERT_NE(mem, nullptr);
+  auto region = p.a->register_memory(mem, len, Access::kRemoteRead);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  std::vector<std::byte> got(len);
+  Request get = p.eb->get(std::span(got), region->remote_key(), 0);
+  // Every byte may be there, but the target answers only once the NIC is done reading
+  // the region (a bounded wait that must run out).
+  EXPECT_EQ(get.wait(300ms).code(), StatusCode::kTimeout);
+  EXPECT_EQ(nic.held(), 1u);
+  // The serving endpoint aborted: the get fails, and the region's brackets are closed,
+  // so deregistration returns.
+  p.ea->abort();
+  const Status after = get.wait(30s);
+  EXPECT_FALSE(after.is_ok());
+  EXPECT_NE(after.code(), StatusCode::kTimeout) << describe(after);
+  region->deregister();
   reset(p);
   EXPECT_EQ(nic.held(), 0u);
 }

@@ -43,11 +43,13 @@ TEST(DevicePath, AutoStagesAndNamesEveryReason) {
   EXPECT_NE(tx->reason.find("memory: the test-device memory domain cannot export a dmabuf"), std::string::npos)
       << tx->reason;
   EXPECT_NE(tx->reason.find("eth9: bind-tx: EOPNOTSUPP"), std::string::npos) << tx->reason;
-  // An inline put or a served get: devmem TX does not take them in this version.
+  // An inline put or get reply: devmem TX does not take them (their bytes go in a frame).
   auto put = s.choose(*d.dev, d.mem, 4096, true);
   ASSERT_TRUE(put.is_ok());
   EXPECT_EQ(put->path, DataPath::kStaging);
-  EXPECT_NE(put->reason.find("sends messages and chunked puts by devmem TX"), std::string::npos) << put->reason;
+  EXPECT_NE(put->reason.find("sends messages, chunked puts and the replies to peers' chunked gets by devmem TX"),
+            std::string::npos)
+      << put->reason;
   // Checksums need the bytes on the host; an empty message has none for the NIC.
   Config sum = c;
   sum.checksum = ChecksumMode::kCrc32c;

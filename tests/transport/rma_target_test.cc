@@ -47,7 +47,7 @@ struct RecordingOwner : RmaTarget::Owner, Notifications::Owner {
   Result<StagingContext> staging_for(MemoryDomain*, bool) override {
     return Status(StatusCode::kUnsupported, "this harness serves host regions only");
   }
-  Status choose_device_path(MemoryDomain&, const void*, size_t, bool, bool) override {
+  Status choose_target_path(MemoryDomain&, const void*, size_t, bool, bool, std::unique_ptr<DevmemTxSend>*) override {
     return Status(StatusCode::kUnsupported, "this harness serves host regions only");
   }
   const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return no_engine; }
