@@ -9,14 +9,15 @@
 // (tests/device/emulated_cuda/, host memory behind the driver API, not a GPU) with
 // REMORA_TEST_REQUIRE_CUDA=1, so it cannot skip there. Elsewhere it skips with the
 // driver's reason.
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "device/require_cuda.h"
 #include "device_checks.h"
 #include "mesh.h"
 #include "remora/cuda.h"
@@ -71,15 +72,7 @@ class CudaVec {
 class CudaCollectives : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto domain = cuda_domain();
-    if (!domain.is_ok()) {
-      const char* required = std::getenv("REMORA_TEST_REQUIRE_CUDA");
-      ASSERT_FALSE(required != nullptr && std::string(required) == "1")
-          << "REMORA_TEST_REQUIRE_CUDA=1 but " << domain.status().to_string();
-      GTEST_SKIP() << "needs a CUDA driver (a GPU, or REMORA_CUDA_DRIVER=the emulated driver): "
-                   << domain.status().message();
-    }
-    domain_ = *domain;
+    REMORA_CUDA_DOMAIN_OR_SKIP(domain_);
     ranks_ = make_ranks(kRanks);
     for (auto& rank : ranks_) ASSERT_TRUE(rank.ctx->add_memory_domain(*domain_).is_ok());
   }

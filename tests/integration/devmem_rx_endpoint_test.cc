@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "device/require_cuda.h"
 #include "itest_util.h"
 #include "remora/cuda.h"
 #include "remora/testing/test_device.h"
@@ -462,17 +463,7 @@ TEST(DevmemRxEndpoint, TheDoctorSeesTheRxqThatWouldSteerEndpoints) {
 
 class DevmemRxEndpointCuda : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto domain = cuda_domain();
-    if (!domain.is_ok()) {
-      const char* required = std::getenv("REMORA_TEST_REQUIRE_CUDA");
-      ASSERT_FALSE(required != nullptr && std::string(required) == "1")
-          << "REMORA_TEST_REQUIRE_CUDA=1 but " << domain.status().to_string();
-      GTEST_SKIP() << "needs a CUDA driver (a GPU, or REMORA_CUDA_DRIVER=the emulated driver): "
-                   << domain.status().message();
-    }
-    cuda_ = *domain;
-  }
+  void SetUp() override { REMORA_CUDA_DOMAIN_OR_SKIP(cuda_); }
   void TearDown() override {
     for (void* p : allocations_) EXPECT_TRUE(cuda_free(p).is_ok());
   }

@@ -350,15 +350,14 @@ TEST(DevmemTxEndpoint, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFr
 TEST(DevmemTxEndpoint, SendsAndPutsFromARegisteredRegionShareItsOneBindingUntilItIsDeregistered) {
   StandinNic nic;
   ScopedKernel scoped(nic.kernel());
-  DeviceContext a = exporting_context(DevicePathMode::kAuto);
-  ASSERT_TRUE(a.ctx);
-  Pair p = pair_with(a);
-  ASSERT_TRUE(p.ea && p.eb);
   // A KV-cache-like region of device memory, registered once, sent from in pieces.
   const uint64_t len = 6 * kChunk;
-  const auto contents = stream_bytes(len, 11);
-  std::byte* mem = on_device(*a.dev, contents);
-  ASSERT_NE(mem, nullptr);
+  Sender snd = sender(DevicePathMode::kAuto, len, 11);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  DeviceContext& a = snd.a;
+  const auto& contents = snd.data;
+  std::byte* mem = snd.src;
   auto region = p.a->register_memory(mem, len, Access::kLocalWrite);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
   // Messages (and their receives into host memory), each from another part of it.
@@ -450,15 +449,12 @@ TEST(DevmemTxEndpoint, APutIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgsD
 TEST(DevmemTxEndpoint, APeersChunkedGetOfADeviceRegionIsSentByDevmemThroughTheRegionsBinding) {
   StandinNic nic;
   ScopedKernel scoped(nic.kernel());
-  DeviceContext a = exporting_context(DevicePathMode::kAuto);
-  ASSERT_TRUE(a.ctx);
-  Pair p = pair_with(a);  // a (p.ea) serves; the plain context gets
-  ASSERT_TRUE(p.ea && p.eb);
   const uint64_t len = 5 * kChunk + 123;
-  const auto contents = stream_bytes(len, 21);
-  std::byte* mem = on_device(*a.dev, contents);
-  ASSERT_NE(mem, nullptr);
-  auto region = p.a->register_memory(mem, len, Access::kRemoteRead);
+  Sender snd = sender(DevicePathMode::kAuto, len, 21);  // its context (p.ea) serves; the plain one gets
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  const auto& contents = snd.data;
+  auto region = p.a->register_memory(snd.src, len, Access::kRemoteRead);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
   const RemoteKey key = region->remote_key();
   const uint64_t binds = nic.binds.load();
@@ -498,15 +494,11 @@ TEST(DevmemTxEndpoint, APeersChunkedGetOfADeviceRegionIsSentByDevmemThroughTheRe
 TEST(DevmemTxEndpoint, AServedGetIsNotAnsweredWhileTheKernelHasNotReportedItsReplyDone) {
   StandinNic nic;
   ScopedKernel scoped(never_completing(nic));
-  DeviceContext a = exporting_context(DevicePathMode::kAuto);
-  ASSERT_TRUE(a.ctx);
-  Pair p = pair_with(a);
-  ASSERT_TRUE(p.ea && p.eb);
   const uint64_t len = 3 * kChunk;
-  const auto contents = stream_bytes(len, 22);
-  std::byte* mem = on_device(*a.dev, contents);
-  ASSERT_NE(mem, nullptr);
-  auto region = p.a->register_memory(mem, len, Access::kRemoteRead);
+  Sender snd = sender(DevicePathMode::kAuto, len, 22);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  auto region = p.a->register_memory(snd.src, len, Access::kRemoteRead);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
   std::vector<std::byte> got(len);
   Request get = p.eb->get(std::span(got), region->remote_key(), 0);
