@@ -876,6 +876,15 @@ void EndpointCore::deliver_eager(RecvOp& op, std::span<const std::byte> payload)
     // first, and the receive completes when the device copy has ended.
     ++stats_.staged_transfers;
     stats_.staged_bytes += payload.size();
+    if (op.devmem_rx) {
+      // Posted for devmem RX, but the message came on the control stream: it staged.
+      last_device_path_ = DataPath::kStaging;
+      stats_.device_path = std::string(data_path_name(DataPath::kStaging));
+      stats_.device_path_reason = fmt::format(
+          "devmem RX was chosen for this receive, but the message ({} bytes, at most the eager limit) came inline on "
+          "the control stream: copied to {} memory from there",
+          payload.size(), op.device->name());
+    }
     auto held = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
     auto copy = op.device->copy_from_host(op.buffer, held->data(), held->size());
     if (!copy) {

@@ -167,22 +167,25 @@ std::vector<std::byte> device_bytes(TestDeviceDomain& dev, const std::byte* p, s
 
 /// Messages sent to the device-echo peer come back, into device memory and into host
 /// memory, each checked byte for byte.
-void echo_into_device_and_host(PeerSession& s, DeviceContext& mine, const std::vector<uint64_t>& sizes) {
+void echo_into_device_and_host(PeerSession& s, DeviceContext& mine, const std::vector<uint64_t>& sizes,
+                               size_t first = 0) {
   std::byte* dev_in = mine.dev->allocate(6 * kChunk).value();
-  for (size_t i = 0; i < sizes.size(); ++i) {
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t i = first + k;  // the message's number in the peer's list
+    const uint64_t size = sizes[k];
     const bool to_device = i % 2 == 0;
-    SCOPED_TRACE(fmt::format("message {} of {} bytes into {} memory", i, sizes[i], to_device ? "device" : "host"));
-    const auto data = stream_bytes(sizes[i], i + 1);
+    SCOPED_TRACE(fmt::format("message {} of {} bytes into {} memory", i, size, to_device ? "device" : "host"));
+    const auto data = stream_bytes(size, i + 1);
     ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
     auto line = s.peer->read_line(60s);
     ASSERT_TRUE(line);
     EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
     if (to_device) {
-      const Status got = s.ep->recv(std::span(dev_in, sizes[i]), Tag{200 + i}).wait(60s);
+      const Status got = s.ep->recv(std::span(dev_in, size), Tag{200 + i}).wait(60s);
       ASSERT_TRUE(got.is_ok()) << describe(got);
-      EXPECT_TRUE(device_bytes(*mine.dev, dev_in, sizes[i]) == data);
+      EXPECT_TRUE(device_bytes(*mine.dev, dev_in, size) == data);
     } else {
-      std::vector<std::byte> host(sizes[i]);
+      std::vector<std::byte> host(size);
       const Status got = s.ep->recv(std::span(host), Tag{200 + i}).wait(60s);
       ASSERT_TRUE(got.is_ok()) << describe(got);
       EXPECT_TRUE(host == data);
@@ -228,12 +231,20 @@ void connected_endpoint_through_rxq(const std::string& key, size_t max_read) {
   // The HELLO_ACKs of both data streams (and with a key, the challenges and
   // confirmations before them).
   EXPECT_GT(handshake, 0u);
-  echo_into_device_and_host(s, mine, sizes);
+  // Up to the last chunked one into device memory (sizes[2]: five chunks and three).
+  echo_into_device_and_host(s, mine, std::vector<uint64_t>(sizes.begin(), sizes.begin() + 3));
+  EndpointStats chunked = s.ep->stats();
+  EXPECT_EQ(chunked.device_path, "devmem") << chunked.device_path_reason;
+  EXPECT_NE(chunked.device_path_reason.find("devmem RX into test-device memory: rxq's stand-in memfd of 16777216 "
+                                            "bytes, binding 0; streams steered to queues "),
+            std::string::npos)
+      << chunked.device_path_reason;
+  echo_into_device_and_host(s, mine, std::vector<uint64_t>(sizes.begin() + 3, sizes.end()), 3);
 
   const EndpointStats st = s.ep->stats();
-  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
-  EXPECT_NE(st.device_path_reason.find("devmem RX into test-device memory: rxq's stand-in memfd of 16777216 bytes, "
-                                       "binding 0; streams steered to queues "),
+  // The last device receive was the eager one: it staged, and says why.
+  EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("came inline on the control stream: copied to test-device memory from there"),
             std::string::npos)
       << st.device_path_reason;
   EXPECT_EQ(st.devmem_transfers, 2u);  // the chunked device receives
@@ -537,8 +548,8 @@ TEST_F(DevmemRxEndpointCuda, MessagesFromAPeerProcessArePlacedInCudaMemoryFromRx
     EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "the message differs in CUDA memory";
   }
   const EndpointStats st = s.ep->stats();
-  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
-  EXPECT_NE(st.device_path_reason.find("devmem RX into cuda memory"), std::string::npos) << st.device_path_reason;
+  EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;  // the last, eager one
+  EXPECT_NE(st.device_path_reason.find("copied to cuda memory from there"), std::string::npos) << st.device_path_reason;
   EXPECT_EQ(st.devmem_transfers, 2u);
   EXPECT_EQ(st.staged_transfers, 1u);
   EXPECT_EQ(standin.nic.bytes - handshake, (kChunk + 1) + (5 * kChunk + 3));
