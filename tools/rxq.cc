@@ -185,6 +185,7 @@ void print_checks(const Plan& plan) {
 struct ServeOptions {
   std::string ifname;
   uint32_t queues = 1;
+  uint32_t client_queues = 0;  ///< more reserved queues, one per client that binds a dmabuf of its own
   std::string socket;
   std::string journal;
   uint64_t dmabuf_size = 0;
@@ -263,19 +264,30 @@ class Server {
       return finish(kRxqError);
     }
     listen_ = std::move(*listening);
-    say("serving {} queues {} on {} (journal {})", o_.ifname, fmt::join(plan_.reserved, ","), o_.socket,
-        journal_.path());
+    say("serving {} queues {} on {} (journal {}){}", o_.ifname, fmt::join(plan_.reserved, ","), o_.socket,
+        journal_.path(),
+        free_client_queues_.empty()
+            ? std::string()
+            : fmt::format("; queues {} for clients' own dmabufs", fmt::join(free_client_queues_, ",")));
     const int code = loop();
     ::unlink(o_.socket.c_str());
     return finish(code);
   }
 
  private:
+  /// A client's own dmabuf (TCPX's model), bound to a queue of its own.
+  struct OwnBinding {
+    uint32_t queue = 0;
+    uint64_t size = 0;
+    std::optional<zc::DevmemBinding> binding;  ///< bind-rx's (none in stand-in mode); unbinds when it goes
+    net::Fd dmabuf;                            ///< held while bound
+  };
   struct Peer {
     net::Fd fd;
     pid_t pid = 0;
     uid_t uid = 0;
     std::vector<uint64_t> entries;  ///< its flows' journal ids
+    std::optional<OwnBinding> own;  ///< its dmabuf, if it gave one
   };
 
   Status apply() {
@@ -315,6 +327,10 @@ class Server {
       REMORA_RETURN_IF_ERROR(steering.set_indirection(zc::equal_indirection(static_cast<uint32_t>(e.rss.size()), rss_queues)));
       say("RSS: queues 0..{} (ethtool -X {} equal {})", rss_queues - 1, o_.ifname, rss_queues);
     }
+    // The last client_queues reserved queues are the clients' own; the rest take rxq's buffer.
+    const auto split = plan_.reserved.end() - static_cast<std::ptrdiff_t>(o_.client_queues);
+    free_client_queues_.assign(split, plan_.reserved.end());
+    plan_.reserved.erase(split, plan_.reserved.end());
     zc::KernelError ke;
     auto b = zc::DevmemBinding::bind_rx(plan_.ifindex, buffer_.fd.get(), plan_.reserved, &ke);
     if (b) {
@@ -381,7 +397,7 @@ class Server {
     }
     say("client pid {} uid {} connected", cred.pid, cred.uid);
     const int key = fd.get();
-    peers_[key] = Peer{std::move(fd), cred.pid, cred.uid, {}};
+    peers_[key] = Peer{std::move(fd), cred.pid, cred.uid, {}, std::nullopt};
   }
 
   void serve_peer(int key) {
@@ -390,12 +406,24 @@ class Server {
     if (!packet || packet->eof) {
       say("client pid {} gone{}: removing its {} flow(s)", peer.pid,
           packet ? "" : " (" + packet.status().message() + ")", peer.entries.size());
-      drop_flows(&peer);
+      drop_flows(&peer);  // its rules first, then its own binding and queue
+      if (peer.own) {
+        free_client_queues_.push_back(peer.own->queue);
+        say("client pid {}: its dmabuf on queue {} released", peer.pid, peer.own->queue);
+      }
       peers_.erase(key);
       return;
     }
     rq::BindFlowReply reply;
     int pass_fd = -1;
+    auto type = rq::request_type(packet->bytes);
+    if (type && *type == rq::kTypeBindDmabuf) {
+      reply.type = rq::kTypeBindDmabufReply;
+      bind_dmabuf(&peer, packet->bytes, std::move(packet->fd), &reply);
+      if (Status s = rq::send_packet(peer.fd.get(), rq::encode(reply)); !s)
+        say("client pid {}: {}", peer.pid, s.message());
+      return;
+    }
     auto request = rq::decode_request(packet->bytes);
     if (!request) {
       reply.error = EINVAL;
@@ -414,9 +442,63 @@ class Server {
     }
   }
 
-  /// Steers `flow` for `peer`; the fd to pass, or -1 with `reply` saying why not.
+  /// Binds the dmabuf `peer` passed (`fd`) to a client queue of its own; `reply` says
+  /// how, or why not.
+  void bind_dmabuf(Peer* peer, std::span<const std::byte> bytes, net::Fd fd, rq::BindFlowReply* reply) {
+    auto request = rq::decode_bind_dmabuf(bytes);
+    auto refuse = [&](int err, std::string why) {
+      reply->error = err;
+      reply->message = std::move(why);
+      say("client pid {}: refused its dmabuf: {}", peer->pid, reply->message);
+    };
+    if (!request) return refuse(EINVAL, request.status().message());
+    if (!fd.valid()) return refuse(EINVAL, "a bind-dmabuf request must carry the dmabuf's descriptor");
+    if (o_.client_queues == 0) {
+      return refuse(EOPNOTSUPP, "this rxq binds no clients' dmabufs (start it with --client-queues N)");
+    }
+    if (peer->own)
+      return refuse(EEXIST, fmt::format("this client's dmabuf is bound already (queue {})", peer->own->queue));
+    if (!peer->entries.empty()) {
+      return refuse(EBUSY, "this client has flows into rxq's buffer already: give the dmabuf before any flow");
+    }
+    const off_t end = ::lseek(fd.get(), 0, SEEK_END);
+    if (end < 0 || static_cast<uint64_t>(end) != request->dmabuf_size) {
+      return refuse(EINVAL, end < 0 ? fmt::format("the descriptor has no size: {}", zc::errno_text(errno))
+                                    : fmt::format("the descriptor holds {} bytes, the request says {}", end,
+                                                  request->dmabuf_size));
+    }
+    if (free_client_queues_.empty()) {
+      return refuse(EBUSY, fmt::format("all {} queue(s) for clients' own dmabufs are taken", o_.client_queues));
+    }
+    OwnBinding own;
+    own.queue = free_client_queues_.back();
+    own.size = request->dmabuf_size;
+    zc::KernelError ke;
+    const uint32_t queues[] = {own.queue};
+    auto b = zc::DevmemBinding::bind_rx(plan_.ifindex, fd.get(), queues, &ke);
+    if (b) {
+      own.binding.emplace(std::move(*b));
+    } else if (!o_.standin) {
+      return refuse(ke.err != 0 ? ke.err : EIO, b.status().message());
+    }
+    own.dmabuf = std::move(fd);
+    free_client_queues_.pop_back();
+    reply->binding_id = own.binding ? own.binding->id() : 0;
+    reply->queue = own.queue;
+    reply->rule_location = rq::kNoRule;
+    reply->dmabuf_size = own.size;
+    reply->flags = rq::kFlagClientDmabuf | (own.binding ? 0u : rq::kFlagStandin);
+    if (!own.binding) reply->message = "stand-in mode: not bound (" + b.status().message() + ")";
+    say("client pid {}: its dmabuf of {} bytes {} queue {}", peer->pid, own.size,
+        own.binding ? fmt::format("bound (binding id {}) to", own.binding->id()) : std::string("taken, unbound, for"),
+        own.queue);
+    peer->own = std::move(own);
+  }
+
+  /// Steers `flow` for `peer`; the fd to pass, or -1 with `reply` saying why not (a
+  /// client with its own dmabuf gets -1 and no error: its flows go to its queue).
   int bind_flow(Peer* peer, const zc::TcpFlow& flow, rq::BindFlowReply* reply) {
-    const uint32_t queue = plan_.reserved[next_queue_++ % plan_.reserved.size()];
+    const uint32_t queue = peer->own ? peer->own->queue : plan_.reserved[next_queue_++ % plan_.reserved.size()];
     rq::JournalEntry e;
     e.kind = rq::JournalEntry::Kind::kFlow;
     e.pid = peer->pid;
@@ -445,9 +527,15 @@ class Server {
     peer->entries.push_back(*id);
     say("client pid {}: {} -> queue {} ({})", peer->pid, e.flow, queue,
         e.rule_location ? fmt::format("rule {}", *e.rule_location) : "no rule: " + reply->message);
-    reply->binding_id = binding_ ? binding_->id() : 0;
     reply->queue = queue;
     reply->rule_location = e.rule_location.value_or(rq::kNoRule);
+    if (peer->own) {
+      reply->binding_id = peer->own->binding ? peer->own->binding->id() : 0;
+      reply->dmabuf_size = peer->own->size;
+      reply->flags |= rq::kFlagClientDmabuf | (peer->own->binding ? 0u : rq::kFlagStandin);
+      return -1;
+    }
+    reply->binding_id = binding_ ? binding_->id() : 0;
     reply->dmabuf_size = buffer_.size;
     if (!buffer_.is_dmabuf()) reply->flags |= rq::kFlagStandin;
     return buffer_.fd.get();
@@ -479,10 +567,11 @@ class Server {
   net::Fd signals_;
   std::map<int, Peer> peers_;
   size_t next_queue_ = 0;
+  std::vector<uint32_t> free_client_queues_;  // reserved for clients' own dmabufs, not taken
 };
 
 int serve(const ServeOptions& o) {
-  auto plan = check_interface(o.ifname, o.queues, o.standin);
+  auto plan = check_interface(o.ifname, o.queues + o.client_queues, o.standin);
   if (!plan) {
     fmt::print(stderr, "remora rxq serve: {}\n", plan.status().message());
     return kRxqError;
@@ -607,6 +696,10 @@ RxqCli::RxqCli(CLI::App* parent) {
     cmd->add_option("-i,--ifname", ifname_, "the network interface")->required();
     cmd->add_option("-q,--queues", queues_, "RX queues to reserve for devmem flows (the last ones)")
         ->check(CLI::Range(1u, 1024u));
+    cmd->add_option("--client-queues", client_queues_,
+                    "more RX queues to reserve, one for each client that hands rxq a dmabuf of its own (its device "
+                    "memory, TCPX's model) and gets its flows steered there (default 0: none)")
+        ->check(CLI::Range(0u, 1024u));
   };
   check_ = rxq_->add_subcommand("check", "what `serve` checks, and why it would refuse (exit 0: it can, 3: it cannot)");
   add_interface(check_);
@@ -635,7 +728,7 @@ bool RxqCli::given() const { return rxq_->parsed(); }
 
 int RxqCli::run() {
   if (check_->parsed()) {
-    auto plan = check_interface(ifname_, queues_, false);
+    auto plan = check_interface(ifname_, queues_ + client_queues_, false);
     if (!plan) {
       fmt::print(stderr, "remora rxq check: {}\n", plan.status().message());
       return kRxqError;
@@ -645,8 +738,13 @@ int RxqCli::run() {
     return plan->can() ? kRxqOk : kRxqRefused;
   }
   if (serve_->parsed()) {
-    return serve({.ifname = ifname_, .queues = queues_, .socket = socket_, .journal = journal_,
-                  .dmabuf_size = dmabuf_size_, .standin = standin_});
+    return serve({.ifname = ifname_,
+                  .queues = queues_,
+                  .client_queues = client_queues_,
+                  .socket = socket_,
+                  .journal = journal_,
+                  .dmabuf_size = dmabuf_size_,
+                  .standin = standin_});
   }
   if (undo_->parsed()) return undo(journal_);
   if (request_->parsed()) return request(socket_, port_, src_port_, dst_ip_, src_ip_, hold_);

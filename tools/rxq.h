@@ -45,6 +45,7 @@ class RxqCli {
   CLI::App* request_ = nullptr;
   std::string ifname_;
   uint32_t queues_ = 1;
+  uint32_t client_queues_ = 0;
   std::string socket_;
   std::string journal_;
   uint64_t dmabuf_size_ = 64ull << 20;

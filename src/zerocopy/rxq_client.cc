@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -116,21 +117,49 @@ Result<Client> Client::connect(const std::string& path) {
   return Client(std::move(s));
 }
 
-Result<FlowLease> Client::bind_flow(const TcpFlow& flow, std::chrono::milliseconds timeout) {
-  REMORA_RETURN_IF_ERROR(send_packet(socket_.get(), encode(BindFlowRequest{flow})));
-  REMORA_ASSIGN_OR_RETURN(Packet p, recv_packet(socket_.get(), kMaxReplyBytes, net::Clock::now() + timeout));
+namespace {
+
+/// rxq's answer of `type` to what we just sent (`what`, for messages); a refusal as an
+/// error with the code its errno maps to (rxq's refusals are mostly the kernel's).
+Result<std::pair<BindFlowReply, net::Fd>> answer(int socket, uint16_t type, const std::string& what,
+                                                 std::chrono::milliseconds timeout) {
+  REMORA_ASSIGN_OR_RETURN(Packet p, recv_packet(socket, kMaxReplyBytes, net::Clock::now() + timeout));
   if (p.eof) return Status(StatusCode::kPeerFailed, "rxq closed the connection without answering");
   REMORA_ASSIGN_OR_RETURN(BindFlowReply reply, decode_reply(p.bytes));
+  if (reply.type != type) {
+    return Status(StatusCode::kProtocol, fmt::format("rxq answered {} with a reply of type {:#06x}", what, reply.type));
+  }
   if (reply.error != 0) {
     if (p.fd.valid()) return Status(StatusCode::kProtocol, "rxq: a refusal that carried a descriptor");
-    // The code the kernel's errno maps to (rxq's refusals are mostly the kernel's).
     KernelError ke;
     ke.err = reply.error;
     const StatusCode code = nl::refusal_status("", ke).code();
-    return Status(code, fmt::format("rxq refused {}: {}: {}", flow.describe(), errno_text(reply.error), reply.message));
+    return Status(code, fmt::format("rxq refused {}: {}: {}", what, errno_text(reply.error), reply.message));
   }
-  if (!p.fd.valid()) return Status(StatusCode::kProtocol, "rxq: a success without the buffer's descriptor");
-  return FlowLease{std::move(reply), std::move(p.fd)};
+  return std::pair<BindFlowReply, net::Fd>(std::move(reply), std::move(p.fd));
+}
+
+}  // namespace
+
+Result<FlowLease> Client::bind_flow(const TcpFlow& flow, std::chrono::milliseconds timeout) {
+  REMORA_RETURN_IF_ERROR(send_packet(socket_.get(), encode(BindFlowRequest{flow})));
+  REMORA_ASSIGN_OR_RETURN(auto got, answer(socket_.get(), kTypeBindFlowReply, flow.describe(), timeout));
+  auto& [reply, fd] = got;
+  if ((reply.flags & kFlagClientDmabuf) != 0) {
+    // Into our own dmabuf: nothing to pass.
+    if (fd.valid()) return Status(StatusCode::kProtocol, "rxq: a flow into our own dmabuf that carried a descriptor");
+  } else if (!fd.valid()) {
+    return Status(StatusCode::kProtocol, "rxq: a success without the buffer's descriptor");
+  }
+  return FlowLease{std::move(reply), std::move(fd)};
+}
+
+Result<BindFlowReply> Client::bind_dmabuf(int dmabuf_fd, uint64_t size, std::chrono::milliseconds timeout) {
+  REMORA_RETURN_IF_ERROR(send_packet(socket_.get(), encode(BindDmabufRequest{.dmabuf_size = size}), dmabuf_fd));
+  REMORA_ASSIGN_OR_RETURN(
+      auto got, answer(socket_.get(), kTypeBindDmabufReply, fmt::format("our dmabuf of {} bytes", size), timeout));
+  if (got.second.valid()) return Status(StatusCode::kProtocol, "rxq: a bind-dmabuf reply that carried a descriptor");
+  return std::move(got.first);
 }
 
 }  // namespace remora::zerocopy::rxq

@@ -34,7 +34,9 @@ Result<Packet> recv_packet(int socket, size_t max, net::Clock::time_point deadli
 /// A flow rxq steers for us, and the buffer it lands in.
 struct FlowLease {
   BindFlowReply reply;  ///< binding id, queue, rule location, size, flags
-  net::Fd dmabuf;       ///< the dmabuf (or, in rxq's stand-in mode, a memfd: reply.flags & kFlagStandin)
+  /// The dmabuf (or, in rxq's stand-in mode, a memfd: reply.flags & kFlagStandin);
+  /// none when the flow lands in our own dmabuf (reply.flags & kFlagClientDmabuf).
+  net::Fd dmabuf;
 };
 
 /// A connection to rxq. Move-only; its flows stay steered while it is open.
@@ -45,6 +47,10 @@ class Client {
   /// Asks for `flow`. rxq's refusal is an error carrying its errno's code and message;
   /// kTimeout when rxq does not answer within `timeout`.
   Result<FlowLease> bind_flow(const TcpFlow& flow, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Hands rxq our own dmabuf `dmabuf_fd` of `size` bytes to bind to a queue of ours;
+  /// our flows go there from then on. rxq's refusal is an error as for bind_flow.
+  Result<BindFlowReply> bind_dmabuf(int dmabuf_fd, uint64_t size,
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(10));
   int fd() const { return socket_.get(); }
 
  private:

@@ -82,6 +82,42 @@ std::vector<std::byte> encode(const BindFlowRequest& r) {
   return w.take();
 }
 
+// Bind-dmabuf request: magic u32 | type u16 | reserved u16 | dmabuf_size u64 |
+//                      reserved u8[32]                                        = 48 bytes
+std::vector<std::byte> encode(const BindDmabufRequest& r) {
+  Writer w(kRequestBytes);
+  w.u32(0, kMagic);
+  w.u16(4, kTypeBindDmabuf);
+  w.u64(8, r.dmabuf_size);
+  return w.take();
+}
+
+Result<uint16_t> request_type(std::span<const std::byte> bytes) {
+  constexpr std::string_view what = "request";
+  if (bytes.size() != kRequestBytes) return bad(what, fmt::format("{} bytes, want {}", bytes.size(), kRequestBytes));
+  const Reader r(bytes);
+  if (r.u32(0) != kMagic)
+    return bad(what, fmt::format("bad magic {:#010x} (want {:#010x}, \"RXQ1\")", r.u32(0), kMagic));
+  const uint16_t type = r.u16(4);
+  if (type != kTypeBindFlow && type != kTypeBindDmabuf) {
+    return bad(what,
+               fmt::format("message type {:#06x}, want {:#06x} or {:#06x}", type, kTypeBindFlow, kTypeBindDmabuf));
+  }
+  return type;
+}
+
+Result<BindDmabufRequest> decode_bind_dmabuf(std::span<const std::byte> bytes) {
+  constexpr std::string_view what = "bind-dmabuf request";
+  if (bytes.size() != kRequestBytes) return bad(what, fmt::format("{} bytes, want {}", bytes.size(), kRequestBytes));
+  const Reader r(bytes);
+  REMORA_RETURN_IF_ERROR(check_head(r, kTypeBindDmabuf, what));
+  if (!r.zero(16, 32)) return bad(what, "reserved bytes 16..47 are not zero");
+  BindDmabufRequest out;
+  out.dmabuf_size = r.u64(8);
+  if (out.dmabuf_size == 0) return bad(what, "dmabuf_size 0");
+  return out;
+}
+
 Result<BindFlowRequest> decode_request(std::span<const std::byte> bytes) {
   constexpr std::string_view what = "bind-flow request";
   if (bytes.size() != kRequestBytes) return bad(what, fmt::format("{} bytes, want {}", bytes.size(), kRequestBytes));
@@ -112,7 +148,7 @@ std::vector<std::byte> encode(const BindFlowReply& r) {
   const size_t len = std::min(r.message.size(), kMaxReplyMessage);
   Writer w(kReplyHeaderBytes + len);
   w.u32(0, kMagic);
-  w.u16(4, kTypeBindFlowReply);
+  w.u16(4, r.type);
   w.u32(8, static_cast<uint32_t>(r.error));
   w.u32(12, r.binding_id);
   w.u32(16, r.queue);
@@ -130,8 +166,10 @@ Result<BindFlowReply> decode_reply(std::span<const std::byte> bytes) {
     return bad(what, fmt::format("{} bytes, want {}..{}", bytes.size(), kReplyHeaderBytes, kMaxReplyBytes));
   }
   const Reader r(bytes);
-  REMORA_RETURN_IF_ERROR(check_head(r, kTypeBindFlowReply, what));
+  const uint16_t type = r.u16(4);
+  REMORA_RETURN_IF_ERROR(check_head(r, type == kTypeBindDmabufReply ? kTypeBindDmabufReply : kTypeBindFlowReply, what));
   BindFlowReply out;
+  out.type = type;
   out.error = static_cast<int32_t>(r.u32(8));
   if (out.error < 0) return bad(what, fmt::format("error {} is negative (errnos are positive)", out.error));
   out.binding_id = r.u32(12);

@@ -107,6 +107,15 @@ void rxq() {
   rep.flags = rxq::kFlagStandin | rxq::kFlagRuleRefused;
   rep.message = "eth0 has no header split (ethtool -G eth0 tcp-data-split on)";
   write("rxq_fuzz", "reply_refused", rxq::encode(rep));
+  write("rxq_fuzz", "request_dmabuf", rxq::encode(rxq::BindDmabufRequest{.dmabuf_size = 256 << 20}));
+  rep = {};
+  rep.type = rxq::kTypeBindDmabufReply;
+  rep.binding_id = 5;
+  rep.queue = 14;
+  rep.rule_location = rxq::kNoRule;
+  rep.dmabuf_size = 256 << 20;
+  rep.flags = rxq::kFlagClientDmabuf;
+  write("rxq_fuzz", "reply_dmabuf", rxq::encode(rep));
 }
 
 /// The 8-byte prefix devmem_rx_fuzz reads, then control messages as the kernel lays

@@ -1,5 +1,5 @@
 // tests/fuzz/rxq_fuzz.cc — libFuzzer harness for `remora rxq`'s Unix-socket protocol
-// (zerocopy/rxq_protocol.h): the input as a client's request to rxq and as rxq's reply
+// (zerocopy/rxq_protocol.h): the input as a client's request to rxq (either kind) and as rxq's reply
 // to a client. Whatever decodes re-encodes to exactly the input (the decoders are
 // strict: no field or reserved byte is ignored), within its stated bounds; anything
 // else is kProtocol with a reason.
@@ -26,11 +26,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     REMORA_FUZZ_CHECK(!request.status().message().empty(), "a refusal says why");
   }
 
+  auto type = rxq::request_type(in);
+  auto dmabuf = rxq::decode_bind_dmabuf(in);
+  if (dmabuf.is_ok()) {
+    REMORA_FUZZ_CHECK(type.is_ok() && *type == rxq::kTypeBindDmabuf, "a bind-dmabuf request says its type");
+    REMORA_FUZZ_CHECK(dmabuf->dmabuf_size != 0, "a bind-dmabuf request names a size");
+    REMORA_FUZZ_CHECK(!request.is_ok(), "no message is both requests");
+    const auto again = rxq::encode(*dmabuf);
+    REMORA_FUZZ_CHECK(std::equal(again.begin(), again.end(), in.begin(), in.end()), "bind-dmabuf round trip");
+  } else {
+    REMORA_FUZZ_CHECK(dmabuf.status().code() == remora::StatusCode::kProtocol, "a bad request is kProtocol");
+  }
+  if (request.is_ok()) REMORA_FUZZ_CHECK(type.is_ok() && *type == rxq::kTypeBindFlow, "a flow request says its type");
+
   auto reply = rxq::decode_reply(in);
   if (reply.is_ok()) {
     REMORA_FUZZ_CHECK(reply->error >= 0, "errnos are positive");
     REMORA_FUZZ_CHECK(reply->message.size() <= rxq::kMaxReplyMessage, "the message within its bound");
     REMORA_FUZZ_CHECK((reply->flags & ~rxq::kKnownFlags) == 0, "only known flags");
+    REMORA_FUZZ_CHECK(reply->type == rxq::kTypeBindFlowReply || reply->type == rxq::kTypeBindDmabufReply,
+                      "a reply of a known type");
     const auto again = rxq::encode(*reply);
     REMORA_FUZZ_CHECK(std::equal(again.begin(), again.end(), in.begin(), in.end()), "reply round trip");
   } else {

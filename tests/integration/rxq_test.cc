@@ -11,6 +11,7 @@
 //    flows leave the journal; SIGTERM undoes everything and removes journal and socket;
 //    after a SIGKILL of rxq the journal stays, a new `serve` refuses to start over it,
 //    and `rxq undo` replays it and removes it.
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -224,6 +225,122 @@ TEST_F(Rxq, StandinServesFlowsPassesTheBufferAndCleansUpAfterClients) {
   EXPECT_FALSE(std::filesystem::exists(journal_));
   EXPECT_FALSE(std::filesystem::exists(socket_));
   EXPECT_EQ(snapshot(net, net.ns_a(), "rmr0"), before);
+}
+
+/// A memfd of `size` bytes: what a client hands rxq as "its dmabuf" in stand-in mode.
+net::Fd client_buffer(uint64_t size) {
+  net::Fd fd(::memfd_create("remora-rxq-test-client", MFD_CLOEXEC));
+  EXPECT_TRUE(fd.valid());
+  EXPECT_EQ(::ftruncate(fd.get(), static_cast<off_t>(size)), 0);
+  return fd;
+}
+
+TEST_F(Rxq, StandinTakesAClientsOwnDmabufForAQueueOfItsOwnAndFreesItWithTheClient) {
+  // TCPX's model: a client hands rxq its own (device) dmabuf; its flows go to a queue
+  // bound to that, one queue per such client (--client-queues), freed when it goes.
+  Process serve({.argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--queues", "1",
+                          "--client-queues", "1", "--socket", socket_, "--journal", journal_, "--dmabuf-size", "65536"},
+                 .env = {},
+                 .capture_stderr = true});
+  ASSERT_TRUE(serve.ok()) << serve.error();
+  std::string log;
+  ASSERT_TRUE(read_until(serve,
+                         fmt::format("rxq: serving lo queues 0 on {} (journal {}); queues 1 for clients' own "
+                                     "dmabufs",
+                                     socket_, journal_),
+                         &log))
+      << log;
+  constexpr uint64_t kSize = 1 << 20;
+  zerocopy::TcpFlow flow;
+  flow.dst_port = 7000;
+  {
+    auto a = rq::Client::connect(socket_);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    net::Fd mine = client_buffer(kSize);
+    // A size that is not the descriptor's is refused, and nothing is taken.
+    auto wrong = a->bind_dmabuf(mine.get(), 2 * kSize);
+    ASSERT_FALSE(wrong.is_ok());
+    EXPECT_NE(wrong.status().message().find("the descriptor holds 1048576 bytes, the request says 2097152"),
+              std::string::npos)
+        << wrong.status().message();
+    auto bound = a->bind_dmabuf(mine.get(), kSize);
+    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+    EXPECT_EQ(bound->type, rq::kTypeBindDmabufReply);
+    EXPECT_EQ(bound->queue, 1u);  // the client queue, not rxq's own (0)
+    EXPECT_EQ(bound->binding_id, 0u);
+    EXPECT_EQ(bound->dmabuf_size, kSize);
+    EXPECT_EQ(bound->flags, rq::kFlagClientDmabuf | rq::kFlagStandin);
+    EXPECT_NE(bound->message.find("stand-in mode: not bound"), std::string::npos) << bound->message;
+    ASSERT_TRUE(read_until(
+        serve, fmt::format("client pid {}: its dmabuf of 1048576 bytes taken, unbound, for queue 1", ::getpid()), &log))
+        << log;
+    // Once is enough.
+    auto again = a->bind_dmabuf(mine.get(), kSize);
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_NE(again.status().message().find("this client's dmabuf is bound already (queue 1)"), std::string::npos)
+        << again.status().message();
+    // Its flows go to its queue, into its buffer: no descriptor comes back.
+    auto lease = a->bind_flow(flow);
+    ASSERT_TRUE(lease.is_ok()) << lease.status().to_string();
+    EXPECT_FALSE(lease->dmabuf.valid());
+    EXPECT_EQ(lease->reply.queue, 1u);
+    EXPECT_EQ(lease->reply.dmabuf_size, kSize);
+    EXPECT_EQ(lease->reply.flags & rq::kFlagClientDmabuf, rq::kFlagClientDmabuf);
+
+    // Another client: the one client queue is taken.
+    auto b = rq::Client::connect(socket_);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    net::Fd its = client_buffer(kSize);
+    auto taken = b->bind_dmabuf(its.get(), kSize);
+    ASSERT_FALSE(taken.is_ok());
+    EXPECT_EQ(taken.status().code(), StatusCode::kNoResource) << taken.status().to_string();
+    EXPECT_NE(taken.status().message().find("all 1 queue(s) for clients' own dmabufs are taken"), std::string::npos)
+        << taken.status().message();
+    // With a flow into rxq's buffer first, it may not switch to its own afterwards.
+    zerocopy::TcpFlow other = flow;
+    other.dst_port = 7001;
+    auto shared = b->bind_flow(other);
+    ASSERT_TRUE(shared.is_ok()) << shared.status().to_string();
+    EXPECT_TRUE(shared->dmabuf.valid());  // rxq's buffer
+    EXPECT_EQ(shared->reply.queue, 0u);
+  }  // both go: their flows are removed, and the client queue is free again
+  ASSERT_TRUE(read_until(serve, fmt::format("client pid {}: its dmabuf on queue 1 released", ::getpid()), &log)) << log;
+  {
+    auto c = rq::Client::connect(socket_);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    net::Fd its = client_buffer(kSize);
+    auto bound = c->bind_dmabuf(its.get(), kSize);
+    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+    EXPECT_EQ(bound->queue, 1u);
+  }
+  serve.signal(SIGTERM);
+  ASSERT_TRUE(read_until(serve, "stopped; lo is as it was", &log)) << log;
+  auto st = serve.wait(seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(Process::exited_ok(*st)) << Process::describe(*st) << "\n" << log;
+
+  // An rxq started without client queues refuses a client's dmabuf, saying how to start it.
+  Process plain({.argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--socket", socket_,
+                          "--journal", journal_, "--dmabuf-size", "65536"},
+                 .env = {},
+                 .capture_stderr = true});
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  ASSERT_TRUE(read_until(plain, "rxq: serving lo queues 0 on " + socket_, &log)) << log;
+  {
+    auto d = rq::Client::connect(socket_);
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    net::Fd its = client_buffer(kSize);
+    auto refused = d->bind_dmabuf(its.get(), kSize);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.status().message().find("this rxq binds no clients' dmabufs (start it with --client-queues N)"),
+              std::string::npos)
+        << refused.status().message();
+  }
+  plain.signal(SIGTERM);
+  ASSERT_TRUE(read_until(plain, "stopped; lo is as it was", &log)) << log;
+  auto pst = plain.wait(seconds(30));
+  ASSERT_TRUE(pst.has_value());
+  EXPECT_TRUE(Process::exited_ok(*pst)) << Process::describe(*pst) << "\n" << log;
 }
 
 TEST_F(Rxq, UndoReplaysTheJournalOfAKilledRxq) {

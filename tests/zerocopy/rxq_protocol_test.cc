@@ -107,7 +107,7 @@ TEST(RxqProtocol, MalformedRequestsAreRefusedWithTheReason) {
   expect_refused(b, "49 bytes, want 48");
   b = good, b[0] = 'r';
   expect_refused(b, "bad magic");
-  b = good, b[4] = 2;
+  b = good, b[4] = 2;  // a bind-dmabuf request is not a flow request
   expect_refused(b, "message type 0x0002");
   b = good, b[7] = 1;
   expect_refused(b, "reserved bytes 6..7");
@@ -164,6 +164,61 @@ TEST(RxqProtocol, EveryTruncationAndByteFlipIsHandled) {
       }
     }
   }
+}
+
+TEST(RxqProtocol, BindDmabufRequestAndReplyBytes) {
+  std::vector<uint8_t> want(48, 0);
+  const uint8_t head[] = {'R', 'X', 'Q', '1', 2, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0};  // type 2, 4 MiB
+  std::memcpy(want.data(), head, sizeof head);
+  EXPECT_EQ(u8s(encode(BindDmabufRequest{.dmabuf_size = 4u << 20})), want);
+  auto type = request_type(bytes(want));
+  ASSERT_TRUE(type.is_ok()) << type.status().to_string();
+  EXPECT_EQ(*type, kTypeBindDmabuf);
+  auto back = decode_bind_dmabuf(bytes(want));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->dmabuf_size, 4u << 20);
+  // A flow request is told apart, and neither decoder takes the other's message.
+  const auto flow = encode(BindFlowRequest{flow4()});
+  EXPECT_EQ(request_type(flow).value(), kTypeBindFlow);
+  EXPECT_FALSE(decode_request(bytes(want)).is_ok());
+  EXPECT_FALSE(decode_bind_dmabuf(flow).is_ok());
+
+  auto refuse = [](std::vector<uint8_t> b, const std::string& why) {
+    auto r = decode_bind_dmabuf(bytes(b));
+    ASSERT_FALSE(r.is_ok()) << why;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  auto b = want;
+  b.pop_back();
+  refuse(b, "47 bytes, want 48");
+  b = want, b[16] = 1;
+  refuse(b, "reserved bytes 16..47");
+  b = want, b[47] = 1;
+  refuse(b, "reserved bytes 16..47");
+  b = want, b[10] = 0;
+  refuse(b, "dmabuf_size 0");
+  b = want, b[4] = 3;
+  EXPECT_NE(request_type(bytes(b)).status().message().find("message type 0x0003"), std::string::npos);
+
+  // The reply: the flow reply's layout with type 0x8002 and no descriptor.
+  BindFlowReply r;
+  r.type = kTypeBindDmabufReply;
+  r.binding_id = 9;
+  r.queue = 3;
+  r.dmabuf_size = 4u << 20;
+  r.flags = kFlagStandin | kFlagClientDmabuf;
+  const auto enc = u8s(encode(r));
+  EXPECT_EQ(enc[4], 0x02);
+  EXPECT_EQ(enc[5], 0x80);
+  EXPECT_EQ(enc[32], 0x05);  // flags
+  auto rb = decode_reply(bytes(enc));
+  ASSERT_TRUE(rb.is_ok()) << rb.status().to_string();
+  EXPECT_EQ(rb->type, kTypeBindDmabufReply);
+  EXPECT_EQ(rb->flags, kFlagStandin | kFlagClientDmabuf);
+  EXPECT_EQ(rb->binding_id, 9u);
+  auto other = enc;
+  other[4] = 0x03;  // 0x8003: no such reply
+  EXPECT_FALSE(decode_reply(bytes(other)).is_ok());
 }
 
 struct SeqPair {
