@@ -100,6 +100,11 @@ struct Config {
   /// 107 characters; empty: none. Endpoints with device memory domains ask it to steer
   /// their data streams to devmem RX queues (docs/device-memory.md). Environment only.
   std::array<char, 108> rxq_socket{};
+  /// REMORA_RXQ_DEVICE_AREA: with rxq, each endpoint's own devmem receive area, this many
+  /// bytes of its context's device memory, handed to rxq as a dmabuf (TCPX's model: the
+  /// NIC writes into device memory); 0 (default): flows land in rxq's host buffer.
+  /// Environment only.
+  size_t rxq_device_area = 0;
   /// REMORA_CHECKSUM=none|crc32c (see ChecksumMode).
   ChecksumMode checksum = ChecksumMode::kNone;
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);

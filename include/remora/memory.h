@@ -101,6 +101,12 @@ class MemoryDomain {
   /// be reused when this returns. Default: kUnsupported, saying which domain cannot.
   virtual Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
                                                      std::span<const ScatterEntry> entries);
+  /// `len` bytes of this domain's memory for remora's own use (an endpoint's devmem
+  /// receive area, REMORA_RXQ_DEVICE_AREA), freed with free_area. Default:
+  /// kUnsupported, saying which domain cannot.
+  virtual Result<void*> allocate_area(size_t len);
+  /// Frees what allocate_area returned. Default: nothing.
+  virtual void free_area(void* /*ptr*/) noexcept {}
 };
 
 /// The process-wide host memory domain.

@@ -115,6 +115,9 @@ class CudaDomain final : public MemoryDomain {
   /// Frees what allocate() returned (cuMemFree in the allocation's context).
   /// kInvalidArgument for anything else.
   Status deallocate(void* ptr);
+  /// allocate() on device 0 (the GPU devmem receive areas live on), deallocate().
+  Result<void*> allocate_area(size_t len) override { return allocate(len, 0); }
+  void free_area(void* ptr) noexcept override { (void)deallocate(ptr); }
 
  private:
   struct DevicePointer;

@@ -254,6 +254,11 @@ Result<std::unique_ptr<AsyncCopy>> MemoryDomain::scatter(void* /*dst_base*/, con
                 fmt::format("the {} memory domain has no scatter (devmem TCP receive into it needs one)", name()));
 }
 
+Result<void*> MemoryDomain::allocate_area(size_t /*len*/) {
+  return Status(StatusCode::kUnsupported,
+                fmt::format("the {} memory domain cannot allocate memory for remora", name()));
+}
+
 MemoryDomain& host_domain() {
   static HostDomain* domain = new HostDomain();  // never destroyed: regions may outlive static teardown
   return *domain;

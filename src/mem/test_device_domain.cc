@@ -265,6 +265,11 @@ Result<std::byte*> TestDeviceDomain::allocate(size_t len) {
   return state_->device + at;
 }
 
+Result<void*> TestDeviceDomain::allocate_area(size_t len) {
+  REMORA_ASSIGN_OR_RETURN(std::byte * p, allocate(len));
+  return static_cast<void*>(p);
+}
+
 void TestDeviceDomain::fail_copies(const void* ptr, size_t len) {
   const auto a = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(state_->fail_mu);

@@ -54,6 +54,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_DEVICE_PATH",
                                                     "REMORA_DEVMEM_IFNAME",
                                                     "REMORA_RXQ_SOCKET",
+                                                    "REMORA_RXQ_DEVICE_AREA",
                                                     "REMORA_CHECKSUM",
                                                     "REMORA_AUTH_KEY",
                                                     "REMORA_AUTH_KEY_FILE"};
@@ -195,6 +196,7 @@ Result<Config> Config::from_env() {
     }
     std::copy(text->begin(), text->end(), c.rxq_socket.begin());
   }
+  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_RXQ_DEVICE_AREA", &c.rxq_device_area));
   core::warn_unknown_variables(core::known_variable_lists());
   REMORA_RETURN_IF_ERROR(c.validate());
   return c;

@@ -209,13 +209,13 @@ net::IoResult DevmemStreamIn::recv_some(std::byte* dst, size_t len) {
     set_failure(got.status());
     return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
   }
-  // Copies out of a host buffer have ended (memcpy); a device one is refused at set-up.
+  // Copies out of a host buffer have ended (memcpy). Out of a device one (an endpoint's
+  // own receive area) they are the device's: this read waits for them, so that the
+  // bytes are in place and the tokens go back before it returns.
   for (auto& copy : read.copies) {
-    if (Status s = copy->test(); !s.is_ok()) {
+    if (Status s = copy->wait(kDeviceReadBound); !s.is_ok()) {
       (void)receiver_->release(read);
-      set_failure(s.code() == StatusCode::kInProgress
-                      ? Status(StatusCode::kInternal, "devmem receive into host memory from a device dmabuf")
-                      : s);
+      set_failure(s.with_context("devmem receive into host memory from device memory"));
       return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
     }
   }

@@ -129,13 +129,15 @@ class DevmemReceiver {
 
 /// A data stream steered to devmem RX queues, as sinks read it: every byte of it
 /// arrives in the bound buffer, host transfers' too, so recv_some reads through the
-/// receiver. The bound buffer must be host memory (a udmabuf, the system heap, or
-/// rxq's stand-in memfd, mapped here), so that copying fragments out of it into host
-/// memory ends before recv_some returns and their tokens go back at once. A refused
-/// read (misrouted flow, foreign binding, truncation) fails the stream: its bytes are
-/// gone, and a host sink cannot fail just its chunk.
+/// receiver. From a host buffer (a udmabuf, the system heap, or rxq's stand-in memfd,
+/// mapped here) fragments are memcpy'd out; from device memory (an endpoint's own
+/// receive area) by the domain's copies to the host, which recv_some waits for (at most
+/// kDeviceReadBound). Either way the tokens go back before it returns. A refused read
+/// (misrouted flow, foreign binding, truncation) or a failed copy fails the stream: its
+/// bytes are gone, and a host sink cannot fail just its chunk.
 class DevmemStreamIn final : public StreamIn {
  public:
+  static constexpr Duration kDeviceReadBound = std::chrono::seconds(30);
   explicit DevmemStreamIn(std::shared_ptr<DevmemReceiver> receiver);
   ~DevmemStreamIn() override;
   net::IoResult recv_some(std::byte* dst, size_t len) override;

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -84,11 +85,67 @@ Result<std::unique_ptr<DevmemRxLease>> DevmemRxLease::open(const std::string& pa
   return std::unique_ptr<DevmemRxLease>(new DevmemRxLease(std::move(client), devmem_rx_kernel()));
 }
 
+Status DevmemRxLease::bind_area(MemoryDomain& domain, uint64_t size, std::chrono::milliseconds timeout) {
+  if (steered_ != 0 || area_ != nullptr) {
+    return Status(StatusCode::kInternal, "devmem RX: a receive area after streams were steered, or a second one");
+  }
+  REMORA_ASSIGN_OR_RETURN(void* p, domain.allocate_area(size));
+  auto area = std::shared_ptr<void>(p, [d = &domain](void* m) { d->free_area(m); });
+  auto exported = domain.export_dmabuf(p, size);
+  if (!exported) return exported.status();
+  net::Fd dmabuf(exported->fd);
+  // The dmabuf may be more than the area (an export names the range's place in it):
+  // rxq is told its whole size, and the receivers see its byte 0 at area - offset.
+  const off_t whole = ::lseek(dmabuf.get(), 0, SEEK_END);
+  if (whole < 0 || static_cast<uint64_t>(whole) < exported->offset + size) {
+    return Status(StatusCode::kInternal,
+                  fmt::format("devmem RX: the {} memory domain exported a dmabuf of {} bytes "
+                              "for {} at offset {}",
+                              domain.name(), static_cast<int64_t>(whole), size, exported->offset));
+  }
+  REMORA_ASSIGN_OR_RETURN(const zerocopy::rxq::BindFlowReply r,
+                          client_.bind_dmabuf(dmabuf.get(), static_cast<uint64_t>(whole), timeout));
+  const bool standin = (r.flags & zerocopy::rxq::kFlagStandin) != 0;
+  if (standin && !kernel_->standin) {
+    return Status(StatusCode::kUnsupported,
+                  "rxq serves in stand-in mode (it did not bind our receive area, and no rule steers our flows): "
+                  "not used");
+  }
+  auto* bytes = static_cast<std::byte*>(p);
+  binding_ = DevmemRxBinding{.id = r.binding_id,
+                             .domain = &domain,
+                             .base = bytes - exported->offset,
+                             .size = static_cast<uint64_t>(whole),
+                             .allow_linear = true,
+                             .cpu_sync_fd = -1};
+  area_ = std::move(area);
+  describe_ = fmt::format("its own receive area of {} bytes of {} memory{}, binding {} on rxq's queue {} for it", size,
+                          domain.name(), standin ? " (rxq's stand-in mode: not bound)" : "", r.binding_id, r.queue);
+  if (kernel_->area_bound) kernel_->area_bound(binding_, bytes, size);
+  return Status::ok();
+}
+
 Result<std::unique_ptr<DevmemStreamIn>> DevmemRxLease::steer(int fd, std::chrono::milliseconds timeout) {
   REMORA_ASSIGN_OR_RETURN(const zerocopy::TcpFlow flow, flow_of(fd));
   REMORA_ASSIGN_OR_RETURN(zerocopy::rxq::FlowLease lease, client_.bind_flow(flow, timeout));
   const zerocopy::rxq::BindFlowReply& r = lease.reply;
   const bool standin = (r.flags & zerocopy::rxq::kFlagStandin) != 0;
+  if (area_ != nullptr) {
+    // Into our own area: rxq passes no buffer, and the flow goes to our queue.
+    if ((r.flags & zerocopy::rxq::kFlagClientDmabuf) == 0 || r.binding_id != binding_.id) {
+      return Status(StatusCode::kProtocol,
+                    fmt::format("rxq steered {} into its own buffer (binding {}), not into our receive area "
+                                "(binding {})",
+                                flow.describe(), r.binding_id, binding_.id));
+    }
+    if ((r.flags & zerocopy::rxq::kFlagRuleRefused) != 0 && !kernel_->standin) {
+      return Status(StatusCode::kUnsupported, fmt::format("rxq could not steer {}: {}", flow.describe(), r.message));
+    }
+    queues_ += fmt::format("{}{}", steered_ == 0 ? "" : ", ", r.queue);
+    ++steered_;
+    auto receiver = std::make_shared<DevmemReceiver>(fd, binding_, kernel_->recvmsg, kernel_->dontneed, area_);
+    return std::make_unique<DevmemStreamIn>(std::move(receiver));
+  }
   if (standin && !kernel_->standin) {
     return Status(StatusCode::kUnsupported,
                   fmt::format("rxq serves in stand-in mode (its buffer is a memfd, not a dmabuf, and no rule steers "

@@ -14,8 +14,14 @@
 // rxq answers with the binding id, the queue and the buffer's descriptor. That buffer is
 // rxq's own (a udmabuf or the DMA-BUF system heap: host memory), mapped here read-only;
 // fragments are copied out of it to host destinations, and to device memory by the
-// domain's copy from host. Binding an application's own device dmabuf (TCPX's model)
-// is not in this version.
+// domain's copy from host.
+//
+// With REMORA_RXQ_DEVICE_AREA (TCPX's model) the endpoint first hands rxq a receive area
+// of its own: device memory of its context's first device domain, exported as a dmabuf
+// (bind_area); rxq binds it to a queue of the endpoint's own, and the streams' payload
+// lands in device memory. Fragments for device destinations are then scattered within
+// the device (MemoryDomain::scatter; CUDA: the unpack kernel), and those for host
+// destinations copied to the host, the read waiting for those copies.
 //
 // rxq's stand-in mode (a memfd, no rule) is refused unless a test installed a stand-in
 // of the kernel's devmem receive (set_devmem_rx_kernel_for_tests), since nothing would
@@ -25,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,6 +48,9 @@ struct DevmemRxKernel {
   RecvmsgFn recvmsg = system_recvmsg;
   zerocopy::DontneedFn dontneed = zerocopy::devmem_dontneed;
   bool standin = false;  ///< a test's stand-in: rxq's stand-in buffers are accepted
+  /// A test's stand-in NIC learns where an endpoint's own receive area is (the binding
+  /// as the receivers see it, and the area's first byte and size). Null: nothing to tell.
+  std::function<void(const DevmemRxBinding& binding, std::byte* area, uint64_t size)> area_bound;
 };
 
 /// The calls endpoints use from now on (read when a lease opens).
@@ -53,6 +63,13 @@ class DevmemRxLease {
  public:
   /// Connects to rxq's socket at `path`; nothing is steered yet.
   static Result<std::unique_ptr<DevmemRxLease>> open(const std::string& path);
+
+  /// Before any stream is steered: takes `size` bytes of `domain`'s memory as this
+  /// lease's own receive area, exports it as a dmabuf and has rxq bind it to a queue of
+  /// ours; every stream steered afterwards lands there. The area is freed when the
+  /// lease and every receiver reading it are gone. The domain's, the export's or rxq's
+  /// refusal otherwise (nothing is kept).
+  Status bind_area(MemoryDomain& domain, uint64_t size, std::chrono::milliseconds timeout);
   ~DevmemRxLease();
   DevmemRxLease(const DevmemRxLease&) = delete;
   DevmemRxLease& operator=(const DevmemRxLease&) = delete;
@@ -79,6 +96,7 @@ class DevmemRxLease {
   std::shared_ptr<const DevmemRxKernel> kernel_;
   std::shared_ptr<net::Fd> buffer_;  // rxq's buffer (the first reply's descriptor)
   std::shared_ptr<void> map_;        // it, mapped read-only (unmapped when the last receiver lets go)
+  std::shared_ptr<void> area_;       // our own receive area (bind_area), freed when the last receiver lets go
   size_t map_bytes_ = 0;
   DevmemRxBinding binding_;
   uint32_t steered_ = 0;

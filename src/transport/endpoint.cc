@@ -71,6 +71,7 @@ std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::ti
       !devmem_rx_refused_.is_ok()) {
     return std::make_unique<StreamIn>(fd);
   }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - net::Clock::now());
   if (devmem_rx_lease_ == nullptr) {
     auto lease = DevmemRxLease::open(socket);
     if (!lease) {
@@ -78,9 +79,22 @@ std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::ti
       REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
       return std::make_unique<StreamIn>(fd);
     }
+    if (config_.rxq_device_area > 0) {
+      // TCPX's model: our own receive area in device memory, bound by rxq to a queue of
+      // ours, before the first stream is steered.
+      MemoryDomain& domain = *params_.domains->front();
+      if (Status bound =
+              (*lease)->bind_area(domain, config_.rxq_device_area,
+                                  std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
+          !bound) {
+        devmem_rx_refused_ = bound.with_context(
+            fmt::format("devmem RX: REMORA_RXQ_DEVICE_AREA={} of {} memory", config_.rxq_device_area, domain.name()));
+        REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
+        return std::make_unique<StreamIn>(fd);
+      }
+    }
     devmem_rx_lease_ = std::move(*lease);
   }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - net::Clock::now());
   auto in =
       devmem_rx_lease_->steer(fd, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
   if (!in) {

@@ -51,7 +51,8 @@ constexpr uint64_t kBuffer = uint64_t{16} << 20;  // rxq's stand-in buffer
 /// `remora rxq serve --standin` on lo, with a socket and journal of its own.
 class RxqStandin {
  public:
-  RxqStandin() {
+  /// `client_queues`: rxq's --client-queues (queues for clients' own dmabufs).
+  explicit RxqStandin(uint32_t client_queues = 0) {
     char tmpl[] = "/tmp/remora-rxq-ep-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
       ADD_FAILURE() << "mkdtemp";
@@ -59,11 +60,12 @@ class RxqStandin {
     }
     dir_ = tmpl;
     socket_ = dir_ + "/rxq.sock";
-    serve_ = std::make_unique<Process>(Process::Options{
-        .argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--queues", "2", "--socket", socket_,
-                 "--journal", dir_ + "/rxq.journal", "--dmabuf-size", std::to_string(kBuffer)},
-        .env = {},
-        .capture_stderr = true});
+    serve_ = std::make_unique<Process>(
+        Process::Options{.argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--queues", "2",
+                                  "--socket", socket_, "--journal", dir_ + "/rxq.journal", "--dmabuf-size",
+                                  std::to_string(kBuffer), "--client-queues", std::to_string(client_queues)},
+                         .env = {},
+                         .capture_stderr = true});
     EXPECT_TRUE(serve_->ok()) << serve_->error();
     ready_ = read_until("rxq: serving lo queues 0,1 on " + socket_);
     EXPECT_TRUE(ready_) << log_;
@@ -137,6 +139,41 @@ struct StandinRx {
   }
   StandinRx(const StandinRx&) = delete;
   StandinRx& operator=(const StandinRx&) = delete;
+};
+
+/// The stand-in NIC for an endpoint's own receive area (REMORA_RXQ_DEVICE_AREA): it lays
+/// the bytes into the area, in the test device's memory, once the endpoint has bound it.
+struct AreaStandin {
+  zerocopy::test::NicStandIn nic;
+  std::byte* area = nullptr;
+  uint64_t area_size = 0;
+
+  explicit AreaStandin(MemoryDomain* dev) {
+    auto k = std::make_shared<detail::DevmemRxKernel>();
+    k->recvmsg = nic.recvmsg_fn();
+    k->dontneed = nic.dontneed_fn();
+    k->standin = true;
+    k->area_bound = [this, dev](const detail::DevmemRxBinding& b, std::byte* a, uint64_t size) {
+      EXPECT_EQ(area, nullptr) << "a second area";
+      area = a;
+      area_size = size;
+      nic.dev = dev;
+      nic.dmabuf = a;
+      // Where the area is in the dmabuf, as the NIC would know it: from the device's own
+      // export, not from what the endpoint made of it.
+      auto exported = dev->export_dmabuf(a, size);
+      ASSERT_TRUE(exported.is_ok()) << describe(exported.status());
+      ::close(exported->fd);
+      nic.frag_base = exported->offset;
+      EXPECT_EQ(b.base + exported->offset, a) << "the receivers would look for fragments elsewhere";
+      nic.binding = b.id;
+      nic.init(size / zerocopy::test::NicStandIn::kPage);
+    };
+    detail::set_devmem_rx_kernel_for_tests(std::move(k));
+  }
+  ~AreaStandin() { detail::set_devmem_rx_kernel_for_tests(nullptr); }
+  AreaStandin(const AreaStandin&) = delete;
+  AreaStandin& operator=(const AreaStandin&) = delete;
 };
 
 /// A context with a test device, REMORA_RXQ_SOCKET set to `socket` ("" none), and
@@ -259,6 +296,60 @@ void connected_endpoint_through_rxq(const std::string& key, size_t max_read) {
   // The endpoint's lease ended with it: rxq removed both of its flows.
   EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
   EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
+}
+
+TEST(DevmemRxEndpoint, AReceiveAreaOfItsOwnInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThere) {
+  // TCPX's model: the endpoint hands rxq a dmabuf of its own device memory, and the NIC
+  // lays every byte of its streams there; device receives are scattered within the
+  // device, host ones copied out by the device's copies.
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  DeviceContext mine;
+  mine.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20, .export_memfd = true}).value();
+  AreaStandin standin(mine.dev.get());
+  // Device memory taken first, so that the area is not at the dmabuf's byte 0 and its
+  // place in the dmabuf matters.
+  ASSERT_TRUE(mine.dev->allocate(1 << 20).is_ok());
+  constexpr uint64_t kArea = 4 << 20;
+  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
+  ::setenv("REMORA_RXQ_DEVICE_AREA", "4M", 1);
+  auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk});
+  ::unsetenv("REMORA_RXQ_SOCKET");
+  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  ASSERT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  mine.ctx = std::move(ctx).value();
+  ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
+  const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  ASSERT_NE(standin.area, nullptr) << "the endpoint bound no area";
+  EXPECT_EQ(standin.area_size, kArea);
+  EXPECT_TRUE(mine.dev->owns(standin.area, kArea));  // the area is the device's memory
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its dmabuf of ", ::getpid()))) << rxq.log();
+  const uint64_t handshake = standin.nic.bytes;
+  EXPECT_GT(handshake, 0u);  // the hello answers came through the area, copied to the host
+  // Device, host, device, host: each byte for byte.
+  echo_into_device_and_host(s, mine, sizes);
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("devmem RX into test-device memory: its own receive area of 4194304 bytes of "
+                                       "test-device memory (rxq's stand-in mode: not bound), binding 0 on rxq's queue "
+                                       "2 for it; streams steered to queues 2, 2"),
+            std::string::npos)
+      << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 2u);
+  EXPECT_EQ(st.staged_transfers, 0u);
+  EXPECT_EQ(standin.nic.bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
+  EXPECT_EQ(standin.nic.tokens_out(), 0u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+  // The lease ended with the endpoint: rxq removed the flows and freed the queue.
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its dmabuf on queue 2 released", ::getpid()))) << rxq.log();
 }
 
 TEST(DevmemRxEndpoint, AnAcceptedEndpointGetsIntoDeviceMemoryByDevmem) {
@@ -554,6 +645,72 @@ TEST_F(DevmemRxEndpointCuda, MessagesFromAPeerProcessArePlacedInCudaMemoryFromRx
   EXPECT_EQ(st.staged_transfers, 1u);
   EXPECT_EQ(standin.nic.bytes - handshake, (kChunk + 1) + (5 * kChunk + 3));
   EXPECT_EQ(standin.nic.tokens_out(), 0u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+}
+
+TEST_F(DevmemRxEndpointCuda, AReceiveAreaOfItsOwnInCudaMemoryTakesEveryByteAndScattersThere) {
+  // TCPX's model with CUDA memory: the endpoint's receive area is a cuMemAlloc exported
+  // as a dmabuf; the stand-in NIC writes into it by the domain's copies (a NIC would by
+  // DMA), and device receives are scattered within the GPU by the unpack kernel.
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  AreaStandin standin(cuda_);
+  // A driver that exports no dmabufs (the emulated one) cannot give an area: then the
+  // endpoint says so and stages, which is checked instead.
+  std::byte* probe = allocate(4096);
+  ASSERT_NE(probe, nullptr);
+  auto probed = cuda_->export_dmabuf(probe, 4096);
+  if (probed) ::close(probed->fd);
+  const bool exports = probed.is_ok();
+  ::setenv("REMORA_RXQ_DEVICE_AREA", "4M", 1);
+  auto ctx = context(rxq.socket());
+  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  ASSERT_TRUE(ctx);
+  const std::vector<uint64_t> sizes = {kChunk + 1, 5 * kChunk + 3};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  PeerSession s = start_listening_peer(*ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  if (exports) {
+    ASSERT_NE(standin.area, nullptr) << "the endpoint bound no area";
+    EXPECT_TRUE(cuda_->owns(standin.area, 4 << 20));
+  } else {
+    EXPECT_EQ(standin.area, nullptr);
+  }
+  const size_t cap = 5 * kChunk + 64;
+  std::byte* dev = allocate(cap);
+  ASSERT_NE(dev, nullptr);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(fmt::format("message {} of {} bytes", i, sizes[i]));
+    const auto data = stream_bytes(sizes[i], i + 1);
+    ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
+    auto line = s.peer->read_line(60s);
+    ASSERT_TRUE(line);
+    EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
+    Request r = s.ep->recv(std::span(dev, cap), Tag{200 + i});
+    ASSERT_TRUE(r.wait(60s).is_ok());
+    const auto back = read(dev, cap);
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "the message differs in CUDA memory";
+  }
+  const EndpointStats st = s.ep->stats();
+  if (exports) {
+    EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+    EXPECT_NE(st.device_path_reason.find("its own receive area of 4194304 bytes of cuda memory"), std::string::npos)
+        << st.device_path_reason;
+    EXPECT_EQ(st.devmem_transfers, 2u);
+    EXPECT_EQ(standin.nic.tokens_out(), 0u);
+  } else {
+    EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;
+    EXPECT_NE(st.device_path_reason.find("REMORA_RXQ_DEVICE_AREA=4194304 of cuda memory: " + probed.status().message()),
+              std::string::npos)
+        << st.device_path_reason;
+    EXPECT_EQ(st.devmem_transfers, 0u);
+    EXPECT_EQ(st.staged_transfers, 2u);
+  }
   EXPECT_EQ(*s.peer->read_line(60s), "DONE");
   EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
   s.ep.reset();

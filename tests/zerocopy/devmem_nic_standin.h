@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -24,7 +25,7 @@
 
 #include <gtest/gtest.h>
 
-#include "remora/testing/test_device.h"
+#include "remora/memory.h"
 #include "transport/devmem_path.h"
 #include "zerocopy/token_return.h"
 #include "zerocopy/uapi.h"
@@ -34,8 +35,9 @@ namespace remora::zerocopy::test {
 struct NicStandIn {
   static constexpr size_t kPage = 4096;
 
-  testing::TestDeviceDomain* dev = nullptr;  // null: the dmabuf is host memory
-  std::byte* dmabuf = nullptr;
+  MemoryDomain* dev = nullptr;  // the dmabuf is this device's memory (written by its copies); null: host memory
+  std::byte* dmabuf = nullptr;  // where its pages are (dev's memory when dev is set)
+  uint64_t frag_base = 0;       // the dmabuf offset of `dmabuf`'s byte 0 (fragments are reported from there)
   size_t pages = 0;
   uint32_t binding = 7;
   size_t piece = kPage;
@@ -98,12 +100,13 @@ struct NicStandIn {
         const size_t page = *free_pages.begin();
         free_pages.erase(free_pages.begin());
         if (dev != nullptr) {
-          EXPECT_TRUE(dev->write(dmabuf + page * kPage, got.data() + at, len).is_ok());
+          auto copy = dev->copy_from_host(dmabuf + page * kPage, got.data() + at, len);
+          EXPECT_TRUE(copy.is_ok() && (*copy)->wait(std::chrono::seconds(30)).is_ok());
         } else {
           std::memcpy(dmabuf + page * kPage, got.data() + at, len);
         }
         h.cmsg_type = uapi::kScmDevmemDmabuf;
-        c.frag_offset = outside ? pages * kPage : page * kPage;
+        c.frag_offset = frag_base + (outside ? pages * kPage : page * kPage);
         c.frag_token = next_token++;
         c.dmabuf_id = binding;
         outstanding[c.frag_token] = page;

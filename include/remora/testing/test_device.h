@@ -78,6 +78,8 @@ class TestDeviceDomain final : public MemoryDomain {
   void release_staging(void* host, size_t len) noexcept override;
   /// With TestDeviceOptions::export_memfd: the memfd, and the range's offset in it.
   Result<DmabufExport> export_dmabuf(const void* ptr, size_t len) override;
+  /// allocate(); free_area gives nothing back (the capacity is used up once).
+  Result<void*> allocate_area(size_t len) override;
   /// Staging buffers prepared and not yet released (tests check the pool's reuse).
   uint64_t prepared_staging() const noexcept;
 
