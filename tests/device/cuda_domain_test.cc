@@ -234,23 +234,25 @@ TEST_F(CudaDomainGpu, OnDoneRunsExactlyOnce) {
   EXPECT_TRUE(called_inline);
   EXPECT_EQ(caller, self);
 
-  // Many copies, each with its own counter; then one more copy on the same stream,
-  // whose completion means every earlier host function has run (a stream runs them in
-  // order), so a second call of any of them would have happened by then.
+  // Many copies, each with its own counter, on a domain of their own: each is called
+  // within the bound, and the domain's destruction then drains its streams, host
+  // functions included, so a second call of any of them would have happened by then.
+  // (A later copy's end is no such point: a small copy's end may be seen by polling its
+  // event while earlier copies' host functions are still to run.)
   constexpr size_t kCopies = 64;
   std::vector<DoneCounter> counters(kCopies);
-  std::vector<std::unique_ptr<AsyncCopy>> copies;
-  for (size_t i = 0; i < kCopies; ++i) {
-    auto c = domain.copy_from_host(dev.data() + i * 4096, host.data() + i * 4096, 4096);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    (*c)->on_done(counters[i].callback());
-    copies.push_back(std::move(c).value());
+  {
+    CudaDomain many(driver_);
+    std::vector<std::unique_ptr<AsyncCopy>> copies;
+    for (size_t i = 0; i < kCopies; ++i) {
+      auto c = many.copy_from_host(dev.data() + i * 4096, host.data() + i * 4096, 4096);
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      (*c)->on_done(counters[i].callback());
+      copies.push_back(std::move(c).value());
+    }
+    for (size_t i = 0; i < kCopies; ++i) ASSERT_TRUE(counters[i].wait_for(1)) << "copy " << i;
+    copies.clear();
   }
-  DoneCounter last;
-  auto fence = domain.copy_from_host(dev.data(), host.data(), 1);
-  ASSERT_TRUE(fence.is_ok());
-  (*fence)->on_done(last.callback());
-  ASSERT_TRUE(last.wait_for(1));
   for (size_t i = 0; i < kCopies; ++i) {
     EXPECT_EQ(counters[i].count(), 1) << "copy " << i;
   }
