@@ -602,6 +602,28 @@ class DevmemRxEndpointCuda : public ::testing::Test {
     return got;
   }
 
+  /// Messages sent to the device-echo peer `s` come back into CUDA memory, each checked
+  /// byte for byte (the peer echoes `sizes` in order).
+  void echo_into_cuda(PeerSession& s, const std::vector<uint64_t>& sizes) {
+    const size_t cap = 5 * kChunk + 64;
+    std::byte* dev = allocate(cap);
+    ASSERT_NE(dev, nullptr);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      SCOPED_TRACE(fmt::format("message {} of {} bytes", i, sizes[i]));
+      const auto data = stream_bytes(sizes[i], i + 1);
+      ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
+      auto line = s.peer->read_line(60s);
+      ASSERT_TRUE(line);
+      EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
+      Request r = s.ep->recv(std::span(dev, cap), Tag{200 + i});
+      const Status got = r.wait(60s);
+      ASSERT_TRUE(got.is_ok()) << describe(got);
+      EXPECT_EQ(r.bytes(), sizes[i]);
+      const auto back = read(dev, cap);
+      EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "the message differs in CUDA memory";
+    }
+  }
+
   MemoryDomain* cuda_ = nullptr;
   std::vector<void*> allocations_;
 };
@@ -621,23 +643,7 @@ TEST_F(DevmemRxEndpointCuda, MessagesFromAPeerProcessArePlacedInCudaMemoryFromRx
                                        {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
   ASSERT_TRUE(s.ep);
   const uint64_t handshake = standin.nic.bytes;
-  const size_t cap = 5 * kChunk + 64;
-  std::byte* dev = allocate(cap);
-  ASSERT_NE(dev, nullptr);
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    SCOPED_TRACE(fmt::format("message {} of {} bytes", i, sizes[i]));
-    const auto data = stream_bytes(sizes[i], i + 1);
-    ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
-    auto line = s.peer->read_line(60s);
-    ASSERT_TRUE(line);
-    EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
-    Request r = s.ep->recv(std::span(dev, cap), Tag{200 + i});
-    const Status got = r.wait(60s);
-    ASSERT_TRUE(got.is_ok()) << describe(got);
-    EXPECT_EQ(r.bytes(), sizes[i]);
-    const auto back = read(dev, cap);
-    EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "the message differs in CUDA memory";
-  }
+  echo_into_cuda(s, sizes);
   const EndpointStats st = s.ep->stats();
   EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;  // the last, eager one
   EXPECT_NE(st.device_path_reason.find("copied to cuda memory from there"), std::string::npos) << st.device_path_reason;
@@ -681,21 +687,7 @@ TEST_F(DevmemRxEndpointCuda, AReceiveAreaOfItsOwnInCudaMemoryTakesEveryByteAndSc
   } else {
     EXPECT_EQ(standin.area, nullptr);
   }
-  const size_t cap = 5 * kChunk + 64;
-  std::byte* dev = allocate(cap);
-  ASSERT_NE(dev, nullptr);
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    SCOPED_TRACE(fmt::format("message {} of {} bytes", i, sizes[i]));
-    const auto data = stream_bytes(sizes[i], i + 1);
-    ASSERT_TRUE(s.ep->send(std::span(data), Tag{100 + i}).wait(60s).is_ok());
-    auto line = s.peer->read_line(60s);
-    ASSERT_TRUE(line);
-    EXPECT_EQ(*line, "RECV " + std::to_string(i) + " ok " + hex64(XXH3_64bits(data.data(), data.size())));
-    Request r = s.ep->recv(std::span(dev, cap), Tag{200 + i});
-    ASSERT_TRUE(r.wait(60s).is_ok());
-    const auto back = read(dev, cap);
-    EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "the message differs in CUDA memory";
-  }
+  echo_into_cuda(s, sizes);
   const EndpointStats st = s.ep->stats();
   if (exports) {
     EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
