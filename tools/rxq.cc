@@ -185,7 +185,7 @@ void print_checks(const Plan& plan) {
 struct ServeOptions {
   std::string ifname;
   uint32_t queues = 1;
-  uint32_t client_queues = 0;  ///< more reserved queues, one per client that binds a dmabuf of its own
+  uint32_t client_queues = 0;  ///< more reserved queues, one per client with a dmabuf of its own or its own zcrx
   std::string socket;
   std::string journal;
   uint64_t dmabuf_size = 0;
@@ -268,17 +268,19 @@ class Server {
         journal_.path(),
         free_client_queues_.empty()
             ? std::string()
-            : fmt::format("; queues {} for clients' own dmabufs", fmt::join(free_client_queues_, ",")));
+            : fmt::format("; queues {} for clients' own dmabufs or zcrx", fmt::join(free_client_queues_, ",")));
     const int code = loop();
     ::unlink(o_.socket.c_str());
     return finish(code);
   }
 
  private:
-  /// A client's own dmabuf (TCPX's model), bound to a queue of its own.
+  /// A client's own queue: for its own dmabuf (TCPX's model), bound to it, or for its
+  /// io_uring zcrx (`zcrx`: the client registers the queue with its ring; nothing bound).
   struct OwnBinding {
     uint32_t queue = 0;
-    uint64_t size = 0;
+    bool zcrx = false;                         ///< a queue for its zcrx: no dmabuf, no binding
+    uint64_t size = 0;                         ///< the dmabuf's bytes; 0 for zcrx
     std::optional<zc::DevmemBinding> binding;  ///< bind-rx's (none in stand-in mode); unbinds when it goes
     net::Fd dmabuf;                            ///< held while bound
   };
@@ -287,7 +289,7 @@ class Server {
     pid_t pid = 0;
     uid_t uid = 0;
     std::vector<uint64_t> entries;  ///< its flows' journal ids
-    std::optional<OwnBinding> own;  ///< its dmabuf, if it gave one
+    std::optional<OwnBinding> own;  ///< its own queue, if it gave a dmabuf or reserved one for zcrx
   };
 
   Status apply() {
@@ -409,7 +411,11 @@ class Server {
       drop_flows(&peer);  // its rules first, then its own binding and queue
       if (peer.own) {
         free_client_queues_.push_back(peer.own->queue);
-        say("client pid {}: its dmabuf on queue {} released", peer.pid, peer.own->queue);
+        if (peer.own->zcrx) {
+          say("client pid {}: its zcrx queue {} released", peer.pid, peer.own->queue);
+        } else {
+          say("client pid {}: its dmabuf on queue {} released", peer.pid, peer.own->queue);
+        }
       }
       peers_.erase(key);
       return;
@@ -420,6 +426,13 @@ class Server {
     if (type && *type == rq::kTypeBindDmabuf) {
       reply.type = rq::kTypeBindDmabufReply;
       bind_dmabuf(&peer, packet->bytes, std::move(packet->fd), &reply);
+      if (Status s = rq::send_packet(peer.fd.get(), rq::encode(reply)); !s)
+        say("client pid {}: {}", peer.pid, s.message());
+      return;
+    }
+    if (type && *type == rq::kTypeReserveQueue) {
+      reply.type = rq::kTypeReserveQueueReply;
+      reserve_queue(&peer, packet->bytes, packet->fd.valid(), &reply);  // a descriptor goes with `packet`
       if (Status s = rq::send_packet(peer.fd.get(), rq::encode(reply)); !s)
         say("client pid {}: {}", peer.pid, s.message());
       return;
@@ -456,8 +469,13 @@ class Server {
     if (o_.client_queues == 0) {
       return refuse(EOPNOTSUPP, "this rxq binds no clients' dmabufs (start it with --client-queues N)");
     }
-    if (peer->own)
-      return refuse(EEXIST, fmt::format("this client's dmabuf is bound already (queue {})", peer->own->queue));
+    if (peer->own) {
+      return refuse(EEXIST, peer->own->zcrx
+                                ? fmt::format("this client has a queue of its own already (queue {}, "
+                                              "reserved for its io_uring zcrx)",
+                                              peer->own->queue)
+                                : fmt::format("this client's dmabuf is bound already (queue {})", peer->own->queue));
+    }
     if (!peer->entries.empty()) {
       return refuse(EBUSY, "this client has flows into rxq's buffer already: give the dmabuf before any flow");
     }
@@ -495,8 +513,48 @@ class Server {
     peer->own = std::move(own);
   }
 
+  /// Reserves a client queue for `peer`'s own io_uring zcrx (`with_fd`: the request
+  /// carried a descriptor, which it must not); `reply` says which, or why not. Nothing is
+  /// bound: the client registers the queue with its ring itself.
+  void reserve_queue(Peer* peer, std::span<const std::byte> bytes, bool with_fd, rq::BindFlowReply* reply) {
+    auto request = rq::decode_reserve_queue(bytes);
+    auto refuse = [&](int err, std::string why) {
+      reply->error = err;
+      reply->message = std::move(why);
+      say("client pid {}: refused a queue for its io_uring zcrx: {}", peer->pid, reply->message);
+    };
+    if (!request) return refuse(EINVAL, request.status().message());
+    if (with_fd) return refuse(EINVAL, "a reserve-queue request must not carry a descriptor");
+    if (o_.client_queues == 0) {
+      return refuse(EOPNOTSUPP, "this rxq reserves no queues for clients (start it with --client-queues N)");
+    }
+    if (peer->own) {
+      return refuse(EEXIST, fmt::format("this client has a queue of its own already (queue {}, {})", peer->own->queue,
+                                        peer->own->zcrx ? "reserved for its io_uring zcrx" : "bound to its dmabuf"));
+    }
+    if (!peer->entries.empty()) {
+      return refuse(EBUSY, "this client has flows into rxq's buffer already: reserve the queue before any flow");
+    }
+    if (free_client_queues_.empty()) {
+      return refuse(EBUSY, fmt::format("all {} client queue(s) are taken", o_.client_queues));
+    }
+    OwnBinding own;
+    own.queue = free_client_queues_.back();
+    own.zcrx = true;
+    free_client_queues_.pop_back();
+    reply->binding_id = plan_.ifindex;  // no binding: the interface the client registers zcrx on
+    reply->queue = own.queue;
+    reply->rule_location = rq::kNoRule;
+    reply->dmabuf_size = 0;
+    reply->flags = rq::kFlagClientZcrx | (o_.standin ? rq::kFlagStandin : 0u);
+    if (o_.standin) reply->message = "stand-in mode: the interface is left as it is (RSS not changed)";
+    say("client pid {}: queue {} reserved for its io_uring zcrx ({} index {})", peer->pid, own.queue, o_.ifname,
+        plan_.ifindex);
+    peer->own = std::move(own);
+  }
+
   /// Steers `flow` for `peer`; the fd to pass, or -1 with `reply` saying why not (a
-  /// client with its own dmabuf gets -1 and no error: its flows go to its queue).
+  /// client with a queue of its own gets -1 and no error: its flows go to its queue).
   int bind_flow(Peer* peer, const zc::TcpFlow& flow, rq::BindFlowReply* reply) {
     const uint32_t queue = peer->own ? peer->own->queue : plan_.reserved[next_queue_++ % plan_.reserved.size()];
     rq::JournalEntry e;
@@ -529,6 +587,12 @@ class Server {
         e.rule_location ? fmt::format("rule {}", *e.rule_location) : "no rule: " + reply->message);
     reply->queue = queue;
     reply->rule_location = e.rule_location.value_or(rq::kNoRule);
+    if (peer->own && peer->own->zcrx) {
+      reply->binding_id = plan_.ifindex;  // as in the reserve-queue reply
+      reply->dmabuf_size = 0;
+      reply->flags |= rq::kFlagClientZcrx | (o_.standin ? rq::kFlagStandin : 0u);
+      return -1;
+    }
     if (peer->own) {
       reply->binding_id = peer->own->binding ? peer->own->binding->id() : 0;
       reply->dmabuf_size = peer->own->size;
@@ -567,7 +631,7 @@ class Server {
   net::Fd signals_;
   std::map<int, Peer> peers_;
   size_t next_queue_ = 0;
-  std::vector<uint32_t> free_client_queues_;  // reserved for clients' own dmabufs, not taken
+  std::vector<uint32_t> free_client_queues_;  // reserved for clients' own dmabufs or zcrx, not taken
 };
 
 int serve(const ServeOptions& o) {
@@ -698,7 +762,8 @@ RxqCli::RxqCli(CLI::App* parent) {
         ->check(CLI::Range(1u, 1024u));
     cmd->add_option("--client-queues", client_queues_,
                     "more RX queues to reserve, one for each client that hands rxq a dmabuf of its own (its device "
-                    "memory, TCPX's model) and gets its flows steered there (default 0: none)")
+                    "memory, TCPX's model) or reserves a queue for its own io_uring zero-copy receive (zcrx: the "
+                    "client registers the queue with its ring), and gets its flows steered there (default 0: none)")
         ->check(CLI::Range(0u, 1024u));
   };
   check_ = rxq_->add_subcommand("check", "what `serve` checks, and why it would refuse (exit 0: it can, 3: it cannot)");

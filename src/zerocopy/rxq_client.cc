@@ -145,9 +145,11 @@ Result<FlowLease> Client::bind_flow(const TcpFlow& flow, std::chrono::millisecon
   REMORA_RETURN_IF_ERROR(send_packet(socket_.get(), encode(BindFlowRequest{flow})));
   REMORA_ASSIGN_OR_RETURN(auto got, answer(socket_.get(), kTypeBindFlowReply, flow.describe(), timeout));
   auto& [reply, fd] = got;
-  if ((reply.flags & kFlagClientDmabuf) != 0) {
-    // Into our own dmabuf: nothing to pass.
-    if (fd.valid()) return Status(StatusCode::kProtocol, "rxq: a flow into our own dmabuf that carried a descriptor");
+  if ((reply.flags & (kFlagClientDmabuf | kFlagClientZcrx)) != 0) {
+    // Into our own dmabuf, or our own zcrx queue: nothing to pass.
+    if (fd.valid()) {
+      return Status(StatusCode::kProtocol, "rxq: a flow into our own dmabuf or zcrx queue that carried a descriptor");
+    }
   } else if (!fd.valid()) {
     return Status(StatusCode::kProtocol, "rxq: a success without the buffer's descriptor");
   }
@@ -159,6 +161,15 @@ Result<BindFlowReply> Client::bind_dmabuf(int dmabuf_fd, uint64_t size, std::chr
   REMORA_ASSIGN_OR_RETURN(
       auto got, answer(socket_.get(), kTypeBindDmabufReply, fmt::format("our dmabuf of {} bytes", size), timeout));
   if (got.second.valid()) return Status(StatusCode::kProtocol, "rxq: a bind-dmabuf reply that carried a descriptor");
+  return std::move(got.first);
+}
+
+Result<BindFlowReply> Client::reserve_queue(std::chrono::milliseconds timeout) {
+  REMORA_RETURN_IF_ERROR(send_packet(socket_.get(), encode(ReserveQueueRequest{})));
+  REMORA_ASSIGN_OR_RETURN(auto got,
+                          answer(socket_.get(), kTypeReserveQueueReply, "a queue for our io_uring zcrx", timeout));
+  // The descriptor, if one came, is closed with `got`.
+  if (got.second.valid()) return Status(StatusCode::kProtocol, "rxq: a reserve-queue reply that carried a descriptor");
   return std::move(got.first);
 }
 

@@ -1,8 +1,9 @@
 // zerocopy/rxq_client.h — an application's side of `remora rxq serve`: connect to its
 // Unix socket, ask for a flow to be steered to a devmem queue, and receive the dmabuf's
-// file descriptor (SCM_RIGHTS) with the binding id and queue. The connection is the
-// lease: closing it (or the process dying) makes rxq remove the flow's rules. Also the
-// packet send/receive with fd passing that rxq's server side uses.
+// file descriptor (SCM_RIGHTS) with the binding id and queue; or hand rxq our own dmabuf,
+// or have it reserve a queue for our own io_uring zcrx. The connection is the lease:
+// closing it (or the process dying) makes rxq remove the flow's rules and free our
+// queue. Also the packet send/receive with fd passing that rxq's server side uses.
 #pragma once
 
 #include <chrono>
@@ -35,7 +36,8 @@ Result<Packet> recv_packet(int socket, size_t max, net::Clock::time_point deadli
 struct FlowLease {
   BindFlowReply reply;  ///< binding id, queue, rule location, size, flags
   /// The dmabuf (or, in rxq's stand-in mode, a memfd: reply.flags & kFlagStandin);
-  /// none when the flow lands in our own dmabuf (reply.flags & kFlagClientDmabuf).
+  /// none when the flow lands in our own dmabuf (reply.flags & kFlagClientDmabuf) or in
+  /// the queue we registered for our io_uring zcrx (reply.flags & kFlagClientZcrx).
   net::Fd dmabuf;
 };
 
@@ -51,6 +53,12 @@ class Client {
   /// our flows go there from then on. rxq's refusal is an error as for bind_flow.
   Result<BindFlowReply> bind_dmabuf(int dmabuf_fd, uint64_t size,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Asks rxq for a queue of ours for our io_uring zcrx: rxq binds nothing, it takes one
+  /// of its client queues for us (reply.queue; ifindex_of(reply) is the interface to
+  /// register it on with IORING_REGISTER_ZCRX_IFQ) and steers our flows there from then
+  /// on (their replies carry kFlagClientZcrx and no descriptor). rxq's refusal is an
+  /// error as for bind_flow; a reply that carries a descriptor is kProtocol.
+  Result<BindFlowReply> reserve_queue(std::chrono::milliseconds timeout = std::chrono::seconds(10));
   int fd() const { return socket_.get(); }
 
  private:

@@ -92,6 +92,14 @@ std::vector<std::byte> encode(const BindDmabufRequest& r) {
   return w.take();
 }
 
+// Reserve-queue request: magic u32 | type u16 | reserved u16 | reserved u8[40]  = 48 bytes
+std::vector<std::byte> encode(const ReserveQueueRequest&) {
+  Writer w(kRequestBytes);
+  w.u32(0, kMagic);
+  w.u16(4, kTypeReserveQueue);
+  return w.take();
+}
+
 Result<uint16_t> request_type(std::span<const std::byte> bytes) {
   constexpr std::string_view what = "request";
   if (bytes.size() != kRequestBytes) return bad(what, fmt::format("{} bytes, want {}", bytes.size(), kRequestBytes));
@@ -99,11 +107,20 @@ Result<uint16_t> request_type(std::span<const std::byte> bytes) {
   if (r.u32(0) != kMagic)
     return bad(what, fmt::format("bad magic {:#010x} (want {:#010x}, \"RXQ1\")", r.u32(0), kMagic));
   const uint16_t type = r.u16(4);
-  if (type != kTypeBindFlow && type != kTypeBindDmabuf) {
-    return bad(what,
-               fmt::format("message type {:#06x}, want {:#06x} or {:#06x}", type, kTypeBindFlow, kTypeBindDmabuf));
+  if (type != kTypeBindFlow && type != kTypeBindDmabuf && type != kTypeReserveQueue) {
+    return bad(what, fmt::format("message type {:#06x}, want {:#06x}, {:#06x} or {:#06x}", type, kTypeBindFlow,
+                                 kTypeBindDmabuf, kTypeReserveQueue));
   }
   return type;
+}
+
+Result<ReserveQueueRequest> decode_reserve_queue(std::span<const std::byte> bytes) {
+  constexpr std::string_view what = "reserve-queue request";
+  if (bytes.size() != kRequestBytes) return bad(what, fmt::format("{} bytes, want {}", bytes.size(), kRequestBytes));
+  const Reader r(bytes);
+  REMORA_RETURN_IF_ERROR(check_head(r, kTypeReserveQueue, what));
+  if (!r.zero(8, 40)) return bad(what, "reserved bytes 8..47 are not zero");
+  return ReserveQueueRequest{};
 }
 
 Result<BindDmabufRequest> decode_bind_dmabuf(std::span<const std::byte> bytes) {
@@ -167,7 +184,8 @@ Result<BindFlowReply> decode_reply(std::span<const std::byte> bytes) {
   }
   const Reader r(bytes);
   const uint16_t type = r.u16(4);
-  REMORA_RETURN_IF_ERROR(check_head(r, type == kTypeBindDmabufReply ? kTypeBindDmabufReply : kTypeBindFlowReply, what));
+  const bool known = type == kTypeBindFlowReply || type == kTypeBindDmabufReply || type == kTypeReserveQueueReply;
+  REMORA_RETURN_IF_ERROR(check_head(r, known ? type : kTypeBindFlowReply, what));
   BindFlowReply out;
   out.type = type;
   out.error = static_cast<int32_t>(r.u32(8));
@@ -184,7 +202,16 @@ Result<BindFlowReply> decode_reply(std::span<const std::byte> bytes) {
     return bad(what, fmt::format("message_len {} but {} bytes follow the header", len, bytes.size() - kReplyHeaderBytes));
   }
   out.message.assign(static_cast<const char*>(static_cast<const void*>(bytes.data() + kReplyHeaderBytes)), len);
-  if (out.error == 0 && out.dmabuf_size == 0) return bad(what, "success with a buffer of 0 bytes");
+  const bool zcrx = (out.flags & kFlagClientZcrx) != 0;
+  if (zcrx && (out.flags & kFlagClientDmabuf) != 0) return bad(what, "flags CLIENT_DMABUF and CLIENT_ZCRX together");
+  if (out.error == 0) {
+    // A zcrx queue's buffer is the client's own io_uring area: rxq knows no size of it.
+    if (zcrx && out.dmabuf_size != 0) {
+      return bad(what, fmt::format("a zcrx success with dmabuf_size {} (want 0)", out.dmabuf_size));
+    }
+    if (!zcrx && out.dmabuf_size == 0) return bad(what, "success with a buffer of 0 bytes");
+    if (type == kTypeReserveQueueReply && !zcrx) return bad(what, "a reserve-queue success without flag CLIENT_ZCRX");
+  }
   return out;
 }
 

@@ -116,6 +116,20 @@ void rxq() {
   rep.dmabuf_size = 256 << 20;
   rep.flags = rxq::kFlagClientDmabuf;
   write("rxq_fuzz", "reply_dmabuf", rxq::encode(rep));
+  write("rxq_fuzz", "request_reserve_queue", rxq::encode(rxq::ReserveQueueRequest{}));
+  rep = {};
+  rep.type = rxq::kTypeReserveQueueReply;
+  rep.binding_id = 2;  // the ifindex
+  rep.queue = 13;
+  rep.rule_location = rxq::kNoRule;
+  rep.flags = rxq::kFlagClientZcrx | rxq::kFlagStandin;
+  write("rxq_fuzz", "reply_reserve_queue", rxq::encode(rep));
+  rep = {};
+  rep.binding_id = 2;  // a zcrx client's flow: the ifindex again, no size
+  rep.queue = 13;
+  rep.rule_location = 1022;
+  rep.flags = rxq::kFlagClientZcrx;
+  write("rxq_fuzz", "reply_flow_zcrx", rxq::encode(rep));
 }
 
 /// The 8-byte prefix devmem_rx_fuzz reads, then control messages as the kernel lays

@@ -10,7 +10,12 @@
 //    rule; a malformed request is refused with the decoder's reason; a SIGKILLed client's
 //    flows leave the journal; SIGTERM undoes everything and removes journal and socket;
 //    after a SIGKILL of rxq the journal stays, a new `serve` refuses to start over it,
-//    and `rxq undo` replays it and removes it.
+//    and `rxq undo` replays it and removes it;
+//  - with `--client-queues`, a client's own dmabuf (BIND_DMABUF) or a queue reserved for
+//    its own io_uring zcrx (RESERVE_QUEUE) takes a client queue of its own, where its
+//    flows go with no descriptor; every refusal comes with its errno and reason, and the
+//    queue is free again when the client goes.
+#include <net/if.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -21,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -335,6 +341,164 @@ TEST_F(Rxq, StandinTakesAClientsOwnDmabufForAQueueOfItsOwnAndFreesItWithTheClien
     EXPECT_NE(refused.status().message().find("this rxq binds no clients' dmabufs (start it with --client-queues N)"),
               std::string::npos)
         << refused.status().message();
+  }
+  plain.signal(SIGTERM);
+  ASSERT_TRUE(read_until(plain, "stopped; lo is as it was", &log)) << log;
+  auto pst = plain.wait(seconds(30));
+  ASSERT_TRUE(pst.has_value());
+  EXPECT_TRUE(Process::exited_ok(*pst)) << Process::describe(*pst) << "\n" << log;
+}
+
+/// `r` is rxq's refusal of `what` with `err` (its name in the message) and `why`, as the
+/// client maps it to `code`.
+template <typename T>
+void expect_refusal(const Result<T>& r, StatusCode code, const std::string& err, const std::string& why) {
+  ASSERT_FALSE(r.is_ok()) << why;
+  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
+  EXPECT_NE(r.status().message().find(": " + err + " ("), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+}
+
+TEST_F(Rxq, StandinReservesAClientQueueForItsOwnZcrxAndFreesItWithTheClient) {
+  // io_uring zcrx: the application registers the queue with its own ring; rxq only
+  // reserves one of its client queues for it and steers its flows there.
+  Process serve({.argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--queues", "1",
+                          "--client-queues", "2", "--socket", socket_, "--journal", journal_, "--dmabuf-size", "65536"},
+                 .env = {},
+                 .capture_stderr = true});
+  ASSERT_TRUE(serve.ok()) << serve.error();
+  std::string log;
+  ASSERT_TRUE(read_until(serve,
+                         fmt::format("rxq: serving lo queues 0 on {} (journal {}); queues 1,2 for clients' own "
+                                     "dmabufs or zcrx",
+                                     socket_, journal_),
+                         &log))
+      << log;
+  const uint32_t lo = ::if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  const pid_t pid = ::getpid();
+  zerocopy::TcpFlow flow;
+  flow.dst_port = 7000;
+
+  auto ra = rq::Client::connect(socket_);
+  ASSERT_TRUE(ra.is_ok()) << ra.status().to_string();
+  std::optional<rq::Client> a(std::move(*ra));
+  auto reserved = a->reserve_queue();
+  ASSERT_TRUE(reserved.is_ok()) << reserved.status().to_string();
+  EXPECT_EQ(reserved->type, rq::kTypeReserveQueueReply);
+  EXPECT_EQ(reserved->error, 0);
+  EXPECT_EQ(reserved->queue, 2u);  // a client queue (1 or 2; the last free one), not rxq's own (0)
+  EXPECT_EQ(rq::ifindex_of(*reserved), lo);
+  EXPECT_EQ(reserved->binding_id, lo);
+  EXPECT_EQ(reserved->rule_location, rq::kNoRule);
+  EXPECT_EQ(reserved->dmabuf_size, 0u);
+  EXPECT_EQ(reserved->flags, rq::kFlagClientZcrx | rq::kFlagStandin);
+  ASSERT_TRUE(read_until(
+      serve, fmt::format("client pid {}: queue 2 reserved for its io_uring zcrx (lo index {})", pid, lo), &log))
+      << log;
+  // Once is enough, by either request.
+  expect_refusal(a->reserve_queue(), StatusCode::kNoResource, "EEXIST",
+                 "this client has a queue of its own already (queue 2, reserved for its io_uring zcrx)");
+  net::Fd mine = client_buffer(1 << 20);
+  expect_refusal(a->bind_dmabuf(mine.get(), 1 << 20), StatusCode::kNoResource, "EEXIST",
+                 "this client has a queue of its own already (queue 2, reserved for its io_uring zcrx)");
+  // Its flows go to its queue: no descriptor, the ifindex again.
+  auto lease = a->bind_flow(flow);
+  ASSERT_TRUE(lease.is_ok()) << lease.status().to_string();
+  EXPECT_FALSE(lease->dmabuf.valid());
+  EXPECT_EQ(lease->reply.type, rq::kTypeBindFlowReply);
+  EXPECT_EQ(lease->reply.queue, 2u);
+  EXPECT_EQ(rq::ifindex_of(lease->reply), lo);
+  EXPECT_EQ(lease->reply.dmabuf_size, 0u);
+  EXPECT_EQ(lease->reply.rule_location, rq::kNoRule);  // lo refuses the rule
+  EXPECT_EQ(lease->reply.flags, rq::kFlagClientZcrx | rq::kFlagStandin | rq::kFlagRuleRefused);
+  EXPECT_NE(slurp(journal_).find(fmt::format("flow {} 2 none flow-type tcp4 dst-port 7000\n", pid)), std::string::npos)
+      << slurp(journal_);
+
+  // A client with a flow into rxq's buffer already may not take a queue afterwards.
+  auto d = rq::Client::connect(socket_);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  zerocopy::TcpFlow shared_flow = flow;
+  shared_flow.dst_port = 7001;
+  auto shared = d->bind_flow(shared_flow);
+  ASSERT_TRUE(shared.is_ok()) << shared.status().to_string();
+  EXPECT_TRUE(shared->dmabuf.valid());  // rxq's buffer
+  EXPECT_EQ(shared->reply.queue, 0u);
+  expect_refusal(d->reserve_queue(), StatusCode::kNoResource, "EBUSY",
+                 "this client has flows into rxq's buffer already: reserve the queue before any flow");
+
+  // A client's own dmabuf takes the other client queue; it cannot also reserve one.
+  auto b = rq::Client::connect(socket_);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  net::Fd its = client_buffer(1 << 20);
+  auto bound = b->bind_dmabuf(its.get(), 1 << 20);
+  ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+  EXPECT_EQ(bound->queue, 1u);
+  EXPECT_EQ(bound->flags, rq::kFlagClientDmabuf | rq::kFlagStandin);
+  expect_refusal(b->reserve_queue(), StatusCode::kNoResource, "EEXIST",
+                 "this client has a queue of its own already (queue 1, bound to its dmabuf)");
+
+  // All client queues taken.
+  auto c = rq::Client::connect(socket_);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  expect_refusal(c->reserve_queue(), StatusCode::kNoResource, "EBUSY", "all 2 client queue(s) are taken");
+  ASSERT_TRUE(read_until(serve,
+                         fmt::format("client pid {}: refused a queue for its io_uring zcrx: all 2 client queue(s) "
+                                     "are taken",
+                                     pid),
+                         &log))
+      << log;
+  // Malformed: a descriptor with the request, a nonzero reserved byte. Refused as EINVAL
+  // in a reserve-queue reply, with no descriptor.
+  auto raw = [&](std::vector<std::byte> bytes, int fd) {
+    EXPECT_TRUE(rq::send_packet(c->fd(), bytes, fd).is_ok());
+    auto p = rq::recv_packet(c->fd(), rq::kMaxReplyBytes, net::Clock::now() + seconds(30));
+    EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+    if (!p.is_ok()) return rq::BindFlowReply{};
+    EXPECT_FALSE(p->fd.valid());
+    auto r = rq::decode_reply(p->bytes);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return r.is_ok() ? *r : rq::BindFlowReply{};
+  };
+  const rq::BindFlowReply with_fd = raw(rq::encode(rq::ReserveQueueRequest{}), its.get());
+  EXPECT_EQ(with_fd.type, rq::kTypeReserveQueueReply);
+  EXPECT_EQ(with_fd.error, EINVAL);
+  EXPECT_EQ(with_fd.message, "a reserve-queue request must not carry a descriptor");
+  auto bad = rq::encode(rq::ReserveQueueRequest{});
+  bad[20] = std::byte{1};
+  const rq::BindFlowReply nonzero = raw(bad, -1);
+  EXPECT_EQ(nonzero.type, rq::kTypeReserveQueueReply);
+  EXPECT_EQ(nonzero.error, EINVAL);
+  EXPECT_EQ(nonzero.message, "rxq reserve-queue request: reserved bytes 8..47 are not zero");
+
+  // The holder goes: its flow is removed and its queue is free for the next client.
+  a.reset();
+  ASSERT_TRUE(read_until(serve, fmt::format("removed client pid {}'s flow-type tcp4 dst-port 7000", pid), &log)) << log;
+  ASSERT_TRUE(read_until(serve, fmt::format("client pid {}: its zcrx queue 2 released", pid), &log)) << log;
+  auto now = c->reserve_queue();
+  ASSERT_TRUE(now.is_ok()) << now.status().to_string();
+  EXPECT_EQ(now->queue, 2u);
+  EXPECT_EQ(rq::ifindex_of(*now), lo);
+  EXPECT_EQ(now->flags, rq::kFlagClientZcrx | rq::kFlagStandin);
+
+  serve.signal(SIGTERM);
+  ASSERT_TRUE(read_until(serve, "stopped; lo is as it was", &log)) << log;
+  auto st = serve.wait(seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(Process::exited_ok(*st)) << Process::describe(*st) << "\n" << log;
+
+  // An rxq started without client queues refuses, saying how to start it.
+  Process plain({.argv = {REMORA_TOOL_PATH, "rxq", "serve", "--standin", "--ifname", "lo", "--socket", socket_,
+                          "--journal", journal_, "--dmabuf-size", "65536"},
+                 .env = {},
+                 .capture_stderr = true});
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  ASSERT_TRUE(read_until(plain, "rxq: serving lo queues 0 on " + socket_, &log)) << log;
+  {
+    auto e = rq::Client::connect(socket_);
+    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+    expect_refusal(e->reserve_queue(), StatusCode::kUnsupported, "EOPNOTSUPP",
+                   "this rxq reserves no queues for clients (start it with --client-queues N)");
   }
   plain.signal(SIGTERM);
   ASSERT_TRUE(read_until(plain, "stopped; lo is as it was", &log)) << log;

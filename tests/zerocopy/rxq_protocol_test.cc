@@ -1,4 +1,4 @@
-// rxq_protocol_test.cc — `remora rxq`'s Unix-socket protocol: both messages byte for byte
+// rxq_protocol_test.cc — `remora rxq`'s Unix-socket protocol: every message byte for byte
 // (the layout of docs/device-memory.md), round trips, every malformed request refused by
 // the strict decoder (and every truncation and single-bit change of a valid one either
 // refused or decoded to a request that encodes back to the same bytes), and the packet layer with
@@ -8,8 +8,10 @@
 
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -201,8 +203,8 @@ TEST(RxqProtocol, BindDmabufRequestAndReplyBytes) {
   refuse(b, "reserved bytes 16..47");
   b = want, b[10] = 0;
   refuse(b, "dmabuf_size 0");
-  b = want, b[4] = 3;
-  EXPECT_NE(request_type(bytes(b)).status().message().find("message type 0x0003"), std::string::npos);
+  b = want, b[4] = 4;
+  EXPECT_NE(request_type(bytes(b)).status().message().find("message type 0x0004"), std::string::npos);
 
   // The reply: the flow reply's layout with type 0x8002 and no descriptor.
   BindFlowReply r;
@@ -221,8 +223,148 @@ TEST(RxqProtocol, BindDmabufRequestAndReplyBytes) {
   EXPECT_EQ(rb->flags, kFlagStandin | kFlagClientDmabuf);
   EXPECT_EQ(rb->binding_id, 9u);
   auto other = enc;
-  other[4] = 0x03;  // 0x8003: no such reply
+  other[4] = 0x04;  // 0x8004: no such reply
   EXPECT_FALSE(decode_reply(bytes(other)).is_ok());
+}
+
+TEST(RxqProtocol, ReserveQueueRequestBytes) {
+  std::vector<uint8_t> want(48, 0);  // magic, type 3, then 42 bytes of 0
+  const uint8_t head[] = {'R', 'X', 'Q', '1', 3, 0, 0, 0};
+  std::memcpy(want.data(), head, sizeof head);
+  EXPECT_EQ(u8s(encode(ReserveQueueRequest{})), want);
+  auto type = request_type(bytes(want));
+  ASSERT_TRUE(type.is_ok()) << type.status().to_string();
+  EXPECT_EQ(*type, kTypeReserveQueue);
+  auto back = decode_reserve_queue(bytes(want));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(u8s(encode(*back)), want);  // round trip
+  // No decoder takes another request's message.
+  EXPECT_FALSE(decode_request(bytes(want)).is_ok());
+  EXPECT_FALSE(decode_bind_dmabuf(bytes(want)).is_ok());
+  const auto flow = encode(BindFlowRequest{flow4()});
+  const auto dmabuf = encode(BindDmabufRequest{.dmabuf_size = 4096});
+  EXPECT_EQ(request_type(flow).value(), kTypeBindFlow);
+  EXPECT_EQ(request_type(dmabuf).value(), kTypeBindDmabuf);
+  EXPECT_NE(decode_reserve_queue(flow).status().message().find("message type 0x0001, want 0x0003"), std::string::npos);
+  EXPECT_NE(decode_reserve_queue(dmabuf).status().message().find("message type 0x0002, want 0x0003"),
+            std::string::npos);
+
+  auto refuse = [](std::vector<uint8_t> b, const std::string& why) {
+    expect_refused_by([](auto in) { return decode_reserve_queue(in); }, std::move(b), why);
+  };
+  auto b = want;
+  b.pop_back();
+  refuse(b, "reserve-queue request: 47 bytes, want 48");
+  b = want;
+  b.push_back(0);
+  refuse(b, "49 bytes, want 48");
+  b = want, b[0] = 'r';
+  refuse(b, "bad magic");
+  b = want, b[6] = 1;
+  refuse(b, "reserved bytes 6..7 are not zero");
+  b = want, b[8] = 1;
+  refuse(b, "reserved bytes 8..47 are not zero");
+  b = want, b[47] = 0x80;
+  refuse(b, "reserved bytes 8..47 are not zero");
+  // Every prefix and every single-bit change is refused: the request has no free bit.
+  for (size_t n = 0; n < want.size(); ++n) {
+    std::vector<uint8_t> cut(want.begin(), want.begin() + static_cast<long>(n));
+    EXPECT_EQ(decode_reserve_queue(bytes(cut)).status().code(), StatusCode::kProtocol) << n;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      b = want;
+      b[i] ^= static_cast<uint8_t>(1u << bit);
+      EXPECT_EQ(decode_reserve_queue(bytes(b)).status().code(), StatusCode::kProtocol)
+          << "byte " << i << " bit " << bit;
+    }
+  }
+}
+
+TEST(RxqProtocol, ReserveQueueReplyBytes) {
+  // The flow reply's layout with type 0x8003: binding_id holds the ifindex, no rule, no size.
+  BindFlowReply r;
+  r.type = kTypeReserveQueueReply;
+  r.binding_id = 0x0102;  // the ifindex
+  r.queue = 14;
+  r.rule_location = kNoRule;
+  r.dmabuf_size = 0;
+  r.flags = kFlagClientZcrx | kFlagStandin;
+  r.message = "ok";
+  // clang-format off
+  const std::vector<uint8_t> want = {'R', 'X', 'Q', '1', 0x03, 0x80, 0, 0,  // magic, type 0x8003, reserved
+                                     0, 0, 0, 0, 0x02, 0x01, 0, 0,          // error 0, ifindex 0x102
+                                     14, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,   // queue 14, no rule
+                                     0, 0, 0, 0, 0, 0, 0, 0,                // dmabuf_size 0
+                                     0x09, 0, 0, 0, 2, 0, 0, 0,             // CLIENT_ZCRX|STANDIN, message_len 2
+                                     'o', 'k'};
+  // clang-format on
+  EXPECT_EQ(u8s(encode(r)), want);
+  EXPECT_EQ(kFlagClientZcrx, 0x08u);
+  EXPECT_EQ(kKnownFlags, 0x0fu);
+  auto back = decode_reply(bytes(want));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->type, kTypeReserveQueueReply);
+  EXPECT_EQ(back->error, 0);
+  EXPECT_EQ(ifindex_of(*back), 0x0102u);
+  EXPECT_EQ(back->queue, 14u);
+  EXPECT_EQ(back->rule_location, kNoRule);
+  EXPECT_EQ(back->dmabuf_size, 0u);
+  EXPECT_EQ(back->flags, kFlagClientZcrx | kFlagStandin);
+  EXPECT_EQ(back->message, "ok");
+  EXPECT_EQ(u8s(encode(*back)), want);  // round trip
+
+  auto refused = [](std::vector<uint8_t> b, const std::string& why) {
+    auto d = decode_reply(bytes(b));
+    ASSERT_FALSE(d.is_ok()) << why;
+    EXPECT_EQ(d.status().code(), StatusCode::kProtocol);
+    EXPECT_NE(d.status().message().find(why), std::string::npos) << d.status().message();
+  };
+  auto b = want;
+  b[32] = 0x19;  // bit 4: no such flag
+  refused(b, "unknown flags 0x10");
+  b = want, b[24] = 1;  // a zcrx queue's buffer is the client's: no size
+  refused(b, "a zcrx success with dmabuf_size 1 (want 0)");
+  b = want, b[32] = 0x01;  // a reserve-queue success must say CLIENT_ZCRX
+  refused(b, "success with a buffer of 0 bytes");
+  b = want, b[32] = 0x01, b[24] = 1;
+  refused(b, "a reserve-queue success without flag CLIENT_ZCRX");
+  b = want, b[32] = 0x0c;  // CLIENT_DMABUF and CLIENT_ZCRX
+  refused(b, "flags CLIENT_DMABUF and CLIENT_ZCRX together");
+  b = want, b[38] = 1;
+  refused(b, "reserved bytes 38..39 are not zero");
+  b = want, b[6] = 1;
+  refused(b, "reserved bytes 6..7 are not zero");
+  b = want, b[4] = 0x04;
+  refused(b, "message type 0x8004");
+
+  // A refusal: an errno, no flags, no size.
+  BindFlowReply no;
+  no.type = kTypeReserveQueueReply;
+  no.error = EBUSY;
+  no.message = "all 1 client queue(s) are taken";
+  auto nb = decode_reply(encode(no));
+  ASSERT_TRUE(nb.is_ok()) << nb.status().to_string();
+  EXPECT_EQ(nb->type, kTypeReserveQueueReply);
+  EXPECT_EQ(nb->error, EBUSY);
+  EXPECT_EQ(nb->flags, 0u);
+  EXPECT_EQ(nb->message, no.message);
+
+  // A zcrx client's flow: a 0x8001 success with CLIENT_ZCRX and size 0 (and a rule).
+  BindFlowReply flow;
+  flow.binding_id = 0x0102;
+  flow.queue = 14;
+  flow.rule_location = 1000;
+  flow.flags = kFlagClientZcrx;
+  const auto fenc = encode(flow);
+  auto fb = decode_reply(fenc);
+  ASSERT_TRUE(fb.is_ok()) << fb.status().to_string();
+  EXPECT_EQ(fb->type, kTypeBindFlowReply);
+  EXPECT_EQ(fb->flags, kFlagClientZcrx);
+  EXPECT_EQ(ifindex_of(*fb), 0x0102u);
+  EXPECT_EQ(fb->rule_location, 1000u);
+  EXPECT_EQ(fb->dmabuf_size, 0u);
+  EXPECT_EQ(encode(*fb), fenc);
 }
 
 struct SeqPair {
@@ -267,6 +409,98 @@ TEST(RxqPacket, OversizedPacketAndEofAndTimeout) {
   auto eof = recv_packet(p.b.get(), kRequestBytes, net::Clock::now() + std::chrono::seconds(5));
   ASSERT_TRUE(eof.is_ok()) << eof.status().to_string();
   EXPECT_TRUE(eof->eof);
+}
+
+/// A listening SOCK_SEQPACKET socket in a fresh directory: a stand-in for rxq that this
+/// test answers by hand.
+class FakeRxq {
+ public:
+  FakeRxq() {
+    char tmpl[] = "/tmp/remora-rxq-unit-XXXXXX";
+    EXPECT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/rxq.sock";
+    listen_ = net::Fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.data(), path_.size());
+    EXPECT_EQ(::bind(listen_.get(), static_cast<sockaddr*>(static_cast<void*>(&addr)), sizeof addr), 0);
+    EXPECT_EQ(::listen(listen_.get(), 4), 0);
+  }
+  ~FakeRxq() {
+    ::unlink(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  net::Fd accept() { return net::Fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC)); }
+
+ private:
+  std::string dir_, path_;
+  net::Fd listen_;
+};
+
+// The client's side of RESERVE_QUEUE against answers written by hand (each queued before
+// the client asks, so no thread is needed): a success, rxq's refusal with its errno's
+// code, and the answers it must not take: one carrying a descriptor, one of another type.
+TEST(RxqClient, ReserveQueueTakesOnlyADescriptorlessReserveQueueReply) {
+  FakeRxq rxq;
+  auto c = Client::connect(rxq.path());
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  net::Fd server = rxq.accept();
+  ASSERT_TRUE(server.valid());
+  const auto expect_request = [&] {
+    auto p = recv_packet(server.get(), kRequestBytes, net::Clock::now() + std::chrono::seconds(5));
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_FALSE(p->fd.valid());
+    EXPECT_TRUE(decode_reserve_queue(p->bytes).is_ok());
+  };
+
+  BindFlowReply ok;
+  ok.type = kTypeReserveQueueReply;
+  ok.binding_id = 3;
+  ok.queue = 7;
+  ok.flags = kFlagClientZcrx;
+  ASSERT_TRUE(send_packet(server.get(), encode(ok)).is_ok());
+  auto got = c->reserve_queue();
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  expect_request();
+  EXPECT_EQ(got->type, kTypeReserveQueueReply);
+  EXPECT_EQ(ifindex_of(*got), 3u);
+  EXPECT_EQ(got->queue, 7u);
+  EXPECT_EQ(got->flags, kFlagClientZcrx);
+
+  BindFlowReply busy;
+  busy.type = kTypeReserveQueueReply;
+  busy.error = EBUSY;
+  busy.message = "all 1 client queue(s) are taken";
+  ASSERT_TRUE(send_packet(server.get(), encode(busy)).is_ok());
+  auto refused = c->reserve_queue();
+  expect_request();
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kNoResource);
+  EXPECT_NE(refused.status().message().find("rxq refused a queue for our io_uring zcrx: EBUSY"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find(busy.message), std::string::npos) << refused.status().message();
+
+  net::Fd memfd(::memfd_create("rxq-test", MFD_CLOEXEC));
+  ASSERT_TRUE(memfd.valid());
+  ASSERT_TRUE(send_packet(server.get(), encode(ok), memfd.get()).is_ok());
+  auto with_fd = c->reserve_queue();
+  expect_request();
+  ASSERT_FALSE(with_fd.is_ok());
+  EXPECT_EQ(with_fd.status().code(), StatusCode::kProtocol);
+  EXPECT_NE(with_fd.status().message().find("a reserve-queue reply that carried a descriptor"), std::string::npos)
+      << with_fd.status().message();
+
+  BindFlowReply other;  // a flow reply
+  other.dmabuf_size = 4096;
+  ASSERT_TRUE(send_packet(server.get(), encode(other)).is_ok());
+  auto wrong = c->reserve_queue();
+  expect_request();
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kProtocol);
+  EXPECT_NE(wrong.status().message().find("with a reply of type 0x8001"), std::string::npos)
+      << wrong.status().message();
 }
 
 TEST(RxqClient, ConnectToNothingSaysWhatToRun) {
