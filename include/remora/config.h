@@ -105,6 +105,10 @@ struct Config {
   /// NIC writes into device memory); 0 (default): flows land in rxq's host buffer.
   /// Environment only.
   size_t rxq_device_area = 0;
+  /// REMORA_ZCRX_AREA: with REMORA_DEVICE_PATH=zcrx, the bytes of host memory each
+  /// endpoint registers as its io_uring zcrx queue's receive area (rounded up to pages;
+  /// every byte of its data streams passes through it). Environment only.
+  size_t zcrx_area = size_t{16} << 20;
   /// REMORA_CHECKSUM=none|crc32c (see ChecksumMode).
   ChecksumMode checksum = ChecksumMode::kNone;
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);

@@ -1120,6 +1120,7 @@ NB_MODULE(_remora, m) {
              d["devmem_ifname"] = std::string(k.devmem_ifname.data());
              d["rxq_socket"] = std::string(k.rxq_socket.data());
              d["rxq_device_area"] = k.rxq_device_area;
+             d["zcrx_area"] = k.zcrx_area;
              d["checksum"] = k.checksum;
              if (k.auth_key) {
                d["auth_key"] = *k.auth_key;

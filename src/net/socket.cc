@@ -78,6 +78,8 @@ Status wait_fd(int fd, short events, Clock::time_point deadline, std::string_vie
 
 }  // namespace
 
+Status wait_readable(int fd, Clock::time_point deadline) { return wait_fd(fd, POLLIN, deadline, "recv"); }
+
 Result<Fd> listen_tcp(const SockAddr& addr, int backlog) {
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd.valid()) return errno_status(errno, "socket");
@@ -173,14 +175,15 @@ Status write_all(int fd, std::span<const std::byte> data, Clock::time_point dead
 }
 
 Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline,
-                  const std::function<IoResult(std::byte*, size_t)>& recv, const std::function<Status(int)>& error) {
+                  const std::function<IoResult(std::byte*, size_t)>& recv, const std::function<Status(int)>& error,
+                  const std::function<Status(Clock::time_point)>& wait) {
   size_t done = 0;
   while (done < data.size()) {
     const IoResult r = recv(data.data() + done, data.size() - done);
     if (r.moved()) {
       done += r.bytes;
     } else if (r.would_block()) {
-      REMORA_RETURN_IF_ERROR(wait_fd(fd, POLLIN, deadline, "recv"));
+      REMORA_RETURN_IF_ERROR(wait ? wait(deadline) : wait_fd(fd, POLLIN, deadline, "recv"));
     } else if (r.eof()) {
       return Status(StatusCode::kPeerFailed, "connection closed by peer");
     } else {

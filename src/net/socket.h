@@ -75,12 +75,16 @@ Status configure_stream_socket(int fd);
 
 /// Blocking-with-deadline helpers on a non-blocking socket (poll-based).
 Status write_all(int fd, std::span<const std::byte> data, Clock::time_point deadline);
+/// poll(POLLIN) until `fd` is readable; kTimeout at `deadline`.
+Status wait_readable(int fd, Clock::time_point deadline);
 /// Reads exactly data.size() bytes. EOF before that is kPeerFailed ("closed by peer").
 Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline);
 /// The same, each read made by `recv` (one non-blocking read of up to the length given
 /// into the pointer given, as recv_some): for a socket read otherwise than by recv(2).
-/// Its kError is reported by `error` (given the errno).
+/// Its kError is reported by `error` (given the errno). After a read that would block it
+/// waits with `wait` (until the deadline given) if there is one, else with poll(POLLIN).
 Status read_exact(int fd, std::span<std::byte> data, Clock::time_point deadline,
-                  const std::function<IoResult(std::byte*, size_t)>& recv, const std::function<Status(int)>& error);
+                  const std::function<IoResult(std::byte*, size_t)>& recv, const std::function<Status(int)>& error,
+                  const std::function<Status(Clock::time_point)>& wait = {});
 
 }  // namespace remora::net

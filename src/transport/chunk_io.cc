@@ -25,8 +25,11 @@ Status StreamIn::read_exact(std::span<std::byte> data, net::Clock::time_point de
       [this](int err) {
         Status why = take_failure();
         return why.is_ok() ? net::errno_status(err, "recv") : why;
-      });
+      },
+      [this](net::Clock::time_point until) { return wait_readable(until); });
 }
+
+Status StreamIn::wait_readable(net::Clock::time_point deadline) { return net::wait_readable(fd_, deadline); }
 
 net::IoResult HostSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
   *asked = len;

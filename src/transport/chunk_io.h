@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <utility>
@@ -62,8 +63,14 @@ class StreamIn {
   /// Why the last kError happened, when there is more to say than its errno.
   Status take_failure() noexcept { return std::exchange(failure_, Status::ok()); }
   /// Reads exactly data.size() bytes before `deadline` (a handshake's answer on a data
-  /// stream), waiting with poll: net::read_exact through recv_some.
+  /// stream): net::read_exact through recv_some, waiting with wait_readable.
   Status read_exact(std::span<std::byte> data, net::Clock::time_point deadline);
+  /// Waits until recv_some may have something (or `deadline`: kTimeout): poll(POLLIN)
+  /// on the socket, unless the bytes reach this side some other way.
+  virtual Status wait_readable(net::Clock::time_point deadline);
+  /// Streams whose bytes do not make the socket readable (io_uring zcrx takes them off
+  /// it) call `fn` when they have something for recv_some; others never do.
+  virtual void on_arrival(std::function<void()> fn) { (void)fn; }
 
  protected:
   void set_failure(Status s) { failure_ = std::move(s); }

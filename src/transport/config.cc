@@ -55,6 +55,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_DEVMEM_IFNAME",
                                                     "REMORA_RXQ_SOCKET",
                                                     "REMORA_RXQ_DEVICE_AREA",
+                                                    "REMORA_ZCRX_AREA",
                                                     "REMORA_CHECKSUM",
                                                     "REMORA_AUTH_KEY",
                                                     "REMORA_AUTH_KEY_FILE"};
@@ -197,6 +198,7 @@ Result<Config> Config::from_env() {
     std::copy(text->begin(), text->end(), c.rxq_socket.begin());
   }
   REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_RXQ_DEVICE_AREA", &c.rxq_device_area));
+  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_ZCRX_AREA", &c.zcrx_area));
   core::warn_unknown_variables(core::known_variable_lists());
   REMORA_RETURN_IF_ERROR(c.validate());
   return c;
@@ -209,6 +211,9 @@ Status Config::validate() const {
   if (chunk_bytes < 4096 || chunk_bytes > (size_t{1} << 30))
     return bad("chunk_bytes (REMORA_CHUNK_SIZE) must be 4K..1G");
   if (eager_limit > (size_t{1} << 20)) return bad("eager_limit (REMORA_EAGER_LIMIT) must be at most 1M");
+  if (zcrx_area < (size_t{64} << 10) || zcrx_area > (size_t{64} << 30)) {
+    return bad("zcrx_area (REMORA_ZCRX_AREA) must be between 64K and 64G");
+  }
   if (eager_credit < eager_limit + 64)
     return bad("eager_credit (REMORA_EAGER_CREDIT) must exceed eager_limit by at least 64 bytes");
   if (eager_credit > (size_t{1} << 32)) return bad("eager_credit (REMORA_EAGER_CREDIT) must be at most 4G");

@@ -34,8 +34,9 @@ constexpr std::string_view kNoRxq =
     "this endpoint's data streams are not steered to bound RX queues: that takes `remora rxq serve` (header split, "
     "flow-steering rules, the binding) and REMORA_RXQ_SOCKET naming its socket";
 constexpr std::string_view kNoZcrxLoop =
-    "no receive loop drives io_uring zero-copy receive in this version (the registration, completions and refill "
-    "ring are built, the loop on a data stream is not)";
+    "this endpoint's data streams are not read by io_uring zero-copy receive: that takes REMORA_DEVICE_PATH=zcrx, "
+    "`remora rxq serve --client-queues N` (a queue reserved for the endpoint, its flows steered there) with "
+    "REMORA_RXQ_SOCKET naming its socket, and CAP_NET_ADMIN (the endpoint registers the queue)";
 
 }  // namespace
 
@@ -167,6 +168,11 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
       return PathChoice{.path = DataPath::kDevmem, .reason = std::move(reason), .devmem_tx = std::move(*send)};
     }
     devmem_why = send.status().message();
+  } else if (zcrx_rx_ready() && drives_devmem_rx && config_.checksum == ChecksumMode::kNone) {
+    return PathChoice{.path = DataPath::kZcrx,
+                      .reason = fmt::format("REMORA_DEVICE_PATH={}: io_uring zcrx into {} memory: {}", mode_name(mode),
+                                            domain.name(), zcrx_rx_->message()),
+                      .devmem_tx = nullptr};
   } else if (devmem_rx_ready() && drives_devmem_rx && config_.checksum != ChecksumMode::kNone) {
     devmem_why = fmt::format(
         "the data streams are steered ({}), but with REMORA_CHECKSUM=crc32c device memory is "
@@ -185,8 +191,22 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
   } else {
     devmem_why = devmem_rx_ ? devmem_rx_->message() : probe_->devmem_rx.message();
   }
-  const std::string zcrx_why =
-      tx ? std::string("zcrx is a receive path (io_uring has no devmem send)") : probe_->zcrx.message();
+  std::string zcrx_why;
+  if (tx) {
+    zcrx_why = "zcrx is a receive path (io_uring has no devmem send)";
+  } else if (zcrx_rx_ready() && config_.checksum != ChecksumMode::kNone) {
+    zcrx_why = fmt::format(
+        "the data streams are read by zcrx ({}), but with REMORA_CHECKSUM=crc32c device memory is received through "
+        "host buffers, where the CRC is checked",
+        zcrx_rx_->message());
+  } else if (zcrx_rx_ready()) {
+    zcrx_why = fmt::format(
+        "the data streams are read by zcrx ({}), but this transfer's bytes come inline on the "
+        "control stream",
+        zcrx_rx_->message());
+  } else {
+    zcrx_why = zcrx_rx_ ? zcrx_rx_->message() : probe_->zcrx.message();
+  }
 
   const std::string_view direction = tx ? "send" : "receive";
   if (mode == DevicePathMode::kDevmem) {

@@ -27,8 +27,12 @@
 //   REMORA_CHECKSUM=crc32c. No binding is ever tried here (it would restart a queue of
 //   a live NIC). Without rxq the reason says so, with what the kernel
 //   offers (bind-rx in the netdev family).
-// - zcrx: no receive loop drives it yet; the reason says so, with what the kernel offers
-//   (RECV_ZC in io_uring).
+// - zcrx (REMORA_DEVICE_PATH=zcrx only: the endpoint itself registers a queue, which
+//   takes CAP_NET_ADMIN and restarts the queue): every data stream steered by `remora
+//   rxq` to a queue it reserved for the endpoint, which the endpoint registered with an
+//   io_uring of its own (transport/zcrx_path.h). Then the same receives as devmem RX go
+//   by zcrx, with the same exceptions. Otherwise the reason says why not, with what the
+//   kernel offers (RECV_ZC in io_uring).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +87,10 @@ class DevicePathSelector {
   /// (the message describes the binding); else why devmem RX is not set up for them.
   void set_devmem_rx(Status steered) { devmem_rx_ = std::move(steered); }
   bool devmem_rx_ready() const noexcept { return devmem_rx_ && devmem_rx_->is_ok(); }
+  /// The same for io_uring zcrx: ok, every data stream is read by it (the message
+  /// describes the queue); else why not.
+  void set_zcrx_rx(Status read) { zcrx_rx_ = std::move(read); }
+  bool zcrx_rx_ready() const noexcept { return zcrx_rx_ && zcrx_rx_->is_ok(); }
   /// For tests: the probe to use instead of asking the kernel.
   void set_probe(DevicePathProbe probe) { probe_ = std::move(probe); }
   /// The context's bindings of registered regions (devmem TX); without it every devmem
@@ -97,6 +105,7 @@ class DevicePathSelector {
   Config config_;
   std::optional<DevicePathProbe> probe_;
   std::optional<Status> devmem_rx_;                                      // set_devmem_rx; unset: the probe's answer
+  std::optional<Status> zcrx_rx_;                                        // set_zcrx_rx; unset: the probe's answer
   std::vector<std::pair<const MemoryDomain*, Status>> devmem_refusals_;  // per domain: export or bind-tx refused
   std::shared_ptr<DevmemTxBindingCache> bindings_;
 };

@@ -34,6 +34,11 @@ DevmemReceiver::DevmemReceiver(int fd, DevmemRxBinding binding, RecvmsgFn recvms
   if (binding_.allow_linear) linear_.resize(kMaxReadBytes);
 }
 
+DevmemReceiver::DevmemReceiver(int fd, DevmemRxBinding binding, std::shared_ptr<const void> hold)
+    : fd_(fd), binding_(binding), hold_(std::move(hold)), returner_(fd) {}
+
+Status DevmemReceiver::wait_readable(net::Clock::time_point deadline) { return net::wait_readable(fd_, deadline); }
+
 void DevmemReceiver::give_back(std::vector<uint32_t>& tokens) {
   if (tokens.empty()) return;
   outstanding_ -= std::min<uint64_t>(outstanding_, tokens.size());

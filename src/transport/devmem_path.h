@@ -67,15 +67,20 @@ struct DevmemRxBinding {
   int cpu_sync_fd = -1;
 };
 
+/// Which zero-copy receive a receiver does.
+enum class DataPathKind : uint8_t { kDevmem, kZcrx };
+
 /// What one receive placed, and what it holds until the placement ends.
 struct DevmemRead {
   uint64_t bytes = 0;
   std::vector<std::unique_ptr<AsyncCopy>> copies;  ///< placements in flight (may be empty)
-  std::vector<uint32_t> tokens;                    ///< given back once `copies` ended
+  std::vector<uint32_t> tokens;                    ///< given back once `copies` ended (zcrx: the buffers' slots)
   std::shared_ptr<std::vector<std::byte>> linear;  ///< linear bytes `copies` read from
 };
 
 /// The receive loop of one devmem data stream. Not thread-safe (the progress lock).
+/// ZcrxReceiver (transport/zcrx_path.h) is the same loop with its fragments from io_uring
+/// zcrx completions instead of recvmsg's control data, and the same placement.
 class DevmemReceiver {
  public:
   /// Most fragments one recvmsg may describe (the control buffer is sized for them:
@@ -87,6 +92,9 @@ class DevmemReceiver {
   /// placement holding it, may still read it.
   DevmemReceiver(int fd, DevmemRxBinding binding, RecvmsgFn recvmsg = system_recvmsg,
                  zerocopy::DontneedFn dontneed = zerocopy::devmem_dontneed, std::shared_ptr<const void> hold = nullptr);
+  virtual ~DevmemReceiver() = default;
+  DevmemReceiver(const DevmemReceiver&) = delete;
+  DevmemReceiver& operator=(const DevmemReceiver&) = delete;
 
   /// One recvmsg(MSG_SOCK_DEVMEM | MSG_DONTWAIT) of up to `len` bytes, placed at `dst`
   /// (memory of `dst_domain`, or host memory when that is null or the host domain);
@@ -98,32 +106,46 @@ class DevmemReceiver {
   /// EFAULT from the kernel (readable data where no iov is given: a misrouted flow)
   /// comes back as kProtocol saying so. The placement's errors (the domain refused a
   /// copy) are returned as such, the tokens given back.
-  Result<net::IoResult> receive(MemoryDomain* dst_domain, std::byte* dst, uint64_t len, DevmemRead* read);
+  virtual Result<net::IoResult> receive(MemoryDomain* dst_domain, std::byte* dst, uint64_t len, DevmemRead* read);
 
   /// `read`'s copies have ended (whatever their status): gives its tokens back.
-  Status release(DevmemRead& read);
+  virtual Status release(DevmemRead& read);
 
   /// The socket is gone (closed, or handed to the lingering close): tokens are freed
   /// with it, and release() only forgets them.
-  void detach() noexcept { fd_ = -1; }
+  virtual void detach() noexcept { fd_ = -1; }
+  /// Waits until receive() may have something (poll on the socket), or kTimeout.
+  virtual Status wait_readable(net::Clock::time_point deadline);
+  /// Receivers whose bytes leave the socket without making it readable call `fn` when
+  /// receive() has something; a devmem one never does (epoll sees its socket).
+  virtual void on_arrival(std::function<void()> fn) { (void)fn; }
+  /// The path's name in reasons and counts ("devmem", "zcrx").
+  virtual DataPathKind kind() const noexcept { return DataPathKind::kDevmem; }
   int fd() const noexcept { return fd_; }
   const zerocopy::TokenReturner::Stats& token_stats() const { return returner_.stats(); }
   /// Tokens taken and not yet given back.
   uint64_t outstanding_tokens() const noexcept { return outstanding_; }
 
- private:
+ protected:
+  /// For a receiver whose fragments come otherwise than by recvmsg: no control buffer,
+  /// no iov, no token return.
+  DevmemReceiver(int fd, DevmemRxBinding binding, std::shared_ptr<const void> hold);
+  /// Places fragments_ (dmabuf kind: offsets into binding_'s buffer) at `dst`.
   Status place(MemoryDomain* dst_domain, std::byte* dst, DevmemRead* read);
-  Status place_fragments(MemoryDomain* pool, MemoryDomain* dst_domain, bool host_dst, std::byte* dst, DevmemRead* read);
-  void give_back(std::vector<uint32_t>& tokens);
 
   int fd_;
   DevmemRxBinding binding_;
   std::shared_ptr<const void> hold_;
+  std::vector<zerocopy::DevmemFragment> fragments_;
+
+ private:
+  Status place_fragments(MemoryDomain* pool, MemoryDomain* dst_domain, bool host_dst, std::byte* dst, DevmemRead* read);
+  void give_back(std::vector<uint32_t>& tokens);
+
   RecvmsgFn recvmsg_;
   zerocopy::TokenReturner returner_;
   std::vector<std::byte> linear_;   // the iov (allow_linear)
   std::vector<std::byte> control_;  // the control buffer
-  std::vector<zerocopy::DevmemFragment> fragments_;
   uint64_t outstanding_ = 0;
 };
 
@@ -143,6 +165,8 @@ class DevmemStreamIn final : public StreamIn {
   net::IoResult recv_some(std::byte* dst, size_t len) override;
   DevmemReceiver* devmem() noexcept override { return receiver_.get(); }
   bool short_read_drains() const noexcept override { return false; }
+  Status wait_readable(net::Clock::time_point deadline) override { return receiver_->wait_readable(deadline); }
+  void on_arrival(std::function<void()> fn) override { receiver_->on_arrival(std::move(fn)); }
   const std::shared_ptr<DevmemReceiver>& receiver() const noexcept { return receiver_; }
 
  private:
@@ -154,6 +178,7 @@ class DevmemStreamIn final : public StreamIn {
 struct DevmemRxContext {
   std::shared_ptr<engine::ProgressEngine> engine;
   std::weak_ptr<StagingHost*> host;
+  DataPathKind kind = DataPathKind::kDevmem;  ///< what the streams are read by (for the counts)
 };
 
 /// One transfer's chunks read off devmem streams (their StreamIn's devmem receiver)

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "net/socket.h"
+#include "transport/zcrx_path.h"
 #include "zerocopy/flow_steering.h"
 #include "zerocopy/kernel_error.h"
 
@@ -125,11 +126,52 @@ Status DevmemRxLease::bind_area(MemoryDomain& domain, uint64_t size, std::chrono
   return Status::ok();
 }
 
+Status DevmemRxLease::reserve_zcrx(uint64_t area_bytes, std::chrono::milliseconds timeout) {
+  if (steered_ != 0 || area_ != nullptr || zcrx_ != nullptr) {
+    return Status(StatusCode::kInternal, "zcrx: a queue reserved after streams were steered, or a second one");
+  }
+  REMORA_ASSIGN_OR_RETURN(const zerocopy::rxq::BindFlowReply r, client_.reserve_queue(timeout));
+  const bool standin = (r.flags & zerocopy::rxq::kFlagStandin) != 0;
+  if (standin && !kernel_->standin) {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("rxq serves in stand-in mode (queue {} is reserved for us, but no rule steers our "
+                              "flows there): not used",
+                              r.queue));
+  }
+  const uint32_t ifindex = zerocopy::rxq::ifindex_of(r);
+  zerocopy::KernelError refusal;
+  REMORA_ASSIGN_OR_RETURN(
+      zcrx_, zerocopy::ZcrxQueue::open({.ifindex = ifindex, .rx_queue = r.queue, .area_bytes = area_bytes},
+                                       kernel_->zcrx ? kernel_->zcrx : zerocopy::make_io_uring_zcrx_kernel, &refusal));
+  binding_ = DevmemRxBinding{.id = zcrx_->registration().zcrx_id,
+                             .domain = &host_domain(),
+                             .base = zcrx_->registration().area,
+                             .size = zcrx_->registration().area_bytes,
+                             .allow_linear = false,
+                             .cpu_sync_fd = -1};
+  describe_ = zcrx_->describe() + fmt::format(", the queue reserved by rxq{}", standin ? " (stand-in mode)" : "");
+  return Status::ok();
+}
+
 Result<std::unique_ptr<DevmemStreamIn>> DevmemRxLease::steer(int fd, std::chrono::milliseconds timeout) {
   REMORA_ASSIGN_OR_RETURN(const zerocopy::TcpFlow flow, flow_of(fd));
   REMORA_ASSIGN_OR_RETURN(zerocopy::rxq::FlowLease lease, client_.bind_flow(flow, timeout));
   const zerocopy::rxq::BindFlowReply& r = lease.reply;
   const bool standin = (r.flags & zerocopy::rxq::kFlagStandin) != 0;
+  if (zcrx_ != nullptr) {
+    // To our own zcrx queue: rxq passes no buffer.
+    if ((r.flags & zerocopy::rxq::kFlagClientZcrx) == 0 || r.queue != zcrx_->rx_queue()) {
+      return Status(StatusCode::kProtocol, fmt::format("rxq steered {} to queue {}, not to our zcrx queue {}",
+                                                       flow.describe(), r.queue, zcrx_->rx_queue()));
+    }
+    if ((r.flags & zerocopy::rxq::kFlagRuleRefused) != 0 && !kernel_->standin) {
+      return Status(StatusCode::kUnsupported, fmt::format("rxq could not steer {}: {}", flow.describe(), r.message));
+    }
+    REMORA_ASSIGN_OR_RETURN(auto stream, zcrx_->add_stream(fd));
+    queues_ += fmt::format("{}{}", steered_ == 0 ? "" : ", ", r.queue);
+    ++steered_;
+    return std::make_unique<DevmemStreamIn>(std::make_shared<ZcrxReceiver>(fd, zcrx_, std::move(stream)));
+  }
   if (area_ != nullptr) {
     // Into our own area: rxq passes no buffer, and the flow goes to our queue.
     if ((r.flags & zerocopy::rxq::kFlagClientDmabuf) == 0 || r.binding_id != binding_.id) {

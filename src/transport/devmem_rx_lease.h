@@ -23,6 +23,12 @@
 // the device (MemoryDomain::scatter; CUDA: the unpack kernel), and those for host
 // destinations copied to the host, the read waiting for those copies.
 //
+// With REMORA_DEVICE_PATH=zcrx the endpoint reads its streams by io_uring zero-copy
+// receive instead (reserve_zcrx): rxq reserves a queue of its own for it (away from RSS,
+// steered by rxq's rules), the lease registers that queue with an io_uring of its own
+// (zerocopy/zcrx_queue.h: a host memory area, CAP_NET_ADMIN, the queue restarted), and
+// each stream steered afterwards is read through a ZcrxReceiver (transport/zcrx_path.h).
+//
 // rxq's stand-in mode (a memfd, no rule) is refused unless a test installed a stand-in
 // of the kernel's devmem receive (set_devmem_rx_kernel_for_tests), since nothing would
 // steer the flow. None of this has run on a NIC that can do devmem.
@@ -40,6 +46,7 @@
 #include "transport/devmem_path.h"
 #include "zerocopy/rxq_client.h"
 #include "zerocopy/token_return.h"
+#include "zerocopy/zcrx_queue.h"
 
 namespace remora::detail {
 
@@ -51,6 +58,8 @@ struct DevmemRxKernel {
   /// A test's stand-in NIC learns where an endpoint's own receive area is (the binding
   /// as the receivers see it, and the area's first byte and size). Null: nothing to tell.
   std::function<void(const DevmemRxBinding& binding, std::byte* area, uint64_t size)> area_bound;
+  /// The kernel side of io_uring zcrx; null: the real one (make_io_uring_zcrx_kernel).
+  zerocopy::ZcrxKernelFactory zcrx;
 };
 
 /// The calls endpoints use from now on (read when a lease opens).
@@ -70,6 +79,12 @@ class DevmemRxLease {
   /// lease and every receiver reading it are gone. The domain's, the export's or rxq's
   /// refusal otherwise (nothing is kept).
   Status bind_area(MemoryDomain& domain, uint64_t size, std::chrono::milliseconds timeout);
+  /// Before any stream is steered: has rxq reserve a queue of ours and registers it for
+  /// io_uring zcrx with an area of `area_bytes` of host memory; every stream steered
+  /// afterwards is read through it. rxq's or the kernel's refusal otherwise.
+  Status reserve_zcrx(uint64_t area_bytes, std::chrono::milliseconds timeout);
+  /// The streams are read by io_uring zcrx.
+  bool zcrx() const noexcept { return zcrx_ != nullptr; }
   ~DevmemRxLease();
   DevmemRxLease(const DevmemRxLease&) = delete;
   DevmemRxLease& operator=(const DevmemRxLease&) = delete;
@@ -97,6 +112,7 @@ class DevmemRxLease {
   std::shared_ptr<net::Fd> buffer_;  // rxq's buffer (the first reply's descriptor)
   std::shared_ptr<void> map_;        // it, mapped read-only (unmapped when the last receiver lets go)
   std::shared_ptr<void> area_;       // our own receive area (bind_area), freed when the last receiver lets go
+  std::shared_ptr<zerocopy::ZcrxQueue> zcrx_;  // reserve_zcrx: the queue our streams are read from
   size_t map_bytes_ = 0;
   DevmemRxBinding binding_;
   uint32_t steered_ = 0;

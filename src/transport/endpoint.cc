@@ -60,15 +60,26 @@ void EndpointCore::set_control(net::Fd fd) { control_ = std::move(fd); }
 
 Status EndpointCore::set_data(uint16_t index, net::Fd fd, std::unique_ptr<StreamIn> in) {
   REMORA_RETURN_IF_ERROR(chunks_.attach(index, std::move(fd)));
-  if (in != nullptr && in->devmem() != nullptr) chunks_.set_stream_in(index, std::move(in));
+  if (in != nullptr) attach_stream_in(index, std::move(in));
   return Status::ok();
+}
+
+void EndpointCore::attach_stream_in(uint16_t index, std::unique_ptr<StreamIn> in) {
+  if (in->devmem() == nullptr) return;
+  in->on_arrival([engine = std::weak_ptr(engine_), anchor = std::weak_ptr(staging_anchor_), index] {
+    if (auto e = engine.lock()) {
+      e->post([anchor, index] {
+        if (auto host = anchor.lock()) static_cast<EndpointCore*>(*host)->on_data_event(index, EPOLLIN);
+      });
+    }
+  });
+  chunks_.set_stream_in(index, std::move(in));
 }
 
 std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::time_point deadline) {
   const std::string socket(config_.rxq_socket.data());
   if (socket.empty() || params_.domains == nullptr || params_.domains->empty() ||
-      config_.device_path == DevicePathMode::kStaging || config_.device_path == DevicePathMode::kZcrx ||
-      !devmem_rx_refused_.is_ok()) {
+      config_.device_path == DevicePathMode::kStaging || !devmem_rx_refused_.is_ok()) {
     return std::make_unique<StreamIn>(fd);
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - net::Clock::now());
@@ -79,7 +90,16 @@ std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::ti
       REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
       return std::make_unique<StreamIn>(fd);
     }
-    if (config_.rxq_device_area > 0) {
+    if (config_.device_path == DevicePathMode::kZcrx) {
+      // io_uring zcrx: a queue rxq reserves for us, registered with our own ring.
+      if (Status reserved = (*lease)->reserve_zcrx(
+              config_.zcrx_area, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
+          !reserved) {
+        devmem_rx_refused_ = reserved.with_context("zcrx");
+        REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
+        return std::make_unique<StreamIn>(fd);
+      }
+    } else if (config_.rxq_device_area > 0) {
       // TCPX's model: our own receive area in device memory, bound by rxq to a queue of
       // ours, before the first stream is steered.
       MemoryDomain& domain = *params_.domains->front();
@@ -103,7 +123,7 @@ std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::ti
     // none steered yet the lease goes: rxq may have installed this flow's rule before
     // the answer was refused here, and closing the lease removes it (no payload can
     // have come on this stream yet).
-    devmem_rx_refused_ = in.status().with_context("devmem RX");
+    devmem_rx_refused_ = in.status().with_context(devmem_rx_lease_->zcrx() ? "zcrx" : "devmem RX");
     REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
     if (devmem_rx_lease_->streams_steered() == 0) devmem_rx_lease_.reset();
     return std::make_unique<StreamIn>(fd);
@@ -115,8 +135,22 @@ bool EndpointCore::all_streams_attached() const noexcept { return chunks_.all_at
 
 void EndpointCore::settle_devmem_rx() {
   if (devmem_rx_lease_ != nullptr && devmem_rx_lease_->streams_steered() == chunks_.streams()) {
-    device_paths_.set_devmem_rx(Status(StatusCode::kOk, devmem_rx_lease_->describe()));
-    devmem_rx_ = std::make_shared<DevmemRxContext>(DevmemRxContext{.engine = engine_, .host = staging_anchor_});
+    const bool zcrx = devmem_rx_lease_->zcrx();
+    (zcrx ? device_paths_.set_zcrx_rx(Status(StatusCode::kOk, devmem_rx_lease_->describe()))
+          : device_paths_.set_devmem_rx(Status(StatusCode::kOk, devmem_rx_lease_->describe())));
+    devmem_rx_ = std::make_shared<DevmemRxContext>(DevmemRxContext{
+        .engine = engine_, .host = staging_anchor_, .kind = zcrx ? DataPathKind::kZcrx : DataPathKind::kDevmem});
+  } else if (config_.device_path == DevicePathMode::kZcrx) {
+    device_paths_.set_zcrx_rx(Status(
+        StatusCode::kUnsupported,
+        config_.rxq_socket[0] == '\0'
+            ? std::string("REMORA_RXQ_SOCKET is unset: no `remora rxq serve` reserves a queue for this endpoint's "
+                          "io_uring zcrx and steers its data streams there")
+            : fmt::format("{} of {} data streams read by zcrx; {}",
+                          devmem_rx_lease_ ? devmem_rx_lease_->streams_steered() : 0, chunks_.streams(),
+                          devmem_rx_refused_.is_ok() ? std::string("the context had no device memory domain when "
+                                                                   "the endpoint was made")
+                                                     : devmem_rx_refused_.message())));
   } else if (config_.rxq_socket[0] == '\0') {
     device_paths_.set_devmem_rx(Status(StatusCode::kUnsupported,
                                        "REMORA_RXQ_SOCKET is unset: no `remora rxq serve` steers this endpoint's data "
@@ -256,7 +290,8 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
         !path) {
       return Request(RequestState::completed(std::move(path), 0, tag));
     }
-    op->devmem_rx = last_device_path_ == DataPath::kDevmem;
+    op->devmem_rx = rx_zero_copy();
+    op->zcrx_rx = last_device_path_ == DataPath::kZcrx;
     auto staging = staging_for(op->device, /*tx=*/false);
     if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
     op->staging = std::move(*staging);
@@ -314,7 +349,7 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
       auto made = staging_for(d, tx);
       if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
       staging = std::move(*made);
-      if (last_device_path_ != DataPath::kDevmem) ++stats_.staged_transfers;
+      if (!rx_zero_copy()) ++stats_.staged_transfers;
     }
   }
   RmaInitiator::Posted posted = post(staging ? &*staging : nullptr, std::move(devmem));
@@ -368,7 +403,7 @@ Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint
         // A chunked get into device memory goes by devmem RX when every data stream is
         // steered (post_one_sided chose the path just now).
         const bool inline_class = travels_inline(local.size());
-        if (staging != nullptr && !inline_class && last_device_path_ == DataPath::kDevmem) {
+        if (staging != nullptr && !inline_class && rx_zero_copy()) {
           return initiator_.get(local, key, offset, inline_class, staging, devmem_rx_);
         }
         return initiator_.get(local, key, offset, inline_class, staging);
@@ -513,7 +548,6 @@ Status EndpointCore::choose_device_path(MemoryDomain& domain, const void* p, siz
     }
     *devmem = std::move(choice->devmem_tx);
   }
-  // zcrx is not driven in this version (device_path.h says why).
   last_device_path_ = choice->path;
   stats_.device_path = std::string(data_path_name(choice->path));
   stats_.device_path_reason = std::move(choice->reason);
@@ -1195,7 +1229,7 @@ void EndpointCore::finish_recv(RecvOp* op) {
     ++stats_.messages_received;
     stats_.bytes_received += op->in.length;
     if (op->devmem_rx) {
-      ++stats_.devmem_transfers;
+      ++(op->zcrx_rx ? stats_.zcrx_transfers : stats_.devmem_transfers);
     } else if (op->staged) {
       stats_.staged_bytes += op->in.length;
     }

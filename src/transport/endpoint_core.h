@@ -88,12 +88,15 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::unique_ptr<StreamIn> steer_data_stream(int fd, net::Clock::time_point deadline);
   /// The same for data stream `index`, attached already (the accepting side).
   void steer_stream(uint16_t index, net::Clock::time_point deadline) {
-    std::unique_ptr<StreamIn> in = steer_data_stream(chunks_.fd(index), deadline);
-    if (in->devmem() != nullptr) chunks_.set_stream_in(index, std::move(in));
+    attach_stream_in(index, steer_data_stream(chunks_.fd(index), deadline));
   }
   /// Every data stream attached: devmem RX is on when all of them were steered, and
   /// the path choice hears why not otherwise.
   void settle_devmem_rx();
+  /// Data stream `index` is read through `in` when it is a devmem or zcrx one (a zcrx
+  /// stream's arrivals are posted to the engine as data events: its socket does not
+  /// stay readable).
+  void attach_stream_in(uint16_t index, std::unique_ptr<StreamIn> in);
   bool all_streams_attached() const noexcept;
   /// Registers every socket with the engine and starts serving. Lock held.
   Status activate();
@@ -242,14 +245,16 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     return choose_device_path(domain, p, n, tx, tx && chunked ? devmem : nullptr, /*drives_devmem_rx=*/!tx && chunked);
   }
   DevmemTxStreams* devmem_tx_streams() override { return &devmem_streams_; }
-  std::shared_ptr<DevmemRxContext> devmem_rx_chosen() override {
-    return last_device_path_ == DataPath::kDevmem ? devmem_rx_ : nullptr;
-  }
+  std::shared_ptr<DevmemRxContext> devmem_rx_chosen() override { return rx_zero_copy() ? devmem_rx_ : nullptr; }
   /// The same, for a message send or chunked put, which devmem TX can take (`*devmem`
   /// is set when it does), or a message receive or chunked get, which devmem RX can
   /// (`drives_devmem_rx`; last_device_path_ says whether it does).
   Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx,
                             std::unique_ptr<DevmemTxSend>* devmem, bool drives_devmem_rx = false);
+  /// The last path chosen receives without staging (devmem RX or zcrx, through devmem_rx_).
+  bool rx_zero_copy() const noexcept {
+    return last_device_path_ == DataPath::kDevmem || last_device_path_ == DataPath::kZcrx;
+  }
   /// The kernel reported sendmsg(s) of the devmem send `id` complete.
   void devmem_send_completed(uint64_t id);
   /// Completes a failed receive whose copies into device memory are still in flight

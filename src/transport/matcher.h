@@ -36,6 +36,7 @@ struct RecvOp {
   MemoryDomain* device = nullptr;
   StagingContext staging;
   bool devmem_rx = false;
+  bool zcrx_rx = false;  // ... and it reads zcrx streams
   std::unique_ptr<PlacingSink> staged;
 };
 

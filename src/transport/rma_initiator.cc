@@ -114,6 +114,7 @@ RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteK
   if (staging != nullptr) {
     op->staging = *staging;
     if (!inline_class && devmem_rx != nullptr) {
+      op->zcrx_rx = devmem_rx->kind == DataPathKind::kZcrx;
       op->staged_sink =
           std::make_unique<DevmemSink>(std::move(devmem_rx), &staging->pool->domain(), local.data(), &op->in);
       op->devmem_rx = true;
@@ -246,7 +247,7 @@ void RmaInitiator::complete(Op* op, const Status& s) {
   }
   if (s.is_ok()) {
     if (op->kind == Op::Kind::kPut) stats_.rma_bytes_put += op->length;
-    if (op->devmem_source || op->devmem_rx) ++stats_.devmem_transfers;
+    if (op->devmem_source || op->devmem_rx) ++(op->zcrx_rx ? stats_.zcrx_transfers : stats_.devmem_transfers);
     if (op->kind == Op::Kind::kGet) stats_.rma_bytes_got += op->length;
     if (!op->devmem_rx && (op->staged_source || op->staged_sink || !op->bounce.empty() || op->staging)) {
       stats_.staged_bytes += op->length;

@@ -147,6 +147,7 @@ class RmaInitiator {
     std::optional<StagingContext> staging;     // a get into device memory
     std::unique_ptr<PlacingSink> staged_sink;  // chunked: in.sink is this (staging, or devmem receive)
     bool devmem_rx = false;                    // staged_sink is a DevmemSink
+    bool zcrx_rx = false;                      // ... reading zcrx streams
     bool copying = false;                      // inline: its reply is being copied into the device
     // atomic
     wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;

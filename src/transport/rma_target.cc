@@ -161,6 +161,7 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
       sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr ? owner_.devmem_rx_chosen() : nullptr;
   if (devmem != nullptr) {
     // Every data stream is steered: the chunks are placed from the bound buffer.
+    sp->zcrx_rx = devmem->kind == DataPathKind::kZcrx;
     sp->staged = std::make_unique<DevmemSink>(std::move(devmem), sp->access->device(), sp->access->address(), &sp->in,
                                               sp->access);
     sp->in.sink = sp->staged.get();
@@ -261,7 +262,7 @@ void RmaTarget::put_received(uint64_t op_id) {
   }
   if (sp->verdict == RmaStatus::kOk) {
     ++stats_.served_puts;
-    if (sp->devmem_rx) ++stats_.devmem_transfers;
+    if (sp->devmem_rx) ++(sp->zcrx_rx ? stats_.zcrx_transfers : stats_.devmem_transfers);
     if (sp->has_notify) {
       notifications_.deliver(Notification{.value = sp->notify,
                                           .region = sp->access->region(),

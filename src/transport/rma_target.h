@@ -127,6 +127,7 @@ class RmaTarget {
     RegionSink sink;                      // refused: the bytes go to the DiscardSink instead
     std::unique_ptr<PlacingSink> staged;  // device memory (staging or devmem RX): in.sink is this
     bool devmem_rx = false;               // staged is a DevmemSink
+    bool zcrx_rx = false;                 // ... reading zcrx streams
     bool inline_copy = false;
     RxTransfer in;
   };

@@ -49,7 +49,8 @@ constexpr char kHardwareNote[] =
     "device "
     "memory once `remora rxq serve` has steered every data stream of the endpoint (REMORA_RXQ_SOCKET; rxq binds its "
     "own "
-    "host-memory dmabuf, not yet a GPU's); not zcrx. Everything else stages.";
+    "host-memory dmabuf, or a receive area of the endpoint's device memory); io_uring zcrx for the same receives "
+    "with REMORA_DEVICE_PATH=zcrx (a queue rxq reserves, registered by the endpoint). Everything else stages.";
 
 ProbeAnswer yes(std::string detail) {
   ProbeAnswer a;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "zerocopy/pages.h"
 #include "zerocopy/uapi.h"
 
 #if defined(REMORA_HAVE_LIBURING)
@@ -67,27 +68,9 @@ class Ring {
   int err_ = 0;
 };
 
-/// Anonymous page-aligned memory, unmapped on destruction.
-class Pages {
- public:
-  explicit Pages(size_t bytes) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    addr_ = p == MAP_FAILED ? nullptr : p;
-  }
-  ~Pages() {
-    if (addr_ != nullptr) ::munmap(addr_, bytes_);
-  }
-  Pages(const Pages&) = delete;
-  Pages& operator=(const Pages&) = delete;
-  void* get() const { return addr_; }
-  size_t size() const { return bytes_; }
-
- private:
-  void* addr_ = nullptr;
-  size_t bytes_;
-};
-
 uint64_t as_u64(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+#endif  // REMORA_HAVE_LIBURING
 
 std::string zcrx_hint(int err) {
   switch (err) {
@@ -106,9 +89,17 @@ std::string zcrx_hint(int err) {
   }
 }
 
-#endif  // REMORA_HAVE_LIBURING
-
 }  // namespace
+
+Status zcrx_register_refusal(const std::string& what, int err) {
+  std::string text = fmt::format("{}: the kernel refused: {}", what, errno_text(err));
+  if (const auto hint = zcrx_hint(err); !hint.empty()) text += " — " + hint;
+  const StatusCode code = err == EPERM                                     ? StatusCode::kAccessDenied
+                          : err == EBUSY || err == EEXIST || err == ENOMEM ? StatusCode::kNoResource
+                          : err == EINVAL || err == ENODEV                 ? StatusCode::kInvalidArgument
+                                                                           : StatusCode::kUnsupported;
+  return Status(code, text);
+}
 
 bool built_with_io_uring() {
 #if defined(REMORA_HAVE_LIBURING)
@@ -168,8 +159,8 @@ Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refus
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   constexpr uint32_t kRqEntries = 64;
   // The refill ring: a header page, then the entries (the kernel's documented sizing).
-  Pages refill(((kRqEntries * sizeof(uapi::ZcrxRqe) + page) + page - 1) / page * page);
-  Pages area(16 * page);
+  MappedPages refill(((kRqEntries * sizeof(uapi::ZcrxRqe) + page) + page - 1) / page * page);
+  MappedPages area(16 * page);
   if (refill.get() == nullptr || area.get() == nullptr) {
     return Status(StatusCode::kNoResource, what + ": mmap of the area failed");
   }
@@ -195,13 +186,7 @@ Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refus
       *refusal = KernelError();
       refusal->err = err;
     }
-    std::string text = fmt::format("{}: the kernel refused: {}", what, errno_text(err));
-    if (const auto hint = zcrx_hint(err); !hint.empty()) text += " — " + hint;
-    const StatusCode code = err == EPERM                                     ? StatusCode::kAccessDenied
-                            : err == EBUSY || err == EEXIST || err == ENOMEM ? StatusCode::kNoResource
-                            : err == EINVAL || err == ENODEV                 ? StatusCode::kInvalidArgument
-                                                                             : StatusCode::kUnsupported;
-    return Status(code, text);
+    return zcrx_register_refusal(what, err);
   }
   return Status::ok();  // the ring closes here, and with it the registration
 #endif

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "remora/status.h"
 #include "zerocopy/kernel_error.h"
@@ -38,5 +39,10 @@ IoUringProbe probe_io_uring();
 /// restarted twice (taken by the area, given back), so ordinary traffic steered to it
 /// sees a hiccup.
 Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refusal = nullptr);
+
+/// The kernel's refusal (errno `err`) of the zcrx registration `what` as a Status: the
+/// errno, what it means for zcrx and what would change it; the code by kind (EPERM
+/// access, EBUSY/EEXIST/ENOMEM resources, EINVAL/ENODEV arguments, else unsupported).
+Status zcrx_register_refusal(const std::string& what, int err);
 
 }  // namespace remora::zerocopy

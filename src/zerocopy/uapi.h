@@ -221,6 +221,8 @@ inline constexpr uint8_t kIoringOpRecvZc = 58;
 inline constexpr uint32_t kIoringZcrxAreaDmabuf = 1;
 inline constexpr uint32_t kIoringMemRegionTypeUser = 1;
 inline constexpr unsigned kIoringZcrxAreaShift = 48;
+/// RECV_ZC's sqe->ioprio: multishot, which RECV_ZC requires (IORING_RECV_MULTISHOT).
+inline constexpr uint16_t kIoringRecvMultishot = 1u << 1;
 /// The setup flags zcrx needs (IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN | CQE32).
 inline constexpr uint32_t kIoringSetupCqe32 = 1u << 11;
 inline constexpr uint32_t kIoringSetupSingleIssuer = 1u << 12;

@@ -130,8 +130,10 @@ TEST(DevicePath, ADemandedPathThatCannotBeTakenFailsTheTransferWithTheReason) {
         << sent.to_string();
     const Status recvd = p.eb->recv(std::span(dev, kChunk), Tag{2}).wait(10s);
     EXPECT_EQ(recvd.code(), StatusCode::kUnsupported);
-    // devmem: no rxq steers the data streams; zcrx: no interface named.
-    EXPECT_NE(recvd.message().find(devmem ? "REMORA_RXQ_SOCKET is unset" : "REMORA_DEVMEM_IFNAME is unset"),
+    // devmem: no rxq steers the data streams; zcrx: no rxq reserves a queue for them.
+    EXPECT_NE(recvd.message().find(devmem ? "REMORA_RXQ_SOCKET is unset: no `remora rxq serve` steers"
+                                          : "REMORA_RXQ_SOCKET is unset: no `remora rxq serve` reserves a queue for "
+                                            "this endpoint's io_uring zcrx"),
               std::string::npos)
         << recvd.to_string();
 

@@ -13,6 +13,7 @@
 // went back. Also: a flow that arrives with no devmem control message (a misrouted one)
 // fails the transfer with that reason; rxq in stand-in mode without the stand-in kernel,
 // or no rxq at all, leaves the streams plain and device transfers staged, saying why.
+#include <net/if.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -37,6 +38,8 @@
 #include "transport/devmem_rx_lease.h"
 #include "zerocopy/devmem_nic_standin.h"
 #include "zerocopy/rxq_client.h"
+#include "zerocopy/zcrx_nic_standin.h"
+#include "zerocopy/zcrx_queue.h"
 
 namespace remora::itest {
 namespace {
@@ -553,6 +556,157 @@ TEST(DevmemRxEndpoint, TheDoctorSeesTheRxqThatWouldSteerEndpoints) {
       << doc["host"]["rxq"].dump();
   // It only connected: rxq saw a client come and go with no flow.
   EXPECT_TRUE(rxq.read_until("removing its 0 flow(s)")) << rxq.log();
+}
+
+// --- io_uring zcrx ---------------------------------------------------------------------
+// REMORA_DEVICE_PATH=zcrx: rxq (its stand-in mode, a process of its own) reserves a
+// client queue for the endpoint and steers its flows there; the endpoint registers that
+// queue with an io_uring of its own and reads every data stream by RECV_ZC. What stands
+// in for the kernel and NIC (only in this process) is the queue's kernel side
+// (tests/zerocopy/zcrx_nic_standin.h): real bytes off the real sockets into the queue's
+// area, completions in the kernel's layout, buffers back through the refill ring.
+
+/// The zcrx stand-in NIC installed as the kernel's side of every endpoint's queue.
+struct ZcrxStandin {
+  std::shared_ptr<zerocopy::test::ZcrxNicStandIn::Shared> nic =
+      std::make_shared<zerocopy::test::ZcrxNicStandIn::Shared>();
+  /// `real_kernel`: the real io_uring registration instead (rxq still in stand-in mode).
+  explicit ZcrxStandin(bool real_kernel = false) {
+    auto k = std::make_shared<detail::DevmemRxKernel>();
+    k->standin = true;
+    k->zcrx = real_kernel ? zerocopy::ZcrxKernelFactory(zerocopy::make_io_uring_zcrx_kernel)
+                          : zerocopy::test::ZcrxNicStandIn::factory(nic);
+    detail::set_devmem_rx_kernel_for_tests(std::move(k));
+  }
+  ~ZcrxStandin() { detail::set_devmem_rx_kernel_for_tests(nullptr); }
+  ZcrxStandin(const ZcrxStandin&) = delete;
+  ZcrxStandin& operator=(const ZcrxStandin&) = delete;
+};
+
+TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  ZcrxStandin standin;
+  // An area of 16 pages for ~800 KB of streams: its buffers go round through the refill ring.
+  ::setenv("REMORA_ZCRX_AREA", "64K", 1);
+  DeviceContext mine = rx_context(rxq.socket(), DevicePathMode::kZcrx);
+  ::unsetenv("REMORA_ZCRX_AREA");
+  ASSERT_TRUE(mine.ctx);
+  const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3, 1, 1};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: queue 2 reserved for its io_uring zcrx", ::getpid())))
+      << rxq.log();
+  EXPECT_EQ(standin.nic->registered_ifindex, ::if_nametoindex("lo"));
+  EXPECT_EQ(standin.nic->registered_queue, 2u);
+  const uint64_t handshake = standin.nic->bytes;
+  EXPECT_GT(handshake, 0u);  // the data streams' HELLO_ACKs came through the queue
+  echo_into_device_and_host(s, mine, std::vector<uint64_t>(sizes.begin(), sizes.begin() + 3));
+  EndpointStats chunked = s.ep->stats();
+  EXPECT_EQ(chunked.device_path, "zcrx") << chunked.device_path_reason;
+  EXPECT_NE(chunked.device_path_reason.find("REMORA_DEVICE_PATH=zcrx: io_uring zcrx into test-device memory: io_uring "
+                                            "zcrx (a test's stand-in NIC) on ifindex "),
+            std::string::npos)
+      << chunked.device_path_reason;
+  EXPECT_NE(chunked.device_path_reason.find("RX queue 2"), std::string::npos) << chunked.device_path_reason;
+  echo_into_device_and_host(s, mine, std::vector<uint64_t>(sizes.begin() + 3, sizes.end()), 3);
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "staging") << st.device_path_reason;  // the eager one
+  EXPECT_EQ(st.zcrx_transfers, 2u);                               // the chunked device receives
+  EXPECT_EQ(st.devmem_transfers, 0u);
+  EXPECT_EQ(st.staged_transfers, 1u);
+  // Every rendezvous byte came through the queue's area.
+  EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
+  EXPECT_GE(standin.nic->refills, standin.nic->completions - 16);  // all but an area's worth came back already
+  EXPECT_EQ(standin.nic->bad_refills, 0u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
+}
+
+TEST(ZcrxEndpoint, AnAcceptingTargetTakesPutsAndGetsIntoDeviceMemoryByZcrx) {
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  ZcrxStandin standin;
+  DeviceContext target = rx_context(rxq.socket(), DevicePathMode::kZcrx);
+  ASSERT_TRUE(target.ctx);
+  auto initiator =
+      Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .ignore_env = true});
+  ASSERT_TRUE(initiator.is_ok()) << describe(initiator.status());
+  Pair p = make_pair_in_process(std::move(target.ctx), std::move(*initiator));
+  ASSERT_TRUE(p.ea && p.eb);
+  const uint64_t len = 4 * kChunk + 11;
+  std::byte* mem = target.dev->allocate(len).value();
+  auto region = p.a->register_memory(mem, len, Access::kRemoteWrite);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+
+  // A peer's chunked put with a notification, at an offset.
+  const auto data = stream_bytes(len - 3, 6);
+  const Status put = p.eb->put(std::span(data), region->remote_key(), 3, PutOptions{.notify = 42}).wait(60s);
+  ASSERT_TRUE(put.is_ok()) << describe(put);
+  auto n = p.ea->wait_notification(60s);
+  ASSERT_TRUE(n.is_ok()) << describe(n.status());
+  EXPECT_EQ(n->value, 42u);
+  EXPECT_TRUE(device_bytes(*target.dev, mem + 3, len - 3) == data);
+  EndpointStats st = p.ea->stats();
+  EXPECT_EQ(st.device_path, "zcrx") << st.device_path_reason;
+  EXPECT_EQ(st.zcrx_transfers, 1u);
+
+  // Our chunked get into device memory, from the peer's host region.
+  std::vector<std::byte> theirs = stream_bytes(len, 8);
+  auto their_region = p.b->register_memory(theirs.data(), len, Access::kRemoteRead);
+  ASSERT_TRUE(their_region.is_ok()) << describe(their_region.status());
+  std::byte* dst = target.dev->allocate(len).value();
+  const Status got = p.ea->get(std::span(dst, len - 9), their_region->remote_key(), 9).wait(60s);
+  ASSERT_TRUE(got.is_ok()) << describe(got);
+  EXPECT_TRUE(device_bytes(*target.dev, dst, len - 9) == std::vector<std::byte>(theirs.begin() + 9, theirs.end()));
+  st = p.ea->stats();
+  EXPECT_EQ(st.device_path, "zcrx") << st.device_path_reason;
+  EXPECT_EQ(st.zcrx_transfers, 2u);
+  EXPECT_GE(standin.nic->bytes, (len - 3) + (len - 9));
+  EXPECT_EQ(standin.nic->bad_refills, 0u);
+  reset(p);  // before `target`, whose device the contexts use
+}
+
+TEST(ZcrxEndpoint, WhereZcrxCannotBeSetUpTheDemandedPathRefusesWithTheReason) {
+  struct Case {
+    uint32_t client_queues;
+    bool standin, real_kernel;
+    const char* says;
+  };
+  const Case cases[] = {
+      {0, true, false, "start it with --client-queues N"},
+      // rxq in stand-in mode, nothing standing in for the kernel: nothing would steer.
+      {1, false, false, "rxq serves in stand-in mode (queue 2 is reserved for us, but no rule steers"},
+      // The real kernel asked to register loopback's queue for zcrx.
+      {1, true, true, "io_uring zcrx registration of ifindex"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.says);
+    RxqStandin rxq(c.client_queues);
+    ASSERT_TRUE(rxq.ready());
+    std::unique_ptr<ZcrxStandin> standin;
+    if (c.standin) standin = std::make_unique<ZcrxStandin>(c.real_kernel);
+    DeviceContext mine = rx_context(rxq.socket(), DevicePathMode::kZcrx);
+    ASSERT_TRUE(mine.ctx);
+    PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=100"});
+    ASSERT_TRUE(s.ep);
+    std::byte* dev_in = mine.dev->allocate(kChunk).value();
+    const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
+    EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
+    EXPECT_NE(refused.message().find("REMORA_DEVICE_PATH=zcrx"), std::string::npos) << describe(refused);
+    EXPECT_NE(refused.message().find(c.says), std::string::npos) << describe(refused);
+    std::cout << "[ refused  ] " << refused.message() << "\n";
+    EXPECT_EQ(s.ep->stats().device_path_refusals, 1u);
+    s.ep->abort();
+    s.ep.reset();
+    (void)finish(*s.peer);
+  }
 }
 
 // --- CUDA memory ----------------------------------------------------------------------

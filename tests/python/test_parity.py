@@ -51,6 +51,7 @@ def test_context_options_new_fields_reach_the_config():
         assert c["devmem_ifname"] == ""
         assert c["rxq_socket"] == ""
         assert c["rxq_device_area"] == 0
+        assert c["zcrx_area"] == 16 << 20
     with remora.Context(ignore_env=True) as ctx:  # the defaults of remora/config.h
         c = ctx.config()
         assert (c["max_pending_handshakes"], c["peer_timeout_ms"]) == (256, 30000)
