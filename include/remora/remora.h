@@ -6,6 +6,7 @@
 #include "remora/config.h"
 #include "remora/context.h"
 #include "remora/cuda.h"
+#include "remora/dmabuf.h"
 #include "remora/endpoint.h"
 #include "remora/external_store.h"
 #include "remora/launch.h"

@@ -9,11 +9,13 @@
 // every size, a failed device copy, and the refusal of puts from device memory; device
 // receives without the `remora rxq` that devmem receive needs (staged, or refused when
 // demanded, with the reason); and every collective family on device memory between two communicators made with
-// Communicator::init, across the sizes where staging goes from whole to segmented.
+// Communicator::init, across the sizes where staging goes from whole to segmented; and a
+// dmabuf range (remora/dmabuf.h) as a region and a message buffer.
 // Every wait has a bound, and a wait that runs out is a failure: a hang here is a bug.
 //
 // Prints "outside-client: N checks, 0 failed" and exits 0, or lists what failed.
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -502,6 +504,48 @@ void device_collectives() {
   }
 }
 
+/// A dmabuf range as memory (remora/dmabuf.h), with a memfd standing in for the dmabuf
+/// (no exporter where the tests run): a region of it takes puts of every size class with
+/// a notification and serves gets, and messages go from it, every byte read back through
+/// the descriptor.
+void dmabuf_memory() {
+  const int fd = ::memfd_create("outside-client-dmabuf", MFD_CLOEXEC);
+  constexpr size_t kBytes = (6 << 20) + 4096;
+  if (fd < 0 || ::ftruncate(fd, kBytes) != 0) return check(false, "memfd for the dmabuf stand-in");
+  auto mem = remora::DmabufMemory::open(fd, 4096 + 3, kBytes - 4096 - 3);
+  if (!mem) return check(false, "DmabufMemory::open: " + mem.status().to_string());
+  check((*mem)->mapped() && !(*mem)->is_dmabuf(), "a memfd maps and is not a dmabuf");
+  {
+    Peers p;  // after the memory: it outlives the contexts
+    if (!connect(p, &(*mem)->domain())) return;
+    auto region = p.target_ctx->register_memory((*mem)->data(), (*mem)->size(),
+                                                remora::Access::kRemoteWrite | remora::Access::kRemoteRead);
+    if (!region) return check(false, "register dmabuf memory: " + region.status().to_string());
+    for (size_t n : {size_t{1}, size_t{16385}, size_t{524289}, size_t{(5 << 20) + 1}}) {
+      const std::string at = std::to_string(n) + " bytes";
+      const auto data = pattern(n, n + 11);
+      expect_code(p.init->put(std::span(data), region->remote_key(), 5, remora::PutOptions{.notify = n}),
+                  remora::StatusCode::kOk, "put into dmabuf memory of " + at);
+      auto note = p.target->wait_notification(kBound);
+      check(note.is_ok() && note->value == n, "notification after the put of " + at);
+      std::vector<std::byte> in(n);
+      check(::pread(fd, in.data(), n, 4096 + 3 + 5) == static_cast<ssize_t>(n) && in == data,
+            "put of " + at + " is in the descriptor");
+      std::vector<std::byte> back(n);
+      expect_code(p.init->get(std::span(back), region->remote_key(), 5), remora::StatusCode::kOk,
+                  "get from dmabuf memory of " + at);
+      check(back == data, "get of " + at + " intact");
+      std::vector<std::byte> msg(n);
+      remora::Request rx = p.init->recv(std::span(msg), remora::Tag{9});
+      expect_code(p.target->send(std::span<const std::byte>((*mem)->data() + 5, n), remora::Tag{9}),
+                  remora::StatusCode::kOk, "send from dmabuf memory of " + at);
+      expect_code(rx, remora::StatusCode::kOk, "receive from dmabuf memory of " + at);
+      check(msg == data, "message from dmabuf memory of " + at + " intact");
+    }
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 int main() {
@@ -514,6 +558,7 @@ int main() {
     dead_peer(p);
   }
   device_memory();
+  dmabuf_memory();
   rxq_unreachable();
   device_collectives();
   std::printf("outside-client: %d checks, %d failed\n", checks, failures);
