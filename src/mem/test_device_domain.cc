@@ -111,6 +111,15 @@ struct TestDeviceDomain::State {
   std::mutex fail_mu;
   std::vector<std::pair<uintptr_t, uintptr_t>> fail_ranges;  // [begin, end) in device addresses
 
+  /// export_areas_alone: each area from allocate_area, backed by a memfd of its own.
+  struct Area {
+    std::byte* device;
+    size_t bytes;
+    int fd;
+  };
+  std::mutex areas_mu;
+  std::vector<Area> areas;
+
   struct Engine {
     std::mutex mu;
     std::condition_variable cv;
@@ -250,6 +259,7 @@ TestDeviceDomain::~TestDeviceDomain() {
   munmap(state_->device, state_->options.capacity);
   munmap(state_->backing, state_->options.capacity);
   ::close(state_->fd);
+  for (const State::Area& a : state_->areas) ::close(a.fd);
 }
 
 Result<std::byte*> TestDeviceDomain::allocate(size_t len) {
@@ -267,6 +277,20 @@ Result<std::byte*> TestDeviceDomain::allocate(size_t len) {
 
 Result<void*> TestDeviceDomain::allocate_area(size_t len) {
   REMORA_ASSIGN_OR_RETURN(std::byte * p, allocate(len));
+  if (!state_->options.export_areas_alone) return static_cast<void*>(p);
+  // A memfd of the area's own, mapped over its pages in both views.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = (std::max<size_t>(len, 1) + page - 1) / page * page;
+  const int fd = memfd_create("remora-test-device-area", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      mmap(p, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+      mmap(state_->backing_of(p), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return Status(StatusCode::kNoResource, fmt::format("test device: an area's own memfd: {}", std::strerror(err)));
+  }
+  std::lock_guard lock(state_->areas_mu);
+  state_->areas.push_back(State::Area{.device = p, .bytes = bytes, .fd = fd});
   return static_cast<void*>(p);
 }
 
@@ -312,11 +336,21 @@ Result<DmabufExport> TestDeviceDomain::export_dmabuf(const void* ptr, size_t len
     return Status(StatusCode::kInvalidArgument, fmt::format("test device: {} + {} bytes is not this device's memory",
                                                             ptr, len));
   }
+  const auto* p = static_cast<const std::byte*>(ptr);
+  if (state_->options.export_areas_alone) {
+    std::lock_guard lock(state_->areas_mu);
+    for (const State::Area& a : state_->areas) {
+      if (p >= a.device && static_cast<size_t>(p - a.device) <= a.bytes &&
+          len <= a.bytes - static_cast<size_t>(p - a.device)) {
+        const int fd = ::fcntl(a.fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) return Status(StatusCode::kNoResource, fmt::format("test device: dup: {}", std::strerror(errno)));
+        return DmabufExport{.fd = fd, .offset = static_cast<uint64_t>(p - a.device), .length = len};
+      }
+    }
+  }
   const int fd = ::fcntl(state_->fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return Status(StatusCode::kNoResource, fmt::format("test device: dup of its memfd: {}", std::strerror(errno)));
-  return DmabufExport{.fd = fd,
-                      .offset = static_cast<uint64_t>(static_cast<const std::byte*>(ptr) - state_->device),
-                      .length = len};
+  return DmabufExport{.fd = fd, .offset = static_cast<uint64_t>(p - state_->device), .length = len};
 }
 
 bool TestDeviceDomain::owns(const void* ptr, size_t len) const {

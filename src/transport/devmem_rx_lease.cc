@@ -126,9 +126,28 @@ Status DevmemRxLease::bind_area(MemoryDomain& domain, uint64_t size, std::chrono
   return Status::ok();
 }
 
-Status DevmemRxLease::reserve_zcrx(uint64_t area_bytes, std::chrono::milliseconds timeout) {
+Status DevmemRxLease::reserve_zcrx(uint64_t area_bytes, MemoryDomain* device, std::chrono::milliseconds timeout) {
   if (steered_ != 0 || area_ != nullptr || zcrx_ != nullptr) {
     return Status(StatusCode::kInternal, "zcrx: a queue reserved after streams were steered, or a second one");
+  }
+  zerocopy::ZcrxQueue::Options o{.area_bytes = area_bytes};
+  std::shared_ptr<void> area;
+  net::Fd dmabuf;
+  std::byte* device_base = nullptr;
+  if (device != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(void* p, device->allocate_area(area_bytes));
+    area = std::shared_ptr<void>(p, [device](void* m) { device->free_area(m); });
+    REMORA_ASSIGN_OR_RETURN(const DmabufExport exported, device->export_dmabuf(p, area_bytes));
+    dmabuf = net::Fd(exported.fd);
+    const off_t whole = ::lseek(dmabuf.get(), 0, SEEK_END);
+    if (exported.offset != 0 || whole < 0 || static_cast<uint64_t>(whole) != area_bytes) {
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("zcrx takes a whole dmabuf as its area, and the {} memory domain exported the {}-byte "
+                                "area as {} bytes at offset {} of a dmabuf of {} bytes",
+                                device->name(), area_bytes, area_bytes, exported.offset, static_cast<int64_t>(whole)));
+    }
+    o.dmabuf_fd = dmabuf.get();
+    device_base = static_cast<std::byte*>(p);
   }
   REMORA_ASSIGN_OR_RETURN(const zerocopy::rxq::BindFlowReply r, client_.reserve_queue(timeout));
   const bool standin = (r.flags & zerocopy::rxq::kFlagStandin) != 0;
@@ -138,18 +157,24 @@ Status DevmemRxLease::reserve_zcrx(uint64_t area_bytes, std::chrono::millisecond
                               "flows there): not used",
                               r.queue));
   }
-  const uint32_t ifindex = zerocopy::rxq::ifindex_of(r);
+  o.ifindex = zerocopy::rxq::ifindex_of(r);
+  o.rx_queue = r.queue;
+  DevmemRxBinding binding{
+      .id = 0, .domain = device, .base = device_base, .size = area_bytes, .allow_linear = false, .cpu_sync_fd = -1};
+  if (device != nullptr && kernel_->area_bound) kernel_->area_bound(binding, device_base, area_bytes);
   zerocopy::KernelError refusal;
-  REMORA_ASSIGN_OR_RETURN(
-      zcrx_, zerocopy::ZcrxQueue::open({.ifindex = ifindex, .rx_queue = r.queue, .area_bytes = area_bytes},
-                                       kernel_->zcrx ? kernel_->zcrx : zerocopy::make_io_uring_zcrx_kernel, &refusal));
-  binding_ = DevmemRxBinding{.id = zcrx_->registration().zcrx_id,
-                             .domain = &host_domain(),
-                             .base = zcrx_->registration().area,
-                             .size = zcrx_->registration().area_bytes,
-                             .allow_linear = false,
-                             .cpu_sync_fd = -1};
-  describe_ = zcrx_->describe() + fmt::format(", the queue reserved by rxq{}", standin ? " (stand-in mode)" : "");
+  REMORA_ASSIGN_OR_RETURN(zcrx_, zerocopy::ZcrxQueue::open(
+                                     o, kernel_->zcrx ? kernel_->zcrx : zerocopy::make_io_uring_zcrx_kernel, &refusal));
+  if (device != nullptr) {
+    binding.id = zcrx_->registration().zcrx_id;
+    binding_ = binding;
+  } else {
+    binding_ = host_area_binding(*zcrx_);
+  }
+  area_ = std::move(area);
+  zcrx_dmabuf_ = std::move(dmabuf);
+  describe_ = zcrx_->describe() + (device != nullptr ? fmt::format(" in {} memory", device->name()) : std::string()) +
+              fmt::format(", the queue reserved by rxq{}", standin ? " (stand-in mode)" : "");
   return Status::ok();
 }
 
@@ -170,7 +195,8 @@ Result<std::unique_ptr<DevmemStreamIn>> DevmemRxLease::steer(int fd, std::chrono
     REMORA_ASSIGN_OR_RETURN(auto stream, zcrx_->add_stream(fd));
     queues_ += fmt::format("{}{}", steered_ == 0 ? "" : ", ", r.queue);
     ++steered_;
-    return std::make_unique<DevmemStreamIn>(std::make_shared<ZcrxReceiver>(fd, zcrx_, std::move(stream)));
+    return std::make_unique<DevmemStreamIn>(
+        std::make_shared<ZcrxReceiver>(fd, binding_, zcrx_, std::move(stream), area_));
   }
   if (area_ != nullptr) {
     // Into our own area: rxq passes no buffer, and the flow goes to our queue.

@@ -26,8 +26,9 @@
 // With REMORA_DEVICE_PATH=zcrx the endpoint reads its streams by io_uring zero-copy
 // receive instead (reserve_zcrx): rxq reserves a queue of its own for it (away from RSS,
 // steered by rxq's rules), the lease registers that queue with an io_uring of its own
-// (zerocopy/zcrx_queue.h: a host memory area, CAP_NET_ADMIN, the queue restarted), and
-// each stream steered afterwards is read through a ZcrxReceiver (transport/zcrx_path.h).
+// (zerocopy/zcrx_queue.h: a host memory area, or with REMORA_RXQ_DEVICE_AREA a dmabuf of
+// the context's first device domain; CAP_NET_ADMIN, the queue restarted), and each
+// stream steered afterwards is read through a ZcrxReceiver (transport/zcrx_path.h).
 //
 // rxq's stand-in mode (a memfd, no rule) is refused unless a test installed a stand-in
 // of the kernel's devmem receive (set_devmem_rx_kernel_for_tests), since nothing would
@@ -80,9 +81,12 @@ class DevmemRxLease {
   /// refusal otherwise (nothing is kept).
   Status bind_area(MemoryDomain& domain, uint64_t size, std::chrono::milliseconds timeout);
   /// Before any stream is steered: has rxq reserve a queue of ours and registers it for
-  /// io_uring zcrx with an area of `area_bytes` of host memory; every stream steered
-  /// afterwards is read through it. rxq's or the kernel's refusal otherwise.
-  Status reserve_zcrx(uint64_t area_bytes, std::chrono::milliseconds timeout);
+  /// io_uring zcrx with an area of `area_bytes` of host memory, or, with `device`, of
+  /// `area_bytes` of that domain's memory exported as a dmabuf (the NIC writes into
+  /// device memory; the kernel takes a whole dmabuf, so the export must be exactly the
+  /// area); every stream steered afterwards is read through it. rxq's, the domain's or
+  /// the kernel's refusal otherwise (nothing is kept).
+  Status reserve_zcrx(uint64_t area_bytes, MemoryDomain* device, std::chrono::milliseconds timeout);
   /// The streams are read by io_uring zcrx.
   bool zcrx() const noexcept { return zcrx_ != nullptr; }
   ~DevmemRxLease();
@@ -112,6 +116,7 @@ class DevmemRxLease {
   std::shared_ptr<net::Fd> buffer_;  // rxq's buffer (the first reply's descriptor)
   std::shared_ptr<void> map_;        // it, mapped read-only (unmapped when the last receiver lets go)
   std::shared_ptr<void> area_;       // our own receive area (bind_area), freed when the last receiver lets go
+  net::Fd zcrx_dmabuf_;              // reserve_zcrx with a device area: its export
   std::shared_ptr<zerocopy::ZcrxQueue> zcrx_;  // reserve_zcrx: the queue our streams are read from
   size_t map_bytes_ = 0;
   DevmemRxBinding binding_;

@@ -91,11 +91,17 @@ std::unique_ptr<StreamIn> EndpointCore::steer_data_stream(int fd, net::Clock::ti
       return std::make_unique<StreamIn>(fd);
     }
     if (config_.device_path == DevicePathMode::kZcrx) {
-      // io_uring zcrx: a queue rxq reserves for us, registered with our own ring.
-      if (Status reserved = (*lease)->reserve_zcrx(
-              config_.zcrx_area, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
+      // io_uring zcrx: a queue rxq reserves for us, registered with our own ring; its area
+      // host memory, or with REMORA_RXQ_DEVICE_AREA a dmabuf of our first device domain.
+      MemoryDomain* device = config_.rxq_device_area > 0 ? params_.domains->front() : nullptr;
+      if (Status reserved =
+              (*lease)->reserve_zcrx(device != nullptr ? config_.rxq_device_area : config_.zcrx_area, device,
+                                     std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(10000)));
           !reserved) {
-        devmem_rx_refused_ = reserved.with_context("zcrx");
+        devmem_rx_refused_ =
+            reserved.with_context(device != nullptr ? fmt::format("zcrx: REMORA_RXQ_DEVICE_AREA={} of {} memory",
+                                                                  config_.rxq_device_area, device->name())
+                                                    : std::string("zcrx"));
         REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, devmem_rx_refused_.message());
         return std::make_unique<StreamIn>(fd);
       }

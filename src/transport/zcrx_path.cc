@@ -6,10 +6,7 @@
 
 namespace remora::detail {
 
-namespace {
-
-/// The binding the placement reads from: the queue's host area.
-DevmemRxBinding area_binding(const zerocopy::ZcrxQueue& queue) {
+DevmemRxBinding host_area_binding(const zerocopy::ZcrxQueue& queue) {
   const zerocopy::ZcrxRegistration& reg = queue.registration();
   return DevmemRxBinding{.id = reg.zcrx_id,
                          .domain = &host_domain(),
@@ -19,11 +16,9 @@ DevmemRxBinding area_binding(const zerocopy::ZcrxQueue& queue) {
                          .cpu_sync_fd = -1};
 }
 
-}  // namespace
-
-ZcrxReceiver::ZcrxReceiver(int fd, std::shared_ptr<zerocopy::ZcrxQueue> queue,
-                           std::unique_ptr<zerocopy::ZcrxQueue::Stream> stream)
-    : DevmemReceiver(fd, area_binding(*queue), queue), queue_(std::move(queue)), stream_(std::move(stream)) {}
+ZcrxReceiver::ZcrxReceiver(int fd, DevmemRxBinding area, std::shared_ptr<zerocopy::ZcrxQueue> queue,
+                           std::unique_ptr<zerocopy::ZcrxQueue::Stream> stream, std::shared_ptr<const void> hold)
+    : DevmemReceiver(fd, area, std::move(hold)), queue_(std::move(queue)), stream_(std::move(stream)) {}
 
 ZcrxReceiver::~ZcrxReceiver() { stream_->close(); }
 

@@ -23,12 +23,19 @@
 
 namespace remora::detail {
 
+/// How the placement sees a queue's host area.
+DevmemRxBinding host_area_binding(const zerocopy::ZcrxQueue& queue);
+
 /// One zcrx data stream's receive loop. Not thread-safe (the progress lock), but for
 /// release(), which placements ending on a domain's thread may call.
 class ZcrxReceiver final : public DevmemReceiver {
  public:
-  /// Reads `stream` (armed on socket `fd`) of `queue`.
-  ZcrxReceiver(int fd, std::shared_ptr<zerocopy::ZcrxQueue> queue, std::unique_ptr<zerocopy::ZcrxQueue::Stream> stream);
+  /// Reads `stream` (armed on socket `fd`) of `queue`, whose area `area` describes as
+  /// the placement sees it (host_area_binding for a host area; for a dmabuf area, its
+  /// domain and the domain address of its byte 0). `hold` keeps that memory alive while
+  /// the receiver, or a placement holding it, may read it.
+  ZcrxReceiver(int fd, DevmemRxBinding area, std::shared_ptr<zerocopy::ZcrxQueue> queue,
+               std::unique_ptr<zerocopy::ZcrxQueue::Stream> stream, std::shared_ptr<const void> hold = nullptr);
   ~ZcrxReceiver() override;
 
   /// Up to `len` bytes of what arrived, placed at `dst` (as DevmemReceiver::receive);

@@ -56,18 +56,24 @@ class IoUringZcrxKernel final : public ZcrxKernel {
   }
 
   Result<ZcrxRegistration> register_queue(uint32_t ifindex, uint32_t rx_queue, uint64_t area_bytes, uint32_t rq_entries,
-                                          KernelError* refusal) override {
-    const std::string what = fmt::format("io_uring zcrx registration of ifindex {} RX queue {}", ifindex, rx_queue);
+                                          int dmabuf_fd, KernelError* refusal) override {
+    const std::string what = fmt::format("io_uring zcrx registration of ifindex {} RX queue {}{}", ifindex, rx_queue,
+                                         dmabuf_fd >= 0 ? " with a dmabuf area" : "");
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     // The refill ring: a header page, then the entries (the kernel's documented sizing).
     refill_ = MappedPages((rq_entries * sizeof(uapi::ZcrxRqe) + page + page - 1) / page * page);
-    area_ = MappedPages(area_bytes);
-    if (refill_.get() == nullptr || area_.get() == nullptr) {
+    if (dmabuf_fd < 0) area_ = MappedPages(area_bytes);
+    if (refill_.get() == nullptr || (dmabuf_fd < 0 && area_.get() == nullptr)) {
       return Status(StatusCode::kNoResource, fmt::format("{}: mmap of {} bytes failed", what, area_bytes));
     }
     uapi::ZcrxAreaReg area_reg{};
-    area_reg.addr = reinterpret_cast<uintptr_t>(area_.get());
     area_reg.len = area_bytes;
+    if (dmabuf_fd >= 0) {
+      area_reg.flags = uapi::kIoringZcrxAreaDmabuf;  // addr stays 0: the whole dmabuf
+      area_reg.dmabuf_fd = static_cast<uint32_t>(dmabuf_fd);
+    } else {
+      area_reg.addr = reinterpret_cast<uintptr_t>(area_.get());
+    }
     uapi::RegionDesc region{};
     region.user_addr = reinterpret_cast<uintptr_t>(refill_.get());
     region.size = refill_.size();
@@ -85,7 +91,7 @@ class IoUringZcrxKernel final : public ZcrxKernel {
       return zcrx_register_refusal(what, err);
     }
     ZcrxRegistration out;
-    out.area = static_cast<std::byte*>(area_.get());
+    out.area = static_cast<std::byte*>(area_.get());  // null for a dmabuf area
     out.area_bytes = area_bytes;
     out.refill = static_cast<std::byte*>(refill_.get());
     out.offsets = reg.offsets;
@@ -195,7 +201,13 @@ Result<std::shared_ptr<ZcrxQueue>> ZcrxQueue::open(const Options& options, ZcrxK
                                                    KernelError* refusal) {
   std::shared_ptr<ZcrxQueue> q(new ZcrxQueue(options));
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  q->options_.area_bytes = std::max<uint64_t>(page, (options.area_bytes + page - 1) / page * page);
+  if (options.dmabuf_fd < 0) {
+    q->options_.area_bytes = std::max<uint64_t>(page, (options.area_bytes + page - 1) / page * page);
+  } else if (options.area_bytes == 0 || options.area_bytes % page != 0) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        fmt::format("zcrx: a dmabuf area of {} bytes (a whole number of pages is needed)", options.area_bytes));
+  }
   std::promise<Status> ready;
   auto registered = ready.get_future();
   KernelError ke;
@@ -235,7 +247,8 @@ void ZcrxQueue::run(ZcrxKernelFactory make_kernel, std::promise<Status>* ready, 
   // within the kernel's bounds.
   const uint32_t entries =
       std::bit_ceil(static_cast<uint32_t>(std::clamp<uint64_t>(options_.area_bytes / page, 64, 32768)));
-  auto reg = kernel_->register_queue(options_.ifindex, options_.rx_queue, options_.area_bytes, entries, refusal);
+  auto reg = kernel_->register_queue(options_.ifindex, options_.rx_queue, options_.area_bytes, entries,
+                                     options_.dmabuf_fd, refusal);
   if (!reg) {
     kernel_.reset();
     ready->set_value(reg.status());
@@ -518,9 +531,9 @@ void ZcrxQueue::stream_close(uint64_t id) {
 }
 
 std::string ZcrxQueue::describe() const {
-  return fmt::format("io_uring zcrx{} on ifindex {} RX queue {} (zcrx id {}, {}-byte host area, {} refill entries)",
+  return fmt::format("io_uring zcrx{} on ifindex {} RX queue {} (zcrx id {}, {}-byte {} area, {} refill entries)",
                      standin_ ? " (a test's stand-in NIC)" : "", options_.ifindex, options_.rx_queue, reg_.zcrx_id,
-                     reg_.area_bytes, reg_.rq_entries);
+                     reg_.area_bytes, options_.dmabuf_fd >= 0 ? "dmabuf" : "host", reg_.rq_entries);
 }
 
 ZcrxQueue::Stats ZcrxQueue::stats() const {

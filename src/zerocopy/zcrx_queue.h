@@ -55,7 +55,7 @@ struct ZcrxCompletion {
 /// What IORING_REGISTER_ZCRX_IFQ set up: the area the NIC receives into, mapped here, and
 /// the refill ring's memory, with the kernel's answers.
 struct ZcrxRegistration {
-  std::byte* area = nullptr;
+  std::byte* area = nullptr;  ///< a host area, mapped here; null for a dmabuf area
   uint64_t area_bytes = 0;
   std::byte* refill = nullptr;
   uapi::ZcrxOffsets offsets{};
@@ -70,10 +70,12 @@ class ZcrxKernel {
  public:
   virtual ~ZcrxKernel() = default;
   /// Registers RX queue `rx_queue` of `ifindex` with an area of `area_bytes` (a multiple
-  /// of the page size) and a refill ring of `rq_entries` (a power of two). The memory
-  /// stays the kernel object's until it is destroyed.
+  /// of the page size) and a refill ring of `rq_entries` (a power of two). The area is
+  /// host memory of the kernel object's own, or with `dmabuf_fd` >= 0 that whole dmabuf
+  /// (IORING_ZCRX_AREA_DMABUF, Linux 6.16: the kernel takes a whole dmabuf, never a range
+  /// of one). The memory stays the kernel object's until it is destroyed.
   virtual Result<ZcrxRegistration> register_queue(uint32_t ifindex, uint32_t rx_queue, uint64_t area_bytes,
-                                                  uint32_t rq_entries, KernelError* refusal) = 0;
+                                                  uint32_t rq_entries, int dmabuf_fd, KernelError* refusal) = 0;
   /// Arms a multishot RECV_ZC with no length limit on socket `fd`; its completions carry
   /// `user_data` (never 0).
   virtual Status arm(int fd, uint64_t user_data) = 0;
@@ -101,7 +103,10 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
   struct Options {
     uint32_t ifindex = 0;
     uint32_t rx_queue = 0;
-    uint64_t area_bytes = uint64_t{16} << 20;  ///< rounded up to pages
+    uint64_t area_bytes = uint64_t{16} << 20;  ///< rounded up to pages; a dmabuf area's whole size
+    /// >= 0: the area is this dmabuf (device memory: the NIC writes there), whole; the
+    /// queue uses the descriptor while it is open (the caller keeps it open until then).
+    int dmabuf_fd = -1;
   };
 
   /// One socket's RECV_ZC: what arrived for it, in stream order.

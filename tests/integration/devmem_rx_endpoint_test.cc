@@ -570,10 +570,23 @@ TEST(DevmemRxEndpoint, TheDoctorSeesTheRxqThatWouldSteerEndpoints) {
 struct ZcrxStandin {
   std::shared_ptr<zerocopy::test::ZcrxNicStandIn::Shared> nic =
       std::make_shared<zerocopy::test::ZcrxNicStandIn::Shared>();
+  std::byte* device_area = nullptr;  // an area in device memory, once the endpoint made it
+  uint64_t device_area_size = 0;
   /// `real_kernel`: the real io_uring registration instead (rxq still in stand-in mode).
-  explicit ZcrxStandin(bool real_kernel = false) {
+  /// `dev`: the device whose memory an area in device memory is (the NIC writes there by
+  /// its copies).
+  explicit ZcrxStandin(bool real_kernel = false, TestDeviceDomain* dev = nullptr) {
     auto k = std::make_shared<detail::DevmemRxKernel>();
     k->standin = true;
+    k->area_bound = [this, dev](const detail::DevmemRxBinding&, std::byte* area, uint64_t size) {
+      EXPECT_EQ(device_area, nullptr) << "a second area";
+      device_area = area;
+      device_area_size = size;
+      nic->write_area = [dev, area](uint64_t offset, const std::byte* data, size_t n) {
+        ASSERT_NE(dev, nullptr);
+        ASSERT_TRUE(dev->write(area + offset, data, n).is_ok());
+      };
+    };
     k->zcrx = real_kernel ? zerocopy::ZcrxKernelFactory(zerocopy::make_io_uring_zcrx_kernel)
                           : zerocopy::test::ZcrxNicStandIn::factory(nic);
     detail::set_devmem_rx_kernel_for_tests(std::move(k));
@@ -629,6 +642,57 @@ TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
 }
 
+TEST(ZcrxEndpoint, AnAreaInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThere) {
+  // REMORA_RXQ_DEVICE_AREA with zcrx: the queue's area is a dmabuf of the endpoint's
+  // device memory (IORING_ZCRX_AREA_DMABUF: the kernel takes only a whole dmabuf, so the
+  // device exports the area alone); the NIC writes every byte of the streams there,
+  // device receives are scattered within the device and host ones copied out.
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  DeviceContext mine;
+  mine.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20, .export_memfd = true, .export_areas_alone = true})
+                 .value();
+  ZcrxStandin standin(/*real_kernel=*/false, mine.dev.get());
+  ASSERT_TRUE(mine.dev->allocate(1 << 20).is_ok());  // the area is not at the device's byte 0
+  constexpr uint64_t kArea = 256 << 10;              // 64 pages for ~800 KB of streams
+  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
+  ::setenv("REMORA_RXQ_DEVICE_AREA", "256K", 1);
+  auto ctx = Context::create(
+      ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = DevicePathMode::kZcrx});
+  ::unsetenv("REMORA_RXQ_SOCKET");
+  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  ASSERT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  mine.ctx = std::move(ctx).value();
+  ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
+  const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  ASSERT_NE(standin.device_area, nullptr) << "the endpoint made no area in device memory";
+  EXPECT_EQ(standin.device_area_size, kArea);
+  EXPECT_TRUE(mine.dev->owns(standin.device_area, kArea));
+  EXPECT_TRUE(standin.nic->registered_dmabuf);  // registered as a dmabuf area, whole
+  const uint64_t handshake = standin.nic->bytes;
+  EXPECT_GT(handshake, 0u);  // the hello answers came through the device area, copied to the host
+  echo_into_device_and_host(s, mine, sizes);
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "zcrx") << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find("-byte dmabuf area"), std::string::npos) << st.device_path_reason;
+  EXPECT_NE(st.device_path_reason.find(" in test-device memory"), std::string::npos) << st.device_path_reason;
+  EXPECT_EQ(st.zcrx_transfers, 2u);
+  EXPECT_EQ(st.staged_transfers, 0u);
+  EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
+  EXPECT_GE(standin.nic->refills, standin.nic->completions - kArea / 4096);
+  EXPECT_EQ(standin.nic->bad_refills, 0u);
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
+}
+
 TEST(ZcrxEndpoint, AnAcceptingTargetTakesPutsAndGetsIntoDeviceMemoryByZcrx) {
   RxqStandin rxq(/*client_queues=*/1);
   ASSERT_TRUE(rxq.ready());
@@ -673,6 +737,38 @@ TEST(ZcrxEndpoint, AnAcceptingTargetTakesPutsAndGetsIntoDeviceMemoryByZcrx) {
   reset(p);  // before `target`, whose device the contexts use
 }
 
+TEST(ZcrxEndpoint, AnAreaInDeviceMemoryThatIsNotAWholeDmabufIsRefused) {
+  // The test device exports its areas as ranges of its one memfd here: the kernel would
+  // let the NIC write all of it, so the endpoint refuses before registering anything.
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  DeviceContext mine;
+  mine.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20, .export_memfd = true}).value();
+  ZcrxStandin standin(/*real_kernel=*/false, mine.dev.get());
+  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
+  ::setenv("REMORA_RXQ_DEVICE_AREA", "256K", 1);
+  auto ctx = Context::create(
+      ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = DevicePathMode::kZcrx});
+  ::unsetenv("REMORA_RXQ_SOCKET");
+  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  ASSERT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  mine.ctx = std::move(ctx).value();
+  ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
+  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=100"});
+  ASSERT_TRUE(s.ep);
+  std::byte* dev_in = mine.dev->allocate(kChunk).value();
+  const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
+  EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
+  EXPECT_NE(refused.message().find("zcrx: REMORA_RXQ_DEVICE_AREA=262144 of test-device memory: zcrx takes a whole "
+                                   "dmabuf as its area"),
+            std::string::npos)
+      << describe(refused);
+  EXPECT_EQ(standin.nic->registered_queue, 0u);  // nothing was registered
+  s.ep->abort();
+  s.ep.reset();
+  (void)finish(*s.peer);
+}
+
 TEST(ZcrxEndpoint, WhereZcrxCannotBeSetUpTheDemandedPathRefusesWithTheReason) {
   struct Case {
     uint32_t client_queues;
@@ -686,6 +782,8 @@ TEST(ZcrxEndpoint, WhereZcrxCannotBeSetUpTheDemandedPathRefusesWithTheReason) {
       // The real kernel asked to register loopback's queue for zcrx.
       {1, true, true, "io_uring zcrx registration of ifindex"},
   };
+  // (An area in device memory whose export is not a dmabuf of its own is refused before
+  // rxq is asked: AnAreaInDeviceMemoryThatIsNotAWholeDmabufIsRefused.)
   for (const Case& c : cases) {
     SCOPED_TRACE(c.says);
     RxqStandin rxq(c.client_queues);

@@ -63,7 +63,7 @@ struct Rig {
   std::shared_ptr<ZcrxReceiver> receiver(int fd) {
     auto stream = queue->add_stream(fd);
     EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
-    return std::make_shared<ZcrxReceiver>(fd, queue, std::move(*stream));
+    return std::make_shared<ZcrxReceiver>(fd, host_area_binding(*queue), queue, std::move(*stream));
   }
 };
 

@@ -9,7 +9,9 @@
 // application puts its {offset | area token, length} on the refill ring, which the
 // stand-in takes from the ring's head as the kernel does; with no free page it stops
 // reading (the NIC would drop, TCP holds back). Its end of stream is a completion of 0,
-// a failed recv one of -errno, a cancel one of -ECANCELED.
+// a failed recv one of -errno, a cancel one of -ECANCELED. With a dmabuf area (device
+// memory) it writes the bytes there through the test's write_area (its device's copy)
+// and, as the kernel, takes only a whole dmabuf of exactly the area's size.
 #pragma once
 
 #include <poll.h>
@@ -20,6 +22,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -51,6 +54,10 @@ class ZcrxNicStandIn final : public ZcrxKernel {
     std::atomic<uint32_t> armed{0};
     std::atomic<uint32_t> cancels{0};
     std::atomic<uint32_t> registered_ifindex{0}, registered_queue{0};
+    std::atomic<bool> registered_dmabuf{false};
+    /// A dmabuf area (device memory): how the "NIC" writes `n` bytes at `offset` of it
+    /// (the test's device copy). Set before the queue opens.
+    std::function<void(uint64_t offset, const std::byte* data, size_t n)> write_area;
   };
 
   explicit ZcrxNicStandIn(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {
@@ -68,19 +75,30 @@ class ZcrxNicStandIn final : public ZcrxKernel {
   bool standin() const override { return true; }
 
   Result<ZcrxRegistration> register_queue(uint32_t ifindex, uint32_t rx_queue, uint64_t area_bytes, uint32_t rq_entries,
-                                          KernelError* refusal) override {
-    if (shared_->refuse) {
-      if (refusal != nullptr) refusal->err = EOPNOTSUPP;
-      return zcrx_register_refusal("stand-in zcrx registration", EOPNOTSUPP);
+                                          int dmabuf_fd, KernelError* refusal) override {
+    auto refuse = [&](int err) -> Status {
+      if (refusal != nullptr) refusal->err = err;
+      return zcrx_register_refusal("stand-in zcrx registration", err);
+    };
+    if (shared_->refuse) return refuse(EOPNOTSUPP);
+    if (dmabuf_fd >= 0) {
+      // As the kernel: the whole dmabuf is the area, its size exactly the area's.
+      const off_t size = ::lseek(dmabuf_fd, 0, SEEK_END);
+      if (size < 0) return refuse(EBADF);
+      if (static_cast<uint64_t>(size) != area_bytes || !shared_->write_area) return refuse(EINVAL);
+      shared_->registered_dmabuf = true;
+      bounce_.resize(kPage);
+    } else {
+      area_ = MappedPages(area_bytes);
     }
+    area_bytes_ = area_bytes;
     shared_->registered_ifindex = ifindex;
     shared_->registered_queue = rx_queue;
-    area_ = MappedPages(area_bytes);
     entries_ = rq_entries;
     refill_ = MappedPages(kRqes + rq_entries * sizeof(uapi::ZcrxRqe));
     for (size_t p = 0; p < area_bytes / kPage; ++p) free_.insert(p);
     ZcrxRegistration r;
-    r.area = static_cast<std::byte*>(area_.get());
+    r.area = static_cast<std::byte*>(area_.get());  // null for a dmabuf area
     r.area_bytes = area_bytes;
     r.refill = static_cast<std::byte*>(refill_.get());
     r.offsets = uapi::ZcrxOffsets{.head = kHead, .tail = kTail, .rqes = kRqes, .resv2 = 0, .resv = {0, 0}};
@@ -164,7 +182,7 @@ class ZcrxNicStandIn final : public ZcrxKernel {
     for (auto it = armed_.begin(); it != armed_.end() && !free_.empty();) {
       const auto [id, fd] = *it;
       const size_t page = *free_.begin();
-      std::byte* at = static_cast<std::byte*>(area_.get()) + page * kPage;
+      std::byte* at = area_.get() != nullptr ? static_cast<std::byte*>(area_.get()) + page * kPage : bounce_.data();
       if (const int err = shared_->fail_recv_errno.exchange(0); err != 0) {
         out->push_back(ZcrxCompletion{.user_data = id, .res = -err});
         it = armed_.erase(it);
@@ -177,11 +195,12 @@ class ZcrxNicStandIn final : public ZcrxKernel {
       }
       ZcrxCompletion c{.user_data = id, .res = n < 0 ? -errno : static_cast<int32_t>(n)};
       if (n > 0) {
+        if (area_.get() == nullptr) shared_->write_area(page * kPage, at, static_cast<size_t>(n));  // the NIC's DMA
         free_.erase(free_.begin());
         lent_[page] = static_cast<uint32_t>(n);
         c.flags = kIoringCqeFMore;
         uint64_t off = page * kPage;
-        if (shared_->outside.exchange(false)) off = area_.size() + kPage;
+        if (shared_->outside.exchange(false)) off = area_bytes_ + kPage;
         c.extra.off = (kAreaId << uapi::kIoringZcrxAreaShift) | off;
         ++shared_->completions;
         shared_->bytes += static_cast<uint64_t>(n);
@@ -196,7 +215,9 @@ class ZcrxNicStandIn final : public ZcrxKernel {
 
   std::shared_ptr<Shared> shared_;
   int wake_fd_ = -1;
-  MappedPages area_;
+  MappedPages area_;  // a host area (none for a dmabuf area)
+  uint64_t area_bytes_ = 0;
+  std::vector<std::byte> bounce_;  // a dmabuf area: a page read off the socket on its way there
   MappedPages refill_;
   uint32_t entries_ = 0;
   std::set<size_t> free_;            // pages the NIC may fill

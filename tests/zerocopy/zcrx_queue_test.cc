@@ -2,7 +2,8 @@
 //
 // Against the real kernel (this machine's 6.18; no NIC here can do zcrx): the queue's
 // own ring is set up with the flags zcrx needs and the registration of loopback's RX
-// queue is refused with the kernel's errno and what it needs.
+// queue is refused with the kernel's errno and what it needs, with a host area and with
+// a dmabuf area alike.
 //
 // Through the stand-in NIC (tests/zerocopy/zcrx_nic_standin.h, the kernel boundary only):
 // real TCP bytes from a real socket arrive as completions in the kernel's layout, in
@@ -11,10 +12,12 @@
 // stream is reused through the refill ring (every entry in the kernel's layout, none
 // refused), including when the reader holds every buffer until the area is dry; the end
 // of the stream, a failed receive and a completion outside the area end the stream with
-// their reason; closing a stream hands back what it did not take.
+// their reason; closing a stream hands back what it did not take; a dmabuf area (a memfd
+// standing in) is registered whole, only at its exact size, and the NIC writes there.
 #include "zerocopy/zcrx_queue.h"
 
 #include <net/if.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -309,6 +312,84 @@ TEST(ZcrxQueue, ClosingAStreamHandsBackWhatItDidNotTakeAndCancelsItsReceive) {
   EXPECT_TRUE(read_stream(*s.queue, **next, data.size(), 65536) == data);
   EXPECT_EQ(s.nic->cancels, 1u);
   EXPECT_EQ(s.nic->bad_refills, 0u);
+}
+
+TEST(ZcrxQueue, ADmabufAreaIsRegisteredWholeAndTheNicWritesThere) {
+  // The area is a dmabuf of device memory; a memfd stands in for it (no exporter here),
+  // and the stand-in NIC writes into it as the device's DMA would.
+  constexpr size_t kPages = 16;
+  const int fd = ::memfd_create("zcrx-dmabuf-area", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, kPages * kPage), 0);
+  auto nic = std::make_shared<ZcrxNicStandIn::Shared>();
+  nic->write_area = [fd](uint64_t offset, const std::byte* data, size_t n) {
+    ASSERT_EQ(::pwrite(fd, data, n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+  };
+  // A size other than the dmabuf's is refused, as the kernel refuses it.
+  KernelError refusal;
+  auto wrong = ZcrxQueue::open({.ifindex = 5, .rx_queue = 3, .area_bytes = 8 * kPage, .dmabuf_fd = fd},
+                               ZcrxNicStandIn::factory(nic), &refusal);
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_EQ(refusal.err, EINVAL);
+  EXPECT_EQ(
+      ZcrxQueue::open({.ifindex = 5, .rx_queue = 3, .area_bytes = 100, .dmabuf_fd = fd}, ZcrxNicStandIn::factory(nic))
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);  // not whole pages
+
+  auto q = ZcrxQueue::open({.ifindex = 5, .rx_queue = 3, .area_bytes = kPages * kPage, .dmabuf_fd = fd},
+                           ZcrxNicStandIn::factory(nic));
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_TRUE(nic->registered_dmabuf);
+  EXPECT_EQ((*q)->registration().area, nullptr);  // not mapped here: device memory
+  EXPECT_NE((*q)->describe().find("dmabuf area"), std::string::npos) << (*q)->describe();
+  auto [client, server] = tcp_pair();
+  auto stream = (*q)->add_stream(server.get());
+  ASSERT_TRUE(stream.is_ok());
+  const auto data = pattern(1 << 20, 9);
+  std::thread sender([&, cfd = client.get()] { send_all(cfd, data); });
+  std::vector<std::byte> got;
+  while (got.size() < data.size()) {
+    std::vector<Piece> pieces;
+    const net::IoResult r = (*stream)->take(data.size() - got.size(), &pieces);
+    if (r.would_block()) {
+      ASSERT_TRUE((*stream)->wait(soon()).is_ok());
+      continue;
+    }
+    ASSERT_TRUE(r.moved());
+    for (const Piece& p : pieces) {
+      std::vector<std::byte> b(p.length);
+      ASSERT_EQ(::pread(fd, b.data(), p.length, static_cast<off_t>(p.area_offset)), static_cast<ssize_t>(p.length));
+      got.insert(got.end(), b.begin(), b.end());
+      (*stream)->release(p.slot);
+    }
+  }
+  sender.join();
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ((*q)->stats().held, 0u);
+  EXPECT_EQ(nic->bad_refills, 0u);
+  stream->reset();
+  q->reset();
+  ::close(fd);
+}
+
+TEST(ZcrxQueue, TheRealRegistrationOfADmabufAreaOnLoopbackIsRefusedToo) {
+  const int fd = ::memfd_create("zcrx-dmabuf-area", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 16 * kPage), 0);
+  KernelError refusal;
+  auto q =
+      ZcrxQueue::open({.ifindex = ::if_nametoindex("lo"), .rx_queue = 0, .area_bytes = 16 * kPage, .dmabuf_fd = fd},
+                      make_io_uring_zcrx_kernel, &refusal);
+  ASSERT_FALSE(q.is_ok());
+  std::cout << "[ kernel   ] zcrx queue with a dmabuf area on lo: " << q.status().to_string() << "\n";
+  ::close(fd);
+  if (!built_with_io_uring()) {
+    EXPECT_NE(q.status().message().find("built without io_uring"), std::string::npos) << q.status().to_string();
+    return;
+  }
+  EXPECT_NE(refusal.err, 0);
+  EXPECT_NE(q.status().message().find("with a dmabuf area"), std::string::npos) << q.status().to_string();
 }
 
 }  // namespace

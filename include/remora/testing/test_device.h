@@ -33,6 +33,11 @@ struct TestDeviceOptions {
   /// refuses it), for tests of the devmem paths with a stand-in of the kernel and NIC.
   /// Off: export_dmabuf is refused, as the default MemoryDomain's is.
   bool export_memfd = false;
+  /// With export_memfd: each area from allocate_area is backed by a memfd of its own,
+  /// which export_dmabuf hands out for memory inside it (as a GPU driver exports an
+  /// allocation as a dmabuf of its own): io_uring zcrx takes only a whole dmabuf as its
+  /// area. Off: areas are part of the device's one memfd.
+  bool export_areas_alone = false;
 };
 
 class TestDeviceDomain final : public MemoryDomain {
