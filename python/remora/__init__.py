@@ -26,6 +26,7 @@ from ._remora import (  # noqa: F401
     Communicator,
     Context,
     DevicePathMode,
+    DmabufMemory,
     Endpoint,
     LaunchInfo,
     Listener,
@@ -47,7 +48,7 @@ from ._remora import (  # noqa: F401
 
 __all__ = [
     "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator",
-    "Context", "DevicePathMode", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
+    "Context", "DevicePathMode", "DmabufMemory", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
     "PinMode", "Pool", "Region", "RemoteKey", "Request", "Store", "StoreServer", "__version__",
     "cuda_copy", "cuda_empty", "detect_launch", "wait_all", *_error_names,
 ]

@@ -85,6 +85,9 @@ MemoryDomain* g_cuda = nullptr;
 std::vector<ContextObj*> g_contexts;
 
 struct ContextObj {
+  /// DmabufMemory objects added with add_memory: their domains outlive the context
+  /// (destroyed after `ctx`, which is declared after them).
+  std::vector<nb::object> memories;
   std::unique_ptr<Context> ctx;
   explicit ContextObj(std::unique_ptr<Context> c) : ctx(std::move(c)) {
     if (g_cuda != nullptr) check(ctx->add_memory_domain(*g_cuda));
@@ -109,6 +112,10 @@ struct ListenerObj {
     if (!listener) raise(Status(StatusCode::kAborted, "the listener was closed"));
     return *listener;
   }
+};
+
+struct DmabufObj {
+  std::unique_ptr<DmabufMemory> mem;
 };
 
 struct RegionObj {
@@ -210,6 +217,18 @@ MemoryDomain& use_cuda_memory() {
 namespace {
 
 Memory memory(nb::handle obj, bool writable) {
+  if (nb::isinstance<DmabufObj>(obj)) {
+    // Its address names its bytes even where the CPU cannot reach them (remora moves
+    // those by devmem TCP only, and says so).
+    DmabufMemory& d = *nb::cast<DmabufObj&>(obj).mem;
+    Memory m;
+    m.data = d.data();
+    m.size = d.size();
+    m.type = DataType::kUint8;
+    m.holder = std::make_shared<Holder>();
+    m.holder->owner = nb::borrow(obj);
+    return m;
+  }
   if (nb::isinstance<BufferObj>(obj)) {
     BufferObj& b = nb::cast<BufferObj&>(obj);
     if (!b.buf.valid()) raise(Status(StatusCode::kInvalidArgument, "the remora.Buffer was released"));
@@ -740,6 +759,43 @@ NB_MODULE(_remora, m) {
       .def_prop_ro("region_offset", [](const BufferObj& b) { return b.buf.region_offset(); })
       .def("__len__", [](const BufferObj& b) { return b.buf.size(); });
 
+  nb::class_<DmabufObj>(m, "DmabufMemory",
+                       "Memory in a dmabuf (remora/dmabuf.h): [offset, offset + length) of the dmabuf descriptor "
+                       "`fd` (a GPU driver's export, a udmabuf, a DMA-BUF heap buffer; duplicated, the caller "
+                       "keeps its own). Give it to Context.add_memory, then use it wherever memory is expected "
+                       "(register, send, recv, put, get). Where the CPU can map it, view() shows its bytes and every "
+                       "path works; where it cannot, only devmem TCP moves it, and a transfer that would copy it on "
+                       "the CPU raises Unsupported saying so.")
+      .def("__init__",
+           [](DmabufObj* self, int fd, uint64_t offset, uint64_t length) {
+             new (self) DmabufObj{take(DmabufMemory::open(fd, offset, length))};
+           },
+           "fd"_a, "offset"_a, "length"_a,
+           "InvalidArgument for a descriptor that is not open or has no size, or a length of 0; OutOfRange for "
+           "a range past the buffer's end.")
+      .def("view",
+           [](nb::handle self) {
+             DmabufMemory& d = *nb::cast<DmabufObj&>(self).mem;
+             if (!d.mapped()) {
+               raise(Status(StatusCode::kUnsupported,
+                            "the CPU cannot reach this dmabuf (" + d.unmapped_reason() + "): it has no view"));
+             }
+             size_t shape[1] = {d.size()};
+             return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(reinterpret_cast<uint8_t*>(d.data()), 1, shape, self);
+           },
+           "A NumPy uint8 array over its bytes (no copy; keeps it alive). Unsupported where the CPU cannot map it.")
+      .def_prop_ro("size", [](const DmabufObj& d) { return d.mem->size(); }, "bytes of the range")
+      .def_prop_ro("address", [](const DmabufObj& d) { return reinterpret_cast<uintptr_t>(d.mem->data()); },
+                   "the address that names the range's first byte")
+      .def_prop_ro("mapped", [](const DmabufObj& d) { return d.mem->mapped(); }, "the CPU can read and write it")
+      .def_prop_ro("unmapped_reason", [](const DmabufObj& d) { return d.mem->unmapped_reason(); },
+                   "why not (mmap's errno), or \"\"")
+      .def_prop_ro("is_dmabuf", [](const DmabufObj& d) { return d.mem->is_dmabuf(); },
+                   "the kernel knows the descriptor as a dmabuf (only a real one can be bound by a NIC)")
+      .def_prop_ro("exporter", [](const DmabufObj& d) { return d.mem->exporter(); },
+                   "the exporter's name (\"udmabuf\", \"system\", a GPU driver's), or \"\"")
+      .def("__len__", [](const DmabufObj& d) { return d.mem->size(); });
+
   nb::class_<PoolObj>(m, "Pool",
                      "Explicit reuse of registered memory: registers large arenas once and hands out Buffers "
                      "from power-of-two size classes (remora/pool.h).")
@@ -1068,6 +1124,15 @@ NB_MODULE(_remora, m) {
            "Unreachable, Timeout, ProtocolError (version mismatch or garbage). timeout None: "
            "REMORA_CONNECT_TIMEOUT_MS.",
            nb::keep_alive<0, 1>())
+      .def("add_memory",
+           [](ContextObj& c, nb::handle mem) {
+             DmabufObj& d = nb::cast<DmabufObj&>(mem);
+             check(c.get().add_memory_domain(d.mem->domain()));
+             c.memories.push_back(nb::borrow(mem));
+           },
+           "mem"_a,
+           "Makes a DmabufMemory usable by this context (Context::add_memory_domain): its endpoints, regions "
+           "and collectives then move it through the device paths. The context keeps it alive.")
       .def("register",
            [](ContextObj& c, nb::handle obj, Access access) {
              const bool writable = (access & (Access::kLocalWrite | Access::kRemoteWrite | Access::kRemoteAtomic)) !=
