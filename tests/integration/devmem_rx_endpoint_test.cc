@@ -575,7 +575,7 @@ struct ZcrxStandin {
   /// `real_kernel`: the real io_uring registration instead (rxq still in stand-in mode).
   /// `dev`: the device whose memory an area in device memory is (the NIC writes there by
   /// its copies).
-  explicit ZcrxStandin(bool real_kernel = false, TestDeviceDomain* dev = nullptr) {
+  explicit ZcrxStandin(bool real_kernel = false, MemoryDomain* dev = nullptr) {
     auto k = std::make_shared<detail::DevmemRxKernel>();
     k->standin = true;
     k->area_bound = [this, dev](const detail::DevmemRxBinding&, std::byte* area, uint64_t size) {
@@ -584,7 +584,9 @@ struct ZcrxStandin {
       device_area_size = size;
       nic->write_area = [dev, area](uint64_t offset, const std::byte* data, size_t n) {
         ASSERT_NE(dev, nullptr);
-        ASSERT_TRUE(dev->write(area + offset, data, n).is_ok());
+        auto copy = dev->copy_from_host(area + offset, data, n);
+        ASSERT_TRUE(copy.is_ok()) << describe(copy.status());
+        ASSERT_TRUE((*copy)->wait(30s).is_ok());
       };
     };
     k->zcrx = real_kernel ? zerocopy::ZcrxKernelFactory(zerocopy::make_io_uring_zcrx_kernel)
@@ -959,6 +961,71 @@ TEST_F(DevmemRxEndpointCuda, AReceiveAreaOfItsOwnInCudaMemoryTakesEveryByteAndSc
   EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
   s.ep.reset();
   expect_peer_success(*s.peer);
+}
+
+TEST_F(DevmemRxEndpointCuda, AZcrxAreaInCudaMemoryTakesEveryByteWhereTheDriverExportsItWhole) {
+  // io_uring zcrx with its area in CUDA memory (REMORA_DEVICE_PATH=zcrx,
+  // REMORA_RXQ_DEVICE_AREA): a cuMemAlloc exported as a dmabuf and registered whole as a
+  // dmabuf area; the stand-in NIC writes into it by the domain's copies, device receives
+  // are scattered within the GPU. A driver that exports no dmabufs (the emulated one), or
+  // not the allocation alone, makes the demanded path refuse the receive with why.
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  ZcrxStandin standin(/*real_kernel=*/false, cuda_);
+  constexpr size_t kArea = 4 << 20;
+  std::byte* probe = allocate(kArea);
+  ASSERT_NE(probe, nullptr);
+  auto probed = cuda_->export_dmabuf(probe, kArea);
+  bool whole = false;
+  if (probed) {
+    whole = probed->offset == 0 && ::lseek(probed->fd, 0, SEEK_END) == static_cast<off_t>(kArea);
+    ::close(probed->fd);
+  }
+  std::cout << "[ cuda     ] a 4 MiB allocation exports "
+            << (probed ? (whole ? "alone" : "inside a larger dmabuf") : "no dmabuf: " + probed.status().message())
+            << "\n";
+  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
+  ::setenv("REMORA_RXQ_DEVICE_AREA", "4M", 1);
+  auto made = Context::create(
+      ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = DevicePathMode::kZcrx});
+  ::unsetenv("REMORA_RXQ_SOCKET");
+  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  ASSERT_TRUE(made.is_ok()) << describe(made.status());
+  std::unique_ptr<Context> ctx = std::move(made).value();
+  ASSERT_TRUE(ctx->add_memory_domain(*cuda_).is_ok());
+  const std::vector<uint64_t> sizes = {kChunk + 1, 5 * kChunk + 3};
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  PeerSession s = start_listening_peer(*ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
+                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  ASSERT_TRUE(s.ep);
+  if (whole) {
+    ASSERT_NE(standin.device_area, nullptr);
+    EXPECT_TRUE(cuda_->owns(standin.device_area, kArea));
+    EXPECT_TRUE(standin.nic->registered_dmabuf);
+    echo_into_cuda(s, sizes);
+    const EndpointStats st = s.ep->stats();
+    EXPECT_EQ(st.device_path, "zcrx") << st.device_path_reason;
+    EXPECT_NE(st.device_path_reason.find("-byte dmabuf area"), std::string::npos) << st.device_path_reason;
+    EXPECT_EQ(st.zcrx_transfers, 2u);
+    EXPECT_EQ(standin.nic->bad_refills, 0u);
+    EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+    EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+    s.ep.reset();
+    expect_peer_success(*s.peer);
+    return;
+  }
+  EXPECT_EQ(standin.nic->registered_queue, 0u);  // nothing was registered
+  std::byte* dev_in = allocate(kChunk);
+  const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
+  EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
+  EXPECT_NE(refused.message().find("zcrx: REMORA_RXQ_DEVICE_AREA=4194304 of cuda memory: " +
+                                   (probed ? std::string("zcrx takes a whole dmabuf") : probed.status().message())),
+            std::string::npos)
+      << describe(refused);
+  s.ep->abort();
+  s.ep.reset();
+  (void)finish(*s.peer);
 }
 
 TEST_F(DevmemRxEndpointCuda, APeersPutIntoACudaRegionAndAGetIntoCudaMemoryArePlacedFromRxqsBuffer) {
