@@ -163,8 +163,8 @@ Status DevmemRxLease::reserve_zcrx(uint64_t area_bytes, MemoryDomain* device, st
       .id = 0, .domain = device, .base = device_base, .size = area_bytes, .allow_linear = false, .cpu_sync_fd = -1};
   if (device != nullptr && kernel_->area_bound) kernel_->area_bound(binding, device_base, area_bytes);
   zerocopy::KernelError refusal;
-  REMORA_ASSIGN_OR_RETURN(zcrx_, zerocopy::ZcrxQueue::open(
-                                     o, kernel_->zcrx ? kernel_->zcrx : zerocopy::make_io_uring_zcrx_kernel, &refusal));
+  REMORA_ASSIGN_OR_RETURN(
+      zcrx_, zerocopy::ZcrxQueue::open(o, kernel_->zcrx ? kernel_->zcrx : zerocopy::io_uring_zcrx_kernels(), &refusal));
   if (device != nullptr) {
     binding.id = zcrx_->registration().zcrx_id;
     binding_ = binding;

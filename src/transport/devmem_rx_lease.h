@@ -59,7 +59,7 @@ struct DevmemRxKernel {
   /// A test's stand-in NIC learns where an endpoint's own receive area is (the binding
   /// as the receivers see it, and the area's first byte and size). Null: nothing to tell.
   std::function<void(const DevmemRxBinding& binding, std::byte* area, uint64_t size)> area_bound;
-  /// The kernel side of io_uring zcrx; null: the real one (make_io_uring_zcrx_kernel).
+  /// The kernel side of io_uring zcrx; null: the real one (io_uring_zcrx_kernels).
   zerocopy::ZcrxKernelFactory zcrx;
 };
 

@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "zerocopy/pages.h"
 #include "zerocopy/uapi.h"
+#include "zerocopy/zcrx_queue.h"
 
 #if defined(REMORA_HAVE_LIBURING)
 #include <liburing.h>
@@ -67,8 +67,6 @@ class Ring {
   io_uring ring_{};
   int err_ = 0;
 };
-
-uint64_t as_u64(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 #endif  // REMORA_HAVE_LIBURING
 
@@ -143,53 +141,20 @@ IoUringProbe probe_io_uring() {
 }
 
 Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refusal) {
-#if !defined(REMORA_HAVE_LIBURING)
-  (void)ifindex;
-  (void)rx_queue;
-  (void)refusal;
-  return without_liburing();
-#else
-  const std::string what = fmt::format("io_uring zcrx registration of ifindex {} RX queue {}", ifindex, rx_queue);
-  Ring ring(uapi::kIoringSetupSingleIssuer | uapi::kIoringSetupDeferTaskrun | uapi::kIoringSetupCqe32);
-  if (ring.error() != 0) {
-    if (refusal != nullptr) refusal->err = ring.error();
-    return Status(StatusCode::kUnsupported,
-                  fmt::format("{}: no ring with the zcrx setup flags: {}", what, errno_text(ring.error())));
+  // A zcrx queue's own kernel object (zerocopy/zcrx_queue.h): a ring with the zcrx setup
+  // flags, a 16-page host area and a 64-entry refill ring. Destroying it closes the ring,
+  // which undoes the registration.
+  KernelError ke;
+  auto kernel = make_io_uring_zcrx_kernel(&ke);
+  if (kernel) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    auto reg = (*kernel)->register_queue(ifindex, rx_queue, 16 * page, 64, -1, &ke);
+    if (refusal != nullptr) *refusal = ke;
+    return reg.status();
   }
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  constexpr uint32_t kRqEntries = 64;
-  // The refill ring: a header page, then the entries (the kernel's documented sizing).
-  MappedPages refill(((kRqEntries * sizeof(uapi::ZcrxRqe) + page) + page - 1) / page * page);
-  MappedPages area(16 * page);
-  if (refill.get() == nullptr || area.get() == nullptr) {
-    return Status(StatusCode::kNoResource, what + ": mmap of the area failed");
-  }
-  uapi::ZcrxAreaReg area_reg{};
-  area_reg.addr = as_u64(area.get());
-  area_reg.len = area.size();
-  uapi::RegionDesc region{};
-  region.user_addr = as_u64(refill.get());
-  region.size = refill.size();
-  region.flags = uapi::kIoringMemRegionTypeUser;
-  uapi::ZcrxIfqReg reg{};
-  reg.if_idx = ifindex;
-  reg.if_rxq = rx_queue;
-  reg.rq_entries = kRqEntries;
-  reg.area_ptr = as_u64(&area_reg);
-  reg.region_ptr = as_u64(&region);
-  // liburing 2.3 predates zcrx (io_uring_register_ifq is 2.10): the raw system call, on
-  // the ring liburing set up, with remora's own struct definitions (zerocopy/uapi.h).
-  const long rc = ::syscall(__NR_io_uring_register, ring.get()->ring_fd, uapi::kIoringRegisterZcrxIfq, &reg, 1);
-  if (rc < 0) {
-    const int err = errno;
-    if (refusal != nullptr) {
-      *refusal = KernelError();
-      refusal->err = err;
-    }
-    return zcrx_register_refusal(what, err);
-  }
-  return Status::ok();  // the ring closes here, and with it the registration
-#endif
+  if (refusal != nullptr) *refusal = ke;
+  return kernel.status().with_context(
+      fmt::format("io_uring zcrx registration of ifindex {} RX queue {}", ifindex, rx_queue));
 }
 
 }  // namespace remora::zerocopy

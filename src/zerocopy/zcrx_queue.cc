@@ -40,14 +40,16 @@ class IoUringZcrxKernel final : public ZcrxKernel {
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
-  Status setup() {
+  Status setup(KernelError* refusal) {
     io_uring_params p{};
     p.flags =
         uapi::kIoringSetupSingleIssuer | uapi::kIoringSetupDeferTaskrun | uapi::kIoringSetupCqe32 | IORING_SETUP_CQSIZE;
     p.cq_entries = kCqEntries;
     if (const int rc = io_uring_queue_init_params(kSqEntries, &ring_, &p); rc < 0) {
-      return Status(StatusCode::kUnsupported,
-                    "io_uring_setup(SINGLE_ISSUER|DEFER_TASKRUN|CQE32) for zcrx: " + errno_text(-rc));
+      if (refusal != nullptr) refusal->err = -rc;
+      return Status(
+          rc == -EPERM ? StatusCode::kAccessDenied : StatusCode::kUnsupported,
+          "no ring with the zcrx setup flags (io_uring_setup(SINGLE_ISSUER|DEFER_TASKRUN|CQE32)): " + errno_text(-rc));
     }
     ring_up_ = true;
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -184,12 +186,13 @@ class IoUringZcrxKernel final : public ZcrxKernel {
 }  // namespace
 #endif  // REMORA_HAVE_LIBURING
 
-Result<std::unique_ptr<ZcrxKernel>> make_io_uring_zcrx_kernel() {
+Result<std::unique_ptr<ZcrxKernel>> make_io_uring_zcrx_kernel(KernelError* refusal) {
 #if defined(REMORA_HAVE_LIBURING)
   auto k = std::make_unique<IoUringZcrxKernel>();
-  REMORA_RETURN_IF_ERROR(k->setup());
+  REMORA_RETURN_IF_ERROR(k->setup(refusal));
   return std::unique_ptr<ZcrxKernel>(std::move(k));
 #else
+  (void)refusal;
   return Status(StatusCode::kUnsupported,
                 "built without io_uring (liburing was not found at build time, or REMORA_WITH_IO_URING=OFF)");
 #endif

@@ -94,8 +94,13 @@ class ZcrxKernel {
 /// Makes a ZcrxKernel; called on the queue's thread.
 using ZcrxKernelFactory = std::function<Result<std::unique_ptr<ZcrxKernel>>()>;
 /// The real one: a ring with SINGLE_ISSUER | DEFER_TASKRUN | CQE32 and an eventfd for
-/// wake(). kUnsupported when built without liburing, or the kernel's refusal.
-Result<std::unique_ptr<ZcrxKernel>> make_io_uring_zcrx_kernel();
+/// wake(). kUnsupported when built without liburing, or the kernel's refusal (its errno
+/// in `*refusal`).
+Result<std::unique_ptr<ZcrxKernel>> make_io_uring_zcrx_kernel(KernelError* refusal = nullptr);
+/// make_io_uring_zcrx_kernel as a factory for ZcrxQueue::open.
+inline ZcrxKernelFactory io_uring_zcrx_kernels() {
+  return [] { return make_io_uring_zcrx_kernel(); };
+}
 
 /// One registered queue and its thread. Thread-safe.
 class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {

@@ -233,6 +233,29 @@ void echo_into_device_and_host(PeerSession& s, DeviceContext& mine, const std::v
   }
 }
 
+/// The device-echo peer's DONE, our close handshake and the peer's clean exit.
+void finish_echo_session(PeerSession& s) {
+  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
+  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+}
+
+/// Under REMORA_DEVICE_PATH=zcrx, a receive into device memory [dst, dst + len) fails with
+/// `unsupported` naming the demanded path and `says`; then the endpoint is dropped, the
+/// peer left to end as it will.
+void expect_zcrx_receive_refused(PeerSession& s, std::byte* dst, size_t len, const std::string& says) {
+  const Status refused = s.ep->recv(std::span(dst, len), Tag{200}).wait(60s);
+  EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
+  EXPECT_NE(refused.message().find("REMORA_DEVICE_PATH=zcrx"), std::string::npos) << describe(refused);
+  EXPECT_NE(refused.message().find(says), std::string::npos) << describe(refused);
+  std::cout << "[ refused  ] " << refused.message() << "\n";
+  EXPECT_EQ(s.ep->stats().device_path_refusals, 1u);
+  s.ep->abort();
+  s.ep.reset();
+  (void)finish(*s.peer);
+}
+
 void connected_endpoint_through_rxq(const std::string& key, size_t max_read = 0);
 
 TEST(DevmemRxEndpoint, EveryByteOfAConnectedEndpointComesOutOfRxqsBufferAndEveryTokenGoesBack) {
@@ -589,8 +612,7 @@ struct ZcrxStandin {
         ASSERT_TRUE((*copy)->wait(30s).is_ok());
       };
     };
-    k->zcrx = real_kernel ? zerocopy::ZcrxKernelFactory(zerocopy::make_io_uring_zcrx_kernel)
-                          : zerocopy::test::ZcrxNicStandIn::factory(nic);
+    k->zcrx = real_kernel ? zerocopy::io_uring_zcrx_kernels() : zerocopy::test::ZcrxNicStandIn::factory(nic);
     detail::set_devmem_rx_kernel_for_tests(std::move(k));
   }
   ~ZcrxStandin() { detail::set_devmem_rx_kernel_for_tests(nullptr); }
@@ -637,10 +659,7 @@ TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
   EXPECT_GE(standin.nic->refills, standin.nic->completions - 16);  // all but an area's worth came back already
   EXPECT_EQ(standin.nic->bad_refills, 0u);
-  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
-  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
-  s.ep.reset();
-  expect_peer_success(*s.peer);
+  finish_echo_session(s);
   EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
 }
 
@@ -688,10 +707,7 @@ TEST(ZcrxEndpoint, AnAreaInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThe
   EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
   EXPECT_GE(standin.nic->refills, standin.nic->completions - kArea / 4096);
   EXPECT_EQ(standin.nic->bad_refills, 0u);
-  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
-  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
-  s.ep.reset();
-  expect_peer_success(*s.peer);
+  finish_echo_session(s);
   EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
 }
 
@@ -758,17 +774,10 @@ TEST(ZcrxEndpoint, AnAreaInDeviceMemoryThatIsNotAWholeDmabufIsRefused) {
   ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
   PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=100"});
   ASSERT_TRUE(s.ep);
-  std::byte* dev_in = mine.dev->allocate(kChunk).value();
-  const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
-  EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
-  EXPECT_NE(refused.message().find("zcrx: REMORA_RXQ_DEVICE_AREA=262144 of test-device memory: zcrx takes a whole "
-                                   "dmabuf as its area"),
-            std::string::npos)
-      << describe(refused);
+  expect_zcrx_receive_refused(
+      s, mine.dev->allocate(kChunk).value(), kChunk,
+      "zcrx: REMORA_RXQ_DEVICE_AREA=262144 of test-device memory: zcrx takes a whole dmabuf as its area");
   EXPECT_EQ(standin.nic->registered_queue, 0u);  // nothing was registered
-  s.ep->abort();
-  s.ep.reset();
-  (void)finish(*s.peer);
 }
 
 TEST(ZcrxEndpoint, WhereZcrxCannotBeSetUpTheDemandedPathRefusesWithTheReason) {
@@ -796,16 +805,7 @@ TEST(ZcrxEndpoint, WhereZcrxCannotBeSetUpTheDemandedPathRefusesWithTheReason) {
     ASSERT_TRUE(mine.ctx);
     PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=100"});
     ASSERT_TRUE(s.ep);
-    std::byte* dev_in = mine.dev->allocate(kChunk).value();
-    const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
-    EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
-    EXPECT_NE(refused.message().find("REMORA_DEVICE_PATH=zcrx"), std::string::npos) << describe(refused);
-    EXPECT_NE(refused.message().find(c.says), std::string::npos) << describe(refused);
-    std::cout << "[ refused  ] " << refused.message() << "\n";
-    EXPECT_EQ(s.ep->stats().device_path_refusals, 1u);
-    s.ep->abort();
-    s.ep.reset();
-    (void)finish(*s.peer);
+    expect_zcrx_receive_refused(s, mine.dev->allocate(kChunk).value(), kChunk, c.says);
   }
 }
 
@@ -905,10 +905,7 @@ TEST_F(DevmemRxEndpointCuda, MessagesFromAPeerProcessArePlacedInCudaMemoryFromRx
   EXPECT_EQ(st.staged_transfers, 1u);
   EXPECT_EQ(standin.nic.bytes - handshake, (kChunk + 1) + (5 * kChunk + 3));
   EXPECT_EQ(standin.nic.tokens_out(), 0u);
-  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
-  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
-  s.ep.reset();
-  expect_peer_success(*s.peer);
+  finish_echo_session(s);
 }
 
 TEST_F(DevmemRxEndpointCuda, AReceiveAreaOfItsOwnInCudaMemoryTakesEveryByteAndScattersThere) {
@@ -957,10 +954,7 @@ TEST_F(DevmemRxEndpointCuda, AReceiveAreaOfItsOwnInCudaMemoryTakesEveryByteAndSc
     EXPECT_EQ(st.devmem_transfers, 0u);
     EXPECT_EQ(st.staged_transfers, 2u);
   }
-  EXPECT_EQ(*s.peer->read_line(60s), "DONE");
-  EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
-  s.ep.reset();
-  expect_peer_success(*s.peer);
+  finish_echo_session(s);
 }
 
 TEST_F(DevmemRxEndpointCuda, AZcrxAreaInCudaMemoryTakesEveryByteWhereTheDriverExportsItWhole) {
@@ -1009,23 +1003,13 @@ TEST_F(DevmemRxEndpointCuda, AZcrxAreaInCudaMemoryTakesEveryByteWhereTheDriverEx
     EXPECT_NE(st.device_path_reason.find("-byte dmabuf area"), std::string::npos) << st.device_path_reason;
     EXPECT_EQ(st.zcrx_transfers, 2u);
     EXPECT_EQ(standin.nic->bad_refills, 0u);
-    EXPECT_EQ(*s.peer->read_line(60s), "DONE");
-    EXPECT_EQ(close_handshake(*s.ep, true, 30s), "");
-    s.ep.reset();
-    expect_peer_success(*s.peer);
+    finish_echo_session(s);
     return;
   }
   EXPECT_EQ(standin.nic->registered_queue, 0u);  // nothing was registered
-  std::byte* dev_in = allocate(kChunk);
-  const Status refused = s.ep->recv(std::span(dev_in, kChunk), Tag{200}).wait(60s);
-  EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << describe(refused);
-  EXPECT_NE(refused.message().find("zcrx: REMORA_RXQ_DEVICE_AREA=4194304 of cuda memory: " +
-                                   (probed ? std::string("zcrx takes a whole dmabuf") : probed.status().message())),
-            std::string::npos)
-      << describe(refused);
-  s.ep->abort();
-  s.ep.reset();
-  (void)finish(*s.peer);
+  expect_zcrx_receive_refused(s, allocate(kChunk), kChunk,
+                              "zcrx: REMORA_RXQ_DEVICE_AREA=4194304 of cuda memory: " +
+                                  (probed ? std::string("zcrx takes a whole dmabuf") : probed.status().message()));
 }
 
 TEST_F(DevmemRxEndpointCuda, APeersPutIntoACudaRegionAndAGetIntoCudaMemoryArePlacedFromRxqsBuffer) {

@@ -32,22 +32,11 @@ using test::Link;
 using test::pattern;
 using testing::TestDeviceDomain;
 using zerocopy::ZcrxQueue;
+using zerocopy::test::send_all;
 using zerocopy::test::tcp_pair;
 using zerocopy::test::ZcrxNicStandIn;
 
 constexpr size_t kPage = ZcrxNicStandIn::kPage;
-
-void send_all(int fd, const std::vector<std::byte>& data) {
-  size_t at = 0;
-  while (at < data.size()) {
-    pollfd p{fd, POLLOUT, 0};
-    ASSERT_EQ(::poll(&p, 1, 20000), 1);
-    const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EAGAIN) continue;
-    ASSERT_GT(n, 0);
-    at += static_cast<size_t>(n);
-  }
-}
 
 net::Clock::time_point soon() { return net::Clock::now() + std::chrono::seconds(20); }
 

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <initializer_list>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,6 +143,19 @@ class Bytes {
   }
   std::vector<std::byte> bytes_;
 };
+
+/// Sends all of `data` on the non-blocking socket `fd`, waiting for room with poll.
+inline void send_all(int fd, std::span<const std::byte> data) {
+  size_t at = 0;
+  while (at < data.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    ASSERT_EQ(::poll(&p, 1, 20000), 1);
+    const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EAGAIN) continue;
+    ASSERT_GT(n, 0) << std::strerror(errno);
+    at += static_cast<size_t>(n);
+  }
+}
 
 /// A connected TCP pair on 127.0.0.1 (both ends non-blocking).
 struct TcpPair {

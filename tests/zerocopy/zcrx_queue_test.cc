@@ -35,6 +35,7 @@
 namespace remora::zerocopy {
 namespace {
 
+using test::send_all;
 using test::tcp_pair;
 using test::ZcrxNicStandIn;
 using Piece = ZcrxQueue::Stream::Piece;
@@ -53,19 +54,18 @@ std::vector<std::byte> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-void send_all(int fd, const std::vector<std::byte>& data) {
-  size_t at = 0;
-  while (at < data.size()) {
-    pollfd p{fd, POLLOUT, 0};
-    ASSERT_EQ(::poll(&p, 1, 20000), 1);
-    const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EAGAIN) continue;
-    ASSERT_GT(n, 0) << std::strerror(errno);
-    at += static_cast<size_t>(n);
-  }
-}
-
 net::Clock::time_point soon() { return net::Clock::now() + std::chrono::seconds(20); }
+
+/// Takes up to `len` bytes of `stream` once it has something to say (bounded wait).
+net::IoResult take_when_ready(ZcrxQueue::Stream& stream, uint64_t len, std::vector<Piece>* pieces, Status* why) {
+  net::IoResult r;
+  while ((r = stream.take(len, pieces, why)).would_block()) {
+    const Status w = stream.wait(soon());
+    EXPECT_TRUE(w.is_ok()) << w.to_string();
+    if (!w) break;
+  }
+  return r;
+}
 
 struct StandInQueue {
   std::shared_ptr<ZcrxNicStandIn::Shared> nic = std::make_shared<ZcrxNicStandIn::Shared>();
@@ -120,7 +120,7 @@ std::vector<std::byte> read_stream(ZcrxQueue& q, ZcrxQueue::Stream& stream, size
 TEST(ZcrxQueue, TheRealRegistrationOfLoopbackIsRefusedWithTheKernelsReason) {
   KernelError refusal;
   auto q = ZcrxQueue::open({.ifindex = ::if_nametoindex("lo"), .rx_queue = 0, .area_bytes = 64 * kPage},
-                           make_io_uring_zcrx_kernel, &refusal);
+                           io_uring_zcrx_kernels(), &refusal);
   ASSERT_FALSE(q.is_ok()) << "the kernel gave loopback's RX queue to io_uring zcrx";
   std::cout << "[ kernel   ] zcrx queue on lo: " << q.status().to_string() << "\n";
   if (!built_with_io_uring()) {
@@ -237,9 +237,9 @@ TEST(ZcrxQueue, ThePeersEndComesAfterItsBytes) {
   client.reset();
   const auto got = read_stream(*s.queue, **stream, data.size(), 65536);
   EXPECT_TRUE(got == data);
-  net::IoResult r;
   std::vector<Piece> none;
-  while ((r = (*stream)->take(100, &none)).would_block()) ASSERT_TRUE((*stream)->wait(soon()).is_ok());
+  Status why;
+  const net::IoResult r = take_when_ready(**stream, 100, &none, &why);
   EXPECT_TRUE(r.eof());
   EXPECT_TRUE(none.empty());
 }
@@ -254,8 +254,7 @@ TEST(ZcrxQueue, AFailedReceiveEndsTheStreamWithTheKernelsErrno) {
   send_all(client.get(), pattern(100, 5));
   std::vector<Piece> pieces;
   Status why;
-  net::IoResult r;
-  while ((r = (*stream)->take(100, &pieces, &why)).would_block()) ASSERT_TRUE((*stream)->wait(soon()).is_ok());
+  const net::IoResult r = take_when_ready(**stream, 100, &pieces, &why);
   ASSERT_TRUE(r.error());
   EXPECT_EQ(r.err, ECONNRESET);
   EXPECT_NE(why.message().find("RECV_ZC"), std::string::npos) << why.to_string();
@@ -271,8 +270,7 @@ TEST(ZcrxQueue, ACompletionOutsideTheAreaIsAProtocolError) {
   send_all(client.get(), pattern(100, 6));
   std::vector<Piece> pieces;
   Status why;
-  net::IoResult r;
-  while ((r = (*stream)->take(100, &pieces, &why)).would_block()) ASSERT_TRUE((*stream)->wait(soon()).is_ok());
+  const net::IoResult r = take_when_ready(**stream, 100, &pieces, &why);
   ASSERT_TRUE(r.error());
   EXPECT_TRUE(pieces.empty());
   EXPECT_EQ(why.code(), StatusCode::kProtocol) << why.to_string();
@@ -380,7 +378,7 @@ TEST(ZcrxQueue, TheRealRegistrationOfADmabufAreaOnLoopbackIsRefusedToo) {
   KernelError refusal;
   auto q =
       ZcrxQueue::open({.ifindex = ::if_nametoindex("lo"), .rx_queue = 0, .area_bytes = 16 * kPage, .dmabuf_fd = fd},
-                      make_io_uring_zcrx_kernel, &refusal);
+                      io_uring_zcrx_kernels(), &refusal);
   ASSERT_FALSE(q.is_ok());
   std::cout << "[ kernel   ] zcrx queue with a dmabuf area on lo: " << q.status().to_string() << "\n";
   ::close(fd);
