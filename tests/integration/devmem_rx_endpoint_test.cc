@@ -620,6 +620,19 @@ struct ZcrxStandin {
   ZcrxStandin& operator=(const ZcrxStandin&) = delete;
 };
 
+/// After the device-echo of {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3}:
+/// every rendezvous byte came through the queue's area after the `handshake` bytes, all
+/// but an area's worth (`area_pages`) of buffers came back well formed already, the
+/// session ends cleanly, and rxq frees the queue with the endpoint.
+void finish_zcrx_session(PeerSession& s, RxqStandin& rxq, ZcrxStandin& standin, uint64_t handshake,
+                         uint64_t area_pages) {
+  EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
+  EXPECT_GE(standin.nic->refills, standin.nic->completions - area_pages);
+  EXPECT_EQ(standin.nic->bad_refills, 0u);
+  finish_echo_session(s);
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
+}
+
 TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   RxqStandin rxq(/*client_queues=*/1);
   ASSERT_TRUE(rxq.ready());
@@ -655,12 +668,7 @@ TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   EXPECT_EQ(st.zcrx_transfers, 2u);                               // the chunked device receives
   EXPECT_EQ(st.devmem_transfers, 0u);
   EXPECT_EQ(st.staged_transfers, 1u);
-  // Every rendezvous byte came through the queue's area.
-  EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
-  EXPECT_GE(standin.nic->refills, standin.nic->completions - 16);  // all but an area's worth came back already
-  EXPECT_EQ(standin.nic->bad_refills, 0u);
-  finish_echo_session(s);
-  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
+  finish_zcrx_session(s, rxq, standin, handshake, /*area_pages=*/16);
 }
 
 TEST(ZcrxEndpoint, AnAreaInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThere) {
@@ -704,11 +712,7 @@ TEST(ZcrxEndpoint, AnAreaInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThe
   EXPECT_NE(st.device_path_reason.find(" in test-device memory"), std::string::npos) << st.device_path_reason;
   EXPECT_EQ(st.zcrx_transfers, 2u);
   EXPECT_EQ(st.staged_transfers, 0u);
-  EXPECT_EQ(standin.nic->bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
-  EXPECT_GE(standin.nic->refills, standin.nic->completions - kArea / 4096);
-  EXPECT_EQ(standin.nic->bad_refills, 0u);
-  finish_echo_session(s);
-  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
+  finish_zcrx_session(s, rxq, standin, handshake, kArea / 4096);
 }
 
 TEST(ZcrxEndpoint, AnAcceptingTargetTakesPutsAndGetsIntoDeviceMemoryByZcrx) {
