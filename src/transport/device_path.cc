@@ -214,11 +214,18 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
                   fmt::format("REMORA_DEVICE_PATH=devmem: devmem TCP cannot take this {} of {} memory: {}", direction,
                               domain.name(), devmem_why));
   }
-  if (mode == DevicePathMode::kZcrx) {
+  if (mode == DevicePathMode::kZcrx && !tx) {
     return Status(
         StatusCode::kUnsupported,
         fmt::format("REMORA_DEVICE_PATH=zcrx: io_uring zero-copy receive cannot take this {} of {} memory: {}",
                     direction, domain.name(), zcrx_why));
+  }
+  if (mode == DevicePathMode::kZcrx) {
+    // zcrx demands how device memory is received; a send goes as under auto.
+    return PathChoice{.path = DataPath::kStaging,
+                      .reason = fmt::format("REMORA_DEVICE_PATH=zcrx: {}, so this send goes as under auto: devmem: {}",
+                                            zcrx_why, devmem_why),
+                      .devmem_tx = nullptr};
   }
   std::string reason = fmt::format("REMORA_DEVICE_PATH={}: devmem: {}", mode_name(mode), devmem_why);
   if (!tx) reason += fmt::format("; zcrx: {}", zcrx_why);

@@ -5,7 +5,8 @@
 // (zcrx), or staging through pinned host buffers (transport/staging.h); host memory
 // always takes the host path. REMORA_DEVICE_PATH (Config::device_path) says whether the
 // endpoint may fall back (auto) or must use one path (devmem, zcrx, staging: a transfer
-// the demanded path cannot take fails with the reason). Every path that is passed over
+// the demanded path cannot take fails with the reason; zcrx, a receive path, demands
+// only how device memory is received, and sends go as under auto). Every path passed over
 // is recorded with the reason (the kernel's errno and what would change it, where the
 // kernel was asked), and EndpointStats reports the path and reason of the last device
 // transfer and a count per path.

@@ -124,9 +124,19 @@ TEST(DevicePath, ADemandedPathFailsWithItsReasonAndStagingNeverAsks) {
   c.device_path = DevicePathMode::kZcrx;
   DevicePathSelector zcrx(c);
   zcrx.set_probe(refused_probe());
+  // zcrx demands how device memory is received; a send goes as under auto.
   auto z = zcrx.choose(*d.dev, d.mem, 4096, true);
-  ASSERT_FALSE(z.is_ok());
-  EXPECT_NE(z.status().message().find("receive path"), std::string::npos) << z.status().to_string();
+  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+  EXPECT_EQ(z->path, DataPath::kStaging);
+  EXPECT_NE(z->reason.find("REMORA_DEVICE_PATH=zcrx: zcrx is a receive path (io_uring has no devmem send), so this "
+                           "send goes as under auto: devmem: "),
+            std::string::npos)
+      << z->reason;
+  auto zr = zcrx.choose(*d.dev, d.mem, 4096, false);
+  ASSERT_FALSE(zr.is_ok());
+  EXPECT_NE(zr.status().message().find("REMORA_DEVICE_PATH=zcrx: io_uring zero-copy receive cannot take"),
+            std::string::npos)
+      << zr.status().to_string();
 
   c.device_path = DevicePathMode::kStaging;
   std::snprintf(c.devmem_ifname.data(), c.devmem_ifname.size(), "%s", "none0");
