@@ -8,11 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "device/cuda_copy.h"
 #include "remora/dmabuf.h"
 
 namespace remora {
@@ -34,13 +34,6 @@ std::string exporter_of(int fd) {
   }
   return "";
 }
-
-class Done final : public AsyncCopy {
- public:
-  Status test() override { return Status::ok(); }
-  Status wait(Duration /*timeout*/) override { return Status::ok(); }
-  void on_done(std::function<void()> fn) override { fn(); }
-};
 
 }  // namespace
 
@@ -106,7 +99,7 @@ struct DmabufMemory::State final : MemoryDomain {
     sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ);
     std::memcpy(host_dst, src, len);
     sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ);
-    return std::unique_ptr<AsyncCopy>(std::make_unique<Done>());
+    return device::completed_copy();
   }
 
   Result<std::unique_ptr<AsyncCopy>> copy_from_host(void* dst, const void* host_src, size_t len) override {
@@ -114,7 +107,7 @@ struct DmabufMemory::State final : MemoryDomain {
     sync(DMA_BUF_SYNC_START | DMA_BUF_SYNC_WRITE);
     std::memcpy(dst, host_src, len);
     sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_WRITE);
-    return std::unique_ptr<AsyncCopy>(std::make_unique<Done>());
+    return device::completed_copy();
   }
 
   Result<std::unique_ptr<AsyncCopy>> scatter(void* dst_base, const void* src_base,
@@ -131,7 +124,7 @@ struct DmabufMemory::State final : MemoryDomain {
                   static_cast<const std::byte*>(src_base) + e.src_offset, e.length);
     }
     sync(DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW);
-    return std::unique_ptr<AsyncCopy>(std::make_unique<Done>());
+    return device::completed_copy();
   }
 
   /// The range as itself: devmem TX binds this descriptor.

@@ -278,7 +278,7 @@ void ZcrxQueue::run(ZcrxKernelFactory make_kernel, std::promise<Status>* ready, 
         std::lock_guard lock(mu_);
         auto it = streams_.find(id);
         if (it == streams_.end()) continue;
-        if (command == Command::kArm && (it->second.closed || it->second.armed)) continue;
+        if (command == Command::kArm && (it->second.closed || it->second.armed || it->second.err != 0)) continue;
         fd = it->second.fd;
         if (command == Command::kArm) it->second.armed = true;
       }
@@ -363,7 +363,7 @@ void ZcrxQueue::handle(const ZcrxCompletion& c, std::vector<std::function<void()
     }
     if (c.res == -ENOBUFS || c.res == -ENOMEM) {
       // The area ran dry: the receive goes on once buffers come back.
-      if (!more) s.starved = true;
+      if (!more) starved_.push_back(c.user_data);
     } else if (s.err == 0) {
       s.err = c.res < 0 ? -c.res : EPROTO;
       s.why = fragment.status();
@@ -424,15 +424,10 @@ void ZcrxQueue::give_back_locked(uint32_t slot) {
   sl = Slot{};
   free_slots_.push_back(slot);
   --stats_.held;
-  bool rearm = false;
-  for (auto& [id, s] : streams_) {
-    if (s.starved && !s.closed && s.err == 0) {
-      s.starved = false;
-      commands_.emplace_back(Command::kArm, id);
-      rearm = true;
-    }
-  }
-  if (rearm) kernel_->wake();
+  if (starved_.empty()) return;
+  for (const uint64_t id : starved_) commands_.emplace_back(Command::kArm, id);
+  starved_.clear();
+  kernel_->wake();
 }
 
 Result<std::unique_ptr<ZcrxQueue::Stream>> ZcrxQueue::add_stream(int fd) {

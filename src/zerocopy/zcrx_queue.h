@@ -216,7 +216,6 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
     bool armed = false;      // a RECV_ZC is in the kernel for it
     bool closed = false;     // the reader went: drop what comes
     bool cancelled = false;  // the queue's thread has submitted its cancel
-    bool starved = false;    // its RECV_ZC ended for want of buffers: re-armed at the next refill
     bool eof = false;
     int err = 0;
     Status why;
@@ -237,6 +236,7 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::deque<std::pair<uint64_t, uint32_t>> backlog_;  // buffers waiting for room in the refill ring
+  std::vector<uint64_t> starved_;  // streams whose RECV_ZC ended for want of buffers: re-armed at the next refill
   std::vector<std::pair<Command, uint64_t>> commands_;
   uint64_t next_id_ = 1;
   bool stopping_ = false;

@@ -15,7 +15,11 @@ Result<ZcrxFragment> parse_zcrx_completion(int32_t res, uint32_t flags, const ua
     const int err = -res;
     std::string text = fmt::format("io_uring RECV_ZC: {}", errno_text(err));
     if (err == ENOBUFS) text += " (no free buffer in the zcrx area: refill sooner, or register a larger area)";
-    return Status(err == ENOBUFS ? StatusCode::kNoResource : StatusCode::kInternal, text);
+    const bool peer = err == ECONNRESET || err == ECONNABORTED || err == EPIPE || err == ETIMEDOUT;
+    return Status(err == ENOBUFS ? StatusCode::kNoResource
+                  : peer         ? StatusCode::kPeerFailed
+                                 : StatusCode::kInternal,
+                  text);
   }
   ZcrxFragment f;
   f.more = (flags & kIoringCqeFMore) != 0;

@@ -37,8 +37,9 @@ struct ZcrxFragment {
 
 /// Parses one completion (`res` and `flags` of the CQE, `extra` its second 16 bytes).
 /// kEof-like: a result of 0 is the peer's end of stream (length 0, more false). Errors:
-/// the kernel's errno for res < 0 (ENOBUFS: the area has no free buffer, refill
-/// faster or register a larger one); kProtocol for a fragment outside an area of
+/// the kernel's errno for res < 0 (ENOBUFS, kNoResource: the area has no free buffer,
+/// refill faster or register a larger one; a reset or timed-out connection,
+/// kPeerFailed; others kInternal); kProtocol for a fragment outside an area of
 /// `area_bytes`.
 Result<ZcrxFragment> parse_zcrx_completion(int32_t res, uint32_t flags, const uapi::ZcrxCqe& extra,
                                            uint64_t area_bytes);

@@ -233,6 +233,31 @@ void echo_into_device_and_host(PeerSession& s, DeviceContext& mine, const std::v
   }
 }
 
+/// The device-echo peer (echoing `sizes` in order, then following our close), listening,
+/// and our endpoint to it; `env` for the peer besides REMORA_CHUNK_SIZE.
+PeerSession start_echo_peer(Context& ctx, const std::vector<uint64_t>& sizes, std::vector<std::string> env = {}) {
+  std::string list;
+  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
+  env.push_back("REMORA_CHUNK_SIZE=" + std::to_string(kChunk));
+  return start_listening_peer(ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"}, env);
+}
+
+/// A context receiving through rxq at `socket` under `mode`, whose endpoints take an area
+/// of `area` bytes (REMORA_RXQ_DEVICE_AREA, as the variable spells it) of `dev`'s memory;
+/// `dev` added to it.
+std::unique_ptr<Context> area_context(const std::string& socket, const char* area, MemoryDomain& dev,
+                                      DevicePathMode mode = DevicePathMode::kAuto) {
+  ::setenv("REMORA_RXQ_SOCKET", socket.c_str(), 1);
+  ::setenv("REMORA_RXQ_DEVICE_AREA", area, 1);
+  auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = mode});
+  ::unsetenv("REMORA_RXQ_SOCKET");
+  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
+  if (!ctx) return nullptr;
+  EXPECT_TRUE((*ctx)->add_memory_domain(dev).is_ok());
+  return std::move(ctx).value();
+}
+
 /// The device-echo peer's DONE, our close handshake and the peer's clean exit.
 void finish_echo_session(PeerSession& s) {
   EXPECT_EQ(*s.peer->read_line(60s), "DONE");
@@ -282,13 +307,11 @@ void connected_endpoint_through_rxq(const std::string& key, size_t max_read) {
   // Chunked sizes alternate device and host destinations: one chunk and one, several
   // chunks, and a 1-byte message (eager: it comes on the control stream).
   const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3, 1, 1};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
   // We connect: our streams are steered before their hellos, so even the answers come
   // through the receivers.
-  std::vector<std::string> env = {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)};
+  std::vector<std::string> env;
   if (!key.empty()) env.push_back("REMORA_AUTH_KEY=" + key);
-  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"}, env);
+  PeerSession s = start_echo_peer(*mine.ctx, sizes, env);
   ASSERT_TRUE(s.ep);
   const uint64_t handshake = standin.nic.bytes;
   // The HELLO_ACKs of both data streams (and with a key, the challenges and
@@ -337,19 +360,10 @@ TEST(DevmemRxEndpoint, AReceiveAreaOfItsOwnInDeviceMemoryTakesEveryByteAndDevice
   // place in the dmabuf matters.
   ASSERT_TRUE(mine.dev->allocate(1 << 20).is_ok());
   constexpr uint64_t kArea = 4 << 20;
-  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
-  ::setenv("REMORA_RXQ_DEVICE_AREA", "4M", 1);
-  auto ctx = Context::create(ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk});
-  ::unsetenv("REMORA_RXQ_SOCKET");
-  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
-  ASSERT_TRUE(ctx.is_ok()) << describe(ctx.status());
-  mine.ctx = std::move(ctx).value();
-  ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
+  mine.ctx = area_context(rxq.socket(), "4M", *mine.dev);
+  ASSERT_TRUE(mine.ctx);
   const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
-  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  PeerSession s = start_echo_peer(*mine.ctx, sizes);
   ASSERT_TRUE(s.ep);
   ASSERT_NE(standin.area, nullptr) << "the endpoint bound no area";
   EXPECT_EQ(standin.area_size, kArea);
@@ -643,10 +657,7 @@ TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   ::unsetenv("REMORA_ZCRX_AREA");
   ASSERT_TRUE(mine.ctx);
   const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3, 1, 1};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
-  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  PeerSession s = start_echo_peer(*mine.ctx, sizes);
   ASSERT_TRUE(s.ep);
   EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: queue 2 reserved for its io_uring zcrx", ::getpid())))
       << rxq.log();
@@ -684,20 +695,10 @@ TEST(ZcrxEndpoint, AnAreaInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThe
   ZcrxStandin standin(/*real_kernel=*/false, mine.dev.get());
   ASSERT_TRUE(mine.dev->allocate(1 << 20).is_ok());  // the area is not at the device's byte 0
   constexpr uint64_t kArea = 256 << 10;              // 64 pages for ~800 KB of streams
-  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
-  ::setenv("REMORA_RXQ_DEVICE_AREA", "256K", 1);
-  auto ctx = Context::create(
-      ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = DevicePathMode::kZcrx});
-  ::unsetenv("REMORA_RXQ_SOCKET");
-  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
-  ASSERT_TRUE(ctx.is_ok()) << describe(ctx.status());
-  mine.ctx = std::move(ctx).value();
-  ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
+  mine.ctx = area_context(rxq.socket(), "256K", *mine.dev, DevicePathMode::kZcrx);
+  ASSERT_TRUE(mine.ctx);
   const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
-  PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  PeerSession s = start_echo_peer(*mine.ctx, sizes);
   ASSERT_TRUE(s.ep);
   ASSERT_NE(standin.device_area, nullptr) << "the endpoint made no area in device memory";
   EXPECT_EQ(standin.device_area_size, kArea);
@@ -767,15 +768,8 @@ TEST(ZcrxEndpoint, AnAreaInDeviceMemoryThatIsNotAWholeDmabufIsRefused) {
   DeviceContext mine;
   mine.dev = TestDeviceDomain::create({.capacity = size_t{64} << 20, .export_memfd = true}).value();
   ZcrxStandin standin(/*real_kernel=*/false, mine.dev.get());
-  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
-  ::setenv("REMORA_RXQ_DEVICE_AREA", "256K", 1);
-  auto ctx = Context::create(
-      ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = DevicePathMode::kZcrx});
-  ::unsetenv("REMORA_RXQ_SOCKET");
-  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
-  ASSERT_TRUE(ctx.is_ok()) << describe(ctx.status());
-  mine.ctx = std::move(ctx).value();
-  ASSERT_TRUE(mine.ctx->add_memory_domain(*mine.dev).is_ok());
+  mine.ctx = area_context(rxq.socket(), "256K", *mine.dev, DevicePathMode::kZcrx);
+  ASSERT_TRUE(mine.ctx);
   PeerSession s = start_listening_peer(*mine.ctx, {"--scenario=device-echo", "--sizes=100"});
   ASSERT_TRUE(s.ep);
   expect_zcrx_receive_refused(
@@ -895,10 +889,7 @@ TEST_F(DevmemRxEndpointCuda, MessagesFromAPeerProcessArePlacedInCudaMemoryFromRx
   ASSERT_TRUE(ctx);
   // A chunk and one, several chunks, and a 1-byte message (eager, staged).
   const std::vector<uint64_t> sizes = {kChunk + 1, 5 * kChunk + 3, 1};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
-  PeerSession s = start_listening_peer(*ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  PeerSession s = start_echo_peer(*ctx, sizes);
   ASSERT_TRUE(s.ep);
   const uint64_t handshake = standin.nic.bytes;
   echo_into_cuda(s, sizes);
@@ -926,15 +917,10 @@ TEST_F(DevmemRxEndpointCuda, AReceiveAreaOfItsOwnInCudaMemoryTakesEveryByteAndSc
   auto probed = cuda_->export_dmabuf(probe, 4096);
   if (probed) ::close(probed->fd);
   const bool exports = probed.is_ok();
-  ::setenv("REMORA_RXQ_DEVICE_AREA", "4M", 1);
-  auto ctx = context(rxq.socket());
-  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
+  auto ctx = area_context(rxq.socket(), "4M", *cuda_);
   ASSERT_TRUE(ctx);
   const std::vector<uint64_t> sizes = {kChunk + 1, 5 * kChunk + 3};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
-  PeerSession s = start_listening_peer(*ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  PeerSession s = start_echo_peer(*ctx, sizes);
   ASSERT_TRUE(s.ep);
   if (exports) {
     ASSERT_NE(standin.area, nullptr) << "the endpoint bound no area";
@@ -982,20 +968,10 @@ TEST_F(DevmemRxEndpointCuda, AZcrxAreaInCudaMemoryTakesEveryByteWhereTheDriverEx
   std::cout << "[ cuda     ] a 4 MiB allocation exports "
             << (probed ? (whole ? "alone" : "inside a larger dmabuf") : "no dmabuf: " + probed.status().message())
             << "\n";
-  ::setenv("REMORA_RXQ_SOCKET", rxq.socket().c_str(), 1);
-  ::setenv("REMORA_RXQ_DEVICE_AREA", "4M", 1);
-  auto made = Context::create(
-      ContextOptions{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .device_path = DevicePathMode::kZcrx});
-  ::unsetenv("REMORA_RXQ_SOCKET");
-  ::unsetenv("REMORA_RXQ_DEVICE_AREA");
-  ASSERT_TRUE(made.is_ok()) << describe(made.status());
-  std::unique_ptr<Context> ctx = std::move(made).value();
-  ASSERT_TRUE(ctx->add_memory_domain(*cuda_).is_ok());
+  std::unique_ptr<Context> ctx = area_context(rxq.socket(), "4M", *cuda_, DevicePathMode::kZcrx);
+  ASSERT_TRUE(ctx);
   const std::vector<uint64_t> sizes = {kChunk + 1, 5 * kChunk + 3};
-  std::string list;
-  for (uint64_t v : sizes) list += (list.empty() ? "" : ",") + std::to_string(v);
-  PeerSession s = start_listening_peer(*ctx, {"--scenario=device-echo", "--sizes=" + list, "--close=follow"},
-                                       {"REMORA_CHUNK_SIZE=" + std::to_string(kChunk)});
+  PeerSession s = start_echo_peer(*ctx, sizes);
   ASSERT_TRUE(s.ep);
   if (whole) {
     ASSERT_NE(standin.device_area, nullptr);

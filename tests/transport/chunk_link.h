@@ -3,15 +3,18 @@
 // records what each scheduler reports. Shared by the scheduler's and staging's tests.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "transport/chunk_io.h"
 #include "transport/chunk_scheduler.h"
 
 namespace remora::detail::test {
@@ -100,6 +103,22 @@ struct Link {
   template <typename Done>
   void run(RxTransfer* in, Done done) {
     run_picking([in](const wire::ChunkFrame&) { return in; }, done);
+  }
+
+  /// Sends `data` as one message (id 1) into the receiving transfer `in`, whose sink
+  /// `sink` is, until the receiver reports it; its outcome (kInternal when it never came),
+  /// with the streams checked to be in step.
+  Status deliver(std::span<const std::byte> data, RxTransfer& in, ChunkSink& sink) {
+    HostSource source(data.data());
+    TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+    in.id = 1;
+    in.length = data.size();
+    in.sink = &sink;
+    tx.ready(&out);
+    run(&in, [&] { return !rx_owner.received_ids.empty(); });
+    EXPECT_TRUE(rx_owner.failures.empty());  // the streams stay in step
+    if (rx_owner.received_ids.size() != 1) return Status(StatusCode::kInternal, "the message was not received");
+    return rx_owner.received_ids[0].second;
   }
 };
 

@@ -335,23 +335,15 @@ TEST(DevmemSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryTokenGoesBack) {
   constexpr uint64_t len = 7 * Link::kChunk + 333;
   const auto data = pattern(len, 8);
   std::byte* dst = d.dev->allocate(len).value();
-  HostSource source(data.data());
-  TxTransfer out = test::outgoing(wire::ChunkKind::kMessage, 1, 1, len, &source);
   RxTransfer in;
-  in.id = 1;
-  in.length = len;
   DevmemSink sink(ctx, d.dev.get(), dst, &in);
-  in.sink = &sink;
-  link.tx.ready(&out);
-  link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
-  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
-  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok()) << link.rx_owner.received_ids[0].second.to_string();
+  const Status delivered = link.deliver(data, in, sink);
+  EXPECT_TRUE(delivered.is_ok()) << delivered.to_string();
   std::vector<std::byte> got(len);
   ASSERT_TRUE(d.dev->read(got.data(), dst, len).is_ok());
   EXPECT_TRUE(got == data);
   EXPECT_TRUE(d.nic.outstanding.empty());
   EXPECT_EQ(sink.in_flight(), 0u);
-  EXPECT_TRUE(link.rx_owner.failures.empty());
 }
 
 TEST(DevmemSink, AFailedScatterFailsTheTransferAndStillReturnsTheTokens) {
@@ -364,19 +356,10 @@ TEST(DevmemSink, AFailedScatterFailsTheTransferAndStillReturnsTheTokens) {
   const auto data = pattern(len, 9);
   std::byte* dst = d.dev->allocate(len).value();
   d.dev->fail_copies(dst + Link::kChunk + 100, 1);  // the second chunk's scatter fails
-  HostSource source(data.data());
-  TxTransfer out = test::outgoing(wire::ChunkKind::kMessage, 1, 1, len, &source);
   RxTransfer in;
-  in.id = 1;
-  in.length = len;
   DevmemSink sink(ctx, d.dev.get(), dst, &in);
-  in.sink = &sink;
-  link.tx.ready(&out);
-  link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
-  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
-  EXPECT_EQ(link.rx_owner.received_ids[0].second.code(), StatusCode::kDeviceFailed);
+  EXPECT_EQ(link.deliver(data, in, sink).code(), StatusCode::kDeviceFailed);  // the streams stay in step
   EXPECT_TRUE(d.nic.outstanding.empty());
-  EXPECT_TRUE(link.rx_owner.failures.empty());  // the streams stay in step
 }
 
 /// A registered host region of `len` bytes, and a served put's access to all of it.

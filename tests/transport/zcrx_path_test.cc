@@ -181,22 +181,14 @@ TEST(ZcrxSink, ChunksOverSocketPairsLandInDeviceMemoryAndEveryBufferGoesBack) {
   constexpr uint64_t len = 7 * Link::kChunk + 333;
   const auto data = pattern(len, 4);
   std::byte* dst = rig.dev->allocate(len).value();
-  HostSource source(data.data());
-  TxTransfer out = test::outgoing(wire::ChunkKind::kMessage, 1, 1, len, &source);
   RxTransfer in;
-  in.id = 1;
-  in.length = len;
   DevmemSink sink(ctx, rig.dev.get(), dst, &in);
-  in.sink = &sink;
-  link.tx.ready(&out);
-  link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
-  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
-  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok()) << link.rx_owner.received_ids[0].second.to_string();
+  const Status delivered = link.deliver(data, in, sink);
+  EXPECT_TRUE(delivered.is_ok()) << delivered.to_string();
   std::vector<std::byte> got(len);
   ASSERT_TRUE(rig.dev->read(got.data(), dst, len).is_ok());
   EXPECT_TRUE(got == data);
   EXPECT_EQ(sink.in_flight(), 0u);
-  EXPECT_TRUE(link.rx_owner.failures.empty());
   EXPECT_EQ(rig.queue->stats().held, 0u);
   EXPECT_EQ(rig.nic->bad_refills, 0u);
 }

@@ -21,8 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -226,6 +228,38 @@ TEST(ZcrxQueue, AReaderHoldingEveryBufferStallsTheNicUntilItGivesThemBack) {
   EXPECT_EQ(s.nic->bad_refills, 0u);
 }
 
+TEST(ZcrxQueue, AReceiveEndedForWantOfBuffersIsArmedAgainAtTheNextRefill) {
+  StandInQueue s(16);
+  ASSERT_NE(s.queue, nullptr);
+  auto [client, server] = tcp_pair();
+  auto stream = s.queue->add_stream(server.get());
+  ASSERT_TRUE(stream.is_ok());
+  std::atomic<int> notices{0};
+  (*stream)->set_notify([&] { ++notices; });
+  const auto first = pattern(kPage, 10);
+  send_all(client.get(), first);
+  std::vector<Piece> held;
+  Status why;
+  ASSERT_TRUE(take_when_ready(**stream, kPage, &held, &why).moved());  // held: its buffer stays out
+  // The kernel ends the RECV_ZC with ENOBUFS (the area ran dry): the stream waits for a
+  // refill, with no error.
+  notices = 0;
+  s.nic->fail_recv_errno = ENOBUFS;
+  const auto rest = pattern(5 * kPage, 11);
+  send_all(client.get(), rest);
+  const auto until = soon();
+  while (notices == 0 && net::Clock::now() < until) std::this_thread::yield();
+  ASSERT_GT(notices.load(), 0) << "the queue did not hear of the ENOBUFS completion";
+  std::vector<Piece> none;
+  EXPECT_TRUE((*stream)->take(kPage, &none, &why).would_block());
+  EXPECT_EQ(s.nic->armed, 1u);  // not armed again yet
+  // The held buffer goes back: the receive is armed again and the rest arrives.
+  for (const Piece& p : held) (*stream)->release(p.slot);
+  EXPECT_TRUE(read_stream(*s.queue, **stream, rest.size(), 65536) == rest);
+  EXPECT_EQ(s.nic->armed, 2u);
+  EXPECT_EQ(s.nic->bad_refills, 0u);
+}
+
 TEST(ZcrxQueue, ThePeersEndComesAfterItsBytes) {
   StandInQueue s(16);
   ASSERT_NE(s.queue, nullptr);
@@ -244,37 +278,38 @@ TEST(ZcrxQueue, ThePeersEndComesAfterItsBytes) {
   EXPECT_TRUE(none.empty());
 }
 
-TEST(ZcrxQueue, AFailedReceiveEndsTheStreamWithTheKernelsErrno) {
-  StandInQueue s(16);
-  ASSERT_NE(s.queue, nullptr);
-  auto [client, server] = tcp_pair();
-  s.nic->fail_recv_errno = ECONNRESET;
-  auto stream = s.queue->add_stream(server.get());
-  ASSERT_TRUE(stream.is_ok());
-  send_all(client.get(), pattern(100, 5));
-  std::vector<Piece> pieces;
-  Status why;
-  const net::IoResult r = take_when_ready(**stream, 100, &pieces, &why);
-  ASSERT_TRUE(r.error());
-  EXPECT_EQ(r.err, ECONNRESET);
-  EXPECT_NE(why.message().find("RECV_ZC"), std::string::npos) << why.to_string();
-}
-
-TEST(ZcrxQueue, ACompletionOutsideTheAreaIsAProtocolError) {
-  StandInQueue s(16);
-  ASSERT_NE(s.queue, nullptr);
-  auto [client, server] = tcp_pair();
-  s.nic->outside = true;
-  auto stream = s.queue->add_stream(server.get());
-  ASSERT_TRUE(stream.is_ok());
-  send_all(client.get(), pattern(100, 6));
-  std::vector<Piece> pieces;
-  Status why;
-  const net::IoResult r = take_when_ready(**stream, 100, &pieces, &why);
-  ASSERT_TRUE(r.error());
-  EXPECT_TRUE(pieces.empty());
-  EXPECT_EQ(why.code(), StatusCode::kProtocol) << why.to_string();
-  EXPECT_NE(why.message().find("outside"), std::string::npos) << why.to_string();
+TEST(ZcrxQueue, AFailedReceiveOrACompletionOutsideTheAreaEndsTheStreamWithItsReason) {
+  struct Case {
+    const char* name;
+    std::function<void(ZcrxNicStandIn::Shared&)> set;
+    int err;
+    StatusCode code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"the kernel's errno", [](ZcrxNicStandIn::Shared& n) { n.fail_recv_errno = ECONNRESET; }, ECONNRESET,
+       StatusCode::kPeerFailed, "RECV_ZC"},
+      {"outside the area", [](ZcrxNicStandIn::Shared& n) { n.outside = true; }, EPROTO, StatusCode::kProtocol,
+       "outside"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StandInQueue s(16);
+    ASSERT_NE(s.queue, nullptr);
+    auto [client, server] = tcp_pair();
+    c.set(*s.nic);
+    auto stream = s.queue->add_stream(server.get());
+    ASSERT_TRUE(stream.is_ok());
+    send_all(client.get(), pattern(100, 5));
+    std::vector<Piece> pieces;
+    Status why;
+    const net::IoResult r = take_when_ready(**stream, 100, &pieces, &why);
+    ASSERT_TRUE(r.error());
+    EXPECT_EQ(r.err, c.err);
+    EXPECT_TRUE(pieces.empty());
+    EXPECT_EQ(why.code(), c.code) << why.to_string();
+    EXPECT_NE(why.message().find(c.says), std::string::npos) << why.to_string();
+  }
 }
 
 TEST(ZcrxQueue, ClosingAStreamHandsBackWhatItDidNotTakeAndCancelsItsReceive) {
