@@ -1,14 +1,18 @@
 // tools/doctor.cc — `remora doctor`: the capability report, human-readable or as JSON.
 #include "doctor.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include "net/same_host.h"
 #include "remora/cuda.h"
 #include "remora/version.h"
 #include "zerocopy/rxq_client.h"
@@ -61,6 +65,87 @@ ProbeAnswer rxq_answer() {
                          path);
   a.reason = "whether its interface can do devmem receive is that interface's devmem RX answer; rxq in stand-in "
              "mode steers nothing, and endpoints refuse it";
+  return a;
+}
+
+/// Whether two processes of this user on this host can read each other's chunks
+/// (same-host pulls, docs/protocol.md): tried for real between two children of this
+/// process, siblings as a launcher's ranks are, the second reading the first's probe
+/// word with process_vm_readv exactly as an endpoint does. Yama's ptrace_scope says why not.
+ProbeAnswer same_host_answer() {
+  ProbeAnswer a;
+  std::string scope;
+  if (std::ifstream in("/proc/sys/kernel/yama/ptrace_scope"); !(in >> scope)) scope.clear();
+  const std::string yama = scope.empty() ? "no Yama LSM" : "Yama ptrace_scope " + scope;
+  const char* env = std::getenv("REMORA_SAME_HOST");
+  if (env != nullptr && std::string_view(env) == "off") {
+    a.state = ProbeAnswer::State::kNo;
+    a.reason = "REMORA_SAME_HOST=off: every byte between processes of this host goes over loopback TCP";
+    a.fix = "unset REMORA_SAME_HOST (or set it to auto)";
+    return a;
+  }
+  const net::HostIdentity me = net::this_host();  // the probe word is set before the fork
+  int holder_pipe[2], reader_pipe[2];
+  if (::pipe(holder_pipe) != 0 || ::pipe(reader_pipe) != 0) {
+    a.state = ProbeAnswer::State::kUnknown;
+    a.reason = std::string("pipe: ") + std::strerror(errno);
+    return a;
+  }
+  const pid_t holder = ::fork();
+  if (holder == 0) {  // holds its probe word until the doctor closes the pipe
+    ::close(holder_pipe[1]);
+    ::close(reader_pipe[0]);
+    ::close(reader_pipe[1]);
+    char c;
+    while (::read(holder_pipe[0], &c, 1) > 0) {
+    }
+    ::_exit(0);
+  }
+  ::close(holder_pipe[0]);
+  std::string refusal = "fork failed";
+  if (holder > 0) {
+    net::HostIdentity peer = me;
+    peer.pid = static_cast<uint32_t>(holder);
+    const pid_t reader = ::fork();
+    if (reader == 0) {
+      ::close(holder_pipe[1]);
+      ::close(reader_pipe[0]);
+      const std::string why = net::same_host_refusal(peer);
+      (void)!::write(reader_pipe[1], why.data(), why.size());
+      ::_exit(0);
+    }
+    ::close(reader_pipe[1]);
+    if (reader > 0) {
+      refusal.clear();
+      char buf[512];
+      ssize_t n;
+      while ((n = ::read(reader_pipe[0], buf, sizeof buf)) > 0) refusal.append(buf, static_cast<size_t>(n));
+      int status = 0;
+      (void)::waitpid(reader, &status, 0);
+      if (!WIFEXITED(status)) refusal = "the reading child did not finish";
+    }
+    ::close(reader_pipe[0]);
+  } else {
+    ::close(reader_pipe[0]);
+    ::close(reader_pipe[1]);
+  }
+  ::close(holder_pipe[1]);
+  if (holder > 0) (void)::waitpid(holder, nullptr, 0);
+  if (refusal.empty()) {
+    a.state = ProbeAnswer::State::kYes;
+    a.detail = fmt::format(
+        "a process of this user read a sibling's memory with process_vm_readv ({}): endpoints "
+        "between processes of this host read each other's chunks straight out of memory "
+        "(REMORA_SAME_HOST=auto)",
+        yama);
+    a.reason = "other users, other network or pid namespaces (containers) and non-dumpable processes stay on TCP";
+    return a;
+  }
+  a.state = ProbeAnswer::State::kNo;
+  a.reason = fmt::format("{} ({}): endpoints between processes of this host use loopback TCP", refusal, yama);
+  if (!scope.empty() && scope != "0") {
+    a.fix = "sysctl kernel.yama.ptrace_scope=0 lets processes of one user read each other, as a debugger could";
+  }
   return a;
 }
 
@@ -152,6 +237,7 @@ void print_report(const CapabilityReport& r) {
   print_answer("ethtool netlink", r.host.ethtool_family);
   print_answer("io_uring", r.host.io_uring);
   print_answer("MSG_ZEROCOPY", r.host.msg_zerocopy);
+  print_answer("same-host pulls", same_host_answer());
   print_answer("rxq (devmem receive)", rxq_answer());
   print_cuda(remora::probe_cuda());
   for (const InterfaceCapabilities& c : r.interfaces) {
@@ -208,6 +294,7 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"ethtool_family", answer_json(r.host.ethtool_family)},
             {"io_uring", answer_json(r.host.io_uring)},
             {"msg_zerocopy", answer_json(r.host.msg_zerocopy)},
+            {"same_host_pulls", answer_json(same_host_answer())},
             {"rxq", answer_json(rxq_answer())},
             {"cuda", cuda_json(remora::probe_cuda())}}},
           {"interfaces", std::move(interfaces)},

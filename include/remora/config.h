@@ -111,6 +111,12 @@ struct Config {
   size_t zcrx_area = size_t{16} << 20;
   /// REMORA_CHECKSUM=none|crc32c (see ChecksumMode).
   ChecksumMode checksum = ChecksumMode::kNone;
+  /// REMORA_SAME_HOST=auto|off. auto: a peer on this host (same kernel, same network
+  /// namespace) that the kernel lets this process read (process_vm_readv: the rules of
+  /// ptrace) reads the chunks of messages and puts this side sends straight out of its
+  /// memory, one copy instead of two through loopback TCP, and this side does the same
+  /// to it (docs/protocol.md, "Same-host pulls"). off: every byte goes over TCP.
+  bool same_host_pulls = true;
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);
   /// nullopt: connections are not authenticated.
   std::optional<AuthKey> auth_key = std::nullopt;
@@ -147,6 +153,7 @@ struct ContextOptions {
   std::optional<uint32_t> staging_buffers = std::nullopt;
   std::optional<DevicePathMode> device_path = std::nullopt;
   std::optional<ChecksumMode> checksum = std::nullopt;
+  std::optional<bool> same_host_pulls = std::nullopt;
   /// Authenticate with this key (AuthKey::from_secret) instead of the environment's.
   std::optional<AuthKey> auth_key = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).

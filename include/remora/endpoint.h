@@ -71,6 +71,13 @@ struct EndpointStats {
   uint64_t eager_sent = 0, rendezvous_sent = 0;
   uint64_t chunks_sent = 0;
   std::vector<uint64_t> chunks_per_stream;  ///< chunks sent on each data stream
+  /// Same-host pulls (Config::same_host_pulls): chunks this side announced for the peer
+  /// to read out of its memory itself (counted in chunks_sent, on no data stream), and
+  /// bytes this side read out of the peer's memory.
+  uint64_t chunks_pulled = 0, bytes_pulled = 0;
+  /// Why this side does not read the peer's chunks out of its memory ("" when it does, or
+  /// before the peer said who it is): another host, REMORA_SAME_HOST=off, the kernel's refusal.
+  std::string same_host_reason;
   // One-sided operations this side initiated, and those it served as the target.
   uint64_t puts = 0, gets = 0, atomics = 0;
   uint64_t rma_bytes_put = 0, rma_bytes_got = 0;

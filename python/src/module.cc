@@ -294,6 +294,9 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["rendezvous_sent"] = s.rendezvous_sent;
   d["chunks_sent"] = s.chunks_sent;
   d["chunks_per_stream"] = s.chunks_per_stream;
+  d["chunks_pulled"] = s.chunks_pulled;
+  d["bytes_pulled"] = s.bytes_pulled;
+  d["same_host_reason"] = s.same_host_reason;
   d["puts"] = s.puts;
   d["gets"] = s.gets;
   d["atomics"] = s.atomics;
@@ -991,7 +994,10 @@ NB_MODULE(_remora, m) {
       .def("stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); },
            "A snapshot of the counters (EndpointStats, remora/endpoint.h) as a dict: messages_sent, "
            "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
-           "chunks_per_stream (a list, one per data stream), puts, gets, atomics, rma_bytes_put, "
+           "chunks_per_stream (a list, one per data stream), chunks_pulled and bytes_pulled (same-host "
+           "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "
+           "out of the peer's), same_host_reason (why this side does not read the peer's memory, '' when it "
+           "does), puts, gets, atomics, rma_bytes_put, "
            "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "
            "as the target), notifications (delivered to this side), staged_transfers and staged_bytes "
            "(device-memory transfers through pinned staging buffers), devmem_transfers and zcrx_transfers "
@@ -1047,7 +1053,7 @@ NB_MODULE(_remora, m) {
               std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level,
               std::optional<uint32_t> max_pending_handshakes, std::optional<uint32_t> peer_timeout_ms,
               std::optional<DevicePathMode> device_path, std::optional<ChecksumMode> checksum,
-              std::optional<AuthKey> auth_key, bool cuda, bool ignore_env) {
+              std::optional<bool> same_host_pulls, std::optional<AuthKey> auth_key, bool cuda, bool ignore_env) {
              if (cuda) use_cuda_memory();  // before the context: its failure leaves nothing behind
              ContextOptions o;
              o.streams_per_endpoint = streams_per_endpoint;
@@ -1070,6 +1076,7 @@ NB_MODULE(_remora, m) {
              o.peer_timeout_ms = peer_timeout_ms;
              o.device_path = device_path;
              o.checksum = checksum;
+             o.same_host_pulls = same_host_pulls;
              o.auth_key = auth_key;
              o.ignore_env = ignore_env;
              Result<std::unique_ptr<Context>> c = [&] {
@@ -1085,7 +1092,8 @@ NB_MODULE(_remora, m) {
            "connect_timeout_ms"_a = nb::none(), "handshake_timeout_ms"_a = nb::none(),
            "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
            "log_level"_a = nb::none(), "max_pending_handshakes"_a = nb::none(), "peer_timeout_ms"_a = nb::none(),
-           "device_path"_a = nb::none(), "checksum"_a = nb::none(), "auth_key"_a = nb::none(),
+           "device_path"_a = nb::none(), "checksum"_a = nb::none(), "same_host_pulls"_a = nb::none(),
+           "auth_key"_a = nb::none(),
            "cuda"_a = false, "ignore_env"_a = false,
            "Keyword arguments: one per field of ContextOptions (remora/config.h), same name and meaning "
            "(docs/configuration.md); unset ones keep the environment's or the default value. "
@@ -1093,7 +1101,9 @@ NB_MODULE(_remora, m) {
            "endpoints waiting for their data streams, per context), 1 to 65536. peer_timeout_ms: a peer "
            "silent this long while operations are outstanding is declared dead, 1000 ms to 1 h. "
            "device_path: a DevicePathMode. checksum: a ChecksumMode (CRC32C needs an ISA-L build, else "
-           "Unsupported). auth_key: an AuthKey to authenticate with instead of the environment's. "
+           "Unsupported). same_host_pulls: False keeps every byte on TCP (REMORA_SAME_HOST=off); True, "
+           "the default, lets a peer on this host read chunks straight out of this process's memory "
+           "(docs/protocol.md, \"Same-host pulls\"). auth_key: an AuthKey to authenticate with instead of the environment's. "
            "cuda=True: load the CUDA driver now and fail here (Unsupported, with the driver's reason) "
            "where there is none; without it, the first CUDA memory the package sees (a PyTorch CUDA "
            "tensor, a CuPy array, remora.cuda_empty) loads it, and from then on every context moves CUDA "
@@ -1187,6 +1197,7 @@ NB_MODULE(_remora, m) {
              d["rxq_device_area"] = k.rxq_device_area;
              d["zcrx_area"] = k.zcrx_area;
              d["checksum"] = k.checksum;
+             d["same_host_pulls"] = k.same_host_pulls;
              if (k.auth_key) {
                d["auth_key"] = *k.auth_key;
              } else {

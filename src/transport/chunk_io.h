@@ -98,6 +98,10 @@ class ChunkSource {
   /// (REMORA_CHECKSUM=crc32c: it travels in the chunk's CHUNK frame). nullopt: this
   /// source cannot read its bytes on the host (the transfer then fails, kUnsupported).
   virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
+  /// The transfer's bytes, when they are host memory that stays put and unchanged until
+  /// the transfer is sent (a same-host peer may then read its chunks itself, with
+  /// process_vm_readv: ChunkScheduler::enable_pull_tx); null otherwise.
+  virtual const std::byte* host_bytes() const noexcept { return nullptr; }
 };
 
 /// Where the chunks of one incoming transfer go.
@@ -140,6 +144,7 @@ class HostSource final : public ChunkSource {
   explicit HostSource(const std::byte* data = nullptr) noexcept : data_(data) {}
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  const std::byte* host_bytes() const noexcept override { return data_; }
 
  private:
   const std::byte* data_;

@@ -11,6 +11,8 @@
 // progress lock held.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -68,6 +70,10 @@ class ChunkScheduler {
     virtual ~Owner() = default;
     /// Announce a chunk on the control stream (a CHUNK frame) before its bytes go out.
     virtual void announce(const wire::ChunkFrame& frame) = 0;
+    /// Announce a chunk the peer reads out of this side's memory itself (a PULL frame).
+    virtual void announce_pull(const wire::PullFrame& frame) = 0;
+    /// Tell the peer its oldest unanswered PULL was read (a PULLED frame).
+    virtual void answer_pull(const wire::PulledFrame& frame) = 0;
     /// Every byte of `t` is in the kernel, or, when t.failure is set, every byte that
     /// was announced before its source failed. `t` may be destroyed in the call.
     virtual void sent(TxTransfer& t) = 0;
@@ -149,9 +155,36 @@ class ChunkScheduler {
   /// the sink has room again.
   void unstall();
 
+  // --- same-host pulls (net/same_host.h, docs/protocol.md) ------------------------
+  /// Chunks announced as PULLs and not yet answered, at most.
+  static constexpr size_t kPullWindow = 8;
+  /// The peer reads this side's memory itself (it sent HOST with can_pull): from now on
+  /// the chunks of transfers whose source has host_bytes() are announced as PULLs (at
+  /// most kPullWindow unanswered) and written to no stream; a transfer is sent once
+  /// every PULL of it is answered.
+  void enable_pull_tx() noexcept { pull_tx_ = true; }
+  /// This side reads the chunks the peer PULLs out of process `pid` (it told the peer
+  /// it can).
+  void enable_pull_rx(pid_t pid);
+  bool pull_tx() const noexcept { return pull_tx_; }
+  bool pull_rx() const noexcept { return pull_in_ != nullptr; }
+  /// A PULL frame announced [offset, offset + length) of `t` at `address` in the peer:
+  /// checked and queued as expect() does; "" or the violation.
+  std::string expect_pull(RxTransfer* t, uint64_t offset, uint64_t length, uint64_t address,
+                          std::optional<uint32_t> crc = std::nullopt);
+  /// Reads the queued PULLs out of the peer's memory, answering each once read.
+  void read_pulls();
+  /// A PULLED frame: the peer read the oldest PULL this side has not seen answered.
+  /// "" or the violation (nothing unanswered, or another chunk).
+  std::string pulled(wire::ChunkKind kind, uint64_t recv_id, uint64_t length);
+
   /// Nothing is queued or waiting to be scheduled, in either direction.
   bool idle() const noexcept;
   uint64_t chunks_sent() const noexcept { return chunks_sent_; }
+  /// Chunks this side announced as PULLs (counted in chunks_sent too), and the bytes
+  /// this side pulled out of the peer.
+  uint64_t chunks_pulled() const noexcept { return chunks_pulled_; }
+  uint64_t bytes_pulled() const noexcept { return bytes_pulled_; }
   const std::vector<uint64_t>& chunks_per_stream() const noexcept { return chunks_per_stream_; }
 
  private:
@@ -169,6 +202,9 @@ class ChunkScheduler {
     bool begun;          // the sink took it (begin_chunk)
     bool has_crc;        // the CHUNK frame carried `crc`
     uint32_t crc;
+    uint64_t remote = 0;   // a PULL: the chunk's address in the peer
+    uint64_t recv_id = 0;  // a PULL: the id and kind it named (for its PULLED)
+    wire::ChunkKind kind = wire::ChunkKind::kMessage;
   };
   struct Stream {
     net::Fd fd;
@@ -186,6 +222,14 @@ class ChunkScheduler {
   /// write, is reported sent (then `epoch_` may have moved).
   std::deque<TxTransfer*>::iterator next_preparable(uint64_t epoch);
   void write(uint16_t index);
+  /// Reads `s`'s queued chunks (`what` names it in errors; `index` in stream_ended).
+  void read(Stream& s, uint16_t index, const std::function<std::string()>& what);
+  /// The checks expect() and expect_pull() share; "" or the violation.
+  std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
+                             bool has_crc) const;
+  /// Announces the next chunk of `t`, `size` bytes, as a CHUNK on `stream` or a PULL
+  /// (stream < 0): false when the source cannot checksum it (the transfer then failed).
+  bool announce_next(TxTransfer* t, uint64_t size, int stream);
   void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc);
 
   Owner& owner_;
@@ -197,6 +241,14 @@ class ChunkScheduler {
   uint64_t epoch_ = 0;  // clear() moves it: a loop that sees it move after a callback returns
   uint64_t chunks_sent_ = 0;
   std::vector<uint64_t> chunks_per_stream_;
+  // Same-host pulls.
+  class PullIn;
+  bool pull_tx_ = false;
+  std::deque<TxChunk> pulls_out_;  // announced as PULLs, not yet answered, oldest first
+  Stream pulls_in_;                // the PULLs the peer announced, read in order
+  PullIn* pull_in_ = nullptr;      // pulls_in_.in, when enabled
+  uint64_t chunks_pulled_ = 0;
+  uint64_t bytes_pulled_ = 0;
 };
 
 }  // namespace remora::detail

@@ -57,6 +57,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_RXQ_DEVICE_AREA",
                                                     "REMORA_ZCRX_AREA",
                                                     "REMORA_CHECKSUM",
+                                                    "REMORA_SAME_HOST",
                                                     "REMORA_AUTH_KEY",
                                                     "REMORA_AUTH_KEY_FILE"};
   return kVariables;
@@ -183,6 +184,16 @@ Result<Config> Config::from_env() {
                     "REMORA_CHECKSUM: '" + std::string(*text) + "' is not one of none|crc32c");
     }
   }
+  if (auto text = core::getenv_view("REMORA_SAME_HOST")) {
+    if (*text == "auto") {
+      c.same_host_pulls = true;
+    } else if (*text == "off") {
+      c.same_host_pulls = false;
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "REMORA_SAME_HOST: '" + std::string(*text) + "' is not one of auto|off");
+    }
+  }
   if (auto text = core::getenv_view("REMORA_DEVMEM_IFNAME")) {
     if (text->size() >= c.devmem_ifname.size()) {
       return Status(StatusCode::kInvalidArgument,
@@ -265,6 +276,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
   if (o.device_path) base.device_path = *o.device_path;
   if (o.checksum) base.checksum = *o.checksum;
+  if (o.same_host_pulls) base.same_host_pulls = *o.same_host_pulls;
   if (o.auth_key) base.auth_key = o.auth_key;
   return base;
 }

@@ -218,8 +218,8 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   hello.rma_window = config_.rma_window;
-  hello.capabilities =
-      wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_);
+  hello.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
+                       (config_.same_host_pulls ? wire::kCapSameHost : 0);
   StreamIn control_in(control.get());
   auto ack = exchange_hello(control_in, hello, config_.auth_key, peer, deadline);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);

@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "net/io.h"
+#include "net/same_host.h"
 #include "transport/checksum.h"
 #include "transport/endpoint_core.h"
 
@@ -192,6 +193,19 @@ Status EndpointCore::activate() {
   }
   state_ = State::kActive;
   start_liveness();
+  if (same_host_negotiated()) {
+    // Who this side is: a peer on the same host may answer that it can read our memory.
+    const net::HostIdentity me = net::this_host();
+    append_frame(wire::HostFrame{.pid = me.pid,
+                                 .boot_id = me.boot_id,
+                                 .netns = me.netns,
+                                 .probe_address = me.probe_address,
+                                 .probe_value = me.probe_value});
+    flush_control();
+  } else {
+    same_host_reason_ = config_.same_host_pulls ? "the peer does not offer same-host pulls (REMORA_SAME_HOST=off there)"
+                                                : "REMORA_SAME_HOST=off";
+  }
   // Bytes may have arrived before registration; edge-triggered epoll would not report them.
   read_control();
   for (uint16_t i = 0; i < data_watch_.size() && alive(); ++i) read_stream(i);
@@ -609,6 +623,9 @@ EndpointStats EndpointCore::stats() const {
   EndpointStats st = stats_;
   st.chunks_sent = chunks_.chunks_sent();
   st.chunks_per_stream = chunks_.chunks_per_stream();
+  st.chunks_pulled = chunks_.chunks_pulled();
+  st.bytes_pulled = chunks_.bytes_pulled();
+  st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
   return st;
 }
 
@@ -708,6 +725,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
   }
   for (RecvOp* op : done) finish_recv(op);
   for (uint16_t i = 0; i < data_watch_.size() && state_ == State::kDraining; ++i) read_stream(i);
+  if (state_ == State::kDraining) chunks_.read_pulls();  // PULLs announced before the end
   maybe_finalize();
 }
 
@@ -890,6 +908,12 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
         }
         else if constexpr (std::is_same_v<T, wire::AbortFrame>) handle_abort(f);
         else if constexpr (std::is_same_v<T, wire::HeartbeatFrame>) handle_heartbeat(f);
+        else if constexpr (std::is_same_v<T, wire::HostFrame>)
+          handle_host(f);
+        else if constexpr (std::is_same_v<T, wire::PullFrame>)
+          handle_pull(f);
+        else if constexpr (std::is_same_v<T, wire::PulledFrame>)
+          handle_pulled(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);
@@ -1094,6 +1118,80 @@ void EndpointCore::handle_chunk(const ChunkFrame& f) {
     return;
   }
   read_stream(f.stream);
+}
+
+bool EndpointCore::same_host_negotiated() const noexcept {
+  return config_.same_host_pulls && (params_.peer_capabilities & wire::kCapSameHost) != 0;
+}
+
+void EndpointCore::handle_host(const wire::HostFrame& f) {
+  if (!same_host_negotiated()) {
+    protocol_error("HOST on an endpoint without same-host pulls negotiated");
+    return;
+  }
+  if (f.can_pull) {
+    // The peer read our probe: it reads our chunks itself from now on.
+    if (chunks_.pull_tx()) {
+      protocol_error("HOST with can_pull twice");
+      return;
+    }
+    chunks_.enable_pull_tx();
+    return;  // read_control pumps: ready transfers go as PULLs
+  }
+  if (host_heard_) {
+    protocol_error("a second HOST identity");
+    return;
+  }
+  host_heard_ = true;
+  // A stream steered to devmem or zcrx RX takes its bytes from a NIC queue; such an
+  // endpoint's peer is on another host anyway, and this side keeps it on TCP.
+  for (uint16_t i = 0; i < chunks_.streams(); ++i) {
+    if (chunks_.stream_in(i) != nullptr && chunks_.stream_in(i)->devmem() != nullptr) {
+      same_host_reason_ = "this side receives into device memory through devmem or zcrx RX queues";
+      return;
+    }
+  }
+  same_host_reason_ = net::same_host_refusal(net::HostIdentity{.pid = f.pid,
+                                                               .boot_id = f.boot_id,
+                                                               .netns = f.netns,
+                                                               .probe_address = f.probe_address,
+                                                               .probe_value = f.probe_value});
+  if (!same_host_reason_.empty()) {
+    REMORA_LOG(kDebug, "endpoint to {}: chunks stay on TCP: {}", params_.peer, same_host_reason_);
+    return;
+  }
+  chunks_.enable_pull_rx(static_cast<pid_t>(f.pid));
+  const net::HostIdentity me = net::this_host();
+  append_frame(wire::HostFrame{.pid = me.pid,
+                               .boot_id = me.boot_id,
+                               .netns = me.netns,
+                               .probe_address = me.probe_address,
+                               .probe_value = me.probe_value,
+                               .can_pull = true});
+}
+
+void EndpointCore::handle_pull(const wire::PullFrame& f) {
+  RxTransfer* op = find_in(f.kind, f.recv_id);
+  if (op == nullptr) {
+    static constexpr const char* kWhat[] = {"receive", "put", "get"};
+    protocol_error(std::string("PULL for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
+                   std::to_string(f.recv_id));
+    return;
+  }
+  if (std::string violation = chunks_.expect_pull(op, f.offset, f.length, f.address,
+                                                  f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt);
+      !violation.empty()) {
+    protocol_error(std::move(violation));
+    return;
+  }
+  chunks_.read_pulls();
+  if (state_ == State::kDraining) maybe_finalize();
+}
+
+void EndpointCore::handle_pulled(const wire::PulledFrame& f) {
+  if (std::string violation = chunks_.pulled(f.kind, f.recv_id, f.length); !violation.empty()) {
+    protocol_error(std::move(violation));
+  }
 }
 
 void EndpointCore::handle_abort(const wire::AbortFrame& f) {

@@ -193,6 +193,13 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_goodbye(const wire::GoodbyeFrame& f);
   void handle_abort(const wire::AbortFrame& f);
   void handle_heartbeat(const wire::HeartbeatFrame& f);
+  // Same-host pulls (docs/protocol.md): HOST says who the peer is (and, with can_pull,
+  // that it reads this side's memory); PULL announces a chunk to read out of the peer;
+  // PULLED answers one of ours.
+  bool same_host_negotiated() const noexcept;
+  void handle_host(const wire::HostFrame& f);
+  void handle_pull(const wire::PullFrame& f);
+  void handle_pulled(const wire::PulledFrame& f);
   /// A request for the RMA target: the target admits it, this side checks (a PUT) or
   /// decides (a GET's reply) its inline class, the target serves it.
   void serve_request(const wire::PutFrame& f);
@@ -266,6 +273,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
 
   // ChunkScheduler::Owner
   void announce(const wire::ChunkFrame& frame) override { append_frame(frame); }
+  void announce_pull(const wire::PullFrame& frame) override { append_frame(frame); }
+  void answer_pull(const wire::PulledFrame& frame) override { append_frame(frame); }
   void sent(TxTransfer& t) override;
   void received(RxTransfer& t) override;
   void stream_failed(const Status& why) override { fail_locked(why); }
@@ -404,6 +413,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
 
   /// The GOODBYE reason the peer sent, if it sent one.
   std::optional<wire::GoodbyeReason> peer_goodbye_;
+  bool host_heard_ = false;       // the peer's HOST identity came
+  std::string same_host_reason_;  // why this side does not read the peer's memory ("" when it does)
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived
   /// before stay in matcher_ and receives still match them. Cleared by close().
   bool keep_arrived_ = false;

@@ -325,7 +325,8 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
   ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   ack.rma_window = config_.rma_window;
-  ack.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_);
+  ack.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
+                     (config_.same_host_pulls ? wire::kCapSameHost : 0);
   return ack;
 }
 

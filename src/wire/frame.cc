@@ -48,7 +48,11 @@ static_assert(kMaxFixedFrameSize == kFrameHeaderSize + kAtomicBodySize);
 static_assert(kEagerCreditOverhead == 64);
 static_assert(kHeartbeatBodySize == 8, "HEARTBEAT: seq");
 static_assert(kCrcSize == 4 && kCrcFlag == 0x80, "CRC: a u32 after the fixed body, flag bit 7");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kHeartbeat) == 12);
+static_assert(kHostBodySize == 4 + 4 + 16 + 8 + 8 + 8,
+              "HOST: pid, reserved, boot_id, netns, probe_address, probe_value");
+static_assert(kPullBodySize == 8 + 8 + 4 + 4 + 8, "PULL: recv_id, offset, length, reserved, address");
+static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved");
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kPulled) == 15);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -57,7 +61,13 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kHeartbeat);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kPulled);
+}
+
+/// Types whose flags byte carries a ChunkKind (0..2).
+bool carries_kind(FrameType type) {
+  return type == FrameType::kChunk || type == FrameType::kAbort || type == FrameType::kPull ||
+         type == FrameType::kPulled;
 }
 
 /// Flag bits each type may carry; any other bit set is a protocol error.
@@ -69,6 +79,9 @@ uint8_t allowed_flags(FrameType type) {
     case FrameType::kPut: return kPutNotify | kPutInline | kCrcFlag;
     case FrameType::kResp: return kRespInline | kCrcFlag;
     case FrameType::kHeartbeat: return kHeartbeatReply;
+    case FrameType::kHost: return kHostCanPull;
+    case FrameType::kPull: return 0x03 | kCrcFlag;
+    case FrameType::kPulled: return 0x03;
     default: return 0;
   }
 }
@@ -97,6 +110,9 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kResp: return kRespBodySize;
     case FrameType::kAbort: return kAbortBodySize;
     case FrameType::kHeartbeat: return kHeartbeatBodySize;
+    case FrameType::kHost: return kHostBodySize;
+    case FrameType::kPull: return kPullBodySize;
+    case FrameType::kPulled: return kPulledBodySize;
   }
   return 0;
 }
@@ -115,8 +131,7 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     if ((flags & ~allowed_flags(type)) != 0) {
       return protocol_error(fmt::format("{} frame: flags 0x{:02x} has undefined bits", to_string(type), flags));
     }
-    if ((type == FrameType::kChunk || type == FrameType::kAbort) &&
-        (flags & ~kCrcFlag) > static_cast<uint8_t>(ChunkKind::kGet)) {
+    if (carries_kind(type) && (flags & ~kCrcFlag) > static_cast<uint8_t>(ChunkKind::kGet)) {
       return protocol_error(fmt::format("{} frame: unknown kind {}", to_string(type), flags & ~kCrcFlag));
     }
     // A CRC covers a payload: a PUT or RESP without inline data has none on this stream.
@@ -281,6 +296,39 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
     }
     case FrameType::kHeartbeat:
       return Frame{HeartbeatFrame{.seq = load_u64(p), .reply = (flags & kHeartbeatReply) != 0}};
+    case FrameType::kHost: {
+      const uint32_t reserved = load_u32(p + 4);
+      if (reserved != 0) return protocol_error(fmt::format("HOST frame: reserved 0x{:08x}, must be 0", reserved));
+      HostFrame f{.pid = load_u32(p),
+                  .boot_id = {},
+                  .netns = load_u64(p + 24),
+                  .probe_address = load_u64(p + 32),
+                  .probe_value = load_u64(p + 40),
+                  .can_pull = (flags & kHostCanPull) != 0};
+      std::copy(p + 8, p + 24, f.boot_id.begin());
+      return Frame{f};
+    }
+    case FrameType::kPull: {
+      const uint32_t length = load_u32(p + 16);
+      const uint32_t reserved = load_u32(p + 20);
+      if (length == 0) return protocol_error("PULL frame: length 0 (chunks are never empty)");
+      if (reserved != 0) return protocol_error(fmt::format("PULL frame: reserved 0x{:08x}, must be 0", reserved));
+      const bool has_crc = (flags & kCrcFlag) != 0;
+      return Frame{PullFrame{.recv_id = load_u64(p),
+                             .offset = load_u64(p + 8),
+                             .length = length,
+                             .address = load_u64(p + 24),
+                             .kind = static_cast<ChunkKind>(flags & ~kCrcFlag),
+                             .has_crc = has_crc,
+                             .crc = has_crc ? load_u32(p + kPullBodySize) : 0}};
+    }
+    case FrameType::kPulled: {
+      const uint32_t length = load_u32(p + 8);
+      const uint32_t reserved = load_u32(p + 12);
+      if (length == 0) return protocol_error("PULLED frame: length 0 (chunks are never empty)");
+      if (reserved != 0) return protocol_error(fmt::format("PULLED frame: reserved 0x{:08x}, must be 0", reserved));
+      return Frame{PulledFrame{.recv_id = load_u64(p), .length = length, .kind = static_cast<ChunkKind>(flags)}};
+    }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -315,6 +363,11 @@ uint8_t flags_of(const Frame& frame) {
                                 (resp->inline_data && resp->has_crc ? kCrcFlag : 0));
   }
   if (const auto* hb = std::get_if<HeartbeatFrame>(&frame)) return hb->reply ? kHeartbeatReply : 0;
+  if (const auto* host = std::get_if<HostFrame>(&frame)) return host->can_pull ? kHostCanPull : 0;
+  if (const auto* pull = std::get_if<PullFrame>(&frame)) {
+    return static_cast<uint8_t>(static_cast<uint8_t>(pull->kind) | (pull->has_crc ? kCrcFlag : 0));
+  }
+  if (const auto* pulled = std::get_if<PulledFrame>(&frame)) return static_cast<uint8_t>(pulled->kind);
   return 0;
 }
 
@@ -434,6 +487,27 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       std::fill(body + 9, body + kAbortBodySize, std::byte{0});
     }
     void operator()(const HeartbeatFrame& f) const { store_u64(body, f.seq); }
+    void operator()(const HostFrame& f) const {
+      store_u32(body, f.pid);
+      store_u32(body + 4, 0);
+      std::copy(f.boot_id.begin(), f.boot_id.end(), body + 8);
+      store_u64(body + 24, f.netns);
+      store_u64(body + 32, f.probe_address);
+      store_u64(body + 40, f.probe_value);
+    }
+    void operator()(const PullFrame& f) const {
+      store_u64(body, f.recv_id);
+      store_u64(body + 8, f.offset);
+      store_u32(body + 16, f.length);
+      store_u32(body + 20, 0);
+      store_u64(body + 24, f.address);
+      if (f.has_crc) store_u32(body + kPullBodySize, f.crc);
+    }
+    void operator()(const PulledFrame& f) const {
+      store_u64(body, f.recv_id);
+      store_u32(body + 8, f.length);
+      store_u32(body + 12, 0);
+    }
   };
 
   // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
@@ -470,6 +544,9 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kResp: return "RESP";
     case FrameType::kAbort: return "ABORT";
     case FrameType::kHeartbeat: return "HEARTBEAT";
+    case FrameType::kHost: return "HOST";
+    case FrameType::kPull: return "PULL";
+    case FrameType::kPulled: return "PULLED";
   }
   return "unknown";
 }

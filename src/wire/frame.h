@@ -28,6 +28,11 @@ enum class FrameType : uint8_t {
   kResp = 10,
   kAbort = 11,
   kHeartbeat = 12,  ///< liveness probe and its reply; only to a peer that advertised kCapHeartbeat
+  // Same-host pulls (docs/protocol.md "Same-host pulls"); only between peers that both
+  // advertised kCapSameHost.
+  kHost = 13,    ///< who this side is on its host, and whether it can read the peer's memory
+  kPull = 14,    ///< a chunk the receiver reads out of the sender's memory itself
+  kPulled = 15,  ///< the receiver has read a PULL's bytes: the sender's memory is free again
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -44,6 +49,9 @@ inline constexpr size_t kAtomicBodySize = 80;  // op_id, key, offset, opcode, re
 inline constexpr size_t kRespBodySize = 24;  // op_id, status, reserved, value; INLINE payload follows
 inline constexpr size_t kAbortBodySize = 16;  // id, code, reserved
 inline constexpr size_t kHeartbeatBodySize = 8;  // seq
+inline constexpr size_t kHostBodySize = 48;      // pid, reserved, boot_id, netns, probe_address, probe_value
+inline constexpr size_t kPullBodySize = 32;      // recv_id, offset, length, reserved, address
+inline constexpr size_t kPulledBodySize = 16;    // recv_id, length, reserved
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -70,6 +78,8 @@ inline constexpr uint8_t kPutInline = 0x02;  ///< the payload (exactly `length` 
 inline constexpr uint8_t kRespInline = 0x01;  ///< the GET's data follows the body
 /// HEARTBEAT flags.
 inline constexpr uint8_t kHeartbeatReply = 0x01;  ///< the answer to a probe (echoes its seq)
+/// HOST flags.
+inline constexpr uint8_t kHostCanPull = 0x01;  ///< the sender read the peer's probe: PULLs to it are welcome
 
 enum class AtomicOp : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
 
@@ -177,9 +187,42 @@ struct HeartbeatFrame {
   bool reply = false;
 };
 
+/// Who the sender is on its host (sent once by each side of an endpoint whose sides
+/// both advertised kCapSameHost), and, with `can_pull`, that the sender read the
+/// peer's probe word through process_vm_readv(2): the peer may then announce chunks
+/// to it as PULLs. A peer on another host (boot id), in another network namespace or
+/// pid namespace, or that the kernel does not let this side read, gets CHUNKs.
+struct HostFrame {
+  uint32_t pid = 0;                     ///< the sender's pid, in its pid namespace
+  std::array<std::byte, 16> boot_id{};  ///< /proc/sys/kernel/random/boot_id, as 16 bytes
+  uint64_t netns = 0;                   ///< the inode of the sender's network namespace
+  uint64_t probe_address = 0;           ///< where in the sender's memory `probe_value` is
+  uint64_t probe_value = 0;             ///< random, fixed for the sender's process
+  bool can_pull = false;                ///< kHostCanPull
+};
+/// A chunk the receiver reads itself, out of the sender's memory at `address`
+/// (process_vm_readv), instead of off a data stream. Announced in order with the
+/// transfer's CHUNKs (offset == what was announced before); answered by a PULLED once
+/// read, in the order the PULLs came.
+struct PullFrame {
+  uint64_t recv_id = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  uint64_t address = 0;  ///< the chunk's first byte in the sender's address space
+  ChunkKind kind = ChunkKind::kMessage;
+  bool has_crc = false;  ///< kCrcFlag: `crc` is the CRC-32C of the chunk's bytes
+  uint32_t crc = 0;
+};
+/// The receiver read the bytes of the oldest PULL it has not answered yet.
+struct PulledFrame {
+  uint64_t recv_id = 0;
+  uint32_t length = 0;
+  ChunkKind kind = ChunkKind::kMessage;
+};
+
 /// Alternatives in FrameType order (index + 1 == type).
 using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
-                           AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame>;
+                           AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

@@ -26,6 +26,9 @@ inline constexpr uint64_t kCapAuth = uint64_t{1} << 1;
 /// Checksums every payload with CRC-32C (REMORA_CHECKSUM=crc32c). Unlike other bits it
 /// must match: a control HELLO whose bit differs from the server's is refused.
 inline constexpr uint64_t kCapChecksumCrc32c = uint64_t{1} << 2;
+/// Understands HOST, PULL and PULLED frames (types 13-15) and may read a peer on its own
+/// host out of the peer's memory (REMORA_SAME_HOST, docs/protocol.md "Same-host pulls").
+inline constexpr uint64_t kCapSameHost = uint64_t{1} << 3;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 

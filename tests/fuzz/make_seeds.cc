@@ -191,7 +191,8 @@ void nccl_handle() {
   write("nccl_handle_fuzz", "hello", std::as_bytes(std::span(&hello, 1)));
 }
 
-// The handshake's AUTH messages, and frames that carry a CRC-32C (REMORA_CHECKSUM).
+// The handshake's AUTH messages, frames that carry a CRC-32C (REMORA_CHECKSUM), and the
+// same-host frames (HOST, PULL, PULLED), valid and a few malformed ones.
 void wire() {
   using namespace remora::wire;
   AuthMessage m{.step = AuthStep::kChallenge};
@@ -213,6 +214,45 @@ void wire() {
         frame(EagerFrame{.tag = remora::Tag{9}, .payload = bytes_of(payload), .has_crc = true, .crc = 0x1234abcd}));
   write("wire_fuzz", "chunk_crc",
         frame(ChunkFrame{.recv_id = 3, .offset = 1 << 20, .length = 4096, .stream = 1, .has_crc = true, .crc = 7}));
+
+  // Same-host pulls: each side's ident, the answer that allows PULLs, a PULL of each kind
+  // it is sent for (a message's chunk, a put's chunk with its CRC) and their PULLEDs.
+  HostFrame host{.pid = 4242, .boot_id = {}, .netns = 4026531840, .probe_address = 0x00007f3a12345678,
+                 .probe_value = 0x9e3779b97f4a7c15, .can_pull = false};
+  for (size_t i = 0; i < host.boot_id.size(); ++i) host.boot_id[i] = std::byte(i * 29 + 11);
+  const auto host_ident = frame(host);
+  write("wire_fuzz", "host", host_ident);
+  host.can_pull = true;
+  host.pid = 4243;
+  const auto host_can_pull = frame(host);
+  write("wire_fuzz", "host_can_pull", host_can_pull);
+  const auto pull = frame(PullFrame{.recv_id = 5, .offset = 0, .length = 1 << 20, .address = 0x00007f3a00100000});
+  write("wire_fuzz", "pull", pull);
+  const auto pull_put_crc = frame(PullFrame{.recv_id = 2, .offset = 1 << 20, .length = 4096, .address = 0x00007f3a00200000,
+                                            .kind = ChunkKind::kPut, .has_crc = true, .crc = 0x1234abcd});
+  write("wire_fuzz", "pull_put_crc", pull_put_crc);
+  const auto pulled = frame(PulledFrame{.recv_id = 5, .length = 1 << 20});
+  write("wire_fuzz", "pulled", pulled);
+  std::vector<std::byte> stream;
+  for (const auto& f : {host_ident, host_can_pull, pull, pulled, pull_put_crc,
+                        frame(PulledFrame{.recv_id = 2, .length = 4096, .kind = ChunkKind::kPut})}) {
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  write("wire_fuzz", "stream_same_host", stream);
+  // Malformed: kind 3, a PULLED with the CRC flag (and room for a CRC), an empty PULL,
+  // a HOST with a nonzero reserved field.
+  auto bad = pull;
+  bad[1] = std::byte{0x03};
+  write("wire_fuzz", "bad_pull_kind3", bad);
+  bad = pulled;
+  bad[1] = std::byte{0x80};
+  bad[4] = std::byte(kPulledBodySize + kCrcSize);
+  bad.insert(bad.end(), 4, std::byte{0});
+  write("wire_fuzz", "bad_pulled_crc", bad);
+  write("wire_fuzz", "bad_pull_empty", frame(PullFrame{.recv_id = 5, .offset = 0, .length = 0, .address = 0x1000}));
+  bad = host_ident;
+  bad[kFrameHeaderSize + 4] = std::byte{1};
+  write("wire_fuzz", "bad_host_reserved", bad);
 }
 
 }  // namespace

@@ -3,16 +3,18 @@
 // around the eager limit and the chunk size), both sides sending and receiving at
 // once with many receives posted, tags from a small set so same-tag order matters.
 // Every message is checked byte by byte against the sender's regenerated stream.
-#include <gtest/gtest.h>
+#include "support/exchange.h"
 
+#include <algorithm>
 #include <numeric>
-#include <ostream>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "itest_util.h"
-#include "support/exchange.h"
 #include "support/test_data.h"
 
 namespace remora::itest {
@@ -28,6 +30,9 @@ struct ExchangeCase {
   // different chunk sizes, eager limits and credits.
   std::optional<size_t> chunk_bytes = {}, eager_limit = {}, eager_credit = {};
   std::vector<std::string> peer_env = {};
+  // Same-host pulls (docs/protocol.md): on unless this side or the peer (peer_env
+  // REMORA_SAME_HOST=off) turns them off; then every byte goes over the data streams.
+  bool pulls_here = true;
 };
 
 void PrintTo(const ExchangeCase& c, std::ostream* os) { *os << c.name; }
@@ -45,6 +50,9 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
   options.chunk_bytes = c.chunk_bytes;
   options.eager_limit = c.eager_limit;
   options.eager_credit = c.eager_credit;
+  options.same_host_pulls = c.pulls_here;
+  const bool pulls =
+      c.pulls_here && std::find(c.peer_env.begin(), c.peer_env.end(), "REMORA_SAME_HOST=off") == c.peer_env.end();
   auto cr = Context::create(options);
   ASSERT_TRUE(cr) << describe(cr.status());
   std::unique_ptr<Context> ctx = std::move(cr).value();
@@ -57,6 +65,7 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
                                    "--max-size=" + std::to_string(max_size),
                                    "--tags=" + std::to_string(c.tags),
                                    "--expect-streams=" + std::to_string(c.streams),
+                                   std::string("--expect-same-host=") + (pulls ? "yes" : "no"),
                                    "--close=initiate"};
   std::unique_ptr<Process> peer;
   std::shared_ptr<Endpoint> ep;
@@ -101,7 +110,20 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
     EXPECT_GT(st.rendezvous_sent, 0u);
     EXPECT_GT(st.eager_sent, 0u);
     ASSERT_EQ(st.chunks_per_stream.size(), c.streams);
-    EXPECT_EQ(std::accumulate(st.chunks_per_stream.begin(), st.chunks_per_stream.end(), uint64_t{0}), st.chunks_sent);
+    // With pulls every chunk (host memory) is read by the peer itself, on no stream.
+    const uint64_t on_streams = std::accumulate(st.chunks_per_stream.begin(), st.chunks_per_stream.end(), uint64_t{0});
+    if (pulls) {
+      EXPECT_EQ(st.same_host_reason, "");
+      EXPECT_EQ(st.chunks_pulled, st.chunks_sent);
+      EXPECT_EQ(on_streams, 0u);
+      EXPECT_GT(st.bytes_pulled, 0u);
+    } else {
+      EXPECT_NE(st.same_host_reason, "");
+      EXPECT_EQ(st.chunks_pulled, 0u);
+      EXPECT_EQ(st.bytes_pulled, 0u);
+      EXPECT_EQ(on_streams, st.chunks_sent);
+    }
+    std::printf("[          ] same host: %s\n", st.same_host_reason.empty() ? "pulls" : st.same_host_reason.c_str());
     std::string dist;
     for (uint64_t n : st.chunks_per_stream) dist += " " + std::to_string(n);
     std::printf("[          ] eager %llu, rendezvous %llu, chunks per stream:%s\n",
@@ -113,20 +135,30 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
   expect_peer_success(*peer);
 }
 
-INSTANTIATE_TEST_SUITE_P(Streams, LoopbackExchange,
-                         ::testing::Values(ExchangeCase{1, false, "K1_TestConnects"},
-                                           ExchangeCase{2, true, "K2_TestListens"},
-                                           ExchangeCase{4, false, "K4_TestConnects"},
-                                           // Sides configured differently: 64 KiB vs 1 MiB chunks,
-                                           // eager limit 1 KiB vs 64 KiB, tight credit here.
-                                           ExchangeCase{3, true, "K3_MismatchedEagerAndChunks", 3000, 8, 64 * 1024,
-                                                        1024, 4096,
-                                                        {"REMORA_CHUNK_SIZE=1048576", "REMORA_EAGER_LIMIT=65536",
-                                                         "REMORA_EAGER_CREDIT=131072"}},
-                                           // Many streams, the smallest chunks: ~100k chunks each way.
-                                           ExchangeCase{8, false, "K8_TinyChunks", 1500, 4, 4096, {}, {},
-                                                        {"REMORA_CHUNK_SIZE=4096"}}),
-                         [](const auto& param_info) { return std::string(param_info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Streams, LoopbackExchange,
+    ::testing::Values(
+        ExchangeCase{1, false, "K1_TestConnects"},
+        // Pulls off here: everything on the data streams.
+        ExchangeCase{2, true, "K2_TestListensTcp", 3000, 4, {}, {}, {}, {}, false},
+        ExchangeCase{4, false, "K4_TestConnects"},
+        // Sides configured differently: 64 KiB vs 1 MiB chunks,
+        // eager limit 1 KiB vs 64 KiB, tight credit here.
+        ExchangeCase{3,
+                     true,
+                     "K3_MismatchedEagerAndChunks",
+                     3000,
+                     8,
+                     64 * 1024,
+                     1024,
+                     4096,
+                     {"REMORA_CHUNK_SIZE=1048576", "REMORA_EAGER_LIMIT=65536", "REMORA_EAGER_CREDIT=131072"}},
+        // Many streams, the smallest chunks: ~100k chunks each way,
+        // on the streams (the peer turns pulls off) and as pulls.
+        ExchangeCase{
+            8, false, "K8_TinyChunksTcp", 1500, 4, 4096, {}, {}, {"REMORA_CHUNK_SIZE=4096", "REMORA_SAME_HOST=off"}},
+        ExchangeCase{8, true, "K8_TinyChunksPulled", 1500, 4, 4096, {}, {}, {"REMORA_CHUNK_SIZE=4096"}}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
 }  // namespace remora::itest

@@ -10,7 +10,8 @@
 // Scenarios (see support/*.h for what each checks):
 //   exchange    random two-way exchange (--side, --count, --peer-count, --max-size,
 //               --fixed-size, --tags, --send-window, --recv-window), then the closing
-//               handshake (--close=initiate|follow|none)
+//               handshake (--close=initiate|follow|none); --expect-same-host=yes|no
+//               checks whether this side read the peer's chunks out of its memory
 //   big-send    one message of --size bytes from stream --seed (prints "HASH <xxh3>")
 //   big-recv    receives one --size message, checks its XXH3 (prints "HASH <xxh3>")
 //   truncation | zero | unexpected | out-of-order | outstanding   scripted halves
@@ -199,6 +200,20 @@ int run(const Flags& f) {
                  static_cast<unsigned long long>(rep.sent), static_cast<unsigned long long>(rep.bytes_sent),
                  static_cast<unsigned long long>(rep.received), static_cast<unsigned long long>(rep.bytes_received),
                  rep.seconds);
+    // --expect-same-host=yes|no: whether this side read the peer's chunks out of its
+    // memory (same-host pulls, docs/protocol.md) or every byte came over TCP.
+    if (const std::string same = f.str("expect-same-host", ""); !same.empty()) {
+      const EndpointStats st = ep->stats();
+      if (same == "yes" && (!st.same_host_reason.empty() || st.bytes_pulled == 0)) {
+        die("expected same-host pulls, got " + std::to_string(st.bytes_pulled) + " bytes pulled (" +
+            st.same_host_reason + ")");
+      }
+      if (same == "no" && (st.same_host_reason.empty() || st.bytes_pulled != 0 || st.chunks_pulled != 0)) {
+        die("expected no same-host pulls, got " + std::to_string(st.bytes_pulled) + " bytes pulled");
+      }
+      std::fprintf(stderr, "remora_test_peer: same host: %s\n",
+                   st.same_host_reason.empty() ? "pulls" : st.same_host_reason.c_str());
+    }
     finish();
   } else if (scenario == "big-send") {
     const uint64_t size = f.num("size", 0);

@@ -169,6 +169,41 @@ def test_endpoint_stats_device_fields_on_host_memory(pair):
     assert pair.init.stats()["bytes_sent"] >= len(msg)
 
 
+@pytest.mark.parametrize("pulls", [True, False])
+def test_same_host_pulls_carry_chunks_and_can_be_turned_off(pulls):
+    # Same-host pulls (docs/protocol.md): the two contexts are one process, which the
+    # kernel always lets read itself, so with pulls on every chunk of a send and of a
+    # put is read straight out of the sender's memory; off, all of it goes over TCP.
+    p = Pair(eager_limit=4096, chunk_bytes=64 * 1024, same_host_pulls=pulls)
+    try:
+        assert p.init_ctx.config()["same_host_pulls"] is pulls
+        msg = pattern(1 << 20, 21)
+        buf = np.zeros(len(msg), np.uint8)
+        r = p.target.recv(buf, 4)
+        p.init.send(msg, 4).wait(BOUND)
+        r.wait(BOUND)
+        assert (buf == msg).all()
+        mem = np.zeros(300_000, np.uint8)
+        region = p.target_ctx.register(mem, remora.Access.ALL)
+        data = pattern(200_000, 22)
+        p.init.put(data, region.remote_key(), 50_000).wait(BOUND)
+        assert (mem[50_000:250_000] == data).all()
+        region.deregister()
+        sent, got = p.init.stats(), p.target.stats()
+        chunks = 16 + 4  # 1 MiB and 200 000 bytes in 64 KiB chunks
+        assert sent["chunks_sent"] == chunks
+        if pulls:
+            assert (sent["chunks_pulled"], sum(sent["chunks_per_stream"])) == (chunks, 0)
+            assert got["bytes_pulled"] == len(msg) + len(data)
+            assert (sent["same_host_reason"], got["same_host_reason"]) == ("", "")
+        else:
+            assert (sent["chunks_pulled"], sum(sent["chunks_per_stream"])) == (0, chunks)
+            assert got["bytes_pulled"] == 0
+            assert got["same_host_reason"] == "REMORA_SAME_HOST=off"
+    finally:
+        p.close()
+
+
 def test_peer_said_goodbye_after_close(pair):
     assert not pair.target.peer_said_goodbye
     pair.init.close()

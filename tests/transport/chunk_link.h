@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <functional>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -46,6 +47,10 @@ struct RecordingOwner : ChunkScheduler::Owner {
   bool yield = false;
 
   void announce(const wire::ChunkFrame& frame) override { announced.push_back(frame); }
+  std::vector<wire::PullFrame> pulls;      // PULLs announced
+  std::vector<wire::PulledFrame> answers;  // PULLEDs sent
+  void announce_pull(const wire::PullFrame& frame) override { pulls.push_back(frame); }
+  void answer_pull(const wire::PulledFrame& frame) override { answers.push_back(frame); }
   std::vector<Status> sent_failures;  // t.failure of each sent()
   void sent(TxTransfer& t) override {
     sent_ids.push_back(t.owner);
@@ -68,6 +73,8 @@ struct Link {
   ChunkScheduler rx{rx_owner, kStreams, kChunk, "sender"};
   static constexpr uint32_t kStreams = 2;
   size_t handed = 0;  // announced frames passed to the receiver so far
+  size_t pulls_handed = 0;    // PULLs passed to the receiver so far
+  size_t answers_handed = 0;  // PULLEDs passed back to the sender so far
 
   Link() {
     for (uint16_t i = 0; i < kStreams; ++i) {
@@ -92,6 +99,19 @@ struct Link {
       for (; handed < tx_owner.announced.size(); ++handed) {
         const wire::ChunkFrame& f = tx_owner.announced[handed];
         ASSERT_EQ(rx.expect(pick(f), f.stream, f.offset, f.length), "");
+      }
+      // Same-host pulls: the receiver reads each PULL out of this process and answers.
+      for (; pulls_handed < tx_owner.pulls.size(); ++pulls_handed) {
+        const wire::PullFrame& f = tx_owner.pulls[pulls_handed];
+        const wire::ChunkFrame as_chunk{f.recv_id, f.offset, f.length, 0, f.kind, f.has_crc, f.crc};
+        ASSERT_EQ(rx.expect_pull(pick(as_chunk), f.offset, f.length, f.address,
+                                 f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt),
+                  "");
+        rx.read_pulls();
+      }
+      for (; answers_handed < rx_owner.answers.size(); ++answers_handed) {
+        const wire::PulledFrame& f = rx_owner.answers[answers_handed];
+        ASSERT_EQ(tx.pulled(f.kind, f.recv_id, f.length), "");
       }
       for (uint16_t i = 0; i < kStreams; ++i) {
         rx.read(i);

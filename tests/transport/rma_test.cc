@@ -4,10 +4,10 @@
 // target's memory byte for byte against a model of what it must hold, so a byte
 // placed outside its range, placed twice, or placed after a refusal is caught.
 // Multi-process and namespace RMA tests live in tests/integration/rma_test.cc.
-#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,9 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "engine/engine_of.h"
 #include "engine/progress.h"
 #include "remora/remora.h"
+#include "transport/chunk_scheduler.h"
 
 namespace remora {
 /// gtest prints StatusCode by name ("invalid_key") instead of as a raw byte.
@@ -1351,10 +1354,26 @@ TEST(RmaRevocation, DeregisterInTheMiddleOfALargePut) {
 // at return at most one chunk per stream is scheduled. (It used to push until the
 // sockets were full, and on loopback, with the target draining, often the whole
 // transfer.) Then the progress thread alone, with no thread waiting, must carry the
-// put to completion, and a small get posted behind it completes too.
-TEST(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
-  RmaPair p = make_pair({.pin_mode = PinMode::kOff});
+// put to completion, and a small get posted behind it completes too. With same-host
+// pulls (the two contexts are one process) posting announces at most the pull window
+// and copies nothing; the target reads the rest out of the source as it goes.
+class RmaPosting : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
+  const bool pulls = GetParam();
+  RmaPair p = make_pair({.pin_mode = PinMode::kOff, .same_host_pulls = pulls});
   ASSERT_TRUE(p.init && p.target);
+  if (pulls) {
+    // A round trip each way: the target's answer to the initiator's HOST (it can read
+    // the initiator) is on the control stream before the second message.
+    std::array<std::byte, 4> there{}, back_here{};
+    Request r = p.target->recv(there, Tag{1});
+    ASSERT_TRUE(p.init->send(there, Tag{1}).wait(30s).is_ok());
+    ASSERT_TRUE(r.wait(30s).is_ok());
+    r = p.init->recv(back_here, Tag{2});
+    ASSERT_TRUE(p.target->send(back_here, Tag{2}).wait(30s).is_ok());
+    ASSERT_TRUE(r.wait(30s).is_ok());
+  }
   constexpr size_t kSize = size_t{1} << 30;
   ZeroMapping target(kSize), source(kSize);
   const auto head = pattern(1 << 20, 21);
@@ -1370,7 +1389,12 @@ TEST(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
   const uint64_t posted = p.init->stats().chunks_sent - before;
   EXPECT_FALSE(put.done());
   EXPECT_GE(posted, 1u) << "the posting thread sent nothing itself";
-  EXPECT_LE(posted, p.init->data_streams()) << "posting wrote more than one round of chunks";
+  if (pulls) {
+    EXPECT_LE(posted, detail::ChunkScheduler::kPullWindow) << "posting announced more than the pull window";
+    EXPECT_EQ(p.init->stats().chunks_pulled - before, posted);
+  } else {
+    EXPECT_LE(posted, p.init->data_streams()) << "posting wrote more than one round of chunks";
+  }
   std::vector<std::byte> back(64);
   Request get = p.init->get(back, region->remote_key(), 0);
   engine->start();
@@ -1383,7 +1407,12 @@ TEST(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
   ASSERT_TRUE(get.wait(0s).is_ok()) << get.wait(0s).to_string();
   EXPECT_EQ(std::memcmp(target.data(), head.data(), head.size()), 0);
   EXPECT_EQ(std::memcmp(target.data() + kSize - head.size(), head.data(), head.size()), 0);
+  EXPECT_EQ(p.target->stats().bytes_pulled, pulls ? kSize : 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(SameHost, RmaPosting, ::testing::Values(false, true), [](const auto& param_info) {
+  return param_info.param ? std::string("Pulled") : std::string("OverTcp");
+});
 
 // --- deregistration, close and peer failure with operations in flight ---------------
 

@@ -1,12 +1,14 @@
 // tests/wire/frame_test.cc — control-frame codec against docs/protocol.md: golden bytes,
 // round trips, truncation and every malformed frame kind, for the two-sided frames
-// (EAGER..GOODBYE) and the one-sided ones (PUT, GET, ATOMIC, RESP, CHUNK kinds).
+// (EAGER..GOODBYE), the one-sided ones (PUT, GET, ATOMIC, RESP, CHUNK kinds) and the
+// same-host ones (HOST, PULL, PULLED).
 #include "wire/frame.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
@@ -80,9 +82,17 @@ bool same_frame(const Frame& a, const Frame& b) {
                  same_bytes(x.payload, y.payload) && x.has_crc == y.has_crc && x.crc == y.crc;
         } else if constexpr (std::is_same_v<T, AbortFrame>) {
           return x.id == y.id && x.kind == y.kind && x.code == y.code;
-        } else {
-          static_assert(std::is_same_v<T, HeartbeatFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, HeartbeatFrame>) {
           return x.seq == y.seq && x.reply == y.reply;
+        } else if constexpr (std::is_same_v<T, HostFrame>) {
+          return x.pid == y.pid && x.boot_id == y.boot_id && x.netns == y.netns &&
+                 x.probe_address == y.probe_address && x.probe_value == y.probe_value && x.can_pull == y.can_pull;
+        } else if constexpr (std::is_same_v<T, PullFrame>) {
+          return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.address == y.address &&
+                 x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc;
+        } else {
+          static_assert(std::is_same_v<T, PulledFrame>, "same_frame: a frame type is not compared");
+          return x.recv_id == y.recv_id && x.length == y.length && x.kind == y.kind;
         }
       },
       a);
@@ -125,6 +135,15 @@ const Bytes kKeyWire = bytes({0x40, 0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47,  /
                               0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57,  //
                               0x58, 0x59, 0x5A, 0x5B, 0x5C, 0x5D, 0x5E, 0x5F,  //
                               0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67});
+
+// HOST carries the sender's boot id as 16 bytes that wire/ does not interpret.
+std::array<std::byte, 16> test_boot_id() {
+  std::array<std::byte, 16> id;
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<std::byte>(0xB0 + i);
+  return id;
+}
+const Bytes kBootIdWire = bytes({0xB0, 0xB1, 0xB2, 0xB3, 0xB4, 0xB5, 0xB6, 0xB7,  //
+                                 0xB8, 0xB9, 0xBA, 0xBB, 0xBC, 0xBD, 0xBE, 0xBF});
 
 std::vector<Golden> goldens() {
   return {
@@ -362,6 +381,67 @@ std::vector<Golden> goldens() {
        HeartbeatFrame{.seq = 1, .reply = true},
        bytes({0x0C, 0x01, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 12, REPLY, body 8
               0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // seq echoed from the probe
+      // --- same-host pulls ---
+      {"host",
+       HostFrame{.pid = 0x01020304, .boot_id = test_boot_id(), .netns = 0x1112131415161718,
+                 .probe_address = 0x2122232425262728, .probe_value = 0x3132333435363738, .can_pull = false},
+       concat({bytes({0x0D, 0x00, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,   // type 13, an ident, body 48
+                      0x04, 0x03, 0x02, 0x01,                           // pid
+                      0x00, 0x00, 0x00, 0x00}),                         // reserved
+               kBootIdWire,                                              // boot_id
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // netns
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // probe_address
+                      0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31})})},  // probe_value
+      {"host_can_pull",
+       HostFrame{.pid = kMaxU32, .boot_id = test_boot_id(), .netns = 0xF0000001, .probe_address = 0x00007F0012345678,
+                 .probe_value = kMaxU64, .can_pull = true},
+       concat({bytes({0x0D, 0x01, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,   // type 13, CAN_PULL, body 48
+                      0xFF, 0xFF, 0xFF, 0xFF,                           // pid
+                      0x00, 0x00, 0x00, 0x00}),                         // reserved
+               kBootIdWire,                                              // boot_id
+               bytes({0x01, 0x00, 0x00, 0xF0, 0x00, 0x00, 0x00, 0x00,   // netns
+                      0x78, 0x56, 0x34, 0x12, 0x00, 0x7F, 0x00, 0x00,   // probe_address
+                      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})})},  // probe_value
+      {"pull",
+       PullFrame{.recv_id = 0x0102030405060708, .offset = 0x1112131415161718, .length = 0x21222324,
+                 .address = 0x3132333435363738},
+       bytes({0x0E, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,  // type 14, kind 0 (message), body 32
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // recv_id
+              0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // offset
+              0x24, 0x23, 0x22, 0x21,                          // length
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31})},  // address in the sender
+      {"pull_put",
+       PullFrame{.recv_id = 7, .offset = 0x10000, .length = 0x8000, .address = 0x00007F0000011000,
+                 .kind = ChunkKind::kPut},
+       bytes({0x0E, 0x01, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,  // type 14, kind 1 (put data), body 32
+              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the initiator's PUT op_id
+              0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
+              0x00, 0x80, 0x00, 0x00,                          // length
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x10, 0x01, 0x00, 0x00, 0x7F, 0x00, 0x00})},  // address
+      {"pull_crc",
+       PullFrame{.recv_id = 3, .offset = 0, .length = 5, .address = 0x1000, .kind = ChunkKind::kPut, .has_crc = true,
+                 .crc = 0x01020304},
+       bytes({0x0E, 0x81, 0x00, 0x00, 0x24, 0x00, 0x00, 0x00,  // type 14, CRC | kind 1, body 32 + 4
+              0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
+              0x05, 0x00, 0x00, 0x00,                          // length
+              0x00, 0x00, 0x00, 0x00,                          // reserved
+              0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // address
+              0x04, 0x03, 0x02, 0x01})},                       // crc of the chunk's bytes
+      {"pulled",
+       PulledFrame{.recv_id = 0x0102030405060708, .length = 0x21222324},
+       bytes({0x0F, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 15, kind 0 (message), body 16
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // recv_id
+              0x24, 0x23, 0x22, 0x21,                          // length
+              0x00, 0x00, 0x00, 0x00})},                       // reserved
+      {"pulled_put",
+       PulledFrame{.recv_id = 7, .length = 0x8000, .kind = ChunkKind::kPut},
+       bytes({0x0F, 0x01, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 15, kind 1 (put data), body 16
+              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the PULL's
+              0x00, 0x80, 0x00, 0x00,                          // length = the PULL's
+              0x00, 0x00, 0x00, 0x00})},                       // reserved
   };
 }
 
@@ -511,7 +591,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 13, 0x80, 0xFF}) {
+  for (int type : {0, 16, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -529,6 +609,9 @@ uint8_t defined_flags(std::byte type) {
     case FrameType::kPut: return 0x83;    // NOTIFY | INLINE | CRC
     case FrameType::kResp: return 0x81;   // INLINE | CRC
     case FrameType::kHeartbeat: return 0x01;  // REPLY
+    case FrameType::kHost: return 0x01;       // CAN_PULL
+    case FrameType::kPull: return 0x83;       // the kind (3 is refused: SameHostReject), CRC
+    case FrameType::kPulled: return 0x03;     // the kind; no CRC
     default: return 0x00;
   }
 }
@@ -570,7 +653,9 @@ TEST(FrameReject, FixedBodyLengthMismatch) {
                         Case{"chunk_get", "CHUNK", 24}, Case{"put", "PUT", 72}, Case{"put_notify", "PUT", 72},
                         Case{"get", "GET", 64}, Case{"atomic_fetch_add", "ATOMIC", 80},
                         Case{"atomic_compare_swap", "ATOMIC", 80}, Case{"resp", "RESP", 24},
-                        Case{"resp_atomic", "RESP", 24}}) {
+                        Case{"resp_atomic", "RESP", 24}, Case{"host", "HOST", 48}, Case{"host_can_pull", "HOST", 48}, Case{"pull", "PULL", 32},
+                        Case{"pull_put", "PULL", 32}, Case{"pull_crc", "PULL", 36}, Case{"pulled", "PULLED", 16},
+                        Case{"pulled_put", "PULLED", 16}}) {
     SCOPED_TRACE(c.golden);
     for (uint32_t len : {uint32_t{0}, c.expected - 1, c.expected + 1, uint32_t{0x01000000}, kMaxU32}) {
       Bytes wire = golden(c.golden);
@@ -649,12 +734,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x0D};
+  bad[0] = std::byte{0x10};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 13");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 16");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -689,7 +774,10 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kResp), "RESP");
   EXPECT_EQ(to_string(FrameType::kAbort), "ABORT");
   EXPECT_EQ(to_string(FrameType::kHeartbeat), "HEARTBEAT");
-  EXPECT_EQ(to_string(static_cast<FrameType>(13)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kHost), "HOST");
+  EXPECT_EQ(to_string(FrameType::kPull), "PULL");
+  EXPECT_EQ(to_string(FrameType::kPulled), "PULLED");
+  EXPECT_EQ(to_string(static_cast<FrameType>(16)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -709,6 +797,12 @@ TEST(FrameSizes, MatchProtocolDoc) {
   EXPECT_EQ(encoded_size(RespFrame{}), 32u);
   EXPECT_EQ(encoded_size(RespFrame{.inline_data = true, .payload = kEagerPayload}), 35u);
   EXPECT_EQ(encoded_size(AbortFrame{}), 24u);
+  EXPECT_EQ(encoded_size(HeartbeatFrame{}), 16u);
+  EXPECT_EQ(encoded_size(HostFrame{}), 56u);
+  EXPECT_EQ(encoded_size(HostFrame{.can_pull = true}), 56u);
+  EXPECT_EQ(encoded_size(PullFrame{}), 40u);
+  EXPECT_EQ(encoded_size(PullFrame{.has_crc = true}), 44u);
+  EXPECT_EQ(encoded_size(PulledFrame{}), 24u);
   EXPECT_EQ(kMaxFixedFrameSize, 88u);  // ATOMIC
 }
 
@@ -1043,6 +1137,250 @@ TEST(AbortFrame, RefusesCodesThatAreNotErrorsAndNonzeroReserved) {
   Bytes kind3 = golden("abort");
   kind3[1] = std::byte{0x03};
   expect_protocol_error(kind3, "ABORT frame: unknown kind 3");
+}
+
+// --- same-host pulls: HOST, PULL, PULLED ----------------------------------------------
+
+// Byte offsets in the whole frame (header included), as docs/protocol.md lays them out.
+constexpr size_t kHostPidAt = kFrameHeaderSize + 0;
+constexpr size_t kHostReservedAt = kFrameHeaderSize + 4;
+constexpr size_t kHostBootIdAt = kFrameHeaderSize + 8;
+constexpr size_t kHostNetnsAt = kFrameHeaderSize + 24;
+constexpr size_t kHostProbeAddressAt = kFrameHeaderSize + 32;
+constexpr size_t kHostProbeValueAt = kFrameHeaderSize + 40;
+constexpr size_t kPullRecvIdAt = kFrameHeaderSize + 0;
+constexpr size_t kPullOffsetAt = kFrameHeaderSize + 8;
+constexpr size_t kPullLengthAt = kFrameHeaderSize + 16;
+constexpr size_t kPullReservedAt = kFrameHeaderSize + 20;
+constexpr size_t kPullAddressAt = kFrameHeaderSize + 24;
+constexpr size_t kPullCrcAt = kFrameHeaderSize + 32;
+constexpr size_t kPulledRecvIdAt = kFrameHeaderSize + 0;
+constexpr size_t kPulledLengthAt = kFrameHeaderSize + 8;
+constexpr size_t kPulledReservedAt = kFrameHeaderSize + 12;
+
+constexpr ChunkKind kEveryKind[] = {ChunkKind::kMessage, ChunkKind::kPut, ChunkKind::kGet};
+
+template <typename T>
+T decode_as(const Bytes& wire) {
+  auto r = decode_frame(wire, kLimits);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return T{};
+  EXPECT_EQ(r->consumed, wire.size());
+  EXPECT_TRUE(std::holds_alternative<T>(r->frame)) << "type " << r->frame.index() + 1;
+  return std::holds_alternative<T>(r->frame) ? std::get<T>(r->frame) : T{};
+}
+
+std::string reserved_message(const char* frame, size_t byte) {
+  char value[16];
+  std::snprintf(value, sizeof value, "0x%08x", 0x80u << (8 * byte));
+  return std::string(frame) + " frame: reserved " + value + ", must be 0";
+}
+
+TEST(SameHostRoundTrip, HostEveryFieldAndCanPull) {
+  std::array<std::byte, 16> ones;
+  ones.fill(std::byte{0xFF});
+  for (bool can_pull : {false, true}) {
+    for (const auto& boot_id : {std::array<std::byte, 16>{}, test_boot_id(), ones}) {
+      for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{0x8000000000000000}, kMaxU64}) {
+        expect_round_trip(HostFrame{.pid = static_cast<uint32_t>(v >> 32), .boot_id = boot_id, .netns = v,
+                                    .probe_address = kMaxU64 - v, .probe_value = v, .can_pull = can_pull});
+        expect_round_trip(HostFrame{.pid = static_cast<uint32_t>(v), .boot_id = boot_id, .netns = kMaxU64 - v,
+                                    .probe_address = v, .probe_value = kMaxU64 - v, .can_pull = can_pull});
+      }
+    }
+  }
+}
+
+TEST(SameHostRoundTrip, PullEveryKindWithAndWithoutCrc) {
+  for (ChunkKind kind : kEveryKind) {
+    for (bool crc : {false, true}) {
+      for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{0x8000000000000000}, kMaxU64}) {
+        SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + (crc ? " crc " : " ") + std::to_string(v));
+        expect_round_trip(PullFrame{.recv_id = v, .offset = v, .length = 1, .address = kMaxU64 - v, .kind = kind,
+                                    .has_crc = crc, .crc = crc ? static_cast<uint32_t>(v) : 0});
+        expect_round_trip(PullFrame{.recv_id = kMaxU64 - v, .offset = kMaxU64 - v, .length = kMaxU32, .address = v,
+                                    .kind = kind, .has_crc = crc, .crc = crc ? kMaxU32 : 0});
+      }
+    }
+  }
+}
+
+TEST(SameHostRoundTrip, PulledEveryKind) {
+  for (ChunkKind kind : kEveryKind) {
+    for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{0x8000000000000000}, kMaxU64}) {
+      expect_round_trip(PulledFrame{.recv_id = v, .length = 1, .kind = kind});
+      expect_round_trip(PulledFrame{.recv_id = kMaxU64 - v, .length = kMaxU32, .kind = kind});
+      expect_round_trip(PulledFrame{.recv_id = v, .length = static_cast<uint32_t>(v | 1), .kind = kind});
+    }
+  }
+}
+
+// Each field of the three frames sits at the offset docs/protocol.md gives it: a value
+// written there by hand comes out in that field, and in no other.
+TEST(SameHostLayout, EachFieldAtItsDocumentedOffset) {
+  {
+    Bytes wire = golden("host");
+    put_le(wire, kHostPidAt, 0xA0A1A2A3, 4);
+    put_le(wire, kHostBootIdAt, 0xC0C1C2C3C4C5C6C7, 8);
+    put_le(wire, kHostBootIdAt + 8, 0xD0D1D2D3D4D5D6D7, 8);
+    put_le(wire, kHostNetnsAt, 0xE0E1E2E3E4E5E6E7, 8);
+    put_le(wire, kHostProbeAddressAt, 0xF0F1F2F3F4F5F6F7, 8);
+    put_le(wire, kHostProbeValueAt, 0x9091929394959697, 8);
+    const HostFrame f = decode_as<HostFrame>(wire);
+    EXPECT_EQ(f.pid, 0xA0A1A2A3u);
+    EXPECT_EQ(f.boot_id[0], std::byte{0xC7});   // byte 0 of the boot id is the frame's byte 16
+    EXPECT_EQ(f.boot_id[7], std::byte{0xC0});
+    EXPECT_EQ(f.boot_id[8], std::byte{0xD7});
+    EXPECT_EQ(f.boot_id[15], std::byte{0xD0});
+    EXPECT_EQ(f.netns, 0xE0E1E2E3E4E5E6E7u);
+    EXPECT_EQ(f.probe_address, 0xF0F1F2F3F4F5F6F7u);
+    EXPECT_EQ(f.probe_value, 0x9091929394959697u);
+    EXPECT_FALSE(f.can_pull);
+  }
+  {
+    Bytes wire = golden("pull_crc");
+    put_le(wire, kPullRecvIdAt, 0xA0A1A2A3A4A5A6A7, 8);
+    put_le(wire, kPullOffsetAt, 0xB0B1B2B3B4B5B6B7, 8);
+    put_le(wire, kPullLengthAt, 0xC0C1C2C3, 4);
+    put_le(wire, kPullAddressAt, 0xD0D1D2D3D4D5D6D7, 8);
+    put_le(wire, kPullCrcAt, 0xE0E1E2E3, 4);
+    const PullFrame f = decode_as<PullFrame>(wire);
+    EXPECT_EQ(f.recv_id, 0xA0A1A2A3A4A5A6A7u);
+    EXPECT_EQ(f.offset, 0xB0B1B2B3B4B5B6B7u);
+    EXPECT_EQ(f.length, 0xC0C1C2C3u);
+    EXPECT_EQ(f.address, 0xD0D1D2D3D4D5D6D7u);
+    EXPECT_EQ(f.kind, ChunkKind::kPut);
+    EXPECT_TRUE(f.has_crc);
+    EXPECT_EQ(f.crc, 0xE0E1E2E3u);
+    EXPECT_EQ(wire.size(), kFrameHeaderSize + kPullBodySize + kCrcSize);
+  }
+  {
+    Bytes wire = golden("pulled_put");
+    put_le(wire, kPulledRecvIdAt, 0xA0A1A2A3A4A5A6A7, 8);
+    put_le(wire, kPulledLengthAt, 0xB0B1B2B3, 4);
+    const PulledFrame f = decode_as<PulledFrame>(wire);
+    EXPECT_EQ(f.recv_id, 0xA0A1A2A3A4A5A6A7u);
+    EXPECT_EQ(f.length, 0xB0B1B2B3u);
+    EXPECT_EQ(f.kind, ChunkKind::kPut);
+  }
+}
+
+// The encoder writes only what the layout can carry: a crc without its flag is not sent.
+TEST(SameHostEncode, PullCrcOnlyWithItsFlag) {
+  const Bytes wire = encode_to_vector(PullFrame{.recv_id = 0x0102030405060708, .offset = 0x1112131415161718,
+                                                .length = 0x21222324, .address = 0x3132333435363738,
+                                                .has_crc = false, .crc = 0xDEADBEEF});
+  EXPECT_EQ(wire, golden("pull"));
+}
+
+TEST(SameHostReject, PullAndPulledKindThree) {
+  for (const char* name : {"pull", "pull_put", "pull_crc"}) {
+    SCOPED_TRACE(name);
+    Bytes wire = golden(name);
+    wire[1] = (wire[1] & std::byte{0x80}) | std::byte{0x03};  // the CRC flag kept as it was
+    expect_protocol_error(wire, "PULL frame: unknown kind 3");
+    // Kind 3 can never be valid: refused as soon as the flags byte is in.
+    expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "PULL frame: unknown kind 3");
+  }
+  for (const char* name : {"pulled", "pulled_put"}) {
+    SCOPED_TRACE(name);
+    Bytes wire = golden(name);
+    wire[1] = std::byte{0x03};
+    expect_protocol_error(wire, "PULLED frame: unknown kind 3");
+    expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "PULLED frame: unknown kind 3");
+  }
+}
+
+TEST(SameHostReject, UndefinedFlagBits) {
+  // HOST defines CAN_PULL (0x01) alone; PULL its kind and CRC; PULLED its kind alone.
+  struct Case {
+    const char* golden;
+    const char* name;
+    uint8_t defined;
+  };
+  for (const Case& c : {Case{"host", "HOST", 0x01}, Case{"pull", "PULL", 0x83}, Case{"pulled", "PULLED", 0x03}}) {
+    for (int flags = 0; flags < 256; ++flags) {
+      if ((flags & ~c.defined) == 0) continue;
+      SCOPED_TRACE(std::string(c.golden) + " flags " + std::to_string(flags));
+      Bytes wire = golden(c.golden);
+      wire[1] = static_cast<std::byte>(flags);
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", flags);
+      const std::string message = std::string(c.name) + " frame: flags " + hex + " has undefined bits";
+      expect_protocol_error(wire, message);
+      expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), message);
+    }
+  }
+}
+
+TEST(SameHostReject, PulledCarriesNoCrc) {
+  for (ChunkKind kind : kEveryKind) {
+    const auto flags = static_cast<uint8_t>(kCrcFlag | static_cast<uint8_t>(kind));
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", flags);
+    const std::string message = std::string("PULLED frame: flags ") + hex + " has undefined bits";
+    Bytes wire = golden("pulled");
+    wire[1] = static_cast<std::byte>(flags);
+    expect_protocol_error(wire, message);
+    // Not even with room for a CRC after the body: the flag itself is refused.
+    wire.insert(wire.end(), {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}});
+    put_le(wire, 4, kPulledBodySize + kCrcSize, 4);
+    expect_protocol_error(wire, message);
+    expect_protocol_error(header(15, flags, static_cast<uint32_t>(kPulledBodySize + kCrcSize)), message);
+  }
+}
+
+TEST(SameHostReject, PullCrcFlagAndBodyLengthDisagree) {
+  // The flag without the 4 bytes of the CRC, and the 4 bytes without the flag.
+  Bytes wire = golden("pull");
+  wire[1] = std::byte{0x80};
+  expect_protocol_error(wire, "PULL frame: body_length 32, expected 36");
+  expect_protocol_error(Bytes(wire.begin(), wire.begin() + kFrameHeaderSize), "PULL frame: body_length 32, expected 36");
+  wire = golden("pull_crc");
+  wire[1] = std::byte{0x01};
+  expect_protocol_error(wire, "PULL frame: body_length 36, expected 32");
+}
+
+TEST(SameHostReject, ReservedNonzero) {
+  for (size_t i = 0; i < 4; ++i) {
+    for (const char* name : {"host", "host_can_pull"}) {
+      Bytes wire = golden(name);
+      wire[kHostReservedAt + i] = std::byte{0x80};
+      expect_protocol_error(wire, reserved_message("HOST", i));
+    }
+    for (const char* name : {"pull", "pull_put", "pull_crc"}) {
+      Bytes wire = golden(name);
+      wire[kPullReservedAt + i] = std::byte{0x80};
+      expect_protocol_error(wire, reserved_message("PULL", i));
+    }
+    for (const char* name : {"pulled", "pulled_put"}) {
+      Bytes wire = golden(name);
+      wire[kPulledReservedAt + i] = std::byte{0x80};
+      expect_protocol_error(wire, reserved_message("PULLED", i));
+    }
+  }
+}
+
+TEST(SameHostReject, LengthZero) {
+  for (ChunkKind kind : kEveryKind) {
+    for (bool crc : {false, true}) {
+      const Bytes wire = encode_to_vector(PullFrame{.recv_id = 1, .offset = 0, .length = 0, .address = 0x1000,
+                                                    .kind = kind, .has_crc = crc, .crc = 0});
+      expect_protocol_error(wire, "PULL frame: length 0 (chunks are never empty)");
+    }
+    expect_protocol_error(encode_to_vector(PulledFrame{.recv_id = 1, .length = 0, .kind = kind}),
+                          "PULLED frame: length 0 (chunks are never empty)");
+  }
+  for (const char* name : {"pull", "pull_put", "pull_crc"}) {
+    Bytes wire = golden(name);
+    put_le(wire, kPullLengthAt, 0, 4);
+    expect_protocol_error(wire, "PULL frame: length 0");
+  }
+  for (const char* name : {"pulled", "pulled_put"}) {
+    Bytes wire = golden(name);
+    put_le(wire, kPulledLengthAt, 0, 4);
+    expect_protocol_error(wire, "PULLED frame: length 0");
+  }
 }
 
 }  // namespace

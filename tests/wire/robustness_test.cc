@@ -62,7 +62,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(12)) {
+    switch (below(15)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -114,6 +114,33 @@ class Generator {
         break;
       }
       case 11: f = HeartbeatFrame{.seq = interesting_u64(), .reply = coin(2)}; break;
+      case 12: {
+        HostFrame host{.pid = static_cast<uint32_t>(interesting_u64()),
+                       .boot_id = {},
+                       .netns = interesting_u64(),
+                       .probe_address = interesting_u64(),
+                       .probe_value = interesting_u64(),
+                       .can_pull = coin(2)};
+        for (auto& b : host.boot_id) b = byte();
+        f = host;
+        break;
+      }
+      case 13: {
+        const bool crc = coin(2);
+        f = PullFrame{.recv_id = interesting_u64(),
+                      .offset = interesting_u64(),
+                      .length = static_cast<uint32_t>(interesting_u64() | 1),
+                      .address = interesting_u64(),
+                      .kind = static_cast<ChunkKind>(below(3)),
+                      .has_crc = crc,
+                      .crc = crc ? static_cast<uint32_t>(interesting_u64()) : 0};
+        break;
+      }
+      case 14:
+        f = PulledFrame{.recv_id = interesting_u64(),
+                        .length = static_cast<uint32_t>(interesting_u64() | 1),
+                        .kind = static_cast<ChunkKind>(below(3))};
+        break;
       case 10:
         f = AbortFrame{.id = interesting_u64(),
                        .kind = static_cast<ChunkKind>(below(3)),
@@ -207,7 +234,7 @@ class Generator {
           if (b.size() >= 8) b[4 + below(4)] = coin(2) ? std::byte{0xFF} : std::byte{0x00};
           break;
         default:
-          if (!b.empty()) b[below(b.size())] = static_cast<std::byte>(below(12));  // small values: types, statuses, kinds
+          if (!b.empty()) b[below(b.size())] = static_cast<std::byte>(below(16));  // small values: types, statuses, kinds
           break;
       }
     }

@@ -58,6 +58,20 @@ inline std::string check_rma_rules(const Frame& frame, std::span<const std::byte
   return "";
 }
 
+/// Rules of the same-host frames (docs/protocol.md, "Same-host pulls"): PULL and PULLED
+/// name a kind 0..2 and are never empty, a PULLED never carries a CRC.
+inline std::string check_same_host_rules(const Frame& frame) {
+  if (const auto* pull = std::get_if<PullFrame>(&frame)) {
+    if (static_cast<uint8_t>(pull->kind) > static_cast<uint8_t>(ChunkKind::kGet)) return "PULL with kind > 2";
+    if (pull->length == 0) return "empty PULL";
+    if (!pull->has_crc && pull->crc != 0) return "PULL with a CRC value but no CRC flag";
+  } else if (const auto* pulled = std::get_if<PulledFrame>(&frame)) {
+    if (static_cast<uint8_t>(pulled->kind) > static_cast<uint8_t>(ChunkKind::kGet)) return "PULLED with kind > 2";
+    if (pulled->length == 0) return "empty PULLED";
+  }
+  return "";
+}
+
 inline std::string check_frame_invariants(std::span<const std::byte> in, const DecodeLimits& limits) {
   auto r = decode_frame(in, limits);
   if (!r.is_ok()) {
@@ -84,6 +98,7 @@ inline std::string check_frame_invariants(std::span<const std::byte> in, const D
     if (!bad.empty()) return bad;
   }
   if (const std::string bad = check_rma_rules(d.frame, in, limits); !bad.empty()) return bad;
+  if (const std::string bad = check_same_host_rules(d.frame); !bad.empty()) return bad;
   std::vector<std::byte> out(d.consumed + 1);
   if (encode(d.frame, out) != d.consumed) return "encode returned a different size";
   if (!std::equal(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(d.consumed), in.begin())) {
