@@ -374,6 +374,7 @@ void ChunkScheduler::read(Stream& s, uint16_t index, const std::function<std::st
             wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(length), .kind = c.kind});
       }
       s.rxq.pop_front();
+      if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
       finish_chunk(t, start, length, has_crc, crc);
       if (epoch != epoch_) return;
     }

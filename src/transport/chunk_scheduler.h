@@ -174,6 +174,11 @@ class ChunkScheduler {
                           std::optional<uint32_t> crc = std::nullopt);
   /// Reads the queued PULLs out of the peer's memory, answering each once read.
   void read_pulls();
+  /// The control stream ended: the peer's sends and puts whose PULLs this side has not
+  /// read yet did not complete there, and their memory may be reused by now. Each such
+  /// chunk read from now on fails its transfer with `why` (nothing pulled after the
+  /// peer's end completes an operation here).
+  void distrust_pulls(const Status& why) { distrust_ = why; }
   /// A PULLED frame: the peer read the oldest PULL this side has not seen answered.
   /// "" or the violation (nothing unanswered, or another chunk).
   std::string pulled(wire::ChunkKind kind, uint64_t recv_id, uint64_t length);
@@ -249,6 +254,7 @@ class ChunkScheduler {
   PullIn* pull_in_ = nullptr;      // pulls_in_.in, when enabled
   uint64_t chunks_pulled_ = 0;
   uint64_t bytes_pulled_ = 0;
+  Status distrust_;  // distrust_pulls
 };
 
 }  // namespace remora::detail

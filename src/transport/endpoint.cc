@@ -707,6 +707,12 @@ void EndpointCore::handle_control_eof(const Status& why) {
     return;
   }
   chunks_.redirect([](const RxTransfer& t) { return t.kind != wire::ChunkKind::kMessage; }, &drain_);
+  // A PULL not read yet belongs to a send that did not complete at the peer (it
+  // completes at its PULLED): its memory is the peer's again, and what it holds now is
+  // not the message.
+  chunks_.distrust_pulls(Status(StatusCode::kPeerFailed, "peer " + params_.peer +
+                                                             " ended the endpoint before this side read a chunk "
+                                                             "out of its memory (same-host pull)"));
   engine_->remove(control_.get(), control_hid_);
   control_.reset();
   state_ = State::kDraining;

@@ -412,10 +412,15 @@ uint64_t loopback_rx_bytes() {
 }
 
 TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
-  // SIGPIPE must not kill this process, and the send must fail, not hang.
+  // SIGPIPE must not kill this process, and the send must fail, not hang. Over TCP
+  // (same-host pulls off here, so the peer writes nothing to read out of us).
   const uint64_t size = uint64_t{1} << 30;  // mmap'd zero pages: cheap in every build
-  auto ctx = make_context(2);
-  ASSERT_TRUE(ctx);
+  ContextOptions options;
+  options.streams_per_endpoint = 2;
+  options.same_host_pulls = false;
+  auto made = Context::create(options);
+  ASSERT_TRUE(made) << describe(made.status());
+  auto ctx = std::move(made).value();
   GuardedBuffer buf(size);  // content does not matter here: the receiver dies
   ASSERT_TRUE(buf.ok());
   PeerSession sess = start_listening_peer(*ctx, {"--scenario=big-recv", "--size=" + std::to_string(size),
@@ -436,6 +441,34 @@ TEST(Lifecycle, PeerKilledWhileWeWriteALargeMessage) {
   sess.peer->signal(SIGSTOP);
   ASSERT_FALSE(r.done()) << "the 1 GiB send finished before the receiver was stopped; " << describe(r.wait(0s));
   ASSERT_GT(sess.ep->stats().chunks_sent, 0u) << "no chunks sent within 30 s";
+  EXPECT_EQ(sess.ep->stats().chunks_pulled, 0u);
+  EXPECT_EQ(r.wait(200ms).code(), StatusCode::kTimeout) << "the send completed while the receiver was stopped";
+  sess.peer->kill_and_reap();
+  const Status s = r.wait(30s);
+  EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << describe(s);
+  EXPECT_TRUE(sess.ep->failed());
+}
+
+TEST(Lifecycle, PeerKilledWhileItPullsALargeMessageOutOfUs) {
+  // Same-host pulls: the receiver reads the message out of our memory, 8 chunks at a
+  // time, and the send completes only at the last PULLED. Stopped mid-transfer, then
+  // killed: the send fails with peer_failed, it does not hang. (Here the transfer needs
+  // hundreds of PULL round trips, so stopping it once the first chunks went cannot miss.)
+  const uint64_t size = uint64_t{1} << 30;
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  GuardedBuffer buf(size);
+  ASSERT_TRUE(buf.ok());
+  PeerSession sess =
+      start_listening_peer(*ctx, {"--scenario=big-recv", "--size=" + std::to_string(size), "--close=none"});
+  ASSERT_TRUE(sess.ep);
+  Request r = sess.ep->send(buf.span(), Tag{9});
+  const auto deadline = Clock::now() + 30s;
+  while (sess.ep->stats().chunks_pulled == 0 && !r.done() && Clock::now() < deadline) std::this_thread::yield();
+  sess.peer->signal(SIGSTOP);
+  ASSERT_FALSE(r.done()) << "the 1 GiB send finished before the receiver was stopped; " << describe(r.wait(0s));
+  ASSERT_GT(sess.ep->stats().chunks_pulled, 0u)
+      << "no chunk announced as a pull within 30 s: " << sess.ep->stats().same_host_reason;
   EXPECT_EQ(r.wait(200ms).code(), StatusCode::kTimeout) << "the send completed while the receiver was stopped";
   sess.peer->kill_and_reap();
   const Status s = r.wait(30s);

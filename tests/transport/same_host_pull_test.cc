@@ -164,6 +164,30 @@ TEST(SameHostPulls, APullOfUnmappedMemoryFailsTheDataPathWithTheKernelsErrno) {
   EXPECT_EQ(got, std::vector<std::byte>(page, std::byte{0x5A}));
 }
 
+TEST(SameHostPulls, APullReadAfterThePeerEndedFailsItsTransfer) {
+  // A PULL the peer announced before its control stream ended, read after: the send it
+  // belongs to did not complete at the peer, so the bytes read are not the message.
+  Link link;
+  link.rx.enable_pull_rx(::getpid());
+  const auto data = pattern(2000, 12);
+  std::vector<std::byte> got(data.size());
+  HostSink sink(got.data());
+  RxTransfer in;
+  in.id = 1;
+  in.length = data.size();
+  in.sink = &sink;
+  const uint64_t there = reinterpret_cast<uintptr_t>(data.data());
+  ASSERT_EQ(link.rx.expect_pull(&in, 0, 1000, there), "");
+  link.rx.read_pulls();
+  EXPECT_TRUE(in.failure.is_ok());
+  ASSERT_EQ(link.rx.expect_pull(&in, 1000, 1000, there + 1000), "");
+  link.rx.distrust_pulls(Status(StatusCode::kPeerFailed, "the peer ended"));
+  link.rx.read_pulls();
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_EQ(link.rx_owner.received_ids[0].second.code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(link.rx_owner.received_ids[0].second.message(), "the peer ended");
+}
+
 TEST(SameHostPulls, SourcesThatAreNotHostMemoryStayOnTheStreams) {
   Link link;
   link.tx.enable_pull_tx();

@@ -1,0 +1,67 @@
+// Same-host pulls between two real processes (docs/protocol.md, "Same-host pulls").
+// The loopback exchange (exchange_test.cc) shows them used and turned off; here a peer
+// the kernel's namespaces make another process's pid: remora_test_peer run as pid 1 of
+// a pid namespace of its own (unshare --pid --fork), on this host's loopback. Neither
+// side can find the other by pid, so each refuses the other's probe and every byte
+// goes over TCP: the random exchange both ways still checks every message byte for
+// byte, and both sides say why they did not pull.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "itest_util.h"
+#include "support/exchange.h"
+
+namespace remora::itest {
+namespace {
+
+TEST(SameHost, APeerInAnotherPidNamespaceIsReadOverTcp) {
+  std::unique_ptr<Context> ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  const uint64_t seed = 77;
+  const size_t count = scaled<size_t>(300, 100);
+  const std::vector<std::string> argv = {"unshare",
+                                         "--pid",
+                                         "--fork",
+                                         "--kill-child",
+                                         REMORA_TEST_PEER_PATH,
+                                         "--role=listen",
+                                         "--address=127.0.0.1:0",
+                                         "--scenario=exchange",
+                                         "--side=1",
+                                         "--seed=" + std::to_string(seed),
+                                         "--count=" + std::to_string(count),
+                                         "--max-size=2097152",
+                                         "--expect-same-host=no",
+                                         "--close=initiate",
+                                         "--max-seconds=120"};
+  // Not spawn_peer: its --parent-pid check cannot see this process from the namespace
+  // (getppid() is 0 there); --kill-child ends the peer with unshare, which dies with us.
+  auto peer = std::make_unique<Process>(Process::Options{.argv = argv, .env = {}, .capture_stderr = false});
+  ASSERT_TRUE(peer->ok()) << peer->error();
+  const uint16_t port = read_port(*peer);
+  ASSERT_NE(port, 0);
+  std::shared_ptr<Endpoint> ep = connect_to(*ctx, port);
+  ASSERT_TRUE(ep);
+
+  PlanOptions po{.seed = seed, .direction = 0, .count = count, .max_size = 2097152, .fixed_size = 0, .tags = 4};
+  const Plan out = make_plan(po);
+  po.direction = 1;
+  const Plan in = make_plan(po);
+  const ExchangeReport rep = run_exchange(*ep, out, in, {});
+  EXPECT_EQ(rep.error, "");
+  EXPECT_EQ(rep.received, count);
+  const EndpointStats st = ep->stats();
+  EXPECT_EQ(st.chunks_pulled, 0u);
+  EXPECT_EQ(st.bytes_pulled, 0u);
+  EXPECT_GT(st.chunks_sent, 0u);
+  // Its pid names another process here, or none: the probe word is not the peer's.
+  EXPECT_TRUE(st.same_host_reason.find("probe") != std::string::npos) << st.same_host_reason;
+  EXPECT_EQ(close_handshake(*ep, /*initiator=*/false, std::chrono::seconds(30)), "");
+  ep.reset();
+  expect_peer_success(*peer);
+}
+
+}  // namespace
+}  // namespace remora::itest
