@@ -96,10 +96,15 @@ compare_setup() {
 
   [[ -n $streams ]] || streams=$(remora_config streams)
   export REMORA_STREAMS=$streams
+  # iperf3 and sockperf measure loopback TCP: remora is measured on that same path, its
+  # same-host pulls off (they read the peer's memory with no socket in between; set
+  # REMORA_SAME_HOST=auto to see them instead, docs/protocol.md).
+  export REMORA_SAME_HOST=${REMORA_SAME_HOST:-off}
   chunk_bytes=$(remora_config chunk_bytes)
   fallback_len=$((chunk_bytes / 1024))K
   iperf_16m_refused=0
-  echo "$prog: loopback 127.0.0.1, $streams streams, $repeat rounds, ${per}s per reference run" >&2
+  echo "$prog: loopback 127.0.0.1, $streams streams, $repeat rounds, ${per}s per reference run," \
+    "REMORA_SAME_HOST=$REMORA_SAME_HOST" >&2
 
   # Reference servers: started once, idle (0% CPU) while remora runs.
   iperf_port=$(free_port)

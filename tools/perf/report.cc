@@ -206,6 +206,7 @@ void print_demo_report(const DemoReport& report) {
   fmt::print("# latency = half a round trip; bw = size / one-way time; verified = checksums on both sides\n");
   fmt::print("# pool (this process): {}\n", pool_line(report.json["local"]));
   fmt::print("# pool (peer process): {}\n", pool_line(report.json["peer"]));
+  if (const std::string path = path_line(report.json); !path.empty()) fmt::print("# {}\n", path);
 }
 
 std::string memory_line(const nlohmann::json& config) {
@@ -229,6 +230,20 @@ std::string staged_line(const nlohmann::json& report) {
                        ep.value("staged_bytes", uint64_t{0}) >> 20);
   };
   return fmt::format("staged through pinned buffers: here {}, peer {}", side("local"), side("peer"));
+}
+
+std::string path_line(const nlohmann::json& report) {
+  const auto endpoint = [&](const char* which) {
+    return report.value(which, nlohmann::json::object()).value("endpoint", nlohmann::json::object());
+  };
+  const nlohmann::json here = endpoint("local"), peer = endpoint("peer");
+  if (!here.contains("same_host_reason")) return {};
+  const std::string reason = here.value("same_host_reason", std::string());
+  if (!reason.empty()) return "chunks over loopback TCP: " + reason;
+  return fmt::format(
+      "chunks read by same-host pulls: here {} MiB out of the peer's memory, peer {} MiB out of ours "
+      "(REMORA_SAME_HOST=off measures loopback TCP)",
+      here.value("bytes_pulled", uint64_t{0}) >> 20, peer.value("bytes_pulled", uint64_t{0}) >> 20);
 }
 
 void print_p2p_report(const P2pReport& report, const BenchLabels& labels) {
@@ -259,6 +274,7 @@ void print_p2p_report(const P2pReport& report, const BenchLabels& labels) {
   if (rates) fmt::print("# copy rate: each size's host-to-host network rate, measured just before it in this run\n");
   fmt::print("# data checked once per size after the timed part: verified\n");
   fmt::print("# {}\n", staged_line(report.json));
+  if (const std::string path = path_line(report.json); !path.empty()) fmt::print("# {}\n", path);
   print_bench_pools(report.json);
 }
 

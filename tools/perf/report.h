@@ -29,6 +29,10 @@ std::string memory_line(const nlohmann::json& config);
 /// "staged through pinned buffers: here N transfers (M MiB), peer ..." from a report's
 /// "local" and "peer" endpoint counters.
 std::string staged_line(const nlohmann::json& report);
+/// How this side received host-memory chunks: read out of the peer's memory by
+/// same-host pulls (and how much each side read), or over TCP and why; "" when the
+/// report has no endpoint counters.
+std::string path_line(const nlohmann::json& report);
 
 /// Writes `j` (indented, newline-terminated) to `path`; nothing when `path` is empty.
 /// false, after saying so on stderr, when the file cannot be written.

@@ -96,6 +96,19 @@ TEST(Report, MemoryAndStagedLines) {
             "staged through pinned buffers: here 256 transfers (1024 MiB), peer 3 transfers (0 MiB)");
 }
 
+TEST(Report, PathLineSaysWhetherChunksWerePulledOrWentOverTcp) {
+  EXPECT_EQ(path_line({{"local", pool_side()}}), "") << "no endpoint counters: nothing to say";
+  nlohmann::json local = endpoint_side(0, 0), peer = endpoint_side(0, 0);
+  local["endpoint"]["same_host_reason"] = "";
+  local["endpoint"]["bytes_pulled"] = uint64_t{3} << 30;
+  peer["endpoint"]["bytes_pulled"] = uint64_t{5} << 20;
+  EXPECT_EQ(path_line({{"local", local}, {"peer", peer}}),
+            "chunks read by same-host pulls: here 3072 MiB out of the peer's memory, peer 5 MiB out of ours "
+            "(REMORA_SAME_HOST=off measures loopback TCP)");
+  local["endpoint"]["same_host_reason"] = "REMORA_SAME_HOST=off";
+  EXPECT_EQ(path_line({{"local", local}, {"peer", peer}}), "chunks over loopback TCP: REMORA_SAME_HOST=off");
+}
+
 TEST(Report, P2pBandwidthTableOfDeviceMemoryAtTheMeasuredRate) {
   P2pReport r;
   r.mode = P2pMode::kBandwidth;

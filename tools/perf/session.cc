@@ -448,7 +448,9 @@ nlohmann::json endpoint_json(const EndpointStats& s) {
           {"rma_bytes_got", s.rma_bytes_got}, {"served_puts", s.served_puts},
           {"served_gets", s.served_gets},     {"served_atomics", s.served_atomics},
           {"refused", s.refused},             {"notifications", s.notifications},
-          {"staged_bytes", s.staged_bytes},   {"staged_transfers", s.staged_transfers}};
+          {"staged_bytes", s.staged_bytes},   {"staged_transfers", s.staged_transfers},
+          {"chunks_pulled", s.chunks_pulled}, {"bytes_pulled", s.bytes_pulled},
+          {"same_host_reason", s.same_host_reason}};
 }
 
 uint32_t window_slots(size_t size, uint32_t window) {

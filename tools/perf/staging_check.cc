@@ -5,6 +5,7 @@
 // rate, then unlimited. Every measurement is a p2p bw step (drive_p2p_step), so its
 // data is checked on the receiving side and its staged transfers counted.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,11 @@ using namespace internal;  // NOLINT(google-build-using-namespace)
 
 Result<StagingCheckReport> run_staging_check(const PeerOptions& peer, const StagingCheckOptions& o) {
   REMORA_RETURN_IF_ERROR(validate(o));
+  // The bound compares device memory staged over the network with host memory over the
+  // same path. Device memory never goes by same-host pulls, so the host reference must
+  // not either: both sides (the spawned follower inherits this) keep chunks on TCP.
+  // Set before any context or thread of this process exists.
+  if (::setenv("REMORA_SAME_HOST", "off", 1) != 0) return Status(StatusCode::kInternal, "setenv REMORA_SAME_HOST");
   const P2pPlan plan = make_plan(o);
   StagingCheckReport report;
   report.size = o.size;
