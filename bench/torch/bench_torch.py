@@ -17,7 +17,9 @@ backward (gradient allreduce through DDP's buckets) and SGD step. The gradients 
 of DDP's buckets (gradient_as_bucket_view=True, PyTorch's advice for speed: it saves two
 copies of every gradient per step, for both backends alike); --no-bucket-view turns that off.
 Ranks of one host: remora's chunks are read by same-host pulls (REMORA_SAME_HOST=off: over
-loopback TCP, as gloo's); --thp gives every rank PyTorch's huge-page allocator.
+loopback TCP, as gloo's); --thp gives every rank PyTorch's huge-page CPU allocator
+(THP_MEM_ALLOC_ENABLE=1), which speeds up both backends' compute and remora's pulls (the
+kernel pins a huge page where it would walk 512 small ones).
 """
 
 from __future__ import annotations
@@ -118,8 +120,9 @@ def main() -> int:
     parser.add_argument("--bucket-view", action=argparse.BooleanOptionalAction, default=True,
                         help="DDP's gradient_as_bucket_view (default on)")
     parser.add_argument("--thp", action="store_true",
-                        help="C10_THP_MEM_ALLOC_ENABLE=1 for every rank: PyTorch's CPU allocator backs tensors of "
-                             "2 MiB and more with transparent huge pages (both backends alike)")
+                        help="THP_MEM_ALLOC_ENABLE=1 (C10_THP_MEM_ALLOC_ENABLE=1 in newer PyTorch) for every rank: "
+                             "PyTorch's CPU allocator backs tensors of 2 MiB and more with transparent huge pages "
+                             "(both backends alike)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -133,8 +136,8 @@ def main() -> int:
                str(args.pairs), "--ddp-steps", str(args.ddp_steps), "--sizes-mib", *map(str, args.sizes_mib),
                "--bucket-view" if args.bucket_view else "--no-bucket-view"]
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // nproc)))
-        if args.thp:
-            env["C10_THP_MEM_ALLOC_ENABLE"] = "1"
+        if args.thp:  # the variable's name changed between PyTorch versions: set both
+            env["THP_MEM_ALLOC_ENABLE"] = env["C10_THP_MEM_ALLOC_ENABLE"] = "1"
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode != 0:
             print(out.stdout, out.stderr, file=sys.stderr)
@@ -144,8 +147,8 @@ def main() -> int:
     print(f"# remora vs gloo, median of {args.pairs} back-to-back pairs; host: {os.cpu_count()} CPUs")
     # Ranks of one host: remora reads their chunks out of each other's memory unless
     # REMORA_SAME_HOST=off (docs/protocol.md, "Same-host pulls"); gloo uses loopback TCP.
-    print(f"# REMORA_SAME_HOST={os.environ.get('REMORA_SAME_HOST', 'auto')}, "
-          f"C10_THP_MEM_ALLOC_ENABLE={'1' if args.thp else os.environ.get('C10_THP_MEM_ALLOC_ENABLE', 'unset')}")
+    thp = "1" if args.thp else os.environ.get("THP_MEM_ALLOC_ENABLE", "unset")
+    print(f"# REMORA_SAME_HOST={os.environ.get('REMORA_SAME_HOST', 'auto')}, THP_MEM_ALLOC_ENABLE={thp}")
     print(f"{'measure':<28}{'gloo':>12}{'remora':>12}{'remora/gloo':>13}  pair ratios")
     for r in rows:
         ratios = " ".join(f"{x:.2f}" for x in r["ratios"])
