@@ -34,6 +34,17 @@ constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
 
 uint64_t tag_value(Tag t) { return static_cast<uint64_t>(t); }
 
+/// This process's HOST frame (docs/protocol.md, "Same-host pulls").
+wire::HostFrame host_frame(bool can_pull) {
+  const net::HostIdentity me = net::this_host();
+  return wire::HostFrame{.pid = me.pid,
+                         .boot_id = me.boot_id,
+                         .netns = me.netns,
+                         .probe_address = me.probe_address,
+                         .probe_value = me.probe_value,
+                         .can_pull = can_pull};
+}
+
 }  // namespace
 
 EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const Config& config, Params params)
@@ -195,12 +206,7 @@ Status EndpointCore::activate() {
   start_liveness();
   if (same_host_negotiated()) {
     // Who this side is: a peer on the same host may answer that it can read our memory.
-    const net::HostIdentity me = net::this_host();
-    append_frame(wire::HostFrame{.pid = me.pid,
-                                 .boot_id = me.boot_id,
-                                 .netns = me.netns,
-                                 .probe_address = me.probe_address,
-                                 .probe_value = me.probe_value});
+    append_frame(host_frame(/*can_pull=*/false));
     flush_control();
   } else {
     same_host_reason_ = config_.same_host_pulls ? "the peer does not offer same-host pulls (REMORA_SAME_HOST=off there)"
@@ -1109,14 +1115,18 @@ RxTransfer* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
   return nullptr;
 }
 
-void EndpointCore::handle_chunk(const ChunkFrame& f) {
-  RxTransfer* op = find_in(f.kind, f.recv_id);
+RxTransfer* EndpointCore::find_announced(std::string_view frame, wire::ChunkKind kind, uint64_t id) {
+  RxTransfer* op = find_in(kind, id);
   if (op == nullptr) {
     static constexpr const char* kWhat[] = {"receive", "put", "get"};
-    protocol_error(std::string("CHUNK for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
-                   std::to_string(f.recv_id));
-    return;
+    protocol_error(fmt::format("{} for unknown {} id {}", frame, kWhat[static_cast<uint8_t>(kind)], id));
   }
+  return op;
+}
+
+void EndpointCore::handle_chunk(const ChunkFrame& f) {
+  RxTransfer* op = find_announced("CHUNK", f.kind, f.recv_id);
+  if (op == nullptr) return;
   if (std::string violation = chunks_.expect(op, f.stream, f.offset, f.length,
                                              f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt);
       !violation.empty()) {
@@ -1167,23 +1177,12 @@ void EndpointCore::handle_host(const wire::HostFrame& f) {
     return;
   }
   chunks_.enable_pull_rx(static_cast<pid_t>(f.pid));
-  const net::HostIdentity me = net::this_host();
-  append_frame(wire::HostFrame{.pid = me.pid,
-                               .boot_id = me.boot_id,
-                               .netns = me.netns,
-                               .probe_address = me.probe_address,
-                               .probe_value = me.probe_value,
-                               .can_pull = true});
+  append_frame(host_frame(/*can_pull=*/true));
 }
 
 void EndpointCore::handle_pull(const wire::PullFrame& f) {
-  RxTransfer* op = find_in(f.kind, f.recv_id);
-  if (op == nullptr) {
-    static constexpr const char* kWhat[] = {"receive", "put", "get"};
-    protocol_error(std::string("PULL for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
-                   std::to_string(f.recv_id));
-    return;
-  }
+  RxTransfer* op = find_announced("PULL", f.kind, f.recv_id);
+  if (op == nullptr) return;
   if (std::string violation = chunks_.expect_pull(op, f.offset, f.length, f.address,
                                                   f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt);
       !violation.empty()) {

@@ -189,6 +189,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_rts(const wire::RtsFrame& f);
   void handle_cts(const wire::CtsFrame& f);
   void handle_chunk(const wire::ChunkFrame& f);
+  /// The transfer a CHUNK, PULL or ABORT (`frame`) names, or null after failing the
+  /// endpoint with a protocol error naming it.
+  RxTransfer* find_announced(std::string_view frame, wire::ChunkKind kind, uint64_t id);
   void handle_credit(const wire::CreditFrame& f);
   void handle_goodbye(const wire::GoodbyeFrame& f);
   void handle_abort(const wire::AbortFrame& f);

@@ -39,6 +39,18 @@ class StreamOnlySource final : public ChunkSource {
   HostSource host_;
 };
 
+/// A receive of `size` bytes into host memory, id 1, as the endpoint sets one up.
+struct Receive {
+  explicit Receive(size_t size, std::byte fill = std::byte{0}) : got(size, fill), sink(got.data()) {
+    in.id = 1;
+    in.length = size;
+    in.sink = &sink;
+  }
+  std::vector<std::byte> got;
+  HostSink sink;
+  RxTransfer in;
+};
+
 TEST(SameHostPulls, EveryHostChunkGoesAsAPullAndLandsIntact) {
   Link link;
   link.tx.enable_pull_tx();
@@ -121,13 +133,9 @@ TEST(SameHostPulls, APulledThatAnswersAnotherChunkIsAViolation) {
 
 TEST(SameHostPulls, PullsThatBreakTheProtocolAreRefused) {
   Link link;
-  std::vector<std::byte> got(1000);
-  HostSink sink(got.data());
-  RxTransfer in;
-  in.id = 1;
-  in.length = got.size();
-  in.sink = &sink;
-  const uint64_t here = reinterpret_cast<uintptr_t>(got.data());
+  Receive r(1000);
+  RxTransfer& in = r.in;
+  const uint64_t here = reinterpret_cast<uintptr_t>(r.got.data());
   // This side never said it can read the peer.
   EXPECT_EQ(link.rx.expect_pull(&in, 0, 100, here), "PULL to a side that did not say it can read the peer's memory");
   link.rx.enable_pull_rx(::getpid());
@@ -146,13 +154,8 @@ TEST(SameHostPulls, APullOfUnmappedMemoryFailsTheDataPathWithTheKernelsErrno) {
   void* gone = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(gone, MAP_FAILED);
   ASSERT_EQ(::munmap(gone, page), 0);
-  std::vector<std::byte> got(page, std::byte{0x5A});
-  HostSink sink(got.data());
-  RxTransfer in;
-  in.id = 1;
-  in.length = got.size();
-  in.sink = &sink;
-  ASSERT_EQ(link.rx.expect_pull(&in, 0, page, reinterpret_cast<uintptr_t>(gone)), "");
+  Receive r(page, std::byte{0x5A});
+  ASSERT_EQ(link.rx.expect_pull(&r.in, 0, page, reinterpret_cast<uintptr_t>(gone)), "");
   link.rx.read_pulls();
   ASSERT_EQ(link.rx_owner.failures.size(), 1u);
   EXPECT_EQ(link.rx_owner.failures[0].code(), StatusCode::kProtocol);  // it announced memory it has not mapped
@@ -161,7 +164,7 @@ TEST(SameHostPulls, APullOfUnmappedMemoryFailsTheDataPathWithTheKernelsErrno) {
   EXPECT_NE(link.rx_owner.failures[0].message().find(std::strerror(EFAULT)), std::string::npos)
       << link.rx_owner.failures[0].to_string();
   EXPECT_TRUE(link.rx_owner.answers.empty());  // nothing read, nothing answered
-  EXPECT_EQ(got, std::vector<std::byte>(page, std::byte{0x5A}));
+  EXPECT_EQ(r.got, std::vector<std::byte>(page, std::byte{0x5A}));
 }
 
 TEST(SameHostPulls, APullReadAfterThePeerEndedFailsItsTransfer) {
@@ -170,12 +173,8 @@ TEST(SameHostPulls, APullReadAfterThePeerEndedFailsItsTransfer) {
   Link link;
   link.rx.enable_pull_rx(::getpid());
   const auto data = pattern(2000, 12);
-  std::vector<std::byte> got(data.size());
-  HostSink sink(got.data());
-  RxTransfer in;
-  in.id = 1;
-  in.length = data.size();
-  in.sink = &sink;
+  Receive r(data.size());
+  RxTransfer& in = r.in;
   const uint64_t there = reinterpret_cast<uintptr_t>(data.data());
   ASSERT_EQ(link.rx.expect_pull(&in, 0, 1000, there), "");
   link.rx.read_pulls();
@@ -194,18 +193,14 @@ TEST(SameHostPulls, SourcesThatAreNotHostMemoryStayOnTheStreams) {
   link.rx.enable_pull_rx(::getpid());
   const auto data = pattern(Link::kChunk * 3, 10);
   StreamOnlySource source(data.data());
-  std::vector<std::byte> got(data.size());
-  HostSink sink(got.data());
-  RxTransfer in;
-  in.id = 1;
-  in.length = data.size();
-  in.sink = &sink;
+  Receive r(data.size());
+  RxTransfer& in = r.in;
   TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
   link.tx.ready(&out);
   link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
   ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
   EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
-  EXPECT_EQ(got, data);
+  EXPECT_EQ(r.got, data);
   EXPECT_TRUE(link.tx_owner.pulls.empty());
   EXPECT_EQ(link.tx_owner.announced.size(), 3u);
 }
@@ -218,12 +213,8 @@ TEST(SameHostPulls, APulledChunkIsCheckedAgainstTheCrcItWasAnnouncedWith) {
   link.tx.enable_pull_tx();
   link.rx.enable_pull_rx(::getpid());
   auto data = pattern(Link::kChunk * 2, 11);
-  std::vector<std::byte> got(data.size());
-  HostSink sink(got.data());
-  RxTransfer in;
-  in.id = 1;
-  in.length = data.size();
-  in.sink = &sink;
+  Receive r(data.size());
+  RxTransfer& in = r.in;
   HostSource source(data.data());
   TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
   link.tx.ready(&out);
