@@ -303,8 +303,7 @@ std::string ChunkScheduler::expect_pull(RxTransfer* t, uint64_t offset, uint64_t
 
 void ChunkScheduler::read_pulls() {
   if (pull_in_ == nullptr) return;
-  read(pulls_in_, UINT16_MAX,
-       [this] { return fmt::format("process_vm_readv of a PULLed chunk from {} (pid {})", peer_, pull_in_->pid()); });
+  read(pulls_in_, UINT16_MAX);
 }
 
 std::string ChunkScheduler::pulled(wire::ChunkKind kind, uint64_t recv_id, uint64_t length) {
@@ -323,12 +322,9 @@ std::string ChunkScheduler::pulled(wire::ChunkKind kind, uint64_t recv_id, uint6
   return {};
 }
 
-void ChunkScheduler::read(uint16_t index) {
-  read(streams_[index], index,
-       [this, index] { return "recv on data stream " + std::to_string(index) + " from " + peer_; });
-}
+void ChunkScheduler::read(uint16_t index) { read(streams_[index], index); }
 
-void ChunkScheduler::read(Stream& s, uint16_t index, const std::function<std::string()>& what) {
+void ChunkScheduler::read(Stream& s, uint16_t index) {
   if (!s.in) return;  // closed, or handed to the lingering close
   const bool pulls = &s == &pulls_in_;
   const uint64_t epoch = epoch_;
@@ -351,8 +347,11 @@ void ChunkScheduler::read(Stream& s, uint16_t index, const std::function<std::st
     const net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
     if (r.would_block()) return;
     if (r.error()) {
+      const std::string where =
+          pulls ? fmt::format("process_vm_readv of a PULLed chunk from {} (pid {})", peer_, pull_in_->pid())
+                : "recv on data stream " + std::to_string(index) + " from " + peer_;
       Status why = s.in->take_failure();
-      owner_.stream_failed(why.is_ok() ? net::errno_status(r.err, what()) : why.with_context(what()));
+      owner_.stream_failed(why.is_ok() ? net::errno_status(r.err, where) : why.with_context(where));
       return;
     }
     if (r.eof()) {

@@ -227,8 +227,8 @@ class ChunkScheduler {
   /// write, is reported sent (then `epoch_` may have moved).
   std::deque<TxTransfer*>::iterator next_preparable(uint64_t epoch);
   void write(uint16_t index);
-  /// Reads `s`'s queued chunks (`what` names it in errors; `index` in stream_ended).
-  void read(Stream& s, uint16_t index, const std::function<std::string()>& what);
+  /// Reads `s`'s queued chunks: data stream `index`, or the PULLs (pulls_in_).
+  void read(Stream& s, uint16_t index);
   /// The checks expect() and expect_pull() share; "" or the violation.
   std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
                              bool has_crc) const;

@@ -335,6 +335,10 @@ void connected_endpoint_through_rxq(const std::string& key, size_t max_read) {
       << st.device_path_reason;
   EXPECT_EQ(st.devmem_transfers, 2u);  // the chunked device receives
   EXPECT_EQ(st.staged_transfers, 1u);  // the eager one: copied from the control stream
+  // The peer is a process of this host, yet this side offered it no same-host pulls:
+  // its streams are steered to devmem RX queues.
+  EXPECT_NE(st.same_host_reason.find("devmem or zcrx RX queues"), std::string::npos) << st.same_host_reason;
+  EXPECT_EQ(st.bytes_pulled, 0u);
   // Every rendezvous byte came out of the buffer (the eager ones came on the control stream).
   EXPECT_EQ(standin.nic.bytes - handshake, 2 * (kChunk + 1) + 2 * (5 * kChunk + 3));
   EXPECT_EQ(standin.nic.tokens_out(), 0u);
