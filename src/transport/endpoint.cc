@@ -617,6 +617,11 @@ void EndpointCore::staging_progressed() {
     entry.first->req->complete(entry.second, entry.first->in.received);
     return true;
   });
+  std::erase_if(staged_sends_ending_, [](auto& entry) {
+    if (entry.first->staged->in_flight() > 0) return false;
+    entry.first->req->complete(entry.second, entry.first->out.written);
+    return true;
+  });
   initiator_.staging_progressed();
   if (state_ != State::kActive && state_ != State::kDraining) return;
   chunks_.unstall();
@@ -666,7 +671,10 @@ void EndpointCore::fail_locked(const Status& why) {
     control_.reset();
   }
   // Complete in a stable order: sends, matched receives, posted receives.
-  for (auto& [id, op] : sends_) op->req->complete(why, op->out.written);
+  for (auto& [id, op] : sends_) {
+    const uint64_t written = op->out.written;  // before the move below
+    finish_staged_send(std::move(op), why, written);
+  }
   sends_.clear();
   for (auto& [id, op] : recvs_) fail_staged_recv(std::move(op), why);
   recvs_.clear();
@@ -723,7 +731,10 @@ void EndpointCore::handle_control_eof(const Status& why) {
   control_.reset();
   state_ = State::kDraining;
   failure_ = reason;
-  for (auto& [id, op] : sends_) op->req->complete(reason, op->out.written);
+  for (auto& [id, op] : sends_) {
+    const uint64_t written = op->out.written;  // before the move below
+    finish_staged_send(std::move(op), reason, written);
+  }
   outstanding_ -= sends_.size();
   chunks_.clear_tx();
   sends_.clear();
@@ -1323,9 +1334,18 @@ void EndpointCore::sent(TxTransfer& out) {
 
 void EndpointCore::complete_send(SendOp* op, const Status& s) {
   if (s.is_ok()) stats_.bytes_sent += op->out.length;
-  op->req->complete(s, s.is_ok() ? op->out.length : op->out.written);
   --outstanding_;
-  sends_.erase(op->id);
+  const uint64_t bytes = s.is_ok() ? op->out.length : op->out.written;
+  auto node = sends_.extract(op->id);
+  finish_staged_send(std::move(node.mapped()), s, bytes);
+}
+
+void EndpointCore::finish_staged_send(std::unique_ptr<SendOp> op, const Status& why, uint64_t bytes) {
+  if (op->staged && op->staged->in_flight() > 0) {
+    staged_sends_ending_.emplace_back(std::move(op), why);  // staging_progressed completes it
+    return;
+  }
+  op->req->complete(why, bytes);
 }
 
 void EndpointCore::finish_recv(RecvOp* op) {

@@ -270,6 +270,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Completes a failed receive whose copies into device memory are still in flight
   /// once they have ended (then nothing writes to its buffer any more), else now.
   void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);
+  /// Completes a send with `why` (and `bytes`) once no copy out of its device memory is
+  /// in flight (chunks staged ahead of one that failed), else now.
+  void finish_staged_send(std::unique_ptr<SendOp> op, const Status& why, uint64_t bytes);
   // StagingHost
   void staged_chunk_placed(RxTransfer& t, uint64_t length, const Status& status) override;
   void staging_progressed() override;
@@ -375,6 +378,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::shared_ptr<StagingHost*> staging_anchor_;
   /// Failed receives waiting for their device copies to end (fail_staged_recv).
   std::vector<std::pair<std::unique_ptr<RecvOp>, Status>> staged_failing_;
+  /// Ended sends waiting for the copies out of their device memory to end (finish_staged_send).
+  std::vector<std::pair<std::unique_ptr<SendOp>, Status>> staged_sends_ending_;
 
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;

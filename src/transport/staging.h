@@ -25,6 +25,7 @@
 // streams in step, and revoked() says so.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -109,6 +110,11 @@ class StagingSource final : public ChunkSource {
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   /// The region was deregistered: zeros went in place of some of its bytes.
   bool revoked() const noexcept { return revoked_; }
+  /// Copies out of the device memory started and not ended (staged ahead of a chunk
+  /// that failed, say): the memory is still read until they end.
+  size_t in_flight() const noexcept {
+    return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.copied; }));
+  }
 
  private:
   struct Slot {
