@@ -94,8 +94,11 @@ def worker(args) -> None:
             opts[k].step()
 
         samples = {"gloo": [], "remora": []}
+        # Warm-up: DDP builds its buckets in the first step and rebuilds them, in the order
+        # the gradients came, in the second; the third is the first of the steady state.
         for k in samples:
-            step(k)  # warm-up: buckets built
+            for _ in range(3):
+                step(k)
         for pair in range(args.pairs):
             order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
             for k in order:
