@@ -2,9 +2,11 @@
 #include "doctor.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -66,6 +68,26 @@ ProbeAnswer rxq_answer() {
   a.reason = "whether its interface can do devmem receive is that interface's devmem RX answer; rxq in stand-in "
              "mode steers nothing, and endpoints refuse it";
   return a;
+}
+
+/// What happens to memory a same-host peer pulls again and again (REMORA_PULL_HUGEPAGES,
+/// docs/protocol.md): a 2 MiB frame of fresh memory collapsed for real, as a sender does.
+std::string pull_huge_pages_note() {
+  const char* env = std::getenv("REMORA_PULL_HUGEPAGES");
+  if (env != nullptr && std::string_view(env) == "off") return "REMORA_PULL_HUGEPAGES=off: it stays on its pages";
+  constexpr size_t kFrame = net::HugePagePromoter::kFrameBytes;
+  void* map = ::mmap(nullptr, 2 * kFrame, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return std::string("not tried: mmap: ") + std::strerror(errno);
+  auto* frame = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(map) + kFrame - 1) & ~uintptr_t{kFrame - 1});
+  std::memset(frame, 1, kFrame);
+  net::HugePagePromoter promoter;
+  for (int pass = 0; pass < net::HugePagePromoter::kPasses; ++pass) {
+    promoter.announced(reinterpret_cast<uintptr_t>(frame), kFrame);
+  }
+  const int err = errno;
+  ::munmap(map, 2 * kFrame);
+  if (promoter.promoted() == 1) return "it is collapsed into 2 MiB huge pages (MADV_COLLAPSE worked here)";
+  return fmt::format("it stays on 4 KiB pages: MADV_COLLAPSE failed here ({})", std::strerror(err));
 }
 
 /// Whether two processes of this user on this host can read each other's chunks
@@ -136,8 +158,8 @@ ProbeAnswer same_host_answer() {
     a.detail = fmt::format(
         "a process of this user read a sibling's memory with process_vm_readv ({}): endpoints "
         "between processes of this host read each other's chunks straight out of memory "
-        "(REMORA_SAME_HOST=auto)",
-        yama);
+        "(REMORA_SAME_HOST=auto); memory read again and again: {}",
+        yama, pull_huge_pages_note());
     a.reason = "other users, other network or pid namespaces (containers) and non-dumpable processes stay on TCP";
     return a;
   }

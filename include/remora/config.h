@@ -117,6 +117,12 @@ struct Config {
   /// memory, one copy instead of two through loopback TCP, and this side does the same
   /// to it (docs/protocol.md, "Same-host pulls"). off: every byte goes over TCP.
   bool same_host_pulls = true;
+  /// REMORA_PULL_HUGEPAGES=auto|off. auto: memory of this process that a same-host peer
+  /// pulls again and again (every page of a 2 MiB frame, twice over) is collapsed into
+  /// transparent huge pages once (madvise(MADV_COLLAPSE), Linux 6.1), which makes the
+  /// peer's reads of it about 2.5x faster; the contents do not change.
+  /// EndpointStats::huge_pages_promoted counts the frames. off: memory is left as it is.
+  bool pull_huge_pages = true;
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);
   /// nullopt: connections are not authenticated.
   std::optional<AuthKey> auth_key = std::nullopt;
@@ -154,6 +160,7 @@ struct ContextOptions {
   std::optional<DevicePathMode> device_path = std::nullopt;
   std::optional<ChecksumMode> checksum = std::nullopt;
   std::optional<bool> same_host_pulls = std::nullopt;
+  std::optional<bool> pull_huge_pages = std::nullopt;
   /// Authenticate with this key (AuthKey::from_secret) instead of the environment's.
   std::optional<AuthKey> auth_key = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).

@@ -75,6 +75,9 @@ struct EndpointStats {
   /// to read out of its memory itself (counted in chunks_sent, on no data stream), and
   /// bytes this side read out of the peer's memory.
   uint64_t chunks_pulled = 0, bytes_pulled = 0;
+  /// 2 MiB frames of this side's memory that the peer pulled again and again, collapsed
+  /// into huge pages (Config::pull_huge_pages).
+  uint64_t huge_pages_promoted = 0;
   /// Why this side does not read the peer's chunks out of its memory ("" when it does, or
   /// before the peer said who it is): another host, REMORA_SAME_HOST=off, the kernel's refusal.
   std::string same_host_reason;

@@ -296,6 +296,7 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["chunks_per_stream"] = s.chunks_per_stream;
   d["chunks_pulled"] = s.chunks_pulled;
   d["bytes_pulled"] = s.bytes_pulled;
+  d["huge_pages_promoted"] = s.huge_pages_promoted;
   d["same_host_reason"] = s.same_host_reason;
   d["puts"] = s.puts;
   d["gets"] = s.gets;
@@ -996,7 +997,8 @@ NB_MODULE(_remora, m) {
            "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
            "chunks_per_stream (a list, one per data stream), chunks_pulled and bytes_pulled (same-host "
            "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "
-           "out of the peer's), same_host_reason (why this side does not read the peer's memory, '' when it "
+           "out of the peer's), huge_pages_promoted (2 MiB frames of this side's memory the peer pulled again "
+           "and again, collapsed into huge pages), same_host_reason (why this side does not read the peer's memory, '' when it "
            "does), puts, gets, atomics, rma_bytes_put, "
            "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "
            "as the target), notifications (delivered to this side), staged_transfers and staged_bytes "
@@ -1053,7 +1055,8 @@ NB_MODULE(_remora, m) {
               std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level,
               std::optional<uint32_t> max_pending_handshakes, std::optional<uint32_t> peer_timeout_ms,
               std::optional<DevicePathMode> device_path, std::optional<ChecksumMode> checksum,
-              std::optional<bool> same_host_pulls, std::optional<AuthKey> auth_key, bool cuda, bool ignore_env) {
+              std::optional<bool> same_host_pulls, std::optional<bool> pull_huge_pages,
+              std::optional<AuthKey> auth_key, bool cuda, bool ignore_env) {
              if (cuda) use_cuda_memory();  // before the context: its failure leaves nothing behind
              ContextOptions o;
              o.streams_per_endpoint = streams_per_endpoint;
@@ -1077,6 +1080,7 @@ NB_MODULE(_remora, m) {
              o.device_path = device_path;
              o.checksum = checksum;
              o.same_host_pulls = same_host_pulls;
+             o.pull_huge_pages = pull_huge_pages;
              o.auth_key = auth_key;
              o.ignore_env = ignore_env;
              Result<std::unique_ptr<Context>> c = [&] {
@@ -1093,7 +1097,7 @@ NB_MODULE(_remora, m) {
            "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
            "log_level"_a = nb::none(), "max_pending_handshakes"_a = nb::none(), "peer_timeout_ms"_a = nb::none(),
            "device_path"_a = nb::none(), "checksum"_a = nb::none(), "same_host_pulls"_a = nb::none(),
-           "auth_key"_a = nb::none(),
+           "pull_huge_pages"_a = nb::none(), "auth_key"_a = nb::none(),
            "cuda"_a = false, "ignore_env"_a = false,
            "Keyword arguments: one per field of ContextOptions (remora/config.h), same name and meaning "
            "(docs/configuration.md); unset ones keep the environment's or the default value. "
@@ -1103,7 +1107,9 @@ NB_MODULE(_remora, m) {
            "device_path: a DevicePathMode. checksum: a ChecksumMode (CRC32C needs an ISA-L build, else "
            "Unsupported). same_host_pulls: False keeps every byte on TCP (REMORA_SAME_HOST=off); True, "
            "the default, lets a peer on this host read chunks straight out of this process's memory "
-           "(docs/protocol.md, \"Same-host pulls\"). auth_key: an AuthKey to authenticate with instead of the environment's. "
+           "(docs/protocol.md, \"Same-host pulls\"). pull_huge_pages: False leaves memory a same-host peer "
+           "pulls again and again on the pages it has (REMORA_PULL_HUGEPAGES=off); True, the default, "
+           "collapses it into transparent huge pages once, which makes the peer's reads faster. auth_key: an AuthKey to authenticate with instead of the environment's. "
            "cuda=True: load the CUDA driver now and fail here (Unsupported, with the driver's reason) "
            "where there is none; without it, the first CUDA memory the package sees (a PyTorch CUDA "
            "tensor, a CuPy array, remora.cuda_empty) loads it, and from then on every context moves CUDA "
@@ -1198,6 +1204,7 @@ NB_MODULE(_remora, m) {
              d["zcrx_area"] = k.zcrx_area;
              d["checksum"] = k.checksum;
              d["same_host_pulls"] = k.same_host_pulls;
+             d["pull_huge_pages"] = k.pull_huge_pages;
              if (k.auth_key) {
                d["auth_key"] = *k.auth_key;
              } else {

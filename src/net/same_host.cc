@@ -2,11 +2,13 @@
 #include "net/same_host.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +96,43 @@ IoResult read_peer(pid_t pid, std::byte* dst, uint64_t remote, size_t len) noexc
     if (errno == EINTR) continue;
     return IoResult{IoResult::Kind::kError, 0, errno};
   }
+}
+
+void HugePagePromoter::announced(uint64_t address, uint64_t length) {
+  if (length == 0) return;
+  const uint64_t end = address + length;
+  for (uint64_t frame = address & ~(kFrameBytes - 1); frame < end; frame += kFrameBytes) {
+    auto it = frames_.find(frame);
+    if (it == frames_.end()) {
+      if (frames_.size() >= kMaxFrames) frames_.clear();
+      it = frames_.emplace(frame, Frame{}).first;
+    }
+    Frame& f = it->second;
+    if (f.done) continue;
+    // The frame's pages the range touches (a page partly in it is mapped memory in use).
+    const uint64_t first = (std::max(address, frame) - frame) / kPageBytes;
+    const uint64_t last = (std::min(end, frame + kFrameBytes) - 1 - frame) / kPageBytes;
+    for (uint64_t page = first; page <= last; ++page) f.seen.set(page);
+    if (!f.seen.all()) continue;
+    f.seen.reset();
+    if (f.passes < kPasses) ++f.passes;
+    if (f.passes == kPasses) try_collapse(frame, f);
+  }
+}
+
+void HugePagePromoter::try_collapse(uint64_t frame, Frame& f) {
+#ifndef MADV_COLLAPSE
+  constexpr int MADV_COLLAPSE = 25;  // Linux 6.1; older headers lack it
+#endif
+  if (::madvise(reinterpret_cast<void*>(frame), kFrameBytes, MADV_COLLAPSE) == 0) {
+    ++promoted_;
+    f.done = true;
+    return;
+  }
+  ++refused_;
+  // EINVAL: the kernel has no MADV_COLLAPSE, THP is off, or the memory is not of a kind
+  // it collapses; none of that changes. EAGAIN, ENOMEM, EBUSY: maybe at a later pass.
+  if (errno == EINVAL || ++f.attempts >= kAttempts) f.done = true;
 }
 
 }  // namespace remora::net

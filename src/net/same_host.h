@@ -12,9 +12,11 @@
 #include <sys/types.h>
 
 #include <array>
+#include <bitset>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 
 #include "net/io.h"
 #include "remora/status.h"
@@ -44,5 +46,48 @@ std::string same_host_refusal(const HostIdentity& peer);
 /// peer has not mapped; kError with the errno (ESRCH: the process is gone; EFAULT: the
 /// first byte is unmapped; EPERM: not allowed).
 IoResult read_peer(pid_t pid, std::byte* dst, uint64_t remote, size_t len) noexcept;
+
+/// Collapses the memory a same-host peer pulls again and again into transparent huge
+/// pages. The reader's kernel pins and walks every page it reads out of: here
+/// process_vm_readv reads 6.4 GB/s out of 4 KiB pages and 17 GB/s out of 2 MiB ones.
+/// Buffers that are sent every step (a training loop's gradient buckets, a KV cache's
+/// blocks) therefore gain from being collapsed once, with madvise(MADV_COLLAPSE)
+/// (Linux 6.1), which PyTorch's own huge-page allocator would have given them.
+///
+/// It watches the 2 MiB frames that the chunks this side announces for pulling touch,
+/// and collapses a frame once every one of its pages has been announced twice over (two
+/// passes): memory in use, and used again, so the collapse allocates nothing new and its
+/// cost (about 0.6 ms per frame) is paid once. The contents never change (the kernel
+/// copies the pages under its own locks); a frame the kernel will not collapse (pages
+/// pinned at that moment, no huge page free, THP "never", memory it cannot collapse)
+/// is tried again at later passes, at most kAttempts times. Config::pull_huge_pages.
+class HugePagePromoter {
+ public:
+  static constexpr uint64_t kFrameBytes = uint64_t{2} << 20;
+  static constexpr uint64_t kPageBytes = 4096;
+  static constexpr int kPasses = 2;
+  static constexpr int kAttempts = 4;
+  /// Frames watched at most (32 GiB of memory); beyond that it starts afresh.
+  static constexpr size_t kMaxFrames = 16384;
+
+  /// [address, address + length) of this process was announced for a peer to pull.
+  void announced(uint64_t address, uint64_t length);
+  /// Frames collapsed, and collapses the kernel refused.
+  uint64_t promoted() const noexcept { return promoted_; }
+  uint64_t refused() const noexcept { return refused_; }
+
+ private:
+  struct Frame {
+    std::bitset<kFrameBytes / kPageBytes> seen;  // pages announced in this pass
+    uint8_t passes = 0;
+    uint8_t attempts = 0;
+    bool done = false;  // collapsed, or given up
+  };
+  void try_collapse(uint64_t frame, Frame& f);
+
+  std::unordered_map<uint64_t, Frame> frames_;
+  uint64_t promoted_ = 0;
+  uint64_t refused_ = 0;
+};
 
 }  // namespace remora::net

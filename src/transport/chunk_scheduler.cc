@@ -187,10 +187,12 @@ bool ChunkScheduler::announce_next(TxTransfer* t, uint64_t size, int stream) {
   }
   const TxChunk chunk{t, t->scheduled, t->scheduled, size};
   if (stream < 0) {
+    const auto address = reinterpret_cast<uintptr_t>(t->source->host_bytes() + t->scheduled);
+    if (promote_) promoter_.announced(address, size);
     owner_.announce_pull(wire::PullFrame{.recv_id = t->chunk_id,
                                          .offset = t->scheduled,
                                          .length = static_cast<uint32_t>(size),
-                                         .address = reinterpret_cast<uintptr_t>(t->source->host_bytes() + t->scheduled),
+                                         .address = address,
                                          .kind = t->kind,
                                          .has_crc = crc.has_value(),
                                          .crc = crc.value_or(0)});

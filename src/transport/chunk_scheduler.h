@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "net/same_host.h"
 #include "net/socket.h"
 #include "remora/status.h"
 #include "transport/chunk_io.h"
@@ -161,8 +162,12 @@ class ChunkScheduler {
   /// The peer reads this side's memory itself (it sent HOST with can_pull): from now on
   /// the chunks of transfers whose source has host_bytes() are announced as PULLs (at
   /// most kPullWindow unanswered) and written to no stream; a transfer is sent once
-  /// every PULL of it is answered.
-  void enable_pull_tx() noexcept { pull_tx_ = true; }
+  /// every PULL of it is answered. `huge_pages`: the memory so announced again and again
+  /// is collapsed into huge pages (net::HugePagePromoter, Config::pull_huge_pages).
+  void enable_pull_tx(bool huge_pages) noexcept {
+    pull_tx_ = true;
+    promote_ = huge_pages;
+  }
   /// This side reads the chunks the peer PULLs out of process `pid` (it told the peer
   /// it can).
   void enable_pull_rx(pid_t pid);
@@ -190,6 +195,9 @@ class ChunkScheduler {
   /// this side pulled out of the peer.
   uint64_t chunks_pulled() const noexcept { return chunks_pulled_; }
   uint64_t bytes_pulled() const noexcept { return bytes_pulled_; }
+  /// 2 MiB frames of the memory this side announced for pulling that it collapsed into
+  /// huge pages.
+  uint64_t huge_pages_promoted() const noexcept { return promoter_.promoted(); }
   const std::vector<uint64_t>& chunks_per_stream() const noexcept { return chunks_per_stream_; }
 
  private:
@@ -254,6 +262,8 @@ class ChunkScheduler {
   PullIn* pull_in_ = nullptr;      // pulls_in_.in, when enabled
   uint64_t chunks_pulled_ = 0;
   uint64_t bytes_pulled_ = 0;
+  bool promote_ = false;
+  net::HugePagePromoter promoter_;
   Status distrust_;  // distrust_pulls
 };
 

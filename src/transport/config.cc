@@ -14,6 +14,8 @@
 #include <iterator>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/crc32c.h"
 #include "core/env.h"
 #include "core/log.h"
@@ -28,6 +30,17 @@ constexpr uint32_t kMaxPendingHandshakes = 65536;
 constexpr uint32_t kMinPeerTimeoutMs = 1000;        // below, a busy machine's scheduling delays look like death
 constexpr uint32_t kMaxPeerTimeoutMs = 3'600'000;
 constexpr size_t kMaxAuthKeyFileBytes = 64 * 1024;  // a secret, not a data file
+
+/// A variable that is auto (true) or off (false), when set.
+Status read_auto_off(const char* name, bool* out) {
+  const auto text = core::getenv_view(name);
+  if (!text) return Status::ok();
+  if (*text != "auto" && *text != "off") {
+    return Status(StatusCode::kInvalidArgument, fmt::format("{}: '{}' is not one of auto|off", name, *text));
+  }
+  *out = *text == "auto";
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -58,6 +71,7 @@ core::VariableList variables() noexcept {
                                                     "REMORA_ZCRX_AREA",
                                                     "REMORA_CHECKSUM",
                                                     "REMORA_SAME_HOST",
+                                                    "REMORA_PULL_HUGEPAGES",
                                                     "REMORA_AUTH_KEY",
                                                     "REMORA_AUTH_KEY_FILE"};
   return kVariables;
@@ -184,16 +198,8 @@ Result<Config> Config::from_env() {
                     "REMORA_CHECKSUM: '" + std::string(*text) + "' is not one of none|crc32c");
     }
   }
-  if (auto text = core::getenv_view("REMORA_SAME_HOST")) {
-    if (*text == "auto") {
-      c.same_host_pulls = true;
-    } else if (*text == "off") {
-      c.same_host_pulls = false;
-    } else {
-      return Status(StatusCode::kInvalidArgument,
-                    "REMORA_SAME_HOST: '" + std::string(*text) + "' is not one of auto|off");
-    }
-  }
+  REMORA_RETURN_IF_ERROR(read_auto_off("REMORA_SAME_HOST", &c.same_host_pulls));
+  REMORA_RETURN_IF_ERROR(read_auto_off("REMORA_PULL_HUGEPAGES", &c.pull_huge_pages));
   if (auto text = core::getenv_view("REMORA_DEVMEM_IFNAME")) {
     if (text->size() >= c.devmem_ifname.size()) {
       return Status(StatusCode::kInvalidArgument,
@@ -277,6 +283,7 @@ Config apply(Config base, const ContextOptions& o) {
   if (o.device_path) base.device_path = *o.device_path;
   if (o.checksum) base.checksum = *o.checksum;
   if (o.same_host_pulls) base.same_host_pulls = *o.same_host_pulls;
+  if (o.pull_huge_pages) base.pull_huge_pages = *o.pull_huge_pages;
   if (o.auth_key) base.auth_key = o.auth_key;
   return base;
 }

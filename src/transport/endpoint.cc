@@ -636,6 +636,7 @@ EndpointStats EndpointCore::stats() const {
   st.chunks_per_stream = chunks_.chunks_per_stream();
   st.chunks_pulled = chunks_.chunks_pulled();
   st.bytes_pulled = chunks_.bytes_pulled();
+  st.huge_pages_promoted = chunks_.huge_pages_promoted();
   st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
   return st;
 }
@@ -1162,7 +1163,7 @@ void EndpointCore::handle_host(const wire::HostFrame& f) {
       protocol_error("HOST with can_pull twice");
       return;
     }
-    chunks_.enable_pull_tx();
+    chunks_.enable_pull_tx(config_.pull_huge_pages);
     return;  // read_control pumps: ready transfers go as PULLs
   }
   if (host_heard_) {

@@ -204,6 +204,42 @@ def test_same_host_pulls_carry_chunks_and_can_be_turned_off(pulls):
         p.close()
 
 
+def thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return "never"
+    return next((m for m in ("always", "madvise") if f"[{m}]" in text), "never")
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_memory_pulled_again_and_again_is_promoted_to_huge_pages_unless_turned_off(huge):
+    # A 4 MiB put source on 2 MiB boundaries, put three times with new contents: each put
+    # lands intact; the two frames are collapsed into huge pages after the second put
+    # where pull_huge_pages is on (REMORA_PULL_HUGEPAGES=auto) and THP is not "never".
+    frame = 2 << 20
+    p = Pair(eager_limit=4096, same_host_pulls=True, pull_huge_pages=huge)
+    try:
+        assert p.init_ctx.config()["pull_huge_pages"] is huge
+        backing = np.zeros(3 * frame, np.uint8)
+        skip = -backing.ctypes.data % frame
+        source = backing[skip:skip + 2 * frame]
+        mem = np.zeros(2 * frame, np.uint8)
+        region = p.target_ctx.register(mem, remora.Access.ALL)
+        for seed in range(3):
+            source[:] = pattern(len(source), 30 + seed)
+            p.init.put(source, region.remote_key(), 0).wait(BOUND)
+            assert (mem == source).all()
+        region.deregister()
+        assert p.target.stats()["bytes_pulled"] == 3 * len(source)
+        expected = 2 if huge and thp_mode() != "never" else 0
+        assert p.init.stats()["huge_pages_promoted"] == expected
+        assert p.target.stats()["huge_pages_promoted"] == 0
+    finally:
+        p.close()
+
+
 def test_peer_said_goodbye_after_close(pair):
     assert not pair.target.peer_said_goodbye
     pair.init.close()

@@ -125,20 +125,23 @@ struct Link {
     run_picking([in](const wire::ChunkFrame&) { return in; }, done);
   }
 
-  /// Sends `data` as one message (id 1) into the receiving transfer `in`, whose sink
-  /// `sink` is, until the receiver reports it; its outcome (kInternal when it never came),
-  /// with the streams checked to be in step.
-  Status deliver(std::span<const std::byte> data, RxTransfer& in, ChunkSink& sink) {
+  /// Sends `data` as one message (id `id`, 1 unless a link carries several in turn) into
+  /// the receiving transfer `in`, whose sink `sink` is, until the receiver reports it; its
+  /// outcome (kInternal when it never came), with the streams checked to be in step.
+  Status deliver(std::span<const std::byte> data, RxTransfer& in, ChunkSink& sink, uint64_t id = 1) {
     HostSource source(data.data());
-    TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
-    in.id = 1;
+    TxTransfer out = outgoing(wire::ChunkKind::kMessage, id, id, data.size(), &source);
+    in.id = id;
     in.length = data.size();
     in.sink = &sink;
+    const size_t before = rx_owner.received_ids.size();
     tx.ready(&out);
-    run(&in, [&] { return !rx_owner.received_ids.empty(); });
+    run(&in, [&] { return rx_owner.received_ids.size() > before; });
     EXPECT_TRUE(rx_owner.failures.empty());  // the streams stay in step
-    if (rx_owner.received_ids.size() != 1) return Status(StatusCode::kInternal, "the message was not received");
-    return rx_owner.received_ids[0].second;
+    if (rx_owner.received_ids.size() != before + 1 || rx_owner.received_ids.back().first != id) {
+      return Status(StatusCode::kInternal, "the message was not received");
+    }
+    return rx_owner.received_ids.back().second;
   }
 };
 

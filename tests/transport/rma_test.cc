@@ -26,6 +26,7 @@
 
 #include "engine/engine_of.h"
 #include "engine/progress.h"
+#include "huge_pages.h"
 #include "remora/remora.h"
 #include "transport/chunk_scheduler.h"
 
@@ -1359,21 +1360,24 @@ TEST(RmaRevocation, DeregisterInTheMiddleOfALargePut) {
 // and copies nothing; the target reads the rest out of the source as it goes.
 class RmaPosting : public ::testing::TestWithParam<bool> {};
 
+/// A message each way. With same-host pulls, the target's answer to the initiator's
+/// HOST (it can read the initiator) is on the control stream before the second one, so
+/// the initiator's chunks go as PULLs from then on.
+void round_trip(RmaPair& p) {
+  std::array<std::byte, 4> there{}, back_here{};
+  Request r = p.target->recv(there, Tag{1});
+  ASSERT_TRUE(p.init->send(there, Tag{1}).wait(30s).is_ok());
+  ASSERT_TRUE(r.wait(30s).is_ok());
+  r = p.init->recv(back_here, Tag{2});
+  ASSERT_TRUE(p.target->send(back_here, Tag{2}).wait(30s).is_ok());
+  ASSERT_TRUE(r.wait(30s).is_ok());
+}
+
 TEST_P(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
   const bool pulls = GetParam();
   RmaPair p = make_pair({.pin_mode = PinMode::kOff, .same_host_pulls = pulls});
   ASSERT_TRUE(p.init && p.target);
-  if (pulls) {
-    // A round trip each way: the target's answer to the initiator's HOST (it can read
-    // the initiator) is on the control stream before the second message.
-    std::array<std::byte, 4> there{}, back_here{};
-    Request r = p.target->recv(there, Tag{1});
-    ASSERT_TRUE(p.init->send(there, Tag{1}).wait(30s).is_ok());
-    ASSERT_TRUE(r.wait(30s).is_ok());
-    r = p.init->recv(back_here, Tag{2});
-    ASSERT_TRUE(p.target->send(back_here, Tag{2}).wait(30s).is_ok());
-    ASSERT_TRUE(r.wait(30s).is_ok());
-  }
+  if (pulls) round_trip(p);
   constexpr size_t kSize = size_t{1} << 30;
   ZeroMapping target(kSize), source(kSize);
   const auto head = pattern(1 << 20, 21);
@@ -1412,6 +1416,46 @@ TEST_P(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
 
 INSTANTIATE_TEST_SUITE_P(SameHost, RmaPosting, ::testing::Values(false, true), [](const auto& param_info) {
   return param_info.param ? std::string("Pulled") : std::string("OverTcp");
+});
+
+// --- huge-page promotion of pulled memory (Config::pull_huge_pages) -----------------
+
+// The same 8 MiB source (four 2 MiB frames on small pages) put three times, its contents
+// changed each time: every put lands intact, and the frames are collapsed into huge
+// pages after the second put where promotion is on (and the kernel's THP mode allows),
+// never where it is off.
+class PulledHugePages : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PulledHugePages, APutSourcePulledAgainIsCollapsedOnlyWhereAsked) {
+  const bool huge = GetParam();
+  RmaPair p = make_pair({.pin_mode = PinMode::kOff, .same_host_pulls = true, .pull_huge_pages = huge});
+  ASSERT_TRUE(p.init && p.target);
+  round_trip(p);
+  testing::AlignedFrames source(4);
+  TargetMemory target(*p.target_ctx, source.size(), Access::kRemoteWrite);
+  for (uint64_t round = 0; round < 3; ++round) {
+    const auto d = pattern(source.size(), 90 + round);
+    std::memcpy(source.data(), d.data(), d.size());
+    ASSERT_TRUE(p.init->put({source.data(), source.size()}, target.region.remote_key(), 0).wait(30s).is_ok());
+    target.apply_put(0, d);
+    ASSERT_EQ(diff(target), "") << "round " << round;
+  }
+  EXPECT_EQ(p.target->stats().bytes_pulled, 3 * source.size());
+  const std::string thp = testing::thp_mode();
+  if (huge && thp != "never") {
+    EXPECT_EQ(p.init->stats().huge_pages_promoted, 4u);
+    EXPECT_EQ(testing::anon_huge_kib(source.data()), long{8192});
+  } else {
+    EXPECT_EQ(p.init->stats().huge_pages_promoted, 0u);
+    if (thp != "always") {
+      EXPECT_EQ(testing::anon_huge_kib(source.data()), 0);
+    }
+  }
+  EXPECT_EQ(p.target->stats().huge_pages_promoted, 0u);  // nothing of the target's was pulled
+}
+
+INSTANTIATE_TEST_SUITE_P(SameHost, PulledHugePages, ::testing::Values(false, true), [](const auto& param_info) {
+  return param_info.param ? std::string("PromotionOn") : std::string("PromotionOff");
 });
 
 // --- deregistration, close and peer failure with operations in flight ---------------

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "crc32c_required.h"
+#include "huge_pages.h"
 #include "net/same_host.h"
 #include "transport/chunk_link.h"
 
@@ -53,7 +54,7 @@ struct Receive {
 
 TEST(SameHostPulls, EveryHostChunkGoesAsAPullAndLandsIntact) {
   Link link;
-  link.tx.enable_pull_tx();
+  link.tx.enable_pull_tx(/*huge_pages=*/false);
   link.rx.enable_pull_rx(::getpid());
   const auto data = pattern(Link::kChunk * 10 + 123, 7);
   std::vector<std::byte> got(data.size());
@@ -85,7 +86,7 @@ TEST(SameHostPulls, EveryHostChunkGoesAsAPullAndLandsIntact) {
 
 TEST(SameHostPulls, ASendIsNotDoneUntilEveryPullIsAnswered) {
   Link link;
-  link.tx.enable_pull_tx();
+  link.tx.enable_pull_tx(/*huge_pages=*/false);
   const auto data = pattern(Link::kChunk * 20, 8);
   HostSource source(data.data());
   TxTransfer out = outgoing(wire::ChunkKind::kMessage, 5, 9, data.size(), &source);
@@ -113,7 +114,7 @@ TEST(SameHostPulls, ASendIsNotDoneUntilEveryPullIsAnswered) {
 
 TEST(SameHostPulls, APulledThatAnswersAnotherChunkIsAViolation) {
   Link link;
-  link.tx.enable_pull_tx();
+  link.tx.enable_pull_tx(/*huge_pages=*/false);
   EXPECT_EQ(link.tx.pulled(wire::ChunkKind::kMessage, 1, 10), "PULLED with no PULL unanswered");
   const auto data = pattern(Link::kChunk * 2, 9);
   HostSource source(data.data());
@@ -189,7 +190,7 @@ TEST(SameHostPulls, APullReadAfterThePeerEndedFailsItsTransfer) {
 
 TEST(SameHostPulls, SourcesThatAreNotHostMemoryStayOnTheStreams) {
   Link link;
-  link.tx.enable_pull_tx();
+  link.tx.enable_pull_tx(/*huge_pages=*/false);
   link.rx.enable_pull_rx(::getpid());
   const auto data = pattern(Link::kChunk * 3, 10);
   StreamOnlySource source(data.data());
@@ -210,7 +211,7 @@ TEST(SameHostPulls, APulledChunkIsCheckedAgainstTheCrcItWasAnnouncedWith) {
   Link link;
   link.tx.set_checksum(true);
   link.rx.set_checksum(true);
-  link.tx.enable_pull_tx();
+  link.tx.enable_pull_tx(/*huge_pages=*/false);
   link.rx.enable_pull_rx(::getpid());
   auto data = pattern(Link::kChunk * 2, 11);
   Receive r(data.size());
@@ -248,6 +249,112 @@ TEST(SameHostPulls, OnlyAProcessThatCanBeReadIsTheSameHost) {
   other = net::this_host();
   other.pid = 0;
   EXPECT_NE(net::same_host_refusal(other), "");
+}
+
+// --- huge-page promotion of pulled memory (net::HugePagePromoter) ------------------
+
+using testing::AlignedFrames;
+using testing::anon_huge_kib;
+using testing::kHugeFrame;
+using testing::thp_mode;
+
+/// Announces [p, p + size) to `promoter` in pieces of `piece` bytes, as chunks go.
+void announce_all(net::HugePagePromoter& promoter, const std::byte* p, size_t size, size_t piece) {
+  for (size_t at = 0; at < size; at += piece) {
+    promoter.announced(reinterpret_cast<uintptr_t>(p + at), std::min(piece, size - at));
+  }
+}
+
+TEST(HugePagePromoter, AFrameAnnouncedTwiceOverIsCollapsedAndKeepsItsBytes) {
+  AlignedFrames mem(2);
+  const auto data = pattern(mem.size(), 31);
+  std::memcpy(mem.data(), data.data(), data.size());
+  ASSERT_EQ(anon_huge_kib(mem.data()), thp_mode() == "always" ? anon_huge_kib(mem.data()) : 0);
+  net::HugePagePromoter promoter;
+  // Pieces that straddle the frames' edge and end inside pages: the first pass over both
+  // frames leaves them as they are.
+  announce_all(promoter, mem.data(), mem.size(), 300 * 1024 + 8);
+  EXPECT_EQ(promoter.promoted(), 0u);
+  EXPECT_EQ(promoter.refused(), 0u);
+  announce_all(promoter, mem.data(), mem.size(), 300 * 1024 + 8);
+  if (thp_mode() == "never") {
+    EXPECT_EQ(promoter.promoted(), 0u);
+    EXPECT_EQ(promoter.refused(), 2u);
+  } else {
+    EXPECT_EQ(promoter.promoted(), 2u) << "refused " << promoter.refused();
+    EXPECT_EQ(anon_huge_kib(mem.data()), long{4096});
+  }
+  EXPECT_EQ(std::memcmp(mem.data(), data.data(), data.size()), 0);
+  // A frame is collapsed once: further passes try nothing.
+  announce_all(promoter, mem.data(), mem.size(), 64 * 1024);
+  announce_all(promoter, mem.data(), mem.size(), 64 * 1024);
+  EXPECT_EQ(promoter.promoted() + promoter.refused(), 2u);
+}
+
+TEST(HugePagePromoter, AFrameWithAPageNeverAnnouncedIsLeftAlone) {
+  AlignedFrames mem(1);
+  std::memset(mem.data(), 0x5a, mem.size());
+  net::HugePagePromoter promoter;
+  for (int pass = 0; pass < 6; ++pass) {
+    // Everything but the frame's last page: the page may belong to something else.
+    announce_all(promoter, mem.data(), mem.size() - net::HugePagePromoter::kPageBytes, 256 * 1024);
+  }
+  EXPECT_EQ(promoter.promoted(), 0u);
+  EXPECT_EQ(promoter.refused(), 0u);
+  if (thp_mode() != "always") {
+    EXPECT_EQ(anon_huge_kib(mem.data()), 0);
+  }
+}
+
+TEST(HugePagePromoter, MemoryTheKernelWillNotCollapseIsTriedOnce) {
+  // The owner asked for no huge pages (MADV_NOHUGEPAGE): the kernel says EINVAL, which no
+  // later pass changes, and the memory stays as it is.
+  AlignedFrames mem(1);
+  ASSERT_EQ(::madvise(mem.data(), mem.size(), MADV_NOHUGEPAGE), 0);
+  std::memset(mem.data(), 0x6b, mem.size());
+  net::HugePagePromoter promoter;
+  for (int pass = 0; pass < 8; ++pass) announce_all(promoter, mem.data(), mem.size(), 256 * 1024);
+  EXPECT_EQ(promoter.promoted(), 0u);
+  EXPECT_EQ(promoter.refused(), 1u);
+  EXPECT_EQ(anon_huge_kib(mem.data()), 0);
+  // Half of a frame made read-only is another mapping: the frame cannot become one page.
+  AlignedFrames split(1);
+  std::memset(split.data(), 0x6c, split.size());
+  ASSERT_EQ(::mprotect(split.data() + kHugeFrame / 2, kHugeFrame / 2, PROT_READ), 0);
+  net::HugePagePromoter other;
+  for (int pass = 0; pass < 8; ++pass) announce_all(other, split.data(), split.size(), 256 * 1024);
+  EXPECT_EQ(other.promoted(), 0u);
+  EXPECT_EQ(other.refused(), 1u);
+}
+
+TEST(SameHostPulls, MemoryPulledAgainAndAgainIsPromotedOnlyWhereAsked) {
+  // Through the scheduler: two sends of the same 4 MiB (two frames) pulled whole, then
+  // a third with new contents, each landing intact; promotion only where enabled.
+  for (const bool huge : {false, true}) {
+    SCOPED_TRACE(huge ? "promotion on" : "promotion off");
+    AlignedFrames mem(2);
+    Link link;
+    link.tx.enable_pull_tx(huge);
+    link.rx.enable_pull_rx(::getpid());
+    for (uint64_t round = 0; round < 3; ++round) {
+      const auto data = pattern(mem.size(), 40 + (round == 2 ? 1 : 0));
+      std::memcpy(mem.data(), data.data(), data.size());
+      std::vector<std::byte> got(data.size());
+      HostSink sink(got.data());
+      RxTransfer in;
+      ASSERT_TRUE(link.deliver({mem.data(), mem.size()}, in, sink, 1 + round).is_ok());
+      ASSERT_EQ(got, data) << "round " << round;
+    }
+    if (!huge) {
+      EXPECT_EQ(link.tx.huge_pages_promoted(), 0u);
+      if (thp_mode() != "always") {
+        EXPECT_EQ(anon_huge_kib(mem.data()), 0);
+      }
+    } else if (thp_mode() != "never") {
+      EXPECT_EQ(link.tx.huge_pages_promoted(), 2u);
+      EXPECT_EQ(anon_huge_kib(mem.data()), long{4096});
+    }
+  }
 }
 
 }  // namespace
