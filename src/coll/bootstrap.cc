@@ -148,7 +148,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
   auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers), std::move(store), std::move(server));
   // The listener stays open: survivors of a failure meet there again (shrink) without the store.
   world->set_rendezvous(std::shared_ptr<Listener>(std::move(*listener)), std::move(addresses), 0);
-  return coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+  return coll::CommAccess::joined(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
 }
 
 }  // namespace

@@ -83,7 +83,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, ExternalStore& sto
   auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers));
   // Kept open for shrink, which meets the survivors there without the external store.
   world->set_rendezvous(std::shared_ptr<Listener>(std::move(*listener)), std::move(addresses), 0);
-  return coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+  return coll::CommAccess::joined(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
 }
 
 }  // namespace
