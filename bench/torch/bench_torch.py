@@ -16,10 +16,12 @@ DDP step: a wide MLP (1024 -> 8192 -> 2048 -> 1024, 27 M parameters, batch 8), f
 backward (gradient allreduce through DDP's buckets) and SGD step. The gradients are views
 of DDP's buckets (gradient_as_bucket_view=True, PyTorch's advice for speed: it saves two
 copies of every gradient per step, for both backends alike); --no-bucket-view turns that off.
+Three warm-up steps per backend: DDP rebuilds its buckets in the second.
 Ranks of one host: remora's chunks are read by same-host pulls (REMORA_SAME_HOST=off: over
-loopback TCP, as gloo's); --thp gives every rank PyTorch's huge-page CPU allocator
-(THP_MEM_ALLOC_ENABLE=1), which speeds up both backends' compute and remora's pulls (the
-kernel pins a huge page where it would walk 512 small ones).
+loopback TCP, as gloo's), and remora collapses the buckets it sends again and again into
+huge pages (REMORA_PULL_HUGEPAGES=off: left as they are), which the reading kernel pins as
+one page where it would walk 512 small ones. --thp gives every rank PyTorch's huge-page
+CPU allocator (THP_MEM_ALLOC_ENABLE=1), which speeds up both backends' compute too.
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def main() -> int:
     # Ranks of one host: remora reads their chunks out of each other's memory unless
     # REMORA_SAME_HOST=off (docs/protocol.md, "Same-host pulls"); gloo uses loopback TCP.
     thp = "1" if args.thp else os.environ.get("THP_MEM_ALLOC_ENABLE", "unset")
-    print(f"# REMORA_SAME_HOST={os.environ.get('REMORA_SAME_HOST', 'auto')}, THP_MEM_ALLOC_ENABLE={thp}")
+    print(f"# REMORA_SAME_HOST={os.environ.get('REMORA_SAME_HOST', 'auto')}, "
+          f"REMORA_PULL_HUGEPAGES={os.environ.get('REMORA_PULL_HUGEPAGES', 'auto')}, THP_MEM_ALLOC_ENABLE={thp}")
     print(f"{'measure':<28}{'gloo':>12}{'remora':>12}{'remora/gloo':>13}  pair ratios")
     for r in rows:
         ratios = " ".join(f"{x:.2f}" for x in r["ratios"])
