@@ -10,7 +10,8 @@
 // receives without the `remora rxq` that devmem receive needs (staged, or refused when
 // demanded, with the reason); and every collective family on device memory between two communicators made with
 // Communicator::init, across the sizes where staging goes from whole to segmented; and a
-// dmabuf range (remora/dmabuf.h) as a region and a message buffer.
+// dmabuf range (remora/dmabuf.h) as a region and a message buffer; a put source sent
+// again and again collapsed into huge pages.
 // Every wait has a bound, and a wait that runs out is a failure: a hang here is a bug.
 //
 // Prints "outside-client: N checks, 0 failed" and exits 0, or lists what failed.
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -140,6 +142,46 @@ void every_size(Peers& p) {
     expect_code(p.init->get(back, key, 32), remora::StatusCode::kOk, "get of " + at);
     check(back == data, "get of " + at + " intact");
   }
+}
+
+// Memory sent again and again to a peer on this host (same-host pulls, the default) is
+// collapsed into huge pages after its second send (REMORA_PULL_HUGEPAGES,
+// docs/protocol.md): the same 8 MiB source on 2 MiB boundaries put three times with new
+// contents lands intact each time, and the initiator counts its four frames (none where
+// the kernel's THP mode is "never", or the environment turned it off).
+void pulled_memory_on_huge_pages(Peers& p) {
+  constexpr size_t kFrame = size_t{2} << 20, kSize = 4 * kFrame;
+  void* map = ::mmap(nullptr, kSize + kFrame, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return check(false, "mmap of the put source");
+  auto* source = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(map) + kFrame - 1) & ~uintptr_t{kFrame - 1});
+  std::vector<std::byte> window(kSize);
+  auto region = p.target_ctx->register_memory(window.data(), window.size(), remora::Access::kRemoteWrite);
+  if (!region) {
+    ::munmap(map, kSize + kFrame);
+    return check(false, "register: " + region.status().to_string());
+  }
+  const uint64_t promoted = p.init->stats().huge_pages_promoted;
+  for (uint64_t round = 0; round < 3; ++round) {
+    const auto data = pattern(kSize, 500 + round);
+    std::memcpy(source, data.data(), kSize);
+    expect_code(p.init->put(std::span<const std::byte>(source, kSize), region->remote_key(), 0),
+                remora::StatusCode::kOk, "put of the same source, round " + std::to_string(round));
+    check(window == data, "put of the same source landed, round " + std::to_string(round));
+  }
+  bool never = true;
+  if (FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    char text[128] = {};
+    const size_t n = std::fread(text, 1, sizeof text - 1, f);
+    never = std::string(text, n).find("[never]") != std::string::npos;
+    std::fclose(f);
+  }
+  const char* env = std::getenv("REMORA_PULL_HUGEPAGES");
+  const bool off = never || (env != nullptr && std::string(env) == "off");
+  const bool pulled = p.target->stats().same_host_reason.empty();
+  check(p.init->stats().huge_pages_promoted - promoted == (pulled && !off ? 4u : 0u),
+        "frames of a source put again and again collapsed into huge pages: " +
+            std::to_string(p.init->stats().huge_pages_promoted - promoted));
+  ::munmap(map, kSize + kFrame);
 }
 
 // Every refusal, at every size class, for puts and gets.
@@ -552,6 +594,7 @@ int main() {
   Peers p;
   if (connect(p)) {
     every_size(p);
+    pulled_memory_on_huge_pages(p);
     every_refusal(p);
     zero_length(p);
     batches(p);
