@@ -60,7 +60,9 @@ IoResult read_peer(pid_t pid, std::byte* dst, uint64_t remote, size_t len) noexc
 /// cost (about 0.6 ms per frame) is paid once. The contents never change (the kernel
 /// copies the pages under its own locks); a frame the kernel will not collapse (pages
 /// pinned at that moment, no huge page free, THP "never", memory it cannot collapse)
-/// is tried again at later passes, at most kAttempts times. Config::pull_huge_pages.
+/// is tried again at later passes, at most kAttempts times. A frame collapsed or given
+/// up is not watched again, even where its memory is unmapped and the address reused,
+/// until kMaxFrames frames have been seen. Config::pull_huge_pages.
 class HugePagePromoter {
  public:
   static constexpr uint64_t kFrameBytes = uint64_t{2} << 20;
