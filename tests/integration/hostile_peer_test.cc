@@ -9,14 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -45,21 +43,6 @@ std::string fd_list() {
     out += e.path().filename().string() + " -> " + std::filesystem::read_symlink(e.path(), ec).string() + "\n";
   }
   return out;
-}
-
-/// Waits, up to `bound`, until this process holds `n` descriptors: another thread of the
-/// process may hold one for a moment (the count is of the whole process), a leaked one
-/// stays. False, with the list printed, if the count never comes down.
-bool fds_come_back_to(size_t n, std::chrono::milliseconds bound) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (open_fds() != n) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ADD_FAILURE() << open_fds() << " descriptors open, " << n << " expected:\n" << fd_list();
-      return false;
-    }
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 /// Resident memory of this process, bytes.
@@ -396,9 +379,9 @@ TEST(NeverFinishes, AHandshakeStuckHalfwayIsDroppedAtTheTimeoutAndItsDescriptors
     EXPECT_TRUE(half.wait_closed(10s)) << "a half HELLO was kept past the handshake timeout";
     EXPECT_TRUE(no_data.wait_closed(10s)) << "an endpoint without its data streams was kept past the timeout";
   }
-  // The server closed its ends (the clients saw EOF) and the clients are closed: every
-  // descriptor is released.
-  EXPECT_TRUE(fds_come_back_to(fds_before, std::chrono::milliseconds(10000))) << "before:\n" << fds_listed;
+  // The server closed its ends before the clients saw EOF, and the clients are closed.
+  // (Once, in an asan CI run, one more was open here; the lists name it if it recurs.)
+  EXPECT_EQ(open_fds(), fds_before) << "before:\n" << fds_listed << "after:\n" << fd_list();
   expect_good_client_served(s);
 }
 
