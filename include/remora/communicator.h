@@ -246,7 +246,12 @@ class Communicator {
   /// barrier over the new communicator, so it succeeds on every survivor or fails on
   /// every one that the failure reaches; a rank left out by every other survivor's
   /// list, which still calls shrink, fails with kTimeout. On failure, call it again
-  /// (with the corrected list): each attempt is a new epoch. Thread-safe, but not
+  /// (with the corrected list), at once if you like: each call is an attempt (also one
+  /// refused for its arguments), numbered 1, 2, … on each survivor, and attempt k of one
+  /// survivor meets only attempt k of the others. A survivor that reaches a rank still
+  /// at an earlier attempt waits for it to come along (that rank's earlier attempt fails
+  /// with kPeerFailed on meeting the later one); so every survivor must call shrink the
+  /// same number of times. Each attempt is a new epoch. Thread-safe, but not
   /// concurrently with this communicator's own operations.
   Result<std::unique_ptr<Communicator>> shrink(std::span<const int> exclude_ranks, const CommOptions& options = {});
   /// Ranks of this communicator this rank believes dead, ascending. While the

@@ -6,14 +6,20 @@
 // accepts one connection from every rank above it, as init's mesh does, over new
 // endpoints: nothing the old endpoints carried (the old ones were aborted when the
 // communicator broke) can reach the new communicator. On each new endpoint both sides
-// send a hello: magic, new rank, the attempt's epoch, and the list of old ranks this
-// rank keeps. Equal epochs and lists, or the attempt fails: a clear error instead of a
-// communicator whose members disagree. Wire layout, little-endian:
-//   [magic u32 "SHRK"][new rank u32][epoch u64][count u32][0 u32][count × old rank u32]
+// send a hello: magic, new rank, the attempt's epoch and number, the communicator's
+// lineage, and the list of old ranks this rank keeps. Equal attempts and lists, or the
+// attempt fails: a clear error instead of a communicator whose members disagree.
+// Attempts are numbered (1, 2, …, the same count on every survivor), so a rank that
+// meets one still at an attempt it has given up waits for it to come along, and a rank
+// that meets one already at a later attempt gives its own up at once. Wire layout,
+// little-endian:
+//   [magic u32 "SHRK"][new rank u32][epoch u64][count u32][attempt u32][lineage u64]
+//   [count × old rank u32]
 #include <algorithm>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -31,13 +37,17 @@ namespace {
 using coll::Clock;
 
 constexpr uint32_t kHelloMagic = 0x4B524853;  // "SHRK"
-constexpr size_t kHelloHeader = 24;
+constexpr size_t kHelloHeader = 32;
 /// The mesh hellos' reserved communicator id (comm_core.cc), low bits 1: init's hello has 0.
 constexpr Tag kShrinkHelloTag = static_cast<Tag>((uint64_t{(1u << 23) - 1} << 40) | 1);
 /// How long an accepted connection has to send its hello.
 constexpr auto kStrayHelloWait = std::chrono::seconds(10);
 /// How often a rank waiting for connections looks at the endpoints it already has.
 constexpr auto kAcceptSlice = std::chrono::milliseconds(50);
+/// How long a rank waits before dialing again a survivor still at an earlier attempt
+/// (first, and at most).
+constexpr auto kRedialFirst = std::chrono::milliseconds(5);
+constexpr auto kRedialMax = std::chrono::milliseconds(200);
 
 Duration left_until(Clock::time_point deadline) {
   const auto now = Clock::now();
@@ -47,6 +57,8 @@ Duration left_until(Clock::time_point deadline) {
 struct Hello {
   uint32_t rank = 0;
   uint64_t epoch = 0;
+  uint32_t attempt = 0;        ///< this communicator's shrink attempt, from 1
+  uint64_t lineage = 0;        ///< the communicator being shrunk (old epoch and id), whatever the attempt
   std::vector<uint32_t> keep;  ///< old ranks (of the communicator being shrunk) that survive
 };
 
@@ -56,7 +68,8 @@ std::vector<std::byte> encode(const Hello& h) {
   core::store_u32(out.data() + 4, h.rank);
   core::store_u64(out.data() + 8, h.epoch);
   core::store_u32(out.data() + 16, static_cast<uint32_t>(h.keep.size()));
-  core::store_u32(out.data() + 20, 0);
+  core::store_u32(out.data() + 20, h.attempt);
+  core::store_u64(out.data() + 24, h.lineage);
   for (size_t i = 0; i < h.keep.size(); ++i) core::store_u32(out.data() + kHelloHeader + 4 * i, h.keep[i]);
   return out;
 }
@@ -67,6 +80,8 @@ std::optional<Hello> decode(std::span<const std::byte> in) {
   h.rank = core::load_u32(in.data() + 4);
   h.epoch = core::load_u64(in.data() + 8);
   const uint32_t count = core::load_u32(in.data() + 16);
+  h.attempt = core::load_u32(in.data() + 20);
+  h.lineage = core::load_u64(in.data() + 24);
   if (in.size() != kHelloHeader + 4 * size_t{count}) return std::nullopt;
   h.keep.resize(count);
   for (size_t i = 0; i < count; ++i) h.keep[i] = core::load_u32(in.data() + kHelloHeader + 4 * i);
@@ -143,28 +158,50 @@ class Meeting {
                               ranks_text(theirs.keep)));
   }
 
-  Status out_of_step(uint32_t their_old_rank) const {
+  /// A hello of another communicator's shrink (a split sharing this listener).
+  Status other_communicator(uint32_t their_old_rank) const {
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("shrink: old rank {} is at another shrink attempt than this rank (old rank {}): every "
-                              "survivor must call shrink on the same communicator the same number of times",
+                  fmt::format("shrink: old rank {} is shrinking another communicator than this rank (old rank {}): "
+                              "every survivor must call shrink on the same communicator",
                               their_old_rank, old_rank(me())));
+  }
+
+  /// `theirs` is at a later attempt: this one was given up there, so it cannot succeed.
+  Status overtaken(uint32_t their_old_rank, uint32_t their_attempt) const {
+    return Status(StatusCode::kPeerFailed,
+                  fmt::format("shrink: old rank {} gave attempt {} up and is at attempt {}: call shrink again (every "
+                              "survivor calls it the same number of times)",
+                              their_old_rank, mine_.attempt, their_attempt));
+  }
+
+  Status unreachable(int j, const std::string& address, const Status& why) const {
+    if (why.code() == StatusCode::kTimeout) {
+      return Status(StatusCode::kTimeout,
+                    fmt::format("shrink: old rank {} at {} did not answer before the deadline: {}", old_rank(j),
+                                address, why.message()));
+    }
+    return Status(StatusCode::kPeerFailed,
+                  fmt::format("shrink: old rank {} at {} cannot be reached ({}): it died (then every survivor must "
+                              "exclude it) or gave this shrink up",
+                              old_rank(j), address, why.to_string()));
   }
 
   Status dial_lower() {
     for (int j = 0; j < me(); ++j) {
-      const std::string& address = addresses_[static_cast<size_t>(j)];
+      if (Status s = dial(j); !s.is_ok()) return s;
+    }
+    return Status::ok();
+  }
+
+  /// Meets new rank j (< this rank) at its listener. A rank still at an earlier attempt
+  /// (this rank gave that one up; so will it, on this hello) is dialed again until it
+  /// comes to this attempt or the deadline passes.
+  Status dial(int j) {
+    const std::string& address = addresses_[static_cast<size_t>(j)];
+    std::chrono::milliseconds pause = kRedialFirst;
+    for (;;) {
       auto ep = ctx_.connect(address, left_until(deadline_));
-      if (!ep) {
-        if (ep.status().code() == StatusCode::kTimeout) {
-          return Status(StatusCode::kTimeout, fmt::format("shrink: old rank {} at {} did not answer before the "
-                                                          "deadline: {}",
-                                                          old_rank(j), address, ep.status().message()));
-        }
-        return Status(StatusCode::kPeerFailed,
-                      fmt::format("shrink: old rank {} at {} cannot be reached ({}): it died (then every "
-                                  "survivor must exclude it) or gave this shrink up",
-                                  old_rank(j), address, ep.status().to_string()));
-      }
+      if (!ep) return unreachable(j, address, ep.status());
       peers_[static_cast<size_t>(j)] = *ep;
       if (Status s = send_hello(**ep); !s.is_ok()) return s.with_context(fmt::format("shrink hello to old rank {}", old_rank(j)));
       // The answer may wait until that rank reaches its shrink: the whole deadline.
@@ -173,14 +210,31 @@ class Meeting {
         return Status(StatusCode::kPeerFailed, fmt::format("shrink: old rank {} gave the shrink up: {}", old_rank(j),
                                                            theirs.status().to_string()));
       }
-      if (theirs->epoch != mine_.epoch) return out_of_step(old_rank(j));
+      if (theirs->lineage != mine_.lineage) return other_communicator(old_rank(j));
+      if (theirs->attempt > mine_.attempt) return overtaken(old_rank(j), theirs->attempt);
+      if (theirs->attempt < mine_.attempt) {
+        (*ep)->close();
+        peers_[static_cast<size_t>(j)].reset();
+        if (Clock::now() + pause >= deadline_) {
+          return Status(StatusCode::kTimeout,
+                        fmt::format("shrink: old rank {} was still at attempt {} at the deadline, this rank at attempt "
+                                    "{}: every survivor must call shrink the same number of times",
+                                    old_rank(j), theirs->attempt, mine_.attempt));
+        }
+        REMORA_LOG(kDebug, "shrink: old rank {} is still at attempt {}; dialing it again", old_rank(j),
+                   theirs->attempt);
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(kRedialMax));
+        continue;
+      }
+      if (theirs->epoch != mine_.epoch) return other_communicator(old_rank(j));
       if (theirs->keep != mine_.keep) return disagreement(*theirs);
       if (theirs->rank != static_cast<uint32_t>(j)) {
         return Status(StatusCode::kProtocol, fmt::format("shrink: {} answered as new rank {}, expected {}", address,
                                                          theirs->rank, j));
       }
+      return Status::ok();
     }
-    return Status::ok();
   }
 
   Status accept_higher() {
@@ -214,8 +268,15 @@ class Meeting {
       }
       // Answer before judging, so that the dialer sees what this rank saw.
       Status sent = send_hello(*peer);
-      if (theirs->epoch != mine_.epoch) {
-        // A late dialer of another attempt: it fails on this answer; this attempt goes on.
+      if (theirs->lineage == mine_.lineage && theirs->attempt > mine_.attempt) {
+        // The dialer gave this attempt up; it dials again once this rank is at its attempt.
+        peer->close();
+        return overtaken(theirs->rank < theirs->keep.size() ? theirs->keep[theirs->rank] : theirs->rank,
+                         theirs->attempt);
+      }
+      if (theirs->lineage != mine_.lineage || theirs->epoch != mine_.epoch) {
+        // A late dialer of an earlier attempt (it gives that up on this answer), or of
+        // another communicator: this attempt goes on.
         REMORA_LOG(kInfo, "shrink: dropping a connection of another attempt from {}", peer->peer_address());
         peer->close();
         continue;
@@ -263,6 +324,9 @@ class Meeting {
 Result<std::unique_ptr<Communicator>> Communicator::shrink(std::span<const int> exclude_ranks,
                                                            const CommOptions& options) {
   const int n = size();
+  // Every call is an attempt, also one refused here: survivors that call shrink the same
+  // number of times are at the same attempt, whatever each call's arguments.
+  const uint32_t attempt = core_->next_shrink_attempt();
   std::vector<bool> excluded(static_cast<size_t>(n), false);
   for (int r : exclude_ranks) {
     if (r < 0 || r >= n) {
@@ -292,7 +356,8 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(std::span<const int> 
     mine.keep.push_back(static_cast<uint32_t>(r));
     addresses.push_back(old_world.address_of(core_->world_rank(r)));
   }
-  const uint64_t attempt = core_->next_shrink_attempt();
+  mine.attempt = attempt;
+  mine.lineage = mix(old_world.epoch() ^ mix(uint64_t{core_->id()} << 32));
   mine.epoch = mix(old_world.epoch() ^ mix((uint64_t{core_->id()} << 32) | attempt));
   if (mine.epoch == 0) mine.epoch = 1;  // 0 is init's
   const int m = static_cast<int>(mine.keep.size());

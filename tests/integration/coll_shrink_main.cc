@@ -8,13 +8,16 @@
 // --die-as-rank=W: world rank W SIGKILLs itself after its first round (for launchers,
 // such as `remora run --keep-going`, where the test cannot reach the ranks' pids).
 // Each stage is the exclude list of one shrink, comma-separated ranks of the
-// communicator at that point, or "auto" for what failed_ranks() says. After the last
-// stage's shrink the rank runs a few more rounds and exits 0. Output lines, each
+// communicator at that point (empty: none), or "auto" for what failed_ranks() says,
+// optionally followed by "@<ms>", that call's timeout. A stage may name several
+// lists joined by "+": when a shrink fails, the next is called at once, on the same
+// communicator (the retry of a failed attempt). After the last stage's shrink the rank
+// runs a few more rounds and exits 0. Output lines, each
 // "rank W of N: " (W, N: the world rank and size from the launcher) followed by:
 //   looping as rank R of M epoch E      the loop runs (once per communicator)
 //   collective failed with <code>: <m>  the loop saw the failure
 //   failed ranks {a, b}                 what failed_ranks() said (communicator ranks)
-//   shrink failed with <code>: <m>      exit 3
+//   shrink failed with <code>: <m>      exit 3 when the stage has no list left
 //   verified as rank R of M epoch E members {w0, w1}   the new communicator's checks passed
 //   done                                exit 0
 // Exit 1: a result differs (the line says what); 2: a failure with no stage left.
@@ -26,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -56,10 +60,35 @@ std::string list_text(const std::vector<int>& v) {
   return out + "}";
 }
 
-struct Stage {
+/// One call of shrink.
+struct Attempt {
   bool automatic = false;
   std::vector<int> exclude;
+  std::optional<std::chrono::milliseconds> timeout;  ///< else --shrink-timeout-ms, else the communicator's
 };
+
+/// A shrink and the retries that follow it when it fails.
+using Stage = std::vector<Attempt>;
+
+Attempt parse_attempt(const std::string& text) {
+  Attempt a;
+  std::string list = text;
+  if (const size_t at = text.find('@'); at != std::string::npos) {
+    a.timeout = std::chrono::milliseconds(std::atol(text.c_str() + at + 1));
+    list = text.substr(0, at);
+  }
+  if (list == "auto") {
+    a.automatic = true;
+    return a;
+  }
+  size_t p = 0;
+  while (p < list.size()) {
+    const size_t comma = std::min(list.find(',', p), list.size());
+    a.exclude.push_back(std::atoi(list.substr(p, comma - p).c_str()));
+    p = comma + 1;
+  }
+  return a;
+}
 
 [[noreturn]] void mismatch(const std::string& what) {
   say("mismatch: " + what);
@@ -126,15 +155,11 @@ int run(int argc, char** argv) {
         const size_t end = std::min(text.find('/', at), text.size());
         const std::string one = text.substr(at, end - at);
         Stage st;
-        if (one == "auto") {
-          st.automatic = true;
-        } else {
-          size_t p = 0;
-          while (p < one.size()) {
-            const size_t comma = std::min(one.find(',', p), one.size());
-            st.exclude.push_back(std::atoi(one.substr(p, comma - p).c_str()));
-            p = comma + 1;
-          }
+        size_t p = 0;
+        while (p <= one.size()) {
+          const size_t plus = std::min(one.find('+', p), one.size());
+          st.push_back(parse_attempt(one.substr(p, plus - p)));
+          p = plus + 1;
         }
         stages.push_back(st);
         at = end + 1;
@@ -186,9 +211,17 @@ int run(int argc, char** argv) {
     say("failed ranks " + list_text(failed));
     if (stage == stages.size()) return kExitFailed;
     const Stage& st = stages[stage++];
-    const std::vector<int> exclude = st.automatic ? failed : st.exclude;
-    auto next = c.shrink(exclude, shrink_options);
-    if (!next) return say("shrink failed with " + next.status().to_string()), kExitShrinkFailed;
+    std::vector<int> exclude;
+    remora::Result<std::unique_ptr<remora::Communicator>> next = remora::Status(remora::StatusCode::kInternal, "");
+    for (const Attempt& attempt : st) {  // no pause between a failed attempt and the next
+      exclude = attempt.automatic ? failed : attempt.exclude;
+      remora::CommOptions options = shrink_options;
+      if (attempt.timeout) options.timeout = *attempt.timeout;
+      next = c.shrink(exclude, options);
+      if (next) break;
+      say("shrink failed with " + next.status().to_string());
+    }
+    if (!next) return kExitShrinkFailed;
     std::vector<int> kept;
     for (int i = 0; i < static_cast<int>(members.size()); ++i) {
       if (std::find(exclude.begin(), exclude.end(), i) == exclude.end()) kept.push_back(members[static_cast<size_t>(i)]);

@@ -3,12 +3,14 @@
 // which hosts the rendezvous store); every survivor sees the failure and who failed,
 // shrinks to the others without restarting and without the store, and checks
 // allgather, allreduce, broadcast and barrier on the new communicator exactly; then a
-// second death and a second shrink; and survivors that disagree on the list fail with
-// a clear error within the shrink's timeout instead of hanging.
+// second death and a second shrink; survivors that disagree on the list fail with a
+// clear error within the shrink's timeout instead of hanging; and a failed shrink called
+// again at once by every survivor succeeds.
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -187,6 +189,68 @@ TEST(ShrinkSurvivors, UnderRemoraRunWithKeepGoingTheSurvivorsOfAKilledRankShrink
     EXPECT_NE(out.find(me + "verified as rank " + std::to_string(r == 3 ? 2 : r) + " of 3"), std::string::npos) << out;
     EXPECT_NE(out.find(me + "done"), std::string::npos) << out;
   }
+}
+
+/// Kills world rank `victim`; each survivor r then shrinks with `stages(r)`, whose first
+/// list fails (every survivor must see exactly one "shrink failed") and whose retry,
+/// called at once, must succeed on every survivor with the same fresh epoch.
+void kill_and_retry(int victim, const std::function<std::string(int)>& stages) {
+  Job job([&](int r) { return std::vector<std::string>{"--stages=" + stages(r), "--shrink-timeout-ms=60000"}; });
+  const auto deadline = Clock::now() + 180s;
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.expect_line(r, "looping as rank " + std::to_string(r), deadline));
+  job.kill(victim);
+  std::vector<int> members;
+  for (int r = 0; r < kRanks; ++r) {
+    if (r != victim) members.push_back(r);
+  }
+  std::string epoch;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int r = members[i];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(job.expect_line(r, "failed ranks ", deadline));
+    auto failed = job.expect_line(r, "shrink failed with ", deadline);
+    ASSERT_TRUE(failed);
+    auto verified = job.expect_line(r, "verified as ", deadline);
+    ASSERT_TRUE(verified) << "the retry failed";
+    EXPECT_EQ(verified->substr(0, verified->find(" epoch ")),
+              "verified as rank " + std::to_string(i) + " of " + std::to_string(members.size()));
+    EXPECT_NE(verified->find(" members " + list_text(members)), std::string::npos) << *verified;
+    if (epoch.empty()) epoch = epoch_of(*verified);
+    EXPECT_EQ(epoch_of(*verified), epoch) << "the survivors' epochs differ";
+  }
+  for (int r : members) {
+    std::string out;
+    const int status = job.finish_rank(r, deadline, &out);
+    EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << "\n" << out;
+    // One failed attempt, then the retry: no other failure.
+    size_t failures = 0;
+    for (size_t at = out.find("shrink failed with"); at != std::string::npos;
+         at = out.find("shrink failed with", at + 1)) {
+      ++failures;
+    }
+    EXPECT_EQ(failures, 1u) << "rank " << r << ":\n" << out;
+  }
+}
+
+// The outside client's case: rank 2 passes a wrong list, every survivor fails that
+// attempt and calls shrink again at once with the right one.
+TEST(ShrinkRetry, AfterADisagreementEverySurvivorRetriesAtOnceAndSucceeds) {
+  kill_and_retry(3, [](int r) { return r == 2 ? "1,3+3" : "3+3"; });
+}
+
+TEST(ShrinkRetry, AfterADisagreementWithTheStoreHostDeadEverySurvivorRetriesAtOnceAndSucceeds) {
+  kill_and_retry(0, [](int r) { return r == 3 ? "0,2+0" : "0+0"; });
+}
+
+// No disagreement: every survivor keeps the dead rank 0 at first, so its dial fails at once.
+TEST(ShrinkRetry, AfterKeepingTheDeadStoreHostEverySurvivorRetriesAtOnceAndSucceeds) {
+  kill_and_retry(0, [](int) { return "+0"; });
+}
+
+// No disagreement: every survivor keeps the dead rank 3 at first and waits for it until a
+// short timeout; the first to give up retries while the others are still at their first.
+TEST(ShrinkRetry, AfterATimeoutEverySurvivorRetriesAtOnceAndSucceeds) {
+  kill_and_retry(3, [](int) { return "@2000+3"; });
 }
 
 TEST(ShrinkSurvivors, SurvivorsThatDisagreeOnTheListFailWithinTheTimeoutNotHang) {
