@@ -77,6 +77,11 @@ class Store {
   Result<std::vector<std::byte>> get(std::string_view key, Duration timeout);
   /// Waits up to `timeout` until every key exists. kTimeout lists the missing ones.
   Status wait(std::span<const std::string> keys, Duration timeout);
+  /// Waits up to `timeout` until every key exists, and returns the keys that still did
+  /// not at the timeout (empty: every key exists), in the order given: a timeout is an
+  /// answer here, not an error. The list comes with the server's timeout reply, so it is
+  /// known even when the server goes away right after. Errors as for wait().
+  Result<std::vector<std::string>> wait_missing(std::span<const std::string> keys, Duration timeout);
   /// Atomically adds `delta` to the counter at `key` (created as 0) and returns the
   /// new value. A key holding a value that is not a counter is kInvalidArgument.
   Result<int64_t> add(std::string_view key, int64_t delta);

@@ -1328,6 +1328,19 @@ NB_MODULE(_remora, m) {
            },
            "keys"_a, "timeout"_a = 30.0,
            "Waits up to `timeout` seconds until every key exists. Timeout lists the missing ones.")
+      .def("wait_missing",
+           [](StoreObj& s, std::vector<std::string> keys, double timeout) {
+             const Duration d = to_duration(timeout);
+             Store& st = s.get();
+             Result<std::vector<std::string>> r = [&] {
+               nb::gil_scoped_release unlocked;
+               return st.wait_missing(keys, d);
+             }();
+             return take(std::move(r));
+           },
+           "keys"_a, "timeout"_a = 30.0,
+           "Waits up to `timeout` seconds until every key exists; returns the keys still missing then, in "
+           "the order given (an empty list: all exist). A timeout is an answer here, not an error.")
       .def("add",
            [](StoreObj& s, const std::string& key, int64_t delta) {
              Store& st = s.get();

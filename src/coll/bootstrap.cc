@@ -72,6 +72,45 @@ int usable_cpus() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+/// How long one wait for the other ranks' addresses lasts: each timed-out wait names
+/// the ranks still missing, so a rank knows them even if rank 0 and its store go first.
+constexpr auto kArrivalSlice = std::chrono::seconds(1);
+
+/// Waits until every key of `keys` (rank r's address at keys[r]) is in the store, or
+/// fails naming the ranks that never showed up.
+Status wait_for_ranks(Store& store, const std::vector<std::string>& keys, int rank, const std::string& store_address,
+                      Duration timeout, Clock::time_point deadline) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  const int size = static_cast<int>(keys.size());
+  std::vector<int> missing;  // as of the last timed-out wait
+  for (;;) {
+    const Duration slice = std::min<Duration>(left_until(deadline), kArrivalSlice);
+    auto absent = store.wait_missing(keys, std::max<Duration>(slice, std::chrono::milliseconds(1)));
+    if (!absent) {
+      if (missing.empty()) return absent.status();
+      return Status(absent.status().code(),
+                    fmt::format("rank {}: the rendezvous store {} went away while rank(s) {} of {} had not shown up "
+                                "(rank 0 gave up, or died): {}",
+                                rank, store_address, rank_list(missing), size, absent.status().message()));
+    }
+    if (absent->empty()) return Status::ok();
+    missing.clear();  // `absent` keeps the order of `keys`
+    size_t next = 0;
+    for (int r = 0; r < size && next < absent->size(); ++r) {
+      if (keys[static_cast<size_t>(r)] == (*absent)[next]) {
+        missing.push_back(r);
+        ++next;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      return Status(StatusCode::kTimeout,
+                    fmt::format("rank {}: rank(s) {} of {} never showed up at the rendezvous store {} within {} ms "
+                                "(REMORA_COLL_TIMEOUT_MS)",
+                                rank, rank_list(missing), size, store_address, ms));
+    }
+  }
+}
+
 Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& launch, const coll::CollConfig& config) {
   const int rank = launch.rank;
   // More ranks on this host than CPUs: a spinning waiter mostly keeps the rank it
@@ -125,19 +164,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "addr/" + std::to_string(r));
-  if (Status s = store->wait(keys, left_until(deadline)); !s.is_ok()) {
-    if (s.code() != StatusCode::kTimeout) return s;
-    std::vector<int> missing;
-    for (int r = 0; r < size; ++r) {
-      auto present = store->check(keys[static_cast<size_t>(r)]);
-      if (present.is_ok() && !*present) missing.push_back(r);
-    }
-    return Status(StatusCode::kTimeout,
-                  fmt::format("rank {}: rank(s) {} of {} never showed up at the rendezvous store {} within {} ms "
-                              "(REMORA_COLL_TIMEOUT_MS)",
-                              rank, rank_list(missing), size, launch.store_address,
-                              std::chrono::duration_cast<std::chrono::milliseconds>(config.timeout).count()));
-  }
+  REMORA_RETURN_IF_ERROR(wait_for_ranks(*store, keys, rank, launch.store_address, config.timeout, deadline));
   std::vector<std::string> addresses;
   for (const auto& k : keys) {
     REMORA_ASSIGN_OR_RETURN(auto v, store->get(k, left_until(deadline)));

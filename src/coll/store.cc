@@ -399,9 +399,15 @@ class StoreServerCore {
       }
       const std::string msg = fmt::format("store: timed out waiting for {} of {} key(s): {}", missing.size(),
                                           c->wait_keys.size(), join_keys(missing));
+      // The message, then (after a NUL) the missing keys as a wait lists them: the
+      // client learns them from this reply alone, even if the server is gone next.
+      std::vector<std::byte> payload;
+      put_bytes(payload, msg);
+      payload.push_back(std::byte{0});
+      encode_wait_keys(payload, missing);
       c->waiting = false;
       c->wait_keys.clear();
-      reply(*c, Reply::kTimeout, std::as_bytes(std::span(msg)));
+      reply(*c, Reply::kTimeout, payload);
     }
   }
 
@@ -510,9 +516,15 @@ class StoreClientCore {
 };
 
 namespace {
+/// A reply's message: its payload up to the first NUL (a timed-out wait's missing keys follow it).
+std::string_view message_of(const StoreClientCore::Response& r) {
+  const std::string_view all = as_view(r.payload);
+  return all.substr(0, all.find('\0'));
+}
+
 /// kOk, or the server's refusal as a Status.
 Status reply_status(const StoreClientCore::Response& r) {
-  const std::string msg(as_view(r.payload));
+  const std::string msg(message_of(r));
   switch (r.status) {
     case Reply::kOk: return Status::ok();
     case Reply::kTimeout: return Status(StatusCode::kTimeout, msg);
@@ -678,18 +690,42 @@ Result<std::vector<std::byte>> Store::get(std::string_view key, Duration timeout
   return std::move(r.payload);
 }
 
-Status Store::wait(std::span<const std::string> keys, Duration timeout) {
-  if (keys.empty()) return Status::ok();
+namespace detail {
+namespace {
+/// One wait for `keys`; its reply as it came.
+Result<StoreClientCore::Response> wait_call(StoreClientCore& core, std::span<const std::string> keys, Duration timeout) {
   std::vector<std::byte> list;
   for (const auto& k : keys) {
-    if (k.empty() || k.size() > detail::kMaxKey) {
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("store key must be 1..{} bytes (got {})", detail::kMaxKey, k.size()));
+    if (k.empty() || k.size() > kMaxKey) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("store key must be 1..{} bytes (got {})", kMaxKey, k.size()));
     }
   }
-  detail::store_protocol::encode_wait_keys(list, keys);
-  REMORA_ASSIGN_OR_RETURN(auto r, core_->call(detail::Op::kWait, {}, list, timeout));
+  store_protocol::encode_wait_keys(list, keys);
+  return core.call(Op::kWait, {}, list, timeout);
+}
+}  // namespace
+}  // namespace detail
+
+Status Store::wait(std::span<const std::string> keys, Duration timeout) {
+  if (keys.empty()) return Status::ok();
+  REMORA_ASSIGN_OR_RETURN(auto r, detail::wait_call(*core_, keys, timeout));
   return detail::reply_status(r);
+}
+
+Result<std::vector<std::string>> Store::wait_missing(std::span<const std::string> keys, Duration timeout) {
+  if (keys.empty()) return std::vector<std::string>{};
+  REMORA_ASSIGN_OR_RETURN(auto r, detail::wait_call(*core_, keys, timeout));
+  if (r.status != detail::Reply::kTimeout) {
+    REMORA_RETURN_IF_ERROR(detail::reply_status(r));
+    return std::vector<std::string>{};
+  }
+  const size_t nul = detail::message_of(r).size();
+  if (nul == r.payload.size()) {
+    return Status(StatusCode::kProtocol, "store: a timed-out wait's reply lists no missing keys");
+  }
+  auto missing = detail::store_protocol::decode_wait_keys(std::span(r.payload).subspan(nul + 1));
+  if (!missing) return missing.status().with_context("store: a timed-out wait's missing keys");
+  return std::move(missing).value();
 }
 
 Result<int64_t> Store::add(std::string_view key, int64_t delta) {

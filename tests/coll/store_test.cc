@@ -156,6 +156,42 @@ TEST(Store, TimeoutNamesTheMissingKeys) {
   EXPECT_TRUE(*c->check("present"));
 }
 
+TEST(Store, WaitMissingReturnsTheKeysStillAbsentInTheirOrder) {
+  Fixture f;
+  auto c = f.client();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->set("b", "x").is_ok());
+  ASSERT_TRUE(c->set("d", "x").is_ok());
+  const std::vector<std::string> keys{"e", "b", "a", "d", "c"};
+  auto missing = c->wait_missing(keys, 50ms);
+  ASSERT_TRUE(missing.is_ok()) << missing.status().to_string();
+  EXPECT_EQ(*missing, (std::vector<std::string>{"e", "a", "c"}));
+  // The same timeout through wait(): a message without the binary list after it.
+  Status s = c->wait(keys, 20ms);
+  ASSERT_EQ(s.code(), StatusCode::kTimeout);
+  EXPECT_EQ(s.message().find('\0'), std::string::npos) << "the message carries the NUL and the key list";
+  EXPECT_NE(s.message().find("\"a\""), std::string::npos) << s.message();
+  for (const char* k : {"a", "c", "e"}) ASSERT_TRUE(c->set(k, "y").is_ok());
+  missing = c->wait_missing(keys, 10s);
+  ASSERT_TRUE(missing.is_ok()) << missing.status().to_string();
+  EXPECT_TRUE(missing->empty());
+  // Bad keys are refused before anything is sent, as by wait().
+  const std::vector<std::string> bad{"ok", ""};
+  EXPECT_EQ(c->wait_missing(bad, 10ms).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Store, WaitMissingKnowsTheMissingKeysWhenTheServerGoesRightAfter) {
+  Fixture f;
+  auto c = f.client();
+  ASSERT_TRUE(c);
+  const std::vector<std::string> keys{"never-1", "never-2"};
+  auto missing = c->wait_missing(keys, 30ms);
+  f.server.reset();  // what Communicator::init's rank 0 does when it gives up
+  ASSERT_TRUE(missing.is_ok()) << missing.status().to_string();
+  EXPECT_EQ(*missing, keys);
+  EXPECT_EQ(c->wait_missing(keys, 30ms).status().code(), StatusCode::kPeerFailed);
+}
+
 TEST(Store, AddIsAtomicAcrossClientsAndThreads) {
   Fixture f;
   constexpr int kClients = 4, kThreadsPerClient = 2, kAdds = 200;

@@ -344,6 +344,8 @@ def test_store_every_call_over_loopback():
         b.wait(["k"], BOUND)
         with pytest.raises(remora.Timeout, match="missing"):
             b.wait(["k", "missing"], 0.05)
+        assert b.wait_missing(["zz", "k", "missing"], 0.05) == ["zz", "missing"]
+        assert b.wait_missing(["k"], BOUND) == []
         with pytest.raises(remora.Timeout):
             b.get("missing", 0.05)
         assert a.add("n", 5) == 5 and b.add("n", -7) == -2
