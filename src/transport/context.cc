@@ -136,6 +136,17 @@ Result<wire::AuthMessage> read_auth(StreamIn& stream, net::Clock::time_point dea
   return wire::decode_auth(in);
 }
 
+/// Reads a HELLO_ACK, its magic first: a peer that is no remora listener (an HTTP
+/// server's short reply) is refused at once, not at the deadline.
+Result<wire::HelloAck> read_ack(StreamIn& stream, const std::string& peer, net::Clock::time_point deadline) {
+  std::array<std::byte, wire::kHelloAckSize> in{};
+  const auto magic = std::span(in).first(4);
+  REMORA_RETURN_IF_ERROR(stream.read_exact(magic, deadline));
+  REMORA_RETURN_IF_ERROR(wire::check_magic_prefix("the handshake reply from " + peer, magic));
+  REMORA_RETURN_IF_ERROR(stream.read_exact(std::span(in).subspan(4), deadline));
+  return wire::decode_hello_ack(in);
+}
+
 /// Sends `hello` and returns the listener's final HELLO_ACK. With a key, the listener must
 /// authenticate (docs/protocol.md, "Authentication"): it sends a challenge, we answer
 /// with our proof, and it proves the key back before its ACK counts. Any failure of that
@@ -145,9 +156,7 @@ Result<wire::HelloAck> exchange_hello(StreamIn& stream, const wire::Hello& hello
   const int fd = stream.fd();
   const auto out = wire::encode_hello(hello);
   REMORA_RETURN_IF_ERROR(net::write_all(fd, out, deadline));
-  std::array<std::byte, wire::kHelloAckSize> in{};
-  REMORA_RETURN_IF_ERROR(stream.read_exact(in, deadline));
-  auto ack = wire::decode_hello_ack(in);
+  auto ack = read_ack(stream, peer, deadline);
   if (!ack || ack->version != kWireVersion) return ack;  // check_ack words it
   if (ack->status == wire::HelloStatus::kUnauthenticated || (!key && ack->status == wire::HelloStatus::kAuthenticate)) {
     return access_denied(peer + " requires authentication and we hold no key: set REMORA_AUTH_KEY (or "
@@ -184,8 +193,7 @@ Result<wire::HelloAck> exchange_hello(StreamIn& stream, const wire::Hello& hello
                                confirm->proof)) {
     return access_denied(peer + " could not prove that it holds the shared secret (wrong proof): refusing it");
   }
-  REMORA_RETURN_IF_ERROR(stream.read_exact(in, deadline));
-  return wire::decode_hello_ack(in);
+  return read_ack(stream, peer, deadline);
 }
 
 }  // namespace

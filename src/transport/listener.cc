@@ -200,7 +200,18 @@ void ListenerCore::on_conn_event(uint64_t id) {
     }
     return true;
   };
-  if (!c.authenticating_ && !fill(c.buf_.data(), c.buf_.size(), &c.got_)) return;
+  if (!c.authenticating_) {
+    const bool whole = fill(c.buf_.data(), c.buf_.size(), &c.got_);
+    if (!conns_.contains(id)) return;  // dropped: EOF or an error
+    // A client that is no remora peer (an HTTP request, a port scanner's probe) is
+    // dropped on its first bytes, not at the handshake deadline.
+    if (Status s = wire::check_magic_prefix("HELLO", std::span(c.buf_).first(c.got_)); !s) {
+      REMORA_LOG(kInfo, "dropping connection from {}: {}", c.peer_, s.message());
+      drop_conn(id);
+      return;
+    }
+    if (!whole) return;
+  }
   auto ctx = ctx_.lock();
   if (!ctx) {
     drop_conn(id);

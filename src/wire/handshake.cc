@@ -1,10 +1,12 @@
 // wire/handshake.cc — HELLO / HELLO_ACK codec. Layout: docs/protocol.md, "Connections".
 #include "wire/handshake.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
-#include "remora/version.h"
 #include "core/little_endian.h"
+#include "remora/version.h"
 
 namespace remora::wire {
 namespace {
@@ -96,6 +98,17 @@ CommonTail load_tail(const std::byte* p) {
 }
 
 }  // namespace
+
+Status check_magic_prefix(std::string_view what, std::span<const std::byte> first) {
+  std::array<std::byte, 4> magic{};
+  store_u32(magic.data(), kMagic);
+  const size_t n = std::min(first.size(), magic.size());
+  if (std::equal(first.begin(), first.begin() + static_cast<ptrdiff_t>(n), magic.begin())) return Status::ok();
+  std::string seen;
+  for (size_t i = 0; i < n; ++i) seen += fmt::format("{:02x}", std::to_integer<unsigned>(first[i]));
+  return protocol_error(
+      fmt::format("{}: its first bytes {} are not the magic \"RMRA\" (not a remora peer)", what, seen));
+}
 
 std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept {
   std::array<std::byte, kHelloSize> out{};

@@ -70,6 +70,11 @@ struct HelloAck {
 std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept;
 std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexcept;
 
+/// Checks the first bytes of a HELLO or HELLO_ACK as they arrive (any number, even
+/// fewer than the magic's 4): kProtocol ("not a remora peer") as soon as one differs
+/// from the magic's, so that a foreign peer is refused without waiting for the rest.
+Status check_magic_prefix(std::string_view what, std::span<const std::byte> first);
+
 /// Decodes exactly kHelloSize bytes. kProtocol on bad magic ("not a remora peer").
 /// A different version is NOT an error here: only magic and version are decoded and
 /// returned (the rest of the layout may differ), so the caller can answer

@@ -88,6 +88,30 @@ TEST_F(Handshake, BadMagicIsDroppedWithoutReplyAndListenerStaysUsable) {
   expect_listener_serves();
 }
 
+// A client that is no remora peer and sends less than a HELLO (an HTTP request), then
+// waits: dropped on its first bytes, long before the handshake timeout of a minute.
+TEST(ForeignClient, AShortRequestIsDroppedOnItsFirstBytesNotAtTheHandshakeTimeout) {
+  auto server = make_context(1, 60000);
+  ASSERT_TRUE(server);
+  auto listener = server->listen("127.0.0.1:0");
+  ASSERT_TRUE(listener) << describe(listener.status());
+  std::string err;
+  for (const std::string request : {"GET / HTTP/1.1\r\n\r\n", "R", "RMRX"}) {
+    SCOPED_TRACE(request);
+    raw::Socket s = raw::Socket::connect_to("127.0.0.1", (*listener)->port(), &err);
+    ASSERT_TRUE(s.valid()) << err;
+    ASSERT_TRUE(s.send_all(std::vector<uint8_t>(request.begin(), request.end()), &err)) << err;
+    if (request == "R") {
+      // A prefix of the magic is not yet a foreign peer: the rest may follow.
+      const uint8_t rest[] = {'X'};
+      ASSERT_TRUE(s.send_all(std::vector<uint8_t>(std::begin(rest), std::end(rest)), &err)) << err;
+    }
+    size_t replied = 0;
+    EXPECT_TRUE(s.wait_closed(20s, &replied)) << "the listener kept a foreign client open";
+    EXPECT_EQ(replied, 0u);
+  }
+}
+
 TEST_F(Handshake, HelloWithRmaWindowOutOfRangeIsDroppedAndListenerStaysUsable) {
   for (uint32_t window : {0u, kMaxRmaWindow + 1, 0xFFFFFFFFu}) {
     SCOPED_TRACE("rma_window " + std::to_string(window));
@@ -257,6 +281,21 @@ TEST(Connect, GarbageFromServerIsProtocolError) {
   expect_valid_control_hello(server.hello(), 3);
   ASSERT_FALSE(r) << "connect() accepted a garbage HELLO_ACK";
   EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+}
+
+// A server that is no remora peer answers less than a HELLO_ACK (an HTTP reply) and keeps
+// the connection open: refused on its first bytes as "not a remora peer", not a timeout
+// at the end of the minute connect() was given.
+TEST(Connect, AForeignServersShortReplyIsRefusedAtOnceNotAtTheDeadline) {
+  auto ctx = make_context(1);
+  ASSERT_TRUE(ctx);
+  const std::string http = "HTTP/1.1 200 OK\r\n\r\n";
+  FakeServer server(std::vector<uint8_t>(http.begin(), http.end()));
+  auto r = ctx->connect("127.0.0.1:" + std::to_string(server.port()), 60s);
+  server.join();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
+  EXPECT_NE(r.status().message().find("not a remora peer"), std::string::npos) << describe(r.status());
 }
 
 TEST(Connect, VersionMismatchAckIsProtocolError) {

@@ -226,6 +226,27 @@ TEST(HelloAckRoundTrip, EveryStatusAndBoundaries) {
   }
 }
 
+TEST(MagicPrefix, AnyPrefixOfTheMagicPassesAndTheFirstWrongByteFails) {
+  const Bytes magic = bytes({0x52, 0x4D, 0x52, 0x41});  // "RMRA"
+  for (size_t n = 0; n <= 4; ++n) {
+    EXPECT_TRUE(check_magic_prefix("HELLO", std::span(magic).first(n)).is_ok()) << n << " bytes";
+  }
+  // More than the magic: only the magic is checked.
+  Bytes longer = magic;
+  longer.push_back(std::byte{0xFF});
+  EXPECT_TRUE(check_magic_prefix("HELLO", longer).is_ok());
+  for (size_t i = 0; i < 4; ++i) {
+    Bytes wrong(magic.begin(), magic.begin() + static_cast<ptrdiff_t>(i) + 1);
+    wrong[i] ^= std::byte{0x01};
+    const Status s = check_magic_prefix("the reply", wrong);
+    EXPECT_EQ(s.code(), StatusCode::kProtocol) << i;
+    EXPECT_NE(s.message().find("not a remora peer"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("the reply"), std::string::npos) << s.message();
+  }
+  // The first byte of "HTTP/1.1 200 OK" is enough.
+  EXPECT_EQ(check_magic_prefix("reply", bytes({'H'})).code(), StatusCode::kProtocol);
+}
+
 TEST(HelloReject, BadMagic) {
   for (size_t i = 0; i < 4; ++i) {
     Bytes wire = to_vector(encode_hello(control_hello()));
