@@ -24,6 +24,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int g_signal_pipe = -1;  ///< write end of the self-pipe (async-signal-safe wakeups)
+/// The signals the launcher handles (and a rank gets back at their defaults).
+constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGCHLD};
 
 void on_signal(int sig) {
   const int saved = errno;
@@ -96,7 +98,7 @@ bool install_signal_pipe(int sp[2]) {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : kRelayed) ::sigaction(sig, &sa, nullptr);
   return true;
 }
 
@@ -159,8 +161,17 @@ class Job {
       kill_started();
       return false;
     }
+    // Until the child has put back the default handlers, a signal sent to it (the
+    // launcher stopping every rank when one failed at start-up) would run our handler
+    // there and write to our self-pipe: "got signal 15" that nobody sent us. Blocked
+    // across fork, it waits in the child until the defaults are back.
+    sigset_t ours, before;
+    sigemptyset(&ours);
+    for (int sig : kRelayed) sigaddset(&ours, sig);
+    ::sigprocmask(SIG_BLOCK, &ours, &before);
     const pid_t pid = ::fork();
-    if (pid == 0) exec_rank(rank, argv, envp, out_pipe[1], err_pipe[1]);
+    if (pid == 0) exec_rank(rank, argv, envp, out_pipe[1], err_pipe[1], before);
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
     if (pid < 0) {
       fmt::print(stderr, "remora run: fork: {}\n", std::strerror(errno));
       kill_started();
@@ -206,11 +217,13 @@ class Job {
 
  private:
   /// The child's side of spawn: its own process group, default signals, then exec.
-  [[noreturn]] void exec_rank(int rank, std::vector<char*>& argv, std::vector<char*>& envp, int out_fd, int err_fd) {
+  [[noreturn]] void exec_rank(int rank, std::vector<char*>& argv, std::vector<char*>& envp, int out_fd, int err_fd,
+                              const sigset_t& mask) {
     ::setpgid(0, 0);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
+    for (int sig : kRelayed) ::sigaction(sig, &dfl, nullptr);
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);  // what was sent meanwhile now takes its default action
     if (o_.tag_output) {
       ::dup2(out_fd, STDOUT_FILENO);
       ::dup2(err_fd, STDERR_FILENO);

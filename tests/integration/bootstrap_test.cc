@@ -46,6 +46,23 @@ TEST(Bootstrap, RemoraRunReportsTheFailingRankAndExitsNonZero) {
   EXPECT_NE(out.find("exited with code 3"), std::string::npos) << out;
 }
 
+// A rank that fails at once while the others are still starting: the launcher stops them
+// and says why, and never claims a signal that nobody sent it (a SIGTERM for a rank that
+// had not yet put back its default handlers used to run the launcher's handler there).
+TEST(Bootstrap, RemoraRunStoppingRanksAtStartUpReportsNoSignalOfItsOwn) {
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    auto p = spawn_program({REMORA_TOOL_PATH, "run", "-n", "48", "--timeout", "100", "--", "sh", "-c",
+                            "if [ \"$REMORA_RANK\" = 0 ]; then exit 3; fi; exec sleep 30"});
+    auto [out, status] = finish(*p);
+    ASSERT_TRUE(WIFEXITED(status)) << Process::describe(status) << "\n" << out;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+    EXPECT_NE(out.find("remora run: rank 0 (pid"), std::string::npos) << out;
+    EXPECT_NE(out.find("exited with code 3; stopping the other ranks"), std::string::npos) << out;
+    EXPECT_EQ(out.find("got signal"), std::string::npos) << out;
+  }
+}
+
 TEST(Bootstrap, RemoraRunTimeoutStopsEverythingWith124) {
   auto p = spawn_program({REMORA_TOOL_PATH, "run", "-n", "2", "--timeout", "1", "--", "sleep", "60"});
   auto [out, status] = finish(*p);
