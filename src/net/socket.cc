@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,7 +53,25 @@ Status errno_status(int err, std::string_view what) {
     default:
       break;
   }
-  return Status(code, std::string(what) + ": " + std::strerror(err));
+  return Status(code, std::string(what) + ": " + std::strerror(err) + descriptor_limit_hint(err));
+}
+
+std::string descriptor_limit_hint(int err) {
+  if (err == ENFILE) {
+    return " (the system-wide limit on open files, fs.file-max, is reached: raise it with sysctl, or close files)";
+  }
+  if (err != EMFILE) return {};
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return " (this process reached its open-file limit, RLIMIT_NOFILE)";
+  auto text = [](rlim_t v) { return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v); };
+  std::string fix = "raise the soft limit up to the hard one (ulimit -n " + text(limit.rlim_max) + ")";
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_cur >= limit.rlim_max) {
+    fix =
+        "the soft limit is at the hard one: raise the hard limit (limits.conf, systemd's LimitNOFILE, a "
+        "container's nofile ulimit)";
+  }
+  return " (this process reached its open-file limit, RLIMIT_NOFILE: soft " + text(limit.rlim_cur) + ", hard " +
+         text(limit.rlim_max) + "; " + fix + ", or open fewer endpoints or data streams, REMORA_STREAMS)";
 }
 
 namespace {
@@ -82,7 +101,7 @@ Status wait_readable(int fd, Clock::time_point deadline) { return wait_fd(fd, PO
 
 Result<Fd> listen_tcp(const SockAddr& addr, int backlog) {
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-  if (!fd.valid()) return errno_status(errno, "socket");
+  if (!fd.valid()) return errno_status(errno, "listen on " + to_string(addr) + ": socket");
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (addr.family() == AF_INET6) {
@@ -125,7 +144,7 @@ Status configure_stream_socket(int fd) {
 Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline) {
   std::string what = "connect " + to_string(addr);
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
-  if (!fd.valid()) return errno_status(errno, "socket");
+  if (!fd.valid()) return errno_status(errno, what + ": socket");
   if (::connect(fd.get(), addr.get(), addr.length) != 0) {
     if (errno != EINPROGRESS) return errno_status(errno, what);
     REMORA_RETURN_IF_ERROR(wait_fd(fd.get(), POLLOUT, deadline, what));

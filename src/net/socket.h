@@ -48,8 +48,11 @@ class Fd {
 /// A Status for a failed syscall: code chosen from errno (ECONNRESET/EPIPE →
 /// kPeerFailed, ECONNREFUSED/EHOSTUNREACH/ENETUNREACH → kUnreachable, ETIMEDOUT →
 /// kTimeout, EMFILE/ENOBUFS/ENOMEM → kNoResource, else kInternal) and the message
-/// "<what>: <strerror>".
+/// "<what>: <strerror>", followed for EMFILE/ENFILE by descriptor_limit_hint.
 Status errno_status(int err, std::string_view what);
+/// For EMFILE: the process's RLIMIT_NOFILE (soft and hard) and how to raise it; for
+/// ENFILE: the system-wide limit; empty for any other errno.
+std::string descriptor_limit_hint(int err);
 
 /// Binds and listens (SO_REUSEADDR, non-blocking, close-on-exec).
 Result<Fd> listen_tcp(const SockAddr& addr, int backlog = 1024);

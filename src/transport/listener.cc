@@ -82,7 +82,9 @@ void ListenerCore::on_event(uint32_t /*events*/) {
     int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) REMORA_LOG(kWarn, "accept: {}", std::strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        REMORA_LOG(kWarn, "{}", net::errno_status(errno, "accept on " + net::to_string(bound_)).message());
+      }
       return;
     }
     net::Fd owned(fd);

@@ -3,11 +3,17 @@
 // silent and half-finished clients against REMORA_HANDSHAKE_TIMEOUT_MS, bad
 // data-connection attaches, and connect() against nothing, a silent server and servers
 // that answer garbage or an out-of-range rma_window.
-#include <gtest/gtest.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "itest_util.h"
 #include "support/raw_wire.h"
@@ -296,6 +302,44 @@ TEST(Connect, AForeignServersShortReplyIsRefusedAtOnceNotAtTheDeadline) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.status().code(), StatusCode::kProtocol) << describe(r.status());
   EXPECT_NE(r.status().message().find("not a remora peer"), std::string::npos) << describe(r.status());
+}
+
+// Run in a child: its open-file limit is lowered to what it already holds, so connect()'s
+// first socket fails with EMFILE. Exit 0 when the error names the address, the limit
+// and the fix; a distinct code for each way it does not.
+int connect_without_descriptors() {
+  auto ctx = Context::create(ContextOptions{});
+  if (!ctx) return 10;
+  auto listener = (*ctx)->listen("127.0.0.1:0");
+  if (!listener) return 11;
+  int open_now = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++open_now;
+    ::closedir(d);
+  }
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = static_cast<rlim_t>(open_now);  // ".", ".." and the directory's own fd are closed again
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 12;
+  auto r = (*ctx)->connect((*listener)->address(), 5s);
+  if (r) return 13;
+  const std::string m = r.status().message();
+  std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
+  if (r.status().code() != StatusCode::kNoResource) return 14;
+  if (m.find((*listener)->address()) == std::string::npos) return 15;
+  if (m.find("RLIMIT_NOFILE") == std::string::npos || m.find(std::to_string(open_now)) == std::string::npos) return 16;
+  if (m.find("ulimit -n") == std::string::npos && m.find("raise the hard limit") == std::string::npos) return 17;
+  return 0;
+}
+
+TEST(Connect, OutOfDescriptorsNamesTheAddressAndTheOpenFileLimit) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ::_exit(connect_without_descriptors());
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above (exit codes: connect_without_descriptors)";
 }
 
 TEST(Connect, VersionMismatchAckIsProtocolError) {
