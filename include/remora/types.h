@@ -51,6 +51,9 @@ constexpr Access operator&(Access a, Access b) noexcept {
 /// True when every right in `wanted` is in `have`.
 constexpr bool has_access(Access have, Access wanted) noexcept { return (have & wanted) == wanted; }
 
+/// Log verbosity (REMORA_LOG).
+enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
+
 /// Where a piece of memory lives.
 /// What kind of memory a region or buffer is. kTestDevice is the test double of a
 /// device (remora::testing::TestDeviceDomain): memory reachable only through its

@@ -7,13 +7,6 @@
 //     operation touches are held (KeepAlive) until its Request completes;
 //   - timeouts are seconds (float); None is the context's default bound
 //     (REMORA_WAIT_TIMEOUT_MS), remora.FOREVER (math.inf) is no bound.
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/string_view.h>
-#include <nanobind/stl/tuple.h>
-#include <nanobind/stl/vector.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -28,7 +21,16 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include "buffers.h"
 
@@ -439,6 +441,132 @@ void both(nb::class_<CommObj>& cls, const char* name, nb::object (*fn)(CommObj&,
 const char* const kAccessDoc =
     "Access rights of a registered region. Remote rights are what a RemoteKey can grant "
     "(remora/types.h). Combine with |.";
+
+// ---------------------------------------------------------------------------
+// configuration: Context's keyword arguments and config() from the library's table
+// ---------------------------------------------------------------------------
+
+const ConfigVariable* option_row(std::string_view field) {
+  for (const ConfigVariable& v : config_variables()) {
+    if (v.field == field) return &v;
+  }
+  return nullptr;
+}
+
+std::string option_names() {
+  std::string out;
+  for (const ConfigVariable& v : config_variables()) {
+    if (!v.field.empty()) out += (out.empty() ? "" : ", ") + std::string(v.field);
+  }
+  return out;
+}
+
+/// One keyword argument as ContextOptions::set takes it: a bool for a switch, a number
+/// (an int, or an enum member's value), or text read as the environment's is.
+ConfigValue option_value(std::string_view field, nb::handle value) {
+  if (nb::isinstance<nb::bool_>(value)) return nb::cast<bool>(value);
+  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
+  nb::handle number = value;
+  nb::object member;
+  if (!nb::isinstance<nb::int_>(value) && nb::hasattr(value, "value")) {
+    member = value.attr("value");  // an enum member (PinMode.OFF): its position
+    number = member;
+  }
+  if (!nb::isinstance<nb::int_>(number) || nb::isinstance<nb::bool_>(number)) {
+    throw nb::type_error(("Context(): " + std::string(field) + " takes an int, a bool, a str or an enum member, not " +
+                          nb::cast<std::string>(nb::str(value.type())))
+                             .c_str());
+  }
+  if (nb::cast<bool>(number.attr("__lt__")(0))) {
+    check(Status(StatusCode::kInvalidArgument, std::string(field) + " cannot be negative"));
+  }
+  return nb::cast<uint64_t>(number);
+}
+
+ContextOptions context_options(const nb::kwargs& kwargs) {
+  ContextOptions o;
+  for (auto [key, value] : kwargs) {
+    const std::string field = nb::cast<std::string>(key);
+    if (value.is_none()) continue;  // unset: the environment's or the default
+    if (field == "auth_key" && nb::isinstance<AuthKey>(value)) {
+      o.auth_key = nb::cast<AuthKey>(value);
+      continue;
+    }
+    if (option_row(field) == nullptr) {
+      throw nb::type_error(
+          ("Context() got an unexpected keyword argument '" + field + "' (the options: " + option_names() + ")")
+              .c_str());
+    }
+    check(o.set(field, option_value(field, value)));
+  }
+  return o;
+}
+
+/// A choice's position as the package's enum where it has one, else as its word.
+nb::object choice_object(const ConfigVariable& v, uint64_t n) {
+  if (v.field == "pin_mode") return nb::cast(static_cast<PinMode>(n));
+  if (v.field == "device_path") return nb::cast(static_cast<DevicePathMode>(n));
+  if (v.field == "checksum") return nb::cast(static_cast<ChecksumMode>(n));
+  if (v.field == "log_level") return nb::cast(static_cast<LogLevel>(n));
+  return nb::str(std::string(v.choices[n]).c_str());
+}
+
+nb::dict config_dict(const Config& k) {
+  nb::dict d;
+  for (const ConfigVariable& v : config_variables()) {
+    if (v.field.empty() || v.field == "auth_key") continue;
+    const ConfigValue value = take(config_value(k, v.field));
+    if (const auto* flag = std::get_if<bool>(&value)) {
+      d[std::string(v.field).c_str()] = *flag;
+    } else if (const auto* n = std::get_if<uint64_t>(&value)) {
+      d[std::string(v.field).c_str()] = v.kind == ConfigKind::kChoice ? choice_object(v, *n) : nb::int_(*n);
+    }
+  }
+  // The environment-only fields of Config.
+  for (const char* field : {"devmem_ifname", "rxq_socket", "rxq_device_area", "zcrx_area"}) {
+    const ConfigValue value = take(config_value(k, field));
+    if (const auto* text = std::get_if<std::string>(&value)) {
+      d[field] = *text;
+    } else {
+      d[field] = std::get<uint64_t>(value);
+    }
+  }
+  if (k.auth_key) {
+    d["auth_key"] = *k.auth_key;
+  } else {
+    d["auth_key"] = nb::none();
+  }
+  return d;
+}
+
+/// Context's docstring: its keyword arguments, one per row of the configuration table.
+const std::string& context_doc() {
+  static const std::string doc = [] {
+    std::string out =
+        "The root object: configuration, registered memory, a progress thread, listeners and endpoints. "
+        "Configuration comes from REMORA_* environment variables with the keyword arguments applied on top "
+        "(docs/configuration.md); ignore_env=True skips the environment. Closing (close() or collection) closes "
+        "every endpoint.\n\n"
+        "Keyword arguments, one per option of the library's configuration table (remora.config_variables(); "
+        "unset or None: the environment's or the default value). Each takes an int, a bool (switches such as "
+        "same_host_pulls: True is auto), a str read as its environment variable is (\"512K\", \"off\"), or "
+        "the package's enum (PinMode, DevicePathMode, ChecksumMode, LogLevel); InvalidArgument for a value out "
+        "of range, TypeError for an unknown name:\n";
+    for (const ConfigVariable& v : config_variables()) {
+      if (v.field.empty()) continue;
+      out += "  " + std::string(v.field) + " (" + std::string(v.name) + ", " + v.range() + "): " + std::string(v.doc) +
+             "\n";
+    }
+    out +=
+        "  auth_key may also be an AuthKey.\n"
+        "cuda=True: load the CUDA driver now and fail here (Unsupported, with the driver's reason) where there is "
+        "none; without it, the first CUDA memory the package sees (a PyTorch CUDA tensor, a CuPy array, "
+        "remora.cuda_empty) loads it, and from then on every context moves CUDA memory through pinned staging "
+        "buffers (docs/device-memory.md).";
+    return out;
+  }();
+  return doc;
+}
 
 }  // namespace
 }  // namespace remora::python
@@ -1040,186 +1168,99 @@ NB_MODULE(_remora, m) {
            "Stops listening; endpoints already accepted stay up.");
 
   nb::class_<ContextObj>(m, "Context",
-                        "The root object: configuration, registered memory, a progress thread, listeners and "
-                        "endpoints. Configuration comes from REMORA_* environment variables with the keyword "
-                        "arguments applied on top (docs/configuration.md); ignore_env=True skips the "
-                        "environment. Closing (close() or collection) closes every endpoint.")
-      .def("__init__",
-           [](ContextObj* self, std::optional<uint32_t> streams_per_endpoint, std::optional<size_t> chunk_bytes,
-              std::optional<size_t> eager_limit, std::optional<size_t> eager_credit,
-              std::optional<uint32_t> max_outstanding, std::optional<uint32_t> max_unexpected,
-              std::optional<uint32_t> rma_window, std::optional<uint32_t> spin_us,
-              std::optional<uint32_t> progress_linger_us, std::optional<uint32_t> progress_poll_us,
-              std::optional<uint32_t> connect_timeout_ms, std::optional<uint32_t> handshake_timeout_ms,
-              std::optional<uint32_t> wait_timeout_ms, std::optional<PinMode> pin_mode,
-              std::optional<uint32_t> staging_buffers, std::optional<LogLevel> log_level,
-              std::optional<uint32_t> max_pending_handshakes, std::optional<uint32_t> peer_timeout_ms,
-              std::optional<DevicePathMode> device_path, std::optional<ChecksumMode> checksum,
-              std::optional<bool> same_host_pulls, std::optional<bool> pull_huge_pages,
-              std::optional<AuthKey> auth_key, bool cuda, bool ignore_env) {
-             if (cuda) use_cuda_memory();  // before the context: its failure leaves nothing behind
-             ContextOptions o;
-             o.streams_per_endpoint = streams_per_endpoint;
-             o.chunk_bytes = chunk_bytes;
-             o.eager_limit = eager_limit;
-             o.eager_credit = eager_credit;
-             o.max_outstanding = max_outstanding;
-             o.max_unexpected = max_unexpected;
-             o.rma_window = rma_window;
-             o.spin_us = spin_us;
-             o.progress_linger_us = progress_linger_us;
-             o.progress_poll_us = progress_poll_us;
-             o.connect_timeout_ms = connect_timeout_ms;
-             o.handshake_timeout_ms = handshake_timeout_ms;
-             o.wait_timeout_ms = wait_timeout_ms;
-             o.pin_mode = pin_mode;
-             o.staging_buffers = staging_buffers;
-             o.log_level = log_level;
-             o.max_pending_handshakes = max_pending_handshakes;
-             o.peer_timeout_ms = peer_timeout_ms;
-             o.device_path = device_path;
-             o.checksum = checksum;
-             o.same_host_pulls = same_host_pulls;
-             o.pull_huge_pages = pull_huge_pages;
-             o.auth_key = auth_key;
-             o.ignore_env = ignore_env;
-             Result<std::unique_ptr<Context>> c = [&] {
-               nb::gil_scoped_release unlocked;
-               return Context::create(o);
-             }();
-             new (self) ContextObj(take(std::move(c)));
-           },
-           nb::kw_only(), "streams_per_endpoint"_a = nb::none(), "chunk_bytes"_a = nb::none(),
-           "eager_limit"_a = nb::none(), "eager_credit"_a = nb::none(), "max_outstanding"_a = nb::none(),
-           "max_unexpected"_a = nb::none(), "rma_window"_a = nb::none(), "spin_us"_a = nb::none(),
-           "progress_linger_us"_a = nb::none(), "progress_poll_us"_a = nb::none(),
-           "connect_timeout_ms"_a = nb::none(), "handshake_timeout_ms"_a = nb::none(),
-           "wait_timeout_ms"_a = nb::none(), "pin_mode"_a = nb::none(), "staging_buffers"_a = nb::none(),
-           "log_level"_a = nb::none(), "max_pending_handshakes"_a = nb::none(), "peer_timeout_ms"_a = nb::none(),
-           "device_path"_a = nb::none(), "checksum"_a = nb::none(), "same_host_pulls"_a = nb::none(),
-           "pull_huge_pages"_a = nb::none(), "auth_key"_a = nb::none(),
-           "cuda"_a = false, "ignore_env"_a = false,
-           "Keyword arguments: one per field of ContextOptions (remora/config.h), same name and meaning "
-           "(docs/configuration.md); unset ones keep the environment's or the default value. "
-           "max_pending_handshakes: handshakes a server side keeps in progress at once (per listener, and "
-           "endpoints waiting for their data streams, per context), 1 to 65536. peer_timeout_ms: a peer "
-           "silent this long while operations are outstanding is declared dead, 1000 ms to 1 h. "
-           "device_path: a DevicePathMode. checksum: a ChecksumMode (CRC32C needs an ISA-L build, else "
-           "Unsupported). same_host_pulls: False keeps every byte on TCP (REMORA_SAME_HOST=off); True, "
-           "the default, lets a peer on this host read chunks straight out of this process's memory "
-           "(docs/protocol.md, \"Same-host pulls\"). pull_huge_pages: False leaves memory a same-host peer "
-           "pulls again and again on the pages it has (REMORA_PULL_HUGEPAGES=off); True, the default, "
-           "collapses it into transparent huge pages once, which makes the peer's reads faster. auth_key: an AuthKey to authenticate with instead of the environment's. "
-           "cuda=True: load the CUDA driver now and fail here (Unsupported, with the driver's reason) "
-           "where there is none; without it, the first CUDA memory the package sees (a PyTorch CUDA "
-           "tensor, a CuPy array, remora.cuda_empty) loads it, and from then on every context moves CUDA "
-           "memory through pinned staging buffers (docs/device-memory.md). "
-           "InvalidArgument for a value out of range.")
-      .def("listen",
-           [](ContextObj& c, const std::string& address) {
-             Result<std::unique_ptr<Listener>> l = [&] {
-               nb::gil_scoped_release unlocked;
-               return c.get().listen(address);
-             }();
-             return ListenerObj{take(std::move(l))};
-           },
-           "address"_a = "127.0.0.1:0",
-           "Listens on \"host:port\" (\"0.0.0.0:0\", \"[::1]:7100\", \"localhost:7100\"); port 0 picks one.",
-           nb::keep_alive<0, 1>())
-      .def("connect",
-           [](ContextObj& c, const std::string& address, std::optional<double> timeout) {
-             Result<std::shared_ptr<Endpoint>> r = [&] {
-               Context& ctx = c.get();
-               nb::gil_scoped_release unlocked;
-               return timeout ? ctx.connect(address, to_duration(timeout)) : ctx.connect(address);
-             }();
-             return EndpointObj{take(std::move(r))};
-           },
-           "address"_a, "timeout"_a = nb::none(),
-           "Connects to \"host:port\", performs the handshake and opens the data streams (GIL released). "
-           "Unreachable, Timeout, ProtocolError (version mismatch or garbage). timeout None: "
-           "REMORA_CONNECT_TIMEOUT_MS.",
-           nb::keep_alive<0, 1>())
-      .def("add_memory",
-           [](ContextObj& c, nb::handle mem) {
-             DmabufObj& d = nb::cast<DmabufObj&>(mem);
-             check(c.get().add_memory_domain(d.mem->domain()));
-             c.memories.push_back(nb::borrow(mem));
-           },
-           "mem"_a,
-           "Makes a DmabufMemory usable by this context (Context::add_memory_domain): its endpoints, regions "
-           "and collectives then move it through the device paths. The context keeps it alive.")
-      .def("register",
-           [](ContextObj& c, nb::handle obj, Access access) {
-             const bool writable = (access & (Access::kLocalWrite | Access::kRemoteWrite | Access::kRemoteAtomic)) !=
-                                   Access::kNone;
-             Memory m = memory(obj, writable);
-             Result<Region> r = [&] {
-               Context& ctx = c.get();
-               nb::gil_scoped_release unlocked;
-               return ctx.register_memory(m.data, m.size, access);
-             }();
-             return RegionObj{m.holder, take(std::move(r))};
-           },
-           "obj"_a, "access"_a = Access::kLocalWrite | Access::kRemoteRead | Access::kRemoteWrite,
-           "Registers the memory of `obj` (any buffer-protocol or DLPack object: NumPy array, PyTorch "
-           "tensor, CuPy array, bytearray, ...) in place, with `access` rights; the Region keeps `obj` alive. "
-           "Host memory: validates the range and locks its pages (REMORA_PIN). CUDA memory: a region of device "
-           "memory, which peers' puts and gets reach through the CUDA domain (docs/python.md). InvalidArgument "
-           "for empty or non-contiguous memory; NoResource when pinning is required and refused; Unsupported "
-           "for memory of another device kind.",
-           nb::keep_alive<0, 1>())
-      .def("progress",
-           [](ContextObj& c) {
-             nb::gil_scoped_release unlocked;
-             c.get().progress();
-           },
-           "Drives progress once from the calling thread (never blocks).")
-      .def("config",
-           [](ContextObj& c) {
-             const Config& k = c.get().config();
-             nb::dict d;
-             d["streams_per_endpoint"] = k.streams_per_endpoint;
-             d["chunk_bytes"] = k.chunk_bytes;
-             d["eager_limit"] = k.eager_limit;
-             d["eager_credit"] = k.eager_credit;
-             d["max_outstanding"] = k.max_outstanding;
-             d["max_unexpected"] = k.max_unexpected;
-             d["rma_window"] = k.rma_window;
-             d["spin_us"] = k.spin_us;
-             d["progress_linger_us"] = k.progress_linger_us;
-             d["progress_poll_us"] = k.progress_poll_us;
-             d["connect_timeout_ms"] = k.connect_timeout_ms;
-             d["handshake_timeout_ms"] = k.handshake_timeout_ms;
-             d["wait_timeout_ms"] = k.wait_timeout_ms;
-             d["pin_mode"] = k.pin_mode;
-             d["staging_buffers"] = k.staging_buffers;
-             d["log_level"] = k.log_level;
-             d["max_pending_handshakes"] = k.max_pending_handshakes;
-             d["peer_timeout_ms"] = k.peer_timeout_ms;
-             d["device_path"] = k.device_path;
-             d["devmem_ifname"] = std::string(k.devmem_ifname.data());
-             d["rxq_socket"] = std::string(k.rxq_socket.data());
-             d["rxq_device_area"] = k.rxq_device_area;
-             d["zcrx_area"] = k.zcrx_area;
-             d["checksum"] = k.checksum;
-             d["same_host_pulls"] = k.same_host_pulls;
-             d["pull_huge_pages"] = k.pull_huge_pages;
-             if (k.auth_key) {
-               d["auth_key"] = *k.auth_key;
-             } else {
-               d["auth_key"] = nb::none();
-             }
-             return d;
-           },
-           "The resolved configuration, as a dict of Config's fields.")
-      .def("close",
-           [](ContextObj& c) {
-             nb::gil_scoped_release unlocked;
-             c.ctx.reset();
-           },
-           "Closes every endpoint (their requests fail with Aborted) and joins the progress thread. Objects "
-           "made from the context fail with Aborted afterwards.")
+                         "The root object: configuration, registered memory, a progress thread, listeners and "
+                         "endpoints. Configuration comes from REMORA_* environment variables with the keyword "
+                         "arguments applied on top (docs/configuration.md); ignore_env=True skips the "
+                         "environment. Closing (close() or collection) closes every endpoint.")
+      .def(
+          "__init__",
+          [](ContextObj* self, bool cuda, bool ignore_env, nb::kwargs kwargs) {
+            if (cuda) use_cuda_memory();  // before the context: its failure leaves nothing behind
+            ContextOptions o = context_options(kwargs);
+            o.ignore_env = ignore_env;
+            Result<std::unique_ptr<Context>> c = [&] {
+              nb::gil_scoped_release unlocked;
+              return Context::create(o);
+            }();
+            new (self) ContextObj(take(std::move(c)));
+          },
+          nb::kw_only(), "cuda"_a = false, "ignore_env"_a = false, "kwargs"_a, context_doc().c_str())
+      .def(
+          "listen",
+          [](ContextObj& c, const std::string& address) {
+            Result<std::unique_ptr<Listener>> l = [&] {
+              nb::gil_scoped_release unlocked;
+              return c.get().listen(address);
+            }();
+            return ListenerObj{take(std::move(l))};
+          },
+          "address"_a = "127.0.0.1:0",
+          "Listens on \"host:port\" (\"0.0.0.0:0\", \"[::1]:7100\", \"localhost:7100\"); port 0 picks one.",
+          nb::keep_alive<0, 1>())
+      .def(
+          "connect",
+          [](ContextObj& c, const std::string& address, std::optional<double> timeout) {
+            Result<std::shared_ptr<Endpoint>> r = [&] {
+              Context& ctx = c.get();
+              nb::gil_scoped_release unlocked;
+              return timeout ? ctx.connect(address, to_duration(timeout)) : ctx.connect(address);
+            }();
+            return EndpointObj{take(std::move(r))};
+          },
+          "address"_a, "timeout"_a = nb::none(),
+          "Connects to \"host:port\", performs the handshake and opens the data streams (GIL released). "
+          "Unreachable, Timeout, ProtocolError (version mismatch or garbage). timeout None: "
+          "REMORA_CONNECT_TIMEOUT_MS.",
+          nb::keep_alive<0, 1>())
+      .def(
+          "add_memory",
+          [](ContextObj& c, nb::handle mem) {
+            DmabufObj& d = nb::cast<DmabufObj&>(mem);
+            check(c.get().add_memory_domain(d.mem->domain()));
+            c.memories.push_back(nb::borrow(mem));
+          },
+          "mem"_a,
+          "Makes a DmabufMemory usable by this context (Context::add_memory_domain): its endpoints, regions "
+          "and collectives then move it through the device paths. The context keeps it alive.")
+      .def(
+          "register",
+          [](ContextObj& c, nb::handle obj, Access access) {
+            const bool writable =
+                (access & (Access::kLocalWrite | Access::kRemoteWrite | Access::kRemoteAtomic)) != Access::kNone;
+            Memory m = memory(obj, writable);
+            Result<Region> r = [&] {
+              Context& ctx = c.get();
+              nb::gil_scoped_release unlocked;
+              return ctx.register_memory(m.data, m.size, access);
+            }();
+            return RegionObj{m.holder, take(std::move(r))};
+          },
+          "obj"_a, "access"_a = Access::kLocalWrite | Access::kRemoteRead | Access::kRemoteWrite,
+          "Registers the memory of `obj` (any buffer-protocol or DLPack object: NumPy array, PyTorch "
+          "tensor, CuPy array, bytearray, ...) in place, with `access` rights; the Region keeps `obj` alive. "
+          "Host memory: validates the range and locks its pages (REMORA_PIN). CUDA memory: a region of device "
+          "memory, which peers' puts and gets reach through the CUDA domain (docs/python.md). InvalidArgument "
+          "for empty or non-contiguous memory; NoResource when pinning is required and refused; Unsupported "
+          "for memory of another device kind.",
+          nb::keep_alive<0, 1>())
+      .def(
+          "progress",
+          [](ContextObj& c) {
+            nb::gil_scoped_release unlocked;
+            c.get().progress();
+          },
+          "Drives progress once from the calling thread (never blocks).")
+      .def(
+          "config", [](ContextObj& c) { return config_dict(c.get().config()); },
+          "The resolved configuration, as a dict of Config's fields.")
+      .def(
+          "close",
+          [](ContextObj& c) {
+            nb::gil_scoped_release unlocked;
+            c.ctx.reset();
+          },
+          "Closes every endpoint (their requests fail with Aborted) and joins the progress thread. Objects "
+          "made from the context fail with Aborted afterwards.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](ContextObj& c, nb::args) {
         nb::gil_scoped_release unlocked;
@@ -1400,6 +1441,25 @@ NB_MODULE(_remora, m) {
                ", local_rank=" + std::to_string(l.local_rank) + ", local_size=" + std::to_string(l.local_size) +
                ", launcher='" + l.launcher + "', store_address='" + l.store_address + "')";
       });
+  m.def(
+      "config_variables",
+      [] {
+        nb::list out;
+        for (const ConfigVariable& v : config_variables()) {
+          nb::dict d;
+          d["name"] = std::string(v.name);
+          d["section"] = std::string(v.section);
+          d["default"] = std::string(v.default_text);
+          d["takes"] = v.range();
+          d["option"] = v.field.empty() ? nb::none() : nb::cast(std::string(v.field));
+          d["doc"] = std::string(v.doc);
+          out.append(d);
+        }
+        return out;
+      },
+      "Every REMORA_* variable of the library's configuration table, as dicts: name, section, default, takes, "
+      "option (the Context keyword that sets it too, or None: environment only), doc. `remora config` prints "
+      "the same.");
   m.def("detect_launch", [] { return take(detect_launch()); },
         "Rank, size and store address from the launcher's environment, the first complete set of: "
         "remora (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_LOCAL_RANK), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, "
