@@ -401,7 +401,8 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
     const auto now = Clock::now();
     const bool expired = now >= deadline;
     // Endpoint failures do not route here: look at them every 20 ms of waiting.
-    if (!expired) (void)Request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
+    if (!expired)
+      (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
     if (!waiter->done()) {
       {
         std::lock_guard lock(mu_);
@@ -584,7 +585,7 @@ Request CommCore::post(Body body, const CollConfig& call) {
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
   }
   queue_cv_.notify_all();
-  return Request(state);
+  return detail::make_request(state);
 }
 
 void CommCore::worker_main() {
@@ -631,12 +632,12 @@ Tag user_tag(uint32_t comm, uint32_t tag) { return static_cast<Tag>((uint64_t{co
 }  // namespace
 
 Request CommCore::send_user(const void* data, size_t bytes, int peer, uint32_t tag) {
-  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  if (world_->failed()) return detail::make_request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
   return world_->peer(world_rank(peer)).send(std::span(static_cast<const std::byte*>(data), bytes), user_tag(id_, tag));
 }
 
 Request CommCore::recv_user(void* data, size_t bytes, int peer, uint32_t tag) {
-  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  if (world_->failed()) return detail::make_request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
   return world_->peer(world_rank(peer)).recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
 }
 
