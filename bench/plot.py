@@ -41,8 +41,10 @@ LAT = "latency"
 class Curve:
     """One line of the picture: points (size in bytes, value, low, high) of one panel."""
 
-    def __init__(self, panel, label, reference=False):
-        self.panel, self.label, self.reference = panel, label, reference
+    def __init__(self, panel, label, reference=False, group=None):
+        """group: curves of one group (remora's operation, or one file) share a colour in
+        both panels."""
+        self.panel, self.label, self.reference, self.group = panel, label, reference, group or label
         self.points = []
 
     def add(self, size, value, low=None, high=None):
@@ -92,7 +94,7 @@ def from_compare(doc, stat):
         refs = [x["reference_value"] for x in rounds if x.get("reference_value") is not None]
         what = "bandwidth" if panel == BW else f"latency ({stat})"
         key = ("remora", panel, row["series"])
-        curve = curves.setdefault(key, Curve(panel, f"remora {row['series']} {what}"))
+        curve = curves.setdefault(key, Curve(panel, f"remora {row['series']} {what}", group=row["series"]))
         if row.get("remora") is not None:
             curve.add(row["size"], row["remora"] * scale, min(mine) * scale, max(mine) * scale)
         kind = row.get("reference_kind", "reference")
@@ -112,7 +114,8 @@ def from_bench(doc, stat, name):
     mode = doc.get("mode", "")
     sub = doc["tool"].split()[-1]
     lat = mode in ("lat", "put_lat", "get_lat")
-    curve = Curve(LAT if lat else BW, f"remora {sub} {mode}" + (f" ({stat})" if lat else "") + f" [{name}]")
+    curve = Curve(LAT if lat else BW, f"remora {sub} {mode}" + (f" ({stat})" if lat else "") + f" [{name}]",
+                  group=name)
     for row in doc.get("results", []):
         if lat:
             curve.add(row["size"], row["latency_us"][stat])
@@ -129,9 +132,10 @@ def from_coll(doc, name):
         if not oop or row["size"] == 0:
             continue
         op = row["op"]
-        curves.setdefault((BW, op), Curve(BW, f"remora {op} busbw, {doc.get('ranks', '?')} ranks")).add(
+        ranks = doc.get("ranks", "?")
+        curves.setdefault((BW, op), Curve(BW, f"remora {op} busbw, {ranks} ranks", group=name + op)).add(
             row["size"], oop["busbw_GBps"])
-        curves.setdefault((LAT, op), Curve(LAT, f"remora {op} time, {doc.get('ranks', '?')} ranks")).add(
+        curves.setdefault((LAT, op), Curve(LAT, f"remora {op} time, {ranks} ranks", group=name + op)).add(
             row["size"], oop["time_us"])
     ref = doc.get("reference") or {}
     exchange = Curve(BW, "reference: p2p exchange, per direction", reference=True)
@@ -146,8 +150,8 @@ def from_coll(doc, name):
 
 
 def from_demo(doc, name):
-    bw = Curve(BW, f"remora demo bandwidth [{name}]")
-    lat = Curve(LAT, f"remora demo latency [{name}]")
+    bw = Curve(BW, f"remora demo bandwidth [{name}]", group=name)
+    lat = Curve(LAT, f"remora demo latency [{name}]", group=name)
     for row in doc.get("results", []):
         bw.add(row["size"], row["bandwidth_GBps"])
         lat.add(row["size"], row["latency_us"])
@@ -184,9 +188,12 @@ def draw(curves, notes, out, title):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=100)
-    colours = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4)
-    ref_styles = iter([("#555555", "s"), ("#999999", "^"), ("#333333", "D"), ("#777777", "v")] * 4)
-    sizes = sorted({p[0] for c in curves for p in c.points})
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    groups = list(dict.fromkeys(c.group for c in curves if not c.reference))
+    colour = {g: palette[i % len(palette)] for i, g in enumerate(groups)}
+    ref_styles = [("#555555", "s"), ("#999999", "^"), ("#333333", "D"), ("#777777", "v")]
+    references = list(dict.fromkeys(c.group for c in curves if c.reference))
+    ref_style = {g: ref_styles[i % len(ref_styles)] for i, g in enumerate(references)}
     for ax, panel in zip(axes, (BW, LAT)):
         mine = [c for c in curves if c.panel == panel and c.points]
         for c in mine:
@@ -194,13 +201,13 @@ def draw(curves, notes, out, title):
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
             if c.reference:
-                colour, marker = next(ref_styles)
-                ax.errorbar(xs, ys, yerr=err, color=colour, marker=marker, linestyle="--", capsize=3,
-                            label=c.label)
+                grey, marker = ref_style[c.group]
+                ax.errorbar(xs, ys, yerr=err, color=grey, marker=marker, linestyle="--", capsize=3, label=c.label)
             else:
-                ax.errorbar(xs, ys, yerr=err, color=next(colours), marker="o", linestyle="-", capsize=3,
+                ax.errorbar(xs, ys, yerr=err, color=colour[c.group], marker="o", linestyle="-", capsize=3,
                             label=c.label)
         ax.set_xscale("log", base=2)
+        sizes = sorted({p[0] for c in mine for p in c.points})
         if sizes:
             ax.xaxis.set_major_locator(FixedLocator(sizes))
             ax.xaxis.set_minor_locator(NullLocator())
@@ -213,6 +220,9 @@ def draw(curves, notes, out, title):
         else:
             ax.set_ylabel("latency (µs)")
             ax.set_yscale("log")
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
             ax.set_title("latency (lower is better)")
         ax.grid(True, which="both", alpha=0.3)
         if mine:
