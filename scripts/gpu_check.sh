@@ -36,7 +36,7 @@
 #                NCCL_NET_PLUGIN=remora and with NCCL's own socket transport, in pairs of
 #                alternating order; the NCCL_DEBUG=INFO lines that show which ran
 #       REMORA_GPU_STAGES (default: all of them, in that order) picks some.
-# docs/device-memory.md, "What has run where", records what these gave.
+# docs/engineering-log.md, "CUDA: what has run where", records what these gave.
 set -uo pipefail
 
 bundle() {

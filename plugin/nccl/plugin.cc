@@ -79,7 +79,7 @@ ncclResult_t to_nccl(const Status& s) {
 /// (here: a loaded 2-vCPU VM where each login session is one autogroup, so both ends of
 /// the benchmark share one session's slice), such polls spend the CPU the transfer
 /// needs, and a thread that never sleeps is never woken ahead of others when its
-/// sockets are ready. Measured (docs/nccl.md, "Benchmark"): the plugin's processes got
+/// sockets are ready. Measured (bench/results/nccl.md): the plugin's processes got
 /// the same CPU time as the reference transport's but spent 20-30% more of it per byte,
 /// the polling thread runnable all the time and waiting for a CPU three quarters of it,
 /// with 10^4-10^5 sched_yield and epoll_wait calls per run where the reference, whose
