@@ -135,15 +135,6 @@ Status check_range(const ConfigVariable& v, uint64_t value) {
                             v.kind == ConfigKind::kBytes ? size_text(value) : std::to_string(value)));
 }
 
-const ConfigVariable* find_variable(std::string_view name) noexcept {
-  for (VariableTable table : variable_tables()) {
-    for (const ConfigVariable& v : table) {
-      if (v.name == name) return &v;
-    }
-  }
-  return nullptr;
-}
-
 void warn_unknown_variables(std::span<const VariableTable> tables) {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     if (std::strncmp(*e, "REMORA_", 7) != 0) continue;

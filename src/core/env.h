@@ -35,7 +35,8 @@ VariableTable core_variables() noexcept;
 /// registration at static-initialisation time, which a static library drops together
 /// with an object file nothing else refers to.
 std::span<const VariableTable> variable_tables() noexcept;
-/// The row named `name` among every layer's; null when none is.
+/// The row named `name` among every layer's; null when none is. Defined with
+/// variable_tables.
 const ConfigVariable* find_variable(std::string_view name) noexcept;
 
 /// `text` as `v` takes it: a kCount or kBytes value in [v.min, v.max], or the position

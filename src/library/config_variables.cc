@@ -54,6 +54,17 @@ std::span<const VariableTable> variable_tables() noexcept {
   return kTables;
 }
 
+// Here rather than in env.cc: core's own users (the fuzz harnesses among them) link
+// core without the layers above it, whose tables this reads.
+const ConfigVariable* find_variable(std::string_view name) noexcept {
+  for (VariableTable table : variable_tables()) {
+    for (const ConfigVariable& v : table) {
+      if (v.name == name) return &v;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace core
 
 std::span<const ConfigVariable> config_variables() noexcept {

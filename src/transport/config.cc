@@ -544,11 +544,12 @@ Result<ConfigValue> config_value(const Config& config, std::string_view field) {
   if (field == "auth_key") return ConfigValue(std::string(config.auth_key ? "set" : "unset"));
   for (const Row& row : rows()) {
     if (row.config_field != field) continue;
-    return std::visit(
-        [&](const auto& b) -> Result<ConfigValue> {
+    if (std::holds_alternative<std::monostate>(row.bind)) return Status(StatusCode::kInternal, "a row without a field");
+    ConfigValue value = std::visit(
+        [&](const auto& b) -> ConfigValue {
           using B = std::decay_t<decltype(b)>;
           if constexpr (std::is_same_v<B, std::monostate>) {
-            return Status(StatusCode::kInternal, "a row without a field");
+            return ConfigValue();
           } else if constexpr (std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>>) {
             return ConfigValue(std::string((config.*b.config).data()));
           } else if constexpr (std::is_same_v<B, Fields<bool>>) {
@@ -558,6 +559,7 @@ Result<ConfigValue> config_value(const Config& config, std::string_view field) {
           }
         },
         row.bind);
+    return value;
   }
   return no_such_field(field);
 }
