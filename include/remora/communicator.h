@@ -1,8 +1,9 @@
 // remora/communicator.h — collectives with MPI semantics over remora endpoints.
 //
-// A Communicator is a group of ranks 0..size-1 with one endpoint to every other rank
-// (a full mesh over the Context, built through the rendezvous store at init). split()
-// makes sub-communicators that share those endpoints.
+// A Communicator is a group of ranks 0..size-1 over endpoints between them, opened when
+// an operation first needs one (init opens those of its exchange of addresses: about
+// 2·log2(size) per rank), and split() makes sub-communicators that share them.
+// connections() says what a rank holds.
 //
 // Every operation exists in two forms: blocking (`allreduce`, returns Status, waits up
 // to the communicator's timeout) and asynchronous (`iallreduce`, returns a Request; a
@@ -184,6 +185,14 @@ struct CommOptions {
   std::optional<Duration> timeout = std::nullopt;
 };
 
+/// What a rank holds to reach the other ranks of its job (Communicator::connections).
+struct ConnectionStats {
+  int peers = 0;                ///< ranks this rank has an endpoint to
+  size_t sockets = 0;           ///< TCP connections of those endpoints (1 control + the data streams each)
+  size_t descriptors = 0;       ///< file descriptors this process has open, all of them
+  size_t descriptor_limit = 0;  ///< its soft RLIMIT_NOFILE (raised toward the hard one when more are needed)
+};
+
 /// A group of ranks running collectives and point-to-point messages over a mesh of
 /// endpoints (see the top of this file). Made by init() or split(), held
 /// by unique_ptr (neither copyable nor movable). Every call may be made from any thread; operations of one
@@ -192,7 +201,10 @@ class Communicator {
  public:
   /// Rank, size and store address from the launcher's environment (see launch.h).
   /// Rank 0 hosts the store on the store address's port; every rank connects to it,
-  /// publishes where it listens, and connects to every other rank.
+  /// publishes where it listens, and learns every rank's address by an exchange with
+  /// about 2·log2(size) of them, whose endpoints it opens; endpoints to other ranks open
+  /// when first needed (docs/scaling.md). A rank that never shows up fails init on every
+  /// rank with kTimeout naming it.
   static Result<std::unique_ptr<Communicator>> init(Context& ctx, const CommOptions& options = {});
   /// Explicit launch information.
   static Result<std::unique_ptr<Communicator>> init(Context& ctx, const LaunchInfo& launch,
@@ -268,6 +280,11 @@ class Communicator {
   /// 0 for communicators made by init and split from them; a fresh value, the same on
   /// every member, for each made by shrink (and the splits of that one).
   uint64_t epoch() const noexcept;
+  /// What this rank holds for this communicator's job (shared with its splits): a
+  /// communicator made by init connects to another rank only when something first needs
+  /// it (an algorithm's step, a point-to-point call, an alltoall), so this grows with
+  /// the algorithms run, not with size(). Thread-safe.
+  ConnectionStats connections() const;
 
   /// The `color` of a rank that joins no communicator in split().
   static constexpr int kUndefined = -1;

@@ -40,6 +40,9 @@ class Listener {
   /// "host:port" actually bound (port resolved when 0 was asked for).
   std::string address() const;
   uint16_t port() const;
+  /// Stops listening now, as the destructor does: a thread waiting in accept() returns
+  /// kAborted; endpoints already accepted stay up. Idempotent; thread-safe.
+  void close();
 
  private:
   friend struct detail::ContextInternals;

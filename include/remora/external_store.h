@@ -3,8 +3,9 @@
 // scheduler's KV service, ...) instead of remora's own rendezvous store.
 //
 // Each rank listens on `host`, publishes its listener address under
-// "<key_prefix>addr/<rank>", reads every other rank's, and builds the same full mesh
-// as Communicator::init. The store is used only during this call.
+// "<key_prefix>addr/<rank>", and builds the same lazily connected communicator as
+// Communicator::init, reading the addresses of the ranks it dials during its exchange
+// of addresses. The store is used only during this call.
 #pragma once
 
 #include <cstddef>

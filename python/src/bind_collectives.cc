@@ -183,6 +183,26 @@ void bind_communicator(nb::class_<CommObj>& comm) {
           "0 for communicators made by init and split from them; a fresh value, the same on every "
           "member, for each made by shrink (and the splits of that one).")
       .def(
+          "connections",
+          [](CommObj& c) {
+            ConnectionStats st;
+            {
+              Communicator& cm = c.get();
+              nb::gil_scoped_release unlocked;
+              st = cm.connections();
+            }
+            nb::dict d;
+            d["peers"] = st.peers;
+            d["sockets"] = st.sockets;
+            d["descriptors"] = st.descriptors;
+            d["descriptor_limit"] = st.descriptor_limit;
+            return d;
+          },
+          "What this rank holds to reach the others (Communicator::connections): a dict of peers "
+          "(ranks it has an endpoint to), sockets (of those endpoints), descriptors (this process's open "
+          "file descriptors) and descriptor_limit (its soft RLIMIT_NOFILE). A communicator made by init "
+          "connects to a rank when something first needs it (docs/scaling.md).")
+      .def(
           "failed_ranks",
           [](CommObj& c, double timeout) {
             const Duration d = to_duration(timeout);

@@ -135,6 +135,8 @@ Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks
   const int right = (r + 1) % n, left = (r + n - 1) % n;
   const int left_world = op.comm().world_rank(left), right_world = op.comm().world_rank(right);
   const auto mod = [n](int x) { return ((x % n) + n) % n; };
+  REMORA_ASSIGN_OR_RETURN(Endpoint* const to_right, op.endpoint(right));
+  REMORA_ASSIGN_OR_RETURN(Endpoint* const to_left, op.endpoint(left));
 
   // E: the blocks of steps 0..n-1, cut into pieces. We send E[0, sends); we receive
   // E[first_recv, end) (the left neighbour's sequence is ours shifted by one step).
@@ -162,9 +164,9 @@ Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks
     while (sent < sends && sent < acked + kSlots && (sent < first_recv || sent - first_recv < done)) {
       const Piece& p = seq[sent];
       const std::byte* from = sent < first_recv ? blk.src(p.block) : blk.acc(p.block);
-      reqs.push_back(op.endpoint(right).put(
-          std::span(at(from, p.off, es), p.len * es), st.right_key, (sent % kSlots) * st.slot_bytes,
-          {.notify = op.notify_value(static_cast<uint16_t>(sent & kIndexMask))}));
+      reqs.push_back(to_right->put(std::span(at(from, p.off, es), p.len * es), st.right_key,
+                                   (sent % kSlots) * st.slot_bytes,
+                                   {.notify = op.notify_value(static_cast<uint16_t>(sent & kIndexMask))}));
       ++sent;
     }
     // Consume the next piece if it is here.
@@ -173,9 +175,9 @@ Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks
       const Piece& p = seq[first_recv + done];
       const std::byte* slot = st.memory.data() + (done % kSlots) * st.slot_bytes;
       reduce_to(type, rop, at(blk.acc(p.block), p.off, es), at(blk.src(p.block), p.off, es), slot, p.len);
-      reqs.push_back(op.endpoint(left).put(
-          std::as_bytes(std::span(&st.credit_source, 1)), st.left_key, kSlots * st.slot_bytes,
-          {.notify = op.notify_value(static_cast<uint16_t>(kCreditBit | (done & kIndexMask)))}));
+      reqs.push_back(
+          to_left->put(std::as_bytes(std::span(&st.credit_source, 1)), st.left_key, kSlots * st.slot_bytes,
+                       {.notify = op.notify_value(static_cast<uint16_t>(kCreditBit | (done & kIndexMask)))}));
       if (on_final && first_recv + done >= sends) on_final(p);
       ++done;
       continue;

@@ -19,6 +19,7 @@ Status alltoall_pairwise(Op& op, const void* send, OutOf out, void* recv, InOf i
   const int r = op.rank();
   const auto me = static_cast<size_t>(r);
   copy_block(at(recv, in(me).offset), at(send, out(me).offset), out(me).bytes);
+  REMORA_RETURN_IF_ERROR(op.prepare_all_peers());
   Inflight io(op);
   for (int k = 1; k < n; ++k) {
     const auto to = static_cast<size_t>(mod(r + k, n));

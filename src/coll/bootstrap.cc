@@ -9,12 +9,14 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
+#include "coll/rendezvous.h"
 #include "core/env.h"
 #include "engine/engine_of.h"
 #include "engine/progress.h"
@@ -72,43 +74,49 @@ int usable_cpus() {
   return std::max(1, CPU_COUNT(&set));
 }
 
-/// How long one wait for the other ranks' addresses lasts: each timed-out wait names
-/// the ranks still missing, so a rank knows them even if rank 0 and its store go first.
-constexpr auto kArrivalSlice = std::chrono::seconds(1);
+/// How long rank 0 waits, after an init that failed, for the other ranks to have
+/// asked its store who never showed up (they ask once; then its store goes).
+constexpr auto kExplainGrace = std::chrono::seconds(2);
 
-/// Waits until every key of `keys` (rank r's address at keys[r]) is in the store, or
-/// fails naming the ranks that never showed up.
-Status wait_for_ranks(Store& store, const std::vector<std::string>& keys, int rank, const std::string& store_address,
-                      Duration timeout, Clock::time_point deadline) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+/// Why init failed with `failed`, in the terms users need: the ranks that never
+/// published their address, asked of the store once (every rank on this path asks, and
+/// rank 0 keeps its store until they did or kExplainGrace passed, so that a rank that
+/// fails after rank 0 still finds out). `failed` as it is when every rank showed up.
+Status explain(const Status& failed, Store& store, const std::vector<std::string>& keys, int rank,
+               const std::string& prefix, const std::string& store_address, Duration timeout) {
   const int size = static_cast<int>(keys.size());
-  std::vector<int> missing;  // as of the last timed-out wait
-  for (;;) {
-    const Duration slice = std::min<Duration>(left_until(deadline), kArrivalSlice);
-    auto absent = store.wait_missing(keys, std::max<Duration>(slice, std::chrono::milliseconds(1)));
-    if (!absent) {
-      if (missing.empty()) return absent.status();
-      return Status(absent.status().code(),
-                    fmt::format("rank {}: the rendezvous store {} went away while rank(s) {} of {} had not shown up "
-                                "(rank 0 gave up, or died): {}",
-                                rank, store_address, rank_list(missing), size, absent.status().message()));
-    }
-    if (absent->empty()) return Status::ok();
-    missing.clear();  // `absent` keeps the order of `keys`
-    size_t next = 0;
-    for (int r = 0; r < size && next < absent->size(); ++r) {
-      if (keys[static_cast<size_t>(r)] == (*absent)[next]) {
-        missing.push_back(r);
-        ++next;
-      }
-    }
-    if (Clock::now() >= deadline) {
-      return Status(StatusCode::kTimeout,
-                    fmt::format("rank {}: rank(s) {} of {} never showed up at the rendezvous store {} within {} ms "
-                                "(REMORA_COLL_TIMEOUT_MS)",
-                                rank, rank_list(missing), size, store_address, ms));
+  auto absent = store.wait_missing(keys, std::chrono::milliseconds(1));
+  if (!absent) {
+    return failed.with_context(
+        fmt::format("rank {}; the rendezvous store {} went away (rank 0 gave up, or died) "
+                    "before it could say which ranks were missing",
+                    rank, store_address));
+  }
+  std::vector<int> missing;  // `absent` keeps the order of `keys`
+  size_t next = 0;
+  for (int r = 0; r < size && next < absent->size(); ++r) {
+    if (keys[static_cast<size_t>(r)] == (*absent)[next]) {
+      missing.push_back(r);
+      ++next;
     }
   }
+  const std::string asked = prefix + "asked";
+  if (rank != 0) {
+    (void)store.add(asked, 1);
+  } else {
+    const int64_t others = size - 1 - static_cast<int64_t>(missing.size());
+    for (const auto until = Clock::now() + kExplainGrace; Clock::now() < until;) {
+      auto n = store.add(asked, 0);
+      if (!n || *n >= others) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // rank 0's own store: a cheap poll
+    }
+  }
+  if (missing.empty()) return failed;
+  return Status(StatusCode::kTimeout,
+                fmt::format("rank {}: rank(s) {} of {} never showed up at the rendezvous store {} within {} ms "
+                            "(REMORA_COLL_TIMEOUT_MS): {}",
+                            rank, rank_list(missing), size, store_address,
+                            std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), failed.message()));
 }
 
 Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& launch, const coll::CollConfig& config) {
@@ -160,25 +168,55 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
                     "ranks can reach)",
                     rank, host));
   }
-  REMORA_RETURN_IF_ERROR(store->set(prefix + "addr/" + std::to_string(rank), (*listener)->address()));
-
+  // The listener stays open for the job's life: ranks connect when they first need each
+  // other, and survivors of a failure meet there again (shrink).
+  auto rendezvous = coll::Rendezvous::start(std::move(*listener), coll::max_opening_bytes(size));
+  Store& book = *store;
+  auto world = std::make_shared<coll::World>(
+      ctx, rank, size, rendezvous, [&book, prefix](int r, Clock::time_point until) -> Result<std::string> {
+        REMORA_ASSIGN_OR_RETURN(auto v, book.get(prefix + "addr/" + std::to_string(r), left_until(until)));
+        return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+      });
+  world->serve();
+  REMORA_RETURN_IF_ERROR(store->set(prefix + "addr/" + std::to_string(rank), rendezvous->address()));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "addr/" + std::to_string(r));
-  REMORA_RETURN_IF_ERROR(wait_for_ranks(*store, keys, rank, launch.store_address, config.timeout, deadline));
-  std::vector<std::string> addresses;
-  for (const auto& k : keys) {
-    REMORA_ASSIGN_OR_RETURN(auto v, store->get(k, left_until(deadline)));
-    addresses.emplace_back(reinterpret_cast<const char*>(v.data()), v.size());
-  }
-
-  REMORA_ASSIGN_OR_RETURN(auto peers, coll::connect_mesh(ctx, **listener, rank, addresses, deadline));
-  auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers), std::move(store), std::move(server));
-  // The listener stays open: survivors of a failure meet there again (shrink) without the store.
-  world->set_rendezvous(std::shared_ptr<Listener>(std::move(*listener)), std::move(addresses), 0);
-  return coll::CommAccess::joined(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+  auto comm = coll::CommAccess::started(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+  if (!comm) return explain(comm.status(), *store, keys, rank, prefix, launch.store_address, config.timeout);
+  // Every rank knows every address now: its store connection closes (rank 0 would
+  // otherwise hold one per rank for the job's life); rank 0 keeps serving, for a rank
+  // still finishing its part of the exchange.
+  world->keep_store(nullptr, std::move(server));
+  return comm;
 }
 
 }  // namespace
+
+namespace coll {
+
+Result<std::unique_ptr<Communicator>> CommAccess::started(std::shared_ptr<CommCore> core) {
+  constexpr size_t kRecord = 64;  // "[v6 address]:port" fits
+  World& world = core->world();
+  const std::string mine = world.address_of(world.rank());
+  if (mine.size() >= kRecord) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("the listener address {} is longer than {} bytes", mine, kRecord - 1));
+  }
+  std::vector<char> record(kRecord, '\0'), table(kRecord * static_cast<size_t>(world.size()), '\0');
+  std::copy(mine.begin(), mine.end(), record.begin());
+  auto comm = make(std::move(core));
+  if (Status s =
+          comm->allgather(record.data(), table.data(), kRecord, DataType::kUint8, {.algorithm = CollAlgorithm::kBruck});
+      !s.is_ok()) {
+    return s.with_context("init's exchange of addresses");
+  }
+  std::vector<std::string> addresses;
+  for (int r = 0; r < world.size(); ++r) addresses.emplace_back(table.data() + kRecord * static_cast<size_t>(r));
+  world.learn_addresses(std::move(addresses));
+  return comm;
+}
+
+}  // namespace coll
 
 Result<std::unique_ptr<Communicator>> Communicator::init(Context& ctx, const CommOptions& options) {
   REMORA_ASSIGN_OR_RETURN(auto launch, detect_launch());

@@ -20,16 +20,11 @@ struct CommAccess {
   }
   /// The machinery under `comm` (its world, configuration, run/post).
   static CommCore& core(Communicator& comm) noexcept { return comm.core(); }
-  /// The last step of a bootstrap over a mesh just made: a barrier, so that no rank
-  /// leaves init before every rank has its endpoints. Without it a rank that went on to
-  /// dial a rank's listener again (shrink meets there) could reach one still accepting
-  /// its init peers, which took the connection for one of them and waited out the
-  /// timeout for a hello that never came (ShrinkInProcess, about 1 run in 150).
-  static Result<std::unique_ptr<Communicator>> joined(std::shared_ptr<CommCore> core) {
-    auto comm = make(std::move(core));
-    if (Status s = comm->barrier(); !s.is_ok()) return s.with_context("the barrier that ends init");
-    return comm;
-  }
+  /// The last step of a bootstrap (coll/bootstrap.cc): every rank learns every rank's
+  /// listener address from the others, by an allgather of fixed records (Bruck's, over
+  /// the 2·log2(size) endpoints it opens), so that a shrink can meet without the store
+  /// whose rank may be gone; no rank leaves init before every rank has started.
+  static Result<std::unique_ptr<Communicator>> started(std::shared_ptr<CommCore> core);
 };
 
 }  // namespace remora::coll

@@ -23,9 +23,6 @@ namespace {
 constexpr uint64_t kCollectiveBit = uint64_t{1} << 63;
 constexpr uint32_t kCommIdMask = (1u << 23) - 1;
 constexpr uint32_t kSeqMask = (1u << 24) - 1;
-/// Reserved communicator id for the mesh's hello messages (never handed out).
-constexpr uint32_t kHelloCommId = kCommIdMask;
-constexpr Tag kHelloTag = static_cast<Tag>(uint64_t{kHelloCommId} << 40);
 
 Duration left_until(Clock::time_point deadline) {
   auto now = Clock::now();
@@ -229,236 +226,6 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
   return c;
 }
 
-// --- World ------------------------------------------------------------------------
-
-World::World(Context& ctx, int rank, int size, std::vector<std::shared_ptr<Endpoint>> peers,
-             std::unique_ptr<Store> store, std::unique_ptr<StoreServer> server)
-    : ctx_(ctx),
-      rank_(rank),
-      size_(size),
-      peers_(std::move(peers)),
-      server_(std::move(server)),
-      store_(std::move(store)),
-      dead_(static_cast<size_t>(size), false) {
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_ || !peers_[static_cast<size_t>(r)]) continue;
-    // ~World removes the handlers before anything they touch goes away.
-    peers_[static_cast<size_t>(r)]->set_notification_handler([this, r](const Notification& n) { route(r, n); });
-  }
-}
-
-World::~World() {
-  for (auto& ep : peers_) {
-    if (!ep) continue;
-    ep->set_notification_handler({});
-    ep->close();  // orderly: the peers can still receive what this rank sent
-  }
-}
-
-void World::set_rendezvous(std::shared_ptr<Listener> listener, std::vector<std::string> addresses, uint64_t epoch) {
-  listener_ = std::move(listener);
-  addresses_ = std::move(addresses);
-  epoch_ = epoch;
-}
-
-std::string World::address_of(int r) const {
-  return r >= 0 && static_cast<size_t>(r) < addresses_.size() ? addresses_[static_cast<size_t>(r)] : std::string();
-}
-
-void World::note_dead_peers() {
-  std::vector<int> died;
-  for (int r = 0; r < size_; ++r) {
-    const auto& ep = peers_[static_cast<size_t>(r)];
-    // kAborted: this side closed or aborted it, which says nothing about the peer.
-    if (ep && ep->failed() && ep->failure().code() != StatusCode::kAborted && !ep->peer_said_goodbye()) {
-      died.push_back(r);
-    }
-  }
-  std::lock_guard lock(mu_);
-  for (int r : died) dead_[static_cast<size_t>(r)] = true;
-}
-
-std::vector<int> World::dead_ranks(Duration timeout) {
-  note_dead_peers();
-  bool failed = false;
-  {
-    std::lock_guard lock(mu_);
-    failed = failed_;
-  }
-  // Once the world has failed every endpoint is ended (this rank aborted the rest), so
-  // what they say is partial: a peer may have died after this rank aborted, and a
-  // survivor's GOODBYE can be lost when it aborts with a full socket. Ask each peer's
-  // listener instead, which a surviving rank keeps open: a full handshake that its
-  // progress thread answers is a live process; a refused connection (a dead process)
-  // or no answer in time (a stopped one, or a host gone) is not.
-  std::vector<std::pair<int, std::future<bool>>> probes;
-  for (int r = 0; failed && r < size_; ++r) {
-    const auto& ep = peers_[static_cast<size_t>(r)];
-    if (r == rank_ || !ep || !ep->failed() || ep->peer_said_goodbye() || address_of(r).empty()) continue;
-    probes.emplace_back(r, std::async(std::launch::async, [this, address = address_of(r), timeout] {
-                          auto probe = ctx_.connect(address, timeout);
-                          if (!probe) return false;
-                          (*probe)->close();
-                          return true;
-                        }));
-  }
-  std::vector<std::pair<int, bool>> answers;
-  for (auto& [r, alive] : probes) answers.emplace_back(r, alive.get());
-  std::vector<int> out;
-  std::lock_guard lock(mu_);
-  for (auto [r, alive] : answers) dead_[static_cast<size_t>(r)] = !alive;
-  for (int r = 0; r < size_; ++r) {
-    if (dead_[static_cast<size_t>(r)]) out.push_back(r);
-  }
-  return out;
-}
-
-void World::route(int from, const Notification& n) {
-  const uint32_t comm = static_cast<uint32_t>(n.value >> 40) & kCommIdMask;
-  std::vector<std::shared_ptr<detail::RequestState>> wake;
-  {
-    std::lock_guard lock(mu_);
-    mail_[comm].push_back(Incoming{from, n});
-    if (auto it = waiters_.find(comm); it != waiters_.end()) {
-      wake.swap(it->second);
-      waiters_.erase(it);
-    }
-  }
-  // Taken out of waiters_ under mu_, so each is completed exactly once.
-  for (auto& w : wake) w->complete(Status::ok(), 0);
-}
-
-void World::fail(const Status& why) {
-  std::map<uint32_t, std::vector<std::shared_ptr<detail::RequestState>>> wake;
-  // Before the aborts below end every endpoint here: which peers had died by then.
-  note_dead_peers();
-  {
-    std::lock_guard lock(mu_);
-    if (failed_) return;
-    failed_ = true;
-    failure_ = why;
-    wake.swap(waiters_);
-  }
-  REMORA_LOG(kWarn, "collectives: rank {} breaks its communicators: {}", rank_, why.to_string());
-  // abort, not close: the peers must see a failure, not a rank that finished.
-  for (auto& ep : peers_) {
-    if (ep) ep->abort();
-  }
-  for (auto& [comm, ws] : wake) {
-    for (auto& w : ws) w->complete(why, 0);
-  }
-}
-
-Status World::failure() const {
-  std::lock_guard lock(mu_);
-  return failure_;
-}
-
-bool World::failed() const {
-  std::lock_guard lock(mu_);
-  return failed_;
-}
-
-uint32_t World::next_comm_id() const {
-  std::lock_guard lock(mu_);
-  return next_comm_id_;
-}
-
-void World::note_comm_ids_used(uint32_t up_to_exclusive) {
-  std::lock_guard lock(mu_);
-  next_comm_id_ = std::max(next_comm_id_, up_to_exclusive);
-}
-
-bool World::poll_notification(uint32_t comm_id, Incoming* out) {
-  std::lock_guard lock(mu_);
-  auto it = mail_.find(comm_id);
-  if (it == mail_.end() || it->second.empty()) return false;
-  *out = it->second.front();
-  it->second.pop_front();
-  return true;
-}
-
-Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline,
-                                std::span<const int> from) {
-  // A Request that route() completes: its wait spins first, driving progress from
-  // this thread (a wake-up across CPUs costs far more than the wait itself on small
-  // messages), then blocks — and tells the progress thread so, which otherwise stays
-  // parked for the spinner it last saw and leaves the notification unread.
-  const std::shared_ptr<engine::ProgressEngine>& engine = detail::engine_of(ctx_);
-  while (true) {
-    auto waiter = detail::RequestState::make(engine, Tag{});
-    {
-      std::lock_guard lock(mu_);
-      auto it = mail_.find(comm_id);
-      if (it != mail_.end() && !it->second.empty()) {
-        *out = it->second.front();
-        it->second.pop_front();
-        return Status::ok();
-      }
-      if (failed_) return failure_;
-      waiters_[comm_id].push_back(waiter);
-    }
-    const auto now = Clock::now();
-    const bool expired = now >= deadline;
-    // Endpoint failures do not route here: look at them every 20 ms of waiting.
-    if (!expired)
-      (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
-    if (!waiter->done()) {
-      {
-        std::lock_guard lock(mu_);
-        if (auto it = waiters_.find(comm_id); it != waiters_.end()) {
-          std::erase(it->second, waiter);
-          if (it->second.empty()) waiters_.erase(it);
-        }
-      }
-      for (int r = 0; r < size_; ++r) {
-        const auto& ep = peers_[static_cast<size_t>(r)];
-        if (!ep || !ep->failed()) continue;
-        if (!ep->closed_by_peer() || std::find(from.begin(), from.end(), r) != from.end()) return ep->failure();
-      }
-      if (expired) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
-    }
-  }
-}
-
-// --- mesh ---------------------------------------------------------------------------
-
-Result<std::vector<std::shared_ptr<Endpoint>>> connect_mesh(Context& ctx, Listener& listener, int rank,
-                                                            std::span<const std::string> addresses,
-                                                            Clock::time_point deadline) {
-  const int size = static_cast<int>(addresses.size());
-  std::vector<std::shared_ptr<Endpoint>> peers(addresses.size());
-  for (int j = 0; j < rank; ++j) {
-    auto ep = ctx.connect(addresses[static_cast<size_t>(j)], left_until(deadline));
-    if (!ep) {
-      return Status(ep.status().code(), fmt::format("rank {} could not connect to rank {} at {}: {}", rank, j,
-                                                    addresses[static_cast<size_t>(j)], ep.status().message()));
-    }
-    uint32_t me = static_cast<uint32_t>(rank);
-    Status s = (*ep)->send(std::as_bytes(std::span(&me, 1)), kHelloTag).wait(left_until(deadline));
-    if (!s.is_ok()) return Status(s.code(), fmt::format("hello to rank {}: {}", j, s.message()));
-    peers[static_cast<size_t>(j)] = std::move(*ep);
-  }
-  for (int n = rank + 1; n < size; ++n) {
-    auto ep = listener.accept(left_until(deadline));
-    if (!ep) {
-      return Status(ep.status().code(), fmt::format("rank {} waited for {} more ranks to connect: {}", rank, size - n,
-                                                    ep.status().message()));
-    }
-    uint32_t who = 0;
-    Request r = (*ep)->recv(std::as_writable_bytes(std::span(&who, 1)), kHelloTag);
-    Status s = r.wait(left_until(deadline));
-    if (!s.is_ok()) return Status(s.code(), fmt::format("hello from {}: {}", (*ep)->peer_address(), s.message()));
-    if (r.bytes() != sizeof who || who <= static_cast<uint32_t>(rank) || who >= static_cast<uint32_t>(size) ||
-        peers[who]) {
-      return Status(StatusCode::kProtocol, fmt::format("rank {}: bad hello (rank {}) from {}", rank, who,
-                                                       (*ep)->peer_address()));
-    }
-    peers[who] = std::move(*ep);
-  }
-  return peers;
-}
-
 // --- Op -------------------------------------------------------------------------------
 
 int Op::rank() const noexcept { return comm_.rank(); }
@@ -469,19 +236,38 @@ Tag Op::tag(uint32_t step) const noexcept {
                           (uint64_t{seq_ & kSeqMask} << 16) | (step & 0xFFFFu));
 }
 
-Endpoint& Op::endpoint(int peer) { return comm_.world().peer(comm_.world_rank(peer)); }
+Result<Endpoint*> Op::endpoint(int peer) { return comm_.world().endpoint(comm_.world_rank(peer), deadline_); }
+
+Status Op::prepare_all_peers() {
+  std::vector<int> ranks;
+  for (int p = 0; p < comm_.size(); ++p) {
+    if (p != comm_.rank()) ranks.push_back(comm_.world_rank(p));
+  }
+  REMORA_RETURN_IF_ERROR(comm_.world().prepare(ranks));
+  return comm_.world().connect_all(ranks, deadline_);
+}
+
+namespace {
+Request failed_request(const Status& why) {
+  return detail::make_request(detail::RequestState::completed(why, 0, Tag{}));
+}
+}  // namespace
 
 Request Op::send(int peer, const void* data, size_t bytes, uint32_t step) {
-  return endpoint(peer).send(std::span(static_cast<const std::byte*>(data), bytes), tag(step));
+  auto ep = endpoint(peer);
+  if (!ep) return failed_request(ep.status());
+  return (*ep)->send(std::span(static_cast<const std::byte*>(data), bytes), tag(step));
 }
 
 Request Op::recv(int peer, void* data, size_t bytes, uint32_t step) {
-  return endpoint(peer).recv(std::span(static_cast<std::byte*>(data), bytes), tag(step));
+  auto ep = endpoint(peer);
+  if (!ep) return failed_request(ep.status());
+  return (*ep)->recv(std::span(static_cast<std::byte*>(data), bytes), tag(step));
 }
 
 Status Op::wait(const Request& r, size_t expected_bytes) {
   Status s = r.wait(left_until(deadline_));
-  if (s.code() == StatusCode::kTimeout) {
+  if (s.code() == StatusCode::kTimeout && !r.done()) {  // the wait ran out, not the operation (a dial's timeout)
     return Status(StatusCode::kTimeout,
                   fmt::format("collective timed out after {} ms (REMORA_COLL_TIMEOUT_MS)",
                               std::chrono::duration_cast<std::chrono::milliseconds>(config_.timeout).count()));
@@ -632,13 +418,15 @@ Tag user_tag(uint32_t comm, uint32_t tag) { return static_cast<Tag>((uint64_t{co
 }  // namespace
 
 Request CommCore::send_user(const void* data, size_t bytes, int peer, uint32_t tag) {
-  if (world_->failed()) return detail::make_request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
-  return world_->peer(world_rank(peer)).send(std::span(static_cast<const std::byte*>(data), bytes), user_tag(id_, tag));
+  auto ep = world_->endpoint(world_rank(peer), Clock::now() + config_.timeout);
+  if (!ep) return failed_request(ep.status());
+  return (*ep)->send(std::span(static_cast<const std::byte*>(data), bytes), user_tag(id_, tag));
 }
 
 Request CommCore::recv_user(void* data, size_t bytes, int peer, uint32_t tag) {
-  if (world_->failed()) return detail::make_request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
-  return world_->peer(world_rank(peer)).recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
+  auto ep = world_->endpoint(world_rank(peer), Clock::now() + config_.timeout);
+  if (!ep) return failed_request(ep.status());
+  return (*ep)->recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
 }
 
 }  // namespace remora::coll

@@ -1,6 +1,7 @@
-// coll/comm_core.h — the machinery under remora::Communicator: the mesh of endpoints
-// (World), communicators over a subset of it (CommCore), and the per-operation
-// context (Op) that algorithms use to exchange data with tags and a deadline.
+// coll/comm_core.h — the machinery under remora::Communicator: communicators over a
+// subset of a job's ranks (CommCore, over the World of coll/world.h), and the
+// per-operation context (Op) that algorithms use to exchange data with tags and a
+// deadline.
 //
 // Tags on the mesh's endpoints (they carry nothing but communicator traffic):
 //   bit 63 = 1: collective traffic   [1][comm id:23][op seq:24][step:16]
@@ -28,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll/world.h"
 #include "remora/communicator.h"
 #include "remora/context.h"
 #include "remora/endpoint.h"
@@ -92,101 +94,6 @@ struct CollConfig {
 Result<CollConfig> call_config(const CollConfig& base, std::string_view what, std::initializer_list<Algo> allowed,
                                Algo CollConfig::*field, const CollectiveOptions& options);
 
-/// One endpoint to every other rank of the job, shared by every communicator made from
-/// it. Owns the store connection (and, on rank 0, the store server) while it lives.
-class World : public std::enable_shared_from_this<World> {
- public:
-  struct Incoming {
-    int from = -1;  ///< world rank of the sender
-    Notification note;
-  };
-
-  World(Context& ctx, int rank, int size, std::vector<std::shared_ptr<Endpoint>> peers,
-        std::unique_ptr<Store> store = nullptr, std::unique_ptr<StoreServer> server = nullptr);
-  ~World();
-  World(const World&) = delete;
-  World& operator=(const World&) = delete;
-
-  /// Where the ranks of this world meet again to shrink (Communicator::shrink): this
-  /// rank's listener, kept open while any world made from it lives, the "host:port" of
-  /// every world rank's listener, and the world's epoch (0 for init's; each shrink
-  /// makes a world with a fresh one). Set once, before the world is shared.
-  void set_rendezvous(std::shared_ptr<Listener> listener, std::vector<std::string> addresses, uint64_t epoch);
-  Listener* listener() const noexcept { return listener_.get(); }
-  const std::shared_ptr<Listener>& listener_ptr() const noexcept { return listener_; }
-  /// "host:port" of world rank `r`'s listener; empty when unknown (a world not made by init or shrink).
-  std::string address_of(int r) const;
-  uint64_t epoch() const noexcept { return epoch_; }
-
-  /// World ranks this rank believes dead, ascending. While the world is healthy: those
-  /// whose endpoint ended without a GOODBYE (EOF, reset, the heartbeat's silence). Once
-  /// it has failed (which aborts every endpoint, hiding what happened afterwards): those
-  /// whose listener does not complete a handshake within `timeout` (refused: the process
-  /// is gone; no answer: stopped, or its host is), probed all at once; a rank whose
-  /// endpoint ended with its GOODBYE is alive.
-  std::vector<int> dead_ranks(Duration timeout);
-
-  Context& context() noexcept { return ctx_; }
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
-  /// The endpoint to world rank `r` (r != rank()).
-  Endpoint& peer(int r) const { return *peers_.at(static_cast<size_t>(r)); }
-  Store* store() noexcept { return store_.get(); }
-
-  /// Records the first failure and closes every endpoint, so that peers blocked on us
-  /// fail at once. Idempotent.
-  void fail(const Status& why);
-  Status failure() const;
-  bool failed() const;
-
-  /// Communicator ids: returns `count` fresh ids, all above `floor` and above every id
-  /// this rank has handed out (split uses the maximum over its ranks as the floor).
-  uint32_t next_comm_id() const;
-  void note_comm_ids_used(uint32_t up_to_exclusive);
-
-  /// Routed notifications for communicator `comm_id` (see the header comment).
-  bool poll_notification(uint32_t comm_id, Incoming* out);
-  /// Waits until one arrives or `deadline`; drives progress while waiting. `from`
-  /// names the world ranks the caller expects notifications from. The wait fails early
-  /// when a peer's endpoint failed: any peer that aborted, died or was cut off, but a
-  /// peer that closed orderly (it finished and destroyed its communicator) only if it
-  /// is in `from` — a rank that finished first must not fail a slower one.
-  Status wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline, std::span<const int> from);
-
- private:
-  void route(int from, const Notification& n);
-  /// Marks the peers whose endpoint ended without a GOODBYE as dead. Takes mu_.
-  void note_dead_peers();
-
-  Context& ctx_;
-  const int rank_;
-  const int size_;
-  std::vector<std::shared_ptr<Endpoint>> peers_;  ///< null at rank_
-  std::unique_ptr<StoreServer> server_;
-  std::unique_ptr<Store> store_;
-  std::shared_ptr<Listener> listener_;
-  std::vector<std::string> addresses_;
-  uint64_t epoch_ = 0;
-
-  mutable std::mutex mu_;
-  std::vector<bool> dead_;  ///< per world rank: its endpoint ended without a GOODBYE
-  Status failure_;
-  bool failed_ = false;
-  uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
-  std::map<uint32_t, std::deque<Incoming>> mail_;
-  /// Threads in wait_notification, per communicator: route() completes them, which
-  /// wakes one that has stopped spinning (Request::wait's spin-then-block, so the
-  /// progress thread knows whether a waiter is driving progress or needs it).
-  std::map<uint32_t, std::vector<std::shared_ptr<detail::RequestState>>> waiters_;
-};
-
-/// Connects a full mesh: rank i dials every rank j < i at addresses[j] and announces
-/// its rank; it accepts one endpoint from every rank above it on `listener`.
-/// `addresses` has one "host:port" per rank. kTimeout / kProtocol on failure.
-Result<std::vector<std::shared_ptr<Endpoint>>> connect_mesh(Context& ctx, Listener& listener, int rank,
-                                                            std::span<const std::string> addresses,
-                                                            Clock::time_point deadline);
-
 class CommCore;
 
 /// One collective (or p2p) operation in progress: its tags, its deadline.
@@ -217,8 +124,14 @@ class Op {
   /// send to `to` and receive from `from` at once (either may be skipped with -1).
   Status sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rdata, size_t rbytes, uint32_t step = 0);
 
-  /// The endpoint to communicator rank `peer` (for RMA).
-  Endpoint& endpoint(int peer);
+  /// The endpoint to communicator rank `peer` (for RMA), opened now if the world has
+  /// none yet (by the op's deadline).
+  Result<Endpoint*> endpoint(int peer);
+  /// Before an algorithm that talks to every other rank (alltoall, a linear root): the
+  /// descriptors their endpoints need are there, or kNoResource naming RLIMIT_NOFILE
+  /// now, on every rank alike, rather than a failure midway (World::prepare); then the
+  /// endpoints it lacks are opened, several at once (World::connect_all).
+  Status prepare_all_peers();
   /// Notification value for this op with the algorithm's low 16 bits.
   uint64_t notify_value(uint16_t low) const noexcept;
   /// Waits for a notification of this communicator (any op seq; check `note.value`)

@@ -1,6 +1,6 @@
 // coll/external_store.cc — init_communicator: Communicator bootstrap through a
-// key-value store the application provides (remora/external_store.h). The same mesh
-// as coll/bootstrap.cc, with addresses exchanged through ExternalStore instead of a
+// key-value store the application provides (remora/external_store.h). The same lazy
+// world as coll/bootstrap.cc, with addresses published in ExternalStore instead of a
 // rendezvous store hosted by rank 0.
 #include "remora/external_store.h"
 
@@ -14,6 +14,7 @@
 
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
+#include "coll/rendezvous.h"
 #include "core/env.h"
 #include "engine/engine_of.h"
 #include "engine/progress.h"
@@ -48,7 +49,6 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, ExternalStore& sto
     auto world = std::make_shared<coll::World>(ctx, 0, 1, std::vector<std::shared_ptr<Endpoint>>(1));
     return coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, 0, config));
   }
-  const auto deadline = Clock::now() + config.timeout;
 
   std::string host = boot.host;
   if (host.empty()) {
@@ -65,25 +65,24 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, ExternalStore& sto
   if (!listener) {
     return listener.status().with_context(fmt::format("rank {} could not listen on {}", rank, host));
   }
-  const std::string mine = (*listener)->address();
-  REMORA_RETURN_IF_ERROR(store.set(boot.key_prefix + "addr/" + std::to_string(rank),
-                                   std::as_bytes(std::span(mine.data(), mine.size()))));
-
-  std::vector<std::string> addresses;
-  for (int r = 0; r < size; ++r) {
-    auto v = store.get(boot.key_prefix + "addr/" + std::to_string(r), left_until(deadline));
-    if (!v) {
-      return v.status().with_context(
-          fmt::format("rank {}: waiting for rank {}'s address (\"{}addr/{}\") in the external store", rank, r,
-                      boot.key_prefix, r));
-    }
-    addresses.emplace_back(reinterpret_cast<const char*>(v->data()), v->size());
-  }
-  REMORA_ASSIGN_OR_RETURN(auto peers, coll::connect_mesh(ctx, **listener, rank, addresses, deadline));
-  auto world = std::make_shared<coll::World>(ctx, rank, size, std::move(peers));
-  // Kept open for shrink, which meets the survivors there without the external store.
-  world->set_rendezvous(std::shared_ptr<Listener>(std::move(*listener)), std::move(addresses), 0);
-  return coll::CommAccess::joined(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
+  // Kept open for the job's life: ranks connect when they first need each other, and
+  // the survivors of a failure meet there again (shrink) without the external store.
+  auto rendezvous = coll::Rendezvous::start(std::move(*listener), coll::max_opening_bytes(size));
+  const std::string prefix = boot.key_prefix;
+  auto world = std::make_shared<coll::World>(
+      ctx, rank, size, rendezvous, [&store, prefix](int r, coll::Clock::time_point until) -> Result<std::string> {
+        auto v = store.get(prefix + "addr/" + std::to_string(r), left_until(until));
+        if (!v) {
+          return v.status().with_context(
+              fmt::format("waiting for rank {}'s address (\"{}addr/{}\") in the external store", r, prefix, r));
+        }
+        return std::string(reinterpret_cast<const char*>(v->data()), v->size());
+      });
+  world->serve();
+  const std::string mine = rendezvous->address();
+  REMORA_RETURN_IF_ERROR(
+      store.set(prefix + "addr/" + std::to_string(rank), std::as_bytes(std::span(mine.data(), mine.size()))));
+  return coll::CommAccess::started(std::make_shared<coll::CommCore>(world, 0, members, rank, config));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ Status gather(Op& op, const void* send, void* recv, size_t count, DataType type,
   const size_t block = count * size_of(type);
   if (op.rank() != root) return op.sendrecv(root, send, block, -1, nullptr, 0);
   if (send != nullptr) copy_block(at(recv, static_cast<size_t>(root) * block), send, block);
+  REMORA_RETURN_IF_ERROR(op.prepare_all_peers());
   Inflight io(op);
   for (int p = 0; p < n; ++p) {
     if (p != root) io.recv(p, at(recv, static_cast<size_t>(p) * block), block);
@@ -27,6 +28,7 @@ Status gatherv(Op& op, const void* send, size_t send_count, void* recv, std::spa
     REMORA_RETURN_IF_ERROR(check_own("gatherv", send_count, recv_counts[me]));
     copy_block(at(recv, displs[me] * elem), send, send_count * elem);
   }
+  REMORA_RETURN_IF_ERROR(op.prepare_all_peers());
   Inflight io(op);
   for (int p = 0; p < n; ++p) {
     const auto i = static_cast<size_t>(p);

@@ -11,6 +11,7 @@ Status scatter(Op& op, const void* send, void* recv, size_t count, DataType type
   if (op.rank() != root) return op.sendrecv(-1, nullptr, 0, root, recv, block);
   // recv == nullptr: in-place, the root's block stays in send.
   if (recv != nullptr) copy_block(recv, at(send, static_cast<size_t>(root) * block), block);
+  REMORA_RETURN_IF_ERROR(op.prepare_all_peers());
   Inflight io(op);
   for (int p = 0; p < n; ++p) {
     if (p != root) io.send(p, at(send, static_cast<size_t>(p) * block), block);
@@ -28,6 +29,7 @@ Status scatterv(Op& op, const void* send, std::span<const size_t> send_counts, s
     REMORA_RETURN_IF_ERROR(check_own("scatterv", send_counts[me], recv_count));
     copy_block(recv, at(send, displs[me] * elem), recv_count * elem);
   }
+  REMORA_RETURN_IF_ERROR(op.prepare_all_peers());
   Inflight io(op);
   for (int p = 0; p < n; ++p) {
     const auto i = static_cast<size_t>(p);

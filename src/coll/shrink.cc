@@ -27,6 +27,7 @@
 
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
+#include "coll/rendezvous.h"
 #include "core/little_endian.h"
 #include "core/log.h"
 #include "remora/communicator.h"
@@ -36,12 +37,9 @@ namespace {
 
 using coll::Clock;
 
-constexpr uint32_t kHelloMagic = 0x4B524853;  // "SHRK"
+constexpr uint32_t kHelloMagic = coll::kShrinkMagic;
 constexpr size_t kHelloHeader = 32;
-/// The mesh hellos' reserved communicator id (comm_core.cc), low bits 1: init's hello has 0.
-constexpr Tag kShrinkHelloTag = static_cast<Tag>((uint64_t{(1u << 23) - 1} << 40) | 1);
-/// How long an accepted connection has to send its hello.
-constexpr auto kStrayHelloWait = std::chrono::seconds(10);
+static_assert(coll::max_opening_bytes(0) == kHelloHeader);
 /// How often a rank waiting for connections looks at the endpoints it already has.
 constexpr auto kAcceptSlice = std::chrono::milliseconds(50);
 /// How long a rank waits before dialing again a survivor still at an earlier attempt
@@ -105,10 +103,10 @@ uint64_t mix(uint64_t x) {
 /// One rank's side of the survivors' meeting.
 class Meeting {
  public:
-  Meeting(Context& ctx, Listener& listener, Hello mine, std::vector<std::string> addresses, size_t old_size,
+  Meeting(Context& ctx, coll::Rendezvous& rendezvous, Hello mine, std::vector<std::string> addresses, size_t old_size,
           Clock::time_point deadline)
       : ctx_(ctx),
-        listener_(listener),
+        rendezvous_(rendezvous),
         mine_(std::move(mine)),
         mine_bytes_(encode(mine_)),
         addresses_(std::move(addresses)),
@@ -136,10 +134,11 @@ class Meeting {
   int size() const { return static_cast<int>(addresses_.size()); }
   uint32_t old_rank(int new_rank) const { return mine_.keep[static_cast<size_t>(new_rank)]; }
 
-  /// Receives one hello on `ep` by `deadline`: the failure when none comes, kProtocol for garbage.
-  Result<Hello> receive_hello(Endpoint& ep, Clock::time_point deadline) {
+  /// Receives the answer to this rank's hello on `ep` by `deadline`: the failure when
+  /// none comes, kProtocol for garbage.
+  Result<Hello> receive_answer(Endpoint& ep, Clock::time_point deadline) {
     std::vector<std::byte> buf(kHelloHeader + 4 * old_size_);
-    Request r = ep.recv(buf, kShrinkHelloTag);
+    Request r = ep.recv(buf, coll::kShrinkAnswerTag);
     Status s = r.wait(left_until(deadline));
     if (!s.is_ok()) return s;
     auto h = decode(std::span(buf).first(r.bytes()));
@@ -147,7 +146,8 @@ class Meeting {
     return *h;
   }
 
-  Status send_hello(Endpoint& ep) { return ep.send(mine_bytes_, kShrinkHelloTag).wait(left_until(deadline_)); }
+  /// The dialer's hello opens the connection (coll/rendezvous.h); the acceptor answers with its own.
+  Status send_hello(Endpoint& ep, Tag tag) { return ep.send(mine_bytes_, tag).wait(left_until(deadline_)); }
 
   Status disagreement(const Hello& theirs) const {
     return Status(StatusCode::kInvalidArgument,
@@ -203,9 +203,11 @@ class Meeting {
       auto ep = ctx_.connect(address, left_until(deadline_));
       if (!ep) return unreachable(j, address, ep.status());
       peers_[static_cast<size_t>(j)] = *ep;
-      if (Status s = send_hello(**ep); !s.is_ok()) return s.with_context(fmt::format("shrink hello to old rank {}", old_rank(j)));
+      if (Status s = send_hello(**ep, coll::kOpeningTag); !s.is_ok()) {
+        return s.with_context(fmt::format("shrink hello to old rank {}", old_rank(j)));
+      }
       // The answer may wait until that rank reaches its shrink: the whole deadline.
-      auto theirs = receive_hello(**ep, deadline_);
+      auto theirs = receive_answer(**ep, deadline_);
       if (!theirs) {
         return Status(StatusCode::kPeerFailed, fmt::format("shrink: old rank {} gave the shrink up: {}", old_rank(j),
                                                            theirs.status().to_string()));
@@ -240,9 +242,9 @@ class Meeting {
   Status accept_higher() {
     int missing = size() - me() - 1;
     while (missing > 0) {
-      auto ep = listener_.accept(std::min<Duration>(left_until(deadline_), kAcceptSlice));
-      if (!ep) {
-        if (ep.status().code() != StatusCode::kTimeout) return ep.status().with_context("shrink: accept");
+      auto arrival = rendezvous_.next_shrink_hello(std::min(deadline_, Clock::now() + kAcceptSlice));
+      if (!arrival) {
+        if (arrival.status().code() != StatusCode::kTimeout) return arrival.status().with_context("shrink: accept");
         // A survivor that gave up aborted its endpoints: do not wait out the deadline.
         for (int j = 0; j < size(); ++j) {
           const auto& p = peers_[static_cast<size_t>(j)];
@@ -256,18 +258,15 @@ class Meeting {
         if (Clock::now() >= deadline_) return never_connected();
         continue;
       }
-      std::shared_ptr<Endpoint> peer = std::move(*ep);
-      // A survivor sends its hello right after connecting; whatever else reached the
-      // listener (a client that is no rank) must not hold the meeting up for long.
-      auto theirs = receive_hello(*peer, std::min(deadline_, Clock::now() + kStrayHelloWait));
+      std::shared_ptr<Endpoint> peer = std::move(arrival->endpoint);
+      auto theirs = decode(arrival->hello);
       if (!theirs) {
-        REMORA_LOG(kInfo, "shrink: dropping a connection from {}: {}", peer->peer_address(),
-                   theirs.status().to_string());
+        REMORA_LOG(kInfo, "shrink: dropping a connection from {}: a malformed shrink hello", peer->peer_address());
         peer->abort();
         continue;
       }
       // Answer before judging, so that the dialer sees what this rank saw.
-      Status sent = send_hello(*peer);
+      Status sent = send_hello(*peer, coll::kShrinkAnswerTag);
       if (theirs->lineage == mine_.lineage && theirs->attempt > mine_.attempt) {
         // The dialer gave this attempt up; it dials again once this rank is at its attempt.
         peer->close();
@@ -310,7 +309,7 @@ class Meeting {
   }
 
   Context& ctx_;
-  Listener& listener_;
+  coll::Rendezvous& rendezvous_;
   const Hello mine_;
   const std::vector<std::byte> mine_bytes_;
   const std::vector<std::string> addresses_;
@@ -366,7 +365,7 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(std::span<const int> 
   for (int i = 0; i < m; ++i) members[static_cast<size_t>(i)] = i;
   const auto deadline = Clock::now() + config.timeout;
 
-  if (m > 1 && (old_world.listener() == nullptr ||
+  if (m > 1 && (old_world.rendezvous() == nullptr ||
                 std::any_of(addresses.begin(), addresses.end(), [](const std::string& a) { return a.empty(); }))) {
     return Status(StatusCode::kUnsupported,
                   "shrink: this communicator was not made by Communicator::init or init_communicator (nor split or "
@@ -376,11 +375,11 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(std::span<const int> 
              attempt);
   std::vector<std::shared_ptr<Endpoint>> peers(static_cast<size_t>(m));
   if (m > 1) {
-    Meeting meeting(old_world.context(), *old_world.listener(), mine, addresses, static_cast<size_t>(n), deadline);
+    Meeting meeting(old_world.context(), *old_world.rendezvous(), mine, addresses, static_cast<size_t>(n), deadline);
     REMORA_ASSIGN_OR_RETURN(peers, meeting.run());
   }
   auto world = std::make_shared<coll::World>(old_world.context(), me, m, std::move(peers));
-  world->set_rendezvous(old_world.listener_ptr(), std::move(addresses), mine.epoch);
+  world->set_rendezvous(old_world.rendezvous(), std::move(addresses), mine.epoch);
   auto comm = coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, me, config));
   if (m > 1) {
     // Every survivor has its whole mesh, or none goes on: a rank whose meeting failed
@@ -403,5 +402,7 @@ std::vector<int> Communicator::failed_ranks(Duration timeout) {
 }
 
 uint64_t Communicator::epoch() const noexcept { return core_->world().epoch(); }
+
+ConnectionStats Communicator::connections() const { return core_->world().connections(); }
 
 }  // namespace remora

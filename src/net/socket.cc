@@ -1,5 +1,6 @@
 #include "net/socket.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -8,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -72,6 +74,48 @@ std::string descriptor_limit_hint(int err) {
   }
   return " (this process reached its open-file limit, RLIMIT_NOFILE: soft " + text(limit.rlim_cur) + ", hard " +
          text(limit.rlim_max) + "; " + fix + ", or open fewer endpoints or data streams, REMORA_STREAMS)";
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    return n > 0 ? n - 1 : 0;  // less the directory's own descriptor
+  }
+  return 0;
+}
+
+size_t descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return static_cast<size_t>(limit.rlim_cur);
+}
+
+Status ensure_descriptors(size_t more, std::string_view what) {
+  // A margin for what else the process opens meanwhile (files, pipes, the store).
+  constexpr size_t kMargin = 32;
+  const size_t need = open_descriptors() + more + kMargin;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return errno_status(errno, "getrlimit(RLIMIT_NOFILE)");
+  if (limit.rlim_cur == RLIM_INFINITY || need <= limit.rlim_cur) return Status::ok();
+  if (limit.rlim_max == RLIM_INFINITY || need <= limit.rlim_max) {
+    rlimit raised = limit;
+    // Headroom, so that each new endpoint does not raise it again.
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? need * 2 : std::min<rlim_t>(limit.rlim_max, need * 2);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      REMORA_LOG(kInfo, "{} needs {} descriptors: raised the soft RLIMIT_NOFILE from {} to {}", what, need,
+                 limit.rlim_cur, raised.rlim_cur);
+      return Status::ok();
+    }
+  }
+  return Status(StatusCode::kNoResource,
+                std::string(what) + " needs about " + std::to_string(need) +
+                    " file descriptors, more than this process's open-file limit allows (RLIMIT_NOFILE: soft " +
+                    std::to_string(limit.rlim_cur) + ", hard " +
+                    (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_max)) +
+                    "): raise the hard limit (limits.conf, systemd's LimitNOFILE, a container's nofile ulimit), or "
+                    "open fewer data streams per endpoint (REMORA_STREAMS)");
 }
 
 namespace {

@@ -54,6 +54,15 @@ Status errno_status(int err, std::string_view what);
 /// ENFILE: the system-wide limit; empty for any other errno.
 std::string descriptor_limit_hint(int err);
 
+/// File descriptors this process has open now (the entries of /proc/self/fd).
+size_t open_descriptors();
+/// This process's soft RLIMIT_NOFILE (SIZE_MAX when unlimited).
+size_t descriptor_limit();
+/// Makes room for `more` descriptors beyond those open now: raises the soft
+/// RLIMIT_NOFILE toward the hard one when they would not fit (no privilege needed),
+/// or fails with kNoResource naming RLIMIT_NOFILE, what `what` needs and the limits.
+Status ensure_descriptors(size_t more, std::string_view what);
+
 /// Binds and listens (SO_REUSEADDR, non-blocking, close-on-exec).
 Result<Fd> listen_tcp(const SockAddr& addr, int backlog = 1024);
 /// The locally bound address of a socket.

@@ -203,6 +203,10 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   REMORA_ASSIGN_OR_RETURN(net::HostPort hp, net::parse_host_port(address));
   if (hp.port == 0) return Status(StatusCode::kInvalidArgument, "connect to '" + std::string(address) + "': port 0");
   REMORA_ASSIGN_OR_RETURN(std::vector<net::SockAddr> addrs, net::resolve(hp, /*passive=*/false));
+  // The control stream and every data stream: raise the soft RLIMIT_NOFILE toward the
+  // hard one where they would not fit, or say which limit is in the way.
+  REMORA_RETURN_IF_ERROR(
+      net::ensure_descriptors(1 + config_.streams_per_endpoint, "connect to " + std::string(address)));
 
   net::Fd control;
   net::SockAddr peer_addr;

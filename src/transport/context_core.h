@@ -95,6 +95,8 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
 /// Silent connections reach their grace and make room.
 inline constexpr std::chrono::milliseconds kHelloGrace{100};
 inline constexpr std::chrono::milliseconds kDataStreamsGrace{1000};
+/// How long a listener that could not accept (out of descriptors) waits before it tries again.
+inline constexpr std::chrono::milliseconds kAcceptRetry{100};
 
 /// A listening socket plus the connections still in their handshake.
 class ListenerCore : public engine::EventHandler, public std::enable_shared_from_this<ListenerCore> {
@@ -136,6 +138,7 @@ class ListenerCore : public engine::EventHandler, public std::enable_shared_from
   uint64_t next_conn_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   bool resume_timer_set_ = false;  ///< accepting paused until a timer resumes it
+  bool accept_failure_logged_ = false;  ///< the last accept failed and said so (once until one works)
   std::deque<std::shared_ptr<EndpointCore>> ready_;
   std::atomic<uint32_t> ready_seq_{0};
 };

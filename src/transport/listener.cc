@@ -82,11 +82,21 @@ void ListenerCore::on_event(uint32_t /*events*/) {
     int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        REMORA_LOG(kWarn, "{}", net::errno_status(errno, "accept on " + net::to_string(bound_)).message());
+      // Out of descriptors: raise the soft RLIMIT_NOFILE toward the hard one and try
+      // again; where it cannot be, say so (once until an accept works) and try again in
+      // a while (the socket is edge-triggered: nothing else would), the connections
+      // waiting in the backlog meanwhile.
+      const int err = errno;
+      if (err == EMFILE && net::ensure_descriptors(8, "accepting on " + net::to_string(bound_)).is_ok()) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (!accept_failure_logged_) {
+        accept_failure_logged_ = true;
+        REMORA_LOG(kWarn, "{}", net::errno_status(err, "accept on " + net::to_string(bound_)).message());
       }
+      resume_accepting_at(engine::Clock::now() + kAcceptRetry);
       return;
     }
+    accept_failure_logged_ = false;
     net::Fd owned(fd);
     if (Status s = net::configure_stream_socket(fd); !s) {
       REMORA_LOG(kWarn, "accepted socket: {}", s.to_string());
@@ -467,6 +477,7 @@ Listener::~Listener() {
   if (core_) core_->close();
 }
 Result<std::shared_ptr<Endpoint>> Listener::accept(Duration timeout) { return core_->accept(timeout); }
+void Listener::close() { core_->close(); }
 std::string Listener::address() const { return net::to_string(core_->bound()); }
 uint16_t Listener::port() const {
   const auto& a = core_->bound();

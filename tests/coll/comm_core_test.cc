@@ -238,8 +238,8 @@ TEST(CommCore, NotificationsAreRoutedToTheirCommunicator) {
   run_ranks(ranks, [&](int r, Communicator& c) {
     Status s = coll::CommAccess::core(c).run([&](coll::Op& op) {
       uint64_t word = 0x1111 * (r + 1);
-      Request p = op.endpoint(1 - r).put(std::as_bytes(std::span(&word, 1)), keys[static_cast<size_t>(1 - r)], 8,
-                                        {.notify = op.notify_value(static_cast<uint16_t>(r))});
+      Request p = op.endpoint(1 - r).value()->put(std::as_bytes(std::span(&word, 1)), keys[static_cast<size_t>(1 - r)],
+                                                  8, {.notify = op.notify_value(static_cast<uint16_t>(r))});
       coll::World::Incoming in;
       Status w = op.wait_notification(&in, {1 - r});
       if (!w.is_ok()) return w;
@@ -303,8 +303,8 @@ TEST(CommCore, ARankThatLeavesFirstDoesNotFailTheRanksStillAtWork) {
       ASSERT_EQ(waiting.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
       Status s = coll::CommAccess::core(c).run([&](coll::Op& op) {
         const uint64_t word = 0xBEEF;
-        return op.wait(op.endpoint(1).put(std::as_bytes(std::span(&word, 1)), scratch.key, 16,
-                                          {.notify = op.notify_value(2)}));
+        return op.wait(op.endpoint(1).value()->put(std::as_bytes(std::span(&word, 1)), scratch.key, 16,
+                                                   {.notify = op.notify_value(2)}));
       });
       EXPECT_TRUE(s.is_ok()) << s.to_string();
       EXPECT_EQ(done.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);

@@ -1,6 +1,7 @@
 // tests/coll/mesh.h — N ranks in one test process: N Contexts (each with its own
-// progress thread), a full mesh of real loopback endpoints between them, and one
-// world Communicator per rank. run_ranks() runs a body per rank on its own thread.
+// progress thread and rendezvous), one lazy world Communicator per rank whose real
+// loopback endpoints open when a collective first needs them, as init's do.
+// run_ranks() runs a body per rank on its own thread.
 #pragma once
 
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
+#include "coll/rendezvous.h"
 #include "remora/remora.h"
 
 namespace remora::test {
@@ -27,7 +29,7 @@ struct Rank {
 inline std::vector<Rank> make_ranks(int n, Duration timeout = std::chrono::seconds(30),
                                     ContextOptions options = {.ignore_env = true}) {
   std::vector<Rank> ranks(static_cast<size_t>(n));
-  std::vector<std::unique_ptr<Listener>> listeners(static_cast<size_t>(n));
+  std::vector<std::shared_ptr<coll::Rendezvous>> rendezvous(static_cast<size_t>(n));
   std::vector<std::string> addresses(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto ctx = Context::create(options);
@@ -35,25 +37,24 @@ inline std::vector<Rank> make_ranks(int n, Duration timeout = std::chrono::secon
     ranks[static_cast<size_t>(r)].ctx = std::move(*ctx);
     auto l = ranks[static_cast<size_t>(r)].ctx->listen("127.0.0.1:0");
     EXPECT_TRUE(l.is_ok()) << l.status().to_string();
-    addresses[static_cast<size_t>(r)] = (*l)->address();
-    listeners[static_cast<size_t>(r)] = std::move(*l);
+    rendezvous[static_cast<size_t>(r)] = coll::Rendezvous::start(std::move(*l), coll::max_opening_bytes(n));
+    addresses[static_cast<size_t>(r)] = rendezvous[static_cast<size_t>(r)]->address();
   }
   auto config = coll::CollConfig::from_env({.timeout = timeout});
   EXPECT_TRUE(config.is_ok());
-  std::vector<std::thread> threads;
+  std::vector<int> members(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
   for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto& rk = ranks[static_cast<size_t>(r)];
-      auto peers = coll::connect_mesh(*rk.ctx, *listeners[static_cast<size_t>(r)], r, addresses,
-                                      coll::Clock::now() + std::chrono::seconds(30));
-      ASSERT_TRUE(peers.is_ok()) << peers.status().to_string();
-      auto world = std::make_shared<coll::World>(*rk.ctx, r, n, std::move(*peers));
-      std::vector<int> members(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
-      rk.comm = coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, r, *config));
-    });
+    // A lazy world, as init makes: endpoints open when a collective first needs them.
+    auto& rk = ranks[static_cast<size_t>(r)];
+    auto world = std::make_shared<coll::World>(*rk.ctx, r, n, rendezvous[static_cast<size_t>(r)],
+                                               [addresses](int peer, coll::Clock::time_point) -> Result<std::string> {
+                                                 return addresses[static_cast<size_t>(peer)];
+                                               });
+    world->learn_addresses(addresses);
+    world->serve();
+    rk.comm = coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, r, *config));
   }
-  for (auto& t : threads) t.join();
   return ranks;
 }
 

@@ -304,22 +304,24 @@ TEST(Connect, AForeignServersShortReplyIsRefusedAtOnceNotAtTheDeadline) {
   EXPECT_NE(r.status().message().find("not a remora peer"), std::string::npos) << describe(r.status());
 }
 
-// Run in a child: its open-file limit is lowered to what it already holds, so connect()'s
-// first socket fails with EMFILE. Exit 0 when the error names the address, the limit
-// and the fix; a distinct code for each way it does not.
+// The lowest descriptor number free now: the next socket's, and the soft limit at
+// which that socket would fail with EMFILE.
+rlim_t lowest_free_descriptor() {
+  const int probe = ::dup(2);
+  ::close(probe);
+  return static_cast<rlim_t>(probe);
+}
+
+// Run in a child: both open-file limits are lowered to what it already holds, so the
+// endpoint's sockets cannot fit. Exit 0 when connect() fails with an error that names
+// the address, the limit and the fix; a distinct code for each way it does not.
 int connect_without_descriptors() {
   auto ctx = Context::create(ContextOptions{});
   if (!ctx) return 10;
   auto listener = (*ctx)->listen("127.0.0.1:0");
   if (!listener) return 11;
-  int open_now = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d) != nullptr) ++open_now;
-    ::closedir(d);
-  }
-  rlimit limit{};
-  ::getrlimit(RLIMIT_NOFILE, &limit);
-  limit.rlim_cur = static_cast<rlim_t>(open_now);  // ".", ".." and the directory's own fd are closed again
+  const rlim_t limit_now = lowest_free_descriptor();
+  const rlimit limit{.rlim_cur = limit_now, .rlim_max = limit_now};
   if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 12;
   auto r = (*ctx)->connect((*listener)->address(), 5s);
   if (r) return 13;
@@ -327,19 +329,58 @@ int connect_without_descriptors() {
   std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
   if (r.status().code() != StatusCode::kNoResource) return 14;
   if (m.find((*listener)->address()) == std::string::npos) return 15;
-  if (m.find("RLIMIT_NOFILE") == std::string::npos || m.find(std::to_string(open_now)) == std::string::npos) return 16;
-  if (m.find("ulimit -n") == std::string::npos && m.find("raise the hard limit") == std::string::npos) return 17;
+  if (m.find("RLIMIT_NOFILE") == std::string::npos || m.find(std::to_string(limit_now)) == std::string::npos) return 16;
+  if (m.find("raise the hard limit") == std::string::npos) return 17;
   return 0;
 }
 
-TEST(Connect, OutOfDescriptorsNamesTheAddressAndTheOpenFileLimit) {
+// Run in a child: only the soft limit is lowered to what it holds, the hard one left
+// where it was. Exit 0 when connect() raises the soft limit itself and the endpoint
+// carries a message; a distinct code for each way it does not.
+int connect_under_a_low_soft_limit() {
+  auto ctx = Context::create(ContextOptions{});
+  if (!ctx) return 10;
+  auto listener = (*ctx)->listen("127.0.0.1:0");
+  if (!listener) return 11;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 12;
+  const rlim_t low = lowest_free_descriptor();
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < low + 64) return 0;  // no room to raise into
+  limit.rlim_cur = low;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 12;
+  auto client = (*ctx)->connect((*listener)->address(), 5s);
+  if (!client) {
+    std::fprintf(stderr, "%s\n", client.status().to_string().c_str());
+    return 13;
+  }
+  auto server = (*listener)->accept(5s);
+  if (!server) return 14;
+  const std::vector<std::byte> sent = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}};
+  std::vector<std::byte> got(sent.size());
+  Request rx = (*server)->recv(got, Tag{7});
+  if (!(*client)->send(sent, Tag{7}).wait(5s).is_ok()) return 15;
+  if (!rx.wait(5s).is_ok() || got != sent) return 16;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur <= low) return 17;
+  return 0;
+}
+
+int run_in_child(int (*body)()) {
   const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) ::_exit(connect_without_descriptors());
+  if (pid < 0) return -1;
+  if (pid == 0) ::_exit(body());
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above (exit codes: connect_without_descriptors)";
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -2;
+  return WEXITSTATUS(status);
+}
+
+TEST(Connect, OutOfDescriptorsNamesTheAddressAndTheOpenFileLimit) {
+  EXPECT_EQ(run_in_child(connect_without_descriptors), 0)
+      << "see the child's message above (exit codes: connect_without_descriptors)";
+}
+
+TEST(Connect, ALowSoftOpenFileLimitIsRaisedTowardTheHardOne) {
+  EXPECT_EQ(run_in_child(connect_under_a_low_soft_limit), 0)
+      << "see the child's message above (exit codes: connect_under_a_low_soft_limit)";
 }
 
 TEST(Connect, VersionMismatchAckIsProtocolError) {

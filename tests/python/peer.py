@@ -38,6 +38,14 @@ def rank(r: int, n: int, store: str) -> None:
     ctx = remora.Context(ignore_env=True)
     comm = remora.Communicator(ctx, rank=r, size=n, store=store, timeout=60)
     run_all(comm)
+    held = comm.connections()
+    # Every collective of run_all has run (alltoall included): an endpoint to each other
+    # rank, 1 control + its data streams each; the process holds at least those. Counted
+    # before the barrier, which keeps the others from closing theirs meanwhile.
+    comm.barrier()
+    assert held["peers"] == n - 1, held
+    assert held["sockets"] == (n - 1) * (1 + ctx.config()["streams_per_endpoint"]), held
+    assert held["descriptor_limit"] >= held["descriptors"] >= held["sockets"], held
     comm.close()
     ctx.close()
     print("ok", flush=True)

@@ -735,6 +735,12 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
     j["ratios"].push_back(x);
   }
   j["wrong"] = rep.wrong;
+  j["connections"] = {{"rank0_peers", rep.connections.peers},
+                      {"rank0_sockets", rep.connections.sockets},
+                      {"most_peers", rep.most_peers},
+                      {"most_sockets", rep.most_sockets},
+                      {"rank0_descriptors", rep.connections.descriptors},
+                      {"rank0_descriptor_limit", rep.connections.descriptor_limit}};
   return j;
 }
 
@@ -783,6 +789,11 @@ Result<CollReport> run_as_rank(const CollOptions& o, const LaunchInfo& launch) {
     c.abort();  // the others fail at once instead of waiting for us
     return s;
   }
+  rep.connections = c.connections();
+  int64_t most[2] = {rep.connections.peers, static_cast<int64_t>(rep.connections.sockets)};
+  REMORA_RETURN_IF_ERROR(c.allreduce(kInPlace, most, 2, DataType::kInt64, ReduceOp::kMax));
+  rep.most_peers = static_cast<int>(most[0]);
+  rep.most_sockets = static_cast<uint64_t>(most[1]);
   if (rep.rank == 0) {
     rep.ratios = ratios(rep.rounds);
     nlohmann::json config = internal::config_json(*ctx);

@@ -394,6 +394,11 @@ struct CollReport {
   std::vector<Round> rounds;
   std::vector<CollRatio> ratios;  ///< over all rounds (medians)
   uint64_t wrong = 0;   ///< over every row, placement and rank (every rank knows it)
+  /// What this rank held to reach the others at the end (Communicator::connections),
+  /// and the most any rank held (endpoints, sockets): a communicator connects lazily.
+  ConnectionStats connections;
+  int most_peers = 0;
+  uint64_t most_sockets = 0;
   nlohmann::json json;  ///< rank 0: everything (config, rows, reference, ratios)
 };
 

@@ -368,6 +368,10 @@ void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
 void print_coll_report(const CollReport& r, const CollOptions& o) {
   print_coll_header(r, o);
   print_coll_tables(r, o);
+  fmt::print(
+      "# connections at the end: rank 0 holds {} endpoints ({} sockets); the most any rank holds: {} ({} "
+      "sockets); a communicator connects to a rank when something first needs it\n",
+      r.connections.peers, r.connections.sockets, r.most_peers, r.most_sockets);
   if (!print_coll_reference(r, o) || r.ratios.empty()) return;
   print_coll_ratios(r, o);
 }
