@@ -216,13 +216,24 @@ std::vector<int> World::dead_ranks(Duration timeout) {
   return out;
 }
 
+namespace {
+/// The waiters_ key of communicator `comm`'s application mailboxes (above every id).
+uint32_t user_waiters_key(uint32_t comm) { return comm | (1u << 24); }
+}  // namespace
+
 void World::route(int from, const Notification& n) {
   const uint32_t comm = static_cast<uint32_t>(n.value >> 40) & kCommIdMask;
+  const bool user = (n.value & kCollectiveBit) != 0;  // bit 63: an application notification
   std::vector<std::shared_ptr<detail::RequestState>> wake;
   {
     std::lock_guard lock(mu_);
-    mail_[comm].push_back(Incoming{from, n});
-    if (auto it = waiters_.find(comm); it != waiters_.end()) {
+    if (user) {
+      if (std::find(closed_user_ids_.begin(), closed_user_ids_.end(), comm) != closed_user_ids_.end()) return;
+      user_mail_[comm][from].push_back(static_cast<uint32_t>(n.value));
+    } else {
+      mail_[comm].push_back(Incoming{from, n});
+    }
+    if (auto it = waiters_.find(user ? user_waiters_key(comm) : comm); it != waiters_.end()) {
       wake.swap(it->second);
       waiters_.erase(it);
     }
@@ -321,6 +332,61 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
       if (expired) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
     }
   }
+}
+
+uint64_t World::user_notify_value(uint32_t comm_id, uint32_t value) noexcept {
+  return kCollectiveBit | (uint64_t{comm_id & kCommIdMask} << 40) | value;
+}
+
+Result<uint32_t> World::wait_user_notification(uint32_t comm_id, int from, Clock::time_point deadline) {
+  // As wait_notification: a Request that route() completes, spinning then blocking.
+  const std::shared_ptr<engine::ProgressEngine>& engine = detail::engine_of(ctx_);
+  const uint32_t key = user_waiters_key(comm_id);
+  const auto& ep = peers_.at(static_cast<size_t>(from));
+  while (true) {
+    auto waiter = detail::RequestState::make(engine, Tag{});
+    {
+      std::lock_guard lock(mu_);
+      if (auto box = user_mail_.find(comm_id); box != user_mail_.end()) {
+        if (auto q = box->second.find(from); q != box->second.end() && !q->second.empty()) {
+          const uint32_t value = q->second.front();
+          q->second.pop_front();
+          return value;
+        }
+      }
+      if (failed_) return failure_;
+      waiters_[key].push_back(waiter);
+    }
+    // Everything `from` sent before its endpoint ended has been routed by then.
+    if (ep->failed()) {
+      std::lock_guard lock(mu_);
+      if (auto it = waiters_.find(key); it != waiters_.end()) {
+        std::erase(it->second, waiter);
+        if (it->second.empty()) waiters_.erase(it);
+      }
+      auto box = user_mail_.find(comm_id);
+      if (box == user_mail_.end() || box->second[from].empty()) return ep->failure();
+      continue;
+    }
+    const auto now = Clock::now();
+    const bool expired = now >= deadline;
+    // Endpoint failures do not route here: look at them every 20 ms of waiting.
+    if (!expired) (void)Request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
+    if (!waiter->done()) {
+      std::lock_guard lock(mu_);
+      if (auto it = waiters_.find(key); it != waiters_.end()) {
+        std::erase(it->second, waiter);
+        if (it->second.empty()) waiters_.erase(it);
+      }
+      if (expired) return Status(StatusCode::kTimeout, "no notification from that rank within the timeout");
+    }
+  }
+}
+
+void World::close_user_mailboxes(uint32_t comm_id) {
+  std::lock_guard lock(mu_);
+  user_mail_.erase(comm_id);
+  closed_user_ids_.push_back(comm_id);
 }
 
 // --- mesh ---------------------------------------------------------------------------
@@ -443,6 +509,7 @@ CommCore::CommCore(std::shared_ptr<World> world, uint32_t id, std::vector<int> m
     : world_(std::move(world)), id_(id), members_(std::move(members)), rank_(rank), config_(config) {}
 
 CommCore::~CommCore() {
+  world_->close_user_mailboxes(id_);
   {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
@@ -541,6 +608,30 @@ Request CommCore::send_user(const void* data, size_t bytes, int peer, uint32_t t
 Request CommCore::recv_user(void* data, size_t bytes, int peer, uint32_t tag) {
   if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
   return world_->peer(world_rank(peer)).recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
+}
+
+Request CommCore::recv_user_any(void* data, size_t bytes, uint32_t tag, int* source) {
+  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  // Indexed by communicator rank (null at this rank's), so the match's index is the source.
+  std::vector<Endpoint*> endpoints(members_.size(), nullptr);
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank_) endpoints[static_cast<size_t>(r)] = &world_->peer(world_rank(r));
+  }
+  return recv_any(endpoints, std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag), source);
+}
+
+Request CommCore::put_user(int peer, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                           std::optional<uint32_t> notify) {
+  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  PutOptions options;
+  if (notify) options.notify = World::user_notify_value(id_, *notify);
+  return world_->peer(world_rank(peer)).put(local, key, offset, options);
+}
+
+Result<uint32_t> CommCore::wait_user_notification(int from, Duration timeout) {
+  const auto deadline =
+      timeout >= Duration(std::chrono::hours(24 * 365)) ? Clock::time_point::max() : Clock::now() + timeout;
+  return world_->wait_user_notification(id_, world_rank(from), deadline);
 }
 
 }  // namespace remora::coll

@@ -9,8 +9,12 @@
 // may reuse a step number for successive pieces as long as both sides agree on order.
 //
 // Notifications (puts with notify into a rank's scratch) carry
-//   [comm id:23 at bit 40][op seq:24 at bit 16][low 16 bits: algorithm's own use]
+//   [0][comm id:23 at bit 40][op seq:24 at bit 16][low 16 bits: algorithm's own use]
 // and the World routes them to the communicator by id (Op::wait_notification).
+// The application's (Communicator::put with a notification) carry
+//   [1][comm id:23 at bit 40][zero:8][value:32]
+// and go to the communicator's per-sender mailboxes (Communicator::wait_notification),
+// never to an algorithm.
 #pragma once
 
 #include <atomic>
@@ -153,6 +157,16 @@ class World : public std::enable_shared_from_this<World> {
   /// is in `from` — a rank that finished first must not fail a slower one.
   Status wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline, std::span<const int> from);
 
+  /// The value of an application notification (see the header comment) for `comm_id`.
+  static uint64_t user_notify_value(uint32_t comm_id, uint32_t value) noexcept;
+  /// The oldest application notification world rank `from` sent communicator
+  /// `comm_id`, waiting until `deadline`; drives progress while waiting. Fails once the
+  /// world failed, or once `from`'s endpoint ended and its mailbox is empty.
+  Result<uint32_t> wait_user_notification(uint32_t comm_id, int from, Clock::time_point deadline);
+  /// Forgets communicator `comm_id`'s application mailboxes, and drops what arrives for
+  /// it later (its communicator is gone; ids are never reused within a world).
+  void close_user_mailboxes(uint32_t comm_id);
+
  private:
   void route(int from, const Notification& n);
   /// Marks the peers whose endpoint ended without a GOODBYE as dead. Takes mu_.
@@ -174,6 +188,9 @@ class World : public std::enable_shared_from_this<World> {
   bool failed_ = false;
   uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
   std::map<uint32_t, std::deque<Incoming>> mail_;
+  /// Application notifications per communicator id, per sending world rank.
+  std::map<uint32_t, std::map<int, std::deque<uint32_t>>> user_mail_;
+  std::vector<uint32_t> closed_user_ids_;  ///< communicators gone (close_user_mailboxes)
   /// Threads in wait_notification, per communicator: route() completes them, which
   /// wakes one that has stopped spinning (Request::wait's spin-then-block, so the
   /// progress thread knows whether a waiter is driving progress or needs it).
@@ -274,9 +291,14 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   Status check_root(int root) const;
   Status check_peer(int peer) const;
 
-  /// Point-to-point inside the communicator (Communicator::isend/irecv).
+  /// Point-to-point inside the communicator (Communicator::isend/irecv/irecv_any).
   Request send_user(const void* data, size_t bytes, int peer, uint32_t tag);
   Request recv_user(void* data, size_t bytes, int peer, uint32_t tag);
+  Request recv_user_any(void* data, size_t bytes, uint32_t tag, int* source);
+  /// One-sided inside the communicator (Communicator::put / wait_notification).
+  Request put_user(int peer, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                   std::optional<uint32_t> notify);
+  Result<uint32_t> wait_user_notification(int from, Duration timeout);
 
   /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
   /// scratch and the neighbours' keys). Created on first use, lives with the comm.
