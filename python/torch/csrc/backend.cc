@@ -443,6 +443,7 @@ c10::intrusive_ptr<WorkRemora> ProcessGroupRemora::make_work(c10d::OpType type, 
                                                              std::vector<at::Tensor> outputs,
                                                              std::shared_ptr<remora::Communicator> comm,
                                                              std::chrono::milliseconds timeout) {
+  if (!c10d::isP2POp(type) && type != c10d::OpType::UNKNOWN) ++seq_;  // a collective (windows: UNKNOWN)
   return c10::make_intrusive<WorkRemora>(rank_, type, name, std::move(outputs), op_timeout(timeout),
                                          comm ? std::move(comm) : comm_);
 }

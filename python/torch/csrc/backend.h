@@ -157,6 +157,9 @@ class ProcessGroupRemora : public c10d::Backend {
 
   void abort() override;
   void shutdown() override;
+  /// Collectives issued on this group so far (as gloo counts them): equal on every rank
+  /// while they agree, which TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper checks.
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   /// The algorithm remora runs for an allreduce of `bytes` (for benchmarks and tests).
   std::string allreduce_algorithm(size_t bytes) const;
@@ -176,6 +179,7 @@ class ProcessGroupRemora : public c10d::Backend {
   void completion_loop();
 
   std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> seq_{0};
   std::shared_ptr<remora::Context> ctx_;
   std::shared_ptr<remora::Communicator> comm_;
 
