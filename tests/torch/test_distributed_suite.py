@@ -3,16 +3,13 @@
 Runs tests/torch/distributed_suite.py (see its header) as a separate process and
 requires that nothing fails, that the tests that must run over remora did (the
 operations remora-torch added for it among them), and that every test not run has its
-reason. The full per-test report is written to build/torch-distributed-suite.txt (or
-$REMORA_TORCH_SUITE_REPORT).
+reason. The full per-test report is written to build/torch-distributed-suite.txt.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 from test_torch_backend import HERE, clean_env
 
@@ -31,7 +28,7 @@ MUST_PASS = [
 
 def test_pytorch_distributed_suite_over_remora():
     root = HERE.parent.parent
-    report = Path(os.environ.get("REMORA_TORCH_SUITE_REPORT", root / "build" / "torch-distributed-suite.txt"))
+    report = root / "build" / "torch-distributed-suite.txt"
     report.parent.mkdir(parents=True, exist_ok=True)
     env = clean_env()
     env.update(BACKEND="remora", WORLD_SIZE="2")
