@@ -309,6 +309,40 @@ class Communicator {
   Status send(const void* buf, size_t count, DataType type, int peer, Tag tag);
   /// irecv, then a wait bounded by the communicator's timeout.
   Status recv(void* buf, size_t count, DataType type, int peer, Tag tag);
+  /// Posts a receive of up to `count` elements from whichever other rank's message with
+  /// `tag` comes first (MPI_ANY_SOURCE); `*source` is set to that rank before the
+  /// Request completes. It takes exactly one message; those it does not take stay for
+  /// later receives, and messages of one rank and tag are still received in send order
+  /// whichever form receives them (remora::recv_any, endpoint.h, says how). A rank that
+  /// closed its endpoints orderly (it finished) drops out; a failed one fails the receive.
+  Request irecv_any(void* buf, size_t count, DataType type, Tag tag, int* source);
+
+  // --- one-sided operations inside the communicator -------------------------------
+  // Puts into memory another rank registered with its Context and granted this rank
+  // (its RemoteKey, handed over any way: allgather is the usual one), over the
+  // communicator's endpoint to that rank, with an optional 32-bit notification that
+  // the target takes with wait_notification. Each communicator has its own
+  // notifications, kept per sending rank in arrival order; those of a destroyed
+  // communicator are dropped. Not ordered with collectives or with each other (see
+  // Endpoint::put); a notification is delivered after its own put's data only.
+
+  /// Writes `local` into rank `peer`'s memory at `remote_offset` within `key`'s window,
+  /// as Endpoint::put does (the same errors from the target: kInvalidKey for a key
+  /// revoked by deregistration, kOutOfRange, kAccessDenied, ...). With `notify`, `peer`
+  /// receives the value through wait_notification(this rank) once the data is placed;
+  /// the Request completes when the target placed every byte and queued the
+  /// notification. A zero-length put with `notify` is a notification alone (checked
+  /// against `key` like any put). kInvalidArgument for a bad peer or this rank itself.
+  Request put(int peer, std::span<const std::byte> local, const RemoteKey& key, uint64_t remote_offset,
+              std::optional<uint32_t> notify = std::nullopt);
+  /// Takes the oldest notification rank `from` sent this rank with put on this
+  /// communicator, waiting up to `timeout` (kDefaultTimeout: the communicator's
+  /// timeout; kForever: none) while driving progress. kTimeout takes nothing (a later
+  /// call still gets it). Fails with the endpoint's failure once `from`'s endpoint ended
+  /// and every notification it sent before was taken, and with the first failure once
+  /// the communicator is broken. kInvalidArgument for a bad rank or this rank itself.
+  /// Thread-safe; two threads waiting on one rank each take a different notification.
+  Result<uint32_t> wait_notification(int from, Duration timeout = kDefaultTimeout);
 
   // --- collectives (blocking) --------------------------------------------------
   // Each returns when this rank's part is done (its buffers may be reused), with the

@@ -144,6 +144,30 @@ struct TransferItem {
   uint64_t remote_offset = 0;
 };
 
+class Endpoint;
+
+/// A receive of the first message with `tag` that arrives on any of `endpoints`
+/// (MPI_ANY_SOURCE over a set of endpoints of one context). Null entries are skipped,
+/// so the index of an endpoint can be a rank. Before the request completes, `*matched`
+/// (if not null) is set to the index of the endpoint whose message was received.
+///
+/// The receive matches exactly one message: on each endpoint it takes the oldest
+/// unmatched message with `tag`, as Endpoint::recv does, and a message it does not
+/// take stays for the next receive on its endpoint (order per endpoint and tag is
+/// kept, whichever form receives). Among messages already waiting on several
+/// endpoints when it is posted, the one on the lowest index is taken. Size, truncation
+/// and buffer lifetime are as for Endpoint::recv.
+///
+/// Errors: kInvalidArgument for no endpoint or endpoints of different contexts; an
+/// endpoint that cannot receive any more (failed, aborted, closed by this side, out of
+/// outstanding-op slots) fails the receive with its status, unless another endpoint
+/// already delivered; an endpoint whose peer closed orderly only drops out (what it
+/// sent before still counts), and the receive fails with kPeerFailed once every
+/// endpoint has dropped out. Each endpoint holds the receive as an outstanding op until
+/// a message with `tag` next arrives there or the next receive with `tag` is posted
+/// there. Thread-safe.
+Request recv_any(std::span<Endpoint* const> endpoints, std::span<std::byte> buffer, Tag tag, int* matched);
+
 /// Thread-safe: any thread may post operations.
 class Endpoint {
  public:
@@ -284,6 +308,7 @@ class Endpoint {
 
  private:
   friend struct detail::ContextInternals;
+  friend Request recv_any(std::span<Endpoint* const> endpoints, std::span<std::byte> buffer, Tag tag, int* matched);
   explicit Endpoint(std::shared_ptr<detail::EndpointCore> core) noexcept;
   std::shared_ptr<detail::EndpointCore> core_;
 };

@@ -2,9 +2,11 @@
 # Sourced by scripts/test.sh: the PyTorch backend's environment and tests.
 #
 #   remora_torch_env    creates or reuses the virtual environment build/venv and makes
-#                       PyTorch, NumPy, scikit-build-core and pytest importable in it,
-#                       then builds and installs ./python/torch (remora-torch) into it
-#   remora_torch_tests  runs tests/torch with that environment's pytest
+#                       PyTorch, NumPy, scikit-build-core and pytest importable in it
+#                       (and expecttest, which PyTorch's own test suite imports), then
+#                       builds and installs ./python/torch (remora-torch) into it
+#   remora_torch_tests  runs tests/torch with that environment's pytest (PyTorch's
+#                       distributed suite over remora included: test_distributed_suite.py)
 #
 # PyTorch from PyPI is ~4 GB installed (its CUDA libraries come with it: `import torch`
 # loads them even on a machine without a GPU, so `--no-deps` does not work) and takes
@@ -42,6 +44,11 @@ remora_torch_env() {
   site=$("${py}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return
   printf '%s\n' "$(cd "${cache}" && pwd)" >"${site}/remora-torch-cache.pth"
   "${py}" -c 'import torch, numpy, scikit_build_core, pytest' || return
+  # PyTorch's test helpers (torch.testing._internal) import expecttest, which the torch
+  # wheel does not bring: small and pure Python, so into the environment itself.
+  if ! "${py}" -c 'import expecttest' 2>/dev/null; then
+    "${py}" -m pip install -q expecttest || return
+  fi
   local launcher=()
   if command -v ccache >/dev/null 2>&1; then
     launcher=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)

@@ -327,6 +327,7 @@ CommCore::CommCore(std::shared_ptr<World> world, uint32_t id, std::vector<int> m
     : world_(std::move(world)), id_(id), members_(std::move(members)), rank_(rank), config_(config) {}
 
 CommCore::~CommCore() {
+  world_->close_user_mailboxes(id_);
   {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
@@ -427,6 +428,40 @@ Request CommCore::recv_user(void* data, size_t bytes, int peer, uint32_t tag) {
   auto ep = world_->endpoint(world_rank(peer), Clock::now() + config_.timeout);
   if (!ep) return failed_request(ep.status());
   return (*ep)->recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
+}
+
+Request CommCore::recv_user_any(void* data, size_t bytes, uint32_t tag, int* source) {
+  // The receive is posted on an endpoint to every other rank: open those not open yet.
+  std::vector<int> others;
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank_) others.push_back(world_rank(r));
+  }
+  if (Status s = world_->prepare(others); !s.is_ok()) return failed_request(s);
+  if (Status s = world_->connect_all(others, Clock::now() + config_.timeout); !s.is_ok()) return failed_request(s);
+  // Indexed by communicator rank (null at this rank's), so the match's index is the source.
+  std::vector<Endpoint*> endpoints(members_.size(), nullptr);
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_) continue;
+    auto ep = world_->endpoint(world_rank(r), Clock::now() + config_.timeout);
+    if (!ep) return failed_request(ep.status());
+    endpoints[static_cast<size_t>(r)] = *ep;
+  }
+  return recv_any(endpoints, std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag), source);
+}
+
+Request CommCore::put_user(int peer, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                           std::optional<uint32_t> notify) {
+  auto ep = world_->endpoint(world_rank(peer), Clock::now() + config_.timeout);
+  if (!ep) return failed_request(ep.status());
+  PutOptions options;
+  if (notify) options.notify = World::user_notify_value(id_, *notify);
+  return (*ep)->put(local, key, offset, options);
+}
+
+Result<uint32_t> CommCore::wait_user_notification(int from, Duration timeout) {
+  const auto deadline =
+      timeout >= Duration(std::chrono::hours(24 * 365)) ? Clock::time_point::max() : Clock::now() + timeout;
+  return world_->wait_user_notification(id_, world_rank(from), deadline);
 }
 
 }  // namespace remora::coll

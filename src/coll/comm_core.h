@@ -10,8 +10,12 @@
 // may reuse a step number for successive pieces as long as both sides agree on order.
 //
 // Notifications (puts with notify into a rank's scratch) carry
-//   [comm id:23 at bit 40][op seq:24 at bit 16][low 16 bits: algorithm's own use]
+//   [0][comm id:23 at bit 40][op seq:24 at bit 16][low 16 bits: algorithm's own use]
 // and the World routes them to the communicator by id (Op::wait_notification).
+// The application's (Communicator::put with a notification) carry
+//   [1][comm id:23 at bit 40][zero:8][value:32]
+// and go to the communicator's per-sender mailboxes (Communicator::wait_notification),
+// never to an algorithm.
 #pragma once
 
 #include <atomic>
@@ -187,9 +191,14 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   Status check_root(int root) const;
   Status check_peer(int peer) const;
 
-  /// Point-to-point inside the communicator (Communicator::isend/irecv).
+  /// Point-to-point inside the communicator (Communicator::isend/irecv/irecv_any).
   Request send_user(const void* data, size_t bytes, int peer, uint32_t tag);
   Request recv_user(void* data, size_t bytes, int peer, uint32_t tag);
+  Request recv_user_any(void* data, size_t bytes, uint32_t tag, int* source);
+  /// One-sided inside the communicator (Communicator::put / wait_notification).
+  Request put_user(int peer, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                   std::optional<uint32_t> notify);
+  Result<uint32_t> wait_user_notification(int from, Duration timeout);
 
   /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
   /// scratch and the neighbours' keys). Created on first use, lives with the comm.

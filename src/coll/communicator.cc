@@ -438,6 +438,25 @@ Request Communicator::irecv(void* buf, size_t count, DataType type, int peer, Ta
   if (!s.is_ok()) return detail::make_request(detail::RequestState::completed(s, 0, Tag{}));
   return core_->recv_user(buf, count * size_of(type), peer, static_cast<uint32_t>(tag));
 }
+Request Communicator::irecv_any(void* buf, size_t count, DataType type, Tag tag, int* source) {
+  Status s = first_error({check_buffer("recv", buf, count, type, false), check_tag("recv", tag)});
+  if (s.is_ok() && size() < 2) s = invalid("recv from any rank: this communicator has no other rank");
+  if (!s.is_ok()) return detail::make_request(detail::RequestState::completed(s, 0, Tag{}));
+  return core_->recv_user_any(buf, count * size_of(type), static_cast<uint32_t>(tag), source);
+}
+Request Communicator::put(int peer, std::span<const std::byte> local, const RemoteKey& key, uint64_t remote_offset,
+                          std::optional<uint32_t> notify) {
+  Status s = core_->check_peer(peer);
+  if (s.is_ok() && local.data() == nullptr && !local.empty()) s = invalid("put: null buffer");
+  if (!s.is_ok()) return detail::make_request(detail::RequestState::completed(s, 0, Tag{}));
+  return core_->put_user(peer, local, key, remote_offset, notify);
+}
+Result<uint32_t> Communicator::wait_notification(int from, Duration timeout) {
+  if (Status s = core_->check_peer(from); !s.is_ok()) return s;
+  if (timeout == kDefaultTimeout) timeout = core_->config().timeout;
+  if (timeout < Duration::zero()) return invalid("wait_notification: negative timeout");
+  return core_->wait_user_notification(from, timeout);
+}
 Status Communicator::send(const void* buf, size_t count, DataType type, int peer, Tag tag) {
   return isend(buf, count, type, peer, tag).wait(core_->config().timeout);
 }

@@ -19,6 +19,10 @@ namespace remora::coll {
 namespace {
 
 constexpr uint32_t kCommIdMask = (1u << 23) - 1;
+/// Bit 63 of a notification's value: the application's (Communicator::put), not an algorithm's.
+constexpr uint64_t kUserBit = uint64_t{1} << 63;
+/// The waiters_ key of communicator `comm`'s application mailboxes (above every id).
+uint32_t user_waiters_key(uint32_t comm) { return comm | (1u << 24); }
 /// Probes of failed_ranks at once: each is a connection and a thread.
 constexpr size_t kProbesAtOnce = 32;
 /// Endpoints connect_all opens at once, each on a thread of its own.
@@ -304,11 +308,17 @@ std::vector<int> World::dead_ranks(Duration timeout) {
 
 void World::route(int from, const Notification& n) {
   const uint32_t comm = static_cast<uint32_t>(n.value >> 40) & kCommIdMask;
+  const bool user = (n.value & kUserBit) != 0;
   std::vector<std::shared_ptr<detail::RequestState>> wake;
   {
     std::lock_guard lock(mu_);
-    mail_[comm].push_back(Incoming{from, n});
-    if (auto it = waiters_.find(comm); it != waiters_.end()) {
+    if (user) {
+      if (std::find(closed_user_ids_.begin(), closed_user_ids_.end(), comm) != closed_user_ids_.end()) return;
+      user_mail_[comm][from].push_back(static_cast<uint32_t>(n.value));
+    } else {
+      mail_[comm].push_back(Incoming{from, n});
+    }
+    if (auto it = waiters_.find(user ? user_waiters_key(comm) : comm); it != waiters_.end()) {
       wake.swap(it->second);
       waiters_.erase(it);
     }
@@ -395,10 +405,7 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
     if (!waiter->done()) {
       {
         std::lock_guard lock(mu_);
-        if (auto it = waiters_.find(comm_id); it != waiters_.end()) {
-          std::erase(it->second, waiter);
-          if (it->second.empty()) waiters_.erase(it);
-        }
+        forget_waiter_locked(comm_id, waiter);
       }
       for (const auto& [r, ep] : snapshot()) {
         if (!ep->failed()) continue;
@@ -407,6 +414,66 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
       if (expired) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
     }
   }
+}
+
+void World::forget_waiter_locked(uint32_t key, const std::shared_ptr<detail::RequestState>& waiter) {
+  if (auto it = waiters_.find(key); it != waiters_.end()) {
+    std::erase(it->second, waiter);
+    if (it->second.empty()) waiters_.erase(it);
+  }
+}
+
+uint64_t World::user_notify_value(uint32_t comm_id, uint32_t value) noexcept {
+  return kUserBit | (uint64_t{comm_id & kCommIdMask} << 40) | value;
+}
+
+Result<uint32_t> World::wait_user_notification(uint32_t comm_id, int from, Clock::time_point deadline) {
+  // As wait_notification: a Request that route() completes, spinning then blocking.
+  const std::shared_ptr<engine::ProgressEngine>& engine = detail::engine_of(ctx_);
+  const uint32_t key = user_waiters_key(comm_id);
+  // The endpoint `from` will put through, opened now if neither side has yet: through
+  // it this wait sees `from` fail.
+  if (auto ep = endpoint(from, deadline); !ep) return ep.status();
+  while (true) {
+    auto waiter = detail::RequestState::make(engine, Tag{});
+    {
+      std::lock_guard lock(mu_);
+      if (auto box = user_mail_.find(comm_id); box != user_mail_.end()) {
+        if (auto q = box->second.find(from); q != box->second.end() && !q->second.empty()) {
+          const uint32_t value = q->second.front();
+          q->second.pop_front();
+          return value;
+        }
+      }
+      if (failed_) return failure_;
+      waiters_[key].push_back(waiter);
+    }
+    // Everything `from` sent before its endpoint ended has been routed by then.
+    if (const Endpoint* ep = connected(from); ep != nullptr && ep->failed()) {
+      std::lock_guard lock(mu_);
+      forget_waiter_locked(key, waiter);
+      auto box = user_mail_.find(comm_id);
+      if (box == user_mail_.end() || box->second[from].empty()) return ep->failure();
+      continue;
+    }
+    const auto now = Clock::now();
+    const bool expired = now >= deadline;
+    // Endpoint failures do not route here: look at them every 20 ms of waiting.
+    if (!expired) {
+      (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
+    }
+    if (!waiter->done()) {
+      std::lock_guard lock(mu_);
+      forget_waiter_locked(key, waiter);
+      if (expired) return Status(StatusCode::kTimeout, "no notification from that rank within the timeout");
+    }
+  }
+}
+
+void World::close_user_mailboxes(uint32_t comm_id) {
+  std::lock_guard lock(mu_);
+  user_mail_.erase(comm_id);
+  closed_user_ids_.push_back(comm_id);
 }
 
 }  // namespace remora::coll

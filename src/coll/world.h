@@ -140,7 +140,20 @@ class World : public std::enable_shared_from_this<World> {
   /// is in `from` — a rank that finished first must not fail a slower one.
   Status wait_notification(uint32_t comm_id, Incoming* out, Clock::time_point deadline, std::span<const int> from);
 
+  /// The value of an application notification (coll/comm_core.h) for `comm_id`.
+  static uint64_t user_notify_value(uint32_t comm_id, uint32_t value) noexcept;
+  /// The oldest application notification world rank `from` sent communicator
+  /// `comm_id`, waiting until `deadline`; drives progress while waiting. Fails once the
+  /// world failed, or once `from`'s endpoint ended and its mailbox is empty (opens the
+  /// endpoint to `from` first if neither rank has yet).
+  Result<uint32_t> wait_user_notification(uint32_t comm_id, int from, Clock::time_point deadline);
+  /// Forgets communicator `comm_id`'s application mailboxes, and drops what arrives for
+  /// it later (its communicator is gone; ids are never reused within a world).
+  void close_user_mailboxes(uint32_t comm_id);
+
  private:
+  /// Takes `waiter` out of the waiters of `key` (mu_ held).
+  void forget_waiter_locked(uint32_t key, const std::shared_ptr<detail::RequestState>& waiter);
   /// Makes `ep` the endpoint to `r` (mu_ held): routes its notifications here.
   void adopt_locked(int r, std::shared_ptr<Endpoint> ep);
   /// Dials `r` (no endpoint yet, not being dialed: this thread is its dialer now).
@@ -174,6 +187,9 @@ class World : public std::enable_shared_from_this<World> {
   bool failed_ = false;
   uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
   std::map<uint32_t, std::deque<Incoming>> mail_;
+  /// Application notifications per communicator id, per sending world rank.
+  std::map<uint32_t, std::map<int, std::deque<uint32_t>>> user_mail_;
+  std::vector<uint32_t> closed_user_ids_;  ///< communicators gone (close_user_mailboxes)
   /// Threads in wait_notification, per communicator: route() completes them, which
   /// wakes one that has stopped spinning (Request::wait's spin-then-block, so the
   /// progress thread knows whether a waiter is driving progress or needs it).

@@ -295,16 +295,10 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   return r;
 }
 
-Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
-  engine::ProgressEngine::Guard guard(*engine_);
-  // After the peer's orderly close, what it sent before is still ours to receive.
-  const bool arrived_only = keep_arrived_;
-  if (!arrived_only) {
-    if (Status refused = admission(); !refused)
-      return detail::make_request(RequestState::completed(std::move(refused), 0, tag));
-  }
+Result<std::unique_ptr<RecvOp>> EndpointCore::make_recv(std::span<std::byte> buffer, Tag tag,
+                                                        std::shared_ptr<RequestState> req) {
   auto op = std::make_unique<RecvOp>();
-  op->req = RequestState::make(engine_, tag);
+  op->req = std::move(req);
   op->buffer = buffer.data();
   op->sink = HostSink(buffer.data());
   op->in.kind = wire::ChunkKind::kMessage;
@@ -316,29 +310,46 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
     if (Status path = choose_device_path(*op->device, buffer.data(), buffer.size(), /*tx=*/false, nullptr,
                                          /*drives_devmem_rx=*/true);
         !path) {
-      return detail::make_request(RequestState::completed(std::move(path), 0, tag));
+      return path;
     }
     op->devmem_rx = rx_zero_copy();
     op->zcrx_rx = last_device_path_ == DataPath::kZcrx;
     auto staging = staging_for(op->device, /*tx=*/false);
-    if (!staging) return detail::make_request(RequestState::completed(staging.status(), 0, tag));
+    if (!staging) return staging.status();
     op->staging = std::move(*staging);
   }
-  Request r = detail::make_request(op->req);
+  return op;
+}
 
+void EndpointCore::match_unexpected(std::unique_ptr<RecvOp> op, Unexpected u, bool arrived_only) {
+  if (u.eager && !u.corrupt.is_ok()) {
+    ++stats_.messages_received;
+    op->req->complete(u.corrupt, 0);
+    if (!arrived_only) return_credit(u.payload.size() + wire::kEagerCreditOverhead);
+  } else if (u.eager) {
+    deliver_eager(*op, u.payload);
+    if (!arrived_only) return_credit(u.payload.size() + wire::kEagerCreditOverhead);
+  } else {
+    ++outstanding_;
+    match_rendezvous(std::move(op), u.send_id, u.length);
+  }
+  flush_control();
+}
+
+Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
+  engine::ProgressEngine::Guard guard(*engine_);
+  // After the peer's orderly close, what it sent before is still ours to receive.
+  const bool arrived_only = keep_arrived_;
+  if (!arrived_only) {
+    if (Status refused = admission(); !refused)
+      return detail::make_request(RequestState::completed(std::move(refused), 0, tag));
+  }
+  auto made = make_recv(buffer, tag, RequestState::make(engine_, tag));
+  if (!made) return detail::make_request(RequestState::completed(made.status(), 0, tag));
+  std::unique_ptr<RecvOp> op = std::move(*made);
+  Request r = detail::make_request(op->req);
   if (std::optional<Unexpected> u = matcher_.take_unexpected(tag)) {
-    if (u->eager && !u->corrupt.is_ok()) {
-      ++stats_.messages_received;
-      op->req->complete(u->corrupt, 0);
-      if (!arrived_only) return_credit(u->payload.size() + wire::kEagerCreditOverhead);
-    } else if (u->eager) {
-      deliver_eager(*op, u->payload);
-      if (!arrived_only) return_credit(u->payload.size() + wire::kEagerCreditOverhead);
-    } else {
-      ++outstanding_;
-      match_rendezvous(std::move(op), u->send_id, u->length);
-    }
-    flush_control();
+    match_unexpected(std::move(op), std::move(*u), arrived_only);
     return r;
   }
   if (arrived_only) {
@@ -346,8 +357,44 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
     return r;
   }
   ++outstanding_;
-  matcher_.post(std::move(op));
+  outstanding_ -= matcher_.post(std::move(op));
   return r;
+}
+
+void EndpointCore::post_claimed(std::span<std::byte> buffer, Tag tag, const std::shared_ptr<RecvClaim>& claim,
+                                int index) {
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (claim->decided()) return;
+  const bool arrived_only = keep_arrived_;
+  if (!arrived_only) {
+    if (Status refused = admission(); !refused) {
+      if (claim->take(index)) claim->req->complete(std::move(refused), 0);
+      return;
+    }
+  }
+  // Taken only when this endpoint wins the claim: a message left here stays for the
+  // next receive. Under this endpoint's lock, nothing else takes it meanwhile.
+  if (matcher_.has_unexpected(tag)) {
+    if (!claim->take(index)) return;
+    auto made = make_recv(buffer, tag, claim->req);
+    if (!made) {
+      claim->req->complete(made.status(), 0);
+      return;
+    }
+    match_unexpected(std::move(*made), std::move(*matcher_.take_unexpected(tag)), arrived_only);
+    return;
+  }
+  if (arrived_only) return;  // the peer closed: nothing more will come from it
+  auto made = make_recv(buffer, tag, claim->req);
+  if (!made) {
+    if (claim->take(index)) claim->req->complete(made.status(), 0);
+    return;
+  }
+  (*made)->claim = claim;
+  (*made)->claim_index = index;
+  claim->live.fetch_add(1, std::memory_order_acq_rel);
+  ++outstanding_;
+  outstanding_ -= matcher_.post(std::move(*made));
 }
 
 template <typename Post>
@@ -684,7 +731,7 @@ void EndpointCore::fail_locked(const Status& why) {
   for (auto& [id, op] : recvs_) fail_staged_recv(std::move(op), why);
   recvs_.clear();
   fail_one_sided(why);
-  matcher_.fail_posted(why);
+  matcher_.fail_posted(why, /*orderly=*/keep_arrived_);
   if (!keep_arrived_) matcher_.clear_unexpected();
   outstanding_ = 0;
   ctl_tx_.clear();
@@ -744,7 +791,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
   chunks_.clear_tx();
   sends_.clear();
   fail_one_sided(reason);
-  outstanding_ -= matcher_.fail_posted(reason);
+  outstanding_ -= matcher_.fail_posted(reason, /*orderly=*/keep_arrived_);
   if (!keep_arrived_) matcher_.clear_unexpected();
   // Doomed receives whose announced bytes are all in already fail now.
   std::vector<RecvOp*> done;
@@ -1033,7 +1080,10 @@ void EndpointCore::handle_eager(const EagerFrame& f) {
       REMORA_LOG(kWarn, "{}", corrupt.message());
     }
   }
-  if (std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag)) {
+  size_t dropped = 0;
+  std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag, &dropped);
+  outstanding_ -= dropped;
+  if (op) {
     --outstanding_;
     if (corrupt.is_ok()) {
       deliver_eager(*op, f.payload);
@@ -1082,7 +1132,10 @@ void EndpointCore::match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id
 }
 
 void EndpointCore::handle_rts(const RtsFrame& f) {
-  if (std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag)) {
+  size_t dropped = 0;
+  std::unique_ptr<RecvOp> op = matcher_.take_posted(f.tag, &dropped);
+  outstanding_ -= dropped;
+  if (op) {
     match_rendezvous(std::move(op), f.send_id, f.length);
     return;
   }

@@ -107,6 +107,11 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // --- public API (takes the lock) ------------------------------------------
   Request send(std::span<const std::byte> data, Tag tag);
   Request recv(std::span<std::byte> buffer, Tag tag);
+  /// This endpoint's part of a receive from any of several endpoints (recv_any.cc):
+  /// takes `claim` with a message that already arrived, or posts a copy that may take
+  /// it later; does nothing once the claim is decided or when the peer closed and sent
+  /// nothing more for `tag`. An endpoint that cannot receive fails the claim.
+  void post_claimed(std::span<std::byte> buffer, Tag tag, const std::shared_ptr<RecvClaim>& claim, int index);
   Request put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options);
   Request get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset);
   Request atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
@@ -333,6 +338,11 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void protocol_error(std::string message) override;
   /// ok if a new operation may be posted now; else why not (endpoint down, too many outstanding).
   Status admission() const;
+  /// A receive into `buffer` completing `req`, set up for its memory (device paths);
+  /// the failure when a device path refuses it.
+  Result<std::unique_ptr<RecvOp>> make_recv(std::span<std::byte> buffer, Tag tag, std::shared_ptr<RequestState> req);
+  /// Gives `op` the oldest unexpected message `u` for its tag. Lock held.
+  void match_unexpected(std::unique_ptr<RecvOp> op, Unexpected u, bool arrived_only);
   bool alive() const noexcept { return state_ == State::kActive; }
 
   enum class State { kSetup, kActive, kDraining, kFailed };

@@ -5,29 +5,47 @@
 
 namespace remora::detail {
 
-std::unique_ptr<RecvOp> Matcher::take_posted(Tag tag) {
+std::unique_ptr<RecvOp> Matcher::take_posted(Tag tag, size_t* dropped) {
   auto it = posted_.find(key(tag));
   if (it == posted_.end()) return nullptr;
-  std::unique_ptr<RecvOp> op = std::move(it->second.front());
-  it->second.pop_front();
+  std::unique_ptr<RecvOp> op;
+  while (!it->second.empty() && !op) {
+    op = std::move(it->second.front());
+    it->second.pop_front();
+    if (op->claim && !op->claim->take(op->claim_index)) {
+      op.reset();  // another endpoint took this receive
+      if (dropped != nullptr) ++*dropped;
+    }
+  }
   if (it->second.empty()) posted_.erase(it);
   return op;
 }
 
-void Matcher::post(std::unique_ptr<RecvOp> op) {
-  const uint64_t k = key(op->tag);
-  posted_[k].push_back(std::move(op));
+size_t Matcher::post(std::unique_ptr<RecvOp> op) {
+  auto& q = posted_[key(op->tag)];
+  const size_t dropped =
+      std::erase_if(q, [](const std::unique_ptr<RecvOp>& o) { return o->claim && o->claim->decided(); });
+  q.push_back(std::move(op));
+  return dropped;
 }
 
-size_t Matcher::fail_posted(const Status& why) {
+size_t Matcher::fail_posted(const Status& why, bool orderly) {
   size_t n = 0;
   for (auto& [tag, q] : posted_) {
-    for (auto& op : q) op->req->complete(why, 0);
+    for (auto& op : q) {
+      if (!op->claim) {
+        op->req->complete(why, 0);
+      } else if (!orderly || op->claim->live.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        if (op->claim->take(op->claim_index)) op->req->complete(why, 0);
+      }
+    }
     n += q.size();
   }
   posted_.clear();
   return n;
 }
+
+bool Matcher::has_unexpected(Tag tag) const { return unexpected_.contains(key(tag)); }
 
 std::optional<Unexpected> Matcher::take_unexpected(Tag tag) {
   auto it = unexpected_.find(key(tag));

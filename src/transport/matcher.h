@@ -4,8 +4,14 @@
 // receive matches the oldest unmatched message with its tag and messages with one tag
 // are received in send order. It decides nothing about credits, CTS or chunks: the
 // endpoint does that with what it takes out of here. Runs under the progress lock.
+//
+// A receive from any of several endpoints (remora::recv_any) is posted on each of them,
+// every copy holding the same RecvClaim: the first endpoint whose message matches a
+// copy takes the claim, and the other copies are dropped wherever they are met later
+// (they never match, never touch the buffer and never complete the request).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -21,6 +27,28 @@
 #include "transport/staging.h"
 
 namespace remora::detail {
+
+/// What the copies of one receive from any of several endpoints share (see the top of
+/// this file). The copies run under their endpoints' progress locks, which may differ:
+/// the claim is decided by an atomic exchange.
+struct RecvClaim {
+  std::shared_ptr<RequestState> req;  ///< the one request every copy completes (the winner only)
+  int* matched = nullptr;             ///< where take() writes the winning endpoint's index
+  std::atomic<bool> taken{false};
+  /// Copies still posted on live endpoints, plus one held by recv_any while it posts:
+  /// an orderly close by a peer drops its copy, and the last one dropped fails the claim.
+  std::atomic<int> live{1};
+
+  /// True for the one caller that decides the receive (a match, or its failure);
+  /// the index of its endpoint is written to *matched before the request completes.
+  bool take(int index) noexcept {
+    bool expected = false;
+    if (!taken.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return false;
+    if (matched != nullptr) *matched = index;
+    return true;
+  }
+  bool decided() const noexcept { return taken.load(std::memory_order_acquire); }
+};
 
 /// A posted receive: where its message goes.
 struct RecvOp {
@@ -38,6 +66,10 @@ struct RecvOp {
   bool devmem_rx = false;
   bool zcrx_rx = false;  // ... and it reads zcrx streams
   std::unique_ptr<PlacingSink> staged;
+  // A copy of a receive from any of several endpoints: its claim, and this endpoint's
+  // index among them. Null for an ordinary receive.
+  std::shared_ptr<RecvClaim> claim;
+  int claim_index = 0;
 };
 
 /// A message that arrived before a receive for it was posted.
@@ -51,12 +83,21 @@ struct Unexpected {
 
 class Matcher {
  public:
-  /// The oldest posted receive for `tag`, taken out; null if none.
-  std::unique_ptr<RecvOp> take_posted(Tag tag);
-  void post(std::unique_ptr<RecvOp> op);
+  /// The oldest posted receive for `tag` that may take a message, taken out; null if
+  /// none. Copies of receives from any endpoint whose claim another endpoint took are
+  /// dropped on the way; `*dropped` (if given) counts them (they were posted).
+  std::unique_ptr<RecvOp> take_posted(Tag tag, size_t* dropped = nullptr);
+  /// Queues `op`; drops (and returns the count of) the copies for its tag whose claim
+  /// is decided, so that repeated receives from any endpoint leave no growing trail.
+  size_t post(std::unique_ptr<RecvOp> op);
   /// Completes every posted receive with `why` and forgets them; how many there were.
-  size_t fail_posted(const Status& why);
+  /// A copy of a receive from any endpoint fails its claim only if it can still take
+  /// it; when `orderly` (the peer closed, other endpoints may still deliver) it fails
+  /// it only as the last live copy.
+  size_t fail_posted(const Status& why, bool orderly = false);
 
+  /// Whether a message with `tag` arrived before any receive took it.
+  bool has_unexpected(Tag tag) const;
   /// The oldest unexpected message for `tag`, taken out; nullopt if none.
   std::optional<Unexpected> take_unexpected(Tag tag);
   /// `corrupt`: the payload failed its checksum (kept for the credit it costs).

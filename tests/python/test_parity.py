@@ -251,6 +251,15 @@ def test_memory_pulled_again_and_again_is_promoted_to_huge_pages_unless_turned_o
     p = Pair(eager_limit=4096, same_host_pulls=True, pull_huge_pages=huge)
     try:
         assert p.init_ctx.config()["pull_huge_pages"] is huge
+        # The sides tell each other they can pull (HOST frames) just after connecting;
+        # chunks sent before that go over TCP. A ping-pong orders both HOST frames first.
+        ping = np.zeros(1, np.uint8)
+        r = p.target.recv(ping, 9)
+        p.init.send(np.ones(1, np.uint8), 9).wait(BOUND)
+        r.wait(BOUND)
+        r = p.init.recv(ping, 9)
+        p.target.send(np.ones(1, np.uint8), 9).wait(BOUND)
+        r.wait(BOUND)
         backing = np.zeros(3 * frame, np.uint8)
         skip = -backing.ctypes.data % frame
         source = backing[skip:skip + 2 * frame]

@@ -151,6 +151,28 @@ def main() -> None:
     check("allgather_into_tensor_coalesced 0", outs2[0], torch.cat([base(r, 5, torch.float32) for r in range(world)]))
     check("allgather_into_tensor_coalesced 1", outs2[1], torch.cat([base(r + 1, 3, torch.int64) for r in range(world)]))
 
+    # all_gather_coalesced: tensors of several shapes (an empty one, non-contiguous ones)
+    # in one call, every rank's list into every rank; complex tensors; and, through the
+    # process group (torch.distributed insists on one dtype), several dtypes at once
+    def coalesced_inputs(r: int, dtypes) -> list[torch.Tensor]:
+        return [base(r, 6, dtypes[0]).view(2, 3), torch.empty(0, dtype=dtypes[1]), base(r, 5, dtypes[2]),
+                base(r, 8, dtypes[3]).view(2, 4).t()]
+
+    for dtypes in ([torch.float32] * 4, [torch.complex64] * 4, [torch.float32, torch.int64, torch.int8, torch.float64]):
+        ins3 = coalesced_inputs(rank, dtypes)
+        outs3 = [[torch.full_like(t, 0) for t in ins3] for _ in range(world)]
+        outs3[0][0] = outs3[0][0].t().contiguous().t()  # a non-contiguous output too
+        if len(set(dtypes)) == 1:
+            dist.all_gather_coalesced(outs3, ins3)
+        else:
+            pg.allgather_coalesced(outs3, ins3, dist.distributed_c10d.AllgatherOptions()).wait()
+        for r in range(world):
+            for i, w in enumerate(coalesced_inputs(r, dtypes)):
+                check(f"all_gather_coalesced {dtypes[i]} rank {r} tensor {i}", outs3[r][i], w)
+    msg = expect_error("all_gather_coalesced shapes", RuntimeError,
+                       lambda: dist.all_gather_coalesced([[torch.empty(2)] for _ in range(world)], [torch.empty(3)]))
+    assert "does not match input 0" in msg, msg
+
     # reduce_scatter: list form, from one tensor, coalesced
     full = [base(r, world * n, torch.float32) for r in range(world)]
     want_full = reference(full, dist.ReduceOp.SUM)
@@ -227,6 +249,28 @@ def main() -> None:
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     check("batch_isend_irecv", t, base(prv, n, torch.int16))
+
+    # recv from any rank: every rank sends two messages to rank 0, which takes them in
+    # whatever order they come; each rank's two arrive in send order
+    if rank == 0:
+        got = {}
+        for i in range(2 * (world - 1)):
+            t = torch.empty(n, dtype=torch.int32)
+            if i % 2 == 0:
+                sender = dist.recv(t, tag=11)
+            else:
+                w = dist.irecv(t, tag=11)
+                w.wait()
+                sender = w._source_rank()
+            assert 0 < sender < world, sender
+            seq = len(got.setdefault(sender, []))
+            check(f"recv from any rank: {sender} #{seq}", t, base(sender * 10 + seq, n, torch.int32))
+            got[sender].append(seq)
+        assert sorted(got) == list(range(1, world)) and all(v == [0, 1] for v in got.values()), got
+    else:
+        dist.send(base(rank * 10, n, torch.int32), dst=0, tag=11)
+        dist.send(base(rank * 10 + 1, n, torch.int32), dst=0, tag=11)
+    dist.barrier()
 
     # async works and futures (what DDP communication hooks use)
     t = base(rank, n, torch.float32)

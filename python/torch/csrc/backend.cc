@@ -3,6 +3,10 @@
 // adapter for bootstrap, and the completion thread.
 #include "backend.h"
 
+#ifdef REMORA_TORCH_WINDOWS
+#include "window.h"
+#endif
+
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
@@ -256,6 +260,7 @@ bool WorkRemora::drive(std::chrono::milliseconds timeout) {
     if (completed_) return true;
   }
   const auto deadline = timeout == kNoTimeout ? steady_clock::time_point::max() : steady_clock::now() + timeout;
+  if (step) return drive_step(deadline);
   Status status;
   for (const auto& r : requests) {
     // Bounded slices: remora bounds collectives itself, this loop bounds send/recv by
@@ -285,6 +290,33 @@ bool WorkRemora::drive(std::chrono::milliseconds timeout) {
   }
   finish_once(status);
   return true;
+}
+
+bool WorkRemora::drive_step(std::chrono::steady_clock::time_point deadline) {
+  using std::chrono::steady_clock;
+  // The step takes what it waits for: a second thread must not take another.
+  std::lock_guard once(step_mu_);
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (completed_) return true;
+    }
+    const auto now = steady_clock::now();
+    if (now - started_ >= timeout_) {
+      finish_once(Status(remora::StatusCode::kTimeout,
+                         c10::str(name_, " did not complete within its timeout of ", timeout_.count(), " ms")));
+      return true;
+    }
+    const auto left = std::min<steady_clock::duration>(deadline - now, started_ + timeout_ - now);
+    const auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::clamp<steady_clock::duration>(left, steady_clock::duration::zero(), std::chrono::milliseconds(100)));
+    Status s = step(slice);
+    if (s.code() != remora::StatusCode::kTimeout) {
+      finish_once(s);
+      return true;
+    }
+    if (steady_clock::now() >= deadline) return false;
+  }
 }
 
 void WorkRemora::finish_once(const Status& status) {
@@ -331,6 +363,14 @@ bool WorkRemora::wait(std::chrono::milliseconds timeout) {
 }
 
 std::vector<at::Tensor> WorkRemora::result() { return outputs_; }
+
+int WorkRemora::sourceRank() const {
+  if (!any_source) return c10d::Work::sourceRank();  // c10d's "only for recv" refusal
+  std::lock_guard lock(mutex_);
+  TORCH_CHECK(completed_ && !exception_, "remora backend: sourceRank() of a receive from any rank that ",
+              completed_ ? "failed" : "has not completed");
+  return *any_source;
+}
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkRemora::getFuture() { return future_; }
 
@@ -395,9 +435,17 @@ remora::CollectiveOptions ProcessGroupRemora::coll_options(std::chrono::millisec
   return {.timeout = std::chrono::duration_cast<remora::Duration>(t)};
 }
 
+std::chrono::milliseconds ProcessGroupRemora::op_timeout(std::chrono::milliseconds requested) const {
+  return requested.count() > 0 ? requested : timeout_;
+}
+
 c10::intrusive_ptr<WorkRemora> ProcessGroupRemora::make_work(c10d::OpType type, const char* name,
-                                                            std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<WorkRemora>(rank_, type, name, std::move(outputs), timeout_, comm_);
+                                                             std::vector<at::Tensor> outputs,
+                                                             std::shared_ptr<remora::Communicator> comm,
+                                                             std::chrono::milliseconds timeout) {
+  if (!c10d::isP2POp(type) && type != c10d::OpType::UNKNOWN) ++seq_;  // a collective (windows: UNKNOWN)
+  return c10::make_intrusive<WorkRemora>(rank_, type, name, std::move(outputs), op_timeout(timeout),
+                                         comm ? std::move(comm) : comm_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::enqueue(c10::intrusive_ptr<WorkRemora> work) {
@@ -527,6 +575,60 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather_into_tensor_coalesc
   }
   work->on_success = [copies] {
     for (const auto& f : copies) f();
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                       std::vector<at::Tensor>& inputs,
+                                                                       const c10d::AllgatherOptions& opts) {
+  // One allgather of every input's bytes back to back; each rank's block is then cut
+  // into the outputs. Dtypes may differ between the tensors of the list, not between
+  // ranks: every rank passes the same shapes and dtypes.
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "remora backend: allgather_coalesced takes ", size_,
+              " output lists (one per rank), got ", outputs.size());
+  std::vector<size_t> offsets;
+  size_t block = 0;
+  std::vector<at::Tensor> bytes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_cpu("allgather_coalesced", inputs[i]);
+    offsets.push_back(block);
+    block += nbytes(inputs[i]);
+    bytes.push_back(dense(inputs[i]).reshape({-1}).view(at::kByte));
+  }
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK(outputs[r].size() == inputs.size(), "remora backend: allgather_coalesced: output list ", r, " has ",
+                outputs[r].size(), " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      check_cpu("allgather_coalesced", outputs[r][i]);
+      TORCH_CHECK(outputs[r][i].numel() == inputs[i].numel() && outputs[r][i].scalar_type() == inputs[i].scalar_type(),
+                  "remora backend: allgather_coalesced: output ", i, " of list ", r, " (", outputs[r][i].numel(),
+                  " elements of ", outputs[r][i].scalar_type(), ") does not match input ", i, " (", inputs[i].numel(),
+                  " elements of ", inputs[i].scalar_type(), ")");
+    }
+  }
+  at::Tensor flat = bytes.empty() ? at::empty({0}, at::kByte) : at::cat(bytes);
+  at::Tensor staging = at::empty({static_cast<int64_t>(block) * size_}, at::kByte);
+  std::vector<at::Tensor> outs;
+  for (const auto& list : outputs) outs.insert(outs.end(), list.begin(), list.end());
+  auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", outs);
+  work->requests.push_back(
+      comm_->iallgather(flat.data_ptr(), staging.data_ptr(), block, DataType::kUint8, coll_options(opts.timeout)));
+  work->keep_alive = {flat, staging};
+  const int64_t per_rank = static_cast<int64_t>(block);
+  work->on_success = [staging, outs, offsets, per_rank, n = inputs.size()]() mutable {
+    for (size_t k = 0; k < outs.size(); ++k) {
+      at::Tensor& out = outs[k];
+      const int64_t pos = static_cast<int64_t>(k / n) * per_rank + static_cast<int64_t>(offsets[k % n]);
+      at::Tensor src = staging.narrow(0, pos, static_cast<int64_t>(nbytes(out)));
+      if (out.is_contiguous()) {
+        out.reshape({-1}).view(at::kByte).copy_(src);
+      } else {
+        at::Tensor tmp = at::empty(out.sizes(), out.options());
+        tmp.reshape({-1}).view(at::kByte).copy_(src);
+        out.copy_(tmp);
+      }
+    }
   };
   return enqueue(work);
 }
@@ -755,5 +857,35 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::recv(std::vector<at::Tensor>&
   };
   return enqueue(work);
 }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRemora::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_one("recv from any rank", tensors);
+  TORCH_CHECK(tag >= 0, "remora backend: recv: negative tag ", tag);
+  at::Tensor buf = dense(tensors[0]);
+  auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv from any rank", tensors);
+  work->is_p2p = true;
+  auto source = std::make_shared<int>(-1);
+  Request r =
+      comm_->irecv_any(buf.data_ptr(), nbytes(buf), DataType::kUint8, static_cast<remora::Tag>(tag), source.get());
+  work->requests.push_back(r);
+  work->keep_alive = {buf};
+  work->any_source = source;
+  const size_t want = nbytes(buf);
+  auto back = copy_back(tensors[0], buf);
+  work->on_success = [r, want, back, source] {
+    TORCH_CHECK(r.bytes() == want, "remora backend: recv from any rank (rank ", *source, " sent): got ", r.bytes(),
+                " bytes, expected ", want);
+    if (back) back();
+  };
+  return enqueue(work);
+}
+
+#ifdef REMORA_TORCH_WINDOWS
+c10::intrusive_ptr<c10d::Window> ProcessGroupRemora::new_window(const std::optional<at::Tensor>& tensor) {
+  auto window = c10::make_intrusive<WindowRemora>(c10::intrusive_ptr<ProcessGroupRemora>::reclaim_copy(this));
+  if (tensor.has_value()) window->tensor_register(*tensor, /*owning=*/true);
+  return window;
+}
+#endif
 
 }  // namespace remora_torch

@@ -33,4 +33,9 @@ PYBIND11_MODULE(_C, m) {
         "A ProcessGroupRemora meeting the other ranks through `store` (a c10d Store).");
   m.def("allreduce_algorithm", &allreduce_algorithm, py::arg("backend"), py::arg("bytes"),
         "The algorithm remora runs for an allreduce of `bytes` on this backend (\"ring\", \"rd\", ...).");
+#ifdef REMORA_TORCH_WINDOWS
+  m.attr("has_windows") = true;
+#else
+  m.attr("has_windows") = false;  // built against a PyTorch without c10d windows (or told so)
+#endif
 }

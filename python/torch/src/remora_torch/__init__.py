@@ -9,7 +9,11 @@ names it (entry point ``torch.distributed.backends``)::
 
     torch.distributed.init_process_group("remora")
 
-With older PyTorch, ``import remora_torch`` first. CPU tensors only.
+With older PyTorch, ``import remora_torch`` first. CPU tensors only, but in the
+one-sided windows of PyTorch 2.15 (``torch.distributed._new_window``: put, signal,
+wait_signal), which take CUDA tensors where remora finds a CUDA driver;
+``_C.has_windows`` says whether this build has them (the PyTorch it was built
+against declares them).
 
 Environment: ``REMORA_HOST`` sets the address this rank listens on (default: the
 local address of the route to ``MASTER_ADDR``, or 127.0.0.1 when every rank is on
