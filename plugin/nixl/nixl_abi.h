@@ -126,6 +126,8 @@ class nixlDescList {
   nixl_mem_t type;
   std::vector<T> descs;
 
+  nixlDescList() = default;  // for tests' own lists; NIXL builds the real ones
+
  public:
   nixlDescList(const nixlDescList&) = delete;
   nixlDescList& operator=(const nixlDescList&) = delete;

@@ -108,15 +108,27 @@ TEST(NixlAbi, TheBaseClassKeepsItsMembersWhereTheAgentReadsThem) {
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(&probe.getCustomParams()) - base, 0x28);
 }
 
+/// A list as NIXL fills one: its memory type, then its vector of descriptors.
+class ListOfTwo final : public nixlDescList<nixlMetaDesc> {
+ public:
+  ListOfTwo() {
+    type = VRAM_SEG;
+    descs = {nixlMetaDesc{{0x1000, 64, 3}, nullptr}, nixlMetaDesc{{0x2000, 32, 3}, nullptr}};
+  }
+  ptrdiff_t offset_of_type() const { return reinterpret_cast<const char*>(&type) - start(); }
+  ptrdiff_t offset_of_descs() const { return reinterpret_cast<const char*>(&descs) - start(); }
+
+ private:
+  const char* start() const {
+    return reinterpret_cast<const char*>(static_cast<const nixlDescList<nixlMetaDesc>*>(this));
+  }
+};
+
 TEST(NixlAbi, DescriptorListsAreReadThroughTheirVectorAtOffset16) {
-  // A list laid out as NIXL builds one: vptr, type, then the vector of descriptors.
-  struct Layout {
-    void* vptr;
-    nixl_mem_t type;
-    std::vector<nixlMetaDesc> descs;
-  } raw{nullptr, VRAM_SEG, {nixlMetaDesc{{0x1000, 64, 3}, nullptr}, nixlMetaDesc{{0x2000, 32, 3}, nullptr}}};
-  static_assert(sizeof(Layout) == sizeof(nixlDescList<nixlMetaDesc>));
-  const auto& list = *reinterpret_cast<const nixlDescList<nixlMetaDesc>*>(&raw);
+  ListOfTwo two;
+  EXPECT_EQ(two.offset_of_type(), 8);    // after the vptr
+  EXPECT_EQ(two.offset_of_descs(), 16);  // where the UCX plugin reads begin/end
+  const nixlDescList<nixlMetaDesc>& list = two;
   EXPECT_EQ(list.getType(), VRAM_SEG);
   ASSERT_EQ(list.descCount(), 2);
   EXPECT_EQ(list[1].addr, 0x2000u);
