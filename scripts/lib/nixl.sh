@@ -14,7 +14,9 @@
 #                          platform or Python): the caller then skips the tests.
 #   remora_nixl_test [args]   runs pytest on tests/nixl with the venv's python, from outside
 #                          the checkout. Needs root for the network-namespace tests (they
-#                          skip with the reason otherwise).
+#                          skip with the reason otherwise). The installed plugin is
+#                          stripped, so the vtable comparison (test_plugin.py) reads the
+#                          release preset's build of it (NIXL_ABI_TEST_PLUGIN) when there is one.
 
 REMORA_NIXL_WHEEL=${REMORA_NIXL_WHEEL:-nixl-cu12==1.5.1}
 
@@ -36,5 +38,7 @@ remora_nixl_test() {
   local root venv
   root=$(pwd)
   venv=$(cd "${REMORA_VENV:-build/venv}" && pwd) || return 1
+  local unstripped=${root}/build/release/plugin/nixl/libplugin_REMORA.so
+  if [[ -f ${unstripped} ]]; then export NIXL_ABI_TEST_PLUGIN=${unstripped}; fi
   (cd "${venv}" && "${venv}/bin/python" -m pytest -q -p no:cacheprovider "${root}/tests/nixl" "$@")
 }

@@ -107,19 +107,20 @@ class Worker:
         return self.agent.get_xfer_descs(ld, mem), self.agent.get_xfer_descs(rd, mem)
 
     def prep(self, h: str, op: str, local: list, remote: list, agent: str, notif: str | None = None,
-             mem: str = "DRAM", prepped: bool = False):
+             mem: str = "DRAM", prepped: bool = False, backends: list[str] = ()):
         """Creates transfer `h`: WRITE or READ between local (buffer id, offset, length)
         triples and remote (address, length) pairs of `agent`. prepped: through
-        prep_xfer_dlist + make_prepped_xfer (vLLM's way) instead of initialize_xfer."""
+        prep_xfer_dlist + make_prepped_xfer (vLLM's way) instead of initialize_xfer.
+        backends: the ones NIXL may choose from (default: any)."""
         msg = base64.b64decode(notif) if notif is not None else b""
         ld, rd = self._descs(local, remote, mem)
         if prepped:
-            lp = self.agent.prep_xfer_dlist("NIXL_INIT_AGENT", ld)
-            rp = self.agent.prep_xfer_dlist(agent, rd)
+            lp = self.agent.prep_xfer_dlist("NIXL_INIT_AGENT", ld, backends=list(backends))
+            rp = self.agent.prep_xfer_dlist(agent, rd, backends=list(backends))
             idx = list(range(len(local)))
-            self.handles[h] = self.agent.make_prepped_xfer(op, lp, idx, rp, idx, msg)
+            self.handles[h] = self.agent.make_prepped_xfer(op, lp, idx, rp, idx, msg, backends=list(backends))
         else:
-            self.handles[h] = self.agent.initialize_xfer(op, ld, rd, agent, msg)
+            self.handles[h] = self.agent.initialize_xfer(op, ld, rd, agent, msg, backends=list(backends))
         return {}
 
     def post(self, h: str, notif: str | None = None):

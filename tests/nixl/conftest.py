@@ -101,6 +101,7 @@ class Agent:
     def kill(self):
         """SIGKILL: the kernel closes its sockets."""
         os.kill(self.pid, signal.SIGKILL)
+        self.stopped = False
         self.proc.wait(timeout=BOUND)
 
     def close(self):

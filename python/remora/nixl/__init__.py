@@ -8,7 +8,11 @@ next to NIXL's ``libnixl.so``. So either
 
 * ``python -m remora.nixl install`` links the plugin into NIXL's own folder: every backend
   stays reachable, nothing to set; or
-* ``export NIXL_PLUGIN_DIR=$(python -m remora.nixl dir)``: only REMORA is found.
+* ``export NIXL_PLUGIN_DIR=$(python -m remora.nixl dir)``: only REMORA is found; or
+* ``python -m remora.nixl make-dir DIR`` makes a folder of links to NIXL's plugins and
+  this one, for ``NIXL_PLUGIN_DIR=DIR`` when NIXL's own folder cannot be written to: it
+  prints the ``LD_LIBRARY_PATH`` NIXL's UCX plugin then needs (it finds its UCX libraries
+  relative to its own folder, which a link elsewhere does not have).
 
 See docs/nixl.md for the releases of NIXL the plugin supports and how to configure
 vLLM, SGLang, Dynamo, LMCache and TensorRT-LLM.
@@ -25,7 +29,7 @@ PLUGIN_NAME = "libplugin_REMORA.so"
 # NIXL wheels, newest CUDA first: their libraries live in site-packages/.<dist>.mesonpy.libs.
 _NIXL_DISTRIBUTIONS = ("nixl_cu13", "nixl_cu12")
 
-__all__ = ["PLUGIN_NAME", "plugin_path", "plugin_dir", "nixl_plugin_dir", "install", "uninstall"]
+__all__ = ["PLUGIN_NAME", "plugin_path", "plugin_dir", "nixl_plugin_dir", "install", "uninstall", "make_plugin_dir"]
 
 
 def plugin_dir() -> str:
@@ -91,3 +95,28 @@ def uninstall(folder: Optional[str] = None) -> bool:
         link.unlink()
         return True
     return False
+
+
+def make_plugin_dir(folder: str) -> str:
+    """Makes ``folder`` (a value for ``NIXL_PLUGIN_DIR``) hold links to every plugin of the
+    installed NIXL wheel and to ``libplugin_REMORA.so``, and returns the folder of the
+    wheel's bundled libraries, which ``LD_LIBRARY_PATH`` must name for NIXL's UCX plugin to
+    load from there. ``FileNotFoundError`` without a NIXL wheel."""
+    nixl = nixl_plugin_dir()
+    if nixl is None:
+        raise FileNotFoundError("no NIXL wheel (nixl-cu12, nixl-cu13) is installed with this Python")
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for lib in sorted(Path(nixl).glob("lib*.so")):
+        if lib.name != PLUGIN_NAME:
+            link = out / lib.name
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(lib.resolve())
+    link = out / PLUGIN_NAME
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(plugin_path())
+    # site-packages/.nixl_cuXX.mesonpy.libs/plugins -> site-packages/nixl_cuXX.libs
+    libs_dir = Path(nixl).parent
+    return str(libs_dir.parent / (libs_dir.name[1:].split(".")[0] + ".libs"))
