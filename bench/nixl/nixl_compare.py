@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """bench/nixl/nixl_compare.py — the REMORA NIXL backend (libplugin_REMORA.so) against NIXL's
-own UCX backend over TCP (UCX_TLS=tcp), with the same NIXL agents, memory and descriptor
-lists (bench/nixl/worker.py), across two network namespaces joined by a veth pair
-(created here, removed at the end; needs root).
+own UCX backend over TCP (UCX_TLS=tcp, UCX_NET_DEVICES the veth), with the same NIXL agents,
+memory and descriptor lists (bench/nixl/worker.py), across two network namespaces joined
+by a veth pair (created here, removed at the end; needs root).
 
-For every pair of runs (REMORA then UCX, the order alternating from pair to pair, back to
-back; each run a fresh target and initiator process) it measures WRITE and READ of single
-buffers (--sizes, MiB) and of a list of --blocks blocks of --block-size bytes, apart on
-both sides. It prints per workload and operation the median GB/s of each backend, the
-median of the per-pair ratios REMORA/UCX, and the median per-run ratio of REMORA's block
-list rate to its 16 MiB single-buffer rate; and the load average before and after.
+Each pair of runs is one run of each configuration (REMORA, UCX, and with
+--baseline-plugin-dir another build of the plugin as "base"), back to back, the order
+rotating from pair to pair; each run is a fresh target and initiator process that
+measure every workload in interleaved rounds (worker.py): WRITE and READ of single
+buffers (--sizes MiB) and of a list of --blocks blocks of --block-size bytes, apart on
+both sides. Printed: per workload and operation the median GB/s of each configuration
+(median of its rounds, then of its runs), the median of the per-pair ratios REMORA/UCX
+(and REMORA/base), and for each configuration the median over all rounds of the block
+list's rate against one 16 MiB buffer's in the same round; and the load average before
+and after. OPENBLAS_NUM_THREADS=1 for every process: NumPy's BLAS threads otherwise spin
+on this 2-vCPU host and take CPU from whichever backend runs.
 
   sudo python3 bench/nixl/nixl_compare.py --python build/venv/bin/python \\
       --plugin-dir build/release/plugin/nixl --pairs 4
@@ -27,12 +32,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser()
 p.add_argument("--python", default=sys.executable, help="a Python with nixl-cu12 installed")
 p.add_argument("--plugin-dir", default="build/release/plugin/nixl", help="folder holding libplugin_REMORA.so")
+p.add_argument("--baseline-plugin-dir", default="", help="another build's folder, measured as 'base'")
 p.add_argument("--pairs", type=int, default=4)
+p.add_argument("--rounds", type=int, default=6)
 p.add_argument("--sizes", default="1,16,64")
 p.add_argument("--blocks", type=int, default=256)
 p.add_argument("--block-size", type=int, default=64 * 1024)
-p.add_argument("--sample-mib", type=int, default=512)
-p.add_argument("--backends", default="REMORA,UCX")
+p.add_argument("--sample-mib", type=int, default=128)
+p.add_argument("--configs", default="REMORA,UCX", help="REMORA, UCX, base (needs --baseline-plugin-dir)")
 p.add_argument("--json", default="")
 a = p.parse_args()
 
@@ -40,6 +47,9 @@ tag = str(os.getpid() % 200 + 20)
 ns = [f"rnixl{tag}a", f"rnixl{tag}b"]
 dev = ["rnx0", "rnx1"]
 addr = [f"10.196.{tag}.1", f"10.196.{tag}.2"]
+configs = a.configs.split(",")
+if a.baseline_plugin_dir and "base" not in configs:
+    configs.append("base")
 
 
 def sh(*argv, check=True):
@@ -76,11 +86,16 @@ def teardown():
         sh("ip", "netns", "del", n, check=False)
 
 
-def env_for(backend, side):
+def env_for(config, side):
     env = dict(os.environ)
-    env.pop("NIXL_PLUGIN_DIR", None)
-    if backend == "REMORA":
+    for k in list(env):
+        if k.startswith("NIXL_PLUGIN_DIR") or k.startswith("UCX_"):
+            del env[k]
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    if config == "REMORA":
         env["NIXL_PLUGIN_DIR"] = os.path.abspath(a.plugin_dir)
+    elif config == "base":
+        env["NIXL_PLUGIN_DIR"] = os.path.abspath(a.baseline_plugin_dir)
     else:
         # TCP only, on the veth: UCX otherwise advertises the loopback device too, which
         # the other namespace cannot use ("remote loopback").
@@ -89,11 +104,13 @@ def env_for(backend, side):
     return env
 
 
-def run(backend):
+def run(config):
+    backend = "UCX" if config == "UCX" else "REMORA"
     common = [a.python, os.path.join(HERE, "worker.py"), "--backend", backend, "--sizes", a.sizes, "--blocks",
-              str(a.blocks), "--block-size", str(a.block_size), "--sample-mib", str(a.sample_mib)]
+              str(a.blocks), "--block-size", str(a.block_size), "--sample-mib", str(a.sample_mib), "--rounds",
+              str(a.rounds)]
     target = subprocess.Popen(["ip", "netns", "exec", ns[1], *common, "--role", "target"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env_for(backend, 1))
+                              stdout=subprocess.PIPE, text=True, env=env_for(config, 1))
     # NIXL's own log lines go to stdout too: ours are the ones with our prefixes.
     line = ""
     for line in target.stdout:
@@ -101,25 +118,25 @@ def run(backend):
             break
     if not line.startswith("MD "):
         target.kill()
-        sys.exit(f"{backend} target did not start")
+        sys.exit(f"{config} target did not start")
     init = subprocess.Popen(["ip", "netns", "exec", ns[0], *common, "--role", "initiator"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env_for(backend, 0))
+                            stdout=subprocess.PIPE, text=True, env=env_for(config, 0))
     init.stdin.write(line)
     init.stdin.flush()
-    results = {}
+    results = {}  # (round, workload, op) -> GB/s
     ended = False
     for out in init.stdout:
         w = out.split()
         if w and w[0] == "RES":
-            results[(w[1], w[2])] = int(w[3]) / float(w[4]) / 1e9
+            results[(int(w[1]), w[2], w[3])] = int(w[4]) / float(w[5]) / 1e9
         elif w and w[0] == "END":
             ended = True
             break
-    rc = init.wait(timeout=600)
+    rc = init.wait(timeout=900)
     if ended and rc != 0:
         # NIXL processes with the UCX backend may crash in their exit handlers (libnl):
         # after END every measurement is in.
-        print(f"({backend} initiator ended with {rc} after its last measurement)", flush=True)
+        print(f"({config} initiator ended with {rc} after its last measurement)", flush=True)
         rc = 0
     target.stdin.write("quit\n")
     target.stdin.flush()
@@ -128,49 +145,61 @@ def run(backend):
     except subprocess.TimeoutExpired:
         target.kill()
     if rc != 0 or not results:
-        sys.exit(f"{backend} initiator failed (exit {rc})")
+        sys.exit(f"{config} initiator failed (exit {rc})")
     return results
 
 
+def per_run(results):
+    """(workload, op) -> the median over the run's rounds."""
+    keys = sorted({(w, o) for _, w, o in results})
+    return {k: statistics.median(v for (r, w, o), v in results.items() if (w, o) == k) for k in keys}
+
+
 def main():
-    backends = a.backends.split(",")
     load_before = open("/proc/loadavg").read().split()[:3]
     setup()
-    runs = {b: [] for b in backends}
+    runs = {c: [] for c in configs}
     try:
         for pair in range(a.pairs):
-            order = backends if pair % 2 == 0 else list(reversed(backends))
-            for b in order:
-                runs[b].append(run(b))
-                print(f"pair {pair} {b}: " + ", ".join(f"{k[0]} {k[1]} {v:.2f}" for k, v in runs[b][-1].items()),
+            order = configs[pair % len(configs):] + configs[:pair % len(configs)]
+            for c in order:
+                runs[c].append(run(c))
+                print(f"pair {pair} {c}: " + ", ".join(f"{k[0]} {k[1]} {v:.2f}" for k, v in per_run(runs[c][-1]).items()),
                       flush=True)
     finally:
         teardown()
     load_after = open("/proc/loadavg").read().split()[:3]
-    keys = list(runs[backends[0]][0].keys())
+    medians = {c: [per_run(r) for r in runs[c]] for c in configs}
+    keys = list(medians[configs[0]][0].keys())
+    ratio_cols = [(x, y) for x, y in (("REMORA", "UCX"), ("REMORA", "base")) if x in configs and y in configs]
     print()
-    print(f"{'workload':>12} {'op':>5} " + " ".join(f"{b + ' GB/s':>12}" for b in backends) +
-          (f" {'ratio':>7} {'per-pair ratios'}" if len(backends) == 2 else ""))
-    report = {"load_before": load_before, "load_after": load_after, "rows": []}
+    print(f"{'workload':>12} {'op':>5} " + " ".join(f"{c + ' GB/s':>12}" for c in configs) +
+          "".join(f" {x + '/' + y:>12} (per pair)" for x, y in ratio_cols))
+    report = {"command": " ".join(sys.argv), "load_before": load_before, "load_after": load_after, "rows": [],
+              "list_vs_16MiB": {}}
     for k in keys:
-        med = {b: statistics.median(r[k] for r in runs[b]) for b in backends}
-        row = {"workload": k[0], "op": k[1], **{b: med[b] for b in backends}}
-        line = f"{k[0]:>12} {k[1]:>5} " + " ".join(f"{med[b]:>12.3f}" for b in backends)
-        if len(backends) == 2:
-            ratios = [x[k] / y[k] for x, y in zip(runs[backends[0]], runs[backends[1]])]
-            row["ratio"] = statistics.median(ratios)
-            row["ratios"] = ratios
-            line += f" {row['ratio']:>7.2f} " + " ".join(f"{r:.2f}" for r in ratios)
+        row = {"workload": k[0], "op": k[1]}
+        line = f"{k[0]:>12} {k[1]:>5} "
+        for c in configs:
+            row[c] = statistics.median(m[k] for m in medians[c])
+            line += f"{row[c]:>12.3f} "
+        for x, y in ratio_cols:
+            ratios = [mx[k] / my[k] for mx, my in zip(medians[x], medians[y])]
+            row[f"{x}/{y}"] = ratios
+            line += f" {statistics.median(ratios):>12.2f} (" + " ".join(f"{r:.2f}" for r in ratios) + ")"
         report["rows"].append(row)
         print(line)
     block_key = f"{a.blocks}x{a.block_size // 1024}KiB"
-    for b in backends:
+    print()
+    for c in configs:
         for op in ("WRITE", "READ"):
-            if (block_key, op) in runs[b][0] and ("16MiB", op) in runs[b][0]:
-                r = [x[(block_key, op)] / x[("16MiB", op)] for x in runs[b]]
-                print(f"{b} {op}: {block_key} list / one 16 MiB buffer, per run: " + " ".join(f"{v:.2f}" for v in r) +
-                      f" (median {statistics.median(r):.2f})")
-                report[f"{b}_{op}_blocks_vs_16MiB"] = r
+            per_round = [run_[(r, block_key, op)] / run_[(r, "16MiB", op)] for run_ in runs[c]
+                         for (r, w, o) in run_ if w == block_key and o == op and (r, "16MiB", op) in run_]
+            if per_round:
+                q = statistics.quantiles(per_round, n=4) if len(per_round) >= 4 else per_round
+                print(f"{c:>6} {op:>5}: {block_key} list / one 16 MiB buffer, median of {len(per_round)} rounds "
+                      f"{statistics.median(per_round):.2f} (quartiles {q[0]:.2f}-{q[-1]:.2f})")
+                report["list_vs_16MiB"][f"{c} {op}"] = per_round
     print(f"load average before {' '.join(load_before)}, after {' '.join(load_after)}")
     if a.json:
         with open(a.json, "w") as f:

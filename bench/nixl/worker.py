@@ -4,12 +4,15 @@ backend (REMORA, or NIXL's own UCX), driven over stdin/stdout by the comparison 
   target     registers its memory, prints "MD <base64 agent metadata> <base address>",
              then waits for "quit" (it makes no call for transfers to complete: NIXL's
              transfers are one-sided)
-  initiator  reads the target's line, registers its own memory, and for each workload
-             (single buffers of --sizes, and --blocks blocks of --block-size, placed
-             apart on both sides and in reverse order on the target) and each operation
-             (WRITE, READ) prepares one transfer and posts it again and again, one in
-             flight at a time, until --sample-mib have moved; prints
-             "RES <workload> <op> <bytes> <seconds>" per measurement and "END"
+  initiator  reads the target's line, registers its own memory, prepares one transfer per
+             workload (single buffers of --sizes MiB, and a list of --blocks blocks of
+             --block-size bytes, placed apart on both sides and in reverse order on the
+             target) and operation (WRITE, READ), then measures in --rounds rounds: in each,
+             every workload in turn (the order rotating from round to round), posting its
+             transfer again and again, one in flight at a time, until --sample-mib have
+             moved; prints "RES <round> <workload> <op> <bytes> <seconds>" per measurement
+             and "END". Interleaving makes the ratio of two workloads of one run (the block
+             list against one 16 MiB buffer) robust against a host whose load changes.
 
 Nothing is checked here (tests/nixl checks every byte of the same transfers); a transfer
 that fails or runs past 60 s ends the run with an error.
@@ -36,7 +39,8 @@ def parse():
     p.add_argument("--sizes", default="1,16,64", help="MiB")
     p.add_argument("--blocks", type=int, default=256)
     p.add_argument("--block-size", type=int, default=64 * 1024)
-    p.add_argument("--sample-mib", type=int, default=512)
+    p.add_argument("--sample-mib", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--ops", default="WRITE,READ")
     return p.parse_args()
 
@@ -80,7 +84,7 @@ def main():
     remote_name = agent.add_remote_agent(base64.b64decode(words[1]))
     rbase = int(words[2])
     mem = np.empty(largest + local_blocks, dtype=np.uint8)
-    mem[:] = np.arange(mem.size, dtype=np.uint64).astype(np.uint8)  # touched: no page faults timed
+    mem[:] = 1  # every page touched: no page fault is timed
     agent.register_memory([(mem.ctypes.data, mem.nbytes, 0, "")], "DRAM")
     lbase = mem.ctypes.data
     workloads = []
@@ -92,19 +96,25 @@ def main():
     remote = [(rbase + largest + (a.blocks - 1 - i) * 3 * bs, bs, 0) for i in range(a.blocks)]
     workloads.append((f"{a.blocks}x{bs // 1024}KiB", local, remote))
 
+    handles = {}
     for name, ldesc, rdesc in workloads:
-        total = sum(d[1] for d in ldesc)
         for op in a.ops.split(","):
             h = agent.initialize_xfer(op, agent.get_xfer_descs(ldesc, "DRAM"), agent.get_xfer_descs(rdesc, "DRAM"),
                                       remote_name)
             wait(agent, h)  # warm-up, and the connection
-            iters = max(4, (a.sample_mib * MIB) // total)
+            handles[(name, op)] = (h, sum(d[1] for d in ldesc))
+    keys = list(handles)
+    for r in range(a.rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            h, total = handles[k]
+            iters = max(2, (a.sample_mib * MIB) // total)
             t0 = time.perf_counter()
             for _ in range(iters):
                 wait(agent, h)
             dt = time.perf_counter() - t0
-            print(f"RES {name} {op} {total * iters} {dt:.6f}", flush=True)
-            agent.release_xfer_handle(h)
+            print(f"RES {r} {k[0]} {k[1]} {total * iters} {dt:.6f}", flush=True)
+    for h, _ in handles.values():
+        agent.release_xfer_handle(h)
     print("END", flush=True)
 
 

@@ -11,6 +11,7 @@ the other wrote without the bytes travelling twice.
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
 import signal
@@ -30,33 +31,70 @@ def pattern(seed: int, n: int) -> np.ndarray:
     return np.tile(base, n // PERIOD + 1)[:n]
 
 
+def device_pointer(array) -> int:
+    """The address of a remora.cuda_empty array, from its DLPack capsule."""
+    cap = array.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return ctypes.c_void_p.from_address(get(cap, b"dltensor")).value  # DLManagedTensor.dl_tensor.data
+
+
 class Worker:
     def __init__(self, name: str, backends: list[str]):
         self.name = name
         self.agent = nixl_agent(name, nixl_agent_config(backends=backends))
         self.bufs: dict[str, np.ndarray] = {}
         self.seeds: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
         self.regs: dict[str, object] = {}
         self.handles: dict[str, object] = {}
         self.received: dict[str, list[bytes]] = {}
 
     # --- memory -------------------------------------------------------------------------
 
-    def alloc(self, id: str, size: int, seed: int):
-        self.bufs[id] = pattern(seed, size).copy()
+    def alloc(self, id: str, size: int, seed: int, mem: str = "DRAM"):
+        """A buffer of `size` bytes filled with pattern(seed): a NumPy array (DRAM), or CUDA
+        memory from remora.cuda_empty (VRAM: the driver REMORA_CUDA_DRIVER names)."""
+        if mem == "VRAM":
+            import remora
+
+            self.bufs[id] = remora.cuda_empty(size)
+            remora.cuda_copy(self.bufs[id], pattern(seed, size))
+        else:
+            self.bufs[id] = pattern(seed, size).copy()
         self.seeds[id] = seed
-        return {"addr": int(self.bufs[id].ctypes.data)}
+        self.sizes[id] = size
+        return {"addr": self._addr(id)}
+
+    def _addr(self, id: str) -> int:
+        b = self.bufs[id]
+        return int(b.ctypes.data) if isinstance(b, np.ndarray) else device_pointer(b)
+
+    def _host(self, id: str) -> np.ndarray:
+        b = self.bufs[id]
+        if isinstance(b, np.ndarray):
+            return b
+        import remora
+
+        out = np.empty(self.sizes[id], np.uint8)
+        remora.cuda_copy(out, b)
+        return out
 
     def fill(self, id: str, seed: int):
-        self.bufs[id][:] = pattern(seed, self.bufs[id].size)
+        b = self.bufs[id]
+        if isinstance(b, np.ndarray):
+            b[:] = pattern(seed, b.size)
+        else:
+            import remora
+
+            remora.cuda_copy(b, pattern(seed, self.sizes[id]))
         self.seeds[id] = seed
         return {}
 
     def register(self, id: str, mem: str = "DRAM", offset: int = 0, length: int = -1):
-        b = self.bufs[id]
-        n = b.size - offset if length < 0 else length
+        n = self.sizes[id] - offset if length < 0 else length
         key = id if offset == 0 and length < 0 else f"{id}@{offset}+{n}"
-        self.regs[key] = self.agent.register_memory([(b.ctypes.data + offset, n, 0, "")], mem)
+        self.regs[key] = self.agent.register_memory([(self._addr(id) + offset, n, 0, "")], mem)
         return {"reg": key}
 
     def deregister(self, reg: str):
@@ -68,7 +106,7 @@ class Worker:
         pattern(seed)[src_offset:src_offset+length] (another buffer's bytes); every other
         byte still holds the buffer's own pattern (or pattern(fill_seed)), but those in an
         `ignore` range [offset, length] (what a transfer cut short may have left)."""
-        b = self.bufs[id]
+        b = self._host(id)
         expected = pattern(self.seeds[id] if fill_seed is None else fill_seed, b.size)
         ends: dict[int, int] = {}
         for _, n, seed, src in segments:
@@ -101,19 +139,20 @@ class Worker:
 
     # --- transfers --------------------------------------------------------------------------
 
-    def _descs(self, local: list, remote: list, mem: str):
-        ld = [(int(self.bufs[i].ctypes.data) + off, n, 0) for i, off, n in local]
+    def _descs(self, local: list, remote: list, mem: str, remote_mem: str | None):
+        ld = [(self._addr(i) + off, n, 0) for i, off, n in local]
         rd = [(addr, n, 0) for addr, n in remote]
-        return self.agent.get_xfer_descs(ld, mem), self.agent.get_xfer_descs(rd, mem)
+        return self.agent.get_xfer_descs(ld, mem), self.agent.get_xfer_descs(rd, remote_mem or mem)
 
     def prep(self, h: str, op: str, local: list, remote: list, agent: str, notif: str | None = None,
-             mem: str = "DRAM", prepped: bool = False, backends: list[str] = ()):
+             mem: str = "DRAM", prepped: bool = False, backends: list[str] = (), remote_mem: str | None = None):
         """Creates transfer `h`: WRITE or READ between local (buffer id, offset, length)
         triples and remote (address, length) pairs of `agent`. prepped: through
         prep_xfer_dlist + make_prepped_xfer (vLLM's way) instead of initialize_xfer.
-        backends: the ones NIXL may choose from (default: any)."""
+        backends: the ones NIXL may choose from (default: any). mem, remote_mem: the memory
+        types of the two lists (remote_mem defaults to mem)."""
         msg = base64.b64decode(notif) if notif is not None else b""
-        ld, rd = self._descs(local, remote, mem)
+        ld, rd = self._descs(local, remote, mem, remote_mem)
         if prepped:
             lp = self.agent.prep_xfer_dlist("NIXL_INIT_AGENT", ld, backends=list(backends))
             rp = self.agent.prep_xfer_dlist(agent, rd, backends=list(backends))
