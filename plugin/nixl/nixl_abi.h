@@ -15,8 +15,9 @@
 // order and signatures), the base constructor inlined into libplugin_POSIX.so (member
 // offsets below), libnixl.so's check of initErr at +0xa0 after create_engine, and the
 // UCX plugin's reads of descriptor lists (vector at +0x10, 32-byte elements) and of
-// hasNotif at +0x20 of the optional arguments. tests/nixl/test_abi.py compares our
-// vtable with the installed wheel's on every run.
+// hasNotif at +0x20 of the optional arguments. The wheels of 1.4.1 and 1.5.0 read the
+// same (release.cc). tests/nixl/test_plugin.py compares our vtable with the installed
+// wheel's on every run.
 //
 // The names are NIXL's, at global scope, so that the demangled signatures of our
 // overrides read exactly like NIXL's own (which is what the ABI test compares). The
