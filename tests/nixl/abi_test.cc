@@ -2,7 +2,7 @@
 // verified in the nixl-cu12 1.5.1 binaries: the vtable slot of every virtual function of
 // nixlBackendEngine (as an Itanium pointer to a virtual member stores it: 1 + the slot's
 // byte offset in the vtable) and the offsets of the base class's private members that the
-// agent reads through its inline accessors. tests/nixl/test_abi.py compares the built
+// agent reads through its inline accessors. tests/nixl/test_plugin.py compares the built
 // plugin's vtable with the installed wheel's UCX plugin on every run of the Python step.
 #include <gtest/gtest.h>
 
@@ -24,7 +24,7 @@ uint64_t slot_of(M member) {
   return (word - 1) / 8;  // the vtable's address point is slot 0 (the complete destructor)
 }
 
-TEST(NixlAbi, VirtualFunctionsSitInTheSlotsOfNixl151) {
+TEST(NixlAbi, VirtualFunctionsSitInTheSlotsOfNixl141To151) {
   using E = nixlBackendEngine;
   EXPECT_EQ(slot_of(&E::supportsRemote), 2u);
   EXPECT_EQ(slot_of(&E::supportsLocal), 3u);
