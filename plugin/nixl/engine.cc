@@ -321,7 +321,11 @@ Status Engine::load_conn_info(const std::string& agent, std::string_view text) {
   {
     std::lock_guard lock(peers_mu_);
     auto it = peers_.find(agent);
-    if (it != peers_.end() && encode_conn_info(it->second->info()) == text) return Status::ok();
+    // The same info again keeps the connection, unless the agent was lost since (a
+    // restarted agent may come back at the same address).
+    if (it != peers_.end() && encode_conn_info(it->second->info()) == text && !it->second->lost()) {
+      return Status::ok();
+    }
     auto peer = std::make_shared<Peer>(agent, std::move(*info), same_host, connector_);
     if (it != peers_.end())
       old = std::exchange(it->second, peer);

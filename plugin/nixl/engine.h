@@ -177,7 +177,8 @@ class Engine {
   // --- connections ------------------------------------------------------------------
 
   /// Remembers how to reach `agent` and starts connecting to it in the background.
-  /// Loading the same info again keeps the connection; other info replaces it.
+  /// Loading the same info again keeps the connection (unless the agent was lost since:
+  /// then it connects again); other info replaces it.
   Status load_conn_info(const std::string& agent, std::string_view info);
   /// Waits (up to REMORA_CONNECT_TIMEOUT_MS per address) until `agent` is connected.
   /// The agent itself is reached through its own listener.

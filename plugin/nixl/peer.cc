@@ -167,6 +167,11 @@ void Peer::reap_sends_locked() {
   std::erase_if(sends_, [](const PendingSend& p) { return p.send.done(); });
 }
 
+bool Peer::lost() {
+  std::lock_guard lock(mu_);
+  return state_ == State::kFailed || (state_ == State::kReady && ep_->failed());
+}
+
 void Peer::close() {
   std::shared_ptr<Endpoint> ep;
   {

@@ -86,6 +86,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
 
   /// Closes the endpoint for good (NIXL's disconnect); later calls fail with kAborted.
   void close();
+  /// True once the agent could not be reached or its endpoint failed (not after a close
+  /// of ours): loading its connection info again then makes a new Peer.
+  bool lost();
 
  private:
   void start_connect_locked();

@@ -307,6 +307,29 @@ TEST(NixlEngine, AGoneAgentFailsItsTransfersWithoutHanging) {
   EXPECT_EQ(a.engine->notify("B", "x").code(), StatusCode::kPeerFailed);
 }
 
+TEST(NixlEngine, AnAgentBackAtTheSameAddressIsConnectedAgain) {
+  // B listens at a fixed port; it goes away, and comes back there with the same info.
+  Side a("A", kMiB, 1);
+  uint16_t port = 0;
+  std::string info;
+  {
+    Side b("B", kMiB, 2);
+    info = b.engine->conn_info();
+    port = static_cast<uint16_t>(std::stoi(info.substr(info.rfind(':') + 1)));
+    ASSERT_TRUE(a.engine->load_conn_info("B", info));
+    ASSERT_TRUE(a.engine->connect("B"));
+  }
+  std::unique_ptr<Engine> again = make_engine("B", "127.0.0.1:" + std::to_string(port));
+  ASSERT_NE(again, nullptr);
+  ASSERT_EQ(again->conn_info().substr(again->conn_info().find("addr=")), info.substr(info.find("addr=")));
+  EXPECT_EQ(a.engine->notify("B", "x").code(), StatusCode::kPeerFailed);  // the old connection is gone
+  ASSERT_TRUE(a.engine->load_conn_info("B", info));                       // NIXL reloads the same metadata
+  ASSERT_TRUE(a.engine->notify("B", "back"));
+  auto notes = notifications(*again, 1);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].second, "back");
+}
+
 TEST(NixlEngine, StandaloneNotificationsArriveInOrderAndHaveABound) {
   Side a("A", 4096, 1), b("B", 4096, 2);
   ASSERT_TRUE(a.engine->load_conn_info("B", b.engine->conn_info()));
