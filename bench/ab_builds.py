@@ -12,7 +12,8 @@ average): below 1 is faster. Every run checks its data (bench p2p verifies each 
 
 A baseline build of an earlier commit: `git worktree add /tmp/old <commit>`, then
 `cmake --preset release && cmake --build build/release --target remora_tool` there.
-Exit code 0, or 1 when a run failed (its output is printed).
+Exit code 0, or 1 when a run failed (its output is printed). On a terminal a progress
+line on stderr says which run is going and about how long is left (bench/lib_progress.py).
 """
 import argparse
 import json
@@ -21,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from lib_progress import Progress
 
 
 def run_p2p(binary, mode, sizes, iters):
@@ -51,18 +54,23 @@ def main():
     a = ap.parse_args()
     cases = [("bw", a.bw_sizes, a.bw_iters), ("lat", a.lat_sizes, a.lat_iters)]
     ratios, values = {}, {}
+    progress = Progress(a.pairs * len(cases) * 2)
     for pair in range(a.pairs):
         order = [("baseline", a.baseline), ("candidate", a.candidate)]
         if pair % 2 == 1:
             order.reverse()
         for mode, sizes, iters in cases:
-            got = {name: run_p2p(binary, mode, sizes, iters) for name, binary in order}
+            got = {}
+            for name, binary in order:
+                progress.step(f"pair {pair + 1} of {a.pairs}: {name} bench p2p --mode {mode} --sizes {sizes}")
+                got[name] = run_p2p(binary, mode, sizes, iters)
             for size, base in got["baseline"].items():
                 cand = got["candidate"][size]
                 ratios.setdefault((mode, size), []).append(cand / base)
                 values.setdefault((mode, size), []).append((base, cand))
-                print(f"pair {pair} {mode:3} {size:>9}: baseline {base:10.2f} candidate {cand:10.2f} "
-                      f"ratio {cand / base:.3f}", flush=True)
+                progress.note(f"pair {pair} {mode:3} {size:>9}: baseline {base:10.2f} candidate {cand:10.2f} "
+                              f"ratio {cand / base:.3f}", sys.stdout)
+    progress.end()
     unit = {"bw": "MB/s", "lat": "us (avg)"}
     print(f"\n# candidate/baseline, median of {a.pairs} back-to-back pairs (bw: >1 faster; lat: <1 faster)")
     print(f"# {'mode':4} {'size':>9} {'ratio':>7}   per pair")

@@ -6,7 +6,12 @@
 # each and the median of the per-pair ratios (on / off).
 #
 #   bench/checksum_cost.sh [--remora build/release/tools/remora] [--pairs 4] [--sizes 64K,1M,16M]
+#
+# On a terminal a progress line on stderr says which run is going and about how long is
+# left (bench/lib_progress.sh); a run that fails prints its output and ends the script.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib_progress.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib_progress.sh"
 
 remora=build/release/tools/remora
 pairs=4
@@ -21,21 +26,30 @@ while [[ $# -gt 0 ]]; do
 done
 
 out=$(mktemp -d)
-trap 'rm -rf "${out}"' EXIT
+trap 'progress_end; rm -rf "${out}"' EXIT
 
 run() {  # bench-name checksum pair-index -> JSON file
   local name=$1 mode=$2 i=$3
   local args=(bench p2p --mode bw)
   [[ ${name} == rma ]] && args=(bench rma --mode put_bw)
-  REMORA_CHECKSUM=${mode} "${remora}" "${args[@]}" --sizes "${sizes}" --json "${out}/${name}-${mode}-${i}.json" >/dev/null
+  progress_step "checksum_cost: pair $((i + 1)) of ${pairs}: REMORA_CHECKSUM=${mode} remora ${args[*]} --sizes ${sizes}"
+  # remora's own progress line would fight this one: its output goes to a file, shown if it fails.
+  if ! REMORA_CHECKSUM=${mode} "${remora}" "${args[@]}" --sizes "${sizes}" --json "${out}/${name}-${mode}-${i}.json" \
+    >"${out}/run.log" 2>&1; then
+    progress_note "checksum_cost: REMORA_CHECKSUM=${mode} remora ${args[*]} failed:"
+    cat "${out}/run.log" >&2
+    exit 1
+  fi
 }
 
+progress_start $((2 * 2 * pairs))
 for name in p2p rma; do
   for ((i = 0; i < pairs; i++)); do
     if ((i % 2 == 0)); then run "${name}" none "${i}"; run "${name}" crc32c "${i}"
     else run "${name}" crc32c "${i}"; run "${name}" none "${i}"; fi
   done
 done
+progress_end
 
 python3 - "${out}" "${pairs}" <<'PY'
 import json, statistics, sys

@@ -15,18 +15,34 @@ import sys
 median = lambda xs: statistics.median(xs) if xs else None
 
 
+def size_bytes(size):
+    """Bytes of a size as remora writes it: 8, 4K, 1M, 2G (powers of 1024)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = size.strip().upper()
+    return int(s[:-1]) * units[s[-1]] if s[-1:] in units else int(s)
+
+
+def size_label(size):
+    """How a table row names a size: "8 B" for a plain number, "4K" as written."""
+    return f"{size} B" if size.isdigit() else size
+
+
 class Comparison:
     @classmethod
     def from_argv(cls, metrics):
         """The compare scripts' embedded Python gets: run dir, streams, seconds per
-        reference run, rounds, JSON path, bandwidth window. Loads every round."""
+        reference run, rounds, JSON path, bandwidth window, the bandwidth sizes and the
+        latency sizes (comma-separated, as given to --bw-sizes and --lat-sizes). Loads
+        every round."""
         tmp, streams, per, repeat, json_out, window = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
                                                         int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
         c = cls(tmp, repeat, per)
+        c.bw_sizes = [x for x in sys.argv[7].split(",") if x]
+        c.lat_sizes = [x for x in sys.argv[8].split(",") if x]
         c.streams, c.json_out, c.window = streams, json_out, window
         c.runs = c.remora_runs(metrics)
-        c.ref_bw = {r: {len_: c.iperf(len_, r) for len_ in ("1M", "16M")} for r in c.rounds}
-        c.ref_lat = {r: c.sockperf(r) for r in c.rounds}
+        c.ref_bw = {r: {len_: c.iperf(len_, r) for len_ in c.bw_sizes} for r in c.rounds}
+        c.ref_lat = {r: {size: c.sockperf(size, r) for size in c.lat_sizes} for r in c.rounds}
         return c
 
     def report(self, tool, title, extra_fields=()):
@@ -40,7 +56,9 @@ class Comparison:
                          f"bw window {self.window}")
         return self.finish(self.json_out, {
             "tool": tool, "streams": self.streams, "repeat": self.repeat, "reference_seconds": self.per,
-            "window": self.window, "iperf3_16M_row_l": self.refused, "sockperf_message_bytes": 14,
+            "window": self.window, "bw_sizes": self.bw_sizes, "lat_sizes": self.lat_sizes,
+            "iperf3_l": {k: self.iperf_len(k) for k in self.bw_sizes},
+            "sockperf_message_bytes": {k: max(14, size_bytes(k)) for k in self.lat_sizes},
             "rounds": [{"round": r, "first": self.first[r],
                         "iperf3": {k: {"MBps": v[0], "l": self.iperf_len(k), "end": v[1]["end"]}
                                    for k, v in self.ref_bw[r].items()},
@@ -52,14 +70,14 @@ class Comparison:
         self.per = per  # seconds per reference run
         self.rounds = range(1, repeat + 1)
         self.first = {r: open(f"{tmp}/first-r{r}").read().strip() for r in self.rounds}
-        path = f"{tmp}/iperf3-refused"
-        # The -l iperf3 ran with for the 16M row when it refused 16M (remora's chunk size).
-        self.refused = open(path).read().strip() if os.path.exists(path) else None
         self.rows = []
         self.errors = {}
 
     def iperf_len(self, len_):
-        return self.refused if len_ == "16M" and self.refused else len_
+        """The -l iperf3 ran with for the row of len_: len_, or remora's chunk size where
+        iperf3 refused len_ (3.12 refuses blocks over 1 MiB; bench/lib_compare.sh)."""
+        path = f"{self.tmp}/iperf3-l-{len_}"
+        return open(path).read().strip() if os.path.exists(path) else len_
 
     def iperf(self, len_, r):
         """(MB/s (10^6 bytes, as OSU), the whole iperf3 JSON) of round r."""
@@ -68,12 +86,13 @@ class Comparison:
             raise SystemExit(f"iperf3 -l {len_} (round {r}): {j['error']}")
         return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e6, j
 
-    def sockperf(self, r):
-        """sockperf's one-way latency (RTT/2) of round r: avg, p50, p99 in us."""
-        text = re.sub(r"\x1b\[[0-9;]*m", "", open(f"{self.tmp}/sockperf-r{r}.log").read())
+    def sockperf(self, size, r):
+        """sockperf's one-way latency (RTT/2) at the latency size `size` in round r: avg,
+        p50, p99 in us."""
+        text = re.sub(r"\x1b\[[0-9;]*m", "", open(f"{self.tmp}/sockperf-{size}-r{r}.log").read())
         avg = re.search(r"avg-latency=([0-9.]+)", text)
         if not avg:
-            raise SystemExit(f"could not find avg-latency in sockperf's output (round {r}):\n" + text[-1000:])
+            raise SystemExit(f"could not find avg-latency in sockperf's output ({size}, round {r}):\n" + text[-1000:])
         pct = {float(p): float(v) for p, v in re.findall(r"percentile\s+([0-9.]+)\s*=\s*([0-9.]+)", text)}
         return {"avg": float(avg.group(1)), "p50": pct.get(50.0), "p99": pct.get(99.0)}
 
@@ -91,9 +110,13 @@ class Comparison:
                     self.errors[f"{m} round {r}"] = open(err).read().strip() if os.path.exists(err) else None
         return runs
 
-    def row(self, metric, reference, refs, mines, target):
+    def row(self, metric, reference, refs, mines, target, **what):
         """refs, mines: per round (mine None where remora failed); target: (">=" or
-        "<=", value) or None."""
+        "<=", value) or None; `what` describes the row for programs (bench/plot.py):
+        quantity ("bandwidth_MBps" or "latency_us"), size (the bytes of remora's
+        messages), series (remora's operation: "p2p", "put", "get"), stat (latency's
+        "avg", "p50", "p99") and reference_kind ("iperf3", "sockperf one-way",
+        "sockperf RTT")."""
         per_round = []
         for r, ref, mine in zip(self.rounds, refs, mines):
             ratio = mine / ref if ref and mine is not None else None
@@ -105,7 +128,7 @@ class Comparison:
         if ratio is not None and target:
             met = ratio >= target[1] if target[0] == ">=" else ratio <= target[1]
         failed = sum(m is None for m in mines)
-        self.rows.append({"metric": metric, "reference": reference,
+        self.rows.append({"metric": metric, **what, "reference": reference,
                           "reference_value": median([v for v in refs if v is not None]),
                           "remora": median([v for v in mines if v is not None]),
                           "ratio": ratio, "target": f"{target[0]} {target[1]}" if target else None, "met": met,

@@ -19,6 +19,9 @@ plugin/baseline: a before/after comparison measured under the same load.
 
   sudo python3 bench/nccl_compare.py --build build/release --pairs 4 --streams 4 \
       --sizes 65536,1048576,4194304,16777216 --slow-rate 1gbit
+
+On a terminal a progress line on stderr says which run is going and about how long is
+left (bench/lib_progress.py).
 """
 import argparse
 import os
@@ -26,6 +29,8 @@ import re
 import statistics
 import subprocess
 import sys
+
+from lib_progress import Progress
 
 p = argparse.ArgumentParser()
 p.add_argument("--build", default="build/release")
@@ -159,15 +164,19 @@ def main():
         scenarios = a.scenarios.split(",")
         transports = ["reference", "plugin"] + (["baseline"] if a.baseline_plugin else [])
         data = {s: {t: [] for t in transports} for s in scenarios}
+        progress = Progress(a.pairs * len(scenarios) * len(transports))
         for i in range(a.pairs):
             for s in scenarios:
                 k = i % len(transports)  # two transports: reference first in even pairs, plugin first in odd
                 order = transports[k:] + transports[:k]
                 for t in order:
+                    progress.step(f"pair {i + 1} of {a.pairs}, scenario {s}: {t}")
                     res, port = run(t, s)
                     data[s][t].append(res)
-                    print(f"pair {i} {s:4} {t:9} " + " ".join(f"{k}:{v[0]:.0f}MB/s" for k, v in sorted(res.items())) +
-                          (f" (slowed sport {port})" if port else ""), flush=True)
+                    progress.note(f"pair {i} {s:4} {t:9} " +
+                                  " ".join(f"{k}:{v[0]:.0f}MB/s" for k, v in sorted(res.items())) +
+                                  (f" (slowed sport {port})" if port else ""), sys.stdout)
+        progress.end()
         sizes = [int(x) for x in a.sizes.split(",")]
         load_after = os.getloadavg()
         print(f"\n# {a.pairs} pairs, {a.streams} streams, slow stream at {a.slow_rate}; medians; load average "

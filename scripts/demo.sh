@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# scripts/demo.sh — build remora (release preset) and run `remora demo`, on a fresh
-# Debian 12 machine or an existing checkout. Arguments are passed on to `remora demo`.
+# scripts/demo.sh — build the `remora` command (release preset, its target only) and run
+# `remora demo`, on a fresh Debian 12 machine or an existing checkout. Arguments are
+# passed on to `remora demo`. It configures exactly as scripts/test.sh does (the same
+# preset, the same compiler launcher), so that the test command then builds only what
+# the demo did not need.
 #
 # Environment:
 #   REMORA_JOBS=<n>    compile jobs (default: nproc)
@@ -13,8 +16,9 @@ cd "${repo_root}"
 source scripts/lib/deps.sh
 
 remora_install_deps
+remora_use_ccache "${repo_root}"
 cmake --preset release
-cmake --build --preset release -j "${REMORA_JOBS:-$(nproc)}"
+cmake --build --preset release -j "${REMORA_JOBS:-$(nproc)}" --target remora_tool
 
 tool=build/release/tools/remora
 if [[ ! -x ${tool} ]]; then

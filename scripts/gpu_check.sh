@@ -28,8 +28,15 @@
 #       memcheck the GPU tests under compute-sanitizer memcheck, where it is installed
 #       staging  `bench staging` (the test device's check, which needs spare cores:
 #                2-vCPU machines are CPU-bound there, bench/README.md)
+#       nccl     a real NCCL (PyTorch's) through the remora net plugin: two ranks on GPU 0
+#                under torchrun, each its own NCCL_HOSTID so that NCCL takes them for two
+#                hosts and joins them through its network transport
+#                (tests/nccl/real_nccl_check.py): allreduce, broadcast, allgather and
+#                send/recv of CUDA tensors from 4 B to 256 MiB checked exactly, with
+#                NCCL_NET_PLUGIN=remora and with NCCL's own socket transport, in pairs of
+#                alternating order; the NCCL_DEBUG=INFO lines that show which ran
 #       REMORA_GPU_STAGES (default: all of them, in that order) picks some.
-# docs/device-memory.md, "What has run where", records what these gave.
+# docs/engineering-log.md, "CUDA: what has run where", records what these gave.
 set -uo pipefail
 
 bundle() {
@@ -38,6 +45,8 @@ bundle() {
   build=${REMORA_BUILD:-${root}/build/release}
   mkdir -p "${dir}/bin" "${dir}/lib"
   cp "${build}/tools/remora" "${build}/tests/remora_device_tests" "${build}/tests/remora_coll_tests" "${dir}/bin/"
+  mkdir -p "${dir}/plugin"
+  cp "${build}/plugin/nccl/libnccl-net-remora.so" "${dir}/plugin/"
   # Every library the binaries link outside glibc and libstdc++ (which any machine that
   # runs the NVIDIA driver has, newer or equal).
   ldd "${dir}"/bin/* | awk '/=> \// {print $3}' | sort -u |
@@ -94,6 +103,29 @@ pip_build() {
     -Cbuild-dir="/tmp/remora-build-$2" "$1"
 }
 
+# The nccl stage: two pairs of runs of tests/nccl/real_nccl_check.py under torchrun, the
+# remora plugin and NCCL's socket transport in alternating order, over loopback for both.
+real_nccl() {
+  local results=$1 port=$2 pair order transport log
+  for pair in 1 2; do
+    order="remora socket"
+    [ $((pair % 2)) = 0 ] && order="socket remora"
+    for transport in ${order}; do
+      port=$((port + 1))
+      log=${results}/nccl_${transport}_${pair}.log
+      local net=(NCCL_NET_PLUGIN=none NCCL_NET=Socket)
+      [ "${transport}" = remora ] && net=(NCCL_NET_PLUGIN=remora NCCL_NET=remora)
+      env "${net[@]}" LD_LIBRARY_PATH="${HERE}/plugin:${LD_LIBRARY_PATH}" NCCL_DEBUG=INFO \
+        NCCL_DEBUG_SUBSYS=INIT,NET NCCL_SOCKET_IFNAME=lo timeout "$(left 60)" \
+        python3 -m torch.distributed.run --nproc_per_node 2 --master_port "${port}" tests/nccl/real_nccl_check.py \
+        --label "${transport}" --json "${results}/nccl_${transport}_${pair}.json" >"${log}" 2>&1
+      echo "rc=$? (${transport}, pair ${pair}; log ${log})"
+      grep -E 'Loaded net plugin|Using network|NET/remora: (device|CUDA)|MISMATCH|every operation' "${log}" | sort -u | head -8
+      grep -E ' (allreduce|sendrecv) .* (262144|67108864|268435456) B ' "${log}"
+    done
+  done
+}
+
 run() {
   local results port=29811 pair order mem tmp cs
   tmp=$(mktemp -d)
@@ -102,7 +134,7 @@ run() {
   mkdir -p "${results}"
   B=${HERE}/bin
   BUDGET=${REMORA_GPU_BUDGET:-450}
-  STAGES=${REMORA_GPU_STAGES:-doctor tests python devmem p2p torch memcheck staging}
+  STAGES=${REMORA_GPU_STAGES:-doctor tests python devmem p2p torch nccl memcheck staging}
   DEPS=/tmp/remora-deps
   mkdir -p "${DEPS}"
   for deb in "${HERE}"/debs/*.deb; do dpkg -x "${deb}" "${DEPS}"; done
@@ -154,6 +186,10 @@ run() {
       echo "rc=$?"
     } >"${results}/torch.log" 2>&1
     grep -vE '^\s*$' "${results}/torch.log" | tail -15
+  fi
+  if stage nccl 120; then
+    real_nccl "${results}" "${port}"
+    port=$((port + 10))
   fi
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   if [ -n "${cs}" ] && stage memcheck 60; then

@@ -15,6 +15,8 @@
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
+#   REMORA_BUILD_ONLY=1            configure and build each preset, run nothing (no ctest,
+#                                  fuzzing, Python, PyTorch or NIXL step)
 #   REMORA_PYTHON_STEP=0           skip the Python package step (see scripts/lib/python.sh)
 #   REMORA_SKIP_TORCH=1            skip the PyTorch backend's step (scripts/lib/torch_env.sh)
 #   REMORA_NIXL_STEP=0             skip the NIXL backend plugin's step (scripts/lib/nixl.sh)
@@ -38,13 +40,8 @@ fuzz_seconds=${REMORA_FUZZ_SECONDS:-45}
 
 remora_install_deps
 
-# ccache, where installed, makes building the same sources again quick, also in another
-# clone (paths are taken relative to the clone; the directory is left out of the hash so
-# that -g builds hit too). Nothing depends on it: without it every object is compiled.
-if command -v ccache >/dev/null 2>&1 && [[ -z ${CMAKE_CXX_COMPILER_LAUNCHER:-} ]]; then
-  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
-  export CCACHE_BASEDIR=${repo_root} CCACHE_NOHASHDIR=1
-fi
+# ccache where installed, exactly as scripts/demo.sh (scripts/lib/deps.sh says why).
+remora_use_ccache "${repo_root}"
 
 known_presets=$(cmake --list-presets=test 2>/dev/null | sed -n 's/^ *"\([^"]*\)".*/\1/p')
 for preset in ${presets}; do
@@ -82,7 +79,7 @@ step() {
 # test reads the peer's port.
 run_ctest() {
   env -u REMORA_PRESETS -u REMORA_JOBS -u REMORA_TEST_TIMEOUT -u REMORA_SKIP_APT -u REMORA_PYTHON_STEP \
-    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_NIXL_STEP \
+    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_BUILD_ONLY -u REMORA_NIXL_STEP \
     ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
 }
 
@@ -103,6 +100,7 @@ for preset in ${presets}; do
   rm -f "${log_dir}/ctest.log"  # never report a previous run's result
   step "${preset}" configure cmake --preset "${preset}" || continue
   step "${preset}" build cmake --build --preset "${preset}" -j "${jobs}" || continue
+  [[ ${REMORA_BUILD_ONLY:-0} == 1 ]] && continue
   if [[ ${preset} == tsan ]]; then rm -rf "${log_dir}/tsan-reports" && mkdir -p "${log_dir}/tsan-reports"; fi
   step "${preset}" test run_ctest "${preset}" "${log_dir}/ctest.log" || true
   if [[ ${preset} == tsan ]]; then
@@ -120,6 +118,9 @@ if [[ -f build/release/libremora.a ]]; then export REMORA_PYTHON_LIBRARY=build/r
 # The PyTorch backend's environment first (python/torch, scripts/lib/torch_env.sh): PyTorch
 # in build/venv, so that the Python package's tests of tensors run too.
 torch_ready=0
+if [[ ${REMORA_BUILD_ONLY:-0} == 1 ]]; then
+  export REMORA_PYTHON_STEP=0 REMORA_SKIP_TORCH=1
+fi
 if [[ ${REMORA_SKIP_TORCH:-0} != 1 ]]; then
   # shellcheck source=scripts/lib/torch_env.sh
   source scripts/lib/torch_env.sh

@@ -1,5 +1,6 @@
 # The `remora` command-line tool: a thin CLI (remora.cc: arguments and the progress line;
-# run.cc: the launcher; soak.cc: one rank of `remora soak`; doctor.cc: the capability report) over the perf library (perf/), which holds the p2p, RMA and
+# run.cc: the launcher; soak.cc: one rank of `remora soak`; doctor.cc: the capability report;
+# config.cc: `remora config`, the configuration table) over the perf library (perf/), which holds the p2p, RMA and
 # collective benchmarks, the two-process demo, and the printers of their reports (report.cc).
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
@@ -19,7 +20,7 @@ target_link_libraries(remora_perf PUBLIC remora_static nlohmann_json::nlohmann_j
 
 add_executable(remora_tool ${CMAKE_CURRENT_LIST_DIR}/remora.cc ${CMAKE_CURRENT_LIST_DIR}/run.cc
                ${CMAKE_CURRENT_LIST_DIR}/doctor.cc ${CMAKE_CURRENT_LIST_DIR}/rxq.cc
-               ${CMAKE_CURRENT_LIST_DIR}/soak.cc)
+               ${CMAKE_CURRENT_LIST_DIR}/soak.cc ${CMAKE_CURRENT_LIST_DIR}/config.cc)
 set_target_properties(remora_tool PROPERTIES OUTPUT_NAME remora)
 # -Wno-null-dereference: GCC 12 flags CLI11's own string splitting (a false positive
 # that surfaces only once its templates are inlined here).
@@ -42,6 +43,13 @@ if(REMORA_BUILD_TESTS)
   # The tool end to end, each with its own spawned follower: every mode, both buffer
   # sources, the demo's verification. Small iteration counts keep them to seconds.
   add_test(NAME remora_version COMMAND remora_tool version --json)
+  # The configuration table, the code that reads it, ContextOptions and
+  # docs/configuration.md agree (tests/config/check_config_table.py).
+  find_package(Python3 COMPONENTS Interpreter REQUIRED)
+  add_test(NAME remora_config_table_code_and_docs_agree
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/config/check_config_table.py
+                   --remora $<TARGET_FILE:remora_tool> --root ${PROJECT_SOURCE_DIR})
+  add_test(NAME remora_config_lists_every_variable COMMAND remora_tool config)
   add_test(NAME remora_demo COMMAND remora_tool demo --sizes 1,4K,64K,1M,8M --iters 10)
   add_test(NAME remora_bench_p2p_bw COMMAND remora_tool bench p2p --mode bw --sizes 8,64K,4M --iters 3 --warmup 1)
   add_test(NAME remora_bench_p2p_bw_register
@@ -186,7 +194,8 @@ if(REMORA_BUILD_TESTS)
     set_property(TEST remora_soak APPEND PROPERTY ENVIRONMENT_MODIFICATION "ASAN_OPTIONS=string_append::quarantine_size_mb=16")
   endif()
 
-  set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
+  set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_config_table_code_and_docs_agree
+                       remora_config_lists_every_variable remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
                        remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate
                        remora_bench_rma_detects_corruption remora_bench_memory_json remora_bench_p2p_memory_refusals

@@ -1,6 +1,8 @@
 // tools/remora.cc — the `remora` command: demo, bench p2p, bench staging, bench rma, bench coll, run,
 // soak, doctor, rxq, version. A thin layer over tools/perf (and tools/doctor.h): parse arguments, draw the progress
 // line, run, and hand the report to the printers of tools/perf/report.h.
+#include "remora/remora.h"
+
 #include <limits.h>
 #include <unistd.h>
 
@@ -15,13 +17,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "config.h"
 #include "doctor.h"
 #include "perf.h"
 #include "report.h"
 #include "run.h"
 #include "rxq.h"
 #include "soak.h"
-#include "remora/remora.h"
 
 namespace {
 
@@ -365,6 +367,9 @@ struct Cli {
   CLI::App* version = nullptr;
   bool version_json = false;
 
+  CLI::App* config = nullptr;
+  remora::tools::ConfigCliOptions config_options;
+
   CLI::App* demo = nullptr;
   std::vector<std::string> demo_sizes;
   std::optional<uint32_t> demo_iters;
@@ -401,6 +406,16 @@ struct Cli {
   /// `remora run`'s program and its arguments, cut off before CLI11 parses (take_run_program).
   std::vector<std::string> program_argv;
 };
+
+void add_config(Cli& c) {
+  c.config = c.app.add_subcommand("config", "every REMORA_* variable: this environment's value, what it takes");
+  c.config->add_flag("--markdown", c.config_options.markdown, "the tables of docs/configuration.md");
+  c.config->add_flag("--names", c.config_options.names, "the variables' names, one per line");
+  c.config->add_option("--check-docs", c.config_options.check_docs,
+                       "exit 1 unless this Markdown file holds exactly the generated tables");
+  c.config->add_option("--update-docs", c.config_options.update_docs,
+                       "rewrite the generated tables of this Markdown file (docs/configuration.md)");
+}
 
 void add_version(Cli& c) {
   c.version = c.app.add_subcommand("version", "print the versions and the configuration REMORA_* resolves to");
@@ -682,6 +697,7 @@ int run_serve(const Cli& c) {
 /// Runs the subcommand that was given; `argv` is what CLI11 parsed.
 int dispatch(Cli& c, const std::vector<std::string>& argv) {
   if (*c.version) return print_version(c.version_json);
+  if (*c.config) return remora::tools::run_config(c.config_options);
   if (*c.demo) return run_demo(c.demo_sizes, c.demo_iters, c.demo_json, c.demo_corrupt);
   if (*c.p2p) return run_p2p(c.p2p_args);
   if (*c.staging) return run_staging(c.staging_args);
@@ -701,6 +717,7 @@ int main(int argc, char** argv) {
   Cli cli;
   cli.app.require_subcommand(1);
   add_version(cli);
+  add_config(cli);
   add_demo(cli);
   add_bench(cli);
   add_serve(cli);

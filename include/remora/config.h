@@ -1,14 +1,19 @@
 // remora/config.h — run-time configuration, resolved from defaults, REMORA_*
-// environment variables and explicit options (in that order; later wins).
-// Every knob is listed, with its variable and default, in docs/configuration.md.
+// environment variables and explicit options (in that order; later wins). Every
+// variable is a row of the library's configuration table (config_variables()), which
+// `remora config` prints and docs/configuration.md lists.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <variant>
 
+#include "remora/config_variable.h"
 #include "remora/status.h"
 #include "remora/types.h"
 
@@ -20,9 +25,6 @@ enum class PinMode : uint8_t {
   kRequire,  ///< lock pages or fail registration with kNoResource
   kOff,      ///< never lock pages (validation still happens)
 };
-
-/// Log verbosity (REMORA_LOG).
-enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
 
 /// Which data path transfers of device memory take (REMORA_DEVICE_PATH). auto: the best
 /// one that works (devmem TCP, io_uring zcrx, else staging), each one passed over
@@ -165,9 +167,21 @@ struct ContextOptions {
   std::optional<AuthKey> auth_key = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).
   bool ignore_env = false;
+
+  /// Sets the field named `field` (a ConfigVariable::field) to `value`, checked as the
+  /// environment's value would be. kInvalidArgument naming the field and what it takes
+  /// when there is no such field, or the value is of the wrong kind, malformed or out of
+  /// range. For bindings that take options by name (the Python package).
+  Status set(std::string_view field, const ConfigValue& value);
 };
 
 /// Applies options on top of `base`.
 Config apply(Config base, const ContextOptions& options);
+
+/// The value of the field named `field` (a ConfigVariable::field, or an environment-only
+/// field of Config: "devmem_ifname", "rxq_socket", "rxq_device_area", "zcrx_area") of
+/// `config`, as ContextOptions::set takes it; auth_key: "set" or "unset", never the key.
+/// kInvalidArgument when there is no such field.
+Result<ConfigValue> config_value(const Config& config, std::string_view field);
 
 }  // namespace remora

@@ -11,9 +11,12 @@
 
 namespace remora {
 
+class Request;
 namespace detail {
 struct RequestState;
-}
+/// The library's way to hand out a Request for an operation's state (engine/request_state.h).
+Request make_request(std::shared_ptr<RequestState> state) noexcept;
+}  // namespace detail
 
 /// Handle to one asynchronous operation (send, recv, ...). Copies share the same
 /// operation. Dropping every handle does not cancel the operation; its buffers must
@@ -27,7 +30,6 @@ struct RequestState;
 class Request {
  public:
   Request() noexcept = default;
-  explicit Request(std::shared_ptr<detail::RequestState> state) noexcept;
 
   bool valid() const noexcept { return state_ != nullptr; }
 
@@ -61,6 +63,8 @@ class Request {
 
  private:
   friend Status wait_all(std::span<const Request> requests, Duration timeout);
+  friend Request detail::make_request(std::shared_ptr<detail::RequestState> state) noexcept;
+  explicit Request(std::shared_ptr<detail::RequestState> state) noexcept;
   std::shared_ptr<detail::RequestState> state_;
 };
 

@@ -51,12 +51,13 @@ constexpr Access operator&(Access a, Access b) noexcept {
 /// True when every right in `wanted` is in `have`.
 constexpr bool has_access(Access have, Access wanted) noexcept { return (have & wanted) == wanted; }
 
-/// Where a piece of memory lives.
-/// What kind of memory a region or buffer is. kTestDevice is the test double of a
-/// device (remora::testing::TestDeviceDomain): memory reachable only through its
-/// asynchronous copies, so that tests and benchmarks exercise the staging path on
-/// machines without an accelerator.
-enum class MemoryKind : uint8_t { kHost = 0, kCuda = 1, kDmabuf = 2, kTestDevice = 3 };
+/// Log verbosity (REMORA_LOG).
+enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
+
+/// What kind of memory a region or buffer is: where it lives. A memory domain of a
+/// kind not named here (the test double of remora/testing/test_device.h) reports a
+/// value of its own above these; the library treats any such kind as device memory.
+enum class MemoryKind : uint8_t { kHost = 0, kCuda = 1, kDmabuf = 2 };
 std::string_view to_string(MemoryKind kind) noexcept;
 
 }  // namespace remora

@@ -79,7 +79,7 @@ ncclResult_t to_nccl(const Status& s) {
 /// (here: a loaded 2-vCPU VM where each login session is one autogroup, so both ends of
 /// the benchmark share one session's slice), such polls spend the CPU the transfer
 /// needs, and a thread that never sleeps is never woken ahead of others when its
-/// sockets are ready. Measured (docs/nccl.md, "Benchmark"): the plugin's processes got
+/// sockets are ready. Measured (bench/results/nccl.md): the plugin's processes got
 /// the same CPU time as the reference transport's but spent 20-30% more of it per byte,
 /// the polling thread runnable all the time and waiting for a CPU three quarters of it,
 /// with 10^4-10^5 sched_yield and epoll_wait calls per run where the reference, whose
@@ -353,20 +353,20 @@ void connect_thread(PendingConnect* pc, Context* ctx, std::string address, Hello
 }
 
 void IdleWait::configure() {
-  auto read = [](const char* name, uint32_t low, uint32_t high, uint32_t& out) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long x = std::strtoul(v, &end, 10);
-    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x < low || x > high) {
-      LOG_WARN("%s=%s is not a whole number from %u to %u; using %u", name, v, low, high, out);
-      return;
+  // The rows of the library's configuration table (config_variables()) read them.
+  auto read = [](std::string_view name, uint32_t& out) {
+    for (const ConfigVariable& v : config_variables()) {
+      if (v.name != name) continue;
+      auto value = read_config_variable(v);
+      if (!value) {
+        LOG_WARN("%s; using %u", value.status().message().c_str(), out);
+      } else if (*value) {
+        out = static_cast<uint32_t>(**value);
+      }
     }
-    out = static_cast<uint32_t>(x);
   };
-  read("REMORA_NCCL_IDLE_POLLS", 1, 1'000'000, polls_);
-  read("REMORA_NCCL_IDLE_WAIT_US", 0, kMaxWaitUs, wait_us_);
+  read("REMORA_NCCL_IDLE_POLLS", polls_);
+  read("REMORA_NCCL_IDLE_WAIT_US", wait_us_);
 }
 
 }  // namespace

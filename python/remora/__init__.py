@@ -5,7 +5,7 @@ ContextOptions field; AuthKey, ChecksumMode, DevicePathMode), Listener, Endpoint
 (send, recv, put, get, put_batch, get_batch, atomics, flush, notifications), Region,
 RemoteKey, Pool and Buffer, Request (wait, test, done, await), wait_all and
 Communicator (every collective; split, shrink, failed_ranks, epoch), the rendezvous
-StoreServer and Store, and detect_launch. Memory is any
+StoreServer and Store, detect_launch, and config_variables (every REMORA_* variable). Memory is any
 buffer-protocol or DLPack object (NumPy arrays, PyTorch tensors on the CPU or a CUDA
 device, CuPy arrays, bytearray, ...), used in place; CUDA memory moves through pinned
 staging buffers (cuda_empty and cuda_copy serve programs without a framework).
@@ -42,6 +42,7 @@ from ._remora import (  # noqa: F401
     Store,
     StoreServer,
     __version__,
+    config_variables,
     cuda_copy,
     cuda_empty,
     detect_launch,
@@ -52,7 +53,7 @@ __all__ = [
     "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator",
     "Context", "DevicePathMode", "DmabufMemory", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
     "PinMode", "Pool", "Region", "RemoteKey", "Request", "Store", "StoreServer", "__version__",
-    "cuda_copy", "cuda_empty", "detect_launch", "nixl_plugin_path", "wait_all", *_error_names,
+    "config_variables", "cuda_copy", "cuda_empty", "detect_launch", "nixl_plugin_path", "wait_all", *_error_names,
 ]
 
 

@@ -1,40 +1,25 @@
-// python/src/buffers.h — Python objects as remora memory: anything with the buffer
-// protocol (NumPy arrays, bytes, bytearray, memoryview, mmap) or DLPack (PyTorch
-// tensors), seen in place (never copied), and the keep-alive registry that holds
-// those objects for as long as an outstanding Request may touch their memory.
+// python/src/buffers.h — Python objects as remora memory, and remora memory as Python
+// objects: the one place the binders convert between them. In: anything with the
+// buffer protocol (NumPy arrays, bytes, bytearray, memoryview, mmap), DLPack (PyTorch
+// tensors, CuPy arrays, CUDA memory), and this module's own Region, Buffer and
+// DmabufMemory, seen in place (never copied), with what holds that memory for as long
+// as an operation may touch it. Out: bytes, and NumPy arrays over memory remora owns.
 #pragma once
-
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <string>
-#include <unordered_map>
-#include <vector>
+#include <span>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include "remora/remora.h"
 
 namespace remora::python {
 
 namespace nb = nanobind;
-
-/// Raised from C++ and turned into the remora.Error subclass of its code.
-struct StatusError {
-  Status status;
-};
-[[noreturn]] inline void raise(Status s) { throw StatusError{std::move(s)}; }
-inline void check(const Status& s) {
-  if (!s.is_ok()) raise(s);
-}
-template <typename T>
-T take(Result<T> r) {
-  if (!r.is_ok()) raise(r.status());
-  return std::move(r).value();
-}
 
 /// What holds a Python object's memory for remora: the Py_buffer (buffer protocol,
 /// which also stops a bytearray from resizing) or the imported DLPack tensor, and the
@@ -53,7 +38,7 @@ struct Holder {
   }
 };
 
-/// A contiguous range of host (or, refused for now, device) memory of a Python object.
+/// A contiguous range of host or CUDA memory of a Python object.
 struct Memory {
   std::byte* data = nullptr;
   size_t size = 0;
@@ -64,35 +49,24 @@ struct Memory {
 };
 
 /// The object's memory, in place. `writable`: remora will write into it (recv, get).
-/// Region and Buffer objects of this module are accepted too (see bindings). Raises
-/// InvalidArgument for an object without either protocol or non-contiguous memory.
-/// CUDA device memory (DLPack device kDLCUDA: PyTorch CUDA tensors, CuPy arrays,
-/// remora.cuda_empty) is accepted once the CUDA driver loads (use_cuda_memory());
-/// Unsupported, with the driver's reason, where it does not, and for other devices.
+/// A remora.Region (InvalidArgument once deregistered), remora.Buffer (once released)
+/// or remora.DmabufMemory is its bytes, as uint8 (a dmabuf's address names them even
+/// where the CPU cannot reach them). Otherwise the buffer protocol, then DLPack:
+/// InvalidArgument for an object with neither or non-contiguous memory. CUDA device
+/// memory (DLPack device kDLCUDA: PyTorch CUDA tensors, CuPy arrays, remora.cuda_empty)
+/// is accepted once the CUDA driver loads (use_cuda_memory, binding.h); Unsupported,
+/// with the driver's reason, where it does not, and for other devices.
 Memory memory_of(nb::handle obj, bool writable);
 
-/// Loads the CUDA driver and adds the process's CUDA domain to every context of this
-/// module, now and later (module.cc), so that their endpoints, regions and collectives
-/// stage CUDA memory through pinned host buffers. Once per process; raises Unsupported
-/// with the driver's reason where there is none. With the GIL. Returns the domain.
-MemoryDomain& use_cuda_memory();
+/// A 1-D NumPy uint8 array over `size` bytes at `data` (no copy) that keeps `owner`
+/// alive: Buffer.view(), DmabufMemory.view().
+using ByteArray = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>;
+ByteArray byte_array(std::byte* data, size_t size, nb::handle owner);
 
-/// Objects kept alive while remora may touch their memory. A token per operation:
-/// hold() stores the holders and arranges (through Request::on_done, which runs on
-/// remora's threads without the GIL) for the token to be released; sweep(), called with
-/// the GIL from every binding that posts or waits, drops what completed operations held.
-class KeepAlive {
- public:
-  static KeepAlive& instance();
-  void hold(const Request& r, std::vector<std::shared_ptr<Holder>> holders);
-  void sweep();
-  size_t pending();
+/// Python bytes holding a copy of `data` (keys, store values).
+nb::bytes to_bytes(std::span<const std::byte> data);
 
- private:
-  std::unordered_map<uint64_t, std::vector<std::shared_ptr<Holder>>> held_;  // GIL
-  uint64_t next_ = 1;                                                        // GIL
-  std::mutex mutex_;
-  std::vector<uint64_t> released_;  // mutex_
-};
+/// The bytes of a Python bytes object, in place (valid while it lives).
+std::span<const std::byte> bytes_of(const nb::bytes& b);
 
 }  // namespace remora::python

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Sourced by scripts/test.sh and scripts/demo.sh: installs what building, testing and
-# running remora needs on Debian 12 (bookworm).
+# running remora needs on Debian 12 (bookworm), and sets up the compiler launcher both use.
 #
 #   remora_install_deps
+#   remora_use_ccache <repo root>
 #
 # Skips apt entirely when REMORA_SKIP_APT=1 or when every package is already installed
 # (checked with dpkg-query), so repeated runs are fast and work offline. Uses sudo when
@@ -22,6 +23,21 @@ REMORA_APT_PACKAGES=(
 )
 
 remora_log() { printf '[remora] %s\n' "$*" >&2; }
+
+# ccache, where installed, makes building the same sources again quick, also in another
+# clone (paths are taken relative to the clone; the directory is left out of the hash so
+# that -g builds hit too). Nothing depends on it: without it every object is compiled.
+# scripts/demo.sh and scripts/test.sh both call this before they configure, so that the
+# release preset is configured the same way by both: CMake takes the launcher from the
+# environment whenever its cache has none, and a launcher that appears on a later
+# configure changes every compile command, so the test command would rebuild everything
+# the demo command built. A launcher the caller set is kept.
+remora_use_ccache() {
+  if command -v ccache >/dev/null 2>&1 && [[ -z ${CMAKE_CXX_COMPILER_LAUNCHER:-} ]]; then
+    export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+    export CCACHE_BASEDIR=$1 CCACHE_NOHASHDIR=1
+  fi
+}
 
 # Prints the packages of REMORA_APT_PACKAGES that are not installed, one per line.
 remora_missing_packages() {

@@ -6,7 +6,8 @@
 # Sourced; defines:
 #   REMORA_VENV                  the environment (default build/venv; reused when present)
 #   REMORA_PY_REQUIREMENTS       PyPI packages installed into it (extend it: the torch
-#                                backend adds its own with remora_python_require)
+#                                backend adds its own with remora_python_require);
+#                                matplotlib is for bench/plot.py and its test
 #   remora_python_require <pkg...>   adds requirements before remora_python_setup runs
 #   remora_python_setup          creates the venv, installs the requirements and the package
 #   REMORA_PYTHON_LIBRARY        a libremora.a just built from this tree (scripts/test.sh
@@ -18,7 +19,7 @@
 # a second run recompiles only what changed; ccache is used when present.
 
 REMORA_VENV=${REMORA_VENV:-build/venv}
-REMORA_PY_REQUIREMENTS=${REMORA_PY_REQUIREMENTS:-"numpy pytest nanobind>=2.0 scikit-build-core>=0.10"}
+REMORA_PY_REQUIREMENTS=${REMORA_PY_REQUIREMENTS:-"numpy pytest nanobind>=2.0 scikit-build-core>=0.10 matplotlib"}
 
 remora_python_require() {
   REMORA_PY_REQUIREMENTS="${REMORA_PY_REQUIREMENTS} $*"

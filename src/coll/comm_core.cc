@@ -1,3 +1,5 @@
+// coll/comm_core.cc — a communicator's core (comm_core.h) and the collectives' rows of the
+// configuration table (REMORA_COLL_*, REMORA_*_ALGO, and the launcher's REMORA_RANK, ...).
 #include "coll/comm_core.h"
 
 #include <algorithm>
@@ -30,29 +32,139 @@ Duration left_until(Clock::time_point deadline) {
   return deadline <= now ? Duration::zero() : std::chrono::duration_cast<Duration>(deadline - now);
 }
 
-Result<Algo> parse_algo(const char* var, std::initializer_list<Algo> allowed) {
-  auto text = core::getenv_view(var);
-  if (!text || *text == "auto") return Algo::kAuto;
-  std::string names;
-  for (Algo a : allowed) {
-    if (*text == to_string(a)) return a;
-    names += "|" + std::string(to_string(a));
+constexpr const char* kSection = "Collectives and launching";
+constexpr uint64_t kMaxRanks = uint64_t{1} << 24;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr std::string_view kRingRd[] = {"auto", "ring", "rd"};
+constexpr std::string_view kTreeChain[] = {"auto", "tree", "chain"};
+constexpr Algo kRingRdAlgos[] = {Algo::kAuto, Algo::kRing, Algo::kRecursiveDoubling};
+constexpr Algo kTreeChainAlgos[] = {Algo::kAuto, Algo::kTree, Algo::kChain};
+
+// The rows, in the order docs/configuration.md lists them. The launcher's variables are
+// read by detect_launch (launch.cc) with the other launchers' (torchrun's, Open MPI's,
+// ...), REMORA_HOST by the bootstraps; the rest by CollConfig::from_env below.
+constexpr ConfigVariable kVariables[] = {
+    {.name = "REMORA_RANK",
+     .section = kSection,
+     .default_text = "unset",
+     .min = 0,
+     .max = kMaxRanks - 1,
+     .doc = "this process's rank (set by `remora run`); with `REMORA_WORLD_SIZE` it wins over every other launcher's"},
+    {.name = "REMORA_WORLD_SIZE",
+     .section = kSection,
+     .default_text = "unset",
+     .min = 1,
+     .max = kMaxRanks,
+     .doc = "the number of ranks"},
+    {.name = "REMORA_LOCAL_RANK",
+     .section = kSection,
+     .default_text = "0",
+     .min = 0,
+     .max = kMaxRanks - 1,
+     .doc = "rank among the processes on this host"},
+    {.name = "REMORA_LOCAL_WORLD_SIZE",
+     .section = kSection,
+     .default_text = "1",
+     .min = 1,
+     .max = kMaxRanks,
+     .doc = "processes on this host"},
+    {.name = "REMORA_STORE",
+     .section = kSection,
+     .kind = ConfigKind::kText,
+     .default_text = "MASTER_ADDR:MASTER_PORT",
+     .max = 1024,
+     .doc = "`host:port` of the rendezvous store, which rank 0 hosts; needed with more than one rank unless "
+            "`MASTER_ADDR` and `MASTER_PORT` are set"},
+    {.name = "REMORA_HOST",
+     .section = kSection,
+     .kind = ConfigKind::kText,
+     .default_text = "the local address of the store connection",
+     .max = 1024,
+     .doc = "the address this rank listens on for the other ranks"},
+    {.name = "REMORA_ALLREDUCE_ALGO",
+     .section = kSection,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kRingRd,
+     .doc = "allreduce and reduce_scatter: pipelined ring or recursive doubling; `auto`: ring from "
+            "`REMORA_RING_THRESHOLD`"},
+    {.name = "REMORA_REDUCE_ALGO",
+     .section = kSection,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kTreeChain,
+     .doc = "reduce: binomial tree or pipelined chain; `auto`: chain from `REMORA_RING_THRESHOLD` above 2 ranks"},
+    {.name = "REMORA_BCAST_ALGO",
+     .section = kSection,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kTreeChain,
+     .doc = "broadcast: tree or chain; `auto`: chain for messages of 4 pieces or more above 2 ranks"},
+    {.name = "REMORA_ALLGATHER_ALGO",
+     .section = kSection,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kRingRd,
+     .doc = "allgather: ring or recursive doubling (Bruck off powers of two); `auto`: rd up to a 64 KiB result"},
+    {.name = "REMORA_RING_THRESHOLD",
+     .section = kSection,
+     .kind = ConfigKind::kBytes,
+     .default_text = "64K",
+     .min = 0,
+     .max = 1024 * kGiB,
+     .doc = "bytes from which `auto` picks the ring (allreduce, reduce_scatter) and the chain (reduce)"},
+    {.name = "REMORA_COLL_PIPELINE",
+     .section = kSection,
+     .kind = ConfigKind::kBytes,
+     .default_text = "1M",
+     .min = 4096,
+     .max = kGiB,
+     .doc = "piece size of rings and chains (a ring's scratch holds 4 pieces)"},
+    {.name = "REMORA_COLL_DEVICE_SEGMENT",
+     .section = kSection,
+     .kind = ConfigKind::kBytes,
+     .default_text = "4M",
+     .min = 0,
+     .max = kGiB,
+     .doc = "segment of device-memory staging in collectives; the same on every rank (docs/device-memory.md)",
+     .range_note = "0 (off), 4K–1G"},
+    {.name = "REMORA_COLL_TIMEOUT_MS",
+     .section = kSection,
+     .default_text = "300000",
+     .min = 1,
+     .max = 86'400'000,
+     .doc = "bound on every collective and on `init`'s rendezvous; `CommOptions::timeout` overrides it"},
+};
+
+const ConfigVariable& var(std::string_view name) {
+  for (const ConfigVariable& v : kVariables) {
+    if (v.name == name) return v;
   }
-  return Status(StatusCode::kInvalidArgument,
-                fmt::format("{}: '{}' is not one of auto{}", var, *text, names));
+  std::abort();  // a name of this file's own table: a typo here is a bug
+}
+
+/// An algorithm variable's choice, or `fallback` when unset.
+Result<Algo> read_algo(std::string_view name, std::span<const Algo> algos, Algo fallback) {
+  REMORA_ASSIGN_OR_RETURN(auto n, core::read_value(var(name)));
+  return n ? algos[*n] : fallback;
+}
+
+/// A number or size variable, or `fallback` when unset.
+Result<uint64_t> read_number(std::string_view name, uint64_t fallback) {
+  REMORA_ASSIGN_OR_RETURN(auto n, core::read_value(var(name)));
+  return n.value_or(fallback);
+}
+
+Status check_device_segment(size_t bytes) {
+  if ((bytes != 0 && bytes < 4096) || bytes > (size_t{1} << 30)) {
+    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_DEVICE_SEGMENT must be 0 (off) or 4K..1G");
+  }
+  return Status::ok();
 }
 
 }  // namespace
 
-core::VariableList variables() noexcept {
-  static constexpr std::string_view kVariables[] = {
-      // Launching (launch.cc, bootstrap.cc):
-      "REMORA_RANK", "REMORA_WORLD_SIZE", "REMORA_LOCAL_RANK", "REMORA_LOCAL_WORLD_SIZE", "REMORA_STORE", "REMORA_HOST",
-      // The collectives (CollConfig::from_env):
-      "REMORA_COLL_TIMEOUT_MS", "REMORA_ALLREDUCE_ALGO", "REMORA_BCAST_ALGO", "REMORA_REDUCE_ALGO",
-      "REMORA_ALLGATHER_ALGO", "REMORA_RING_THRESHOLD", "REMORA_COLL_PIPELINE", "REMORA_COLL_DEVICE_SEGMENT"};
-  return kVariables;
-}
+core::VariableTable variables() noexcept { return kVariables; }
 
 std::string_view to_string(Algo a) noexcept {
   switch (a) {
@@ -72,30 +184,17 @@ std::string_view to_string(Algo a) noexcept {
 
 Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   CollConfig c;
-  if (auto text = core::getenv_view("REMORA_COLL_TIMEOUT_MS")) {
-    auto v = core::parse_uint(*text, 1, 24ull * 3600 * 1000);
-    if (!v) return Status(StatusCode::kInvalidArgument, "REMORA_COLL_TIMEOUT_MS: " + v.status().message());
-    c.timeout = std::chrono::milliseconds(*v);
-  }
-  REMORA_ASSIGN_OR_RETURN(c.allreduce, parse_algo("REMORA_ALLREDUCE_ALGO", {Algo::kRing, Algo::kRecursiveDoubling}));
-  REMORA_ASSIGN_OR_RETURN(c.broadcast, parse_algo("REMORA_BCAST_ALGO", {Algo::kTree, Algo::kChain}));
-  REMORA_ASSIGN_OR_RETURN(c.reduce, parse_algo("REMORA_REDUCE_ALGO", {Algo::kTree, Algo::kChain}));
-  REMORA_ASSIGN_OR_RETURN(c.allgather, parse_algo("REMORA_ALLGATHER_ALGO", {Algo::kRing, Algo::kRecursiveDoubling}));
-  for (auto [var, field] : {std::pair{"REMORA_RING_THRESHOLD", &c.ring_threshold},
-                            std::pair{"REMORA_COLL_PIPELINE", &c.pipeline_bytes},
-                            std::pair{"REMORA_COLL_DEVICE_SEGMENT", &c.device_segment_bytes}}) {
-    if (auto text = core::getenv_view(var)) {
-      auto v = core::parse_size(*text);
-      if (!v) return Status(StatusCode::kInvalidArgument, std::string(var) + ": " + v.status().message());
-      *field = *v;
-    }
-  }
-  if (c.pipeline_bytes < 4096 || c.pipeline_bytes > (size_t{1} << 30)) {
-    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_PIPELINE must be 4K..1G");
-  }
-  if (c.device_segment_bytes != 0 && (c.device_segment_bytes < 4096 || c.device_segment_bytes > (size_t{1} << 30))) {
-    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_DEVICE_SEGMENT must be 0 (off) or 4K..1G");
-  }
+  const auto default_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.timeout).count();
+  REMORA_ASSIGN_OR_RETURN(const uint64_t ms, read_number("REMORA_COLL_TIMEOUT_MS", static_cast<uint64_t>(default_ms)));
+  c.timeout = std::chrono::milliseconds(ms);
+  REMORA_ASSIGN_OR_RETURN(c.allreduce, read_algo("REMORA_ALLREDUCE_ALGO", kRingRdAlgos, c.allreduce));
+  REMORA_ASSIGN_OR_RETURN(c.broadcast, read_algo("REMORA_BCAST_ALGO", kTreeChainAlgos, c.broadcast));
+  REMORA_ASSIGN_OR_RETURN(c.reduce, read_algo("REMORA_REDUCE_ALGO", kTreeChainAlgos, c.reduce));
+  REMORA_ASSIGN_OR_RETURN(c.allgather, read_algo("REMORA_ALLGATHER_ALGO", kRingRdAlgos, c.allgather));
+  REMORA_ASSIGN_OR_RETURN(c.ring_threshold, read_number("REMORA_RING_THRESHOLD", c.ring_threshold));
+  REMORA_ASSIGN_OR_RETURN(c.pipeline_bytes, read_number("REMORA_COLL_PIPELINE", c.pipeline_bytes));
+  REMORA_ASSIGN_OR_RETURN(c.device_segment_bytes, read_number("REMORA_COLL_DEVICE_SEGMENT", c.device_segment_bytes));
+  REMORA_RETURN_IF_ERROR(check_device_segment(c.device_segment_bytes));
   if (options.timeout) {
     if (*options.timeout <= Duration::zero()) return Status(StatusCode::kInvalidArgument, "CommOptions::timeout must be positive");
     c.timeout = *options.timeout;
@@ -106,9 +205,7 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
 Result<CollConfig> call_config(const CollConfig& base, std::string_view what, std::initializer_list<Algo> allowed,
                                Algo CollConfig::*field, const CollectiveOptions& options) {
   CollConfig c = base;
-  if (c.device_segment_bytes != 0 && (c.device_segment_bytes < 4096 || c.device_segment_bytes > (size_t{1} << 30))) {
-    return Status(StatusCode::kInvalidArgument, "REMORA_COLL_DEVICE_SEGMENT must be 0 (off) or 4K..1G");
-  }
+  REMORA_RETURN_IF_ERROR(check_device_segment(c.device_segment_bytes));
   if (options.timeout) {
     if (*options.timeout <= Duration::zero()) {
       return Status(StatusCode::kInvalidArgument, fmt::format("{}: CollectiveOptions::timeout must be positive", what));
@@ -304,7 +401,8 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
     const auto now = Clock::now();
     const bool expired = now >= deadline;
     // Endpoint failures do not route here: look at them every 20 ms of waiting.
-    if (!expired) (void)Request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
+    if (!expired)
+      (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
     if (!waiter->done()) {
       {
         std::lock_guard lock(mu_);
@@ -487,7 +585,7 @@ Request CommCore::post(Body body, const CollConfig& call) {
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
   }
   queue_cv_.notify_all();
-  return Request(state);
+  return detail::make_request(state);
 }
 
 void CommCore::worker_main() {
@@ -534,12 +632,12 @@ Tag user_tag(uint32_t comm, uint32_t tag) { return static_cast<Tag>((uint64_t{co
 }  // namespace
 
 Request CommCore::send_user(const void* data, size_t bytes, int peer, uint32_t tag) {
-  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  if (world_->failed()) return detail::make_request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
   return world_->peer(world_rank(peer)).send(std::span(static_cast<const std::byte*>(data), bytes), user_tag(id_, tag));
 }
 
 Request CommCore::recv_user(void* data, size_t bytes, int peer, uint32_t tag) {
-  if (world_->failed()) return Request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
+  if (world_->failed()) return detail::make_request(detail::RequestState::completed(world_->failure(), 0, Tag{}));
   return world_->peer(world_rank(peer)).recv(std::span(static_cast<std::byte*>(data), bytes), user_tag(id_, tag));
 }
 

@@ -100,7 +100,7 @@ Status run(CommCore& c, Prepared p, const Result<CollConfig>& call) {
 }
 Request post(CommCore& c, Prepared p, const Result<CollConfig>& call) {
   Status check = p.check.is_ok() ? call.status() : p.check;
-  if (!check.is_ok()) return Request(detail::RequestState::completed(check, 0, Tag{}));
+  if (!check.is_ok()) return detail::make_request(detail::RequestState::completed(check, 0, Tag{}));
   return c.post(std::move(p.body), *call);
 }
 Result<CollConfig> call_config(CommCore& c, CollectiveKind kind, const CollectiveOptions& options) {
@@ -429,13 +429,13 @@ Status check_tag(const char* what, Tag tag) {
 Request Communicator::isend(const void* buf, size_t count, DataType type, int peer, Tag tag) {
   Status s =
       first_error({core_->check_peer(peer), check_buffer("send", buf, count, type, false), check_tag("send", tag)});
-  if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
+  if (!s.is_ok()) return detail::make_request(detail::RequestState::completed(s, 0, Tag{}));
   return core_->send_user(buf, count * size_of(type), peer, static_cast<uint32_t>(tag));
 }
 Request Communicator::irecv(void* buf, size_t count, DataType type, int peer, Tag tag) {
   Status s =
       first_error({core_->check_peer(peer), check_buffer("recv", buf, count, type, false), check_tag("recv", tag)});
-  if (!s.is_ok()) return Request(detail::RequestState::completed(s, 0, Tag{}));
+  if (!s.is_ok()) return detail::make_request(detail::RequestState::completed(s, 0, Tag{}));
   return core_->recv_user(buf, count * size_of(type), peer, static_cast<uint32_t>(tag));
 }
 Status Communicator::send(const void* buf, size_t count, DataType type, int peer, Tag tag) {

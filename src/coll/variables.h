@@ -10,6 +10,6 @@ namespace remora::coll {
 /// REMORA_RANK, REMORA_WORLD_SIZE, REMORA_LOCAL_RANK, REMORA_LOCAL_WORLD_SIZE,
 /// REMORA_STORE, REMORA_HOST, REMORA_COLL_TIMEOUT_MS, REMORA_*_ALGO,
 /// REMORA_RING_THRESHOLD, REMORA_COLL_PIPELINE.
-core::VariableList variables() noexcept;
+core::VariableTable variables() noexcept;
 
 }  // namespace remora::coll

@@ -1,3 +1,4 @@
+// core/log.cc — the logger (core/log.h) and core's row of the configuration table: REMORA_LOG.
 #include "core/log.h"
 
 #include <unistd.h>
@@ -7,20 +8,33 @@
 #include <mutex>
 #include <string>
 
+#include "core/env.h"
+
 namespace remora::core {
 namespace {
 
 std::atomic<int> g_level{-1};
 
+constexpr std::string_view kLevelWords[] = {"error", "warn", "info", "debug", "trace"};
+static_assert(static_cast<int>(LogLevel::kError) == 0 && static_cast<int>(LogLevel::kTrace) == 4,
+              "kLevelWords follows LogLevel");
+constexpr ConfigVariable kLogVariable{
+    .name = "REMORA_LOG",
+    .section = "Context",
+    .kind = ConfigKind::kChoice,
+    .default_text = "warn",
+    .choices = kLevelWords,
+    .field = "log_level",
+    .doc = "how much the library logs, to stderr, one line per message (one log per process)"};
+
 int init_level() noexcept {
-  LogLevel level = LogLevel::kWarn;
-  if (const char* env = std::getenv("REMORA_LOG")) {
-    if (!parse_log_level(env, &level)) {
-      std::fprintf(stderr, "remora[%d] WARN REMORA_LOG=%s is not one of error|warn|info|debug|trace; using warn\n",
-                   static_cast<int>(getpid()), env);
-    }
+  auto level = read_value(kLogVariable);
+  if (!level) {
+    std::fprintf(stderr, "remora[%d] WARN %s; logging at warn\n", static_cast<int>(getpid()),
+                 level.status().message().c_str());
+    return static_cast<int>(LogLevel::kWarn);
   }
-  return static_cast<int>(level);
+  return static_cast<int>(level->value_or(static_cast<uint64_t>(LogLevel::kWarn)));
 }
 
 }  // namespace
@@ -36,19 +50,9 @@ LogLevel log_level() noexcept {
 
 void set_log_level(LogLevel level) noexcept { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
-bool parse_log_level(std::string_view text, LogLevel* out) noexcept {
-  std::string lower;
-  for (char c : text) lower += static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
-  static constexpr std::pair<std::string_view, LogLevel> kNames[] = {
-      {"error", LogLevel::kError}, {"warn", LogLevel::kWarn},   {"warning", LogLevel::kWarn},
-      {"info", LogLevel::kInfo},   {"debug", LogLevel::kDebug}, {"trace", LogLevel::kTrace}};
-  for (const auto& [name, level] : kNames) {
-    if (lower == name) {
-      *out = level;
-      return true;
-    }
-  }
-  return false;
+VariableTable core_variables() noexcept {
+  static constexpr ConfigVariable kRows[] = {kLogVariable};
+  return kRows;
 }
 
 std::string_view to_string(LogLevel level) noexcept {

@@ -1,21 +1,20 @@
 // core/log.h — the internal logger. Level from REMORA_LOG (error, warn, info, debug,
-// trace); lines go to stderr as "remora[pid] LEVEL message".
+// trace; its row is core's in core/env.h's table); lines go to stderr as
+// "remora[pid] LEVEL message".
 #pragma once
-
-#include <fmt/format.h>
 
 #include <atomic>
 #include <string_view>
 
-#include "remora/config.h"
+#include <fmt/format.h>
+
+#include "remora/types.h"
 
 namespace remora::core {
 
 /// Current level; initialised from REMORA_LOG on first use, changeable at run time.
 LogLevel log_level() noexcept;
 void set_log_level(LogLevel level) noexcept;
-/// Parses "error|warn|info|debug|trace" (case-insensitive); false if unknown.
-bool parse_log_level(std::string_view text, LogLevel* out) noexcept;
 std::string_view to_string(LogLevel level) noexcept;
 
 void log_line(LogLevel level, std::string_view message) noexcept;

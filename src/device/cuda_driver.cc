@@ -23,7 +23,15 @@ namespace remora::device {
 namespace {
 
 constexpr const char* kDefaultDriver = "libcuda.so.1";
-constexpr const char* kDriverVariable = "REMORA_CUDA_DRIVER";
+constexpr ConfigVariable kDriverVariable{
+    .name = "REMORA_CUDA_DRIVER",
+    .section = "Devices",
+    .kind = ConfigKind::kText,
+    .default_text = "libcuda.so.1",
+    .max = 4096,
+    .doc =
+        "the CUDA driver library to `dlopen` (a path, or a name the loader searches); where it cannot be loaded "
+        "or is not a driver, CUDA is unavailable and every CUDA call says why"};
 
 struct KnownResult {
   cu::CUresult code;
@@ -95,9 +103,9 @@ void* resolve(void* handle, cu::PFN_cuGetProcAddress get_proc, const char* name,
 }
 
 Result<const CudaDriver*> load() {
-  const auto configured = core::getenv_view(kDriverVariable);
+  REMORA_ASSIGN_OR_RETURN(const auto configured, core::read_text(kDriverVariable));
   const std::string path = configured ? std::string(*configured) : kDefaultDriver;
-  const std::string origin = configured ? fmt::format(" (from {})", kDriverVariable) : "";
+  const std::string origin = configured ? fmt::format(" (from {})", kDriverVariable.name) : "";
 
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -161,8 +169,8 @@ Result<const CudaDriver*> load() {
 
 }  // namespace
 
-core::VariableList variables() noexcept {
-  static constexpr std::string_view kVariables[] = {kDriverVariable};
+core::VariableTable variables() noexcept {
+  static constexpr ConfigVariable kVariables[] = {kDriverVariable};
   return kVariables;
 }
 

@@ -7,6 +7,6 @@
 namespace remora::device {
 
 /// REMORA_CUDA_DRIVER: the CUDA driver library to load instead of libcuda.so.1.
-core::VariableList variables() noexcept;
+core::VariableTable variables() noexcept;
 
 }  // namespace remora::device

@@ -14,6 +14,8 @@ using engine::Clock;
 
 Request::Request(std::shared_ptr<detail::RequestState> state) noexcept : state_(std::move(state)) {}
 
+Request detail::make_request(std::shared_ptr<RequestState> state) noexcept { return Request(std::move(state)); }
+
 bool Request::done() const noexcept { return state_ != nullptr && state_->done(); }
 size_t Request::bytes() const noexcept { return done() ? state_->bytes : 0; }
 Tag Request::tag() const noexcept { return state_ ? state_->tag : Tag{}; }

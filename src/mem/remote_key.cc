@@ -11,6 +11,7 @@
 #include "core/little_endian.h"
 #include "core/log.h"
 #include "remora/memory.h"
+#include "remora/testing/test_device.h"
 
 namespace remora {
 namespace {
@@ -30,10 +31,9 @@ bool known_kind(uint8_t kind) noexcept {
   switch (static_cast<MemoryKind>(kind)) {
     case MemoryKind::kHost:
     case MemoryKind::kCuda:
-    case MemoryKind::kDmabuf:
-    case MemoryKind::kTestDevice: return true;
+    case MemoryKind::kDmabuf: return true;
   }
-  return false;
+  return static_cast<MemoryKind>(kind) == testing::kTestDeviceKind;
 }
 
 Status malformed(std::string_view what) {

@@ -105,11 +105,11 @@ void watch(const std::shared_ptr<Batch>& b, size_t i, const Request& r) {
 Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOptions& options) {
   if (items.empty()) {
     if (options.notify) {
-      return Request(detail::RequestState::completed(
+      return detail::make_request(detail::RequestState::completed(
           Status(StatusCode::kInvalidArgument, "put_batch: a notification needs at least one item to name its region"),
           0, Tag{}));
     }
-    return Request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
+    return detail::make_request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
   }
   auto b = make_batch(core_, items.size());
   for (const TransferItem& it : items) b->bytes += it.local.size();
@@ -119,7 +119,7 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
     b->notify_key = items.back().key;
     b->notify_offset = items.back().remote_offset;
   }
-  Request batch(b->req);
+  Request batch = detail::make_request(b->req);
   std::vector<Request> posted;
   if (!core_->post_host_batch(items, /*put=*/true, posted)) {
     for (const TransferItem& it : items) posted.push_back(core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
@@ -129,10 +129,10 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
 }
 
 Request Endpoint::get_batch(std::span<const TransferItem> items) {
-  if (items.empty()) return Request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
+  if (items.empty()) return detail::make_request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
   auto b = make_batch(core_, items.size());
   for (const TransferItem& it : items) b->bytes += it.local.size();
-  Request batch(b->req);
+  Request batch = detail::make_request(b->req);
   std::vector<Request> posted;
   if (!core_->post_host_batch(items, /*put=*/false, posted)) {
     for (const TransferItem& it : items) posted.push_back(core_->get(it.local, it.key, it.remote_offset));

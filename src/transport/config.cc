@@ -1,9 +1,9 @@
-// transport/config.cc — the Context's configuration: Config::from_env reads the
-// REMORA_* variables of what a Context runs (logging, registration, progress engine,
-// endpoints), Config::validate checks the transport's limits, apply() lays
-// ContextOptions over them. The parsing helpers and the unknown-variable warning are
-// core's (core/env.h); the collectives read and check their own variables
-// (coll/comm_core.cc, coll/launch.cc).
+// transport/config.cc — the Context's configuration: the table of the REMORA_*
+// variables of what a Context runs (registration, progress engine, endpoints), one row
+// each with the Config and ContextOptions fields it sets; Config::from_env,
+// Config::validate, apply(), ContextOptions::set and config_value all walk that table.
+// Core keeps REMORA_LOG's row (core/log.cc) and the parsing (core/env.h); the
+// collectives keep theirs (coll/comm_core.cc).
 #include "remora/config.h"
 
 #include <algorithm>
@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -25,57 +27,373 @@
 namespace remora {
 namespace {
 
-constexpr uint32_t kMaxWaitTimeoutMs = 86'400'000;  // 24 h: longer waits ask for kForever
-constexpr uint32_t kMaxPendingHandshakes = 65536;
-constexpr uint32_t kMinPeerTimeoutMs = 1000;        // below, a busy machine's scheduling delays look like death
-constexpr uint32_t kMaxPeerTimeoutMs = 3'600'000;
 constexpr size_t kMaxAuthKeyFileBytes = 64 * 1024;  // a secret, not a data file
 
-/// A variable that is auto (true) or off (false), when set.
-Status read_auto_off(const char* name, bool* out) {
-  const auto text = core::getenv_view(name);
-  if (!text) return Status::ok();
-  if (*text != "auto" && *text != "off") {
-    return Status(StatusCode::kInvalidArgument, fmt::format("{}: '{}' is not one of auto|off", name, *text));
+/// A row's Config field and the ContextOptions field that overrides it (null: none).
+template <typename T>
+struct Fields {
+  T Config::*config;
+  std::optional<T> ContextOptions::*option = nullptr;
+};
+/// A kText row's Config field: a NUL-terminated character array (env only).
+template <size_t N>
+struct TextField {
+  std::array<char, N> Config::*config;
+};
+using Binding =
+    std::variant<std::monostate, Fields<uint32_t>, Fields<size_t>, Fields<bool>, Fields<LogLevel>, Fields<PinMode>,
+                 Fields<DevicePathMode>, Fields<ChecksumMode>, TextField<16>, TextField<108>>;
+
+struct Row {
+  const ConfigVariable& var;
+  std::string_view config_field;  ///< the Config member's name (config_value)
+  Binding bind;
+};
+
+constexpr std::string_view kPinWords[] = {"try", "require", "off"};
+constexpr std::string_view kPathWords[] = {"auto", "devmem", "zcrx", "staging"};
+constexpr std::string_view kChecksumWords[] = {"none", "crc32c"};
+constexpr std::string_view kAutoOff[] = {"auto", "off"};  // a switch: auto is true
+static_assert(static_cast<int>(PinMode::kOff) == 2 && static_cast<int>(DevicePathMode::kStaging) == 3 &&
+                  static_cast<int>(ChecksumMode::kCrc32c) == 1,
+              "the words follow the enumerations");
+
+constexpr const char* kContext = "Context";
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// The rows, in the order docs/configuration.md lists them.
+constexpr ConfigVariable kVariables[] = {
+    {.name = "REMORA_STREAMS",
+     .section = kContext,
+     .default_text = "2",
+     .min = 1,
+     .max = 64,
+     .field = "streams_per_endpoint",
+     .doc = "data streams (TCP connections) per endpoint; the connecting side's count is used"},
+    {.name = "REMORA_CHUNK_SIZE",
+     .section = kContext,
+     .kind = ConfigKind::kBytes,
+     .default_text = "512K",
+     .min = 4096,
+     .max = kGiB,
+     .field = "chunk_bytes",
+     .doc = "rendezvous chunk size"},
+    {.name = "REMORA_EAGER_LIMIT",
+     .section = kContext,
+     .kind = ConfigKind::kBytes,
+     .default_text = "16K",
+     .min = 0,
+     .max = 1 << 20,
+     .field = "eager_limit",
+     .doc = "largest message sent inline on the control stream"},
+    {.name = "REMORA_EAGER_CREDIT",
+     .section = kContext,
+     .kind = ConfigKind::kBytes,
+     .default_text = "1M",
+     .min = 64,
+     .max = 4 * kGiB,
+     .field = "eager_credit",
+     .doc = "bytes of unexpected eager messages this side buffers per endpoint (the peer's credit); at least the "
+            "eager limit + 64"},
+    {.name = "REMORA_MAX_OUTSTANDING",
+     .section = kContext,
+     .default_text = "65536",
+     .min = 1,
+     .max = 1 << 24,
+     .field = "max_outstanding",
+     .doc = "posted operations per endpoint not yet complete; more fail with `no_resource`"},
+    {.name = "REMORA_MAX_UNEXPECTED",
+     .section = kContext,
+     .default_text = "65536",
+     .min = 1,
+     .max = 1 << 24,
+     .field = "max_unexpected",
+     .doc = "unexpected large-message announcements and undelivered notifications per endpoint"},
+    {.name = "REMORA_RMA_WINDOW",
+     .section = kContext,
+     .default_text = "256",
+     .min = 1,
+     .max = 65536,
+     .field = "rma_window",
+     .doc = "one-sided requests a peer may have in service at this side per endpoint"},
+    {.name = "REMORA_STAGING_BUFFERS",
+     .section = kContext,
+     .default_text = "8",
+     .min = 2,
+     .max = 1024,
+     .field = "staging_buffers",
+     .doc = "chunk-sized pinned buffers per endpoint and direction that device memory moves through"},
+    {.name = "REMORA_DEVICE_PATH",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kPathWords,
+     .field = "device_path",
+     .doc = "the data path of device-memory transfers (docs/device-memory.md)"},
+    {.name = "REMORA_DEVMEM_IFNAME",
+     .section = kContext,
+     .kind = ConfigKind::kText,
+     .default_text = "unset",
+     .max = 15,
+     .doc = "the NIC devmem TCP and zcrx use"},
+    {.name = "REMORA_RXQ_SOCKET",
+     .section = kContext,
+     .kind = ConfigKind::kText,
+     .default_text = "unset",
+     .max = 107,
+     .doc = "the Unix socket of `remora rxq serve`, which steers data streams to devmem RX queues"},
+    {.name = "REMORA_RXQ_DEVICE_AREA",
+     .section = kContext,
+     .kind = ConfigKind::kBytes,
+     .default_text = "0",
+     .min = 0,
+     .max = 64 * kGiB,
+     .doc = "with `REMORA_RXQ_SOCKET`: device memory each endpoint takes as its own devmem receive area; 0: rxq's "
+            "host buffer"},
+    {.name = "REMORA_ZCRX_AREA",
+     .section = kContext,
+     .kind = ConfigKind::kBytes,
+     .default_text = "16M",
+     .min = 64 << 10,
+     .max = 64 * kGiB,
+     .doc = "with `REMORA_DEVICE_PATH=zcrx`: host memory each endpoint registers as its zcrx receive area"},
+    {.name = "REMORA_SPIN_US",
+     .section = kContext,
+     .default_text = "200",
+     .min = 0,
+     .max = 60'000'000,
+     .field = "spin_us",
+     .doc = "µs a waiting thread polls without progress before it blocks; 0: block at once"},
+    {.name = "REMORA_PROGRESS_LINGER_US",
+     .section = kContext,
+     .default_text = "1000",
+     .min = 0,
+     .max = 60'000'000,
+     .field = "progress_linger_us",
+     .doc = "µs the progress thread stays parked after the last spinning waiter left"},
+    {.name = "REMORA_PROGRESS_POLL_US",
+     .section = kContext,
+     .default_text = "100",
+     .min = 0,
+     .max = 60'000'000,
+     .field = "progress_poll_us",
+     .doc = "µs the progress thread keeps polling after it served something"},
+    {.name = "REMORA_CONNECT_TIMEOUT_MS",
+     .section = kContext,
+     .default_text = "10000",
+     .min = 1,
+     .max = 3'600'000,
+     .field = "connect_timeout_ms",
+     .doc = "default deadline of `connect` (TCP connect, handshake, data streams)"},
+    {.name = "REMORA_HANDSHAKE_TIMEOUT_MS",
+     .section = kContext,
+     .default_text = "10000",
+     .min = 1,
+     .max = 3'600'000,
+     .field = "handshake_timeout_ms",
+     .doc = "an accepted connection that has not finished its handshake by then is closed"},
+    {.name = "REMORA_MAX_PENDING_HANDSHAKES",
+     .section = kContext,
+     .default_text = "256",
+     .min = 1,
+     .max = 65536,
+     .field = "max_pending_handshakes",
+     .doc = "handshakes in progress at once, per listener and per context; raise it above a large job's rank count"},
+    {.name = "REMORA_WAIT_TIMEOUT_MS",
+     .section = kContext,
+     .default_text = "300000",
+     .min = 1,
+     .max = 86'400'000,
+     .field = "wait_timeout_ms",
+     .doc = "bound of every wait given no timeout (`remora::kDefaultTimeout`)"},
+    {.name = "REMORA_PEER_TIMEOUT_MS",
+     .section = kContext,
+     .default_text = "30000",
+     .min = 1000,
+     .max = 3'600'000,
+     .field = "peer_timeout_ms",
+     .doc = "a peer silent this long while anything is outstanding on its endpoint is declared dead"},
+    {.name = "REMORA_CHECKSUM",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "none",
+     .choices = kChecksumWords,
+     .field = "checksum",
+     .doc = "`crc32c`: every payload carries a CRC-32C the receiver checks; both sides must agree"},
+    {.name = "REMORA_SAME_HOST",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kAutoOff,
+     .field = "same_host_pulls",
+     .doc = "`auto`: a peer on this host reads chunks straight out of this process's memory; `off`: every byte on TCP"},
+    {.name = "REMORA_PULL_HUGEPAGES",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kAutoOff,
+     .field = "pull_huge_pages",
+     .doc = "`auto`: memory a same-host peer pulls again and again is collapsed into huge pages"},
+    {.name = "REMORA_PIN",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "try",
+     .choices = kPinWords,
+     .field = "pin_mode",
+     .doc = "page locking at registration: `require` fails with `no_resource` where RLIMIT_MEMLOCK refuses"},
+    {.name = "REMORA_AUTH_KEY",
+     .section = kContext,
+     .kind = ConfigKind::kSecret,
+     .default_text = "unset",
+     .field = "auth_key",
+     .doc = "the job's shared secret: every connection and the rendezvous store then authenticate both ways"},
+    {.name = "REMORA_AUTH_KEY_FILE",
+     .section = kContext,
+     .kind = ConfigKind::kSecret,
+     .default_text = "unset",
+     .doc = "a file holding the secret instead (one trailing newline dropped); not with `REMORA_AUTH_KEY`"},
+};
+
+const ConfigVariable& var(std::string_view name) {
+  for (const ConfigVariable& v : kVariables) {
+    if (v.name == name) return v;
   }
-  *out = *text == "auto";
-  return Status::ok();
+  std::abort();  // a name of this file's own table: a typo here is a bug
+}
+
+/// Every row of the table but the two secrets (AuthKey::from_env reads them) with its
+/// fields; REMORA_LOG's row is core's.
+const std::vector<Row>& rows() {
+  static const std::vector<Row> kRows = [] {
+    std::vector<Row> r{
+        {core::core_variables()[0], "log_level", Fields<LogLevel>{&Config::log_level, &ContextOptions::log_level}},
+        {var("REMORA_STREAMS"), "streams_per_endpoint",
+         Fields<uint32_t>{&Config::streams_per_endpoint, &ContextOptions::streams_per_endpoint}},
+        {var("REMORA_CHUNK_SIZE"), "chunk_bytes", Fields<size_t>{&Config::chunk_bytes, &ContextOptions::chunk_bytes}},
+        {var("REMORA_EAGER_LIMIT"), "eager_limit", Fields<size_t>{&Config::eager_limit, &ContextOptions::eager_limit}},
+        {var("REMORA_EAGER_CREDIT"), "eager_credit",
+         Fields<size_t>{&Config::eager_credit, &ContextOptions::eager_credit}},
+        {var("REMORA_MAX_OUTSTANDING"), "max_outstanding",
+         Fields<uint32_t>{&Config::max_outstanding, &ContextOptions::max_outstanding}},
+        {var("REMORA_MAX_UNEXPECTED"), "max_unexpected",
+         Fields<uint32_t>{&Config::max_unexpected, &ContextOptions::max_unexpected}},
+        {var("REMORA_RMA_WINDOW"), "rma_window", Fields<uint32_t>{&Config::rma_window, &ContextOptions::rma_window}},
+        {var("REMORA_STAGING_BUFFERS"), "staging_buffers",
+         Fields<uint32_t>{&Config::staging_buffers, &ContextOptions::staging_buffers}},
+        {var("REMORA_DEVICE_PATH"), "device_path",
+         Fields<DevicePathMode>{&Config::device_path, &ContextOptions::device_path}},
+        {var("REMORA_DEVMEM_IFNAME"), "devmem_ifname", TextField<16>{&Config::devmem_ifname}},
+        {var("REMORA_RXQ_SOCKET"), "rxq_socket", TextField<108>{&Config::rxq_socket}},
+        {var("REMORA_RXQ_DEVICE_AREA"), "rxq_device_area", Fields<size_t>{&Config::rxq_device_area}},
+        {var("REMORA_ZCRX_AREA"), "zcrx_area", Fields<size_t>{&Config::zcrx_area}},
+        {var("REMORA_SPIN_US"), "spin_us", Fields<uint32_t>{&Config::spin_us, &ContextOptions::spin_us}},
+        {var("REMORA_PROGRESS_LINGER_US"), "progress_linger_us",
+         Fields<uint32_t>{&Config::progress_linger_us, &ContextOptions::progress_linger_us}},
+        {var("REMORA_PROGRESS_POLL_US"), "progress_poll_us",
+         Fields<uint32_t>{&Config::progress_poll_us, &ContextOptions::progress_poll_us}},
+        {var("REMORA_CONNECT_TIMEOUT_MS"), "connect_timeout_ms",
+         Fields<uint32_t>{&Config::connect_timeout_ms, &ContextOptions::connect_timeout_ms}},
+        {var("REMORA_HANDSHAKE_TIMEOUT_MS"), "handshake_timeout_ms",
+         Fields<uint32_t>{&Config::handshake_timeout_ms, &ContextOptions::handshake_timeout_ms}},
+        {var("REMORA_MAX_PENDING_HANDSHAKES"), "max_pending_handshakes",
+         Fields<uint32_t>{&Config::max_pending_handshakes, &ContextOptions::max_pending_handshakes}},
+        {var("REMORA_WAIT_TIMEOUT_MS"), "wait_timeout_ms",
+         Fields<uint32_t>{&Config::wait_timeout_ms, &ContextOptions::wait_timeout_ms}},
+        {var("REMORA_PEER_TIMEOUT_MS"), "peer_timeout_ms",
+         Fields<uint32_t>{&Config::peer_timeout_ms, &ContextOptions::peer_timeout_ms}},
+        {var("REMORA_CHECKSUM"), "checksum", Fields<ChecksumMode>{&Config::checksum, &ContextOptions::checksum}},
+        {var("REMORA_SAME_HOST"), "same_host_pulls",
+         Fields<bool>{&Config::same_host_pulls, &ContextOptions::same_host_pulls}},
+        {var("REMORA_PULL_HUGEPAGES"), "pull_huge_pages",
+         Fields<bool>{&Config::pull_huge_pages, &ContextOptions::pull_huge_pages}},
+        {var("REMORA_PIN"), "pin_mode", Fields<PinMode>{&Config::pin_mode, &ContextOptions::pin_mode}},
+    };
+    return r;
+  }();
+  return kRows;
+}
+
+/// A number, as a row's field holds it: a count or size, a choice's position, or a
+/// switch (position 0, "auto", is true).
+template <typename T>
+T from_number(uint64_t n) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return n == 0;
+  } else {
+    return static_cast<T>(n);
+  }
+}
+template <typename T>
+uint64_t to_number(T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? 0 : 1;
+  } else {
+    return static_cast<uint64_t>(v);
+  }
+}
+
+/// Reads a row's variable from the environment into `c`.
+Status read_row(const Row& row, Config& c) {
+  return std::visit(
+      [&](const auto& b) -> Status {
+        using B = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<B, std::monostate>) {
+          return Status::ok();
+        } else if constexpr (std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>>) {
+          REMORA_ASSIGN_OR_RETURN(auto text, core::read_text(row.var));
+          if (text) {
+            auto& field = c.*b.config;
+            field.fill('\0');
+            std::copy(text->begin(), text->end(), field.begin());
+          }
+          return Status::ok();
+        } else {
+          REMORA_ASSIGN_OR_RETURN(auto n, core::read_value(row.var));
+          using T = std::remove_reference_t<decltype(c.*b.config)>;
+          if (n) c.*b.config = from_number<T>(*n);
+          return Status::ok();
+        }
+      },
+      row.bind);
+}
+
+/// The value of a row's field of `c` as a number, for its range check; nullopt: text.
+std::optional<uint64_t> number_of(const Row& row, const Config& c) {
+  return std::visit(
+      [&](const auto& b) -> std::optional<uint64_t> {
+        using B = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<B, std::monostate> || std::is_same_v<B, TextField<16>> ||
+                      std::is_same_v<B, TextField<108>>) {
+          return std::nullopt;
+        } else {
+          return to_number(c.*b.config);
+        }
+      },
+      row.bind);
+}
+
+const Row* row_of_field(std::string_view field) {
+  if (field.empty()) return nullptr;
+  for (const Row& r : rows()) {
+    if (r.var.field == field) return &r;
+  }
+  return nullptr;
+}
+
+Status no_such_field(std::string_view field) {
+  std::string known;
+  for (const Row& r : rows()) {
+    if (!r.var.field.empty()) known += fmt::format("{}{}", known.empty() ? "" : ", ", r.var.field);
+  }
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("no option '{}': the options are {}, auth_key", field, known));
 }
 
 }  // namespace
 
 namespace transport {
 
-core::VariableList variables() noexcept {
-  static constexpr std::string_view kVariables[] = {"REMORA_STREAMS",
-                                                    "REMORA_CHUNK_SIZE",
-                                                    "REMORA_EAGER_LIMIT",
-                                                    "REMORA_EAGER_CREDIT",
-                                                    "REMORA_MAX_OUTSTANDING",
-                                                    "REMORA_MAX_UNEXPECTED",
-                                                    "REMORA_RMA_WINDOW",
-                                                    "REMORA_STAGING_BUFFERS",
-                                                    "REMORA_SPIN_US",
-                                                    "REMORA_PROGRESS_LINGER_US",
-                                                    "REMORA_PROGRESS_POLL_US",
-                                                    "REMORA_CONNECT_TIMEOUT_MS",
-                                                    "REMORA_HANDSHAKE_TIMEOUT_MS",
-                                                    "REMORA_MAX_PENDING_HANDSHAKES",
-                                                    "REMORA_WAIT_TIMEOUT_MS",
-                                                    "REMORA_PEER_TIMEOUT_MS",
-                                                    "REMORA_PIN",
-                                                    "REMORA_DEVICE_PATH",
-                                                    "REMORA_DEVMEM_IFNAME",
-                                                    "REMORA_RXQ_SOCKET",
-                                                    "REMORA_RXQ_DEVICE_AREA",
-                                                    "REMORA_ZCRX_AREA",
-                                                    "REMORA_CHECKSUM",
-                                                    "REMORA_SAME_HOST",
-                                                    "REMORA_PULL_HUGEPAGES",
-                                                    "REMORA_AUTH_KEY",
-                                                    "REMORA_AUTH_KEY_FILE"};
-  return kVariables;
-}
+core::VariableTable variables() noexcept { return kVariables; }
 
 }  // namespace transport
 
@@ -138,120 +456,26 @@ Result<std::optional<AuthKey>> AuthKey::from_env() {
 Result<Config> Config::from_env() {
   Config c;
   REMORA_ASSIGN_OR_RETURN(c.auth_key, AuthKey::from_env());
-  if (auto text = core::getenv_view("REMORA_LOG")) {
-    if (!core::parse_log_level(*text, &c.log_level)) {
-      return Status(StatusCode::kInvalidArgument,
-                    "REMORA_LOG: '" + std::string(*text) + "' is not one of error|warn|info|debug|trace");
-    }
-  }
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_STREAMS", &c.streams_per_endpoint, 1, 64));
-  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_CHUNK_SIZE", &c.chunk_bytes));
-  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_EAGER_LIMIT", &c.eager_limit));
-  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_EAGER_CREDIT", &c.eager_credit));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_MAX_OUTSTANDING", &c.max_outstanding, 1, 1u << 24));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_MAX_UNEXPECTED", &c.max_unexpected, 1, 1u << 24));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_RMA_WINDOW", &c.rma_window, 1, 65536));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_STAGING_BUFFERS", &c.staging_buffers, 2, 1024));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_SPIN_US", &c.spin_us, 0, 10'000'000));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_LINGER_US", &c.progress_linger_us, 0, 10'000'000));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_PROGRESS_POLL_US", &c.progress_poll_us, 0, 10'000'000));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_CONNECT_TIMEOUT_MS", &c.connect_timeout_ms, 1, 3'600'000));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_HANDSHAKE_TIMEOUT_MS", &c.handshake_timeout_ms, 1, 3'600'000));
-  REMORA_RETURN_IF_ERROR(
-      core::read_env_uint("REMORA_MAX_PENDING_HANDSHAKES", &c.max_pending_handshakes, 1, kMaxPendingHandshakes));
-  REMORA_RETURN_IF_ERROR(core::read_env_uint("REMORA_WAIT_TIMEOUT_MS", &c.wait_timeout_ms, 1, kMaxWaitTimeoutMs));
-  REMORA_RETURN_IF_ERROR(
-      core::read_env_uint("REMORA_PEER_TIMEOUT_MS", &c.peer_timeout_ms, kMinPeerTimeoutMs, kMaxPeerTimeoutMs));
-  if (auto text = core::getenv_view("REMORA_PIN")) {
-    if (*text == "try") {
-      c.pin_mode = PinMode::kTry;
-    } else if (*text == "require") {
-      c.pin_mode = PinMode::kRequire;
-    } else if (*text == "off") {
-      c.pin_mode = PinMode::kOff;
-    } else {
-      return Status(StatusCode::kInvalidArgument,
-                    "REMORA_PIN: '" + std::string(*text) + "' is not one of try|require|off");
-    }
-  }
-  if (auto text = core::getenv_view("REMORA_DEVICE_PATH")) {
-    if (*text == "auto") {
-      c.device_path = DevicePathMode::kAuto;
-    } else if (*text == "devmem") {
-      c.device_path = DevicePathMode::kDevmem;
-    } else if (*text == "zcrx") {
-      c.device_path = DevicePathMode::kZcrx;
-    } else if (*text == "staging") {
-      c.device_path = DevicePathMode::kStaging;
-    } else {
-      return Status(StatusCode::kInvalidArgument,
-                    "REMORA_DEVICE_PATH: '" + std::string(*text) + "' is not one of auto|devmem|zcrx|staging");
-    }
-  }
-  if (auto text = core::getenv_view("REMORA_CHECKSUM")) {
-    if (*text == "none") {
-      c.checksum = ChecksumMode::kNone;
-    } else if (*text == "crc32c") {
-      c.checksum = ChecksumMode::kCrc32c;
-    } else {
-      return Status(StatusCode::kInvalidArgument,
-                    "REMORA_CHECKSUM: '" + std::string(*text) + "' is not one of none|crc32c");
-    }
-  }
-  REMORA_RETURN_IF_ERROR(read_auto_off("REMORA_SAME_HOST", &c.same_host_pulls));
-  REMORA_RETURN_IF_ERROR(read_auto_off("REMORA_PULL_HUGEPAGES", &c.pull_huge_pages));
-  if (auto text = core::getenv_view("REMORA_DEVMEM_IFNAME")) {
-    if (text->size() >= c.devmem_ifname.size()) {
-      return Status(StatusCode::kInvalidArgument,
-                    "REMORA_DEVMEM_IFNAME: '" + std::string(*text) + "' is longer than an interface name (15 characters)");
-    }
-    std::copy(text->begin(), text->end(), c.devmem_ifname.begin());
-  }
-  if (auto text = core::getenv_view("REMORA_RXQ_SOCKET")) {
-    if (text->size() >= c.rxq_socket.size()) {
-      return Status(StatusCode::kInvalidArgument, "REMORA_RXQ_SOCKET: '" + std::string(*text) +
-                                                      "' is longer than a Unix socket path (107 characters)");
-    }
-    std::copy(text->begin(), text->end(), c.rxq_socket.begin());
-  }
-  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_RXQ_DEVICE_AREA", &c.rxq_device_area));
-  REMORA_RETURN_IF_ERROR(core::read_env_size("REMORA_ZCRX_AREA", &c.zcrx_area));
-  core::warn_unknown_variables(core::known_variable_lists());
+  for (const Row& row : rows()) REMORA_RETURN_IF_ERROR(read_row(row, c));
+  core::warn_unknown_variables(core::variable_tables());
   REMORA_RETURN_IF_ERROR(c.validate());
   return c;
 }
 
 Status Config::validate() const {
-  auto bad = [](std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); };
-  if (streams_per_endpoint < 1 || streams_per_endpoint > 64)
-    return bad("streams_per_endpoint (REMORA_STREAMS) must be 1..64");
-  if (chunk_bytes < 4096 || chunk_bytes > (size_t{1} << 30))
-    return bad("chunk_bytes (REMORA_CHUNK_SIZE) must be 4K..1G");
-  if (eager_limit > (size_t{1} << 20)) return bad("eager_limit (REMORA_EAGER_LIMIT) must be at most 1M");
-  if (zcrx_area < (size_t{64} << 10) || zcrx_area > (size_t{64} << 30)) {
-    return bad("zcrx_area (REMORA_ZCRX_AREA) must be between 64K and 64G");
+  for (const Row& row : rows()) {
+    if (auto n = number_of(row, *this); n && row.var.kind != ConfigKind::kChoice) {
+      REMORA_RETURN_IF_ERROR(core::check_range(row.var, *n));
+    } else if (n && *n >= row.var.choices.size()) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("{} ({}) holds {}, which is none of {}", row.var.field,
+                                                              row.var.name, *n, row.var.range()));
+    }
   }
-  if (eager_credit < eager_limit + 64)
-    return bad("eager_credit (REMORA_EAGER_CREDIT) must exceed eager_limit by at least 64 bytes");
-  if (eager_credit > (size_t{1} << 32)) return bad("eager_credit (REMORA_EAGER_CREDIT) must be at most 4G");
-  if (max_outstanding < 1) return bad("max_outstanding (REMORA_MAX_OUTSTANDING) must be at least 1");
-  if (max_unexpected < 1) return bad("max_unexpected (REMORA_MAX_UNEXPECTED) must be at least 1");
-  if (rma_window < 1 || rma_window > 65536) return bad("rma_window (REMORA_RMA_WINDOW) must be 1..65536");
-  if (staging_buffers < 2 || staging_buffers > 1024) {
-    return bad("staging_buffers (REMORA_STAGING_BUFFERS) must be 2..1024");
-  }
-  if (connect_timeout_ms < 1) return bad("connect_timeout_ms must be at least 1");
-  if (handshake_timeout_ms < 1) return bad("handshake_timeout_ms must be at least 1");
-  if (max_pending_handshakes < 1 || max_pending_handshakes > kMaxPendingHandshakes) {
-    return bad("max_pending_handshakes (REMORA_MAX_PENDING_HANDSHAKES) must be 1..65536");
-  }
-  if (wait_timeout_ms < 1 || wait_timeout_ms > kMaxWaitTimeoutMs) {
-    return bad(
-        "wait_timeout_ms (REMORA_WAIT_TIMEOUT_MS) must be 1..86400000 (24 h); "
-        "wait without a bound with remora::kForever");
-  }
-  if (peer_timeout_ms < kMinPeerTimeoutMs || peer_timeout_ms > kMaxPeerTimeoutMs) {
-    return bad("peer_timeout_ms (REMORA_PEER_TIMEOUT_MS) must be 1000..3600000 (1 s to 1 h)");
+  // What one row cannot say alone.
+  if (eager_credit < eager_limit + 64) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        "eager_credit (REMORA_EAGER_CREDIT) must exceed eager_limit (REMORA_EAGER_LIMIT) by at least 64 bytes");
   }
   if (checksum == ChecksumMode::kCrc32c && !core::crc32c_available()) {
     return Status(StatusCode::kUnsupported,
@@ -262,30 +486,80 @@ Status Config::validate() const {
 }
 
 Config apply(Config base, const ContextOptions& o) {
-  if (o.log_level) base.log_level = *o.log_level;
-  if (o.streams_per_endpoint) base.streams_per_endpoint = *o.streams_per_endpoint;
-  if (o.chunk_bytes) base.chunk_bytes = *o.chunk_bytes;
-  if (o.eager_limit) base.eager_limit = *o.eager_limit;
-  if (o.eager_credit) base.eager_credit = *o.eager_credit;
-  if (o.max_outstanding) base.max_outstanding = *o.max_outstanding;
-  if (o.max_unexpected) base.max_unexpected = *o.max_unexpected;
-  if (o.rma_window) base.rma_window = *o.rma_window;
-  if (o.spin_us) base.spin_us = *o.spin_us;
-  if (o.progress_linger_us) base.progress_linger_us = *o.progress_linger_us;
-  if (o.progress_poll_us) base.progress_poll_us = *o.progress_poll_us;
-  if (o.connect_timeout_ms) base.connect_timeout_ms = *o.connect_timeout_ms;
-  if (o.handshake_timeout_ms) base.handshake_timeout_ms = *o.handshake_timeout_ms;
-  if (o.max_pending_handshakes) base.max_pending_handshakes = *o.max_pending_handshakes;
-  if (o.wait_timeout_ms) base.wait_timeout_ms = *o.wait_timeout_ms;
-  if (o.peer_timeout_ms) base.peer_timeout_ms = *o.peer_timeout_ms;
-  if (o.pin_mode) base.pin_mode = *o.pin_mode;
-  if (o.staging_buffers) base.staging_buffers = *o.staging_buffers;
-  if (o.device_path) base.device_path = *o.device_path;
-  if (o.checksum) base.checksum = *o.checksum;
-  if (o.same_host_pulls) base.same_host_pulls = *o.same_host_pulls;
-  if (o.pull_huge_pages) base.pull_huge_pages = *o.pull_huge_pages;
+  for (const Row& row : rows()) {
+    std::visit(
+        [&](const auto& b) {
+          using B = std::decay_t<decltype(b)>;
+          if constexpr (!std::is_same_v<B, std::monostate> && !std::is_same_v<B, TextField<16>> &&
+                        !std::is_same_v<B, TextField<108>>) {
+            if (b.option != nullptr && (o.*b.option).has_value()) base.*b.config = *(o.*b.option);
+          }
+        },
+        row.bind);
+  }
   if (o.auth_key) base.auth_key = o.auth_key;
   return base;
+}
+
+Status ContextOptions::set(std::string_view field, const ConfigValue& value) {
+  if (field == "auth_key") {
+    const auto* secret = std::get_if<std::string>(&value);
+    if (secret == nullptr) return Status(StatusCode::kInvalidArgument, "auth_key takes the secret, as text");
+    REMORA_ASSIGN_OR_RETURN(auth_key, AuthKey::from_secret(*secret));
+    return Status::ok();
+  }
+  const Row* row = row_of_field(field);
+  if (row == nullptr) return no_such_field(field);
+  const ConfigVariable& v = row->var;
+  uint64_t n = 0;
+  if (const auto* text = std::get_if<std::string>(&value)) {
+    REMORA_ASSIGN_OR_RETURN(n, core::parse_value(v, *text));
+  } else if (const auto* flag = std::get_if<bool>(&value)) {
+    if (!std::holds_alternative<Fields<bool>>(row->bind)) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("{} takes {}, not true or false", field, v.range()));
+    }
+    n = *flag ? 0 : 1;
+  } else {
+    n = std::get<uint64_t>(value);
+    if (v.kind == ConfigKind::kChoice && n >= v.choices.size()) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{} takes {} (positions 0 to {}), not {}", field, v.range(), v.choices.size() - 1, n));
+    }
+    if (v.kind != ConfigKind::kChoice) REMORA_RETURN_IF_ERROR(core::check_range(v, n));
+  }
+  std::visit(
+      [&](const auto& b) {
+        using B = std::decay_t<decltype(b)>;
+        if constexpr (!std::is_same_v<B, std::monostate> && !std::is_same_v<B, TextField<16>> &&
+                      !std::is_same_v<B, TextField<108>>) {
+          using T = typename std::remove_reference_t<decltype(this->*b.option)>::value_type;
+          if (b.option != nullptr) this->*b.option = from_number<T>(n);
+        }
+      },
+      row->bind);
+  return Status::ok();
+}
+
+Result<ConfigValue> config_value(const Config& config, std::string_view field) {
+  if (field == "auth_key") return ConfigValue(std::string(config.auth_key ? "set" : "unset"));
+  for (const Row& row : rows()) {
+    if (row.config_field != field) continue;
+    return std::visit(
+        [&](const auto& b) -> Result<ConfigValue> {
+          using B = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<B, std::monostate>) {
+            return Status(StatusCode::kInternal, "a row without a field");
+          } else if constexpr (std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>>) {
+            return ConfigValue(std::string((config.*b.config).data()));
+          } else if constexpr (std::is_same_v<B, Fields<bool>>) {
+            return ConfigValue(config.*b.config);
+          } else {
+            return ConfigValue(to_number(config.*b.config));
+          }
+        },
+        row.bind);
+  }
+  return no_such_field(field);
 }
 
 }  // namespace remora

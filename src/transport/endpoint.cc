@@ -239,7 +239,8 @@ Status EndpointCore::admission() const {
 
 Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
+  if (Status refused = admission(); !refused)
+    return detail::make_request(RequestState::completed(std::move(refused), 0, tag));
   const uint64_t cost = data.size() + wire::kEagerCreditOverhead;
   // Device memory always goes by rendezvous: its bytes are staged chunk by chunk.
   MemoryDomain* device = device_of(data.data(), data.size());
@@ -257,7 +258,7 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
     stats_.bytes_sent += data.size();
     flush_control();
     // The payload is copied: the caller's buffer is free now.
-    return Request(RequestState::completed(Status::ok(), data.size(), tag));
+    return detail::make_request(RequestState::completed(Status::ok(), data.size(), tag));
   }
   auto op = std::make_unique<SendOp>();
   op->req = RequestState::make(engine_, tag);
@@ -270,7 +271,7 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
   op->out.source = &op->source;
   if (device != nullptr) {
     if (Status path = choose_device_path(*device, data.data(), data.size(), /*tx=*/true, &op->devmem); !path) {
-      return Request(RequestState::completed(std::move(path), 0, tag));
+      return detail::make_request(RequestState::completed(std::move(path), 0, tag));
     }
   }
   if (op->devmem) {
@@ -278,14 +279,14 @@ Request EndpointCore::send(std::span<const std::byte> data, Tag tag) {
     op->out.source = op->devmem_source.get();
   } else if (device != nullptr) {
     auto staging = staging_for(device, /*tx=*/true);
-    if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
+    if (!staging) return detail::make_request(RequestState::completed(staging.status(), 0, tag));
     op->staged = std::make_unique<StagingSource>(std::move(*staging), data.data(), data.size());
     op->out.source = op->staged.get();
     // Start staging now: the copies overlap the RTS/CTS round trip.
     (void)op->staged->prepare(0, std::min<uint64_t>(config_.chunk_bytes, data.size()));
     ++stats_.staged_transfers;
   }
-  Request r(op->req);
+  Request r = detail::make_request(op->req);
   append_frame(RtsFrame{op->id, tag, op->out.length});
   sends_.emplace(op->id, std::move(op));
   ++outstanding_;
@@ -299,7 +300,8 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   // After the peer's orderly close, what it sent before is still ours to receive.
   const bool arrived_only = keep_arrived_;
   if (!arrived_only) {
-    if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, tag));
+    if (Status refused = admission(); !refused)
+      return detail::make_request(RequestState::completed(std::move(refused), 0, tag));
   }
   auto op = std::make_unique<RecvOp>();
   op->req = RequestState::make(engine_, tag);
@@ -314,15 +316,15 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
     if (Status path = choose_device_path(*op->device, buffer.data(), buffer.size(), /*tx=*/false, nullptr,
                                          /*drives_devmem_rx=*/true);
         !path) {
-      return Request(RequestState::completed(std::move(path), 0, tag));
+      return detail::make_request(RequestState::completed(std::move(path), 0, tag));
     }
     op->devmem_rx = rx_zero_copy();
     op->zcrx_rx = last_device_path_ == DataPath::kZcrx;
     auto staging = staging_for(op->device, /*tx=*/false);
-    if (!staging) return Request(RequestState::completed(staging.status(), 0, tag));
+    if (!staging) return detail::make_request(RequestState::completed(staging.status(), 0, tag));
     op->staging = std::move(*staging);
   }
-  Request r(op->req);
+  Request r = detail::make_request(op->req);
 
   if (std::optional<Unexpected> u = matcher_.take_unexpected(tag)) {
     if (u->eager && !u->corrupt.is_ok()) {
@@ -352,7 +354,8 @@ template <typename Post>
 Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t length, std::string_view what,
                                      MemoryDomain** inline_device) {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
+  if (Status refused = admission(); !refused)
+    return detail::make_request(RequestState::completed(std::move(refused), 0, Tag{}));
   std::optional<StagingContext> staging;
   std::unique_ptr<DevmemTxSend> devmem;
   if (MemoryDomain* d = device_of(local, length)) {
@@ -362,7 +365,7 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
     // A chunked get can go by devmem RX (when every data stream is steered).
     const bool chunked_get = what == "get" && !travels_inline(length);
     if (Status path = choose_device_path(*d, local, length, tx, chunked_put ? &devmem : nullptr, chunked_get); !path) {
-      return Request(RequestState::completed(path.with_context(what), 0, Tag{}));
+      return detail::make_request(RequestState::completed(path.with_context(what), 0, Tag{}));
     }
     if (inline_device != nullptr) {
       // An inline put of device memory: its bytes are copied to host memory first,
@@ -373,7 +376,7 @@ Request EndpointCore::post_one_sided(const Post& post, const void* local, size_t
     if (devmem == nullptr) {
       // Device memory: its bytes are staged.
       auto made = staging_for(d, tx);
-      if (!made) return Request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
+      if (!made) return detail::make_request(RequestState::completed(made.status().with_context(what), 0, Tag{}));
       staging = std::move(*made);
       if (!rx_zero_copy()) ++stats_.staged_transfers;
     }
@@ -411,11 +414,12 @@ Request EndpointCore::put_from_device_inline(MemoryDomain& device, std::span<con
   auto copy = device.copy_to_host(bounce.data(), local.data(), local.size());
   Status copied = copy ? (*copy)->wait(std::chrono::milliseconds(config_.wait_timeout_ms)) : copy.status();
   if (!copied) {
-    return Request(RequestState::completed(
+    return detail::make_request(RequestState::completed(
         copied.with_context(fmt::format("put of {} bytes from {} memory", local.size(), device.name())), 0, Tag{}));
   }
   engine::ProgressEngine::Guard guard(*engine_);
-  if (Status refused = admission(); !refused) return Request(RequestState::completed(std::move(refused), 0, Tag{}));
+  if (Status refused = admission(); !refused)
+    return detail::make_request(RequestState::completed(std::move(refused), 0, Tag{}));
   ++stats_.staged_transfers;
   RmaInitiator::Posted posted =
       initiator_.put(local, key, offset, options, /*inline_class=*/true, nullptr, std::move(bounce));
@@ -446,7 +450,7 @@ bool EndpointCore::post_host_batch(std::span<const TransferItem> items, bool put
   bool issued = false, pushes_data = false;
   for (const TransferItem& it : items) {
     if (Status refused = admission(); !refused) {
-      out.emplace_back(RequestState::completed(std::move(refused), 0, Tag{}));
+      out.push_back(detail::make_request(RequestState::completed(std::move(refused), 0, Tag{})));
       continue;
     }
     const bool inline_class = travels_inline(it.local.size());
@@ -476,7 +480,7 @@ Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t of
 
 Request EndpointCore::flush() {
   engine::ProgressEngine::Guard guard(*engine_);
-  if (Status down = inactive(); !down) return Request(RequestState::completed(std::move(down), 0, Tag{}));
+  if (Status down = inactive(); !down) return detail::make_request(RequestState::completed(std::move(down), 0, Tag{}));
   return initiator_.flush();
 }
 

@@ -61,7 +61,7 @@ Result<Notification> Notifications::wait(Duration timeout) {
       const auto now = engine::Clock::now();
       left = now >= deadline ? Duration::zero() : std::chrono::duration_cast<Duration>(deadline - now);
     }
-    Status st = Request(waiter).wait(left);
+    Status st = detail::make_request(waiter).wait(left);
     if (st.code() == StatusCode::kTimeout) {
       engine::ProgressEngine::Guard guard(*engine_);
       std::erase(waiters_, waiter);

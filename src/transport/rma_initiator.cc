@@ -147,7 +147,7 @@ RmaInitiator::Posted RmaInitiator::post(std::unique_ptr<Op> op) {
   } else {
     op->in.id = op->id;
   }
-  Posted posted{.request = Request(op->req)};
+  Posted posted{.request = detail::make_request(op->req)};
   Op* raw = op.get();
   ops_.emplace(raw->id, std::move(op));
   if (waiting_.empty() && issued_ < peer_window_) {
@@ -216,13 +216,13 @@ Request RmaInitiator::flush() {
   Status earlier = std::exchange(unflushed_failure_, Status::ok());
   flushed_through_ = covers;
   if (!pending_through(covers)) {
-    return Request(RequestState::completed(std::move(earlier), 0, Tag{}));
+    return detail::make_request(RequestState::completed(std::move(earlier), 0, Tag{}));
   }
   Flush f;
   f.covers = covers;
   f.first_error = std::move(earlier);
   f.req = RequestState::make(engine_, Tag{});
-  Request r(f.req);
+  Request r = detail::make_request(f.req);
   flushes_.push_back(std::move(f));
   return r;
 }

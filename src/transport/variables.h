@@ -8,6 +8,6 @@ namespace remora::transport {
 
 /// REMORA_STREAMS, REMORA_CHUNK_SIZE, ... REMORA_PIN: every variable Config::from_env
 /// reads but REMORA_LOG (core's).
-core::VariableList variables() noexcept;
+core::VariableTable variables() noexcept;
 
 }  // namespace remora::transport

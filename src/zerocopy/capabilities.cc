@@ -44,13 +44,12 @@ constexpr char kHardwareNote[] =
     "Nothing in remora has run on devmem-capable hardware: no NIC with header split was available where it was "
     "built and tested (a GPU's dmabuf, exported on an H100 machine, was refused by its virtio_net). The bind and "
     "zcrx answers below are the kernel's real answers to real attempts on this host; a 'yes' would come only from "
-    "a successful binding. What remora's endpoints drive: devmem TX for message sends and puts of device memory whose "
-    "dmabuf the interface binds (REMORA_DEVMEM_IFNAME); devmem RX for message receives, gets and peers' puts into "
-    "device "
-    "memory once `remora rxq serve` has steered every data stream of the endpoint (REMORA_RXQ_SOCKET; rxq binds its "
-    "own "
-    "host-memory dmabuf, or a receive area of the endpoint's device memory); io_uring zcrx for the same receives "
-    "with REMORA_DEVICE_PATH=zcrx (a queue rxq reserves, registered by the endpoint). Everything else stages.";
+    "a successful binding. What remora's endpoints drive: devmem TX for message sends, puts, and replies to "
+    "peers' gets of device memory whose dmabuf the interface binds (REMORA_DEVMEM_IFNAME); devmem RX for message "
+    "receives, gets and peers' puts into device memory once `remora rxq serve` has steered every data stream of the "
+    "endpoint (REMORA_RXQ_SOCKET; rxq binds its own host-memory dmabuf, or a receive area of the endpoint's device "
+    "memory); io_uring zcrx for the same receives with REMORA_DEVICE_PATH=zcrx (a queue rxq reserves, registered "
+    "by the endpoint). Everything else stages.";
 
 ProbeAnswer yes(std::string detail) {
   ProbeAnswer a;

@@ -7,7 +7,7 @@
 // PATH` replays it. The file is rewritten whole (temporary file, fsync, rename) on
 // every change, so it is never half written.
 //
-// The format (one entry per line, fields separated by one space; docs/device-memory.md):
+// The format (one entry per line, fields separated by one space; docs/device-memory-internals.md):
 //   remora-rxq-journal 1 <ifname> <ifindex>
 //   <id> header-split <value to restore: 0 unknown, 1 off, 2 on>
 //   <id> hds-thresh <value to restore>

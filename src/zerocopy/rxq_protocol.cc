@@ -1,4 +1,4 @@
-// zerocopy/rxq_protocol.cc — see rxq_protocol.h; the layout is in docs/device-memory.md.
+// zerocopy/rxq_protocol.cc — see rxq_protocol.h; the layout is in docs/protocol.md.
 #include "zerocopy/rxq_protocol.h"
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // the message layouts, encoded and decoded byte by byte (little-endian, no struct
 // copies), and decoded strictly: a message of the wrong size, magic, type, a nonzero
 // reserved byte or a field out of range is refused with the reason. The one description
-// of the format is docs/device-memory.md ("rxq protocol"); kRxq*Bytes pin its sizes.
+// of the format is docs/protocol.md ("`remora rxq`'s Unix-socket protocol"); kRxq*Bytes pin its sizes.
 //
 // One message per SOCK_SEQPACKET packet. The client sends a BindFlowRequest; rxq answers
 // with a BindFlowReply and, when it succeeded, the dmabuf's file descriptor in an

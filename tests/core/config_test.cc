@@ -1,14 +1,18 @@
 // Tests for core: size and integer parsing, configuration from REMORA_* (Status and
 // Result: status_test.cc).
-#include <gtest/gtest.h>
+#include "remora/config.h"
+
 #include <stdlib.h>
 
 #include <limits>
+#include <set>
 #include <string>
+#include <variant>
+
+#include <gtest/gtest.h>
 
 #include "core/env.h"
 #include "core/log.h"
-#include "remora/config.h"
 #include "remora/status.h"
 #include "scoped_env.h"
 
@@ -67,7 +71,7 @@ TEST(Config, MalformedVariableIsAnErrorNamingIt) {
   for (const Case& c : {Case{"REMORA_STREAMS", "0"}, Case{"REMORA_STREAMS", "65"}, Case{"REMORA_STREAMS", "two"},
                         Case{"REMORA_CHUNK_SIZE", "1K"}, Case{"REMORA_CHUNK_SIZE", "lots"},
                         Case{"REMORA_EAGER_LIMIT", "2M"}, Case{"REMORA_PIN", "maybe"}, Case{"REMORA_LOG", "loud"},
-                        Case{"REMORA_PROGRESS_POLL_US", "-1"}, Case{"REMORA_PROGRESS_POLL_US", "10000001"}}) {
+                        Case{"REMORA_PROGRESS_POLL_US", "-1"}, Case{"REMORA_PROGRESS_POLL_US", "60000001"}}) {
     ScopedEnv e(c.name, c.value);
     auto cfg = Config::from_env();
     ASSERT_FALSE(cfg.is_ok()) << c.name << "=" << c.value;
@@ -224,13 +228,92 @@ TEST(Config, ValidateRejectsCreditBelowEagerLimit) {
   EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(Log, LevelsParse) {
-  LogLevel level;
-  EXPECT_TRUE(core::parse_log_level("DEBUG", &level));
-  EXPECT_EQ(level, LogLevel::kDebug);
-  EXPECT_TRUE(core::parse_log_level("warn", &level));
-  EXPECT_EQ(level, LogLevel::kWarn);
-  EXPECT_FALSE(core::parse_log_level("verbose", &level));
+TEST(Log, LevelsReadByTheirRow) {
+  const ConfigVariable* row = core::find_variable("REMORA_LOG");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(*core::parse_value(*row, "debug"), static_cast<uint64_t>(LogLevel::kDebug));
+  EXPECT_EQ(*core::parse_value(*row, "warn"), static_cast<uint64_t>(LogLevel::kWarn));
+  EXPECT_EQ(core::parse_value(*row, "verbose").status().code(), StatusCode::kInvalidArgument);
+  ScopedEnv v("REMORA_LOG", "trace");
+  auto c = Config::from_env();
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->log_level, LogLevel::kTrace);
+}
+
+// Every option reaches its field by name (ContextOptions::set, what the Python package
+// uses), as a number, a switch or text, and config_value reads it back; every row that
+// names a field is settable, and nothing else is.
+TEST(ConfigTable, EveryFieldIsSettableByNameAndReadsBack) {
+  size_t fields = 0;
+  for (const ConfigVariable& v : config_variables()) {
+    if (v.field.empty() || v.field == "auth_key") continue;
+    ++fields;
+    SCOPED_TRACE(std::string(v.name));
+    ContextOptions o;
+    ConfigValue value =
+        v.kind == ConfigKind::kChoice ? ConfigValue(uint64_t{v.choices.size() - 1}) : ConfigValue(v.max);
+    if (v.field == "eager_credit") value = ConfigValue(uint64_t{2} << 20);  // above the eager limit
+    ASSERT_TRUE(o.set(v.field, value).is_ok()) << o.set(v.field, value).to_string();
+    Config c = apply(Config{}, o);
+    auto back = config_value(c, v.field);
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    if (std::holds_alternative<bool>(*back)) {
+      EXPECT_EQ(std::get<bool>(*back), false) << "the last word of a switch is off";
+    } else {
+      EXPECT_EQ(std::get<uint64_t>(*back), std::get<uint64_t>(value));
+    }
+    if (v.kind == ConfigKind::kCount || v.kind == ConfigKind::kBytes) {
+      if (v.max < UINT64_MAX) {
+        EXPECT_EQ(o.set(v.field, ConfigValue(v.max + 1)).code(), StatusCode::kInvalidArgument);
+      }
+      if (v.min > 0) {
+        EXPECT_EQ(o.set(v.field, ConfigValue(v.min - 1)).code(), StatusCode::kInvalidArgument);
+      }
+      EXPECT_EQ(o.set(v.field, ConfigValue(std::string("nonsense"))).code(), StatusCode::kInvalidArgument);
+    }
+    if (v.kind == ConfigKind::kChoice) {
+      ContextOptions t;
+      ASSERT_TRUE(t.set(v.field, ConfigValue(std::string(v.choices[0]))).is_ok());
+      auto first = config_value(apply(Config{}, t), v.field);
+      ASSERT_TRUE(first.is_ok());
+      if (std::holds_alternative<bool>(*first)) {
+        EXPECT_TRUE(std::get<bool>(*first));
+      } else {
+        EXPECT_EQ(std::get<uint64_t>(*first), 0u);
+      }
+      EXPECT_EQ(t.set(v.field, ConfigValue(uint64_t{v.choices.size()})).code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_GE(fields, 20u);
+  ContextOptions o;
+  const Status unknown = o.set("no_such_option", ConfigValue(uint64_t{1}));
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("streams_per_endpoint"), std::string::npos) << "it lists the options";
+  EXPECT_EQ(o.set("streams_per_endpoint", ConfigValue(true)).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(o.set("chunk_bytes", ConfigValue(std::string("64K"))).is_ok());
+  EXPECT_EQ(o.chunk_bytes, std::optional<size_t>(65536));
+  ASSERT_TRUE(o.set("same_host_pulls", ConfigValue(false)).is_ok());
+  EXPECT_EQ(o.same_host_pulls, std::optional<bool>(false));
+  ASSERT_TRUE(o.set("auth_key", ConfigValue(std::string("secret"))).is_ok());
+  EXPECT_TRUE(o.auth_key.has_value());
+  EXPECT_EQ(std::get<std::string>(*config_value(apply(Config{}, o), "auth_key")), "set");
+}
+
+// The environment-only fields read back too, and every variable's row is unique.
+TEST(ConfigTable, EnvironmentOnlyFieldsReadBackAndNamesAreUnique) {
+  ScopedEnv a("REMORA_DEVMEM_IFNAME", "eth7");
+  ScopedEnv b("REMORA_ZCRX_AREA", "1M");
+  auto c = Config::from_env();
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(std::get<std::string>(*config_value(*c, "devmem_ifname")), "eth7");
+  EXPECT_EQ(std::get<uint64_t>(*config_value(*c, "zcrx_area")), uint64_t{1} << 20);
+  std::set<std::string_view> names;
+  for (const ConfigVariable& v : config_variables()) {
+    EXPECT_TRUE(names.insert(v.name).second) << v.name << " has two rows";
+    EXPECT_FALSE(v.doc.empty()) << v.name;
+    EXPECT_FALSE(v.section.empty()) << v.name;
+    EXPECT_EQ(v.name.substr(0, 7), "REMORA_");
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 //                        kernel here has no netem)
 //
 // The driver talks to each node over its stdin/stdout, one line per step; docs/testing.md
-// describes the matrix and what each cell asserts.
+// describes the matrix, tests/README.md what each cell asserts.
 #pragma once
 
 #include <cstdint>

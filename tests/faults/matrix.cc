@@ -1,7 +1,7 @@
 // tests/faults/matrix.cc — `remora_faults [--workloads=a,b] [--faults=x,y] [--peer-timeout-ms=N]
 // [--margin-ms=N] [--window=N] [--size=B]`: every workload / fault cell between real processes in three network
 // namespaces on one bridge, one table line per cell; exit status 1 when any cell broke
-// its expectation (docs/testing.md lists them).
+// its expectation (tests/README.md lists them).
 //
 //   namespace 0  the observer: runs the workload against the victim, owns the fd/RSS counts
 //   namespace 1  the victim: gets the fault (a signal, its link, its connections, its traffic)

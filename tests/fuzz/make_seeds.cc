@@ -50,7 +50,7 @@ void remote_keys() {
   k.access = remora::Access::kRemoteRead | remora::Access::kRemoteWrite;
   write("remote_key_fuzz", "host_rw", k.serialize());
   k.access = remora::Access::kRemoteRead | remora::Access::kRemoteWrite | remora::Access::kRemoteAtomic;
-  k.kind = remora::MemoryKind::kTestDevice;
+  k.kind = remora::testing::kTestDeviceKind;
   k.offset = 0;
   k.length = UINT64_MAX;
   write("remote_key_fuzz", "device_whole", k.serialize());

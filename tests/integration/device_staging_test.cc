@@ -188,7 +188,7 @@ TEST_P(DeviceStagingRmaPeer, PutsAndGetsLandWhereTheyShould) {
   ASSERT_TRUE(s.ep->recv(key_bytes, Tag{1}).wait(60s).is_ok());
   auto key = RemoteKey::deserialize(key_bytes);
   ASSERT_TRUE(key.is_ok()) << describe(key.status());
-  EXPECT_EQ(key->kind, peer_device ? MemoryKind::kTestDevice : MemoryKind::kHost);
+  EXPECT_EQ(key->kind, peer_device ? testing::kTestDeviceKind : MemoryKind::kHost);
   std::vector<std::byte> model(region_size);
   fill_stream(seed, 0, model);
   TestDeviceDomain* dev = mine_device ? setup.dev.get() : nullptr;
@@ -368,7 +368,7 @@ TEST(DeviceStagingRma, PeersPutIntoAndGetFromARegionOfDeviceMemory) {
             StatusCode::kUnsupported);
   auto region = p.a->register_memory(region_mem.data(), max + 64, Access::kRemoteRead | Access::kRemoteWrite);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
-  EXPECT_EQ(region->kind(), MemoryKind::kTestDevice);
+  EXPECT_EQ(region->kind(), testing::kTestDeviceKind);
   Side host_side(nullptr, max + 64);
   Side dev_side(init.dev.get(), max + 64);
   uint64_t round = 0;

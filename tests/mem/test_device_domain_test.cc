@@ -178,11 +178,11 @@ TEST(TestDeviceDomain, RegistersRemoteReadsAndWritesButNotAtomics) {
   EXPECT_EQ(registry.stats().live_regions, 0u);
   auto local = registry.register_memory(p, 4096, Access::kLocalWrite, *dev);
   ASSERT_TRUE(local.is_ok()) << local.status().to_string();
-  EXPECT_EQ(local->kind(), MemoryKind::kTestDevice);
+  EXPECT_EQ(local->kind(), testing::kTestDeviceKind);
   // Remote reads and writes are staged: granted, and the key says what memory it is.
   auto remote = registry.register_memory(p, 4096, Access::kRemoteRead | Access::kRemoteWrite, *dev);
   ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
-  EXPECT_EQ(remote->remote_key().kind, MemoryKind::kTestDevice);
+  EXPECT_EQ(remote->remote_key().kind, testing::kTestDeviceKind);
 }
 
 // The scatter devmem receive uses: entries land where they say, device to device, in

@@ -65,6 +65,35 @@ def test_context_options_new_fields_reach_the_config():
         remora.Context(ignore_env=True, peer_timeout_ms=999)
 
 
+def test_every_option_of_the_configuration_table_is_a_keyword():
+    rows = remora.config_variables()
+    options = [r for r in rows if r["option"] and r["option"] != "auth_key"]
+    assert len(options) >= 20 and len({r["name"] for r in rows}) == len(rows)
+    for r in options:
+        # Every option takes the value its variable takes, as text, and reads back.
+        with remora.Context(ignore_env=True, **{r["option"]: r["default"]}) as ctx:
+            value = ctx.config()[r["option"]]
+        with remora.Context(ignore_env=True) as ctx:
+            assert ctx.config()[r["option"]] == value, r
+    with remora.Context(ignore_env=True, chunk_bytes="64K", eager_limit=1024, same_host_pulls=False,
+                        pin_mode=remora.PinMode.OFF, device_path="zcrx", log_level="warn") as ctx:
+        c = ctx.config()
+        assert (c["chunk_bytes"], c["eager_limit"], c["same_host_pulls"]) == (65536, 1024, False)
+        assert c["pin_mode"] == remora.PinMode.OFF and c["device_path"] == remora.DevicePathMode.ZCRX
+    with remora.Context(ignore_env=True, auth_key="the job secret") as ctx:
+        assert isinstance(ctx.config()["auth_key"], remora.AuthKey)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chunk_size'.*chunk_bytes"):
+        remora.Context(ignore_env=True, chunk_size=4096)
+    with pytest.raises(remora.InvalidArgument, match="REMORA_CHUNK_SIZE"):
+        remora.Context(ignore_env=True, chunk_bytes="1K")
+    with pytest.raises(remora.InvalidArgument, match="auto"):
+        remora.Context(ignore_env=True, same_host_pulls="maybe")
+    with pytest.raises(remora.InvalidArgument):
+        remora.Context(ignore_env=True, spin_us=-1)
+    with pytest.raises(TypeError):
+        remora.Context(ignore_env=True, spin_us=1.5)
+
+
 def test_small_max_pending_handshakes_still_serves_clients():
     p = Pair(max_pending_handshakes=1)
     try:

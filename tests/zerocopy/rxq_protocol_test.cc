@@ -1,5 +1,5 @@
 // rxq_protocol_test.cc — `remora rxq`'s Unix-socket protocol: every message byte for byte
-// (the layout of docs/device-memory.md), round trips, every malformed request refused by
+// (the layout of docs/protocol.md), round trips, every malformed request refused by
 // the strict decoder (and every truncation and single-bit change of a valid one either
 // refused or decoded to a request that encodes back to the same bytes), and the packet layer with
 // descriptor passing over a real SOCK_SEQPACKET pair: the fd received reads the bytes

@@ -26,7 +26,7 @@ constexpr size_t kTestDeviceCapacity = size_t{4} << 30;
 class TestDeviceMemory final : public DeviceMemory {
  public:
   explicit TestDeviceMemory(std::unique_ptr<testing::TestDeviceDomain> device) : device_(std::move(device)) {}
-  MemoryKind kind() const noexcept override { return MemoryKind::kTestDevice; }
+  MemoryKind kind() const noexcept override { return testing::kTestDeviceKind; }
   MemoryDomain& domain() noexcept override { return *device_; }
   Status set_copy_rate(double bytes_per_second) override {
     device_->set_copy_rate(bytes_per_second);
@@ -85,12 +85,8 @@ Result<std::unique_ptr<DeviceMemory>> open_cuda() {
 }
 
 Result<std::unique_ptr<DeviceMemory>> open_device(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::kTestDevice: return open_test_device();
-    case MemoryKind::kCuda: return open_cuda();
-    case MemoryKind::kHost:
-    case MemoryKind::kDmabuf: break;
-  }
+  if (kind == testing::kTestDeviceKind) return open_test_device();
+  if (kind == MemoryKind::kCuda) return open_cuda();
   return Status(StatusCode::kUnsupported, fmt::format("{} memory: no benchmark buffers of this kind", to_string(kind)));
 }
 
@@ -146,7 +142,7 @@ Status DeviceMemory::read(std::span<std::byte> host_dst, const std::byte* device
 Status memory_available(MemoryKind kind) {
   // The CUDA domain is a process singleton once built in: asking is opening.
   if (kind == MemoryKind::kCuda) return open_cuda().status();
-  if (kind == MemoryKind::kHost || kind == MemoryKind::kTestDevice) return Status::ok();
+  if (kind == MemoryKind::kHost || kind == testing::kTestDeviceKind) return Status::ok();
   return open_device(kind).status();
 }
 
@@ -175,7 +171,7 @@ Status DeviceSet::set_copy_rate(double bytes_per_second) {
 }  // namespace internal
 
 Result<MemoryKind> parse_bench_memory(std::string_view text) {
-  for (MemoryKind k : {MemoryKind::kHost, MemoryKind::kTestDevice, MemoryKind::kCuda}) {
+  for (MemoryKind k : {MemoryKind::kHost, testing::kTestDeviceKind, MemoryKind::kCuda}) {
     if (text == to_string(k)) return k;
   }
   return Status(StatusCode::kInvalidArgument,

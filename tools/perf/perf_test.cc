@@ -10,9 +10,10 @@
 #include <gtest/gtest.h>
 
 #include "memory.h"
-#include "remora/cuda.h"
 #include "p2p.h"
 #include "pattern.h"
+#include "remora/cuda.h"
+#include "remora/testing/test_device.h"
 #include "session.h"
 
 namespace remora::perf {
@@ -161,7 +162,7 @@ TEST(SummarizeLatency, NearestRankAndDivisor) {
 
 TEST(BenchMemory, ParsesTheKindsItKnows) {
   EXPECT_EQ(parse_bench_memory("host").value(), MemoryKind::kHost);
-  EXPECT_EQ(parse_bench_memory("test-device").value(), MemoryKind::kTestDevice);
+  EXPECT_EQ(parse_bench_memory("test-device").value(), testing::kTestDeviceKind);
   EXPECT_EQ(parse_bench_memory("cuda").value(), MemoryKind::kCuda);  // parsed; refused when opened
   for (const char* bad : {"", "gpu", "dmabuf", "Host", "test_device"}) {
     auto r = parse_bench_memory(bad);
@@ -194,12 +195,12 @@ TEST(BenchMemory, CudaOpensWhereThereIsADriverElseIsRefusedWithTheReason) {
 TEST(BenchMemory, HostAndTestDeviceOpen) {
   internal::DeviceSet devices;
   EXPECT_TRUE(internal::memory_available(MemoryKind::kHost).is_ok());
-  EXPECT_TRUE(internal::memory_available(MemoryKind::kTestDevice).is_ok());
+  EXPECT_TRUE(internal::memory_available(testing::kTestDeviceKind).is_ok());
   EXPECT_EQ(devices.open(MemoryKind::kHost).value(), nullptr);
-  internal::DeviceMemory* dev = devices.open(MemoryKind::kTestDevice).value();
+  internal::DeviceMemory* dev = devices.open(testing::kTestDeviceKind).value();
   ASSERT_NE(dev, nullptr);
-  EXPECT_EQ(dev->kind(), MemoryKind::kTestDevice);
-  EXPECT_EQ(devices.open(MemoryKind::kTestDevice).value(), dev) << "opened once per side";
+  EXPECT_EQ(dev->kind(), testing::kTestDeviceKind);
+  EXPECT_EQ(devices.open(testing::kTestDeviceKind).value(), dev) << "opened once per side";
 }
 
 TEST(DeviceCopyRate, ParsesNumbersSuffixesAndAuto) {
@@ -221,8 +222,8 @@ TEST(DeviceCopyRate, ParsesNumbersSuffixesAndAuto) {
 
 TEST(MemoryOptions, ThePeerIsAsThisSideUnlessSet) {
   MemoryOptions o;
-  o.local = MemoryKind::kTestDevice;
-  EXPECT_EQ(o.peer_kind(), MemoryKind::kTestDevice);
+  o.local = testing::kTestDeviceKind;
+  EXPECT_EQ(o.peer_kind(), testing::kTestDeviceKind);
   o.peer = MemoryKind::kHost;
   EXPECT_EQ(o.peer_kind(), MemoryKind::kHost);
 }
@@ -236,7 +237,7 @@ internal::P2pPlan sample_plan() {
           .inject_corruption = true,
           .steps = {P2pStep{.counts = {.size = 0, .iters = 3, .warmup = 1}},
                     P2pStep{.counts = {.size = 4096, .iters = 5, .warmup = 0},
-                            .driver_memory = MemoryKind::kTestDevice,
+                            .driver_memory = testing::kTestDeviceKind,
                             .follower_memory = MemoryKind::kHost},
                     P2pStep{.counts = {.size = size_t{64} << 20, .iters = 2, .warmup = 1},
                             .driver_memory = MemoryKind::kHost,
@@ -264,7 +265,7 @@ TEST(P2pPlan, RoundTripsThroughJsonWithTheMemoryOfEachStep) {
     EXPECT_EQ(back.steps[i].follower_memory, plan.steps[i].follower_memory) << i;
   }
   EXPECT_EQ(internal::to_json(back), j);
-  EXPECT_EQ(plan.driver_memory(), (std::vector<MemoryKind>{MemoryKind::kHost, MemoryKind::kTestDevice}));
+  EXPECT_EQ(plan.driver_memory(), (std::vector<MemoryKind>{MemoryKind::kHost, testing::kTestDeviceKind}));
   EXPECT_EQ(plan.follower_memory(), (std::vector<MemoryKind>{MemoryKind::kHost, MemoryKind::kCuda}));
 }
 
@@ -334,7 +335,7 @@ struct DeviceBuffers : ::testing::Test {
   internal::DeviceMemory* dev = nullptr;
   void SetUp() override {
     ASSERT_TRUE(devices.attach(*ctx).is_ok());
-    dev = devices.open(MemoryKind::kTestDevice).value();
+    dev = devices.open(testing::kTestDeviceKind).value();
   }
 };
 

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "p2p.h"
+#include "remora/testing/test_device.h"
 
 namespace remora::perf {
 namespace internal {
@@ -56,7 +57,7 @@ P2pPlan make_plan(const StagingCheckOptions& o) {
   P2pStep calibration = host;
   calibration.counts.iters = o.calibration_iters;
   const P2pStep device{
-      .counts = host.counts, .driver_memory = MemoryKind::kTestDevice, .follower_memory = MemoryKind::kTestDevice};
+      .counts = host.counts, .driver_memory = testing::kTestDeviceKind, .follower_memory = testing::kTestDeviceKind};
   plan.steps.push_back(calibration);
   for (int phase = 0; phase < 2; ++phase) {  // matched, unlimited: the same pairs
     for (uint32_t p = 0; p < o.pairs; ++p) {

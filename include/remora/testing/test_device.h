@@ -1,7 +1,7 @@
 // remora/testing/test_device.h — a test double of an accelerator's memory, for machines
 // without one.
 //
-// TestDeviceDomain is a MemoryDomain (MemoryKind::kTestDevice) whose memory this
+// TestDeviceDomain is a MemoryDomain (of its own kind, kTestDeviceKind) whose memory this
 // process cannot touch: it is mapped without any access rights, so a code path that
 // reads or writes it directly instead of going through the domain's copies faults at
 // once. Copies run asynchronously on copy-engine threads (one per direction, like a
@@ -19,6 +19,10 @@
 #include "remora/status.h"
 
 namespace remora::testing {
+
+/// The kind of memory TestDeviceDomain reports: none of MemoryKind's named kinds (it is
+/// no real device), device memory to the library, "test-device" in its messages.
+inline constexpr MemoryKind kTestDeviceKind = static_cast<MemoryKind>(3);
 
 struct TestDeviceOptions {
   /// Device memory reserved (address space; pages are allocated on first copy).
@@ -68,7 +72,7 @@ class TestDeviceDomain final : public MemoryDomain {
   Status read(void* host_dst, const void* device_src, size_t len);
 
   // MemoryDomain
-  MemoryKind kind() const noexcept override { return MemoryKind::kTestDevice; }
+  MemoryKind kind() const noexcept override { return kTestDeviceKind; }
   std::string_view name() const noexcept override { return "test-device"; }
   bool owns(const void* ptr, size_t len) const override;
   Result<DomainRegistration> register_range(void* ptr, size_t len, PinMode mode) override;
