@@ -2,16 +2,15 @@
 // on one endpoint that complete as one Request, with at most one notification after
 // all of a put batch's bytes are visible at the target.
 //
-// Built from what the endpoint already offers (put, get, put with a notification) and
-// the Request machinery: each item is an ordinary operation whose Request reports its
-// end through on_done to a shared countdown; the last one to end completes the batch's
-// Request. Items of host memory are posted together (EndpointCore::post_host_batch: one
-// hold of the lock, their frames sent at once), which is what makes a list of many small
-// blocks nearly as fast as one buffer of the same bytes; device memory goes item by item. The notification cannot ride
-// on one of the data puts, because puts are not ordered at the target (their chunks travel over different data
-// streams): it goes in a zero-length put posted once every data put has completed at the target. That post happens
-// outside the completing thread's progress lock: the countdown posts to the engine (any thread may), and the engine
-// defers it to a thread that drives progress without the lock (as application callbacks run).
+// Built only from what the endpoint already offers (put, get, put with a notification)
+// and the Request machinery: each item is an ordinary operation whose Request reports
+// its end through on_done to a shared countdown; the last one to end completes the
+// batch's Request. The notification cannot ride on one of the data puts, because puts
+// are not ordered at the target (their chunks travel over different data streams): it
+// goes in a zero-length put posted once every data put has completed at the target.
+// That post happens outside the completing thread's progress lock: the countdown
+// posts to the engine (any thread may), and the engine defers it to a thread that
+// drives progress without the lock (as application callbacks run).
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -120,11 +119,10 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
     b->notify_offset = items.back().remote_offset;
   }
   Request batch = detail::make_request(b->req);
-  std::vector<Request> posted;
-  if (!core_->post_host_batch(items, /*put=*/true, posted)) {
-    for (const TransferItem& it : items) posted.push_back(core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TransferItem& it = items[i];
+    watch(b, i, core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
   }
-  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
   return batch;
 }
 
@@ -133,11 +131,10 @@ Request Endpoint::get_batch(std::span<const TransferItem> items) {
   auto b = make_batch(core_, items.size());
   for (const TransferItem& it : items) b->bytes += it.local.size();
   Request batch = detail::make_request(b->req);
-  std::vector<Request> posted;
-  if (!core_->post_host_batch(items, /*put=*/false, posted)) {
-    for (const TransferItem& it : items) posted.push_back(core_->get(it.local, it.key, it.remote_offset));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TransferItem& it = items[i];
+    watch(b, i, core_->get(it.local, it.key, it.remote_offset));
   }
-  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
   return batch;
 }
 

@@ -441,34 +441,6 @@ Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint
       local.data(), local.size(), "get");
 }
 
-bool EndpointCore::post_host_batch(std::span<const TransferItem> items, bool put, std::vector<Request>& out) {
-  engine::ProgressEngine::Guard guard(*engine_);
-  for (const TransferItem& it : items) {
-    if (device_of(it.local.data(), it.local.size()) != nullptr) return false;
-  }
-  out.reserve(out.size() + items.size());
-  bool issued = false, pushes_data = false;
-  for (const TransferItem& it : items) {
-    if (Status refused = admission(); !refused) {
-      out.push_back(detail::make_request(RequestState::completed(std::move(refused), 0, Tag{})));
-      continue;
-    }
-    const bool inline_class = travels_inline(it.local.size());
-    RmaInitiator::Posted posted = put ? initiator_.put(it.local, it.key, it.remote_offset, PutOptions{}, inline_class)
-                                      : initiator_.get(it.local, it.key, it.remote_offset, inline_class);
-    issued |= posted.issued;
-    pushes_data |= posted.pushes_data;
-    out.push_back(std::move(posted.request));
-  }
-  // As post_one_sided: one round from this thread (every frame of the batch, the first
-  // chunks), the rest on progress rounds.
-  if (issued) {
-    pump(/*one_round=*/true);
-    if (pushes_data) engine_->driven_by_caller();
-  }
-  return true;
-}
-
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
                              uint64_t operand, uint64_t compare) {
   return post_one_sided(

@@ -109,14 +109,6 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   Request recv(std::span<std::byte> buffer, Tag tag);
   Request put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options);
   Request get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset);
-  /// One put (or get) per item of host memory, all posted under one hold of the lock and
-  /// sent together (batch.cc): the batch's control frames leave in as few send() calls
-  /// as the socket takes, so the target reads them in one go and serves them with one
-  /// pump, instead of a syscall and a wake-up per item on each side. Appends one Request
-  /// per item to `out` (an item refused by admission gets a completed one). Returns false,
-  /// posting nothing, when some item's local memory is a device domain's: those go one
-  /// by one through put()/get(), which choose their device path.
-  bool post_host_batch(std::span<const TransferItem> items, bool put, std::vector<Request>& out);
   Request atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                  uint64_t compare);
   Request flush();

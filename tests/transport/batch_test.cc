@@ -159,9 +159,8 @@ TEST(Batch, PeerGoneFailsTheBatch) {
   EXPECT_TRUE(s.code() == StatusCode::kPeerFailed || s.code() == StatusCode::kAborted) << s.to_string();
 }
 
-// Items of host memory are posted under one hold of the lock and their frames sent
-// together (EndpointCore::post_host_batch): more items than the target serves at once
-// (the RMA window) wait their turn, and every byte of every item still lands.
+// More items than the target serves at once (the RMA window) wait their turn, and every
+// byte of every item still lands, both ways.
 TEST(Batch, ManyItemsBeyondTheRmaWindowAllLandBothWays) {
   Pair p = make_pair([](ContextOptions& o) { o.rma_window = 64; });
   constexpr size_t kItems = 700;
@@ -190,28 +189,8 @@ TEST(Batch, ManyItemsBeyondTheRmaWindowAllLandBothWays) {
   for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(back[i], src[i]) << "item " << i;
 }
 
-// Admission is per item, all under one hold of the lock: exactly REMORA_MAX_OUTSTANDING
-// items are posted, the rest fail with kNoResource, and the batch reports the first of them.
-TEST(Batch, ItemsBeyondMaxOutstandingAreRefusedAndTheOthersLand) {
-  Pair p = make_pair([](ContextOptions& o) { o.max_outstanding = 16; });
-  std::vector<std::byte> mem(1 << 20, std::byte{0});
-  Region reg = p.target_ctx->register_memory(mem.data(), mem.size(), kTargetAccess).value();
-  auto data = pattern(5000, 4);
-  std::vector<TransferItem> items;
-  for (size_t i = 0; i < 40; ++i) items.push_back({data, reg.remote_key(), i * 8192});
-  const Status s = p.init->put_batch(items).wait(30s);
-  EXPECT_EQ(s.code(), StatusCode::kNoResource) << s.to_string();
-  EXPECT_NE(s.message().find("REMORA_MAX_OUTSTANDING"), std::string::npos) << s.message();
-  for (size_t i = 0; i < 40; ++i) {
-    const bool landed = std::memcmp(mem.data() + i * 8192, data.data(), data.size()) == 0;
-    EXPECT_EQ(landed, i < 16) << "item " << i;
-  }
-  EXPECT_EQ(p.init->put_batch(std::span(items).first(16)).wait(30s).code(), StatusCode::kOk);  // room again
-}
-
-// Device memory is not posted with the batch's host fast path: its items go one by one
-// through put()/get(), which stage them (here through the test device).
-TEST(Batch, DeviceMemoryItemsGoOneByOne) {
+// Items of device memory are staged (here through the test device), both ways.
+TEST(Batch, DeviceMemoryItemsLandBothWays) {
   Pair p = make_pair();
   auto dev = testing::TestDeviceDomain::create({.capacity = size_t{8} << 20}).value();
   ASSERT_TRUE(p.init_ctx->add_memory_domain(*dev).is_ok());
