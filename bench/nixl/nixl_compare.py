@@ -5,7 +5,8 @@ memory and descriptor lists (bench/nixl/worker.py), across two network namespace
 by a veth pair (created here, removed at the end; needs root).
 
 Each pair of runs is one run of each configuration (REMORA, UCX, and with
---baseline-plugin-dir another build of the plugin as "base"), back to back, the order
+--baseline-plugin-dir another build of the plugin, or the same one with --baseline-env
+settings, as "base"), back to back, the order
 rotating from pair to pair; each run is a fresh target and initiator process that
 measure every workload in interleaved rounds (worker.py): WRITE and READ of single
 buffers (--sizes MiB) and of a list of --blocks blocks of --block-size bytes, apart on
@@ -33,6 +34,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--python", default=sys.executable, help="a Python with nixl-cu12 installed")
 p.add_argument("--plugin-dir", default="build/release/plugin/nixl", help="folder holding libplugin_REMORA.so")
 p.add_argument("--baseline-plugin-dir", default="", help="another build's folder, measured as 'base'")
+p.add_argument("--baseline-env", default="", help="VAR=VALUE,... set for 'base' only (e.g. REMORA_STREAMS=4)")
 p.add_argument("--pairs", type=int, default=4)
 p.add_argument("--rounds", type=int, default=6)
 p.add_argument("--sizes", default="1,16,64")
@@ -96,6 +98,9 @@ def env_for(config, side):
         env["NIXL_PLUGIN_DIR"] = os.path.abspath(a.plugin_dir)
     elif config == "base":
         env["NIXL_PLUGIN_DIR"] = os.path.abspath(a.baseline_plugin_dir)
+        for kv in filter(None, a.baseline_env.split(",")):
+            k, v = kv.split("=", 1)
+            env[k] = v
     else:
         # TCP only, on the veth: UCX otherwise advertises the loopback device too, which
         # the other namespace cannot use ("remote loopback").
