@@ -4,11 +4,11 @@
 // byte offset in the vtable) and the offsets of the base class's private members that the
 // agent reads through its inline accessors. tests/nixl/test_plugin.py compares the built
 // plugin's vtable with the installed wheel's UCX plugin on every run of the Python step.
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "nixl_abi.h"
 
@@ -42,9 +42,11 @@ TEST(NixlAbi, VirtualFunctionsSitInTheSlotsOfNixl141To151) {
   EXPECT_EQ(slot_of(static_cast<nixl_status_t (E::*)(const nixl_remote_meta_dlist_t&, nixlMemViewH&,
                                                      const nixl_opt_b_args_t*) const>(&E::prepMemView)),
             15u);
-  EXPECT_EQ(slot_of(static_cast<nixl_status_t (E::*)(const nixl_meta_dlist_t&, nixlMemViewH&,
-                                                     const nixl_opt_b_args_t*) const>(&E::prepMemView)),
-            16u);
+  EXPECT_EQ(
+      slot_of(
+          static_cast<nixl_status_t (E::*)(const nixl_meta_dlist_t&, nixlMemViewH&, const nixl_opt_b_args_t*) const>(
+              &E::prepMemView)),
+      16u);
   EXPECT_EQ(slot_of(&E::releaseMemView), 17u);
   EXPECT_EQ(slot_of(&E::getPublicData), 18u);
   EXPECT_EQ(slot_of(&E::getConnInfo), 19u);
@@ -70,12 +72,12 @@ class Probe final : public nixlBackendEngine {
   nixl_status_t connect(const std::string&) override { return NIXL_SUCCESS; }
   nixl_status_t disconnect(const std::string&) override { return NIXL_SUCCESS; }
   nixl_status_t unloadMD(nixlBackendMD*) override { return NIXL_SUCCESS; }
-  nixl_status_t prepXfer(const nixl_xfer_op_t&, const nixl_meta_dlist_t&, const nixl_meta_dlist_t&,
-                         const std::string&, nixlBackendReqH*&, const nixl_opt_b_args_t*) const override {
+  nixl_status_t prepXfer(const nixl_xfer_op_t&, const nixl_meta_dlist_t&, const nixl_meta_dlist_t&, const std::string&,
+                         nixlBackendReqH*&, const nixl_opt_b_args_t*) const override {
     return NIXL_SUCCESS;
   }
-  nixl_status_t postXfer(const nixl_xfer_op_t&, const nixl_meta_dlist_t&, const nixl_meta_dlist_t&,
-                         const std::string&, nixlBackendReqH*&, const nixl_opt_b_args_t*) const override {
+  nixl_status_t postXfer(const nixl_xfer_op_t&, const nixl_meta_dlist_t&, const nixl_meta_dlist_t&, const std::string&,
+                         nixlBackendReqH*&, const nixl_opt_b_args_t*) const override {
     return NIXL_SUCCESS;
   }
   nixl_status_t checkXfer(nixlBackendReqH*) const override { return NIXL_SUCCESS; }
