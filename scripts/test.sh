@@ -16,9 +16,10 @@
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
 #   REMORA_BUILD_ONLY=1            configure and build each preset, run nothing (no ctest,
-#                                  fuzzing, Python or PyTorch step)
+#                                  fuzzing, Python, PyTorch or NIXL step)
 #   REMORA_PYTHON_STEP=0           skip the Python package step (see scripts/lib/python.sh)
 #   REMORA_SKIP_TORCH=1            skip the PyTorch backend's step (scripts/lib/torch_env.sh)
+#   REMORA_NIXL_STEP=0             skip the NIXL backend plugin's step (scripts/lib/nixl.sh)
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +30,8 @@ source scripts/lib/deps.sh
 source scripts/lib/python.sh
 # shellcheck source=scripts/lib/fuzz.sh
 source scripts/lib/fuzz.sh
+# shellcheck source=scripts/lib/nixl.sh
+source scripts/lib/nixl.sh
 
 presets=${REMORA_PRESETS:-release asan tsan fuzz}
 jobs=${REMORA_JOBS:-$(nproc)}
@@ -76,7 +79,7 @@ step() {
 # test reads the peer's port.
 run_ctest() {
   env -u REMORA_PRESETS -u REMORA_JOBS -u REMORA_TEST_TIMEOUT -u REMORA_SKIP_APT -u REMORA_PYTHON_STEP \
-    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_BUILD_ONLY \
+    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_BUILD_ONLY -u REMORA_NIXL_STEP \
     ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
 }
 
@@ -126,9 +129,27 @@ fi
 
 # The Python package, once, after the presets: pip install . into the same venv, then
 # pytest against the installed package (scripts/lib/python.sh).
+python_installed=0
 if [[ ${REMORA_PYTHON_STEP:-1} != 0 ]]; then
   if step python install remora_python_setup; then
+    python_installed=1
     step python pytest remora_python_test || true
+  fi
+fi
+
+# The NIXL backend plugin through NVIDIA's NIXL agent (scripts/lib/nixl.sh): the nixl-cu12
+# wheel installed into the same venv; skipped, with the reason, where it cannot be installed.
+if [[ ${python_installed} == 1 && ${REMORA_NIXL_STEP:-1} != 0 ]]; then
+  nixl_rc=0
+  nixl_out=$(remora_nixl_setup 2>&1) || nixl_rc=$?
+  echo "${nixl_out}"
+  if [[ ${nixl_rc} == 0 ]]; then
+    step nixl pytest remora_nixl_test || true
+  elif [[ ${nixl_rc} == 2 ]]; then
+    summary+=("$(printf '%-8s %-10s skipped (%s could not be installed)' nixl pytest "${REMORA_NIXL_WHEEL}")")
+  else
+    summary+=("$(printf '%-8s %-10s FAILED  (setup exit %s)' nixl setup "${nixl_rc}")")
+    failed=1
   fi
 fi
 

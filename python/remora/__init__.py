@@ -10,6 +10,8 @@ buffer-protocol or DLPack object (NumPy arrays, PyTorch tensors on the CPU or a 
 device, CuPy arrays, bytearray, ...), used in place; CUDA memory moves through pinned
 staging buffers (cuda_empty and cuda_copy serve programs without a framework).
 Errors are remora.Error subclasses, one per status code. See docs/python.md.
+remora.nixl (and nixl_plugin_path) locate the NIXL backend plugin shipped with the
+package (docs/nixl.md).
 """
 
 from __future__ import annotations
@@ -51,5 +53,14 @@ __all__ = [
     "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator",
     "Context", "DevicePathMode", "DmabufMemory", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
     "PinMode", "Pool", "Region", "RemoteKey", "Request", "Store", "StoreServer", "__version__",
-    "config_variables", "cuda_copy", "cuda_empty", "detect_launch", "wait_all", *_error_names,
+    "config_variables", "cuda_copy", "cuda_empty", "detect_launch", "nixl_plugin_path", "wait_all", *_error_names,
 ]
+
+
+def nixl_plugin_path() -> str:
+    """The path of ``libplugin_REMORA.so``, the backend plugin for NVIDIA NIXL shipped with
+    this package. ``python -m remora.nixl install`` links it into NIXL's plugin folder; see
+    :mod:`remora.nixl` and docs/nixl.md."""
+    from .nixl import plugin_path
+
+    return plugin_path()

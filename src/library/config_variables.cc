@@ -2,7 +2,8 @@
 // layer: it gathers each layer's rows of the configuration table (core::variable_tables,
 // for reading, the unknown-variable warning and config_variables()), and keeps the rows
 // of the variables read outside the library proper: the NCCL net plugin's (it links this
-// library in and reads them with read_config_variable) and the Python build's.
+// library in and reads them with read_config_variable), the NIXL backend plugin's
+// (plugin/nixl: text, read with getenv) and the Python build's.
 #include <array>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace remora {
 namespace {
 
 constexpr const char* kPlugin = "The NCCL net plugin";
+constexpr const char* kNixlPlugin = "The NIXL backend plugin";
 constexpr ConfigVariable kOutsideRows[] = {
     {.name = "REMORA_NCCL_IFNAME",
      .section = kPlugin,
@@ -36,6 +38,26 @@ constexpr ConfigVariable kOutsideRows[] = {
      .min = 0,
      .max = 100'000,
      .doc = "the longest such wait, µs; 0: `test` never waits, as NCCL expects (docs/nccl.md)"},
+    {.name = "REMORA_NIXL_ADDRESS",
+     .section = kNixlPlugin,
+     .kind = ConfigKind::kText,
+     .default_text = "0.0.0.0:0",
+     .max = 1024,
+     .doc = "where the backend listens, `host:port`; a wildcard host advertises every interface that is up "
+            "(loopback last), another host exactly itself (NIXL's parameter `address` wins)"},
+    {.name = "REMORA_NIXL_IFNAME",
+     .section = kNixlPlugin,
+     .kind = ConfigKind::kText,
+     .default_text = "unset (every interface)",
+     .max = 1024,
+     .doc = "with a wildcard address, the comma-separated names of the interfaces it advertises (NIXL's parameter "
+            "`ifname` wins)"},
+    {.name = "REMORA_NIXL_LIBRARY",
+     .section = kNixlPlugin,
+     .kind = ConfigKind::kText,
+     .default_text = "unset",
+     .max = 4096,
+     .doc = "a path standing for the loaded `libnixl.so` when the plugin tells NIXL's release (tests; docs/nixl.md)"},
     {.name = "REMORA_PYTHON_LIBRARY",
      .section = "Building the Python packages",
      .kind = ConfigKind::kText,

@@ -21,6 +21,7 @@
 #include "coll/store_protocol.h"
 #include "handle.h"
 #include "remora/memory.h"
+#include "wire.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
 #include "zerocopy/rxq_protocol.h"
@@ -191,6 +192,31 @@ void nccl_handle() {
   write("nccl_handle_fuzz", "hello", std::as_bytes(std::span(&hello, 1)));
 }
 
+// The NIXL plugin's three formats, each behind the byte that selects its decoder.
+void nixl_wire() {
+  using namespace remora::nixl_plugin;
+  auto seed = [](const char* name, uint8_t which, std::span<const std::byte> body) {
+    std::vector<std::byte> b{std::byte{which}};
+    b.insert(b.end(), body.begin(), body.end());
+    write("nixl_wire_fuzz", name, b);
+  };
+  const std::string info = encode_conn_info(
+      {.host = "b16e5fa0-497a-49ee-ab09-0451f71a17bc/4026531833", .addresses = {"10.0.0.1:7100", "127.0.0.1:7100"}});
+  seed("conn_info", 0, std::as_bytes(std::span(info.data(), info.size())));
+  PublicData pd;
+  pd.kind = MemKind::kVram;
+  pd.base = 0x7f0000001000;
+  pd.key.region = remora::RegionId{3};
+  pd.key.generation = 2;
+  pd.key.secret = 0x1122334455667788ULL;
+  pd.key.length = 1 << 20;
+  pd.key.access = remora::Access::kRemoteRead | remora::Access::kRemoteWrite;
+  const std::string pub = encode_public_data(pd);
+  seed("public_data", 1, std::as_bytes(std::span(pub.data(), pub.size())));
+  const std::vector<std::byte> note = encode_notification("prefill-0", "request 42 done").value();
+  seed("notification", 2, note);
+}
+
 // The handshake's AUTH messages, frames that carry a CRC-32C (REMORA_CHECKSUM), and the
 // same-host frames (HOST, PULL, PULLED), valid and a few malformed ones.
 void wire() {
@@ -269,5 +295,6 @@ int main(int argc, char** argv) {
   rxq();
   devmem_rx();
   nccl_handle();
+  nixl_wire();
   return 0;
 }

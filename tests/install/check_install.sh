@@ -88,6 +88,14 @@ expect_file "${libdir}/pkgconfig/remora.pc"
 if [[ -e ${build_dir}/plugin/nccl/libnccl-net-remora.so ]]; then
   expect_file "${libdir}/libnccl-net-remora.so"
 fi
+# The NIXL backend plugin, alone in its folder (a NIXL_PLUGIN_DIR; docs/nixl.md).
+if [[ -e ${build_dir}/plugin/nixl/libplugin_REMORA.so ]]; then
+  expect_file "${libdir}/remora/nixl/libplugin_REMORA.so"
+  if [[ $(find "${libdir}/remora/nixl" -mindepth 1 | wc -l) != 1 ]]; then
+    echo "check_install: ${libdir}/remora/nixl holds more than the plugin" >&2
+    exit 1
+  fi
+fi
 # libremora.so must be a link to the versioned file, whose soname is libremora.so.<major>.
 soname=$(readelf -d "${libdir}/libremora.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if [[ -z $soname || ! -L ${libdir}/libremora.so || ! -e ${libdir}/${soname} ]]; then

@@ -2,18 +2,20 @@
 // two contexts in one process over real loopback sockets. Each test compares the
 // target's memory byte for byte with what the batch must have placed, and checks that
 // a notified batch delivers exactly one notification, only after all of its bytes.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "remora/remora.h"
+#include "remora/testing/test_device.h"
 
 namespace remora {
 inline void PrintTo(StatusCode code, std::ostream* os) { *os << to_string(code); }
@@ -30,11 +32,12 @@ struct Pair {
   std::shared_ptr<Endpoint> target, init;
 };
 
-Pair make_pair() {
+Pair make_pair(const std::function<void(ContextOptions&)>& tweak = {}) {
   ContextOptions opts;
   opts.ignore_env = true;
   opts.eager_limit = 4096;  // small items travel inline, larger ones in chunks
   opts.chunk_bytes = 64 * 1024;
+  if (tweak) tweak(opts);
   Pair p;
   p.target_ctx = Context::create(opts).value();
   p.init_ctx = Context::create(opts).value();
@@ -154,6 +157,65 @@ TEST(Batch, PeerGoneFailsTheBatch) {
   std::vector<TransferItem> items = {{data, key, 0}};
   const Status s = p.init->put_batch(items, {.notify = 3}).wait(30s);
   EXPECT_TRUE(s.code() == StatusCode::kPeerFailed || s.code() == StatusCode::kAborted) << s.to_string();
+}
+
+// More items than the target serves at once (the RMA window) wait their turn, and every
+// byte of every item still lands, both ways.
+TEST(Batch, ManyItemsBeyondTheRmaWindowAllLandBothWays) {
+  Pair p = make_pair([](ContextOptions& o) { o.rma_window = 64; });
+  constexpr size_t kItems = 700;
+  const size_t sizes[] = {100, 4096, 5000, 70000};  // inline, at the eager limit, chunked, two chunks
+  std::vector<std::byte> mem(16 << 20, std::byte{0});
+  Region reg = p.target_ctx->register_memory(mem.data(), mem.size(), kTargetAccess).value();
+  std::vector<std::vector<std::byte>> src, back;
+  std::vector<TransferItem> puts, gets;
+  std::vector<std::byte> want = mem;
+  uint64_t off = 0;
+  for (size_t i = 0; i < kItems; ++i) {
+    const size_t n = sizes[i % std::size(sizes)];
+    src.push_back(pattern(n, 1000 + i));
+    back.emplace_back(n, std::byte{0xEE});
+    std::memcpy(want.data() + off, src.back().data(), n);
+    puts.push_back({src.back(), reg.remote_key(), off});
+    gets.push_back({back.back(), reg.remote_key(), off});
+    off += n + 7;  // gaps stay untouched
+  }
+  ASSERT_LE(off, mem.size());
+  Request put = p.init->put_batch(puts);
+  ASSERT_EQ(put.wait(30s).code(), StatusCode::kOk);
+  EXPECT_TRUE(mem == want);
+  Request get = p.init->get_batch(gets);
+  ASSERT_EQ(get.wait(30s).code(), StatusCode::kOk);
+  for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(back[i], src[i]) << "item " << i;
+}
+
+// Items of device memory are staged (here through the test device), both ways.
+TEST(Batch, DeviceMemoryItemsLandBothWays) {
+  Pair p = make_pair();
+  auto dev = testing::TestDeviceDomain::create({.capacity = size_t{8} << 20}).value();
+  ASSERT_TRUE(p.init_ctx->add_memory_domain(*dev).is_ok());
+  std::vector<std::byte> mem(1 << 20, std::byte{0});
+  Region reg = p.target_ctx->register_memory(mem.data(), mem.size(), kTargetAccess).value();
+  const auto a = pattern(3000, 5), b = pattern(200000, 6);
+  std::byte* da = dev->allocate(a.size()).value();
+  std::byte* db = dev->allocate(b.size()).value();
+  ASSERT_TRUE(dev->write(da, a.data(), a.size()).is_ok());
+  ASSERT_TRUE(dev->write(db, b.data(), b.size()).is_ok());
+  std::vector<TransferItem> items = {{{da, a.size()}, reg.remote_key(), 0}, {{db, b.size()}, reg.remote_key(), 4096}};
+  ASSERT_EQ(p.init->put_batch(items).wait(30s).code(), StatusCode::kOk);
+  EXPECT_EQ(std::memcmp(mem.data(), a.data(), a.size()), 0);
+  EXPECT_EQ(std::memcmp(mem.data() + 4096, b.data(), b.size()), 0);
+  EXPECT_GE(p.init->stats().staged_transfers, 1u);
+  // Back into device memory, swapped.
+  std::vector<TransferItem> back = {{{db, a.size()}, reg.remote_key(), 0}, {{da, 3000}, reg.remote_key(), 4096}};
+  ASSERT_EQ(p.init->get_batch(back).wait(30s).code(), StatusCode::kOk);
+  std::vector<std::byte> got(3000);
+  ASSERT_TRUE(dev->read(got.data(), db, got.size()).is_ok());
+  EXPECT_EQ(got, a);
+  ASSERT_TRUE(dev->read(got.data(), da, got.size()).is_ok());
+  EXPECT_EQ(0, std::memcmp(got.data(), b.data(), got.size()));
+  p.init.reset();  // the endpoint before the domain it stages through
+  p.init_ctx.reset();
 }
 
 TEST(RequestOnDone, RunsOnceWhenDoneAndAtOnceWhenAlreadyDone) {
