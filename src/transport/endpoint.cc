@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "datapath/checksum.h"
 #include "net/io.h"
 #include "net/same_host.h"
-#include "transport/checksum.h"
 #include "transport/endpoint_core.h"
 
 namespace remora {

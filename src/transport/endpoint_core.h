@@ -26,22 +26,22 @@
 #include <unordered_map>
 #include <vector>
 
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
+#include "datapath/device_path.h"
+#include "datapath/devmem_rx_lease.h"
+#include "datapath/staging.h"
 #include "engine/progress.h"
 #include "engine/request_state.h"
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/device_path.h"
-#include "transport/devmem_rx_lease.h"
 #include "transport/linger.h"
 #include "transport/liveness.h"
 #include "transport/matcher.h"
 #include "transport/notifications.h"
 #include "transport/rma_initiator.h"
 #include "transport/rma_target.h"
-#include "transport/staging.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 
@@ -246,7 +246,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void replies_queued() override {
     if (state_ == State::kActive || state_ == State::kDraining) flush_control();
   }
-  /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
+  /// Picks the data path of a transfer of `domain`'s memory (datapath/device_path.h)
   /// and records it in the stats; the demanded path's refusal when it cannot be taken.
   /// RmaTarget's: a chunked put into a region of device memory can go by devmem RX, and
   /// a chunked get's reply from one by devmem TX.
@@ -341,7 +341,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   Config config_;
   Params params_;
   /// REMORA_CHECKSUM=crc32c: every payload carries its CRC-32C, and every payload that
-  /// arrives must carry one (both sides agreed at connect: transport/checksum.h).
+  /// arrives must carry one (both sides agreed at connect: datapath/checksum.h).
   const bool checksum_ = config_.checksum == ChecksumMode::kCrc32c;
   /// Whether a frame's CRC flag is what this endpoint negotiated; a protocol error if not.
   bool crc_as_negotiated(bool has_crc, std::string_view frame);

@@ -15,10 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "datapath/chunk_scheduler.h"
+#include "datapath/staging.h"
 #include "engine/request_state.h"
 #include "remora/types.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/staging.h"
 
 namespace remora::detail {
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "transport/checksum.h"
+#include "datapath/checksum.h"
 
 namespace remora::detail {
 

@@ -15,7 +15,7 @@
 //
 // Local device memory (the endpoint passes a StagingContext): a chunked put's data is
 // staged out of the device by a StagingSource and a chunked get's into it by a
-// StagingSink (transport/staging.h); an inline put's bytes were copied to host memory
+// StagingSink (datapath/staging.h); an inline put's bytes were copied to host memory
 // by the endpoint before posting, and an inline get's reply is copied into the device
 // after its RESP, the get completing when that copy ends. A failed copy fails its
 // operation only (a chunked put's target hears of it through ABORT). An operation
@@ -35,14 +35,14 @@
 #include <utility>
 #include <vector>
 
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
+#include "datapath/devmem_path.h"
+#include "datapath/devmem_tx_path.h"
+#include "datapath/staging.h"
 #include "engine/progress.h"
 #include "engine/request_state.h"
 #include "remora/endpoint.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/devmem_path.h"
-#include "transport/devmem_tx_path.h"
-#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {

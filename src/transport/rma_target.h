@@ -24,14 +24,14 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
+#include "datapath/devmem_path.h"
+#include "datapath/devmem_tx_path.h"
+#include "datapath/staging.h"
 #include "mem/region_access.h"
 #include "remora/endpoint.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/devmem_path.h"
-#include "transport/devmem_tx_path.h"
 #include "transport/notifications.h"
-#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {

@@ -1,4 +1,4 @@
-// transport/chunk_scheduler.h — the data path of an endpoint: K payload-only data
+// datapath/chunk_scheduler.h — the data path of an endpoint: K payload-only data
 // streams, the chunks queued to write on each (chosen dynamically: the stream with the
 // fewest queued bytes) and the chunks expected on each (in the order their CHUNK frames
 // were announced), and the moving of bytes between those streams and each transfer's
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "datapath/chunk_io.h"
 #include "net/same_host.h"
 #include "net/socket.h"
 #include "remora/status.h"
-#include "transport/chunk_io.h"
 #include "wire/frame.h"
 
 namespace remora::detail {

@@ -1,4 +1,4 @@
-// Tests of transport/device_path.cc, the choice of a device transfer's data path: each
+// Tests of datapath/device_path.cc, the choice of a device transfer's data path: each
 // REMORA_DEVICE_PATH mode with the kernel's answers given (DevicePathSelector::set_probe)
 // and asked for real (this machine: no interface named, and lo, which refuses bind-tx),
 // the memory's refusal to export a dmabuf asked once per domain, and REMORA_DEVICE_PATH /
@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "datapath/device_path.h"
 #include "remora/testing/test_device.h"
 #include "scoped_env.h"
-#include "transport/device_path.h"
 
 namespace remora::detail {
 namespace {

@@ -1,5 +1,5 @@
-// transport/checksum.cc — see checksum.h.
-#include "transport/checksum.h"
+// datapath/checksum.cc — see checksum.h.
+#include "datapath/checksum.h"
 
 #include <fmt/format.h>
 

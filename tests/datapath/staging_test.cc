@@ -1,4 +1,4 @@
-// Tests of transport/staging.cc: device memory (the TestDeviceDomain test double,
+// Tests of datapath/staging.cc: device memory (the TestDeviceDomain test double,
 // which faults on any direct access) sent and received through pinned bounce buffers
 // by two ChunkSchedulers over real socket pairs, driven by hand with a real progress
 // engine that delivers the copies' ends. Checked byte for byte: every size around the
@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
+#include "datapath/chunk_link.h"
+#include "datapath/staging.h"
 #include "remora/testing/test_device.h"
-#include "transport/chunk_link.h"
-#include "transport/staging.h"
 
 namespace remora::detail {
 namespace {

@@ -1,5 +1,5 @@
-// transport/devmem_rx_lease.cc — see devmem_rx_lease.h.
-#include "transport/devmem_rx_lease.h"
+// datapath/devmem_rx_lease.cc — see devmem_rx_lease.h.
+#include "datapath/devmem_rx_lease.h"
 
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "datapath/zcrx_path.h"
 #include "net/socket.h"
-#include "transport/zcrx_path.h"
 #include "zerocopy/flow_steering.h"
 #include "zerocopy/kernel_error.h"
 

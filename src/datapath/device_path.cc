@@ -1,5 +1,5 @@
-// transport/device_path.cc — see device_path.h.
-#include "transport/device_path.h"
+// datapath/device_path.cc — see device_path.h.
+#include "datapath/device_path.h"
 
 #include <net/if.h>
 #include <unistd.h>

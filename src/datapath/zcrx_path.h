@@ -1,4 +1,4 @@
-// transport/zcrx_path.h — io_uring zero-copy receive (zcrx) on a data stream: the
+// datapath/zcrx_path.h — io_uring zero-copy receive (zcrx) on a data stream: the
 // stream's flow is steered to an RX queue registered with an io_uring of the endpoint's
 // own (zerocopy/zcrx_queue.h), so its payload lands in that queue's area and arrives as
 // RECV_ZC completions instead of bytes in a buffer.
@@ -18,7 +18,7 @@
 
 #include <memory>
 
-#include "transport/devmem_path.h"
+#include "datapath/devmem_path.h"
 #include "zerocopy/zcrx_queue.h"
 
 namespace remora::detail {

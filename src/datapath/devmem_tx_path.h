@@ -1,4 +1,4 @@
-// transport/devmem_tx_path.h — devmem TCP send driven by an endpoint: a message of
+// datapath/devmem_tx_path.h — devmem TCP send driven by an endpoint: a message of
 // device memory goes from the device to the wire with no copy through host memory. The
 // memory's domain exports the range as a dmabuf (MemoryDomain::export_dmabuf), the NIC
 // named by REMORA_DEVMEM_IFNAME binds it for transmit (netdev bind-tx), and each chunk
@@ -32,12 +32,12 @@
 #include <memory>
 #include <optional>
 
+#include "datapath/chunk_io.h"
 #include "mem/region_access.h"
 #include "net/io.h"
 #include "net/socket.h"
 #include "remora/memory.h"
 #include "remora/status.h"
-#include "transport/chunk_io.h"
 #include "zerocopy/devmem_tx.h"
 
 namespace remora::detail {

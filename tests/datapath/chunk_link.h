@@ -1,4 +1,4 @@
-// tests/transport/chunk_link.h — a sending and a receiving ChunkScheduler joined by
+// tests/datapath/chunk_link.h — a sending and a receiving ChunkScheduler joined by
 // real non-blocking socket pairs and driven by hand (no endpoint), with an owner that
 // records what each scheduler reports. Shared by the scheduler's and staging's tests.
 #pragma once
@@ -15,8 +15,8 @@
 
 #include <gtest/gtest.h>
 
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
 
 namespace remora::detail::test {
 

@@ -1,4 +1,4 @@
-// transport/devmem_path.h — devmem TCP receive on a data stream: the stream's flow is
+// datapath/devmem_path.h — devmem TCP receive on a data stream: the stream's flow is
 // steered to RX queues bound to a dmabuf (bind-rx), so its payload lands in that dmabuf
 // and recvmsg(MSG_SOCK_DEVMEM) hands over fragments and tokens instead of bytes.
 //
@@ -35,13 +35,13 @@
 #include <memory>
 #include <vector>
 
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
+#include "datapath/staging.h"
 #include "engine/progress.h"
 #include "net/io.h"
 #include "remora/memory.h"
 #include "remora/status.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/staging.h"
 #include "zerocopy/devmem_rx.h"
 #include "zerocopy/token_return.h"
 
@@ -79,7 +79,7 @@ struct DevmemRead {
 };
 
 /// The receive loop of one devmem data stream. Not thread-safe (the progress lock).
-/// ZcrxReceiver (transport/zcrx_path.h) is the same loop with its fragments from io_uring
+/// ZcrxReceiver (datapath/zcrx_path.h) is the same loop with its fragments from io_uring
 /// zcrx completions instead of recvmsg's control data, and the same placement.
 class DevmemReceiver {
  public:

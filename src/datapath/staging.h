@@ -1,4 +1,4 @@
-// transport/staging.h — device memory on the host data path: a chunk source and a chunk
+// datapath/staging.h — device memory on the host data path: a chunk source and a chunk
 // sink that move a transfer's bytes through pinned host bounce buffers, with the device
 // copies of some chunks overlapping the network transfer of others.
 //
@@ -32,10 +32,10 @@
 #include <memory>
 #include <vector>
 
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
 #include "engine/progress.h"
 #include "remora/memory.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
 
 namespace remora::detail {
 

@@ -1,8 +1,8 @@
-// transport/device_path.h — which data path a transfer of device memory takes, and why.
+// datapath/device_path.h — which data path a transfer of device memory takes, and why.
 //
 // Per send or receive of device memory an endpoint picks, best first: devmem TCP (the
 // NIC reads or writes the memory through a dmabuf binding), io_uring zero-copy receive
-// (zcrx), or staging through pinned host buffers (transport/staging.h); host memory
+// (zcrx), or staging through pinned host buffers (datapath/staging.h); host memory
 // always takes the host path. REMORA_DEVICE_PATH (Config::device_path) says whether the
 // endpoint may fall back (auto) or must use one path (devmem, zcrx, staging: a transfer
 // the demanded path cannot take fails with the reason; zcrx, a receive path, demands
@@ -12,7 +12,7 @@
 // transfer and a count per path.
 //
 // What is asked:
-// - devmem TX (message sends and chunked puts; transport/devmem_tx_path.h): per send,
+// - devmem TX (message sends and chunked puts; datapath/devmem_tx_path.h): per send,
 //   the memory's domain exports the range as a dmabuf and the interface
 //   REMORA_DEVMEM_IFNAME binds it for transmit (bind-tx restarts no queue); a domain
 //   that refused to export, or whose dmabuf the interface refused to bind, is not asked
@@ -22,7 +22,7 @@
 //   cannot be exported, the interface is tried with the best dmabuf this host has
 //   (zerocopy/dmabuf_source.h; dropped at once).
 // - devmem RX: every data stream of the endpoint steered by `remora rxq` to RX queues
-//   bound to its buffer (REMORA_RXQ_SOCKET; transport/devmem_rx_lease.h). Then message
+//   bound to its buffer (REMORA_RXQ_SOCKET; datapath/devmem_rx_lease.h). Then message
 //   receives, chunked gets and a peer's chunked puts into device memory go by devmem
 //   RX; bytes that come inline on the control stream stage, and so does everything with
 //   REMORA_CHECKSUM=crc32c. No binding is ever tried here (it would restart a queue of
@@ -31,7 +31,7 @@
 // - zcrx (REMORA_DEVICE_PATH=zcrx only: the endpoint itself registers a queue, which
 //   takes CAP_NET_ADMIN and restarts the queue): every data stream steered by `remora
 //   rxq` to a queue it reserved for the endpoint, which the endpoint registered with an
-//   io_uring of its own (transport/zcrx_path.h). Then the same receives as devmem RX go
+//   io_uring of its own (datapath/zcrx_path.h). Then the same receives as devmem RX go
 //   by zcrx, with the same exceptions. Otherwise the reason says why not, with what the
 //   kernel offers (RECV_ZC in io_uring).
 #pragma once
@@ -44,10 +44,10 @@
 #include <utility>
 #include <vector>
 
+#include "datapath/devmem_tx_path.h"
 #include "remora/config.h"
 #include "remora/memory.h"
 #include "remora/status.h"
-#include "transport/devmem_tx_path.h"
 
 namespace remora::detail {
 

@@ -1,4 +1,4 @@
-// transport/chunk_io.h — where the bytes of a chunked transfer come from (ChunkSource)
+// datapath/chunk_io.h — where the bytes of a chunked transfer come from (ChunkSource)
 // and where they go (ChunkSink), and the host-memory kinds of each.
 //
 // The chunk scheduler (chunk_scheduler.h) moves chunks between the data streams and
@@ -6,13 +6,13 @@
 // data path by implementing them:
 // - a source that is not ready at once answers prepare() with kInProgress until a
 //   chunk's bytes are at hand (the staging source copies device memory into pinned
-//   bounce buffers ahead of the stream, transport/staging.h), and hears of each chunk
+//   bounce buffers ahead of the stream, datapath/staging.h), and hears of each chunk
 //   written through chunk_sent() so that its buffer can be reused;
 // - a sink that needs room before it can read a chunk answers begin_chunk() with
 //   false until it has some (the staging sink's bounce buffers), and one that places
 //   chunks asynchronously answers chunk_arrived() with kInProgress and reports the end
 //   through ChunkScheduler::chunk_placed, in any order, or with an error;
-// - a devmem sink (transport/devmem_path.h) reads with recvmsg(MSG_SOCK_DEVMEM), gets
+// - a devmem sink (datapath/devmem_path.h) reads with recvmsg(MSG_SOCK_DEVMEM), gets
 //   dmabuf fragments and tokens instead of bytes, scatters them to the destination and
 //   returns the tokens before it reports the chunk placed.
 // Sinks read through the stream's StreamIn: recv(2) on an ordinary stream; on a stream

@@ -1,4 +1,4 @@
-// Tests of transport/devmem_path.cc, the devmem TCP receive path.
+// Tests of datapath/devmem_path.cc, the devmem TCP receive path.
 //
 // Against the real kernel (this machine's 6.18, no devmem NIC): recvmsg(MSG_SOCK_DEVMEM)
 // on an ordinary loopback TCP connection returns the bytes with no devmem control
@@ -15,7 +15,7 @@
 // bindings, truncation and fragments outside the dmabuf fail with their reason and their tokens go back at once; a
 // failed scatter fails the chunk and still returns the tokens; DevmemSink under the real ChunkScheduler over socket
 // pairs.
-#include "transport/devmem_path.h"
+#include "datapath/devmem_path.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -32,11 +32,11 @@
 
 #include <gtest/gtest.h>
 
+#include "datapath/chunk_link.h"
 #include "mem/region_access.h"
 #include "net/address.h"
 #include "net/socket.h"
 #include "remora/testing/test_device.h"
-#include "transport/chunk_link.h"
 #include "zerocopy/devmem_nic_standin.h"
 #include "zerocopy/uapi.h"
 #include "zerocopy/zc_test_util.h"

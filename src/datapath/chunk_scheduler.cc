@@ -1,5 +1,5 @@
-// transport/chunk_scheduler.cc — see chunk_scheduler.h.
-#include "transport/chunk_scheduler.h"
+// datapath/chunk_scheduler.cc — see chunk_scheduler.h.
+#include "datapath/chunk_scheduler.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "datapath/checksum.h"
 #include "net/same_host.h"
-#include "transport/checksum.h"
 
 namespace remora::detail {
 

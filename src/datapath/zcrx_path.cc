@@ -1,5 +1,5 @@
-// transport/zcrx_path.cc — see zcrx_path.h.
-#include "transport/zcrx_path.h"
+// datapath/zcrx_path.cc — see zcrx_path.h.
+#include "datapath/zcrx_path.h"
 
 #include <chrono>
 #include <utility>

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/chunk_link.h"
+#include "datapath/chunk_link.h"
 
 namespace remora::detail {
 namespace {

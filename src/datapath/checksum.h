@@ -1,4 +1,4 @@
-// transport/checksum.h — end-to-end integrity (REMORA_CHECKSUM=crc32c, issue 21): what
+// datapath/checksum.h — end-to-end integrity (REMORA_CHECKSUM=crc32c, issue 21): what
 // the handshake advertises, the rule that both sides of an endpoint agree, and the
 // error a mismatch reports. Where each CRC travels and who checks it is in
 // docs/protocol.md ("Checksums"); the chunk scheduler checks chunks, the endpoint and

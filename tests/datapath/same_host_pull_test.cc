@@ -18,9 +18,9 @@
 #include <gtest/gtest.h>
 
 #include "crc32c_required.h"
+#include "datapath/chunk_link.h"
 #include "huge_pages.h"
 #include "net/same_host.h"
-#include "transport/chunk_link.h"
 
 namespace remora::detail {
 namespace {

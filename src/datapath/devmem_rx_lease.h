@@ -1,7 +1,7 @@
-// transport/devmem_rx_lease.h — devmem TCP receive driven by an endpoint: `remora rxq`
+// datapath/devmem_rx_lease.h — devmem TCP receive driven by an endpoint: `remora rxq`
 // (the receive data-path manager) steers each of the endpoint's data streams to an RX
 // queue bound to its buffer, and from then on the stream is read through a
-// DevmemReceiver (transport/devmem_path.h).
+// DevmemReceiver (datapath/devmem_path.h).
 //
 // REMORA_RXQ_SOCKET (Config::rxq_socket) names rxq's socket. An endpoint with device
 // memory domains opens one lease (one connection to rxq: the flows stay steered while
@@ -28,7 +28,7 @@
 // steered by rxq's rules), the lease registers that queue with an io_uring of its own
 // (zerocopy/zcrx_queue.h: a host memory area, or with REMORA_RXQ_DEVICE_AREA a dmabuf of
 // the context's first device domain; CAP_NET_ADMIN, the queue restarted), and each
-// stream steered afterwards is read through a ZcrxReceiver (transport/zcrx_path.h).
+// stream steered afterwards is read through a ZcrxReceiver (datapath/zcrx_path.h).
 //
 // rxq's stand-in mode (a memfd, no rule) is refused unless a test installed a stand-in
 // of the kernel's devmem receive (set_devmem_rx_kernel_for_tests), since nothing would
@@ -42,9 +42,9 @@
 #include <memory>
 #include <string>
 
+#include "datapath/devmem_path.h"
 #include "remora/memory.h"
 #include "remora/status.h"
-#include "transport/devmem_path.h"
 #include "zerocopy/rxq_client.h"
 #include "zerocopy/token_return.h"
 #include "zerocopy/zcrx_queue.h"

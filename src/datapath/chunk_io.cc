@@ -1,10 +1,10 @@
-// transport/chunk_io.cc — the host-memory chunk sources and sinks (see chunk_io.h).
-#include "transport/chunk_io.h"
+// datapath/chunk_io.cc — the host-memory chunk sources and sinks (see chunk_io.h).
+#include "datapath/chunk_io.h"
 
 #include <algorithm>
 
 #include "core/crc32c.h"
-#include "transport/checksum.h"
+#include "datapath/checksum.h"
 
 namespace remora::detail {
 

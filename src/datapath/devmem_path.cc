@@ -1,5 +1,5 @@
-// transport/devmem_path.cc — see devmem_path.h.
-#include "transport/devmem_path.h"
+// datapath/devmem_path.cc — see devmem_path.h.
+#include "datapath/devmem_path.h"
 
 #include <linux/dma-buf.h>
 #include <sys/ioctl.h>

@@ -1,5 +1,5 @@
-// transport/staging.cc — see staging.h.
-#include "transport/staging.h"
+// datapath/staging.cc — see staging.h.
+#include "datapath/staging.h"
 
 #include <sys/mman.h>
 
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "transport/checksum.h"
+#include "datapath/checksum.h"
 
 namespace remora::detail {
 namespace {

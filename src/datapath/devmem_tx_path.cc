@@ -1,5 +1,5 @@
-// transport/devmem_tx_path.cc — see devmem_tx_path.h.
-#include "transport/devmem_tx_path.h"
+// datapath/devmem_tx_path.cc — see devmem_tx_path.h.
+#include "datapath/devmem_tx_path.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// Tests of transport/zcrx_path.cc, io_uring zero-copy receive on a data stream.
+// Tests of datapath/zcrx_path.cc, io_uring zero-copy receive on a data stream.
 //
 // The queue (zerocopy/zcrx_queue.h) runs for real with its thread; what stands in is the
 // kernel and NIC behind it (tests/zerocopy/zcrx_nic_standin.h): real bytes read off real
@@ -9,7 +9,7 @@
 // (DevmemStreamIn) waits for arrivals on the queue rather than on the socket, and tells
 // of them through on_arrival; DevmemSink under the real ChunkScheduler over socket pairs
 // whose every receiving stream is read by zcrx.
-#include "transport/zcrx_path.h"
+#include "datapath/zcrx_path.h"
 
 #include <sys/socket.h>
 
@@ -20,8 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include "datapath/chunk_link.h"
 #include "remora/testing/test_device.h"
-#include "transport/chunk_link.h"
 #include "zerocopy/zc_test_util.h"
 #include "zerocopy/zcrx_nic_standin.h"
 
