@@ -1,7 +1,8 @@
-// datapath/chunk_io.cc — the host-memory chunk sources and sinks (see chunk_io.h).
+// datapath/chunk_io.cc — the host-memory sources and sinks (see chunk_io.h).
 #include "datapath/chunk_io.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/crc32c.h"
 #include "datapath/checksum.h"
@@ -11,6 +12,16 @@ namespace remora::detail {
 std::span<const std::byte> zeros() {
   static const std::vector<std::byte> bytes(DiscardSink::kScratchBytes);
   return bytes;
+}
+
+Status revoked_status() { return Status(StatusCode::kInvalidKey, "the region was deregistered"); }
+
+Status ChunkSource::read_inline(uint64_t /*length*/, const InlineNow& /*now*/, InlineLater /*later*/) {
+  return Status(StatusCode::kInternal, "this source sends chunks only");
+}
+
+Status ChunkSink::place_inline(std::span<const std::byte> /*bytes*/, InlinePlaced /*done*/) {
+  return Status(StatusCode::kInternal, "this sink receives chunks only");
 }
 
 net::IoResult HostSource::write(int fd, uint64_t offset, uint64_t len) {
@@ -67,6 +78,17 @@ net::IoResult RegionSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint
   }
   revoked_ = true;  // deregistered mid-transfer: drain the rest, the reply says "revoked"
   return discard_->read(in, offset, len, asked);
+}
+
+Status RegionSink::place(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return Status::ok();
+  if (revoked_ || !access_->begin()) {
+    revoked_ = true;
+    return revoked_status();
+  }
+  std::memcpy(access_->address(), bytes.data(), bytes.size());
+  access_->end();
+  return Status::ok();
 }
 
 std::optional<uint32_t> HostSource::checksum(uint64_t offset, uint64_t length) {

@@ -1,5 +1,5 @@
-// datapath/chunk_io.h — where the bytes of a chunked transfer come from (ChunkSource)
-// and where they go (ChunkSink), and the host-memory kinds of each.
+// datapath/chunk_io.h — where the bytes of a transfer come from (ChunkSource) and where
+// they go (ChunkSink), and the host-memory kinds of each.
 //
 // The chunk scheduler (chunk_scheduler.h) moves chunks between the data streams and
 // these interfaces and knows nothing else about memory. A new memory kind joins the
@@ -21,11 +21,18 @@
 // out and gives their tokens back before it returns).
 // A stalled source or sink tells the scheduler's owner when it can go on (the owner
 // then calls ChunkScheduler::unstall and schedules again).
-// Every call runs with the progress lock held; none may block.
+//
+// The operation that holds a source or sink (through a PathEnd, path_end.h) asks it the
+// rest, whatever the path: an inline transfer's bytes for its frame (read_inline) or
+// their placement (place_inline); copies of the memory in flight; a region revoked
+// under it; zero-copy sends the NIC has not released. The defaults suit host memory.
+// Every call runs with the progress lock held; none may block, but copy_inline (called
+// without it).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <span>
@@ -36,10 +43,12 @@
 #include "net/io.h"
 #include "net/socket.h"
 #include "remora/status.h"
+#include "remora/types.h"
 
 namespace remora::detail {
 
 class DevmemReceiver;
+struct RxTransfer;
 
 /// One data stream as sinks read it. The default reads with recv(2).
 class StreamIn {
@@ -102,6 +111,32 @@ class ChunkSource {
   /// the transfer is sent (a same-host peer may then read its chunks itself, with
   /// process_vm_readv: ChunkScheduler::enable_pull_tx); null otherwise.
   virtual const std::byte* host_bytes() const noexcept { return nullptr; }
+
+  // --- what the operation holding the source asks (path_end.h) -----------------------
+  /// Copies out of the memory started and not ended (staged ahead of a chunk that
+  /// failed, say): the memory is still read until they end.
+  virtual size_t in_flight() const noexcept { return 0; }
+  /// A granted region was deregistered while it was sent: zeros went in place of some
+  /// of its bytes.
+  virtual bool revoked() const noexcept { return false; }
+  /// Zero-copy sends (devmem TX): the NIC reads the memory after write() returned, and
+  /// the kernel reports each sendmsg done; unreleased() counts those not reported yet,
+  /// released() one report.
+  virtual bool zero_copy() const noexcept { return false; }
+  virtual uint64_t unreleased() const noexcept { return 0; }
+  virtual void released() noexcept {}
+  /// An inline send's bytes can be read at once (read_inline answers ok); else
+  /// copy_inline() copies them to host memory first.
+  virtual bool inline_ready() const noexcept { return true; }
+  /// Copies an inline send's bytes to host memory now, waiting at most `timeout`;
+  /// called without the progress lock.
+  virtual Status copy_inline(Duration /*timeout*/) { return Status::ok(); }
+  using InlineNow = std::function<void(std::span<const std::byte>)>;
+  using InlineLater = std::function<void(std::span<const std::byte>, const Status&)>;
+  /// The `length` bytes of an inline send, for its frame: PathEnd::read_inline's
+  /// contract. The host kinds below are read in place by PathEnd; this default serves a
+  /// source that only sends chunks and answers kInternal.
+  virtual Status read_inline(uint64_t length, const InlineNow& now, InlineLater later);
 };
 
 /// Where the chunks of one incoming transfer go.
@@ -125,17 +160,22 @@ class ChunkSink {
   /// last byte is read and before chunk_arrived (REMORA_CHECKSUM=crc32c). nullopt: the
   /// bytes are not kept (drained, or the region is gone), so there is nothing to check.
   virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
-};
 
-/// A sink that places chunks asynchronously (staging's copies, devmem receive's
-/// scatter): an operation that fails completes only once none of its placements is
-/// in flight, so nothing writes to its memory after it completed.
-class PlacingSink : public ChunkSink {
- public:
-  /// Placements started and not ended.
-  virtual size_t in_flight() const noexcept = 0;
+  // --- what the operation holding the sink asks (path_end.h) -------------------------
+  /// The transfer this sink receives: a sink that places chunks asynchronously reports
+  /// them placed against it (StagingHost::staged_chunk_placed).
+  virtual void attach(RxTransfer& /*t*/) {}
+  /// Placements into the memory started and not ended (staging's copies, devmem
+  /// receive's scatter, an inline copy): an operation that fails completes only once
+  /// none is in flight, so nothing writes to its memory after it completed.
+  virtual size_t in_flight() const noexcept { return 0; }
   /// A served put's region was deregistered mid-transfer: the rest was drained.
   virtual bool revoked() const noexcept { return false; }
+  using InlinePlaced = std::function<void(const Status&)>;
+  /// Places an inline receive's bytes at the start of the memory: PathEnd::place_inline's
+  /// contract, `done` already made. The host kinds below are placed in place by
+  /// PathEnd; this default serves a sink that only receives chunks and answers kInternal.
+  virtual Status place_inline(std::span<const std::byte> bytes, InlinePlaced done);
 };
 
 /// Host memory that nothing can take away: a message's send buffer, an initiator's put.
@@ -156,6 +196,10 @@ class HostSink final : public ChunkSink {
   explicit HostSink(std::byte* data = nullptr) noexcept : data_(data) {}
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  /// An inline receive's bytes, copied in.
+  void place(std::span<const std::byte> bytes) noexcept {
+    if (!bytes.empty()) std::memcpy(data_, bytes.data(), bytes.size());
+  }
 
  private:
   std::byte* data_;
@@ -176,6 +220,9 @@ class DiscardSink final : public ChunkSink {
 /// Zeros, sent in place of a revoked region's bytes (DiscardSink::kScratchBytes of them).
 std::span<const std::byte> zeros();
 
+/// What reading or placing a deregistered region's bytes answers (kInvalidKey).
+Status revoked_status();
+
 /// A registered region a peer reads (a served get): every write is bracketed by the
 /// region's RegionAccess. Once the region is deregistered it never reads the memory
 /// again and sends zeros instead, keeping the stream in step; revoked() then says so.
@@ -186,7 +233,19 @@ class RegionSource final : public ChunkSource {
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   /// Of the region's bytes (bracketed); of zeros once it is revoked, as write sends.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
-  bool revoked() const noexcept { return revoked_; }
+  bool revoked() const noexcept override { return revoked_; }
+  /// An inline send's first `length` bytes: `now(bytes)` inside one bracket, ok; or
+  /// kInvalidKey once the region is deregistered (revoked()).
+  template <typename Now>
+  Status read_bracketed(uint64_t length, Now&& now) {
+    if (revoked_ || !access_->begin()) {
+      revoked_ = true;
+      return revoked_status();
+    }
+    now(std::span<const std::byte>(access_->address(), length));
+    access_->end();
+    return Status::ok();
+  }
 
  private:
   const RegionAccess* access_ = nullptr;
@@ -202,7 +261,10 @@ class RegionSink final : public ChunkSink {
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   /// Of the region's bytes (bracketed); nullopt once revoked (the reply says so anyway).
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
-  bool revoked() const noexcept { return revoked_; }
+  bool revoked() const noexcept override { return revoked_; }
+  /// An inline receive's bytes, copied in inside one bracket: ok (nothing to do for
+  /// none), or kInvalidKey once the region is deregistered (revoked()).
+  Status place(std::span<const std::byte> bytes);
 
  private:
   const RegionAccess* access_ = nullptr;

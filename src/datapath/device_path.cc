@@ -40,16 +40,6 @@ constexpr std::string_view kNoZcrxLoop =
 
 }  // namespace
 
-std::string_view data_path_name(DataPath p) noexcept {
-  switch (p) {
-    case DataPath::kHost: return "host";
-    case DataPath::kStaging: return "staging";
-    case DataPath::kDevmem: return "devmem";
-    case DataPath::kZcrx: return "zcrx";
-  }
-  return "?";
-}
-
 DevicePathProbe probe_device_paths(const Config& config) {
   DevicePathProbe out;
   const std::string ifname(config.devmem_ifname.data());

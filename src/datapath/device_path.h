@@ -45,14 +45,12 @@
 #include <vector>
 
 #include "datapath/devmem_tx_path.h"
+#include "datapath/transfer.h"
 #include "remora/config.h"
 #include "remora/memory.h"
 #include "remora/status.h"
 
 namespace remora::detail {
-
-enum class DataPath : uint8_t { kHost, kStaging, kDevmem, kZcrx };
-std::string_view data_path_name(DataPath p) noexcept;
 
 /// The answers of the kernel and the configuration that do not depend on the memory.
 struct DevicePathProbe {

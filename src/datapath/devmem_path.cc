@@ -241,6 +241,7 @@ DevmemSink::DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domai
       dst_(dst),
       t_(t),
       access_(std::move(access)),
+      inline_(ctx_->engine, *domain_, dst_, access_),
       self_(std::make_shared<DevmemSink*>(this)) {}
 
 DevmemSink::~DevmemSink() { self_.reset(); }

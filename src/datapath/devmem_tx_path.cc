@@ -215,7 +215,7 @@ DevmemSource::~DevmemSource() {
   }
 }
 
-void DevmemSource::completed() noexcept {
+void DevmemSource::released() noexcept {
   if (pending_ == 0) return;
   --pending_;
   if (access_ != nullptr) access_->end();  // the NIC is done with this sendmsg's memory
@@ -228,7 +228,7 @@ net::IoResult DevmemSource::write(int fd, uint64_t offset, uint64_t len) {
     revoked_ = true;
     return net::send_some(fd, zeros().data(), std::min<uint64_t>(len, zeros().size()));
   }
-  const net::IoResult r = send_.kernel->send(fd, send_.binding.id, send_.offset + offset, static_cast<size_t>(len));
+  const net::IoResult r = send_->kernel->send(fd, send_->binding.id, send_->offset + offset, static_cast<size_t>(len));
   if (r.kind == net::IoResult::Kind::kBytes && r.bytes > 0) {
     streams_.sent(fd, cookie_);
     ++pending_;  // a served get's bracket stays open until this sendmsg's completion

@@ -134,8 +134,9 @@ class DevmemTxStreams {
   std::map<int, zerocopy::ZerocopyTracker> trackers_;
 };
 
-/// The chunks of one transfer read by the NIC from device memory. Counts the sendmsgs
-/// not yet reported complete (`pending`).
+/// The chunks of one transfer read by the NIC from device memory, through its export
+/// and binding (`send`, held until the source goes). Counts the sendmsgs not yet
+/// reported complete (unreleased()).
 ///
 /// A served get reads a peer-granted region (`access`): every sendmsg opens a bracket of
 /// the region's access that its completion closes (the NIC reads the memory until then,
@@ -144,24 +145,27 @@ class DevmemTxStreams {
 /// does. Brackets still open when the source goes (the endpoint failed) are closed then.
 class DevmemSource final : public ChunkSource {
  public:
-  DevmemSource(const DevmemTxSend& send, DevmemTxStreams& streams, uint64_t cookie,
+  /// Each sendmsg is reported done under `cookie` (what the stream's completions are
+  /// routed by: the operation's id with its kind's bit, devmem_tx_path.h's cookies).
+  DevmemSource(std::unique_ptr<DevmemTxSend> send, DevmemTxStreams& streams, uint64_t cookie,
                const RegionAccess* access = nullptr) noexcept
-      : send_(send), streams_(streams), cookie_(cookie), access_(access) {}
+      : send_(std::move(send)), streams_(streams), cookie_(cookie), access_(access) {}
   ~DevmemSource() override;
   DevmemSource(const DevmemSource&) = delete;
   DevmemSource& operator=(const DevmemSource&) = delete;
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   /// The host never holds these bytes: no CRC-32C (the path is not chosen with checksums on).
   std::optional<uint32_t> checksum(uint64_t, uint64_t) override { return std::nullopt; }
+  bool zero_copy() const noexcept override { return true; }
   /// Sendmsgs made and not yet reported complete.
-  uint64_t pending() const noexcept { return pending_; }
+  uint64_t unreleased() const noexcept override { return pending_; }
   /// One of them was reported complete.
-  void completed() noexcept;
+  void released() noexcept override;
   /// The region was deregistered before all of it was sent (a served get's).
-  bool revoked() const noexcept { return revoked_; }
+  bool revoked() const noexcept override { return revoked_; }
 
  private:
-  const DevmemTxSend& send_;
+  std::unique_ptr<DevmemTxSend> send_;
   DevmemTxStreams& streams_;
   uint64_t cookie_;
   const RegionAccess* access_;

@@ -190,6 +190,7 @@ StagingSink::StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t,
       device_(device),
       t_(t),
       access_(std::move(access)),
+      inline_(ctx_.engine, ctx_.pool->domain(), device_, access_),
       self_(std::make_shared<StagingSink*>(this)) {}
 
 StagingSink::~StagingSink() {

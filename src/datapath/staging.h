@@ -11,7 +11,8 @@
 // Receiving (StagingSink): each chunk is read into a bounce buffer of its own
 // (begin_chunk stalls the stream while the pool has none free), copied bounce buffer →
 // device when its last byte is in, and reported placed when that copy ends — in
-// whatever order the copies end. A failed copy fails that chunk, hence its transfer.
+// whatever order the copies end. A failed copy fails that chunk, hence its transfer. A
+// message that came eager instead is placed by one copy (place_inline, bounce.h).
 //
 // Copies end on the domain's threads; StagingCopies posts each end to the progress
 // engine, and everything else here runs with the progress lock held. A source or sink
@@ -32,6 +33,7 @@
 #include <memory>
 #include <vector>
 
+#include "datapath/bounce.h"
 #include "datapath/chunk_io.h"
 #include "datapath/chunk_scheduler.h"
 #include "engine/progress.h"
@@ -109,10 +111,10 @@ class StagingSource final : public ChunkSource {
   /// Of the staged host bytes (what goes on the wire), once prepare() said ready.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   /// The region was deregistered: zeros went in place of some of its bytes.
-  bool revoked() const noexcept { return revoked_; }
+  bool revoked() const noexcept override { return revoked_; }
   /// Copies out of the device memory started and not ended (staged ahead of a chunk
   /// that failed, say): the memory is still read until they end.
-  size_t in_flight() const noexcept {
+  size_t in_flight() const noexcept override {
     return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.copied; }));
   }
 
@@ -137,11 +139,13 @@ class StagingSource final : public ChunkSource {
   std::shared_ptr<StagingSource*> self_;
 };
 
-class StagingSink final : public PlacingSink {
+class StagingSink final : public ChunkSink {
  public:
-  /// Receives `t` into [device, device + t.length) of `ctx.pool`'s domain; `access`,
-  /// if given, is the registered region's (a served PUT), bracketing each copy.
-  StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t, std::shared_ptr<const RegionAccess> access = nullptr);
+  /// Receives `t` (or the transfer attach() names) into [device, device + t.length) of
+  /// `ctx.pool`'s domain; `access`, if given, is the registered region's (a served
+  /// PUT), bracketing each copy.
+  StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t,
+              std::shared_ptr<const RegionAccess> access = nullptr);
   ~StagingSink() override;
   StagingSink(const StagingSink&) = delete;
   StagingSink& operator=(const StagingSink&) = delete;
@@ -151,12 +155,17 @@ class StagingSink final : public PlacingSink {
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
   /// Of the bounce buffer's bytes, before they are copied to the device.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  void attach(RxTransfer& t) override { t_ = &t; }
   /// Copies to the device started and not ended yet. An operation that fails while
   /// some are in flight completes only once they have ended: its buffer is the
   /// application's again only when nothing writes to it any more.
-  size_t in_flight() const noexcept override { return in_flight_; }
+  size_t in_flight() const noexcept override { return in_flight_ + inline_.in_flight(); }
   /// The region was deregistered: some chunks were dropped instead of placed.
-  bool revoked() const noexcept override { return revoked_; }
+  bool revoked() const noexcept override { return revoked_ || inline_.revoked(); }
+  /// A message that came inline: one copy into the device.
+  Status place_inline(std::span<const std::byte> bytes, InlinePlaced done) override {
+    return inline_.place(bytes, std::move(done));
+  }
 
  private:
   struct Open {
@@ -172,6 +181,7 @@ class StagingSink final : public PlacingSink {
   std::byte* device_;
   RxTransfer* t_;
   std::shared_ptr<const RegionAccess> access_;
+  InlineCopyIn inline_;
   bool revoked_ = false;
   std::vector<Open> open_;  // chunks being read, at most one per data stream
   size_t in_flight_ = 0;
