@@ -236,12 +236,11 @@ net::IoResult DevmemStreamIn::recv_some(std::byte* dst, size_t len) {
 
 DevmemSink::DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domain, std::byte* dst, RxTransfer* t,
                        std::shared_ptr<const RegionAccess> access)
-    : ctx_(std::move(ctx)),
+    : PlacingSink(ctx->engine, *domain, dst, t, access),
+      ctx_(std::move(ctx)),
       domain_(domain),
       dst_(dst),
-      t_(t),
       access_(std::move(access)),
-      inline_(ctx_->engine, *domain_, dst_, access_),
       self_(std::make_shared<DevmemSink*>(this)) {}
 
 DevmemSink::~DevmemSink() { self_.reset(); }

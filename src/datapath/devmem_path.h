@@ -185,12 +185,12 @@ struct DevmemRxContext {
 /// One transfer's chunks read off devmem streams (their StreamIn's devmem receiver)
 /// into memory of `domain` at `dst`. A message that came eager instead (its bytes in a
 /// frame on the control stream) is placed by one copy (place_inline, bounce.h).
-class DevmemSink final : public ChunkSink {
+class DevmemSink final : public PlacingSink {
  public:
   /// `ctx` outlives the sink; `t` (or the transfer attach() names) is the transfer it
-  /// receives. `access`, if given, is
-  /// the registered region's (a served put): each read's placement is bracketed by it,
-  /// and once the region is deregistered the rest is dropped (revoked()).
+  /// receives. `access`, if given, is the registered region's (a served put): each
+  /// read's placement is bracketed by it, and once the region is deregistered the rest
+  /// is dropped (revoked()).
   DevmemSink(std::shared_ptr<DevmemRxContext> ctx, MemoryDomain* domain, std::byte* dst, RxTransfer* t,
              std::shared_ptr<const RegionAccess> access = nullptr);
   ~DevmemSink() override;
@@ -200,13 +200,6 @@ class DevmemSink final : public ChunkSink {
   bool begin_chunk(uint64_t offset, uint64_t length) override;
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
-  void attach(RxTransfer& t) override { t_ = &t; }
-  /// Placements started and not ended (an operation that fails completes once none are).
-  size_t in_flight() const noexcept override { return in_flight_ + inline_.in_flight(); }
-  bool revoked() const noexcept override { return revoked_ || inline_.revoked(); }
-  Status place_inline(std::span<const std::byte> bytes, InlinePlaced done) override {
-    return inline_.place(bytes, std::move(done));
-  }
 
  private:
   struct Chunk {
@@ -221,12 +214,8 @@ class DevmemSink final : public ChunkSink {
   std::shared_ptr<DevmemRxContext> ctx_;
   MemoryDomain* domain_;
   std::byte* dst_;
-  RxTransfer* t_;
   std::shared_ptr<const RegionAccess> access_;
-  InlineCopyIn inline_;
-  bool revoked_ = false;
   std::vector<Chunk> chunks_;
-  size_t in_flight_ = 0;
   std::shared_ptr<DevmemSink*> self_;
 };
 

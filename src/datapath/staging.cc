@@ -186,11 +186,10 @@ void StagingSource::chunk_sent(uint64_t offset, uint64_t /*length*/) {
 
 StagingSink::StagingSink(StagingContext ctx, std::byte* device, RxTransfer* t,
                          std::shared_ptr<const RegionAccess> access)
-    : ctx_(std::move(ctx)),
+    : PlacingSink(ctx.engine, ctx.pool->domain(), device, t, access),
+      ctx_(std::move(ctx)),
       device_(device),
-      t_(t),
       access_(std::move(access)),
-      inline_(ctx_.engine, ctx_.pool->domain(), device_, access_),
       self_(std::make_shared<StagingSink*>(this)) {}
 
 StagingSink::~StagingSink() {

@@ -139,7 +139,7 @@ class StagingSource final : public ChunkSource {
   std::shared_ptr<StagingSource*> self_;
 };
 
-class StagingSink final : public ChunkSink {
+class StagingSink final : public PlacingSink {
  public:
   /// Receives `t` (or the transfer attach() names) into [device, device + t.length) of
   /// `ctx.pool`'s domain; `access`, if given, is the registered region's (a served
@@ -155,17 +155,6 @@ class StagingSink final : public ChunkSink {
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
   /// Of the bounce buffer's bytes, before they are copied to the device.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
-  void attach(RxTransfer& t) override { t_ = &t; }
-  /// Copies to the device started and not ended yet. An operation that fails while
-  /// some are in flight completes only once they have ended: its buffer is the
-  /// application's again only when nothing writes to it any more.
-  size_t in_flight() const noexcept override { return in_flight_ + inline_.in_flight(); }
-  /// The region was deregistered: some chunks were dropped instead of placed.
-  bool revoked() const noexcept override { return revoked_ || inline_.revoked(); }
-  /// A message that came inline: one copy into the device.
-  Status place_inline(std::span<const std::byte> bytes, InlinePlaced done) override {
-    return inline_.place(bytes, std::move(done));
-  }
 
  private:
   struct Open {
@@ -179,12 +168,8 @@ class StagingSink final : public ChunkSink {
 
   StagingContext ctx_;
   std::byte* device_;
-  RxTransfer* t_;
   std::shared_ptr<const RegionAccess> access_;
-  InlineCopyIn inline_;
-  bool revoked_ = false;
   std::vector<Open> open_;  // chunks being read, at most one per data stream
-  size_t in_flight_ = 0;
   std::shared_ptr<StagingSink*> self_;
 };
 
