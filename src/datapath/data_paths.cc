@@ -43,8 +43,8 @@ Result<PathEnd> DataPaths::choose(const TransferSpec& spec) {
   const bool send = spec.direction == Direction::kSend;
   if (m.on_host()) {
     if (m.region != nullptr) {
-      return send ? PathEnd::region_source(m.region.get(), m.length, spec.cls)
-                  : PathEnd::region_sink(m.region.get(), &discard_, m.length, spec.cls);
+      return send ? PathEnd::region_source(m.access(), m.length, spec.cls)
+                  : PathEnd::region_sink(m.access(), &discard_, m.length, spec.cls);
     }
     return send ? PathEnd::host_source(m.address, m.length, spec.cls)
                 : PathEnd::host_sink(m.address, m.length, spec.cls);
@@ -61,31 +61,32 @@ Result<PathEnd> DataPaths::device_end(const TransferSpec& spec, PathChoice choic
     // Its bytes travel in a frame: one host copy (the selector reported staging).
     if (send) {
       return PathEnd::device_source(
-          std::make_unique<BounceSource>(params_.engine, device, m.address, m.length, m.region), DataPath::kStaging,
-          device, m.length, spec.cls);
+          std::make_unique<BounceSource>(params_.engine, device, m.address, m.length, m.shared_access()),
+          DataPath::kStaging, device, m.length, spec.cls);
     }
-    return PathEnd::device_sink(std::make_unique<BounceSink>(params_.engine, device, m.address, m.region),
+    return PathEnd::device_sink(std::make_unique<BounceSink>(params_.engine, device, m.address, m.shared_access()),
                                 DataPath::kStaging, device, m.length, spec.cls);
   }
   if (choice.path == DataPath::kDevmem && send) {
     auto source =
-        std::make_unique<DevmemSource>(std::move(choice.devmem_tx), devmem_streams_, spec.zero_copy_id, m.region.get());
+        std::make_unique<DevmemSource>(std::move(choice.devmem_tx), devmem_streams_, spec.zero_copy_id, m.access());
     return PathEnd::device_source(std::move(source), DataPath::kDevmem, device, m.length, spec.cls);
   }
   if (choice.path == DataPath::kDevmem || choice.path == DataPath::kZcrx) {
     // Every data stream is steered: the chunks are placed from the bound buffer.
-    return PathEnd::device_sink(std::make_unique<DevmemSink>(devmem_rx_, &device, m.address, nullptr, m.region),
-                                choice.path, device, m.length, spec.cls);
+    return PathEnd::device_sink(
+        std::make_unique<DevmemSink>(devmem_rx_, &device, m.address, nullptr, m.shared_access()), choice.path, device,
+        m.length, spec.cls);
   }
   REMORA_ASSIGN_OR_RETURN(StagingContext staging, staging_for(device, send));
   if (send) {
     const uint64_t first_chunk = std::min<uint64_t>(staging.chunk_bytes, m.length);
-    auto source = std::make_unique<StagingSource>(std::move(staging), m.address, m.length, m.region);
+    auto source = std::make_unique<StagingSource>(std::move(staging), m.address, m.length, m.shared_access());
     // Start staging now: the copies overlap the announcement's way to the peer.
     (void)source->prepare(0, first_chunk);
     return PathEnd::device_source(std::move(source), DataPath::kStaging, device, m.length, spec.cls);
   }
-  return PathEnd::device_sink(std::make_unique<StagingSink>(std::move(staging), m.address, nullptr, m.region),
+  return PathEnd::device_sink(std::make_unique<StagingSink>(std::move(staging), m.address, nullptr, m.shared_access()),
                               DataPath::kStaging, device, m.length, spec.cls);
 }
 

@@ -56,20 +56,26 @@ struct TransferMemory {
   uint64_t length = 0;
   MemoryDomain* device = nullptr;  ///< the device domain the memory belongs to; null: host memory
   /// A registered region a peer reads or writes (its request was granted): every touch
-  /// of the memory is bracketed by it. Null: this side's own operation's memory, which
-  /// stays valid until the operation completes.
-  std::shared_ptr<const RegionAccess> region{};
+  /// of the memory is bracketed by it. The caller holds it for the call of
+  /// DataPaths::choose (an end that needs it longer keeps a share; pointing at it costs
+  /// a host-memory request no reference count). Null: this side's own operation's
+  /// memory, which stays valid until the operation completes.
+  const std::shared_ptr<RegionAccess>* region = nullptr;
 
   bool on_host() const noexcept { return device == nullptr; }
   /// The first `length` bytes a peer's granted request names.
-  static TransferMemory of_region(std::shared_ptr<const RegionAccess> access, uint64_t length) {
+  static TransferMemory of_region(const std::shared_ptr<RegionAccess>& access, uint64_t length) {
     TransferMemory m;
     m.address = access->address();
     m.length = length;
     m.device = access->device();
-    m.region = std::move(access);
+    m.region = &access;
     return m;
   }
+  /// The region's access (null for this side's own memory).
+  const RegionAccess* access() const noexcept { return region != nullptr ? region->get() : nullptr; }
+  /// A share of it, for an end that outlives the call.
+  std::shared_ptr<const RegionAccess> shared_access() const { return region != nullptr ? *region : nullptr; }
 };
 
 /// What an operation asks of DataPaths::choose.
