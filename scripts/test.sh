@@ -4,7 +4,7 @@
 #
 # For each preset (default: release asan tsan fuzz) it configures, builds and runs ctest,
 # then prints a summary. tsan builds and runs only the threaded suites (engine,
-# transport, coll, integration) under ThreadSanitizer; fuzz builds the libFuzzer targets
+# datapath, transport, coll, integration) under ThreadSanitizer; fuzz builds the libFuzzer targets
 # with clang, replays their corpus, then runs each for a bounded time
 # (scripts/lib/fuzz.sh). Exits non-zero if any step of any preset failed. Tests run one at a
 # time (-j1): they use network namespaces and real sockets.

@@ -14,7 +14,7 @@
 //     memory again, and the application may free it.
 // Brackets must be short and must not block (one non-blocking send/recv, one memcpy,
 // one atomic instruction, or one asynchronous device copy: open from its start to its
-// end, which the copy's own thread closes; see transport/staging.h).
+// end, which the copy's own thread closes; see datapath/staging.h).
 #pragma once
 
 #include <cstddef>
@@ -79,7 +79,7 @@ struct RegistryInternals {
 };
 
 /// A live registration, found by address (what per-region resources are keyed on:
-/// devmem TX bindings, transport/devmem_tx_path.h). (id, generation) names it until it
+/// devmem TX bindings, datapath/devmem_tx_path.h). (id, generation) names it until it
 /// is deregistered; a later registration of the same memory is another.
 struct CoveringRegion {
   RegionId id{};

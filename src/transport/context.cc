@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "datapath/checksum.h"
 #include "engine/engine_of.h"
 #include "remora/pool.h"
 #include "remora/version.h"
-#include "transport/checksum.h"
 #include "transport/context_core.h"
 #include "wire/auth.h"
 

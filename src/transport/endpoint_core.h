@@ -1,12 +1,19 @@
 // transport/endpoint_core.h — the state machine of one endpoint, composed of parts:
 // EndpointCore keeps set-up, control-stream framing and dispatch (each frame goes to
-// the part that handles it), eager credits and rendezvous (RTS/CTS), the one place
-// that decides whether data travels inline on the control stream or in chunks
-// (travels_inline), and the one failure path (fail_locked, handle_control_eof), which
-// fails every part. The parts, each behind a narrow interface this class implements:
+// the part that handles it), the one place that decides whether data travels inline on
+// the control stream or in chunks (transfer_class), and the one failure path
+// (fail_locked, handle_control_eof), which fails every part. Its own protocols are in
+// files named for them: messages.cc (send and recv: eager or rendezvous), eager.cc
+// (EAGER and CREDIT), rendezvous.cc (RTS, CTS and a message's chunks), one_sided.cc (the
+// entry points of one-sided operations and the dispatch of the peer's requests),
+// data_streams.cc (the chunk scheduler's owner), same_host_pulls.cc (HOST, PULL, PULLED);
+// endpoint.cc keeps set-up, framing, dispatch and failure. The parts, each behind a
+// narrow interface this class implements:
+//   - DataPaths (datapath/data_paths.h): how each operation's bytes move; the one place
+//     its source or sink is chosen, for its memory and transfer class;
 //   - Matcher (matcher.h): posted receives and unexpected messages;
-//   - ChunkScheduler (chunk_scheduler.h): the data streams and their chunks, moved
-//     through ChunkSources and ChunkSinks; this class says what completing one means;
+//   - ChunkScheduler (datapath/chunk_scheduler.h): the data streams and their chunks,
+//     moved through ChunkSources and ChunkSinks; this class says what completing one means;
 //   - RmaInitiator (rma_initiator.h): the one-sided operations this side initiates;
 //   - RmaTarget (rma_target.h): the peer's one-sided requests this side serves;
 //   - Notifications (notifications.h): what notified puts delivered to this side;
@@ -26,22 +33,22 @@
 #include <unordered_map>
 #include <vector>
 
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
+#include "datapath/data_paths.h"
+#include "datapath/path_end.h"
+#include "datapath/staging.h"
 #include "engine/progress.h"
 #include "engine/request_state.h"
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/device_path.h"
-#include "transport/devmem_rx_lease.h"
 #include "transport/linger.h"
 #include "transport/liveness.h"
 #include "transport/matcher.h"
 #include "transport/notifications.h"
 #include "transport/rma_initiator.h"
 #include "transport/rma_target.h"
-#include "transport/staging.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 
@@ -85,14 +92,13 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// RX queues (one rxq connection per endpoint, open for its life) and returns the
   /// stream's devmem StreamIn; otherwise, or when rxq or the kernel refuse (the reason
   /// is kept for the path choice), a plain one. Blocks up to `deadline` (rxq's answer).
-  std::unique_ptr<StreamIn> steer_data_stream(int fd, net::Clock::time_point deadline);
+  std::unique_ptr<StreamIn> steer_data_stream(int fd, net::Clock::time_point deadline) {
+    return paths_.steer(fd, deadline);
+  }
   /// The same for data stream `index`, attached already (the accepting side).
   void steer_stream(uint16_t index, net::Clock::time_point deadline) {
     attach_stream_in(index, steer_data_stream(chunks_.fd(index), deadline));
   }
-  /// Every data stream attached: devmem RX is on when all of them were steered, and
-  /// the path choice hears why not otherwise.
-  void settle_devmem_rx();
   /// Data stream `index` is read through `in` when it is a devmem or zcrx one (a zcrx
   /// stream's arrivals are posted to the engine as data events: its socket does not
   /// stay readable).
@@ -139,16 +145,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void fail_locked(const Status& why);
 
  private:
+  /// A rendezvous send.
   struct SendOp {
     std::shared_ptr<RequestState> req;
     Tag tag{};
     uint64_t id = 0;
     uint64_t recv_id = 0;
-    HostSource source;
-    std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
-    std::unique_ptr<DevmemTxSend> devmem;   // or, sent by devmem TX: its dmabuf and binding,
-    std::unique_ptr<DevmemSource> devmem_source;  // and out.source is this
-    bool awaiting_completions = false;      // every byte is in the kernel; the NIC's reads are not all done
+    PathEnd end;                    // where its bytes come from (DataPaths::choose); out.source is its source
+    bool awaiting_release = false;  // every byte is in the kernel; zero-copy sends not all released
     TxTransfer out;
   };
   class ControlHandler final : public engine::EventHandler {
@@ -205,6 +209,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // that it reads this side's memory); PULL announces a chunk to read out of the peer;
   // PULLED answers one of ours.
   bool same_host_negotiated() const noexcept;
+  /// This process's HOST frame.
+  static wire::HostFrame host_frame(bool can_pull);
   void handle_host(const wire::HostFrame& f);
   void handle_pull(const wire::PullFrame& f);
   void handle_pulled(const wire::PulledFrame& f);
@@ -220,64 +226,57 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// The one place that decides how data travels: a message (given credit), a put's
   /// data and a get's reply of at most the negotiated eager limit go inline on the
   /// control stream; longer ones go in chunks on the data streams.
-  bool travels_inline(uint64_t length) const noexcept { return length <= eager_limit_; }
-  /// Admits a one-sided operation, has `post` (the initiator) post it, and makes its
-  /// first round of progress. `post(staging, devmem)` gets the staging of device memory
-  /// (or null), and a chunked put of device memory the devmem TX binding it goes by (or
-  /// null). With `inline_device` (an inline put), device memory is not posted: its
-  /// domain is returned there, for put_from_device_inline.
-  template <typename Post>
-  Request post_one_sided(const Post& post, const void* local, size_t length, std::string_view what,
-                         MemoryDomain** inline_device = nullptr);
-  /// A put of device memory small enough to travel in its PUT frame.
-  Request put_from_device_inline(MemoryDomain& device, std::span<const std::byte> local, const RemoteKey& key,
-                                 uint64_t offset, const PutOptions& options);
-  /// The one-sided parts' share of a failure.
-  void fail_one_sided(const Status& why);
+  TransferClass transfer_class(uint64_t length) const noexcept {
+    return length <= eager_limit_ ? TransferClass::kInline : TransferClass::kChunked;
+  }
+  static Request failed_request(Status why, Tag tag = Tag{});
 
-  // matching helpers
+  // messages (messages.cc, eager.cc, rendezvous.cc)
+  static constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
+  /// An EAGER frame with `memory`'s bytes (host memory; `cost` of credit taken) on the
+  /// control stream; the send completes at once.
+  Request send_eager(const TransferMemory& memory, Tag tag, uint64_t cost);
+  /// An RTS; the send completes once its chunks are written (and released).
+  Request send_rendezvous(const TransferMemory& memory, Tag tag);
+  /// A posted receive met an unexpected message of its tag.
+  void match_unexpected(std::unique_ptr<RecvOp> op, Unexpected u, bool arrived_only);
+  /// A receive into `buffer` completing `req`, its sink chosen for its memory
+  /// (DataPaths::choose); the failure when no path takes it.
+  Result<std::unique_ptr<RecvOp>> make_recv(std::span<std::byte> buffer, Tag tag, std::shared_ptr<RequestState> req);
   void deliver_eager(RecvOp& op, std::span<const std::byte> payload);
   void match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length);
   void return_credit(uint64_t cost);
-
-  // device memory
-  /// The device domain whose memory [p, p+n) is; null for host memory (and always
-  /// when the context has no device domains: one branch on the hot path).
-  MemoryDomain* device_of(const void* p, size_t n) const;
-  /// The endpoint's staging for `domain` in one direction, its pool made (and prepared
-  /// with the domain) on first use. (Also RmaTarget::Owner's, for device regions.)
-  Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) override;
-  const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return engine_; }
-  void replies_queued() override {
-    if (state_ == State::kActive || state_ == State::kDraining) flush_control();
-  }
-  /// Picks the data path of a transfer of `domain`'s memory (transport/device_path.h)
-  /// and records it in the stats; the demanded path's refusal when it cannot be taken.
-  /// RmaTarget's: a chunked put into a region of device memory can go by devmem RX, and
-  /// a chunked get's reply from one by devmem TX.
-  Status choose_target_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked,
-                            std::unique_ptr<DevmemTxSend>* devmem) override {
-    return choose_device_path(domain, p, n, tx, tx && chunked ? devmem : nullptr, /*drives_devmem_rx=*/!tx && chunked);
-  }
-  DevmemTxStreams* devmem_tx_streams() override { return &devmem_streams_; }
-  std::shared_ptr<DevmemRxContext> devmem_rx_chosen() override { return rx_zero_copy() ? devmem_rx_ : nullptr; }
-  /// The same, for a message send or chunked put, which devmem TX can take (`*devmem`
-  /// is set when it does), or a message receive or chunked get, which devmem RX can
-  /// (`drives_devmem_rx`; last_device_path_ says whether it does).
-  Status choose_device_path(MemoryDomain& domain, const void* p, size_t n, bool tx,
-                            std::unique_ptr<DevmemTxSend>* devmem, bool drives_devmem_rx = false);
-  /// The last path chosen receives without staging (devmem RX or zcrx, through devmem_rx_).
-  bool rx_zero_copy() const noexcept {
-    return last_device_path_ == DataPath::kDevmem || last_device_path_ == DataPath::kZcrx;
-  }
-  /// The kernel reported sendmsg(s) of the devmem send `id` complete.
-  void devmem_send_completed(uint64_t id);
+  /// A send's or receive's message did not fit (kTruncated, naming the tag).
+  static Status truncated(uint64_t length, uint64_t capacity, Tag tag);
+  /// Every byte of a message send is in the kernel (or its source failed).
+  void message_sent(TxTransfer& out);
+  void complete_send(SendOp* op, const Status& s);
+  void finish_recv(RecvOp* op);
   /// Completes a failed receive whose copies into device memory are still in flight
   /// once they have ended (then nothing writes to its buffer any more), else now.
   void fail_staged_recv(std::unique_ptr<RecvOp> op, const Status& why);
   /// Completes a send with `why` (and `bytes`) once no copy out of its device memory is
   /// in flight (chunks staged ahead of one that failed), else now.
   void finish_staged_send(std::unique_ptr<SendOp> op, const Status& why, uint64_t bytes);
+
+  // one-sided operations (one_sided.cc)
+  /// Admits a put or get (`what`) of `local`, chooses its source or sink, posts it with
+  /// `post(end)` and makes its first round of progress. An inline put of device memory
+  /// has its bytes copied to host memory first, without the lock.
+  template <typename Post>
+  Request post_one_sided(std::string_view what, Direction direction, std::span<const std::byte> local,
+                         const Post& post);
+  Request after_posting(RmaInitiator::Posted posted);
+  /// The one-sided parts' share of a failure.
+  void fail_one_sided(const Status& why);
+
+  // data paths
+  /// The kernel reported a zero-copy send done under cookie `id`: a message send's id, or
+  /// a put's or a served get's (devmem_tx_path.h's cookie bits).
+  void zero_copy_released(uint64_t id);
+  void replies_queued() override {
+    if (state_ == State::kActive || state_ == State::kDraining) flush_control();
+  }
   // StagingHost
   void staged_chunk_placed(RxTransfer& t, uint64_t length, const Status& status) override;
   void staging_progressed() override;
@@ -330,19 +329,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Reads a data stream's chunks (the scheduler), then ends a draining endpoint
   /// once nothing is left to read.
   void read_stream(uint16_t index);
-  void complete_send(SendOp* op, const Status& s);
-  void finish_recv(RecvOp* op);
   RxTransfer* find_in(wire::ChunkKind kind, uint64_t id);
   void maybe_finalize();
 
   void protocol_error(std::string message) override;
   /// ok if a new operation may be posted now; else why not (endpoint down, too many outstanding).
   Status admission() const;
-  /// A receive into `buffer` completing `req`, set up for its memory (device paths);
-  /// the failure when a device path refuses it.
-  Result<std::unique_ptr<RecvOp>> make_recv(std::span<std::byte> buffer, Tag tag, std::shared_ptr<RequestState> req);
-  /// Gives `op` the oldest unexpected message `u` for its tag. Lock held.
-  void match_unexpected(std::unique_ptr<RecvOp> op, Unexpected u, bool arrived_only);
   bool alive() const noexcept { return state_ == State::kActive; }
 
   enum class State { kSetup, kActive, kDraining, kFailed };
@@ -351,7 +343,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   Config config_;
   Params params_;
   /// REMORA_CHECKSUM=crc32c: every payload carries its CRC-32C, and every payload that
-  /// arrives must carry one (both sides agreed at connect: transport/checksum.h).
+  /// arrives must carry one (both sides agreed at connect: datapath/checksum.h).
   const bool checksum_ = config_.checksum == ChecksumMode::kCrc32c;
   /// Whether a frame's CRC flag is what this endpoint negotiated; a protocol error if not.
   bool crc_as_negotiated(bool has_crc, std::string_view frame);
@@ -362,30 +354,21 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   net::Fd control_;
   engine::HandlerId control_hid_;
   ControlHandler control_handler_{this};
-  // The scheduler holds pointers into the ops below and into discard_; it never
-  // dereferences them while being destroyed.
-  DiscardSink discard_;  // refused and revoked bytes are read here and dropped
+  // The scheduler holds pointers into the ops below and into the data paths' discard
+  // sink; it never dereferences them while being destroyed.
+  DataPaths paths_{{.config = &config_,
+                    .engine = engine_,
+                    .domains = params_.domains,
+                    .devmem_tx_bindings = params_.devmem_tx_bindings,
+                    .peer = params_.peer,
+                    .stats = &stats_,
+                    .host = this,
+                    .streams = &chunks_}};
   ChunkScheduler chunks_;
   std::vector<DataWatch> data_watch_;
 
   bool resume_queued_ = false;  // resume() is queued for the next progress round
 
-  struct StagingPools {
-    MemoryDomain* domain;
-    std::shared_ptr<StagingPool> tx, rx;
-  };
-  std::vector<StagingPools> staging_pools_;
-  DevicePathSelector device_paths_{config_};  // issue 18: devmem / zcrx / staging choice
-  DevmemTxStreams devmem_streams_;            // the data streams' zero-copy completions (devmem TX)
-  DataPath last_device_path_ = DataPath::kStaging;  // of the last choose_device_path that succeeded
-  // devmem RX: rxq's lease of this endpoint's flows (null: none asked, or refused), why
-  // a stream is not steered, and what devmem sinks share.
-  std::unique_ptr<DevmemRxLease> devmem_rx_lease_;
-  Status devmem_rx_refused_;
-  std::shared_ptr<DevmemRxContext> devmem_rx_;
-  /// What staged sources and sinks hold to reach this endpoint; reset first thing in
-  /// the destructor, so late copy ends find nobody.
-  std::shared_ptr<StagingHost*> staging_anchor_;
   /// Failed receives waiting for their device copies to end (fail_staged_recv).
   std::vector<std::pair<std::unique_ptr<RecvOp>, Status>> staged_failing_;
   /// Ended sends waiting for the copies out of their device memory to end (finish_staged_send).
@@ -439,7 +422,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
 
   // After the control stream died, announced one-sided chunks still queued on the
   // data streams are drained into this transfer (their ops are gone).
-  RxTransfer drain_ = drain_transfer(&discard_);
+  RxTransfer drain_ = drain_transfer(&paths_.discard_sink());
   static RxTransfer drain_transfer(DiscardSink* sink) {
     RxTransfer t;
     t.kind = wire::ChunkKind::kPut;
@@ -458,7 +441,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
                      params_.peer};
   RmaTarget target_{*this,
                     notifications_,
-                    discard_,
+                    paths_,
                     params_.registry,
                     {.window = config_.rma_window, .notifications = config_.max_unexpected},
                     params_.peer,

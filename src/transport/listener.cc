@@ -6,11 +6,11 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "datapath/checksum.h"
 #include "engine/futex.h"
 #include "engine/wait_bound.h"
 #include "net/io.h"
 #include "remora/version.h"
-#include "transport/checksum.h"
 #include "transport/context_core.h"
 #include "wire/auth.h"
 

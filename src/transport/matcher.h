@@ -21,10 +21,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "datapath/chunk_scheduler.h"
+#include "datapath/path_end.h"
 #include "engine/request_state.h"
 #include "remora/types.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/staging.h"
 
 namespace remora::detail {
 
@@ -55,17 +55,11 @@ struct RecvOp {
   std::shared_ptr<RequestState> req;
   uint64_t capacity = 0;
   Tag tag{};
-  std::byte* buffer = nullptr;
-  HostSink sink;
-  RxTransfer in;  // a matched rendezvous message's chunks land through `sink` (or `staged`)
-  // A receive into device memory: the domain, the endpoint's staging for it, whether
-  // devmem receive takes it, and once matched, the sink its chunks land through (a
-  // StagingSink, or a DevmemSink).
-  MemoryDomain* device = nullptr;
-  StagingContext staging;
-  bool devmem_rx = false;
-  bool zcrx_rx = false;  // ... and it reads zcrx streams
-  std::unique_ptr<PlacingSink> staged;
+  /// Where the message's bytes go, chosen when the receive is posted (DataPaths::choose):
+  /// an eager message is placed through it, a rendezvous one's chunks land through its
+  /// sink (`in.sink`).
+  PathEnd end;
+  RxTransfer in;
   // A copy of a receive from any of several endpoints: its claim, and this endpoint's
   // index among them. Null for an ordinary receive.
   std::shared_ptr<RecvClaim> claim;

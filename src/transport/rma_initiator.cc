@@ -3,14 +3,12 @@
 // include/remora/endpoint.h.
 #include "transport/rma_initiator.h"
 
-#include <algorithm>
-#include <cstring>
 #include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "transport/checksum.h"
+#include "datapath/checksum.h"
 
 namespace remora::detail {
 
@@ -77,53 +75,21 @@ std::unique_ptr<RmaInitiator::Op> RmaInitiator::new_op(Op::Kind kind, const Remo
   return op;
 }
 
-RmaInitiator::Posted RmaInitiator::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
-                                       const PutOptions& options, bool inline_class, const StagingContext* staging,
-                                       std::vector<std::byte> bounce, std::unique_ptr<DevmemTxSend> devmem,
-                                       DevmemTxStreams* streams) {
-  auto op = new_op(Op::Kind::kPut, key, offset, local.size(), inline_class);
-  op->src = local.data();
-  if (devmem != nullptr && streams != nullptr && !inline_class) {
-    op->id = next_id_++;  // the completions name it
-    op->devmem = std::move(devmem);
-    op->devmem_source = std::make_unique<DevmemSource>(*op->devmem, *streams, kDevmemPutCookie | op->id);
-  }
-  if (!bounce.empty()) {
-    op->bounce = std::move(bounce);
-    op->src = op->bounce.data();
-  }
-  if (staging != nullptr && !inline_class) {
-    op->staged_source = std::make_unique<StagingSource>(*staging, local.data(), local.size());
-    // Start staging now: the copies overlap the PUT's way to the target.
-    (void)op->staged_source->prepare(0, std::min<uint64_t>(staging->chunk_bytes, local.size()));
-  }
+RmaInitiator::Posted RmaInitiator::put(PathEnd source, const RemoteKey& key, uint64_t offset,
+                                       const PutOptions& options) {
+  auto op = new_op(Op::Kind::kPut, key, offset, source.length(), source.travels_inline());
+  op->end = std::move(source);
   op->has_notify = options.notify.has_value();
   op->notify = options.notify.value_or(0);
   return post(std::move(op));
 }
 
-RmaInitiator::Posted RmaInitiator::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset,
-                                       bool inline_class, const StagingContext* staging,
-                                       std::shared_ptr<DevmemRxContext> devmem_rx) {
-  auto op = new_op(Op::Kind::kGet, key, offset, local.size(), inline_class);
-  op->dst = local.data();
-  op->sink = HostSink(local.data());
+RmaInitiator::Posted RmaInitiator::get(PathEnd sink, const RemoteKey& key, uint64_t offset) {
+  auto op = new_op(Op::Kind::kGet, key, offset, sink.length(), sink.travels_inline());
+  op->end = std::move(sink);
   op->in.kind = wire::ChunkKind::kGet;
-  op->in.length = local.size();
-  op->in.sink = &op->sink;
-  if (staging != nullptr) {
-    op->staging = *staging;
-    if (!inline_class && devmem_rx != nullptr) {
-      op->zcrx_rx = devmem_rx->kind == DataPathKind::kZcrx;
-      op->staged_sink =
-          std::make_unique<DevmemSink>(std::move(devmem_rx), &staging->pool->domain(), local.data(), &op->in);
-      op->devmem_rx = true;
-      op->in.sink = op->staged_sink.get();
-    } else if (!inline_class) {
-      op->staged_sink = std::make_unique<StagingSink>(*staging, local.data(), &op->in);
-      op->in.sink = op->staged_sink.get();
-    }
-  }
+  op->in.length = op->length;
+  op->in.sink = op->end.sink(op->in);
   return post(std::move(op));
 }
 
@@ -140,7 +106,7 @@ RmaInitiator::Posted RmaInitiator::atomic(uint64_t* result, const RemoteKey& key
 
 RmaInitiator::Posted RmaInitiator::post(std::unique_ptr<Op> op) {
   op->req = RequestState::make(engine_, Tag{});
-  if (op->id == 0) op->id = next_id_++;
+  op->id = next_id_++;
   if (op->kind != Op::Kind::kGet) {
     op->seq = next_seq_++;
     seq_done_.push_back(false);
@@ -164,29 +130,7 @@ void RmaInitiator::issue(Op* op) {
   op->issued = true;
   ++issued_;
   switch (op->kind) {
-    case Op::Kind::kPut:
-      ++stats_.puts;
-      owner_.queue_request(
-          wire::PutFrame{.op_id = op->id,
-                         .key = op->key,
-                         .offset = op->offset,
-                         .length = op->length,
-                         .has_notify = op->has_notify,
-                         .notify = op->notify,
-                         .inline_data = op->inline_class,
-                         .payload = op->inline_class ? std::span(op->src, op->length) : std::span<const std::byte>()});
-      if (!op->inline_class) {
-        op->source = HostSource(op->src);
-        op->out.kind = wire::ChunkKind::kPut;
-        op->out.owner = op->id;
-        op->out.chunk_id = op->id;
-        op->out.length = op->length;
-        op->out.source = op->staged_source   ? static_cast<ChunkSource*>(op->staged_source.get())
-                         : op->devmem_source ? static_cast<ChunkSource*>(op->devmem_source.get())
-                                             : &op->source;
-        owner_.send_chunks(&op->out);
-      }
-      return;
+    case Op::Kind::kPut: issue_put(op); return;
     case Op::Kind::kGet:
       ++stats_.gets;
       owner_.queue_request(wire::GetFrame{.op_id = op->id, .key = op->key, .offset = op->offset, .length = op->length});
@@ -201,6 +145,33 @@ void RmaInitiator::issue(Op* op) {
                                              .compare = op->compare});
       return;
   }
+}
+
+void RmaInitiator::issue_put(Op* op) {
+  ++stats_.puts;
+  auto frame = [op](std::span<const std::byte> payload) {
+    return wire::PutFrame{.op_id = op->id,
+                          .key = op->key,
+                          .offset = op->offset,
+                          .length = op->length,
+                          .has_notify = op->has_notify,
+                          .notify = op->notify,
+                          .inline_data = op->inline_class,
+                          .payload = payload};
+  };
+  if (op->inline_class) {
+    // The endpoint posts an inline put only once its bytes can be read at once.
+    (void)op->end.read_inline([&](std::span<const std::byte> bytes) { owner_.queue_request(frame(bytes)); },
+                              [] { return ChunkSource::InlineLater(); });
+    return;
+  }
+  owner_.queue_request(frame({}));
+  op->out.kind = wire::ChunkKind::kPut;
+  op->out.owner = op->id;
+  op->out.chunk_id = op->id;
+  op->out.length = op->length;
+  op->out.source = op->end.source();
+  owner_.send_chunks(&op->out);
 }
 
 void RmaInitiator::issue_waiting() {
@@ -247,11 +218,8 @@ void RmaInitiator::complete(Op* op, const Status& s) {
   }
   if (s.is_ok()) {
     if (op->kind == Op::Kind::kPut) stats_.rma_bytes_put += op->length;
-    if (op->devmem_source || op->devmem_rx) ++(op->zcrx_rx ? stats_.zcrx_transfers : stats_.devmem_transfers);
     if (op->kind == Op::Kind::kGet) stats_.rma_bytes_got += op->length;
-    if (!op->devmem_rx && (op->staged_source || op->staged_sink || !op->bounce.empty() || op->staging)) {
-      stats_.staged_bytes += op->length;
-    }
+    count_completed(stats_, op->end, op->length);
   }
   op->req->complete(s, s.is_ok() ? op->length : 0);
   ops_.erase(op->id);
@@ -266,39 +234,18 @@ void RmaInitiator::maybe_finish_get(Op* op) {
   complete(op, op->in.failure.is_ok() ? op->status : op->in.failure);
 }
 
-void RmaInitiator::copy_reply_into_device(Op* op, std::span<const std::byte> payload) {
-  MemoryDomain& domain = op->staging->pool->domain();
-  // The reply lives in the control stream's buffer only for this call: the copy takes
-  // its own (an inline reply is at most the eager limit).
-  auto held = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
-  auto copy = domain.copy_from_host(op->dst, held->data(), held->size());
-  if (!copy) {
-    complete(op, copy.status().with_context(fmt::format("get of {} bytes into {} memory", op->length, domain.name())));
-    return;
-  }
-  op->copying = true;
-  when_copied(op->staging->engine, std::move(*copy),
-              [weak = std::weak_ptr<RmaInitiator*>(self_), id = op->id, held](const Status& s) {
-                if (auto self = weak.lock()) (*self)->reply_copied(id, s);
-              });
-}
-
-void RmaInitiator::reply_copied(uint64_t op_id, const Status& copy) {
+void RmaInitiator::reply_placed(uint64_t op_id, const Status& placed) {
   if (auto it = ops_.find(op_id); it != ops_.end()) {
     Op* op = it->second.get();
-    op->copying = false;
-    complete(op, copy.is_ok() ? op->status : copy);
+    complete(op, placed.is_ok() ? op->status : placed);
     return;
   }
-  for (auto& [op, why] : draining_) {
-    if (op->id == op_id) op->copying = false;
-  }
-  staging_progressed();
+  staging_progressed();  // it failed meanwhile: it may wait for this copy (draining_)
 }
 
 void RmaInitiator::staging_progressed() {
   std::erase_if(draining_, [](auto& entry) {
-    if (writing_device(*entry.first)) return false;
+    if (entry.first->end.in_flight() > 0) return false;
     entry.first->req->complete(entry.second, 0);
     return true;
   });
@@ -317,6 +264,33 @@ void RmaInitiator::get_received(uint64_t op_id) {
   if (it != ops_.end()) maybe_finish_get(it->second.get());
 }
 
+bool RmaInitiator::resp_fits(const Op& op, const wire::RespFrame& f) {
+  const auto kind = static_cast<uint8_t>(op.kind);
+  if (f.inline_data && !(op.kind == Op::Kind::kGet && op.inline_class)) {
+    owner_.protocol_error(std::string("RESP with inline data for a ") + op_name(kind) +
+                          (op.kind == Op::Kind::kGet ? " of " + std::to_string(op.length) + " bytes" : ""));
+    return false;
+  }
+  if (f.status == RmaStatus::kChecksum && op.kind != Op::Kind::kPut) {
+    owner_.protocol_error(std::string("RESP 'checksum' for a ") + op_name(kind));
+    return false;
+  }
+  if (f.status == RmaStatus::kChecksum && (op.inline_class ? f.value != 0 : f.value >= op.length)) {
+    owner_.protocol_error(
+        fmt::format("RESP 'checksum' for put {} names offset {} of its {} bytes", op.id, f.value, op.length));
+    return false;
+  }
+  if (f.value != 0 && op.kind != Op::Kind::kAtomic && f.status != RmaStatus::kChecksum) {
+    owner_.protocol_error(std::string("RESP with a value for a ") + op_name(kind));
+    return false;
+  }
+  if (f.status == RmaStatus::kMisaligned && op.kind != Op::Kind::kAtomic) {
+    owner_.protocol_error(std::string("RESP 'misaligned' for a ") + op_name(kind));
+    return false;
+  }
+  return true;
+}
+
 void RmaInitiator::handle_resp(const wire::RespFrame& f) {
   auto it = ops_.find(f.op_id);
   if (it == ops_.end() || !it->second->issued || it->second->responded) {
@@ -324,36 +298,14 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
     return;
   }
   Op* op = it->second.get();
-  const auto kind = static_cast<uint8_t>(op->kind);
-  if (f.inline_data && !(op->kind == Op::Kind::kGet && op->inline_class)) {
-    owner_.protocol_error(std::string("RESP with inline data for a ") + op_name(kind) +
-                          (op->kind == Op::Kind::kGet ? " of " + std::to_string(op->length) + " bytes" : ""));
-    return;
-  }
-  if (f.status == RmaStatus::kChecksum && op->kind != Op::Kind::kPut) {
-    owner_.protocol_error(std::string("RESP 'checksum' for a ") + op_name(kind));
-    return;
-  }
-  if (f.status == RmaStatus::kChecksum && (op->inline_class ? f.value != 0 : f.value >= op->length)) {
-    owner_.protocol_error(fmt::format("RESP 'checksum' for put {} names offset {} of its {} bytes", op->id, f.value,
-                                      op->length));
-    return;
-  }
-  if (f.value != 0 && op->kind != Op::Kind::kAtomic && f.status != RmaStatus::kChecksum) {
-    owner_.protocol_error(std::string("RESP with a value for a ") + op_name(kind));
-    return;
-  }
-  if (f.status == RmaStatus::kMisaligned && op->kind != Op::Kind::kAtomic) {
-    owner_.protocol_error(std::string("RESP 'misaligned' for a ") + op_name(kind));
-    return;
-  }
+  if (!resp_fits(*op, f)) return;
   op->responded = true;
   --issued_;
-  op->status =
-      f.status == RmaStatus::kOk
-          ? Status::ok()
-          : Status(code_of(f.status), fmt::format("{} of {} bytes at offset {} refused by peer {}: {}", op_name(kind),
-                                                  op->length, op->offset, peer_, describe(f.status)));
+  op->status = f.status == RmaStatus::kOk
+                   ? Status::ok()
+                   : Status(code_of(f.status), fmt::format("{} of {} bytes at offset {} refused by peer {}: {}",
+                                                           op_name(static_cast<uint8_t>(op->kind)), op->length,
+                                                           op->offset, peer_, describe(f.status)));
   if (f.status == RmaStatus::kChecksum) {
     op->status = Status(StatusCode::kDataCorrupt,
                         fmt::format("checksum mismatch (CRC-32C): peer {} found the data of put {} ({} bytes to offset "
@@ -363,75 +315,90 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
   }
   switch (op->kind) {
     case Op::Kind::kPut:
-      if (!op->out.failure.is_ok()) {
-        // Its device memory could not be staged: it was cut short (ABORT), and the
-        // target's verdict is about the bytes it never got.
-        complete(op, op->out.failure);
+      if (!op->out.failure.is_ok() || op->inline_class || op->out.written == op->length) {
+        handle_put_resp(op);
         break;
       }
-      if (!op->inline_class && op->out.written != op->length) {
-        owner_.protocol_error("RESP for put " + std::to_string(op->id) + " before all of its data was sent");
-        return;
-      }
-      if (op->devmem_source && op->devmem_source->pending() > 0) {
-        // The target has the bytes; the NIC may still be reading the memory.
-        op->awaiting_completions = true;
-        break;
-      }
-      complete(op, op->status);
-      break;
+      owner_.protocol_error("RESP for put " + std::to_string(op->id) + " before all of its data was sent");
+      return;
     case Op::Kind::kAtomic:
       if (f.status == RmaStatus::kOk && op->result != nullptr) *op->result = f.value;
       complete(op, op->status);
       break;
     case Op::Kind::kGet:
-      if (op->inline_class) {
-        if (f.status == RmaStatus::kOk) {
-          if (!f.inline_data || f.payload.size() != op->length) {
-            owner_.protocol_error(fmt::format("RESP for a {}-byte get carries {} inline bytes", op->length,
-                                              f.inline_data ? f.payload.size() : 0));
-            return;
-          }
-          if (f.has_crc) {
-            // Checked before a byte reaches the destination: a corrupt reply writes nothing.
-            if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
-              complete(op, checksum_mismatch(fmt::format("the inline reply to get {}", op->id), 0, op->length, f.crc,
-                                             got, peer_));
-              break;
-            }
-          }
-          if (op->staging && op->length > 0) {
-            copy_reply_into_device(op, f.payload);
-            break;
-          }
-          if (op->length > 0) std::memcpy(op->dst, f.payload.data(), op->length);
-        }
-        complete(op, op->status);
-      } else {
-        if (f.status == RmaStatus::kOk && op->in.announced != op->length) {
-          owner_.protocol_error(fmt::format("RESP ok for get {} after {} of {} bytes were announced", op->id,
-                                            op->in.announced, op->length));
-          return;
-        }
-        maybe_finish_get(op);
-      }
+      if (!handle_get_resp(op, f)) return;
       break;
   }
   issue_waiting();
 }
 
-void RmaInitiator::devmem_completed(uint64_t op_id) {
+void RmaInitiator::handle_put_resp(Op* op) {
+  if (!op->out.failure.is_ok()) {
+    // Its source failed (device memory that could not be staged): it was cut short
+    // (ABORT), and the target's verdict is about the bytes it never got.
+    complete(op, op->out.failure);
+  } else if (op->end.unreleased() > 0) {
+    // The target has the bytes; the NIC may still be reading the memory.
+    op->awaiting_release = true;
+  } else {
+    complete(op, op->status);
+  }
+}
+
+bool RmaInitiator::handle_get_resp(Op* op, const wire::RespFrame& f) {
+  if (!op->inline_class) {
+    if (f.status == RmaStatus::kOk && op->in.announced != op->length) {
+      owner_.protocol_error(
+          fmt::format("RESP ok for get {} after {} of {} bytes were announced", op->id, op->in.announced, op->length));
+      return false;
+    }
+    maybe_finish_get(op);
+    return true;
+  }
+  if (f.status != RmaStatus::kOk) {
+    complete(op, op->status);
+    return true;
+  }
+  if (!f.inline_data || f.payload.size() != op->length) {
+    owner_.protocol_error(fmt::format("RESP for a {}-byte get carries {} inline bytes", op->length,
+                                      f.inline_data ? f.payload.size() : 0));
+    return false;
+  }
+  if (f.has_crc) {
+    // Checked before a byte reaches the destination: a corrupt reply writes nothing.
+    if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
+      complete(op,
+               checksum_mismatch(fmt::format("the inline reply to get {}", op->id), 0, op->length, f.crc, got, peer_));
+      return true;
+    }
+  }
+  const Status placed = op->end.place_inline(f.payload, [this, id = op->id] {
+    return [weak = std::weak_ptr<RmaInitiator*>(self_), id](const Status& s) {
+      if (auto self = weak.lock()) (*self)->reply_placed(id, s);
+    };
+  });
+  if (placed.code() == StatusCode::kInProgress) return true;  // reply_placed completes it
+  if (!placed.is_ok()) {
+    const std::string_view memory = op->end.device() != nullptr ? op->end.device()->name() : "host";
+    complete(op, placed.with_context(fmt::format("get of {} bytes into {} memory", op->length, memory)));
+    return true;
+  }
+  complete(op, op->status);
+  return true;
+}
+
+void RmaInitiator::zero_copy_released(uint64_t op_id) {
   auto it = ops_.find(op_id);
-  if (it == ops_.end() || !it->second->devmem_source) return;  // failed already
+  if (it == ops_.end() || !it->second->end.zero_copy()) return;  // failed already
   Op* op = it->second.get();
-  op->devmem_source->completed();
-  if (op->awaiting_completions && op->devmem_source->pending() == 0) complete(op, op->status);
+  op->end.released();
+  if (op->awaiting_release && op->end.unreleased() == 0) complete(op, op->status);
 }
 
 void RmaInitiator::fail(const Status& why) {
   waiting_.clear();
   for (auto& [id, op] : ops_) {
-    if (writing_device(*op)) {
+    if (op->end.in_flight() > 0) {
       draining_.emplace_back(std::move(op), why);  // completes when its copies end
     } else {
       op->req->complete(why, 0);

@@ -13,15 +13,14 @@
 // endpoint also admits the operation (active, not too many outstanding) and makes
 // progress after it. Runs under the progress lock.
 //
-// Local device memory (the endpoint passes a StagingContext): a chunked put's data is
-// staged out of the device by a StagingSource and a chunked get's into it by a
-// StagingSink (transport/staging.h); an inline put's bytes were copied to host memory
-// by the endpoint before posting, and an inline get's reply is copied into the device
-// after its RESP, the get completing when that copy ends. A failed copy fails its
-// operation only (a chunked put's target hears of it through ABORT). An operation
-// that fails while copies into its device memory are in flight completes only once
-// they have ended: its buffer is the application's again only when nothing writes to
-// it any more.
+// Each put and get holds one end of the data path (a PathEnd the endpoint chose with
+// DataPaths::choose: host memory, staging, devmem, a bounce for inline device memory)
+// and asks it, whatever the path, for an inline put's bytes, to place an inline get's
+// reply, whether copies of its memory are in flight and whether the NIC still reads it.
+// A failed copy fails its operation only (a chunked put's target hears of it through
+// ABORT). An operation that fails while copies of its memory are in flight completes
+// only once they have ended: its buffer is the application's again only when nothing
+// touches it any more.
 #pragma once
 
 #include <cstddef>
@@ -35,14 +34,11 @@
 #include <utility>
 #include <vector>
 
+#include "datapath/chunk_scheduler.h"
+#include "datapath/path_end.h"
 #include "engine/progress.h"
 #include "engine/request_state.h"
 #include "remora/endpoint.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/devmem_path.h"
-#include "transport/devmem_tx_path.h"
-#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
@@ -77,23 +73,17 @@ class RmaInitiator {
     bool issued = false;       ///< its frame is queued now (else it waits for the peer's window)
     bool pushes_data = false;  ///< issued, and a chunked put: its data is ready for the streams
   };
-  /// `inline_class`: the data travels in the PUT frame (else in chunks). `staging`:
-  /// `local` is device memory, staged in chunks (chunked class; an inline put of
-  /// device memory comes here as its host copy, held by `bounce`). `devmem`: `local` is
-  /// device memory sent by devmem TX through `streams` (chunked class); the put then
-  /// completes once both its RESP came and the kernel reported every sendmsg of it done
-  /// (devmem_completed).
-  Posted put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options,
-             bool inline_class, const StagingContext* staging = nullptr, std::vector<std::byte> bounce = {},
-             std::unique_ptr<DevmemTxSend> devmem = nullptr, DevmemTxStreams* streams = nullptr);
-  /// The kernel reported a sendmsg of devmem put `op_id` done.
-  void devmem_completed(uint64_t op_id);
-  /// `inline_class`: the data comes back in the RESP frame (else in chunks). `staging`:
-  /// `local` is device memory of the staging pool's domain.
-  /// `devmem_rx` (with `staging`, for device memory): a chunked get's chunks are read
-  /// off devmem streams straight into `local` (a DevmemSink) instead of staged.
-  Posted get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset, bool inline_class,
-             const StagingContext* staging = nullptr, std::shared_ptr<DevmemRxContext> devmem_rx = nullptr);
+  /// A put of `source`'s bytes (its class says inline or chunked; an inline source's
+  /// bytes can be read at once, PathEnd::inline_ready). A source of zero-copy sends
+  /// reports them done under the id the put gets (next_op_id() when it was chosen);
+  /// the put then completes once both its RESP came and every send was released.
+  Posted put(PathEnd source, const RemoteKey& key, uint64_t offset, const PutOptions& options);
+  /// The id the next operation posted gets.
+  uint64_t next_op_id() const noexcept { return next_id_; }
+  /// The kernel reported a zero-copy send of put `op_id` done.
+  void zero_copy_released(uint64_t op_id);
+  /// A get into `sink`'s memory (its class says whether the reply comes inline).
+  Posted get(PathEnd sink, const RemoteKey& key, uint64_t offset);
   /// `compare` is used by kCompareSwap only.
   Posted atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                 uint64_t compare);
@@ -112,10 +102,10 @@ class RmaInitiator {
   /// Operations posted and not complete (those waiting for the window included).
   size_t outstanding() const noexcept { return ops_.size(); }
   /// Completes every operation and flush with `why` and forgets them; those with
-  /// copies into device memory in flight complete when the copies end
+  /// copies of their memory in flight complete when the copies end
   /// (staging_progressed).
   void fail(const Status& why);
-  /// Staging went on (a copy ended): failed gets whose copies have all ended complete.
+  /// Staging went on (a copy ended): failed operations whose copies have all ended complete.
   void staging_progressed();
 
  private:
@@ -129,26 +119,14 @@ class RmaInitiator {
     uint64_t offset = 0;
     uint64_t length = 0;
     bool inline_class = false;  // the data travels in the PUT / RESP frame
+    PathEnd end;                // a put's source, a get's sink (an atomic has none)
     // put
-    const std::byte* src = nullptr;
     bool has_notify = false;
     uint64_t notify = 0;
-    HostSource source;
     TxTransfer out;
-    std::unique_ptr<StagingSource> staged_source;  // a chunked put of device memory: out.source
-    std::vector<std::byte> bounce;                 // an inline put of device memory: src points here
-    std::unique_ptr<DevmemTxSend> devmem;          // a chunked put sent by devmem TX: its dmabuf and binding,
-    std::unique_ptr<DevmemSource> devmem_source;   // and out.source
-    bool awaiting_completions = false;             // RESP in (verdict in `status`), the NIC's reads not all done
+    bool awaiting_release = false;  // RESP in (verdict in `status`), zero-copy sends not all released
     // get
-    std::byte* dst = nullptr;
-    HostSink sink;
     RxTransfer in;
-    std::optional<StagingContext> staging;     // a get into device memory
-    std::unique_ptr<PlacingSink> staged_sink;  // chunked: in.sink is this (staging, or devmem receive)
-    bool devmem_rx = false;                    // staged_sink is a DevmemSink
-    bool zcrx_rx = false;                      // ... reading zcrx streams
-    bool copying = false;                      // inline: its reply is being copied into the device
     // atomic
     wire::AtomicOp atomic = wire::AtomicOp::kFetchAdd;
     uint64_t operand = 0, compare = 0;
@@ -167,16 +145,17 @@ class RmaInitiator {
                                     bool inline_class);
   Posted post(std::unique_ptr<Op> op);
   void issue(Op* op);
+  void issue_put(Op* op);
   void issue_waiting();
   void complete(Op* op, const Status& s);
   void maybe_finish_get(Op* op);
-  /// An inline get into device memory: copy the reply there, then complete.
-  void copy_reply_into_device(Op* op, std::span<const std::byte> payload);
-  void reply_copied(uint64_t op_id, const Status& copy);
-  /// Copies into the op's device memory are in flight.
-  static bool writing_device(const Op& op) noexcept {
-    return op.copying || (op.staged_sink && op.staged_sink->in_flight() > 0);
-  }
+  /// The checks of a RESP against the operation it answers; false after a protocol error.
+  bool resp_fits(const Op& op, const wire::RespFrame& f);
+  void handle_put_resp(Op* op);
+  /// false after a protocol error.
+  bool handle_get_resp(Op* op, const wire::RespFrame& f);
+  /// An inline get's reply, placed in its memory: complete.
+  void reply_placed(uint64_t op_id, const Status& placed);
   bool pending_through(uint64_t seq) const noexcept { return !seq_done_.empty() && seq_base_ <= seq; }
 
   Owner& owner_;
@@ -198,9 +177,9 @@ class RmaInitiator {
   std::deque<Flush> flushes_;
   uint64_t flushed_through_ = 0;  // the last seq an earlier flush covered
   Status unflushed_failure_;      // first failure of a put/atomic no flush has covered yet
-  /// Failed gets waiting for their copies into device memory to end, and why they failed.
+  /// Failed operations waiting for the copies of their memory to end, and why they failed.
   std::vector<std::pair<std::unique_ptr<Op>, Status>> draining_;
-  /// What a device copy's end holds to reach this initiator (it may be gone by then).
+  /// What an inline copy's end holds to reach this initiator (it may be gone by then).
   std::shared_ptr<RmaInitiator*> self_ = std::make_shared<RmaInitiator*>(this);
 };
 

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
-#include "transport/checksum.h"
+#include "datapath/checksum.h"
 
 namespace remora::detail {
 
@@ -31,11 +31,11 @@ RmaStatus verdict_of(StatusCode code) {
 
 }  // namespace
 
-RmaTarget::RmaTarget(Owner& owner, Notifications& notifications, DiscardSink& discard, const MemoryRegistry* registry,
+RmaTarget::RmaTarget(Owner& owner, Notifications& notifications, DataPaths& paths, const MemoryRegistry* registry,
                      Limits limits, std::string peer, EndpointStats& stats)
     : owner_(owner),
       notifications_(notifications),
-      discard_(discard),
+      paths_(paths),
       registry_(registry),
       limits_(limits),
       peer_(std::move(peer)),
@@ -78,14 +78,15 @@ bool RmaTarget::admit(uint64_t op_id) {
   return true;
 }
 
-RmaStatus RmaTarget::choose_device_path(const RegionAccess& access, uint64_t length, bool tx, bool chunked,
-                                        std::string_view what, std::unique_ptr<DevmemTxSend>* devmem) {
-  MemoryDomain* device = access.device();
-  if (device == nullptr) return RmaStatus::kOk;
-  if (Status path = owner_.choose_target_path(*device, access.address(), length, tx, chunked, devmem); !path) {
-    REMORA_LOG(kWarn, "peer {}: a {} {} memory takes no path: {}", peer_, what, device->name(), path.to_string());
+RmaStatus RmaTarget::choose_end(const TransferSpec& spec, std::string_view what, PathEnd* end) {
+  Result<PathEnd> chosen = paths_.choose(spec);
+  if (!chosen) {
+    // Host memory always has its end: this is device memory.
+    REMORA_LOG(kWarn, "peer {}: a {} {} memory takes no path: {}", peer_, what, spec.memory.device->name(),
+               chosen.status().to_string());
     return RmaStatus::kDeviceFailed;
   }
+  *end = std::move(*chosen);
   return RmaStatus::kOk;
 }
 
@@ -96,45 +97,19 @@ void RmaTarget::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
 void RmaTarget::serve_put(const wire::PutFrame& f) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, access.get());
+  PathEnd sink;
   if (verdict == RmaStatus::kOk) {
-    verdict = choose_device_path(*access, f.length, /*tx=*/false, /*chunked=*/!f.inline_data, "put into");
+    verdict = choose_end({.direction = Direction::kReceive,
+                          .cls = f.inline_data ? TransferClass::kInline : TransferClass::kChunked,
+                          .memory = TransferMemory::of_region(access, f.length)},
+                         "put into", &sink);
   }
   if (verdict == RmaStatus::kOk && f.has_notify && notifications_.full(limits_.notifications)) {
     ++stats_.refused;
     verdict = RmaStatus::kNoResource;
   }
-
   if (f.inline_data) {
-    if (verdict == RmaStatus::kOk && f.has_crc) {
-      // Checked before a byte is placed: a corrupt inline put writes nothing.
-      if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
-        REMORA_LOG(kWarn, "{}",
-                   checksum_mismatch(fmt::format("a put (the peer's op id {})", f.op_id), 0, f.length, f.crc, got, peer_)
-                       .message());
-        ++stats_.refused;
-        verdict = RmaStatus::kChecksum;
-      }
-    }
-    if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
-      serve_device_inline_put(f, std::move(access));
-      return;
-    }
-    if (verdict == RmaStatus::kOk && f.length > 0) {
-      if (access->begin()) {
-        std::memcpy(access->address(), f.payload.data(), f.length);
-        access->end();
-      } else {
-        verdict = RmaStatus::kRevoked;
-      }
-    }
-    if (verdict == RmaStatus::kOk) {
-      ++stats_.served_puts;
-      if (f.has_notify) {
-        notifications_.deliver(Notification{
-            .value = f.notify, .region = access->region(), .offset = access->region_offset(), .length = f.length});
-      }
-    }
-    send_resp(f.op_id, verdict);
+    serve_inline_put(f, verdict, std::move(access), std::move(sink));
     return;
   }
 
@@ -154,86 +129,76 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
   sp->has_notify = f.has_notify && verdict == RmaStatus::kOk;
   sp->notify = f.notify;
   sp->access = std::move(access);
+  // A refused put's bytes come anyway: they are drained.
+  sp->end = verdict == RmaStatus::kOk ? std::move(sink) : paths_.discard(f.length);
   sp->in.kind = wire::ChunkKind::kPut;
   sp->in.id = f.op_id;
   sp->in.length = f.length;
-  std::shared_ptr<DevmemRxContext> devmem =
-      sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr ? owner_.devmem_rx_chosen() : nullptr;
-  if (devmem != nullptr) {
-    // Every data stream is steered: the chunks are placed from the bound buffer.
-    sp->zcrx_rx = devmem->kind == DataPathKind::kZcrx;
-    sp->staged = std::make_unique<DevmemSink>(std::move(devmem), sp->access->device(), sp->access->address(), &sp->in,
-                                              sp->access);
-    sp->in.sink = sp->staged.get();
-    sp->devmem_rx = true;
-  } else if (sp->verdict == RmaStatus::kOk && sp->access->device() != nullptr) {
-    auto staging = owner_.staging_for(sp->access->device(), /*tx=*/false);
-    if (staging) {
-      sp->staged = std::make_unique<StagingSink>(std::move(*staging), sp->access->address(), &sp->in, sp->access);
-      sp->in.sink = sp->staged.get();
-    } else {
-      REMORA_LOG(kWarn, "peer {}: a put into {} memory cannot be staged: {}", peer_, sp->access->device()->name(),
-                 staging.status().to_string());
-      sp->verdict = RmaStatus::kDeviceFailed;
-      sp->has_notify = false;
-    }
-  }
-  if (sp->in.sink == nullptr) {
-    if (sp->verdict == RmaStatus::kOk) {
-      sp->sink = RegionSink(sp->access.get(), &discard_);
-      sp->in.sink = &sp->sink;
-    } else {
-      sp->in.sink = &discard_;  // the initiator sends the bytes anyway; they are drained
-    }
-  }
+  sp->in.sink = sp->end.sink(sp->in);
   if (sp->has_notify) notifications_.promise();
   served_puts_.emplace(f.op_id, std::move(sp));
 }
 
-void RmaTarget::serve_device_inline_put(const wire::PutFrame& f, std::shared_ptr<RegionAccess> access) {
-  auto sp = std::make_unique<ServedPut>();
-  sp->op_id = f.op_id;
-  sp->has_notify = f.has_notify;
-  sp->notify = f.notify;
-  sp->inline_copy = true;
-  sp->in.kind = wire::ChunkKind::kPut;
-  sp->in.id = f.op_id;
-  sp->in.length = f.length;
-  sp->access = access;
-  MemoryDomain& device = *access->device();
-  if (!access->begin()) {
-    sp->verdict = RmaStatus::kRevoked;
-    send_resp(f.op_id, sp->verdict);
-    return;
+void RmaTarget::serve_inline_put(const wire::PutFrame& f, RmaStatus verdict, std::shared_ptr<RegionAccess> access,
+                                 PathEnd sink) {
+  if (verdict == RmaStatus::kOk && f.has_crc) {
+    // Checked before a byte is placed: a corrupt inline put writes nothing.
+    if (const uint32_t got = checksum_of(f.payload); got != f.crc) {
+      REMORA_LOG(kWarn, "{}",
+                 checksum_mismatch(fmt::format("a put (the peer's op id {})", f.op_id), 0, f.length, f.crc, got, peer_)
+                     .message());
+      ++stats_.refused;
+      verdict = RmaStatus::kChecksum;
+    }
   }
-  // The payload lives in the control stream's buffer only for this call.
-  auto held = std::make_shared<std::vector<std::byte>>(f.payload.begin(), f.payload.end());
-  auto copy = device.copy_from_host(access->address(), held->data(), held->size());
-  if (!copy) {
-    access->end();
-    REMORA_LOG(kWarn, "peer {}: put into {} memory: {}", peer_, device.name(), copy.status().to_string());
-    send_resp(f.op_id, RmaStatus::kDeviceFailed);
-    return;
+  if (verdict == RmaStatus::kOk) {
+    const Status placed = sink.place_inline(f.payload, [this, op_id = f.op_id] {
+      return [weak = std::weak_ptr<RmaTarget*>(self_), op_id](const Status& s) {
+        if (auto self = weak.lock()) (*self)->inline_put_placed(op_id, s);
+      };
+    });
+    if (placed.code() == StatusCode::kInProgress) {
+      // Into device memory: in service until the copy ends (inline_put_placed).
+      auto sp = std::make_unique<ServedPut>();
+      sp->op_id = f.op_id;
+      sp->has_notify = f.has_notify;
+      sp->notify = f.notify;
+      sp->inline_copy = true;
+      sp->in.kind = wire::ChunkKind::kPut;
+      sp->in.id = f.op_id;
+      sp->in.length = f.length;
+      sp->access = std::move(access);
+      sp->end = std::move(sink);
+      if (sp->has_notify) notifications_.promise();
+      served_puts_.emplace(f.op_id, std::move(sp));
+      return;
+    }
+    if (!placed.is_ok() && sink.revoked()) {
+      verdict = RmaStatus::kRevoked;
+    } else if (!placed.is_ok()) {
+      REMORA_LOG(kWarn, "peer {}: put into {} memory: {}", peer_, sink.device()->name(), placed.to_string());
+      verdict = RmaStatus::kDeviceFailed;
+    }
   }
-  if (sp->has_notify) notifications_.promise();
-  const uint64_t op_id = f.op_id;
-  served_puts_.emplace(op_id, std::move(sp));
-  when_copied(
-      owner_.progress_engine(), std::move(*copy),
-      [weak = std::weak_ptr<RmaTarget*>(self_), op_id, held](const Status& s) {
-        auto self = weak.lock();
-        if (!self) return;
-        RmaTarget& t = **self;
-        auto it = t.served_puts_.find(op_id);
-        if (it == t.served_puts_.end()) return;  // the endpoint failed meanwhile
-        if (!s.is_ok()) {
-          REMORA_LOG(kWarn, "peer {}: put into device memory: {}", t.peer_, s.to_string());
-          it->second->in.failure = s;
-        }
-        t.put_received(op_id);
-        t.owner_.replies_queued();
-      },
-      [access] { access->end(); });
+  if (verdict == RmaStatus::kOk) {
+    ++stats_.served_puts;
+    if (f.has_notify) {
+      notifications_.deliver(Notification{
+          .value = f.notify, .region = access->region(), .offset = access->region_offset(), .length = f.length});
+    }
+  }
+  send_resp(f.op_id, verdict);
+}
+
+void RmaTarget::inline_put_placed(uint64_t op_id, const Status& placed) {
+  auto it = served_puts_.find(op_id);
+  if (it == served_puts_.end()) return;  // the endpoint failed meanwhile
+  if (!placed.is_ok()) {
+    REMORA_LOG(kWarn, "peer {}: put into device memory: {}", peer_, placed.to_string());
+    it->second->in.failure = placed;
+  }
+  put_received(op_id);
+  owner_.replies_queued();
 }
 
 RxTransfer* RmaTarget::put_transfer(uint64_t op_id) {
@@ -246,9 +211,7 @@ void RmaTarget::put_received(uint64_t op_id) {
   if (it == served_puts_.end()) return;
   ServedPut* sp = it->second.get();
   if (sp->has_notify) notifications_.settle();
-  if (sp->verdict == RmaStatus::kOk && (sp->sink.revoked() || (sp->staged && sp->staged->revoked()))) {
-    sp->verdict = RmaStatus::kRevoked;
-  }
+  if (sp->verdict == RmaStatus::kOk && sp->end.revoked()) sp->verdict = RmaStatus::kRevoked;
   // A host RegionSink fails a chunk only on a checksum mismatch (the RESP names the
   // chunk); any other failed chunk is a device copy's (or the initiator aborted: it
   // knows why already).
@@ -262,7 +225,7 @@ void RmaTarget::put_received(uint64_t op_id) {
   }
   if (sp->verdict == RmaStatus::kOk) {
     ++stats_.served_puts;
-    if (sp->devmem_rx) ++(sp->zcrx_rx ? stats_.zcrx_transfers : stats_.devmem_transfers);
+    count_zero_copy(stats_, sp->end);
     if (sp->has_notify) {
       notifications_.deliver(Notification{.value = sp->notify,
                                           .region = sp->access->region(),
@@ -274,46 +237,22 @@ void RmaTarget::put_received(uint64_t op_id) {
   served_puts_.erase(it);
 }
 
-void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
+void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
   auto access = std::make_shared<RegionAccess>();
   RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, access.get());
-  // A chunked reply from device memory can go by devmem TX (`devmem` set then).
-  std::unique_ptr<DevmemTxSend> devmem;
+  PathEnd source;
   if (verdict == RmaStatus::kOk) {
-    verdict = choose_device_path(*access, f.length, /*tx=*/true, /*chunked=*/!inline_class, "get from",
-                                 inline_class || owner_.devmem_tx_streams() == nullptr ? nullptr : &devmem);
+    // A chunked reply from device memory can go by zero-copy sends (devmem TX): they
+    // are reported done under this number.
+    verdict = choose_end({.direction = Direction::kSend,
+                          .cls = cls,
+                          .memory = TransferMemory::of_region(access, f.length),
+                          .zero_copy_id = kDevmemServedGetCookie | next_zero_copy_get_},
+                         "get from", &source);
   }
-  if (inline_class) {
-    if (verdict == RmaStatus::kOk && f.length > 0 && access->device() != nullptr) {
-      serve_device_inline_get(f, std::move(access));
-      return;
-    }
-    if (verdict == RmaStatus::kOk) {
-      if (access->begin()) {
-        queue_resp(wire::RespFrame{.op_id = f.op_id,
-                                   .status = RmaStatus::kOk,
-                                   .value = 0,
-                                   .inline_data = true,
-                                   .payload = std::span<const std::byte>(access->address(), f.length)});
-        access->end();
-        ++stats_.served_gets;
-        return;
-      }
-      verdict = RmaStatus::kRevoked;
-    }
-    send_resp(f.op_id, verdict);
+  if (cls == TransferClass::kInline) {
+    serve_inline_get(f.op_id, verdict, std::move(access), std::move(source));
     return;
-  }
-  StagingContext staging;
-  if (verdict == RmaStatus::kOk && access->device() != nullptr && devmem == nullptr) {
-    auto made = owner_.staging_for(access->device(), /*tx=*/true);
-    if (made) {
-      staging = std::move(*made);
-    } else {
-      REMORA_LOG(kWarn, "peer {}: a get from {} memory cannot be staged: {}", peer_, access->device()->name(),
-                 made.status().to_string());
-      verdict = RmaStatus::kDeviceFailed;
-    }
   }
   if (verdict != RmaStatus::kOk) {
     send_resp(f.op_id, verdict);  // nothing announced: the initiator completes on this
@@ -322,61 +261,64 @@ void RmaTarget::serve_get(const wire::GetFrame& f, bool inline_class) {
   auto sg = std::make_unique<ServedGet>();
   sg->op_id = f.op_id;
   sg->access = std::move(access);
-  sg->source = RegionSource(sg->access.get());
+  sg->end = std::move(source);
   sg->out.kind = wire::ChunkKind::kGet;
   sg->out.owner = f.op_id;
   sg->out.chunk_id = f.op_id;
   sg->out.length = f.length;
-  sg->out.source = &sg->source;
-  if (staging.pool) {
-    sg->staged = std::make_unique<StagingSource>(std::move(staging), sg->access->address(), f.length, sg->access);
-    sg->out.source = sg->staged.get();
-  } else if (devmem != nullptr) {
+  sg->out.source = sg->end.source();
+  if (sg->end.zero_copy()) {
     // The NIC reads the region: each sendmsg bracketed until the kernel reports it done.
-    sg->devmem = std::move(devmem);
-    sg->devmem_seq = next_devmem_get_++;
-    sg->devmem_source = std::make_unique<DevmemSource>(*sg->devmem, *owner_.devmem_tx_streams(),
-                                                       kDevmemServedGetCookie | sg->devmem_seq, sg->access.get());
-    sg->out.source = sg->devmem_source.get();
-    devmem_gets_.emplace(sg->devmem_seq, f.op_id);
+    sg->zero_copy_seq = next_zero_copy_get_++;
+    zero_copy_gets_.emplace(sg->zero_copy_seq, f.op_id);
   }
   owner_.send_chunks(&sg->out);
   served_gets_.emplace(f.op_id, std::move(sg));
 }
 
-void RmaTarget::serve_device_inline_get(const wire::GetFrame& f, std::shared_ptr<RegionAccess> access) {
-  MemoryDomain& device = *access->device();
-  if (!access->begin()) {
-    send_resp(f.op_id, RmaStatus::kRevoked);
-    return;
+void RmaTarget::serve_inline_get(uint64_t op_id, RmaStatus verdict, std::shared_ptr<RegionAccess> access,
+                                 PathEnd source) {
+  if (verdict == RmaStatus::kOk) {
+    const Status read = source.read_inline(
+        [&](std::span<const std::byte> bytes) {
+          queue_resp(wire::RespFrame{
+              .op_id = op_id, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = bytes});
+        },
+        [this, op_id] {
+          return [weak = std::weak_ptr<RmaTarget*>(self_), op_id](std::span<const std::byte> bytes, const Status& s) {
+            if (auto self = weak.lock()) (*self)->inline_get_read(op_id, bytes, s);
+          };
+        });
+    if (read.is_ok()) {
+      ++stats_.served_gets;
+      return;
+    }
+    if (read.code() == StatusCode::kInProgress) {
+      // Out of device memory: in service until the copy ends (inline_get_read).
+      auto sg = std::make_unique<ServedGet>();
+      sg->op_id = op_id;
+      sg->access = std::move(access);
+      sg->end = std::move(source);
+      sg->inline_copy = true;
+      served_gets_.emplace(op_id, std::move(sg));
+      return;
+    }
+    if (source.revoked()) {
+      verdict = RmaStatus::kRevoked;
+    } else {
+      REMORA_LOG(kWarn, "peer {}: get from {} memory: {}", peer_, source.device()->name(), read.to_string());
+      verdict = RmaStatus::kDeviceFailed;
+    }
   }
-  auto held = std::make_shared<std::vector<std::byte>>(f.length);
-  auto copy = device.copy_to_host(held->data(), access->address(), held->size());
-  if (!copy) {
-    access->end();
-    REMORA_LOG(kWarn, "peer {}: get from {} memory: {}", peer_, device.name(), copy.status().to_string());
-    send_resp(f.op_id, RmaStatus::kDeviceFailed);
-    return;
-  }
-  auto sg = std::make_unique<ServedGet>();
-  sg->op_id = f.op_id;
-  sg->access = access;
-  sg->inline_copy = true;
-  served_gets_.emplace(f.op_id, std::move(sg));
-  when_copied(
-      owner_.progress_engine(), std::move(*copy),
-      [weak = std::weak_ptr<RmaTarget*>(self_), op_id = f.op_id, held](const Status& s) {
-        if (auto self = weak.lock()) (*self)->device_get_copied(op_id, *held, s);
-      },
-      [access] { access->end(); });
+  send_resp(op_id, verdict);
 }
 
-void RmaTarget::device_get_copied(uint64_t op_id, std::span<const std::byte> bytes, const Status& copy) {
+void RmaTarget::inline_get_read(uint64_t op_id, std::span<const std::byte> bytes, const Status& read) {
   auto it = served_gets_.find(op_id);
   if (it == served_gets_.end()) return;  // the endpoint failed meanwhile
   served_gets_.erase(it);
-  if (!copy.is_ok()) {
-    REMORA_LOG(kWarn, "peer {}: get from device memory: {}", peer_, copy.to_string());
+  if (!read.is_ok()) {
+    REMORA_LOG(kWarn, "peer {}: get from device memory: {}", peer_, read.to_string());
     send_resp(op_id, RmaStatus::kDeviceFailed);
     owner_.replies_queued();
     return;
@@ -391,21 +333,21 @@ void RmaTarget::get_sent(uint64_t op_id) {
   auto it = served_gets_.find(op_id);
   if (it == served_gets_.end()) return;
   ServedGet* sg = it->second.get();
-  if (sg->devmem_source && sg->devmem_source->pending() > 0) {
-    sg->awaiting_completions = true;  // the NIC still reads the region: RESP once it is done
+  if (sg->end.unreleased() > 0) {
+    sg->awaiting_release = true;  // the NIC still reads the region: RESP once it is done
     return;
   }
   finish_served_get(it);
 }
 
-void RmaTarget::devmem_completed(uint64_t seq) {
-  auto d = devmem_gets_.find(seq);
-  if (d == devmem_gets_.end()) return;  // finished (or failed) already
-  auto it = served_gets_.find(d->second);
+void RmaTarget::zero_copy_released(uint64_t seq) {
+  auto z = zero_copy_gets_.find(seq);
+  if (z == zero_copy_gets_.end()) return;  // finished (or failed) already
+  auto it = served_gets_.find(z->second);
   if (it == served_gets_.end()) return;
   ServedGet* sg = it->second.get();
-  sg->devmem_source->completed();
-  if (sg->awaiting_completions && sg->devmem_source->pending() == 0) {
+  sg->end.released();
+  if (sg->awaiting_release && sg->end.unreleased() == 0) {
     finish_served_get(it);
     owner_.replies_queued();  // from the error queue's drain, outside the control dispatch
   }
@@ -416,15 +358,14 @@ void RmaTarget::finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<S
   RmaStatus status = RmaStatus::kOk;
   if (!sg->out.failure.is_ok()) {
     status = RmaStatus::kDeviceFailed;  // cut short: the endpoint sent ABORT
-  } else if (sg->source.revoked() || (sg->staged && sg->staged->revoked()) ||
-             (sg->devmem_source && sg->devmem_source->revoked())) {
+  } else if (sg->end.revoked()) {
     status = RmaStatus::kRevoked;
   } else {
     ++stats_.served_gets;
-    if (sg->devmem_source) ++stats_.devmem_transfers;
+    count_zero_copy(stats_, sg->end);
   }
   send_resp(sg->op_id, status);
-  if (sg->devmem_seq != 0) devmem_gets_.erase(sg->devmem_seq);
+  if (sg->zero_copy_seq != 0) zero_copy_gets_.erase(sg->zero_copy_seq);
   served_gets_.erase(it);
 }
 
@@ -456,8 +397,8 @@ void RmaTarget::serve_atomic(const wire::AtomicFrame& f) {
 
 void RmaTarget::fail() {
   served_puts_.clear();
-  served_gets_.clear();  // devmem replies' brackets still open end with their sources
-  devmem_gets_.clear();
+  served_gets_.clear();  // zero-copy replies' brackets still open end with their sources
+  zero_copy_gets_.clear();
 }
 
 }  // namespace remora::detail

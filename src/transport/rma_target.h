@@ -3,8 +3,9 @@
 // most this side's REMORA_RMA_WINDOW requests in service, an id never reused while its
 // operation is), the key check before a single byte is touched (a refusal is a RESP
 // with its verdict, and the endpoint stays usable), the large puts and gets in service
-// with their sinks and sources (every touch of the memory bracketed by a RegionAccess,
-// see chunk_io.h), and the rule that RESPs the kernel has not taken yet count against
+// with the one sink or source each holds (DataPaths::choose, for the region's memory:
+// every touch of it bracketed by a RegionAccess, see chunk_io.h), and the rule that
+// RESPs the kernel has not taken yet count against
 // the window: a peer that floods requests and never reads its replies runs into the
 // window instead of growing the control stream's queue without bound.
 //
@@ -24,14 +25,12 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "datapath/chunk_scheduler.h"
+#include "datapath/data_paths.h"
+#include "datapath/path_end.h"
 #include "mem/region_access.h"
 #include "remora/endpoint.h"
-#include "transport/chunk_io.h"
-#include "transport/chunk_scheduler.h"
-#include "transport/devmem_path.h"
-#include "transport/devmem_tx_path.h"
 #include "transport/notifications.h"
-#include "transport/staging.h"
 #include "wire/frame.h"
 
 namespace remora::detail {
@@ -50,22 +49,6 @@ class RmaTarget {
     virtual void send_chunks(TxTransfer* t) = 0;
     /// The peer broke the protocol: the endpoint fails (fail() runs before this returns).
     virtual void protocol_error(std::string message) = 0;
-    /// Staging for a region of `domain`'s (device) memory: `tx` for what a GET reads.
-    virtual Result<StagingContext> staging_for(MemoryDomain* domain, bool tx) = 0;
-    /// Picks (and records) the data path of a transfer of [p, p+n) of `domain`'s memory;
-    /// the refusal when the path the configuration demands cannot be taken. `chunked`:
-    /// its bytes move on the data streams (not inline in a frame). `devmem` (a chunked
-    /// get's reply, which devmem TX can send): set when the path is devmem TX.
-    virtual Status choose_target_path(MemoryDomain& domain, const void* p, size_t n, bool tx, bool chunked,
-                                      std::unique_ptr<DevmemTxSend>* devmem) = 0;
-    /// The data streams as devmem TX uses them (for a reply choose_target_path sent
-    /// that way); their completions come back through RmaTarget::devmem_completed.
-    virtual DevmemTxStreams* devmem_tx_streams() { return nullptr; }
-    /// The devmem receive a put into device memory goes by, when the path just chosen
-    /// (choose_device_path) was devmem RX; null: it stages.
-    virtual std::shared_ptr<DevmemRxContext> devmem_rx_chosen() { return nullptr; }
-    /// The engine that device copies report their end to.
-    virtual const std::shared_ptr<engine::ProgressEngine>& progress_engine() const = 0;
     /// RESPs were queued outside the owner's own dispatch (a device copy ended): send them.
     virtual void replies_queued() = 0;
   };
@@ -75,10 +58,11 @@ class RmaTarget {
     uint64_t notifications = 0;  ///< notifications queued or promised at most (REMORA_MAX_UNEXPECTED)
   };
 
-  /// Keys are checked against `registry` (null: every key is refused); refused and
-  /// revoked bytes are drained through `discard`; `peer` names the other side in logs.
-  RmaTarget(Owner& owner, Notifications& notifications, DiscardSink& discard, const MemoryRegistry* registry,
-            Limits limits, std::string peer, EndpointStats& stats);
+  /// Keys are checked against `registry` (null: every key is refused); `paths` gives
+  /// each request's sink or source (and drains refused bytes); `peer` names the other
+  /// side in logs.
+  RmaTarget(Owner& owner, Notifications& notifications, DataPaths& paths, const MemoryRegistry* registry, Limits limits,
+            std::string peer, EndpointStats& stats);
   ~RmaTarget();
   RmaTarget(const RmaTarget&) = delete;
   RmaTarget& operator=(const RmaTarget&) = delete;
@@ -88,8 +72,8 @@ class RmaTarget {
   bool admit(uint64_t op_id);
   /// Serves an admitted PUT whose inline class the endpoint has checked (f.inline_data).
   void serve_put(const wire::PutFrame& f);
-  /// Serves an admitted GET; `inline_class`: the data goes back in the RESP.
-  void serve_get(const wire::GetFrame& f, bool inline_class);
+  /// Serves an admitted GET; kInline: the data goes back in the RESP.
+  void serve_get(const wire::GetFrame& f, TransferClass cls);
   /// Serves an admitted ATOMIC.
   void serve_atomic(const wire::AtomicFrame& f);
 
@@ -97,12 +81,12 @@ class RmaTarget {
   RxTransfer* put_transfer(uint64_t op_id);
   /// Every announced chunk of put `op_id` is in: RESP, and its notification.
   void put_received(uint64_t op_id);
-  /// Every byte of get `op_id`'s reply is in the kernel: RESP (by devmem TX: once the
-  /// kernel reported every sendmsg of it done, devmem_completed).
+  /// Every byte of get `op_id`'s reply is in the kernel: RESP (by zero-copy sends: once
+  /// the kernel reported every one of them done, zero_copy_released).
   void get_sent(uint64_t op_id);
-  /// The kernel reported a sendmsg of the devmem reply `seq` (kDevmemServedGetCookie's
-  /// number) complete.
-  void devmem_completed(uint64_t seq);
+  /// The kernel reported a zero-copy send of the reply `seq` (kDevmemServedGetCookie's
+  /// number) done.
+  void zero_copy_released(uint64_t seq);
 
   /// The kernel took the control stream's output queue up to `position`.
   void control_sent(size_t position) {
@@ -120,27 +104,21 @@ class RmaTarget {
   /// device memory they are in service until their copy ends: inline_copy).
   struct ServedPut {
     uint64_t op_id = 0;
-    std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();
+    std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();  // outlives `end`
     wire::RmaStatus verdict = wire::RmaStatus::kOk;
     bool has_notify = false;
     uint64_t notify = 0;
-    RegionSink sink;                      // refused: the bytes go to the DiscardSink instead
-    std::unique_ptr<PlacingSink> staged;  // device memory (staging or devmem RX): in.sink is this
-    bool devmem_rx = false;               // staged is a DevmemSink
-    bool zcrx_rx = false;                 // ... reading zcrx streams
+    PathEnd end;  // the region's sink; refused: the discard sink
     bool inline_copy = false;
     RxTransfer in;
   };
   /// A large GET in service, or an inline one out of device memory waiting for its copy.
   struct ServedGet {
     uint64_t op_id = 0;
-    std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();
-    RegionSource source;
-    std::unique_ptr<StagingSource> staged;  // device memory: out.source is this
-    std::unique_ptr<DevmemTxSend> devmem;   // device memory by devmem TX: its binding ...
-    std::unique_ptr<DevmemSource> devmem_source;  // ... and out.source (after `devmem`: it reads it)
-    uint64_t devmem_seq = 0;                      // its cookie's number
-    bool awaiting_completions = false;            // sent; the kernel has yet to report sendmsgs done
+    std::shared_ptr<RegionAccess> access = std::make_shared<RegionAccess>();  // outlives `end`
+    PathEnd end;                                                              // the region's source
+    uint64_t zero_copy_seq = 0;     // its cookie's number, when its sends are zero-copy
+    bool awaiting_release = false;  // sent; the kernel has yet to report zero-copy sends done
     bool inline_copy = false;
     TxTransfer out;
   };
@@ -148,23 +126,24 @@ class RmaTarget {
   /// Validates a peer's request; on success `access` holds the bytes.
   wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
                                RegionAccess* access);
-  /// kOk for host memory, or when the endpoint found a path for this device transfer;
-  /// kDeviceFailed (logged) when the path the configuration demands cannot be taken.
-  wire::RmaStatus choose_device_path(const RegionAccess& access, uint64_t length, bool tx, bool chunked,
-                                     std::string_view what, std::unique_ptr<DevmemTxSend>* devmem = nullptr);
-  /// RESP for a served get whose reply is out (and, by devmem TX, reported done).
+  /// The granted region's end for `spec` (DataPaths::choose); kDeviceFailed (logged)
+  /// when no path takes its device memory.
+  wire::RmaStatus choose_end(const TransferSpec& spec, std::string_view what, PathEnd* end);
+  /// An inline PUT: its bytes placed (kInProgress: in service until the copy ends), then the RESP.
+  void serve_inline_put(const wire::PutFrame& f, wire::RmaStatus verdict, std::shared_ptr<RegionAccess> access,
+                        PathEnd sink);
+  void inline_put_placed(uint64_t op_id, const Status& placed);
+  /// An inline GET: its bytes read into the RESP (kInProgress: in service until the copy ends).
+  void serve_inline_get(uint64_t op_id, wire::RmaStatus verdict, std::shared_ptr<RegionAccess> access, PathEnd source);
+  void inline_get_read(uint64_t op_id, std::span<const std::byte> bytes, const Status& read);
+  /// RESP for a served get whose reply is out (and, by zero-copy sends, released).
   void finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
-  /// Device memory: an inline PUT's bytes copied into it, or an inline GET's out of it,
-  /// then the RESP (the request stays in service meanwhile).
-  void serve_device_inline_put(const wire::PutFrame& f, std::shared_ptr<RegionAccess> access);
-  void serve_device_inline_get(const wire::GetFrame& f, std::shared_ptr<RegionAccess> access);
-  void device_get_copied(uint64_t op_id, std::span<const std::byte> bytes, const Status& copy);
   void queue_resp(const wire::RespFrame& frame) { unsent_resps_.push_back(owner_.queue_resp(frame)); }
 
   Owner& owner_;
   Notifications& notifications_;
-  DiscardSink& discard_;
+  DataPaths& paths_;
   const MemoryRegistry* registry_;
   Limits limits_;
   std::string peer_;
@@ -172,12 +151,12 @@ class RmaTarget {
 
   std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
   std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
-  std::unordered_map<uint64_t, uint64_t> devmem_gets_;  // devmem reply number -> the get's op_id
-  uint64_t next_devmem_get_ = 1;
+  std::unordered_map<uint64_t, uint64_t> zero_copy_gets_;  // zero-copy reply number -> the get's op_id
+  uint64_t next_zero_copy_get_ = 1;
   // Positions in the owner's control queue just after each RESP the kernel has not
   // taken yet; each counts against the window.
   std::deque<size_t> unsent_resps_;
-  /// What a device copy's end holds to reach this target (it may be gone by then).
+  /// What an inline copy's end holds to reach this target (it may be gone by then).
   std::shared_ptr<RmaTarget*> self_ = std::make_shared<RmaTarget*>(this);
 };
 

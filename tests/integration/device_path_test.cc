@@ -1,4 +1,4 @@
-// Which path device memory takes, and the reason reported (transport/device_path.h),
+// Which path device memory takes, and the reason reported (datapath/device_path.h),
 // on this machine, where no NIC does devmem TCP or zcrx:
 // - between two processes (this one and remora_test_peer's device-echo, both with a
 //   TestDeviceDomain): under REMORA_DEVICE_PATH=auto the messages go by staging, intact,
@@ -23,13 +23,13 @@
 #include <thread>
 #include <vector>
 
+#include "datapath/device_path.h"
 #include "itest_util.h"
-#include "remora/testing/test_device.h"
 #include "net/socket.h"
+#include "remora/testing/test_device.h"
 #include "support/exchange.h"
 #include "support/netns.h"
 #include "support/test_data.h"
-#include "transport/device_path.h"
 
 namespace remora::itest {
 namespace {

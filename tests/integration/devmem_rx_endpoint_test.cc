@@ -1,4 +1,4 @@
-// devmem TCP receive driven by the endpoint (transport/devmem_rx_lease.h), on a machine
+// devmem TCP receive driven by the endpoint (datapath/devmem_rx_lease.h), on a machine
 // where no NIC can do devmem. What is real here: `remora rxq serve` in its stand-in mode
 // (a process of its own; the Unix-socket protocol, SCM_RIGHTS, the per-connection lease
 // whose end removes the flows, all for real; its buffer a memfd), the endpoints and
@@ -29,13 +29,13 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "datapath/devmem_rx_lease.h"
 #include "device/require_cuda.h"
 #include "itest_util.h"
 #include "remora/cuda.h"
 #include "remora/testing/test_device.h"
 #include "support/exchange.h"
 #include "support/test_data.h"
-#include "transport/devmem_rx_lease.h"
 #include "zerocopy/devmem_nic_standin.h"
 #include "zerocopy/rxq_client.h"
 #include "zerocopy/zcrx_nic_standin.h"

@@ -1,4 +1,4 @@
-// devmem TX driven by the endpoint (transport/devmem_tx_path.h), on a machine where no
+// devmem TX driven by the endpoint (datapath/devmem_tx_path.h), on a machine where no
 // NIC can bind a dmabuf for transmit. What is real here: the endpoints and their data
 // streams (loopback TCP, another process receiving), the test device's memory, exported
 // as the memfd behind it (TestDeviceOptions::export_memfd: a stand-in for a dmabuf), the
@@ -26,11 +26,11 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include "datapath/devmem_tx_path.h"
 #include "itest_util.h"
 #include "remora/testing/test_device.h"
 #include "support/exchange.h"
 #include "support/test_data.h"
-#include "transport/devmem_tx_path.h"
 #include "zerocopy/devmem_tx.h"
 
 namespace remora::itest {

@@ -1,4 +1,4 @@
-// Tests of REMORA_CHECKSUM=crc32c end to end (transport/checksum.h, docs/protocol.md
+// Tests of REMORA_CHECKSUM=crc32c end to end (datapath/checksum.h, docs/protocol.md
 // "Checksums"): two contexts in one process over real loopback sockets, checksums on,
 // every kind of transfer (eager and rendezvous messages, expected and unexpected; inline
 // and chunked puts and gets; host and staged device memory) across the size classes
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "core/crc32c.h"
-#include "scoped_env.h"
 #include "remora/remora.h"
 #include "remora/testing/test_device.h"
+#include "scoped_env.h"
 
 namespace remora {
 namespace {

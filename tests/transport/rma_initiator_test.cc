@@ -59,11 +59,15 @@ struct Harness {
     owner.initiator = &initiator;
   }
 
+  // Host memory's ends, as DataPaths::choose makes them for host memory.
   RmaInitiator::Posted put(size_t length = 8, bool inline_class = true, PutOptions options = {}) {
-    return initiator.put(std::span(source.data(), length), key, 0, options, inline_class);
+    return initiator.put(PathEnd::host_source(source.data(), length, class_of(inline_class)), key, 0, options);
   }
   RmaInitiator::Posted get(size_t length = 8, bool inline_class = true) {
-    return initiator.get(std::span(dest.data(), length), key, 0, inline_class);
+    return initiator.get(PathEnd::host_sink(dest.data(), length, class_of(inline_class)), key, 0);
+  }
+  static TransferClass class_of(bool inline_class) {
+    return inline_class ? TransferClass::kInline : TransferClass::kChunked;
   }
   RmaInitiator::Posted fetch_add(uint64_t* result = nullptr) {
     return initiator.atomic(result, key, 0, wire::AtomicOp::kFetchAdd, 1, 0);

@@ -42,17 +42,10 @@ struct RecordingOwner : RmaTarget::Owner, Notifications::Owner {
     errors.push_back(std::move(message));
     target->fail();  // as the endpoint's failure path does
   }
-  // The harness's regions are host memory: the device paths (staging, copies that end
-  // later) are exercised through real endpoints in tests/integration/device_staging_test.cc.
-  Result<StagingContext> staging_for(MemoryDomain*, bool) override {
-    return Status(StatusCode::kUnsupported, "this harness serves host regions only");
-  }
-  Status choose_target_path(MemoryDomain&, const void*, size_t, bool, bool, std::unique_ptr<DevmemTxSend>*) override {
-    return Status(StatusCode::kUnsupported, "this harness serves host regions only");
-  }
-  const std::shared_ptr<engine::ProgressEngine>& progress_engine() const override { return no_engine; }
+  // The harness's regions are host memory (the data paths have no device domain): the
+  // device paths (staging, copies that end later) are exercised through real endpoints
+  // in tests/integration/device_staging_test.cc.
   void replies_queued() override { ++replies_flushed; }
-  std::shared_ptr<engine::ProgressEngine> no_engine;
   int replies_flushed = 0;
   Status inactive() const override { return Status::ok(); }
   void run_handler_later() override { ++handler_runs; }
@@ -62,7 +55,8 @@ struct RecordingOwner : RmaTarget::Owner, Notifications::Owner {
 struct Harness {
   explicit Harness(RmaTarget::Limits limits = {.window = 16, .notifications = 16})
       : notifications(owner, nullptr, "peer", stats),
-        target(owner, notifications, discard, &registry, limits, "peer", stats) {
+        paths({.config = &config, .stats = &stats}),
+        target(owner, notifications, paths, &registry, limits, "peer", stats) {
     owner.target = &target;
     for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<std::byte>(i * 7);
     auto r = registry.register_memory(memory.data(), memory.size(), Access::kLocalWrite | kAllRemote);
@@ -78,7 +72,7 @@ struct Harness {
     if (target.admit(f.op_id)) target.serve_put(f);
   }
   void get(const wire::GetFrame& f, bool inline_class) {
-    if (target.admit(f.op_id)) target.serve_get(f, inline_class);
+    if (target.admit(f.op_id)) target.serve_get(f, inline_class ? TransferClass::kInline : TransferClass::kChunked);
   }
   void atomic(const wire::AtomicFrame& f) {
     if (target.admit(f.op_id)) target.serve_atomic(f);
@@ -94,11 +88,12 @@ struct Harness {
 
   RecordingOwner owner;
   EndpointStats stats;
-  DiscardSink discard;
   MemoryRegistry registry{PinMode::kTry};
   std::vector<std::byte> memory = std::vector<std::byte>(kRegionBytes);
   Region region;
   Notifications notifications;
+  Config config;
+  DataPaths paths;
   RmaTarget target;
   const std::vector<wire::RespFrame>& resps = owner.resps;
 };
@@ -240,7 +235,7 @@ TEST(RmaTargetTest, ALargePutRepliesOnceItsDataIsIn) {
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->kind, wire::ChunkKind::kPut);
   EXPECT_EQ(t->length, 40000u);
-  EXPECT_NE(t->sink, &h.discard) << "an accepted put lands in the region";
+  EXPECT_NE(t->sink, &h.paths.discard_sink()) << "an accepted put lands in the region";
   EXPECT_TRUE(h.resps.empty());
   EXPECT_EQ(h.target.put_transfer(6), nullptr);
 
@@ -260,7 +255,7 @@ TEST(RmaTargetTest, ARefusedLargePutDrainsItsBytesAndRepliesWithTheRefusal) {
   h.put(f);
   RxTransfer* t = h.target.put_transfer(5);
   ASSERT_NE(t, nullptr) << "its bytes still come and must be read";
-  EXPECT_EQ(t->sink, &h.discard);
+  EXPECT_EQ(t->sink, &h.paths.discard_sink());
   EXPECT_TRUE(h.resps.empty()) << "the reply waits for the bytes";
   h.target.put_received(5);
   EXPECT_EQ(h.last_status(), RmaStatus::kAccessDenied);

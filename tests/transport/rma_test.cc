@@ -24,11 +24,11 @@
 
 #include <gtest/gtest.h>
 
+#include "datapath/chunk_scheduler.h"
 #include "engine/engine_of.h"
 #include "engine/progress.h"
 #include "huge_pages.h"
 #include "remora/remora.h"
-#include "transport/chunk_scheduler.h"
 
 namespace remora {
 /// gtest prints StatusCode by name ("invalid_key") instead of as a raw byte.

@@ -25,8 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include "datapath/devmem_path.h"
 #include "remora/memory.h"
-#include "transport/devmem_path.h"
 #include "zerocopy/token_return.h"
 #include "zerocopy/uapi.h"
 

@@ -1,0 +1,275 @@
+// datapath/chunk_io.h — where the bytes of a transfer come from (ChunkSource) and where
+// they go (ChunkSink), and the host-memory kinds of each.
+//
+// The chunk scheduler (chunk_scheduler.h) moves chunks between the data streams and
+// these interfaces and knows nothing else about memory. A new memory kind joins the
+// data path by implementing them:
+// - a source that is not ready at once answers prepare() with kInProgress until a
+//   chunk's bytes are at hand (the staging source copies device memory into pinned
+//   bounce buffers ahead of the stream, datapath/staging.h), and hears of each chunk
+//   written through chunk_sent() so that its buffer can be reused;
+// - a sink that needs room before it can read a chunk answers begin_chunk() with
+//   false until it has some (the staging sink's bounce buffers), and one that places
+//   chunks asynchronously answers chunk_arrived() with kInProgress and reports the end
+//   through ChunkScheduler::chunk_placed, in any order, or with an error;
+// - a devmem sink (datapath/devmem_path.h) reads with recvmsg(MSG_SOCK_DEVMEM), gets
+//   dmabuf fragments and tokens instead of bytes, scatters them to the destination and
+//   returns the tokens before it reports the chunk placed.
+// Sinks read through the stream's StreamIn: recv(2) on an ordinary stream; on a stream
+// steered to devmem RX queues every byte arrives in the bound buffer, so host-memory
+// sinks read through its devmem receiver too (StreamIn::recv_some copies the fragments
+// out and gives their tokens back before it returns).
+// A stalled source or sink tells the scheduler's owner when it can go on (the owner
+// then calls ChunkScheduler::unstall and schedules again).
+//
+// The operation that holds a source or sink (through a PathEnd, path_end.h) asks it the
+// rest, whatever the path: an inline transfer's bytes for its frame (read_inline) or
+// their placement (place_inline); copies of the memory in flight; a region revoked
+// under it; zero-copy sends the NIC has not released. The defaults suit host memory.
+// Every call runs with the progress lock held; none may block, but copy_inline (called
+// without it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "mem/region_access.h"
+#include "net/io.h"
+#include "net/socket.h"
+#include "remora/status.h"
+#include "remora/types.h"
+
+namespace remora::detail {
+
+class DevmemReceiver;
+struct RxTransfer;
+
+/// One data stream as sinks read it. The default reads with recv(2).
+class StreamIn {
+ public:
+  explicit StreamIn(int fd = -1) noexcept : fd_(fd) {}
+  virtual ~StreamIn() = default;
+  StreamIn(const StreamIn&) = delete;
+  StreamIn& operator=(const StreamIn&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  /// Up to `len` bytes of the stream into host memory at `dst` (one system call).
+  /// kError: the stream cannot go on; take_failure() may say why better than the errno.
+  virtual net::IoResult recv_some(std::byte* dst, size_t len);
+  /// The receiver of a stream steered to devmem RX queues; null for an ordinary one.
+  virtual DevmemReceiver* devmem() noexcept { return nullptr; }
+  /// Does a read shorter than asked prove the socket drained? recv(2) of a TCP stream
+  /// with MSG_DONTWAIT takes all it has, so yes. A devmem recvmsg also stops where the
+  /// stream switches between linear and dmabuf data, and at the receiver's read limit:
+  /// no (read on until EAGAIN, or the edge-triggered stream would stall).
+  virtual bool short_read_drains() const noexcept { return true; }
+  /// Why the last kError happened, when there is more to say than its errno.
+  Status take_failure() noexcept { return std::exchange(failure_, Status::ok()); }
+  /// Reads exactly data.size() bytes before `deadline` (a handshake's answer on a data
+  /// stream): net::read_exact through recv_some, waiting with wait_readable.
+  Status read_exact(std::span<std::byte> data, net::Clock::time_point deadline);
+  /// Waits until recv_some may have something (or `deadline`: kTimeout): poll(POLLIN)
+  /// on the socket, unless the bytes reach this side some other way.
+  virtual Status wait_readable(net::Clock::time_point deadline);
+  /// Streams whose bytes do not make the socket readable (io_uring zcrx takes them off
+  /// it) call `fn` when they have something for recv_some; others never do.
+  virtual void on_arrival(std::function<void()> fn) { (void)fn; }
+
+ protected:
+  void set_failure(Status s) { failure_ = std::move(s); }
+
+ private:
+  int fd_;
+  Status failure_;
+};
+
+/// Where the chunks of one outgoing transfer come from.
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  /// Writes up to `len` bytes of the transfer, from transfer offset `offset` on, to the
+  /// non-blocking stream `fd` (one system call).
+  virtual net::IoResult write(int fd, uint64_t offset, uint64_t len) = 0;
+  /// May the chunk [offset, offset + len) be announced and written now? ok: yes.
+  /// kInProgress: not yet (its bytes are being staged); the source's owner schedules
+  /// again when they are. Any other status: the transfer failed there; nothing more of
+  /// it is announced, and it ends once what was announced is written.
+  virtual Status prepare(uint64_t /*offset*/, uint64_t /*len*/) { return Status::ok(); }
+  /// Every byte of the chunk [offset, offset + length) is in the kernel.
+  virtual void chunk_sent(uint64_t /*offset*/, uint64_t /*length*/) {}
+  /// The CRC-32C of the chunk [offset, offset + length), which prepare() said is ready
+  /// (REMORA_CHECKSUM=crc32c: it travels in the chunk's CHUNK frame). nullopt: this
+  /// source cannot read its bytes on the host (the transfer then fails, kUnsupported).
+  virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
+  /// The transfer's bytes, when they are host memory that stays put and unchanged until
+  /// the transfer is sent (a same-host peer may then read its chunks itself, with
+  /// process_vm_readv: ChunkScheduler::enable_pull_tx); null otherwise.
+  virtual const std::byte* host_bytes() const noexcept { return nullptr; }
+
+  // --- what the operation holding the source asks (path_end.h) -----------------------
+  /// Copies out of the memory started and not ended (staged ahead of a chunk that
+  /// failed, say): the memory is still read until they end.
+  virtual size_t in_flight() const noexcept { return 0; }
+  /// A granted region was deregistered while it was sent: zeros went in place of some
+  /// of its bytes.
+  virtual bool revoked() const noexcept { return false; }
+  /// Zero-copy sends (devmem TX): the NIC reads the memory after write() returned, and
+  /// the kernel reports each sendmsg done; unreleased() counts those not reported yet,
+  /// released() one report.
+  virtual bool zero_copy() const noexcept { return false; }
+  virtual uint64_t unreleased() const noexcept { return 0; }
+  virtual void released() noexcept {}
+  /// An inline send's bytes can be read at once (read_inline answers ok); else
+  /// copy_inline() copies them to host memory first.
+  virtual bool inline_ready() const noexcept { return true; }
+  /// Copies an inline send's bytes to host memory now, waiting at most `timeout`;
+  /// called without the progress lock.
+  virtual Status copy_inline(Duration /*timeout*/) { return Status::ok(); }
+  using InlineNow = std::function<void(std::span<const std::byte>)>;
+  using InlineLater = std::function<void(std::span<const std::byte>, const Status&)>;
+  /// The `length` bytes of an inline send, for its frame: PathEnd::read_inline's
+  /// contract. The host kinds below are read in place by PathEnd; this default serves a
+  /// source that only sends chunks and answers kInternal.
+  virtual Status read_inline(uint64_t length, const InlineNow& now, InlineLater later);
+};
+
+/// Where the chunks of one incoming transfer go.
+class ChunkSink {
+ public:
+  virtual ~ChunkSink() = default;
+  /// Reads up to `len` bytes of the transfer, at transfer offset `offset`, from the
+  /// non-blocking stream `in` (one system call). `*asked` is set to the byte count the
+  /// call asked the kernel for: a read shorter than that drained the socket.
+  virtual net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) = 0;
+  /// The chunk [offset, offset + length) is next on its stream, before its first byte
+  /// is read. false: no room for it now; the stream is not read until the sink's owner
+  /// calls ChunkScheduler::unstall.
+  virtual bool begin_chunk(uint64_t /*offset*/, uint64_t /*length*/) { return true; }
+  /// Every byte of the chunk [offset, offset + length) is off the stream. ok: the chunk
+  /// is in place. kInProgress: it will be, and the sink says so later through
+  /// ChunkScheduler::chunk_placed. Any other status: the chunk failed, and the whole
+  /// transfer completes with that status (the stream stays in step either way).
+  virtual Status chunk_arrived(uint64_t /*offset*/, uint64_t /*length*/) { return Status::ok(); }
+  /// The CRC-32C of the chunk [offset, offset + length) as it arrived, asked after its
+  /// last byte is read and before chunk_arrived (REMORA_CHECKSUM=crc32c). nullopt: the
+  /// bytes are not kept (drained, or the region is gone), so there is nothing to check.
+  virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
+
+  // --- what the operation holding the sink asks (path_end.h) -------------------------
+  /// The transfer this sink receives: a sink that places chunks asynchronously reports
+  /// them placed against it (StagingHost::staged_chunk_placed).
+  virtual void attach(RxTransfer& /*t*/) {}
+  /// Placements into the memory started and not ended (staging's copies, devmem
+  /// receive's scatter, an inline copy): an operation that fails completes only once
+  /// none is in flight, so nothing writes to its memory after it completed.
+  virtual size_t in_flight() const noexcept { return 0; }
+  /// A served put's region was deregistered mid-transfer: the rest was drained.
+  virtual bool revoked() const noexcept { return false; }
+  using InlinePlaced = std::function<void(const Status&)>;
+  /// Places an inline receive's bytes at the start of the memory: PathEnd::place_inline's
+  /// contract, `done` already made. The host kinds below are placed in place by
+  /// PathEnd; this default serves a sink that only receives chunks and answers kInternal.
+  virtual Status place_inline(std::span<const std::byte> bytes, InlinePlaced done);
+};
+
+/// Host memory that nothing can take away: a message's send buffer, an initiator's put.
+class HostSource final : public ChunkSource {
+ public:
+  explicit HostSource(const std::byte* data = nullptr) noexcept : data_(data) {}
+  net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  const std::byte* host_bytes() const noexcept override { return data_; }
+
+ private:
+  const std::byte* data_;
+};
+
+/// Host memory the caller posted: a receive buffer, a get's destination.
+class HostSink final : public ChunkSink {
+ public:
+  explicit HostSink(std::byte* data = nullptr) noexcept : data_(data) {}
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  /// An inline receive's bytes, copied in.
+  void place(std::span<const std::byte> bytes) noexcept {
+    if (!bytes.empty()) std::memcpy(data_, bytes.data(), bytes.size());
+  }
+
+ private:
+  std::byte* data_;
+};
+
+/// Reads and drops: the bytes of a refused put, of a revoked region, of a transfer
+/// whose operation is gone. One scratch buffer per endpoint, allocated on first use.
+class DiscardSink final : public ChunkSink {
+ public:
+  static constexpr size_t kScratchBytes = size_t{64} << 10;
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  std::byte* scratch();
+
+ private:
+  std::vector<std::byte> scratch_;
+};
+
+/// Zeros, sent in place of a revoked region's bytes (DiscardSink::kScratchBytes of them).
+std::span<const std::byte> zeros();
+
+/// What reading or placing a deregistered region's bytes answers (kInvalidKey).
+Status revoked_status();
+
+/// A registered region a peer reads (a served get): every write is bracketed by the
+/// region's RegionAccess. Once the region is deregistered it never reads the memory
+/// again and sends zeros instead, keeping the stream in step; revoked() then says so.
+class RegionSource final : public ChunkSource {
+ public:
+  RegionSource() noexcept = default;
+  explicit RegionSource(const RegionAccess* access) noexcept : access_(access) {}
+  net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
+  /// Of the region's bytes (bracketed); of zeros once it is revoked, as write sends.
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  bool revoked() const noexcept override { return revoked_; }
+  /// An inline send's first `length` bytes: `now(bytes)` inside one bracket, ok; or
+  /// kInvalidKey once the region is deregistered (revoked()).
+  template <typename Now>
+  Status read_bracketed(uint64_t length, Now&& now) {
+    if (revoked_ || !access_->begin()) {
+      revoked_ = true;
+      return revoked_status();
+    }
+    now(std::span<const std::byte>(access_->address(), length));
+    access_->end();
+    return Status::ok();
+  }
+
+ private:
+  const RegionAccess* access_ = nullptr;
+  bool revoked_ = false;
+};
+
+/// A registered region a peer writes (a served put): every read is bracketed. Once the
+/// region is deregistered the rest is drained through `discard`; revoked() says so.
+class RegionSink final : public ChunkSink {
+ public:
+  RegionSink() noexcept = default;
+  RegionSink(const RegionAccess* access, DiscardSink* discard) noexcept : access_(access), discard_(discard) {}
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  /// Of the region's bytes (bracketed); nullopt once revoked (the reply says so anyway).
+  std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  bool revoked() const noexcept override { return revoked_; }
+  /// An inline receive's bytes, copied in inside one bracket: ok (nothing to do for
+  /// none), or kInvalidKey once the region is deregistered (revoked()).
+  Status place(std::span<const std::byte> bytes);
+
+ private:
+  const RegionAccess* access_ = nullptr;
+  DiscardSink* discard_ = nullptr;
+  bool revoked_ = false;
+};
+
+}  // namespace remora::detail

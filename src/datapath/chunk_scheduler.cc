@@ -1,0 +1,458 @@
+// datapath/chunk_scheduler.cc — see chunk_scheduler.h.
+#include "datapath/chunk_scheduler.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "datapath/checksum.h"
+#include "net/same_host.h"
+
+namespace remora::detail {
+
+/// How sinks read the PULLs of a same-host peer: out of its memory, at the address the
+/// front chunk's PULL named. A read never waits and never ends the stream; one that
+/// comes back empty found the peer's range unmapped (EFAULT).
+class ChunkScheduler::PullIn final : public StreamIn {
+ public:
+  explicit PullIn(pid_t pid) noexcept : pid_(pid) {}
+  void at(uint64_t address) noexcept { next_ = address; }
+  net::IoResult recv_some(std::byte* dst, size_t len) override {
+    net::IoResult r = net::read_peer(pid_, dst, next_, len);
+    if (r.moved() && r.bytes == 0 && len > 0) r = net::IoResult{net::IoResult::Kind::kError, 0, EFAULT};
+    if (r.moved()) {
+      next_ += r.bytes;
+      return r;
+    }
+    // The peer is gone (ESRCH), announced memory it has not mapped (EFAULT: it broke
+    // the protocol), or the kernel stopped allowing the read (EPERM: it dropped its
+    // dumpable flag, or changed credentials).
+    const StatusCode code = r.err == ESRCH    ? StatusCode::kPeerFailed
+                            : r.err == EFAULT ? StatusCode::kProtocol
+                                              : StatusCode::kPeerFailed;
+    set_failure(Status(code, fmt::format("{} bytes at 0x{:x} in pid {}: {}", len, next_, pid_, std::strerror(r.err))));
+    return r;
+  }
+  bool short_read_drains() const noexcept override { return false; }
+  pid_t pid() const noexcept { return pid_; }
+
+ private:
+  pid_t pid_;
+  uint64_t next_ = 0;
+};
+
+ChunkScheduler::ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer)
+    : owner_(owner),
+      chunk_bytes_(chunk_bytes),
+      peer_(std::move(peer)),
+      streams_(streams),
+      chunks_per_stream_(streams, 0) {}
+
+Status ChunkScheduler::attach(uint16_t index, net::Fd fd) {
+  if (index >= streams_.size()) return Status(StatusCode::kProtocol, "data stream index out of range");
+  if (streams_[index].fd.valid()) return Status(StatusCode::kProtocol, "data stream attached twice");
+  // schedule() takes the bytes queued here as a stream's load, but the kernel's send
+  // buffer (autotuned up to 4 MiB) would take several chunks more before the stream
+  // looked full: a slowed stream went on taking chunks that later transfers, completed
+  // in order, then waited for (NCCL plugin benchmark, docs/nccl.md: 1 MiB messages over
+  // 4 streams, one at 1 Gbit/s, 0.56-0.99x the equal split; with at most a chunk unsent
+  // in the kernel 1.37-1.56x, with two 1.17x, four 0.89x). It costs the sender more
+  // wake-ups and sends of less than a chunk (about 2.5x the sendto calls). Best effort:
+  // a socket that is not TCP (the unit tests' socket pairs) keeps its buffer.
+  const int unsent = static_cast<int>(std::min<uint64_t>(chunk_bytes_, INT_MAX));
+  (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, sizeof unsent);
+  streams_[index].in = std::make_unique<StreamIn>(fd.get());
+  streams_[index].fd = std::move(fd);
+  return Status::ok();
+}
+
+bool ChunkScheduler::all_attached() const noexcept {
+  return std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.fd.valid(); });
+}
+
+void ChunkScheduler::close_all() {
+  for (Stream& s : streams_) {
+    s.in.reset();
+    s.fd.reset();
+  }
+}
+
+void ChunkScheduler::clear() {
+  for (Stream& s : streams_) {
+    s.txq.clear();
+    s.queued = 0;
+    s.rxq.clear();
+    s.rx_resume = false;
+    s.rx_stalled = false;
+  }
+  pulls_out_.clear();
+  pulls_in_.rxq.clear();
+  pulls_in_.rx_resume = false;
+  pulls_in_.rx_stalled = false;
+  ready_.clear();
+  ++epoch_;
+}
+
+void ChunkScheduler::clear_tx() {
+  for (Stream& s : streams_) {
+    s.txq.clear();
+    s.queued = 0;
+  }
+  pulls_out_.clear();  // the control stream is gone: no PULLED can come
+  ready_.clear();
+  ++epoch_;
+}
+
+bool ChunkScheduler::idle() const noexcept {
+  return ready_.empty() && pulls_out_.empty() && pulls_in_.rxq.empty() &&
+         std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.txq.empty() && s.rxq.empty(); });
+}
+
+// --- sending ---------------------------------------------------------------------
+
+std::deque<TxTransfer*>::iterator ChunkScheduler::next_preparable(uint64_t epoch) {
+  auto it = ready_.begin();
+  while (it != ready_.end()) {
+    TxTransfer* t = *it;
+    const Status p = t->source->prepare(t->scheduled, std::min<uint64_t>(chunk_bytes_, t->length - t->scheduled));
+    if (p.is_ok()) return it;
+    if (p.code() == StatusCode::kInProgress) {
+      ++it;  // not staged yet: a later transfer may go first
+      continue;
+    }
+    t->failure = p;
+    it = ready_.erase(it);
+    if (t->done()) {
+      owner_.sent(*t);
+      if (epoch != epoch_) return ready_.end();
+      it = ready_.begin();
+    }
+  }
+  return it;
+}
+
+bool ChunkScheduler::schedule() {
+  bool scheduled = false;
+  const uint64_t epoch = epoch_;
+  while (!ready_.empty()) {
+    // The stream with the fewest queued bytes, if it has room for another chunk.
+    uint16_t best = 0;
+    for (uint16_t i = 1; i < streams_.size(); ++i) {
+      if (streams_[i].queued < streams_[best].queued) best = i;
+    }
+    const bool stream_room = streams_[best].queued < chunk_bytes_;
+    const bool pull_room = pull_tx_ && pulls_out_.size() < kPullWindow;
+    if (!stream_room && !pull_room) break;
+    const auto it = next_preparable(epoch);
+    if (epoch != epoch_ || it == ready_.end()) break;
+    TxTransfer* t = *it;
+    // A same-host peer reads host memory itself; the rest goes on the streams.
+    const bool pull = pull_tx_ && t->source->host_bytes() != nullptr;
+    if (pull ? !pull_room : !stream_room) break;
+    const uint64_t size = std::min<uint64_t>(chunk_bytes_, t->length - t->scheduled);
+    if (!announce_next(t, size, pull ? -1 : best)) {
+      ready_.erase(it);
+      if (t->done()) {
+        owner_.sent(*t);
+        if (epoch != epoch_) break;
+      }
+      continue;
+    }
+    t->scheduled += size;
+    if (t->scheduled == t->length) ready_.erase(it);
+    scheduled = true;
+  }
+  return scheduled;
+}
+
+bool ChunkScheduler::announce_next(TxTransfer* t, uint64_t size, int stream) {
+  std::optional<uint32_t> crc;
+  if (checksum_) {
+    crc = t->source->checksum(t->scheduled, size);
+    if (!crc) {
+      // A memory path whose bytes are not on the host here (none is driven in this
+      // version): refuse the rest rather than send it unchecked.
+      t->failure = Status(StatusCode::kUnsupported,
+                          "REMORA_CHECKSUM=crc32c: this memory's data path cannot checksum its chunks");
+      return false;
+    }
+  }
+  const TxChunk chunk{t, t->scheduled, t->scheduled, size};
+  if (stream < 0) {
+    const auto address = reinterpret_cast<uintptr_t>(t->source->host_bytes() + t->scheduled);
+    if (promote_) promoter_.announced(address, size);
+    owner_.announce_pull(wire::PullFrame{.recv_id = t->chunk_id,
+                                         .offset = t->scheduled,
+                                         .length = static_cast<uint32_t>(size),
+                                         .address = address,
+                                         .kind = t->kind,
+                                         .has_crc = crc.has_value(),
+                                         .crc = crc.value_or(0)});
+    pulls_out_.push_back(chunk);
+    ++chunks_pulled_;
+  } else {
+    const auto index = static_cast<uint16_t>(stream);
+    owner_.announce(wire::ChunkFrame{t->chunk_id, t->scheduled, static_cast<uint32_t>(size), index, t->kind,
+                                     crc.has_value(), crc.value_or(0)});
+    streams_[index].txq.push_back(chunk);
+    streams_[index].queued += size;
+    ++chunks_per_stream_[index];
+  }
+  ++chunks_sent_;
+  return true;
+}
+
+void ChunkScheduler::write_all() {
+  const uint64_t epoch = epoch_;
+  for (uint16_t i = 0; i < streams_.size() && epoch == epoch_; ++i) write(i);
+}
+
+void ChunkScheduler::writable(uint16_t index) {
+  streams_[index].tx_blocked = false;
+  write(index);
+}
+
+void ChunkScheduler::write(uint16_t index) {
+  Stream& s = streams_[index];
+  const uint64_t epoch = epoch_;
+  while (!s.txq.empty() && !s.tx_blocked) {
+    TxChunk& c = s.txq.front();
+    const net::IoResult r = c.t->source->write(s.fd.get(), c.offset, c.remaining);
+    if (r.would_block()) {
+      s.tx_blocked = true;
+      return;
+    }
+    if (!r.moved()) {
+      owner_.stream_failed(net::errno_status(r.err, "send on data stream " + std::to_string(index) + " to " + peer_));
+      return;
+    }
+    c.offset += r.bytes;
+    c.remaining -= r.bytes;
+    s.queued -= r.bytes;
+    TxTransfer* t = c.t;
+    t->written += r.bytes;
+    if (c.remaining == 0) {
+      const uint64_t start = c.start, length = c.offset - c.start;
+      s.txq.pop_front();
+      t->source->chunk_sent(start, length);
+    }
+    if (t->done()) {
+      owner_.sent(*t);
+      if (epoch != epoch_) return;
+    }
+  }
+}
+
+// --- receiving -------------------------------------------------------------------
+
+std::string ChunkScheduler::check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
+                                           bool has_crc) const {
+  if (has_crc != checksum_) {
+    return checksum_ ? fmt::format("{} without the CRC-32C this endpoint negotiated (REMORA_CHECKSUM=crc32c)", frame)
+                     : fmt::format("{} with a CRC on an endpoint without checksums", frame);
+  }
+  if (length == 0 || offset > t->length || length > t->length - offset || length > t->length - t->announced) {
+    return fmt::format("{} [{}, +{}) outside the {}-byte message", frame, offset, length, t->length);
+  }
+  // Chunks of one operation are announced in order, each starting where the previous
+  // ended. Anything else (a repeat, an overlap, a gap) could complete the operation
+  // with bytes of it never written: a put would report success over stale memory.
+  if (offset != t->announced) {
+    return fmt::format("{} [{}, +{}) does not start at {}, where the operation's previous chunk ended", frame, offset,
+                       length, t->announced);
+  }
+  return {};
+}
+
+std::string ChunkScheduler::expect(RxTransfer* t, uint16_t stream, uint64_t offset, uint64_t length,
+                                   std::optional<uint32_t> crc) {
+  if (crc.has_value() == checksum_ && stream >= streams_.size()) {
+    return "CHUNK names data stream " + std::to_string(stream) + " of " + std::to_string(streams_.size());
+  }
+  if (std::string violation = check_expected(t, "CHUNK", offset, length, crc.has_value()); !violation.empty()) {
+    return violation;
+  }
+  t->announced += length;
+  streams_[stream].rxq.push_back(RxChunk{t, offset, length, 0, false, crc.has_value(), crc.value_or(0)});
+  return {};
+}
+
+void ChunkScheduler::enable_pull_rx(pid_t pid) {
+  auto in = std::make_unique<PullIn>(pid);
+  pull_in_ = in.get();
+  pulls_in_.in = std::move(in);
+}
+
+std::string ChunkScheduler::expect_pull(RxTransfer* t, uint64_t offset, uint64_t length, uint64_t address,
+                                        std::optional<uint32_t> crc) {
+  if (pull_in_ == nullptr) return "PULL to a side that did not say it can read the peer's memory";
+  if (std::string violation = check_expected(t, "PULL", offset, length, crc.has_value()); !violation.empty()) {
+    return violation;
+  }
+  t->announced += length;
+  pulls_in_.rxq.push_back(
+      RxChunk{t, offset, length, 0, false, crc.has_value(), crc.value_or(0), address, t->id, t->kind});
+  return {};
+}
+
+void ChunkScheduler::read_pulls() {
+  if (pull_in_ == nullptr) return;
+  read(pulls_in_, UINT16_MAX);
+}
+
+std::string ChunkScheduler::pulled(wire::ChunkKind kind, uint64_t recv_id, uint64_t length) {
+  if (pulls_out_.empty()) return "PULLED with no PULL unanswered";
+  const TxChunk c = pulls_out_.front();
+  if (c.t->kind != kind || c.t->chunk_id != recv_id || c.remaining != length) {
+    return fmt::format("PULLED (kind {}, id {}, {} bytes) does not answer the oldest PULL (kind {}, id {}, {} bytes)",
+                       static_cast<int>(kind), recv_id, length, static_cast<int>(c.t->kind), c.t->chunk_id,
+                       c.remaining);
+  }
+  pulls_out_.pop_front();
+  TxTransfer* t = c.t;
+  t->written += length;
+  t->source->chunk_sent(c.start, length);
+  if (t->done()) owner_.sent(*t);
+  return {};
+}
+
+void ChunkScheduler::read(uint16_t index) { read(streams_[index], index); }
+
+void ChunkScheduler::read(Stream& s, uint16_t index) {
+  if (!s.in) return;  // closed, or handed to the lingering close
+  const bool pulls = &s == &pulls_in_;
+  const uint64_t epoch = epoch_;
+  while (!s.rxq.empty()) {
+    RxChunk& c = s.rxq.front();
+    RxTransfer* t = c.t;
+    if (!c.begun) {
+      if (!t->sink->begin_chunk(c.start, c.length)) {
+        s.rx_stalled = true;  // unstall() reads on; the bytes raise no new edge
+        return;
+      }
+      c.begun = true;
+    }
+    if (pulls) pull_in_->at(c.remote + c.done);
+    // `asked` is what the sink asked the kernel for: the rest of the chunk, or a
+    // scratch buffer's worth when it drains. A read shorter than that drained the
+    // socket; one that fills it did not, and stopping there would strand the rest
+    // (edge-triggered: no new edge comes for bytes already queued).
+    uint64_t asked = 0;
+    const net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
+    if (r.would_block()) return;
+    if (r.error()) {
+      const std::string where =
+          pulls ? fmt::format("process_vm_readv of a PULLed chunk from {} (pid {})", peer_, pull_in_->pid())
+                : "recv on data stream " + std::to_string(index) + " from " + peer_;
+      Status why = s.in->take_failure();
+      owner_.stream_failed(why.is_ok() ? net::errno_status(r.err, where) : why.with_context(where));
+      return;
+    }
+    if (r.eof()) {
+      owner_.stream_ended(index);
+      return;
+    }
+    const bool short_read = r.bytes < asked;
+    c.done += r.bytes;
+    t->received += r.bytes;
+    if (pulls) bytes_pulled_ += r.bytes;
+    if (c.done == c.length) {
+      const uint64_t start = c.start, length = c.length;
+      const bool has_crc = c.has_crc;
+      const uint32_t crc = c.crc;
+      if (pulls) {
+        // Read: the peer's memory is its own again. (A transfer redirected to the
+        // drain still answers with the id and kind the PULL named.)
+        owner_.answer_pull(
+            wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(length), .kind = c.kind});
+      }
+      s.rxq.pop_front();
+      if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
+      finish_chunk(t, start, length, has_crc, crc);
+      if (epoch != epoch_) return;
+    }
+    // Drained; the next bytes raise a new edge. (Not proven on a devmem stream: its
+    // reads go on until one would block.)
+    if (short_read && !s.eof && s.in->short_read_drains()) break;
+    if (!s.rxq.empty() && owner_.should_yield()) {
+      // Another thread waits for the lock: give way; resume() reads on (the bytes
+      // already queued raise no new edge).
+      s.rx_resume = true;
+      owner_.resume_later();
+      break;
+    }
+  }
+}
+
+void ChunkScheduler::finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc) {
+  if (has_crc) {
+    // Checked before the sink places the chunk (a staging sink copies it on to the
+    // device): the bytes checked are the ones that arrived. A mismatch fails the
+    // transfer; the chunk is still placed, keeping the sink and the stream in step.
+    const std::optional<uint32_t> got = t->sink->checksum(start, length);
+    if (got && *got != crc && t->corrupt_at == UINT64_MAX) {
+      static constexpr const char* kWhat[] = {"a message (receive id {})", "a put (the peer's op id {})",
+                                              "a get (op id {})"};
+      t->corrupt_at = start;
+      if (t->failure.is_ok()) {
+        t->failure = checksum_mismatch(fmt::format(fmt::runtime(kWhat[static_cast<uint8_t>(t->kind)]), t->id), start,
+                                       length, crc, *got, peer_);
+      }
+    }
+  }
+  const Status s = t->sink->chunk_arrived(start, length);
+  if (s.code() == StatusCode::kInProgress) return;  // the sink calls chunk_placed later
+  chunk_placed(t, length, s);
+}
+
+void ChunkScheduler::chunk_placed(RxTransfer* t, uint64_t length, const Status& status) {
+  if (!status.is_ok() && t->failure.is_ok()) t->failure = status;
+  t->placed += length;
+  if (t->complete()) owner_.received(*t);
+}
+
+void ChunkScheduler::redirect(const std::function<bool(const RxTransfer&)>& drop, RxTransfer* drain) {
+  bool stalled = false;
+  std::vector<Stream*> all;
+  for (Stream& s : streams_) all.push_back(&s);
+  all.push_back(&pulls_in_);
+  for (Stream* each : all) {
+    Stream& s = *each;
+    for (RxChunk& c : s.rxq) {
+      if (drop(*c.t)) c.t = drain;
+    }
+    if (s.rx_stalled && !s.rxq.empty() && s.rxq.front().t == drain) {
+      // Its sink had no room and is gone now; the drain has room.
+      s.rx_stalled = false;
+      s.rx_resume = true;
+      stalled = true;
+    }
+  }
+  if (stalled) owner_.resume_later();
+}
+
+void ChunkScheduler::unstall() {
+  const uint64_t epoch = epoch_;
+  for (uint16_t i = 0; i < streams_.size() && epoch == epoch_; ++i) {
+    if (std::exchange(streams_[i].rx_stalled, false)) read(i);
+  }
+  if (epoch == epoch_ && std::exchange(pulls_in_.rx_stalled, false)) read_pulls();
+}
+
+void ChunkScheduler::resume() {
+  const uint64_t epoch = epoch_;
+  for (uint16_t i = 0; i < streams_.size() && epoch == epoch_; ++i) {
+    if (std::exchange(streams_[i].rx_resume, false)) read(i);
+  }
+  if (epoch == epoch_ && std::exchange(pulls_in_.rx_resume, false)) read_pulls();
+}
+
+}  // namespace remora::detail

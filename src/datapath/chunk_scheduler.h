@@ -1,0 +1,270 @@
+// datapath/chunk_scheduler.h — the data path of an endpoint: K payload-only data
+// streams, the chunks queued to write on each (chosen dynamically: the stream with the
+// fewest queued bytes) and the chunks expected on each (in the order their CHUNK frames
+// were announced), and the moving of bytes between those streams and each transfer's
+// ChunkSource or ChunkSink (chunk_io.h).
+//
+// It owns the streams' sockets and queues, nothing else: what a transfer is for (a
+// message, a put, a get) and what completing it means is the Owner's (the endpoint),
+// told through callbacks. It never blocks; it gives way when the Owner says another
+// thread wants the lock, and resume() goes on from there. Every call runs with the
+// progress lock held.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "datapath/chunk_io.h"
+#include "net/same_host.h"
+#include "net/socket.h"
+#include "remora/status.h"
+#include "wire/frame.h"
+
+namespace remora::detail {
+
+/// Bytes this side writes to the data streams for one operation.
+struct TxTransfer {
+  wire::ChunkKind kind = wire::ChunkKind::kMessage;
+  uint64_t owner = 0;      ///< the Owner's key for the operation
+  uint64_t chunk_id = 0;   ///< the id its CHUNK frames name
+  uint64_t length = 0;
+  uint64_t scheduled = 0;  ///< bytes assigned to streams
+  uint64_t written = 0;    ///< bytes the kernel accepted
+  ChunkSource* source = nullptr;
+  Status failure;          ///< the source failed it (prepare): nothing after `scheduled` goes out
+
+  /// Everything that will be written of it is written.
+  bool done() const noexcept { return written == length || (!failure.is_ok() && written == scheduled); }
+};
+
+/// Bytes this side reads from the data streams for one operation.
+struct RxTransfer {
+  wire::ChunkKind kind = wire::ChunkKind::kMessage;
+  uint64_t id = 0;         ///< the Owner's key; CHUNK frames name it
+  uint64_t length = 0;
+  uint64_t announced = 0;  ///< bytes covered by CHUNK frames
+  uint64_t received = 0;   ///< bytes read off the streams
+  uint64_t placed = 0;     ///< bytes of finished chunks (placed, or failed)
+  bool doomed = false;     ///< no more chunks will be announced: complete at `announced`
+  Status failure;          ///< the first chunk the sink failed (or that failed its checksum), if any
+  /// The offset of the first chunk whose CRC-32C did not match (failure is then
+  /// kDataCorrupt); UINT64_MAX while none did.
+  uint64_t corrupt_at = UINT64_MAX;
+  ChunkSink* sink = nullptr;
+
+  bool complete() const noexcept { return placed == length || (doomed && placed == announced); }
+};
+
+class ChunkScheduler {
+ public:
+  /// The endpoint the scheduler works for.
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    /// Announce a chunk on the control stream (a CHUNK frame) before its bytes go out.
+    virtual void announce(const wire::ChunkFrame& frame) = 0;
+    /// Announce a chunk the peer reads out of this side's memory itself (a PULL frame).
+    virtual void announce_pull(const wire::PullFrame& frame) = 0;
+    /// Tell the peer its oldest unanswered PULL was read (a PULLED frame).
+    virtual void answer_pull(const wire::PulledFrame& frame) = 0;
+    /// Every byte of `t` is in the kernel, or, when t.failure is set, every byte that
+    /// was announced before its source failed. `t` may be destroyed in the call.
+    virtual void sent(TxTransfer& t) = 0;
+    /// Every announced chunk of `t` is finished (t.failure says whether one failed).
+    /// `t` may be destroyed in the call.
+    virtual void received(RxTransfer& t) = 0;
+    /// A data stream's send or recv failed.
+    virtual void stream_failed(const Status& why) = 0;
+    /// A data stream ended while chunks were expected on it.
+    virtual void stream_ended(uint16_t index) = 0;
+    /// True when another thread waits for the progress lock: stop soon.
+    virtual bool should_yield() = 0;
+    /// Call resume() at the next progress round (the scheduler gave way).
+    virtual void resume_later() = 0;
+  };
+
+  /// `peer` names the other side in error messages.
+  ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer);
+
+  uint32_t streams() const noexcept { return static_cast<uint32_t>(streams_.size()); }
+  /// REMORA_CHECKSUM=crc32c on this endpoint: every chunk announced carries its
+  /// source's CRC-32C, and every chunk expected must carry one, checked against its
+  /// sink's bytes once they are in (a mismatch fails the transfer with kDataCorrupt;
+  /// the stream stays in step).
+  void set_checksum(bool on) noexcept { checksum_ = on; }
+  /// kProtocol for an out-of-range or duplicate index.
+  Status attach(uint16_t index, net::Fd fd);
+  bool all_attached() const noexcept;
+  int fd(uint16_t index) const noexcept { return streams_[index].fd.get(); }
+  /// Hands a stream's socket over (the lingering close keeps it open).
+  net::Fd take(uint16_t index) {
+    streams_[index].in.reset();
+    return std::move(streams_[index].fd);
+  }
+  /// How sinks read stream `index` from now on (attach gives it a plain StreamIn; a
+  /// stream steered to devmem RX queues gets its devmem receiver's). `in` reads the
+  /// stream's socket.
+  void set_stream_in(uint16_t index, std::unique_ptr<StreamIn> in) { streams_[index].in = std::move(in); }
+  StreamIn* stream_in(uint16_t index) noexcept { return streams_[index].in.get(); }
+  /// Closes every socket that was not taken.
+  void close_all();
+  /// Forgets every queued chunk and transfer (their operations are gone). Callbacks in
+  /// progress see it and return.
+  void clear();
+  /// Forgets what was to be sent (the sending operations are gone); what is expected
+  /// stays queued and is still read.
+  void clear_tx();
+
+  // --- sending ----------------------------------------------------------------
+  /// `t` has chunks to schedule; it stays referenced until sent() or clear().
+  void ready(TxTransfer* t) { ready_.push_back(t); }
+  /// Assigns chunks of ready transfers to streams with room (announcing each); true
+  /// if it assigned any.
+  bool schedule();
+  /// Writes what each stream has queued until it would block.
+  void write_all();
+  /// The stream reported room (EPOLLOUT).
+  void writable(uint16_t index);
+
+  // --- receiving ----------------------------------------------------------------
+  /// A CHUNK frame announced [offset, offset + length) of `t` on `stream`, with `crc`
+  /// when it carries one: checks it against `t` (in order, inside, non-empty; a CRC iff
+  /// checksums are on) and queues it. The violation's description if the frame breaks
+  /// the protocol (nothing is queued then), else "".
+  std::string expect(RxTransfer* t, uint16_t stream, uint64_t offset, uint64_t length,
+                     std::optional<uint32_t> crc = std::nullopt);
+  /// Reads what the stream holds for its queued chunks.
+  void read(uint16_t index);
+  /// The stream reported a hang-up: read to its end, never stop at a short read.
+  void hung_up(uint16_t index) { streams_[index].eof = true; }
+  /// An asynchronous sink finished `length` bytes of `t` (ok, or the chunk's error).
+  void chunk_placed(RxTransfer* t, uint64_t length, const Status& status);
+  /// Chunks of transfers `drop` selects go to `drain` from now on (their operations
+  /// are gone but their bytes are still coming).
+  void redirect(const std::function<bool(const RxTransfer&)>& drop, RxTransfer* drain);
+  /// Goes on where read() gave way.
+  void resume();
+  /// Reads the streams a sink stalled (begin_chunk said no); its owner calls this when
+  /// the sink has room again.
+  void unstall();
+
+  // --- same-host pulls (net/same_host.h, docs/protocol.md) ------------------------
+  /// Chunks announced as PULLs and not yet answered, at most.
+  static constexpr size_t kPullWindow = 8;
+  /// The peer reads this side's memory itself (it sent HOST with can_pull): from now on
+  /// the chunks of transfers whose source has host_bytes() are announced as PULLs (at
+  /// most kPullWindow unanswered) and written to no stream; a transfer is sent once
+  /// every PULL of it is answered. `huge_pages`: the memory so announced again and again
+  /// is collapsed into huge pages (net::HugePagePromoter, Config::pull_huge_pages).
+  void enable_pull_tx(bool huge_pages) noexcept {
+    pull_tx_ = true;
+    promote_ = huge_pages;
+  }
+  /// This side reads the chunks the peer PULLs out of process `pid` (it told the peer
+  /// it can).
+  void enable_pull_rx(pid_t pid);
+  bool pull_tx() const noexcept { return pull_tx_; }
+  bool pull_rx() const noexcept { return pull_in_ != nullptr; }
+  /// A PULL frame announced [offset, offset + length) of `t` at `address` in the peer:
+  /// checked and queued as expect() does; "" or the violation.
+  std::string expect_pull(RxTransfer* t, uint64_t offset, uint64_t length, uint64_t address,
+                          std::optional<uint32_t> crc = std::nullopt);
+  /// Reads the queued PULLs out of the peer's memory, answering each once read.
+  void read_pulls();
+  /// The control stream ended: the peer's sends and puts whose PULLs this side has not
+  /// read yet did not complete there, and their memory may be reused by now. Each such
+  /// chunk read from now on fails its transfer with `why` (nothing pulled after the
+  /// peer's end completes an operation here).
+  void distrust_pulls(const Status& why) { distrust_ = why; }
+  /// A PULLED frame: the peer read the oldest PULL this side has not seen answered.
+  /// "" or the violation (nothing unanswered, or another chunk).
+  std::string pulled(wire::ChunkKind kind, uint64_t recv_id, uint64_t length);
+
+  /// Nothing is queued or waiting to be scheduled, in either direction.
+  bool idle() const noexcept;
+  uint64_t chunks_sent() const noexcept { return chunks_sent_; }
+  /// Chunks this side announced as PULLs (counted in chunks_sent too), and the bytes
+  /// this side pulled out of the peer.
+  uint64_t chunks_pulled() const noexcept { return chunks_pulled_; }
+  uint64_t bytes_pulled() const noexcept { return bytes_pulled_; }
+  /// 2 MiB frames of the memory this side announced for pulling that it collapsed into
+  /// huge pages.
+  uint64_t huge_pages_promoted() const noexcept { return promoter_.promoted(); }
+  const std::vector<uint64_t>& chunks_per_stream() const noexcept { return chunks_per_stream_; }
+
+ private:
+  struct TxChunk {
+    TxTransfer* t;
+    uint64_t start;      // the chunk's first byte, in the transfer
+    uint64_t offset;     // next byte to write, in the transfer
+    uint64_t remaining;
+  };
+  struct RxChunk {
+    RxTransfer* t;
+    uint64_t start;      // the chunk's first byte, in the transfer
+    uint64_t length;
+    uint64_t done;       // bytes read so far
+    bool begun;          // the sink took it (begin_chunk)
+    bool has_crc;        // the CHUNK frame carried `crc`
+    uint32_t crc;
+    uint64_t remote = 0;   // a PULL: the chunk's address in the peer
+    uint64_t recv_id = 0;  // a PULL: the id and kind it named (for its PULLED)
+    wire::ChunkKind kind = wire::ChunkKind::kMessage;
+  };
+  struct Stream {
+    net::Fd fd;
+    std::unique_ptr<StreamIn> in;  // how sinks read fd
+    std::deque<TxChunk> txq;
+    uint64_t queued = 0;  // bytes in txq
+    std::deque<RxChunk> rxq;
+    bool tx_blocked = false;
+    bool eof = false;
+    bool rx_resume = false;  // read() gave way with bytes possibly left
+    bool rx_stalled = false;  // the front chunk's sink had no room (begin_chunk)
+  };
+  /// The first ready transfer whose next chunk may go now (ready_.end() if none); a
+  /// transfer whose source failed leaves ready_ and, if nothing of it is left to
+  /// write, is reported sent (then `epoch_` may have moved).
+  std::deque<TxTransfer*>::iterator next_preparable(uint64_t epoch);
+  void write(uint16_t index);
+  /// Reads `s`'s queued chunks: data stream `index`, or the PULLs (pulls_in_).
+  void read(Stream& s, uint16_t index);
+  /// The checks expect() and expect_pull() share; "" or the violation.
+  std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
+                             bool has_crc) const;
+  /// Announces the next chunk of `t`, `size` bytes, as a CHUNK on `stream` or a PULL
+  /// (stream < 0): false when the source cannot checksum it (the transfer then failed).
+  bool announce_next(TxTransfer* t, uint64_t size, int stream);
+  void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc);
+
+  Owner& owner_;
+  uint64_t chunk_bytes_;
+  bool checksum_ = false;
+  std::string peer_;
+  std::vector<Stream> streams_;
+  std::deque<TxTransfer*> ready_;
+  uint64_t epoch_ = 0;  // clear() moves it: a loop that sees it move after a callback returns
+  uint64_t chunks_sent_ = 0;
+  std::vector<uint64_t> chunks_per_stream_;
+  // Same-host pulls.
+  class PullIn;
+  bool pull_tx_ = false;
+  std::deque<TxChunk> pulls_out_;  // announced as PULLs, not yet answered, oldest first
+  Stream pulls_in_;                // the PULLs the peer announced, read in order
+  PullIn* pull_in_ = nullptr;      // pulls_in_.in, when enabled
+  uint64_t chunks_pulled_ = 0;
+  uint64_t bytes_pulled_ = 0;
+  bool promote_ = false;
+  net::HugePagePromoter promoter_;
+  Status distrust_;  // distrust_pulls
+};
+
+}  // namespace remora::detail

@@ -1,0 +1,251 @@
+// transport/data_streams.cc — the endpoint as the chunk scheduler's owner: pushing and
+// reading the data streams (pump, read_stream, giving way and resuming), CHUNK and ABORT
+// frames handed to the transfer they name, what a transfer's end means for the operation
+// that owns it (sent, received: a message, a put, a served get, a get), the copies and
+// zero-copy sends of the data paths reporting back (StagingHost, zero_copy_released),
+// and a data stream's events and end.
+#include <fmt/format.h>
+
+#include "transport/endpoint_core.h"
+
+namespace remora::detail {
+
+// ---------------------------------------------------------------------------
+// Moving bytes
+// ---------------------------------------------------------------------------
+
+void EndpointCore::pump(bool one_round) {
+  // Schedule chunks onto streams with room, announce them, push bytes; repeat while
+  // streams drain fast enough to take more. Stop only when nothing more can be
+  // scheduled (every stream holds a chunk it could not write, or nothing is ready):
+  // only then is a later EPOLLOUT edge guaranteed to call us again. Stopping earlier
+  // (one round for a posting thread; another thread waiting for the lock) leaves
+  // streams with room and no edge to come, so resume() goes on at the next round.
+  while (state_ == State::kActive) {
+    bool scheduled = chunks_.schedule();
+    flush_control();
+    if (state_ != State::kActive) return;
+    chunks_.write_all();
+    if (state_ != State::kActive) return;
+    if (!scheduled) break;
+    if (one_round || engine_->lock_wanted()) {
+      queue_resume();
+      break;
+    }
+  }
+  // Finishing a chunk may have queued a reply (a served GET's RESP).
+  if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();
+}
+
+void EndpointCore::queue_resume() {
+  if (resume_queued_) return;
+  resume_queued_ = true;
+  engine_->at_next_round([weak = weak_from_this()] {
+    if (auto self = weak.lock()) self->resume();
+  });
+}
+
+void EndpointCore::resume() {
+  resume_queued_ = false;
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  chunks_.resume();
+  if (state_ == State::kDraining) maybe_finalize();
+  if (state_ == State::kActive) pump();
+}
+
+void EndpointCore::read_stream(uint16_t index) {
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  chunks_.read(index);
+  if (state_ == State::kDraining) maybe_finalize();
+}
+
+// ---------------------------------------------------------------------------
+// Announcements
+// ---------------------------------------------------------------------------
+
+RxTransfer* EndpointCore::find_in(wire::ChunkKind kind, uint64_t id) {
+  switch (kind) {
+    case wire::ChunkKind::kMessage: {
+      auto it = recvs_.find(id);
+      return it == recvs_.end() ? nullptr : &it->second->in;
+    }
+    case wire::ChunkKind::kPut: return target_.put_transfer(id);
+    case wire::ChunkKind::kGet: return initiator_.get_transfer(id);
+  }
+  return nullptr;
+}
+
+RxTransfer* EndpointCore::find_announced(std::string_view frame, wire::ChunkKind kind, uint64_t id) {
+  RxTransfer* op = find_in(kind, id);
+  if (op == nullptr) {
+    static constexpr const char* kWhat[] = {"receive", "put", "get"};
+    protocol_error(fmt::format("{} for unknown {} id {}", frame, kWhat[static_cast<uint8_t>(kind)], id));
+  }
+  return op;
+}
+
+void EndpointCore::handle_chunk(const wire::ChunkFrame& f) {
+  RxTransfer* op = find_announced("CHUNK", f.kind, f.recv_id);
+  if (op == nullptr) return;
+  if (std::string violation =
+          chunks_.expect(op, f.stream, f.offset, f.length, f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt);
+      !violation.empty()) {
+    protocol_error(std::move(violation));
+    return;
+  }
+  read_stream(f.stream);
+}
+
+void EndpointCore::handle_abort(const wire::AbortFrame& f) {
+  RxTransfer* in = find_in(f.kind, f.id);
+  if (in == nullptr || in->doomed) {
+    static constexpr const char* kWhat[] = {"receive", "put", "get"};
+    protocol_error(std::string("ABORT for unknown ") + kWhat[static_cast<uint8_t>(f.kind)] + " id " +
+                   std::to_string(f.id));
+    return;
+  }
+  // What was announced still arrives; nothing more will be.
+  in->doomed = true;
+  if (in->failure.is_ok()) {
+    in->failure = Status(f.code, fmt::format("peer {} stopped sending after {} of {} bytes: its side of the transfer "
+                                             "failed ({})",
+                                             params_.peer, in->announced, in->length, to_string(f.code)));
+  }
+  if (in->complete()) received(*in);
+}
+
+// ---------------------------------------------------------------------------
+// Transfers' ends (ChunkScheduler::Owner)
+// ---------------------------------------------------------------------------
+
+void EndpointCore::sent(TxTransfer& out) {
+  switch (out.kind) {
+    case wire::ChunkKind::kMessage: message_sent(out); return;
+    case wire::ChunkKind::kPut:
+      // The put completes at its RESP, which the target sends only once every byte is
+      // in (an earlier RESP is a protocol violation, see RmaInitiator::handle_resp). A
+      // put whose source failed (device memory that could not be staged) was cut short:
+      // the target hears that nothing more comes, and answers.
+      if (!out.failure.is_ok()) {
+        append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
+      }
+      return;
+    case wire::ChunkKind::kGet:
+      // A served get whose source failed was cut short: the initiator hears that nothing
+      // more comes (the RESP then says device_failed).
+      if (!out.failure.is_ok()) {
+        append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
+      }
+      target_.get_sent(out.owner);
+      return;
+  }
+}
+
+void EndpointCore::received(RxTransfer& in) {
+  switch (in.kind) {
+    case wire::ChunkKind::kMessage: {
+      auto it = recvs_.find(in.id);
+      if (it != recvs_.end()) finish_recv(it->second.get());
+      return;
+    }
+    case wire::ChunkKind::kPut: target_.put_received(in.id); return;
+    case wire::ChunkKind::kGet: initiator_.get_received(in.id); return;
+  }
+}
+
+void EndpointCore::stream_ended(uint16_t index) {
+  if (state_ == State::kActive && control_.valid()) {
+    // A peer closing orderly hands GOODBYE and its control stream's FIN to the
+    // kernel before it ends its data streams, but this side may see a data stream
+    // end first (its event was harvested first; on a network the streams race).
+    // Read the control stream before judging: a GOODBYE there makes this the
+    // orderly close it is. (read_control may end the endpoint's active state and
+    // re-read this stream itself; then there is nothing left to do here.)
+    read_control();
+    if (state_ == State::kActive && peer_goodbye_.has_value()) {
+      handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " said GOODBYE"));
+    }
+    if (state_ != State::kActive) return;
+  }
+  fail_locked(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " + std::to_string(index) +
+                                                  " in the middle of a message"));
+}
+
+// ---------------------------------------------------------------------------
+// The data paths reporting back
+// ---------------------------------------------------------------------------
+
+void EndpointCore::staged_chunk_placed(RxTransfer& t, uint64_t length, const Status& status) {
+  if (state_ == State::kActive || state_ == State::kDraining) chunks_.chunk_placed(&t, length, status);
+}
+
+void EndpointCore::staging_progressed() {
+  std::erase_if(staged_failing_, [](auto& entry) {
+    if (entry.first->end.in_flight() > 0) return false;
+    entry.first->req->complete(entry.second, entry.first->in.received);
+    return true;
+  });
+  std::erase_if(staged_sends_ending_, [](auto& entry) {
+    if (entry.first->end.in_flight() > 0) return false;
+    entry.first->req->complete(entry.second, entry.first->out.written);
+    return true;
+  });
+  initiator_.staging_progressed();
+  if (state_ != State::kActive && state_ != State::kDraining) return;
+  chunks_.unstall();
+  if (state_ == State::kDraining) maybe_finalize();
+  if (state_ == State::kActive) pump();
+}
+
+void EndpointCore::zero_copy_released(uint64_t id) {
+  if (id & kDevmemPutCookie) {
+    initiator_.zero_copy_released(id & ~kDevmemPutCookie);
+    return;
+  }
+  if (id & kDevmemServedGetCookie) {
+    target_.zero_copy_released(id & ~kDevmemServedGetCookie);
+    return;
+  }
+  auto it = sends_.find(id);
+  if (it == sends_.end() || !it->second->end.zero_copy()) return;  // failed already
+  SendOp* op = it->second.get();
+  op->end.released();
+  if (op->awaiting_release && op->end.unreleased() == 0) {
+    count_completed(stats_, op->end, op->out.length);
+    complete_send(op, Status::ok());
+  }
+}
+
+// ---------------------------------------------------------------------------
+// A data stream's events
+// ---------------------------------------------------------------------------
+
+void EndpointCore::on_data_event(uint16_t index, uint32_t events) {
+  if (state_ != State::kActive && state_ != State::kDraining) {
+    if (linger_) linger_->progress();  // closed: the sockets are draining (see close)
+    return;
+  }
+  if (events & EPOLLIN) liveness_.heard();
+  DevmemTxStreams& zero_copy = paths_.zero_copy_streams();
+  if ((events & EPOLLERR) && zero_copy.enabled(chunks_.fd(index))) {
+    // Zero-copy completions of devmem sends (a socket error, if that is what this is,
+    // is read below as before).
+    Status s = zero_copy.drain(chunks_.fd(index), [this](uint64_t id) { zero_copy_released(id); });
+    if (!s) {
+      fail_locked(s.with_context("devmem TX completions on data stream " + std::to_string(index)));
+      return;
+    }
+  }
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    if (events & (EPOLLRDHUP | EPOLLHUP)) chunks_.hung_up(index);
+    read_stream(index);
+  }
+  if (state_ == State::kActive && (events & EPOLLOUT)) {
+    chunks_.writable(index);
+    if (state_ == State::kActive) pump();
+  }
+  // Finishing a chunk may have queued a reply (a served PUT's RESP).
+  if (state_ == State::kActive && ctl_tx_off_ < ctl_tx_.size()) flush_control();
+}
+
+}  // namespace remora::detail

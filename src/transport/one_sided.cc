@@ -1,0 +1,113 @@
+// transport/one_sided.cc — the endpoint's side of one-sided operations: the entry points
+// (put, get, the atomics, flush), which admit an operation, choose its source or sink
+// (DataPaths::choose) and hand it to the RMA initiator (rma_initiator.h), then make its
+// first round of progress; and the dispatch of the peer's PUT, GET and ATOMIC requests
+// to the RMA target (rma_target.h), with the check of a PUT's inline class. The wire
+// rules are in docs/protocol.md ("One-sided operations").
+#include <chrono>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "transport/endpoint_core.h"
+
+namespace remora::detail {
+
+template <typename Post>
+Request EndpointCore::post_one_sided(std::string_view what, Direction direction, std::span<const std::byte> local,
+                                     const Post& post) {
+  PathEnd end;
+  {
+    engine::ProgressEngine::Guard guard(*engine_);
+    if (Status refused = admission(); !refused) return failed_request(std::move(refused));
+    // A put's zero-copy sends (devmem TX) are reported done under the id it is about to
+    // get, with the put bit.
+    Result<PathEnd> chosen = paths_.choose({.direction = direction,
+                                            .cls = transfer_class(local.size()),
+                                            .memory = paths_.memory_of(local.data(), local.size()),
+                                            .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
+    if (!chosen) return failed_request(chosen.status().with_context(what));
+    end = std::move(*chosen);
+    if (end.inline_ready()) {
+      count_posted(stats_, end);
+      return after_posting(post(std::move(end)));
+    }
+  }
+  // An inline put of device memory: its bytes travel in the PUT frame, so they are
+  // copied to host memory first, without the progress lock (at most the eager limit).
+  if (Status copied = end.copy_inline(std::chrono::milliseconds(config_.wait_timeout_ms)); !copied) {
+    return failed_request(
+        copied.with_context(fmt::format("{} of {} bytes from {} memory", what, end.length(), end.device()->name())));
+  }
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status refused = admission(); !refused) return failed_request(std::move(refused));
+  count_posted(stats_, end);
+  return after_posting(post(std::move(end)));
+}
+
+Request EndpointCore::after_posting(RmaInitiator::Posted posted) {
+  if (posted.issued) {
+    // One round at most: the first chunks go out from this thread, and the rest moves
+    // on progress rounds (the progress thread's, or a waiting thread's), so posting
+    // returns in bounded time however large the put.
+    pump(/*one_round=*/true);                             // may complete (and free) the op
+    if (posted.pushes_data) engine_->driven_by_caller();  // see there: this thread just pushed data
+  }
+  return std::move(posted.request);
+}
+
+Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                          const PutOptions& options) {
+  return post_one_sided("put", Direction::kSend, local,
+                        [&](PathEnd source) { return initiator_.put(std::move(source), key, offset, options); });
+}
+
+Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
+  return post_one_sided("get", Direction::kReceive, local,
+                        [&](PathEnd sink) { return initiator_.get(std::move(sink), key, offset); });
+}
+
+Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
+                             uint64_t operand, uint64_t compare) {
+  // The operands travel in the ATOMIC frame and the result in the RESP: no data path.
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status refused = admission(); !refused) return failed_request(std::move(refused));
+  return after_posting(initiator_.atomic(result, key, offset, op, operand, compare));
+}
+
+Request EndpointCore::flush() {
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status down = inactive(); !down) return failed_request(std::move(down));
+  return initiator_.flush();
+}
+
+void EndpointCore::serve_request(const wire::PutFrame& f) {
+  if (f.inline_data && !crc_as_negotiated(f.has_crc, "inline PUT")) return;
+  if (!target_.admit(f.op_id)) return;
+  if (f.inline_data != (transfer_class(f.length) == TransferClass::kInline)) {
+    protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {})", f.length,
+                               f.inline_data ? "sent" : "not sent", eager_limit_));
+    return;
+  }
+  target_.serve_put(f);
+}
+
+void EndpointCore::serve_request(const wire::GetFrame& f) {
+  if (target_.admit(f.op_id)) target_.serve_get(f, transfer_class(f.length));
+}
+
+void EndpointCore::serve_request(const wire::AtomicFrame& f) {
+  if (target_.admit(f.op_id)) target_.serve_atomic(f);
+}
+
+void EndpointCore::fail_one_sided(const Status& why) {
+  initiator_.fail(why);
+  target_.fail();
+  notifications_.fail();
+}
+
+void EndpointCore::run_handler_later() {
+  engine_->defer([self = shared_from_this()] { self->notifications_.run_handler(); });
+}
+
+}  // namespace remora::detail

@@ -1,0 +1,148 @@
+// tests/datapath/chunk_link.h — a sending and a receiving ChunkScheduler joined by
+// real non-blocking socket pairs and driven by hand (no endpoint), with an owner that
+// records what each scheduler reports. Shared by the scheduler's and staging's tests.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <functional>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "datapath/chunk_io.h"
+#include "datapath/chunk_scheduler.h"
+
+namespace remora::detail::test {
+
+inline std::vector<std::byte> pattern(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+inline TxTransfer outgoing(wire::ChunkKind kind, uint64_t owner, uint64_t chunk_id, uint64_t length, ChunkSource* source) {
+  TxTransfer t;
+  t.kind = kind;
+  t.owner = owner;
+  t.chunk_id = chunk_id;
+  t.length = length;
+  t.source = source;
+  return t;
+}
+
+/// Records what the scheduler tells its owner.
+struct RecordingOwner : ChunkScheduler::Owner {
+  std::vector<wire::ChunkFrame> announced;
+  std::vector<uint64_t> sent_ids;
+  std::vector<std::pair<uint64_t, Status>> received_ids;
+  std::vector<Status> failures;
+  int resumes = 0;
+  bool yield = false;
+
+  void announce(const wire::ChunkFrame& frame) override { announced.push_back(frame); }
+  std::vector<wire::PullFrame> pulls;      // PULLs announced
+  std::vector<wire::PulledFrame> answers;  // PULLEDs sent
+  void announce_pull(const wire::PullFrame& frame) override { pulls.push_back(frame); }
+  void answer_pull(const wire::PulledFrame& frame) override { answers.push_back(frame); }
+  std::vector<Status> sent_failures;  // t.failure of each sent()
+  void sent(TxTransfer& t) override {
+    sent_ids.push_back(t.owner);
+    sent_failures.push_back(t.failure);
+  }
+  void received(RxTransfer& t) override { received_ids.emplace_back(t.id, t.failure); }
+  void stream_failed(const Status& why) override { failures.push_back(why); }
+  void stream_ended(uint16_t index) override {
+    failures.push_back(Status(StatusCode::kPeerFailed, "stream " + std::to_string(index) + " ended"));
+  }
+  bool should_yield() override { return yield; }
+  void resume_later() override { ++resumes; }
+};
+
+/// A sender and a receiver joined by `streams` socket pairs.
+struct Link {
+  static constexpr uint64_t kChunk = 64 * 1024;
+  RecordingOwner tx_owner, rx_owner;
+  ChunkScheduler tx{tx_owner, kStreams, kChunk, "receiver"};
+  ChunkScheduler rx{rx_owner, kStreams, kChunk, "sender"};
+  static constexpr uint32_t kStreams = 2;
+  size_t handed = 0;  // announced frames passed to the receiver so far
+  size_t pulls_handed = 0;    // PULLs passed to the receiver so far
+  size_t answers_handed = 0;  // PULLEDs passed back to the sender so far
+
+  Link() {
+    for (uint16_t i = 0; i < kStreams; ++i) {
+      int fds[2];
+      EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+      EXPECT_TRUE(tx.attach(i, net::Fd(fds[0])).is_ok());
+      EXPECT_TRUE(rx.attach(i, net::Fd(fds[1])).is_ok());
+    }
+  }
+
+  /// Moves bytes until `done` holds (bounded), handing each announced frame to the
+  /// transfer `pick` names for it, as the endpoint's CHUNK handler does by id.
+  /// Runs at the start of every round (the staging tests drive their engine there).
+  std::function<void()> each_round;
+
+  template <typename Pick, typename Done>
+  void run_picking(Pick pick, Done done) {
+    for (int round = 0; round < 100000 && !done(); ++round) {
+      if (each_round) each_round();
+      tx.schedule();
+      tx.write_all();
+      for (; handed < tx_owner.announced.size(); ++handed) {
+        const wire::ChunkFrame& f = tx_owner.announced[handed];
+        ASSERT_EQ(rx.expect(pick(f), f.stream, f.offset, f.length), "");
+      }
+      // Same-host pulls: the receiver reads each PULL out of this process and answers.
+      for (; pulls_handed < tx_owner.pulls.size(); ++pulls_handed) {
+        const wire::PullFrame& f = tx_owner.pulls[pulls_handed];
+        const wire::ChunkFrame as_chunk{f.recv_id, f.offset, f.length, 0, f.kind, f.has_crc, f.crc};
+        ASSERT_EQ(rx.expect_pull(pick(as_chunk), f.offset, f.length, f.address,
+                                 f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt),
+                  "");
+        rx.read_pulls();
+      }
+      for (; answers_handed < rx_owner.answers.size(); ++answers_handed) {
+        const wire::PulledFrame& f = rx_owner.answers[answers_handed];
+        ASSERT_EQ(tx.pulled(f.kind, f.recv_id, f.length), "");
+      }
+      for (uint16_t i = 0; i < kStreams; ++i) {
+        rx.read(i);
+        tx.writable(i);  // the socket pair may have room again
+      }
+    }
+  }
+  /// The same with one transfer receiving every frame.
+  template <typename Done>
+  void run(RxTransfer* in, Done done) {
+    run_picking([in](const wire::ChunkFrame&) { return in; }, done);
+  }
+
+  /// Sends `data` as one message (id `id`, 1 unless a link carries several in turn) into
+  /// the receiving transfer `in`, whose sink `sink` is, until the receiver reports it; its
+  /// outcome (kInternal when it never came), with the streams checked to be in step.
+  Status deliver(std::span<const std::byte> data, RxTransfer& in, ChunkSink& sink, uint64_t id = 1) {
+    HostSource source(data.data());
+    TxTransfer out = outgoing(wire::ChunkKind::kMessage, id, id, data.size(), &source);
+    in.id = id;
+    in.length = data.size();
+    in.sink = &sink;
+    const size_t before = rx_owner.received_ids.size();
+    tx.ready(&out);
+    run(&in, [&] { return rx_owner.received_ids.size() > before; });
+    EXPECT_TRUE(rx_owner.failures.empty());  // the streams stay in step
+    if (rx_owner.received_ids.size() != before + 1 || rx_owner.received_ids.back().first != id) {
+      return Status(StatusCode::kInternal, "the message was not received");
+    }
+    return rx_owner.received_ids.back().second;
+  }
+};
+
+}  // namespace remora::detail::test

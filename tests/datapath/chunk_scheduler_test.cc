@@ -1,0 +1,220 @@
+// Tests of the ChunkScheduler alone: two schedulers, one sending and one receiving,
+// over real non-blocking socket pairs, driven by hand (no engine, no endpoint). The
+// CHUNK frames the sender announces are handed to the receiver as the control stream
+// would. Host memory moves through HostSource/HostSink; the test sinks show what a
+// device-memory sink relies on: chunks completed later and out of order
+// (ChunkScheduler::chunk_placed), and a chunk that fails while the streams stay in step.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "datapath/chunk_link.h"
+
+namespace remora::detail {
+namespace {
+
+using test::Link;
+using test::outgoing;
+using test::pattern;
+using test::RecordingOwner;
+
+TEST(ChunkScheduler, HostMemoryLandsIntactOverEveryStream) {
+  Link link;
+  const auto data = pattern(5 * Link::kChunk + 123, 1);
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 7, 9, data.size(), &source);
+  RxTransfer in;
+  in.id = 9;
+  in.length = data.size();
+  in.sink = &sink;
+  link.tx.ready(&out);
+  link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
+
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(link.tx_owner.sent_ids, std::vector<uint64_t>{7});
+  EXPECT_EQ(link.tx.chunks_sent(), 6u);
+  // Both streams carried chunks (least-queued choice), in order per transfer.
+  EXPECT_GT(link.tx.chunks_per_stream()[0], 0u);
+  EXPECT_GT(link.tx.chunks_per_stream()[1], 0u);
+  uint64_t next = 0;
+  for (const wire::ChunkFrame& f : link.tx_owner.announced) {
+    EXPECT_EQ(f.offset, next);
+    EXPECT_EQ(f.recv_id, 9u);
+    next += f.length;
+  }
+  EXPECT_EQ(next, data.size());
+  EXPECT_TRUE(link.tx.idle() && link.rx.idle());
+  EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
+}
+
+/// Like a staging sink: each chunk lands in a bounce buffer, and "copying" it to its
+/// destination finishes later, when the test says so, in any order — or fails.
+class DeferredSink final : public ChunkSink {
+ public:
+  explicit DeferredSink(std::byte* dst) : dst_(dst) {}
+  net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override {
+    if (bounce_.size() < offset + len) bounce_.resize(offset + len);
+    *asked = len;
+    return in.recv_some(bounce_.data() + offset, len);
+  }
+  Status chunk_arrived(uint64_t offset, uint64_t length) override {
+    pending.emplace_back(offset, length);
+    return Status(StatusCode::kInProgress, "copy queued");
+  }
+  /// The copy of chunk `i` of `pending` finished (or failed).
+  void finish(ChunkScheduler& s, RxTransfer* t, size_t i, const Status& status) {
+    const auto [offset, length] = pending[i];
+    if (status.is_ok()) std::memcpy(dst_ + offset, bounce_.data() + offset, length);
+    s.chunk_placed(t, length, status);
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> pending;
+
+ private:
+  std::byte* dst_;
+  std::vector<std::byte> bounce_;
+};
+
+// A slowed stream must look full once about a chunk waits unsent in its kernel buffer,
+// or it takes chunks that later transfers wait for (see attach()).
+TEST(ChunkScheduler, AStreamHoldsAtMostAChunkUnsentInTheKernel) {
+  RecordingOwner owner;
+  ChunkScheduler s{owner, 1, Link::kChunk, "peer"};
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(s.attach(0, net::Fd(fd)).is_ok());
+  int unsent = 0;
+  socklen_t len = sizeof unsent;
+  ASSERT_EQ(::getsockopt(s.fd(0), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, &len), 0);
+  EXPECT_EQ(static_cast<uint64_t>(unsent), Link::kChunk);
+}
+
+TEST(ChunkScheduler, ASinkMayCompleteChunksLaterAndOutOfOrder) {
+  Link link;
+  const auto data = pattern(4 * Link::kChunk + 77, 2);
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  DeferredSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kPut, 1, 3, data.size(), &source);
+  RxTransfer in;
+  in.kind = wire::ChunkKind::kPut;
+  in.id = 3;
+  in.length = data.size();
+  in.sink = &sink;
+  link.tx.ready(&out);
+  link.run(&in, [&] { return in.received == data.size(); });
+
+  ASSERT_EQ(in.received, data.size());
+  ASSERT_EQ(sink.pending.size(), 5u);
+  EXPECT_TRUE(link.rx_owner.received_ids.empty()) << "completed before any chunk was placed";
+  // Place the chunks last first; the transfer completes only with the last of them.
+  for (size_t i = sink.pending.size(); i-- > 1;) {
+    sink.finish(link.rx, &in, i, Status::ok());
+    EXPECT_TRUE(link.rx_owner.received_ids.empty()) << "completed with chunk 0 still being copied";
+  }
+  sink.finish(link.rx, &in, 0, Status::ok());
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
+  EXPECT_TRUE(got == data);
+}
+
+TEST(ChunkScheduler, AFailedChunkFailsItsTransferAndTheStreamsStayInStep) {
+  Link link;
+  const auto first = pattern(3 * Link::kChunk + 5, 3);
+  const auto second = pattern(2 * Link::kChunk + 9, 4);
+  std::vector<std::byte> got_first(first.size()), got_second(second.size());
+  HostSource source1(first.data()), source2(second.data());
+  DeferredSink failing(got_first.data());
+  HostSink sink2(got_second.data());
+  TxTransfer out1 = outgoing(wire::ChunkKind::kMessage, 1, 1, first.size(), &source1);
+  TxTransfer out2 = outgoing(wire::ChunkKind::kMessage, 2, 2, second.size(), &source2);
+  RxTransfer in1, in2;
+  in1.id = 1;
+  in1.length = first.size();
+  in1.sink = &failing;
+  in2.id = 2;
+  in2.length = second.size();
+  in2.sink = &sink2;
+  link.tx.ready(&out1);
+  link.tx.ready(&out2);
+  link.run_picking([&](const wire::ChunkFrame& f) { return f.recv_id == 1 ? &in1 : &in2; },
+                   [&] { return !link.rx_owner.received_ids.empty(); });
+  // The second transfer completed intact although the first is still being copied.
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_EQ(link.rx_owner.received_ids[0].first, 2u);
+  EXPECT_TRUE(got_second == second);
+  // The first: its chunk 1 fails; the others are placed; it completes once, failed.
+  ASSERT_EQ(in1.received, first.size());
+  ASSERT_EQ(failing.pending.size(), 4u);
+  const Status copy_failed(StatusCode::kInternal, "device copy failed");
+  for (size_t i = 0; i < failing.pending.size(); ++i) failing.finish(link.rx, &in1, i, i == 1 ? copy_failed : Status::ok());
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 2u);
+  EXPECT_EQ(link.rx_owner.received_ids[1].first, 1u);
+  EXPECT_EQ(link.rx_owner.received_ids[1].second, copy_failed);
+  EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
+}
+
+TEST(ChunkScheduler, FramesThatBreakTheProtocolAreRefused) {
+  Link link;
+  RxTransfer in;
+  in.id = 1;
+  in.length = 1000;
+  HostSink sink(nullptr);
+  in.sink = &sink;
+  EXPECT_NE(link.rx.expect(&in, 2, 0, 10), "") << "stream beyond K";
+  EXPECT_NE(link.rx.expect(&in, 0, 0, 0), "") << "empty chunk";
+  EXPECT_NE(link.rx.expect(&in, 0, 0, 1001), "") << "longer than the transfer";
+  EXPECT_NE(link.rx.expect(&in, 0, 10, 10), "") << "a gap before it";
+  EXPECT_EQ(link.rx.expect(&in, 0, 0, 600), "");
+  EXPECT_NE(link.rx.expect(&in, 1, 0, 10), "") << "a repeat";
+  EXPECT_NE(link.rx.expect(&in, 1, 600, 401), "") << "past the end";
+  EXPECT_EQ(link.rx.expect(&in, 1, 600, 400), "");
+  EXPECT_EQ(in.announced, 1000u);
+}
+
+TEST(ChunkScheduler, GivesWayWhenAskedAndResumesWhereItStopped) {
+  Link link;
+  const auto data = pattern(8 * Link::kChunk, 5);
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  RxTransfer in;
+  in.id = 1;
+  in.length = data.size();
+  in.sink = &sink;
+  link.tx.ready(&out);
+  // Fill the streams with several chunks each before the receiver reads.
+  for (int i = 0; i < 4; ++i) {
+    link.tx.schedule();
+    link.tx.write_all();
+  }
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  }
+  link.rx_owner.yield = true;  // another thread wants the lock
+  const uint64_t before = in.received;
+  link.rx.read(0);
+  EXPECT_GT(in.received, before) << "a read that gives way still makes progress";
+  EXPECT_EQ(link.rx_owner.resumes, 1) << "it asked to be resumed";
+  link.rx_owner.yield = false;
+  link.rx.resume();
+  link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(got == data);
+}
+
+}  // namespace
+}  // namespace remora::detail
