@@ -21,6 +21,7 @@
 #include "coll/store_protocol.h"
 #include "handle.h"
 #include "remora/memory.h"
+#include "remora/testing/test_device.h"
 #include "wire.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
