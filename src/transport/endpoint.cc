@@ -433,7 +433,15 @@ bool EndpointCore::read_control() {
     const net::IoResult r = net::recv_some(control_.get(), ctl_rx_.data() + rx_end_, space);
     if (r.would_block()) break;
     if (r.error()) {
-      handle_control_eof(net::errno_status(r.err, "recv on control stream from " + params_.peer));
+      Status why = net::errno_status(r.err, "recv on control stream from " + params_.peer);
+      if (r.err == EBADMSG) {
+        // A sealed record failed to open (REMORA_ENCRYPT): nothing more of this peer's
+        // stream can be trusted, not even what it announced before.
+        REMORA_LOG(kWarn, "{}", why.message());
+        fail_locked(why);
+        return true;
+      }
+      handle_control_eof(why);
       return got;
     }
     if (r.eof()) {

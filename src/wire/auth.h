@@ -68,6 +68,21 @@ AuthProof auth_proof(const AuthKeyBytes& key, AuthRole role, std::span<const std
 bool verify_auth_proof(const AuthKeyBytes& key, AuthRole role, std::span<const std::byte> context,
                        const AuthNonce& server_nonce, const AuthNonce& client_nonce, const AuthProof& proof) noexcept;
 
+/// The two keys of a sealed connection (REMORA_ENCRYPT), one per direction.
+struct SealKeyPair {
+  AuthKeyBytes client_to_server{};
+  AuthKeyBytes server_to_client{};
+};
+
+/// Derives a sealed connection's keys: BLAKE2b (crypto_generichash) keyed with `key`
+/// over a label naming the direction, `cipher` (a number both sides agreed on), the
+/// connection's `context` (as for auth_proof: the client's HELLO bytes, or the store's
+/// label) and both fresh nonces. Each connection's nonces are new, so no two connections
+/// (nor the two directions of one) share a key, and a recorded session's records open
+/// under no later connection's keys.
+SealKeyPair derive_seal_keys(const AuthKeyBytes& key, uint8_t cipher, std::span<const std::byte> context,
+                             const AuthNonce& server_nonce, const AuthNonce& client_nonce) noexcept;
+
 /// The store's transcript context ("remora store").
 std::span<const std::byte> store_auth_context() noexcept;
 

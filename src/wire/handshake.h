@@ -29,6 +29,15 @@ inline constexpr uint64_t kCapChecksumCrc32c = uint64_t{1} << 2;
 /// Understands HOST, PULL and PULLED frames (types 13-15) and may read a peer on its own
 /// host out of the peer's memory (REMORA_SAME_HOST, docs/protocol.md "Same-host pulls").
 inline constexpr uint64_t kCapSameHost = uint64_t{1} << 3;
+/// Seals every byte after the handshake (REMORA_ENCRYPT, docs/encryption.md) with
+/// AES-256-GCM / ChaCha20-Poly1305. A HELLO sets each cipher it may use; an accepted
+/// HELLO_ACK sets exactly the one chosen. Like checksums they must agree: a listener
+/// refuses a HELLO whose bits it cannot match (and one with bits when it does not
+/// encrypt), and a client refuses an ACK without the bit it needs. Only with kCapAuth:
+/// the keys come from the AUTH exchange.
+inline constexpr uint64_t kCapSealAes256Gcm = uint64_t{1} << 4;
+inline constexpr uint64_t kCapSealChacha20Poly1305 = uint64_t{1} << 5;
+inline constexpr uint64_t kCapSealMask = kCapSealAes256Gcm | kCapSealChacha20Poly1305;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 
