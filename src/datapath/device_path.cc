@@ -143,8 +143,9 @@ Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* 
   if (config_.encrypt != EncryptMode::kOff) {
     // Config::validate refuses REMORA_DEVICE_PATH=devmem|zcrx beside it; auto lands here.
     return PathChoice{.path = DataPath::kStaging,
-                      .reason = "REMORA_ENCRYPT: devmem TCP and io_uring zcrx never bring the payload to the CPU, "
-                                "where it is sealed: staging through pinned host buffers",
+                      .reason =
+                          "REMORA_ENCRYPT: devmem TCP and io_uring zcrx never bring the payload to the CPU, "
+                          "where it is sealed: staging through pinned host buffers",
                       .devmem_tx = nullptr};
   }
   if (mode == DevicePathMode::kStaging) {

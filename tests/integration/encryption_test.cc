@@ -24,6 +24,7 @@
 #include "itest_util.h"
 #include "net/seal.h"
 #include "remora/memory.h"
+#include "remora/testing/test_device.h"
 #include "wire/auth.h"
 #include "wire/handshake.h"
 
@@ -460,6 +461,47 @@ TEST(EncryptionSettings, NoSecretRefusedAtCreate) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("REMORA_ENCRYPT"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("REMORA_AUTH_KEY"), std::string::npos) << r.status().message();
+}
+
+TEST(EncryptionSettings, DevmemAndZcrxRefusedWithTheReason) {
+  for (DevicePathMode path : {DevicePathMode::kDevmem, DevicePathMode::kZcrx}) {
+    auto r = Context::create(
+        ContextOptions{.device_path = path, .encrypt = EncryptMode::kOn, .auth_key = key_of("s"), .ignore_env = true});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("never reaches the CPU"), std::string::npos) << r.status().message();
+  }
+}
+
+/// Device memory under encryption (REMORA_DEVICE_PATH=auto) is staged through host
+/// buffers, where it is sealed, and the path's reason says so.
+TEST(EncryptionSettings, DeviceMemoryIsStagedAndSealed) {
+  auto dev_a = testing::TestDeviceDomain::create({.capacity = size_t{64} << 20}).value();
+  auto dev_b = testing::TestDeviceDomain::create({.capacity = size_t{64} << 20}).value();
+  Pair p;
+  uint16_t port = 0;
+  ASSERT_TRUE(p.connect(EncryptMode::kOn, EncryptMode::kOn, 2, &port).is_ok());
+  ASSERT_TRUE(p.server->add_memory_domain(*dev_b).is_ok());
+  ASSERT_TRUE(p.client->add_memory_domain(*dev_a).is_ok());
+  ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(port)).is_ok());
+  const size_t len = 3 * 1024 * 1024 + 11;
+  const auto data = pattern(len, 6);
+  std::byte* out = dev_a->allocate(len).value();
+  std::byte* in = dev_b->allocate(len).value();
+  ASSERT_TRUE(dev_a->write(out, data.data(), len).is_ok());
+  Request r = p.s->recv(std::span(in, len), Tag{5});
+  ASSERT_TRUE(p.c->send(std::span<const std::byte>(out, len), Tag{5}).wait(30s).is_ok());
+  ASSERT_TRUE(r.wait(30s).is_ok());
+  std::vector<std::byte> got(len);
+  ASSERT_TRUE(dev_b->read(got.data(), in, len).is_ok());
+  EXPECT_TRUE(got == data);
+  for (Endpoint* ep : {p.c.get(), p.s.get()}) {
+    const EndpointStats st = ep->stats();
+    EXPECT_EQ(st.device_path, "staging");
+    EXPECT_NE(st.device_path_reason.find("REMORA_ENCRYPT"), std::string::npos) << st.device_path_reason;
+    EXPECT_EQ(st.devmem_transfers, 0u);
+    EXPECT_EQ(st.zcrx_transfers, 0u);
+  }
 }
 
 TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
