@@ -77,6 +77,7 @@ std::array<std::byte, kAuthSize> encode_auth(const AuthMessage& message) noexcep
   std::array<std::byte, kAuthSize> out{};
   core::store_u32(out.data() + kMagicOffset, kMagic);
   core::store_u8(out.data() + kStepOffset, static_cast<uint8_t>(message.step));
+  core::store_u8(out.data() + kReservedOffset, message.seal);
   std::memcpy(out.data() + kNonceOffset, message.nonce.data(), kAuthNonceSize);
   std::memcpy(out.data() + kProofOffset, message.proof.data(), kAuthProofSize);
   return out;
@@ -93,13 +94,21 @@ Result<AuthMessage> decode_auth(std::span<const std::byte> in) {
   if (step < static_cast<uint8_t>(AuthStep::kRequest) || step > static_cast<uint8_t>(AuthStep::kRefused)) {
     return protocol_error(fmt::format("AUTH: unknown step {}", step));
   }
-  for (size_t i = 0; i < 3; ++i) {
+  // Byte 5: cipher bits (store connections, REMORA_ENCRYPT); 6 and 7 reserved.
+  const uint8_t seal = core::load_u8(in.data() + kReservedOffset);
+  for (size_t i = 1; i < 3; ++i) {
     if (in[kReservedOffset + i] != std::byte{0}) {
       return protocol_error(fmt::format("AUTH: reserved byte {} is nonzero", kReservedOffset + i));
     }
   }
+  const bool may_seal =
+      step == static_cast<uint8_t>(AuthStep::kRequest) || step == static_cast<uint8_t>(AuthStep::kChallenge);
+  if ((seal & ~kAuthSealMask) != 0 || (seal != 0 && !may_seal)) {
+    return protocol_error(fmt::format("AUTH: step {} carries cipher bits 0x{:02x}", step, seal));
+  }
   AuthMessage m;
   m.step = static_cast<AuthStep>(step);
+  m.seal = seal;
   std::memcpy(m.nonce.data(), in.data() + kNonceOffset, kAuthNonceSize);
   std::memcpy(m.proof.data(), in.data() + kProofOffset, kAuthProofSize);
   const bool has_nonce = m.step == AuthStep::kChallenge || m.step == AuthStep::kResponse;

@@ -24,6 +24,7 @@
 #include "itest_util.h"
 #include "net/seal.h"
 #include "remora/memory.h"
+#include "remora/store.h"
 #include "remora/testing/test_device.h"
 #include "wire/auth.h"
 #include "wire/handshake.h"
@@ -502,6 +503,48 @@ TEST(EncryptionSettings, DeviceMemoryIsStagedAndSealed) {
     EXPECT_EQ(st.devmem_transfers, 0u);
     EXPECT_EQ(st.zcrx_transfers, 0u);
   }
+}
+
+/// The rendezvous store through a recording relay: a 64-byte value set and read back,
+/// visible on the wire without encryption and not with it.
+void store_capture(EncryptMode mode, bool expect_visible) {
+  const AuthKey key = key_of("store secret");
+  auto server = StoreServer::start("127.0.0.1:0", key, mode);
+  ASSERT_TRUE(server) << describe(server.status());
+  Relay relay((*server)->port());
+  auto store = Store::connect(relay.address(), 10s, key, mode);
+  ASSERT_TRUE(store) << describe(store.status());
+  std::vector<std::byte> value(64);
+  for (size_t i = 0; i < value.size(); ++i) value[i] = std::byte(static_cast<uint8_t>(0x5C ^ (i * 29)));
+  ASSERT_TRUE((*store)->set("bootstrap/addr", value).is_ok());
+  auto got = (*store)->get("bootstrap/addr", 10s);
+  ASSERT_TRUE(got) << describe(got.status());
+  EXPECT_TRUE(*got == value);
+  store->reset();
+  relay.stop();
+  EXPECT_EQ(contains(relay.all(), value), expect_visible) << "the stored value on the wire";
+  const std::string_view name = "bootstrap/addr";
+  EXPECT_EQ(contains(relay.all(), std::as_bytes(std::span(name.data(), name.size()))), expect_visible)
+      << "the key's name on the wire";
+}
+
+TEST(EncryptionStore, PlainTrafficShowsTheValue) { store_capture(EncryptMode::kOff, true); }
+TEST(EncryptionStore, SealedTrafficDoesNot) { store_capture(EncryptMode::kOn, false); }
+
+TEST(EncryptionStore, MismatchRefusedNamingTheSetting) {
+  const AuthKey key = key_of("store secret");
+  for (auto [server_mode, client_mode] :
+       {std::pair{EncryptMode::kOn, EncryptMode::kOff}, std::pair{EncryptMode::kOff, EncryptMode::kOn}}) {
+    auto server = StoreServer::start("127.0.0.1:0", key, server_mode);
+    ASSERT_TRUE(server) << describe(server.status());
+    auto store = Store::connect("127.0.0.1:" + std::to_string((*server)->port()), 10s, key, client_mode);
+    ASSERT_FALSE(store) << "a store client whose REMORA_ENCRYPT differs was served";
+    EXPECT_EQ(store.status().code(), StatusCode::kUnsupported) << describe(store.status());
+    EXPECT_NE(store.status().message().find("REMORA_ENCRYPT"), std::string::npos) << store.status().message();
+  }
+  auto keyless = StoreServer::start("127.0.0.1:0", std::nullopt, EncryptMode::kOn);
+  ASSERT_FALSE(keyless);
+  EXPECT_EQ(keyless.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
