@@ -35,8 +35,8 @@ inline constexpr uint64_t kCapSameHost = uint64_t{1} << 3;
 /// refuses a HELLO whose bits it cannot match (and one with bits when it does not
 /// encrypt), and a client refuses an ACK without the bit it needs. Only with kCapAuth:
 /// the keys come from the AUTH exchange.
-inline constexpr uint64_t kCapSealAes256Gcm = uint64_t{1} << 4;
-inline constexpr uint64_t kCapSealChacha20Poly1305 = uint64_t{1} << 5;
+inline constexpr uint64_t kCapSealAes256Gcm = uint64_t{1} << 5;
+inline constexpr uint64_t kCapSealChacha20Poly1305 = uint64_t{1} << 6;
 inline constexpr uint64_t kCapSealMask = kCapSealAes256Gcm | kCapSealChacha20Poly1305;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
