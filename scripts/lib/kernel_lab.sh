@@ -35,6 +35,8 @@
 #   REMORA_LAB_MODULES  modules loaded before the tests when the kernel has them as modules
 #                       (default: udmabuf veth tls gcm; built-in ones are skipped)
 #   REMORA_LAB_TIMEOUT  seconds the whole boot may take, tests included (default 900)
+#   REMORA_LAB_TEST_TIMEOUT  seconds one test may take in the guest (default 600; then it
+#                       is killed and its result line says rc=143)
 #   REMORA_LAB_MEMORY   guest memory (default 2G); REMORA_LAB_CPUS guest CPUs (default 2)
 #   REMORA_MIRROR       the Debian mirror (default http://deb.debian.org/debian)
 
@@ -42,6 +44,7 @@ REMORA_LAB_CACHE=${REMORA_LAB_CACHE:-${HOME}/.cache/remora/kernel-lab}
 REMORA_LAB_FLAVOUR=${REMORA_LAB_FLAVOUR:-amd64}
 REMORA_LAB_MODULES=${REMORA_LAB_MODULES:-udmabuf veth tls gcm}
 REMORA_LAB_TIMEOUT=${REMORA_LAB_TIMEOUT:-900}
+REMORA_LAB_TEST_TIMEOUT=${REMORA_LAB_TEST_TIMEOUT:-600}
 REMORA_LAB_MEMORY=${REMORA_LAB_MEMORY:-2G}
 REMORA_LAB_CPUS=${REMORA_LAB_CPUS:-2}
 REMORA_MIRROR=${REMORA_MIRROR:-http://deb.debian.org/debian}
@@ -344,7 +347,7 @@ while read -r name cmd; do
   [ -z "$name" ] && continue
   echo "REMORA-LAB-BEGIN $name"
   start=$(cut -d. -f1 /proc/uptime)
-  sh -c "$cmd" </dev/null 2>&1
+  timeout "$(cat /lab/timeout)" sh -c "$cmd" </dev/null 2>&1
   rc=$?
   end=$(cut -d. -f1 /proc/uptime)
   echo "REMORA-LAB-RESULT $name rc=$rc seconds=$((end - start))"
@@ -385,6 +388,7 @@ remora_lab_initramfs() {
   # shellcheck disable=SC2034 # for the caller
   REMORA_LAB_LOADED_MODULES=$(tr '\n' ' ' <"${root}/lab/modules")
   printf '%s\n' "${REMORA_LAB_TESTS}" >"${root}/lab/tests"
+  echo "${REMORA_LAB_TEST_TIMEOUT}" >"${root}/lab/timeout"
   remora_lab_init_script >"${root}/init"
   chmod 755 "${root}/init"
   (cd "${root}" && find . | "${busybox}" cpio -o -H newc 2>/dev/null | gzip -1) >"${out}"
