@@ -157,12 +157,15 @@ void ChunkScheduler::sample_rates() {
     if (::ioctl(s.fd.get(), SIOCOUTQ, &outq) != 0 || outq < 0) continue;
     const uint64_t acked = s.written_total - std::min<uint64_t>(s.written_total, static_cast<uint64_t>(outq));
     const bool busy = outq > 0;
-    // A sample counts only when the stream was busy all along (from one sample to the
-    // next): an idle stream's acknowledged bytes say nothing of its path's rate.
-    if (busy && s.busy_at_sample) {
+    // A stream busy at both samples gives its rate. One that was busy at the first and
+    // drained before the second gives a lower bound (it was idle part of the time):
+    // taken only when above the estimate, else a stream fast enough to drain between
+    // samples would never be measured and would count as slow as the slowest. An
+    // idle stream's acknowledged bytes say nothing.
+    if (s.busy_at_sample) {
       const double seconds = std::chrono::duration<double>(now - s.sampled_at).count();
       const double sample = static_cast<double>(acked - s.acked_at_sample) / seconds;
-      s.rate = s.rate == 0 ? sample : 0.75 * s.rate + 0.25 * sample;
+      if (busy || sample > s.rate) s.rate = s.rate == 0 ? sample : 0.75 * s.rate + 0.25 * sample;
     }
     if (busy) s.busy_at = now;
     if (!busy && s.rate != 0 && now - s.busy_at > kRateForget) s.rate = 0;
