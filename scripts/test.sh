@@ -187,7 +187,27 @@ if [[ ${REMORA_BUILD_ONLY:-0} != 1 && ${REMORA_LAB_STEP:-1} != 0 ]]; then
   fi
 fi
 
+# failure_details <log>: what each failing test of a ctest log printed, trimmed to the
+# lines that say why (gtest's failure lines, sanitizer and error lines), so that the
+# end of the output, which is all some CI views keep, shows the cause and not only names.
+failure_details() {
+  awk '
+    /^ *Start +[0-9]+: / { inblock = 0 }
+    /Test +#[0-9]+: .*(\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout)/ { inblock = 1; shown = 0; print; next }
+    inblock && shown < 25 && /Failure|[Ee]rror|Expected|Which is|Value of|Actual|exited|signal|Sanitizer|SUMMARY|Timeout/ {
+      print "    " substr($0, 1, 300); shown++
+    }
+  ' "$1" | head -n 150
+}
+
 echo
+for preset in ${presets}; do
+  log=build/${preset}/ctest.log
+  if [[ -f ${log} ]] && grep -q 'The following tests FAILED:' "${log}"; then
+    echo "==================== ${preset}: why tests failed ===================="
+    failure_details "${log}"
+  fi
+done
 echo "==================== remora test summary ===================="
 for line in "${summary[@]}"; do
   echo "${line}"
