@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 
+from lib_netns import NamespacePair, sh
 from lib_progress import Progress
 
 p = argparse.ArgumentParser()
@@ -48,33 +49,8 @@ a = p.parse_args()
 harness = os.path.join(a.build, "tests/nccl/remora_nccl_harness")
 plugin = os.path.abspath(os.path.join(a.build, "plugin/nccl/libnccl-net-remora.so"))
 plugins = {"plugin": plugin, "baseline": os.path.abspath(a.baseline_plugin) if a.baseline_plugin else ""}
-tag = str(os.getpid() % 200 + 20)
-ns = [f"rnccl{tag}a", f"rnccl{tag}b"]
-dev = ["rnc0", "rnc1"]
-addr = [f"10.197.{tag}.1", f"10.197.{tag}.2"]
-
-
-def sh(*argv, check=True):
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        sys.exit(f"{' '.join(argv)}: {r.stderr.strip()}")
-    return r.stdout
-
-
-def setup():
-    for n in ns:
-        sh("ip", "netns", "del", n, check=False)
-        sh("ip", "netns", "add", n)
-        sh("ip", "-n", n, "link", "set", "lo", "up")
-    sh("ip", "-n", ns[0], "link", "add", dev[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1])
-    for i in range(2):
-        sh("ip", "-n", ns[i], "addr", "add", addr[i] + "/24", "dev", dev[i])
-        sh("ip", "-n", ns[i], "link", "set", dev[i], "up")
-
-
-def teardown():
-    for n in ns:
-        sh("ip", "netns", "del", n, check=False)
+net = NamespacePair("rnccl", "rnc", 197)
+ns, dev, addr = net.ns, net.dev, net.addr
 
 
 def busiest_sport():
@@ -159,7 +135,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, tc)")
     load_before = os.getloadavg()
-    setup()
+    net.setup()
     try:
         scenarios = a.scenarios.split(",")
         transports = ["reference", "plugin"] + (["baseline"] if a.baseline_plugin else [])
@@ -203,7 +179,7 @@ def main():
                 print(f"| {s} | {z} | " + " | ".join(cells) + " |")
     finally:
         unshape()
-        teardown()
+        net.teardown()
 
 
 main()

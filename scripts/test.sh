@@ -20,6 +20,10 @@
 #   REMORA_PYTHON_STEP=0           skip the Python package step (see scripts/lib/python.sh)
 #   REMORA_SKIP_TORCH=1            skip the PyTorch backend's step (scripts/lib/torch_env.sh)
 #   REMORA_NIXL_STEP=0             skip the NIXL backend plugin's step (scripts/lib/nixl.sh)
+#   REMORA_LAB_STEP=0              skip the kernel lab (scripts/kernel_lab.sh: the release
+#                                  preset's lab tests inside a Debian kernel under QEMU, about
+#                                  a minute of both cores; skipped, with the reason, where QEMU
+#                                  or the kernel packages cannot be had)
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,7 +83,7 @@ step() {
 # test reads the peer's port.
 run_ctest() {
   env -u REMORA_PRESETS -u REMORA_JOBS -u REMORA_TEST_TIMEOUT -u REMORA_SKIP_APT -u REMORA_PYTHON_STEP \
-    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_BUILD_ONLY -u REMORA_NIXL_STEP \
+    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_BUILD_ONLY -u REMORA_NIXL_STEP -u REMORA_LAB_STEP \
     ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
 }
 
@@ -158,7 +162,52 @@ if [[ ${torch_ready} == 1 ]]; then
   step torch test remora_torch_tests || true
 fi
 
+# The kernel lab, last (scripts/kernel_lab.sh): the release preset's remora and
+# remora_kernel_lab_tests inside the newest Debian kernel under QEMU, where udmabuf, the
+# DMA-BUF heaps and the devmem binds are real. Exit 2 is a skip, with its reason.
+if [[ ${REMORA_BUILD_ONLY:-0} != 1 && ${REMORA_LAB_STEP:-1} != 0 ]]; then
+  if [[ ! -x build/release/tests/kernel_lab/remora_kernel_lab_tests ]]; then
+    summary+=("$(printf '%-8s %-10s skipped (the release preset was not built)' lab qemu)")
+  else
+    echo
+    echo "==== [lab] qemu: scripts/kernel_lab.sh --preset release"
+    lab_start=${SECONDS}
+    lab_rc=0
+    REMORA_LAB_BUILD=0 scripts/kernel_lab.sh --preset release 2>&1 | tee build/kernel-lab.log || lab_rc=$?
+    lab_took=$((SECONDS - lab_start))
+    if [[ ${lab_rc} == 0 ]]; then
+      summary+=("$(printf '%-8s %-10s ok      %5ss  (%s)' lab qemu "${lab_took}" \
+        "$(grep -o 'Linux [^ ]*' build/kernel-lab.log | head -n 1)")")
+    elif [[ ${lab_rc} == 2 ]]; then
+      summary+=("$(printf '%-8s %-10s skipped (%s)' lab qemu "$(sed -n 's/^kernel lab: skipped: //p' build/kernel-lab.log)")")
+    else
+      summary+=("$(printf '%-8s %-10s FAILED  %5ss  (exit %s)' lab qemu "${lab_took}" "${lab_rc}")")
+      failed=1
+    fi
+  fi
+fi
+
+# failure_details <log>: what each failing test of a ctest log printed, trimmed to the
+# lines that say why (gtest's failure lines, sanitizer and error lines), so that the
+# end of the output, which is all some CI views keep, shows the cause and not only names.
+failure_details() {
+  awk '
+    /^ *Start +[0-9]+: / { inblock = 0 }
+    /Test +#[0-9]+: .*(\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout)/ { inblock = 1; shown = 0; print; next }
+    inblock && shown < 25 && /Failure|[Ee]rror|Expected|Which is|Value of|Actual|exited|signal|Sanitizer|SUMMARY|Timeout/ {
+      print "    " substr($0, 1, 300); shown++
+    }
+  ' "$1" | head -n 150
+}
+
 echo
+for preset in ${presets}; do
+  log=build/${preset}/ctest.log
+  if [[ -f ${log} ]] && grep -q 'The following tests FAILED:' "${log}"; then
+    echo "==================== ${preset}: why tests failed ===================="
+    failure_details "${log}"
+  fi
+done
 echo "==================== remora test summary ===================="
 for line in "${summary[@]}"; do
   echo "${line}"

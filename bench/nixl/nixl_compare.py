@@ -26,7 +26,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lib_netns import NamespacePair, sh  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,47 +47,11 @@ p.add_argument("--configs", default="REMORA,UCX", help="REMORA, UCX, base (needs
 p.add_argument("--json", default="")
 a = p.parse_args()
 
-tag = str(os.getpid() % 200 + 20)
-ns = [f"rnixl{tag}a", f"rnixl{tag}b"]
-dev = ["rnx0", "rnx1"]
-addr = [f"10.196.{tag}.1", f"10.196.{tag}.2"]
+net = NamespacePair("rnixl", "rnx", 196)
+ns, dev, addr = net.ns, net.dev, net.addr
 configs = a.configs.split(",")
 if a.baseline_plugin_dir and "base" not in configs:
     configs.append("base")
-
-
-def sh(*argv, check=True):
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        sys.exit(f"{' '.join(argv)}: {r.stderr.strip()}")
-    return r.stdout
-
-
-def setup():
-    for n in ns:
-        sh("ip", "netns", "del", n, check=False)
-        sh("ip", "netns", "add", n)
-        sh("ip", "-n", n, "link", "set", "lo", "up")
-    sh("ip", "-n", ns[0], "link", "add", dev[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1])
-    for i in range(2):
-        sh("ip", "-n", ns[i], "addr", "add", addr[i] + "/24", "dev", dev[i])
-        sh("ip", "-n", ns[i], "link", "set", dev[i], "up")
-    # UCX refuses a device that is not running yet ("No such device"): wait for the
-    # carrier and for the addresses to leave the tentative state, at most 10 s.
-    for i in range(2):
-        for _ in range(100):
-            link = sh("ip", "-n", ns[i], "-o", "link", "show", dev[i])
-            tentative = "tentative" in sh("ip", "-n", ns[i], "-o", "addr", "show", dev[i])
-            if "LOWER_UP" in link and not tentative:
-                break
-            time.sleep(0.1)
-        else:
-            sys.exit(f"{dev[i]} in {ns[i]} did not come up")
-
-
-def teardown():
-    for n in ns:
-        sh("ip", "netns", "del", n, check=False)
 
 
 def env_for(config, side):
@@ -162,7 +128,7 @@ def per_run(results):
 
 def main():
     load_before = open("/proc/loadavg").read().split()[:3]
-    setup()
+    net.setup(wait_until_up=True)  # UCX refuses a device that is not running yet
     runs = {c: [] for c in configs}
     try:
         for pair in range(a.pairs):
@@ -172,7 +138,7 @@ def main():
                 print(f"pair {pair} {c}: " + ", ".join(f"{k[0]} {k[1]} {v:.2f}" for k, v in per_run(runs[c][-1]).items()),
                       flush=True)
     finally:
-        teardown()
+        net.teardown()
     load_after = open("/proc/loadavg").read().split()[:3]
     medians = {c: [per_run(r) for r in runs[c]] for c in configs}
     keys = list(medians[configs[0]][0].keys())

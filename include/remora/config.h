@@ -137,6 +137,15 @@ struct Config {
   bool pull_huge_pages = true;
   /// REMORA_ENCRYPT=off|on|aes256gcm|chacha20poly1305 (see EncryptMode).
   EncryptMode encrypt = EncryptMode::kOff;
+  /// REMORA_RAILS: the local interfaces (NICs) this context's endpoints spread their
+  /// data streams over, in NCCL_SOCKET_IFNAME's syntax: comma-separated name prefixes
+  /// ("eth,ens"), `^` first to exclude ("^docker,lo"), `=` for exact names ("=eth0,eth1"),
+  /// or IP addresses ("10.0.1.5,10.0.2.5"); NUL-terminated, at most 255 characters.
+  /// Empty (default): one rail, the route's, as without rails. With rails, a connecting
+  /// endpoint opens REMORA_STREAMS data streams per rail, each bound to its rail's
+  /// address, toward the addresses the listener advertises, and gives chunks to the
+  /// streams by their measured rate (docs/rails.md).
+  std::array<char, 256> rails{};
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);
   /// nullopt: connections are not authenticated.
   std::optional<AuthKey> auth_key = std::nullopt;
@@ -176,6 +185,9 @@ struct ContextOptions {
   std::optional<bool> same_host_pulls = std::nullopt;
   std::optional<bool> pull_huge_pages = std::nullopt;
   std::optional<EncryptMode> encrypt = std::nullopt;
+  /// REMORA_RAILS's text (Config::rails), NUL-terminated; `set("rails", "eth0,eth1")`
+  /// fills it. (A character array, for the reason given at Config::devmem_ifname.)
+  std::optional<std::array<char, 256>> rails = std::nullopt;
   /// Authenticate with this key (AuthKey::from_secret) instead of the environment's.
   std::optional<AuthKey> auth_key = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).

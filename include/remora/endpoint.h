@@ -64,6 +64,22 @@ class EndpointCore;
 struct ContextInternals;  // the library's own access (src/transport/context_core.h)
 }
 
+/// One rail of an endpoint (Config::rails, docs/rails.md): a local address and the
+/// peer's address its data streams connect, or, on the connecting side, a rail that was
+/// skipped and why.
+struct RailStats {
+  std::string local_address;                    ///< "10.0.1.5" (this side's end of the rail's streams)
+  std::string peer_address;                     ///< "10.0.1.9:7100"
+  std::string interface;                        ///< the local interface, where this side named its rails ("" otherwise)
+  uint32_t streams = 0;                         ///< data streams on this rail
+  uint64_t bytes_sent = 0, bytes_received = 0;  ///< payload bytes on its streams
+  uint64_t chunks_sent = 0, chunks_received = 0;  ///< chunks on its streams
+  /// "up" (its streams carry chunks) or "skipped" (the connecting side could not reach
+  /// the peer from this rail; `reason` says why, and it has no streams).
+  std::string state;
+  std::string reason;
+};
+
 /// Counters for one endpoint.
 struct EndpointStats {
   uint64_t messages_sent = 0, messages_received = 0;
@@ -71,6 +87,10 @@ struct EndpointStats {
   uint64_t eager_sent = 0, rendezvous_sent = 0;
   uint64_t chunks_sent = 0;
   std::vector<uint64_t> chunks_per_stream;  ///< chunks sent on each data stream
+  /// The data streams grouped by the local and peer addresses they connect: one entry
+  /// without rails (REMORA_RAILS unset on both sides), one per rail with them, and, on
+  /// the connecting side, the rails it skipped (docs/rails.md).
+  std::vector<RailStats> rails;
   /// Same-host pulls (Config::same_host_pulls): chunks this side announced for the peer
   /// to read out of its memory itself (counted in chunks_sent, on no data stream), and
   /// bytes this side read out of the peer's memory.

@@ -108,6 +108,8 @@ nb::dict config_dict(const Config& k) {
       d[std::string(v.field).c_str()] = *flag;
     } else if (const auto* n = std::get_if<uint64_t>(&value)) {
       d[std::string(v.field).c_str()] = v.kind == ConfigKind::kChoice ? choice_object(v, *n) : nb::int_(*n);
+    } else if (const auto* text = std::get_if<std::string>(&value)) {
+      d[std::string(v.field).c_str()] = *text;
     }
   }
   // The environment-only fields of Config.

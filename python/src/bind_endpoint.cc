@@ -31,6 +31,22 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["rendezvous_sent"] = s.rendezvous_sent;
   d["chunks_sent"] = s.chunks_sent;
   d["chunks_per_stream"] = s.chunks_per_stream;
+  nb::list rails;
+  for (const RailStats& r : s.rails) {
+    nb::dict rail;
+    rail["local_address"] = r.local_address;
+    rail["peer_address"] = r.peer_address;
+    rail["interface"] = r.interface;
+    rail["streams"] = r.streams;
+    rail["bytes_sent"] = r.bytes_sent;
+    rail["bytes_received"] = r.bytes_received;
+    rail["chunks_sent"] = r.chunks_sent;
+    rail["chunks_received"] = r.chunks_received;
+    rail["state"] = r.state;
+    rail["reason"] = r.reason;
+    rails.append(rail);
+  }
+  d["rails"] = rails;
   d["chunks_pulled"] = s.chunks_pulled;
   d["bytes_pulled"] = s.bytes_pulled;
   d["huge_pages_promoted"] = s.huge_pages_promoted;
@@ -287,7 +303,9 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "stats", [](const EndpointObj& e) { return stats_dict(e.ep->stats()); },
           "A snapshot of the counters (EndpointStats, remora/endpoint.h) as a dict: messages_sent, "
           "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
-          "chunks_per_stream (a list, one per data stream), chunks_pulled and bytes_pulled (same-host "
+          "chunks_per_stream (a list, one per data stream), rails (a list of dicts, one per rail: local_address, "
+          "peer_address, interface, streams, bytes_sent, bytes_received, chunks_sent, chunks_received, state, "
+          "reason), chunks_pulled and bytes_pulled (same-host "
           "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "
           "out of the peer's), huge_pages_promoted (2 MiB frames of this side's memory the peer pulled again "
           "and again, collapsed into huge pages), same_host_reason (why this side does not read the peer's memory, '' "

@@ -267,10 +267,13 @@ Request Op::recv(int peer, void* data, size_t bytes, uint32_t step) {
 
 Status Op::wait(const Request& r, size_t expected_bytes) {
   Status s = r.wait(left_until(deadline_));
-  if (s.code() == StatusCode::kTimeout && !r.done()) {  // the wait ran out, not the operation (a dial's timeout)
-    return Status(StatusCode::kTimeout,
-                  fmt::format("collective timed out after {} ms (REMORA_COLL_TIMEOUT_MS)",
-                              std::chrono::duration_cast<std::chrono::milliseconds>(config_.timeout).count()));
+  if (s.code() == StatusCode::kTimeout) {
+    if (!r.done()) {  // the wait ran out, not the operation (a dial's timeout)
+      return Status(StatusCode::kTimeout,
+                    fmt::format("collective timed out after {} ms (REMORA_COLL_TIMEOUT_MS)",
+                                std::chrono::duration_cast<std::chrono::milliseconds>(config_.timeout).count()));
+    }
+    s = r.test();  // it completed just after the wait gave up: its own status
   }
   if (!s.is_ok()) return s;
   if (expected_bytes != SIZE_MAX && r.bytes() != expected_bytes) {

@@ -396,17 +396,8 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
       if (failed_) return failure_;
       waiters_[comm_id].push_back(waiter);
     }
-    const auto now = Clock::now();
-    const bool expired = now >= deadline;
-    // Endpoint failures do not route here: look at them every 20 ms of waiting.
-    if (!expired) {
-      (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
-    }
-    if (!waiter->done()) {
-      {
-        std::lock_guard lock(mu_);
-        forget_waiter_locked(comm_id, waiter);
-      }
+    const bool expired = Clock::now() >= deadline;
+    if (!wait_briefly(comm_id, waiter, deadline)) {
       for (const auto& [r, ep] : snapshot()) {
         if (!ep->failed()) continue;
         if (!ep->closed_by_peer() || std::find(from.begin(), from.end(), r) != from.end()) return ep->failure();
@@ -414,6 +405,18 @@ Status World::wait_notification(uint32_t comm_id, Incoming* out, Clock::time_poi
       if (expired) return Status(StatusCode::kTimeout, "no notification before the collective's deadline");
     }
   }
+}
+
+bool World::wait_briefly(uint32_t key, const std::shared_ptr<detail::RequestState>& waiter,
+                         Clock::time_point deadline) {
+  // Endpoint failures do not route here: the callers look at them every 20 ms of waiting.
+  if (const auto now = Clock::now(); now < deadline) {
+    (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
+  }
+  if (waiter->done()) return true;
+  std::lock_guard lock(mu_);
+  forget_waiter_locked(key, waiter);
+  return false;
 }
 
 void World::forget_waiter_locked(uint32_t key, const std::shared_ptr<detail::RequestState>& waiter) {
@@ -456,16 +459,9 @@ Result<uint32_t> World::wait_user_notification(uint32_t comm_id, int from, Clock
       if (box == user_mail_.end() || box->second[from].empty()) return ep->failure();
       continue;
     }
-    const auto now = Clock::now();
-    const bool expired = now >= deadline;
-    // Endpoint failures do not route here: look at them every 20 ms of waiting.
-    if (!expired) {
-      (void)detail::make_request(waiter).wait(std::min<Duration>(deadline - now, std::chrono::milliseconds(20)));
-    }
-    if (!waiter->done()) {
-      std::lock_guard lock(mu_);
-      forget_waiter_locked(key, waiter);
-      if (expired) return Status(StatusCode::kTimeout, "no notification from that rank within the timeout");
+    const bool expired = Clock::now() >= deadline;
+    if (!wait_briefly(key, waiter, deadline) && expired) {
+      return Status(StatusCode::kTimeout, "no notification from that rank within the timeout");
     }
   }
 }

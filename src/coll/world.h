@@ -152,6 +152,9 @@ class World : public std::enable_shared_from_this<World> {
   void close_user_mailboxes(uint32_t comm_id);
 
  private:
+  /// Waits on `waiter`, queued under `key`, for at most 20 ms or until `deadline`: true
+  /// when route() or fail() completed it, else false with it taken out of the queue.
+  bool wait_briefly(uint32_t key, const std::shared_ptr<detail::RequestState>& waiter, Clock::time_point deadline);
   /// Takes `waiter` out of the waiters of `key` (mu_ held).
   void forget_waiter_locked(uint32_t key, const std::shared_ptr<detail::RequestState>& waiter);
   /// Makes `ep` the endpoint to `r` (mu_ held): routes its notifications here.

@@ -1,8 +1,10 @@
 // datapath/chunk_scheduler.cc — see chunk_scheduler.h.
 #include "datapath/chunk_scheduler.h"
 
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -139,16 +141,83 @@ std::deque<TxTransfer*>::iterator ChunkScheduler::next_preparable(uint64_t epoch
   return it;
 }
 
+namespace {
+/// How often a stream's acknowledged bytes are sampled for its rate: often enough to
+/// follow a rail whose rate changes, rarely enough that the ioctl costs nothing.
+constexpr std::chrono::microseconds kRateSample{2000};
+/// A stream idle this long forgets its rate, so that a rail found slow is tried again.
+constexpr std::chrono::milliseconds kRateForget{200};
+}  // namespace
+
+void ChunkScheduler::sample_rates() {
+  const auto now = std::chrono::steady_clock::now();
+  for (Stream& s : streams_) {
+    if (!s.fd.valid() || now - s.sampled_at < kRateSample) continue;
+    int outq = 0;
+    if (::ioctl(s.fd.get(), SIOCOUTQ, &outq) != 0 || outq < 0) continue;
+    const uint64_t acked = s.written_total - std::min<uint64_t>(s.written_total, static_cast<uint64_t>(outq));
+    const bool busy = outq > 0;
+    // A stream busy at both samples gives its rate. One that was busy at the first and
+    // drained before the second gives a lower bound (it was idle part of the time):
+    // taken only when above the estimate, else a stream fast enough to drain between
+    // samples would never be measured and would count as slow as the slowest. An
+    // idle stream's acknowledged bytes say nothing.
+    if (s.busy_at_sample) {
+      const double seconds = std::chrono::duration<double>(now - s.sampled_at).count();
+      const double sample = static_cast<double>(acked - s.acked_at_sample) / seconds;
+      if (busy || sample > s.rate) s.rate = s.rate == 0 ? sample : 0.75 * s.rate + 0.25 * sample;
+    }
+    if (busy) s.busy_at = now;
+    if (!busy && s.rate != 0 && now - s.busy_at > kRateForget) s.rate = 0;
+    s.acked_at_sample = acked;
+    s.sampled_at = now;
+    s.busy_at_sample = busy;
+    s.outq = static_cast<uint64_t>(outq);
+  }
+}
+
+uint16_t ChunkScheduler::fastest_finish() const {
+  // A stream not measured yet counts as fast as the fastest measured one (it is tried);
+  // with none measured, every stream counts alike and the least loaded wins.
+  double fastest = 0;
+  for (const Stream& s : streams_) fastest = std::max(fastest, s.rate);
+  if (fastest == 0) fastest = 1;
+  uint16_t best = 0;
+  double best_finish = 0;
+  for (uint16_t i = 0; i < streams_.size(); ++i) {
+    const Stream& s = streams_[i];
+    const double rate = s.rate > 0 ? s.rate : fastest;
+    const double finish = static_cast<double>(s.queued + s.outq + chunk_bytes_) / rate;
+    if (i == 0 || finish < best_finish) {
+      best = i;
+      best_finish = finish;
+    }
+  }
+  return best;
+}
+
+bool ChunkScheduler::waiting_stream_has_room() const noexcept {
+  return waiting_for_ >= 0 && streams_[static_cast<size_t>(waiting_for_)].queued < chunk_bytes_;
+}
+
 bool ChunkScheduler::schedule() {
   bool scheduled = false;
   const uint64_t epoch = epoch_;
+  waiting_for_ = -1;
+  if (rate_aware_ && !ready_.empty()) sample_rates();
   while (!ready_.empty()) {
-    // The stream with the fewest queued bytes, if it has room for another chunk.
+    // The stream with the fewest queued bytes (with rails: the one expected to deliver
+    // the chunk first), if it has room for another chunk.
     uint16_t best = 0;
-    for (uint16_t i = 1; i < streams_.size(); ++i) {
-      if (streams_[i].queued < streams_[best].queued) best = i;
+    if (rate_aware_) {
+      best = fastest_finish();
+    } else {
+      for (uint16_t i = 1; i < streams_.size(); ++i) {
+        if (streams_[i].queued < streams_[best].queued) best = i;
+      }
     }
     const bool stream_room = streams_[best].queued < chunk_bytes_;
+    if (!stream_room && rate_aware_) waiting_for_ = best;
     const bool pull_room = pull_tx_ && pulls_out_.size() < kPullWindow;
     if (!stream_room && !pull_room) break;
     const auto it = next_preparable(epoch);
@@ -237,6 +306,8 @@ void ChunkScheduler::write(uint16_t index) {
     c.offset += r.bytes;
     c.remaining -= r.bytes;
     s.queued -= r.bytes;
+    s.written_total += r.bytes;
+    s.outq += r.bytes;  // in the kernel now, until the next sample says what left
     TxTransfer* t = c.t;
     t->written += r.bytes;
     if (c.remaining == 0) {
@@ -362,6 +433,7 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
     }
     const bool short_read = r.bytes < asked;
     c.done += r.bytes;
+    s.read_total += r.bytes;
     t->received += r.bytes;
     if (pulls) bytes_pulled_ += r.bytes;
     if (c.done == c.length) {
@@ -375,6 +447,7 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
             wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(length), .kind = c.kind});
       }
       s.rxq.pop_front();
+      ++s.chunks_read;
       if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
       finish_chunk(t, start, length, has_crc, crc);
       if (epoch != epoch_) return;

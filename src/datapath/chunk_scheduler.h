@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -199,6 +200,26 @@ class ChunkScheduler {
   /// huge pages.
   uint64_t huge_pages_promoted() const noexcept { return promoter_.promoted(); }
   const std::vector<uint64_t>& chunks_per_stream() const noexcept { return chunks_per_stream_; }
+  /// Per data stream: payload bytes the kernel accepted, bytes read, chunks read.
+  uint64_t bytes_sent(uint16_t index) const noexcept { return streams_[index].written_total; }
+  uint64_t bytes_received(uint16_t index) const noexcept { return streams_[index].read_total; }
+  uint64_t chunks_received(uint16_t index) const noexcept { return streams_[index].chunks_read; }
+
+  // --- choosing a stream by measured rate (rails) ---------------------------------
+  /// The streams run over paths of different rates (several rails): each chunk goes to
+  /// the stream expected to deliver it first, (bytes queued here + bytes in its kernel
+  /// send queue, SIOCOUTQ + the chunk) / its measured rate (the bytes the peer
+  /// acknowledged per second while it was busy, sampled at most every kRateSample),
+  /// and waits for that stream when it has no room, so a slow rail gets fewer chunks
+  /// and is not handed the transfer's last ones. Off: the stream with the fewest queued
+  /// bytes, as without rails.
+  void set_rate_aware(bool on) noexcept { rate_aware_ = on; }
+  bool rate_aware() const noexcept { return rate_aware_; }
+  /// The last schedule() left chunks waiting for a stream that had no room, and that
+  /// stream has room now: schedule again (no event would say so).
+  bool waiting_stream_has_room() const noexcept;
+  /// The measured rate of stream `index` in bytes per second (0: not measured yet).
+  double rate(uint16_t index) const noexcept { return streams_[index].rate; }
 
  private:
   struct TxChunk {
@@ -229,7 +250,23 @@ class ChunkScheduler {
     bool eof = false;
     bool rx_resume = false;  // read() gave way with bytes possibly left
     bool rx_stalled = false;  // the front chunk's sink had no room (begin_chunk)
+    uint64_t written_total = 0;  // payload bytes the kernel accepted
+    uint64_t read_total = 0;     // payload bytes read
+    uint64_t chunks_read = 0;
+    // Rate measurement (rate_aware_): the bytes acknowledged (written_total - SIOCOUTQ)
+    // at the last sample, when it was, whether the stream was busy then, the kernel's
+    // send queue then, and the rate (bytes/s, an average of samples; 0: unknown).
+    uint64_t acked_at_sample = 0;
+    std::chrono::steady_clock::time_point sampled_at{};
+    std::chrono::steady_clock::time_point busy_at{};  // last sample that found it busy
+    bool busy_at_sample = false;
+    uint64_t outq = 0;
+    double rate = 0;
   };
+  /// Samples each stream's acknowledged bytes (SIOCOUTQ) where kRateSample has passed.
+  void sample_rates();
+  /// The stream that would deliver a new chunk first, by measured rate.
+  uint16_t fastest_finish() const;
   /// The first ready transfer whose next chunk may go now (ready_.end() if none); a
   /// transfer whose source failed leaves ready_ and, if nothing of it is left to
   /// write, is reported sent (then `epoch_` may have moved).
@@ -254,6 +291,8 @@ class ChunkScheduler {
   uint64_t epoch_ = 0;  // clear() moves it: a loop that sees it move after a callback returns
   uint64_t chunks_sent_ = 0;
   std::vector<uint64_t> chunks_per_stream_;
+  bool rate_aware_ = false;
+  int waiting_for_ = -1;  // the stream the last schedule() waited for, or -1
   // Same-host pulls.
   class PullIn;
   bool pull_tx_ = false;

@@ -195,10 +195,17 @@ Status configure_stream_socket(int fd) {
   return Status::ok();
 }
 
-Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline) {
+Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline, const SockAddr* source) {
   std::string what = "connect " + to_string(addr);
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd.valid()) return errno_status(errno, what + ": socket");
+  if (source != nullptr) {
+    what += " from " + to_string(*source);
+    SockAddr local = *source;
+    if (local.family() == AF_INET) reinterpret_cast<sockaddr_in*>(local.get())->sin_port = 0;
+    if (local.family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(local.get())->sin6_port = 0;
+    if (::bind(fd.get(), local.get(), local.length) != 0) return errno_status(errno, what + ": bind");
+  }
   if (::connect(fd.get(), addr.get(), addr.length) != 0) {
     if (errno != EINPROGRESS) return errno_status(errno, what);
     REMORA_RETURN_IF_ERROR(wait_fd(fd.get(), POLLOUT, deadline, what));

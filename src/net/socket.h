@@ -78,8 +78,10 @@ bool is_self_connected(int fd);
 
 /// Connects to `addr` before `deadline` (the socket is left blocking=false). A
 /// connection that came out joined to itself (is_self_connected) is kUnreachable, as
-/// a refused one: nobody listens there yet.
-Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline);
+/// a refused one: nobody listens there yet. With `source`, the socket is bound to that
+/// address (its port ignored) before it connects, so the stream leaves by the interface
+/// holding it whatever the routing table prefers (a rail, net/rails.h).
+Result<Fd> connect_tcp(const SockAddr& addr, Clock::time_point deadline, const SockAddr* source = nullptr);
 
 /// TCP_NODELAY, SO_KEEPALIVE with short probes (dead peers are noticed even when
 /// idle), close-on-exec and O_NONBLOCK.

@@ -35,14 +35,26 @@ struct Fields {
   T Config::*config;
   std::optional<T> ContextOptions::*option = nullptr;
 };
-/// A kText row's Config field: a NUL-terminated character array (env only).
+/// A kText row's Config field: a NUL-terminated character array, and the ContextOptions
+/// text that overrides it (null: environment only).
 template <size_t N>
 struct TextField {
   std::array<char, N> Config::*config;
+  std::optional<std::array<char, N>> ContextOptions::*option = nullptr;
 };
+template <typename B>
+constexpr bool kIsText =
+    std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>> || std::is_same_v<B, TextField<256>>;
 using Binding =
     std::variant<std::monostate, Fields<uint32_t>, Fields<size_t>, Fields<bool>, Fields<LogLevel>, Fields<PinMode>,
-                 Fields<DevicePathMode>, Fields<ChecksumMode>, Fields<EncryptMode>, TextField<16>, TextField<108>>;
+                 Fields<DevicePathMode>, Fields<ChecksumMode>, Fields<EncryptMode>, TextField<16>, TextField<108>, TextField<256>>;
+
+/// Copies `text` into a text field (the caller checked its length).
+template <size_t N>
+void store_text(std::array<char, N>& field, std::string_view text) {
+  field.fill('\0');
+  std::copy_n(text.begin(), std::min(text.size(), N - 1), field.begin());
+}
 
 struct Row {
   const ConfigVariable& var;
@@ -250,6 +262,14 @@ constexpr ConfigVariable kVariables[] = {
      .choices = kPinWords,
      .field = "pin_mode",
      .doc = "page locking at registration: `require` fails with `no_resource` where RLIMIT_MEMLOCK refuses"},
+    {.name = "REMORA_RAILS",
+     .section = kContext,
+     .kind = ConfigKind::kText,
+     .default_text = "unset",
+     .max = 255,
+     .field = "rails",
+     .doc = "the NICs an endpoint's data streams use, as NCCL_SOCKET_IFNAME: name prefixes, `^` to exclude, `=` "
+            "exact, or addresses (docs/rails.md)"},
     {.name = "REMORA_AUTH_KEY",
      .section = kContext,
      .kind = ConfigKind::kSecret,
@@ -317,6 +337,7 @@ const std::vector<Row>& rows() {
         {var("REMORA_PULL_HUGEPAGES"), "pull_huge_pages",
          Fields<bool>{&Config::pull_huge_pages, &ContextOptions::pull_huge_pages}},
         {var("REMORA_PIN"), "pin_mode", Fields<PinMode>{&Config::pin_mode, &ContextOptions::pin_mode}},
+        {var("REMORA_RAILS"), "rails", TextField<256>{&Config::rails, &ContextOptions::rails}},
     };
     return r;
   }();
@@ -349,13 +370,9 @@ Status read_row(const Row& row, Config& c) {
         using B = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<B, std::monostate>) {
           return Status::ok();
-        } else if constexpr (std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>>) {
+        } else if constexpr (kIsText<B>) {
           REMORA_ASSIGN_OR_RETURN(auto text, core::read_text(row.var));
-          if (text) {
-            auto& field = c.*b.config;
-            field.fill('\0');
-            std::copy(text->begin(), text->end(), field.begin());
-          }
+          if (text) store_text(c.*b.config, *text);
           return Status::ok();
         } else {
           REMORA_ASSIGN_OR_RETURN(auto n, core::read_value(row.var));
@@ -372,8 +389,7 @@ std::optional<uint64_t> number_of(const Row& row, const Config& c) {
   return std::visit(
       [&](const auto& b) -> std::optional<uint64_t> {
         using B = std::decay_t<decltype(b)>;
-        if constexpr (std::is_same_v<B, std::monostate> || std::is_same_v<B, TextField<16>> ||
-                      std::is_same_v<B, TextField<108>>) {
+        if constexpr (std::is_same_v<B, std::monostate> || kIsText<B>) {
           return std::nullopt;
         } else {
           return to_number(c.*b.config);
@@ -518,8 +534,9 @@ Config apply(Config base, const ContextOptions& o) {
     std::visit(
         [&](const auto& b) {
           using B = std::decay_t<decltype(b)>;
-          if constexpr (!std::is_same_v<B, std::monostate> && !std::is_same_v<B, TextField<16>> &&
-                        !std::is_same_v<B, TextField<108>>) {
+          if constexpr (kIsText<B>) {
+            if (b.option != nullptr && (o.*b.option).has_value()) base.*b.config = *(o.*b.option);
+          } else if constexpr (!std::is_same_v<B, std::monostate>) {
             if (b.option != nullptr && (o.*b.option).has_value()) base.*b.config = *(o.*b.option);
           }
         },
@@ -539,6 +556,27 @@ Status ContextOptions::set(std::string_view field, const ConfigValue& value) {
   const Row* row = row_of_field(field);
   if (row == nullptr) return no_such_field(field);
   const ConfigVariable& v = row->var;
+  if (v.kind == ConfigKind::kText) {
+    const auto* text = std::get_if<std::string>(&value);
+    if (text == nullptr) return Status(StatusCode::kInvalidArgument, fmt::format("{} takes text", field));
+    if (text->size() > v.max) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("{} ({}) takes at most {} characters, not {}", field, v.name, v.max, text->size()));
+    }
+    std::visit(
+        [&](const auto& b) {
+          using B = std::decay_t<decltype(b)>;
+          if constexpr (kIsText<B>) {
+            if (b.option != nullptr) {
+              auto& option = this->*b.option;
+              option.emplace();
+              store_text(*option, *text);
+            }
+          }
+        },
+        row->bind);
+    return Status::ok();
+  }
   uint64_t n = 0;
   if (const auto* text = std::get_if<std::string>(&value)) {
     REMORA_ASSIGN_OR_RETURN(n, core::parse_value(v, *text));
@@ -558,8 +596,7 @@ Status ContextOptions::set(std::string_view field, const ConfigValue& value) {
   std::visit(
       [&](const auto& b) {
         using B = std::decay_t<decltype(b)>;
-        if constexpr (!std::is_same_v<B, std::monostate> && !std::is_same_v<B, TextField<16>> &&
-                      !std::is_same_v<B, TextField<108>>) {
+        if constexpr (!std::is_same_v<B, std::monostate> && !kIsText<B>) {
           using T = typename std::remove_reference_t<decltype(this->*b.option)>::value_type;
           if (b.option != nullptr) this->*b.option = from_number<T>(n);
         }
@@ -578,7 +615,7 @@ Result<ConfigValue> config_value(const Config& config, std::string_view field) {
           using B = std::decay_t<decltype(b)>;
           if constexpr (std::is_same_v<B, std::monostate>) {
             return ConfigValue();
-          } else if constexpr (std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>>) {
+          } else if constexpr (kIsText<B>) {
             return ConfigValue(std::string((config.*b.config).data()));
           } else if constexpr (std::is_same_v<B, Fields<bool>>) {
             return ConfigValue(config.*b.config);

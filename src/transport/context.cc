@@ -29,8 +29,9 @@ uint64_t random_nonzero_u64() {
   }
 }
 
-ContextCore::ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine)
-    : config_(config), registry_(config.pin_mode), engine_(std::move(engine)) {}
+ContextCore::ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine,
+                         std::vector<net::Rail> rails)
+    : config_(config), rails_(std::move(rails)), registry_(config.pin_mode), engine_(std::move(engine)) {}
 
 ContextCore::~ContextCore() { shutdown(); }
 
@@ -202,15 +203,84 @@ Result<wire::HelloAck> exchange_hello(StreamIn& stream, const wire::Hello& hello
 
 }  // namespace
 
+namespace {
+
+/// How long a connect from a rail may take before that rail is skipped (it may drop
+/// SYNs: a peer address it has no route to, a link down on the way), within the
+/// connect deadline.
+constexpr std::chrono::milliseconds kRailProbeTimeout{2000};
+
+/// One way the data streams can go: from a rail's address (none: the route's choice,
+/// as without rails) to one of the peer's addresses.
+struct StreamPath {
+  std::optional<net::SockAddr> source;
+  net::SockAddr dest;
+};
+
+net::SockAddr sockaddr_of(const wire::RailAddress& r) {
+  net::SockAddr a;
+  if (r.family == 4) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(a.get());
+    v4->sin_family = AF_INET;
+    std::memcpy(&v4->sin_addr, r.address.data(), 4);
+    a.length = sizeof(sockaddr_in);
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(a.get());
+    v6->sin6_family = AF_INET6;
+    std::memcpy(&v6->sin6_addr, r.address.data(), 16);
+    a.length = sizeof(sockaddr_in6);
+  }
+  return net::with_port(a, r.port);
+}
+
+/// The listener's RAILS message (docs/protocol.md, "Rails"): its addresses.
+Result<std::vector<net::SockAddr>> read_rails(StreamIn& stream, net::Clock::time_point deadline) {
+  std::array<std::byte, wire::kRailsHeaderSize> header{};
+  REMORA_RETURN_IF_ERROR(stream.read_exact(header, deadline));
+  REMORA_ASSIGN_OR_RETURN(const uint16_t count, wire::decode_rails_header(header));
+  std::vector<net::SockAddr> out;
+  for (uint16_t i = 0; i < count; ++i) {
+    std::array<std::byte, wire::kRailEntrySize> entry{};
+    REMORA_RETURN_IF_ERROR(stream.read_exact(entry, deadline));
+    REMORA_ASSIGN_OR_RETURN(const wire::RailAddress r, wire::decode_rail_entry(entry));
+    out.push_back(sockaddr_of(r));
+  }
+  return out;
+}
+
+/// The peer's address for local rail `i`: an unused one in the rail's subnet, else an
+/// unused one of its family, else any one of its family (round robin), else none.
+std::optional<net::SockAddr> peer_for(const net::Rail& rail, size_t i, const std::vector<net::SockAddr>& peers,
+                                      std::vector<bool>& used) {
+  std::optional<size_t> pick;
+  for (size_t j = 0; j < peers.size() && !pick; ++j) {
+    if (!used[j] && net::same_subnet(rail, peers[j])) pick = j;
+  }
+  for (size_t j = 0; j < peers.size() && !pick; ++j) {
+    if (!used[j] && peers[j].family() == rail.address.family()) pick = j;
+  }
+  for (size_t k = 0; k < peers.size() && !pick; ++k) {
+    const size_t j = (i + k) % peers.size();
+    if (peers[j].family() == rail.address.family()) pick = j;
+  }
+  if (!pick) return std::nullopt;
+  used[*pick] = true;
+  return peers[*pick];
+}
+
+}  // namespace
+
 Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address, Duration timeout) {
   const auto deadline = net::Clock::now() + timeout;
   REMORA_ASSIGN_OR_RETURN(net::HostPort hp, net::parse_host_port(address));
   if (hp.port == 0) return Status(StatusCode::kInvalidArgument, "connect to '" + std::string(address) + "': port 0");
   REMORA_ASSIGN_OR_RETURN(std::vector<net::SockAddr> addrs, net::resolve(hp, /*passive=*/false));
+  // K data streams per rail (one rail without REMORA_RAILS).
+  const uint32_t stream_count =
+      config_.streams_per_endpoint * static_cast<uint32_t>(std::max<size_t>(rails_.size(), 1));
   // The control stream and every data stream: raise the soft RLIMIT_NOFILE toward the
   // hard one where they would not fit, or say which limit is in the way.
-  REMORA_RETURN_IF_ERROR(
-      net::ensure_descriptors(1 + config_.streams_per_endpoint, "connect to " + std::string(address)));
+  REMORA_RETURN_IF_ERROR(net::ensure_descriptors(1 + stream_count, "connect to " + std::string(address)));
 
   net::Fd control;
   net::SockAddr peer_addr;
@@ -230,12 +300,11 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   wire::Hello hello;
   hello.version = kWireVersion;
   hello.role = wire::Role::kControl;
-  hello.stream_count = static_cast<uint16_t>(config_.streams_per_endpoint);
+  hello.stream_count = static_cast<uint16_t>(stream_count);
   hello.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   hello.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   hello.rma_window = config_.rma_window;
-  hello.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
-                       (config_.same_host_pulls ? wire::kCapSameHost : 0) | encrypt_capabilities(config_);
+  hello.capabilities = capabilities();
   StreamIn control_in(control.get());
   SealMaterial control_seal;
   auto ack = exchange_hello(control_in, hello, config_.auth_key, peer, deadline, &control_seal);
@@ -256,9 +325,20 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
                                .with_context("connect to " + peer));
   }
 
+  // Where the data streams go: without rails, all to the control stream's address;
+  // with them, from each rail to the listener's address on it (RAILS), or to the
+  // control stream's address where the listener advertises none.
+  std::vector<net::SockAddr> peer_rails;
+  if (!rails_.empty() && (ack->capabilities & wire::kCapRails) != 0) {
+    auto advertised = read_rails(control_in, deadline);
+    if (!advertised) return advertised.status().with_context("the rails of " + peer);
+    peer_rails = std::move(advertised).value();
+  }
+  if (peer_rails.empty()) peer_rails.push_back(peer_addr);
+
   EndpointCore::Params p;
   p.id = EndpointId{ack->endpoint_id};
-  p.streams = config_.streams_per_endpoint;
+  p.streams = stream_count;
   p.peer_eager_limit = ack->eager_limit;
   p.peer_eager_credit = ack->eager_credit;
   p.peer_rma_window = ack->rma_window;
@@ -270,8 +350,60 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   ep->set_control(std::move(control));
 
-  for (uint16_t i = 0; i < config_.streams_per_endpoint; ++i) {
-    REMORA_ASSIGN_OR_RETURN(net::Fd data, net::connect_tcp(peer_addr, deadline));
+  // Each rail's first stream is its probe: a rail whose connect fails is skipped, with
+  // the reason, and its streams go to the rails that work.
+  std::vector<StreamPath> paths;
+  std::vector<net::Fd> probes;
+  std::vector<RailStats> skipped;
+  std::vector<std::pair<std::string, std::string>> interfaces;
+  if (rails_.empty()) {
+    paths.push_back({std::nullopt, peer_addr});
+  } else {
+    std::vector<bool> used(peer_rails.size(), false);
+    for (size_t i = 0; i < rails_.size(); ++i) {
+      const net::Rail& rail = rails_[i];
+      interfaces.emplace_back(net::address_text(rail.address), rail.interface);
+      const std::optional<net::SockAddr> dest = peer_for(rail, i, peer_rails, used);
+      Status why;
+      if (!dest) {
+        why = Status(StatusCode::kUnreachable, "the peer advertises no address of this rail's family");
+      } else {
+        const auto probe_deadline = std::min(deadline, net::Clock::now() + kRailProbeTimeout);
+        auto fd = net::connect_tcp(*dest, probe_deadline, &rail.address);
+        if (fd) {
+          paths.push_back({rail.address, *dest});
+          probes.push_back(std::move(fd).value());
+          continue;
+        }
+        why = fd.status();
+      }
+      REMORA_LOG(kWarn, "rail {} ({}) to {}: skipped: {}", rail.interface, net::address_text(rail.address),
+                 dest ? net::to_string(*dest) : peer, why.message());
+      RailStats r;
+      r.local_address = net::address_text(rail.address);
+      r.peer_address = dest ? net::to_string(*dest) : "";
+      r.interface = rail.interface;
+      r.state = "skipped";
+      r.reason = why.message();
+      skipped.push_back(std::move(r));
+    }
+    if (paths.empty()) {
+      std::string reasons;
+      for (const RailStats& r : skipped)
+        reasons += fmt::format("; {} ({}): {}", r.interface, r.local_address, r.reason);
+      return Status(StatusCode::kUnreachable, fmt::format("connect to {}: no rail reaches it{}", peer, reasons));
+    }
+  }
+  ep->set_rail_notes(std::move(skipped), std::move(interfaces));
+
+  for (uint16_t i = 0; i < stream_count; ++i) {
+    const StreamPath& path = paths[i % paths.size()];
+    net::Fd data;
+    if (i < probes.size()) {
+      data = std::move(probes[i]);
+    } else {
+      REMORA_ASSIGN_OR_RETURN(data, net::connect_tcp(path.dest, deadline, path.source ? &*path.source : nullptr));
+    }
     // Steered to devmem RX queues before the hello (REMORA_RXQ_SOCKET), so that the
     // answer, and every byte after it, comes through the stream's devmem receiver.
     std::unique_ptr<StreamIn> in = ep->steer_data_stream(data.get(), deadline);
@@ -281,20 +413,21 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
     dh.attach_token = ack->attach_token;
     dh.stream_index = i;
     SealMaterial data_seal;
-    auto dack = exchange_hello(*in, dh, config_.auth_key, peer, deadline, &data_seal);
+    const std::string to = net::to_string(path.dest);
+    auto dack = exchange_hello(*in, dh, config_.auth_key, to, deadline, &data_seal);
     if (!dack && dack.status().code() != StatusCode::kProtocol) {
-      return dack.status().with_context("data stream " + std::to_string(i) + " to " + peer);
+      return dack.status().with_context("data stream " + std::to_string(i) + " to " + to);
     }
-    REMORA_RETURN_IF_ERROR(check_ack(dack, peer));
+    REMORA_RETURN_IF_ERROR(check_ack(dack, to));
     if (cipher) {
-      auto same = client_cipher(config_, dack->capabilities, /*accepted=*/true, peer);
+      auto same = client_cipher(config_, dack->capabilities, /*accepted=*/true, to);
       if (!same || *same != cipher) {
         return Status(StatusCode::kProtocol, fmt::format("data stream {} to {}: its cipher differs from the control "
                                                          "stream's",
-                                                         i, peer));
+                                                         i, to));
       }
       REMORA_RETURN_IF_ERROR(seal_connection(data.get(), *cipher, *config_.auth_key, data_seal, /*server=*/false)
-                                 .with_context("data stream " + std::to_string(i) + " to " + peer));
+                                 .with_context("data stream " + std::to_string(i) + " to " + to));
     }
     REMORA_RETURN_IF_ERROR(ep->set_data(i, std::move(data), std::move(in)));
   }
@@ -331,11 +464,20 @@ Result<std::unique_ptr<Context>> Context::create(const ContextOptions& options) 
 
 Result<std::unique_ptr<Context>> Context::create(const Config& config) {
   REMORA_RETURN_IF_ERROR(config.validate());
+  REMORA_ASSIGN_OR_RETURN(std::vector<net::Rail> rails, net::resolve_rails(config.rails.data()));
+  if (config.streams_per_endpoint * std::max<size_t>(rails.size(), 1) > wire::kMaxStreams) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        fmt::format("REMORA_RAILS='{}' names {} rails, and REMORA_STREAMS={} streams each make {}: at most {} "
+                    "data streams per endpoint; lower REMORA_STREAMS",
+                    config.rails.data(), rails.size(), config.streams_per_endpoint,
+                    config.streams_per_endpoint * rails.size(), wire::kMaxStreams));
+  }
   REMORA_ASSIGN_OR_RETURN(auto engine, engine::ProgressEngine::create({.spin_us = config.spin_us,
                                                                          .linger_us = config.progress_linger_us,
                                                                          .poll_us = config.progress_poll_us,
                                                                          .wait_timeout_ms = config.wait_timeout_ms}));
-  auto core = std::make_shared<detail::ContextCore>(config, engine);
+  auto core = std::make_shared<detail::ContextCore>(config, engine, std::move(rails));
   engine->start();
   return std::unique_ptr<Context>(new Context(std::move(core)));
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/progress.h"
+#include "net/rails.h"
 #include "net/socket.h"
 #include "remora/context.h"
 #include "remora/memory.h"
@@ -28,7 +29,8 @@ uint64_t random_nonzero_u64();
 
 class ContextCore : public std::enable_shared_from_this<ContextCore> {
  public:
-  ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine);
+  /// `rails`: Config::rails resolved on this host (empty without REMORA_RAILS).
+  ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine, std::vector<net::Rail> rails = {});
   ~ContextCore();
 
   const Config& config() const noexcept { return config_; }
@@ -61,6 +63,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   /// takes the fd; the endpoint is activated and queued when it is complete).
   wire::HelloAck attach_server_stream(const wire::Hello& hello, net::Fd* data, const SealMaterial* seal = nullptr);
   wire::HelloAck make_ack(wire::HelloStatus status) const;
+  const std::vector<net::Rail>& rails() const noexcept { return rails_; }
 
  private:
   struct PendingEndpoint {
@@ -76,7 +79,15 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   /// has waited kDataStreamsGrace, and at four times the bound whatever its age.
   void drop_oldest_pending_beyond_bound();
 
+  /// The capability bits this side sets in its HELLO and HELLO_ACK.
+  uint64_t capabilities() const noexcept;
+  /// Server side: the RAILS message for an endpoint accepted by `listener`: each rail's
+  /// address with the listener's port (a listener bound to one address: only the rail
+  /// of that address).
+  std::vector<std::byte> rails_message(const ListenerCore* listener) const;
+
   Config config_;
+  std::vector<net::Rail> rails_;
   MemoryRegistry registry_;
   /// devmem TX bindings of registered regions, shared by the endpoints (after registry_:
   /// it listens for deregistrations).

@@ -27,7 +27,9 @@ void EndpointCore::pump(bool one_round) {
     if (state_ != State::kActive) return;
     chunks_.write_all();
     if (state_ != State::kActive) return;
-    if (!scheduled) break;
+    // With rails, chunks may wait for the stream that delivers them first; if the
+    // writes just made room on it, no event will say so: schedule again.
+    if (!scheduled && !chunks_.waiting_stream_has_room()) break;
     if (one_round || engine_->lock_wanted()) {
       queue_resume();
       break;

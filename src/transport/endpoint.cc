@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "datapath/checksum.h"
 #include "net/io.h"
+#include "net/rails.h"
 #include "transport/endpoint_core.h"
 
 namespace remora {
@@ -86,6 +87,7 @@ Status EndpointCore::activate() {
     if (!dh) return dh.status();
     data_watch_[i].hid = *dh;
   }
+  group_rails();
   state_ = State::kActive;
   start_liveness();
   if (same_host_negotiated()) {
@@ -187,11 +189,50 @@ Status EndpointCore::failure() const {
   return failure_;
 }
 
+void EndpointCore::group_rails() {
+  rails_.clear();
+  stream_rail_.assign(chunks_.streams(), 0);
+  for (uint16_t i = 0; i < chunks_.streams(); ++i) {
+    auto local = net::local_address(chunks_.fd(i));
+    auto peer = net::peer_address(chunks_.fd(i));
+    const std::string local_text = local ? net::address_text(*local) : "?";
+    const std::string peer_text = peer ? net::to_string(*peer) : "?";
+    auto it = std::find_if(rails_.begin(), rails_.end(), [&](const RailStats& r) {
+      return r.local_address == local_text && r.peer_address == peer_text;
+    });
+    if (it == rails_.end()) {
+      RailStats r;
+      r.local_address = local_text;
+      r.peer_address = peer_text;
+      r.state = "up";
+      for (const auto& [address, name] : rail_interfaces_) {
+        if (address == local_text) r.interface = name;
+      }
+      rails_.push_back(std::move(r));
+      it = rails_.end() - 1;
+    }
+    ++it->streams;
+    stream_rail_[i] = static_cast<uint16_t>(it - rails_.begin());
+  }
+  // Streams over different paths: give chunks by measured rate. (Streams of one path,
+  // as without rails, keep the least-queued choice.)
+  chunks_.set_rate_aware(rails_.size() > 1);
+}
+
 EndpointStats EndpointCore::stats() const {
   engine::ProgressEngine::Guard guard(*engine_);
   EndpointStats st = stats_;
   st.chunks_sent = chunks_.chunks_sent();
   st.chunks_per_stream = chunks_.chunks_per_stream();
+  st.rails = rails_;
+  for (uint16_t i = 0; i < stream_rail_.size(); ++i) {
+    RailStats& r = st.rails[stream_rail_[i]];
+    r.bytes_sent += chunks_.bytes_sent(i);
+    r.bytes_received += chunks_.bytes_received(i);
+    r.chunks_sent += chunks_.chunks_per_stream()[i];
+    r.chunks_received += chunks_.chunks_received(i);
+  }
+  st.rails.insert(st.rails.end(), skipped_rails_.begin(), skipped_rails_.end());
   st.chunks_pulled = chunks_.chunks_pulled();
   st.bytes_pulled = chunks_.bytes_pulled();
   st.huge_pages_promoted = chunks_.huge_pages_promoted();

@@ -105,6 +105,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// stay readable).
   void attach_stream_in(uint16_t index, std::unique_ptr<StreamIn> in);
   bool all_streams_attached() const noexcept;
+  /// The connecting side's rails it could not use (RailStats with state "skipped"), and
+  /// the interface name of each local address it bound (for EndpointStats::rails).
+  void set_rail_notes(std::vector<RailStats> skipped, std::vector<std::pair<std::string, std::string>> interfaces) {
+    skipped_rails_ = std::move(skipped);
+    rail_interfaces_ = std::move(interfaces);
+  }
   /// Registers every socket with the engine and starts serving. Lock held.
   Status activate();
   /// Called by the context when the endpoint is gone for good (lock held) so it can
@@ -370,6 +376,15 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
                     .streams = &chunks_}};
   ChunkScheduler chunks_;
   std::vector<DataWatch> data_watch_;
+  // Rails (EndpointStats::rails): the streams grouped by their local and peer
+  // addresses at activate(), each stream's group, and the connecting side's notes.
+  /// Groups the data streams into rails by their addresses; several rails make the
+  /// scheduler choose streams by measured rate.
+  void group_rails();
+  std::vector<RailStats> rails_;
+  std::vector<uint16_t> stream_rail_;
+  std::vector<RailStats> skipped_rails_;
+  std::vector<std::pair<std::string, std::string>> rail_interfaces_;  // local address, interface
 
   bool resume_queued_ = false;  // resume() is queued for the next progress round
 

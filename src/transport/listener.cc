@@ -355,10 +355,39 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
   ack.eager_limit = static_cast<uint32_t>(config_.eager_limit);
   ack.eager_credit = static_cast<uint32_t>(config_.eager_credit);
   ack.rma_window = config_.rma_window;
-  ack.capabilities = wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
-                     (config_.same_host_pulls ? wire::kCapSameHost : 0) | encrypt_capabilities(config_);
+  ack.capabilities = capabilities();
   return ack;
 }
+
+uint64_t ContextCore::capabilities() const noexcept {
+  return wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
+         (config_.same_host_pulls ? wire::kCapSameHost : 0) | (rails_.empty() ? 0 : wire::kCapRails) | encrypt_capabilities(config_);
+}
+
+std::vector<std::byte> ContextCore::rails_message(const ListenerCore* listener) const {
+  std::vector<wire::RailAddress> out;
+  const net::SockAddr& bound = listener->bound();
+  for (const net::Rail& rail : rails_) {
+    // A listener bound to the wildcard takes connections to every local address (an
+    // IPv4 wildcard only IPv4 ones); one bound to an address only there.
+    const bool reachable = net::is_wildcard(bound) ? (bound.family() == AF_INET6 || rail.address.family() == AF_INET)
+                                                   : net::same_address(bound, rail.address);
+    if (!reachable) continue;
+    wire::RailAddress a{.family = static_cast<uint8_t>(rail.address.family() == AF_INET ? 4 : 6),
+                        .prefix_length = rail.prefix_length,
+                        .port = net::port_of(bound)};
+    if (rail.address.family() == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(rail.address.get());
+      std::memcpy(a.address.data(), &v4->sin_addr, 4);
+    } else {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(rail.address.get());
+      std::memcpy(a.address.data(), &v6->sin6_addr, 16);
+    }
+    out.push_back(a);
+  }
+  return wire::encode_rails(out);
+}
+
 
 namespace {
 
@@ -436,6 +465,12 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
       pending_.erase(id);
       return ack;
     }
+  }
+  if ((hello.capabilities & wire::kCapRails) != 0 && !rails_.empty() && listener) {
+    // Where this side's rails can be reached (docs/protocol.md, "Rails"); at most
+    // 8 + 16 * 24 bytes after the 48 of the ACK on a fresh socket: it fits.
+    const std::vector<std::byte> rails = rails_message(listener.get());
+    if (net::send_some(fd, rails.data(), rails.size()).bytes != rails.size()) REMORA_LOG(kInfo, "could not send RAILS");
   }
 
   // The data streams must follow within the handshake deadline.

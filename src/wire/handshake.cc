@@ -191,6 +191,79 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
                .rma_window = t.rma_window};
 }
 
+// RAILS: header {magic u32, count u16, reserved u16}; entries {family u8, prefix u8,
+// port u16, reserved u32, address [16]}.
+constexpr size_t kRailsCountOffset = 4;
+constexpr size_t kRailsReservedOffset = 6;
+constexpr size_t kRailFamilyOffset = 0;
+constexpr size_t kRailPrefixOffset = 1;
+constexpr size_t kRailPortOffset = 2;
+constexpr size_t kRailReservedOffset = 4;
+constexpr size_t kRailAddressOffset = 8;
+static_assert(kRailsReservedOffset + 2 == kRailsHeaderSize);
+static_assert(kRailAddressOffset + 16 == kRailEntrySize && kRailReservedOffset + 4 == kRailAddressOffset);
+
+std::vector<std::byte> encode_rails(std::span<const RailAddress> rails) {
+  const size_t n = std::min(rails.size(), kMaxRailAddresses);
+  std::vector<std::byte> out(kRailsHeaderSize + n * kRailEntrySize);
+  std::byte* p = out.data();
+  store_u32(p + kMagicOffset, kMagic);
+  store_u16(p + kRailsCountOffset, static_cast<uint16_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    std::byte* e = p + kRailsHeaderSize + i * kRailEntrySize;
+    store_u8(e + kRailFamilyOffset, rails[i].family);
+    store_u8(e + kRailPrefixOffset, rails[i].prefix_length);
+    store_u16(e + kRailPortOffset, rails[i].port);
+    std::copy(rails[i].address.begin(), rails[i].address.end(), e + kRailAddressOffset);
+  }
+  return out;
+}
+
+Result<uint16_t> decode_rails_header(std::span<const std::byte> in) {
+  if (in.size() != kRailsHeaderSize) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("RAILS: decode needs exactly {} bytes, got {}", kRailsHeaderSize, in.size()));
+  }
+  if (const uint32_t magic = load_u32(&in[kMagicOffset]); magic != kMagic) {
+    return protocol_error(fmt::format("RAILS: magic 0x{:08x} is not 0x{:08x}", magic, kMagic));
+  }
+  const uint16_t count = load_u16(&in[kRailsCountOffset]);
+  if (const uint16_t reserved = load_u16(&in[kRailsReservedOffset]); reserved != 0) {
+    return protocol_error(fmt::format("RAILS: reserved field is {}, must be 0", reserved));
+  }
+  if (count > kMaxRailAddresses) {
+    return protocol_error(fmt::format("RAILS: {} addresses, at most {}", count, kMaxRailAddresses));
+  }
+  return count;
+}
+
+Result<RailAddress> decode_rail_entry(std::span<const std::byte> in) {
+  if (in.size() != kRailEntrySize) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("RAILS entry: decode needs exactly {} bytes, got {}", kRailEntrySize, in.size()));
+  }
+  const std::byte* e = in.data();
+  RailAddress r;
+  r.family = load_u8(e + kRailFamilyOffset);
+  r.prefix_length = load_u8(e + kRailPrefixOffset);
+  r.port = load_u16(e + kRailPortOffset);
+  std::copy(e + kRailAddressOffset, e + kRailEntrySize, r.address.begin());
+  if (r.family != 4 && r.family != 6)
+    return protocol_error(fmt::format("RAILS entry: family {} is not 4 or 6", r.family));
+  if (r.prefix_length > (r.family == 4 ? 32 : 128)) {
+    return protocol_error(fmt::format("RAILS entry: prefix length {} for IPv{}", r.prefix_length, r.family));
+  }
+  if (r.port == 0) return protocol_error("RAILS entry: port 0");
+  if (const uint32_t reserved = load_u32(e + kRailReservedOffset); reserved != 0) {
+    return protocol_error(fmt::format("RAILS entry: reserved field is 0x{:x}, must be 0", reserved));
+  }
+  if (r.family == 4 &&
+      std::any_of(r.address.begin() + 4, r.address.end(), [](std::byte b) { return b != std::byte{0}; })) {
+    return protocol_error("RAILS entry: an IPv4 address with nonzero bytes after its fourth");
+  }
+  return r;
+}
+
 Result<HelloAck> decode_hello_ack(std::span<const std::byte> in) {
   REMORA_ASSIGN_OR_RETURN(const uint16_t version, decode_preamble("HELLO_ACK", in, kHelloAckSize));
   const std::byte* p = in.data();

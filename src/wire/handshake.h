@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "remora/status.h"
 
@@ -29,6 +30,9 @@ inline constexpr uint64_t kCapChecksumCrc32c = uint64_t{1} << 2;
 /// Understands HOST, PULL and PULLED frames (types 13-15) and may read a peer on its own
 /// host out of the peer's memory (REMORA_SAME_HOST, docs/protocol.md "Same-host pulls").
 inline constexpr uint64_t kCapSameHost = uint64_t{1} << 3;
+/// This side has rails (REMORA_RAILS). When a control HELLO and its accepted HELLO_ACK
+/// both set it, the listener's RAILS message (below) follows the HELLO_ACK.
+inline constexpr uint64_t kCapRails = uint64_t{1} << 4;
 /// Seals every byte after the handshake (REMORA_ENCRYPT, docs/encryption.md) with
 /// AES-256-GCM / ChaCha20-Poly1305. A HELLO sets each cipher it may use; an accepted
 /// HELLO_ACK sets exactly the one chosen. Like checksums they must agree: a listener
@@ -75,6 +79,31 @@ struct HelloAck {
   uint32_t eager_credit = 0;
   uint32_t rma_window = 0;  ///< RMA requests this side serves concurrently per endpoint (1..65536)
 };
+
+/// RAILS (docs/protocol.md, "Rails"): the addresses a listener's endpoints can be
+/// reached at, one per rail; an 8-byte header and kRailEntrySize bytes per address.
+inline constexpr size_t kRailsHeaderSize = 8;
+inline constexpr size_t kRailEntrySize = 24;
+inline constexpr size_t kMaxRailAddresses = 16;
+
+/// One advertised address: an IPv4 (the first 4 bytes of `address`, the rest 0) or IPv6
+/// address in network byte order, its subnet's prefix length and the listener's port.
+struct RailAddress {
+  uint8_t family = 4;  ///< 4 or 6
+  uint8_t prefix_length = 0;
+  uint16_t port = 0;
+  std::array<std::byte, 16> address{};
+};
+
+/// The header and every entry of `rails` (at most kMaxRailAddresses; more are not sent).
+std::vector<std::byte> encode_rails(std::span<const RailAddress> rails);
+/// Decodes exactly kRailsHeaderSize bytes: how many entries follow. kProtocol on bad
+/// magic, a nonzero reserved field or a count above kMaxRailAddresses.
+Result<uint16_t> decode_rails_header(std::span<const std::byte> in);
+/// Decodes exactly kRailEntrySize bytes. kProtocol on a family other than 4 or 6, a
+/// prefix length beyond the family's bits, port 0, nonzero reserved bytes (and, for
+/// IPv4, nonzero bytes after the address's fourth).
+Result<RailAddress> decode_rail_entry(std::span<const std::byte> in);
 
 std::array<std::byte, kHelloSize> encode_hello(const Hello& hello) noexcept;
 std::array<std::byte, kHelloAckSize> encode_hello_ack(const HelloAck& ack) noexcept;

@@ -279,6 +279,29 @@ static_assert(sizeof(ZcrxIfqReg) == 96);
 static_assert(offsetof(ZcrxIfqReg, area_ptr) == 16 && offsetof(ZcrxIfqReg, offsets) == 32);
 static_assert(offsetof(ZcrxIfqReg, zcrx_id) == 64 && offsetof(ZcrxIfqReg, resv) == 72);
 
+// Device-less zcrx (Linux 7.1, "io_uring/zcrx: implement device-less mode for zcrx"): a
+// queue registered with ZCRX_REG_NODEV has no NIC under it; RECV_ZC on any TCP socket
+// then has the kernel copy the payload into the area's buffers, and the refill ring is
+// read only when asked to (IORING_REGISTER_ZCRX_CTRL with ZCRX_CTRL_FLUSH_RQ).
+
+/// `io_uring_zcrx_ifq_reg.flags`: no net device; every byte copied (ZCRX_REG_NODEV).
+inline constexpr uint32_t kZcrxRegNodev = 2;
+/// io_uring_register opcode for a zcrx instance's controls (IORING_REGISTER_ZCRX_CTRL).
+inline constexpr unsigned kIoringRegisterZcrxCtrl = 36;
+/// `zcrx_ctrl.op`: take the refill ring's entries back into the area now (ZCRX_CTRL_FLUSH_RQ).
+inline constexpr uint32_t kZcrxCtrlFlushRq = 0;
+
+/// `struct zcrx_ctrl`: IORING_REGISTER_ZCRX_CTRL's argument (nr_args 0); the flush's
+/// part of the union is reserved, all zero.
+struct ZcrxCtrl {
+  uint32_t zcrx_id;
+  uint32_t op;
+  uint64_t resv[2];
+  uint64_t op_args[6];  ///< the union of the operations' arguments (48 bytes)
+};
+static_assert(sizeof(ZcrxCtrl) == 72);
+static_assert(offsetof(ZcrxCtrl, op_args) == 24);
+
 /// A refill entry (`struct io_uring_zcrx_rqe`) and the second half of a zcrx CQE.
 struct ZcrxRqe {
   uint64_t off;

@@ -61,6 +61,43 @@ class IoUringZcrxKernel final : public ZcrxKernel {
                                           int dmabuf_fd, KernelError* refusal) override {
     const std::string what = fmt::format("io_uring zcrx registration of ifindex {} RX queue {}{}", ifindex, rx_queue,
                                          dmabuf_fd >= 0 ? " with a dmabuf area" : "");
+    uapi::ZcrxIfqReg reg{};
+    reg.if_idx = ifindex;
+    reg.if_rxq = rx_queue;
+    return register_ifq(what, reg, area_bytes, rq_entries, dmabuf_fd, refusal);
+  }
+
+  Result<ZcrxRegistration> register_device_less(uint64_t area_bytes, uint32_t rq_entries,
+                                                KernelError* refusal) override {
+    uapi::ZcrxIfqReg reg{};
+    reg.flags = uapi::kZcrxRegNodev;
+    const std::string what = "io_uring zcrx device-less registration (ZCRX_REG_NODEV)";
+    KernelError ke;
+    auto out = register_ifq(what, reg, area_bytes, rq_entries, -1, &ke);
+    if (refusal != nullptr) *refusal = ke;
+    if (out || ke.err == 0) return out;
+    // Not the NIC's hints of zcrx_register_refusal: there is no NIC here.
+    const std::string hint = ke.err == EINVAL  ? " — a kernel before Linux 7.1 does not know ZCRX_REG_NODEV"
+                             : ke.err == EPERM ? " — registering a zcrx queue needs CAP_NET_ADMIN"
+                                               : "";
+    return Status(out.status().code(), fmt::format("{}: the kernel refused: {}{}", what, errno_text(ke.err), hint));
+  }
+
+  Status flush_refill() override {
+    uapi::ZcrxCtrl ctrl{};
+    ctrl.zcrx_id = zcrx_id_;
+    ctrl.op = uapi::kZcrxCtrlFlushRq;
+    if (::syscall(__NR_io_uring_register, ring_.ring_fd, uapi::kIoringRegisterZcrxCtrl, &ctrl, 0) < 0) {
+      return Status(StatusCode::kInternal,
+                    fmt::format("io_uring zcrx {}: ZCRX_CTRL_FLUSH_RQ: {}", zcrx_id_, errno_text(errno)));
+    }
+    return Status::ok();
+  }
+
+  /// IORING_REGISTER_ZCRX_IFQ of `reg` (its interface fields and flags filled in) with
+  /// an area and a refill ring of ours.
+  Result<ZcrxRegistration> register_ifq(const std::string& what, uapi::ZcrxIfqReg reg, uint64_t area_bytes,
+                                        uint32_t rq_entries, int dmabuf_fd, KernelError* refusal) {
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     // The refill ring: a header page, then the entries (the kernel's documented sizing).
     refill_ = MappedPages((rq_entries * sizeof(uapi::ZcrxRqe) + page + page - 1) / page * page);
@@ -80,9 +117,6 @@ class IoUringZcrxKernel final : public ZcrxKernel {
     region.user_addr = reinterpret_cast<uintptr_t>(refill_.get());
     region.size = refill_.size();
     region.flags = uapi::kIoringMemRegionTypeUser;
-    uapi::ZcrxIfqReg reg{};
-    reg.if_idx = ifindex;
-    reg.if_rxq = rx_queue;
     reg.rq_entries = rq_entries;
     reg.area_ptr = reinterpret_cast<uintptr_t>(&area_reg);
     reg.region_ptr = reinterpret_cast<uintptr_t>(&region);
@@ -198,6 +232,11 @@ Result<std::unique_ptr<ZcrxKernel>> make_io_uring_zcrx_kernel(KernelError* refus
 #endif
 }
 
+Result<ZcrxRegistration> ZcrxKernel::register_device_less(uint64_t /*area_bytes*/, uint32_t /*rq_entries*/,
+                                                          KernelError* /*refusal*/) {
+  return Status(StatusCode::kUnsupported, "this zcrx kernel has no device-less mode");
+}
+
 // ---- the queue ----------------------------------------------------------------------
 
 Result<std::shared_ptr<ZcrxQueue>> ZcrxQueue::open(const Options& options, ZcrxKernelFactory kernel,
@@ -250,8 +289,9 @@ void ZcrxQueue::run(ZcrxKernelFactory make_kernel, std::promise<Status>* ready, 
   // within the kernel's bounds.
   const uint32_t entries =
       std::bit_ceil(static_cast<uint32_t>(std::clamp<uint64_t>(options_.area_bytes / page, 64, 32768)));
-  auto reg = kernel_->register_queue(options_.ifindex, options_.rx_queue, options_.area_bytes, entries,
-                                     options_.dmabuf_fd, refusal);
+  auto reg = options_.device_less ? kernel_->register_device_less(options_.area_bytes, entries, refusal)
+                                  : kernel_->register_queue(options_.ifindex, options_.rx_queue, options_.area_bytes,
+                                                            entries, options_.dmabuf_fd, refusal);
   if (!reg) {
     kernel_.reset();
     ready->set_value(reg.status());
@@ -265,11 +305,29 @@ void ZcrxQueue::run(ZcrxKernelFactory make_kernel, std::promise<Status>* ready, 
   std::vector<std::pair<Command, uint64_t>> commands;
   std::vector<std::function<void()>> notify;
   for (;;) {
+    bool flush = false;
     {
       std::lock_guard lock(mu_);
       if (stopping_) break;
       commands.swap(commands_);
       flush_backlog_locked();
+      flush = need_flush_;
+      need_flush_ = false;
+    }
+    // Device-less: the buffers handed back since the last time go back into the area
+    // before any receive is armed again (a starved one needs them).
+    if (flush) {
+      const Status flushed = kernel_->flush_refill();
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.flushes;
+        if (!flushed.is_ok()) fail_all_locked(flushed, &notify);
+      }
+      if (!flushed.is_ok()) {
+        arrived_.notify_all();
+        for (auto& fn : notify) fn();
+        break;
+      }
     }
     for (const auto& [command, id] : commands) {
       Status s;
@@ -409,12 +467,14 @@ void ZcrxQueue::refill_locked(uint64_t area_offset, uint32_t length) {
     return;
   }
   ++stats_.refilled;
+  need_flush_ = options_.device_less;
 }
 
 void ZcrxQueue::flush_backlog_locked() {
   while (!backlog_.empty() && refill_->refill(backlog_.front().first, backlog_.front().second)) {
     backlog_.pop_front();
     ++stats_.refilled;
+    need_flush_ = options_.device_less;
   }
 }
 
@@ -424,7 +484,10 @@ void ZcrxQueue::give_back_locked(uint32_t slot) {
   sl = Slot{};
   free_slots_.push_back(slot);
   --stats_.held;
-  if (starved_.empty()) return;
+  if (starved_.empty()) {
+    if (options_.device_less) kernel_->wake();  // the queue's thread flushes the refill ring
+    return;
+  }
   for (const uint64_t id : starved_) commands_.emplace_back(Command::kArm, id);
   starved_.clear();
   kernel_->wake();
@@ -529,6 +592,12 @@ void ZcrxQueue::stream_close(uint64_t id) {
 }
 
 std::string ZcrxQueue::describe() const {
+  if (options_.device_less) {
+    return fmt::format(
+        "io_uring zcrx in device-less mode (ZCRX_REG_NODEV: no NIC, the kernel copies every byte into the area; "
+        "zcrx id {}, {}-byte host area, {} refill entries)",
+        reg_.zcrx_id, reg_.area_bytes, reg_.rq_entries);
+  }
   return fmt::format("io_uring zcrx{} on ifindex {} RX queue {} (zcrx id {}, {}-byte {} area, {} refill entries)",
                      standin_ ? " (a test's stand-in NIC)" : "", options_.ifindex, options_.rx_queue, reg_.zcrx_id,
                      reg_.area_bytes, options_.dmabuf_fd >= 0 ? "dmabuf" : "host", reg_.rq_entries);

@@ -76,6 +76,14 @@ class ZcrxKernel {
   /// of one). The memory stays the kernel object's until it is destroyed.
   virtual Result<ZcrxRegistration> register_queue(uint32_t ifindex, uint32_t rx_queue, uint64_t area_bytes,
                                                   uint32_t rq_entries, int dmabuf_fd, KernelError* refusal) = 0;
+  /// Registers a device-less queue (ZCRX_REG_NODEV, Linux 7.1+): no interface under
+  /// it, a host area of `area_bytes` into which the kernel copies what RECV_ZC receives
+  /// on any TCP socket. kUnsupported by default (a stand-in NIC has no such mode).
+  virtual Result<ZcrxRegistration> register_device_less(uint64_t area_bytes, uint32_t rq_entries, KernelError* refusal);
+  /// Has the kernel take the refill ring's entries back into the area now
+  /// (ZCRX_CTRL_FLUSH_RQ). A device-less queue needs it: with no NIC's page pool
+  /// reading the ring, refilled buffers stay unused until flushed. Default: nothing to do.
+  virtual Status flush_refill() { return Status::ok(); }
   /// Arms a multishot RECV_ZC with no length limit on socket `fd`; its completions carry
   /// `user_data` (never 0).
   virtual Status arm(int fd, uint64_t user_data) = 0;
@@ -112,6 +120,11 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
     /// >= 0: the area is this dmabuf (device memory: the NIC writes there), whole; the
     /// queue uses the descriptor while it is open (the caller keeps it open until then).
     int dmabuf_fd = -1;
+    /// Device-less mode (ZCRX_REG_NODEV, Linux 7.1+): no interface or queue (ifindex and
+    /// rx_queue are ignored), a host area, and any TCP socket can be added: the kernel
+    /// copies its payload into the area (nothing is zero-copy), and the queue flushes the
+    /// refill ring after handing buffers back. For machines without a zcrx-capable NIC.
+    bool device_less = false;
   };
 
   /// One socket's RECV_ZC: what arrived for it, in stream order.
@@ -171,6 +184,7 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
 
   const ZcrxRegistration& registration() const noexcept { return reg_; }
   uint32_t rx_queue() const noexcept { return options_.rx_queue; }
+  bool device_less() const noexcept { return options_.device_less; }
   bool standin() const noexcept { return standin_; }
   std::string describe() const;
 
@@ -179,6 +193,7 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
     uint64_t bytes = 0;        ///< delivered into the area
     uint64_t refilled = 0;     ///< buffers handed back through the refill ring
     uint64_t held = 0;         ///< buffers delivered and not yet handed back
+    uint64_t flushes = 0;      ///< device-less: refill-ring flushes asked of the kernel
   };
   Stats stats() const;
 
@@ -240,7 +255,8 @@ class ZcrxQueue : public std::enable_shared_from_this<ZcrxQueue> {
   std::vector<std::pair<Command, uint64_t>> commands_;
   uint64_t next_id_ = 1;
   bool stopping_ = false;
-  Status broken_;  // the ring failed: no stream can be added
+  bool need_flush_ = false;  // device-less: buffers were refilled since the last flush
+  Status broken_;            // the ring failed: no stream can be added
   Stats stats_;
   std::thread thread_;
 };

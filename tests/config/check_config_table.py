@@ -73,7 +73,8 @@ def main():
     header = (root / "include/remora/config.h").read_text()
     body = header[header.index("struct ContextOptions {"):]
     body = body[:body.index("\n};")]
-    options = set(re.findall(r"std::optional<[^>]+>\s+(\w+)\s*=", body))
+    # One level of nested template arguments: std::optional<std::array<char, 256>>.
+    options = set(re.findall(r"std::optional<(?:[^<>]|<[^<>]*>)+>\s+(\w+)\s*=", body))
     fields = set(re.findall(r"`ContextOptions::(\w+)`", markdown))
     for f in sorted(options - fields):
         problems.append(f"ContextOptions::{f} has no row in the configuration table")

@@ -28,13 +28,19 @@ thread_local bool counting = false;
 thread_local size_t allocations = 0;
 }  // namespace
 
-// Counts, and allocates as the library's operator new does (with malloc), so that the
-// library's operator delete (free) releases it.
+// Counts, and allocates with malloc; the deletes below release with free, so that the
+// pair matches whatever runtime (AddressSanitizer's among them) provides the others.
 void* operator new(std::size_t n) {
   if (counting) ++allocations;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// GCC cannot see that these free only what the operator new above malloc'ed.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace remora::detail {
 namespace {

@@ -67,7 +67,8 @@ def test_context_options_new_fields_reach_the_config():
 
 def test_every_option_of_the_configuration_table_is_a_keyword():
     rows = remora.config_variables()
-    options = [r for r in rows if r["option"] and r["option"] != "auth_key"]
+    # Not those unset by default (auth_key, rails): "unset" is no value to pass.
+    options = [r for r in rows if r["option"] and not r["default"].startswith("unset")]
     assert len(options) >= 20 and len({r["name"] for r in rows}) == len(rows)
     for r in options:
         # Every option takes the value its variable takes, as text, and reads back.
@@ -82,6 +83,12 @@ def test_every_option_of_the_configuration_table_is_a_keyword():
         assert c["pin_mode"] == remora.PinMode.OFF and c["device_path"] == remora.DevicePathMode.ZCRX
     with remora.Context(ignore_env=True, auth_key="the job secret") as ctx:
         assert isinstance(ctx.config()["auth_key"], remora.AuthKey)
+    with remora.Context(ignore_env=True) as ctx:
+        assert ctx.config()["rails"] == ""
+    with remora.Context(ignore_env=True, rails="=lo") as ctx:
+        assert ctx.config()["rails"] == "=lo"
+    with pytest.raises(remora.InvalidArgument, match="REMORA_RAILS='no-such-nic'.*matches no interface"):
+        remora.Context(ignore_env=True, rails="no-such-nic")
     with pytest.raises(TypeError, match="unexpected keyword argument 'chunk_size'.*chunk_bytes"):
         remora.Context(ignore_env=True, chunk_size=4096)
     with pytest.raises(remora.InvalidArgument, match="REMORA_CHUNK_SIZE"):

@@ -414,3 +414,85 @@ TEST(HelloAckRoundTrip, RefusalMayCarryRmaWindowZero) {
 
 }  // namespace
 }  // namespace remora::wire
+
+namespace remora::wire {
+namespace {
+
+// RAILS (docs/protocol.md, "Rails"): the bytes of a listener's two addresses, exactly.
+TEST(RailsWire, GoldenBytes) {
+  RailAddress v4{.family = 4, .prefix_length = 24, .port = 7100};
+  v4.address[0] = std::byte{10};
+  v4.address[1] = std::byte{0};
+  v4.address[2] = std::byte{1};
+  v4.address[3] = std::byte{5};
+  RailAddress v6{.family = 6, .prefix_length = 64, .port = 0x1234};
+  v6.address[0] = std::byte{0xfd};
+  v6.address[15] = std::byte{0x01};
+  const RailAddress both[] = {v4, v6};
+  const std::vector<std::byte> out = encode_rails(both);
+  const std::vector<std::byte> expected = [] {
+    std::vector<int> v = {0x52, 0x4D, 0x52, 0x41, 2, 0, 0, 0,                            // magic, count 2, reserved
+                          4,    24,   0xBC, 0x1B, 0, 0, 0, 0, 10,  0, 1, 5, 0, 0, 0, 0,  // 10.0.1.5/24 port 7100
+                          0,    0,    0,    0,    0, 0, 0, 0,                            // rest of the v4 address
+                          6,    64,   0x34, 0x12, 0, 0, 0, 0, 0xfd};                     // fd00::1/64 port 0x1234
+    v.resize(8 + 24 + 24, 0);
+    v.back() = 0x01;
+    std::vector<std::byte> b;
+    for (int x : v) b.push_back(static_cast<std::byte>(x));
+    return b;
+  }();
+  ASSERT_EQ(out, expected);
+
+  auto count = decode_rails_header(std::span(out).first(kRailsHeaderSize));
+  ASSERT_TRUE(count.is_ok()) << count.status().to_string();
+  EXPECT_EQ(*count, 2);
+  auto a = decode_rail_entry(std::span(out).subspan(kRailsHeaderSize, kRailEntrySize));
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_EQ(a->family, 4);
+  EXPECT_EQ(a->prefix_length, 24);
+  EXPECT_EQ(a->port, 7100);
+  EXPECT_EQ(a->address, v4.address);
+  auto b = decode_rail_entry(std::span(out).subspan(kRailsHeaderSize + kRailEntrySize, kRailEntrySize));
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ(b->family, 6);
+  EXPECT_EQ(b->address, v6.address);
+}
+
+TEST(RailsWire, EmptyListIsEightBytes) {
+  const std::vector<std::byte> out = encode_rails({});
+  ASSERT_EQ(out.size(), kRailsHeaderSize);
+  auto count = decode_rails_header(out);
+  ASSERT_TRUE(count.is_ok());
+  EXPECT_EQ(*count, 0);
+}
+
+TEST(RailsWire, MalformedIsAProtocolError) {
+  RailAddress v4{.family = 4, .prefix_length = 24, .port = 7100};
+  v4.address[0] = std::byte{10};
+  const RailAddress one[] = {v4};
+  const std::vector<std::byte> good = encode_rails(one);
+  auto header = [&](std::vector<std::byte> b) { return decode_rails_header(std::span(b).first(kRailsHeaderSize)); };
+  auto entry = [&](std::vector<std::byte> b) {
+    return decode_rail_entry(std::span(b).subspan(kRailsHeaderSize, kRailEntrySize));
+  };
+  auto with = [&](size_t at, int value) {
+    std::vector<std::byte> b = good;
+    b[at] = static_cast<std::byte>(value);
+    return b;
+  };
+  EXPECT_EQ(header(with(0, 0x53)).status().code(), StatusCode::kProtocol);  // magic
+  EXPECT_EQ(header(with(4, 17)).status().code(), StatusCode::kProtocol);    // 17 addresses
+  EXPECT_EQ(header(with(6, 1)).status().code(), StatusCode::kProtocol);     // reserved
+  EXPECT_EQ(entry(with(8, 5)).status().code(), StatusCode::kProtocol);      // family 5
+  EXPECT_EQ(entry(with(9, 33)).status().code(), StatusCode::kProtocol);     // /33 for IPv4
+  EXPECT_EQ(entry(with(12, 1)).status().code(), StatusCode::kProtocol);     // reserved
+  EXPECT_EQ(entry(with(20, 1)).status().code(), StatusCode::kProtocol);     // IPv4 byte 5
+  auto no_port = good;
+  no_port[10] = no_port[11] = std::byte{0};
+  EXPECT_EQ(entry(no_port).status().code(), StatusCode::kProtocol);
+  EXPECT_EQ(decode_rails_header(std::span(good).first(7)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(entry(good).is_ok());
+}
+
+}  // namespace
+}  // namespace remora::wire

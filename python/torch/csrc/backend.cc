@@ -278,6 +278,9 @@ bool WorkRemora::drive(std::chrono::milliseconds timeout) {
         (void)r.wait(remora::kForever);
       }
       if (r.done()) {
+        // The final status: a slice that ran out just before the request completed
+        // returned kTimeout although the request then succeeded (or failed otherwise).
+        s = r.test();
         if (timed_out_.load()) {
           s = Status(remora::StatusCode::kTimeout, c10::str(name_, " did not complete within the process group's timeout of ",
                                                             timeout_.count(), " ms"));

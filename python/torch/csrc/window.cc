@@ -271,9 +271,12 @@ Status WindowRemora::settle_puts(int peer, std::chrono::milliseconds timeout) {
     const auto left =
         std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero());
     Status s = r.wait(std::chrono::duration_cast<remora::Duration>(left));
-    if (s.code() == StatusCode::kTimeout && !r.done()) {
-      return Status(StatusCode::kTimeout,
-                    c10::str("an earlier put to rank ", peer, " did not complete within ", timeout.count(), " ms"));
+    if (s.code() == StatusCode::kTimeout) {
+      if (!r.done()) {
+        return Status(StatusCode::kTimeout,
+                      c10::str("an earlier put to rank ", peer, " did not complete within ", timeout.count(), " ms"));
+      }
+      s = r.test();  // it completed just after the wait gave up: its own status
     }
     if (first.is_ok() && !s.is_ok()) first = s;
   }

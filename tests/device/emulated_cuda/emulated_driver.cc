@@ -129,8 +129,12 @@ std::mutex g_hold_mu;
 std::condition_variable g_hold_cv;
 bool g_hold = false;
 CUfunc_st g_unpack_function;
-thread_local std::vector<CUcontext> t_contexts;
-thread_local bool t_in_host_function = false;
+// Initial-exec: in the static TLS block that glibc keeps spare for modules loaded
+// later, not in dynamically allocated TLS. LeakSanitizer's tracer (GCC 12) crashed
+// walking a dlopen'ed module's dynamic TLS in some processes (it depended on the
+// build's path), failing every sanitized process that loaded this driver at exit.
+[[gnu::tls_model("initial-exec")]] thread_local std::vector<CUcontext> t_contexts;
+[[gnu::tls_model("initial-exec")]] thread_local bool t_in_host_function = false;
 std::atomic<int> g_calls_from_host_functions{0};
 
 /// Every entry point starts with this: CUDA forbids driver calls from a host function.

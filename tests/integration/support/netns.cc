@@ -60,6 +60,41 @@ NetnsPair::NetnsPair() {
   ok_ = true;
 }
 
+NetnsRails::NetnsRails(int n) {
+  const std::string base = "remora-r" + std::to_string(static_cast<int>(getpid()));
+  ns_[0] = base + "-a";
+  ns_[1] = base + "-b";
+  for (const auto& ns : ns_) {
+    if (!add_namespace(ns)) return;
+    if (!run({"ip", "-n", ns, "link", "set", "lo", "up"})) return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::string subnet = "10." + std::to_string(196 - i) + "." + subnet_octet() + ".";
+    const std::string a = "rla" + std::to_string(i), b = "rlb" + std::to_string(i);
+    addr_a_.push_back(subnet + "1");
+    addr_b_.push_back(subnet + "2");
+    if (!run({"ip", "-n", ns_[0], "link", "add", a, "type", "veth", "peer", "name", b, "netns", ns_[1]})) return;
+    if (!run({"ip", "-n", ns_[0], "addr", "add", addr_a_.back() + "/24", "dev", a})) return;
+    if (!run({"ip", "-n", ns_[1], "addr", "add", addr_b_.back() + "/24", "dev", b})) return;
+    if (!run({"ip", "-n", ns_[0], "link", "set", a, "up"})) return;
+    if (!run({"ip", "-n", ns_[1], "link", "set", b, "up"})) return;
+  }
+  ok_ = true;
+}
+
+bool NetnsRails::shape_b(int i, const std::string& rate) {
+  return run({"ip", "netns", "exec", ns_[1], "tc", "qdisc", "add", "dev", "rlb" + std::to_string(i), "root", "tbf",
+              "rate", rate, "burst", "64kb", "latency", "20ms"});
+}
+
+bool NetnsRails::add_unreachable_b() {
+  // A veth pair with both ends in ns_b (no dummy device needed).
+  return run({"ip", "-n", ns_[1], "link", "add", "rlb9", "type", "veth", "peer", "name", "rlx9"}) &&
+         run({"ip", "-n", ns_[1], "addr", "add", "10.193." + subnet_octet() + ".2/24", "dev", "rlb9"}) &&
+         run({"ip", "-n", ns_[1], "link", "set", "rlx9", "up"}) &&
+         run({"ip", "-n", ns_[1], "link", "set", "rlb9", "up"});
+}
+
 NetnsBridge::NetnsBridge(int n) {
   const std::string base = "remora-b" + std::to_string(static_cast<int>(getpid()));
   const std::string sw = base + "-sw";

@@ -59,6 +59,28 @@ class NetnsPair : public NetnsGroup {
   std::string addr_[2];
 };
 
+/// Two namespaces joined by `n` veth pairs, one subnet per pair (a host with n NICs
+/// facing a host with n NICs): pair i is "rla<i>" with 10.(196-i).x.1/24 in ns_a() and
+/// "rlb<i>" with 10.(196-i).x.2/24 in ns_b().
+class NetnsRails : public NetnsGroup {
+ public:
+  explicit NetnsRails(int n);
+
+  const std::string& ns_a() const { return ns_[0]; }
+  const std::string& ns_b() const { return ns_[1]; }
+  const std::string& addr_a(int i) const { return addr_a_.at(static_cast<size_t>(i)); }
+  const std::string& addr_b(int i) const { return addr_b_.at(static_cast<size_t>(i)); }
+  /// Limits what leaves ns_b() on pair i to `rate` (tc tbf, e.g. "100mbit").
+  bool shape_b(int i, const std::string& rate);
+  /// Adds to ns_b() an interface "rlb9" that is up with 10.193.x.2/24 (a veth whose
+  /// peer stays in ns_b()), which nothing in ns_a() can answer (no route back).
+  bool add_unreachable_b();
+
+ private:
+  std::string ns_[2];
+  std::vector<std::string> addr_a_, addr_b_;
+};
+
 /// `n` namespaces on one Ethernet segment: namespace i has "rmr0" with address
 /// 10.198.x.(i+1)/24, whose veth peer is a port of the bridge "rmrbr" in a separate
 /// switch namespace (so no namespace of the test holds the bridge and its traffic is

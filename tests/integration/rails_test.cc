@@ -1,0 +1,151 @@
+// Rails: two remora_rails_peer processes in two network namespaces joined by two veth
+// pairs (one subnet each), with REMORA_RAILS naming both NICs on each side. The
+// listener advertises an address per rail (RAILS), the connecting side binds a data
+// stream to each rail, every byte is checked, and each side's per-rail counters say
+// which rail carried what. A rate limit (tbf) on one rail shifts the chunks to the
+// other; a rail that cannot reach the peer is skipped with its reason.
+#include <cstdio>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "itest_util.h"
+#include "support/netns.h"
+
+namespace remora::itest {
+namespace {
+
+struct RailLine {
+  std::string state, local, peer, interface;
+  uint64_t streams = 0, chunks_sent = 0, chunks_received = 0, bytes_sent = 0, bytes_received = 0;
+  std::string reason;
+};
+
+std::vector<RailLine> parse_rails(const std::string& output) {
+  std::vector<RailLine> out;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("RAIL ", 0) != 0) continue;
+    std::istringstream in(line.substr(5));
+    RailLine r;
+    in >> r.state >> r.local >> r.peer >> r.interface >> r.streams >> r.chunks_sent >> r.chunks_received >>
+        r.bytes_sent >> r.bytes_received;
+    std::getline(in, r.reason);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::unique_ptr<Process> spawn_rails_peer(const NetnsRails& net, const std::string& ns, std::vector<std::string> args,
+                                          std::vector<std::string> env) {
+  std::vector<std::string> argv = net.exec_prefix(ns);
+  argv.push_back(REMORA_RAILS_PEER_PATH);
+  for (auto& a : args) argv.push_back(std::move(a));
+  auto p = std::make_unique<Process>(Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = false});
+  EXPECT_TRUE(p->ok()) << p->error();
+  return p;
+}
+
+struct Outcome {
+  std::vector<RailLine> listener, connector;
+};
+
+/// One transfer of `size` bytes from ns_b (connecting) to ns_a (listening).
+Outcome transfer(const NetnsRails& net, uint64_t size, const std::string& rails_b = "rlb") {
+  const std::string common_size = "--size=" + std::to_string(size);
+  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", common_size, "--seed=36"},
+                            {"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error"});
+  if (!a->ok()) return {};
+  const uint16_t port = read_port(*a);
+  if (port == 0) return {};
+  auto b = spawn_rails_peer(
+      net, net.ns_b(),
+      {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), common_size, "--seed=36"},
+      {"REMORA_RAILS=" + rails_b, "REMORA_STREAMS=1", "REMORA_LOG=error"});
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
+  EXPECT_TRUE(Process::exited_ok(b_status)) << "connecting side " << Process::describe(b_status) << ":\n" << b_out;
+  EXPECT_TRUE(Process::exited_ok(a_status)) << "listening side " << Process::describe(a_status) << ":\n" << a_out;
+  return {parse_rails(a_out), parse_rails(b_out)};
+}
+
+uint64_t sum_received(const std::vector<RailLine>& rails) {
+  uint64_t n = 0;
+  for (const RailLine& r : rails) n += r.bytes_received;
+  return n;
+}
+
+TEST(Rails, BothRailsCarryTheTransferEveryByteChecked) {
+  NetnsRails net(2);
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  const uint64_t size = 64ull << 20;
+  const Outcome o = transfer(net, size);
+  ASSERT_EQ(o.connector.size(), 2u);
+  ASSERT_EQ(o.listener.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const RailLine& r = o.connector[static_cast<size_t>(i)];
+    SCOPED_TRACE(r.local);
+    EXPECT_EQ(r.state, "up");
+    EXPECT_EQ(r.local, net.addr_b(i));                             // each stream bound to its rail's address
+    EXPECT_EQ(r.peer.substr(0, r.peer.find(':')), net.addr_a(i));  // toward the listener's address on that rail
+    EXPECT_EQ(r.interface, "rlb" + std::to_string(i));
+    EXPECT_EQ(r.streams, 1u);
+    EXPECT_GT(r.chunks_sent, 0u);
+    EXPECT_GT(r.bytes_sent, 0u);
+  }
+  EXPECT_EQ(o.connector[0].bytes_sent + o.connector[1].bytes_sent, size);
+  // The listener sees the same rails from its side, and got every byte (checked there).
+  EXPECT_EQ(sum_received(o.listener), size);
+  for (const RailLine& r : o.listener) {
+    EXPECT_EQ(r.state, "up");
+    EXPECT_GT(r.chunks_received, 0u);
+  }
+}
+
+TEST(Rails, ARateLimitedRailGetsFewerChunks) {
+  NetnsRails net(2);
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  if (!net.shape_b(1, "100mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  const uint64_t size = 64ull << 20;
+  const Outcome o = transfer(net, size);
+  ASSERT_EQ(o.connector.size(), 2u);
+  const RailLine& fast = o.connector[0];
+  const RailLine& slow = o.connector[1];
+  EXPECT_EQ(fast.local, net.addr_b(0));
+  EXPECT_EQ(slow.local, net.addr_b(1));
+  std::printf("fast rail: %lu chunks, slow rail (100 Mbit/s): %lu chunks\n",
+              static_cast<unsigned long>(fast.chunks_sent), static_cast<unsigned long>(slow.chunks_sent));
+  EXPECT_GT(fast.chunks_sent, slow.chunks_sent)
+      << "fast rail " << fast.chunks_sent << " chunks, slow rail " << slow.chunks_sent;
+  EXPECT_EQ(fast.bytes_sent + slow.bytes_sent, size);
+  EXPECT_EQ(sum_received(o.listener), size);
+}
+
+TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
+  NetnsRails net(2);
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  if (!net.add_unreachable_b()) GTEST_SKIP() << "cannot add a dummy interface: " << net.error();
+  const uint64_t size = 8ull << 20;
+  const Outcome o = transfer(net, size, "=rlb0,rlb1,rlb9");
+  ASSERT_EQ(o.connector.size(), 3u);
+  int up = 0, skipped = 0;
+  for (const RailLine& r : o.connector) {
+    if (r.state == "up") {
+      ++up;
+      EXPECT_GT(r.chunks_sent, 0u) << r.local;
+    } else {
+      ++skipped;
+      EXPECT_EQ(r.state, "skipped");
+      EXPECT_EQ(r.interface, "rlb9");
+      EXPECT_EQ(r.streams, 0u);
+      EXPECT_FALSE(r.reason.empty());
+    }
+  }
+  EXPECT_EQ(up, 2);
+  EXPECT_EQ(skipped, 1);
+  EXPECT_EQ(sum_received(o.listener), size);
+}
+
+}  // namespace
+}  // namespace remora::itest
