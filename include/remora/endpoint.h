@@ -101,6 +101,9 @@ struct EndpointStats {
   /// Why this side does not read the peer's chunks out of its memory ("" when it does, or
   /// before the peer said who it is): another host, REMORA_SAME_HOST=off, the kernel's refusal.
   std::string same_host_reason;
+  /// The cipher sealing every connection of this endpoint (REMORA_ENCRYPT):
+  /// "aes256gcm" or "chacha20poly1305"; "" when they travel in clear.
+  std::string encryption;
   // One-sided operations this side initiated, and those it served as the target.
   uint64_t puts = 0, gets = 0, atomics = 0;
   uint64_t rma_bytes_put = 0, rma_bytes_got = 0;

@@ -126,11 +126,14 @@ IoResult moved(size_t n) { return {.kind = IoResult::Kind::kBytes, .bytes = n}; 
 /// thread may send while another receives, as on a plain socket.
 class SealedSocket {
  public:
-  explicit SealedSocket(const SealKeys& keys) : tx_(keys.cipher, keys.send), rx_(keys.cipher, keys.recv) {
+  explicit SealedSocket(const SealKeys& keys)
+      : cipher_(keys.cipher), tx_(keys.cipher, keys.send), rx_(keys.cipher, keys.recv) {
     out_.reserve(kSendBatch + (kSendBatch / kSealRecordMax) * (kSealHeaderSize + kSealTagSize));
     in_.resize(kRecvBuffer);
     plain_.resize(kSealRecordMax);
   }
+
+  SealCipher cipher() const noexcept { return cipher_; }
 
   IoResult send(int fd, const std::byte* data, size_t len) {
     if (len == 0) return moved(0);
@@ -251,6 +254,7 @@ class SealedSocket {
   }
 
   // Send side.
+  SealCipher cipher_;
   Direction tx_;
   std::vector<std::byte> out_;  // sealed records not yet wholly in the kernel
   size_t out_off_ = 0;
@@ -337,6 +341,11 @@ void unseal_socket(int fd) noexcept {
 }
 
 bool is_sealed(int fd) noexcept { return find(fd) != nullptr; }
+
+std::optional<SealCipher> sealed_cipher(int fd) noexcept {
+  SealedSocket* s = find(fd);
+  return s == nullptr ? std::nullopt : std::optional<SealCipher>(s->cipher());
+}
 
 SealCounters seal_counters(int fd) noexcept {
   SealedSocket* s = find(fd);

@@ -27,6 +27,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,8 @@ void unseal_socket(int fd) noexcept;
 
 /// Whether `fd` has a sealing layer.
 bool is_sealed(int fd) noexcept;
+/// The cipher sealing `fd`; nullopt: it has no sealing layer.
+std::optional<SealCipher> sealed_cipher(int fd) noexcept;
 
 /// What a sealed socket has done, for tests and statistics.
 struct SealCounters {

@@ -17,6 +17,7 @@
 #include "datapath/checksum.h"
 #include "net/io.h"
 #include "net/rails.h"
+#include "net/seal.h"
 #include "transport/endpoint_core.h"
 
 namespace remora {
@@ -237,6 +238,7 @@ EndpointStats EndpointCore::stats() const {
   st.bytes_pulled = chunks_.bytes_pulled();
   st.huge_pages_promoted = chunks_.huge_pages_promoted();
   st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
+  if (auto cipher = net::sealed_cipher(control_.get())) st.encryption = std::string(net::cipher_name(*cipher));
   return st;
 }
 

@@ -454,6 +454,9 @@ TEST(EncryptionSettings, OnMeetsNamedCipher) {
   ASSERT_TRUE(p.c->send(msg, Tag{1}).wait(30s).is_ok());
   ASSERT_TRUE(r.wait(30s).is_ok());
   EXPECT_TRUE(in == msg);
+  // A server that takes either cipher meets the client's choice; both sides say which.
+  EXPECT_EQ(p.c->stats().encryption, "chacha20poly1305");
+  EXPECT_EQ(p.s->stats().encryption, "chacha20poly1305");
 }
 
 TEST(EncryptionSettings, NoSecretRefusedAtCreate) {
