@@ -189,6 +189,7 @@ struct CommOptions {
 struct ConnectionStats {
   int peers = 0;                ///< ranks this rank has an endpoint to
   size_t sockets = 0;           ///< TCP connections of those endpoints (1 control + the data streams each)
+  int sealed_peers = 0;         ///< of those peers, the ones whose connections are sealed (REMORA_ENCRYPT)
   size_t descriptors = 0;       ///< file descriptors this process has open, all of them
   size_t descriptor_limit = 0;  ///< its soft RLIMIT_NOFILE (raised toward the hard one when more are needed)
 };

@@ -194,12 +194,14 @@ void bind_communicator(nb::class_<CommObj>& comm) {
             nb::dict d;
             d["peers"] = st.peers;
             d["sockets"] = st.sockets;
+            d["sealed_peers"] = st.sealed_peers;
             d["descriptors"] = st.descriptors;
             d["descriptor_limit"] = st.descriptor_limit;
             return d;
           },
           "What this rank holds to reach the others (Communicator::connections): a dict of peers "
-          "(ranks it has an endpoint to), sockets (of those endpoints), descriptors (this process's open "
+          "(ranks it has an endpoint to), sockets (of those endpoints), sealed_peers (of those ranks, the ones "
+          "whose connections are sealed: REMORA_ENCRYPT), descriptors (this process's open "
           "file descriptors) and descriptor_limit (its soft RLIMIT_NOFILE). A communicator made by init "
           "connects to a rank when something first needs it (docs/scaling.md).")
       .def(

@@ -246,6 +246,7 @@ ConnectionStats World::connections() const {
     if (ep->failed()) continue;
     ++s.peers;
     s.sockets += 1 + ep->data_streams();
+    if (!ep->stats().encryption.empty()) ++s.sealed_peers;
   }
   s.descriptors = net::open_descriptors();
   s.descriptor_limit = net::descriptor_limit();

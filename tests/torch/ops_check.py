@@ -12,6 +12,7 @@ import datetime
 import os
 import sys
 
+import remora_torch
 import torch
 import torch.distributed as dist
 
@@ -308,6 +309,8 @@ def main() -> None:
         assert "timeout" not in msg.lower() and ("peer" in msg or "abort" in msg), msg
     dist.barrier()
 
+    conn = remora_torch.connections()
+    print(f"rank {rank}: sealed peers: {conn['sealed_peers']} of {conn['peers']}", flush=True)
     print(f"rank {rank}: ops ok: {CHECKS} checks", flush=True)
     dist.destroy_process_group()
 

@@ -410,6 +410,8 @@ void ProcessGroupRemora::abort() {
   shutdown();
 }
 
+remora::ConnectionStats ProcessGroupRemora::connections() const { return comm_->connections(); }
+
 std::string ProcessGroupRemora::allreduce_algorithm(size_t bytes) const {
   const auto choice = comm_->algorithm(remora::CollectiveKind::kAllreduce, bytes);
   return std::string(choice.name);

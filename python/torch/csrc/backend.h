@@ -163,6 +163,8 @@ class ProcessGroupRemora : public c10d::Backend {
 
   /// The algorithm remora runs for an allreduce of `bytes` (for benchmarks and tests).
   std::string allreduce_algorithm(size_t bytes) const;
+  /// What this rank holds to reach the others (remora::Communicator::connections).
+  remora::ConnectionStats connections() const;
 
   // For windows (window.cc): works of this group, its context and communicator.
   c10::intrusive_ptr<WorkRemora> make_work(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,

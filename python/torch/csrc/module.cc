@@ -23,6 +23,17 @@ std::string allreduce_algorithm(const c10::intrusive_ptr<c10d::Backend>& backend
   return pg->allreduce_algorithm(bytes);
 }
 
+py::dict connections(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  auto* pg = dynamic_cast<remora_torch::ProcessGroupRemora*>(backend.get());
+  TORCH_CHECK(pg != nullptr, "not a remora backend");
+  const remora::ConnectionStats st = pg->connections();
+  py::dict d;
+  d["peers"] = st.peers;
+  d["sockets"] = st.sockets;
+  d["sealed_peers"] = st.sealed_peers;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -33,6 +44,9 @@ PYBIND11_MODULE(_C, m) {
         "A ProcessGroupRemora meeting the other ranks through `store` (a c10d Store).");
   m.def("allreduce_algorithm", &allreduce_algorithm, py::arg("backend"), py::arg("bytes"),
         "The algorithm remora runs for an allreduce of `bytes` on this backend (\"ring\", \"rd\", ...).");
+  m.def("connections", &connections, py::arg("backend"),
+        "What this rank's backend holds to reach the others: peers (ranks with an endpoint), sockets, and "
+        "sealed_peers (of those, the ones whose connections are sealed: REMORA_ENCRYPT).");
 #ifdef REMORA_TORCH_WINDOWS
   m.attr("has_windows") = true;
 #else

@@ -79,4 +79,12 @@ def allreduce_algorithm(nbytes: int, group=None) -> str:
     return _C.allreduce_algorithm(pg._get_backend(torch.device("cpu")), nbytes)
 
 
+def connections(group=None) -> dict:
+    """What this rank's remora backend holds to reach the other ranks of ``group``:
+    ``peers`` (ranks it has an endpoint to), ``sockets``, and ``sealed_peers`` (of those
+    ranks, the ones whose connections are sealed: ``REMORA_ENCRYPT``)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _C.connections(pg._get_backend(torch.device("cpu")))
+
+
 register()
