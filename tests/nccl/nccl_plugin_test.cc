@@ -248,4 +248,36 @@ TEST(NcclPluginNetns, AcrossVethBothVersions) {
   }
 }
 
+// REMORA_ENCRYPT on both sides: the plugin's endpoints are sealed like any other, and
+// every size arrives intact across two network namespaces.
+TEST(NcclPluginSealed, AcrossVethSealed) {
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
+  exchange(12, {"--sizes", "0,4096,1048576,5000000", "--messages", "32", "--group", "4", "--reg", "1"},
+           {"REMORA_AUTH_KEY=nccl job secret", "REMORA_ENCRYPT=on"}, &net);
+}
+
+// Only the receiver seals: the sender's connect is refused (the setting must match on
+// both sides), so neither side reports a transfer. This is what shows that the plugin
+// reads REMORA_ENCRYPT at all.
+TEST(NcclPluginSealed, APlainSenderIsRefusedBySealedReceiver) {
+  const std::vector<std::string> scenario = {"--sizes", "4096", "--messages", "1", "--timeout", "5"};
+  Process recv({.argv = harness_argv("recv", 12, scenario, {}),
+                .env = {"REMORA_AUTH_KEY=nccl job secret", "REMORA_ENCRYPT=on"}});
+  ASSERT_TRUE(recv.ok()) << recv.error();
+  std::string handle = expect_line(recv, "HANDLE ");
+  ASSERT_FALSE(handle.empty());
+  std::vector<std::string> send_args = scenario;
+  send_args.insert(send_args.end(), {"--handle", handle.substr(7)});
+  Process send({.argv = harness_argv("send", 12, send_args, {}),
+                .env = {"REMORA_AUTH_KEY=nccl job secret"},
+                .pipe_stdin = true});
+  ASSERT_TRUE(send.ok()) << send.error();
+  auto ss = send.wait(60s);
+  auto rs = recv.wait(60s);
+  ASSERT_TRUE(rs && ss);
+  EXPECT_FALSE(Process::exited_ok(*ss)) << "a plain sender must not reach a sealed receiver";
+  EXPECT_FALSE(Process::exited_ok(*rs)) << "the sealed receiver must not report a transfer";
+}
+
 }  // namespace
