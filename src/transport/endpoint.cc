@@ -74,6 +74,9 @@ bool EndpointCore::all_streams_attached() const noexcept { return chunks_.all_at
 Status EndpointCore::activate() {
   if (!control_.valid() || !all_streams_attached()) return Status(StatusCode::kInternal, "activate before all streams attached");
   paths_.settle();
+  // Sealed by now on both sides (REMORA_ENCRYPT); kept, as the socket closes before the
+  // endpoint's last stats are read.
+  if (auto cipher = net::sealed_cipher(control_.get())) encryption_ = std::string(net::cipher_name(*cipher));
   // The control stream is watched for EPOLLOUT only while a send is blocked
   // (watch_control_output). Otherwise, with edge-triggered interest, every arriving
   // frame would also queue an EPOLLOUT report: after a spinning poller has already
@@ -238,7 +241,7 @@ EndpointStats EndpointCore::stats() const {
   st.bytes_pulled = chunks_.bytes_pulled();
   st.huge_pages_promoted = chunks_.huge_pages_promoted();
   st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
-  if (auto cipher = net::sealed_cipher(control_.get())) st.encryption = std::string(net::cipher_name(*cipher));
+  st.encryption = encryption_;
   return st;
 }
 

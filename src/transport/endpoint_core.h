@@ -435,6 +435,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::optional<wire::GoodbyeReason> peer_goodbye_;
   bool host_heard_ = false;       // the peer's HOST identity came
   std::string same_host_reason_;  // why this side does not read the peer's memory ("" when it does)
+  std::string encryption_;        // the cipher sealing the connections, set at activate ("" in clear)
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived
   /// before stay in matcher_ and receives still match them. Cleared by close().
   bool keep_arrived_ = false;
