@@ -54,6 +54,11 @@ int matrix_main(int argc, char** argv);
 
 /// Open descriptors of process `pid` (entries of /proc/<pid>/fd), -1 if unreadable.
 int count_fds(int pid);
+/// Under AddressSanitizer, empties its quarantine and returns free pages to the kernel,
+/// so that RSS measured next follows what is live (freed blocks are otherwise held, up to
+/// 256 MiB, and RSS climbs with the bytes allocated). Does nothing in other builds.
+void settle_allocator();
+
 /// VmRSS of process `pid` in KiB, -1 if unreadable.
 long rss_kib(int pid);
 

@@ -10,6 +10,11 @@
 
 #include "faults.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer's runtime (GCC 12 ships no header declaring it).
+extern "C" void __sanitizer_purge_allocator();
+#endif
+
 namespace remora::faults {
 
 int count_fds(int pid) {
@@ -21,6 +26,12 @@ int count_fds(int pid) {
   }
   ::closedir(d);
   return n;
+}
+
+void settle_allocator() {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_purge_allocator();
+#endif
 }
 
 long rss_kib(int pid) {

@@ -480,6 +480,7 @@ int run_observer(const Flags& f) {
   std::shared_ptr<Endpoint> healthy = connect_or_die(*ctx, f.str("healthy"));
   const RemoteKey healthy_key = key_or_die(f.str("healthy-key"));
   if (const std::string s = check_survivor(*healthy, healthy_key, 1); s != "ok") die("healthy peer before: " + s);
+  settle_allocator();
   say("BASELINE");
   expect_command("go");
 
@@ -588,6 +589,7 @@ int run_observer(const Flags& f) {
     victim.reset();
   }
   comm.reset();
+  settle_allocator();
   say("RELEASED");
   expect_command("survivor");
   say("SURVIVOR " + check_survivor(*healthy, healthy_key, 2));
