@@ -33,6 +33,11 @@ inline constexpr uint64_t kCapSameHost = uint64_t{1} << 3;
 /// This side has rails (REMORA_RAILS). When a control HELLO and its accepted HELLO_ACK
 /// both set it, the listener's RAILS message (below) follows the HELLO_ACK.
 inline constexpr uint64_t kCapRails = uint64_t{1} << 4;
+// Bits 5 and 6 are reserved for encryption.
+/// Understands SHM frames (type 16) and may move its control stream into a ring in shared
+/// memory with a peer on its own host (REMORA_SAME_HOST, docs/protocol.md "Shared-memory
+/// channel"). Used only when both sides also advertised kCapSameHost.
+inline constexpr uint64_t kCapShmChannel = uint64_t{1} << 7;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 

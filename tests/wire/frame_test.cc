@@ -90,9 +90,11 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, PullFrame>) {
           return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.address == y.address &&
                  x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc;
-        } else {
-          static_assert(std::is_same_v<T, PulledFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, PulledFrame>) {
           return x.recv_id == y.recv_id && x.length == y.length && x.kind == y.kind;
+        } else {
+          static_assert(std::is_same_v<T, ShmFrame>, "same_frame: a frame type is not compared");
+          return x.op == y.op && x.ring_fd == y.ring_fd && x.wake_fd == y.wake_fd && x.code == y.code;
         }
       },
       a);
@@ -147,23 +149,21 @@ const Bytes kBootIdWire = bytes({0xB0, 0xB1, 0xB2, 0xB3, 0xB4, 0xB5, 0xB6, 0xB7,
 
 std::vector<Golden> goldens() {
   return {
-      {"eager",
-       EagerFrame{.tag = static_cast<Tag>(0x0102030405060708), .payload = kEagerPayload},
+      {"eager", EagerFrame{.tag = static_cast<Tag>(0x0102030405060708), .payload = kEagerPayload},
        bytes({0x01, 0x00, 0x00, 0x00, 0x0B, 0x00, 0x00, 0x00,  // type 1, body 8 + 3
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // tag
               0xAA, 0xBB, 0xCC})},
-      {"eager_empty",
-       EagerFrame{.tag = static_cast<Tag>(0), .payload = {}},
+      {"eager_empty", EagerFrame{.tag = static_cast<Tag>(0), .payload = {}},
        bytes({0x01, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  //
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},
       {"rts",
-       RtsFrame{.send_id = 0x0102030405060708, .tag = static_cast<Tag>(0x1112131415161718), .length = 0x2122232425262728},
-       bytes({0x02, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 2, body 24
-              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // send_id
-              0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // tag
+       RtsFrame{
+           .send_id = 0x0102030405060708, .tag = static_cast<Tag>(0x1112131415161718), .length = 0x2122232425262728},
+       bytes({0x02, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,     // type 2, body 24
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,     // send_id
+              0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,     // tag
               0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21})},  // length
-      {"cts",
-       CtsFrame{.send_id = 0x0102030405060708, .recv_id = 0x1112131415161718, .status = CtsStatus::kTruncated},
+      {"cts", CtsFrame{.send_id = 0x0102030405060708, .recv_id = 0x1112131415161718, .status = CtsStatus::kTruncated},
        bytes({0x03, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 3, body 24
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // send_id
               0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // recv_id
@@ -177,26 +177,22 @@ std::vector<Golden> goldens() {
               0x24, 0x23, 0x22, 0x21,                          // length
               0x32, 0x31,                                      // stream
               0x00, 0x00})},                                   // reserved
-      {"credit",
-       CreditFrame{.bytes = 0x0102030405060708},
+      {"credit", CreditFrame{.bytes = 0x0102030405060708},
        bytes({0x05, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 5, body 8
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})},
-      {"goodbye",
-       GoodbyeFrame{.reason = 0x01020304},
+      {"goodbye", GoodbyeFrame{.reason = 0x01020304},
        bytes({0x06, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 6, body 8
               0x04, 0x03, 0x02, 0x01,                          // reason
               0x00, 0x00, 0x00, 0x00})},                       // reserved
       // --- one-sided (RMA) frames ---
-      {"chunk_put",
-       ChunkFrame{.recv_id = 7, .offset = 0x10000, .length = 0x8000, .stream = 2, .kind = ChunkKind::kPut},
+      {"chunk_put", ChunkFrame{.recv_id = 7, .offset = 0x10000, .length = 0x8000, .stream = 2, .kind = ChunkKind::kPut},
        bytes({0x04, 0x01, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 4, flags = kind 1 (put data), body 24
               0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the initiator's PUT op_id
               0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
               0x00, 0x80, 0x00, 0x00,                          // length
               0x02, 0x00,                                      // stream
               0x00, 0x00})},                                   // reserved
-      {"chunk_get",
-       ChunkFrame{.recv_id = kMaxU64, .offset = 0, .length = 1, .stream = 0x3F, .kind = ChunkKind::kGet},
+      {"chunk_get", ChunkFrame{.recv_id = kMaxU64, .offset = 0, .length = 1, .stream = 0x3F, .kind = ChunkKind::kGet},
        bytes({0x04, 0x02, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 4, flags = kind 2 (get data), body 24
               0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,  // recv_id = the initiator's GET op_id
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
@@ -212,91 +208,112 @@ std::vector<Golden> goldens() {
                 .notify = 0x2122232425262728,
                 .inline_data = true,
                 .payload = kEagerPayload},
-       concat({bytes({0x07, 0x03, 0x00, 0x00, 0x4B, 0x00, 0x00, 0x00,   // type 7, NOTIFY|INLINE, body 72 + 3
+       concat({bytes({0x07, 0x03, 0x00, 0x00, 0x4B, 0x00, 0x00, 0x00,    // type 7, NOTIFY|INLINE, body 72 + 3
                       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),  // op_id
                kKeyWire,                                                 // key
-               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // offset
-                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
-                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // notify
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,    // offset
+                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // length
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,    // notify
                       0xAA, 0xBB, 0xCC})})},                             // payload
       {"put_inline",
-       PutFrame{.op_id = 2, .key = test_key(), .offset = 0x40, .length = 1, .inline_data = true,
+       PutFrame{.op_id = 2,
+                .key = test_key(),
+                .offset = 0x40,
+                .length = 1,
+                .inline_data = true,
                 .payload = std::span(kEagerPayload).first(1)},
-       concat({bytes({0x07, 0x02, 0x00, 0x00, 0x49, 0x00, 0x00, 0x00,   // type 7, INLINE, body 72 + 1
+       concat({bytes({0x07, 0x02, 0x00, 0x00, 0x49, 0x00, 0x00, 0x00,    // type 7, INLINE, body 72 + 1
                       0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
                kKeyWire,                                                 // key
-               bytes({0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
-                      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
-                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // notify (no NOTIFY flag: 0)
+               bytes({0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // offset
+                      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // length
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // notify (no NOTIFY flag: 0)
                       0xAA})})},                                         // payload
       {"put_inline_empty",
-       PutFrame{.op_id = 3, .key = test_key(), .offset = 0, .length = 0, .has_notify = true, .notify = 1,
-                .inline_data = true, .payload = {}},
-       concat({bytes({0x07, 0x03, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,   // type 7, NOTIFY|INLINE, body 72 + 0
-                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
-               kKeyWire,                                                 // key
-               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
-                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length 0: a zero-length put
+       PutFrame{.op_id = 3,
+                .key = test_key(),
+                .offset = 0,
+                .length = 0,
+                .has_notify = true,
+                .notify = 1,
+                .inline_data = true,
+                .payload = {}},
+       concat({bytes({0x07, 0x03, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,       // type 7, NOTIFY|INLINE, body 72 + 0
+                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),     // op_id
+               kKeyWire,                                                    // key
+               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // offset
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // length 0: a zero-length put
                       0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})})},  // notify
-      {"put",
-       PutFrame{.op_id = 4, .key = test_key(), .offset = 0x1000, .length = 0x0000000100000000, .payload = {}},
-       concat({bytes({0x07, 0x00, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,   // type 7, no flags: CHUNKs follow, body 72
-                      0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
-               kKeyWire,                                                 // key
-               bytes({0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
-                      0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,   // length 4 GiB
+      {"put", PutFrame{.op_id = 4, .key = test_key(), .offset = 0x1000, .length = 0x0000000100000000, .payload = {}},
+       concat({bytes({0x07, 0x00, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,       // type 7, no flags: CHUNKs follow, body 72
+                      0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),     // op_id
+               kKeyWire,                                                    // key
+               bytes({0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // offset
+                      0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,       // length 4 GiB
                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})})},  // notify
       {"put_notify",
-       PutFrame{.op_id = kMaxU64, .key = test_key(), .offset = kMaxU64, .length = 0x123456, .has_notify = true,
-                .notify = kMaxU64, .payload = {}},
-       concat({bytes({0x07, 0x01, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,   // type 7, NOTIFY, body 72
-                      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}),  // op_id
-               kKeyWire,                                                 // key
-               bytes({0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,   // offset
-                      0x56, 0x34, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
+       PutFrame{.op_id = kMaxU64,
+                .key = test_key(),
+                .offset = kMaxU64,
+                .length = 0x123456,
+                .has_notify = true,
+                .notify = kMaxU64,
+                .payload = {}},
+       concat({bytes({0x07, 0x01, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00,       // type 7, NOTIFY, body 72
+                      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}),     // op_id
+               kKeyWire,                                                    // key
+               bytes({0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,       // offset
+                      0x56, 0x34, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00,       // length
                       0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})})},  // notify
       {"get",
-       GetFrame{.op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718, .length = 0x2122232425262728},
-       concat({bytes({0x08, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,   // type 8, body 64
-                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),  // op_id
-               kKeyWire,                                                 // key
-               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // offset
+       GetFrame{
+           .op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718, .length = 0x2122232425262728},
+       concat({bytes({0x08, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,       // type 8, body 64
+                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),     // op_id
+               kKeyWire,                                                    // key
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,       // offset
                       0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21})})},  // length
       {"atomic_fetch_add",
-       AtomicFrame{.op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718,
-                   .op = AtomicOp::kFetchAdd, .operand = 0x2122232425262728, .compare = 0},
-       concat({bytes({0x09, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00,   // type 9, body 80
-                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),  // op_id
-               kKeyWire,                                                 // key
-               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // offset
-                      0x01, 0x00, 0x00, 0x00,                           // opcode 1 = fetch_add
-                      0x00, 0x00, 0x00, 0x00,                           // reserved
-                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // operand = addend
+       AtomicFrame{.op_id = 0x0102030405060708,
+                   .key = test_key(),
+                   .offset = 0x1112131415161718,
+                   .op = AtomicOp::kFetchAdd,
+                   .operand = 0x2122232425262728,
+                   .compare = 0},
+       concat({bytes({0x09, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00,       // type 9, body 80
+                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01}),     // op_id
+               kKeyWire,                                                    // key
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,       // offset
+                      0x01, 0x00, 0x00, 0x00,                               // opcode 1 = fetch_add
+                      0x00, 0x00, 0x00, 0x00,                               // reserved
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,       // operand = addend
                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})})},  // compare (0 for fetch_add)
       {"atomic_compare_swap",
-       AtomicFrame{.op_id = 9, .key = test_key(), .offset = 0x08, .op = AtomicOp::kCompareSwap,
-                   .operand = 0x2122232425262728, .compare = 0x3132333435363738},
-       concat({bytes({0x09, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00,   // type 9, body 80
-                      0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
-               kKeyWire,                                                 // key
-               bytes({0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
-                      0x02, 0x00, 0x00, 0x00,                           // opcode 2 = compare_swap
-                      0x00, 0x00, 0x00, 0x00,                           // reserved
-                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // operand = desired value
+       AtomicFrame{.op_id = 9,
+                   .key = test_key(),
+                   .offset = 0x08,
+                   .op = AtomicOp::kCompareSwap,
+                   .operand = 0x2122232425262728,
+                   .compare = 0x3132333435363738},
+       concat({bytes({0x09, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00,       // type 9, body 80
+                      0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),     // op_id
+               kKeyWire,                                                    // key
+               bytes({0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // offset
+                      0x02, 0x00, 0x00, 0x00,                               // opcode 2 = compare_swap
+                      0x00, 0x00, 0x00, 0x00,                               // reserved
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,       // operand = desired value
                       0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31})})},  // compare = expected value
-      {"resp",
-       RespFrame{.op_id = 0x0102030405060708, .status = RmaStatus::kOutOfRange, .value = 0, .payload = {}},
-       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, body 24
-              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // op_id
-              0x02, 0x00, 0x00, 0x00,                          // status 2 = out_of_range
-              0x00, 0x00, 0x00, 0x00,                          // reserved
+      {"resp", RespFrame{.op_id = 0x0102030405060708, .status = RmaStatus::kOutOfRange, .value = 0, .payload = {}},
+       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,     // type 10, body 24
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,     // op_id
+              0x02, 0x00, 0x00, 0x00,                             // status 2 = out_of_range
+              0x00, 0x00, 0x00, 0x00,                             // reserved
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value
-      {"resp_atomic",
-       RespFrame{.op_id = 5, .status = RmaStatus::kOk, .value = 0x2122232425262728, .payload = {}},
-       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, body 24
-              0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
-              0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
-              0x00, 0x00, 0x00, 0x00,                          // reserved
+      {"resp_atomic", RespFrame{.op_id = 5, .status = RmaStatus::kOk, .value = 0x2122232425262728, .payload = {}},
+       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,     // type 10, body 24
+              0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,     // op_id
+              0x00, 0x00, 0x00, 0x00,                             // status 0 = ok
+              0x00, 0x00, 0x00, 0x00,                             // reserved
               0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21})},  // value = the previous value
       {"resp_inline",
        RespFrame{.op_id = 6, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = kEagerPayload},
@@ -308,13 +325,12 @@ std::vector<Golden> goldens() {
               0xAA, 0xBB, 0xCC})},                             // the GET's data
       {"resp_inline_empty",
        RespFrame{.op_id = 7, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = {}},
-       bytes({0x0A, 0x01, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, INLINE, body 24 + 0
-              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
-              0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
-              0x00, 0x00, 0x00, 0x00,                          // reserved
+       bytes({0x0A, 0x01, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,     // type 10, INLINE, body 24 + 0
+              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,     // op_id
+              0x00, 0x00, 0x00, 0x00,                             // status 0 = ok
+              0x00, 0x00, 0x00, 0x00,                             // reserved
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value
-      {"abort",
-       AbortFrame{.id = 0x0102030405060708, .kind = ChunkKind::kGet, .code = StatusCode::kDeviceFailed},
+      {"abort", AbortFrame{.id = 0x0102030405060708, .kind = ChunkKind::kGet, .code = StatusCode::kDeviceFailed},
        bytes({0x0B, 0x02, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 11, kind 2 = get, body 16
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // id
               0x0F,                                            // code 15 = device_failed
@@ -327,7 +343,12 @@ std::vector<Golden> goldens() {
               0xD4, 0xC3, 0xB2, 0xA1,                          // crc
               0xAA, 0xBB, 0xCC})},
       {"chunk_crc",
-       ChunkFrame{.recv_id = 3, .offset = 0, .length = 5, .stream = 1, .kind = ChunkKind::kGet, .has_crc = true,
+       ChunkFrame{.recv_id = 3,
+                  .offset = 0,
+                  .length = 5,
+                  .stream = 1,
+                  .kind = ChunkKind::kGet,
+                  .has_crc = true,
                   .crc = 0x01020304},
        bytes({0x04, 0x82, 0x00, 0x00, 0x1C, 0x00, 0x00, 0x00,  // type 4, CRC | kind 2, body 24 + 4
               0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id
@@ -347,17 +368,22 @@ std::vector<Golden> goldens() {
                 .payload = kEagerPayload,
                 .has_crc = true,
                 .crc = 0xCAFEF00D},
-       concat({bytes({0x07, 0x82, 0x00, 0x00, 0x4F, 0x00, 0x00, 0x00,   // type 7, INLINE|CRC, body 72 + 4 + 3
+       concat({bytes({0x07, 0x82, 0x00, 0x00, 0x4F, 0x00, 0x00, 0x00,    // type 7, INLINE|CRC, body 72 + 4 + 3
                       0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
                kKeyWire,                                                 // key
-               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // offset
-                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // length
-                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,   // notify
-                      0x0D, 0xF0, 0xFE, 0xCA,                           // crc
-                      0xAA, 0xBB, 0xCC})})},                            // payload
+               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // offset
+                      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // length
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // notify
+                      0x0D, 0xF0, 0xFE, 0xCA,                            // crc
+                      0xAA, 0xBB, 0xCC})})},                             // payload
       {"resp_inline_crc",
-       RespFrame{.op_id = 6, .status = RmaStatus::kOk, .value = 0, .inline_data = true, .payload = kEagerPayload,
-                 .has_crc = true, .crc = 0x11223344},
+       RespFrame{.op_id = 6,
+                 .status = RmaStatus::kOk,
+                 .value = 0,
+                 .inline_data = true,
+                 .payload = kEagerPayload,
+                 .has_crc = true,
+                 .crc = 0x11223344},
        bytes({0x0A, 0x81, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00,  // type 10, INLINE|CRC, body 24 + 4 + 3
               0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
               0x00, 0x00, 0x00, 0x00,                          // status 0 = ok
@@ -367,61 +393,74 @@ std::vector<Golden> goldens() {
               0xAA, 0xBB, 0xCC})},                             // the GET's data
       {"resp_checksum",
        RespFrame{.op_id = 8, .status = RmaStatus::kChecksum, .value = 0x80000, .inline_data = false, .payload = {}},
-       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 10, body 24
-              0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // op_id
-              0x08, 0x00, 0x00, 0x00,                          // status 8 = checksum
-              0x00, 0x00, 0x00, 0x00,                          // reserved
+       bytes({0x0A, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,     // type 10, body 24
+              0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,     // op_id
+              0x08, 0x00, 0x00, 0x00,                             // status 8 = checksum
+              0x00, 0x00, 0x00, 0x00,                             // reserved
               0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00})},  // value: the bad chunk's offset
       // --- liveness ---
-      {"heartbeat",
-       HeartbeatFrame{.seq = 0x0102030405060708, .reply = false},
-       bytes({0x0C, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 12, a probe, body 8
+      {"heartbeat", HeartbeatFrame{.seq = 0x0102030405060708, .reply = false},
+       bytes({0x0C, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,     // type 12, a probe, body 8
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})},  // seq
-      {"heartbeat_reply",
-       HeartbeatFrame{.seq = 1, .reply = true},
-       bytes({0x0C, 0x01, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,  // type 12, REPLY, body 8
+      {"heartbeat_reply", HeartbeatFrame{.seq = 1, .reply = true},
+       bytes({0x0C, 0x01, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,     // type 12, REPLY, body 8
               0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // seq echoed from the probe
       // --- same-host pulls ---
       {"host",
-       HostFrame{.pid = 0x01020304, .boot_id = test_boot_id(), .netns = 0x1112131415161718,
-                 .probe_address = 0x2122232425262728, .probe_value = 0x3132333435363738, .can_pull = false},
-       concat({bytes({0x0D, 0x00, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,   // type 13, an ident, body 48
-                      0x04, 0x03, 0x02, 0x01,                           // pid
-                      0x00, 0x00, 0x00, 0x00}),                         // reserved
-               kBootIdWire,                                              // boot_id
-               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,   // netns
-                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,   // probe_address
+       HostFrame{.pid = 0x01020304,
+                 .boot_id = test_boot_id(),
+                 .netns = 0x1112131415161718,
+                 .probe_address = 0x2122232425262728,
+                 .probe_value = 0x3132333435363738,
+                 .can_pull = false},
+       concat({bytes({0x0D, 0x00, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,       // type 13, an ident, body 48
+                      0x04, 0x03, 0x02, 0x01,                               // pid
+                      0x00, 0x00, 0x00, 0x00}),                             // reserved
+               kBootIdWire,                                                 // boot_id
+               bytes({0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,       // netns
+                      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,       // probe_address
                       0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31})})},  // probe_value
       {"host_can_pull",
-       HostFrame{.pid = kMaxU32, .boot_id = test_boot_id(), .netns = 0xF0000001, .probe_address = 0x00007F0012345678,
-                 .probe_value = kMaxU64, .can_pull = true},
-       concat({bytes({0x0D, 0x01, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,   // type 13, CAN_PULL, body 48
-                      0xFF, 0xFF, 0xFF, 0xFF,                           // pid
-                      0x00, 0x00, 0x00, 0x00}),                         // reserved
-               kBootIdWire,                                              // boot_id
-               bytes({0x01, 0x00, 0x00, 0xF0, 0x00, 0x00, 0x00, 0x00,   // netns
-                      0x78, 0x56, 0x34, 0x12, 0x00, 0x7F, 0x00, 0x00,   // probe_address
+       HostFrame{.pid = kMaxU32,
+                 .boot_id = test_boot_id(),
+                 .netns = 0xF0000001,
+                 .probe_address = 0x00007F0012345678,
+                 .probe_value = kMaxU64,
+                 .can_pull = true},
+       concat({bytes({0x0D, 0x01, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,       // type 13, CAN_PULL, body 48
+                      0xFF, 0xFF, 0xFF, 0xFF,                               // pid
+                      0x00, 0x00, 0x00, 0x00}),                             // reserved
+               kBootIdWire,                                                 // boot_id
+               bytes({0x01, 0x00, 0x00, 0xF0, 0x00, 0x00, 0x00, 0x00,       // netns
+                      0x78, 0x56, 0x34, 0x12, 0x00, 0x7F, 0x00, 0x00,       // probe_address
                       0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})})},  // probe_value
       {"pull",
-       PullFrame{.recv_id = 0x0102030405060708, .offset = 0x1112131415161718, .length = 0x21222324,
+       PullFrame{.recv_id = 0x0102030405060708,
+                 .offset = 0x1112131415161718,
+                 .length = 0x21222324,
                  .address = 0x3132333435363738},
-       bytes({0x0E, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,  // type 14, kind 0 (message), body 32
-              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // recv_id
-              0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // offset
-              0x24, 0x23, 0x22, 0x21,                          // length
-              0x00, 0x00, 0x00, 0x00,                          // reserved
+       bytes({0x0E, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,     // type 14, kind 0 (message), body 32
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,     // recv_id
+              0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,     // offset
+              0x24, 0x23, 0x22, 0x21,                             // length
+              0x00, 0x00, 0x00, 0x00,                             // reserved
               0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31})},  // address in the sender
       {"pull_put",
-       PullFrame{.recv_id = 7, .offset = 0x10000, .length = 0x8000, .address = 0x00007F0000011000,
-                 .kind = ChunkKind::kPut},
-       bytes({0x0E, 0x01, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,  // type 14, kind 1 (put data), body 32
-              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the initiator's PUT op_id
-              0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
-              0x00, 0x80, 0x00, 0x00,                          // length
-              0x00, 0x00, 0x00, 0x00,                          // reserved
+       PullFrame{
+           .recv_id = 7, .offset = 0x10000, .length = 0x8000, .address = 0x00007F0000011000, .kind = ChunkKind::kPut},
+       bytes({0x0E, 0x01, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,     // type 14, kind 1 (put data), body 32
+              0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,     // recv_id = the initiator's PUT op_id
+              0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,     // offset
+              0x00, 0x80, 0x00, 0x00,                             // length
+              0x00, 0x00, 0x00, 0x00,                             // reserved
               0x00, 0x10, 0x01, 0x00, 0x00, 0x7F, 0x00, 0x00})},  // address
       {"pull_crc",
-       PullFrame{.recv_id = 3, .offset = 0, .length = 5, .address = 0x1000, .kind = ChunkKind::kPut, .has_crc = true,
+       PullFrame{.recv_id = 3,
+                 .offset = 0,
+                 .length = 5,
+                 .address = 0x1000,
+                 .kind = ChunkKind::kPut,
+                 .has_crc = true,
                  .crc = 0x01020304},
        bytes({0x0E, 0x81, 0x00, 0x00, 0x24, 0x00, 0x00, 0x00,  // type 14, CRC | kind 1, body 32 + 4
               0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id
@@ -430,18 +469,32 @@ std::vector<Golden> goldens() {
               0x00, 0x00, 0x00, 0x00,                          // reserved
               0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // address
               0x04, 0x03, 0x02, 0x01})},                       // crc of the chunk's bytes
-      {"pulled",
-       PulledFrame{.recv_id = 0x0102030405060708, .length = 0x21222324},
+      {"pulled", PulledFrame{.recv_id = 0x0102030405060708, .length = 0x21222324},
        bytes({0x0F, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 15, kind 0 (message), body 16
               0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // recv_id
               0x24, 0x23, 0x22, 0x21,                          // length
               0x00, 0x00, 0x00, 0x00})},                       // reserved
-      {"pulled_put",
-       PulledFrame{.recv_id = 7, .length = 0x8000, .kind = ChunkKind::kPut},
+      {"pulled_put", PulledFrame{.recv_id = 7, .length = 0x8000, .kind = ChunkKind::kPut},
        bytes({0x0F, 0x01, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 15, kind 1 (put data), body 16
               0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the PULL's
               0x00, 0x80, 0x00, 0x00,                          // length = the PULL's
               0x00, 0x00, 0x00, 0x00})},                       // reserved
+      {"shm_offer", ShmFrame{.op = ShmOp::kOffer, .ring_fd = 0x0102, .wake_fd = 0x0A0B0C0D},
+       bytes({0x10, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 16, no flags, body 16
+              0x01, 0x00, 0x00, 0x00,                          // op 1 OFFER
+              0x02, 0x01, 0x00, 0x00,                          // ring_fd
+              0x0D, 0x0C, 0x0B, 0x0A,                          // wake_fd
+              0x00, 0x00, 0x00, 0x00})},                       // code
+      {"shm_switch", ShmFrame{.op = ShmOp::kSwitch},
+       bytes({0x10, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 16, no flags, body 16
+              0x03, 0x00, 0x00, 0x00,                          // op 3 SWITCH
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // no descriptors
+              0x00, 0x00, 0x00, 0x00})},                       // code
+      {"shm_decline", ShmFrame{.op = ShmOp::kDecline, .code = StatusCode::kAccessDenied},
+       bytes({0x10, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 16, no flags, body 16
+              0x04, 0x00, 0x00, 0x00,                          // op 4 DECLINE
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // no descriptors
+              0x05, 0x00, 0x00, 0x00})},                       // code: access_denied
   };
 }
 
@@ -591,7 +644,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 16, 0x80, 0xFF}) {
+  for (int type : {0, 17, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -734,12 +787,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x10};
+  bad[0] = std::byte{0x11};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 16");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 17");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -777,7 +830,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kHost), "HOST");
   EXPECT_EQ(to_string(FrameType::kPull), "PULL");
   EXPECT_EQ(to_string(FrameType::kPulled), "PULLED");
-  EXPECT_EQ(to_string(static_cast<FrameType>(16)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kShm), "SHM");
+  EXPECT_EQ(to_string(static_cast<FrameType>(17)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -1359,6 +1413,30 @@ TEST(SameHostReject, ReservedNonzero) {
       expect_protocol_error(wire, reserved_message("PULLED", i));
     }
   }
+}
+
+// SHM (docs/protocol.md, "Shared-memory channel"): each field only as its op allows.
+TEST(ShmReject, FieldsTheOpDoesNotAllow) {
+  const auto with = [](const char* name, size_t at, uint64_t value) {
+    Bytes wire = golden(name);
+    put_le(wire, kFrameHeaderSize + at, value, 4);
+    return wire;
+  };
+  for (uint64_t op : {0u, 5u, 0xFFFFFFFFu}) expect_protocol_error(with("shm_offer", 0, op), "SHM frame: unknown op");
+  expect_protocol_error(with("shm_offer", 4, 0x80000000u), "SHM frame: descriptors");
+  expect_protocol_error(with("shm_offer", 8, 0x0102), "SHM frame: descriptors");  // ring_fd == wake_fd
+  expect_protocol_error(with("shm_offer", 12, 5), "SHM frame: code 5");
+  expect_protocol_error(with("shm_switch", 4, 3), "SHM frame: descriptors");
+  expect_protocol_error(with("shm_switch", 12, 5), "SHM frame: code 5");
+  expect_protocol_error(with("shm_decline", 8, 3), "SHM frame: descriptors");
+  for (uint64_t code : {0u, 1u, 17u}) expect_protocol_error(with("shm_decline", 12, code), "SHM frame: code");
+  Bytes flagged = golden("shm_switch");
+  flagged[1] = std::byte{0x01};
+  expect_protocol_error(flagged, "flags 0x01 has undefined bits");
+  Bytes short_body = golden("shm_switch");
+  short_body[4] = std::byte{0x0C};
+  short_body.resize(kFrameHeaderSize + 12);
+  expect_protocol_error(short_body, "");
 }
 
 TEST(SameHostReject, LengthZero) {
