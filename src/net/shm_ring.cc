@@ -116,7 +116,9 @@ Result<ShmRingMemory> ShmRingMemory::adopt(Fd fd) {
                               "in [{}, {}]",
                               size, kMinCapacity, kMaxCapacity));
   }
-  return map(std::move(fd), static_cast<size_t>(capacity));
+  REMORA_ASSIGN_OR_RETURN(ShmRingMemory m, map(std::move(fd), static_cast<size_t>(capacity)));
+  m.fd_.reset();  // the mapping keeps the memory; the descriptor is only the peer's to offer
+  return m;
 }
 
 // ---------------------------------------------------------------------------

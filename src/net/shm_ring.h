@@ -55,7 +55,8 @@ class ShmRingMemory {
   /// A new ring of `capacity` bytes (a power of two in [kMinCapacity, kMaxCapacity]) in
   /// a sealed memfd, mapped; the consumer starts "sleeping" (the first write wakes it).
   static Result<ShmRingMemory> create(size_t capacity);
-  /// Maps a ring the peer created (taken with take_peer_fd). kProtocol when `fd` is not
+  /// Maps a ring the peer created (taken with take_peer_fd), and closes `fd` (the
+  /// mapping is what this side uses; fd() is then -1). kProtocol when `fd` is not
   /// a memfd sealed against shrinking and growing, or its size is not the header plus a
   /// power-of-two capacity in range.
   static Result<ShmRingMemory> adopt(Fd fd);
@@ -90,7 +91,9 @@ class ShmRingReader {
   explicit ShmRingReader(ShmRingMemory memory) : memory_(std::move(memory)) {}
 
   /// Copies up to dst.size() bytes out of the ring. With `arm` and an empty ring it
-  /// marks the consumer sleeping (so the next write wakes it) and looks once more.
+  /// marks the consumer sleeping (so the next write wakes it) and looks once more. A
+  /// consumer that may block must read until a read returns 0 bytes: a read that
+  /// copies bytes does not mark it sleeping.
   /// kProtocol when the producer's head is behind what it was or more than the
   /// capacity ahead of the tail (a corrupt or hostile peer); nothing is copied then.
   Result<Read> read(std::span<std::byte> dst, bool arm) noexcept;

@@ -354,7 +354,8 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
 
 uint64_t ContextCore::capabilities() const noexcept {
   return wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
-         (config_.same_host_pulls ? wire::kCapSameHost : 0) | (rails_.empty() ? 0 : wire::kCapRails);
+         (config_.same_host_pulls ? wire::kCapSameHost | wire::kCapShmChannel : 0) |
+         (rails_.empty() ? 0 : wire::kCapRails);
 }
 
 std::vector<std::byte> ContextCore::rails_message(const ListenerCore* listener) const {

@@ -107,6 +107,9 @@ TEST(Liveness, StoppedTargetFailsEveryOutstandingOperation) {
   fill_stream(rma_target::kInitialSeed, 0, want);
   ASSERT_TRUE(ep->get(got, *key, 0).wait(kVerdictBound).is_ok());
   ASSERT_EQ(std::memcmp(got.data(), want.data(), size), 0);
+  // A target of this host: the heartbeats and the requests below go through shared
+  // memory, which a stopped peer stops reading as it stops reading a socket.
+  ASSERT_TRUE(ep->stats().shm_tx && ep->stats().shm_rx) << ep->stats().shm_reason;
 
   ASSERT_TRUE(stop_child(target->process().pid()));
   // Operations of every kind, outstanding on the stopped peer.
