@@ -15,6 +15,12 @@ faster. Every run checks its data (both benchmarks verify each size).
 --lat-sizes (both 8,64K,16M unless given), with the tool's own iteration counts scaled by
 size unless --bw-iters / --lat-iters are given.
 
+One build against itself under two environments (a setting's cost, e.g. REMORA_ENCRYPT):
+  bench/ab_builds.py --baseline B/tools/remora --candidate B/tools/remora \
+      --baseline-env REMORA_SAME_HOST=off \
+      --candidate-env REMORA_SAME_HOST=off,REMORA_ENCRYPT=on,REMORA_AUTH_KEY=bench
+(each --*-env is comma-separated NAME=VALUE added to that side's environment).
+
 A baseline build of an earlier commit: `git worktree add /tmp/old <commit>`, then
 `cmake --preset release && cmake --build build/release --target remora_tool` there.
 Exit code 0, or 1 when a run failed (its output is printed). On a terminal a progress
@@ -31,14 +37,23 @@ import tempfile
 from lib_progress import Progress
 
 
-def run_bench(binary, bench, mode, sizes, iters):
+def env_of(spec):
+    """The environment of one side: ours plus the comma-separated NAME=VALUE of `spec`."""
+    env = dict(os.environ)
+    for item in filter(None, (spec or "").split(",")):
+        name, _, value = item.partition("=")
+        env[name] = value
+    return env
+
+
+def run_bench(binary, bench, mode, sizes, iters, env=None):
     """One `remora bench p2p|rma` run; {size: bandwidth MB/s (a *bw mode) or average latency us}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         command = [binary, "bench", bench, "--mode", mode, "--sizes", sizes, "--json", out]
         if iters:
             command += ["--iters", str(iters)]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout + proc.stderr)
             raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
@@ -68,8 +83,11 @@ def main():
     ap.add_argument("--bw-iters", type=int)
     ap.add_argument("--lat-sizes")
     ap.add_argument("--lat-iters", type=int)
+    ap.add_argument("--baseline-env")
+    ap.add_argument("--candidate-env")
     ap.add_argument("--json")
     a = ap.parse_args()
+    envs = {"baseline": env_of(a.baseline_env), "candidate": env_of(a.candidate_env)}
     cases = cases_of(a)
     ratios, values = {}, {}
     progress = Progress(a.pairs * len(cases) * 2)
@@ -81,7 +99,7 @@ def main():
             got = {}
             for name, binary in order:
                 progress.step(f"pair {pair + 1} of {a.pairs}: {name} bench {a.bench} --mode {mode} --sizes {sizes}")
-                got[name] = run_bench(binary, a.bench, mode, sizes, iters)
+                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name])
             for size, base in got["baseline"].items():
                 cand = got["candidate"][size]
                 ratios.setdefault((mode, size), []).append(cand / base)
@@ -96,7 +114,8 @@ def main():
         print(f"  {mode:7} {size:>9} {statistics.median(rs):7.3f}   " + " ".join(f"{r:.3f}" for r in rs) + f"   ({unit})")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"baseline": a.baseline, "candidate": a.candidate, "bench": a.bench, "pairs": a.pairs,
+            json.dump({"baseline": a.baseline, "candidate": a.candidate, "baseline_env": a.baseline_env,
+                       "candidate_env": a.candidate_env, "bench": a.bench, "pairs": a.pairs,
                        "results": [{"mode": m, "size": s, "median_ratio": statistics.median(rs),
                                     "ratios": rs, "values": values[(m, s)]} for (m, s), rs in ratios.items()]},
                       f, indent=2)

@@ -72,6 +72,9 @@ struct HostCapabilities {
   ProbeAnswer ethtool_family;  ///< the ethtool netlink family
   ProbeAnswer io_uring;        ///< a ring could be set up (detail: zero-copy opcodes)
   ProbeAnswer msg_zerocopy;    ///< SO_ZEROCOPY and one MSG_ZEROCOPY send completed (detail: copied or not)
+  /// Kernel TLS (CONFIG_TLS): setsockopt(TCP_ULP, "tls") on a connected loopback socket.
+  /// Reported only: REMORA_ENCRYPT seals in user space and does not use it.
+  ProbeAnswer kernel_tls;
   /// CUDA: always kUnknown here ("not probed yet"): the driver, its devices and their
   /// dmabuf export are reported by remora::probe_cuda() (remora/cuda.h), which
   /// `remora doctor` shows in this place.

@@ -39,6 +39,16 @@ enum class DevicePathMode : uint8_t { kAuto, kDevmem, kZcrx, kStaging };
 /// Needs a build with ISA-L (libisal-dev); without it kCrc32c is refused (kUnsupported).
 enum class ChecksumMode : uint8_t { kNone, kCrc32c };
 
+/// Encryption in flight (REMORA_ENCRYPT; docs/encryption.md). kOff: bytes travel in the
+/// clear (authentication, when a key is set, still applies). Otherwise every byte after
+/// the handshake on every connection (control, data streams, the rendezvous store) is
+/// sealed in AEAD records under keys derived per connection and direction from the job
+/// secret and the handshake's fresh nonces (libsodium). kOn: AES-256-GCM where both sides'
+/// CPUs have AES instructions, else ChaCha20-Poly1305; the others name the cipher. Needs
+/// REMORA_AUTH_KEY (kInvalidArgument without it). Both sides must agree: a peer that does
+/// not encrypt, or names another cipher, is refused at connect.
+enum class EncryptMode : uint8_t { kOff, kOn, kAes256Gcm, kChacha20Poly1305 };
+
 /// The key every handshake proves knowledge of when a job secret is configured
 /// (REMORA_AUTH_KEY or REMORA_AUTH_KEY_FILE; docs/configuration.md): 32 bytes derived
 /// from the secret (BLAKE2b under a fixed label), never the secret itself. Endpoints and
@@ -125,6 +135,8 @@ struct Config {
   /// peer's reads of it about 2.5x faster; the contents do not change.
   /// EndpointStats::huge_pages_promoted counts the frames. off: memory is left as it is.
   bool pull_huge_pages = true;
+  /// REMORA_ENCRYPT=off|on|aes256gcm|chacha20poly1305 (see EncryptMode).
+  EncryptMode encrypt = EncryptMode::kOff;
   /// REMORA_RAILS: the local interfaces (NICs) this context's endpoints spread their
   /// data streams over, in NCCL_SOCKET_IFNAME's syntax: comma-separated name prefixes
   /// ("eth,ens"), `^` first to exclude ("^docker,lo"), `=` for exact names ("=eth0,eth1"),
@@ -172,6 +184,7 @@ struct ContextOptions {
   std::optional<ChecksumMode> checksum = std::nullopt;
   std::optional<bool> same_host_pulls = std::nullopt;
   std::optional<bool> pull_huge_pages = std::nullopt;
+  std::optional<EncryptMode> encrypt = std::nullopt;
   /// REMORA_RAILS's text (Config::rails), NUL-terminated; `set("rails", "eth0,eth1")`
   /// fills it. (A character array, for the reason given at Config::devmem_ifname.)
   std::optional<std::array<char, 256>> rails = std::nullopt;

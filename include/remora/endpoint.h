@@ -110,6 +110,9 @@ struct EndpointStats {
   /// Why the control stream is not in shared memory both ways ("" when it is, or while
   /// it is being set up): the same-host reasons above, or the kernel's refusal.
   std::string shm_reason;
+  /// The cipher sealing every connection of this endpoint (REMORA_ENCRYPT):
+  /// "aes256gcm" or "chacha20poly1305"; "" when they travel in clear.
+  std::string encryption;
   // One-sided operations this side initiated, and those it served as the target.
   uint64_t puts = 0, gets = 0, atomics = 0;
   uint64_t rma_bytes_put = 0, rma_bytes_got = 0;

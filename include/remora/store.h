@@ -39,9 +39,13 @@ class StoreServer {
   /// environment's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE), every
   /// client must authenticate before its first request is served; an unreadable key is
   /// kInvalidArgument. Without a key on a non-loopback address it warns once per process.
+  /// With the environment's REMORA_ENCRYPT (docs/encryption.md), every connection is
+  /// sealed after its authentication; a client whose setting differs is refused.
   static Result<std::unique_ptr<StoreServer>> start(std::string_view address);
-  /// The same with an explicit key (nullopt: no authentication), ignoring the environment.
-  static Result<std::unique_ptr<StoreServer>> start(std::string_view address, const std::optional<AuthKey>& key);
+  /// The same with an explicit key (nullopt: no authentication) and encryption (it needs
+  /// the key: kInvalidArgument without one), ignoring the environment.
+  static Result<std::unique_ptr<StoreServer>> start(std::string_view address, const std::optional<AuthKey>& key,
+                                                    EncryptMode encrypt = EncryptMode::kOff);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -64,9 +68,13 @@ class Store {
   /// key, or one that cannot prove it fails the call with kAccessDenied (not retried).
   /// Without a key, a server that requires one fails the first request with kAccessDenied.
   static Result<std::unique_ptr<Store>> connect(std::string_view address, Duration timeout);
-  /// The same with an explicit key (nullopt: none), ignoring the environment.
+  /// With the environment's REMORA_ENCRYPT the connection is sealed after authenticating;
+  /// a store whose setting differs fails it with kUnsupported naming REMORA_ENCRYPT.
+  /// The same with an explicit key (nullopt: none) and encryption (it needs the key),
+  /// ignoring the environment.
   static Result<std::unique_ptr<Store>> connect(std::string_view address, Duration timeout,
-                                                const std::optional<AuthKey>& key);
+                                                const std::optional<AuthKey>& key,
+                                                EncryptMode encrypt = EncryptMode::kOff);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

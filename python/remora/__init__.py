@@ -29,6 +29,7 @@ from ._remora import (  # noqa: F401
     Context,
     DevicePathMode,
     DmabufMemory,
+    EncryptMode,
     Endpoint,
     LaunchInfo,
     Listener,
@@ -50,7 +51,7 @@ from ._remora import (  # noqa: F401
 )
 
 __all__ = [
-    "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator",
+    "FOREVER", "WIRE_VERSION", "Access", "AuthKey", "Buffer", "ChecksumMode", "Communicator", "EncryptMode",
     "Context", "DevicePathMode", "DmabufMemory", "Endpoint", "LaunchInfo", "Listener", "LogLevel", "Notification",
     "PinMode", "Pool", "Region", "RemoteKey", "Request", "Store", "StoreServer", "__version__",
     "config_variables", "cuda_copy", "cuda_empty", "detect_launch", "nixl_plugin_path", "wait_all", *_error_names,

@@ -92,6 +92,7 @@ nb::object choice_object(const ConfigVariable& v, uint64_t n) {
   if (v.field == "pin_mode") return nb::cast(static_cast<PinMode>(n));
   if (v.field == "device_path") return nb::cast(static_cast<DevicePathMode>(n));
   if (v.field == "checksum") return nb::cast(static_cast<ChecksumMode>(n));
+  if (v.field == "encrypt") return nb::cast(static_cast<EncryptMode>(n));
   if (v.field == "log_level") return nb::cast(static_cast<LogLevel>(n));
   return nb::str(std::string(v.choices[n]).c_str());
 }
@@ -139,7 +140,8 @@ const std::string& context_doc() {
         "Keyword arguments, one per option of the library's configuration table (remora.config_variables(); "
         "unset or None: the environment's or the default value). Each takes an int, a bool (switches such as "
         "same_host_pulls: True is auto), a str read as its environment variable is (\"512K\", \"off\"), or "
-        "the package's enum (PinMode, DevicePathMode, ChecksumMode, LogLevel); InvalidArgument for a value out "
+        "the package's enum (PinMode, DevicePathMode, ChecksumMode, EncryptMode, LogLevel); InvalidArgument for a "
+        "value out "
         "of range, TypeError for an unknown name:\n";
     for (const ConfigVariable& v : config_variables()) {
       if (v.field.empty()) continue;
@@ -206,6 +208,17 @@ void bind_option_types(nb::module_& m) {
                           "connect). Needs a build with ISA-L; without it CRC32C is refused (Unsupported).")
       .value("NONE", ChecksumMode::kNone)
       .value("CRC32C", ChecksumMode::kCrc32c);
+
+  nb::enum_<EncryptMode>(m, "EncryptMode",
+                         "Encryption in flight (REMORA_ENCRYPT, docs/encryption.md). ON: every byte of every "
+                         "connection sealed (AEAD) under keys derived per connection and direction from the job "
+                         "secret, AES-256-GCM where both CPUs have AES instructions, else ChaCha20-Poly1305; "
+                         "AES256GCM and CHACHA20POLY1305 name the cipher. Needs auth_key; both sides must agree "
+                         "(a differing peer is refused at connect).")
+      .value("OFF", EncryptMode::kOff)
+      .value("ON", EncryptMode::kOn)
+      .value("AES256GCM", EncryptMode::kAes256Gcm)
+      .value("CHACHA20POLY1305", EncryptMode::kChacha20Poly1305);
 
   nb::class_<AuthKey>(m, "AuthKey",
                       "The key every handshake proves knowledge of when a job secret is configured "

@@ -50,7 +50,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 /// Rank 0's server listens on every interface of the store address's family, or only on
 /// loopback when the store address is a loopback one (every rank is on this host then, and
 /// nothing else should reach the store).
-Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_address, const std::optional<AuthKey>& key) {
+Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_address, const std::optional<AuthKey>& key,
+                                                  EncryptMode encrypt) {
   REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(store_address));
   REMORA_ASSIGN_OR_RETURN(auto addrs, net::resolve(hp, /*passive=*/false));
   const bool v6 = !addrs.empty() && addrs.front().family() == AF_INET6;
@@ -58,7 +59,7 @@ Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_addre
       !addrs.empty() && std::all_of(addrs.begin(), addrs.end(), [](const net::SockAddr& a) { return net::is_loopback(a); });
   const std::string any =
       loopback ? net::to_string(addrs.front()) : fmt::format("{}:{}", v6 ? "[::]" : "0.0.0.0", hp.port);
-  auto server = StoreServer::start(any, key);
+  auto server = StoreServer::start(any, key, encrypt);
   if (!server) {
     return server.status().with_context(
         fmt::format("rank 0 could not host the rendezvous store on port {} (of {})", hp.port, store_address));
@@ -147,10 +148,10 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
   if (rank == 0) {
     // The store authenticates with the context's key (REMORA_AUTH_KEY or
     // ContextOptions::auth_key), like the endpoints the ranks then open.
-    REMORA_ASSIGN_OR_RETURN(server, start_server(launch.store_address, ctx.config().auth_key));
+    REMORA_ASSIGN_OR_RETURN(server, start_server(launch.store_address, ctx.config().auth_key, ctx.config().encrypt));
   }
-  REMORA_ASSIGN_OR_RETURN(auto store,
-                          Store::connect(launch.store_address, left_until(deadline), ctx.config().auth_key));
+  REMORA_ASSIGN_OR_RETURN(auto store, Store::connect(launch.store_address, left_until(deadline), ctx.config().auth_key,
+                                                     ctx.config().encrypt));
 
   REMORA_ASSIGN_OR_RETURN(const int64_t ticket, store->add("remora/arrivals", 1));
   const std::string prefix = fmt::format("remora/{}/", (ticket - 1) / size);

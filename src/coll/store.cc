@@ -20,10 +20,13 @@
 
 #include <fmt/format.h>
 
-#include "core/little_endian.h"
 #include "coll/store_protocol.h"
+#include "core/env.h"
+#include "core/little_endian.h"
 #include "core/log.h"
 #include "net/address.h"
+#include "net/io.h"
+#include "net/seal.h"
 #include "net/socket.h"
 #include "wire/auth.h"
 #include "wire/handshake.h"
@@ -38,6 +41,58 @@ using Clock = std::chrono::steady_clock;
 using namespace store_protocol;
 /// A client that never reads its replies is cut off once this much is queued for it.
 constexpr size_t kMaxQueuedReplies = size_t{256} << 20;
+
+// --- encryption (REMORA_ENCRYPT, docs/encryption.md) -----------------------------------
+
+/// The cipher bits a side with `mode` offers in its AUTH request or challenge.
+uint8_t seal_offer(EncryptMode mode) {
+  switch (mode) {
+    case EncryptMode::kOff: return 0;
+    case EncryptMode::kOn:
+      return wire::kAuthSealChacha20Poly1305 | (net::aes256gcm_available() ? wire::kAuthSealAes256Gcm : 0);
+    case EncryptMode::kAes256Gcm: return wire::kAuthSealAes256Gcm;
+    case EncryptMode::kChacha20Poly1305: return wire::kAuthSealChacha20Poly1305;
+  }
+  return 0;
+}
+
+/// REMORA_ENCRYPT's word for a side's bits.
+std::string_view seal_word(uint8_t bits) {
+  if (bits == 0) return "off";
+  if (bits == wire::kAuthSealMask) return "on";
+  return bits == wire::kAuthSealAes256Gcm ? "aes256gcm" : "chacha20poly1305";
+}
+
+/// Seals a store connection whose authentication just ended (`cipher`: one bit).
+Status seal_store_connection(int fd, uint8_t cipher, const AuthKey& key, const wire::AuthNonce& server_nonce,
+                             const wire::AuthNonce& client_nonce, bool server) {
+  const wire::SealKeyPair pair =
+      wire::derive_seal_keys(key.bytes, cipher, wire::store_auth_context(), server_nonce, client_nonce);
+  net::SealKeys keys{
+      .cipher = cipher == wire::kAuthSealAes256Gcm ? net::SealCipher::kAes256Gcm : net::SealCipher::kChacha20Poly1305,
+      .send = server ? pair.server_to_client : pair.client_to_server,
+      .recv = server ? pair.client_to_server : pair.server_to_client};
+  return net::seal_socket(fd, keys);
+}
+
+/// REMORA_ENCRYPT from the environment (the table's row, read as Config would).
+Result<EncryptMode> encrypt_from_env() {
+  for (const ConfigVariable& v : config_variables()) {
+    if (v.name != "REMORA_ENCRYPT") continue;
+    REMORA_ASSIGN_OR_RETURN(auto n, core::read_value(v));
+    return n ? static_cast<EncryptMode>(*n) : EncryptMode::kOff;
+  }
+  return EncryptMode::kOff;
+}
+
+Status check_encrypt(EncryptMode mode, const std::optional<AuthKey>& key) {
+  if (mode != EncryptMode::kOff && !key) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the rendezvous store with REMORA_ENCRYPT: the keys are derived from the job secret, and none is "
+                  "set: set REMORA_AUTH_KEY (or REMORA_AUTH_KEY_FILE), or REMORA_ENCRYPT=off");
+  }
+  return Status::ok();
+}
 /// Non-waiting requests (set, add, check, remove) are answered at once by a healthy
 /// server; this only bounds a call on a server that stopped responding.
 constexpr Duration kRequestTimeout = std::chrono::seconds(60);
@@ -73,13 +128,14 @@ std::optional<int64_t> parse_counter(const std::vector<std::byte>& v) {
 class StoreServerCore {
  public:
   StoreServerCore(net::Fd listener, net::Fd wake_read, net::Fd wake_write, std::string address, uint16_t port,
-                  std::optional<AuthKey> key)
+                  std::optional<AuthKey> key, EncryptMode encrypt)
       : listener_(std::move(listener)),
         wake_read_(std::move(wake_read)),
         wake_write_(std::move(wake_write)),
         address_(std::move(address)),
         port_(port),
-        key_(key) {
+        key_(key),
+        offer_(seal_offer(encrypt)) {
     thread_ = std::thread([this] { serve(); });
   }
   ~StoreServerCore() {
@@ -105,6 +161,7 @@ class StoreServerCore {
     std::string peer;
     Auth auth = Auth::kDone;
     wire::AuthNonce server_nonce{};
+    uint8_t cipher = 0;  ///< REMORA_ENCRYPT: the one chosen (sealed after the confirm)
     std::vector<std::byte> in;
     std::vector<std::byte> out;
     size_t out_done = 0;
@@ -196,16 +253,19 @@ class StoreServerCore {
   void on_readable(Conn& c) {
     std::byte buf[64 * 1024];
     for (;;) {
-      const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
-      if (n > 0) {
-        c.in.insert(c.in.end(), buf, buf + n);
+      // Through the sealing layer once the connection is sealed (REMORA_ENCRYPT); read
+      // until it would block, so nothing stays opened in the layer unseen by poll.
+      const net::IoResult r = net::recv_some(c.fd.get(), buf, sizeof buf);
+      if (r.moved()) {
+        c.in.insert(c.in.end(), buf, buf + r.bytes);
         // A client may pipeline, but never more than one frame beyond a parked wait.
         if (c.in.size() > 2 * kMaxRequest) return drop(c, "too much unanswered input");
         continue;
       }
-      if (n == 0) return drop(c, "");
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (r.would_block()) break;
+      if (r.error() && r.err == EBADMSG) {
+        return drop(c, net::errno_status(r.err, "store connection from " + c.peer).message());
+      }
       return drop(c, "");
     }
     process(c);
@@ -272,7 +332,26 @@ class StoreServerCore {
     }
     if (c.auth == Auth::kAwaitRequest) {
       c.server_nonce = wire::fresh_auth_nonce();
-      send_raw(c, wire::encode_auth({.step = wire::AuthStep::kChallenge, .nonce = c.server_nonce}));
+      // REMORA_ENCRYPT: the cipher both offer (AES-256-GCM first); when they do not agree
+      // the challenge carries our whole offer, the client says why and closes.
+      const uint8_t common = offer_ & m->seal;
+      const bool agree = (offer_ == 0 && m->seal == 0) || common != 0;
+      c.cipher = common == 0                                ? 0
+                 : (common & wire::kAuthSealAes256Gcm) != 0 ? wire::kAuthSealAes256Gcm
+                                                            : wire::kAuthSealChacha20Poly1305;
+      if (!agree) {
+        REMORA_LOG(kWarn,
+                   "store server: refusing {}: encryption settings differ (this store REMORA_ENCRYPT={}, the client "
+                   "{})",
+                   c.peer, seal_word(offer_), seal_word(m->seal));
+      }
+      send_raw(c,
+               wire::encode_auth(
+                   {.step = wire::AuthStep::kChallenge, .nonce = c.server_nonce, .seal = agree ? c.cipher : offer_}));
+      if (!agree) {
+        drop(c, "");
+        return std::nullopt;
+      }
       c.auth = Auth::kAwaitResponse;
       return wire::kAuthSize;
     }
@@ -289,6 +368,18 @@ class StoreServerCore {
     send_raw(c, wire::encode_auth({.step = wire::AuthStep::kConfirm,
                                    .proof = wire::auth_proof(key_->bytes, wire::AuthRole::kServer, context,
                                                              c.server_nonce, m->nonce)}));
+    if (c.dead) return std::nullopt;
+    if (c.cipher != 0) {
+      // Every byte after the confirm is sealed: the confirm must be wholly in the kernel
+      // (72 bytes on a fresh socket are), and the client sends nothing before it reads it.
+      Status sealed = c.out_done == c.out.size() && in.size() == wire::kAuthSize
+                          ? seal_store_connection(c.fd.get(), c.cipher, *key_, c.server_nonce, m->nonce, true)
+                          : Status(StatusCode::kProtocol, "bytes beyond the authentication when sealing begins");
+      if (!sealed.is_ok()) {
+        drop(c, sealed.message());
+        return std::nullopt;
+      }
+    }
     c.auth = Auth::kDone;
     return wire::kAuthSize;
   }
@@ -424,13 +515,12 @@ class StoreServerCore {
 
   void flush(Conn& c) {
     while (c.out_done < c.out.size()) {
-      const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_done, c.out.size() - c.out_done, MSG_NOSIGNAL);
-      if (n > 0) {
-        c.out_done += static_cast<size_t>(n);
+      const net::IoResult r = net::send_some(c.fd.get(), c.out.data() + c.out_done, c.out.size() - c.out_done);
+      if (r.moved() && r.bytes > 0) {
+        c.out_done += r.bytes;
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (r.would_block()) return;
       return drop(c, "");
     }
   }
@@ -441,6 +531,7 @@ class StoreServerCore {
   const std::string address_;
   const uint16_t port_;
   const std::optional<AuthKey> key_;  ///< with a key, every connection authenticates first
+  const uint8_t offer_;               ///< REMORA_ENCRYPT's cipher bits (0: off)
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Conn>> conns_;               ///< server thread only
   std::map<std::string, std::vector<std::byte>> data_;     ///< server thread only
@@ -542,17 +633,30 @@ Result<wire::AuthMessage> read_auth(int fd, Clock::time_point deadline) {
 
 /// The client's side of the store's authentication (docs/protocol.md): kAccessDenied
 /// when the server lacks the key, holds another, or cannot prove it.
-Status authenticate_client(int fd, const AuthKey& key, std::string_view address, Clock::time_point deadline) {
+Status authenticate_client(int fd, const AuthKey& key, EncryptMode encrypt, std::string_view address,
+                           Clock::time_point deadline) {
   auto denied = [&](std::string_view why) {
     return Status(StatusCode::kAccessDenied, fmt::format("rendezvous store at {}: {}", address, why));
   };
-  REMORA_RETURN_IF_ERROR(net::write_all(fd, wire::encode_auth({.step = wire::AuthStep::kRequest}), deadline));
+  const uint8_t offer = seal_offer(encrypt);
+  REMORA_RETURN_IF_ERROR(
+      net::write_all(fd, wire::encode_auth({.step = wire::AuthStep::kRequest, .seal = offer}), deadline));
   auto challenge = read_auth(fd, deadline);
   if (!challenge && challenge.status().code() == StatusCode::kPeerFailed) {
     return denied("closed the connection when we asked to authenticate: it holds no REMORA_AUTH_KEY");
   }
   if (!challenge) return challenge.status().with_context(fmt::format("rendezvous store at {}", address));
   if (challenge->step != wire::AuthStep::kChallenge) return denied("answered with an AUTH message that is not a challenge");
+  // REMORA_ENCRYPT: the challenge names the one cipher chosen, or its whole offer when
+  // the settings differ.
+  const uint8_t cipher = challenge->seal;
+  const bool one = cipher == wire::kAuthSealAes256Gcm || cipher == wire::kAuthSealChacha20Poly1305;
+  if ((offer == 0) != (cipher == 0) || (offer != 0 && (!one || (offer & cipher) == 0))) {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("rendezvous store at {}: encryption settings differ: this side has REMORA_ENCRYPT={}, "
+                              "the store has REMORA_ENCRYPT={}; set the same REMORA_ENCRYPT on every process",
+                              address, seal_word(offer), seal_word(cipher)));
+  }
   const wire::AuthNonce nonce = wire::fresh_auth_nonce();
   const auto context = wire::store_auth_context();
   REMORA_RETURN_IF_ERROR(net::write_all(
@@ -570,6 +674,10 @@ Status authenticate_client(int fd, const AuthKey& key, std::string_view address,
   if (confirm->step != wire::AuthStep::kConfirm ||
       !wire::verify_auth_proof(key.bytes, wire::AuthRole::kServer, context, challenge->nonce, nonce, confirm->proof)) {
     return denied("could not prove that it holds the shared secret: refusing it");
+  }
+  if (cipher != 0) {
+    return seal_store_connection(fd, cipher, key, challenge->nonce, nonce, false)
+        .with_context(fmt::format("rendezvous store at {}", address));
   }
   return Status::ok();
 }
@@ -596,10 +704,13 @@ std::string StoreServer::address() const { return core_->address(); }
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address) {
   REMORA_ASSIGN_OR_RETURN(std::optional<AuthKey> key, AuthKey::from_env());
-  return start(address, key);
+  REMORA_ASSIGN_OR_RETURN(EncryptMode encrypt, detail::encrypt_from_env());
+  return start(address, key, encrypt);
 }
 
-Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address, const std::optional<AuthKey>& key) {
+Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address, const std::optional<AuthKey>& key,
+                                                        EncryptMode encrypt) {
+  REMORA_RETURN_IF_ERROR(detail::check_encrypt(encrypt, key));
   REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(address));
   REMORA_ASSIGN_OR_RETURN(auto addrs, net::resolve(hp, /*passive=*/true));
   if (addrs.empty()) return Status(StatusCode::kUnreachable, fmt::format("store: {} resolves to nothing", address));
@@ -616,7 +727,7 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(std::string_view address
     port = ntohs(reinterpret_cast<const sockaddr_in6*>(bound.get())->sin6_port);
   }
   auto core = std::make_unique<detail::StoreServerCore>(std::move(*fd), net::Fd(pipe_fds[0]), net::Fd(pipe_fds[1]),
-                                                        net::to_string(bound), port, key);
+                                                        net::to_string(bound), port, key, encrypt);
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(core)));
 }
 
@@ -627,11 +738,13 @@ Store::~Store() = default;
 
 Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration timeout) {
   REMORA_ASSIGN_OR_RETURN(std::optional<AuthKey> key, AuthKey::from_env());
-  return connect(address, timeout, key);
+  REMORA_ASSIGN_OR_RETURN(EncryptMode encrypt, detail::encrypt_from_env());
+  return connect(address, timeout, key, encrypt);
 }
 
 Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration timeout,
-                                              const std::optional<AuthKey>& key) {
+                                              const std::optional<AuthKey>& key, EncryptMode encrypt) {
+  REMORA_RETURN_IF_ERROR(detail::check_encrypt(encrypt, key));
   REMORA_ASSIGN_OR_RETURN(auto hp, net::parse_host_port(address));
   if (hp.host.empty() || hp.port == 0) {
     return Status(StatusCode::kInvalidArgument, fmt::format("store address \"{}\" needs a host and a port", address));
@@ -654,7 +767,7 @@ Result<std::unique_ptr<Store>> Store::connect(std::string_view address, Duration
         if (key) {
           // A refusal is final (not retried): the server is there and does not take our key.
           const auto auth_deadline = std::min(deadline, Clock::now() + detail::kRequestTimeout);
-          REMORA_RETURN_IF_ERROR(detail::authenticate_client(fd->get(), *key, address, auth_deadline));
+          REMORA_RETURN_IF_ERROR(detail::authenticate_client(fd->get(), *key, encrypt, address, auth_deadline));
         }
         REMORA_ASSIGN_OR_RETURN(auto local, net::local_address(fd->get()));
         auto core = std::make_unique<detail::StoreClientCore>(std::move(*fd), std::string(address),

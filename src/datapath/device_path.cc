@@ -140,6 +140,14 @@ Result<std::unique_ptr<DevmemTxSend>> DevicePathSelector::devmem_tx_for(MemoryDo
 Result<PathChoice> DevicePathSelector::choose(MemoryDomain& domain, const void* ptr, size_t len, bool tx,
                                               bool drives_devmem_tx, bool drives_devmem_rx) {
   const DevicePathMode mode = config_.device_path;
+  if (config_.encrypt != EncryptMode::kOff) {
+    // Config::validate refuses REMORA_DEVICE_PATH=devmem|zcrx beside it; auto lands here.
+    return PathChoice{.path = DataPath::kStaging,
+                      .reason =
+                          "REMORA_ENCRYPT: devmem TCP and io_uring zcrx never bring the payload to the CPU, "
+                          "where it is sealed: staging through pinned host buffers",
+                      .devmem_tx = nullptr};
+  }
   if (mode == DevicePathMode::kStaging) {
     return PathChoice{.path = DataPath::kStaging, .reason = "REMORA_DEVICE_PATH=staging", .devmem_tx = nullptr};
   }

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include "net/seal.h"
+
 namespace remora::net {
 namespace {
 
@@ -15,7 +17,7 @@ IoResult failed(int err) noexcept {
 
 }  // namespace
 
-IoResult send_some(int fd, const void* data, size_t len) noexcept {
+IoResult raw_send_some(int fd, const void* data, size_t len) noexcept {
   for (;;) {
     const ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return {.kind = IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
@@ -23,13 +25,25 @@ IoResult send_some(int fd, const void* data, size_t len) noexcept {
   }
 }
 
-IoResult recv_some(int fd, void* data, size_t len) noexcept {
+IoResult raw_recv_some(int fd, void* data, size_t len) noexcept {
   for (;;) {
     const ssize_t n = ::recv(fd, data, len, MSG_DONTWAIT);
     if (n > 0 || (n == 0 && len == 0)) return {.kind = IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
     if (n == 0) return {.kind = IoResult::Kind::kEof};
     if (errno != EINTR) return failed(errno);
   }
+}
+
+IoResult send_some(int fd, const void* data, size_t len) noexcept {
+  IoResult sealed;
+  if (sealed_send(fd, data, len, &sealed)) return sealed;
+  return raw_send_some(fd, data, len);
+}
+
+IoResult recv_some(int fd, void* data, size_t len) noexcept {
+  IoResult sealed;
+  if (sealed_recv(fd, data, len, &sealed)) return sealed;
+  return raw_recv_some(fd, data, len);
 }
 
 }  // namespace remora::net

@@ -27,9 +27,16 @@ struct IoResult {
   bool error() const noexcept { return kind == Kind::kError; }
 };
 
-/// send(MSG_NOSIGNAL | MSG_DONTWAIT) of up to `len` bytes.
+/// send(MSG_NOSIGNAL | MSG_DONTWAIT) of up to `len` bytes; on a socket with a sealing
+/// layer (net/seal.h, REMORA_ENCRYPT) the bytes go out as sealed records.
 IoResult send_some(int fd, const void* data, size_t len) noexcept;
-/// recv(MSG_DONTWAIT) of up to `len` bytes.
+/// recv(MSG_DONTWAIT) of up to `len` bytes; on a sealed socket, bytes of records that
+/// opened (kError EBADMSG once one did not).
 IoResult recv_some(int fd, void* data, size_t len) noexcept;
+
+/// The plain system calls, under any sealing layer (net/seal.cc sends and reads its
+/// records with them).
+IoResult raw_send_some(int fd, const void* data, size_t len) noexcept;
+IoResult raw_recv_some(int fd, void* data, size_t len) noexcept;
 
 }  // namespace remora::net

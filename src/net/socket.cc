@@ -15,11 +15,15 @@
 
 #include "core/log.h"
 #include "net/io.h"
+#include "net/seal.h"
 
 namespace remora::net {
 
 void Fd::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    unseal_socket(fd_);  // before the number can be reused
+    ::close(fd_);
+  }
   fd_ = fd;
 }
 
@@ -52,6 +56,12 @@ Status errno_status(int err, std::string_view what) {
     case EINVAL:
       code = StatusCode::kInvalidArgument;
       break;
+    case EBADMSG:
+      // Only a sealed socket (net/seal.h) reports it.
+      return Status(StatusCode::kProtocol,
+                    std::string(what) +
+                        ": a sealed record failed authentication (tampered with, dropped, reordered, replayed or cut "
+                        "short in flight; REMORA_ENCRYPT): none of its bytes were delivered");
     default:
       break;
   }

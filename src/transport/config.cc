@@ -47,7 +47,7 @@ constexpr bool kIsText =
     std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>> || std::is_same_v<B, TextField<256>>;
 using Binding =
     std::variant<std::monostate, Fields<uint32_t>, Fields<size_t>, Fields<bool>, Fields<LogLevel>, Fields<PinMode>,
-                 Fields<DevicePathMode>, Fields<ChecksumMode>, TextField<16>, TextField<108>, TextField<256>>;
+                 Fields<DevicePathMode>, Fields<ChecksumMode>, Fields<EncryptMode>, TextField<16>, TextField<108>, TextField<256>>;
 
 /// Copies `text` into a text field (the caller checked its length).
 template <size_t N>
@@ -65,9 +65,10 @@ struct Row {
 constexpr std::string_view kPinWords[] = {"try", "require", "off"};
 constexpr std::string_view kPathWords[] = {"auto", "devmem", "zcrx", "staging"};
 constexpr std::string_view kChecksumWords[] = {"none", "crc32c"};
+constexpr std::string_view kEncryptWords[] = {"off", "on", "aes256gcm", "chacha20poly1305"};
 constexpr std::string_view kAutoOff[] = {"auto", "off"};  // a switch: auto is true
 static_assert(static_cast<int>(PinMode::kOff) == 2 && static_cast<int>(DevicePathMode::kStaging) == 3 &&
-                  static_cast<int>(ChecksumMode::kCrc32c) == 1,
+                  static_cast<int>(ChecksumMode::kCrc32c) == 1 && static_cast<int>(EncryptMode::kChacha20Poly1305) == 3,
               "the words follow the enumerations");
 
 constexpr const char* kContext = "Context";
@@ -232,6 +233,14 @@ constexpr ConfigVariable kVariables[] = {
      .choices = kChecksumWords,
      .field = "checksum",
      .doc = "`crc32c`: every payload carries a CRC-32C the receiver checks; both sides must agree"},
+    {.name = "REMORA_ENCRYPT",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "off",
+     .choices = kEncryptWords,
+     .field = "encrypt",
+     .doc = "`on` (or a cipher): every byte on every connection sealed (AEAD); needs `REMORA_AUTH_KEY`; both sides "
+            "must agree (docs/encryption.md)"},
     {.name = "REMORA_SAME_HOST",
      .section = kContext,
      .kind = ConfigKind::kChoice,
@@ -322,6 +331,7 @@ const std::vector<Row>& rows() {
         {var("REMORA_PEER_TIMEOUT_MS"), "peer_timeout_ms",
          Fields<uint32_t>{&Config::peer_timeout_ms, &ContextOptions::peer_timeout_ms}},
         {var("REMORA_CHECKSUM"), "checksum", Fields<ChecksumMode>{&Config::checksum, &ContextOptions::checksum}},
+        {var("REMORA_ENCRYPT"), "encrypt", Fields<EncryptMode>{&Config::encrypt, &ContextOptions::encrypt}},
         {var("REMORA_SAME_HOST"), "same_host_pulls",
          Fields<bool>{&Config::same_host_pulls, &ContextOptions::same_host_pulls}},
         {var("REMORA_PULL_HUGEPAGES"), "pull_huge_pages",
@@ -497,6 +507,24 @@ Status Config::validate() const {
     return Status(StatusCode::kUnsupported,
                   "checksum (REMORA_CHECKSUM=crc32c): this remora was built without ISA-L, its CRC-32C library; "
                   "install libisal-dev and rebuild, or unset REMORA_CHECKSUM");
+  }
+  if (encrypt != EncryptMode::kOff) {
+    if (!auth_key) {
+      return Status(StatusCode::kInvalidArgument,
+                    "encrypt (REMORA_ENCRYPT): the keys are derived from the job secret, and none is set: set "
+                    "REMORA_AUTH_KEY (or REMORA_AUTH_KEY_FILE), or REMORA_ENCRYPT=off");
+    }
+    if (device_path == DevicePathMode::kDevmem || device_path == DevicePathMode::kZcrx) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("encrypt (REMORA_ENCRYPT) with REMORA_DEVICE_PATH={}: that path's payload never "
+                                "reaches the CPU, where it would be sealed; use REMORA_DEVICE_PATH=auto or staging",
+                                device_path == DevicePathMode::kDevmem ? "devmem" : "zcrx"));
+    }
+    if (rxq_socket[0] != '\0') {
+      return Status(StatusCode::kInvalidArgument,
+                    "encrypt (REMORA_ENCRYPT) with REMORA_RXQ_SOCKET: streams steered to devmem RX queues deliver "
+                    "their bytes to device memory, where they cannot be opened; unset one of them");
+    }
   }
   return Status::ok();
 }

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/log.h"
 #include "datapath/checksum.h"
 #include "engine/engine_of.h"
@@ -151,9 +153,10 @@ Result<wire::HelloAck> read_ack(StreamIn& stream, const std::string& peer, net::
 /// Sends `hello` and returns the listener's final HELLO_ACK. With a key, the listener must
 /// authenticate (docs/protocol.md, "Authentication"): it sends a challenge, we answer
 /// with our proof, and it proves the key back before its ACK counts. Any failure of that
-/// is kAccessDenied, and so is a keyed listener refusing us for having no key.
+/// is kAccessDenied, and so is a keyed listener refusing us for having no key. An
+/// authenticated exchange leaves its keys' material in `seal` (REMORA_ENCRYPT).
 Result<wire::HelloAck> exchange_hello(StreamIn& stream, const wire::Hello& hello, const std::optional<AuthKey>& key,
-                                      const std::string& peer, net::Clock::time_point deadline) {
+                                      const std::string& peer, net::Clock::time_point deadline, SealMaterial* seal) {
   const int fd = stream.fd();
   const auto out = wire::encode_hello(hello);
   REMORA_RETURN_IF_ERROR(net::write_all(fd, out, deadline));
@@ -194,6 +197,7 @@ Result<wire::HelloAck> exchange_hello(StreamIn& stream, const wire::Hello& hello
                                confirm->proof)) {
     return access_denied(peer + " could not prove that it holds the shared secret (wrong proof): refusing it");
   }
+  *seal = SealMaterial{.hello = out, .server_nonce = challenge.nonce, .client_nonce = client_nonce};
   return read_ack(stream, peer, deadline);
 }
 
@@ -302,13 +306,24 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   hello.rma_window = config_.rma_window;
   hello.capabilities = capabilities();
   StreamIn control_in(control.get());
-  auto ack = exchange_hello(control_in, hello, config_.auth_key, peer, deadline);
+  SealMaterial control_seal;
+  auto ack = exchange_hello(control_in, hello, config_.auth_key, peer, deadline, &control_seal);
   if (!ack && ack.status().code() != StatusCode::kProtocol) return ack.status().with_context("handshake with " + peer);
-  // Before the status: a server whose checksum setting differs refuses, and this says why.
+  // Before the status: a server whose checksum or encryption setting differs refuses,
+  // and this says why.
+  std::optional<net::SealCipher> cipher;
   if (ack && ack->version == kWireVersion) {
     REMORA_RETURN_IF_ERROR(checksum_agreement(config_, ack->capabilities, peer).with_context("connect to " + peer));
+    auto chosen = client_cipher(config_, ack->capabilities, ack->status == wire::HelloStatus::kAccepted, peer);
+    if (!chosen) return chosen.status().with_context("connect to " + peer);
+    cipher = *chosen;
   }
   REMORA_RETURN_IF_ERROR(check_ack(ack, peer));
+  // Every byte after the ACK is sealed (REMORA_ENCRYPT).
+  if (cipher) {
+    REMORA_RETURN_IF_ERROR(seal_connection(control.get(), *cipher, *config_.auth_key, control_seal, /*server=*/false)
+                               .with_context("connect to " + peer));
+  }
 
   // Where the data streams go: without rails, all to the control stream's address;
   // with them, from each rail to the listener's address on it (RAILS), or to the
@@ -397,12 +412,23 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
     dh.endpoint_id = ack->endpoint_id;
     dh.attach_token = ack->attach_token;
     dh.stream_index = i;
+    SealMaterial data_seal;
     const std::string to = net::to_string(path.dest);
-    auto dack = exchange_hello(*in, dh, config_.auth_key, to, deadline);
+    auto dack = exchange_hello(*in, dh, config_.auth_key, to, deadline, &data_seal);
     if (!dack && dack.status().code() != StatusCode::kProtocol) {
       return dack.status().with_context("data stream " + std::to_string(i) + " to " + to);
     }
     REMORA_RETURN_IF_ERROR(check_ack(dack, to));
+    if (cipher) {
+      auto same = client_cipher(config_, dack->capabilities, /*accepted=*/true, to);
+      if (!same || *same != cipher) {
+        return Status(StatusCode::kProtocol, fmt::format("data stream {} to {}: its cipher differs from the control "
+                                                         "stream's",
+                                                         i, to));
+      }
+      REMORA_RETURN_IF_ERROR(seal_connection(data.get(), *cipher, *config_.auth_key, data_seal, /*server=*/false)
+                                 .with_context("data stream " + std::to_string(i) + " to " + to));
+    }
     REMORA_RETURN_IF_ERROR(ep->set_data(i, std::move(data), std::move(in)));
   }
 

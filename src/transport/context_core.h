@@ -16,6 +16,7 @@
 #include "net/socket.h"
 #include "remora/context.h"
 #include "remora/memory.h"
+#include "transport/encryption.h"
 #include "transport/endpoint_core.h"
 #include "wire/handshake.h"
 
@@ -53,12 +54,14 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   // --- lock held --------------------------------------------------------------
   /// Tracks a live endpoint until it fails or closes.
   void adopt(const std::shared_ptr<EndpointCore>& ep);
-  /// Server side: a control HELLO arrived; returns the ack to send.
+  /// Server side: a control HELLO arrived; returns the ack to send. `seal`: what its
+  /// AUTH exchange left (null: not authenticated), for REMORA_ENCRYPT's keys.
   wire::HelloAck begin_server_endpoint(const wire::Hello& hello, net::Fd control, std::string peer,
-                                       const std::shared_ptr<ListenerCore>& listener);
+                                       const std::shared_ptr<ListenerCore>& listener,
+                                       const SealMaterial* seal = nullptr);
   /// Server side: a data HELLO arrived; returns the ack to send (and, on success,
   /// takes the fd; the endpoint is activated and queued when it is complete).
-  wire::HelloAck attach_server_stream(const wire::Hello& hello, net::Fd* data);
+  wire::HelloAck attach_server_stream(const wire::Hello& hello, net::Fd* data, const SealMaterial* seal = nullptr);
   wire::HelloAck make_ack(wire::HelloStatus status) const;
   const std::vector<net::Rail>& rails() const noexcept { return rails_; }
 
@@ -69,6 +72,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
     std::weak_ptr<ListenerCore> listener;
     uint64_t seq = 0;  ///< arrival order: the smallest is dropped first beyond the bound
     engine::Clock::time_point since;
+    std::optional<net::SealCipher> cipher;  ///< REMORA_ENCRYPT's choice; every data stream uses it
   };
   /// Makes room for one more endpoint waiting for its data streams (see
   /// Config::max_pending_handshakes): at the bound the one waiting longest fails if it

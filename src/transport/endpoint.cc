@@ -17,6 +17,7 @@
 #include "datapath/checksum.h"
 #include "net/io.h"
 #include "net/rails.h"
+#include "net/seal.h"
 #include "transport/endpoint_core.h"
 
 namespace remora {
@@ -241,6 +242,7 @@ EndpointStats EndpointCore::stats() const {
   st.huge_pages_promoted = chunks_.huge_pages_promoted();
   st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
   st.shm_reason = st.shm_tx && st.shm_rx ? std::string() : shm_reason_;
+  if (auto cipher = net::sealed_cipher(control_.get())) st.encryption = std::string(net::cipher_name(*cipher));
   return st;
 }
 
@@ -506,7 +508,15 @@ bool EndpointCore::read_control() {
       return true;
     }
     if (r.error()) {
-      handle_control_eof(net::errno_status(r.err, "recv on control stream from " + params_.peer));
+      Status why = net::errno_status(r.err, "recv on control stream from " + params_.peer);
+      if (r.err == EBADMSG) {
+        // A sealed record failed to open (REMORA_ENCRYPT): nothing more of this peer's
+        // stream can be trusted, not even what it announced before.
+        REMORA_LOG(kWarn, "{}", why.message());
+        fail_locked(why);
+        return true;
+      }
+      handle_control_eof(why);
       return got;
     }
     if (r.eof()) {

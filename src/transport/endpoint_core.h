@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/log.h"
 #include "datapath/chunk_io.h"
 #include "datapath/chunk_scheduler.h"
 #include "datapath/data_paths.h"
@@ -321,7 +322,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void answer_pull(const wire::PulledFrame& frame) override { append_frame(frame); }
   void sent(TxTransfer& t) override;
   void received(RxTransfer& t) override;
-  void stream_failed(const Status& why) override { fail_locked(why); }
+  void stream_failed(const Status& why) override {
+    if (why.code() == StatusCode::kProtocol) REMORA_LOG(kWarn, "{}", why.message());  // e.g. a sealed record failed
+    fail_locked(why);
+  }
   void stream_ended(uint16_t index) override;
   bool should_yield() override { return engine_->lock_wanted(); }
   void resume_later() override { queue_resume(); }

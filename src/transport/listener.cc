@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/log.h"
 #include "datapath/checksum.h"
 #include "engine/futex.h"
@@ -38,6 +40,8 @@ class ListenerCore::Conn final : public engine::EventHandler {
   std::array<std::byte, wire::kAuthSize> auth_buf_{};
   size_t auth_got_ = 0;
   wire::AuthNonce server_nonce_{};
+  // After a verified AUTH response: the keys' material (REMORA_ENCRYPT).
+  std::optional<SealMaterial> seal_;
 };
 
 ListenerCore::ListenerCore(std::weak_ptr<ContextCore> ctx, std::shared_ptr<engine::ProgressEngine> engine, net::Fd fd,
@@ -279,6 +283,7 @@ void ListenerCore::on_conn_event(uint64_t id) {
     send_auth(c.fd_.get(), {.step = wire::AuthStep::kConfirm,
                             .proof = wire::auth_proof(key->bytes, wire::AuthRole::kServer, c.buf_, c.server_nonce_,
                                                       response->nonce)});
+    c.seal_ = SealMaterial{.hello = c.buf_, .server_nonce = c.server_nonce_, .client_nonce = response->nonce};
   }
   auto hello = wire::decode_hello(c.buf_);  // decoded above; cannot fail now
   if (!hello) {
@@ -289,13 +294,15 @@ void ListenerCore::on_conn_event(uint64_t id) {
   engine_->remove(c.fd_.get(), c.hid_);
   net::Fd fd = std::move(c.fd_);
   std::string peer = c.peer_;
+  const std::optional<SealMaterial> seal = c.seal_;
   conns_.erase(it);
   if (resume_timer_set_) resume_accepting_at_once();
   if (hello->role == wire::Role::kControl) {
-    wire::HelloAck ack = ctx->begin_server_endpoint(*hello, std::move(fd), peer, shared_from_this());
+    wire::HelloAck ack =
+        ctx->begin_server_endpoint(*hello, std::move(fd), peer, shared_from_this(), seal ? &*seal : nullptr);
     (void)ack;
   } else {
-    wire::HelloAck ack = ctx->attach_server_stream(*hello, &fd);
+    wire::HelloAck ack = ctx->attach_server_stream(*hello, &fd, seal ? &*seal : nullptr);
     if (fd.valid()) {  // refused: the fd was not taken
       send_ack(fd.get(), ack);
       REMORA_LOG(kInfo, "refused data stream from {}", peer);
@@ -355,7 +362,7 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
 uint64_t ContextCore::capabilities() const noexcept {
   return wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
          (config_.same_host_pulls ? wire::kCapSameHost | wire::kCapShmChannel : 0) |
-         (rails_.empty() ? 0 : wire::kCapRails);
+         (rails_.empty() ? 0 : wire::kCapRails) | encrypt_capabilities(config_);
 }
 
 std::vector<std::byte> ContextCore::rails_message(const ListenerCore* listener) const {
@@ -382,8 +389,32 @@ std::vector<std::byte> ContextCore::rails_message(const ListenerCore* listener) 
   return wire::encode_rails(out);
 }
 
+
+namespace {
+
+/// The cipher of a connection whose HELLO offered `hello_capabilities`, and whether the
+/// keys can be made: a refusal (kUnsupported naming REMORA_ENCRYPT) is logged by the caller.
+Result<std::optional<net::SealCipher>> server_cipher(const Config& config, uint64_t hello_capabilities,
+                                                     const SealMaterial* seal, std::string_view peer) {
+  REMORA_ASSIGN_OR_RETURN(std::optional<net::SealCipher> cipher, listener_cipher(config, hello_capabilities, peer));
+  if (cipher && (seal == nullptr || !config.auth_key)) {
+    return Status(StatusCode::kAccessDenied,
+                  fmt::format("peer {} asks for encryption without authenticating (REMORA_AUTH_KEY)", peer));
+  }
+  return cipher;
+}
+
+/// The ACK of an accepted connection names the one cipher chosen.
+void name_cipher(wire::HelloAck& ack, const std::optional<net::SealCipher>& cipher) {
+  ack.capabilities &= ~wire::kCapSealMask;
+  if (cipher) ack.capabilities |= cipher_capability(*cipher);
+}
+
+}  // namespace
+
 wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net::Fd control, std::string peer,
-                                                  const std::shared_ptr<ListenerCore>& listener) {
+                                                  const std::shared_ptr<ListenerCore>& listener,
+                                                  const SealMaterial* seal) {
   if (shut_down_) {
     auto ack = make_ack(wire::HelloStatus::kRefused);
     send_ack(control.get(), ack);
@@ -392,6 +423,13 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   if (Status differ = checksum_agreement(config_, hello.capabilities, peer); !differ) {
     REMORA_LOG(kWarn, "refused endpoint: {}", differ.message());
     auto ack = make_ack(wire::HelloStatus::kRefused);  // carries our bits: the client says why
+    send_ack(control.get(), ack);
+    return ack;
+  }
+  auto cipher = server_cipher(config_, hello.capabilities, seal, peer);
+  if (!cipher) {
+    REMORA_LOG(kWarn, "refused endpoint: {}", cipher.status().message());
+    auto ack = make_ack(wire::HelloStatus::kRefused);  // carries our offer: the client says why
     send_ack(control.get(), ack);
     return ack;
   }
@@ -412,13 +450,23 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   ep->set_control(std::move(control));
   uint64_t token = random_nonzero_u64();
   uint64_t id = static_cast<uint64_t>(p.id);
-  pending_[id] = PendingEndpoint{ep, token, listener, next_pending_seq_++, engine::Clock::now()};
+  pending_[id] = PendingEndpoint{ep, token, listener, next_pending_seq_++, engine::Clock::now(), *cipher};
 
   wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
   ack.endpoint_id = id;
   ack.attach_token = token;
   ack.stream_count = hello.stream_count;
+  name_cipher(ack, *cipher);
   send_ack(fd, ack);
+  // Every byte after the ACK is sealed (REMORA_ENCRYPT).
+  if (*cipher) {
+    if (Status s = seal_connection(fd, **cipher, *config_.auth_key, *seal, /*server=*/true); !s) {
+      REMORA_LOG(kWarn, "endpoint from {}: {}", ep->peer(), s.message());
+      ep->fail_locked(s);
+      pending_.erase(id);
+      return ack;
+    }
+  }
   if ((hello.capabilities & wire::kCapRails) != 0 && !rails_.empty() && listener) {
     // Where this side's rails can be reached (docs/protocol.md, "Rails"); at most
     // 8 + 16 * 24 bytes after the 48 of the ACK on a fresh socket: it fits.
@@ -463,7 +511,7 @@ void ContextCore::drop_oldest_pending_beyond_bound() {
   pending_.erase(oldest_id);
 }
 
-wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::Fd* data) {
+wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::Fd* data, const SealMaterial* seal) {
   auto it = pending_.find(hello.endpoint_id);
   // Constant-time compare is not needed for a 64-bit token checked once per connection
   // attempt, but a mismatch must look exactly like an unknown id.
@@ -472,6 +520,12 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
     return make_ack(wire::HelloStatus::kBadRequest);
   }
   PendingEndpoint& pe = it->second;
+  auto cipher = server_cipher(config_, hello.capabilities, seal, pe.endpoint->peer());
+  if (!cipher || *cipher != pe.cipher) {
+    REMORA_LOG(kWarn, "refused data stream of endpoint from {}: {}", pe.endpoint->peer(),
+               cipher ? "its encryption differs from its control stream's" : cipher.status().message());
+    return make_ack(wire::HelloStatus::kBadRequest);
+  }
   int fd = data->get();
   if (Status s = pe.endpoint->set_data(hello.stream_index, std::move(*data)); !s) {
     return make_ack(wire::HelloStatus::kBadRequest);
@@ -486,7 +540,16 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
   ack.attach_token = hello.attach_token;
   ack.stream_index = hello.stream_index;
   ack.stream_count = hello.stream_count;
+  name_cipher(ack, pe.cipher);
   send_ack(fd, ack);
+  if (pe.cipher) {
+    if (Status s = seal_connection(fd, *pe.cipher, *config_.auth_key, *seal, /*server=*/true); !s) {
+      auto ep = pe.endpoint;
+      pending_.erase(it);
+      ep->fail_locked(s);
+      return ack;
+    }
+  }
   if (pe.endpoint->all_streams_attached()) {
     auto ep = pe.endpoint;
     auto listener = pe.listener.lock();

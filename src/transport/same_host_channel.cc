@@ -11,12 +11,17 @@
 namespace remora::detail {
 
 bool EndpointCore::shm_negotiated() const noexcept {
-  return same_host_negotiated() && (params_.peer_capabilities & wire::kCapShmChannel) != 0;
+  // A sealed endpoint (REMORA_ENCRYPT, which both sides must agree on) keeps its control
+  // stream sealed on TCP: the rings would carry it in clear.
+  return same_host_negotiated() && (params_.peer_capabilities & wire::kCapShmChannel) != 0 &&
+         config_.encrypt == EncryptMode::kOff;
 }
 
 void EndpointCore::offer_shm() {
   if (!shm_negotiated()) {
-    shm_reason_ = "the peer does not offer a shared-memory channel (an older remora)";
+    shm_reason_ = config_.encrypt != EncryptMode::kOff
+                      ? "REMORA_ENCRYPT: the control stream stays sealed on TCP"
+                      : "the peer does not offer a shared-memory channel (an older remora)";
     return;
   }
   auto channel = std::make_shared<ShmChannel>();

@@ -33,6 +33,10 @@ constexpr std::string_view kServerLabel = "remora auth v1 server";
 static_assert(kClientLabel.size() == kServerLabel.size());
 constexpr std::string_view kKeyLabel = "remora auth v1 key";
 constexpr std::string_view kStoreContext = "remora store";
+// Both of the same length, as the proof labels.
+constexpr std::string_view kSealClientToServer = "remora seal v1 client to server";
+constexpr std::string_view kSealServerToClient = "remora seal v1 server to client";
+static_assert(kSealClientToServer.size() == kSealServerToClient.size());
 
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
@@ -73,6 +77,7 @@ std::array<std::byte, kAuthSize> encode_auth(const AuthMessage& message) noexcep
   std::array<std::byte, kAuthSize> out{};
   core::store_u32(out.data() + kMagicOffset, kMagic);
   core::store_u8(out.data() + kStepOffset, static_cast<uint8_t>(message.step));
+  core::store_u8(out.data() + kReservedOffset, message.seal);
   std::memcpy(out.data() + kNonceOffset, message.nonce.data(), kAuthNonceSize);
   std::memcpy(out.data() + kProofOffset, message.proof.data(), kAuthProofSize);
   return out;
@@ -89,13 +94,21 @@ Result<AuthMessage> decode_auth(std::span<const std::byte> in) {
   if (step < static_cast<uint8_t>(AuthStep::kRequest) || step > static_cast<uint8_t>(AuthStep::kRefused)) {
     return protocol_error(fmt::format("AUTH: unknown step {}", step));
   }
-  for (size_t i = 0; i < 3; ++i) {
+  // Byte 5: cipher bits (store connections, REMORA_ENCRYPT); 6 and 7 reserved.
+  const uint8_t seal = core::load_u8(in.data() + kReservedOffset);
+  for (size_t i = 1; i < 3; ++i) {
     if (in[kReservedOffset + i] != std::byte{0}) {
       return protocol_error(fmt::format("AUTH: reserved byte {} is nonzero", kReservedOffset + i));
     }
   }
+  const bool may_seal =
+      step == static_cast<uint8_t>(AuthStep::kRequest) || step == static_cast<uint8_t>(AuthStep::kChallenge);
+  if ((seal & ~kAuthSealMask) != 0 || (seal != 0 && !may_seal)) {
+    return protocol_error(fmt::format("AUTH: step {} carries cipher bits 0x{:02x}", step, seal));
+  }
   AuthMessage m;
   m.step = static_cast<AuthStep>(step);
+  m.seal = seal;
   std::memcpy(m.nonce.data(), in.data() + kNonceOffset, kAuthNonceSize);
   std::memcpy(m.proof.data(), in.data() + kProofOffset, kAuthProofSize);
   const bool has_nonce = m.step == AuthStep::kChallenge || m.step == AuthStep::kResponse;
@@ -136,6 +149,28 @@ bool verify_auth_proof(const AuthKeyBytes& key, AuthRole role, std::span<const s
                        const AuthNonce& server_nonce, const AuthNonce& client_nonce, const AuthProof& proof) noexcept {
   const std::vector<std::byte> t = transcript(role, context, server_nonce, client_nonce);
   return crypto_auth_hmacsha256_verify(uc(proof.data()), uc(t.data()), t.size(), uc(key.data())) == 0;
+}
+
+SealKeyPair derive_seal_keys(const AuthKeyBytes& key, uint8_t cipher, std::span<const std::byte> context,
+                             const AuthNonce& server_nonce, const AuthNonce& client_nonce) noexcept {
+  ensure_sodium();
+  auto one = [&](std::string_view label) {
+    AuthKeyBytes out{};
+    std::array<std::byte, 5> lengths{};
+    core::store_u8(lengths.data(), cipher);
+    core::store_u32(lengths.data() + 1, static_cast<uint32_t>(context.size()));
+    crypto_generichash_state state;
+    crypto_generichash_init(&state, uc(key.data()), key.size(), out.size());
+    crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(label.data()), label.size());
+    crypto_generichash_update(&state, uc(lengths.data()), lengths.size());
+    crypto_generichash_update(&state, uc(context.data()), context.size());
+    crypto_generichash_update(&state, uc(server_nonce.data()), server_nonce.size());
+    crypto_generichash_update(&state, uc(client_nonce.data()), client_nonce.size());
+    crypto_generichash_final(&state, uc(out.data()), out.size());
+    sodium_memzero(&state, sizeof state);
+    return out;
+  };
+  return {.client_to_server = one(kSealClientToServer), .server_to_client = one(kSealServerToClient)};
 }
 
 std::span<const std::byte> store_auth_context() noexcept {

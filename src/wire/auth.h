@@ -33,10 +33,19 @@ using AuthNonce = std::array<std::byte, kAuthNonceSize>;
 using AuthProof = std::array<std::byte, kAuthProofSize>;
 using AuthKeyBytes = std::array<std::byte, kAuthKeySize>;
 
+/// Byte 5 of a store connection's AUTH request and challenge (REMORA_ENCRYPT): bits
+/// of the ciphers a client offers, and the one a store chose (its whole offer when they
+/// do not agree). Numbered as the handshake's cipher numbers (1 AES-256-GCM, 2
+/// ChaCha20-Poly1305). Endpoints agree their cipher in HELLO instead and send 0.
+inline constexpr uint8_t kAuthSealAes256Gcm = 1;
+inline constexpr uint8_t kAuthSealChacha20Poly1305 = 2;
+inline constexpr uint8_t kAuthSealMask = kAuthSealAes256Gcm | kAuthSealChacha20Poly1305;
+
 struct AuthMessage {
   AuthStep step = AuthStep::kRequest;
   AuthNonce nonce{};
   AuthProof proof{};
+  uint8_t seal = 0;  ///< request, challenge: cipher bits (kAuthSeal*); otherwise 0
 };
 
 /// Which side a proof speaks for: each side's proof is bound to its own role, so a
@@ -46,8 +55,9 @@ enum class AuthRole : uint8_t { kClient = 1, kServer = 2 };
 std::array<std::byte, kAuthSize> encode_auth(const AuthMessage& message) noexcept;
 
 /// Decodes exactly kAuthSize bytes. kInvalidArgument on another size; kProtocol on a bad
-/// magic, an unknown step, a nonzero reserved byte, or a nonzero nonce or proof where
-/// the step carries none.
+/// magic, an unknown step, a nonzero reserved byte, cipher bits outside kAuthSealMask or
+/// in a step other than request and challenge, or a nonzero nonce or proof where the
+/// step carries none.
 Result<AuthMessage> decode_auth(std::span<const std::byte> in);
 
 /// The HMAC key both sides prove knowledge of, derived from the shared secret by BLAKE2b
@@ -67,6 +77,21 @@ AuthProof auth_proof(const AuthKeyBytes& key, AuthRole role, std::span<const std
 /// (crypto_auth_hmacsha256_verify).
 bool verify_auth_proof(const AuthKeyBytes& key, AuthRole role, std::span<const std::byte> context,
                        const AuthNonce& server_nonce, const AuthNonce& client_nonce, const AuthProof& proof) noexcept;
+
+/// The two keys of a sealed connection (REMORA_ENCRYPT), one per direction.
+struct SealKeyPair {
+  AuthKeyBytes client_to_server{};
+  AuthKeyBytes server_to_client{};
+};
+
+/// Derives a sealed connection's keys: BLAKE2b (crypto_generichash) keyed with `key`
+/// over a label naming the direction, `cipher` (a number both sides agreed on), the
+/// connection's `context` (as for auth_proof: the client's HELLO bytes, or the store's
+/// label) and both fresh nonces. Each connection's nonces are new, so no two connections
+/// (nor the two directions of one) share a key, and a recorded session's records open
+/// under no later connection's keys.
+SealKeyPair derive_seal_keys(const AuthKeyBytes& key, uint8_t cipher, std::span<const std::byte> context,
+                             const AuthNonce& server_nonce, const AuthNonce& client_nonce) noexcept;
 
 /// The store's transcript context ("remora store").
 std::span<const std::byte> store_auth_context() noexcept;

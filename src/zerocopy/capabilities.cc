@@ -5,10 +5,15 @@
 #include "remora/capabilities.h"
 
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -17,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "net/socket.h"
 #include "zerocopy/dmabuf_source.h"
 #include "zerocopy/ethtool_nl.h"
 #include "zerocopy/io_uring_probe.h"
@@ -294,6 +300,33 @@ ProbeAnswer msg_zerocopy_answer() {
                                   : ", without a copy"));
 }
 
+ProbeAnswer kernel_tls_answer() {
+  net::SockAddr loopback;
+  auto* in = reinterpret_cast<sockaddr_in*>(&loopback.storage);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  loopback.length = sizeof(sockaddr_in);
+  auto listener = net::listen_tcp(loopback, 1);
+  if (!listener) return unknown("a loopback listener for the probe: " + listener.status().message());
+  auto where = net::local_address(listener->get());
+  if (!where) return unknown("the probe listener's address: " + where.status().message());
+  auto client = net::connect_tcp(*where, net::Clock::now() + std::chrono::seconds(2));
+  if (!client) return unknown("a loopback connection for the probe: " + client.status().message());
+  // Attaching the "tls" upper-layer protocol needs an established TCP socket; the
+  // connection need not be accepted for that.
+  static constexpr char kTls[] = "tls";
+  if (::setsockopt(client->get(), SOL_TCP, TCP_ULP, kTls, sizeof kTls) != 0) {
+    const int err = errno;
+    KernelError kernel;
+    kernel.err = err;
+    return no(fmt::format("setsockopt(TCP_ULP, \"tls\") on a connected loopback socket: {}", std::strerror(err)),
+              err == ENOENT ? "modprobe tls (a kernel built with CONFIG_TLS)" : "", kernel);
+  }
+  return yes(
+      "the kernel attaches its \"tls\" upper-layer protocol to TCP sockets (CONFIG_TLS); remora does not use it: "
+      "REMORA_ENCRYPT seals in user space (libsodium); NIC offload (TLS or PSP) is not probed");
+}
+
 }  // namespace
 
 Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& options) {
@@ -346,6 +379,7 @@ Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& option
   }
   host.io_uring = io_uring_answer();
   host.msg_zerocopy = msg_zerocopy_answer();
+  host.kernel_tls = kernel_tls_answer();
 
   for (const auto& [name, index] : ifaces) {
     InterfaceCapabilities c;

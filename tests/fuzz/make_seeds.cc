@@ -22,6 +22,7 @@
 #include "handle.h"
 #include "remora/memory.h"
 #include "remora/testing/test_device.h"
+#include "seal_fuzz_key.h"
 #include "wire.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
@@ -282,6 +283,26 @@ void wire() {
   write("wire_fuzz", "bad_host_reserved", bad);
 }
 
+/// Sealed streams: the cipher byte, then two records (counters 0 and 1) sealed under
+/// the harness's key; and one cut inside its second record.
+void sealed() {
+  using remora::net::SealCipher;
+  for (const SealCipher cipher : {SealCipher::kChacha20Poly1305, SealCipher::kAes256Gcm}) {
+    if (cipher == SealCipher::kAes256Gcm && !remora::net::aes256gcm_available()) continue;
+    std::vector<std::byte> plain(300);
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<std::byte>(i * 13);
+    std::vector<std::byte> b{std::byte{cipher == SealCipher::kAes256Gcm ? uint8_t{1} : uint8_t{0}}};
+    for (uint64_t counter = 0; counter < 2; ++counter) {
+      const auto record = remora::net::seal_record(cipher, remora::fuzz::seal_fuzz_key(), counter, plain);
+      b.insert(b.end(), record.begin(), record.end());
+    }
+    const std::string name(remora::net::cipher_name(cipher));
+    write("seal_fuzz", name + "_two_records", b);
+    b.resize(b.size() - 5);
+    write("seal_fuzz", name + "_cut", b);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -297,5 +318,6 @@ int main(int argc, char** argv) {
   devmem_rx();
   nccl_handle();
   nixl_wire();
+  sealed();
   return 0;
 }

@@ -98,9 +98,19 @@ nlohmann::json parse_report(const DoctorRun& r) {
     EXPECT_TRUE(doc[key].is_string()) << key;
   }
   EXPECT_NE(doc["hardware_note"].get<std::string>().find("devmem-capable hardware"), std::string::npos);
-  for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy",
+  for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "kernel_tls",
                           "same_host_pulls", "rxq", "cuda"}) {
     expect_answer(doc["host"][key], std::string("host ") + key);
+  }
+  // Kernel TLS was tried on a real socket: a yes says it is not used; a no carries the
+  // kernel's errno (ENOENT where the tls module is not built, as on this project's hosts).
+  const auto& ktls = doc["host"]["kernel_tls"];
+  if (ktls["state"] == "yes") {
+    EXPECT_NE(ktls["detail"].get<std::string>().find("does not use it"), std::string::npos) << ktls.dump();
+  } else {
+    EXPECT_EQ(ktls["state"], "no") << ktls.dump();
+    EXPECT_NE(ktls["errno"].get<int>(), 0) << ktls.dump();
+    EXPECT_NE(ktls["reason"].get<std::string>().find("TCP_ULP"), std::string::npos) << ktls.dump();
   }
   // Same-host pulls were tried for real between two sibling processes. As root (CI),
   // the kernel lets one read the other whatever Yama says: yes.

@@ -37,6 +37,8 @@ int fail(const std::string& what, const Status& s) {
 }
 
 void print_rails(const Endpoint& ep) {
+  const std::string sealed = ep.stats().encryption;
+  std::printf("SEALED %s\n", sealed.empty() ? "-" : sealed.c_str());
   for (const RailStats& r : ep.stats().rails) {
     std::printf("RAIL %s %s %s %s %u %lu %lu %lu %lu %s\n", r.state.c_str(), r.local_address.c_str(),
                 r.peer_address.empty() ? "-" : r.peer_address.c_str(), r.interface.empty() ? "-" : r.interface.c_str(),

@@ -47,27 +47,41 @@ std::unique_ptr<Process> spawn_rails_peer(const NetnsRails& net, const std::stri
   return p;
 }
 
+/// The SEALED line: the endpoint's EndpointStats::encryption ("-": in clear).
+std::string parse_sealed(const std::string& output) {
+  const size_t at = output.find("SEALED ");
+  if (at == std::string::npos) return "";
+  return output.substr(at + 7, output.find('\n', at) - at - 7);
+}
+
 struct Outcome {
   std::vector<RailLine> listener, connector;
+  std::string listener_sealed, connector_sealed;
 };
 
 /// One transfer of `size` bytes from ns_b (connecting) to ns_a (listening).
-Outcome transfer(const NetnsRails& net, uint64_t size, const std::string& rails_b = "rlb") {
+/// `extra_env` goes to both sides.
+Outcome transfer(const NetnsRails& net, uint64_t size, const std::string& rails_b = "rlb",
+                 const std::vector<std::string>& extra_env = {}) {
   const std::string common_size = "--size=" + std::to_string(size);
+  auto with = [&](std::vector<std::string> env) {
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    return env;
+  };
   auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", common_size, "--seed=36"},
-                            {"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error"});
+                            with({"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error"}));
   if (!a->ok()) return {};
   const uint16_t port = read_port(*a);
   if (port == 0) return {};
   auto b = spawn_rails_peer(
       net, net.ns_b(),
       {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), common_size, "--seed=36"},
-      {"REMORA_RAILS=" + rails_b, "REMORA_STREAMS=1", "REMORA_LOG=error"});
+      with({"REMORA_RAILS=" + rails_b, "REMORA_STREAMS=1", "REMORA_LOG=error"}));
   auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
   auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
   EXPECT_TRUE(Process::exited_ok(b_status)) << "connecting side " << Process::describe(b_status) << ":\n" << b_out;
   EXPECT_TRUE(Process::exited_ok(a_status)) << "listening side " << Process::describe(a_status) << ":\n" << a_out;
-  return {parse_rails(a_out), parse_rails(b_out)};
+  return {parse_rails(a_out), parse_rails(b_out), parse_sealed(a_out), parse_sealed(b_out)};
 }
 
 uint64_t sum_received(const std::vector<RailLine>& rails) {
@@ -81,6 +95,7 @@ TEST(Rails, BothRailsCarryTheTransferEveryByteChecked) {
   if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
   const uint64_t size = 64ull << 20;
   const Outcome o = transfer(net, size);
+  EXPECT_EQ(o.connector_sealed, "-");  // in clear without REMORA_ENCRYPT
   ASSERT_EQ(o.connector.size(), 2u);
   ASSERT_EQ(o.listener.size(), 2u);
   for (int i = 0; i < 2; ++i) {
@@ -101,6 +116,29 @@ TEST(Rails, BothRailsCarryTheTransferEveryByteChecked) {
     EXPECT_EQ(r.state, "up");
     EXPECT_GT(r.chunks_received, 0u);
   }
+}
+
+// Under REMORA_ENCRYPT the listener's RAILS message travels sealed after the HELLO_ACK,
+// and every data stream of every rail is sealed with keys of its own.
+TEST(Rails, SealedRailsCarryTheTransferEveryByteChecked) {
+  NetnsRails net(2);
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  const uint64_t size = 16ull << 20;
+  const Outcome o = transfer(net, size, "rlb", {"REMORA_AUTH_KEY=rails-and-seals", "REMORA_ENCRYPT=on"});
+  ASSERT_EQ(o.connector.size(), 2u);
+  ASSERT_EQ(o.listener.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const RailLine& r = o.connector[static_cast<size_t>(i)];
+    SCOPED_TRACE(r.local);
+    EXPECT_EQ(r.state, "up");
+    EXPECT_EQ(r.local, net.addr_b(i));
+    EXPECT_EQ(r.peer.substr(0, r.peer.find(':')), net.addr_a(i));  // the advertised address, read sealed
+    EXPECT_GT(r.chunks_sent, 0u);
+  }
+  EXPECT_EQ(o.connector[0].bytes_sent + o.connector[1].bytes_sent, size);
+  EXPECT_EQ(sum_received(o.listener), size);
+  EXPECT_TRUE(o.connector_sealed == "aes256gcm" || o.connector_sealed == "chacha20poly1305") << o.connector_sealed;
+  EXPECT_EQ(o.listener_sealed, o.connector_sealed);
 }
 
 TEST(Rails, ARateLimitedRailGetsFewerChunks) {

@@ -258,7 +258,7 @@ TEST(RmaMultiProcess, KilledTargetFailsEveryOutstandingOp) {
   std::vector<std::byte> probe(64);
   ASSERT_TRUE(s.ep->get(probe, key, 0).wait(30s).is_ok());
   // The control stream runs in shared memory: the kill must be noticed all the same.
-  ASSERT_TRUE(s.ep->stats().shm_tx && s.ep->stats().shm_rx) << s.ep->stats().shm_reason;
+  ASSERT_TRUE(wait_for_shm_channel(*s.ep)) << s.ep->stats().shm_reason;
 
   // Stopped first, so the ops below cannot all complete before the kill: the gets
   // need the target's answer and the puts far exceed what socket buffers absorb.

@@ -438,3 +438,29 @@ def test_detect_launch(monkeypatch):
     monkeypatch.setenv("RANK", "4")  # rank >= size
     with pytest.raises(remora.InvalidArgument):
         remora.detect_launch()
+
+
+def test_encrypt_seals_an_endpoint_and_refuses_a_plain_peer():
+    # Same-host pulls off: the chunks of the 1 MiB message cross the sealed data stream.
+    p = Pair(auth_key="the job secret", encrypt="on", same_host_pulls=False, eager_limit=4096,
+             chunk_bytes=64 * 1024)
+    try:
+        assert p.init.stats()["encryption"] in ("aes256gcm", "chacha20poly1305")
+        assert p.target.stats()["encryption"] == p.init.stats()["encryption"]
+        assert p.target_ctx.config()["encrypt"] == remora.EncryptMode.ON
+        for size in (8, 4096, 1 << 20):
+            msg = bytes((i * 7 + size) % 251 for i in range(size))
+            buf = bytearray(size)
+            r = p.target.recv(buf, size)
+            p.init.send(msg, size).wait(BOUND)
+            r.wait(BOUND)
+            assert bytes(buf) == msg
+        with remora.Context(ignore_env=True, auth_key="the job secret") as plain:
+            with pytest.raises(remora.Unsupported, match="REMORA_ENCRYPT"):
+                plain.connect(p.listener.address, BOUND)
+    finally:
+        p.close()
+    with pytest.raises(remora.InvalidArgument, match="REMORA_AUTH_KEY"):
+        remora.Context(ignore_env=True, encrypt="on")
+    with pytest.raises(remora.InvalidArgument):
+        remora.Context(ignore_env=True, auth_key="s", encrypt="rot13")

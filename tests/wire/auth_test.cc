@@ -58,10 +58,26 @@ TEST(AuthCodec, Refusals) {
     w[4] = std::byte{step};
     expect_protocol(w, "unknown step");
   }
-  for (size_t i : {5u, 6u, 7u}) {
+  for (size_t i : {6u, 7u}) {
     w = good;
     w[i] = std::byte{1};
     expect_protocol(w, "reserved byte");
+  }
+  // Byte 5: cipher bits (store connections), in a request or a challenge only, and only
+  // the two ciphers' bits.
+  w = good;
+  w[5] = std::byte{4};
+  expect_protocol(w, "unknown cipher bit");
+  for (AuthStep step : {AuthStep::kResponse, AuthStep::kConfirm, AuthStep::kRefused}) {
+    auto bytes = encode_auth({.step = step});
+    bytes[5] = std::byte{kAuthSealChacha20Poly1305};
+    if (step == AuthStep::kResponse) bytes[8] = std::byte{1};
+    expect_protocol(bytes, "cipher bits in a step that carries none");
+  }
+  for (uint8_t bits : {uint8_t{1}, uint8_t{2}, uint8_t{3}}) {
+    auto m = decode_auth(encode_auth({.step = AuthStep::kRequest, .seal = bits}));
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_EQ(m->seal, bits);
   }
   w = good;
   w[40] = std::byte{1};

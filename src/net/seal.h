@@ -1,0 +1,101 @@
+// net/seal.h — encryption in flight at the socket (REMORA_ENCRYPT, docs/encryption.md).
+//
+// A sealing layer is attached to a connected TCP socket once its handshake is done, the
+// way the kernel attaches TLS as an upper-layer protocol (TCP_ULP), but in user space with
+// libsodium's AEADs. From then on net::send_some and net::recv_some on that descriptor
+// (net/io.h: every byte the endpoints, their data streams, the lingering close and the
+// rendezvous store move goes through them) carry the stream as records:
+//
+//   record = length (u32 LE, 1..kSealRecordMax plaintext bytes) | ciphertext | tag (16)
+//
+// sealed under the direction's key with a 96-bit nonce that is the direction's record
+// counter (u64 LE, then four zero bytes); the 4-byte length is the associated data. A
+// record that fails to open (flipped, dropped, reordered, replayed or cut short) fails
+// every later read with EBADMSG (errno_status words it, kProtocol) and none of its bytes
+// are delivered: records are opened into the layer's own buffer and copied out only once
+// their tag verified. The key of a direction is replaced by a hash of itself every
+// kSealRecordsPerKey records, on both sides at the same record, so no key seals more than
+// 2^24 records (AES-GCM's bound for one key is far above that).
+//
+// Semantics for the callers of send_some: bytes are reported sent only once the records
+// that hold them are wholly in the kernel; until then send_some answers "would block"
+// (the socket is full), and the caller offers the same bytes again, as it does anyway.
+// For recv_some: a read shorter than asked still proves the kernel drained, as for a
+// plain socket (the layer reads on until the kernel has no more).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "net/io.h"
+#include "remora/status.h"
+
+namespace remora::net {
+
+/// The AEAD a sealed socket uses. Numbers as the handshake's capability bits order them.
+enum class SealCipher : uint8_t { kAes256Gcm = 1, kChacha20Poly1305 = 2 };
+
+inline constexpr size_t kSealKeySize = 32;
+inline constexpr size_t kSealTagSize = 16;
+inline constexpr size_t kSealHeaderSize = 4;
+/// Most plaintext bytes in one record.
+inline constexpr size_t kSealRecordMax = size_t{64} << 10;
+/// Records sealed under one key before both sides replace it.
+inline constexpr uint64_t kSealRecordsPerKey = uint64_t{1} << 24;
+
+using SealKey = std::array<std::byte, kSealKeySize>;
+
+/// One connection's keys: `send` seals what this side writes, `recv` opens what it reads.
+struct SealKeys {
+  SealCipher cipher = SealCipher::kChacha20Poly1305;
+  SealKey send{};
+  SealKey recv{};
+};
+
+/// "aes256gcm" or "chacha20poly1305" (REMORA_ENCRYPT's words).
+std::string_view cipher_name(SealCipher cipher) noexcept;
+
+/// Whether libsodium runs AES-256-GCM on this CPU (it needs AES-NI and CLMUL).
+bool aes256gcm_available() noexcept;
+
+/// Attaches a sealing layer to the connected socket `fd` (see above). kInvalidArgument
+/// when one is attached already or `fd` is negative; kNoResource for a descriptor
+/// beyond the layer's table (2^20). The layer goes when the descriptor is closed through
+/// net::Fd (unseal_socket).
+Status seal_socket(int fd, const SealKeys& keys);
+
+/// Detaches the layer of `fd`, if any (net::Fd calls it before close(2)).
+void unseal_socket(int fd) noexcept;
+
+/// Whether `fd` has a sealing layer.
+bool is_sealed(int fd) noexcept;
+/// The cipher sealing `fd`; nullopt: it has no sealing layer.
+std::optional<SealCipher> sealed_cipher(int fd) noexcept;
+
+/// What a sealed socket has done, for tests and statistics.
+struct SealCounters {
+  uint64_t records_sealed = 0;
+  uint64_t records_opened = 0;
+  uint64_t keys_replaced = 0;  ///< both directions' key replacements (kSealRecordsPerKey)
+};
+SealCounters seal_counters(int fd) noexcept;
+
+/// The sealed-socket versions of send_some/recv_some; net/io.cc calls them for a socket
+/// with a layer. false: `fd` has none (nothing was done).
+bool sealed_send(int fd, const void* data, size_t len, IoResult* out) noexcept;
+bool sealed_recv(int fd, void* data, size_t len, IoResult* out) noexcept;
+
+/// One record, for tests of the format: seals `plaintext` (1..kSealRecordMax bytes) as
+/// record number `counter` (taken modulo kSealRecordsPerKey: under `key` itself, not a
+/// replaced one) under `key`; open_record opens one whole record so made.
+std::vector<std::byte> seal_record(SealCipher cipher, const SealKey& key, uint64_t counter,
+                                   std::span<const std::byte> plaintext);
+Result<std::vector<std::byte>> open_record(SealCipher cipher, const SealKey& key, uint64_t counter,
+                                           std::span<const std::byte> record);
+
+}  // namespace remora::net

@@ -1,0 +1,602 @@
+// Encryption in flight (REMORA_ENCRYPT, docs/encryption.md) over real loopback sockets,
+// with same-host pulls off so every byte goes over TCP: every transfer kind intact with 1
+// and 2 data streams; a relay between the two endpoints that records every byte finds a
+// known 64-byte pattern and a serialized remote key without encryption and neither with
+// it; the same relay flipping a byte in, dropping, replaying or reordering a record on
+// the control stream or on a data stream makes the receiving endpoint fail with kProtocol
+// ("failed authentication", the peer's address), the other fail too, and the receive
+// buffer holds nothing but a prefix of valid bytes; mismatched settings are refused at
+// connect naming REMORA_ENCRYPT; no key is refused at Context::create naming both.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/little_endian.h"
+#include "itest_util.h"
+#include "net/seal.h"
+#include "remora/memory.h"
+#include "remora/store.h"
+#include "remora/testing/test_device.h"
+#include "wire/auth.h"
+#include "wire/handshake.h"
+
+namespace remora::itest {
+namespace {
+
+using namespace std::chrono_literals;
+
+AuthKey key_of(std::string_view secret) {
+  auto k = AuthKey::from_secret(secret);
+  EXPECT_TRUE(k) << describe(k.status());
+  return k ? *k : AuthKey{};
+}
+
+std::unique_ptr<Context> make_context(EncryptMode mode, uint32_t streams, std::optional<AuthKey> key = std::nullopt) {
+  if (!key) key = key_of("encryption test secret");  // both sides authenticate, encrypting or not
+  auto r = Context::create(ContextOptions{.streams_per_endpoint = streams,
+                                          .handshake_timeout_ms = 5000,
+                                          .peer_timeout_ms = 60000,
+                                          .same_host_pulls = false,
+                                          .encrypt = mode,
+                                          .auth_key = key,
+                                          .ignore_env = true});
+  if (!r) {
+    ADD_FAILURE() << "Context::create: " << describe(r.status());
+    return nullptr;
+  }
+  return std::move(r).value();
+}
+
+std::vector<std::byte> pattern(size_t n, uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = std::byte(static_cast<uint8_t>(seed + i * 131 + (i >> 9)));
+  return v;
+}
+
+/// What the relay does to the client's bytes on one connection, after the handshake.
+enum class Tamper { kNone, kFlip, kDrop, kReplay, kReorder };
+
+/// Relays every connection made to it to `target` (accepted in order: the control
+/// stream, then data streams 0, 1, ...), recording every byte both ways. On connection
+/// `victim` it parses the client's records after the handshake (HELLO and AUTH response,
+/// 120 bytes) and applies `tamper` to record `record`.
+class Relay {
+ public:
+  Relay(uint16_t target, size_t victim = 0, Tamper tamper = Tamper::kNone, size_t record = 0)
+      : target_(target), victim_(victim), tamper_(tamper), record_(record) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "relay: " << std::strerror(errno);
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Relay() { stop(); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    for (auto& c : conns_) {
+      ::close(c.client);
+      ::close(c.server);
+    }
+    conns_.clear();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  /// After stop(): every byte relayed, both ways, all connections.
+  const std::vector<uint8_t>& all() const { return all_; }
+  bool tampered() const { return tampered_; }
+
+ private:
+  static constexpr size_t kClientHandshake = wire::kHelloSize + wire::kAuthSize;
+  struct Conn {
+    int client = -1, server = -1;
+    size_t index = 0;
+    bool open = true;
+    std::vector<uint8_t> pending;  // the victim's client bytes not yet forwarded
+    size_t handshake_left = kClientHandshake;
+    size_t records = 0;
+    std::vector<uint8_t> held;  // a record held back (reorder)
+  };
+  void run() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+      for (auto& c : conns_) {
+        fds.push_back({c.open ? c.client : -1, POLLIN, 0});
+        fds.push_back({c.open ? c.server : -1, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;  // bounded: notices stop_
+      if (fds[0].revents & POLLIN) accept_one();
+      for (size_t i = 0; i < conns_.size() && 2 * i + 2 < fds.size(); ++i) {
+        Conn& c = conns_[i];
+        if (fds[2 * i + 1].revents != 0) pump(c, true);
+        if (c.open && fds[2 * i + 2].revents != 0) pump(c, false);
+      }
+    }
+  }
+  void accept_one() {
+    const int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) return;
+    const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(target_);
+    if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(client);
+      ::close(server);
+      return;
+    }
+    Conn c;
+    c.client = client;
+    c.server = server;
+    c.index = conns_.size();
+    conns_.push_back(std::move(c));
+  }
+  void forward(Conn& c, int to, const uint8_t* p, size_t n) {
+    for (size_t done = 0; done < n;) {
+      const ssize_t w = ::send(to, p + done, n - done, MSG_NOSIGNAL);
+      if (w <= 0) {
+        c.open = false;
+        return;
+      }
+      done += static_cast<size_t>(w);
+    }
+  }
+  void pump(Conn& c, bool from_client) {
+    uint8_t buf[64 * 1024];
+    const ssize_t n = ::recv(from_client ? c.client : c.server, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      ::shutdown(c.client, SHUT_RDWR);
+      ::shutdown(c.server, SHUT_RDWR);
+      c.open = false;
+      return;
+    }
+    if (n < 0) return;
+    all_.insert(all_.end(), buf, buf + n);
+    if (!from_client || c.index != victim_ || tamper_ == Tamper::kNone) {
+      forward(c, from_client ? c.server : c.client, buf, static_cast<size_t>(n));
+      return;
+    }
+    c.pending.insert(c.pending.end(), buf, buf + n);
+    size_t at = 0;
+    if (c.handshake_left > 0) {
+      const size_t k = std::min(c.handshake_left, c.pending.size());
+      forward(c, c.server, c.pending.data(), k);
+      c.handshake_left -= k;
+      at = k;
+    }
+    while (c.handshake_left == 0 && c.pending.size() - at >= net::kSealHeaderSize) {
+      const uint32_t len = core::load_u32(reinterpret_cast<const std::byte*>(c.pending.data() + at));
+      const size_t whole = net::kSealHeaderSize + len + net::kSealTagSize;
+      if (c.pending.size() - at < whole) break;
+      std::vector<uint8_t> rec(c.pending.begin() + static_cast<ptrdiff_t>(at),
+                               c.pending.begin() + static_cast<ptrdiff_t>(at + whole));
+      at += whole;
+      const size_t i = c.records++;
+      if (i == record_) {
+        tampered_ = true;
+        if (tamper_ == Tamper::kFlip) rec[net::kSealHeaderSize + len / 2] ^= 0x01;
+        if (tamper_ == Tamper::kDrop) continue;
+        if (tamper_ == Tamper::kReplay) forward(c, c.server, rec.data(), rec.size());
+        if (tamper_ == Tamper::kReorder) {
+          c.held = rec;
+          continue;
+        }
+      }
+      forward(c, c.server, rec.data(), rec.size());
+      if (i == record_ + 1 && !c.held.empty()) forward(c, c.server, c.held.data(), c.held.size());
+    }
+    c.pending.erase(c.pending.begin(), c.pending.begin() + static_cast<ptrdiff_t>(at));
+  }
+
+  uint16_t target_;
+  size_t victim_;
+  Tamper tamper_;
+  size_t record_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> tampered_{false};
+  std::thread thread_;
+  std::vector<Conn> conns_;
+  std::vector<uint8_t> all_;
+};
+
+/// A pair of endpoints, the client connected through a relay when one is given.
+struct Pair {
+  std::unique_ptr<Context> server, client;
+  std::unique_ptr<Listener> listener;
+  std::shared_ptr<Endpoint> c, s;
+
+  Status connect(EncryptMode server_mode, EncryptMode client_mode, uint32_t streams, uint16_t* port) {
+    server = make_context(server_mode, streams);
+    client = make_context(client_mode, streams);
+    if (!server || !client) return Status(StatusCode::kInternal, "no context");
+    auto l = server->listen("127.0.0.1:0");
+    if (!l) return l.status();
+    listener = std::move(l).value();
+    if (port != nullptr) *port = listener->port();
+    return Status::ok();
+  }
+  Status finish(const std::string& address) {
+    auto accepted = std::async(std::launch::async, [this] { return listener->accept(10s); });
+    auto cr = client->connect(address, 10s);
+    auto ar = accepted.get();
+    if (!cr) return cr.status();
+    if (!ar) return ar.status();
+    c = *cr;
+    s = *ar;
+    return Status::ok();
+  }
+};
+
+/// Every transfer kind between `a` (initiator) and `b` (target, owning `b_ctx`'s memory).
+void expect_every_kind(Context& b_ctx, Endpoint& a, Endpoint& b) {
+  // Messages: eager (small) and chunked (a few MiB, every data stream), both ways.
+  for (size_t bytes : {size_t{8}, size_t{4000}, size_t{3 * 1024 * 1024 + 17}}) {
+    const auto ab = pattern(bytes, 1), ba = pattern(bytes, 2);
+    std::vector<std::byte> in_b(bytes), in_a(bytes);
+    Request rb = b.recv(in_b, Tag{11});
+    Request ra = a.recv(in_a, Tag{12});
+    Request sa = a.send(ab, Tag{11});
+    Request sb = b.send(ba, Tag{12});
+    ASSERT_TRUE(sa.wait(30s).is_ok());
+    ASSERT_TRUE(sb.wait(30s).is_ok());
+    ASSERT_TRUE(rb.wait(30s).is_ok()) << describe(rb.wait(0s));
+    ASSERT_TRUE(ra.wait(30s).is_ok());
+    EXPECT_TRUE(in_b == ab) << bytes << " bytes a -> b arrived different";
+    EXPECT_TRUE(in_a == ba) << bytes << " bytes b -> a arrived different";
+  }
+  // One-sided: puts (inline and chunked, one with a notification), gets, atomics.
+  std::vector<std::byte> target(4 * 1024 * 1024);
+  auto region = b_ctx.register_memory(target.data(), target.size(), kAllAccess);
+  ASSERT_TRUE(region) << describe(region.status());
+  const RemoteKey rkey = region->remote_key();
+  const auto small = pattern(100, 3), large = pattern(3 * 1024 * 1024 + 5, 4);
+  ASSERT_TRUE(a.put(small, rkey, 8).wait(30s).is_ok());
+  ASSERT_TRUE(a.put(large, rkey, 4096, {.notify = 77}).wait(30s).is_ok());
+  auto note = b.wait_notification(30s);
+  ASSERT_TRUE(note) << describe(note.status());
+  EXPECT_EQ(note->value, 77u);
+  EXPECT_EQ(note->length, large.size());
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), target.begin() + 8));
+  EXPECT_TRUE(std::equal(large.begin(), large.end(), target.begin() + 4096));
+  std::vector<std::byte> got_small(small.size()), got_large(large.size());
+  ASSERT_TRUE(a.get(got_small, rkey, 8).wait(30s).is_ok());
+  ASSERT_TRUE(a.get(got_large, rkey, 4096).wait(30s).is_ok());
+  EXPECT_TRUE(got_small == small);
+  EXPECT_TRUE(got_large == large);
+  uint64_t before = 0, swapped = 0;
+  std::memset(target.data(), 0, 8);
+  ASSERT_TRUE(a.fetch_add(&before, rkey, 0, 5).wait(30s).is_ok());
+  ASSERT_TRUE(a.fetch_add(&before, rkey, 0, 6).wait(30s).is_ok());
+  EXPECT_EQ(before, 5u);
+  ASSERT_TRUE(a.compare_swap(&swapped, rkey, 0, {.expected = 11, .desired = 99}).wait(30s).is_ok());
+  EXPECT_EQ(swapped, 11u);
+  uint64_t now = 0;
+  std::memcpy(&now, target.data(), 8);
+  EXPECT_EQ(now, 99u);
+  ASSERT_TRUE(a.flush().wait(30s).is_ok());
+}
+
+class Encrypted : public ::testing::TestWithParam<std::tuple<EncryptMode, uint32_t>> {};
+
+TEST_P(Encrypted, EveryTransferKindIntact) {
+  const auto [mode, streams] = GetParam();
+  if (mode == EncryptMode::kAes256Gcm && !net::aes256gcm_available()) GTEST_SKIP() << "no AES-NI on this CPU";
+  Pair p;
+  uint16_t port = 0;
+  ASSERT_TRUE(p.connect(mode, mode, streams, &port).is_ok());
+  ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(port)).is_ok());
+  expect_every_kind(*p.server, *p.c, *p.s);
+  EXPECT_TRUE(p.c->failure().is_ok());
+  EXPECT_TRUE(p.s->failure().is_ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Encrypted,
+                         ::testing::Combine(::testing::Values(EncryptMode::kOn, EncryptMode::kAes256Gcm,
+                                                              EncryptMode::kChacha20Poly1305),
+                                            ::testing::Values(1u, 2u)));
+
+bool contains(const std::vector<uint8_t>& hay, std::span<const std::byte> needle) {
+  const auto* n = reinterpret_cast<const uint8_t*>(needle.data());
+  return std::search(hay.begin(), hay.end(), n, n + needle.size()) != hay.end();
+}
+
+/// A 64-byte pattern sent (eager and chunked) and put, and a remote key sent as a
+/// message, through a recording relay: found in the bytes without encryption (the check
+/// can fail), absent with it.
+void capture(EncryptMode mode, bool expect_visible) {
+  Pair p;
+  uint16_t port = 0;
+  ASSERT_TRUE(p.connect(mode, mode, 2, &port).is_ok());
+  Relay relay(port);
+  ASSERT_TRUE(p.finish(relay.address()).is_ok());
+  std::vector<std::byte> mark(64);
+  for (size_t i = 0; i < mark.size(); ++i) mark[i] = std::byte(static_cast<uint8_t>(0xA0 ^ (i * 37)));
+  std::vector<std::byte> big(2 * 1024 * 1024);
+  for (size_t i = 0; i < big.size(); i += mark.size()) std::memcpy(big.data() + i, mark.data(), mark.size());
+  std::vector<std::byte> target(big.size());
+  auto region = p.server->register_memory(target.data(), target.size(), kAllAccess);
+  ASSERT_TRUE(region) << describe(region.status());
+  const auto key = region->remote_key().serialize();
+  // The key travels to the client as a message, as applications send them.
+  std::vector<std::byte> key_in(key.size()), small_in(mark.size()), big_in(big.size());
+  Request rk = p.c->recv(key_in, Tag{1});
+  ASSERT_TRUE(p.s->send(key, Tag{1}).wait(30s).is_ok());
+  ASSERT_TRUE(rk.wait(30s).is_ok());
+  auto rkey = RemoteKey::deserialize(key_in);
+  ASSERT_TRUE(rkey) << describe(rkey.status());
+  Request rs = p.s->recv(small_in, Tag{2});
+  Request rb = p.s->recv(big_in, Tag{3});
+  ASSERT_TRUE(p.c->send(mark, Tag{2}).wait(30s).is_ok());
+  ASSERT_TRUE(p.c->send(big, Tag{3}).wait(30s).is_ok());
+  ASSERT_TRUE(rs.wait(30s).is_ok());
+  ASSERT_TRUE(rb.wait(30s).is_ok());
+  ASSERT_TRUE(p.c->put(big, *rkey, 0).wait(30s).is_ok());
+  EXPECT_TRUE(small_in == mark);
+  EXPECT_TRUE(big_in == big);
+  EXPECT_TRUE(target == big);
+  p.c.reset();
+  p.s.reset();
+  relay.stop();
+  ASSERT_GT(relay.all().size(), 2 * big.size()) << "the relay saw the transfers";
+  EXPECT_EQ(contains(relay.all(), mark), expect_visible) << "the 64-byte pattern on the wire";
+  EXPECT_EQ(contains(relay.all(), key), expect_visible) << "the serialized remote key on the wire";
+}
+
+TEST(EncryptionCapture, PlainTrafficShowsPatternAndKey) { capture(EncryptMode::kOff, true); }
+TEST(EncryptionCapture, SealedTrafficShowsNeither) { capture(EncryptMode::kOn, false); }
+
+/// The relay tampers with record `record` of connection `victim` (0: control, 1: data
+/// stream 0) on the way to the server; the client keeps sending, so records follow it.
+void tamper(size_t victim, Tamper what, size_t record) {
+  Pair p;
+  uint16_t port = 0;
+  ASSERT_TRUE(p.connect(EncryptMode::kOn, EncryptMode::kOn, 1, &port).is_ok());
+  Relay relay(port, victim, what, record);
+  ASSERT_TRUE(p.finish(relay.address()).is_ok());
+  constexpr size_t kBytes = 1024 * 1024;
+  const auto payload = pattern(kBytes, 9);
+  std::vector<std::vector<std::byte>> in(8, std::vector<std::byte>(kBytes, std::byte{0xEE}));
+  std::vector<Request> recvs, sends;
+  for (size_t i = 0; i < in.size(); ++i) recvs.push_back(p.s->recv(in[i], Tag{100 + i}));
+  for (size_t i = 0; i < in.size(); ++i) sends.push_back(p.c->send(payload, Tag{100 + i}));
+  for (auto& r : recvs) (void)r.wait(30s);
+  for (auto& r : sends) (void)r.wait(30s);
+  ASSERT_TRUE(relay.tampered()) << "the relay reached the record to tamper with";
+  // The server read the tampered stream: it failed, and says why and with whom.
+  const Status s = p.s->failure();
+  EXPECT_EQ(s.code(), StatusCode::kProtocol) << describe(s);
+  EXPECT_NE(s.message().find("failed authentication"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("127.0.0.1:"), std::string::npos) << "names the peer: " << s.message();
+  EXPECT_NE(s.message().find(victim == 0 ? "control stream" : "data stream 0"), std::string::npos) << s.message();
+  // The client's endpoint ends too (its peer closed on it).
+  Request probe = p.c->recv(std::span<std::byte>(in[0].data(), 8), Tag{999});
+  EXPECT_FALSE(probe.wait(60s).is_ok());
+  EXPECT_FALSE(p.c->failure().is_ok());
+  // No receive holds anything but a prefix of the valid bytes, the rest untouched.
+  size_t failed = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto& b = in[i];
+    const size_t valid = static_cast<size_t>(std::mismatch(b.begin(), b.end(), payload.begin()).first - b.begin());
+    EXPECT_TRUE(std::all_of(b.begin() + static_cast<ptrdiff_t>(valid), b.end(),
+                            [](std::byte x) { return x == std::byte{0xEE}; }))
+        << "receive " << i << " holds bytes that are neither valid nor untouched from offset " << valid;
+    if (!recvs[i].wait(0s).is_ok()) ++failed;
+  }
+  EXPECT_GT(failed, 0u) << "some receive failed";
+}
+
+struct TamperCase {
+  size_t victim;
+  Tamper what;
+  size_t record;
+};
+class Tampered : public ::testing::TestWithParam<TamperCase> {};
+TEST_P(Tampered, EndpointFailsAndNothingInvalidIsDelivered) {
+  const TamperCase t = GetParam();
+  tamper(t.victim, t.what, t.record);
+}
+INSTANTIATE_TEST_SUITE_P(Records, Tampered,
+                         ::testing::Values(TamperCase{0, Tamper::kFlip, 2}, TamperCase{0, Tamper::kDrop, 2},
+                                           TamperCase{0, Tamper::kReplay, 2}, TamperCase{0, Tamper::kReorder, 2},
+                                           TamperCase{1, Tamper::kFlip, 0}, TamperCase{1, Tamper::kDrop, 3},
+                                           TamperCase{1, Tamper::kReplay, 1}, TamperCase{1, Tamper::kReorder, 1}));
+
+Status connect_modes(EncryptMode server_mode, EncryptMode client_mode) {
+  Pair p;
+  uint16_t port = 0;
+  if (Status s = p.connect(server_mode, client_mode, 1, &port); !s) return s;
+  auto accepted = std::async(std::launch::async, [&] { return p.listener->accept(3s); });
+  auto cr = p.client->connect("127.0.0.1:" + std::to_string(port), 10s);
+  auto ar = accepted.get();
+  EXPECT_FALSE(ar) << "the listener handed out an endpoint whose client was refused";
+  return cr.status();
+}
+
+TEST(EncryptionSettings, MismatchRefusedAtConnectNamingTheSetting) {
+  for (auto [server_mode, client_mode] :
+       {std::pair{EncryptMode::kOn, EncryptMode::kOff}, std::pair{EncryptMode::kOff, EncryptMode::kOn},
+        std::pair{EncryptMode::kAes256Gcm, EncryptMode::kChacha20Poly1305}}) {
+    if (server_mode == EncryptMode::kAes256Gcm && !net::aes256gcm_available()) continue;
+    const Status s = connect_modes(server_mode, client_mode);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << describe(s);
+    EXPECT_NE(s.message().find("REMORA_ENCRYPT"), std::string::npos) << s.message();
+  }
+}
+
+TEST(EncryptionSettings, OnMeetsNamedCipher) {
+  Pair p;
+  uint16_t port = 0;
+  ASSERT_TRUE(p.connect(EncryptMode::kOn, EncryptMode::kChacha20Poly1305, 1, &port).is_ok());
+  ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(port)).is_ok());
+  const auto msg = pattern(200000, 5);
+  std::vector<std::byte> in(msg.size());
+  Request r = p.s->recv(in, Tag{1});
+  ASSERT_TRUE(p.c->send(msg, Tag{1}).wait(30s).is_ok());
+  ASSERT_TRUE(r.wait(30s).is_ok());
+  EXPECT_TRUE(in == msg);
+  // A server that takes either cipher meets the client's choice; both sides say which.
+  EXPECT_EQ(p.c->stats().encryption, "chacha20poly1305");
+  EXPECT_EQ(p.s->stats().encryption, "chacha20poly1305");
+}
+
+TEST(EncryptionSettings, NoSecretRefusedAtCreate) {
+  auto r = Context::create(ContextOptions{.encrypt = EncryptMode::kOn, .ignore_env = true});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("REMORA_ENCRYPT"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("REMORA_AUTH_KEY"), std::string::npos) << r.status().message();
+}
+
+TEST(EncryptionSettings, DevmemAndZcrxRefusedWithTheReason) {
+  for (DevicePathMode path : {DevicePathMode::kDevmem, DevicePathMode::kZcrx}) {
+    auto r = Context::create(
+        ContextOptions{.device_path = path, .encrypt = EncryptMode::kOn, .auth_key = key_of("s"), .ignore_env = true});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("never reaches the CPU"), std::string::npos) << r.status().message();
+  }
+}
+
+/// Device memory under encryption (REMORA_DEVICE_PATH=auto) is staged through host
+/// buffers, where it is sealed, and the path's reason says so.
+TEST(EncryptionSettings, DeviceMemoryIsStagedAndSealed) {
+  auto dev_a = testing::TestDeviceDomain::create({.capacity = size_t{64} << 20}).value();
+  auto dev_b = testing::TestDeviceDomain::create({.capacity = size_t{64} << 20}).value();
+  Pair p;
+  uint16_t port = 0;
+  ASSERT_TRUE(p.connect(EncryptMode::kOn, EncryptMode::kOn, 2, &port).is_ok());
+  ASSERT_TRUE(p.server->add_memory_domain(*dev_b).is_ok());
+  ASSERT_TRUE(p.client->add_memory_domain(*dev_a).is_ok());
+  ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(port)).is_ok());
+  const size_t len = 3 * 1024 * 1024 + 11;
+  const auto data = pattern(len, 6);
+  std::byte* out = dev_a->allocate(len).value();
+  std::byte* in = dev_b->allocate(len).value();
+  ASSERT_TRUE(dev_a->write(out, data.data(), len).is_ok());
+  Request r = p.s->recv(std::span(in, len), Tag{5});
+  ASSERT_TRUE(p.c->send(std::span<const std::byte>(out, len), Tag{5}).wait(30s).is_ok());
+  ASSERT_TRUE(r.wait(30s).is_ok());
+  std::vector<std::byte> got(len);
+  ASSERT_TRUE(dev_b->read(got.data(), in, len).is_ok());
+  EXPECT_TRUE(got == data);
+  for (Endpoint* ep : {p.c.get(), p.s.get()}) {
+    const EndpointStats st = ep->stats();
+    EXPECT_EQ(st.device_path, "staging");
+    EXPECT_NE(st.device_path_reason.find("REMORA_ENCRYPT"), std::string::npos) << st.device_path_reason;
+    EXPECT_EQ(st.devmem_transfers, 0u);
+    EXPECT_EQ(st.zcrx_transfers, 0u);
+  }
+}
+
+/// The rendezvous store through a recording relay: a 64-byte value set and read back,
+/// visible on the wire without encryption and not with it.
+void store_capture(EncryptMode mode, bool expect_visible) {
+  const AuthKey key = key_of("store secret");
+  auto server = StoreServer::start("127.0.0.1:0", key, mode);
+  ASSERT_TRUE(server) << describe(server.status());
+  Relay relay((*server)->port());
+  auto store = Store::connect(relay.address(), 10s, key, mode);
+  ASSERT_TRUE(store) << describe(store.status());
+  std::vector<std::byte> value(64);
+  for (size_t i = 0; i < value.size(); ++i) value[i] = std::byte(static_cast<uint8_t>(0x5C ^ (i * 29)));
+  ASSERT_TRUE((*store)->set("bootstrap/addr", value).is_ok());
+  auto got = (*store)->get("bootstrap/addr", 10s);
+  ASSERT_TRUE(got) << describe(got.status());
+  EXPECT_TRUE(*got == value);
+  store->reset();
+  relay.stop();
+  EXPECT_EQ(contains(relay.all(), value), expect_visible) << "the stored value on the wire";
+  const std::string_view name = "bootstrap/addr";
+  EXPECT_EQ(contains(relay.all(), std::as_bytes(std::span(name.data(), name.size()))), expect_visible)
+      << "the key's name on the wire";
+}
+
+TEST(EncryptionStore, PlainTrafficShowsTheValue) { store_capture(EncryptMode::kOff, true); }
+TEST(EncryptionStore, SealedTrafficDoesNot) { store_capture(EncryptMode::kOn, false); }
+
+TEST(EncryptionStore, MismatchRefusedNamingTheSetting) {
+  const AuthKey key = key_of("store secret");
+  for (auto [server_mode, client_mode] :
+       {std::pair{EncryptMode::kOn, EncryptMode::kOff}, std::pair{EncryptMode::kOff, EncryptMode::kOn}}) {
+    auto server = StoreServer::start("127.0.0.1:0", key, server_mode);
+    ASSERT_TRUE(server) << describe(server.status());
+    auto store = Store::connect("127.0.0.1:" + std::to_string((*server)->port()), 10s, key, client_mode);
+    ASSERT_FALSE(store) << "a store client whose REMORA_ENCRYPT differs was served";
+    EXPECT_EQ(store.status().code(), StatusCode::kUnsupported) << describe(store.status());
+    EXPECT_NE(store.status().message().find("REMORA_ENCRYPT"), std::string::npos) << store.status().message();
+  }
+  auto keyless = StoreServer::start("127.0.0.1:0", std::nullopt, EncryptMode::kOn);
+  ASSERT_FALSE(keyless);
+  EXPECT_EQ(keyless.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
+  for (net::SealCipher cipher : {net::SealCipher::kAes256Gcm, net::SealCipher::kChacha20Poly1305}) {
+    if (cipher == net::SealCipher::kAes256Gcm && !net::aes256gcm_available()) continue;
+    net::SealKey key{};
+    key[0] = std::byte{7};
+    const auto plain = pattern(1000, 3);
+    auto rec = net::seal_record(cipher, key, 5, plain);
+    ASSERT_EQ(rec.size(), plain.size() + net::kSealHeaderSize + net::kSealTagSize);
+    auto opened = net::open_record(cipher, key, 5, rec);
+    ASSERT_TRUE(opened) << describe(opened.status());
+    EXPECT_TRUE(*opened == plain);
+    EXPECT_FALSE(net::open_record(cipher, key, 6, rec)) << "another record number (replayed or reordered)";
+    net::SealKey other = key;
+    other[1] = std::byte{1};
+    EXPECT_FALSE(net::open_record(cipher, other, 5, rec)) << "another key (another connection or direction)";
+    for (size_t at : {size_t{4}, rec.size() / 2, rec.size() - 1}) {
+      auto bad = rec;
+      bad[at] ^= std::byte{0x80};
+      EXPECT_FALSE(net::open_record(cipher, key, 5, bad)) << "flipped byte " << at;
+    }
+    // The length is associated data: a record re-framed shorter does not open.
+    auto cut = rec;
+    cut.erase(cut.begin() + 4);
+    core::store_u32(cut.data(), static_cast<uint32_t>(plain.size() - 1));
+    EXPECT_FALSE(net::open_record(cipher, key, 5, cut));
+    // No plaintext in the record.
+    EXPECT_EQ(std::search(rec.begin(), rec.end(), plain.begin(), plain.begin() + 16), rec.end());
+  }
+}
+
+TEST(EncryptionKeys, EveryConnectionAndDirectionHasItsOwn) {
+  const AuthKey k = key_of("s");
+  const auto hello = pattern(48, 1);
+  wire::AuthNonce a{}, b{}, c{};
+  a[0] = std::byte{1};
+  b[0] = std::byte{2};
+  c[0] = std::byte{3};
+  const auto one = wire::derive_seal_keys(k.bytes, 1, hello, a, b);
+  const auto again = wire::derive_seal_keys(k.bytes, 1, hello, a, b);
+  const auto other = wire::derive_seal_keys(k.bytes, 1, hello, a, c);
+  const auto cipher = wire::derive_seal_keys(k.bytes, 2, hello, a, b);
+  EXPECT_EQ(one.client_to_server, again.client_to_server);
+  EXPECT_NE(one.client_to_server, one.server_to_client);
+  EXPECT_NE(one.client_to_server, other.client_to_server);
+  EXPECT_NE(one.server_to_client, other.server_to_client);
+  EXPECT_NE(one.client_to_server, cipher.client_to_server);
+}
+
+}  // namespace
+}  // namespace remora::itest
