@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -62,6 +64,14 @@ inline std::unique_ptr<Process> spawn_peer(std::vector<std::string> args, std::v
   auto p = std::make_unique<Process>(Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = false});
   EXPECT_TRUE(p->ok()) << p->error();
   return p;
+}
+
+/// Whether this process runs with REMORA_ENCRYPT set (ctest's integration.with_encryption
+/// runs the suite so): sealed endpoints keep their control stream on TCP, never in the
+/// same-host shared-memory channel.
+inline bool sealed_by_environment() {
+  const char* e = std::getenv("REMORA_ENCRYPT");
+  return e != nullptr && *e != '\0' && std::string_view(e) != "off";
 }
 
 /// Whether `ep`'s control stream runs in shared memory both ways (EndpointStats::shm_tx

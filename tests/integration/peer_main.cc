@@ -227,9 +227,12 @@ int run(const Flags& f) {
       if (same == "no" && (st.same_host_reason.empty() || st.bytes_pulled != 0 || st.chunks_pulled != 0)) {
         die("expected no same-host pulls, got " + std::to_string(st.bytes_pulled) + " bytes pulled");
       }
-      // The control stream moves into shared memory both ways where pulls run, and
-      // stays on TCP both ways where they do not.
-      if (same == "yes" && (!st.shm_tx || !st.shm_rx || !st.shm_reason.empty())) {
+      // The control stream moves into shared memory both ways where pulls run (unless the
+      // endpoint is sealed, REMORA_ENCRYPT), and stays on TCP both ways where they do not.
+      const char* encrypt = std::getenv("REMORA_ENCRYPT");
+      const bool sealed = encrypt != nullptr && *encrypt != '\0' && std::string(encrypt) != "off";
+      if (same == "yes" && sealed && (st.shm_tx || st.shm_rx)) die("a sealed endpoint used the shared-memory channel");
+      if (same == "yes" && !sealed && (!st.shm_tx || !st.shm_rx || !st.shm_reason.empty())) {
         die("expected the shared-memory channel both ways, got tx " + std::to_string(st.shm_tx) + " rx " +
             std::to_string(st.shm_rx) + " (" + st.shm_reason + ")");
       }
