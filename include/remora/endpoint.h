@@ -101,6 +101,15 @@ struct EndpointStats {
   /// Why this side does not read the peer's chunks out of its memory ("" when it does, or
   /// before the peer said who it is): another host, REMORA_SAME_HOST=off, the kernel's refusal.
   std::string same_host_reason;
+  /// Shared-memory channel (docs/protocol.md): whether this side's control stream (every
+  /// frame: messages' eager payloads, one-sided requests and replies, credits, chunk
+  /// announcements) goes to the peer through a ring in memory both processes map
+  /// (shm_tx), and whether the peer's comes to this side that way (shm_rx). Bulk chunks
+  /// still move by pulls or on the data streams.
+  bool shm_tx = false, shm_rx = false;
+  /// Why the control stream is not in shared memory both ways ("" when it is, or while
+  /// it is being set up): the same-host reasons above, or the kernel's refusal.
+  std::string shm_reason;
   /// The cipher sealing every connection of this endpoint (REMORA_ENCRYPT):
   /// "aes256gcm" or "chacha20poly1305"; "" when they travel in clear.
   std::string encryption;

@@ -51,6 +51,9 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["bytes_pulled"] = s.bytes_pulled;
   d["huge_pages_promoted"] = s.huge_pages_promoted;
   d["same_host_reason"] = s.same_host_reason;
+  d["shm_tx"] = s.shm_tx;
+  d["shm_rx"] = s.shm_rx;
+  d["shm_reason"] = s.shm_reason;
   d["encryption"] = s.encryption;
   d["puts"] = s.puts;
   d["gets"] = s.gets;
@@ -311,8 +314,9 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "out of the peer's), huge_pages_promoted (2 MiB frames of this side's memory the peer pulled again "
           "and again, collapsed into huge pages), same_host_reason (why this side does not read the peer's memory, '' "
           "when it "
-          "does), encryption (the cipher sealing the endpoint's connections, '' when they are in clear), puts, gets, "
-          "atomics, rma_bytes_put, "
+          "does), shm_tx and shm_rx (whether the control stream runs in shared memory to and from the peer), "
+          "shm_reason (why not, '' when it does both ways), encryption (the cipher sealing the endpoint's "
+          "connections, '' when they are in clear), puts, gets, atomics, rma_bytes_put, "
           "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "
           "as the target), notifications (delivered to this side), staged_transfers and staged_bytes "
           "(device-memory transfers through pinned staging buffers), devmem_transfers and zcrx_transfers "

@@ -161,7 +161,7 @@ Status World::dial(int r, Clock::time_point deadline) {
     std::lock_guard lock(mu_);
     addresses_[static_cast<size_t>(r)] = address;
   }
-  REMORA_RETURN_IF_ERROR(net::ensure_descriptors(1 + streams_, fmt::format("an endpoint to rank {}", r)));
+  REMORA_RETURN_IF_ERROR(net::ensure_descriptors(per_endpoint_descriptors(), fmt::format("an endpoint to rank {}", r)));
   auto ep = ctx_.connect(address, left_until(deadline));
   if (!ep) {
     const StatusCode code = ep.status().code() == StatusCode::kTimeout || ep.status().code() == StatusCode::kNoResource
@@ -216,7 +216,14 @@ Status World::prepare(std::span<const int> ranks) {
     for (int r : ranks) missing += r != rank_ && !peers_[static_cast<size_t>(r)];
   }
   if (missing == 0) return Status::ok();
-  return net::ensure_descriptors(missing * (1 + streams_), fmt::format("endpoints to {} more ranks", missing));
+  return net::ensure_descriptors(missing * per_endpoint_descriptors(),
+                                 fmt::format("endpoints to {} more ranks", missing));
+}
+
+size_t World::per_endpoint_descriptors() const noexcept {
+  // The control and data sockets, and with same-host on the shared-memory channel's
+  // memfd and two eventfds (docs/protocol.md), which a peer of this host takes.
+  return 1 + streams_ + (ctx_.config().same_host_pulls ? 3 : 0);
 }
 
 Status World::connect_all(std::span<const int> ranks, Clock::time_point deadline) {

@@ -179,6 +179,8 @@ class World : public std::enable_shared_from_this<World> {
   AddressBook book_;
   uint64_t epoch_ = 0;
   const uint32_t streams_;  ///< data streams of each endpoint this context opens
+  /// Descriptors one endpoint takes: its sockets, and the same-host channel's.
+  size_t per_endpoint_descriptors() const noexcept;
 
   mutable std::mutex mu_;
   std::condition_variable dialed_;                ///< an endpoint was adopted or a dial ended

@@ -280,7 +280,10 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
       config_.streams_per_endpoint * static_cast<uint32_t>(std::max<size_t>(rails_.size(), 1));
   // The control stream and every data stream: raise the soft RLIMIT_NOFILE toward the
   // hard one where they would not fit, or say which limit is in the way.
-  REMORA_RETURN_IF_ERROR(net::ensure_descriptors(1 + stream_count, "connect to " + std::string(address)));
+  // With same-host on, a peer of this host adds the shared-memory channel's memfd and
+  // two eventfds (docs/protocol.md).
+  REMORA_RETURN_IF_ERROR(net::ensure_descriptors(1 + stream_count + (config_.same_host_pulls ? 3 : 0),
+                                                 "connect to " + std::string(address)));
 
   net::Fd control;
   net::SockAddr peer_addr;

@@ -101,6 +101,7 @@ Status EndpointCore::activate() {
   } else {
     same_host_reason_ = config_.same_host_pulls ? "the peer does not offer same-host pulls (REMORA_SAME_HOST=off there)"
                                                 : "REMORA_SAME_HOST=off";
+    shm_reason_ = same_host_reason_;
   }
   // Bytes may have arrived before registration; edge-triggered epoll would not report them.
   read_control();
@@ -147,9 +148,11 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
       }
       linger_ = std::make_shared<LingeringClose>(
           engine_, params_.peer, LingeringClose::Socket{std::move(control_), control_hid_}, std::move(data),
-          std::move(ctl_tx_), ctl_tx_off_, [weak = weak_from_this()] {
+          std::move(ctl_tx_), ctl_tx_off_,
+          [weak = weak_from_this()] {
             if (auto self = weak.lock()) self->end_linger();
-          });
+          },
+          shm_);
     }
   }
   fail_locked(Status(StatusCode::kAborted, reason == wire::GoodbyeReason::kAborted ? "endpoint aborted locally"
@@ -242,6 +245,7 @@ EndpointStats EndpointCore::stats() const {
   st.huge_pages_promoted = chunks_.huge_pages_promoted();
   st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
   st.encryption = encryption_;
+  st.shm_reason = st.shm_tx && st.shm_rx ? std::string() : shm_reason_;
   return st;
 }
 
@@ -274,6 +278,11 @@ void EndpointCore::fail_locked(const Status& why) {
   if (control_.valid()) {
     engine_->remove(control_.get(), control_hid_);
     control_.reset();
+  }
+  if (linger_) {
+    shm_.reset();  // the lingering close holds the channel and its registration now
+  } else {
+    release_shm();
   }
   // Complete in a stable order: sends, matched receives, posted receives.
   for (auto& [id, op] : sends_) {
@@ -328,6 +337,7 @@ void EndpointCore::handle_control_eof(const Status& why) {
                                                              "out of its memory (same-host pull)"));
   engine_->remove(control_.get(), control_hid_);
   control_.reset();
+  release_shm();  // no control input any more, from either place
   state_ = State::kDraining;
   failure_ = reason;
   for (auto& [id, op] : sends_) {
@@ -414,15 +424,23 @@ void EndpointCore::flush_control() {
     append_frame(CreditFrame{owed});
   }
   while (ctl_tx_off_ < ctl_tx_.size()) {
-    const net::IoResult r = net::send_some(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_);
+    const net::IoResult r =
+        shm_ != nullptr ? shm_->send(control_.get(), ctl_tx_.data(), ctl_tx_off_, ctl_tx_.size())
+                        : net::send_some(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_);
     if (r.moved() && r.bytes > 0) {
       ctl_tx_off_ += r.bytes;
       target_.control_sent(ctl_tx_off_);
       continue;
     }
+    const bool ring = shm_ != nullptr && shm_->tx_on();
     if (r.would_block()) {
       ctl_blocked_ = true;
-      if (!ctl_watch_out_) watch_control_output(true);
+      // A full ring: the peer wakes this side through its eventfd once it read.
+      if (!ring && !ctl_watch_out_) watch_control_output(true);
+      return;
+    }
+    if (ring && r.err == EPROTO) {
+      protocol_error(shm_->corruption().message());
       return;
     }
     handle_control_eof(net::errno_status(r.err, "send on control stream to " + params_.peer));
@@ -461,8 +479,14 @@ void EndpointCore::on_control_event(uint32_t events) {
     flush_control();
     if (!ctl_blocked_ && ctl_watch_out_) watch_control_output(false);  // all sent: stop watching
   }
+  if (shm_ != nullptr && shm_->rx_on()) {
+    if (state_ == State::kActive) control_event_after_switch(events);
+    return;
+  }
   if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ctl_hup_ = true;
   if (state_ == State::kActive && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) read_control();
+  // The peer's SWITCH came with this event: a hang-up that came with it too is seen now.
+  if (state_ == State::kActive && shm_ != nullptr && shm_->rx_on() && ctl_hup_) control_event_after_switch(events);
 }
 
 bool EndpointCore::read_control() {
@@ -476,8 +500,16 @@ bool EndpointCore::read_control() {
       rx_begin_ = 0;
     }
     const size_t space = ctl_rx_.size() - rx_end_;
-    const net::IoResult r = net::recv_some(control_.get(), ctl_rx_.data() + rx_end_, space);
+    // After the peer's SWITCH its bytes come out of this side's ring (copied out before
+    // they are decoded, so the peer cannot change a frame under the decoder).
+    const bool ring = shm_ != nullptr && shm_->rx_on();
+    const net::IoResult r = ring ? shm_->recv(ctl_rx_.data() + rx_end_, space)
+                                 : net::recv_some(control_.get(), ctl_rx_.data() + rx_end_, space);
     if (r.would_block()) break;
+    if (ring && r.error()) {
+      protocol_error(shm_->corruption().message());
+      return true;
+    }
     if (r.error()) {
       Status why = net::errno_status(r.err, "recv on control stream from " + params_.peer);
       if (r.err == EBADMSG) {
@@ -507,12 +539,23 @@ bool EndpointCore::read_control() {
       }
       rx_begin_ += decoded->consumed;
       handle_frame(decoded->frame);
+      if (shm_rx_switch_now_) {
+        shm_rx_switch_now_ = false;
+        if (rx_begin_ != rx_end_) {
+          protocol_error("bytes on the TCP control connection after the peer's SHM SWITCH");
+          return true;
+        }
+        break;  // the next bytes are in the ring
+      }
     }
     if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+    if (!ring && shm_ != nullptr && shm_->rx_on()) continue;  // switched: read the ring now
     // A short read drained the socket; new bytes raise a new edge. Skipping the
     // recv that would return EAGAIN saves a syscall per message — but not once the
     // peer hung up: the FIN came with the same edge, and only a read sees the EOF.
-    if (n < space && !ctl_hup_) break;
+    // The ring is read until it is found empty (no system call): only that read marks
+    // this side sleeping, without which the peer's next write would wake nobody.
+    if (n < space && !ring && !ctl_hup_) break;
   }
   if (got && state_ == State::kActive) pump();  // nothing read, nothing new to send
   return got;
@@ -544,6 +587,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_pull(f);
         else if constexpr (std::is_same_v<T, wire::PulledFrame>)
           handle_pulled(f);
+        else if constexpr (std::is_same_v<T, wire::ShmFrame>)
+          handle_shm(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);

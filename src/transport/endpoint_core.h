@@ -50,6 +50,7 @@
 #include "transport/notifications.h"
 #include "transport/rma_initiator.h"
 #include "transport/rma_target.h"
+#include "transport/shm_channel.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 
@@ -172,6 +173,18 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
    private:
     EndpointCore* ep_;
   };
+  /// The eventfd of the shared-memory channel (shm_channel.h): the peer wrote into this
+  /// side's ring, or read from its own and made room.
+  class RingHandler final : public engine::EventHandler {
+   public:
+    explicit RingHandler(EndpointCore* ep) : ep_(ep) {}
+    void on_event(uint32_t events) override { ep_->on_ring_event(events); }
+    bool pollable() const override { return true; }
+    int poll_read() override { return ep_->poll_control(); }
+
+   private:
+    EndpointCore* ep_;
+  };
   class DataHandler final : public engine::EventHandler {
    public:
     DataHandler(EndpointCore* ep, uint16_t index) : ep_(ep), index_(index) {}
@@ -221,6 +234,21 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_host(const wire::HostFrame& f);
   void handle_pull(const wire::PullFrame& f);
   void handle_pulled(const wire::PulledFrame& f);
+  // The shared-memory channel (same_host_channel.cc; docs/protocol.md): the control
+  // stream moves into rings in shared memory once both sides took the other's.
+  bool shm_negotiated() const noexcept;
+  /// Makes this side's ring and OFFERs it (the peer passed the same-host checks).
+  void offer_shm();
+  void handle_shm(const wire::ShmFrame& f);
+  /// SWITCH, once this side took the peer's ring and the peer took this side's.
+  void maybe_switch_tx();
+  void on_ring_event(uint32_t events);
+  /// After the peer's SWITCH the control socket carries nothing: an event on it is the
+  /// peer's EOF or reset (read the ring dry first: what it wrote before it died), or
+  /// bytes it had no right to send.
+  void control_event_after_switch(uint32_t events);
+  /// Drops the ring's registration with the engine and the channel (it ended).
+  void release_shm();
   /// A request for the RMA target: the target admits it, this side checks (a PUT) or
   /// decides (a GET's reply) its inline class, the target serves it.
   void serve_request(const wire::PutFrame& f);
@@ -434,6 +462,13 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// The GOODBYE reason the peer sent, if it sent one.
   std::optional<wire::GoodbyeReason> peer_goodbye_;
   bool host_heard_ = false;       // the peer's HOST identity came
+  uint32_t peer_pid_ = 0;         // its pid, once its probe was read (same_host_reason_ "")
+  std::shared_ptr<ShmChannel> shm_;  // the shared-memory channel (null: none offered, or ended)
+  RingHandler ring_handler_{this};
+  bool shm_peer_offered_ = false;   // the peer's OFFER came
+  bool shm_peer_accepted_ = false;  // the peer took this side's ring
+  bool shm_rx_switch_now_ = false;  // the peer's SWITCH was just decoded: read the ring from here on
+  std::string shm_reason_;          // why the control stream is not (all) in shared memory
   std::string same_host_reason_;  // why this side does not read the peer's memory ("" when it does)
   std::string encryption_;        // the cipher sealing the connections, set at activate ("" in clear)
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived

@@ -16,14 +16,15 @@ constexpr size_t kScratchBytes = size_t{64} << 10;
 
 LingeringClose::LingeringClose(std::shared_ptr<engine::ProgressEngine> engine, std::string peer, Socket control,
                                std::vector<Socket> data, std::vector<std::byte> queued, size_t sent,
-                               std::function<void()> on_end)
+                               std::function<void()> on_end, std::shared_ptr<ShmChannel> shm)
     : engine_(std::move(engine)),
       peer_(std::move(peer)),
       control_(std::move(control)),
       data_(std::move(data)),
       queued_(std::move(queued)),
       sent_(sent),
-      on_end_(std::move(on_end)) {}
+      on_end_(std::move(on_end)),
+      shm_(std::move(shm)) {}
 
 LingeringClose::~LingeringClose() { stop(); }
 
@@ -60,7 +61,9 @@ void LingeringClose::progress() {
   auto keep = shared_from_this();  // finish() may drop the endpoint's reference
   if (control_.fd.valid()) {
     while (sent_ < queued_.size()) {
-      const net::IoResult r = net::send_some(control_.fd.get(), queued_.data() + sent_, queued_.size() - sent_);
+      const net::IoResult r = shm_ != nullptr
+                                  ? shm_->send(control_.fd.get(), queued_.data(), sent_, queued_.size())
+                                  : net::send_some(control_.fd.get(), queued_.data() + sent_, queued_.size() - sent_);
       if (r.moved() && r.bytes > 0) {
         sent_ += r.bytes;
         last_progress_ = engine::Clock::now();
@@ -107,6 +110,14 @@ void LingeringClose::progress() {
   };
   drain(control_);
   for (Socket& d : data_) drain(d);
+  while (shm_ != nullptr && shm_->rx_on() && control_.fd.valid()) {
+    if (budget == 0) {
+      more = true;
+      break;
+    }
+    --budget;
+    if (!shm_->recv(scratch_.data(), scratch_.size()).moved()) break;  // empty, or corrupt: nothing to drop
+  }
   const bool open =
       control_.fd.valid() || std::any_of(data_.begin(), data_.end(), [](const Socket& d) { return d.fd.valid(); });
   if (!open) {
@@ -128,6 +139,11 @@ void LingeringClose::stop() {
   for (Socket& d : data_) engine_->remove(d.fd.get(), d.hid);
   control_.fd.reset();
   for (Socket& d : data_) d.fd.reset();
+  if (shm_ != nullptr) {
+    if (shm_->registered) engine_->remove(shm_->rx_wake_fd(), shm_->hid);
+    shm_->registered = false;
+    shm_.reset();
+  }
 }
 
 void LingeringClose::finish() {

@@ -20,6 +20,7 @@
 
 #include "engine/progress.h"
 #include "net/socket.h"
+#include "transport/shm_channel.h"
 
 namespace remora::detail {
 
@@ -35,9 +36,13 @@ class LingeringClose : public std::enable_shared_from_this<LingeringClose> {
   };
 
   /// `queued`: the control socket's output queue, of which `sent` bytes were sent.
-  /// `on_end` runs once when the linger is over by itself (not after stop()).
+  /// `on_end` runs once when the linger is over by itself (not after stop()). `shm`: the
+  /// endpoint's shared-memory channel, if any (what is queued goes on TCP up to its
+  /// switch and into the peer's ring after it; what the peer writes into this side's
+  /// ring is read and dropped); the endpoint routes its ring's events here too.
   LingeringClose(std::shared_ptr<engine::ProgressEngine> engine, std::string peer, Socket control,
-                 std::vector<Socket> data, std::vector<std::byte> queued, size_t sent, std::function<void()> on_end);
+                 std::vector<Socket> data, std::vector<std::byte> queued, size_t sent, std::function<void()> on_end,
+                 std::shared_ptr<ShmChannel> shm = nullptr);
   ~LingeringClose();
   LingeringClose(const LingeringClose&) = delete;
   LingeringClose& operator=(const LingeringClose&) = delete;
@@ -68,6 +73,7 @@ class LingeringClose : public std::enable_shared_from_this<LingeringClose> {
   engine::Clock::time_point last_progress_;  // when the peer last took bytes
   std::function<void()> on_end_;
   std::vector<std::byte> scratch_;  // what the peer still sends is read here and dropped
+  std::shared_ptr<ShmChannel> shm_;
 };
 
 }  // namespace remora::detail

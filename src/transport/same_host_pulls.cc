@@ -46,6 +46,7 @@ void EndpointCore::handle_host(const wire::HostFrame& f) {
   for (uint16_t i = 0; i < chunks_.streams(); ++i) {
     if (chunks_.stream_in(i) != nullptr && chunks_.stream_in(i)->devmem() != nullptr) {
       same_host_reason_ = "this side receives into device memory through devmem or zcrx RX queues";
+      shm_reason_ = same_host_reason_;
       return;
     }
   }
@@ -56,10 +57,13 @@ void EndpointCore::handle_host(const wire::HostFrame& f) {
                                                                .probe_value = f.probe_value});
   if (!same_host_reason_.empty()) {
     REMORA_LOG(kDebug, "endpoint to {}: chunks stay on TCP: {}", params_.peer, same_host_reason_);
+    shm_reason_ = same_host_reason_;
     return;
   }
+  peer_pid_ = f.pid;
   chunks_.enable_pull_rx(static_cast<pid_t>(f.pid));
   append_frame(host_frame(/*can_pull=*/true));
+  offer_shm();
 }
 
 void EndpointCore::handle_pull(const wire::PullFrame& f) {

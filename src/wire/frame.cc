@@ -52,7 +52,8 @@ static_assert(kHostBodySize == 4 + 4 + 16 + 8 + 8 + 8,
               "HOST: pid, reserved, boot_id, netns, probe_address, probe_value");
 static_assert(kPullBodySize == 8 + 8 + 4 + 4 + 8, "PULL: recv_id, offset, length, reserved, address");
 static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kPulled) == 15);
+static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kShm) == 16);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -61,7 +62,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kPulled);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kShm);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -113,6 +114,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kHost: return kHostBodySize;
     case FrameType::kPull: return kPullBodySize;
     case FrameType::kPulled: return kPulledBodySize;
+    case FrameType::kShm: return kShmBodySize;
   }
   return 0;
 }
@@ -329,6 +331,27 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       if (reserved != 0) return protocol_error(fmt::format("PULLED frame: reserved 0x{:08x}, must be 0", reserved));
       return Frame{PulledFrame{.recv_id = load_u64(p), .length = length, .kind = static_cast<ChunkKind>(flags)}};
     }
+    case FrameType::kShm: {
+      const uint32_t op = load_u32(p);
+      const uint32_t ring_fd = load_u32(p + 4);
+      const uint32_t wake_fd = load_u32(p + 8);
+      const uint32_t code = load_u32(p + 12);
+      if (op < static_cast<uint32_t>(ShmOp::kOffer) || op > static_cast<uint32_t>(ShmOp::kDecline)) {
+        return protocol_error(fmt::format("SHM frame: unknown op {}", op));
+      }
+      const auto shm_op = static_cast<ShmOp>(op);
+      if (shm_op == ShmOp::kOffer ? (ring_fd > INT32_MAX || wake_fd > INT32_MAX || ring_fd == wake_fd)
+                                  : (ring_fd != 0 || wake_fd != 0)) {
+        return protocol_error(fmt::format("SHM frame: descriptors {} and {} do not fit op {}", ring_fd, wake_fd, op));
+      }
+      const bool error_code = code > static_cast<uint32_t>(StatusCode::kInProgress) &&
+                              code <= static_cast<uint32_t>(StatusCode::kDataCorrupt);
+      if (shm_op == ShmOp::kDecline ? !error_code : code != 0) {
+        return protocol_error(fmt::format("SHM frame: code {} does not fit op {}", code, op));
+      }
+      return Frame{
+          ShmFrame{.op = shm_op, .ring_fd = ring_fd, .wake_fd = wake_fd, .code = static_cast<StatusCode>(code)}};
+    }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -508,6 +531,12 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u32(body + 8, f.length);
       store_u32(body + 12, 0);
     }
+    void operator()(const ShmFrame& f) const {
+      store_u32(body, static_cast<uint32_t>(f.op));
+      store_u32(body + 4, f.ring_fd);
+      store_u32(body + 8, f.wake_fd);
+      store_u32(body + 12, static_cast<uint32_t>(f.code));
+    }
   };
 
   // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
@@ -547,6 +576,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kHost: return "HOST";
     case FrameType::kPull: return "PULL";
     case FrameType::kPulled: return "PULLED";
+    case FrameType::kShm: return "SHM";
   }
   return "unknown";
 }

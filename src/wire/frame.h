@@ -33,6 +33,9 @@ enum class FrameType : uint8_t {
   kHost = 13,    ///< who this side is on its host, and whether it can read the peer's memory
   kPull = 14,    ///< a chunk the receiver reads out of the sender's memory itself
   kPulled = 15,  ///< the receiver has read a PULL's bytes: the sender's memory is free again
+  /// Shared-memory channel set-up (docs/protocol.md "Shared-memory channel"); only
+  /// between peers that both advertised kCapSameHost and kCapShmChannel.
+  kShm = 16,
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -52,6 +55,7 @@ inline constexpr size_t kHeartbeatBodySize = 8;  // seq
 inline constexpr size_t kHostBodySize = 48;      // pid, reserved, boot_id, netns, probe_address, probe_value
 inline constexpr size_t kPullBodySize = 32;      // recv_id, offset, length, reserved, address
 inline constexpr size_t kPulledBodySize = 16;    // recv_id, length, reserved
+inline constexpr size_t kShmBodySize = 16;       // op, ring_fd, wake_fd, code
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -220,9 +224,28 @@ struct PulledFrame {
   ChunkKind kind = ChunkKind::kMessage;
 };
 
+/// What an SHM frame says.
+enum class ShmOp : uint32_t {
+  kOffer = 1,    ///< the ring the sender reads and its eventfd: descriptors in the sender's process
+  kAccept = 2,   ///< the sender took the receiver's ring and eventfd
+  kSwitch = 3,   ///< the sender writes its control stream into the receiver's ring from the next byte on
+  kDecline = 4,  ///< the sender cannot use the receiver's offer (`code` says why): both directions stay on TCP
+};
+/// Shared-memory channel set-up. An OFFER names two descriptors of the sender's process
+/// that the receiver takes with pidfd_getfd(2): a sealed memfd holding the ring the
+/// sender reads (net/shm_ring.h) and the eventfd that wakes it. Other ops carry no
+/// descriptors (0); only a DECLINE carries a code (a StatusCode, an error).
+struct ShmFrame {
+  ShmOp op = ShmOp::kOffer;
+  uint32_t ring_fd = 0;
+  uint32_t wake_fd = 0;
+  StatusCode code = StatusCode::kOk;
+};
+
 /// Alternatives in FrameType order (index + 1 == type).
-using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
-                           AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame>;
+using Frame =
+    std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame, AtomicFrame,
+                 RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame, ShmFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

@@ -42,6 +42,10 @@ inline constexpr uint64_t kCapRails = uint64_t{1} << 4;
 inline constexpr uint64_t kCapSealAes256Gcm = uint64_t{1} << 5;
 inline constexpr uint64_t kCapSealChacha20Poly1305 = uint64_t{1} << 6;
 inline constexpr uint64_t kCapSealMask = kCapSealAes256Gcm | kCapSealChacha20Poly1305;
+/// Understands SHM frames (type 16) and may move its control stream into a ring in shared
+/// memory with a peer on its own host (REMORA_SAME_HOST, docs/protocol.md "Shared-memory
+/// channel"). Used only when both sides also advertised kCapSameHost.
+inline constexpr uint64_t kCapShmChannel = uint64_t{1} << 7;
 
 enum class Role : uint8_t { kControl = 1, kData = 2 };
 

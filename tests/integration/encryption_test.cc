@@ -310,6 +310,37 @@ TEST_P(Encrypted, EveryTransferKindIntact) {
   EXPECT_TRUE(p.s->failure().is_ok());
 }
 
+// Same-host pulls on, both ends in this process (so on one host): a sealed endpoint still
+// keeps its control stream sealed on TCP instead of moving it into the shared-memory
+// channel (docs/protocol.md), and says why.
+TEST(EncryptionSettings, ASealedEndpointKeepsItsControlStreamOffTheSharedMemoryChannel) {
+  auto make = [] {
+    auto r = Context::create(ContextOptions{.streams_per_endpoint = 1,
+                                            .handshake_timeout_ms = 5000,
+                                            .same_host_pulls = true,
+                                            .encrypt = EncryptMode::kOn,
+                                            .auth_key = key_of("encryption test secret"),
+                                            .ignore_env = true});
+    EXPECT_TRUE(r) << describe(r.status());
+    return r ? std::move(r).value() : nullptr;
+  };
+  Pair p;
+  p.server = make();
+  p.client = make();
+  ASSERT_TRUE(p.server && p.client);
+  auto l = p.server->listen("127.0.0.1:0");
+  ASSERT_TRUE(l) << describe(l.status());
+  p.listener = std::move(l).value();
+  ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(p.listener->port())).is_ok());
+  expect_every_kind(*p.server, *p.c, *p.s);
+  for (const Endpoint* ep : {p.c.get(), p.s.get()}) {
+    const EndpointStats st = ep->stats();
+    EXPECT_FALSE(st.encryption.empty());
+    EXPECT_FALSE(st.shm_tx || st.shm_rx);
+    EXPECT_EQ(st.shm_reason, "REMORA_ENCRYPT: the control stream stays sealed on TCP");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, Encrypted,
                          ::testing::Combine(::testing::Values(EncryptMode::kOn, EncryptMode::kAes256Gcm,
                                                               EncryptMode::kChacha20Poly1305),

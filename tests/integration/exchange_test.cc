@@ -117,7 +117,18 @@ TEST_P(LoopbackExchange, RandomMessagesBothWays) {
       EXPECT_EQ(st.chunks_pulled, st.chunks_sent);
       EXPECT_EQ(on_streams, 0u);
       EXPECT_GT(st.bytes_pulled, 0u);
+      // Every control frame (eager payloads, RTS/CTS, PULLs) went through shared memory,
+      // unless the endpoint is sealed: then it stayed on TCP.
+      if (sealed_by_environment()) {
+        EXPECT_FALSE(st.shm_tx || st.shm_rx);
+        EXPECT_EQ(st.shm_reason, "REMORA_ENCRYPT: the control stream stays sealed on TCP");
+      } else {
+        EXPECT_TRUE(st.shm_tx && st.shm_rx) << st.shm_reason;
+        EXPECT_EQ(st.shm_reason, "");
+      }
     } else {
+      EXPECT_FALSE(st.shm_tx || st.shm_rx);
+      EXPECT_NE(st.shm_reason, "");
       EXPECT_NE(st.same_host_reason, "");
       EXPECT_EQ(st.chunks_pulled, 0u);
       EXPECT_EQ(st.bytes_pulled, 0u);

@@ -10,11 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -61,6 +64,28 @@ inline std::unique_ptr<Process> spawn_peer(std::vector<std::string> args, std::v
   auto p = std::make_unique<Process>(Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = false});
   EXPECT_TRUE(p->ok()) << p->error();
   return p;
+}
+
+/// Whether this process runs with REMORA_ENCRYPT set (ctest's integration.with_encryption
+/// runs the suite so): sealed endpoints keep their control stream on TCP, never in the
+/// same-host shared-memory channel.
+inline bool sealed_by_environment() {
+  const char* e = std::getenv("REMORA_ENCRYPT");
+  return e != nullptr && *e != '\0' && std::string_view(e) != "off";
+}
+
+/// Whether `ep`'s control stream runs in shared memory both ways (EndpointStats::shm_tx
+/// and shm_rx) by `timeout`. The set-up (SHM frames) follows the HOST exchange after
+/// connect, without an event to wait for: the stats are read until then (the endpoint's
+/// progress thread completes it), yielding in between.
+inline bool wait_for_shm_channel(const Endpoint& ep, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const EndpointStats st = ep.stats();
+    if (st.shm_tx && st.shm_rx) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
 }
 
 /// Reads "PORT <n>" from a listening peer (0 and a test failure if it does not come).

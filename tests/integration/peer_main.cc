@@ -11,7 +11,8 @@
 //   exchange    random two-way exchange (--side, --count, --peer-count, --max-size,
 //               --fixed-size, --tags, --send-window, --recv-window), then the closing
 //               handshake (--close=initiate|follow|none); --expect-same-host=yes|no
-//               checks whether this side read the peer's chunks out of its memory
+//               checks whether this side read the peer's chunks out of its memory and
+//               sent its control stream through the shared-memory channel
 //   big-send    one message of --size bytes from stream --seed (prints "HASH <xxh3>")
 //   big-recv    receives one --size message, checks its XXH3 (prints "HASH <xxh3>")
 //   truncation | zero | unexpected | out-of-order | outstanding   scripted halves
@@ -24,20 +25,32 @@
 //               writes, filled with stream --seed, sends its RemoteKey (tag 1), waits
 //               for a message (tag 2) saying the peer is done with it, prints
 //               "REGION <xxh3 of the region>", then "DONE"
+//   shm-scribble a hostile same-host peer: once the control stream runs in shared memory
+//               both ways and a message crossed each way (tags 1, 2), writes a head far beyond the
+//               capacity into the ring it writes (the peer's), prints "SCRIBBLED", and
+//               waits for the peer to give up on it (its endpoint fails)
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 
+#include <xxhash.h>
+
+#include "net/shm_ring.h"
 #include "remora/context.h"
-#include "remora/memory.h"
 #include "remora/endpoint.h"
+#include "remora/memory.h"
 #include "remora/request.h"
 #include "remora/testing/test_device.h"
 #include "support/exchange.h"
@@ -57,6 +70,8 @@ void print_line(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
+
+void scribble_peer_ring(Endpoint& ep);  // scenario shm-scribble, below
 
 /// Sizes from "a,b,c".
 std::vector<uint64_t> parse_sizes(const std::string& text) {
@@ -201,7 +216,8 @@ int run(const Flags& f) {
                  static_cast<unsigned long long>(rep.received), static_cast<unsigned long long>(rep.bytes_received),
                  rep.seconds);
     // --expect-same-host=yes|no: whether this side read the peer's chunks out of its
-    // memory (same-host pulls, docs/protocol.md) or every byte came over TCP.
+    // memory (same-host pulls, docs/protocol.md) and the control stream went through the
+    // shared-memory channel, or every byte came over TCP.
     if (const std::string same = f.str("expect-same-host", ""); !same.empty()) {
       const EndpointStats st = ep->stats();
       if (same == "yes" && (!st.same_host_reason.empty() || st.bytes_pulled == 0)) {
@@ -210,6 +226,19 @@ int run(const Flags& f) {
       }
       if (same == "no" && (st.same_host_reason.empty() || st.bytes_pulled != 0 || st.chunks_pulled != 0)) {
         die("expected no same-host pulls, got " + std::to_string(st.bytes_pulled) + " bytes pulled");
+      }
+      // The control stream moves into shared memory both ways where pulls run (unless the
+      // endpoint is sealed, REMORA_ENCRYPT), and stays on TCP both ways where they do not.
+      const char* encrypt = std::getenv("REMORA_ENCRYPT");
+      const bool sealed = encrypt != nullptr && *encrypt != '\0' && std::string(encrypt) != "off";
+      if (same == "yes" && sealed && (st.shm_tx || st.shm_rx)) die("a sealed endpoint used the shared-memory channel");
+      if (same == "yes" && !sealed && (!st.shm_tx || !st.shm_rx || !st.shm_reason.empty())) {
+        die("expected the shared-memory channel both ways, got tx " + std::to_string(st.shm_tx) + " rx " +
+            std::to_string(st.shm_rx) + " (" + st.shm_reason + ")");
+      }
+      if (same == "no" && (st.shm_tx || st.shm_rx || st.shm_reason.empty())) {
+        die("expected no shared-memory channel, got tx " + std::to_string(st.shm_tx) + " rx " +
+            std::to_string(st.shm_rx));
       }
       std::fprintf(stderr, "remora_test_peer: same host: %s\n",
                    st.same_host_reason.empty() ? "pulls" : st.same_host_reason.c_str());
@@ -265,6 +294,8 @@ int run(const Flags& f) {
   } else if (scenario == "device-rma") {
     device_rma(*ctx, *ep, device.get(), f.num("size", 1 << 20), seed);
     finish();
+  } else if (scenario == "shm-scribble") {
+    scribble_peer_ring(*ep);
   } else if (scenario == "outstanding") {
     check(many_outstanding(*ep, seed, static_cast<uint32_t>(f.num("side", 1)), f.num("count", 500)), "outstanding");
     finish();
@@ -275,6 +306,58 @@ int run(const Flags& f) {
   listener.reset();
   ctx.reset();
   return 0;
+}
+
+/// The hostile peer of scenario shm-scribble: scribbles the head of the peer's ring as
+/// mapped in this process (a mapping of a "remora-shm-ring" memfd whose descriptor this
+/// process no longer holds: it offered its own ring's, and closed the peer's after
+/// mapping it), then prints "SCRIBBLED".
+void scribble_peer_ring(Endpoint& ep) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!(ep.stats().shm_tx && ep.stats().shm_rx)) {
+    if (std::chrono::steady_clock::now() > deadline) die("no shared-memory channel: " + ep.stats().shm_reason);
+    std::this_thread::yield();
+  }
+  // A message each way first: the peer has read everything before the scribble.
+  const uint64_t hello = 42;
+  uint64_t ack = 0;
+  check(ep.send(std::as_bytes(std::span(&hello, 1)), static_cast<Tag>(1)).wait(std::chrono::seconds(30)).is_ok()
+            ? ""
+            : "send",
+        "shm-scribble: hello");
+  check(ep.recv(std::as_writable_bytes(std::span(&ack, 1)), static_cast<Tag>(2)).wait(std::chrono::seconds(30)).is_ok()
+            ? ""
+            : "recv",
+        "shm-scribble: the peer's answer");
+  std::set<ino_t> own;  // inodes of rings whose descriptor is open here: this side's own
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string().find("remora-shm-ring") == std::string::npos) continue;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) == 0) own.insert(st.st_ino);
+  }
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int scribbled = 0;
+  while (std::getline(maps, line)) {
+    if (line.find("remora-shm-ring") == std::string::npos) continue;
+    std::istringstream in(line);
+    std::string range, perms, offset, dev;
+    ino_t inode = 0;
+    in >> range >> perms >> offset >> dev >> inode;
+    if (own.count(inode) != 0 || offset != "00000000") continue;
+    const uint64_t start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    auto* header = reinterpret_cast<net::ShmRingMemory::Header*>(static_cast<uintptr_t>(start));
+    header->head.store(header->head.load() + (uint64_t{1} << 40));
+    ++scribbled;
+  }
+  if (scribbled != 1) die("found " + std::to_string(scribbled) + " rings of the peer to scribble, expected 1");
+  print_line("SCRIBBLED");
+  // The peer fails its endpoint and closes: this side's fails too.
+  uint64_t sink = 0;
+  const Status s =
+      ep.recv(std::as_writable_bytes(std::span(&sink, 1)), static_cast<Tag>(3)).wait(std::chrono::seconds(60));
+  if (s.is_ok()) die("the peer accepted a scribbled ring");
 }
 
 }  // namespace

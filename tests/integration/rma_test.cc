@@ -10,12 +10,14 @@
 //   - flush as a fence: a message sent after it finds every byte in place;
 //   - a target killed with operations outstanding fails them all, bounded;
 //   - the random exchange between two namespaces over a veth pair.
-#include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "itest_util.h"
 #include "support/exchange.h"
@@ -99,6 +101,13 @@ TEST_P(RmaRandom, PutsAndGetsMatchAModelOfTheTarget) {
     EXPECT_EQ(st.rma_bytes_put, rep.bytes_put);
     EXPECT_EQ(st.rma_bytes_got, rep.bytes_got + o.region_size);
     EXPECT_EQ(st.refused, 0u);
+    // Peers of one host move the control stream (the PUT, GET and RESP frames, inline
+    // data with them) into shared memory unless either side turned same-host off.
+    const bool shm = c.local.same_host_pulls.value_or(true) && !sealed_by_environment() &&
+                     std::find(c.peer_env.begin(), c.peer_env.end(), "REMORA_SAME_HOST=off") == c.peer_env.end();
+    EXPECT_EQ(st.shm_tx, shm) << st.shm_reason;
+    EXPECT_EQ(st.shm_rx, shm) << st.shm_reason;
+    EXPECT_EQ(st.shm_reason.empty(), shm) << st.shm_reason;
     EXPECT_EQ(close_handshake(*s.ep, /*initiator=*/true, 30s), "");
   }
   s.ep.reset();
@@ -115,12 +124,33 @@ INSTANTIATE_TEST_SUITE_P(
                       // One stream, 4 KiB chunks, and a target window of 4 requests.
                       RandomCase{"K1_TinyChunksSmallWindow",
                                  {.streams_per_endpoint = 1, .chunk_bytes = 4096},
-                                 {"REMORA_STREAMS=1", "REMORA_CHUNK_SIZE=4096", "REMORA_RMA_WINDOW=4"}}),
+                                 {"REMORA_STREAMS=1", "REMORA_CHUNK_SIZE=4096", "REMORA_RMA_WINDOW=4"}},
+                      // Every byte on TCP: the peer turns same-host off (no pulls, no channel).
+                      RandomCase{
+                          "K2_SameHostOff", {.streams_per_endpoint = 2}, {"REMORA_STREAMS=2", "REMORA_SAME_HOST=off"}}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // --- (b) concurrent atomics from three processes ---------------------------------------
 
-TEST(RmaMultiProcess, ThreeInitiatorsAtomicsOnTheSameWordsAddUp) {
+/// Same-host peers (true): the control stream runs in shared memory; false: the peers
+/// turn same-host off and every frame crosses TCP.
+class RmaSameHost : public ::testing::TestWithParam<bool> {
+ protected:
+  std::vector<std::string> peer_env(std::vector<std::string> env = {}) const {
+    if (!GetParam()) env.push_back("REMORA_SAME_HOST=off");
+    return env;
+  }
+  void expect_channel(const EndpointStats& st) const {
+    const bool shm = GetParam() && !sealed_by_environment();
+    EXPECT_EQ(st.shm_tx, shm) << st.shm_reason;
+    EXPECT_EQ(st.shm_rx, shm) << st.shm_reason;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Channel, RmaSameHost, ::testing::Values(true, false),
+                         [](const auto& param_info) { return param_info.param ? "SharedMemory" : "SameHostOff"; });
+
+TEST_P(RmaSameHost, ThreeInitiatorsAtomicsOnTheSameWordsAddUp) {
   auto ctx = make_context();
   ASSERT_TRUE(ctx);
   auto lr = ctx->listen("127.0.0.1:0");
@@ -132,11 +162,11 @@ TEST(RmaMultiProcess, ThreeInitiatorsAtomicsOnTheSameWordsAddUp) {
   o.cas_count = scaled<size_t>(300, 100);
   std::vector<std::unique_ptr<Process>> peers;
   for (uint32_t rank = 0; rank < o.initiators; ++rank) {
-    peers.push_back(spawn_rma_peer({"--role=connect", "--address=127.0.0.1:" + std::to_string(listener->port()),
-                                    "--scenario=atomics", "--half=initiator", "--rank=" + std::to_string(rank),
-                                    "--initiators=" + std::to_string(o.initiators),
-                                    "--count=" + std::to_string(o.count),
-                                    "--cas-count=" + std::to_string(o.cas_count)}));
+    peers.push_back(spawn_rma_peer(
+        {"--role=connect", "--address=127.0.0.1:" + std::to_string(listener->port()), "--scenario=atomics",
+         "--half=initiator", "--rank=" + std::to_string(rank), "--initiators=" + std::to_string(o.initiators),
+         "--count=" + std::to_string(o.count), "--cas-count=" + std::to_string(o.cas_count)},
+        peer_env()));
   }
   std::vector<std::shared_ptr<Endpoint>> eps;
   for (size_t i = 0; i < o.initiators; ++i) {
@@ -149,6 +179,7 @@ TEST(RmaMultiProcess, ThreeInitiatorsAtomicsOnTheSameWordsAddUp) {
   uint64_t served = 0;
   for (auto& ep : eps) {
     served += ep->stats().served_atomics;
+    expect_channel(ep->stats());
     EXPECT_EQ(close_handshake(*ep, /*initiator=*/false, 30s), "");
   }
   EXPECT_GE(served, o.initiators * (2 * o.count + o.cas_count));
@@ -158,7 +189,7 @@ TEST(RmaMultiProcess, ThreeInitiatorsAtomicsOnTheSameWordsAddUp) {
 
 // --- (c) notifications -----------------------------------------------------------------
 
-TEST(RmaMultiProcess, EveryNotificationArrivesOnceAfterItsData) {
+TEST_P(RmaSameHost, EveryNotificationArrivesOnceAfterItsData) {
   auto ctx = make_context(3);
   ASSERT_TRUE(ctx);
   auto lr = ctx->listen("127.0.0.1:0");
@@ -167,10 +198,10 @@ TEST(RmaMultiProcess, EveryNotificationArrivesOnceAfterItsData) {
   NotifyOptions o;
   o.seed = 99;
   o.count = scaled<size_t>(1500, 300);
-  auto peer = spawn_rma_peer({"--role=connect", "--address=127.0.0.1:" + std::to_string(listener->port()),
-                              "--scenario=notify", "--half=initiator", "--seed=" + std::to_string(o.seed),
-                              "--count=" + std::to_string(o.count)},
-                             {"REMORA_STREAMS=3"});
+  auto peer =
+      spawn_rma_peer({"--role=connect", "--address=127.0.0.1:" + std::to_string(listener->port()), "--scenario=notify",
+                      "--half=initiator", "--seed=" + std::to_string(o.seed), "--count=" + std::to_string(o.count)},
+                     peer_env({"REMORA_STREAMS=3"}));
   auto a = listener->accept(30s);
   ASSERT_TRUE(a) << "accept: " << describe(a.status());
   std::shared_ptr<Endpoint> ep = std::move(a).value();
@@ -178,6 +209,7 @@ TEST(RmaMultiProcess, EveryNotificationArrivesOnceAfterItsData) {
   EXPECT_EQ(error, "");
   if (error.empty()) {
     EXPECT_EQ(ep->stats().served_puts, o.count);
+    expect_channel(ep->stats());
     EXPECT_EQ(close_handshake(*ep, /*initiator=*/false, 30s), "");
   }
   ep.reset();
@@ -226,6 +258,10 @@ TEST(RmaMultiProcess, KilledTargetFailsEveryOutstandingOp) {
   // One round trip first, so the target is known to serve.
   std::vector<std::byte> probe(64);
   ASSERT_TRUE(s.ep->get(probe, key, 0).wait(30s).is_ok());
+  // The control stream runs in shared memory: the kill must be noticed all the same.
+  if (!sealed_by_environment()) {
+    ASSERT_TRUE(wait_for_shm_channel(*s.ep)) << s.ep->stats().shm_reason;
+  }
 
   // Stopped first, so the ops below cannot all complete before the kill: the gets
   // need the target's answer and the puts far exceed what socket buffers absorb.

@@ -5,6 +5,7 @@
 // side can find the other by pid, so each refuses the other's probe and every byte
 // goes over TCP: the random exchange both ways still checks every message byte for
 // byte, and both sides say why they did not pull.
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,39 @@ TEST(SameHost, APeerInAnotherPidNamespaceIsReadOverTcp) {
   EXPECT_EQ(close_handshake(*ep, /*initiator=*/false, std::chrono::seconds(30)), "");
   ep.reset();
   expect_peer_success(*peer);
+}
+
+// The shared-memory channel (docs/protocol.md, "Shared-memory channel") against a
+// hostile peer of this host: once the control stream runs in shared memory, the peer
+// writes a head far beyond the capacity into this side's ring. This side must fail the
+// endpoint with a protocol error naming the ring (never read outside it, never hang),
+// and the peer sees its endpoint fail in turn.
+TEST(SameHost, APeerThatScribblesTheRingFailsTheEndpointWithAProtocolError) {
+  std::unique_ptr<Context> ctx = make_context(1);
+  ASSERT_TRUE(ctx);
+  PeerSession s = start_listening_peer(*ctx, {"--scenario=shm-scribble", "--close=none"});
+  ASSERT_TRUE(s.ep);
+  uint64_t hello = 0;
+  ASSERT_TRUE(s.ep->recv(std::as_writable_bytes(std::span(&hello, 1)), static_cast<Tag>(1))
+                  .wait(std::chrono::seconds(30))
+                  .is_ok());
+  EXPECT_EQ(hello, 42u);
+  const EndpointStats st = s.ep->stats();
+  ASSERT_TRUE(st.shm_tx && st.shm_rx) << st.shm_reason;
+  ASSERT_TRUE(
+      s.ep->send(std::as_bytes(std::span(&hello, 1)), static_cast<Tag>(2)).wait(std::chrono::seconds(30)).is_ok());
+  const auto line = s.peer->read_line(std::chrono::seconds(30));
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(*line, "SCRIBBLED");
+  uint64_t sink = 0;
+  const Status r =
+      s.ep->recv(std::as_writable_bytes(std::span(&sink, 1)), static_cast<Tag>(3)).wait(std::chrono::seconds(30));
+  EXPECT_EQ(r.code(), StatusCode::kProtocol) << describe(r);
+  EXPECT_NE(r.message().find("shared-memory ring corrupt"), std::string::npos) << describe(r);
+  EXPECT_TRUE(s.ep->failed());
+  EXPECT_EQ(s.ep->failure().code(), StatusCode::kProtocol) << describe(s.ep->failure());
+  s.ep.reset();
+  expect_peer_success(*s.peer);
 }
 
 }  // namespace

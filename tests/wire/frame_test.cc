@@ -90,9 +90,11 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, PullFrame>) {
           return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.address == y.address &&
                  x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc;
-        } else {
-          static_assert(std::is_same_v<T, PulledFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, PulledFrame>) {
           return x.recv_id == y.recv_id && x.length == y.length && x.kind == y.kind;
+        } else {
+          static_assert(std::is_same_v<T, ShmFrame>, "same_frame: a frame type is not compared");
+          return x.op == y.op && x.ring_fd == y.ring_fd && x.wake_fd == y.wake_fd && x.code == y.code;
         }
       },
       a);
@@ -442,6 +444,25 @@ std::vector<Golden> goldens() {
               0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the PULL's
               0x00, 0x80, 0x00, 0x00,                          // length = the PULL's
               0x00, 0x00, 0x00, 0x00})},                       // reserved
+      {"shm_offer",
+       ShmFrame{.op = ShmOp::kOffer, .ring_fd = 0x0102, .wake_fd = 0x0A0B0C0D},
+       bytes({0x10, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 16, no flags, body 16
+              0x01, 0x00, 0x00, 0x00,                          // op 1 OFFER
+              0x02, 0x01, 0x00, 0x00,                          // ring_fd
+              0x0D, 0x0C, 0x0B, 0x0A,                          // wake_fd
+              0x00, 0x00, 0x00, 0x00})},                       // code
+      {"shm_switch",
+       ShmFrame{.op = ShmOp::kSwitch},
+       bytes({0x10, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 16, no flags, body 16
+              0x03, 0x00, 0x00, 0x00,                          // op 3 SWITCH
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // no descriptors
+              0x00, 0x00, 0x00, 0x00})},                       // code
+      {"shm_decline",
+       ShmFrame{.op = ShmOp::kDecline, .code = StatusCode::kAccessDenied},
+       bytes({0x10, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 16, no flags, body 16
+              0x04, 0x00, 0x00, 0x00,                          // op 4 DECLINE
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // no descriptors
+              0x05, 0x00, 0x00, 0x00})},                       // code: access_denied
   };
 }
 
@@ -591,7 +612,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 16, 0x80, 0xFF}) {
+  for (int type : {0, 17, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -734,12 +755,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x10};
+  bad[0] = std::byte{0x11};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 16");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 17");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -777,7 +798,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kHost), "HOST");
   EXPECT_EQ(to_string(FrameType::kPull), "PULL");
   EXPECT_EQ(to_string(FrameType::kPulled), "PULLED");
-  EXPECT_EQ(to_string(static_cast<FrameType>(16)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kShm), "SHM");
+  EXPECT_EQ(to_string(static_cast<FrameType>(17)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -1359,6 +1381,30 @@ TEST(SameHostReject, ReservedNonzero) {
       expect_protocol_error(wire, reserved_message("PULLED", i));
     }
   }
+}
+
+// SHM (docs/protocol.md, "Shared-memory channel"): each field only as its op allows.
+TEST(ShmReject, FieldsTheOpDoesNotAllow) {
+  const auto with = [](const char* name, size_t at, uint64_t value) {
+    Bytes wire = golden(name);
+    put_le(wire, kFrameHeaderSize + at, value, 4);
+    return wire;
+  };
+  for (uint64_t op : {0u, 5u, 0xFFFFFFFFu}) expect_protocol_error(with("shm_offer", 0, op), "SHM frame: unknown op");
+  expect_protocol_error(with("shm_offer", 4, 0x80000000u), "SHM frame: descriptors");
+  expect_protocol_error(with("shm_offer", 8, 0x0102), "SHM frame: descriptors");  // ring_fd == wake_fd
+  expect_protocol_error(with("shm_offer", 12, 5), "SHM frame: code 5");
+  expect_protocol_error(with("shm_switch", 4, 3), "SHM frame: descriptors");
+  expect_protocol_error(with("shm_switch", 12, 5), "SHM frame: code 5");
+  expect_protocol_error(with("shm_decline", 8, 3), "SHM frame: descriptors");
+  for (uint64_t code : {0u, 1u, 17u}) expect_protocol_error(with("shm_decline", 12, code), "SHM frame: code");
+  Bytes flagged = golden("shm_switch");
+  flagged[1] = std::byte{0x01};
+  expect_protocol_error(flagged, "flags 0x01 has undefined bits");
+  Bytes short_body = golden("shm_switch");
+  short_body[4] = std::byte{0x0C};
+  short_body.resize(kFrameHeaderSize + 12);
+  expect_protocol_error(short_body, "");
 }
 
 TEST(SameHostReject, LengthZero) {

@@ -62,7 +62,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(15)) {
+    switch (below(16)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -141,6 +141,15 @@ class Generator {
                         .length = static_cast<uint32_t>(interesting_u64() | 1),
                         .kind = static_cast<ChunkKind>(below(3))};
         break;
+      case 15: {
+        const auto op = static_cast<ShmOp>(1 + below(4));
+        const auto fd = static_cast<uint32_t>(interesting_u64() & 0x7FFFFFFF);
+        f = ShmFrame{.op = op,
+                     .ring_fd = op == ShmOp::kOffer ? fd : 0,
+                     .wake_fd = op == ShmOp::kOffer ? fd ^ 1 : 0,
+                     .code = op == ShmOp::kDecline ? static_cast<StatusCode>(2 + below(15)) : StatusCode::kOk};
+        break;
+      }
       case 10:
         f = AbortFrame{.id = interesting_u64(),
                        .kind = static_cast<ChunkKind>(below(3)),

@@ -68,6 +68,18 @@ inline std::string check_same_host_rules(const Frame& frame) {
   } else if (const auto* pulled = std::get_if<PulledFrame>(&frame)) {
     if (static_cast<uint8_t>(pulled->kind) > static_cast<uint8_t>(ChunkKind::kGet)) return "PULLED with kind > 2";
     if (pulled->length == 0) return "empty PULLED";
+  } else if (const auto* shm = std::get_if<ShmFrame>(&frame)) {
+    // "Shared-memory channel": descriptors only in an OFFER, a code only in a DECLINE.
+    const bool offer = shm->op == ShmOp::kOffer;
+    if (offer ? (shm->ring_fd > INT32_MAX || shm->wake_fd > INT32_MAX || shm->ring_fd == shm->wake_fd)
+              : (shm->ring_fd != 0 || shm->wake_fd != 0)) {
+      return "SHM with descriptors its op does not allow";
+    }
+    const bool decline = shm->op == ShmOp::kDecline;
+    if (decline != (shm->code != StatusCode::kOk)) return "SHM with a code its op does not allow";
+    if (decline && (shm->code == StatusCode::kInProgress || shm->code > StatusCode::kDataCorrupt)) {
+      return "SHM DECLINE with a code that is no error";
+    }
   }
   return "";
 }

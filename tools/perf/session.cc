@@ -439,18 +439,32 @@ nlohmann::json config_json(const Context& ctx, const Endpoint& ep) {
 }
 
 nlohmann::json endpoint_json(const EndpointStats& s) {
-  return {{"messages_sent", s.messages_sent}, {"messages_received", s.messages_received},
-          {"bytes_sent", s.bytes_sent},       {"bytes_received", s.bytes_received},
-          {"eager_sent", s.eager_sent},       {"rendezvous_sent", s.rendezvous_sent},
-          {"chunks_sent", s.chunks_sent},     {"chunks_per_stream", s.chunks_per_stream},
-          {"puts", s.puts},                   {"gets", s.gets},
-          {"atomics", s.atomics},             {"rma_bytes_put", s.rma_bytes_put},
-          {"rma_bytes_got", s.rma_bytes_got}, {"served_puts", s.served_puts},
-          {"served_gets", s.served_gets},     {"served_atomics", s.served_atomics},
-          {"refused", s.refused},             {"notifications", s.notifications},
-          {"staged_bytes", s.staged_bytes},   {"staged_transfers", s.staged_transfers},
-          {"chunks_pulled", s.chunks_pulled}, {"bytes_pulled", s.bytes_pulled},
-          {"same_host_reason", s.same_host_reason}};
+  return {{"messages_sent", s.messages_sent},
+          {"messages_received", s.messages_received},
+          {"bytes_sent", s.bytes_sent},
+          {"bytes_received", s.bytes_received},
+          {"eager_sent", s.eager_sent},
+          {"rendezvous_sent", s.rendezvous_sent},
+          {"chunks_sent", s.chunks_sent},
+          {"chunks_per_stream", s.chunks_per_stream},
+          {"puts", s.puts},
+          {"gets", s.gets},
+          {"atomics", s.atomics},
+          {"rma_bytes_put", s.rma_bytes_put},
+          {"rma_bytes_got", s.rma_bytes_got},
+          {"served_puts", s.served_puts},
+          {"served_gets", s.served_gets},
+          {"served_atomics", s.served_atomics},
+          {"refused", s.refused},
+          {"notifications", s.notifications},
+          {"staged_bytes", s.staged_bytes},
+          {"staged_transfers", s.staged_transfers},
+          {"chunks_pulled", s.chunks_pulled},
+          {"bytes_pulled", s.bytes_pulled},
+          {"shm_tx", s.shm_tx},
+          {"shm_rx", s.shm_rx},
+          {"same_host_reason", s.same_host_reason},
+          {"shm_reason", s.shm_reason}};
 }
 
 uint32_t window_slots(size_t size, uint32_t window) {

@@ -1,0 +1,274 @@
+// net/shm_ring.cc — see shm_ring.h.
+#include "net/shm_ring.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace remora::net {
+namespace {
+
+static_assert(sizeof(ShmRingMemory::Header) <= ShmRingMemory::kHeaderBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "the ring's counters are shared between processes: they must be lock-free");
+
+constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+Status corrupt(std::string what) {
+  return Status(StatusCode::kProtocol, "shared-memory ring corrupt: " + std::move(what));
+}
+
+/// Copies `n` bytes into the ring's data at position `pos`, wrapping.
+void to_ring(std::byte* data, size_t capacity, uint64_t pos, const std::byte* bytes, size_t n) noexcept {
+  const size_t at = static_cast<size_t>(pos & (capacity - 1));
+  const size_t first = std::min(n, capacity - at);
+  std::memcpy(data + at, bytes, first);
+  std::memcpy(data, bytes + first, n - first);
+}
+
+/// Copies `n` bytes out of the ring's data at position `pos`, wrapping.
+void from_ring(const std::byte* data, size_t capacity, uint64_t pos, std::byte* bytes, size_t n) noexcept {
+  const size_t at = static_cast<size_t>(pos & (capacity - 1));
+  const size_t first = std::min(n, capacity - at);
+  std::memcpy(bytes, data + at, first);
+  std::memcpy(bytes + first, data, n - first);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------
+
+ShmRingMemory& ShmRingMemory::operator=(ShmRingMemory&& o) noexcept {
+  if (this == &o) return *this;
+  if (base_ != nullptr) ::munmap(base_, kHeaderBytes + capacity_);
+  fd_ = std::move(o.fd_);
+  base_ = o.base_;
+  capacity_ = o.capacity_;
+  o.base_ = nullptr;
+  o.capacity_ = 0;
+  return *this;
+}
+
+ShmRingMemory::~ShmRingMemory() {
+  if (base_ != nullptr) ::munmap(base_, kHeaderBytes + capacity_);
+}
+
+Result<ShmRingMemory> ShmRingMemory::map(Fd fd, size_t capacity) {
+  void* base = ::mmap(nullptr, kHeaderBytes + capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return errno_status(errno, "mmap of a shared-memory ring");
+  ShmRingMemory m;
+  m.fd_ = std::move(fd);
+  m.base_ = base;
+  m.capacity_ = capacity;
+  return m;
+}
+
+Result<ShmRingMemory> ShmRingMemory::create(size_t capacity) {
+  if (!std::has_single_bit(capacity) || capacity < kMinCapacity || capacity > kMaxCapacity) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("shared-memory ring of {} bytes: the capacity must be a power of two in [{}, {}]",
+                              capacity, kMinCapacity, kMaxCapacity));
+  }
+  Fd fd(::memfd_create("remora-shm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return errno_status(errno, "memfd_create for a shared-memory ring");
+  if (::ftruncate(fd.get(), static_cast<off_t>(kHeaderBytes + capacity)) != 0) {
+    return errno_status(errno, "ftruncate of a shared-memory ring");
+  }
+  // The peer maps it too: sealed, so neither side can shrink it under the other's
+  // accesses (SIGBUS) or grow it.
+  if (::fcntl(fd.get(), F_ADD_SEALS, kSeals | F_SEAL_SEAL) != 0)
+    return errno_status(errno, "sealing a shared-memory ring");
+  REMORA_ASSIGN_OR_RETURN(ShmRingMemory m, map(std::move(fd), capacity));
+  // A fresh memfd reads as zeros: head = tail = 0, producer not waiting.
+  m.header().consumer_sleeping.store(1, std::memory_order_release);
+  return m;
+}
+
+Result<ShmRingMemory> ShmRingMemory::adopt(Fd fd) {
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0) {
+    return Status(StatusCode::kProtocol,
+                  fmt::format("the peer's shared-memory ring is not a memfd ({})", std::strerror(errno)));
+  }
+  if ((static_cast<unsigned>(seals) & kSeals) != kSeals) {
+    return Status(StatusCode::kProtocol, "the peer's shared-memory ring is not sealed against shrinking and growing");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat of the peer's shared-memory ring");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  const uint64_t capacity = size > kHeaderBytes ? size - kHeaderBytes : 0;
+  if (!std::has_single_bit(capacity) || capacity < kMinCapacity || capacity > kMaxCapacity) {
+    return Status(StatusCode::kProtocol,
+                  fmt::format("the peer's shared-memory ring has {} bytes: not a header and a power-of-two capacity "
+                              "in [{}, {}]",
+                              size, kMinCapacity, kMaxCapacity));
+  }
+  REMORA_ASSIGN_OR_RETURN(ShmRingMemory m, map(std::move(fd), static_cast<size_t>(capacity)));
+  m.fd_.reset();  // the mapping keeps the memory; the descriptor is only the peer's to offer
+  return m;
+}
+
+// ---------------------------------------------------------------------------
+// Consumer
+// ---------------------------------------------------------------------------
+
+size_t ShmRingReader::readable() const noexcept {
+  const uint64_t head = memory_.header().head.load(std::memory_order_acquire);
+  const uint64_t avail = head - tail_;
+  return head >= seen_head_ && avail <= memory_.capacity() ? static_cast<size_t>(avail) : 0;
+}
+
+Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool arm) noexcept {
+  ShmRingMemory::Header& h = memory_.header();
+  const size_t capacity = memory_.capacity();
+  Read out;
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint64_t head = h.head.load(std::memory_order_acquire);
+    if (head < seen_head_) return corrupt(fmt::format("the head went back from {} to {}", seen_head_, head));
+    const uint64_t avail = head - tail_;
+    if (avail > capacity) {
+      return corrupt(fmt::format("the head is {} bytes ahead of the tail, beyond the ring's {}", avail, capacity));
+    }
+    seen_head_ = head;
+    if (avail > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(avail, dst.size()));
+      from_ring(memory_.data(), capacity, tail_, dst.data(), n);
+      tail_ += n;
+      h.tail.store(tail_, std::memory_order_release);
+      // Store the tail before looking at the flag, as the producer sets the flag before
+      // it looks at the tail once more: one of the two sees the other.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (h.producer_waiting.load(std::memory_order_relaxed) != 0) {
+        out.wake_producer = h.producer_waiting.exchange(0, std::memory_order_acq_rel) != 0;
+      }
+      out.bytes = n;
+      return out;
+    }
+    if (!arm || pass == 1) break;
+    // Empty: say this side may sleep, then look once more (a write that came in
+    // between saw no flag and woke nobody).
+    if (h.consumer_sleeping.load(std::memory_order_relaxed) == 0)
+      h.consumer_sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Producer
+// ---------------------------------------------------------------------------
+
+Result<uint64_t> ShmRingWriter::room() noexcept {
+  const uint64_t tail = memory_.header().tail.load(std::memory_order_acquire);
+  if (tail < seen_tail_) return corrupt(fmt::format("the tail went back from {} to {}", seen_tail_, tail));
+  if (tail > head_) return corrupt(fmt::format("the tail {} is ahead of the head {}", tail, head_));
+  seen_tail_ = tail;
+  return memory_.capacity() - (head_ - tail);  // head_ - tail <= capacity: this side wrote no more
+}
+
+Result<ShmRingWriter::Wrote> ShmRingWriter::write(std::span<const std::byte> src) noexcept {
+  ShmRingMemory::Header& h = memory_.header();
+  Wrote out;
+  for (int pass = 0; pass < 2 && out.bytes < src.size(); ++pass) {
+    REMORA_ASSIGN_OR_RETURN(uint64_t free, room());
+    if (free == 0) {
+      if (pass == 1) break;
+      // Full: ask to be woken once the consumer read, then look once more.
+      h.producer_waiting.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      continue;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(free, src.size() - out.bytes));
+    to_ring(memory_.data(), memory_.capacity(), head_, src.data() + out.bytes, n);
+    head_ += n;
+    out.bytes += n;
+    h.head.store(head_, std::memory_order_release);
+    if (out.bytes < src.size() && pass == 0) {
+      h.producer_waiting.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+  }
+  if (out.bytes > 0) {
+    // The head is stored before the flag is read, as the consumer sets the flag before
+    // it reads the head once more.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (h.consumer_sleeping.load(std::memory_order_relaxed) != 0) {
+      out.wake_consumer = h.consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Descriptors
+// ---------------------------------------------------------------------------
+
+Result<Fd> make_wake_fd() {
+  Fd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!fd.valid()) return errno_status(errno, "eventfd for a shared-memory channel");
+  return fd;
+}
+
+void wake(int fd) noexcept {
+  const uint64_t one = 1;
+  ssize_t n;
+  do {
+    n = ::write(fd, &one, sizeof one);
+  } while (n < 0 && errno == EINTR);
+  // EAGAIN: the counter is full, so the owner has a wake-up pending anyway.
+}
+
+Result<Fd> take_peer_fd(pid_t pid, int peer_fd) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) {
+    if (errno == ENOSYS) return Status(StatusCode::kUnsupported, "the kernel has no pidfd_open (Linux 5.3)");
+    if (errno == ESRCH) return Status(StatusCode::kPeerFailed, fmt::format("pidfd_open({}): the peer is gone", pid));
+    return errno_status(errno, fmt::format("pidfd_open({})", pid));
+  }
+  Fd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), peer_fd, 0)));
+  if (!fd.valid()) {
+    if (errno == ENOSYS) return Status(StatusCode::kUnsupported, "the kernel has no pidfd_getfd (Linux 5.6)");
+    if (errno == EPERM) {
+      return Status(StatusCode::kAccessDenied,
+                    fmt::format("pidfd_getfd of the peer's descriptor {} (pid {}): not allowed (ptrace rules: "
+                                "another user, Yama ptrace_scope, or the peer is not dumpable)",
+                                peer_fd, pid));
+    }
+    if (errno == ESRCH) return Status(StatusCode::kPeerFailed, fmt::format("pidfd_getfd({}): the peer is gone", pid));
+    return errno_status(errno, fmt::format("pidfd_getfd of the peer's descriptor {} (pid {})", peer_fd, pid));
+  }
+  return fd;  // pidfd_getfd sets close-on-exec
+#else
+  (void)pid;
+  (void)peer_fd;
+  return Status(StatusCode::kUnsupported, "built without pidfd_getfd (Linux 5.6)");
+#endif
+}
+
+Status check_eventfd(int fd) {
+  char link[64] = {};
+  const std::string path = fmt::format("/proc/self/fd/{}", fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n < 0) return errno_status(errno, "readlink " + path);
+  if (std::string_view(link, static_cast<size_t>(n)) != "anon_inode:[eventfd]") {
+    return Status(StatusCode::kProtocol,
+                  fmt::format("the peer's wake-up descriptor is not an eventfd ({})", std::string_view(link, n)));
+  }
+  return Status::ok();
+}
+
+}  // namespace remora::net

@@ -1,0 +1,148 @@
+// transport/same_host_channel.cc — the shared-memory channel on an endpoint
+// (docs/protocol.md, "Shared-memory channel"): SHM frames set it up once the peer passed
+// the same-host checks (same_host_pulls.cc); then the control stream's bytes go through
+// rings in shared memory (shm_channel.h) and the TCP control socket only says whether
+// the peer lives.
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "transport/endpoint_core.h"
+
+namespace remora::detail {
+
+bool EndpointCore::shm_negotiated() const noexcept {
+  // A sealed endpoint (REMORA_ENCRYPT, which both sides must agree on) keeps its control
+  // stream sealed on TCP: the rings would carry it in clear.
+  return same_host_negotiated() && (params_.peer_capabilities & wire::kCapShmChannel) != 0 &&
+         config_.encrypt == EncryptMode::kOff;
+}
+
+void EndpointCore::offer_shm() {
+  if (!shm_negotiated()) {
+    shm_reason_ = config_.encrypt != EncryptMode::kOff
+                      ? "REMORA_ENCRYPT: the control stream stays sealed on TCP"
+                      : "the peer does not offer a shared-memory channel (an older remora)";
+    return;
+  }
+  auto channel = std::make_shared<ShmChannel>();
+  auto offer = channel->create_rx();
+  if (!offer) {
+    shm_reason_ = "this side could not make its ring: " + offer.status().message();
+    return;  // the peer's OFFER is declined (no shm_)
+  }
+  auto hid = engine_->add(channel->rx_wake_fd(), &ring_handler_, EPOLLIN);
+  if (!hid) {
+    shm_reason_ = "this side could not watch its ring: " + hid.status().message();
+    return;
+  }
+  channel->hid = *hid;
+  channel->registered = true;
+  shm_ = std::move(channel);
+  append_frame(*offer);
+}
+
+void EndpointCore::handle_shm(const wire::ShmFrame& f) {
+  if (!shm_negotiated()) {
+    protocol_error("SHM on an endpoint without a shared-memory channel negotiated");
+    return;
+  }
+  const bool offered = shm_ != nullptr && shm_->offered();
+  switch (f.op) {
+    case wire::ShmOp::kOffer: {
+      if (shm_peer_offered_) {
+        protocol_error("a second SHM OFFER");
+        return;
+      }
+      shm_peer_offered_ = true;
+      if (!offered) {
+        // This side refused the peer (same_host_reason_) or could not make its ring.
+        append_frame(wire::ShmFrame{.op = wire::ShmOp::kDecline, .code = StatusCode::kUnsupported});
+        return;
+      }
+      if (Status s = shm_->adopt_tx(static_cast<pid_t>(peer_pid_), f); !s.is_ok()) {
+        shm_reason_ = "this side could not take the peer's ring: " + s.message();
+        REMORA_LOG(kDebug, "endpoint to {}: control stays on TCP: {}", params_.peer, shm_reason_);
+        append_frame(wire::ShmFrame{.op = wire::ShmOp::kDecline, .code = s.code()});
+        return;
+      }
+      append_frame(wire::ShmFrame{.op = wire::ShmOp::kAccept});
+      maybe_switch_tx();
+      return;
+    }
+    case wire::ShmOp::kAccept:
+      if (!offered || shm_peer_accepted_) {
+        protocol_error(offered ? "a second SHM ACCEPT" : "SHM ACCEPT of a ring this side never offered");
+        return;
+      }
+      shm_peer_accepted_ = true;
+      maybe_switch_tx();
+      return;
+    case wire::ShmOp::kDecline:
+      if (!offered || shm_peer_accepted_) {
+        protocol_error("SHM DECLINE of a ring this side never offered, or after ACCEPT");
+        return;
+      }
+      if (shm_reason_.empty()) {
+        shm_reason_ = fmt::format("the peer could not take this side's ring ({})", to_string(f.code));
+      }
+      release_shm();
+      return;
+    case wire::ShmOp::kSwitch:
+      if (!offered || !shm_peer_accepted_ || shm_->rx_on()) {
+        protocol_error("SHM SWITCH before the peer took this side's ring, or twice");
+        return;
+      }
+      shm_->rx_switched();
+      shm_rx_switch_now_ = true;  // read_control reads the ring after this frame
+      stats_.shm_rx = true;
+      return;
+  }
+}
+
+void EndpointCore::maybe_switch_tx() {
+  if (shm_ == nullptr || !shm_->adopted() || !shm_peer_accepted_ || shm_->tx_on() || shm_->tx_switch_pending()) return;
+  append_frame(wire::ShmFrame{.op = wire::ShmOp::kSwitch});
+  shm_->switch_tx_at(ctl_tx_.size());  // every later byte goes into the peer's ring
+  stats_.shm_tx = true;
+  REMORA_LOG(kDebug, "endpoint to {}: control stream moves into shared memory", params_.peer);
+}
+
+void EndpointCore::on_ring_event(uint32_t /*events*/) {
+  if (state_ != State::kActive) {
+    if (linger_) linger_->progress();  // closed: the ring drains (see close)
+    return;
+  }
+  if (ctl_blocked_ && shm_ != nullptr && shm_->tx_on()) {
+    ctl_blocked_ = false;  // the peer read: room in its ring
+    flush_control();
+  }
+  if (state_ == State::kActive) read_control();
+}
+
+void EndpointCore::control_event_after_switch(uint32_t events) {
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0) return;
+  std::byte probe[64];
+  const net::IoResult r = net::recv_some(control_.get(), probe, sizeof probe);
+  if (r.would_block()) return;
+  if (r.moved()) {
+    protocol_error("bytes on the TCP control connection after the peer's SHM SWITCH");
+    return;
+  }
+  // The peer is gone. What it wrote into the ring before is there: read it first (a
+  // GOODBYE, the last eager messages), as TCP would have delivered it before the FIN.
+  read_control();
+  if (state_ != State::kActive) return;
+  handle_control_eof(r.eof() ? Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the connection")
+                             : net::errno_status(r.err, "recv on control stream from " + params_.peer));
+}
+
+void EndpointCore::release_shm() {
+  if (shm_ == nullptr) return;
+  if (shm_->registered) {
+    engine_->remove(shm_->rx_wake_fd(), shm_->hid);
+    shm_->registered = false;
+  }
+  shm_.reset();
+}
+
+}  // namespace remora::detail
