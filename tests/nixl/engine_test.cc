@@ -309,13 +309,22 @@ TEST(NixlEngine, AGoneAgentFailsItsTransfersWithoutHanging) {
 
 TEST(NixlEngine, AnAgentBackAtTheSameAddressIsConnectedAgain) {
   // B listens at a fixed port; it goes away, and comes back there with the same info.
+  // The port is below the kernel's ephemeral range, so that no other test's connection
+  // or port-0 listener can take it in between (that made this test fail under ctest -j).
   Side a("A", kMiB, 1);
   uint16_t port = 0;
   std::string info;
   {
-    Side b("B", kMiB, 2);
-    info = b.engine->conn_info();
-    port = static_cast<uint16_t>(std::stoi(info.substr(info.rfind(':') + 1)));
+    std::unique_ptr<Engine> b;
+    std::mt19937 rng(std::random_device{}());
+    for (int attempt = 0; attempt < 50 && b == nullptr; ++attempt) {
+      port = static_cast<uint16_t>(20000 + rng() % 12000);
+      Result<std::unique_ptr<Engine>> e =
+          Engine::create("B", EngineParams{.address = "127.0.0.1:" + std::to_string(port), .interfaces = ""});
+      if (e) b = std::move(*e);
+    }
+    ASSERT_NE(b, nullptr) << "no free port in 20000-31999";
+    info = b->conn_info();
     ASSERT_TRUE(a.engine->load_conn_info("B", info));
     ASSERT_TRUE(a.engine->connect("B"));
   }
