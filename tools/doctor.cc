@@ -259,6 +259,7 @@ void print_report(const CapabilityReport& r) {
   print_answer("ethtool netlink", r.host.ethtool_family);
   print_answer("io_uring", r.host.io_uring);
   print_answer("MSG_ZEROCOPY", r.host.msg_zerocopy);
+  print_answer("zcrx copy mode", r.host.zcrx_copy);
   print_answer("kernel TLS (not used)", r.host.kernel_tls);
   print_answer("same-host pulls", same_host_answer());
   print_answer("rxq (devmem receive)", rxq_answer());
@@ -317,6 +318,7 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"ethtool_family", answer_json(r.host.ethtool_family)},
             {"io_uring", answer_json(r.host.io_uring)},
             {"msg_zerocopy", answer_json(r.host.msg_zerocopy)},
+            {"zcrx_copy", answer_json(r.host.zcrx_copy)},
             {"kernel_tls", answer_json(r.host.kernel_tls)},
             {"same_host_pulls", answer_json(same_host_answer())},
             {"rxq", answer_json(rxq_answer())},

@@ -72,6 +72,9 @@ struct HostCapabilities {
   ProbeAnswer ethtool_family;  ///< the ethtool netlink family
   ProbeAnswer io_uring;        ///< a ring could be set up (detail: zero-copy opcodes)
   ProbeAnswer msg_zerocopy;    ///< SO_ZEROCOPY and one MSG_ZEROCOPY send completed (detail: copied or not)
+  /// io_uring zcrx's device-less copy mode (ZCRX_REG_NODEV, Linux 7.1+): a queue with no
+  /// NIC under it registered (REMORA_ZCRX_MODE=copy; the kernel copies every byte).
+  ProbeAnswer zcrx_copy;
   /// Kernel TLS (CONFIG_TLS): setsockopt(TCP_ULP, "tls") on a connected loopback socket.
   /// Reported only: REMORA_ENCRYPT seals in user space and does not use it.
   ProbeAnswer kernel_tls;

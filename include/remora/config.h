@@ -32,6 +32,15 @@ enum class PinMode : uint8_t {
 /// with the reason (docs/device-memory.md).
 enum class DevicePathMode : uint8_t { kAuto, kDevmem, kZcrx, kStaging };
 
+/// How the zcrx path gets its queue (REMORA_ZCRX_MODE). kNic: `remora rxq serve` reserves
+/// an RX queue of a NIC with header split and steers each data stream's flow there, so
+/// the NIC writes the payload into the area (REMORA_RXQ_SOCKET). kCopy: each endpoint
+/// registers a device-less queue of its own (ZCRX_REG_NODEV, Linux 7.1+), no NIC, no
+/// rxq, and reads every data stream through it: the kernel copies the bytes into the
+/// area, so nothing is zero-copy; for kernels and machines without such a NIC
+/// (docs/device-memory.md). Used with REMORA_DEVICE_PATH=zcrx.
+enum class ZcrxMode : uint8_t { kNic, kCopy };
+
 /// End-to-end integrity of transfers (REMORA_CHECKSUM). kCrc32c: every chunk of every
 /// transfer carries a CRC-32C on the control stream and the receiver checks it; a
 /// mismatch fails that operation with kDataCorrupt (docs/protocol.md, "Checksums"). Both
@@ -119,8 +128,10 @@ struct Config {
   size_t rxq_device_area = 0;
   /// REMORA_ZCRX_AREA: with REMORA_DEVICE_PATH=zcrx, the bytes of host memory each
   /// endpoint registers as its io_uring zcrx queue's receive area (rounded up to pages;
-  /// every byte of its data streams passes through it). Environment only.
+  /// every byte of its data streams passes through it).
   size_t zcrx_area = size_t{16} << 20;
+  /// REMORA_ZCRX_MODE=nic|copy (see ZcrxMode).
+  ZcrxMode zcrx_mode = ZcrxMode::kNic;
   /// REMORA_CHECKSUM=none|crc32c (see ChecksumMode).
   ChecksumMode checksum = ChecksumMode::kNone;
   /// REMORA_SAME_HOST=auto|off. auto: a peer on this host (same kernel, same network
@@ -181,6 +192,8 @@ struct ContextOptions {
   std::optional<PinMode> pin_mode = std::nullopt;
   std::optional<uint32_t> staging_buffers = std::nullopt;
   std::optional<DevicePathMode> device_path = std::nullopt;
+  std::optional<size_t> zcrx_area = std::nullopt;
+  std::optional<ZcrxMode> zcrx_mode = std::nullopt;
   std::optional<ChecksumMode> checksum = std::nullopt;
   std::optional<bool> same_host_pulls = std::nullopt;
   std::optional<bool> pull_huge_pages = std::nullopt;
@@ -204,7 +217,7 @@ struct ContextOptions {
 Config apply(Config base, const ContextOptions& options);
 
 /// The value of the field named `field` (a ConfigVariable::field, or an environment-only
-/// field of Config: "devmem_ifname", "rxq_socket", "rxq_device_area", "zcrx_area") of
+/// field of Config: "devmem_ifname", "rxq_socket", "rxq_device_area") of
 /// `config`, as ContextOptions::set takes it; auth_key: "set" or "unset", never the key.
 /// kInvalidArgument when there is no such field.
 Result<ConfigValue> config_value(const Config& config, std::string_view field);

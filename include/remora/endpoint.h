@@ -124,15 +124,16 @@ struct EndpointStats {
   /// is the device path whenever devmem TCP or io_uring zero-copy receive cannot take a
   /// transfer: always for served gets, inline puts and eager messages in this
   /// version; for message receives, chunked gets and served chunked puts unless
-  /// `remora rxq` steered every data stream (REMORA_RXQ_SOCKET); and for
+  /// `remora rxq` steered every data stream (REMORA_RXQ_SOCKET) or the endpoint reads
+  /// them through a device-less zcrx queue (REMORA_ZCRX_MODE=copy); and for
   /// message sends and chunked puts unless the memory exports a dmabuf that
   /// REMORA_DEVMEM_IFNAME binds for transmit (see docs/device-memory.md and `remora
   /// doctor`).
   uint64_t staged_transfers = 0, staged_bytes = 0;
   /// Device transfers that went by devmem TCP (message sends and chunked puts, counted
   /// once the kernel reported the NIC done with their memory; message receives,
-  /// chunked gets and served chunked puts, once placed) and by io_uring zero-copy receive (0 in this version:
-  /// the endpoint does not drive it).
+  /// chunked gets and served chunked puts, once placed) and by io_uring zero-copy receive
+  /// (the same receives, once placed).
   uint64_t devmem_transfers = 0, zcrx_transfers = 0;
   /// Device transfers refused because the path REMORA_DEVICE_PATH demands could not take them.
   uint64_t device_path_refusals = 0;

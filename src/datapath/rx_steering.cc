@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "datapath/zcrx_path.h"
 
 namespace remora::detail {
 namespace {
@@ -63,7 +64,37 @@ DevmemRxLease* RxSteering::lease(net::Clock::time_point deadline) {
   return lease_.get();
 }
 
+bool RxSteering::copy_mode() const noexcept {
+  return config_.device_path == DevicePathMode::kZcrx && config_.zcrx_mode == ZcrxMode::kCopy;
+}
+
+std::unique_ptr<StreamIn> RxSteering::steer_device_less(int fd) {
+  if (!refused_.is_ok()) return std::make_unique<StreamIn>(fd);
+  if (copy_queue_ == nullptr) {
+    zerocopy::KernelError refusal;
+    auto queue =
+        zerocopy::ZcrxQueue::open(zerocopy::ZcrxQueue::Options{.area_bytes = config_.zcrx_area, .device_less = true},
+                                  zerocopy::io_uring_zcrx_kernels(), &refusal);
+    if (!queue) {
+      refused(queue.status().with_context("zcrx copy mode (REMORA_ZCRX_MODE=copy)"));
+      return std::make_unique<StreamIn>(fd);
+    }
+    copy_queue_ = std::move(*queue);
+    copy_binding_ = host_area_binding(*copy_queue_);
+  }
+  auto stream = copy_queue_->add_stream(fd);
+  if (!stream) {
+    // Streams added before stay on the queue; this one and later ones are read plainly.
+    refused(stream.status().with_context("zcrx copy mode (REMORA_ZCRX_MODE=copy)"));
+    return std::make_unique<StreamIn>(fd);
+  }
+  ++copy_streams_;
+  return std::make_unique<DevmemStreamIn>(
+      std::make_shared<ZcrxReceiver>(fd, copy_binding_, copy_queue_, std::move(*stream)));
+}
+
 std::unique_ptr<StreamIn> RxSteering::steer(int fd, net::Clock::time_point deadline) {
+  if (copy_mode()) return steer_device_less(fd);
   if (config_.rxq_socket[0] == '\0' || domains_ == nullptr || domains_->empty() ||
       config_.device_path == DevicePathMode::kStaging || !refused_.is_ok()) {
     return std::make_unique<StreamIn>(fd);
@@ -85,10 +116,21 @@ std::unique_ptr<StreamIn> RxSteering::steer(int fd, net::Clock::time_point deadl
 }
 
 DataPathKind RxSteering::kind() const noexcept {
-  return lease_ != nullptr && lease_->zcrx() ? DataPathKind::kZcrx : DataPathKind::kDevmem;
+  return copy_queue_ != nullptr || (lease_ != nullptr && lease_->zcrx()) ? DataPathKind::kZcrx : DataPathKind::kDevmem;
 }
 
 bool RxSteering::settle(uint32_t streams, DevicePathSelector& selector) {
+  if (copy_mode()) {
+    if (copy_queue_ != nullptr && copy_streams_ == streams && streams > 0) {
+      selector.set_zcrx_rx(Status(StatusCode::kOk, copy_queue_->describe()));
+      return true;
+    }
+    selector.set_zcrx_rx(Status(
+        StatusCode::kUnsupported,
+        fmt::format("REMORA_ZCRX_MODE=copy: {} of {} data streams read by a device-less zcrx queue; {}", copy_streams_,
+                    streams, refused_.is_ok() ? std::string("the endpoint has no data streams") : refused_.message())));
+    return false;
+  }
   const uint32_t steered = lease_ ? lease_->streams_steered() : 0;
   if (lease_ != nullptr && steered == streams) {
     const Status ready(StatusCode::kOk, lease_->describe());

@@ -8,6 +8,11 @@
 //
 // One lease (one rxq connection) per endpoint, open for its life. Refusals are logged
 // and kept for the reason; a refused stream is read as a plain one.
+//
+// With REMORA_DEVICE_PATH=zcrx and REMORA_ZCRX_MODE=copy there is no rxq and no NIC: the
+// endpoint registers a device-less zcrx queue of its own (ZCRX_REG_NODEV, Linux 7.1+) on
+// its first data stream and reads every data stream through it, whatever memory the
+// context has; the kernel copies the bytes into the queue's host area.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +26,7 @@
 #include "datapath/devmem_rx_lease.h"
 #include "net/io.h"
 #include "remora/config.h"
+#include "zerocopy/zcrx_queue.h"
 
 namespace remora::detail {
 
@@ -46,11 +52,17 @@ class RxSteering {
   /// after a refusal, kept in refused_.
   DevmemRxLease* lease(net::Clock::time_point deadline);
   void refused(Status why);
+  bool copy_mode() const noexcept;
+  /// Copy mode: `fd` read through the endpoint's device-less queue (opened on first use).
+  std::unique_ptr<StreamIn> steer_device_less(int fd);
 
   const Config& config_;
   const std::vector<MemoryDomain*>* domains_;
   std::string peer_;
   std::unique_ptr<DevmemRxLease> lease_;  // null: none asked, or refused
+  std::shared_ptr<zerocopy::ZcrxQueue> copy_queue_;  // copy mode: the device-less queue
+  DevmemRxBinding copy_binding_;
+  uint32_t copy_streams_ = 0;             // copy mode: data streams read through copy_queue_
   Status refused_;                        // why a stream is not steered
 };
 

@@ -45,9 +45,9 @@ struct TextField {
 template <typename B>
 constexpr bool kIsText =
     std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>> || std::is_same_v<B, TextField<256>>;
-using Binding =
-    std::variant<std::monostate, Fields<uint32_t>, Fields<size_t>, Fields<bool>, Fields<LogLevel>, Fields<PinMode>,
-                 Fields<DevicePathMode>, Fields<ChecksumMode>, Fields<EncryptMode>, TextField<16>, TextField<108>, TextField<256>>;
+using Binding = std::variant<std::monostate, Fields<uint32_t>, Fields<size_t>, Fields<bool>, Fields<LogLevel>,
+                             Fields<PinMode>, Fields<DevicePathMode>, Fields<ZcrxMode>, Fields<ChecksumMode>,
+                             Fields<EncryptMode>, TextField<16>, TextField<108>, TextField<256>>;
 
 /// Copies `text` into a text field (the caller checked its length).
 template <size_t N>
@@ -64,11 +64,13 @@ struct Row {
 
 constexpr std::string_view kPinWords[] = {"try", "require", "off"};
 constexpr std::string_view kPathWords[] = {"auto", "devmem", "zcrx", "staging"};
+constexpr std::string_view kZcrxModeWords[] = {"nic", "copy"};
 constexpr std::string_view kChecksumWords[] = {"none", "crc32c"};
 constexpr std::string_view kEncryptWords[] = {"off", "on", "aes256gcm", "chacha20poly1305"};
 constexpr std::string_view kAutoOff[] = {"auto", "off"};  // a switch: auto is true
 static_assert(static_cast<int>(PinMode::kOff) == 2 && static_cast<int>(DevicePathMode::kStaging) == 3 &&
-                  static_cast<int>(ChecksumMode::kCrc32c) == 1 && static_cast<int>(EncryptMode::kChacha20Poly1305) == 3,
+                  static_cast<int>(ZcrxMode::kCopy) == 1 && static_cast<int>(ChecksumMode::kCrc32c) == 1 &&
+                  static_cast<int>(EncryptMode::kChacha20Poly1305) == 3,
               "the words follow the enumerations");
 
 constexpr const char* kContext = "Context";
@@ -169,7 +171,16 @@ constexpr ConfigVariable kVariables[] = {
      .default_text = "16M",
      .min = 64 << 10,
      .max = 64 * kGiB,
+     .field = "zcrx_area",
      .doc = "with `REMORA_DEVICE_PATH=zcrx`: host memory each endpoint registers as its zcrx receive area"},
+    {.name = "REMORA_ZCRX_MODE",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "nic",
+     .choices = kZcrxModeWords,
+     .field = "zcrx_mode",
+     .doc = "with `REMORA_DEVICE_PATH=zcrx`: `nic`, a NIC queue `remora rxq serve` reserves; `copy`, a device-less "
+            "queue of the endpoint's own (Linux 7.1+; the kernel copies every byte)"},
     {.name = "REMORA_SPIN_US",
      .section = kContext,
      .default_text = "200",
@@ -315,7 +326,8 @@ const std::vector<Row>& rows() {
         {var("REMORA_DEVMEM_IFNAME"), "devmem_ifname", TextField<16>{&Config::devmem_ifname}},
         {var("REMORA_RXQ_SOCKET"), "rxq_socket", TextField<108>{&Config::rxq_socket}},
         {var("REMORA_RXQ_DEVICE_AREA"), "rxq_device_area", Fields<size_t>{&Config::rxq_device_area}},
-        {var("REMORA_ZCRX_AREA"), "zcrx_area", Fields<size_t>{&Config::zcrx_area}},
+        {var("REMORA_ZCRX_AREA"), "zcrx_area", Fields<size_t>{&Config::zcrx_area, &ContextOptions::zcrx_area}},
+        {var("REMORA_ZCRX_MODE"), "zcrx_mode", Fields<ZcrxMode>{&Config::zcrx_mode, &ContextOptions::zcrx_mode}},
         {var("REMORA_SPIN_US"), "spin_us", Fields<uint32_t>{&Config::spin_us, &ContextOptions::spin_us}},
         {var("REMORA_PROGRESS_LINGER_US"), "progress_linger_us",
          Fields<uint32_t>{&Config::progress_linger_us, &ContextOptions::progress_linger_us}},

@@ -289,6 +289,26 @@ ProbeAnswer io_uring_answer() {
   return yes(std::move(detail));
 }
 
+ProbeAnswer zcrx_copy_answer() {
+  KernelError ke;
+  Status s = zerocopy::try_zcrx_device_less(&ke);
+  if (!zerocopy::built_with_io_uring()) return unknown(s.message());
+  if (!s) {
+    const std::string fix = ke.err == EPERM    ? kRootFix
+                            : ke.err == EINVAL ? "a Linux 7.1 or later kernel (ZCRX_REG_NODEV)"
+                                               : "";
+    return no(s.message(), fix, ke);
+  }
+  ProbeAnswer a =
+      yes("registered a device-less queue (ZCRX_REG_NODEV) with a host memory area; released at once. "
+          "REMORA_DEVICE_PATH=zcrx REMORA_ZCRX_MODE=copy reads every data stream through it");
+  a.reason =
+      "copy mode: the kernel copies each stream's bytes into the area, so nothing is zero-copy; a NIC with header "
+      "split and a zcrx queue (REMORA_ZCRX_MODE=nic, with `remora rxq serve`) would place the payload there "
+      "without a copy";
+  return a;
+}
+
 ProbeAnswer msg_zerocopy_answer() {
   zerocopy::MsgZerocopyProbe p;
   Status s = zerocopy::probe_msg_zerocopy(&p);
@@ -379,6 +399,7 @@ Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& option
   }
   host.io_uring = io_uring_answer();
   host.msg_zerocopy = msg_zerocopy_answer();
+  host.zcrx_copy = zcrx_copy_answer();
   host.kernel_tls = kernel_tls_answer();
 
   for (const auto& [name, index] : ifaces) {

@@ -157,4 +157,17 @@ Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refus
       fmt::format("io_uring zcrx registration of ifindex {} RX queue {}", ifindex, rx_queue));
 }
 
+Status try_zcrx_device_less(KernelError* refusal) {
+  KernelError ke;
+  auto kernel = make_io_uring_zcrx_kernel(&ke);
+  if (kernel) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    auto reg = (*kernel)->register_device_less(16 * page, 64, &ke);
+    if (refusal != nullptr) *refusal = ke;
+    return reg.status();
+  }
+  if (refusal != nullptr) *refusal = ke;
+  return kernel.status().with_context("io_uring zcrx device-less registration (ZCRX_REG_NODEV)");
+}
+
 }  // namespace remora::zerocopy

@@ -40,6 +40,12 @@ IoUringProbe probe_io_uring();
 /// sees a hiccup.
 Status try_zcrx_register(uint32_t ifindex, uint32_t rx_queue, KernelError* refusal = nullptr);
 
+/// Registers a device-less io_uring zcrx queue (ZCRX_REG_NODEV, Linux 7.1+: no NIC, the
+/// kernel copies what RECV_ZC receives into the area) with a 16-page host area, then
+/// closes the ring, which undoes it. ok only if the kernel accepted; otherwise its errno
+/// in `*refusal` and a Status saying what it needs.
+Status try_zcrx_device_less(KernelError* refusal = nullptr);
+
 /// The kernel's refusal (errno `err`) of the zcrx registration `what` as a Status: the
 /// errno, what it means for zcrx and what would change it; the code by kind (EPERM
 /// access, EBUSY/EEXIST/ENOMEM resources, EINVAL/ENODEV arguments, else unsupported).

@@ -9,12 +9,11 @@
 //   device memory under zcrx, a receive path, goes as under auto: staged);
 // - over a veth pair in network namespaces: the same probe inside the namespace reports
 //   the veth driver's refusal of bind-tx in the kernel's words.
+#include "datapath/device_path.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
-#include <xxhash.h>
 
 #include <chrono>
 #include <cstdio>
@@ -23,13 +22,16 @@
 #include <thread>
 #include <vector>
 
-#include "datapath/device_path.h"
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
 #include "itest_util.h"
 #include "net/socket.h"
 #include "remora/testing/test_device.h"
 #include "support/exchange.h"
 #include "support/netns.h"
 #include "support/test_data.h"
+#include "zerocopy/io_uring_probe.h"
 
 namespace remora::itest {
 namespace {
@@ -164,6 +166,41 @@ TEST(DevicePath, ADemandedPathThatCannotBeTakenFailsTheTransferWithTheReason) {
     ASSERT_TRUE(r.wait(10s).is_ok());
     EXPECT_TRUE(a == b);
   }
+}
+
+// REMORA_ZCRX_MODE=copy on a kernel without device-less zcrx (before Linux 7.1, as on
+// this project's machines): the endpoint's own queue is refused, its data streams are
+// read plainly, a device receive that demands zcrx fails with the kernel's refusal, and
+// host memory goes on, intact. (Where the kernel has it, the kernel lab's
+// ZcrxCopyEndpoint tests read every stream through it instead.)
+TEST(DevicePath, ZcrxCopyModeWithoutTheKernelsSupportRefusesWithItsReason) {
+  zerocopy::KernelError ke;
+  if (zerocopy::try_zcrx_device_less(&ke).is_ok()) {
+    GTEST_SKIP() << "this kernel registers device-less zcrx queues: the kernel lab's ZcrxCopyEndpoint tests cover it";
+  }
+  DeviceContext mine = device_context({.streams_per_endpoint = 2,
+                                       .chunk_bytes = kChunk,
+                                       .device_path = DevicePathMode::kZcrx,
+                                       .zcrx_mode = ZcrxMode::kCopy});
+  ASSERT_TRUE(mine.ctx);
+  Pair p = make_pair_in_process(make_context(2), std::move(mine.ctx));
+  ASSERT_TRUE(p.ea && p.eb);
+  std::byte* dev = mine.dev->allocate(4 * kChunk).value();
+  const Status recvd = p.eb->recv(std::span(dev, 4 * kChunk), Tag{1}).wait(10s);
+  EXPECT_EQ(recvd.code(), StatusCode::kUnsupported);
+  EXPECT_NE(recvd.message().find("REMORA_ZCRX_MODE=copy: 0 of 2 data streams read by a device-less zcrx queue"),
+            std::string::npos)
+      << recvd.to_string();
+  EXPECT_NE(recvd.message().find("ZCRX_REG_NODEV"), std::string::npos) << recvd.to_string();
+  EXPECT_EQ(p.eb->stats().device_path_refusals, 1u);
+
+  // Host memory, a message of several chunks over both data streams: intact.
+  const auto data = stream_bytes(5 * kChunk + 3, 9);
+  std::vector<std::byte> got(data.size());
+  Request r = p.eb->recv(std::span(got), Tag{2});
+  ASSERT_TRUE(p.ea->send(std::span<const std::byte>(data), Tag{2}).wait(10s).is_ok());
+  ASSERT_TRUE(r.wait(10s).is_ok());
+  EXPECT_TRUE(got == data);
 }
 
 // Puts and gets choose and report their path like messages, on both sides: the

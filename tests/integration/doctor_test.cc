@@ -98,8 +98,8 @@ nlohmann::json parse_report(const DoctorRun& r) {
     EXPECT_TRUE(doc[key].is_string()) << key;
   }
   EXPECT_NE(doc["hardware_note"].get<std::string>().find("devmem-capable hardware"), std::string::npos);
-  for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "kernel_tls",
-                          "same_host_pulls", "rxq", "cuda"}) {
+  for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "zcrx_copy",
+                          "kernel_tls", "same_host_pulls", "rxq", "cuda"}) {
     expect_answer(doc["host"][key], std::string("host ") + key);
   }
   // Kernel TLS was tried on a real socket: a yes says it is not used; a no carries the
@@ -111,6 +111,15 @@ nlohmann::json parse_report(const DoctorRun& r) {
     EXPECT_EQ(ktls["state"], "no") << ktls.dump();
     EXPECT_NE(ktls["errno"].get<int>(), 0) << ktls.dump();
     EXPECT_NE(ktls["reason"].get<std::string>().find("TCP_ULP"), std::string::npos) << ktls.dump();
+  }
+  // zcrx's device-less copy mode was registered for real: a kernel before 7.1 (as on this
+  // project's machines) refuses it with EINVAL, and the fix names the kernel it needs.
+  const auto& zcopy = doc["host"]["zcrx_copy"];
+  if (zcopy["state"] == "no" && zcopy["errno_name"] == "EINVAL") {
+    EXPECT_NE(zcopy["reason"].get<std::string>().find("ZCRX_REG_NODEV"), std::string::npos) << zcopy.dump();
+    EXPECT_NE(zcopy["fix"].get<std::string>().find("Linux 7.1"), std::string::npos) << zcopy.dump();
+  } else if (zcopy["state"] == "yes") {
+    EXPECT_NE(zcopy["reason"].get<std::string>().find("nothing is zero-copy"), std::string::npos) << zcopy.dump();
   }
   // Same-host pulls were tried for real between two sibling processes. As root (CI),
   // the kernel lets one read the other whatever Yama says: yes.

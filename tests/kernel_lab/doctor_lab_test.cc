@@ -1,7 +1,8 @@
 // `remora doctor --json` inside the kernel lab: the lab's kernel has a dmabuf exporter
 // (udmabuf built in), so the doctor's dmabuf line says yes and names it, the kernel it
 // reports is the one running, and loopback still offers no device path (exit 3), each
-// bind and zcrx attempt refused with the kernel's errno.
+// bind and zcrx attempt refused with the kernel's errno; zcrx's device-less copy mode
+// (Linux 7.1+) is there, and the doctor says so and what a NIC would add.
 #include <sys/utsname.h>
 #include <sys/wait.h>
 
@@ -69,6 +70,20 @@ TEST(DoctorLab, ReportsTheLabsDmabufExporterAndTheRunningKernel) {
               << "\n[ kernel   ] lo zcrx: " << itf["zcrx"]["reason"].get<std::string>() << "\n";
   }
   EXPECT_TRUE(saw_lo);
+}
+
+TEST(DoctorLab, ReportsZcrxCopyModeAndWhatANicWouldAdd) {
+  const DoctorRun r = run_doctor();
+  ASSERT_TRUE(r.doc.is_object());
+  const auto& copy = r.doc["host"]["zcrx_copy"];
+  ASSERT_TRUE(copy.is_object()) << r.doc["host"].dump();
+  REMORA_LAB_NEEDS(copy["state"] == "yes", "io_uring zcrx device-less mode: doctor says " + copy.dump());
+  const std::string detail = copy["detail"], reason = copy["reason"];
+  EXPECT_NE(detail.find("ZCRX_REG_NODEV"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("REMORA_ZCRX_MODE=copy"), std::string::npos) << detail;
+  EXPECT_NE(reason.find("nothing is zero-copy"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("header split"), std::string::npos) << reason;
+  std::cout << "[ kernel   ] zcrx copy mode: " << detail << "\n[ kernel   ] note: " << reason << "\n";
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ TEST(Capabilities, LoopbackIsProbedAndEveryAnswerExplained) {
   EXPECT_FALSE(r->host.kernel.empty());
   EXPECT_NE(r->hardware_note.find("devmem-capable hardware"), std::string::npos);
   for (const auto* a : {&r->host.dmabuf_source, &r->host.netdev_family, &r->host.ethtool_family, &r->host.io_uring,
-                        &r->host.msg_zerocopy, &r->host.cuda}) {
+                        &r->host.msg_zerocopy, &r->host.zcrx_copy, &r->host.cuda}) {
     expect_explained(*a, "host");
   }
   EXPECT_EQ(r->host.cuda.state, ProbeAnswer::State::kUnknown);
