@@ -443,6 +443,16 @@ void EndpointCore::flush_control() {
       protocol_error(shm_->corruption().message());
       return;
     }
+    // The peer is gone. What it sent before is read first, as the receiving side would
+    // read it before the end: an ABORT or GOODBYE saying why, the last eager messages.
+    // (Right after connect the same-host channel's set-up frames are in flight, so a
+    // peer that aborts at once resets a connection this side is still writing to.)
+    if (!ctl_send_failed_) {
+      ctl_send_failed_ = true;
+      read_control();
+      ctl_send_failed_ = false;
+      if (state_ != State::kActive) return;
+    }
     handle_control_eof(net::errno_status(r.err, "send on control stream to " + params_.peer));
     return;
   }

@@ -424,6 +424,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;
   bool ctl_blocked_ = false;
+  bool ctl_send_failed_ = false;  // flush_control is reading what the peer sent before its reset
   bool ctl_watch_out_ = false;  // the control stream is watched for EPOLLOUT (while blocked)
   // RESP coalescing. When a notification goes to a thread waiting for it, that thread
   // usually answers at once (a put back, a send); its frame then carries the RESPs in
