@@ -136,7 +136,7 @@ Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool a
   const size_t capacity = memory_.capacity();
   Read out;
   for (int pass = 0; pass < 2; ++pass) {
-    const uint64_t head = h.head.load(std::memory_order_acquire);
+    const uint64_t head = h.head.load(std::memory_order_seq_cst);
     if (head < seen_head_) return corrupt(fmt::format("the head went back from {} to {}", seen_head_, head));
     const uint64_t avail = head - tail_;
     if (avail > capacity) {
@@ -147,11 +147,11 @@ Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool a
       const size_t n = static_cast<size_t>(std::min<uint64_t>(avail, dst.size()));
       from_ring(memory_.data(), capacity, tail_, dst.data(), n);
       tail_ += n;
-      h.tail.store(tail_, std::memory_order_release);
+      h.tail.store(tail_, std::memory_order_seq_cst);
       // Store the tail before looking at the flag, as the producer sets the flag before
-      // it looks at the tail once more: one of the two sees the other.
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (h.producer_waiting.load(std::memory_order_relaxed) != 0) {
+      // it looks at the tail once more: one of the two sees the other (the four
+      // accesses are sequentially consistent, so both cannot read the old value).
+      if (h.producer_waiting.load(std::memory_order_seq_cst) != 0) {
         out.wake_producer = h.producer_waiting.exchange(0, std::memory_order_acq_rel) != 0;
       }
       out.bytes = n;
@@ -161,8 +161,7 @@ Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool a
     // Empty: say this side may sleep, then look once more (a write that came in
     // between saw no flag and woke nobody).
     if (h.consumer_sleeping.load(std::memory_order_relaxed) == 0)
-      h.consumer_sleeping.store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+      h.consumer_sleeping.store(1, std::memory_order_seq_cst);
   }
   return out;
 }
@@ -172,7 +171,7 @@ Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool a
 // ---------------------------------------------------------------------------
 
 Result<uint64_t> ShmRingWriter::room() noexcept {
-  const uint64_t tail = memory_.header().tail.load(std::memory_order_acquire);
+  const uint64_t tail = memory_.header().tail.load(std::memory_order_seq_cst);
   if (tail < seen_tail_) return corrupt(fmt::format("the tail went back from {} to {}", seen_tail_, tail));
   if (tail > head_) return corrupt(fmt::format("the tail {} is ahead of the head {}", tail, head_));
   seen_tail_ = tail;
@@ -187,25 +186,22 @@ Result<ShmRingWriter::Wrote> ShmRingWriter::write(std::span<const std::byte> src
     if (free == 0) {
       if (pass == 1) break;
       // Full: ask to be woken once the consumer read, then look once more.
-      h.producer_waiting.store(1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      h.producer_waiting.store(1, std::memory_order_seq_cst);
       continue;
     }
     const size_t n = static_cast<size_t>(std::min<uint64_t>(free, src.size() - out.bytes));
     to_ring(memory_.data(), memory_.capacity(), head_, src.data() + out.bytes, n);
     head_ += n;
     out.bytes += n;
-    h.head.store(head_, std::memory_order_release);
+    h.head.store(head_, std::memory_order_seq_cst);
     if (out.bytes < src.size() && pass == 0) {
-      h.producer_waiting.store(1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      h.producer_waiting.store(1, std::memory_order_seq_cst);
     }
   }
   if (out.bytes > 0) {
     // The head is stored before the flag is read, as the consumer sets the flag before
     // it reads the head once more.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (h.consumer_sleeping.load(std::memory_order_relaxed) != 0) {
+    if (h.consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
       out.wake_consumer = h.consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0;
     }
   }
