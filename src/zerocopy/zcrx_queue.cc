@@ -420,8 +420,15 @@ void ZcrxQueue::handle(const ZcrxCompletion& c, std::vector<std::function<void()
       return;
     }
     if (c.res == -ENOBUFS || c.res == -ENOMEM) {
-      // The area ran dry: the receive goes on once buffers come back.
-      if (!more) starved_.push_back(c.user_data);
+      // The area ran dry: the receive goes on once buffers come back. Device-less, when
+      // the reader already gave every buffer back before this completion was seen, no
+      // release is left to re-arm it: arm it now (the loop flushes the refill ring
+      // first), or the stream would stop with its bytes waiting in the socket.
+      if (!more && options_.device_less && stats_.held == 0) {
+        commands_.emplace_back(Command::kArm, c.user_data);
+      } else if (!more) {
+        starved_.push_back(c.user_data);
+      }
     } else if (s.err == 0) {
       s.err = c.res < 0 ? -c.res : EPROTO;
       s.why = fragment.status();
