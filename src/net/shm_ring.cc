@@ -16,8 +16,41 @@
 
 #include <fmt/format.h>
 
+#if defined(__SANITIZE_THREAD__)
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace remora::net {
 namespace {
+
+#if defined(__SANITIZE_THREAD__)
+/// One address per memfd (device and inode) for ThreadSanitizer's acquire and release:
+/// kept for the process's life (a few bytes per ring, in sanitizer builds only).
+void* ring_sync_key(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return nullptr;
+  static std::mutex mu;
+  static std::map<std::pair<dev_t, ino_t>, std::unique_ptr<char>> keys;
+  std::lock_guard lock(mu);
+  auto& key = keys[{st.st_dev, st.st_ino}];
+  if (key == nullptr) key = std::make_unique<char>();
+  return key.get();
+}
+void sync_acquire(void* key) {
+  if (key != nullptr) __tsan_acquire(key);
+}
+void sync_release(void* key) {
+  if (key != nullptr) __tsan_release(key);
+}
+#else
+void sync_acquire(void*) {}
+void sync_release(void*) {}
+#endif
 
 static_assert(sizeof(ShmRingMemory::Header) <= ShmRingMemory::kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
@@ -57,8 +90,10 @@ ShmRingMemory& ShmRingMemory::operator=(ShmRingMemory&& o) noexcept {
   fd_ = std::move(o.fd_);
   base_ = o.base_;
   capacity_ = o.capacity_;
+  sync_key_ = o.sync_key_;
   o.base_ = nullptr;
   o.capacity_ = 0;
+  o.sync_key_ = nullptr;
   return *this;
 }
 
@@ -70,6 +105,9 @@ Result<ShmRingMemory> ShmRingMemory::map(Fd fd, size_t capacity) {
   void* base = ::mmap(nullptr, kHeaderBytes + capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return errno_status(errno, "mmap of a shared-memory ring");
   ShmRingMemory m;
+#if defined(__SANITIZE_THREAD__)
+  m.sync_key_ = ring_sync_key(fd.get());
+#endif
   m.fd_ = std::move(fd);
   m.base_ = base;
   m.capacity_ = capacity;
@@ -144,9 +182,11 @@ Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool a
     }
     seen_head_ = head;
     if (avail > 0) {
+      sync_acquire(memory_.sync_key());  // the producer's bytes before its head
       const size_t n = static_cast<size_t>(std::min<uint64_t>(avail, dst.size()));
       from_ring(memory_.data(), capacity, tail_, dst.data(), n);
       tail_ += n;
+      sync_release(memory_.sync_key());
       h.tail.store(tail_, std::memory_order_seq_cst);
       // Store the tail before looking at the flag, as the producer sets the flag before
       // it looks at the tail once more: one of the two sees the other (the four
@@ -175,6 +215,7 @@ Result<uint64_t> ShmRingWriter::room() noexcept {
   if (tail < seen_tail_) return corrupt(fmt::format("the tail went back from {} to {}", seen_tail_, tail));
   if (tail > head_) return corrupt(fmt::format("the tail {} is ahead of the head {}", tail, head_));
   seen_tail_ = tail;
+  sync_acquire(memory_.sync_key());            // the consumer is done with the bytes before its tail
   return memory_.capacity() - (head_ - tail);  // head_ - tail <= capacity: this side wrote no more
 }
 
@@ -193,6 +234,7 @@ Result<ShmRingWriter::Wrote> ShmRingWriter::write(std::span<const std::byte> src
     to_ring(memory_.data(), memory_.capacity(), head_, src.data() + out.bytes, n);
     head_ += n;
     out.bytes += n;
+    sync_release(memory_.sync_key());
     h.head.store(head_, std::memory_order_seq_cst);
     if (out.bytes < src.size() && pass == 0) {
       h.producer_waiting.store(1, std::memory_order_seq_cst);

@@ -72,6 +72,10 @@ class ShmRingMemory {
   int fd() const noexcept { return fd_.get(); }
   size_t capacity() const noexcept { return capacity_; }
   Header& header() const noexcept { return *static_cast<Header*>(base_); }
+  /// ThreadSanitizer builds: one address per ring shared by every mapping of it in this
+  /// process (two endpoints of one process map the same ring at two addresses, where
+  /// ThreadSanitizer cannot see the head and tail synchronise them). Null otherwise.
+  void* sync_key() const noexcept { return sync_key_; }
   std::byte* data() const noexcept { return static_cast<std::byte*>(base_) + kHeaderBytes; }
 
  private:
@@ -79,6 +83,7 @@ class ShmRingMemory {
   Fd fd_;
   void* base_ = nullptr;
   size_t capacity_ = 0;
+  void* sync_key_ = nullptr;
 };
 
 /// The consumer's end: reads bytes out of its own ring.
