@@ -30,14 +30,15 @@ namespace {
 
 #if defined(__SANITIZE_THREAD__)
 /// One address per memfd (device and inode) for ThreadSanitizer's acquire and release:
-/// kept for the process's life (a few bytes per ring, in sanitizer builds only).
+/// kept for the process's life (a few bytes per ring, in sanitizer builds only), and
+/// never destroyed, since progress threads may still map rings while the process exits.
 void* ring_sync_key(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return nullptr;
-  static std::mutex mu;
-  static std::map<std::pair<dev_t, ino_t>, std::unique_ptr<char>> keys;
-  std::lock_guard lock(mu);
-  auto& key = keys[{st.st_dev, st.st_ino}];
+  static auto* mu = new std::mutex;
+  static auto* keys = new std::map<std::pair<dev_t, ino_t>, std::unique_ptr<char>>;
+  std::lock_guard lock(*mu);
+  auto& key = (*keys)[{st.st_dev, st.st_ino}];
   if (key == nullptr) key = std::make_unique<char>();
   return key.get();
 }
