@@ -271,9 +271,10 @@ class Communicator {
   /// communicator is healthy: those whose endpoint ended without a GOODBYE (process
   /// killed, host gone, reset, silent past REMORA_PEER_TIMEOUT_MS). Once it is broken
   /// (a collective failed, which aborts every endpoint here): each rank whose endpoint
-  /// ended without its GOODBYE is asked, at the listener it opened at init, for a
-  /// handshake, all at once; a refusal (the process is gone) or no answer within
-  /// `timeout` (stopped, or its host is unreachable) makes it dead, an answer alive.
+  /// ended without its GOODBYE is sent a probe at the listener it opened at init, all
+  /// at once; a refusal (the process is gone) or no answer within `timeout` (stopped,
+  /// or its host is unreachable, or too busy to answer in time) makes it dead, an
+  /// answer alive.
   /// So after a rank was killed every survivor sees the same list. Local knowledge
   /// still: when failures keep racing, ranks may see different sets; make them agree
   /// before passing a list to shrink. Thread-safe; blocks up to `timeout` when broken.

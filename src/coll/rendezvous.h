@@ -8,8 +8,9 @@
 //     here on this thread, whichever application thread of this rank is busy or idle),
 //     and is answered on kMeshAnswerTag with [u32 1: accepted, 0: refused];
 //   - a SHRK hello (coll/shrink.cc): queued for this rank's shrink, which answers it;
-//   - anything else, or nothing within a grace period (a probe of failed_ranks, a
-//     client that is no rank): the connection is dropped.
+//   - anything else, or nothing within a grace period (a client that is no rank): the
+//     connection is dropped. (A probe of failed_ranks never gets here: the listener
+//     answers it, docs/protocol.md.)
 // So a rank answers a peer that connects to it lazily at any time, never more than
 // one thread takes connections from the listener, and a shrink and the world's lazy
 // connections share it.

@@ -3,6 +3,7 @@
 #include "coll/world.h"
 
 #include <algorithm>
+#include <array>
 #include <future>
 #include <string>
 #include <utility>
@@ -13,7 +14,10 @@
 #include "core/log.h"
 #include "engine/engine_of.h"
 #include "engine/request_state.h"
+#include "net/address.h"
 #include "net/socket.h"
+#include "remora/version.h"
+#include "wire/handshake.h"
 
 namespace remora::coll {
 namespace {
@@ -25,6 +29,30 @@ constexpr uint64_t kUserBit = uint64_t{1} << 63;
 uint32_t user_waiters_key(uint32_t comm) { return comm | (1u << 24); }
 /// Probes of failed_ranks at once: each is a connection and a thread.
 constexpr size_t kProbesAtOnce = 32;
+
+/// Whether a remora listener at `address` answers a liveness probe (a HELLO of role
+/// probe, docs/protocol.md) by `deadline`: one connection and 96 bytes, no endpoint.
+/// A refused connection (the process is gone), a reset, or no answer in time (stopped,
+/// or its host unreachable) is an error.
+Status probe_listener(const std::string& address, Clock::time_point deadline) {
+  REMORA_ASSIGN_OR_RETURN(net::HostPort hp, net::parse_host_port(address));
+  REMORA_ASSIGN_OR_RETURN(std::vector<net::SockAddr> addrs, net::resolve(hp, /*passive=*/false));
+  Status last(StatusCode::kUnreachable, "no address for " + address);
+  for (const auto& a : addrs) {
+    auto fd = net::connect_tcp(a, deadline);
+    if (!fd) {
+      last = fd.status();
+      continue;
+    }
+    const wire::Hello hello{.version = kWireVersion, .role = wire::Role::kProbe, .stream_count = 1, .rma_window = 1};
+    REMORA_RETURN_IF_ERROR(net::write_all(fd->get(), wire::encode_hello(hello), deadline));
+    std::array<std::byte, wire::kHelloAckSize> in{};
+    REMORA_RETURN_IF_ERROR(net::read_exact(fd->get(), in, deadline));
+    // Any well-formed answer, of this version or another, is a live process.
+    return wire::decode_hello_ack(in).status();
+  }
+  return last;
+}
 /// Endpoints connect_all opens at once, each on a thread of its own.
 constexpr size_t kDialsAtOnce = 16;
 
@@ -283,24 +311,26 @@ std::vector<int> World::dead_ranks(Duration timeout) {
   // what they say is partial: a peer may have died after this rank aborted, and a
   // survivor's GOODBYE can be lost when it aborts with a full socket; and a lazy world
   // has no endpoint to most ranks. Ask each such rank's listener instead, which a
-  // surviving rank keeps open: a full handshake that its progress thread answers is a
-  // live process; a refused connection (a dead process) or no answer in time (a
-  // stopped one, or a host gone) is not. At most kProbesAtOnce at a time.
+  // surviving rank keeps open: a probe that its progress thread answers is a live
+  // process; a refused connection (a dead process) or no answer in time (a stopped one,
+  // or a host gone) is not. At most kProbesAtOnce at a time, all by one deadline.
   std::vector<int> ask;
   for (int r = 0; failed && r < size_; ++r) {
     const auto& ep = peers[static_cast<size_t>(r)];
     if (r == rank_ || (ep && (!ep->failed() || ep->peer_said_goodbye())) || address_of(r).empty()) continue;
     ask.push_back(r);
   }
+  // One deadline for every probe, however many rounds of kProbesAtOnce they take.
+  const auto deadline = Clock::now() + timeout;
   std::vector<std::pair<int, bool>> answers;
   for (size_t at = 0; at < ask.size(); at += kProbesAtOnce) {
     std::vector<std::pair<int, std::future<bool>>> probes;
     for (size_t i = at; i < std::min(ask.size(), at + kProbesAtOnce); ++i) {
-      probes.emplace_back(ask[i], std::async(std::launch::async, [this, address = address_of(ask[i]), timeout] {
-                            auto probe = ctx_.connect(address, timeout);
-                            if (!probe) return false;
-                            (*probe)->close();
-                            return true;
+      probes.emplace_back(ask[i], std::async(std::launch::async, [address = address_of(ask[i]), deadline] {
+                            const Status answered = probe_listener(address, deadline);
+                            if (!answered)
+                              REMORA_LOG(kInfo, "failed_ranks: {} did not answer: {}", address, answered.message());
+                            return answered.is_ok();
                           }));
     }
     for (auto& [r, alive] : probes) answers.emplace_back(r, alive.get());

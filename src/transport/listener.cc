@@ -247,6 +247,14 @@ void ListenerCore::on_conn_event(uint64_t id) {
       drop_conn(id);
       return;
     }
+    // A liveness probe (Communicator::failed_ranks): the answer itself is what it asks
+    // for. Before authentication, as a keyed listener's challenge also tells anyone that
+    // it is alive; no endpoint is made.
+    if (hello->role == wire::Role::kProbe) {
+      send_ack(c.fd_.get(), ctx->make_ack(wire::HelloStatus::kAccepted));
+      drop_conn(id);
+      return;
+    }
     if (key) {
       if ((hello->capabilities & wire::kCapAuth) == 0) {
         REMORA_LOG(kWarn, "refusing {} ({} connection): no authentication proof (it has no REMORA_AUTH_KEY)", c.peer_,

@@ -153,7 +153,8 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
 
   const std::byte* p = in.data();
   const uint8_t role = load_u8(p + kRoleOffset);
-  if (role != static_cast<uint8_t>(Role::kControl) && role != static_cast<uint8_t>(Role::kData)) {
+  if (role != static_cast<uint8_t>(Role::kControl) && role != static_cast<uint8_t>(Role::kData) &&
+      role != static_cast<uint8_t>(Role::kProbe)) {
     return protocol_error(fmt::format("HELLO: unknown role {}", role));
   }
   const uint8_t reserved = load_u8(p + kHelloReservedOffset);
@@ -169,12 +170,13 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
     return protocol_error(
         fmt::format("HELLO: stream_index {} not below stream_count {}", t.stream_index, t.stream_count));
   }
-  if (role == static_cast<uint8_t>(Role::kControl)) {
+  if (role != static_cast<uint8_t>(Role::kData)) {
     if (t.endpoint_id != 0 || t.attach_token != 0 || t.stream_index != 0) {
       return protocol_error(
-          fmt::format("HELLO: control connection must send endpoint_id, attach_token and stream_index 0, "
+          fmt::format("HELLO: a {} connection must send endpoint_id, attach_token and stream_index 0, "
                       "got endpoint_id {} attach_token 0x{:x} stream_index {}",
-                      t.endpoint_id, t.attach_token, t.stream_index));
+                      role == static_cast<uint8_t>(Role::kControl) ? "control" : "probe", t.endpoint_id, t.attach_token,
+                      t.stream_index));
     }
   } else if (t.endpoint_id == 0) {
     return protocol_error("HELLO: data connection with endpoint_id 0");

@@ -47,7 +47,10 @@ inline constexpr uint64_t kCapSealMask = kCapSealAes256Gcm | kCapSealChacha20Pol
 /// channel"). Used only when both sides also advertised kCapSameHost.
 inline constexpr uint64_t kCapShmChannel = uint64_t{1} << 7;
 
-enum class Role : uint8_t { kControl = 1, kData = 2 };
+/// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
+/// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no
+/// endpoint is made. Its other fields are a control HELLO's.
+enum class Role : uint8_t { kControl = 1, kData = 2, kProbe = 3 };
 
 enum class HelloStatus : uint16_t {
   kAccepted = 0,

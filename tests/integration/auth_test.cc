@@ -184,6 +184,31 @@ TEST_F(Auth, KeyedClientRefusesListenerWithoutKey) {
   expect_endpoints_work(**c2, **a2, 64 * 1024);
 }
 
+// A liveness probe (role 3, what Communicator::failed_ranks sends) is answered before
+// any authentication, with status 0 and no endpoint id, and makes no endpoint; the
+// connection is closed and the listener serves keyed clients as before.
+TEST_F(Auth, AProbeIsAnsweredWithoutAuthenticationAndMakesNoEndpoint) {
+  const AuthKey key = key_of("job secret");
+  listen(key);
+  for (int i = 0; i < 3; ++i) {
+    std::string err;
+    raw::Socket s = raw::Socket::connect_to("127.0.0.1", listener_->port(), &err);
+    ASSERT_TRUE(s.valid()) << err;
+    raw::Hello probe;
+    probe.role = 3;
+    ASSERT_TRUE(s.send_all(raw::encode(probe), &err)) << err;
+    auto reply = s.recv_exact(raw::kHelloSize, 10s, &err);
+    ASSERT_TRUE(reply) << "no answer to a probe: " << err;
+    const raw::HelloAck ack = raw::decode_ack(*reply);
+    EXPECT_EQ(ack.magic, 0x41524D52u);
+    EXPECT_EQ(ack.status, 0) << "a probe's answer is status 0, not an AUTH challenge";
+    EXPECT_EQ(ack.endpoint_id, 0u) << "a probe gets no endpoint";
+    EXPECT_TRUE(s.wait_closed(10s)) << "the listener kept a probe's connection open";
+  }
+  expect_no_endpoint_appears();
+  expect_keyed_client_served(key);
+}
+
 TEST_F(Auth, DataStreamAttachWithoutProofIsRefusedAndEndpointGoesOn) {
   const AuthKey key = key_of("job secret");
   listen(key);

@@ -92,10 +92,7 @@ TEST(Scale, OneHundredTwentyEightRanksHoldWhatTheirAlgorithmsNeed) {
 
 TEST(Scale, AKilledRankIsFoundByTheSurvivorsThatNeverConnectedToItAndTheyShrink) {
   constexpr int kRanks = 64;
-  // On TCP: with the same-host shared-memory channel this shrink failed 1 run in 2 under
-  // ThreadSanitizer ("shrink hello to old rank N: peer closed the connection"), a defect
-  // of the channel not found yet (issue 37); it passes 3 of 3 with REMORA_SAME_HOST=off.
-  Job job = run_job(kRanks, {"--shrink-victim=37"}, {"REMORA_PEER_TIMEOUT_MS=2000", "REMORA_SAME_HOST=off"});
+  Job job = run_job(kRanks, {"--shrink-victim=37"}, {"REMORA_PEER_TIMEOUT_MS=2000"});
   // The victim dies by SIGKILL: the launcher reports it; every survivor finishes.
   for (int r = 0; r < kRanks; ++r) {
     if (r == 37) continue;

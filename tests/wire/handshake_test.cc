@@ -312,7 +312,7 @@ TEST(HelloVersion, OtherVersionReturnsOnlyTheVersion) {
 }
 
 TEST(HelloReject, UnknownRole) {
-  for (int role : {0, 3, 0xFF}) {
+  for (int role : {0, 4, 0xFF}) {
     Bytes wire = to_vector(encode_hello(control_hello()));
     wire[6] = static_cast<std::byte>(role);
     expect_hello_rejected(wire, "unknown role " + std::to_string(role));
@@ -376,6 +376,23 @@ TEST(HelloReject, ControlWithDataFields) {
   h = control_hello();
   h.stream_index = 1;
   expect_hello_rejected(to_vector(encode_hello(h)), "stream_index 1");
+}
+
+TEST(HelloRoundTrip, AProbeIsAControlHelloOfRoleThree) {
+  Hello h = control_hello();
+  h.role = Role::kProbe;
+  const auto wire = encode_hello(h);
+  EXPECT_EQ(wire[6], std::byte{3});
+  auto r = decode_hello(wire);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  expect_same(*r, h);
+}
+
+TEST(HelloReject, ProbeWithDataFields) {
+  Hello h = control_hello();
+  h.role = Role::kProbe;
+  h.endpoint_id = 7;
+  expect_hello_rejected(to_vector(encode_hello(h)), "a probe connection must send endpoint_id");
 }
 
 TEST(HelloReject, DataWithZeroEndpointId) {

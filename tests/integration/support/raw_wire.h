@@ -18,7 +18,7 @@ inline constexpr size_t kHelloSize = 48;
 struct Hello {
   uint32_t magic = 0x41524D52;  // "RMRA"
   uint16_t version = 1;
-  uint8_t role = 1;  // 1 control, 2 data
+  uint8_t role = 1;  // 1 control, 2 data, 3 probe
   uint64_t capabilities = 0;
   uint64_t endpoint_id = 0;
   uint64_t attach_token = 0;
