@@ -65,6 +65,7 @@ Status corrupt(std::string what) {
 
 /// Copies `n` bytes into the ring's data at position `pos`, wrapping.
 void to_ring(std::byte* data, size_t capacity, uint64_t pos, const std::byte* bytes, size_t n) noexcept {
+  if (n == 0) return;  // an empty span may have no address at all
   const size_t at = static_cast<size_t>(pos & (capacity - 1));
   const size_t first = std::min(n, capacity - at);
   std::memcpy(data + at, bytes, first);
@@ -73,6 +74,7 @@ void to_ring(std::byte* data, size_t capacity, uint64_t pos, const std::byte* by
 
 /// Copies `n` bytes out of the ring's data at position `pos`, wrapping.
 void from_ring(const std::byte* data, size_t capacity, uint64_t pos, std::byte* bytes, size_t n) noexcept {
+  if (n == 0) return;  // an empty span may have no address at all
   const size_t at = static_cast<size_t>(pos & (capacity - 1));
   const size_t first = std::min(n, capacity - at);
   std::memcpy(bytes, data + at, first);

@@ -26,6 +26,7 @@
 #include "wire.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
+#include "wire/handshake.h"
 #include "zerocopy/rxq_protocol.h"
 #include "zerocopy/uapi.h"
 
@@ -281,6 +282,44 @@ void wire() {
   bad = host_ident;
   bad[kFrameHeaderSize + 4] = std::byte{1};
   write("wire_fuzz", "bad_host_reserved", bad);
+
+  // The shared-memory channel's set-up: an OFFER naming two descriptors, the ACCEPT and
+  // SWITCH that follow it, a DECLINE with its reason; all four as one stream; op 5.
+  const auto shm_offer = frame(ShmFrame{.op = ShmOp::kOffer, .ring_fd = 17, .wake_fd = 18});
+  const auto shm_accept = frame(ShmFrame{.op = ShmOp::kAccept});
+  const auto shm_switch = frame(ShmFrame{.op = ShmOp::kSwitch});
+  const auto shm_decline = frame(ShmFrame{.op = ShmOp::kDecline, .code = remora::StatusCode::kAccessDenied});
+  write("wire_fuzz", "shm_offer", shm_offer);
+  write("wire_fuzz", "shm_decline", shm_decline);
+  stream.clear();
+  for (const auto& f : {shm_offer, shm_accept, shm_switch, shm_decline}) stream.insert(stream.end(), f.begin(), f.end());
+  write("wire_fuzz", "stream_shm", stream);
+  bad = shm_accept;
+  bad[kFrameHeaderSize] = std::byte{5};
+  write("wire_fuzz", "bad_shm_op5", bad);
+
+  // A liveness probe (role 3): a control HELLO's fields.
+  write("wire_fuzz", "hello_probe",
+        encode_hello(Hello{.version = 1, .role = Role::kProbe, .stream_count = 1, .rma_window = 1}));
+}
+
+/// Programs for the ring (tests/fuzz/shm_ring_fuzz.cc reads them): capacity, then ops
+/// 0 write / 1, 2 read / 3 forge the head / 4 forge the tail / 5 forge the flags, each
+/// size as two bytes (kind, value).
+void shm_ring() {
+  auto program = [](std::initializer_list<uint8_t> ops) {
+    std::vector<std::byte> b;
+    for (uint8_t op : ops) b.push_back(std::byte{op});
+    return b;
+  };
+  // 4 KiB: write 100, read 60, write to the brim (capacity-8+8), read it all (wraps).
+  write("shm_ring_fuzz", "write_read_wrap", program({0, 0, 0, 100, 1, 0, 60, 0, 1, 8, 2, 2, 0xff, 1, 2, 0xff}));
+  // 8 KiB: forged flags between a write and a read, then a forged head and a read.
+  write("shm_ring_fuzz", "forged_flags_then_head",
+        program({1, 0, 0, 200, 5, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 200, 3, 0, 0x20, 0, 0, 0, 0, 0,
+                 0, 2, 0, 255}));
+  // 16 KiB: a tail forged ahead of the head, then a write.
+  write("shm_ring_fuzz", "forged_tail", program({2, 0, 0, 10, 4, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 50}));
 }
 
 /// Sealed streams: the cipher byte, then two records (counters 0 and 1) sealed under
@@ -319,5 +358,6 @@ int main(int argc, char** argv) {
   nccl_handle();
   nixl_wire();
   sealed();
+  shm_ring();
   return 0;
 }
