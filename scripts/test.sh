@@ -11,7 +11,7 @@
 #
 # Environment:
 #   REMORA_PRESETS="release asan tsan fuzz"  presets to run, in order (see CMakePresets.json)
-#   REMORA_FUZZ_SECONDS=<s>        how long each fuzz target runs (default: 45)
+#   REMORA_FUZZ_SECONDS=<s>        how long each fuzz target runs (default: 25)
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
@@ -40,7 +40,7 @@ source scripts/lib/nixl.sh
 presets=${REMORA_PRESETS:-release asan tsan fuzz}
 jobs=${REMORA_JOBS:-$(nproc)}
 test_timeout=${REMORA_TEST_TIMEOUT:-300}
-fuzz_seconds=${REMORA_FUZZ_SECONDS:-45}
+fuzz_seconds=${REMORA_FUZZ_SECONDS:-25}
 
 remora_install_deps
 

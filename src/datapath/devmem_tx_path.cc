@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -71,8 +72,10 @@ Result<Bound> export_and_bind(const DevmemTxKernel& kernel, MemoryDomain& domain
   }
   auto bound = kernel.bind_tx(ifindex, dmabuf.get());
   if (!bound) {
-    return Status(bound.status().code(), fmt::format("interface: {}: bind-tx of a {} dmabuf: {}", ifname, domain.name(),
-                                                     bound.status().message()));
+    // "a test-device dmabuf", "a cuda dmabuf"; a dmabuf domain's own memory is "a dmabuf".
+    const std::string what = domain.name() == "dmabuf" ? "dmabuf" : fmt::format("{} dmabuf", domain.name());
+    return Status(bound.status().code(),
+                  fmt::format("interface: {}: bind-tx of a {}: {}", ifname, what, bound.status().message()));
   }
   return Bound{.binding = std::move(*bound), .offset = exported->offset + (reinterpret_cast<uintptr_t>(ptr) - first)};
 }
