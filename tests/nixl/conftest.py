@@ -23,6 +23,7 @@ import remora.nixl
 HERE = Path(__file__).resolve().parent
 BOUND = 60.0  # seconds: no single step here may take longer; running out is a failure
 AUTH = {"REMORA_AUTH_KEY": "nixl-test-secret", "REMORA_CHECKSUM": "crc32c"}
+SEALED = {"REMORA_AUTH_KEY": "nixl-test-secret", "REMORA_ENCRYPT": "on"}  # docs/encryption.md
 
 
 def b64(data: bytes) -> str:

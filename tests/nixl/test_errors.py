@@ -8,6 +8,7 @@ side (and, for refused transfers, no byte at all).
   bad descriptors (outside a registration, lengths or counts unequal) refused before anything moves
   a notification too long for the plugin                              NIXL_ERR_INVALID_PARAM, nothing moves
   agents with different REMORA_AUTH_KEYs                               refused (NIXL_ERR_NOT_ALLOWED), nothing written
+  one agent sealing (REMORA_ENCRYPT=on), the other not                 refused (NIXL_ERR_NOT_SUPPORTED), nothing written
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import AUTH, b64, exchange
+from conftest import AUTH, SEALED, b64, exchange
 from test_transfers import GUARD, MIB, assert_intact, run, setup_buffers
 
 DISCONNECT = "nixlRemoteDisconnectError"
@@ -162,4 +163,16 @@ def test_agents_with_different_keys_cannot_talk(world):
     assert_intact(b, "dst")
     r = a.ask("send_notif", agent="B", msg=b64(b"hello"))
     assert r.get("error") == "nixlNotAllowedError", r
+    assert b.call("notifs", timeout=0.5)["notifs"] == {}
+
+
+def test_a_sealing_agent_and_a_plain_one_cannot_talk(world):
+    """Both hold the secret; only A encrypts. So the test fails if the plugin's endpoints
+    ignored REMORA_ENCRYPT: the refusal is what proves they seal."""
+    a = world.agent("A", 0, SEALED)
+    b = world.agent("B", 1, {"REMORA_AUTH_KEY": SEALED["REMORA_AUTH_KEY"]})
+    addr = setup_buffers(a, b, MIB)
+    a.call("prep", h="w", op="WRITE", local=[["src", GUARD, MIB]], remote=[[addr["dst"] + GUARD, MIB]], agent="B")
+    assert run(a, "w", timeout=30) == "nixlNotSupportedError"  # remora: unsupported, naming REMORA_ENCRYPT
+    assert_intact(b, "dst")
     assert b.call("notifs", timeout=0.5)["notifs"] == {}

@@ -1,6 +1,6 @@
 """Transfers through NIXL's real agent with the REMORA backend, between two processes,
-over loopback and across two network namespaces, plain and with REMORA_AUTH_KEY and
-REMORA_CHECKSUM=crc32c: WRITE and READ of single buffers from 0 B to 64 MiB and of
+over loopback and across two network namespaces, plain, with REMORA_AUTH_KEY and
+REMORA_CHECKSUM=crc32c, and sealed (REMORA_ENCRYPT=on): WRITE and READ of single buffers from 0 B to 64 MiB and of
 256-descriptor lists of KV-cache-like blocks (apart on both sides, in another order on
 the remote one), notifications after transfers and standalone ones, a finished request
 posted again, requests in flight together, transfers within one agent, and releasing a
@@ -13,12 +13,12 @@ import random
 
 import pytest
 
-from conftest import AUTH, b64, exchange
+from conftest import AUTH, SEALED, b64, exchange
 
 MIB = 1 << 20
 GUARD = 4096  # bytes around every descriptor that must never change
 SIZES = [0, 1, 4095, 16384, 16385, MIB + 3, 16 * MIB, 64 * MIB]
-SECURITY = {"plain": None, "auth+crc32c": AUTH}
+SECURITY = {"plain": None, "auth+crc32c": AUTH, "sealed": SEALED}
 
 
 def setup_buffers(a, b, size, seeds=(1, 2, 3, 4)):
