@@ -16,6 +16,7 @@ REMORA_APT_PACKAGES=(
   libmnl-dev liburing-dev
   libisal-dev  # CRC-32C for REMORA_CHECKSUM=crc32c (optional at build time)
   iproute2 ethtool iperf3 sockperf procps
+  tcpdump  # the encryption tests capture a veth between namespaces (tests/integration/encryption_test.cc)
   iptables libnetfilter-queue-dev  # the fault matrix (tests/faults): drops, resets, NFQUEUE delay
   openmpi-bin
   clang libclang-rt-14-dev  # the fuzz preset: libFuzzer and its sanitizers (tests/fuzz)

@@ -2,20 +2,26 @@
 // with same-host pulls off so every byte goes over TCP: every transfer kind intact with 1
 // and 2 data streams; a relay between the two endpoints that records every byte finds a
 // known 64-byte pattern and a serialized remote key without encryption and neither with
-// it; the same relay flipping a byte in, dropping, replaying or reordering a record on
-// the control stream or on a data stream makes the receiving endpoint fail with kProtocol
+// it, and so does tcpdump on the veth between two network namespaces; the same relay flipping a byte in, dropping,
+// replaying or reordering a record on the control stream or on a data stream makes the receiving endpoint fail with
+// kProtocol
 // ("failed authentication", the peer's address), the other fail too, and the receive
 // buffer holds nothing but a prefix of valid bytes; mismatched settings are refused at
 // connect naming REMORA_ENCRYPT; no key is refused at Context::create naming both.
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -26,6 +32,9 @@
 #include "remora/memory.h"
 #include "remora/store.h"
 #include "remora/testing/test_device.h"
+#include "support/netns.h"
+#include "support/process.h"
+#include "support/raw_wire.h"
 #include "wire/auth.h"
 #include "wire/handshake.h"
 
@@ -351,50 +360,176 @@ bool contains(const std::vector<uint8_t>& hay, std::span<const std::byte> needle
   return std::search(hay.begin(), hay.end(), n, n + needle.size()) != hay.end();
 }
 
-/// A 64-byte pattern sent (eager and chunked) and put, and a remote key sent as a
-/// message, through a recording relay: found in the bytes without encryption (the check
-/// can fail), absent with it.
+/// What the capture tests send between the connected `p`: a 64-byte pattern (eager, and
+/// repeated through a chunked message and a chunked put of 2 MiB) and the server's
+/// remote key as a message, as applications send them; every byte checked. Sets `mark`
+/// and `key`, the bytes a capture must (plain) or must not (sealed) find; `big` is the
+/// size of the chunked transfers.
+void send_mark_and_key(Pair& p, std::vector<std::byte>* mark, std::vector<std::byte>* key, size_t* big_size) {
+  mark->resize(64);
+  for (size_t i = 0; i < mark->size(); ++i) (*mark)[i] = std::byte(static_cast<uint8_t>(0xA0 ^ (i * 37)));
+  std::vector<std::byte> big(2 * 1024 * 1024);
+  for (size_t i = 0; i < big.size(); i += mark->size()) std::memcpy(big.data() + i, mark->data(), mark->size());
+  *big_size = big.size();
+  std::vector<std::byte> target(big.size());
+  auto region = p.server->register_memory(target.data(), target.size(), kAllAccess);
+  ASSERT_TRUE(region) << describe(region.status());
+  const auto serialized = region->remote_key().serialize();
+  key->assign(serialized.begin(), serialized.end());
+  std::vector<std::byte> key_in(key->size()), small_in(mark->size()), big_in(big.size());
+  Request rk = p.c->recv(key_in, Tag{1});
+  ASSERT_TRUE(p.s->send(*key, Tag{1}).wait(30s).is_ok());
+  ASSERT_TRUE(rk.wait(30s).is_ok());
+  auto rkey = RemoteKey::deserialize(key_in);
+  ASSERT_TRUE(rkey) << describe(rkey.status());
+  Request rs = p.s->recv(small_in, Tag{2});
+  Request rb = p.s->recv(big_in, Tag{3});
+  ASSERT_TRUE(p.c->send(*mark, Tag{2}).wait(30s).is_ok());
+  ASSERT_TRUE(p.c->send(big, Tag{3}).wait(30s).is_ok());
+  ASSERT_TRUE(rs.wait(30s).is_ok());
+  ASSERT_TRUE(rb.wait(30s).is_ok());
+  ASSERT_TRUE(p.c->put(big, *rkey, 0).wait(30s).is_ok());
+  EXPECT_TRUE(small_in == *mark);
+  EXPECT_TRUE(big_in == big);
+  EXPECT_TRUE(target == big);
+  p.c.reset();
+  p.s.reset();
+}
+
+/// The capture through a recording relay on loopback: the pattern and the key found in
+/// the bytes without encryption (the check can fail), absent with it.
 void capture(EncryptMode mode, bool expect_visible) {
   Pair p;
   uint16_t port = 0;
   ASSERT_TRUE(p.connect(mode, mode, 2, &port).is_ok());
   Relay relay(port);
   ASSERT_TRUE(p.finish(relay.address()).is_ok());
-  std::vector<std::byte> mark(64);
-  for (size_t i = 0; i < mark.size(); ++i) mark[i] = std::byte(static_cast<uint8_t>(0xA0 ^ (i * 37)));
-  std::vector<std::byte> big(2 * 1024 * 1024);
-  for (size_t i = 0; i < big.size(); i += mark.size()) std::memcpy(big.data() + i, mark.data(), mark.size());
-  std::vector<std::byte> target(big.size());
-  auto region = p.server->register_memory(target.data(), target.size(), kAllAccess);
-  ASSERT_TRUE(region) << describe(region.status());
-  const auto key = region->remote_key().serialize();
-  // The key travels to the client as a message, as applications send them.
-  std::vector<std::byte> key_in(key.size()), small_in(mark.size()), big_in(big.size());
-  Request rk = p.c->recv(key_in, Tag{1});
-  ASSERT_TRUE(p.s->send(key, Tag{1}).wait(30s).is_ok());
-  ASSERT_TRUE(rk.wait(30s).is_ok());
-  auto rkey = RemoteKey::deserialize(key_in);
-  ASSERT_TRUE(rkey) << describe(rkey.status());
-  Request rs = p.s->recv(small_in, Tag{2});
-  Request rb = p.s->recv(big_in, Tag{3});
-  ASSERT_TRUE(p.c->send(mark, Tag{2}).wait(30s).is_ok());
-  ASSERT_TRUE(p.c->send(big, Tag{3}).wait(30s).is_ok());
-  ASSERT_TRUE(rs.wait(30s).is_ok());
-  ASSERT_TRUE(rb.wait(30s).is_ok());
-  ASSERT_TRUE(p.c->put(big, *rkey, 0).wait(30s).is_ok());
-  EXPECT_TRUE(small_in == mark);
-  EXPECT_TRUE(big_in == big);
-  EXPECT_TRUE(target == big);
-  p.c.reset();
-  p.s.reset();
+  std::vector<std::byte> mark, key;
+  size_t big = 0;
+  send_mark_and_key(p, &mark, &key, &big);
+  if (::testing::Test::HasFatalFailure()) return;
   relay.stop();
-  ASSERT_GT(relay.all().size(), 2 * big.size()) << "the relay saw the transfers";
+  ASSERT_GT(relay.all().size(), 2 * big) << "the relay saw the transfers";
   EXPECT_EQ(contains(relay.all(), mark), expect_visible) << "the 64-byte pattern on the wire";
   EXPECT_EQ(contains(relay.all(), key), expect_visible) << "the serialized remote key on the wire";
 }
 
 TEST(EncryptionCapture, PlainTrafficShowsPatternAndKey) { capture(EncryptMode::kOff, true); }
 TEST(EncryptionCapture, SealedTrafficShowsNeither) { capture(EncryptMode::kOn, false); }
+
+/// The same capture taken by tcpdump on the veth between two network namespaces (the
+/// server's sockets in one, the client's in the other, this process holding both): every
+/// packet as the kernel put it on the link, headers and all, into a pcap file that is
+/// searched whole. The pattern repeats through 4 MiB, so most copies lie inside one
+/// packet; the key is one small message.
+void veth_capture(EncryptMode mode, bool expect_visible) {
+  if (run_command({"sh", "-c", "command -v tcpdump"}, std::chrono::seconds(10)).status != 0) {
+    GTEST_SKIP() << "tcpdump is not installed (scripts/lib/deps.sh installs it)";
+  }
+  NetnsPair net;
+  if (!net.ok()) GTEST_SKIP() << "network namespaces: " << net.error();
+  char dir_template[] = "/tmp/remora_capture_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string pcap = dir + "/veth.pcap";
+  std::vector<std::string> argv = net.exec_prefix(net.ns_a());
+  // -U, --immediate-mode: each packet read and written as it comes; -B: a 64 MiB kernel
+  // buffer, so that none of the
+  // transfers' packets are dropped before tcpdump reads them.
+  for (const char* a : {"tcpdump", "-i", "rmr0", "-n", "-U", "--immediate-mode", "-s", "0", "-B", "65536", "-w"})
+    argv.emplace_back(a);
+  argv.push_back(pcap);
+  argv.emplace_back("tcp");
+  Process dump({.argv = argv, .env = {}, .capture_stderr = true});
+  ASSERT_TRUE(dump.ok()) << dump.error();
+  // tcpdump says "listening on rmr0" once its capture is open.
+  bool listening = false;
+  std::string said;
+  while (!listening) {
+    auto line = dump.read_line(20s);
+    if (!line) break;
+    said += *line + "\n";
+    listening = line->find("listening on") != std::string::npos;
+  }
+  ASSERT_TRUE(listening) << "tcpdump did not start capturing: " << said;
+
+  Pair p;
+  p.server = make_context(mode, 2);
+  p.client = make_context(mode, 2);
+  ASSERT_TRUE(p.server && p.client);
+  std::string err;
+  uint16_t port = 0;
+  ASSERT_TRUE(in_netns(
+      net.ns_a(),
+      [&] {
+        auto l = p.server->listen(net.addr_a() + ":0");
+        if (!l) {
+          err = describe(l.status());
+          return;
+        }
+        p.listener = std::move(l).value();
+        port = p.listener->port();
+      },
+      &err))
+      << err;
+  ASSERT_TRUE(p.listener) << err;
+  Status connected;
+  ASSERT_TRUE(in_netns(
+      net.ns_b(), [&] { connected = p.finish(net.addr_a() + ":" + std::to_string(port)); }, &err))
+      << err;
+  ASSERT_TRUE(connected.is_ok()) << describe(connected);
+  std::vector<std::byte> mark, key;
+  size_t big = 0;
+  send_mark_and_key(p, &mark, &key, &big);
+  if (::testing::Test::HasFatalFailure()) return;
+
+  // tcpdump writes what it has read when told to stop, not what the kernel still holds
+  // for it: first a last connection from b carries an end mark (the listener drops it as
+  // no remora peer), and the file is read again at each write tcpdump makes to it until
+  // the mark is in it, after every packet of the transfers.
+  const std::string end_mark = "capture end " + std::to_string(::getpid()) + " " + std::to_string(port);
+  ASSERT_TRUE(in_netns(
+      net.ns_b(),
+      [&] {
+        raw::Socket s = raw::Socket::connect_to(net.addr_a(), port, &err);
+        if (s.valid()) s.send_all(std::vector<uint8_t>(end_mark.begin(), end_mark.end()), &err);
+      },
+      &err))
+      << err;
+  const int watch = ::inotify_init1(IN_CLOEXEC);
+  ASSERT_GE(watch, 0);
+  ASSERT_GE(::inotify_add_watch(watch, pcap.c_str(), IN_MODIFY), 0);
+  auto read_capture = [&] {
+    std::ifstream in(pcap, std::ios::binary);
+    return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto end_bytes = std::as_bytes(std::span(end_mark.data(), end_mark.size()));
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::vector<uint8_t> captured = read_capture();
+  while (!contains(captured, end_bytes) && std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{.fd = watch, .events = POLLIN, .revents = 0};
+    if (::poll(&pfd, 1, 1000) > 0) {
+      std::array<char, 4096> events{};
+      (void)!::read(watch, events.data(), events.size());
+    }
+    captured = read_capture();
+  }
+  ::close(watch);
+  ASSERT_TRUE(contains(captured, end_bytes)) << "tcpdump never wrote the end mark's packet";
+
+  dump.signal(SIGINT);
+  const auto status = dump.wait(20s);
+  ASSERT_TRUE(status.has_value()) << "tcpdump did not stop";
+  const std::string summary = dump.read_all(5s);  // "N packets captured ... M dropped by kernel"
+  EXPECT_TRUE(Process::exited_ok(*status)) << Process::describe(*status) << ": " << summary;
+  std::filesystem::remove_all(dir);
+  ASSERT_GT(captured.size(), 2 * big) << "the capture holds the transfers; tcpdump: " << summary;
+  EXPECT_EQ(contains(captured, mark), expect_visible) << "the 64-byte pattern on the veth";
+  EXPECT_EQ(contains(captured, key), expect_visible) << "the serialized remote key on the veth";
+}
+
+TEST(EncryptionCapture, PlainTrafficOnAVethShowsPatternAndKey) { veth_capture(EncryptMode::kOff, true); }
+TEST(EncryptionCapture, SealedTrafficOnAVethShowsNeither) { veth_capture(EncryptMode::kOn, false); }
 
 /// The relay tampers with record `record` of connection `victim` (0: control, 1: data
 /// stream 0) on the way to the server; the client keeps sending, so records follow it.

@@ -13,9 +13,6 @@
 // All with REMORA_PEER_TIMEOUT_MS=1000 so that a verdict comes within seconds. No
 // assertion on time: a wait that outlives its bound fails as `timeout`, not as
 // `peer_failed`.
-#include <fcntl.h>
-#include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +20,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "itest_util.h"
 #include "support/netns.h"
@@ -55,26 +54,6 @@ std::unique_ptr<Context> context_with_peer_timeout() {
   auto r = Context::create(options);
   EXPECT_TRUE(r) << describe(r.status());
   return r ? std::move(r).value() : nullptr;
-}
-
-/// Runs `fn` on a thread inside network namespace `ns`: the sockets it creates (a
-/// connect's) belong there. False (and `error`) if the thread could not enter it.
-template <typename Fn>
-bool in_netns(const std::string& ns, Fn fn, std::string* error) {
-  bool entered = false;
-  std::thread t([&] {
-    const int fd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
-      *error = "entering " + ns + ": " + std::strerror(errno);
-      if (fd >= 0) ::close(fd);
-      return;
-    }
-    ::close(fd);
-    entered = true;
-    fn();
-  });
-  t.join();
-  return entered;
 }
 
 /// Stops child `pid` and returns once it is stopped (kill() only queues the signal: a

@@ -1,15 +1,37 @@
 #include "support/netns.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ranges>
+#include <thread>
 
 #include "support/process.h"
 
 namespace remora::itest {
 namespace {
 constexpr std::chrono::milliseconds kCommandTimeout{20'000};
+}
+
+bool in_netns(const std::string& ns, const std::function<void()>& fn, std::string* error) {
+  bool entered = false;
+  std::thread t([&] {
+    const int fd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+      *error = "entering " + ns + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return;
+    }
+    ::close(fd);
+    entered = true;
+    fn();
+  });
+  t.join();
+  return entered;
 }
 
 NetnsGroup::~NetnsGroup() {

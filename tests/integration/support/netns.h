@@ -8,10 +8,16 @@
 // touched or addressed. Deleting a namespace deletes its links, and so the whole setup.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace remora::itest {
+
+/// Runs `fn` on a thread inside network namespace `ns` (setns): the sockets it creates
+/// (a connect's, a listener's) belong there, and keep belonging there when other threads
+/// use them. False (and `error`) if the thread could not enter it.
+bool in_netns(const std::string& ns, const std::function<void()>& fn, std::string* error);
 
 /// What the setups share: the namespaces they created, and the commands that build them.
 class NetnsGroup {
