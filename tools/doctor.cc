@@ -6,14 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "net/rails.h"
 #include "net/same_host.h"
 #include "remora/cuda.h"
 #include "remora/version.h"
@@ -171,6 +176,77 @@ ProbeAnswer same_host_answer() {
   return a;
 }
 
+/// The rails an endpoint of this process would use (REMORA_RAILS, docs/rails.md): one
+/// answer per interface of this network namespace, yes with its address for a rail, no
+/// with the reason for the others; `error` when the setting itself is refused (a
+/// context would not be created with it). Unset: each interface that is up, not
+/// loopback and addressed is a candidate, answered no with the way to use it.
+struct RailsView {
+  std::optional<std::string> setting;
+  std::string error;
+  std::vector<std::pair<std::string, ProbeAnswer>> interfaces;
+};
+
+RailsView rails_view() {
+  RailsView v;
+  if (const char* text = std::getenv("REMORA_RAILS"); text != nullptr) v.setting = text;
+  auto interfaces = net::local_interfaces();
+  if (!interfaces) {
+    v.error = interfaces.status().message();
+    return v;
+  }
+  // Unset: what `^` with nothing excluded would take (every interface but loopback).
+  auto spec = v.setting
+                  ? net::parse_rail_spec(*v.setting)
+                  : Result<net::RailSpec>(net::RailSpec{.exclude = true, .exact = false, .names = {}, .addresses = {}});
+  if (!spec) {
+    v.error = spec.status().message();
+    return v;
+  }
+  std::vector<net::Rail> rails;
+  if (v.setting) {
+    auto matched = net::match_rails(*spec, *interfaces, *v.setting);
+    if (!matched) v.error = matched.status().message();
+    if (matched) rails = std::move(matched).value();
+  }
+  std::vector<std::string> names;
+  for (const net::InterfaceAddress& i : *interfaces) {
+    if (std::find(names.begin(), names.end(), i.name) == names.end()) names.push_back(i.name);
+  }
+  for (const std::string& name : names) {
+    ProbeAnswer a;
+    const std::string why = net::why_not_a_rail(*spec, *interfaces, name);
+    auto rail = std::find_if(rails.begin(), rails.end(), [&](const net::Rail& r) { return r.interface == name; });
+    if (v.setting && rail != rails.end()) {
+      a.state = ProbeAnswer::State::kYes;
+      a.detail = fmt::format("{}/{}", net::address_text(rail->address), rail->prefix_length);
+    } else if (!v.setting && why.empty()) {
+      a.state = ProbeAnswer::State::kNo;
+      a.reason = "a candidate: REMORA_RAILS is unset, so each endpoint takes one path, the route's";
+      a.fix = "REMORA_RAILS=" + name + ",... (docs/rails.md)";
+    } else {
+      a.state = ProbeAnswer::State::kNo;
+      a.reason = why.empty() ? v.error : why;
+    }
+    v.interfaces.emplace_back(name, std::move(a));
+  }
+  return v;
+}
+
+void print_rails(const RailsView& v) {
+  fmt::print("\nRails ({})\n", v.setting ? "REMORA_RAILS=" + *v.setting : "REMORA_RAILS unset: one path per endpoint");
+  if (!v.error.empty()) fmt::print("  refused: {}\n", v.error);
+  for (const auto& [name, answer] : v.interfaces) print_answer(name, answer);
+}
+
+nlohmann::json rails_json(const RailsView& v) {
+  nlohmann::json interfaces = nlohmann::json::object();
+  for (const auto& [name, answer] : v.interfaces) interfaces[name] = answer_json(answer);
+  return {{"setting", v.setting ? nlohmann::json(*v.setting) : nlohmann::json()},
+          {"error", v.error},
+          {"interfaces", std::move(interfaces)}};
+}
+
 nlohmann::json optional_json(const std::optional<uint32_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
 nlohmann::json interface_json(const InterfaceCapabilities& c) {
@@ -264,6 +340,7 @@ void print_report(const CapabilityReport& r) {
   print_answer("same-host pulls", same_host_answer());
   print_answer("rxq (devmem receive)", rxq_answer());
   print_cuda(remora::probe_cuda());
+  print_rails(rails_view());
   for (const InterfaceCapabilities& c : r.interfaces) {
     fmt::print("\nInterface {} (index {})\n", c.name, c.ifindex);
     print_answer("driver", c.driver);
@@ -324,6 +401,7 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"rxq", answer_json(rxq_answer())},
             {"cuda", cuda_json(remora::probe_cuda())}}},
           {"interfaces", std::move(interfaces)},
+          {"rails", rails_json(rails_view())},
           {"device_path_available", r.device_path_available},
           {"exit_code", exit_code(r)}};
 }

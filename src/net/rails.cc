@@ -184,6 +184,35 @@ Result<std::vector<Rail>> match_rails(const RailSpec& spec, std::span<const Inte
   return rails;
 }
 
+std::string why_not_a_rail(const RailSpec& spec, std::span<const InterfaceAddress> interfaces,
+                           const std::string& name) {
+  auto held = [&](auto pred) {
+    return std::any_of(interfaces.begin(), interfaces.end(),
+                       [&](const InterfaceAddress& i) { return i.name == name && pred(i); });
+  };
+  if (!held([](const InterfaceAddress& i) { return i.up; })) return "down";
+  const bool named = std::any_of(spec.names.begin(), spec.names.end(),
+                                 [&](const std::string& item) { return name_matches(spec, name, item); });
+  const auto rail = rail_of(interfaces, name);
+  if (spec.exclude) {
+    if (named) return "excluded by REMORA_RAILS";
+    if (!rail) return "no IPv4 address, nor an IPv6 one that is not link-local";
+    if (held([](const InterfaceAddress& i) { return i.loopback; })) {
+      return "loopback: taken only when REMORA_RAILS names it";
+    }
+    const bool address_excluded = std::any_of(spec.addresses.begin(), spec.addresses.end(),
+                                              [&](const SockAddr& a) { return same_address(a, rail->address); });
+    return address_excluded ? fmt::format("its address {} is excluded by REMORA_RAILS", address_text(rail->address))
+                            : "";
+  }
+  const bool address_named = std::any_of(spec.addresses.begin(), spec.addresses.end(), [&](const SockAddr& a) {
+    return held([&](const InterfaceAddress& i) { return same_address(i.address, a); });
+  });
+  if (address_named) return "";
+  if (!named) return "not named by REMORA_RAILS";
+  return rail ? "" : "no IPv4 address, nor an IPv6 one that is not link-local";
+}
+
 Result<std::vector<InterfaceAddress>> local_interfaces() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return errno_status(errno, "getifaddrs");

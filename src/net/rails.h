@@ -62,6 +62,11 @@ Result<RailSpec> parse_rail_spec(std::string_view text);
 Result<std::vector<Rail>> match_rails(const RailSpec& spec, std::span<const InterfaceAddress> interfaces,
                                       std::string_view text);
 
+/// Why interface `name` (one of `interfaces`) is not among the rails `spec` selects, by
+/// the rules of match_rails ("down", "excluded by REMORA_RAILS", ...); empty when it is
+/// one. For `remora doctor`, which lists every interface.
+std::string why_not_a_rail(const RailSpec& spec, std::span<const InterfaceAddress> interfaces, const std::string& name);
+
 /// This host's interface addresses (getifaddrs), IPv4 and IPv6 only.
 Result<std::vector<InterfaceAddress>> local_interfaces();
 

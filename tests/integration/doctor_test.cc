@@ -28,12 +28,13 @@ struct DoctorRun {
 
 /// Runs `remora doctor` with `args` (behind `prefix`, e.g. ip netns exec) to its end;
 /// stdout only, so the JSON parses (stderr goes to the test's).
-DoctorRun doctor(std::vector<std::string> args, std::vector<std::string> prefix = {}) {
+DoctorRun doctor(std::vector<std::string> args, std::vector<std::string> prefix = {},
+                 std::vector<std::string> env = {}) {
   std::vector<std::string> argv = std::move(prefix);
   argv.push_back(REMORA_TOOL_PATH);
   argv.push_back("doctor");
   argv.insert(argv.end(), args.begin(), args.end());
-  Process p({.argv = argv, .env = {}, .capture_stderr = false});
+  Process p({.argv = argv, .env = std::move(env), .capture_stderr = false});
   EXPECT_TRUE(p.ok()) << p.error();
   DoctorRun r;
   r.out = p.read_all(std::chrono::seconds(60));
@@ -230,6 +231,53 @@ TEST(Doctor, VethInANetworkNamespaceIsRefusedWithReasons) {
   EXPECT_EQ(r.exit_code, 3);
   std::cout << "[ kernel   ] veth bind-rx: " << (*veth)["devmem_rx"]["reason"].get<std::string>() << "\n"
             << "[ kernel   ] veth zcrx: " << (*veth)["zcrx"]["reason"].get<std::string>() << "\n";
+}
+
+/// The rails section in a namespace with two veth pairs (rla0, rla1) and loopback.
+TEST(Doctor, ListsTheRailsItWouldUseAndWhyNotTheOthers) {
+  NetnsRails net(2);
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  auto rails = [&](std::vector<std::string> env) {
+    const DoctorRun r = doctor({"--json", "--no-bind"}, net.exec_prefix(net.ns_a()), std::move(env));
+    EXPECT_EQ(r.exit_code, 3) << "the rails never change the exit code";
+    const nlohmann::json doc = parse_report(r);
+    if (doc.is_null() || !doc.contains("rails")) {
+      ADD_FAILURE() << "no rails in " << r.out;
+      return nlohmann::json();
+    }
+    for (const auto& [name, answer] : doc["rails"]["interfaces"].items()) expect_answer(answer, "rail " + name);
+    return doc["rails"];
+  };
+  auto state = [](const nlohmann::json& j, const char* name) { return j["interfaces"][name]["state"]; };
+  auto reason = [](const nlohmann::json& j, const char* name) { return j["interfaces"][name]["reason"]; };
+
+  nlohmann::json j = rails({"REMORA_RAILS=rla"});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["setting"], "rla");
+  EXPECT_EQ(j["error"], "");
+  EXPECT_EQ(state(j, "rla0"), "yes");
+  EXPECT_EQ(j["interfaces"]["rla0"]["detail"], net.addr_a(0) + "/24");
+  EXPECT_EQ(state(j, "rla1"), "yes");
+  EXPECT_EQ(j["interfaces"]["rla1"]["detail"], net.addr_a(1) + "/24");
+  EXPECT_EQ(reason(j, "lo"), "not named by REMORA_RAILS");
+
+  j = rails({"REMORA_RAILS=^rla1"});
+  EXPECT_EQ(state(j, "rla0"), "yes");
+  EXPECT_EQ(reason(j, "rla1"), "excluded by REMORA_RAILS");
+  EXPECT_EQ(reason(j, "lo"), "loopback: taken only when REMORA_RAILS names it");
+
+  j = rails({});  // unset: the interfaces that would be rails, and how to use them
+  EXPECT_TRUE(j["setting"].is_null());
+  for (const char* name : {"rla0", "rla1"}) {
+    EXPECT_EQ(state(j, name), "no");
+    EXPECT_NE(j["interfaces"][name]["fix"].get<std::string>().find("REMORA_RAILS=" + std::string(name)),
+              std::string::npos);
+  }
+
+  j = rails({"REMORA_RAILS=ib"});  // what a context would refuse, with the same words
+  EXPECT_NE(j["error"].get<std::string>().find("REMORA_RAILS='ib': matches no interface"), std::string::npos)
+      << j.dump();
+  EXPECT_EQ(reason(j, "rla0"), "not named by REMORA_RAILS");
 }
 
 }  // namespace

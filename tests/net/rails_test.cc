@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,36 @@ TEST(Rails, AddressesNameTheirInterface) {
   EXPECT_EQ(names(rails_of("10.0.1.5,10.0.0.5")), (Names{"eth1=10.0.1.5", "eth0=10.0.0.5"}));
   EXPECT_EQ(names(rails_of("fd00::7")), (Names{"ens7=fd00::7"}));
   EXPECT_EQ(names(rails_of("eth1,10.0.0.5")), (Names{"eth1=10.0.1.5", "eth0=10.0.0.5"}));
+}
+
+// What `remora doctor` says of each interface agrees with what match_rails takes, for
+// every kind of list; and the reasons name the rule.
+TEST(Rails, EveryInterfaceNotTakenSaysWhy) {
+  const auto interfaces = host();
+  for (const char* text : {"eth", "eth1,eth0", "ens", "=eth0", "^docker", "^docker,ens", "^=eth0,docker0,ens7",
+                           "^=eth,docker0,ens7", "lo", "10.0.1.5,10.0.0.5", "fd00::7", "eth1,10.0.0.5", "^10.0.0.5"}) {
+    SCOPED_TRACE(text);
+    auto spec = parse_rail_spec(text);
+    ASSERT_TRUE(spec.is_ok());
+    auto rails = match_rails(*spec, interfaces, text);
+    ASSERT_TRUE(rails.is_ok()) << rails.status().message();
+    for (const std::string name : {"lo", "eth0", "eth1", "ens7", "docker0", "eth2"}) {
+      const bool taken = std::any_of(rails->begin(), rails->end(), [&](const Rail& r) { return r.interface == name; });
+      const std::string why = why_not_a_rail(*spec, interfaces, name);
+      EXPECT_EQ(why.empty(), taken) << name << ": " << why;
+    }
+  }
+  auto why = [&](const char* text, const char* name) {
+    return why_not_a_rail(*parse_rail_spec(text), interfaces, name);
+  };
+  EXPECT_EQ(why("eth", "eth2"), "down");
+  EXPECT_EQ(why("eth", "docker0"), "not named by REMORA_RAILS");
+  EXPECT_EQ(why("^docker", "docker0"), "excluded by REMORA_RAILS");
+  EXPECT_EQ(why("^docker", "lo"), "loopback: taken only when REMORA_RAILS names it");
+  EXPECT_EQ(why("^10.0.0.5", "eth0"), "its address 10.0.0.5 is excluded by REMORA_RAILS");
+  const std::vector<InterfaceAddress> link_local_only = {iface("eth9", v6("fe80::9"), 64)};
+  EXPECT_EQ(why_not_a_rail(*parse_rail_spec("eth"), link_local_only, "eth9"),
+            "no IPv4 address, nor an IPv6 one that is not link-local");
 }
 
 TEST(Rails, NoMatchIsAClearError) {
