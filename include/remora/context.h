@@ -2,9 +2,11 @@
 // thread, listeners and endpoints.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "remora/config.h"
 #include "remora/endpoint.h"
@@ -65,6 +67,15 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const Config& config() const noexcept;
+  /// One of this context's rails (REMORA_RAILS, docs/rails.md).
+  struct Rail {
+    std::string interface;      ///< "eth0"
+    std::string address;        ///< the local address its data streams are bound to: "10.0.1.5", "fd00::5"
+    uint8_t prefix_length = 0;  ///< of the interface's netmask: 24
+  };
+  /// The rails REMORA_RAILS chose, in its order; empty without rails (each endpoint
+  /// takes one path, the route's).
+  std::vector<Rail> rails() const;
   MemoryRegistry& memory() noexcept;
   /// Registers memory with this context's registry (see MemoryRegistry): host memory,
   /// or memory of a domain added with add_memory_domain (the one that owns the range).

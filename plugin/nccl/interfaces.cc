@@ -7,6 +7,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -117,6 +118,29 @@ DeviceChoice choose_devices(std::string_view spec, std::string reason) {
     choice.reason += "; nothing but loopback is up, so lo";
   }
   freeifaddrs(list);
+  return choice;
+}
+
+DeviceChoice rails_as_one_device(const std::vector<RailDevice>& rails, std::string reason) {
+  DeviceChoice choice;
+  choice.reason = std::move(reason);
+  if (rails.empty()) return choice;
+  NetDevice one;
+  one.speed_mbps = 0;
+  one.speed_known = true;
+  for (const RailDevice& r : rails) {
+    NetDevice d;
+    d.ifname = r.ifname;
+    read_link_facts(d);
+    one.ifname += (one.ifname.empty() ? "" : "+") + r.ifname;
+    one.speed_mbps = static_cast<int>(std::min<long long>(INT_MAX, 0LL + one.speed_mbps + d.speed_mbps));
+    one.speed_known = one.speed_known && d.speed_known;
+    if (one.pci_path.empty()) one.pci_path = d.pci_path;
+  }
+  const bool v6 = rails.front().address.find(':') != std::string::npos;
+  one.address = v6 ? "[" + rails.front().address + "]" : rails.front().address;
+  one.listen_address = v6 ? "[::]" : "0.0.0.0";
+  choice.devices.push_back(std::move(one));
   return choice;
 }
 

@@ -21,10 +21,14 @@ struct IfFilter {
   bool matches(std::string_view ifname) const;
 };
 
-/// One device: an interface that is up and has an address.
+/// One device: an interface that is up and has an address, or the rails of the
+/// plugin's context (REMORA_RAILS) as one.
 struct NetDevice {
-  std::string ifname;
-  std::string address;   ///< numeric host, IPv6 in brackets: "10.0.0.1", "[fd00::1]"
+  std::string ifname;    ///< "eth0"; rails: "eth0+eth1"
+  std::string address;   ///< numeric host, IPv6 in brackets: "10.0.0.1", "[fd00::1]" (rails: the first's)
+  /// Where listen() binds, when not `address`: the rails' wildcard ("0.0.0.0", "[::]"),
+  /// so that the listener takes, and advertises, every rail.
+  std::string listen_address;
   std::string pci_path;  ///< realpath of /sys/class/net/<if>/device when it is a PCI device, else empty
   int speed_mbps = 0;    ///< /sys/class/net/<if>/speed
   bool speed_known = false;
@@ -44,5 +48,16 @@ DeviceChoice choose_devices();
 
 /// The same choice from an explicit filter spec (tests); `spec` empty = the default.
 DeviceChoice choose_devices(std::string_view spec, std::string reason);
+
+/// One rail of the plugin's context: its interface and address ("10.0.1.5", "fd00::5").
+struct RailDevice {
+  std::string ifname;
+  std::string address;
+};
+
+/// The context's rails (REMORA_RAILS, in its order) as ONE device: every connection of
+/// the plugin spreads its data streams over all of them anyway, so NCCL is offered the
+/// sum of their speeds rather than several devices that would each use every rail.
+DeviceChoice rails_as_one_device(const std::vector<RailDevice>& rails, std::string reason);
 
 }  // namespace remora::nccl_plugin

@@ -256,7 +256,14 @@ ncclResult_t init_locked(State& s) {
   }
   s.ctx = std::move(ctx).value();
   std::atexit(teardown);
-  s.choice = choose_devices();
+  if (const auto rails = s.ctx->rails(); !rails.empty()) {
+    std::vector<RailDevice> devices;
+    for (const Context::Rail& r : rails) devices.push_back({r.interface, r.address});
+    s.choice = rails_as_one_device(devices, std::string("REMORA_RAILS=") + s.ctx->config().rails.data() + ": " +
+                                                std::to_string(rails.size()) + " rail(s) as one device");
+  } else {
+    s.choice = choose_devices();
+  }
   for (size_t i = 0; i < s.choice.devices.size(); ++i) {
     const NetDevice& d = s.choice.devices[i];
     LOG_INFO("device %zu: %s %s, %d Mb/s%s, PCI %s", i, d.ifname.c_str(), d.address.c_str(), d.speed_mbps,
@@ -447,14 +454,16 @@ ncclResult_t listen(int dev, void* handle, void** listen_comm) {
   if (handle == nullptr || listen_comm == nullptr) return ncclInvalidArgument;
   *listen_comm = nullptr;
   State& s = state();
-  std::string address;
+  std::string address, bind_address;
   {
     std::lock_guard lock(s.mu);
     if (!s.ready || s.ctx == nullptr) return ncclInvalidUsage;
     if (dev < 0 || static_cast<size_t>(dev) >= s.choice.devices.size()) return ncclInvalidArgument;
-    address = s.choice.devices[static_cast<size_t>(dev)].address;
+    const NetDevice& d = s.choice.devices[static_cast<size_t>(dev)];
+    address = d.address;
+    bind_address = d.listen_address.empty() ? d.address : d.listen_address;
   }
-  auto l = context()->listen(address + ":0");
+  auto l = context()->listen(bind_address + ":0");
   if (!l.is_ok()) {
     LOG_WARN("listen on %s failed: %s", address.c_str(), l.status().to_string().c_str());
     return ncclSystemError;
@@ -566,6 +575,15 @@ namespace {
 ncclResult_t close_comm(void* c) {
   auto* comm = static_cast<Comm*>(c);
   if (comm == nullptr) return ncclSuccess;
+  // With rails, what each carried (REMORA_RAILS): the way to see that they all work.
+  if (const EndpointStats st = comm->ep->stats(); st.rails.size() > 1) {
+    for (const RailStats& r : st.rails) {
+      LOG_INFO("connection to %s closed: rail %s (%s): %s, %u stream(s), %llu bytes sent, %llu received%s%s",
+               comm->ep->peer_address().c_str(), r.interface.empty() ? "-" : r.interface.c_str(),
+               r.local_address.c_str(), r.state.c_str(), r.streams, static_cast<unsigned long long>(r.bytes_sent),
+               static_cast<unsigned long long>(r.bytes_received), r.reason.empty() ? "" : ": ", r.reason.c_str());
+    }
+  }
   comm->ep->close();
   delete comm;
   state().live_comms.fetch_sub(1);

@@ -486,6 +486,14 @@ Result<std::unique_ptr<Context>> Context::create(const Config& config) {
 }
 
 const Config& Context::config() const noexcept { return core_->config(); }
+
+std::vector<Context::Rail> Context::rails() const {
+  std::vector<Rail> out;
+  for (const net::Rail& r : core_->rails()) {
+    out.push_back(Rail{.interface = r.interface, .address = net::address_text(r.address), .prefix_length = r.prefix_length});
+  }
+  return out;
+}
 MemoryRegistry& Context::memory() noexcept { return core_->memory(); }
 Result<Region> Context::register_memory(void* ptr, size_t len, Access access) {
   return core_->memory().register_memory(ptr, len, access, core_->domain_of(ptr, len));

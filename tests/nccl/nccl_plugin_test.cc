@@ -17,6 +17,7 @@
 namespace {
 
 using remora::itest::NetnsPair;
+using remora::itest::NetnsRails;
 using remora::itest::Process;
 using namespace std::chrono_literals;
 
@@ -278,6 +279,71 @@ TEST(NcclPluginSealed, APlainSenderIsRefusedBySealedReceiver) {
   ASSERT_TRUE(rs && ss);
   EXPECT_FALSE(Process::exited_ok(*ss)) << "a plain sender must not reach a sealed receiver";
   EXPECT_FALSE(Process::exited_ok(*rs)) << "the sealed receiver must not report a transfer";
+}
+
+/// Lines of `p` (stdout and stderr) until one starts with `prefix`, all kept in `seen`.
+bool read_until(Process& p, const std::string& prefix, std::string* seen) {
+  for (;;) {
+    auto line = p.read_line(kLineTimeout);
+    if (!line) return false;
+    *seen += *line + "\n";
+    if (line->starts_with(prefix)) return true;
+    if (line->starts_with("FAIL")) return false;
+  }
+}
+
+/// The bytes the log says rail `ifname` sent when a connection closed (the plugin logs
+/// each rail's share with REMORA_RAILS); -1 when it says nothing of that rail.
+long long rail_bytes_sent(const std::string& log, const std::string& ifname) {
+  const std::string key = "rail " + ifname + " (";
+  const size_t at = log.find(key);
+  if (at == std::string::npos) return -1;
+  const size_t sent = log.find(" bytes sent", at);
+  const size_t start = log.rfind(", ", sent);
+  if (sent == std::string::npos || start == std::string::npos || start < at) return -1;
+  return std::stoll(log.substr(start + 2, sent - start - 2));
+}
+
+// REMORA_RAILS on both sides, two veth pairs: the plugin offers the context's rails as
+// ONE device ("rla0+rla1": every connection spreads over all of them, so several
+// devices would each use every rail), and the messages, every byte checked, travel on
+// both rails: the sender's log gives each rail's bytes when it closes the connection.
+TEST(NcclPluginRails, TwoRailsAreOneDeviceAndBothCarryTheTransfer) {
+  NetnsRails net(2);
+  if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
+  const std::vector<std::string> scenario = {"--sizes", "1048576,5000000", "--messages", "16", "--group", "2",
+                                             "--reg", "1"};
+  Process recv({.argv = harness_argv("recv", 12, scenario, net.exec_prefix(net.ns_b())),
+                .env = {"REMORA_RAILS==rlb0,rlb1", "REMORA_STREAMS=2"},
+                .capture_stderr = true});
+  ASSERT_TRUE(recv.ok()) << recv.error();
+  std::string recv_log, send_log;
+  ASSERT_TRUE(read_until(recv, "HANDLE ", &recv_log)) << recv_log;
+  EXPECT_NE(recv_log.find("DEVICE rlb0+rlb1 ptrSupport "), std::string::npos) << recv_log;
+  EXPECT_NE(recv_log.find(" ndev 1\n"), std::string::npos) << recv_log;
+  const size_t h = recv_log.rfind("HANDLE ");
+  const std::string handle = recv_log.substr(h + 7, recv_log.find('\n', h) - h - 7);
+  std::vector<std::string> send_args = scenario;
+  send_args.insert(send_args.end(), {"--handle", handle});
+  Process send({.argv = harness_argv("send", 12, send_args, net.exec_prefix(net.ns_a())),
+                .env = {"REMORA_RAILS==rla0,rla1", "REMORA_STREAMS=2", "NCCL_DEBUG=INFO"},
+                .capture_stderr = true,
+                .pipe_stdin = true});
+  ASSERT_TRUE(send.ok()) << send.error();
+  EXPECT_TRUE(read_until(recv, "OK", &recv_log)) << recv_log;
+  ASSERT_TRUE(read_until(send, "SENT", &send_log)) << send_log;
+  EXPECT_NE(send_log.find("DEVICE rla0+rla1 ptrSupport "), std::string::npos) << send_log;
+  EXPECT_NE(send_log.find(" ndev 1\n"), std::string::npos) << send_log;
+  send.write_line("done");
+  EXPECT_TRUE(read_until(send, "OK", &send_log)) << send_log;
+  send_log += send.read_all(30s);  // the close's log lines
+  auto rs = recv.wait(30s), ss = send.wait(30s);
+  ASSERT_TRUE(rs && ss);
+  EXPECT_TRUE(Process::exited_ok(*rs)) << Process::describe(*rs) << "\n" << recv_log;
+  EXPECT_TRUE(Process::exited_ok(*ss)) << Process::describe(*ss) << "\n" << send_log;
+  for (const char* rail : {"rla0", "rla1"}) {
+    EXPECT_GT(rail_bytes_sent(send_log, rail), 0) << rail << " carried nothing:\n" << send_log;
+  }
 }
 
 }  // namespace
