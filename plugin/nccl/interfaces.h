@@ -24,8 +24,8 @@ struct IfFilter {
 /// One device: an interface that is up and has an address, or the rails of the
 /// plugin's context (REMORA_RAILS) as one.
 struct NetDevice {
-  std::string ifname;    ///< "eth0"; rails: "eth0+eth1"
-  std::string address;   ///< numeric host, IPv6 in brackets: "10.0.0.1", "[fd00::1]" (rails: the first's)
+  std::string ifname;   ///< "eth0"; rails: "eth0+eth1"
+  std::string address;  ///< numeric host, IPv6 in brackets: "10.0.0.1", "[fd00::1]" (rails: the first's)
   /// Where listen() binds, when not `address`: the rails' wildcard ("0.0.0.0", "[::]"),
   /// so that the listener takes, and advertises, every rail.
   std::string listen_address;

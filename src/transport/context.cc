@@ -490,7 +490,8 @@ const Config& Context::config() const noexcept { return core_->config(); }
 std::vector<Context::Rail> Context::rails() const {
   std::vector<Rail> out;
   for (const net::Rail& r : core_->rails()) {
-    out.push_back(Rail{.interface = r.interface, .address = net::address_text(r.address), .prefix_length = r.prefix_length});
+    out.push_back(
+        Rail{.interface = r.interface, .address = net::address_text(r.address), .prefix_length = r.prefix_length});
   }
   return out;
 }

@@ -292,7 +292,8 @@ void wire() {
   write("wire_fuzz", "shm_offer", shm_offer);
   write("wire_fuzz", "shm_decline", shm_decline);
   stream.clear();
-  for (const auto& f : {shm_offer, shm_accept, shm_switch, shm_decline}) stream.insert(stream.end(), f.begin(), f.end());
+  for (const auto& f : {shm_offer, shm_accept, shm_switch, shm_decline})
+    stream.insert(stream.end(), f.begin(), f.end());
   write("wire_fuzz", "stream_shm", stream);
   bad = shm_accept;
   bad[kFrameHeaderSize] = std::byte{5};
@@ -316,8 +317,8 @@ void shm_ring() {
   write("shm_ring_fuzz", "write_read_wrap", program({0, 0, 0, 100, 1, 0, 60, 0, 1, 8, 2, 2, 0xff, 1, 2, 0xff}));
   // 8 KiB: forged flags between a write and a read, then a forged head and a read.
   write("shm_ring_fuzz", "forged_flags_then_head",
-        program({1, 0, 0, 200, 5, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 200, 3, 0, 0x20, 0, 0, 0, 0, 0,
-                 0, 2, 0, 255}));
+        program({1, 0, 0, 200, 5, 1,   0, 0, 0,    0, 0, 0, 0, 1, 0, 0, 0, 0,
+                 0, 0, 0, 1,   0, 200, 3, 0, 0x20, 0, 0, 0, 0, 0, 0, 2, 0, 255}));
   // 16 KiB: a tail forged ahead of the head, then a write.
   write("shm_ring_fuzz", "forged_tail", program({2, 0, 0, 10, 4, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 50}));
 }

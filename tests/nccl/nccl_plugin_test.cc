@@ -311,8 +311,8 @@ long long rail_bytes_sent(const std::string& log, const std::string& ifname) {
 TEST(NcclPluginRails, TwoRailsAreOneDeviceAndBothCarryTheTransfer) {
   NetnsRails net(2);
   if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
-  const std::vector<std::string> scenario = {"--sizes", "1048576,5000000", "--messages", "16", "--group", "2",
-                                             "--reg", "1"};
+  const std::vector<std::string> scenario = {"--sizes", "1048576,5000000", "--messages", "16", "--group",
+                                             "2",       "--reg",           "1"};
   Process recv({.argv = harness_argv("recv", 12, scenario, net.exec_prefix(net.ns_b())),
                 .env = {"REMORA_RAILS==rlb0,rlb1", "REMORA_STREAMS=2"},
                 .capture_stderr = true});
