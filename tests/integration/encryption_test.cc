@@ -424,7 +424,9 @@ TEST(EncryptionCapture, SealedTrafficShowsNeither) { capture(EncryptMode::kOn, f
 /// packet; the key is one small message.
 void veth_capture(EncryptMode mode, bool expect_visible) {
   if (run_command({"sh", "-c", "command -v tcpdump"}, std::chrono::seconds(10)).status != 0) {
-    GTEST_SKIP() << "tcpdump is not installed (scripts/lib/deps.sh installs it)";
+    // Not a skip: the test command installs it (scripts/lib/deps.sh), and without it
+    // this check of what reaches the wire would silently never run.
+    FAIL() << "tcpdump is not installed: apt-get install tcpdump (scripts/lib/deps.sh installs it)";
   }
   NetnsPair net;
   if (!net.ok()) GTEST_SKIP() << "network namespaces: " << net.error();
