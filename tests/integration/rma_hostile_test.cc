@@ -769,7 +769,7 @@ std::vector<uint8_t> header(uint8_t type, uint8_t flags, uint32_t body_length) {
 /// A fixed-size RMA body (zeros but for an op id and a key) with an arbitrary header.
 std::vector<uint8_t> rma_frame(uint8_t type, uint8_t flags, size_t body_size, const KeyBytes& key) {
   std::vector<uint8_t> body(body_size, 0);
-  body[0] = 1;  // op id 1
+  if (body_size > 0) body[0] = 1;  // op id 1
   if (body_size >= 48) std::memcpy(body.data() + 8, key.data(), key.size());
   return raw::frame(type, body, flags);
 }
