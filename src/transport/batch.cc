@@ -2,15 +2,19 @@
 // on one endpoint that complete as one Request, with at most one notification after
 // all of a put batch's bytes are visible at the target.
 //
-// Built only from what the endpoint already offers (put, get, put with a notification)
-// and the Request machinery: each item is an ordinary operation whose Request reports
-// its end through on_done to a shared countdown; the last one to end completes the
-// batch's Request. The notification cannot ride on one of the data puts, because puts
-// are not ordered at the target (their chunks travel over different data streams): it
-// goes in a zero-length put posted once every data put has completed at the target.
-// That post happens outside the completing thread's progress lock: the countdown
-// posts to the engine (any thread may), and the engine defers it to a thread that
-// drives progress without the lock (as application callbacks run).
+// Built from what the endpoint already offers and the Request machinery: each item is
+// an ordinary put or get whose Request reports its end through on_done to a shared
+// countdown; the last one to end completes the batch's Request. The items are posted
+// together (EndpointCore::post_batch: one hold of the lock, admission counted item by
+// item, their frames sent at once and pumped once), so that the peer wakes once for a
+// list instead of once per block; an item whose device memory must be copied before it
+// is posted goes alone through put()/get(), and the rest continue together. The
+// notification cannot ride on one of the data puts, because puts are not ordered at the
+// target (their chunks travel over different data streams): it goes in a zero-length
+// put posted once every data put has completed at the target. That post happens
+// outside the completing thread's progress lock: the countdown posts to the engine (any
+// thread may), and the engine defers it to a thread that drives progress without the
+// lock (as application callbacks run).
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -119,10 +123,16 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
     b->notify_offset = items.back().remote_offset;
   }
   Request batch = detail::make_request(b->req);
-  for (size_t i = 0; i < items.size(); ++i) {
-    const TransferItem& it = items[i];
-    watch(b, i, core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
+  std::vector<Request> posted;
+  posted.reserve(items.size());
+  for (size_t at = 0; at < items.size();) {
+    at += core_->post_batch(items.subspan(at), detail::Direction::kSend, posted);
+    if (at < items.size()) {
+      const TransferItem& it = items[at++];
+      posted.push_back(core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
+    }
   }
+  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
   return batch;
 }
 
@@ -131,10 +141,16 @@ Request Endpoint::get_batch(std::span<const TransferItem> items) {
   auto b = make_batch(core_, items.size());
   for (const TransferItem& it : items) b->bytes += it.local.size();
   Request batch = detail::make_request(b->req);
-  for (size_t i = 0; i < items.size(); ++i) {
-    const TransferItem& it = items[i];
-    watch(b, i, core_->get(it.local, it.key, it.remote_offset));
+  std::vector<Request> posted;
+  posted.reserve(items.size());
+  for (size_t at = 0; at < items.size();) {
+    at += core_->post_batch(items.subspan(at), detail::Direction::kReceive, posted);
+    if (at < items.size()) {
+      const TransferItem& it = items[at++];
+      posted.push_back(core_->get(it.local, it.key, it.remote_offset));
+    }
   }
+  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
   return batch;
 }
 

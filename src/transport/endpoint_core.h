@@ -128,6 +128,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void post_claimed(std::span<std::byte> buffer, Tag tag, const std::shared_ptr<RecvClaim>& claim, int index);
   Request put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset, const PutOptions& options);
   Request get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset);
+  /// Puts (or gets) of many items under one hold of the lock, their frames sent together
+  /// and pumped once (batch.cc): a list of small blocks then costs the peer one wake-up,
+  /// not one per item. Appends one Request per item to `out`, in order; an item whose
+  /// memory needs a copy before posting (device memory travelling inline) ends the run:
+  /// returns how many items were posted, and the caller posts the rest one by one.
+  size_t post_batch(std::span<const TransferItem> items, Direction direction, std::vector<Request>& out);
   Request atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                  uint64_t compare);
   Request flush();
@@ -302,6 +308,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   Request post_one_sided(std::string_view what, Direction direction, std::span<const std::byte> local,
                          const Post& post);
   Request after_posting(RmaInitiator::Posted posted);
+  /// The source (put) or sink (get) of a one-sided operation on `local`. Lock held.
+  Result<PathEnd> choose_one_sided(Direction direction, std::span<const std::byte> local);
   /// The one-sided parts' share of a failure.
   void fail_one_sided(const Status& why);
 

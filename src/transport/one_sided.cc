@@ -13,6 +13,15 @@
 
 namespace remora::detail {
 
+Result<PathEnd> EndpointCore::choose_one_sided(Direction direction, std::span<const std::byte> local) {
+  // A put's zero-copy sends (devmem TX) are reported done under the id it is about to
+  // get, with the put bit.
+  return paths_.choose({.direction = direction,
+                        .cls = transfer_class(local.size()),
+                        .memory = paths_.memory_of(local.data(), local.size()),
+                        .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
+}
+
 template <typename Post>
 Request EndpointCore::post_one_sided(std::string_view what, Direction direction, std::span<const std::byte> local,
                                      const Post& post) {
@@ -20,12 +29,7 @@ Request EndpointCore::post_one_sided(std::string_view what, Direction direction,
   {
     engine::ProgressEngine::Guard guard(*engine_);
     if (Status refused = admission(); !refused) return failed_request(std::move(refused));
-    // A put's zero-copy sends (devmem TX) are reported done under the id it is about to
-    // get, with the put bit.
-    Result<PathEnd> chosen = paths_.choose({.direction = direction,
-                                            .cls = transfer_class(local.size()),
-                                            .memory = paths_.memory_of(local.data(), local.size()),
-                                            .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
+    Result<PathEnd> chosen = choose_one_sided(direction, local);
     if (!chosen) return failed_request(chosen.status().with_context(what));
     end = std::move(*chosen);
     if (end.inline_ready()) {
@@ -65,6 +69,42 @@ Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key
 Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
   return post_one_sided("get", Direction::kReceive, local,
                         [&](PathEnd sink) { return initiator_.get(std::move(sink), key, offset); });
+}
+
+size_t EndpointCore::post_batch(std::span<const TransferItem> items, Direction direction, std::vector<Request>& out) {
+  const char* what = direction == Direction::kSend ? "put" : "get";
+  size_t posted = 0;
+  bool issued = false, pushes_data = false;
+  {
+    engine::ProgressEngine::Guard guard(*engine_);
+    for (const TransferItem& it : items) {
+      if (Status refused = admission(); !refused) {
+        out.push_back(failed_request(std::move(refused)));
+        ++posted;
+        continue;
+      }
+      Result<PathEnd> chosen = choose_one_sided(direction, it.local);
+      if (!chosen) {
+        out.push_back(failed_request(chosen.status().with_context(what)));
+        ++posted;
+        continue;
+      }
+      if (!chosen->inline_ready()) break;  // a copy first, without the lock: put() does it
+      count_posted(stats_, *chosen);
+      RmaInitiator::Posted p = direction == Direction::kSend
+                                   ? initiator_.put(std::move(*chosen), it.key, it.remote_offset, PutOptions{})
+                                   : initiator_.get(std::move(*chosen), it.key, it.remote_offset);
+      issued |= p.issued;
+      pushes_data |= p.pushes_data;
+      out.push_back(std::move(p.request));
+      ++posted;
+    }
+    if (issued) {
+      pump(/*one_round=*/true);
+      if (pushes_data) engine_->driven_by_caller();
+    }
+  }
+  return posted;
 }
 
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,

@@ -2,6 +2,7 @@
 // two contexts in one process over real loopback sockets. Each test compares the
 // target's memory byte for byte with what the batch must have placed, and checks that
 // a notified batch delivers exactly one notification, only after all of its bytes.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -187,6 +188,43 @@ TEST(Batch, ManyItemsBeyondTheRmaWindowAllLandBothWays) {
   Request get = p.init->get_batch(gets);
   ASSERT_EQ(get.wait(30s).code(), StatusCode::kOk);
   for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(back[i], src[i]) << "item " << i;
+}
+
+// A batch's items are posted under one hold of the lock, so admission counts them
+// exactly: the first REMORA_MAX_OUTSTANDING are posted and land, the rest are refused
+// with kNoResource (the batch's status, the lowest refused item's) and touch nothing.
+constexpr uint32_t kAdmitted = 8;
+
+TEST(Batch, AdmissionCountsTheItemsOfOneBatchExactly) {
+  Pair p = make_pair([](ContextOptions& o) { o.max_outstanding = kAdmitted; });
+  constexpr size_t kItems = 20, kSize = 70000;  // chunked: none can end while the batch is posted
+  std::vector<std::byte> mem(kItems * kSize, std::byte{0});
+  Region reg = p.target_ctx->register_memory(mem.data(), mem.size(), kTargetAccess).value();
+  std::vector<std::vector<std::byte>> src;
+  std::vector<TransferItem> puts;
+  for (size_t i = 0; i < kItems; ++i) {
+    src.push_back(pattern(kSize, 40 + i));
+    puts.push_back({src.back(), reg.remote_key(), i * kSize});
+  }
+  Request put = p.init->put_batch(puts);
+  const Status s = put.wait(30s);
+  EXPECT_EQ(s.code(), StatusCode::kNoResource) << s.to_string();
+  for (size_t i = 0; i < kItems; ++i) {
+    const bool landed = std::memcmp(mem.data() + i * kSize, src[i].data(), kSize) == 0;
+    const bool untouched = std::all_of(mem.begin() + i * kSize, mem.begin() + (i + 1) * kSize,
+                                       [](std::byte b) { return b == std::byte{0}; });
+    if (i < kAdmitted) {
+      EXPECT_TRUE(landed) << "item " << i;
+    } else {
+      EXPECT_TRUE(untouched) << "item " << i;
+    }
+  }
+  // Refused items hold nothing: a batch of at most the window then passes.
+  std::vector<TransferItem> again(puts.begin() + kAdmitted, puts.begin() + 2 * kAdmitted);
+  ASSERT_EQ(p.init->put_batch(again).wait(30s).code(), StatusCode::kOk);
+  for (size_t i = kAdmitted; i < 2 * kAdmitted; ++i) {
+    EXPECT_EQ(std::memcmp(mem.data() + i * kSize, src[i].data(), kSize), 0) << "item " << i;
+  }
 }
 
 // Items of device memory are staged (here through the test device), both ways.
