@@ -103,6 +103,20 @@ void watch(const std::shared_ptr<Batch>& b, size_t i, const Request& r) {
   (void)r.on_done([b, i, r] { b->item_ended(i, r.test()); });
 }
 
+// Posts `items` together (EndpointCore::post_batch) and hooks each to the countdown; an
+// item that post_batch leaves (device memory to copy first) goes alone through `one`.
+template <typename One>
+void post_items(const std::shared_ptr<Batch>& b, detail::EndpointCore& core, std::span<const TransferItem> items,
+                detail::Direction direction, const One& one) {
+  std::vector<Request> posted;
+  posted.reserve(items.size());
+  for (size_t at = 0; at < items.size();) {
+    at += core.post_batch(items.subspan(at), direction, posted);
+    if (at < items.size()) posted.push_back(one(items[at++]));
+  }
+  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
+}
+
 }  // namespace
 
 Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOptions& options) {
@@ -123,16 +137,8 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
     b->notify_offset = items.back().remote_offset;
   }
   Request batch = detail::make_request(b->req);
-  std::vector<Request> posted;
-  posted.reserve(items.size());
-  for (size_t at = 0; at < items.size();) {
-    at += core_->post_batch(items.subspan(at), detail::Direction::kSend, posted);
-    if (at < items.size()) {
-      const TransferItem& it = items[at++];
-      posted.push_back(core_->put(it.local, it.key, it.remote_offset, PutOptions{}));
-    }
-  }
-  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
+  post_items(b, *core_, items, detail::Direction::kSend,
+             [this](const TransferItem& it) { return core_->put(it.local, it.key, it.remote_offset, PutOptions{}); });
   return batch;
 }
 
@@ -141,16 +147,8 @@ Request Endpoint::get_batch(std::span<const TransferItem> items) {
   auto b = make_batch(core_, items.size());
   for (const TransferItem& it : items) b->bytes += it.local.size();
   Request batch = detail::make_request(b->req);
-  std::vector<Request> posted;
-  posted.reserve(items.size());
-  for (size_t at = 0; at < items.size();) {
-    at += core_->post_batch(items.subspan(at), detail::Direction::kReceive, posted);
-    if (at < items.size()) {
-      const TransferItem& it = items[at++];
-      posted.push_back(core_->get(it.local, it.key, it.remote_offset));
-    }
-  }
-  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
+  post_items(b, *core_, items, detail::Direction::kReceive,
+             [this](const TransferItem& it) { return core_->get(it.local, it.key, it.remote_offset); });
   return batch;
 }
 
