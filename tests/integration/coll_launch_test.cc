@@ -128,7 +128,7 @@ TEST(CollLaunch, MpirunFourRanksPassTheWholeSuite) {
 TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
   constexpr int kRanks = 4;
   NetnsBridge net(kRanks);
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces and a bridge: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   // Each namespace is its own host: the store's port is free in rank 0's namespace, and
   // every rank listens on its own address (the interface through which it reaches rank 0).
   const std::string store = "REMORA_STORE=" + net.addr(0) + ":29500";

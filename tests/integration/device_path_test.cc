@@ -286,7 +286,7 @@ TEST(DevicePath, ADemandedPathFailsPutsAndGetsOnEitherSide) {
 
 TEST(DevicePath, OnAVethInANamespaceTheKernelsRefusalOfBindTxIsTheReason) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   std::string setup_error;
   detail::DevicePathProbe probe;
   std::string reason, exported_reason;

@@ -75,7 +75,7 @@ VethResults bind_in(const std::string& ns, const std::string& ifname) {
 
 TEST(DevmemNetns, BindRxAndBindTxOnVethAreRefusedWithTheKernelsReason) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const VethResults r = bind_in(net.ns_a(), "rmr0");
   ASSERT_TRUE(r.setup_error.empty()) << r.setup_error;
   ASSERT_FALSE(r.queues.empty()) << "queue-get listed no queues of the veth";
@@ -98,7 +98,7 @@ TEST(DevmemNetns, BindRxAndBindTxOnVethAreRefusedWithTheKernelsReason) {
 
 TEST(DevmemNetns, TheNamespacesLoopbackAnswersAsTheHostsDoes) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const VethResults r = bind_in(net.ns_b(), "lo");
   ASSERT_TRUE(r.setup_error.empty()) << r.setup_error;
   EXPECT_EQ(r.rx.refusal.err, EOPNOTSUPP) << r.rx.status.to_string();

@@ -214,7 +214,7 @@ TEST(Doctor, HumanReport) {
 
 TEST(Doctor, VethInANetworkNamespaceIsRefusedWithReasons) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const DoctorRun r = doctor({"--json"}, net.exec_prefix(net.ns_a()));
   const nlohmann::json doc = parse_report(r);
   ASSERT_FALSE(doc.is_null());
@@ -236,7 +236,7 @@ TEST(Doctor, VethInANetworkNamespaceIsRefusedWithReasons) {
 /// The rails section in a namespace with two veth pairs (rla0, rla1) and loopback.
 TEST(Doctor, ListsTheRailsItWouldUseAndWhyNotTheOthers) {
   NetnsRails net(2);
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   auto rails = [&](std::vector<std::string> env) {
     const DoctorRun r = doctor({"--json", "--no-bind"}, net.exec_prefix(net.ns_a()), std::move(env));
     EXPECT_EQ(r.exit_code, 3) << "the rails never change the exit code";

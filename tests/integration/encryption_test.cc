@@ -429,7 +429,7 @@ void veth_capture(EncryptMode mode, bool expect_visible) {
     FAIL() << "tcpdump is not installed: apt-get install tcpdump (scripts/lib/deps.sh installs it)";
   }
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   char dir_template[] = "/tmp/remora_capture_XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;

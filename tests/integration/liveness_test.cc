@@ -190,7 +190,7 @@ TEST(Liveness, TargetReleasesWhatASilentInitiatorHeld) {
 
 TEST(Liveness, LinkDownMidTransferFailsBothSides) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   // The target: a remora_rma_peer in namespace a, with waits far longer than the test
   // waits for it (so only the liveness verdict can end it in time).
   auto target = spawn_program({"ip", "netns", "exec", net.ns_a(), REMORA_TEST_RMA_PEER_PATH, "--scenario=random",
@@ -246,7 +246,7 @@ TEST(Liveness, LinkDownMidTransferFailsBothSides) {
 
 TEST(Liveness, SlowPeersOverARateLimitedLinkAreAlive) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   // 8 Mbit/s both ways: a 3 MiB put or get takes about 3 s, three peer timeouts, during
   // which the receiver of the data keeps reading and the target keeps serving.
   for (const auto& [ns, dev] : {std::pair{net.ns_a(), "rmr0"}, std::pair{net.ns_b(), "rmr1"}}) {

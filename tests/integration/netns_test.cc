@@ -11,7 +11,7 @@ namespace {
 
 TEST(Netns, RandomExchangeOverVeth) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const size_t count = scaled<size_t>(1500, 300);
   const std::vector<std::string> common = {"--scenario=exchange", "--seed=4711", "--count=" + std::to_string(count),
                                            "--max-size=2097152", "--expect-streams=2",

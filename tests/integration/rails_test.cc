@@ -117,7 +117,7 @@ void expect_both_rails_carried(const NetnsRails& net, const Outcome& o, uint64_t
 
 TEST(Rails, BothRailsCarryTheTransferEveryByteChecked) {
   NetnsRails net(2);
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const uint64_t size = 64ull << 20;
   const Outcome o = transfer(net, size);
   EXPECT_EQ(o.connector_sealed, "-");  // in clear without REMORA_ENCRYPT
@@ -129,7 +129,7 @@ TEST(Rails, BothRailsCarryTheTransferEveryByteChecked) {
 // sealed with keys of its own.
 TEST(Rails, SealedRailsCarryTheTransferEveryByteChecked) {
   NetnsRails net(2);
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const uint64_t size = 16ull << 20;
   const Outcome o = transfer(net, size, "rlb", {"REMORA_AUTH_KEY=rails-and-seals", "REMORA_ENCRYPT=on"});
   expect_both_rails_carried(net, o, size);
@@ -139,7 +139,7 @@ TEST(Rails, SealedRailsCarryTheTransferEveryByteChecked) {
 
 TEST(Rails, ARateLimitedRailGetsFewerChunks) {
   NetnsRails net(2);
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   if (!net.shape_b(1, "100mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
   const uint64_t size = 64ull << 20;
   const Outcome o = transfer(net, size);
@@ -158,7 +158,7 @@ TEST(Rails, ARateLimitedRailGetsFewerChunks) {
 
 TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
   NetnsRails net(2);
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   if (!net.add_unreachable_b()) GTEST_SKIP() << "cannot add a dummy interface: " << net.error();
   const uint64_t size = 8ull << 20;
   const Outcome o = transfer(net, size, "=rlb0,rlb1,rlb9");

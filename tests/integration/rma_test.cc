@@ -298,7 +298,7 @@ TEST(RmaMultiProcess, KilledTargetFailsEveryOutstandingOp) {
 
 TEST(RmaNetns, RandomPutsAndGetsOverVeth) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const std::vector<std::string> common = {"--scenario=random", "--seed=31337",
                                            "--region-size=" + std::to_string(scaled<size_t>(8 << 20, 2 << 20)),
                                            "--count=" + std::to_string(scaled<size_t>(600, 150)),

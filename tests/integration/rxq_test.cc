@@ -102,7 +102,7 @@ class Rxq : public ::testing::Test {
 
 TEST_F(Rxq, RefusesOnVethAndLoopbackWithTheReasonsAndChangesNothing) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   for (const std::string ifname : {"rmr0", "lo"}) {
     SCOPED_TRACE(ifname);
     const std::string before = snapshot(net, net.ns_a(), ifname);
@@ -145,7 +145,7 @@ TEST_F(Rxq, RefusesOnVethAndLoopbackWithTheReasonsAndChangesNothing) {
 
 TEST_F(Rxq, StandinServesFlowsPassesTheBufferAndCleansUpAfterClients) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const std::string before = snapshot(net, net.ns_a(), "rmr0");
   Process serve({.argv = rxq(net, net.ns_a(),
                              {"serve", "--standin", "--ifname", "rmr0", "--queues", "2", "--socket", socket_,
@@ -509,7 +509,7 @@ TEST_F(Rxq, StandinReservesAClientQueueForItsOwnZcrxAndFreesItWithTheClient) {
 
 TEST_F(Rxq, UndoReplaysTheJournalOfAKilledRxq) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const std::vector<std::string> serve_args = {"serve", "--standin", "--ifname", "rmr0", "--socket", socket_,
                                                "--journal", journal_, "--dmabuf-size", "65536"};
   Process serve({.argv = rxq(net, net.ns_a(), serve_args), .env = {}, .capture_stderr = true});

@@ -243,7 +243,7 @@ TEST(NcclPluginLarge, TwoHundredMiBRegistered) {
 
 TEST(NcclPluginNetns, AcrossVethBothVersions) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   for (int v : {8, 12}) {
     exchange(v, {"--sizes", "0,4096,1048576,5000000", "--messages", "64", "--group", "4", "--reg", "1"}, {}, &net);
   }
@@ -253,7 +253,7 @@ TEST(NcclPluginNetns, AcrossVethBothVersions) {
 // every size arrives intact across two network namespaces.
 TEST(NcclPluginSealed, AcrossVethSealed) {
   NetnsPair net;
-  if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   exchange(12, {"--sizes", "0,4096,1048576,5000000", "--messages", "32", "--group", "4", "--reg", "1"},
            {"REMORA_AUTH_KEY=nccl job secret", "REMORA_ENCRYPT=on"}, &net);
 }
@@ -310,7 +310,7 @@ long long rail_bytes_sent(const std::string& log, const std::string& ifname) {
 // both rails: the sender's log gives each rail's bytes when it closes the connection.
 TEST(NcclPluginRails, TwoRailsAreOneDeviceAndBothCarryTheTransfer) {
   NetnsRails net(2);
-  if (!net.ok()) GTEST_SKIP() << "no network namespaces here: " << net.error();
+  REMORA_NETNS_OR_SKIP(net);
   const std::vector<std::string> scenario = {"--sizes", "1048576,5000000", "--messages", "16", "--group",
                                              "2",       "--reg",           "1"};
   Process recv({.argv = harness_argv("recv", 12, scenario, net.exec_prefix(net.ns_b())),

@@ -8,9 +8,22 @@
 // touched or addressed. Deleting a namespace deletes its links, and so the whole setup.
 #pragma once
 
+#include <unistd.h>
+
 #include <functional>
 #include <string>
 #include <vector>
+
+/// At the top of a test that needs the setup `net`: when it could not be built, the test
+/// skips with the reason if this process is not root (namespaces need CAP_NET_ADMIN), and
+/// FAILS as root — as the test command runs — so that a broken setup never passes as a skip.
+#define REMORA_NETNS_OR_SKIP(net)                                                       \
+  do {                                                                                  \
+    if (!(net).ok()) {                                                                  \
+      if (::geteuid() == 0) FAIL() << "network namespaces, as root: " << (net).error(); \
+      GTEST_SKIP() << "cannot create network namespaces (not root): " << (net).error(); \
+    }                                                                                   \
+  } while (0)
 
 namespace remora::itest {
 
