@@ -62,6 +62,16 @@ foreach(dir LIBDIR INCLUDEDIR)
     set(REMORA_PC_${dir} "\${prefix}/${CMAKE_INSTALL_${dir}}")
   endif()
 endforeach()
+# libsodium: the build's own static archive (scripts/lib/sodium.sh) goes beside the
+# library, as <libdir>/remora/libsodium.a, and both the package and remora.pc name that
+# file; a system libsodium is named -lsodium. (libremora.so holds its copy already.)
+if(REMORA_SODIUM_BUNDLED)
+  install(FILES ${REMORA_SODIUM_LIBRARY} DESTINATION ${CMAKE_INSTALL_LIBDIR}/remora
+          COMPONENT remora_development)
+  set(REMORA_PC_SODIUM "\${libdir}/remora/libsodium.a")
+else()
+  set(REMORA_PC_SODIUM "-lsodium")
+endif()
 # The zerocopy layer's libraries: libmnl always, liburing where the build found it.
 set(REMORA_PC_EXTRA_LIBS "-lmnl ")
 if(REMORA_URING_LIBS)

@@ -16,6 +16,7 @@ cd "${repo_root}"
 source scripts/lib/deps.sh
 
 remora_install_deps
+remora_sodium_setup
 remora_use_ccache "${repo_root}"
 cmake --preset release
 cmake --build --preset release -j "${REMORA_JOBS:-$(nproc)}" --target remora_tool

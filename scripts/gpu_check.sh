@@ -54,6 +54,14 @@ bundle() {
     while read -r lib; do cp -L "${lib}" "${dir}/lib/"; done
   mkdir -p "${dir}/pylib" "${dir}/debs"
   cp "${build}/libremora.a" "${dir}/pylib/"
+  # The libsodium that archive was built with, when it is the build's own static one
+  # (scripts/lib/sodium.sh): the extensions must link that one, not Debian's.
+  local sodium
+  sodium=$(sed -n 's/^REMORA_SODIUM_LIBRARY:[A-Z]*=//p' "${build}/CMakeCache.txt")
+  if [[ ${sodium} == *.a ]]; then
+    mkdir -p "${dir}/sodium"
+    cp -r "$(dirname "$(dirname "${sodium}")")"/{lib,include} "${dir}/sodium/"
+  fi
   # Headers, CMake files and libraries of what the Python extensions link besides
   # libremora.a; unpacked into a folder there (dpkg -x), never installed.
   (cd "${dir}/debs" && apt-get download -q libfmt-dev libfmt9 libsodium-dev libsodium23 libmnl-dev libmnl0 \
@@ -99,7 +107,7 @@ left() { local l=$((BUDGET - SECONDS)) min=${1:-30}; echo $((l > min ? l : min))
 # the bundled libremora.a and the unpacked packages' libraries.
 pip_build() {
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-    -Ccmake.define.REMORA_PYTHON_LIBRARY="${HERE}/pylib/libremora.a" -Ccmake.define.CMAKE_PREFIX_PATH="${DEPS}/usr" \
+    -Ccmake.define.REMORA_PYTHON_LIBRARY="${HERE}/pylib/libremora.a" -Ccmake.define.CMAKE_PREFIX_PATH="${HERE}/sodium;${DEPS}/usr" \
     -Cbuild-dir="/tmp/remora-build-$2" "$1"
 }
 

@@ -59,6 +59,7 @@ reason=$(remora_lab_host_tools) || skip "${reason}"
 build=build/${preset}
 if [[ ${REMORA_LAB_BUILD:-1} == 1 ]]; then
   remora_use_ccache "${repo_root}"
+  remora_sodium_setup
   [[ -f ${build}/CMakeCache.txt ]] || cmake --preset "${preset}" >/dev/null
   cmake --build --preset "${preset}" -j "${REMORA_JOBS:-$(nproc)}" --target remora_tool remora_kernel_lab_tests
 fi

@@ -43,6 +43,7 @@ test_timeout=${REMORA_TEST_TIMEOUT:-300}
 fuzz_seconds=${REMORA_FUZZ_SECONDS:-25}
 
 remora_install_deps
+remora_sodium_setup
 
 # ccache where installed, exactly as scripts/demo.sh (scripts/lib/deps.sh says why).
 remora_use_ccache "${repo_root}"

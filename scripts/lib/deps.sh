@@ -4,6 +4,7 @@
 #
 #   remora_install_deps
 #   remora_use_ccache <repo root>
+#   remora_sodium_setup          (scripts/lib/sodium.sh: libsodium 1.0.22, built once)
 #
 # Skips apt entirely when REMORA_SKIP_APT=1 or when every package is already installed
 # (checked with dpkg-query), so repeated runs are fast and work offline. Uses sudo when
@@ -24,6 +25,9 @@ REMORA_APT_PACKAGES=(
 )
 
 remora_log() { printf '[remora] %s\n' "$*" >&2; }
+
+# shellcheck source=scripts/lib/sodium.sh
+source "$(dirname "${BASH_SOURCE[0]}")/sodium.sh"
 
 # ccache, where installed, makes building the same sources again quick, also in another
 # clone (paths are taken relative to the clone; the directory is left out of the hash so
