@@ -337,6 +337,7 @@ void print_report(const CapabilityReport& r) {
   print_answer("MSG_ZEROCOPY", r.host.msg_zerocopy);
   print_answer("zcrx copy mode", r.host.zcrx_copy);
   print_answer("kernel TLS (not used)", r.host.kernel_tls);
+  print_answer("encryption (libsodium)", r.host.sealing);
   print_answer("same-host pulls", same_host_answer());
   print_answer("rxq (devmem receive)", rxq_answer());
   print_cuda(remora::probe_cuda());
@@ -397,6 +398,7 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"msg_zerocopy", answer_json(r.host.msg_zerocopy)},
             {"zcrx_copy", answer_json(r.host.zcrx_copy)},
             {"kernel_tls", answer_json(r.host.kernel_tls)},
+            {"sealing", answer_json(r.host.sealing)},
             {"same_host_pulls", answer_json(same_host_answer())},
             {"rxq", answer_json(rxq_answer())},
             {"cuda", cuda_json(remora::probe_cuda())}}},

@@ -78,6 +78,9 @@ struct HostCapabilities {
   /// Kernel TLS (CONFIG_TLS): setsockopt(TCP_ULP, "tls") on a connected loopback socket.
   /// Reported only: REMORA_ENCRYPT seals in user space and does not use it.
   ProbeAnswer kernel_tls;
+  /// REMORA_ENCRYPT's ciphers in this build (always yes; detail: the libsodium version,
+  /// the ciphers it runs here, and the one `on` prefers).
+  ProbeAnswer sealing;
   /// CUDA: always kUnknown here ("not probed yet"): the driver, its devices and their
   /// dmabuf export are reported by remora::probe_cuda() (remora/cuda.h), which
   /// `remora doctor` shows in this place.

@@ -52,11 +52,14 @@ enum class ChecksumMode : uint8_t { kNone, kCrc32c };
 /// clear (authentication, when a key is set, still applies). Otherwise every byte after
 /// the handshake on every connection (control, data streams, the rendezvous store) is
 /// sealed in AEAD records under keys derived per connection and direction from the job
-/// secret and the handshake's fresh nonces (libsodium). kOn: AES-256-GCM where both sides'
-/// CPUs have AES instructions, else ChaCha20-Poly1305; the others name the cipher. Needs
+/// secret and the handshake's fresh nonces (libsodium). kOn: the first both sides offer of
+/// AEGIS-256 (where the build's libsodium has it, 1.0.19 on, and the CPU has AES
+/// instructions), AES-256-GCM (AES instructions), ChaCha20-Poly1305; the others name the
+/// cipher (kAegis256, and kAegis128l, the fastest, with a 128-bit key, which `on` takes
+/// only from a side that names it, are refused by a build without them). Needs
 /// REMORA_AUTH_KEY (kInvalidArgument without it). Both sides must agree: a peer that does
 /// not encrypt, or names another cipher, is refused at connect.
-enum class EncryptMode : uint8_t { kOff, kOn, kAes256Gcm, kChacha20Poly1305 };
+enum class EncryptMode : uint8_t { kOff, kOn, kAes256Gcm, kChacha20Poly1305, kAegis256, kAegis128l };
 
 /// The key every handshake proves knowledge of when a job secret is configured
 /// (REMORA_AUTH_KEY or REMORA_AUTH_KEY_FILE; docs/configuration.md): 32 bytes derived
@@ -146,7 +149,7 @@ struct Config {
   /// peer's reads of it about 2.5x faster; the contents do not change.
   /// EndpointStats::huge_pages_promoted counts the frames. off: memory is left as it is.
   bool pull_huge_pages = true;
-  /// REMORA_ENCRYPT=off|on|aes256gcm|chacha20poly1305 (see EncryptMode).
+  /// REMORA_ENCRYPT=off|on|aes256gcm|chacha20poly1305|aegis256|aegis128l (see EncryptMode).
   EncryptMode encrypt = EncryptMode::kOff;
   /// REMORA_RAILS: the local interfaces (NICs) this context's endpoints spread their
   /// data streams over, in NCCL_SOCKET_IFNAME's syntax: comma-separated name prefixes

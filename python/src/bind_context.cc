@@ -218,7 +218,9 @@ void bind_option_types(nb::module_& m) {
       .value("OFF", EncryptMode::kOff)
       .value("ON", EncryptMode::kOn)
       .value("AES256GCM", EncryptMode::kAes256Gcm)
-      .value("CHACHA20POLY1305", EncryptMode::kChacha20Poly1305);
+      .value("CHACHA20POLY1305", EncryptMode::kChacha20Poly1305)
+      .value("AEGIS256", EncryptMode::kAegis256)
+      .value("AEGIS128L", EncryptMode::kAegis128l);
 
   nb::class_<AuthKey>(m, "AuthKey",
                       "The key every handshake proves knowledge of when a job secret is configured "

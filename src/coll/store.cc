@@ -45,33 +45,24 @@ constexpr size_t kMaxQueuedReplies = size_t{256} << 20;
 // --- encryption (REMORA_ENCRYPT, docs/encryption.md) -----------------------------------
 
 /// The cipher bits a side with `mode` offers in its AUTH request or challenge.
-uint8_t seal_offer(EncryptMode mode) {
-  switch (mode) {
-    case EncryptMode::kOff: return 0;
-    case EncryptMode::kOn:
-      return wire::kAuthSealChacha20Poly1305 | (net::aes256gcm_available() ? wire::kAuthSealAes256Gcm : 0);
-    case EncryptMode::kAes256Gcm: return wire::kAuthSealAes256Gcm;
-    case EncryptMode::kChacha20Poly1305: return wire::kAuthSealChacha20Poly1305;
-  }
-  return 0;
-}
+uint8_t seal_offer(EncryptMode mode) { return net::offered_ciphers(mode); }
+static_assert(net::cipher_bit(net::SealCipher::kAes256Gcm) == wire::kAuthSealAes256Gcm &&
+                  net::cipher_bit(net::SealCipher::kChacha20Poly1305) == wire::kAuthSealChacha20Poly1305 &&
+                  net::cipher_bit(net::SealCipher::kAegis256) == wire::kAuthSealAegis256 &&
+                  net::cipher_bit(net::SealCipher::kAegis128l) == wire::kAuthSealAegis128l,
+              "the store's AUTH cipher bits are net::cipher_bit's");
 
 /// REMORA_ENCRYPT's word for a side's bits.
-std::string_view seal_word(uint8_t bits) {
-  if (bits == 0) return "off";
-  if (bits == wire::kAuthSealMask) return "on";
-  return bits == wire::kAuthSealAes256Gcm ? "aes256gcm" : "chacha20poly1305";
-}
+std::string_view seal_word(uint8_t bits) { return net::offer_word(bits); }
 
 /// Seals a store connection whose authentication just ended (`cipher`: one bit).
 Status seal_store_connection(int fd, uint8_t cipher, const AuthKey& key, const wire::AuthNonce& server_nonce,
                              const wire::AuthNonce& client_nonce, bool server) {
   const wire::SealKeyPair pair =
       wire::derive_seal_keys(key.bytes, cipher, wire::store_auth_context(), server_nonce, client_nonce);
-  net::SealKeys keys{
-      .cipher = cipher == wire::kAuthSealAes256Gcm ? net::SealCipher::kAes256Gcm : net::SealCipher::kChacha20Poly1305,
-      .send = server ? pair.server_to_client : pair.client_to_server,
-      .recv = server ? pair.client_to_server : pair.server_to_client};
+  net::SealKeys keys{.cipher = net::single_cipher(cipher).value_or(net::SealCipher::kChacha20Poly1305),
+                     .send = server ? pair.server_to_client : pair.client_to_server,
+                     .recv = server ? pair.client_to_server : pair.server_to_client};
   return net::seal_socket(fd, keys);
 }
 
@@ -332,13 +323,12 @@ class StoreServerCore {
     }
     if (c.auth == Auth::kAwaitRequest) {
       c.server_nonce = wire::fresh_auth_nonce();
-      // REMORA_ENCRYPT: the cipher both offer (AES-256-GCM first); when they do not agree
-      // the challenge carries our whole offer, the client says why and closes.
+      // REMORA_ENCRYPT: the cipher both offer (net::kSealCiphers' order); when they do not
+      // agree the challenge carries our whole offer, the client says why and closes.
       const uint8_t common = offer_ & m->seal;
       const bool agree = (offer_ == 0 && m->seal == 0) || common != 0;
-      c.cipher = common == 0                                ? 0
-                 : (common & wire::kAuthSealAes256Gcm) != 0 ? wire::kAuthSealAes256Gcm
-                                                            : wire::kAuthSealChacha20Poly1305;
+      const std::optional<net::SealCipher> chosen = net::preferred_cipher(common);
+      c.cipher = chosen ? net::cipher_bit(*chosen) : 0;
       if (!agree) {
         REMORA_LOG(kWarn,
                    "store server: refusing {}: encryption settings differ (this store REMORA_ENCRYPT={}, the client "
@@ -650,7 +640,7 @@ Status authenticate_client(int fd, const AuthKey& key, EncryptMode encrypt, std:
   // REMORA_ENCRYPT: the challenge names the one cipher chosen, or its whole offer when
   // the settings differ.
   const uint8_t cipher = challenge->seal;
-  const bool one = cipher == wire::kAuthSealAes256Gcm || cipher == wire::kAuthSealChacha20Poly1305;
+  const bool one = net::single_cipher(cipher).has_value();
   if ((offer == 0) != (cipher == 0) || (offer != 0 && (!one || (offer & cipher) == 0))) {
     return Status(StatusCode::kUnsupported,
                   fmt::format("rendezvous store at {}: encryption settings differ: this side has REMORA_ENCRYPT={}, "

@@ -6,16 +6,18 @@
 // (net/io.h: every byte the endpoints, their data streams, the lingering close and the
 // rendezvous store move goes through them) carry the stream as records:
 //
-//   record = length (u32 LE, 1..kSealRecordMax plaintext bytes) | ciphertext | tag (16)
+//   record = length (u32 LE, 1..kSealRecordMax plaintext bytes) | ciphertext | tag
 //
-// sealed under the direction's key with a 96-bit nonce that is the direction's record
-// counter (u64 LE, then four zero bytes); the 4-byte length is the associated data. A
+// (a 16-byte tag for AES-256-GCM and ChaCha20-Poly1305, 32 for AEGIS-256), sealed under
+// the direction's key with a nonce that is the direction's record counter (u64 LE, then
+// zero bytes: 12 bytes in all, 32 for AEGIS-256); the 4-byte length is the associated data. A
 // record that fails to open (flipped, dropped, reordered, replayed or cut short) fails
 // every later read with EBADMSG (errno_status words it, kProtocol) and none of its bytes
 // are delivered: records are opened into the layer's own buffer and copied out only once
 // their tag verified. The key of a direction is replaced by a hash of itself every
 // kSealRecordsPerKey records, on both sides at the same record, so no key seals more than
-// 2^24 records (AES-GCM's bound for one key is far above that).
+// 2^24 records (AES-GCM's bound for one key is far above that; AEGIS-256's and
+// ChaCha20-Poly1305's farther).
 //
 // Semantics for the callers of send_some: bytes are reported sent only once the records
 // that hold them are wholly in the kernel; until then send_some answers "would block"
@@ -33,15 +35,20 @@
 #include <vector>
 
 #include "net/io.h"
+#include "remora/config.h"
 #include "remora/status.h"
 
 namespace remora::net {
 
 /// The AEAD a sealed socket uses. Numbers as the handshake's capability bits order them.
-enum class SealCipher : uint8_t { kAes256Gcm = 1, kChacha20Poly1305 = 2 };
+/// AEGIS-256 and AEGIS-128L need libsodium 1.0.19 or later at build time
+/// (cipher_available). AEGIS-128L uses the first 16 bytes of a SealKey.
+enum class SealCipher : uint8_t { kAes256Gcm = 1, kChacha20Poly1305 = 2, kAegis256 = 3, kAegis128l = 4 };
 
 inline constexpr size_t kSealKeySize = 32;
+/// The tag of AES-256-GCM and ChaCha20-Poly1305 records; AEGIS's is kSealTagMax.
 inline constexpr size_t kSealTagSize = 16;
+inline constexpr size_t kSealTagMax = 32;
 inline constexpr size_t kSealHeaderSize = 4;
 /// Most plaintext bytes in one record.
 inline constexpr size_t kSealRecordMax = size_t{64} << 10;
@@ -57,11 +64,47 @@ struct SealKeys {
   SealKey recv{};
 };
 
-/// "aes256gcm" or "chacha20poly1305" (REMORA_ENCRYPT's words).
+/// Every cipher, most preferred first: REMORA_ENCRYPT=on takes the first both sides offer
+/// (AEGIS-256 seals faster than AES-256-GCM with the same instructions). AEGIS-128L (a
+/// 128-bit key) comes last: `on` takes it only from a side that names it.
+inline constexpr std::array<SealCipher, 4> kSealCiphers{SealCipher::kAegis256, SealCipher::kAes256Gcm,
+                                                        SealCipher::kChacha20Poly1305, SealCipher::kAegis128l};
+
+/// A set of ciphers as bits, cipher number n as bit n-1 (1 AES-256-GCM, 2
+/// ChaCha20-Poly1305, 4 AEGIS-256, 8 AEGIS-128L): the store's AUTH offer carries these.
+constexpr uint8_t cipher_bit(SealCipher cipher) noexcept {
+  return static_cast<uint8_t>(1U << (static_cast<unsigned>(cipher) - 1));
+}
+
+/// The ciphers a side with `mode` offers (cipher_bit's): the one it names, or for `on`
+/// each this build and CPU runs (AEGIS and AES-256-GCM only with AES instructions,
+/// ChaCha20-Poly1305 always); 0 for off.
+uint8_t offered_ciphers(EncryptMode mode) noexcept;
+/// The most preferred cipher in `bits`; nullopt: none.
+std::optional<SealCipher> preferred_cipher(uint8_t bits) noexcept;
+/// The cipher when `bits` holds exactly one known one; nullopt otherwise.
+std::optional<SealCipher> single_cipher(uint8_t bits) noexcept;
+/// REMORA_ENCRYPT's word for an offer: "off", a cipher's name, or "on" for several.
+std::string_view offer_word(uint8_t bits) noexcept;
+
+/// The tag bytes a record of `cipher` ends with.
+constexpr size_t seal_tag_size(SealCipher cipher) noexcept {
+  return cipher == SealCipher::kAegis256 || cipher == SealCipher::kAegis128l ? kSealTagMax : kSealTagSize;
+}
+
+/// "aes256gcm", "chacha20poly1305", "aegis256" or "aegis128l" (REMORA_ENCRYPT's words).
 std::string_view cipher_name(SealCipher cipher) noexcept;
 
 /// Whether libsodium runs AES-256-GCM on this CPU (it needs AES-NI and CLMUL).
 bool aes256gcm_available() noexcept;
+
+/// Whether this build has `cipher`: AES-256-GCM where aes256gcm_available(),
+/// ChaCha20-Poly1305 always, AEGIS-256 and AEGIS-128L where the build's libsodium has
+/// them (1.0.19 on).
+bool cipher_available(SealCipher cipher) noexcept;
+
+/// The libsodium this build runs ("1.0.22"), for remora doctor and statistics.
+std::string_view sodium_version() noexcept;
 
 /// Attaches a sealing layer to the connected socket `fd` (see above). kInvalidArgument
 /// when one is attached already or `fd` is negative; kNoResource for a descriptor

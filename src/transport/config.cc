@@ -21,6 +21,7 @@
 #include "core/crc32c.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "net/seal.h"
 #include "transport/variables.h"
 #include "wire/auth.h"
 
@@ -66,11 +67,11 @@ constexpr std::string_view kPinWords[] = {"try", "require", "off"};
 constexpr std::string_view kPathWords[] = {"auto", "devmem", "zcrx", "staging"};
 constexpr std::string_view kZcrxModeWords[] = {"nic", "copy"};
 constexpr std::string_view kChecksumWords[] = {"none", "crc32c"};
-constexpr std::string_view kEncryptWords[] = {"off", "on", "aes256gcm", "chacha20poly1305"};
+constexpr std::string_view kEncryptWords[] = {"off", "on", "aes256gcm", "chacha20poly1305", "aegis256", "aegis128l"};
 constexpr std::string_view kAutoOff[] = {"auto", "off"};  // a switch: auto is true
 static_assert(static_cast<int>(PinMode::kOff) == 2 && static_cast<int>(DevicePathMode::kStaging) == 3 &&
                   static_cast<int>(ZcrxMode::kCopy) == 1 && static_cast<int>(ChecksumMode::kCrc32c) == 1 &&
-                  static_cast<int>(EncryptMode::kChacha20Poly1305) == 3,
+                  static_cast<int>(EncryptMode::kAegis128l) == 5,
               "the words follow the enumerations");
 
 constexpr const char* kContext = "Context";
@@ -251,7 +252,7 @@ constexpr ConfigVariable kVariables[] = {
      .choices = kEncryptWords,
      .field = "encrypt",
      .doc = "`on` (or a cipher): every byte on every connection sealed (AEAD); needs `REMORA_AUTH_KEY`; both sides "
-            "must agree (docs/encryption.md)"},
+            "must agree; `on` prefers AEGIS-256, then AES-256-GCM; `aegis128l` is the fastest (docs/encryption.md)"},
     {.name = "REMORA_SAME_HOST",
      .section = kContext,
      .kind = ConfigKind::kChoice,
@@ -526,6 +527,14 @@ Status Config::validate() const {
       return Status(StatusCode::kInvalidArgument,
                     "encrypt (REMORA_ENCRYPT): the keys are derived from the job secret, and none is set: set "
                     "REMORA_AUTH_KEY (or REMORA_AUTH_KEY_FILE), or REMORA_ENCRYPT=off");
+    }
+    if ((encrypt == EncryptMode::kAegis256 || encrypt == EncryptMode::kAegis128l) &&
+        !net::cipher_available(net::SealCipher::kAegis256)) {
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("encrypt (REMORA_ENCRYPT={}): this remora's libsodium ({}) lacks AEGIS, which came "
+                                "with 1.0.19 (scripts/lib/sodium.sh builds 1.0.22); choose aes256gcm, "
+                                "chacha20poly1305 or on",
+                                encrypt == EncryptMode::kAegis256 ? "aegis256" : "aegis128l", net::sodium_version()));
     }
     if (device_path == DevicePathMode::kDevmem || device_path == DevicePathMode::kZcrx) {
       return Status(StatusCode::kInvalidArgument,

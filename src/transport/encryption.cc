@@ -14,41 +14,50 @@ std::string_view mode_word(EncryptMode mode) noexcept {
     case EncryptMode::kOn: return "on";
     case EncryptMode::kAes256Gcm: return "aes256gcm";
     case EncryptMode::kChacha20Poly1305: return "chacha20poly1305";
+    case EncryptMode::kAegis256: return "aegis256";
+    case EncryptMode::kAegis128l: return "aegis128l";
   }
   return "off";
 }
 
-/// The REMORA_ENCRYPT a peer's offered bits stand for.
-std::string_view peer_word(uint64_t bits) noexcept {
-  bits &= wire::kCapSealMask;
-  if (bits == 0) return "off (or a remora without encryption)";
-  if (bits == wire::kCapSealMask) return "on";
-  return bits == wire::kCapSealAes256Gcm ? "aes256gcm" : "chacha20poly1305";
+/// HELLO capability bits ↔ net::cipher_bit sets.
+uint8_t ciphers_of(uint64_t capabilities) noexcept {
+  uint8_t bits = 0;
+  for (net::SealCipher c : net::kSealCiphers) {
+    if ((capabilities & cipher_capability(c)) != 0) bits |= net::cipher_bit(c);
+  }
+  return bits;
 }
 
 Status differ(const Config& config, uint64_t theirs, std::string_view peer) {
+  const uint8_t bits = ciphers_of(theirs);
   return Status(
       StatusCode::kUnsupported,
       fmt::format("encryption settings differ: this side has REMORA_ENCRYPT={}, peer {} has REMORA_ENCRYPT={}; "
                   "set the same REMORA_ENCRYPT on both sides (docs/encryption.md)",
-                  mode_word(config.encrypt), peer, peer_word(theirs)));
+                  mode_word(config.encrypt), peer,
+                  bits == 0 ? "off (or a remora without encryption)" : net::offer_word(bits)));
 }
 
 }  // namespace
 
 uint64_t encrypt_capabilities(const Config& config) noexcept {
-  switch (config.encrypt) {
-    case EncryptMode::kOff: return 0;
-    case EncryptMode::kOn:
-      return wire::kCapSealChacha20Poly1305 | (net::aes256gcm_available() ? wire::kCapSealAes256Gcm : 0);
-    case EncryptMode::kAes256Gcm: return wire::kCapSealAes256Gcm;
-    case EncryptMode::kChacha20Poly1305: return wire::kCapSealChacha20Poly1305;
+  const uint8_t bits = net::offered_ciphers(config.encrypt);
+  uint64_t caps = 0;
+  for (net::SealCipher c : net::kSealCiphers) {
+    if ((bits & net::cipher_bit(c)) != 0) caps |= cipher_capability(c);
   }
-  return 0;
+  return caps;
 }
 
 uint64_t cipher_capability(net::SealCipher cipher) noexcept {
-  return cipher == net::SealCipher::kAes256Gcm ? wire::kCapSealAes256Gcm : wire::kCapSealChacha20Poly1305;
+  switch (cipher) {
+    case net::SealCipher::kAes256Gcm: return wire::kCapSealAes256Gcm;
+    case net::SealCipher::kChacha20Poly1305: return wire::kCapSealChacha20Poly1305;
+    case net::SealCipher::kAegis256: return wire::kCapSealAegis256;
+    case net::SealCipher::kAegis128l: return wire::kCapSealAegis128l;
+  }
+  return 0;
 }
 
 Result<std::optional<net::SealCipher>> listener_cipher(const Config& config, uint64_t peer_capabilities,
@@ -56,10 +65,9 @@ Result<std::optional<net::SealCipher>> listener_cipher(const Config& config, uin
   const uint64_t ours = encrypt_capabilities(config);
   const uint64_t theirs = peer_capabilities & wire::kCapSealMask;
   if (ours == 0 && theirs == 0) return std::optional<net::SealCipher>();
-  const uint64_t common = ours & theirs;
-  if (common == 0) return differ(config, theirs, peer);
-  return std::optional<net::SealCipher>((common & wire::kCapSealAes256Gcm) != 0 ? net::SealCipher::kAes256Gcm
-                                                                                : net::SealCipher::kChacha20Poly1305);
+  const std::optional<net::SealCipher> chosen = net::preferred_cipher(ciphers_of(ours & theirs));
+  if (!chosen) return differ(config, theirs, peer);
+  return chosen;
 }
 
 Result<std::optional<net::SealCipher>> client_cipher(const Config& config, uint64_t ack_capabilities, bool accepted,
@@ -69,13 +77,13 @@ Result<std::optional<net::SealCipher>> client_cipher(const Config& config, uint6
   if (ours == 0 && theirs == 0) return std::optional<net::SealCipher>();
   if ((ours & theirs) == 0) return differ(config, theirs, peer);
   if (!accepted) return std::optional<net::SealCipher>();  // they agree: refused for another reason
-  if (theirs != wire::kCapSealAes256Gcm && theirs != wire::kCapSealChacha20Poly1305) {
+  const std::optional<net::SealCipher> one = net::single_cipher(ciphers_of(theirs));
+  if (!one) {
     return Status(StatusCode::kProtocol,
                   fmt::format("{} accepted the connection naming more than one cipher (capabilities 0x{:x})", peer,
                               ack_capabilities));
   }
-  return std::optional<net::SealCipher>(theirs == wire::kCapSealAes256Gcm ? net::SealCipher::kAes256Gcm
-                                                                          : net::SealCipher::kChacha20Poly1305);
+  return one;
 }
 
 Status seal_connection(int fd, net::SealCipher cipher, const AuthKey& key, const SealMaterial& material, bool server) {

@@ -26,15 +26,15 @@ struct SealMaterial {
   wire::AuthNonce client_nonce{};
 };
 
-/// The HELLO bits a side with this configuration offers (wire::kCapSeal*; 0: off). `on`
-/// offers ChaCha20-Poly1305, and AES-256-GCM where this CPU runs it.
+/// The HELLO bits a side with this configuration offers (wire::kCapSeal*; 0: off): those
+/// of net::offered_ciphers.
 uint64_t encrypt_capabilities(const Config& config) noexcept;
 
 /// The one bit of `cipher`.
 uint64_t cipher_capability(net::SealCipher cipher) noexcept;
 
 /// A listener's choice for a HELLO that offered `peer_capabilities`: nullopt when
-/// neither side encrypts; AES-256-GCM when both may use it, else ChaCha20-Poly1305.
+/// neither side encrypts; the first of net::kSealCiphers both offer.
 /// kUnsupported, naming REMORA_ENCRYPT on both sides, when only one side encrypts or
 /// they share no cipher.
 Result<std::optional<net::SealCipher>> listener_cipher(const Config& config, uint64_t peer_capabilities,

@@ -35,11 +35,14 @@ using AuthKeyBytes = std::array<std::byte, kAuthKeySize>;
 
 /// Byte 5 of a store connection's AUTH request and challenge (REMORA_ENCRYPT): bits
 /// of the ciphers a client offers, and the one a store chose (its whole offer when they
-/// do not agree). Numbered as the handshake's cipher numbers (1 AES-256-GCM, 2
-/// ChaCha20-Poly1305). Endpoints agree their cipher in HELLO instead and send 0.
+/// do not agree): net::cipher_bit of each (1 AES-256-GCM, 2 ChaCha20-Poly1305, 4
+/// AEGIS-256, 8 AEGIS-128L). Endpoints agree their cipher in HELLO instead and send 0.
 inline constexpr uint8_t kAuthSealAes256Gcm = 1;
 inline constexpr uint8_t kAuthSealChacha20Poly1305 = 2;
-inline constexpr uint8_t kAuthSealMask = kAuthSealAes256Gcm | kAuthSealChacha20Poly1305;
+inline constexpr uint8_t kAuthSealAegis256 = 4;
+inline constexpr uint8_t kAuthSealAegis128l = 8;
+inline constexpr uint8_t kAuthSealMask =
+    kAuthSealAes256Gcm | kAuthSealChacha20Poly1305 | kAuthSealAegis256 | kAuthSealAegis128l;
 
 struct AuthMessage {
   AuthStep step = AuthStep::kRequest;

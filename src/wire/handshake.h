@@ -34,14 +34,18 @@ inline constexpr uint64_t kCapSameHost = uint64_t{1} << 3;
 /// both set it, the listener's RAILS message (below) follows the HELLO_ACK.
 inline constexpr uint64_t kCapRails = uint64_t{1} << 4;
 /// Seals every byte after the handshake (REMORA_ENCRYPT, docs/encryption.md) with
-/// AES-256-GCM / ChaCha20-Poly1305. A HELLO sets each cipher it may use; an accepted
+/// AES-256-GCM / ChaCha20-Poly1305 / AEGIS-256 (bit 8). A HELLO sets each cipher it may use; an accepted
 /// HELLO_ACK sets exactly the one chosen. Like checksums they must agree: a listener
 /// refuses a HELLO whose bits it cannot match (and one with bits when it does not
 /// encrypt), and a client refuses an ACK without the bit it needs. Only with kCapAuth:
 /// the keys come from the AUTH exchange.
 inline constexpr uint64_t kCapSealAes256Gcm = uint64_t{1} << 5;
 inline constexpr uint64_t kCapSealChacha20Poly1305 = uint64_t{1} << 6;
-inline constexpr uint64_t kCapSealMask = kCapSealAes256Gcm | kCapSealChacha20Poly1305;
+/// Bits 8 and 9: AEGIS-256 and AEGIS-128L (libsodium 1.0.19 on), the rules of bits 5 and 6.
+inline constexpr uint64_t kCapSealAegis256 = uint64_t{1} << 8;
+inline constexpr uint64_t kCapSealAegis128l = uint64_t{1} << 9;
+inline constexpr uint64_t kCapSealMask =
+    kCapSealAes256Gcm | kCapSealChacha20Poly1305 | kCapSealAegis256 | kCapSealAegis128l;
 /// Understands SHM frames (type 16) and may move its control stream into a ring in shared
 /// memory with a peer on its own host (REMORA_SAME_HOST, docs/protocol.md "Shared-memory
 /// channel"). Used only when both sides also advertised kCapSameHost.

@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "net/seal.h"
 #include "net/socket.h"
 #include "zerocopy/dmabuf_source.h"
 #include "zerocopy/ethtool_nl.h"
@@ -347,6 +348,22 @@ ProbeAnswer kernel_tls_answer() {
       "REMORA_ENCRYPT seals in user space (libsodium); NIC offload (TLS or PSP) is not probed");
 }
 
+ProbeAnswer sealing_answer() {
+  std::string ciphers;
+  for (net::SealCipher c : net::kSealCiphers) {
+    if (!net::cipher_available(c)) continue;
+    if (!ciphers.empty()) ciphers += ", ";
+    ciphers += net::cipher_name(c);
+  }
+  const std::optional<net::SealCipher> on = net::preferred_cipher(net::offered_ciphers(EncryptMode::kOn));
+  std::string detail = fmt::format("libsodium {}: {}; REMORA_ENCRYPT=on prefers {}", net::sodium_version(), ciphers,
+                                   on ? net::cipher_name(*on) : "none");
+  if (!net::cipher_available(net::SealCipher::kAegis256)) {
+    detail += " (no AEGIS-256: this libsodium predates 1.0.19; scripts/lib/sodium.sh builds 1.0.22)";
+  }
+  return yes(detail);
+}
+
 }  // namespace
 
 Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& options) {
@@ -401,6 +418,7 @@ Result<CapabilityReport> probe_capabilities(const CapabilityProbeOptions& option
   host.msg_zerocopy = msg_zerocopy_answer();
   host.zcrx_copy = zcrx_copy_answer();
   host.kernel_tls = kernel_tls_answer();
+  host.sealing = sealing_answer();
 
   for (const auto& [name, index] : ifaces) {
     InterfaceCapabilities c;

@@ -29,8 +29,12 @@ using remora::net::SealCipher;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const SealCipher cipher = (data[0] & 1) != 0 ? SealCipher::kAes256Gcm : SealCipher::kChacha20Poly1305;
-  if (cipher == SealCipher::kAes256Gcm && !remora::net::aes256gcm_available()) return 0;
+  // The first byte picks the cipher: 0 ChaCha20-Poly1305, 1 AES-256-GCM, 2 AEGIS-256,
+  // 3 AEGIS-128L (mod 4).
+  constexpr SealCipher kByByte[] = {SealCipher::kChacha20Poly1305, SealCipher::kAes256Gcm, SealCipher::kAegis256,
+                                    SealCipher::kAegis128l};
+  const SealCipher cipher = kByByte[data[0] % 4];
+  if (!remora::net::cipher_available(cipher)) return 0;
   const std::span<const std::byte> stream(reinterpret_cast<const std::byte*>(data) + 1, size - 1);
   if (stream.size() > (size_t{1} << 20)) return 0;  // longer inputs reach nothing new
 
@@ -75,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!closed) ::close(fds[0]);
   // Each record costs a header and a tag on top of what it carries.
   REMORA_FUZZ_CHECK(
-      plaintext + (plaintext > 0 ? remora::net::kSealHeaderSize + remora::net::kSealTagSize : 0) <= stream.size(),
+      plaintext + (plaintext > 0 ? remora::net::kSealHeaderSize + remora::net::seal_tag_size(cipher) : 0) <= stream.size(),
       "no plaintext that the bytes could not have carried");
   remora::net::unseal_socket(fds[1]);
   ::close(fds[1]);

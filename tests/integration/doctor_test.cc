@@ -100,9 +100,15 @@ nlohmann::json parse_report(const DoctorRun& r) {
   }
   EXPECT_NE(doc["hardware_note"].get<std::string>().find("devmem-capable hardware"), std::string::npos);
   for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "zcrx_copy",
-                          "kernel_tls", "same_host_pulls", "rxq", "cuda"}) {
+                          "kernel_tls", "sealing", "same_host_pulls", "rxq", "cuda"}) {
     expect_answer(doc["host"][key], std::string("host ") + key);
   }
+  // The ciphers REMORA_ENCRYPT has here: ChaCha20-Poly1305 always, and the one `on` takes.
+  const auto& sealing = doc["host"]["sealing"];
+  EXPECT_EQ(sealing["state"], "yes") << sealing.dump();
+  EXPECT_NE(sealing["detail"].get<std::string>().find("chacha20poly1305"), std::string::npos) << sealing.dump();
+  EXPECT_NE(sealing["detail"].get<std::string>().find("REMORA_ENCRYPT=on prefers"), std::string::npos)
+      << sealing.dump();
   // Kernel TLS was tried on a real socket: a yes says it is not used; a no carries the
   // kernel's errno (ENOENT where the tls module is not built, as on this project's hosts).
   const auto& ktls = doc["host"]["kernel_tls"];

@@ -76,12 +76,13 @@ enum class Tamper { kNone, kFlip, kDrop, kReplay, kReorder };
 
 /// Relays every connection made to it to `target` (accepted in order: the control
 /// stream, then data streams 0, 1, ...), recording every byte both ways. On connection
-/// `victim` it parses the client's records after the handshake (HELLO and AUTH response,
-/// 120 bytes) and applies `tamper` to record `record`.
+/// `victim` it parses the client's records (`tag` bytes of tag each) after the handshake
+/// (HELLO and AUTH response, 120 bytes) and applies `tamper` to record `record`.
 class Relay {
  public:
-  Relay(uint16_t target, size_t victim = 0, Tamper tamper = Tamper::kNone, size_t record = 0)
-      : target_(target), victim_(victim), tamper_(tamper), record_(record) {
+  Relay(uint16_t target, size_t victim = 0, Tamper tamper = Tamper::kNone, size_t record = 0,
+        size_t tag = net::kSealTagSize)
+      : target_(target), victim_(victim), tamper_(tamper), record_(record), tag_(tag) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -193,7 +194,7 @@ class Relay {
     }
     while (c.handshake_left == 0 && c.pending.size() - at >= net::kSealHeaderSize) {
       const uint32_t len = core::load_u32(reinterpret_cast<const std::byte*>(c.pending.data() + at));
-      const size_t whole = net::kSealHeaderSize + len + net::kSealTagSize;
+      const size_t whole = net::kSealHeaderSize + len + tag_;
       if (c.pending.size() - at < whole) break;
       std::vector<uint8_t> rec(c.pending.begin() + static_cast<ptrdiff_t>(at),
                                c.pending.begin() + static_cast<ptrdiff_t>(at + whole));
@@ -219,6 +220,7 @@ class Relay {
   size_t victim_;
   Tamper tamper_;
   size_t record_;
+  size_t tag_;
   int fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -310,6 +312,10 @@ class Encrypted : public ::testing::TestWithParam<std::tuple<EncryptMode, uint32
 TEST_P(Encrypted, EveryTransferKindIntact) {
   const auto [mode, streams] = GetParam();
   if (mode == EncryptMode::kAes256Gcm && !net::aes256gcm_available()) GTEST_SKIP() << "no AES-NI on this CPU";
+  if ((mode == EncryptMode::kAegis256 || mode == EncryptMode::kAegis128l) &&
+      !net::cipher_available(net::SealCipher::kAegis256)) {
+    GTEST_SKIP() << "built with libsodium " << net::sodium_version() << ", which has no AEGIS-256";
+  }
   Pair p;
   uint16_t port = 0;
   ASSERT_TRUE(p.connect(mode, mode, streams, &port).is_ok());
@@ -352,7 +358,8 @@ TEST(EncryptionSettings, ASealedEndpointKeepsItsControlStreamOffTheSharedMemoryC
 
 INSTANTIATE_TEST_SUITE_P(Modes, Encrypted,
                          ::testing::Combine(::testing::Values(EncryptMode::kOn, EncryptMode::kAes256Gcm,
-                                                              EncryptMode::kChacha20Poly1305),
+                                                              EncryptMode::kChacha20Poly1305, EncryptMode::kAegis256,
+                                                              EncryptMode::kAegis128l),
                                             ::testing::Values(1u, 2u)));
 
 bool contains(const std::vector<uint8_t>& hay, std::span<const std::byte> needle) {
@@ -533,13 +540,20 @@ void veth_capture(EncryptMode mode, bool expect_visible) {
 TEST(EncryptionCapture, PlainTrafficOnAVethShowsPatternAndKey) { veth_capture(EncryptMode::kOff, true); }
 TEST(EncryptionCapture, SealedTrafficOnAVethShowsNeither) { veth_capture(EncryptMode::kOn, false); }
 
+/// The cipher both sides with `mode` seal with (this build's choice for `on`).
+std::optional<net::SealCipher> cipher_of(EncryptMode mode) {
+  return net::preferred_cipher(net::offered_ciphers(mode));
+}
+
 /// The relay tampers with record `record` of connection `victim` (0: control, 1: data
 /// stream 0) on the way to the server; the client keeps sending, so records follow it.
-void tamper(size_t victim, Tamper what, size_t record) {
+void tamper(size_t victim, Tamper what, size_t record, EncryptMode mode) {
+  const std::optional<net::SealCipher> cipher = cipher_of(mode);
+  if (!cipher || !net::cipher_available(*cipher)) GTEST_SKIP() << "this build or CPU lacks the cipher";
   Pair p;
   uint16_t port = 0;
-  ASSERT_TRUE(p.connect(EncryptMode::kOn, EncryptMode::kOn, 1, &port).is_ok());
-  Relay relay(port, victim, what, record);
+  ASSERT_TRUE(p.connect(mode, mode, 1, &port).is_ok());
+  Relay relay(port, victim, what, record, net::seal_tag_size(*cipher));
   ASSERT_TRUE(p.finish(relay.address()).is_ok());
   constexpr size_t kBytes = 1024 * 1024;
   const auto payload = pattern(kBytes, 9);
@@ -577,17 +591,29 @@ struct TamperCase {
   size_t victim;
   Tamper what;
   size_t record;
+  EncryptMode mode = EncryptMode::kOn;
 };
 class Tampered : public ::testing::TestWithParam<TamperCase> {};
 TEST_P(Tampered, EndpointFailsAndNothingInvalidIsDelivered) {
   const TamperCase t = GetParam();
-  tamper(t.victim, t.what, t.record);
+  tamper(t.victim, t.what, t.record, t.mode);
 }
-INSTANTIATE_TEST_SUITE_P(Records, Tampered,
-                         ::testing::Values(TamperCase{0, Tamper::kFlip, 2}, TamperCase{0, Tamper::kDrop, 2},
-                                           TamperCase{0, Tamper::kReplay, 2}, TamperCase{0, Tamper::kReorder, 2},
-                                           TamperCase{1, Tamper::kFlip, 0}, TamperCase{1, Tamper::kDrop, 3},
-                                           TamperCase{1, Tamper::kReplay, 1}, TamperCase{1, Tamper::kReorder, 1}));
+// Every tamper with `on`'s cipher (AEGIS-256 where the build has it); a flip and a
+// replay on a data stream with each named cipher too.
+INSTANTIATE_TEST_SUITE_P(
+    Records, Tampered,
+    ::testing::Values(TamperCase{0, Tamper::kFlip, 2}, TamperCase{0, Tamper::kDrop, 2},
+                      TamperCase{0, Tamper::kReplay, 2}, TamperCase{0, Tamper::kReorder, 2},
+                      TamperCase{1, Tamper::kFlip, 0}, TamperCase{1, Tamper::kDrop, 3},
+                      TamperCase{1, Tamper::kReplay, 1}, TamperCase{1, Tamper::kReorder, 1},
+                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAes256Gcm},
+                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAes256Gcm},
+                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kChacha20Poly1305},
+                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kChacha20Poly1305},
+                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAegis256},
+                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAegis256},
+                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAegis128l},
+                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAegis128l}));
 
 Status connect_modes(EncryptMode server_mode, EncryptMode client_mode) {
   Pair p;
@@ -603,28 +629,54 @@ Status connect_modes(EncryptMode server_mode, EncryptMode client_mode) {
 TEST(EncryptionSettings, MismatchRefusedAtConnectNamingTheSetting) {
   for (auto [server_mode, client_mode] :
        {std::pair{EncryptMode::kOn, EncryptMode::kOff}, std::pair{EncryptMode::kOff, EncryptMode::kOn},
-        std::pair{EncryptMode::kAes256Gcm, EncryptMode::kChacha20Poly1305}}) {
-    if (server_mode == EncryptMode::kAes256Gcm && !net::aes256gcm_available()) continue;
+        std::pair{EncryptMode::kAes256Gcm, EncryptMode::kChacha20Poly1305},
+        std::pair{EncryptMode::kAegis256, EncryptMode::kAes256Gcm},
+        std::pair{EncryptMode::kAegis128l, EncryptMode::kAegis256}}) {
+    if (!net::aes256gcm_available()) continue;
+    if ((server_mode == EncryptMode::kAegis256 || server_mode == EncryptMode::kAegis128l) &&
+        !net::cipher_available(net::SealCipher::kAegis256)) {
+      continue;
+    }
     const Status s = connect_modes(server_mode, client_mode);
     EXPECT_EQ(s.code(), StatusCode::kUnsupported) << describe(s);
     EXPECT_NE(s.message().find("REMORA_ENCRYPT"), std::string::npos) << s.message();
   }
 }
 
-TEST(EncryptionSettings, OnMeetsNamedCipher) {
-  Pair p;
-  uint16_t port = 0;
-  ASSERT_TRUE(p.connect(EncryptMode::kOn, EncryptMode::kChacha20Poly1305, 1, &port).is_ok());
-  ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(port)).is_ok());
-  const auto msg = pattern(200000, 5);
-  std::vector<std::byte> in(msg.size());
-  Request r = p.s->recv(in, Tag{1});
-  ASSERT_TRUE(p.c->send(msg, Tag{1}).wait(30s).is_ok());
-  ASSERT_TRUE(r.wait(30s).is_ok());
-  EXPECT_TRUE(in == msg);
-  // A server that takes either cipher meets the client's choice; both sides say which.
-  EXPECT_EQ(p.c->stats().encryption, "chacha20poly1305");
-  EXPECT_EQ(p.s->stats().encryption, "chacha20poly1305");
+// `on` takes the first cipher of net::kSealCiphers both sides offer: AEGIS-256 between
+// two builds that have it, the cipher a side names (AES-256-GCM, ChaCha20-Poly1305,
+// AEGIS-128L) with that side, both sides saying which; a build without AEGIS refuses to
+// be asked for it by name.
+TEST(EncryptionSettings, OnPrefersAegisAndMeetsANamedCipher) {
+  if (!net::aes256gcm_available()) GTEST_SKIP() << "no AES-NI on this CPU";
+  const bool aegis = net::cipher_available(net::SealCipher::kAegis256);
+  if (!aegis) {
+    auto r = Context::create(ContextOptions{
+        .encrypt = EncryptMode::kAegis256, .auth_key = key_of("encryption test secret"), .ignore_env = true});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(r.status().message().find("aegis256"), std::string::npos) << r.status().message();
+  }
+  for (EncryptMode client_mode :
+       {EncryptMode::kOn, EncryptMode::kAes256Gcm, EncryptMode::kChacha20Poly1305, EncryptMode::kAegis128l}) {
+    if (client_mode == EncryptMode::kAegis128l && !aegis) continue;
+    Pair p;
+    uint16_t port = 0;
+    ASSERT_TRUE(p.connect(EncryptMode::kOn, client_mode, 1, &port).is_ok());
+    ASSERT_TRUE(p.finish("127.0.0.1:" + std::to_string(port)).is_ok());
+    const auto msg = pattern(300000, 6);
+    std::vector<std::byte> in(msg.size());
+    Request r = p.s->recv(in, Tag{1});
+    ASSERT_TRUE(p.c->send(msg, Tag{1}).wait(30s).is_ok());
+    ASSERT_TRUE(r.wait(30s).is_ok());
+    EXPECT_TRUE(in == msg);
+    const std::string want = client_mode == EncryptMode::kAegis128l         ? "aegis128l"
+                             : client_mode == EncryptMode::kChacha20Poly1305 ? "chacha20poly1305"
+                             : client_mode == EncryptMode::kOn && aegis      ? "aegis256"
+                                                                             : "aes256gcm";
+    EXPECT_EQ(p.c->stats().encryption, want);
+    EXPECT_EQ(p.s->stats().encryption, want);
+  }
 }
 
 TEST(EncryptionSettings, NoSecretRefusedAtCreate) {
@@ -719,13 +771,14 @@ TEST(EncryptionStore, MismatchRefusedNamingTheSetting) {
 }
 
 TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
-  for (net::SealCipher cipher : {net::SealCipher::kAes256Gcm, net::SealCipher::kChacha20Poly1305}) {
-    if (cipher == net::SealCipher::kAes256Gcm && !net::aes256gcm_available()) continue;
+  for (net::SealCipher cipher : net::kSealCiphers) {
+    if (!net::cipher_available(cipher)) continue;
+    SCOPED_TRACE(std::string(net::cipher_name(cipher)));
     net::SealKey key{};
     key[0] = std::byte{7};
     const auto plain = pattern(1000, 3);
     auto rec = net::seal_record(cipher, key, 5, plain);
-    ASSERT_EQ(rec.size(), plain.size() + net::kSealHeaderSize + net::kSealTagSize);
+    ASSERT_EQ(rec.size(), plain.size() + net::kSealHeaderSize + net::seal_tag_size(cipher));
     auto opened = net::open_record(cipher, key, 5, rec);
     ASSERT_TRUE(opened) << describe(opened.status());
     EXPECT_TRUE(*opened == plain);

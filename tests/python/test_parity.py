@@ -445,7 +445,7 @@ def test_encrypt_seals_an_endpoint_and_refuses_a_plain_peer():
     p = Pair(auth_key="the job secret", encrypt="on", same_host_pulls=False, eager_limit=4096,
              chunk_bytes=64 * 1024)
     try:
-        assert p.init.stats()["encryption"] in ("aes256gcm", "chacha20poly1305")
+        assert p.init.stats()["encryption"] in ("aegis256", "aegis128l", "aes256gcm", "chacha20poly1305")
         assert p.target.stats()["encryption"] == p.init.stats()["encryption"]
         assert p.target_ctx.config()["encrypt"] == remora.EncryptMode.ON
         for size in (8, 4096, 1 << 20):
