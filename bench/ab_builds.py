@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/ab_builds.py — two builds of remora against each other on the same loopback path:
+"""bench/ab_builds.py — two builds of remora against each other on the same path (loopback, or --netns):
 `remora bench p2p` (or, with --bench rma, `remora bench rma` puts and gets) bandwidth and
 latency of the baseline build and of the candidate, in back-to-back pairs of alternating
 order (this host's throughput flips between a slow and a fast state for seconds to
@@ -21,12 +21,19 @@ One build against itself under two environments (a setting's cost, e.g. REMORA_E
       --candidate-env REMORA_SAME_HOST=off,REMORA_ENCRYPT=on,REMORA_AUTH_KEY=bench
 (each --*-env is comma-separated NAME=VALUE added to that side's environment).
 
+--netns: the two processes of each run in two network namespaces joined by a veth
+(TCP through the kernel's veth, as between hosts, instead of loopback): the follower
+(`bench ... --listen`) in one, the driver (`--peer`) in the other, each with its side's
+environment. Needs root; the namespaces are made for the run and removed after it.
+
 A baseline build of an earlier commit: `git worktree add /tmp/old <commit>`, then
 `cmake --preset release && cmake --build build/release --target remora_tool` there.
 Exit code 0, or 1 when a run failed (its output is printed). On a terminal a progress
 line on stderr says which run is going and about how long is left (bench/lib_progress.py).
 """
 import argparse
+import itertools
+import select
 import json
 import os
 import statistics
@@ -46,14 +53,62 @@ def env_of(spec):
     return env
 
 
-def run_bench(binary, bench, mode, sizes, iters, env=None):
+NETNS = ("remora-ab-a", "remora-ab-b")
+NETNS_ADDR = "10.231.7.2"
+_ports = itertools.count(47100)
+
+
+def netns_up():
+    """Two namespaces and a veth between them (10.231.7.1 and NETNS_ADDR)."""
+    netns_down()
+    a, b = NETNS
+    for cmd in (f"ip netns add {a}", f"ip netns add {b}",
+                f"ip link add rab-a netns {a} type veth peer name rab-b netns {b}",
+                f"ip -n {a} addr add 10.231.7.1/24 dev rab-a", f"ip -n {b} addr add {NETNS_ADDR}/24 dev rab-b",
+                f"ip -n {a} link set rab-a up", f"ip -n {b} link set rab-b up",
+                f"ip -n {a} link set lo up", f"ip -n {b} link set lo up"):
+        subprocess.run(cmd.split(), check=True)
+
+
+def netns_down():
+    for ns in NETNS:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def start_follower(binary, bench, env):
+    """The --listen side in the second namespace, once it says it is waiting for a driver."""
+    address = f"{NETNS_ADDR}:{next(_ports)}"
+    proc = subprocess.Popen(["ip", "netns", "exec", NETNS[1], binary, "bench", bench, "--listen", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0, env=env)
+    seen = b""
+    while b"waiting for a driver" not in seen:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+        if not chunk:
+            proc.kill()
+            raise SystemExit(f"ab_builds: the follower did not start listening on {address}:\n{seen.decode()}")
+        seen += chunk
+    return proc, address
+
+
+def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False):
     """One `remora bench p2p|rma` run; {size: bandwidth MB/s (a *bw mode) or average latency us}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         command = [binary, "bench", bench, "--mode", mode, "--sizes", sizes, "--json", out]
         if iters:
             command += ["--iters", str(iters)]
+        follower = None
+        if netns:
+            follower, address = start_follower(binary, bench, env)
+            command = ["ip", "netns", "exec", NETNS[0]] + command + ["--peer", address]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        if follower:
+            try:
+                follower.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                follower.kill()
+            follower.stdout.close()
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout + proc.stderr)
             raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
@@ -86,7 +141,18 @@ def main():
     ap.add_argument("--baseline-env")
     ap.add_argument("--candidate-env")
     ap.add_argument("--json")
+    ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
     a = ap.parse_args()
+    if a.netns:
+        netns_up()
+    try:
+        return compare(a)
+    finally:
+        if a.netns:
+            netns_down()
+
+
+def compare(a):
     envs = {"baseline": env_of(a.baseline_env), "candidate": env_of(a.candidate_env)}
     cases = cases_of(a)
     ratios, values = {}, {}
@@ -99,7 +165,7 @@ def main():
             got = {}
             for name, binary in order:
                 progress.step(f"pair {pair + 1} of {a.pairs}: {name} bench {a.bench} --mode {mode} --sizes {sizes}")
-                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name])
+                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name], a.netns)
             for size, base in got["baseline"].items():
                 cand = got["candidate"][size]
                 ratios.setdefault((mode, size), []).append(cand / base)
@@ -116,6 +182,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"baseline": a.baseline, "candidate": a.candidate, "baseline_env": a.baseline_env,
                        "candidate_env": a.candidate_env, "bench": a.bench, "pairs": a.pairs,
+                       "path": "veth between two network namespaces" if a.netns else "loopback",
                        "results": [{"mode": m, "size": s, "median_ratio": statistics.median(rs),
                                     "ratios": rs, "values": values[(m, s)]} for (m, s), rs in ratios.items()]},
                       f, indent=2)
