@@ -329,10 +329,9 @@ void sealed() {
   using remora::net::SealCipher;
   // The cipher byte as seal_fuzz reads it: 0 ChaCha20-Poly1305, 1 AES-256-GCM, 2 AEGIS-256,
   // 3 AEGIS-128L.
-  for (const auto& [cipher, byte] : {std::pair{SealCipher::kChacha20Poly1305, uint8_t{0}},
-                                     std::pair{SealCipher::kAes256Gcm, uint8_t{1}},
-                                     std::pair{SealCipher::kAegis256, uint8_t{2}},
-                                     std::pair{SealCipher::kAegis128l, uint8_t{3}}}) {
+  for (const auto& [cipher, byte] :
+       {std::pair{SealCipher::kChacha20Poly1305, uint8_t{0}}, std::pair{SealCipher::kAes256Gcm, uint8_t{1}},
+        std::pair{SealCipher::kAegis256, uint8_t{2}}, std::pair{SealCipher::kAegis128l, uint8_t{3}}}) {
     if (!remora::net::cipher_available(cipher)) continue;
     std::vector<std::byte> plain(300);
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<std::byte>(i * 13);

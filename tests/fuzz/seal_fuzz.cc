@@ -79,7 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!closed) ::close(fds[0]);
   // Each record costs a header and a tag on top of what it carries.
   REMORA_FUZZ_CHECK(
-      plaintext + (plaintext > 0 ? remora::net::kSealHeaderSize + remora::net::seal_tag_size(cipher) : 0) <= stream.size(),
+      plaintext + (plaintext > 0 ? remora::net::kSealHeaderSize + remora::net::seal_tag_size(cipher) : 0) <=
+          stream.size(),
       "no plaintext that the bytes could not have carried");
   remora::net::unseal_socket(fds[1]);
   ::close(fds[1]);

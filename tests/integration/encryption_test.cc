@@ -541,9 +541,7 @@ TEST(EncryptionCapture, PlainTrafficOnAVethShowsPatternAndKey) { veth_capture(En
 TEST(EncryptionCapture, SealedTrafficOnAVethShowsNeither) { veth_capture(EncryptMode::kOn, false); }
 
 /// The cipher both sides with `mode` seal with (this build's choice for `on`).
-std::optional<net::SealCipher> cipher_of(EncryptMode mode) {
-  return net::preferred_cipher(net::offered_ciphers(mode));
-}
+std::optional<net::SealCipher> cipher_of(EncryptMode mode) { return net::preferred_cipher(net::offered_ciphers(mode)); }
 
 /// The relay tampers with record `record` of connection `victim` (0: control, 1: data
 /// stream 0) on the way to the server; the client keeps sending, so records follow it.
@@ -600,20 +598,19 @@ TEST_P(Tampered, EndpointFailsAndNothingInvalidIsDelivered) {
 }
 // Every tamper with `on`'s cipher (AEGIS-256 where the build has it); a flip and a
 // replay on a data stream with each named cipher too.
-INSTANTIATE_TEST_SUITE_P(
-    Records, Tampered,
-    ::testing::Values(TamperCase{0, Tamper::kFlip, 2}, TamperCase{0, Tamper::kDrop, 2},
-                      TamperCase{0, Tamper::kReplay, 2}, TamperCase{0, Tamper::kReorder, 2},
-                      TamperCase{1, Tamper::kFlip, 0}, TamperCase{1, Tamper::kDrop, 3},
-                      TamperCase{1, Tamper::kReplay, 1}, TamperCase{1, Tamper::kReorder, 1},
-                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAes256Gcm},
-                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAes256Gcm},
-                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kChacha20Poly1305},
-                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kChacha20Poly1305},
-                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAegis256},
-                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAegis256},
-                      TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAegis128l},
-                      TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAegis128l}));
+INSTANTIATE_TEST_SUITE_P(Records, Tampered,
+                         ::testing::Values(TamperCase{0, Tamper::kFlip, 2}, TamperCase{0, Tamper::kDrop, 2},
+                                           TamperCase{0, Tamper::kReplay, 2}, TamperCase{0, Tamper::kReorder, 2},
+                                           TamperCase{1, Tamper::kFlip, 0}, TamperCase{1, Tamper::kDrop, 3},
+                                           TamperCase{1, Tamper::kReplay, 1}, TamperCase{1, Tamper::kReorder, 1},
+                                           TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAes256Gcm},
+                                           TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAes256Gcm},
+                                           TamperCase{1, Tamper::kFlip, 2, EncryptMode::kChacha20Poly1305},
+                                           TamperCase{1, Tamper::kReplay, 1, EncryptMode::kChacha20Poly1305},
+                                           TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAegis256},
+                                           TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAegis256},
+                                           TamperCase{1, Tamper::kFlip, 2, EncryptMode::kAegis128l},
+                                           TamperCase{1, Tamper::kReplay, 1, EncryptMode::kAegis128l}));
 
 Status connect_modes(EncryptMode server_mode, EncryptMode client_mode) {
   Pair p;
@@ -670,7 +667,7 @@ TEST(EncryptionSettings, OnPrefersAegisAndMeetsANamedCipher) {
     ASSERT_TRUE(p.c->send(msg, Tag{1}).wait(30s).is_ok());
     ASSERT_TRUE(r.wait(30s).is_ok());
     EXPECT_TRUE(in == msg);
-    const std::string want = client_mode == EncryptMode::kAegis128l         ? "aegis128l"
+    const std::string want = client_mode == EncryptMode::kAegis128l          ? "aegis128l"
                              : client_mode == EncryptMode::kChacha20Poly1305 ? "chacha20poly1305"
                              : client_mode == EncryptMode::kOn && aegis      ? "aegis256"
                                                                              : "aes256gcm";

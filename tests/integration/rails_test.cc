@@ -133,8 +133,9 @@ TEST(Rails, SealedRailsCarryTheTransferEveryByteChecked) {
   const uint64_t size = 16ull << 20;
   const Outcome o = transfer(net, size, "rlb", {"REMORA_AUTH_KEY=rails-and-seals", "REMORA_ENCRYPT=on"});
   expect_both_rails_carried(net, o, size);
-  EXPECT_TRUE(o.connector_sealed == "aegis256" || o.connector_sealed == "aegis128l" || o.connector_sealed == "aes256gcm" ||
-              o.connector_sealed == "chacha20poly1305") << o.connector_sealed;
+  EXPECT_TRUE(o.connector_sealed == "aegis256" || o.connector_sealed == "aegis128l" ||
+              o.connector_sealed == "aes256gcm" || o.connector_sealed == "chacha20poly1305")
+      << o.connector_sealed;
   EXPECT_EQ(o.listener_sealed, o.connector_sealed);
 }
 
