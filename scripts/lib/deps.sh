@@ -15,6 +15,7 @@ REMORA_APT_PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libcap-dev libsodium-dev
   libmnl-dev liburing-dev
+  curl  # scripts/lib/sodium.sh fetches libsodium 1.0.22's source from Debian's archive
   libisal-dev  # CRC-32C for REMORA_CHECKSUM=crc32c (optional at build time)
   iproute2 ethtool iperf3 sockperf procps
   tcpdump  # the encryption tests capture a veth between namespaces (tests/integration/encryption_test.cc)
