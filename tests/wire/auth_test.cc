@@ -64,10 +64,15 @@ TEST(AuthCodec, Refusals) {
     expect_protocol(w, "reserved byte");
   }
   // Byte 5: cipher bits (store connections), in a request or a challenge only, and only
-  // the two ciphers' bits.
+  // the four ciphers' bits.
+  for (uint8_t bits : {uint8_t{0x10}, uint8_t{0x80}, uint8_t{0x1F}}) {
+    w = good;
+    w[5] = std::byte{bits};
+    expect_protocol(w, "unknown cipher bit");
+  }
   w = good;
-  w[5] = std::byte{4};
-  expect_protocol(w, "unknown cipher bit");
+  w[5] = std::byte{kAuthSealMask};
+  EXPECT_TRUE(decode_auth(w).is_ok()) << "every known cipher bit";
   for (AuthStep step : {AuthStep::kResponse, AuthStep::kConfirm, AuthStep::kRefused}) {
     auto bytes = encode_auth({.step = step});
     bytes[5] = std::byte{kAuthSealChacha20Poly1305};
