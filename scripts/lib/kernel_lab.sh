@@ -337,7 +337,13 @@ mkdir -p /dev/pts /dev/shm /run /tmp /root
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
+# /tmp gets a tmpfs of its own, holding what the initramfs put under /tmp: the programs
+# keep their host paths, which are under /tmp for a checkout there.
+mkdir -p /.lab-tmp
+mount -t tmpfs tmpfs /.lab-tmp
+cp -a /tmp/. /.lab-tmp/
+mount -o move /.lab-tmp /tmp
+chmod 1777 /tmp
 echo "REMORA-LAB-KERNEL $(uname -r) $(cat /proc/version)"
 for m in $(cat /lab/modules); do
   modprobe "$m" || echo "REMORA-LAB-NOTE modprobe $m failed"
