@@ -167,7 +167,10 @@ class Direction {
 
 /// Asks the CPU to bring [p, p + n) into its caches (for reading).
 void prefetch(const std::byte* p, size_t n) noexcept {
-  for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 3);
+  // Into L2, not L1 (locality 2, prefetcht1): a record's 1024 lines do not fit L1, and
+  // asking for them there stalls the loop on the L1's fill buffers. Sealing a 16 MiB
+  // buffer in 64 KiB records here: 4.5 GB/s with prefetcht0, 6.5 with prefetcht1.
+  for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
 
 IoResult failure(int err) { return {.kind = IoResult::Kind::kError, .err = err}; }
@@ -183,7 +186,8 @@ class SealedSocket {
         tag_(seal_tag_size(keys.cipher)),
         tx_(keys.cipher, keys.send),
         rx_(keys.cipher, keys.recv) {
-    out_.reserve(kSendBatch + (kSendBatch / kSealRecordMax) * (kSealHeaderSize + tag_));
+    out_ = std::make_unique_for_overwrite<std::byte[]>(kSendBatch +
+                                                       (kSendBatch / kSealRecordMax) * (kSealHeaderSize + tag_));
     in_.resize(kRecvBuffer);
     plain_.resize(kSealRecordMax);
   }
@@ -200,8 +204,8 @@ class SealedSocket {
     }
     size_t reported = 0;
     for (;;) {
-      while (out_off_ < out_.size()) {
-        const IoResult r = raw_send_some(fd, out_.data() + out_off_, out_.size() - out_off_);
+      while (out_off_ < out_end_) {
+        const IoResult r = raw_send_some(fd, out_.get() + out_off_, out_end_ - out_off_);
         if (r.would_block()) return reported > 0 ? moved(reported) : r;
         if (!r.moved()) {
           tx_error_ = r.err;
@@ -218,7 +222,7 @@ class SealedSocket {
         out_plain_ = 0;
         if (credit_ > 0) return moved(reported);
       }
-      out_.clear();
+      out_end_ = 0;
       out_off_ = 0;
       if (reported == len) return moved(reported);
       seal_batch(data + reported, len - reported);
@@ -309,11 +313,11 @@ class SealedSocket {
       // and, reading memory no cache holds, seals 2.6 GB/s here instead of 4.8 with
       // the next record already on its way (bench/results/encryption.md).
       prefetch(data + done + n, std::min(offered - done - n, kSealRecordMax));
-      out_.resize(at + kSealHeaderSize + n + tag_);
-      tx_.seal({data + done, n}, out_.data() + at);
-      at = out_.size();
+      tx_.seal({data + done, n}, out_.get() + at);
+      at += kSealHeaderSize + n + tag_;
       done += n;
     }
+    out_end_ = at;
     out_off_ = 0;
     out_plain_ = len;
   }
@@ -322,7 +326,8 @@ class SealedSocket {
   SealCipher cipher_;
   size_t tag_;  // seal_tag_size(cipher_)
   Direction tx_;
-  std::vector<std::byte> out_;  // sealed records not yet wholly in the kernel
+  std::unique_ptr<std::byte[]> out_;  // sealed records, [out_off_, out_end_) not yet in the kernel
+  size_t out_end_ = 0;
   size_t out_off_ = 0;
   size_t out_plain_ = 0;  // plaintext bytes the records in out_ hold
   size_t credit_ = 0;     // sent plaintext bytes not yet reported
