@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -528,13 +529,21 @@ Status Config::validate() const {
                     "encrypt (REMORA_ENCRYPT): the keys are derived from the job secret, and none is set: set "
                     "REMORA_AUTH_KEY (or REMORA_AUTH_KEY_FILE), or REMORA_ENCRYPT=off");
     }
-    if ((encrypt == EncryptMode::kAegis256 || encrypt == EncryptMode::kAegis128l) &&
-        !net::cipher_available(net::SealCipher::kAegis256)) {
+    // A cipher named that this build or CPU cannot run is refused here, not at the first
+    // connection's seal_socket.
+    const std::optional<net::SealCipher> named =
+        encrypt == EncryptMode::kOn ? std::nullopt : net::single_cipher(net::offered_ciphers(encrypt));
+    if (named && !net::cipher_available(*named)) {
+      const std::string_view word = net::cipher_name(*named);
       return Status(StatusCode::kUnsupported,
-                    fmt::format("encrypt (REMORA_ENCRYPT={}): this remora's libsodium ({}) lacks AEGIS, which came "
-                                "with 1.0.19 (scripts/lib/sodium.sh builds 1.0.22); choose aes256gcm, "
-                                "chacha20poly1305 or on",
-                                encrypt == EncryptMode::kAegis256 ? "aegis256" : "aegis128l", net::sodium_version()));
+                    *named == net::SealCipher::kAes256Gcm
+                        ? fmt::format("encrypt (REMORA_ENCRYPT={}): this CPU lacks the AES and CLMUL instructions "
+                                      "libsodium's AES-256-GCM needs; choose chacha20poly1305 or on",
+                                      word)
+                        : fmt::format("encrypt (REMORA_ENCRYPT={}): this remora's libsodium ({}) lacks AEGIS, which "
+                                      "came with 1.0.19 (scripts/lib/sodium.sh builds 1.0.22); choose aes256gcm, "
+                                      "chacha20poly1305 or on",
+                                      word, net::sodium_version()));
     }
     if (device_path == DevicePathMode::kDevmem || device_path == DevicePathMode::kZcrx) {
       return Status(StatusCode::kInvalidArgument,

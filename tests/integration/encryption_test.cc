@@ -311,16 +311,19 @@ void expect_every_kind(Context& b_ctx, Endpoint& a, Endpoint& b) {
 /// fetch 1.0.22) must refuse the AEGIS names at Context::create, naming the setting:
 /// checked instead of the transfer, so such a build is tested, not skipped. true: `mode`
 /// names an AEGIS this build lacks (the caller stops there).
-bool aegis_refused_here(EncryptMode mode) {
-  if (mode != EncryptMode::kAegis256 && mode != EncryptMode::kAegis128l) return false;
-  if (net::cipher_available(net::SealCipher::kAegis256)) return false;
+/// Whether this build or CPU lacks the cipher `mode` names (AES-256-GCM without AES
+/// instructions, AEGIS with a libsodium before 1.0.19); if so, checks that
+/// Context::create refuses it with kUnsupported naming it, and the caller tests no more.
+bool refused_here(EncryptMode mode) {
+  const std::optional<net::SealCipher> named =
+      mode == EncryptMode::kOn ? std::nullopt : net::single_cipher(net::offered_ciphers(mode));
+  if (!named || net::cipher_available(*named)) return false;
   auto r = Context::create(
       ContextOptions{.encrypt = mode, .auth_key = key_of("encryption test secret"), .ignore_env = true});
-  EXPECT_FALSE(r) << "a build without AEGIS created a context asked for it";
+  EXPECT_FALSE(r) << "a build without " << net::cipher_name(*named) << " created a context asked for it";
   if (!r) {
     EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << describe(r.status());
-    EXPECT_NE(r.status().message().find(mode == EncryptMode::kAegis256 ? "aegis256" : "aegis128l"), std::string::npos)
-        << r.status().message();
+    EXPECT_NE(r.status().message().find(net::cipher_name(*named)), std::string::npos) << r.status().message();
   }
   return true;
 }
@@ -329,8 +332,7 @@ class Encrypted : public ::testing::TestWithParam<std::tuple<EncryptMode, uint32
 
 TEST_P(Encrypted, EveryTransferKindIntact) {
   const auto [mode, streams] = GetParam();
-  if (mode == EncryptMode::kAes256Gcm && !net::aes256gcm_available()) GTEST_SKIP() << "no AES-NI on this CPU";
-  if (aegis_refused_here(mode)) return;
+  if (refused_here(mode)) return;
   Pair p;
   uint16_t port = 0;
   ASSERT_TRUE(p.connect(mode, mode, streams, &port).is_ok());
@@ -561,8 +563,7 @@ std::optional<net::SealCipher> cipher_of(EncryptMode mode) { return net::preferr
 /// The relay tampers with record `record` of connection `victim` (0: control, 1: data
 /// stream 0) on the way to the server; the client keeps sending, so records follow it.
 void tamper(size_t victim, Tamper what, size_t record, EncryptMode mode) {
-  if (mode == EncryptMode::kAes256Gcm && !net::aes256gcm_available()) GTEST_SKIP() << "no AES-NI on this CPU";
-  if (aegis_refused_here(mode)) return;
+  if (refused_here(mode)) return;
   const std::optional<net::SealCipher> cipher = cipher_of(mode);
   ASSERT_TRUE(cipher.has_value());
   Pair p;
@@ -646,11 +647,7 @@ TEST(EncryptionSettings, MismatchRefusedAtConnectNamingTheSetting) {
         std::pair{EncryptMode::kAes256Gcm, EncryptMode::kChacha20Poly1305},
         std::pair{EncryptMode::kAegis256, EncryptMode::kAes256Gcm},
         std::pair{EncryptMode::kAegis128l, EncryptMode::kAegis256}}) {
-    if (!net::aes256gcm_available()) continue;
-    if ((server_mode == EncryptMode::kAegis256 || server_mode == EncryptMode::kAegis128l) &&
-        !net::cipher_available(net::SealCipher::kAegis256)) {
-      continue;
-    }
+    if (refused_here(server_mode) || refused_here(client_mode)) continue;  // refused at create instead
     const Status s = connect_modes(server_mode, client_mode);
     EXPECT_EQ(s.code(), StatusCode::kUnsupported) << describe(s);
     EXPECT_NE(s.message().find("REMORA_ENCRYPT"), std::string::npos) << s.message();
@@ -662,11 +659,14 @@ TEST(EncryptionSettings, MismatchRefusedAtConnectNamingTheSetting) {
 // AEGIS-128L) with that side, both sides saying which; a build without AEGIS refuses to
 // be asked for it by name.
 TEST(EncryptionSettings, OnPrefersAegisAndMeetsANamedCipher) {
-  if (!net::aes256gcm_available()) GTEST_SKIP() << "no AES-NI on this CPU";
-  const bool aegis = !aegis_refused_here(EncryptMode::kAegis256);
+  // Without AES instructions `on` offers ChaCha20-Poly1305 alone, and neither AES-256-GCM
+  // nor AEGIS-128L can be named.
+  const bool aes = !refused_here(EncryptMode::kAes256Gcm);
+  const bool aegis = !refused_here(EncryptMode::kAegis256) && aes;
   for (EncryptMode client_mode :
        {EncryptMode::kOn, EncryptMode::kAes256Gcm, EncryptMode::kChacha20Poly1305, EncryptMode::kAegis128l}) {
     if (client_mode == EncryptMode::kAegis128l && !aegis) continue;
+    if (client_mode == EncryptMode::kAes256Gcm && !aes) continue;
     Pair p;
     uint16_t port = 0;
     ASSERT_TRUE(p.connect(EncryptMode::kOn, client_mode, 1, &port).is_ok());
@@ -680,6 +680,7 @@ TEST(EncryptionSettings, OnPrefersAegisAndMeetsANamedCipher) {
     const std::string want = client_mode == EncryptMode::kAegis128l          ? "aegis128l"
                              : client_mode == EncryptMode::kChacha20Poly1305 ? "chacha20poly1305"
                              : client_mode == EncryptMode::kOn && aegis      ? "aegis256"
+                             : client_mode == EncryptMode::kOn && !aes       ? "chacha20poly1305"
                                                                              : "aes256gcm";
     EXPECT_EQ(p.c->stats().encryption, want);
     EXPECT_EQ(p.s->stats().encryption, want);
