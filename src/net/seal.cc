@@ -389,6 +389,15 @@ bool cipher_available(SealCipher cipher) noexcept {
   return false;
 }
 
+std::string cipher_missing(SealCipher cipher) {
+  if (cipher_available(cipher)) return {};
+  if (cipher == SealCipher::kAes256Gcm)
+    return "this CPU lacks the AES and CLMUL instructions libsodium's AES-256-GCM needs";
+  return fmt::format(
+      "this build's libsodium ({}) lacks it (1.0.19 or later has it; scripts/lib/sodium.sh builds 1.0.22)",
+      sodium_version());
+}
+
 std::string_view sodium_version() noexcept { return sodium_version_string(); }
 
 uint8_t offered_ciphers(EncryptMode mode) noexcept {
@@ -439,13 +448,8 @@ Status seal_socket(int fd, const SealKeys& keys) {
                                                " beyond the sealing layer's table (1048576 descriptors)");
   }
   ensure_sodium();
-  if (!cipher_available(keys.cipher)) {
-    return Status(StatusCode::kUnsupported,
-                  keys.cipher == SealCipher::kAes256Gcm
-                      ? std::string("AES-256-GCM: this CPU lacks the AES and CLMUL instructions libsodium needs")
-                      : fmt::format("{}: this build's libsodium ({}) lacks it (1.0.19 or later has it; "
-                                    "scripts/lib/sodium.sh builds one)",
-                                    cipher_name(keys.cipher), sodium_version()));
+  if (std::string why = cipher_missing(keys.cipher); !why.empty()) {
+    return Status(StatusCode::kUnsupported, fmt::format("{}: {}", cipher_name(keys.cipher), why));
   }
   auto sealed = std::make_unique<SealedSocket>(keys);
   std::lock_guard lock(g_mutex);

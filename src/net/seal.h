@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -102,6 +103,10 @@ bool aes256gcm_available() noexcept;
 /// ChaCha20-Poly1305 always, AEGIS-256 and AEGIS-128L where the build's libsodium has
 /// them (1.0.19 on).
 bool cipher_available(SealCipher cipher) noexcept;
+
+/// Why this build or CPU cannot run `cipher` ("this CPU lacks ...", "this build's
+/// libsodium (1.0.18) lacks it ..."); empty: cipher_available(cipher).
+std::string cipher_missing(SealCipher cipher);
 
 /// The libsodium this build runs ("1.0.22"), for remora doctor and statistics.
 std::string_view sodium_version() noexcept;

@@ -533,17 +533,9 @@ Status Config::validate() const {
     // connection's seal_socket.
     const std::optional<net::SealCipher> named =
         encrypt == EncryptMode::kOn ? std::nullopt : net::single_cipher(net::offered_ciphers(encrypt));
-    if (named && !net::cipher_available(*named)) {
-      const std::string_view word = net::cipher_name(*named);
-      return Status(StatusCode::kUnsupported,
-                    *named == net::SealCipher::kAes256Gcm
-                        ? fmt::format("encrypt (REMORA_ENCRYPT={}): this CPU lacks the AES and CLMUL instructions "
-                                      "libsodium's AES-256-GCM needs; choose chacha20poly1305 or on",
-                                      word)
-                        : fmt::format("encrypt (REMORA_ENCRYPT={}): this remora's libsodium ({}) lacks AEGIS, which "
-                                      "came with 1.0.19 (scripts/lib/sodium.sh builds 1.0.22); choose aes256gcm, "
-                                      "chacha20poly1305 or on",
-                                      word, net::sodium_version()));
+    if (std::string why = named ? net::cipher_missing(*named) : std::string(); !why.empty()) {
+      return Status(StatusCode::kUnsupported, fmt::format("encrypt (REMORA_ENCRYPT={}): {}; choose another or on",
+                                                          net::cipher_name(*named), why));
     }
     if (device_path == DevicePathMode::kDevmem || device_path == DevicePathMode::kZcrx) {
       return Status(StatusCode::kInvalidArgument,

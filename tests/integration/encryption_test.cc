@@ -307,13 +307,10 @@ void expect_every_kind(Context& b_ctx, Endpoint& a, Endpoint& b) {
   ASSERT_TRUE(a.flush().wait(30s).is_ok());
 }
 
-/// A build whose libsodium lacks AEGIS (older than 1.0.19: scripts/lib/sodium.sh could not
-/// fetch 1.0.22) must refuse the AEGIS names at Context::create, naming the setting:
-/// checked instead of the transfer, so such a build is tested, not skipped. true: `mode`
-/// names an AEGIS this build lacks (the caller stops there).
 /// Whether this build or CPU lacks the cipher `mode` names (AES-256-GCM without AES
-/// instructions, AEGIS with a libsodium before 1.0.19); if so, checks that
-/// Context::create refuses it with kUnsupported naming it, and the caller tests no more.
+/// instructions; AEGIS with a libsodium before 1.0.19, where scripts/lib/sodium.sh could
+/// not fetch 1.0.22). If so, checks that Context::create refuses it with kUnsupported
+/// naming it, so such a build or CPU is tested, not skipped; the caller stops there.
 bool refused_here(EncryptMode mode) {
   const std::optional<net::SealCipher> named =
       mode == EncryptMode::kOn ? std::nullopt : net::single_cipher(net::offered_ciphers(mode));
