@@ -24,10 +24,13 @@ IoResult raw_recv_some(int fd, void* data, size_t len) noexcept;
 namespace {
 
 constexpr std::string_view kRekeyLabel = "remora seal v1 next key";
-/// Plaintext sealed per send before the records go to the kernel.
-constexpr size_t kSendBatch = 4 * kSealRecordMax;
-/// Ciphertext read from the kernel per recv.
-constexpr size_t kRecvBuffer = 4 * (kSealHeaderSize + kSealRecordMax + kSealTagMax);
+/// Plaintext sealed per send before the records go to the kernel, and ciphertext read
+/// from the kernel per recv: two records. With four (256 KiB), sealed 16 MiB moved
+/// 1.1-1.5x slower across two namespaces here (bench/results/encryption.md), where a
+/// core's L2 holds 512 KiB, likely because the batch, the kernel's copy of it and the
+/// next plaintext did not fit there. One record per send measured as two.
+constexpr size_t kSendBatch = 2 * kSealRecordMax;
+constexpr size_t kRecvBuffer = 2 * (kSealHeaderSize + kSealRecordMax + kSealTagMax);
 static_assert(kSealTagSize == crypto_aead_aes256gcm_ABYTES && kSealTagSize == crypto_aead_chacha20poly1305_ietf_ABYTES);
 static_assert(kSealKeySize == crypto_aead_aes256gcm_KEYBYTES &&
               kSealKeySize == crypto_aead_chacha20poly1305_ietf_KEYBYTES);
