@@ -159,11 +159,19 @@ class Relay {
     c.index = conns_.size();
     conns_.push_back(std::move(c));
   }
+  static void close_both(Conn& c) {
+    ::shutdown(c.client, SHUT_RDWR);
+    ::shutdown(c.server, SHUT_RDWR);
+    c.open = false;
+  }
   void forward(Conn& c, int to, const uint8_t* p, size_t n) {
     for (size_t done = 0; done < n;) {
       const ssize_t w = ::send(to, p + done, n - done, MSG_NOSIGNAL);
       if (w <= 0) {
-        c.open = false;
+        // The receiving side is gone (a failed endpoint closes its sockets, often with
+        // unread bytes: a reset): end the other side too, as a closed path would, or
+        // its endpoint would learn of it only from its peer timeout (60 s).
+        close_both(c);
         return;
       }
       done += static_cast<size_t>(w);
@@ -173,9 +181,7 @@ class Relay {
     uint8_t buf[64 * 1024];
     const ssize_t n = ::recv(from_client ? c.client : c.server, buf, sizeof buf, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      ::shutdown(c.client, SHUT_RDWR);
-      ::shutdown(c.server, SHUT_RDWR);
-      c.open = false;
+      close_both(c);
       return;
     }
     if (n < 0) return;
