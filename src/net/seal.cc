@@ -192,7 +192,6 @@ class SealedSocket {
     out_ = std::make_unique_for_overwrite<std::byte[]>(kSendBatch +
                                                        (kSendBatch / kSealRecordMax) * (kSealHeaderSize + tag_));
     in_.resize(kRecvBuffer);
-    plain_.resize(kSealRecordMax);
   }
 
   SealCipher cipher() const noexcept { return cipher_; }
@@ -239,7 +238,7 @@ class SealedSocket {
     for (;;) {
       if (plain_off_ < plain_end_) {
         const size_t n = std::min(len - got, plain_end_ - plain_off_);
-        std::memcpy(dst + got, plain_.data() + plain_off_, n);
+        std::memcpy(dst + got, in_.data() + plain_off_, n);
         plain_off_ += n;
         got += n;
         if (got == len) return moved(got);
@@ -255,15 +254,18 @@ class SealedSocket {
         }
         const size_t whole = kSealHeaderSize + plen + tag_;
         if (have >= whole) {
-          if (!rx_.open(in_.data() + in_begin_, plen, plain_.data())) {
+          // Opened where it lies: the plaintext takes the ciphertext's place in in_,
+          // delivered from there before anything is read into in_ again.
+          std::byte* record = in_.data() + in_begin_;
+          if (!rx_.open(record, plen, record + kSealHeaderSize)) {
             plain_off_ = plain_end_ = 0;
             rx_error_ = EBADMSG;
             continue;
           }
           ++opened_;
+          plain_off_ = in_begin_ + kSealHeaderSize;
+          plain_end_ = plain_off_ + plen;
           in_begin_ += whole;
-          plain_off_ = 0;
-          plain_end_ = plen;
           continue;
         }
       }
@@ -340,7 +342,7 @@ class SealedSocket {
   std::vector<std::byte> in_;  // ciphertext read, [in_begin_, in_end_) not yet opened
   size_t in_begin_ = 0;
   size_t in_end_ = 0;
-  std::vector<std::byte> plain_;  // the last record opened, [plain_off_, plain_end_) not yet delivered
+  // The last record opened, in place in in_: [plain_off_, plain_end_) not yet delivered.
   size_t plain_off_ = 0;
   size_t plain_end_ = 0;
   uint64_t opened_ = 0;
