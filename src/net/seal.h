@@ -13,8 +13,8 @@
 // zero bytes: 12 bytes in all, 32 for AEGIS-256); the 4-byte length is the associated data. A
 // record that fails to open (flipped, dropped, reordered, replayed or cut short) fails
 // every later read with EBADMSG (errno_status words it, kProtocol) and none of its bytes
-// are delivered: records are opened into the layer's own buffer and copied out only once
-// their tag verified. The key of a direction is replaced by a hash of itself every
+// are delivered: records are opened in place in the layer's receive buffer and copied
+// out once their tag verified. The key of a direction is replaced by a hash of itself every
 // kSealRecordsPerKey records, on both sides at the same record, so no key seals more than
 // 2^24 records (AES-GCM's bound for one key is far above that; AEGIS-256's and
 // ChaCha20-Poly1305's farther).
