@@ -53,7 +53,9 @@ static_assert(kHostBodySize == 4 + 4 + 16 + 8 + 8 + 8,
 static_assert(kPullBodySize == 8 + 8 + 4 + 4 + 8, "PULL: recv_id, offset, length, reserved, address");
 static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved");
 static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kShm) == 16);
+static_assert(kReceivedBodySize == 2 + 2 + 4 + 8 && kRetireBodySize == 2 + 2 + 4 + 8,
+              "RECEIVED, RETIRE: stream, reserved (6 bytes), chunks");
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kRetire) == 18);
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -62,7 +64,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kShm);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kRetire);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -74,7 +76,7 @@ bool carries_kind(FrameType type) {
 /// Flag bits each type may carry; any other bit set is a protocol error.
 uint8_t allowed_flags(FrameType type) {
   switch (type) {
-    case FrameType::kChunk: return 0x03 | kCrcFlag;  // the ChunkKind (0..2; 3 is refused by validate_header)
+    case FrameType::kChunk: return 0x03 | kChunkResend | kCrcFlag;  // the ChunkKind (0..2; 3 is refused by validate_header)
     case FrameType::kAbort: return 0x03;
     case FrameType::kEager: return kCrcFlag;
     case FrameType::kPut: return kPutNotify | kPutInline | kCrcFlag;
@@ -115,6 +117,8 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kPull: return kPullBodySize;
     case FrameType::kPulled: return kPulledBodySize;
     case FrameType::kShm: return kShmBodySize;
+    case FrameType::kReceived: return kReceivedBodySize;
+    case FrameType::kRetire: return kRetireBodySize;
   }
   return 0;
 }
@@ -133,8 +137,8 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     if ((flags & ~allowed_flags(type)) != 0) {
       return protocol_error(fmt::format("{} frame: flags 0x{:02x} has undefined bits", to_string(type), flags));
     }
-    if (carries_kind(type) && (flags & ~kCrcFlag) > static_cast<uint8_t>(ChunkKind::kGet)) {
-      return protocol_error(fmt::format("{} frame: unknown kind {}", to_string(type), flags & ~kCrcFlag));
+    if (carries_kind(type) && (flags & 0x03) > static_cast<uint8_t>(ChunkKind::kGet)) {
+      return protocol_error(fmt::format("{} frame: unknown kind {}", to_string(type), flags & 0x03));
     }
     // A CRC covers a payload: a PUT or RESP without inline data has none on this stream.
     if ((type == FrameType::kPut && (flags & kCrcFlag) != 0 && (flags & kPutInline) == 0) ||
@@ -211,9 +215,10 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
                               .offset = load_u64(p + 8),
                               .length = length,
                               .stream = load_u16(p + 20),
-                              .kind = static_cast<ChunkKind>(flags & ~kCrcFlag),
+                              .kind = static_cast<ChunkKind>(flags & 0x03),
                               .has_crc = has_crc,
-                              .crc = has_crc ? load_u32(p + kChunkBodySize) : 0}};
+                              .crc = has_crc ? load_u32(p + kChunkBodySize) : 0,
+                              .resend = (flags & kChunkResend) != 0}};
     }
     case FrameType::kCredit:
       return Frame{CreditFrame{.bytes = load_u64(p)}};
@@ -352,6 +357,16 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       return Frame{
           ShmFrame{.op = shm_op, .ring_fd = ring_fd, .wake_fd = wake_fd, .code = static_cast<StatusCode>(code)}};
     }
+    case FrameType::kReceived:
+    case FrameType::kRetire: {
+      const uint16_t reserved16 = load_u16(p + 2);
+      const uint32_t reserved32 = load_u32(p + 4);
+      if (reserved16 != 0 || reserved32 != 0) {
+        return protocol_error(fmt::format("{} frame: reserved bytes not 0", to_string(type)));
+      }
+      if (type == FrameType::kReceived) return Frame{ReceivedFrame{.stream = load_u16(p), .chunks = load_u64(p + 8)}};
+      return Frame{RetireFrame{.stream = load_u16(p), .chunks = load_u64(p + 8)}};
+    }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -374,7 +389,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<9, Frame>, RespFrame>);
 uint8_t flags_of(const Frame& frame) {
   if (const auto* e = std::get_if<EagerFrame>(&frame)) return e->has_crc ? kCrcFlag : 0;
   if (const auto* c = std::get_if<ChunkFrame>(&frame)) {
-    return static_cast<uint8_t>(static_cast<uint8_t>(c->kind) | (c->has_crc ? kCrcFlag : 0));
+    return static_cast<uint8_t>(static_cast<uint8_t>(c->kind) | (c->resend ? kChunkResend : 0) |
+                                (c->has_crc ? kCrcFlag : 0));
   }
   if (const auto* a = std::get_if<AbortFrame>(&frame)) return static_cast<uint8_t>(a->kind);
   if (const auto* put = std::get_if<PutFrame>(&frame)) {
@@ -537,6 +553,14 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u32(body + 8, f.wake_fd);
       store_u32(body + 12, static_cast<uint32_t>(f.code));
     }
+    void operator()(const ReceivedFrame& f) const { store_counts(f.stream, f.chunks); }
+    void operator()(const RetireFrame& f) const { store_counts(f.stream, f.chunks); }
+    void store_counts(uint16_t stream, uint64_t chunks) const {
+      store_u16(body, stream);
+      store_u16(body + 2, 0);
+      store_u32(body + 4, 0);
+      store_u64(body + 8, chunks);
+    }
   };
 
   // body_length is a u32 and counts the fixed body too (8 bytes for EAGER, 72 for PUT, 24
@@ -577,6 +601,8 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kPull: return "PULL";
     case FrameType::kPulled: return "PULLED";
     case FrameType::kShm: return "SHM";
+    case FrameType::kReceived: return "RECEIVED";
+    case FrameType::kRetire: return "RETIRE";
   }
   return "unknown";
 }

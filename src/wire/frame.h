@@ -36,6 +36,8 @@ enum class FrameType : uint8_t {
   /// Shared-memory channel set-up (docs/protocol.md "Shared-memory channel"); only
   /// between peers that both advertised kCapSameHost and kCapShmChannel.
   kShm = 16,
+  kReceived = 17,  ///< chunks read whole on a data stream so far (failover: the sender may let go of them)
+  kRetire = 18,    ///< a data stream is given up; its chunks the sender lacks confirmation for are sent again
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -56,6 +58,8 @@ inline constexpr size_t kHostBodySize = 48;      // pid, reserved, boot_id, netn
 inline constexpr size_t kPullBodySize = 32;      // recv_id, offset, length, reserved, address
 inline constexpr size_t kPulledBodySize = 16;    // recv_id, length, reserved
 inline constexpr size_t kShmBodySize = 16;       // op, ring_fd, wake_fd, code
+inline constexpr size_t kReceivedBodySize = 16;  // stream, reserved, chunks
+inline constexpr size_t kRetireBodySize = 16;    // stream, reserved, chunks
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -74,6 +78,9 @@ enum class ChunkKind : uint8_t {
 /// the payload follows the fixed body (before any inline payload). Sent only on an
 /// endpoint whose sides both advertised wire::kCapChecksumCrc32c, and then always.
 inline constexpr uint8_t kCrcFlag = 0x80;
+/// CHUNK: a chunk sent again after the data stream it was first announced on was retired
+/// (failover); it must be exactly a chunk the receiver is owed.
+inline constexpr uint8_t kChunkResend = 0x40;
 inline constexpr size_t kCrcSize = 4;
 /// PUT flags.
 inline constexpr uint8_t kPutNotify = 0x01;  ///< the notify field carries a notification
@@ -124,6 +131,7 @@ struct ChunkFrame {
   ChunkKind kind = ChunkKind::kMessage;
   bool has_crc = false;  ///< kCrcFlag: `crc` is the CRC-32C of the chunk's bytes
   uint32_t crc = 0;
+  bool resend = false;   ///< kChunkResend
 };
 struct CreditFrame {
   uint64_t bytes = 0;
@@ -243,9 +251,23 @@ struct ShmFrame {
 };
 
 /// Alternatives in FrameType order (index + 1 == type).
+/// RECEIVED: the sender of this frame has read `chunks` chunks whole off data stream
+/// `stream` since the endpoint began (a running count, never smaller than the last).
+struct ReceivedFrame {
+  uint16_t stream = 0;
+  uint64_t chunks = 0;
+};
+/// RETIRE: the sender of this frame reads and writes data stream `stream` no more; it
+/// had read `chunks` chunks whole off it, all it ever will.
+struct RetireFrame {
+  uint16_t stream = 0;
+  uint64_t chunks = 0;
+};
+
 using Frame =
     std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame, AtomicFrame,
-                 RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame, ShmFrame>;
+                 RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame, ShmFrame, ReceivedFrame,
+                 RetireFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

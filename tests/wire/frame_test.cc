@@ -63,7 +63,7 @@ bool same_frame(const Frame& a, const Frame& b) {
           return x.send_id == y.send_id && x.recv_id == y.recv_id && x.status == y.status;
         } else if constexpr (std::is_same_v<T, ChunkFrame>) {
           return x.recv_id == y.recv_id && x.offset == y.offset && x.length == y.length && x.stream == y.stream &&
-                 x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc;
+                 x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc && x.resend == y.resend;
         } else if constexpr (std::is_same_v<T, CreditFrame>) {
           return x.bytes == y.bytes;
         } else if constexpr (std::is_same_v<T, GoodbyeFrame>) {
@@ -92,9 +92,13 @@ bool same_frame(const Frame& a, const Frame& b) {
                  x.kind == y.kind && x.has_crc == y.has_crc && x.crc == y.crc;
         } else if constexpr (std::is_same_v<T, PulledFrame>) {
           return x.recv_id == y.recv_id && x.length == y.length && x.kind == y.kind;
-        } else {
-          static_assert(std::is_same_v<T, ShmFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, ShmFrame>) {
           return x.op == y.op && x.ring_fd == y.ring_fd && x.wake_fd == y.wake_fd && x.code == y.code;
+        } else if constexpr (std::is_same_v<T, ReceivedFrame>) {
+          return x.stream == y.stream && x.chunks == y.chunks;
+        } else {
+          static_assert(std::is_same_v<T, RetireFrame>, "same_frame: a frame type is not compared");
+          return x.stream == y.stream && x.chunks == y.chunks;
         }
       },
       a);
@@ -463,6 +467,27 @@ std::vector<Golden> goldens() {
               0x04, 0x00, 0x00, 0x00,                          // op 4 DECLINE
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // no descriptors
               0x05, 0x00, 0x00, 0x00})},                       // code: access_denied
+      {"chunk_resend",
+       ChunkFrame{.recv_id = 9, .offset = 0x40000, .length = 0x40000, .stream = 1, .kind = ChunkKind::kGet,
+                  .resend = true},
+       bytes({0x04, 0x42, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00,  // type 4, RESEND | kind 2 (get data), body 24
+              0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // recv_id = the initiator's GET op_id
+              0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset: where it was first announced
+              0x00, 0x00, 0x04, 0x00,                          // length: as first announced
+              0x01, 0x00,                                      // stream: a surviving one
+              0x00, 0x00})},                                   // reserved
+      {"received",
+       ReceivedFrame{.stream = 3, .chunks = 0x0102030405060708},
+       bytes({0x11, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 17, no flags, body 16
+              0x03, 0x00,                                      // stream
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00,              // reserved
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})},  // chunks read whole so far
+      {"retire",
+       RetireFrame{.stream = 0x0102, .chunks = 5},
+       bytes({0x12, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,  // type 18, no flags, body 16
+              0x02, 0x01,                                      // stream
+              0x00, 0x00, 0x00, 0x00, 0x00, 0x00,              // reserved
+              0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // chunks read whole, all it ever will
   };
 }
 
@@ -612,7 +637,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 17, 0x80, 0xFF}) {
+  for (int type : {0, 19, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -624,7 +649,7 @@ TEST(FrameReject, UnknownType) {
 // The flag bits docs/protocol.md defines per type; every other bit is a protocol error.
 uint8_t defined_flags(std::byte type) {
   switch (static_cast<FrameType>(type)) {
-    case FrameType::kChunk: return 0x83;  // the kind (3 itself is refused: ChunkKindThree), CRC
+    case FrameType::kChunk: return 0xC3;  // the kind (3 itself is refused: ChunkKindThree), RESEND, CRC
     case FrameType::kAbort: return 0x03;  // the kind
     case FrameType::kEager: return 0x80;  // CRC
     case FrameType::kPut: return 0x83;    // NOTIFY | INLINE | CRC
@@ -755,12 +780,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x11};
+  bad[0] = std::byte{0x13};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 17");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 19");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -799,7 +824,9 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kPull), "PULL");
   EXPECT_EQ(to_string(FrameType::kPulled), "PULLED");
   EXPECT_EQ(to_string(FrameType::kShm), "SHM");
-  EXPECT_EQ(to_string(static_cast<FrameType>(17)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kReceived), "RECEIVED");
+  EXPECT_EQ(to_string(FrameType::kRetire), "RETIRE");
+  EXPECT_EQ(to_string(static_cast<FrameType>(19)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -976,9 +1003,10 @@ TEST(RmaReject, ChunkKindThree) {
     // Kind 3 can never be valid: refused as soon as the flags byte is in.
     expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "CHUNK frame: unknown kind 3");
   }
-  // 4..127 and 0x84..255 set bits the CHUNK flags byte does not define (0x80 is CRC).
+  // 4..63, 0x44..0x7F, 0x84..0xBF and 0xC4..255 set bits the CHUNK flags byte does not
+  // define (0x80 is CRC, 0x40 RESEND).
   for (int kind = 4; kind < 256; ++kind) {
-    if ((kind & 0x7F) < 4) continue;
+    if ((kind & 0x3F) < 4) continue;
     Bytes wire = golden("chunk");
     wire[1] = static_cast<std::byte>(kind);
     expect_protocol_error(wire, "has undefined bits");
@@ -1379,6 +1407,17 @@ TEST(SameHostReject, ReservedNonzero) {
       Bytes wire = golden(name);
       wire[kPulledReservedAt + i] = std::byte{0x80};
       expect_protocol_error(wire, reserved_message("PULLED", i));
+    }
+  }
+}
+
+// RECEIVED and RETIRE: their 6 reserved bytes must be 0.
+TEST(FailoverReject, ReservedBytes) {
+  for (const char* name : {"received", "retire"}) {
+    for (size_t at = 2; at < 8; ++at) {
+      Bytes wire = golden(name);
+      wire[kFrameHeaderSize + at] = std::byte{0x01};
+      expect_protocol_error(wire, "reserved bytes not 0");
     }
   }
 }
