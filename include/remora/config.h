@@ -149,6 +149,14 @@ struct Config {
   /// peer's reads of it about 2.5x faster; the contents do not change.
   /// EndpointStats::huge_pages_promoted counts the frames. off: memory is left as it is.
   bool pull_huge_pages = true;
+  /// REMORA_FAILOVER=auto|off. auto: where both sides offer it and an endpoint has two
+  /// data streams or more, a data stream that breaks (reset, error, or silent past the
+  /// peer timeout while the control stream lives) is retired and every chunk on it the
+  /// peer had not read whole is sent again on the others; the operation completes
+  /// intact (docs/rails.md, "Surviving a broken connection"). A send of a chunked
+  /// message then completes once the peer said it read every chunk, not once the kernel
+  /// took the bytes. off: a broken data stream fails the endpoint, as before.
+  bool failover = true;
   /// REMORA_ENCRYPT=off|on|aes256gcm|chacha20poly1305|aegis256|aegis128l (see EncryptMode).
   EncryptMode encrypt = EncryptMode::kOff;
   /// REMORA_RAILS: the local interfaces (NICs) this context's endpoints spread their
@@ -200,6 +208,7 @@ struct ContextOptions {
   std::optional<ChecksumMode> checksum = std::nullopt;
   std::optional<bool> same_host_pulls = std::nullopt;
   std::optional<bool> pull_huge_pages = std::nullopt;
+  std::optional<bool> failover = std::nullopt;
   std::optional<EncryptMode> encrypt = std::nullopt;
   /// REMORA_RAILS's text (Config::rails), NUL-terminated; `set("rails", "eth0,eth1")`
   /// fills it. (A character array, for the reason given at Config::devmem_ifname.)

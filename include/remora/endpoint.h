@@ -74,7 +74,10 @@ struct RailStats {
   uint32_t streams = 0;                         ///< data streams on this rail
   uint64_t bytes_sent = 0, bytes_received = 0;  ///< payload bytes on its streams
   uint64_t chunks_sent = 0, chunks_received = 0;  ///< chunks on its streams
-  /// "up" (its streams carry chunks) or "skipped" (the connecting side could not reach
+  /// Its streams that broke and were retired (failover; EndpointStats::failover).
+  uint32_t streams_retired = 0;
+  /// "up" (its streams carry chunks), "down" (every stream of it broke and was retired:
+  /// the chunks go on the other rails) or "skipped" (the connecting side could not reach
   /// the peer from this rail; `reason` says why, and it has no streams).
   std::string state;
   std::string reason;
@@ -91,6 +94,12 @@ struct EndpointStats {
   /// without rails (REMORA_RAILS unset on both sides), one per rail with them, and, on
   /// the connecting side, the rails it skipped (docs/rails.md).
   std::vector<RailStats> rails;
+  /// Failover (Config::failover) is on for this endpoint: both sides offer it and it has
+  /// two data streams or more. streams_retired: data streams that broke and were given
+  /// up; chunks_resent: chunks sent again on the others because of that.
+  bool failover = false;
+  uint32_t streams_retired = 0;
+  uint64_t chunks_resent = 0;
   /// Same-host pulls (Config::same_host_pulls): chunks this side announced for the peer
   /// to read out of its memory itself (counted in chunks_sent, on no data stream), and
   /// bytes this side read out of the peer's memory.

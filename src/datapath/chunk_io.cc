@@ -2,6 +2,7 @@
 #include "datapath/chunk_io.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/crc32c.h"
@@ -67,6 +68,16 @@ net::IoResult RegionSource::write(int fd, uint64_t offset, uint64_t len) {
   // with the announced chunk by sending zeros; the reply will say "revoked".
   revoked_ = true;
   return net::send_some(fd, zeros().data(), std::min<uint64_t>(len, zeros().size()));
+}
+
+net::IoResult RegionSource::write_again(int fd, uint64_t offset, uint64_t len) {
+  if (!revoked_ && access_->begin()) {
+    const net::IoResult r = net::send_some(fd, access_->address() + offset, len);
+    access_->end();
+    return r;
+  }
+  revoked_ = true;
+  return net::IoResult{net::IoResult::Kind::kError, 0, EKEYREVOKED};
 }
 
 net::IoResult RegionSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {

@@ -111,6 +111,12 @@ class ChunkSource {
   /// the transfer is sent (a same-host peer may then read its chunks itself, with
   /// process_vm_readv: ChunkScheduler::enable_pull_tx); null otherwise.
   virtual const std::byte* host_bytes() const noexcept { return nullptr; }
+  /// Failover: the bytes stay readable until the transfer is done, so any chunk can be
+  /// written again (write_again) after the stream it went on broke.
+  virtual bool can_resend() const noexcept { return false; }
+  /// Writes a chunk's bytes again, as write(); kError with EKEYREVOKED where they can no
+  /// longer be read (a deregistered region: sending zeros instead would corrupt).
+  virtual net::IoResult write_again(int fd, uint64_t offset, uint64_t len) { return write(fd, offset, len); }
 
   // --- what the operation holding the source asks (path_end.h) -----------------------
   /// Copies out of the memory started and not ended (staged ahead of a chunk that
@@ -160,6 +166,9 @@ class ChunkSink {
   /// last byte is read and before chunk_arrived (REMORA_CHECKSUM=crc32c). nullopt: the
   /// bytes are not kept (drained, or the region is gone), so there is nothing to check.
   virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
+  /// Failover: a chunk read in part can be read again from its start (read() places
+  /// bytes synchronously; begin_chunk holds nothing).
+  virtual bool can_reread() const noexcept { return false; }
 
   // --- what the operation holding the sink asks (path_end.h) -------------------------
   /// The transfer this sink receives: a sink that places chunks asynchronously reports
@@ -185,6 +194,7 @@ class HostSource final : public ChunkSource {
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   const std::byte* host_bytes() const noexcept override { return data_; }
+  bool can_resend() const noexcept override { return true; }
 
  private:
   const std::byte* data_;
@@ -196,6 +206,7 @@ class HostSink final : public ChunkSink {
   explicit HostSink(std::byte* data = nullptr) noexcept : data_(data) {}
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
+  bool can_reread() const noexcept override { return true; }
   /// An inline receive's bytes, copied in.
   void place(std::span<const std::byte> bytes) noexcept {
     if (!bytes.empty()) std::memcpy(data_, bytes.data(), bytes.size());
@@ -211,6 +222,7 @@ class DiscardSink final : public ChunkSink {
  public:
   static constexpr size_t kScratchBytes = size_t{64} << 10;
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
+  bool can_reread() const noexcept override { return true; }
   std::byte* scratch();
 
  private:
@@ -234,6 +246,9 @@ class RegionSource final : public ChunkSource {
   /// Of the region's bytes (bracketed); of zeros once it is revoked, as write sends.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept override { return revoked_; }
+  bool can_resend() const noexcept override { return true; }
+  /// Never zeros: a region deregistered since answers EKEYREVOKED.
+  net::IoResult write_again(int fd, uint64_t offset, uint64_t len) override;
   /// An inline send's first `length` bytes: `now(bytes)` inside one bracket, ok; or
   /// kInvalidKey once the region is deregistered (revoked()).
   template <typename Now>
@@ -262,6 +277,7 @@ class RegionSink final : public ChunkSink {
   /// Of the region's bytes (bracketed); nullopt once revoked (the reply says so anyway).
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept override { return revoked_; }
+  bool can_reread() const noexcept override { return true; }
   /// An inline receive's bytes, copied in inside one bracket: ok (nothing to do for
   /// none), or kInvalidKey once the region is deregistered (revoked()).
   Status place(std::span<const std::byte> bytes);

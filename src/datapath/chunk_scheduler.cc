@@ -91,6 +91,7 @@ void ChunkScheduler::clear() {
   for (Stream& s : streams_) {
     s.txq.clear();
     s.queued = 0;
+    s.unconfirmed.clear();
     s.rxq.clear();
     s.rx_resume = false;
     s.rx_stalled = false;
@@ -100,6 +101,8 @@ void ChunkScheduler::clear() {
   pulls_in_.rx_resume = false;
   pulls_in_.rx_stalled = false;
   ready_.clear();
+  resend_.clear();
+  owed_.clear();
   ++epoch_;
 }
 
@@ -107,15 +110,18 @@ void ChunkScheduler::clear_tx() {
   for (Stream& s : streams_) {
     s.txq.clear();
     s.queued = 0;
+    s.unconfirmed.clear();
   }
   pulls_out_.clear();  // the control stream is gone: no PULLED can come
   ready_.clear();
+  resend_.clear();
   ++epoch_;
 }
 
 bool ChunkScheduler::idle() const noexcept {
-  return ready_.empty() && pulls_out_.empty() && pulls_in_.rxq.empty() &&
-         std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.txq.empty() && s.rxq.empty(); });
+  return ready_.empty() && pulls_out_.empty() && pulls_in_.rxq.empty() && resend_.empty() && owed_.empty() &&
+         std::all_of(streams_.begin(), streams_.end(),
+                     [](const Stream& s) { return s.txq.empty() && s.rxq.empty() && s.unconfirmed.empty(); });
 }
 
 // --- sending ---------------------------------------------------------------------
@@ -182,18 +188,28 @@ uint16_t ChunkScheduler::fastest_finish() const {
   double fastest = 0;
   for (const Stream& s : streams_) fastest = std::max(fastest, s.rate);
   if (fastest == 0) fastest = 1;
-  uint16_t best = 0;
+  int best = -1;
   double best_finish = 0;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
     const Stream& s = streams_[i];
+    if (s.retired) continue;
     const double rate = s.rate > 0 ? s.rate : fastest;
     const double finish = static_cast<double>(s.queued + s.outq + chunk_bytes_) / rate;
-    if (i == 0 || finish < best_finish) {
+    if (best < 0 || finish < best_finish) {
       best = i;
       best_finish = finish;
     }
   }
-  return best;
+  return static_cast<uint16_t>(std::max(best, 0));
+}
+
+uint16_t ChunkScheduler::least_loaded() const {
+  int best = -1;
+  for (uint16_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].retired) continue;
+    if (best < 0 || streams_[i].queued < streams_[static_cast<size_t>(best)].queued) best = i;
+  }
+  return static_cast<uint16_t>(std::max(best, 0));
 }
 
 bool ChunkScheduler::waiting_stream_has_room() const noexcept {
@@ -204,18 +220,13 @@ bool ChunkScheduler::schedule() {
   bool scheduled = false;
   const uint64_t epoch = epoch_;
   waiting_for_ = -1;
-  if (rate_aware_ && !ready_.empty()) sample_rates();
+  if (rate_aware_ && (!ready_.empty() || !resend_.empty())) sample_rates();
+  // Chunks of a retired stream first: their transfers wait for nothing else.
+  if (!resend_.empty() && (!schedule_resends(&scheduled) || epoch != epoch_ || !resend_.empty())) return scheduled;
   while (!ready_.empty()) {
     // The stream with the fewest queued bytes (with rails: the one expected to deliver
     // the chunk first), if it has room for another chunk.
-    uint16_t best = 0;
-    if (rate_aware_) {
-      best = fastest_finish();
-    } else {
-      for (uint16_t i = 1; i < streams_.size(); ++i) {
-        if (streams_[i].queued < streams_[best].queued) best = i;
-      }
-    }
+    const uint16_t best = rate_aware_ ? fastest_finish() : least_loaded();
     const bool stream_room = streams_[best].queued < chunk_bytes_;
     if (!stream_room && rate_aware_) waiting_for_ = best;
     const bool pull_room = pull_tx_ && pulls_out_.size() < kPullWindow;
@@ -285,22 +296,33 @@ void ChunkScheduler::write_all() {
 }
 
 void ChunkScheduler::writable(uint16_t index) {
+  if (streams_[index].retired) return;
   streams_[index].tx_blocked = false;
   write(index);
 }
 
 void ChunkScheduler::write(uint16_t index) {
   Stream& s = streams_[index];
+  if (s.retired) return;
   const uint64_t epoch = epoch_;
   while (!s.txq.empty() && !s.tx_blocked) {
     TxChunk& c = s.txq.front();
-    const net::IoResult r = c.t->source->write(s.fd.get(), c.offset, c.remaining);
+    const net::IoResult r = c.resend ? c.t->source->write_again(s.fd.get(), c.offset, c.remaining)
+                                     : c.t->source->write(s.fd.get(), c.offset, c.remaining);
     if (r.would_block()) {
       s.tx_blocked = true;
       return;
     }
+    if (!r.moved() && c.resend && r.err == EKEYREVOKED) {
+      owner_.resend_failed(Status(StatusCode::kInvalidKey,
+                                  fmt::format("a chunk of a served get to {} could not be sent again after its data "
+                                              "stream broke: the region was deregistered meanwhile",
+                                              peer_)));
+      return;
+    }
     if (!r.moved()) {
-      owner_.stream_failed(net::errno_status(r.err, "send on data stream " + std::to_string(index) + " to " + peer_));
+      owner_.stream_failed(index,
+                           net::errno_status(r.err, "send on data stream " + std::to_string(index) + " to " + peer_));
       return;
     }
     c.offset += r.bytes;
@@ -314,6 +336,12 @@ void ChunkScheduler::write(uint16_t index) {
       const uint64_t start = c.start, length = c.offset - c.start;
       s.txq.pop_front();
       t->source->chunk_sent(start, length);
+      if (failover_) s.unconfirmed.push_back(Unconfirmed{t->confirm ? t : nullptr, start, length});
+    }
+    if (t->confirm && !t->written_told && t->all_written()) {
+      t->written_told = true;
+      owner_.written(*t);
+      if (epoch != epoch_) return;
     }
     if (t->done()) {
       owner_.sent(*t);
@@ -352,7 +380,12 @@ std::string ChunkScheduler::expect(RxTransfer* t, uint16_t stream, uint64_t offs
     return violation;
   }
   t->announced += length;
-  streams_[stream].rxq.push_back(RxChunk{t, offset, length, 0, false, crc.has_value(), crc.value_or(0)});
+  RxChunk c{t, offset, length, 0, false, crc.has_value(), crc.value_or(0), 0, t->id, t->kind};
+  if (streams_[stream].retired) {
+    owed_.push_back(c);  // announced before the peer heard that this side retired the stream: it comes again
+  } else {
+    streams_[stream].rxq.push_back(c);
+  }
   return {};
 }
 
@@ -390,6 +423,7 @@ std::string ChunkScheduler::pulled(wire::ChunkKind kind, uint64_t recv_id, uint6
   pulls_out_.pop_front();
   TxTransfer* t = c.t;
   t->written += length;
+  t->confirmed += length;  // a PULLED is the peer's word that it has the bytes
   t->source->chunk_sent(c.start, length);
   if (t->done()) owner_.sent(*t);
   return {};
@@ -424,7 +458,8 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
           pulls ? fmt::format("process_vm_readv of a PULLed chunk from {} (pid {})", peer_, pull_in_->pid())
                 : "recv on data stream " + std::to_string(index) + " from " + peer_;
       Status why = s.in->take_failure();
-      owner_.stream_failed(why.is_ok() ? net::errno_status(r.err, where) : why.with_context(where));
+      owner_.stream_failed(pulls ? UINT16_MAX : index,
+                           why.is_ok() ? net::errno_status(r.err, where) : why.with_context(where));
       return;
     }
     if (r.eof()) {
@@ -448,6 +483,7 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       }
       s.rxq.pop_front();
       ++s.chunks_read;
+      if (failover_ && !pulls) owner_.chunk_read(index, s.chunks_read);
       if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
       finish_chunk(t, start, length, has_crc, crc);
       if (epoch != epoch_) return;
@@ -509,6 +545,9 @@ void ChunkScheduler::redirect(const std::function<bool(const RxTransfer&)>& drop
       stalled = true;
     }
   }
+  for (RxChunk& c : owed_) {
+    if (drop(*c.t)) c.t = drain;
+  }
   if (stalled) owner_.resume_later();
 }
 
@@ -526,6 +565,184 @@ void ChunkScheduler::resume() {
     if (std::exchange(streams_[i].rx_resume, false)) read(i);
   }
   if (epoch == epoch_ && std::exchange(pulls_in_.rx_resume, false)) read_pulls();
+}
+
+}  // namespace remora::detail
+
+namespace remora::detail {
+
+// --- failover ----------------------------------------------------------------------
+
+uint32_t ChunkScheduler::live_streams() const noexcept {
+  return static_cast<uint32_t>(
+      std::count_if(streams_.begin(), streams_.end(), [](const Stream& s) { return !s.retired; }));
+}
+
+bool ChunkScheduler::confirm_oldest(Stream& s, uint64_t n) {
+  const uint64_t epoch = epoch_;
+  for (; n > 0; --n) {
+    const Unconfirmed u = s.unconfirmed.front();
+    s.unconfirmed.pop_front();
+    ++s.chunks_confirmed;
+    if (u.t == nullptr) continue;
+    u.t->confirmed += u.length;
+    if (u.t->done()) {
+      owner_.sent(*u.t);
+      if (epoch != epoch_) return false;
+    }
+  }
+  return true;
+}
+
+std::string ChunkScheduler::confirmed(uint16_t index, uint64_t chunks) {
+  if (!failover_) return "RECEIVED on an endpoint without failover";
+  if (index >= streams_.size()) {
+    return fmt::format("RECEIVED names data stream {} of {}", index, streams_.size());
+  }
+  Stream& s = streams_[index];
+  if (s.peer_retired) return fmt::format("RECEIVED for data stream {} after its RETIRE", index);
+  if (chunks < s.chunks_confirmed || chunks - s.chunks_confirmed > s.unconfirmed.size()) {
+    return fmt::format("RECEIVED {} chunks of data stream {}, where {} were confirmed and {} more written whole",
+                       chunks, index, s.chunks_confirmed, s.unconfirmed.size());
+  }
+  confirm_oldest(s, chunks - s.chunks_confirmed);
+  return {};
+}
+
+Result<uint64_t> ChunkScheduler::retire(uint16_t index) {
+  Stream& s = streams_[index];
+  if (s.retired) return s.chunks_read;
+  for (const RxChunk& c : s.rxq) {
+    if (!c.t->sink->can_reread()) {
+      return Status(StatusCode::kPeerFailed,
+                    fmt::format("data stream {} from {} broke with a chunk of device memory expected on it, which "
+                                "cannot be received again",
+                                index, peer_));
+    }
+  }
+  for (RxChunk& c : s.rxq) {
+    // What was read of it is read again from its start, at the same offsets.
+    c.t->received -= c.done;
+    s.read_total -= c.done;
+    c.done = 0;
+    c.begun = false;
+    owed_.push_back(c);
+  }
+  s.rxq.clear();
+  s.rx_resume = false;
+  s.rx_stalled = false;
+  s.retired = true;
+  s.tx_blocked = true;
+  s.in.reset();
+  s.fd.reset();
+  ++streams_retired_;
+  return s.chunks_read;
+}
+
+std::string ChunkScheduler::peer_retired(uint16_t index, uint64_t chunks) {
+  if (!failover_) return "RETIRE on an endpoint without failover";
+  if (index >= streams_.size()) return fmt::format("RETIRE names data stream {} of {}", index, streams_.size());
+  Stream& s = streams_[index];
+  if (s.peer_retired) return fmt::format("RETIRE of data stream {} twice", index);
+  if (chunks < s.chunks_confirmed || chunks - s.chunks_confirmed > s.unconfirmed.size()) {
+    return fmt::format("RETIRE of data stream {} after {} chunks, where {} were confirmed and {} more written whole",
+                       index, chunks, s.chunks_confirmed, s.unconfirmed.size());
+  }
+  s.peer_retired = true;
+  if (!confirm_oldest(s, chunks - s.chunks_confirmed)) return {};
+  // Everything else this side put on the stream goes again, oldest first: chunks
+  // written whole but not read whole, then those written in part or not at all.
+  std::deque<Unconfirmed> again;
+  for (const Unconfirmed& u : s.unconfirmed) {
+    if (u.t != nullptr) u.t->written -= u.length;
+    again.push_back(u);
+  }
+  s.unconfirmed.clear();
+  for (const TxChunk& c : s.txq) {
+    c.t->written -= c.offset - c.start;
+    again.push_back(Unconfirmed{c.t->confirm ? c.t : nullptr, c.start, c.offset - c.start + c.remaining});
+  }
+  s.txq.clear();
+  s.queued = 0;
+  for (const Unconfirmed& u : again) {
+    if (u.t == nullptr) {
+      owner_.resend_failed(Status(StatusCode::kPeerFailed,
+                                  fmt::format("data stream {} to {} broke with a chunk of device memory on it that "
+                                              "cannot be sent again",
+                                              index, peer_)));
+      return {};
+    }
+    resend_.push_back(u);
+  }
+  return {};
+}
+
+bool ChunkScheduler::schedule_resends(bool* scheduled) {
+  while (!resend_.empty()) {
+    const uint16_t best = rate_aware_ ? fastest_finish() : least_loaded();
+    Stream& s = streams_[best];
+    if (s.retired) return true;  // none left: the Owner fails the endpoint
+    if (s.queued >= chunk_bytes_) {
+      if (rate_aware_) waiting_for_ = best;
+      return true;
+    }
+    const Unconfirmed u = resend_.front();
+    resend_.pop_front();
+    std::optional<uint32_t> crc;
+    if (checksum_) {
+      crc = u.t->source->checksum(u.start, u.length);
+      if (!crc) {
+        owner_.resend_failed(Status(StatusCode::kUnsupported,
+                                    "REMORA_CHECKSUM=crc32c: a chunk sent again could not "
+                                    "be checksummed"));
+        return false;
+      }
+    }
+    owner_.announce(wire::ChunkFrame{.recv_id = u.t->chunk_id,
+                                     .offset = u.start,
+                                     .length = static_cast<uint32_t>(u.length),
+                                     .stream = best,
+                                     .kind = u.t->kind,
+                                     .has_crc = crc.has_value(),
+                                     .crc = crc.value_or(0),
+                                     .resend = true});
+    s.txq.push_back(TxChunk{u.t, u.start, u.start, u.length, /*resend=*/true});
+    s.queued += u.length;
+    ++chunks_per_stream_[best];
+    ++chunks_resent_;
+    *scheduled = true;
+  }
+  return true;
+}
+
+std::string ChunkScheduler::expect_resend(wire::ChunkKind kind, uint64_t id, uint16_t stream, uint64_t offset,
+                                          uint64_t length, std::optional<uint32_t> crc) {
+  if (!failover_) return "CHUNK with RESEND on an endpoint without failover";
+  if (crc.has_value() != checksum_) {
+    return checksum_ ? "CHUNK without the CRC-32C this endpoint negotiated (REMORA_CHECKSUM=crc32c)"
+                     : "CHUNK with a CRC on an endpoint without checksums";
+  }
+  if (stream >= streams_.size()) {
+    return "CHUNK names data stream " + std::to_string(stream) + " of " + std::to_string(streams_.size());
+  }
+  // Exactly a chunk this side is owed: nothing it has whole is written twice.
+  const auto it = std::find_if(owed_.begin(), owed_.end(), [&](const RxChunk& c) {
+    return c.kind == kind && c.recv_id == id && c.start == offset && c.length == length;
+  });
+  if (it == owed_.end()) {
+    return fmt::format("CHUNK sent again [{}, +{}) of id {} (kind {}) is not a chunk this side lacks", offset, length,
+                       id, static_cast<int>(kind));
+  }
+  RxChunk c = *it;
+  owed_.erase(it);
+  c.has_crc = crc.has_value();
+  c.crc = crc.value_or(0);
+  if (streams_[stream].retired) {
+    owed_.push_back(c);
+  } else {
+    streams_[stream].rxq.push_back(c);
+  }
+  return {};
 }
 
 }  // namespace remora::detail

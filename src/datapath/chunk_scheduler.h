@@ -41,9 +41,21 @@ struct TxTransfer {
   uint64_t written = 0;    ///< bytes the kernel accepted
   ChunkSource* source = nullptr;
   Status failure;          ///< the source failed it (prepare): nothing after `scheduled` goes out
+  /// Failover (ChunkScheduler::enable_failover) keeps it until the peer confirmed every
+  /// chunk (RECEIVED), so that a chunk on a stream that breaks can be sent again: then
+  /// it is done once `confirmed` (not `written`) is complete, and the Owner hears
+  /// written() when every byte is in the kernel.
+  bool confirm = false;
+  bool written_told = false;  ///< written() was called
+  uint64_t confirmed = 0;     ///< bytes of chunks the peer said it read whole
 
-  /// Everything that will be written of it is written.
-  bool done() const noexcept { return written == length || (!failure.is_ok() && written == scheduled); }
+  /// Every byte that will be written of it is in the kernel.
+  bool all_written() const noexcept { return written == length || (!failure.is_ok() && written == scheduled); }
+  /// The scheduler is done with it: all written, and, with `confirm`, all confirmed.
+  bool done() const noexcept {
+    const uint64_t mark = confirm ? confirmed : written;
+    return mark == length || (!failure.is_ok() && mark == scheduled);
+  }
 };
 
 /// Bytes this side reads from the data streams for one operation.
@@ -82,8 +94,17 @@ class ChunkScheduler {
     /// Every announced chunk of `t` is finished (t.failure says whether one failed).
     /// `t` may be destroyed in the call.
     virtual void received(RxTransfer& t) = 0;
-    /// A data stream's send or recv failed.
-    virtual void stream_failed(const Status& why) = 0;
+    /// A data stream's send or recv failed (`index`: UINT16_MAX for the same-host pulls).
+    virtual void stream_failed(uint16_t index, const Status& why) = 0;
+    /// Failover: every byte of `t` is in the kernel (sent() follows once the peer
+    /// confirmed every chunk). Called once per transfer.
+    virtual void written(TxTransfer& /*t*/) {}
+    /// Failover: this side has now read `chunks` chunks whole off stream `index` (the
+    /// Owner tells the peer with RECEIVED before any frame it queues later).
+    virtual void chunk_read(uint16_t /*index*/, uint64_t /*chunks*/) {}
+    /// Failover: a chunk could not be sent again (its source cannot, or its region was
+    /// deregistered): the endpoint must fail.
+    virtual void resend_failed(const Status& why) { stream_failed(UINT16_MAX, why); }
     /// A data stream ended while chunks were expected on it.
     virtual void stream_ended(uint16_t index) = 0;
     /// True when another thread waits for the progress lock: stop soon.
@@ -126,7 +147,10 @@ class ChunkScheduler {
 
   // --- sending ----------------------------------------------------------------
   /// `t` has chunks to schedule; it stays referenced until sent() or clear().
-  void ready(TxTransfer* t) { ready_.push_back(t); }
+  void ready(TxTransfer* t) {
+    t->confirm = failover_ && t->source->can_resend();
+    ready_.push_back(t);
+  }
   /// Assigns chunks of ready transfers to streams with room (announcing each); true
   /// if it assigned any.
   bool schedule();
@@ -221,12 +245,53 @@ class ChunkScheduler {
   /// The measured rate of stream `index` in bytes per second (0: not measured yet).
   double rate(uint16_t index) const noexcept { return streams_[index].rate; }
 
+  // --- failover (docs/protocol.md, "Failover") -----------------------------------
+  /// Both sides offer failover: every chunk written is kept until the peer confirms it
+  /// (confirmed()), chunk_read() reports each chunk read whole, and a stream can be
+  /// retired and its chunks sent again on the others.
+  void enable_failover() noexcept { failover_ = true; }
+  bool failover() const noexcept { return failover_; }
+  /// A RECEIVED frame: the peer read `chunks` chunks whole off stream `index` so far.
+  /// Transfers whose every chunk is confirmed are reported sent. "" or the violation.
+  std::string confirmed(uint16_t index, uint64_t chunks);
+  /// This side gives stream `index` up: it is never read or written again (its socket
+  /// is closed; the Owner removed it from its poller first), its expected chunks are
+  /// owed (the peer sends them again, resend_expected), and nothing more is scheduled
+  /// on it. Returns the chunks read whole off it, for this side's RETIRE; an error when
+  /// a chunk expected on it cannot be received again (its sink places chunks
+  /// asynchronously, as staging does).
+  Result<uint64_t> retire(uint16_t index);
+  bool retired(uint16_t index) const noexcept { return streams_[index].retired; }
+  /// Streams not retired.
+  uint32_t live_streams() const noexcept;
+  /// The peer's RETIRE: it read `chunks` chunks whole off stream `index` (which this
+  /// side has retired already) and reads no more. Those are confirmed; every other
+  /// chunk this side put on the stream is sent again on the others (CHUNK with
+  /// RESEND). "" or the violation; a chunk that cannot be sent again fails through
+  /// resend_failed.
+  std::string peer_retired(uint16_t index, uint64_t chunks);
+  /// A CHUNK with RESEND: must be exactly a chunk this side is owed (from a retired
+  /// stream); it is read off `stream` like any other. "" or the violation.
+  std::string expect_resend(wire::ChunkKind kind, uint64_t id, uint16_t stream, uint64_t offset, uint64_t length,
+                            std::optional<uint32_t> crc = std::nullopt);
+  /// Chunks sent again, and retired streams, since the endpoint began.
+  uint64_t chunks_resent() const noexcept { return chunks_resent_; }
+  uint32_t streams_retired() const noexcept { return streams_retired_; }
+
  private:
   struct TxChunk {
     TxTransfer* t;
     uint64_t start;      // the chunk's first byte, in the transfer
     uint64_t offset;     // next byte to write, in the transfer
     uint64_t remaining;
+    bool resend = false;  // sent again after its first stream was retired
+  };
+  /// A chunk written whole and not yet confirmed (failover), or one to send again.
+  /// t is null where the transfer was not kept (its source cannot send again).
+  struct Unconfirmed {
+    TxTransfer* t;
+    uint64_t start;
+    uint64_t length;
   };
   struct RxChunk {
     RxTransfer* t;
@@ -237,7 +302,7 @@ class ChunkScheduler {
     bool has_crc;        // the CHUNK frame carried `crc`
     uint32_t crc;
     uint64_t remote = 0;   // a PULL: the chunk's address in the peer
-    uint64_t recv_id = 0;  // a PULL: the id and kind it named (for its PULLED)
+    uint64_t recv_id = 0;  // the id and kind its CHUNK or PULL named (a PULLED, a resent CHUNK)
     wire::ChunkKind kind = wire::ChunkKind::kMessage;
   };
   struct Stream {
@@ -262,6 +327,12 @@ class ChunkScheduler {
     bool busy_at_sample = false;
     uint64_t outq = 0;
     double rate = 0;
+    // Failover: chunks written whole, oldest first, not yet confirmed; how many the
+    // peer confirmed; whether this side retired the stream, and whether the peer did.
+    std::deque<Unconfirmed> unconfirmed;
+    uint64_t chunks_confirmed = 0;
+    bool retired = false;
+    bool peer_retired = false;
   };
   /// Samples each stream's acknowledged bytes (SIOCOUTQ) where kRateSample has passed.
   void sample_rates();
@@ -281,6 +352,13 @@ class ChunkScheduler {
   /// (stream < 0): false when the source cannot checksum it (the transfer then failed).
   bool announce_next(TxTransfer* t, uint64_t size, int stream);
   void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc);
+  /// The least loaded stream that is not retired (schedule's choice without rates).
+  uint16_t least_loaded() const;
+  /// Queues the chunks waiting in resend_ on streams with room; false if it gave up
+  /// (a chunk could not be sent again: resend_failed was called).
+  bool schedule_resends(bool* scheduled);
+  /// Confirms the oldest `n` unconfirmed chunks of `s`; false if epoch_ moved.
+  bool confirm_oldest(Stream& s, uint64_t n);
 
   Owner& owner_;
   uint64_t chunk_bytes_;
@@ -304,6 +382,12 @@ class ChunkScheduler {
   bool promote_ = false;
   net::HugePagePromoter promoter_;
   Status distrust_;  // distrust_pulls
+  // Failover.
+  bool failover_ = false;
+  std::deque<Unconfirmed> resend_;  // chunks of retired streams to send again, in order
+  std::vector<RxChunk> owed_;       // chunks expected on retired streams, to come again
+  uint64_t chunks_resent_ = 0;
+  uint32_t streams_retired_ = 0;
 };
 
 }  // namespace remora::detail

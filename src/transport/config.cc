@@ -269,6 +269,14 @@ constexpr ConfigVariable kVariables[] = {
      .choices = kAutoOff,
      .field = "pull_huge_pages",
      .doc = "`auto`: memory a same-host peer pulls again and again is collapsed into huge pages"},
+    {.name = "REMORA_FAILOVER",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kAutoOff,
+     .field = "failover",
+     .doc = "`auto`: a data stream that breaks is retired and its unconfirmed chunks are sent again on the "
+            "others (two streams or more, both sides); `off`: a broken data stream fails the endpoint"},
     {.name = "REMORA_PIN",
      .section = kContext,
      .kind = ConfigKind::kChoice,
@@ -351,6 +359,7 @@ const std::vector<Row>& rows() {
          Fields<bool>{&Config::same_host_pulls, &ContextOptions::same_host_pulls}},
         {var("REMORA_PULL_HUGEPAGES"), "pull_huge_pages",
          Fields<bool>{&Config::pull_huge_pages, &ContextOptions::pull_huge_pages}},
+        {var("REMORA_FAILOVER"), "failover", Fields<bool>{&Config::failover, &ContextOptions::failover}},
         {var("REMORA_PIN"), "pin_mode", Fields<PinMode>{&Config::pin_mode, &ContextOptions::pin_mode}},
         {var("REMORA_RAILS"), "rails", TextField<256>{&Config::rails, &ContextOptions::rails}},
     };

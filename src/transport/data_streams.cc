@@ -87,6 +87,18 @@ RxTransfer* EndpointCore::find_announced(std::string_view frame, wire::ChunkKind
 }
 
 void EndpointCore::handle_chunk(const wire::ChunkFrame& f) {
+  if (f.resend) {
+    // Sent again after its first stream was retired: its transfer was announced (and
+    // may have been redirected to the drain since), so it is found among the owed.
+    if (std::string violation = chunks_.expect_resend(f.kind, f.recv_id, f.stream, f.offset, f.length,
+                                                      f.has_crc ? std::optional<uint32_t>(f.crc) : std::nullopt);
+        !violation.empty()) {
+      protocol_error(std::move(violation));
+      return;
+    }
+    read_stream(f.stream);
+    return;
+  }
   RxTransfer* op = find_announced("CHUNK", f.kind, f.recv_id);
   if (op == nullptr) return;
   if (std::string violation =
@@ -138,9 +150,16 @@ void EndpointCore::sent(TxTransfer& out) {
       if (!out.failure.is_ok()) {
         append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
       }
-      target_.get_sent(out.owner);
+      target_.get_sent(out.owner, &out);
       return;
   }
+}
+
+void EndpointCore::written(TxTransfer& out) {
+  // Failover keeps a transfer until the peer confirmed it (sent() then), but a served
+  // get's RESP need not wait for that: the initiator completes the get once it has the
+  // RESP and every chunk, and a chunk sent again is never zeros (RegionSource::write_again).
+  if (out.kind == wire::ChunkKind::kGet) target_.get_written(out.owner);
 }
 
 void EndpointCore::received(RxTransfer& in) {
@@ -153,6 +172,81 @@ void EndpointCore::received(RxTransfer& in) {
     case wire::ChunkKind::kPut: target_.put_received(in.id); return;
     case wire::ChunkKind::kGet: initiator_.get_received(in.id); return;
   }
+}
+
+void EndpointCore::stream_failed(uint16_t index, const Status& why) {
+  // A sealed record that failed to open (tampering) or a protocol violation fails the
+  // endpoint; a connection that broke is failed over where it can be.
+  if (why.code() == StatusCode::kProtocol) {
+    REMORA_LOG(kWarn, "{}", why.message());
+    fail_locked(why);
+    return;
+  }
+  if (chunks_.failover() && index < data_watch_.size() && state_ == State::kActive) {
+    retire_stream(index, why);
+    return;
+  }
+  fail_locked(why);
+}
+
+void EndpointCore::retire_stream(uint16_t index, const Status& why) {
+  if (chunks_.retired(index)) return;
+  if (chunks_.live_streams() <= 1) {
+    fail_locked(why.with_context("the endpoint's last data stream"));
+    return;
+  }
+  engine_->remove(chunks_.fd(index), data_watch_[index].hid);
+  Result<uint64_t> read_whole = chunks_.retire(index);
+  if (!read_whole) {
+    fail_locked(read_whole.status());
+    return;
+  }
+  REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} retired ({}); its chunks go on the other {}",
+             static_cast<uint64_t>(params_.id), params_.peer, index, why.message(), chunks_.live_streams());
+  append_frame(wire::RetireFrame{.stream = index, .chunks = *read_whole});
+  flush_control();
+}
+
+void EndpointCore::handle_received(const wire::ReceivedFrame& f) {
+  if (std::string violation = chunks_.confirmed(f.stream, f.chunks); !violation.empty()) {
+    protocol_error(std::move(violation));
+  }
+}
+
+void EndpointCore::handle_retire(const wire::RetireFrame& f) {
+  if (!chunks_.failover() || f.stream >= data_watch_.size()) {
+    protocol_error(chunks_.failover() ? fmt::format("RETIRE names data stream {} of {}", f.stream, data_watch_.size())
+                                      : std::string("RETIRE on an endpoint without failover"));
+    return;
+  }
+  // The peer gave the stream up: so does this side (its RETIRE says what it read).
+  retire_stream(f.stream, Status(StatusCode::kPeerFailed, "the peer retired it"));
+  if (state_ != State::kActive) return;
+  if (std::string violation = chunks_.peer_retired(f.stream, f.chunks); !violation.empty()) {
+    protocol_error(std::move(violation));
+    return;
+  }
+  if (state_ == State::kActive) pump();
+}
+
+void EndpointCore::chunk_read(uint16_t index, uint64_t chunks) {
+  // RECEIVED, coalesced: while the last frame queued is an unsent RECEIVED of the same
+  // stream, its count is raised in place (the chunks of one stream are read in order).
+  constexpr size_t kSize = wire::kFrameHeaderSize + wire::kReceivedBodySize;
+  const size_t at = received_at_;
+  if (at != SIZE_MAX && at >= ctl_tx_off_ && at + kSize == ctl_tx_.size() &&
+      ctl_tx_[at] == std::byte{static_cast<uint8_t>(wire::FrameType::kReceived)}) {
+    const wire::ReceivedFrame f{.stream = index, .chunks = chunks};
+    std::array<std::byte, kSize> bytes;
+    wire::encode(f, bytes);
+    if (std::equal(bytes.begin(), bytes.begin() + wire::kFrameHeaderSize + 2,
+                   ctl_tx_.begin() + static_cast<ptrdiff_t>(at))) {
+      std::copy(bytes.begin(), bytes.end(), ctl_tx_.begin() + static_cast<ptrdiff_t>(at));
+      return;
+    }
+  }
+  received_at_ = ctl_tx_.size();
+  append_frame(wire::ReceivedFrame{.stream = index, .chunks = chunks});
 }
 
 void EndpointCore::stream_ended(uint16_t index) {
@@ -169,8 +263,13 @@ void EndpointCore::stream_ended(uint16_t index) {
     }
     if (state_ != State::kActive) return;
   }
-  fail_locked(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " + std::to_string(index) +
-                                                  " in the middle of a message"));
+  const Status why(StatusCode::kPeerFailed, "peer " + params_.peer + " closed data stream " + std::to_string(index) +
+                                                " in the middle of a message");
+  if (chunks_.failover() && state_ == State::kActive) {
+    retire_stream(index, why);
+    return;
+  }
+  fail_locked(why);
 }
 
 // ---------------------------------------------------------------------------

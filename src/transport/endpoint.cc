@@ -92,6 +92,10 @@ Status EndpointCore::activate() {
     data_watch_[i].hid = *dh;
   }
   group_rails();
+  // Failover needs a stream to fail over to, and both sides to speak it.
+  if (config_.failover && (params_.peer_capabilities & wire::kCapFailover) != 0 && data_watch_.size() >= 2) {
+    chunks_.enable_failover();
+  }
   state_ = State::kActive;
   start_liveness();
   if (same_host_negotiated()) {
@@ -240,6 +244,15 @@ EndpointStats EndpointCore::stats() const {
     r.chunks_received += chunks_.chunks_received(i);
   }
   st.rails.insert(st.rails.end(), skipped_rails_.begin(), skipped_rails_.end());
+  st.chunks_resent = chunks_.chunks_resent();
+  st.streams_retired = chunks_.streams_retired();
+  st.failover = chunks_.failover();
+  for (uint16_t i = 0; i < stream_rail_.size(); ++i) {
+    if (chunks_.retired(i)) ++st.rails[stream_rail_[i]].streams_retired;
+  }
+  for (RailStats& r : st.rails) {
+    if (r.state == "up" && r.streams > 0 && r.streams_retired == r.streams) r.state = "down";
+  }
   st.chunks_pulled = chunks_.chunks_pulled();
   st.bytes_pulled = chunks_.bytes_pulled();
   st.huge_pages_promoted = chunks_.huge_pages_promoted();
@@ -370,7 +383,9 @@ void EndpointCore::maybe_finalize() {
 // ---------------------------------------------------------------------------
 
 void EndpointCore::append_frame(const wire::Frame& frame) {
-  if (!std::holds_alternative<wire::RespFrame>(frame)) ctl_resp_only_ = false;
+  if (!std::holds_alternative<wire::RespFrame>(frame) && !std::holds_alternative<wire::ReceivedFrame>(frame)) {
+    ctl_resp_only_ = false;
+  }
   if (checksum_) {
     // The one place inline payloads get their CRC (an inline PUT's data, a GET's inline
     // reply, read by the caller inside its region bracket); EAGER is encoded in send()
@@ -599,6 +614,10 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_pulled(f);
         else if constexpr (std::is_same_v<T, wire::ShmFrame>)
           handle_shm(f);
+        else if constexpr (std::is_same_v<T, wire::ReceivedFrame>)
+          handle_received(f);
+        else if constexpr (std::is_same_v<T, wire::RetireFrame>)
+          handle_retire(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);

@@ -231,6 +231,13 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_goodbye(const wire::GoodbyeFrame& f);
   void handle_abort(const wire::AbortFrame& f);
   void handle_heartbeat(const wire::HeartbeatFrame& f);
+  // Failover (data_streams.cc; docs/protocol.md "Failover"): RECEIVED confirms chunks
+  // read whole; RETIRE gives a data stream up, and its unconfirmed chunks go again.
+  void handle_received(const wire::ReceivedFrame& f);
+  void handle_retire(const wire::RetireFrame& f);
+  /// Gives data stream `index` up (`why`: it broke, or the peer retired it): out of the
+  /// poller, closed, and RETIRE sent; the last live stream's loss fails the endpoint.
+  void retire_stream(uint16_t index, const Status& why);
   // Same-host pulls (docs/protocol.md): HOST says who the peer is (and, with can_pull,
   // that it reads this side's memory); PULL announces a chunk to read out of the peer;
   // PULLED answers one of ours.
@@ -330,10 +337,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void answer_pull(const wire::PulledFrame& frame) override { append_frame(frame); }
   void sent(TxTransfer& t) override;
   void received(RxTransfer& t) override;
-  void stream_failed(const Status& why) override {
-    if (why.code() == StatusCode::kProtocol) REMORA_LOG(kWarn, "{}", why.message());  // e.g. a sealed record failed
-    fail_locked(why);
-  }
+  void stream_failed(uint16_t index, const Status& why) override;
+  void written(TxTransfer& t) override;
+  void chunk_read(uint16_t index, uint64_t chunks) override;
+  void resend_failed(const Status& why) override { fail_locked(why); }
   void stream_ended(uint16_t index) override;
   bool should_yield() override { return engine_->lock_wanted(); }
   void resume_later() override { queue_resume(); }
@@ -440,7 +447,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // costs several microseconds on both sides). The RESPs wait only while ctl_tx_ holds
   // nothing else, and at most until the next progress round of any thread: the
   // waiter's next poll, or the progress thread's (within REMORA_PROGRESS_LINGER_US).
-  bool ctl_resp_only_ = true;      // the unsent part of ctl_tx_ is RESP frames only
+  bool ctl_resp_only_ = true;  // the unsent part of ctl_tx_ is RESP (and RECEIVED) frames only
+  // The last RECEIVED appended (chunk_read): while it is the last frame in ctl_tx_ and
+  // unsent, a later count for the same stream overwrites it instead of adding a frame.
+  size_t received_at_ = SIZE_MAX;
   bool hold_resps_ = false;        // a notification just went to a waiting thread
   bool hold_release_queued_ = false;
   void release_held_resps();

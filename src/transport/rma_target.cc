@@ -329,7 +329,13 @@ void RmaTarget::inline_get_read(uint64_t op_id, std::span<const std::byte> bytes
   owner_.replies_queued();
 }
 
-void RmaTarget::get_sent(uint64_t op_id) {
+void RmaTarget::get_written(uint64_t op_id) {
+  auto it = served_gets_.find(op_id);
+  if (it != served_gets_.end()) finish_served_get(it, /*keep=*/true);
+}
+
+void RmaTarget::get_sent(uint64_t op_id, const TxTransfer* out) {
+  if (out != nullptr && answered_gets_.erase(out) > 0) return;
   auto it = served_gets_.find(op_id);
   if (it == served_gets_.end()) return;
   ServedGet* sg = it->second.get();
@@ -353,7 +359,7 @@ void RmaTarget::zero_copy_released(uint64_t seq) {
   }
 }
 
-void RmaTarget::finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it) {
+void RmaTarget::finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it, bool keep) {
   ServedGet* sg = it->second.get();
   RmaStatus status = RmaStatus::kOk;
   if (!sg->out.failure.is_ok()) {
@@ -366,6 +372,7 @@ void RmaTarget::finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<S
   }
   send_resp(sg->op_id, status);
   if (sg->zero_copy_seq != 0) zero_copy_gets_.erase(sg->zero_copy_seq);
+  if (keep) answered_gets_.emplace(&sg->out, std::move(it->second));
   served_gets_.erase(it);
 }
 
@@ -398,6 +405,7 @@ void RmaTarget::serve_atomic(const wire::AtomicFrame& f) {
 void RmaTarget::fail() {
   served_puts_.clear();
   served_gets_.clear();  // zero-copy replies' brackets still open end with their sources
+  answered_gets_.clear();
   zero_copy_gets_.clear();
 }
 

@@ -83,7 +83,11 @@ class RmaTarget {
   void put_received(uint64_t op_id);
   /// Every byte of get `op_id`'s reply is in the kernel: RESP (by zero-copy sends: once
   /// the kernel reported every one of them done, zero_copy_released).
-  void get_sent(uint64_t op_id);
+  void get_sent(uint64_t op_id, const TxTransfer* out = nullptr);
+  /// Failover: every byte of get `op_id`'s reply is in the kernel: RESP now (the get
+  /// leaves the window); its source is kept until get_sent, once the initiator
+  /// confirmed every chunk.
+  void get_written(uint64_t op_id);
   /// The kernel reported a zero-copy send of the reply `seq` (kDevmemServedGetCookie's
   /// number) done.
   void zero_copy_released(uint64_t seq);
@@ -137,7 +141,8 @@ class RmaTarget {
   void serve_inline_get(uint64_t op_id, wire::RmaStatus verdict, std::shared_ptr<RegionAccess> access, PathEnd source);
   void inline_get_read(uint64_t op_id, std::span<const std::byte> bytes, const Status& read);
   /// RESP for a served get whose reply is out (and, by zero-copy sends, released).
-  void finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it);
+  /// RESP for the get, and forget it (`keep`: move it to answered_gets_).
+  void finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<ServedGet>>::iterator it, bool keep = false);
   void send_resp(uint64_t op_id, wire::RmaStatus status, uint64_t value = 0);
   void queue_resp(const wire::RespFrame& frame) { unsent_resps_.push_back(owner_.queue_resp(frame)); }
 
@@ -151,6 +156,9 @@ class RmaTarget {
 
   std::unordered_map<uint64_t, std::unique_ptr<ServedPut>> served_puts_;
   std::unordered_map<uint64_t, std::unique_ptr<ServedGet>> served_gets_;
+  /// Answered gets whose chunks the initiator has yet to confirm (failover), by their
+  /// transfer: the initiator may reuse the op id meanwhile.
+  std::unordered_map<const TxTransfer*, std::unique_ptr<ServedGet>> answered_gets_;
   std::unordered_map<uint64_t, uint64_t> zero_copy_gets_;  // zero-copy reply number -> the get's op_id
   uint64_t next_zero_copy_get_ = 1;
   // Positions in the owner's control queue just after each RESP the kernel has not

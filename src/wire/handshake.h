@@ -50,6 +50,11 @@ inline constexpr uint64_t kCapSealMask =
 /// memory with a peer on its own host (REMORA_SAME_HOST, docs/protocol.md "Shared-memory
 /// channel"). Used only when both sides also advertised kCapSameHost.
 inline constexpr uint64_t kCapShmChannel = uint64_t{1} << 7;
+/// Understands RECEIVED and RETIRE frames (types 17, 18) and CHUNK's RESEND flag: a data
+/// stream that breaks is retired and its unconfirmed chunks are sent again on the others
+/// (REMORA_FAILOVER, docs/protocol.md "Failover"). Used when both sides set it and the
+/// endpoint has two data streams or more.
+inline constexpr uint64_t kCapFailover = uint64_t{1} << 10;
 
 /// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
 /// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no

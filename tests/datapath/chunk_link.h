@@ -57,10 +57,14 @@ struct RecordingOwner : ChunkScheduler::Owner {
     sent_failures.push_back(t.failure);
   }
   void received(RxTransfer& t) override { received_ids.emplace_back(t.id, t.failure); }
-  void stream_failed(const Status& why) override { failures.push_back(why); }
+  void stream_failed(uint16_t, const Status& why) override { failures.push_back(why); }
   void stream_ended(uint16_t index) override {
     failures.push_back(Status(StatusCode::kPeerFailed, "stream " + std::to_string(index) + " ended"));
   }
+  std::vector<std::pair<uint16_t, uint64_t>> reads;  // chunk_read (failover)
+  void chunk_read(uint16_t index, uint64_t chunks) override { reads.emplace_back(index, chunks); }
+  std::vector<Status> resend_failures;
+  void resend_failed(const Status& why) override { resend_failures.push_back(why); }
   bool should_yield() override { return yield; }
   void resume_later() override { ++resumes; }
 };
@@ -75,6 +79,7 @@ struct Link {
   size_t handed = 0;  // announced frames passed to the receiver so far
   size_t pulls_handed = 0;    // PULLs passed to the receiver so far
   size_t answers_handed = 0;  // PULLEDs passed back to the sender so far
+  size_t reads_handed = 0;    // RECEIVED counts passed back to the sender so far
 
   Link() {
     for (uint16_t i = 0; i < kStreams; ++i) {
@@ -98,7 +103,11 @@ struct Link {
       tx.write_all();
       for (; handed < tx_owner.announced.size(); ++handed) {
         const wire::ChunkFrame& f = tx_owner.announced[handed];
-        ASSERT_EQ(rx.expect(pick(f), f.stream, f.offset, f.length), "");
+        if (f.resend) {
+          ASSERT_EQ(rx.expect_resend(f.kind, f.recv_id, f.stream, f.offset, f.length), "");
+        } else {
+          ASSERT_EQ(rx.expect(pick(f), f.stream, f.offset, f.length), "");
+        }
       }
       // Same-host pulls: the receiver reads each PULL out of this process and answers.
       for (; pulls_handed < tx_owner.pulls.size(); ++pulls_handed) {
@@ -116,6 +125,13 @@ struct Link {
       for (uint16_t i = 0; i < kStreams; ++i) {
         rx.read(i);
         tx.writable(i);  // the socket pair may have room again
+      }
+      // Failover: the receiver's RECEIVED counts reach the sender.
+      for (; reads_handed < rx_owner.reads.size(); ++reads_handed) {
+        const auto [index, chunks] = rx_owner.reads[reads_handed];
+        if (!tx.retired(index)) {
+          ASSERT_EQ(tx.confirmed(index, chunks), "");
+        }
       }
     }
   }

@@ -216,5 +216,80 @@ TEST(ChunkScheduler, GivesWayWhenAskedAndResumesWhereItStopped) {
   EXPECT_TRUE(got == data);
 }
 
+// --- failover (docs/protocol.md, "Failover") ---------------------------------------
+
+// A stream breaks after the sender put chunks on both: each side retires it, the
+// receiver's RETIRE says how many it read whole, and every other chunk the sender put
+// there goes again on the surviving stream, landing once at its own offset.
+TEST(ChunkSchedulerFailover, ARetiredStreamsChunksGoAgainOnTheOtherAndLandOnce) {
+  Link link;
+  link.tx.enable_failover();
+  link.rx.enable_failover();
+  const std::vector<std::byte> data = pattern(8 * Link::kChunk + 123, 36);
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  RxTransfer in;
+  in.id = 1;
+  in.length = data.size();
+  in.sink = &sink;
+  link.tx.ready(&out);
+  EXPECT_TRUE(out.confirm);  // host memory can be sent again
+  // One round: chunks on both streams, announced; the receiver reads stream 0 only.
+  link.tx.schedule();
+  link.tx.write_all();
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  }
+  link.rx.read(0);
+  ASSERT_GT(link.tx.bytes_sent(1), 0u);
+  // Stream 1 breaks.
+  Result<uint64_t> rx_read = link.rx.retire(1);
+  Result<uint64_t> tx_read = link.tx.retire(1);
+  ASSERT_TRUE(rx_read.is_ok() && tx_read.is_ok());
+  EXPECT_EQ(*rx_read, 0u);  // the receiver read nothing whole off it
+  EXPECT_EQ(link.tx.live_streams(), 1u);
+  // A resent chunk the receiver does not lack is refused before anything moves.
+  EXPECT_NE(link.rx.expect_resend(wire::ChunkKind::kMessage, 1, 0, 0, Link::kChunk), "");
+  EXPECT_NE(link.rx.expect_resend(wire::ChunkKind::kMessage, 2, 0, Link::kChunk, Link::kChunk), "");
+  EXPECT_EQ(link.tx.peer_retired(1, *rx_read), "");
+  EXPECT_EQ(link.rx.peer_retired(1, *tx_read), "");
+  EXPECT_NE(link.tx.peer_retired(1, *rx_read), "");  // once per stream
+  link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_GE(link.tx.chunks_resent(), 1u);
+  EXPECT_EQ(out.confirmed, data.size());
+  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);  // sent once, when every chunk was confirmed
+  EXPECT_TRUE(link.tx_owner.resend_failures.empty());
+  EXPECT_TRUE(link.tx.idle());
+  EXPECT_TRUE(link.rx.idle());
+}
+
+// Confirmation is what completes a kept transfer: written whole is not enough, and a
+// count the sender never wrote is refused.
+TEST(ChunkSchedulerFailover, ASendIsDoneOnlyOnceConfirmedAndBadCountsAreRefused) {
+  Link link;
+  link.tx.enable_failover();
+  const std::vector<std::byte> data = pattern(Link::kChunk / 2, 37);
+  HostSource source(data.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  link.tx.ready(&out);
+  link.tx.schedule();
+  link.tx.write_all();
+  ASSERT_EQ(link.tx_owner.announced.size(), 1u);
+  const uint16_t stream = link.tx_owner.announced[0].stream;
+  EXPECT_EQ(out.written, data.size());
+  EXPECT_TRUE(link.tx_owner.sent_ids.empty());  // written, not yet confirmed
+  EXPECT_NE(link.tx.confirmed(stream, 2), "");  // more than was written whole
+  EXPECT_NE(link.tx.confirmed(static_cast<uint16_t>(Link::kStreams), 1), "");
+  EXPECT_EQ(link.tx.confirmed(stream, 1), "");
+  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_NE(link.tx.confirmed(stream, 0), "");  // a count never goes back
+}
+
 }  // namespace
 }  // namespace remora::detail

@@ -4,12 +4,25 @@
 //       endpoint, receives N bytes (tag 1) and checks every byte, then answers (tag 2)
 //   --role=connect --address=HOST:PORT --size=N --seed=S   sends N bytes (tag 1) and
 //       waits for the answer
+//   --answer-size=M   the answer is M bytes (default 8), checked by the connecting side
+//   --rma   then the listener registers a window of 2N bytes (the first N seeded) and
+//       sends its key (tag 3); the connecting side gets the first N bytes and checks
+//       them, puts N bytes into the second half, and says so (tag 4); the listener checks
+//       them
+//   --break-source=ADDR   (connecting side) once the operation named by --break-op
+//       (send, get or put; default send) has moved bytes on the rail whose local address
+//       is ADDR, and before it completed, resets that rail's connections (`ss -K src
+//       ADDR`): failover must finish the operation on the other rail
+// FAILOVER <on|off> <streams_retired> <chunks_resent> follows, then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
 // and exit 0; anything wrong is a message on stderr and exit 1.
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -30,6 +43,31 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
   return fallback;
 }
 
+/// Resets the connections from `source` once `r` has moved bytes on that rail, while it
+/// is still in flight (the wait is bounded); false, with a message, if it could not.
+bool break_rail_during(Endpoint& ep, Request& r, const std::string& source) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto on_rail = [&] {
+    for (const RailStats& rail : ep.stats().rails) {
+      if (rail.local_address == source && rail.bytes_sent + rail.bytes_received > 0) return true;
+    }
+    return false;
+  };
+  while (!on_rail() && !r.done() && std::chrono::steady_clock::now() < deadline) {
+    (void)r.wait(std::chrono::milliseconds(1));
+  }
+  if (r.done()) {
+    std::fprintf(stderr, "rails peer: the operation completed before the rail could be broken\n");
+    return false;
+  }
+  const std::string cmd = "ss -K src " + source + " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "rails peer: %s failed\n", cmd.c_str());
+    return false;
+  }
+  return true;
+}
+
 int fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "rails peer: %s: %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str(),
                s.message().c_str());
@@ -37,6 +75,9 @@ int fail(const std::string& what, const Status& s) {
 }
 
 void print_rails(const Endpoint& ep) {
+  const EndpointStats st = ep.stats();
+  std::printf("FAILOVER %s %u %lu\n", st.failover ? "on" : "off", st.streams_retired,
+              static_cast<unsigned long>(st.chunks_resent));
   const std::string sealed = ep.stats().encryption;
   std::printf("SEALED %s\n", sealed.empty() ? "-" : sealed.c_str());
   for (const RailStats& r : ep.stats().rails) {
@@ -56,12 +97,16 @@ int main(int argc, char** argv) {
   const std::string address = arg(argc, argv, "address");
   const uint64_t size = std::stoull(arg(argc, argv, "size", "1048576"));
   const uint64_t seed = std::stoull(arg(argc, argv, "seed", "1"));
+  const uint64_t answer_size = std::stoull(arg(argc, argv, "answer-size", "8"));
+  const std::string break_source = arg(argc, argv, "break-source");
+  const std::string break_op = arg(argc, argv, "break-op", "send");
+  const bool rma = arg(argc, argv, "rma") == "1";
   const auto timeout = std::chrono::seconds(60);
   auto ctx = Context::create(ContextOptions{});
   if (!ctx) return fail("Context::create", ctx.status());
   std::shared_ptr<Endpoint> ep;
   std::vector<std::byte> buffer(size);
-  std::byte answer[8] = {};
+  std::vector<std::byte> answer(answer_size);
   if (role == "listen") {
     auto listener = (*ctx)->listen(address);
     if (!listener) return fail("listen", listener.status());
@@ -76,14 +121,60 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rails peer: byte %zu of %lu differs\n", bad, static_cast<unsigned long>(size));
       return 1;
     }
+    itest::fill_stream(seed + 1, 0, answer);
     if (Status s = ep->send(answer, Tag{2}).wait(timeout); !s) return fail("send the answer", s);
+    if (rma) {
+      std::vector<std::byte> window(2 * size);
+      itest::fill_stream(seed + 2, 0, std::span(window).first(size));
+      auto region = (*ctx)->register_memory(window.data(), window.size(), Access::kRemoteRead | Access::kRemoteWrite);
+      if (!region) return fail("register_memory", region.status());
+      const auto key = region->remote_key().serialize();
+      if (Status s = ep->send(key, Tag{3}).wait(timeout); !s) return fail("send the key", s);
+      std::byte done[8] = {};
+      if (Status s = ep->recv(done, Tag{4}).wait(timeout); !s) return fail("recv done", s);
+      const size_t put_bad = itest::first_mismatch(seed + 3, 0, std::span(window).subspan(size));
+      if (put_bad != SIZE_MAX) {
+        std::fprintf(stderr, "rails peer: byte %zu of the put differs\n", put_bad);
+        return 1;
+      }
+    }
   } else if (role == "connect") {
     auto connected = (*ctx)->connect(address, timeout);
     if (!connected) return fail("connect", connected.status());
     ep = *connected;
     itest::fill_stream(seed, 0, buffer);
-    if (Status s = ep->send(buffer, Tag{1}).wait(timeout); !s) return fail("send", s);
+    Request sent = ep->send(buffer, Tag{1});
+    if (!break_source.empty() && break_op == "send" && !break_rail_during(*ep, sent, break_source)) return 1;
+    if (Status s = sent.wait(timeout); !s) return fail("send", s);
     if (Status s = ep->recv(answer, Tag{2}).wait(timeout); !s) return fail("recv the answer", s);
+    if (answer_size > 8) {
+      const size_t bad = itest::first_mismatch(seed + 1, 0, answer);
+      if (bad != SIZE_MAX) {
+        std::fprintf(stderr, "rails peer: byte %zu of the answer differs\n", bad);
+        return 1;
+      }
+    }
+    if (rma) {
+      std::array<std::byte, RemoteKey::kSerializedSize> key_bytes{};
+      if (Status s = ep->recv(key_bytes, Tag{3}).wait(timeout); !s) return fail("recv the key", s);
+      auto key = RemoteKey::deserialize(key_bytes);
+      if (!key) return fail("deserialize the key", key.status());
+      std::fill(buffer.begin(), buffer.end(), std::byte{0});
+      Request got = ep->get(buffer, *key, 0);
+      if (!break_source.empty() && break_op == "get" && !break_rail_during(*ep, got, break_source)) return 1;
+      if (Status s = got.wait(timeout); !s) return fail("get", s);
+      const size_t get_bad = itest::first_mismatch(seed + 2, 0, buffer);
+      if (get_bad != SIZE_MAX) {
+        std::fprintf(stderr, "rails peer: byte %zu of the get differs\n", get_bad);
+        return 1;
+      }
+      itest::fill_stream(seed + 3, 0, buffer);
+      Request put = ep->put(buffer, *key, size);
+      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source)) return 1;
+      if (Status s = put.wait(timeout); !s) return fail("put", s);
+      const std::byte done[8] = {};
+      if (Status s = ep->send(done, Tag{4}).wait(timeout); !s) return fail("send done", s);
+    }
   } else {
     std::fprintf(stderr, "rails peer: --role=listen or --role=connect\n");
     return 2;

@@ -54,34 +54,56 @@ std::string parse_sealed(const std::string& output) {
   return output.substr(at + 7, output.find('\n', at) - at - 7);
 }
 
+/// The FAILOVER line: whether failover was on, streams retired, chunks sent again.
+struct FailoverLine {
+  std::string state;
+  uint64_t streams_retired = 0, chunks_resent = 0;
+};
+
+FailoverLine parse_failover(const std::string& output) {
+  FailoverLine f;
+  const size_t at = output.find("FAILOVER ");
+  if (at == std::string::npos) return f;
+  std::istringstream in(output.substr(at + 9, output.find('\n', at) - at - 9));
+  in >> f.state >> f.streams_retired >> f.chunks_resent;
+  return f;
+}
+
 struct Outcome {
   std::vector<RailLine> listener, connector;
   std::string listener_sealed, connector_sealed;
+  FailoverLine listener_failover, connector_failover;
 };
 
 /// One transfer of `size` bytes from ns_b (connecting) to ns_a (listening).
 /// `extra_env` goes to both sides.
+/// `extra_args` goes to both sides' command lines.
 Outcome transfer(const NetnsRails& net, uint64_t size, const std::string& rails_b = "rlb",
-                 const std::vector<std::string>& extra_env = {}) {
+                 const std::vector<std::string>& extra_env = {}, const std::vector<std::string>& extra_args = {}) {
   const std::string common_size = "--size=" + std::to_string(size);
   auto with = [&](std::vector<std::string> env) {
     env.insert(env.end(), extra_env.begin(), extra_env.end());
     return env;
   };
-  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", common_size, "--seed=36"},
+  auto args = [&](std::vector<std::string> a) {
+    a.insert(a.end(), extra_args.begin(), extra_args.end());
+    return a;
+  };
+  auto a = spawn_rails_peer(net, net.ns_a(), args({"--role=listen", "--address=0.0.0.0:0", common_size, "--seed=36"}),
                             with({"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error"}));
   if (!a->ok()) return {};
   const uint16_t port = read_port(*a);
   if (port == 0) return {};
   auto b = spawn_rails_peer(
       net, net.ns_b(),
-      {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), common_size, "--seed=36"},
+      args({"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), common_size, "--seed=36"}),
       with({"REMORA_RAILS=" + rails_b, "REMORA_STREAMS=1", "REMORA_LOG=error"}));
   auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
   auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
   EXPECT_TRUE(Process::exited_ok(b_status)) << "connecting side " << Process::describe(b_status) << ":\n" << b_out;
   EXPECT_TRUE(Process::exited_ok(a_status)) << "listening side " << Process::describe(a_status) << ":\n" << a_out;
-  return {parse_rails(a_out), parse_rails(b_out), parse_sealed(a_out), parse_sealed(b_out)};
+  return {parse_rails(a_out),  parse_rails(b_out),    parse_sealed(a_out),
+          parse_sealed(b_out), parse_failover(a_out), parse_failover(b_out)};
 }
 
 uint64_t sum_received(const std::vector<RailLine>& rails) {
@@ -181,6 +203,73 @@ TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
   EXPECT_EQ(up, 2);
   EXPECT_EQ(skipped, 1);
   EXPECT_EQ(sum_received(o.listener), size);
+}
+
+// Failover (docs/rails.md, "Surviving a broken connection"): the connecting side resets
+// its second rail's connection (`ss -K`) while a 32 MiB send is on it (both rails shaped
+// to 200 Mbit/s, so the send takes over a second). The stream is retired on both sides,
+// the chunks the listener had not read whole go again on the first rail, the send and a
+// 16 MiB answer complete, and every byte is checked on both sides.
+void expect_failover_after_reset(const std::vector<std::string>& env, const std::string& op = "send") {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  // Both directions shaped: a get's data flows from the listener.
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
+      !net.shape_a(1, "200mbit")) {
+    GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  }
+  const uint64_t size = 32ull << 20;
+  const Outcome o =
+      transfer(net, size, "rlb", env,
+               {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-source=" + net.addr_b(1)});
+  ASSERT_EQ(o.connector.size(), 2u);
+  EXPECT_EQ(o.connector_failover.state, "on");
+  EXPECT_EQ(o.listener_failover.state, "on");
+  EXPECT_EQ(o.connector_failover.streams_retired, 1u);
+  EXPECT_EQ(o.listener_failover.streams_retired, 1u);
+  // The reset caught chunks on the broken rail: they went again (from the listener for
+  // a get, whose data it sends).
+  EXPECT_GE(op == "get" ? o.listener_failover.chunks_resent : o.connector_failover.chunks_resent, 1u);
+  EXPECT_EQ(o.connector[0].state, "up");
+  EXPECT_EQ(o.connector[1].state, "down");
+  EXPECT_EQ(o.connector[1].local, net.addr_b(1));
+}
+
+TEST(Failover, ARailResetMidSendFinishesOnTheOtherRailEveryByteChecked) { expect_failover_after_reset({}); }
+
+// The same with every stream sealed: the reset stream's records are dropped with it, and
+// the chunks sent again go in records of the surviving stream's keys.
+TEST(Failover, SealedRailResetMidSendFinishesOnTheOtherRail) {
+  expect_failover_after_reset({"REMORA_AUTH_KEY=failover-and-seals", "REMORA_ENCRYPT=on"});
+}
+
+// A get: the listener serves it from its registered window; the chunks it put on the
+// broken rail are read out of the region again (never zeros) and sent on the other.
+TEST(Failover, ARailResetMidGetFinishesOnTheOtherRailEveryByteChecked) { expect_failover_after_reset({}, "get"); }
+
+// A put: its chunks on the broken rail go again and land once in the listener's window.
+TEST(Failover, ARailResetMidPutFinishesOnTheOtherRailEveryByteChecked) { expect_failover_after_reset({}, "put"); }
+
+// REMORA_FAILOVER=off on either side: the reset fails the endpoint, as before failover
+// (the same scenario, which the connecting side then reports as a failed send).
+TEST(Failover, OffOnOneSideTheResetFailsTheEndpoint) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
+                            {"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_FAILOVER=off"});
+  ASSERT_TRUE(a->ok());
+  const uint16_t port = read_port(*a);
+  ASSERT_NE(port, 0);
+  auto b = spawn_rails_peer(net, net.ns_b(),
+                            {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port),
+                             "--size=33554432", "--seed=36", "--break-source=" + net.addr_b(1)},
+                            {"REMORA_RAILS=rlb", "REMORA_STREAMS=1", "REMORA_LOG=error"});
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
+  EXPECT_FALSE(Process::exited_ok(b_status)) << b_out;
+  EXPECT_FALSE(Process::exited_ok(a_status)) << a_out;
+  EXPECT_EQ(b_out.find("FAILOVER"), std::string::npos);  // it never got as far as its report
 }
 
 }  // namespace

@@ -109,6 +109,11 @@ bool NetnsRails::shape_b(int i, const std::string& rate) {
               "rate", rate, "burst", "64kb", "latency", "20ms"});
 }
 
+bool NetnsRails::shape_a(int i, const std::string& rate) {
+  return run({"ip", "netns", "exec", ns_[0], "tc", "qdisc", "add", "dev", "rla" + std::to_string(i), "root", "tbf",
+              "rate", rate, "burst", "64kb", "latency", "20ms"});
+}
+
 bool NetnsRails::add_unreachable_b() {
   // A veth pair with both ends in ns_b (no dummy device needed).
   return run({"ip", "-n", ns_[1], "link", "add", "rlb9", "type", "veth", "peer", "name", "rlx9"}) &&

@@ -91,6 +91,8 @@ class NetnsRails : public NetnsGroup {
   const std::string& addr_b(int i) const { return addr_b_.at(static_cast<size_t>(i)); }
   /// Limits what leaves ns_b() on pair i to `rate` (tc tbf, e.g. "100mbit").
   bool shape_b(int i, const std::string& rate);
+  /// The same for what leaves ns_a() on pair i.
+  bool shape_a(int i, const std::string& rate);
   /// Adds to ns_b() an interface "rlb9" that is up with 10.193.x.2/24 (a veth whose
   /// peer stays in ns_b()), which nothing in ns_a() can answer (no route back).
   bool add_unreachable_b();
