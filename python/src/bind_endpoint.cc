@@ -42,11 +42,15 @@ nb::dict stats_dict(const EndpointStats& s) {
     rail["bytes_received"] = r.bytes_received;
     rail["chunks_sent"] = r.chunks_sent;
     rail["chunks_received"] = r.chunks_received;
+    rail["streams_retired"] = r.streams_retired;
     rail["state"] = r.state;
     rail["reason"] = r.reason;
     rails.append(rail);
   }
   d["rails"] = rails;
+  d["failover"] = s.failover;
+  d["streams_retired"] = s.streams_retired;
+  d["chunks_resent"] = s.chunks_resent;
   d["chunks_pulled"] = s.chunks_pulled;
   d["bytes_pulled"] = s.bytes_pulled;
   d["huge_pages_promoted"] = s.huge_pages_promoted;
@@ -308,8 +312,10 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "A snapshot of the counters (EndpointStats, remora/endpoint.h) as a dict: messages_sent, "
           "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
           "chunks_per_stream (a list, one per data stream), rails (a list of dicts, one per rail: local_address, "
-          "peer_address, interface, streams, bytes_sent, bytes_received, chunks_sent, chunks_received, state, "
-          "reason), chunks_pulled and bytes_pulled (same-host "
+          "peer_address, interface, streams, bytes_sent, bytes_received, chunks_sent, chunks_received, "
+          "streams_retired, state, reason), failover, streams_retired and chunks_resent (data streams that broke "
+          "and were given up, chunks sent again on the others: docs/rails.md), chunks_pulled and bytes_pulled "
+          "(same-host "
           "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "
           "out of the peer's), huge_pages_promoted (2 MiB frames of this side's memory the peer pulled again "
           "and again, collapsed into huge pages), same_host_reason (why this side does not read the peer's memory, '' "

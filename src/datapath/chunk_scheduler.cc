@@ -282,8 +282,7 @@ bool ChunkScheduler::announce_next(TxTransfer* t, uint64_t size, int stream) {
     const auto index = static_cast<uint16_t>(stream);
     owner_.announce(wire::ChunkFrame{t->chunk_id, t->scheduled, static_cast<uint32_t>(size), index, t->kind,
                                      crc.has_value(), crc.value_or(0)});
-    streams_[index].txq.push_back(chunk);
-    streams_[index].queued += size;
+    enqueue(index, chunk);
     ++chunks_per_stream_[index];
   }
   ++chunks_sent_;
@@ -578,8 +577,34 @@ uint32_t ChunkScheduler::live_streams() const noexcept {
       std::count_if(streams_.begin(), streams_.end(), [](const Stream& s) { return !s.retired; }));
 }
 
+void ChunkScheduler::enqueue(uint16_t index, const TxChunk& c) {
+  Stream& s = streams_[index];
+  if (failover_ && settled(s)) s.progress_at = std::chrono::steady_clock::now();
+  s.txq.push_back(c);
+  s.queued += c.remaining;
+}
+
+std::vector<uint16_t> ChunkScheduler::stalled(std::chrono::steady_clock::time_point now,
+                                              std::chrono::steady_clock::duration timeout) const {
+  std::vector<uint16_t> out;
+  if (!failover_) return out;
+  bool one_works = false;
+  for (uint16_t i = 0; i < streams_.size(); ++i) {
+    const Stream& s = streams_[i];
+    if (s.retired) continue;
+    if (settled(s) || now - s.progress_at < timeout) {
+      one_works = true;
+    } else {
+      out.push_back(i);
+    }
+  }
+  if (!one_works) out.clear();
+  return out;
+}
+
 bool ChunkScheduler::confirm_oldest(Stream& s, uint64_t n) {
   const uint64_t epoch = epoch_;
+  if (n > 0) s.progress_at = std::chrono::steady_clock::now();
   for (; n > 0; --n) {
     const Unconfirmed u = s.unconfirmed.front();
     s.unconfirmed.pop_front();
@@ -706,8 +731,7 @@ bool ChunkScheduler::schedule_resends(bool* scheduled) {
                                      .has_crc = crc.has_value(),
                                      .crc = crc.value_or(0),
                                      .resend = true});
-    s.txq.push_back(TxChunk{u.t, u.start, u.start, u.length, /*resend=*/true});
-    s.queued += u.length;
+    enqueue(best, TxChunk{u.t, u.start, u.start, u.length, /*resend=*/true});
     ++chunks_per_stream_[best];
     ++chunks_resent_;
     *scheduled = true;

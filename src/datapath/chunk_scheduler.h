@@ -274,6 +274,12 @@ class ChunkScheduler {
   /// stream); it is read off `stream` like any other. "" or the violation.
   std::string expect_resend(wire::ChunkKind kind, uint64_t id, uint16_t stream, uint64_t offset, uint64_t length,
                             std::optional<uint32_t> crc = std::nullopt);
+  /// Streams that have chunks awaiting confirmation and saw none confirmed for
+  /// `timeout` while another live stream works (confirmed one within `timeout`, or has
+  /// nothing outstanding): a link that stopped without an error (a NIC or cable down)
+  /// looks like this. All streams stalled at once is the peer's silence, not a stream's.
+  std::vector<uint16_t> stalled(std::chrono::steady_clock::time_point now,
+                                std::chrono::steady_clock::duration timeout) const;
   /// Chunks sent again, and retired streams, since the endpoint began.
   uint64_t chunks_resent() const noexcept { return chunks_resent_; }
   uint32_t streams_retired() const noexcept { return streams_retired_; }
@@ -331,6 +337,9 @@ class ChunkScheduler {
     // peer confirmed; whether this side retired the stream, and whether the peer did.
     std::deque<Unconfirmed> unconfirmed;
     uint64_t chunks_confirmed = 0;
+    // When a chunk was last confirmed, or when the stream last went from nothing
+    // outstanding to something (stalled()).
+    std::chrono::steady_clock::time_point progress_at{};
     bool retired = false;
     bool peer_retired = false;
   };
@@ -357,6 +366,10 @@ class ChunkScheduler {
   /// Queues the chunks waiting in resend_ on streams with room; false if it gave up
   /// (a chunk could not be sent again: resend_failed was called).
   bool schedule_resends(bool* scheduled);
+  /// Nothing written or to write on `s` awaits confirmation.
+  static bool settled(const Stream& s) noexcept { return s.txq.empty() && s.unconfirmed.empty(); }
+  /// Queues `c` on stream `index` (starting the stall clock if it was settled).
+  void enqueue(uint16_t index, const TxChunk& c);
   /// Confirms the oldest `n` unconfirmed chunks of `s`; false if epoch_ moved.
   bool confirm_oldest(Stream& s, uint64_t n);
 

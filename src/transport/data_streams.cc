@@ -207,6 +207,18 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
   flush_control();
 }
 
+void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
+  if (state_ != State::kActive || !chunks_.failover()) return;
+  for (uint16_t index : chunks_.stalled(std::chrono::steady_clock::now(), timeout)) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    retire_stream(index, Status(StatusCode::kTimeout,
+                                fmt::format("no chunk on it confirmed for {} ms (REMORA_PEER_TIMEOUT_MS) while another "
+                                            "stream worked",
+                                            ms)));
+    if (state_ != State::kActive) return;
+  }
+}
+
 void EndpointCore::handle_received(const wire::ReceivedFrame& f) {
   if (std::string violation = chunks_.confirmed(f.stream, f.chunks); !violation.empty()) {
     protocol_error(std::move(violation));

@@ -363,6 +363,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void read_input() override;
   void send_probe(uint64_t seq) override;
   void peer_silent(const Status& why) override { fail_locked(why); }
+  void check_streams(std::chrono::steady_clock::duration timeout) override;
 
   // output
   /// Queues a frame on the control stream; with checksums, gives inline payloads their CRC.

@@ -74,6 +74,8 @@ void Liveness::tick() {
     owner_.send_probe(++probe_seq_);
     if (stopped_) return;
   }
+  owner_.check_streams(timeout_);
+  if (stopped_) return;
   arm(now + period_);
 }
 

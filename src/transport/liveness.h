@@ -22,6 +22,7 @@
 // Runs with the progress lock held, on the engine's timers.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,9 @@ class Liveness {
     virtual void send_probe(uint64_t seq) = 0;
     /// The peer is presumed dead: fail the endpoint with `why`.
     virtual void peer_silent(const Status& why) = 0;
+    /// Every tick while the peer is alive: a data stream silent for the timeout while
+    /// another works may be given up (failover).
+    virtual void check_streams(std::chrono::steady_clock::duration /*timeout*/) {}
   };
 
   /// `probes`: the peer advertised the heartbeat capability (an older peer would

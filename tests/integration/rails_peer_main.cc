@@ -12,7 +12,8 @@
 //   --break-source=ADDR   (connecting side) once the operation named by --break-op
 //       (send, get or put; default send) has moved bytes on the rail whose local address
 //       is ADDR, and before it completed, resets that rail's connections (`ss -K src
-//       ADDR`): failover must finish the operation on the other rail
+//       ADDR`), or with --break-how=down sets the rail's interface down: failover must
+//       finish the operation on the other rail
 // FAILOVER <on|off> <streams_retired> <chunks_resent> follows, then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
@@ -45,11 +46,15 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
 
 /// Resets the connections from `source` once `r` has moved bytes on that rail, while it
 /// is still in flight (the wait is bounded); false, with a message, if it could not.
-bool break_rail_during(Endpoint& ep, Request& r, const std::string& source) {
+bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, const std::string& how) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string interface;
   auto on_rail = [&] {
     for (const RailStats& rail : ep.stats().rails) {
-      if (rail.local_address == source && rail.bytes_sent + rail.bytes_received > 0) return true;
+      if (rail.local_address == source && rail.bytes_sent + rail.bytes_received > 0) {
+        interface = rail.interface;
+        return true;
+      }
     }
     return false;
   };
@@ -60,7 +65,8 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source) {
     std::fprintf(stderr, "rails peer: the operation completed before the rail could be broken\n");
     return false;
   }
-  const std::string cmd = "ss -K src " + source + " >/dev/null";
+  const std::string cmd =
+      how == "down" ? "ip link set dev " + interface + " down" : "ss -K src " + source + " >/dev/null";
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "rails peer: %s failed\n", cmd.c_str());
     return false;
@@ -100,6 +106,7 @@ int main(int argc, char** argv) {
   const uint64_t answer_size = std::stoull(arg(argc, argv, "answer-size", "8"));
   const std::string break_source = arg(argc, argv, "break-source");
   const std::string break_op = arg(argc, argv, "break-op", "send");
+  const std::string break_how = arg(argc, argv, "break-how", "reset");
   const bool rma = arg(argc, argv, "rma") == "1";
   const auto timeout = std::chrono::seconds(60);
   auto ctx = Context::create(ContextOptions{});
@@ -144,7 +151,7 @@ int main(int argc, char** argv) {
     ep = *connected;
     itest::fill_stream(seed, 0, buffer);
     Request sent = ep->send(buffer, Tag{1});
-    if (!break_source.empty() && break_op == "send" && !break_rail_during(*ep, sent, break_source)) return 1;
+    if (!break_source.empty() && break_op == "send" && !break_rail_during(*ep, sent, break_source, break_how)) return 1;
     if (Status s = sent.wait(timeout); !s) return fail("send", s);
     if (Status s = ep->recv(answer, Tag{2}).wait(timeout); !s) return fail("recv the answer", s);
     if (answer_size > 8) {
@@ -161,7 +168,7 @@ int main(int argc, char** argv) {
       if (!key) return fail("deserialize the key", key.status());
       std::fill(buffer.begin(), buffer.end(), std::byte{0});
       Request got = ep->get(buffer, *key, 0);
-      if (!break_source.empty() && break_op == "get" && !break_rail_during(*ep, got, break_source)) return 1;
+      if (!break_source.empty() && break_op == "get" && !break_rail_during(*ep, got, break_source, break_how)) return 1;
       if (Status s = got.wait(timeout); !s) return fail("get", s);
       const size_t get_bad = itest::first_mismatch(seed + 2, 0, buffer);
       if (get_bad != SIZE_MAX) {
@@ -170,7 +177,7 @@ int main(int argc, char** argv) {
       }
       itest::fill_stream(seed + 3, 0, buffer);
       Request put = ep->put(buffer, *key, size);
-      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source)) return 1;
+      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source, break_how)) return 1;
       if (Status s = put.wait(timeout); !s) return fail("put", s);
       const std::byte done[8] = {};
       if (Status s = ep->send(done, Tag{4}).wait(timeout); !s) return fail("send done", s);

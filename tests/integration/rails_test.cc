@@ -210,7 +210,8 @@ TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
 // to 200 Mbit/s, so the send takes over a second). The stream is retired on both sides,
 // the chunks the listener had not read whole go again on the first rail, the send and a
 // 16 MiB answer complete, and every byte is checked on both sides.
-void expect_failover_after_reset(const std::vector<std::string>& env, const std::string& op = "send") {
+void expect_failover_after_reset(const std::vector<std::string>& env, const std::string& op = "send",
+                                 const std::string& how = "reset") {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   // Both directions shaped: a get's data flows from the listener.
@@ -219,9 +220,9 @@ void expect_failover_after_reset(const std::vector<std::string>& env, const std:
     GTEST_SKIP() << "tc tbf unavailable: " << net.error();
   }
   const uint64_t size = 32ull << 20;
-  const Outcome o =
-      transfer(net, size, "rlb", env,
-               {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-source=" + net.addr_b(1)});
+  const Outcome o = transfer(net, size, "rlb", env,
+                             {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=" + how,
+                              "--break-source=" + net.addr_b(1)});
   ASSERT_EQ(o.connector.size(), 2u);
   EXPECT_EQ(o.connector_failover.state, "on");
   EXPECT_EQ(o.listener_failover.state, "on");
@@ -249,6 +250,13 @@ TEST(Failover, ARailResetMidGetFinishesOnTheOtherRailEveryByteChecked) { expect_
 
 // A put: its chunks on the broken rail go again and land once in the listener's window.
 TEST(Failover, ARailResetMidPutFinishesOnTheOtherRailEveryByteChecked) { expect_failover_after_reset({}, "put"); }
+
+// The rail's link goes down on the connecting side during a send: no error reaches its
+// sockets at once; each side sees its stream there confirm nothing for the peer timeout
+// (1 s here) while the other rail works, and retires it.
+TEST(Failover, ARailWhoseLinkGoesDownMidSendIsRetiredAfterThePeerTimeout) {
+  expect_failover_after_reset({"REMORA_PEER_TIMEOUT_MS=1000"}, "send", "down");
+}
 
 // REMORA_FAILOVER=off on either side: the reset fails the endpoint, as before failover
 // (the same scenario, which the connecting side then reports as a failed send).

@@ -464,3 +464,28 @@ def test_encrypt_seals_an_endpoint_and_refuses_a_plain_peer():
         remora.Context(ignore_env=True, encrypt="on")
     with pytest.raises(remora.InvalidArgument):
         remora.Context(ignore_env=True, auth_key="s", encrypt="rot13")
+
+
+def test_failover_is_negotiated_and_reported_in_stats():
+    # Two data streams (the default) on both sides: failover is on, nothing retired yet;
+    # REMORA_FAILOVER=off on one side (failover=False) keeps it off for the endpoint.
+    for failover, expect in ((None, True), (False, False)):
+        options = dict(eager_limit=4096, chunk_bytes=64 * 1024, same_host_pulls=False)
+        if failover is not None:
+            options["failover"] = failover
+        p = Pair(**options)
+        try:
+            assert p.init_ctx.config()["failover"] is (failover is not False)
+            msg = bytes(i % 251 for i in range(1 << 20))
+            buf = bytearray(len(msg))
+            r = p.target.recv(buf, 1)
+            p.init.send(msg, 1).wait(BOUND)
+            r.wait(BOUND)
+            assert bytes(buf) == msg
+            for ep in (p.init, p.target):
+                st = ep.stats()
+                assert st["failover"] is expect
+                assert (st["streams_retired"], st["chunks_resent"]) == (0, 0)
+                assert all(r["streams_retired"] == 0 and r["state"] == "up" for r in st["rails"])
+        finally:
+            p.close()
