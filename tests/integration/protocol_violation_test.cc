@@ -21,7 +21,10 @@ using namespace std::chrono_literals;
 struct Violation {
   const char* name;
   std::vector<uint8_t> (*frame)(uint32_t eager_limit);
+  uint64_t capabilities = 0;  ///< the raw peer's HELLOs offer these
 };
+
+constexpr uint64_t kFailover = uint64_t{1} << 10;  // docs/protocol.md, capability bit 10
 
 std::vector<uint8_t> unknown_type(uint32_t) { return raw::frame(0xEE, {}); }
 std::vector<uint8_t> type_zero(uint32_t) { return raw::frame(0, {}); }
@@ -53,6 +56,33 @@ std::vector<uint8_t> cts_unknown_send(uint32_t) {
 // GOODBYE's reason is 0 (closed) or 1 (aborted): a peer's close must mean one of them.
 std::vector<uint8_t> goodbye_unknown_reason(uint32_t) { return raw::frame(6, raw::Bytes().u32(7).u32(0).bytes()); }
 
+// Failover's frames (docs/protocol.md, "Failover"). Without the capability on both sides
+// none of them may be sent; with it, each count and each resent chunk must be one the
+// library side can account for, and retiring every stream leaves nothing to fail over to.
+std::vector<uint8_t> received_frame(uint16_t stream, uint64_t chunks) {
+  return raw::frame(17, raw::Bytes().u16(stream).u16(0).u32(0).u64(chunks).bytes());
+}
+std::vector<uint8_t> retire_frame(uint16_t stream, uint64_t chunks) {
+  return raw::frame(18, raw::Bytes().u16(stream).u16(0).u32(0).u64(chunks).bytes());
+}
+std::vector<uint8_t> received_without_failover(uint32_t) { return received_frame(0, 0); }
+std::vector<uint8_t> retire_without_failover(uint32_t) { return retire_frame(0, 0); }
+std::vector<uint8_t> resend_without_failover(uint32_t) {
+  return raw::frame(4, raw::Bytes().u64(1).u64(0).u32(1024).u16(0).u16(0).bytes(), 0x40);
+}
+std::vector<uint8_t> resend_not_owed(uint32_t) {
+  return raw::frame(4, raw::Bytes().u64(1).u64(0).u32(1024).u16(1).u16(0).bytes(), 0x40);
+}
+std::vector<uint8_t> received_beyond_written(uint32_t) { return received_frame(0, 1); }
+std::vector<uint8_t> retire_beyond_written(uint32_t) { return retire_frame(1, 3); }
+std::vector<uint8_t> retire_unknown_stream(uint32_t) { return retire_frame(9, 0); }
+std::vector<uint8_t> retire_every_stream(uint32_t) {
+  std::vector<uint8_t> out = retire_frame(0, 0);
+  const std::vector<uint8_t> second = retire_frame(1, 0);
+  out.insert(out.end(), second.begin(), second.end());
+  return out;
+}
+
 void PrintTo(const Violation& v, std::ostream* os) { *os << v.name; }
 
 class ProtocolViolation : public ::testing::TestWithParam<Violation> {};
@@ -71,6 +101,7 @@ TEST_P(ProtocolViolation, FailsOutstandingRequestsAndListenerKeepsServing) {
   ASSERT_TRUE(ctl.valid()) << err;
   raw::Hello h;
   h.stream_count = 2;
+  h.capabilities = GetParam().capabilities;
   ASSERT_TRUE(ctl.send_all(raw::encode(h), &err)) << err;
   auto ack_bytes = ctl.recv_exact(raw::kHelloSize, 10s, &err);
   ASSERT_TRUE(ack_bytes) << err;
@@ -87,6 +118,7 @@ TEST_P(ProtocolViolation, FailsOutstandingRequestsAndListenerKeepsServing) {
     dh.attach_token = ack.attach_token;
     dh.stream_index = i;
     dh.stream_count = 2;
+    dh.capabilities = GetParam().capabilities;
     ASSERT_TRUE(data.back().send_all(raw::encode(dh), &err)) << err;
     auto dack = data.back().recv_exact(raw::kHelloSize, 10s, &err);
     ASSERT_TRUE(dack) << "data connection " << i << ": " << err;
@@ -143,16 +175,21 @@ TEST_P(ProtocolViolation, FailsOutstandingRequestsAndListenerKeepsServing) {
 
 INSTANTIATE_TEST_SUITE_P(
     Frames, ProtocolViolation,
-    ::testing::Values(Violation{"UnknownType", unknown_type}, Violation{"TypeZero", type_zero},
-                      Violation{"NonzeroReserved", nonzero_reserved},
-                      Violation{"FixedFrameWrongLength", credit_wrong_length},
-                      Violation{"EagerOverLimit", eager_over_limit},
-                      Violation{"ChunkForUnknownReceive", chunk_unknown_recv},
-                      Violation{"HugeBodyLength", huge_body_length},
-                      Violation{"EagerBeyondCredit", eager_beyond_credit},
-                      Violation{"CreditNeverGranted", credit_never_granted},
-                      Violation{"CtsForUnknownSend", cts_unknown_send},
-                      Violation{"GoodbyeUnknownReason", goodbye_unknown_reason}),
+    ::testing::Values(
+        Violation{"UnknownType", unknown_type}, Violation{"TypeZero", type_zero},
+        Violation{"NonzeroReserved", nonzero_reserved}, Violation{"FixedFrameWrongLength", credit_wrong_length},
+        Violation{"EagerOverLimit", eager_over_limit}, Violation{"ChunkForUnknownReceive", chunk_unknown_recv},
+        Violation{"HugeBodyLength", huge_body_length}, Violation{"EagerBeyondCredit", eager_beyond_credit},
+        Violation{"CreditNeverGranted", credit_never_granted}, Violation{"CtsForUnknownSend", cts_unknown_send},
+        Violation{"GoodbyeUnknownReason", goodbye_unknown_reason},
+        Violation{"ReceivedWithoutFailover", received_without_failover},
+        Violation{"RetireWithoutFailover", retire_without_failover},
+        Violation{"ResendChunkWithoutFailover", resend_without_failover},
+        Violation{"ResendChunkNotOwed", resend_not_owed, kFailover},
+        Violation{"ReceivedBeyondWhatWasWritten", received_beyond_written, kFailover},
+        Violation{"RetireBeyondWhatWasWritten", retire_beyond_written, kFailover},
+        Violation{"RetireUnknownStream", retire_unknown_stream, kFailover},
+        Violation{"RetireEveryStream", retire_every_stream, kFailover}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
