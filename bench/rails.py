@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""bench/rails.py — what rails (REMORA_RAILS, docs/rails.md) give one transfer: `remora bench
+p2p --mode bw` across two network namespaces joined by two veth pairs (two "NICs" per
+side, one subnet each), each shaped by tc tbf in both directions, with both rails against
+one rail, in back-to-back pairs of alternating order; the median of the per-pair ratios.
+
+  bench/rails.py --remora build/release/tools/remora [--rates 1gbit,1gbit] [--pairs 6]
+                 [--size 64M] [--iters 6] [--json FILE]
+
+Each message is one transfer (--window 1), timed over --iters of them after one untimed.
+Both sides use two data streams in both cases (one rail: REMORA_STREAMS=2 on it; two
+rails: REMORA_STREAMS=1 per rail), so only where the streams go differs. The issue's
+targets: two equal rails at >= 1.9x one rail; 1 Gbit/s + 200 Mbit/s at >= 0.9x the sum
+(1.08x the fast rail alone). Needs root, tc and the tbf qdisc; the namespaces are made
+for the run and removed after it.
+"""
+import argparse
+import json
+import os
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+
+NS = ("remora-rails-a", "remora-rails-b")
+
+
+def sh(cmd):
+    subprocess.run(cmd.split(), check=True)
+
+
+def up(rates):
+    down()
+    a, b = NS
+    sh(f"ip netns add {a}")
+    sh(f"ip netns add {b}")
+    for ns in NS:
+        sh(f"ip -n {ns} link set lo up")
+    for i, rate in enumerate(rates):
+        sh(f"ip link add rra{i} netns {a} type veth peer name rrb{i} netns {b}")
+        sh(f"ip -n {a} addr add 10.232.{i}.1/24 dev rra{i}")
+        sh(f"ip -n {b} addr add 10.232.{i}.2/24 dev rrb{i}")
+        sh(f"ip -n {a} link set rra{i} up")
+        sh(f"ip -n {b} link set rrb{i} up")
+        for ns, dev in ((a, f"rra{i}"), (b, f"rrb{i}")):
+            sh(f"ip netns exec {ns} tc qdisc add dev {dev} root tbf rate {rate} burst 256kb latency 20ms")
+
+
+def down():
+    for ns in NS:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def run(remora, rails, size, iters, port):
+    """One transfer run; MB/s. `rails`: 1 (the first rail only) or 2."""
+    base = dict(os.environ, REMORA_SAME_HOST="off")
+    if rails == 1:
+        env_a = dict(base, REMORA_RAILS="=rra0", REMORA_STREAMS="2")
+        env_b = dict(base, REMORA_RAILS="=rrb0", REMORA_STREAMS="2")
+    else:
+        env_a = dict(base, REMORA_RAILS="rra", REMORA_STREAMS="1")
+        env_b = dict(base, REMORA_RAILS="rrb", REMORA_STREAMS="1")
+    # The listener takes connections on every address (a listener bound to one address
+    # advertises that rail only); the driver reaches it at the first rail's.
+    address = f"10.232.0.1:{port}"
+    follower = subprocess.Popen(["ip", "netns", "exec", NS[0], remora, "bench", "p2p", "--listen", f"0.0.0.0:{port}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0, env=env_a)
+    seen = b""
+    while b"waiting for a driver" not in seen:
+        ready, _, _ = select.select([follower.stdout], [], [], 30)
+        chunk = os.read(follower.stdout.fileno(), 65536) if ready else b""
+        if not chunk:
+            follower.kill()
+            raise SystemExit(f"rails.py: the follower did not start:\n{seen.decode()}")
+        seen += chunk
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "bench.json")
+        # One transfer at a time (--window 1): each message is the transfer the issue means.
+        proc = subprocess.run(["ip", "netns", "exec", NS[1], remora, "bench", "p2p", "--mode", "bw", "--sizes",
+                               str(size), "--iters", str(iters), "--warmup", "1", "--window", "1", "--json", out,
+                               "--peer", address],
+                              capture_output=True, text=True, timeout=600, env=env_b)
+        try:
+            follower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            follower.kill()  # its run is over: the driver has its figures
+            follower.wait()
+        follower.stdout.close()
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            raise SystemExit(f"rails.py: the {rails}-rail run failed (exit {proc.returncode})")
+        with open(out) as f:
+            return json.load(f)["results"][0]["bandwidth_MBps"]
+
+
+def size_of(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--remora", required=True)
+    ap.add_argument("--rates", default="1gbit,1gbit", help="tbf rate of each rail, both directions")
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--size", default="64M")
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rates = a.rates.split(",")
+    if len(rates) != 2:
+        raise SystemExit("rails.py: --rates takes two rates")
+    up(rates)
+    port = 47300
+    rows = []
+    try:
+        for pair in range(a.pairs):
+            order = (1, 2) if pair % 2 == 0 else (2, 1)
+            got = {}
+            for rails in order:
+                port += 1
+                got[rails] = run(a.remora, rails, size_of(a.size), a.iters, port)
+            ratio = got[2] / got[1]
+            rows.append({"pair": pair, "one_rail_MBps": got[1], "two_rails_MBps": got[2], "ratio": ratio})
+            print(f"pair {pair}: one rail {got[1]:8.1f} MB/s, two rails {got[2]:8.1f} MB/s, ratio {ratio:.3f}",
+                  flush=True)
+    finally:
+        down()
+    median = statistics.median(r["ratio"] for r in rows)
+    print(f"# two rails / one rail ({a.rates}, {a.size}), median of {a.pairs} pairs: {median:.3f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rates": rates, "size": a.size, "iters": a.iters, "pairs": rows, "median_ratio": median}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
