@@ -588,17 +588,22 @@ std::vector<uint16_t> ChunkScheduler::stalled(std::chrono::steady_clock::time_po
                                               std::chrono::steady_clock::duration timeout) const {
   std::vector<uint16_t> out;
   if (!failover_) return out;
-  bool one_works = false;
+  auto path = [&](uint16_t i) { return i < paths_.size() ? paths_[i] : uint16_t{0}; };
+  std::vector<uint16_t> stalled, working_paths;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
     const Stream& s = streams_[i];
     if (s.retired) continue;
     if (settled(s) || now - s.progress_at < timeout) {
-      one_works = true;
+      working_paths.push_back(path(i));
     } else {
-      out.push_back(i);
+      stalled.push_back(i);
     }
   }
-  if (!one_works) out.clear();
+  for (uint16_t i : stalled) {
+    const bool other_path_works =
+        std::any_of(working_paths.begin(), working_paths.end(), [&](uint16_t p) { return p != path(i); });
+    if (other_path_works) out.push_back(i);
+  }
   return out;
 }
 

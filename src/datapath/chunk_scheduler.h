@@ -274,10 +274,14 @@ class ChunkScheduler {
   /// stream); it is read off `stream` like any other. "" or the violation.
   std::string expect_resend(wire::ChunkKind kind, uint64_t id, uint16_t stream, uint64_t offset, uint64_t length,
                             std::optional<uint32_t> crc = std::nullopt);
+  /// Which path (rail) each stream travels; streams of one path share its fate.
+  void set_stream_paths(std::vector<uint16_t> paths) { paths_ = std::move(paths); }
   /// Streams that have chunks awaiting confirmation and saw none confirmed for
-  /// `timeout` while another live stream works (confirmed one within `timeout`, or has
-  /// nothing outstanding): a link that stopped without an error (a NIC or cable down)
-  /// looks like this. All streams stalled at once is the peer's silence, not a stream's.
+  /// `timeout` while a live stream on another path works (confirmed one within
+  /// `timeout`, or has nothing outstanding): a link that stopped without an error (a NIC
+  /// or cable down) looks like this. Streams of one path are never judged against each
+  /// other (on a slow link one waits behind another for seconds: measured, 3 MiB over
+  /// 8 Mbit/s), and all stalled at once is the peer's silence, not a stream's.
   std::vector<uint16_t> stalled(std::chrono::steady_clock::time_point now,
                                 std::chrono::steady_clock::duration timeout) const;
   /// Chunks sent again, and retired streams, since the endpoint began.
@@ -399,6 +403,7 @@ class ChunkScheduler {
   bool failover_ = false;
   std::deque<Unconfirmed> resend_;  // chunks of retired streams to send again, in order
   std::vector<RxChunk> owed_;       // chunks expected on retired streams, to come again
+  std::vector<uint16_t> paths_;     // set_stream_paths; empty: one path
   uint64_t chunks_resent_ = 0;
   uint32_t streams_retired_ = 0;
 };

@@ -225,6 +225,7 @@ void EndpointCore::group_rails() {
     ++it->streams;
     stream_rail_[i] = static_cast<uint16_t>(it - rails_.begin());
   }
+  chunks_.set_stream_paths(stream_rail_);
   // Streams over different paths: give chunks by measured rate. (Streams of one path,
   // as without rails, keep the least-queued choice.)
   chunks_.set_rate_aware(rails_.size() > 1);
