@@ -150,8 +150,8 @@ struct Config {
   /// EndpointStats::huge_pages_promoted counts the frames. off: memory is left as it is.
   bool pull_huge_pages = true;
   /// REMORA_FAILOVER=auto|off. auto: where both sides offer it and an endpoint has two
-  /// data streams or more, a data stream that breaks (reset, error, or silent past the
-  /// peer timeout while the control stream lives) is retired and every chunk on it the
+  /// data streams or more, a data stream that breaks (reset, error, or, with rails,
+  /// silent past the peer timeout while another rail works) is retired and every chunk on it the
   /// peer had not read whole is sent again on the others; the operation completes
   /// intact (docs/rails.md, "Surviving a broken connection"). A send of a chunked
   /// message then completes once the peer said it read every chunk, not once the kernel
