@@ -75,10 +75,12 @@ def netns_down():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def start_follower(binary, bench, env):
-    """The --listen side in the second namespace, once it says it is waiting for a driver."""
-    address = f"{NETNS_ADDR}:{next(_ports)}"
-    proc = subprocess.Popen(["ip", "netns", "exec", NETNS[1], binary, "bench", bench, "--listen", address],
+def start_follower(binary, bench, env, ns=NETNS[1], address=None, listen=None):
+    """The --listen side in namespace `ns` (the second one), once it says it is waiting for a
+    driver; (the process, the address the driver reaches it at). It listens on `listen`
+    (default: `address`, default: NETNS_ADDR at a new port)."""
+    address = address or f"{NETNS_ADDR}:{next(_ports)}"
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, binary, "bench", bench, "--listen", listen or address],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0, env=env)
     seen = b""
     while b"waiting for a driver" not in seen:

@@ -17,11 +17,12 @@ for the run and removed after it.
 import argparse
 import json
 import os
-import select
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from ab_builds import start_follower
 
 NS = ("remora-rails-a", "remora-rails-b")
 
@@ -63,17 +64,8 @@ def run(remora, rails, size, iters, port):
         env_b = dict(base, REMORA_RAILS="rrb", REMORA_STREAMS="1")
     # The listener takes connections on every address (a listener bound to one address
     # advertises that rail only); the driver reaches it at the first rail's.
-    address = f"10.232.0.1:{port}"
-    follower = subprocess.Popen(["ip", "netns", "exec", NS[0], remora, "bench", "p2p", "--listen", f"0.0.0.0:{port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0, env=env_a)
-    seen = b""
-    while b"waiting for a driver" not in seen:
-        ready, _, _ = select.select([follower.stdout], [], [], 30)
-        chunk = os.read(follower.stdout.fileno(), 65536) if ready else b""
-        if not chunk:
-            follower.kill()
-            raise SystemExit(f"rails.py: the follower did not start:\n{seen.decode()}")
-        seen += chunk
+    follower, address = start_follower(remora, "p2p", env_a, ns=NS[0], address=f"10.232.0.1:{port}",
+                                       listen=f"0.0.0.0:{port}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         # One transfer at a time (--window 1): each message is the transfer the issue means.

@@ -59,14 +59,10 @@ net::IoResult DiscardSink::read(StreamIn& in, uint64_t /*offset*/, uint64_t len,
 }
 
 net::IoResult RegionSource::write(int fd, uint64_t offset, uint64_t len) {
-  if (!revoked_ && access_->begin()) {
-    const net::IoResult r = net::send_some(fd, access_->address() + offset, len);
-    access_->end();
-    return r;
-  }
+  const net::IoResult r = write_again(fd, offset, len);
+  if (!r.error() || r.err != EKEYREVOKED) return r;  // send(2) never answers EKEYREVOKED
   // The region was deregistered: never read it again, but keep the stream in step
   // with the announced chunk by sending zeros; the reply will say "revoked".
-  revoked_ = true;
   return net::send_some(fd, zeros().data(), std::min<uint64_t>(len, zeros().size()));
 }
 

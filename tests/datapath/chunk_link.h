@@ -37,6 +37,14 @@ inline TxTransfer outgoing(wire::ChunkKind kind, uint64_t owner, uint64_t chunk_
   return t;
 }
 
+inline RxTransfer incoming(uint64_t id, uint64_t length, ChunkSink* sink) {
+  RxTransfer t;
+  t.id = id;
+  t.length = length;
+  t.sink = sink;
+  return t;
+}
+
 /// Records what the scheduler tells its owner.
 struct RecordingOwner : ChunkScheduler::Owner {
   std::vector<wire::ChunkFrame> announced;

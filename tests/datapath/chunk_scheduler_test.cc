@@ -21,6 +21,7 @@
 namespace remora::detail {
 namespace {
 
+using test::incoming;
 using test::Link;
 using test::outgoing;
 using test::pattern;
@@ -230,10 +231,7 @@ TEST(ChunkSchedulerFailover, ARetiredStreamsChunksGoAgainOnTheOtherAndLandOnce) 
   HostSource source(data.data());
   HostSink sink(got.data());
   TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
-  RxTransfer in;
-  in.id = 1;
-  in.length = data.size();
-  in.sink = &sink;
+  RxTransfer in = incoming(1, data.size(), &sink);
   link.tx.ready(&out);
   EXPECT_TRUE(out.confirm);  // host memory can be sent again
   // One round: chunks on both streams, announced; the receiver reads stream 0 only.

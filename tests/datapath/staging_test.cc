@@ -20,6 +20,7 @@
 namespace remora::detail {
 namespace {
 
+using test::incoming;
 using test::Link;
 using test::outgoing;
 using test::pattern;
@@ -77,14 +78,6 @@ struct StagedLink {
     return false;
   }
 };
-
-RxTransfer incoming(uint64_t id, uint64_t length, ChunkSink* sink) {
-  RxTransfer t;
-  t.id = id;
-  t.length = length;
-  t.sink = sink;
-  return t;
-}
 
 TEST(Staging, DeviceToDeviceLandsIntactAtEverySizeAroundTheChunk) {
   TestDeviceOptions o;
