@@ -1,5 +1,6 @@
 // plugin/nccl/plugin.cc — the NCCL net plugin over remora endpoints: one remora
-// Context per process, one Endpoint per NCCL connection (NCCL connections are
+// Context per process (and one per virtual device NCCL fuses: makeVDevice), one Endpoint
+// per NCCL connection (NCCL connections are
 // unidirectional: the connecting side only sends, the accepting side only receives),
 // NCCL's (tag, size) matched by remora's tagged send/recv, grouped receives as one
 // request over n remora receives, registrations as remora Regions with a cache
@@ -195,12 +196,23 @@ struct NetCtx {
   int traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF;
 };
 
+/// A virtual device (makeVDevice, v9+): physical devices NCCL fuses into one. Its
+/// connections come from a context of its own whose rails are those interfaces, so each
+/// spreads its data streams over all of them by measured rate, as REMORA_RAILS does for
+/// the whole process.
+struct VirtualDevice {
+  std::vector<int> members;  // physical device indices, in NCCL's order
+  NetDevice device;
+  std::unique_ptr<Context> ctx;
+};
+
 struct State {
   std::mutex mu;
   bool ready = false;
   ncclResult_t init_result = ncclSuccess;
   std::unique_ptr<Context> ctx;
-  DeviceChoice choice;
+  DeviceChoice choice;              // the physical devices: indices 0..n-1
+  std::deque<VirtualDevice> vdevs;  // index n + i (a deque: names handed to NCCL stay put)
   bool cuda = false;
   std::map<uint64_t, std::shared_ptr<PendingConnect>> pending;
   uint64_t next_stage = 1;
@@ -229,18 +241,16 @@ void teardown() {
   std::lock_guard lock(s.mu);
   if (s.live_comms.load() == 0) {
     s.mrs.clear();
+    s.vdevs.clear();
     s.ctx.reset();
   }
 }
 
-ncclResult_t init_locked(State& s) {
-  if (s.ready) return s.init_result;
-  s.ready = true;
-  idle_wait().configure();
-  // test()'s idle waits block at once (IdleWait): a spinning wait would be the poll
-  // they replace. And while they wait the progress thread moves the bytes; polling on
-  // after each event it served would be that poll again. REMORA_SPIN_US and
-  // REMORA_PROGRESS_POLL_US, where set, still decide.
+/// The options of the plugin's contexts. test()'s idle waits block at once (IdleWait): a
+/// spinning wait would be the poll they replace. And while they wait the progress thread
+/// moves the bytes; polling on after each event it served would be that poll again.
+/// REMORA_SPIN_US and REMORA_PROGRESS_POLL_US, where set, still decide.
+ContextOptions context_options() {
   ContextOptions options;
   auto unset = [](const char* name) {
     const char* v = std::getenv(name);
@@ -248,7 +258,32 @@ ncclResult_t init_locked(State& s) {
   };
   if (unset("REMORA_SPIN_US")) options.spin_us = 0;
   if (unset("REMORA_PROGRESS_POLL_US")) options.progress_poll_us = 0;
-  auto ctx = Context::create(options);
+  return options;
+}
+
+/// A device by NCCL's index (physical ones first, then virtual ones) and the context its
+/// connections use; null members when there is no such device. The caller holds s.mu.
+struct DeviceRef {
+  const NetDevice* device = nullptr;
+  Context* ctx = nullptr;
+  const VirtualDevice* vdev = nullptr;
+};
+DeviceRef find_device(State& s, int dev) {
+  if (!s.ready || s.ctx == nullptr || dev < 0) return {};
+  const size_t i = static_cast<size_t>(dev);
+  if (i < s.choice.devices.size()) return {&s.choice.devices[i], s.ctx.get(), nullptr};
+  if (i - s.choice.devices.size() < s.vdevs.size()) {
+    const VirtualDevice& v = s.vdevs[i - s.choice.devices.size()];
+    return {&v.device, v.ctx.get(), &v};
+  }
+  return {};
+}
+
+ncclResult_t init_locked(State& s) {
+  if (s.ready) return s.init_result;
+  s.ready = true;
+  idle_wait().configure();
+  auto ctx = Context::create(context_options());
   if (!ctx.is_ok()) {
     LOG_WARN("cannot create the remora context: %s", ctx.status().to_string().c_str());
     s.init_result = ncclSystemError;
@@ -295,12 +330,6 @@ ncclResult_t init_locked(State& s) {
   }
   s.init_result = ncclSuccess;
   return ncclSuccess;
-}
-
-Context* context() {
-  State& s = state();
-  std::lock_guard lock(s.mu);
-  return s.ctx.get();
 }
 
 void acceptor_loop(ListenComm* lc) {
@@ -421,20 +450,81 @@ ncclResult_t devices(int* ndev) {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (!s.ready) return ncclInvalidUsage;
-  *ndev = static_cast<int>(s.choice.devices.size());
+  *ndev = static_cast<int>(s.choice.devices.size() + s.vdevs.size());
+  return ncclSuccess;
+}
+
+ncclResult_t make_vdevice(int* d, const int* devs, int ndevs, int max_devs) {
+  if (d == nullptr || devs == nullptr) return ncclInvalidArgument;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (!s.ready || s.ctx == nullptr) return ncclInvalidUsage;
+  const int physical = static_cast<int>(s.choice.devices.size());
+  if (ndevs < 1 || ndevs > max_devs) {
+    LOG_WARN("makeVDevice: %d devices (1..%d)", ndevs, max_devs);
+    return ncclInvalidArgument;
+  }
+  std::vector<int> members(devs, devs + ndevs);
+  for (int m : members) {
+    if (m < 0 || m >= physical || std::count(members.begin(), members.end(), m) != 1) {
+      LOG_WARN("makeVDevice: device %d is not a physical device (0..%d) named once", m, physical - 1);
+      return ncclInvalidArgument;
+    }
+  }
+  if (ndevs == 1) {  // nothing to fuse: the device itself
+    *d = members[0];
+    return ncclSuccess;
+  }
+  for (size_t i = 0; i < s.vdevs.size(); ++i) {
+    if (s.vdevs[i].members == members) {
+      *d = physical + static_cast<int>(i);
+      return ncclSuccess;
+    }
+  }
+  std::string spec = "=";
+  for (int m : members) spec += (spec.size() > 1 ? "," : "") + s.choice.devices[static_cast<size_t>(m)].ifname;
+  ContextOptions options = context_options();
+  options.rails.emplace();
+  std::snprintf(options.rails->data(), options.rails->size(), "%s", spec.c_str());
+  auto ctx = Context::create(options);
+  if (!ctx.is_ok()) {
+    LOG_WARN("makeVDevice: cannot make a context with rails %s: %s", spec.c_str(), ctx.status().to_string().c_str());
+    return ncclSystemError;
+  }
+  VirtualDevice v;
+  v.members = std::move(members);
+  v.ctx = std::move(ctx).value();
+  std::vector<RailDevice> rails;
+  for (const Context::Rail& r : v.ctx->rails()) rails.push_back({r.interface, r.address});
+  DeviceChoice one = rails_as_one_device(rails, "makeVDevice");
+  if (one.devices.empty()) {
+    LOG_WARN("makeVDevice: rails %s resolved to none", spec.c_str());
+    return ncclSystemError;
+  }
+  v.device = std::move(one.devices.front());
+  if (s.cuda) {
+    if (Status added = v.ctx->add_memory_domain(*cuda_domain().value()); !added.is_ok()) {
+      LOG_WARN("makeVDevice: CUDA memory on %s: %s", v.device.ifname.c_str(), added.to_string().c_str());
+      return ncclSystemError;
+    }
+  }
+  *d = physical + static_cast<int>(s.vdevs.size());
+  LOG_INFO("virtual device %d: %s (rails %s), %d Mb/s: each connection spreads over every rail by measured rate", *d,
+           v.device.ifname.c_str(), spec.c_str() + 1, v.device.speed_mbps);
+  s.vdevs.push_back(std::move(v));
   return ncclSuccess;
 }
 
 ncclResult_t properties(int dev, Properties* p) {
   State& s = state();
   std::lock_guard lock(s.mu);
-  if (p == nullptr || !s.ready || dev < 0 || static_cast<size_t>(dev) >= s.choice.devices.size()) {
-    return ncclInvalidArgument;
-  }
-  NetDevice& d = s.choice.devices[static_cast<size_t>(dev)];
+  const DeviceRef ref = find_device(s, dev);
+  if (p == nullptr || ref.device == nullptr) return ncclInvalidArgument;
+  const NetDevice& d = *ref.device;
   *p = Properties{};
-  p->name = d.ifname.data();
-  p->pci_path = d.pci_path.empty() ? nullptr : d.pci_path.data();
+  // NCCL keeps these pointers: the strings live as long as the device (the process).
+  p->name = const_cast<char*>(d.ifname.data());
+  p->pci_path = d.pci_path.empty() ? nullptr : const_cast<char*>(d.pci_path.data());
   p->guid = static_cast<uint64_t>(dev);
   p->ptr_support = NCCL_PTR_HOST | (s.cuda ? NCCL_PTR_CUDA : 0);
   p->reg_is_global = 1;
@@ -444,7 +534,7 @@ ncclResult_t properties(int dev, Properties* p) {
   p->max_recvs = kMaxRecvs;
   p->max_p2p_bytes = INT_MAX;  // test() reports sizes as int
   p->max_coll_bytes = INT_MAX;
-  p->dev = dev;
+  p->members = ref.vdev != nullptr ? ref.vdev->members : std::vector<int>{dev};
   return ncclSuccess;
 }
 
@@ -455,15 +545,17 @@ ncclResult_t listen(int dev, void* handle, void** listen_comm) {
   *listen_comm = nullptr;
   State& s = state();
   std::string address, bind_address;
+  Context* ctx = nullptr;
   {
     std::lock_guard lock(s.mu);
     if (!s.ready || s.ctx == nullptr) return ncclInvalidUsage;
-    if (dev < 0 || static_cast<size_t>(dev) >= s.choice.devices.size()) return ncclInvalidArgument;
-    const NetDevice& d = s.choice.devices[static_cast<size_t>(dev)];
-    address = d.address;
-    bind_address = d.listen_address.empty() ? d.address : d.listen_address;
+    const DeviceRef ref = find_device(s, dev);
+    if (ref.device == nullptr) return ncclInvalidArgument;
+    address = ref.device->address;
+    bind_address = ref.device->listen_address.empty() ? ref.device->address : ref.device->listen_address;
+    ctx = ref.ctx;
   }
-  auto l = context()->listen(bind_address + ":0");
+  auto l = ctx->listen(bind_address + ":0");
   if (!l.is_ok()) {
     LOG_WARN("listen on %s failed: %s", address.c_str(), l.status().to_string().c_str());
     return ncclSystemError;
@@ -504,12 +596,14 @@ ncclResult_t connect(int dev, void* handle, void** send_comm) {
     std::lock_guard lock(s.mu);
     if (!s.ready || s.ctx == nullptr) return ncclInvalidUsage;
     if (h.stage == 0) {
+      const DeviceRef ref = find_device(s, dev);
+      if (ref.device == nullptr) return ncclInvalidArgument;
       pc = std::make_shared<PendingConnect>();
       uint64_t id = s.next_stage++;
       s.pending[id] = pc;
       std::string address = std::string(h.host) + ":" + std::to_string(h.port);
       Hello hello{kHandleMagic, h.secret};
-      pc->thread = std::thread(connect_thread, pc.get(), s.ctx.get(), address, hello);
+      pc->thread = std::thread(connect_thread, pc.get(), ref.ctx, address, hello);
       h.stage = id;
       std::memcpy(static_cast<char*>(handle) + offsetof(Handle, stage), &h.stage, sizeof h.stage);
       return ncclSuccess;  // called again until the comm is there

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "net_abi.h"
 
@@ -28,7 +29,8 @@ struct Properties {
   size_t max_p2p_bytes = 0;
   size_t max_coll_bytes = 0;
   int max_multi_request_size = 1;
-  int dev = 0;
+  /// vProps: the physical devices this one is ({dev} for a physical device).
+  std::vector<int> members;
 };
 
 ncclResult_t init(ncclDebugLogger_t log);
@@ -36,6 +38,9 @@ ncclResult_t init_comm(void** ctx, uint64_t comm_id, int traffic_class, ncclDebu
 ncclResult_t finalize(void* ctx);
 ncclResult_t devices(int* ndev);
 ncclResult_t properties(int dev, Properties* props);
+/// makeVDevice (v9+): fuses physical devices `devs` into one (see docs/nccl.md); `max_devs`
+/// is the calling table's NCCL_NET_MAX_DEVS_PER_NIC.
+ncclResult_t make_vdevice(int* d, const int* devs, int ndevs, int max_devs);
 ncclResult_t listen(int dev, void* handle, void** listen_comm);
 ncclResult_t connect(int dev, void* handle, void** send_comm);
 ncclResult_t accept(void* listen_comm, void** recv_comm);

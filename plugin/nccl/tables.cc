@@ -2,7 +2,9 @@
 // version's signatures adapted to the operations of plugin.h (v8's int sizes widened,
 // v10's profiler handles and connect config dropped, v11+'s per-communicator context).
 // These five symbols are the plugin's only exports (plugin/nccl/exports.map).
+#include <algorithm>
 #include <climits>
+#include <iterator>
 
 #include "plugin.h"
 
@@ -30,8 +32,8 @@ template <typename P>
 void fill_v9(const np::Properties& p, P* out) {
   fill_common(p, out);
   out->forceFlush = p.force_flush;
-  out->vProps.ndevs = 1;
-  out->vProps.devs[0] = p.dev;
+  out->vProps.ndevs = static_cast<int>(std::min(p.members.size(), std::size(out->vProps.devs)));
+  for (int i = 0; i < out->vProps.ndevs; ++i) out->vProps.devs[i] = p.members[static_cast<size_t>(i)];
   out->maxP2pBytes = p.max_p2p_bytes;
   out->maxCollBytes = p.max_coll_bytes;
 }
@@ -54,6 +56,12 @@ ncclResult_t get_props(int dev, P* out) {
     out->planeId = NCCL_NET_ID_UNDEF;
   }
   return ncclSuccess;
+}
+
+template <typename VProps>
+ncclResult_t make_vdevice(int* d, VProps* props) {
+  if (props == nullptr) return ncclInvalidArgument;
+  return np::make_vdevice(d, props->devs, props->ndevs, static_cast<int>(std::size(props->devs)));
 }
 
 // v8: int sizes.
@@ -114,23 +122,33 @@ __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {
     np::close_recv, np::close_listen, np::get_device_mr, np::irecv_consumed};
 
 __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {
-    "remora", np::init, np::devices, get_props<ncclNetProperties_v9_t>, np::listen, connect_v8, accept_any,
-    np::reg_mr, np::reg_mr_dmabuf, np::dereg_mr, np::isend, irecv_v9, np::iflush, np::test, np::close_send,
-    np::close_recv, np::close_listen, np::get_device_mr, np::irecv_consumed, nullptr /* makeVDevice: none */};
+    "remora",          np::init,          np::devices,        get_props<ncclNetProperties_v9_t>,
+    np::listen,        connect_v8,        accept_any,         np::reg_mr,
+    np::reg_mr_dmabuf, np::dereg_mr,      np::isend,          irecv_v9,
+    np::iflush,        np::test,          np::close_send,     np::close_recv,
+    np::close_listen,  np::get_device_mr, np::irecv_consumed, make_vdevice<ncclNetVDeviceProps_v9_t>};
 
 __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
-    "remora", init_v10, np::devices, get_props<ncclNetProperties_v10_t>, np::listen, connect_v10, accept_any,
-    np::reg_mr, np::reg_mr_dmabuf, np::dereg_mr, isend_v10, irecv_v10, np::iflush, np::test, np::close_send,
-    np::close_recv, np::close_listen, np::get_device_mr, np::irecv_consumed, nullptr};
+    "remora",          init_v10,          np::devices,        get_props<ncclNetProperties_v10_t>,
+    np::listen,        connect_v10,       accept_any,         np::reg_mr,
+    np::reg_mr_dmabuf, np::dereg_mr,      isend_v10,          irecv_v10,
+    np::iflush,        np::test,          np::close_send,     np::close_recv,
+    np::close_listen,  np::get_device_mr, np::irecv_consumed, make_vdevice<ncclNetVDeviceProps_v10_t>};
 
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
-    "remora", init_v11, np::devices, get_props<ncclNetProperties_v11_t>, listen_v11, connect_v11, accept_any,
-    np::reg_mr, np::reg_mr_dmabuf, np::dereg_mr, isend_v10, irecv_v10, np::iflush, np::test, np::close_send,
-    np::close_recv, np::close_listen, np::get_device_mr, np::irecv_consumed, nullptr, np::finalize, set_attr_v11};
+    "remora",          init_v11,          np::devices,        get_props<ncclNetProperties_v11_t>,
+    listen_v11,        connect_v11,       accept_any,         np::reg_mr,
+    np::reg_mr_dmabuf, np::dereg_mr,      isend_v10,          irecv_v10,
+    np::iflush,        np::test,          np::close_send,     np::close_recv,
+    np::close_listen,  np::get_device_mr, np::irecv_consumed, make_vdevice<ncclNetVDeviceProps_v11_t>,
+    np::finalize,      set_attr_v11};
 
 __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
-    "remora", init_v11, np::devices, get_props<ncclNetProperties_v12_t>, listen_v11, connect_v11, accept_any,
-    np::reg_mr, np::reg_mr_dmabuf, np::dereg_mr, isend_v10, irecv_v10, np::iflush, np::test, np::close_send,
-    np::close_recv, np::close_listen, np::get_device_mr, np::irecv_consumed, nullptr, np::finalize, set_attr_v11};
+    "remora",          init_v11,          np::devices,        get_props<ncclNetProperties_v12_t>,
+    listen_v11,        connect_v11,       accept_any,         np::reg_mr,
+    np::reg_mr_dmabuf, np::dereg_mr,      isend_v10,          irecv_v10,
+    np::iflush,        np::test,          np::close_send,     np::close_recv,
+    np::close_listen,  np::get_device_mr, np::irecv_consumed, make_vdevice<ncclNetVDeviceProps_v12_t>,
+    np::finalize,      set_attr_v11};
 
 }  // extern "C"

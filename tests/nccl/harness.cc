@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -107,8 +108,28 @@ struct Net {
   ncclResult_t devices(int* n) {
     return call([&](auto t) { return t->devices(n); });
   }
-  /// Properties checked for what NCCL relies on; returns the name and ptrSupport.
-  void check_props(int dev, std::string* name, int* ptr_support) {
+  /// makeVDevice (v9+) of the physical devices `devs`.
+  ncclResult_t make_vdevice(const std::vector<int>& devs, int* d) {
+    return call([&](auto t) {
+      if constexpr (requires { t->makeVDevice; }) {
+        return fuse(t->makeVDevice, devs, d);
+      } else {
+        return ncclInternalError;  // v8 has no virtual devices
+      }
+    });
+  }
+  template <typename VProps>
+  static ncclResult_t fuse(ncclResult_t (*fn)(int*, VProps*), const std::vector<int>& devs, int* d) {
+    VProps props{};
+    if (fn == nullptr) return ncclInternalError;
+    if (devs.size() > std::size(props.devs)) return ncclInvalidArgument;
+    props.ndevs = static_cast<int>(devs.size());
+    std::copy(devs.begin(), devs.end(), props.devs);
+    return fn(d, &props);
+  }
+  /// Properties checked for what NCCL relies on (`members`: the vProps it must report,
+  /// {dev} for a physical device); returns the name and ptrSupport.
+  void check_props(int dev, const std::vector<int>& members, std::string* name, int* ptr_support) {
     auto check = [&](auto t, auto props) {
       ncclResult_t r = t->getProperties(dev, &props);
       if (r != ncclSuccess) die("getProperties(%d) = %d", dev, r);
@@ -118,7 +139,10 @@ struct Net {
         die("implausible properties: speed %d maxComms %d maxRecvs %d", props.speed, props.maxComms, props.maxRecvs);
       }
       if constexpr (requires { props.maxP2pBytes; }) {
-        if (props.vProps.ndevs != 1 || props.vProps.devs[0] != dev || props.maxP2pBytes == 0) die("bad v9+ props");
+        if (props.maxP2pBytes == 0 || props.vProps.ndevs != static_cast<int>(members.size()) ||
+            !std::equal(members.begin(), members.end(), props.vProps.devs)) {
+          die("bad v9+ props of device %d (vProps.ndevs %d)", dev, props.vProps.ndevs);
+        }
       }
       *name = props.name;
       *ptr_support = props.ptrSupport;
@@ -213,6 +237,7 @@ struct Options {
   bool reg = true;
   size_t slack = 0;
   std::vector<size_t> sizes{4096};
+  std::vector<int> merge;  // --merge 0,1: makeVDevice of these devices, used instead of --dev
   int timeout_s = 60;
   std::string address;  // reference transport: where the receiver listens
   bool cuda = false;     // --memory cuda: buffers in CUDA memory (the driver REMORA_CUDA_DRIVER names)
@@ -247,7 +272,10 @@ Options parse(int argc, char** argv) {
     else if (k == "--slack") o.slack = std::strtoull(v, nullptr, 10);
     else if (k == "--mode") o.mode = v;
     else if (k == "--dev") o.dev = std::atoi(v);
-    else if (k == "--timeout") o.timeout_s = std::atoi(v);
+    else if (k == "--merge") {
+      for (size_t n : parse_sizes(v)) o.merge.push_back(static_cast<int>(n));
+    } else if (k == "--timeout")
+      o.timeout_s = std::atoi(v);
     else if (k == "--transport") o.transport = v;
     else if (k == "--streams") o.streams = std::atoi(v);
     else if (k == "--iters") o.iters = std::atol(v);
@@ -260,7 +288,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-Net load(const Options& o) {
+Net load(Options& o) {
   void* lib = dlopen(o.plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) die("dlopen(%s): %s", o.plugin.c_str(), dlerror());
   Net net;
@@ -282,11 +310,32 @@ Net load(const Options& o) {
   if (net.set_attr() != ncclSuccess) die("setNetAttr failed");
   int ndev = 0;
   if (net.devices(&ndev) != ncclSuccess || ndev < 1) die("devices: %d", ndev);
-  if (o.dev >= ndev) die("device %d of %d", o.dev, ndev);
   std::string dev_name;
   int ptr = 0;
-  for (int d = 0; d < ndev; ++d) net.check_props(d, &dev_name, &ptr);
-  net.check_props(o.dev, &dev_name, &ptr);
+  for (int d = 0; d < ndev; ++d) net.check_props(d, {d}, &dev_name, &ptr);
+  std::vector<int> members{o.dev};
+  if (!o.merge.empty()) {  // as NCCL's NIC fusion (NCCL_NET_FORCE_MERGE) does it
+    int vdev = -1;
+    for (const std::vector<int>& bad :
+         {std::vector<int>{}, std::vector<int>{0, 0}, std::vector<int>{0, ndev}, std::vector<int>{-1, 0}}) {
+      if (ncclResult_t r = net.make_vdevice(bad, &vdev); r != ncclInvalidArgument) {
+        die("makeVDevice of %zu bad devices: %d, not ncclInvalidArgument", bad.size(), r);
+      }
+    }
+    if (ncclResult_t r = net.make_vdevice(o.merge, &vdev); r != ncclSuccess) die("makeVDevice: %d", r);
+    int again = -1;
+    if (net.make_vdevice(o.merge, &again) != ncclSuccess || again != vdev)
+      die("makeVDevice twice: %d, %d", vdev, again);
+    int after = 0;
+    if (net.devices(&after) != ncclSuccess || after != ndev + 1 || vdev != ndev) {
+      die("makeVDevice gave device %d; devices() %d after %d", vdev, after, ndev);
+    }
+    ndev = after;
+    o.dev = vdev;
+    members = o.merge;
+  }
+  if (o.dev >= ndev) die("device %d of %d", o.dev, ndev);
+  net.check_props(o.dev, members, &dev_name, &ptr);
   std::printf("DEVICE %s ptrSupport %d ndev %d\n", dev_name.c_str(), ptr, ndev);
   std::fflush(stdout);
   return net;
@@ -388,7 +437,7 @@ struct CudaMem {
   }
 };
 
-int run_recv(const Options& o) {
+int run_recv(Options o) {
   Net net = load(o);
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* lcomm = nullptr;
@@ -544,7 +593,7 @@ int run_recv(const Options& o) {
   return 0;
 }
 
-int run_send(const Options& o) {
+int run_send(Options o) {
   Net net = load(o);
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   from_hex(o.handle_hex, handle);
