@@ -9,6 +9,11 @@
 //       sends its key (tag 3); the connecting side gets the first N bytes and checks
 //       them, puts N bytes into the second half, and says so (tag 4); the listener checks
 //       them
+//   --mixed   (with --rma) the put is joined, while it is in flight, by 8 puts of 1 MiB
+//       with notifications (values 1000..1007) and 64 fetch_adds of 3 on one word, all
+//       into the window's extra 8 MiB + 8 bytes; the connecting side checks the fetched
+//       values are 0, 3, ..., 189 in some order, the listener the bytes, the word (192)
+//       and each notification exactly once (--break-op=put breaks the big put meanwhile)
 //   --break-source=ADDR   (connecting side) once the operation named by --break-op
 //       (send, get or put; default send) has moved bytes on the rail whose local address
 //       is ADDR, and before it completed, resets that rail's connections (`ss -K src
@@ -108,6 +113,9 @@ int main(int argc, char** argv) {
   const std::string break_op = arg(argc, argv, "break-op", "send");
   const std::string break_how = arg(argc, argv, "break-how", "reset");
   const bool rma = arg(argc, argv, "rma") == "1";
+  const bool mixed = arg(argc, argv, "mixed") == "1";
+  constexpr uint64_t kNotified = 8, kNotifiedSize = 1 << 20, kAdds = 64, kAdd = 3;
+  const uint64_t extra = mixed ? kNotified * kNotifiedSize + 8 : 0;  // after the 2N bytes
   const auto timeout = std::chrono::seconds(60);
   auto ctx = Context::create(ContextOptions{});
   if (!ctx) return fail("Context::create", ctx.status());
@@ -131,18 +139,51 @@ int main(int argc, char** argv) {
     itest::fill_stream(seed + 1, 0, answer);
     if (Status s = ep->send(answer, Tag{2}).wait(timeout); !s) return fail("send the answer", s);
     if (rma) {
-      std::vector<std::byte> window(2 * size);
+      std::vector<std::byte> window(2 * size + extra);
       itest::fill_stream(seed + 2, 0, std::span(window).first(size));
-      auto region = (*ctx)->register_memory(window.data(), window.size(), Access::kRemoteRead | Access::kRemoteWrite);
+      auto region = (*ctx)->register_memory(window.data(), window.size(),
+                                            Access::kRemoteRead | Access::kRemoteWrite | Access::kRemoteAtomic);
       if (!region) return fail("register_memory", region.status());
       const auto key = region->remote_key().serialize();
       if (Status s = ep->send(key, Tag{3}).wait(timeout); !s) return fail("send the key", s);
       std::byte done[8] = {};
       if (Status s = ep->recv(done, Tag{4}).wait(timeout); !s) return fail("recv done", s);
-      const size_t put_bad = itest::first_mismatch(seed + 3, 0, std::span(window).subspan(size));
+      const size_t put_bad = itest::first_mismatch(seed + 3, 0, std::span(window).subspan(size, size));
       if (put_bad != SIZE_MAX) {
         std::fprintf(stderr, "rails peer: byte %zu of the put differs\n", put_bad);
         return 1;
+      }
+      if (mixed) {
+        const auto notified = std::span(window).subspan(2 * size, kNotified * kNotifiedSize);
+        if (size_t nbad = itest::first_mismatch(seed + 4, 0, notified); nbad != SIZE_MAX) {
+          std::fprintf(stderr, "rails peer: byte %zu of the notified puts differs\n", nbad);
+          return 1;
+        }
+        uint64_t word = 0;
+        std::memcpy(&word, window.data() + 2 * size + kNotified * kNotifiedSize, sizeof word);
+        if (word != kAdds * kAdd) {
+          std::fprintf(stderr, "rails peer: the word is %lu after %lu adds of %lu\n", static_cast<unsigned long>(word),
+                       static_cast<unsigned long>(kAdds), static_cast<unsigned long>(kAdd));
+          return 1;
+        }
+        std::vector<uint64_t> values;
+        for (uint64_t i = 0; i < kNotified; ++i) {
+          auto n = ep->wait_notification(timeout);
+          if (!n) return fail("wait_notification", n.status());
+          values.push_back(n->value);
+        }
+        std::sort(values.begin(), values.end());
+        for (uint64_t i = 0; i < kNotified; ++i) {
+          if (values[i] != 1000 + i) {
+            std::fprintf(stderr, "rails peer: notification %lu is %lu\n", static_cast<unsigned long>(i),
+                         static_cast<unsigned long>(values[i]));
+            return 1;
+          }
+        }
+        if (auto more = ep->poll_notification()) {
+          std::fprintf(stderr, "rails peer: a notification more: %lu\n", static_cast<unsigned long>(more->value));
+          return 1;
+        }
       }
     }
   } else if (role == "connect") {
@@ -177,8 +218,32 @@ int main(int argc, char** argv) {
       }
       itest::fill_stream(seed + 3, 0, buffer);
       Request put = ep->put(buffer, *key, size);
+      std::vector<std::byte> notified(mixed ? kNotified * kNotifiedSize : 0);
+      itest::fill_stream(seed + 4, 0, notified);
+      std::vector<Request> others;
+      std::vector<uint64_t> fetched(mixed ? kAdds : 0);
+      if (mixed) {
+        for (uint64_t i = 0; i < kNotified; ++i) {
+          others.push_back(ep->put(std::span(notified).subspan(i * kNotifiedSize, kNotifiedSize), *key,
+                                   2 * size + i * kNotifiedSize, PutOptions{.notify = 1000 + i}));
+        }
+        for (uint64_t i = 0; i < kAdds; ++i) {
+          others.push_back(ep->fetch_add(&fetched[i], *key, 2 * size + kNotified * kNotifiedSize, kAdd));
+        }
+      }
       if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source, break_how)) return 1;
       if (Status s = put.wait(timeout); !s) return fail("put", s);
+      for (Request& r : others) {
+        if (Status s = r.wait(timeout); !s) return fail("a notified put or fetch_add", s);
+      }
+      std::sort(fetched.begin(), fetched.end());
+      for (uint64_t i = 0; i < fetched.size(); ++i) {
+        if (fetched[i] != i * kAdd) {
+          std::fprintf(stderr, "rails peer: fetch_add %lu fetched %lu\n", static_cast<unsigned long>(i),
+                       static_cast<unsigned long>(fetched[i]));
+          return 1;
+        }
+      }
       const std::byte done[8] = {};
       if (Status s = ep->send(done, Tag{4}).wait(timeout); !s) return fail("send done", s);
     }

@@ -180,6 +180,24 @@ TEST(Rails, ARateLimitedRailGetsFewerChunks) {
   EXPECT_EQ(sum_received(o.listener), size);
 }
 
+// REMORA_RAIL_SPLIT=equal, the reference of bench/rails.py: the same slow rail gets as
+// many chunks as the fast one (as NCCL's socket transport splits a message), every byte
+// still checked.
+TEST(Rails, EqualSplitGivesASlowRailAsManyChunksAsTheFastOne) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(1, "100mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  const uint64_t size = 16ull << 20;
+  const Outcome o = transfer(net, size, "rlb", {"REMORA_RAIL_SPLIT=equal"});
+  ASSERT_EQ(o.connector.size(), 2u);
+  const RailLine& fast = o.connector[0];
+  const RailLine& slow = o.connector[1];
+  EXPECT_EQ(slow.local, net.addr_b(1));
+  EXPECT_EQ(fast.chunks_sent, slow.chunks_sent) << "the split is not equal";
+  EXPECT_EQ(fast.bytes_sent + slow.bytes_sent, size);
+  EXPECT_EQ(sum_received(o.listener), size);
+}
+
 TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
@@ -211,7 +229,7 @@ TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
 // the chunks the listener had not read whole go again on the first rail, the send and a
 // 16 MiB answer complete, and every byte is checked on both sides.
 void expect_failover_after_reset(const std::vector<std::string>& env, const std::string& op = "send",
-                                 const std::string& how = "reset") {
+                                 const std::string& how = "reset", bool mixed = false) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   // Both directions shaped: a get's data flows from the listener.
@@ -222,7 +240,7 @@ void expect_failover_after_reset(const std::vector<std::string>& env, const std:
   const uint64_t size = 32ull << 20;
   const Outcome o = transfer(net, size, "rlb", env,
                              {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=" + how,
-                              "--break-source=" + net.addr_b(1)});
+                              "--break-source=" + net.addr_b(1), mixed ? "--mixed=1" : "--mixed=0"});
   ASSERT_EQ(o.connector.size(), 2u);
   EXPECT_EQ(o.connector_failover.state, "on");
   EXPECT_EQ(o.listener_failover.state, "on");
@@ -256,6 +274,13 @@ TEST(Failover, ARailResetMidPutFinishesOnTheOtherRailEveryByteChecked) { expect_
 // (1 s here) while the other rail works, and retires it.
 TEST(Failover, ARailWhoseLinkGoesDownMidSendIsRetiredAfterThePeerTimeout) {
   expect_failover_after_reset({"REMORA_PEER_TIMEOUT_MS=1000"}, "send", "down");
+}
+
+// A put joined by notified puts and fetch_adds, the rail's link down meanwhile: the
+// atomics land exactly once (the fetched values are 0, 3, ..., 189 and the word 192),
+// each notification arrives exactly once after its bytes, and every byte is checked.
+TEST(Failover, ALinkDownMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
+  expect_failover_after_reset({"REMORA_PEER_TIMEOUT_MS=1000"}, "put", "down", /*mixed=*/true);
 }
 
 // REMORA_FAILOVER=off on either side: the reset fails the endpoint, as before failover
