@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """bench/rails.py — what rails (REMORA_RAILS, docs/rails.md) give one transfer: `remora bench
 p2p --mode bw` across two network namespaces joined by two veth pairs (two "NICs" per
-side, one subnet each), each shaped by tc tbf in both directions, with both rails against
-one rail, in back-to-back pairs of alternating order; the median of the per-pair ratios.
+side, one subnet each), each shaped by tc tbf in both directions (or not: rate `none`),
+with both rails against a reference, in back-to-back pairs of alternating order; the
+median of the per-pair ratios.
 
   bench/rails.py --remora build/release/tools/remora [--rates 1gbit,1gbit] [--pairs 6]
-                 [--size 64M] [--iters 6] [--json FILE]
+                 [--reference one|equal] [--size 64M] [--iters 6] [--json FILE]
 
-Each message is one transfer (--window 1), timed over --iters of them after one untimed.
-Both sides use two data streams in both cases (one rail: REMORA_STREAMS=2 on it; two
-rails: REMORA_STREAMS=1 per rail), so only where the streams go differs. The issue's
-targets: two equal rails at >= 1.9x one rail; 1 Gbit/s + 200 Mbit/s at >= 0.9x the sum
-(1.08x the fast rail alone). Needs root, tc and the tbf qdisc; the namespaces are made
-for the run and removed after it.
+References: `one`, the first rail alone; `equal`, both rails with REMORA_RAIL_SPLIT=equal,
+which splits every transfer equally over them as NCCL's socket transport splits a
+message over its sockets. Each message is one transfer (--window 1), timed over --iters
+of them after one untimed. Both sides use two data streams in every case (one rail:
+REMORA_STREAMS=2 on it; two rails: REMORA_STREAMS=1 per rail), so only where the streams
+go differs. The issue's targets: two equal rails at >= 1.9x one rail; 1 Gbit/s + 200
+Mbit/s at >= 0.9x the sum (1.08x the fast rail alone); unshaped rails >= 0.97x one rail.
+Needs root, tc and the tbf qdisc; the namespaces are made for the run and removed after.
 """
 import argparse
 import json
@@ -45,6 +48,8 @@ def up(rates):
         sh(f"ip -n {a} link set rra{i} up")
         sh(f"ip -n {b} link set rrb{i} up")
         for ns, dev in ((a, f"rra{i}"), (b, f"rrb{i}")):
+            if rate == "none":
+                continue
             sh(f"ip netns exec {ns} tc qdisc add dev {dev} root tbf rate {rate} burst 256kb latency 20ms")
 
 
@@ -53,15 +58,17 @@ def down():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def run(remora, rails, size, iters, port):
-    """One transfer run; MB/s. `rails`: 1 (the first rail only) or 2."""
+def run(remora, setup, size, iters, port):
+    """One transfer run; MB/s. `setup`: "one" (the first rail only), "two" (both rails,
+    chunks by rate) or "equal" (both rails, REMORA_RAIL_SPLIT=equal)."""
     base = dict(os.environ, REMORA_SAME_HOST="off")
-    if rails == 1:
+    if setup == "one":
         env_a = dict(base, REMORA_RAILS="=rra0", REMORA_STREAMS="2")
         env_b = dict(base, REMORA_RAILS="=rrb0", REMORA_STREAMS="2")
     else:
-        env_a = dict(base, REMORA_RAILS="rra", REMORA_STREAMS="1")
-        env_b = dict(base, REMORA_RAILS="rrb", REMORA_STREAMS="1")
+        split = "equal" if setup == "equal" else "rate"
+        env_a = dict(base, REMORA_RAILS="rra", REMORA_STREAMS="1", REMORA_RAIL_SPLIT=split)
+        env_b = dict(base, REMORA_RAILS="rrb", REMORA_STREAMS="1", REMORA_RAIL_SPLIT=split)
     # The listener takes connections on every address (a listener bound to one address
     # advertises that rail only); the driver reaches it at the first rail's.
     follower, address = start_follower(remora, "p2p", env_a, ns=NS[0], address=f"10.232.0.1:{port}",
@@ -81,7 +88,7 @@ def run(remora, rails, size, iters, port):
         follower.stdout.close()
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout + proc.stderr)
-            raise SystemExit(f"rails.py: the {rails}-rail run failed (exit {proc.returncode})")
+            raise SystemExit(f"rails.py: the {setup} run failed (exit {proc.returncode})")
         with open(out) as f:
             return json.load(f)["results"][0]["bandwidth_MBps"]
 
@@ -94,7 +101,9 @@ def size_of(text):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--remora", required=True)
-    ap.add_argument("--rates", default="1gbit,1gbit", help="tbf rate of each rail, both directions")
+    ap.add_argument("--rates", default="1gbit,1gbit", help="tbf rate of each rail, both directions; none: unshaped")
+    ap.add_argument("--reference", choices=("one", "equal"), default="one",
+                    help="one: the first rail alone; equal: both rails split equally (REMORA_RAIL_SPLIT=equal)")
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--size", default="64M")
     ap.add_argument("--iters", type=int, default=6)
@@ -107,24 +116,25 @@ def main():
     port = 47300
     rows = []
     try:
+        ref = a.reference
         for pair in range(a.pairs):
-            order = (1, 2) if pair % 2 == 0 else (2, 1)
+            order = (ref, "two") if pair % 2 == 0 else ("two", ref)
             got = {}
-            for rails in order:
+            for setup in order:
                 port += 1
-                got[rails] = run(a.remora, rails, size_of(a.size), a.iters, port)
-            ratio = got[2] / got[1]
-            rows.append({"pair": pair, "one_rail_MBps": got[1], "two_rails_MBps": got[2], "ratio": ratio})
-            print(f"pair {pair}: one rail {got[1]:8.1f} MB/s, two rails {got[2]:8.1f} MB/s, ratio {ratio:.3f}",
+                got[setup] = run(a.remora, setup, size_of(a.size), a.iters, port)
+            ratio = got["two"] / got[ref]
+            rows.append({"pair": pair, f"{ref}_MBps": got[ref], "two_rails_MBps": got["two"], "ratio": ratio})
+            print(f"pair {pair}: {ref:5} {got[ref]:8.1f} MB/s, two rails {got['two']:8.1f} MB/s, ratio {ratio:.3f}",
                   flush=True)
     finally:
         down()
     median = statistics.median(r["ratio"] for r in rows)
-    print(f"# two rails / one rail ({a.rates}, {a.size}), median of {a.pairs} pairs: {median:.3f}")
+    print(f"# two rails / {a.reference} ({a.rates}, {a.size}), median of {a.pairs} pairs: {median:.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rates": rates, "size": a.size, "iters": a.iters, "pairs": rows, "median_ratio": median}, f,
-                      indent=1)
+            json.dump({"rates": rates, "reference": a.reference, "size": a.size, "iters": a.iters, "pairs": rows,
+                       "median_ratio": median}, f, indent=1)
 
 
 if __name__ == "__main__":

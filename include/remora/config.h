@@ -61,6 +61,14 @@ enum class ChecksumMode : uint8_t { kNone, kCrc32c };
 /// not encrypt, or names another cipher, is refused at connect.
 enum class EncryptMode : uint8_t { kOff, kOn, kAes256Gcm, kChacha20Poly1305, kAegis256, kAegis128l };
 
+/// How an endpoint with several rails (REMORA_RAILS) gives chunks to its data streams
+/// (REMORA_RAIL_SPLIT). kRate: each chunk to the stream expected to deliver it first, by
+/// measured rate, so a slow rail gets fewer (docs/rails.md). kEqual: each chunk to the
+/// next stream in turn, splitting every transfer equally over the rails as NCCL's socket
+/// transport splits a message over its sockets, so the slowest rail sets the pace; it is
+/// there for comparison (bench/rails.py measures kRate against it).
+enum class RailSplit : uint8_t { kRate, kEqual };
+
 /// The key every handshake proves knowledge of when a job secret is configured
 /// (REMORA_AUTH_KEY or REMORA_AUTH_KEY_FILE; docs/configuration.md): 32 bytes derived
 /// from the secret (BLAKE2b under a fixed label), never the secret itself. Endpoints and
@@ -168,6 +176,8 @@ struct Config {
   /// address, toward the addresses the listener advertises, and gives chunks to the
   /// streams by their measured rate (docs/rails.md).
   std::array<char, 256> rails{};
+  /// REMORA_RAIL_SPLIT=rate|equal (see RailSplit).
+  RailSplit rail_split = RailSplit::kRate;
   /// The shared job secret's key (AuthKey::from_env: REMORA_AUTH_KEY, REMORA_AUTH_KEY_FILE);
   /// nullopt: connections are not authenticated.
   std::optional<AuthKey> auth_key = std::nullopt;
@@ -213,6 +223,7 @@ struct ContextOptions {
   /// REMORA_RAILS's text (Config::rails), NUL-terminated; `set("rails", "eth0,eth1")`
   /// fills it. (A character array, for the reason given at Config::devmem_ifname.)
   std::optional<std::array<char, 256>> rails = std::nullopt;
+  std::optional<RailSplit> rail_split = std::nullopt;
   /// Authenticate with this key (AuthKey::from_secret) instead of the environment's.
   std::optional<AuthKey> auth_key = std::nullopt;
   /// Skip the environment entirely (tests that must not be perturbed by REMORA_*).

@@ -212,6 +212,14 @@ uint16_t ChunkScheduler::least_loaded() const {
   return static_cast<uint16_t>(std::max(best, 0));
 }
 
+uint16_t ChunkScheduler::next_in_turn() const {
+  for (size_t k = 0; k < streams_.size(); ++k) {
+    const size_t i = (next_turn_ + k) % streams_.size();
+    if (!streams_[i].retired) return static_cast<uint16_t>(i);
+  }
+  return 0;  // all retired (the caller sees it)
+}
+
 bool ChunkScheduler::waiting_stream_has_room() const noexcept {
   return waiting_for_ >= 0 && streams_[static_cast<size_t>(waiting_for_)].queued < chunk_bytes_;
 }
@@ -226,9 +234,9 @@ bool ChunkScheduler::schedule() {
   while (!ready_.empty()) {
     // The stream with the fewest queued bytes (with rails: the one expected to deliver
     // the chunk first), if it has room for another chunk.
-    const uint16_t best = rate_aware_ ? fastest_finish() : least_loaded();
+    const uint16_t best = choose_stream();
     const bool stream_room = streams_[best].queued < chunk_bytes_;
-    if (!stream_room && rate_aware_) waiting_for_ = best;
+    if (!stream_room && waits_for_choice()) waiting_for_ = best;
     const bool pull_room = pull_tx_ && pulls_out_.size() < kPullWindow;
     if (!stream_room && !pull_room) break;
     const auto it = next_preparable(epoch);
@@ -248,6 +256,7 @@ bool ChunkScheduler::schedule() {
     }
     t->scheduled += size;
     if (t->scheduled == t->length) ready_.erase(it);
+    if (!pull) next_turn_ = best + 1u;
     scheduled = true;
   }
   return scheduled;
@@ -709,13 +718,14 @@ std::string ChunkScheduler::peer_retired(uint16_t index, uint64_t chunks) {
 
 bool ChunkScheduler::schedule_resends(bool* scheduled) {
   while (!resend_.empty()) {
-    const uint16_t best = rate_aware_ ? fastest_finish() : least_loaded();
+    const uint16_t best = choose_stream();
     Stream& s = streams_[best];
     if (s.retired) return true;  // none left: the Owner fails the endpoint
     if (s.queued >= chunk_bytes_) {
-      if (rate_aware_) waiting_for_ = best;
+      if (waits_for_choice()) waiting_for_ = best;
       return true;
     }
+    next_turn_ = best + 1u;
     const Unconfirmed u = resend_.front();
     resend_.pop_front();
     std::optional<uint32_t> crc;

@@ -239,6 +239,10 @@ class ChunkScheduler {
   /// bytes, as without rails.
   void set_rate_aware(bool on) noexcept { rate_aware_ = on; }
   bool rate_aware() const noexcept { return rate_aware_; }
+  /// Instead (REMORA_RAIL_SPLIT=equal, a reference to compare with): each chunk to the
+  /// next stream in turn, waiting for it when it has no room, so every stream carries an
+  /// equal share of a transfer whatever its rate, as NCCL's socket transport does.
+  void set_equal_split(bool on) noexcept { equal_split_ = on; }
   /// The last schedule() left chunks waiting for a stream that had no room, and that
   /// stream has room now: schedule again (no event would say so).
   bool waiting_stream_has_room() const noexcept;
@@ -367,6 +371,15 @@ class ChunkScheduler {
   void finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc);
   /// The least loaded stream that is not retired (schedule's choice without rates).
   uint16_t least_loaded() const;
+  /// The next stream in turn that is not retired (equal_split_).
+  uint16_t next_in_turn() const;
+  /// The stream the next chunk goes to, by the mode above.
+  uint16_t choose_stream() const {
+    if (equal_split_) return next_in_turn();
+    return rate_aware_ ? fastest_finish() : least_loaded();
+  }
+  /// Whether chunks wait for the chosen stream when it is full (else any stream with room).
+  bool waits_for_choice() const noexcept { return rate_aware_ || equal_split_; }
   /// Queues the chunks waiting in resend_ on streams with room; false if it gave up
   /// (a chunk could not be sent again: resend_failed was called).
   bool schedule_resends(bool* scheduled);
@@ -387,6 +400,8 @@ class ChunkScheduler {
   uint64_t chunks_sent_ = 0;
   std::vector<uint64_t> chunks_per_stream_;
   bool rate_aware_ = false;
+  bool equal_split_ = false;
+  size_t next_turn_ = 0;  // equal_split_: the stream whose turn is next
   int waiting_for_ = -1;  // the stream the last schedule() waited for, or -1
   // Same-host pulls.
   class PullIn;

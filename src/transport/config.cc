@@ -49,7 +49,7 @@ constexpr bool kIsText =
     std::is_same_v<B, TextField<16>> || std::is_same_v<B, TextField<108>> || std::is_same_v<B, TextField<256>>;
 using Binding = std::variant<std::monostate, Fields<uint32_t>, Fields<size_t>, Fields<bool>, Fields<LogLevel>,
                              Fields<PinMode>, Fields<DevicePathMode>, Fields<ZcrxMode>, Fields<ChecksumMode>,
-                             Fields<EncryptMode>, TextField<16>, TextField<108>, TextField<256>>;
+                             Fields<EncryptMode>, Fields<RailSplit>, TextField<16>, TextField<108>, TextField<256>>;
 
 /// Copies `text` into a text field (the caller checked its length).
 template <size_t N>
@@ -69,6 +69,7 @@ constexpr std::string_view kPathWords[] = {"auto", "devmem", "zcrx", "staging"};
 constexpr std::string_view kZcrxModeWords[] = {"nic", "copy"};
 constexpr std::string_view kChecksumWords[] = {"none", "crc32c"};
 constexpr std::string_view kEncryptWords[] = {"off", "on", "aes256gcm", "chacha20poly1305", "aegis256", "aegis128l"};
+constexpr std::string_view kRailSplitWords[] = {"rate", "equal"};
 constexpr std::string_view kAutoOff[] = {"auto", "off"};  // a switch: auto is true
 static_assert(static_cast<int>(PinMode::kOff) == 2 && static_cast<int>(DevicePathMode::kStaging) == 3 &&
                   static_cast<int>(ZcrxMode::kCopy) == 1 && static_cast<int>(ChecksumMode::kCrc32c) == 1 &&
@@ -292,6 +293,14 @@ constexpr ConfigVariable kVariables[] = {
      .field = "rails",
      .doc = "the NICs an endpoint's data streams use, as NCCL_SOCKET_IFNAME: name prefixes, `^` to exclude, `=` "
             "exact, or addresses (docs/rails.md)"},
+    {.name = "REMORA_RAIL_SPLIT",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "rate",
+     .choices = kRailSplitWords,
+     .field = "rail_split",
+     .doc = "with rails: `rate` gives each chunk to the stream expected to deliver it first; `equal` splits every "
+            "transfer equally over the rails, as NCCL's socket transport does (for comparison)"},
     {.name = "REMORA_AUTH_KEY",
      .section = kContext,
      .kind = ConfigKind::kSecret,
@@ -362,6 +371,8 @@ const std::vector<Row>& rows() {
         {var("REMORA_FAILOVER"), "failover", Fields<bool>{&Config::failover, &ContextOptions::failover}},
         {var("REMORA_PIN"), "pin_mode", Fields<PinMode>{&Config::pin_mode, &ContextOptions::pin_mode}},
         {var("REMORA_RAILS"), "rails", TextField<256>{&Config::rails, &ContextOptions::rails}},
+        {var("REMORA_RAIL_SPLIT"), "rail_split",
+         Fields<RailSplit>{&Config::rail_split, &ContextOptions::rail_split}},
     };
     return r;
   }();

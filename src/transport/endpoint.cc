@@ -229,6 +229,7 @@ void EndpointCore::group_rails() {
   // Streams over different paths: give chunks by measured rate. (Streams of one path,
   // as without rails, keep the least-queued choice.)
   chunks_.set_rate_aware(rails_.size() > 1);
+  chunks_.set_equal_split(rails_.size() > 1 && config_.rail_split == RailSplit::kEqual);
 }
 
 EndpointStats EndpointCore::stats() const {

@@ -60,6 +60,31 @@ TEST(ChunkScheduler, HostMemoryLandsIntactOverEveryStream) {
   EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
 }
 
+// REMORA_RAIL_SPLIT=equal (the reference bench/rails.py compares with): chunks go to the
+// streams strictly in turn, whatever their load, and every byte still lands.
+TEST(ChunkScheduler, EqualSplitGivesTheStreamsChunksInTurn) {
+  Link link;
+  link.tx.set_equal_split(true);
+  const auto data = pattern(6 * Link::kChunk + 77, 3);
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 4, 5, data.size(), &source);
+  RxTransfer in = incoming(5, data.size(), &sink);
+  link.tx.ready(&out);
+  link.run(&in, [&] { return !link.rx_owner.received_ids.empty(); });
+
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
+  EXPECT_TRUE(got == data);
+  ASSERT_EQ(link.tx_owner.announced.size(), 7u);
+  for (size_t i = 0; i < link.tx_owner.announced.size(); ++i) {
+    EXPECT_EQ(link.tx_owner.announced[i].stream, i % Link::kStreams) << "chunk " << i;
+  }
+  EXPECT_EQ(link.tx.chunks_per_stream()[0], 4u);
+  EXPECT_EQ(link.tx.chunks_per_stream()[1], 3u);
+}
+
 /// Like a staging sink: each chunk lands in a bounce buffer, and "copying" it to its
 /// destination finishes later, when the test says so, in any order — or fails.
 class DeferredSink final : public ChunkSink {
