@@ -304,36 +304,42 @@ long long rail_bytes_sent(const std::string& log, const std::string& ifname) {
   return std::stoll(log.substr(start + 2, sent - start - 2));
 }
 
-// REMORA_RAILS on both sides, two veth pairs: the plugin offers the context's rails as
-// ONE device ("rla0+rla1": every connection spreads over all of them, so several
-// devices would each use every rail), and the messages, every byte checked, travel on
-// both rails: the sender's log gives each rail's bytes when it closes the connection.
-TEST(NcclPluginRails, TwoRailsAreOneDeviceAndBothCarryTheTransfer) {
+/// What a rails exchange across two veth pairs must show: the receiver (ns_b, plugin
+/// version `recv_version`) and the sender (ns_a, `send_version`) each see one device named
+/// after both rails among `ndev`, the messages arrive intact (checked by the harness), and
+/// both rails carried bytes (the sender's per-rail log at close). `recv_env` and
+/// `send_env` choose the devices; `sender_says` must appear in the sender's log.
+void expect_both_rails_carry(const std::vector<std::string>& scenario, int recv_version, int send_version,
+                             const std::vector<std::string>& recv_env, const std::vector<std::string>& send_env,
+                             int ndev, const std::string& sender_says = "") {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  const std::vector<std::string> scenario = {"--sizes", "1048576,5000000", "--messages", "16", "--group",
-                                             "2",       "--reg",           "1"};
-  Process recv({.argv = harness_argv("recv", 12, scenario, net.exec_prefix(net.ns_b())),
-                .env = {"REMORA_RAILS==rlb0,rlb1", "REMORA_STREAMS=2"},
+  std::vector<std::string> renv = recv_env, senv = send_env;
+  renv.push_back("REMORA_STREAMS=2");
+  senv.insert(senv.end(), {"REMORA_STREAMS=2", "NCCL_DEBUG=INFO"});
+  const std::string ndev_line = " ndev " + std::to_string(ndev) + "\n";
+  Process recv({.argv = harness_argv("recv", recv_version, scenario, net.exec_prefix(net.ns_b())),
+                .env = renv,
                 .capture_stderr = true});
   ASSERT_TRUE(recv.ok()) << recv.error();
   std::string recv_log, send_log;
   ASSERT_TRUE(read_until(recv, "HANDLE ", &recv_log)) << recv_log;
   EXPECT_NE(recv_log.find("DEVICE rlb0+rlb1 ptrSupport "), std::string::npos) << recv_log;
-  EXPECT_NE(recv_log.find(" ndev 1\n"), std::string::npos) << recv_log;
+  EXPECT_NE(recv_log.find(ndev_line), std::string::npos) << recv_log;
   const size_t h = recv_log.rfind("HANDLE ");
   const std::string handle = recv_log.substr(h + 7, recv_log.find('\n', h) - h - 7);
   std::vector<std::string> send_args = scenario;
   send_args.insert(send_args.end(), {"--handle", handle});
-  Process send({.argv = harness_argv("send", 12, send_args, net.exec_prefix(net.ns_a())),
-                .env = {"REMORA_RAILS==rla0,rla1", "REMORA_STREAMS=2", "NCCL_DEBUG=INFO"},
+  Process send({.argv = harness_argv("send", send_version, send_args, net.exec_prefix(net.ns_a())),
+                .env = senv,
                 .capture_stderr = true,
                 .pipe_stdin = true});
   ASSERT_TRUE(send.ok()) << send.error();
   EXPECT_TRUE(read_until(recv, "OK", &recv_log)) << recv_log;
   ASSERT_TRUE(read_until(send, "SENT", &send_log)) << send_log;
   EXPECT_NE(send_log.find("DEVICE rla0+rla1 ptrSupport "), std::string::npos) << send_log;
-  EXPECT_NE(send_log.find(" ndev 1\n"), std::string::npos) << send_log;
+  EXPECT_NE(send_log.find(ndev_line), std::string::npos) << send_log;
+  EXPECT_NE(send_log.find(sender_says), std::string::npos) << send_log;
   send.write_line("done");
   EXPECT_TRUE(read_until(send, "OK", &send_log)) << send_log;
   send_log += send.read_all(30s);  // the close's log lines
@@ -346,47 +352,24 @@ TEST(NcclPluginRails, TwoRailsAreOneDeviceAndBothCarryTheTransfer) {
   }
 }
 
+// REMORA_RAILS on both sides, two veth pairs: the plugin offers the context's rails as
+// ONE device ("rla0+rla1": every connection spreads over all of them, so several
+// devices would each use every rail), and the messages, every byte checked, travel on
+// both rails: the sender's log gives each rail's bytes when it closes the connection.
+TEST(NcclPluginRails, TwoRailsAreOneDeviceAndBothCarryTheTransfer) {
+  expect_both_rails_carry({"--sizes", "1048576,5000000", "--messages", "16", "--group", "2", "--reg", "1"}, 12, 12,
+                          {"REMORA_RAILS==rlb0,rlb1"}, {"REMORA_RAILS==rla0,rla1"}, 1);
+}
+
 // NCCL's NIC fusion (makeVDevice, v9+; NCCL_NET_FORCE_MERGE or NCCL_NET_MERGE_LEVEL): two
 // physical devices become one virtual device whose connections spread over both as
 // rails, without REMORA_RAILS. Bad fusions are refused (the harness checks them first),
 // the same fusion twice gives the same device, and the messages, every byte checked,
 // travel on both rails.
 TEST(NcclPluginRails, FusedDevicesAreOneVirtualDeviceAndBothCarryTheTransfer) {
-  NetnsRails net(2);
-  REMORA_NETNS_OR_SKIP(net);
-  const std::vector<std::string> scenario = {"--sizes", "1048576,5000000", "--messages", "16",      "--group",
-                                             "2",       "--reg",           "1",          "--merge", "0,1"};
-  Process recv({.argv = harness_argv("recv", 12, scenario, net.exec_prefix(net.ns_b())),
-                .env = {"REMORA_NCCL_IFNAME==rlb0,rlb1", "REMORA_STREAMS=2"},
-                .capture_stderr = true});
-  ASSERT_TRUE(recv.ok()) << recv.error();
-  std::string recv_log, send_log;
-  ASSERT_TRUE(read_until(recv, "HANDLE ", &recv_log)) << recv_log;
-  EXPECT_NE(recv_log.find("DEVICE rlb0+rlb1 ptrSupport "), std::string::npos) << recv_log;
-  EXPECT_NE(recv_log.find(" ndev 3\n"), std::string::npos) << recv_log;
-  const size_t h = recv_log.rfind("HANDLE ");
-  const std::string handle = recv_log.substr(h + 7, recv_log.find('\n', h) - h - 7);
-  std::vector<std::string> send_args = scenario;
-  send_args.insert(send_args.end(), {"--handle", handle});
-  Process send({.argv = harness_argv("send", 9, send_args, net.exec_prefix(net.ns_a())),
-                .env = {"REMORA_NCCL_IFNAME==rla0,rla1", "REMORA_STREAMS=2", "NCCL_DEBUG=INFO"},
-                .capture_stderr = true,
-                .pipe_stdin = true});
-  ASSERT_TRUE(send.ok()) << send.error();
-  EXPECT_TRUE(read_until(recv, "OK", &recv_log)) << recv_log;
-  ASSERT_TRUE(read_until(send, "SENT", &send_log)) << send_log;
-  EXPECT_NE(send_log.find("DEVICE rla0+rla1 ptrSupport "), std::string::npos) << send_log;
-  EXPECT_NE(send_log.find("virtual device 2: rla0+rla1"), std::string::npos) << send_log;
-  send.write_line("done");
-  EXPECT_TRUE(read_until(send, "OK", &send_log)) << send_log;
-  send_log += send.read_all(30s);  // the close's log lines
-  auto rs = recv.wait(30s), ss = send.wait(30s);
-  ASSERT_TRUE(rs && ss);
-  EXPECT_TRUE(Process::exited_ok(*rs)) << Process::describe(*rs) << "\n" << recv_log;
-  EXPECT_TRUE(Process::exited_ok(*ss)) << Process::describe(*ss) << "\n" << send_log;
-  for (const char* rail : {"rla0", "rla1"}) {
-    EXPECT_GT(rail_bytes_sent(send_log, rail), 0) << rail << " carried nothing:\n" << send_log;
-  }
+  expect_both_rails_carry(
+      {"--sizes", "1048576,5000000", "--messages", "16", "--group", "2", "--reg", "1", "--merge", "0,1"}, 12, 9,
+      {"REMORA_NCCL_IFNAME==rlb0,rlb1"}, {"REMORA_NCCL_IFNAME==rla0,rla1"}, 3, "virtual device 2: rla0+rla1");
 }
 
 }  // namespace
