@@ -33,12 +33,6 @@ Duration left_until(Clock::time_point deadline) {
   return deadline > now ? Duration(deadline - now) : Duration::zero();
 }
 
-/// "host" → "host", "fe80::1" → "[fe80::1]" (for "host:port").
-std::string bracketed(const std::string& host) {
-  if (host.find(':') != std::string::npos && host.front() != '[') return "[" + host + "]";
-  return host;
-}
-
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
   const size_t shown = std::min<size_t>(ranks.size(), 16);
@@ -162,24 +156,23 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
   } else {
     host = store->local_host();
   }
-  auto listener = ctx.listen(bracketed(host) + ":0");
-  if (!listener) {
-    return listener.status().with_context(
+  // Kept open for the job's life: ranks connect when they first need each other, and
+  // survivors of a failure meet there again (shrink).
+  auto rendezvous = coll::Rendezvous::listen(ctx, host, coll::max_opening_bytes(size));
+  if (!rendezvous) {
+    return rendezvous.status().with_context(
         fmt::format("rank {} could not listen on {} (set REMORA_HOST to an address of this host that the other "
                     "ranks can reach)",
                     rank, host));
   }
-  // The listener stays open for the job's life: ranks connect when they first need each
-  // other, and survivors of a failure meet there again (shrink).
-  auto rendezvous = coll::Rendezvous::start(std::move(*listener), coll::max_opening_bytes(size));
   Store& book = *store;
   auto world = std::make_shared<coll::World>(
-      ctx, rank, size, rendezvous, [&book, prefix](int r, Clock::time_point until) -> Result<std::string> {
+      ctx, rank, size, *rendezvous, [&book, prefix](int r, Clock::time_point until) -> Result<std::string> {
         REMORA_ASSIGN_OR_RETURN(auto v, book.get(prefix + "addr/" + std::to_string(r), left_until(until)));
         return std::string(reinterpret_cast<const char*>(v.data()), v.size());
       });
   world->serve();
-  REMORA_RETURN_IF_ERROR(store->set(prefix + "addr/" + std::to_string(rank), rendezvous->address()));
+  REMORA_RETURN_IF_ERROR(store->set(prefix + "addr/" + std::to_string(rank), (*rendezvous)->address()));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "addr/" + std::to_string(r));
   auto comm = coll::CommAccess::started(std::make_shared<coll::CommCore>(world, 0, members, rank, config));

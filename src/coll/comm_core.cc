@@ -77,7 +77,8 @@ constexpr ConfigVariable kVariables[] = {
      .kind = ConfigKind::kText,
      .default_text = "the local address of the store connection",
      .max = 1024,
-     .doc = "the address this rank listens on for the other ranks"},
+     .doc = "the address the other ranks reach this rank at (it listens there; with REMORA_RAILS on the wildcard "
+            "address)"},
     {.name = "REMORA_ALLREDUCE_ALGO",
      .section = kSection,
      .kind = ConfigKind::kChoice,

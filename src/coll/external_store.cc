@@ -59,18 +59,13 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, ExternalStore& sto
                   "no address to listen on: pass ExternalBootstrap::host or set REMORA_HOST to an address of this "
                   "host that the other ranks can reach");
   }
-  const std::string listen_at = host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]:0"
-                                                                                             : host + ":0";
-  auto listener = ctx.listen(listen_at);
-  if (!listener) {
-    return listener.status().with_context(fmt::format("rank {} could not listen on {}", rank, host));
-  }
   // Kept open for the job's life: ranks connect when they first need each other, and
   // the survivors of a failure meet there again (shrink) without the external store.
-  auto rendezvous = coll::Rendezvous::start(std::move(*listener), coll::max_opening_bytes(size));
+  auto rendezvous = coll::Rendezvous::listen(ctx, host, coll::max_opening_bytes(size));
+  if (!rendezvous) return rendezvous.status().with_context(fmt::format("rank {} could not listen on {}", rank, host));
   const std::string prefix = boot.key_prefix;
   auto world = std::make_shared<coll::World>(
-      ctx, rank, size, rendezvous, [&store, prefix](int r, coll::Clock::time_point until) -> Result<std::string> {
+      ctx, rank, size, *rendezvous, [&store, prefix](int r, coll::Clock::time_point until) -> Result<std::string> {
         auto v = store.get(prefix + "addr/" + std::to_string(r), left_until(until));
         if (!v) {
           return v.status().with_context(
@@ -79,7 +74,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, ExternalStore& sto
         return std::string(reinterpret_cast<const char*>(v->data()), v->size());
       });
   world->serve();
-  const std::string mine = rendezvous->address();
+  const std::string mine = (*rendezvous)->address();
   REMORA_RETURN_IF_ERROR(
       store.set(prefix + "addr/" + std::to_string(rank), std::as_bytes(std::span(mine.data(), mine.size()))));
   return coll::CommAccess::started(std::make_shared<coll::CommCore>(world, 0, members, rank, config));

@@ -36,8 +36,10 @@ struct Rendezvous::State {
     Clock::time_point deadline;
   };
 
-  State(std::unique_ptr<Listener> l, size_t max)
-      : listener(std::move(l)), max_hello(max), address(listener->address()) {}
+  State(std::unique_ptr<Listener> l, size_t max, std::string advertised)
+      : listener(std::move(l)),
+        max_hello(max),
+        address(advertised.empty() ? listener->address() : std::move(advertised)) {}
 
   void run();
   /// Handles a pending connection whose opening message arrived (or failed).
@@ -62,11 +64,25 @@ struct Rendezvous::State {
   std::vector<Pending> pending;  ///< the thread's own
 };
 
-std::shared_ptr<Rendezvous> Rendezvous::start(std::unique_ptr<Listener> listener, size_t max_hello) {
-  auto state = std::make_shared<State>(std::move(listener), std::max(max_hello, kMeshHelloBytes));
+std::shared_ptr<Rendezvous> Rendezvous::start(std::unique_ptr<Listener> listener, size_t max_hello,
+                                              std::string advertised) {
+  auto state =
+      std::make_shared<State>(std::move(listener), std::max(max_hello, kMeshHelloBytes), std::move(advertised));
   std::shared_ptr<Rendezvous> r(new Rendezvous(state));
   r->thread_ = std::thread([state] { state->run(); });
   return r;
+}
+
+Result<std::shared_ptr<Rendezvous>> Rendezvous::listen(Context& ctx, const std::string& host, size_t max_hello) {
+  const bool v6 = host.find(':') != std::string::npos;
+  const std::string bracketed = v6 && host.front() != '[' ? "[" + host + "]" : host;
+  if (ctx.rails().empty()) {
+    REMORA_ASSIGN_OR_RETURN(auto listener, ctx.listen(bracketed + ":0"));
+    return start(std::move(listener), max_hello);
+  }
+  REMORA_ASSIGN_OR_RETURN(auto listener, ctx.listen(v6 ? "[::]:0" : "0.0.0.0:0"));
+  const std::string advertised = bracketed + ":" + std::to_string(listener->port());
+  return start(std::move(listener), max_hello, advertised);
 }
 
 Rendezvous::Rendezvous(std::shared_ptr<State> state) : state_(std::move(state)) {}

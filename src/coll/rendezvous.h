@@ -58,7 +58,15 @@ class Rendezvous : public std::enable_shared_from_this<Rendezvous> {
 
   /// Takes `listener` over and starts the thread that serves it. `max_hello`: the
   /// largest opening message a rank of this job sends (a shrink's hello of every rank).
-  static std::shared_ptr<Rendezvous> start(std::unique_ptr<Listener> listener, size_t max_hello);
+  /// `advertised`: the "host:port" other ranks reach it at (empty: the listener's own).
+  static std::shared_ptr<Rendezvous> start(std::unique_ptr<Listener> listener, size_t max_hello,
+                                           std::string advertised = {});
+  /// A listener for a rank whose address is `host` (a name or address, IPv6 with or
+  /// without brackets), started as above. With rails (REMORA_RAILS) it listens on the
+  /// wildcard address of host's family, so that it advertises every rail to the ranks
+  /// that connect (a listener bound to one address offers only that rail), and is
+  /// reached at host.
+  static Result<std::shared_ptr<Rendezvous>> listen(Context& ctx, const std::string& host, size_t max_hello);
   /// Stops the thread and closes the listener.
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;

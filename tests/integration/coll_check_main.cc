@@ -9,6 +9,8 @@
 //   remora_coll_check --iterations=I  the suite I times
 //   remora_coll_check --loop          a loop of collectives until one fails (or --iterations
 //                                     rounds); prints "rank R of N: looping" after the first round
+//   remora_coll_check --loop --until-file=PATH   ... or until PATH exists on some rank (each
+//                                     round ends with an allreduce of that, so all stop together)
 //
 // Sizes follow the configuration: counts 0, 1, a prime, around the eager limit
 // (REMORA_EAGER_LIMIT) and the pipeline piece (REMORA_COLL_PIPELINE), and above 1 MiB,
@@ -25,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -655,10 +658,13 @@ int usage(const char* why) {
 int run(int argc, char** argv) {
   bool loop = false;
   long iterations = -1;
+  std::string until_file;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--loop") {
       loop = true;
+    } else if (a.starts_with("--until-file=")) {
+      until_file = std::string(a.substr(std::strlen("--until-file=")));
     } else if (a.starts_with("--iterations=")) {
       char* end = nullptr;
       iterations = std::strtol(argv[i] + std::strlen("--iterations="), &end, 10);
@@ -693,6 +699,14 @@ int run(int argc, char** argv) {
       if (round == 0) {
         std::printf("rank %d of %d: looping\n", rank, size);
         std::fflush(stdout);
+      }
+      if (!until_file.empty()) {
+        std::error_code ec;
+        int32_t mine = std::filesystem::exists(until_file, ec) ? 1 : 0, any = 0;
+        if (Status s = (*comm)->allreduce(&mine, &any, 1, DataType::kInt32, ReduceOp::kMax); !s) {
+          return fail("the loop's stop allreduce", s);
+        }
+        if (any != 0) break;
       }
     }
   } else {

@@ -4,7 +4,10 @@
 // stream to each rail, every byte is checked, and each side's per-rail counters say
 // which rail carried what. A rate limit (tbf) on one rail shifts the chunks to the
 // other; a rail that cannot reach the peer is skipped with its reason.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -281,6 +284,66 @@ TEST(Failover, ARailWhoseLinkGoesDownMidSendIsRetiredAfterThePeerTimeout) {
 // each notification arrives exactly once after its bytes, and every byte is checked.
 TEST(Failover, ALinkDownMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
   expect_failover_after_reset({"REMORA_PEER_TIMEOUT_MS=1000"}, "put", "down", /*mixed=*/true);
+}
+
+// A collective job over rails: two ranks (one per namespace, REMORA_RAILS naming both
+// NICs, so each rank's listener takes every rail) loop over allreduce, broadcast,
+// alltoall and barrier, every result checked; one rail's link goes down under them.
+// Each rank retires its stream on that rail (the log says so), the loop goes on over the
+// other rail, and both finish with every check passed.
+TEST(Failover, ACollectiveLoopGoesOnWhenARailsLinkGoesDown) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
+      !net.shape_a(1, "200mbit")) {
+    GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  }
+  const std::string stop_file = ::testing::TempDir() + "/remora-rails-coll-stop-" + std::to_string(::getpid());
+  std::remove(stop_file.c_str());
+  const std::string store = "REMORA_STORE=" + net.addr_a(0) + ":29500";
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> argv = net.exec_prefix(r == 0 ? net.ns_a() : net.ns_b());
+    argv.insert(argv.end(), {REMORA_COLL_CHECK_PATH, "--loop", "--until-file=" + stop_file});
+    ranks.push_back(std::make_unique<Process>(
+        Process::Options{.argv = argv,
+                         .env = {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=2", store,
+                                 "REMORA_HOST=" + (r == 0 ? net.addr_a(0) : net.addr_b(0)),
+                                 r == 0 ? "REMORA_RAILS=rla" : "REMORA_RAILS=rlb", "REMORA_STREAMS=1",
+                                 "REMORA_PEER_TIMEOUT_MS=1000", "REMORA_COLL_TIMEOUT_MS=120000", "REMORA_LOG=warn"},
+                         .capture_stderr = true}));
+    ASSERT_TRUE(ranks.back()->ok()) << ranks.back()->error();
+  }
+  // Until a line containing `what` (everything read is kept in `seen`).
+  auto read_until_has = [](Process& p, const std::string& what, std::string* seen) {
+    for (;;) {
+      auto line = p.read_line(std::chrono::seconds(90));
+      if (!line) return false;
+      *seen += *line + "\n";
+      if (line->find(what) != std::string::npos) return true;
+    }
+  };
+  std::string out[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(read_until_has(*ranks[static_cast<size_t>(r)], "looping", &out[r])) << "rank " << r << ":\n" << out[r];
+  }
+  ASSERT_EQ(std::system(("ip -n " + net.ns_b() + " link set rlb1 down").c_str()), 0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(read_until_has(*ranks[static_cast<size_t>(r)], "retired", &out[r]))
+        << "rank " << r << " retired no stream:\n"
+        << out[r];
+  }
+  std::FILE* f = std::fopen(stop_file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  for (int r = 0; r < 2; ++r) {
+    auto [rest, status] = finish(*ranks[static_cast<size_t>(r)], std::chrono::seconds(120));
+    out[r] += rest;
+    EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << ":\n" << out[r];
+    EXPECT_NE(out[r].find("rank " + std::to_string(r) + " of 2: "), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find(" checks ok"), std::string::npos) << out[r];
+  }
+  std::remove(stop_file.c_str());
 }
 
 // REMORA_FAILOVER=off on either side: the reset fails the endpoint, as before failover
