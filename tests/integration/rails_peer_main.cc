@@ -18,15 +18,19 @@
 //       (send, get or put; default send) has moved bytes on the rail whose local address
 //       is ADDR, and before it completed, resets that rail's connections (`ss -K src
 //       ADDR`), or with --break-how=down sets the rail's interface down: failover must
-//       finish the operation on the other rail
+//       finish the operation on the other rail; --break-how=all-down sets every rail's
+//       interface down (nothing survives that: the endpoint fails)
+//   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
 // FAILOVER <on|off> <streams_retired> <chunks_resent> follows, then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
-// and exit 0; anything wrong is a message on stderr and exit 1.
+// and exit 0; anything wrong is a message on stderr, a line "FAILED <what> <status code>"
+// on stdout, and exit 1.
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,8 +74,11 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, cons
     std::fprintf(stderr, "rails peer: the operation completed before the rail could be broken\n");
     return false;
   }
-  const std::string cmd =
-      how == "down" ? "ip link set dev " + interface + " down" : "ss -K src " + source + " >/dev/null";
+  std::string cmd = how == "down" ? "ip link set dev " + interface + " down" : "ss -K src " + source + " >/dev/null";
+  if (how == "all-down") {
+    cmd = "true";
+    for (const RailStats& rail : ep.stats().rails) cmd += " && ip link set dev " + rail.interface + " down";
+  }
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "rails peer: %s failed\n", cmd.c_str());
     return false;
@@ -82,6 +89,8 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, cons
 int fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "rails peer: %s: %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str(),
                s.message().c_str());
+  std::printf("FAILED %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str());
+  std::fflush(stdout);
   return 1;
 }
 
@@ -114,6 +123,7 @@ int main(int argc, char** argv) {
   const std::string break_how = arg(argc, argv, "break-how", "reset");
   const bool rma = arg(argc, argv, "rma") == "1";
   const bool mixed = arg(argc, argv, "mixed") == "1";
+  const bool die = arg(argc, argv, "die") == "1";
   constexpr uint64_t kNotified = 8, kNotifiedSize = 1 << 20, kAdds = 64, kAdd = 3;
   const uint64_t extra = mixed ? kNotified * kNotifiedSize + 8 : 0;  // after the 2N bytes
   const auto timeout = std::chrono::seconds(60);
@@ -130,7 +140,25 @@ int main(int argc, char** argv) {
     auto accepted = (*listener)->accept(timeout);
     if (!accepted) return fail("accept", accepted.status());
     ep = *accepted;
-    if (Status s = ep->recv(buffer, Tag{1}).wait(timeout); !s) return fail("recv", s);
+    Request received = ep->recv(buffer, Tag{1});
+    if (die) {
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      auto arrived = [&] {
+        uint64_t n = 0;
+        for (const RailStats& rail : ep->stats().rails) n += rail.bytes_received;
+        return n;
+      };
+      while (arrived() == 0 && !received.done() && std::chrono::steady_clock::now() < deadline) {
+        (void)received.wait(std::chrono::milliseconds(1));
+      }
+      if (received.done()) {
+        std::fprintf(stderr, "rails peer: the message arrived before this side could die\n");
+        return 1;
+      }
+      std::fflush(stdout);
+      ::raise(SIGKILL);
+    }
+    if (Status s = received.wait(timeout); !s) return fail("recv", s);
     const size_t bad = itest::first_mismatch(seed, 0, buffer);
     if (bad != SIZE_MAX) {
       std::fprintf(stderr, "rails peer: byte %zu of %lu differs\n", bad, static_cast<unsigned long>(size));

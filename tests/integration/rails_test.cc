@@ -4,8 +4,10 @@
 // stream to each rail, every byte is checked, and each side's per-rail counters say
 // which rail carried what. A rate limit (tbf) on one rail shifts the chunks to the
 // other; a rail that cannot reach the peer is skipped with its reason.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -344,6 +346,56 @@ TEST(Failover, ACollectiveLoopGoesOnWhenARailsLinkGoesDown) {
     EXPECT_NE(out[r].find(" checks ok"), std::string::npos) << out[r];
   }
   std::remove(stop_file.c_str());
+}
+
+// What failover does not survive ends as before. Every rail's link goes down on the
+// connecting side mid-send: no stream works, so none is retired; each side sees the
+// peer silent for the peer timeout (1 s) and fails with peer_failed.
+TEST(Failover, AllRailsDownFailsTheEndpointOnBothSides) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  const std::vector<std::string> env = {"REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_PEER_TIMEOUT_MS=1000"};
+  auto with = [&](const std::string& rails) {
+    std::vector<std::string> e = env;
+    e.push_back("REMORA_RAILS=" + rails);
+    return e;
+  };
+  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
+                            with("rla"));
+  ASSERT_TRUE(a->ok());
+  const uint16_t port = read_port(*a);
+  ASSERT_NE(port, 0);
+  auto b = spawn_rails_peer(net, net.ns_b(),
+                            {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port),
+                             "--size=33554432", "--seed=36", "--break-how=all-down", "--break-source=" + net.addr_b(1)},
+                            with("rlb"));
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
+  EXPECT_NE(b_out.find("FAILED send peer_failed"), std::string::npos) << Process::describe(b_status) << "\n" << b_out;
+  EXPECT_NE(a_out.find("FAILED recv peer_failed"), std::string::npos) << Process::describe(a_status) << "\n" << a_out;
+}
+
+// The listener is killed (SIGKILL) once the send's first bytes arrived: every connection
+// resets, and the sender fails with peer_failed (no stream is left to fail over to).
+TEST(Failover, AKilledPeerFailsTheSendAsBefore) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  auto a = spawn_rails_peer(net, net.ns_a(),
+                            {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36", "--die=1"},
+                            {"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error"});
+  ASSERT_TRUE(a->ok());
+  const uint16_t port = read_port(*a);
+  ASSERT_NE(port, 0);
+  auto b = spawn_rails_peer(
+      net, net.ns_b(),
+      {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), "--size=33554432", "--seed=36"},
+      {"REMORA_RAILS=rlb", "REMORA_STREAMS=1", "REMORA_LOG=error"});
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(60));
+  EXPECT_TRUE(WIFSIGNALED(a_status) && WTERMSIG(a_status) == SIGKILL) << Process::describe(a_status);
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(60));
+  EXPECT_NE(b_out.find("FAILED send peer_failed"), std::string::npos) << Process::describe(b_status) << "\n" << b_out;
 }
 
 // REMORA_FAILOVER=off on either side: the reset fails the endpoint, as before failover
