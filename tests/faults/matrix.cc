@@ -41,21 +41,31 @@ using itest::Process;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-enum class FaultKind { kSigkill, kSigstop, kLinkDown, kTcpReset, kDrop, kRate, kDelay };
+enum class FaultKind { kSigkill, kSigstop, kLinkDown, kTcpReset, kDrop, kRate, kDelay, kRailDown, kRailReset };
 
 struct Fault {
   std::string name;
   FaultKind kind;
   double drop = 0;            ///< kDrop: probability per packet, each direction
   uint64_t rounds_after = 4;  ///< conditions: rounds of the workload after the fault
+  /// Every process runs with two rails (REMORA_RAILS=rmr: rmr0 and rmr1), and the
+  /// fault hits the second: failover must finish every operation on the first.
+  bool rails = false;
   bool is_failure() const { return kind <= FaultKind::kTcpReset; }
 };
 
 const std::vector<Fault>& all_faults() {
   static const std::vector<Fault> faults = {
-      {"sigkill", FaultKind::kSigkill},    {"sigstop", FaultKind::kSigstop},    {"link-down", FaultKind::kLinkDown},
-      {"tcp-reset", FaultKind::kTcpReset}, {"drop-2%", FaultKind::kDrop, 0.02}, {"drop-10%", FaultKind::kDrop, 0.10, 2},
-      {"rate-100mbit", FaultKind::kRate},  {"delay-50ms", FaultKind::kDelay},
+      {"sigkill", FaultKind::kSigkill},
+      {"sigstop", FaultKind::kSigstop},
+      {"link-down", FaultKind::kLinkDown},
+      {"tcp-reset", FaultKind::kTcpReset},
+      {"drop-2%", FaultKind::kDrop, 0.02},
+      {"drop-10%", FaultKind::kDrop, 0.10, 2},
+      {"rate-100mbit", FaultKind::kRate},
+      {"delay-50ms", FaultKind::kDelay},
+      {"rail-down", FaultKind::kRailDown, 0, 4, true},
+      {"rail-reset", FaultKind::kRailReset, 0, 4, true},
   };
   return faults;
 }
@@ -151,15 +161,14 @@ class Matrix {
   }
 
  private:
-  std::unique_ptr<Process> spawn(int ns, std::vector<std::string> args, bool capture = true) {
+  std::unique_ptr<Process> spawn(int ns, std::vector<std::string> args, bool rails, bool capture = true) {
     std::vector<std::string> argv = net_.exec_prefix(net_.ns(ns));
     argv.push_back(exe_);
     argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env = {"REMORA_PEER_TIMEOUT_MS=" + std::to_string(peer_timeout_ms_)};
+    if (rails) env.emplace_back("REMORA_RAILS=rmr");
     return std::make_unique<Process>(
-        Process::Options{.argv = argv,
-                         .env = {"REMORA_PEER_TIMEOUT_MS=" + std::to_string(peer_timeout_ms_)},
-                         .capture_stderr = capture,
-                         .pipe_stdin = true});
+        Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = capture, .pipe_stdin = true});
   }
   bool sh(const std::vector<std::string>& argv, std::string* log) {
     const CommandResult r = itest::run_command(argv, 20s);
@@ -203,10 +212,16 @@ bool Matrix::apply(const Fault& fault, Process& victim, std::string* log, std::s
     case FaultKind::kLinkDown:
       *evidence = "link down";
       return sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "down"}, log);
-    case FaultKind::kTcpReset: {
+    case FaultKind::kRailDown:
+      *evidence = "rail 2 down";
+      return sh({"ip", "-n", net_.ns(1), "link", "set", "rmr1", "down"}, log);
+    case FaultKind::kTcpReset:
+    case FaultKind::kRailReset: {
       // Destroys the victim's sockets to the observer (CONFIG_INET_DIAG_DESTROY): each
       // sends a RST, so both ends see their connections reset. ss lists what it destroyed.
-      const std::string out = output_of({"ip", "netns", "exec", net_.ns(1), "ss", "-tnK", "dst", net_.addr(0)});
+      // On the second rail only the data streams go there.
+      const std::string to = fault.kind == FaultKind::kTcpReset ? net_.addr(0) : net_.addr2(0);
+      const std::string out = output_of({"ip", "netns", "exec", net_.ns(1), "ss", "-tnK", "dst", to});
       const long lines = std::count(out.begin(), out.end(), '\n');
       *evidence = fmt::format("{} socks reset", lines > 0 ? lines - 1 : 0);
       return lines > 1;
@@ -230,7 +245,7 @@ bool Matrix::apply(const Fault& fault, Process& victim, std::string* log, std::s
                  "64kb", "latency", "50ms"},
                 log);
     case FaultKind::kDelay: {
-      delayer_ = spawn(1, {"delay", "--queue=7", "--ms=50"});
+      delayer_ = spawn(1, {"delay", "--queue=7", "--ms=50"}, false);
       if (!expect_line(*delayer_, "READY", kStepDeadline, log)) return false;
       for (const auto& [chain, dir] : {std::pair{"INPUT", "-i"}, std::pair{"OUTPUT", "-o"}}) {
         auto argv = iptables();
@@ -275,6 +290,7 @@ void Matrix::undo(const Fault& fault, Process& victim, std::string* log, std::st
   switch (fault.kind) {
     case FaultKind::kSigstop: victim.signal(SIGCONT); break;
     case FaultKind::kLinkDown: (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "up"}, log); break;
+    case FaultKind::kRailDown: (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr1", "up"}, log); break;
     case FaultKind::kDrop:
     case FaultKind::kDelay: {
       auto argv = iptables();
@@ -296,17 +312,19 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
   row.cell = workload + " / " + fault.name;
   const bool coll = workload == "allreduce";
   const std::string store = "--store=" + net_.addr(0) + ":" + std::to_string(kStorePort);
-  std::vector<std::string> v_args = {"node", "--role=server", "--addr=" + net_.addr(1),
+  // With rails a server listens on the wildcard address, so that it advertises both.
+  const bool rails = fault.rails;
+  std::vector<std::string> v_args = {"node", "--role=server", "--addr=" + (rails ? "0.0.0.0" : net_.addr(1)),
                                      "--seed=" + std::to_string(kVictimSeed)};
-  std::vector<std::string> h_args = {"node", "--role=server", "--addr=" + net_.addr(2),
+  std::vector<std::string> h_args = {"node", "--role=server", "--addr=" + (rails ? "0.0.0.0" : net_.addr(2)),
                                      "--seed=" + std::to_string(kHealthySeed)};
   if (coll) {
     v_args.insert(v_args.end(), {"--coll=1", "--rank=1", store});
     h_args.insert(h_args.end(), {"--coll=1", "--rank=2", store});
   }
   std::string log;
-  auto victim = spawn(1, v_args);
-  auto healthy = spawn(2, h_args);
+  auto victim = spawn(1, v_args, rails);
+  auto healthy = spawn(2, h_args, rails);
   auto v_ready = expect_line(*victim, "READY ", kStepDeadline, &log);
   auto h_ready = expect_line(*healthy, "READY ", kStepDeadline, &log);
   if (!v_ready || !h_ready) {
@@ -321,12 +339,14 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
   const auto [v_port, v_key] = port_key(*v_ready);
   const auto [h_port, h_key] = port_key(*h_ready);
   auto observer =
-      spawn(0, {"node", "--role=observer", "--workload=" + workload,
-                std::string("--expect=") + (fault.is_failure() ? "fail" : "complete"),
-                "--rounds-after=" + std::to_string(fault.rounds_after), "--victim=" + net_.addr(1) + ":" + v_port,
-                "--victim-key=" + v_key, "--victim-seed=" + std::to_string(kVictimSeed),
-                "--healthy=" + net_.addr(2) + ":" + h_port, "--healthy-key=" + h_key, store,
-                "--window=" + std::to_string(window_), "--size=" + std::to_string(size_)});
+      spawn(0,
+            {"node", "--role=observer", "--workload=" + workload,
+             std::string("--expect=") + (fault.is_failure() ? "fail" : "complete"),
+             "--rounds-after=" + std::to_string(fault.rounds_after), "--victim=" + net_.addr(1) + ":" + v_port,
+             "--victim-key=" + v_key, "--victim-seed=" + std::to_string(kVictimSeed),
+             "--healthy=" + net_.addr(2) + ":" + h_port, "--healthy-key=" + h_key, store,
+             "--window=" + std::to_string(window_), "--size=" + std::to_string(size_)},
+            rails);
   const pid_t pid = observer->pid();
   std::optional<std::string> end, released, survivor, h_coll;
   int fds_before = -1, fds_after = -1;
@@ -470,7 +490,7 @@ int matrix_main(int argc, char** argv) {
   const auto margin = static_cast<uint32_t>(f.num("margin-ms", 1000));
   if (peer_timeout < 1000) itest::die("--peer-timeout-ms: REMORA_PEER_TIMEOUT_MS accepts 1000 to 3600000");
 
-  itest::NetnsBridge net(3);
+  itest::NetnsBridge net(3, /*nics=*/2);  // the second for the rail cells
   if (!net.ok()) {
     std::fprintf(stderr, "remora_faults: cannot create the network namespaces (needs root): %s\n", net.error().c_str());
     return 77;

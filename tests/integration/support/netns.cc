@@ -122,26 +122,34 @@ bool NetnsRails::add_unreachable_b() {
          run({"ip", "-n", ns_[1], "link", "set", "rlb9", "up"});
 }
 
-NetnsBridge::NetnsBridge(int n) {
+NetnsBridge::NetnsBridge(int n, int nics) {
   const std::string base = "remora-b" + std::to_string(static_cast<int>(getpid()));
-  const std::string sw = base + "-sw";
-  const std::string subnet = "10.198." + subnet_octet() + ".";
+  switch_ = base + "-sw";
+  const std::string& sw = switch_;
+  const std::string subnets[2] = {"10.198." + subnet_octet() + ".", "10.197." + subnet_octet() + "."};
   if (!add_namespace(sw)) return;
-  // No STP: a port forwards as soon as it is up (no listening/learning delay).
-  if (!run({"ip", "-n", sw, "link", "add", "rmrbr", "type", "bridge", "stp_state", "0"})) return;
-  if (!run({"ip", "-n", sw, "link", "set", "rmrbr", "up"})) return;
+  for (int nic = 0; nic < nics; ++nic) {
+    // No STP: a port forwards as soon as it is up (no listening/learning delay).
+    const std::string bridge = nic == 0 ? "rmrbr" : "rmrbr1";
+    if (!run({"ip", "-n", sw, "link", "add", bridge, "type", "bridge", "stp_state", "0"})) return;
+    if (!run({"ip", "-n", sw, "link", "set", bridge, "up"})) return;
+  }
   for (int i = 0; i < n; ++i) {
     ns_.push_back(base + "-" + std::to_string(i));
-    addr_.push_back(subnet + std::to_string(i + 1));
     const std::string& ns = ns_.back();
-    const std::string port = "rmrp" + std::to_string(i);
     if (!add_namespace(ns)) return;
-    if (!run({"ip", "-n", ns, "link", "add", "rmr0", "type", "veth", "peer", "name", port, "netns", sw})) return;
-    if (!run({"ip", "-n", sw, "link", "set", port, "master", "rmrbr"})) return;
-    if (!run({"ip", "-n", sw, "link", "set", port, "up"})) return;
     if (!run({"ip", "-n", ns, "link", "set", "lo", "up"})) return;
-    if (!run({"ip", "-n", ns, "addr", "add", addr_.back() + "/24", "dev", "rmr0"})) return;
-    if (!run({"ip", "-n", ns, "link", "set", "rmr0", "up"})) return;
+    for (int nic = 0; nic < nics; ++nic) {
+      const std::string dev = "rmr" + std::to_string(nic);
+      const std::string port = (nic == 0 ? "rmrp" : "rmrq") + std::to_string(i);
+      const std::string address = subnets[nic] + std::to_string(i + 1);
+      (nic == 0 ? addr_ : addr2_).push_back(address);
+      if (!run({"ip", "-n", ns, "link", "add", dev, "type", "veth", "peer", "name", port, "netns", sw})) return;
+      if (!run({"ip", "-n", sw, "link", "set", port, "master", nic == 0 ? "rmrbr" : "rmrbr1"})) return;
+      if (!run({"ip", "-n", sw, "link", "set", port, "up"})) return;
+      if (!run({"ip", "-n", ns, "addr", "add", address + "/24", "dev", dev})) return;
+      if (!run({"ip", "-n", ns, "link", "set", dev, "up"})) return;
+    }
   }
   ok_ = true;
 }

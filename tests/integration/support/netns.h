@@ -105,18 +105,23 @@ class NetnsRails : public NetnsGroup {
 /// `n` namespaces on one Ethernet segment: namespace i has "rmr0" with address
 /// 10.198.x.(i+1)/24, whose veth peer is a port of the bridge "rmrbr" in a separate
 /// switch namespace (so no namespace of the test holds the bridge and its traffic is
-/// switched, not routed).
+/// switched, not routed). With `nics` 2, a second segment as well (rails): "rmr1" with
+/// 10.197.x.(i+1)/24 on the bridge "rmrbr1" (ports "rmrq<i>").
 class NetnsBridge : public NetnsGroup {
  public:
-  explicit NetnsBridge(int n);
+  explicit NetnsBridge(int n, int nics = 1);
 
   int size() const { return static_cast<int>(ns_.size()); }
   const std::string& ns(int i) const { return ns_.at(static_cast<size_t>(i)); }
   const std::string& addr(int i) const { return addr_.at(static_cast<size_t>(i)); }
+  /// Namespace i's address on the second segment (nics 2).
+  const std::string& addr2(int i) const { return addr2_.at(static_cast<size_t>(i)); }
+  const std::string& switch_ns() const { return switch_; }
 
  private:
   std::vector<std::string> ns_;
-  std::vector<std::string> addr_;
+  std::vector<std::string> addr_, addr2_;
+  std::string switch_;
 };
 
 }  // namespace remora::itest
