@@ -100,6 +100,9 @@ struct EndpointStats {
   bool failover = false;
   uint32_t streams_retired = 0;
   uint64_t chunks_resent = 0;
+  /// Retired data streams connected again once their rail worked again (both sides
+  /// offer it; the connecting side tries once per peer timeout).
+  uint32_t streams_rejoined = 0;
   /// Same-host pulls (Config::same_host_pulls): chunks this side announced for the peer
   /// to read out of its memory itself (counted in chunks_sent, on no data stream), and
   /// bytes this side read out of the peer's memory.

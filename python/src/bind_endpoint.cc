@@ -50,6 +50,7 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["rails"] = rails;
   d["failover"] = s.failover;
   d["streams_retired"] = s.streams_retired;
+  d["streams_rejoined"] = s.streams_rejoined;
   d["chunks_resent"] = s.chunks_resent;
   d["chunks_pulled"] = s.chunks_pulled;
   d["bytes_pulled"] = s.bytes_pulled;
@@ -313,8 +314,9 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "messages_received, bytes_sent, bytes_received, eager_sent, rendezvous_sent, chunks_sent, "
           "chunks_per_stream (a list, one per data stream), rails (a list of dicts, one per rail: local_address, "
           "peer_address, interface, streams, bytes_sent, bytes_received, chunks_sent, chunks_received, "
-          "streams_retired, state, reason), failover, streams_retired and chunks_resent (data streams that broke "
-          "and were given up, chunks sent again on the others: docs/rails.md), chunks_pulled and bytes_pulled "
+          "streams_retired, state, reason), failover, streams_retired, streams_rejoined and chunks_resent (data "
+          "streams that broke and were given up, those connected again, chunks sent again on the others: "
+          "docs/rails.md), chunks_pulled and bytes_pulled "
           "(same-host "
           "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "
           "out of the peer's), huge_pages_promoted (2 MiB frames of this side's memory the peer pulled again "

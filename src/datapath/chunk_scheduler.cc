@@ -192,7 +192,7 @@ uint16_t ChunkScheduler::fastest_finish() const {
   double best_finish = 0;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
     const Stream& s = streams_[i];
-    if (s.retired) continue;
+    if (s.retired || !s.tx_ok) continue;
     const double rate = s.rate > 0 ? s.rate : fastest;
     const double finish = static_cast<double>(s.queued + s.outq + chunk_bytes_) / rate;
     if (best < 0 || finish < best_finish) {
@@ -206,7 +206,7 @@ uint16_t ChunkScheduler::fastest_finish() const {
 uint16_t ChunkScheduler::least_loaded() const {
   int best = -1;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].retired) continue;
+    if (streams_[i].retired || !streams_[i].tx_ok) continue;
     if (best < 0 || streams_[i].queued < streams_[static_cast<size_t>(best)].queued) best = i;
   }
   return static_cast<uint16_t>(std::max(best, 0));
@@ -215,7 +215,7 @@ uint16_t ChunkScheduler::least_loaded() const {
 uint16_t ChunkScheduler::next_in_turn() const {
   for (size_t k = 0; k < streams_.size(); ++k) {
     const size_t i = (next_turn_ + k) % streams_.size();
-    if (!streams_[i].retired) return static_cast<uint16_t>(i);
+    if (!streams_[i].retired && streams_[i].tx_ok) return static_cast<uint16_t>(i);
   }
   return 0;  // all retired (the caller sees it)
 }
@@ -676,6 +676,37 @@ Result<uint64_t> ChunkScheduler::retire(uint16_t index) {
   s.fd.reset();
   ++streams_retired_;
   return s.chunks_read;
+}
+
+Status ChunkScheduler::reinstate(uint16_t index, net::Fd fd, bool tx) {
+  if (index >= streams_.size() || !rejoinable(index)) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("data stream {} is not retired on both sides", index));
+  }
+  Stream& s = streams_[index];
+  s.chunks_read_before += s.chunks_read;
+  s.chunks_read = 0;
+  s.chunks_confirmed = 0;
+  s.retired = false;
+  s.peer_retired = false;
+  s.tx_blocked = false;
+  s.eof = false;
+  s.tx_ok = tx;
+  s.acked_at_sample = s.written_total;
+  s.sampled_at = {};
+  s.busy_at = {};
+  s.busy_at_sample = false;
+  s.outq = 0;
+  s.rate = 0;
+  s.progress_at = std::chrono::steady_clock::now();
+  REMORA_RETURN_IF_ERROR(attach(index, std::move(fd)));
+  ++streams_rejoined_;
+  return Status::ok();
+}
+
+bool ChunkScheduler::enable_tx(uint16_t index) {
+  if (index >= streams_.size() || streams_[index].retired || streams_[index].tx_ok) return false;
+  streams_[index].tx_ok = true;
+  return true;
 }
 
 std::string ChunkScheduler::peer_retired(uint16_t index, uint64_t chunks) {

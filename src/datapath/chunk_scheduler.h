@@ -227,7 +227,9 @@ class ChunkScheduler {
   /// Per data stream: payload bytes the kernel accepted, bytes read, chunks read.
   uint64_t bytes_sent(uint16_t index) const noexcept { return streams_[index].written_total; }
   uint64_t bytes_received(uint16_t index) const noexcept { return streams_[index].read_total; }
-  uint64_t chunks_received(uint16_t index) const noexcept { return streams_[index].chunks_read; }
+  uint64_t chunks_received(uint16_t index) const noexcept {
+    return streams_[index].chunks_read + streams_[index].chunks_read_before;
+  }
 
   // --- choosing a stream by measured rate (rails) ---------------------------------
   /// The streams run over paths of different rates (several rails): each chunk goes to
@@ -292,6 +294,21 @@ class ChunkScheduler {
   uint64_t chunks_resent() const noexcept { return chunks_resent_; }
   uint32_t streams_retired() const noexcept { return streams_retired_; }
 
+  // --- rejoin (docs/protocol.md, "Failover") --------------------------------------
+  /// Stream `index` is retired on both sides (this side retired it and the peer's RETIRE
+  /// came): it may be connected again.
+  bool rejoinable(uint16_t index) const noexcept {
+    return failover_ && streams_[index].retired && streams_[index].peer_retired;
+  }
+  /// A rejoinable stream runs again over `fd`, its chunk counts (RECEIVED, RETIRE) from
+  /// 0; `tx`: chunks may go on it now (else once enable_tx: the listening side waits for
+  /// the peer's REJOINED). The Owner adds it to its poller.
+  Status reinstate(uint16_t index, net::Fd fd, bool tx);
+  /// A reinstated stream that was not sending takes chunks from now on.
+  bool enable_tx(uint16_t index);
+  /// Streams connected again since the endpoint began.
+  uint32_t streams_rejoined() const noexcept { return streams_rejoined_; }
+
  private:
   struct TxChunk {
     TxTransfer* t;
@@ -350,6 +367,10 @@ class ChunkScheduler {
     std::chrono::steady_clock::time_point progress_at{};
     bool retired = false;
     bool peer_retired = false;
+    // Rejoin: chunks may be scheduled on it (false between a reinstate on the listening
+    // side and the peer's REJOINED), and the chunks read in its earlier lives (stats).
+    bool tx_ok = true;
+    uint64_t chunks_read_before = 0;
   };
   /// Samples each stream's acknowledged bytes (SIOCOUTQ) where kRateSample has passed.
   void sample_rates();
@@ -421,6 +442,7 @@ class ChunkScheduler {
   std::vector<uint16_t> paths_;     // set_stream_paths; empty: one path
   uint64_t chunks_resent_ = 0;
   uint32_t streams_retired_ = 0;
+  uint32_t streams_rejoined_ = 0;
 };
 
 }  // namespace remora::detail

@@ -49,7 +49,30 @@ void ContextCore::shutdown() {
     auto pending = std::move(pending_);
     for (auto& [id, pe] : pending) pe.endpoint->fail_locked(Status(StatusCode::kAborted, "context destroyed"));
   }
+  std::vector<RejoinThread> rejoins;
+  {
+    std::lock_guard lock(rejoin_mu_);
+    rejoin_closed_ = true;
+    rejoins.swap(rejoin_threads_);
+  }
+  for (RejoinThread& r : rejoins) r.thread.join();  // each ends at its connect or handshake deadline
   engine_->stop();
+}
+
+void ContextCore::run_rejoin(std::function<void()> attempt) {
+  std::lock_guard lock(rejoin_mu_);
+  if (rejoin_closed_) return;
+  std::erase_if(rejoin_threads_, [](RejoinThread& r) {
+    if (!r.done->load()) return false;
+    r.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  rejoin_threads_.push_back({std::thread([attempt = std::move(attempt), done] {
+                               attempt();
+                               done->store(true);
+                             }),
+                             done});
 }
 
 Status ContextCore::add_memory_domain(MemoryDomain& domain) {
@@ -268,6 +291,45 @@ std::optional<net::SockAddr> peer_for(const net::Rail& rail, size_t i, const std
   return peers[*pick];
 }
 
+/// A rejoin attempt (docs/rails.md): data stream `index` connected again along `path`,
+/// its HELLO answered and, with a cipher, sealed; invalid with `*why` set if not.
+net::Fd connect_again(const Config& config, wire::Hello dh, const StreamPath& path,
+                      const std::optional<net::SealCipher>& cipher, uint16_t index, Status* why) {
+  const auto now = net::Clock::now();
+  const auto deadline = now + std::chrono::milliseconds(config.handshake_timeout_ms);
+  auto fd =
+      net::connect_tcp(path.dest, std::min(deadline, now + kRailProbeTimeout), path.source ? &*path.source : nullptr);
+  if (!fd) {
+    *why = fd.status();
+    return {};
+  }
+  StreamIn in(fd->get());
+  dh.stream_index = index;
+  SealMaterial seal;
+  const std::string to = net::to_string(path.dest);
+  auto ack = exchange_hello(in, dh, config.auth_key, to, deadline, &seal);
+  if (!ack && ack.status().code() != StatusCode::kProtocol) {
+    *why = ack.status();
+    return {};
+  }
+  if (Status s = check_ack(ack, to); !s) {
+    *why = s;
+    return {};
+  }
+  if (cipher) {
+    auto same = client_cipher(config, ack->capabilities, /*accepted=*/true, to);
+    if (!same || *same != cipher) {
+      *why = Status(StatusCode::kProtocol, "the rejoined stream's cipher differs from the control stream's");
+      return {};
+    }
+    if (Status s = seal_connection(fd->get(), *cipher, *config.auth_key, seal, /*server=*/false); !s) {
+      *why = s;
+      return {};
+    }
+  }
+  return std::move(fd).value();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address, Duration timeout) {
@@ -440,6 +502,28 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   if (Status s = ep->activate(); !s) {
     ep->fail_locked(s);
     return s;
+  }
+  if (config_.failover && (ack->capabilities & wire::kCapRejoin) != 0 && stream_count >= 2) {
+    // A retired data stream is connected again along its first path (docs/rails.md).
+    wire::Hello dh = hello;
+    dh.role = wire::Role::kData;
+    dh.endpoint_id = ack->endpoint_id;
+    dh.attach_token = ack->attach_token;
+    std::vector<StreamPath> stream_paths;
+    for (uint16_t i = 0; i < stream_count; ++i) stream_paths.push_back(paths[i % paths.size()]);
+    ep->set_rejoiner([weak_ctx = weak_from_this(), weak_ep = std::weak_ptr(ep), engine = engine_, config = config_, dh,
+                      stream_paths = std::move(stream_paths), cipher](uint16_t index) {
+      auto self = weak_ctx.lock();
+      if (self == nullptr) return;
+      self->run_rejoin([weak_ep, engine, config, dh, path = stream_paths[index], cipher, index] {
+        Status why;
+        net::Fd fd = connect_again(config, dh, path, cipher, index, &why);
+        auto handed = std::make_shared<net::Fd>(std::move(fd));
+        engine->post([weak_ep, handed, why, index] {
+          if (auto e = weak_ep.lock()) e->rejoin_done(index, std::move(*handed), why);
+        });
+      });
+    });
   }
   adopt(ep);
   return ContextInternals::make_endpoint(std::move(ep));

@@ -6,8 +6,12 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,8 +52,12 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
 
   Result<std::unique_ptr<Listener>> listen(std::string_view address);
   Result<std::shared_ptr<Endpoint>> connect(std::string_view address, Duration timeout);
-  /// Closes listeners and endpoints (requests fail with kAborted), stops the thread.
+  /// Closes listeners and endpoints (requests fail with kAborted), stops the thread, and
+  /// waits for the rejoin attempts still connecting (each ends within its deadline).
   void shutdown();
+  /// Runs `attempt` on a thread of its own (a rejoin's connect and handshake block),
+  /// joined at shutdown; finished ones are joined as new ones start.
+  void run_rejoin(std::function<void()> attempt);
 
   // --- lock held --------------------------------------------------------------
   /// Tracks a live endpoint until it fails or closes.
@@ -100,6 +108,14 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::unordered_map<uint64_t, PendingEndpoint> pending_;
   uint64_t next_pending_seq_ = 0;
   std::vector<std::weak_ptr<ListenerCore>> listeners_;
+  /// Rejoin attempts (run_rejoin): each thread with its "finished" flag.
+  struct RejoinThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex rejoin_mu_;
+  std::vector<RejoinThread> rejoin_threads_;
+  bool rejoin_closed_ = false;  // under rejoin_mu_: shutdown began, start no more
 };
 
 /// How long a handshake in progress is safe from being dropped for a newer one when the

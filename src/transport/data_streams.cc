@@ -209,6 +209,7 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
 
 void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   if (state_ != State::kActive || !chunks_.failover()) return;
+  maybe_rejoin();
   for (uint16_t index : chunks_.stalled(std::chrono::steady_clock::now(), timeout)) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     retire_stream(index, Status(StatusCode::kTimeout,
@@ -217,6 +218,78 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
                                             ms)));
     if (state_ != State::kActive) return;
   }
+}
+
+void EndpointCore::maybe_rejoin() {
+  if (!rejoiner_) return;
+  const auto now = std::chrono::steady_clock::now();
+  rejoining_.resize(data_watch_.size(), false);
+  rejoin_at_.resize(data_watch_.size());
+  for (uint16_t i = 0; i < data_watch_.size() && state_ == State::kActive; ++i) {
+    if (!chunks_.rejoinable(i) || rejoining_[i] || now < rejoin_at_[i]) continue;
+    rejoining_[i] = true;
+    // One attempt per peer timeout while the rail stays away.
+    rejoin_at_[i] = now + std::chrono::milliseconds(config_.peer_timeout_ms);
+    rejoiner_(i);
+  }
+}
+
+void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
+  if (index >= data_watch_.size()) return;
+  if (index < rejoining_.size()) rejoining_[index] = false;
+  if (!why.is_ok()) {
+    REMORA_LOG(kDebug, "endpoint {} to {}: data stream {} not connected again yet: {}",
+               static_cast<uint64_t>(params_.id), params_.peer, index, why.message());
+    return;
+  }
+  if (state_ != State::kActive || !chunks_.rejoinable(index)) return;  // the socket closes
+  const int raw = fd.get();
+  if (Status s = chunks_.reinstate(index, std::move(fd), /*tx=*/true); !s) {
+    fail_locked(s);
+    return;
+  }
+  auto hid = engine_->add(raw, data_watch_[index].handler.get());
+  if (!hid) {
+    fail_locked(hid.status());
+    return;
+  }
+  data_watch_[index].hid = *hid;
+  REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} connected again; chunks go on it again",
+             static_cast<uint64_t>(params_.id), params_.peer, index);
+  // Before any CHUNK that names it: the peer sends on the stream only after this.
+  append_frame(wire::RejoinedFrame{.stream = index});
+  flush_control();
+  if (state_ == State::kActive) pump();
+}
+
+bool EndpointCore::rejoin_wanted(uint64_t token, uint16_t index) const noexcept {
+  return rejoin_token_ != 0 && token == rejoin_token_ && state_ == State::kActive && index < data_watch_.size() &&
+         chunks_.rejoinable(index);
+}
+
+Status EndpointCore::rejoin_accept(uint16_t index, net::Fd fd) {
+  if (!rejoin_wanted(rejoin_token_, index)) {
+    return Status(StatusCode::kInvalidArgument, "data stream " + std::to_string(index) + " cannot be connected again");
+  }
+  const int raw = fd.get();
+  REMORA_RETURN_IF_ERROR(chunks_.reinstate(index, std::move(fd), /*tx=*/false));
+  auto hid = engine_->add(raw, data_watch_[index].handler.get());
+  if (!hid) {
+    fail_locked(hid.status());
+    return hid.status();
+  }
+  data_watch_[index].hid = *hid;
+  REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} connected again by the peer", static_cast<uint64_t>(params_.id),
+             params_.peer, index);
+  return Status::ok();
+}
+
+void EndpointCore::handle_rejoined(const wire::RejoinedFrame& f) {
+  if (rejoin_token_ == 0 || f.stream >= data_watch_.size() || !chunks_.enable_tx(f.stream)) {
+    protocol_error(fmt::format("REJOINED names data stream {}, which this side did not take back", f.stream));
+    return;
+  }
+  pump();
 }
 
 void EndpointCore::handle_received(const wire::ReceivedFrame& f) {

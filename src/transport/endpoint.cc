@@ -248,6 +248,7 @@ EndpointStats EndpointCore::stats() const {
   st.rails.insert(st.rails.end(), skipped_rails_.begin(), skipped_rails_.end());
   st.chunks_resent = chunks_.chunks_resent();
   st.streams_retired = chunks_.streams_retired();
+  st.streams_rejoined = chunks_.streams_rejoined();
   st.failover = chunks_.failover();
   for (uint16_t i = 0; i < stream_rail_.size(); ++i) {
     if (chunks_.retired(i)) ++st.rails[stream_rail_[i]].streams_retired;
@@ -620,6 +621,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_received(f);
         else if constexpr (std::is_same_v<T, wire::RetireFrame>)
           handle_retire(f);
+        else if constexpr (std::is_same_v<T, wire::RejoinedFrame>)
+          handle_rejoined(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);

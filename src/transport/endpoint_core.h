@@ -25,8 +25,10 @@
 // scheduler's queues point into them and are cleared before an op is destroyed.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +43,7 @@
 #include "datapath/staging.h"
 #include "engine/progress.h"
 #include "engine/request_state.h"
+#include "net/seal.h"
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
@@ -114,6 +117,28 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   }
   /// Registers every socket with the engine and starts serving. Lock held.
   Status activate();
+
+  // Rejoin (data_streams.cc; docs/protocol.md "Failover"): a data stream retired on both
+  // sides is connected again by the connecting side, through the listener, when both
+  // offer kCapRejoin. Lock held for all of these.
+  /// Connecting side: `connect_again(index)` starts an attempt (off the progress thread)
+  /// that ends in rejoin_done. Set by ContextCore::connect.
+  void set_rejoiner(std::function<void(uint16_t)> connect_again) { rejoiner_ = std::move(connect_again); }
+  /// Listening side: what a rejoin HELLO must carry (the attach token of the first
+  /// handshake), and the cipher its stream must be sealed with (none: in clear).
+  void allow_rejoin(uint64_t token, std::optional<net::SealCipher> cipher) {
+    rejoin_token_ = token;
+    rejoin_cipher_ = cipher;
+  }
+  /// Listening side: whether a rejoin HELLO with `token` may attach stream `index` now.
+  bool rejoin_wanted(uint64_t token, uint16_t index) const noexcept;
+  const std::optional<net::SealCipher>& rejoin_cipher() const noexcept { return rejoin_cipher_; }
+  /// Listening side: the rejoin HELLO was accepted; the stream is read from now on and
+  /// written once the peer's REJOINED came.
+  Status rejoin_accept(uint16_t index, net::Fd fd);
+  /// Connecting side: the attempt for `index` ended: `fd` connected and sealed, or the
+  /// reason it failed (tried again a peer timeout later).
+  void rejoin_done(uint16_t index, net::Fd fd, const Status& why);
   /// Called by the context when the endpoint is gone for good (lock held) so it can
   /// forget it. May be null.
   void set_on_closed(std::function<void(EndpointId)> fn) { on_closed_ = std::move(fn); }
@@ -238,6 +263,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Gives data stream `index` up (`why`: it broke, or the peer retired it): out of the
   /// poller, closed, and RETIRE sent; the last live stream's loss fails the endpoint.
   void retire_stream(uint16_t index, const Status& why);
+  void handle_rejoined(const wire::RejoinedFrame& f);
+  /// On a liveness tick: starts an attempt for each rejoinable stream whose time came.
+  void maybe_rejoin();
   // Same-host pulls (docs/protocol.md): HOST says who the peer is (and, with can_pull,
   // that it reads this side's memory); PULL announces a chunk to read out of the peer;
   // PULLED answers one of ours.
@@ -431,6 +459,13 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::vector<std::pair<std::string, std::string>> rail_interfaces_;  // local address, interface
 
   bool resume_queued_ = false;  // resume() is queued for the next progress round
+
+  // Rejoin (see set_rejoiner / allow_rejoin).
+  std::function<void(uint16_t)> rejoiner_;
+  std::vector<bool> rejoining_;                                   // an attempt is in flight
+  std::vector<std::chrono::steady_clock::time_point> rejoin_at_;  // the next not before
+  uint64_t rejoin_token_ = 0;                                     // 0: no rejoin here
+  std::optional<net::SealCipher> rejoin_cipher_;
 
   /// Failed receives waiting for their device copies to end (fail_staged_recv).
   std::vector<std::pair<std::unique_ptr<RecvOp>, Status>> staged_failing_;

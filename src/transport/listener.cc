@@ -371,7 +371,7 @@ uint64_t ContextCore::capabilities() const noexcept {
   return wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
          (config_.same_host_pulls ? wire::kCapSameHost | wire::kCapShmChannel : 0) |
          (rails_.empty() ? 0 : wire::kCapRails) | encrypt_capabilities(config_) |
-         (config_.failover ? wire::kCapFailover : 0);
+         (config_.failover ? wire::kCapFailover | wire::kCapRejoin : 0);
 }
 
 std::vector<std::byte> ContextCore::rails_message(const ListenerCore* listener) const {
@@ -522,6 +522,37 @@ void ContextCore::drop_oldest_pending_beyond_bound() {
 
 wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::Fd* data, const SealMaterial* seal) {
   auto it = pending_.find(hello.endpoint_id);
+  if (it == pending_.end()) {
+    // A retired data stream of an active endpoint connected again (kCapRejoin): only
+    // with the endpoint's token, for a stream retired on both sides, sealed as before.
+    for (auto& [key, ep] : endpoints_) {
+      if (ep->id() != EndpointId{hello.endpoint_id} || hello.stream_count != ep->streams() ||
+          !ep->rejoin_wanted(hello.attach_token, hello.stream_index)) {
+        continue;
+      }
+      auto cipher = server_cipher(config_, hello.capabilities, seal, ep->peer());
+      if (!cipher || *cipher != ep->rejoin_cipher()) {
+        REMORA_LOG(kWarn, "refused a rejoined data stream of endpoint from {}: {}", ep->peer(),
+                   cipher ? "its encryption differs from its control stream's" : cipher.status().message());
+        return make_ack(wire::HelloStatus::kBadRequest);
+      }
+      const int fd = data->get();
+      if (Status s = ep->rejoin_accept(hello.stream_index, std::move(*data)); !s) {
+        return make_ack(wire::HelloStatus::kBadRequest);
+      }
+      wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
+      ack.endpoint_id = hello.endpoint_id;
+      ack.attach_token = hello.attach_token;
+      ack.stream_index = hello.stream_index;
+      ack.stream_count = hello.stream_count;
+      name_cipher(ack, *cipher);
+      send_ack(fd, ack);
+      if (*cipher) {
+        if (Status s = seal_connection(fd, **cipher, *config_.auth_key, *seal, /*server=*/true); !s) ep->fail_locked(s);
+      }
+      return ack;
+    }
+  }
   // Constant-time compare is not needed for a 64-bit token checked once per connection
   // attempt, but a mismatch must look exactly like an unknown id.
   if (it == pending_.end() || it->second.token != hello.attach_token ||
@@ -562,6 +593,7 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
   if (pe.endpoint->all_streams_attached()) {
     auto ep = pe.endpoint;
     auto listener = pe.listener.lock();
+    if (config_.failover && (hello.capabilities & wire::kCapRejoin) != 0) ep->allow_rejoin(pe.token, pe.cipher);
     pending_.erase(it);
     if (Status s = ep->activate(); !s) {
       ep->fail_locked(s);

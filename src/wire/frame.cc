@@ -55,7 +55,8 @@ static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved")
 static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
 static_assert(kReceivedBodySize == 2 + 2 + 4 + 8 && kRetireBodySize == 2 + 2 + 4 + 8,
               "RECEIVED, RETIRE: stream, reserved (6 bytes), chunks");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kRetire) == 18);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kRejoined) == 19);
+static_assert(kRejoinedBodySize == 2 + 2 + 4 + 8, "REJOINED keeps the layout of RETIRE, its count reserved");
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
 // Largest body_length encode can describe for an EAGER frame.
@@ -64,7 +65,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kRetire);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kRejoined);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -119,6 +120,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kShm: return kShmBodySize;
     case FrameType::kReceived: return kReceivedBodySize;
     case FrameType::kRetire: return kRetireBodySize;
+    case FrameType::kRejoined: return kRejoinedBodySize;
   }
   return 0;
 }
@@ -367,6 +369,12 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       if (type == FrameType::kReceived) return Frame{ReceivedFrame{.stream = load_u16(p), .chunks = load_u64(p + 8)}};
       return Frame{RetireFrame{.stream = load_u16(p), .chunks = load_u64(p + 8)}};
     }
+    case FrameType::kRejoined: {
+      if (load_u16(p + 2) != 0 || load_u32(p + 4) != 0 || load_u64(p + 8) != 0) {
+        return protocol_error("REJOINED frame: reserved bytes not 0");
+      }
+      return Frame{RejoinedFrame{.stream = load_u16(p)}};
+    }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -555,6 +563,7 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
     }
     void operator()(const ReceivedFrame& f) const { store_counts(f.stream, f.chunks); }
     void operator()(const RetireFrame& f) const { store_counts(f.stream, f.chunks); }
+    void operator()(const RejoinedFrame& f) const { store_counts(f.stream, 0); }
     void store_counts(uint16_t stream, uint64_t chunks) const {
       store_u16(body, stream);
       store_u16(body + 2, 0);
@@ -603,6 +612,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kShm: return "SHM";
     case FrameType::kReceived: return "RECEIVED";
     case FrameType::kRetire: return "RETIRE";
+    case FrameType::kRejoined: return "REJOINED";
   }
   return "unknown";
 }

@@ -38,6 +38,7 @@ enum class FrameType : uint8_t {
   kShm = 16,
   kReceived = 17,  ///< chunks read whole on a data stream so far (failover: the sender may let go of them)
   kRetire = 18,    ///< a data stream is given up; its chunks the sender lacks confirmation for are sent again
+  kRejoined = 19,  ///< a retired data stream was connected again (kCapRejoin): the listener may send on it
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -60,6 +61,7 @@ inline constexpr size_t kPulledBodySize = 16;    // recv_id, length, reserved
 inline constexpr size_t kShmBodySize = 16;       // op, ring_fd, wake_fd, code
 inline constexpr size_t kReceivedBodySize = 16;  // stream, reserved, chunks
 inline constexpr size_t kRetireBodySize = 16;    // stream, reserved, chunks
+inline constexpr size_t kRejoinedBodySize = 16;  // stream, reserved
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -263,11 +265,15 @@ struct RetireFrame {
   uint16_t stream = 0;
   uint64_t chunks = 0;
 };
+/// REJOINED (connecting side only): retired data stream `stream` is connected again and
+/// this side reads and writes it from here on, counting its chunks from 0.
+struct RejoinedFrame {
+  uint16_t stream = 0;
+};
 
-using Frame =
-    std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame, AtomicFrame,
-                 RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame, ShmFrame, ReceivedFrame,
-                 RetireFrame>;
+using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
+                           AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame,
+                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

@@ -55,6 +55,11 @@ inline constexpr uint64_t kCapShmChannel = uint64_t{1} << 7;
 /// (REMORA_FAILOVER, docs/protocol.md "Failover"). Used when both sides set it and the
 /// endpoint has two data streams or more.
 inline constexpr uint64_t kCapFailover = uint64_t{1} << 10;
+/// With kCapFailover: the connecting side may connect a retired data stream again (a data
+/// HELLO for an active endpoint, its id, token and the stream's index) and then says so in
+/// a REJOINED frame (type 19); the listener sends on it only after that frame (docs/
+/// protocol.md "Failover").
+inline constexpr uint64_t kCapRejoin = uint64_t{1} << 11;
 
 /// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
 /// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no

@@ -25,6 +25,7 @@ struct Violation {
 };
 
 constexpr uint64_t kFailover = uint64_t{1} << 10;  // docs/protocol.md, capability bit 10
+constexpr uint64_t kRejoin = uint64_t{1} << 11;    // capability bit 11
 
 std::vector<uint8_t> unknown_type(uint32_t) { return raw::frame(0xEE, {}); }
 std::vector<uint8_t> type_zero(uint32_t) { return raw::frame(0, {}); }
@@ -76,6 +77,14 @@ std::vector<uint8_t> resend_not_owed(uint32_t) {
 std::vector<uint8_t> received_beyond_written(uint32_t) { return received_frame(0, 1); }
 std::vector<uint8_t> retire_beyond_written(uint32_t) { return retire_frame(1, 3); }
 std::vector<uint8_t> retire_unknown_stream(uint32_t) { return retire_frame(9, 0); }
+std::vector<uint8_t> rejoined_frame(uint16_t stream) {
+  return raw::frame(19, raw::Bytes().u16(stream).u16(0).u32(0).u64(0).bytes());
+}
+// REJOINED: only for a stream the listening side took back (a rejoin HELLO), and only
+// where both offered rejoin.
+std::vector<uint8_t> rejoined_without_rejoin(uint32_t) { return rejoined_frame(1); }
+std::vector<uint8_t> rejoined_live_stream(uint32_t) { return rejoined_frame(1); }
+std::vector<uint8_t> rejoined_unknown_stream(uint32_t) { return rejoined_frame(7); }
 std::vector<uint8_t> retire_every_stream(uint32_t) {
   std::vector<uint8_t> out = retire_frame(0, 0);
   const std::vector<uint8_t> second = retire_frame(1, 0);
@@ -189,8 +198,102 @@ INSTANTIATE_TEST_SUITE_P(
         Violation{"ReceivedBeyondWhatWasWritten", received_beyond_written, kFailover},
         Violation{"RetireBeyondWhatWasWritten", retire_beyond_written, kFailover},
         Violation{"RetireUnknownStream", retire_unknown_stream, kFailover},
-        Violation{"RetireEveryStream", retire_every_stream, kFailover}),
+        Violation{"RetireEveryStream", retire_every_stream, kFailover},
+        Violation{"RejoinedWithoutRejoin", rejoined_without_rejoin, kFailover},
+        Violation{"RejoinedOfALiveStream", rejoined_live_stream, kFailover | kRejoin},
+        Violation{"RejoinedUnknownStream", rejoined_unknown_stream, kFailover | kRejoin}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// Rejoin HELLOs (docs/protocol.md, "Failover"): a stream of an active endpoint may be
+// connected again only with the endpoint's id and token, the same stream count, and
+// only once both sides retired it. Each forgery is refused and the endpoint goes on;
+// the real rejoin is then accepted, and after REJOINED the endpoint still works.
+TEST(Rejoin, ForgedRejoinsAreRefusedAndTheRealOneIsTaken) {
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  const uint16_t port = listener->port();
+  std::string err;
+  raw::Socket ctl = raw::Socket::connect_to("127.0.0.1", port, &err);
+  ASSERT_TRUE(ctl.valid()) << err;
+  raw::Hello h;
+  h.stream_count = 2;
+  h.capabilities = kFailover | kRejoin;
+  ASSERT_TRUE(ctl.send_all(raw::encode(h), &err)) << err;
+  auto ack_bytes = ctl.recv_exact(raw::kHelloSize, 10s, &err);
+  ASSERT_TRUE(ack_bytes) << err;
+  const raw::HelloAck ack = raw::decode_ack(*ack_bytes);
+  ASSERT_EQ(ack.status, 0);
+  ASSERT_NE(ack.capabilities & kRejoin, 0u) << "the library does not offer rejoin";
+  // A data HELLO; the ack's status (-1: the connection closed without one).
+  auto data_hello = [&](raw::Socket& s, uint64_t id, uint64_t token, uint16_t index, uint16_t count) {
+    raw::Hello dh;
+    dh.role = 2;
+    dh.endpoint_id = id;
+    dh.attach_token = token;
+    dh.stream_index = index;
+    dh.stream_count = count;
+    dh.capabilities = kFailover | kRejoin;
+    if (!s.send_all(raw::encode(dh), &err)) return -1;
+    auto r = s.recv_exact(raw::kHelloSize, 10s, &err);
+    return r ? static_cast<int>(raw::decode_ack(*r).status) : -1;
+  };
+  std::vector<raw::Socket> data;
+  for (uint16_t i = 0; i < 2; ++i) {
+    data.push_back(raw::Socket::connect_to("127.0.0.1", port, &err));
+    ASSERT_EQ(data_hello(data.back(), ack.endpoint_id, ack.attach_token, i, 2), 0) << "data stream " << i;
+  }
+  auto ar = listener->accept(10s);
+  ASSERT_TRUE(ar) << describe(ar.status());
+  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  std::vector<std::byte> got(64);
+  // An EAGER through the control stream: the endpoint serves (and read what came before).
+  auto expect_serves = [&](uint64_t tag) {
+    Request r = ep->recv(got, Tag{tag});
+    const std::vector<uint8_t> msg = {'s', 't', 'i', 'l', 'l'};
+    ASSERT_TRUE(ctl.send_all(raw::eager(tag, msg), &err)) << err;
+    ASSERT_TRUE(r.wait(10s).is_ok()) << "the endpoint stopped serving";
+    EXPECT_EQ(r.bytes(), msg.size());
+  };
+  auto refused = [&](const char* what, uint64_t id, uint64_t token, uint16_t index, uint16_t count) {
+    SCOPED_TRACE(what);
+    raw::Socket s = raw::Socket::connect_to("127.0.0.1", port, &err);
+    const int status = data_hello(s, id, token, index, count);
+    EXPECT_NE(status, 0) << "a forged rejoin was accepted";
+    EXPECT_TRUE(s.wait_closed(10s)) << "a refused rejoin stays open";
+    EXPECT_FALSE(ep->failed());
+  };
+  refused("a live stream", ack.endpoint_id, ack.attach_token, 1, 2);
+
+  // The raw side gives stream 1 up (nothing was sent on it); the library retires it too
+  // and says so: its RETIRE comes back on the control stream.
+  ASSERT_TRUE(ctl.send_all(retire_frame(1, 0), &err)) << err;
+  data[1] = raw::Socket();
+  for (;;) {
+    auto header = ctl.recv_exact(8, 10s, &err);
+    ASSERT_TRUE(header) << "no RETIRE came back: " << err;
+    const uint32_t body = static_cast<uint32_t>(raw::get_le(header->data() + 4, 4));
+    auto rest = ctl.recv_exact(body, 10s, &err);
+    ASSERT_TRUE(rest) << err;
+    if ((*header)[0] == 18) break;
+  }
+  refused("a wrong token", ack.endpoint_id, ack.attach_token ^ 1, 1, 2);
+  refused("an unknown endpoint", ack.endpoint_id + 1, ack.attach_token, 1, 2);
+  refused("another stream count", ack.endpoint_id, ack.attach_token, 1, 3);
+  refused("a stream not retired", ack.endpoint_id, ack.attach_token, 0, 2);
+  expect_serves(11);
+
+  raw::Socket back = raw::Socket::connect_to("127.0.0.1", port, &err);
+  ASSERT_EQ(data_hello(back, ack.endpoint_id, ack.attach_token, 1, 2), 0) << "the real rejoin was refused";
+  ASSERT_TRUE(ctl.send_all(rejoined_frame(1), &err)) << err;
+  expect_serves(12);
+  EXPECT_EQ(ep->stats().streams_rejoined, 1u);
+  EXPECT_EQ(ep->stats().streams_retired, 1u);
+  refused("the same stream twice", ack.endpoint_id, ack.attach_token, 1, 2);
+  ep->abort();
+}
 
 }  // namespace
 }  // namespace remora::itest

@@ -21,7 +21,11 @@
 //       finish the operation on the other rail; --break-how=all-down sets every rail's
 //       interface down (nothing survives that: the endpoint fails)
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
-// FAILOVER <on|off> <streams_retired> <chunks_resent> follows, then
+//   --comeback   (both sides, with --break-how=down) after the exchange the connecting side
+//       sets the rail up again, waits until the endpoint connected its stream again
+//       (bounded), and sends N more bytes (tag 5), checked by the listener; it prints
+//       "COMEBACK <streams_rejoined> <rail bytes sent before> <after>" for that rail
+// FAILOVER <on|off> <streams_retired> <chunks_resent> <streams_rejoined> follows, then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
@@ -35,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "remora/context.h"
@@ -55,7 +60,8 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
 
 /// Resets the connections from `source` once `r` has moved bytes on that rail, while it
 /// is still in flight (the wait is bounded); false, with a message, if it could not.
-bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, const std::string& how) {
+bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, const std::string& how,
+                       std::string* broken = nullptr) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::string interface;
   auto on_rail = [&] {
@@ -83,7 +89,16 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, cons
     std::fprintf(stderr, "rails peer: %s failed\n", cmd.c_str());
     return false;
   }
+  if (broken != nullptr) *broken = interface;
   return true;
+}
+
+/// The bytes sent on the rail of `interface`.
+uint64_t rail_bytes_sent(const Endpoint& ep, const std::string& interface) {
+  for (const RailStats& rail : ep.stats().rails) {
+    if (rail.interface == interface) return rail.bytes_sent;
+  }
+  return 0;
 }
 
 int fail(const std::string& what, const Status& s) {
@@ -96,8 +111,8 @@ int fail(const std::string& what, const Status& s) {
 
 void print_rails(const Endpoint& ep) {
   const EndpointStats st = ep.stats();
-  std::printf("FAILOVER %s %u %lu\n", st.failover ? "on" : "off", st.streams_retired,
-              static_cast<unsigned long>(st.chunks_resent));
+  std::printf("FAILOVER %s %u %lu %u\n", st.failover ? "on" : "off", st.streams_retired,
+              static_cast<unsigned long>(st.chunks_resent), st.streams_rejoined);
   const std::string sealed = ep.stats().encryption;
   std::printf("SEALED %s\n", sealed.empty() ? "-" : sealed.c_str());
   for (const RailStats& r : ep.stats().rails) {
@@ -124,6 +139,8 @@ int main(int argc, char** argv) {
   const bool rma = arg(argc, argv, "rma") == "1";
   const bool mixed = arg(argc, argv, "mixed") == "1";
   const bool die = arg(argc, argv, "die") == "1";
+  const bool comeback = arg(argc, argv, "comeback") == "1";
+  std::string broken;  // the interface the connecting side set down
   constexpr uint64_t kNotified = 8, kNotifiedSize = 1 << 20, kAdds = 64, kAdd = 3;
   const uint64_t extra = mixed ? kNotified * kNotifiedSize + 8 : 0;  // after the 2N bytes
   const auto timeout = std::chrono::seconds(60);
@@ -214,13 +231,23 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (comeback) {
+      if (Status s = ep->recv(buffer, Tag{5}).wait(timeout); !s) return fail("recv after the comeback", s);
+      if (size_t cbad = itest::first_mismatch(seed + 5, 0, buffer); cbad != SIZE_MAX) {
+        std::fprintf(stderr, "rails peer: byte %zu after the comeback differs\n", cbad);
+        return 1;
+      }
+    }
   } else if (role == "connect") {
     auto connected = (*ctx)->connect(address, timeout);
     if (!connected) return fail("connect", connected.status());
     ep = *connected;
     itest::fill_stream(seed, 0, buffer);
     Request sent = ep->send(buffer, Tag{1});
-    if (!break_source.empty() && break_op == "send" && !break_rail_during(*ep, sent, break_source, break_how)) return 1;
+    if (!break_source.empty() && break_op == "send" &&
+        !break_rail_during(*ep, sent, break_source, break_how, &broken)) {
+      return 1;
+    }
     if (Status s = sent.wait(timeout); !s) return fail("send", s);
     if (Status s = ep->recv(answer, Tag{2}).wait(timeout); !s) return fail("recv the answer", s);
     if (answer_size > 8) {
@@ -274,6 +301,22 @@ int main(int argc, char** argv) {
       }
       const std::byte done[8] = {};
       if (Status s = ep->send(done, Tag{4}).wait(timeout); !s) return fail("send done", s);
+    }
+    if (comeback) {
+      if (broken.empty() || std::system(("ip link set dev " + broken + " up").c_str()) != 0) {
+        std::fprintf(stderr, "rails peer: cannot set %s up again\n", broken.c_str());
+        return 1;
+      }
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      // The rejoin has no request to wait on: its counter is polled, with a deadline.
+      while (ep->stats().streams_rejoined == 0 && !ep->failed() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      const uint64_t before = rail_bytes_sent(*ep, broken);
+      itest::fill_stream(seed + 5, 0, buffer);
+      if (Status s = ep->send(buffer, Tag{5}).wait(timeout); !s) return fail("send after the comeback", s);
+      std::printf("COMEBACK %u %lu %lu\n", ep->stats().streams_rejoined, static_cast<unsigned long>(before),
+                  static_cast<unsigned long>(rail_bytes_sent(*ep, broken)));
     }
   } else {
     std::fprintf(stderr, "rails peer: --role=listen or --role=connect\n");
