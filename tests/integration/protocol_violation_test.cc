@@ -92,6 +92,54 @@ std::vector<uint8_t> retire_every_stream(uint32_t) {
   return out;
 }
 
+/// A data HELLO on `s` (from a raw peer offering `caps`); the HELLO_ACK's status, -1 when
+/// the connection closed without one. `acked_index`: the ACK's stream index.
+int data_hello(raw::Socket& s, uint64_t id, uint64_t token, uint16_t index, uint16_t count, uint64_t caps,
+               int* acked_index = nullptr) {
+  std::string err;
+  raw::Hello dh;
+  dh.role = 2;
+  dh.endpoint_id = id;
+  dh.attach_token = token;
+  dh.stream_index = index;
+  dh.stream_count = count;
+  dh.capabilities = caps;
+  if (!s.send_all(raw::encode(dh), &err)) return -1;
+  auto r = s.recv_exact(raw::kHelloSize, 10s, &err);
+  if (!r) return -1;
+  if (acked_index != nullptr) *acked_index = raw::decode_ack(*r).stream_index;
+  return raw::decode_ack(*r).status;
+}
+
+/// A raw peer's endpoint with two data connections, made by hand against `port`.
+struct RawPeer {
+  raw::Socket ctl;
+  raw::HelloAck ack;
+  std::vector<raw::Socket> data;
+};
+void raw_handshake(uint16_t port, uint64_t caps, RawPeer* p) {
+  std::string err;
+  p->ctl = raw::Socket::connect_to("127.0.0.1", port, &err);
+  ASSERT_TRUE(p->ctl.valid()) << err;
+  raw::Hello h;
+  h.stream_count = 2;
+  h.capabilities = caps;
+  ASSERT_TRUE(p->ctl.send_all(raw::encode(h), &err)) << err;
+  auto ack_bytes = p->ctl.recv_exact(raw::kHelloSize, 10s, &err);
+  ASSERT_TRUE(ack_bytes) << err;
+  p->ack = raw::decode_ack(*ack_bytes);
+  ASSERT_EQ(p->ack.status, 0);
+  ASSERT_GT(p->ack.eager_limit, 0u);
+  for (uint16_t i = 0; i < 2; ++i) {
+    p->data.push_back(raw::Socket::connect_to("127.0.0.1", port, &err));
+    ASSERT_TRUE(p->data.back().valid()) << err;
+    int acked_index = -1;
+    ASSERT_EQ(data_hello(p->data.back(), p->ack.endpoint_id, p->ack.attach_token, i, 2, caps, &acked_index), 0)
+        << "data connection " << i;
+    EXPECT_EQ(acked_index, i);
+  }
+}
+
 void PrintTo(const Violation& v, std::ostream* os) { *os << v.name; }
 
 class ProtocolViolation : public ::testing::TestWithParam<Violation> {};
@@ -106,34 +154,12 @@ TEST_P(ProtocolViolation, FailsOutstandingRequestsAndListenerKeepsServing) {
   std::string err;
 
   // Handshake by hand: control HELLO, then K = 2 data HELLOs with the id and token.
-  raw::Socket ctl = raw::Socket::connect_to("127.0.0.1", port, &err);
-  ASSERT_TRUE(ctl.valid()) << err;
-  raw::Hello h;
-  h.stream_count = 2;
-  h.capabilities = GetParam().capabilities;
-  ASSERT_TRUE(ctl.send_all(raw::encode(h), &err)) << err;
-  auto ack_bytes = ctl.recv_exact(raw::kHelloSize, 10s, &err);
-  ASSERT_TRUE(ack_bytes) << err;
-  const raw::HelloAck ack = raw::decode_ack(*ack_bytes);
-  ASSERT_EQ(ack.status, 0);
-  ASSERT_GT(ack.eager_limit, 0u);
-  std::vector<raw::Socket> data;
-  for (uint16_t i = 0; i < 2; ++i) {
-    data.push_back(raw::Socket::connect_to("127.0.0.1", port, &err));
-    ASSERT_TRUE(data.back().valid()) << err;
-    raw::Hello dh;
-    dh.role = 2;
-    dh.endpoint_id = ack.endpoint_id;
-    dh.attach_token = ack.attach_token;
-    dh.stream_index = i;
-    dh.stream_count = 2;
-    dh.capabilities = GetParam().capabilities;
-    ASSERT_TRUE(data.back().send_all(raw::encode(dh), &err)) << err;
-    auto dack = data.back().recv_exact(raw::kHelloSize, 10s, &err);
-    ASSERT_TRUE(dack) << "data connection " << i << ": " << err;
-    EXPECT_EQ(raw::decode_ack(*dack).status, 0);
-    EXPECT_EQ(raw::decode_ack(*dack).stream_index, i);
-  }
+  RawPeer raw_peer;
+  raw_handshake(port, GetParam().capabilities, &raw_peer);
+  if (HasFatalFailure()) return;
+  raw::Socket& ctl = raw_peer.ctl;
+  const raw::HelloAck& ack = raw_peer.ack;
+  std::vector<raw::Socket>& data = raw_peer.data;
   auto ar = listener->accept(10s);
   ASSERT_TRUE(ar) << "the hand-made handshake did not produce an endpoint: " << describe(ar.status());
   std::shared_ptr<Endpoint> ep = std::move(ar).value();
@@ -216,35 +242,16 @@ TEST(Rejoin, ForgedRejoinsAreRefusedAndTheRealOneIsTaken) {
   auto listener = std::move(lr).value();
   const uint16_t port = listener->port();
   std::string err;
-  raw::Socket ctl = raw::Socket::connect_to("127.0.0.1", port, &err);
-  ASSERT_TRUE(ctl.valid()) << err;
-  raw::Hello h;
-  h.stream_count = 2;
-  h.capabilities = kFailover | kRejoin;
-  ASSERT_TRUE(ctl.send_all(raw::encode(h), &err)) << err;
-  auto ack_bytes = ctl.recv_exact(raw::kHelloSize, 10s, &err);
-  ASSERT_TRUE(ack_bytes) << err;
-  const raw::HelloAck ack = raw::decode_ack(*ack_bytes);
-  ASSERT_EQ(ack.status, 0);
+  RawPeer raw_peer;
+  raw_handshake(port, kFailover | kRejoin, &raw_peer);
+  if (HasFatalFailure()) return;
+  raw::Socket& ctl = raw_peer.ctl;
+  const raw::HelloAck& ack = raw_peer.ack;
+  std::vector<raw::Socket>& data = raw_peer.data;
   ASSERT_NE(ack.capabilities & kRejoin, 0u) << "the library does not offer rejoin";
-  // A data HELLO; the ack's status (-1: the connection closed without one).
-  auto data_hello = [&](raw::Socket& s, uint64_t id, uint64_t token, uint16_t index, uint16_t count) {
-    raw::Hello dh;
-    dh.role = 2;
-    dh.endpoint_id = id;
-    dh.attach_token = token;
-    dh.stream_index = index;
-    dh.stream_count = count;
-    dh.capabilities = kFailover | kRejoin;
-    if (!s.send_all(raw::encode(dh), &err)) return -1;
-    auto r = s.recv_exact(raw::kHelloSize, 10s, &err);
-    return r ? static_cast<int>(raw::decode_ack(*r).status) : -1;
+  auto rejoin_hello = [&](raw::Socket& s, uint64_t id, uint64_t token, uint16_t index, uint16_t count) {
+    return data_hello(s, id, token, index, count, kFailover | kRejoin);
   };
-  std::vector<raw::Socket> data;
-  for (uint16_t i = 0; i < 2; ++i) {
-    data.push_back(raw::Socket::connect_to("127.0.0.1", port, &err));
-    ASSERT_EQ(data_hello(data.back(), ack.endpoint_id, ack.attach_token, i, 2), 0) << "data stream " << i;
-  }
   auto ar = listener->accept(10s);
   ASSERT_TRUE(ar) << describe(ar.status());
   std::shared_ptr<Endpoint> ep = std::move(ar).value();
@@ -260,7 +267,7 @@ TEST(Rejoin, ForgedRejoinsAreRefusedAndTheRealOneIsTaken) {
   auto refused = [&](const char* what, uint64_t id, uint64_t token, uint16_t index, uint16_t count) {
     SCOPED_TRACE(what);
     raw::Socket s = raw::Socket::connect_to("127.0.0.1", port, &err);
-    const int status = data_hello(s, id, token, index, count);
+    const int status = rejoin_hello(s, id, token, index, count);
     EXPECT_NE(status, 0) << "a forged rejoin was accepted";
     EXPECT_TRUE(s.wait_closed(10s)) << "a refused rejoin stays open";
     EXPECT_FALSE(ep->failed());
@@ -286,7 +293,7 @@ TEST(Rejoin, ForgedRejoinsAreRefusedAndTheRealOneIsTaken) {
   expect_serves(11);
 
   raw::Socket back = raw::Socket::connect_to("127.0.0.1", port, &err);
-  ASSERT_EQ(data_hello(back, ack.endpoint_id, ack.attach_token, 1, 2), 0) << "the real rejoin was refused";
+  ASSERT_EQ(rejoin_hello(back, ack.endpoint_id, ack.attach_token, 1, 2), 0) << "the real rejoin was refused";
   ASSERT_TRUE(ctl.send_all(rejoined_frame(1), &err)) << err;
   expect_serves(12);
   EXPECT_EQ(ep->stats().streams_rejoined, 1u);
