@@ -69,7 +69,10 @@ struct ContextInternals;  // the library's own access (src/transport/context_cor
 /// skipped and why.
 struct RailStats {
   std::string local_address;                    ///< "10.0.1.5" (this side's end of the rail's streams)
-  std::string peer_address;                     ///< "10.0.1.9:7100"
+  /// "10.0.1.9:7100": the listener's address on the connecting side; on the listening
+  /// side the peer's address with the port of the rail's first stream (its streams come
+  /// from several ports of that address).
+  std::string peer_address;
   std::string interface;                        ///< the local interface, where this side named its rails ("" otherwise)
   uint32_t streams = 0;                         ///< data streams on this rail
   uint64_t bytes_sent = 0, bytes_received = 0;  ///< payload bytes on its streams

@@ -203,18 +203,23 @@ Status EndpointCore::failure() const {
 void EndpointCore::group_rails() {
   rails_.clear();
   stream_rail_.assign(chunks_.streams(), 0);
+  // A path is a local address and a peer host: on the listening side every stream
+  // comes from another port of the peer, and streams of one path must not count as
+  // rails (rate-aware choice, stall verdicts against each other).
+  std::vector<std::string> path_peer;  // per rail: the peer host its streams go to
   for (uint16_t i = 0; i < chunks_.streams(); ++i) {
     auto local = net::local_address(chunks_.fd(i));
     auto peer = net::peer_address(chunks_.fd(i));
     const std::string local_text = local ? net::address_text(*local) : "?";
-    const std::string peer_text = peer ? net::to_string(*peer) : "?";
-    auto it = std::find_if(rails_.begin(), rails_.end(), [&](const RailStats& r) {
-      return r.local_address == local_text && r.peer_address == peer_text;
-    });
+    const std::string peer_host = peer ? net::address_text(*peer) : "?";
+    size_t at = 0;
+    while (at < rails_.size() && !(rails_[at].local_address == local_text && path_peer[at] == peer_host)) ++at;
+    auto it = rails_.begin() + static_cast<ptrdiff_t>(at);
     if (it == rails_.end()) {
       RailStats r;
       r.local_address = local_text;
-      r.peer_address = peer_text;
+      r.peer_address = peer ? net::to_string(*peer) : "?";  // the first stream's, with its port
+      path_peer.push_back(peer_host);
       r.state = "up";
       for (const auto& [address, name] : rail_interfaces_) {
         if (address == local_text) r.interface = name;

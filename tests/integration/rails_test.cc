@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -146,6 +147,32 @@ void expect_both_rails_carried(const NetnsRails& net, const Outcome& o, uint64_t
     EXPECT_EQ(r.state, "up");
     EXPECT_GT(r.chunks_received, 0u);
   }
+}
+
+// Without rails every data stream runs one path, on both sides. On the listening side
+// each stream comes from another port of the peer: grouped by port, four streams looked
+// like four rails, which turned on the rate-aware choice and stall verdicts of streams
+// against each other (a false "stall" under delay retired streams again and again).
+TEST(Rails, WithoutRailsEachSideSeesOnePathOfAllItsStreams) {
+  auto server = make_context(4);
+  auto client = make_context(4);
+  ASSERT_TRUE(server && client);
+  auto listener = server->listen("127.0.0.1:0");
+  ASSERT_TRUE(listener) << describe(listener.status());
+  Result<std::shared_ptr<Endpoint>> accepted = Status(StatusCode::kInternal, "not accepted");
+  std::thread acceptor([&] { accepted = (*listener)->accept(std::chrono::seconds(20)); });
+  std::shared_ptr<Endpoint> ep = connect_to(*client, (*listener)->port());
+  acceptor.join();
+  ASSERT_TRUE(ep != nullptr);
+  ASSERT_TRUE(accepted) << describe(accepted.status());
+  for (const auto& [side, e] : {std::pair{"connecting", ep}, std::pair{"listening", *accepted}}) {
+    const EndpointStats st = e->stats();
+    ASSERT_EQ(st.rails.size(), 1u) << side << " side: its streams count as several paths";
+    EXPECT_EQ(st.rails[0].streams, 4u) << side;
+    EXPECT_EQ(st.rails[0].local_address, "127.0.0.1") << side;
+  }
+  ep->close();
+  (*accepted)->close();
 }
 
 TEST(Rails, BothRailsCarryTheTransferEveryByteChecked) {
