@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -165,12 +166,20 @@ int run_server(const Flags& f) {
       if (seq >= window) {
         uint64_t acked = 0;  // acknowledgements come in order: this one is seq - window's
         Request a = ep->recv(std::as_writable_bytes(std::span(&acked, 1)), kPushAck);
-        if (!finish(a) || acked == kPushStop || !finish(puts[slot])) return;
+        if (!finish(a) || acked == kPushStop || !finish(puts[slot])) break;
       }
       auto block = std::span(blocks[slot]).first(push_size(seq, size));
       itest::fill_stream(kPushSeed + seq, 0, block);
       puts[slot] = ep->put(block, *target_key, slot * size, {.notify = seq});
     }
+    // The blocks go with this function: every put that reads them must have ended first
+    // (a put still in flight when the observer says stop reads its block until then).
+    // A peer that answers none of them within the bound: the endpoint is given up, which
+    // ends them all.
+    for (Request& p : puts) {
+      if (p.valid() && !p.done()) (void)p.wait(60s);
+    }
+    if (std::any_of(puts.begin(), puts.end(), [](const Request& p) { return p.valid() && !p.done(); })) ep->abort();
   };
   std::thread acceptor([&] {
     while (!stop) {
