@@ -11,7 +11,8 @@
 #
 # Environment:
 #   REMORA_PRESETS="release asan tsan fuzz"  presets to run, in order (see CMakePresets.json)
-#   REMORA_FUZZ_SECONDS=<s>        how long each fuzz target runs (default: 25)
+#   REMORA_FUZZ_SECONDS=<s>        how long each fuzz target runs (default: 25; targets run
+#                                  as many at a time as there are cores)
 #   REMORA_JOBS=<n>                compile jobs (default: nproc)
 #   REMORA_TEST_TIMEOUT=<s>        default per-test timeout in seconds (default: 300)
 #   REMORA_SKIP_APT=1              do not install packages (see scripts/lib/deps.sh)
@@ -84,7 +85,7 @@ step() {
 # test reads the peer's port.
 run_ctest() {
   env -u REMORA_PRESETS -u REMORA_JOBS -u REMORA_TEST_TIMEOUT -u REMORA_SKIP_APT -u REMORA_PYTHON_STEP \
-    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_BUILD_ONLY -u REMORA_NIXL_STEP -u REMORA_LAB_STEP \
+    -u REMORA_SKIP_TORCH -u REMORA_FUZZ_SECONDS -u REMORA_FUZZ_PARALLEL -u REMORA_BUILD_ONLY -u REMORA_NIXL_STEP -u REMORA_LAB_STEP \
     ctest --preset "$1" --output-on-failure --timeout "${test_timeout}" -j1 2>&1 | tee "$2"
 }
 

@@ -14,23 +14,45 @@ remora_fuzz_targets() {
   sed -n 's/^remora_fuzz_target(\([a-z_]*\) .*/\1/p' tests/fuzz/CMakeLists.txt
 }
 
+# remora_fuzz_one <target> <seconds> <build dir>: one target's bounded run, its output in
+# <build dir>/artifacts/<target>/fuzz.log; exits with the fuzzer's status.
+remora_fuzz_one() {
+  local t=$1 seconds=$2 build=$3
+  mkdir -p "${build}/corpus/${t}" "${build}/artifacts/${t}"
+  "${build}/tests/fuzz/${t}" -max_total_time="${seconds}" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="${build}/artifacts/${t}/" \
+    "${build}/corpus/${t}" "tests/fuzz/corpus/${t}" >"${build}/artifacts/${t}/fuzz.log" 2>&1
+}
+
+# Targets run as many at a time as there are cores (REMORA_FUZZ_PARALLEL overrides): each
+# is one process on one core, so this keeps every target's time and halves the step on
+# two cores.
 remora_fuzz_run() {
   local seconds=${1:-30} build=${2:-build/fuzz} failed=0 t log runs
-  local -a lines=()
-  for t in $(remora_fuzz_targets); do
-    mkdir -p "${build}/corpus/${t}" "${build}/artifacts/${t}"
-    log="${build}/artifacts/${t}/fuzz.log"
-    echo "---- ${t}: ${seconds} s"
-    if "${build}/tests/fuzz/${t}" -max_total_time="${seconds}" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="${build}/artifacts/${t}/" \
-        "${build}/corpus/${t}" "tests/fuzz/corpus/${t}" >"${log}" 2>&1; then
-      runs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "${log}" | tail -n 1)
-      lines+=("$(printf '%-18s ok      %10s executions in %s s' "${t}" "${runs:-?}" "${seconds}")")
-    else
-      failed=1
-      tail -n 40 "${log}"
-      lines+=("$(printf '%-18s FAILED  input kept in %s/artifacts/%s/' "${t}" "${build}" "${t}")")
-    fi
+  local parallel=${REMORA_FUZZ_PARALLEL:-$(nproc)}
+  local -a lines=() targets=() pids=()
+  mapfile -t targets < <(remora_fuzz_targets)
+  local i j
+  for ((i = 0; i < ${#targets[@]}; i += parallel)); do
+    pids=()
+    for ((j = i; j < i + parallel && j < ${#targets[@]}; j++)); do
+      echo "---- ${targets[j]}: ${seconds} s"
+      remora_fuzz_one "${targets[j]}" "${seconds}" "${build}" &
+      pids+=($!)
+    done
+    for ((j = i; j < i + parallel && j < ${#targets[@]}; j++)); do
+      t=${targets[j]}
+      log="${build}/artifacts/${t}/fuzz.log"
+      if wait "${pids[j - i]}"; then
+        runs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "${log}" | tail -n 1)
+        lines+=("$(printf '%-18s ok      %10s executions in %s s' "${t}" "${runs:-?}" "${seconds}")")
+      else
+        failed=1
+        echo "---- ${t} failed:"
+        tail -n 40 "${log}"
+        lines+=("$(printf '%-18s FAILED  input kept in %s/artifacts/%s/' "${t}" "${build}" "${t}")")
+      fi
+    done
   done
   echo "---- fuzz summary"
   printf '%s\n' "${lines[@]}"
