@@ -80,8 +80,9 @@ struct RailStats {
   /// Its streams that broke and were retired (failover; EndpointStats::failover).
   uint32_t streams_retired = 0;
   /// "up" (its streams carry chunks), "down" (every stream of it broke and was retired:
-  /// the chunks go on the other rails) or "skipped" (the connecting side could not reach
-  /// the peer from this rail; `reason` says why, and it has no streams).
+  /// the chunks go on the other rails; `reason` says why, and on the connecting side how
+  /// often it is tried again) or "skipped" (the connecting side could not reach the peer
+  /// from this rail; `reason` says why, and it has no streams).
   std::string state;
   std::string reason;
 };

@@ -203,6 +203,16 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
   }
   REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} retired ({}); its chunks go on the other {}",
              static_cast<uint64_t>(params_.id), params_.peer, index, why.message(), chunks_.live_streams());
+  retired_why_.resize(data_watch_.size());
+  retired_why_[index] = why.message();
+  if (rejoiner_) {
+    size_backoff();
+    if (rejoin_backoff_[index].retired(std::chrono::steady_clock::now())) {
+      REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} came back only briefly; its rail is tried again in {} ms",
+                 static_cast<uint64_t>(params_.id), params_.peer, index,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(rejoin_backoff_[index].wait()).count());
+    }
+  }
   append_frame(wire::RetireFrame{.stream = index, .chunks = *read_whole});
   flush_control();
 }
@@ -223,15 +233,18 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
 void EndpointCore::maybe_rejoin() {
   if (!rejoiner_) return;
   const auto now = std::chrono::steady_clock::now();
-  rejoining_.resize(data_watch_.size(), false);
-  rejoin_at_.resize(data_watch_.size());
+  size_backoff();
   for (uint16_t i = 0; i < data_watch_.size() && state_ == State::kActive; ++i) {
-    if (!chunks_.rejoinable(i) || rejoining_[i] || now < rejoin_at_[i]) continue;
+    if (!chunks_.rejoinable(i) || rejoining_[i] || !rejoin_backoff_[i].due(now)) continue;
     rejoining_[i] = true;
-    // One attempt per peer timeout while the rail stays away.
-    rejoin_at_[i] = now + std::chrono::milliseconds(config_.peer_timeout_ms);
+    rejoin_backoff_[i].attempted(now);
     rejoiner_(i);
   }
+}
+
+void EndpointCore::size_backoff() {
+  rejoining_.resize(data_watch_.size(), false);
+  rejoin_backoff_.resize(data_watch_.size(), RejoinBackoff(std::chrono::milliseconds(config_.peer_timeout_ms)));
 }
 
 void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
@@ -254,6 +267,8 @@ void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
     return;
   }
   data_watch_[index].hid = *hid;
+  size_backoff();
+  rejoin_backoff_[index].rejoined(std::chrono::steady_clock::now());
   REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} connected again; chunks go on it again",
              static_cast<uint64_t>(params_.id), params_.peer, index);
   // Before any CHUNK that names it: the peer sends on the stream only after this.

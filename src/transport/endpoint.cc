@@ -258,8 +258,15 @@ EndpointStats EndpointCore::stats() const {
   for (uint16_t i = 0; i < stream_rail_.size(); ++i) {
     if (chunks_.retired(i)) ++st.rails[stream_rail_[i]].streams_retired;
   }
-  for (RailStats& r : st.rails) {
-    if (r.state == "up" && r.streams > 0 && r.streams_retired == r.streams) r.state = "down";
+  for (uint16_t i = 0; i < stream_rail_.size(); ++i) {
+    RailStats& r = st.rails[stream_rail_[i]];
+    if (r.state != "up" || r.streams == 0 || r.streams_retired != r.streams) continue;
+    r.state = "down";
+    r.reason = i < retired_why_.size() ? retired_why_[i] : std::string();
+    if (rejoiner_ && i < rejoin_backoff_.size()) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(rejoin_backoff_[i].wait()).count();
+      r.reason += fmt::format("; connected again when it works (tried every {} ms)", ms);
+    }
   }
   st.chunks_pulled = chunks_.chunks_pulled();
   st.bytes_pulled = chunks_.bytes_pulled();

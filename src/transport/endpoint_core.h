@@ -40,6 +40,7 @@
 #include "datapath/chunk_scheduler.h"
 #include "datapath/data_paths.h"
 #include "datapath/path_end.h"
+#include "datapath/rejoin_backoff.h"
 #include "datapath/staging.h"
 #include "engine/progress.h"
 #include "engine/request_state.h"
@@ -266,6 +267,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_rejoined(const wire::RejoinedFrame& f);
   /// On a liveness tick: starts an attempt for each rejoinable stream whose time came.
   void maybe_rejoin();
+  /// rejoining_ and rejoin_backoff_ cover every data stream.
+  void size_backoff();
   // Same-host pulls (docs/protocol.md): HOST says who the peer is (and, with can_pull,
   // that it reads this side's memory); PULL announces a chunk to read out of the peer;
   // PULLED answers one of ours.
@@ -455,6 +458,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void group_rails();
   std::vector<RailStats> rails_;
   std::vector<uint16_t> stream_rail_;
+  std::vector<std::string> retired_why_;  // per data stream: why it was last retired
   std::vector<RailStats> skipped_rails_;
   std::vector<std::pair<std::string, std::string>> rail_interfaces_;  // local address, interface
 
@@ -463,7 +467,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // Rejoin (see set_rejoiner / allow_rejoin).
   std::function<void(uint16_t)> rejoiner_;
   std::vector<bool> rejoining_;                                   // an attempt is in flight
-  std::vector<std::chrono::steady_clock::time_point> rejoin_at_;  // the next not before
+  std::vector<RejoinBackoff> rejoin_backoff_;                     // when the next may start
   uint64_t rejoin_token_ = 0;                                     // 0: no rejoin here
   std::optional<net::SealCipher> rejoin_cipher_;
 

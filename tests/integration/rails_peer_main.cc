@@ -21,9 +21,11 @@
 //       finish the operation on the other rail; --break-how=all-down sets every rail's
 //       interface down (nothing survives that: the endpoint fails)
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
-//   --comeback   (both sides, with --break-how=down) after the exchange the connecting side
-//       sets the rail up again, waits until the endpoint connected its stream again
-//       (bounded), and sends N more bytes (tag 5), checked by the listener; it prints
+//   --comeback=<n>  (both sides, with --break-how=down) after the exchange the connecting
+//       side prints "DOWN <the rail's reason>", sets the rail up again, waits until the
+//       endpoint connected its stream again (bounded), and sends N more bytes (tag 5),
+//       checked by the listener; n times, the rail's link going down again under each
+//       such send but the last. It then prints
 //       "COMEBACK <streams_rejoined> <rail bytes sent before> <after>" for that rail
 // FAILOVER <on|off> <streams_retired> <chunks_resent> <streams_rejoined> follows, then
 // Both then print one line per rail of the endpoint:
@@ -101,6 +103,14 @@ uint64_t rail_bytes_sent(const Endpoint& ep, const std::string& interface) {
   return 0;
 }
 
+/// The reason the rail of `interface` gives ("-" when none).
+std::string rail_reason(const Endpoint& ep, const std::string& interface) {
+  for (const RailStats& rail : ep.stats().rails) {
+    if (rail.interface == interface && !rail.reason.empty()) return rail.reason;
+  }
+  return "-";
+}
+
 int fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "rails peer: %s: %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str(),
                s.message().c_str());
@@ -139,7 +149,7 @@ int main(int argc, char** argv) {
   const bool rma = arg(argc, argv, "rma") == "1";
   const bool mixed = arg(argc, argv, "mixed") == "1";
   const bool die = arg(argc, argv, "die") == "1";
-  const bool comeback = arg(argc, argv, "comeback") == "1";
+  const int comebacks = std::stoi(arg(argc, argv, "comeback", "0"));
   std::string broken;  // the interface the connecting side set down
   constexpr uint64_t kNotified = 8, kNotifiedSize = 1 << 20, kAdds = 64, kAdd = 3;
   const uint64_t extra = mixed ? kNotified * kNotifiedSize + 8 : 0;  // after the 2N bytes
@@ -231,10 +241,10 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (comeback) {
+    for (int k = 0; k < comebacks; ++k) {
       if (Status s = ep->recv(buffer, Tag{5}).wait(timeout); !s) return fail("recv after the comeback", s);
-      if (size_t cbad = itest::first_mismatch(seed + 5, 0, buffer); cbad != SIZE_MAX) {
-        std::fprintf(stderr, "rails peer: byte %zu after the comeback differs\n", cbad);
+      if (size_t cbad = itest::first_mismatch(seed + 5 + static_cast<uint64_t>(k), 0, buffer); cbad != SIZE_MAX) {
+        std::fprintf(stderr, "rails peer: byte %zu after comeback %d differs\n", cbad, k + 1);
         return 1;
       }
     }
@@ -302,21 +312,29 @@ int main(int argc, char** argv) {
       const std::byte done[8] = {};
       if (Status s = ep->send(done, Tag{4}).wait(timeout); !s) return fail("send done", s);
     }
-    if (comeback) {
+    for (int k = 0; k < comebacks; ++k) {
+      // The rail is down: its reason says how often it is tried.
+      std::printf("DOWN %s\n", rail_reason(*ep, broken).c_str());
       if (broken.empty() || std::system(("ip link set dev " + broken + " up").c_str()) != 0) {
         std::fprintf(stderr, "rails peer: cannot set %s up again\n", broken.c_str());
         return 1;
       }
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       // The rejoin has no request to wait on: its counter is polled, with a deadline.
-      while (ep->stats().streams_rejoined == 0 && !ep->failed() && std::chrono::steady_clock::now() < deadline) {
+      while (ep->stats().streams_rejoined <= static_cast<uint32_t>(k) && !ep->failed() &&
+             std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       const uint64_t before = rail_bytes_sent(*ep, broken);
-      itest::fill_stream(seed + 5, 0, buffer);
-      if (Status s = ep->send(buffer, Tag{5}).wait(timeout); !s) return fail("send after the comeback", s);
-      std::printf("COMEBACK %u %lu %lu\n", ep->stats().streams_rejoined, static_cast<unsigned long>(before),
-                  static_cast<unsigned long>(rail_bytes_sent(*ep, broken)));
+      itest::fill_stream(seed + 5 + static_cast<uint64_t>(k), 0, buffer);
+      Request again = ep->send(buffer, Tag{5});
+      // Before the last comeback the rail goes down once more, under this send.
+      if (k + 1 < comebacks && !break_rail_during(*ep, again, break_source, "down", &broken)) return 1;
+      if (Status s = again.wait(timeout); !s) return fail("send after the comeback", s);
+      if (k + 1 == comebacks) {
+        std::printf("COMEBACK %u %lu %lu\n", ep->stats().streams_rejoined, static_cast<unsigned long>(before),
+                    static_cast<unsigned long>(rail_bytes_sent(*ep, broken)));
+      }
     }
   } else {
     std::fprintf(stderr, "rails peer: --role=listen or --role=connect\n");

@@ -266,10 +266,11 @@ TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
 // to 200 Mbit/s, so the send takes over a second). The stream is retired on both sides,
 // the chunks the listener had not read whole go again on the first rail, the send and a
 // 16 MiB answer complete, and every byte is checked on both sides.
-/// `extra` goes to both sides; `out` (if given) receives what both reported.
+/// `extra` goes to both sides; `out` (if given) receives what both reported; `breaks`:
+/// how often the rail broke in all.
 void expect_failover_after_reset(const std::vector<std::string>& env, const std::string& op = "send",
                                  const std::string& how = "reset", const std::string& extra = "--mixed=0",
-                                 Outcome* out = nullptr) {
+                                 Outcome* out = nullptr, uint32_t breaks = 1) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   // Both directions shaped: a get's data flows from the listener.
@@ -284,8 +285,8 @@ void expect_failover_after_reset(const std::vector<std::string>& env, const std:
   ASSERT_EQ(o.connector.size(), 2u);
   EXPECT_EQ(o.connector_failover.state, "on");
   EXPECT_EQ(o.listener_failover.state, "on");
-  EXPECT_EQ(o.connector_failover.streams_retired, 1u);
-  EXPECT_EQ(o.listener_failover.streams_retired, 1u);
+  EXPECT_EQ(o.connector_failover.streams_retired, breaks);
+  EXPECT_EQ(o.listener_failover.streams_retired, breaks);
   // The reset caught chunks on the broken rail: they went again (from the listener for
   // a get, whose data it sends).
   EXPECT_GE(op == "get" ? o.listener_failover.chunks_resent : o.connector_failover.chunks_resent, 1u);
@@ -348,6 +349,34 @@ void expect_rail_comes_back(std::vector<std::string> env) {
 }
 
 TEST(Failover, ARailThatComesBackIsUsedAgain) { expect_rail_comes_back({}); }
+
+// A rail that flaps: it comes back, and its link goes down again under the next send,
+// long before 8 peer timeouts passed. The send completes, every byte checked; the rail
+// is then tried every 2 peer timeouts instead of every one (its reason says so; after
+// the first break, when it had never come back, it said 1000 ms), comes back again and
+// carries the last send.
+TEST(Failover, ARailThatFlapsIsTriedLessOftenAndStillComesBack) {
+  Outcome o;
+  expect_failover_after_reset({"REMORA_PEER_TIMEOUT_MS=1000"}, "send", "down", "--comeback=2", &o, 2);
+  if (o.connector.empty()) return;  // skipped, or failed above
+  EXPECT_EQ(o.connector_failover.streams_rejoined, 2u);
+  EXPECT_EQ(o.listener_failover.streams_rejoined, 2u);
+  std::vector<std::string> downs;
+  std::istringstream lines(o.connector_out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("DOWN ", 0) == 0) downs.push_back(line.substr(5));
+  }
+  ASSERT_EQ(downs.size(), 2u) << o.connector_out;
+  EXPECT_NE(downs[0].find("tried every 1000 ms"), std::string::npos) << downs[0];
+  EXPECT_NE(downs[1].find("tried every 2000 ms"), std::string::npos) << downs[1];
+  EXPECT_NE(downs[1].find("REMORA_PEER_TIMEOUT_MS"), std::string::npos) << "the stall's reason: " << downs[1];
+  const size_t at = o.connector_out.find("COMEBACK ");
+  ASSERT_NE(at, std::string::npos) << o.connector_out;
+  std::istringstream in(o.connector_out.substr(at + 9));
+  uint64_t rejoined = 0, before = 0, after = 0;
+  in >> rejoined >> before >> after;
+  EXPECT_GT(after, before) << "the rail that came back carried nothing of the last send";
+}
 
 // The same sealed: the rejoin HELLO authenticates like the first one, and the stream's
 // records use keys of its own new handshake.
