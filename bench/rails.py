@@ -7,6 +7,7 @@ median of the per-pair ratios.
 
   bench/rails.py --remora build/release/tools/remora [--rates 1gbit,1gbit] [--pairs 6]
                  [--reference one|equal] [--size 64M] [--iters 6] [--json FILE]
+                 [--tool remora|iperf3] [--seconds 3]
 
 References: `one`, the first rail alone; `equal`, both rails with REMORA_RAIL_SPLIT=equal,
 which splits every transfer equally over them as NCCL's socket transport splits a
@@ -15,6 +16,9 @@ of them after one untimed. Both sides use two data streams in every case (one ra
 REMORA_STREAMS=2 on it; two rails: REMORA_STREAMS=1 per rail), so only where the streams
 go differs. The issue's targets: two equal rails at >= 1.9x one rail; 1 Gbit/s + 200
 Mbit/s at >= 0.9x the sum (1.08x the fast rail alone); unshaped rails >= 0.97x one rail.
+`--tool iperf3` runs the same paths under raw TCP instead (two iperf3 processes of one
+stream each, both on the first rail or one per rail, for --seconds), so that what the
+paths themselves cost can be told from what remora adds.
 Needs root, tc and the tbf qdisc; the namespaces are made for the run and removed after.
 """
 import argparse
@@ -24,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from ab_builds import start_follower
 
@@ -93,6 +98,49 @@ def run(remora, setup, size, iters, port):
             return json.load(f)["results"][0]["bandwidth_MBps"]
 
 
+def wait_listening(port, deadline_s=10):
+    """Until something in the first namespace listens on TCP `port` (bounded)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        out = subprocess.run(["ip", "netns", "exec", NS[0], "ss", "-Hltn", f"sport = :{port}"],
+                             capture_output=True, text=True).stdout
+        if out.strip():
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"rails.py: iperf3 did not listen on port {port}")
+
+
+def run_iperf3(setup, seconds, port):
+    """The same paths under raw TCP (`--tool iperf3`); MB/s received. Two iperf3 clients
+    of one stream each, at once, summed: "one", both on the first rail; "two", one on each
+    rail (from each rail's address to the other side's on that rail). Two processes in
+    both, so that only the paths differ."""
+    rails = [0, 0] if setup == "one" else [0, 1]
+    servers, clients = [], []
+    try:
+        for k, i in enumerate(rails):
+            servers.append(subprocess.Popen(["ip", "netns", "exec", NS[0], "iperf3", "-s", "-1", "-B",
+                                             f"10.232.{i}.1", "-p", str(port + k)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_listening(port + k)
+        for k, i in enumerate(rails):
+            clients.append(subprocess.Popen(
+                ["ip", "netns", "exec", NS[1], "iperf3", "-c", f"10.232.{i}.1", "-B", f"10.232.{i}.2", "-p",
+                 str(port + k), "-t", str(seconds), "-J"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        total = 0.0
+        for c in clients:
+            out, err = c.communicate(timeout=seconds + 30)
+            if c.returncode != 0:
+                raise SystemExit(f"rails.py: iperf3 failed: {out[-400:]}{err[-400:]}")
+            total += json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / 1e6
+        return total
+    finally:
+        for srv in servers:
+            srv.kill()
+            srv.wait()
+
+
 def size_of(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
@@ -108,7 +156,13 @@ def main():
     ap.add_argument("--size", default="64M")
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--json")
+    ap.add_argument("--tool", choices=("remora", "iperf3"), default="remora",
+                    help="iperf3: the same paths and setups under raw TCP (iperf3 -t --seconds), to tell "
+                         "what the paths themselves cost from what remora adds")
+    ap.add_argument("--seconds", type=int, default=3, help="iperf3's time per run")
     a = ap.parse_args()
+    if a.tool == "iperf3" and a.reference == "equal":
+        raise SystemExit("rails.py: --tool iperf3 compares with --reference one")
     rates = a.rates.split(",")
     if len(rates) != 2:
         raise SystemExit("rails.py: --rates takes two rates")
@@ -122,7 +176,11 @@ def main():
             got = {}
             for setup in order:
                 port += 1
-                got[setup] = run(a.remora, setup, size_of(a.size), a.iters, port)
+                if a.tool == "iperf3":
+                    port += 1  # two ports a run
+                    got[setup] = run_iperf3(setup, a.seconds, port)
+                else:
+                    got[setup] = run(a.remora, setup, size_of(a.size), a.iters, port)
             ratio = got["two"] / got[ref]
             rows.append({"pair": pair, f"{ref}_MBps": got[ref], "two_rails_MBps": got["two"], "ratio": ratio})
             print(f"pair {pair}: {ref:5} {got[ref]:8.1f} MB/s, two rails {got['two']:8.1f} MB/s, ratio {ratio:.3f}",
@@ -130,11 +188,13 @@ def main():
     finally:
         down()
     median = statistics.median(r["ratio"] for r in rows)
-    print(f"# two rails / {a.reference} ({a.rates}, {a.size}), median of {a.pairs} pairs: {median:.3f}")
+    what = f"iperf3, {a.seconds} s" if a.tool == "iperf3" else a.size
+    print(f"# two rails / {a.reference} ({a.rates}, {what}), median of {a.pairs} pairs: {median:.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rates": rates, "reference": a.reference, "size": a.size, "iters": a.iters, "pairs": rows,
-                       "median_ratio": median}, f, indent=1)
+            json.dump({"tool": a.tool, "rates": rates, "reference": a.reference, "size": a.size, "iters": a.iters,
+                       "seconds": a.seconds if a.tool == "iperf3" else None, "pairs": rows, "median_ratio": median},
+                      f, indent=1)
 
 
 if __name__ == "__main__":
