@@ -203,10 +203,8 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
   }
   REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} retired ({}); its chunks go on the other {}",
              static_cast<uint64_t>(params_.id), params_.peer, index, why.message(), chunks_.live_streams());
-  retired_why_.resize(data_watch_.size());
   retired_why_[index] = why.message();
   if (rejoiner_) {
-    size_backoff();
     if (rejoin_backoff_[index].retired(std::chrono::steady_clock::now())) {
       REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} came back only briefly; its rail is tried again in {} ms",
                  static_cast<uint64_t>(params_.id), params_.peer, index,
@@ -233,7 +231,6 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
 void EndpointCore::maybe_rejoin() {
   if (!rejoiner_) return;
   const auto now = std::chrono::steady_clock::now();
-  size_backoff();
   for (uint16_t i = 0; i < data_watch_.size() && state_ == State::kActive; ++i) {
     if (!chunks_.rejoinable(i) || rejoining_[i] || !rejoin_backoff_[i].due(now)) continue;
     rejoining_[i] = true;
@@ -242,14 +239,9 @@ void EndpointCore::maybe_rejoin() {
   }
 }
 
-void EndpointCore::size_backoff() {
-  rejoining_.resize(data_watch_.size(), false);
-  rejoin_backoff_.resize(data_watch_.size(), RejoinBackoff(std::chrono::milliseconds(config_.peer_timeout_ms)));
-}
-
 void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
   if (index >= data_watch_.size()) return;
-  if (index < rejoining_.size()) rejoining_[index] = false;
+  rejoining_[index] = false;
   if (!why.is_ok()) {
     REMORA_LOG(kDebug, "endpoint {} to {}: data stream {} not connected again yet: {}",
                static_cast<uint64_t>(params_.id), params_.peer, index, why.message());
@@ -267,7 +259,6 @@ void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
     return;
   }
   data_watch_[index].hid = *hid;
-  size_backoff();
   rejoin_backoff_[index].rejoined(std::chrono::steady_clock::now());
   REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} connected again; chunks go on it again",
              static_cast<uint64_t>(params_.id), params_.peer, index);

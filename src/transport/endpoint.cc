@@ -37,6 +37,9 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
       chunks_(*this, params_.streams, config_.chunk_bytes, params_.peer) {
   data_watch_.resize(params_.streams);
   for (uint16_t i = 0; i < data_watch_.size(); ++i) data_watch_[i].handler = std::make_unique<DataHandler>(this, i);
+  rejoining_.resize(params_.streams, false);
+  rejoin_backoff_.resize(params_.streams, RejoinBackoff(std::chrono::milliseconds(config_.peer_timeout_ms)));
+  retired_why_.resize(params_.streams);
   ctl_rx_.resize(std::max<size_t>(size_t{64} << 10, 2 * (config_.eager_limit + kEagerPrefix)));
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
   chunks_.set_checksum(checksum_);
@@ -262,8 +265,8 @@ EndpointStats EndpointCore::stats() const {
     RailStats& r = st.rails[stream_rail_[i]];
     if (r.state != "up" || r.streams == 0 || r.streams_retired != r.streams) continue;
     r.state = "down";
-    r.reason = i < retired_why_.size() ? retired_why_[i] : std::string();
-    if (rejoiner_ && i < rejoin_backoff_.size()) {
+    r.reason = retired_why_[i];
+    if (rejoiner_) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(rejoin_backoff_[i].wait()).count();
       r.reason += fmt::format("; connected again when it works (tried every {} ms)", ms);
     }

@@ -267,8 +267,6 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_rejoined(const wire::RejoinedFrame& f);
   /// On a liveness tick: starts an attempt for each rejoinable stream whose time came.
   void maybe_rejoin();
-  /// rejoining_ and rejoin_backoff_ cover every data stream.
-  void size_backoff();
   // Same-host pulls (docs/protocol.md): HOST says who the peer is (and, with can_pull,
   // that it reads this side's memory); PULL announces a chunk to read out of the peer;
   // PULLED answers one of ours.
@@ -466,8 +464,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
 
   // Rejoin (see set_rejoiner / allow_rejoin).
   std::function<void(uint16_t)> rejoiner_;
-  std::vector<bool> rejoining_;                                   // an attempt is in flight
-  std::vector<RejoinBackoff> rejoin_backoff_;                     // when the next may start
+  std::vector<bool> rejoining_;                                   // per data stream: an attempt is in flight
+  std::vector<RejoinBackoff> rejoin_backoff_;                     // per data stream: when the next may start
   uint64_t rejoin_token_ = 0;                                     // 0: no rejoin here
   std::optional<net::SealCipher> rejoin_cipher_;
 
