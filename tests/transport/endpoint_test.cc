@@ -363,8 +363,14 @@ TEST(Context, IdleProgressThreadsSleepAfterTraffic) {
   ASSERT_EQ(tids.size(), 2u) << "one progress thread per context";
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   for (const auto& tid : tids) {
-    while (state_of(tid) != 'S' && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-    ASSERT_EQ(state_of(tid), 'S') << "progress thread " << tid << " never went to sleep";
+    // Judge the state read by the loop: a second read could catch the thread in one of its
+    // brief wakes (a liveness tick) although it had gone to sleep.
+    char state = state_of(tid);
+    while (state != 'S' && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+      state = state_of(tid);
+    }
+    ASSERT_EQ(state, 'S') << "progress thread " << tid << " never went to sleep";
   }
   std::vector<uint64_t> before;
   for (const auto& tid : tids) before.push_back(cpu_ns(tid));
