@@ -126,6 +126,9 @@ struct EndpointStats {
   /// Why the control stream is not in shared memory both ways ("" when it is, or while
   /// it is being set up): the same-host reasons above, or the kernel's refusal.
   std::string shm_reason;
+  /// This side's address and port of the endpoint's control stream ("" once it is
+  /// closed): what tells it from the data streams in `ss` or a capture.
+  std::string control_address;
   /// The cipher sealing every connection of this endpoint (REMORA_ENCRYPT):
   /// "aes256gcm" or "chacha20poly1305"; "" when they travel in clear.
   std::string encryption;

@@ -60,6 +60,7 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["shm_rx"] = s.shm_rx;
   d["shm_reason"] = s.shm_reason;
   d["encryption"] = s.encryption;
+  d["control_address"] = s.control_address;
   d["puts"] = s.puts;
   d["gets"] = s.gets;
   d["atomics"] = s.atomics;
@@ -324,7 +325,8 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "when it "
           "does), shm_tx and shm_rx (whether the control stream runs in shared memory to and from the peer), "
           "shm_reason (why not, '' when it does both ways), encryption (the cipher sealing the endpoint's "
-          "connections, '' when they are in clear), puts, gets, atomics, rma_bytes_put, "
+          "connections, '' when they are in clear), control_address (this side's address:port of the control "
+          "stream), puts, gets, atomics, rma_bytes_put, "
           "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "
           "as the target), notifications (delivered to this side), staged_transfers and staged_bytes "
           "(device-memory transfers through pinned staging buffers), devmem_transfers and zcrx_transfers "

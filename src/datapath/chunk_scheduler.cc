@@ -235,8 +235,11 @@ bool ChunkScheduler::schedule() {
     // The stream with the fewest queued bytes (with rails: the one expected to deliver
     // the chunk first), if it has room for another chunk.
     const uint16_t best = choose_stream();
-    const bool stream_room = streams_[best].queued < chunk_bytes_;
-    if (!stream_room && waits_for_choice()) waiting_for_ = best;
+    // None usable (every stream retired, or the one left not yet writable after its
+    // rejoin): chunks wait, except those a same-host peer pulls.
+    const bool usable = !streams_[best].retired && streams_[best].tx_ok;
+    const bool stream_room = usable && streams_[best].queued < chunk_bytes_;
+    if (usable && !stream_room && waits_for_choice()) waiting_for_ = best;
     const bool pull_room = pull_tx_ && pulls_out_.size() < kPullWindow;
     if (!stream_room && !pull_room) break;
     const auto it = next_preparable(epoch);
@@ -751,7 +754,7 @@ bool ChunkScheduler::schedule_resends(bool* scheduled) {
   while (!resend_.empty()) {
     const uint16_t best = choose_stream();
     Stream& s = streams_[best];
-    if (s.retired) return true;  // none left: the Owner fails the endpoint
+    if (s.retired || !s.tx_ok) return true;  // none usable yet: they wait for a rejoin
     if (s.queued >= chunk_bytes_) {
       if (waits_for_choice()) waiting_for_ = best;
       return true;

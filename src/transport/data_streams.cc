@@ -189,9 +189,22 @@ void EndpointCore::stream_failed(uint16_t index, const Status& why) {
   fail_locked(why);
 }
 
+bool EndpointCore::may_lose_every_stream() const noexcept {
+  return (rejoiner_ || rejoin_token_ != 0) && liveness_.probes();
+}
+
+std::chrono::steady_clock::duration EndpointCore::streamless_limit() const noexcept {
+  // Twice the peer timeout leaves the connecting side two attempts (the first at once);
+  // at least 5 s, for a connect of up to 2 s with a short peer timeout.
+  return std::max<std::chrono::steady_clock::duration>(2 * std::chrono::milliseconds(config_.peer_timeout_ms),
+                                                       std::chrono::seconds(5));
+}
+
 void EndpointCore::retire_stream(uint16_t index, const Status& why) {
   if (chunks_.retired(index)) return;
-  if (chunks_.live_streams() <= 1) {
+  // Only a connection that broke (a reset, an end, the peer's RETIRE) is waited out: an
+  // error of this side's own (the kernel refusing a send) would only come back.
+  if (chunks_.live_streams() <= 1 && (why.code() != StatusCode::kPeerFailed || !may_lose_every_stream())) {
     fail_locked(why.with_context("the endpoint's last data stream"));
     return;
   }
@@ -211,12 +224,31 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
                  std::chrono::duration_cast<std::chrono::milliseconds>(rejoin_backoff_[index].wait()).count());
     }
   }
+  if (chunks_.live_streams() == 0) {
+    // The control stream lives: chunks wait for a stream connected again (the
+    // connecting side tries at once), within streamless_limit().
+    streamless_since_ = std::chrono::steady_clock::now();
+    streamless_why_ = why.message();
+    REMORA_LOG(kWarn,
+               "endpoint {} to {}: every data stream is retired; chunks wait until one is connected again "
+               "(at most {} ms)",
+               static_cast<uint64_t>(params_.id), params_.peer,
+               std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count());
+  }
   append_frame(wire::RetireFrame{.stream = index, .chunks = *read_whole});
   flush_control();
 }
 
 void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   if (state_ != State::kActive || !chunks_.failover()) return;
+  if (streamless_since_ && std::chrono::steady_clock::now() - *streamless_since_ >= streamless_limit()) {
+    fail_locked(Status(StatusCode::kPeerFailed,
+                       fmt::format("every data stream to {} broke (the last: {}) and none was connected again within "
+                                   "{} ms (twice REMORA_PEER_TIMEOUT_MS, at least 5 s)",
+                                   params_.peer, streamless_why_,
+                                   std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count())));
+    return;
+  }
   maybe_rejoin();
   for (uint16_t index : chunks_.stalled(std::chrono::steady_clock::now(), timeout)) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
@@ -259,6 +291,7 @@ void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
     return;
   }
   data_watch_[index].hid = *hid;
+  streamless_since_.reset();
   rejoin_backoff_[index].rejoined(std::chrono::steady_clock::now());
   REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} connected again; chunks go on it again",
              static_cast<uint64_t>(params_.id), params_.peer, index);
@@ -285,6 +318,7 @@ Status EndpointCore::rejoin_accept(uint16_t index, net::Fd fd) {
     return hid.status();
   }
   data_watch_[index].hid = *hid;
+  streamless_since_.reset();
   REMORA_LOG(kWarn, "endpoint {} to {}: data stream {} connected again by the peer", static_cast<uint64_t>(params_.id),
              params_.peer, index);
   return Status::ok();

@@ -276,6 +276,9 @@ EndpointStats EndpointCore::stats() const {
   st.huge_pages_promoted = chunks_.huge_pages_promoted();
   st.same_host_reason = chunks_.pull_rx() ? std::string() : same_host_reason_;
   st.encryption = encryption_;
+  if (control_.valid()) {
+    if (auto local = net::local_address(control_.get())) st.control_address = net::to_string(*local);
+  }
   st.shm_reason = st.shm_tx && st.shm_rx ? std::string() : shm_reason_;
   return st;
 }
@@ -355,7 +358,8 @@ void EndpointCore::handle_control_eof(const Status& why) {
     if (op->in.announced < op->in.length) op->in.doomed = true;
     any_left = true;
   }
-  if (!any_left) {
+  // With every data stream retired (waiting for a rejoin) nothing more can arrive.
+  if (!any_left || (chunks_.failover() && chunks_.live_streams() == 0)) {
     fail_locked(reason);
     return;
   }

@@ -467,6 +467,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::vector<bool> rejoining_;                                   // per data stream: an attempt is in flight
   std::vector<RejoinBackoff> rejoin_backoff_;                     // per data stream: when the next may start
   uint64_t rejoin_token_ = 0;                                     // 0: no rejoin here
+  /// Since when every data stream is retired (docs/rails.md), and why the last went: the
+  /// endpoint waits for one to be connected again, bounded by streamless_limit().
+  std::optional<std::chrono::steady_clock::time_point> streamless_since_;
+  std::string streamless_why_;
+  /// Whether the endpoint may lose its last data stream and wait for a rejoin: both sides
+  /// rejoin, and heartbeats (whose tick bounds the wait) run.
+  bool may_lose_every_stream() const noexcept;
+  std::chrono::steady_clock::duration streamless_limit() const noexcept;
   std::optional<net::SealCipher> rejoin_cipher_;
 
   /// Failed receives waiting for their device copies to end (fail_staged_recv).

@@ -292,6 +292,69 @@ TEST(ChunkSchedulerFailover, ARetiredStreamsChunksGoAgainOnTheOtherAndLandOnce) 
   EXPECT_TRUE(link.rx.idle());
 }
 
+// Every stream retired (the endpoint waits for a rejoin): nothing is announced while
+// none is usable, and once one is taken back on both sides, the chunks that were on the
+// broken ones and those never scheduled go on it, and the transfer lands whole, once.
+TEST(ChunkSchedulerFailover, WithEveryStreamRetiredChunksWaitForOneTakenBack) {
+  Link link;
+  link.tx.enable_failover();
+  link.rx.enable_failover();
+  const std::vector<std::byte> data = pattern(8 * Link::kChunk + 5, 38);
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  RxTransfer in = incoming(1, data.size(), &sink);
+  link.tx.ready(&out);
+  link.tx.schedule();
+  link.tx.write_all();
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  }
+  ASSERT_GE(link.handed, 2u);
+  for (uint16_t i = 0; i < Link::kStreams; ++i) {
+    Result<uint64_t> rx_read = link.rx.retire(i);
+    Result<uint64_t> tx_read = link.tx.retire(i);
+    ASSERT_TRUE(rx_read.is_ok() && tx_read.is_ok());
+    ASSERT_EQ(link.tx.peer_retired(i, *rx_read), "");
+    ASSERT_EQ(link.rx.peer_retired(i, *tx_read), "");
+  }
+  EXPECT_EQ(link.tx.live_streams(), 0u);
+  const size_t before = link.tx_owner.announced.size();
+  link.tx.schedule();
+  link.tx.write_all();
+  EXPECT_EQ(link.tx_owner.announced.size(), before) << "a chunk was announced on a retired stream";
+  // Stream 0 comes back: the receiving side reads it at once, the sending side writes.
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  ASSERT_TRUE(link.tx.reinstate(0, net::Fd(fds[0]), /*tx=*/true).is_ok());
+  ASSERT_TRUE(link.rx.reinstate(0, net::Fd(fds[1]), /*tx=*/false).is_ok());
+  link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_GE(link.tx.chunks_resent(), 1u);
+  for (size_t k = before; k < link.tx_owner.announced.size(); ++k) EXPECT_EQ(link.tx_owner.announced[k].stream, 0u);
+  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_TRUE(link.tx.idle());
+  EXPECT_TRUE(link.rx.idle());
+  // A transfer readied while every stream is retired and nothing waits to go again:
+  // none of its chunks is announced either.
+  Link bare;
+  bare.tx.enable_failover();
+  bare.rx.enable_failover();
+  for (uint16_t i = 0; i < Link::kStreams; ++i) {
+    ASSERT_TRUE(bare.tx.retire(i).is_ok() && bare.rx.retire(i).is_ok());
+    ASSERT_EQ(bare.tx.peer_retired(i, 0), "");
+  }
+  TxTransfer later = outgoing(wire::ChunkKind::kMessage, 2, 2, 3 * Link::kChunk, &source);
+  bare.tx.ready(&later);
+  bare.tx.schedule();
+  bare.tx.write_all();
+  EXPECT_TRUE(bare.tx_owner.announced.empty()) << "a chunk was announced on a retired stream";
+}
+
 // Confirmation is what completes a kept transfer: written whole is not enough, and a
 // count the sender never wrote is refused.
 TEST(ChunkSchedulerFailover, ASendIsDoneOnlyOnceConfirmedAndBadCountsAreRefused) {

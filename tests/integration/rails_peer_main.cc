@@ -19,7 +19,11 @@
 //       is ADDR, and before it completed, resets that rail's connections (`ss -K src
 //       ADDR`), or with --break-how=down sets the rail's interface down: failover must
 //       finish the operation on the other rail; --break-how=all-down sets every rail's
-//       interface down (nothing survives that: the endpoint fails)
+//       interface down (nothing survives that: the endpoint fails); --break-how=all-streams
+//       resets every data stream at once but not the control stream (`ss -K` of each
+//       rail's connections but the one from EndpointStats::control_address's port): the
+//       connecting side connects them again; --break-how=all-streams-for-good first drops
+//       every SYN this namespace sends (iptables), so that none comes back
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
 //   --comeback=<n>  (both sides, with --break-how=down) after the exchange the connecting
 //       side prints "DOWN <the rail's reason>", sets the rail up again, waits until the
@@ -31,8 +35,8 @@
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
-// and exit 0; anything wrong is a message on stderr, a line "FAILED <what> <status code>"
-// on stdout, and exit 1.
+// and exit 0; anything wrong is a message on stderr, a line "FAILED <what> <status code>
+// <message>" on stdout, and exit 1.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -87,6 +91,15 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, cons
     cmd = "true";
     for (const RailStats& rail : ep.stats().rails) cmd += " && ip link set dev " + rail.interface + " down";
   }
+  if (how == "all-streams" || how == "all-streams-for-good") {
+    const EndpointStats st = ep.stats();
+    const std::string control_port = st.control_address.substr(st.control_address.rfind(':') + 1);
+    cmd = how == "all-streams" ? "true" : "iptables -A OUTPUT -p tcp --syn -j DROP";
+    for (const RailStats& rail : st.rails) {
+      if (rail.streams > 0)
+        cmd += " && ss -K src " + rail.local_address + " and not sport = :" + control_port + " >/dev/null";
+    }
+  }
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "rails peer: %s failed\n", cmd.c_str());
     return false;
@@ -114,7 +127,7 @@ std::string rail_reason(const Endpoint& ep, const std::string& interface) {
 int fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "rails peer: %s: %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str(),
                s.message().c_str());
-  std::printf("FAILED %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str());
+  std::printf("FAILED %s %s %s\n", what.c_str(), std::string(to_string(s.code())).c_str(), s.message().c_str());
   std::fflush(stdout);
   return 1;
 }

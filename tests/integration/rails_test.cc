@@ -438,6 +438,60 @@ TEST(Failover, ACollectiveLoopGoesOnWhenARailsLinkGoesDown) {
   std::remove(stop_file.c_str());
 }
 
+// Every data stream resets at once mid-send (`ss -K` of both rails' connections but the
+// control stream's, found by EndpointStats::control_address): the endpoint keeps its
+// control stream and waits, the connecting side connects the streams again at once (the
+// next liveness tick), the chunks that were on them go again, and the send and a 16 MiB
+// answer complete, every byte checked. Both sides retired both streams and took at
+// least one back.
+TEST(Failover, EveryDataStreamResetMidSendIsConnectedAgainAndTheSendCompletes) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
+      !net.shape_a(1, "200mbit")) {
+    GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  }
+  const Outcome o = transfer(net, 32ull << 20, "rlb", {"REMORA_PEER_TIMEOUT_MS=1000"},
+                             {"--answer-size=16777216", "--break-how=all-streams", "--break-source=" + net.addr_b(1)});
+  ASSERT_EQ(o.connector.size(), 2u) << o.connector_out;
+  EXPECT_EQ(o.connector_failover.streams_retired, 2u);
+  EXPECT_EQ(o.listener_failover.streams_retired, 2u);
+  EXPECT_GE(o.connector_failover.streams_rejoined, 1u);
+  EXPECT_GE(o.listener_failover.streams_rejoined, 1u);
+  EXPECT_GE(o.connector_failover.chunks_resent, 1u);
+}
+
+// The same, but the connecting side's namespace drops every SYN it sends from then on,
+// so no stream comes back: after twice the peer timeout (at least 5 s) the send and the
+// receive fail with peer_failed, one side saying why (both count from the break; the
+// other then sees the control stream close).
+TEST(Failover, EveryDataStreamResetAndNoneComingBackFailsTheEndpointInBoundedTime) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  const std::vector<std::string> env = {"REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_PEER_TIMEOUT_MS=1000"};
+  auto with = [&](const std::string& rails) {
+    std::vector<std::string> e = env;
+    e.push_back("REMORA_RAILS=" + rails);
+    return e;
+  };
+  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
+                            with("rla"));
+  ASSERT_TRUE(a->ok());
+  const uint16_t port = read_port(*a);
+  ASSERT_NE(port, 0);
+  auto b =
+      spawn_rails_peer(net, net.ns_b(),
+                       {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), "--size=33554432",
+                        "--seed=36", "--break-how=all-streams-for-good", "--break-source=" + net.addr_b(1)},
+                       with("rlb"));
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
+  EXPECT_NE(b_out.find("FAILED send peer_failed"), std::string::npos) << Process::describe(b_status) << "\n" << b_out;
+  EXPECT_NE((a_out + b_out).find("none was connected again within 5000 ms"), std::string::npos) << a_out << b_out;
+  EXPECT_NE(a_out.find("FAILED recv peer_failed"), std::string::npos) << Process::describe(a_status) << "\n" << a_out;
+}
+
 // What failover does not survive ends as before. Every rail's link goes down on the
 // connecting side mid-send: no stream works, so none is retired; each side sees the
 // peer silent for the peer timeout (1 s) and fails with peer_failed.
