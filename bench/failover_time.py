@@ -3,17 +3,21 @@
 link goes down (REMORA_RAILS and failover, docs/rails.md): two network namespaces joined
 by two veth pairs (one subnet each), each shaped by tc tbf in both directions; a sender
 sends 4 MiB messages one at a time over both rails and timestamps each completion; after
---before seconds it sets its second rail's interface down and goes on for --after seconds.
+--before seconds it sets its second rail's interface down (--break down) or resets every
+data stream of both rails at once (--break reset-all: `ss -K` of each rail's connections
+but the control stream's) and goes on for --after seconds.
 
   bench/failover_time.py [--python PY] [--rate 1gbit] [--peer-timeout-ms 1000]
-                         [--runs 3] [--before 2] [--after 6] [--json FILE]
+                         [--break down|reset-all] [--runs 3] [--before 2] [--after 6]
+                         [--json FILE]
 
 Reported per run: the rate before the link went down (both rails), the rate over the
 last 2 s (one rail), the longest gap between two completions, and the recovery time:
 from the link-down to the start of the first 0.5 s window that runs at >= 0.9x the
-one-rail rate. With rails, a stream whose chunks go unconfirmed for the peer timeout
-(REMORA_PEER_TIMEOUT_MS) while the other rail works is retired and its chunks are sent
-again, so the recovery time should be about the peer timeout. PY must import the remora
+one-rail rate (with reset-all: the rate once both streams are back). With rails, a stream
+whose chunks go unconfirmed for the peer timeout (REMORA_PEER_TIMEOUT_MS) while the other
+rail works is retired and its chunks are sent again, so the recovery time should be about
+the peer timeout; after reset-all the streams are connected again at once. PY must import the remora
 package (scripts/lib/python.sh installs it into build/venv). Needs root, tc and tbf.
 """
 import argparse
@@ -47,10 +51,11 @@ print("RECEIVED", n, flush=True)
 """
 
 # The sending side: connects, sends for `before` seconds, sets its second rail down,
-# sends for `after` seconds more; prints the completion times as JSON.
+# sends for `after` seconds more; prints the completion times as JSON. With reset-all it
+# resets every data stream instead (each rail's connections but the control stream's).
 SENDER = r"""
 import json, subprocess, sys, time, numpy as np, remora
-address, before, after = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+address, before, after, how = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 ctx = remora.Context()
 ep = ctx.connect(address, 30.0)
 buf = np.empty(4 << 20, np.uint8)
@@ -59,7 +64,15 @@ start = time.monotonic()
 while True:
     now = time.monotonic()
     if down_at is None and now - start >= before:
-        subprocess.run(["ip", "link", "set", "rra1", "down"], check=True)
+        if how == "down":
+            subprocess.run(["ip", "link", "set", "rra1", "down"], check=True)
+        else:
+            st = ep.stats()
+            port = st["control_address"].rpartition(":")[2]
+            for rail in st["rails"]:
+                if rail["streams"] > 0:
+                    subprocess.run(["ss", "-K", "src", rail["local_address"], "and", "not", "sport", "=", ":" + port],
+                                   check=True, stdout=subprocess.DEVNULL)
         down_at = time.monotonic()
     if down_at is not None and now - down_at >= after:
         break
@@ -71,7 +84,8 @@ ep.send(buf[:0], 1).wait(120.0)
 st = ep.stats()
 ep.close()
 print(json.dumps({"times": times, "down_at": down_at - start, "message": len(buf),
-                  "streams_retired": st["streams_retired"], "chunks_resent": st["chunks_resent"]}), flush=True)
+                  "streams_retired": st["streams_retired"], "chunks_resent": st["chunks_resent"],
+                  "streams_rejoined": st["streams_rejoined"]}), flush=True)
 """
 
 
@@ -95,10 +109,11 @@ def analyse(run):
             break
         t += 0.05
     return {"before_MBps": before, "after_MBps": after, "longest_gap_s": max(gaps),
-            "recovery_s": recovery, "streams_retired": run["streams_retired"], "chunks_resent": run["chunks_resent"]}
+            "recovery_s": recovery, "streams_retired": run["streams_retired"], "chunks_resent": run["chunks_resent"],
+            "streams_rejoined": run.get("streams_rejoined", 0)}
 
 
-def one_run(py, rate, peer_timeout_ms, before, after, port):
+def one_run(py, rate, peer_timeout_ms, before, after, port, how):
     up([rate, rate])
     env = dict(os.environ, REMORA_SAME_HOST="off", REMORA_STREAMS="1", REMORA_PEER_TIMEOUT_MS=str(peer_timeout_ms))
     try:
@@ -107,7 +122,7 @@ def one_run(py, rate, peer_timeout_ms, before, after, port):
         if recv.stdout.readline().strip() != "READY":
             raise SystemExit("failover_time.py: the receiver did not start")
         sent = subprocess.run(["ip", "netns", "exec", NS[0], py, "-c", SENDER, f"10.232.0.2:{port}", str(before),
-                               str(after)], env=dict(env, REMORA_RAILS="rra"), capture_output=True, text=True,
+                               str(after), how], env=dict(env, REMORA_RAILS="rra"), capture_output=True, text=True,
                               timeout=before + after + 300)
         got = recv.communicate(timeout=60)[0]
         if sent.returncode != 0 or recv.returncode != 0:
@@ -123,6 +138,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--peer-timeout-ms", type=int, default=1000)
+    ap.add_argument("--break", dest="how", choices=["down", "reset-all"], default="down")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", type=float, default=2.0)
     ap.add_argument("--after", type=float, default=6.0)
@@ -130,20 +146,21 @@ def main():
     a = ap.parse_args()
     rows = []
     for i in range(a.runs):
-        run = one_run(a.python, a.rate, a.peer_timeout_ms, a.before, a.after, 47400 + i)
+        run = one_run(a.python, a.rate, a.peer_timeout_ms, a.before, a.after, 47400 + i, a.how)
         row = analyse(run)
         rows.append(row)
         rec = "never" if row["recovery_s"] is None else f"{row['recovery_s']:.2f} s"
         print(f"run {i}: before {row['before_MBps']:7.1f} MB/s, after {row['after_MBps']:7.1f} MB/s, longest gap "
               f"{row['longest_gap_s']:.2f} s, recovery {rec}, {row['streams_retired']} stream(s) retired, "
-              f"{row['chunks_resent']} chunk(s) resent", flush=True)
+              f"{row['chunks_resent']} chunk(s) resent, {row['streams_rejoined']} rejoined", flush=True)
     recoveries = [r["recovery_s"] for r in rows if r["recovery_s"] is not None]
     median = statistics.median(recoveries) if recoveries else None
-    print(f"# link down -> one-rail rate (tbf {a.rate} each, REMORA_PEER_TIMEOUT_MS={a.peer_timeout_ms}), median of "
+    what = "link down -> one-rail rate" if a.how == "down" else "every data stream reset -> the rate after"
+    print(f"# {what} (tbf {a.rate} each, REMORA_PEER_TIMEOUT_MS={a.peer_timeout_ms}), median of "
           f"{len(recoveries)} of {a.runs} runs: " + ("never" if median is None else f"{median:.2f} s"))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rate": a.rate, "peer_timeout_ms": a.peer_timeout_ms, "runs": rows, "median_recovery_s": median},
+            json.dump({"break": a.how, "rate": a.rate, "peer_timeout_ms": a.peer_timeout_ms, "runs": rows, "median_recovery_s": median},
                       f, indent=1)
 
 

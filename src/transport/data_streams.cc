@@ -351,6 +351,9 @@ void EndpointCore::handle_retire(const wire::RetireFrame& f) {
     protocol_error(std::move(violation));
     return;
   }
+  // With no stream left, transfers wait for a rejoin: try now rather than at the next
+  // heartbeat tick (a quarter of the peer timeout).
+  if (state_ == State::kActive && streamless_since_) maybe_rejoin();
   if (state_ == State::kActive) pump();
 }
 

@@ -440,8 +440,8 @@ TEST(Failover, ACollectiveLoopGoesOnWhenARailsLinkGoesDown) {
 
 // Every data stream resets at once mid-send (`ss -K` of both rails' connections but the
 // control stream's, found by EndpointStats::control_address): the endpoint keeps its
-// control stream and waits, the connecting side connects the streams again at once (the
-// next liveness tick), the chunks that were on them go again, and the send and a 16 MiB
+// control stream and waits, the connecting side connects the streams again at once, the
+// chunks that were on them go again, and the send and a 16 MiB
 // answer complete, every byte checked. Both sides retired both streams and took at
 // least one back.
 TEST(Failover, EveryDataStreamResetMidSendIsConnectedAgainAndTheSendCompletes) {

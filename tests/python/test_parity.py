@@ -203,6 +203,10 @@ def test_endpoint_stats_device_fields_on_host_memory(pair):
         assert (s["devmem_transfers"], s["zcrx_transfers"], s["device_path_refusals"]) == (0, 0, 0)
         assert (s["device_path"], s["device_path_reason"]) == ("", "")
     assert pair.init.stats()["bytes_sent"] >= len(msg)
+    # the control streams' two ends: this process's own addresses, each with its port
+    ends = [s["control_address"] for s in (pair.init.stats(), pair.target.stats())]
+    assert all(e.rpartition(":")[2].isdigit() and int(e.rpartition(":")[2]) > 0 for e in ends), ends
+    assert ends[0] != ends[1]
 
 
 @pytest.mark.parametrize("pulls", [True, False])
