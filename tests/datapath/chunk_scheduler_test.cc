@@ -247,25 +247,50 @@ TEST(ChunkScheduler, GivesWayWhenAskedAndResumesWhereItStopped) {
 // A stream breaks after the sender put chunks on both: each side retires it, the
 // receiver's RETIRE says how many it read whole, and every other chunk the sender put
 // there goes again on the surviving stream, landing once at its own offset.
-TEST(ChunkSchedulerFailover, ARetiredStreamsChunksGoAgainOnTheOtherAndLandOnce) {
+/// A message of `size` bytes over a Link with failover on both sides, after one round:
+/// chunks on both streams, announced and handed to the receiver (which read nothing yet).
+struct FailoverSend {
   Link link;
-  link.tx.enable_failover();
-  link.rx.enable_failover();
-  const std::vector<std::byte> data = pattern(8 * Link::kChunk + 123, 36);
-  std::vector<std::byte> got(data.size());
-  HostSource source(data.data());
-  HostSink sink(got.data());
-  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
-  RxTransfer in = incoming(1, data.size(), &sink);
-  link.tx.ready(&out);
-  EXPECT_TRUE(out.confirm);  // host memory can be sent again
-  // One round: chunks on both streams, announced; the receiver reads stream 0 only.
-  link.tx.schedule();
-  link.tx.write_all();
-  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
-    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
-    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  std::vector<std::byte> data, got;
+  HostSource source;
+  HostSink sink;
+  TxTransfer out;
+  RxTransfer in;
+  FailoverSend(size_t size, uint64_t seed)
+      : data(pattern(size, seed)),
+        got(size),
+        source(data.data()),
+        sink(got.data()),
+        out(outgoing(wire::ChunkKind::kMessage, 1, 1, size, &source)),
+        in(incoming(1, size, &sink)) {
+    link.tx.enable_failover();
+    link.rx.enable_failover();
+    link.tx.ready(&out);
+    link.tx.schedule();
+    link.tx.write_all();
+    for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+      const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+      EXPECT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+    }
   }
+  /// Runs until the message arrived and was confirmed; then it must be whole, once.
+  void finish() {
+    link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
+    ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+    EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
+    EXPECT_TRUE(got == data);
+    EXPECT_GE(link.tx.chunks_resent(), 1u);
+    ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);  // sent once, when every chunk was confirmed
+    EXPECT_TRUE(link.tx.idle());
+    EXPECT_TRUE(link.rx.idle());
+  }
+};
+
+TEST(ChunkSchedulerFailover, ARetiredStreamsChunksGoAgainOnTheOtherAndLandOnce) {
+  FailoverSend send(8 * Link::kChunk + 123, 36);
+  Link& link = send.link;
+  EXPECT_TRUE(send.out.confirm);  // host memory can be sent again
+  // The receiver reads stream 0 only.
   link.rx.read(0);
   ASSERT_GT(link.tx.bytes_sent(1), 0u);
   // Stream 1 breaks.
@@ -280,38 +305,17 @@ TEST(ChunkSchedulerFailover, ARetiredStreamsChunksGoAgainOnTheOtherAndLandOnce) 
   EXPECT_EQ(link.tx.peer_retired(1, *rx_read), "");
   EXPECT_EQ(link.rx.peer_retired(1, *tx_read), "");
   EXPECT_NE(link.tx.peer_retired(1, *rx_read), "");  // once per stream
-  link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
-  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
-  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
-  EXPECT_TRUE(got == data);
-  EXPECT_GE(link.tx.chunks_resent(), 1u);
-  EXPECT_EQ(out.confirmed, data.size());
-  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);  // sent once, when every chunk was confirmed
+  send.finish();
+  EXPECT_EQ(send.out.confirmed, send.data.size());
   EXPECT_TRUE(link.tx_owner.resend_failures.empty());
-  EXPECT_TRUE(link.tx.idle());
-  EXPECT_TRUE(link.rx.idle());
 }
 
 // Every stream retired (the endpoint waits for a rejoin): nothing is announced while
 // none is usable, and once one is taken back on both sides, the chunks that were on the
 // broken ones and those never scheduled go on it, and the transfer lands whole, once.
 TEST(ChunkSchedulerFailover, WithEveryStreamRetiredChunksWaitForOneTakenBack) {
-  Link link;
-  link.tx.enable_failover();
-  link.rx.enable_failover();
-  const std::vector<std::byte> data = pattern(8 * Link::kChunk + 5, 38);
-  std::vector<std::byte> got(data.size());
-  HostSource source(data.data());
-  HostSink sink(got.data());
-  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
-  RxTransfer in = incoming(1, data.size(), &sink);
-  link.tx.ready(&out);
-  link.tx.schedule();
-  link.tx.write_all();
-  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
-    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
-    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
-  }
+  FailoverSend send(8 * Link::kChunk + 5, 38);
+  Link& link = send.link;
   ASSERT_GE(link.handed, 2u);
   for (uint16_t i = 0; i < Link::kStreams; ++i) {
     Result<uint64_t> rx_read = link.rx.retire(i);
@@ -330,15 +334,8 @@ TEST(ChunkSchedulerFailover, WithEveryStreamRetiredChunksWaitForOneTakenBack) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
   ASSERT_TRUE(link.tx.reinstate(0, net::Fd(fds[0]), /*tx=*/true).is_ok());
   ASSERT_TRUE(link.rx.reinstate(0, net::Fd(fds[1]), /*tx=*/false).is_ok());
-  link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
-  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
-  EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok());
-  EXPECT_TRUE(got == data);
-  EXPECT_GE(link.tx.chunks_resent(), 1u);
+  send.finish();
   for (size_t k = before; k < link.tx_owner.announced.size(); ++k) EXPECT_EQ(link.tx_owner.announced[k].stream, 0u);
-  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
-  EXPECT_TRUE(link.tx.idle());
-  EXPECT_TRUE(link.rx.idle());
   // A transfer readied while every stream is retired and nothing waits to go again:
   // none of its chunks is announced either.
   Link bare;
@@ -348,7 +345,7 @@ TEST(ChunkSchedulerFailover, WithEveryStreamRetiredChunksWaitForOneTakenBack) {
     ASSERT_TRUE(bare.tx.retire(i).is_ok() && bare.rx.retire(i).is_ok());
     ASSERT_EQ(bare.tx.peer_retired(i, 0), "");
   }
-  TxTransfer later = outgoing(wire::ChunkKind::kMessage, 2, 2, 3 * Link::kChunk, &source);
+  TxTransfer later = outgoing(wire::ChunkKind::kMessage, 2, 2, 3 * Link::kChunk, &send.source);
   bare.tx.ready(&later);
   bare.tx.schedule();
   bare.tx.write_all();

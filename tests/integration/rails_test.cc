@@ -438,6 +438,32 @@ TEST(Failover, ACollectiveLoopGoesOnWhenARailsLinkGoesDown) {
   std::remove(stop_file.c_str());
 }
 
+/// A 32 MiB send from ns_b (two rails, a 1 s peer timeout) whose rails the connecting
+/// side breaks `how` (rails_peer's --break-how) once bytes moved on the second: both
+/// sides must fail, the send and the receive with peer_failed. Returns both outputs.
+std::pair<std::string, std::string> expect_both_fail(const NetnsRails& net, const std::string& how) {
+  const std::vector<std::string> env = {"REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_PEER_TIMEOUT_MS=1000"};
+  auto with = [&](const std::string& rails) {
+    std::vector<std::string> e = env;
+    e.push_back("REMORA_RAILS=" + rails);
+    return e;
+  };
+  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
+                            with("rla"));
+  const uint16_t port = a->ok() ? read_port(*a) : 0;
+  EXPECT_NE(port, 0);
+  if (port == 0) return {};
+  auto b = spawn_rails_peer(net, net.ns_b(),
+                            {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port),
+                             "--size=33554432", "--seed=36", "--break-how=" + how, "--break-source=" + net.addr_b(1)},
+                            with("rlb"));
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
+  EXPECT_NE(b_out.find("FAILED send peer_failed"), std::string::npos) << Process::describe(b_status) << "\n" << b_out;
+  EXPECT_NE(a_out.find("FAILED recv peer_failed"), std::string::npos) << Process::describe(a_status) << "\n" << a_out;
+  return {a_out, b_out};
+}
+
 // Every data stream resets at once mid-send (`ss -K` of both rails' connections but the
 // control stream's, found by EndpointStats::control_address): the endpoint keeps its
 // control stream and waits, the connecting side connects the streams again at once, the
@@ -469,27 +495,8 @@ TEST(Failover, EveryDataStreamResetAndNoneComingBackFailsTheEndpointInBoundedTim
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
-  const std::vector<std::string> env = {"REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_PEER_TIMEOUT_MS=1000"};
-  auto with = [&](const std::string& rails) {
-    std::vector<std::string> e = env;
-    e.push_back("REMORA_RAILS=" + rails);
-    return e;
-  };
-  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
-                            with("rla"));
-  ASSERT_TRUE(a->ok());
-  const uint16_t port = read_port(*a);
-  ASSERT_NE(port, 0);
-  auto b =
-      spawn_rails_peer(net, net.ns_b(),
-                       {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), "--size=33554432",
-                        "--seed=36", "--break-how=all-streams-for-good", "--break-source=" + net.addr_b(1)},
-                       with("rlb"));
-  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
-  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
-  EXPECT_NE(b_out.find("FAILED send peer_failed"), std::string::npos) << Process::describe(b_status) << "\n" << b_out;
+  const auto [a_out, b_out] = expect_both_fail(net, "all-streams-for-good");
   EXPECT_NE((a_out + b_out).find("none was connected again within 5000 ms"), std::string::npos) << a_out << b_out;
-  EXPECT_NE(a_out.find("FAILED recv peer_failed"), std::string::npos) << Process::describe(a_status) << "\n" << a_out;
 }
 
 // What failover does not survive ends as before. Every rail's link goes down on the
@@ -499,25 +506,7 @@ TEST(Failover, AllRailsDownFailsTheEndpointOnBothSides) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
-  const std::vector<std::string> env = {"REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_PEER_TIMEOUT_MS=1000"};
-  auto with = [&](const std::string& rails) {
-    std::vector<std::string> e = env;
-    e.push_back("REMORA_RAILS=" + rails);
-    return e;
-  };
-  auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
-                            with("rla"));
-  ASSERT_TRUE(a->ok());
-  const uint16_t port = read_port(*a);
-  ASSERT_NE(port, 0);
-  auto b = spawn_rails_peer(net, net.ns_b(),
-                            {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port),
-                             "--size=33554432", "--seed=36", "--break-how=all-down", "--break-source=" + net.addr_b(1)},
-                            with("rlb"));
-  auto [b_out, b_status] = finish(*b, std::chrono::seconds(90));
-  auto [a_out, a_status] = finish(*a, std::chrono::seconds(30));
-  EXPECT_NE(b_out.find("FAILED send peer_failed"), std::string::npos) << Process::describe(b_status) << "\n" << b_out;
-  EXPECT_NE(a_out.find("FAILED recv peer_failed"), std::string::npos) << Process::describe(a_status) << "\n" << a_out;
+  expect_both_fail(net, "all-down");
 }
 
 // The listener is killed (SIGKILL) once the send's first bytes arrived: every connection
