@@ -195,9 +195,12 @@ bool EndpointCore::may_lose_every_stream() const noexcept {
 
 std::chrono::steady_clock::duration EndpointCore::streamless_limit() const noexcept {
   // Twice the peer timeout leaves the connecting side two attempts (the first at once);
-  // at least 5 s, for a connect of up to 2 s with a short peer timeout.
-  return std::max<std::chrono::steady_clock::duration>(2 * std::chrono::milliseconds(config_.peer_timeout_ms),
-                                                       std::chrono::seconds(5));
+  // at least 5 s, for a connect of up to 2 s with a short peer timeout. The listening
+  // side waits one peer timeout longer: the connecting side, which knows why its
+  // attempts failed, gives up first and says so.
+  const auto timeout = std::chrono::milliseconds(config_.peer_timeout_ms);
+  const auto limit = std::max<std::chrono::steady_clock::duration>(2 * timeout, std::chrono::seconds(5));
+  return rejoiner_ ? limit : limit + timeout;
 }
 
 void EndpointCore::retire_stream(uint16_t index, const Status& why) {
@@ -242,11 +245,14 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
 void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   if (state_ != State::kActive || !chunks_.failover()) return;
   if (streamless_since_ && std::chrono::steady_clock::now() - *streamless_since_ >= streamless_limit()) {
-    fail_locked(Status(StatusCode::kPeerFailed,
-                       fmt::format("every data stream to {} broke (the last: {}) and none was connected again within "
-                                   "{} ms (twice REMORA_PEER_TIMEOUT_MS, at least 5 s)",
-                                   params_.peer, streamless_why_,
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count())));
+    fail_locked(Status(
+        StatusCode::kPeerFailed,
+        fmt::format("every data stream to {} broke (the last: {}) and none was connected again within {} ms ({}){}",
+                    params_.peer, streamless_why_,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count(),
+                    rejoiner_ ? "twice REMORA_PEER_TIMEOUT_MS, at least 5 s"
+                              : "the connecting side's limit and one REMORA_PEER_TIMEOUT_MS more",
+                    rejoin_error_.empty() ? "" : "; the last attempt: " + rejoin_error_)));
     return;
   }
   maybe_rejoin();
@@ -274,6 +280,7 @@ void EndpointCore::maybe_rejoin() {
 void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
   if (index >= data_watch_.size()) return;
   rejoining_[index] = false;
+  rejoin_error_ = why.is_ok() ? std::string() : why.message();
   if (!why.is_ok()) {
     REMORA_LOG(kDebug, "endpoint {} to {}: data stream {} not connected again yet: {}",
                static_cast<uint64_t>(params_.id), params_.peer, index, why.message());

@@ -471,6 +471,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// endpoint waits for one to be connected again, bounded by streamless_limit().
   std::optional<std::chrono::steady_clock::time_point> streamless_since_;
   std::string streamless_why_;
+  std::string rejoin_error_;  // why the connecting side's last rejoin attempt failed ("" if it did not)
   /// Whether the endpoint may lose its last data stream and wait for a rejoin: both sides
   /// rejoin, and heartbeats (whose tick bounds the wait) run.
   bool may_lose_every_stream() const noexcept;
