@@ -464,13 +464,13 @@ std::pair<std::string, std::string> expect_both_fail(const NetnsRails& net, cons
   return {a_out, b_out};
 }
 
-// Every data stream resets at once mid-send (`ss -K` of both rails' connections but the
-// control stream's, found by EndpointStats::control_address): the endpoint keeps its
-// control stream and waits, the connecting side connects the streams again at once, the
-// chunks that were on them go again, and the send and a 16 MiB
-// answer complete, every byte checked. Both sides retired both streams and took at
-// least one back.
-TEST(Failover, EveryDataStreamResetMidSendIsConnectedAgainAndTheSendCompletes) {
+// Every data stream resets at once in the middle of an operation (`ss -K` of both rails'
+// connections but the control stream's, found by EndpointStats::control_address): the
+// endpoint keeps its control stream and waits, the connecting side connects the streams
+// again at once, the chunks that were on them go again (from the listener for a get,
+// whose data it sends), and every operation completes, every byte checked. Both sides
+// retired both streams and took at least one back.
+void expect_all_streams_reset(const std::string& op, const std::string& extra = "--mixed=0") {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
@@ -478,13 +478,24 @@ TEST(Failover, EveryDataStreamResetMidSendIsConnectedAgainAndTheSendCompletes) {
     GTEST_SKIP() << "tc tbf unavailable: " << net.error();
   }
   const Outcome o = transfer(net, 32ull << 20, "rlb", {"REMORA_PEER_TIMEOUT_MS=1000"},
-                             {"--answer-size=16777216", "--break-how=all-streams", "--break-source=" + net.addr_b(1)});
+                             {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=all-streams",
+                              "--break-source=" + net.addr_b(1), extra});
   ASSERT_EQ(o.connector.size(), 2u) << o.connector_out;
   EXPECT_EQ(o.connector_failover.streams_retired, 2u);
   EXPECT_EQ(o.listener_failover.streams_retired, 2u);
   EXPECT_GE(o.connector_failover.streams_rejoined, 1u);
   EXPECT_GE(o.listener_failover.streams_rejoined, 1u);
-  EXPECT_GE(o.connector_failover.chunks_resent, 1u);
+  EXPECT_GE(op == "get" ? o.listener_failover.chunks_resent : o.connector_failover.chunks_resent, 1u);
+}
+
+TEST(Failover, EveryDataStreamResetMidSendIsConnectedAgainAndTheSendCompletes) { expect_all_streams_reset("send"); }
+
+TEST(Failover, EveryDataStreamResetMidGetIsConnectedAgainAndTheGetCompletes) { expect_all_streams_reset("get"); }
+
+// A put joined by notified puts and fetch_adds (rails_peer --mixed): the atomics land
+// exactly once (fetched 0, 3, ..., 189; the word 192), each notification arrives once.
+TEST(Failover, EveryDataStreamResetMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
+  expect_all_streams_reset("put", "--mixed=1");
 }
 
 // The same, but the connecting side's namespace drops every SYN it sends from then on,
