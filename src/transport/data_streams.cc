@@ -270,7 +270,10 @@ void EndpointCore::maybe_rejoin() {
   if (!rejoiner_) return;
   const auto now = std::chrono::steady_clock::now();
   for (uint16_t i = 0; i < data_watch_.size() && state_ == State::kActive; ++i) {
-    if (!chunks_.rejoinable(i) || rejoining_[i] || !rejoin_backoff_[i].due(now)) continue;
+    // The backoff spares transfers a flapping rail while others work; with none left
+    // there is nothing to spare, and every retired stream is tried each tick.
+    const bool due = streamless_since_.has_value() || rejoin_backoff_[i].due(now);
+    if (!chunks_.rejoinable(i) || rejoining_[i] || !due) continue;
     rejoining_[i] = true;
     rejoin_backoff_[i].attempted(now);
     rejoiner_(i);
