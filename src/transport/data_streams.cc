@@ -196,11 +196,11 @@ bool EndpointCore::may_lose_every_stream() const noexcept {
 std::chrono::steady_clock::duration EndpointCore::streamless_limit() const noexcept {
   // Twice the peer timeout leaves the connecting side two attempts (the first at once);
   // at least 5 s, for a connect of up to 2 s with a short peer timeout. The listening
-  // side waits one peer timeout longer: the connecting side, which knows why its
-  // attempts failed, gives up first and says so.
+  // side waits one peer timeout (at least 5 s) longer: the connecting side, which knows
+  // why its attempts failed, gives up first and says so, even on a loaded host.
   const auto timeout = std::chrono::milliseconds(config_.peer_timeout_ms);
   const auto limit = std::max<std::chrono::steady_clock::duration>(2 * timeout, std::chrono::seconds(5));
-  return rejoiner_ ? limit : limit + timeout;
+  return rejoiner_ ? limit : limit + std::max<std::chrono::steady_clock::duration>(timeout, std::chrono::seconds(5));
 }
 
 void EndpointCore::retire_stream(uint16_t index, const Status& why) {
@@ -251,7 +251,7 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
                     params_.peer, streamless_why_,
                     std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count(),
                     rejoiner_ ? "twice REMORA_PEER_TIMEOUT_MS, at least 5 s"
-                              : "the connecting side's limit and one REMORA_PEER_TIMEOUT_MS more",
+                              : "the connecting side's limit and one REMORA_PEER_TIMEOUT_MS more, at least 5 s",
                     rejoin_error_.empty() ? "" : "; the last attempt: " + rejoin_error_)));
     return;
   }

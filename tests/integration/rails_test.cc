@@ -501,7 +501,7 @@ TEST(Failover, EveryDataStreamResetMidPutsNotificationsAndAtomicsLosesAndRepeats
 // The same, but the connecting side's namespace drops every SYN it sends from then on,
 // so no stream comes back: after twice the peer timeout (at least 5 s) the connecting
 // side fails the send with peer_failed, saying why its attempts failed, and the
-// listener's receive fails with peer_failed too (it would have waited a second longer).
+// listener's receive fails with peer_failed too (it would have waited 5 s longer).
 TEST(Failover, EveryDataStreamResetAndNoneComingBackFailsTheEndpointInBoundedTime) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
