@@ -53,6 +53,16 @@ std::unique_ptr<Process> spawn_rails_peer(const NetnsRails& net, const std::stri
   return p;
 }
 
+// The rails tests slow their links with tc's tbf so that a break lands in the middle of
+// a transfer. Shaping runs where the namespaces were made (as root), so a host without
+// tbf fails them rather than skipping them unseen.
+constexpr const char* kNoTbf = "tc tbf (sch_tbf) is needed to shape the rails: ";
+
+/// Both rails shaped to `rate` in both directions (a get's data flows from the listener).
+bool shape_both_ways(NetnsRails& net, const std::string& rate) {
+  return net.shape_b(0, rate) && net.shape_b(1, rate) && net.shape_a(0, rate) && net.shape_a(1, rate);
+}
+
 /// The SEALED line: the endpoint's EndpointStats::encryption ("-": in clear).
 std::string parse_sealed(const std::string& output) {
   const size_t at = output.find("SEALED ");
@@ -202,7 +212,7 @@ TEST(Rails, SealedRailsCarryTheTransferEveryByteChecked) {
 TEST(Rails, ARateLimitedRailGetsFewerChunks) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(1, "100mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  ASSERT_TRUE(net.shape_b(1, "100mbit")) << kNoTbf << net.error();
   const uint64_t size = 64ull << 20;
   const Outcome o = transfer(net, size);
   ASSERT_EQ(o.connector.size(), 2u);
@@ -224,7 +234,7 @@ TEST(Rails, ARateLimitedRailGetsFewerChunks) {
 TEST(Rails, EqualSplitGivesASlowRailAsManyChunksAsTheFastOne) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(1, "100mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  ASSERT_TRUE(net.shape_b(1, "100mbit")) << kNoTbf << net.error();
   const uint64_t size = 16ull << 20;
   const Outcome o = transfer(net, size, "rlb", {"REMORA_RAIL_SPLIT=equal"});
   ASSERT_EQ(o.connector.size(), 2u);
@@ -273,11 +283,7 @@ void expect_failover_after_reset(const std::vector<std::string>& env, const std:
                                  Outcome* out = nullptr, uint32_t breaks = 1) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  // Both directions shaped: a get's data flows from the listener.
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
-      !net.shape_a(1, "200mbit")) {
-    GTEST_SKIP() << "tc tbf unavailable: " << net.error();
-  }
+  ASSERT_TRUE(shape_both_ways(net, "200mbit")) << kNoTbf << net.error();
   const uint64_t size = 32ull << 20;
   const Outcome o = transfer(net, size, "rlb", env,
                              {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=" + how,
@@ -386,10 +392,7 @@ TEST(Failover, ASealedRailThatComesBackIsUsedAgain) {
 TEST(Failover, ACollectiveLoopGoesOnWhenARailsLinkGoesDown) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
-      !net.shape_a(1, "200mbit")) {
-    GTEST_SKIP() << "tc tbf unavailable: " << net.error();
-  }
+  ASSERT_TRUE(shape_both_ways(net, "200mbit")) << kNoTbf << net.error();
   const std::string stop_file = ::testing::TempDir() + "/remora-rails-coll-stop-" + std::to_string(::getpid());
   std::remove(stop_file.c_str());
   const std::string store = "REMORA_STORE=" + net.addr_a(0) + ":29500";
@@ -473,10 +476,7 @@ std::pair<std::string, std::string> expect_both_fail(const NetnsRails& net, cons
 void expect_all_streams_reset(const std::string& op, const std::string& extra = "--mixed=0") {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit") || !net.shape_a(0, "200mbit") ||
-      !net.shape_a(1, "200mbit")) {
-    GTEST_SKIP() << "tc tbf unavailable: " << net.error();
-  }
+  ASSERT_TRUE(shape_both_ways(net, "200mbit")) << kNoTbf << net.error();
   const Outcome o = transfer(net, 32ull << 20, "rlb", {"REMORA_PEER_TIMEOUT_MS=1000"},
                              {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=all-streams",
                               "--break-source=" + net.addr_b(1), extra});
@@ -505,7 +505,7 @@ TEST(Failover, EveryDataStreamResetMidPutsNotificationsAndAtomicsLosesAndRepeats
 TEST(Failover, EveryDataStreamResetAndNoneComingBackFailsTheEndpointInBoundedTime) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  ASSERT_TRUE(net.shape_b(0, "200mbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
   const auto [a_out, b_out] = expect_both_fail(net, "all-streams-for-good");
   EXPECT_NE(b_out.find("none was connected again within 5000 ms"), std::string::npos) << b_out;
   EXPECT_NE(b_out.find("the last attempt: "), std::string::npos) << b_out;
@@ -517,7 +517,7 @@ TEST(Failover, EveryDataStreamResetAndNoneComingBackFailsTheEndpointInBoundedTim
 TEST(Failover, AllRailsDownFailsTheEndpointOnBothSides) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  ASSERT_TRUE(net.shape_b(0, "200mbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
   expect_both_fail(net, "all-down");
 }
 
@@ -526,7 +526,7 @@ TEST(Failover, AllRailsDownFailsTheEndpointOnBothSides) {
 TEST(Failover, AKilledPeerFailsTheSendAsBefore) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  ASSERT_TRUE(net.shape_b(0, "200mbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
   auto a = spawn_rails_peer(net, net.ns_a(),
                             {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36", "--die=1"},
                             {"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error"});
@@ -548,7 +548,7 @@ TEST(Failover, AKilledPeerFailsTheSendAsBefore) {
 TEST(Failover, OffOnOneSideTheResetFailsTheEndpoint) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
-  if (!net.shape_b(0, "200mbit") || !net.shape_b(1, "200mbit")) GTEST_SKIP() << "tc tbf unavailable: " << net.error();
+  ASSERT_TRUE(net.shape_b(0, "200mbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
   auto a = spawn_rails_peer(net, net.ns_a(), {"--role=listen", "--address=0.0.0.0:0", "--size=33554432", "--seed=36"},
                             {"REMORA_RAILS=rla", "REMORA_STREAMS=1", "REMORA_LOG=error", "REMORA_FAILOVER=off"});
   ASSERT_TRUE(a->ok());
