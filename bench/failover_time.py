@@ -3,21 +3,28 @@
 link goes down (REMORA_RAILS and failover, docs/rails.md): two network namespaces joined
 by two veth pairs (one subnet each), each shaped by tc tbf in both directions; a sender
 sends 4 MiB messages one at a time over both rails and timestamps each completion; after
---before seconds it sets its second rail's interface down (--break down) or resets every
+--before seconds it sets its second rail's interface down (--break down), or its first,
+which carries the control stream (--break control-rail), or resets every
 data stream of both rails at once (--break reset-all: `ss -K` of each rail's connections
-but the control stream's) and goes on for --after seconds.
+but the control stream's), resets the control stream only (--break control), or every
+connection of the endpoint at once (--break everything), and goes on for --after seconds.
 
   bench/failover_time.py [--python PY] [--rate 1gbit] [--peer-timeout-ms 1000]
-                         [--break down|reset-all] [--runs 3] [--before 2] [--after 6]
+                         [--break down|control-rail|reset-all|control|everything]
+                         [--runs 3]
+                         [--before 2] [--after 6]
                          [--json FILE]
 
 Reported per run: the rate before the link went down (both rails), the rate over the
 last 2 s (one rail), the longest gap between two completions, and the recovery time:
 from the link-down to the start of the first 0.5 s window that runs at >= 0.9x the
-one-rail rate (with reset-all: the rate once both streams are back). With rails, a stream
+one-rail rate (with the resets: the rate once everything is back). With rails, a stream
 whose chunks go unconfirmed for the peer timeout (REMORA_PEER_TIMEOUT_MS) while the other
 rail works is retired and its chunks are sent again, so the recovery time should be about
-the peer timeout; after reset-all the streams are connected again at once. PY must import the remora
+the peer timeout; when the control stream's rail goes down, the control stream is first
+connected again over the other rail at the peer timeout, and the data stream of the dead
+rail is retired a peer timeout after that, so about twice the peer timeout; after the resets the streams and the control stream are connected again
+at once (the control stream's frames the peer had not handled replayed). PY must import the remora
 package (scripts/lib/python.sh installs it into build/venv). Needs root, tc and tbf.
 """
 import argparse
@@ -64,8 +71,16 @@ start = time.monotonic()
 while True:
     now = time.monotonic()
     if down_at is None and now - start >= before:
-        if how == "down":
-            subprocess.run(["ip", "link", "set", "rra1", "down"], check=True)
+        if how in ("down", "control-rail"):
+            subprocess.run(["ip", "link", "set", "rra1" if how == "down" else "rra0", "down"], check=True)
+        elif how in ("control", "everything"):
+            host, _, port = ep.stats()["control_address"].rpartition(":")
+            subprocess.run(["ss", "-K", "src", host, "and", "sport", "=", ":" + port], check=True,
+                           stdout=subprocess.DEVNULL)
+            if how == "everything":
+                for rail in ep.stats()["rails"]:
+                    if rail["streams"] > 0:
+                        subprocess.run(["ss", "-K", "src", rail["local_address"]], check=True, stdout=subprocess.DEVNULL)
         else:
             st = ep.stats()
             port = st["control_address"].rpartition(":")[2]
@@ -85,7 +100,7 @@ st = ep.stats()
 ep.close()
 print(json.dumps({"times": times, "down_at": down_at - start, "message": len(buf),
                   "streams_retired": st["streams_retired"], "chunks_resent": st["chunks_resent"],
-                  "streams_rejoined": st["streams_rejoined"]}), flush=True)
+                  "streams_rejoined": st["streams_rejoined"], "control_resumed": st["control_resumed"]}), flush=True)
 """
 
 
@@ -110,7 +125,7 @@ def analyse(run):
         t += 0.05
     return {"before_MBps": before, "after_MBps": after, "longest_gap_s": max(gaps),
             "recovery_s": recovery, "streams_retired": run["streams_retired"], "chunks_resent": run["chunks_resent"],
-            "streams_rejoined": run.get("streams_rejoined", 0)}
+            "streams_rejoined": run.get("streams_rejoined", 0), "control_resumed": run.get("control_resumed", 0)}
 
 
 def one_run(py, rate, peer_timeout_ms, before, after, port, how):
@@ -138,7 +153,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--peer-timeout-ms", type=int, default=1000)
-    ap.add_argument("--break", dest="how", choices=["down", "reset-all"], default="down")
+    ap.add_argument("--break", dest="how", choices=["down", "control-rail", "reset-all", "control", "everything"], default="down")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", type=float, default=2.0)
     ap.add_argument("--after", type=float, default=6.0)
@@ -152,10 +167,14 @@ def main():
         rec = "never" if row["recovery_s"] is None else f"{row['recovery_s']:.2f} s"
         print(f"run {i}: before {row['before_MBps']:7.1f} MB/s, after {row['after_MBps']:7.1f} MB/s, longest gap "
               f"{row['longest_gap_s']:.2f} s, recovery {rec}, {row['streams_retired']} stream(s) retired, "
-              f"{row['chunks_resent']} chunk(s) resent, {row['streams_rejoined']} rejoined", flush=True)
+              f"{row['chunks_resent']} chunk(s) resent, {row['streams_rejoined']} rejoined, "
+              f"control resumed {row['control_resumed']}", flush=True)
     recoveries = [r["recovery_s"] for r in rows if r["recovery_s"] is not None]
     median = statistics.median(recoveries) if recoveries else None
-    what = "link down -> one-rail rate" if a.how == "down" else "every data stream reset -> the rate after"
+    what = {"down": "link down -> one-rail rate",
+            "control-rail": "the control stream's rail's link down -> one-rail rate", "reset-all": "every data stream reset -> the rate after",
+            "control": "the control stream reset -> the rate after",
+            "everything": "every connection reset -> the rate after"}[a.how]
     print(f"# {what} (tbf {a.rate} each, REMORA_PEER_TIMEOUT_MS={a.peer_timeout_ms}), median of "
           f"{len(recoveries)} of {a.runs} runs: " + ("never" if median is None else f"{median:.2f} s"))
     if a.json:

@@ -107,6 +107,9 @@ struct EndpointStats {
   /// Retired data streams connected again once their rail worked again (both sides
   /// offer it; the connecting side tries once per peer timeout).
   uint32_t streams_rejoined = 0;
+  /// Times the control stream broke and was connected again, with nothing lost or
+  /// repeated (both sides offer it: failover on, two data streams or more; docs/rails.md).
+  uint32_t control_resumed = 0;
   /// Same-host pulls (Config::same_host_pulls): chunks this side announced for the peer
   /// to read out of its memory itself (counted in chunks_sent, on no data stream), and
   /// bytes this side read out of the peer's memory.

@@ -51,6 +51,7 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["failover"] = s.failover;
   d["streams_retired"] = s.streams_retired;
   d["streams_rejoined"] = s.streams_rejoined;
+  d["control_resumed"] = s.control_resumed;
   d["chunks_resent"] = s.chunks_resent;
   d["chunks_pulled"] = s.chunks_pulled;
   d["bytes_pulled"] = s.bytes_pulled;
@@ -317,7 +318,8 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "peer_address, interface, streams, bytes_sent, bytes_received, chunks_sent, chunks_received, "
           "streams_retired, state, reason), failover, streams_retired, streams_rejoined and chunks_resent (data "
           "streams that broke and were given up, those connected again, chunks sent again on the others: "
-          "docs/rails.md), chunks_pulled and bytes_pulled "
+          "docs/rails.md), control_resumed (times the control stream broke and was connected again), chunks_pulled and "
+          "bytes_pulled "
           "(same-host "
           "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "
           "out of the peer's), huge_pages_promoted (2 MiB frames of this side's memory the peer pulled again "

@@ -76,6 +76,17 @@ Result<SockAddr> peer_address(int fd);
 /// and the caller talks to itself.
 bool is_self_connected(int fd);
 
+/// What TCP says of a connection's outgoing bytes (net/tcp_state.cc).
+struct TcpAckState {
+  uint64_t queued = 0;             ///< bytes written and not acknowledged yet (sent or not)
+  uint32_t since_last_ack_ms = 0;  ///< since the last acknowledgement arrived
+  uint32_t peer_window = 0;        ///< the peer's advertised receive window, bytes
+};
+Result<TcpAckState> tcp_ack_state(int fd);
+/// Whether the peer has ended the connection, as TCP tells: its FIN or its reset came
+/// (CLOSE_WAIT, CLOSE and the states after them). False where TCP_INFO fails.
+bool tcp_peer_ended(int fd);
+
 /// Connects to `addr` before `deadline` (the socket is left blocking=false). A
 /// connection that came out joined to itself (is_self_connected) is kUnreachable, as
 /// a refused one: nobody listens there yet. With `source`, the socket is bound to that

@@ -525,6 +525,57 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
       });
     });
   }
+  if (config_.failover && (ack->capabilities & wire::kCapResume) != 0 && stream_count >= 2) {
+    // A control stream that resets is connected again (docs/rails.md): to the address
+    // it first went to, else along each data stream's path.
+    wire::Hello rh = hello;
+    rh.role = wire::Role::kResume;
+    rh.endpoint_id = ack->endpoint_id;
+    rh.attach_token = ack->attach_token;
+    std::vector<StreamPath> resume_paths{{std::nullopt, peer_addr}};
+    auto same_path = [](const StreamPath& a, const StreamPath& b) {
+      return net::same_address(a.dest, b.dest) && a.source.has_value() == b.source.has_value() &&
+             (!a.source || net::same_address(*a.source, *b.source));
+    };
+    for (const StreamPath& path : paths) {
+      if (!net::same_address(path.dest, peer_addr) || path.source) {
+        if (std::none_of(resume_paths.begin(), resume_paths.end(),
+                         [&](const StreamPath& known) { return same_path(known, path); })) {
+          resume_paths.push_back(path);
+        }
+      }
+    }
+    ep->set_resumer([weak_ctx = weak_from_this(), weak_ep = std::weak_ptr(ep), engine = engine_, config = config_, rh,
+                     resume_paths = std::move(resume_paths),
+                     cipher](uint32_t attempt, const EndpointCore::QuietPath* quiet) {
+      auto self = weak_ctx.lock();
+      if (self == nullptr) return;
+      // One path per attempt, in turn: each attempt ends within its connect deadline and
+      // says why it failed. After the liveness verdict, the paths that lead where the
+      // quiet control connection went from where it left are tried last, if at all.
+      std::vector<const StreamPath*> usable;
+      for (const StreamPath& candidate : resume_paths) {
+        const bool quiet_one = quiet != nullptr && net::same_address(candidate.dest, quiet->peer) &&
+                               (!candidate.source || net::same_address(*candidate.source, quiet->local));
+        if (!quiet_one) usable.push_back(&candidate);
+      }
+      if (usable.empty()) {
+        for (const StreamPath& candidate : resume_paths) usable.push_back(&candidate);
+      }
+      const StreamPath& path = *usable[attempt % usable.size()];
+      self->run_rejoin([weak_ep, engine, config, rh, path, cipher, first = &path == &resume_paths.front()] {
+        Status why;
+        net::Fd fd = connect_again(config, rh, path, cipher, 0, &why);
+        // Nothing listens where the endpoint first connected: its listener or its
+        // process is gone, and no other path can do better.
+        const bool refused = first && !fd.valid() && why.message().ends_with(std::strerror(ECONNREFUSED));
+        auto handed = std::make_shared<net::Fd>(std::move(fd));
+        engine->post([weak_ep, handed, why, refused] {
+          if (auto e = weak_ep.lock()) e->resume_done(std::move(*handed), why, refused);
+        });
+      });
+    });
+  }
   adopt(ep);
   return ContextInternals::make_endpoint(std::move(ep));
 }

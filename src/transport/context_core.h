@@ -70,7 +70,15 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   /// Server side: a data HELLO arrived; returns the ack to send (and, on success,
   /// takes the fd; the endpoint is activated and queued when it is complete).
   wire::HelloAck attach_server_stream(const wire::Hello& hello, net::Fd* data, const SealMaterial* seal = nullptr);
+  /// Server side: a resume HELLO arrived (kCapResume); returns the ack to send (and, when
+  /// accepted, hands the fd to the endpoint it names: its control stream from now on).
+  wire::HelloAck resume_server_control(const wire::Hello& hello, net::Fd* control, const SealMaterial* seal = nullptr);
+  /// Whether one of this context's listeners is open (a resume or rejoin comes through one).
+  bool listening() const;
   wire::HelloAck make_ack(wire::HelloStatus status) const;
+  /// The accepted ACK of a connection that attaches to an endpoint (data, rejoin, resume):
+  /// the HELLO's id, token, index and count, and the one cipher chosen.
+  wire::HelloAck attach_ack(const wire::Hello& hello, const std::optional<net::SealCipher>& cipher) const;
   const std::vector<net::Rail>& rails() const noexcept { return rails_; }
 
  private:
@@ -146,6 +154,7 @@ class ListenerCore : public engine::EventHandler, public std::enable_shared_from
 
   Result<std::shared_ptr<Endpoint>> accept(Duration timeout);
   const net::SockAddr& bound() const noexcept { return bound_; }
+  bool open() const noexcept { return !closed_; }  // lock held
 
  private:
   class Conn;

@@ -193,7 +193,7 @@ bool EndpointCore::may_lose_every_stream() const noexcept {
   return (rejoiner_ || rejoin_token_ != 0) && liveness_.probes();
 }
 
-std::chrono::steady_clock::duration EndpointCore::streamless_limit() const noexcept {
+std::chrono::steady_clock::duration EndpointCore::reconnect_limit() const noexcept {
   // Twice the peer timeout leaves the connecting side two attempts (the first at once);
   // at least 5 s, for a connect of up to 2 s with a short peer timeout. The listening
   // side waits one peer timeout (at least 5 s) longer: the connecting side, which knows
@@ -201,6 +201,14 @@ std::chrono::steady_clock::duration EndpointCore::streamless_limit() const noexc
   const auto timeout = std::chrono::milliseconds(config_.peer_timeout_ms);
   const auto limit = std::max<std::chrono::steady_clock::duration>(2 * timeout, std::chrono::seconds(5));
   return rejoiner_ ? limit : limit + std::max<std::chrono::steady_clock::duration>(timeout, std::chrono::seconds(5));
+}
+
+std::string EndpointCore::reconnect_limit_words(const std::string& last_attempt) const {
+  return fmt::format("within {} ms ({}){}",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(reconnect_limit()).count(),
+                     rejoiner_ ? "twice REMORA_PEER_TIMEOUT_MS, at least 5 s"
+                               : "the connecting side's limit and one REMORA_PEER_TIMEOUT_MS more, at least 5 s",
+                     last_attempt.empty() ? "" : "; the last attempt: " + last_attempt);
 }
 
 void EndpointCore::retire_stream(uint16_t index, const Status& why) {
@@ -229,14 +237,14 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
   }
   if (chunks_.live_streams() == 0) {
     // The control stream lives: chunks wait for a stream connected again (the
-    // connecting side tries at once), within streamless_limit().
+    // connecting side tries at once), within reconnect_limit().
     streamless_since_ = std::chrono::steady_clock::now();
     streamless_why_ = why.message();
     REMORA_LOG(kWarn,
                "endpoint {} to {}: every data stream is retired; chunks wait until one is connected again "
                "(at most {} ms)",
                static_cast<uint64_t>(params_.id), params_.peer,
-               std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count());
+               std::chrono::duration_cast<std::chrono::milliseconds>(reconnect_limit()).count());
   }
   append_frame(wire::RetireFrame{.stream = index, .chunks = *read_whole});
   flush_control();
@@ -244,15 +252,12 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
 
 void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   if (state_ != State::kActive || !chunks_.failover()) return;
-  if (streamless_since_ && std::chrono::steady_clock::now() - *streamless_since_ >= streamless_limit()) {
-    fail_locked(Status(
-        StatusCode::kPeerFailed,
-        fmt::format("every data stream to {} broke (the last: {}) and none was connected again within {} ms ({}){}",
-                    params_.peer, streamless_why_,
-                    std::chrono::duration_cast<std::chrono::milliseconds>(streamless_limit()).count(),
-                    rejoiner_ ? "twice REMORA_PEER_TIMEOUT_MS, at least 5 s"
-                              : "the connecting side's limit and one REMORA_PEER_TIMEOUT_MS more, at least 5 s",
-                    rejoin_error_.empty() ? "" : "; the last attempt: " + rejoin_error_)));
+  check_resume();
+  if (state_ != State::kActive) return;
+  if (streamless_since_ && std::chrono::steady_clock::now() - *streamless_since_ >= reconnect_limit()) {
+    fail_locked(Status(StatusCode::kPeerFailed,
+                       fmt::format("every data stream to {} broke (the last: {}) and none was connected again {}",
+                                   params_.peer, streamless_why_, reconnect_limit_words(rejoin_error_))));
     return;
   }
   maybe_rejoin();

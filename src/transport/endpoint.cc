@@ -98,6 +98,9 @@ Status EndpointCore::activate() {
   // Failover needs a stream to fail over to, and both sides to speak it.
   if (config_.failover && (params_.peer_capabilities & wire::kCapFailover) != 0 && data_watch_.size() >= 2) {
     chunks_.enable_failover();
+    // The control stream may be connected again too: both offer it, and heartbeats run
+    // (their tick bounds the wait).
+    resume_ok_ = (params_.peer_capabilities & wire::kCapResume) != 0 && liveness_.probes();
   }
   state_ = State::kActive;
   start_liveness();
@@ -142,7 +145,7 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
     matcher_.clear_unexpected();
     return;
   }
-  if (state_ == State::kActive && control_.valid()) {
+  if (state_ == State::kActive && control_.valid() && !resuming_since_) {
     append_frame(GoodbyeFrame{static_cast<uint32_t>(reason)});
     flush_control();
     if (reason == wire::GoodbyeReason::kClosed && state_ == State::kActive) {
@@ -257,6 +260,7 @@ EndpointStats EndpointCore::stats() const {
   st.chunks_resent = chunks_.chunks_resent();
   st.streams_retired = chunks_.streams_retired();
   st.streams_rejoined = chunks_.streams_rejoined();
+  st.control_resumed = control_resumed_;
   st.failover = chunks_.failover();
   for (uint16_t i = 0; i < stream_rail_.size(); ++i) {
     if (chunks_.retired(i)) ++st.rails[stream_rail_[i]].streams_retired;
@@ -332,6 +336,11 @@ void EndpointCore::fail_locked(const Status& why) {
   outstanding_ = 0;
   ctl_tx_.clear();
   ctl_tx_off_ = 0;
+  replay_.clear();
+  spare_.clear();
+  ctl_pre_.clear();
+  resuming_since_.reset();
+  resume_stalled_ = false;
   target_.control_cleared();
   ctl_resp_only_ = true;
   hold_resps_ = false;
@@ -444,6 +453,28 @@ bool EndpointCore::crc_as_negotiated(bool has_crc, std::string_view frame) {
 
 void EndpointCore::flush_control() {
   if (!control_.valid() || ctl_blocked_) return;
+  // A resumed connection: HANDLED (RESUMED), then (once the peer said where) the replay.
+  while (ctl_pre_off_ < ctl_pre_.size()) {
+    const net::IoResult r =
+        net::send_some(control_.get(), ctl_pre_.data() + ctl_pre_off_, ctl_pre_.size() - ctl_pre_off_);
+    if (r.moved() && r.bytes > 0) {
+      ctl_pre_off_ += r.bytes;
+      continue;
+    }
+    if (r.would_block()) {
+      ctl_blocked_ = true;
+      if (!ctl_watch_out_) watch_control_output(true);
+      return;
+    }
+    Status why = net::errno_status(r.err, "send on the resumed control stream to " + params_.peer);
+    if (!begin_resume(why)) handle_control_eof(why);
+    return;
+  }
+  if (!ctl_pre_.empty()) {
+    ctl_pre_.clear();
+    ctl_pre_off_ = 0;
+  }
+  if (resume_handshake_) return;  // the replay waits for the peer's HANDLED (RESUMED)
   if (hold_resps_ && ctl_resp_only_ && ctl_tx_off_ < ctl_tx_.size()) {
     if (!hold_release_queued_) {
       hold_release_queued_ = true;
@@ -466,6 +497,7 @@ void EndpointCore::flush_control() {
                         : net::send_some(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_);
     if (r.moved() && r.bytes > 0) {
       ctl_tx_off_ += r.bytes;
+      tx_high_ = std::max(tx_high_, ctl_tx_base_ + ctl_tx_off_);
       target_.control_sent(ctl_tx_off_);
       continue;
     }
@@ -484,17 +516,17 @@ void EndpointCore::flush_control() {
     // read it before the end: an ABORT or GOODBYE saying why, the last eager messages.
     // (Right after connect the same-host channel's set-up frames are in flight, so a
     // peer that aborts at once resets a connection this side is still writing to.)
-    if (!ctl_send_failed_) {
-      ctl_send_failed_ = true;
+    if (ctl_send_failed_ == 0) {
+      ctl_send_failed_ = r.err;
       read_control();
-      ctl_send_failed_ = false;
-      if (state_ != State::kActive) return;
+      ctl_send_failed_ = 0;
+      if (state_ != State::kActive || !control_.valid()) return;
     }
-    handle_control_eof(net::errno_status(r.err, "send on control stream to " + params_.peer));
+    Status why = net::errno_status(r.err, "send on control stream to " + params_.peer);
+    if (!begin_resume(why)) handle_control_eof(why);
     return;
   }
-  ctl_tx_.clear();
-  ctl_tx_off_ = 0;
+  control_output_sent();
   target_.control_cleared();
   ctl_resp_only_ = true;
   hold_resps_ = false;
@@ -538,8 +570,9 @@ void EndpointCore::on_control_event(uint32_t events) {
 
 bool EndpointCore::read_control() {
   bool got = false;
+  if (!control_.valid()) return false;  // broken, being connected again (resume.cc)
   const wire::DecodeLimits limits{static_cast<uint32_t>(config_.eager_limit)};
-  while (state_ == State::kActive) {
+  while (state_ == State::kActive && control_.valid()) {
     if (rx_end_ == ctl_rx_.size()) {
       // Make room: move the partial frame to the front.
       std::memmove(ctl_rx_.data(), ctl_rx_.data() + rx_begin_, rx_end_ - rx_begin_);
@@ -566,10 +599,17 @@ bool EndpointCore::read_control() {
         fail_locked(why);
         return true;
       }
-      handle_control_eof(why);
+      // A reset (not an end: a peer that exits or closes ends its connections) may be a
+      // middlebox or a NIC that lost the connection: connected again where both can.
+      if (!begin_resume(why)) handle_control_eof(why);
       return got;
     }
     if (r.eof()) {
+      // After a send failed (a reset, or this side's connection aborted: the send took
+      // the error), the kernel reports an end: the failed send is what happened, and
+      // flush_control goes on with it. (A peer that ended its connection before is read
+      // as an end before any send fails, unless the two race.)
+      if (ctl_send_failed_ != 0 && can_resume()) return got;
       handle_control_eof(Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the connection"));
       return true;
     }
@@ -585,6 +625,13 @@ bool EndpointCore::read_control() {
         return true;
       }
       rx_begin_ += decoded->consumed;
+      const auto* handled = std::get_if<wire::HandledFrame>(&decoded->frame);
+      if (resume_handshake_ != (handled != nullptr && handled->resumed)) {
+        protocol_error(resume_handshake_ ? "the first frame on a resumed control connection is not HANDLED (RESUMED)"
+                                         : "HANDLED (RESUMED) on a control connection that was not resumed");
+        return true;
+      }
+      if (handled == nullptr || !handled->resumed) count_handled(decoded->consumed, handled != nullptr);
       handle_frame(decoded->frame);
       if (shm_rx_switch_now_) {
         shm_rx_switch_now_ = false;
@@ -604,6 +651,7 @@ bool EndpointCore::read_control() {
     // this side sleeping, without which the peer's next write would wake nobody.
     if (n < space && !ring && !ctl_hup_) break;
   }
+  if (got && state_ == State::kActive && rx_handled_ - rx_acked_ >= kAckEvery) acknowledge_handled();
   if (got && state_ == State::kActive) pump();  // nothing read, nothing new to send
   return got;
 }
@@ -642,6 +690,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_retire(f);
         else if constexpr (std::is_same_v<T, wire::RejoinedFrame>)
           handle_rejoined(f);
+        else if constexpr (std::is_same_v<T, wire::HandledFrame>)
+          handle_handled(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);
@@ -691,7 +741,9 @@ void EndpointCore::read_input() {
 }
 
 void EndpointCore::send_probe(uint64_t seq) {
-  if (state_ != State::kActive || !control_.valid()) return;  // draining: nothing to probe with
+  // Draining: nothing to probe with. While the control stream is connected again the
+  // probe waits in the output and goes with the replay.
+  if (state_ != State::kActive || (!control_.valid() && !resuming_since_)) return;
   append_frame(wire::HeartbeatFrame{.seq = seq, .reply = false});
   flush_control();
 }

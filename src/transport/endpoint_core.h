@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -140,6 +141,32 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Connecting side: the attempt for `index` ended: `fd` connected and sealed, or the
   /// reason it failed (tried again a peer timeout later).
   void rejoin_done(uint16_t index, net::Fd fd, const Status& why);
+  // Resuming the control stream (resume.cc; docs/protocol.md "Resuming the control
+  // stream"): a control connection that resets is connected again by the connecting side,
+  // through the listener, when both offer kCapResume; each side then replays what the
+  // other had not handled. Lock held for all of these.
+  /// Connecting side: `connect_again(n)` starts attempt n (off the progress thread) that
+  /// ends in resume_done. Set by ContextCore::connect.
+  /// The control connection's path that went quiet: a resumption after the liveness
+  /// verdict tries the other paths first.
+  struct QuietPath {
+    net::SockAddr local;
+    net::SockAddr peer;
+  };
+  /// How the connecting side connects the control stream again: attempt `n` (0, 1, ...:
+  /// the paths in turn), avoiding `quiet` where another path is left (null: any).
+  using Resumer = std::function<void(uint32_t n, const QuietPath* quiet)>;
+  void set_resumer(Resumer connect_again) { resumer_ = std::move(connect_again); }
+  /// Listening side: whether this context still listens (a resume comes through a listener).
+  void set_listening(std::function<bool()> listening) { listening_ = std::move(listening); }
+  /// Listening side: whether a resume HELLO with `token` may take the control stream now.
+  bool resume_wanted(uint64_t token) const noexcept;
+  /// Listening side: the resume HELLO was accepted, its ACK sent and the connection
+  /// sealed: `fd` is the control stream from now on (an old one still open is dropped).
+  void resume_accept(net::Fd fd);
+  /// Connecting side: the attempt ended: `fd` connected, answered and sealed, or why not;
+  /// `refused`: nothing listens where the endpoint first connected.
+  void resume_done(net::Fd fd, const Status& why, bool refused);
   /// Called by the context when the endpoint is gone for good (lock held) so it can
   /// forget it. May be null.
   void set_on_closed(std::function<void(EndpointId)> fn) { on_closed_ = std::move(fn); }
@@ -265,6 +292,41 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// poller, closed, and RETIRE sent; the last live stream's loss fails the endpoint.
   void retire_stream(uint16_t index, const Status& why);
   void handle_rejoined(const wire::RejoinedFrame& f);
+  // Resuming the control stream (resume.cc).
+  /// Whether a broken control connection is waited out now: both sides offer it, no
+  /// shared-memory channel, no GOODBYE came, and the connecting side can connect again
+  /// (the listening side: it still listens).
+  bool can_resume() const noexcept;
+  /// The control connection broke (`why`: a reset, not an end): drops it and waits for it
+  /// to be connected again (the connecting side tries at once). False (nothing done) if
+  /// the endpoint cannot resume.
+  bool begin_resume(const Status& why);
+  /// Connecting side: starts an attempt unless one is in flight.
+  void maybe_resume();
+  /// `fd` is the control stream from now on: HANDLED (RESUMED) first, then the replay
+  /// once the peer's came.
+  void install_control(net::Fd fd);
+  void handle_handled(const wire::HandledFrame& f);
+  /// Counts a frame of `size` bytes handled off the control stream (and acknowledges
+  /// every kAckEvery bytes).
+  void count_handled(size_t size, bool is_handled_frame);
+  /// Queues HANDLED with what was handled, if anything but HANDLED frames came since.
+  void acknowledge_handled();
+  /// The control output's first `size` bytes were all sent: kept for a replay (or dropped).
+  void control_output_sent();
+  /// Whether sent control bytes are kept until the peer handled them.
+  bool keeps_replay() const noexcept { return resume_ok_ && shm_ == nullptr; }
+  /// HANDLED goes at least every this many bytes handled (and on a liveness tick).
+  static constexpr uint64_t kAckEvery = uint64_t{256} << 10;
+  /// Sent control bytes the peer has not handled beyond this fail the endpoint: a healthy
+  /// peer acknowledges long before (kAckEvery), so the replay buffer stays small.
+  static constexpr uint64_t kReplayLimit = uint64_t{64} << 20;
+  /// Sent output of at most kReplayCopy bytes is copied behind the last replay buffer
+  /// while that stays within kReplayBuffer; larger output is kept in its own buffer.
+  static constexpr size_t kReplayCopy = size_t{4} << 10;
+  static constexpr size_t kReplayBuffer = size_t{256} << 10;
+  /// Per liveness tick while resuming: fails the endpoint past resume_limit(), else tries again.
+  void check_resume();
   /// On a liveness tick: starts an attempt for each rejoinable stream whose time came.
   void maybe_rejoin();
   // Same-host pulls (docs/protocol.md): HOST says who the peer is (and, with can_pull,
@@ -391,7 +453,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool awaiting_peer() const override;
   void read_input() override;
   void send_probe(uint64_t seq) override;
-  void peer_silent(const Status& why) override { fail_locked(why); }
+  bool peer_silent(const Status& why) override;
+  bool reconnecting() const override { return resuming_since_.has_value(); }
   void check_streams(std::chrono::steady_clock::duration timeout) override;
 
   // output
@@ -468,14 +531,38 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::vector<RejoinBackoff> rejoin_backoff_;                     // per data stream: when the next may start
   uint64_t rejoin_token_ = 0;                                     // 0: no rejoin here
   /// Since when every data stream is retired (docs/rails.md), and why the last went: the
-  /// endpoint waits for one to be connected again, bounded by streamless_limit().
+  /// endpoint waits for one to be connected again, bounded by reconnect_limit().
   std::optional<std::chrono::steady_clock::time_point> streamless_since_;
   std::string streamless_why_;
   std::string rejoin_error_;  // why the connecting side's last rejoin attempt failed ("" if it did not)
   /// Whether the endpoint may lose its last data stream and wait for a rejoin: both sides
   /// rejoin, and heartbeats (whose tick bounds the wait) run.
   bool may_lose_every_stream() const noexcept;
-  std::chrono::steady_clock::duration streamless_limit() const noexcept;
+  /// How long the endpoint waits for a connection to come back (every data stream gone,
+  /// or the control stream): the connecting side first (it knows why its attempts fail).
+  std::chrono::steady_clock::duration reconnect_limit() const noexcept;
+  /// "within N ms (what the limit is)" and the last attempt's error, for the failure.
+  std::string reconnect_limit_words(const std::string& last_attempt) const;
+  /// How long a resumption begun by the liveness verdict (peer_silent) may take: half
+  /// the peer timeout, at least 2 s, for the connecting side; twice that for the
+  /// listening side, whose peer may reach its own verdict up to a tick later.
+  std::chrono::steady_clock::duration stall_limit() const noexcept;
+  /// Whether this is the listening side of a control stream that broke while the peer
+  /// ended every data stream as well (TCP says its FIN or reset came on each, or the
+  /// endpoint has none): what a peer process's end looks like, its kernel closing every
+  /// connection (with a reset where bytes were unread). A live peer's connecting side
+  /// sees the same break and connects again at once. Such a wait is bounded by
+  /// orphan_limit().
+  bool orphaned() const;
+  /// The peer timeout, at least 1 s.
+  std::chrono::steady_clock::duration orphan_limit() const noexcept;
+  /// The bound of the resumption under way: stall_limit(), orphan_limit() or reconnect_limit().
+  std::chrono::steady_clock::duration resume_limit() const;
+  /// Why the control connection's own path looks gone: bytes on it unacknowledged at
+  /// the TCP level for half the peer timeout or more, with the peer's window open (a
+  /// stopped peer's kernel still acknowledges them, or closes its window). nullopt
+  /// where it does not.
+  std::optional<std::string> control_path_stalled() const;
   std::optional<net::SealCipher> rejoin_cipher_;
 
   /// Failed receives waiting for their device copies to end (fail_staged_recv).
@@ -485,8 +572,37 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
 
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;
+  // Resumption's accounting (resume.cc). Offsets count the control stream's bytes since
+  // the endpoint began, one way each, HANDLED (RESUMED) frames not counted.
+  bool resume_ok_ = false;                     // both sides offer kCapResume, failover and heartbeats run (activate)
+  uint64_t ctl_tx_base_ = 0;                   // the offset of ctl_tx_[0]
+  uint64_t tx_high_ = 0;                       // the highest offset sent to the kernel
+  std::deque<std::vector<std::byte>> replay_;  // sent, not yet handled by the peer: [replay_base_, ctl_tx_base_)
+  uint64_t replay_base_ = 0;
+  std::vector<std::vector<std::byte>> spare_;  // replay buffers handled by the peer, for reuse
+  uint64_t peer_handled_ = 0;                  // the peer's latest HANDLED
+  uint64_t rx_handled_ = 0;                    // bytes of the peer's frames handled
+  uint64_t rx_acked_ = 0;                      // rx_handled_ in this side's latest HANDLED
+  bool rx_unacked_ = false;                    // a frame other than HANDLED was handled since
+  std::vector<std::byte> ctl_pre_;  // sent before ctl_tx_ on a resumed connection: HANDLED (RESUMED), the replay
+  size_t ctl_pre_off_ = 0;
+  bool resume_handshake_ = false;  // on a resumed connection, the peer's HANDLED (RESUMED) has not come yet
+  std::optional<std::chrono::steady_clock::time_point> resuming_since_;  // the control connection is down
+  std::string resume_why_;                                               // why it broke
+  // The break is the liveness verdict on a control connection whose bytes went
+  // unacknowledged (its path may be down, not the peer): bounded by stall_limit(), and
+  // failing with silent_why_ (the verdict) when no other path answers.
+  bool resume_stalled_ = false;
+  std::string silent_why_;
+  std::optional<QuietPath> quiet_path_;  // the stalled control connection's addresses
+  std::string resume_error_;       // why the connecting side's last attempt failed
+  bool resume_in_flight_ = false;  // connecting side: an attempt is running
+  uint32_t resume_attempts_ = 0;   // connecting side: attempts started since the endpoint began
+  uint32_t control_resumed_ = 0;
+  Resumer resumer_;
+  std::function<bool()> listening_;
   bool ctl_blocked_ = false;
-  bool ctl_send_failed_ = false;  // flush_control is reading what the peer sent before its reset
+  int ctl_send_failed_ = 0;     // flush_control is reading what the peer sent before its send failed (its errno)
   bool ctl_watch_out_ = false;  // the control stream is watched for EPOLLOUT (while blocked)
   // RESP coalescing. When a notification goes to a thread waiting for it, that thread
   // usually answers at once (a put back, a send); its frame then carries the RESPs in

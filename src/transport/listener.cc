@@ -310,10 +310,13 @@ void ListenerCore::on_conn_event(uint64_t id) {
         ctx->begin_server_endpoint(*hello, std::move(fd), peer, shared_from_this(), seal ? &*seal : nullptr);
     (void)ack;
   } else {
-    wire::HelloAck ack = ctx->attach_server_stream(*hello, &fd, seal ? &*seal : nullptr);
+    wire::HelloAck ack = hello->role == wire::Role::kResume
+                             ? ctx->resume_server_control(*hello, &fd, seal ? &*seal : nullptr)
+                             : ctx->attach_server_stream(*hello, &fd, seal ? &*seal : nullptr);
     if (fd.valid()) {  // refused: the fd was not taken
       send_ack(fd.get(), ack);
-      REMORA_LOG(kInfo, "refused data stream from {}", peer);
+      REMORA_LOG(kInfo, "refused {} from {}",
+                 hello->role == wire::Role::kResume ? "to resume a control stream" : "a data stream", peer);
     }
   }
 }
@@ -371,7 +374,7 @@ uint64_t ContextCore::capabilities() const noexcept {
   return wire::kCapHeartbeat | (config_.auth_key ? wire::kCapAuth : 0) | checksum_capability(config_) |
          (config_.same_host_pulls ? wire::kCapSameHost | wire::kCapShmChannel : 0) |
          (rails_.empty() ? 0 : wire::kCapRails) | encrypt_capabilities(config_) |
-         (config_.failover ? wire::kCapFailover | wire::kCapRejoin : 0);
+         (config_.failover ? wire::kCapFailover | wire::kCapRejoin | wire::kCapResume : 0);
 }
 
 std::vector<std::byte> ContextCore::rails_message(const ListenerCore* listener) const {
@@ -540,12 +543,7 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
       if (Status s = ep->rejoin_accept(hello.stream_index, std::move(*data)); !s) {
         return make_ack(wire::HelloStatus::kBadRequest);
       }
-      wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
-      ack.endpoint_id = hello.endpoint_id;
-      ack.attach_token = hello.attach_token;
-      ack.stream_index = hello.stream_index;
-      ack.stream_count = hello.stream_count;
-      name_cipher(ack, *cipher);
+      const wire::HelloAck ack = attach_ack(hello, *cipher);
       send_ack(fd, ack);
       if (*cipher) {
         if (Status s = seal_connection(fd, **cipher, *config_.auth_key, *seal, /*server=*/true); !s) ep->fail_locked(s);
@@ -575,12 +573,7 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
   // rxq is local and answers at once; this runs on the progress thread, so its wait is
   // kept short.
   pe.endpoint->steer_stream(hello.stream_index, net::Clock::now() + kRxqAnswerTimeout);
-  wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
-  ack.endpoint_id = hello.endpoint_id;
-  ack.attach_token = hello.attach_token;
-  ack.stream_index = hello.stream_index;
-  ack.stream_count = hello.stream_count;
-  name_cipher(ack, pe.cipher);
+  const wire::HelloAck ack = attach_ack(hello, pe.cipher);
   send_ack(fd, ack);
   if (pe.cipher) {
     if (Status s = seal_connection(fd, *pe.cipher, *config_.auth_key, *seal, /*server=*/true); !s) {
@@ -593,7 +586,13 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
   if (pe.endpoint->all_streams_attached()) {
     auto ep = pe.endpoint;
     auto listener = pe.listener.lock();
-    if (config_.failover && (hello.capabilities & wire::kCapRejoin) != 0) ep->allow_rejoin(pe.token, pe.cipher);
+    if (config_.failover && (hello.capabilities & wire::kCapRejoin) != 0) {
+      ep->allow_rejoin(pe.token, pe.cipher);
+      ep->set_listening([weak = weak_from_this()] {
+        auto self = weak.lock();
+        return self != nullptr && self->listening();
+      });
+    }
     pending_.erase(it);
     if (Status s = ep->activate(); !s) {
       ep->fail_locked(s);
@@ -607,6 +606,53 @@ wire::HelloAck ContextCore::attach_server_stream(const wire::Hello& hello, net::
     }
   }
   return ack;
+}
+
+wire::HelloAck ContextCore::attach_ack(const wire::Hello& hello, const std::optional<net::SealCipher>& cipher) const {
+  wire::HelloAck ack = make_ack(wire::HelloStatus::kAccepted);
+  ack.endpoint_id = hello.endpoint_id;
+  ack.attach_token = hello.attach_token;
+  ack.stream_index = hello.stream_index;
+  ack.stream_count = hello.stream_count;
+  name_cipher(ack, cipher);
+  return ack;
+}
+
+bool ContextCore::listening() const {
+  return std::any_of(listeners_.begin(), listeners_.end(), [](const std::weak_ptr<ListenerCore>& weak) {
+    auto l = weak.lock();
+    return l != nullptr && l->open();
+  });
+}
+
+wire::HelloAck ContextCore::resume_server_control(const wire::Hello& hello, net::Fd* control,
+                                                  const SealMaterial* seal) {
+  // Only with the endpoint's token, for an endpoint that resumes, sealed as before: like a
+  // rejoined data stream (attach_server_stream), and refused alike.
+  for (auto& [key, ep] : endpoints_) {
+    if (ep->id() != EndpointId{hello.endpoint_id} || hello.stream_count != ep->streams() ||
+        !ep->resume_wanted(hello.attach_token)) {
+      continue;
+    }
+    auto cipher = server_cipher(config_, hello.capabilities, seal, ep->peer());
+    if (!cipher || *cipher != ep->rejoin_cipher()) {
+      REMORA_LOG(kWarn, "refused to resume the control stream of endpoint from {}: {}", ep->peer(),
+                 cipher ? "its encryption differs from the first control stream's" : cipher.status().message());
+      return make_ack(wire::HelloStatus::kBadRequest);
+    }
+    net::Fd fd = std::move(*control);
+    const wire::HelloAck ack = attach_ack(hello, *cipher);
+    send_ack(fd.get(), ack);
+    if (*cipher) {
+      if (Status s = seal_connection(fd.get(), **cipher, *config_.auth_key, *seal, /*server=*/true); !s) {
+        REMORA_LOG(kWarn, "endpoint from {}: {}", ep->peer(), s.message());
+        return ack;  // the connection closes; the peer tries again
+      }
+    }
+    ep->resume_accept(std::move(fd));
+    return ack;
+  }
+  return make_ack(wire::HelloStatus::kBadRequest);
 }
 
 }  // namespace detail

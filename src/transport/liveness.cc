@@ -49,7 +49,7 @@ void Liveness::arm(engine::Clock::time_point when) {
 void Liveness::tick() {
   if (stopped_) return;
   const auto now = engine::Clock::now();
-  if (heard_ != seen_ || !owner_.awaiting_peer()) {
+  if (heard_ != seen_ || !owner_.awaiting_peer() || owner_.reconnecting()) {
     // Heard from the peer, or nothing to hear: silence counts from here.
     seen_ = heard_;
     last_heard_ = now;
@@ -62,12 +62,17 @@ void Liveness::tick() {
     } else {
       stopped_ = true;
       const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard_).count();
-      owner_.peer_silent(Status(
-          StatusCode::kPeerFailed,
-          fmt::format("peer {} sent nothing for {} ms while operations were outstanding (REMORA_PEER_TIMEOUT_MS={}"
-                      "{}): presumed dead (stopped, or its network is gone)",
-                      peer_, silent, timeout_ms_, probes_ ? ", heartbeats unanswered" : "")));
-      return;
+      if (!owner_.peer_silent(Status(
+              StatusCode::kPeerFailed,
+              fmt::format("peer {} sent nothing for {} ms while operations were outstanding (REMORA_PEER_TIMEOUT_MS={}"
+                          "{}): presumed dead (stopped, or its network is gone)",
+                          peer_, silent, timeout_ms_, probes_ ? ", heartbeats unanswered" : "")))) {
+        return;
+      }
+      // The owner connects its control stream again: silence counts from here.
+      stopped_ = false;
+      seen_ = heard_;
+      last_heard_ = now;
     }
   } else if (probes_ && !probe_outstanding_) {
     probe_outstanding_ = true;

@@ -11,7 +11,10 @@
 // outstanding is declared dead (Owner::peer_silent); the endpoint then fails every
 // operation through its one failure path. A slow peer answers the probes and is never
 // declared dead, however long its transfers take. With nothing outstanding, silence
-// is normal and nothing is sent.
+// is normal and nothing is sent. An endpoint that resumes its control stream may take
+// a verdict back (Owner::peer_silent answers true): when the control
+// connection's own bytes went unacknowledged, its path rather than the peer may be gone,
+// and another rail is tried first (transport/resume.cc).
 //
 // TCP_USER_TIMEOUT (set_user_timeout) is the kernel's backstop: data it cannot get
 // acknowledged (a link down) fails the socket. It is longer than the peer timeout
@@ -45,8 +48,13 @@ class Liveness {
     virtual void read_input() = 0;
     /// Queues a HEARTBEAT probe with `seq` on the control stream.
     virtual void send_probe(uint64_t seq) = 0;
-    /// The peer is presumed dead: fail the endpoint with `why`.
-    virtual void peer_silent(const Status& why) = 0;
+    /// The peer is presumed dead: fail the endpoint with `why`, and answer false. True:
+    /// the owner took the silence for its control connection's path gone quiet rather
+    /// than the peer, and is connecting it again (then reconnecting() is true).
+    virtual bool peer_silent(const Status& why) = 0;
+    /// The control connection is being connected again (resumption): silence is expected
+    /// and judged by the owner's own limit (check_streams), not here.
+    virtual bool reconnecting() const { return false; }
     /// Every tick while the peer is alive: a data stream silent for the timeout while
     /// another works may be given up (failover).
     virtual void check_streams(std::chrono::steady_clock::duration /*timeout*/) {}

@@ -38,6 +38,9 @@ void EndpointCore::offer_shm() {
   channel->hid = *hid;
   channel->registered = true;
   shm_ = std::move(channel);
+  // The control stream may move into shared memory, where a reset means the peer's
+  // process is gone: not resumed (resume.cc), so nothing is kept for a replay.
+  resume_ok_ = false;
   append_frame(*offer);
 }
 

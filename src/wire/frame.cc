@@ -55,7 +55,7 @@ static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved")
 static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
 static_assert(kReceivedBodySize == 2 + 2 + 4 + 8 && kRetireBodySize == 2 + 2 + 4 + 8,
               "RECEIVED, RETIRE: stream, reserved (6 bytes), chunks");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kRejoined) == 19);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kHandled) == 20);
 static_assert(kRejoinedBodySize == 2 + 2 + 4 + 8, "REJOINED keeps the layout of RETIRE, its count reserved");
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
@@ -65,7 +65,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kRejoined);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kHandled);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -83,6 +83,7 @@ uint8_t allowed_flags(FrameType type) {
     case FrameType::kPut: return kPutNotify | kPutInline | kCrcFlag;
     case FrameType::kResp: return kRespInline | kCrcFlag;
     case FrameType::kHeartbeat: return kHeartbeatReply;
+    case FrameType::kHandled: return kHandledResumed;
     case FrameType::kHost: return kHostCanPull;
     case FrameType::kPull: return 0x03 | kCrcFlag;
     case FrameType::kPulled: return 0x03;
@@ -121,6 +122,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kReceived: return kReceivedBodySize;
     case FrameType::kRetire: return kRetireBodySize;
     case FrameType::kRejoined: return kRejoinedBodySize;
+    case FrameType::kHandled: return kHandledBodySize;
   }
   return 0;
 }
@@ -375,6 +377,8 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       }
       return Frame{RejoinedFrame{.stream = load_u16(p)}};
     }
+    case FrameType::kHandled:
+      return Frame{HandledFrame{.bytes = load_u64(p), .resumed = (flags & kHandledResumed) != 0}};
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -411,6 +415,7 @@ uint8_t flags_of(const Frame& frame) {
   }
   if (const auto* hb = std::get_if<HeartbeatFrame>(&frame)) return hb->reply ? kHeartbeatReply : 0;
   if (const auto* host = std::get_if<HostFrame>(&frame)) return host->can_pull ? kHostCanPull : 0;
+  if (const auto* handled = std::get_if<HandledFrame>(&frame)) return handled->resumed ? kHandledResumed : 0;
   if (const auto* pull = std::get_if<PullFrame>(&frame)) {
     return static_cast<uint8_t>(static_cast<uint8_t>(pull->kind) | (pull->has_crc ? kCrcFlag : 0));
   }
@@ -564,6 +569,7 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
     void operator()(const ReceivedFrame& f) const { store_counts(f.stream, f.chunks); }
     void operator()(const RetireFrame& f) const { store_counts(f.stream, f.chunks); }
     void operator()(const RejoinedFrame& f) const { store_counts(f.stream, 0); }
+    void operator()(const HandledFrame& f) const { store_u64(body, f.bytes); }
     void store_counts(uint16_t stream, uint64_t chunks) const {
       store_u16(body, stream);
       store_u16(body + 2, 0);
@@ -613,6 +619,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kReceived: return "RECEIVED";
     case FrameType::kRetire: return "RETIRE";
     case FrameType::kRejoined: return "REJOINED";
+    case FrameType::kHandled: return "HANDLED";
   }
   return "unknown";
 }

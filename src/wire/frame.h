@@ -39,6 +39,7 @@ enum class FrameType : uint8_t {
   kReceived = 17,  ///< chunks read whole on a data stream so far (failover: the sender may let go of them)
   kRetire = 18,    ///< a data stream is given up; its chunks the sender lacks confirmation for are sent again
   kRejoined = 19,  ///< a retired data stream was connected again (kCapRejoin): the listener may send on it
+  kHandled = 20,   ///< bytes of the peer's control stream handled so far (kCapResume): its replay buffer's end
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -62,6 +63,7 @@ inline constexpr size_t kShmBodySize = 16;       // op, ring_fd, wake_fd, code
 inline constexpr size_t kReceivedBodySize = 16;  // stream, reserved, chunks
 inline constexpr size_t kRetireBodySize = 16;    // stream, reserved, chunks
 inline constexpr size_t kRejoinedBodySize = 16;  // stream, reserved
+inline constexpr size_t kHandledBodySize = 8;    // bytes
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// Bytes of credit an EAGER message costs on top of its payload.
@@ -92,6 +94,7 @@ inline constexpr uint8_t kRespInline = 0x01;  ///< the GET's data follows the bo
 /// HEARTBEAT flags.
 inline constexpr uint8_t kHeartbeatReply = 0x01;  ///< the answer to a probe (echoes its seq)
 /// HOST flags.
+inline constexpr uint8_t kHandledResumed = 0x01;  ///< the first frame on a resumed control connection (not counted)
 inline constexpr uint8_t kHostCanPull = 0x01;  ///< the sender read the peer's probe: PULLs to it are welcome
 
 enum class AtomicOp : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
@@ -270,10 +273,19 @@ struct RetireFrame {
 struct RejoinedFrame {
   uint16_t stream = 0;
 };
+/// HANDLED (kCapResume): the sender of this frame has handled the first `bytes` bytes of
+/// the peer's control stream since the endpoint began, whole frames only. The peer may
+/// forget what it sent up to there. With `resumed` (kHandledResumed) it is the first frame
+/// on a control connection made again: not counted as control-stream bytes itself, it
+/// says where the peer's replay starts.
+struct HandledFrame {
+  uint64_t bytes = 0;
+  bool resumed = false;
+};
 
 using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
                            AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame,
-                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame>;
+                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame, HandledFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

@@ -154,7 +154,7 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
   const std::byte* p = in.data();
   const uint8_t role = load_u8(p + kRoleOffset);
   if (role != static_cast<uint8_t>(Role::kControl) && role != static_cast<uint8_t>(Role::kData) &&
-      role != static_cast<uint8_t>(Role::kProbe)) {
+      role != static_cast<uint8_t>(Role::kProbe) && role != static_cast<uint8_t>(Role::kResume)) {
     return protocol_error(fmt::format("HELLO: unknown role {}", role));
   }
   const uint8_t reserved = load_u8(p + kHelloReservedOffset);
@@ -170,7 +170,8 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
     return protocol_error(
         fmt::format("HELLO: stream_index {} not below stream_count {}", t.stream_index, t.stream_count));
   }
-  if (role != static_cast<uint8_t>(Role::kData)) {
+  const bool attaches = role == static_cast<uint8_t>(Role::kData) || role == static_cast<uint8_t>(Role::kResume);
+  if (!attaches) {
     if (t.endpoint_id != 0 || t.attach_token != 0 || t.stream_index != 0) {
       return protocol_error(
           fmt::format("HELLO: a {} connection must send endpoint_id, attach_token and stream_index 0, "
@@ -179,7 +180,11 @@ Result<Hello> decode_hello(std::span<const std::byte> in) {
                       t.stream_index));
     }
   } else if (t.endpoint_id == 0) {
-    return protocol_error("HELLO: data connection with endpoint_id 0");
+    return protocol_error(fmt::format("HELLO: {} connection with endpoint_id 0",
+                                      role == static_cast<uint8_t>(Role::kData) ? "data" : "resumed control"));
+  } else if (role == static_cast<uint8_t>(Role::kResume) && t.stream_index != 0) {
+    return protocol_error(
+        fmt::format("HELLO: a resumed control connection must send stream_index 0, got {}", t.stream_index));
   }
   return Hello{.version = version,
                .role = static_cast<Role>(role),

@@ -61,10 +61,18 @@ inline constexpr uint64_t kCapFailover = uint64_t{1} << 10;
 /// protocol.md "Failover").
 inline constexpr uint64_t kCapRejoin = uint64_t{1} << 11;
 
+/// With kCapFailover and kCapRejoin: the control stream of an endpoint may be connected
+/// again after it broke (a resume HELLO, role kResume, with the endpoint's id and token),
+/// and each side then replays what the other had not handled (HANDLED frames, type 20;
+/// docs/protocol.md "Resuming the control stream").
+inline constexpr uint64_t kCapResume = uint64_t{1} << 12;
+
 /// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
 /// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no
 /// endpoint is made. Its other fields are a control HELLO's.
-enum class Role : uint8_t { kControl = 1, kData = 2, kProbe = 3 };
+/// kResume: the control stream of the active endpoint it names (id and token, as a data
+/// HELLO; stream_index 0) connected again (kCapResume).
+enum class Role : uint8_t { kControl = 1, kData = 2, kProbe = 3, kResume = 4 };
 
 enum class HelloStatus : uint16_t {
   kAccepted = 0,
@@ -140,6 +148,7 @@ Status check_magic_prefix(std::string_view what, std::span<const std::byte> firs
 /// kVersionMismatch. For the current version: kProtocol on unknown role, a nonzero
 /// reserved byte 7, rma_window outside 1..65536, stream_count outside 1..kMaxStreams,
 /// stream_index >= stream_count, a control HELLO with a nonzero endpoint id/token/index,
+/// a resume HELLO with a nonzero index,
 /// or a data HELLO with a zero endpoint id.
 Result<Hello> decode_hello(std::span<const std::byte> in);
 

@@ -41,7 +41,18 @@ using itest::Process;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-enum class FaultKind { kSigkill, kSigstop, kLinkDown, kTcpReset, kDrop, kRate, kDelay, kRailDown, kRailReset };
+enum class FaultKind {
+  kSigkill,
+  kSigstop,
+  kLinkDown,
+  kTcpReset,
+  kDrop,
+  kRate,
+  kDelay,
+  kRailDown,
+  kRailReset,
+  kControlRailDown
+};
 
 struct Fault {
   std::string name;
@@ -49,9 +60,12 @@ struct Fault {
   double drop = 0;            ///< kDrop: probability per packet, each direction
   uint64_t rounds_after = 4;  ///< conditions: rounds of the workload after the fault
   /// Every process runs with two rails (REMORA_RAILS=rmr: rmr0 and rmr1), and the
-  /// fault hits the second: failover must finish every operation on the first.
+  /// fault hits one: failover must finish every operation on the other (the first, but
+  /// for control-rail-down, which takes the control stream's own rail down).
   bool rails = false;
-  bool is_failure() const { return kind <= FaultKind::kTcpReset; }
+  /// Every connection between the victim and the observer reset at once (tcp-reset) is
+  /// survived since the control stream is resumed (docs/rails.md): a condition too.
+  bool is_failure() const { return kind <= FaultKind::kLinkDown; }
 };
 
 const std::vector<Fault>& all_faults() {
@@ -66,6 +80,7 @@ const std::vector<Fault>& all_faults() {
       {"delay-50ms", FaultKind::kDelay},
       {"rail-down", FaultKind::kRailDown, 0, 4, true},
       {"rail-reset", FaultKind::kRailReset, 0, 4, true},
+      {"control-rail-down", FaultKind::kControlRailDown, 0, 4, true},
   };
   return faults;
 }
@@ -215,6 +230,9 @@ bool Matrix::apply(const Fault& fault, Process& victim, std::string* log, std::s
     case FaultKind::kRailDown:
       *evidence = "rail 2 down";
       return sh({"ip", "-n", net_.ns(1), "link", "set", "rmr1", "down"}, log);
+    case FaultKind::kControlRailDown:
+      *evidence = "rail 1 down";
+      return sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "down"}, log);
     case FaultKind::kTcpReset:
     case FaultKind::kRailReset: {
       // Destroys the victim's sockets to the observer (CONFIG_INET_DIAG_DESTROY): each
@@ -289,7 +307,8 @@ void Matrix::undo(const Fault& fault, Process& victim, std::string* log, std::st
   }
   switch (fault.kind) {
     case FaultKind::kSigstop: victim.signal(SIGCONT); break;
-    case FaultKind::kLinkDown: (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "up"}, log); break;
+    case FaultKind::kLinkDown:
+    case FaultKind::kControlRailDown: (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr0", "up"}, log); break;
     case FaultKind::kRailDown: (void)sh({"ip", "-n", net_.ns(1), "link", "set", "rmr1", "up"}, log); break;
     case FaultKind::kDrop:
     case FaultKind::kDelay: {

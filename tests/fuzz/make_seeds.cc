@@ -302,6 +302,21 @@ void wire() {
   // A liveness probe (role 3): a control HELLO's fields.
   write("wire_fuzz", "hello_probe",
         encode_hello(Hello{.version = 1, .role = Role::kProbe, .stream_count = 1, .rma_window = 1}));
+
+  // Failover and resumption: RECEIVED, RETIRE, REJOINED and HANDLED as one stream (a
+  // resumed connection's first frame opens it), and a resume HELLO (role 4).
+  stream = frame(HandledFrame{.bytes = 4096, .resumed = true});
+  for (const auto& f : {frame(ReceivedFrame{.stream = 1, .chunks = 7}), frame(RetireFrame{.stream = 1, .chunks = 7}),
+                        frame(RejoinedFrame{.stream = 1}), frame(HandledFrame{.bytes = 1 << 20})})
+    stream.insert(stream.end(), f.begin(), f.end());
+  write("wire_fuzz", "stream_failover", stream);
+  write("wire_fuzz", "hello_resume",
+        encode_hello(Hello{.version = 1,
+                           .role = Role::kResume,
+                           .endpoint_id = 0x1122334455667788,
+                           .attach_token = 0x99AABBCCDDEEFF00,
+                           .stream_count = 2,
+                           .rma_window = 1}));
 }
 
 /// Programs for the ring (tests/fuzz/shm_ring_fuzz.cc reads them): capacity, then ops

@@ -7,6 +7,9 @@
 //   - a silent initiator (a raw peer that announced a large put and went quiet, never
 //     answering the target's HEARTBEAT probes): the target probes, gives up, closes,
 //     releases what it held, and goes on serving others;
+//   - a connecting peer killed with bytes unread on its control connection (a reset,
+//     not an end): the listening side gives up at the peer timeout, since the peer
+//     ended every data stream too;
 //   - a link set down between two namespaces mid-transfer: both sides fail;
 //   - a link rate-limited (tc tbf) between two namespaces, so that every large put and
 //     get takes several peer timeouts: everything completes, every byte checked.
@@ -186,6 +189,59 @@ TEST(Liveness, TargetReleasesWhatASilentInitiatorHeld) {
   EXPECT_EQ(after->after, before->after) << "guard zone after the region written";
   ep->close();
   EXPECT_TRUE(target->quit()) << target->last_error();
+}
+
+TEST(Liveness, AConnectingPeerKilledWithUnreadControlBytesIsFailedAtThePeerTimeout) {
+  // A process that dies with bytes unread in its control connection resets it rather
+  // than ending it, which looks like a middlebox's reset, after which the connecting
+  // side connects the control stream again (docs/rails.md). The listening side waits for
+  // that only while the peer keeps a data stream: a peer whose kernel ended every
+  // connection is taken for ended once the peer timeout passes without an attempt, not
+  // after the reconnect limit (10 s here). On TCP (REMORA_SAME_HOST=off): the
+  // shared-memory channel does not resume.
+  ContextOptions options;
+  options.peer_timeout_ms = kPeerTimeoutMs;
+  options.same_host_pulls = false;
+  auto created = Context::create(options);
+  ASSERT_TRUE(created) << describe(created.status());
+  auto ctx = std::move(created).value();
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  // The peer connects and waits for a message of 64 MiB that never completes.
+  auto peer = spawn_peer({"--role=connect", "--address=127.0.0.1:" + std::to_string(listener->port()),
+                          "--scenario=big-recv", "--size=67108864", "--seed=5"},
+                         {kPeerTimeoutEnv, "REMORA_SAME_HOST=off"});
+  ASSERT_TRUE(peer->ok());
+  auto ar = listener->accept(kVerdictBound);
+  ASSERT_TRUE(ar) << describe(ar.status());
+  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  ASSERT_TRUE(stop_child(peer->pid()));
+  // What the stopped peer's kernel takes and its process never reads: eager messages
+  // and the big message's announcement, all on the control connection.
+  std::vector<std::byte> big(64 << 20, std::byte{7}), small(512, std::byte{3});
+  std::vector<Request> sends;
+  for (int i = 0; i < 16; ++i) sends.push_back(ep->send(small, Tag{123}));
+  sends.push_back(ep->send(big, Tag{9}));
+  // Eager sends complete once their bytes are the kernel's: over loopback, in the
+  // stopped peer's receive queue by then.
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(sends[i].wait(kVerdictBound).is_ok()) << describe(sends[i].test());
+  peer->signal(SIGKILL);
+  peer->kill_and_reap();
+  for (Request& r : sends) {
+    const Status s = r.wait(kVerdictBound);
+    if (!s.is_ok()) {
+      EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << describe(s);
+    }
+  }
+  EXPECT_EQ(sends.back().test().code(), StatusCode::kPeerFailed) << describe(sends.back().test());
+  ASSERT_TRUE(ep->failed());
+  const Status why = ep->failure();
+  EXPECT_EQ(why.code(), StatusCode::kPeerFailed) << describe(why);
+  EXPECT_NE(why.message().find("Connection reset by peer"), std::string::npos) << describe(why);
+  EXPECT_NE(why.message().find("the peer ended every data stream too"), std::string::npos) << describe(why);
+  std::printf("[          ] the endpoint's failure: %s\n", why.message().c_str());
+  ep.reset();
 }
 
 TEST(Liveness, LinkDownMidTransferFailsBothSides) {

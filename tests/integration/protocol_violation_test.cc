@@ -26,6 +26,9 @@ struct Violation {
 
 constexpr uint64_t kFailover = uint64_t{1} << 10;  // docs/protocol.md, capability bit 10
 constexpr uint64_t kRejoin = uint64_t{1} << 11;    // capability bit 11
+constexpr uint64_t kHeartbeat = uint64_t{1} << 0;  // capability bit 0
+constexpr uint64_t kResume = uint64_t{1} << 12;    // capability bit 12
+constexpr uint64_t kResumeCaps = kHeartbeat | kFailover | kRejoin | kResume;
 
 std::vector<uint8_t> unknown_type(uint32_t) { return raw::frame(0xEE, {}); }
 std::vector<uint8_t> type_zero(uint32_t) { return raw::frame(0, {}); }
@@ -85,6 +88,14 @@ std::vector<uint8_t> rejoined_frame(uint16_t stream) {
 std::vector<uint8_t> rejoined_without_rejoin(uint32_t) { return rejoined_frame(1); }
 std::vector<uint8_t> rejoined_live_stream(uint32_t) { return rejoined_frame(1); }
 std::vector<uint8_t> rejoined_unknown_stream(uint32_t) { return rejoined_frame(7); }
+// HANDLED (docs/protocol.md, "Resuming the control stream"): only where both resume, never
+// beyond what this side sent, RESUMED only first on a resumed connection.
+std::vector<uint8_t> handled_frame(uint64_t bytes, uint8_t flags = 0) {
+  return raw::frame(20, raw::Bytes().u64(bytes).bytes(), flags);
+}
+std::vector<uint8_t> handled_without_resume(uint32_t) { return handled_frame(0); }
+std::vector<uint8_t> handled_beyond_sent(uint32_t) { return handled_frame(uint64_t{1} << 40); }
+std::vector<uint8_t> handled_resumed_not_resumed(uint32_t) { return handled_frame(0, 0x01); }
 std::vector<uint8_t> retire_every_stream(uint32_t) {
   std::vector<uint8_t> out = retire_frame(0, 0);
   const std::vector<uint8_t> second = retire_frame(1, 0);
@@ -92,13 +103,14 @@ std::vector<uint8_t> retire_every_stream(uint32_t) {
   return out;
 }
 
-/// A data HELLO on `s` (from a raw peer offering `caps`); the HELLO_ACK's status, -1 when
-/// the connection closed without one. `acked_index`: the ACK's stream index.
+/// A data HELLO (or one of another `role` that names an endpoint) on `s` (from a raw peer
+/// offering `caps`); the HELLO_ACK's status, -1 when the connection closed without one.
+/// `acked_index`: the ACK's stream index.
 int data_hello(raw::Socket& s, uint64_t id, uint64_t token, uint16_t index, uint16_t count, uint64_t caps,
-               int* acked_index = nullptr) {
+               int* acked_index = nullptr, uint8_t role = 2) {
   std::string err;
   raw::Hello dh;
-  dh.role = 2;
+  dh.role = role;
   dh.endpoint_id = id;
   dh.attach_token = token;
   dh.stream_index = index;
@@ -117,13 +129,14 @@ struct RawPeer {
   raw::HelloAck ack;
   std::vector<raw::Socket> data;
 };
-void raw_handshake(uint16_t port, uint64_t caps, RawPeer* p) {
+void raw_handshake(uint16_t port, uint64_t caps, RawPeer* p, uint32_t eager_credit = 1024 * 1024) {
   std::string err;
   p->ctl = raw::Socket::connect_to("127.0.0.1", port, &err);
   ASSERT_TRUE(p->ctl.valid()) << err;
   raw::Hello h;
   h.stream_count = 2;
   h.capabilities = caps;
+  h.eager_credit = eager_credit;
   ASSERT_TRUE(p->ctl.send_all(raw::encode(h), &err)) << err;
   auto ack_bytes = p->ctl.recv_exact(raw::kHelloSize, 10s, &err);
   ASSERT_TRUE(ack_bytes) << err;
@@ -227,7 +240,10 @@ INSTANTIATE_TEST_SUITE_P(
         Violation{"RetireEveryStream", retire_every_stream, kFailover},
         Violation{"RejoinedWithoutRejoin", rejoined_without_rejoin, kFailover},
         Violation{"RejoinedOfALiveStream", rejoined_live_stream, kFailover | kRejoin},
-        Violation{"RejoinedUnknownStream", rejoined_unknown_stream, kFailover | kRejoin}),
+        Violation{"RejoinedUnknownStream", rejoined_unknown_stream, kFailover | kRejoin},
+        Violation{"HandledWithoutResume", handled_without_resume, kHeartbeat | kFailover | kRejoin},
+        Violation{"HandledBeyondWhatWasSent", handled_beyond_sent, kResumeCaps},
+        Violation{"HandledResumedOnAConnectionNotResumed", handled_resumed_not_resumed, kResumeCaps}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // Rejoin HELLOs (docs/protocol.md, "Failover"): a stream of an active endpoint may be
@@ -300,6 +316,169 @@ TEST(Rejoin, ForgedRejoinsAreRefusedAndTheRealOneIsTaken) {
   EXPECT_EQ(ep->stats().streams_retired, 1u);
   refused("the same stream twice", ack.endpoint_id, ack.attach_token, 1, 2);
   ep->abort();
+}
+
+/// Reads one whole frame off `s`: its type, flags and body; nullopt (with `err`) if none came.
+struct RawFrame {
+  uint8_t type = 0, flags = 0;
+  std::vector<uint8_t> body;
+  size_t size() const { return 8 + body.size(); }
+};
+std::optional<RawFrame> read_frame(raw::Socket& s, std::string* err) {
+  auto header = s.recv_exact(8, 10s, err);
+  if (!header) return std::nullopt;
+  const auto body_length = static_cast<uint32_t>(raw::get_le(header->data() + 4, 4));
+  auto body = s.recv_exact(body_length, 10s, err);
+  if (!body) return std::nullopt;
+  return RawFrame{(*header)[0], (*header)[1], std::move(*body)};
+}
+
+/// A resume HELLO (role 4) on `s`; the HELLO_ACK's status, -1 when the connection closed
+/// without one.
+int resume_hello(raw::Socket& s, uint64_t id, uint64_t token, uint16_t count, uint16_t index = 0) {
+  return data_hello(s, id, token, index, count, kResumeCaps, nullptr, /*role=*/4);
+}
+
+// Resuming the control stream (docs/protocol.md): a resume HELLO is taken only with the
+// endpoint's id, token and stream count; each forgery is refused and the endpoint goes
+// on. The real one replaces the control connection (the library closes the old one,
+// which it had not seen break), and the exchange is exact: the library says it handled
+// exactly the bytes the raw side sent, and after the raw side says which of the
+// library's frames it handled, the library sends the ones after those, in order, and
+// none of those before: of six messages, three were read before and the next three
+// come, once each. Stale HANDLEDs replayed after that are ignored.
+TEST(Resume, ForgedResumesAreRefusedAndTheRealOneReplaysExactlyWhatWasNotHandled) {
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  const uint16_t port = listener->port();
+  std::string err;
+  RawPeer raw_peer;
+  raw_handshake(port, kResumeCaps, &raw_peer);
+  if (HasFatalFailure()) return;
+  const raw::HelloAck& ack = raw_peer.ack;
+  ASSERT_NE(ack.capabilities & kResume, 0u) << "the library does not offer resumption";
+  auto ar = listener->accept(10s);
+  ASSERT_TRUE(ar) << describe(ar.status());
+  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+
+  // One message from the raw side: the bytes the library handled of its stream.
+  const std::vector<uint8_t> still = {'s', 't', 'i', 'l', 'l'};
+  const std::vector<uint8_t> eager11 = raw::eager(11, still);
+  std::vector<std::byte> got(64);
+  Request r11 = ep->recv(got, Tag{11});
+  ASSERT_TRUE(raw_peer.ctl.send_all(eager11, &err)) << err;
+  ASSERT_TRUE(r11.wait(10s).is_ok());
+  // Six messages from the library, each above the replay's copy size (so that each
+  // keeps a replay buffer of its own, which the RESUMED count below frees); the raw side
+  // reads the first three.
+  constexpr size_t kMessage = 5000;
+  for (uint64_t i = 0; i < 6; ++i) {
+    const std::vector<std::byte> msg(kMessage, std::byte{static_cast<uint8_t>(i)});
+    ASSERT_TRUE(ep->send(msg, Tag{100 + i}).wait(10s).is_ok());
+  }
+  uint64_t handled = 0;
+  for (uint64_t tag = 100; tag < 103;) {
+    auto f = read_frame(raw_peer.ctl, &err);
+    ASSERT_TRUE(f) << err;
+    handled += f->size();
+    if (f->type != 1) continue;  // a heartbeat's probe, say
+    ASSERT_EQ(raw::get_le(f->body.data(), 8), tag);
+    ++tag;
+  }
+
+  auto refused = [&](const char* what, uint64_t id, uint64_t token, uint16_t count, uint16_t index = 0) {
+    SCOPED_TRACE(what);
+    raw::Socket s = raw::Socket::connect_to("127.0.0.1", port, &err);
+    EXPECT_NE(resume_hello(s, id, token, count, index), 0) << "a forged resume was accepted";
+    EXPECT_TRUE(s.wait_closed(10s)) << "a refused resume stays open";
+    EXPECT_FALSE(ep->failed());
+  };
+  refused("a wrong token", ack.endpoint_id, ack.attach_token ^ 1, 2);
+  refused("an unknown endpoint", ack.endpoint_id + 1, ack.attach_token, 2);
+  refused("another stream count", ack.endpoint_id, ack.attach_token, 3);
+  refused("a stream index", ack.endpoint_id, ack.attach_token, 2, 1);
+  EXPECT_EQ(ep->stats().control_resumed, 0u);
+
+  raw::Socket back = raw::Socket::connect_to("127.0.0.1", port, &err);
+  ASSERT_EQ(resume_hello(back, ack.endpoint_id, ack.attach_token, 2), 0) << "the real resume was refused";
+  EXPECT_TRUE(raw_peer.ctl.wait_closed(10s)) << "the old control connection stays open";
+  auto first = read_frame(back, &err);
+  ASSERT_TRUE(first) << err;
+  ASSERT_EQ(first->type, 20) << "the first frame on a resumed connection is not HANDLED";
+  EXPECT_EQ(first->flags, 0x01);
+  EXPECT_EQ(raw::get_le(first->body.data(), 8), eager11.size()) << "the library handled another count of bytes";
+  ASSERT_TRUE(back.send_all(handled_frame(handled, 0x01), &err)) << err;
+  for (uint64_t tag = 103; tag < 106;) {
+    auto f = read_frame(back, &err);
+    ASSERT_TRUE(f) << err;
+    if (f->type != 1) continue;
+    ASSERT_EQ(raw::get_le(f->body.data(), 8), tag) << "a message came again, or one was skipped";
+    EXPECT_EQ(f->body.size(), 8u + kMessage);
+    EXPECT_EQ(f->body[8], static_cast<uint8_t>(tag - 100));
+    ++tag;
+  }
+  // A HANDLED the raw side sent before the break and sends again in its replay (its
+  // count below the RESUMED one, and below what the library already forgot): stale,
+  // taken as such. (The library failed the endpoint on it once: a protocol error.)
+  ASSERT_TRUE(back.send_all(handled_frame(handled - 1), &err)) << err;
+  ASSERT_TRUE(back.send_all(handled_frame(0), &err)) << err;
+  // Both ways work on the new connection.
+  Request r12 = ep->recv(got, Tag{12});
+  ASSERT_TRUE(back.send_all(raw::eager(12, still), &err)) << err;
+  ASSERT_TRUE(r12.wait(10s).is_ok()) << "nothing arrives on the resumed connection";
+  EXPECT_EQ(r12.bytes(), still.size());
+  ASSERT_TRUE(ep->send(std::vector<std::byte>(4), Tag{106}).wait(10s).is_ok());
+  for (;;) {
+    auto f = read_frame(back, &err);
+    ASSERT_TRUE(f) << err;
+    if (f->type != 1) continue;
+    EXPECT_EQ(raw::get_le(f->body.data(), 8), 106u);
+    break;
+  }
+  EXPECT_EQ(ep->stats().control_resumed, 1u);
+  EXPECT_FALSE(ep->failed());
+  ep->abort();
+}
+
+// A peer that reads everything and never says what it handled (no HANDLED) would make
+// the library keep every control byte it sent for a replay: past 64 MiB the endpoint
+// fails, saying why, instead of growing without bound. The raw peer grants credit for
+// 4 GiB of eager messages, so the library sends them inline, and drains its control
+// connection until the library closes it.
+TEST(Resume, APeerThatNeverAcknowledgesFailsTheEndpointAtTheReplayBound) {
+  auto ctx = make_context(2);
+  ASSERT_TRUE(ctx);
+  auto lr = ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  auto listener = std::move(lr).value();
+  RawPeer raw_peer;
+  raw_handshake(listener->port(), kResumeCaps, &raw_peer, 0xFFFFFFFFu);
+  if (HasFatalFailure()) return;
+  auto ar = listener->accept(10s);
+  ASSERT_TRUE(ar) << describe(ar.status());
+  std::shared_ptr<Endpoint> ep = std::move(ar).value();
+  auto drained = std::async(std::launch::async, [&] {
+    size_t total = 0;
+    raw_peer.ctl.wait_closed(60s, &total);
+    return total;
+  });
+  const std::vector<std::byte> msg(raw::Hello{}.eager_limit, std::byte{0x5A});
+  Status last;
+  size_t sent = 0;
+  while (sent < (size_t{80} << 20)) {
+    last = ep->send(msg, Tag{1}).wait(10s);
+    if (!last.is_ok()) break;
+    sent += msg.size();
+  }
+  EXPECT_EQ(last.code(), StatusCode::kProtocol) << describe(last);
+  EXPECT_NE(last.message().find("acknowledged none of the last"), std::string::npos) << last.message();
+  // The bound counts control bytes: 16 KiB messages and their 16-byte headers.
+  EXPECT_GE(sent, (size_t{64} << 20) / (msg.size() + 16) * msg.size()) << "it failed before the bound";
+  EXPECT_TRUE(ep->failed());
+  EXPECT_GE(drained.get(), size_t{64} << 20);
 }
 
 }  // namespace

@@ -23,7 +23,12 @@
 //       resets every data stream at once but not the control stream (`ss -K` of each
 //       rail's connections but the one from EndpointStats::control_address's port): the
 //       connecting side connects them again; --break-how=all-streams-for-good first drops
-//       every SYN this namespace sends (iptables), so that none comes back
+//       every SYN this namespace sends (iptables), so that none comes back;
+//       --break-how=control resets the control stream only (`ss -K` of the connection from
+//       EndpointStats::control_address): the connecting side connects it again and both
+//       replay what the other lacks; --break-how=everything resets every connection of the
+//       endpoint at once, the control stream's too; --break-how=control-for-good first
+//       drops every SYN this namespace sends, so that the control stream cannot come back
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
 //   --comeback=<n>  (both sides, with --break-how=down) after the exchange the connecting
 //       side prints "DOWN <the rail's reason>", sets the rail up again, waits until the
@@ -31,7 +36,8 @@
 //       checked by the listener; n times, the rail's link going down again under each
 //       such send but the last. It then prints
 //       "COMEBACK <streams_rejoined> <rail bytes sent before> <after>" for that rail
-// FAILOVER <on|off> <streams_retired> <chunks_resent> <streams_rejoined> follows, then
+// FAILOVER <on|off> <streams_retired> <chunks_resent> <streams_rejoined> <control_resumed>
+// follows, then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
@@ -100,6 +106,19 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, cons
         cmd += " && ss -K src " + rail.local_address + " and not sport = :" + control_port + " >/dev/null";
     }
   }
+  if (how == "control" || how == "control-for-good" || how == "everything") {
+    const EndpointStats st = ep.stats();
+    const size_t colon = st.control_address.rfind(':');
+    const std::string control_host = st.control_address.substr(0, colon);
+    const std::string control_port = st.control_address.substr(colon + 1);
+    cmd = how == "control-for-good" ? "iptables -A OUTPUT -p tcp --syn -j DROP && " : "";
+    cmd += "ss -K src " + control_host + " and sport = :" + control_port + " >/dev/null";
+    if (how == "everything") {
+      for (const RailStats& rail : st.rails) {
+        if (rail.streams > 0) cmd += " && ss -K src " + rail.local_address + " >/dev/null";
+      }
+    }
+  }
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "rails peer: %s failed\n", cmd.c_str());
     return false;
@@ -134,8 +153,8 @@ int fail(const std::string& what, const Status& s) {
 
 void print_rails(const Endpoint& ep) {
   const EndpointStats st = ep.stats();
-  std::printf("FAILOVER %s %u %lu %u\n", st.failover ? "on" : "off", st.streams_retired,
-              static_cast<unsigned long>(st.chunks_resent), st.streams_rejoined);
+  std::printf("FAILOVER %s %u %lu %u %u\n", st.failover ? "on" : "off", st.streams_retired,
+              static_cast<unsigned long>(st.chunks_resent), st.streams_rejoined, st.control_resumed);
   const std::string sealed = ep.stats().encryption;
   std::printf("SEALED %s\n", sealed.empty() ? "-" : sealed.c_str());
   for (const RailStats& r : ep.stats().rails) {

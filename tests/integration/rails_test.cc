@@ -73,7 +73,7 @@ std::string parse_sealed(const std::string& output) {
 /// The FAILOVER line: whether failover was on, streams retired, chunks sent again.
 struct FailoverLine {
   std::string state;
-  uint64_t streams_retired = 0, chunks_resent = 0, streams_rejoined = 0;
+  uint64_t streams_retired = 0, chunks_resent = 0, streams_rejoined = 0, control_resumed = 0;
 };
 
 FailoverLine parse_failover(const std::string& output) {
@@ -81,7 +81,7 @@ FailoverLine parse_failover(const std::string& output) {
   const size_t at = output.find("FAILOVER ");
   if (at == std::string::npos) return f;
   std::istringstream in(output.substr(at + 9, output.find('\n', at) - at - 9));
-  in >> f.state >> f.streams_retired >> f.chunks_resent >> f.streams_rejoined;
+  in >> f.state >> f.streams_retired >> f.chunks_resent >> f.streams_rejoined >> f.control_resumed;
   return f;
 }
 
@@ -467,6 +467,22 @@ std::pair<std::string, std::string> expect_both_fail(const NetnsRails& net, cons
   return {a_out, b_out};
 }
 
+/// Both rails shaped to 200 Mbit/s each way; the connecting side's rail of address
+/// `rail` broken `how` (rails_peer --break-how) in the middle of a 32 MiB `op` (with a
+/// 16 MiB answer and RMA; `extra`: more arguments), REMORA_PEER_TIMEOUT_MS=1000 and
+/// `env` on both sides. `*o` receives what both reported; it stays empty when the test
+/// is skipped or a step failed.
+void break_mid_transfer(const std::string& op, const std::string& how, int rail, const std::string& extra,
+                        std::vector<std::string> env, Outcome* o) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  ASSERT_TRUE(shape_both_ways(net, "200mbit")) << kNoTbf << net.error();
+  env.insert(env.begin(), "REMORA_PEER_TIMEOUT_MS=1000");
+  *o = transfer(net, 32ull << 20, "rlb", env,
+                {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=" + how,
+                 "--break-source=" + net.addr_b(rail), extra});
+}
+
 // Every data stream resets at once in the middle of an operation (`ss -K` of both rails'
 // connections but the control stream's, found by EndpointStats::control_address): the
 // endpoint keeps its control stream and waits, the connecting side connects the streams
@@ -474,12 +490,9 @@ std::pair<std::string, std::string> expect_both_fail(const NetnsRails& net, cons
 // whose data it sends), and every operation completes, every byte checked. Both sides
 // retired both streams and took at least one back.
 void expect_all_streams_reset(const std::string& op, const std::string& extra = "--mixed=0") {
-  NetnsRails net(2);
-  REMORA_NETNS_OR_SKIP(net);
-  ASSERT_TRUE(shape_both_ways(net, "200mbit")) << kNoTbf << net.error();
-  const Outcome o = transfer(net, 32ull << 20, "rlb", {"REMORA_PEER_TIMEOUT_MS=1000"},
-                             {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=all-streams",
-                              "--break-source=" + net.addr_b(1), extra});
+  Outcome o;
+  break_mid_transfer(op, "all-streams", 1, extra, {}, &o);
+  if (::testing::Test::IsSkipped()) return;
   ASSERT_EQ(o.connector.size(), 2u) << o.connector_out;
   EXPECT_EQ(o.connector_failover.streams_retired, 2u);
   EXPECT_EQ(o.listener_failover.streams_retired, 2u);
@@ -508,6 +521,102 @@ TEST(Failover, EveryDataStreamResetAndNoneComingBackFailsTheEndpointInBoundedTim
   ASSERT_TRUE(net.shape_b(0, "200mbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
   const auto [a_out, b_out] = expect_both_fail(net, "all-streams-for-good");
   EXPECT_NE(b_out.find("none was connected again within 5000 ms"), std::string::npos) << b_out;
+  EXPECT_NE(b_out.find("the last attempt: "), std::string::npos) << b_out;
+}
+
+// The control stream resets in the middle of an operation (`ss -K` of the connection
+// from EndpointStats::control_address): the connecting side connects it again through
+// the listener, each side replays the frames the other had not handled (chunk
+// announcements, requests, RESPs, notifications, RECEIVED counts), and every operation
+// completes, every byte checked: atomics land exactly once (fetched 0, 3, ..., 189; the
+// word 192) and each notification arrives once. With `how` = everything, every data
+// stream resets at the same moment too: both are connected again.
+void expect_control_resumed(const std::string& op, const std::string& how, const std::string& extra = "--mixed=0",
+                            const std::vector<std::string>& env = {}, Outcome* out = nullptr) {
+  Outcome o;
+  break_mid_transfer(op, how, 1, extra, env, &o);
+  if (::testing::Test::IsSkipped()) return;
+  if (out != nullptr) *out = o;
+  ASSERT_EQ(o.connector.size(), 2u) << o.connector_out;
+  // A reset may catch the resumed connection too (`ss -K` runs per address): at least once.
+  EXPECT_GE(o.connector_failover.control_resumed, 1u);
+  EXPECT_GE(o.listener_failover.control_resumed, 1u);
+  if (how == "everything") {
+    EXPECT_EQ(o.connector_failover.streams_retired, 2u);
+    EXPECT_EQ(o.listener_failover.streams_retired, 2u);
+    EXPECT_GE(o.connector_failover.streams_rejoined, 1u);
+  } else {
+    EXPECT_EQ(o.connector_failover.streams_retired, 0u);  // the data streams never noticed
+    EXPECT_EQ(o.listener_failover.streams_retired, 0u);
+  }
+}
+
+TEST(Failover, TheControlStreamResetMidSendIsConnectedAgainAndTheSendCompletes) {
+  expect_control_resumed("send", "control");
+}
+
+TEST(Failover, TheControlStreamResetMidGetIsConnectedAgainAndTheGetCompletes) {
+  expect_control_resumed("get", "control");
+}
+
+TEST(Failover, TheControlStreamResetMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
+  expect_control_resumed("put", "control", "--mixed=1");
+}
+
+TEST(Failover, EveryConnectionResetAtOnceMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
+  expect_control_resumed("put", "everything", "--mixed=1");
+}
+
+TEST(Failover, EveryConnectionResetAtOnceMidSendCompletes) { expect_control_resumed("send", "everything"); }
+
+// The link of the control stream's own rail goes down on the connecting side in the
+// middle of an operation: no error reaches a socket. Heartbeats go unanswered and the
+// control connection's bytes unacknowledged, so at the peer timeout (1 s) the verdict is
+// taken back: the connecting side connects the control stream again over the other
+// rail, both replay, and a peer timeout later the data stream of the dead rail is
+// retired (its chunks go on the other). Every operation completes, every byte checked;
+// with `--mixed=1` atomics land once and notifications arrive once.
+void expect_control_rail_down(const std::string& op, const std::string& extra = "--mixed=0") {
+  Outcome o;
+  break_mid_transfer(op, "down", 0, extra, {}, &o);
+  if (::testing::Test::IsSkipped()) return;
+  ASSERT_EQ(o.connector.size(), 2u) << o.connector_out;
+  EXPECT_EQ(o.connector_failover.control_resumed, 1u);
+  EXPECT_EQ(o.listener_failover.control_resumed, 1u);
+  EXPECT_EQ(o.connector_failover.streams_retired, 1u);
+  EXPECT_EQ(o.listener_failover.streams_retired, 1u);
+  EXPECT_EQ(o.connector[0].state, "down");
+  EXPECT_EQ(o.connector[1].state, "up");
+}
+
+TEST(Failover, TheControlRailsLinkDownMidSendResumesOnTheOtherRail) { expect_control_rail_down("send"); }
+
+TEST(Failover, TheControlRailsLinkDownMidGetResumesOnTheOtherRail) { expect_control_rail_down("get"); }
+
+TEST(Failover, TheControlRailsLinkDownMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
+  expect_control_rail_down("put", "--mixed=1");
+}
+
+// Sealed (REMORA_ENCRYPT): the control stream connected again is authenticated and
+// sealed with keys of its own, and the replay goes in its records.
+TEST(Failover, ASealedControlStreamResetIsConnectedAgainSealed) {
+  Outcome o;
+  expect_control_resumed("put", "control", "--mixed=1", {"REMORA_AUTH_KEY=resume-and-seals", "REMORA_ENCRYPT=on"}, &o);
+  EXPECT_NE(o.connector_sealed, "-");
+  EXPECT_NE(o.connector_sealed, "");
+  EXPECT_EQ(o.connector_sealed, o.listener_sealed);
+}
+
+// The control stream resets and the connecting side's namespace drops every SYN it sends
+// from then on, so it cannot come back: after twice the peer timeout (at least 5 s) the
+// connecting side fails the send with peer_failed, saying why its attempts failed, and
+// the listener's receive fails with peer_failed too.
+TEST(Failover, TheControlStreamResetAndNotComingBackFailsTheEndpointInBoundedTime) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  ASSERT_TRUE(net.shape_b(0, "200mbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
+  const auto [a_out, b_out] = expect_both_fail(net, "control-for-good");
+  EXPECT_NE(b_out.find("was not connected again within 5000 ms"), std::string::npos) << b_out;
   EXPECT_NE(b_out.find("the last attempt: "), std::string::npos) << b_out;
 }
 

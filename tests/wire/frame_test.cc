@@ -98,9 +98,11 @@ bool same_frame(const Frame& a, const Frame& b) {
           return x.stream == y.stream && x.chunks == y.chunks;
         } else if constexpr (std::is_same_v<T, RetireFrame>) {
           return x.stream == y.stream && x.chunks == y.chunks;
-        } else {
-          static_assert(std::is_same_v<T, RejoinedFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, RejoinedFrame>) {
           return x.stream == y.stream;
+        } else {
+          static_assert(std::is_same_v<T, HandledFrame>, "same_frame: a frame type is not compared");
+          return x.bytes == y.bytes && x.resumed == y.resumed;
         }
       },
       a);
@@ -525,6 +527,12 @@ std::vector<Golden> goldens() {
               0x02, 0x01,                                         // stream
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                 // reserved
               0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // reserved
+      {"handled", HandledFrame{.bytes = 0x0102030405060708},
+       bytes({0x14, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,     // type 20, no flags, body 8
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})},  // bytes of the peer's control stream handled
+      {"handled resumed", HandledFrame{.bytes = 5, .resumed = true},
+       bytes({0x14, 0x01, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,     // type 20, RESUMED, body 8
+              0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // where the replay starts
   };
 }
 
@@ -674,7 +682,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 20, 0x80, 0xFF}) {
+  for (int type : {0, 21, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -693,6 +701,7 @@ uint8_t defined_flags(std::byte type) {
     case FrameType::kResp: return 0x81;   // INLINE | CRC
     case FrameType::kHeartbeat: return 0x01;  // REPLY
     case FrameType::kHost: return 0x01;       // CAN_PULL
+    case FrameType::kHandled: return 0x01;    // RESUMED
     case FrameType::kPull: return 0x83;       // the kind (3 is refused: SameHostReject), CRC
     case FrameType::kPulled: return 0x03;     // the kind; no CRC
     default: return 0x00;
@@ -817,12 +826,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x14};
+  bad[0] = std::byte{0x15};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 20");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 21");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -864,7 +873,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kReceived), "RECEIVED");
   EXPECT_EQ(to_string(FrameType::kRetire), "RETIRE");
   EXPECT_EQ(to_string(FrameType::kRejoined), "REJOINED");
-  EXPECT_EQ(to_string(static_cast<FrameType>(20)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kHandled), "HANDLED");
+  EXPECT_EQ(to_string(static_cast<FrameType>(21)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }

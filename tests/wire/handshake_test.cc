@@ -312,7 +312,7 @@ TEST(HelloVersion, OtherVersionReturnsOnlyTheVersion) {
 }
 
 TEST(HelloReject, UnknownRole) {
-  for (int role : {0, 4, 0xFF}) {
+  for (int role : {0, 5, 0xFF}) {
     Bytes wire = to_vector(encode_hello(control_hello()));
     wire[6] = static_cast<std::byte>(role);
     expect_hello_rejected(wire, "unknown role " + std::to_string(role));
@@ -393,6 +393,29 @@ TEST(HelloReject, ProbeWithDataFields) {
   h.role = Role::kProbe;
   h.endpoint_id = 7;
   expect_hello_rejected(to_vector(encode_hello(h)), "a probe connection must send endpoint_id");
+}
+
+TEST(HelloRoundTrip, AResumeIsADataHelloOfRoleFourWithIndexZero) {
+  Hello h = data_hello();
+  h.role = Role::kResume;
+  h.stream_index = 0;
+  const auto wire = encode_hello(h);
+  EXPECT_EQ(wire[6], std::byte{4});
+  auto r = decode_hello(wire);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  expect_same(*r, h);
+}
+
+TEST(HelloReject, ResumeWithoutEndpointOrWithAStreamIndex) {
+  Hello h = data_hello();
+  h.role = Role::kResume;
+  h.stream_index = 0;
+  h.endpoint_id = 0;
+  expect_hello_rejected(to_vector(encode_hello(h)), "resumed control connection with endpoint_id 0");
+  h = data_hello();
+  h.role = Role::kResume;
+  h.stream_index = 1;
+  expect_hello_rejected(to_vector(encode_hello(h)), "a resumed control connection must send stream_index 0, got 1");
 }
 
 TEST(HelloReject, DataWithZeroEndpointId) {

@@ -62,7 +62,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(19)) {
+    switch (below(20)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -157,6 +157,7 @@ class Generator {
         f = RetireFrame{.stream = static_cast<uint16_t>(interesting_u64()), .chunks = interesting_u64()};
         break;
       case 18: f = RejoinedFrame{.stream = static_cast<uint16_t>(interesting_u64())}; break;
+      case 19: f = HandledFrame{.bytes = interesting_u64(), .resumed = below(2) == 1}; break;
       case 10:
         f = AbortFrame{.id = interesting_u64(),
                        .kind = static_cast<ChunkKind>(below(3)),
