@@ -182,7 +182,11 @@ class Region {
   /// remote rights. kOutOfRange / kAccessDenied / kInvalidArgument otherwise.
   Result<RemoteKey> remote_key(uint64_t offset, uint64_t length, Access rights) const;
 
-  /// Deregister now (idempotent). Keys for this region stop validating immediately.
+  /// Deregister now (idempotent). Keys for this region stop validating immediately,
+  /// and operations in flight on it that had not finished end with kInvalidKey. A peer process on this host
+  /// that reads a get's chunks out of the region itself (same-host pulls) is not waited
+  /// for: its reads in flight (at most 8 chunks) may still read the memory after this
+  /// returns, and that get fails.
   void deregister() noexcept;
 
  private:

@@ -245,7 +245,18 @@ class RegionSource final : public ChunkSource {
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   /// Of the region's bytes (bracketed); of zeros once it is revoked, as write sends.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
-  bool revoked() const noexcept override { return revoked_; }
+  /// Once a chunk was lent to a same-host peer (host_bytes()), any deregistration
+  /// before the reply counts: the peer's reads are not bracketed.
+  bool revoked() const noexcept override { return revoked_ || (lent_ && access_->revoked()); }
+  /// Host memory still registered: a same-host peer may read its chunks itself. The
+  /// deregistration does not wait for those reads (the peer's, not bracketed); the
+  /// reply then says revoked (revoked()), and a read of memory unmapped meanwhile fails
+  /// only the get (ChunkScheduler::read).
+  const std::byte* host_bytes() const noexcept override {
+    if (revoked_ || access_->device() != nullptr || access_->revoked()) return nullptr;
+    lent_ = true;
+    return access_->address();
+  }
   bool can_resend() const noexcept override { return true; }
   /// Never zeros: a region deregistered since answers EKEYREVOKED.
   net::IoResult write_again(int fd, uint64_t offset, uint64_t len) override;
@@ -265,6 +276,7 @@ class RegionSource final : public ChunkSource {
  private:
   const RegionAccess* access_ = nullptr;
   bool revoked_ = false;
+  mutable bool lent_ = false;  // host_bytes() handed the memory out for a peer to read
 };
 
 /// A registered region a peer writes (a served put): every read is bracketed. Once the

@@ -462,8 +462,22 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
     // socket; one that fills it did not, and stopping there would strand the rest
     // (edge-triggered: no new edge comes for bytes already queued).
     uint64_t asked = 0;
-    const net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
+    net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
     if (r.would_block()) return;
+    if (pulls && r.error() && r.err == EFAULT && c.kind == wire::ChunkKind::kGet) {
+      // A served get's region was unmapped in the peer while this side read it: it was
+      // deregistered (the peer does not wait for these reads) and freed. The get fails
+      // (its RESP says revoked, or should have); the chunk counts as read, unread, so
+      // that the PULL is answered and the endpoint goes on.
+      if (t->failure.is_ok()) {
+        t->failure = Status(StatusCode::kInvalidKey,
+                            fmt::format("the region a get read from {} was unmapped while it was read (deregistered "
+                                        "and freed by the peer)",
+                                        peer_));
+      }
+      r = net::IoResult{net::IoResult::Kind::kBytes, c.length - c.done, 0};
+      asked = r.bytes;
+    }
     if (r.error()) {
       const std::string where =
           pulls ? fmt::format("process_vm_readv of a PULLed chunk from {} (pid {})", peer_, pull_in_->pid())

@@ -1300,6 +1300,19 @@ INSTANTIATE_TEST_SUITE_P(EverySizeAndReason, RefusedPut, ::testing::ValuesIn(ref
                            return os.str();
                          });
 
+/// After a revocation: a put of `bytes` into a fresh region of `size` bytes lands
+/// exactly, and a get brings it back whole (the endpoint goes on working).
+void expect_fresh_region_works(RmaPair& p, size_t size, size_t bytes, uint64_t seed) {
+  TargetMemory fresh(*p.target_ctx, size, kAllAccess, seed);
+  const auto d = pattern(bytes, seed + 3);
+  ASSERT_TRUE(p.init->put(d, fresh.region.remote_key(), 0).wait(30s).is_ok());
+  fresh.apply_put(0, d);
+  EXPECT_EQ(diff(fresh), "");
+  std::vector<std::byte> back(d.size());
+  ASSERT_TRUE(p.init->get(back, fresh.region.remote_key(), 0).wait(30s).is_ok());
+  EXPECT_TRUE(back == d);
+}
+
 // The target deregisters its region while a 1 GiB put is streaming into it. The put
 // ends (ok if it had landed first, else kInvalidKey) instead of waiting forever for
 // a reply, the region never changes once deregister() returned, and the endpoint
@@ -1337,14 +1350,7 @@ TEST(RmaRevocation, DeregisterInTheMiddleOfALargePut) {
         << "bytes of a revoked put were placed after deregister() returned";
   }
   ASSERT_FALSE(p.init->failed()) << p.init->failure().to_string();
-  TargetMemory fresh(*p.target_ctx, 1 << 20, kAllAccess, 2);
-  const auto d = pattern(600 * 1024, 5);
-  ASSERT_TRUE(p.init->put(d, fresh.region.remote_key(), 0).wait(30s).is_ok());
-  fresh.apply_put(0, d);
-  EXPECT_EQ(diff(fresh), "");
-  std::vector<std::byte> back(d.size());
-  ASSERT_TRUE(p.init->get(back, fresh.region.remote_key(), 0).wait(30s).is_ok());
-  EXPECT_TRUE(back == d);
+  expect_fresh_region_works(p, 1 << 20, 600 * 1024, 2);
 }
 
 // --- posting returns in bounded time -----------------------------------------------
@@ -1417,6 +1423,47 @@ TEST_P(RmaPosting, ALargePutPostsOneRoundAndTheProgressThreadMovesTheRest) {
 INSTANTIATE_TEST_SUITE_P(SameHost, RmaPosting, ::testing::Values(false, true), [](const auto& param_info) {
   return param_info.param ? std::string("Pulled") : std::string("OverTcp");
 });
+
+// --- a get served by same-host pulls, its region deregistered and unmapped midway -----
+
+// The initiator reads a get's chunks out of the target itself (same-host pulls), and
+// the target's deregistration does not wait for those reads: the target deregisters the
+// region and unmaps it while they run. The get ends with kInvalidKey (the RESP says
+// revoked, or a read hit the unmapped memory), neither endpoint fails, and a get of a
+// fresh region afterwards comes back whole.
+TEST(RmaRevocation, AGetReadByPullsFailsWhenItsRegionIsDeregisteredAndUnmappedMidway) {
+  RmaPair p = make_pair({.pin_mode = PinMode::kOff, .same_host_pulls = true});
+  ASSERT_TRUE(p.init && p.target);
+  round_trip(p);
+  constexpr size_t kSize = size_t{1} << 30;
+  auto source = std::make_unique<ZeroMapping>(kSize);
+  auto region = p.target_ctx->register_memory(source->data(), kSize, kAllAccess);
+  ASSERT_TRUE(region.is_ok()) << region.status().to_string();
+  ZeroMapping dest(kSize);
+  const uint64_t pulled_before = p.target->stats().chunks_pulled;
+  Request get = p.init->get(dest.span(), region->remote_key(), 0);
+  // Once the initiator is reading: some chunks pulled (bounded; polling, no sleep).
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (p.target->stats().chunks_pulled < pulled_before + 16 && !get.done() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  const bool done_first = get.done();
+  region->deregister();
+  source.reset();  // unmapped: a read of it now fails with EFAULT
+  const Status s = get.wait(120s);
+  std::printf("[          ] the 1 GiB get ended with %s%s\n", s.to_string().c_str(),
+              done_first ? " (before the deregistration)" : "");
+  if (done_first) {
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+  } else {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidKey) << s.to_string();
+  }
+  EXPECT_GT(p.target->stats().chunks_pulled, pulled_before) << "the get's chunks did not go as pulls";
+  ASSERT_FALSE(p.init->failed()) << p.init->failure().to_string();
+  ASSERT_FALSE(p.target->failed()) << p.target->failure().to_string();
+  expect_fresh_region_works(p, 4 << 20, 3 << 20, 3);
+}
 
 // --- huge-page promotion of pulled memory (Config::pull_huge_pages) -----------------
 
