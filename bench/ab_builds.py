@@ -15,6 +15,11 @@ faster. Every run checks its data (both benchmarks verify each size).
 --lat-sizes (both 8,64K,16M unless given), with the tool's own iteration counts scaled by
 size unless --bw-iters / --lat-iters are given.
 
+--bench coll runs `remora bench coll --op allreduce -n 2` (two ranks of this host, no
+p2p reference) at --lat-sizes (default 4K), --lat-iters timed operations per size
+(default: the tool's, scaled by size), and compares the out-of-place time per operation
+of the slowest rank (below 1 is faster). Not with --netns.
+
 One build against itself under two environments (a setting's cost, e.g. REMORA_ENCRYPT):
   bench/ab_builds.py --baseline B/tools/remora --candidate B/tools/remora \
       --baseline-env REMORA_SAME_HOST=off \
@@ -97,7 +102,11 @@ def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False):
     """One `remora bench p2p|rma` run; {size: bandwidth MB/s (a *bw mode) or average latency us}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
-        command = [binary, "bench", bench, "--mode", mode, "--sizes", sizes, "--json", out]
+        if bench == "coll":
+            command = [binary, "bench", "coll", "--op", mode, "-n", "2", "--sizes", sizes, "--no-reference",
+                       "--json", out]
+        else:
+            command = [binary, "bench", bench, "--mode", mode, "--sizes", sizes, "--json", out]
         if iters:
             command += ["--iters", str(iters)]
         follower = None
@@ -116,12 +125,19 @@ def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False):
             raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
         with open(out) as f:
             results = json.load(f)["results"]
+    if bench == "coll":
+        wrong = sum(r["out_of_place"]["wrong"] + r["in_place"]["wrong"] for r in results)
+        if wrong:
+            raise SystemExit(f"ab_builds: {binary} bench coll --op {mode}: {wrong} wrong results")
+        return {r["size"]: r["out_of_place"]["time_us"] for r in results}
     key = (lambda r: r["bandwidth_MBps"]) if mode.endswith("bw") else (lambda r: r["latency_us"]["avg"])
     return {r["size"]: key(r) for r in results}
 
 
 def cases_of(a):
     """(mode, sizes, iters) of each run of one pair."""
+    if a.bench == "coll":
+        return [("allreduce", a.lat_sizes or "4K", a.lat_iters)]
     if a.bench == "p2p":
         return [("bw", a.bw_sizes or "64K,1M,16M", 200 if a.bw_iters is None else a.bw_iters),
                 ("lat", a.lat_sizes or "8,4K", 20000 if a.lat_iters is None else a.lat_iters)]
@@ -135,7 +151,7 @@ def main():
     ap.add_argument("--baseline", required=True)
     ap.add_argument("--candidate", required=True)
     ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--bench", choices=["p2p", "rma"], default="p2p")
+    ap.add_argument("--bench", choices=["p2p", "rma", "coll"], default="p2p")
     ap.add_argument("--bw-sizes")
     ap.add_argument("--bw-iters", type=int)
     ap.add_argument("--lat-sizes")
@@ -145,6 +161,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
     a = ap.parse_args()
+    if a.netns and a.bench == "coll":
+        ap.error("--bench coll runs its ranks on this host: not with --netns")
     if a.netns:
         netns_up()
     try:
@@ -178,7 +196,7 @@ def compare(a):
     print(f"\n# candidate/baseline, median of {a.pairs} back-to-back pairs (bw: >1 faster; lat: <1 faster)")
     print(f"# {'mode':7} {'size':>9} {'ratio':>7}   per pair")
     for (mode, size), rs in ratios.items():
-        unit = "MB/s" if mode.endswith("bw") else "us (avg)"
+        unit = "MB/s" if mode.endswith("bw") else "us per operation" if a.bench == "coll" else "us (avg)"
         print(f"  {mode:7} {size:>9} {statistics.median(rs):7.3f}   " + " ".join(f"{r:.3f}" for r in rs) + f"   ({unit})")
     if a.json:
         with open(a.json, "w") as f:

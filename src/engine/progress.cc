@@ -125,10 +125,57 @@ void ProgressEngine::remove(int fd, HandlerId id) {
   Slot& s = slots_[id.slot];
   if (!s.live || s.generation != id.generation) return;
   if (fd >= 0) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (s.polled) {
+    const uint64_t token = (uint64_t{s.generation} << 32) | id.slot;
+    polled_.erase(std::find(polled_.begin(), polled_.end(), token));
+    polled_count_.store(static_cast<uint32_t>(polled_.size()), std::memory_order_relaxed);
+    s.polled = false;
+  }
   s.live = false;
   s.handler = nullptr;
   if (++s.generation == 0) s.generation = 1;
   free_slots_.push_back(id.slot);
+}
+
+void ProgressEngine::poll_every_round(HandlerId id) {
+  if (!id.valid() || id.slot >= slots_.size()) return;
+  Slot& s = slots_[id.slot];
+  if (!s.live || s.generation != id.generation || s.polled) return;
+  s.polled = true;
+  polled_.push_back((uint64_t{id.generation} << 32) | id.slot);
+  polled_count_.store(static_cast<uint32_t>(polled_.size()), std::memory_order_relaxed);
+}
+
+int ProgressEngine::poll_polled(bool arm) {
+  int found = 0;
+  // By index: a handler may register or remove handlers (this one too) meanwhile; one
+  // skipped this round is polled in the next.
+  for (size_t i = 0; i < polled_.size(); ++i) {
+    const uint64_t token = polled_[i];
+    const auto slot = static_cast<uint32_t>(token);
+    if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].generation != static_cast<uint32_t>(token >> 32)) {
+      continue;
+    }
+    EventHandler* h = slots_[slot].handler;
+    found += arm ? h->arm_for_sleep() : h->poll_round();
+  }
+  return found;
+}
+
+int ProgressEngine::arm_polled() {
+  if (polled_count_.load(std::memory_order_relaxed) == 0) return 0;
+  std::vector<std::function<void()>> deferred;
+  int found = 0;
+  {
+    Guard guard(*this);
+    run_next_round();
+    found = poll_polled(/*arm=*/true);
+    run_posted();
+    run_timers();
+    deferred = take_deferred();
+  }
+  run_deferred(deferred);
+  return found;
 }
 
 void ProgressEngine::add_timer(Clock::time_point when, std::function<void()> fn) {
@@ -261,6 +308,12 @@ int ProgressEngine::try_progress() {
       if (epoll_every_ < kMaxEpollEvery) epoll_every_ *= 2;
     }
   }
+  // Rings a peer writes without waking anyone while threads poll (poll_every_round).
+  // While the progress thread sleeps in epoll_wait they stay armed: it armed them, but a
+  // wake-up this round took from it (the peer's write cleared the ring's flag and this
+  // thread's epoll_wait got the event) must leave them armed again, or the peer's next
+  // write would wake nobody once this thread stops polling.
+  const int polled = polled_.empty() ? 0 : poll_polled(/*arm=*/epoll_sleeping_.load(std::memory_order_seq_cst));
   // A post() whose wake-up this epoll_wait consumed pushed its call before it wrote
   // the eventfd: run it now, or nobody would (the progress thread saw no wake-up).
   run_posted();
@@ -268,7 +321,7 @@ int ProgressEngine::try_progress() {
   auto deferred = take_deferred();
   mutex_.unlock();
   run_deferred(deferred);
-  return n > 0 ? n : 0;
+  return (n > 0 ? n : 0) + polled;
 }
 
 int ProgressEngine::poll_and_dispatch(int timeout_ms) {
@@ -388,6 +441,16 @@ void ProgressEngine::thread_main() {
     // cleared has_next_round_ after a post set it, and drained the post's wake-up.
     const bool pending = has_next_round_.load(std::memory_order_seq_cst) || has_posted_.load(std::memory_order_seq_cst);
     const int timeout_ms = pending ? 0 : next_timer_ms();
+    // About to sleep: rings polled each round ask their writers to wake this thread
+    // from now on, and are read once more (what came before the ask).
+    if (timeout_ms != 0 && arm_polled() > 0) {
+      epoll_sleeping_.store(false, std::memory_order_relaxed);
+      if (poll_ns > 0) {
+        poll_until = now_ns() + poll_ns;
+        idle_polls = 0;
+      }
+      continue;
+    }
     if (poll_and_dispatch(timeout_ms) > 0 && poll_ns > 0) {
       poll_until = now_ns() + poll_ns;
       idle_polls = 0;

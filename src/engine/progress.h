@@ -56,6 +56,13 @@ class EventHandler {
   /// Reads whatever is there without an event: 1 if anything was read, 0 if not, -1
   /// if the handler would rather be left to epoll now (nothing was done).
   virtual int poll_read() { return -1; }
+  /// Handlers of memory a peer writes without a system call (a shared-memory ring,
+  /// poll_every_round): poll_round reads what is there, in every progress round of any
+  /// thread, without asking to be woken; arm_for_sleep asks the writer to wake this
+  /// side (an eventfd registered here) and reads once more, before the progress thread
+  /// sleeps. Both return 1 if anything was read, else 0. Lock held.
+  virtual int poll_round() { return 0; }
+  virtual int arm_for_sleep() { return 0; }
 };
 
 /// Opaque registration handle.
@@ -112,6 +119,10 @@ class ProgressEngine {
   Status modify(int fd, HandlerId id, uint32_t events);
   /// Unregisters; pending events for it are dropped. Lock held. Does not close fd.
   void remove(int fd, HandlerId id);
+  /// Polls `id`'s handler in every progress round (EventHandler::poll_round) and arms
+  /// it before the progress thread sleeps (arm_for_sleep): a peer's writes then cost no
+  /// wake-up while any thread drives progress. Lock held; remove() ends it.
+  void poll_every_round(HandlerId id);
 
   /// Runs `fn` (with the lock held) at or after `when`. Lock held.
   void add_timer(Clock::time_point when, std::function<void()> fn);
@@ -130,8 +141,9 @@ class ProgressEngine {
   void post(std::function<void()> fn);
 
   /// Drives progress once if the lock is free: harvests ready events without
-  /// blocking and dispatches them, runs due timers. Returns the number of events
-  /// dispatched (0 when idle or when another thread held the lock).
+  /// blocking and dispatches them, polls the handlers polled every round, runs due
+  /// timers. Returns the number of events dispatched plus the polled handlers that
+  /// read something (0 when idle or when another thread held the lock).
   int try_progress();
 
   /// Waiter accounting, used by Request::wait: a spinning waiter harvests events
@@ -196,11 +208,17 @@ class ProgressEngine {
   /// a linger period old (so at most one system call per half period, by any thread).
   void push_park_timer(int64_t now_ns) noexcept;
   bool arm_park_timer(int64_t deadline_ns) noexcept;
+  /// poll_round (arm: arm_for_sleep) of every handler polled each round. Lock held.
+  int poll_polled(bool arm);
+  /// Before the progress thread sleeps: arms the polled handlers and runs what they
+  /// found. Lock NOT held on entry. Returns what they read (> 0: do not sleep).
+  int arm_polled();
 
   struct Slot {
     EventHandler* handler = nullptr;
     uint32_t generation = 1;
     bool live = false;
+    bool polled = false;  // in polled_ (poll_every_round)
   };
   struct Timer {
     Clock::time_point when;
@@ -215,6 +233,8 @@ class ProgressEngine {
   std::mutex mutex_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
+  std::vector<uint64_t> polled_;               // tokens (generation, slot) of poll_every_round handlers
+  std::atomic<uint32_t> polled_count_{0};      // polled_.size(), read without the lock
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
   std::vector<std::function<void()>> deferred_;

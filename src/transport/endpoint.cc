@@ -583,7 +583,7 @@ bool EndpointCore::read_control() {
     // After the peer's SWITCH its bytes come out of this side's ring (copied out before
     // they are decoded, so the peer cannot change a frame under the decoder).
     const bool ring = shm_ != nullptr && shm_->rx_on();
-    const net::IoResult r = ring ? shm_->recv(ctl_rx_.data() + rx_end_, space)
+    const net::IoResult r = ring ? shm_->recv(ctl_rx_.data() + rx_end_, space, ring_arm_)
                                  : net::recv_some(control_.get(), ctl_rx_.data() + rx_end_, space);
     if (r.would_block()) break;
     if (ring && r.error()) {
@@ -647,8 +647,9 @@ bool EndpointCore::read_control() {
     // A short read drained the socket; new bytes raise a new edge. Skipping the
     // recv that would return EAGAIN saves a syscall per message — but not once the
     // peer hung up: the FIN came with the same edge, and only a read sees the EOF.
-    // The ring is read until it is found empty (no system call): only that read marks
-    // this side sleeping, without which the peer's next write would wake nobody.
+    // The ring is read until it is found empty (no system call): only that read, when
+    // it arms (poll_ring before the progress thread sleeps), marks this side sleeping,
+    // without which the peer's next write would wake nobody.
     if (n < space && !ring && !ctl_hup_) break;
   }
   if (got && state_ == State::kActive && rx_handled_ - rx_acked_ >= kAckEvery) acknowledge_handled();

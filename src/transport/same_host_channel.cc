@@ -37,6 +37,10 @@ void EndpointCore::offer_shm() {
   }
   channel->hid = *hid;
   channel->registered = true;
+  // Every progress round reads the ring (poll_ring), so the peer's writes wake this
+  // side only once its progress thread is about to sleep: an eventfd write and an
+  // epoll event per frame cost more than the frame (issue 37's latency).
+  engine_->poll_every_round(*hid);
   shm_ = std::move(channel);
   // The control stream may move into shared memory, where a reset means the peer's
   // process is gone: not resumed (resume.cc), so nothing is kept for a replay.
@@ -137,6 +141,19 @@ void EndpointCore::control_event_after_switch(uint32_t events) {
   if (state_ != State::kActive) return;
   handle_control_eof(r.eof() ? Status(StatusCode::kPeerFailed, "peer " + params_.peer + " closed the connection")
                              : net::errno_status(r.err, "recv on control stream from " + params_.peer));
+}
+
+int EndpointCore::poll_ring(bool arm) {
+  if (state_ != State::kActive) {
+    // Closed: the lingering close drains the ring (see close), asking to be woken.
+    if (arm && linger_) linger_->progress();
+    return 0;
+  }
+  if (shm_ == nullptr || !shm_->rx_on()) return 0;
+  ring_arm_ = arm;
+  const bool got = read_control();
+  ring_arm_ = false;
+  return got ? 1 : 0;
 }
 
 void EndpointCore::release_shm() {

@@ -45,8 +45,8 @@ net::IoResult ShmChannel::send(int tcp_fd, const std::byte* queued, size_t off, 
   return net::IoResult{net::IoResult::Kind::kBytes, wrote->bytes, 0};
 }
 
-net::IoResult ShmChannel::recv(std::byte* dst, size_t len) noexcept {
-  auto read = rx_->read(std::span(dst, len), /*arm=*/true);
+net::IoResult ShmChannel::recv(std::byte* dst, size_t len, bool arm) noexcept {
+  auto read = rx_->read(std::span(dst, len), arm);
   if (!read) {
     corruption_ = read.status();
     return net::IoResult{net::IoResult::Kind::kError, 0, EPROTO};

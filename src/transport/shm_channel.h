@@ -62,10 +62,11 @@ class ShmChannel {
   /// woken through its eventfd once the peer read); kError with EPROTO when the peer
   /// corrupted the ring (corruption() says how).
   net::IoResult send(int tcp_fd, const std::byte* queued, size_t off, size_t end) noexcept;
-  /// One read out of this side's ring (rx_on only): kWouldBlock when it is empty (and
-  /// this side is then marked sleeping: the peer's next write wakes it); kError with
+  /// One read out of this side's ring (rx_on only): kWouldBlock when it is empty (and,
+  /// with `arm`, this side is then marked sleeping: the peer's next write wakes it;
+  /// without, a poller that will look again costs the peer no wake-up); kError with
   /// EPROTO on corruption.
-  net::IoResult recv(std::byte* dst, size_t len) noexcept;
+  net::IoResult recv(std::byte* dst, size_t len, bool arm = true) noexcept;
   /// Bytes waiting in this side's ring.
   size_t readable() const noexcept { return rx_ != nullptr ? rx_->readable() : 0; }
   const Status& corruption() const noexcept { return corruption_; }

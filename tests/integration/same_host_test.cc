@@ -5,6 +5,7 @@
 // side can find the other by pid, so each refuses the other's probe and every byte
 // goes over TCP: the random exchange both ways still checks every message byte for
 // byte, and both sides say why they did not pull.
+#include <chrono>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,6 +94,45 @@ TEST(SameHost, APeerThatScribblesTheRingFailsTheEndpointWithAProtocolError) {
   EXPECT_NE(r.message().find("shared-memory ring corrupt"), std::string::npos) << describe(r);
   EXPECT_TRUE(s.ep->failed());
   EXPECT_EQ(s.ep->failure().code(), StatusCode::kProtocol) << describe(s.ep->failure());
+  s.ep.reset();
+  expect_peer_success(*s.peer);
+}
+
+// The channel's rings cost no wake-up while a thread polls them; the progress thread
+// arms them before it sleeps. A waiting thread's poll may take the wake-up a peer's
+// write sent to the sleeping progress thread; if the ring were left unarmed, the
+// peer's next write would wake nobody once the waiter blocks, and both sides would
+// wait for the heartbeat tick (here, with a 10-minute peer timeout, 150 s). Windows of
+// 64 KiB messages each way, waiters that block after 20 us of polling: every message
+// arrives byte for byte well within the exchange's bound of 120 s (about a second when
+// healthy).
+TEST(SameHost, TheChannelWakesASleepingSideAfterAWaiterTookItsWakeUp) {
+  ContextOptions options;
+  options.spin_us = 20;
+  options.peer_timeout_ms = 600'000;
+  auto created = Context::create(options);
+  ASSERT_TRUE(created) << describe(created.status());
+  std::unique_ptr<Context> ctx = std::move(created).value();
+  const uint64_t seed = 91;
+  const size_t count = scaled<size_t>(20'000, 2'000);
+  PeerSession s = start_listening_peer(
+      *ctx,
+      {"--scenario=exchange", "--side=1", "--seed=" + std::to_string(seed), "--count=" + std::to_string(count),
+       "--fixed-size=65536", "--send-window=16", "--recv-window=16", "--exchange-timeout-ms=120000",
+       "--expect-same-host=yes", "--close=initiate", "--max-seconds=300"},
+      {"REMORA_SPIN_US=20", "REMORA_PEER_TIMEOUT_MS=600000"});
+  ASSERT_TRUE(s.ep);
+  PlanOptions po{.seed = seed, .direction = 0, .count = count, .max_size = 65536, .fixed_size = 65536, .tags = 4};
+  const Plan out = make_plan(po);
+  po.direction = 1;
+  const Plan in = make_plan(po);
+  const ExchangeReport rep =
+      run_exchange(*s.ep, out, in, {.send_window = 16, .recv_window = 16, .timeout = std::chrono::seconds(120)});
+  EXPECT_EQ(rep.error, "");
+  EXPECT_EQ(rep.received, count);
+  const EndpointStats st = s.ep->stats();
+  EXPECT_TRUE(st.shm_tx && st.shm_rx) << st.shm_reason;
+  EXPECT_EQ(close_handshake(*s.ep, /*initiator=*/false, std::chrono::seconds(30)), "");
   s.ep.reset();
   expect_peer_success(*s.peer);
 }
