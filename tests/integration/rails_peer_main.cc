@@ -89,7 +89,17 @@ bool break_rail_during(Endpoint& ep, Request& r, const std::string& source, cons
     (void)r.wait(std::chrono::milliseconds(1));
   }
   if (r.done()) {
-    std::fprintf(stderr, "rails peer: the operation completed before the rail could be broken\n");
+    // Say what each rail carried, so that a run where this happens can be told apart:
+    // a rail retired early (its reason), or the chunks all chosen for the other rail.
+    std::string rails;
+    for (const RailStats& rail : ep.stats().rails) {
+      rails += " [" + rail.local_address + " " + rail.state + ", " + std::to_string(rail.streams) + " streams, " +
+               std::to_string(rail.bytes_sent) + " B sent, " + std::to_string(rail.bytes_received) + " B received, " +
+               std::to_string(rail.streams_retired) + " retired" + (rail.reason.empty() ? "" : ": " + rail.reason) +
+               "]";
+    }
+    std::fprintf(stderr, "rails peer: the operation completed before the rail %s could be broken; rails:%s\n",
+                 source.c_str(), rails.c_str());
     return false;
   }
   std::string cmd = how == "down" ? "ip link set dev " + interface + " down" : "ss -K src " + source + " >/dev/null";
@@ -288,6 +298,7 @@ int main(int argc, char** argv) {
     Request sent = ep->send(buffer, Tag{1});
     if (!break_source.empty() && break_op == "send" &&
         !break_rail_during(*ep, sent, break_source, break_how, &broken)) {
+      ep->abort();  // nothing reads `buffer` after
       return 1;
     }
     if (Status s = sent.wait(timeout); !s) return fail("send", s);
@@ -306,7 +317,10 @@ int main(int argc, char** argv) {
       if (!key) return fail("deserialize the key", key.status());
       std::fill(buffer.begin(), buffer.end(), std::byte{0});
       Request got = ep->get(buffer, *key, 0);
-      if (!break_source.empty() && break_op == "get" && !break_rail_during(*ep, got, break_source, break_how)) return 1;
+      if (!break_source.empty() && break_op == "get" && !break_rail_during(*ep, got, break_source, break_how)) {
+        ep->abort();  // the get in flight completes: nothing writes into `buffer` after
+        return 1;
+      }
       if (Status s = got.wait(timeout); !s) return fail("get", s);
       const size_t get_bad = itest::first_mismatch(seed + 2, 0, buffer);
       if (get_bad != SIZE_MAX) {
@@ -328,10 +342,18 @@ int main(int argc, char** argv) {
           others.push_back(ep->fetch_add(&fetched[i], *key, 2 * size + kNotified * kNotifiedSize, kAdd));
         }
       }
-      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source, break_how)) return 1;
-      if (Status s = put.wait(timeout); !s) return fail("put", s);
+      // Giving up with operations in flight: abort first, which completes them, so that
+      // nothing reads or writes `buffer`, `notified` or `fetched` once they are gone.
+      auto give_up = [&](int code) {
+        ep->abort();
+        return code;
+      };
+      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source, break_how)) {
+        return give_up(1);
+      }
+      if (Status s = put.wait(timeout); !s) return give_up(fail("put", s));
       for (Request& r : others) {
-        if (Status s = r.wait(timeout); !s) return fail("a notified put or fetch_add", s);
+        if (Status s = r.wait(timeout); !s) return give_up(fail("a notified put or fetch_add", s));
       }
       std::sort(fetched.begin(), fetched.end());
       for (uint64_t i = 0; i < fetched.size(); ++i) {
