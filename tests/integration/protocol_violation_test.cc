@@ -153,23 +153,35 @@ void raw_handshake(uint16_t port, uint64_t caps, RawPeer* p, uint32_t eager_cred
   }
 }
 
+/// A context listening on loopback, with a raw peer's endpoint made by hand against it
+/// (raw_handshake). The context and its listener live as long as the session.
+struct RawSession {
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<Listener> listener;
+  RawPeer peer;
+};
+void open_raw_session(uint64_t caps, RawSession* s, uint32_t eager_credit = 1024 * 1024) {
+  s->ctx = make_context(2);
+  ASSERT_TRUE(s->ctx);
+  auto lr = s->ctx->listen("127.0.0.1:0");
+  ASSERT_TRUE(lr) << describe(lr.status());
+  s->listener = std::move(lr).value();
+  raw_handshake(s->listener->port(), caps, &s->peer, eager_credit);
+}
+
 void PrintTo(const Violation& v, std::ostream* os) { *os << v.name; }
 
 class ProtocolViolation : public ::testing::TestWithParam<Violation> {};
 
 TEST_P(ProtocolViolation, FailsOutstandingRequestsAndListenerKeepsServing) {
-  auto ctx = make_context(2);
-  ASSERT_TRUE(ctx);
-  auto lr = ctx->listen("127.0.0.1:0");
-  ASSERT_TRUE(lr) << describe(lr.status());
-  auto listener = std::move(lr).value();
+  // Handshake by hand: control HELLO, then K = 2 data HELLOs with the id and token.
+  RawSession session;
+  open_raw_session(GetParam().capabilities, &session);
+  if (HasFatalFailure()) return;
+  auto& listener = session.listener;
   const uint16_t port = listener->port();
   std::string err;
-
-  // Handshake by hand: control HELLO, then K = 2 data HELLOs with the id and token.
-  RawPeer raw_peer;
-  raw_handshake(port, GetParam().capabilities, &raw_peer);
-  if (HasFatalFailure()) return;
+  RawPeer& raw_peer = session.peer;
   raw::Socket& ctl = raw_peer.ctl;
   const raw::HelloAck& ack = raw_peer.ack;
   std::vector<raw::Socket>& data = raw_peer.data;
@@ -251,16 +263,13 @@ INSTANTIATE_TEST_SUITE_P(
 // only once both sides retired it. Each forgery is refused and the endpoint goes on;
 // the real rejoin is then accepted, and after REJOINED the endpoint still works.
 TEST(Rejoin, ForgedRejoinsAreRefusedAndTheRealOneIsTaken) {
-  auto ctx = make_context(2);
-  ASSERT_TRUE(ctx);
-  auto lr = ctx->listen("127.0.0.1:0");
-  ASSERT_TRUE(lr) << describe(lr.status());
-  auto listener = std::move(lr).value();
+  RawSession session;
+  open_raw_session(kFailover | kRejoin, &session);
+  if (HasFatalFailure()) return;
+  auto& listener = session.listener;
   const uint16_t port = listener->port();
   std::string err;
-  RawPeer raw_peer;
-  raw_handshake(port, kFailover | kRejoin, &raw_peer);
-  if (HasFatalFailure()) return;
+  RawPeer& raw_peer = session.peer;
   raw::Socket& ctl = raw_peer.ctl;
   const raw::HelloAck& ack = raw_peer.ack;
   std::vector<raw::Socket>& data = raw_peer.data;
@@ -348,16 +357,13 @@ int resume_hello(raw::Socket& s, uint64_t id, uint64_t token, uint16_t count, ui
 // none of those before: of six messages, three were read before and the next three
 // come, once each. Stale HANDLEDs replayed after that are ignored.
 TEST(Resume, ForgedResumesAreRefusedAndTheRealOneReplaysExactlyWhatWasNotHandled) {
-  auto ctx = make_context(2);
-  ASSERT_TRUE(ctx);
-  auto lr = ctx->listen("127.0.0.1:0");
-  ASSERT_TRUE(lr) << describe(lr.status());
-  auto listener = std::move(lr).value();
+  RawSession session;
+  open_raw_session(kResumeCaps, &session);
+  if (HasFatalFailure()) return;
+  auto& listener = session.listener;
   const uint16_t port = listener->port();
   std::string err;
-  RawPeer raw_peer;
-  raw_handshake(port, kResumeCaps, &raw_peer);
-  if (HasFatalFailure()) return;
+  RawPeer& raw_peer = session.peer;
   const raw::HelloAck& ack = raw_peer.ack;
   ASSERT_NE(ack.capabilities & kResume, 0u) << "the library does not offer resumption";
   auto ar = listener->accept(10s);
@@ -449,14 +455,11 @@ TEST(Resume, ForgedResumesAreRefusedAndTheRealOneReplaysExactlyWhatWasNotHandled
 // 4 GiB of eager messages, so the library sends them inline, and drains its control
 // connection until the library closes it.
 TEST(Resume, APeerThatNeverAcknowledgesFailsTheEndpointAtTheReplayBound) {
-  auto ctx = make_context(2);
-  ASSERT_TRUE(ctx);
-  auto lr = ctx->listen("127.0.0.1:0");
-  ASSERT_TRUE(lr) << describe(lr.status());
-  auto listener = std::move(lr).value();
-  RawPeer raw_peer;
-  raw_handshake(listener->port(), kResumeCaps, &raw_peer, 0xFFFFFFFFu);
+  RawSession session;
+  open_raw_session(kResumeCaps, &session, 0xFFFFFFFFu);
   if (HasFatalFailure()) return;
+  auto& listener = session.listener;
+  RawPeer& raw_peer = session.peer;
   auto ar = listener->accept(10s);
   ASSERT_TRUE(ar) << describe(ar.status());
   std::shared_ptr<Endpoint> ep = std::move(ar).value();
