@@ -91,9 +91,26 @@ class Agent:
         return Path(self.stderr_path).read_text(errors="replace")[-4000:]
 
     def stop(self):
-        """SIGSTOP: the process stays, its sockets stay open, nothing answers."""
+        """SIGSTOP: the process stays, its sockets stay open, nothing answers. Returns once
+        every thread of it is stopped: kill() only queues the signal, and a thread that is
+        running (a progress thread polling) may serve what comes next until it takes it."""
         os.kill(self.pid, signal.SIGSTOP)
         self.stopped = True
+        deadline = time.monotonic() + BOUND
+        while not self._all_threads_stopped():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"agent {self.name}: not every thread stopped within {BOUND} s of SIGSTOP")
+            time.sleep(0.001)
+
+    def _all_threads_stopped(self):
+        states = []
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+        return all(state in ("T", "t") for state in states)
 
     def cont(self):
         os.kill(self.pid, signal.SIGCONT)
