@@ -196,7 +196,7 @@ failure_details() {
   awk '
     /^ *Start +[0-9]+: / { inblock = 0 }
     /Test +#[0-9]+: .*(\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout)/ { inblock = 1; shown = 0; print; next }
-    inblock && shown < 25 && /FAIL:|Failure|[Ee]rror|Expected|Which is|Value of|Actual|exited|signal|Sanitizer|SUMMARY|Timeout/ {
+    inblock && shown < 40 && /FAIL:|Failure|[Ee]rror|Expected|Which is|Value of|Actual|exited|signal|Sanitizer|SUMMARY|Timeout|broke|connected again|retired/ {
       print "    " substr($0, 1, 300); shown++
     }
   ' "$1" | head -n 150

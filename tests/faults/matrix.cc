@@ -63,6 +63,12 @@ struct Fault {
   /// fault hits one: failover must finish every operation on the other (the first, but
   /// for control-rail-down, which takes the control stream's own rail down).
   bool rails = false;
+  /// The peer timeout of the cell's processes; 0: the matrix's (--peer-timeout-ms). A
+  /// lossy link needs one above TCP's retransmission backoff: at 10% loss each way a
+  /// segment lost three times in a row waits 1.4 s (200 + 400 + 800 ms), and with it
+  /// every byte behind it on the control connection, heartbeats included, so that a
+  /// 1 s timeout declared live peers dead about once in 80 cells (docs/configuration.md).
+  uint32_t peer_timeout_ms = 0;
   /// Every connection between the victim and the observer reset at once (tcp-reset) is
   /// survived since the control stream is resumed (docs/rails.md): a condition too.
   bool is_failure() const { return kind <= FaultKind::kLinkDown; }
@@ -74,8 +80,8 @@ const std::vector<Fault>& all_faults() {
       {"sigstop", FaultKind::kSigstop},
       {"link-down", FaultKind::kLinkDown},
       {"tcp-reset", FaultKind::kTcpReset},
-      {"drop-2%", FaultKind::kDrop, 0.02},
-      {"drop-10%", FaultKind::kDrop, 0.10, 2},
+      {"drop-2%", FaultKind::kDrop, 0.02, 4, false, 3000},
+      {"drop-10%", FaultKind::kDrop, 0.10, 2, false, 3000},
       {"rate-100mbit", FaultKind::kRate},
       {"delay-50ms", FaultKind::kDelay},
       {"rail-down", FaultKind::kRailDown, 0, 4, true},
@@ -151,7 +157,7 @@ struct Row {
   std::string why;  ///< the broken expectations and the processes' output
   void fail(const std::string& what) {
     pass = false;
-    why += "    FAIL: " + what + "\n";
+    why += "    FAIL: " + cell + ": " + what + "\n";  // the cell named: CI keeps only these lines
   }
 };
 
@@ -180,7 +186,7 @@ class Matrix {
     std::vector<std::string> argv = net_.exec_prefix(net_.ns(ns));
     argv.push_back(exe_);
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> env = {"REMORA_PEER_TIMEOUT_MS=" + std::to_string(peer_timeout_ms_)};
+    std::vector<std::string> env = {"REMORA_PEER_TIMEOUT_MS=" + std::to_string(cell_timeout_ms_)};
     if (rails) env.emplace_back("REMORA_RAILS=rmr");
     return std::make_unique<Process>(
         Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = capture, .pipe_stdin = true});
@@ -208,6 +214,7 @@ class Matrix {
   const itest::NetnsBridge& net_;
   std::string exe_, switch_ns_;
   uint32_t peer_timeout_ms_, margin_ms_;
+  uint32_t cell_timeout_ms_ = 0;  // the cell's: Fault::peer_timeout_ms, else peer_timeout_ms_
 
  public:
   uint64_t window_ = 8;      ///< the observer's operations per round
@@ -329,6 +336,7 @@ void Matrix::undo(const Fault& fault, Process& victim, std::string* log, std::st
 Row Matrix::run(const std::string& workload, const Fault& fault) {
   Row row;
   row.cell = workload + " / " + fault.name;
+  cell_timeout_ms_ = fault.peer_timeout_ms != 0 ? std::max(fault.peer_timeout_ms, peer_timeout_ms_) : peer_timeout_ms_;
   const bool coll = workload == "allreduce";
   const std::string store = "--store=" + net_.addr(0) + ":" + std::to_string(kStorePort);
   // With rails a server listens on the wildcard address, so that it advertises both.
@@ -373,7 +381,7 @@ Row Matrix::run(const std::string& workload, const Fault& fault) {
   long h_coll_ms = -1;
   long in_flight = 0;  // the observer's operations outstanding just before the fault
   bool applied = false;
-  const auto bound = std::chrono::milliseconds(peer_timeout_ms_ + margin_ms_);
+  const auto bound = std::chrono::milliseconds(cell_timeout_ms_ + margin_ms_);
   Clock::time_point fault_time{};
   do {
     if (!expect_line(*observer, "BASELINE", kStepDeadline, &log)) break;

@@ -128,13 +128,16 @@ int run_server(const Flags& f) {
   std::mutex mu;
   std::vector<std::shared_ptr<Endpoint>> endpoints;
   std::vector<std::thread> echoes;
-  auto echo = [&stop](std::shared_ptr<Endpoint> ep) {
+  // Why a server's endpoint ended, when it was not told to stop: the matrix shows it
+  // beside the observer's side of the same failure.
+  auto finish = [&stop](Request& r) {
+    Status s = r.wait(500ms);
+    while (s.code() == StatusCode::kTimeout && !stop) s = r.wait(500ms);
+    if (!s && !stop) std::fprintf(stderr, "remora_faults node: server endpoint: %s\n", s.to_string().c_str());
+    return s;
+  };
+  auto echo = [&finish, &stop](std::shared_ptr<Endpoint> ep) {
     std::vector<std::byte> buf(kMaxMessage);
-    auto finish = [&stop](Request& r) {
-      Status s = r.wait(500ms);
-      while (s.code() == StatusCode::kTimeout && !stop) s = r.wait(500ms);
-      return s;
-    };
     while (!stop) {
       Request in = ep->recv(buf, kEcho);
       if (!finish(in)) return;
@@ -144,12 +147,7 @@ int run_server(const Flags& f) {
   };
   // put-in: once the observer sends its key, notified puts into its memory, a window
   // ahead of its acknowledgements, until it says stop, the endpoint fails, or quit.
-  auto pusher = [&stop](std::shared_ptr<Endpoint> ep) {
-    auto finish = [&stop](Request& r) {
-      Status s = r.wait(500ms);
-      while (s.code() == StatusCode::kTimeout && !stop) s = r.wait(500ms);
-      return s;
-    };
+  auto pusher = [&finish, &stop](std::shared_ptr<Endpoint> ep) {
     std::array<std::byte, RemoteKey::kSerializedSize + 16> hello{};
     Request h = ep->recv(hello, kPushKey);
     if (!finish(h)) return;
