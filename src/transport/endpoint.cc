@@ -340,7 +340,7 @@ void EndpointCore::fail_locked(const Status& why) {
   spare_.clear();
   ctl_pre_.clear();
   resuming_since_.reset();
-  resume_stalled_ = false;
+  resume_stalled_ = resume_idle_ = false;
   target_.control_cleared();
   ctl_resp_only_ = true;
   hold_resps_ = false;

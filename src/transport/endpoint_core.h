@@ -463,6 +463,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool peer_silent(const Status& why) override;
   bool reconnecting() const override { return resuming_since_.has_value(); }
   void check_streams(std::chrono::steady_clock::duration timeout) override;
+  bool watches_path() const override;
+  bool path_quiet() override;
 
   // output
   /// Queues a frame on the control stream; with checksums, gives inline payloads their CRC.
@@ -570,6 +572,12 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// stopped peer's kernel still acknowledges them, or closes its window). nullopt
   /// where it does not.
   std::optional<std::string> control_path_stalled() const;
+  /// Where the control connection's path looks gone (control_path_stalled) and another
+  /// rail may reach the peer: begins a resumption bounded by stall_limit() (by
+  /// reconnect_limit() when `idle`: nothing of either side's is waiting on it), which
+  /// fails with `why` if no other path answers, and answers true. False, with nothing
+  /// done, otherwise.
+  bool resume_quiet_path(const Status& why, bool idle);
   std::optional<net::SealCipher> rejoin_cipher_;
 
   /// Failed receives waiting for their device copies to end (fail_staged_recv).
@@ -600,6 +608,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // unacknowledged (its path may be down, not the peer): bounded by stall_limit(), and
   // failing with silent_why_ (the verdict) when no other path answers.
   bool resume_stalled_ = false;
+  bool resume_idle_ = false;  // resume_stalled_ found by an idle probe (path_quiet): reconnect_limit() bounds it
   std::string silent_why_;
   std::optional<QuietPath> quiet_path_;  // the stalled control connection's addresses
   std::string resume_error_;       // why the connecting side's last attempt failed

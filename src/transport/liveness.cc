@@ -49,10 +49,24 @@ void Liveness::arm(engine::Clock::time_point when) {
 void Liveness::tick() {
   if (stopped_) return;
   const auto now = engine::Clock::now();
-  if (heard_ != seen_ || !owner_.awaiting_peer() || owner_.reconnecting()) {
+  const bool idle = !owner_.awaiting_peer();
+  if (heard_ != seen_ || owner_.reconnecting() || (idle && !owner_.watches_path())) {
     // Heard from the peer, or nothing to hear: silence counts from here.
     seen_ = heard_;
     last_heard_ = now;
+  } else if (idle) {
+    // Nothing of this side's outstanding, but the peer may be waiting on this side's
+    // control connection: probe it, and report a probe that went unanswered.
+    if (now - last_heard_ >= timeout_ / 2 && !probe_outstanding_) {
+      probe_outstanding_ = true;
+      probe_sent_ = now;
+      owner_.send_probe(++probe_seq_);
+      if (stopped_) return;
+    } else if (probe_outstanding_ && now - probe_sent_ >= timeout_ / 2 && owner_.path_quiet()) {
+      seen_ = heard_;
+      last_heard_ = now;
+    }
+    if (stopped_) return;
   } else if (now - last_heard_ >= timeout_) {
     owner_.read_input();  // what arrived while this process was not running counts
     if (stopped_) return;
@@ -76,6 +90,7 @@ void Liveness::tick() {
     }
   } else if (probes_ && !probe_outstanding_) {
     probe_outstanding_ = true;
+    probe_sent_ = now;
     owner_.send_probe(++probe_seq_);
     if (stopped_) return;
   }

@@ -11,7 +11,10 @@
 // outstanding is declared dead (Owner::peer_silent); the endpoint then fails every
 // operation through its one failure path. A slow peer answers the probes and is never
 // declared dead, however long its transfers take. With nothing outstanding, silence
-// is normal and nothing is sent. An endpoint that resumes its control stream may take
+// is normal and nothing is sent, except by the side that would connect a control stream
+// again along another rail (Owner::watches_path), which probes its idle peer every half
+// timeout so that a path gone quiet is found while the peer may still be waiting for
+// this side. An endpoint that resumes its control stream may take
 // a verdict back (Owner::peer_silent answers true): when the control
 // connection's own bytes went unacknowledged, its path rather than the peer may be gone,
 // and another rail is tried first (transport/resume.cc).
@@ -58,6 +61,17 @@ class Liveness {
     /// Every tick while the peer is alive: a data stream silent for the timeout while
     /// another works may be given up (failover).
     virtual void check_streams(std::chrono::steady_clock::duration /*timeout*/) {}
+    /// The owner could connect its control stream again along another path, and would
+    /// be the one to do it: then an idle endpoint is watched too. Its peer may have
+    /// something for this side that cannot get through (the control connection's link
+    /// went down), and only this side can mend that: silence of half the timeout is
+    /// probed, and a probe that stays unanswered as long is reported (path_quiet).
+    virtual bool watches_path() const { return false; }
+    /// An idle endpoint's probe went unanswered for half the timeout: true if the owner
+    /// took that for its control connection's path gone quiet (TCP says its bytes went
+    /// unacknowledged) and is connecting it again. Nothing fails here: with nothing
+    /// outstanding, silence is no verdict.
+    virtual bool path_quiet() { return false; }
   };
 
   /// `probes`: the peer advertised the heartbeat capability (an older peer would
@@ -103,6 +117,7 @@ class Liveness {
   engine::Clock::time_point last_heard_{};
   uint64_t probe_seq_ = 0;
   bool probe_outstanding_ = false;
+  engine::Clock::time_point probe_sent_{};
 };
 
 }  // namespace remora::detail

@@ -47,19 +47,43 @@ bool EndpointCore::peer_silent(const Status& why) {
   // be alive behind another rail (the control's link went down): where the endpoint
   // resumes, try the other paths for a short while before the verdict stands. With one
   // rail there is no other path to try: the verdict stands at once, as it always did.
-  if (state_ == State::kActive && control_.valid() && !resuming_since_ && rails_.size() > 1 && can_resume()) {
-    if (std::optional<std::string> stalled = control_path_stalled()) {
-      silent_why_ = why.message();
-      resume_stalled_ = true;
-      quiet_path_.reset();
-      auto local = net::local_address(control_.get());
-      auto peer = net::peer_address(control_.get());
-      if (local && peer) quiet_path_ = QuietPath{*local, *peer};
-      if (begin_resume(Status(StatusCode::kTimeout, *stalled))) return true;
-      resume_stalled_ = false;
-    }
-  }
+  if (resume_quiet_path(why, /*idle=*/false)) return true;
   fail_locked(why);
+  return false;
+}
+
+bool EndpointCore::watches_path() const {
+  return resumer_ && rails_.size() > 1 && state_ == State::kActive && control_.valid() && !resuming_since_ &&
+         can_resume();
+}
+
+bool EndpointCore::path_quiet() {
+  // Found while idle: the peer, if it was waiting on this side, has waited since the
+  // probe at least, and waits for this side to connect again (it cannot).
+  // Nothing of this side's waits: other paths are tried as long as after a reset.
+  return watches_path() &&
+         resume_quiet_path(
+             Status(StatusCode::kPeerFailed,
+                    fmt::format("peer {} did not answer a heartbeat for {} ms (REMORA_PEER_TIMEOUT_MS={})",
+                                params_.peer, config_.peer_timeout_ms / 2, config_.peer_timeout_ms)),
+             /*idle=*/true);
+}
+
+bool EndpointCore::resume_quiet_path(const Status& why, bool idle) {
+  if (state_ != State::kActive || !control_.valid() || resuming_since_ || rails_.size() <= 1 || !can_resume()) {
+    return false;
+  }
+  std::optional<std::string> stalled = control_path_stalled();
+  if (!stalled) return false;
+  silent_why_ = why.message();
+  resume_stalled_ = true;
+  resume_idle_ = idle;
+  quiet_path_.reset();
+  auto local = net::local_address(control_.get());
+  auto peer = net::peer_address(control_.get());
+  if (local && peer) quiet_path_ = QuietPath{*local, *peer};
+  if (begin_resume(Status(StatusCode::kTimeout, *stalled))) return true;
+  resume_stalled_ = resume_idle_ = false;
   return false;
 }
 
@@ -94,7 +118,7 @@ std::chrono::steady_clock::duration EndpointCore::orphan_limit() const noexcept 
 }
 
 std::chrono::steady_clock::duration EndpointCore::resume_limit() const {
-  if (resume_stalled_) return stall_limit();
+  if (resume_stalled_) return resume_idle_ ? reconnect_limit() : stall_limit();
   return orphaned() ? orphan_limit() : reconnect_limit();
 }
 
@@ -114,7 +138,7 @@ void EndpointCore::check_resume() {
     return;
   }
   const bool orphan = orphaned();
-  const auto limit = resume_stalled_ ? stall_limit() : orphan ? orphan_limit() : reconnect_limit();
+  const auto limit = resume_limit();
   if (std::chrono::steady_clock::now() - *resuming_since_ < limit) {
     maybe_resume();
     return;
@@ -190,7 +214,7 @@ void EndpointCore::install_control(net::Fd fd) {
     REMORA_LOG(kWarn, "endpoint to {}: {}", params_.peer, s.message());
   }
   resuming_since_.reset();
-  resume_stalled_ = false;
+  resume_stalled_ = resume_idle_ = false;
   liveness_.heard();  // the peer's (authenticated) resumption: silence counts from here
   resume_error_.clear();
   resume_handshake_ = true;

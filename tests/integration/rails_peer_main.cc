@@ -29,6 +29,13 @@
 //       replay what the other lacks; --break-how=everything resets every connection of the
 //       endpoint at once, the control stream's too; --break-how=control-for-good first
 //       drops every SYN this namespace sends, so that the control stream cannot come back
+//   --idle-down   instead of all the above: the connecting side registers N bytes and
+//       sends their key (tag 7); once the listener acknowledged it (tag 8), with nothing
+//       posted or outstanding, it sets the interface of its control stream's rail down,
+//       prints "IDLE-DOWN <interface>", and polls (bounded) for a notification: the
+//       listening side puts N bytes (seed + 6) with notification 6 into that memory once
+//       a line arrives on its stdin (the test writes it after IDLE-DOWN). Only the idle
+//       side can connect the control stream again, so it must find the quiet path itself
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
 //   --comeback=<n>  (both sides, with --break-how=down) after the exchange the connecting
 //       side prints "DOWN <the rail's reason>", sets the rail up again, waits until the
@@ -192,6 +199,7 @@ int main(int argc, char** argv) {
   const bool mixed = arg(argc, argv, "mixed") == "1";
   const bool die = arg(argc, argv, "die") == "1";
   const int comebacks = std::stoi(arg(argc, argv, "comeback", "0"));
+  const bool idle_down = arg(argc, argv, "idle-down") == "1";
   std::string broken;  // the interface the connecting side set down
   constexpr uint64_t kNotified = 8, kNotifiedSize = 1 << 20, kAdds = 64, kAdd = 3;
   const uint64_t extra = mixed ? kNotified * kNotifiedSize + 8 : 0;  // after the 2N bytes
@@ -209,6 +217,25 @@ int main(int argc, char** argv) {
     auto accepted = (*listener)->accept(timeout);
     if (!accepted) return fail("accept", accepted.status());
     ep = *accepted;
+    if (idle_down) {
+      std::array<std::byte, RemoteKey::kSerializedSize> key_bytes{};
+      if (Status s = ep->recv(key_bytes, Tag{7}).wait(timeout); !s) return fail("recv the idle side's key", s);
+      auto key = RemoteKey::deserialize(key_bytes);
+      if (!key) return fail("deserialize the key", key.status());
+      if (Status s = ep->send(answer, Tag{8}).wait(timeout); !s) return fail("acknowledge the key", s);
+      char go[16];
+      if (std::fgets(go, sizeof go, stdin) == nullptr) {
+        std::fprintf(stderr, "rails peer: stdin ended before the go\n");
+        return 1;
+      }
+      itest::fill_stream(seed + 6, 0, buffer);
+      if (Status s = ep->put(buffer, *key, 0, PutOptions{.notify = 6}).wait(timeout); !s) {
+        return fail("put into the idle side", s);
+      }
+      print_rails(*ep);
+      ep->close();
+      return 0;
+    }
     Request received = ep->recv(buffer, Tag{1});
     if (die) {
       const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -294,6 +321,45 @@ int main(int argc, char** argv) {
     auto connected = (*ctx)->connect(address, timeout);
     if (!connected) return fail("connect", connected.status());
     ep = *connected;
+    if (idle_down) {
+      auto region = (*ctx)->register_memory(buffer.data(), buffer.size(), Access::kRemoteWrite);
+      if (!region) return fail("register_memory", region.status());
+      const auto key = region->remote_key().serialize();
+      if (Status s = ep->send(key, Tag{7}).wait(timeout); !s) return fail("send the key", s);
+      if (Status s = ep->recv(answer, Tag{8}).wait(timeout); !s) return fail("recv the key's acknowledgement", s);
+      const EndpointStats st = ep->stats();
+      const std::string control_host = st.control_address.substr(0, st.control_address.rfind(':'));
+      for (const RailStats& rail : st.rails) {
+        if (rail.local_address == control_host) broken = rail.interface;
+      }
+      if (broken.empty() || std::system(("ip link set dev " + broken + " down").c_str()) != 0) {
+        std::fprintf(stderr, "rails peer: cannot set the control stream's rail (%s) down\n", control_host.c_str());
+        return 1;
+      }
+      std::printf("IDLE-DOWN %s\n", broken.c_str());
+      std::fflush(stdout);
+      // Polled, not waited for: a wait for a notification would make the endpoint
+      // await its peer, and the point is an endpoint with nothing of its own to await.
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      std::optional<Notification> note;
+      while (!(note = ep->poll_notification()) && !ep->failed() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (!note)
+        return fail("the idle side's notification",
+                    ep->failed() ? ep->failure() : Status(StatusCode::kTimeout, "none within 60 s"));
+      if (note->value != 6) {
+        std::fprintf(stderr, "rails peer: the notification is %lu, not 6\n", static_cast<unsigned long>(note->value));
+        return 1;
+      }
+      if (size_t bad = itest::first_mismatch(seed + 6, 0, buffer); bad != SIZE_MAX) {
+        std::fprintf(stderr, "rails peer: byte %zu of the put into the idle side differs\n", bad);
+        return 1;
+      }
+      print_rails(*ep);
+      ep->close();
+      return 0;
+    }
     itest::fill_stream(seed, 0, buffer);
     Request sent = ep->send(buffer, Tag{1});
     if (!break_source.empty() && break_op == "send" &&

@@ -44,11 +44,12 @@ std::vector<RailLine> parse_rails(const std::string& output) {
 }
 
 std::unique_ptr<Process> spawn_rails_peer(const NetnsRails& net, const std::string& ns, std::vector<std::string> args,
-                                          std::vector<std::string> env) {
+                                          std::vector<std::string> env, bool pipe_stdin = false) {
   std::vector<std::string> argv = net.exec_prefix(ns);
   argv.push_back(REMORA_RAILS_PEER_PATH);
   for (auto& a : args) argv.push_back(std::move(a));
-  auto p = std::make_unique<Process>(Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = false});
+  auto p = std::make_unique<Process>(
+      Process::Options{.argv = argv, .env = std::move(env), .capture_stderr = false, .pipe_stdin = pipe_stdin});
   EXPECT_TRUE(p->ok()) << p->error();
   return p;
 }
@@ -595,6 +596,45 @@ TEST(Failover, TheControlRailsLinkDownMidGetResumesOnTheOtherRail) { expect_cont
 
 TEST(Failover, TheControlRailsLinkDownMidPutsNotificationsAndAtomicsLosesAndRepeatsNothing) {
   expect_control_rail_down("put", "--mixed=1");
+}
+
+// The control stream's link goes down while the connecting side has nothing
+// outstanding, and then the listening side puts 64 bytes with a notification into its
+// memory (inline: on the control stream alone), which the connecting side polls for.
+// Only the connecting side can connect the control stream again, so it must find the
+// quiet path while idle (its heartbeat unanswered, its bytes unacknowledged). Found by
+// the fault matrix (allreduce × control-rail-down): the listening side gave up after
+// waiting 4 s for a peer that never noticed.
+TEST(Failover, TheControlRailsLinkDownUnderAnIdleConnectingSideIsMendedByIt) {
+  NetnsRails net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  const std::vector<std::string> env = {"REMORA_PEER_TIMEOUT_MS=1000", "REMORA_STREAMS=1", "REMORA_LOG=error"};
+  auto with = [&](const std::string& rails) {
+    std::vector<std::string> e = env;
+    e.push_back("REMORA_RAILS=" + rails);
+    return e;
+  };
+  auto a = spawn_rails_peer(net, net.ns_a(),
+                            {"--role=listen", "--address=0.0.0.0:0", "--size=64", "--seed=37", "--idle-down=1"},
+                            with("rla"), /*pipe_stdin=*/true);
+  ASSERT_TRUE(a->ok());
+  const uint16_t port = read_port(*a);
+  ASSERT_NE(port, 0);
+  auto b = spawn_rails_peer(net, net.ns_b(),
+                            {"--role=connect", "--address=" + net.addr_a(0) + ":" + std::to_string(port), "--size=64",
+                             "--seed=37", "--idle-down=1"},
+                            with("rlb"));
+  std::optional<std::string> down;
+  while ((down = b->read_line(std::chrono::seconds(30))) && down->rfind("IDLE-DOWN ", 0) != 0) {
+  }
+  ASSERT_TRUE(down.has_value()) << "the connecting side never set its control rail down";
+  ASSERT_TRUE(a->write_line("go"));
+  auto [b_out, b_status] = finish(*b, std::chrono::seconds(60));
+  auto [a_out, a_status] = finish(*a, std::chrono::seconds(60));
+  ASSERT_TRUE(WIFEXITED(b_status) && WEXITSTATUS(b_status) == 0) << Process::describe(b_status) << "\n" << b_out;
+  ASSERT_TRUE(WIFEXITED(a_status) && WEXITSTATUS(a_status) == 0) << Process::describe(a_status) << "\n" << a_out;
+  EXPECT_EQ(parse_failover(b_out).control_resumed, 1u) << b_out;
+  EXPECT_EQ(parse_failover(a_out).control_resumed, 1u) << a_out;
 }
 
 // Sealed (REMORA_ENCRYPT): the control stream connected again is authenticated and
