@@ -61,7 +61,6 @@ void Liveness::tick() {
       probe_outstanding_ = true;
       probe_sent_ = now;
       owner_.send_probe(++probe_seq_);
-      if (stopped_) return;
     } else if (probe_outstanding_ && now - probe_sent_ >= timeout_ / 2 && owner_.path_quiet()) {
       seen_ = heard_;
       last_heard_ = now;
