@@ -69,8 +69,8 @@ class Liveness {
     virtual bool watches_path() const { return false; }
     /// An idle endpoint's probe went unanswered for half the timeout: true if the owner
     /// took that for its control connection's path gone quiet (TCP says its bytes went
-    /// unacknowledged) and is connecting it again. Nothing fails here: with nothing
-    /// outstanding, silence is no verdict.
+    /// unacknowledged) and is connecting it again. Silence alone fails nothing while
+    /// idle; the resumption fails the endpoint only if no path answers within its bound.
     virtual bool path_quiet() { return false; }
   };
 
