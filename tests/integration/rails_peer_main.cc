@@ -32,7 +32,8 @@
 //   --idle-down   instead of all the above: the connecting side registers N bytes and
 //       sends their key (tag 7); once the listener acknowledged it (tag 8), with nothing
 //       posted or outstanding, it sets the interface of its control stream's rail down,
-//       prints "IDLE-DOWN <interface>", and polls (bounded) for a notification: the
+//       prints "IDLE-DOWN <interface>", and takes a notification through its handler
+//       (bounded; a waiting thread would make the endpoint await its peer): the
 //       listening side puts N bytes (seed + 6) with notification 6 into that memory once
 //       a line arrives on its stdin (the test writes it after IDLE-DOWN). Only the idle
 //       side can connect the control stream again, so it must find the quiet path itself
@@ -52,11 +53,14 @@
 // <message>" on stdout, and exit 1.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -338,16 +342,23 @@ int main(int argc, char** argv) {
       }
       std::printf("IDLE-DOWN %s\n", broken.c_str());
       std::fflush(stdout);
-      // Polled, not waited for: a wait for a notification would make the endpoint
-      // await its peer, and the point is an endpoint with nothing of its own to await.
-      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      // Through the handler, not waited for: a thread waiting for a notification makes
+      // the endpoint await its peer, and the point is an endpoint with nothing of its own
+      // to await. Bounded below the test's 60 s, so that its own message comes first.
+      struct Arrived {
+        std::promise<Notification> promise;
+        std::atomic<bool> set{false};
+      };
+      auto arrived = std::make_shared<Arrived>();
+      ep->set_notification_handler([arrived](const Notification& n) {
+        if (!arrived->set.exchange(true)) arrived->promise.set_value(n);
+      });
+      std::future<Notification> future = arrived->promise.get_future();
       std::optional<Notification> note;
-      while (!(note = ep->poll_notification()) && !ep->failed() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      if (future.wait_for(std::chrono::seconds(45)) == std::future_status::ready) note = future.get();
       if (!note)
         return fail("the idle side's notification",
-                    ep->failed() ? ep->failure() : Status(StatusCode::kTimeout, "none within 60 s"));
+                    ep->failed() ? ep->failure() : Status(StatusCode::kTimeout, "none within 45 s"));
       if (note->value != 6) {
         std::fprintf(stderr, "rails peer: the notification is %lu, not 6\n", static_cast<unsigned long>(note->value));
         return 1;

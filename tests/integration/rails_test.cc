@@ -600,7 +600,8 @@ TEST(Failover, TheControlRailsLinkDownMidPutsNotificationsAndAtomicsLosesAndRepe
 
 // The control stream's link goes down while the connecting side has nothing
 // outstanding, and then the listening side puts 64 bytes with a notification into its
-// memory (inline: on the control stream alone), which the connecting side polls for.
+// memory (inline: on the control stream alone), which the connecting side takes through its
+// notification handler (a thread waiting for it would make the endpoint await its peer).
 // Only the connecting side can connect the control stream again, so it must find the
 // quiet path while idle (its heartbeat unanswered, its bytes unacknowledged). Found by
 // the fault matrix (allreduce × control-rail-down): the listening side gave up after
