@@ -241,9 +241,9 @@ void ProgressEngine::run_deferred(std::vector<std::function<void()>>& calls) {
   for (auto& fn : calls) fn();
 }
 
-void ProgressEngine::run_timers() {
+void ProgressEngine::run_timers(Clock::time_point now) {
   if (!has_timers_.load(std::memory_order_relaxed)) return;
-  auto now = Clock::now();
+  if (now == Clock::time_point{}) now = Clock::now();
   while (!timers_.empty() && timers_.top().when <= now) {
     auto fn = timers_.top().fn;
     timers_.pop();
@@ -279,7 +279,7 @@ void ProgressEngine::dispatch(const epoll_event* events, int n) {
   }
 }
 
-int ProgressEngine::try_progress() {
+int ProgressEngine::try_progress(Clock::time_point now) {
   if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
   run_next_round();
   int n = -1;
@@ -317,7 +317,7 @@ int ProgressEngine::try_progress() {
   // A post() whose wake-up this epoll_wait consumed pushed its call before it wrote
   // the eventfd: run it now, or nobody would (the progress thread saw no wake-up).
   run_posted();
-  run_timers();
+  run_timers(now);
   auto deferred = take_deferred();
   mutex_.unlock();
   run_deferred(deferred);

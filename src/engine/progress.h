@@ -143,8 +143,10 @@ class ProgressEngine {
   /// Drives progress once if the lock is free: harvests ready events without
   /// blocking and dispatches them, polls the handlers polled every round, runs due
   /// timers. Returns the number of events dispatched plus the polled handlers that
-  /// read something (0 when idle or when another thread held the lock).
-  int try_progress();
+  /// read something (0 when idle or when another thread held the lock). A caller that
+  /// has just read the clock passes `now`, by which due timers are then found (a
+  /// spinning waiter's poll is cheaper by one reading of the clock).
+  int try_progress(Clock::time_point now = Clock::time_point{});
 
   /// Waiter accounting, used by Request::wait: a spinning waiter harvests events
   /// itself, so the progress thread parks while any spins.
@@ -193,7 +195,8 @@ class ProgressEngine {
   /// when there is something to do if timeout_ms is 0). Returns the events dispatched.
   int poll_and_dispatch(int timeout_ms);
   void dispatch(const epoll_event* events, int n);
-  void run_timers();
+  /// Runs the timers due at `now` (by default the clock is read, if any timer is set).
+  void run_timers(Clock::time_point now = Clock::time_point{});
   void run_next_round();
   /// Runs what post() queued (lock held).
   void run_posted();

@@ -60,7 +60,7 @@ Status Request::wait(Duration requested) const {
       auto now = Clock::now();
       if (now >= spin_end || now >= deadline) break;
       eng->waiter_polling(now);
-      if (eng->try_progress() > 0) {
+      if (eng->try_progress(now) > 0) {
         spin_end = now + spin;
         idle_polls = 0;
       } else if (++idle_polls % eng->yield_polls() == 0) {

@@ -226,7 +226,13 @@ Result<ShmRingWriter::Wrote> ShmRingWriter::write(std::span<const std::byte> src
   ShmRingMemory::Header& h = memory_.header();
   Wrote out;
   for (int pass = 0; pass < 2 && out.bytes < src.size(); ++pass) {
-    REMORA_ASSIGN_OR_RETURN(uint64_t free, room());
+    // Room by the tail seen last (the tail only grows, so at least that much is free);
+    // the shared tail is read only when that is not enough. The consumer stores it
+    // after every read, so reading it each time would miss the cache on every write.
+    uint64_t free = memory_.capacity() - (head_ - seen_tail_);
+    if (free < src.size() - out.bytes) {
+      REMORA_ASSIGN_OR_RETURN(free, room());
+    }
     if (free == 0) {
       if (pass == 1) break;
       // Full: ask to be woken once the consumer read, then look once more.

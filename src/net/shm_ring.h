@@ -17,7 +17,8 @@
 // it back from shared memory; the other side's counter is bounds-checked on every read
 // (a consumer refuses a head behind the one it saw or more than `capacity` ahead of its
 // tail; a producer a tail behind the one it saw or ahead of its head) and a violation is
-// a kProtocol error. Positions index the data modulo this side's own capacity, taken
+// a kProtocol error (the producer reads the tail only when the room left by the tail it
+// saw last is too small for a write). Positions index the data modulo this side's own capacity, taken
 // from the size of a memfd the peer cannot shrink or grow (F_SEAL_SHRINK | F_SEAL_GROW),
 // so nothing outside the mapping is ever touched whatever the peer writes. Bytes are
 // copied out of the ring before anyone decodes them.
@@ -131,7 +132,7 @@ class ShmRingWriter {
   Result<uint64_t> room() noexcept;
   ShmRingMemory memory_;
   uint64_t head_ = 0;       // private
-  uint64_t seen_tail_ = 0;  // the last tail read
+  uint64_t seen_tail_ = 0;  // the last tail read; room is counted from it until it is not enough
 };
 
 /// A non-blocking eventfd a side is woken through (registered with its progress engine).
