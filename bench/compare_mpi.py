@@ -11,6 +11,8 @@ is the Open MPI side, compiled here with mpicc):
                   `remora bench rma --mode put_bw`
   allreduce SIZE  MPI_Allreduce of float32, sum, 2 ranks: `remora bench coll --op
                   allreduce -n 2` (out of place), algorithm bandwidth
+  allreduce_inplace SIZE  the same in place (MPI_IN_PLACE; PyTorch's allreduce works
+                  in place): the in-place column of the same `bench coll` table
 
 in back-to-back pairs of alternating order (this host's speed flips between states, so
 only adjacent runs compare): Open MPI first in odd pairs, remora first in even ones.
@@ -47,7 +49,7 @@ def size_bytes(s):
 
 def iterations(mode, size, window):
     """Enough windows (operations for allreduce) for about 2 GiB (1 GiB) per run."""
-    if mode == "allreduce":
+    if mode.startswith("allreduce"):
         return max(5, (1 << 30) // size)
     return max(3, (2 << 30) // (size * window))
 
@@ -69,7 +71,7 @@ def run(cmd, env=None):
 
 
 def run_mpi(exe, mode, size, window, iters):
-    args = [exe, mode, str(size)] + ([str(iters)] if mode == "allreduce" else [str(window), str(iters)])
+    args = [exe, mode, str(size)] + ([str(iters)] if mode.startswith("allreduce") else [str(window), str(iters)])
     out = run(MPIRUN + args, env=dict(os.environ, OMPI_MCA_hwloc_base_binding_policy="none"))
     if out is None:
         return None
@@ -94,10 +96,11 @@ def run_remora(remora, mode, size, window, iters, tmp):
         return None
     with open(out_json) as f:
         r = json.load(f)["results"][0]
-    if mode == "allreduce":
-        if r["out_of_place"]["wrong"] != 0:
+    if mode.startswith("allreduce"):
+        column = r["in_place" if mode == "allreduce_inplace" else "out_of_place"]
+        if column["wrong"] != 0:
             return None
-        return {"MBps": r["out_of_place"]["algbw_GBps"] * 1000.0}
+        return {"MBps": column["algbw_GBps"] * 1000.0}
     if not r.get("verified", False):
         return None
     res = {"MBps": r["bandwidth_MBps"], "seconds": r["seconds"]}
@@ -114,11 +117,13 @@ def main():
     ap.add_argument("--bw-sizes", default="1M,16M")
     ap.add_argument("--put-sizes", default="16M")
     ap.add_argument("--allreduce-sizes", default="16M")
+    ap.add_argument("--allreduce-inplace-sizes", default="16M")
     ap.add_argument("--json")
     a = ap.parse_args()
 
     metrics = ([("bw", s) for s in a.bw_sizes.split(",") if s] + [("put", s) for s in a.put_sizes.split(",") if s] +
-               [("allreduce", s) for s in a.allreduce_sizes.split(",") if s])
+               [("allreduce", s) for s in a.allreduce_sizes.split(",") if s] +
+               [("allreduce_inplace", s) for s in a.allreduce_inplace_sizes.split(",") if s])
     tmp = tempfile.mkdtemp(prefix="compare_mpi.")
     exe = build_reference(tmp)
     rows = {m: [] for m in metrics}
@@ -140,12 +145,12 @@ def main():
             ratio = got["remora"]["MBps"] / got["mpi"]["MBps"]
             rows[(mode, label)].append({"pair": pair, "mpi_first": mpi_first, "mpi": got["mpi"],
                                         "remora": got["remora"], "ratio": ratio})
-            print(f"pair {pair} {'M' if mpi_first else 'r'} {mode:9} {label:>4}: Open MPI {got['mpi']['MBps']:9.1f} "
+            print(f"pair {pair} {'M' if mpi_first else 'r'} {mode:17} {label:>4}: Open MPI {got['mpi']['MBps']:9.1f} "
                   f"remora {got['remora']['MBps']:9.1f} MB/s  ratio {ratio:.3f}", flush=True)
 
     print(f"\n# remora / Open MPI (ob1, btl tcp,self), loopback, window {a.window}; median of {a.pairs} "
           f"back-to-back pairs (M: Open MPI ran first, r: remora first); above 1: remora faster")
-    print(f"# {'metric':16} {'Open MPI':>10} {'remora':>10} {'ratio':>7}   per pair")
+    print(f"# {'metric':22} {'Open MPI':>10} {'remora':>10} {'ratio':>7}   per pair")
     summary = []
     for (mode, label), rs in rows.items():
         if not rs:
@@ -154,7 +159,7 @@ def main():
         entry = {"mode": mode, "size": label, "mpi_MBps": med([r["mpi"]["MBps"] for r in rs]),
                  "remora_MBps": med([r["remora"]["MBps"] for r in rs]), "median_ratio": med([r["ratio"] for r in rs]),
                  "ratios": [r["ratio"] for r in rs]}
-        line = (f"  {mode + ' ' + label:16} {entry['mpi_MBps']:10.1f} {entry['remora_MBps']:10.1f} "
+        line = (f"  {mode + ' ' + label:22} {entry['mpi_MBps']:10.1f} {entry['remora_MBps']:10.1f} "
                 f"{entry['median_ratio']:7.3f}   " + " ".join(f"{r['ratio']:.3f}" for r in rs))
         if all("cpu_seconds" in r["mpi"] and "cpu_seconds" in r["remora"] for r in rs):
             per_gb = lambda r, who: r[who]["cpu_seconds"] / (r[who]["MBps"] * r[who]["seconds"] / 1000.0)

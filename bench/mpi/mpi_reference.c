@@ -8,6 +8,8 @@
  *   mpi_reference put SIZE WINDOW ITERS        osu_put_bw (lock): rank 0 locks rank 1's
  *                                              window, posts WINDOW MPI_Put, unlocks
  *   mpi_reference allreduce SIZE ITERS         MPI_Allreduce of SIZE bytes of float, sum
+ *   mpi_reference allreduce_inplace SIZE ITERS the same with MPI_IN_PLACE (as PyTorch's
+ *                                              allreduce, which works in place)
  *
  * Each run does ITERS/10 + 1 untimed iterations first, checks the bytes that arrived
  * (exit 2 on a mismatch) and prints on rank 0 one line:
@@ -104,7 +106,7 @@ static int run_put(int rank, size_t size, int window, int iters, int warmup, dou
   return ok;
 }
 
-static int run_allreduce(int rank, size_t size, int iters, int warmup, double* secs) {
+static int run_allreduce(int rank, size_t size, int iters, int warmup, int in_place, double* secs) {
   const size_t n = size / sizeof(float);
   float* in = malloc(n * sizeof(float));
   float* out = malloc(n * sizeof(float));
@@ -116,9 +118,17 @@ static int run_allreduce(int rank, size_t size, int iters, int warmup, double* s
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = MPI_Wtime();
     }
-    MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (in_place) {
+      MPI_Allreduce(MPI_IN_PLACE, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else {
+      MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
   }
   *secs = MPI_Wtime() - t0;
+  if (in_place) {  // the timed sums grew without bound: one more, of known values, checks
+    memcpy(out, in, n * sizeof(float));
+    MPI_Allreduce(MPI_IN_PLACE, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
   for (size_t i = 0; i < n; i += 1021)
     if (out[i] != (float)(2 * (i % 251) + 1)) ok = 0;
   free(in);
@@ -131,9 +141,10 @@ int main(int argc, char** argv) {
   int rank = 0, ranks = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  const int is_allreduce = argc == 4 && strcmp(argv[1], "allreduce") == 0;
+  const int in_place = argc == 4 && strcmp(argv[1], "allreduce_inplace") == 0;
+  const int is_allreduce = argc == 4 && (strcmp(argv[1], "allreduce") == 0 || in_place);
   if (ranks != 2 || (argc != 5 && !is_allreduce)) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np 2 %s bw|put SIZE WINDOW ITERS | allreduce SIZE ITERS\n", argv[0]);
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np 2 %s bw|put SIZE WINDOW ITERS | allreduce[_inplace] SIZE ITERS\n", argv[0]);
     MPI_Finalize();
     return 1;
   }
@@ -149,7 +160,7 @@ int main(int argc, char** argv) {
   } else if (strcmp(argv[1], "put") == 0) {
     ok = run_put(rank, size, window, iters, warmup, &secs);
   } else if (is_allreduce) {
-    ok = run_allreduce(rank, size, iters, warmup, &secs);
+    ok = run_allreduce(rank, size, iters, warmup, in_place, &secs);
   } else {
     if (rank == 0) fprintf(stderr, "unknown mode %s\n", argv[1]);
     MPI_Finalize();
