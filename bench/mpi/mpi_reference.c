@@ -46,16 +46,20 @@ static int check(const unsigned char* p, size_t n, int iter) {
   return p[n - 1] == pattern(n - 1, iter);
 }
 
+/* The timed part starts at iteration 0, after the warm-up, with both ranks lined up. */
+static void start_clock(int it, double* t0) {
+  if (it != 0) return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  *t0 = MPI_Wtime();
+}
+
 static int run_bw(int rank, size_t size, int window, int iters, int warmup, double* secs) {
   unsigned char* buf = malloc(size);
   MPI_Request* reqs = malloc(sizeof(MPI_Request) * (size_t)window);
   int ack = 0, ok = 1;
   double t0 = 0;
   for (int it = -warmup; it < iters; ++it) {
-    if (it == 0) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-    }
+    start_clock(it, &t0);
     if (rank == 0) {
       fill(buf, size, it);
       for (int w = 0; w < window; ++w) MPI_Isend(buf, (int)size, MPI_BYTE, 1, 100, MPI_COMM_WORLD, &reqs[w]);
@@ -83,10 +87,7 @@ static int run_put(int rank, size_t size, int window, int iters, int warmup, dou
   int ok = 1;
   double t0 = 0;
   for (int it = -warmup; it < iters; ++it) {
-    if (it == 0) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-    }
+    start_clock(it, &t0);
     if (rank == 0) {
       fill(buf, size, it);
       MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
@@ -114,10 +115,7 @@ static int run_allreduce(int rank, size_t size, int iters, int warmup, int in_pl
   double t0 = 0;
   for (size_t i = 0; i < n; ++i) in[i] = (float)((i % 251) + (size_t)rank);
   for (int it = -warmup; it < iters; ++it) {
-    if (it == 0) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-    }
+    start_clock(it, &t0);
     if (in_place) {
       MPI_Allreduce(MPI_IN_PLACE, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     } else {
