@@ -92,7 +92,7 @@ struct Config {
   LogLevel log_level = LogLevel::kWarn;
   uint32_t streams_per_endpoint = 2;       ///< K data streams per endpoint (REMORA_STREAMS)
   size_t chunk_bytes = 512 * 1024;         ///< rendezvous chunk size (REMORA_CHUNK_SIZE)
-  size_t eager_limit = 16 * 1024;          ///< largest message sent inline (REMORA_EAGER_LIMIT)
+  size_t eager_limit = 64 * 1024;          ///< largest message sent inline (REMORA_EAGER_LIMIT)
   size_t eager_credit = 1024 * 1024;       ///< unexpected-eager bytes a peer may have buffered here (REMORA_EAGER_CREDIT)
   uint32_t max_outstanding = 65536;        ///< posted-but-incomplete ops per endpoint (REMORA_MAX_OUTSTANDING)
   uint32_t max_unexpected = 65536;         ///< unexpected large-message announcements / queued notifications per endpoint (REMORA_MAX_UNEXPECTED)

@@ -40,7 +40,7 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   rejoining_.resize(params_.streams, false);
   rejoin_backoff_.resize(params_.streams, RejoinBackoff(std::chrono::milliseconds(config_.peer_timeout_ms)));
   retired_why_.resize(params_.streams);
-  ctl_rx_.resize(std::max<size_t>(size_t{64} << 10, 2 * (config_.eager_limit + kEagerPrefix)));
+  ctl_rx_.resize(kControlRxStart);  // grows on the first frame that does not fit (read_control)
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
   chunks_.set_checksum(checksum_);
   tx_credit_ = params_.peer_eager_credit;
@@ -578,6 +578,11 @@ bool EndpointCore::read_control() {
       std::memmove(ctl_rx_.data(), ctl_rx_.data() + rx_begin_, rx_end_ - rx_begin_);
       rx_end_ -= rx_begin_;
       rx_begin_ = 0;
+      // One frame fills the buffer and is still short (an inline payload near a large
+      // eager limit): room for two of the largest frames this side accepts. Endpoints
+      // that only ever carry small frames keep the small buffer.
+      if (rx_end_ == ctl_rx_.size())
+        ctl_rx_.resize(std::max(ctl_rx_.size(), 2 * (config_.eager_limit + kMaxFramePrefix)));
     }
     const size_t space = ctl_rx_.size() - rx_end_;
     // After the peer's SWITCH its bytes come out of this side's ring (copied out before

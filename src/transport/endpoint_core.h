@@ -25,6 +25,7 @@
 // scheduler's queues point into them and are cleared before an op is destroyed.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -369,16 +370,27 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Sets TCP_USER_TIMEOUT on every stream and starts the heartbeat (activate).
   void start_liveness();
 
-  /// The one place that decides how data travels: a message (given credit), a put's
-  /// data and a get's reply of at most the negotiated eager limit go inline on the
-  /// control stream; longer ones go in chunks on the data streams.
+  /// The one place that decides how data travels: a message (given credit) and a put's
+  /// data of at most the negotiated eager limit go inline on the control stream, and a
+  /// get's reply of at most that and wire::kMaxInlineGetReply; longer ones go in chunks
+  /// on the data streams.
   TransferClass transfer_class(uint64_t length) const noexcept {
     return length <= eager_limit_ ? TransferClass::kInline : TransferClass::kChunked;
+  }
+  TransferClass get_reply_class(uint64_t length) const noexcept {
+    return length <= std::min<uint64_t>(eager_limit_, wire::kMaxInlineGetReply) ? TransferClass::kInline
+                                                                                : TransferClass::kChunked;
   }
   static Request failed_request(Status why, Tag tag = Tag{});
 
   // messages (messages.cc, eager.cc, rendezvous.cc)
   static constexpr size_t kEagerPrefix = wire::kFrameHeaderSize + wire::kEagerBodySize;
+  /// What the largest frame with an inline payload adds to the payload (an inline PUT
+  /// with its CRC).
+  static constexpr size_t kMaxFramePrefix = wire::kFrameHeaderSize + wire::kPutBodySize + wire::kCrcSize;
+  /// The control stream's receive buffer to start with (80 KiB per endpoint in all:
+  /// docs/scaling.md); it grows once to two of the largest frames when one does not fit.
+  static constexpr size_t kControlRxStart = size_t{64} << 10;
   /// An EAGER frame with `memory`'s bytes (host memory; `cost` of credit taken) on the
   /// control stream; the send completes at once.
   Request send_eager(const TransferMemory& memory, Tag tag, uint64_t cost);

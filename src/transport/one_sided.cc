@@ -16,10 +16,11 @@ namespace remora::detail {
 Result<PathEnd> EndpointCore::choose_one_sided(Direction direction, std::span<const std::byte> local) {
   // A put's zero-copy sends (devmem TX) are reported done under the id it is about to
   // get, with the put bit.
-  return paths_.choose({.direction = direction,
-                        .cls = transfer_class(local.size()),
-                        .memory = paths_.memory_of(local.data(), local.size()),
-                        .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
+  return paths_.choose(
+      {.direction = direction,
+       .cls = direction == Direction::kSend ? transfer_class(local.size()) : get_reply_class(local.size()),
+       .memory = paths_.memory_of(local.data(), local.size()),
+       .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
 }
 
 template <typename Post>
@@ -133,7 +134,7 @@ void EndpointCore::serve_request(const wire::PutFrame& f) {
 }
 
 void EndpointCore::serve_request(const wire::GetFrame& f) {
-  if (target_.admit(f.op_id)) target_.serve_get(f, transfer_class(f.length));
+  if (target_.admit(f.op_id)) target_.serve_get(f, get_reply_class(f.length));
 }
 
 void EndpointCore::serve_request(const wire::AtomicFrame& f) {

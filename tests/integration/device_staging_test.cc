@@ -30,7 +30,7 @@ using namespace std::chrono_literals;
 using testing::TestDeviceDomain;
 
 constexpr uint64_t kChunk = 64 * 1024;   // small chunks: many per message
-constexpr uint64_t kEager = 16 * 1024;   // the default eager limit
+constexpr uint64_t kEager = 16 * 1024;   // the eager limit these tests set (and the inline get bound)
 
 std::vector<uint64_t> sizes() {
   return {0,         1,         kEager - 1, kEager,      kEager + 1, kChunk - 1, kChunk,
@@ -92,7 +92,7 @@ struct Sides {
 Sides make_sides(bool device) {
   Sides s;
   s.dev = TestDeviceDomain::create({.capacity = size_t{1} << 30, .newest_first = true}).value();
-  ContextOptions options{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .staging_buffers = 2};
+  ContextOptions options{.streams_per_endpoint = 2, .chunk_bytes = kChunk, .eager_limit = kEager, .staging_buffers = 2};
   auto ctx = Context::create(options);
   EXPECT_TRUE(ctx.is_ok()) << describe(ctx.status());
   if (!ctx) return s;

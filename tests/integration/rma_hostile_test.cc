@@ -674,15 +674,16 @@ TEST_F(RmaTarget, FullWindowOfPutsInServiceIsLegal) {
   expect_memory("after a full window of large puts");
 }
 
-// Inline GETs whose replies (16 MiB) do not fit in the sockets' buffers (the target's
-// send buffer grows to tcp_wmem's 4 MiB at most; ours is fixed at a few hundred KiB),
+// Inline GETs (each reply at the inline bound, wire::kMaxInlineGetReply) whose replies
+// (16 MiB in all) do not fit in the sockets' buffers (the target's send buffer grows to
+// tcp_wmem's 4 MiB at most; ours is fixed at a few hundred KiB),
 // and which we read only once the target has served them all (a notifying PUT sent
 // behind them has arrived): the target's control stream must then be waiting for room,
 // which it watches for (EPOLLOUT) only then. As we read, it resumes: every reply arrives
 // whole, and the endpoint stays usable.
 TEST_F(RmaTarget, InlineRepliesBeyondTheSocketBuffersAllArriveOnceThePeerReads) {
-  constexpr uint32_t kGets = 32;
-  constexpr uint64_t kLength = 512 * 1024;
+  constexpr uint64_t kLength = wire::kMaxInlineGetReply;
+  constexpr uint32_t kGets = (16u << 20) / kLength;
   ASSERT_NO_FATAL_FAILURE(start({.rma_window = 2 * kGets, .eager_limit = kLength}));
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c, {.eager_limit = kLength, .eager_credit = 2 * kLength}));

@@ -17,7 +17,7 @@ from conftest import AUTH, SEALED, b64, exchange
 
 MIB = 1 << 20
 GUARD = 4096  # bytes around every descriptor that must never change
-SIZES = [0, 1, 4095, 16384, 16385, MIB + 3, 16 * MIB, 64 * MIB]
+SIZES = [0, 1, 4095, 16384, 16385, 65536, 65537, MIB + 3, 16 * MIB, 64 * MIB]
 SECURITY = {"plain": None, "auth+crc32c": AUTH, "sealed": SEALED}
 
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "remora/config.h"
 #include "remora/request.h"
 #include "support/test_data.h"
 
@@ -64,6 +65,8 @@ struct Rx {
   } while (0)
 
 constexpr size_t kMiB = 1 << 20;
+/// The default eager limit (the scripts' contexts keep it): the largest eager message.
+constexpr size_t kEager = Config{}.eager_limit;
 
 }  // namespace
 
@@ -83,13 +86,16 @@ std::string truncation_sender(Endpoint& ep, uint64_t seed) {
   }
   RETURN_IF_FAILED(expect_ok("truncation: the next eager send on the same tag", send_one(ep, seed + 4, 1000, 11)));
   // One byte too small, right at the eager limit.
-  RETURN_IF_FAILED(expect_code("truncation: 16385-byte send into a 16384-byte receive",
-                               send_one(ep, seed + 5, 16385, 14), StatusCode::kTruncated));
+  RETURN_IF_FAILED(expect_code("truncation: a send one byte over the eager limit into a receive at it",
+                               send_one(ep, seed + 5, kEager + 1, 14), StatusCode::kTruncated));
   {
-    const Status s = send_one(ep, seed + 6, 16384, 14);
-    if (!s.is_ok() && s.code() != StatusCode::kTruncated) return "truncation: 16384-byte send into 16383: " + describe(s);
+    const Status s = send_one(ep, seed + 6, kEager, 14);
+    if (!s.is_ok() && s.code() != StatusCode::kTruncated) {
+      return "truncation: a send at the eager limit into one byte less: " + describe(s);
+    }
   }
-  RETURN_IF_FAILED(expect_ok("truncation: 16384-byte send after two truncations", send_one(ep, seed + 7, 16384, 14)));
+  RETURN_IF_FAILED(
+      expect_ok("truncation: a send at the eager limit after two truncations", send_one(ep, seed + 7, kEager, 14)));
   // Several truncations in flight at once, then an intact one.
   {
     auto a = content(seed + 8, 2 * kMiB);
@@ -117,16 +123,19 @@ std::string truncation_receiver(Endpoint& ep, uint64_t seed) {
   }
   { Rx ok(ep, 1000, 11); RETURN_IF_FAILED(ok.check("truncation: eager message after a truncation", seed + 4, 1000, 11)); }
   {
-    Rx small(ep, 16384, 14);
-    RETURN_IF_FAILED(expect_code("truncation: 16384-byte receive of a 16385-byte message", small.r.wait(kStepTimeout),
-                                 StatusCode::kTruncated));
+    Rx small(ep, kEager, 14);
+    RETURN_IF_FAILED(expect_code("truncation: a receive at the eager limit of a message one byte over",
+                                 small.r.wait(kStepTimeout), StatusCode::kTruncated));
   }
   {
-    Rx small(ep, 16383, 14);
-    RETURN_IF_FAILED(expect_code("truncation: 16383-byte receive of a 16384-byte message", small.r.wait(kStepTimeout),
-                                 StatusCode::kTruncated));
+    Rx small(ep, kEager - 1, 14);
+    RETURN_IF_FAILED(expect_code("truncation: a receive one byte under the eager limit of a message at it",
+                                 small.r.wait(kStepTimeout), StatusCode::kTruncated));
   }
-  { Rx ok(ep, 16384, 14); RETURN_IF_FAILED(ok.check("truncation: exact 16384-byte receive", seed + 7, 16384, 14)); }
+  {
+    Rx ok(ep, kEager, 14);
+    RETURN_IF_FAILED(ok.check("truncation: an exact receive at the eager limit", seed + 7, kEager, 14));
+  }
   {
     Rx a(ep, kMiB, 15), b(ep, 2 * kMiB - 1, 15), c(ep, 2 * kMiB + 5, 15);
     RETURN_IF_FAILED(expect_code("truncation: in-flight 1 MiB receive", a.r.wait(kStepTimeout), StatusCode::kTruncated));
@@ -180,7 +189,8 @@ struct Unexp {
   uint64_t tag;
   size_t size;
 };
-constexpr Unexp kUnexpected[] = {{30, 100}, {31, 16385}, {30, 0}, {31, 3 * kMiB}, {30, 16384}, {31, 512 * 1024 + 1}};
+constexpr Unexp kUnexpected[] = {{30, 100},      {31, kEager + 1}, {30, 0},
+                                 {31, 3 * kMiB}, {30, kEager},     {31, 512 * 1024 + 1}};
 }  // namespace
 
 std::string unexpected_sender(Endpoint& ep, uint64_t seed) {

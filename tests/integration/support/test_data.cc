@@ -106,8 +106,19 @@ Tag plan_tag(uint32_t i) {
 namespace {
 
 size_t pick_size(Rng& rng, size_t max_size) {
-  static constexpr size_t kBoundaries[] = {0,          1,          16 * 1024 - 1, 16 * 1024, 16 * 1024 + 1,
-                                           512 * 1024 - 1, 512 * 1024, 512 * 1024 + 1, 1024 * 1024 + 1};
+  // 16 KiB: eager limits tests set; 64 KiB: the default eager limit; 512 KiB: the chunk.
+  static constexpr size_t kBoundaries[] = {0,
+                                           1,
+                                           16 * 1024 - 1,
+                                           16 * 1024,
+                                           16 * 1024 + 1,
+                                           64 * 1024 - 1,
+                                           64 * 1024,
+                                           64 * 1024 + 1,
+                                           512 * 1024 - 1,
+                                           512 * 1024,
+                                           512 * 1024 + 1,
+                                           1024 * 1024 + 1};
   const double u = rng.unit();
   if (u < 0.45) return rng.uniform(0, 256);
   if (u < 0.70) return rng.uniform(257, 16 * 1024 - 2);
