@@ -370,16 +370,15 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Sets TCP_USER_TIMEOUT on every stream and starts the heartbeat (activate).
   void start_liveness();
 
-  /// The one place that decides how data travels: a message (given credit) and a put's
-  /// data of at most the negotiated eager limit go inline on the control stream, and a
-  /// get's reply of at most that and wire::kMaxInlineGetReply; longer ones go in chunks
-  /// on the data streams.
+  /// The one place that decides how data travels: a message (given credit) of at most
+  /// the negotiated eager limit goes inline on the control stream, and so do a put's
+  /// data and a get's reply of at most that and wire::kMaxInlineRma (rma_class); longer
+  /// ones go in chunks on the data streams.
   TransferClass transfer_class(uint64_t length) const noexcept {
     return length <= eager_limit_ ? TransferClass::kInline : TransferClass::kChunked;
   }
-  TransferClass get_reply_class(uint64_t length) const noexcept {
-    return length <= std::min<uint64_t>(eager_limit_, wire::kMaxInlineGetReply) ? TransferClass::kInline
-                                                                                : TransferClass::kChunked;
+  TransferClass rma_class(uint64_t length) const noexcept {
+    return length <= wire::kMaxInlineRma ? transfer_class(length) : TransferClass::kChunked;
   }
   static Request failed_request(Status why, Tag tag = Tag{});
 

@@ -16,11 +16,10 @@ namespace remora::detail {
 Result<PathEnd> EndpointCore::choose_one_sided(Direction direction, std::span<const std::byte> local) {
   // A put's zero-copy sends (devmem TX) are reported done under the id it is about to
   // get, with the put bit.
-  return paths_.choose(
-      {.direction = direction,
-       .cls = direction == Direction::kSend ? transfer_class(local.size()) : get_reply_class(local.size()),
-       .memory = paths_.memory_of(local.data(), local.size()),
-       .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
+  return paths_.choose({.direction = direction,
+                        .cls = rma_class(local.size()),
+                        .memory = paths_.memory_of(local.data(), local.size()),
+                        .zero_copy_id = kDevmemPutCookie | initiator_.next_op_id()});
 }
 
 template <typename Post>
@@ -125,16 +124,16 @@ Request EndpointCore::flush() {
 void EndpointCore::serve_request(const wire::PutFrame& f) {
   if (f.inline_data && !crc_as_negotiated(f.has_crc, "inline PUT")) return;
   if (!target_.admit(f.op_id)) return;
-  if (f.inline_data != (transfer_class(f.length) == TransferClass::kInline)) {
-    protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {})", f.length,
-                               f.inline_data ? "sent" : "not sent", eager_limit_));
+  if (f.inline_data != (rma_class(f.length) == TransferClass::kInline)) {
+    protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {}, inline RMA at most {})", f.length,
+                               f.inline_data ? "sent" : "not sent", eager_limit_, wire::kMaxInlineRma));
     return;
   }
   target_.serve_put(f);
 }
 
 void EndpointCore::serve_request(const wire::GetFrame& f) {
-  if (target_.admit(f.op_id)) target_.serve_get(f, get_reply_class(f.length));
+  if (target_.admit(f.op_id)) target_.serve_get(f, rma_class(f.length));
 }
 
 void EndpointCore::serve_request(const wire::AtomicFrame& f) {

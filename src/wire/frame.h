@@ -66,11 +66,11 @@ inline constexpr size_t kRejoinedBodySize = 16;  // stream, reserved
 inline constexpr size_t kHandledBodySize = 8;    // bytes
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
-/// A GET's reply travels inline only up to this many bytes, whatever the eager limit:
-/// the target copies an inline reply on its progress thread and sends it on the control
-/// stream, where a chunked reply goes from the region straight onto the data streams,
-/// so above this a window of gets moves fewer bytes per second inline than chunked.
-inline constexpr size_t kMaxInlineGetReply = size_t{16} << 10;
+/// A PUT's data and a GET's reply travel inline only up to this many bytes, whatever
+/// the eager limit: inline bytes are copied through both sides' control stream buffers
+/// on one connection, where chunks go from memory to memory over the data streams, so
+/// above this a window of gets, or a list of puts, moves fewer bytes per second inline.
+inline constexpr size_t kMaxInlineRma = size_t{16} << 10;
 /// Bytes of credit an EAGER message costs on top of its payload.
 inline constexpr size_t kEagerCreditOverhead = 64;
 

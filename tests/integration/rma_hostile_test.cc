@@ -330,7 +330,7 @@ TEST_P(Refusal, AnsweredWithItsStatusNothingWrittenConnectionStaysUsable) {
   ASSERT_NO_FATAL_FAILURE(start());
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c));
-  ASSERT_EQ(c.eager_limit(), 16u * 1024) << "the op lengths assume the default 16 KiB eager limit";
+  ASSERT_EQ(c.eager_limit(), 16u * 1024) << "the op lengths assume a 16 KiB inline bound";
   ASSERT_GT(op_length(Op::kPutChunked), c.eager_limit());
 
   // The bad request: which key, where, how long. Default: a fine request.
@@ -674,7 +674,7 @@ TEST_F(RmaTarget, FullWindowOfPutsInServiceIsLegal) {
   expect_memory("after a full window of large puts");
 }
 
-// Inline GETs (each reply at the inline bound, wire::kMaxInlineGetReply) whose replies
+// Inline GETs (each reply at the inline bound, wire::kMaxInlineRma) whose replies
 // (16 MiB in all) do not fit in the sockets' buffers (the target's send buffer grows to
 // tcp_wmem's 4 MiB at most; ours is fixed at a few hundred KiB),
 // and which we read only once the target has served them all (a notifying PUT sent
@@ -682,7 +682,7 @@ TEST_F(RmaTarget, FullWindowOfPutsInServiceIsLegal) {
 // which it watches for (EPOLLOUT) only then. As we read, it resumes: every reply arrives
 // whole, and the endpoint stays usable.
 TEST_F(RmaTarget, InlineRepliesBeyondTheSocketBuffersAllArriveOnceThePeerReads) {
-  constexpr uint64_t kLength = wire::kMaxInlineGetReply;
+  constexpr uint64_t kLength = wire::kMaxInlineRma;
   constexpr uint32_t kGets = (16u << 20) / kLength;
   ASSERT_NO_FATAL_FAILURE(start({.rma_window = 2 * kGets, .eager_limit = kLength}));
   raw::RmaClient c;

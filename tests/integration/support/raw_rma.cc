@@ -171,7 +171,7 @@ std::string RmaClient::connect(uint16_t port, const Options& options) {
   const HelloAck ack = decode_ack(*ack_bytes);
   if (ack.status != 0) return "control HELLO_ACK status " + std::to_string(ack.status);
   target_window_ = ack.rma_window;
-  eager_limit_ = std::min(options.eager_limit, ack.eager_limit);
+  eager_limit_ = std::min({options.eager_limit, ack.eager_limit, static_cast<uint32_t>(wire::kMaxInlineRma)});
   data_.clear();
   for (uint16_t i = 0; i < options.streams; ++i) {
     Socket s = Socket::connect_to("127.0.0.1", port, &err);

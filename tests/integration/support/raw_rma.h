@@ -116,7 +116,8 @@ class RmaClient {
   std::string connect(uint16_t port, const Options& options);
   std::string connect(uint16_t port) { return connect(port, Options{}); }
 
-  /// min(our eager_limit, the target's): the inline/large boundary both sides use.
+  /// min(our eager_limit, the target's, wire::kMaxInlineRma): the inline/large boundary
+  /// of puts and gets both sides use.
   uint32_t eager_limit() const { return eager_limit_; }
   /// The target's rma_window from its HELLO_ACK.
   uint32_t target_window() const { return target_window_; }

@@ -101,10 +101,8 @@ size_t pick_size(Rng& rng, size_t max_size) {
   size_t n = 0;
   if (u < 0.25) {
     n = rng.uniform(0, 64);
-  } else if (u < 0.33) {
-    n = rng.uniform(16384 - 2, 16384 + 2);  // a get reply's inline bound
   } else if (u < 0.40) {
-    n = rng.uniform(65536 - 2, 65536 + 2);  // the default eager limit: a put's
+    n = rng.uniform(16384 - 2, 16384 + 2);
   } else if (u < 0.50) {
     n = rng.uniform(4096 - 2, 4096 + 2);
   } else if (u < 0.89) {
@@ -422,10 +420,8 @@ NotifyPlan make_notify_plan(const NotifyOptions& o) {
     uint64_t len = 0;
     if (u < 0.3) {
       len = rng.uniform(0, 16);
-    } else if (u < 0.4) {
-      len = rng.uniform(16384 - 2, 16384 + 2);  // a get reply's inline bound
     } else if (u < 0.5) {
-      len = rng.uniform(65536 - 2, 65536 + 2);  // the default eager limit: a put's
+      len = rng.uniform(16384 - 2, 16384 + 2);
     } else if (u < 0.95) {
       len = rng.uniform(0, 64 * 1024);
     } else {
