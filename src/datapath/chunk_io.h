@@ -111,6 +111,10 @@ class ChunkSource {
   /// the transfer is sent (a same-host peer may then read its chunks itself, with
   /// process_vm_readv: ChunkScheduler::enable_pull_tx); null otherwise.
   virtual const std::byte* host_bytes() const noexcept { return nullptr; }
+  /// The transfer's bytes when write() is one plain send of them (host memory, nothing
+  /// to bracket, no zero-copy): the scheduler may then send several queued chunks in
+  /// one system call (ChunkScheduler::write). Null otherwise.
+  virtual const std::byte* gather_bytes() const noexcept { return nullptr; }
   /// Failover: the bytes stay readable until the transfer is done, so any chunk can be
   /// written again (write_again) after the stream it went on broke.
   virtual bool can_resend() const noexcept { return false; }
@@ -194,6 +198,7 @@ class HostSource final : public ChunkSource {
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   const std::byte* host_bytes() const noexcept override { return data_; }
+  const std::byte* gather_bytes() const noexcept override { return data_; }
   bool can_resend() const noexcept override { return true; }
 
  private:

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -318,8 +319,13 @@ void ChunkScheduler::write(uint16_t index) {
   const uint64_t epoch = epoch_;
   while (!s.txq.empty() && !s.tx_blocked) {
     TxChunk& c = s.txq.front();
-    const net::IoResult r = c.resend ? c.t->source->write_again(s.fd.get(), c.offset, c.remaining)
-                                     : c.t->source->write(s.fd.get(), c.offset, c.remaining);
+    // Several small chunks queued behind each other (a list of blocks) go in one
+    // sendmsg where their sources allow it; otherwise the chunk's source writes it.
+    std::array<iovec, kGatherMax> iov{};
+    const int gathered = gather(s, iov);
+    const net::IoResult r = gathered > 1 ? net::send_some_gathered(s.fd.get(), iov.data(), gathered)
+                            : c.resend   ? c.t->source->write_again(s.fd.get(), c.offset, c.remaining)
+                                         : c.t->source->write(s.fd.get(), c.offset, c.remaining);
     if (r.would_block()) {
       s.tx_blocked = true;
       return;
@@ -336,29 +342,52 @@ void ChunkScheduler::write(uint16_t index) {
                            net::errno_status(r.err, "send on data stream " + std::to_string(index) + " to " + peer_));
       return;
     }
-    c.offset += r.bytes;
-    c.remaining -= r.bytes;
-    s.queued -= r.bytes;
-    s.written_total += r.bytes;
-    s.outq += r.bytes;  // in the kernel now, until the next sample says what left
-    TxTransfer* t = c.t;
-    t->written += r.bytes;
-    if (c.remaining == 0) {
-      const uint64_t start = c.start, length = c.offset - c.start;
-      s.txq.pop_front();
-      t->source->chunk_sent(start, length);
-      if (failover_) s.unconfirmed.push_back(Unconfirmed{t->confirm ? t : nullptr, start, length});
-    }
-    if (t->confirm && !t->written_told && t->all_written()) {
-      t->written_told = true;
-      owner_.written(*t);
-      if (epoch != epoch_) return;
-    }
-    if (t->done()) {
-      owner_.sent(*t);
-      if (epoch != epoch_) return;
-    }
+    // The bytes moved belong to the queued chunks in order.
+    uint64_t left = r.bytes;
+    do {
+      if (!advance(s, std::min(left, s.txq.front().remaining), &left) || epoch != epoch_) return;
+    } while (left > 0 && !s.txq.empty());
   }
+}
+
+int ChunkScheduler::gather(const Stream& s, std::array<iovec, kGatherMax>& iov) const {
+  int n = 0;
+  for (const TxChunk& c : s.txq) {
+    if (n == kGatherMax || c.resend) break;
+    const std::byte* bytes = c.t->source->gather_bytes();
+    if (bytes == nullptr) break;
+    iov[static_cast<size_t>(n++)] = iovec{const_cast<std::byte*>(bytes + c.offset), c.remaining};
+  }
+  return n;
+}
+
+bool ChunkScheduler::advance(Stream& s, uint64_t bytes, uint64_t* left) {
+  TxChunk& c = s.txq.front();
+  const uint64_t epoch = epoch_;
+  *left -= bytes;
+  c.offset += bytes;
+  c.remaining -= bytes;
+  s.queued -= bytes;
+  s.written_total += bytes;
+  s.outq += bytes;  // in the kernel now, until the next sample says what left
+  TxTransfer* t = c.t;
+  t->written += bytes;
+  if (c.remaining == 0) {
+    const uint64_t start = c.start, length = c.offset - c.start;
+    s.txq.pop_front();
+    t->source->chunk_sent(start, length);
+    if (failover_) s.unconfirmed.push_back(Unconfirmed{t->confirm ? t : nullptr, start, length});
+  }
+  if (t->confirm && !t->written_told && t->all_written()) {
+    t->written_told = true;
+    owner_.written(*t);
+    if (epoch != epoch_) return false;
+  }
+  if (t->done()) {
+    owner_.sent(*t);
+    if (epoch != epoch_) return false;
+  }
+  return true;
 }
 
 // --- receiving -------------------------------------------------------------------

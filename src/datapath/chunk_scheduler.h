@@ -12,7 +12,9 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -381,6 +383,15 @@ class ChunkScheduler {
   /// write, is reported sent (then `epoch_` may have moved).
   std::deque<TxTransfer*>::iterator next_preparable(uint64_t epoch);
   void write(uint16_t index);
+  /// Chunks one sendmsg may carry.
+  static constexpr int kGatherMax = 16;
+  /// The front chunks of `s` whose sources can be gathered (ChunkSource::gather_bytes),
+  /// at most kGatherMax, as buffers; how many (0: the front one cannot).
+  int gather(const Stream& s, std::array<iovec, kGatherMax>& iov) const;
+  /// `bytes` of the front chunk of `s` went into the kernel (taken off `*left`): counts
+  /// them, and finishes the chunk and its transfer where they are whole. false when a
+  /// callback moved `epoch_` (the caller returns).
+  bool advance(Stream& s, uint64_t bytes, uint64_t* left);
   /// Reads `s`'s queued chunks: data stream `index`, or the PULLs (pulls_in_).
   void read(Stream& s, uint16_t index);
   /// The checks expect() and expect_pull() share; "" or the violation.

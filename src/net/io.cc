@@ -40,6 +40,20 @@ IoResult send_some(int fd, const void* data, size_t len) noexcept {
   return raw_send_some(fd, data, len);
 }
 
+IoResult send_some_gathered(int fd, const iovec* buffers, int count) noexcept {
+  if (count <= 0) return {.kind = IoResult::Kind::kBytes, .bytes = 0};
+  IoResult sealed;
+  if (sealed_send(fd, buffers[0].iov_base, buffers[0].iov_len, &sealed)) return sealed;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(buffers);  // sendmsg does not write through it
+  msg.msg_iovlen = static_cast<size_t>(count);
+  for (;;) {
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return {.kind = IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
+    if (errno != EINTR) return failed(errno);
+  }
+}
+
 IoResult recv_some(int fd, void* data, size_t len) noexcept {
   IoResult sealed;
   if (sealed_recv(fd, data, len, &sealed)) return sealed;

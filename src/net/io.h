@@ -4,6 +4,8 @@
 // (errno_status in net/socket.h turns it into a Status).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -33,6 +35,11 @@ IoResult send_some(int fd, const void* data, size_t len) noexcept;
 /// recv(MSG_DONTWAIT) of up to `len` bytes; on a sealed socket, bytes of records that
 /// opened (kError EBADMSG once one did not).
 IoResult recv_some(int fd, void* data, size_t len) noexcept;
+
+/// sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) of the `count` buffers in order, up to their
+/// total: several buffers in one system call. On a sealed socket only the first buffer
+/// goes (as send_some): the caller offers the rest again.
+IoResult send_some_gathered(int fd, const iovec* buffers, int count) noexcept;
 
 /// The plain system calls, under any sealing layer (net/seal.cc sends and reads its
 /// records with them).

@@ -114,6 +114,63 @@ class DeferredSink final : public ChunkSink {
 
 // A slowed stream must look full once about a chunk waits unsent in its kernel buffer,
 // or it takes chunks that later transfers wait for (see attach()).
+// A list of small blocks: many one-chunk transfers queue on each stream and go out
+// several per sendmsg. Tiny socket buffers make those sends stop inside a chunk, so the
+// bytes each one moved must be handed to the queued chunks in order: every block lands
+// whole, each transfer is reported sent once, in the order posted on its stream.
+TEST(ChunkScheduler, SmallChunksQueuedBehindEachOtherLandWholeWhateverEachSendMoved) {
+  Link link;
+  for (uint16_t i = 0; i < Link::kStreams; ++i) {
+    const int small = 4096;  // the kernel doubles it; still far below what is queued
+    ASSERT_EQ(::setsockopt(link.tx.fd(i), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  }
+  constexpr size_t kBlocks = 300;
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<std::byte>> data, got;
+  std::vector<HostSource> sources;
+  std::vector<HostSink> sinks;
+  std::vector<TxTransfer> outs;
+  std::vector<RxTransfer> ins;
+  data.reserve(kBlocks);
+  got.reserve(kBlocks);
+  sources.reserve(kBlocks);
+  sinks.reserve(kBlocks);
+  outs.reserve(kBlocks);
+  ins.reserve(kBlocks);
+  for (size_t i = 0; i < kBlocks; ++i) {
+    const size_t n = 1 + rng() % 6000;
+    data.push_back(pattern(n, 100 + i));
+    got.emplace_back(n, std::byte{0});
+    sources.emplace_back(data.back().data());
+    sinks.emplace_back(got.back().data());
+    outs.push_back(outgoing(wire::ChunkKind::kPut, i, 1000 + i, n, &sources.back()));
+    ins.push_back(incoming(1000 + i, n, &sinks.back()));
+  }
+  for (TxTransfer& t : outs) link.tx.ready(&t);
+  link.run_picking([&](const wire::ChunkFrame& f) { return &ins[f.recv_id - 1000]; },
+                   [&] { return link.rx_owner.received_ids.size() == kBlocks; });
+
+  ASSERT_EQ(link.rx_owner.received_ids.size(), kBlocks);
+  for (size_t i = 0; i < kBlocks; ++i) EXPECT_TRUE(got[i] == data[i]) << "block " << i;
+  std::vector<uint64_t> sent = link.tx_owner.sent_ids;
+  ASSERT_EQ(sent.size(), kBlocks);
+  // Per stream, transfers finish in the order their chunks were announced.
+  std::vector<uint64_t> last(Link::kStreams, 0);
+  std::vector<bool> first(Link::kStreams, true);
+  std::vector<uint16_t> stream_of(kBlocks);
+  for (const wire::ChunkFrame& f : link.tx_owner.announced) stream_of[f.recv_id - 1000] = f.stream;
+  for (uint64_t id : sent) {
+    const uint16_t st = stream_of[id];
+    EXPECT_TRUE(first[st] || id > last[st]) << "transfer " << id << " reported sent out of order";
+    first[st] = false;
+    last[st] = id;
+  }
+  std::sort(sent.begin(), sent.end());
+  EXPECT_TRUE(std::adjacent_find(sent.begin(), sent.end()) == sent.end()) << "a transfer reported sent twice";
+  EXPECT_TRUE(link.tx.idle() && link.rx.idle());
+  EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
+}
+
 TEST(ChunkScheduler, AStreamHoldsAtMostAChunkUnsentInTheKernel) {
   RecordingOwner owner;
   ChunkScheduler s{owner, 1, Link::kChunk, "peer"};
