@@ -321,7 +321,7 @@ void ChunkScheduler::write(uint16_t index) {
     TxChunk& c = s.txq.front();
     // Several small chunks queued behind each other (a list of blocks) go in one
     // sendmsg where their sources allow it; otherwise the chunk's source writes it.
-    std::array<iovec, kGatherMax> iov{};
+    std::array<iovec, kGatherMax> iov;  // gather fills what it returns
     const int gathered = gather(s, iov);
     const net::IoResult r = gathered > 1 ? net::send_some_gathered(s.fd.get(), iov.data(), gathered)
                             : c.resend   ? c.t->source->write_again(s.fd.get(), c.offset, c.remaining)

@@ -115,7 +115,7 @@ std::string other_rights(Op op) {
   return all;
 }
 
-/// Lengths on both sides of the default 16 KiB eager limit; the chunked ones are not
+/// Lengths on both sides of the 16 KiB inline bound of puts and gets; the chunked ones are not
 /// multiples of the raw chunk size, so the last chunk is short.
 uint64_t op_length(Op op) {
   switch (op) {
@@ -197,8 +197,8 @@ class RmaTargetTest : public ::testing::Test {
       ASSERT_TRUE(r) << when << ": valid " << op_name(op) << ": " << err;
       ASSERT_EQ(r->status, RmaStatus::kOk) << when << ": valid " << op_name(op);
       ASSERT_EQ(r->data.size(), length);
-      EXPECT_EQ(r->inline_data, op == Op::kGetInline) << "GET of " << length << " bytes, eager limit "
-                                                      << c.eager_limit();
+      EXPECT_EQ(r->inline_data, op == Op::kGetInline)
+          << "GET of " << length << " bytes, inline bound " << c.inline_bound();
       EXPECT_EQ(r->chunk_bytes, op == Op::kGetInline ? 0 : length) << "bytes announced by CHUNK(kind=get)";
       const auto expected = mirror_.slice(offset, length);
       EXPECT_TRUE(std::equal(r->data.begin(), r->data.end(), expected.begin()))
@@ -330,8 +330,8 @@ TEST_P(Refusal, AnsweredWithItsStatusNothingWrittenConnectionStaysUsable) {
   ASSERT_NO_FATAL_FAILURE(start());
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c));
-  ASSERT_EQ(c.eager_limit(), 16u * 1024) << "the op lengths assume a 16 KiB inline bound";
-  ASSERT_GT(op_length(Op::kPutChunked), c.eager_limit());
+  ASSERT_EQ(c.inline_bound(), 16u * 1024) << "the op lengths assume a 16 KiB inline bound";
+  ASSERT_GT(op_length(Op::kPutChunked), c.inline_bound());
 
   // The bad request: which key, where, how long. Default: a fine request.
   const KeyBytes good = target_->key();
@@ -618,13 +618,13 @@ TEST_F(RmaTarget, SubWindowKeyAddressesFromItsWindow) {
   expect_notes(notes_, "notification offsets count from the region's start");
 }
 
-// The inline/large boundary is min(both eager limits): with a peer announcing less than
-// the target's 16 KiB, 8 KiB puts arrive chunked and 8 KiB GETs must be answered chunked.
+// The inline/large boundary is min(both eager limits, 16 KiB): with a peer announcing less
+// than the target's 64 KiB, 8 KiB puts arrive chunked and 8 KiB GETs must be answered chunked.
 TEST_F(RmaTarget, NegotiatedEagerLimitIsTheSmallerOne) {
   ASSERT_NO_FATAL_FAILURE(start());
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c, {.eager_limit = 4096}));
-  ASSERT_EQ(c.eager_limit(), 4096u);
+  ASSERT_EQ(c.inline_bound(), 4096u);
   const KeyBytes key = target_->key();
   std::string err;
   const auto data = stream_bytes(0x8888, 0, 8192);
@@ -652,7 +652,7 @@ TEST_F(RmaTarget, FullWindowOfPutsInServiceIsLegal) {
   ASSERT_NO_FATAL_FAILURE(connect(c));
   ASSERT_EQ(c.target_window(), 16u) << "the target announced another window than it was given";
   const KeyBytes key = target_->key();
-  const uint64_t len = c.eager_limit() + 1;
+  const uint64_t len = c.inline_bound() + 1;
   std::vector<uint64_t> ids;
   for (uint32_t i = 0; i < c.target_window(); ++i) {
     ids.push_back(c.next_op_id());
@@ -687,7 +687,7 @@ TEST_F(RmaTarget, InlineRepliesBeyondTheSocketBuffersAllArriveOnceThePeerReads) 
   ASSERT_NO_FATAL_FAILURE(start({.rma_window = 2 * kGets, .eager_limit = kLength}));
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c, {.eager_limit = kLength, .eager_credit = 2 * kLength}));
-  ASSERT_EQ(c.eager_limit(), kLength) << "the negotiated eager limit";
+  ASSERT_EQ(c.inline_bound(), kLength) << "the negotiated inline bound";
   // A fixed receive buffer: no autotuning up to tcp_rmem's maximum (32 MiB here).
   const int rcvbuf = 256 * 1024;
   ASSERT_EQ(::setsockopt(c.control().fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0) << std::strerror(errno);
@@ -817,10 +817,8 @@ const Violation kViolations[] = {
     {"ShortAtomicBody", [](ViolationContext& v) { return send(v, rma_frame(9, 0, 72, v.target.key())); }},
     {"UnknownType11", [](ViolationContext& v) { return send(v, rma_frame(11, 0, 64, v.target.key())); }},
     {"UnknownType255", [](ViolationContext& v) { return send(v, rma_frame(255, 0, 64, v.target.key())); }},
-    {"PutFlag0x04",
-     [](ViolationContext& v) { return send(v, rma_frame(7, 0x04, 72, v.target.key())); }},
-    {"PutFlag0x80",
-     [](ViolationContext& v) { return send(v, rma_frame(7, 0x80, 72, v.target.key())); }},
+    {"PutFlag0x04", [](ViolationContext& v) { return send(v, rma_frame(7, 0x04, 72, v.target.key())); }},
+    {"PutFlag0x80", [](ViolationContext& v) { return send(v, rma_frame(7, 0x80, 72, v.target.key())); }},
     {"GetFlag0x01", [](ViolationContext& v) { return send(v, rma_frame(8, 0x01, 64, v.target.key())); }},
     {"AtomicFlag0x01",
      [](ViolationContext& v) {
@@ -917,7 +915,7 @@ const Violation kViolations[] = {
     // so only the verdict (the endpoint fails) tells the target refused them.
     {"ChunkRepeatedToFakeCompletion",
      [](ViolationContext& v) {
-       const uint64_t half = v.c.eager_limit() + 1000, len = 2 * half;
+       const uint64_t half = v.c.inline_bound() + 1000, len = 2 * half;
        std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
        for (int i = 0; i < 2 && e.empty(); ++i) {
          e = send(v, raw::chunk_frame(1, 0, half, 0, wire::ChunkKind::kPut));
@@ -927,7 +925,7 @@ const Violation kViolations[] = {
      }},
     {"ChunkOverlapsThePrevious",
      [](ViolationContext& v) {
-       const uint64_t len = 2 * (v.c.eager_limit() + 1000);
+       const uint64_t len = 2 * (v.c.inline_bound() + 1000);
        std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
        if (e.empty()) e = send(v, raw::chunk_frame(1, 0, 2000, 0, wire::ChunkKind::kPut));
        if (e.empty()) e = v.c.send_data(0, v.mirror.slice(0, 2000));
@@ -938,7 +936,7 @@ const Violation kViolations[] = {
      }},
     {"ChunkLeavesAGap",
      [](ViolationContext& v) {
-       const uint64_t len = 2 * (v.c.eager_limit() + 1000);
+       const uint64_t len = 2 * (v.c.inline_bound() + 1000);
        std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
        if (e.empty()) e = send(v, raw::chunk_frame(1, 1000, len - 1000, 0, wire::ChunkKind::kPut));
        if (e.empty()) e = v.c.send_data(0, v.mirror.slice(1000, len - 1000));
@@ -954,20 +952,19 @@ const Violation kViolations[] = {
     // The inline/large class rule.
     {"InlinePutAboveEagerLimit",
      [](ViolationContext& v) {
-       const auto data = v.mirror.slice(0, v.c.eager_limit() + 1);
+       const auto data = v.mirror.slice(0, v.c.inline_bound() + 1);
        return send(v, raw::put_frame(1, v.target.key(), 0, data.size(), std::nullopt, true, data));
      }},
     {"NonInlinePutAtEagerLimit",
      [](ViolationContext& v) {
-       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.eager_limit());
-       return e.empty() ? v.c.send_put_data(1, v.mirror.slice(0, v.c.eager_limit())) : e;
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.inline_bound());
+       return e.empty() ? v.c.send_put_data(1, v.mirror.slice(0, v.c.inline_bound())) : e;
      }},
-    {"NonInlinePutOfZeroBytes",
-     [](ViolationContext& v) { return v.c.send_put_announce(1, v.target.key(), 0, 0); }},
+    {"NonInlinePutOfZeroBytes", [](ViolationContext& v) { return v.c.send_put_announce(1, v.target.key(), 0, 0); }},
     // Op ids and the window.
     {"DuplicateInFlightPutId",
      [](ViolationContext& v) {
-       const uint64_t len = v.c.eager_limit() + 1;
+       const uint64_t len = v.c.inline_bound() + 1;
        std::string e = v.c.send_put_announce(1, v.target.key(), 0, len);
        return e.empty() ? v.c.send_put_announce(1, v.target.key(), 100'000, len) : e;
      }},
@@ -975,17 +972,17 @@ const Violation kViolations[] = {
     // the id of a PUT still in service is a duplicate too.
     {"AtomicReusesInFlightPutId",
      [](ViolationContext& v) {
-       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.eager_limit() + 1);
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.inline_bound() + 1);
        return e.empty() ? v.c.send_atomic(1, v.target.key(), 64, AtomicOp::kFetchAdd, 1) : e;
      }},
     {"GetReusesInFlightPutId",
      [](ViolationContext& v) {
-       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.eager_limit() + 1);
+       std::string e = v.c.send_put_announce(1, v.target.key(), 0, v.c.inline_bound() + 1);
        return e.empty() ? send(v, raw::get_frame(1, v.target.key(), 0, 64)) : e;
      }},
     {"WindowExceeded",
      [](ViolationContext& v) {
-       const uint64_t len = v.c.eager_limit() + 1;
+       const uint64_t len = v.c.inline_bound() + 1;
        for (uint64_t id = 1; id <= uint64_t{v.c.target_window()} + 1; ++id) {
          if (std::string e = v.c.send_put_announce(id, v.target.key(), 0, len); !e.empty()) {
            // The target may already have failed the endpoint at window + 1.
@@ -994,8 +991,7 @@ const Violation kViolations[] = {
        }
        return std::string();
      }},
-    {"RespForOpNeverIssued",
-     [](ViolationContext& v) { return send(v, raw::resp_frame(77, RmaStatus::kOk, 0)); }},
+    {"RespForOpNeverIssued", [](ViolationContext& v) { return send(v, raw::resp_frame(77, RmaStatus::kOk, 0)); }},
     {"InlineRespForOpNeverIssued",
      [](ViolationContext& v) {
        const auto data = v.mirror.slice(0, 16);
@@ -1091,7 +1087,7 @@ TEST_F(RmaTarget, WindowedPutGetPipelineIsCorrect) {
   while (answered < total) {
     while (posted < total && posted - answered < c.target_window()) {
       const bool large = rng.unit() < 0.2;
-      const uint64_t len = large ? rng.uniform(c.eager_limit() + 1, 100'000) : rng.uniform(0, c.eager_limit());
+      const uint64_t len = large ? rng.uniform(c.inline_bound() + 1, 100'000) : rng.uniform(0, c.inline_bound());
       const uint64_t id = c.next_op_id();
       if ((posted % 2) == 0) {
         const uint64_t off = rng.uniform(half, size() - len);
@@ -1202,7 +1198,7 @@ TEST_F(RmaTarget, NeverReadingInlineGetFloodKeepsMemoryBounded) {
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c));
   const KeyBytes key = target_->key();
-  const uint64_t len = c.eager_limit();
+  const uint64_t len = c.inline_bound();
   never_reading_flood(c, *target_, scaled<uint64_t>(20'000, 5'000),
                       [&](uint64_t id) { return raw::get_frame(id, key, (id * 4096) % (size() - len), len); },
                       "inline GET flood", len);
@@ -1229,7 +1225,7 @@ TEST_F(RmaTarget, NeverReadingNotifyingPutFloodKeepsMemoryBounded) {
   raw::RmaClient c;
   ASSERT_NO_FATAL_FAILURE(connect(c));
   const KeyBytes key = target_->key();
-  const uint64_t len = c.eager_limit();
+  const uint64_t len = c.inline_bound();
   never_reading_flood(c, *target_, scaled<uint64_t>(20'000, 4'000),
                       [&](uint64_t id) {
                         const uint64_t off = (id * 4096) % (size() - len);

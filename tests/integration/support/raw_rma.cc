@@ -171,7 +171,7 @@ std::string RmaClient::connect(uint16_t port, const Options& options) {
   const HelloAck ack = decode_ack(*ack_bytes);
   if (ack.status != 0) return "control HELLO_ACK status " + std::to_string(ack.status);
   target_window_ = ack.rma_window;
-  eager_limit_ = std::min({options.eager_limit, ack.eager_limit, static_cast<uint32_t>(wire::kMaxInlineRma)});
+  inline_bound_ = std::min({options.eager_limit, ack.eager_limit, static_cast<uint32_t>(wire::kMaxInlineRma)});
   data_.clear();
   for (uint16_t i = 0; i < options.streams; ++i) {
     Socket s = Socket::connect_to("127.0.0.1", port, &err);
@@ -206,7 +206,7 @@ std::string RmaClient::send_data(uint16_t stream, std::span<const std::byte> byt
 
 std::string RmaClient::send_put(uint64_t op_id, const KeyBytes& key, uint64_t offset, std::span<const std::byte> data,
                                 std::optional<uint64_t> notify) {
-  if (data.size() <= eager_limit_) return send_control(put_frame(op_id, key, offset, data.size(), notify, true, data));
+  if (data.size() <= inline_bound_) return send_control(put_frame(op_id, key, offset, data.size(), notify, true, data));
   if (std::string e = send_put_announce(op_id, key, offset, data.size(), notify); !e.empty()) return e;
   return send_put_data(op_id, data);
 }

@@ -118,7 +118,7 @@ class RmaClient {
 
   /// min(our eager_limit, the target's, wire::kMaxInlineRma): the inline/large boundary
   /// of puts and gets both sides use.
-  uint32_t eager_limit() const { return eager_limit_; }
+  uint32_t inline_bound() const { return inline_bound_; }
   /// The target's rma_window from its HELLO_ACK.
   uint32_t target_window() const { return target_window_; }
   uint16_t streams() const { return static_cast<uint16_t>(data_.size()); }
@@ -131,7 +131,7 @@ class RmaClient {
   std::string send_control(const std::vector<uint8_t>& bytes);
   std::string send_data(uint16_t stream, std::span<const std::byte> bytes);
 
-  /// A well-formed PUT: INLINE when data.size() <= eager_limit(), else the PUT frame
+  /// A well-formed PUT: INLINE when data.size() <= inline_bound(), else the PUT frame
   /// followed by CHUNK(kind=put) frames and the bytes on the data streams (round robin).
   std::string send_put(uint64_t op_id, const KeyBytes& key, uint64_t offset, std::span<const std::byte> data,
                        std::optional<uint64_t> notify = std::nullopt);
@@ -180,7 +180,7 @@ class RmaClient {
   Options options_;
   Socket control_;
   std::vector<Socket> data_;
-  uint32_t eager_limit_ = 0;
+  uint32_t inline_bound_ = 0;
   uint32_t target_window_ = 0;
   uint64_t last_op_id_ = 0;
   uint16_t next_stream_ = 0;
