@@ -333,6 +333,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// while that stays within kReplayBuffer; larger output is kept in its own buffer.
   static constexpr size_t kReplayCopy = size_t{4} << 10;
   static constexpr size_t kReplayBuffer = size_t{256} << 10;
+  /// Handled replay buffers of at most kReplayBuffer bytes kept for the next output, so
+  /// that a stream of large frames (eager messages) reuses memory between two HANDLED
+  /// (kAckEvery) instead of allocating and faulting in a buffer per frame.
+  static constexpr size_t kSpareBuffers = 6;
   /// Per liveness tick while resuming: fails the endpoint past resume_limit(), else tries again.
   void check_resume();
   /// On a liveness tick: starts an attempt for each rejoinable stream whose time came.

@@ -249,7 +249,7 @@ void EndpointCore::handle_handled(const wire::HandledFrame& f) {
   // The peer has what was handled: forget it (whole buffers; the last may stay partly).
   while (!replay_.empty() && replay_base_ + replay_.front().size() <= peer_handled_) {
     replay_base_ += replay_.front().size();
-    if (spare_.size() < 2) {
+    if (spare_.size() < kSpareBuffers && replay_.front().capacity() <= kReplayBuffer) {
       replay_.front().clear();
       spare_.push_back(std::move(replay_.front()));
     }
