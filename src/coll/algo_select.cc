@@ -34,12 +34,17 @@ size_t times(size_t bytes, int n) {
   return bytes > SIZE_MAX / m ? SIZE_MAX : bytes * m;
 }
 
-Algo allreduce_family(const CollConfig& c, size_t bytes) {
+Algo allreduce_family(const CollConfig& c, int n, size_t bytes) {
   if (c.allreduce != Algo::kAuto) return c.allreduce == Algo::kRing ? Algo::kRing : Algo::kRecursiveDoubling;
-  return bytes >= c.ring_threshold ? Algo::kRing : Algo::kRecursiveDoubling;
+  return bytes >= ring_threshold_for(c, n) ? Algo::kRing : Algo::kRecursiveDoubling;
 }
 
 }  // namespace
+
+size_t ring_threshold_for(const CollConfig& c, int n) noexcept {
+  if (c.ring_threshold) return *c.ring_threshold;
+  return n == 2 ? kRingThresholdTwoRanks : kRingThreshold;
+}
 
 Algo select_algorithm(CollectiveKind kind, const CollConfig& c, int n, size_t bytes) noexcept {
   if (n < 2) return Algo::kLocal;
@@ -53,14 +58,15 @@ Algo select_algorithm(CollectiveKind kind, const CollConfig& c, int n, size_t by
     }
     case CollectiveKind::kReduce:
       if (bytes == 0) return Algo::kLocal;
-      return c.reduce == Algo::kChain || (c.reduce == Algo::kAuto && n > 2 && bytes >= c.ring_threshold) ? Algo::kChain
-                                                                                                         : Algo::kTree;
+      return c.reduce == Algo::kChain || (c.reduce == Algo::kAuto && n > 2 && bytes >= ring_threshold_for(c, n))
+                 ? Algo::kChain
+                 : Algo::kTree;
     case CollectiveKind::kAllreduce:
       if (bytes == 0) return Algo::kLocal;
-      return allreduce_family(c, bytes);
+      return allreduce_family(c, n, bytes);
     case CollectiveKind::kReduceScatter:
       if (bytes == 0) return Algo::kLocal;
-      return allreduce_family(c, times(bytes, n));  // the whole input decides
+      return allreduce_family(c, n, times(bytes, n));  // the whole input decides
     case CollectiveKind::kAllgather: {
       Algo a = c.allgather;
       if (a == Algo::kBruck) return a;

@@ -34,6 +34,14 @@ Result<CollConfig> call_config(const CollConfig& base, CollectiveKind kind, cons
 /// AlgorithmChoice::steps).
 int algorithm_steps(CollectiveKind kind, Algo algo, int n) noexcept;
 
+/// Allreduce (and reduce_scatter's whole input) from this many bytes takes the ring
+/// under kAuto, unless REMORA_RING_THRESHOLD says otherwise; the reasons are in
+/// collectives.cc. Above 2 ranks reduce takes the chain from the same size.
+inline constexpr size_t kRingThreshold = size_t{64} * 1024;
+inline constexpr size_t kRingThresholdTwoRanks = size_t{2} * 1024 * 1024;
+/// config.ring_threshold where set, else the default above for `n` ranks.
+size_t ring_threshold_for(const CollConfig& config, int n) noexcept;
+
 // The entry points: the collectives that have a choice of algorithm dispatch in
 // collectives.cc; the others live with their one algorithm (barrier_dissemination.cc,
 // gather_linear.cc, scatter_linear.cc, alltoall_pairwise.cc, allreduce_ring.cc for
@@ -68,7 +76,8 @@ Status broadcast_chain(Op& op, void* buf, size_t bytes, int root, size_t piece);
 Status allgather_rd(Op& op, void* recv, size_t block);     // allgather_recursive_doubling.cc
 Status allgather_bruck(Op& op, void* recv, size_t block);  // allgather_bruck.cc
 // allgather_ring (a template over the block layout): allgather_ring.h.
-Status allreduce_rd(Op& op, void* buf, size_t count, DataType type, ReduceOp rop);  // allreduce_recursive_doubling.cc
+Status allreduce_rd(Op& op, const void* send, void* buf, size_t count, DataType type,
+                    ReduceOp rop);  // allreduce_recursive_doubling.cc
 Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type,
                       ReduceOp rop);  // allreduce_ring.cc
 Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,

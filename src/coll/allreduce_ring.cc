@@ -332,8 +332,7 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     // Small: recursive doubling over the whole input, keeping our block.
     Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
     std::byte* all = grow(sc.c, total);
-    std::memcpy(all, send, total);
-    REMORA_RETURN_IF_ERROR(allreduce_rd(op, all, recv_count * static_cast<size_t>(n), type, rop));
+    REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, all, recv_count * static_cast<size_t>(n), type, rop));
     std::memcpy(recv, all + static_cast<size_t>(r) * block_bytes, block_bytes);
     if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
     return Status::ok();

@@ -35,14 +35,18 @@
 //   registered scratch with notifications, then a send/recv ring allgather whose
 //   receives are posted first and whose first step sends each owned piece the moment
 //   the reduce-scatter finishes it, so the two phases overlap) when
-//   bytes >= ring_threshold and n >= 2; recursive doubling below (non-powers of two
-//   fold the excess ranks first). REMORA_ALLREDUCE_ALGO overrides. At n == 2 the ring
-//   sends as many bytes per direction as recursive doubling's one full exchange, but
-//   each rank reduces only half the vector, and the reduction of one piece overlaps
-//   the transfer of the next, where recursive doubling reduces the whole vector after
-//   the whole exchange; so large sizes take the ring at 2 ranks too.
-// - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold and n > 2.
-// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold,
+//   bytes >= ring_threshold_for(n) and n >= 2; recursive doubling below (non-powers of
+//   two fold the excess ranks first), each round's exchange in pieces of
+//   exchange_piece_bytes, every piece's receive and send posted at once, so reducing a
+//   piece overlaps the transfer of the next. REMORA_ALLREDUCE_ALGO overrides. The
+//   threshold is 64 KiB above 2 ranks, where recursive doubling sends log2(n) whole
+//   vectors against the ring's 2(n-1)/n. At 2 ranks both send one vector each way;
+//   recursive doubling does it in one step where the ring takes two, each rank
+//   reducing the whole vector against the ring's half: measured over TCP it is
+//   faster up to 2 MiB (0.49x the ring's time at 64 KiB, 0.88x at 256 KiB, level at
+//   1-2 MiB) and the ring from 4 MiB (bench/results/mpi.md).
+// - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold_for(n) and n > 2.
+// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n),
 //   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
 //   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
 // - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
@@ -108,11 +112,11 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
 
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
-  const bool ring = select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing;
-  if (send != recv && bytes > 0 && !ring) std::memcpy(recv, send, bytes);
-  if (op.size() == 1 || count == 0) return Status::ok();
-  if (ring) return allreduce_ring(op, send, recv, count, type, rop);
-  REMORA_RETURN_IF_ERROR(allreduce_rd(op, recv, count, type, rop));
+  if (count == 0) return Status::ok();
+  if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {
+    return allreduce_ring(op, send, recv, count, type, rop);
+  }
+  REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, recv, count, type, rop));
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
   return Status::ok();
 }

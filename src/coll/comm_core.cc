@@ -107,10 +107,11 @@ constexpr ConfigVariable kVariables[] = {
     {.name = "REMORA_RING_THRESHOLD",
      .section = kSection,
      .kind = ConfigKind::kBytes,
-     .default_text = "64K",
+     .default_text = "2M at 2 ranks, 64K above",
      .min = 0,
      .max = 1024 * kGiB,
-     .doc = "bytes from which `auto` picks the ring (allreduce, reduce_scatter) and the chain (reduce)"},
+     .doc = "bytes from which `auto` picks the ring (allreduce, reduce_scatter) and the chain (reduce); set, it "
+            "applies at every rank count"},
     {.name = "REMORA_COLL_PIPELINE",
      .section = kSection,
      .kind = ConfigKind::kBytes,
@@ -189,7 +190,8 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   REMORA_ASSIGN_OR_RETURN(c.broadcast, read_algo("REMORA_BCAST_ALGO", kTreeChainAlgos, c.broadcast));
   REMORA_ASSIGN_OR_RETURN(c.reduce, read_algo("REMORA_REDUCE_ALGO", kTreeChainAlgos, c.reduce));
   REMORA_ASSIGN_OR_RETURN(c.allgather, read_algo("REMORA_ALLGATHER_ALGO", kRingRdAlgos, c.allgather));
-  REMORA_ASSIGN_OR_RETURN(c.ring_threshold, read_number("REMORA_RING_THRESHOLD", c.ring_threshold));
+  REMORA_ASSIGN_OR_RETURN(auto threshold, core::read_value(var("REMORA_RING_THRESHOLD")));
+  if (threshold) c.ring_threshold = static_cast<size_t>(*threshold);
   REMORA_ASSIGN_OR_RETURN(c.pipeline_bytes, read_number("REMORA_COLL_PIPELINE", c.pipeline_bytes));
   REMORA_ASSIGN_OR_RETURN(c.device_segment_bytes, read_number("REMORA_COLL_DEVICE_SEGMENT", c.device_segment_bytes));
   REMORA_RETURN_IF_ERROR(check_device_segment(c.device_segment_bytes));

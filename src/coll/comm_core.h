@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -80,8 +81,13 @@ struct CollConfig {
   Algo broadcast = Algo::kAuto;                  ///< REMORA_BCAST_ALGO=auto|tree|chain
   Algo reduce = Algo::kAuto;                     ///< REMORA_REDUCE_ALGO=auto|tree|chain
   Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd (bruck: per call only)
-  size_t ring_threshold = 64 * 1024;             ///< REMORA_RING_THRESHOLD: allreduce bytes from which auto picks ring
-  size_t pipeline_bytes = 1024 * 1024;           ///< REMORA_COLL_PIPELINE: piece size of rings and chains
+  /// REMORA_RING_THRESHOLD: allreduce bytes from which auto picks the ring (and reduce
+  /// the chain); unset: ring_threshold_for's defaults, which depend on the rank count.
+  std::optional<size_t> ring_threshold;
+  size_t pipeline_bytes = 1024 * 1024;  ///< REMORA_COLL_PIPELINE: piece size of rings and chains
+  /// Piece size of recursive doubling's exchanges (not a REMORA_* setting): larger than
+  /// the default eager limit, so each piece goes by rendezvous straight into place.
+  size_t exchange_piece_bytes = 256 * 1024;
   /// REMORA_COLL_DEVICE_SEGMENT: the segment of device-memory staging in collectives
   /// (coll/device_stage.h; all but the v-forms); from 4 segments up, copies overlap the network.
   /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.

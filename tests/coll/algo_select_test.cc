@@ -26,9 +26,12 @@ using test::run_ranks;
 constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
 
 TEST(SelectAlgorithm, DefaultsBySizeAndRankCount) {
-  const CollConfig c;  // ring threshold 64 KiB, pipeline 1 MiB
+  const CollConfig c;  // ring threshold 2 MiB at 2 ranks and 64 KiB above, pipeline 1 MiB
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 2, 4 * kKiB), Algo::kRecursiveDoubling);
-  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 2, 64 * kKiB), Algo::kRing);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 2, 2 * kMiB - 4), Algo::kRecursiveDoubling);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 2, 2 * kMiB), Algo::kRing);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 3, 64 * kKiB - 4), Algo::kRecursiveDoubling);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 3, 64 * kKiB), Algo::kRing);
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 4, 16 * kMiB), Algo::kRing);
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 1, 16 * kMiB), Algo::kLocal);
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 4, 0), Algo::kLocal);
@@ -68,6 +71,13 @@ TEST(SelectAlgorithm, ConfigOverridesWin) {
   c.ring_threshold = 1;
   c.allreduce = Algo::kRecursiveDoubling;
   EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, c, 4, 64 * kMiB), Algo::kRecursiveDoubling);
+  // A threshold that is set applies at every rank count, 2 included.
+  CollConfig t;
+  t.ring_threshold = 16 * kKiB;
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, t, 2, 16 * kKiB - 4), Algo::kRecursiveDoubling);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, t, 2, 16 * kKiB), Algo::kRing);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kAllreduce, t, 5, 16 * kKiB), Algo::kRing);
+  EXPECT_EQ(select_algorithm(CollectiveKind::kReduce, t, 3, 16 * kKiB), Algo::kChain);
 }
 
 TEST(AlgorithmSteps, CountsSequentialRounds) {

@@ -42,6 +42,7 @@ inline coll::CollConfig small_config() {
   coll::CollConfig c;
   c.timeout = std::chrono::seconds(10);
   c.pipeline_bytes = kPipeline;
+  c.exchange_piece_bytes = kPipeline;  // recursive doubling's rounds go in several pieces too
   return c;
 }
 inline coll::CollConfig ring_config() {  // ring / chain at any size
