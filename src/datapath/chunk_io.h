@@ -111,10 +111,12 @@ class ChunkSource {
   /// the transfer is sent (a same-host peer may then read its chunks itself, with
   /// process_vm_readv: ChunkScheduler::enable_pull_tx); null otherwise.
   virtual const std::byte* host_bytes() const noexcept { return nullptr; }
-  /// The transfer's bytes when write() is one plain send of them (host memory, nothing
-  /// to bracket, no zero-copy): the scheduler may then send several queued chunks in
-  /// one system call (ChunkScheduler::write). Null otherwise.
-  virtual const std::byte* gather_bytes() const noexcept { return nullptr; }
+  /// The transfer's bytes when write() is one plain send of them (host memory, no
+  /// zero-copy), held readable until gather_end(): the scheduler may then send several
+  /// queued chunks in one system call (ChunkScheduler::write). Null otherwise, or when
+  /// they cannot be held now (write() then says why), and gather_end() is not called.
+  virtual const std::byte* gather_begin() noexcept { return nullptr; }
+  virtual void gather_end() noexcept {}
   /// Failover: the bytes stay readable until the transfer is done, so any chunk can be
   /// written again (write_again) after the stream it went on broke.
   virtual bool can_resend() const noexcept { return false; }
@@ -198,7 +200,7 @@ class HostSource final : public ChunkSource {
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   const std::byte* host_bytes() const noexcept override { return data_; }
-  const std::byte* gather_bytes() const noexcept override { return data_; }
+  const std::byte* gather_begin() noexcept override { return data_; }
   bool can_resend() const noexcept override { return true; }
 
  private:
@@ -263,6 +265,13 @@ class RegionSource final : public ChunkSource {
     return access_->address();
   }
   bool can_resend() const noexcept override { return true; }
+  /// Host memory still registered, bracketed (RegionAccess::begin) until gather_end: a
+  /// served get's chunks, a list of puts from registered memory.
+  const std::byte* gather_begin() noexcept override {
+    if (revoked_ || access_->device() != nullptr || !access_->begin()) return nullptr;
+    return access_->address();
+  }
+  void gather_end() noexcept override { access_->end(); }
   /// Never zeros: a region deregistered since answers EKEYREVOKED.
   net::IoResult write_again(int fd, uint64_t offset, uint64_t len) override;
   /// An inline send's first `length` bytes: `now(bytes)` inside one bracket, ok; or

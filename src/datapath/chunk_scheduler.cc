@@ -322,10 +322,19 @@ void ChunkScheduler::write(uint16_t index) {
     // Several small chunks queued behind each other (a list of blocks) go in one
     // sendmsg where their sources allow it; otherwise the chunk's source writes it.
     std::array<iovec, kGatherMax> iov;  // gather fills what it returns
-    const int gathered = gather(s, iov);
-    const net::IoResult r = gathered > 1 ? net::send_some_gathered(s.fd.get(), iov.data(), gathered)
-                            : c.resend   ? c.t->source->write_again(s.fd.get(), c.offset, c.remaining)
-                                         : c.t->source->write(s.fd.get(), c.offset, c.remaining);
+    int gathered = gather(s, iov);
+    if (gathered == 1) {
+      ungather(s, 1);  // one chunk: its source writes it
+      gathered = 0;
+    }
+    net::IoResult r;
+    if (gathered > 1) {
+      r = net::send_some_gathered(s.fd.get(), iov.data(), gathered);
+      ungather(s, gathered);
+    } else {
+      r = c.resend ? c.t->source->write_again(s.fd.get(), c.offset, c.remaining)
+                   : c.t->source->write(s.fd.get(), c.offset, c.remaining);
+    }
     if (r.would_block()) {
       s.tx_blocked = true;
       return;
@@ -354,11 +363,15 @@ int ChunkScheduler::gather(const Stream& s, std::array<iovec, kGatherMax>& iov) 
   int n = 0;
   for (const TxChunk& c : s.txq) {
     if (n == kGatherMax || c.resend) break;
-    const std::byte* bytes = c.t->source->gather_bytes();
+    const std::byte* bytes = c.t->source->gather_begin();
     if (bytes == nullptr) break;
     iov[static_cast<size_t>(n++)] = iovec{const_cast<std::byte*>(bytes + c.offset), c.remaining};
   }
   return n;
+}
+
+void ChunkScheduler::ungather(const Stream& s, int n) const {
+  for (auto it = s.txq.begin(); n > 0; ++it, --n) it->t->source->gather_end();
 }
 
 bool ChunkScheduler::advance(Stream& s, uint64_t bytes, uint64_t* left) {

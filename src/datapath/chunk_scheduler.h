@@ -385,9 +385,12 @@ class ChunkScheduler {
   void write(uint16_t index);
   /// Chunks one sendmsg may carry.
   static constexpr int kGatherMax = 16;
-  /// The front chunks of `s` whose sources can be gathered (ChunkSource::gather_bytes),
-  /// at most kGatherMax, as buffers; how many (0: the front one cannot).
+  /// The front chunks of `s` whose sources can be gathered (ChunkSource::gather_begin),
+  /// at most kGatherMax, as buffers; how many (0: the front one cannot). Each one's
+  /// source holds its bytes until ungather().
   int gather(const Stream& s, std::array<iovec, kGatherMax>& iov) const;
+  /// Ends the holds of the first `n` queued chunks' sources (gather()'s).
+  void ungather(const Stream& s, int n) const;
   /// `bytes` of the front chunk of `s` went into the kernel (taken off `*left`): counts
   /// them, and finishes the chunk and its transfer where they are whole. false when a
   /// callback moved `epoch_` (the caller returns).

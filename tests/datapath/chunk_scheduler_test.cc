@@ -4,7 +4,6 @@
 // would. Host memory moves through HostSource/HostSink; the test sinks show what a
 // device-memory sink relies on: chunks completed later and out of order
 // (ChunkScheduler::chunk_placed), and a chunk that fails while the streams stay in step.
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -16,7 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "datapath/chunk_link.h"
+#include "mem/region_access.h"
 
 namespace remora::detail {
 namespace {
@@ -111,6 +113,85 @@ class DeferredSink final : public ChunkSink {
   std::byte* dst_;
   std::vector<std::byte> bounce_;
 };
+
+// Served gets out of a registered region: their chunks go out gathered too, each source
+// holding its region only for the sendmsg. The region deregistered while most chunks
+// still wait: the deregistration does not wait for them, no byte of the region is read
+// after it, the gets sent from then on say revoked and carry zeros, and the streams stay
+// in step (every block arrives at its length, the earlier ones exact).
+TEST(ChunkScheduler, ServedGetsFromARegionGoOutGatheredAndStopReadingItOnceDeregistered) {
+  for (const bool deregister_midway : {false, true}) {
+    SCOPED_TRACE(deregister_midway ? "deregistered midway" : "registered throughout");
+    Link link;
+    for (uint16_t i = 0; i < Link::kStreams; ++i) {
+      const int small = 4096;  // the sends stop inside chunks, and most chunks wait queued
+      ASSERT_EQ(::setsockopt(link.tx.fd(i), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    }
+    constexpr size_t kBlocks = 200;
+    std::mt19937_64 rng(21);
+    std::vector<size_t> offset(kBlocks), size(kBlocks);
+    size_t total = 0;
+    for (size_t i = 0; i < kBlocks; ++i) {
+      offset[i] = total;
+      size[i] = 1 + rng() % 5000;
+      total += size[i] + 64;  // a gap between blocks that no get covers
+    }
+    const std::vector<std::byte> contents = pattern(total, 22);
+    MemoryRegistry registry{PinMode::kTry};
+    std::vector<std::byte> memory = contents;
+    auto region = registry.register_memory(memory.data(), memory.size(), Access::kRemoteRead);
+    ASSERT_TRUE(region.is_ok()) << region.status().to_string();
+    const RemoteKey key = region->remote_key(0, memory.size(), Access::kRemoteRead).value();
+    std::vector<RegionAccess> access;
+    std::vector<RegionSource> sources;
+    std::vector<std::vector<std::byte>> got;
+    std::vector<HostSink> sinks;
+    std::vector<TxTransfer> outs;
+    std::vector<RxTransfer> ins;
+    access.reserve(kBlocks);
+    sources.reserve(kBlocks);
+    got.reserve(kBlocks);
+    sinks.reserve(kBlocks);
+    outs.reserve(kBlocks);
+    ins.reserve(kBlocks);
+    for (size_t i = 0; i < kBlocks; ++i) {
+      auto a = acquire_access(registry, key, offset[i], size[i], Access::kRemoteRead);
+      ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+      access.push_back(std::move(a).value());
+      sources.emplace_back(&access.back());
+      got.emplace_back(size[i], std::byte{0xEE});
+      sinks.emplace_back(got.back().data());
+      outs.push_back(outgoing(wire::ChunkKind::kGet, i, 3000 + i, size[i], &sources.back()));
+      ins.push_back(incoming(3000 + i, size[i], &sinks.back()));
+    }
+    for (TxTransfer& t : outs) link.tx.ready(&t);
+    auto pick = [&](const wire::ChunkFrame& f) { return &ins[f.recv_id - 3000]; };
+    if (deregister_midway) {
+      link.run_picking(pick, [&] { return link.rx_owner.received_ids.size() >= kBlocks / 4; });
+      ASSERT_LT(link.rx_owner.received_ids.size(), kBlocks);
+      region->deregister();                                      // returns: no send holds the region between calls
+      std::fill(memory.begin(), memory.end(), std::byte{0x77});  // what a later read would find
+    }
+    link.run_picking(pick, [&] { return link.rx_owner.received_ids.size() == kBlocks; });
+    ASSERT_EQ(link.rx_owner.received_ids.size(), kBlocks);
+    size_t revoked = 0;
+    for (size_t i = 0; i < kBlocks; ++i) {
+      const std::byte* want = contents.data() + offset[i];
+      if (!sources[i].revoked()) {
+        EXPECT_TRUE(std::equal(got[i].begin(), got[i].end(), want)) << "block " << i;
+        continue;
+      }
+      ++revoked;
+      // Its bytes up to where the region went, then zeros: never the 0x77 written after.
+      size_t k = 0;
+      while (k < got[i].size() && got[i][k] == want[k]) ++k;
+      for (; k < got[i].size(); ++k) ASSERT_EQ(got[i][k], std::byte{0}) << "block " << i << " byte " << k;
+    }
+    EXPECT_EQ(revoked > 0, deregister_midway) << revoked << " revoked";
+    EXPECT_TRUE(link.tx.idle() && link.rx.idle());
+    EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
+  }
+}
 
 // A slowed stream must look full once about a chunk waits unsent in its kernel buffer,
 // or it takes chunks that later transfers wait for (see attach()).
