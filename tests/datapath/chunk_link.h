@@ -77,6 +77,35 @@ struct RecordingOwner : ChunkScheduler::Owner {
   void resume_later() override { ++resumes; }
 };
 
+/// A list of one-chunk transfers, each received into a buffer of its own: the sources,
+/// the buffers and sinks, and both sides' transfers, kept in place (reserved for `n`)
+/// while the schedulers point at them.
+template <typename Source>
+struct Blocks {
+  std::vector<std::vector<std::byte>> got;
+  std::vector<Source> sources;
+  std::vector<HostSink> sinks;
+  std::vector<TxTransfer> outs;
+  std::vector<RxTransfer> ins;
+  explicit Blocks(size_t n) {
+    got.reserve(n);
+    sources.reserve(n);
+    sinks.reserve(n);
+    outs.reserve(n);
+    ins.reserve(n);
+  }
+  /// Block `owner` of `n` bytes from a Source made of `source_args`, received as `id` into
+  /// a buffer filled with `fill`.
+  template <typename... SourceArgs>
+  void add(wire::ChunkKind kind, uint64_t owner, uint64_t id, size_t n, std::byte fill, SourceArgs&&... source_args) {
+    sources.emplace_back(std::forward<SourceArgs>(source_args)...);
+    got.emplace_back(n, fill);
+    sinks.emplace_back(got.back().data());
+    outs.push_back(outgoing(kind, owner, id, n, &sources.back()));
+    ins.push_back(incoming(id, n, &sinks.back()));
+  }
+};
+
 /// A sender and a receiver joined by `streams` socket pairs.
 struct Link {
   static constexpr uint64_t kChunk = 64 * 1024;

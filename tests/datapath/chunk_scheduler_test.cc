@@ -23,6 +23,7 @@
 namespace remora::detail {
 namespace {
 
+using test::Blocks;
 using test::incoming;
 using test::Link;
 using test::outgoing;
@@ -143,29 +144,16 @@ TEST(ChunkScheduler, ServedGetsFromARegionGoOutGatheredAndStopReadingItOnceDereg
     ASSERT_TRUE(region.is_ok()) << region.status().to_string();
     const RemoteKey key = region->remote_key(0, memory.size(), Access::kRemoteRead).value();
     std::vector<RegionAccess> access;
-    std::vector<RegionSource> sources;
-    std::vector<std::vector<std::byte>> got;
-    std::vector<HostSink> sinks;
-    std::vector<TxTransfer> outs;
-    std::vector<RxTransfer> ins;
     access.reserve(kBlocks);
-    sources.reserve(kBlocks);
-    got.reserve(kBlocks);
-    sinks.reserve(kBlocks);
-    outs.reserve(kBlocks);
-    ins.reserve(kBlocks);
+    Blocks<RegionSource> b(kBlocks);
     for (size_t i = 0; i < kBlocks; ++i) {
       auto a = acquire_access(registry, key, offset[i], size[i], Access::kRemoteRead);
       ASSERT_TRUE(a.is_ok()) << a.status().to_string();
       access.push_back(std::move(a).value());
-      sources.emplace_back(&access.back());
-      got.emplace_back(size[i], std::byte{0xEE});
-      sinks.emplace_back(got.back().data());
-      outs.push_back(outgoing(wire::ChunkKind::kGet, i, 3000 + i, size[i], &sources.back()));
-      ins.push_back(incoming(3000 + i, size[i], &sinks.back()));
+      b.add(wire::ChunkKind::kGet, i, 3000 + i, size[i], std::byte{0xEE}, &access.back());
     }
-    for (TxTransfer& t : outs) link.tx.ready(&t);
-    auto pick = [&](const wire::ChunkFrame& f) { return &ins[f.recv_id - 3000]; };
+    for (TxTransfer& t : b.outs) link.tx.ready(&t);
+    auto pick = [&](const wire::ChunkFrame& f) { return &b.ins[f.recv_id - 3000]; };
     if (deregister_midway) {
       link.run_picking(pick, [&] { return link.rx_owner.received_ids.size() >= kBlocks / 4; });
       ASSERT_LT(link.rx_owner.received_ids.size(), kBlocks);
@@ -177,15 +165,16 @@ TEST(ChunkScheduler, ServedGetsFromARegionGoOutGatheredAndStopReadingItOnceDereg
     size_t revoked = 0;
     for (size_t i = 0; i < kBlocks; ++i) {
       const std::byte* want = contents.data() + offset[i];
-      if (!sources[i].revoked()) {
-        EXPECT_TRUE(std::equal(got[i].begin(), got[i].end(), want)) << "block " << i;
+      const std::vector<std::byte>& got = b.got[i];
+      if (!b.sources[i].revoked()) {
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), want)) << "block " << i;
         continue;
       }
       ++revoked;
       // Its bytes up to where the region went, then zeros: never the 0x77 written after.
       size_t k = 0;
-      while (k < got[i].size() && got[i][k] == want[k]) ++k;
-      for (; k < got[i].size(); ++k) ASSERT_EQ(got[i][k], std::byte{0}) << "block " << i << " byte " << k;
+      while (k < got.size() && got[k] == want[k]) ++k;
+      for (; k < got.size(); ++k) ASSERT_EQ(got[k], std::byte{0}) << "block " << i << " byte " << k;
     }
     EXPECT_EQ(revoked > 0, deregister_midway) << revoked << " revoked";
     EXPECT_TRUE(link.tx.idle() && link.rx.idle());
@@ -207,32 +196,20 @@ TEST(ChunkScheduler, SmallChunksQueuedBehindEachOtherLandWholeWhateverEachSendMo
   }
   constexpr size_t kBlocks = 300;
   std::mt19937_64 rng(11);
-  std::vector<std::vector<std::byte>> data, got;
-  std::vector<HostSource> sources;
-  std::vector<HostSink> sinks;
-  std::vector<TxTransfer> outs;
-  std::vector<RxTransfer> ins;
+  std::vector<std::vector<std::byte>> data;
   data.reserve(kBlocks);
-  got.reserve(kBlocks);
-  sources.reserve(kBlocks);
-  sinks.reserve(kBlocks);
-  outs.reserve(kBlocks);
-  ins.reserve(kBlocks);
+  Blocks<HostSource> b(kBlocks);
   for (size_t i = 0; i < kBlocks; ++i) {
     const size_t n = 1 + rng() % 6000;
     data.push_back(pattern(n, 100 + i));
-    got.emplace_back(n, std::byte{0});
-    sources.emplace_back(data.back().data());
-    sinks.emplace_back(got.back().data());
-    outs.push_back(outgoing(wire::ChunkKind::kPut, i, 1000 + i, n, &sources.back()));
-    ins.push_back(incoming(1000 + i, n, &sinks.back()));
+    b.add(wire::ChunkKind::kPut, i, 1000 + i, n, std::byte{0}, data.back().data());
   }
-  for (TxTransfer& t : outs) link.tx.ready(&t);
-  link.run_picking([&](const wire::ChunkFrame& f) { return &ins[f.recv_id - 1000]; },
+  for (TxTransfer& t : b.outs) link.tx.ready(&t);
+  link.run_picking([&](const wire::ChunkFrame& f) { return &b.ins[f.recv_id - 1000]; },
                    [&] { return link.rx_owner.received_ids.size() == kBlocks; });
 
   ASSERT_EQ(link.rx_owner.received_ids.size(), kBlocks);
-  for (size_t i = 0; i < kBlocks; ++i) EXPECT_TRUE(got[i] == data[i]) << "block " << i;
+  for (size_t i = 0; i < kBlocks; ++i) EXPECT_TRUE(b.got[i] == data[i]) << "block " << i;
   std::vector<uint64_t> sent = link.tx_owner.sent_ids;
   ASSERT_EQ(sent.size(), kBlocks);
   // Per stream, transfers finish in the order their chunks were announced.
