@@ -265,8 +265,8 @@ class RegionSource final : public ChunkSource {
     return access_->address();
   }
   bool can_resend() const noexcept override { return true; }
-  /// Host memory still registered, bracketed (RegionAccess::begin) until gather_end: a
-  /// served get's chunks, a list of puts from registered memory.
+  /// Host memory still registered, bracketed (RegionAccess::begin) until gather_end: the
+  /// chunks of served gets, several per sendmsg.
   const std::byte* gather_begin() noexcept override {
     if (revoked_ || access_->device() != nullptr || !access_->begin()) return nullptr;
     return access_->address();
