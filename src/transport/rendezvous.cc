@@ -132,11 +132,7 @@ void EndpointCore::finish_staged_send(std::unique_ptr<SendOp> op, const Status& 
     staged_sends_ending_.emplace_back(std::move(op), why);  // staging_progressed completes it
     return;
   }
-  // What the send held goes before the caller hears it ended (a devmem binding of its
-  // own: the memory may be freed at once).
-  std::shared_ptr<RequestState> req = std::move(op->req);
-  op.reset();
-  req->complete(why, bytes);
+  op->req->complete(why, bytes);
 }
 
 void EndpointCore::finish_recv(RecvOp* op) {
