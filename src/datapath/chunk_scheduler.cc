@@ -322,7 +322,7 @@ void ChunkScheduler::write(uint16_t index) {
     // Several small chunks queued behind each other (a list of blocks) go in one
     // sendmsg where their sources allow it; otherwise the chunk's source writes it.
     std::array<iovec, kGatherMax> iov;  // gather fills what it returns
-    int gathered = gather(s, iov);
+    int gathered = s.txq.size() > 1 ? gather(s, iov) : 0;  // one chunk alone: no hold to take
     if (gathered == 1) {
       ungather(s, 1);  // one chunk: its source writes it
       gathered = 0;

@@ -431,7 +431,8 @@ void EndpointCore::staging_progressed() {
   });
   std::erase_if(staged_sends_ending_, [](auto& entry) {
     if (entry.first->end.in_flight() > 0) return false;
-    entry.first->req->complete(entry.second, entry.first->out.written);
+    const uint64_t written = entry.first->out.written;
+    release_then_complete(std::move(entry.first), std::move(entry.second), written);
     return true;
   });
   initiator_.staging_progressed();

@@ -419,6 +419,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// Completes a send with `why` (and `bytes`) once no copy out of its device memory is
   /// in flight (chunks staged ahead of one that failed), else now.
   void finish_staged_send(std::unique_ptr<SendOp> op, const Status& why, uint64_t bytes);
+  /// Destroys the send (and what it holds), then completes its request.
+  static void release_then_complete(std::unique_ptr<SendOp> op, Status status, uint64_t bytes);
 
   // one-sided operations (one_sided.cc)
   /// Admits a put or get (`what`) of `local`, chooses its source or sink, posts it with

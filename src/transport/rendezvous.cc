@@ -132,7 +132,15 @@ void EndpointCore::finish_staged_send(std::unique_ptr<SendOp> op, const Status& 
     staged_sends_ending_.emplace_back(std::move(op), why);  // staging_progressed completes it
     return;
   }
-  op->req->complete(why, bytes);
+  release_then_complete(std::move(op), Status(why), bytes);  // why may live in op: copied first
+}
+
+void EndpointCore::release_then_complete(std::unique_ptr<SendOp> op, Status status, uint64_t bytes) {
+  // What the send held (a devmem binding of its own) goes before the caller hears it
+  // ended: the caller may free or deregister the memory at once.
+  std::shared_ptr<RequestState> req = std::move(op->req);
+  op.reset();
+  req->complete(status, bytes);
 }
 
 void EndpointCore::finish_recv(RecvOp* op) {
