@@ -170,6 +170,8 @@ class ProgressEngine {
   /// it: the progress thread must serve the sockets (never park) until block_end().
   void block_begin() noexcept;
   void block_end() noexcept;
+  /// The progress thread is parked now (stepping aside for spinning waiters).
+  bool parked() const noexcept { return parked_.load(std::memory_order_relaxed); }
 
   /// True while some thread waits in Guard for the progress lock (an application
   /// call, the progress thread with harvested events). Long work done under the lock

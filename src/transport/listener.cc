@@ -349,9 +349,12 @@ Result<std::shared_ptr<Endpoint>> ListenerCore::accept(Duration requested) {
     }
     auto now = engine::Clock::now();
     if (now >= deadline) return bound.explain(Status(StatusCode::kTimeout, "no peer connected before the accept deadline"));
-    engine_->block_begin();
+    // Not block_begin(): that keeps the progress thread from ever parking, and a thread
+    // that sits in accept() for the life of the process (an accept loop, NIXL's
+    // acceptor) would then have it compete with every spinning waiter of the process
+    // for the lock and the sockets. Handshakes are driven by whoever drives progress,
+    // and a parked progress thread looks around within a linger period anyway.
     engine::futex_wait(&ready_seq_, seq, forever ? std::chrono::nanoseconds(-1) : deadline - now);
-    engine_->block_end();
   }
 }
 

@@ -9,15 +9,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "engine/progress.h"
 #include "remora/remora.h"
+#include "transport/context_core.h"
 
 namespace remora {
 namespace {
@@ -88,6 +96,74 @@ TEST(Listener, AcceptTimesOutWhenNobodyConnects) {
   auto s = l->accept(10s);
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   EXPECT_EQ((*s)->id(), (*c)->id());
+}
+
+/// True once `done`, false after 10 s; `poll` runs between the looks.
+bool within_10s(const std::function<bool()>& done, const std::function<void()>& poll) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    poll();
+  }
+  return true;
+}
+
+/// The system call thread `tid` of this process is blocked in, -1 if it runs.
+long blocked_in(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  return (f >> nr) ? nr : -1;
+}
+
+// A thread that sits in accept() (an accept loop for the process's life, as NIXL's
+// acceptor and the collectives' rendezvous have) does not keep the progress thread from
+// parking while another thread spins on the same context: otherwise the two poll the
+// same sockets and take turns at the lock. A client that connects meanwhile is still
+// accepted, through the spinner's polls, and so is one that connects once nobody spins
+// (the parked thread looks around within its linger period).
+TEST(Listener, AThreadWaitingInAcceptLetsTheProgressThreadParkForASpinner) {
+  auto ctx = Context::create({.ignore_env = true}).value();
+  auto l = ctx->listen("127.0.0.1:0").value();
+  engine::ProgressEngine& e = *detail::ContextInternals::core(*ctx)->engine();
+  std::atomic<pid_t> acceptor_tid{0};
+  std::atomic<bool> first_done{false};
+  Result<std::shared_ptr<Endpoint>> first = Status(StatusCode::kInternal, "not run");
+  Result<std::shared_ptr<Endpoint>> second = Status(StatusCode::kInternal, "not run");
+  std::thread acceptor([&] {
+    acceptor_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    first = l->accept(30s);
+    first_done = true;
+    second = l->accept(30s);
+  });
+  // The acceptor is asleep in accept (futex) before this thread starts to spin.
+  ASSERT_TRUE(within_10s([&] { return acceptor_tid.load() != 0 && blocked_in(acceptor_tid) == SYS_futex; },
+                         [] { std::this_thread::yield(); }));
+  e.waiter_enter();
+  {
+    engine::ProgressEngine::Guard g(e);
+    e.post([] {});  // wakes the progress thread, which then sees the spinner
+  }
+  // Not driving progress yet: the post's wake-up is the progress thread's to take.
+  EXPECT_TRUE(within_10s([&] { return e.parked(); }, [&] { e.waiter_polling(engine::Clock::now()); }))
+      << "the progress thread never parked";
+  const auto spin = [&] {
+    e.waiter_polling(engine::Clock::now());
+    (void)e.try_progress();
+  };
+  auto client = Context::create({.ignore_env = true}).value();
+  Result<std::shared_ptr<Endpoint>> c1 = Status(StatusCode::kInternal, "not run");
+  std::thread dial1([&] { c1 = client->connect(loopback(l->port()), 10s); });
+  EXPECT_TRUE(within_10s([&] { return first_done.load(); }, spin)) << "not accepted while this thread spun";
+  dial1.join();
+  e.waiter_exit();
+  auto c2 = client->connect(loopback(l->port()), 10s);
+  ASSERT_TRUE(c2.is_ok()) << c2.status().to_string();
+  acceptor.join();
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  ASSERT_TRUE(c1.is_ok()) << c1.status().to_string();
+  EXPECT_EQ((*first)->id(), (*c1)->id());
+  EXPECT_EQ((*second)->id(), (*c2)->id());
 }
 
 TEST(Listener, AcceptAfterTheContextClosedItIsAborted) {
