@@ -1,15 +1,15 @@
 // Tests for transport/listener.cc: accept's timeout, accept once the listener is
 // closed, several clients accepted in the order their handshakes completed, an endpoint
 // left unaccepted when the listener closes, and clients that send garbage (or half a
-// HELLO) instead of a handshake: dropped, without stalling the good client behind them.
+// HELLO) instead of a handshake: dropped, without stalling the good client behind them;
+// and a thread waiting in accept that lets the progress thread park for a spinner.
 // Real sockets on loopback; every wait has an explicit bound.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
-
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
