@@ -63,9 +63,7 @@ Status Request::wait(Duration requested) const {
       if (eng->try_progress(now) > 0) {
         // From the start of the round: after a round that moved a transfer for longer
         // than spin_us, a waiter whose request is still open blocks at once. Counting
-        // from the round's end was measured (2026-12-01, bench/results/rma.md): puts of
-        // 16 MiB one at a time 1.17x faster, gets 0.92x, 2-rank allreduce of 256 KiB
-        // and 1 MiB 1.20x and 1.13x slower on 2 vCPUs: not kept.
+        // from the round's end was measured and not kept (bench/results/rma.md).
         spin_end = now + spin;
         idle_polls = 0;
       } else if (++idle_polls % eng->yield_polls() == 0) {
