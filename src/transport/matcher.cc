@@ -5,6 +5,20 @@
 
 namespace remora::detail {
 
+template <class Map>
+typename Map::mapped_type& Matcher::queue(Map& map, typename Map::node_type& spare, uint64_t k) {
+  if (auto it = map.find(k); it != map.end()) return it->second;
+  if (spare.empty()) return map[k];
+  spare.key() = k;
+  return map.insert(std::move(spare)).position->second;
+}
+
+template <class Map>
+void Matcher::retire(Map& map, typename Map::node_type& spare, typename Map::iterator it) {
+  typename Map::node_type node = map.extract(it);
+  if (spare.empty()) spare = std::move(node);
+}
+
 std::unique_ptr<RecvOp> Matcher::take_posted(Tag tag, size_t* dropped) {
   auto it = posted_.find(key(tag));
   if (it == posted_.end()) return nullptr;
@@ -17,12 +31,12 @@ std::unique_ptr<RecvOp> Matcher::take_posted(Tag tag, size_t* dropped) {
       if (dropped != nullptr) ++*dropped;
     }
   }
-  if (it->second.empty()) posted_.erase(it);
+  if (it->second.empty()) retire(posted_, spare_posted_, it);
   return op;
 }
 
 size_t Matcher::post(std::unique_ptr<RecvOp> op) {
-  auto& q = posted_[key(op->tag)];
+  auto& q = queue(posted_, spare_posted_, key(op->tag));
   const size_t dropped =
       std::erase_if(q, [](const std::unique_ptr<RecvOp>& o) { return o->claim && o->claim->decided(); });
   q.push_back(std::move(op));
@@ -52,7 +66,7 @@ std::optional<Unexpected> Matcher::take_unexpected(Tag tag) {
   if (it == unexpected_.end()) return std::nullopt;
   Unexpected u = std::move(it->second.front());
   it->second.pop_front();
-  if (it->second.empty()) unexpected_.erase(it);
+  if (it->second.empty()) retire(unexpected_, spare_unexpected_, it);
   if (!u.eager) --unexpected_rts_;
   return u;
 }
@@ -63,7 +77,7 @@ void Matcher::add_eager(Tag tag, std::span<const std::byte> payload, Status corr
   u.corrupt = std::move(corrupt);
   u.payload.assign(payload.begin(), payload.end());
   u.length = payload.size();
-  unexpected_[key(tag)].push_back(std::move(u));
+  queue(unexpected_, spare_unexpected_, key(tag)).push_back(std::move(u));
 }
 
 bool Matcher::add_rts(Tag tag, uint64_t send_id, uint64_t length, uint64_t max) {
@@ -72,7 +86,7 @@ bool Matcher::add_rts(Tag tag, uint64_t send_id, uint64_t length, uint64_t max) 
   Unexpected u;
   u.send_id = send_id;
   u.length = length;
-  unexpected_[key(tag)].push_back(std::move(u));
+  queue(unexpected_, spare_unexpected_, key(tag)).push_back(std::move(u));
   return true;
 }
 

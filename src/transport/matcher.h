@@ -104,9 +104,23 @@ class Matcher {
   void clear_unexpected();
 
  private:
+  using PostedMap = std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>>;
+  using UnexpectedMap = std::unordered_map<uint64_t, std::deque<Unexpected>>;
   static uint64_t key(Tag tag) { return static_cast<uint64_t>(tag); }
-  std::unordered_map<uint64_t, std::deque<std::unique_ptr<RecvOp>>> posted_;
-  std::unordered_map<uint64_t, std::deque<Unexpected>> unexpected_;
+  /// The queue of `k`, made from the spare entry when there is one.
+  template <class Map>
+  static typename Map::mapped_type& queue(Map& map, typename Map::node_type& spare, uint64_t k);
+  /// Takes out the entry `it` (its queue is empty), keeping it as the spare.
+  template <class Map>
+  static void retire(Map& map, typename Map::node_type& spare, typename Map::iterator it);
+  PostedMap posted_;
+  UnexpectedMap unexpected_;
+  // A tag's entry is taken out when its queue empties, so the maps hold only the tags
+  // in use. The last entry taken out is kept (with its queue's storage) for the next
+  // tag that needs one: a receive matched as it arrives (a ping-pong, one at a time)
+  // would otherwise allocate the entry and its queue three times per message.
+  PostedMap::node_type spare_posted_;
+  UnexpectedMap::node_type spare_unexpected_;
   uint64_t unexpected_rts_ = 0;
 };
 
