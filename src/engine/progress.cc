@@ -294,19 +294,22 @@ int ProgressEngine::try_progress(Clock::time_point now) {
   if (n < 0) {
     epoll_event events[kMaxEvents];
     const uint64_t hot = hot_token_;
+    const bool rings = !polled_.empty();
     n = ::epoll_wait(epfd_, events, kMaxEvents, 0);
     if (n > 0) dispatch(events, n);
     epoll_busy_ = n > 0;
     // Found something the hot socket's direct reads would not have: epoll_wait every
     // kMinEpollEvery polls again. Found nothing kEmptyEpollsToSlow times in a row: half
-    // as often, down to every kMaxEpollEvery polls.
+    // as often, down to every kMaxEpollEvery polls (kMaxEpollEveryWithRings while rings
+    // are polled).
     if (n > 0 && (n > 1 || events[0].data.u64 != hot)) {
       epoll_every_ = kMinEpollEvery;
       empty_epolls_ = 0;
     } else if (n == 0 && ++empty_epolls_ >= kEmptyEpollsToSlow) {
       empty_epolls_ = 0;
-      if (epoll_every_ < kMaxEpollEvery) epoll_every_ *= 2;
+      if (epoll_every_ < (rings ? kMaxEpollEveryWithRings : kMaxEpollEvery)) epoll_every_ *= 2;
     }
+    if (!rings && epoll_every_ > kMaxEpollEvery) epoll_every_ = kMaxEpollEvery;  // the last ring went
   }
   // Rings a peer writes without waking anyone while threads poll (poll_every_round).
   // While the progress thread sleeps in epoll_wait they stay armed: it armed them, but a

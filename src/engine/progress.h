@@ -273,9 +273,15 @@ class ProgressEngine {
   // slow a ping-pong on the hot socket down: a raw busy-polling TCP ping-pong measured
   // on this class of VM took 1.2-1.5 us longer per round trip with one every 4th poll,
   // 0.8 us with one every 16th. While epoll_wait keeps finding events (a transfer
-  // moving on the data streams) every poll is an epoll_wait.
+  // moving on the data streams) every poll is an epoll_wait. Where shared-memory rings
+  // are polled (poll_every_round), the traffic of same-host peers is in them and their
+  // sockets are mostly silent: there it slows on down to every 128th poll (about 10 us
+  // of polling on this class of VM: a socket that wakes after such a silence is served
+  // that much later, then every 4th poll again), which took 6-10% off a same-host 8 B
+  // ping-pong (bench/results/p2p.md).
   static constexpr uint32_t kMinEpollEvery = 4;  // powers of two
   static constexpr uint32_t kMaxEpollEvery = 16;
+  static constexpr uint32_t kMaxEpollEveryWithRings = 128;
   static constexpr uint32_t kEmptyEpollsToSlow = 4;
   uint64_t hot_token_ = 0;
   uint32_t poll_turn_ = 0;
