@@ -15,8 +15,8 @@ faster. Every run checks its data (both benchmarks verify each size).
 --lat-sizes (both 8,64K,16M unless given), with the tool's own iteration counts scaled by
 size unless --bw-iters / --lat-iters are given.
 
---bench coll runs `remora bench coll --op allreduce -n 2` (two ranks of this host, no
-p2p reference) at --lat-sizes (default 4K), --lat-iters timed operations per size
+--bench coll runs `remora bench coll --op allreduce -n 2` (two ranks of this host, or
+--ranks N; no p2p reference) at --lat-sizes (default 4K), --lat-iters timed operations per size
 (default: the tool's, scaled by size), and compares the out-of-place time per operation
 of the slowest rank (below 1 is faster). Not with --netns.
 
@@ -98,12 +98,12 @@ def start_follower(binary, bench, env, ns=NETNS[1], address=None, listen=None):
     return proc, address
 
 
-def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False):
+def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2):
     """One `remora bench p2p|rma` run; {size: bandwidth MB/s (a *bw mode) or average latency us}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         if bench == "coll":
-            command = [binary, "bench", "coll", "--op", mode, "-n", "2", "--sizes", sizes, "--no-reference",
+            command = [binary, "bench", "coll", "--op", mode, "-n", str(ranks), "--sizes", sizes, "--no-reference",
                        "--json", out]
         else:
             command = [binary, "bench", bench, "--mode", mode, "--sizes", sizes, "--json", out]
@@ -159,6 +159,7 @@ def main():
     ap.add_argument("--baseline-env")
     ap.add_argument("--candidate-env")
     ap.add_argument("--json")
+    ap.add_argument("--ranks", type=int, default=2, help="--bench coll: ranks of this host (default 2)")
     ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
     a = ap.parse_args()
     if a.netns and a.bench == "coll":
@@ -185,7 +186,7 @@ def compare(a):
             got = {}
             for name, binary in order:
                 progress.step(f"pair {pair + 1} of {a.pairs}: {name} bench {a.bench} --mode {mode} --sizes {sizes}")
-                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name], a.netns)
+                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name], a.netns, a.ranks)
             for size, base in got["baseline"].items():
                 cand = got["candidate"][size]
                 ratios.setdefault((mode, size), []).append(cand / base)
@@ -201,7 +202,7 @@ def compare(a):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"baseline": a.baseline, "candidate": a.candidate, "baseline_env": a.baseline_env,
-                       "candidate_env": a.candidate_env, "bench": a.bench, "pairs": a.pairs,
+                       "candidate_env": a.candidate_env, "bench": a.bench, "ranks": a.ranks, "pairs": a.pairs,
                        "path": "veth between two network namespaces" if a.netns else "loopback",
                        "results": [{"mode": m, "size": s, "median_ratio": statistics.median(rs),
                                     "ratios": rs, "values": values[(m, s)]} for (m, s), rs in ratios.items()]},
