@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -54,6 +55,7 @@ void sync_release(void*) {}
 #endif
 
 static_assert(sizeof(ShmRingMemory::Header) <= ShmRingMemory::kHeaderBytes);
+static_assert(offsetof(ShmRingMemory::Header, tail) == 64, "the copy shares head's line (docs/protocol.md)");
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the ring's counters are shared between processes: they must be lock-free");
 
@@ -172,6 +174,24 @@ size_t ShmRingReader::readable() const noexcept {
   return head >= seen_head_ && avail <= memory_.capacity() ? static_cast<size_t>(avail) : 0;
 }
 
+bool ShmRingReader::take_copy(std::byte* dst, size_t n) const noexcept {
+  if (n > ShmRingMemory::kCopyBytes) return false;
+  const ShmRingMemory::Header& h = memory_.header();
+  // A sequence lock without fences (ThreadSanitizer has none): the copy's fields are
+  // loaded with acquire, so a field the producer stored after making the sequence odd
+  // makes the second load of the sequence see that (or later). Plain loads on x86.
+  const uint32_t seq = h.copy_seq.load(std::memory_order_acquire);
+  if ((seq & 1) != 0 || h.copy_at.load(std::memory_order_acquire) != tail_ ||
+      h.copy_len.load(std::memory_order_acquire) != n) {
+    return false;
+  }
+  uint64_t words[ShmRingMemory::kCopyBytes / 8];
+  for (size_t i = 0; i < (n + 7) / 8; ++i) words[i] = h.copy[i].load(std::memory_order_acquire);
+  if (h.copy_seq.load(std::memory_order_relaxed) != seq) return false;  // changed meanwhile
+  std::memcpy(dst, words, n);
+  return true;
+}
+
 Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool arm) noexcept {
   ShmRingMemory::Header& h = memory_.header();
   const size_t capacity = memory_.capacity();
@@ -187,7 +207,7 @@ Result<ShmRingReader::Read> ShmRingReader::read(std::span<std::byte> dst, bool a
     if (avail > 0) {
       sync_acquire(memory_.sync_key());  // the producer's bytes before its head
       const size_t n = static_cast<size_t>(std::min<uint64_t>(avail, dst.size()));
-      from_ring(memory_.data(), capacity, tail_, dst.data(), n);
+      if (n != avail || !take_copy(dst.data(), n)) from_ring(memory_.data(), capacity, tail_, dst.data(), n);
       tail_ += n;
       sync_release(memory_.sync_key());
       h.tail.store(tail_, std::memory_order_seq_cst);
@@ -222,6 +242,18 @@ Result<uint64_t> ShmRingWriter::room() noexcept {
   return memory_.capacity() - (head_ - tail);  // head_ - tail <= capacity: this side wrote no more
 }
 
+void ShmRingWriter::copy_beside_head(uint64_t at, std::span<const std::byte> bytes) noexcept {
+  ShmRingMemory::Header& h = memory_.header();
+  uint64_t words[ShmRingMemory::kCopyBytes / 8] = {};
+  std::memcpy(words, bytes.data(), bytes.size());
+  // The fields are stored with release after the sequence is made odd (see take_copy).
+  h.copy_seq.store(++copy_seq_, std::memory_order_relaxed);  // odd: changing
+  h.copy_at.store(at, std::memory_order_release);
+  h.copy_len.store(static_cast<uint32_t>(bytes.size()), std::memory_order_release);
+  for (size_t i = 0; i < (bytes.size() + 7) / 8; ++i) h.copy[i].store(words[i], std::memory_order_release);
+  h.copy_seq.store(++copy_seq_, std::memory_order_release);  // even: whole
+}
+
 Result<ShmRingWriter::Wrote> ShmRingWriter::write(std::span<const std::byte> src) noexcept {
   ShmRingMemory::Header& h = memory_.header();
   Wrote out;
@@ -241,6 +273,7 @@ Result<ShmRingWriter::Wrote> ShmRingWriter::write(std::span<const std::byte> src
     }
     const size_t n = static_cast<size_t>(std::min<uint64_t>(free, src.size() - out.bytes));
     to_ring(memory_.data(), memory_.capacity(), head_, src.data() + out.bytes, n);
+    if (n == src.size() && n <= ShmRingMemory::kCopyBytes) copy_beside_head(head_, src);
     head_ += n;
     out.bytes += n;
     sync_release(memory_.sync_key());

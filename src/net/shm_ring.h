@@ -8,7 +8,9 @@
 //
 // Layout of the memfd: a 4 KiB header, then `capacity` bytes of data (a power of two).
 // The header holds, each on its own cache line, the producer's 64-bit `head` (bytes
-// written since creation), the consumer's 64-bit `tail` (bytes read), the consumer's
+// written since creation; its line also holds a copy of the producer's last write when
+// that was small, so the consumer of a small frame reads one line the producer wrote,
+// not two), the consumer's 64-bit `tail` (bytes read), the consumer's
 // "sleeping" flag (set by the consumer before it may block, cleared by the producer
 // that then writes the consumer's eventfd) and the producer's "waiting for room" flag
 // (the same the other way round).
@@ -45,9 +47,22 @@ class ShmRingMemory {
   static constexpr size_t kMinCapacity = size_t{4} << 10;
   static constexpr size_t kMaxCapacity = size_t{64} << 20;
 
+  /// Bytes of a write the producer also copies beside `head` (the rest of head's line).
+  static constexpr size_t kCopyBytes = 40;
+
   /// The shared header (docs/protocol.md). Every field may be written by a hostile peer.
   struct Header {
     alignas(64) std::atomic<uint64_t> head;  ///< producer: bytes written
+    /// The producer's last write, when it was at most kCopyBytes, again beside `head`
+    /// (a sequence lock: copy_seq is odd while the copy changes): its bytes are the
+    /// stream's bytes [copy_at, copy_at + copy_len). A consumer whose tail is copy_at
+    /// and that finds exactly copy_len bytes readable takes them from here, and does
+    /// not wait for the data's own cache line to come from the producer's CPU. Older
+    /// producers leave it zero, which no read matches.
+    std::atomic<uint32_t> copy_seq;
+    std::atomic<uint32_t> copy_len;
+    std::atomic<uint64_t> copy_at;
+    std::atomic<uint64_t> copy[kCopyBytes / 8];
     alignas(64) std::atomic<uint64_t> tail;  ///< consumer: bytes read
     alignas(64) std::atomic<uint32_t> consumer_sleeping;
     alignas(64) std::atomic<uint32_t> producer_waiting;
@@ -108,6 +123,8 @@ class ShmRingReader {
   const ShmRingMemory& memory() const noexcept { return memory_; }
 
  private:
+  /// The `n` bytes at the tail from the copy beside the head, if it holds exactly them.
+  bool take_copy(std::byte* dst, size_t n) const noexcept;
   ShmRingMemory memory_;
   uint64_t tail_ = 0;       // private: never read back from shared memory
   uint64_t seen_head_ = 0;  // the last head read; heads never go back
@@ -130,8 +147,11 @@ class ShmRingWriter {
 
  private:
   Result<uint64_t> room() noexcept;
+  /// Copies `bytes` (at most kCopyBytes), written at stream position `at`, beside the head.
+  void copy_beside_head(uint64_t at, std::span<const std::byte> bytes) noexcept;
   ShmRingMemory memory_;
   uint64_t head_ = 0;       // private
+  uint32_t copy_seq_ = 0;   // private
   uint64_t seen_tail_ = 0;  // the last tail read; room is counted from it until it is not enough
 };
 

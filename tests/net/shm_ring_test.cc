@@ -2,7 +2,9 @@
 // of bytes crosses it intact through many wrap-arounds, with the producer and consumer
 // waking each other through eventfds; descriptors cross with pidfd_getfd; and a hostile
 // peer scribbling the counters gets a kProtocol error, never an access outside the
-// mapping (a child killed by a signal fails the test).
+// mapping (a child killed by a signal fails the test). In one process (the ring mapped
+// twice): a small write is read from its copy beside the head, every other from the
+// ring, and a scribbled copy is never read beyond its room.
 #include "net/shm_ring.h"
 
 #include <fcntl.h>
@@ -12,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -298,6 +302,103 @@ TEST(ShmRing, EmptySpansMoveNothingAndLoseNothing) {
   ASSERT_TRUE(read.is_ok()) << read.status().to_string();
   EXPECT_EQ(read->bytes, sent.size());
   EXPECT_EQ(got, sent);
+}
+
+/// A ring mapped twice in this process: its reader, and a writer on the second mapping.
+struct LocalRing {
+  ShmRingReader reader;
+  ShmRingWriter writer;
+  std::byte* data;  // the writer's view of the data area
+  ShmRingMemory::Header* header;
+};
+
+std::unique_ptr<LocalRing> local_ring(size_t capacity) {
+  auto created = ShmRingMemory::create(capacity);
+  if (!created) return nullptr;
+  auto adopted = ShmRingMemory::adopt(Fd(::dup(created->fd())));
+  if (!adopted) return nullptr;
+  std::byte* data = adopted->data();
+  ShmRingMemory::Header* header = &adopted->header();
+  return std::unique_ptr<LocalRing>(
+      new LocalRing{ShmRingReader(std::move(*created)), ShmRingWriter(std::move(*adopted)), data, header});
+}
+
+TEST(ShmRing, ASmallWriteIsReadFromTheCopyBesideTheHead) {
+  auto ring = local_ring(4096);
+  ASSERT_NE(ring, nullptr);
+  std::vector<std::byte> sent(ShmRingMemory::kCopyBytes);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = stream_byte(i);
+  auto wrote = ring->writer.write(sent);
+  ASSERT_TRUE(wrote.is_ok()) << wrote.status().to_string();
+  ASSERT_EQ(wrote->bytes, sent.size());
+  // The ring's own bytes changed after the write: the read must not have looked there.
+  std::memset(ring->data, 0xEE, sent.size());
+  std::vector<std::byte> got(4096);
+  auto read = ring->reader.read(got, /*arm=*/false);
+  ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+  ASSERT_EQ(read->bytes, sent.size());
+  got.resize(read->bytes);
+  EXPECT_EQ(got, sent);
+}
+
+TEST(ShmRing, WritesTheCopyDoesNotHoldAreReadFromTheRing) {
+  // Two small writes before a read (the copy holds the second only), a write one byte
+  // larger than the copy, and a read shorter than a small write: all from the ring,
+  // byte for byte, through many wrap-arounds of a small ring.
+  auto ring = local_ring(4096);
+  ASSERT_NE(ring, nullptr);
+  std::mt19937_64 rng(5);
+  uint64_t sent = 0, got = 0;
+  std::vector<std::byte> piece(ShmRingMemory::kCopyBytes + 1), buf(4096);
+  for (int round = 0; round < 20000; ++round) {
+    const int writes = 1 + static_cast<int>(rng() % 3);
+    for (int w = 0; w < writes; ++w) {
+      const size_t n = 1 + rng() % piece.size();
+      for (size_t i = 0; i < n; ++i) piece[i] = stream_byte(sent + i);
+      auto wrote = ring->writer.write(std::span(piece).first(n));
+      ASSERT_TRUE(wrote.is_ok()) << wrote.status().to_string();
+      ASSERT_EQ(wrote->bytes, n);
+      sent += n;
+    }
+    while (got < sent) {
+      const size_t want = (rng() % 4 == 0) ? 1 + rng() % 8 : buf.size();
+      auto read = ring->reader.read(std::span(buf).first(want), /*arm=*/false);
+      ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+      ASSERT_GT(read->bytes, 0u);
+      for (size_t i = 0; i < read->bytes; ++i) ASSERT_EQ(buf[i], stream_byte(got + i)) << "at " << got + i;
+      got += read->bytes;
+    }
+  }
+}
+
+TEST(ShmRing, AScribbledCopyBesideTheHeadIsNeverReadBeyondItsRoom) {
+  // A peer that claims a copy of more bytes than the copy holds, or one in the middle
+  // of a change: the reader takes the ring's bytes.
+  auto ring = local_ring(4096);
+  ASSERT_NE(ring, nullptr);
+  std::vector<std::byte> sent(200);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = stream_byte(i);
+  auto wrote = ring->writer.write(sent);
+  ASSERT_TRUE(wrote.is_ok()) << wrote.status().to_string();
+  ring->header->copy_at.store(0);
+  ring->header->copy_len.store(200);
+  ring->header->copy_seq.store(2);
+  std::vector<std::byte> got(4096);
+  auto read = ring->reader.read(got, /*arm=*/false);
+  ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+  ASSERT_EQ(read->bytes, sent.size());
+  EXPECT_TRUE(std::equal(sent.begin(), sent.end(), got.begin()));
+  // A small write whose copy is marked as changing (an odd sequence).
+  std::vector<std::byte> small(16);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = stream_byte(200 + i);
+  wrote = ring->writer.write(small);
+  ASSERT_TRUE(wrote.is_ok()) << wrote.status().to_string();
+  ring->header->copy_seq.store(ring->header->copy_seq.load() + 1);
+  for (auto& word : ring->header->copy) word.store(0xEEEEEEEEEEEEEEEEull);
+  read = ring->reader.read(got, /*arm=*/false);
+  ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+  ASSERT_EQ(read->bytes, small.size());
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), got.begin()));
 }
 
 TEST(ShmRing, OnlyASealedMemfdOfAValidSizeIsAdopted) {
