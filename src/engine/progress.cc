@@ -463,13 +463,17 @@ void ProgressEngine::thread_main() {
 
 void ProgressEngine::waiter_enter() noexcept { active_waiters_.fetch_add(1, std::memory_order_acq_rel); }
 
-void ProgressEngine::waiter_exit() noexcept {
-  driven_by_caller();  // the time first: a progress thread that sees no waiter sees it recent
+void ProgressEngine::waiter_exit(Clock::time_point now) noexcept {
+  // The time first: a progress thread that sees no waiter sees it recent.
+  driven_by_caller(now == Clock::time_point{}
+                       ? now_ns()
+                       : std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
   active_waiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void ProgressEngine::driven_by_caller() noexcept {
-  const int64_t now = now_ns();
+void ProgressEngine::driven_by_caller() noexcept { driven_by_caller(now_ns()); }
+
+void ProgressEngine::driven_by_caller(int64_t now) noexcept {
   last_waiter_ns_.store(now, std::memory_order_relaxed);
   if (parked_.load(std::memory_order_relaxed)) push_park_timer(now);
 }

@@ -100,6 +100,7 @@ class ProgressEngine {
   class Guard {
    public:
     explicit Guard(ProgressEngine& e) : e_(e) {
+      if (e_.mutex_.try_lock()) return;  // free: no one to tell (two atomic operations fewer)
       e_.lock_waiters_.fetch_add(1, std::memory_order_acq_rel);
       e_.mutex_.lock();
       e_.lock_waiters_.fetch_sub(1, std::memory_order_acq_rel);
@@ -151,7 +152,9 @@ class ProgressEngine {
   /// Waiter accounting, used by Request::wait: a spinning waiter harvests events
   /// itself, so the progress thread parks while any spins.
   void waiter_enter() noexcept;
-  void waiter_exit() noexcept;
+  /// `now`: the time of the waiter's last poll, when it has one (a reading of the
+  /// clock fewer).
+  void waiter_exit(Clock::time_point now = Clock::time_point{}) noexcept;
   /// A spinning waiter's poll at `now`: keeps a parked progress thread parked (see
   /// push_park_timer). Cheap unless a push is due.
   void waiter_polling(Clock::time_point now) noexcept {
@@ -166,6 +169,7 @@ class ProgressEngine {
   /// queue on the lock, and every put's unlock would hand the lock to it and back
   /// (two futex calls and two context switches per put). Lock held or not.
   void driven_by_caller() noexcept;
+  void driven_by_caller(int64_t now_ns) noexcept;
   /// A thread is about to block until the progress thread completes something for
   /// it: the progress thread must serve the sockets (never park) until block_end().
   void block_begin() noexcept;

@@ -56,8 +56,9 @@ Status Request::wait(Duration requested) const {
     auto spin_end = start + spin;
     eng->waiter_enter();
     unsigned idle_polls = 0;
+    engine::Clock::time_point now{};
     while (!st.done()) {
-      auto now = Clock::now();
+      now = Clock::now();
       if (now >= spin_end || now >= deadline) break;
       eng->waiter_polling(now);
       if (eng->try_progress(now) > 0) {
@@ -72,7 +73,7 @@ Status Request::wait(Duration requested) const {
         sched_yield();
       }
     }
-    eng->waiter_exit();
+    eng->waiter_exit(now);
     if (st.done()) return st.status;
   }
 
