@@ -7,6 +7,9 @@
  *                                              a 4-byte ack; ITERS timed windows
  *   mpi_reference put SIZE WINDOW ITERS        osu_put_bw (lock): rank 0 locks rank 1's
  *                                              window, posts WINDOW MPI_Put, unlocks
+ *   mpi_reference lat SIZE 1 ITERS             osu_latency: rank 0 sends SIZE bytes, rank 1
+ *                                              sends them back (blocking); one-way latency
+ *                                              = seconds / ITERS / 2
  *   mpi_reference allreduce SIZE ITERS         MPI_Allreduce of SIZE bytes of float, sum
  *   mpi_reference allreduce_inplace SIZE ITERS the same with MPI_IN_PLACE (as PyTorch's
  *                                              allreduce, which works in place)
@@ -78,6 +81,27 @@ static int run_bw(int rank, size_t size, int window, int iters, int warmup, doub
   return ok;
 }
 
+static int run_lat(int rank, size_t size, int iters, int warmup, double* secs) {
+  unsigned char* buf = malloc(size > 0 ? size : 1);
+  int ok = 1;
+  double t0 = 0;
+  for (int it = -warmup; it < iters; ++it) {
+    start_clock(it, &t0);
+    if (rank == 0) {
+      fill(buf, size, it);
+      MPI_Send(buf, (int)size, MPI_BYTE, 1, 102, MPI_COMM_WORLD);
+      MPI_Recv(buf, (int)size, MPI_BYTE, 1, 102, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(buf, (int)size, MPI_BYTE, 0, 102, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buf, (int)size, MPI_BYTE, 0, 102, MPI_COMM_WORLD);
+    }
+    ok &= check(buf, size, it);  /* the message came back (rank 0) or arrived (rank 1) whole */
+  }
+  *secs = MPI_Wtime() - t0;
+  free(buf);
+  return ok;
+}
+
 static int run_put(int rank, size_t size, int window, int iters, int warmup, double* secs) {
   unsigned char* buf;
   MPI_Win win;
@@ -142,7 +166,7 @@ int main(int argc, char** argv) {
   const int in_place = argc == 4 && strcmp(argv[1], "allreduce_inplace") == 0;
   const int is_allreduce = argc == 4 && (strcmp(argv[1], "allreduce") == 0 || in_place);
   if (ranks != 2 || (argc != 5 && !is_allreduce)) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np 2 %s bw|put SIZE WINDOW ITERS | allreduce[_inplace] SIZE ITERS\n", argv[0]);
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np 2 %s bw|put|lat SIZE WINDOW ITERS | allreduce[_inplace] SIZE ITERS\n", argv[0]);
     MPI_Finalize();
     return 1;
   }
@@ -155,6 +179,8 @@ int main(int argc, char** argv) {
   const double cpu0 = cpu_seconds();
   if (strcmp(argv[1], "bw") == 0) {
     ok = run_bw(rank, size, window, iters, warmup, &secs);
+  } else if (strcmp(argv[1], "lat") == 0) {
+    ok = run_lat(rank, size, iters, warmup, &secs);
   } else if (strcmp(argv[1], "put") == 0) {
     ok = run_put(rank, size, window, iters, warmup, &secs);
   } else if (is_allreduce) {
