@@ -146,14 +146,15 @@ void ProgressEngine::poll_every_round(HandlerId id) {
   polled_count_.store(static_cast<uint32_t>(polled_.size()), std::memory_order_relaxed);
 }
 
-int ProgressEngine::poll_polled(bool arm) {
+int ProgressEngine::poll_polled(bool arm, uint64_t skip) {
   int found = 0;
   // By index: a handler may register or remove handlers (this one too) meanwhile; one
   // skipped this round is polled in the next.
   for (size_t i = 0; i < polled_.size(); ++i) {
     const uint64_t token = polled_[i];
     const auto slot = static_cast<uint32_t>(token);
-    if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].generation != static_cast<uint32_t>(token >> 32)) {
+    if (token == skip || slot >= slots_.size() || !slots_[slot].live ||
+        slots_[slot].generation != static_cast<uint32_t>(token >> 32)) {
       continue;
     }
     EventHandler* h = slots_[slot].handler;
@@ -283,10 +284,12 @@ int ProgressEngine::try_progress(Clock::time_point now) {
   if (lock_waiters_.load(std::memory_order_acquire) != 0 || !mutex_.try_lock()) return 0;
   run_next_round();
   int n = -1;
+  uint64_t read_directly = 0;  // the hot handler, when it read (its ring, when it is polled) this round
   if (hot_token_ != 0 && !epoll_busy_ && (++poll_turn_ & (epoll_every_ - 1)) != 0) {
     const auto slot = static_cast<uint32_t>(hot_token_);
     if (slot < slots_.size() && slots_[slot].live && slots_[slot].generation == static_cast<uint32_t>(hot_token_ >> 32)) {
       n = slots_[slot].handler->poll_read();  // -1: epoll_wait after all
+      if (n >= 0) read_directly = hot_token_;
     } else {
       hot_token_ = 0;  // removed
     }
@@ -316,7 +319,10 @@ int ProgressEngine::try_progress(Clock::time_point now) {
   // wake-up this round took from it (the peer's write cleared the ring's flag and this
   // thread's epoll_wait got the event) must leave them armed again, or the peer's next
   // write would wake nobody once this thread stops polling.
-  const int polled = polled_.empty() ? 0 : poll_polled(/*arm=*/epoll_sleeping_.load(std::memory_order_seq_cst));
+  // A ring the hot handler's direct read just read to its end is not read again (unless
+  // it must be armed).
+  const bool arm = !polled_.empty() && epoll_sleeping_.load(std::memory_order_seq_cst);
+  const int polled = polled_.empty() ? 0 : poll_polled(arm, arm ? 0 : read_directly);
   // A post() whose wake-up this epoll_wait consumed pushed its call before it wrote
   // the eventfd: run it now, or nobody would (the progress thread saw no wake-up).
   run_posted();

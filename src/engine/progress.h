@@ -217,8 +217,9 @@ class ProgressEngine {
   /// a linger period old (so at most one system call per half period, by any thread).
   void push_park_timer(int64_t now_ns) noexcept;
   bool arm_park_timer(int64_t deadline_ns) noexcept;
-  /// poll_round (arm: arm_for_sleep) of every handler polled each round. Lock held.
-  int poll_polled(bool arm);
+  /// poll_round (arm: arm_for_sleep) of every handler polled each round but the one
+  /// whose token is `skip`. Lock held.
+  int poll_polled(bool arm, uint64_t skip = 0);
   /// Before the progress thread sleeps: arms the polled handlers and runs what they
   /// found. Lock NOT held on entry. Returns what they read (> 0: do not sleep).
   int arm_polled();
