@@ -22,6 +22,9 @@ namespace remora::detail {
 /// Completed exactly once, by whoever holds the progress lock (or before the request
 /// is handed out). `word`: 0 pending, 1 pending with a sleeper, 2 done.
 struct RequestState {
+  // Every member says how it starts: a provided constructor spares make_shared the
+  // zero-filling of the whole object that value-initialization does first.
+  RequestState() noexcept {}  // NOLINT(modernize-use-equals-default)
   std::atomic<uint32_t> word{0};
   Status status;
   size_t bytes = 0;

@@ -52,6 +52,9 @@ struct RecvClaim {
 
 /// A posted receive: where its message goes.
 struct RecvOp {
+  // Every member says how it starts: a provided constructor spares make_unique the
+  // zero-filling of the whole object that value-initialization does first.
+  RecvOp() noexcept {}  // NOLINT(modernize-use-equals-default)
   std::shared_ptr<RequestState> req;
   uint64_t capacity = 0;
   Tag tag{};
