@@ -162,6 +162,48 @@ TEST_F(RegistryTest, TamperingWithAnyFieldIsInvalidAndRevealsNothing) {
   EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteWrite), StatusCode::kAccessDenied);
 }
 
+// The registry remembers the last key that authenticated per region, so that a peer's
+// stream of puts and gets with one key costs one SipHash. Every other key is still
+// checked in full: one that differs from the remembered key in any field, its tag
+// included, is refused, and a second genuine key of the region works alongside.
+TEST_F(RegistryTest, AKeyThatAuthenticatedBeforeLeavesEveryOtherKeyFullyChecked) {
+  Region region = register_all();
+  const RemoteKey key = region.remote_key(1024, 2048, Access::kRemoteRead).value();
+  ASSERT_TRUE(detail::resolve(registry_, key, 0, 8, Access::kRemoteRead).is_ok());
+  ASSERT_TRUE(detail::resolve(registry_, key, 8, 8, Access::kRemoteRead).is_ok());
+  std::vector<std::pair<const char*, RemoteKey>> tampered;
+  auto add = [&](const char* field, auto&& change) {
+    RemoteKey k = key;
+    change(k);
+    tampered.emplace_back(field, k);
+  };
+  add("secret, low bit", [](RemoteKey& k) { k.secret ^= 1; });
+  add("secret, high bit", [](RemoteKey& k) { k.secret ^= uint64_t{1} << 63; });
+  add("offset", [](RemoteKey& k) { k.offset += 1; });
+  add("length", [](RemoteKey& k) { k.length += 1; });
+  add("rights", [](RemoteKey& k) { k.access = Access::kRemoteRead | Access::kRemoteWrite; });
+  add("generation", [](RemoteKey& k) { k.generation += 1; });
+  add("kind", [](RemoteKey& k) { k.kind = MemoryKind::kCuda; });
+  for (const auto& [field, k] : tampered) {
+    EXPECT_EQ(resolve_code(k, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey) << field;
+    // Still refused after the genuine key authenticated again in between.
+    ASSERT_TRUE(detail::resolve(registry_, key, 0, 8, Access::kRemoteRead).is_ok());
+    EXPECT_EQ(resolve_code(k, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey) << field;
+  }
+  // A second key of the region (another window and rights) and the first, in turn.
+  const RemoteKey other = region.remote_key(0, 512, Access::kRemoteWrite).value();
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_TRUE(detail::resolve(registry_, other, 0, 512, Access::kRemoteWrite).is_ok()) << round;
+    EXPECT_TRUE(detail::resolve(registry_, key, 2040, 8, Access::kRemoteRead).is_ok()) << round;
+    EXPECT_EQ(resolve_code(other, 0, 8, Access::kRemoteRead), StatusCode::kAccessDenied) << round;
+    EXPECT_EQ(resolve_code(key, 2041, 8, Access::kRemoteRead), StatusCode::kOutOfRange) << round;
+  }
+  // Deregistered: the remembered key dies with the registration.
+  region.deregister();
+  EXPECT_EQ(resolve_code(key, 0, 8, Access::kRemoteRead), StatusCode::kInvalidKey);
+  EXPECT_EQ(resolve_code(other, 0, 8, Access::kRemoteWrite), StatusCode::kInvalidKey);
+}
+
 TEST_F(RegistryTest, ForgedUnknownAndMismatchedKeysAreInvalid) {
   Region region = register_all();
   RemoteKey key = region.remote_key();
