@@ -44,6 +44,14 @@ struct RequestState {
 
   bool done() const noexcept { return word.load(std::memory_order_acquire) == 2; }
 
+  /// Pending again, for an owner that holds the only reference to a completed state
+  /// with no on_done functions (Notifications' spare waiter).
+  void rearm() noexcept {
+    word.store(0, std::memory_order_relaxed);
+    status = Status::ok();
+    bytes = 0;
+  }
+
   void complete(Status s, size_t n) {
     if (done()) return;
     status = std::move(s);

@@ -47,13 +47,22 @@ std::optional<Notification> Notifications::poll() {
 Result<Notification> Notifications::wait(Duration timeout) {
   const bool forever = timeout == kForever;
   const auto deadline = forever ? engine::Clock::time_point::max() : engine::Clock::now() + timeout;
+  std::shared_ptr<RequestState> waiter;
   for (;;) {
-    std::shared_ptr<RequestState> waiter;
     {
       engine::ProgressEngine::Guard guard(*engine_);
+      // The last round's waiter completed (deliver() completed it under this lock and
+      // let it go): kept for the next wait, unless something else still holds it.
+      if (waiter != nullptr && waiter->done() && waiter.use_count() == 1) spare_waiter_ = std::move(waiter);
+      waiter.reset();
       if (std::optional<Notification> n = take()) return *n;
       if (Status down = owner_.inactive(); !down) return down;
-      waiter = RequestState::make(engine_, Tag{});
+      if (spare_waiter_ != nullptr) {
+        waiter = std::move(spare_waiter_);
+        waiter->rearm();
+      } else {
+        waiter = RequestState::make(engine_, Tag{});
+      }
       waiters_.push_back(waiter);
     }
     Duration left = kForever;

@@ -81,6 +81,10 @@ class Notifications {
   std::deque<Notification> queue_;
   uint64_t promised_ = 0;  // served puts in flight that will queue one
   std::deque<std::shared_ptr<RequestState>> waiters_;
+  /// A waiter's state that completed and that nothing else holds, for the next wait()
+  /// to use again instead of allocating one (a ping-pong of notified puts waits once
+  /// per round trip).
+  std::shared_ptr<RequestState> spare_waiter_;
   std::shared_ptr<Handler> handler_;
   std::deque<Notification> handler_queue_;
   bool delivering_ = false;  // a thread runs the handler (outside the lock)
