@@ -226,10 +226,14 @@ void ProgressEngine::run_posted() {
 void ProgressEngine::run_next_round() {
   run_posted();
   if (!has_next_round_.load(std::memory_order_relaxed)) return;
-  std::vector<std::function<void()>> calls;
+  // Through a spare vector, so that neither loses its capacity: a call queued round
+  // after round (a held RESP's release) allocates no vector.
+  std::vector<std::function<void()>> calls = std::move(next_round_spare_);
   calls.swap(next_round_);
   has_next_round_.store(false, std::memory_order_relaxed);
   for (auto& fn : calls) fn();  // may queue more for the round after
+  calls.clear();
+  next_round_spare_ = std::move(calls);
 }
 
 std::vector<std::function<void()>> ProgressEngine::take_deferred() {

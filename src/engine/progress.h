@@ -249,6 +249,7 @@ class ProgressEngine {
   uint64_t timer_seq_ = 0;
   std::vector<std::function<void()>> deferred_;
   std::vector<std::function<void()>> next_round_;
+  std::vector<std::function<void()>> next_round_spare_;  // empty; run_next_round's
   std::atomic<bool> has_next_round_{false};
   std::mutex posted_mutex_;  // guards posted_ only; taken without (or under) mutex_
   std::vector<std::function<void()>> posted_;

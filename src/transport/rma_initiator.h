@@ -111,6 +111,9 @@ class RmaInitiator {
  private:
   struct Op {
     enum class Kind : uint8_t { kPut, kGet, kAtomic };
+    // Every member says how it starts: a provided constructor spares make_unique the
+    // zero-filling of the whole object that value-initialization does first.
+    Op() noexcept {}  // NOLINT(modernize-use-equals-default)
     Kind kind = Kind::kPut;
     uint64_t id = 0;
     uint64_t seq = 0;  // puts and atomics: flush order

@@ -94,9 +94,15 @@ void RmaTarget::send_resp(uint64_t op_id, RmaStatus status, uint64_t value) {
   queue_resp(wire::RespFrame{.op_id = op_id, .status = status, .value = value, .inline_data = false, .payload = {}});
 }
 
+std::shared_ptr<RegionAccess> RmaTarget::share_access(RegionAccess& granted, bool served_inline) {
+  if (served_inline && granted.device() == nullptr) return {std::shared_ptr<void>(), &granted};
+  return std::make_shared<RegionAccess>(std::move(granted));
+}
+
 void RmaTarget::serve_put(const wire::PutFrame& f) {
-  auto access = std::make_shared<RegionAccess>();
-  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, access.get());
+  RegionAccess granted;
+  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, &granted);
+  const std::shared_ptr<RegionAccess> access = share_access(granted, f.inline_data);
   PathEnd sink;
   if (verdict == RmaStatus::kOk) {
     verdict = choose_end({.direction = Direction::kReceive,
@@ -109,7 +115,7 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
     verdict = RmaStatus::kNoResource;
   }
   if (f.inline_data) {
-    serve_inline_put(f, verdict, std::move(access), std::move(sink));
+    serve_inline_put(f, verdict, access, std::move(sink));
     return;
   }
 
@@ -128,7 +134,7 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
   sp->verdict = verdict;
   sp->has_notify = f.has_notify && verdict == RmaStatus::kOk;
   sp->notify = f.notify;
-  sp->access = std::move(access);
+  sp->access = access;
   // A refused put's bytes come anyway: they are drained.
   sp->end = verdict == RmaStatus::kOk ? std::move(sink) : paths_.discard(f.length);
   sp->in.kind = wire::ChunkKind::kPut;
@@ -238,8 +244,9 @@ void RmaTarget::put_received(uint64_t op_id) {
 }
 
 void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
-  auto access = std::make_shared<RegionAccess>();
-  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, access.get());
+  RegionAccess granted;
+  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, &granted);
+  const std::shared_ptr<RegionAccess> access = share_access(granted, cls == TransferClass::kInline);
   PathEnd source;
   if (verdict == RmaStatus::kOk) {
     // A chunked reply from device memory can go by zero-copy sends (devmem TX): they
@@ -251,7 +258,7 @@ void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
                          "get from", &source);
   }
   if (cls == TransferClass::kInline) {
-    serve_inline_get(f.op_id, verdict, std::move(access), std::move(source));
+    serve_inline_get(f.op_id, verdict, access, std::move(source));
     return;
   }
   if (verdict != RmaStatus::kOk) {
@@ -260,7 +267,7 @@ void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
   }
   auto sg = std::make_unique<ServedGet>();
   sg->op_id = f.op_id;
-  sg->access = std::move(access);
+  sg->access = access;
   sg->end = std::move(source);
   sg->out.kind = wire::ChunkKind::kGet;
   sg->out.owner = f.op_id;

@@ -130,6 +130,10 @@ class RmaTarget {
   /// Validates a peer's request; on success `access` holds the bytes.
   wire::RmaStatus check_access(const wire::KeyBytes& key_bytes, uint64_t offset, uint64_t length, Access needed,
                                RegionAccess* access);
+  /// `granted` as the data path takes it: shared, for a request served over time; but
+  /// host memory served inline is placed or read before the serve_* call returns, so it
+  /// gets a pointer to `granted` that owns nothing (a small put or get allocates none).
+  static std::shared_ptr<RegionAccess> share_access(RegionAccess& granted, bool served_inline);
   /// The granted region's end for `spec` (DataPaths::choose); kDeviceFailed (logged)
   /// when no path takes its device memory.
   wire::RmaStatus choose_end(const TransferSpec& spec, std::string_view what, PathEnd* end);
