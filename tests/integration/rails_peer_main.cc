@@ -13,7 +13,8 @@
 //       with notifications (values 1000..1007) and 64 fetch_adds of 3 on one word, all
 //       into the window's extra 8 MiB + 8 bytes; the connecting side checks the fetched
 //       values are 0, 3, ..., 189 in some order, the listener the bytes, the word (192)
-//       and each notification exactly once (--break-op=put breaks the big put meanwhile)
+//       and each notification exactly once (--break-op=put breaks the big put first,
+//       and they are posted while the endpoint recovers)
 //   --break-source=ADDR   (connecting side) once the operation named by --break-op
 //       (send, get or put; default send) has moved bytes on the rail whose local address
 //       is ADDR, and before it completed, resets that rail's connections (`ss -K src
@@ -410,6 +411,18 @@ int main(int argc, char** argv) {
       itest::fill_stream(seed + 4, 0, notified);
       std::vector<Request> others;
       std::vector<uint64_t> fetched(mixed ? kAdds : 0);
+      // Giving up with operations in flight: abort first, which completes them, so that
+      // nothing reads or writes `buffer`, `notified` or `fetched` once they are gone.
+      auto give_up = [&](int code) {
+        ep->abort();
+        return code;
+      };
+      // The break comes first, while the big put is surely in flight (posting the others
+      // first took long enough under ThreadSanitizer, beside another test, for the put to
+      // finish before it); the others join it while the endpoint recovers.
+      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source, break_how)) {
+        return give_up(1);
+      }
       if (mixed) {
         for (uint64_t i = 0; i < kNotified; ++i) {
           others.push_back(ep->put(std::span(notified).subspan(i * kNotifiedSize, kNotifiedSize), *key,
@@ -418,15 +431,6 @@ int main(int argc, char** argv) {
         for (uint64_t i = 0; i < kAdds; ++i) {
           others.push_back(ep->fetch_add(&fetched[i], *key, 2 * size + kNotified * kNotifiedSize, kAdd));
         }
-      }
-      // Giving up with operations in flight: abort first, which completes them, so that
-      // nothing reads or writes `buffer`, `notified` or `fetched` once they are gone.
-      auto give_up = [&](int code) {
-        ep->abort();
-        return code;
-      };
-      if (!break_source.empty() && break_op == "put" && !break_rail_during(*ep, put, break_source, break_how)) {
-        return give_up(1);
       }
       if (Status s = put.wait(timeout); !s) return give_up(fail("put", s));
       for (Request& r : others) {
