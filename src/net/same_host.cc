@@ -112,12 +112,27 @@ void HugePagePromoter::announced(uint64_t address, uint64_t length) {
     // The frame's pages the range touches (a page partly in it is mapped memory in use).
     const uint64_t first = (std::max(address, frame) - frame) / kPageBytes;
     const uint64_t last = (std::min(end, frame + kFrameBytes) - 1 - frame) / kPageBytes;
+    // The range comes back to pages of this pass: the pass ended before it. Only the
+    // pages the range covers whole say so (chunks that end inside a page share it).
+    const uint64_t whole_from = (std::max(address, frame) - frame + kPageBytes - 1) / kPageBytes;
+    const uint64_t whole_to = (std::min(end, frame + kFrameBytes) - frame) / kPageBytes;  // exclusive
+    bool again = false;
+    for (uint64_t page = whole_from; page < whole_to && !again; ++page) again = f.seen.test(page);
+    if (again && end_pass(frame, f)) continue;
     for (uint64_t page = first; page <= last; ++page) f.seen.set(page);
-    if (!f.seen.all()) continue;
-    f.seen.reset();
+    if (f.seen.all()) end_pass(frame, f);
+  }
+}
+
+bool HugePagePromoter::end_pass(uint64_t frame, Frame& f) {
+  // A pass that used less than kMinShare of the frame does not count (nor does it
+  // break the count): collapsing would allocate the rest of the frame for little.
+  if (f.seen.count() >= kFramePages * kMinShareNum / kMinShareDen) {
     if (f.passes < kPasses) ++f.passes;
     if (f.passes == kPasses) try_collapse(frame, f);
   }
+  f.seen.reset();
+  return f.done;
 }
 
 void HugePagePromoter::try_collapse(uint64_t frame, Frame& f) {

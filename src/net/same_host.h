@@ -55,9 +55,12 @@ IoResult read_peer(pid_t pid, std::byte* dst, uint64_t remote, size_t len) noexc
 /// (Linux 6.1), which PyTorch's own huge-page allocator would have given them.
 ///
 /// It watches the 2 MiB frames that the chunks this side announces for pulling touch,
-/// and collapses a frame once every one of its pages has been announced twice over (two
-/// passes): memory in use, and used again, so the collapse allocates nothing new and its
-/// cost (about 0.6 ms per frame) is paid once. The contents never change (the kernel
+/// and collapses a frame once at least half of its pages were announced, then announced
+/// again, twice over (two passes; a pass ends when every page of the frame was announced
+/// or when an announcement comes back to a page of the pass): memory in use, and used
+/// again, so the collapse allocates at most the frame's other half (a 1 MiB buffer
+/// sent again and again inside a larger allocation) and its cost (about 0.6 ms per
+/// frame) is paid once. The contents never change (the kernel
 /// copies the pages under its own locks); a frame the kernel will not collapse (pages
 /// pinned at that moment, no huge page free, THP "never", memory it cannot collapse)
 /// is tried again at later passes, at most kAttempts times. A frame collapsed or given
@@ -69,6 +72,9 @@ class HugePagePromoter {
   static constexpr uint64_t kPageBytes = 4096;
   static constexpr int kPasses = 2;
   static constexpr int kAttempts = 4;
+  static constexpr uint64_t kFramePages = kFrameBytes / kPageBytes;
+  /// The least share of a frame's pages a pass must announce to count: one half.
+  static constexpr uint64_t kMinShareNum = 1, kMinShareDen = 2;
   /// Frames watched at most (32 GiB of memory); beyond that it starts afresh.
   static constexpr size_t kMaxFrames = 16384;
 
@@ -85,6 +91,9 @@ class HugePagePromoter {
     uint8_t attempts = 0;
     bool done = false;  // collapsed, or given up
   };
+  /// Ends the frame's pass, counting it if it used enough of the frame and collapsing
+  /// the frame after kPasses; true when the frame is done with.
+  bool end_pass(uint64_t frame, Frame& f);
   void try_collapse(uint64_t frame, Frame& f);
 
   std::unordered_map<uint64_t, Frame> frames_;

@@ -291,19 +291,51 @@ TEST(HugePagePromoter, AFrameAnnouncedTwiceOverIsCollapsedAndKeepsItsBytes) {
   EXPECT_EQ(promoter.promoted() + promoter.refused(), 2u);
 }
 
-TEST(HugePagePromoter, AFrameWithAPageNeverAnnouncedIsLeftAlone) {
+TEST(HugePagePromoter, AFrameLessThanHalfOfWhichIsAnnouncedIsLeftAlone) {
   AlignedFrames mem(1);
   std::memset(mem.data(), 0x5a, mem.size());
   net::HugePagePromoter promoter;
   for (int pass = 0; pass < 6; ++pass) {
-    // Everything but the frame's last page: the page may belong to something else.
-    announce_all(promoter, mem.data(), mem.size() - net::HugePagePromoter::kPageBytes, 256 * 1024);
+    // One page short of half the frame, again and again: collapsing it would allocate
+    // more than is in use.
+    announce_all(promoter, mem.data(), mem.size() / 2 - net::HugePagePromoter::kPageBytes, 256 * 1024);
   }
   EXPECT_EQ(promoter.promoted(), 0u);
   EXPECT_EQ(promoter.refused(), 0u);
   if (thp_mode() != "always") {
     EXPECT_EQ(anon_huge_kib(mem.data()), 0);
   }
+}
+
+TEST(HugePagePromoter, HalfAFrameAnnouncedAgainAndAgainIsCollapsedAndKeepsItsBytes) {
+  // A 1 MiB buffer sent again and again from inside a larger allocation (a pool's
+  // arena): its frame is half announced, pass after pass.
+  AlignedFrames mem(1);
+  const auto data = pattern(mem.size(), 33);
+  std::memcpy(mem.data(), data.data(), data.size());
+  net::HugePagePromoter promoter;
+  announce_all(promoter, mem.data(), mem.size() / 2, 512 * 1024);
+  announce_all(promoter, mem.data(), mem.size() / 2, 512 * 1024);
+  EXPECT_EQ(promoter.promoted() + promoter.refused(), 0u) << "one pass ended, the second has not";
+  announce_all(promoter, mem.data(), mem.size() / 2, 512 * 1024);  // ends the second pass
+  if (thp_mode() == "never") {
+    EXPECT_EQ(promoter.promoted(), 0u);
+    EXPECT_EQ(promoter.refused(), 1u);
+  } else {
+    EXPECT_EQ(promoter.promoted(), 1u) << "refused " << promoter.refused();
+    EXPECT_EQ(anon_huge_kib(mem.data()), long{2048});
+  }
+  EXPECT_EQ(std::memcmp(mem.data(), data.data(), data.size()), 0) << "both halves unchanged";
+  // Pieces that end inside pages (a buffer not page-aligned) share their edge pages:
+  // that alone does not end a pass, so the frame is collapsed after two real passes.
+  AlignedFrames odd(1);
+  std::memcpy(odd.data(), data.data(), data.size());
+  net::HugePagePromoter other;
+  for (int pass = 0; pass < 2; ++pass) announce_all(other, odd.data() + 100, odd.size() * 3 / 4, 96 * 1024 + 8);
+  EXPECT_EQ(other.promoted() + other.refused(), 0u);
+  other.announced(reinterpret_cast<uintptr_t>(odd.data() + 100), 96 * 1024 + 8);  // the start again: pass two ends
+  EXPECT_EQ(other.promoted() + other.refused(), 1u);
+  EXPECT_EQ(std::memcmp(odd.data(), data.data(), data.size()), 0);
 }
 
 TEST(HugePagePromoter, MemoryTheKernelWillNotCollapseIsTriedOnce) {
