@@ -15,6 +15,7 @@ namespace remora::engine {
 namespace {
 
 constexpr uint64_t kWakeToken = ~uint64_t{0};
+constexpr uint64_t kTimerToken = ~uint64_t{0} - 1;
 constexpr int kMaxEvents = 64;
 
 /// What epoll hands back for a registered fd: the slot's generation above its index,
@@ -54,18 +55,22 @@ Result<std::shared_ptr<ProgressEngine>> ProgressEngine::create(Options options) 
   if (e->park_timer_fd_ < 0) {
     return Status(StatusCode::kNoResource, std::string("timerfd_create: ") + std::strerror(errno));
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kWakeToken;
-  if (::epoll_ctl(e->epfd_, EPOLL_CTL_ADD, e->wake_fd_, &ev) != 0) {
-    return Status(StatusCode::kInternal, std::string("epoll_ctl(eventfd): ") + std::strerror(errno));
+  e->timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (e->timer_fd_ < 0) return Status(StatusCode::kNoResource, std::string("timerfd_create: ") + std::strerror(errno));
+  for (auto [fd, token] : {std::pair{e->wake_fd_, kWakeToken}, std::pair{e->timer_fd_, kTimerToken}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = token;
+    if (::epoll_ctl(e->epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return Status(StatusCode::kInternal, std::string("epoll_ctl(wake-up): ") + std::strerror(errno));
+    }
   }
   return e;
 }
 
 ProgressEngine::~ProgressEngine() {
   stop();
-  for (int fd : {wake_fd_, park_event_fd_, park_timer_fd_, epfd_}) {
+  for (int fd : {wake_fd_, timer_fd_, park_event_fd_, park_timer_fd_, epfd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -182,8 +187,27 @@ int ProgressEngine::arm_polled() {
 void ProgressEngine::add_timer(Clock::time_point when, std::function<void()> fn) {
   timers_.push(Timer{when, timer_seq_++, std::move(fn)});
   has_timers_.store(true, std::memory_order_relaxed);
-  // The progress thread may be sleeping in epoll with a later (or no) timeout.
-  raise_eventfd(wake_fd_);
+  // The kernel keeps the earliest deadline (timer_fd_, in the epoll set): whichever
+  // thread harvests its expiry runs the timers. A wake-up for the progress thread to
+  // compute a new epoll timeout instead could be taken by a spinning waiter's
+  // epoll_wait; the progress thread then slept on with no timeout while the waiter
+  // blocked, and the timer never ran.
+  if (when < timer_armed_) arm_timer_fd(when);
+}
+
+void ProgressEngine::arm_timer_fd(Clock::time_point when) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+  itimerspec spec{};
+  spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  if (spec.it_value.tv_sec <= 0 && spec.it_value.tv_nsec <= 0) spec.it_value.tv_nsec = 1;  // 0 would disarm it
+  if (::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) {
+    // Cannot happen with a valid descriptor and time; the timers then run only when
+    // someone drives progress, so say so.
+    REMORA_LOG(kError, "timerfd_settime: {}", std::strerror(errno));
+    return;
+  }
+  timer_armed_ = when;
 }
 
 void ProgressEngine::defer(std::function<void()> fn) {
@@ -248,30 +272,36 @@ void ProgressEngine::run_deferred(std::vector<std::function<void()>>& calls) {
 
 void ProgressEngine::run_timers(Clock::time_point now) {
   if (!has_timers_.load(std::memory_order_relaxed)) return;
-  if (now == Clock::time_point{}) now = Clock::now();
+  // The timerfd expired (its event was drained): the caller's `now` may predate that,
+  // and the kernel does not fire again, so read the clock and arm it anew.
+  const bool expired = timer_expired_;
+  timer_expired_ = false;
+  if (now == Clock::time_point{} || expired) now = Clock::now();
+  bool ran = false;
   while (!timers_.empty() && timers_.top().when <= now) {
     auto fn = timers_.top().fn;
     timers_.pop();
     fn();
+    ran = true;
   }
   has_timers_.store(!timers_.empty(), std::memory_order_relaxed);
-}
-
-int ProgressEngine::next_timer_ms() {
-  Guard guard(*this);
-  if (timers_.empty()) return -1;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timers_.top().when - Clock::now()).count() + 1;
-  if (left < 0) return 0;
-  return left > 60'000 ? 60'000 : static_cast<int>(left);
+  if (!ran && !expired) return;
+  // The armed deadline passed (a timer ran) or fired: the next one, if any.
+  timer_armed_ = Clock::time_point::max();
+  if (!timers_.empty()) arm_timer_fd(timers_.top().when);
 }
 
 void ProgressEngine::dispatch(const epoll_event* events, int n) {
   for (int i = 0; i < n; ++i) {
     uint64_t token = events[i].data.u64;
-    if (token == kWakeToken) {
+    if (token == kWakeToken || token == kTimerToken) {
       uint64_t value;
-      ssize_t ignored = ::read(wake_fd_, &value, sizeof value);
+      ssize_t ignored = ::read(token == kWakeToken ? wake_fd_ : timer_fd_, &value, sizeof value);
       (void)ignored;
+      if (token == kTimerToken) timer_expired_ = true;  // run_timers, after this dispatch
+      // stop()'s wake-up is the progress thread's: a spinning caller that took it
+      // passes it on, or the thread would sleep on and stop() never return.
+      if (token == kWakeToken && !running_.load(std::memory_order_acquire)) raise_eventfd(wake_fd_);
       continue;
     }
     uint32_t slot = static_cast<uint32_t>(token);
@@ -453,7 +483,8 @@ void ProgressEngine::thread_main() {
     // Posted work counts on its own: a round that ran the next-round calls may have
     // cleared has_next_round_ after a post set it, and drained the post's wake-up.
     const bool pending = has_next_round_.load(std::memory_order_seq_cst) || has_posted_.load(std::memory_order_seq_cst);
-    const int timeout_ms = pending ? 0 : next_timer_ms();
+    // Timers need no timeout: their deadline is timer_fd_'s, in the epoll set.
+    const int timeout_ms = pending ? 0 : -1;
     // About to sleep: rings polled each round ask their writers to wake this thread
     // from now on, and are read once more (what came before the ask).
     if (timeout_ms != 0 && arm_polled() > 0) {

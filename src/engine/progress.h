@@ -209,7 +209,8 @@ class ProgressEngine {
   /// Takes the deferred calls (lock held) so they can run after unlocking.
   std::vector<std::function<void()>> take_deferred();
   static void run_deferred(std::vector<std::function<void()>>& calls);
-  int next_timer_ms();
+  /// Sets timer_fd_ to expire at `when` (lock held).
+  void arm_timer_fd(Clock::time_point when);
   bool should_park() const noexcept;
   /// Parked: sleeps until the park timer fires or park_event_fd_ is written.
   void park();
@@ -239,7 +240,12 @@ class ProgressEngine {
 
   Options options_;
   int epfd_ = -1;
-  int wake_fd_ = -1;  // eventfd: stop() and new timers wake epoll_wait
+  int wake_fd_ = -1;  // eventfd: stop(), defer() and post() wake epoll_wait
+  // A CLOCK_MONOTONIC timerfd in the epoll set, armed to the earliest timer (lock held):
+  // the kernel holds the deadline, so no thread can take it from the progress thread.
+  int timer_fd_ = -1;
+  Clock::time_point timer_armed_ = Clock::time_point::max();  ///< timer_fd_'s deadline; max: none
+  bool timer_expired_ = false;                                ///< its expiry was harvested (lock held)
   std::mutex mutex_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;

@@ -445,6 +445,30 @@ TEST(ProgressEngine, ProgressThreadServesWhenNobodyElseDrives) {
   e->remove(efd.fd(), id);
 }
 
+// A timer set while the progress thread sleeps with none set, by a thread that then
+// polls (a waiter's spin): that poll's epoll_wait may take the wake-up meant for the
+// progress thread, which must still run the timer once it is due, with nobody else
+// driving progress. (An endpoint's liveness tick was lost this way when the thread that
+// connected it went on to wait for a notification: the waiter then ran to its own
+// timeout instead of failing at the peer timeout.)
+TEST(ProgressEngine, ATimerRunsOnTheProgressThreadAfterAnotherThreadTookTheWakeUp) {
+  ProgressEngine::Options o;
+  o.poll_us = 0;  // the progress thread sleeps in epoll as soon as it is idle
+  auto e = make_engine(o);
+  e->start();
+  constexpr int kRounds = 50;
+  for (int r = 0; r < kRounds; ++r) {
+    auto ran = std::make_shared<std::atomic<bool>>(false);
+    {
+      ProgressEngine::Guard g(*e);
+      e->add_timer(Clock::now() + 2ms, [ran] { ran->store(true); });
+    }
+    (void)e->try_progress();
+    ASSERT_TRUE(wait_until([&] { return ran->load(); })) << "round " << r << ": the timer never ran";
+  }
+  e->stop();
+}
+
 // post() from threads that never hold the lock (a copy engine's completion thread):
 // every call runs exactly once and under the lock: a counter bumped without atomicity
 // by the posted calls and by this thread (holding the lock) loses no update. A sleeping
