@@ -62,14 +62,6 @@ class StreamIn {
   /// Up to `len` bytes of the stream into host memory at `dst` (one system call).
   /// kError: the stream cannot go on; take_failure() may say why better than the errno.
   virtual net::IoResult recv_some(std::byte* dst, size_t len);
-  /// Fills several host buffers in order in one system call (a socket's recvmsg);
-  /// `*asked`: what it asked for, as ChunkSink::read's. Only where scatters() says so.
-  net::IoResult recv_some_scattered(const iovec* buffers, int count, size_t* asked) {
-    return net::recv_some_scattered(fd_, buffers, count, asked);
-  }
-  /// Whether recv_some is the socket's own (so recv_some_scattered may stand for it):
-  /// not for devmem receivers or same-host pulls.
-  virtual bool scatters() const noexcept { return true; }
   /// The receiver of a stream steered to devmem RX queues; null for an ordinary one.
   virtual DevmemReceiver* devmem() noexcept { return nullptr; }
   /// Does a read shorter than asked prove the socket drained? recv(2) of a TCP stream
@@ -183,13 +175,6 @@ class ChunkSink {
   /// Failover: a chunk read in part can be read again from its start (read() places
   /// bytes synchronously; begin_chunk holds nothing).
   virtual bool can_reread() const noexcept { return false; }
-  /// The transfer's first byte in host memory that read() would fill, held writable
-  /// until scatter_end(): the scheduler may then read several chunks queued on one
-  /// stream in one system call (StreamIn::recv_some_scattered) straight into their
-  /// sinks. Null: this sink's chunks go through read() (device memory, a revoked
-  /// region, a drain), and scatter_end() is not called.
-  virtual std::byte* scatter_begin() noexcept { return nullptr; }
-  virtual void scatter_end() noexcept {}
 
   // --- what the operation holding the sink asks (path_end.h) -------------------------
   /// The transfer this sink receives: a sink that places chunks asynchronously reports
@@ -229,7 +214,6 @@ class HostSink final : public ChunkSink {
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool can_reread() const noexcept override { return true; }
-  std::byte* scatter_begin() noexcept override { return data_; }
   /// An inline receive's bytes, copied in.
   void place(std::span<const std::byte> bytes) noexcept {
     if (!bytes.empty()) std::memcpy(data_, bytes.data(), bytes.size());
@@ -320,10 +304,6 @@ class RegionSink final : public ChunkSink {
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept override { return revoked_; }
   bool can_reread() const noexcept override { return true; }
-  /// Bracketed (RegionAccess::begin) until scatter_end; none once the region is
-  /// deregistered (read() then drains and says revoked).
-  std::byte* scatter_begin() noexcept override { return !revoked_ && access_->begin() ? access_->address() : nullptr; }
-  void scatter_end() noexcept override { access_->end(); }
   /// An inline receive's bytes, copied in inside one bracket: ok (nothing to do for
   /// none), or kInvalidKey once the region is deregistered (revoked()).
   Status place(std::span<const std::byte> bytes);

@@ -45,7 +45,6 @@ class ChunkScheduler::PullIn final : public StreamIn {
     return r;
   }
   bool short_read_drains() const noexcept override { return false; }
-  bool scatters() const noexcept override { return false; }
   pid_t pid() const noexcept { return pid_; }
 
  private:
@@ -499,35 +498,13 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       }
       c.begun = true;
     }
-    if (c.done == c.length) {
-      // Read whole with the chunk before it (scattered), whose finish moved epoch_.
-      if (!finish_front(s, index, pulls) || epoch != epoch_) return;
-      continue;
-    }
     if (pulls) pull_in_->at(c.remote + c.done);
     // `asked` is what the sink asked the kernel for: the rest of the chunk, or a
     // scratch buffer's worth when it drains. A read shorter than that drained the
     // socket; one that fills it did not, and stopping there would strand the rest
-    // (edge-triggered: no new edge comes for bytes already queued). Several small
-    // chunks queued behind each other (a list of blocks) are read in one recvmsg
-    // where their sinks allow it.
+    // (edge-triggered: no new edge comes for bytes already queued).
     uint64_t asked = 0;
-    std::array<iovec, kGatherMax> iov;  // scatter fills what it returns
-    int scattered = !pulls && s.rxq.size() > 1 && s.in->scatters() ? scatter(s, iov) : 0;
-    if (scattered == 1) {
-      unscatter(s, 1);  // one chunk: its sink reads it
-      scattered = 0;
-    }
-    net::IoResult r;
-    if (scattered > 1) {
-      size_t scatter_asked = 0;
-      r = s.in->recv_some_scattered(iov.data(), scattered, &scatter_asked);
-      unscatter(s, scattered);
-      asked = scatter_asked;
-      ++scattered_reads_;
-    } else {
-      r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
-    }
+    net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
     if (r.would_block()) return;
     if (pulls && r.error() && r.err == EFAULT && c.kind == wire::ChunkKind::kGet) {
       // A served get's region was unmapped in the peer while this side read it: it was
@@ -557,19 +534,26 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       return;
     }
     const bool short_read = r.bytes < asked;
-    // The bytes read belong to the queued chunks in order (several when scattered,
-    // all of them begun).
-    uint64_t left = r.bytes;
-    for (auto it = s.rxq.begin(); left > 0; ++it) {
-      const uint64_t bytes = std::min(left, it->length - it->done);
-      it->done += bytes;
-      it->t->received += bytes;
-      left -= bytes;
-    }
+    c.done += r.bytes;
     s.read_total += r.bytes;
+    t->received += r.bytes;
     if (pulls) bytes_pulled_ += r.bytes;
-    while (!s.rxq.empty() && s.rxq.front().begun && s.rxq.front().done == s.rxq.front().length) {
-      if (!finish_front(s, index, pulls) || epoch != epoch_) return;
+    if (c.done == c.length) {
+      const uint64_t start = c.start, length = c.length;
+      const bool has_crc = c.has_crc;
+      const uint32_t crc = c.crc;
+      if (pulls) {
+        // Read: the peer's memory is its own again. (A transfer redirected to the
+        // drain still answers with the id and kind the PULL named.)
+        owner_.answer_pull(
+            wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(length), .kind = c.kind});
+      }
+      s.rxq.pop_front();
+      ++s.chunks_read;
+      if (failover_ && !pulls) owner_.chunk_read(index, s.chunks_read);
+      if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
+      finish_chunk(t, start, length, has_crc, crc);
+      if (epoch != epoch_) return;
     }
     // Drained; the next bytes raise a new edge. (Not proven on a devmem stream: its
     // reads go on until one would block.)
@@ -582,47 +566,6 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       break;
     }
   }
-}
-
-int ChunkScheduler::scatter(Stream& s, std::array<iovec, kGatherMax>& iov) {
-  int n = 0;
-  uint64_t bytes = 0;
-  for (auto it = s.rxq.begin(); it != s.rxq.end() && n < kGatherMax && bytes < kScatterBytes; ++it) {
-    RxChunk& c = *it;
-    std::byte* base = c.t->sink->scatter_begin();
-    if (base == nullptr) break;
-    if (!c.begun) {
-      if (!c.t->sink->begin_chunk(c.start, c.length)) {
-        c.t->sink->scatter_end();
-        break;
-      }
-      c.begun = true;
-    }
-    iov[static_cast<size_t>(n++)] = iovec{base + c.start + c.done, c.length - c.done};
-    bytes += c.length - c.done;
-  }
-  return n;
-}
-
-void ChunkScheduler::unscatter(const Stream& s, int n) const {
-  for (auto it = s.rxq.begin(); n > 0; ++it, --n) it->t->sink->scatter_end();
-}
-
-bool ChunkScheduler::finish_front(Stream& s, uint16_t index, bool pulls) {
-  const uint64_t epoch = epoch_;
-  const RxChunk c = s.rxq.front();
-  if (pulls) {
-    // Read: the peer's memory is its own again. (A transfer redirected to the drain
-    // still answers with the id and kind the PULL named.)
-    owner_.answer_pull(
-        wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(c.length), .kind = c.kind});
-  }
-  s.rxq.pop_front();
-  ++s.chunks_read;
-  if (failover_ && !pulls) owner_.chunk_read(index, s.chunks_read);
-  if (pulls && !distrust_.is_ok() && c.t->failure.is_ok()) c.t->failure = distrust_;
-  finish_chunk(c.t, c.start, c.length, c.has_crc, c.crc);
-  return epoch == epoch_;
 }
 
 void ChunkScheduler::finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc) {

@@ -222,8 +222,6 @@ class ChunkScheduler {
   /// this side pulled out of the peer.
   uint64_t chunks_pulled() const noexcept { return chunks_pulled_; }
   uint64_t bytes_pulled() const noexcept { return bytes_pulled_; }
-  /// Reads that filled several queued chunks at once (scatter()).
-  uint64_t scattered_reads() const noexcept { return scattered_reads_; }
   /// 2 MiB frames of the memory this side announced for pulling that it collapsed into
   /// huge pages.
   uint64_t huge_pages_promoted() const noexcept { return promoter_.promoted(); }
@@ -399,19 +397,6 @@ class ChunkScheduler {
   bool advance(Stream& s, uint64_t bytes, uint64_t* left);
   /// Reads `s`'s queued chunks: data stream `index`, or the PULLs (pulls_in_).
   void read(Stream& s, uint16_t index);
-  /// Bytes one scattered read asks for at most (it stops adding chunks there): more
-  /// than a socket holds at once, while each chunk added costs its sink's hold.
-  static constexpr uint64_t kScatterBytes = uint64_t{1} << 20;
-  /// The front chunks of `s` whose sinks can be scattered into (ChunkSink::
-  /// scatter_begin), at most kGatherMax and about kScatterBytes, as buffers for the rest
-  /// of each; how many (0: the front one cannot). Each is begun (begin_chunk) and its sink holds its memory
-  /// until unscatter().
-  int scatter(Stream& s, std::array<iovec, kGatherMax>& iov);
-  /// Ends the holds of the first `n` queued chunks' sinks (scatter()'s).
-  void unscatter(const Stream& s, int n) const;
-  /// The front chunk of `s`, read whole: off the queue, counted, answered (a PULL),
-  /// placed and its transfer finished where whole. false when a callback moved epoch_.
-  bool finish_front(Stream& s, uint16_t index, bool pulls);
   /// The checks expect() and expect_pull() share; "" or the violation.
   std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
                              bool has_crc) const;
@@ -461,7 +446,6 @@ class ChunkScheduler {
   PullIn* pull_in_ = nullptr;      // pulls_in_.in, when enabled
   uint64_t chunks_pulled_ = 0;
   uint64_t bytes_pulled_ = 0;
-  uint64_t scattered_reads_ = 0;
   bool promote_ = false;
   net::HugePagePromoter promoter_;
   Status distrust_;  // distrust_pulls

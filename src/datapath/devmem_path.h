@@ -165,7 +165,6 @@ class DevmemStreamIn final : public StreamIn {
   ~DevmemStreamIn() override;
   net::IoResult recv_some(std::byte* dst, size_t len) override;
   DevmemReceiver* devmem() noexcept override { return receiver_.get(); }
-  bool scatters() const noexcept override { return false; }
   bool short_read_drains() const noexcept override { return false; }
   Status wait_readable(net::Clock::time_point deadline) override { return receiver_->wait_readable(deadline); }
   void on_arrival(std::function<void()> fn) override { receiver_->on_arrival(std::move(fn)); }

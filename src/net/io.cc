@@ -60,24 +60,4 @@ IoResult recv_some(int fd, void* data, size_t len) noexcept {
   return raw_recv_some(fd, data, len);
 }
 
-IoResult recv_some_scattered(int fd, const iovec* buffers, int count, size_t* asked) noexcept {
-  *asked = 0;
-  if (count <= 0) return {.kind = IoResult::Kind::kBytes, .bytes = 0};
-  IoResult sealed;
-  if (sealed_recv(fd, buffers[0].iov_base, buffers[0].iov_len, &sealed)) {
-    *asked = buffers[0].iov_len;
-    return sealed;
-  }
-  for (int i = 0; i < count; ++i) *asked += buffers[i].iov_len;
-  msghdr msg{};
-  msg.msg_iov = const_cast<iovec*>(buffers);  // recvmsg writes where they point, not to them
-  msg.msg_iovlen = static_cast<size_t>(count);
-  for (;;) {
-    const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT);
-    if (n > 0 || (n == 0 && *asked == 0)) return {.kind = IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
-    if (n == 0) return {.kind = IoResult::Kind::kEof};
-    if (errno != EINTR) return failed(errno);
-  }
-}
-
 }  // namespace remora::net

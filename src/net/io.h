@@ -41,12 +41,6 @@ IoResult recv_some(int fd, void* data, size_t len) noexcept;
 /// goes (as send_some): the caller offers the rest again.
 IoResult send_some_gathered(int fd, const iovec* buffers, int count) noexcept;
 
-/// recvmsg(MSG_DONTWAIT) into the `count` buffers in order, up to their total: several
-/// buffers filled in one system call. `*asked` is set to what the call asked for (their
-/// total; on a sealed socket only the first buffer is read, as recv_some): a read
-/// shorter than that drained the socket.
-IoResult recv_some_scattered(int fd, const iovec* buffers, int count, size_t* asked) noexcept;
-
 /// The plain system calls, under any sealing layer (net/seal.cc sends and reads its
 /// records with them).
 IoResult raw_send_some(int fd, const void* data, size_t len) noexcept;
