@@ -45,6 +45,7 @@ class ChunkScheduler::PullIn final : public StreamIn {
     return r;
   }
   bool short_read_drains() const noexcept override { return false; }
+  uint64_t read_limit() const noexcept override { return 0; }  // one process_vm_readv per chunk
   pid_t pid() const noexcept { return pid_; }
 
  private:
@@ -499,12 +500,14 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       c.begun = true;
     }
     if (pulls) pull_in_->at(c.remote + c.done);
-    // `asked` is what the sink asked the kernel for: the rest of the chunk, or a
-    // scratch buffer's worth when it drains. A read shorter than that drained the
+    // `asked` is what the sink asked the kernel for: the rest of the chunk (at most the
+    // stream's read_limit), or a scratch buffer's worth when it drains. A read shorter than that drained the
     // socket; one that fills it did not, and stopping there would strand the rest
     // (edge-triggered: no new edge comes for bytes already queued).
     uint64_t asked = 0;
-    net::IoResult r = t->sink->read(*s.in, c.start + c.done, c.length - c.done, &asked);
+    const uint64_t limit = s.in->read_limit();
+    const uint64_t rest = c.length - c.done;
+    net::IoResult r = t->sink->read(*s.in, c.start + c.done, limit != 0 ? std::min(rest, limit) : rest, &asked);
     if (r.would_block()) return;
     if (pulls && r.error() && r.err == EFAULT && c.kind == wire::ChunkKind::kGet) {
       // A served get's region was unmapped in the peer while this side read it: it was

@@ -165,6 +165,7 @@ class DevmemStreamIn final : public StreamIn {
   ~DevmemStreamIn() override;
   net::IoResult recv_some(std::byte* dst, size_t len) override;
   DevmemReceiver* devmem() noexcept override { return receiver_.get(); }
+  uint64_t read_limit() const noexcept override { return 0; }
   bool short_read_drains() const noexcept override { return false; }
   Status wait_readable(net::Clock::time_point deadline) override { return receiver_->wait_readable(deadline); }
   void on_arrival(std::function<void()> fn) override { receiver_->on_arrival(std::move(fn)); }
