@@ -501,9 +501,9 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
     }
     if (pulls) pull_in_->at(c.remote + c.done);
     // `asked` is what the sink asked the kernel for: the rest of the chunk (at most the
-    // stream's read_limit), or a scratch buffer's worth when it drains. A read shorter than that drained the
-    // socket; one that fills it did not, and stopping there would strand the rest
-    // (edge-triggered: no new edge comes for bytes already queued).
+    // stream's read_limit), or a scratch buffer's worth when it drains. A read shorter
+    // than that drained the socket; one that fills it did not, and stopping there would
+    // strand the rest (edge-triggered: no new edge comes for bytes already queued).
     uint64_t asked = 0;
     const uint64_t limit = s.in->read_limit();
     const uint64_t rest = c.length - c.done;
