@@ -35,6 +35,16 @@ void raise_eventfd(int eventfd) noexcept {
   (void)ignored;
 }
 
+/// Arms CLOCK_MONOTONIC timerfd `fd` to expire at `deadline_ns` (absolute); false if
+/// the kernel refused.
+bool set_timerfd(int fd, int64_t deadline_ns) noexcept {
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(deadline_ns / 1'000'000'000);
+  when.it_value.tv_nsec = static_cast<long>(deadline_ns % 1'000'000'000);
+  if (when.it_value.tv_sec <= 0 && when.it_value.tv_nsec <= 0) when.it_value.tv_nsec = 1;  // 0 would disarm it
+  return ::timerfd_settime(fd, TFD_TIMER_ABSTIME, &when, nullptr) == 0;
+}
+
 int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
@@ -196,12 +206,8 @@ void ProgressEngine::add_timer(Clock::time_point when, std::function<void()> fn)
 }
 
 void ProgressEngine::arm_timer_fd(Clock::time_point when) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
-  itimerspec spec{};
-  spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-  spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-  if (spec.it_value.tv_sec <= 0 && spec.it_value.tv_nsec <= 0) spec.it_value.tv_nsec = 1;  // 0 would disarm it
-  if (::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) {
+  if (!set_timerfd(timer_fd_,
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count())) {
     // Cannot happen with a valid descriptor and time; the timers then run only when
     // someone drives progress, so say so.
     REMORA_LOG(kError, "timerfd_settime: {}", std::strerror(errno));
@@ -401,13 +407,7 @@ bool ProgressEngine::should_park() const noexcept {
   return last != 0 && now_ns() - last < int64_t{options_.linger_us} * 1000;
 }
 
-bool ProgressEngine::arm_park_timer(int64_t deadline_ns) noexcept {
-  itimerspec when{};
-  when.it_value.tv_sec = static_cast<time_t>(deadline_ns / 1'000'000'000);
-  when.it_value.tv_nsec = static_cast<long>(deadline_ns % 1'000'000'000);
-  if (when.it_value.tv_sec == 0 && when.it_value.tv_nsec == 0) when.it_value.tv_nsec = 1;  // 0 would disarm it
-  return ::timerfd_settime(park_timer_fd_, TFD_TIMER_ABSTIME, &when, nullptr) == 0;
-}
+bool ProgressEngine::arm_park_timer(int64_t deadline_ns) noexcept { return set_timerfd(park_timer_fd_, deadline_ns); }
 
 void ProgressEngine::push_park_timer(int64_t now_ns) noexcept {
   // With no linger the progress thread parks only while a waiter is inside wait();
