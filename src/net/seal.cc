@@ -24,13 +24,19 @@ IoResult raw_recv_some(int fd, void* data, size_t len) noexcept;
 namespace {
 
 constexpr std::string_view kRekeyLabel = "remora seal v1 next key";
-/// Plaintext sealed per send before the records go to the kernel, and ciphertext read
-/// from the kernel per recv: two records. With four (256 KiB), sealed 16 MiB moved
+/// Plaintext sealed per send before the records go to the kernel, and the ciphertext
+/// buffered on the receiving side: two records. With four (256 KiB), sealed 16 MiB moved
 /// 1.1-1.5x slower across two namespaces here (bench/results/encryption.md), where a
 /// core's L2 holds 512 KiB, likely because the batch, the kernel's copy of it and the
 /// next plaintext did not fit there. One record per send measured as two.
 constexpr size_t kSendBatch = 2 * kSealRecordMax;
 constexpr size_t kRecvBuffer = 2 * (kSealHeaderSize + kSealRecordMax + kSealTagMax);
+/// Most ciphertext one recv takes off the kernel. As for a plain data stream
+/// (datapath/chunk_io.h, kSocketReadBytes), a long copy holds the socket while what
+/// arrives waits in its backlog: across two namespaces on a 2-vCPU Intel VM, sealed 16 MiB
+/// puts moved 1.19-1.31x faster reading 32 KiB at a time than reading as much as the
+/// buffer held (bench/results/encryption.md).
+constexpr size_t kRecvPiece = size_t{32} << 10;
 static_assert(kSealTagSize == crypto_aead_aes256gcm_ABYTES && kSealTagSize == crypto_aead_chacha20poly1305_ietf_ABYTES);
 static_assert(kSealKeySize == crypto_aead_aes256gcm_KEYBYTES &&
               kSealKeySize == crypto_aead_chacha20poly1305_ietf_KEYBYTES);
@@ -287,7 +293,7 @@ class SealedSocket {
         in_begin_ = 0;
         in_end_ = have;
       }
-      const size_t space = in_.size() - in_end_;
+      const size_t space = std::min(in_.size() - in_end_, kRecvPiece);
       const IoResult r = raw_recv_some(fd, in_.data() + in_end_, space);
       if (r.would_block()) return got > 0 ? moved(got) : r;
       if (r.eof()) {
