@@ -89,6 +89,9 @@ void ProgressEngine::start() {
   bool expected = false;
   if (!running_.compare_exchange_strong(expected, true)) return;
   thread_ = std::thread([this] { thread_main(); });
+  // Named here, not by the thread itself: what top -H and perf show, and what a caller
+  // looking for the thread finds at once, even before a loaded host first runs it.
+  pthread_setname_np(thread_.native_handle(), "remora-progress");
 }
 
 void ProgressEngine::stop() {
@@ -455,7 +458,6 @@ void ProgressEngine::park() {
 }
 
 void ProgressEngine::thread_main() {
-  pthread_setname_np(pthread_self(), "remora-progress");  // what top -H and perf show
   const int64_t poll_ns = int64_t{options_.poll_us} * 1000;
   int64_t poll_until = 0;  // keep polling instead of sleeping in epoll until then
   unsigned idle_polls = 0;
