@@ -33,9 +33,9 @@ constexpr size_t kSendBatch = 2 * kSealRecordMax;
 constexpr size_t kRecvBuffer = 2 * (kSealHeaderSize + kSealRecordMax + kSealTagMax);
 /// Most ciphertext one recv takes off the kernel. As for a plain data stream
 /// (datapath/chunk_io.h, kSocketReadBytes), a long copy holds the socket while what
-/// arrives waits in its backlog: across two namespaces on a 2-vCPU Intel VM, sealed 16 MiB
-/// puts moved 1.19-1.31x faster reading 32 KiB at a time than reading as much as the
-/// buffer held (bench/results/encryption.md).
+/// arrives waits in its backlog: across two namespaces on a 2-vCPU Intel VM, sealed 1 and
+/// 16 MiB puts and gets moved 1.04-1.44x faster (medians of 4 pairs) reading 32 KiB at a
+/// time than reading as much as the buffer held (bench/results/encryption.md).
 constexpr size_t kRecvPiece = size_t{32} << 10;
 static_assert(kSealTagSize == crypto_aead_aes256gcm_ABYTES && kSealTagSize == crypto_aead_chacha20poly1305_ietf_ABYTES);
 static_assert(kSealKeySize == crypto_aead_aes256gcm_KEYBYTES &&
