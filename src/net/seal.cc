@@ -204,34 +204,38 @@ class SealedSocket {
 
   IoResult send(int fd, const std::byte* data, size_t len) {
     if (len == 0) return moved(0);
-    if (tx_error_ != 0) return failure(tx_error_);
     if (credit_ > 0) {  // sealed and sent, not yet reported: offered again in fewer bytes
       const size_t n = std::min(len, credit_);
       credit_ -= n;
       return moved(n);
     }
+    if (tx_error_ != 0) return failure(tx_error_);
     size_t reported = 0;
     for (;;) {
+      IoResult stop = moved(0);  // what ended the sends: would block, or an error
       while (out_off_ < out_end_) {
         const IoResult r = raw_send_some(fd, out_.get() + out_off_, out_end_ - out_off_);
-        if (r.would_block()) return reported > 0 ? moved(reported) : r;
         if (!r.moved()) {
-          tx_error_ = r.err;
-          return r;
+          stop = r;
+          break;
         }
         out_off_ += r.bytes;
       }
-      if (out_plain_ > 0) {
-        // The records went out whole: the bytes they hold are the first the caller
-        // offers (it offers again what it was not told is sent).
-        const size_t n = std::min(out_plain_, len - reported);
-        reported += n;
-        credit_ = out_plain_ - n;
-        out_plain_ = 0;
-        if (credit_ > 0) return moved(reported);
+      // Every record wholly in the kernel counts as sent at once, even while the rest of
+      // its batch is not: the peer may open and act on it now, so a caller that counts
+      // what it sent (the control stream's replay, HANDLED) must know.
+      const size_t whole = sent_plain();
+      const size_t n = std::min(whole - out_reported_, len - reported);
+      reported += n;
+      credit_ = whole - out_reported_ - n;
+      out_reported_ = whole;
+      if (stop.error()) {
+        tx_error_ = stop.err;  // told once what was sent is told
+        return reported > 0 ? moved(reported) : stop;
       }
-      out_end_ = 0;
-      out_off_ = 0;
+      if (stop.would_block()) return reported > 0 ? moved(reported) : stop;
+      if (credit_ > 0) return moved(reported);
+      out_end_ = out_off_ = out_plain_ = out_reported_ = 0;
       if (reported == len) return moved(reported);
       seal_batch(data + reported, len - reported);
     }
@@ -313,6 +317,13 @@ class SealedSocket {
   }
 
  private:
+  /// The plaintext of the records of the batch in out_ that are wholly in the kernel:
+  /// each but the last holds kSealRecordMax bytes.
+  size_t sent_plain() const noexcept {
+    if (out_off_ == out_end_) return out_plain_;
+    return out_off_ / (kSealHeaderSize + kSealRecordMax + tag_) * kSealRecordMax;
+  }
+
   void seal_batch(const std::byte* data, size_t offered) {
     const size_t len = std::min(offered, kSendBatch);
     size_t at = 0;
@@ -331,6 +342,7 @@ class SealedSocket {
     out_end_ = at;
     out_off_ = 0;
     out_plain_ = len;
+    out_reported_ = 0;
   }
 
   // Send side.
@@ -340,8 +352,9 @@ class SealedSocket {
   std::unique_ptr<std::byte[]> out_;  // sealed records, [out_off_, out_end_) not yet in the kernel
   size_t out_end_ = 0;
   size_t out_off_ = 0;
-  size_t out_plain_ = 0;  // plaintext bytes the records in out_ hold
-  size_t credit_ = 0;     // sent plaintext bytes not yet reported
+  size_t out_plain_ = 0;     // plaintext bytes the records in out_ hold
+  size_t out_reported_ = 0;  // of those, in records wholly sent and counted (reported or credit_)
+  size_t credit_ = 0;        // sent plaintext bytes not yet reported
   int tx_error_ = 0;
   // Receive side.
   Direction rx_;

@@ -19,9 +19,11 @@
 // 2^24 records (AES-GCM's bound for one key is far above that; AEGIS-256's and
 // ChaCha20-Poly1305's farther).
 //
-// Semantics for the callers of send_some: bytes are reported sent only once the records
-// that hold them are wholly in the kernel; until then send_some answers "would block"
-// (the socket is full), and the caller offers the same bytes again, as it does anyway.
+// Semantics for the callers of send_some: a byte is reported sent as soon as the record
+// that holds it is wholly in the kernel (the peer can open and act on it from then on),
+// not before; until then send_some answers "would block" (the socket is full), and the
+// caller offers the same bytes again, as it does anyway. Bytes once offered may be
+// sealed already: a caller must not change them before they are reported sent.
 // For recv_some: a read shorter than asked still proves the kernel drained, as for a
 // plain socket (the layer reads on until the kernel has no more).
 #pragma once

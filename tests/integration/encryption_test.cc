@@ -29,6 +29,7 @@
 #include "core/little_endian.h"
 #include "itest_util.h"
 #include "net/seal.h"
+#include "net/socket.h"
 #include "remora/memory.h"
 #include "remora/store.h"
 #include "remora/testing/test_device.h"
@@ -809,6 +810,50 @@ TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
     EXPECT_FALSE(net::open_record(cipher, key, 5, cut));
     // No plaintext in the record.
     EXPECT_EQ(std::search(rec.begin(), rec.end(), plain.begin(), plain.begin() + 16), rec.end());
+  }
+}
+
+// A caller counts what send_some reported sent (the control stream's replay and its
+// HANDLED check do), so the peer must never open a record the sender has not reported:
+// each record counts as sent once it is wholly in the kernel, though the rest of the
+// sealed batch is not. A socket that holds less than one record makes every batch cross
+// a record boundary between two calls; after each call the receiver takes all it can.
+TEST(EncryptionRecords, EveryRecordWhollySentIsReportedAtOnce) {
+  for (net::SealCipher cipher : net::kSealCiphers) {
+    if (!net::cipher_available(cipher)) continue;
+    SCOPED_TRACE(std::string(net::cipher_name(cipher)));
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    net::Fd tx(fds[0]), rx(fds[1]);
+    const int small = 8 << 10;
+    ASSERT_EQ(::setsockopt(tx.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    net::SealKeys keys{.cipher = cipher};
+    keys.send[0] = std::byte{1};
+    keys.recv[0] = std::byte{2};
+    ASSERT_TRUE(net::seal_socket(tx.get(), keys).is_ok());
+    std::swap(keys.send, keys.recv);
+    ASSERT_TRUE(net::seal_socket(rx.get(), keys).is_ok());
+
+    const auto data = pattern(size_t{1} << 20, 9);
+    std::vector<std::byte> got(data.size());
+    size_t sent = 0, received = 0, calls = 0;
+    while (received < data.size()) {
+      ASSERT_LT(++calls, 100000U) << "no progress";
+      if (sent < data.size()) {
+        const net::IoResult r = net::send_some(tx.get(), data.data() + sent, data.size() - sent);
+        ASSERT_FALSE(r.error()) << r.err;
+        if (r.moved()) sent += r.bytes;
+      }
+      for (;;) {
+        const net::IoResult r = net::recv_some(rx.get(), got.data() + received, got.size() - received);
+        ASSERT_FALSE(r.error()) << r.err;
+        if (!r.moved() || r.bytes == 0) break;
+        received += r.bytes;
+      }
+      ASSERT_LE(received, sent) << "the peer opened bytes the sender was not told are sent";
+    }
+    EXPECT_EQ(sent, data.size());
+    EXPECT_TRUE(got == data);
   }
 }
 
