@@ -373,11 +373,13 @@ void EndpointCore::handle_retire(const wire::RetireFrame& f) {
 }
 
 void EndpointCore::chunk_read(uint16_t index, uint64_t chunks) {
-  // RECEIVED, coalesced: while the last frame queued is an unsent RECEIVED of the same
-  // stream, its count is raised in place (the chunks of one stream are read in order).
+  // RECEIVED, coalesced: while the last frame queued is a RECEIVED of the same stream
+  // not yet offered to the socket, its count is raised in place (the chunks of one
+  // stream are read in order). Offered bytes stay as they are: a sealing layer may hold
+  // them sealed already, and the peer would read the old count.
   constexpr size_t kSize = wire::kFrameHeaderSize + wire::kReceivedBodySize;
   const size_t at = received_at_;
-  if (at != SIZE_MAX && at >= ctl_tx_off_ && at + kSize == ctl_tx_.size() &&
+  if (at != SIZE_MAX && at >= std::max(ctl_tx_off_, ctl_tx_offered_) && at + kSize == ctl_tx_.size() &&
       ctl_tx_[at] == std::byte{static_cast<uint8_t>(wire::FrameType::kReceived)}) {
     const wire::ReceivedFrame f{.stream = index, .chunks = chunks};
     std::array<std::byte, kSize> bytes;

@@ -335,7 +335,7 @@ void EndpointCore::fail_locked(const Status& why) {
   if (!keep_arrived_) matcher_.clear_unexpected();
   outstanding_ = 0;
   ctl_tx_.clear();
-  ctl_tx_off_ = 0;
+  ctl_tx_off_ = ctl_tx_offered_ = 0;
   replay_.clear();
   spare_.clear();
   ctl_pre_.clear();
@@ -492,6 +492,7 @@ void EndpointCore::flush_control() {
     append_frame(CreditFrame{owed});
   }
   while (ctl_tx_off_ < ctl_tx_.size()) {
+    ctl_tx_offered_ = ctl_tx_.size();
     const net::IoResult r =
         shm_ != nullptr ? shm_->send(control_.get(), ctl_tx_.data(), ctl_tx_off_, ctl_tx_.size())
                         : net::send_some(control_.get(), ctl_tx_.data() + ctl_tx_off_, ctl_tx_.size() - ctl_tx_off_);

@@ -604,6 +604,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
 
   std::vector<std::byte> ctl_tx_;
   size_t ctl_tx_off_ = 0;
+  // The end of what was last offered to the socket: a sealing layer (net/seal.h) may have
+  // sealed bytes up to here that it has not reported sent, so they are not changed.
+  size_t ctl_tx_offered_ = 0;
   // Resumption's accounting (resume.cc). Offsets count the control stream's bytes since
   // the endpoint began, one way each, HANDLED (RESUMED) frames not counted.
   bool resume_ok_ = false;                     // both sides offer kCapResume, failover and heartbeats run (activate)
@@ -645,7 +648,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // waiter's next poll, or the progress thread's (within REMORA_PROGRESS_LINGER_US).
   bool ctl_resp_only_ = true;  // the unsent part of ctl_tx_ is RESP (and RECEIVED) frames only
   // The last RECEIVED appended (chunk_read): while it is the last frame in ctl_tx_ and
-  // unsent, a later count for the same stream overwrites it instead of adding a frame.
+  // not yet offered to the socket, a later count for the same stream overwrites it
+  // instead of adding a frame.
   size_t received_at_ = SIZE_MAX;
   bool hold_resps_ = false;        // a notification just went to a waiting thread
   bool hold_release_queued_ = false;

@@ -287,7 +287,7 @@ void EndpointCore::acknowledge_handled() {
 void EndpointCore::control_output_sent() {
   const size_t size = ctl_tx_.size();
   ctl_tx_base_ += size;
-  ctl_tx_off_ = 0;
+  ctl_tx_off_ = ctl_tx_offered_ = 0;
   if (!keeps_replay()) {
     ctl_tx_.clear();
     replay_.clear();
