@@ -24,12 +24,14 @@ IoResult raw_recv_some(int fd, void* data, size_t len) noexcept;
 namespace {
 
 constexpr std::string_view kRekeyLabel = "remora seal v1 next key";
-/// Plaintext sealed per send before the records go to the kernel, and the ciphertext
-/// buffered on the receiving side: two records. With four (256 KiB), sealed 16 MiB moved
-/// 1.1-1.5x slower across two namespaces here (bench/results/encryption.md), where a
-/// core's L2 holds 512 KiB, likely because the batch, the kernel's copy of it and the
-/// next plaintext did not fit there. One record per send measured as two.
-constexpr size_t kSendBatch = 2 * kSealRecordMax;
+/// Plaintext sealed per send before the records go to the kernel: eight records (512
+/// KiB; memory a socket touches only once it sends that much at once). On the 2-vCPU
+/// VM's Intel host (4 MiB of L2 per core) eight moved sealed 1 and 16 MiB puts, gets
+/// and messages 1.17-1.53x faster than two (medians of 4 pairs; two records per send had
+/// been chosen on an AMD host whose 512 KiB L2 did not hold four, which ran 1.1-1.5x
+/// slower there: bench/results/encryption.md).
+constexpr size_t kSendBatch = 8 * kSealRecordMax;
+/// The ciphertext buffered on the receiving side: two records.
 constexpr size_t kRecvBuffer = 2 * (kSealHeaderSize + kSealRecordMax + kSealTagMax);
 /// Most ciphertext one recv takes off the kernel. As for a plain data stream
 /// (datapath/chunk_io.h, kSocketReadBytes), a long copy holds the socket while what
