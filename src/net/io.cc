@@ -43,7 +43,7 @@ IoResult send_some(int fd, const void* data, size_t len) noexcept {
 IoResult send_some_gathered(int fd, const iovec* buffers, int count) noexcept {
   if (count <= 0) return {.kind = IoResult::Kind::kBytes, .bytes = 0};
   IoResult sealed;
-  if (sealed_send(fd, buffers[0].iov_base, buffers[0].iov_len, &sealed)) return sealed;
+  if (sealed_send_gathered(fd, buffers, count, &sealed)) return sealed;
   msghdr msg{};
   msg.msg_iov = const_cast<iovec*>(buffers);  // sendmsg does not write through it
   msg.msg_iovlen = static_cast<size_t>(count);

@@ -37,8 +37,8 @@ IoResult send_some(int fd, const void* data, size_t len) noexcept;
 IoResult recv_some(int fd, void* data, size_t len) noexcept;
 
 /// sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) of the `count` buffers in order, up to their
-/// total: several buffers in one system call. On a sealed socket only the first buffer
-/// goes (as send_some): the caller offers the rest again.
+/// total: several buffers in one system call. On a sealed socket the buffers go sealed
+/// together in one batch of records (each buffer in records of its own).
 IoResult send_some_gathered(int fd, const iovec* buffers, int count) noexcept;
 
 /// The plain system calls, under any sealing layer (net/seal.cc sends and reads its

@@ -135,9 +135,10 @@ struct SealCounters {
 };
 SealCounters seal_counters(int fd) noexcept;
 
-/// The sealed-socket versions of send_some/recv_some; net/io.cc calls them for a socket
-/// with a layer. false: `fd` has none (nothing was done).
+/// The sealed-socket versions of send_some/send_some_gathered/recv_some; net/io.cc
+/// calls them for a socket with a layer. false: `fd` has none (nothing was done).
 bool sealed_send(int fd, const void* data, size_t len, IoResult* out) noexcept;
+bool sealed_send_gathered(int fd, const iovec* pieces, int count, IoResult* out) noexcept;
 bool sealed_recv(int fd, void* data, size_t len, IoResult* out) noexcept;
 
 /// One record, for tests of the format: seals `plaintext` (1..kSealRecordMax bytes) as

@@ -857,6 +857,95 @@ TEST(EncryptionRecords, EveryRecordWhollySentIsReportedAtOnce) {
   }
 }
 
+// A gathered send (net::send_some_gathered, as data streams send queued chunks) seals
+// its pieces together, each in records of its own: pieces of every size class, offered
+// again from the first byte not reported sent, as a caller does; the stream arrives whole
+// and the receiver never opens a byte the sender was not told is sent.
+TEST(EncryptionRecords, AGatheredSendSealsEveryPieceInOrder) {
+  for (net::SealCipher cipher : net::kSealCiphers) {
+    if (!net::cipher_available(cipher)) continue;
+    SCOPED_TRACE(std::string(net::cipher_name(cipher)));
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    net::Fd tx(fds[0]), rx(fds[1]);
+    const int small = 8 << 10;
+    ASSERT_EQ(::setsockopt(tx.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    net::SealKeys keys{.cipher = cipher};
+    keys.send[0] = std::byte{3};
+    keys.recv[0] = std::byte{4};
+    ASSERT_TRUE(net::seal_socket(tx.get(), keys).is_ok());
+    std::swap(keys.send, keys.recv);
+    ASSERT_TRUE(net::seal_socket(rx.get(), keys).is_ok());
+
+    // Pieces apart in memory, smaller and larger than a record, more than a batch holds.
+    const std::vector<size_t> sizes{1, 7, 4096, 65535, 65536, 65537, 300000, 3, 16384, 131072, 1, 70000};
+    std::vector<std::vector<std::byte>> pieces;
+    std::vector<std::byte> whole;
+    for (size_t i = 0; i < 3 * sizes.size(); ++i) {
+      pieces.push_back(pattern(sizes[i % sizes.size()], static_cast<uint8_t>(i)));
+      whole.insert(whole.end(), pieces.back().begin(), pieces.back().end());
+    }
+    std::vector<std::byte> got(whole.size());
+    size_t piece = 0, into = 0;  // the first byte not reported sent: piece, offset in it
+    size_t sent = 0, received = 0, calls = 0;
+    while (received < whole.size()) {
+      ASSERT_LT(++calls, 200000U) << "no progress";
+      if (piece < pieces.size()) {
+        std::vector<iovec> iov;
+        for (size_t i = piece; i < pieces.size() && iov.size() < 16; ++i) {
+          const size_t skip = i == piece ? into : 0;
+          iov.push_back({.iov_base = pieces[i].data() + skip, .iov_len = pieces[i].size() - skip});
+        }
+        const net::IoResult r = net::send_some_gathered(tx.get(), iov.data(), static_cast<int>(iov.size()));
+        ASSERT_FALSE(r.error()) << r.err;
+        if (r.moved()) {
+          sent += r.bytes;
+          for (size_t n = r.bytes; n > 0;) {
+            const size_t take = std::min(n, pieces[piece].size() - into);
+            n -= take;
+            into += take;
+            if (into == pieces[piece].size()) ++piece, into = 0;
+          }
+        }
+      }
+      for (;;) {
+        const net::IoResult r = net::recv_some(rx.get(), got.data() + received, got.size() - received);
+        ASSERT_FALSE(r.error()) << r.err;
+        if (!r.moved() || r.bytes == 0) break;
+        received += r.bytes;
+      }
+      ASSERT_LE(received, sent) << "the peer opened bytes the sender was not told are sent";
+    }
+    EXPECT_EQ(sent, whole.size());
+    EXPECT_TRUE(got == whole);
+    EXPECT_GE(net::seal_counters(tx.get()).records_sealed, pieces.size());  // none across two pieces
+
+    // With room in the socket, one call takes several pieces (not only the first).
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    net::Fd tx2(fds[0]), rx2(fds[1]);
+    ASSERT_TRUE(net::seal_socket(rx2.get(), keys).is_ok());
+    std::swap(keys.send, keys.recv);
+    ASSERT_TRUE(net::seal_socket(tx2.get(), keys).is_ok());
+    std::array<iovec, 3> three{};
+    size_t total = 0;
+    for (size_t i = 0; i < three.size(); ++i) {
+      three[i] = {.iov_base = pieces[i].data(), .iov_len = pieces[i].size()};
+      total += pieces[i].size();
+    }
+    const net::IoResult r = net::send_some_gathered(tx2.get(), three.data(), 3);
+    ASSERT_TRUE(r.moved());
+    EXPECT_EQ(r.bytes, total);
+    std::vector<std::byte> first(total);
+    size_t n = 0;
+    while (n < total) {
+      const net::IoResult in = net::recv_some(rx2.get(), first.data() + n, total - n);
+      ASSERT_TRUE(in.moved() && in.bytes > 0);
+      n += in.bytes;
+    }
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), whole.begin()));
+  }
+}
+
 TEST(EncryptionKeys, EveryConnectionAndDirectionHasItsOwn) {
   const AuthKey k = key_of("s");
   const auto hello = pattern(48, 1);
