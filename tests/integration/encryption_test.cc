@@ -813,6 +813,34 @@ TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
   }
 }
 
+/// A connected pair of Unix stream sockets, sealed for `cipher` with keys made from
+/// `seed`: what `tx` sends `rx` opens. `sndbuf` (bytes, 0: the default) is tx's send buffer.
+void sealed_pair(net::SealCipher cipher, uint8_t seed, int sndbuf, net::Fd* tx, net::Fd* rx) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  *tx = net::Fd(fds[0]);
+  *rx = net::Fd(fds[1]);
+  if (sndbuf > 0) {
+    ASSERT_EQ(::setsockopt(tx->get(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf), 0);
+  }
+  net::SealKeys keys{.cipher = cipher};
+  keys.send[0] = std::byte{seed};
+  keys.recv[0] = std::byte{static_cast<uint8_t>(seed + 1)};
+  ASSERT_TRUE(net::seal_socket(tx->get(), keys).is_ok());
+  std::swap(keys.send, keys.recv);
+  ASSERT_TRUE(net::seal_socket(rx->get(), keys).is_ok());
+}
+
+/// Receives into `got` from `*received` on all that the sealed socket `fd` holds now.
+void take_all(int fd, std::vector<std::byte>& got, size_t* received) {
+  for (;;) {
+    const net::IoResult r = net::recv_some(fd, got.data() + *received, got.size() - *received);
+    ASSERT_FALSE(r.error()) << r.err;
+    if (!r.moved() || r.bytes == 0) return;
+    *received += r.bytes;
+  }
+}
+
 // A caller counts what send_some reported sent (the control stream's replay and its
 // HANDLED check do), so the peer must never open a record the sender has not reported:
 // each record counts as sent once it is wholly in the kernel, though the rest of the
@@ -822,17 +850,8 @@ TEST(EncryptionRecords, EveryRecordWhollySentIsReportedAtOnce) {
   for (net::SealCipher cipher : net::kSealCiphers) {
     if (!net::cipher_available(cipher)) continue;
     SCOPED_TRACE(std::string(net::cipher_name(cipher)));
-    int fds[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-    net::Fd tx(fds[0]), rx(fds[1]);
-    const int small = 8 << 10;
-    ASSERT_EQ(::setsockopt(tx.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
-    net::SealKeys keys{.cipher = cipher};
-    keys.send[0] = std::byte{1};
-    keys.recv[0] = std::byte{2};
-    ASSERT_TRUE(net::seal_socket(tx.get(), keys).is_ok());
-    std::swap(keys.send, keys.recv);
-    ASSERT_TRUE(net::seal_socket(rx.get(), keys).is_ok());
+    net::Fd tx, rx;
+    ASSERT_NO_FATAL_FAILURE(sealed_pair(cipher, 1, 8 << 10, &tx, &rx));
 
     const auto data = pattern(size_t{1} << 20, 9);
     std::vector<std::byte> got(data.size());
@@ -844,12 +863,7 @@ TEST(EncryptionRecords, EveryRecordWhollySentIsReportedAtOnce) {
         ASSERT_FALSE(r.error()) << r.err;
         if (r.moved()) sent += r.bytes;
       }
-      for (;;) {
-        const net::IoResult r = net::recv_some(rx.get(), got.data() + received, got.size() - received);
-        ASSERT_FALSE(r.error()) << r.err;
-        if (!r.moved() || r.bytes == 0) break;
-        received += r.bytes;
-      }
+      ASSERT_NO_FATAL_FAILURE(take_all(rx.get(), got, &received));
       ASSERT_LE(received, sent) << "the peer opened bytes the sender was not told are sent";
     }
     EXPECT_EQ(sent, data.size());
@@ -865,17 +879,8 @@ TEST(EncryptionRecords, AGatheredSendSealsEveryPieceInOrder) {
   for (net::SealCipher cipher : net::kSealCiphers) {
     if (!net::cipher_available(cipher)) continue;
     SCOPED_TRACE(std::string(net::cipher_name(cipher)));
-    int fds[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-    net::Fd tx(fds[0]), rx(fds[1]);
-    const int small = 8 << 10;
-    ASSERT_EQ(::setsockopt(tx.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
-    net::SealKeys keys{.cipher = cipher};
-    keys.send[0] = std::byte{3};
-    keys.recv[0] = std::byte{4};
-    ASSERT_TRUE(net::seal_socket(tx.get(), keys).is_ok());
-    std::swap(keys.send, keys.recv);
-    ASSERT_TRUE(net::seal_socket(rx.get(), keys).is_ok());
+    net::Fd tx, rx;
+    ASSERT_NO_FATAL_FAILURE(sealed_pair(cipher, 3, 8 << 10, &tx, &rx));
 
     // Pieces apart in memory, smaller and larger than a record, more than a batch holds.
     const std::vector<size_t> sizes{1, 7, 4096, 65535, 65536, 65537, 300000, 3, 16384, 131072, 1, 70000};
@@ -908,12 +913,7 @@ TEST(EncryptionRecords, AGatheredSendSealsEveryPieceInOrder) {
           }
         }
       }
-      for (;;) {
-        const net::IoResult r = net::recv_some(rx.get(), got.data() + received, got.size() - received);
-        ASSERT_FALSE(r.error()) << r.err;
-        if (!r.moved() || r.bytes == 0) break;
-        received += r.bytes;
-      }
+      ASSERT_NO_FATAL_FAILURE(take_all(rx.get(), got, &received));
       ASSERT_LE(received, sent) << "the peer opened bytes the sender was not told are sent";
     }
     EXPECT_EQ(sent, whole.size());
@@ -921,11 +921,8 @@ TEST(EncryptionRecords, AGatheredSendSealsEveryPieceInOrder) {
     EXPECT_GE(net::seal_counters(tx.get()).records_sealed, pieces.size());  // none across two pieces
 
     // With room in the socket, one call takes several pieces (not only the first).
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-    net::Fd tx2(fds[0]), rx2(fds[1]);
-    ASSERT_TRUE(net::seal_socket(rx2.get(), keys).is_ok());
-    std::swap(keys.send, keys.recv);
-    ASSERT_TRUE(net::seal_socket(tx2.get(), keys).is_ok());
+    net::Fd tx2, rx2;
+    ASSERT_NO_FATAL_FAILURE(sealed_pair(cipher, 5, 0, &tx2, &rx2));
     std::array<iovec, 3> three{};
     size_t total = 0;
     for (size_t i = 0; i < three.size(); ++i) {
