@@ -678,6 +678,13 @@ std::vector<uint16_t> ChunkScheduler::stalled(std::chrono::steady_clock::time_po
   return out;
 }
 
+void ChunkScheduler::restart_progress_clocks() {
+  const auto now = std::chrono::steady_clock::now();
+  for (Stream& s : streams_) {
+    if (!s.retired) s.progress_at = now;
+  }
+}
+
 bool ChunkScheduler::confirm_oldest(Stream& s, uint64_t n) {
   const uint64_t epoch = epoch_;
   if (n > 0) s.progress_at = std::chrono::steady_clock::now();

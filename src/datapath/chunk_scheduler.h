@@ -292,6 +292,9 @@ class ChunkScheduler {
   /// 8 Mbit/s), and all stalled at once is the peer's silence, not a stream's.
   std::vector<uint16_t> stalled(std::chrono::steady_clock::time_point now,
                                 std::chrono::steady_clock::duration timeout) const;
+  /// Every live stream's wait for a confirmation counts from now: RECEIVED frames
+  /// travel on the control stream, and while it was down none could come.
+  void restart_progress_clocks();
   /// Chunks sent again, and retired streams, since the endpoint began.
   uint64_t chunks_resent() const noexcept { return chunks_resent_; }
   uint32_t streams_retired() const noexcept { return streams_retired_; }

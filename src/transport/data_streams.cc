@@ -261,6 +261,11 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
     return;
   }
   maybe_rejoin();
+  // While the control stream is down or its resumption unfinished no RECEIVED can come,
+  // so every stream with chunks outstanding looks stalled and an idle one on the dead
+  // rail looks like it works: no verdicts until the resumption ends (it restarts the
+  // clocks, handle_handled).
+  if (!control_.valid() || resuming_since_ || resume_handshake_) return;
   for (uint16_t index : chunks_.stalled(std::chrono::steady_clock::now(), timeout)) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     retire_stream(index, Status(StatusCode::kTimeout,

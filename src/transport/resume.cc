@@ -259,6 +259,7 @@ void EndpointCore::handle_handled(const wire::HandledFrame& f) {
   // The peer's answer on a resumed connection: send again what it did not handle, the
   // sent buffers' part first, then the output queue from that point on.
   resume_handshake_ = false;
+  chunks_.restart_progress_clocks();  // no stream could be judged while the control stream was down
   uint64_t at = replay_base_;
   for (const std::vector<std::byte>& sent : replay_) {
     const uint64_t end = at + sent.size();
