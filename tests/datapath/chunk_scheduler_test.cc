@@ -467,6 +467,44 @@ TEST(ChunkSchedulerFailover, WithEveryStreamRetiredChunksWaitForOneTakenBack) {
   EXPECT_TRUE(bare.tx_owner.announced.empty()) << "a chunk was announced on a retired stream";
 }
 
+// A stream whose chunks go unconfirmed while one on another path works is stalled: a
+// link that stopped without an error. Confirmations travel on the control stream, so
+// after a break of that the endpoint restarts every stream's wait, and none is judged
+// until a whole timeout passed again.
+TEST(ChunkSchedulerFailover, AStreamLeftUnconfirmedIsStalledUntilItsWaitIsRestarted) {
+  FailoverSend send(3 * Link::kChunk - 100, 39);  // two chunks on stream 0, one on 1: all in the kernel
+  Link& link = send.link;
+  link.tx.set_stream_paths({0, 1});
+  ASSERT_GT(link.tx.bytes_sent(0), 0u);
+  ASSERT_GT(link.tx.bytes_sent(1), 0u);
+  // The receiver reads stream 0 only and confirms what it read whole there.
+  link.rx.read(0);
+  uint64_t read_on_0 = 0;
+  for (const auto& [stream, chunks] : link.rx_owner.reads) {
+    if (stream == 0) read_on_0 = chunks;
+  }
+  ASSERT_GT(read_on_0, 0u);
+  ASSERT_EQ(link.tx.confirmed(0, read_on_0), "");
+  const auto timeout = std::chrono::seconds(10);
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_TRUE(link.tx.stalled(now, timeout).empty()) << "judged before a whole timeout passed";
+  EXPECT_EQ(link.tx.stalled(now + 2 * timeout, timeout), std::vector<uint16_t>{1});
+  // One path alone is never judged against itself.
+  link.tx.set_stream_paths({0, 0});
+  EXPECT_TRUE(link.tx.stalled(now + 2 * timeout, timeout).empty());
+  link.tx.set_stream_paths({0, 1});
+  // Restarted at `before` or later, stream 1 has waited less than `wait` at
+  // before + wait - 1 ns; counted from its chunk's queueing (at `now` or earlier) it
+  // would have waited at least 2 * wait - 1 ns by then.
+  auto before = std::chrono::steady_clock::now();
+  while (before - now < std::chrono::microseconds(1)) before = std::chrono::steady_clock::now();
+  const auto wait = before - now;
+  link.tx.restart_progress_clocks();
+  EXPECT_TRUE(link.tx.stalled(before + wait - std::chrono::nanoseconds(1), wait).empty())
+      << "the wait was not restarted";
+  EXPECT_EQ(link.tx.stalled(before + 2 * wait, wait), std::vector<uint16_t>{1});
+}
+
 // Confirmation is what completes a kept transfer: written whole is not enough, and a
 // count the sender never wrote is refused.
 TEST(ChunkSchedulerFailover, ASendIsDoneOnlyOnceConfirmedAndBadCountsAreRefused) {
