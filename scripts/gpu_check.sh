@@ -20,6 +20,10 @@
 #                tensors and CuPy arrays included
 #       p2p      `bench p2p` bandwidth and latency, CUDA and host memory, in pairs of
 #                alternating order between two processes over loopback
+#       workers  `bench p2p` bandwidth of host memory over loopback TCP (REMORA_SAME_HOST=off,
+#                4 data streams) with REMORA_PROGRESS_THREADS 1, 2, 3 and 5 (receive
+#                workers, docs/rails.md), two rounds of alternating order: how bandwidth
+#                grows with threads where cores are free
 #       torch    remora-torch built there and bench/torch/bench_torch.py (remora vs gloo)
 #       devmem   DevmemRxEndpointCuda.* (devmem receive into CUDA memory through rxq's
 #                stand-in mode), where the release build's remora_integration_tests is
@@ -142,7 +146,7 @@ run() {
   mkdir -p "${results}"
   B=${HERE}/bin
   BUDGET=${REMORA_GPU_BUDGET:-450}
-  STAGES=${REMORA_GPU_STAGES:-doctor tests python devmem p2p torch nccl memcheck staging}
+  STAGES=${REMORA_GPU_STAGES:-doctor tests python devmem p2p workers torch nccl memcheck staging}
   DEPS=/tmp/remora-deps
   mkdir -p "${DEPS}"
   for deb in "${HERE}"/debs/*.deb; do dpkg -x "${deb}" "${DEPS}"; done
@@ -186,6 +190,23 @@ run() {
     for f in "${tmp}"/*.json; do
       [ -s "${f}" ] && tr -d '\n' <"${f}" && echo
     done >"${results}/bench_p2p.jsonl"
+  fi
+  if stage workers 40; then
+    local threads round
+    for round in 1 2; do
+      order="1 2 3 5"
+      [ "${round}" = 2 ] && order="5 3 2 1"
+      for threads in ${order}; do
+        ((SECONDS < BUDGET)) || break
+        port=$((port + 1))
+        REMORA_SAME_HOST=off REMORA_STREAMS=4 REMORA_PROGRESS_THREADS=${threads} \
+          p2p_pair "${port}" host bw 1M,16M "--window 8 --iters 40" "${tmp}/workers_${threads}_${round}.json"
+        echo "  (REMORA_PROGRESS_THREADS=${threads}, round ${round})"
+      done
+    done
+    for f in "${tmp}"/workers_*.json; do
+      [ -s "${f}" ] && tr -d '\n' <"${f}" && echo
+    done >"${results}/bench_workers.jsonl"
   fi
   if stage torch 90; then
     {

@@ -186,6 +186,14 @@ class ChunkSink {
   /// Failover: a chunk read in part can be read again from its start (read() places
   /// bytes synchronously; begin_chunk holds nothing).
   virtual bool can_reread() const noexcept { return false; }
+  /// Host memory where read() would put the transfer's byte `offset`, which stays
+  /// valid without the progress lock until the chunk is finished or its transfer is
+  /// redirected (a receive worker may then take the bytes there: rx_workers.h); null
+  /// where read() must do it. A non-null answer holds the memory until
+  /// release_destination(), which the worker calls on its own thread once it no longer
+  /// touches it (a registered region's bracket: its deregistration waits for that).
+  virtual std::byte* host_destination(uint64_t /*offset*/) noexcept { return nullptr; }
+  virtual void release_destination() noexcept {}
 
   // --- what the operation holding the sink asks (path_end.h) -------------------------
   /// The transfer this sink receives: a sink that places chunks asynchronously reports
@@ -225,6 +233,7 @@ class HostSink final : public ChunkSink {
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool can_reread() const noexcept override { return true; }
+  std::byte* host_destination(uint64_t offset) noexcept override { return data_ + offset; }
   /// An inline receive's bytes, copied in.
   void place(std::span<const std::byte> bytes) noexcept {
     if (!bytes.empty()) std::memcpy(data_, bytes.data(), bytes.size());
@@ -315,6 +324,11 @@ class RegionSink final : public ChunkSink {
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   bool revoked() const noexcept override { return revoked_; }
   bool can_reread() const noexcept override { return true; }
+  /// Inside a bracket taken here (null once revoked: read() then drains).
+  std::byte* host_destination(uint64_t offset) noexcept override {
+    return !revoked_ && access_->begin() ? access_->address() + offset : nullptr;
+  }
+  void release_destination() noexcept override { access_->end(); }
   /// An inline receive's bytes, copied in inside one bracket: ok (nothing to do for
   /// none), or kInvalidKey once the region is deregistered (revoked()).
   Status place(std::span<const std::byte> bytes);

@@ -74,9 +74,12 @@ Status ChunkScheduler::attach(uint16_t index, net::Fd fd) {
   const int unsent = static_cast<int>(std::min<uint64_t>(chunk_bytes_, INT_MAX));
   (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, sizeof unsent);
   streams_[index].in = std::make_unique<StreamIn>(fd.get());
+  streams_[index].offload = true;
   streams_[index].fd = std::move(fd);
   return Status::ok();
 }
+
+ChunkScheduler::~ChunkScheduler() { cancel_jobs(); }
 
 bool ChunkScheduler::all_attached() const noexcept {
   return std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.fd.valid(); });
@@ -84,6 +87,7 @@ bool ChunkScheduler::all_attached() const noexcept {
 
 void ChunkScheduler::close_all() {
   for (Stream& s : streams_) {
+    settle_job(s, /*count=*/false);
     s.in.reset();
     s.fd.reset();
   }
@@ -91,6 +95,7 @@ void ChunkScheduler::close_all() {
 
 void ChunkScheduler::clear() {
   for (Stream& s : streams_) {
+    settle_job(s, /*count=*/false);  // its operations are gone, and so is its memory soon
     s.txq.clear();
     s.queued = 0;
     s.unconfirmed.clear();
@@ -487,6 +492,10 @@ void ChunkScheduler::read(uint16_t index) { read(streams_[index], index); }
 
 void ChunkScheduler::read(Stream& s, uint16_t index) {
   if (!s.in) return;  // closed, or handed to the lingering close
+  if (s.job) {
+    s.edge_during_job = true;  // a receive worker has the stream: it reads on after
+    return;
+  }
   const bool pulls = &s == &pulls_in_;
   const uint64_t epoch = epoch_;
   while (!s.rxq.empty()) {
@@ -499,6 +508,11 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       }
       c.begun = true;
     }
+    if (c.done == c.length) {  // whole, taken back from a worker unfinished (settle_job)
+      if (!consumed(s, index, 0)) return;
+      continue;
+    }
+    if (!pulls && offer_job(s, index)) return;
     if (pulls) pull_in_->at(c.remote + c.done);
     // `asked` is what the sink asked the kernel for: the rest of the chunk (at most the
     // stream's read_limit), or a scratch buffer's worth when it drains. A read shorter
@@ -537,27 +551,7 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       return;
     }
     const bool short_read = r.bytes < asked;
-    c.done += r.bytes;
-    s.read_total += r.bytes;
-    t->received += r.bytes;
-    if (pulls) bytes_pulled_ += r.bytes;
-    if (c.done == c.length) {
-      const uint64_t start = c.start, length = c.length;
-      const bool has_crc = c.has_crc;
-      const uint32_t crc = c.crc;
-      if (pulls) {
-        // Read: the peer's memory is its own again. (A transfer redirected to the
-        // drain still answers with the id and kind the PULL named.)
-        owner_.answer_pull(
-            wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(length), .kind = c.kind});
-      }
-      s.rxq.pop_front();
-      ++s.chunks_read;
-      if (failover_ && !pulls) owner_.chunk_read(index, s.chunks_read);
-      if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
-      finish_chunk(t, start, length, has_crc, crc);
-      if (epoch != epoch_) return;
-    }
+    if (!consumed(s, index, r.bytes) || epoch != epoch_) return;
     // Drained; the next bytes raise a new edge. (Not proven on a devmem stream: its
     // reads go on until one would block.)
     if (short_read && !s.eof && s.in->short_read_drains()) break;
@@ -569,6 +563,97 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       break;
     }
   }
+}
+
+bool ChunkScheduler::consumed(Stream& s, uint16_t index, uint64_t bytes) {
+  const bool pulls = &s == &pulls_in_;
+  const uint64_t epoch = epoch_;
+  RxChunk& c = s.rxq.front();
+  RxTransfer* t = c.t;
+  c.done += bytes;
+  s.read_total += bytes;
+  t->received += bytes;
+  if (pulls) bytes_pulled_ += bytes;
+  if (c.done < c.length) return true;
+  const uint64_t start = c.start, length = c.length;
+  const bool has_crc = c.has_crc;
+  const uint32_t crc = c.crc;
+  if (pulls) {
+    // Read: the peer's memory is its own again. (A transfer redirected to the
+    // drain still answers with the id and kind the PULL named.)
+    owner_.answer_pull(
+        wire::PulledFrame{.recv_id = c.recv_id, .length = static_cast<uint32_t>(length), .kind = c.kind});
+  }
+  s.rxq.pop_front();
+  ++s.chunks_read;
+  if (failover_ && !pulls) owner_.chunk_read(index, s.chunks_read);
+  if (pulls && !distrust_.is_ok() && t->failure.is_ok()) t->failure = distrust_;
+  finish_chunk(t, start, length, has_crc, crc);
+  return epoch == epoch_;
+}
+
+bool ChunkScheduler::offer_job(Stream& s, uint16_t index) {
+  if (workers_ == nullptr || !s.offload || s.eof) return false;
+  RxChunk& c = s.rxq.front();
+  const uint64_t rest = c.length - c.done;
+  if (rest < worker_min_) return false;
+  std::byte* dst = c.t->sink->host_destination(c.start + c.done);
+  if (dst == nullptr) return false;
+  s.edge_during_job = false;
+  auto slot = std::make_shared<std::shared_ptr<RxWorkers::Ticket>>();
+  RxWorkers::Job job{.in = s.in.get(),
+                     .dst = dst,
+                     .len = rest,
+                     .piece = s.in->read_limit(),
+                     .sink = c.t->sink,
+                     // On the worker. The posted call runs under the progress lock, so
+                     // after this side (which holds it) filled `slot` below.
+                     .done = [this, index, slot] { owner_.post([this, index, slot] { job_done(index, *slot); }); }};
+  s.job = workers_->submit(index, std::move(job));
+  *slot = s.job;
+  ++worker_jobs_;
+  return true;
+}
+
+void ChunkScheduler::job_done(uint16_t index, const std::shared_ptr<RxWorkers::Ticket>& ticket) {
+  if (index >= streams_.size()) return;
+  Stream& s = streams_[index];
+  if (!ticket || s.job != ticket) return;  // taken back meanwhile (settle_job)
+  const RxWorkers::Result r = ticket->result();
+  s.job.reset();
+  worker_bytes_ += r.got;
+  const uint64_t epoch = epoch_;
+  const bool whole = r.got > 0 && !s.rxq.empty() && r.got == s.rxq.front().length - s.rxq.front().done;
+  if (r.got > 0 && !s.rxq.empty() && (!consumed(s, index, r.got) || epoch != epoch_)) return;
+  if (r.last.error()) {
+    const std::string where = "recv on data stream " + std::to_string(index) + " from " + peer_;
+    Status why = s.in ? s.in->take_failure() : Status::ok();
+    owner_.stream_failed(index, why.is_ok() ? net::errno_status(r.last.err, where) : why.with_context(where));
+    return;
+  }
+  if (r.last.eof()) {
+    owner_.stream_ended(index);
+    return;
+  }
+  // The chunk is whole, or the socket was empty a while: read on (at once where an
+  // edge came meanwhile or the chunk is whole; else the next edge does).
+  if (std::exchange(s.edge_during_job, false) || whole) read(s, index);
+}
+
+void ChunkScheduler::settle_job(Stream& s, bool count) {
+  if (!s.job) return;
+  const RxWorkers::Result r = s.job->cancel();
+  s.job.reset();
+  worker_bytes_ += r.got;
+  if (count && r.got > 0 && !s.rxq.empty()) {
+    // In the chunk's memory: counted, not finished (read() finishes it).
+    RxChunk& c = s.rxq.front();
+    c.done += r.got;
+    s.read_total += r.got;
+    c.t->received += r.got;
+  }
+  // An error or end it met is met again by the next read.
+  s.edge_during_job = false;
 }
 
 void ChunkScheduler::finish_chunk(RxTransfer* t, uint64_t start, uint64_t length, bool has_crc, uint32_t crc) {
@@ -605,6 +690,13 @@ void ChunkScheduler::redirect(const std::function<bool(const RxTransfer&)>& drop
   all.push_back(&pulls_in_);
   for (Stream* each : all) {
     Stream& s = *each;
+    if (s.job && !s.rxq.empty() && drop(*s.rxq.front().t)) {
+      // A worker writes into the memory of an operation that is gone: take the chunk
+      // back (what it read counts); the drain reads the rest.
+      settle_job(s, /*count=*/true);
+      s.rx_resume = true;
+      stalled = true;
+    }
     for (RxChunk& c : s.rxq) {
       if (drop(*c.t)) c.t = drain;
     }
@@ -720,6 +812,7 @@ std::string ChunkScheduler::confirmed(uint16_t index, uint64_t chunks) {
 Result<uint64_t> ChunkScheduler::retire(uint16_t index) {
   Stream& s = streams_[index];
   if (s.retired) return s.chunks_read;
+  settle_job(s, /*count=*/true);
   for (const RxChunk& c : s.rxq) {
     if (!c.t->sink->can_reread()) {
       return Status(StatusCode::kPeerFailed,

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "datapath/chunk_io.h"
+#include "datapath/rx_workers.h"
 #include "net/same_host.h"
 #include "net/socket.h"
 #include "remora/status.h"
@@ -113,10 +114,17 @@ class ChunkScheduler {
     virtual bool should_yield() = 0;
     /// Call resume() at the next progress round (the scheduler gave way).
     virtual void resume_later() = 0;
+    /// Runs `fn` with the progress lock held at the next progress round. Called from a
+    /// receive worker's thread (set_rx_workers), never with the lock; must not block.
+    virtual void post(std::function<void()> fn) = 0;
   };
 
   /// `peer` names the other side in error messages.
   ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer);
+  /// Cancels the receive workers' jobs (waiting for them to let go).
+  ~ChunkScheduler();
+  ChunkScheduler(const ChunkScheduler&) = delete;
+  ChunkScheduler& operator=(const ChunkScheduler&) = delete;
 
   uint32_t streams() const noexcept { return static_cast<uint32_t>(streams_.size()); }
   /// REMORA_CHECKSUM=crc32c on this endpoint: every chunk announced carries its
@@ -130,13 +138,18 @@ class ChunkScheduler {
   int fd(uint16_t index) const noexcept { return streams_[index].fd.get(); }
   /// Hands a stream's socket over (the lingering close keeps it open).
   net::Fd take(uint16_t index) {
+    settle_job(streams_[index], /*count=*/false);
     streams_[index].in.reset();
     return std::move(streams_[index].fd);
   }
   /// How sinks read stream `index` from now on (attach gives it a plain StreamIn; a
   /// stream steered to devmem RX queues gets its devmem receiver's). `in` reads the
   /// stream's socket.
-  void set_stream_in(uint16_t index, std::unique_ptr<StreamIn> in) { streams_[index].in = std::move(in); }
+  void set_stream_in(uint16_t index, std::unique_ptr<StreamIn> in) {
+    settle_job(streams_[index], /*count=*/false);
+    streams_[index].in = std::move(in);
+    streams_[index].offload = false;
+  }
   StreamIn* stream_in(uint16_t index) noexcept { return streams_[index].in.get(); }
   /// Closes every socket that was not taken.
   void close_all();
@@ -182,6 +195,26 @@ class ChunkScheduler {
   /// Reads the streams a sink stalled (begin_chunk said no); its owner calls this when
   /// the sink has room again.
   void unstall();
+
+  // --- receive workers (rx_workers.h; REMORA_PROGRESS_THREADS) ----------------------
+  /// From now on the rest of a chunk of at least `min_bytes` whose sink lends host
+  /// memory (ChunkSink::host_destination) is received by `workers` (stream i by worker
+  /// i), off the progress thread; the stream is not read here meanwhile, and the chunk
+  /// is finished here once the job reports (through Owner::post). Device memory, devmem
+  /// and same-host pulls stay on the progress thread. `workers` outlives the scheduler.
+  void set_rx_workers(RxWorkers* workers, uint64_t min_bytes) noexcept {
+    workers_ = workers;
+    worker_min_ = min_bytes;
+  }
+  /// Takes every stream back from the workers (cancel, wait), forgetting what they
+  /// read: the Owner calls it before the memory it lent them (its operations' sinks)
+  /// goes away.
+  void cancel_jobs() {
+    for (Stream& s : streams_) settle_job(s, /*count=*/false);
+  }
+  /// Chunks (or parts of chunks) the workers received, and their bytes.
+  uint64_t worker_jobs() const noexcept { return worker_jobs_; }
+  uint64_t worker_bytes() const noexcept { return worker_bytes_; }
 
   // --- same-host pulls (net/same_host.h, docs/protocol.md) ------------------------
   /// Chunks announced as PULLs and not yet answered, at most.
@@ -376,6 +409,12 @@ class ChunkScheduler {
     // side and the peer's REJOINED), and the chunks read in its earlier lives (stats).
     bool tx_ok = true;
     uint64_t chunks_read_before = 0;
+    // Receive workers: the job that has the stream now (null: none), the stream's
+    // index, and whether an edge came while it had it (the socket is read again then).
+    // `offload`: its StreamIn is the plain one attach() made (set_stream_in clears it).
+    std::shared_ptr<RxWorkers::Ticket> job;
+    bool edge_during_job = false;
+    bool offload = false;
   };
   /// Samples each stream's acknowledged bytes (SIOCOUTQ) where kRateSample has passed.
   void sample_rates();
@@ -400,6 +439,17 @@ class ChunkScheduler {
   bool advance(Stream& s, uint64_t bytes, uint64_t* left);
   /// Reads `s`'s queued chunks: data stream `index`, or the PULLs (pulls_in_).
   void read(Stream& s, uint16_t index);
+  /// `bytes` more of the front chunk of `s` are in its memory: counts them, and where
+  /// the chunk is whole finishes it. false when a callback moved `epoch_`.
+  bool consumed(Stream& s, uint16_t index, uint64_t bytes);
+  /// Hands the rest of `s`'s front chunk to a receive worker where it may go; true if
+  /// it did.
+  bool offer_job(Stream& s, uint16_t index);
+  /// The job `ticket` of stream `index` reported (posted by its worker).
+  void job_done(uint16_t index, const std::shared_ptr<RxWorkers::Ticket>& ticket);
+  /// Takes `s`'s job back now (cancel, wait): `count`: the bytes it received count in
+  /// the front chunk (they are in its memory); else they are forgotten with it.
+  void settle_job(Stream& s, bool count);
   /// The checks expect() and expect_pull() share; "" or the violation.
   std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
                              bool has_crc) const;
@@ -460,6 +510,11 @@ class ChunkScheduler {
   uint64_t chunks_resent_ = 0;
   uint32_t streams_retired_ = 0;
   uint32_t streams_rejoined_ = 0;
+  // Receive workers.
+  RxWorkers* workers_ = nullptr;
+  uint64_t worker_min_ = 0;
+  uint64_t worker_jobs_ = 0;
+  uint64_t worker_bytes_ = 0;
 };
 
 }  // namespace remora::detail

@@ -205,6 +205,14 @@ constexpr ConfigVariable kVariables[] = {
      .max = 60'000'000,
      .field = "progress_poll_us",
      .doc = "µs the progress thread keeps polling after it served something"},
+    {.name = "REMORA_PROGRESS_THREADS",
+     .section = kContext,
+     .default_text = "1",
+     .min = 1,
+     .max = 64,
+     .field = "progress_threads",
+     .doc = "threads that take data-stream bytes off the sockets: 1, the progress thread alone; N, it and N-1 "
+            "receive workers for chunks into host memory (docs/rails.md)"},
     {.name = "REMORA_CONNECT_TIMEOUT_MS",
      .section = kContext,
      .default_text = "10000",
@@ -352,6 +360,8 @@ const std::vector<Row>& rows() {
          Fields<uint32_t>{&Config::progress_linger_us, &ContextOptions::progress_linger_us}},
         {var("REMORA_PROGRESS_POLL_US"), "progress_poll_us",
          Fields<uint32_t>{&Config::progress_poll_us, &ContextOptions::progress_poll_us}},
+        {var("REMORA_PROGRESS_THREADS"), "progress_threads",
+         Fields<uint32_t>{&Config::progress_threads, &ContextOptions::progress_threads}},
         {var("REMORA_CONNECT_TIMEOUT_MS"), "connect_timeout_ms",
          Fields<uint32_t>{&Config::connect_timeout_ms, &ContextOptions::connect_timeout_ms}},
         {var("REMORA_HANDSHAKE_TIMEOUT_MS"), "handshake_timeout_ms",
@@ -371,8 +381,7 @@ const std::vector<Row>& rows() {
         {var("REMORA_FAILOVER"), "failover", Fields<bool>{&Config::failover, &ContextOptions::failover}},
         {var("REMORA_PIN"), "pin_mode", Fields<PinMode>{&Config::pin_mode, &ContextOptions::pin_mode}},
         {var("REMORA_RAILS"), "rails", TextField<256>{&Config::rails, &ContextOptions::rails}},
-        {var("REMORA_RAIL_SPLIT"), "rail_split",
-         Fields<RailSplit>{&Config::rail_split, &ContextOptions::rail_split}},
+        {var("REMORA_RAIL_SPLIT"), "rail_split", Fields<RailSplit>{&Config::rail_split, &ContextOptions::rail_split}},
     };
     return r;
   }();

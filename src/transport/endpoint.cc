@@ -43,10 +43,15 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   ctl_rx_.resize(kControlRxStart);  // grows on the first frame that does not fit (read_control)
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
   chunks_.set_checksum(checksum_);
+  // A chunk's rest goes to a worker when it is worth a hand-over: at least 64 KiB.
+  if (params_.rx_workers) chunks_.set_rx_workers(params_.rx_workers.get(), uint64_t{64} << 10);
   tx_credit_ = params_.peer_eager_credit;
 }
 
 EndpointCore::~EndpointCore() {
+  // Receive workers may be writing into operations' memory, which the members after
+  // chunks_ hold: take every stream back from them first.
+  chunks_.cancel_jobs();
   paths_.detach_host();
   // Receives still waiting for device copies (the context is going away): now.
   for (auto& [op, why] : staged_failing_) op->req->complete(why, op->in.received);
@@ -260,6 +265,8 @@ EndpointStats EndpointCore::stats() const {
   st.chunks_resent = chunks_.chunks_resent();
   st.streams_retired = chunks_.streams_retired();
   st.streams_rejoined = chunks_.streams_rejoined();
+  st.worker_jobs = chunks_.worker_jobs();
+  st.worker_bytes = chunks_.worker_bytes();
   st.control_resumed = control_resumed_;
   st.failover = chunks_.failover();
   for (uint16_t i = 0; i < stream_rail_.size(); ++i) {

@@ -83,6 +83,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     std::shared_ptr<DevmemTxBindingCache> devmem_tx_bindings;
     /// The context's device domains (Context::add_memory_domain); read with the lock held.
     const std::vector<MemoryDomain*>* domains = nullptr;
+    /// The context's receive workers (REMORA_PROGRESS_THREADS above 1), else null.
+    std::shared_ptr<RxWorkers> rx_workers;
     std::string peer;
     uint64_t peer_capabilities = 0;  ///< the peer's HELLO / HELLO_ACK capability bits (wire/handshake.h)
   };
@@ -459,6 +461,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void stream_ended(uint16_t index) override;
   bool should_yield() override { return engine_->lock_wanted(); }
   void resume_later() override { queue_resume(); }
+  void post(std::function<void()> fn) override;
 
   // RmaInitiator::Owner and RmaTarget::Owner (protocol_error below serves both)
   void queue_request(const wire::Frame& frame) override { append_frame(frame); }

@@ -5,11 +5,14 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -75,6 +78,23 @@ struct RecordingOwner : ChunkScheduler::Owner {
   void resend_failed(const Status& why) override { resend_failures.push_back(why); }
   bool should_yield() override { return yield; }
   void resume_later() override { ++resumes; }
+  // Receive workers' reports (post), run by the test's loop (run_posted), as the
+  // endpoint's progress round runs them.
+  std::mutex posted_mutex;
+  std::vector<std::function<void()>> posted;
+  void post(std::function<void()> fn) override {
+    std::lock_guard lock(posted_mutex);
+    posted.push_back(std::move(fn));
+  }
+  size_t run_posted() {
+    std::vector<std::function<void()>> now;
+    {
+      std::lock_guard lock(posted_mutex);
+      now.swap(posted);
+    }
+    for (auto& fn : now) fn();
+    return now.size();
+  }
 };
 
 /// A list of one-chunk transfers, each received into a buffer of its own: the sources,
@@ -134,7 +154,12 @@ struct Link {
 
   template <typename Pick, typename Done>
   void run_picking(Pick pick, Done done) {
-    for (int round = 0; round < 100000 && !done(); ++round) {
+    // Bounded by rounds, and by time where receive workers are at work (a round that
+    // waits for one of them is over in no time).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (int round = 0;
+         (round < 100000 || (rx.worker_jobs() > 0 && std::chrono::steady_clock::now() < deadline)) && !done();
+         ++round) {
       if (each_round) each_round();
       tx.schedule();
       tx.write_all();
@@ -163,6 +188,7 @@ struct Link {
         rx.read(i);
         tx.writable(i);  // the socket pair may have room again
       }
+      if (rx_owner.run_posted() == 0 && round >= 100000) std::this_thread::yield();  // receive workers' reports
       // Failover: the receiver's RECEIVED counts reach the sender.
       for (; reads_handed < rx_owner.reads.size(); ++reads_handed) {
         const auto [index, chunks] = rx_owner.reads[reads_handed];

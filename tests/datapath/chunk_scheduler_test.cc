@@ -527,5 +527,88 @@ TEST(ChunkSchedulerFailover, ASendIsDoneOnlyOnceConfirmedAndBadCountsAreRefused)
   EXPECT_NE(link.tx.confirmed(stream, 0), "");  // a count never goes back
 }
 
+// --- receive workers (rx_workers.h, REMORA_PROGRESS_THREADS) ------------------------
+
+// Every chunk's bytes are taken off the stream by a worker thread, into the receive
+// buffer, and finished by the scheduler: each message lands whole, byte for byte.
+TEST(ChunkSchedulerWorkers, ChunksReceivedByWorkersLandIntact) {
+  RxWorkers workers(2);
+  Link link;
+  link.rx.set_rx_workers(&workers, 1);
+  uint64_t total = 0;
+  uint64_t id = 1;
+  for (const size_t size :
+       {size_t{1}, Link::kChunk - 1, size_t{Link::kChunk}, 3 * Link::kChunk + 5, 40 * Link::kChunk + 3}) {
+    const std::vector<std::byte> data = pattern(size, 50 + id);
+    std::vector<std::byte> got(size, std::byte{0x5a});
+    HostSink sink(got.data());
+    RxTransfer in = incoming(id, size, &sink);
+    const Status st = link.deliver(data, in, sink, id);
+    ASSERT_TRUE(st.is_ok()) << size << " bytes: " << st.to_string();
+    EXPECT_TRUE(got == data) << size << " bytes";
+    total += size;
+    ++id;
+  }
+  EXPECT_GT(link.rx.worker_jobs(), 0u);
+  EXPECT_EQ(link.rx.worker_bytes(), total) << "bytes read on the progress thread instead";
+  EXPECT_TRUE(link.rx.idle());
+}
+
+// A stream retired while a worker has it: what the worker read counts until the
+// retirement resets the chunk, every chunk owed comes again on the other stream, and
+// the message lands whole, once.
+TEST(ChunkSchedulerWorkers, AStreamRetiredWhileAWorkerReadsItLosesNothing) {
+  RxWorkers workers(2);
+  FailoverSend send(8 * Link::kChunk + 123, 51);
+  Link& link = send.link;
+  link.rx.set_rx_workers(&workers, 1);
+  link.rx.read(0);
+  link.rx.read(1);  // both streams handed to workers
+  ASSERT_GT(link.tx.bytes_sent(1), 0u);
+  Result<uint64_t> rx_read = link.rx.retire(1);  // cancels the worker's job first
+  Result<uint64_t> tx_read = link.tx.retire(1);
+  ASSERT_TRUE(rx_read.is_ok() && tx_read.is_ok());
+  EXPECT_EQ(link.tx.peer_retired(1, *rx_read), "");
+  EXPECT_EQ(link.rx.peer_retired(1, *tx_read), "");
+  send.finish();
+  EXPECT_GT(link.rx.worker_jobs(), 0u);
+}
+
+// The operation whose memory a worker writes into is gone (redirected to the drain):
+// once redirect() returns, nothing more is written there, and the rest of its bytes
+// are drained so that the stream stays in step.
+TEST(ChunkSchedulerWorkers, ARedirectedTransfersMemoryIsNotWrittenAfterTheRedirect) {
+  RxWorkers workers(1);
+  Link link;
+  link.rx.set_rx_workers(&workers, 1);
+  const std::vector<std::byte> data = pattern(2 * Link::kChunk, 52);  // a chunk per stream, both announced
+  HostSource source(data.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kGet, 1, 1, data.size(), &source);
+  std::vector<std::byte> got(data.size());
+  HostSink sink(got.data());
+  RxTransfer in = incoming(1, data.size(), &sink);
+  in.kind = wire::ChunkKind::kGet;
+  link.tx.ready(&out);
+  link.tx.schedule();
+  link.tx.write_all();
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  }
+  link.rx.read(0);  // handed to the worker
+  DiscardSink discard;
+  RxTransfer drain = incoming(0, UINT64_MAX, &discard);
+  link.rx.redirect([](const RxTransfer& t) { return t.kind == wire::ChunkKind::kGet; }, &drain);
+  std::fill(got.begin(), got.end(), std::byte{0xa5});
+  // The rest of the bytes go to the drain; the sender's transfer is sent whole.
+  link.run(&drain, [&] { return !link.tx_owner.sent_ids.empty() && link.rx.idle(); });
+  EXPECT_EQ(link.handed, 2u);
+  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_TRUE(link.rx.idle());
+  EXPECT_TRUE(link.rx_owner.failures.empty());
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](std::byte b) { return b == std::byte{0xa5}; }))
+      << "a worker wrote into the memory after the redirect";
+}
+
 }  // namespace
 }  // namespace remora::detail

@@ -260,6 +260,39 @@ TEST(Rma, MismatchedEagerLimitsBothDirections) {
   }
 }
 
+// REMORA_PROGRESS_THREADS=3: the chunks of puts, gets and messages into host memory
+// are taken off the data streams by receive workers, and land intact; the endpoints
+// say so.
+TEST(Rma, ReceiveWorkersTakeTheChunksOfPutsGetsAndMessagesIntact) {
+  ContextOptions opts;
+  opts.chunk_bytes = 128 * 1024;
+  opts.progress_threads = 3;
+  opts.same_host_pulls = false;  // chunks on the data streams, not pulled
+  RmaPair p = make_pair(opts);
+  ASSERT_TRUE(p.init && p.target);
+  TargetMemory t(*p.target_ctx, 6 << 20, kAllAccess, 7);
+  const RemoteKey key = t.region.remote_key();
+  for (size_t n : {size_t{70000}, size_t{128 * 1024 + 1}, size_t{5 << 20}}) {
+    const auto data = pattern(n, n + 1);
+    ASSERT_TRUE(p.init->put(data, key, 17).wait(10s).is_ok()) << n;
+    t.apply_put(17, data);
+    ASSERT_EQ(diff(t), "") << n;
+    std::vector<std::byte> back(n);
+    ASSERT_TRUE(p.init->get(back, key, 17).wait(10s).is_ok()) << n;
+    ASSERT_EQ(back, data) << n;
+    std::vector<std::byte> got(n);
+    Request r = p.init->recv(got, Tag{n});
+    ASSERT_TRUE(p.target->send(data, Tag{n}).wait(10s).is_ok()) << n;
+    ASSERT_TRUE(r.wait(10s).is_ok()) << n;
+    ASSERT_EQ(got, data) << n;
+  }
+  const EndpointStats st = p.init->stats();
+  EXPECT_GT(st.worker_jobs, 0u);
+  EXPECT_GT(st.worker_bytes, 5u << 20) << "the workers took (almost) none of the bytes";
+  // The puts' chunks, into the target's registered region (inside its bracket).
+  EXPECT_GT(p.target->stats().worker_bytes, 5u << 20);
+}
+
 // A target window of 2: hundreds of operations posted at once are queued by the
 // initiator, not refused and not a protocol violation.
 TEST(Rma, MoreOpsThanTheTargetWindowAreQueued) {

@@ -424,6 +424,7 @@ nlohmann::json config_json(const Context& ctx) {
           {"eager_credit", c.eager_credit},
           {"spin_us", c.spin_us},
           {"progress_linger_us", c.progress_linger_us},
+          {"progress_threads", c.progress_threads},
           {"max_outstanding", c.max_outstanding},
           {"rma_window", c.rma_window},
           {"max_unexpected", c.max_unexpected},
