@@ -208,3 +208,37 @@ def test_accessors_abort_and_options():
         assert isinstance(p.init.failure, remora.Aborted)
     finally:
         p.close()
+
+
+def test_receive_workers_take_chunks_of_messages_puts_and_gets_intact():
+    # progress_threads=3: two receive workers per context take chunks of 64 KiB or more
+    # off the data streams (same-host pulls off, so the chunks travel on the streams).
+    p = Pair(progress_threads=3, same_host_pulls=False, eager_limit=4096, chunk_bytes=256 * 1024)
+    try:
+        assert p.init_ctx.config()["progress_threads"] == 3
+        size = (3 << 20) + 12345  # chunks whole and one cut short
+        msg = pattern(size, 7)
+        buf = np.zeros(size, np.uint8)
+        r = p.target.recv(buf, 1)
+        p.init.send(msg, 1).wait(BOUND)
+        r.wait(BOUND)
+        assert r.bytes == size and (buf == msg).all()
+
+        mem = np.zeros(size + 64, np.uint8)
+        region = p.target_ctx.register(mem, remora.Access.ALL)
+        key = region.remote_key()
+        data = pattern(size, 8)
+        p.init.put(data, key, 32, notify=5).wait(BOUND)
+        assert p.target.wait_notification(BOUND).value == 5
+        assert (mem[32 : 32 + size] == data).all()
+        assert not mem[:32].any() and not mem[32 + size :].any()  # nothing outside
+
+        back = np.zeros(size, np.uint8)
+        p.init.get(back, key, 32).wait(BOUND)
+        assert (back == data).all()
+        # The message and the put landed through the target's workers, the get's reply
+        # through the initiator's.
+        assert p.target.stats()["worker_jobs"] > 0 and p.target.stats()["worker_bytes"] > 0
+        assert p.init.stats()["worker_jobs"] > 0
+    finally:
+        p.close()
