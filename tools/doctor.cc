@@ -1,6 +1,7 @@
 // tools/doctor.cc — `remora doctor`: the capability report, human-readable or as JSON.
 #include "doctor.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,7 @@
 
 #include "net/rails.h"
 #include "net/same_host.h"
+#include "remora/config.h"
 #include "remora/cuda.h"
 #include "remora/version.h"
 #include "zerocopy/rxq_client.h"
@@ -185,10 +188,55 @@ struct RailsView {
   std::optional<std::string> setting;
   std::string error;
   std::vector<std::pair<std::string, ProbeAnswer>> interfaces;
+  ProbeAnswer progress_threads;  // who moves the data streams' bytes (progress_threads_answer)
 };
+
+/// The CPUs this process may run on (its affinity mask; the online count where that fails).
+unsigned usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1U, std::thread::hardware_concurrency());
+}
+
+/// REMORA_PROGRESS_THREADS as a context of this process would take it (docs/rails.md):
+/// yes with the threads where receive workers run, no with the way to have them, or no
+/// with the configuration's refusal.
+ProbeAnswer progress_threads_answer() {
+  ProbeAnswer a;
+  a.state = ProbeAnswer::State::kNo;
+  auto config = Config::from_env();
+  if (!config) {
+    a.reason = "a context would refuse this environment: " + config.status().message();
+    return a;
+  }
+  const uint32_t threads = config->progress_threads;
+  const unsigned cpus = usable_cpus();
+  if (threads <= 1) {
+    a.reason = fmt::format(
+        "REMORA_PROGRESS_THREADS=1: each context's progress thread alone moves every data stream's bytes, at one "
+        "core's rate ({} CPUs usable here)",
+        cpus);
+    if (cpus > 2) {
+      a.fix =
+          "REMORA_PROGRESS_THREADS=N gives each context N-1 receive workers for chunks into host memory "
+          "(docs/rails.md; they pay only where cores are free, and were measured only on a 2-vCPU VM, where they "
+          "cost bandwidth)";
+    }
+    return a;
+  }
+  a.state = ProbeAnswer::State::kYes;
+  a.detail = fmt::format(
+      "REMORA_PROGRESS_THREADS={}: each context's progress thread and {} receive worker{} take data-stream chunks "
+      "into host memory; sending stays on the progress thread ({} CPUs usable here)",
+      threads, threads - 1, threads == 2 ? "" : "s", cpus);
+  if (threads > cpus) a.reason = "more threads than usable CPUs: they take turns on the cores";
+  return a;
+}
 
 RailsView rails_view() {
   RailsView v;
+  v.progress_threads = progress_threads_answer();
   if (const char* text = std::getenv("REMORA_RAILS"); text != nullptr) v.setting = text;
   auto interfaces = net::local_interfaces();
   if (!interfaces) {
@@ -237,6 +285,7 @@ void print_rails(const RailsView& v) {
   fmt::print("\nRails ({})\n", v.setting ? "REMORA_RAILS=" + *v.setting : "REMORA_RAILS unset: one path per endpoint");
   if (!v.error.empty()) fmt::print("  refused: {}\n", v.error);
   for (const auto& [name, answer] : v.interfaces) print_answer(name, answer);
+  print_answer("progress threads", v.progress_threads);
 }
 
 nlohmann::json rails_json(const RailsView& v) {
@@ -244,7 +293,8 @@ nlohmann::json rails_json(const RailsView& v) {
   for (const auto& [name, answer] : v.interfaces) interfaces[name] = answer_json(answer);
   return {{"setting", v.setting ? nlohmann::json(*v.setting) : nlohmann::json()},
           {"error", v.error},
-          {"interfaces", std::move(interfaces)}};
+          {"interfaces", std::move(interfaces)},
+          {"progress_threads", answer_json(v.progress_threads)}};
 }
 
 nlohmann::json optional_json(const std::optional<uint32_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }

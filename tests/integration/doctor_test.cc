@@ -286,5 +286,31 @@ TEST(Doctor, ListsTheRailsItWouldUseAndWhyNotTheOthers) {
   EXPECT_EQ(reason(j, "rla0"), "not named by REMORA_RAILS");
 }
 
+TEST(Doctor, SaysWhichThreadsMoveTheDataStreamsAndRefusesWhatAContextWould) {
+  auto threads = [](std::vector<std::string> env) {
+    const DoctorRun r = doctor({"--json", "--no-bind", "-i", "lo"}, {}, std::move(env));
+    const nlohmann::json doc = parse_report(r);
+    if (doc.is_null() || !doc.contains("rails") || !doc["rails"].contains("progress_threads")) {
+      ADD_FAILURE() << "no rails.progress_threads in " << r.out;
+      return nlohmann::json();
+    }
+    expect_answer(doc["rails"]["progress_threads"], "progress_threads");
+    return doc["rails"]["progress_threads"];
+  };
+  nlohmann::json a = threads({});  // the default: the progress thread alone
+  ASSERT_FALSE(a.is_null());
+  EXPECT_EQ(a["state"], "no");
+  EXPECT_NE(a["reason"].get<std::string>().find("REMORA_PROGRESS_THREADS=1"), std::string::npos) << a.dump();
+
+  a = threads({"REMORA_PROGRESS_THREADS=3"});
+  EXPECT_EQ(a["state"], "yes");
+  EXPECT_NE(a["detail"].get<std::string>().find("2 receive workers"), std::string::npos) << a.dump();
+
+  a = threads({"REMORA_PROGRESS_THREADS=65"});  // out of range: the context's own words
+  EXPECT_EQ(a["state"], "no");
+  EXPECT_NE(a["reason"].get<std::string>().find("REMORA_PROGRESS_THREADS"), std::string::npos) << a.dump();
+  EXPECT_NE(a["reason"].get<std::string>().find("a context would refuse"), std::string::npos) << a.dump();
+}
+
 }  // namespace
 }  // namespace remora::itest
