@@ -1,7 +1,6 @@
 // tools/doctor.cc — `remora doctor`: the capability report, human-readable or as JSON.
 #include "doctor.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -14,12 +13,12 @@
 #include <fstream>
 #include <optional>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/cpus.h"
 #include "net/rails.h"
 #include "net/same_host.h"
 #include "remora/config.h"
@@ -191,14 +190,6 @@ struct RailsView {
   ProbeAnswer progress_threads;  // who moves the data streams' bytes (progress_threads_answer)
 };
 
-/// The CPUs this process may run on (its affinity mask; the online count where that fails).
-unsigned usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
-  return std::max(1U, std::thread::hardware_concurrency());
-}
-
 /// REMORA_PROGRESS_THREADS as a context of this process would take it (docs/rails.md):
 /// yes with the threads where receive workers run, no with the way to have them, or no
 /// with the configuration's refusal.
@@ -211,7 +202,7 @@ ProbeAnswer progress_threads_answer() {
     return a;
   }
   const uint32_t threads = config->progress_threads;
-  const unsigned cpus = usable_cpus();
+  const int cpus = core::usable_cpus();
   if (threads <= 1) {
     a.reason = fmt::format(
         "REMORA_PROGRESS_THREADS=1: each context's progress thread alone moves every data stream's bytes, at one "
@@ -230,7 +221,7 @@ ProbeAnswer progress_threads_answer() {
       "REMORA_PROGRESS_THREADS={}: each context's progress thread and {} receive worker{} take data-stream chunks "
       "into host memory; sending stays on the progress thread ({} CPUs usable here)",
       threads, threads - 1, threads == 2 ? "" : "s", cpus);
-  if (threads > cpus) a.reason = "more threads than usable CPUs: they take turns on the cores";
+  if (threads > static_cast<uint32_t>(cpus)) a.reason = "more threads than usable CPUs: they take turns on the cores";
   return a;
 }
 

@@ -17,6 +17,7 @@
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
 #include "coll/rendezvous.h"
+#include "core/cpus.h"
 #include "core/env.h"
 #include "engine/engine_of.h"
 #include "engine/progress.h"
@@ -59,14 +60,6 @@ Result<std::unique_ptr<StoreServer>> start_server(const std::string& store_addre
         fmt::format("rank 0 could not host the rendezvous store on port {} (of {})", hp.port, store_address));
   }
   return server;
-}
-
-/// CPUs this process may run on.
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
 }
 
 /// How long rank 0 waits, after an init that failed, for the other ranks to have
@@ -118,7 +111,7 @@ Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, const LaunchInfo& 
   const int rank = launch.rank;
   // More ranks on this host than CPUs: a spinning waiter mostly keeps the rank it
   // waits for off the CPU, so waiting threads yield after every empty poll.
-  if (const int cpus = usable_cpus(); launch.local_size > cpus) {
+  if (const int cpus = core::usable_cpus(); launch.local_size > cpus) {
     detail::engine_of(ctx)->set_yield_polls(1);
     REMORA_LOG(kInfo, "collectives: {} ranks on this host share {} CPUs; waiting threads yield after every empty poll",
                launch.local_size, cpus);

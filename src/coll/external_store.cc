@@ -15,6 +15,7 @@
 #include "coll/comm_access.h"
 #include "coll/comm_core.h"
 #include "coll/rendezvous.h"
+#include "core/cpus.h"
 #include "core/env.h"
 #include "engine/engine_of.h"
 #include "engine/progress.h"
@@ -29,18 +30,11 @@ Duration left_until(Clock::time_point deadline) {
   return deadline > now ? Duration(deadline - now) : Duration::zero();
 }
 
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
 Result<std::unique_ptr<Communicator>> bootstrap(Context& ctx, ExternalStore& store, const ExternalBootstrap& boot,
                                                 const coll::CollConfig& config) {
   const int rank = boot.rank;
   const int size = boot.size;
-  if (const int cpus = usable_cpus(); boot.local_size > cpus) {
+  if (const int cpus = core::usable_cpus(); boot.local_size > cpus) {
     detail::engine_of(ctx)->set_yield_polls(1);
   }
   std::vector<int> members(static_cast<size_t>(size));
