@@ -90,7 +90,7 @@ struct Outcome {
   std::vector<RailLine> listener, connector;
   std::string listener_sealed, connector_sealed;
   FailoverLine listener_failover, connector_failover;
-  std::string connector_out;
+  std::string connector_out, listener_out;
 };
 
 /// One transfer of `size` bytes from ns_b (connecting) to ns_a (listening).
@@ -126,7 +126,8 @@ Outcome transfer(const NetnsRails& net, uint64_t size, const std::string& rails_
           parse_sealed(b_out),
           parse_failover(a_out),
           parse_failover(b_out),
-          b_out};
+          b_out,
+          a_out};
 }
 
 uint64_t sum_received(const std::vector<RailLine>& rails) {
@@ -584,7 +585,8 @@ void expect_control_rail_down(const std::string& op, const std::string& extra = 
   ASSERT_EQ(o.connector.size(), 2u) << o.connector_out;
   EXPECT_EQ(o.connector_failover.control_resumed, 1u);
   EXPECT_EQ(o.listener_failover.control_resumed, 1u);
-  EXPECT_EQ(o.connector_failover.streams_retired, 1u);
+  // Each side's rails and their reasons, to tell which stream went and why.
+  EXPECT_EQ(o.connector_failover.streams_retired, 1u) << o.connector_out << "\nlistening side:\n" << o.listener_out;
   EXPECT_EQ(o.listener_failover.streams_retired, 1u);
   EXPECT_EQ(o.connector[0].state, "down");
   EXPECT_EQ(o.connector[1].state, "up");
