@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -83,6 +84,11 @@ struct TcpAckState {
   uint32_t peer_window = 0;        ///< the peer's advertised receive window, bytes
 };
 Result<TcpAckState> tcp_ack_state(int fd);
+/// Why a TCP connection's own path looks gone: bytes on it unacknowledged for `quiet_ms`
+/// or more, with the peer's window open (a stopped or slow peer process leaves its
+/// kernel acknowledging them, or closing its window). nullopt where it does not, and
+/// where TCP_INFO fails.
+std::optional<std::string> tcp_path_stalled(int fd, uint32_t quiet_ms);
 /// Whether the peer has ended the connection, as TCP tells: its FIN or its reset came
 /// (CLOSE_WAIT, CLOSE and the states after them). False where TCP_INFO fails.
 bool tcp_peer_ended(int fd);

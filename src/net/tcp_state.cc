@@ -9,6 +9,8 @@
 
 #include <cerrno>
 
+#include <fmt/format.h>
+
 #include "net/socket.h"
 
 namespace remora::net {
@@ -22,6 +24,12 @@ Result<TcpAckState> tcp_ack_state(int fd) {
   return TcpAckState{.queued = static_cast<uint64_t>(queued > 0 ? queued : 0),
                      .since_last_ack_ms = info.tcpi_last_ack_recv,
                      .peer_window = info.tcpi_snd_wnd};
+}
+
+std::optional<std::string> tcp_path_stalled(int fd, uint32_t quiet_ms) {
+  Result<TcpAckState> tcp = tcp_ack_state(fd);
+  if (!tcp || tcp->queued == 0 || tcp->peer_window == 0 || tcp->since_last_ack_ms < quiet_ms) return std::nullopt;
+  return fmt::format("no acknowledgement of its {} bytes for {} ms", tcp->queued, tcp->since_last_ack_ms);
 }
 
 bool tcp_peer_ended(int fd) {

@@ -279,12 +279,19 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   // rail looks like it works: no verdicts until the resumption ends (it restarts the
   // clocks, handle_handled).
   if (!control_.valid() || resuming_since_ || resume_handshake_) return;
+  // Confirmations say the chunks arrived; their absence alone does not say where they
+  // stopped. A RECEIVED can be late because the peer's process is (a slow or loaded
+  // host), or because the control connection's own path went quiet and nobody has
+  // noticed yet: then the stream's kernel still has its bytes acknowledged. Only a
+  // stream whose bytes its kernel holds unacknowledged has lost its path.
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   for (uint16_t index : chunks_.stalled(std::chrono::steady_clock::now(), timeout)) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    const std::optional<std::string> path = net::tcp_path_stalled(chunks_.fd(index), config_.peer_timeout_ms / 2);
+    if (!path) continue;
     retire_stream(index, Status(StatusCode::kTimeout,
                                 fmt::format("no chunk on it confirmed for {} ms (REMORA_PEER_TIMEOUT_MS) while another "
-                                            "stream worked",
-                                            ms)));
+                                            "stream worked, and {}",
+                                            ms, *path)));
     if (state_ != State::kActive) return;
   }
 }

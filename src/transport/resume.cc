@@ -90,11 +90,7 @@ bool EndpointCore::resume_quiet_path(const Status& why, bool idle) {
 std::optional<std::string> EndpointCore::control_path_stalled() const {
   // A zero window is the peer's kernel saying its process does not read (stopped):
   // that is the peer, not the path.
-  Result<net::TcpAckState> tcp = net::tcp_ack_state(control_.get());
-  if (!tcp || tcp->queued == 0 || tcp->peer_window == 0 || tcp->since_last_ack_ms < config_.peer_timeout_ms / 2) {
-    return std::nullopt;
-  }
-  return fmt::format("no acknowledgement of its {} bytes for {} ms", tcp->queued, tcp->since_last_ack_ms);
+  return net::tcp_path_stalled(control_.get(), config_.peer_timeout_ms / 2);
 }
 
 std::chrono::steady_clock::duration EndpointCore::stall_limit() const noexcept {
