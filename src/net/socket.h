@@ -82,12 +82,13 @@ struct TcpAckState {
   uint64_t queued = 0;             ///< bytes written and not acknowledged yet (sent or not)
   uint32_t since_last_ack_ms = 0;  ///< since the last acknowledgement arrived
   uint32_t peer_window = 0;        ///< the peer's advertised receive window, bytes
+  uint32_t unanswered_probes = 0;  ///< probes of a closed window (or keepalives) not answered
 };
 Result<TcpAckState> tcp_ack_state(int fd);
 /// Why a TCP connection's own path looks gone: bytes on it unacknowledged for `quiet_ms`
-/// or more, with the peer's window open (a stopped or slow peer process leaves its
-/// kernel acknowledging them, or closing its window). nullopt where it does not, and
-/// where TCP_INFO fails.
+/// or more, with the peer's window open or its probes unanswered (a stopped or slow
+/// peer process leaves its kernel acknowledging them, or closing its window and
+/// answering the probes). nullopt where it does not, and where TCP_INFO fails.
 std::optional<std::string> tcp_path_stalled(int fd, uint32_t quiet_ms);
 /// Whether the peer has ended the connection, as TCP tells: its FIN or its reset came
 /// (CLOSE_WAIT, CLOSE and the states after them). False where TCP_INFO fails.

@@ -23,12 +23,16 @@ Result<TcpAckState> tcp_ack_state(int fd) {
   if (::ioctl(fd, SIOCOUTQ, &queued) != 0) return errno_status(errno, "SIOCOUTQ");
   return TcpAckState{.queued = static_cast<uint64_t>(queued > 0 ? queued : 0),
                      .since_last_ack_ms = info.tcpi_last_ack_recv,
-                     .peer_window = info.tcpi_snd_wnd};
+                     .peer_window = info.tcpi_snd_wnd,
+                     .unanswered_probes = info.tcpi_probes};
 }
 
 std::optional<std::string> tcp_path_stalled(int fd, uint32_t quiet_ms) {
   Result<TcpAckState> tcp = tcp_ack_state(fd);
-  if (!tcp || tcp->queued == 0 || tcp->peer_window == 0 || tcp->since_last_ack_ms < quiet_ms) return std::nullopt;
+  // A closed window whose probes the peer answers is the peer not reading; a window
+  // that closed just before the path went is only seen by the probes going unanswered.
+  const bool peer_not_reading = tcp && tcp->peer_window == 0 && tcp->unanswered_probes == 0;
+  if (!tcp || tcp->queued == 0 || peer_not_reading || tcp->since_last_ack_ms < quiet_ms) return std::nullopt;
   return fmt::format("no acknowledgement of its {} bytes for {} ms", tcp->queued, tcp->since_last_ack_ms);
 }
 

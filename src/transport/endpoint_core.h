@@ -588,8 +588,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// The bound of the resumption under way: stall_limit(), orphan_limit() or reconnect_limit().
   std::chrono::steady_clock::duration resume_limit() const;
   /// Why the control connection's own path looks gone: bytes on it unacknowledged at
-  /// the TCP level for half the peer timeout or more, with the peer's window open (a
-  /// stopped peer's kernel still acknowledges them, or closes its window). nullopt
+  /// the TCP level for half the peer timeout or more, with the peer's window open or
+  /// its probes unanswered (a stopped peer's kernel still acknowledges them, or closes
+  /// its window and answers the probes; net::tcp_path_stalled). nullopt
   /// where it does not.
   std::optional<std::string> control_path_stalled() const;
   /// Where the control connection's path looks gone (control_path_stalled) and another

@@ -88,8 +88,8 @@ bool EndpointCore::resume_quiet_path(const Status& why, bool idle) {
 }
 
 std::optional<std::string> EndpointCore::control_path_stalled() const {
-  // A zero window is the peer's kernel saying its process does not read (stopped):
-  // that is the peer, not the path.
+  // A zero window whose probes are answered is the peer's kernel saying its process
+  // does not read (stopped): that is the peer, not the path.
   return net::tcp_path_stalled(control_.get(), config_.peer_timeout_ms / 2);
 }
 
