@@ -8,8 +8,9 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -648,6 +649,47 @@ TEST(ChunkSchedulerWorkers, ChunksSentByWorkersLandIntact) {
     EXPECT_TRUE(link.tx.idle());
     EXPECT_TRUE(link.rx.idle());
   }
+}
+
+// The peer has every byte before the send worker's report came (a put's RESP can say so):
+// reap_tx_jobs counts them at once and tells the Owner, as the report would have; the
+// report that comes later changes nothing (nothing counted twice).
+TEST(ChunkSchedulerWorkers, ASendJobReapedBeforeItsReportIsCountedOnce) {
+  StreamWorkers workers(1);
+  Link link;
+  link.tx.set_workers(&workers, 1);
+  const std::vector<std::byte> data = pattern(2 * Link::kChunk, 63);  // a chunk per stream
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  RxTransfer in = incoming(1, data.size(), &sink);
+  link.tx.ready(&out);
+  link.tx.schedule();
+  link.tx.write_all();
+  ASSERT_EQ(link.tx.worker_send_jobs(), 2u);
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  }
+  // The receiver takes every byte; the sender runs none of the workers' reports.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (link.rx_owner.received_ids.empty() && std::chrono::steady_clock::now() < deadline) {
+    link.rx.read(0);
+    link.rx.read(1);
+  }
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(link.tx_owner.sent_ids.empty());
+  link.tx.reap_tx_jobs();
+  EXPECT_EQ(out.written, data.size());
+  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_TRUE(link.tx.idle());
+  link.tx_owner.run_posted();  // the reports, late
+  EXPECT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_EQ(out.written, data.size());
+  EXPECT_EQ(link.tx.worker_send_bytes(), data.size());
+  EXPECT_TRUE(link.tx_owner.failures.empty());
 }
 
 // A source that counts its holds (gather_begin, gather_end).
