@@ -21,7 +21,7 @@
 #       p2p      `bench p2p` bandwidth and latency, CUDA and host memory, in pairs of
 #                alternating order between two processes over loopback
 #       workers  `bench p2p` bandwidth of host memory over loopback TCP (REMORA_SAME_HOST=off,
-#                4 data streams) with REMORA_PROGRESS_THREADS 1, 2, 3 and 5 (receive
+#                4 data streams) with REMORA_PROGRESS_THREADS 1, 2, 3 and 5 (send and receive
 #                workers, docs/rails.md), two rounds of alternating order: how bandwidth
 #                grows with threads where cores are free
 #       torch    remora-torch built there and bench/torch/bench_torch.py (remora vs gloo)

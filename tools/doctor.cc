@@ -191,7 +191,7 @@ struct RailsView {
 };
 
 /// REMORA_PROGRESS_THREADS as a context of this process would take it (docs/rails.md):
-/// yes with the threads where receive workers run, no with the way to have them, or no
+/// yes with the threads where workers run, no with the way to have them, or no
 /// with the configuration's refusal.
 ProbeAnswer progress_threads_answer() {
   ProbeAnswer a;
@@ -210,7 +210,7 @@ ProbeAnswer progress_threads_answer() {
         cpus);
     if (cpus > 2) {
       a.fix =
-          "REMORA_PROGRESS_THREADS=N gives each context N-1 receive workers for chunks into host memory "
+          "REMORA_PROGRESS_THREADS=N gives each context N-1 workers that send and receive chunks of host memory "
           "(docs/rails.md; they pay only where cores are free, and were measured only on a 2-vCPU VM, where they "
           "cost bandwidth)";
     }
@@ -218,8 +218,8 @@ ProbeAnswer progress_threads_answer() {
   }
   a.state = ProbeAnswer::State::kYes;
   a.detail = fmt::format(
-      "REMORA_PROGRESS_THREADS={}: each context's progress thread and {} receive worker{} take data-stream chunks "
-      "into host memory; sending stays on the progress thread ({} CPUs usable here)",
+      "REMORA_PROGRESS_THREADS={}: each context's progress thread and {} worker{} send and receive data-stream "
+      "chunks of host memory ({} CPUs usable here)",
       threads, threads - 1, threads == 2 ? "" : "s", cpus);
   if (threads > static_cast<uint32_t>(cpus)) a.reason = "more threads than usable CPUs: they take turns on the cores";
   return a;

@@ -100,8 +100,8 @@ struct Config {
   uint32_t spin_us = 200;                  ///< how long a waiting thread polls before it blocks (REMORA_SPIN_US)
   uint32_t progress_linger_us = 1000;      ///< progress thread yields to spinning waiters this long (REMORA_PROGRESS_LINGER_US)
   uint32_t progress_poll_us = 100;         ///< progress thread polls this long after it served something, then sleeps (REMORA_PROGRESS_POLL_US)
-  /// Threads that take data-stream bytes off the sockets: the progress thread and, above
-  /// 1, that many minus one receive workers for chunks into host memory (REMORA_PROGRESS_THREADS)
+  /// Threads that move data-stream bytes: the progress thread and, above 1, that many
+  /// minus one workers that send and receive chunks of host memory (REMORA_PROGRESS_THREADS)
   uint32_t progress_threads = 1;
   uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
   uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)

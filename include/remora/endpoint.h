@@ -107,10 +107,14 @@ struct EndpointStats {
   /// Retired data streams connected again once their rail worked again (both sides
   /// offer it; the connecting side tries once per peer timeout).
   uint32_t streams_rejoined = 0;
-  /// Receive workers (Config::progress_threads above 1): chunk parts they took off the
-  /// data streams, and their bytes (the rest was read by the progress thread).
+  /// Workers (Config::progress_threads above 1): chunk parts they took off the data
+  /// streams, and their bytes (the rest was read by the progress thread).
   uint64_t worker_jobs = 0;
   uint64_t worker_bytes = 0;
+  /// Send workers (the same threads): chunk parts they put on the data streams, and
+  /// their bytes (the rest was written by the progress thread).
+  uint64_t worker_send_jobs = 0;
+  uint64_t worker_send_bytes = 0;
   /// Times the control stream broke and was connected again, with nothing lost or
   /// repeated (both sides offer it: failover on, two data streams or more; docs/rails.md).
   uint32_t control_resumed = 0;

@@ -54,6 +54,8 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["control_resumed"] = s.control_resumed;
   d["worker_jobs"] = s.worker_jobs;
   d["worker_bytes"] = s.worker_bytes;
+  d["worker_send_jobs"] = s.worker_send_jobs;
+  d["worker_send_bytes"] = s.worker_send_bytes;
   d["chunks_resent"] = s.chunks_resent;
   d["chunks_pulled"] = s.chunks_pulled;
   d["bytes_pulled"] = s.bytes_pulled;
@@ -321,8 +323,8 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "streams_retired, state, reason), failover, streams_retired, streams_rejoined and chunks_resent (data "
           "streams that broke and were given up, those connected again, chunks sent again on the others: "
           "docs/rails.md), control_resumed (times the control stream broke and was connected again), worker_jobs and "
-          "worker_bytes (chunk parts and bytes receive workers took off the data streams: "
-          "REMORA_PROGRESS_THREADS), chunks_pulled and "
+          "worker_bytes (chunk parts and bytes workers took off the data streams), worker_send_jobs and "
+          "worker_send_bytes (those workers put on them: REMORA_PROGRESS_THREADS), chunks_pulled and "
           "bytes_pulled "
           "(same-host "
           "pulls: chunks this side announced for the peer to read out of its memory, bytes this side read "

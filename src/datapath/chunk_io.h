@@ -188,7 +188,7 @@ class ChunkSink {
   virtual bool can_reread() const noexcept { return false; }
   /// Host memory where read() would put the transfer's byte `offset`, which stays
   /// valid without the progress lock until the chunk is finished or its transfer is
-  /// redirected (a receive worker may then take the bytes there: rx_workers.h); null
+  /// redirected (a receive worker may then take the bytes there: stream_workers.h); null
   /// where read() must do it. A non-null answer holds the memory until
   /// release_destination(), which the worker calls on its own thread once it no longer
   /// touches it (a registered region's bracket: its deregistration waits for that).

@@ -87,7 +87,8 @@ bool ChunkScheduler::all_attached() const noexcept {
 
 void ChunkScheduler::close_all() {
   for (Stream& s : streams_) {
-    settle_job(s, /*count=*/false);
+    settle_rx_job(s, /*count=*/false);
+    settle_tx_job(s, TxSettle::kForget);
     s.in.reset();
     s.fd.reset();
   }
@@ -95,7 +96,8 @@ void ChunkScheduler::close_all() {
 
 void ChunkScheduler::clear() {
   for (Stream& s : streams_) {
-    settle_job(s, /*count=*/false);  // its operations are gone, and so is its memory soon
+    settle_rx_job(s, /*count=*/false);  // its operations are gone, and so is its memory soon
+    settle_tx_job(s, TxSettle::kForget);
     s.txq.clear();
     s.queued = 0;
     s.unconfirmed.clear();
@@ -115,6 +117,7 @@ void ChunkScheduler::clear() {
 
 void ChunkScheduler::clear_tx() {
   for (Stream& s : streams_) {
+    settle_tx_job(s, TxSettle::kForget);  // the sending operations are gone
     s.txq.clear();
     s.queued = 0;
     s.unconfirmed.clear();
@@ -314,16 +317,22 @@ void ChunkScheduler::write_all() {
 }
 
 void ChunkScheduler::writable(uint16_t index) {
-  if (streams_[index].retired) return;
-  streams_[index].tx_blocked = false;
+  Stream& s = streams_[index];
+  if (s.retired) return;
+  if (s.tx_job) {
+    s.writable_during_job = true;  // a send worker has the stream: it writes on after
+    return;
+  }
+  s.tx_blocked = false;
   write(index);
 }
 
 void ChunkScheduler::write(uint16_t index) {
   Stream& s = streams_[index];
-  if (s.retired) return;
+  if (s.retired || s.tx_job) return;
   const uint64_t epoch = epoch_;
   while (!s.txq.empty() && !s.tx_blocked) {
+    if (offer_tx_job(s, index)) return;
     TxChunk& c = s.txq.front();
     // Several small chunks queued behind each other (a list of blocks) go in one
     // sendmsg where their sources allow it; otherwise the chunk's source writes it.
@@ -380,10 +389,73 @@ void ChunkScheduler::ungather(const Stream& s, int n) const {
   for (auto it = s.txq.begin(); n > 0; ++it, --n) it->t->source->gather_end();
 }
 
-bool ChunkScheduler::advance(Stream& s, uint64_t bytes, uint64_t* left) {
-  TxChunk& c = s.txq.front();
+bool ChunkScheduler::offer_tx_job(Stream& s, uint16_t index) {
+  if (workers_ == nullptr) return false;
+  const TxChunk& c = s.txq.front();
+  if (c.resend || c.remaining < worker_min_) return false;  // sent again: write_again here
+  const std::byte* bytes = c.t->source->gather_begin();
+  if (bytes == nullptr) return false;  // not host memory sent plainly (or not now)
+  s.writable_during_job = false;
+  auto slot = std::make_shared<std::shared_ptr<StreamWorkers::Ticket>>();
+  StreamWorkers::TxJob job{.fd = s.fd.get(),
+                           .src = bytes + c.offset,
+                           .len = c.remaining,
+                           .source = c.t->source,
+                           // As offer_rx_job's: posted, so it runs after `slot` is filled.
+                           .done = [this, index, slot] { owner_.post([this, index, slot] { tx_job_done(index, *slot); }); }};
+  s.tx_job = workers_->submit(index + workers_->threads() / 2, std::move(job));
+  *slot = s.tx_job;
+  ++worker_send_jobs_;
+  return true;
+}
+
+void ChunkScheduler::tx_job_done(uint16_t index, const std::shared_ptr<StreamWorkers::Ticket>& ticket) {
+  if (index >= streams_.size()) return;
+  Stream& s = streams_[index];
+  if (!ticket || s.tx_job != ticket) return;  // taken back meanwhile (settle_tx_job)
+  const StreamWorkers::Result r = ticket->result();
+  s.tx_job.reset();
+  worker_send_bytes_ += r.got;
   const uint64_t epoch = epoch_;
-  *left -= bytes;
+  // The job had the front chunk's rest; the bytes it sent are that chunk's.
+  const bool whole = !s.txq.empty() && r.got == s.txq.front().remaining;
+  if (r.got > 0 && !s.txq.empty()) {
+    uint64_t left = r.got;
+    if (!advance(s, r.got, &left) || epoch != epoch_) return;
+  }
+  if (r.last.error()) {
+    owner_.stream_failed(index,
+                         net::errno_status(r.last.err, "send on data stream " + std::to_string(index) + " to " + peer_));
+    return;
+  }
+  // The chunk is in the kernel, or the socket had no room a while: write on (at once
+  // where room was reported meanwhile or the chunk is whole; else at the next edge).
+  if (!std::exchange(s.writable_during_job, false) && !whole) {
+    s.tx_blocked = true;
+    return;
+  }
+  write(index);
+}
+
+bool ChunkScheduler::settle_tx_job(Stream& s, TxSettle how) {
+  if (!s.tx_job) return true;
+  const StreamWorkers::Result r = s.tx_job->cancel();
+  s.tx_job.reset();
+  worker_send_bytes_ += r.got;
+  s.writable_during_job = false;
+  s.tx_blocked = false;  // what stopped the job (no room, an error) is met again by the next write
+  if (how == TxSettle::kForget || r.got == 0 || s.txq.empty()) return true;
+  if (how == TxSettle::kCount) {
+    (void)count_written(s, r.got);
+    return true;
+  }
+  uint64_t left = r.got;
+  const uint64_t epoch = epoch_;
+  return advance(s, r.got, &left) && epoch == epoch_;
+}
+
+TxTransfer* ChunkScheduler::count_written(Stream& s, uint64_t bytes) {
+  TxChunk& c = s.txq.front();
   c.offset += bytes;
   c.remaining -= bytes;
   s.queued -= bytes;
@@ -397,6 +469,13 @@ bool ChunkScheduler::advance(Stream& s, uint64_t bytes, uint64_t* left) {
     t->source->chunk_sent(start, length);
     if (failover_) s.unconfirmed.push_back(Unconfirmed{t->confirm ? t : nullptr, start, length});
   }
+  return t;
+}
+
+bool ChunkScheduler::advance(Stream& s, uint64_t bytes, uint64_t* left) {
+  const uint64_t epoch = epoch_;
+  *left -= bytes;
+  TxTransfer* t = count_written(s, bytes);
   if (t->confirm && !t->written_told && t->all_written()) {
     t->written_told = true;
     owner_.written(*t);
@@ -492,7 +571,7 @@ void ChunkScheduler::read(uint16_t index) { read(streams_[index], index); }
 
 void ChunkScheduler::read(Stream& s, uint16_t index) {
   if (!s.in) return;  // closed, or handed to the lingering close
-  if (s.job) {
+  if (s.rx_job) {
     s.edge_during_job = true;  // a receive worker has the stream: it reads on after
     return;
   }
@@ -508,11 +587,11 @@ void ChunkScheduler::read(Stream& s, uint16_t index) {
       }
       c.begun = true;
     }
-    if (c.done == c.length) {  // whole, taken back from a worker unfinished (settle_job)
+    if (c.done == c.length) {  // whole, taken back from a worker unfinished (settle_rx_job)
       if (!consumed(s, index, 0)) return;
       continue;
     }
-    if (!pulls && offer_job(s, index)) return;
+    if (!pulls && offer_rx_job(s, index)) return;
     if (pulls) pull_in_->at(c.remote + c.done);
     // `asked` is what the sink asked the kernel for: the rest of the chunk (at most the
     // stream's read_limit), or a scratch buffer's worth when it drains. A read shorter
@@ -592,7 +671,7 @@ bool ChunkScheduler::consumed(Stream& s, uint16_t index, uint64_t bytes) {
   return epoch == epoch_;
 }
 
-bool ChunkScheduler::offer_job(Stream& s, uint16_t index) {
+bool ChunkScheduler::offer_rx_job(Stream& s, uint16_t index) {
   if (workers_ == nullptr || !s.offload || s.eof) return false;
   RxChunk& c = s.rxq.front();
   const uint64_t rest = c.length - c.done;
@@ -600,27 +679,27 @@ bool ChunkScheduler::offer_job(Stream& s, uint16_t index) {
   std::byte* dst = c.t->sink->host_destination(c.start + c.done);
   if (dst == nullptr) return false;
   s.edge_during_job = false;
-  auto slot = std::make_shared<std::shared_ptr<RxWorkers::Ticket>>();
-  RxWorkers::Job job{.in = s.in.get(),
+  auto slot = std::make_shared<std::shared_ptr<StreamWorkers::Ticket>>();
+  StreamWorkers::RxJob job{.in = s.in.get(),
                      .dst = dst,
                      .len = rest,
                      .piece = s.in->read_limit(),
                      .sink = c.t->sink,
                      // On the worker. The posted call runs under the progress lock, so
                      // after this side (which holds it) filled `slot` below.
-                     .done = [this, index, slot] { owner_.post([this, index, slot] { job_done(index, *slot); }); }};
-  s.job = workers_->submit(index, std::move(job));
-  *slot = s.job;
+                     .done = [this, index, slot] { owner_.post([this, index, slot] { rx_job_done(index, *slot); }); }};
+  s.rx_job = workers_->submit(index, std::move(job));
+  *slot = s.rx_job;
   ++worker_jobs_;
   return true;
 }
 
-void ChunkScheduler::job_done(uint16_t index, const std::shared_ptr<RxWorkers::Ticket>& ticket) {
+void ChunkScheduler::rx_job_done(uint16_t index, const std::shared_ptr<StreamWorkers::Ticket>& ticket) {
   if (index >= streams_.size()) return;
   Stream& s = streams_[index];
-  if (!ticket || s.job != ticket) return;  // taken back meanwhile (settle_job)
-  const RxWorkers::Result r = ticket->result();
-  s.job.reset();
+  if (!ticket || s.rx_job != ticket) return;  // taken back meanwhile (settle_rx_job)
+  const StreamWorkers::Result r = ticket->result();
+  s.rx_job.reset();
   worker_bytes_ += r.got;
   const uint64_t epoch = epoch_;
   const bool whole = r.got > 0 && !s.rxq.empty() && r.got == s.rxq.front().length - s.rxq.front().done;
@@ -640,10 +719,10 @@ void ChunkScheduler::job_done(uint16_t index, const std::shared_ptr<RxWorkers::T
   if (std::exchange(s.edge_during_job, false) || whole) read(s, index);
 }
 
-void ChunkScheduler::settle_job(Stream& s, bool count) {
-  if (!s.job) return;
-  const RxWorkers::Result r = s.job->cancel();
-  s.job.reset();
+void ChunkScheduler::settle_rx_job(Stream& s, bool count) {
+  if (!s.rx_job) return;
+  const StreamWorkers::Result r = s.rx_job->cancel();
+  s.rx_job.reset();
   worker_bytes_ += r.got;
   if (count && r.got > 0 && !s.rxq.empty()) {
     // In the chunk's memory: counted, not finished (read() finishes it).
@@ -690,10 +769,10 @@ void ChunkScheduler::redirect(const std::function<bool(const RxTransfer&)>& drop
   all.push_back(&pulls_in_);
   for (Stream* each : all) {
     Stream& s = *each;
-    if (s.job && !s.rxq.empty() && drop(*s.rxq.front().t)) {
+    if (s.rx_job && !s.rxq.empty() && drop(*s.rxq.front().t)) {
       // A worker writes into the memory of an operation that is gone: take the chunk
       // back (what it read counts); the drain reads the rest.
-      settle_job(s, /*count=*/true);
+      settle_rx_job(s, /*count=*/true);
       s.rx_resume = true;
       stalled = true;
     }
@@ -801,6 +880,12 @@ std::string ChunkScheduler::confirmed(uint16_t index, uint64_t chunks) {
   }
   Stream& s = streams_[index];
   if (s.peer_retired) return fmt::format("RECEIVED for data stream {} after its RETIRE", index);
+  // A send worker may have written chunks the peer read before its report came here:
+  // take its job back now, so that what it wrote is counted before the count is checked.
+  if (chunks >= s.chunks_confirmed && chunks - s.chunks_confirmed > s.unconfirmed.size() &&
+      !settle_tx_job(s, TxSettle::kReport)) {
+    return {};
+  }
   if (chunks < s.chunks_confirmed || chunks - s.chunks_confirmed > s.unconfirmed.size()) {
     return fmt::format("RECEIVED {} chunks of data stream {}, where {} were confirmed and {} more written whole",
                        chunks, index, s.chunks_confirmed, s.unconfirmed.size());
@@ -812,7 +897,8 @@ std::string ChunkScheduler::confirmed(uint16_t index, uint64_t chunks) {
 Result<uint64_t> ChunkScheduler::retire(uint16_t index) {
   Stream& s = streams_[index];
   if (s.retired) return s.chunks_read;
-  settle_job(s, /*count=*/true);
+  settle_rx_job(s, /*count=*/true);
+  settle_tx_job(s, TxSettle::kCount);
   for (const RxChunk& c : s.rxq) {
     if (!c.t->sink->can_reread()) {
       return Status(StatusCode::kPeerFailed,
@@ -876,6 +962,7 @@ std::string ChunkScheduler::peer_retired(uint16_t index, uint64_t chunks) {
   if (index >= streams_.size()) return fmt::format("RETIRE names data stream {} of {}", index, streams_.size());
   Stream& s = streams_[index];
   if (s.peer_retired) return fmt::format("RETIRE of data stream {} twice", index);
+  settle_tx_job(s, TxSettle::kCount);  // none: this side retired it first (retire)
   if (chunks < s.chunks_confirmed || chunks - s.chunks_confirmed > s.unconfirmed.size()) {
     return fmt::format("RETIRE of data stream {} after {} chunks, where {} were confirmed and {} more written whole",
                        index, chunks, s.chunks_confirmed, s.unconfirmed.size());

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "datapath/chunk_io.h"
-#include "datapath/rx_workers.h"
+#include "datapath/stream_workers.h"
 #include "net/same_host.h"
 #include "net/socket.h"
 #include "remora/status.h"
@@ -115,13 +115,13 @@ class ChunkScheduler {
     /// Call resume() at the next progress round (the scheduler gave way).
     virtual void resume_later() = 0;
     /// Runs `fn` with the progress lock held at the next progress round. Called from a
-    /// receive worker's thread (set_rx_workers), never with the lock; must not block.
+    /// worker's thread (set_workers), never with the lock; must not block.
     virtual void post(std::function<void()> fn) = 0;
   };
 
   /// `peer` names the other side in error messages.
   ChunkScheduler(Owner& owner, uint32_t streams, uint64_t chunk_bytes, std::string peer);
-  /// Cancels the receive workers' jobs (waiting for them to let go).
+  /// Cancels the workers' jobs (waiting for them to let go).
   ~ChunkScheduler();
   ChunkScheduler(const ChunkScheduler&) = delete;
   ChunkScheduler& operator=(const ChunkScheduler&) = delete;
@@ -138,7 +138,8 @@ class ChunkScheduler {
   int fd(uint16_t index) const noexcept { return streams_[index].fd.get(); }
   /// Hands a stream's socket over (the lingering close keeps it open).
   net::Fd take(uint16_t index) {
-    settle_job(streams_[index], /*count=*/false);
+    settle_rx_job(streams_[index], /*count=*/false);
+    settle_tx_job(streams_[index], TxSettle::kForget);
     streams_[index].in.reset();
     return std::move(streams_[index].fd);
   }
@@ -146,7 +147,7 @@ class ChunkScheduler {
   /// stream steered to devmem RX queues gets its devmem receiver's). `in` reads the
   /// stream's socket.
   void set_stream_in(uint16_t index, std::unique_ptr<StreamIn> in) {
-    settle_job(streams_[index], /*count=*/false);
+    settle_rx_job(streams_[index], /*count=*/false);
     streams_[index].in = std::move(in);
     streams_[index].offload = false;
   }
@@ -196,25 +197,47 @@ class ChunkScheduler {
   /// the sink has room again.
   void unstall();
 
-  // --- receive workers (rx_workers.h; REMORA_PROGRESS_THREADS) ----------------------
-  /// From now on the rest of a chunk of at least `min_bytes` whose sink lends host
-  /// memory (ChunkSink::host_destination) is received by `workers` (stream i by worker
-  /// i), off the progress thread; the stream is not read here meanwhile, and the chunk
-  /// is finished here once the job reports (through Owner::post). Device memory, devmem
-  /// and same-host pulls stay on the progress thread. `workers` outlives the scheduler.
-  void set_rx_workers(RxWorkers* workers, uint64_t min_bytes) noexcept {
+  // --- workers (stream_workers.h; REMORA_PROGRESS_THREADS) -------------------------
+  /// From now on the rest of a chunk of at least `min_bytes` is moved by `workers`, off
+  /// the progress thread, where its memory is host memory that stays put:
+  /// - received where its sink lends it (ChunkSink::host_destination), by worker i for
+  ///   stream i; the stream is not read here meanwhile;
+  /// - sent where its source lends it (ChunkSource::gather_begin: a plain send of host
+  ///   memory, not a chunk sent again after a stream broke), by worker i + N/2 of N for
+  ///   stream i (so that a stream's two directions, and one endpoint's sends beside
+  ///   another's receives, go to different workers where there are two or more); the
+  ///   stream is not written here meanwhile.
+  /// The chunk is finished here once the job reports (through Owner::post). Device
+  /// memory, devmem, zero-copy sends and same-host pulls stay on the progress thread.
+  /// `workers` outlives the scheduler.
+  void set_workers(StreamWorkers* workers, uint64_t min_bytes) noexcept {
     workers_ = workers;
     worker_min_ = min_bytes;
   }
   /// Takes every stream back from the workers (cancel, wait), forgetting what they
-  /// read: the Owner calls it before the memory it lent them (its operations' sinks)
-  /// goes away.
+  /// moved: the Owner calls it before the memory it lent them (its operations' sources
+  /// and sinks) goes away.
   void cancel_jobs() {
-    for (Stream& s : streams_) settle_job(s, /*count=*/false);
+    for (Stream& s : streams_) {
+      settle_rx_job(s, /*count=*/false);
+      settle_tx_job(s, TxSettle::kForget);
+    }
+  }
+  /// The peer acknowledged bytes (a put's RESP) whose send worker has not reported yet:
+  /// takes every send job back now and counts what it wrote, the Owner told as the
+  /// reports would have told it.
+  void reap_tx_jobs() {
+    const uint64_t epoch = epoch_;
+    for (Stream& s : streams_) {
+      if (!settle_tx_job(s, TxSettle::kReport) || epoch != epoch_) return;
+    }
   }
   /// Chunks (or parts of chunks) the workers received, and their bytes.
   uint64_t worker_jobs() const noexcept { return worker_jobs_; }
   uint64_t worker_bytes() const noexcept { return worker_bytes_; }
+  /// Chunks (or parts of chunks) the workers sent, and their bytes.
+  uint64_t worker_send_jobs() const noexcept { return worker_send_jobs_; }
+  uint64_t worker_send_bytes() const noexcept { return worker_send_bytes_; }
 
   // --- same-host pulls (net/same_host.h, docs/protocol.md) ------------------------
   /// Chunks announced as PULLs and not yet answered, at most.
@@ -412,9 +435,13 @@ class ChunkScheduler {
     // Receive workers: the job that has the stream now (null: none), the stream's
     // index, and whether an edge came while it had it (the socket is read again then).
     // `offload`: its StreamIn is the plain one attach() made (set_stream_in clears it).
-    std::shared_ptr<RxWorkers::Ticket> job;
+    std::shared_ptr<StreamWorkers::Ticket> rx_job;
     bool edge_during_job = false;
     bool offload = false;
+    // Send workers: the job that writes the front chunk now (null: none), and whether
+    // the stream reported room (EPOLLOUT) while it had it.
+    std::shared_ptr<StreamWorkers::Ticket> tx_job;
+    bool writable_during_job = false;
   };
   /// Samples each stream's acknowledged bytes (SIOCOUTQ) where kRateSample has passed.
   void sample_rates();
@@ -437,6 +464,10 @@ class ChunkScheduler {
   /// them, and finishes the chunk and its transfer where they are whole. false when a
   /// callback moved `epoch_` (the caller returns).
   bool advance(Stream& s, uint64_t bytes, uint64_t* left);
+  /// advance()'s counting without its callbacks: the front chunk's `bytes` are in the
+  /// kernel; a chunk so finished leaves the queue (to await confirmation, with failover).
+  /// Returns the chunk's transfer.
+  TxTransfer* count_written(Stream& s, uint64_t bytes);
   /// Reads `s`'s queued chunks: data stream `index`, or the PULLs (pulls_in_).
   void read(Stream& s, uint16_t index);
   /// `bytes` more of the front chunk of `s` are in its memory: counts them, and where
@@ -444,12 +475,25 @@ class ChunkScheduler {
   bool consumed(Stream& s, uint16_t index, uint64_t bytes);
   /// Hands the rest of `s`'s front chunk to a receive worker where it may go; true if
   /// it did.
-  bool offer_job(Stream& s, uint16_t index);
+  bool offer_rx_job(Stream& s, uint16_t index);
   /// The job `ticket` of stream `index` reported (posted by its worker).
-  void job_done(uint16_t index, const std::shared_ptr<RxWorkers::Ticket>& ticket);
+  void rx_job_done(uint16_t index, const std::shared_ptr<StreamWorkers::Ticket>& ticket);
   /// Takes `s`'s job back now (cancel, wait): `count`: the bytes it received count in
   /// the front chunk (they are in its memory); else they are forgotten with it.
-  void settle_job(Stream& s, bool count);
+  void settle_rx_job(Stream& s, bool count);
+  /// Hands the rest of `s`'s front chunk to a send worker where it may go; true if it did.
+  bool offer_tx_job(Stream& s, uint16_t index);
+  /// The send job `ticket` of stream `index` reported (posted by its worker).
+  void tx_job_done(uint16_t index, const std::shared_ptr<StreamWorkers::Ticket>& ticket);
+  /// What settle_tx_job does with the bytes the job wrote (they are in the kernel):
+  /// forget them (the chunks are being forgotten too); count them in the front chunk's
+  /// progress as advance() does but without telling the Owner (the caller is retiring
+  /// the stream: what the peer did not read whole goes again, and sent() follows the
+  /// confirmations); or count them and tell the Owner, as the job's report would have.
+  enum class TxSettle { kForget, kCount, kReport };
+  /// Takes `s`'s send job back now (cancel, wait), if it has one. false when a callback
+  /// (kReport) moved `epoch_`.
+  bool settle_tx_job(Stream& s, TxSettle how);
   /// The checks expect() and expect_pull() share; "" or the violation.
   std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
                              bool has_crc) const;
@@ -511,10 +555,12 @@ class ChunkScheduler {
   uint32_t streams_retired_ = 0;
   uint32_t streams_rejoined_ = 0;
   // Receive workers.
-  RxWorkers* workers_ = nullptr;
+  StreamWorkers* workers_ = nullptr;
   uint64_t worker_min_ = 0;
   uint64_t worker_jobs_ = 0;
   uint64_t worker_bytes_ = 0;
+  uint64_t worker_send_jobs_ = 0;
+  uint64_t worker_send_bytes_ = 0;
 };
 
 }  // namespace remora::detail

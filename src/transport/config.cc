@@ -211,8 +211,8 @@ constexpr ConfigVariable kVariables[] = {
      .min = 1,
      .max = 64,
      .field = "progress_threads",
-     .doc = "threads that take data-stream bytes off the sockets: 1, the progress thread alone; N, it and N-1 "
-            "receive workers for chunks into host memory (docs/rails.md)"},
+     .doc = "threads that move data-stream bytes: 1, the progress thread alone; N, it and N-1 workers that "
+            "send and receive chunks of host memory (docs/rails.md)"},
     {.name = "REMORA_CONNECT_TIMEOUT_MS",
      .section = kContext,
      .default_text = "10000",

@@ -32,7 +32,7 @@ uint64_t random_nonzero_u64() {
 ContextCore::ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine,
                          std::vector<net::Rail> rails)
     : config_(config), rails_(std::move(rails)), registry_(config.pin_mode), engine_(std::move(engine)) {
-  if (config_.progress_threads > 1) rx_workers_ = std::make_shared<RxWorkers>(config_.progress_threads - 1);
+  if (config_.progress_threads > 1) stream_workers_ = std::make_shared<StreamWorkers>(config_.progress_threads - 1);
 }
 
 ContextCore::~ContextCore() { shutdown(); }
@@ -413,7 +413,7 @@ Result<std::shared_ptr<Endpoint>> ContextCore::connect(std::string_view address,
   p.registry = &registry_;
   p.devmem_tx_bindings = devmem_tx_bindings_;
   p.domains = &domains_;
-  p.rx_workers = rx_workers_;
+  p.stream_workers = stream_workers_;
   p.peer = peer;
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);
   ep->set_control(std::move(control));

@@ -112,7 +112,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::shared_ptr<engine::ProgressEngine> engine_;
   /// Receive workers the endpoints share (REMORA_PROGRESS_THREADS above 1); each
   /// endpoint keeps them alive while it may use them.
-  std::shared_ptr<RxWorkers> rx_workers_;
+  std::shared_ptr<StreamWorkers> stream_workers_;
   bool shut_down_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<EndpointCore>> endpoints_;  // by next_endpoint_key_
   uint64_t next_endpoint_key_ = 1;

@@ -48,15 +48,16 @@ void EndpointCore::queue_resume() {
 }
 
 void EndpointCore::post(std::function<void()> fn) {
-  // From a receive worker's thread: nothing of this endpoint but its engine is touched
+  // From a worker's thread: nothing of this endpoint but its engine is touched
   // here (the scheduler's cancel waits for this call to return).
   engine_->post([weak = weak_from_this(), fn = std::move(fn)] {
     auto self = weak.lock();
     if (!self || (self->state_ != State::kActive && self->state_ != State::kDraining)) return;
     fn();
     if (self->state_ == State::kDraining) self->maybe_finalize();
-    // Finishing a chunk may have queued a reply or a RECEIVED.
-    if (self->state_ == State::kActive && self->ctl_tx_off_ < self->ctl_tx_.size()) self->flush_control();
+    // A send job's end made room for more chunks; finishing a chunk may have queued a
+    // reply or a RECEIVED (pump sends both).
+    if (self->state_ == State::kActive) self->pump();
   });
 }
 

@@ -44,7 +44,7 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   eager_limit_ = std::min<uint64_t>(config_.eager_limit, params_.peer_eager_limit);
   chunks_.set_checksum(checksum_);
   // A chunk's rest goes to a worker when it is worth a hand-over: at least 64 KiB.
-  if (params_.rx_workers) chunks_.set_rx_workers(params_.rx_workers.get(), uint64_t{64} << 10);
+  if (params_.stream_workers) chunks_.set_workers(params_.stream_workers.get(), uint64_t{64} << 10);
   tx_credit_ = params_.peer_eager_credit;
 }
 
@@ -267,6 +267,8 @@ EndpointStats EndpointCore::stats() const {
   st.streams_rejoined = chunks_.streams_rejoined();
   st.worker_jobs = chunks_.worker_jobs();
   st.worker_bytes = chunks_.worker_bytes();
+  st.worker_send_jobs = chunks_.worker_send_jobs();
+  st.worker_send_bytes = chunks_.worker_send_bytes();
   st.control_resumed = control_resumed_;
   st.failover = chunks_.failover();
   for (uint16_t i = 0; i < stream_rail_.size(); ++i) {

@@ -84,7 +84,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     /// The context's device domains (Context::add_memory_domain); read with the lock held.
     const std::vector<MemoryDomain*>* domains = nullptr;
     /// The context's receive workers (REMORA_PROGRESS_THREADS above 1), else null.
-    std::shared_ptr<RxWorkers> rx_workers;
+    std::shared_ptr<StreamWorkers> stream_workers;
     std::string peer;
     uint64_t peer_capabilities = 0;  ///< the peer's HELLO / HELLO_ACK capability bits (wire/handshake.h)
   };
@@ -470,6 +470,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     return ctl_tx_.size();
   }
   void send_chunks(TxTransfer* t) override { chunks_.ready(t); }
+  void settle_sends() override { chunks_.reap_tx_jobs(); }
 
   // Notifications::Owner
   Status inactive() const override;

@@ -458,7 +458,7 @@ wire::HelloAck ContextCore::begin_server_endpoint(const wire::Hello& hello, net:
   p.registry = &registry_;
   p.devmem_tx_bindings = devmem_tx_bindings_;
   p.domains = &domains_;
-  p.rx_workers = rx_workers_;
+  p.stream_workers = stream_workers_;
   p.peer = std::move(peer);
   drop_oldest_pending_beyond_bound();
   auto ep = std::make_shared<EndpointCore>(engine_, config_, p);

@@ -315,6 +315,7 @@ void RmaInitiator::handle_resp(const wire::RespFrame& f) {
   }
   switch (op->kind) {
     case Op::Kind::kPut:
+      if (op->out.failure.is_ok() && !op->inline_class && op->out.written != op->length) owner_.settle_sends();
       if (!op->out.failure.is_ok() || op->inline_class || op->out.written == op->length) {
         handle_put_resp(op);
         break;

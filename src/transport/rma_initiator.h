@@ -56,6 +56,10 @@ class RmaInitiator {
     virtual void send_chunks(TxTransfer* t) = 0;
     /// The peer broke the protocol: the endpoint fails (fail() runs before this returns).
     virtual void protocol_error(std::string message) = 0;
+    /// The peer has every byte of a put whose sending is not counted whole yet: send
+    /// workers may have written the rest without their reports having come. Count what
+    /// they wrote now (ChunkScheduler::reap_tx_jobs).
+    virtual void settle_sends() {}
   };
 
   /// `engine` makes the requests (may be null: requests that only complete); at most

@@ -78,7 +78,7 @@ struct RecordingOwner : ChunkScheduler::Owner {
   void resend_failed(const Status& why) override { resend_failures.push_back(why); }
   bool should_yield() override { return yield; }
   void resume_later() override { ++resumes; }
-  // Receive workers' reports (post), run by the test's loop (run_posted), as the
+  // Workers' reports (post), run by the test's loop (run_posted), as the
   // endpoint's progress round runs them.
   std::mutex posted_mutex;
   std::vector<std::function<void()>> posted;
@@ -154,11 +154,11 @@ struct Link {
 
   template <typename Pick, typename Done>
   void run_picking(Pick pick, Done done) {
-    // Bounded by rounds, and by time where receive workers are at work (a round that
-    // waits for one of them is over in no time).
+    // Bounded by rounds, and by time where workers are at work (a round that waits for
+    // one of them is over in no time).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    for (int round = 0;
-         (round < 100000 || (rx.worker_jobs() > 0 && std::chrono::steady_clock::now() < deadline)) && !done();
+    auto workers_at_work = [this] { return rx.worker_jobs() > 0 || tx.worker_send_jobs() > 0; };
+    for (int round = 0; (round < 100000 || (workers_at_work() && std::chrono::steady_clock::now() < deadline)) && !done();
          ++round) {
       if (each_round) each_round();
       tx.schedule();
@@ -188,7 +188,8 @@ struct Link {
         rx.read(i);
         tx.writable(i);  // the socket pair may have room again
       }
-      if (rx_owner.run_posted() == 0 && round >= 100000) std::this_thread::yield();  // receive workers' reports
+      // The workers' reports.
+      if (rx_owner.run_posted() + tx_owner.run_posted() == 0 && round >= 100000) std::this_thread::yield();
       // Failover: the receiver's RECEIVED counts reach the sender.
       for (; reads_handed < rx_owner.reads.size(); ++reads_handed) {
         const auto [index, chunks] = rx_owner.reads[reads_handed];
@@ -214,8 +215,11 @@ struct Link {
     in.length = data.size();
     in.sink = &sink;
     const size_t before = rx_owner.received_ids.size();
+    const size_t sent_before = tx_owner.sent_ids.size();
     tx.ready(&out);
-    run(&in, [&] { return rx_owner.received_ids.size() > before; });
+    // Until the sender is done with `source` too (a send worker's report may come after
+    // the receiver has every byte).
+    run(&in, [&] { return rx_owner.received_ids.size() > before && tx_owner.sent_ids.size() > sent_before; });
     EXPECT_TRUE(rx_owner.failures.empty());  // the streams stay in step
     if (rx_owner.received_ids.size() != before + 1 || rx_owner.received_ids.back().first != id) {
       return Status(StatusCode::kInternal, "the message was not received");

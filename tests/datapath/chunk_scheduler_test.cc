@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -371,7 +373,8 @@ struct FailoverSend {
   HostSink sink;
   TxTransfer out;
   RxTransfer in;
-  FailoverSend(size_t size, uint64_t seed)
+  /// `tx_workers`: the sender's chunks are written by them from the first.
+  FailoverSend(size_t size, uint64_t seed, StreamWorkers* tx_workers = nullptr)
       : data(pattern(size, seed)),
         got(size),
         source(data.data()),
@@ -380,6 +383,7 @@ struct FailoverSend {
         in(incoming(1, size, &sink)) {
     link.tx.enable_failover();
     link.rx.enable_failover();
+    if (tx_workers != nullptr) link.tx.set_workers(tx_workers, 1);
     link.tx.ready(&out);
     link.tx.schedule();
     link.tx.write_all();
@@ -387,6 +391,19 @@ struct FailoverSend {
       const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
       EXPECT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
     }
+  }
+  /// Workers may still hold `data` or `got`: take the streams back first.
+  ~FailoverSend() {
+    link.tx.cancel_jobs();
+    link.rx.cancel_jobs();
+  }
+  /// Both sides retire stream `index` and hear the other's RETIRE.
+  void retire_both(uint16_t index) {
+    Result<uint64_t> tx_read = link.tx.retire(index);
+    Result<uint64_t> rx_read = link.rx.retire(index);
+    ASSERT_TRUE(rx_read.is_ok() && tx_read.is_ok());
+    EXPECT_EQ(link.tx.peer_retired(index, *rx_read), "");
+    EXPECT_EQ(link.rx.peer_retired(index, *tx_read), "");
   }
   /// Runs until the message arrived and was confirmed; then it must be whole, once.
   void finish() {
@@ -527,28 +544,35 @@ TEST(ChunkSchedulerFailover, ASendIsDoneOnlyOnceConfirmedAndBadCountsAreRefused)
   EXPECT_NE(link.tx.confirmed(stream, 0), "");  // a count never goes back
 }
 
-// --- receive workers (rx_workers.h, REMORA_PROGRESS_THREADS) ------------------------
+// --- receive workers (stream_workers.h, REMORA_PROGRESS_THREADS) ------------------------
 
 // Every chunk's bytes are taken off the stream by a worker thread, into the receive
 // buffer, and finished by the scheduler: each message lands whole, byte for byte.
-TEST(ChunkSchedulerWorkers, ChunksReceivedByWorkersLandIntact) {
-  RxWorkers workers(2);
-  Link link;
-  link.rx.set_rx_workers(&workers, 1);
+// Sends one message of each size class over `link` (ids 1, 2, ...), each checked byte for
+// byte where it landed; the bytes sent in all.
+uint64_t deliver_each_size(Link& link, uint64_t seed) {
   uint64_t total = 0;
   uint64_t id = 1;
   for (const size_t size :
        {size_t{1}, Link::kChunk - 1, size_t{Link::kChunk}, 3 * Link::kChunk + 5, 40 * Link::kChunk + 3}) {
-    const std::vector<std::byte> data = pattern(size, 50 + id);
+    const std::vector<std::byte> data = pattern(size, seed + id);
     std::vector<std::byte> got(size, std::byte{0x5a});
     HostSink sink(got.data());
     RxTransfer in = incoming(id, size, &sink);
     const Status st = link.deliver(data, in, sink, id);
-    ASSERT_TRUE(st.is_ok()) << size << " bytes: " << st.to_string();
+    EXPECT_TRUE(st.is_ok()) << size << " bytes: " << st.to_string();
     EXPECT_TRUE(got == data) << size << " bytes";
     total += size;
     ++id;
   }
+  return total;
+}
+
+TEST(ChunkSchedulerWorkers, ChunksReceivedByWorkersLandIntact) {
+  StreamWorkers workers(2);
+  Link link;
+  link.rx.set_workers(&workers, 1);
+  const uint64_t total = deliver_each_size(link, 50);
   EXPECT_GT(link.rx.worker_jobs(), 0u);
   EXPECT_EQ(link.rx.worker_bytes(), total) << "bytes read on the progress thread instead";
   EXPECT_TRUE(link.rx.idle());
@@ -558,18 +582,14 @@ TEST(ChunkSchedulerWorkers, ChunksReceivedByWorkersLandIntact) {
 // retirement resets the chunk, every chunk owed comes again on the other stream, and
 // the message lands whole, once.
 TEST(ChunkSchedulerWorkers, AStreamRetiredWhileAWorkerReadsItLosesNothing) {
-  RxWorkers workers(2);
+  StreamWorkers workers(2);
   FailoverSend send(8 * Link::kChunk + 123, 51);
   Link& link = send.link;
-  link.rx.set_rx_workers(&workers, 1);
+  link.rx.set_workers(&workers, 1);
   link.rx.read(0);
   link.rx.read(1);  // both streams handed to workers
   ASSERT_GT(link.tx.bytes_sent(1), 0u);
-  Result<uint64_t> rx_read = link.rx.retire(1);  // cancels the worker's job first
-  Result<uint64_t> tx_read = link.tx.retire(1);
-  ASSERT_TRUE(rx_read.is_ok() && tx_read.is_ok());
-  EXPECT_EQ(link.tx.peer_retired(1, *rx_read), "");
-  EXPECT_EQ(link.rx.peer_retired(1, *tx_read), "");
+  send.retire_both(1);  // cancels the worker's job first
   send.finish();
   EXPECT_GT(link.rx.worker_jobs(), 0u);
 }
@@ -578,9 +598,9 @@ TEST(ChunkSchedulerWorkers, AStreamRetiredWhileAWorkerReadsItLosesNothing) {
 // once redirect() returns, nothing more is written there, and the rest of its bytes
 // are drained so that the stream stays in step.
 TEST(ChunkSchedulerWorkers, ARedirectedTransfersMemoryIsNotWrittenAfterTheRedirect) {
-  RxWorkers workers(1);
+  StreamWorkers workers(1);
   Link link;
-  link.rx.set_rx_workers(&workers, 1);
+  link.rx.set_workers(&workers, 1);
   const std::vector<std::byte> data = pattern(2 * Link::kChunk, 52);  // a chunk per stream, both announced
   HostSource source(data.data());
   TxTransfer out = outgoing(wire::ChunkKind::kGet, 1, 1, data.size(), &source);
@@ -608,6 +628,121 @@ TEST(ChunkSchedulerWorkers, ARedirectedTransfersMemoryIsNotWrittenAfterTheRedire
   EXPECT_TRUE(link.rx_owner.failures.empty());
   EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](std::byte b) { return b == std::byte{0xa5}; }))
       << "a worker wrote into the memory after the redirect";
+}
+
+// --- send workers (the same threads) ---------------------------------------------------
+
+// Every chunk's bytes are put on the stream by a worker thread and finished by the
+// scheduler: each message lands whole, byte for byte, with workers on both sides
+// sharing one pool of two, then one (a stream's two directions on one worker).
+TEST(ChunkSchedulerWorkers, ChunksSentByWorkersLandIntact) {
+  for (const uint32_t threads : {2u, 1u}) {
+    StreamWorkers workers(threads);
+    Link link;
+    link.tx.set_workers(&workers, 1);
+    link.rx.set_workers(&workers, 1);
+    SCOPED_TRACE(testing::Message() << threads << " workers");
+    const uint64_t total = deliver_each_size(link, 60);
+    EXPECT_GT(link.tx.worker_send_jobs(), 0u);
+    EXPECT_EQ(link.tx.worker_send_bytes(), total) << "bytes written on the progress thread instead";
+    EXPECT_EQ(link.tx.worker_jobs(), 0u);  // the sender received nothing
+    EXPECT_TRUE(link.tx.idle());
+    EXPECT_TRUE(link.rx.idle());
+  }
+}
+
+// The peer has every byte before the send worker's report came (a put's RESP can say so):
+// reap_tx_jobs counts them at once and tells the Owner, as the report would have; the
+// report that comes later changes nothing (nothing counted twice).
+TEST(ChunkSchedulerWorkers, ASendJobReapedBeforeItsReportIsCountedOnce) {
+  StreamWorkers workers(1);
+  Link link;
+  link.tx.set_workers(&workers, 1);
+  const std::vector<std::byte> data = pattern(2 * Link::kChunk, 63);  // a chunk per stream
+  std::vector<std::byte> got(data.size());
+  HostSource source(data.data());
+  HostSink sink(got.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  RxTransfer in = incoming(1, data.size(), &sink);
+  link.tx.ready(&out);
+  link.tx.schedule();
+  link.tx.write_all();
+  ASSERT_EQ(link.tx.worker_send_jobs(), 2u);
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+  }
+  // The receiver takes every byte; the sender runs none of the workers' reports.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (link.rx_owner.received_ids.empty() && std::chrono::steady_clock::now() < deadline) {
+    link.rx.read(0);
+    link.rx.read(1);
+  }
+  ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(link.tx_owner.sent_ids.empty());
+  link.tx.reap_tx_jobs();
+  EXPECT_EQ(out.written, data.size());
+  ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_TRUE(link.tx.idle());
+  link.tx_owner.run_posted();  // the reports, late
+  EXPECT_EQ(link.tx_owner.sent_ids.size(), 1u);
+  EXPECT_EQ(out.written, data.size());
+  EXPECT_EQ(link.tx.worker_send_bytes(), data.size());
+  EXPECT_TRUE(link.tx_owner.failures.empty());
+}
+
+// A source that counts its holds (gather_begin, gather_end).
+class HeldSource final : public ChunkSource {
+ public:
+  explicit HeldSource(const std::byte* data) : host_(data), data_(data) {}
+  net::IoResult write(int fd, uint64_t offset, uint64_t len) override { return host_.write(fd, offset, len); }
+  const std::byte* gather_begin() noexcept override {
+    begun.fetch_add(1);
+    return data_;
+  }
+  void gather_end() noexcept override { ended.fetch_add(1); }
+  std::atomic<int> begun{0}, ended{0};
+
+ private:
+  HostSource host_;
+  const std::byte* data_;
+};
+
+// The sending operations are gone (clear_tx, as when the control stream is lost): once
+// it returns, no worker holds their memory, whatever it was doing; what the workers
+// report afterwards changes nothing.
+TEST(ChunkSchedulerWorkers, ClearingTheSendsTakesTheirMemoryBackFromTheWorkers) {
+  StreamWorkers workers(2);
+  Link link;
+  link.tx.set_workers(&workers, 1);
+  // More than the socket pairs hold, so that the workers wait on full sockets.
+  const std::vector<std::byte> data = pattern(64 * Link::kChunk, 61);
+  HeldSource source(data.data());
+  TxTransfer out = outgoing(wire::ChunkKind::kMessage, 1, 1, data.size(), &source);
+  link.tx.ready(&out);
+  link.tx.schedule();
+  link.tx.write_all();
+  EXPECT_GT(link.tx.worker_send_jobs(), 0u);
+  link.tx.clear_tx();
+  EXPECT_EQ(source.begun.load(), source.ended.load()) << "a worker still holds the memory of a send that is gone";
+  link.tx_owner.run_posted();
+  EXPECT_TRUE(link.tx_owner.sent_ids.empty());
+  EXPECT_TRUE(link.tx_owner.failures.empty());
+  EXPECT_TRUE(link.tx.idle());
+}
+
+// A stream retired while a send worker writes on it: what the worker wrote counts in
+// the chunk's progress until the peer's RETIRE says what arrived whole, every other chunk
+// goes again on the other stream, and the message lands whole, once.
+TEST(ChunkSchedulerWorkers, AStreamRetiredWhileAWorkerSendsOnItLosesNothing) {
+  StreamWorkers workers(2);
+  FailoverSend send(64 * Link::kChunk + 123, 62, &workers);
+  Link& link = send.link;
+  ASSERT_GT(link.tx.worker_send_jobs(), 0u);
+  // Nothing read off stream 1 yet: the chunk the worker writes there goes again.
+  send.retire_both(1);  // cancels the worker's job first
+  send.finish();
 }
 
 }  // namespace

@@ -304,7 +304,7 @@ TEST(Doctor, SaysWhichThreadsMoveTheDataStreamsAndRefusesWhatAContextWould) {
 
   a = threads({"REMORA_PROGRESS_THREADS=3"});
   EXPECT_EQ(a["state"], "yes");
-  EXPECT_NE(a["detail"].get<std::string>().find("2 receive workers"), std::string::npos) << a.dump();
+  EXPECT_NE(a["detail"].get<std::string>().find("2 workers send and receive"), std::string::npos) << a.dump();
 
   a = threads({"REMORA_PROGRESS_THREADS=65"});  // out of range: the context's own words
   EXPECT_EQ(a["state"], "no");

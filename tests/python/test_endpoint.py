@@ -210,9 +210,10 @@ def test_accessors_abort_and_options():
         p.close()
 
 
-def test_receive_workers_take_chunks_of_messages_puts_and_gets_intact():
-    # progress_threads=3: two receive workers per context take chunks of 64 KiB or more
-    # off the data streams (same-host pulls off, so the chunks travel on the streams).
+def test_workers_move_chunks_of_messages_puts_and_gets_intact():
+    # progress_threads=3: two workers per context put chunks of 64 KiB or more on the
+    # data streams and take them off (same-host pulls off, so the chunks travel on the
+    # streams).
     p = Pair(progress_threads=3, same_host_pulls=False, eager_limit=4096, chunk_bytes=256 * 1024)
     try:
         assert p.init_ctx.config()["progress_threads"] == 3
@@ -240,5 +241,9 @@ def test_receive_workers_take_chunks_of_messages_puts_and_gets_intact():
         # through the initiator's.
         assert p.target.stats()["worker_jobs"] > 0 and p.target.stats()["worker_bytes"] > 0
         assert p.init.stats()["worker_jobs"] > 0
+        # The message and the put left through the initiator's workers, the get's reply
+        # through the target's.
+        assert p.init.stats()["worker_send_jobs"] > 0 and p.init.stats()["worker_send_bytes"] > 2 << 20
+        assert p.target.stats()["worker_send_bytes"] > 1 << 20
     finally:
         p.close()

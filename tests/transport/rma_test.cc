@@ -260,10 +260,10 @@ TEST(Rma, MismatchedEagerLimitsBothDirections) {
   }
 }
 
-// REMORA_PROGRESS_THREADS=3: the chunks of puts, gets and messages into host memory
-// are taken off the data streams by receive workers, and land intact; the endpoints
-// say so.
-TEST(Rma, ReceiveWorkersTakeTheChunksOfPutsGetsAndMessagesIntact) {
+// REMORA_PROGRESS_THREADS=3: the chunks of puts, gets and messages of host memory are
+// put on the data streams by send workers and taken off them by receive workers, and
+// land intact; the endpoints say so.
+TEST(Rma, WorkersMoveTheChunksOfPutsGetsAndMessagesIntact) {
   ContextOptions opts;
   opts.chunk_bytes = 128 * 1024;
   opts.progress_threads = 3;
@@ -291,6 +291,11 @@ TEST(Rma, ReceiveWorkersTakeTheChunksOfPutsGetsAndMessagesIntact) {
   EXPECT_GT(st.worker_bytes, 5u << 20) << "the workers took (almost) none of the bytes";
   // The puts' chunks, into the target's registered region (inside its bracket).
   EXPECT_GT(p.target->stats().worker_bytes, 5u << 20);
+  // Sent by workers: the puts' chunks from the initiator; the served gets' (out of the
+  // registered region, inside its bracket) and the messages' from the target.
+  EXPECT_GT(st.worker_send_jobs, 0u);
+  EXPECT_GT(st.worker_send_bytes, 4u << 20) << "the puts were written on the progress thread";
+  EXPECT_GT(p.target->stats().worker_send_bytes, 8u << 20) << "the gets and messages were written on the progress thread";
 }
 
 // A target window of 2: hundreds of operations posted at once are queued by the
