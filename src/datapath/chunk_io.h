@@ -124,7 +124,9 @@ class ChunkSource {
   virtual const std::byte* host_bytes() const noexcept { return nullptr; }
   /// The transfer's bytes when write() is one plain send of them (host memory, no
   /// zero-copy), held readable until gather_end(): the scheduler may then send several
-  /// queued chunks in one system call (ChunkScheduler::write). Null otherwise, or when
+  /// queued chunks in one system call (ChunkScheduler::write), or hand the rest of a
+  /// chunk to a send worker, which calls gather_end() on its own thread once it no
+  /// longer reads them (stream_workers.h). Null otherwise, or when
   /// they cannot be held now (write() then says why), and gather_end() is not called.
   virtual const std::byte* gather_begin() noexcept { return nullptr; }
   virtual void gather_end() noexcept {}

@@ -167,11 +167,14 @@ constexpr std::chrono::milliseconds kRateForget{200};
 
 void ChunkScheduler::sample_rates() {
   const auto now = std::chrono::steady_clock::now();
-  for (Stream& s : streams_) {
+  for (uint16_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
     if (!s.fd.valid() || now - s.sampled_at < kRateSample) continue;
     int outq = 0;
     if (::ioctl(s.fd.get(), SIOCOUTQ, &outq) != 0 || outq < 0) continue;
-    const uint64_t acked = s.written_total - std::min<uint64_t>(s.written_total, static_cast<uint64_t>(outq));
+    // What a send worker put in the kernel counts already (the kernel's queue holds it).
+    const uint64_t written = bytes_sent(i);
+    const uint64_t acked = written - std::min<uint64_t>(written, static_cast<uint64_t>(outq));
     const bool busy = outq > 0;
     // A stream busy at both samples gives its rate. One that was busy at the first and
     // drained before the second gives a lower bound (it was idle part of the time):
@@ -204,7 +207,9 @@ uint16_t ChunkScheduler::fastest_finish() const {
     const Stream& s = streams_[i];
     if (s.retired || !s.tx_ok) continue;
     const double rate = s.rate > 0 ? s.rate : fastest;
-    const double finish = static_cast<double>(s.queued + s.outq + chunk_bytes_) / rate;
+    // Bytes a send worker moved are in the kernel's queue (outq), no longer queued here.
+    const uint64_t queued = s.queued - (s.tx_job ? std::min(s.queued, s.tx_job->moved()) : 0);
+    const double finish = static_cast<double>(queued + s.outq + chunk_bytes_) / rate;
     if (best < 0 || finish < best_finish) {
       best = i;
       best_finish = finish;

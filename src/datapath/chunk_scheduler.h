@@ -283,8 +283,15 @@ class ChunkScheduler {
   uint64_t huge_pages_promoted() const noexcept { return promoter_.promoted(); }
   const std::vector<uint64_t>& chunks_per_stream() const noexcept { return chunks_per_stream_; }
   /// Per data stream: payload bytes the kernel accepted, bytes read, chunks read.
-  uint64_t bytes_sent(uint16_t index) const noexcept { return streams_[index].written_total; }
-  uint64_t bytes_received(uint16_t index) const noexcept { return streams_[index].read_total; }
+  /// A worker's job counts from its first system call on, not from its report.
+  uint64_t bytes_sent(uint16_t index) const noexcept {
+    const Stream& s = streams_[index];
+    return s.written_total + (s.tx_job ? s.tx_job->moved() : 0);
+  }
+  uint64_t bytes_received(uint16_t index) const noexcept {
+    const Stream& s = streams_[index];
+    return s.read_total + (s.rx_job ? s.rx_job->moved() : 0);
+  }
   uint64_t chunks_received(uint16_t index) const noexcept {
     return streams_[index].chunks_read + streams_[index].chunks_read_before;
   }
@@ -554,7 +561,7 @@ class ChunkScheduler {
   uint64_t chunks_resent_ = 0;
   uint32_t streams_retired_ = 0;
   uint32_t streams_rejoined_ = 0;
-  // Receive workers.
+  // Workers (both directions).
   StreamWorkers* workers_ = nullptr;
   uint64_t worker_min_ = 0;
   uint64_t worker_jobs_ = 0;

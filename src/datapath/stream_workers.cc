@@ -17,7 +17,8 @@ constexpr int kWaitMs = 1;
 /// until all are moved, the socket stays not ready (`events`) for a whole wait, `io`
 /// fails or ends, or the ticket's cancel flag is set.
 template <typename Io>
-StreamWorkers::Result move_bytes(int fd, short events, uint64_t len, const std::atomic<bool>& cancel, Io&& io) {
+StreamWorkers::Result move_bytes(int fd, short events, uint64_t len, const std::atomic<bool>& cancel,
+                                 std::atomic<uint64_t>& moved, Io&& io) {
   StreamWorkers::Result out;
   out.last = net::IoResult{net::IoResult::Kind::kWouldBlock, 0, 0};
   bool waited = false;
@@ -25,6 +26,7 @@ StreamWorkers::Result move_bytes(int fd, short events, uint64_t len, const std::
     const net::IoResult r = io(out.got, len - out.got);
     if (r.moved() && r.bytes > 0) {
       out.got += r.bytes;
+      moved.store(out.got, std::memory_order_relaxed);
       waited = false;
       continue;
     }
@@ -75,11 +77,11 @@ StreamWorkers::~StreamWorkers() {
 }
 
 std::shared_ptr<StreamWorkers::Ticket> StreamWorkers::submit(uint32_t worker, RxJob job) {
-  return enqueue(worker, Queued{.send = false, .rx = std::move(job), .tx = {}, .ticket = nullptr});
+  return enqueue(worker, Queued{.job = std::move(job), .ticket = nullptr});
 }
 
 std::shared_ptr<StreamWorkers::Ticket> StreamWorkers::submit(uint32_t worker, TxJob job) {
-  return enqueue(worker, Queued{.send = true, .rx = {}, .tx = std::move(job), .ticket = nullptr});
+  return enqueue(worker, Queued{.job = std::move(job), .ticket = nullptr});
 }
 
 std::shared_ptr<StreamWorkers::Ticket> StreamWorkers::enqueue(uint32_t worker, Queued q) {
@@ -96,22 +98,24 @@ std::shared_ptr<StreamWorkers::Ticket> StreamWorkers::enqueue(uint32_t worker, Q
 
 void StreamWorkers::run(Worker& w) {
   for (;;) {
-    Queued next;
-    {
-      std::unique_lock lock(w.mutex);
-      w.cv.wait(lock, [&w] { return w.stop || !w.queue.empty(); });
-      if (w.queue.empty()) return;  // stopping, nothing left
-      next = std::move(w.queue.front());
-      w.queue.pop_front();
-    }
+    std::unique_lock queue_lock(w.mutex);
+    w.cv.wait(queue_lock, [&w] { return w.stop || !w.queue.empty(); });
+    if (w.queue.empty()) return;  // stopping, nothing left
+    Queued next = std::move(w.queue.front());
+    w.queue.pop_front();
+    queue_lock.unlock();
     Ticket& ticket = *next.ticket;
     Result result;
-    if (next.send) {
-      result = send(next.tx, ticket);
-      if (next.tx.source != nullptr) next.tx.source->gather_end();
+    std::function<void()> done;
+    if (auto* tx = std::get_if<TxJob>(&next.job)) {
+      result = send(*tx, ticket);
+      if (tx->source != nullptr) tx->source->gather_end();
+      done = std::move(tx->done);
     } else {
-      result = receive(next.rx, ticket);
-      if (next.rx.sink != nullptr) next.rx.sink->release_destination();
+      auto& rx = std::get<RxJob>(next.job);
+      result = receive(rx, ticket);
+      if (rx.sink != nullptr) rx.sink->release_destination();
+      done = std::move(rx.done);
     }
     {
       std::lock_guard lock(ticket.mutex_);
@@ -119,7 +123,6 @@ void StreamWorkers::run(Worker& w) {
     }
     // `done` first: a cancel() that returned lets the scheduler's owner go, which
     // `done` may use (it posts to the owner's engine).
-    const std::function<void()>& done = next.send ? next.tx.done : next.rx.done;
     if (done) done();
     {
       std::lock_guard lock(ticket.mutex_);
@@ -129,15 +132,15 @@ void StreamWorkers::run(Worker& w) {
   }
 }
 
-StreamWorkers::Result StreamWorkers::receive(const RxJob& job, const Ticket& ticket) {
-  return move_bytes(job.in->fd(), POLLIN, job.len, ticket.cancel_, [&job](uint64_t at, uint64_t rest) {
+StreamWorkers::Result StreamWorkers::receive(const RxJob& job, Ticket& ticket) {
+  return move_bytes(job.in->fd(), POLLIN, job.len, ticket.cancel_, ticket.moved_, [&job](uint64_t at, uint64_t rest) {
     const uint64_t ask = job.piece != 0 ? std::min(rest, job.piece) : rest;
     return job.in->recv_some(job.dst + at, static_cast<size_t>(ask));
   });
 }
 
-StreamWorkers::Result StreamWorkers::send(const TxJob& job, const Ticket& ticket) {
-  return move_bytes(job.fd, POLLOUT, job.len, ticket.cancel_, [&job](uint64_t at, uint64_t rest) {
+StreamWorkers::Result StreamWorkers::send(const TxJob& job, Ticket& ticket) {
+  return move_bytes(job.fd, POLLOUT, job.len, ticket.cancel_, ticket.moved_, [&job](uint64_t at, uint64_t rest) {
     return net::send_some(job.fd, job.src + at, static_cast<size_t>(rest));
   });
 }

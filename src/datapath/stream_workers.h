@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "datapath/chunk_io.h"
@@ -50,6 +51,8 @@ class StreamWorkers {
     Result cancel();
     /// The result, stored before `done` is called (the scheduler's callback reads it).
     Result result() const;
+    /// Bytes moved so far (statistics while the job runs; result() is the count to act on).
+    uint64_t moved() const noexcept { return moved_.load(std::memory_order_relaxed); }
 
    private:
     friend class StreamWorkers;
@@ -57,6 +60,7 @@ class StreamWorkers {
     std::condition_variable finished_cv_;
     bool finished_ = false;
     std::atomic<bool> cancel_{false};
+    std::atomic<uint64_t> moved_{0};
     Result result_;
   };
   /// The rest of a chunk to receive: `len` bytes of the stream read through `in` (its
@@ -93,9 +97,7 @@ class StreamWorkers {
 
  private:
   struct Queued {
-    bool send = false;
-    RxJob rx;
-    TxJob tx;
+    std::variant<RxJob, TxJob> job;
     std::shared_ptr<Ticket> ticket;
   };
   struct Worker {
@@ -107,8 +109,8 @@ class StreamWorkers {
   };
   std::shared_ptr<Ticket> enqueue(uint32_t worker, Queued q);
   static void run(Worker& w);
-  static Result receive(const RxJob& job, const Ticket& ticket);
-  static Result send(const TxJob& job, const Ticket& ticket);
+  static Result receive(const RxJob& job, Ticket& ticket);
+  static Result send(const TxJob& job, Ticket& ticket);
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

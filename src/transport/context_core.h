@@ -110,7 +110,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::shared_ptr<DevmemTxBindingCache> devmem_tx_bindings_ = std::make_shared<DevmemTxBindingCache>(registry_);
   std::vector<MemoryDomain*> domains_;  // device domains the endpoints look buffers up in; lock held
   std::shared_ptr<engine::ProgressEngine> engine_;
-  /// Receive workers the endpoints share (REMORA_PROGRESS_THREADS above 1); each
+  /// Workers the endpoints share (REMORA_PROGRESS_THREADS above 1); each
   /// endpoint keeps them alive while it may use them.
   std::shared_ptr<StreamWorkers> stream_workers_;
   bool shut_down_ = false;

@@ -49,7 +49,7 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
 }
 
 EndpointCore::~EndpointCore() {
-  // Receive workers may be writing into operations' memory, which the members after
+  // Workers may be reading or writing operations' memory, which the members after
   // chunks_ hold: take every stream back from them first.
   chunks_.cancel_jobs();
   paths_.detach_host();

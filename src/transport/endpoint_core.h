@@ -83,7 +83,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
     std::shared_ptr<DevmemTxBindingCache> devmem_tx_bindings;
     /// The context's device domains (Context::add_memory_domain); read with the lock held.
     const std::vector<MemoryDomain*>* domains = nullptr;
-    /// The context's receive workers (REMORA_PROGRESS_THREADS above 1), else null.
+    /// The context's workers (REMORA_PROGRESS_THREADS above 1), else null.
     std::shared_ptr<StreamWorkers> stream_workers;
     std::string peer;
     uint64_t peer_capabilities = 0;  ///< the peer's HELLO / HELLO_ACK capability bits (wire/handshake.h)
