@@ -173,8 +173,14 @@ void ChunkScheduler::sample_rates() {
     int outq = 0;
     if (::ioctl(s.fd.get(), SIOCOUTQ, &outq) != 0 || outq < 0) continue;
     // What a send worker put in the kernel counts already (the kernel's queue holds it).
+    // The worker may send between the ioctl and the read of its count, so this can run
+    // ahead of what the peer acknowledged by those bytes; the next sample may then see
+    // less. Acknowledged bytes never go back: the count is held where it was, never
+    // subtracted below it (an unsigned wrap there read as a rate of exabytes per second,
+    // and the rail whose stream had it took every chunk, starving the others).
     const uint64_t written = bytes_sent(i);
-    const uint64_t acked = written - std::min<uint64_t>(written, static_cast<uint64_t>(outq));
+    const uint64_t acked =
+        std::max(s.acked_at_sample, written - std::min<uint64_t>(written, static_cast<uint64_t>(outq)));
     const bool busy = outq > 0;
     // A stream busy at both samples gives its rate. One that was busy at the first and
     // drained before the second gives a lower bound (it was idle part of the time):
