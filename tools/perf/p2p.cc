@@ -3,7 +3,8 @@
 // bw:   the driver posts a window of sends, the follower a window of receives; the
 //       follower answers each window with a 4-byte ack. bandwidth = bytes / time.
 // bibw: both sides post a window of receives and a window of sends, and wait for both.
-// lat:  ping-pong, receives posted before the matching send can arrive; one-way
+// lat:  ping-pong in osu_latency's order: each side sends, then posts its next
+//       receive (an answer that comes first waits as an unexpected message); one-way
 //       latency = round trip / 2, per iteration, so we can report p50 and p99.
 // Only the driver times. Host buffers come from a Pool (or explicit registration),
 // device buffers from the side's device memory (memory.h), registered explicitly;
@@ -142,15 +143,20 @@ Status run_pingpong(const LoopSide& side, const Step& st, std::vector<double>* r
     for (uint32_t it = 0; it < total; ++it) {
       REMORA_RETURN_IF_ERROR(wait_ok(r, "ping receive"));
       if (r.bytes() != st.size) return Status(StatusCode::kProtocol, fmt::format("ping of {} bytes, expected {}", r.bytes(), st.size));
+      // The pong first, then the next receive, as osu_latency's MPI_Send then MPI_Recv:
+      // posting the receive overlaps the pong's flight instead of delaying it.
+      const Request pong = link.send(send_buf, kPongTag);
       if (it + 1 < total) r = link.recv(recv_buf, kPingTag);
-      REMORA_RETURN_IF_ERROR(wait_ok(link.send(send_buf, kPongTag), "pong send"));
+      REMORA_RETURN_IF_ERROR(wait_ok(pong, "pong send"));
     }
   } else {
     REMORA_RETURN_IF_ERROR(side.start());
     const std::string label = format_size(st.size);  // formatted once, not per iteration
     for (uint32_t it = 0; it < total; ++it) {
       const Clock::time_point t = Clock::now();
-      const std::array<Request, 2> pair{link.recv(recv_buf, kPongTag), link.send(send_buf, kPingTag)};
+      // The ping first, then the pong's receive (osu_latency's order, as above).
+      const Request ping = link.send(send_buf, kPingTag);
+      const std::array<Request, 2> pair{link.recv(recv_buf, kPongTag), ping};
       REMORA_RETURN_IF_ERROR(wait_all_ok(pair, "ping-pong"));
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
       if (pair[0].bytes() != st.size)
