@@ -74,12 +74,15 @@ def main():
     agent = nixl_agent(f"{a.role}-{a.backend}", nixl_agent_config(backends=[a.backend]))
     if a.role == "target":
         mem = np.zeros(largest + remote_blocks, dtype=np.uint8)
-        agent.register_memory([(mem.ctypes.data, mem.nbytes, 0, "")], "DRAM")
+        registered = agent.register_memory([(mem.ctypes.data, mem.nbytes, 0, "")], "DRAM")
         md = base64.b64encode(agent.get_agent_metadata()).decode()
         print(f"MD {md} {mem.ctypes.data}", flush=True)
         for line in sys.stdin:
             if line.strip() == "quit":
                 break
+        # Before the array goes: left to the interpreter's exit, the agent may deregister
+        # memory numpy has already given back (remora then warns that munlock failed).
+        agent.deregister_memory(registered)
         return
 
     words = []
@@ -89,7 +92,7 @@ def main():
     rbase = int(words[2])
     mem = np.empty(largest + local_blocks, dtype=np.uint8)
     mem[:] = 1  # every page touched: no page fault is timed
-    agent.register_memory([(mem.ctypes.data, mem.nbytes, 0, "")], "DRAM")
+    registered = agent.register_memory([(mem.ctypes.data, mem.nbytes, 0, "")], "DRAM")
     lbase = mem.ctypes.data
     workloads = []
     for s in a.sizes.split(","):
@@ -119,6 +122,7 @@ def main():
             print(f"RES {r} {k[0]} {k[1]} {total * iters} {dt:.6f}", flush=True)
     for h, _ in handles.values():
         agent.release_xfer_handle(h)
+    agent.deregister_memory(registered)
     print("END", flush=True)
 
 
