@@ -190,10 +190,10 @@ struct RailsView {
   ProbeAnswer progress_threads;  // who moves the data streams' bytes (progress_threads_answer)
 };
 
-/// REMORA_PROGRESS_THREADS as a context of this process would take it (docs/rails.md):
-/// yes with the threads where workers run, no with the way to have them, or no
-/// with the configuration's refusal.
-ProbeAnswer progress_threads_answer() {
+/// REMORA_PROGRESS_THREADS as a context of this process would take it with `rails`
+/// rails (docs/rails.md): yes with the threads where workers run, no with the way to have
+/// them, or no with the configuration's refusal.
+ProbeAnswer progress_threads_answer(size_t rails) {
   ProbeAnswer a;
   a.state = ProbeAnswer::State::kNo;
   auto config = Config::from_env();
@@ -201,13 +201,18 @@ ProbeAnswer progress_threads_answer() {
     a.reason = "a context would refuse this environment: " + config.status().message();
     return a;
   }
-  const uint32_t threads = config->progress_threads;
   const int cpus = core::usable_cpus();
+  const bool automatic = config->progress_threads == 0;
+  const uint32_t threads = automatic ? core::progress_threads_for(rails, cpus) : config->progress_threads;
+  const std::string setting =
+      automatic ? fmt::format("REMORA_PROGRESS_THREADS=0 (one per rail, at most half the CPUs: {} with {} rail{})",
+                              threads, rails, rails == 1 ? "" : "s")
+                : fmt::format("REMORA_PROGRESS_THREADS={}", threads);
   if (threads <= 1) {
     a.reason = fmt::format(
-        "REMORA_PROGRESS_THREADS=1: each context's progress thread alone moves every data stream's bytes, at one "
-        "core's rate ({} CPUs usable here)",
-        cpus);
+        "{}: each context's progress thread alone moves every data stream's bytes, at one core's rate ({} CPUs "
+        "usable here)",
+        setting, cpus);
     if (cpus > 2) {
       a.fix =
           "REMORA_PROGRESS_THREADS=N gives each context N-1 workers that send and receive chunks of host memory "
@@ -218,16 +223,16 @@ ProbeAnswer progress_threads_answer() {
   }
   a.state = ProbeAnswer::State::kYes;
   a.detail = fmt::format(
-      "REMORA_PROGRESS_THREADS={}: each context's progress thread and {} worker{} send and receive data-stream "
-      "chunks of host memory ({} CPUs usable here)",
-      threads, threads - 1, threads == 2 ? "" : "s", cpus);
+      "{}: each context's progress thread and {} worker{} send and receive data-stream chunks of host memory ({} "
+      "CPUs usable here)",
+      setting, threads - 1, threads == 2 ? "" : "s", cpus);
   if (threads > static_cast<uint32_t>(cpus)) a.reason = "more threads than usable CPUs: they take turns on the cores";
   return a;
 }
 
 RailsView rails_view() {
   RailsView v;
-  v.progress_threads = progress_threads_answer();
+  v.progress_threads = progress_threads_answer(0);  // until the rails are known
   if (const char* text = std::getenv("REMORA_RAILS"); text != nullptr) v.setting = text;
   auto interfaces = net::local_interfaces();
   if (!interfaces) {
@@ -269,6 +274,7 @@ RailsView rails_view() {
     }
     v.interfaces.emplace_back(name, std::move(a));
   }
+  v.progress_threads = progress_threads_answer(rails.size());
   return v;
 }
 

@@ -101,8 +101,10 @@ struct Config {
   uint32_t progress_linger_us = 1000;      ///< progress thread yields to spinning waiters this long (REMORA_PROGRESS_LINGER_US)
   uint32_t progress_poll_us = 100;         ///< progress thread polls this long after it served something, then sleeps (REMORA_PROGRESS_POLL_US)
   /// Threads that move data-stream bytes: the progress thread and, above 1, that many
-  /// minus one workers that send and receive chunks of host memory (REMORA_PROGRESS_THREADS)
-  uint32_t progress_threads = 1;
+  /// minus one workers that send and receive chunks of host memory; 0: one per rail, at
+  /// most half the CPUs the process may use, at least 1 (REMORA_PROGRESS_THREADS). A
+  /// context's config() holds the number it took.
+  uint32_t progress_threads = 0;
   uint32_t connect_timeout_ms = 10000;     ///< connect + handshake deadline (REMORA_CONNECT_TIMEOUT_MS)
   uint32_t handshake_timeout_ms = 10000;   ///< accepted sockets must finish the handshake by then (REMORA_HANDSHAKE_TIMEOUT_MS)
   /// Handshakes a server side keeps in progress at once: accepted connections that have

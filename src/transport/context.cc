@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cpus.h"
 #include "core/log.h"
 #include "datapath/checksum.h"
 #include "engine/engine_of.h"
@@ -32,6 +33,9 @@ uint64_t random_nonzero_u64() {
 ContextCore::ContextCore(const Config& config, std::shared_ptr<engine::ProgressEngine> engine,
                          std::vector<net::Rail> rails)
     : config_(config), rails_(std::move(rails)), registry_(config.pin_mode), engine_(std::move(engine)) {
+  if (config_.progress_threads == 0) {
+    config_.progress_threads = core::progress_threads_for(rails_.size(), core::usable_cpus());
+  }
   if (config_.progress_threads > 1) stream_workers_ = std::make_shared<StreamWorkers>(config_.progress_threads - 1);
 }
 

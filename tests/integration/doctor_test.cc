@@ -297,10 +297,20 @@ TEST(Doctor, SaysWhichThreadsMoveTheDataStreamsAndRefusesWhatAContextWould) {
     expect_answer(doc["rails"]["progress_threads"], "progress_threads");
     return doc["rails"]["progress_threads"];
   };
-  nlohmann::json a = threads({});  // the default: the progress thread alone
+  // The default: one thread per rail, at most half the CPUs; without REMORA_RAILS one rail's
+  // worth, the progress thread alone.
+  nlohmann::json a = threads({});
   ASSERT_FALSE(a.is_null());
   EXPECT_EQ(a["state"], "no");
-  EXPECT_NE(a["reason"].get<std::string>().find("REMORA_PROGRESS_THREADS=1"), std::string::npos) << a.dump();
+  EXPECT_NE(a["reason"].get<std::string>().find("REMORA_PROGRESS_THREADS=0 (one per rail, at most half the CPUs: 1 "),
+            std::string::npos)
+      << a.dump();
+
+  a = threads({"REMORA_PROGRESS_THREADS=1"});
+  EXPECT_EQ(a["state"], "no");
+  EXPECT_NE(a["reason"].get<std::string>().find("REMORA_PROGRESS_THREADS=1: each context's progress thread alone"),
+            std::string::npos)
+      << a.dump();
 
   a = threads({"REMORA_PROGRESS_THREADS=3"});
   EXPECT_EQ(a["state"], "yes");

@@ -348,6 +348,19 @@ char state_of(const std::string& tid) {
   return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
 }
 
+TEST(Context, ConfigSaysHowManyThreadsItTookWhenLeftToChoose) {
+  // Default progress_threads (0): one per rail, and a context without rails has one; an
+  // explicit number is kept as given.
+  auto ctx = Context::create(Config{});
+  ASSERT_TRUE(ctx.is_ok()) << ctx.status().to_string();
+  EXPECT_EQ((*ctx)->config().progress_threads, 1u);
+  Config three;
+  three.progress_threads = 3;
+  auto ctx3 = Context::create(three);
+  ASSERT_TRUE(ctx3.is_ok()) << ctx3.status().to_string();
+  EXPECT_EQ((*ctx3)->config().progress_threads, 3u);
+}
+
 TEST(Context, IdleProgressThreadsSleepAfterTraffic) {
   // After traffic the progress threads poll for REMORA_PROGRESS_POLL_US, then must go
   // back to sleep in the kernel: an idle context uses no CPU.
