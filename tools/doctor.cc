@@ -205,8 +205,9 @@ ProbeAnswer progress_threads_answer(size_t rails) {
   const bool automatic = config->progress_threads == 0;
   const uint32_t threads = automatic ? core::progress_threads_for(rails, cpus) : config->progress_threads;
   const std::string setting =
-      automatic ? fmt::format("REMORA_PROGRESS_THREADS=0 (one per rail, at most half the CPUs: {} with {} rail{})",
-                              threads, rails, rails == 1 ? "" : "s")
+      automatic ? fmt::format("REMORA_PROGRESS_THREADS=0 (one per rail, at most half the CPUs: {} {})", threads,
+                              rails == 0 ? std::string("without REMORA_RAILS")
+                                         : fmt::format("with {} rail{}", rails, rails == 1 ? "" : "s"))
                 : fmt::format("REMORA_PROGRESS_THREADS={}", threads);
   if (threads <= 1) {
     a.reason = fmt::format(
@@ -230,14 +231,13 @@ ProbeAnswer progress_threads_answer(size_t rails) {
   return a;
 }
 
-RailsView rails_view() {
-  RailsView v;
-  v.progress_threads = progress_threads_answer(0);  // until the rails are known
+/// Fills `v`'s setting, error and interfaces; returns how many rails a context would take.
+size_t list_rails(RailsView& v) {
   if (const char* text = std::getenv("REMORA_RAILS"); text != nullptr) v.setting = text;
   auto interfaces = net::local_interfaces();
   if (!interfaces) {
     v.error = interfaces.status().message();
-    return v;
+    return 0;
   }
   // Unset: what `^` with nothing excluded would take (every interface but loopback).
   auto spec = v.setting
@@ -245,7 +245,7 @@ RailsView rails_view() {
                   : Result<net::RailSpec>(net::RailSpec{.exclude = true, .exact = false, .names = {}, .addresses = {}});
   if (!spec) {
     v.error = spec.status().message();
-    return v;
+    return 0;
   }
   std::vector<net::Rail> rails;
   if (v.setting) {
@@ -274,7 +274,12 @@ RailsView rails_view() {
     }
     v.interfaces.emplace_back(name, std::move(a));
   }
-  v.progress_threads = progress_threads_answer(rails.size());
+  return rails.size();
+}
+
+RailsView rails_view() {
+  RailsView v;
+  v.progress_threads = progress_threads_answer(list_rails(v));
   return v;
 }
 
