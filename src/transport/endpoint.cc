@@ -347,6 +347,7 @@ void EndpointCore::fail_locked(const Status& why) {
   ctl_tx_off_ = ctl_tx_offered_ = 0;
   replay_.clear();
   spare_.clear();
+  spare_bytes_ = 0;
   ctl_pre_.clear();
   resuming_since_.reset();
   resume_stalled_ = resume_idle_ = false;
@@ -447,10 +448,14 @@ void EndpointCore::append_frame(const wire::Frame& frame) {
 }
 
 void EndpointCore::append_encoded(const wire::Frame& frame) {
-  size_t n = wire::encoded_size(frame);
-  size_t at = ctl_tx_.size();
-  ctl_tx_.resize(at + n);
-  wire::encode(frame, std::span(ctl_tx_).subspan(at, n));
+  const size_t n = wire::encoded_size(frame);
+  const size_t at = ctl_tx_.size();
+  // An inline payload (up to 16 KiB of a put or a get's reply) is copied once to its
+  // place, not zeroed by the resize first.
+  const std::span<const std::byte> payload = wire::inline_payload(frame);
+  ctl_tx_.resize(at + n - payload.size());
+  ctl_tx_.insert(ctl_tx_.end(), payload.begin(), payload.end());
+  wire::encode_header(frame, std::span(ctl_tx_).subspan(at, n));
 }
 
 bool EndpointCore::crc_as_negotiated(bool has_crc, std::string_view frame) {

@@ -335,10 +335,18 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// while that stays within kReplayBuffer; larger output is kept in its own buffer.
   static constexpr size_t kReplayCopy = size_t{4} << 10;
   static constexpr size_t kReplayBuffer = size_t{256} << 10;
-  /// Handled replay buffers of at most kReplayBuffer bytes kept for the next output, so
-  /// that a stream of large frames (eager messages) reuses memory between two HANDLED
-  /// (kAckEvery) instead of allocating and faulting in a buffer per frame.
-  static constexpr size_t kSpareBuffers = 6;
+  /// Handled replay buffers kept for the next output, up to this much capacity in all, so
+  /// that a stream of large frames (eager messages, inline get replies: a window of 64
+  /// of 16 KiB makes a megabyte of output in one round) reuses memory between two
+  /// HANDLED (kAckEvery) instead of allocating and faulting in a buffer per round. They
+  /// are given back on the first tick that finds nothing sent since the one before. At
+  /// most kSpareBuffers of them, so that finding the largest costs nothing.
+  static constexpr size_t kSpareBytes = size_t{4} << 20;
+  static constexpr size_t kSpareBuffers = 8;
+  /// Keeps `buffer` (handled by the peer) for a later output if it fits in kSpareBytes.
+  void keep_spare(std::vector<std::byte>&& buffer);
+  /// The largest spare buffer, or an empty one.
+  std::vector<std::byte> take_spare();
   /// Per liveness tick while resuming: fails the endpoint past resume_limit(), else tries again.
   void check_resume();
   /// On a liveness tick: starts an attempt for each rejoinable stream whose time came.
@@ -620,6 +628,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::deque<std::vector<std::byte>> replay_;  // sent, not yet handled by the peer: [replay_base_, ctl_tx_base_)
   uint64_t replay_base_ = 0;
   std::vector<std::vector<std::byte>> spare_;  // replay buffers handled by the peer, for reuse
+  size_t spare_bytes_ = 0;                     // their capacity in all (kSpareBytes)
+  uint64_t tx_high_at_tick_ = 0;               // tx_high_ at the last tick (check_resume)
   uint64_t peer_handled_ = 0;                  // the peer's latest HANDLED
   uint64_t rx_handled_ = 0;                    // bytes of the peer's frames handled
   uint64_t rx_acked_ = 0;                      // rx_handled_ in this side's latest HANDLED

@@ -6,6 +6,8 @@
 // endpoint's id and token, authenticated and sealed as the first); each side then sends
 // HANDLED (RESUMED) with its count, and the other replays from there. No frame is handled
 // twice and none is skipped, so every operation completes exactly once.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "net/io.h"
@@ -131,6 +133,12 @@ void EndpointCore::check_resume() {
       acknowledge_handled();
       flush_control();
     }
+    // Nothing sent for a whole tick: the spare buffers go back.
+    if (tx_high_ == tx_high_at_tick_ && !spare_.empty()) {
+      spare_ = {};
+      spare_bytes_ = 0;
+    }
+    tx_high_at_tick_ = tx_high_;
     return;
   }
   const bool orphan = orphaned();
@@ -245,10 +253,7 @@ void EndpointCore::handle_handled(const wire::HandledFrame& f) {
   // The peer has what was handled: forget it (whole buffers; the last may stay partly).
   while (!replay_.empty() && replay_base_ + replay_.front().size() <= peer_handled_) {
     replay_base_ += replay_.front().size();
-    if (spare_.size() < kSpareBuffers && replay_.front().capacity() <= kReplayBuffer) {
-      replay_.front().clear();
-      spare_.push_back(std::move(replay_.front()));
-    }
+    keep_spare(std::move(replay_.front()));
     replay_.pop_front();
   }
   if (!f.resumed) return;
@@ -281,6 +286,25 @@ void EndpointCore::acknowledge_handled() {
   rx_unacked_ = false;
 }
 
+void EndpointCore::keep_spare(std::vector<std::byte>&& buffer) {
+  const size_t capacity = buffer.capacity();
+  if (capacity == 0 || capacity > kSpareBytes - spare_bytes_ || spare_.size() == kSpareBuffers) return;  // freed
+  buffer.clear();
+  spare_bytes_ += capacity;
+  spare_.push_back(std::move(buffer));
+}
+
+std::vector<std::byte> EndpointCore::take_spare() {
+  if (spare_.empty()) return {};
+  auto largest = std::max_element(spare_.begin(), spare_.end(),
+                                  [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+  std::iter_swap(largest, spare_.end() - 1);
+  std::vector<std::byte> buffer = std::move(spare_.back());
+  spare_.pop_back();
+  spare_bytes_ -= buffer.capacity();
+  return buffer;
+}
+
 void EndpointCore::control_output_sent() {
   const size_t size = ctl_tx_.size();
   ctl_tx_base_ += size;
@@ -298,12 +322,7 @@ void EndpointCore::control_output_sent() {
     ctl_tx_.clear();
   } else if (size > 0) {
     replay_.push_back(std::move(ctl_tx_));
-    if (spare_.empty()) {
-      ctl_tx_ = {};
-    } else {
-      ctl_tx_ = std::move(spare_.back());
-      spare_.pop_back();
-    }
+    ctl_tx_ = take_spare();
   }
   if (ctl_tx_base_ - replay_base_ > kReplayLimit) {
     fail_locked(Status(StatusCode::kProtocol,

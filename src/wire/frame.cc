@@ -454,7 +454,8 @@ size_t encoded_size(const Frame& frame) noexcept {
   return kFrameHeaderSize + fixed_body_size(type_of(frame)) + crc + inline_size(frame);
 }
 
-size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
+namespace {
+size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payload) noexcept {
   const size_t size = encoded_size(frame);
   // Preconditions, not input checks: the caller sized `out` with encoded_size and keeps
   // EAGER payloads within the u32 body_length. Refuse rather than write out of bounds.
@@ -466,10 +467,12 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
 
   struct Visitor {
     std::byte* body;
+    bool with_payload;
     void operator()(const EagerFrame& f) const {
       store_u64(body, static_cast<uint64_t>(f.tag));
       if (f.has_crc) store_u32(body + kEagerBodySize, f.crc);
-      if (!f.payload.empty()) std::copy(f.payload.begin(), f.payload.end(), body + kEagerBodySize + (f.has_crc ? kCrcSize : 0));
+      if (with_payload && !f.payload.empty())
+        std::copy(f.payload.begin(), f.payload.end(), body + kEagerBodySize + (f.has_crc ? kCrcSize : 0));
     }
     void operator()(const RtsFrame& f) const {
       store_u64(body, f.send_id);
@@ -503,7 +506,7 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u64(body + 64, f.has_notify ? f.notify : 0);
       const bool crc = f.inline_data && f.has_crc;
       if (crc) store_u32(body + kPutBodySize, f.crc);
-      if (f.inline_data && !f.payload.empty()) {
+      if (with_payload && f.inline_data && !f.payload.empty()) {
         std::copy(f.payload.begin(), f.payload.end(), body + kPutBodySize + (crc ? kCrcSize : 0));
       }
     }
@@ -529,7 +532,7 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
       store_u64(body + 16, f.value);
       const bool crc = f.inline_data && f.has_crc;
       if (crc) store_u32(body + kRespBodySize, f.crc);
-      if (f.inline_data && !f.payload.empty()) {
+      if (with_payload && f.inline_data && !f.payload.empty()) {
         std::copy(f.payload.begin(), f.payload.end(), body + kRespBodySize + (crc ? kCrcSize : 0));
       }
     }
@@ -583,8 +586,20 @@ size_t encode(const Frame& frame, std::span<std::byte> out) noexcept {
   assert(size - kFrameHeaderSize <= UINT32_MAX);
   if (size - kFrameHeaderSize > UINT32_MAX) return 0;
   store_header(p, type, static_cast<uint32_t>(size - kFrameHeaderSize), flags_of(frame));
-  std::visit(Visitor{body}, frame);
+  std::visit(Visitor{body, with_payload}, frame);
   return size;
+}
+}  // namespace
+
+size_t encode(const Frame& frame, std::span<std::byte> out) noexcept { return encode_frame(frame, out, true); }
+
+size_t encode_header(const Frame& frame, std::span<std::byte> out) noexcept { return encode_frame(frame, out, false); }
+
+std::span<const std::byte> inline_payload(const Frame& frame) noexcept {
+  if (const auto* eager = std::get_if<EagerFrame>(&frame)) return eager->payload;
+  if (const auto* put = std::get_if<PutFrame>(&frame); put != nullptr && put->inline_data) return put->payload;
+  if (const auto* resp = std::get_if<RespFrame>(&frame); resp != nullptr && resp->inline_data) return resp->payload;
+  return {};
 }
 
 size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> out, const uint32_t* crc) noexcept {

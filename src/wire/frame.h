@@ -320,6 +320,15 @@ size_t encoded_size(const Frame& frame) noexcept;
 /// the bytes written.
 size_t encode(const Frame& frame, std::span<std::byte> out) noexcept;
 
+/// A frame's inline payload (EAGER; PUT and RESP with INLINE), which `encode` writes as
+/// the frame's last bytes; empty for every other frame.
+std::span<const std::byte> inline_payload(const Frame& frame) noexcept;
+
+/// As `encode`, but leaves the frame's last inline_payload(frame).size() bytes as they
+/// are: for a caller that has put the payload there already (copied once, not zeroed
+/// first).
+size_t encode_header(const Frame& frame, std::span<std::byte> out) noexcept;
+
 /// Writes only the header and tag of an EAGER frame carrying `payload_len` bytes
 /// (kFrameHeaderSize + kEagerBodySize bytes, plus kCrcSize with `crc`), so the payload
 /// can be appended without an intermediate copy.

@@ -565,6 +565,33 @@ TEST(FrameGolden, EagerPrefixMatchesFullEncoding) {
 
 Bytes golden(const char* name);  // below, with the malformed frames
 
+// encode_header writes everything but the inline payload, which the control stream's
+// output copies to its place first: together they are encode's bytes, for every frame.
+TEST(FrameGolden, HeaderAfterPayloadMatchesFullEncoding) {
+  for (const Golden& g : goldens()) {
+    SCOPED_TRACE(g.name);
+    const std::span<const std::byte> payload = inline_payload(g.frame);
+    ASSERT_LE(payload.size(), g.wire.size());
+    Bytes out(g.wire.size(), std::byte{0xEE});  // not zeroed: the header must write every byte of its own
+    std::copy(payload.begin(), payload.end(), out.end() - static_cast<ptrdiff_t>(payload.size()));
+    ASSERT_EQ(encode_header(g.frame, out), g.wire.size());
+    EXPECT_EQ(out, g.wire);
+  }
+}
+
+TEST(FrameGolden, InlinePayloadOnlyOfFramesThatCarryOne) {
+  EXPECT_EQ(inline_payload(GetFrame{.op_id = 1, .key = test_key(), .offset = 0, .length = 8}).size(), 0u);
+  const Bytes data = bytes({1, 2, 3});
+  EXPECT_EQ(
+      inline_payload(PutFrame{.op_id = 1, .key = test_key(), .length = 3, .inline_data = true, .payload = data}).size(),
+      3u);
+  EXPECT_EQ(inline_payload(PutFrame{.op_id = 1, .key = test_key(), .length = 3, .inline_data = false, .payload = data})
+                .size(),
+            0u);
+  EXPECT_EQ(inline_payload(RespFrame{.op_id = 1, .inline_data = true, .payload = data}).size(), 3u);
+  EXPECT_EQ(inline_payload(EagerFrame{.tag = static_cast<Tag>(1), .payload = data}).size(), 3u);
+}
+
 TEST(FrameGolden, EagerPrefixWithCrcMatchesFullEncoding) {
   const Golden g{"eager_crc", EagerFrame{}, golden("eager_crc")};
   Bytes prefix(kFrameHeaderSize + kEagerBodySize + kCrcSize);
