@@ -423,14 +423,6 @@ uint8_t flags_of(const Frame& frame) {
   return 0;
 }
 
-/// Bytes of inline payload a frame carries.
-size_t inline_size(const Frame& frame) {
-  if (const auto* eager = std::get_if<EagerFrame>(&frame)) return eager->payload.size();
-  if (const auto* put = std::get_if<PutFrame>(&frame)) return put->inline_data ? put->payload.size() : 0;
-  if (const auto* resp = std::get_if<RespFrame>(&frame)) return resp->inline_data ? resp->payload.size() : 0;
-  return 0;
-}
-
 }  // namespace
 
 Result<Decoded> decode_frame(std::span<const std::byte> in, const DecodeLimits& limits) {
@@ -451,7 +443,7 @@ size_t encoded_size(const Frame& frame) noexcept {
   if (const auto* eager = std::get_if<EagerFrame>(&frame)) {
     return kFrameHeaderSize + kEagerBodySize + crc + eager->payload.size();
   }
-  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + crc + inline_size(frame);
+  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + crc + inline_payload(frame).size();
 }
 
 namespace {

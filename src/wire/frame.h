@@ -326,7 +326,8 @@ std::span<const std::byte> inline_payload(const Frame& frame) noexcept;
 
 /// As `encode`, but leaves the frame's last inline_payload(frame).size() bytes as they
 /// are: for a caller that has put the payload there already (copied once, not zeroed
-/// first).
+/// first). A message's EAGER frame, on the latency path, has encode_eager_prefix below,
+/// which skips the variant's dispatch (about 10% of an 8 B one-way time on one host).
 size_t encode_header(const Frame& frame, std::span<std::byte> out) noexcept;
 
 /// Writes only the header and tag of an EAGER frame carrying `payload_len` bytes

@@ -875,6 +875,12 @@ TEST(FrameEncode, RefusesTooSmallBuffer) {
   Bytes out = untouched;
   EXPECT_EQ(encode_eager_prefix(static_cast<Tag>(1), 0, std::span<std::byte>(out).first(15)), 0u);
   EXPECT_EQ(out, untouched);
+  for (const Golden& g : goldens()) {
+    SCOPED_TRACE(g.name);
+    Bytes header_out = untouched;
+    EXPECT_EQ(encode_header(g.frame, std::span<std::byte>(header_out).first(g.wire.size() - 1)), 0u);
+    EXPECT_EQ(header_out, untouched);
+  }
 #else
   GTEST_SKIP() << "asserts are on";
 #endif
