@@ -170,6 +170,13 @@ struct Config {
   /// message then completes once the peer said it read every chunk, not once the kernel
   /// took the bytes. off: a broken data stream fails the endpoint, as before.
   bool failover = true;
+  /// REMORA_SEGMENTS=auto|off. auto: where both sides offer it, a batch's items of one
+  /// key between host memory on both sides (Endpoint::put_batch, get_batch) travel as
+  /// one segmented request of up to 1024 items, their bytes in chunks of the usual size,
+  /// so a list of small blocks moves about as fast as one buffer of their total size
+  /// (docs/protocol.md "Segments"); not between peers that pull each other's memory
+  /// (same-host pulls). off: every item is a put or get of its own, as before.
+  bool segments = true;
   /// REMORA_ENCRYPT=off|on|aes256gcm|chacha20poly1305|aegis256|aegis128l (see EncryptMode).
   EncryptMode encrypt = EncryptMode::kOff;
   /// REMORA_RAILS: the local interfaces (NICs) this context's endpoints spread their
@@ -225,6 +232,7 @@ struct ContextOptions {
   std::optional<bool> same_host_pulls = std::nullopt;
   std::optional<bool> pull_huge_pages = std::nullopt;
   std::optional<bool> failover = std::nullopt;
+  std::optional<bool> segments = std::nullopt;
   std::optional<EncryptMode> encrypt = std::nullopt;
   /// REMORA_RAILS's text (Config::rails), NUL-terminated; `set("rails", "eth0,eth1")`
   /// fills it. (A character array, for the reason given at Config::devmem_ifname.)

@@ -147,6 +147,10 @@ struct EndpointStats {
   uint64_t puts = 0, gets = 0, atomics = 0;
   uint64_t rma_bytes_put = 0, rma_bytes_got = 0;
   uint64_t served_puts = 0, served_gets = 0, served_atomics = 0;
+  /// Of `puts` and `gets`: segmented requests, each carrying several items of one batch
+  /// (put_batch, get_batch) between host memory on both sides; of `served_puts` and
+  /// `served_gets`: those served.
+  uint64_t segmented = 0, served_segmented = 0;
   uint64_t refused = 0;  ///< operations this side refused as the target (bad key, range, right)
   uint64_t notifications = 0;  ///< notifications delivered to this side
   /// Transfers (sends, receives, puts, gets, in either role) whose memory on this side
@@ -286,13 +290,19 @@ class Endpoint {
 
   // --- batches (built on put, get and the Request machinery: src/transport/batch.cc) ---
 
-  /// Posts one put per item, all at once, and returns one Request that completes when
+  /// Posts the items' puts, all at once, and returns one Request that completes when
   /// every put has completed at the target (as put() says) or failed. Its status is ok,
   /// or the failure of the lowest-numbered item that failed (all of them are still
-  /// waited for); bytes() is the sum of the items' lengths. Each item is checked by
-  /// the target like a put of its own (key, right, range), so an item that fails
-  /// leaves the others' bytes placed. The local buffers must stay valid until the
-  /// Request completes. Items may name different keys (regions) of the peer.
+  /// waited for); bytes() is the sum of the items' lengths. Each item is checked like a
+  /// put of its own (key, right, range), so an item that fails leaves the others'
+  /// bytes placed. The local buffers must stay valid until the Request completes.
+  /// Items may name different keys (regions) of the peer. Items of one key between
+  /// host memory on both sides may travel as one segmented request (up to 1024 of
+  /// them: REMORA_SEGMENTS, EndpointStats::segmented), which moves a list of small
+  /// blocks about as fast as one buffer; their range and right are checked against the
+  /// key here first, so only a failure that strikes the whole key (a forged or revoked
+  /// key, a corrupted chunk under REMORA_CHECKSUM) fails the items of one request
+  /// together.
   ///
   /// With options.notify, the target receives exactly one notification, and only
   /// after every item's bytes are visible in its memory: once all the puts succeeded
@@ -303,9 +313,10 @@ class Endpoint {
   /// once with ok, or with kInvalidArgument when it asks for a notification (it would
   /// have no key to name).
   Request put_batch(std::span<const TransferItem> items, const PutOptions& options = {});
-  /// Posts one get per item, all at once; one Request that completes when every byte
+  /// Posts the items' gets, all at once; one Request that completes when every byte
   /// of every item is in its local buffer, or with the failure of the lowest-numbered
   /// item that failed (after all of them ended). bytes() is the sum of the lengths.
+  /// Items of one key may travel as one segmented request, as put_batch's.
   Request get_batch(std::span<const TransferItem> items);
 
   // --- notifications (target) ---------------------------------------------------

@@ -74,6 +74,8 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["served_puts"] = s.served_puts;
   d["served_gets"] = s.served_gets;
   d["served_atomics"] = s.served_atomics;
+  d["segmented"] = s.segmented;
+  d["served_segmented"] = s.served_segmented;
   d["refused"] = s.refused;
   d["notifications"] = s.notifications;
   d["staged_transfers"] = s.staged_transfers;

@@ -15,6 +15,16 @@ std::span<const std::byte> zeros() {
   return bytes;
 }
 
+uint32_t zeros_checksum(uint64_t length) {
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < length;) {
+    const uint64_t n = std::min<uint64_t>(length - done, zeros().size());
+    crc = core::crc32c_extend(crc, zeros().first(n));  // extend from 0 is crc32c
+    done += n;
+  }
+  return crc;
+}
+
 Status revoked_status() { return Status(StatusCode::kInvalidKey, "the region was deregistered"); }
 
 Status ChunkSource::read_inline(uint64_t /*length*/, const InlineNow& /*now*/, InlineLater /*later*/) {
@@ -114,13 +124,7 @@ std::optional<uint32_t> RegionSource::checksum(uint64_t offset, uint64_t length)
   }
   // Revoked before its bytes go out: zeros will (write), and the RESP says revoked.
   revoked_ = true;
-  uint32_t crc = 0;
-  for (uint64_t done = 0; done < length;) {
-    const uint64_t n = std::min<uint64_t>(length - done, zeros().size());
-    crc = core::crc32c_extend(crc, zeros().first(n));  // extend from 0 is crc32c
-    done += n;
-  }
-  return crc;
+  return zeros_checksum(length);
 }
 
 std::optional<uint32_t> RegionSink::checksum(uint64_t offset, uint64_t length) {

@@ -261,6 +261,9 @@ class DiscardSink final : public ChunkSink {
 /// Zeros, sent in place of a revoked region's bytes (DiscardSink::kScratchBytes of them).
 std::span<const std::byte> zeros();
 
+/// The CRC-32C of `length` zeros (what a revoked region's source sends instead).
+uint32_t zeros_checksum(uint64_t length);
+
 /// What reading or placing a deregistered region's bytes answers (kInvalidKey).
 Status revoked_status();
 

@@ -27,6 +27,14 @@ PathEnd PathEnd::discard(DiscardSink* discard, uint64_t length) noexcept {
                  TransferClass::kChunked);
 }
 
+PathEnd PathEnd::segmented_source(std::unique_ptr<ChunkSource> source, uint64_t length) noexcept {
+  return PathEnd(End(std::move(source)), DataPath::kHost, nullptr, length, TransferClass::kChunked);
+}
+
+PathEnd PathEnd::segmented_sink(std::unique_ptr<ChunkSink> sink, uint64_t length) noexcept {
+  return PathEnd(End(std::move(sink)), DataPath::kHost, nullptr, length, TransferClass::kChunked);
+}
+
 PathEnd PathEnd::device_source(std::unique_ptr<ChunkSource> source, DataPath path, MemoryDomain& device,
                                uint64_t length, TransferClass cls) noexcept {
   return PathEnd(End(std::move(source)), path, &device, length, cls);

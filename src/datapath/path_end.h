@@ -51,6 +51,10 @@ class PathEnd {
                              TransferClass cls) noexcept;
   /// Bytes nobody takes (a refused request's), read into the endpoint's `discard`.
   static PathEnd discard(DiscardSink* discard, uint64_t length) noexcept;
+  /// A segmented transfer's host-memory source or sink (datapath/segments.h): chunks
+  /// only, never inline.
+  static PathEnd segmented_source(std::unique_ptr<ChunkSource> source, uint64_t length) noexcept;
+  static PathEnd segmented_sink(std::unique_ptr<ChunkSink> sink, uint64_t length) noexcept;
   /// A source or sink of `device`'s memory that `path` moves.
   static PathEnd device_source(std::unique_ptr<ChunkSource> source, DataPath path, MemoryDomain& device,
                                uint64_t length, TransferClass cls) noexcept;

@@ -2,13 +2,17 @@
 // on one endpoint that complete as one Request, with at most one notification after
 // all of a put batch's bytes are visible at the target.
 //
-// Built from what the endpoint already offers and the Request machinery: each item is
-// an ordinary put or get whose Request reports its end through on_done to a shared
-// countdown; the last one to end completes the batch's Request. The items are posted
-// together (EndpointCore::post_batch: one hold of the lock, admission counted item by
-// item, their frames sent at once and pumped once), so that the peer wakes once for a
-// list instead of once per block; an item whose device memory must be copied before it
-// is posted goes alone through put()/get(), and the rest continue together. The
+// Built from what the endpoint already offers and the Request machinery: the items go
+// as requests whose Requests report their ends through on_done to a shared countdown;
+// the last one to end completes the batch's Request. Items of one key between host
+// memory on both sides travel as segmented requests where the peer takes them
+// (EndpointCore::segment_groups: one PUT or GET for up to wire::kMaxSegments items,
+// their bytes in chunks of the usual size, so a list of small blocks moves like one
+// buffer). The other items are ordinary puts or gets, posted together
+// (EndpointCore::post_batch: one hold of the lock, admission counted item by item,
+// their frames sent at once and pumped once), so that the peer wakes once for a list
+// instead of once per block; an item whose device memory must be copied before it is
+// posted goes alone through put()/get(), and the rest continue together. The
 // notification cannot ride on one of the data puts, because puts are not ordered at the
 // target (their chunks travel over different data streams): it goes in a zero-length
 // put posted once every data put has completed at the target. That post happens
@@ -91,30 +95,55 @@ struct Batch : std::enable_shared_from_this<Batch> {
 
 };
 
-std::shared_ptr<Batch> make_batch(const std::shared_ptr<detail::EndpointCore>& core, size_t items) {
+std::shared_ptr<Batch> make_batch(const std::shared_ptr<detail::EndpointCore>& core) {
   auto b = std::make_shared<Batch>();
   b->req = detail::RequestState::make(core->engine(), Tag{});
-  b->pending.store(items, std::memory_order_relaxed);
   return b;
 }
 
-// Hooks item `i`'s Request to the countdown. The item's own state outlives the hook.
+// Hooks the Request of the request whose lowest-numbered item is `i` to the countdown.
+// Its own state outlives the hook.
 void watch(const std::shared_ptr<Batch>& b, size_t i, const Request& r) {
   (void)r.on_done([b, i, r] { b->item_ended(i, r.test()); });
 }
 
-// Posts `items` together (EndpointCore::post_batch) and hooks each to the countdown; an
-// item that post_batch leaves (device memory to copy first) goes alone through `one`.
+// Posts `items`: the segmented groups first, then the rest together
+// (EndpointCore::post_batch), and hooks each request to the countdown; an item that
+// post_batch leaves (device memory to copy first) goes alone through `one`.
 template <typename One>
 void post_items(const std::shared_ptr<Batch>& b, detail::EndpointCore& core, std::span<const TransferItem> items,
                 detail::Direction direction, const One& one) {
-  std::vector<Request> posted;
-  posted.reserve(items.size());
-  for (size_t at = 0; at < items.size();) {
-    at += core.post_batch(items.subspan(at), direction, posted);
-    if (at < items.size()) posted.push_back(one(items[at++]));
+  const std::vector<std::vector<size_t>> groups = core.segment_groups(items, direction);
+  std::vector<TransferItem> rest;  // the items no group took, and their numbers
+  std::vector<size_t> rest_index;
+  if (groups.empty()) {
+    rest_index.resize(items.size());
+    for (size_t i = 0; i < items.size(); ++i) rest_index[i] = i;
+  } else {
+    std::vector<bool> grouped(items.size());
+    for (const auto& g : groups) {
+      for (size_t i : g) grouped[i] = true;
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (grouped[i]) continue;
+      rest.push_back(items[i]);
+      rest_index.push_back(i);
+    }
   }
-  for (size_t i = 0; i < posted.size(); ++i) watch(b, i, posted[i]);
+  // Every request is counted before the first is watched (one may have ended already).
+  b->pending.store(groups.size() + rest_index.size(), std::memory_order_relaxed);
+  std::vector<std::pair<size_t, Request>> posted;
+  posted.reserve(groups.size());
+  for (const auto& g : groups) posted.emplace_back(g.front(), core.post_segmented(items, g, direction));
+  const std::span<const TransferItem> singles = groups.empty() ? items : std::span<const TransferItem>(rest);
+  std::vector<Request> single;
+  single.reserve(singles.size());
+  for (size_t at = 0; at < singles.size();) {
+    at += core.post_batch(singles.subspan(at), direction, single);
+    if (at < singles.size()) single.push_back(one(singles[at++]));
+  }
+  for (const auto& [i, r] : posted) watch(b, i, r);
+  for (size_t k = 0; k < single.size(); ++k) watch(b, rest_index[k], single[k]);
 }
 
 }  // namespace
@@ -128,7 +157,7 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
     }
     return detail::make_request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
   }
-  auto b = make_batch(core_, items.size());
+  auto b = make_batch(core_);
   for (const TransferItem& it : items) b->bytes += it.local.size();
   if (options.notify) {
     b->notify = options.notify;
@@ -144,7 +173,7 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
 
 Request Endpoint::get_batch(std::span<const TransferItem> items) {
   if (items.empty()) return detail::make_request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
-  auto b = make_batch(core_, items.size());
+  auto b = make_batch(core_);
   for (const TransferItem& it : items) b->bytes += it.local.size();
   Request batch = detail::make_request(b->req);
   post_items(b, *core_, items, detail::Direction::kReceive,

@@ -287,6 +287,14 @@ constexpr ConfigVariable kVariables[] = {
      .field = "failover",
      .doc = "`auto`: a data stream that breaks is retired and its unconfirmed chunks are sent again on the "
             "others (two streams or more, both sides); `off`: a broken data stream fails the endpoint"},
+    {.name = "REMORA_SEGMENTS",
+     .section = kContext,
+     .kind = ConfigKind::kChoice,
+     .default_text = "auto",
+     .choices = kAutoOff,
+     .field = "segments",
+     .doc = "`auto`: a batch's items of one key between host memory on both sides travel as one segmented "
+            "request (both sides, not between same-host peers that pull); `off`: one put or get per item"},
     {.name = "REMORA_PIN",
      .section = kContext,
      .kind = ConfigKind::kChoice,
@@ -380,6 +388,7 @@ const std::vector<Row>& rows() {
         {var("REMORA_PULL_HUGEPAGES"), "pull_huge_pages",
          Fields<bool>{&Config::pull_huge_pages, &ContextOptions::pull_huge_pages}},
         {var("REMORA_FAILOVER"), "failover", Fields<bool>{&Config::failover, &ContextOptions::failover}},
+        {var("REMORA_SEGMENTS"), "segments", Fields<bool>{&Config::segments, &ContextOptions::segments}},
         {var("REMORA_PIN"), "pin_mode", Fields<PinMode>{&Config::pin_mode, &ContextOptions::pin_mode}},
         {var("REMORA_RAILS"), "rails", TextField<256>{&Config::rails, &ContextOptions::rails}},
         {var("REMORA_RAIL_SPLIT"), "rail_split", Fields<RailSplit>{&Config::rail_split, &ContextOptions::rail_split}},

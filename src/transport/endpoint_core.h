@@ -190,6 +190,15 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// memory needs a copy before posting (device memory travelling inline) ends the run:
   /// returns how many items were posted, and the caller posts the rest one by one.
   size_t post_batch(std::span<const TransferItem> items, Direction direction, std::vector<Request>& out);
+  /// The items of a batch that go as segmented requests (docs/protocol.md "Segments"),
+  /// in groups of one key, each of 2 to wire::kMaxSegments items and more bytes than
+  /// travel inline: items whose memory on both sides is host memory and whose range the
+  /// key grants (so a group is refused only where each of its items would have been),
+  /// where the peer takes segments and neither side reads the other's memory (same-host
+  /// pulls move blocks with one copy). Empty when none qualify.
+  std::vector<std::vector<size_t>> segment_groups(std::span<const TransferItem> items, Direction direction);
+  /// Posts the items `group` of `items` (one of segment_groups') as one segmented put or get.
+  Request post_segmented(std::span<const TransferItem> items, std::span<const size_t> group, Direction direction);
   Request atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                  uint64_t compare);
   Request flush();

@@ -4,11 +4,15 @@
 // first round of progress; and the dispatch of the peer's PUT, GET and ATOMIC requests
 // to the RMA target (rma_target.h), with the check of a PUT's inline class. The wire
 // rules are in docs/protocol.md ("One-sided operations").
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "datapath/segments.h"
 #include "transport/endpoint_core.h"
 
 namespace remora::detail {
@@ -107,6 +111,72 @@ size_t EndpointCore::post_batch(std::span<const TransferItem> items, Direction d
   return posted;
 }
 
+namespace {
+
+/// Whether the key grants `direction`'s right over the item's range, as the target checks.
+bool granted(const TransferItem& it, Direction direction) {
+  const Access needed = direction == Direction::kSend ? Access::kRemoteWrite : Access::kRemoteRead;
+  return it.key.kind == MemoryKind::kHost && (it.key.access & needed) == needed && it.remote_offset <= it.key.length &&
+         it.local.size() <= it.key.length - it.remote_offset;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> EndpointCore::segment_groups(std::span<const TransferItem> items,
+                                                              Direction direction) {
+  std::vector<std::vector<size_t>> groups;
+  if (!config_.segments || (params_.peer_capabilities & wire::kCapSegments) == 0 || items.size() < 2) return groups;
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (chunks_.pull_tx() || peer_pid_ != 0) return groups;
+  std::vector<uint64_t> bytes;  // of each group
+  std::vector<size_t> open;     // groups with room, at most one per key
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TransferItem& it = items[i];
+    if (it.local.empty() || !granted(it, direction) || !paths_.memory_of(it.local.data(), it.local.size()).on_host()) {
+      continue;
+    }
+    auto same_key = std::ranges::find_if(open, [&](size_t g) { return items[groups[g].front()].key == it.key; });
+    if (same_key == open.end()) {
+      groups.emplace_back();
+      bytes.push_back(0);
+      same_key = open.insert(open.end(), groups.size() - 1);
+    }
+    const size_t g = *same_key;
+    groups[g].push_back(i);
+    bytes[g] += it.local.size();
+    if (groups[g].size() == wire::kMaxSegments) open.erase(same_key);
+  }
+  std::vector<std::vector<size_t>> kept;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].size() >= 2 && bytes[g] > wire::kMaxInlineRma) kept.push_back(std::move(groups[g]));
+  }
+  return kept;
+}
+
+Request EndpointCore::post_segmented(std::span<const TransferItem> items, std::span<const size_t> group,
+                                     Direction direction) {
+  std::vector<SegmentMap::Piece> local(group.size());
+  std::vector<wire::Segment> remote(group.size());
+  uint64_t length = 0;
+  for (size_t k = 0; k < group.size(); ++k) {
+    const TransferItem& it = items[group[k]];
+    local[k] = {.at = reinterpret_cast<uintptr_t>(it.local.data()), .length = it.local.size()};
+    remote[k] = {.offset = it.remote_offset, .length = it.local.size()};
+    length += it.local.size();
+  }
+  SegmentMap map(std::move(local));
+  PathEnd end = direction == Direction::kSend
+                    ? PathEnd::segmented_source(std::make_unique<SegmentedHostSource>(std::move(map)), length)
+                    : PathEnd::segmented_sink(std::make_unique<SegmentedHostSink>(std::move(map)), length);
+  const RemoteKey& key = items[group.front()].key;
+  engine::ProgressEngine::Guard guard(*engine_);
+  if (Status refused = admission(); !refused) return failed_request(std::move(refused));
+  ++stats_.segmented;
+  return after_posting(direction == Direction::kSend
+                           ? initiator_.put(std::move(end), key, 0, PutOptions{}, wire::encode_segments(remote))
+                           : initiator_.get(std::move(end), key, 0, wire::encode_segments(remote)));
+}
+
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
                              uint64_t operand, uint64_t compare) {
   // The operands travel in the ATOMIC frame and the result in the RESP: no data path.
@@ -124,7 +194,8 @@ Request EndpointCore::flush() {
 void EndpointCore::serve_request(const wire::PutFrame& f) {
   if (f.inline_data && !crc_as_negotiated(f.has_crc, "inline PUT")) return;
   if (!target_.admit(f.op_id)) return;
-  if (f.inline_data != (rma_class(f.length) == TransferClass::kInline)) {
+  // A segmented put always travels in chunks (the decoder refuses SEGMENTS with INLINE).
+  if (f.segments.empty() && f.inline_data != (rma_class(f.length) == TransferClass::kInline)) {
     protocol_error(fmt::format("PUT of {} bytes {} inline (negotiated eager limit {}, inline RMA at most {})", f.length,
                                f.inline_data ? "sent" : "not sent", eager_limit_, wire::kMaxInlineRma));
     return;
@@ -133,7 +204,8 @@ void EndpointCore::serve_request(const wire::PutFrame& f) {
 }
 
 void EndpointCore::serve_request(const wire::GetFrame& f) {
-  if (target_.admit(f.op_id)) target_.serve_get(f, rma_class(f.length));
+  // A segmented get's reply always travels in chunks.
+  if (target_.admit(f.op_id)) target_.serve_get(f, f.segments.empty() ? rma_class(f.length) : TransferClass::kChunked);
 }
 
 void EndpointCore::serve_request(const wire::AtomicFrame& f) {

@@ -75,18 +75,21 @@ std::unique_ptr<RmaInitiator::Op> RmaInitiator::new_op(Op::Kind kind, const Remo
   return op;
 }
 
-RmaInitiator::Posted RmaInitiator::put(PathEnd source, const RemoteKey& key, uint64_t offset,
-                                       const PutOptions& options) {
+RmaInitiator::Posted RmaInitiator::put(PathEnd source, const RemoteKey& key, uint64_t offset, const PutOptions& options,
+                                       std::vector<std::byte> segments) {
   auto op = new_op(Op::Kind::kPut, key, offset, source.length(), source.travels_inline());
   op->end = std::move(source);
+  op->segments = std::move(segments);
   op->has_notify = options.notify.has_value();
   op->notify = options.notify.value_or(0);
   return post(std::move(op));
 }
 
-RmaInitiator::Posted RmaInitiator::get(PathEnd sink, const RemoteKey& key, uint64_t offset) {
+RmaInitiator::Posted RmaInitiator::get(PathEnd sink, const RemoteKey& key, uint64_t offset,
+                                       std::vector<std::byte> segments) {
   auto op = new_op(Op::Kind::kGet, key, offset, sink.length(), sink.travels_inline());
   op->end = std::move(sink);
+  op->segments = std::move(segments);
   op->in.kind = wire::ChunkKind::kGet;
   op->in.length = op->length;
   op->in.sink = op->end.sink(op->in);
@@ -133,7 +136,11 @@ void RmaInitiator::issue(Op* op) {
     case Op::Kind::kPut: issue_put(op); return;
     case Op::Kind::kGet:
       ++stats_.gets;
-      owner_.queue_request(wire::GetFrame{.op_id = op->id, .key = op->key, .offset = op->offset, .length = op->length});
+      owner_.queue_request(wire::GetFrame{.op_id = op->id,
+                                          .key = op->key,
+                                          .offset = op->offset,
+                                          .length = op->length,
+                                          .segments = wire::SegmentList(op->segments)});
       return;
     case Op::Kind::kAtomic:
       ++stats_.atomics;
@@ -157,7 +164,8 @@ void RmaInitiator::issue_put(Op* op) {
                           .has_notify = op->has_notify,
                           .notify = op->notify,
                           .inline_data = op->inline_class,
-                          .payload = payload};
+                          .payload = payload,
+                          .segments = wire::SegmentList(op->segments)};
   };
   if (op->inline_class) {
     // The endpoint posts an inline put only once its bytes can be read at once.

@@ -81,13 +81,17 @@ class RmaInitiator {
   /// bytes can be read at once, PathEnd::inline_ready). A source of zero-copy sends
   /// reports them done under the id the put gets (next_op_id() when it was chosen);
   /// the put then completes once both its RESP came and every send was released.
-  Posted put(PathEnd source, const RemoteKey& key, uint64_t offset, const PutOptions& options);
+  /// With `segments` (wire::encode_segments; offset 0, a chunked source) the put writes
+  /// those pieces of the key's window, its bytes back to back in them.
+  Posted put(PathEnd source, const RemoteKey& key, uint64_t offset, const PutOptions& options,
+             std::vector<std::byte> segments = {});
   /// The id the next operation posted gets.
   uint64_t next_op_id() const noexcept { return next_id_; }
   /// The kernel reported a zero-copy send of put `op_id` done.
   void zero_copy_released(uint64_t op_id);
   /// A get into `sink`'s memory (its class says whether the reply comes inline).
-  Posted get(PathEnd sink, const RemoteKey& key, uint64_t offset);
+  /// With `segments`, as put's.
+  Posted get(PathEnd sink, const RemoteKey& key, uint64_t offset, std::vector<std::byte> segments = {});
   /// `compare` is used by kCompareSwap only.
   Posted atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op, uint64_t operand,
                 uint64_t compare);
@@ -126,6 +130,7 @@ class RmaInitiator {
     uint64_t offset = 0;
     uint64_t length = 0;
     bool inline_class = false;  // the data travels in the PUT / RESP frame
+    std::vector<std::byte> segments;  // a segmented put's or get's list, in wire form
     PathEnd end;                // a put's source, a get's sink (an atomic has none)
     // put
     bool has_notify = false;

@@ -3,6 +3,7 @@
 // docs/architecture.md ("One-sided operations"); the wire rules in docs/protocol.md.
 #include "transport/rma_target.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include "core/log.h"
 #include "datapath/checksum.h"
+#include "datapath/segments.h"
 
 namespace remora::detail {
 
@@ -99,16 +101,56 @@ std::shared_ptr<RegionAccess> RmaTarget::share_access(RegionAccess& granted, boo
   return std::make_shared<RegionAccess>(std::move(granted));
 }
 
-void RmaTarget::serve_put(const wire::PutFrame& f) {
+RmaStatus RmaTarget::segmented_end(const wire::KeyBytes& key, wire::SegmentList segments, Direction direction,
+                                   std::shared_ptr<RegionAccess>* access, PathEnd* end) {
+  // One access covers every segment: each lies inside it, so inside the key's window.
+  uint64_t lo = UINT64_MAX, hi = 0, length = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const wire::Segment seg = segments[i];  // the decoder checked that none ends past 2^64
+    lo = std::min(lo, seg.offset);
+    hi = std::max(hi, seg.offset + seg.length);
+    length += seg.length;
+  }
   RegionAccess granted;
-  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, &granted);
-  const std::shared_ptr<RegionAccess> access = share_access(granted, f.inline_data);
+  const RmaStatus verdict = check_access(
+      key, lo, hi - lo, direction == Direction::kReceive ? Access::kRemoteWrite : Access::kRemoteRead, &granted);
+  *access = std::make_shared<RegionAccess>(std::move(granted));
+  if (verdict != RmaStatus::kOk) return verdict;
+  if ((*access)->device() != nullptr) {
+    // An initiator sends segments for keys of host memory only (their kind says so).
+    REMORA_LOG(kWarn, "peer {}: refused a segmented request of {} memory: segments move host memory only", peer_,
+               (*access)->device()->name());
+    ++stats_.refused;
+    return RmaStatus::kDeviceFailed;
+  }
+  std::vector<SegmentMap::Piece> pieces(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i)
+    pieces[i] = {.at = segments[i].offset - lo, .length = segments[i].length};
+  SegmentMap map(std::move(pieces));
+  *end =
+      direction == Direction::kReceive
+          ? PathEnd::segmented_sink(
+                std::make_unique<SegmentedRegionSink>(access->get(), &paths_.discard_sink(), std::move(map)), length)
+          : PathEnd::segmented_source(std::make_unique<SegmentedRegionSource>(access->get(), std::move(map)), length);
+  return RmaStatus::kOk;
+}
+
+void RmaTarget::serve_put(const wire::PutFrame& f) {
+  RegionAccess granted;  // what `access` points at when served inline: kept to the end
+  std::shared_ptr<RegionAccess> access;
   PathEnd sink;
-  if (verdict == RmaStatus::kOk) {
-    verdict = choose_end({.direction = Direction::kReceive,
-                          .cls = f.inline_data ? TransferClass::kInline : TransferClass::kChunked,
-                          .memory = TransferMemory::of_region(access, f.length)},
-                         "put into", &sink);
+  RmaStatus verdict;
+  if (f.segments.empty()) {
+    verdict = check_access(f.key, f.offset, f.length, Access::kRemoteWrite, &granted);
+    access = share_access(granted, f.inline_data);
+    if (verdict == RmaStatus::kOk) {
+      verdict = choose_end({.direction = Direction::kReceive,
+                            .cls = f.inline_data ? TransferClass::kInline : TransferClass::kChunked,
+                            .memory = TransferMemory::of_region(access, f.length)},
+                           "put into", &sink);
+    }
+  } else {
+    verdict = segmented_end(f.key, f.segments, Direction::kReceive, &access, &sink);
   }
   if (verdict == RmaStatus::kOk && f.has_notify && notifications_.full(limits_.notifications)) {
     ++stats_.refused;
@@ -131,6 +173,7 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
   }
   auto sp = std::make_unique<ServedPut>();
   sp->op_id = f.op_id;
+  sp->segmented = !f.segments.empty();
   sp->verdict = verdict;
   sp->has_notify = f.has_notify && verdict == RmaStatus::kOk;
   sp->notify = f.notify;
@@ -231,6 +274,7 @@ void RmaTarget::put_received(uint64_t op_id) {
   }
   if (sp->verdict == RmaStatus::kOk) {
     ++stats_.served_puts;
+    if (sp->segmented) ++stats_.served_segmented;
     count_zero_copy(stats_, sp->end);
     if (sp->has_notify) {
       notifications_.deliver(Notification{.value = sp->notify,
@@ -244,18 +288,24 @@ void RmaTarget::put_received(uint64_t op_id) {
 }
 
 void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
-  RegionAccess granted;
-  RmaStatus verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, &granted);
-  const std::shared_ptr<RegionAccess> access = share_access(granted, cls == TransferClass::kInline);
+  RegionAccess granted;  // what `access` points at when served inline: kept to the end
+  std::shared_ptr<RegionAccess> access;
   PathEnd source;
-  if (verdict == RmaStatus::kOk) {
-    // A chunked reply from device memory can go by zero-copy sends (devmem TX): they
-    // are reported done under this number.
-    verdict = choose_end({.direction = Direction::kSend,
-                          .cls = cls,
-                          .memory = TransferMemory::of_region(access, f.length),
-                          .zero_copy_id = kDevmemServedGetCookie | next_zero_copy_get_},
-                         "get from", &source);
+  RmaStatus verdict;
+  if (!f.segments.empty()) {
+    verdict = segmented_end(f.key, f.segments, Direction::kSend, &access, &source);
+  } else {
+    verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, &granted);
+    access = share_access(granted, cls == TransferClass::kInline);
+    if (verdict == RmaStatus::kOk) {
+      // A chunked reply from device memory can go by zero-copy sends (devmem TX): they
+      // are reported done under this number.
+      verdict = choose_end({.direction = Direction::kSend,
+                            .cls = cls,
+                            .memory = TransferMemory::of_region(access, f.length),
+                            .zero_copy_id = kDevmemServedGetCookie | next_zero_copy_get_},
+                           "get from", &source);
+    }
   }
   if (cls == TransferClass::kInline) {
     serve_inline_get(f.op_id, verdict, access, std::move(source));
@@ -267,6 +317,7 @@ void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
   }
   auto sg = std::make_unique<ServedGet>();
   sg->op_id = f.op_id;
+  sg->segmented = !f.segments.empty();
   sg->access = access;
   sg->end = std::move(source);
   sg->out.kind = wire::ChunkKind::kGet;
@@ -375,6 +426,7 @@ void RmaTarget::finish_served_get(std::unordered_map<uint64_t, std::unique_ptr<S
     status = RmaStatus::kRevoked;
   } else {
     ++stats_.served_gets;
+    if (sg->segmented) ++stats_.served_segmented;
     count_zero_copy(stats_, sg->end);
   }
   send_resp(sg->op_id, status);

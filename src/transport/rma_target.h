@@ -114,6 +114,7 @@ class RmaTarget {
     uint64_t notify = 0;
     PathEnd end;  // the region's sink; refused: the discard sink
     bool inline_copy = false;
+    bool segmented = false;
     RxTransfer in;
   };
   /// A large GET in service, or an inline one out of device memory waiting for its copy.
@@ -124,6 +125,7 @@ class RmaTarget {
     uint64_t zero_copy_seq = 0;     // its cookie's number, when its sends are zero-copy
     bool awaiting_release = false;  // sent; the kernel has yet to report zero-copy sends done
     bool inline_copy = false;
+    bool segmented = false;
     TxTransfer out;
   };
 
@@ -137,6 +139,12 @@ class RmaTarget {
   /// The granted region's end for `spec` (DataPaths::choose); kDeviceFailed (logged)
   /// when no path takes its device memory.
   wire::RmaStatus choose_end(const TransferSpec& spec, std::string_view what, PathEnd* end);
+  /// A segmented request's end (its `segments` of `key`'s window; `direction` is this
+  /// side's): one access covering them all, checked as check_access checks one range,
+  /// and their source or sink over it (datapath/segments.h). Host memory only: a
+  /// region of device memory is refused with kDeviceFailed.
+  wire::RmaStatus segmented_end(const wire::KeyBytes& key, wire::SegmentList segments, Direction direction,
+                                std::shared_ptr<RegionAccess>* access, PathEnd* end);
   /// An inline PUT: its bytes placed (kInProgress: in service until the copy ends), then the RESP.
   void serve_inline_put(const wire::PutFrame& f, wire::RmaStatus verdict, std::shared_ptr<RegionAccess> access,
                         PathEnd sink);

@@ -80,7 +80,8 @@ uint8_t allowed_flags(FrameType type) {
     case FrameType::kChunk: return 0x03 | kChunkResend | kCrcFlag;  // the ChunkKind (0..2; 3 is refused by validate_header)
     case FrameType::kAbort: return 0x03;
     case FrameType::kEager: return kCrcFlag;
-    case FrameType::kPut: return kPutNotify | kPutInline | kCrcFlag;
+    case FrameType::kPut: return kPutNotify | kPutInline | kRmaSegments | kCrcFlag;
+    case FrameType::kGet: return kRmaSegments;
     case FrameType::kResp: return kRespInline | kCrcFlag;
     case FrameType::kHeartbeat: return kHeartbeatReply;
     case FrameType::kHandled: return kHandledResumed;
@@ -95,6 +96,11 @@ uint8_t allowed_flags(FrameType type) {
 bool has_inline_payload(FrameType type, uint8_t flags) {
   return type == FrameType::kEager || (type == FrameType::kPut && (flags & kPutInline) != 0) ||
          (type == FrameType::kResp && (flags & kRespInline) != 0);
+}
+
+/// PUT and GET with a segment list after the fixed body.
+bool has_segments(FrameType type, uint8_t flags) {
+  return (type == FrameType::kPut || type == FrameType::kGet) && (flags & kRmaSegments) != 0;
 }
 
 /// Bytes the CRC adds after the fixed body.
@@ -149,6 +155,12 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
         (type == FrameType::kResp && (flags & kCrcFlag) != 0 && (flags & kRespInline) == 0)) {
       return protocol_error(fmt::format("{} frame: CRC flag without INLINE", to_string(type)));
     }
+    if (type == FrameType::kPut && (flags & kRmaSegments) != 0 && (flags & (kPutInline | kPutNotify)) != 0) {
+      return protocol_error(
+          fmt::format("PUT frame: SEGMENTS with {} (a segmented put travels in chunks, without a "
+                      "notification)",
+                      (flags & kPutInline) != 0 ? "INLINE" : "NOTIFY"));
+    }
   }
   for (size_t i = kHeaderReservedOffset; i < kBodyLengthOffset && i < in.size(); ++i) {
     const uint8_t reserved = load_u8(&in[i]);
@@ -174,6 +186,15 @@ Status validate_header(std::span<const std::byte> in, const DecodeLimits& limits
     }
     return Status::ok();
   }
+  if (has_segments(type, flags)) {
+    const size_t fixed = fixed_body_size(type);
+    const size_t list = body_length < fixed ? 0 : body_length - fixed;
+    if (body_length < fixed || list % kSegmentSize != 0 || list == 0 || list > kMaxSegments * kSegmentSize) {
+      return protocol_error(fmt::format("{} frame: body_length {} is not its {}-byte fixed part and 1 to {} segments",
+                                        to_string(type), body_length, fixed, kMaxSegments));
+    }
+    return Status::ok();
+  }
   const size_t expected = fixed_body_size(type) + crc_size(flags);
   if (body_length != expected) {
     return protocol_error(fmt::format("{} frame: body_length {}, expected {}", to_string(type), body_length, expected));
@@ -186,6 +207,29 @@ KeyBytes load_key(const std::byte* p) {
   KeyBytes key;
   std::copy(p, p + kKeySize, key.begin());
   return key;
+}
+
+/// The segment list after a PUT's or GET's fixed body, checked against the frame's
+/// offset and length: offset 0, no empty segment, no end past 2^64, lengths summing to
+/// `length`.
+Result<SegmentList> decode_segments(std::string_view what, uint64_t offset, uint64_t length,
+                                    std::span<const std::byte> list) {
+  if (offset != 0) return protocol_error(fmt::format("{} frame: offset {} with SEGMENTS (must be 0)", what, offset));
+  const SegmentList segments(list);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment seg = segments[i];
+    if (seg.length == 0) return protocol_error(fmt::format("{} frame: segment {} is empty", what, i));
+    if (seg.offset > UINT64_MAX - seg.length) {
+      return protocol_error(fmt::format("{} frame: segment {} ends past 2^64", what, i));
+    }
+    if (seg.length > UINT64_MAX - sum) return protocol_error(fmt::format("{} frame: segment lengths overflow", what));
+    sum += seg.length;
+  }
+  if (sum != length) {
+    return protocol_error(fmt::format("{} frame: length {} but its segments hold {} bytes", what, length, sum));
+  }
+  return segments;
 }
 
 Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::byte> body) {
@@ -251,10 +295,18 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
           return protocol_error(fmt::format("PUT frame: length {} but {} inline bytes", f.length, f.payload.size()));
         }
       }
+      if (has_segments(type, flags)) {
+        REMORA_ASSIGN_OR_RETURN(f.segments, decode_segments("PUT", f.offset, f.length, body.subspan(kPutBodySize)));
+      }
       return Frame{f};
     }
-    case FrameType::kGet:
-      return Frame{GetFrame{.op_id = load_u64(p), .key = load_key(p + 8), .offset = load_u64(p + 48), .length = load_u64(p + 56)}};
+    case FrameType::kGet: {
+      GetFrame f{.op_id = load_u64(p), .key = load_key(p + 8), .offset = load_u64(p + 48), .length = load_u64(p + 56)};
+      if (has_segments(type, flags)) {
+        REMORA_ASSIGN_OR_RETURN(f.segments, decode_segments("GET", f.offset, f.length, body.subspan(kGetBodySize)));
+      }
+      return Frame{f};
+    }
     case FrameType::kAtomic: {
       const uint32_t op = load_u32(p + 56);
       const uint32_t reserved = load_u32(p + 60);
@@ -398,6 +450,12 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Frame>, EagerFrame>);
 static_assert(std::is_same_v<std::variant_alternative_t<5, Frame>, GoodbyeFrame>);
 static_assert(std::is_same_v<std::variant_alternative_t<9, Frame>, RespFrame>);
 
+SegmentList segments_of(const Frame& frame) {
+  if (const auto* put = std::get_if<PutFrame>(&frame)) return put->segments;
+  if (const auto* get = std::get_if<GetFrame>(&frame)) return get->segments;
+  return {};
+}
+
 uint8_t flags_of(const Frame& frame) {
   if (const auto* e = std::get_if<EagerFrame>(&frame)) return e->has_crc ? kCrcFlag : 0;
   if (const auto* c = std::get_if<ChunkFrame>(&frame)) {
@@ -407,8 +465,10 @@ uint8_t flags_of(const Frame& frame) {
   if (const auto* a = std::get_if<AbortFrame>(&frame)) return static_cast<uint8_t>(a->kind);
   if (const auto* put = std::get_if<PutFrame>(&frame)) {
     return static_cast<uint8_t>((put->has_notify ? kPutNotify : 0) | (put->inline_data ? kPutInline : 0) |
+                                (put->segments.empty() ? 0 : kRmaSegments) |
                                 (put->inline_data && put->has_crc ? kCrcFlag : 0));
   }
+  if (const auto* get = std::get_if<GetFrame>(&frame)) return get->segments.empty() ? 0 : kRmaSegments;
   if (const auto* resp = std::get_if<RespFrame>(&frame)) {
     return static_cast<uint8_t>((resp->inline_data ? kRespInline : 0) |
                                 (resp->inline_data && resp->has_crc ? kCrcFlag : 0));
@@ -443,7 +503,8 @@ size_t encoded_size(const Frame& frame) noexcept {
   if (const auto* eager = std::get_if<EagerFrame>(&frame)) {
     return kFrameHeaderSize + kEagerBodySize + crc + eager->payload.size();
   }
-  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + crc + inline_payload(frame).size();
+  return kFrameHeaderSize + fixed_body_size(type_of(frame)) + crc + inline_payload(frame).size() +
+         segments_of(frame).bytes().size();
 }
 
 namespace {
@@ -501,12 +562,14 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
       if (with_payload && f.inline_data && !f.payload.empty()) {
         std::copy(f.payload.begin(), f.payload.end(), body + kPutBodySize + (crc ? kCrcSize : 0));
       }
+      std::ranges::copy(f.segments.bytes(), body + kPutBodySize);
     }
     void operator()(const GetFrame& f) const {
       store_u64(body, f.op_id);
       std::copy(f.key.begin(), f.key.end(), body + 8);
       store_u64(body + 48, f.offset);
       store_u64(body + 56, f.length);
+      std::ranges::copy(f.segments.bytes(), body + kGetBodySize);
     }
     void operator()(const AtomicFrame& f) const {
       store_u64(body, f.op_id);
@@ -586,6 +649,20 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
 size_t encode(const Frame& frame, std::span<std::byte> out) noexcept { return encode_frame(frame, out, true); }
 
 size_t encode_header(const Frame& frame, std::span<std::byte> out) noexcept { return encode_frame(frame, out, false); }
+
+Segment SegmentList::operator[](size_t i) const noexcept {
+  const std::byte* p = bytes_.data() + i * kSegmentSize;
+  return Segment{.offset = load_u64(p), .length = load_u64(p + 8)};
+}
+
+std::vector<std::byte> encode_segments(std::span<const Segment> segments) {
+  std::vector<std::byte> out(segments.size() * kSegmentSize);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    store_u64(out.data() + i * kSegmentSize, segments[i].offset);
+    store_u64(out.data() + i * kSegmentSize + 8, segments[i].length);
+  }
+  return out;
+}
 
 std::span<const std::byte> inline_payload(const Frame& frame) noexcept {
   if (const auto* eager = std::get_if<EagerFrame>(&frame)) return eager->payload;

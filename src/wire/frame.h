@@ -4,11 +4,12 @@
 // kProtocol error with a message naming the field.
 #pragma once
 
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <variant>
+#include <vector>
 
 #include "remora/status.h"
 #include "remora/types.h"
@@ -94,6 +95,12 @@ inline constexpr size_t kCrcSize = 4;
 /// PUT flags.
 inline constexpr uint8_t kPutNotify = 0x01;  ///< the notify field carries a notification
 inline constexpr uint8_t kPutInline = 0x02;  ///< the payload (exactly `length` bytes) follows the body
+/// PUT and GET (kCapSegments): a segment list follows the body; never with INLINE or NOTIFY.
+inline constexpr uint8_t kRmaSegments = 0x04;
+/// One segment on the wire: u64 offset, u64 length.
+inline constexpr size_t kSegmentSize = 16;
+/// Most segments one PUT or GET names (its list: 16 KiB).
+inline constexpr size_t kMaxSegments = 1024;
 /// RESP flags.
 inline constexpr uint8_t kRespInline = 0x01;  ///< the GET's data follows the body
 /// HEARTBEAT flags.
@@ -157,23 +164,50 @@ struct GoodbyeFrame {
 
 using KeyBytes = std::array<std::byte, kKeySize>;
 
+/// A piece of a key's window that a segmented PUT writes or GET reads: the operation's
+/// bytes are its segments' in list order, back to back (docs/protocol.md "Segments").
+struct Segment {
+  uint64_t offset = 0;  ///< from the start of the key's window
+  uint64_t length = 0;  ///< never 0
+};
+
+/// A segment list as it travels (kSegmentSize bytes per segment, little endian); a
+/// view, valid as long as the bytes it was made of.
+class SegmentList {
+ public:
+  SegmentList() noexcept = default;
+  explicit SegmentList(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
+  size_t size() const noexcept { return bytes_.size() / kSegmentSize; }
+  bool empty() const noexcept { return bytes_.empty(); }
+  Segment operator[](size_t i) const noexcept;
+  std::span<const std::byte> bytes() const noexcept { return bytes_; }
+
+ private:
+  std::span<const std::byte> bytes_;
+};
+
+/// `segments` in wire form, for a PutFrame's or GetFrame's `segments`.
+std::vector<std::byte> encode_segments(std::span<const Segment> segments);
+
 struct PutFrame {
   uint64_t op_id = 0;
   KeyBytes key{};
-  uint64_t offset = 0;
-  uint64_t length = 0;
+  uint64_t offset = 0;  ///< 0 with segments
+  uint64_t length = 0;  ///< with segments: their lengths' sum
   bool has_notify = false;
   uint64_t notify = 0;                 ///< 0 unless has_notify
   bool inline_data = false;
   std::span<const std::byte> payload{};  ///< inline_data: exactly `length` bytes; decode: view into the input
   bool has_crc = false;                  ///< kCrcFlag (only with inline_data): the payload's CRC-32C
   uint32_t crc = 0;
+  SegmentList segments{};  ///< kRmaSegments (never with inline_data): where the bytes go
 };
 struct GetFrame {
   uint64_t op_id = 0;
   KeyBytes key{};
-  uint64_t offset = 0;
-  uint64_t length = 0;
+  uint64_t offset = 0;     ///< 0 with segments
+  uint64_t length = 0;     ///< with segments: their lengths' sum
+  SegmentList segments{};  ///< kRmaSegments: where the bytes come from
 };
 struct AtomicFrame {
   uint64_t op_id = 0;
@@ -307,7 +341,9 @@ struct Decoded {
 /// - kProtocol: malformed (unknown type, undefined flag bits, CHUNK kind 3, nonzero
 ///   reserved, wrong body length, EAGER/PUT/RESP inline payload over the limit, unknown
 ///   CTS/RESP status or ATOMIC opcode, empty CHUNK, PUT length != its inline bytes, PUT
-///   notify without NOTIFY, fetch_add with a compare, RESP INLINE with a failure status),
+///   notify without NOTIFY, fetch_add with a compare, RESP INLINE with a failure status,
+///   SEGMENTS with INLINE or NOTIFY, with an offset, with no or more than kMaxSegments segments, an
+///   empty one, one ending past 2^64, or lengths that do not sum to the frame's length),
 ///   with a message naming why.
 /// The header is validated byte by byte as it arrives, so an absurd length (or a type or
 /// flags byte that can never be valid) is rejected before anyone waits for the body.

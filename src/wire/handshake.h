@@ -67,6 +67,11 @@ inline constexpr uint64_t kCapRejoin = uint64_t{1} << 11;
 /// docs/protocol.md "Resuming the control stream").
 inline constexpr uint64_t kCapResume = uint64_t{1} << 12;
 
+/// Understands PUT and GET with SEGMENTS (flag 0x04): one request that writes or reads a
+/// list of pieces of one key's window, its bytes back to back in its chunks (docs/
+/// protocol.md "Segments"). Used when both sides set it.
+inline constexpr uint64_t kCapSegments = uint64_t{1} << 13;
+
 /// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
 /// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no
 /// endpoint is made. Its other fields are a control HELLO's.

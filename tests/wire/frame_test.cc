@@ -4,17 +4,19 @@
 // same-host ones (HOST, PULL, PULLED).
 #include "wire/frame.h"
 
-#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace remora::wire {
 namespace {
@@ -71,9 +73,11 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, PutFrame>) {
           return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length &&
                  x.has_notify == y.has_notify && x.notify == y.notify && x.inline_data == y.inline_data &&
-                 same_bytes(x.payload, y.payload) && x.has_crc == y.has_crc && x.crc == y.crc;
+                 same_bytes(x.payload, y.payload) && x.has_crc == y.has_crc && x.crc == y.crc &&
+                 same_bytes(x.segments.bytes(), y.segments.bytes());
         } else if constexpr (std::is_same_v<T, GetFrame>) {
-          return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length;
+          return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.length == y.length &&
+                 same_bytes(x.segments.bytes(), y.segments.bytes());
         } else if constexpr (std::is_same_v<T, AtomicFrame>) {
           return x.op_id == y.op_id && x.key == y.key && x.offset == y.offset && x.op == y.op &&
                  x.operand == y.operand && x.compare == y.compare;
@@ -145,6 +149,11 @@ const Bytes kKeyWire = bytes({0x40, 0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47,  /
                               0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57,  //
                               0x58, 0x59, 0x5A, 0x5B, 0x5C, 0x5D, 0x5E, 0x5F,  //
                               0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67});
+// Two segments: 0x30000 bytes at 0x1000, then 3 bytes at 0x10.
+const Bytes kTwoSegments = bytes({0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // offset
+                                  0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00,    // length
+                                  0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // offset
+                                  0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00});  // length
 
 // HOST carries the sender's boot id as 16 bytes that wire/ does not interpret.
 std::array<std::byte, 16> test_boot_id() {
@@ -273,6 +282,28 @@ std::vector<Golden> goldens() {
                bytes({0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,       // offset
                       0x56, 0x34, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00,       // length
                       0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})})},  // notify
+      {"put_segments",
+       PutFrame{.op_id = 5,
+                .key = test_key(),
+                .offset = 0,
+                .length = 0x30003,
+                .payload = {},
+                .segments = SegmentList(kTwoSegments)},
+       concat({bytes({0x07, 0x04, 0x00, 0x00, 0x68, 0x00, 0x00, 0x00,    // type 7, SEGMENTS, body 72 + 2 x 16
+                      0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // offset: 0 with SEGMENTS
+                      0x03, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00,    // length: the segments' sum
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // notify
+               kTwoSegments})},
+      {"get_segments",
+       GetFrame{.op_id = 6, .key = test_key(), .offset = 0, .length = 0x30003, .segments = SegmentList(kTwoSegments)},
+       concat({bytes({0x08, 0x04, 0x00, 0x00, 0x60, 0x00, 0x00, 0x00,    // type 8, SEGMENTS, body 64 + 2 x 16
+                      0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // op_id
+               kKeyWire,                                                 // key
+               bytes({0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // offset
+                      0x03, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00}),  // length
+               kTwoSegments})},
       {"get",
        GetFrame{
            .op_id = 0x0102030405060708, .key = test_key(), .offset = 0x1112131415161718, .length = 0x2122232425262728},
@@ -724,7 +755,8 @@ uint8_t defined_flags(std::byte type) {
     case FrameType::kChunk: return 0xC3;  // the kind (3 itself is refused: ChunkKindThree), RESEND, CRC
     case FrameType::kAbort: return 0x03;  // the kind
     case FrameType::kEager: return 0x80;  // CRC
-    case FrameType::kPut: return 0x83;    // NOTIFY | INLINE | CRC
+    case FrameType::kPut: return 0x87;    // NOTIFY | INLINE | SEGMENTS | CRC
+    case FrameType::kGet: return 0x04;    // SEGMENTS
     case FrameType::kResp: return 0x81;   // INLINE | CRC
     case FrameType::kHeartbeat: return 0x01;  // REPLY
     case FrameType::kHost: return 0x01;       // CAN_PULL
@@ -750,6 +782,60 @@ TEST(FrameReject, UndefinedFlagBitsPerType) {
       expect_protocol_error(Bytes(wire.begin(), wire.begin() + 2), "has undefined bits");
     }
   }
+}
+
+TEST(FrameSegments, EncodeSegmentsAndTheListView) {
+  const Segment two[] = {{.offset = 0x1000, .length = 0x30000}, {.offset = 0x10, .length = 3}};
+  const std::vector<std::byte> wire = encode_segments(two);
+  EXPECT_EQ(wire, kTwoSegments);
+  const SegmentList list(wire);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1].offset, 0x10u);
+  EXPECT_EQ(list[1].length, 3u);
+}
+
+// A segmented PUT or GET whose list is malformed is refused before the target sees it:
+// by its header (no list, a partial segment, too many) or by its body.
+TEST(FrameReject, MalformedSegmentLists) {
+  const auto with_body = [](const char* name, const Bytes& list, uint8_t flags = 0x04) {
+    Bytes wire = golden(name);
+    const size_t fixed = wire[0] == std::byte{7} ? 72 : 64;
+    wire.resize(8 + fixed);
+    wire.insert(wire.end(), list.begin(), list.end());
+    wire[1] = std::byte{flags};
+    const uint32_t body = static_cast<uint32_t>(wire.size() - 8);
+    std::memcpy(wire.data() + 4, &body, 4);
+    return wire;
+  };
+  const auto segment = [](uint64_t offset, uint64_t length) {
+    Bytes b(16);
+    std::memcpy(b.data(), &offset, 8);
+    std::memcpy(b.data() + 8, &length, 8);
+    return b;
+  };
+  const auto set_length = [](Bytes wire, uint64_t length) {
+    std::memcpy(wire.data() + 8 + 56, &length, 8);
+    return wire;
+  };
+  for (const char* name : {"put_segments", "get_segments"}) {
+    SCOPED_TRACE(name);
+    expect_protocol_error(with_body(name, {}), "1 to 1024 segments");
+    expect_protocol_error(with_body(name, Bytes(24)), "1 to 1024 segments");
+    expect_protocol_error(with_body(name, Bytes(16 * 1025)), "1 to 1024 segments");
+    // Refused as soon as the header is in.
+    const Bytes partial = with_body(name, Bytes(24));
+    expect_protocol_error(Bytes(partial.begin(), partial.begin() + 8), "1 to 1024 segments");
+    Bytes shifted = golden(name);
+    shifted[8 + 48] = std::byte{1};  // offset 1
+    expect_protocol_error(shifted, "with SEGMENTS (must be 0)");
+    expect_protocol_error(set_length(with_body(name, concat({segment(0, 5), segment(9, 0)})), 5), "segment 1 is empty");
+    expect_protocol_error(set_length(with_body(name, segment(kMaxU64 - 1, 2)), 2), "segment 0 ends past 2^64");
+    expect_protocol_error(set_length(with_body(name, concat({segment(0, kMaxU64), segment(0, 2)})), 1),
+                          "segment lengths overflow");
+    expect_protocol_error(set_length(with_body(name, segment(0, 5)), 6), "length 6 but its segments hold 5 bytes");
+  }
+  expect_protocol_error(with_body("put_segments", kTwoSegments, 0x06), "SEGMENTS with INLINE");
+  expect_protocol_error(with_body("put_segments", kTwoSegments, 0x05), "SEGMENTS with NOTIFY");
 }
 
 TEST(FrameReject, NonzeroHeaderReserved) {

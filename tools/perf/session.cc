@@ -456,6 +456,8 @@ nlohmann::json endpoint_json(const EndpointStats& s) {
           {"served_puts", s.served_puts},
           {"served_gets", s.served_gets},
           {"served_atomics", s.served_atomics},
+          {"segmented", s.segmented},
+          {"served_segmented", s.served_segmented},
           {"refused", s.refused},
           {"notifications", s.notifications},
           {"staged_bytes", s.staged_bytes},
