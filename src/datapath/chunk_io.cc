@@ -41,6 +41,17 @@ net::IoResult HostSource::write(int fd, uint64_t offset, uint64_t len) {
 
 net::IoResult StreamIn::recv_some(std::byte* dst, size_t len) { return net::recv_some(fd_, dst, len); }
 
+net::IoResult StreamIn::recv_scattered(const iovec* buffers, int count, uint64_t* asked) {
+  *asked = 0;
+  for (int i = 0; i < count; ++i) *asked += buffers[i].iov_len;
+  return net::recv_some_scattered(fd_, buffers, count);
+}
+
+net::IoResult StreamIn::recv_first(const iovec* buffers, int count, uint64_t* asked) {
+  *asked = count > 0 ? buffers[0].iov_len : 0;
+  return recv_some(count > 0 ? static_cast<std::byte*>(buffers[0].iov_base) : nullptr, *asked);
+}
+
 Status StreamIn::read_exact(std::span<std::byte> data, net::Clock::time_point deadline) {
   return net::read_exact(
       fd_, data, deadline, [this](std::byte* p, size_t n) { return recv_some(p, n); },

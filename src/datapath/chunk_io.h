@@ -62,6 +62,11 @@ class StreamIn {
   /// Up to `len` bytes of the stream into host memory at `dst` (one system call).
   /// kError: the stream cannot go on; take_failure() may say why better than the errno.
   virtual net::IoResult recv_some(std::byte* dst, size_t len);
+  /// Bytes of the stream into the `count` buffers in order (one system call), setting
+  /// `*asked` to what the call asked for (a read shorter than that drained the stream,
+  /// where short_read_drains()). An ordinary stream reads them all (recvmsg); a stream
+  /// that reads otherwise overrides recv_some and this, and may fill the first only.
+  virtual net::IoResult recv_scattered(const iovec* buffers, int count, uint64_t* asked);
   /// Most bytes one read of a chunk asks for (0: the rest of the chunk). A TCP socket
   /// is read 32 KiB at a time (kSocketReadBytes); a devmem receiver or same-host pulls
   /// take the whole rest.
@@ -94,6 +99,8 @@ class StreamIn {
 
  protected:
   void set_failure(Status s) { failure_ = std::move(s); }
+  /// recv_scattered for a stream that reads through recv_some: the first buffer only.
+  net::IoResult recv_first(const iovec* buffers, int count, uint64_t* asked);
 
  private:
   int fd_;

@@ -44,6 +44,9 @@ class ChunkScheduler::PullIn final : public StreamIn {
     set_failure(Status(code, fmt::format("{} bytes at 0x{:x} in pid {}: {}", len, next_, pid_, std::strerror(r.err))));
     return r;
   }
+  net::IoResult recv_scattered(const iovec* buffers, int count, uint64_t* asked) override {
+    return recv_first(buffers, count, asked);
+  }
   bool short_read_drains() const noexcept override { return false; }
   uint64_t read_limit() const noexcept override { return 0; }  // one process_vm_readv per chunk
   pid_t pid() const noexcept { return pid_; }

@@ -164,6 +164,9 @@ class DevmemStreamIn final : public StreamIn {
   explicit DevmemStreamIn(std::shared_ptr<DevmemReceiver> receiver);
   ~DevmemStreamIn() override;
   net::IoResult recv_some(std::byte* dst, size_t len) override;
+  net::IoResult recv_scattered(const iovec* buffers, int count, uint64_t* asked) override {
+    return recv_first(buffers, count, asked);
+  }
   DevmemReceiver* devmem() noexcept override { return receiver_.get(); }
   uint64_t read_limit() const noexcept override { return 0; }
   bool short_read_drains() const noexcept override { return false; }

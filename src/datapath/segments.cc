@@ -63,9 +63,8 @@ net::IoResult SegmentedHostSource::write(int fd, uint64_t offset, uint64_t len) 
 }
 
 net::IoResult SegmentedHostSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
-  const SegmentMap::Piece p = map_.locate(offset);
-  *asked = std::min(len, p.length);
-  return in.recv_some(address(nullptr, p.at), *asked);
+  iovec iov[kMaxIov];
+  return in.recv_scattered(iov, map_.iovecs(nullptr, offset, len, iov, kMaxIov), asked);
 }
 
 net::IoResult SegmentedRegionSource::write(int fd, uint64_t offset, uint64_t len) {
@@ -100,9 +99,8 @@ std::optional<uint32_t> SegmentedRegionSource::checksum(uint64_t offset, uint64_
 
 net::IoResult SegmentedRegionSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
   if (!revoked_ && access_->begin()) {
-    const SegmentMap::Piece p = map_.locate(offset);
-    *asked = std::min(len, p.length);
-    const net::IoResult r = in.recv_some(access_->address() + p.at, *asked);
+    iovec iov[kMaxIov];
+    const net::IoResult r = in.recv_scattered(iov, map_.iovecs(access_->address(), offset, len, iov, kMaxIov), asked);
     access_->end();
     return r;
   }

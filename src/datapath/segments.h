@@ -6,8 +6,8 @@
 // Host memory only, read and written by this side's own system calls: a segmented
 // source has no host_bytes() (no same-host pulls) and no gather_begin() (it gathers
 // its own pieces into one sendmsg instead), and a segmented sink no host_destination()
-// (no receive workers): a read stops at a piece's end, a write takes up to
-// kMaxIov pieces. The region kinds bracket every touch of a granted region as
+// (no receive workers): a read or write takes up to kMaxIov pieces in one system call
+// (recvmsg, sendmsg). The region kinds bracket every touch of a granted region as
 // RegionSource and RegionSink do (chunk_io.h), and act alike once it is revoked.
 #pragma once
 

@@ -34,6 +34,31 @@ IoResult raw_recv_some(int fd, void* data, size_t len) noexcept {
   }
 }
 
+IoResult recv_some_scattered(int fd, const iovec* buffers, int count) noexcept {
+  if (count <= 0) return {.kind = IoResult::Kind::kBytes, .bytes = 0};
+  if (count == 1) return recv_some(fd, buffers[0].iov_base, buffers[0].iov_len);
+  IoResult sealed;
+  if (sealed_recv(fd, buffers[0].iov_base, buffers[0].iov_len, &sealed)) {
+    // The layer copies opened bytes out: buffer by buffer, on while each is filled.
+    size_t got = 0;
+    for (int i = 0;; ++i) {
+      if (!sealed.moved()) return got > 0 ? IoResult{.kind = IoResult::Kind::kBytes, .bytes = got} : sealed;
+      got += sealed.bytes;
+      if (sealed.bytes < buffers[i].iov_len || i + 1 == count) return {.kind = IoResult::Kind::kBytes, .bytes = got};
+      (void)sealed_recv(fd, buffers[i + 1].iov_base, buffers[i + 1].iov_len, &sealed);
+    }
+  }
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(buffers);  // recvmsg writes through the buffers, not the array
+  msg.msg_iovlen = static_cast<size_t>(count);
+  for (;;) {
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (n > 0) return {.kind = IoResult::Kind::kBytes, .bytes = static_cast<size_t>(n)};
+    if (n == 0) return {.kind = IoResult::Kind::kEof};
+    if (errno != EINTR) return failed(errno);
+  }
+}
+
 IoResult send_some(int fd, const void* data, size_t len) noexcept {
   IoResult sealed;
   if (sealed_send(fd, data, len, &sealed)) return sealed;

@@ -41,6 +41,11 @@ IoResult recv_some(int fd, void* data, size_t len) noexcept;
 /// together in one batch of records (each buffer in records of its own).
 IoResult send_some_gathered(int fd, const iovec* buffers, int count) noexcept;
 
+/// recvmsg(MSG_DONTWAIT) into the `count` buffers in order, up to their total; on a
+/// sealed socket, bytes of records that opened, buffer by buffer, stopping at the first
+/// short one. kEof, kWouldBlock and kError as recv_some (only when nothing was read).
+IoResult recv_some_scattered(int fd, const iovec* buffers, int count) noexcept;
+
 /// The plain system calls, under any sealing layer (net/seal.cc sends and reads its
 /// records with them).
 IoResult raw_send_some(int fd, const void* data, size_t len) noexcept;

@@ -299,6 +299,15 @@ void wire() {
   bad[kFrameHeaderSize] = std::byte{5};
   write("wire_fuzz", "bad_shm_op5", bad);
 
+  // Segmented requests: a PUT and a GET naming two pieces of a key's window.
+  const std::vector<remora::wire::Segment> pieces = {{.offset = 0x1000, .length = 0x30000},
+                                                     {.offset = 0x10, .length = 3}};
+  const std::vector<std::byte> list = remora::wire::encode_segments(pieces);
+  write("wire_fuzz", "put_segments",
+        frame(PutFrame{.op_id = 5, .offset = 0, .length = 0x30003, .segments = remora::wire::SegmentList(list)}));
+  write("wire_fuzz", "get_segments",
+        frame(GetFrame{.op_id = 6, .offset = 0, .length = 0x30003, .segments = remora::wire::SegmentList(list)}));
+
   // A liveness probe (role 3): a control HELLO's fields.
   write("wire_fuzz", "hello_probe",
         encode_hello(Hello{.version = 1, .role = Role::kProbe, .stream_count = 1, .rma_window = 1}));

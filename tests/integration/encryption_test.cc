@@ -22,6 +22,7 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -868,6 +869,63 @@ TEST(EncryptionRecords, EveryRecordWhollySentIsReportedAtOnce) {
     }
     EXPECT_EQ(sent, data.size());
     EXPECT_TRUE(got == data);
+  }
+}
+
+// A scattered read (net::recv_some_scattered, as segmented transfers read a chunk into
+// several blocks) fills its buffers in order, through the sealing layer and on a plain
+// socket alike: buffers of every size class, apart in memory, read again from the first
+// byte not filled; the stream arrives whole.
+TEST(EncryptionRecords, AScatteredReadFillsEveryBufferInOrder) {
+  std::vector<std::optional<net::SealCipher>> ciphers{std::nullopt};
+  for (net::SealCipher c : net::kSealCiphers) {
+    if (net::cipher_available(c)) ciphers.emplace_back(c);
+  }
+  for (const std::optional<net::SealCipher>& cipher : ciphers) {
+    SCOPED_TRACE(cipher ? std::string(net::cipher_name(*cipher)) : std::string("plain"));
+    net::Fd tx, rx;
+    if (cipher) {
+      ASSERT_NO_FATAL_FAILURE(sealed_pair(*cipher, 5, 8 << 10, &tx, &rx));
+    } else {
+      int fds[2];
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+      tx = net::Fd(fds[0]);
+      rx = net::Fd(fds[1]);
+    }
+    const std::vector<size_t> sizes{1, 7, 4096, 65535, 65536, 65537, 3, 16384, 131072, 1, 70000};
+    std::vector<std::vector<std::byte>> pieces;
+    std::vector<std::byte> whole;
+    for (size_t i = 0; i < 2 * sizes.size(); ++i) {
+      pieces.emplace_back(sizes[i % sizes.size()], std::byte{0xEE});
+      const auto p = pattern(pieces.back().size(), static_cast<uint8_t>(i + 1));
+      whole.insert(whole.end(), p.begin(), p.end());
+    }
+    size_t sent = 0, piece = 0, into = 0, calls = 0;
+    while (piece < pieces.size()) {
+      ASSERT_LT(++calls, 200000U) << "no progress";
+      if (sent < whole.size()) {
+        const net::IoResult w = net::send_some(tx.get(), whole.data() + sent, whole.size() - sent);
+        ASSERT_FALSE(w.error()) << w.err;
+        if (w.moved()) sent += w.bytes;
+      }
+      std::vector<iovec> iov;
+      for (size_t i = piece; i < pieces.size() && iov.size() < 8; ++i) {
+        const size_t skip = i == piece ? into : 0;
+        iov.push_back({.iov_base = pieces[i].data() + skip, .iov_len = pieces[i].size() - skip});
+      }
+      const net::IoResult r = net::recv_some_scattered(rx.get(), iov.data(), static_cast<int>(iov.size()));
+      if (r.would_block()) continue;
+      ASSERT_TRUE(r.moved()) << static_cast<int>(r.kind) << " " << r.err;
+      for (size_t n = r.bytes; n > 0;) {
+        const size_t take = std::min(n, pieces[piece].size() - into);
+        n -= take;
+        into += take;
+        if (into == pieces[piece].size()) ++piece, into = 0;
+      }
+    }
+    std::vector<std::byte> got;
+    for (const auto& p : pieces) got.insert(got.end(), p.begin(), p.end());
+    EXPECT_TRUE(got == whole);
   }
 }
 

@@ -5,16 +5,20 @@
 // scheduler's progress. They pin the verdicts (and that a refusal touches no byte),
 // admission (window, duplicate ids, unsent RESPs), notifications and their bound, and
 // when a large put or get is answered.
-#include <gtest/gtest.h>
+#include "transport/rma_target.h"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "transport/rma_target.h"
+#include <gtest/gtest.h>
+
+#include "datapath/checksum.h"
 
 namespace remora::detail {
 namespace {
@@ -403,6 +407,135 @@ TEST(RmaTargetTest, FailForgetsWhatIsInService) {
   h.target.put_received(1);
   h.target.get_sent(2);
   EXPECT_TRUE(h.resps.empty()) << "nothing answers for a failed endpoint";
+}
+
+// --- segmented requests (docs/protocol.md "Segments") ---------------------------
+
+// Three pieces out of order, 501 bytes in all.
+const std::vector<wire::Segment> kPieces = {
+    {.offset = 1000, .length = 300}, {.offset = 100, .length = 200}, {.offset = 5000, .length = 1}};
+constexpr uint64_t kPiecesBytes = 501;
+
+wire::PutFrame segmented_put(const Harness& h, uint64_t id, const std::vector<std::byte>& list,
+                             Access rights = kAllRemote) {
+  return wire::PutFrame{
+      .op_id = id, .key = h.key(rights), .offset = 0, .length = kPiecesBytes, .segments = wire::SegmentList(list)};
+}
+
+// The memory after the bytes `data` landed in kPieces, in order.
+std::vector<std::byte> placed(std::vector<std::byte> memory, const std::vector<std::byte>& data) {
+  size_t at = 0;
+  for (const wire::Segment& p : kPieces) {
+    std::memcpy(memory.data() + p.offset, data.data() + at, p.length);
+    at += p.length;
+  }
+  return memory;
+}
+
+TEST(RmaTargetTest, ASegmentedPutPlacesItsBytesPieceByPieceThenReplies) {
+  Harness h;
+  const std::vector<std::byte> list = wire::encode_segments(kPieces);
+  h.put(segmented_put(h, 5, list));
+  RxTransfer* t = h.target.put_transfer(5);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->length, kPiecesBytes);
+  ASSERT_NE(t->sink, &h.paths.discard_sink());
+  const std::vector<std::byte> data = bytes(kPiecesBytes, 40);
+  const std::vector<std::byte> want = placed(h.memory, data);
+  SocketPair link;
+  ASSERT_EQ(::write(link.fd[0], data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  StreamIn in(link.fd[1]);
+  // As the scheduler reads a chunk: each read stops at a piece's end.
+  for (uint64_t done = 0; done < kPiecesBytes;) {
+    uint64_t asked = 0;
+    const net::IoResult r = t->sink->read(in, done, kPiecesBytes - done, &asked);
+    ASSERT_TRUE(r.moved());
+    EXPECT_LE(r.bytes, asked);
+    done += r.bytes;
+  }
+  EXPECT_TRUE(h.memory == want) << "the pieces hold the bytes in order; nothing else changed";
+  EXPECT_EQ(t->sink->checksum(250, 251), checksum_of(std::span(data).subspan(250, 251)))
+      << "a chunk's CRC runs over its pieces";
+  h.target.put_received(5);
+  ASSERT_EQ(h.resps.size(), 1u);
+  EXPECT_EQ(h.resps[0].status, RmaStatus::kOk);
+  EXPECT_EQ(h.stats.served_segmented, 1u);
+}
+
+TEST(RmaTargetTest, ASegmentedRequestIsCheckedOverEveryPieceBeforeAByteMoves) {
+  std::vector<wire::Segment> past_end = kPieces;
+  past_end.back().offset = kRegionBytes;  // one byte past the window
+  const std::vector<std::byte> good = wire::encode_segments(kPieces), bad = wire::encode_segments(past_end);
+  struct Case {
+    const char* what;
+    RmaStatus verdict;
+    bool tamper = false;
+    Access rights = kAllRemote;
+    const std::vector<std::byte>* list;
+  };
+  const Case cases[] = {{"a piece past the end", RmaStatus::kOutOfRange, false, kAllRemote, &bad},
+                        {"a read-only key", RmaStatus::kAccessDenied, false, Access::kRemoteRead, &good},
+                        {"a tampered key", RmaStatus::kInvalidKey, true, kAllRemote, &good}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Harness h;
+    const std::vector<std::byte> before = h.memory;
+    wire::PutFrame f = segmented_put(h, 5, *c.list, c.rights);
+    if (c.tamper) f.key[20] ^= std::byte{1};
+    h.put(f);
+    RxTransfer* t = h.target.put_transfer(5);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->sink, &h.paths.discard_sink()) << "a refused put's bytes are drained";
+    h.target.put_received(5);
+    EXPECT_EQ(h.last_status(), c.verdict);
+    // The same list read: refused at once, nothing announced.
+    if (c.rights == kAllRemote) {
+      wire::GetFrame g{.op_id = 6, .key = f.key, .offset = 0, .length = kPiecesBytes, .segments = f.segments};
+      h.get(g, /*inline_class=*/false);
+      EXPECT_EQ(h.last_status(), c.verdict);
+      EXPECT_TRUE(h.owner.chunks.empty());
+    }
+    EXPECT_TRUE(h.memory == before);
+    EXPECT_EQ(h.stats.served_segmented, 0u);
+    EXPECT_TRUE(h.owner.errors.empty()) << "a refusal is not a protocol error";
+  }
+}
+
+TEST(RmaTargetTest, ASegmentedGetSendsItsPiecesInOrder) {
+  Harness h;
+  const std::vector<std::byte> list = wire::encode_segments(kPieces);
+  h.get({.op_id = 8, .key = h.key(), .offset = 0, .length = kPiecesBytes, .segments = wire::SegmentList(list)},
+        /*inline_class=*/false);
+  ASSERT_EQ(h.owner.chunks.size(), 1u);
+  TxTransfer* t = h.owner.chunks[0];
+  EXPECT_EQ(t->length, kPiecesBytes);
+  std::vector<std::byte> want;
+  for (const wire::Segment& p : kPieces)
+    want.insert(want.end(), h.memory.begin() + p.offset, h.memory.begin() + p.offset + p.length);
+  SocketPair link;
+  uint64_t sent = 0;
+  while (sent < kPiecesBytes) {
+    const net::IoResult r = t->source->write(link.fd[0], sent, kPiecesBytes - sent);
+    ASSERT_TRUE(r.moved());
+    sent += r.bytes;
+  }
+  std::vector<std::byte> got(kPiecesBytes);
+  ASSERT_EQ(::read(link.fd[1], got.data(), got.size()), static_cast<ssize_t>(got.size()));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(t->source->checksum(0, kPiecesBytes), checksum_of(want));
+  h.target.get_sent(8);
+  EXPECT_EQ(h.last_status(), RmaStatus::kOk);
+  EXPECT_EQ(h.stats.served_segmented, 1u);
+
+  // Deregistered midway: zeros keep the stream in step, and the reply says revoked.
+  h.get({.op_id = 9, .key = h.key(), .offset = 0, .length = kPiecesBytes, .segments = wire::SegmentList(list)}, false);
+  TxTransfer* u = h.owner.chunks.at(1);
+  h.region.deregister();
+  ASSERT_TRUE(u->source->write(link.fd[0], 0, kPiecesBytes).moved());
+  ASSERT_EQ(::read(link.fd[1], got.data(), got.size()), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](std::byte b) { return b == std::byte{0}; }));
+  h.target.get_sent(9);
+  EXPECT_EQ(h.last_status(), RmaStatus::kRevoked);
 }
 
 }  // namespace
