@@ -9,6 +9,9 @@
 //       sends its key (tag 3); the connecting side gets the first N bytes and checks
 //       them, puts N bytes into the second half, and says so (tag 4); the listener checks
 //       them
+//   --blocks=B   (with --rma) the get and the put are batches of B-byte blocks at the
+//       same offsets on both sides, posted in reverse order (segmented requests, where
+//       both sides offer them), not one buffer each
 //   --mixed   (with --rma) the put is joined, while it is in flight, by 8 puts of 1 MiB
 //       with notifications (values 1000..1007) and 64 fetch_adds of 3 on one word, all
 //       into the window's extra 8 MiB + 8 bytes; the connecting side checks the fetched
@@ -46,7 +49,7 @@
 //       such send but the last. It then prints
 //       "COMEBACK <streams_rejoined> <rail bytes sent before> <after>" for that rail
 // FAILOVER <on|off> <streams_retired> <chunks_resent> <streams_rejoined> <control_resumed>
-// follows, then
+// follows, then SEALED <cipher|->, SEGMENTED <segmented requests this side initiated>, then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
@@ -189,6 +192,7 @@ void print_rails(const Endpoint& ep) {
               static_cast<unsigned long>(st.chunks_resent), st.streams_rejoined, st.control_resumed);
   const std::string sealed = ep.stats().encryption;
   std::printf("SEALED %s\n", sealed.empty() ? "-" : sealed.c_str());
+  std::printf("SEGMENTED %lu\n", static_cast<unsigned long>(st.segmented));
   for (const RailStats& r : ep.stats().rails) {
     std::printf("RAIL %s %s %s %s %u %lu %lu %lu %lu %s\n", r.state.c_str(), r.local_address.c_str(),
                 r.peer_address.empty() ? "-" : r.peer_address.c_str(), r.interface.empty() ? "-" : r.interface.c_str(),
@@ -212,6 +216,7 @@ int main(int argc, char** argv) {
   const std::string break_how = arg(argc, argv, "break-how", "reset");
   const bool rma = arg(argc, argv, "rma") == "1";
   const bool mixed = arg(argc, argv, "mixed") == "1";
+  const uint64_t blocks = std::stoull(arg(argc, argv, "blocks", "0"));
   const bool die = arg(argc, argv, "die") == "1";
   const int comebacks = std::stoi(arg(argc, argv, "comeback", "0"));
   const bool idle_down = arg(argc, argv, "idle-down") == "1";
@@ -403,10 +408,21 @@ int main(int argc, char** argv) {
       if (Status s = ep->recv(key_bytes, Tag{3}).wait(timeout); !s) return fail("recv the key", s);
       auto key = RemoteKey::deserialize(key_bytes);
       if (!key) return fail("deserialize the key", key.status());
+      // --blocks: the buffer as a list of blocks, each at its own offset past `base`.
+      auto items = [&](uint64_t base) {
+        std::vector<TransferItem> list;
+        for (uint64_t at = 0; at < buffer.size(); at += blocks) {
+          list.push_back({std::span(buffer).subspan(at, std::min<uint64_t>(blocks, buffer.size() - at)), *key, base + at});
+        }
+        std::reverse(list.begin(), list.end());
+        return list;
+      };
+      auto get_all = [&] { return blocks == 0 ? ep->get(buffer, *key, 0) : ep->get_batch(items(0)); };
+      auto put_all = [&] { return blocks == 0 ? ep->put(buffer, *key, size) : ep->put_batch(items(size)); };
       std::fill(buffer.begin(), buffer.end(), std::byte{0});
-      Request got = ep->get(buffer, *key, 0);
+      Request got = get_all();
       if (!break_source.empty() && break_op == "get" &&
-          !break_rail_during(*ep, got, break_source, break_how, nullptr, [&] { return ep->get(buffer, *key, 0); })) {
+          !break_rail_during(*ep, got, break_source, break_how, nullptr, get_all)) {
         ep->abort();  // the get in flight completes: nothing writes into `buffer` after
         return 1;
       }
@@ -417,7 +433,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       itest::fill_stream(seed + 3, 0, buffer);
-      Request put = ep->put(buffer, *key, size);
+      Request put = put_all();
       std::vector<std::byte> notified(mixed ? kNotified * kNotifiedSize : 0);
       itest::fill_stream(seed + 4, 0, notified);
       std::vector<Request> others;
@@ -432,7 +448,7 @@ int main(int argc, char** argv) {
       // first took long enough under ThreadSanitizer, beside another test, for the put to
       // finish before it); the others join it while the endpoint recovers.
       if (!break_source.empty() && break_op == "put" &&
-          !break_rail_during(*ep, put, break_source, break_how, nullptr, [&] { return ep->put(buffer, *key, size); })) {
+          !break_rail_during(*ep, put, break_source, break_how, nullptr, put_all)) {
         return give_up(1);
       }
       if (mixed) {

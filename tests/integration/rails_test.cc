@@ -321,6 +321,15 @@ TEST(Failover, ARailResetMidGetFinishesOnTheOtherRailEveryByteChecked) { expect_
 // A put: its chunks on the broken rail go again and land once in the listener's window.
 TEST(Failover, ARailResetMidPutFinishesOnTheOtherRailEveryByteChecked) { expect_failover_after_reset({}, "put"); }
 
+// The same get and put as lists of 64 KiB blocks in reverse order, which travel as
+// segmented requests: chunks on the broken rail go again, each landing at its blocks.
+TEST(Failover, ARailResetMidSegmentedGetAndPutFinishesOnTheOtherRail) {
+  Outcome o;
+  expect_failover_after_reset({}, "get", "reset", "--blocks=65536", &o);
+  EXPECT_NE(o.connector_out.find("SEGMENTED 2\n"), std::string::npos) << "the get and the put went segmented";
+  expect_failover_after_reset({}, "put", "reset", "--blocks=65536");
+}
+
 // The rail's link goes down on the connecting side during a send: no error reaches its
 // sockets at once; each side sees its stream there confirm nothing for the peer timeout
 // (1 s here) while the other rail works, and retires it.
