@@ -30,13 +30,42 @@ inline std::string check_inline_payload(const char* what, std::span<const std::b
   return "";
 }
 
+/// A segmented PUT's or GET's list (docs/protocol.md "Segments"): right after the fixed
+/// body, 1 to kMaxSegments segments, none empty or ending past 2^64, lengths summing to
+/// the frame's length, offset 0.
+inline std::string check_segments(const char* what, const SegmentList& segments, uint64_t offset, uint64_t length,
+                                  std::span<const std::byte> in, size_t fixed_body) {
+  if (segments.empty()) return "";
+  if (segments.size() > kMaxSegments) return std::string(what) + " with more segments than allowed";
+  if (segments.bytes().data() != in.data() + kFrameHeaderSize + fixed_body) {
+    return std::string(what) + " segments do not point into the input";
+  }
+  if (offset != 0) return std::string(what) + " with segments and an offset";
+  uint64_t sum = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment seg = segments[i];
+    if (seg.length == 0 || seg.offset > UINT64_MAX - seg.length || seg.length > UINT64_MAX - sum) {
+      return std::string(what) + " with an empty or overflowing segment";
+    }
+    sum += seg.length;
+  }
+  return sum == length ? "" : std::string(what) + " whose segments do not sum to its length";
+}
+
 /// Semantic rules of the RMA frames (docs/protocol.md) that a decoded frame must obey.
 inline std::string check_rma_rules(const Frame& frame, std::span<const std::byte> in, const DecodeLimits& limits) {
   if (const auto* chunk = std::get_if<ChunkFrame>(&frame)) {
     if (static_cast<uint8_t>(chunk->kind) > static_cast<uint8_t>(ChunkKind::kGet)) return "CHUNK with kind > 2";
     if (chunk->length == 0) return "empty CHUNK";
+  } else if (const auto* get = std::get_if<GetFrame>(&frame)) {
+    return check_segments("GET", get->segments, get->offset, get->length, in, kGetBodySize);
   } else if (const auto* put = std::get_if<PutFrame>(&frame)) {
     if (!put->has_notify && put->notify != 0) return "PUT notify value without NOTIFY";
+    if (!put->segments.empty() && (put->inline_data || put->has_notify)) return "segmented PUT inline or notified";
+    if (const std::string bad = check_segments("PUT", put->segments, put->offset, put->length, in, kPutBodySize);
+        !bad.empty()) {
+      return bad;
+    }
     if (put->inline_data) {
       if (put->payload.size() != put->length) return "inline PUT payload size != length";
       return check_inline_payload("PUT", put->payload, in, kPutBodySize + (put->has_crc ? kCrcSize : 0), limits);
@@ -93,10 +122,13 @@ inline std::string check_frame_invariants(std::span<const std::byte> in, const D
     }
     if (s.code() != StatusCode::kInProgress) return "unexpected status " + s.to_string();
     // Waiting is only legal while the input is shorter than the longest legal frame: the
-    // fixed-size ATOMIC, or the inline frame with the longest fixed body (PUT).
+    // fixed-size ATOMIC, the inline frame with the longest fixed body (PUT), or a PUT
+    // naming the most segments.
     constexpr size_t kLongestFixedPart = std::max({kEagerBodySize, kPutBodySize, kRespBodySize}) + kCrcSize;
-    const size_t longest = std::max<size_t>(kMaxFixedFrameSize,
-                                            kFrameHeaderSize + kLongestFixedPart + limits.max_eager_payload);
+    constexpr size_t kLongestSegmented = kFrameHeaderSize + kPutBodySize + kMaxSegments * kSegmentSize;
+    const size_t longest =
+        std::max({kMaxFixedFrameSize, kLongestSegmented,
+                  static_cast<size_t>(kFrameHeaderSize + kLongestFixedPart + limits.max_eager_payload)});
     if (in.size() >= longest) return "kInProgress with " + std::to_string(in.size()) + " bytes buffered";
     return "";
   }
