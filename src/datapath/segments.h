@@ -49,7 +49,7 @@ class SegmentMap {
   std::vector<uint64_t> starts_;  // transfer offset of each piece's first byte
 };
 
-/// Most pieces one write gathers into one sendmsg.
+/// Most pieces one read or write moves in one system call (recvmsg, sendmsg).
 inline constexpr int kMaxIov = 64;
 
 /// The pieces of this side's own host memory a segmented put sends.
