@@ -116,7 +116,7 @@ namespace {
 /// Whether the key grants `direction`'s right over the item's range, as the target checks.
 bool granted(const TransferItem& it, Direction direction) {
   const Access needed = direction == Direction::kSend ? Access::kRemoteWrite : Access::kRemoteRead;
-  return it.key.kind == MemoryKind::kHost && (it.key.access & needed) == needed && it.remote_offset <= it.key.length &&
+  return it.key.kind == MemoryKind::kHost && has_access(it.key.access, needed) && it.remote_offset <= it.key.length &&
          it.local.size() <= it.key.length - it.remote_offset;
 }
 

@@ -101,15 +101,14 @@ std::shared_ptr<RegionAccess> RmaTarget::share_access(RegionAccess& granted, boo
   return std::make_shared<RegionAccess>(std::move(granted));
 }
 
-RmaStatus RmaTarget::segmented_end(const wire::KeyBytes& key, wire::SegmentList segments, Direction direction,
-                                   std::shared_ptr<RegionAccess>* access, PathEnd* end) {
+RmaStatus RmaTarget::segmented_end(const wire::KeyBytes& key, wire::SegmentList segments, uint64_t length,
+                                   Direction direction, std::shared_ptr<RegionAccess>* access, PathEnd* end) {
   // One access covers every segment: each lies inside it, so inside the key's window.
-  uint64_t lo = UINT64_MAX, hi = 0, length = 0;
+  uint64_t lo = UINT64_MAX, hi = 0;
   for (size_t i = 0; i < segments.size(); ++i) {
     const wire::Segment seg = segments[i];  // the decoder checked that none ends past 2^64
     lo = std::min(lo, seg.offset);
     hi = std::max(hi, seg.offset + seg.length);
-    length += seg.length;
   }
   RegionAccess granted;
   const RmaStatus verdict = check_access(
@@ -150,7 +149,7 @@ void RmaTarget::serve_put(const wire::PutFrame& f) {
                            "put into", &sink);
     }
   } else {
-    verdict = segmented_end(f.key, f.segments, Direction::kReceive, &access, &sink);
+    verdict = segmented_end(f.key, f.segments, f.length, Direction::kReceive, &access, &sink);
   }
   if (verdict == RmaStatus::kOk && f.has_notify && notifications_.full(limits_.notifications)) {
     ++stats_.refused;
@@ -293,7 +292,7 @@ void RmaTarget::serve_get(const wire::GetFrame& f, TransferClass cls) {
   PathEnd source;
   RmaStatus verdict;
   if (!f.segments.empty()) {
-    verdict = segmented_end(f.key, f.segments, Direction::kSend, &access, &source);
+    verdict = segmented_end(f.key, f.segments, f.length, Direction::kSend, &access, &source);
   } else {
     verdict = check_access(f.key, f.offset, f.length, Access::kRemoteRead, &granted);
     access = share_access(granted, cls == TransferClass::kInline);

@@ -139,12 +139,12 @@ class RmaTarget {
   /// The granted region's end for `spec` (DataPaths::choose); kDeviceFailed (logged)
   /// when no path takes its device memory.
   wire::RmaStatus choose_end(const TransferSpec& spec, std::string_view what, PathEnd* end);
-  /// A segmented request's end (its `segments` of `key`'s window; `direction` is this
-  /// side's): one access covering them all, checked as check_access checks one range,
-  /// and their source or sink over it (datapath/segments.h). Host memory only: a
-  /// region of device memory is refused with kDeviceFailed.
-  wire::RmaStatus segmented_end(const wire::KeyBytes& key, wire::SegmentList segments, Direction direction,
-                                std::shared_ptr<RegionAccess>* access, PathEnd* end);
+  /// A segmented request's end (its `segments` of `key`'s window, `length` bytes in all
+  /// as the decoder checked; `direction` is this side's): one access covering them all, checked as check_access checks
+  /// one range, and their source or sink over it (datapath/segments.h). Host memory only: a region of device memory is
+  /// refused with kDeviceFailed.
+  wire::RmaStatus segmented_end(const wire::KeyBytes& key, wire::SegmentList segments, uint64_t length,
+                                Direction direction, std::shared_ptr<RegionAccess>* access, PathEnd* end);
   /// An inline PUT: its bytes placed (kInProgress: in service until the copy ends), then the RESP.
   void serve_inline_put(const wire::PutFrame& f, wire::RmaStatus verdict, std::shared_ptr<RegionAccess> access,
                         PathEnd sink);
