@@ -44,6 +44,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -133,7 +134,16 @@ CUfunc_st g_unpack_function;
 // later, not in dynamically allocated TLS. LeakSanitizer's tracer (GCC 12) crashed
 // walking a dlopen'ed module's dynamic TLS in some processes (it depended on the
 // build's path), failing every sanitized process that loaded this driver at exit.
-[[gnu::tls_model("initial-exec")]] thread_local std::vector<CUcontext> t_contexts;
+// The context stack is a fixed array, not a vector: its memory would hang off TLS alone,
+// and the sanitized tests that load this driver scan no TLS (LSAN_OPTIONS=use_tls=0,
+// for the crash above), so a vector's buffer in a thread still alive at exit (remora's
+// copy watcher) was reported as a leak whenever that thread had pushed a context.
+struct ContextStack {
+  static constexpr size_t kDepth = 64;
+  std::array<CUcontext, kDepth> items{};
+  size_t depth = 0;
+};
+[[gnu::tls_model("initial-exec")]] thread_local ContextStack t_contexts;
 [[gnu::tls_model("initial-exec")]] thread_local bool t_in_host_function = false;
 std::atomic<int> g_calls_from_host_functions{0};
 
@@ -150,7 +160,7 @@ void release(CUevent event) {
   if (--event->refs == 0) delete event;
 }
 
-CUcontext current() { return t_contexts.empty() ? nullptr : t_contexts.back(); }
+CUcontext current() { return t_contexts.depth == 0 ? nullptr : t_contexts.items[t_contexts.depth - 1]; }
 
 /// The range that holds p and [p, p+len), under g_mu.
 std::map<uintptr_t, Range>::iterator find_range(uintptr_t p, size_t len = 0) {
@@ -262,7 +272,7 @@ void remora_emulated_cuda_hold_streams(int hold) {
   }
   g_hold_cv.notify_all();
 }
-int remora_emulated_cuda_current_depth() { return static_cast<int>(t_contexts.size()); }
+int remora_emulated_cuda_current_depth() { return static_cast<int>(t_contexts.depth); }
 int remora_emulated_cuda_calls_from_host_functions() { return g_calls_from_host_functions.load(); }
 int remora_emulated_cuda_events_destroyed_without_context() { return g_events_without_context.load(); }
 int remora_emulated_cuda_wait_all_events_destroyed(int ms) {
@@ -380,15 +390,16 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   REMORA_EMULATED_ENTRY();
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  t_contexts.push_back(ctx);
+  if (t_contexts.depth == ContextStack::kDepth) return CUDA_ERROR_OUT_OF_MEMORY;  // deeper than any caller goes
+  t_contexts.items[t_contexts.depth++] = ctx;
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
   REMORA_EMULATED_ENTRY();
-  if (t_contexts.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ctx != nullptr) *ctx = t_contexts.back();
-  t_contexts.pop_back();
+  if (t_contexts.depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --t_contexts.depth;
+  if (ctx != nullptr) *ctx = t_contexts.items[t_contexts.depth];
   return CUDA_SUCCESS;
 }
 
