@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "datapath/checksum.h"
+#include "remora/testing/test_device.h"
 
 namespace remora::detail {
 namespace {
@@ -499,6 +500,43 @@ TEST(RmaTargetTest, ASegmentedRequestIsCheckedOverEveryPieceBeforeAByteMoves) {
     EXPECT_EQ(h.stats.served_segmented, 0u);
     EXPECT_TRUE(h.owner.errors.empty()) << "a refusal is not a protocol error";
   }
+}
+
+TEST(RmaTargetTest, ASegmentedRequestForDeviceMemoryIsRefusedAndMovesNothing) {
+  // An initiator of this build never sends one (segments are for keys of host memory),
+  // so a peer that does is played here: the refusal must be a clean one.
+  Harness h;
+  auto dev = testing::TestDeviceDomain::create({.capacity = size_t{1} << 20}).value();
+  std::byte* mem = dev->allocate(kRegionBytes).value();
+  const std::vector<std::byte> pattern = bytes(kRegionBytes, 9);
+  ASSERT_TRUE(dev->write(mem, pattern.data(), pattern.size()).is_ok());
+  constexpr Access kReadWrite = Access::kRemoteRead | Access::kRemoteWrite;
+  auto r = h.registry.register_memory(mem, kRegionBytes, Access::kLocalWrite | kReadWrite, *dev);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const Region region = std::move(r).value();
+  const wire::KeyBytes key = region.remote_key(0, kRegionBytes, kReadWrite).value().serialize();
+  const std::vector<std::byte> list = wire::encode_segments(kPieces);
+  const uint64_t copies = dev->copies();
+
+  h.put({.op_id = 5, .key = key, .offset = 0, .length = kPiecesBytes, .segments = wire::SegmentList(list)});
+  RxTransfer* t = h.target.put_transfer(5);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->sink, &h.paths.discard_sink()) << "the refused put's bytes are drained, not placed";
+  h.target.put_received(5);
+  EXPECT_EQ(h.last_status(), RmaStatus::kDeviceFailed);
+
+  h.get({.op_id = 6, .key = key, .offset = 0, .length = kPiecesBytes, .segments = wire::SegmentList(list)},
+        /*inline_class=*/false);
+  EXPECT_EQ(h.last_status(), RmaStatus::kDeviceFailed);
+  EXPECT_TRUE(h.owner.chunks.empty()) << "a refused get announces nothing";
+
+  std::vector<std::byte> now(kRegionBytes);
+  ASSERT_TRUE(dev->read(now.data(), mem, now.size()).is_ok());
+  EXPECT_TRUE(now == pattern) << "the device memory is as it was";
+  EXPECT_EQ(dev->copies(), copies + 1) << "no copy but the check's own read";
+  EXPECT_EQ(h.stats.served_segmented, 0u);
+  EXPECT_EQ(h.stats.refused, 2u);
+  EXPECT_TRUE(h.owner.errors.empty()) << "a refusal is not a protocol error";
 }
 
 TEST(RmaTargetTest, ASegmentedGetSendsItsPiecesInOrder) {
