@@ -11,8 +11,8 @@ faster. Every run checks its data (both benchmarks verify each size).
                      [--bench p2p|rma] [--bw-sizes 64K,1M,16M] [--bw-iters 200]
                      [--lat-sizes 8,4K] [--lat-iters 20000] [--json FILE]
 
---bench rma runs the modes put_bw and get_bw at --bw-sizes and put_lat and get_lat at
---lat-sizes (both 8,64K,16M unless given), with the tool's own iteration counts scaled by
+--bench rma runs the modes put_bw and get_bw at --bw-sizes and put_lat, get_lat and
+notify_lat (where both builds have it) at --lat-sizes (both 8,64K,16M unless given), with the tool's own iteration counts scaled by
 size unless --bw-iters / --lat-iters are given.
 
 --bench coll runs `remora bench coll --op allreduce -n 2` (two ranks of this host, or
@@ -142,8 +142,16 @@ def cases_of(a):
         return [("bw", a.bw_sizes or "64K,1M,16M", 200 if a.bw_iters is None else a.bw_iters),
                 ("lat", a.lat_sizes or "8,4K", 20000 if a.lat_iters is None else a.lat_iters)]
     bw, lat = a.bw_sizes or "8,64K,16M", a.lat_sizes or "8,64K,16M"
-    return [("put_bw", bw, a.bw_iters), ("get_bw", bw, a.bw_iters), ("put_lat", lat, a.lat_iters),
-            ("get_lat", lat, a.lat_iters)]
+    cases = [("put_bw", bw, a.bw_iters), ("get_bw", bw, a.bw_iters), ("put_lat", lat, a.lat_iters),
+             ("get_lat", lat, a.lat_iters)]
+    if all(knows_notify_lat(tool) for tool in (a.baseline, a.candidate)):  # builds before it lack the mode
+        cases.append(("notify_lat", lat, a.lat_iters))
+    return cases
+
+
+def knows_notify_lat(tool):
+    out = subprocess.run([tool, "bench", "rma", "--help"], capture_output=True, text=True, check=False).stdout
+    return "notify_lat" in out
 
 
 def main():

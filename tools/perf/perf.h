@@ -194,16 +194,17 @@ Result<StagingCheckReport> run_staging_check(const PeerOptions& peer, const Stag
 /// One-sided benchmarks, as perftest's ib_write_bw / ib_read_bw / ib_write_lat /
 /// ib_read_lat. The driver is the initiator; the follower is the target: it registers a
 /// region (remote read, write, atomic), sends its RemoteKey over a tagged message and
-/// then makes no call while the driver works (passive target), except in put_lat.
+/// then makes no call while the driver works (passive target), except in put_lat and notify_lat.
 enum class RmaMode : uint8_t {
-  kPutBandwidth,  ///< a window of puts from one reused buffer, then wait for all (osu_bw, ib_write_bw)
-  kGetBandwidth,  ///< a window of gets into one reused buffer (ib_read_bw)
-  kPutLatency,    ///< both sides put with a notification into the other; one-way = round trip / 2 (ib_write_lat)
-  kGetLatency,    ///< one get at a time; a get is a full round trip, reported as is (ib_read_lat)
-  kPutRate,       ///< a window of small puts; operations per second (osu_mbw_mr with one pair)
+  kPutBandwidth,   ///< a window of puts from one reused buffer, then wait for all (osu_bw, ib_write_bw)
+  kGetBandwidth,   ///< a window of gets into one reused buffer (ib_read_bw)
+  kPutLatency,     ///< both sides put with a notification into the other; one-way = round trip / 2 (ib_write_lat)
+  kGetLatency,     ///< one get at a time; a get is a full round trip, reported as is (ib_read_lat)
+  kPutRate,        ///< a window of small puts; operations per second (osu_mbw_mr with one pair)
+  kNotifyLatency,  ///< one put with a notification at a time, until it completes; the target takes each notification
 };
 std::string_view to_string(RmaMode mode) noexcept;
-/// "put_bw", "get_bw", "put_lat", "get_lat", "put_rate"; kInvalidArgument otherwise.
+/// "put_bw", "get_bw", "put_lat", "get_lat", "put_rate", "notify_lat"; kInvalidArgument otherwise.
 Result<RmaMode> parse_rma_mode(std::string_view text);
 
 struct RmaOptions {

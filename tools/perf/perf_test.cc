@@ -81,7 +81,7 @@ TEST(WindowSlots, DistinctBuffersUpTo64MiB) {
 
 TEST(RmaMode, ParsesItsOwnNames) {
   for (RmaMode m : {RmaMode::kPutBandwidth, RmaMode::kGetBandwidth, RmaMode::kPutLatency, RmaMode::kGetLatency,
-                    RmaMode::kPutRate}) {
+                    RmaMode::kPutRate, RmaMode::kNotifyLatency}) {
     EXPECT_EQ(parse_rma_mode(to_string(m)).value(), m) << to_string(m);
   }
   EXPECT_EQ(parse_rma_mode("bw").status().code(), StatusCode::kInvalidArgument);

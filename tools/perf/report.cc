@@ -343,7 +343,8 @@ void print_staging_report(const StagingCheckReport& r) {
 
 void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
   print_bench_header("rma " + std::string(labels.mode), report.json, labels.buffers);
-  const bool latency = report.mode == RmaMode::kPutLatency || report.mode == RmaMode::kGetLatency;
+  const bool latency = report.mode == RmaMode::kPutLatency || report.mode == RmaMode::kGetLatency ||
+                       report.mode == RmaMode::kNotifyLatency;
   if (latency) {
     fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>9}\n", "Size", "Latency (us)", "p50", "p99", "iters");
     for (const auto& r : report.rows) {
@@ -352,6 +353,8 @@ void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
     }
     fmt::print("# {}\n", report.mode == RmaMode::kPutLatency
                              ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
+                         : report.mode == RmaMode::kNotifyLatency
+                             ? "latency of one put with a notification until it completed: a full round trip, as is"
                              : "latency of one get: a full round trip, as is");
   } else {
     fmt::print("# window {}; every operation to offset 0 of one target region, from one local buffer\n",

@@ -4,7 +4,7 @@
 // Per size, the follower (the target) registers a region with every remote right, fills
 // it (get modes: a known pattern; put modes: poison), sends its RemoteKey on kKeyTag and
 // then waits for the driver's "done" without touching the endpoint: its progress thread
-// serves the puts and gets (passive target). Only put_lat needs it awake.
+// serves the puts and gets (passive target). Only put_lat and notify_lat need it awake.
 //
 // put_bw / get_bw / put_rate: the driver posts `window` puts (gets) from (into) one
 //   reused local buffer to offset 0 of the target's region and waits for all of them;
@@ -13,6 +13,9 @@
 //   the target waits for it and puts back with one, the driver waits for that. One-way
 //   latency = round trip / 2. A zero-length put with kStopValue ends the target's loop.
 // get_lat: one get at a time; a get is a round trip, reported as is.
+// notify_lat: one put with a notification at a time, timed until the put completes (the
+//   target's acknowledgement: a round trip), while the target takes each notification and
+//   answers nothing: the latency of handing a block to a consumer that is told of it.
 // After the timed part, the driver checks the data once: puts are read back with a get
 // and compared with what was put (and the target compares its region independently);
 // gets are compared with the target's pattern. A mismatch or any failed operation ends
@@ -34,12 +37,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// put_lat's "stop" notification: above any iteration number.
+/// put_lat's and notify_lat's "stop" notification: above any iteration number.
 inline constexpr uint64_t kStopValue = uint64_t{1} << 63;
 inline constexpr std::byte kTargetPoison{0xA5}, kLocalPoison{0x5A};
 
 bool is_put(RmaMode mode) { return mode != RmaMode::kGetBandwidth && mode != RmaMode::kGetLatency; }
-bool is_latency(RmaMode mode) { return mode == RmaMode::kPutLatency || mode == RmaMode::kGetLatency; }
+bool is_latency(RmaMode mode) {
+  return mode == RmaMode::kPutLatency || mode == RmaMode::kGetLatency || mode == RmaMode::kNotifyLatency;
+}
+/// Modes whose target waits for each put's notification.
+bool target_waits(RmaMode mode) { return mode == RmaMode::kPutLatency || mode == RmaMode::kNotifyLatency; }
 
 /// Patterns: what the initiator puts, what the target holds for gets (and put_lat's
 /// target puts back). Distinct per size, so a stale region from another size fails.
@@ -158,6 +165,8 @@ struct DriverStep {
         const Clock::time_point t = Clock::now();
         if (mode == RmaMode::kGetLatency) {
           REMORA_RETURN_IF_ERROR(wait_ok(ep.get(local, key, 0), "get"));
+        } else if (mode == RmaMode::kNotifyLatency) {
+          REMORA_RETURN_IF_ERROR(wait_ok(ep.put(local, key, 0, PutOptions{.notify = it}), "notified put"));
         } else {
           const Request put = ep.put(local, key, 0, PutOptions{.notify = it});
           REMORA_ASSIGN_OR_RETURN(const Notification n, ep.wait_notification(kOpTimeout));
@@ -178,7 +187,7 @@ struct DriverStep {
         return Status::ok();
       };
       REMORA_RETURN_IF_ERROR(timed_loop(st, duration_s, progress, label, one, &timed, &row->seconds));
-      if (mode == RmaMode::kPutLatency) {
+      if (target_waits(mode)) {
         REMORA_RETURN_IF_ERROR(wait_ok(ep.put(local.first(0), key, 0, PutOptions{.notify = kStopValue}), "stop put"));
       }
       row->latency = summarize_latency(std::move(samples_us), mode == RmaMode::kPutLatency ? 2 : 1);
@@ -253,16 +262,22 @@ Status follow_step(Endpoint& ep, ControlChannel& control, BufferSet& buffers, Rm
   }
   REMORA_RETURN_IF_ERROR(keys.send(ep, exposed.key));
 
-  if (mode == RmaMode::kPutLatency) {
-    REMORA_ASSIGN_OR_RETURN(const RemoteKey key, keys.finish_recv(key_in));
+  if (target_waits(mode)) {
+    RemoteKey key;
+    if (mode == RmaMode::kPutLatency) {
+      REMORA_ASSIGN_OR_RETURN(key, keys.finish_recv(key_in));
+    }
     Request back;
-    for (;;) {
+    for (uint64_t expect = 0;; ++expect) {
       REMORA_ASSIGN_OR_RETURN(const Notification n, ep.wait_notification(kOpTimeout));
       if (n.value == kStopValue) break;
-      if (n.length != size || n.offset != exposed.key.offset) {
-        return Status(StatusCode::kProtocol, fmt::format("notification {} for {} bytes at offset {}, expected {} at {}",
-                                                         n.value, n.length, n.offset, size, exposed.key.offset));
+      // Every iteration's, once and in order (the warm-up's first).
+      if (n.value != expect || n.length != size || n.offset != exposed.key.offset) {
+        return Status(StatusCode::kProtocol,
+                      fmt::format("notification {} for {} bytes at offset {}, expected {} for {} at {}", n.value,
+                                  n.length, n.offset, expect, size, exposed.key.offset));
       }
+      if (mode != RmaMode::kPutLatency) continue;
       if (back.valid()) REMORA_RETURN_IF_ERROR(wait_ok(back, "put back"));
       back = ep.put(src, key, 0, PutOptions{.notify = n.value});
     }
@@ -312,17 +327,19 @@ std::string_view to_string(RmaMode mode) noexcept {
     case RmaMode::kPutLatency: return "put_lat";
     case RmaMode::kGetLatency: return "get_lat";
     case RmaMode::kPutRate: return "put_rate";
+    case RmaMode::kNotifyLatency: return "notify_lat";
   }
   return "?";
 }
 
 Result<RmaMode> parse_rma_mode(std::string_view text) {
   for (RmaMode m : {RmaMode::kPutBandwidth, RmaMode::kGetBandwidth, RmaMode::kPutLatency, RmaMode::kGetLatency,
-                    RmaMode::kPutRate}) {
+                    RmaMode::kPutRate, RmaMode::kNotifyLatency}) {
     if (text == to_string(m)) return m;
   }
-  return Status(StatusCode::kInvalidArgument,
-                fmt::format("unknown RMA mode '{}': use put_bw, get_bw, put_lat, get_lat or put_rate", text));
+  return Status(
+      StatusCode::kInvalidArgument,
+      fmt::format("unknown RMA mode '{}': use put_bw, get_bw, put_lat, get_lat, put_rate or notify_lat", text));
 }
 
 Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
@@ -380,7 +397,9 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
                           {"verified", true}};
     if (is_latency(o.mode)) {
       row["latency_us"] = latency_json(r.latency);
-      row["latency_is"] = o.mode == RmaMode::kPutLatency ? "one-way (round trip / 2)" : "per get (a full round trip)";
+      row["latency_is"] = o.mode == RmaMode::kPutLatency      ? "one-way (round trip / 2)"
+                          : o.mode == RmaMode::kNotifyLatency ? "per notified put (a full round trip)"
+                                                              : "per get (a full round trip)";
     } else {
       row["window"] = o.window;
     }
