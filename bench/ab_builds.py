@@ -199,14 +199,14 @@ def compare(a):
                 cand = got["candidate"][size]
                 ratios.setdefault((mode, size), []).append(cand / base)
                 values.setdefault((mode, size), []).append((base, cand))
-                progress.note(f"pair {pair} {mode:7} {size:>9}: baseline {base:10.2f} candidate {cand:10.2f} "
+                progress.note(f"pair {pair} {mode:10} {size:>9}: baseline {base:10.2f} candidate {cand:10.2f} "
                               f"ratio {cand / base:.3f}", sys.stdout)
     progress.end()
     print(f"\n# candidate/baseline, median of {a.pairs} back-to-back pairs (bw: >1 faster; lat: <1 faster)")
-    print(f"# {'mode':7} {'size':>9} {'ratio':>7}   per pair")
+    print(f"# {'mode':10} {'size':>9} {'ratio':>7}   per pair")
     for (mode, size), rs in ratios.items():
         unit = "MB/s" if mode.endswith("bw") else "us per operation" if a.bench == "coll" else "us (avg)"
-        print(f"  {mode:7} {size:>9} {statistics.median(rs):7.3f}   " + " ".join(f"{r:.3f}" for r in rs) + f"   ({unit})")
+        print(f"  {mode:10} {size:>9} {statistics.median(rs):7.3f}   " + " ".join(f"{r:.3f}" for r in rs) + f"   ({unit})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"baseline": a.baseline, "candidate": a.candidate, "baseline_env": a.baseline_env,

@@ -492,7 +492,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // Notifications::Owner
   Status inactive() const override;
   void run_handler_later() override;
-  void waiter_woken() override { hold_resps_ = true; }  // see the RESP coalescing below
+  // See the RESP coalescing below: only where the control stream is a socket. A write
+  // into the shared-memory ring costs less than the wait for the answer's frame.
+  void waiter_woken() override { hold_resps_ = shm_ == nullptr || !shm_->tx_on(); }
 
   // Liveness::Owner (liveness.h: the heartbeat and the silent-peer verdict)
   bool awaiting_peer() const override;
@@ -670,6 +672,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // costs several microseconds on both sides). The RESPs wait only while ctl_tx_ holds
   // nothing else, and at most until the next progress round of any thread: the
   // waiter's next poll, or the progress thread's (within REMORA_PROGRESS_LINGER_US).
+  // Not on the shared-memory channel: there a frame of its own costs a ring write, and
+  // holding the RESPs only delayed the initiator (a put with a notification completed
+  // in 1.4 of a message's round trip held, 1.1 not; bench/results/p2p.md).
   bool ctl_resp_only_ = true;  // the unsent part of ctl_tx_ is RESP (and RECEIVED) frames only
   // The last RECEIVED appended (chunk_read): while it is the last frame in ctl_tx_ and
   // not yet offered to the socket, a later count for the same stream overwrites it
