@@ -673,8 +673,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // nothing else, and at most until the next progress round of any thread: the
   // waiter's next poll, or the progress thread's (within REMORA_PROGRESS_LINGER_US).
   // Not on the shared-memory channel: there a frame of its own costs a ring write, and
-  // holding the RESPs only delayed the initiator (a put with a notification completed
-  // in 1.4 of a message's round trip held, 1.1 not; bench/results/p2p.md).
+  // holding the RESPs only delayed the initiator (`bench rma --mode notify_lat` took
+  // 0.73 of the time once they were sent at once; bench/results/p2p.md).
   bool ctl_resp_only_ = true;  // the unsent part of ctl_tx_ is RESP (and RECEIVED) frames only
   // The last RECEIVED appended (chunk_read): while it is the last frame in ctl_tx_ and
   // not yet offered to the socket, a later count for the same stream overwrites it
