@@ -90,6 +90,7 @@ if(REMORA_BUILD_TESTS)
   add_test(NAME remora_bench_rma_put_lat COMMAND remora_tool bench rma --mode put_lat --sizes 0,8,17K,1M --iters 50 --warmup 5)
   add_test(NAME remora_bench_rma_get_lat COMMAND remora_tool bench rma --mode get_lat --sizes 8,17K,1M --iters 50 --warmup 5)
   add_test(NAME remora_bench_rma_put_rate COMMAND remora_tool bench rma --mode put_rate --iters 20 --warmup 2)
+  add_test(NAME remora_bench_rma_notify_lat COMMAND remora_tool bench rma --mode notify_lat --sizes 0,8,17K,1M --iters 50 --warmup 5)
   # Damaged data must fail the RMA bench, loudly: exit 1 and the byte that differs, for
   # the put path (read back, and the target's own check) and the get path.
   add_test(NAME remora_bench_rma_detects_corruption
@@ -197,7 +198,7 @@ if(REMORA_BUILD_TESTS)
   set_tests_properties(${coll_tests} remora_perf_tests remora_version remora_config_table_code_and_docs_agree
                        remora_config_lists_every_variable remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
-                       remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate
+                       remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate remora_bench_rma_notify_lat
                        remora_bench_rma_detects_corruption remora_bench_memory_json remora_bench_p2p_memory_refusals
                        remora_bench_p2p_device_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 120)
 endif()
