@@ -1019,8 +1019,16 @@ bool ChunkScheduler::schedule_resends(bool* scheduled) {
       if (waits_for_choice()) waiting_for_ = best;
       return true;
     }
-    next_turn_ = best + 1u;
     const Unconfirmed u = resend_.front();
+    // Staged device memory may have to be copied out of the device again first.
+    if (const Status p = u.t->source->prepare(u.start, u.length); !p.is_ok()) {
+      if (p.code() == StatusCode::kInProgress) return true;  // the copy's end schedules again
+      owner_.resend_failed(Status(p.code(), fmt::format("a chunk to {} could not be sent again after its data "
+                                                        "stream broke: {}",
+                                                        peer_, p.message())));
+      return false;
+    }
+    next_turn_ = best + 1u;
     resend_.pop_front();
     std::optional<uint32_t> crc;
     if (checksum_) {

@@ -519,8 +519,10 @@ class ChunkScheduler {
   }
   /// Whether chunks wait for the chosen stream when it is full (else any stream with room).
   bool waits_for_choice() const noexcept { return rate_aware_ || equal_split_; }
-  /// Queues the chunks waiting in resend_ on streams with room; false if it gave up
-  /// (a chunk could not be sent again: resend_failed was called).
+  /// Queues the chunks waiting in resend_ on streams with room, each once its source
+  /// prepared it again (staged device memory copies it out anew: the rest wait behind
+  /// it until the copy ends); false if it gave up (a chunk could not be sent again:
+  /// resend_failed was called).
   bool schedule_resends(bool* scheduled);
   /// Nothing written or to write on `s` awaits confirmation.
   static bool settled(const Stream& s) noexcept { return s.txq.empty() && s.unconfirmed.empty(); }

@@ -101,8 +101,12 @@ StagingSource::StagingSource(StagingContext ctx, const std::byte* device, uint64
 StagingSource::~StagingSource() {
   self_.reset();  // copies still in flight return their buffers when they end
   for (Slot& s : slots_) {
-    if (s.copied) ctx_.pool->release(s.buffer);
+    if (s.copied) give_back(s);
   }
+}
+
+void StagingSource::give_back(const Slot& s) {
+  if (!s.own) ctx_.pool->release(s.buffer);
 }
 
 StagingSource::Slot* StagingSource::slot(uint64_t index) {
@@ -123,17 +127,17 @@ void StagingSource::stage_ahead() {
       revoked_ = true;
       std::memset(buffer, 0, len);
       next_ += len;
-      slots_.push_back(Slot{index, buffer, true, Status::ok()});
+      slots_.push_back(Slot{index, buffer, true, Status::ok(), nullptr});
       continue;
     }
     auto copy = ctx_.pool->domain().copy_to_host(buffer, device_ + next_, len);
     next_ += len;
     if (!copy) {
       if (access_) access_->end();
-      slots_.push_back(Slot{index, buffer, true, copy.status()});
+      slots_.push_back(Slot{index, buffer, true, copy.status(), nullptr});
       return;
     }
-    slots_.push_back(Slot{index, buffer, false, Status::ok()});
+    slots_.push_back(Slot{index, buffer, false, Status::ok(), nullptr});
     std::weak_ptr<StagingSource*> self = self_;
     when_copied(ctx_.engine, std::move(*copy),
                 [self, pool = ctx_.pool, buffer, index, host = ctx_.host](const Status& status) {
@@ -155,9 +159,43 @@ void StagingSource::copied(uint64_t index, const Status& status) {
   s->status = status;
 }
 
+void StagingSource::restage(uint64_t index) {
+  const uint64_t at = index * ctx_.chunk_bytes;
+  const uint64_t len = std::min<uint64_t>(ctx_.chunk_bytes, length_ - at);
+  auto own = std::make_shared<std::vector<std::byte>>(len);
+  std::byte* buffer = own->data();
+  if (access_ && !access_->begin()) {
+    // Zeros in its place would land as data: the chunk cannot go again.
+    slots_.push_back(
+        Slot{index, buffer, true,
+             Status(StatusCode::kInvalidKey, "the region was deregistered before a chunk of it could be staged again"),
+             own});
+    return;
+  }
+  auto copy = ctx_.pool->domain().copy_to_host(buffer, device_ + at, len);
+  if (!copy) {
+    if (access_) access_->end();
+    slots_.push_back(Slot{index, buffer, true, copy.status(), own});
+    return;
+  }
+  slots_.push_back(Slot{index, buffer, false, Status::ok(), own});
+  std::weak_ptr<StagingSource*> self = self_;
+  // `own` rides along: the copy writes into it even if this source is gone by then.
+  when_copied(
+      ctx_.engine, std::move(*copy),
+      [self, own, index, host = ctx_.host](const Status& status) {
+        if (auto s = self.lock()) (*s)->copied(index, status);
+        notify_progress(host);
+      },
+      close_bracket(access_));
+}
+
 Status StagingSource::prepare(uint64_t offset, uint64_t /*len*/) {
   stage_ahead();
-  const Slot* s = slot(offset / ctx_.chunk_bytes);
+  const uint64_t index = offset / ctx_.chunk_bytes;
+  // Staged before and given back after it was sent: asked again (failover).
+  if (offset < next_ && slot(index) == nullptr) restage(index);
+  const Slot* s = slot(index);
   if (s == nullptr || !s->copied) return Status(StatusCode::kInProgress, "staging");
   return s->status;
 }
@@ -177,7 +215,7 @@ void StagingSource::chunk_sent(uint64_t offset, uint64_t /*length*/) {
   const uint64_t index = offset / ctx_.chunk_bytes;
   const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.index == index; });
   if (it == slots_.end()) return;
-  ctx_.pool->release(it->buffer);
+  give_back(*it);
   slots_.erase(it);
   notify_progress_later(ctx_);  // the buffer may stage a chunk of another transfer
 }
@@ -208,6 +246,9 @@ StagingSink::Open* StagingSink::open(uint64_t offset) {
 }
 
 bool StagingSink::begin_chunk(uint64_t offset, uint64_t length) {
+  for (const Open& o : open_) {
+    if (o.offset == offset && o.length == length) return true;  // read again from its start
+  }
   if (length > ctx_.pool->buffer_bytes()) {
     // The sender's chunks are longer than our buffers: this one gets memory of its own
     // (not prepared with the domain, so its copy may be slower). Matching

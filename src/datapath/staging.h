@@ -7,12 +7,19 @@
 // once its copy has ended (prepare() answers kInProgress before), and its buffer is
 // reused as soon as the kernel has its last byte (chunk_sent). A failed copy fails the
 // transfer there: what was announced before is intact, nothing after it goes out.
+// Failover (docs/rails.md): a chunk whose stream broke before the peer had it whole is
+// sent again. While its buffer is held (not all of it reached the kernel) that buffer
+// goes again; once given back, prepare() copies the chunk out of the device again, into
+// memory of its own rather than the pool's (the pool's buffers may all hold chunks
+// staged ahead, which wait behind the one sent again).
 //
 // Receiving (StagingSink): each chunk is read into a bounce buffer of its own
 // (begin_chunk stalls the stream while the pool has none free), copied bounce buffer →
 // device when its last byte is in, and reported placed when that copy ends — in
 // whatever order the copies end. A failed copy fails that chunk, hence its transfer. A
-// message that came eager instead is placed by one copy (place_inline, bounce.h).
+// message that came eager instead is placed by one copy (place_inline, bounce.h). A
+// chunk cut short by a broken stream is read again from its start into the buffer it
+// had (begin_chunk finds it open): the device sees only whole chunks.
 //
 // Copies end on the domain's threads; StagingCopies posts each end to the progress
 // engine, and everything else here runs with the progress lock held. A source or sink
@@ -108,6 +115,9 @@ class StagingSource final : public ChunkSource {
   Status prepare(uint64_t offset, uint64_t len) override;
   net::IoResult write(int fd, uint64_t offset, uint64_t len) override;
   void chunk_sent(uint64_t offset, uint64_t length) override;
+  /// Failover: a chunk sent before is prepared (staged again where its buffer went back)
+  /// and written again like any other.
+  bool can_resend() const noexcept override { return true; }
   /// Of the staged host bytes (what goes on the wire), once prepare() said ready.
   std::optional<uint32_t> checksum(uint64_t offset, uint64_t length) override;
   /// The region was deregistered: zeros went in place of some of its bytes.
@@ -124,8 +134,14 @@ class StagingSource final : public ChunkSource {
     std::byte* buffer;
     bool copied = false;
     Status status;
+    /// A chunk staged again (failover) is in memory of its own, not a pool buffer.
+    std::shared_ptr<std::vector<std::byte>> own;
   };
   void stage_ahead();
+  /// Copies chunk `index`, sent before and its buffer given back, out of the device again.
+  void restage(uint64_t index);
+  /// Gives a slot's buffer back: to the pool, or frees its own memory.
+  void give_back(const Slot& s);
   void copied(uint64_t index, const Status& status);
   Slot* slot(uint64_t index);
 
@@ -150,7 +166,10 @@ class StagingSink final : public PlacingSink {
   StagingSink(const StagingSink&) = delete;
   StagingSink& operator=(const StagingSink&) = delete;
 
+  /// A chunk already open at `offset` (its stream broke midway: failover) is read again
+  /// into the buffer it has.
   bool begin_chunk(uint64_t offset, uint64_t length) override;
+  bool can_reread() const noexcept override { return true; }
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
   /// Of the bounce buffer's bytes, before they are copied to the device.

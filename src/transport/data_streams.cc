@@ -153,15 +153,16 @@ void EndpointCore::sent(TxTransfer& out) {
       // The put completes at its RESP, which the target sends only once every byte is
       // in (an earlier RESP is a protocol violation, see RmaInitiator::handle_resp). A
       // put whose source failed (device memory that could not be staged) was cut short:
-      // the target hears that nothing more comes, and answers.
-      if (!out.failure.is_ok()) {
+      // the target hears that nothing more comes, and answers. (Under failover the
+      // ABORT went at written() already.)
+      if (!out.failure.is_ok() && !out.written_told) {
         append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
       }
       return;
     case wire::ChunkKind::kGet:
       // A served get whose source failed was cut short: the initiator hears that nothing
       // more comes (the RESP then says device_failed).
-      if (!out.failure.is_ok()) {
+      if (!out.failure.is_ok() && !out.written_told) {
         append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
       }
       target_.get_sent(out.owner, &out);
@@ -170,9 +171,16 @@ void EndpointCore::sent(TxTransfer& out) {
 }
 
 void EndpointCore::written(TxTransfer& out) {
+  // A put or get cut short (its staged source failed) says so at once, and a get's
+  // ABORT must come before its RESP: the initiator completes the get at the RESP, and an
+  // ABORT after it would name an unknown get.
+  if (!out.failure.is_ok() && out.kind != wire::ChunkKind::kMessage) {
+    append_frame(wire::AbortFrame{.id = out.chunk_id, .kind = out.kind, .code = out.failure.code()});
+  }
   // Failover keeps a transfer until the peer confirmed it (sent() then), but a served
   // get's RESP need not wait for that: the initiator completes the get once it has the
-  // RESP and every chunk, and a chunk sent again is never zeros (RegionSource::write_again).
+  // RESP and every chunk, and a chunk sent again is never zeros (RegionSource::write_again,
+  // StagingSource::prepare).
   if (out.kind == wire::ChunkKind::kGet) target_.get_written(out.owner);
 }
 

@@ -6,15 +6,18 @@
 // than a transfer (streams stall and resume), copies that end out of order, a failed
 // copy on either side that fails its transfer and nothing else, and sources and sinks
 // destroyed with copies in flight, whose buffers still come back.
-#include <gtest/gtest.h>
+#include "datapath/staging.h"
+
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "datapath/chunk_link.h"
-#include "datapath/staging.h"
 #include "remora/testing/test_device.h"
 
 namespace remora::detail {
@@ -244,6 +247,129 @@ TEST(Staging, AFailedCopyOutOfTheDeviceCutsTheTransferAfterWhatWasAnnounced) {
   EXPECT_EQ(std::memcmp(got.data(), data.data(), 5 * C), 0);
   EXPECT_TRUE(s.link.rx_owner.received_ids.empty());
   EXPECT_TRUE(s.link.tx.idle());
+}
+
+// Failover (docs/rails.md): stream 1 breaks in the middle of a device → device transfer.
+// With small socket buffers the sender has a chunk on it written in part (its buffer
+// still held) and the receiver a chunk read in part (its bounce buffer open); with the
+// usual ones whole chunks sit in the kernel unread, their buffers given back, so they
+// are copied out of the device again. Either way every chunk the receiver lacked goes
+// again on stream 0, the device memory ends up intact, nothing is placed twice, and
+// every buffer comes back.
+TEST(Staging, ChunksOnABrokenStreamAreStagedAgainAndLandOnce) {
+  for (const bool small : {true, false}) {
+    SCOPED_TRACE(small ? "small socket buffers" : "the usual socket buffers");
+    StagedLink s(3, {}, small);
+    Link& link = s.link;
+    link.tx.enable_failover();
+    link.rx.enable_failover();
+    constexpr uint64_t C = Link::kChunk, len = 10 * C + 123;
+    const auto data = pattern(len, small ? 11 : 12);
+    std::byte* src = s.dev->allocate(len).value();
+    std::byte* dst = s.dev->allocate(len).value();
+    ASSERT_TRUE(s.dev->write(src, data.data(), len).is_ok());
+    StagingSource source(s.context(s.tx_pool), src, len);
+    TxTransfer out = outgoing(wire::ChunkKind::kPut, 1, 1, len, &source);
+    RxTransfer in = incoming(1, len, nullptr);
+    in.kind = wire::ChunkKind::kPut;  // a chunk sent again names its kind
+    StagingSink sink(s.context(s.rx_pool), dst, &in);
+    in.sink = &sink;
+    link.tx.ready(&out);
+    EXPECT_TRUE(out.confirm) << "staged device memory can be sent again";
+
+    // Nothing is read until the streams are full (chunks go to the emptier stream, so
+    // both get some): stream 1 then holds the start of a chunk (small buffers) or whole
+    // chunks written and given back (the usual ones). With small buffers the receiver
+    // then reads what stream 1 holds: the start of a chunk, into an open bounce buffer.
+    // (Bounded by time: the copies end on the domain's threads.)
+    const uint64_t on_1 = small ? 1 : C;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (link.tx.bytes_sent(1) < on_1 && std::chrono::steady_clock::now() < deadline) {
+      s.engine->try_progress();
+      link.tx.schedule();
+      link.tx.write_all();
+    }
+    for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+      const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+      ASSERT_EQ(link.rx.expect(&in, f.stream, f.offset, f.length), "");
+    }
+    ASSERT_GE(link.tx.bytes_sent(1), on_1);
+    ASSERT_LT(out.written, len);
+    if (small) {
+      link.rx.read(1);
+      EXPECT_GT(in.received, 0u);
+      EXPECT_LT(in.received, C) << "a chunk was read in part";
+    }
+
+    Result<uint64_t> tx_read = link.tx.retire(1);
+    Result<uint64_t> rx_read = link.rx.retire(1);
+    ASSERT_TRUE(tx_read.is_ok() && rx_read.is_ok()) << rx_read.status().to_string();
+    EXPECT_EQ(link.tx.peer_retired(1, *rx_read), "");
+    EXPECT_EQ(link.rx.peer_retired(1, *tx_read), "");
+    link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
+
+    ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+    EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok()) << link.rx_owner.received_ids[0].second.to_string();
+    ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+    EXPECT_TRUE(link.tx_owner.sent_failures[0].is_ok());
+    EXPECT_GE(link.tx.chunks_resent(), 1u);
+    EXPECT_EQ(in.placed, len) << "every byte placed once";
+    EXPECT_EQ(out.confirmed, len);
+    EXPECT_TRUE(link.tx_owner.resend_failures.empty());
+    EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
+    std::vector<std::byte> got(len);
+    ASSERT_TRUE(s.dev->read(got.data(), dst, len).is_ok());
+    EXPECT_TRUE(got == data);
+    EXPECT_TRUE(s.pools_refilled());
+    // One copy per chunk each way, and with the usual buffers at least one more: a chunk
+    // copied out of the device again.
+    const uint64_t chunks = (len + C - 1) / C;
+    if (small) {
+      EXPECT_GE(s.dev->copies(), 2 * chunks);
+    } else {
+      EXPECT_GT(s.dev->copies(), 2 * chunks);
+    }
+  }
+}
+
+// A chunk to be staged again whose copy out of the device fails: the resend gives up
+// with the copy's error (the endpoint then fails), and nothing wrong is sent.
+TEST(Staging, AChunkThatCannotBeStagedAgainFailsTheResend) {
+  StagedLink s(3, {}, /*small_socket_buffers=*/false);
+  Link& link = s.link;
+  link.tx.enable_failover();
+  link.rx.enable_failover();
+  constexpr uint64_t C = Link::kChunk, len = 8 * C;
+  const auto data = pattern(len, 13);
+  std::byte* src = s.dev->allocate(len).value();
+  std::byte* dst = s.dev->allocate(len).value();
+  ASSERT_TRUE(s.dev->write(src, data.data(), len).is_ok());
+  StagingSource source(s.context(s.tx_pool), src, len);
+  TxTransfer out = outgoing(wire::ChunkKind::kPut, 1, 1, len, &source);
+  RxTransfer in = incoming(1, len, nullptr);
+  StagingSink sink(s.context(s.rx_pool), dst, &in);
+  in.sink = &sink;
+  link.tx.ready(&out);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (link.tx.bytes_sent(1) < C && std::chrono::steady_clock::now() < deadline) {
+    s.engine->try_progress();
+    link.tx.schedule();
+    link.tx.write_all();
+  }
+  ASSERT_GE(link.tx.bytes_sent(1), C);
+  s.dev->fail_copies(src, len);  // every copy out of it from now on
+  Result<uint64_t> tx_read = link.tx.retire(1);
+  ASSERT_TRUE(tx_read.is_ok());
+  EXPECT_EQ(link.tx.peer_retired(1, 0), "");  // the receiver read nothing whole off it
+  while (link.tx_owner.resend_failures.empty() && std::chrono::steady_clock::now() < deadline) {
+    s.engine->try_progress();
+    link.tx.schedule();
+  }
+  ASSERT_FALSE(
+      link.tx_owner.resend_failures.empty());  // each round that tries says so; the endpoint fails at the first
+  EXPECT_EQ(link.tx_owner.resend_failures[0].code(), StatusCode::kDeviceFailed);
+  EXPECT_NE(link.tx_owner.resend_failures[0].message().find("could not be sent again"), std::string::npos);
+  for (const wire::ChunkFrame& f : link.tx_owner.announced) EXPECT_FALSE(f.resend) << "nothing announced again";
 }
 
 TEST(Staging, BuffersComeBackWhenSourcesAndSinksGoAwayWithCopiesInFlight) {

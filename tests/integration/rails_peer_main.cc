@@ -42,6 +42,9 @@
 //       a line arrives on its stdin (the test writes it after IDLE-DOWN). Only the idle
 //       side can connect the control stream again, so it must find the quiet path itself
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
+//   --device   the N-byte message is sent from and received into device memory (a
+//       TestDeviceDomain added to each side's context): it travels staged, and failover
+//       must send its chunks again out of the device
 //   --comeback=<n>  (both sides, with --break-how=down) after the exchange the connecting
 //       side prints "DOWN <the rail's reason>", sets the rail up again, waits until the
 //       endpoint connected its stream again (bounded), and sends N more bytes (tag 5),
@@ -49,7 +52,8 @@
 //       such send but the last. It then prints
 //       "COMEBACK <streams_rejoined> <rail bytes sent before> <after>" for that rail
 // FAILOVER <on|off> <streams_retired> <chunks_resent> <streams_rejoined> <control_resumed>
-// follows, then SEALED <cipher|->, SEGMENTED <segmented requests this side initiated>, then
+// follows, then SEALED <cipher|->, SEGMENTED <segmented requests this side initiated>,
+// STAGED <transfers> <bytes> (device memory moved through staging buffers), then
 // Both then print one line per rail of the endpoint:
 //   RAIL <state> <local> <peer> <interface|-> <streams> <chunks_sent> <chunks_received>
 //        <bytes_sent> <bytes_received> <reason...>
@@ -66,12 +70,14 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "remora/context.h"
 #include "remora/endpoint.h"
+#include "remora/testing/test_device.h"
 #include "support/test_data.h"
 
 namespace {
@@ -193,6 +199,8 @@ void print_rails(const Endpoint& ep) {
   const std::string sealed = ep.stats().encryption;
   std::printf("SEALED %s\n", sealed.empty() ? "-" : sealed.c_str());
   std::printf("SEGMENTED %lu\n", static_cast<unsigned long>(st.segmented));
+  std::printf("STAGED %lu %lu\n", static_cast<unsigned long>(st.staged_transfers),
+              static_cast<unsigned long>(st.staged_bytes));
   for (const RailStats& r : ep.stats().rails) {
     std::printf("RAIL %s %s %s %s %u %lu %lu %lu %lu %s\n", r.state.c_str(), r.local_address.c_str(),
                 r.peer_address.empty() ? "-" : r.peer_address.c_str(), r.interface.empty() ? "-" : r.interface.c_str(),
@@ -220,14 +228,32 @@ int main(int argc, char** argv) {
   const bool die = arg(argc, argv, "die") == "1";
   const int comebacks = std::stoi(arg(argc, argv, "comeback", "0"));
   const bool idle_down = arg(argc, argv, "idle-down") == "1";
+  const bool device = arg(argc, argv, "device") == "1";
   std::string broken;  // the interface the connecting side set down
   constexpr uint64_t kNotified = 8, kNotifiedSize = 1 << 20, kAdds = 64, kAdd = 3;
   const uint64_t extra = mixed ? kNotified * kNotifiedSize + 8 : 0;  // after the 2N bytes
   const auto timeout = std::chrono::seconds(60);
+  // The device domain outlives the context (Context::add_memory_domain).
+  std::unique_ptr<testing::TestDeviceDomain> dev;
+  if (device) {
+    auto d = testing::TestDeviceDomain::create({.capacity = size + (size_t{1} << 20)});
+    if (!d) return fail("TestDeviceDomain::create", d.status());
+    dev = std::move(d).value();
+  }
   auto ctx = Context::create(ContextOptions{});
   if (!ctx) return fail("Context::create", ctx.status());
+  if (dev != nullptr) {
+    if (Status s = (*ctx)->add_memory_domain(*dev); !s) return fail("add_memory_domain", s);
+  }
   std::shared_ptr<Endpoint> ep;
   std::vector<std::byte> buffer(size);
+  // The message's memory: `buffer`, or with --device as much device memory.
+  std::span<std::byte> message(buffer);
+  if (dev != nullptr) {
+    auto mem = dev->allocate(size);
+    if (!mem) return fail("device allocate", mem.status());
+    message = std::span(*mem, size);
+  }
   std::vector<std::byte> answer(answer_size);
   if (role == "listen") {
     auto listener = (*ctx)->listen(address);
@@ -256,7 +282,7 @@ int main(int argc, char** argv) {
       ep->close();
       return 0;
     }
-    Request received = ep->recv(buffer, Tag{1});
+    Request received = ep->recv(message, Tag{1});
     if (die) {
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       auto arrived = [&] {
@@ -275,6 +301,9 @@ int main(int argc, char** argv) {
       ::raise(SIGKILL);
     }
     if (Status s = received.wait(timeout); !s) return fail("recv", s);
+    if (dev != nullptr) {
+      if (Status s = dev->read(buffer.data(), message.data(), size); !s) return fail("device read", s);
+    }
     const size_t bad = itest::first_mismatch(seed, 0, buffer);
     if (bad != SIZE_MAX) {
       std::fprintf(stderr, "rails peer: byte %zu of %lu differs\n", bad, static_cast<unsigned long>(size));
@@ -388,7 +417,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     itest::fill_stream(seed, 0, buffer);
-    Request sent = ep->send(buffer, Tag{1});
+    if (dev != nullptr) {
+      if (Status s = dev->write(message.data(), buffer.data(), size); !s) return fail("device write", s);
+    }
+    Request sent = ep->send(message, Tag{1});
     if (!break_source.empty() && break_op == "send" &&
         !break_rail_during(*ep, sent, break_source, break_how, &broken)) {
       ep->abort();  // nothing reads `buffer` after

@@ -330,6 +330,18 @@ TEST(Failover, ARailResetMidSegmentedGetAndPutFinishesOnTheOtherRail) {
   expect_failover_after_reset({}, "put", "reset", "--blocks=65536");
 }
 
+// Device memory on both sides (a TestDeviceDomain) travels staged: the chunks on the
+// broken rail are copied out of the device again where their buffers went back, a
+// chunk read in part is read again into its bounce buffer, and the message lands once,
+// every byte checked.
+TEST(Failover, ARailResetMidDeviceMemorySendStagesItsChunksAgain) {
+  Outcome o;
+  expect_failover_after_reset({}, "send", "reset", "--device=1", &o);
+  const std::string staged = "STAGED 1 " + std::to_string(32ull << 20) + "\n";  // the message, on each side
+  EXPECT_NE(o.connector_out.find(staged), std::string::npos) << o.connector_out;
+  EXPECT_NE(o.listener_out.find(staged), std::string::npos) << o.listener_out;
+}
+
 // The rail's link goes down on the connecting side during a send: no error reaches its
 // sockets at once; each side sees its stream there confirm nothing for the peer timeout
 // (1 s here) while the other rail works, and retires it.
