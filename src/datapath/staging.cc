@@ -121,35 +121,44 @@ void StagingSource::stage_ahead() {
     std::byte* buffer = ctx_.pool->acquire();
     if (buffer == nullptr) return;  // a chunk_sent or another transfer's will free one
     const uint64_t index = next_ / ctx_.chunk_bytes;
-    const uint64_t len = std::min<uint64_t>(ctx_.chunk_bytes, length_ - next_);
+    const uint64_t at = next_;
+    const uint64_t len = std::min<uint64_t>(ctx_.chunk_bytes, length_ - at);
+    next_ += len;
     if (access_ && !access_->begin()) {
       // Deregistered: the rest goes out as zeros, and the served GET says revoked.
       revoked_ = true;
       std::memset(buffer, 0, len);
-      next_ += len;
       slots_.push_back(Slot{index, buffer, true, Status::ok(), nullptr});
       continue;
     }
-    auto copy = ctx_.pool->domain().copy_to_host(buffer, device_ + next_, len);
-    next_ += len;
-    if (!copy) {
-      if (access_) access_->end();
-      slots_.push_back(Slot{index, buffer, true, copy.status(), nullptr});
-      return;
-    }
-    slots_.push_back(Slot{index, buffer, false, Status::ok(), nullptr});
-    std::weak_ptr<StagingSource*> self = self_;
-    when_copied(ctx_.engine, std::move(*copy),
-                [self, pool = ctx_.pool, buffer, index, host = ctx_.host](const Status& status) {
-                 if (auto s = self.lock()) {
-                   (*s)->copied(index, status);
-                 } else {
-                   pool->release(buffer);
-                 }
-                 notify_progress(host);
-               },
-               close_bracket(access_));
+    if (!copy_out(index, buffer, at, len, nullptr)) return;
   }
+}
+
+bool StagingSource::copy_out(uint64_t index, std::byte* buffer, uint64_t at, uint64_t len,
+                             std::shared_ptr<std::vector<std::byte>> own) {
+  auto copy = ctx_.pool->domain().copy_to_host(buffer, device_ + at, len);
+  if (!copy) {
+    if (access_) access_->end();
+    slots_.push_back(Slot{index, buffer, true, copy.status(), std::move(own)});
+    return false;
+  }
+  slots_.push_back(Slot{index, buffer, false, Status::ok(), own});
+  std::weak_ptr<StagingSource*> self = self_;
+  // `own` rides along: the copy writes into it even if this source is gone by then. A
+  // pool buffer goes back to the pool then.
+  when_copied(
+      ctx_.engine, std::move(*copy),
+      [self, pool = ctx_.pool, buffer, own, index, host = ctx_.host](const Status& status) {
+        if (auto s = self.lock()) {
+          (*s)->copied(index, status);
+        } else if (!own) {
+          pool->release(buffer);
+        }
+        notify_progress(host);
+      },
+      close_bracket(access_));
+  return true;
 }
 
 void StagingSource::copied(uint64_t index, const Status& status) {
@@ -172,22 +181,7 @@ void StagingSource::restage(uint64_t index) {
              own});
     return;
   }
-  auto copy = ctx_.pool->domain().copy_to_host(buffer, device_ + at, len);
-  if (!copy) {
-    if (access_) access_->end();
-    slots_.push_back(Slot{index, buffer, true, copy.status(), own});
-    return;
-  }
-  slots_.push_back(Slot{index, buffer, false, Status::ok(), own});
-  std::weak_ptr<StagingSource*> self = self_;
-  // `own` rides along: the copy writes into it even if this source is gone by then.
-  when_copied(
-      ctx_.engine, std::move(*copy),
-      [self, own, index, host = ctx_.host](const Status& status) {
-        if (auto s = self.lock()) (*s)->copied(index, status);
-        notify_progress(host);
-      },
-      close_bracket(access_));
+  (void)copy_out(index, buffer, at, len, std::move(own));
 }
 
 Status StagingSource::prepare(uint64_t offset, uint64_t /*len*/) {

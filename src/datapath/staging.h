@@ -140,6 +140,11 @@ class StagingSource final : public ChunkSource {
   void stage_ahead();
   /// Copies chunk `index`, sent before and its buffer given back, out of the device again.
   void restage(uint64_t index);
+  /// Starts copying [at, at + len) of the device into `buffer`, chunk `index`'s (`own`:
+  /// memory of its own, else a pool buffer), its region access begun by the caller; false
+  /// when the copy could not start (its slot holds why).
+  bool copy_out(uint64_t index, std::byte* buffer, uint64_t at, uint64_t len,
+                std::shared_ptr<std::vector<std::byte>> own);
   /// Gives a slot's buffer back: to the pool, or frees its own memory.
   void give_back(const Slot& s);
   void copied(uint64_t index, const Status& status);

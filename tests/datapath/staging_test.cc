@@ -249,6 +249,36 @@ TEST(Staging, AFailedCopyOutOfTheDeviceCutsTheTransferAfterWhatWasAnnounced) {
   EXPECT_TRUE(s.link.tx.idle());
 }
 
+/// A device → device put of `len` bytes (test data `seed`) over a StagedLink of 3
+/// buffers per side with failover on both sides, made ready to go.
+struct StagedFailoverPut {
+  StagedLink s;
+  std::vector<std::byte> data;
+  std::byte* src;
+  std::byte* dst;
+  StagingSource source;
+  TxTransfer out;
+  RxTransfer in;
+  StagingSink sink;
+
+  StagedFailoverPut(uint64_t len, uint64_t seed, bool small_socket_buffers)
+      : s(3, {}, small_socket_buffers),
+        data(pattern(len, seed)),
+        src(s.dev->allocate(len).value()),
+        dst(s.dev->allocate(len).value()),
+        source(s.context(s.tx_pool), src, len),
+        out(outgoing(wire::ChunkKind::kPut, 1, 1, len, &source)),
+        in(incoming(1, len, nullptr)),
+        sink(s.context(s.rx_pool), dst, &in) {
+    EXPECT_TRUE(s.dev->write(src, data.data(), len).is_ok());
+    s.link.tx.enable_failover();
+    s.link.rx.enable_failover();
+    in.kind = wire::ChunkKind::kPut;  // a chunk sent again names its kind
+    in.sink = &sink;
+    s.link.tx.ready(&out);
+  }
+};
+
 // Failover (docs/rails.md): stream 1 breaks in the middle of a device → device transfer.
 // With small socket buffers the sender has a chunk on it written in part (its buffer
 // still held) and the receiver a chunk read in part (its bounce buffer open); with the
@@ -259,22 +289,14 @@ TEST(Staging, AFailedCopyOutOfTheDeviceCutsTheTransferAfterWhatWasAnnounced) {
 TEST(Staging, ChunksOnABrokenStreamAreStagedAgainAndLandOnce) {
   for (const bool small : {true, false}) {
     SCOPED_TRACE(small ? "small socket buffers" : "the usual socket buffers");
-    StagedLink s(3, {}, small);
-    Link& link = s.link;
-    link.tx.enable_failover();
-    link.rx.enable_failover();
     constexpr uint64_t C = Link::kChunk, len = 10 * C + 123;
-    const auto data = pattern(len, small ? 11 : 12);
-    std::byte* src = s.dev->allocate(len).value();
-    std::byte* dst = s.dev->allocate(len).value();
-    ASSERT_TRUE(s.dev->write(src, data.data(), len).is_ok());
-    StagingSource source(s.context(s.tx_pool), src, len);
-    TxTransfer out = outgoing(wire::ChunkKind::kPut, 1, 1, len, &source);
-    RxTransfer in = incoming(1, len, nullptr);
-    in.kind = wire::ChunkKind::kPut;  // a chunk sent again names its kind
-    StagingSink sink(s.context(s.rx_pool), dst, &in);
-    in.sink = &sink;
-    link.tx.ready(&out);
+    StagedFailoverPut put(len, small ? 11 : 12, small);
+    StagedLink& s = put.s;
+    Link& link = s.link;
+    TxTransfer& out = put.out;
+    RxTransfer& in = put.in;
+    const std::vector<std::byte>& data = put.data;
+    std::byte* dst = put.dst;
     EXPECT_TRUE(out.confirm) << "staged device memory can be sent again";
 
     // Nothing is read until the streams are full (chunks go to the emptier stream, so
@@ -335,21 +357,11 @@ TEST(Staging, ChunksOnABrokenStreamAreStagedAgainAndLandOnce) {
 // A chunk to be staged again whose copy out of the device fails: the resend gives up
 // with the copy's error (the endpoint then fails), and nothing wrong is sent.
 TEST(Staging, AChunkThatCannotBeStagedAgainFailsTheResend) {
-  StagedLink s(3, {}, /*small_socket_buffers=*/false);
-  Link& link = s.link;
-  link.tx.enable_failover();
-  link.rx.enable_failover();
   constexpr uint64_t C = Link::kChunk, len = 8 * C;
-  const auto data = pattern(len, 13);
-  std::byte* src = s.dev->allocate(len).value();
-  std::byte* dst = s.dev->allocate(len).value();
-  ASSERT_TRUE(s.dev->write(src, data.data(), len).is_ok());
-  StagingSource source(s.context(s.tx_pool), src, len);
-  TxTransfer out = outgoing(wire::ChunkKind::kPut, 1, 1, len, &source);
-  RxTransfer in = incoming(1, len, nullptr);
-  StagingSink sink(s.context(s.rx_pool), dst, &in);
-  in.sink = &sink;
-  link.tx.ready(&out);
+  StagedFailoverPut put(len, 13, /*small_socket_buffers=*/false);
+  StagedLink& s = put.s;
+  Link& link = s.link;
+  std::byte* src = put.src;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (link.tx.bytes_sent(1) < C && std::chrono::steady_clock::now() < deadline) {
     s.engine->try_progress();
