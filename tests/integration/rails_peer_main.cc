@@ -43,8 +43,9 @@
 //       side can connect the control stream again, so it must find the quiet path itself
 //   --die   (listening side) kills itself (SIGKILL) once the transfer's first bytes arrived
 //   --device   the N-byte message is sent from and received into device memory (a
-//       TestDeviceDomain added to each side's context): it travels staged, and failover
-//       must send its chunks again out of the device
+//       TestDeviceDomain added to each side's context), and with --rma the listener's
+//       window is device memory (registered without remote atomics: not with --mixed):
+//       it all travels staged, and failover must send chunks again out of the device
 //   --comeback=<n>  (both sides, with --break-how=down) after the exchange the connecting
 //       side prints "DOWN <the rail's reason>", sets the rail up again, waits until the
 //       endpoint connected its stream again (bounded), and sends N more bytes (tag 5),
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
   // The device domain outlives the context (Context::add_memory_domain).
   std::unique_ptr<testing::TestDeviceDomain> dev;
   if (device) {
-    auto d = testing::TestDeviceDomain::create({.capacity = size + (size_t{1} << 20)});
+    auto d = testing::TestDeviceDomain::create({.capacity = 3 * size + extra + (size_t{1} << 20)});  // message, window
     if (!d) return fail("TestDeviceDomain::create", d.status());
     dev = std::move(d).value();
   }
@@ -314,13 +315,26 @@ int main(int argc, char** argv) {
     if (rma) {
       std::vector<std::byte> window(2 * size + extra);
       itest::fill_stream(seed + 2, 0, std::span(window).first(size));
-      auto region = (*ctx)->register_memory(window.data(), window.size(),
-                                            Access::kRemoteRead | Access::kRemoteWrite | Access::kRemoteAtomic);
+      // --device: the window is device memory, `window` its host image.
+      std::byte* window_mem = window.data();
+      if (dev != nullptr) {
+        if (mixed) return fail("--device with --mixed", Status(StatusCode::kInvalidArgument, "no remote atomics"));
+        auto mem = dev->allocate(window.size());
+        if (!mem) return fail("device allocate", mem.status());
+        window_mem = *mem;
+        if (Status s = dev->write(window_mem, window.data(), window.size()); !s) return fail("device write", s);
+      }
+      const Access rights =
+          Access::kRemoteRead | Access::kRemoteWrite | (dev != nullptr ? Access{} : Access::kRemoteAtomic);
+      auto region = (*ctx)->register_memory(window_mem, window.size(), rights);
       if (!region) return fail("register_memory", region.status());
       const auto key = region->remote_key().serialize();
       if (Status s = ep->send(key, Tag{3}).wait(timeout); !s) return fail("send the key", s);
       std::byte done[8] = {};
       if (Status s = ep->recv(done, Tag{4}).wait(timeout); !s) return fail("recv done", s);
+      if (dev != nullptr) {
+        if (Status s = dev->read(window.data(), window_mem, window.size()); !s) return fail("device read", s);
+      }
       const size_t put_bad = itest::first_mismatch(seed + 3, 0, std::span(window).subspan(size, size));
       if (put_bad != SIZE_MAX) {
         std::fprintf(stderr, "rails peer: byte %zu of the put differs\n", put_bad);

@@ -342,6 +342,14 @@ TEST(Failover, ARailResetMidDeviceMemorySendStagesItsChunksAgain) {
   EXPECT_NE(o.listener_out.find(staged), std::string::npos) << o.listener_out;
 }
 
+// A get out of and a put into a window of device memory: the target sends the get's
+// chunks that were on the broken rail again (staged again where their buffers went
+// back), and reads the put's again into its bounce buffers.
+TEST(Failover, ARailResetMidGetAndPutOfADeviceMemoryWindowFinishesOnTheOtherRail) {
+  expect_failover_after_reset({}, "get", "reset", "--device=1");
+  expect_failover_after_reset({}, "put", "reset", "--device=1");
+}
+
 // The rail's link goes down on the connecting side during a send: no error reaches its
 // sockets at once; each side sees its stream there confirm nothing for the peer timeout
 // (1 s here) while the other rail works, and retires it.
