@@ -12,8 +12,9 @@ faster. Every run checks its data (both benchmarks verify each size).
                      [--lat-sizes 8,4K] [--lat-iters 20000] [--json FILE]
 
 --bench rma runs the modes put_bw and get_bw at --bw-sizes and put_lat, get_lat and
-notify_lat (where both builds have it) at --lat-sizes (both 8,64K,16M unless given), with the tool's own iteration counts scaled by
-size unless --bw-iters / --lat-iters are given.
+notify_lat (where both builds have it) at --lat-sizes (both 8,64K,16M unless given),
+with the tool's own iteration counts scaled by size unless --bw-iters / --lat-iters are
+given.
 
 --bench coll runs `remora bench coll --op allreduce -n 2` (two ranks of this host, or
 --ranks N; no p2p reference) at --lat-sizes (default 4K), --lat-iters timed operations per size

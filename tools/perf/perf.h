@@ -204,6 +204,8 @@ enum class RmaMode : uint8_t {
   kNotifyLatency,  ///< one put with a notification at a time, until it completes; the target takes each notification
 };
 std::string_view to_string(RmaMode mode) noexcept;
+/// Modes that time one operation at a time (a latency table), not a window.
+bool is_latency(RmaMode mode) noexcept;
 /// "put_bw", "get_bw", "put_lat", "get_lat", "put_rate", "notify_lat"; kInvalidArgument otherwise.
 Result<RmaMode> parse_rma_mode(std::string_view text);
 

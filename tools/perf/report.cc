@@ -343,9 +343,7 @@ void print_staging_report(const StagingCheckReport& r) {
 
 void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
   print_bench_header("rma " + std::string(labels.mode), report.json, labels.buffers);
-  const bool latency = report.mode == RmaMode::kPutLatency || report.mode == RmaMode::kGetLatency ||
-                       report.mode == RmaMode::kNotifyLatency;
-  if (latency) {
+  if (is_latency(report.mode)) {
     fmt::print("# {:<10} {:>14} {:>10} {:>10} {:>9}\n", "Size", "Latency (us)", "p50", "p99", "iters");
     for (const auto& r : report.rows) {
       fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>9}\n", r.size, r.latency.avg_us, r.latency.p50_us,

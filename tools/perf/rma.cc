@@ -42,9 +42,6 @@ inline constexpr uint64_t kStopValue = uint64_t{1} << 63;
 inline constexpr std::byte kTargetPoison{0xA5}, kLocalPoison{0x5A};
 
 bool is_put(RmaMode mode) { return mode != RmaMode::kGetBandwidth && mode != RmaMode::kGetLatency; }
-bool is_latency(RmaMode mode) {
-  return mode == RmaMode::kPutLatency || mode == RmaMode::kGetLatency || mode == RmaMode::kNotifyLatency;
-}
 /// Modes whose target waits for each put's notification.
 bool target_waits(RmaMode mode) { return mode == RmaMode::kPutLatency || mode == RmaMode::kNotifyLatency; }
 
@@ -319,6 +316,10 @@ Status follow_rma(Endpoint& ep, ControlChannel& control, BufferSet& buffers, con
 }  // namespace internal
 
 using namespace internal;  // NOLINT(google-build-using-namespace)
+
+bool is_latency(RmaMode mode) noexcept {
+  return mode == RmaMode::kPutLatency || mode == RmaMode::kGetLatency || mode == RmaMode::kNotifyLatency;
+}
 
 std::string_view to_string(RmaMode mode) noexcept {
   switch (mode) {
