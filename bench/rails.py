@@ -7,7 +7,7 @@ median of the per-pair ratios.
 
   bench/rails.py --remora build/release/tools/remora [--rates 1gbit,1gbit] [--pairs 6]
                  [--reference one|equal] [--size 64M] [--iters 6] [--json FILE]
-                 [--tool remora|iperf3] [--seconds 3]
+                 [--tool remora|iperf3] [--seconds 3] [--baseline OTHER_REMORA]
 
 References: `one`, the first rail alone; `equal`, both rails with REMORA_RAIL_SPLIT=equal,
 which splits every transfer equally over them as NCCL's socket transport splits a
@@ -16,6 +16,8 @@ of them after one untimed. Both sides use two data streams in every case (one ra
 REMORA_STREAMS=2 on it; two rails: REMORA_STREAMS=1 per rail), so only where the streams
 go differs. The issue's targets: two equal rails at >= 1.9x one rail; 1 Gbit/s + 200
 Mbit/s at >= 0.9x the sum (1.08x the fast rail alone); unshaped rails >= 0.97x one rail.
+`--baseline` compares two builds instead: both on both rails, --remora against the
+baseline's binary (the ratio is the candidate's rate over the baseline's).
 `--tool iperf3` runs the same paths under raw TCP instead (two iperf3 processes of one
 stream each, both on the first rail or one per rail, for --seconds), so that what the
 paths themselves cost can be told from what remora adds.
@@ -160,9 +162,12 @@ def main():
                     help="iperf3: the same paths and setups under raw TCP (iperf3 -t --seconds), to tell "
                          "what the paths themselves cost from what remora adds")
     ap.add_argument("--seconds", type=int, default=3, help="iperf3's time per run")
+    ap.add_argument("--baseline", help="another build's remora: both builds on both rails, --remora against it")
     a = ap.parse_args()
     if a.tool == "iperf3" and a.reference == "equal":
         raise SystemExit("rails.py: --tool iperf3 compares with --reference one")
+    if a.baseline and a.tool == "iperf3":
+        raise SystemExit("rails.py: --baseline compares two remora builds")
     rates = a.rates.split(",")
     if len(rates) != 2:
         raise SystemExit("rails.py: --rates takes two rates")
@@ -170,7 +175,7 @@ def main():
     port = 47300
     rows = []
     try:
-        ref = a.reference
+        ref = "baseline" if a.baseline else a.reference
         for pair in range(a.pairs):
             order = (ref, "two") if pair % 2 == 0 else ("two", ref)
             got = {}
@@ -179,6 +184,8 @@ def main():
                 if a.tool == "iperf3":
                     port += 1  # two ports a run
                     got[setup] = run_iperf3(setup, a.seconds, port)
+                elif setup == "baseline":
+                    got[setup] = run(a.baseline, "two", size_of(a.size), a.iters, port)
                 else:
                     got[setup] = run(a.remora, setup, size_of(a.size), a.iters, port)
             ratio = got["two"] / got[ref]
@@ -189,10 +196,10 @@ def main():
         down()
     median = statistics.median(r["ratio"] for r in rows)
     what = f"iperf3, {a.seconds} s" if a.tool == "iperf3" else a.size
-    print(f"# two rails / {a.reference} ({a.rates}, {what}), median of {a.pairs} pairs: {median:.3f}")
+    print(f"# two rails / {ref} ({a.rates}, {what}), median of {a.pairs} pairs: {median:.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"tool": a.tool, "rates": rates, "reference": a.reference, "size": a.size, "iters": a.iters,
+            json.dump({"tool": a.tool, "rates": rates, "reference": ref, "baseline": a.baseline, "size": a.size, "iters": a.iters,
                        "seconds": a.seconds if a.tool == "iperf3" else None, "pairs": rows, "median_ratio": median},
                       f, indent=1)
 
