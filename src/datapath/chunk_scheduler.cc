@@ -166,10 +166,27 @@ namespace {
 constexpr std::chrono::microseconds kRateSample{2000};
 /// A stream idle this long forgets its rate, so that a rail found slow is tried again.
 constexpr std::chrono::milliseconds kRateForget{200};
+/// Rails whose measured rates are within this factor of each other count as equal.
+constexpr double kRateSpread = 3;
 }  // namespace
+
+std::optional<bool> ChunkScheduler::rates_differ(std::span<const double> rates) noexcept {
+  double lowest = 0;
+  double highest = 0;
+  int measured = 0;
+  for (const double r : rates) {
+    if (r <= 0) continue;
+    lowest = measured == 0 ? r : std::min(lowest, r);
+    highest = std::max(highest, r);
+    ++measured;
+  }
+  if (measured < 2) return std::nullopt;
+  return highest > kRateSpread * lowest;
+}
 
 void ChunkScheduler::sample_rates() {
   const auto now = std::chrono::steady_clock::now();
+  bool sampled = false;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
     Stream& s = streams_[i];
     if (!s.fd.valid() || now - s.sampled_at < kRateSample) continue;
@@ -201,7 +218,15 @@ void ChunkScheduler::sample_rates() {
     s.sampled_at = now;
     s.busy_at_sample = busy;
     s.outq = static_cast<uint64_t>(outq);
+    sampled = true;
   }
+  if (!sampled) return;
+  std::vector<double> rates;
+  rates.reserve(streams_.size());
+  for (const Stream& s : streams_) {
+    if (!s.retired && s.tx_ok) rates.push_back(s.rate);
+  }
+  by_rate_ = rates_differ(rates).value_or(by_rate_);
 }
 
 uint16_t ChunkScheduler::fastest_finish() const {

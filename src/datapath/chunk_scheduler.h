@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -303,7 +304,8 @@ class ChunkScheduler {
   /// acknowledged per second while it was busy, sampled at most every kRateSample),
   /// and waits for that stream when it has no room, so a slow rail gets fewer chunks
   /// and is not handed the transfer's last ones. Off: the stream with the fewest queued
-  /// bytes, as without rails.
+  /// bytes, as without rails. Streams whose measured rates lie within 3x of each other
+  /// (rates_differ) count as equal and take that choice too, without waiting.
   void set_rate_aware(bool on) noexcept { rate_aware_ = on; }
   bool rate_aware() const noexcept { return rate_aware_; }
   /// Instead (REMORA_RAIL_SPLIT=equal, a reference to compare with): each chunk to the
@@ -315,6 +317,11 @@ class ChunkScheduler {
   bool waiting_stream_has_room() const noexcept;
   /// The measured rate of stream `index` in bytes per second (0: not measured yet).
   double rate(uint16_t index) const noexcept { return streams_[index].rate; }
+  /// Whether measured rates (bytes/s; 0: not measured, ignored) differ enough that
+  /// chunks are placed by rate: the fastest above 3x the slowest. nullopt with fewer
+  /// than two measured: the choice stays as it was (a slow rail that forgot its rate
+  /// while idle is tried again by rate, as an unmeasured stream counts as fast).
+  static std::optional<bool> rates_differ(std::span<const double> rates) noexcept;
 
   // --- failover (docs/protocol.md, "Failover") -----------------------------------
   /// Both sides offer failover: every chunk written is kept until the peer confirms it
@@ -512,13 +519,16 @@ class ChunkScheduler {
   uint16_t least_loaded() const;
   /// The next stream in turn that is not retired (equal_split_).
   uint16_t next_in_turn() const;
-  /// The stream the next chunk goes to, by the mode above.
+  /// The stream the next chunk goes to, by the mode above. Rails measured alike take the
+  /// least-queued choice too: choosing by rate among equals waits for one stream while
+  /// another has room, and read at CPU speed that cost a few percent (bench/results/rails.md).
   uint16_t choose_stream() const {
     if (equal_split_) return next_in_turn();
-    return rate_aware_ ? fastest_finish() : least_loaded();
+    return by_rate() ? fastest_finish() : least_loaded();
   }
+  bool by_rate() const noexcept { return rate_aware_ && by_rate_; }
   /// Whether chunks wait for the chosen stream when it is full (else any stream with room).
-  bool waits_for_choice() const noexcept { return rate_aware_ || equal_split_; }
+  bool waits_for_choice() const noexcept { return by_rate() || equal_split_; }
   /// Queues the chunks waiting in resend_ on streams with room, each once its source
   /// prepared it again (staged device memory copies it out anew: the rest wait behind
   /// it until the copy ends); false if it gave up (a chunk could not be sent again:
@@ -541,6 +551,7 @@ class ChunkScheduler {
   uint64_t chunks_sent_ = 0;
   std::vector<uint64_t> chunks_per_stream_;
   bool rate_aware_ = false;
+  bool by_rate_ = false;  // rate_aware_ and the last sample found the rates apart (rates_differ)
   bool equal_split_ = false;
   size_t next_turn_ = 0;  // equal_split_: the stream whose turn is next
   int waiting_for_ = -1;  // the stream the last schedule() waited for, or -1

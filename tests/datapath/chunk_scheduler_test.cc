@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -88,6 +89,24 @@ TEST(ChunkScheduler, EqualSplitGivesTheStreamsChunksInTurn) {
   }
   EXPECT_EQ(link.tx.chunks_per_stream()[0], 4u);
   EXPECT_EQ(link.tx.chunks_per_stream()[1], 3u);
+}
+
+// Rails place chunks by measured rate only when the rates are clearly apart: two rails
+// measured alike (rate samples at CPU speed jitter by tens of percent) take the
+// least-queued choice, a 1 Gbit/s and a 200 Mbit/s rail are placed by rate, and with
+// fewer than two rates known the choice is left as it was.
+TEST(ChunkScheduler, ChunksArePlacedByRateOnlyWhenTheRailsRatesAreClearlyApart) {
+  constexpr double kGbit = 125e6;
+  const std::vector<double> alike{4.1e9, 2.3e9};
+  const std::vector<double> fast_and_slow{kGbit, kGbit / 5};
+  const std::vector<double> unmeasured_slow{kGbit, 0};
+  const std::vector<double> one_rail{kGbit};
+  const std::vector<double> three_one_slow{kGbit, kGbit, kGbit / 4};
+  EXPECT_EQ(ChunkScheduler::rates_differ(alike), false);
+  EXPECT_EQ(ChunkScheduler::rates_differ(fast_and_slow), true);
+  EXPECT_EQ(ChunkScheduler::rates_differ(three_one_slow), true);
+  EXPECT_EQ(ChunkScheduler::rates_differ(unmeasured_slow), std::nullopt);
+  EXPECT_EQ(ChunkScheduler::rates_differ(one_rail), std::nullopt);
 }
 
 /// Like a staging sink: each chunk lands in a bounce buffer, and "copying" it to its
