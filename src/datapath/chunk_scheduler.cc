@@ -229,27 +229,70 @@ void ChunkScheduler::sample_rates() {
   by_rate_ = rates_differ(rates).value_or(by_rate_);
 }
 
+double ChunkScheduler::fastest_rate() const noexcept {
+  double fastest = 0;
+  for (const Stream& s : streams_) fastest = std::max(fastest, s.rate);
+  return fastest == 0 ? 1 : fastest;
+}
+
+uint64_t ChunkScheduler::load(const Stream& s) const noexcept {
+  // Bytes a send worker moved are in the kernel's queue (outq), no longer queued here.
+  return s.queued - (s.tx_job ? std::min(s.queued, s.tx_job->moved()) : 0) + s.outq;
+}
+
 uint16_t ChunkScheduler::fastest_finish() const {
   // A stream not measured yet counts as fast as the fastest measured one (it is tried);
   // with none measured, every stream counts alike and the least loaded wins.
-  double fastest = 0;
-  for (const Stream& s : streams_) fastest = std::max(fastest, s.rate);
-  if (fastest == 0) fastest = 1;
+  const double fastest = fastest_rate();
   int best = -1;
   double best_finish = 0;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
     const Stream& s = streams_[i];
     if (s.retired || !s.tx_ok) continue;
-    const double rate = s.rate > 0 ? s.rate : fastest;
-    // Bytes a send worker moved are in the kernel's queue (outq), no longer queued here.
-    const uint64_t queued = s.queued - (s.tx_job ? std::min(s.queued, s.tx_job->moved()) : 0);
-    const double finish = static_cast<double>(queued + s.outq + chunk_bytes_) / rate;
+    const double finish = static_cast<double>(load(s) + chunk_bytes_) / (s.rate > 0 ? s.rate : fastest);
     if (best < 0 || finish < best_finish) {
       best = i;
       best_finish = finish;
     }
   }
   return static_cast<uint16_t>(std::max(best, 0));
+}
+
+int ChunkScheduler::keeps_pace() const {
+  // The chunk would finish later on a slower stream than on the chosen one, but the
+  // chosen one has no room: a chunk given to the slower stream now still finishes
+  // before every stream together would get through what is left to send (the streams'
+  // loads and the ready transfers' unscheduled bytes at the streams' summed rate), so
+  // it shortens the transfer instead of holding back its end. Without this, a
+  // 200 Mbit/s rail beside a 1 Gbit/s one idled for most of each 64 MiB transfer: a
+  // chunk always finished sooner behind the fast rail's short queue.
+  const double fastest = fastest_rate();
+  int best = -1;
+  double best_finish = 0;
+  double rates = 0;
+  double loads = 0;
+  for (uint16_t i = 0; i < streams_.size(); ++i) {
+    const Stream& s = streams_[i];
+    if (s.retired || !s.tx_ok) continue;
+    const double rate = s.rate > 0 ? s.rate : fastest;
+    rates += rate;
+    loads += static_cast<double>(load(s));
+    if (s.queued >= chunk_bytes_) continue;
+    const double finish = static_cast<double>(load(s) + chunk_bytes_) / rate;
+    if (best < 0 || finish < best_finish) {
+      best = i;
+      best_finish = finish;
+    }
+  }
+  if (best < 0) return -1;
+  // Only as much of the ready transfers as the answer needs is summed.
+  double left = loads;
+  for (const TxTransfer* t : ready_) {
+    if (left >= best_finish * rates) return best;
+    if (pull_tx_ && t->source->host_bytes() != nullptr) continue;  // pulled, not streamed
+    left += static_cast<double>(t->length - t->scheduled);
+  }
+  return left >= best_finish * rates ? best : -1;
 }
 
 uint16_t ChunkScheduler::least_loaded() const {
@@ -283,11 +326,17 @@ bool ChunkScheduler::schedule() {
   while (!ready_.empty()) {
     // The stream with the fewest queued bytes (with rails: the one expected to deliver
     // the chunk first), if it has room for another chunk.
-    const uint16_t best = choose_stream();
+    uint16_t best = choose_stream();
     // None usable (every stream retired, or the one left not yet writable after its
     // rejoin): chunks wait, except those a same-host peer pulls.
     const bool usable = !streams_[best].retired && streams_[best].tx_ok;
-    const bool stream_room = usable && streams_[best].queued < chunk_bytes_;
+    bool stream_room = usable && streams_[best].queued < chunk_bytes_;
+    if (usable && !stream_room && by_rate()) {
+      if (const int other = keeps_pace(); other >= 0) {
+        best = static_cast<uint16_t>(other);
+        stream_room = true;
+      }
+    }
     if (usable && !stream_room && waits_for_choice()) waiting_for_ = best;
     const bool pull_room = pull_tx_ && pulls_out_.size() < kPullWindow;
     if (!stream_room && !pull_room) break;

@@ -461,6 +461,15 @@ class ChunkScheduler {
   void sample_rates();
   /// The stream that would deliver a new chunk first, by measured rate.
   uint16_t fastest_finish() const;
+  /// When fastest_finish()'s stream has no room: the stream with room that would
+  /// deliver a new chunk first, if it would still deliver it before all streams
+  /// together got through their loads and the ready transfers' unscheduled bytes;
+  /// else -1 (the chunk waits for the faster stream).
+  int keeps_pace() const;
+  /// The fastest measured rate (1 when none is measured): what an unmeasured stream counts as.
+  double fastest_rate() const noexcept;
+  /// Bytes ahead of a new chunk on `s`: queued here and in its kernel send queue.
+  uint64_t load(const Stream& s) const noexcept;
   /// The first ready transfer whose next chunk may go now (ready_.end() if none); a
   /// transfer whose source failed leaves ready_ and, if nothing of it is left to
   /// write, is reported sent (then `epoch_` may have moved).
@@ -526,7 +535,7 @@ class ChunkScheduler {
     if (equal_split_) return next_in_turn();
     return by_rate() ? fastest_finish() : least_loaded();
   }
-  bool by_rate() const noexcept { return rate_aware_ && by_rate_; }
+  bool by_rate() const noexcept { return rate_aware_ && by_rate_ && !equal_split_; }
   /// Whether chunks wait for the chosen stream when it is full (else any stream with room).
   bool waits_for_choice() const noexcept { return by_rate() || equal_split_; }
   /// Queues the chunks waiting in resend_ on streams with room, each once its source
