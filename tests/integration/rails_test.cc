@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -211,23 +212,34 @@ TEST(Rails, SealedRailsCarryTheTransferEveryByteChecked) {
   EXPECT_EQ(o.listener_sealed, o.connector_sealed);
 }
 
+/// The connecting side's rails of `o`, fast (the first) and slow, once checked that they
+/// are bound to their rails' addresses and that every byte of `size` went over them and
+/// arrived; their chunk counts printed (`slow_rate` names the slow one's).
+std::pair<RailLine, RailLine> fast_and_slow(const NetnsRails& net, const Outcome& o, uint64_t size,
+                                            const char* slow_rate) {
+  if (o.connector.size() != 2) {
+    ADD_FAILURE() << "the connecting side reported " << o.connector.size() << " rails";
+    return {};
+  }
+  const RailLine& fast = o.connector[0];
+  const RailLine& slow = o.connector[1];
+  EXPECT_EQ(fast.local, net.addr_b(0));
+  EXPECT_EQ(slow.local, net.addr_b(1));
+  std::printf("fast rail: %lu chunks, slow rail (%s): %lu chunks\n", static_cast<unsigned long>(fast.chunks_sent),
+              slow_rate, static_cast<unsigned long>(slow.chunks_sent));
+  EXPECT_EQ(fast.bytes_sent + slow.bytes_sent, size);
+  EXPECT_EQ(sum_received(o.listener), size);
+  return {fast, slow};
+}
+
 TEST(Rails, ARateLimitedRailGetsFewerChunks) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   ASSERT_TRUE(net.shape_b(1, "100mbit")) << kNoTbf << net.error();
   const uint64_t size = 64ull << 20;
-  const Outcome o = transfer(net, size);
-  ASSERT_EQ(o.connector.size(), 2u);
-  const RailLine& fast = o.connector[0];
-  const RailLine& slow = o.connector[1];
-  EXPECT_EQ(fast.local, net.addr_b(0));
-  EXPECT_EQ(slow.local, net.addr_b(1));
-  std::printf("fast rail: %lu chunks, slow rail (100 Mbit/s): %lu chunks\n",
-              static_cast<unsigned long>(fast.chunks_sent), static_cast<unsigned long>(slow.chunks_sent));
+  const auto [fast, slow] = fast_and_slow(net, transfer(net, size), size, "100 Mbit/s");
   EXPECT_GT(fast.chunks_sent, slow.chunks_sent)
       << "fast rail " << fast.chunks_sent << " chunks, slow rail " << slow.chunks_sent;
-  EXPECT_EQ(fast.bytes_sent + slow.bytes_sent, size);
-  EXPECT_EQ(sum_received(o.listener), size);
 }
 
 // A 1 Gbit/s and a 200 Mbit/s rail: a chunk always finishes sooner behind the fast
@@ -240,18 +252,10 @@ TEST(Rails, ASlowerRailIsFedThroughoutTheTransferNotOnlyAtItsStart) {
   REMORA_NETNS_OR_SKIP(net);
   ASSERT_TRUE(net.shape_b(0, "1gbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
   const uint64_t size = 64ull << 20;
-  const Outcome o = transfer(net, size);
-  ASSERT_EQ(o.connector.size(), 2u);
-  const RailLine& fast = o.connector[0];
-  const RailLine& slow = o.connector[1];
-  EXPECT_EQ(slow.local, net.addr_b(1));
+  const auto [fast, slow] = fast_and_slow(net, transfer(net, size), size, "200 Mbit/s beside 1 Gbit/s");
   const uint64_t chunks = fast.chunks_sent + slow.chunks_sent;
-  std::printf("fast rail (1 Gbit/s): %lu chunks, slow rail (200 Mbit/s): %lu chunks\n",
-              static_cast<unsigned long>(fast.chunks_sent), static_cast<unsigned long>(slow.chunks_sent));
   EXPECT_GE(slow.chunks_sent * 12, chunks) << "slow rail " << slow.chunks_sent << " of " << chunks << " chunks";
   EXPECT_GT(fast.chunks_sent, slow.chunks_sent);
-  EXPECT_EQ(fast.bytes_sent + slow.bytes_sent, size);
-  EXPECT_EQ(sum_received(o.listener), size);
 }
 
 // REMORA_RAIL_SPLIT=equal, the reference of bench/rails.py: the same slow rail gets as
@@ -262,14 +266,9 @@ TEST(Rails, EqualSplitGivesASlowRailAsManyChunksAsTheFastOne) {
   REMORA_NETNS_OR_SKIP(net);
   ASSERT_TRUE(net.shape_b(1, "100mbit")) << kNoTbf << net.error();
   const uint64_t size = 16ull << 20;
-  const Outcome o = transfer(net, size, "rlb", {"REMORA_RAIL_SPLIT=equal"});
-  ASSERT_EQ(o.connector.size(), 2u);
-  const RailLine& fast = o.connector[0];
-  const RailLine& slow = o.connector[1];
-  EXPECT_EQ(slow.local, net.addr_b(1));
+  const auto [fast, slow] =
+      fast_and_slow(net, transfer(net, size, "rlb", {"REMORA_RAIL_SPLIT=equal"}), size, "100 Mbit/s");
   EXPECT_EQ(fast.chunks_sent, slow.chunks_sent) << "the split is not equal";
-  EXPECT_EQ(fast.bytes_sent + slow.bytes_sent, size);
-  EXPECT_EQ(sum_received(o.listener), size);
 }
 
 TEST(Rails, ARailThatCannotReachThePeerIsSkippedWithItsReason) {
