@@ -302,10 +302,12 @@ class ChunkScheduler {
   /// the stream expected to deliver it first, (bytes queued here + bytes in its kernel
   /// send queue, SIOCOUTQ + the chunk) / its measured rate (the bytes the peer
   /// acknowledged per second while it was busy, sampled at most every kRateSample),
-  /// and waits for that stream when it has no room, so a slow rail gets fewer chunks
-  /// and is not handed the transfer's last ones. Off: the stream with the fewest queued
-  /// bytes, as without rails. Streams whose measured rates lie within 3x of each other
-  /// (rates_differ) count as equal and take that choice too, without waiting.
+  /// and waits for that stream when it has no room (unless a slower stream with room
+  /// would still deliver the chunk before the rest of the transfer is through:
+  /// keeps_pace), so a slow rail gets its share of chunks but not the transfer's last
+  /// ones. Off: the stream with the fewest queued bytes, as without rails. Streams whose
+  /// measured rates lie within 3x of each other (rates_differ) count as equal and take
+  /// that choice too, without waiting.
   void set_rate_aware(bool on) noexcept { rate_aware_ = on; }
   bool rate_aware() const noexcept { return rate_aware_; }
   /// Instead (REMORA_RAIL_SPLIT=equal, a reference to compare with): each chunk to the
