@@ -258,6 +258,38 @@ TEST(Rails, ASlowerRailIsFedThroughoutTheTransferNotOnlyAtItsStart) {
   EXPECT_GT(fast.chunks_sent, slow.chunks_sent);
 }
 
+// Three rails, two of 1 Gbit/s and one of 200 Mbit/s (rates 5x apart: chunks by rate).
+// Each rail carries chunks bound to its own address, the slow one at least half its
+// rate's share (1 in 11) and fewer than either fast one, and every byte arrives
+// (checked by the listener).
+TEST(Rails, ThreeRailsOfTwoRatesEachCarryTheirShare) {
+  NetnsRails net(3);
+  REMORA_NETNS_OR_SKIP(net);
+  ASSERT_TRUE(net.shape_b(0, "1gbit") && net.shape_b(1, "1gbit") && net.shape_b(2, "200mbit")) << kNoTbf << net.error();
+  const uint64_t size = 64ull << 20;
+  const Outcome o = transfer(net, size);
+  ASSERT_EQ(o.connector.size(), 3u);
+  uint64_t chunks = 0, bytes = 0;
+  for (int i = 0; i < 3; ++i) {
+    const RailLine& r = o.connector[static_cast<size_t>(i)];
+    SCOPED_TRACE(r.local);
+    EXPECT_EQ(r.state, "up");
+    EXPECT_EQ(r.local, net.addr_b(i));
+    EXPECT_GT(r.chunks_sent, 0u);
+    chunks += r.chunks_sent;
+    bytes += r.bytes_sent;
+  }
+  const RailLine& slow = o.connector[2];
+  std::printf("chunks: %lu and %lu (1 Gbit/s), %lu (200 Mbit/s)\n",
+              static_cast<unsigned long>(o.connector[0].chunks_sent),
+              static_cast<unsigned long>(o.connector[1].chunks_sent), static_cast<unsigned long>(slow.chunks_sent));
+  EXPECT_GE(slow.chunks_sent * 22, chunks) << "slow rail " << slow.chunks_sent << " of " << chunks << " chunks";
+  EXPECT_LT(slow.chunks_sent, o.connector[0].chunks_sent);
+  EXPECT_LT(slow.chunks_sent, o.connector[1].chunks_sent);
+  EXPECT_EQ(bytes, size);
+  EXPECT_EQ(sum_received(o.listener), size);
+}
+
 // REMORA_RAIL_SPLIT=equal, the reference of bench/rails.py: the same slow rail gets as
 // many chunks as the fast one (as NCCL's socket transport splits a message), every byte
 // still checked.
