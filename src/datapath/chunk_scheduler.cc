@@ -164,6 +164,8 @@ namespace {
 /// How often a stream's acknowledged bytes are sampled for its rate: often enough to
 /// follow a rail whose rate changes, rarely enough that the ioctl costs nothing.
 constexpr std::chrono::microseconds kRateSample{2000};
+/// Two samples further apart than this give only a lower bound of the rate.
+constexpr std::chrono::microseconds kRateGap{4 * kRateSample};
 /// A stream idle this long forgets its rate, so that a rail found slow is tried again.
 constexpr std::chrono::milliseconds kRateForget{200};
 /// Rails whose measured rates are within this factor of each other count as equal.
@@ -206,11 +208,19 @@ void ChunkScheduler::sample_rates() {
     // drained before the second gives a lower bound (it was idle part of the time):
     // taken only when above the estimate, else a stream fast enough to drain between
     // samples would never be measured and would count as slow as the slowest. An
-    // idle stream's acknowledged bytes say nothing.
+    // idle stream's acknowledged bytes say nothing. Samples further apart than
+    // kRateGap (the progress thread busy elsewhere, or nothing to schedule meanwhile)
+    // are lower bounds too: the stream may have drained and been fed again in between.
+    // Taken whole, one such sample put a 200 Mbit/s rail's rate far below its own, and
+    // the rail, no longer fed, idled until it forgot it (2 of 128 chunks instead of 14).
     if (s.busy_at_sample) {
-      const double seconds = std::chrono::duration<double>(now - s.sampled_at).count();
-      const double sample = static_cast<double>(acked - s.acked_at_sample) / seconds;
-      if (busy || sample > s.rate) s.rate = s.rate == 0 ? sample : 0.75 * s.rate + 0.25 * sample;
+      const auto gap = now - s.sampled_at;
+      const double sample = static_cast<double>(acked - s.acked_at_sample) / std::chrono::duration<double>(gap).count();
+      const bool close = gap <= kRateGap;
+      // (A distant lower bound is no first estimate: unmeasured, the stream counts as fast.)
+      if ((busy && close) || (sample > s.rate && (close || s.rate != 0))) {
+        s.rate = s.rate == 0 ? sample : 0.75 * s.rate + 0.25 * sample;
+      }
     }
     if (busy) s.busy_at = now;
     if (!busy && s.rate != 0 && now - s.busy_at > kRateForget) s.rate = 0;

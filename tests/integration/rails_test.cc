@@ -244,29 +244,32 @@ TEST(Rails, ARateLimitedRailGetsFewerChunks) {
 
 // A 1 Gbit/s and a 200 Mbit/s rail: a chunk always finishes sooner behind the fast
 // rail's short queue, yet the slow rail is worth feeding for as long as what is left of
-// the transfer takes longer than its chunk. It carried about 1 in 16 chunks when only
-// the earliest finish counted (it idled after the first few); its rate's share is 1 in
-// 6, and at least half of that is asked.
+// the transfer takes longer than its chunk. Its rate's share is 1 in 6 (it carries about
+// 16 %); when only the earliest finish counted it idled after the first chunks, fed
+// again only after forgetting its rate (8 %). At least 1 in 10 is asked, over 256 MiB
+// (about 2 s), so that a rate misjudged early, and forgotten after 200 ms idle, still
+// leaves the slow rail enough of the rest.
 TEST(Rails, ASlowerRailIsFedThroughoutTheTransferNotOnlyAtItsStart) {
   NetnsRails net(2);
   REMORA_NETNS_OR_SKIP(net);
   ASSERT_TRUE(net.shape_b(0, "1gbit") && net.shape_b(1, "200mbit")) << kNoTbf << net.error();
-  const uint64_t size = 64ull << 20;
+  const uint64_t size = 256ull << 20;
   const auto [fast, slow] = fast_and_slow(net, transfer(net, size), size, "200 Mbit/s beside 1 Gbit/s");
   const uint64_t chunks = fast.chunks_sent + slow.chunks_sent;
-  EXPECT_GE(slow.chunks_sent * 12, chunks) << "slow rail " << slow.chunks_sent << " of " << chunks << " chunks";
+  EXPECT_GE(slow.chunks_sent * 10, chunks) << "slow rail " << slow.chunks_sent << " of " << chunks << " chunks";
   EXPECT_GT(fast.chunks_sent, slow.chunks_sent);
 }
 
 // Three rails, two of 1 Gbit/s and one of 200 Mbit/s (rates 5x apart: chunks by rate).
-// Each rail carries chunks bound to its own address, the slow one at least half its
-// rate's share (1 in 11) and fewer than either fast one, and every byte arrives
-// (checked by the listener).
+// Each rail carries chunks bound to its own address, the slow one at least 1 in 16 (its
+// rate's share is 1 in 11; it carries about 10 %, and 4 % when only the earliest finish
+// counted) and fewer than either fast one, and every byte arrives (checked by the
+// listener). 256 MiB, as above.
 TEST(Rails, ThreeRailsOfTwoRatesEachCarryTheirShare) {
   NetnsRails net(3);
   REMORA_NETNS_OR_SKIP(net);
   ASSERT_TRUE(net.shape_b(0, "1gbit") && net.shape_b(1, "1gbit") && net.shape_b(2, "200mbit")) << kNoTbf << net.error();
-  const uint64_t size = 64ull << 20;
+  const uint64_t size = 256ull << 20;
   const Outcome o = transfer(net, size);
   ASSERT_EQ(o.connector.size(), 3u);
   uint64_t chunks = 0, bytes = 0;
@@ -283,7 +286,7 @@ TEST(Rails, ThreeRailsOfTwoRatesEachCarryTheirShare) {
   std::printf("chunks: %lu and %lu (1 Gbit/s), %lu (200 Mbit/s)\n",
               static_cast<unsigned long>(o.connector[0].chunks_sent),
               static_cast<unsigned long>(o.connector[1].chunks_sent), static_cast<unsigned long>(slow.chunks_sent));
-  EXPECT_GE(slow.chunks_sent * 22, chunks) << "slow rail " << slow.chunks_sent << " of " << chunks << " chunks";
+  EXPECT_GE(slow.chunks_sent * 16, chunks) << "slow rail " << slow.chunks_sent << " of " << chunks << " chunks";
   EXPECT_LT(slow.chunks_sent, o.connector[0].chunks_sent);
   EXPECT_LT(slow.chunks_sent, o.connector[1].chunks_sent);
   EXPECT_EQ(bytes, size);
