@@ -334,8 +334,9 @@ bool ChunkScheduler::schedule() {
   // Chunks of a retired stream first: their transfers wait for nothing else.
   if (!resend_.empty() && (!schedule_resends(&scheduled) || epoch != epoch_ || !resend_.empty())) return scheduled;
   while (!ready_.empty()) {
-    // The stream with the fewest queued bytes (with rails: the one expected to deliver
-    // the chunk first), if it has room for another chunk.
+    // The stream with the fewest queued bytes (with rails of clearly different rates:
+    // the one expected to deliver the chunk first, or a slower one that keeps pace),
+    // if it has room for another chunk.
     uint16_t best = choose_stream();
     // None usable (every stream retired, or the one left not yet writable after its
     // rejoin): chunks wait, except those a same-host peer pulls.
