@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "core/log.h"
 #include "datapath/checksum.h"
 #include "net/same_host.h"
 
@@ -189,6 +190,7 @@ std::optional<bool> ChunkScheduler::rates_differ(std::span<const double> rates) 
 void ChunkScheduler::sample_rates() {
   const auto now = std::chrono::steady_clock::now();
   bool sampled = false;
+  uint32_t unblocked = 0;
   for (uint16_t i = 0; i < streams_.size(); ++i) {
     Stream& s = streams_[i];
     if (!s.fd.valid() || now - s.sampled_at < kRateSample) continue;
@@ -223,6 +225,8 @@ void ChunkScheduler::sample_rates() {
       }
     }
     if (busy) s.busy_at = now;
+    // Room with no edge seen (unblock_drained).
+    if (outq == 0 && unblock(s)) ++unblocked;
     if (!busy && s.rate != 0 && now - s.busy_at > kRateForget) s.rate = 0;
     s.acked_at_sample = acked;
     s.sampled_at = now;
@@ -230,6 +234,7 @@ void ChunkScheduler::sample_rates() {
     s.outq = static_cast<uint64_t>(outq);
     sampled = true;
   }
+  if (unblocked > 0) log_unblocked(unblocked);
   if (!sampled) return;
   std::vector<double> rates;
   rates.reserve(streams_.size());
@@ -330,7 +335,7 @@ bool ChunkScheduler::schedule() {
   bool scheduled = false;
   const uint64_t epoch = epoch_;
   waiting_for_ = -1;
-  if (rate_aware_ && (!ready_.empty() || !resend_.empty())) sample_rates();
+  if (rate_aware_ && (!ready_.empty() || !resend_.empty() || any_blocked())) sample_rates();
   // Chunks of a retired stream first: their transfers wait for nothing else.
   if (!resend_.empty() && (!schedule_resends(&scheduled) || epoch != epoch_ || !resend_.empty())) return scheduled;
   while (!ready_.empty()) {
@@ -424,6 +429,33 @@ void ChunkScheduler::writable(uint16_t index) {
   }
   s.tx_blocked = false;
   write(index);
+}
+
+bool ChunkScheduler::unblock(Stream& s) {
+  if (!s.tx_blocked || s.retired || s.tx_job || s.txq.empty()) return false;
+  s.tx_blocked = false;
+  ++streams_unblocked_;
+  return true;
+}
+
+uint32_t ChunkScheduler::unblock_drained() {
+  uint32_t unblocked = 0;
+  for (Stream& s : streams_) {
+    if (!s.tx_blocked || s.retired || s.tx_job || s.txq.empty()) continue;
+    // Nothing unsent or unacknowledged: below TCP_NOTSENT_LOWAT and the send buffer.
+    int outq = 0;
+    if (::ioctl(s.fd.get(), SIOCOUTQ, &outq) != 0 || outq != 0) continue;
+    if (unblock(s)) ++unblocked;
+  }
+  if (unblocked > 0) log_unblocked(unblocked);
+  return unblocked;
+}
+
+void ChunkScheduler::log_unblocked(uint32_t now) const {
+  REMORA_LOG(kTrace,
+             "data streams to {}: {} blocked with an empty send queue and no EPOLLOUT seen yet; written again "
+             "({} so far)",
+             peer_, now, streams_unblocked_);
 }
 
 void ChunkScheduler::write(uint16_t index) {

@@ -273,6 +273,9 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
 }
 
 void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
+  // A stream blocked on a full socket that has drained since, its edge unseen
+  // (ChunkScheduler::unblock_drained): written on from here.
+  if (state_ == State::kActive && chunks_.unblock_drained() > 0) pump();
   if (state_ != State::kActive || !chunks_.failover()) return;
   check_resume();
   if (state_ != State::kActive) return;

@@ -59,7 +59,8 @@ class Liveness {
     /// and judged by the owner's own limit (check_streams), not here.
     virtual bool reconnecting() const { return false; }
     /// Every tick while the peer is alive: a data stream silent for the timeout while
-    /// another works may be given up (failover).
+    /// another works may be given up (failover); one blocked on a drained socket is
+    /// written again.
     virtual void check_streams(std::chrono::steady_clock::duration /*timeout*/) {}
     /// The owner could connect its control stream again along another path, and would
     /// be the one to do it: then an idle endpoint is watched too. Its peer may have
