@@ -119,6 +119,9 @@ class ChunkSource {
   /// again when they are. Any other status: the transfer failed there; nothing more of
   /// it is announced, and it ends once what was announced is written.
   virtual Status prepare(uint64_t /*offset*/, uint64_t /*len*/) { return Status::ok(); }
+  /// As prepare(), for a chunk about to be sent again (failover, can_resend): written
+  /// then by write_again.
+  virtual Status prepare_again(uint64_t offset, uint64_t len) { return prepare(offset, len); }
   /// Every byte of the chunk [offset, offset + length) is in the kernel.
   virtual void chunk_sent(uint64_t /*offset*/, uint64_t /*length*/) {}
   /// The CRC-32C of the chunk [offset, offset + length), which prepare() said is ready

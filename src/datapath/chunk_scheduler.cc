@@ -1137,8 +1137,8 @@ bool ChunkScheduler::schedule_resends(bool* scheduled) {
       return true;
     }
     const Unconfirmed u = resend_.front();
-    // Staged device memory may have to be copied out of the device again first.
-    if (const Status p = u.t->source->prepare(u.start, u.length); !p.is_ok()) {
+    // Device memory may have to be copied out of the device again first.
+    if (const Status p = u.t->source->prepare_again(u.start, u.length); !p.is_ok()) {
       if (p.code() == StatusCode::kInProgress) return true;  // the copy's end schedules again
       owner_.resend_failed(Status(p.code(), fmt::format("a chunk to {} could not be sent again after its data "
                                                         "stream broke: {}",

@@ -68,8 +68,15 @@ Result<PathEnd> DataPaths::device_end(const TransferSpec& spec, PathChoice choic
                                 DataPath::kStaging, device, m.length, spec.cls);
   }
   if (choice.path == DataPath::kDevmem && send) {
-    auto source =
-        std::make_unique<DevmemSource>(std::move(choice.devmem_tx), devmem_streams_, spec.zero_copy_id, m.access());
+    // Chunks sent again after a stream broke are staged (DevmemSource); the pool is
+    // made only then. The endpoint's paths outlive the sources they make.
+    auto again = [this, &device, address = m.address, length = m.length,
+                  access = m.shared_access()]() -> Result<std::unique_ptr<ChunkSource>> {
+      REMORA_ASSIGN_OR_RETURN(StagingContext staging, staging_for(device, /*tx=*/true));
+      return std::unique_ptr<ChunkSource>(StagingSource::for_resends(std::move(staging), address, length, access));
+    };
+    auto source = std::make_unique<DevmemSource>(std::move(choice.devmem_tx), devmem_streams_, spec.zero_copy_id,
+                                                 m.access(), std::move(again));
     return PathEnd::device_source(std::move(source), DataPath::kDevmem, device, m.length, spec.cls);
   }
   if (choice.path == DataPath::kDevmem || choice.path == DataPath::kZcrx) {

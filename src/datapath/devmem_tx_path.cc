@@ -190,7 +190,16 @@ Status DevmemTxStreams::enable(int fd) {
   if (enabled(fd)) return Status::ok();
   REMORA_RETURN_IF_ERROR(zerocopy::enable_zerocopy(fd));
   trackers_.emplace(fd, zerocopy::ZerocopyTracker());
+  used_ = true;
   return Status::ok();
+}
+
+void DevmemTxStreams::abandon(int fd, const std::function<void(uint64_t cookie)>& released) {
+  auto it = trackers_.find(fd);
+  if (it == trackers_.end()) return;
+  (void)it->second.drain(fd, released);  // an error there changes nothing: all go below
+  it->second.release_all(released);
+  trackers_.erase(it);
 }
 
 void DevmemTxStreams::sent(int fd, uint64_t cookie) {
@@ -216,6 +225,23 @@ DevmemSource::~DevmemSource() {
   if (access_ != nullptr) {
     for (; pending_ > 0; --pending_) access_->end();
   }
+}
+
+Status DevmemSource::prepare_again(uint64_t offset, uint64_t len) {
+  if (!again_) {
+    if (!make_again_) return Status(StatusCode::kInternal, "devmem TX: this send cannot send a chunk again");
+    REMORA_ASSIGN_OR_RETURN(again_, make_again_());
+  }
+  return again_->prepare_again(offset, len);
+}
+
+net::IoResult DevmemSource::write_again(int fd, uint64_t offset, uint64_t len) {
+  return again_->write_again(fd, offset, len);  // prepare_again made it
+}
+
+void DevmemSource::chunk_sent(uint64_t offset, uint64_t length) {
+  // A chunk sent again gives its host copy back; one sent by devmem has none there.
+  if (again_) again_->chunk_sent(offset, length);
 }
 
 void DevmemSource::released() noexcept {

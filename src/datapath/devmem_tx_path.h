@@ -125,13 +125,20 @@ class DevmemTxStreams {
   void sent(int fd, uint64_t cookie);
   /// Reads `fd`'s error queue; `released(cookie)` once per completed sendmsg.
   Status drain(int fd, const std::function<void(uint64_t cookie)>& released);
-  /// Forgets `fd` (closed, or handed to the lingering close).
-  void forget(int fd) { trackers_.erase(fd); }
+  /// `fd` is retired and closes (failover): what its error queue holds is applied, then
+  /// every sendmsg on it not reported yet counts as done (`released`), since nothing
+  /// more will be. Its bytes go nowhere the peer reads (the chunks go again), and the
+  /// memory binding itself is the kernel's to hold while its NIC still reads.
+  void abandon(int fd, const std::function<void(uint64_t cookie)>& released);
+  /// `fd` replaces a retired stream (failover): SO_ZEROCOPY on it too, if devmem TX was
+  /// ever used on this endpoint's streams.
+  Status adopt(int fd) { return used_ ? enable(fd) : Status::ok(); }
   /// Completions the kernel reported as copied instead (loopback always is).
   uint64_t copied() const noexcept;
 
  private:
   std::map<int, zerocopy::ZerocopyTracker> trackers_;
+  bool used_ = false;  // enable() ran
 };
 
 /// The chunks of one transfer read by the NIC from device memory, through its export
@@ -143,13 +150,20 @@ class DevmemTxStreams {
 /// so deregistration waits for it); once the region is deregistered the rest of the
 /// announced bytes go as zeros from host memory and revoked() says so, as RegionSource
 /// does. Brackets still open when the source goes (the endpoint failed) are closed then.
+///
+/// Failover: a chunk sent again after its stream broke goes from host memory, copied out
+/// of the device by `again`'s source (made at the first such chunk; a staging source
+/// for resends), not by devmem: the surviving stream may leave by another NIC, which
+/// holds no binding of this memory.
 class DevmemSource final : public ChunkSource {
  public:
+  /// Makes the source chunks sent again come from (null: none are, can_resend is false).
+  using Again = std::function<Result<std::unique_ptr<ChunkSource>>()>;
   /// Each sendmsg is reported done under `cookie` (what the stream's completions are
   /// routed by: the operation's id with its kind's bit, devmem_tx_path.h's cookies).
   DevmemSource(std::unique_ptr<DevmemTxSend> send, DevmemTxStreams& streams, uint64_t cookie,
-               const RegionAccess* access = nullptr) noexcept
-      : send_(std::move(send)), streams_(streams), cookie_(cookie), access_(access) {}
+               const RegionAccess* access = nullptr, Again again = nullptr) noexcept
+      : send_(std::move(send)), streams_(streams), cookie_(cookie), access_(access), make_again_(std::move(again)) {}
   ~DevmemSource() override;
   DevmemSource(const DevmemSource&) = delete;
   DevmemSource& operator=(const DevmemSource&) = delete;
@@ -162,7 +176,14 @@ class DevmemSource final : public ChunkSource {
   /// One of them was reported complete.
   void released() noexcept override;
   /// The region was deregistered before all of it was sent (a served get's).
-  bool revoked() const noexcept override { return revoked_; }
+  bool revoked() const noexcept override { return revoked_ || (again_ && again_->revoked()); }
+
+  // --- failover: chunks sent again from host copies --------------------------------
+  bool can_resend() const noexcept override { return static_cast<bool>(make_again_); }
+  Status prepare_again(uint64_t offset, uint64_t len) override;
+  net::IoResult write_again(int fd, uint64_t offset, uint64_t len) override;
+  void chunk_sent(uint64_t offset, uint64_t length) override;
+  size_t in_flight() const noexcept override { return again_ ? again_->in_flight() : 0; }
 
  private:
   std::unique_ptr<DevmemTxSend> send_;
@@ -171,6 +192,8 @@ class DevmemSource final : public ChunkSource {
   const RegionAccess* access_;
   uint64_t pending_ = 0;
   bool revoked_ = false;
+  Again make_again_;
+  std::unique_ptr<ChunkSource> again_;
 };
 
 }  // namespace remora::detail

@@ -98,6 +98,13 @@ StagingSource::StagingSource(StagingContext ctx, const std::byte* device, uint64
       access_(std::move(access)),
       self_(std::make_shared<StagingSource*>(this)) {}
 
+std::unique_ptr<StagingSource> StagingSource::for_resends(StagingContext ctx, const std::byte* device, uint64_t length,
+                                                          std::shared_ptr<const RegionAccess> access) {
+  auto source = std::make_unique<StagingSource>(std::move(ctx), device, length, std::move(access));
+  source->next_ = length;  // every chunk counts as staged once: prepare() stages it again
+  return source;
+}
+
 StagingSource::~StagingSource() {
   self_.reset();  // copies still in flight return their buffers when they end
   for (Slot& s : slots_) {

@@ -108,6 +108,11 @@ class StagingSource final : public ChunkSource {
   /// the registered region's (a served GET), bracketing each copy.
   StagingSource(StagingContext ctx, const std::byte* device, uint64_t length,
                 std::shared_ptr<const RegionAccess> access = nullptr);
+  /// The same for chunks sent before by another path (devmem TX) and sent again after
+  /// their stream broke: nothing is staged ahead, each chunk prepare() is asked for is
+  /// copied out of the device into memory of its own.
+  static std::unique_ptr<StagingSource> for_resends(StagingContext ctx, const std::byte* device, uint64_t length,
+                                                    std::shared_ptr<const RegionAccess> access);
   ~StagingSource() override;
   StagingSource(const StagingSource&) = delete;
   StagingSource& operator=(const StagingSource&) = delete;

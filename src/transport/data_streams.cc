@@ -242,6 +242,9 @@ void EndpointCore::retire_stream(uint16_t index, const Status& why) {
     return;
   }
   engine_->remove(chunks_.fd(index), data_watch_[index].hid);
+  // Devmem sends on it that the kernel has not reported done never will be: they count
+  // as done (their chunks go again, from host copies).
+  paths_.zero_copy_streams().abandon(chunks_.fd(index), [this](uint64_t id) { zero_copy_released(id); });
   Result<uint64_t> read_whole = chunks_.retire(index);
   if (!read_whole) {
     fail_locked(read_whole.status());
@@ -337,6 +340,10 @@ void EndpointCore::rejoin_done(uint16_t index, net::Fd fd, const Status& why) {
     fail_locked(s);
     return;
   }
+  if (Status s = paths_.zero_copy_streams().adopt(raw); !s) {
+    fail_locked(s.with_context("devmem TX on data stream " + std::to_string(index) + " connected again"));
+    return;
+  }
   auto hid = engine_->add(raw, data_watch_[index].handler.get());
   if (!hid) {
     fail_locked(hid.status());
@@ -364,6 +371,10 @@ Status EndpointCore::rejoin_accept(uint16_t index, net::Fd fd) {
   }
   const int raw = fd.get();
   REMORA_RETURN_IF_ERROR(chunks_.reinstate(index, std::move(fd), /*tx=*/false));
+  if (Status s = paths_.zero_copy_streams().adopt(raw); !s) {
+    fail_locked(s.with_context("devmem TX on data stream " + std::to_string(index) + " connected again"));
+    return s;
+  }
   auto hid = engine_->add(raw, data_watch_[index].handler.get());
   if (!hid) {
     fail_locked(hid.status());

@@ -388,7 +388,13 @@ void RmaTarget::inline_get_read(uint64_t op_id, std::span<const std::byte> bytes
 
 void RmaTarget::get_written(uint64_t op_id) {
   auto it = served_gets_.find(op_id);
-  if (it != served_gets_.end()) finish_served_get(it, /*keep=*/true);
+  if (it == served_gets_.end()) return;
+  if (it->second->end.unreleased() > 0) {
+    // Devmem: every byte is in the kernel, but the NIC still reads the region.
+    it->second->awaiting_release = true;
+    return;
+  }
+  finish_served_get(it, /*keep=*/true);
 }
 
 void RmaTarget::get_sent(uint64_t op_id, const TxTransfer* out) {
@@ -411,7 +417,9 @@ void RmaTarget::zero_copy_released(uint64_t seq) {
   ServedGet* sg = it->second.get();
   sg->end.released();
   if (sg->awaiting_release && sg->end.unreleased() == 0) {
-    finish_served_get(it);
+    // Answered at get_written's wait, before the peer confirmed every chunk (failover):
+    // kept until it did, as get_written keeps it.
+    finish_served_get(it, /*keep=*/!sg->out.done());
     owner_.replies_queued();  // from the error queue's drain, outside the control dispatch
   }
 }

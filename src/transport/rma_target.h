@@ -85,8 +85,8 @@ class RmaTarget {
   /// the kernel reported every one of them done, zero_copy_released).
   void get_sent(uint64_t op_id, const TxTransfer* out = nullptr);
   /// Failover: every byte of get `op_id`'s reply is in the kernel: RESP now (the get
-  /// leaves the window); its source is kept until get_sent, once the initiator
-  /// confirmed every chunk.
+  /// leaves the window), or once the kernel reported every devmem sendmsg of it done;
+  /// its source is kept until get_sent, once the initiator confirmed every chunk.
   void get_written(uint64_t op_id);
   /// The kernel reported a zero-copy send of the reply `seq` (kDevmemServedGetCookie's
   /// number) done.

@@ -123,6 +123,14 @@ Status ZerocopyTracker::complete(const ZerocopyCompletion& c, const std::functio
   return Status::ok();
 }
 
+void ZerocopyTracker::release_all(const std::function<void(uint64_t)>& released) {
+  while (!inflight_.empty()) {
+    const uint64_t cookie = inflight_.front().cookie;
+    inflight_.pop_front();
+    released(cookie);
+  }
+}
+
 Status ZerocopyTracker::drain(int fd, const std::function<void(uint64_t)>& released) {
   Status first = Status::ok();
   for (;;) {

@@ -77,6 +77,10 @@ class ZerocopyTracker {
   /// each completion; ok when the queue is empty. Counts copied completions.
   Status drain(int fd, const std::function<void(uint64_t cookie)>& released);
 
+  /// Releases every send still in flight, oldest first: its socket is closing, and the
+  /// kernel reports nothing more of it.
+  void release_all(const std::function<void(uint64_t cookie)>& released);
+
   size_t in_flight() const noexcept { return inflight_.size(); }
   uint64_t completions() const noexcept { return completions_; }
   uint64_t copied() const noexcept { return copied_; }

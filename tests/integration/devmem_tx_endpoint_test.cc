@@ -303,6 +303,108 @@ TEST(DevmemTxEndpoint, ASendIsNotCompleteWhileTheKernelHasNotReportedItsSendmsgs
   EXPECT_EQ(nic.held(), 0u);
 }
 
+/// `nic`'s kernel, except that it shuts down the data stream its `at`-th sendmsg is for
+/// first (the sendmsg then fails: EPIPE), and records the byte range of each sendmsg
+/// that sent bytes.
+struct BreakingKernel {
+  BreakingKernel(StandinNic& n, uint64_t call) : nic(n), at(call) {}
+  StandinNic& nic;
+  uint64_t at;
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, uint64_t>> by_devmem;  // [offset, end) of each sendmsg that sent bytes
+  uint64_t calls = 0;
+  int broken = -1;
+
+  std::shared_ptr<const detail::DevmemTxKernel> kernel() {
+    auto k = std::make_shared<detail::DevmemTxKernel>(*nic.kernel());
+    k->send = [this, send = k->send](int fd, uint32_t id, uint64_t offset, size_t n) {
+      {
+        std::lock_guard lock(mu);
+        if (++calls == at) {
+          ::shutdown(fd, SHUT_RDWR);
+          broken = fd;
+        }
+      }
+      const net::IoResult r = send(fd, id, offset, n);
+      std::lock_guard lock(mu);
+      if (r.kind == net::IoResult::Kind::kBytes && r.bytes > 0) by_devmem.emplace_back(offset, offset + r.bytes);
+      return r;
+    };
+    return k;
+  }
+  /// The stream broke, and no byte range went by devmem twice (a chunk sent again went
+  /// from a host copy).
+  void expect_broken_and_nothing_sent_twice_by_devmem() {
+    std::lock_guard lock(mu);
+    EXPECT_GE(broken, 0) << "the stream was never broken (" << calls << " sendmsgs)";
+    std::sort(by_devmem.begin(), by_devmem.end());
+    for (size_t i = 1; i < by_devmem.size(); ++i) {
+      EXPECT_LE(by_devmem[i - 1].second, by_devmem[i].first)
+          << "bytes from " << by_devmem[i].first << " went by devmem twice";
+    }
+  }
+};
+
+/// Failover went as expected on the serving or sending endpoint `ep`, and its peer `peer`.
+void expect_one_stream_retired_and_chunks_resent(Endpoint& ep, Endpoint& peer) {
+  const EndpointStats st = ep.stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_TRUE(st.failover);
+  EXPECT_EQ(st.streams_retired, 1u);
+  EXPECT_GE(st.chunks_resent, 1u);
+  EXPECT_EQ(peer.stats().streams_retired, 1u);
+}
+
+// Failover: a data stream that breaks in the middle of a devmem send (the stand-in shuts
+// it down at the 20th sendmsg) is retired, and the chunks on it the peer had not
+// confirmed go again on the other stream, copied out of the device into host memory
+// (the surviving stream may leave by a NIC that holds no binding of this memory): no
+// byte range goes by devmem twice, and the message lands once, every byte checked.
+TEST(DevmemTxEndpoint, AStreamBrokenMidSendHasItsChunksSentAgainFromHostCopies) {
+  StandinNic nic;
+  BreakingKernel breaking(nic, 20);
+  ScopedKernel scoped(breaking.kernel());
+  const uint64_t len = 64 * kChunk + 11;
+  Sender snd = sender(DevicePathMode::kAuto, len, 9);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  std::vector<std::byte> got(len);
+  Request r = p.eb->recv(std::span(got), Tag{1});
+  Request sent = p.ea->send(std::span<const std::byte>(snd.src, len), Tag{1});
+  const Status received = r.wait(60s);
+  ASSERT_TRUE(received.is_ok()) << describe(received);
+  const Status done = sent.wait(60s);
+  ASSERT_TRUE(done.is_ok()) << describe(done);
+  EXPECT_TRUE(got == snd.data);
+  expect_one_stream_retired_and_chunks_resent(*p.ea, *p.eb);
+  breaking.expect_broken_and_nothing_sent_twice_by_devmem();
+}
+
+// The same for a peer's get of a registered device region, served by devmem: the chunks
+// go again from host copies read through the region (bracketed as every read of it),
+// the get completes with every byte checked, and deregistration then returns with every
+// binding gone.
+TEST(DevmemTxEndpoint, AStreamBrokenMidServedGetHasItsChunksSentAgainFromHostCopies) {
+  StandinNic nic;
+  BreakingKernel breaking(nic, 20);
+  ScopedKernel scoped(breaking.kernel());
+  const uint64_t len = 64 * kChunk + 11;
+  Sender snd = sender(DevicePathMode::kAuto, len, 10);
+  Pair& p = snd.p;
+  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
+  auto region = p.a->register_memory(snd.src, len, Access::kRemoteRead);
+  ASSERT_TRUE(region.is_ok()) << describe(region.status());
+  std::vector<std::byte> got(len);
+  const Status done = p.eb->get(std::span(got), region->remote_key(), 0).wait(60s);
+  ASSERT_TRUE(done.is_ok()) << describe(done);
+  EXPECT_TRUE(got == snd.data);
+  expect_one_stream_retired_and_chunks_resent(*p.ea, *p.eb);
+  breaking.expect_broken_and_nothing_sent_twice_by_devmem();
+  region->deregister();
+  reset(p);
+  EXPECT_EQ(nic.held(), 0u);
+}
+
 TEST(DevmemTxEndpoint, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFrame) {
   StandinNic nic;
   ScopedKernel scoped(nic.kernel());
