@@ -345,15 +345,27 @@ struct BreakingKernel {
   }
 };
 
-/// Failover went as expected on the serving or sending endpoint `ep`, and its peer `peer`.
-void expect_one_stream_retired_and_chunks_resent(Endpoint& ep, Endpoint& peer) {
-  const EndpointStats st = ep.stats();
-  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
-  EXPECT_TRUE(st.failover);
-  EXPECT_EQ(st.streams_retired, 1u);
-  EXPECT_GE(st.chunks_resent, 1u);
-  EXPECT_EQ(peer.stats().streams_retired, 1u);
-}
+/// A devmem sender whose stream breaks at the 20th sendmsg, and `len` bytes of test
+/// stream `seed` in its device memory.
+struct BreakingSender {
+  explicit BreakingSender(uint64_t seed) : snd(sender(DevicePathMode::kAuto, len, seed)) {}
+  static constexpr uint64_t len = 64 * kChunk + 11;
+  StandinNic nic;
+  BreakingKernel breaking{nic, 20};
+  ScopedKernel scoped{breaking.kernel()};
+  Sender snd;
+
+  /// Failover went as expected on the sending (or serving) endpoint and its peer.
+  void expect_one_stream_retired_and_chunks_resent() {
+    const EndpointStats st = snd.p.ea->stats();
+    EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+    EXPECT_TRUE(st.failover);
+    EXPECT_EQ(st.streams_retired, 1u);
+    EXPECT_GE(st.chunks_resent, 1u);
+    EXPECT_EQ(snd.p.eb->stats().streams_retired, 1u);
+    breaking.expect_broken_and_nothing_sent_twice_by_devmem();
+  }
+};
 
 // Failover: a data stream that breaks in the middle of a devmem send (the stand-in shuts
 // it down at the 20th sendmsg) is retired, and the chunks on it the peer had not
@@ -361,23 +373,18 @@ void expect_one_stream_retired_and_chunks_resent(Endpoint& ep, Endpoint& peer) {
 // (the surviving stream may leave by a NIC that holds no binding of this memory): no
 // byte range goes by devmem twice, and the message lands once, every byte checked.
 TEST(DevmemTxEndpoint, AStreamBrokenMidSendHasItsChunksSentAgainFromHostCopies) {
-  StandinNic nic;
-  BreakingKernel breaking(nic, 20);
-  ScopedKernel scoped(breaking.kernel());
-  const uint64_t len = 64 * kChunk + 11;
-  Sender snd = sender(DevicePathMode::kAuto, len, 9);
-  Pair& p = snd.p;
-  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
-  std::vector<std::byte> got(len);
+  BreakingSender b(9);
+  Pair& p = b.snd.p;
+  ASSERT_TRUE(p.ea && p.eb && b.snd.src != nullptr);
+  std::vector<std::byte> got(b.len);
   Request r = p.eb->recv(std::span(got), Tag{1});
-  Request sent = p.ea->send(std::span<const std::byte>(snd.src, len), Tag{1});
+  Request sent = p.ea->send(std::span<const std::byte>(b.snd.src, b.len), Tag{1});
   const Status received = r.wait(60s);
   ASSERT_TRUE(received.is_ok()) << describe(received);
   const Status done = sent.wait(60s);
   ASSERT_TRUE(done.is_ok()) << describe(done);
-  EXPECT_TRUE(got == snd.data);
-  expect_one_stream_retired_and_chunks_resent(*p.ea, *p.eb);
-  breaking.expect_broken_and_nothing_sent_twice_by_devmem();
+  EXPECT_TRUE(got == b.snd.data);
+  b.expect_one_stream_retired_and_chunks_resent();
 }
 
 // The same for a peer's get of a registered device region, served by devmem: the chunks
@@ -385,24 +392,19 @@ TEST(DevmemTxEndpoint, AStreamBrokenMidSendHasItsChunksSentAgainFromHostCopies) 
 // the get completes with every byte checked, and deregistration then returns with every
 // binding gone.
 TEST(DevmemTxEndpoint, AStreamBrokenMidServedGetHasItsChunksSentAgainFromHostCopies) {
-  StandinNic nic;
-  BreakingKernel breaking(nic, 20);
-  ScopedKernel scoped(breaking.kernel());
-  const uint64_t len = 64 * kChunk + 11;
-  Sender snd = sender(DevicePathMode::kAuto, len, 10);
-  Pair& p = snd.p;
-  ASSERT_TRUE(p.ea && p.eb && snd.src != nullptr);
-  auto region = p.a->register_memory(snd.src, len, Access::kRemoteRead);
+  BreakingSender b(10);
+  Pair& p = b.snd.p;
+  ASSERT_TRUE(p.ea && p.eb && b.snd.src != nullptr);
+  auto region = p.a->register_memory(b.snd.src, b.len, Access::kRemoteRead);
   ASSERT_TRUE(region.is_ok()) << describe(region.status());
-  std::vector<std::byte> got(len);
+  std::vector<std::byte> got(b.len);
   const Status done = p.eb->get(std::span(got), region->remote_key(), 0).wait(60s);
   ASSERT_TRUE(done.is_ok()) << describe(done);
-  EXPECT_TRUE(got == snd.data);
-  expect_one_stream_retired_and_chunks_resent(*p.ea, *p.eb);
-  breaking.expect_broken_and_nothing_sent_twice_by_devmem();
+  EXPECT_TRUE(got == b.snd.data);
+  b.expect_one_stream_retired_and_chunks_resent();
   region->deregister();
   reset(p);
-  EXPECT_EQ(nic.held(), 0u);
+  EXPECT_EQ(b.nic.held(), 0u);
 }
 
 TEST(DevmemTxEndpoint, ChunkedPutsOfDeviceMemoryGoByDevmemAndInlineOnesInTheirFrame) {
