@@ -432,7 +432,7 @@ void ChunkScheduler::writable(uint16_t index) {
 }
 
 bool ChunkScheduler::unblock(Stream& s) {
-  if (!s.tx_blocked || s.retired || s.tx_job || s.txq.empty()) return false;
+  if (!waits_for_room(s)) return false;
   s.tx_blocked = false;
   ++streams_unblocked_;
   return true;
@@ -441,7 +441,7 @@ bool ChunkScheduler::unblock(Stream& s) {
 uint32_t ChunkScheduler::unblock_drained() {
   uint32_t unblocked = 0;
   for (Stream& s : streams_) {
-    if (!s.tx_blocked || s.retired || s.tx_job || s.txq.empty()) continue;
+    if (!waits_for_room(s)) continue;
     // Nothing unsent or unacknowledged: below TCP_NOTSENT_LOWAT and the send buffer.
     int outq = 0;
     if (::ioctl(s.fd.get(), SIOCOUTQ, &outq) != 0 || outq != 0) continue;

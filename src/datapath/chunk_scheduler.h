@@ -472,14 +472,14 @@ class ChunkScheduler {
   /// Samples each stream's acknowledged bytes (SIOCOUTQ) where kRateSample has passed
   /// (and unblocks a stream found drained, as unblock_drained does).
   void sample_rates();
-  /// Clears `s`'s block if it has one and chunks to write; true if it did.
+  /// `s` waits for EPOLLOUT with chunks queued (not handed to a send worker).
+  static bool waits_for_room(const Stream& s) noexcept {
+    return s.tx_blocked && !s.retired && !s.tx_job && !s.txq.empty();
+  }
+  /// Clears `s`'s block if it waits for room; true if it did.
   bool unblock(Stream& s);
   void log_unblocked(uint32_t now) const;
-  /// A stream waits for EPOLLOUT with chunks queued.
-  bool any_blocked() const noexcept {
-    return std::any_of(streams_.begin(), streams_.end(),
-                       [](const Stream& s) { return s.tx_blocked && !s.retired && !s.txq.empty(); });
-  }
+  bool any_blocked() const noexcept { return std::any_of(streams_.begin(), streams_.end(), waits_for_room); }
   /// The stream that would deliver a new chunk first, by measured rate.
   uint16_t fastest_finish() const;
   /// When fastest_finish()'s stream has no room: the stream with room that would
