@@ -96,9 +96,11 @@ class StreamIn {
   /// Streams whose bytes do not make the socket readable (io_uring zcrx takes them off
   /// it) call `fn` when they have something for recv_some; others never do.
   virtual void on_arrival(std::function<void()> fn) { (void)fn; }
+  /// Why the read that is about to report an error failed (a sink reading through the
+  /// stream's own receiver says so too): the stream's failure names it.
+  void set_failure(Status s) { failure_ = std::move(s); }
 
  protected:
-  void set_failure(Status s) { failure_ = std::move(s); }
   /// recv_scattered for a stream that reads through recv_some: the first buffer only.
   net::IoResult recv_first(const iovec* buffers, int count, uint64_t* asked);
 
@@ -195,8 +197,8 @@ class ChunkSink {
   /// last byte is read and before chunk_arrived (REMORA_CHECKSUM=crc32c). nullopt: the
   /// bytes are not kept (drained, or the region is gone), so there is nothing to check.
   virtual std::optional<uint32_t> checksum(uint64_t /*offset*/, uint64_t /*length*/) { return std::nullopt; }
-  /// Failover: a chunk read in part can be read again from its start (read() places
-  /// bytes synchronously; begin_chunk holds nothing).
+  /// Failover: a chunk read in part can be read again from its start, at the same
+  /// offsets (placements of the first reading still in flight place the same bytes).
   virtual bool can_reread() const noexcept { return false; }
   /// Host memory where read() would put the transfer's byte `offset`, which stays
   /// valid without the progress lock until the chunk is finished or its transfer is

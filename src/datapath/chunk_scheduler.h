@@ -348,8 +348,8 @@ class ChunkScheduler {
   /// is closed; the Owner removed it from its poller first), its expected chunks are
   /// owed (the peer sends them again, resend_expected), and nothing more is scheduled
   /// on it. Returns the chunks read whole off it, for this side's RETIRE; an error when
-  /// a chunk expected on it cannot be received again (its sink places chunks
-  /// asynchronously, as staging does).
+  /// a chunk expected on it cannot be received again (ChunkSink::can_reread). A devmem
+  /// stream's socket closes once its placements in flight ended (DevmemReceiver::retire).
   Result<uint64_t> retire(uint16_t index);
   bool retired(uint16_t index) const noexcept { return streams_[index].retired; }
   /// Streams not retired.

@@ -49,6 +49,20 @@ void DevmemReceiver::give_back(std::vector<uint32_t>& tokens) {
     (void)returner_.flush();
   }
   tokens.clear();
+  close_retired_when_done();
+}
+
+void DevmemReceiver::retire(net::Fd socket) {
+  if (outstanding_ == 0 || !socket.valid()) return;
+  // The peer hears the stream end now; the tokens stay the socket's until they go back.
+  (void)::shutdown(socket.get(), SHUT_RDWR);
+  kept_ = std::move(socket);
+}
+
+void DevmemReceiver::close_retired_when_done() noexcept {
+  if (!kept_.valid() || outstanding_ > 0) return;
+  fd_ = -1;
+  kept_.reset();
 }
 
 Status DevmemReceiver::release(DevmemRead& read) {
@@ -61,7 +75,9 @@ Status DevmemReceiver::release(DevmemRead& read) {
   outstanding_ -= std::min<uint64_t>(outstanding_, n);
   for (const uint32_t token : read.tokens) returner_.add(token);
   read.tokens.clear();
-  return returner_.flush();
+  Status flushed = returner_.flush();
+  close_retired_when_done();
+  return flushed;
 }
 
 Result<net::IoResult> DevmemReceiver::receive(MemoryDomain* dst_domain, std::byte* dst, uint64_t len,
@@ -253,6 +269,14 @@ DevmemSink::Chunk* DevmemSink::chunk(uint64_t offset) {
 }
 
 bool DevmemSink::begin_chunk(uint64_t offset, uint64_t length) {
+  if (Chunk* c = chunk(offset); c != nullptr && c->offset == offset && c->length == length) {
+    // Read again from its start after its stream broke: the broken stream's placements
+    // still in flight place the same bytes and count against it as before, and what
+    // failed of the reads before is read again.
+    c->arrived = false;
+    c->status = Status::ok();
+    return true;
+  }
   Chunk c;
   c.offset = offset;
   c.length = length;
@@ -260,27 +284,25 @@ bool DevmemSink::begin_chunk(uint64_t offset, uint64_t length) {
   return true;
 }
 
+std::shared_ptr<const RegionAccess> DevmemSink::open_bracket() {
+  if (!access_ || revoked_) return nullptr;
+  if (access_->begin()) return access_;
+  revoked_ = true;
+  return nullptr;
+}
+
 net::IoResult DevmemSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) {
-  *asked = std::min<uint64_t>(len, DevmemReceiver::kMaxReadBytes);
   Chunk* c = chunk(offset);  // begin_chunk took it
   auto* devmem_in = dynamic_cast<DevmemStreamIn*>(&in);
   if (devmem_in == nullptr) {
-    if (c != nullptr && c->status.is_ok()) {
-      c->status = Status(StatusCode::kInternal, "devmem sink on a stream not steered to devmem RX queues");
-    }
-    return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
+    *asked = in.read_limit() > 0 ? std::min(len, in.read_limit()) : len;
+    return read_unsteered(in, c, offset, *asked);
   }
+  *asked = std::min<uint64_t>(len, DevmemReceiver::kMaxReadBytes);
   const std::shared_ptr<DevmemReceiver> receiver = devmem_in->receiver();
   // A served put's region: each read's placement is bracketed; a deregistered one's
   // bytes are dropped (the RESP says revoked).
-  std::shared_ptr<const RegionAccess> bracket;
-  if (access_ && !revoked_) {
-    if (access_->begin()) {
-      bracket = access_;
-    } else {
-      revoked_ = true;
-    }
-  }
+  std::shared_ptr<const RegionAccess> bracket = open_bracket();
   DevmemRead r;
   Result<net::IoResult> got = receiver->receive(domain_, revoked_ ? nullptr : dst_ + offset, *asked, &r);
   if (bracket && (!got || !got->moved() || r.copies.empty())) bracket->end();
@@ -288,7 +310,10 @@ net::IoResult DevmemSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint
     // The bytes are off the stream, unusable: the chunk (so the transfer) fails with
     // why, and the stream stays in step. No bytes taken (EFAULT): the stream cannot go on.
     if (c != nullptr && c->status.is_ok()) c->status = got.status();
-    if (r.bytes == 0) return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
+    if (r.bytes == 0) {
+      in.set_failure(got.status());
+      return net::IoResult{.kind = net::IoResult::Kind::kError, .err = EPROTO};
+    }
     return net::IoResult{.kind = net::IoResult::Kind::kBytes, .bytes = r.bytes};
   }
   if (!got->moved()) return *got;
@@ -296,16 +321,41 @@ net::IoResult DevmemSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint
     (void)receiver->release(r);
     return *got;
   }
-  // Each copy's end is posted to the engine; the last one gives the tokens back and
-  // counts the placement ended.
-  const uint64_t chunk_offset = c->offset;
-  ++c->pending;
+  // The last copy's end gives the tokens back.
+  auto held = std::make_shared<DevmemRead>(std::move(r));
+  std::vector<std::unique_ptr<AsyncCopy>> copies = std::move(held->copies);
+  track(*c, std::move(copies), std::move(bracket), [receiver, held] { return receiver->release(*held); });
+  return *got;
+}
+
+net::IoResult DevmemSink::read_unsteered(StreamIn& in, Chunk* c, uint64_t offset, uint64_t len) {
+  std::shared_ptr<std::byte[]> bytes = std::make_shared_for_overwrite<std::byte[]>(len);
+  const net::IoResult got = in.recv_some(bytes.get(), len);
+  if (!got.moved() || got.bytes == 0 || c == nullptr) return got;
+  std::shared_ptr<const RegionAccess> bracket = open_bracket();
+  if (revoked_) return got;  // dropped
+  Result<std::unique_ptr<AsyncCopy>> copy = domain_->copy_from_host(dst_ + offset, bytes.get(), got.bytes);
+  if (!copy) {
+    if (bracket) bracket->end();
+    if (c->status.is_ok()) c->status = copy.status().with_context("a chunk read off a stream not steered");
+    return got;
+  }
+  std::vector<std::unique_ptr<AsyncCopy>> copies;
+  copies.push_back(std::move(copy).value());
+  track(*c, std::move(copies), std::move(bracket), [bytes] { return Status::ok(); });
+  return got;
+}
+
+void DevmemSink::track(Chunk& c, std::vector<std::unique_ptr<AsyncCopy>> copies,
+                       std::shared_ptr<const RegionAccess> bracket, std::function<Status()> ended) {
+  // Each copy's end is posted to the engine; the last one runs `ended` and counts the
+  // placement ended.
+  const uint64_t chunk_offset = c.offset;
+  ++c.pending;
   ++in_flight_;
-  auto shared = std::make_shared<DevmemRead>(std::move(r));
-  auto left = std::make_shared<size_t>(shared->copies.size());
+  auto left = std::make_shared<size_t>(copies.size());
   auto first_error = std::make_shared<Status>();
   std::weak_ptr<DevmemSink*> self = self_;
-  std::vector<std::unique_ptr<AsyncCopy>> copies = std::move(shared->copies);
   // A served put's bracket closes on the thread that ends the read's last copy (a
   // deregistration waiting for it must not wait for a progress round).
   std::function<void()> close_bracket;
@@ -315,13 +365,14 @@ net::IoResult DevmemSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint
       if (copying->fetch_sub(1, std::memory_order_acq_rel) == 1) bracket->end();
     };
   }
+  auto done = std::make_shared<std::function<Status()>>(std::move(ended));
   for (auto& copy : copies) {
     when_copied(
         ctx_->engine, std::move(copy),
-        [self, shared, left, first_error, receiver, chunk_offset, host = ctx_->host](const Status& status) {
+        [self, left, first_error, done, chunk_offset, host = ctx_->host](const Status& status) {
           if (!status.is_ok() && first_error->is_ok()) *first_error = status;
           if (--*left > 0) return;
-          const Status returned = receiver->release(*shared);
+          const Status returned = (*done)();
           Status outcome = *first_error;
           if (outcome.is_ok() && !returned.is_ok()) outcome = returned;
           if (auto s = self.lock()) (*s)->placement_ended(chunk_offset, outcome);
@@ -329,7 +380,6 @@ net::IoResult DevmemSink::read(StreamIn& in, uint64_t offset, uint64_t len, uint
         },
         close_bracket);
   }
-  return *got;
 }
 
 void DevmemSink::placement_ended(uint64_t chunk_offset, const Status& status) {

@@ -41,6 +41,7 @@
 #include "datapath/staging.h"
 #include "engine/progress.h"
 #include "net/io.h"
+#include "net/socket.h"
 #include "remora/memory.h"
 #include "remora/status.h"
 #include "zerocopy/devmem_rx.h"
@@ -113,8 +114,18 @@ class DevmemReceiver {
   virtual Status release(DevmemRead& read);
 
   /// The socket is gone (closed, or handed to the lingering close): tokens are freed
-  /// with it, and release() only forgets them.
-  virtual void detach() noexcept { fd_ = -1; }
+  /// with it, and release() only forgets them. Not while retire() keeps it.
+  virtual void detach() noexcept {
+    if (!kept_.valid()) fd_ = -1;
+  }
+  /// The stream is retired (failover, chunk_scheduler.h) and read no more; `socket` is
+  /// its descriptor. With tokens still out (placements in flight read their pages) the
+  /// socket is shut down but kept open until the last of them went back, and only then
+  /// closed: the kernel frees a closed socket's tokens, and the NIC could write into
+  /// pages a placement still reads while the peer sends those chunks again. With none
+  /// out it closes now (as a zcrx receiver's always does: its buffers go back through
+  /// the refill ring, whether or not the socket is open).
+  void retire(net::Fd socket);
   /// Waits until receive() may have something (poll on the socket), or kTimeout.
   virtual Status wait_readable(net::Clock::time_point deadline);
   /// Receivers whose bytes leave the socket without making it readable call `fn` when
@@ -142,12 +153,15 @@ class DevmemReceiver {
  private:
   Status place_fragments(MemoryDomain* pool, MemoryDomain* dst_domain, bool host_dst, std::byte* dst, DevmemRead* read);
   void give_back(std::vector<uint32_t>& tokens);
+  /// Closes the socket retire() kept once no token is out.
+  void close_retired_when_done() noexcept;
 
   RecvmsgFn recvmsg_;
   zerocopy::TokenReturner returner_;
   std::vector<std::byte> linear_;   // the iov (allow_linear)
   std::vector<std::byte> control_;  // the control buffer
   uint64_t outstanding_ = 0;
+  net::Fd kept_;  // a retired stream's socket, until its tokens went back
 };
 
 /// A data stream steered to devmem RX queues, as sinks read it: every byte of it
@@ -189,6 +203,13 @@ struct DevmemRxContext {
 /// One transfer's chunks read off devmem streams (their StreamIn's devmem receiver)
 /// into memory of `domain` at `dst`. A message that came eager instead (its bytes in a
 /// frame on the control stream) is placed by one copy (place_inline, bounce.h).
+///
+/// After a data stream broke (failover), a chunk that was not read whole is read again
+/// from its start on another stream: its new placements land at the same offsets with
+/// the same bytes as any of the broken stream's still in flight, and the chunk is placed
+/// once all of them ended. A stream connected again after a break is not steered (rxq
+/// steered the first connect's flows): chunks on it are read into host memory and copied
+/// to `domain` from there.
 class DevmemSink final : public PlacingSink {
  public:
   /// `ctx` outlives the sink; `t` (or the transfer attach() names) is the transfer it
@@ -204,6 +225,7 @@ class DevmemSink final : public PlacingSink {
   bool begin_chunk(uint64_t offset, uint64_t length) override;
   net::IoResult read(StreamIn& in, uint64_t offset, uint64_t len, uint64_t* asked) override;
   Status chunk_arrived(uint64_t offset, uint64_t length) override;
+  bool can_reread() const noexcept override { return true; }
 
  private:
   struct Chunk {
@@ -213,6 +235,17 @@ class DevmemSink final : public PlacingSink {
     Status status;
   };
   Chunk* chunk(uint64_t offset);
+  /// A stream not steered: bytes into host memory, then one copy to the destination.
+  net::IoResult read_unsteered(StreamIn& in, Chunk* c, uint64_t offset, uint64_t len);
+  /// Opens a served put's bracket for one read's placement: the bracket to close once
+  /// the placement ended (null without a region, or once it is revoked()).
+  std::shared_ptr<const RegionAccess> open_bracket();
+  /// `copies`, one read's placement into chunk `c`, are in flight: once the last ended,
+  /// `ended` runs (it gives what the read held back: an error to report, or ok), the
+  /// chunk hears of it and the endpoint of progress. `bracket` closes on the thread that
+  /// ends the last copy.
+  void track(Chunk& c, std::vector<std::unique_ptr<AsyncCopy>> copies, std::shared_ptr<const RegionAccess> bracket,
+             std::function<Status()> ended);
   void placement_ended(uint64_t chunk_offset, const Status& status);
 
   std::shared_ptr<DevmemRxContext> ctx_;

@@ -18,6 +18,7 @@
 #include "datapath/devmem_path.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -301,16 +302,22 @@ struct Host final : StagingHost {
   void staging_progressed() override { link->rx.unstall(); }
 };
 
-/// Every receiving stream of `link` reads through a devmem receiver of `d`'s binding.
-void steer_to_devmem(Link& link, DeviceNic& d) {
-  for (uint16_t i = 0; i < Link::kStreams; ++i) {
+/// The first `streams` receiving streams of `link` read through devmem receivers of
+/// `d`'s binding (the others stay plain); returns those receivers.
+std::vector<std::shared_ptr<DevmemReceiver>> steer_to_devmem(Link& link, DeviceNic& d,
+                                                             uint16_t streams = Link::kStreams) {
+  std::vector<std::shared_ptr<DevmemReceiver>> receivers;
+  for (uint16_t i = 0; i < streams; ++i) {
     auto receiver = std::make_shared<DevmemReceiver>(link.rx.fd(i), d.binding, d.nic.recvmsg_fn(), d.nic.dontneed_fn());
+    receivers.push_back(receiver);
     link.rx.set_stream_in(i, std::make_unique<DevmemStreamIn>(std::move(receiver)));
   }
+  return receivers;
 }
 
 /// What the DevmemSink tests share: the NIC stand-in, an engine, and a link whose
-/// receiving streams read through devmem receivers of the stand-in's binding.
+/// first `steered` receiving streams read through devmem receivers of the stand-in's
+/// binding.
 struct SinkRig {
   DeviceNic d{256};
   std::shared_ptr<engine::ProgressEngine> engine = engine::ProgressEngine::create({}).value();
@@ -318,11 +325,51 @@ struct SinkRig {
   Host host{&link};
   std::shared_ptr<StagingHost*> anchor = std::make_shared<StagingHost*>(&host);
   std::shared_ptr<DevmemRxContext> ctx = std::make_shared<DevmemRxContext>();
-  SinkRig() {
+  std::vector<std::shared_ptr<DevmemReceiver>> receivers;
+  explicit SinkRig(uint16_t steered = Link::kStreams) {
     link.each_round = [this] { engine->try_progress(); };
     ctx->engine = engine;
     ctx->host = anchor;
-    steer_to_devmem(link, d);
+    receivers = steer_to_devmem(link, d, steered);
+  }
+};
+
+/// A put of `len` bytes of test pattern `seed` from host memory over `rig`'s link into
+/// device memory through a DevmemSink, with failover on both sides; ready to be sent.
+struct DevmemPut {
+  std::vector<std::byte> data;
+  std::byte* dst;
+  HostSource source;
+  TxTransfer out;
+  RxTransfer in;
+  DevmemSink sink;
+  DevmemPut(SinkRig& rig, uint64_t len, uint64_t seed)
+      : data(pattern(len, seed)),
+        dst(rig.d.dev->allocate(len).value()),
+        source(data.data()),
+        out(test::outgoing(wire::ChunkKind::kPut, 1, 1, len, &source)),
+        in(test::incoming(1, len, nullptr)),
+        sink(rig.ctx, rig.d.dev.get(), dst, &in) {
+    rig.link.tx.enable_failover();
+    rig.link.rx.enable_failover();
+    in.kind = wire::ChunkKind::kPut;  // a chunk sent again names its kind
+    in.sink = &sink;
+    rig.link.tx.ready(&out);
+  }
+  /// Runs `rig`'s link until the put is received and sent; then every byte is checked.
+  void finish(SinkRig& rig) {
+    Link& link = rig.link;
+    link.run(&in, [&] { return !link.rx_owner.received_ids.empty() && !link.tx_owner.sent_ids.empty(); });
+    ASSERT_EQ(link.rx_owner.received_ids.size(), 1u);
+    EXPECT_TRUE(link.rx_owner.received_ids[0].second.is_ok()) << link.rx_owner.received_ids[0].second.to_string();
+    ASSERT_EQ(link.tx_owner.sent_ids.size(), 1u);
+    EXPECT_TRUE(link.tx_owner.sent_failures[0].is_ok());
+    EXPECT_TRUE(link.tx_owner.failures.empty() && link.rx_owner.failures.empty());
+    std::vector<std::byte> got(data.size());
+    ASSERT_TRUE(rig.d.dev->read(got.data(), dst, got.size()).is_ok());
+    EXPECT_TRUE(got == data);
+    EXPECT_EQ(sink.in_flight(), 0u);
+    EXPECT_TRUE(rig.d.nic.outstanding.empty()) << rig.d.nic.outstanding.size() << " tokens never went back";
   }
 };
 
@@ -360,6 +407,71 @@ TEST(DevmemSink, AFailedScatterFailsTheTransferAndStillReturnsTheTokens) {
   DevmemSink sink(ctx, d.dev.get(), dst, &in);
   EXPECT_EQ(link.deliver(data, in, sink).code(), StatusCode::kDeviceFailed);  // the streams stay in step
   EXPECT_TRUE(d.nic.outstanding.empty());
+}
+
+// Failover (docs/rails.md): stream 1 breaks with a chunk read off it in part, whose
+// scatter out of the dmabuf is still in flight (the test device holds its copies). The
+// chunk is read again from its start on stream 0 and lands once, intact. The broken
+// stream's socket stays open, shut down, until that scatter ended and its tokens went
+// back through it: were it closed at once, the kernel would free those pages for the
+// NIC to write while the scatter still reads them.
+TEST(DevmemSink, AChunkReadInPartOffABrokenStreamIsReadAgainAndItsTokensGoBackFirst) {
+  SinkRig rig;
+  Link& link = rig.link;
+  constexpr uint64_t C = Link::kChunk, len = 10 * C + 123;
+  // Small socket buffers: a chunk goes in many pieces, so one can be read in part.
+  for (uint16_t i = 0; i < Link::kStreams; ++i) {
+    const int small = 4096;
+    ASSERT_EQ(::setsockopt(link.tx.fd(i), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  }
+  DevmemPut put(rig, len, 21);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (link.tx.bytes_sent(1) == 0 && std::chrono::steady_clock::now() < deadline) {
+    link.tx.schedule();
+    link.tx.write_all();
+  }
+  ASSERT_GT(link.tx.bytes_sent(1), 0u);
+  for (; link.handed < link.tx_owner.announced.size(); ++link.handed) {
+    const wire::ChunkFrame& f = link.tx_owner.announced[link.handed];
+    ASSERT_EQ(link.rx.expect(&put.in, f.stream, f.offset, f.length), "");
+  }
+  // The stand-in lays the bytes into the dmabuf; the scatter out of it then waits.
+  rig.d.nic.after_dma = [&] { rig.d.dev->hold_copies(true); };
+  link.rx.read(1);
+  rig.d.nic.after_dma = nullptr;
+  ASSERT_GT(put.in.received, 0u);
+  ASSERT_LT(put.in.received, C) << "a chunk was read in part";
+  const int broken = link.rx.fd(1);
+  DevmemReceiver& receiver = *rig.receivers[1];
+  ASSERT_GT(receiver.outstanding_tokens(), 0u);
+
+  Result<uint64_t> tx_read = link.tx.retire(1);
+  Result<uint64_t> rx_read = link.rx.retire(1);
+  ASSERT_TRUE(tx_read.is_ok() && rx_read.is_ok()) << rx_read.status().to_string();
+  EXPECT_NE(::fcntl(broken, F_GETFD), -1) << "the socket closed with its tokens still out";
+  EXPECT_EQ(link.tx.peer_retired(1, *rx_read), "");
+  EXPECT_EQ(link.rx.peer_retired(1, *tx_read), "");
+  rig.d.dev->hold_copies(false);
+  put.finish(rig);
+  EXPECT_GE(link.tx.chunks_resent(), 1u);
+  EXPECT_EQ(put.in.placed, len) << "every byte placed once";
+  EXPECT_EQ(receiver.outstanding_tokens(), 0u);
+  EXPECT_EQ(::fcntl(broken, F_GETFD), -1) << "the retired stream's socket was never closed";
+}
+
+// A stream connected again after a break is not steered (rxq steered the first
+// connect's flows): chunks on it come into host memory and go on to the device by a
+// copy, beside chunks placed from the dmabuf on the steered stream.
+TEST(DevmemSink, ChunksOnAStreamNotSteeredAreCopiedToTheDeviceFromHostMemory) {
+  SinkRig rig(/*steered=*/1);
+  constexpr uint64_t len = 9 * Link::kChunk + 77;
+  DevmemPut put(rig, len, 22);
+  const uint64_t copies_before = rig.d.dev->copies();
+  put.finish(rig);
+  EXPECT_GT(rig.link.tx.bytes_sent(0), 0u);
+  EXPECT_GT(rig.link.tx.bytes_sent(1), 0u) << "no chunk went on the stream not steered";
+  EXPECT_EQ(put.in.placed, len);
+  EXPECT_GT(rig.d.dev->copies(), copies_before);
 }
 
 /// A registered host region of `len` bytes, and a served put's access to all of it.

@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -349,6 +351,64 @@ void connected_endpoint_through_rxq(const std::string& key, size_t max_read) {
   // The endpoint's lease ended with it: rxq removed both of its flows.
   EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
   EXPECT_TRUE(rxq.read_until(fmt::format("removed client pid {}'s flow-type tcp4", ::getpid()))) << rxq.log();
+}
+
+/// The stand-in kernel, breaking one data stream once armed: at the `at`-th recvmsg
+/// that hands over bytes its connection is reset (shut down here; every recvmsg on it
+/// from then on fails with ECONNRESET, what was queued behind lost, as after a RST).
+struct BreakingRx {
+  std::atomic<bool> armed{false};
+  std::atomic<uint64_t> reads{0};
+  std::atomic<int> broken{-1};
+  uint64_t at;
+  StandinRx standin;
+  BreakingRx(const std::string& socket, uint64_t at_read) : at(at_read), standin(socket, /*install=*/false) {
+    auto k = std::make_shared<detail::DevmemRxKernel>();
+    k->recvmsg = [this](int fd, msghdr* m, int flags) -> ssize_t {
+      if (fd == broken.load()) {
+        errno = ECONNRESET;
+        return -1;
+      }
+      const ssize_t n = standin.nic.recvmsg(fd, m, flags);
+      if (n > 0 && armed.load() && reads.fetch_add(1) + 1 == at) {
+        ::shutdown(fd, SHUT_RDWR);
+        broken = fd;
+      }
+      return n;
+    };
+    k->dontneed = standin.nic.dontneed_fn();
+    k->standin = true;
+    detail::set_devmem_rx_kernel_for_tests(std::move(k));
+  }
+};
+
+// Failover (docs/rails.md): one of the two data streams is reset in the middle of a
+// message coming into device memory by devmem. It is retired, the chunks on it that
+// were not read whole come again on the other stream and are placed from the dmabuf
+// like the rest, and the message lands once, every byte checked. Every token goes back,
+// the broken stream's too: its socket stays open until its placements ended.
+TEST(DevmemRxEndpoint, AStreamBrokenMidReceiveHasItsChunksReadAgainOnTheOther) {
+  RxqStandin rxq;
+  ASSERT_TRUE(rxq.ready());
+  BreakingRx breaking(rxq.socket(), 8);
+  ASSERT_NE(breaking.standin.nic.dmabuf, nullptr);
+  breaking.standin.nic.max_read = 16 * 1024;  // four reads a chunk: the 8th is inside one
+  DeviceContext mine = rx_context(rxq.socket());
+  ASSERT_TRUE(mine.ctx);
+  const std::vector<uint64_t> sizes = {6 * kChunk - 5};
+  PeerSession s = start_echo_peer(*mine.ctx, sizes);
+  ASSERT_TRUE(s.ep);
+  breaking.armed = true;
+  echo_into_device_and_host(s, mine, sizes);
+  breaking.armed = false;
+  EXPECT_GE(breaking.broken.load(), 0) << "no stream was broken (" << breaking.reads << " reads)";
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "devmem") << st.device_path_reason;
+  EXPECT_EQ(st.devmem_transfers, 1u);
+  EXPECT_TRUE(st.failover);
+  EXPECT_EQ(st.streams_retired, 1u);
+  finish_echo_session(s);
+  EXPECT_EQ(breaking.standin.nic.tokens_out(), 0u);
 }
 
 TEST(DevmemRxEndpoint, AReceiveAreaOfItsOwnInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThere) {
@@ -684,6 +744,34 @@ TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   EXPECT_EQ(st.devmem_transfers, 0u);
   EXPECT_EQ(st.staged_transfers, 1u);
   finish_zcrx_session(s, rxq, standin, handshake, /*area_pages=*/16);
+}
+
+// Failover, as for devmem above: one data stream's zcrx receive ends with its
+// connection reset in the middle of a message into device memory; the chunks not read
+// whole come again through the other stream's zcrx receive, and the message lands once,
+// every byte checked, every buffer back through the refill ring.
+TEST(ZcrxEndpoint, AStreamBrokenMidReceiveHasItsChunksReadAgainOnTheOther) {
+  RxqStandin rxq(/*client_queues=*/1);
+  ASSERT_TRUE(rxq.ready());
+  ZcrxStandin standin;
+  ::setenv("REMORA_ZCRX_AREA", "64K", 1);
+  DeviceContext mine = rx_context(rxq.socket(), DevicePathMode::kZcrx);
+  ::unsetenv("REMORA_ZCRX_AREA");
+  ASSERT_TRUE(mine.ctx);
+  const std::vector<uint64_t> sizes = {5 * kChunk + 3};
+  PeerSession s = start_echo_peer(*mine.ctx, sizes);
+  ASSERT_TRUE(s.ep);
+  // 40 pages into the message's 81: inside its third chunk.
+  standin.nic->reset_after = standin.nic->completions + 40;
+  echo_into_device_and_host(s, mine, sizes);
+  EXPECT_EQ(standin.nic->reset_after, 0u) << "no stream was reset";
+  const EndpointStats st = s.ep->stats();
+  EXPECT_EQ(st.device_path, "zcrx") << st.device_path_reason;
+  EXPECT_EQ(st.zcrx_transfers, 1u);
+  EXPECT_EQ(st.streams_retired, 1u);
+  EXPECT_EQ(standin.nic->bad_refills, 0u);
+  finish_echo_session(s);
+  EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
 }
 
 TEST(ZcrxEndpoint, AnAreaInDeviceMemoryTakesEveryByteAndDeviceReceivesScatterThere) {

@@ -46,6 +46,9 @@ class ZcrxNicStandIn final : public ZcrxKernel {
     std::atomic<bool> refuse{false};      // refuse the registration with EOPNOTSUPP
     std::atomic<bool> outside{false};     // report the next completion past the area's end
     std::atomic<int> fail_recv_errno{0};  // end the next receive with -errno
+    // > 0: once this many completions were made, the next receive ends with -ECONNRESET
+    // (its connection reset), once.
+    std::atomic<uint64_t> reset_after{0};
     std::atomic<uint64_t> completions{0};
     std::atomic<uint64_t> bytes{0};          // laid into the area
     std::atomic<uint64_t> refills{0};        // refill entries taken from the ring
@@ -183,7 +186,12 @@ class ZcrxNicStandIn final : public ZcrxKernel {
       const auto [id, fd] = *it;
       const size_t page = *free_.begin();
       std::byte* at = area_.get() != nullptr ? static_cast<std::byte*>(area_.get()) + page * kPage : bounce_.data();
-      if (const int err = shared_->fail_recv_errno.exchange(0); err != 0) {
+      int err = shared_->fail_recv_errno.exchange(0);
+      if (const uint64_t after = shared_->reset_after.load(); err == 0 && after != 0 && shared_->completions >= after) {
+        shared_->reset_after = 0;
+        err = ECONNRESET;
+      }
+      if (err != 0) {
         out->push_back(ZcrxCompletion{.user_data = id, .res = -err});
         it = armed_.erase(it);
         continue;
