@@ -108,9 +108,13 @@ Result<PathChoice> DataPaths::choose_device_path(const TransferSpec& spec) {
   if (!choice) return refuse(choice.status().message(), choice.status());
   if (choice->path == DataPath::kDevmem && send && params_.streams != nullptr) {
     // The NIC reads the memory after sendmsg returns: every data stream reports those
-    // reads' end on its error queue.
+    // reads' end on its error queue. A retired one (failover) has no socket: it is
+    // enabled when it is connected again (adopt), this transfer's chunks maybe on it.
+    devmem_streams_.use();
     for (uint16_t i = 0; i < params_.streams->streams(); ++i) {
-      if (Status s = devmem_streams_.enable(params_.streams->fd(i)); !s) {
+      const int fd = params_.streams->fd(i);
+      if (fd < 0) continue;
+      if (Status s = devmem_streams_.enable(fd); !s) {
         std::string reason = "devmem TX: data stream " + std::to_string(i) + ": " + s.message();
         return refuse(reason, Status(StatusCode::kUnsupported, reason));
       }

@@ -130,6 +130,8 @@ class DevmemTxStreams {
   /// more will be. Its bytes go nowhere the peer reads (the chunks go again), and the
   /// memory binding itself is the kernel's to hold while its NIC still reads.
   void abandon(int fd, const std::function<void(uint64_t cookie)>& released);
+  /// Devmem TX is used on this endpoint's streams (those retired now too, adopt).
+  void use() noexcept { used_ = true; }
   /// `fd` replaces a retired stream (failover): SO_ZEROCOPY on it too, if devmem TX was
   /// ever used on this endpoint's streams.
   Status adopt(int fd) { return used_ ? enable(fd) : Status::ok(); }
@@ -138,7 +140,7 @@ class DevmemTxStreams {
 
  private:
   std::map<int, zerocopy::ZerocopyTracker> trackers_;
-  bool used_ = false;  // enable() ran
+  bool used_ = false;  // enable() or use() ran
 };
 
 /// The chunks of one transfer read by the NIC from device memory, through its export
