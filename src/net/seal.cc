@@ -129,7 +129,7 @@ class Direction {
 
   /// Opens the next record, whole at `record` with `len` plaintext bytes, into `plain`
   /// (in place, or a caller's buffer). false: it failed authentication (`plain` then
-  /// holds nothing to use: zeros or bytes of no meaning, in a receive that fails).
+  /// holds nothing to use, in a receive that fails; a caller's buffer is zeroed).
   bool open(const std::byte* record, size_t len, std::byte* plain) {
     next_key_if_due();
     const auto nonce = nonce_of(counter_++);
@@ -283,6 +283,9 @@ class SealedSocket {
           std::byte* record = in_.data() + in_begin_;
           const bool direct = len - got >= plen;
           if (!rx_.open(record, plen, direct ? dst + got : record + kSealHeaderSize)) {
+            // Whatever the cipher left in the caller's buffer is not delivered as valid
+            // (the receive fails), and it holds zeros, not bytes of no meaning.
+            if (direct) sodium_memzero(dst + got, plen);
             plain_off_ = plain_end_ = 0;
             rx_error_ = EBADMSG;
             continue;

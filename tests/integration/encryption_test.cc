@@ -814,6 +814,41 @@ TEST(EncryptionRecords, SealOpenAndEveryTamperFails) {
   }
 }
 
+// A record whose plaintext fits in what the receive asked for opens straight into the
+// caller's buffer. One that fails to open there leaves zeros in the record's part of it
+// (not bytes of no meaning), the receive fails with EBADMSG, and nothing past that part
+// is touched.
+TEST(EncryptionRecords, ARecordThatFailsToOpenInTheCallersBufferLeavesZerosThere) {
+  for (net::SealCipher cipher : net::kSealCiphers) {
+    if (!net::cipher_available(cipher)) continue;
+    SCOPED_TRACE(std::string(net::cipher_name(cipher)));
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    net::Fd raw(fds[0]), rx(fds[1]);
+    net::SealKeys keys{.cipher = cipher};
+    keys.recv[0] = std::byte{9};
+    ASSERT_TRUE(net::seal_socket(rx.get(), keys).is_ok());
+    const auto plain = pattern(4000, 4);
+    auto good = net::seal_record(cipher, keys.recv, 0, plain);
+    auto bad = net::seal_record(cipher, keys.recv, 1, plain);
+    bad[bad.size() / 2] ^= std::byte{0x80};
+    for (const auto* rec : {&good, &bad}) {
+      ASSERT_EQ(::send(raw.get(), rec->data(), rec->size(), 0), static_cast<ssize_t>(rec->size()));
+    }
+    std::vector<std::byte> got(plain.size(), std::byte{0xEE});
+    net::IoResult r = net::recv_some(rx.get(), got.data(), got.size());
+    ASSERT_TRUE(r.moved() && r.bytes == plain.size()) << r.err;
+    EXPECT_TRUE(got == plain);
+    std::vector<std::byte> more(2 * plain.size(), std::byte{0xEE});
+    r = net::recv_some(rx.get(), more.data(), more.size());
+    ASSERT_TRUE(r.error());
+    EXPECT_EQ(r.err, EBADMSG);
+    const auto split = more.begin() + static_cast<ptrdiff_t>(plain.size());
+    EXPECT_TRUE(std::all_of(more.begin(), split, [](std::byte b) { return b == std::byte{0}; }));
+    EXPECT_TRUE(std::all_of(split, more.end(), [](std::byte b) { return b == std::byte{0xEE}; }));
+  }
+}
+
 /// A connected pair of Unix stream sockets, sealed for `cipher` with keys made from
 /// `seed`: what `tx` sends `rx` opens. `sndbuf` (bytes, 0: the default) is tx's send buffer.
 void sealed_pair(net::SealCipher cipher, uint8_t seed, int sndbuf, net::Fd* tx, net::Fd* rx) {
