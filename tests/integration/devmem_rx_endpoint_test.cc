@@ -711,14 +711,20 @@ void finish_zcrx_session(PeerSession& s, RxqStandin& rxq, ZcrxStandin& standin, 
   EXPECT_TRUE(rxq.read_until(fmt::format("client pid {}: its zcrx queue 2 released", ::getpid()))) << rxq.log();
 }
 
+/// A context demanding zcrx through rxq at `socket`, with an area of 64 KiB (16 pages).
+DeviceContext small_area_zcrx_context(const std::string& socket) {
+  ::setenv("REMORA_ZCRX_AREA", "64K", 1);  // read by Context::create
+  DeviceContext mine = rx_context(socket, DevicePathMode::kZcrx);
+  ::unsetenv("REMORA_ZCRX_AREA");
+  return mine;
+}
+
 TEST(ZcrxEndpoint, EveryByteOfAConnectedEndpointArrivesThroughItsOwnZcrxQueue) {
   RxqStandin rxq(/*client_queues=*/1);
   ASSERT_TRUE(rxq.ready());
   ZcrxStandin standin;
   // An area of 16 pages for ~800 KB of streams: its buffers go round through the refill ring.
-  ::setenv("REMORA_ZCRX_AREA", "64K", 1);
-  DeviceContext mine = rx_context(rxq.socket(), DevicePathMode::kZcrx);
-  ::unsetenv("REMORA_ZCRX_AREA");
+  DeviceContext mine = small_area_zcrx_context(rxq.socket());
   ASSERT_TRUE(mine.ctx);
   const std::vector<uint64_t> sizes = {kChunk + 1, kChunk + 1, 5 * kChunk + 3, 5 * kChunk + 3, 1, 1};
   PeerSession s = start_echo_peer(*mine.ctx, sizes);
@@ -754,9 +760,7 @@ TEST(ZcrxEndpoint, AStreamBrokenMidReceiveHasItsChunksReadAgainOnTheOther) {
   RxqStandin rxq(/*client_queues=*/1);
   ASSERT_TRUE(rxq.ready());
   ZcrxStandin standin;
-  ::setenv("REMORA_ZCRX_AREA", "64K", 1);
-  DeviceContext mine = rx_context(rxq.socket(), DevicePathMode::kZcrx);
-  ::unsetenv("REMORA_ZCRX_AREA");
+  DeviceContext mine = small_area_zcrx_context(rxq.socket());
   ASSERT_TRUE(mine.ctx);
   const std::vector<uint64_t> sizes = {5 * kChunk + 3};
   PeerSession s = start_echo_peer(*mine.ctx, sizes);
