@@ -96,6 +96,10 @@ class StreamIn {
   /// Streams whose bytes do not make the socket readable (io_uring zcrx takes them off
   /// it) call `fn` when they have something for recv_some; others never do.
   virtual void on_arrival(std::function<void()> fn) { (void)fn; }
+  /// The stream is retired (failover) and read no more; `socket` is its descriptor,
+  /// which closes when this returns unless the stream must keep it a while (a devmem
+  /// stream, until the copies out of its pages ended: DevmemReceiver::retire).
+  virtual void retire(net::Fd socket) { (void)socket; }
   /// Why the read that is about to report an error failed (a sink reading through the
   /// stream's own receiver says so too): the stream's failure names it.
   void set_failure(Status s) { failure_ = std::move(s); }

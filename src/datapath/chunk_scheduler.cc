@@ -18,7 +18,6 @@
 
 #include "core/log.h"
 #include "datapath/checksum.h"
-#include "datapath/devmem_path.h"
 #include "net/same_host.h"
 
 namespace remora::detail {
@@ -1052,9 +1051,8 @@ Result<uint64_t> ChunkScheduler::retire(uint16_t index) {
   s.rx_stalled = false;
   s.retired = true;
   s.tx_blocked = true;
-  // A devmem stream's placements in flight may still read pages its tokens hold: its
-  // receiver closes the socket once they went back.
-  if (DevmemReceiver* devmem = s.in ? s.in->devmem() : nullptr) devmem->retire(std::move(s.fd));
+  // The stream decides when its socket closes (a devmem one once its tokens went back).
+  if (s.in) s.in->retire(std::move(s.fd));
   s.in.reset();
   s.fd.reset();
   ++streams_retired_;

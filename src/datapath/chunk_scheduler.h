@@ -345,11 +345,12 @@ class ChunkScheduler {
   /// Transfers whose every chunk is confirmed are reported sent. "" or the violation.
   std::string confirmed(uint16_t index, uint64_t chunks);
   /// This side gives stream `index` up: it is never read or written again (its socket
-  /// is closed; the Owner removed it from its poller first), its expected chunks are
-  /// owed (the peer sends them again, resend_expected), and nothing more is scheduled
-  /// on it. Returns the chunks read whole off it, for this side's RETIRE; an error when
-  /// a chunk expected on it cannot be received again (ChunkSink::can_reread). A devmem
-  /// stream's socket closes once its placements in flight ended (DevmemReceiver::retire).
+  /// goes to StreamIn::retire, which closes it, or keeps it shut down until a devmem
+  /// stream's placements in flight ended; the Owner removed it from its poller first),
+  /// its expected chunks are owed (the peer sends them again, resend_expected), and
+  /// nothing more is scheduled on it. Returns the chunks read whole off it, for this
+  /// side's RETIRE; an error when a chunk expected on it cannot be received again
+  /// (ChunkSink::can_reread).
   Result<uint64_t> retire(uint16_t index);
   bool retired(uint16_t index) const noexcept { return streams_[index].retired; }
   /// Streams not retired.

@@ -186,6 +186,7 @@ class DevmemStreamIn final : public StreamIn {
   bool short_read_drains() const noexcept override { return false; }
   Status wait_readable(net::Clock::time_point deadline) override { return receiver_->wait_readable(deadline); }
   void on_arrival(std::function<void()> fn) override { receiver_->on_arrival(std::move(fn)); }
+  void retire(net::Fd socket) override { receiver_->retire(std::move(socket)); }
   const std::shared_ptr<DevmemReceiver>& receiver() const noexcept { return receiver_; }
 
  private:
