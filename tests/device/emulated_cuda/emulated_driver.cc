@@ -111,8 +111,12 @@ struct Range {
 
 // The synchronisation objects are never destroyed: remora's copy watcher thread lives
 // as long as the process and may still destroy an event while exit runs destructors.
+// Nor are the ranges: this library's destructors run at exit before handlers that were
+// registered before it was loaded, such as the NCCL plugin's teardown, which releases
+// staging buffers (cuMemHostUnregister) and read a destroyed map under AddressSanitizer.
+// A real driver answers such late calls; it does not fault.
 std::mutex& g_mu = *new std::mutex;
-std::map<uintptr_t, Range> g_ranges;  // by start
+std::map<uintptr_t, Range>& g_ranges = *new std::map<uintptr_t, Range>;  // by start
 CUctx_st g_primary;
 
 // Records reached (cuStreamWaitEvent waits on these).
@@ -126,8 +130,8 @@ int g_events_alive = 0;
 std::atomic<int> g_events_without_context{0};
 bool g_initialised = false;
 std::atomic<bool> g_fail_next_copy{false};
-std::mutex g_hold_mu;
-std::condition_variable g_hold_cv;
+std::mutex& g_hold_mu = *new std::mutex;
+std::condition_variable& g_hold_cv = *new std::condition_variable;
 bool g_hold = false;
 CUfunc_st g_unpack_function;
 // Initial-exec: in the static TLS block that glibc keeps spare for modules loaded
