@@ -51,10 +51,17 @@ def iterations(mode, size, window):
 
 
 def build_reference(out_dir):
+    needs = "compare_mpi: needs Open MPI's mpicc, mpirun and mpi.h (apt-get install openmpi-bin libopenmpi-dev)"
     if shutil.which("mpicc") is None or shutil.which("mpirun") is None:
-        sys.exit("compare_mpi: needs mpicc and mpirun (apt-get install openmpi-bin libopenmpi-dev)")
+        print(needs, file=sys.stderr)
+        sys.exit(2)
     exe = os.path.join(out_dir, "mpi_reference")
-    subprocess.run(["mpicc", "-O2", "-o", exe, os.path.join(HERE, "mpi", "mpi_reference.c")], check=True)
+    # openmpi-bin alone installs the mpicc wrapper without the headers it compiles against.
+    p = subprocess.run(["mpicc", "-O2", "-o", exe, os.path.join(HERE, "mpi", "mpi_reference.c")],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"{needs}\nmpicc exited {p.returncode}:\n{p.stderr[-2000:]}", file=sys.stderr)
+        sys.exit(2)
     return exe
 
 
