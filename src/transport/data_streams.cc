@@ -294,6 +294,12 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   // rail looks like it works: no verdicts until the resumption ends (it restarts the
   // clocks, handle_handled).
   if (!control_.valid() || resuming_since_ || resume_handshake_) return;
+  // Nor while the control connection's own bytes go unacknowledged for a quarter of the
+  // peer timeout, its break not yet noticed: the confirmations stopped with it, so a
+  // stream on a working rail looks stalled too, and on a loaded host its own kernel's
+  // acknowledgements were seen half a second apart then (the CI's tsan run retired it).
+  // The silence verdict resumes the control stream first; the streams are judged after.
+  if (net::tcp_path_stalled(control_.get(), config_.peer_timeout_ms / 4)) return;
   // Confirmations say the chunks arrived; their absence alone does not say where they
   // stopped. A RECEIVED can be late because the peer's process is (a slow or loaded
   // host), or because the control connection's own path went quiet and nobody has

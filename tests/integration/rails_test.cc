@@ -567,6 +567,7 @@ void break_mid_transfer(const std::string& op, const std::string& how, int rail,
   REMORA_NETNS_OR_SKIP(net);
   ASSERT_TRUE(shape_both_ways(net, "200mbit")) << kNoTbf << net.error();
   env.insert(env.begin(), "REMORA_PEER_TIMEOUT_MS=1000");
+  env.push_back("REMORA_LOG=warn");  // which stream each side retired, and why, if a count is off
   *o = transfer(net, 32ull << 20, "rlb", env,
                 {"--answer-size=16777216", "--rma=1", "--break-op=" + op, "--break-how=" + how,
                  "--break-source=" + net.addr_b(rail), extra});
