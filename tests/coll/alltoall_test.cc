@@ -80,9 +80,17 @@ TEST(AlltoallMismatch, AlltoallWithOneRankOffByOneFailsWithSizeErrors) {
     results[static_cast<size_t>(r)] = c.alltoall(send.data(), recv.data(), count, DataType::kUint8);
   });
   // Everyone receives a block of the wrong size from rank 3 (too long) or, at rank 3,
-  // from everyone else (too short); all of them see some failure.
-  EXPECT_TRUE(size_error(results[3])) << results[3].to_string();
-  for (const Status& s : results) EXPECT_FALSE(s.is_ok());
+  // from everyone else (too short). The first rank to find it fails the others: a rank
+  // whose first awaited block comes from a rank that failed before sending it sees that
+  // rank's abort (peer_failed) instead of its own size error (the CI's asan run: rank 0
+  // failed before rank 2 had connected to it, and rank 3 waited on rank 2 first). The
+  // first failure anywhere is always a size error.
+  size_t size_errors = 0;
+  for (const Status& s : results) {
+    EXPECT_TRUE(size_error(s) || s.code() == StatusCode::kPeerFailed) << s.to_string();
+    if (size_error(s)) ++size_errors;
+  }
+  EXPECT_GE(size_errors, 1u);
 }
 
 }  // namespace
