@@ -294,6 +294,8 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   // rail looks like it works: no verdicts until the resumption ends (it restarts the
   // clocks, handle_handled).
   if (!control_.valid() || resuming_since_ || resume_handshake_) return;
+  const std::vector<uint16_t> stalled = chunks_.stalled(std::chrono::steady_clock::now(), timeout);
+  if (stalled.empty()) return;
   // Nor while the control connection's own bytes go unacknowledged for a quarter of the
   // peer timeout, its break not yet noticed: the confirmations stopped with it, so a
   // stream on a working rail looks stalled too, and on a loaded host its own kernel's
@@ -306,7 +308,7 @@ void EndpointCore::check_streams(std::chrono::steady_clock::duration timeout) {
   // noticed yet: then the stream's kernel still has its bytes acknowledged. Only a
   // stream whose bytes its kernel holds unacknowledged has lost its path.
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  for (uint16_t index : chunks_.stalled(std::chrono::steady_clock::now(), timeout)) {
+  for (uint16_t index : stalled) {
     const std::optional<std::string> path = net::tcp_path_stalled(chunks_.fd(index), config_.peer_timeout_ms / 2);
     if (!path) continue;
     retire_stream(index, Status(StatusCode::kTimeout,
