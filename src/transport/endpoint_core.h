@@ -349,9 +349,11 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// of 16 KiB makes a megabyte of output in one round) reuses memory between two
   /// HANDLED (kAckEvery) instead of allocating and faulting in a buffer per round. They
   /// are given back on the first tick that finds nothing sent since the one before. At
-  /// most kSpareBuffers of them, so that finding the largest costs nothing.
+  /// most kSpareBuffers of them: enough for every buffer of one HANDLED's worth of
+  /// messages just above kReplayCopy (64 of 4 KiB), which otherwise went back to malloc
+  /// at each HANDLED and were faulted in again (a page fault per 4 KiB message).
   static constexpr size_t kSpareBytes = size_t{4} << 20;
-  static constexpr size_t kSpareBuffers = 8;
+  static constexpr size_t kSpareBuffers = 256;
   /// Keeps `buffer` (handled by the peer) for a later output if it fits in kSpareBytes.
   void keep_spare(std::vector<std::byte>&& buffer);
   /// The largest spare buffer, or an empty one.

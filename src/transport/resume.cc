@@ -286,19 +286,25 @@ void EndpointCore::acknowledge_handled() {
   rx_unacked_ = false;
 }
 
+namespace {
+// The spare buffers are a max-heap by capacity: take_spare() hands out the largest.
+bool smaller_capacity(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  return a.capacity() < b.capacity();
+}
+}  // namespace
+
 void EndpointCore::keep_spare(std::vector<std::byte>&& buffer) {
   const size_t capacity = buffer.capacity();
   if (capacity == 0 || capacity > kSpareBytes - spare_bytes_ || spare_.size() == kSpareBuffers) return;  // freed
   buffer.clear();
   spare_bytes_ += capacity;
   spare_.push_back(std::move(buffer));
+  std::push_heap(spare_.begin(), spare_.end(), smaller_capacity);
 }
 
 std::vector<std::byte> EndpointCore::take_spare() {
   if (spare_.empty()) return {};
-  auto largest = std::max_element(spare_.begin(), spare_.end(),
-                                  [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
-  std::iter_swap(largest, spare_.end() - 1);
+  std::pop_heap(spare_.begin(), spare_.end(), smaller_capacity);
   std::vector<std::byte> buffer = std::move(spare_.back());
   spare_.pop_back();
   spare_bytes_ -= buffer.capacity();
