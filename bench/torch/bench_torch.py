@@ -16,7 +16,10 @@ DDP step: a wide MLP (1024 -> 8192 -> 2048 -> 1024, 27 M parameters, batch 8), f
 backward (gradient allreduce through DDP's buckets) and SGD step. The gradients are views
 of DDP's buckets (gradient_as_bucket_view=True, PyTorch's advice for speed: it saves two
 copies of every gradient per step, for both backends alike); --no-bucket-view turns that off.
-Three warm-up steps per backend: DDP rebuilds its buckets in the second.
+Three warm-up steps per backend: DDP rebuilds its buckets in the second. Each pair also
+times the same step on a model without DDP, every rank at once: the step with no
+communication. "added to the step" is each backend's step less that one, per pair: what
+communication costs the step where the ranks' compute shares the CPUs with it.
 Ranks of one host: remora's chunks are read by same-host pulls (REMORA_SAME_HOST=off: over
 loopback TCP, as gloo's), and remora collapses the buckets it sends again and again into
 huge pages (REMORA_PULL_HUGEPAGES=off: left as they are), which the reading kernel pins as
@@ -86,6 +89,9 @@ def worker(args) -> None:
             return torch.nn.Sequential(torch.nn.Linear(1024, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 2048),
                                        torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
         models = {k: DDP(mlp(), process_group=g, gradient_as_bucket_view=args.bucket_view) for k, g in groups.items()}
+        # The same step without DDP, every rank at once: what the step costs with no
+        # communication at all, so that each backend's share of the step shows.
+        models["local"] = mlp()
         params = sum(p.numel() for p in models["remora"].parameters())
         opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
         x, y = torch.randn(8, 1024), torch.randn(8, 1024)
@@ -95,7 +101,8 @@ def worker(args) -> None:
             torch.nn.functional.mse_loss(models[k](x), y).backward()
             opts[k].step()
 
-        samples = {"gloo": [], "remora": []}
+        samples = {"gloo": [], "remora": [], "local": []}
+        cpu["local"] = []
         # Warm-up: DDP builds its buckets in the first step and rebuilds them, in the order
         # the gradients came, in the second; the third is the first of the steady state.
         for k in samples:
@@ -103,11 +110,16 @@ def worker(args) -> None:
                 step(k)
         for pair in range(args.pairs):
             order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
-            for k in order:
+            for k in order + ["local"]:
                 samples[k].append(timed(lambda k=k: step(k), args.ddp_steps, k))
+        # Communication's share per pair: the step less the compute-only step beside it.
+        added = {k: [s - c for s, c in zip(samples[k], samples["local"])] for k in ("gloo", "remora")}
         results.append({"what": "ddp_step", "ranks": world, "params": params,
                         "gloo_ms": statistics.median(samples["gloo"]) * 1e3,
                         "remora_ms": statistics.median(samples["remora"]) * 1e3,
+                        "compute_ms": statistics.median(samples["local"]) * 1e3,
+                        "added_ms": {k: statistics.median(v) * 1e3 for k, v in added.items()},
+                        "added_ratios": [r / g if g > 0 else float("nan") for g, r in zip(added["gloo"], added["remora"])],
                         "ratios": [r / g for g, r in zip(samples["gloo"], samples["remora"])],
                         "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
     if rank == 0:
@@ -170,6 +182,12 @@ def main() -> int:
             print(f"{label:<28}{r['gloo_ms']:>9.1f} ms{r['remora_ms']:>9.1f} ms{ratio:>10.2f}x  [{ratios}]"
                   f" ({r['params'] / 1e6:.1f} M parameters, bucket view {'on' if args.bucket_view else 'off'}; step time, lower is better; CPU ms/step gloo"
                   f" {r['cpu_ms']['gloo']:.0f}, remora {r['cpu_ms']['remora']:.0f})")
+            added = " ".join(f"{x:.2f}" for x in r["added_ratios"])
+            label = "  added to the step"
+            ratio = statistics.median(r["added_ratios"])
+            print(f"{label:<28}{r['added_ms']['gloo']:>9.1f} ms{r['added_ms']['remora']:>9.1f} ms{ratio:>10.2f}x  [{added}]"
+                  f" (the step less the same step without DDP, {r['compute_ms']:.1f} ms and CPU ms/step"
+                  f" {r['cpu_ms']['local']:.0f}, timed beside it in each pair)")
     return 0
 
 
