@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -211,9 +212,11 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   template <typename T>
   T& state(const char* name) {
     std::lock_guard lock(state_mu_);
-    auto& slot = states_[name];
-    if (!slot) slot = std::shared_ptr<void>(new T(), [](void* p) { delete static_cast<T*>(p); });
-    return *static_cast<T*>(slot.get());
+    auto it = states_.find(std::string_view(name));  // no string made on every call
+    if (it == states_.end()) {
+      it = states_.emplace(name, std::shared_ptr<void>(new T(), [](void* p) { delete static_cast<T*>(p); })).first;
+    }
+    return *static_cast<T*>(it->second.get());
   }
 
  private:
@@ -242,7 +245,7 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   std::thread worker_;  ///< started on first post()
 
   std::mutex state_mu_;
-  std::map<std::string, std::shared_ptr<void>> states_;
+  std::map<std::string, std::shared_ptr<void>, std::less<>> states_;
   std::atomic<uint32_t> shrink_attempts_{0};
 };
 
