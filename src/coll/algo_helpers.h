@@ -24,8 +24,8 @@ namespace remora::coll {
 /// Requests of one algorithm in posting order, each with the size its receive must
 /// have. The destructor waits for whatever is left, so no return path can leave a
 /// request posted into caller memory. The queue lives in the object's own bytes up to
-/// kInline requests (no allocation for it per collective call: a 4 KiB allreduce made
-/// four, bench/results/coll.md), on the heap beyond.
+/// kInline requests and on the heap beyond (a std::deque allocated twice per queue:
+/// four times per 4 KiB allreduce, bench/results/coll.md).
 class Inflight {
  public:
   explicit Inflight(Op& op) : op_(op) { pending_.reserve(kInline); }
