@@ -64,6 +64,8 @@ nb::dict stats_dict(const EndpointStats& s) {
   d["shm_tx"] = s.shm_tx;
   d["shm_rx"] = s.shm_rx;
   d["shm_reason"] = s.shm_reason;
+  d["direct"] = s.direct;
+  d["direct_reason"] = s.direct_reason;
   d["encryption"] = s.encryption;
   d["control_address"] = s.control_address;
   d["puts"] = s.puts;
@@ -334,7 +336,9 @@ void bind_endpoint_state(nb::class_<EndpointObj>& cls) {
           "and again, collapsed into huge pages), same_host_reason (why this side does not read the peer's memory, '' "
           "when it "
           "does), shm_tx and shm_rx (whether the control stream runs in shared memory to and from the peer), "
-          "shm_reason (why not, '' when it does both ways), encryption (the cipher sealing the endpoint's "
+          "shm_reason (why not, '' when it does both ways), direct and direct_reason (puts and gets done as a copy "
+          "through a mapping of the same-host peer's pool memory, and why a key was not mapped), encryption (the "
+          "cipher sealing the endpoint's "
           "connections, '' when they are in clear), control_address (this side's address:port of the control "
           "stream), puts, gets, atomics, rma_bytes_put, "
           "rma_bytes_got, served_puts, served_gets, served_atomics, refused (operations this side refused "

@@ -2,9 +2,12 @@
 //
 // Shape: class k holds buffers of min_buffer_bytes << k. A class no larger than
 // arena_bytes is carved from arenas of arena_bytes; a larger class gets a dedicated
-// arena holding one buffer. An arena is anonymous mmap'd memory registered once with
-// the pool's registry; it is never unmapped or deregistered while the PoolCore lives
-// (the Pool object and every Buffer share it).
+// arena holding one buffer. An arena is mmap'd memory registered once with the pool's
+// registry; it is never unmapped or deregistered while the PoolCore lives (the Pool
+// object and every Buffer share it). Arenas of buffers up to 16 KiB are a memfd with a
+// state page after them (mem/shared_arena.h), which a same-host peer may map to put and
+// get without a round trip; larger ones are anonymous memory, which same-host pulls
+// collapse into huge pages (memfds do not take them while shmem THP is off).
 //
 // Threading: one mutex per pool guards the free lists and the arena list; it is held
 // for a few pointer operations, never across mmap or registration (so a miss that
@@ -14,6 +17,9 @@
 // Options are normalised once: min_buffer_bytes is rounded up to a power of two
 // (at least 64), arena_bytes up to a whole number of pages and at least one
 // min_buffer_bytes buffer. options() returns the normalised values.
+#include "remora/pool.h"
+
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -26,12 +32,27 @@
 #include <vector>
 
 #include "core/log.h"
-#include "remora/pool.h"
+#include "mem/region_access.h"
+#include "mem/shared_arena.h"
 
 namespace remora {
 namespace detail {
 
 struct PoolArena;
+
+/// A memfd of `bytes` and a state page, sealed against shrinking and growing; -1 when
+/// the kernel will not make one (the arena is then anonymous memory, not shared).
+int make_shared_arena(size_t bytes) {
+  const int fd = memfd_create("remora-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, static_cast<off_t>(bytes + SharedArenaState::kPageBytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    REMORA_LOG(kDebug, "pool: a shared arena could not be made ({}): anonymous memory instead", std::strerror(errno));
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 struct PoolSlot {
   std::byte* data = nullptr;
@@ -49,14 +70,21 @@ struct PoolArena {
   PoolArena(const PoolArena&) = delete;
   PoolArena& operator=(const PoolArena&) = delete;
   ~PoolArena() {
+    // A peer that mapped the arena sees it gone before the keys stop validating; what it
+    // writes after that lands in pages this process no longer maps.
+    if (state != nullptr) state->live.store(0, std::memory_order_release);
     region.deregister();  // revoke keys and unpin before the memory goes away
-    if (base != nullptr && munmap(base, bytes) != 0) {
+    if (base != nullptr && munmap(base, mapped_bytes()) != 0) {
       REMORA_LOG(kWarn, "pool: munmap of a {}-byte arena failed: {}", bytes, std::strerror(errno));
     }
+    if (fd >= 0) ::close(fd);
   }
+  size_t mapped_bytes() const noexcept { return bytes + (fd >= 0 ? SharedArenaState::kPageBytes : 0); }
 
   void* base = nullptr;
   size_t bytes = 0;
+  int fd = -1;                        // shared arenas: the memfd (region, then state page)
+  SharedArenaState* state = nullptr;  // shared arenas: the state page
   Region region;
   std::unique_ptr<PoolSlot[]> slots;
   size_t slot_count = 0;
@@ -248,10 +276,14 @@ Result<Buffer> Pool::allocate(size_t bytes) {
   };
 
   auto arena = std::make_unique<detail::PoolArena>();
-  arena->base = mmap(nullptr, arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (capacity <= detail::SharedArenaState::kMaxBuffer) arena->fd = detail::make_shared_arena(arena_bytes);
+  arena->base = arena->fd >= 0 ? mmap(nullptr, arena_bytes + detail::SharedArenaState::kPageBytes,
+                                      PROT_READ | PROT_WRITE, MAP_SHARED, arena->fd, 0)
+                               : mmap(nullptr, arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (arena->base == MAP_FAILED) {
     const int err = errno;
     arena->base = nullptr;
+    arena.reset();
     unreserve();
     return Status(StatusCode::kNoResource,
                   fmt::format("pool: mmap of a {}-byte arena failed: {}", arena_bytes, std::strerror(err)));
@@ -264,6 +296,15 @@ Result<Buffer> Pool::allocate(size_t bytes) {
     return region.status().with_context("pool: registering a new arena");
   }
   arena->region = std::move(region).value();
+  if (arena->fd >= 0) {
+    const RemoteKey key = arena->region.remote_key();
+    arena->state = new (static_cast<std::byte*>(arena->base) + arena_bytes) detail::SharedArenaState{};
+    arena->state->region = static_cast<uint32_t>(key.region);
+    arena->state->generation = key.generation;
+    arena->state->live.store(1, std::memory_order_release);
+    detail::share_region(*detail::RegistryInternals::shared_state(*core.registry), key.region, key.generation,
+                         arena->fd);
+  }
   arena->slot_count = arena_bytes / capacity;
   arena->slots = std::make_unique<detail::PoolSlot[]>(arena->slot_count);
   for (size_t i = 0; i < arena->slot_count; ++i) {

@@ -116,6 +116,20 @@ void remove_release_listener(RegistryState& state, uint64_t handle) noexcept;
 Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
                                     uint64_t length, Access needed);
 
+/// The memfd behind a shared region (share_region) and the region's size in bytes; the
+/// state page follows the region's bytes in it.
+struct RegionShare {
+  int fd = -1;
+  size_t region_bytes = 0;
+};
+/// Marks live region (id, generation) as held by memfd `fd` (the region's bytes from its
+/// offset 0, then a state page). Takes the registry's lock; the mark ends with the region.
+void share_region(RegistryState& state, RegionId id, uint32_t generation, int fd);
+/// The memfd a same-host peer holding `key` may map: `key` is authenticated as by
+/// acquire_access (no right needed, so any authentic key of the region). kUnsupported
+/// when the region is not shared.
+Result<RegionShare> region_share(const MemoryRegistry& registry, const RemoteKey& key);
+
 /// Where a validated access lands.
 struct ResolvedAccess {
   std::byte* address = nullptr;  ///< first byte to touch

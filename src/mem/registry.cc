@@ -51,6 +51,10 @@ struct RegionSlot {
   MemoryDomain* domain = nullptr;
   DomainRegistration registration;
   std::shared_ptr<RegionUse> use;
+  /// A memfd of this process that holds the region's bytes and then a state page
+  /// (mem/shared_arena.h), which a same-host peer may map (share_region; the pool's
+  /// small arenas). -1: the region is not shared. Owned by whoever set it.
+  int share_fd = -1;
   /// The last key whose tag authenticated against this registration (validate_locked,
   /// under the registry mutex): a peer sends the same key with every put and get, and
   /// a key equal to it in every field authenticates without SipHash again. Reset with
@@ -455,6 +459,26 @@ Result<RegionAccess> acquire_access(const MemoryRegistry& registry, const Remote
 }
 
 }  // namespace detail
+
+void detail::share_region(RegistryState& state, RegionId id, uint32_t generation, int fd) {
+  const auto index = static_cast<uint32_t>(id);
+  std::lock_guard lock(state.mu);
+  if (index < state.slots.size() && state.slots[index].live && state.slots[index].generation == generation) {
+    state.slots[index].share_fd = fd;
+  }
+}
+
+Result<detail::RegionShare> detail::region_share(const MemoryRegistry& registry, const RemoteKey& key) {
+  const RegistryState& state = RegistryInternals::state(registry);
+  std::lock_guard lock(state.mu);
+  REMORA_ASSIGN_OR_RETURN(const RegionSlot* slot, validate_locked(state, key, 0, 0, Access::kNone));
+  if (slot->share_fd < 0) {
+    return Status(StatusCode::kUnsupported,
+                  "the region is not in memory a peer can map (only pool arenas of "
+                  "buffers up to 16 KiB are)");
+  }
+  return RegionShare{.fd = slot->share_fd, .region_bytes = slot->length};
+}
 
 Result<detail::ResolvedAccess> detail::resolve(const MemoryRegistry& registry, const RemoteKey& key, uint64_t offset,
                                        uint64_t length, Access needed) {

@@ -140,18 +140,22 @@ Result<ShmRingMemory> ShmRingMemory::create(size_t capacity) {
   return m;
 }
 
-Result<ShmRingMemory> ShmRingMemory::adopt(Fd fd) {
-  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+Result<uint64_t> sealed_memfd_size(int fd, std::string_view what) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) {
-    return Status(StatusCode::kProtocol,
-                  fmt::format("the peer's shared-memory ring is not a memfd ({})", std::strerror(errno)));
+    return Status(StatusCode::kProtocol, fmt::format("the peer's {} is not a memfd ({})", what, std::strerror(errno)));
   }
   if ((static_cast<unsigned>(seals) & kSeals) != kSeals) {
-    return Status(StatusCode::kProtocol, "the peer's shared-memory ring is not sealed against shrinking and growing");
+    return Status(StatusCode::kProtocol,
+                  fmt::format("the peer's {} is not sealed against shrinking and growing", what));
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat of the peer's shared-memory ring");
-  const auto size = static_cast<uint64_t>(st.st_size);
+  if (::fstat(fd, &st) != 0) return errno_status(errno, fmt::format("fstat of the peer's {}", what));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<ShmRingMemory> ShmRingMemory::adopt(Fd fd) {
+  REMORA_ASSIGN_OR_RETURN(const uint64_t size, sealed_memfd_size(fd.get(), "shared-memory ring"));
   const uint64_t capacity = size > kHeaderBytes ? size - kHeaderBytes : 0;
   if (!std::has_single_bit(capacity) || capacity < kMinCapacity || capacity > kMaxCapacity) {
     return Status(StatusCode::kProtocol,

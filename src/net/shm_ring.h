@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "net/socket.h"
 #include "remora/status.h"
@@ -164,6 +165,9 @@ void wake(int fd) noexcept;
 /// kAccessDenied where the kernel does not let this process take it (EPERM: ptrace
 /// rules), kPeerFailed when the process is gone, else the errno.
 Result<Fd> take_peer_fd(pid_t pid, int peer_fd);
+/// The size of a memfd the peer handed over, once it is seen sealed against shrinking and
+/// growing (so a mapping of it can never fault): kProtocol otherwise, naming `what`.
+Result<uint64_t> sealed_memfd_size(int fd, std::string_view what);
 /// kProtocol unless `fd` is an eventfd (a hostile peer could name any descriptor).
 Status check_eventfd(int fd);
 

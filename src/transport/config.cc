@@ -270,8 +270,9 @@ constexpr ConfigVariable kVariables[] = {
      .default_text = "auto",
      .choices = kAutoOff,
      .field = "same_host_pulls",
-     .doc = "`auto`: a peer on this host reads chunks straight out of this process's memory, and the control "
-            "stream between them runs in shared memory; `off`: every byte on TCP"},
+     .doc = "`auto`: a peer on this host reads chunks straight out of this process's memory, the control "
+            "stream between them runs in shared memory, and small puts and gets into pool buffers are a copy "
+            "through a mapping; `off`: every byte on TCP"},
     {.name = "REMORA_PULL_HUGEPAGES",
      .section = kContext,
      .kind = ConfigKind::kChoice,

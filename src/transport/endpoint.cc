@@ -713,6 +713,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_rejoined(f);
         else if constexpr (std::is_same_v<T, wire::HandledFrame>)
           handle_handled(f);
+        else if constexpr (std::is_same_v<T, wire::MapFrame>)
+          handle_map(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);

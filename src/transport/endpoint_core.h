@@ -50,6 +50,7 @@
 #include "net/socket.h"
 #include "remora/config.h"
 #include "remora/endpoint.h"
+#include "transport/direct_map.h"
 #include "transport/linger.h"
 #include "transport/liveness.h"
 #include "transport/matcher.h"
@@ -386,6 +387,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void control_event_after_switch(uint32_t events);
   /// Drops the ring's registration with the engine and the channel (it ended).
   void release_shm();
+  // Direct mappings (direct_map.h; docs/protocol.md): a small put or get with a key the
+  // peer granted is a memcpy through a mapping of the peer's memory.
+  bool direct_negotiated() const noexcept;
+  /// A put (`local` into the peer's window) or get done through a mapping: a completed
+  /// request; an invalid Request when it must go the usual way (and then, for a key
+  /// never seen, a MAP REQUEST is queued for the next one).
+  Request try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset);
+  void handle_map(const wire::MapFrame& f);
   /// A request for the RMA target: the target admits it, this side checks (a PUT) or
   /// decides (a GET's reply) its inline class, the target serves it.
   void serve_request(const wire::PutFrame& f);
@@ -720,6 +729,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool ring_arm_ = false;  // read_control asks the peer to wake this side if the ring is empty (poll_ring)
   bool shm_rx_switch_now_ = false;  // the peer's SWITCH was just decoded: read the ring from here on
   std::string shm_reason_;          // why the control stream is not (all) in shared memory
+  DirectMaps direct_;               // the peer's memory this side maps (direct_map.h)
   std::string same_host_reason_;  // why this side does not read the peer's memory ("" when it does)
   std::string encryption_;        // the cipher sealing the connections, set at activate ("" in clear)
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived

@@ -66,11 +66,15 @@ Request EndpointCore::after_posting(RmaInitiator::Posted posted) {
 
 Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                           const PutOptions& options) {
+  if (!options.notify) {
+    if (Request done = try_direct(Direction::kSend, local, key, offset); done.valid()) return done;
+  }
   return post_one_sided("put", Direction::kSend, local,
                         [&](PathEnd source) { return initiator_.put(std::move(source), key, offset, options); });
 }
 
 Request EndpointCore::get(std::span<std::byte> local, const RemoteKey& key, uint64_t offset) {
+  if (Request done = try_direct(Direction::kReceive, local, key, offset); done.valid()) return done;
   return post_one_sided("get", Direction::kReceive, local,
                         [&](PathEnd sink) { return initiator_.get(std::move(sink), key, offset); });
 }

@@ -3,9 +3,12 @@
 // the same-host checks (same_host_pulls.cc); then the control stream's bytes go through
 // rings in shared memory (shm_channel.h) and the TCP control socket only says whether
 // the peer lives.
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "mem/region_access.h"
 #include "transport/endpoint_core.h"
 
 namespace remora::detail {
@@ -163,6 +166,79 @@ void EndpointCore::release_shm() {
     shm_->registered = false;
   }
   shm_.reset();
+}
+
+bool EndpointCore::direct_negotiated() const noexcept {
+  return shm_negotiated() && (params_.peer_capabilities & wire::kCapDirectMap) != 0;
+}
+
+Request EndpointCore::try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key,
+                                 uint64_t offset) {
+  if (local.size() > SharedArenaState::kMaxBuffer || !direct_negotiated()) return {};
+  engine::ProgressEngine::Guard guard(*engine_);
+  // Only with the control stream in shared memory both ways (the peer is this host's and
+  // alive), and with none of this side's one-sided operations in flight the usual way:
+  // a direct put must not overtake an earlier put to the same bytes.
+  if (state_ != State::kActive || shm_ == nullptr || !shm_->tx_on() || !shm_->rx_on() ||
+      initiator_.outstanding() != 0 || !admission().is_ok()) {
+    return {};
+  }
+  const bool put = direction == Direction::kSend;
+  const wire::KeyBytes bytes = key.serialize();
+  bool ask = false;
+  std::byte* at = direct_.find(bytes, offset, local.size(), put ? Access::kRemoteWrite : Access::kRemoteRead, &ask);
+  if (ask) {
+    append_frame(wire::MapFrame{.op = wire::MapOp::kRequest, .key = bytes});
+    return {};  // the usual way queues its frame behind this one and flushes both
+  }
+  if (at == nullptr || !paths_.memory_of(local.data(), local.size()).on_host()) return {};
+  if (put) {
+    std::memcpy(at, local.data(), local.size());
+  } else {
+    std::memcpy(const_cast<std::byte*>(local.data()), at, local.size());
+    // Deregistered while it copied: the usual way reports it (the peer refuses the key).
+    if (!direct_.still_live(bytes)) return {};
+  }
+  ++stats_.direct;
+  if (put) {
+    ++stats_.puts;
+    stats_.rma_bytes_put += local.size();
+  } else {
+    ++stats_.gets;
+    stats_.rma_bytes_got += local.size();
+  }
+  return detail::make_request(RequestState::completed(Status::ok(), local.size(), Tag{}));
+}
+
+void EndpointCore::handle_map(const wire::MapFrame& f) {
+  if (!direct_negotiated()) {
+    protocol_error("MAP on an endpoint without direct mappings negotiated");
+    return;
+  }
+  if (f.op == wire::MapOp::kRequest) {
+    // Answered for any authentic key of a shared region; the peer checks windows and
+    // rights of each access itself, as this side's target would.
+    auto key = RemoteKey::deserialize(f.key);
+    auto share =
+        key ? (params_.registry != nullptr ? region_share(*params_.registry, *key)
+                                           : Result<RegionShare>(Status(StatusCode::kInvalidKey, "no registry")))
+            : Result<RegionShare>(Status(StatusCode::kInvalidKey, "the key does not parse"));
+    if (!share) {
+      append_frame(wire::MapFrame{.op = wire::MapOp::kRefuse, .code = share.status().code(), .key = f.key});
+    } else {
+      append_frame(wire::MapFrame{.op = wire::MapOp::kGrant,
+                                  .fd = static_cast<uint32_t>(share->fd),
+                                  .region_bytes = share->region_bytes,
+                                  .key = f.key});
+    }
+    flush_control();
+    return;
+  }
+  if (Status s = direct_.answer(static_cast<pid_t>(peer_pid_), f); !s.is_ok()) {
+    protocol_error(s.message());
+    return;
+  }
+  if (!direct_.last_refusal().empty()) stats_.direct_reason = direct_.last_refusal();
 }
 
 }  // namespace remora::detail

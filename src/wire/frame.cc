@@ -55,7 +55,8 @@ static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved")
 static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
 static_assert(kReceivedBodySize == 2 + 2 + 4 + 8 && kRetireBodySize == 2 + 2 + 4 + 8,
               "RECEIVED, RETIRE: stream, reserved (6 bytes), chunks");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kHandled) == 20);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kMap) == 21);
+static_assert(kMapBodySize == 4 + 4 + 4 + 4 + 8 + kKeySize, "MAP: op, fd, code, reserved, region_bytes, key");
 static_assert(kRejoinedBodySize == 2 + 2 + 4 + 8, "REJOINED keeps the layout of RETIRE, its count reserved");
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
@@ -65,7 +66,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kHandled);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kMap);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -129,6 +130,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kRetire: return kRetireBodySize;
     case FrameType::kRejoined: return kRejoinedBodySize;
     case FrameType::kHandled: return kHandledBodySize;
+    case FrameType::kMap: return kMapBodySize;
   }
   return 0;
 }
@@ -431,6 +433,31 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
     }
     case FrameType::kHandled:
       return Frame{HandledFrame{.bytes = load_u64(p), .resumed = (flags & kHandledResumed) != 0}};
+    case FrameType::kMap: {
+      const uint32_t op = load_u32(p);
+      const uint32_t fd = load_u32(p + 4);
+      const uint32_t code = load_u32(p + 8);
+      const uint64_t bytes = load_u64(p + 16);
+      if (op < static_cast<uint32_t>(MapOp::kRequest) || op > static_cast<uint32_t>(MapOp::kRefuse)) {
+        return protocol_error(fmt::format("MAP frame: unknown op {}", op));
+      }
+      if (load_u32(p + 12) != 0) return protocol_error("MAP frame: reserved bytes not 0");
+      const auto map_op = static_cast<MapOp>(op);
+      const bool error_code = code > static_cast<uint32_t>(StatusCode::kInProgress) &&
+                              code <= static_cast<uint32_t>(StatusCode::kDataCorrupt);
+      const bool fits = map_op == MapOp::kRequest ? fd == 0 && code == 0 && bytes == 0
+                        : map_op == MapOp::kGrant ? fd <= INT32_MAX && code == 0 && bytes > 0
+                                                  : fd == 0 && bytes == 0 && error_code;
+      if (!fits) {
+        return protocol_error(
+            fmt::format("MAP frame: descriptor {}, code {} and size {} do not fit op {}", fd, code, bytes, op));
+      }
+      return Frame{MapFrame{.op = map_op,
+                            .fd = fd,
+                            .code = static_cast<StatusCode>(code),
+                            .region_bytes = bytes,
+                            .key = load_key(p + 24)}};
+    }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
@@ -628,6 +655,14 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
     void operator()(const RetireFrame& f) const { store_counts(f.stream, f.chunks); }
     void operator()(const RejoinedFrame& f) const { store_counts(f.stream, 0); }
     void operator()(const HandledFrame& f) const { store_u64(body, f.bytes); }
+    void operator()(const MapFrame& f) const {
+      store_u32(body, static_cast<uint32_t>(f.op));
+      store_u32(body + 4, f.fd);
+      store_u32(body + 8, static_cast<uint32_t>(f.code));
+      store_u32(body + 12, 0);
+      store_u64(body + 16, f.region_bytes);
+      std::copy(f.key.begin(), f.key.end(), body + 24);
+    }
     void store_counts(uint16_t stream, uint64_t chunks) const {
       store_u16(body, stream);
       store_u16(body + 2, 0);
@@ -704,6 +739,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kRetire: return "RETIRE";
     case FrameType::kRejoined: return "REJOINED";
     case FrameType::kHandled: return "HANDLED";
+    case FrameType::kMap: return "MAP";
   }
   return "unknown";
 }

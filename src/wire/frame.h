@@ -41,6 +41,9 @@ enum class FrameType : uint8_t {
   kRetire = 18,    ///< a data stream is given up; its chunks the sender lacks confirmation for are sent again
   kRejoined = 19,  ///< a retired data stream was connected again (kCapRejoin): the listener may send on it
   kHandled = 20,   ///< bytes of the peer's control stream handled so far (kCapResume): its replay buffer's end
+  /// A same-host initiator asks for the memory behind a key, to put and get through a
+  /// mapping of its own (kCapDirectMap; docs/protocol.md "Direct mappings").
+  kMap = 21,
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -65,6 +68,7 @@ inline constexpr size_t kReceivedBodySize = 16;  // stream, reserved, chunks
 inline constexpr size_t kRetireBodySize = 16;    // stream, reserved, chunks
 inline constexpr size_t kRejoinedBodySize = 16;  // stream, reserved
 inline constexpr size_t kHandledBodySize = 8;    // bytes
+inline constexpr size_t kMapBodySize = 64;       // op, fd, code, reserved, region_bytes, key
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// A PUT's data and a GET's reply travel inline only up to this many bytes, whatever
@@ -294,7 +298,6 @@ struct ShmFrame {
   StatusCode code = StatusCode::kOk;
 };
 
-/// Alternatives in FrameType order (index + 1 == type).
 /// RECEIVED: the sender of this frame has read `chunks` chunks whole off data stream
 /// `stream` since the endpoint began (a running count, never smaller than the last).
 struct ReceivedFrame {
@@ -322,9 +325,28 @@ struct HandledFrame {
   bool resumed = false;
 };
 
+enum class MapOp : uint32_t {
+  kRequest = 1,  ///< the sender asks for the memory behind `key`
+  kGrant = 2,    ///< `fd` in the sender's process holds the region `key` names: `region_bytes`, then a state page
+  kRefuse = 3,   ///< the sender does not share that memory; `code` says why
+};
+/// MAP (kCapDirectMap, docs/protocol.md "Direct mappings"). A REQUEST names a key the
+/// sender holds; the answer echoes it. A GRANT's descriptor is a memfd sealed against
+/// shrinking and growing, of `region_bytes` plus 4096 bytes, that the receiver takes
+/// with pidfd_getfd(2). A REQUEST carries no fd, code or size; a GRANT no code; a
+/// REFUSE no fd or size, and an error code.
+struct MapFrame {
+  MapOp op = MapOp::kRequest;
+  uint32_t fd = 0;
+  StatusCode code = StatusCode::kOk;
+  uint64_t region_bytes = 0;
+  KeyBytes key{};
+};
+
+/// Alternatives in FrameType order (index + 1 == type).
 using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
                            AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame,
-                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame, HandledFrame>;
+                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame, HandledFrame, MapFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

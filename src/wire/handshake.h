@@ -72,6 +72,12 @@ inline constexpr uint64_t kCapResume = uint64_t{1} << 12;
 /// protocol.md "Segments"). Used when both sides set it.
 inline constexpr uint64_t kCapSegments = uint64_t{1} << 13;
 
+/// With kCapShmChannel: understands MAP frames (type 21) and may hand a same-host peer
+/// the memory behind its keys, or ask for the peer's, to put and get through a mapping
+/// (docs/protocol.md "Direct mappings"). Used when both sides set it and the control
+/// stream moved into shared memory.
+inline constexpr uint64_t kCapDirectMap = uint64_t{1} << 14;
+
 /// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
 /// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no
 /// endpoint is made. Its other fields are a control HELLO's.

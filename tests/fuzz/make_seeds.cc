@@ -308,6 +308,14 @@ void wire() {
   write("wire_fuzz", "get_segments",
         frame(GetFrame{.op_id = 6, .offset = 0, .length = 0x30003, .segments = remora::wire::SegmentList(list)}));
 
+  // Direct mappings: a MAP REQUEST, its GRANT and a REFUSE as one stream.
+  stream = frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kRequest});
+  for (const auto& f :
+       {frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kGrant, .fd = 7, .region_bytes = 1 << 22}),
+        frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kRefuse, .code = remora::StatusCode::kUnsupported})})
+    stream.insert(stream.end(), f.begin(), f.end());
+  write("wire_fuzz", "stream_map", stream);
+
   // A liveness probe (role 3): a control HELLO's fields.
   write("wire_fuzz", "hello_probe",
         encode_hello(Hello{.version = 1, .role = Role::kProbe, .stream_count = 1, .rma_window = 1}));

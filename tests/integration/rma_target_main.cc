@@ -1,12 +1,16 @@
 // remora_rma_target — a passive RMA target for the hostile-peer tests.
 //
 //   remora_rma_target [--rights=rwa] [--size=BYTES] [--guard=BYTES] [--rma-window=N]
-//                     [--eager-limit=BYTES] [--parent-pid=PID] [--max-seconds=S]
+//                     [--eager-limit=BYTES] [--pool=1] [--parent-pid=PID] [--max-seconds=S]
 //
 // Maps guard + size + guard bytes, fills the guards with fixed streams (seeds
 // kGuardBeforeSeed / kGuardAfterSeed of test_data.h's fill_stream) and the middle with
 // stream 1, registers ONLY the middle as a Region with the remote rights in --rights
 // (r read, w write, a atomic), listens on 127.0.0.1:0 and prints
+// With --pool=1 the three are instead three adjacent buffers of one Pool (size == guard,
+// at most 16 KiB: an arena a same-host peer may map, docs/protocol.md "Direct
+// mappings"), the key is the middle buffer's, `dereg` destroys the pool (its arena is
+// deregistered and unmapped; `sum` then answers ERR) and `reg` is refused.
 //
 //   READY <port> <serialized RemoteKey, hex> <size> <guard>
 //
@@ -27,7 +31,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -43,11 +46,14 @@
 #include <thread>
 #include <vector>
 
+#include <xxhash.h>
+
 #include "remora/context.h"
 #include "remora/endpoint.h"
 #include "remora/memory.h"
-#include "support/raw_rma.h"
+#include "remora/pool.h"
 #include "support/peer_program.h"
+#include "support/raw_rma.h"
 #include "support/rma_target.h"
 #include "support/test_data.h"
 
@@ -126,9 +132,29 @@ int run(const Flags& flags) {
   auto ctx = std::move(ctx_r).value();
 
   // One mapping: [guard before][region][guard after]; only the middle is registered.
+  // --pool: three adjacent buffers of one pool, the middle one's key handed out.
+  const bool use_pool = flags.has("pool");
+  if (use_pool && (guard != size || size > (16 << 10))) die("--pool needs --guard equal to --size, at most 16 KiB");
   const size_t total = guard + size + guard;
-  void* map = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (map == MAP_FAILED) die("mmap failed");
+  std::unique_ptr<Pool> pool;
+  std::vector<Buffer> buffers;
+  void* map = nullptr;
+  if (use_pool) {
+    pool =
+        std::make_unique<Pool>(*ctx, PoolOptions{.arena_bytes = 4 * size, .min_buffer_bytes = size, .access = *rights});
+    for (int i = 0; i < 3; ++i) {
+      auto b = pool->allocate(size);
+      if (!b) die("Pool::allocate: " + describe(b.status()));
+      buffers.push_back(std::move(b).value());
+    }
+    if (buffers[1].data() != buffers[0].data() + size || buffers[2].data() != buffers[1].data() + size) {
+      die("the pool's buffers are not adjacent");
+    }
+    map = buffers[0].data();
+  } else {
+    map = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) die("mmap failed");
+  }
   auto* base = static_cast<std::byte*>(map);
   const std::span<std::byte> before(base, guard), middle(base + guard, size), after(base + guard + size, guard);
   fill_stream(rma_target::kGuardBeforeSeed, 0, before);
@@ -140,8 +166,9 @@ int run(const Flags& flags) {
     if (!r) die("register_memory: " + describe(r.status()));
     return std::move(r).value();
   };
-  Region region = register_middle(*rights);
+  Region region = use_pool ? Region() : register_middle(*rights);
   auto key_hex = [](const RemoteKey& key) { return raw::key_to_hex(key.serialize()); };
+  const RemoteKey first_key = use_pool ? buffers[1].remote_key() : region.remote_key();
 
   auto lr = ctx->listen("127.0.0.1:0");
   if (!lr) die("listen: " + describe(lr.status()));
@@ -157,8 +184,8 @@ int run(const Flags& flags) {
     }
   });
 
-  print_line("READY " + std::to_string(listener->port()) + " " + key_hex(region.remote_key()) + " " +
-             std::to_string(size) + " " + std::to_string(guard));
+  print_line("READY " + std::to_string(listener->port()) + " " + key_hex(first_key) + " " + std::to_string(size) + " " +
+             std::to_string(guard));
 
   std::vector<std::string> notes;
   std::string line;
@@ -167,6 +194,10 @@ int run(const Flags& flags) {
     std::string cmd;
     in >> cmd;
     if (cmd == "sum") {
+      if (use_pool && !pool) {
+        print_line("ERR the pool is gone (dereg)");
+        continue;
+      }
       print_line("SUM " + hex64(XXH3_64bits(middle.data(), middle.size())) + " " +
                  hex64(XXH3_64bits(before.data(), before.size())) + " " +
                  hex64(XXH3_64bits(after.data(), after.size())));
@@ -179,8 +210,14 @@ int run(const Flags& flags) {
       fill_stream(seed, 0, middle);
       print_line("OK");
     } else if (cmd == "dereg") {
+      if (use_pool) {
+        buffers.clear();
+        pool.reset();  // its arenas are deregistered and unmapped
+      }
       region.deregister();
       print_line("OK");
+    } else if (cmd == "reg" && use_pool) {
+      print_line("ERR reg: not with --pool");
     } else if (cmd == "reg") {
       std::string r;
       in >> r;
@@ -201,7 +238,14 @@ int run(const Flags& flags) {
         print_line("ERR key <offset> <length> <rights>");
         continue;
       }
-      auto k = region.remote_key(off, len, *access);
+      Result<RemoteKey> k = Status(StatusCode::kUnsupported, "the pool is gone (dereg)");
+      if (!use_pool) {
+        k = region.remote_key(off, len, *access);
+      } else if (pool) {
+        k = off > size || len > size - off
+                ? Result<RemoteKey>(Status(StatusCode::kOutOfRange, "outside the middle buffer"))
+                : buffers[1].region().remote_key(buffers[1].region_offset() + off, len, *access);
+      }
       print_line(k ? "KEY " + key_hex(*k) : "ERR " + describe(k.status()));
     } else if (cmd == "rss") {
       print_line("RSS " + std::to_string(vm_kb("VmRSS")) + " " + std::to_string(vm_kb("VmHWM")));
@@ -242,8 +286,10 @@ int run(const Flags& flags) {
   endpoints.close_all();
   region.deregister();
   listener.reset();
+  buffers.clear();
+  pool.reset();
   ctx.reset();
-  munmap(map, total);
+  if (!use_pool) munmap(map, total);
   return 0;
 }
 

@@ -104,9 +104,11 @@ bool same_frame(const Frame& a, const Frame& b) {
           return x.stream == y.stream && x.chunks == y.chunks;
         } else if constexpr (std::is_same_v<T, RejoinedFrame>) {
           return x.stream == y.stream;
-        } else {
-          static_assert(std::is_same_v<T, HandledFrame>, "same_frame: a frame type is not compared");
+        } else if constexpr (std::is_same_v<T, HandledFrame>) {
           return x.bytes == y.bytes && x.resumed == y.resumed;
+        } else {
+          static_assert(std::is_same_v<T, MapFrame>, "same_frame: a frame type is not compared");
+          return x.op == y.op && x.fd == y.fd && x.code == y.code && x.region_bytes == y.region_bytes && x.key == y.key;
         }
       },
       a);
@@ -564,6 +566,57 @@ std::vector<Golden> goldens() {
       {"handled resumed", HandledFrame{.bytes = 5, .resumed = true},
        bytes({0x14, 0x01, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,     // type 20, RESUMED, body 8
               0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // where the replay starts
+      // --- direct mappings ---
+      {"map_request", MapFrame{.op = MapOp::kRequest, .key = test_key()},
+       concat({bytes({0x15, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,    // type 21, no flags, body 64
+                      0x01, 0x00, 0x00, 0x00,                            // op REQUEST
+                      0x00, 0x00, 0x00, 0x00,                            // fd: none
+                      0x00, 0x00, 0x00, 0x00,                            // code: none
+                      0x00, 0x00, 0x00, 0x00,                            // reserved
+                      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // region_bytes: none
+               kKeyWire})},                                              // the key asked about
+      {"map_grant", MapFrame{.op = MapOp::kGrant, .fd = 0x0102, .region_bytes = 0x400000, .key = test_key()},
+       concat({bytes({0x15, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,    // type 21, no flags, body 64
+                      0x02, 0x00, 0x00, 0x00,                            // op GRANT
+                      0x02, 0x01, 0x00, 0x00,                            // fd in the sender's process
+                      0x00, 0x00, 0x00, 0x00,                            // code: none
+                      0x00, 0x00, 0x00, 0x00,                            // reserved
+                      0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00}),  // region_bytes: 4 MiB
+               kKeyWire})},                                              // the key, echoed
+      {"map_refuse", MapFrame{.op = MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = test_key()},
+       concat({bytes({0x15,
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x40,
+                      0x00,
+                      0x00,
+                      0x00,  // type 21, no flags, body 64
+                      0x03,
+                      0x00,
+                      0x00,
+                      0x00,  // op REFUSE
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00,  // fd: none
+                      static_cast<uint8_t>(StatusCode::kUnsupported),
+                      0x00,
+                      0x00,
+                      0x00,  // why
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00,  // reserved
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00,
+                      0x00}),  // region_bytes: none
+               kKeyWire})},    // the key, echoed
   };
 }
 
@@ -740,7 +793,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 21, 0x80, 0xFF}) {
+  for (int type : {0, 22, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -939,12 +992,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x15};
+  bad[0] = std::byte{0x16};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 21");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 22");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -993,7 +1046,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kRetire), "RETIRE");
   EXPECT_EQ(to_string(FrameType::kRejoined), "REJOINED");
   EXPECT_EQ(to_string(FrameType::kHandled), "HANDLED");
-  EXPECT_EQ(to_string(static_cast<FrameType>(21)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kMap), "MAP");
+  EXPECT_EQ(to_string(static_cast<FrameType>(22)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -1611,6 +1665,29 @@ TEST(ShmReject, FieldsTheOpDoesNotAllow) {
   short_body[4] = std::byte{0x0C};
   short_body.resize(kFrameHeaderSize + 12);
   expect_protocol_error(short_body, "");
+}
+
+// MAP (docs/protocol.md, "Direct mappings"): each field only as its op allows.
+TEST(MapReject, FieldsTheOpDoesNotAllow) {
+  const auto with = [](const char* name, size_t at, uint64_t value, int width = 4) {
+    Bytes wire = golden(name);
+    put_le(wire, kFrameHeaderSize + at, value, width);
+    return wire;
+  };
+  for (uint64_t op : {0u, 4u, 0xFFFFFFFFu}) expect_protocol_error(with("map_request", 0, op), "MAP frame: unknown op");
+  expect_protocol_error(with("map_request", 4, 3), "do not fit op 1");
+  expect_protocol_error(with("map_request", 8, 5), "do not fit op 1");
+  expect_protocol_error(with("map_request", 16, 4096, 8), "do not fit op 1");
+  expect_protocol_error(with("map_request", 12, 1), "MAP frame: reserved bytes not 0");
+  expect_protocol_error(with("map_grant", 4, 0x80000000u), "do not fit op 2");
+  expect_protocol_error(with("map_grant", 8, 5), "do not fit op 2");
+  expect_protocol_error(with("map_grant", 16, 0, 8), "do not fit op 2");
+  expect_protocol_error(with("map_refuse", 4, 3), "do not fit op 3");
+  expect_protocol_error(with("map_refuse", 16, 4096, 8), "do not fit op 3");
+  for (uint64_t code : {0u, 1u, 17u}) expect_protocol_error(with("map_refuse", 8, code), "do not fit op 3");
+  Bytes flagged = golden("map_request");
+  flagged[1] = std::byte{0x01};
+  expect_protocol_error(flagged, "flags 0x01 has undefined bits");
 }
 
 TEST(SameHostReject, LengthZero) {

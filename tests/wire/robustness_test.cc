@@ -62,7 +62,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(20)) {
+    switch (below(21)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -158,6 +158,17 @@ class Generator {
         break;
       case 18: f = RejoinedFrame{.stream = static_cast<uint16_t>(interesting_u64())}; break;
       case 19: f = HandledFrame{.bytes = interesting_u64(), .resumed = below(2) == 1}; break;
+      case 20: {
+        const auto op = static_cast<MapOp>(1 + below(3));
+        KeyBytes key;
+        for (auto& b : key) b = static_cast<std::byte>(below(256));
+        f = MapFrame{.op = op,
+                     .fd = op == MapOp::kGrant ? static_cast<uint32_t>(interesting_u64() & 0x7FFFFFFF) : 0,
+                     .code = op == MapOp::kRefuse ? static_cast<StatusCode>(2 + below(15)) : StatusCode::kOk,
+                     .region_bytes = op == MapOp::kGrant ? interesting_u64() | 1 : 0,
+                     .key = key};
+        break;
+      }
       case 10:
         f = AbortFrame{.id = interesting_u64(),
                        .kind = static_cast<ChunkKind>(below(3)),

@@ -246,6 +246,18 @@ std::string path_line(const nlohmann::json& report) {
       here.value("bytes_pulled", uint64_t{0}) >> 20, peer.value("bytes_pulled", uint64_t{0}) >> 20);
 }
 
+std::string direct_line(const nlohmann::json& report) {
+  const nlohmann::json here =
+      report.value("local", nlohmann::json::object()).value("endpoint", nlohmann::json::object());
+  const uint64_t direct = here.value("direct", uint64_t{0});
+  const std::string reason = here.value("direct_reason", std::string());
+  if (direct > 0) {
+    return fmt::format("{} of {} puts and gets were a copy through a mapping of the peer's pool memory", direct,
+                       here.value("puts", uint64_t{0}) + here.value("gets", uint64_t{0}));
+  }
+  return reason.empty() ? std::string() : "puts and gets through the peer: " + reason;
+}
+
 void print_p2p_report(const P2pReport& report, const BenchLabels& labels) {
   print_bench_header("p2p " + std::string(labels.mode), report.json, labels.buffers);
   fmt::print("# {}\n", memory_line(report.json["config"]));
@@ -349,11 +361,13 @@ void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
       fmt::print("{:<12} {:>14.2f} {:>10.2f} {:>10.2f} {:>9}\n", r.size, r.latency.avg_us, r.latency.p50_us,
                  r.latency.p99_us, r.iterations);
     }
-    fmt::print("# {}\n", report.mode == RmaMode::kPutLatency
-                             ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
-                         : report.mode == RmaMode::kNotifyLatency
-                             ? "latency of one put with a notification until it completed: a full round trip, as is"
-                             : "latency of one get: a full round trip, as is");
+    fmt::print(
+        "# {}\n",
+        report.mode == RmaMode::kPutLatency
+            ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
+        : report.mode == RmaMode::kNotifyLatency
+            ? "latency of one put with a notification until it completed: a full round trip, as is"
+            : "latency of one get, as is: a full round trip, or a copy through a mapping where one is said below");
   } else {
     fmt::print("# window {}; every operation to offset 0 of one target region, from one local buffer\n",
                labels.window);
@@ -363,6 +377,7 @@ void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
     }
   }
   fmt::print("# data checked once per size after the timed part: verified\n");
+  if (const std::string direct = direct_line(report.json); !direct.empty()) fmt::print("# {}\n", direct);
   print_bench_pools(report.json);
 }
 

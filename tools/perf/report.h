@@ -33,6 +33,9 @@ std::string staged_line(const nlohmann::json& report);
 /// same-host pulls (and how much each side read), or over TCP and why; "" when the
 /// report has no endpoint counters.
 std::string path_line(const nlohmann::json& report);
+/// "puts and gets through a mapping of the peer's memory: ..." for an RMA run whose
+/// initiator mapped the peer's pool memory (or was told why not); "" otherwise.
+std::string direct_line(const nlohmann::json& report);
 
 /// Writes `j` (indented, newline-terminated) to `path`; nothing when `path` is empty.
 /// false, after saying so on stderr, when the file cannot be written.

@@ -8,11 +8,13 @@
 //
 // put_bw / get_bw / put_rate: the driver posts `window` puts (gets) from (into) one
 //   reused local buffer to offset 0 of the target's region and waits for all of them;
-//   a put completes at the target's acknowledgement, so a window needs no extra ack.
+//   a put completes at the target's acknowledgement (or at once, through a mapping of
+//   the peer's pool memory), so a window needs no extra ack.
 // put_lat: both sides expose a region and swap keys; the driver puts with a notification,
 //   the target waits for it and puts back with one, the driver waits for that. One-way
 //   latency = round trip / 2. A zero-length put with kStopValue ends the target's loop.
-// get_lat: one get at a time; a get is a round trip, reported as is.
+// get_lat: one get at a time, reported as is (a round trip, or a copy through a mapping
+//   of the peer's pool memory: docs/protocol.md, "Direct mappings").
 // notify_lat: one put with a notification at a time, timed until the put completes (the
 //   target's acknowledgement: a round trip), while the target takes each notification and
 //   answers nothing: the latency of handing a block to a consumer that is told of it.

@@ -467,7 +467,9 @@ nlohmann::json endpoint_json(const EndpointStats& s) {
           {"shm_tx", s.shm_tx},
           {"shm_rx", s.shm_rx},
           {"same_host_reason", s.same_host_reason},
-          {"shm_reason", s.shm_reason}};
+          {"shm_reason", s.shm_reason},
+          {"direct", s.direct},
+          {"direct_reason", s.direct_reason}};
 }
 
 uint32_t window_slots(size_t size, uint32_t window) {

@@ -49,6 +49,7 @@ std::unique_ptr<Target> Target::spawn(const std::string& path, const Options& op
                                    "--parent-pid=" + std::to_string(getpid())};
   if (options.rma_window) argv.push_back("--rma-window=" + std::to_string(*options.rma_window));
   if (options.eager_limit) argv.push_back("--eager-limit=" + std::to_string(*options.eager_limit));
+  if (options.pool) argv.push_back("--pool=1");
   auto t = std::unique_ptr<Target>(new Target());
   t->process_ = std::make_unique<Process>(Process::Options{.argv = argv, .env = options.env, .capture_stderr = false,
                                                            .pipe_stdin = true});

@@ -55,6 +55,8 @@ class Target {
     std::optional<uint32_t> rma_window = std::nullopt;
     std::optional<size_t> eager_limit = std::nullopt;
     std::vector<std::string> env = {};  ///< e.g. "REMORA_MAX_UNEXPECTED=4"
+    /// Three adjacent buffers of one pool instead of a mapping (--pool; size == guard).
+    bool pool = false;
   };
 
   /// Spawns `path` and waits for READY; null (and `error`) on failure.

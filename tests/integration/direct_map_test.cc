@@ -1,0 +1,257 @@
+// direct_map_test.cc — puts and gets through a mapping of a same-host peer's pool memory
+// (docs/protocol.md, "Direct mappings"), from the library's public API against another
+// process: remora_rma_target with --pool=1 hands out a key for the middle of three
+// adjacent pool buffers, so every byte written outside the key's window shows in the
+// guard buffers' checksums.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include "itest_util.h"
+#include "remora/context.h"
+#include "remora/endpoint.h"
+#include "remora/memory.h"
+#include "support/rma_target.h"
+#include "support/test_data.h"
+
+namespace remora::itest {
+namespace {
+
+using rma_target::Target;
+
+RemoteKey key_of(const raw::KeyBytes& bytes) {
+  auto k = RemoteKey::deserialize(bytes);
+  EXPECT_TRUE(k) << describe(k.status());
+  return k ? *k : RemoteKey{};
+}
+
+/// The target's memory as it must be: the key's window and the guards around it.
+class Expected {
+ public:
+  explicit Expected(size_t size) : region_(size) { fill_stream(rma_target::kInitialSeed, 0, region_); }
+  void write(uint64_t offset, std::span<const std::byte> data) {
+    std::memcpy(region_.data() + offset, data.data(), data.size());
+  }
+  std::span<const std::byte> slice(uint64_t offset, uint64_t length) const { return {region_.data() + offset, length}; }
+  rma_target::Sums sums(size_t guard) const {
+    return {.region = XXH3_64bits(region_.data(), region_.size()),
+            .before = stream_hash(rma_target::kGuardBeforeSeed, guard),
+            .after = stream_hash(rma_target::kGuardAfterSeed, guard)};
+  }
+
+ private:
+  std::vector<std::byte> region_;
+};
+
+class DirectMap : public ::testing::Test {
+ protected:
+  void start(Target::Options options) {
+    std::string err;
+    target_ = Target::spawn(REMORA_RMA_TARGET_PATH, options, &err);
+    ASSERT_TRUE(target_) << "remora_rma_target did not start: " << err;
+    ctx_ = make_context();
+    ASSERT_TRUE(ctx_);
+    ep_ = connect_to(*ctx_, target_->port());
+    ASSERT_TRUE(ep_);
+    key_ = key_of(target_->key());
+  }
+  void TearDown() override {
+    if (ep_) ep_->close();
+    if (target_) {
+      EXPECT_TRUE(target_->quit()) << target_->last_error();
+    }
+  }
+
+  /// Whether this run can map the peer's memory at all: sealed endpoints
+  /// (integration.with_encryption) keep their control stream on TCP.
+  static bool can_map() { return !sealed_by_environment(); }
+
+  Status put(std::span<const std::byte> data, const RemoteKey& key, uint64_t offset) {
+    return ep_->put(data, key, offset).wait(std::chrono::seconds(30));
+  }
+  Status get(std::span<std::byte> into, const RemoteKey& key, uint64_t offset) {
+    return ep_->get(into, key, offset).wait(std::chrono::seconds(30));
+  }
+
+  std::unique_ptr<Target> target_;
+  std::unique_ptr<Context> ctx_;
+  std::shared_ptr<Endpoint> ep_;
+  RemoteKey key_;
+};
+
+class DirectMapSizes : public DirectMap, public ::testing::WithParamInterface<size_t> {};
+
+TEST_P(DirectMapSizes, PutsAndGetsOfEveryLengthGoThroughTheMappingByteForByte) {
+  const size_t size = GetParam();
+  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
+  if (can_map()) {
+    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
+  }
+  Expected expected(size);
+
+  // The first use of the key asks for the memory and goes the usual way; the answer
+  // comes before this get's reply, so every later operation can go through the mapping.
+  std::vector<std::byte> first(8);
+  ASSERT_TRUE(get(first, key_, 0).is_ok());
+  EXPECT_EQ(0, std::memcmp(first.data(), expected.slice(0, 8).data(), 8));
+  EXPECT_EQ(ep_->stats().direct, 0u);
+
+  uint64_t ops = 0;
+  uint64_t seed = 100;
+  for (const size_t length : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{64}, size_t{1000}, size - 1, size}) {
+    for (const uint64_t offset : {uint64_t{0}, uint64_t{(size - length) / 2}, uint64_t{size - length}}) {
+      SCOPED_TRACE(std::to_string(length) + " bytes at " + std::to_string(offset));
+      const std::vector<std::byte> data = stream_bytes(length, ++seed);
+      Request w = ep_->put(data, key_, offset);
+      // Through the mapping a put is complete when the call returns.
+      if (can_map()) {
+        EXPECT_TRUE(w.done());
+      }
+      ASSERT_TRUE(w.wait(std::chrono::seconds(30)).is_ok());
+      expected.write(offset, data);
+      std::vector<std::byte> back(length, std::byte{0xEE});
+      Request r = ep_->get(back, key_, offset);
+      if (can_map()) {
+        EXPECT_TRUE(r.done());
+      }
+      ASSERT_TRUE(r.wait(std::chrono::seconds(30)).is_ok());
+      EXPECT_EQ(0, std::memcmp(back.data(), expected.slice(offset, length).data(), length));
+      ops += 2;
+    }
+  }
+  const EndpointStats st = ep_->stats();
+  EXPECT_EQ(st.direct, can_map() ? ops : 0u) << st.direct_reason;
+  EXPECT_EQ(st.puts + st.gets, ops + 1);
+  // The target's own view: the window holds every put, the neighbouring buffers nothing.
+  auto sums = target_->sums();
+  ASSERT_TRUE(sums) << target_->last_error();
+  EXPECT_EQ(*sums, expected.sums(size));
+}
+
+INSTANTIATE_TEST_SUITE_P(BufferBytes, DirectMapSizes, ::testing::Values(size_t{4096}, size_t{16384}));
+
+TEST_F(DirectMap, RefusalsAreTheTargetsAsBeforeAndWriteNothing) {
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
+  if (can_map()) {
+    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
+  }
+  Expected expected(size);
+  std::vector<std::byte> eight(8);
+  ASSERT_TRUE(get(eight, key_, 0).is_ok());  // asks for the memory
+
+  // Past the window's end: the usual way, the target's out_of_range.
+  const std::vector<std::byte> data = stream_bytes(8, 7);
+  EXPECT_EQ(put(data, key_, size - 4).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(get(eight, key_, size - 4).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(put(data, key_, ~uint64_t{0} - 2).code(), StatusCode::kOutOfRange);
+
+  // A read-only window of the same buffer: granted for gets, refused for puts.
+  auto ro = target_->window_key(0, size, "r");
+  ASSERT_TRUE(ro) << target_->last_error();
+  const RemoteKey read_only = key_of(*ro);
+  ASSERT_TRUE(get(eight, read_only, 0).is_ok());  // asks for it
+  ASSERT_TRUE(get(eight, read_only, 8).is_ok());
+  EXPECT_EQ(0, std::memcmp(eight.data(), expected.slice(8, 8).data(), 8));
+  EXPECT_EQ(put(data, read_only, 0).code(), StatusCode::kAccessDenied);
+
+  const EndpointStats st = ep_->stats();
+  EXPECT_EQ(st.direct, can_map() ? 1u : 0u) << st.direct_reason;  // the second read-only get
+  auto sums = target_->sums();
+  ASSERT_TRUE(sums) << target_->last_error();
+  EXPECT_EQ(*sums, expected.sums(size));
+  EXPECT_FALSE(ep_->failed());
+}
+
+TEST_F(DirectMap, APoolDestroyedByItsOwnerFailsLaterPutsAndGetsWithInvalidKey) {
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
+  if (can_map()) {
+    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
+  }
+  std::vector<std::byte> eight(8);
+  ASSERT_TRUE(get(eight, key_, 0).is_ok());
+  ASSERT_TRUE(get(eight, key_, 0).is_ok());
+  EXPECT_EQ(ep_->stats().direct, can_map() ? 1u : 0u);
+
+  ASSERT_TRUE(target_->dereg()) << target_->last_error();  // the pool and its arena are gone
+  EXPECT_EQ(get(eight, key_, 0).code(), StatusCode::kInvalidKey);
+  EXPECT_EQ(put(stream_bytes(8, 3), key_, 0).code(), StatusCode::kInvalidKey);
+  EXPECT_EQ(ep_->stats().direct, can_map() ? 1u : 0u);
+  EXPECT_FALSE(ep_->failed());
+  auto eps = target_->endpoints();
+  ASSERT_TRUE(eps) << target_->last_error();
+  EXPECT_EQ(eps->second, 0u) << "the target failed an endpoint";
+}
+
+TEST_F(DirectMap, RegisteredMemoryThePeerDoesNotShareGoesTheUsualWay) {
+  const size_t size = 64 << 10;
+  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = 4096}));
+  if (can_map()) {
+    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
+  }
+  Expected expected(size);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<std::byte> data = stream_bytes(512, 50 + static_cast<uint64_t>(i));
+    ASSERT_TRUE(put(data, key_, 1024 * static_cast<uint64_t>(i)).is_ok());
+    expected.write(1024 * static_cast<uint64_t>(i), data);
+  }
+  const EndpointStats st = ep_->stats();
+  EXPECT_EQ(st.direct, 0u);
+  if (can_map()) {
+    EXPECT_NE(st.direct_reason.find("does not share"), std::string::npos) << st.direct_reason;
+  }
+  auto sums = target_->sums();
+  ASSERT_TRUE(sums) << target_->last_error();
+  EXPECT_EQ(*sums, expected.sums(4096));
+}
+
+TEST_F(DirectMap, SameHostOffOnThePeerKeepsEveryByteOnTcp) {
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .env = {"REMORA_SAME_HOST=off"}, .pool = true}));
+  Expected expected(size);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<std::byte> data = stream_bytes(100, 70 + static_cast<uint64_t>(i));
+    ASSERT_TRUE(put(data, key_, 200).is_ok());
+    expected.write(200, data);
+    std::vector<std::byte> back(100);
+    ASSERT_TRUE(get(back, key_, 200).is_ok());
+    EXPECT_EQ(back, data);
+  }
+  const EndpointStats st = ep_->stats();
+  EXPECT_EQ(st.direct, 0u);
+  EXPECT_FALSE(st.shm_tx);
+  auto sums = target_->sums();
+  ASSERT_TRUE(sums) << target_->last_error();
+  EXPECT_EQ(*sums, expected.sums(size));
+}
+
+TEST_F(DirectMap, APutWithANotificationGoesThroughTheTargetAndNotifiesOnce) {
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
+  if (can_map()) {
+    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
+  }
+  Expected expected(size);
+  std::vector<std::byte> eight(8);
+  ASSERT_TRUE(get(eight, key_, 0).is_ok());
+  const std::vector<std::byte> data = stream_bytes(16, 9);
+  ASSERT_TRUE(ep_->put(data, key_, 32, PutOptions{.notify = 77}).wait(std::chrono::seconds(30)).is_ok());
+  expected.write(32, data);
+  EXPECT_EQ(ep_->stats().direct, 0u);
+  auto notes = target_->notes();
+  ASSERT_TRUE(notes) << target_->last_error();
+  ASSERT_EQ(notes->size(), 1u);
+  EXPECT_EQ((*notes)[0].value, 77u);
+  EXPECT_EQ((*notes)[0].length, 16u);
+  auto sums = target_->sums();
+  ASSERT_TRUE(sums) << target_->last_error();
+  EXPECT_EQ(*sums, expected.sums(size));
+}
+
+}  // namespace
+}  // namespace remora::itest

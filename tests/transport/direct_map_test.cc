@@ -1,0 +1,202 @@
+// direct_map_test.cc — the initiator's side of direct mappings (transport/direct_map.h):
+// what it accepts from a peer's MAP answer and what it then maps. The "peer" is this
+// process (pidfd_getfd of one's own descriptors is allowed), so each GRANT names a
+// descriptor made here: a good shared arena, and each way a hostile one can be wrong.
+#include "transport/direct_map.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "mem/shared_arena.h"
+#include "net/socket.h"
+
+namespace remora::detail {
+namespace {
+
+constexpr size_t kRegion = 64 << 10;
+
+/// A memfd laid out as a pool's shared arena: `region` bytes, then the state page.
+struct Arena {
+  net::Fd fd;
+  std::byte* base = nullptr;
+  size_t bytes = 0;
+  SharedArenaState* state = nullptr;
+
+  Arena(size_t region, size_t file_bytes, bool sealed, RemoteKey key) : bytes(file_bytes) {
+    fd.reset(memfd_create("remora-test-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    EXPECT_TRUE(fd.valid());
+    EXPECT_EQ(ftruncate(fd.get(), static_cast<off_t>(file_bytes)), 0);
+    if (sealed) {
+      EXPECT_EQ(fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    }
+    if (file_bytes == 0) return;  // nothing to map
+    base = static_cast<std::byte*>(mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
+    EXPECT_NE(base, MAP_FAILED);
+    if (file_bytes >= region + SharedArenaState::kPageBytes) {
+      state = new (base + region) SharedArenaState{};
+      state->region = static_cast<uint32_t>(key.region);
+      state->generation = key.generation;
+      state->live.store(1);
+    }
+  }
+  ~Arena() {
+    if (base != nullptr) munmap(base, bytes);
+  }
+};
+
+RemoteKey window(uint64_t offset, uint64_t length, Access access) {
+  return RemoteKey{.region = static_cast<RegionId>(3),
+                   .generation = 5,
+                   .secret = 0x1234,
+                   .offset = offset,
+                   .length = length,
+                   .access = access,
+                   .kind = MemoryKind::kHost};
+}
+
+wire::MapFrame grant(const Arena& a, const RemoteKey& key, size_t region = kRegion) {
+  return wire::MapFrame{.op = wire::MapOp::kGrant,
+                        .fd = static_cast<uint32_t>(a.fd.get()),
+                        .region_bytes = region,
+                        .key = key.serialize()};
+}
+
+/// Asks for `key` (find() on a key never seen) and checks that it was asked.
+void ask(DirectMaps& maps, const RemoteKey& key) {
+  bool asked = false;
+  EXPECT_EQ(maps.find(key.serialize(), 0, 0, Access::kNone, &asked), nullptr);
+  EXPECT_TRUE(asked);
+}
+
+TEST(DirectMaps, AGrantedKeyIsMappedWithinItsWindowAndRights) {
+  const RemoteKey key = window(4096, 8192, Access::kRemoteRead | Access::kRemoteWrite);
+  Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
+  DirectMaps maps;
+  ask(maps, key);
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
+
+  bool asked = true;
+  std::byte* at = maps.find(key.serialize(), 100, 8, Access::kRemoteWrite, &asked);
+  EXPECT_FALSE(asked);
+  ASSERT_NE(at, nullptr);
+  // The mapping is of the same pages: a byte written through it is the arena's.
+  at[0] = std::byte{0x5A};
+  EXPECT_EQ(arena.base[4096 + 100], std::byte{0x5A});
+  EXPECT_TRUE(maps.still_live(key.serialize()));
+
+  // Outside the window (overflow-safe) or without the right: not through the mapping.
+  EXPECT_EQ(maps.find(key.serialize(), 8192 - 7, 8, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_EQ(maps.find(key.serialize(), ~uint64_t{0}, 2, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteAtomic, &asked), nullptr);
+  EXPECT_NE(maps.find(key.serialize(), 8192 - 8, 8, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_NE(maps.find(key.serialize(), 8192, 0, Access::kRemoteRead, &asked), nullptr);
+
+  // The owner deregistered: nothing through the mapping any more.
+  arena.state->live.store(0);
+  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_FALSE(maps.still_live(key.serialize()));
+}
+
+TEST(DirectMaps, AnotherKeyIsNotTheGrantedOne) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteRead);
+  Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
+  DirectMaps maps;
+  ask(maps, key);
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
+  RemoteKey wider = key;
+  wider.length = kRegion;  // a window the peer never authenticated
+  bool asked = false;
+  EXPECT_EQ(maps.find(wider.serialize(), 8192, 8, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_TRUE(asked) << "a different key is asked about on its own";
+}
+
+TEST(DirectMaps, ARefusalKeepsTheKeyOffTheMappingAndSaysWhy) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteRead);
+  DirectMaps maps;
+  ask(maps, key);
+  ASSERT_TRUE(
+      maps.answer(getpid(),
+                  wire::MapFrame{.op = wire::MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = key.serialize()})
+          .is_ok());
+  bool asked = true;
+  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_FALSE(asked) << "a refused key is not asked about again";
+  EXPECT_NE(maps.last_refusal().find("does not share"), std::string::npos) << maps.last_refusal();
+}
+
+TEST(DirectMaps, AnswersNobodyAskedForAreProtocolErrors) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteRead);
+  Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
+  DirectMaps maps;
+  EXPECT_EQ(maps.answer(getpid(), grant(arena, key)).code(), StatusCode::kProtocol);
+  ask(maps, key);
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
+  EXPECT_EQ(maps.answer(getpid(), grant(arena, key)).code(), StatusCode::kProtocol) << "a second answer";
+}
+
+TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteRead);
+  RemoteKey other = key;
+  other.generation = 6;
+  struct Case {
+    const char* name;
+    size_t file_bytes;
+    bool sealed;
+    RemoteKey state_of;
+    size_t region_bytes;
+  };
+  const Case cases[] = {
+      {"not sealed", kRegion + SharedArenaState::kPageBytes, false, key, kRegion},
+      {"no room for the state page", kRegion, true, key, kRegion},
+      {"bigger than promised", kRegion + 2 * SharedArenaState::kPageBytes, true, key, kRegion},
+      {"state page of another registration", kRegion + SharedArenaState::kPageBytes, true, other, kRegion},
+      {"a region smaller than the key's window", 4096 + SharedArenaState::kPageBytes, true, key, 2048},
+      // region_bytes + 4096 wraps to the empty memfd's size.
+      {"a size that wraps around", 0, true, key, ~size_t{0} - SharedArenaState::kPageBytes + 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Arena arena(c.region_bytes, c.file_bytes, c.sealed, c.state_of);
+    DirectMaps maps;
+    ask(maps, key);
+    EXPECT_EQ(maps.answer(getpid(), grant(arena, key, c.region_bytes)).code(), StatusCode::kProtocol);
+    bool asked = true;
+    EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
+  }
+  // Not a memfd at all: a pipe.
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  net::Fd r(p[0]), w(p[1]);
+  DirectMaps maps;
+  ask(maps, key);
+  EXPECT_EQ(maps.answer(getpid(), wire::MapFrame{.op = wire::MapOp::kGrant,
+                                                 .fd = static_cast<uint32_t>(r.get()),
+                                                 .region_bytes = kRegion,
+                                                 .key = key.serialize()})
+                .code(),
+            StatusCode::kProtocol);
+}
+
+TEST(DirectMaps, ADescriptorTheKernelWillNotHandOverOnlyKeepsTheKeyOff) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteRead);
+  DirectMaps maps;
+  ask(maps, key);
+  // A descriptor number this process does not have: pidfd_getfd fails with EBADF.
+  ASSERT_TRUE(
+      maps.answer(getpid(),
+                  wire::MapFrame{
+                      .op = wire::MapOp::kGrant, .fd = 0x7FFF0000, .region_bytes = kRegion, .key = key.serialize()})
+          .is_ok());
+  EXPECT_NE(maps.last_refusal().find("could not map"), std::string::npos) << maps.last_refusal();
+  bool asked = true;
+  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
+}
+
+}  // namespace
+}  // namespace remora::detail
