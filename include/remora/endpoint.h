@@ -140,7 +140,8 @@ struct EndpointStats {
   /// Direct mappings (docs/guide.md, "Same-host pulls"): puts without a notification and
   /// gets of at most 16 KiB, counted in `puts` and `gets`, that this side did as a copy
   /// through its own mapping of the peer's memory (pool buffers of a same-host peer),
-  /// complete when the call returned; and why the last key the peer did not let this
+  /// complete when the call returned (the peer does no work for them: its served_puts
+  /// and served_gets do not count them); and why the last key the peer did not let this
   /// side map was refused ("" if none was).
   uint64_t direct = 0;
   std::string direct_reason;

@@ -183,15 +183,17 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
       initiator_.outstanding() != 0 || !admission().is_ok()) {
     return {};
   }
+  if (!paths_.memory_of(local.data(), local.size()).on_host()) return {};
   const bool put = direction == Direction::kSend;
   const wire::KeyBytes bytes = key.serialize();
   bool ask = false;
   std::byte* at = direct_.find(bytes, offset, local.size(), put ? Access::kRemoteWrite : Access::kRemoteRead, &ask);
   if (ask) {
     append_frame(wire::MapFrame{.op = wire::MapOp::kRequest, .key = bytes});
-    return {};  // the usual way queues its frame behind this one and flushes both
+    flush_control();
+    return {};  // this one goes the usual way; the answer comes before its reply
   }
-  if (at == nullptr || !paths_.memory_of(local.data(), local.size()).on_host()) return {};
+  if (at == nullptr) return {};
   if (put) {
     std::memcpy(at, local.data(), local.size());
   } else {
