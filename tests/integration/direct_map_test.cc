@@ -66,6 +66,26 @@ class DirectMap : public ::testing::Test {
     }
   }
 
+  /// A target of three pool buffers of `size`, the channel up, and the key asked for by
+  /// one get, which goes the usual way: the answer comes before its reply, so every
+  /// later operation with the key can go through the mapping.
+  void start_mapped(size_t size) {
+    ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
+    if (can_map()) {
+      ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
+    }
+    std::vector<std::byte> first(8);
+    ASSERT_TRUE(get(first, key_, 0).is_ok());
+    EXPECT_EQ(0, std::memcmp(first.data(), Expected(size).slice(0, 8).data(), 8));
+    EXPECT_EQ(ep_->stats().direct, 0u);
+  }
+  /// The target's own view: the window holds `expected`, the guards around it nothing new.
+  void expect_target_holds(const Expected& expected, size_t guard) {
+    auto sums = target_->sums();
+    ASSERT_TRUE(sums) << target_->last_error();
+    EXPECT_EQ(*sums, expected.sums(guard));
+  }
+
   /// Whether this run can map the peer's memory at all: sealed endpoints
   /// (integration.with_encryption) keep their control stream on TCP.
   static bool can_map() { return !sealed_by_environment(); }
@@ -87,18 +107,8 @@ class DirectMapSizes : public DirectMap, public ::testing::WithParamInterface<si
 
 TEST_P(DirectMapSizes, PutsAndGetsOfEveryLengthGoThroughTheMappingByteForByte) {
   const size_t size = GetParam();
-  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
-  if (can_map()) {
-    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
-  }
+  ASSERT_NO_FATAL_FAILURE(start_mapped(size));
   Expected expected(size);
-
-  // The first use of the key asks for the memory and goes the usual way; the answer
-  // comes before this get's reply, so every later operation can go through the mapping.
-  std::vector<std::byte> first(8);
-  ASSERT_TRUE(get(first, key_, 0).is_ok());
-  EXPECT_EQ(0, std::memcmp(first.data(), expected.slice(0, 8).data(), 8));
-  EXPECT_EQ(ep_->stats().direct, 0u);
 
   uint64_t ops = 0;
   uint64_t seed = 100;
@@ -126,23 +136,16 @@ TEST_P(DirectMapSizes, PutsAndGetsOfEveryLengthGoThroughTheMappingByteForByte) {
   const EndpointStats st = ep_->stats();
   EXPECT_EQ(st.direct, can_map() ? ops : 0u) << st.direct_reason;
   EXPECT_EQ(st.puts + st.gets, ops + 1);
-  // The target's own view: the window holds every put, the neighbouring buffers nothing.
-  auto sums = target_->sums();
-  ASSERT_TRUE(sums) << target_->last_error();
-  EXPECT_EQ(*sums, expected.sums(size));
+  expect_target_holds(expected, size);
 }
 
 INSTANTIATE_TEST_SUITE_P(BufferBytes, DirectMapSizes, ::testing::Values(size_t{4096}, size_t{16384}));
 
 TEST_F(DirectMap, RefusalsAreTheTargetsAsBeforeAndWriteNothing) {
   const size_t size = 4096;
-  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
-  if (can_map()) {
-    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
-  }
+  ASSERT_NO_FATAL_FAILURE(start_mapped(size));
   Expected expected(size);
   std::vector<std::byte> eight(8);
-  ASSERT_TRUE(get(eight, key_, 0).is_ok());  // asks for the memory
 
   // Past the window's end: the usual way, the target's out_of_range.
   const std::vector<std::byte> data = stream_bytes(8, 7);
@@ -161,20 +164,13 @@ TEST_F(DirectMap, RefusalsAreTheTargetsAsBeforeAndWriteNothing) {
 
   const EndpointStats st = ep_->stats();
   EXPECT_EQ(st.direct, can_map() ? 1u : 0u) << st.direct_reason;  // the second read-only get
-  auto sums = target_->sums();
-  ASSERT_TRUE(sums) << target_->last_error();
-  EXPECT_EQ(*sums, expected.sums(size));
+  expect_target_holds(expected, size);
   EXPECT_FALSE(ep_->failed());
 }
 
 TEST_F(DirectMap, APoolDestroyedByItsOwnerFailsLaterPutsAndGetsWithInvalidKey) {
-  const size_t size = 4096;
-  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
-  if (can_map()) {
-    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
-  }
+  ASSERT_NO_FATAL_FAILURE(start_mapped(4096));
   std::vector<std::byte> eight(8);
-  ASSERT_TRUE(get(eight, key_, 0).is_ok());
   ASSERT_TRUE(get(eight, key_, 0).is_ok());
   EXPECT_EQ(ep_->stats().direct, can_map() ? 1u : 0u);
 
@@ -205,9 +201,7 @@ TEST_F(DirectMap, RegisteredMemoryThePeerDoesNotShareGoesTheUsualWay) {
   if (can_map()) {
     EXPECT_NE(st.direct_reason.find("does not share"), std::string::npos) << st.direct_reason;
   }
-  auto sums = target_->sums();
-  ASSERT_TRUE(sums) << target_->last_error();
-  EXPECT_EQ(*sums, expected.sums(4096));
+  expect_target_holds(expected, 4096);
 }
 
 TEST_F(DirectMap, SameHostOffOnThePeerKeepsEveryByteOnTcp) {
@@ -225,20 +219,13 @@ TEST_F(DirectMap, SameHostOffOnThePeerKeepsEveryByteOnTcp) {
   const EndpointStats st = ep_->stats();
   EXPECT_EQ(st.direct, 0u);
   EXPECT_FALSE(st.shm_tx);
-  auto sums = target_->sums();
-  ASSERT_TRUE(sums) << target_->last_error();
-  EXPECT_EQ(*sums, expected.sums(size));
+  expect_target_holds(expected, size);
 }
 
 TEST_F(DirectMap, APutWithANotificationGoesThroughTheTargetAndNotifiesOnce) {
   const size_t size = 4096;
-  ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
-  if (can_map()) {
-    ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
-  }
+  ASSERT_NO_FATAL_FAILURE(start_mapped(size));
   Expected expected(size);
-  std::vector<std::byte> eight(8);
-  ASSERT_TRUE(get(eight, key_, 0).is_ok());
   const std::vector<std::byte> data = stream_bytes(16, 9);
   ASSERT_TRUE(ep_->put(data, key_, 32, PutOptions{.notify = 77}).wait(std::chrono::seconds(30)).is_ok());
   expected.write(32, data);
@@ -248,9 +235,7 @@ TEST_F(DirectMap, APutWithANotificationGoesThroughTheTargetAndNotifiesOnce) {
   ASSERT_EQ(notes->size(), 1u);
   EXPECT_EQ((*notes)[0].value, 77u);
   EXPECT_EQ((*notes)[0].length, 16u);
-  auto sums = target_->sums();
-  ASSERT_TRUE(sums) << target_->last_error();
-  EXPECT_EQ(*sums, expected.sums(size));
+  expect_target_holds(expected, size);
 }
 
 }  // namespace

@@ -60,11 +60,13 @@ RemoteKey window(uint64_t offset, uint64_t length, Access access) {
                    .kind = MemoryKind::kHost};
 }
 
+/// A GRANT of descriptor `fd` (of this process) for `key`, a region of `region` bytes.
+wire::MapFrame grant(int fd, const RemoteKey& key, size_t region = kRegion) {
+  return wire::MapFrame{
+      .op = wire::MapOp::kGrant, .fd = static_cast<uint32_t>(fd), .region_bytes = region, .key = key.serialize()};
+}
 wire::MapFrame grant(const Arena& a, const RemoteKey& key, size_t region = kRegion) {
-  return wire::MapFrame{.op = wire::MapOp::kGrant,
-                        .fd = static_cast<uint32_t>(a.fd.get()),
-                        .region_bytes = region,
-                        .key = key.serialize()};
+  return grant(a.fd.get(), key, region);
 }
 
 /// Asks for `key` (find() on a key never seen) and checks that it was asked.
@@ -175,12 +177,7 @@ TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
   net::Fd r(p[0]), w(p[1]);
   DirectMaps maps;
   ask(maps, key);
-  EXPECT_EQ(maps.answer(getpid(), wire::MapFrame{.op = wire::MapOp::kGrant,
-                                                 .fd = static_cast<uint32_t>(r.get()),
-                                                 .region_bytes = kRegion,
-                                                 .key = key.serialize()})
-                .code(),
-            StatusCode::kProtocol);
+  EXPECT_EQ(maps.answer(getpid(), grant(r.get(), key)).code(), StatusCode::kProtocol);
 }
 
 TEST(DirectMaps, ADescriptorTheKernelWillNotHandOverOnlyKeepsTheKeyOff) {
@@ -188,11 +185,7 @@ TEST(DirectMaps, ADescriptorTheKernelWillNotHandOverOnlyKeepsTheKeyOff) {
   DirectMaps maps;
   ask(maps, key);
   // A descriptor number this process does not have: pidfd_getfd fails with EBADF.
-  ASSERT_TRUE(
-      maps.answer(getpid(),
-                  wire::MapFrame{
-                      .op = wire::MapOp::kGrant, .fd = 0x7FFF0000, .region_bytes = kRegion, .key = key.serialize()})
-          .is_ok());
+  ASSERT_TRUE(maps.answer(getpid(), grant(0x7FFF0000, key)).is_ok());
   EXPECT_NE(maps.last_refusal().find("could not map"), std::string::npos) << maps.last_refusal();
   bool asked = true;
   EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
