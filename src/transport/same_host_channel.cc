@@ -194,10 +194,10 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     return {};  // this one goes the usual way; the answer comes before its reply
   }
   if (at == nullptr) return {};
-  if (put) {
-    std::memcpy(at, local.data(), local.size());
-  } else {
-    std::memcpy(const_cast<std::byte*>(local.data()), at, local.size());
+  // (An empty span's data() may be null, which memcpy must not be given.)
+  if (put && !local.empty()) std::memcpy(at, local.data(), local.size());
+  if (!put) {
+    if (!local.empty()) std::memcpy(const_cast<std::byte*>(local.data()), at, local.size());
     // Deregistered while it copied: the usual way reports it (the peer refuses the key).
     if (!direct_.still_live(bytes)) return {};
   }

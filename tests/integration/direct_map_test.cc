@@ -3,6 +3,7 @@
 // process: remora_rma_target with --pool=1 hands out a key for the middle of three
 // adjacent pool buffers, so every byte written outside the key's window shows in the
 // guard buffers' checksums.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -34,7 +35,7 @@ class Expected {
  public:
   explicit Expected(size_t size) : region_(size) { fill_stream(rma_target::kInitialSeed, 0, region_); }
   void write(uint64_t offset, std::span<const std::byte> data) {
-    std::memcpy(region_.data() + offset, data.data(), data.size());
+    std::ranges::copy(data, region_.begin() + static_cast<ptrdiff_t>(offset));
   }
   std::span<const std::byte> slice(uint64_t offset, uint64_t length) const { return {region_.data() + offset, length}; }
   rma_target::Sums sums(size_t guard) const {
@@ -129,7 +130,7 @@ TEST_P(DirectMapSizes, PutsAndGetsOfEveryLengthGoThroughTheMappingByteForByte) {
         EXPECT_TRUE(r.done());
       }
       ASSERT_TRUE(r.wait(std::chrono::seconds(30)).is_ok());
-      EXPECT_EQ(0, std::memcmp(back.data(), expected.slice(offset, length).data(), length));
+      EXPECT_TRUE(std::ranges::equal(back, expected.slice(offset, length)));
       ops += 2;
     }
   }
