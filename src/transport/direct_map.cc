@@ -20,12 +20,11 @@ bool grants(Access have, Access needed) {
 
 }  // namespace
 
-size_t DirectMaps::KeyHash::operator()(const wire::KeyBytes& k) const noexcept {
-  // A fold of all 40 bytes, eight at a time: keys that differ anywhere land apart.
+size_t DirectMaps::KeyHash::operator()(const RemoteKey& k) const noexcept {
+  // The fields that tell keys apart in practice (a window of one registration); keys
+  // equal in these and different elsewhere share a bucket and are told apart by ==.
   uint64_t h = 0xcbf29ce484222325;
-  for (size_t i = 0; i < k.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, k.data() + i, 8);
+  for (uint64_t w : {(static_cast<uint64_t>(k.region) << 32) | k.generation, k.secret, k.offset, k.length}) {
     h = (h ^ w) * 0x100000001b3;
     h ^= h >> 29;
   }
@@ -38,42 +37,46 @@ DirectMaps::Mapping::~Mapping() {
 
 DirectMaps::~DirectMaps() = default;
 
-std::byte* DirectMaps::find(const wire::KeyBytes& key, uint64_t offset, uint64_t length, Access needed, bool* ask) {
-  *ask = false;
-  std::pair<const wire::KeyBytes, KeyEntry>* e = last_;
-  if (e == nullptr || e->first != key) {
+DirectMaps::Found DirectMaps::find(const RemoteKey& key, uint64_t offset, uint64_t length, Access needed) {
+  std::pair<const RemoteKey, KeyEntry>* e = last_;
+  if (e == nullptr || !(e->first == key)) {
     auto it = keys_.find(key);
-    if (it == keys_.end()) {
-      if (keys_.size() < kMaxKeys) {
-        keys_.emplace(key, KeyEntry{});
-        *ask = true;
-      }
-      return nullptr;
-    }
+    if (it == keys_.end()) return Found{.unknown = true};
     e = &*it;
+    last_ = e;
   }
   KeyEntry& entry = e->second;
-  if (entry.state != KeyState::kGranted) return nullptr;
-  last_ = e;
-  const RemoteKey& k = entry.key;
+  if (entry.state != KeyState::kGranted) return {};
   // The peer's checks (mem/registry.cc, validate_locked): the range inside the window,
   // overflow-safe, and the right. A failing one goes the usual way for the peer's answer.
-  if (offset > k.length || length > k.length - offset || !grants(k.access, needed)) return nullptr;
+  if (offset > key.length || length > key.length - offset || !grants(key.access, needed)) return {};
   if (entry.mapping->state->live.load(std::memory_order_acquire) != 1) {
     // Deregistered for good: the key goes the usual way from now on, and the pages are
     // let go once no granted key holds them.
     entry.state = KeyState::kRefused;
     entry.mapping.reset();
-    last_ = nullptr;
-    return nullptr;
+    return {};
   }
-  return entry.mapping->base + k.offset + offset;
+  return Found{.at = entry.mapping->base + key.offset + offset};
 }
 
-bool DirectMaps::still_live(const wire::KeyBytes& key) const {
-  auto it = keys_.find(key);
-  return it != keys_.end() && it->second.mapping != nullptr &&
-         it->second.mapping->state->live.load(std::memory_order_acquire) == 1;
+std::optional<wire::KeyBytes> DirectMaps::ask(const RemoteKey& key) {
+  if (keys_.size() >= kMaxKeys) return std::nullopt;
+  wire::KeyBytes bytes = key.serialize();
+  const auto parsed = RemoteKey::deserialize(bytes);
+  const bool exact = parsed && *parsed == key;
+  // One that is not exact is remembered as refused, so find() answers it from now on.
+  if (!keys_.emplace(key, KeyEntry{.state = exact ? KeyState::kAsked : KeyState::kRefused, .mapping = nullptr})
+           .second ||
+      !exact) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+bool DirectMaps::still_live() const {
+  return last_ != nullptr && last_->second.mapping != nullptr &&
+         last_->second.mapping->state->live.load(std::memory_order_acquire) == 1;
 }
 
 Result<std::shared_ptr<DirectMaps::Mapping>> DirectMaps::map(pid_t pid, const wire::MapFrame& f, const RemoteKey& key) {
@@ -104,7 +107,10 @@ Result<std::shared_ptr<DirectMaps::Mapping>> DirectMaps::map(pid_t pid, const wi
 }
 
 Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
-  auto it = keys_.find(f.key);
+  // Keys this side asked about parse (they were serialized here), so one that does not
+  // was never asked about.
+  auto key = RemoteKey::deserialize(f.key);
+  auto it = key ? keys_.find(*key) : keys_.end();
   if (it == keys_.end() || it->second.state != KeyState::kAsked) {
     return Status(StatusCode::kProtocol, "MAP answer for a key this side did not ask about");
   }
@@ -114,8 +120,6 @@ Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
     last_refusal_ = fmt::format("the peer does not share the memory ({})", to_string(f.code));
     return Status::ok();
   }
-  auto key = RemoteKey::deserialize(f.key);
-  if (!key) return Status(StatusCode::kProtocol, "MAP GRANT for a key that does not parse");
   if (key->offset > f.region_bytes || key->length > f.region_bytes - key->offset) {
     return Status(StatusCode::kProtocol, "MAP GRANT of a region smaller than the key's window");
   }
@@ -125,7 +129,6 @@ Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
     last_refusal_ = "this side could not map the peer's memory: " + mapping.status().message();
     return Status::ok();
   }
-  entry.key = *key;
   entry.mapping = std::move(*mapping);
   entry.state = KeyState::kGranted;
   return Status::ok();

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -38,14 +39,23 @@ class DirectMaps {
   DirectMaps& operator=(const DirectMaps&) = delete;
   ~DirectMaps();
 
+  /// What find() knows of a key.
+  struct Found {
+    std::byte* at = nullptr;  ///< where the range is in this process; null: go the usual way
+    bool unknown = false;     ///< never seen: ask() about it (the usual way meanwhile)
+  };
   /// Where [offset, offset + length) of `key`'s window is in this process, when the key
   /// was granted, the range lies in its window, the key grants `needed` and the region
-  /// is still registered; null otherwise. `ask` is set when the key was never seen
-  /// (it is then noted as asked: send a MAP REQUEST for it).
-  std::byte* find(const wire::KeyBytes& key, uint64_t offset, uint64_t length, Access needed, bool* ask);
-  /// The region of a key find() returned memory for is still registered (read after a
-  /// get's copy: a get that raced a deregistration goes the usual way instead).
-  bool still_live(const wire::KeyBytes& key) const;
+  /// is still registered. A key seen before and not granted (asked, refused) costs one
+  /// lookup by its fields, nothing more.
+  Found find(const RemoteKey& key, uint64_t offset, uint64_t length, Access needed);
+  /// Notes `key` as asked about, and returns the bytes for its MAP REQUEST; nothing when
+  /// kMaxKeys keys are remembered, or for a key its bytes do not describe exactly (one
+  /// the peer could only refuse, and whose answer would name a different key).
+  std::optional<wire::KeyBytes> ask(const RemoteKey& key);
+  /// The region of the key find() last returned memory for is still registered (read
+  /// after a get's copy: a get that raced a deregistration goes the usual way instead).
+  bool still_live() const;
 
   /// The peer's answer to a REQUEST this side sent (op GRANT or REFUSE). A GRANT's
   /// descriptor is taken from process `pid`. kProtocol when the answer is for a key
@@ -70,17 +80,18 @@ class DirectMaps {
   enum class KeyState : uint8_t { kAsked, kRefused, kGranted };
   struct KeyEntry {
     KeyState state = KeyState::kAsked;
-    RemoteKey key;
     std::shared_ptr<Mapping> mapping;
   };
   struct KeyHash {
-    size_t operator()(const wire::KeyBytes& k) const noexcept;
+    size_t operator()(const RemoteKey& k) const noexcept;
   };
   Result<std::shared_ptr<Mapping>> map(pid_t pid, const wire::MapFrame& f, const RemoteKey& key);
 
-  std::unordered_map<wire::KeyBytes, KeyEntry, KeyHash> keys_;
+  // By the whole key: the peer authenticated exactly that key, and only an equal one
+  // (every field) is used through its mapping.
+  std::unordered_map<RemoteKey, KeyEntry, KeyHash> keys_;
   std::unordered_map<uint64_t, std::weak_ptr<Mapping>> mappings_;  // by (region << 32 | generation)
-  std::pair<const wire::KeyBytes, KeyEntry>* last_ = nullptr;      // find()'s last granted key
+  std::pair<const RemoteKey, KeyEntry>* last_ = nullptr;           // find()'s last key seen
   std::string last_refusal_;
 };
 

@@ -177,29 +177,33 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
   if (local.size() > SharedArenaState::kMaxBuffer || !direct_negotiated()) return {};
   engine::ProgressEngine::Guard guard(*engine_);
   // Only with the control stream in shared memory both ways (the peer is this host's and
-  // alive), and with none of this side's one-sided operations in flight the usual way:
-  // a direct put must not overtake an earlier put to the same bytes.
-  if (state_ != State::kActive || shm_ == nullptr || !shm_->tx_on() || !shm_->rx_on() ||
-      initiator_.outstanding() != 0 || !admission().is_ok()) {
+  // alive).
+  if (state_ != State::kActive || shm_ == nullptr || !shm_->tx_on() || !shm_->rx_on()) return {};
+  const bool put = direction == Direction::kSend;
+  // The key first: one the peer refused (memory it does not share) costs no more here.
+  const DirectMaps::Found found =
+      direct_.find(key, offset, local.size(), put ? Access::kRemoteWrite : Access::kRemoteRead);
+  if (found.at == nullptr && !found.unknown) return {};
+  // With none of this side's one-sided operations in flight the usual way (a direct put
+  // must not overtake an earlier put to the same bytes), and from host memory.
+  if (initiator_.outstanding() != 0 || !admission().is_ok() ||
+      !paths_.memory_of(local.data(), local.size()).on_host()) {
     return {};
   }
-  if (!paths_.memory_of(local.data(), local.size()).on_host()) return {};
-  const bool put = direction == Direction::kSend;
-  const wire::KeyBytes bytes = key.serialize();
-  bool ask = false;
-  std::byte* at = direct_.find(bytes, offset, local.size(), put ? Access::kRemoteWrite : Access::kRemoteRead, &ask);
-  if (ask) {
-    append_frame(wire::MapFrame{.op = wire::MapOp::kRequest, .key = bytes});
-    flush_control();
+  if (found.unknown) {
+    if (auto bytes = direct_.ask(key)) {
+      append_frame(wire::MapFrame{.op = wire::MapOp::kRequest, .key = *bytes});
+      flush_control();
+    }
     return {};  // this one goes the usual way; the answer comes before its reply
   }
-  if (at == nullptr) return {};
+  std::byte* at = found.at;
   // (An empty span's data() may be null, which memcpy must not be given.)
   if (put && !local.empty()) std::memcpy(at, local.data(), local.size());
   if (!put) {
     if (!local.empty()) std::memcpy(const_cast<std::byte*>(local.data()), at, local.size());
     // Deregistered while it copied: the usual way reports it (the peer refuses the key).
-    if (!direct_.still_live(bytes)) return {};
+    if (!direct_.still_live()) return {};
   }
   ++stats_.direct;
   if (put) {

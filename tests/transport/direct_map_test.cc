@@ -69,11 +69,18 @@ wire::MapFrame grant(const Arena& a, const RemoteKey& key, size_t region = kRegi
   return grant(a.fd.get(), key, region);
 }
 
-/// Asks for `key` (find() on a key never seen) and checks that it was asked.
+/// Asks for `key` (find() of a key never seen, then ask()) and checks the REQUEST's bytes.
 void ask(DirectMaps& maps, const RemoteKey& key) {
-  bool asked = false;
-  EXPECT_EQ(maps.find(key.serialize(), 0, 0, Access::kNone, &asked), nullptr);
-  EXPECT_TRUE(asked);
+  const DirectMaps::Found found = maps.find(key, 0, 0, Access::kNone);
+  EXPECT_EQ(found.at, nullptr);
+  EXPECT_TRUE(found.unknown);
+  EXPECT_EQ(maps.ask(key), std::optional(key.serialize()));
+  EXPECT_FALSE(maps.find(key, 0, 0, Access::kNone).unknown) << "asked about once";
+}
+
+/// Where find() puts [offset, offset + length) of `key`'s window (null: not mapped).
+std::byte* at(DirectMaps& maps, const RemoteKey& key, uint64_t offset, uint64_t length, Access needed) {
+  return maps.find(key, offset, length, needed).at;
 }
 
 TEST(DirectMaps, AGrantedKeyIsMappedWithinItsWindowAndRights) {
@@ -83,26 +90,25 @@ TEST(DirectMaps, AGrantedKeyIsMappedWithinItsWindowAndRights) {
   ask(maps, key);
   ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
 
-  bool asked = true;
-  std::byte* at = maps.find(key.serialize(), 100, 8, Access::kRemoteWrite, &asked);
-  EXPECT_FALSE(asked);
-  ASSERT_NE(at, nullptr);
+  const DirectMaps::Found found = maps.find(key, 100, 8, Access::kRemoteWrite);
+  EXPECT_FALSE(found.unknown);
+  ASSERT_NE(found.at, nullptr);
   // The mapping is of the same pages: a byte written through it is the arena's.
-  at[0] = std::byte{0x5A};
+  found.at[0] = std::byte{0x5A};
   EXPECT_EQ(arena.base[4096 + 100], std::byte{0x5A});
-  EXPECT_TRUE(maps.still_live(key.serialize()));
+  EXPECT_TRUE(maps.still_live());
 
   // Outside the window (overflow-safe) or without the right: not through the mapping.
-  EXPECT_EQ(maps.find(key.serialize(), 8192 - 7, 8, Access::kRemoteRead, &asked), nullptr);
-  EXPECT_EQ(maps.find(key.serialize(), ~uint64_t{0}, 2, Access::kRemoteRead, &asked), nullptr);
-  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteAtomic, &asked), nullptr);
-  EXPECT_NE(maps.find(key.serialize(), 8192 - 8, 8, Access::kRemoteRead, &asked), nullptr);
-  EXPECT_NE(maps.find(key.serialize(), 8192, 0, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_EQ(at(maps, key, 8192 - 7, 8, Access::kRemoteRead), nullptr);
+  EXPECT_EQ(at(maps, key, ~uint64_t{0}, 2, Access::kRemoteRead), nullptr);
+  EXPECT_EQ(at(maps, key, 0, 8, Access::kRemoteAtomic), nullptr);
+  EXPECT_NE(at(maps, key, 8192 - 8, 8, Access::kRemoteRead), nullptr);
+  EXPECT_NE(at(maps, key, 8192, 0, Access::kRemoteRead), nullptr);
 
   // The owner deregistered: nothing through the mapping any more.
   arena.state->live.store(0);
-  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
-  EXPECT_FALSE(maps.still_live(key.serialize()));
+  EXPECT_EQ(at(maps, key, 0, 8, Access::kRemoteRead), nullptr);
+  EXPECT_FALSE(maps.still_live());
 }
 
 TEST(DirectMaps, AnotherKeyIsNotTheGrantedOne) {
@@ -113,9 +119,12 @@ TEST(DirectMaps, AnotherKeyIsNotTheGrantedOne) {
   ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
   RemoteKey wider = key;
   wider.length = kRegion;  // a window the peer never authenticated
-  bool asked = false;
-  EXPECT_EQ(maps.find(wider.serialize(), 8192, 8, Access::kRemoteRead, &asked), nullptr);
-  EXPECT_TRUE(asked) << "a different key is asked about on its own";
+  const DirectMaps::Found found = maps.find(wider, 8192, 8, Access::kRemoteRead);
+  EXPECT_EQ(found.at, nullptr);
+  EXPECT_TRUE(found.unknown) << "a different key is asked about on its own";
+  RemoteKey other_secret = key;
+  other_secret.secret ^= 1;  // every field counts, not only the window
+  EXPECT_TRUE(maps.find(other_secret, 0, 8, Access::kRemoteRead).unknown);
 }
 
 TEST(DirectMaps, ARefusalKeepsTheKeyOffTheMappingAndSaysWhy) {
@@ -126,9 +135,9 @@ TEST(DirectMaps, ARefusalKeepsTheKeyOffTheMappingAndSaysWhy) {
       maps.answer(getpid(),
                   wire::MapFrame{.op = wire::MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = key.serialize()})
           .is_ok());
-  bool asked = true;
-  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
-  EXPECT_FALSE(asked) << "a refused key is not asked about again";
+  const DirectMaps::Found found = maps.find(key, 0, 8, Access::kRemoteRead);
+  EXPECT_EQ(found.at, nullptr);
+  EXPECT_FALSE(found.unknown) << "a refused key is not asked about again";
   EXPECT_NE(maps.last_refusal().find("does not share"), std::string::npos) << maps.last_refusal();
 }
 
@@ -140,6 +149,9 @@ TEST(DirectMaps, AnswersNobodyAskedForAreProtocolErrors) {
   ask(maps, key);
   ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
   EXPECT_EQ(maps.answer(getpid(), grant(arena, key)).code(), StatusCode::kProtocol) << "a second answer";
+  wire::MapFrame garbage{.op = wire::MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = key.serialize()};
+  garbage.key[0] = std::byte{0xEE};  // a version no key has
+  EXPECT_EQ(maps.answer(getpid(), garbage).code(), StatusCode::kProtocol) << "bytes that are no key";
 }
 
 TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
@@ -168,8 +180,7 @@ TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
     DirectMaps maps;
     ask(maps, key);
     EXPECT_EQ(maps.answer(getpid(), grant(arena, key, c.region_bytes)).code(), StatusCode::kProtocol);
-    bool asked = true;
-    EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
+    EXPECT_EQ(at(maps, key, 0, 8, Access::kRemoteRead), nullptr);
   }
   // Not a memfd at all: a pipe.
   int p[2];
@@ -187,8 +198,28 @@ TEST(DirectMaps, ADescriptorTheKernelWillNotHandOverOnlyKeepsTheKeyOff) {
   // A descriptor number this process does not have: pidfd_getfd fails with EBADF.
   ASSERT_TRUE(maps.answer(getpid(), grant(0x7FFF0000, key)).is_ok());
   EXPECT_NE(maps.last_refusal().find("could not map"), std::string::npos) << maps.last_refusal();
-  bool asked = true;
-  EXPECT_EQ(maps.find(key.serialize(), 0, 8, Access::kRemoteRead, &asked), nullptr);
+  EXPECT_EQ(at(maps, key, 0, 8, Access::kRemoteRead), nullptr);
+}
+
+TEST(DirectMaps, AKeyItsBytesDoNotDescribeIsNeverAskedAbout) {
+  // Access bits no version knows: serialized as they are, but they do not parse, so the
+  // peer could only refuse it, naming bytes that are not this key.
+  RemoteKey key = window(0, 4096, Access::kRemoteRead);
+  key.access = static_cast<Access>(0x80);
+  DirectMaps maps;
+  EXPECT_TRUE(maps.find(key, 0, 8, Access::kRemoteRead).unknown);
+  EXPECT_EQ(maps.ask(key), std::nullopt);
+  EXPECT_FALSE(maps.find(key, 0, 8, Access::kRemoteRead).unknown) << "remembered as refused";
+}
+
+TEST(DirectMaps, NoMoreThanMaxKeysAreRemembered) {
+  DirectMaps maps;
+  for (uint64_t i = 0; i < DirectMaps::kMaxKeys; ++i) {
+    ASSERT_TRUE(maps.ask(window(i * 8, 8, Access::kRemoteRead)).has_value()) << i;
+  }
+  const RemoteKey one_more = window(DirectMaps::kMaxKeys * 8, 8, Access::kRemoteRead);
+  EXPECT_EQ(maps.ask(one_more), std::nullopt);
+  EXPECT_TRUE(maps.find(one_more, 0, 8, Access::kRemoteRead).unknown);
 }
 
 }  // namespace
