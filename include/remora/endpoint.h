@@ -137,12 +137,12 @@ struct EndpointStats {
   /// Why the control stream is not in shared memory both ways ("" when it is, or while
   /// it is being set up): the same-host reasons above, or the kernel's refusal.
   std::string shm_reason;
-  /// Direct mappings (docs/guide.md, "Same-host pulls"): puts without a notification and
-  /// gets of at most 16 KiB, counted in `puts` and `gets`, that this side did as a copy
-  /// through its own mapping of the peer's memory (pool buffers of a same-host peer),
-  /// complete when the call returned (the peer does no work for them: its served_puts
-  /// and served_gets do not count them); and why the last key the peer did not let this
-  /// side map was refused ("" if none was).
+  /// Direct mappings (docs/guide.md, "Same-host pulls"): puts and gets of at most 16 KiB,
+  /// counted in `puts` and `gets`, that this side did as a copy through its own mapping
+  /// of the peer's memory (pool buffers of a same-host peer): complete when the call
+  /// returned, or for a put with a notification once the peer queued it (the peer only
+  /// queues the notification: its served_puts and served_gets do not count them); and
+  /// why the last key the peer did not let this side map was refused ("" if none was).
   uint64_t direct = 0;
   std::string direct_reason;
   /// This side's address and port of the endpoint's control stream ("" once it is

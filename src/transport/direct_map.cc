@@ -57,7 +57,7 @@ DirectMaps::Found DirectMaps::find(const RemoteKey& key, uint64_t offset, uint64
     entry.mapping.reset();
     return {};
   }
-  return Found{.at = entry.mapping->base + key.offset + offset};
+  return Found{.at = entry.mapping->base + key.offset + offset, .bytes = &entry.bytes};
 }
 
 std::optional<wire::KeyBytes> DirectMaps::ask(const RemoteKey& key) {
@@ -66,9 +66,8 @@ std::optional<wire::KeyBytes> DirectMaps::ask(const RemoteKey& key) {
   const auto parsed = RemoteKey::deserialize(bytes);
   const bool exact = parsed && *parsed == key;
   // One that is not exact is remembered as refused, so find() answers it from now on.
-  if (!keys_.emplace(key, KeyEntry{.state = exact ? KeyState::kAsked : KeyState::kRefused, .mapping = nullptr})
-           .second ||
-      !exact) {
+  const KeyEntry entry{.state = exact ? KeyState::kAsked : KeyState::kRefused, .mapping = nullptr, .bytes = bytes};
+  if (!keys_.emplace(key, entry).second || !exact) {
     return std::nullopt;
   }
   return bytes;
@@ -132,6 +131,37 @@ Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
   entry.mapping = std::move(*mapping);
   entry.state = KeyState::kGranted;
   return Status::ok();
+}
+
+Status DirectMaps::add_credits(uint64_t n) {
+  if (n > wire::kMaxPlacedCredits - credits_) {
+    return Status(StatusCode::kProtocol, fmt::format("MAP CREDIT of {} places on top of {}: more than {} held", n,
+                                                     credits_, wire::kMaxPlacedCredits));
+  }
+  credits_ += n;
+  return Status::ok();
+}
+
+bool DirectGrants::grant(const RemoteKey& key) {
+  if (keys_.contains(key)) return true;
+  if (keys_.size() >= DirectMaps::kMaxKeys) return false;
+  keys_.insert(key);
+  return true;
+}
+
+Result<RemoteKey> DirectGrants::placed(const wire::PlacedFrame& f) {
+  auto key = RemoteKey::deserialize(f.key);
+  if (!key || !keys_.contains(*key)) return Status(StatusCode::kProtocol, "PLACED with a key this side never granted");
+  // The decoder checked that offset + length does not wrap.
+  if (f.offset > key->length || f.length > key->length - f.offset || !grants(key->access, Access::kRemoteWrite)) {
+    return Status(StatusCode::kProtocol, fmt::format("PLACED of {} bytes at {} outside the key's {}-byte window, or "
+                                                     "without its write right",
+                                                     f.length, f.offset, key->length));
+  }
+  if (out_ == 0) return Status(StatusCode::kProtocol, "PLACED without a notification place (MAP CREDIT) left");
+  --out_;
+  ++handled_;
+  return *key;
 }
 
 }  // namespace remora::detail

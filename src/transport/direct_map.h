@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "mem/shared_arena.h"
 #include "remora/memory.h"
@@ -33,6 +34,9 @@ class DirectMaps {
  public:
   /// Keys remembered at most (granted, asked or refused); later new keys go the usual way.
   static constexpr size_t kMaxKeys = 4096;
+  struct KeyHash {
+    size_t operator()(const RemoteKey& k) const noexcept;
+  };
 
   DirectMaps() = default;
   DirectMaps(const DirectMaps&) = delete;
@@ -43,6 +47,7 @@ class DirectMaps {
   struct Found {
     std::byte* at = nullptr;  ///< where the range is in this process; null: go the usual way
     bool unknown = false;     ///< never seen: ask() about it (the usual way meanwhile)
+    const wire::KeyBytes* bytes = nullptr;  ///< with `at`: the key as the peer granted it (for PLACED)
   };
   /// Where [offset, offset + length) of `key`'s window is in this process, when the key
   /// was granted, the range lies in its window, the key grants `needed` and the region
@@ -67,6 +72,13 @@ class DirectMaps {
   /// Why the peer or the kernel last kept a key off the mapping ("" if neither did).
   const std::string& last_refusal() const noexcept { return last_refusal_; }
 
+  /// Places in the peer's notification queue this side holds for PLACED frames (one
+  /// per notified put through a mapping). The peer's MAP CREDIT adds them; kProtocol
+  /// past kMaxPlacedCredits.
+  Status add_credits(uint64_t n);
+  bool has_credit() const noexcept { return credits_ > 0; }
+  void spend_credit() noexcept { --credits_; }
+
  private:
   struct Mapping {
     std::byte* base = nullptr;
@@ -81,9 +93,7 @@ class DirectMaps {
   struct KeyEntry {
     KeyState state = KeyState::kAsked;
     std::shared_ptr<Mapping> mapping;
-  };
-  struct KeyHash {
-    size_t operator()(const RemoteKey& k) const noexcept;
+    wire::KeyBytes bytes{};  // as asked about (and granted)
   };
   Result<std::shared_ptr<Mapping>> map(pid_t pid, const wire::MapFrame& f, const RemoteKey& key);
 
@@ -93,6 +103,35 @@ class DirectMaps {
   std::unordered_map<uint64_t, std::weak_ptr<Mapping>> mappings_;  // by (region << 32 | generation)
   std::pair<const RemoteKey, KeyEntry>* last_ = nullptr;           // find()'s last key seen
   std::string last_refusal_;
+  uint64_t credits_ = 0;
+};
+
+/// The target's side: the keys this side granted the peer (by value: a PLACED frame
+/// names one, and is checked against it even after the region is deregistered, as the
+/// put it reports was made while the region was registered), and the places in this
+/// side's notification queue the peer holds for PLACED frames. Under the progress lock.
+class DirectGrants {
+ public:
+  /// Places the peer is given at most, and the least worth a CREDIT frame (half).
+  static constexpr uint64_t kCredits = 64;
+
+  /// Remembers `key` as granted; false when kMaxKeys keys are (refuse it then).
+  bool grant(const RemoteKey& key);
+  bool any() const noexcept { return !keys_.empty(); }
+  /// A PLACED frame spends one of the peer's places: the key it names (granted, its
+  /// window holding the range, with the write right) on success; kProtocol otherwise,
+  /// as an honest peer checks all of it first.
+  Result<RemoteKey> placed(const wire::PlacedFrame& f);
+  /// PLACED frames handled since the endpoint began (the count a MAP ACK carries).
+  uint64_t handled() const noexcept { return handled_; }
+  /// Places the peer holds now.
+  uint64_t credits_out() const noexcept { return out_; }
+  void credited(uint64_t n) noexcept { out_ += n; }
+
+ private:
+  std::unordered_set<RemoteKey, DirectMaps::KeyHash> keys_;
+  uint64_t out_ = 0;
+  uint64_t handled_ = 0;
 };
 
 }  // namespace remora::detail

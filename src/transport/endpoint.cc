@@ -715,6 +715,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_handled(f);
         else if constexpr (std::is_same_v<T, wire::MapFrame>)
           handle_map(f);
+        else if constexpr (std::is_same_v<T, wire::PlacedFrame>)
+          handle_placed(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);
@@ -752,8 +754,8 @@ bool EndpointCore::awaiting_peer() const {
   // it, a wait_notification() on a stopped peer with nothing else outstanding ran to its
   // own timeout instead of failing at the peer timeout (found by the fault matrix,
   // tests/faults, put-in × sigstop).
-  return outstanding_ > 0 || initiator_.outstanding() > 0 || target_.serving() || !recvs_.empty() || !chunks_.idle() ||
-         ctl_tx_off_ < ctl_tx_.size() || notifications_.waited_for();
+  return outstanding_ > 0 || initiator_.outstanding() > 0 || initiator_.placed_pending() > 0 || target_.serving() ||
+         !recvs_.empty() || !chunks_.idle() || ctl_tx_off_ < ctl_tx_.size() || notifications_.waited_for();
 }
 
 void EndpointCore::read_input() {

@@ -392,9 +392,16 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool direct_negotiated() const noexcept;
   /// A put (`local` into the peer's window) or get done through a mapping: a completed
   /// request; an invalid Request when it must go the usual way (and then, for a key
-  /// never seen, a MAP REQUEST is queued for the next one).
-  Request try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset);
+  /// never seen, a MAP REQUEST is queued for the next one). A put's `notify` goes in a
+  /// PLACED frame, on one of the places the peer's CREDITs gave this side.
+  Request try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
+                     std::optional<uint64_t> notify = std::nullopt);
   void handle_map(const wire::MapFrame& f);
+  /// The peer put through its mapping of a key this side granted: its notification.
+  void handle_placed(const wire::PlacedFrame& f);
+  /// Gives the peer places in this side's notification queue for its PLACED frames, up
+  /// to DirectGrants::kCredits (bounded by REMORA_MAX_UNEXPECTED), half of them at a time.
+  void credit_placed();
   /// A request for the RMA target: the target admits it, this side checks (a PUT) or
   /// decides (a GET's reply) its inline class, the target serves it.
   void serve_request(const wire::PutFrame& f);
@@ -730,6 +737,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool shm_rx_switch_now_ = false;  // the peer's SWITCH was just decoded: read the ring from here on
   std::string shm_reason_;          // why the control stream is not (all) in shared memory
   DirectMaps direct_;               // the peer's memory this side maps (direct_map.h)
+  DirectGrants grants_;             // the keys of this side's memory the peer maps
   std::string same_host_reason_;  // why this side does not read the peer's memory ("" when it does)
   std::string encryption_;        // the cipher sealing the connections, set at activate ("" in clear)
   /// The peer closed orderly (GOODBYE kClosed, then EOF): eager messages that arrived

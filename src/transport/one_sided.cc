@@ -66,9 +66,7 @@ Request EndpointCore::after_posting(RmaInitiator::Posted posted) {
 
 Request EndpointCore::put(std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                           const PutOptions& options) {
-  if (!options.notify) {
-    if (Request done = try_direct(Direction::kSend, local, key, offset); done.valid()) return done;
-  }
+  if (Request done = try_direct(Direction::kSend, local, key, offset, options.notify); done.valid()) return done;
   return post_one_sided("put", Direction::kSend, local,
                         [&](PathEnd source) { return initiator_.put(std::move(source), key, offset, options); });
 }
@@ -205,6 +203,9 @@ void EndpointCore::serve_request(const wire::PutFrame& f) {
     return;
   }
   target_.serve_put(f);
+  // A notified put the usual way: the queue may have room again for the peer's PLACED
+  // frames, if it ran out of places.
+  if (f.has_notify && grants_.any()) credit_placed();
 }
 
 void EndpointCore::serve_request(const wire::GetFrame& f) {

@@ -210,20 +210,22 @@ Request RmaInitiator::flush() {
 // Completion
 // ---------------------------------------------------------------------------
 
-void RmaInitiator::complete(Op* op, const Status& s) {
-  if (op->kind != Op::Kind::kGet) {
-    seq_done_[op->seq - seq_base_] = true;
-    while (!seq_done_.empty() && seq_done_.front()) {
-      seq_done_.pop_front();
-      ++seq_base_;
-    }
-    if (!s.is_ok()) {
-      for (Flush& f : flushes_) {
-        if (f.covers >= op->seq && f.first_error.is_ok()) f.first_error = s;
-      }
-      if (op->seq > flushed_through_ && unflushed_failure_.is_ok()) unflushed_failure_ = s;
-    }
+void RmaInitiator::seq_completed(uint64_t seq, const Status& s) {
+  seq_done_[seq - seq_base_] = true;
+  while (!seq_done_.empty() && seq_done_.front()) {
+    seq_done_.pop_front();
+    ++seq_base_;
   }
+  if (!s.is_ok()) {
+    for (Flush& f : flushes_) {
+      if (f.covers >= seq && f.first_error.is_ok()) f.first_error = s;
+    }
+    if (seq > flushed_through_ && unflushed_failure_.is_ok()) unflushed_failure_ = s;
+  }
+}
+
+void RmaInitiator::complete(Op* op, const Status& s) {
+  if (op->kind != Op::Kind::kGet) seq_completed(op->seq, s);
   if (s.is_ok()) {
     if (op->kind == Op::Kind::kPut) stats_.rma_bytes_put += op->length;
     if (op->kind == Op::Kind::kGet) stats_.rma_bytes_got += op->length;
@@ -231,10 +233,39 @@ void RmaInitiator::complete(Op* op, const Status& s) {
   }
   op->req->complete(s, s.is_ok() ? op->length : 0);
   ops_.erase(op->id);
+  finish_flushes();
+}
+
+void RmaInitiator::finish_flushes() {
   while (!flushes_.empty() && !pending_through(flushes_.front().covers)) {
     flushes_.front().req->complete(flushes_.front().first_error, 0);
     flushes_.pop_front();
   }
+}
+
+Request RmaInitiator::placed(uint64_t length) {
+  Placed p{.seq = next_seq_++, .length = length, .req = RequestState::make(engine_, Tag{})};
+  seq_done_.push_back(false);
+  ++placed_sent_;
+  Request r = detail::make_request(p.req);
+  placed_.push_back(std::move(p));
+  return r;
+}
+
+Status RmaInitiator::placed_acked(uint64_t handled) {
+  if (handled <= placed_handled_ || handled > placed_sent_) {
+    return Status(StatusCode::kProtocol, fmt::format("MAP ACK of {} PLACED frames handled, after {} of {} sent",
+                                                     handled, placed_handled_, placed_sent_));
+  }
+  for (; placed_handled_ < handled; ++placed_handled_) {
+    Placed p = std::move(placed_.front());
+    placed_.pop_front();
+    seq_completed(p.seq, Status::ok());
+    stats_.rma_bytes_put += p.length;
+    p.req->complete(Status::ok(), p.length);
+  }
+  finish_flushes();
+  return Status::ok();
 }
 
 void RmaInitiator::maybe_finish_get(Op* op) {
@@ -414,6 +445,8 @@ void RmaInitiator::fail(const Status& why) {
     }
   }
   ops_.clear();
+  for (Placed& p : placed_) p.req->complete(why, 0);
+  placed_.clear();
   issued_ = 0;
   seq_done_.clear();
   seq_base_ = next_seq_;

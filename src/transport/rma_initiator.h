@@ -107,8 +107,20 @@ class RmaInitiator {
   /// Every announced chunk of get `op_id`'s reply is in (placed or failed).
   void get_received(uint64_t op_id);
 
-  /// Operations posted and not complete (those waiting for the window included).
+  /// A notified put this side did through a mapping of the peer's memory and reported
+  /// in a PLACED frame (EndpointCore::try_direct): in the put order like any other, so
+  /// flush covers it; complete when the peer's MAP ACK counts its PLACED frame handled.
+  Request placed(uint64_t length);
+  /// The peer handled `handled` PLACED frames since the endpoint began (a running
+  /// count): those puts complete. kProtocol for a count that goes back or past what
+  /// was sent.
+  Status placed_acked(uint64_t handled);
+
+  /// Operations posted and not complete (those waiting for the window included; not
+  /// the placed puts, which wait for nothing but their ACK).
   size_t outstanding() const noexcept { return ops_.size(); }
+  /// Placed puts waiting for the peer's ACK.
+  size_t placed_pending() const noexcept { return placed_.size(); }
   /// Completes every operation and flush with `why` and forgets them; those with
   /// copies of their memory in flight complete when the copies end
   /// (staging_progressed).
@@ -189,6 +201,17 @@ class RmaInitiator {
   std::deque<Flush> flushes_;
   uint64_t flushed_through_ = 0;  // the last seq an earlier flush covered
   Status unflushed_failure_;      // first failure of a put/atomic no flush has covered yet
+  struct Placed {
+    uint64_t seq = 0;
+    uint64_t length = 0;
+    std::shared_ptr<RequestState> req;
+  };
+  std::deque<Placed> placed_;  // sent, not yet counted by an ACK (oldest first)
+  uint64_t placed_sent_ = 0, placed_handled_ = 0;
+  /// Put `seq` (a put or atomic) completed with `s`: flush order and flushes.
+  void seq_completed(uint64_t seq, const Status& s);
+  /// Completes the flushes nothing pending holds back any more.
+  void finish_flushes();
   /// Failed operations waiting for the copies of their memory to end, and why they failed.
   std::vector<std::pair<std::unique_ptr<Op>, Status>> draining_;
   /// What an inline copy's end holds to reach this initiator (it may be gone by then).

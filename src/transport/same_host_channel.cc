@@ -173,7 +173,7 @@ bool EndpointCore::direct_negotiated() const noexcept {
 }
 
 Request EndpointCore::try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key,
-                                 uint64_t offset) {
+                                 uint64_t offset, std::optional<uint64_t> notify) {
   if (local.size() > SharedArenaState::kMaxBuffer || !direct_negotiated()) return {};
   engine::ProgressEngine::Guard guard(*engine_);
   // Only with the control stream in shared memory both ways (the peer is this host's and
@@ -197,9 +197,23 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     }
     return {};  // this one goes the usual way; the answer comes before its reply
   }
+  // A notification needs one of the places the peer reserved in its queue: without
+  // one the put goes the usual way, and the peer answers whether there is room.
+  if (notify && !direct_.has_credit()) return {};
   std::byte* at = found.at;
   // (An empty span's data() may be null, which memcpy must not be given.)
   if (put && !local.empty()) std::memcpy(at, local.data(), local.size());
+  if (notify) {
+    // Behind the bytes: the peer reads the frame after they are in its memory (the
+    // ring's release and acquire), queues the notification exactly once, and counts
+    // the frame in its next ACK, which completes the put.
+    append_frame(wire::PlacedFrame{.key = *found.bytes, .offset = offset, .length = local.size(), .notify = *notify});
+    flush_control();
+    direct_.spend_credit();
+    ++stats_.direct;
+    ++stats_.puts;
+    return initiator_.placed(local.size());
+  }
   if (!put) {
     if (!local.empty()) std::memcpy(const_cast<std::byte*>(local.data()), at, local.size());
     // Deregistered while it copied: the usual way reports it (the peer refuses the key).
@@ -221,6 +235,11 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
     protocol_error("MAP on an endpoint without direct mappings negotiated");
     return;
   }
+  if (f.op == wire::MapOp::kCredit || f.op == wire::MapOp::kAck) {
+    Status s = f.op == wire::MapOp::kCredit ? direct_.add_credits(f.count) : initiator_.placed_acked(f.count);
+    if (!s.is_ok()) protocol_error(s.message());
+    return;
+  }
   if (f.op == wire::MapOp::kRequest) {
     // Answered for any authentic key of a shared region; the peer checks windows and
     // rights of each access itself, as this side's target would.
@@ -229,6 +248,9 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
         key ? (params_.registry != nullptr ? region_share(*params_.registry, *key)
                                            : Result<RegionShare>(Status(StatusCode::kInvalidKey, "no registry")))
             : Result<RegionShare>(Status(StatusCode::kInvalidKey, "the key does not parse"));
+    if (share && !grants_.grant(*key)) {
+      share = Status(StatusCode::kNoResource, "this side granted the peer as many keys as it keeps");
+    }
     if (!share) {
       append_frame(wire::MapFrame{.op = wire::MapOp::kRefuse, .code = share.status().code(), .key = f.key});
     } else {
@@ -236,6 +258,7 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
                                   .fd = static_cast<uint32_t>(share->fd),
                                   .region_bytes = share->region_bytes,
                                   .key = f.key});
+      credit_placed();  // the first grant gives the peer its places; later ones top them up
     }
     flush_control();
     return;
@@ -245,6 +268,41 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
     return;
   }
   if (!direct_.last_refusal().empty()) stats_.direct_reason = direct_.last_refusal();
+}
+
+void EndpointCore::handle_placed(const wire::PlacedFrame& f) {
+  if (!direct_negotiated()) {
+    protocol_error("PLACED on an endpoint without direct mappings negotiated");
+    return;
+  }
+  auto key = grants_.placed(f);
+  if (!key) {
+    protocol_error(key.status().message());
+    return;
+  }
+  // The place the peer spent was promised in the queue's bound (credit_placed).
+  notifications_.settle();
+  notifications_.deliver(
+      Notification{.value = f.notify, .region = key->region, .offset = key->offset + f.offset, .length = f.length});
+  append_frame(wire::MapFrame{.op = wire::MapOp::kAck, .count = grants_.handled()});
+  credit_placed();
+}
+
+void EndpointCore::credit_placed() {
+  const uint64_t limit = config_.max_unexpected;
+  const uint64_t want = std::min<uint64_t>(DirectGrants::kCredits, limit / 4);
+  const uint64_t held = grants_.credits_out();
+  // Half the places at a time, so a CREDIT frame goes once per kCredits / 2 puts.
+  if (want == 0 || held > want / 2) return;
+  uint64_t n = 0;
+  while (held + n < want && !notifications_.full(limit)) {
+    notifications_.promise();
+    ++n;
+  }
+  if (n == 0) return;
+  grants_.credited(n);
+  append_frame(wire::MapFrame{.op = wire::MapOp::kCredit, .count = n});
+  flush_control();
 }
 
 }  // namespace remora::detail

@@ -55,8 +55,9 @@ static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved")
 static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
 static_assert(kReceivedBodySize == 2 + 2 + 4 + 8 && kRetireBodySize == 2 + 2 + 4 + 8,
               "RECEIVED, RETIRE: stream, reserved (6 bytes), chunks");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kMap) == 21);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kPlaced) == 22);
 static_assert(kMapBodySize == 4 + 4 + 4 + 4 + 8 + kKeySize, "MAP: op, fd, code, reserved, region_bytes, key");
+static_assert(kPlacedBodySize == kKeySize + 8 + 8 + 8, "PLACED: key, offset, length, notify");
 static_assert(kRejoinedBodySize == 2 + 2 + 4 + 8, "REJOINED keeps the layout of RETIRE, its count reserved");
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
@@ -66,7 +67,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kMap);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kPlaced);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -131,6 +132,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kRejoined: return kRejoinedBodySize;
     case FrameType::kHandled: return kHandledBodySize;
     case FrameType::kMap: return kMapBodySize;
+    case FrameType::kPlaced: return kPlacedBodySize;
   }
   return 0;
 }
@@ -438,25 +440,42 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       const uint32_t fd = load_u32(p + 4);
       const uint32_t code = load_u32(p + 8);
       const uint64_t bytes = load_u64(p + 16);
-      if (op < static_cast<uint32_t>(MapOp::kRequest) || op > static_cast<uint32_t>(MapOp::kRefuse)) {
+      if (op < static_cast<uint32_t>(MapOp::kRequest) || op > static_cast<uint32_t>(MapOp::kAck)) {
         return protocol_error(fmt::format("MAP frame: unknown op {}", op));
       }
       if (load_u32(p + 12) != 0) return protocol_error("MAP frame: reserved bytes not 0");
       const auto map_op = static_cast<MapOp>(op);
       const bool error_code = code > static_cast<uint32_t>(StatusCode::kInProgress) &&
                               code <= static_cast<uint32_t>(StatusCode::kDataCorrupt);
-      const bool fits = map_op == MapOp::kRequest ? fd == 0 && code == 0 && bytes == 0
-                        : map_op == MapOp::kGrant ? fd <= INT32_MAX && code == 0 && bytes > 0
-                                                  : fd == 0 && bytes == 0 && error_code;
-      if (!fits) {
-        return protocol_error(
-            fmt::format("MAP frame: descriptor {}, code {} and size {} do not fit op {}", fd, code, bytes, op));
+      const KeyBytes key = load_key(p + 24);
+      bool fits = false;
+      switch (map_op) {
+        case MapOp::kRequest: fits = fd == 0 && code == 0 && bytes == 0; break;
+        case MapOp::kGrant: fits = fd <= INT32_MAX && code == 0 && bytes > 0; break;
+        case MapOp::kRefuse: fits = fd == 0 && bytes == 0 && error_code; break;
+        case MapOp::kCredit:
+          fits = fd == 0 && code == 0 && bytes > 0 && bytes <= kMaxPlacedCredits && key == KeyBytes{};
+          break;
+        case MapOp::kAck: fits = fd == 0 && code == 0 && bytes > 0 && key == KeyBytes{}; break;
       }
+      if (!fits) {
+        return protocol_error(fmt::format(
+            "MAP frame: descriptor {}, code {}, size or count {} and key do not fit op {}", fd, code, bytes, op));
+      }
+      const bool counted = map_op == MapOp::kCredit || map_op == MapOp::kAck;
       return Frame{MapFrame{.op = map_op,
                             .fd = fd,
                             .code = static_cast<StatusCode>(code),
-                            .region_bytes = bytes,
-                            .key = load_key(p + 24)}};
+                            .region_bytes = counted ? 0 : bytes,
+                            .count = counted ? bytes : 0,
+                            .key = key}};
+    }
+    case FrameType::kPlaced: {
+      const uint64_t offset = load_u64(p + 40), length = load_u64(p + 48);
+      if (length > UINT64_MAX - offset) {
+        return protocol_error(fmt::format("PLACED frame: {} bytes at offset {} end past 2^64", length, offset));
+      }
+      return Frame{PlacedFrame{.key = load_key(p), .offset = offset, .length = length, .notify = load_u64(p + 56)}};
     }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
@@ -660,8 +679,14 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
       store_u32(body + 4, f.fd);
       store_u32(body + 8, static_cast<uint32_t>(f.code));
       store_u32(body + 12, 0);
-      store_u64(body + 16, f.region_bytes);
+      store_u64(body + 16, f.op == MapOp::kCredit || f.op == MapOp::kAck ? f.count : f.region_bytes);
       std::copy(f.key.begin(), f.key.end(), body + 24);
+    }
+    void operator()(const PlacedFrame& f) const {
+      std::copy(f.key.begin(), f.key.end(), body);
+      store_u64(body + 40, f.offset);
+      store_u64(body + 48, f.length);
+      store_u64(body + 56, f.notify);
     }
     void store_counts(uint16_t stream, uint64_t chunks) const {
       store_u16(body, stream);
@@ -740,6 +765,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kRejoined: return "REJOINED";
     case FrameType::kHandled: return "HANDLED";
     case FrameType::kMap: return "MAP";
+    case FrameType::kPlaced: return "PLACED";
   }
   return "unknown";
 }

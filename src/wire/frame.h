@@ -44,6 +44,9 @@ enum class FrameType : uint8_t {
   /// A same-host initiator asks for the memory behind a key, to put and get through a
   /// mapping of its own (kCapDirectMap; docs/protocol.md "Direct mappings").
   kMap = 21,
+  /// A same-host initiator put bytes through its mapping and sends the put's
+  /// notification (kCapDirectMap; docs/protocol.md "Direct mappings").
+  kPlaced = 22,
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -68,7 +71,8 @@ inline constexpr size_t kReceivedBodySize = 16;  // stream, reserved, chunks
 inline constexpr size_t kRetireBodySize = 16;    // stream, reserved, chunks
 inline constexpr size_t kRejoinedBodySize = 16;  // stream, reserved
 inline constexpr size_t kHandledBodySize = 8;    // bytes
-inline constexpr size_t kMapBodySize = 64;       // op, fd, code, reserved, region_bytes, key
+inline constexpr size_t kMapBodySize = 64;       // op, fd, code, reserved, region_bytes (or credits), key
+inline constexpr size_t kPlacedBodySize = 64;    // key, offset, length, notify
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// A PUT's data and a GET's reply travel inline only up to this many bytes, whatever
@@ -329,24 +333,40 @@ enum class MapOp : uint32_t {
   kRequest = 1,  ///< the sender asks for the memory behind `key`
   kGrant = 2,    ///< `fd` in the sender's process holds the region `key` names: `region_bytes`, then a state page
   kRefuse = 3,   ///< the sender does not share that memory; `code` says why
+  kCredit = 4,   ///< the sender reserved `count` more places in its notification queue for PLACED frames
+  kAck = 5,      ///< the sender has handled `count` PLACED frames since the endpoint began (a running count)
 };
 /// MAP (kCapDirectMap, docs/protocol.md "Direct mappings"). A REQUEST names a key the
 /// sender holds; the answer echoes it. A GRANT's descriptor is a memfd sealed against
 /// shrinking and growing, of `region_bytes` plus 4096 bytes, that the receiver takes
 /// with pidfd_getfd(2). A REQUEST carries no fd, code or size; a GRANT no code; a
-/// REFUSE no fd or size, and an error code.
+/// REFUSE no fd or size, and an error code. A CREDIT (1 to kMaxPlacedCredits) and an
+/// ACK (not 0) carry only `count`, in the size's place: no fd, code or key.
 struct MapFrame {
   MapOp op = MapOp::kRequest;
   uint32_t fd = 0;
   StatusCode code = StatusCode::kOk;
   uint64_t region_bytes = 0;
+  uint64_t count = 0;  ///< CREDIT: places; ACK: PLACED frames handled
   KeyBytes key{};
+};
+/// Most notification places one side may hold for PLACED frames at a time.
+inline constexpr uint64_t kMaxPlacedCredits = 1 << 16;
+/// PLACED (kCapDirectMap): the sender wrote `length` bytes at `offset` of `key`'s
+/// window through its mapping (a key the receiver granted it), and spends one of the
+/// receiver's CREDITs on `notify`, which the receiver queues as that put's notification.
+/// The receiver's MAP ACKs count the PLACED frames it handled: the put completes there.
+struct PlacedFrame {
+  KeyBytes key{};
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t notify = 0;
 };
 
 /// Alternatives in FrameType order (index + 1 == type).
 using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
                            AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame,
-                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame, HandledFrame, MapFrame>;
+                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame, HandledFrame, MapFrame, PlacedFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

@@ -312,7 +312,10 @@ void wire() {
   stream = frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kRequest});
   for (const auto& f :
        {frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kGrant, .fd = 7, .region_bytes = 1 << 22}),
-        frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kRefuse, .code = remora::StatusCode::kUnsupported})})
+        frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kRefuse, .code = remora::StatusCode::kUnsupported}),
+        frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kCredit, .count = 64}),
+        frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kAck, .count = 1}),
+        frame(remora::wire::PlacedFrame{.offset = 0x40, .length = 8, .notify = 7})})
     stream.insert(stream.end(), f.begin(), f.end());
   write("wire_fuzz", "stream_map", stream);
 

@@ -70,13 +70,15 @@ class DirectMap : public ::testing::Test {
   /// A target of three pool buffers of `size`, the channel up, and the key asked for by
   /// one get, which goes the usual way: the answer comes before its reply, so every
   /// later operation with the key can go through the mapping.
-  void start_mapped(size_t size) {
-    ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .pool = true}));
+  void start_mapped(size_t size, std::vector<std::string> env = {}) {
+    ASSERT_NO_FATAL_FAILURE(start({.size = size, .guard = size, .env = std::move(env), .pool = true}));
     if (can_map()) {
       ASSERT_TRUE(wait_for_shm_channel(*ep_)) << ep_->stats().shm_reason;
     }
     std::vector<std::byte> first(8);
     ASSERT_TRUE(get(first, key_, 0).is_ok());
+    // `notes` reads the endpoints the target accepted: this one, from here on.
+    ASSERT_TRUE(target_->await_endpoints(1)) << target_->last_error();
     EXPECT_EQ(0, std::memcmp(first.data(), Expected(size).slice(0, 8).data(), 8));
     EXPECT_EQ(ep_->stats().direct, 0u);
   }
@@ -223,19 +225,75 @@ TEST_F(DirectMap, SameHostOffOnThePeerKeepsEveryByteOnTcp) {
   expect_target_holds(expected, size);
 }
 
-TEST_F(DirectMap, APutWithANotificationGoesThroughTheTargetAndNotifiesOnce) {
+TEST_F(DirectMap, NotifiedPutsThroughTheMappingNotifyOnceEachInOrder) {
   const size_t size = 4096;
   ASSERT_NO_FATAL_FAILURE(start_mapped(size));
   Expected expected(size);
-  const std::vector<std::byte> data = stream_bytes(16, 9);
-  ASSERT_TRUE(ep_->put(data, key_, 32, PutOptions{.notify = 77}).wait(std::chrono::seconds(30)).is_ok());
-  expected.write(32, data);
-  EXPECT_EQ(ep_->stats().direct, 0u);
+  constexpr uint64_t kPuts = 200;  // more than the places one CREDIT gives
+  std::vector<rma_target::Note> want;
+  for (uint64_t i = 0; i < kPuts; ++i) {
+    const uint64_t offset = (i * 24) % (size - 16), length = 1 + i % 16;
+    const std::vector<std::byte> data = stream_bytes(length, 500 + i);
+    // Complete once the target queued the notification (its ACK), as the usual way.
+    ASSERT_TRUE(ep_->put(data, key_, offset, PutOptions{.notify = 1000 + i}).wait(std::chrono::seconds(30)).is_ok());
+    expected.write(offset, data);
+    want.push_back({.value = 1000 + i,
+                    .region = static_cast<uint32_t>(key_.region),
+                    .offset = key_.offset + offset,
+                    .length = length});
+  }
+  // The target gives 64 places before it answers the first get; more as it takes them.
+  const EndpointStats st = ep_->stats();
+  if (can_map()) {
+    EXPECT_GE(st.direct, 64u) << st.direct_reason;
+  } else {
+    EXPECT_EQ(st.direct, 0u);
+  }
+  EXPECT_EQ(st.rma_bytes_put, [] {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < kPuts; ++i) sum += 1 + i % 16;
+    return sum;
+  }());
   auto notes = target_->notes();
   ASSERT_TRUE(notes) << target_->last_error();
-  ASSERT_EQ(notes->size(), 1u);
-  EXPECT_EQ((*notes)[0].value, 77u);
-  EXPECT_EQ((*notes)[0].length, 16u);
+  EXPECT_EQ(*notes, want);
+  expect_target_holds(expected, size);
+  ASSERT_TRUE(ep_->flush().wait(std::chrono::seconds(30)).is_ok());
+}
+
+TEST_F(DirectMap, AFullNotificationQueueRefusesTheNextPutAndNothingIsWritten) {
+  // A queue of 8 on the target (2 places for puts through the mapping), never polled
+  // while the puts go: exactly 8 succeed, the mapped and the usual ones together, and
+  // every later one fails with no_resource and writes nothing.
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start_mapped(size, {"REMORA_MAX_UNEXPECTED=8"}));
+  Expected expected(size);
+  std::vector<rma_target::Note> want;
+  const auto notified_put = [&](uint64_t i) {
+    const std::vector<std::byte> data = stream_bytes(8, 700 + i);
+    const Status s = ep_->put(data, key_, i * 8, PutOptions{.notify = i}).wait(std::chrono::seconds(30));
+    if (s.is_ok()) {
+      expected.write(i * 8, data);
+      want.push_back(
+          {.value = i, .region = static_cast<uint32_t>(key_.region), .offset = key_.offset + i * 8, .length = 8});
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kNoResource) << describe(s);
+    }
+    return s.is_ok();
+  };
+  uint64_t ok = 0;
+  for (uint64_t i = 0; i < 20; ++i) ok += notified_put(i) ? 1 : 0;
+  EXPECT_EQ(ok, 8u);
+  EXPECT_EQ(ep_->stats().direct > 0, can_map());
+  expect_target_holds(expected, size);
+  auto notes = target_->notes();  // takes them all: the queue has room again
+  ASSERT_TRUE(notes) << target_->last_error();
+  EXPECT_EQ(*notes, want);
+
+  for (uint64_t i = 20; i < 26; ++i) EXPECT_TRUE(notified_put(i)) << "put " << i << " after the queue was emptied";
+  notes = target_->notes();
+  ASSERT_TRUE(notes) << target_->last_error();
+  EXPECT_EQ(*notes, want);
   expect_target_holds(expected, size);
 }
 

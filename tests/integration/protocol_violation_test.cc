@@ -58,6 +58,13 @@ std::vector<uint8_t> cts_unknown_send(uint32_t) {
   return raw::frame(3, raw::Bytes().u64(0xABCDEF).u64(1).u32(0).u32(0).bytes());
 }
 // GOODBYE's reason is 0 (closed) or 1 (aborted): a peer's close must mean one of them.
+// Direct mappings need the shared-memory channel both ways, which a raw TCP peer never has.
+std::vector<uint8_t> map_without_direct_map(uint32_t) {
+  return raw::frame(21, raw::Bytes().u32(1).u32(0).u32(0).u32(0).u64(0).zeros(40).bytes());
+}
+std::vector<uint8_t> placed_without_direct_map(uint32_t) {
+  return raw::frame(22, raw::Bytes().zeros(40).u64(0).u64(8).u64(7).bytes());
+}
 std::vector<uint8_t> goodbye_unknown_reason(uint32_t) { return raw::frame(6, raw::Bytes().u32(7).u32(0).bytes()); }
 
 // Failover's frames (docs/protocol.md, "Failover"). Without the capability on both sides
@@ -242,6 +249,8 @@ INSTANTIATE_TEST_SUITE_P(
         Violation{"HugeBodyLength", huge_body_length}, Violation{"EagerBeyondCredit", eager_beyond_credit},
         Violation{"CreditNeverGranted", credit_never_granted}, Violation{"CtsForUnknownSend", cts_unknown_send},
         Violation{"GoodbyeUnknownReason", goodbye_unknown_reason},
+        Violation{"MapWithoutDirectMapping", map_without_direct_map},
+        Violation{"PlacedWithoutDirectMapping", placed_without_direct_map},
         Violation{"ReceivedWithoutFailover", received_without_failover},
         Violation{"RetireWithoutFailover", retire_without_failover},
         Violation{"ResendChunkWithoutFailover", resend_without_failover},

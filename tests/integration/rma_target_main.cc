@@ -250,8 +250,8 @@ int run(const Flags& flags) {
     } else if (cmd == "rss") {
       print_line("RSS " + std::to_string(vm_kb("VmRSS")) + " " + std::to_string(vm_kb("VmHWM")));
     } else if (cmd == "notes") {
-      // Notifications are queued before the RESP goes out, so everything the test saw
-      // answered is in some endpoint's queue by now.
+      // Notifications are queued before the put completes (its RESP, or through a
+      // mapping its ACK), so everything the test saw complete is in a queue by now.
       for (auto& ep : endpoints.snapshot()) {
         while (auto n = ep->poll_notification()) {
           notes.push_back(std::to_string(n->value) + ":" + std::to_string(static_cast<uint32_t>(n->region)) + ":" +

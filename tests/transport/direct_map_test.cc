@@ -222,5 +222,58 @@ TEST(DirectMaps, NoMoreThanMaxKeysAreRemembered) {
   EXPECT_TRUE(maps.find(one_more, 0, 8, Access::kRemoteRead).unknown);
 }
 
+TEST(DirectMaps, CreditsAddUpToTheBoundAndNoFurther) {
+  DirectMaps maps;
+  EXPECT_FALSE(maps.has_credit());
+  ASSERT_TRUE(maps.add_credits(64).is_ok());
+  EXPECT_TRUE(maps.has_credit());
+  for (int i = 0; i < 64; ++i) maps.spend_credit();
+  EXPECT_FALSE(maps.has_credit());
+  ASSERT_TRUE(maps.add_credits(wire::kMaxPlacedCredits).is_ok());
+  EXPECT_EQ(maps.add_credits(1).code(), StatusCode::kProtocol);
+}
+
+/// A PLACED frame of `key` (as the initiator sends it).
+wire::PlacedFrame placed(const RemoteKey& key, uint64_t offset, uint64_t length) {
+  return wire::PlacedFrame{.key = key.serialize(), .offset = offset, .length = length, .notify = 9};
+}
+
+TEST(DirectGrants, APlacedFrameMustNameAGrantedKeyInsideItsWindowWithAPlaceLeft) {
+  const RemoteKey key = window(4096, 8192, Access::kRemoteWrite);
+  DirectGrants grants;
+  EXPECT_FALSE(grants.any());
+  ASSERT_TRUE(grants.grant(key));
+  EXPECT_TRUE(grants.any());
+  EXPECT_EQ(grants.placed(placed(key, 0, 8)).status().code(), StatusCode::kProtocol) << "no place given yet";
+  grants.credited(2);
+  auto got = grants.placed(placed(key, 8192 - 8, 8));
+  ASSERT_TRUE(got) << got.status().to_string();
+  EXPECT_EQ(*got, key);
+  EXPECT_EQ(grants.handled(), 1u);
+  EXPECT_EQ(grants.credits_out(), 1u);
+
+  RemoteKey other = key;
+  other.secret ^= 1;
+  EXPECT_EQ(grants.placed(placed(other, 0, 8)).status().code(), StatusCode::kProtocol) << "never granted";
+  EXPECT_EQ(grants.placed(placed(key, 8192 - 7, 8)).status().code(), StatusCode::kProtocol) << "past the window";
+  EXPECT_EQ(grants.placed(placed(key, 8193, 0)).status().code(), StatusCode::kProtocol) << "past the window";
+  const RemoteKey read_only = window(0, 4096, Access::kRemoteRead);
+  ASSERT_TRUE(grants.grant(read_only));
+  EXPECT_EQ(grants.placed(placed(read_only, 0, 8)).status().code(), StatusCode::kProtocol) << "no write right";
+  wire::PlacedFrame garbage = placed(key, 0, 8);
+  garbage.key[0] = std::byte{0xEE};
+  EXPECT_EQ(grants.placed(garbage).status().code(), StatusCode::kProtocol) << "bytes that are no key";
+  EXPECT_EQ(grants.credits_out(), 1u) << "a refused frame spends no place";
+  ASSERT_TRUE(grants.placed(placed(key, 8192, 0)));  // empty, at the window's end
+  EXPECT_EQ(grants.handled(), 2u);
+}
+
+TEST(DirectGrants, NoMoreThanMaxKeysAreGranted) {
+  DirectGrants grants;
+  for (uint64_t i = 0; i < DirectMaps::kMaxKeys; ++i) ASSERT_TRUE(grants.grant(window(i * 8, 8, Access::kRemoteWrite)));
+  EXPECT_TRUE(grants.grant(window(0, 8, Access::kRemoteWrite))) << "one granted already";
+  EXPECT_FALSE(grants.grant(window(DirectMaps::kMaxKeys * 8, 8, Access::kRemoteWrite)));
+}
+
 }  // namespace
 }  // namespace remora::detail

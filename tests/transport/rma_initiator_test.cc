@@ -367,5 +367,41 @@ TEST(RmaInitiatorTest, FailCompletesEveryOperationAndFlushWithTheReason) {
   EXPECT_EQ(h.owner.frames.size(), 1u) << "the waiting put was never issued";
 }
 
+// Placed puts (a notified put through a mapping, reported in a PLACED frame): complete
+// at the peer's ACK, oldest first, and in the flush order of every other put.
+TEST(RmaInitiatorTest, PlacedPutsCompleteAtTheAckThatCountsThemAndFlushCoversThem) {
+  Harness h;
+  h.put();  // the usual way, before them
+  Request a = h.initiator.placed(8);
+  Request b = h.initiator.placed(16);
+  Request flush = h.initiator.flush();
+  EXPECT_EQ(h.initiator.placed_pending(), 2u);
+  ASSERT_TRUE(h.initiator.placed_acked(1).is_ok());
+  EXPECT_EQ(code(a), StatusCode::kOk);
+  EXPECT_EQ(a.bytes(), 8u);
+  EXPECT_EQ(code(b), StatusCode::kInProgress);
+  ASSERT_TRUE(h.initiator.placed_acked(2).is_ok());
+  EXPECT_EQ(code(b), StatusCode::kOk);
+  EXPECT_EQ(code(flush), StatusCode::kInProgress) << "the usual put before them is still pending";
+  h.resp(0);
+  EXPECT_EQ(code(flush), StatusCode::kOk);
+  EXPECT_EQ(h.stats.rma_bytes_put, 8u + 16u + 8u);
+}
+
+TEST(RmaInitiatorTest, AnAckThatGoesBackOrPastWhatWasSentIsAProtocolError) {
+  Harness h;
+  EXPECT_EQ(h.initiator.placed_acked(1).code(), StatusCode::kProtocol) << "nothing was sent";
+  Request a = h.initiator.placed(8);
+  Request b = h.initiator.placed(8);
+  EXPECT_EQ(h.initiator.placed_acked(3).code(), StatusCode::kProtocol) << "past what was sent";
+  ASSERT_TRUE(h.initiator.placed_acked(1).is_ok());
+  EXPECT_EQ(h.initiator.placed_acked(1).code(), StatusCode::kProtocol) << "the same count again";
+  EXPECT_EQ(code(b), StatusCode::kInProgress);
+  h.initiator.fail(Status(StatusCode::kPeerFailed, "gone"));
+  EXPECT_EQ(code(a), StatusCode::kOk);
+  EXPECT_EQ(code(b), StatusCode::kPeerFailed) << "a failure completes the placed puts still waiting";
+  EXPECT_EQ(h.initiator.placed_pending(), 0u);
+}
+
 }  // namespace
 }  // namespace remora::detail

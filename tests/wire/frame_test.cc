@@ -106,9 +106,12 @@ bool same_frame(const Frame& a, const Frame& b) {
           return x.stream == y.stream;
         } else if constexpr (std::is_same_v<T, HandledFrame>) {
           return x.bytes == y.bytes && x.resumed == y.resumed;
+        } else if constexpr (std::is_same_v<T, MapFrame>) {
+          return x.op == y.op && x.fd == y.fd && x.code == y.code && x.region_bytes == y.region_bytes &&
+                 x.count == y.count && x.key == y.key;
         } else {
-          static_assert(std::is_same_v<T, MapFrame>, "same_frame: a frame type is not compared");
-          return x.op == y.op && x.fd == y.fd && x.code == y.code && x.region_bytes == y.region_bytes && x.key == y.key;
+          static_assert(std::is_same_v<T, PlacedFrame>, "same_frame: a frame type is not compared");
+          return x.key == y.key && x.offset == y.offset && x.length == y.length && x.notify == y.notify;
         }
       },
       a);
@@ -617,6 +620,28 @@ std::vector<Golden> goldens() {
                       0x00,
                       0x00}),  // region_bytes: none
                kKeyWire})},    // the key, echoed
+      {"map_credit", MapFrame{.op = MapOp::kCredit, .count = 64},
+       concat({bytes({0x15, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,    // type 21, no flags, body 64
+                      0x04, 0x00, 0x00, 0x00,                            // op CREDIT
+                      0x00, 0x00, 0x00, 0x00,                            // fd: none
+                      0x00, 0x00, 0x00, 0x00,                            // code: none
+                      0x00, 0x00, 0x00, 0x00,                            // reserved
+                      0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // credits: 64 places
+               Bytes(kKeySize, std::byte{0})})},                         // no key
+      {"map_ack", MapFrame{.op = MapOp::kAck, .count = 0x0102},
+       concat({bytes({0x15, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,    // type 21, no flags, body 64
+                      0x05, 0x00, 0x00, 0x00,                            // op ACK
+                      0x00, 0x00, 0x00, 0x00,                            // fd: none
+                      0x00, 0x00, 0x00, 0x00,                            // code: none
+                      0x00, 0x00, 0x00, 0x00,                            // reserved
+                      0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}),  // PLACED frames handled so far
+               Bytes(kKeySize, std::byte{0})})},                         // no key
+      {"placed", PlacedFrame{.key = test_key(), .offset = 0x10, .length = 0x0102, .notify = 0x0102030405060708},
+       concat({bytes({0x16, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00}),     // type 22, no flags, body 64
+               kKeyWire,                                                    // a key the receiver granted
+               bytes({0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // offset in its window
+                      0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // length written
+                      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})})},  // the notification
   };
 }
 
@@ -793,7 +818,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 22, 0x80, 0xFF}) {
+  for (int type : {0, 23, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -992,12 +1017,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x16};
+  bad[0] = std::byte{0x17};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 22");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 23");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -1047,7 +1072,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kRejoined), "REJOINED");
   EXPECT_EQ(to_string(FrameType::kHandled), "HANDLED");
   EXPECT_EQ(to_string(FrameType::kMap), "MAP");
-  EXPECT_EQ(to_string(static_cast<FrameType>(22)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kPlaced), "PLACED");
+  EXPECT_EQ(to_string(static_cast<FrameType>(23)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -1674,7 +1700,7 @@ TEST(MapReject, FieldsTheOpDoesNotAllow) {
     put_le(wire, kFrameHeaderSize + at, value, width);
     return wire;
   };
-  for (uint64_t op : {0u, 4u, 0xFFFFFFFFu}) expect_protocol_error(with("map_request", 0, op), "MAP frame: unknown op");
+  for (uint64_t op : {0u, 6u, 0xFFFFFFFFu}) expect_protocol_error(with("map_request", 0, op), "MAP frame: unknown op");
   expect_protocol_error(with("map_request", 4, 3), "do not fit op 1");
   expect_protocol_error(with("map_request", 8, 5), "do not fit op 1");
   expect_protocol_error(with("map_request", 16, 4096, 8), "do not fit op 1");
@@ -1685,9 +1711,32 @@ TEST(MapReject, FieldsTheOpDoesNotAllow) {
   expect_protocol_error(with("map_refuse", 4, 3), "do not fit op 3");
   expect_protocol_error(with("map_refuse", 16, 4096, 8), "do not fit op 3");
   for (uint64_t code : {0u, 1u, 17u}) expect_protocol_error(with("map_refuse", 8, code), "do not fit op 3");
+  expect_protocol_error(with("map_credit", 4, 3), "do not fit op 4");
+  expect_protocol_error(with("map_credit", 8, 5), "do not fit op 4");
+  expect_protocol_error(with("map_credit", 16, 0, 8), "do not fit op 4");
+  expect_protocol_error(with("map_credit", 16, kMaxPlacedCredits + 1, 8), "do not fit op 4");
+  expect_protocol_error(with("map_credit", 24, 1, 1), "do not fit op 4");  // a key where none goes
+  EXPECT_TRUE(decode_frame(with("map_credit", 16, kMaxPlacedCredits, 8), kLimits).is_ok());
+  expect_protocol_error(with("map_ack", 4, 3), "do not fit op 5");
+  expect_protocol_error(with("map_ack", 16, 0, 8), "do not fit op 5");
+  expect_protocol_error(with("map_ack", 30, 1, 1), "do not fit op 5");
+  EXPECT_TRUE(decode_frame(with("map_ack", 16, UINT64_MAX, 8), kLimits).is_ok());
   Bytes flagged = golden("map_request");
   flagged[1] = std::byte{0x01};
   expect_protocol_error(flagged, "flags 0x01 has undefined bits");
+}
+
+// PLACED: a range that ends past 2^64 is refused before the receiver looks at the key.
+TEST(PlacedReject, ARangePastTheEndOfTheAddressSpace) {
+  Bytes wire = golden("placed");
+  put_le(wire, kFrameHeaderSize + 40, UINT64_MAX, 8);
+  expect_protocol_error(wire, "PLACED frame: 258 bytes at offset 18446744073709551615 end past 2^64");
+  Bytes flagged = golden("placed");
+  flagged[1] = std::byte{0x01};
+  expect_protocol_error(flagged, "flags 0x01 has undefined bits");
+  Bytes end_at_top = golden("placed");
+  put_le(end_at_top, kFrameHeaderSize + 40, UINT64_MAX - 0x0102, 8);  // ends exactly at 2^64: the receiver judges it
+  EXPECT_TRUE(decode_frame(end_at_top, kLimits).is_ok());
 }
 
 TEST(SameHostReject, LengthZero) {

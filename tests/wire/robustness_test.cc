@@ -62,7 +62,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(21)) {
+    switch (below(22)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -159,14 +159,27 @@ class Generator {
       case 18: f = RejoinedFrame{.stream = static_cast<uint16_t>(interesting_u64())}; break;
       case 19: f = HandledFrame{.bytes = interesting_u64(), .resumed = below(2) == 1}; break;
       case 20: {
-        const auto op = static_cast<MapOp>(1 + below(3));
-        KeyBytes key;
-        for (auto& b : key) b = static_cast<std::byte>(below(256));
+        const auto op = static_cast<MapOp>(1 + below(5));
+        const bool counted = op == MapOp::kCredit || op == MapOp::kAck;
+        KeyBytes key{};
+        if (!counted) {
+          for (auto& b : key) b = static_cast<std::byte>(below(256));
+        }
         f = MapFrame{.op = op,
                      .fd = op == MapOp::kGrant ? static_cast<uint32_t>(interesting_u64() & 0x7FFFFFFF) : 0,
                      .code = op == MapOp::kRefuse ? static_cast<StatusCode>(2 + below(15)) : StatusCode::kOk,
                      .region_bytes = op == MapOp::kGrant ? interesting_u64() | 1 : 0,
+                     .count = op == MapOp::kCredit ? 1 + interesting_u64() % kMaxPlacedCredits
+                              : op == MapOp::kAck  ? interesting_u64() | 1
+                                                   : 0,
                      .key = key};
+        break;
+      }
+      case 21: {
+        // A range that does not end past 2^64 (the decoder refuses those).
+        const uint64_t offset = interesting_u64(), room = UINT64_MAX - offset;
+        const uint64_t length = room == UINT64_MAX ? interesting_u64() : interesting_u64() % (room + 1);
+        f = PlacedFrame{.key = key(), .offset = offset, .length = length, .notify = interesting_u64()};
         break;
       }
       case 10:
