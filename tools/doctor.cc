@@ -1,6 +1,7 @@
 // tools/doctor.cc — `remora doctor`: the capability report, human-readable or as JSON.
 #include "doctor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 #include "core/cpus.h"
 #include "net/rails.h"
 #include "net/same_host.h"
+#include "net/shm_ring.h"
 #include "remora/config.h"
 #include "remora/cuda.h"
 #include "remora/version.h"
@@ -97,31 +99,65 @@ std::string pull_huge_pages_note() {
   return fmt::format("it stays on 4 KiB pages: MADV_COLLAPSE failed here ({})", std::strerror(err));
 }
 
-/// Whether two processes of this user on this host can read each other's chunks
-/// (same-host pulls, docs/protocol.md): tried for real between two children of this
-/// process, siblings as a launcher's ranks are, the second reading the first's probe
-/// word with process_vm_readv exactly as an endpoint does. Yama's ptrace_scope says why not.
-ProbeAnswer same_host_answer() {
-  ProbeAnswer a;
+/// What two sibling processes of this user could do with each other (tried for real by
+/// same_host_probe): read memory (same-host pulls), and take and map a sealed memfd (the
+/// shared-memory channel's rings and direct mappings). Each "" where it worked.
+struct SameHostProbe {
+  std::string pulls = "fork failed";
+  std::string shared = "fork failed";
+  std::string yama;
   std::string scope;
-  if (std::ifstream in("/proc/sys/kernel/yama/ptrace_scope"); !(in >> scope)) scope.clear();
-  const std::string yama = scope.empty() ? "no Yama LSM" : "Yama ptrace_scope " + scope;
+  bool off = false;  // REMORA_SAME_HOST=off: nothing was tried
+};
+
+/// The word the probe's memfd holds, which the sibling's mapping must show.
+constexpr uint64_t kProbeWord = 0x52454d4f52414d50;
+
+/// Takes the sibling's memfd `fd` of process `pid` as the channel and mappings do
+/// (pidfd_getfd), checks its seals and maps it; "" when the mapping shows kProbeWord.
+std::string shared_memory_refusal(pid_t pid, int fd) {
+  auto taken = net::take_peer_fd(pid, fd);
+  if (!taken) return "pidfd_getfd: " + taken.status().message();
+  auto size = net::sealed_memfd_size(taken->get(), "the probe's memfd");
+  if (!size) return size.status().message();
+  void* map = ::mmap(nullptr, *size, PROT_READ, MAP_SHARED, taken->get(), 0);
+  if (map == MAP_FAILED) return std::string("mmap: ") + std::strerror(errno);
+  uint64_t word = 0;
+  std::memcpy(&word, map, sizeof word);
+  ::munmap(map, *size);
+  return word == kProbeWord ? "" : "the mapping did not show the sibling's bytes";
+}
+
+/// Tried between two children of this process, siblings as a launcher's ranks are: the
+/// second reads the first's probe word with process_vm_readv exactly as an endpoint
+/// does, then takes a sealed memfd the first holds and maps it, as the shared-memory
+/// channel does. Yama's ptrace_scope says why not.
+SameHostProbe same_host_probe() {
+  SameHostProbe p;
+  if (std::ifstream in("/proc/sys/kernel/yama/ptrace_scope"); !(in >> p.scope)) p.scope.clear();
+  p.yama = p.scope.empty() ? "no Yama LSM" : "Yama ptrace_scope " + p.scope;
   const char* env = std::getenv("REMORA_SAME_HOST");
   if (env != nullptr && std::string_view(env) == "off") {
-    a.state = ProbeAnswer::State::kNo;
-    a.reason = "REMORA_SAME_HOST=off: every byte between processes of this host goes over loopback TCP";
-    a.fix = "unset REMORA_SAME_HOST (or set it to auto)";
-    return a;
+    p.off = true;
+    return p;
   }
   const net::HostIdentity me = net::this_host();  // the probe word is set before the fork
+  // The memfd the first child holds (inherited): sealed, one page, kProbeWord first.
+  int memfd = ::memfd_create("remora-doctor-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (memfd >= 0 && (::pwrite(memfd, &kProbeWord, sizeof kProbeWord, 0) != sizeof kProbeWord ||
+                     ::ftruncate(memfd, 4096) != 0 || ::fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)) {
+    ::close(memfd);
+    memfd = -1;
+  }
+  const std::string no_memfd = std::string("memfd_create or its seals: ") + std::strerror(errno);
   int holder_pipe[2], reader_pipe[2];
   if (::pipe(holder_pipe) != 0 || ::pipe(reader_pipe) != 0) {
-    a.state = ProbeAnswer::State::kUnknown;
-    a.reason = std::string("pipe: ") + std::strerror(errno);
-    return a;
+    p.pulls = p.shared = std::string("pipe: ") + std::strerror(errno);
+    if (memfd >= 0) ::close(memfd);
+    return p;
   }
   const pid_t holder = ::fork();
-  if (holder == 0) {  // holds its probe word until the doctor closes the pipe
+  if (holder == 0) {  // holds its probe word and memfd until the doctor closes the pipe
     ::close(holder_pipe[1]);
     ::close(reader_pipe[0]);
     ::close(reader_pipe[1]);
@@ -131,7 +167,8 @@ ProbeAnswer same_host_answer() {
     ::_exit(0);
   }
   ::close(holder_pipe[0]);
-  std::string refusal = "fork failed";
+  std::string answer;  // the reading child's: pulls' refusal, a newline, shared memory's
+  bool answered = false;
   if (holder > 0) {
     net::HostIdentity peer = me;
     peer.pid = static_cast<uint32_t>(holder);
@@ -139,19 +176,25 @@ ProbeAnswer same_host_answer() {
     if (reader == 0) {
       ::close(holder_pipe[1]);
       ::close(reader_pipe[0]);
-      const std::string why = net::same_host_refusal(peer);
-      (void)!::write(reader_pipe[1], why.data(), why.size());
+      std::string out = net::same_host_refusal(peer) + "\n";
+      if (memfd >= 0) {
+        ::close(memfd);  // its own copy: the memfd must come from the sibling
+        out += shared_memory_refusal(holder, memfd);
+      } else {
+        out += no_memfd;
+      }
+      (void)!::write(reader_pipe[1], out.data(), out.size());
       ::_exit(0);
     }
     ::close(reader_pipe[1]);
     if (reader > 0) {
-      refusal.clear();
       char buf[512];
       ssize_t n;
-      while ((n = ::read(reader_pipe[0], buf, sizeof buf)) > 0) refusal.append(buf, static_cast<size_t>(n));
+      while ((n = ::read(reader_pipe[0], buf, sizeof buf)) > 0) answer.append(buf, static_cast<size_t>(n));
       int status = 0;
       (void)::waitpid(reader, &status, 0);
-      if (!WIFEXITED(status)) refusal = "the reading child did not finish";
+      answered = WIFEXITED(status) && answer.find('\n') != std::string::npos;
+      if (!answered) p.pulls = p.shared = "the reading child did not finish";
     }
     ::close(reader_pipe[0]);
   } else {
@@ -159,22 +202,72 @@ ProbeAnswer same_host_answer() {
     ::close(reader_pipe[1]);
   }
   ::close(holder_pipe[1]);
+  if (memfd >= 0) ::close(memfd);
   if (holder > 0) (void)::waitpid(holder, nullptr, 0);
-  if (refusal.empty()) {
+  if (answered) {
+    const size_t nl = answer.find('\n');
+    p.pulls = answer.substr(0, nl);
+    p.shared = answer.substr(nl + 1);
+  }
+  return p;
+}
+
+/// The fix where Yama keeps processes of one user from each other, if it does.
+std::string yama_fix(const SameHostProbe& p) {
+  if (p.scope.empty() || p.scope == "0") return "";
+  return "sysctl kernel.yama.ptrace_scope=0 lets processes of one user read each other, as a debugger could";
+}
+
+/// Whether two processes of this user on this host can read each other's chunks
+/// (same-host pulls, docs/protocol.md).
+ProbeAnswer same_host_answer(const SameHostProbe& p) {
+  ProbeAnswer a;
+  if (p.off) {
+    a.state = ProbeAnswer::State::kNo;
+    a.reason = "REMORA_SAME_HOST=off: every byte between processes of this host goes over loopback TCP";
+    a.fix = "unset REMORA_SAME_HOST (or set it to auto)";
+    return a;
+  }
+  if (p.pulls.empty()) {
     a.state = ProbeAnswer::State::kYes;
     a.detail = fmt::format(
         "a process of this user read a sibling's memory with process_vm_readv ({}): endpoints "
         "between processes of this host read each other's chunks straight out of memory "
         "(REMORA_SAME_HOST=auto); memory read again and again: {}",
-        yama, pull_huge_pages_note());
+        p.yama, pull_huge_pages_note());
     a.reason = "other users, other network or pid namespaces (containers) and non-dumpable processes stay on TCP";
     return a;
   }
   a.state = ProbeAnswer::State::kNo;
-  a.reason = fmt::format("{} ({}): endpoints between processes of this host use loopback TCP", refusal, yama);
-  if (!scope.empty() && scope != "0") {
-    a.fix = "sysctl kernel.yama.ptrace_scope=0 lets processes of one user read each other, as a debugger could";
+  a.reason = fmt::format("{} ({}): endpoints between processes of this host use loopback TCP", p.pulls, p.yama);
+  a.fix = yama_fix(p);
+  return a;
+}
+
+/// Whether two processes of this user on this host can map each other's shared memory
+/// (the shared-memory channel and direct mappings, docs/protocol.md).
+ProbeAnswer shared_memory_answer(const SameHostProbe& p) {
+  ProbeAnswer a;
+  if (p.off) {
+    a.state = ProbeAnswer::State::kNo;
+    a.reason = "REMORA_SAME_HOST=off: no shared-memory channel and no direct mappings";
+    a.fix = "unset REMORA_SAME_HOST (or set it to auto)";
+    return a;
   }
+  if (p.shared.empty()) {
+    a.state = ProbeAnswer::State::kYes;
+    a.detail = fmt::format(
+        "a process of this user took a sibling's sealed memfd with pidfd_getfd and mapped it ({}): "
+        "between processes of this host the control stream runs in shared-memory rings, and puts and "
+        "gets of at most 16 KiB into pool buffers are a copy through a mapping (direct mappings)",
+        p.yama);
+    a.reason = "not with REMORA_ENCRYPT (sealed endpoints stay on TCP), nor where same-host pulls are refused";
+    return a;
+  }
+  a.state = ProbeAnswer::State::kNo;
+  a.reason =
+      fmt::format("{} ({}): the control stream between processes of this host stays on loopback TCP", p.shared, p.yama);
+  a.fix = yama_fix(p);
   return a;
 }
 
@@ -390,7 +483,9 @@ void print_report(const CapabilityReport& r) {
   print_answer("zcrx copy mode", r.host.zcrx_copy);
   print_answer("kernel TLS (not used)", r.host.kernel_tls);
   print_answer("encryption (libsodium)", r.host.sealing);
-  print_answer("same-host pulls", same_host_answer());
+  const SameHostProbe same_host = same_host_probe();
+  print_answer("same-host pulls", same_host_answer(same_host));
+  print_answer("same-host shared memory", shared_memory_answer(same_host));
   print_answer("rxq (devmem receive)", rxq_answer());
   print_cuda(remora::probe_cuda());
   print_rails(rails_view());
@@ -439,6 +534,7 @@ void print_answer(std::string_view label, const ProbeAnswer& a) {
 nlohmann::json doctor_json(const CapabilityReport& r) {
   nlohmann::json interfaces = nlohmann::json::array();
   for (const auto& c : r.interfaces) interfaces.push_back(interface_json(c));
+  const SameHostProbe same_host = same_host_probe();
   return {{"remora_version", version_string()},
           {"kernel", r.host.kernel},
           {"hardware_note", r.hardware_note},
@@ -451,7 +547,8 @@ nlohmann::json doctor_json(const CapabilityReport& r) {
             {"zcrx_copy", answer_json(r.host.zcrx_copy)},
             {"kernel_tls", answer_json(r.host.kernel_tls)},
             {"sealing", answer_json(r.host.sealing)},
-            {"same_host_pulls", answer_json(same_host_answer())},
+            {"same_host_pulls", answer_json(same_host_answer(same_host))},
+            {"same_host_shared_memory", answer_json(shared_memory_answer(same_host))},
             {"rxq", answer_json(rxq_answer())},
             {"cuda", cuda_json(remora::probe_cuda())}}},
           {"interfaces", std::move(interfaces)},

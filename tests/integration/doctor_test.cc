@@ -100,7 +100,7 @@ nlohmann::json parse_report(const DoctorRun& r) {
   }
   EXPECT_NE(doc["hardware_note"].get<std::string>().find("devmem-capable hardware"), std::string::npos);
   for (const char* key : {"dmabuf_source", "netdev_family", "ethtool_family", "io_uring", "msg_zerocopy", "zcrx_copy",
-                          "kernel_tls", "sealing", "same_host_pulls", "rxq", "cuda"}) {
+                          "kernel_tls", "sealing", "same_host_pulls", "same_host_shared_memory", "rxq", "cuda"}) {
     expect_answer(doc["host"][key], std::string("host ") + key);
   }
   // The ciphers REMORA_ENCRYPT has here: ChaCha20-Poly1305 always, and the one `on` takes.
@@ -128,10 +128,14 @@ nlohmann::json parse_report(const DoctorRun& r) {
   } else if (zcopy["state"] == "yes") {
     EXPECT_NE(zcopy["reason"].get<std::string>().find("nothing is zero-copy"), std::string::npos) << zcopy.dump();
   }
-  // Same-host pulls were tried for real between two sibling processes. As root (CI),
-  // the kernel lets one read the other whatever Yama says: yes.
-  if (::geteuid() == 0) {
+  // Same-host pulls and a sibling's memfd taken and mapped were tried for real between
+  // two sibling processes. As root (CI), the kernel lets one take the other's memory
+  // whatever Yama says: yes, both (unless the run turned them off: below).
+  const bool same_host_off =
+      doc["host"]["same_host_pulls"]["reason"].get<std::string>().starts_with("REMORA_SAME_HOST=off");
+  if (::geteuid() == 0 && !same_host_off) {
     EXPECT_EQ(doc["host"]["same_host_pulls"]["state"], "yes") << doc["host"]["same_host_pulls"].dump();
+    EXPECT_EQ(doc["host"]["same_host_shared_memory"]["state"], "yes") << doc["host"]["same_host_shared_memory"].dump();
   }
   // No GPU driver on the machines this runs on in CI: the driver's own reason. Where one
   // loads, a yes with its devices.
@@ -284,6 +288,19 @@ TEST(Doctor, ListsTheRailsItWouldUseAndWhyNotTheOthers) {
   EXPECT_NE(j["error"].get<std::string>().find("REMORA_RAILS='ib': matches no interface"), std::string::npos)
       << j.dump();
   EXPECT_EQ(reason(j, "rla0"), "not named by REMORA_RAILS");
+}
+
+TEST(Doctor, SameHostOffTurnsPullsAndSharedMemoryOffWithTheWayBack) {
+  const DoctorRun r = doctor({"--json", "--no-bind", "-i", "lo"}, {}, {"REMORA_SAME_HOST=off"});
+  const nlohmann::json doc = parse_report(r);
+  ASSERT_FALSE(doc.is_null()) << r.out;
+  for (const char* key : {"same_host_pulls", "same_host_shared_memory"}) {
+    const auto& a = doc["host"][key];
+    expect_answer(a, key);
+    EXPECT_EQ(a["state"], "no") << a.dump();
+    EXPECT_NE(a["reason"].get<std::string>().find("REMORA_SAME_HOST=off"), std::string::npos) << a.dump();
+    EXPECT_NE(a["fix"].get<std::string>().find("unset REMORA_SAME_HOST"), std::string::npos) << a.dump();
+  }
 }
 
 TEST(Doctor, SaysWhichThreadsMoveTheDataStreamsAndRefusesWhatAContextWould) {
