@@ -259,7 +259,7 @@ ProbeAnswer shared_memory_answer(const SameHostProbe& p) {
     a.detail = fmt::format(
         "a process of this user took a sibling's sealed memfd with pidfd_getfd and mapped it ({}): "
         "between processes of this host the control stream runs in shared-memory rings, and puts and "
-        "gets of at most 16 KiB into pool buffers are a copy through a mapping (direct mappings)",
+        "gets of at most 16 KiB and atomics into pool buffers go through a mapping (direct mappings)",
         p.yama);
     a.reason = "not with REMORA_ENCRYPT (sealed endpoints stay on TCP), nor where same-host pulls are refused";
     return a;

@@ -28,9 +28,10 @@
 // - put with a notification: the target queues the 64-bit value exactly once, after
 //   all of the put's bytes are visible in its memory, and only then acknowledges.
 // - get: completes when every byte is in the local buffer (or with the refusal).
-// - fetch_add / compare_swap: 8-byte-aligned u64 words, executed by the target with
-//   hardware atomics, so they are atomic with respect to every other remora atomic on
-//   that word from any peer (and to std::atomic_ref use by the target itself).
+// - fetch_add / compare_swap: 8-byte-aligned u64 words, executed with hardware atomics
+//   (by the target, or between processes of one host by the initiator itself through a
+//   mapping of the target's pool memory), so they are atomic with respect to every other
+//   remora atomic on that word from any peer (and to std::atomic_ref use by the target).
 //   Atomics posted on one endpoint execute at the target in posting order.
 // - Puts and gets are NOT ordered with each other: chunks of different operations
 //   travel over different data streams. flush() is the fence: it completes when every
@@ -137,11 +138,11 @@ struct EndpointStats {
   /// Why the control stream is not in shared memory both ways ("" when it is, or while
   /// it is being set up): the same-host reasons above, or the kernel's refusal.
   std::string shm_reason;
-  /// Direct mappings (docs/guide.md, "Same-host pulls"): puts and gets of at most 16 KiB,
-  /// counted in `puts` and `gets`, that this side did as a copy through its own mapping
-  /// of the peer's memory (pool buffers of a same-host peer): complete when the call
-  /// returned, or for a put with a notification once the peer queued it (the peer only
-  /// queues the notification: its served_puts and served_gets do not count them); and
+  /// Direct mappings (docs/guide.md, "Same-host pulls"): puts and gets of at most 16 KiB
+  /// and atomics, counted in `puts`, `gets` and `atomics`, that this side did through its
+  /// own mapping of the peer's memory (pool buffers of a same-host peer): complete when
+  /// the call returned, or for a put with a notification once the peer queued it (the
+  /// peer only queues the notification: its served_* counters do not count them); and
   /// why the last key the peer did not let this side map was refused ("" if none was).
   uint64_t direct = 0;
   std::string direct_reason;

@@ -271,7 +271,7 @@ constexpr ConfigVariable kVariables[] = {
      .choices = kAutoOff,
      .field = "same_host_pulls",
      .doc = "`auto`: a peer on this host reads chunks straight out of this process's memory, the control "
-            "stream between them runs in shared memory, and small puts and gets into pool buffers are a copy "
+            "stream between them runs in shared memory, and small puts, gets and atomics into pool buffers go "
             "through a mapping; `off`: every byte on TCP"},
     {.name = "REMORA_PULL_HUGEPAGES",
      .section = kContext,

@@ -396,6 +396,16 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// PLACED frame, on one of the places the peer's CREDITs gave this side.
   Request try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key, uint64_t offset,
                      std::optional<uint64_t> notify = std::nullopt);
+  /// An atomic done through a mapping (a hardware atomic on the peer's word); an invalid
+  /// Request when it must go the usual way.
+  Request try_direct_atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
+                            uint64_t operand, uint64_t compare);
+  /// Where [offset, offset + length) of `key`'s window is mapped here, when this side may
+  /// go through the mapping now (lock held): the channel up both ways, the key granted,
+  /// nothing in flight the usual way, `local` (if any) host memory. A key never seen is
+  /// asked about (MAP REQUEST) and goes the usual way meanwhile.
+  DirectMaps::Found direct_target(const RemoteKey& key, uint64_t offset, uint64_t length, Access needed,
+                                  std::span<const std::byte> local);
   void handle_map(const wire::MapFrame& f);
   /// The peer put through its mapping of a key this side granted: its notification.
   void handle_placed(const wire::PlacedFrame& f);

@@ -181,6 +181,7 @@ Request EndpointCore::post_segmented(std::span<const TransferItem> items, std::s
 
 Request EndpointCore::atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
                              uint64_t operand, uint64_t compare) {
+  if (Request done = try_direct_atomic(result, key, offset, op, operand, compare); done.valid()) return done;
   // The operands travel in the ATOMIC frame and the result in the RESP: no data path.
   engine::ProgressEngine::Guard guard(*engine_);
   if (Status refused = admission(); !refused) return failed_request(std::move(refused));

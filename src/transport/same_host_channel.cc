@@ -3,6 +3,7 @@
 // the same-host checks (same_host_pulls.cc); then the control stream's bytes go through
 // rings in shared memory (shm_channel.h) and the TCP control socket only says whether
 // the peer lives.
+#include <atomic>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -172,22 +173,19 @@ bool EndpointCore::direct_negotiated() const noexcept {
   return shm_negotiated() && (params_.peer_capabilities & wire::kCapDirectMap) != 0;
 }
 
-Request EndpointCore::try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key,
-                                 uint64_t offset, std::optional<uint64_t> notify) {
-  if (local.size() > SharedArenaState::kMaxBuffer || !direct_negotiated()) return {};
-  engine::ProgressEngine::Guard guard(*engine_);
+DirectMaps::Found EndpointCore::direct_target(const RemoteKey& key, uint64_t offset, uint64_t length, Access needed,
+                                              std::span<const std::byte> local) {
   // Only with the control stream in shared memory both ways (the peer is this host's and
   // alive).
   if (state_ != State::kActive || shm_ == nullptr || !shm_->tx_on() || !shm_->rx_on()) return {};
-  const bool put = direction == Direction::kSend;
   // The key first: one the peer refused (memory it does not share) costs no more here.
-  const DirectMaps::Found found =
-      direct_.find(key, offset, local.size(), put ? Access::kRemoteWrite : Access::kRemoteRead);
+  const DirectMaps::Found found = direct_.find(key, offset, length, needed);
   if (found.at == nullptr && !found.unknown) return {};
   // With none of this side's one-sided operations in flight the usual way (a direct put
-  // must not overtake an earlier put to the same bytes), and from host memory.
+  // must not overtake an earlier put to the same bytes, nor an atomic an earlier one),
+  // and from host memory.
   if (initiator_.outstanding() != 0 || !admission().is_ok() ||
-      !paths_.memory_of(local.data(), local.size()).on_host()) {
+      (local.data() != nullptr && !paths_.memory_of(local.data(), local.size()).on_host())) {
     return {};
   }
   if (found.unknown) {
@@ -197,6 +195,17 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     }
     return {};  // this one goes the usual way; the answer comes before its reply
   }
+  return found;
+}
+
+Request EndpointCore::try_direct(Direction direction, std::span<const std::byte> local, const RemoteKey& key,
+                                 uint64_t offset, std::optional<uint64_t> notify) {
+  if (local.size() > SharedArenaState::kMaxBuffer || !direct_negotiated()) return {};
+  engine::ProgressEngine::Guard guard(*engine_);
+  const bool put = direction == Direction::kSend;
+  const DirectMaps::Found found =
+      direct_target(key, offset, local.size(), put ? Access::kRemoteWrite : Access::kRemoteRead, local);
+  if (found.at == nullptr) return {};
   // A notification needs one of the places the peer reserved in its queue: without
   // one the put goes the usual way, and the peer answers whether there is room.
   if (notify && !direct_.has_credit()) return {};
@@ -228,6 +237,29 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     stats_.rma_bytes_got += local.size();
   }
   return detail::make_request(RequestState::completed(Status::ok(), local.size(), Tag{}));
+}
+
+Request EndpointCore::try_direct_atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
+                                        uint64_t operand, uint64_t compare) {
+  if (!direct_negotiated()) return {};
+  engine::ProgressEngine::Guard guard(*engine_);
+  const DirectMaps::Found found = direct_target(key, offset, sizeof(uint64_t), Access::kRemoteAtomic, {});
+  // The arena is mapped at a page boundary here and in the peer, so a word misaligned
+  // here is misaligned there: the usual way, for the peer's refusal.
+  if (found.at == nullptr || reinterpret_cast<uintptr_t>(found.at) % alignof(uint64_t) != 0) return {};
+  // The same hardware atomic the peer's target executes (RmaTarget::serve_atomic), on the
+  // same physical word: atomic with respect to every other remora atomic on it.
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(found.at));
+  uint64_t previous = compare;
+  if (op == wire::AtomicOp::kFetchAdd) {
+    previous = word.fetch_add(operand, std::memory_order_acq_rel);
+  } else {
+    word.compare_exchange_strong(previous, operand, std::memory_order_acq_rel);
+  }
+  if (result != nullptr) *result = previous;
+  ++stats_.direct;
+  ++stats_.atomics;
+  return detail::make_request(RequestState::completed(Status::ok(), sizeof(uint64_t), Tag{}));
 }
 
 void EndpointCore::handle_map(const wire::MapFrame& f) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -223,6 +224,95 @@ TEST_F(DirectMap, SameHostOffOnThePeerKeepsEveryByteOnTcp) {
   EXPECT_EQ(st.direct, 0u);
   EXPECT_FALSE(st.shm_tx);
   expect_target_holds(expected, size);
+}
+
+TEST_F(DirectMap, AtomicsThroughTheMappingAreTheTargetsHardwareAtomics) {
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start_mapped(size));
+  Expected expected(size);
+  const auto word_at = [&](uint64_t offset) {
+    uint64_t w;
+    std::memcpy(&w, expected.slice(offset, 8).data(), 8);
+    return w;
+  };
+  const auto set_word = [&](uint64_t offset, uint64_t w) { expected.write(offset, std::as_bytes(std::span(&w, 1))); };
+  const auto wait = [](Request r) { return r.wait(std::chrono::seconds(30)); };
+
+  // fetch_add: the previous value back, the sum in the target's memory; complete at once.
+  uint64_t previous = 0;
+  Request add = ep_->fetch_add(&previous, key_, 64, 5);
+  if (can_map()) {
+    EXPECT_TRUE(add.done());
+  }
+  ASSERT_TRUE(wait(std::move(add)).is_ok());
+  EXPECT_EQ(previous, word_at(64));
+  set_word(64, word_at(64) + 5);
+  // compare_swap: a match swaps, a mismatch leaves the word and returns what is there.
+  ASSERT_TRUE(wait(ep_->compare_swap(&previous, key_, 64, {.expected = word_at(64), .desired = 42})).is_ok());
+  EXPECT_EQ(previous, word_at(64));
+  set_word(64, 42);
+  ASSERT_TRUE(wait(ep_->compare_swap(&previous, key_, 64, {.expected = 41, .desired = 7})).is_ok());
+  EXPECT_EQ(previous, 42u);
+  // A hundred more on one word, then read back through the mapping.
+  for (uint64_t i = 0; i < 100; ++i) ASSERT_TRUE(wait(ep_->fetch_add(nullptr, key_, size - 8, i)).is_ok());
+  uint64_t sum = word_at(size - 8);
+  for (uint64_t i = 0; i < 100; ++i) sum += i;
+  set_word(size - 8, sum);
+  std::vector<std::byte> back(8);
+  ASSERT_TRUE(get(back, key_, size - 8).is_ok());
+  EXPECT_TRUE(std::ranges::equal(back, expected.slice(size - 8, 8)));
+
+  // The target's refusals, the usual way: a misaligned word, past the window, no right.
+  EXPECT_EQ(wait(ep_->fetch_add(&previous, key_, 3, 1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(wait(ep_->fetch_add(&previous, key_, size - 4, 1)).code(), StatusCode::kOutOfRange);
+  auto rw = target_->window_key(0, size, "rw");
+  ASSERT_TRUE(rw) << target_->last_error();
+  const RemoteKey no_atomics = key_of(*rw);
+  ASSERT_TRUE(get(back, no_atomics, 0).is_ok());  // asks for it: granted, for gets and puts
+  EXPECT_EQ(wait(ep_->fetch_add(&previous, no_atomics, 0, 1)).code(), StatusCode::kAccessDenied);
+
+  const EndpointStats st = ep_->stats();
+  // 103 atomics and one get through the mapping; the refusals and the asking get not.
+  EXPECT_EQ(st.direct, can_map() ? 104u : 0u) << st.direct_reason;
+  EXPECT_EQ(st.atomics, 106u);
+  expect_target_holds(expected, size);
+  EXPECT_FALSE(ep_->failed());
+}
+
+TEST_F(DirectMap, AtomicsThroughTheMappingAndThroughTheTargetAtOnceLoseNoUpdate) {
+  // Two threads add to one word at once: one through the mapping, one over TCP (a
+  // context with same-host paths off), whose adds the target's progress thread does.
+  const size_t size = 4096;
+  ASSERT_NO_FATAL_FAILURE(start_mapped(size));
+  ContextOptions tcp_only;
+  tcp_only.same_host_pulls = false;
+  auto tcp_ctx = Context::create(tcp_only);
+  ASSERT_TRUE(tcp_ctx) << describe(tcp_ctx.status());
+  std::shared_ptr<Endpoint> tcp_ep = connect_to(**tcp_ctx, target_->port());
+  ASSERT_TRUE(tcp_ep);
+  Expected expected(size);
+  uint64_t start = 0;
+  std::memcpy(&start, expected.slice(128, 8).data(), 8);
+
+  constexpr uint64_t kAdds = 2000;
+  const auto adder = [&](Endpoint& ep, uint64_t step, Status* failed) {
+    for (uint64_t i = 0; i < kAdds && failed->is_ok(); ++i) {
+      *failed = ep.fetch_add(nullptr, key_, 128, step).wait(std::chrono::seconds(30));
+    }
+  };
+  Status mapped_failed, tcp_failed;
+  std::thread tcp([&] { adder(*tcp_ep, 3, &tcp_failed); });
+  adder(*ep_, 1, &mapped_failed);
+  tcp.join();
+  ASSERT_TRUE(mapped_failed.is_ok()) << describe(mapped_failed);
+  ASSERT_TRUE(tcp_failed.is_ok()) << describe(tcp_failed);
+  EXPECT_EQ(ep_->stats().direct, can_map() ? kAdds : 0u);
+  EXPECT_EQ(tcp_ep->stats().direct, 0u);
+
+  const uint64_t end = start + kAdds * 1 + kAdds * 3;
+  expected.write(128, std::as_bytes(std::span(&end, 1)));
+  expect_target_holds(expected, size);
+  tcp_ep->close();
 }
 
 TEST_F(DirectMap, NotifiedPutsThroughTheMappingNotifyOnceEachInOrder) {
