@@ -11,7 +11,7 @@ What it reads (each file's "tool" field says which it is):
       as error bars: the picture this script is for.
   remora bench p2p --json, remora bench rma --json
       one curve per file: bandwidth (bw, bibw, put_bw, get_bw, put_rate) or latency
-      (lat, put_lat, get_lat, notify_lat) against size.
+      (lat, put_lat, get_lat, notify_lat, atomic_lat) against size.
   remora bench coll --json
       bus bandwidth (out of place) and time per operation of each collective, beside
       the point-to-point reference measured in the same run.
@@ -113,7 +113,7 @@ def from_bench(doc, stat, name):
     """remora bench p2p / rma: one curve."""
     mode = doc.get("mode", "")
     sub = doc["tool"].split()[-1]
-    lat = mode in ("lat", "put_lat", "get_lat", "notify_lat")
+    lat = mode in ("lat", "put_lat", "get_lat", "notify_lat", "atomic_lat")
     curve = Curve(LAT if lat else BW, f"remora {sub} {mode}" + (f" ({stat})" if lat else "") + f" [{name}]",
                   group=name)
     for row in doc.get("results", []):

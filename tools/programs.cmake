@@ -91,11 +91,19 @@ if(REMORA_BUILD_TESTS)
   add_test(NAME remora_bench_rma_get_lat COMMAND remora_tool bench rma --mode get_lat --sizes 8,17K,1M --iters 50 --warmup 5)
   add_test(NAME remora_bench_rma_put_rate COMMAND remora_tool bench rma --mode put_rate --iters 20 --warmup 2)
   add_test(NAME remora_bench_rma_notify_lat COMMAND remora_tool bench rma --mode notify_lat --sizes 0,8,17K,1M --iters 50 --warmup 5)
+  # atomic_lat through a mapping of the peer's pool word, and through the peer (registered memory).
+  add_test(NAME remora_bench_rma_atomic_lat
+           COMMAND sh -c "\"$0\" bench rma --mode atomic_lat --iters 50 --warmup 5 && \
+                          \"$0\" bench rma --mode atomic_lat --buffers register --iters 50 --warmup 5"
+                   $<TARGET_FILE:remora_tool>)
   # Damaged data must fail the RMA bench, loudly: exit 1 and the byte that differs, for
-  # the put path (read back, and the target's own check) and the get path.
+  # the put path (read back, and the target's own check), the get path and an atomic's word.
   add_test(NAME remora_bench_rma_detects_corruption
            COMMAND sh -c "for m in put_bw get_lat; do \"$0\" bench rma --mode $m --sizes 1M --iters 2 --inject-corruption \
                             > rma-$m.out 2>&1; rc=$?; cat rma-$m.out; [ $rc -eq 1 ] || exit 1; done; \
+                    \"$0\" bench rma --mode atomic_lat --iters 2 --inject-corruption > rma-atomic.out 2>&1; rc=$?; \
+                    cat rma-atomic.out; [ $rc -eq 1 ] || exit 1; \
+                    grep -q 'data check failed: the word is .*target.s own check: byte 0 ' rma-atomic.out && \
                     grep -q 'data check failed: read back after the puts: byte 524288 .*target.s own check: byte 524288' rma-put_bw.out && \
                     grep -q \"data check failed: the gets' data: byte 524288\" rma-get_lat.out"
                    $<TARGET_FILE:remora_tool>)
@@ -199,6 +207,7 @@ if(REMORA_BUILD_TESTS)
                        remora_config_lists_every_variable remora_demo remora_demo_detects_corruption remora_bench_p2p_bw remora_bench_p2p_bw_register
                        remora_bench_p2p_bibw remora_bench_p2p_lat remora_bench_rma_put_bw remora_bench_rma_get_bw
                        remora_bench_rma_put_lat remora_bench_rma_get_lat remora_bench_rma_put_rate remora_bench_rma_notify_lat
+                       remora_bench_rma_atomic_lat
                        remora_bench_rma_detects_corruption remora_bench_memory_json remora_bench_p2p_memory_refusals
                        remora_bench_p2p_device_detects_corruption PROPERTIES LABELS "tools" TIMEOUT 120)
 endif()

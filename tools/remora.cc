@@ -489,8 +489,9 @@ void add_bench_rma(CLI::App* bench, Cli& c) {
   auto* rma = bench->add_subcommand("rma", "one-sided put/get bandwidth, latency and rate (perftest-style)");
   rma->add_option("--mode", a.mode,
                   "put_bw, get_bw (a window of puts/gets), put_lat (put+notify ping-pong), get_lat (one get at a "
-                  "time), put_rate (small puts, operations/s), notify_lat (one put+notify at a time, until done)")
-      ->check(CLI::IsMember({"put_bw", "get_bw", "put_lat", "get_lat", "put_rate", "notify_lat"}))
+                  "time), put_rate (small puts, operations/s), notify_lat (one put+notify at a time, until done), "
+                  "atomic_lat (one fetch_add at a time; size 8)")
+      ->check(CLI::IsMember({"put_bw", "get_bw", "put_lat", "get_lat", "put_rate", "notify_lat", "atomic_lat"}))
       ->capture_default_str();
   rma->add_option("--sizes", a.sizes,
                   "transfer sizes (K/M/G = powers of 1024; default 8,4K,1M,16M, put_rate 8,64,512,4K)")

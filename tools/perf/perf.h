@@ -202,11 +202,13 @@ enum class RmaMode : uint8_t {
   kGetLatency,     ///< one get at a time; a get is a full round trip, reported as is (ib_read_lat)
   kPutRate,        ///< a window of small puts; operations per second (osu_mbw_mr with one pair)
   kNotifyLatency,  ///< one put with a notification at a time, until it completes; the target takes each notification
+  kAtomicLatency,  ///< one fetch_add at a time on the region's first word, until it completes (ib_atomic_lat)
 };
 std::string_view to_string(RmaMode mode) noexcept;
 /// Modes that time one operation at a time (a latency table), not a window.
 bool is_latency(RmaMode mode) noexcept;
-/// "put_bw", "get_bw", "put_lat", "get_lat", "put_rate", "notify_lat"; kInvalidArgument otherwise.
+/// "put_bw", "get_bw", "put_lat", "get_lat", "put_rate", "notify_lat", "atomic_lat"; kInvalidArgument
+/// otherwise.
 Result<RmaMode> parse_rma_mode(std::string_view text);
 
 struct RmaOptions {

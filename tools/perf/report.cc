@@ -252,10 +252,11 @@ std::string direct_line(const nlohmann::json& report) {
   const uint64_t direct = here.value("direct", uint64_t{0});
   const std::string reason = here.value("direct_reason", std::string());
   if (direct > 0) {
-    return fmt::format("{} of {} puts and gets were a copy through a mapping of the peer's pool memory", direct,
-                       here.value("puts", uint64_t{0}) + here.value("gets", uint64_t{0}));
+    return fmt::format(
+        "{} of {} puts, gets and atomics went through a mapping of the peer's pool memory", direct,
+        here.value("puts", uint64_t{0}) + here.value("gets", uint64_t{0}) + here.value("atomics", uint64_t{0}));
   }
-  return reason.empty() ? std::string() : "puts and gets through the peer: " + reason;
+  return reason.empty() ? std::string() : "puts, gets and atomics through the peer: " + reason;
 }
 
 void print_p2p_report(const P2pReport& report, const BenchLabels& labels) {
@@ -367,6 +368,9 @@ void print_rma_report(const RmaReport& report, const BenchLabels& labels) {
             ? "one-way latency = round trip / 2 (a put with a notification, answered by one)"
         : report.mode == RmaMode::kNotifyLatency
             ? "latency of one put with a notification until it completed: a full round trip, as is"
+        : report.mode == RmaMode::kAtomicLatency
+            ? "latency of one fetch_add, as is: a full round trip, or the atomic through a mapping where one is said "
+              "below"
             : "latency of one get, as is: a full round trip, or a copy through a mapping where one is said below");
   } else {
     fmt::print("# window {}; every operation to offset 0 of one target region, from one local buffer\n",

@@ -109,19 +109,20 @@ TEST(Report, PathLineSaysWhetherChunksWerePulledOrWentOverTcp) {
   EXPECT_EQ(path_line({{"local", local}, {"peer", peer}}), "chunks over loopback TCP: REMORA_SAME_HOST=off");
 }
 
-TEST(Report, DirectLineCountsPutsAndGetsThroughAMappingOrSaysWhyNot) {
+TEST(Report, DirectLineCountsOperationsThroughAMappingOrSaysWhyNot) {
   EXPECT_EQ(direct_line({{"local", pool_side()}}), "") << "no endpoint counters: nothing to say";
   nlohmann::json local = endpoint_side(0, 0);
   local["endpoint"]["puts"] = 10;
   local["endpoint"]["gets"] = 5;
+  local["endpoint"]["atomics"] = 3;
   local["endpoint"]["direct"] = 12;
   local["endpoint"]["direct_reason"] = "";
   EXPECT_EQ(direct_line({{"local", local}}),
-            "12 of 15 puts and gets were a copy through a mapping of the peer's pool memory");
+            "12 of 18 puts, gets and atomics went through a mapping of the peer's pool memory");
   local["endpoint"]["direct"] = 0;
   local["endpoint"]["direct_reason"] = "the peer does not share the memory (unsupported)";
   EXPECT_EQ(direct_line({{"local", local}}),
-            "puts and gets through the peer: the peer does not share the memory (unsupported)");
+            "puts, gets and atomics through the peer: the peer does not share the memory (unsupported)");
 }
 
 TEST(Report, P2pBandwidthTableOfDeviceMemoryAtTheMeasuredRate) {

@@ -18,6 +18,10 @@
 // notify_lat: one put with a notification at a time, timed until the put completes (the
 //   target's acknowledgement: a round trip), while the target takes each notification and
 //   answers nothing: the latency of handing a block to a consumer that is told of it.
+// atomic_lat: one fetch_add of 1 at a time on the first word of the target's region (the
+//   size must be 8), timed until it completes: a round trip, or the hardware atomic itself
+//   through a mapping of the peer's pool memory. Each result must be one more than the
+//   last, and the word ends at its start plus the number of adds.
 // After the timed part, the driver checks the data once: puts are read back with a get
 // and compared with what was put (and the target compares its region independently);
 // gets are compared with the target's pattern. A mismatch or any failed operation ends
@@ -43,7 +47,15 @@ using Clock = std::chrono::steady_clock;
 inline constexpr uint64_t kStopValue = uint64_t{1} << 63;
 inline constexpr std::byte kTargetPoison{0xA5}, kLocalPoison{0x5A};
 
-bool is_put(RmaMode mode) { return mode != RmaMode::kGetBandwidth && mode != RmaMode::kGetLatency; }
+bool is_put(RmaMode mode) {
+  return mode != RmaMode::kGetBandwidth && mode != RmaMode::kGetLatency && mode != RmaMode::kAtomicLatency;
+}
+/// atomic_lat: the word the target's region starts with (the pattern's first 8 bytes).
+uint64_t first_word(std::span<const std::byte> region) {
+  uint64_t w = 0;
+  std::memcpy(&w, region.data(), sizeof w);
+  return w;
+}
 /// Modes whose target waits for each put's notification.
 bool target_waits(RmaMode mode) { return mode == RmaMode::kPutLatency || mode == RmaMode::kNotifyLatency; }
 
@@ -149,6 +161,7 @@ struct DriverStep {
     if (is_latency(mode)) {
       std::vector<double> samples_us;
       if (!duration_s) samples_us.reserve(st.iters);
+      uint64_t last_previous = 0;  // atomic_lat: the previous fetch_add's result
       const Clock::time_point start = Clock::now();
       const auto one = [&](uint32_t it, bool is_timed) -> Status {
         if (is_timed && it == st.warmup && duration_s) {
@@ -164,6 +177,14 @@ struct DriverStep {
         const Clock::time_point t = Clock::now();
         if (mode == RmaMode::kGetLatency) {
           REMORA_RETURN_IF_ERROR(wait_ok(ep.get(local, key, 0), "get"));
+        } else if (mode == RmaMode::kAtomicLatency) {
+          uint64_t previous = 0;
+          REMORA_RETURN_IF_ERROR(wait_ok(ep.fetch_add(&previous, key, 0, 1), "fetch_add"));
+          if (it > 0 && previous != last_previous + 1) {
+            return Status(StatusCode::kProtocol, fmt::format("fetch_add {} returned {}, after {}: an add was lost", it,
+                                                             previous, last_previous));
+          }
+          last_previous = previous;
         } else if (mode == RmaMode::kNotifyLatency) {
           REMORA_RETURN_IF_ERROR(wait_ok(ep.put(local, key, 0, PutOptions{.notify = it}), "notified put"));
         } else {
@@ -207,7 +228,9 @@ struct DriverStep {
     row->ops_per_second = row->seconds > 0 ? static_cast<double>(row->operations) / row->seconds : 0;
 
     if (corrupt && st.size > 0) {  // fault injection: the check below must catch this
-      if (is_put(mode)) {
+      if (mode == RmaMode::kAtomicLatency) {
+        REMORA_RETURN_IF_ERROR(wait_ok(ep.fetch_add(nullptr, key, 0, 1), "corrupting add"));  // not counted
+      } else if (is_put(mode)) {
         REMORA_ASSIGN_OR_RETURN(auto bad, d.buffers.get(1));
         bad[0] = local[st.size / 2] ^ std::byte{0x01};
         REMORA_RETURN_IF_ERROR(wait_ok(ep.put(bad.first(1), key, st.size / 2), "corrupting put"));
@@ -218,7 +241,17 @@ struct DriverStep {
 
     // The data, once per size.
     std::string problem;
-    if (is_put(mode)) {
+    uint64_t adds = 0;  // atomic_lat: every fetch_add, the warm-up's included
+    if (mode == RmaMode::kAtomicLatency) {
+      adds = uint64_t{st.warmup} + timed;
+      REMORA_ASSIGN_OR_RETURN(auto check, d.buffers.get(sizeof(uint64_t)));
+      REMORA_RETURN_IF_ERROR(wait_ok(ep.get(check.first(sizeof(uint64_t)), key, 0), "get reading the word back"));
+      std::vector<std::byte> start(sizeof(uint64_t));
+      fill_pattern(start, target_seed(st.size));
+      if (first_word(check) != first_word(start) + adds) {
+        problem = fmt::format("the word is {} after {} adds to {}", first_word(check), adds, first_word(start));
+      }
+    } else if (is_put(mode)) {
       REMORA_ASSIGN_OR_RETURN(auto check, d.buffers.get(st.size));
       check = check.first(st.size);
       std::fill(check.begin(), check.end(), kLocalPoison);
@@ -230,7 +263,7 @@ struct DriverStep {
     } else if (std::string p = check_pattern(local, target_seed(st.size)); !p.empty()) {
       problem = "the gets' data: " + p;
     }
-    REMORA_RETURN_IF_ERROR(d.control.send(kDoneTag, {{"size", st.size}}));
+    REMORA_RETURN_IF_ERROR(d.control.send(kDoneTag, {{"size", st.size}, {"adds", adds}}));
     REMORA_ASSIGN_OR_RETURN(auto verdict, d.control.recv(kVerdictTag));
     if (!verdict.value("verified", false)) {  // both views, when both saw damage: where it happened tells a lot
       problem +=
@@ -287,12 +320,23 @@ Status follow_step(Endpoint& ep, ControlChannel& control, BufferSet& buffers, Rm
   // that goes away fails the receive).
   REMORA_ASSIGN_OR_RETURN(auto done, control.finish_recv(control.post_recv(kDoneTag), kForever));
   if (done.value("size", size_t{0}) != size) return Status(StatusCode::kProtocol, "the driver is at another size");
-  const std::string problem = check_pattern(region, is_put(mode) ? initiator_seed(size) : target_seed(size));
+  std::string problem;
+  if (mode == RmaMode::kAtomicLatency) {
+    // The word holds its start plus the driver's adds; nothing else changed.
+    std::vector<std::byte> start(size);
+    fill_pattern(start, target_seed(size));
+    const uint64_t want = first_word(start) + done.value("adds", uint64_t{0});
+    std::memcpy(start.data(), &want, sizeof want);
+    problem = first_difference(region, start);
+  } else {
+    problem = check_pattern(region, is_put(mode) ? initiator_seed(size) : target_seed(size));
+  }
   return control.send(kVerdictTag, {{"size", size}, {"verified", problem.empty()}, {"problem", problem}});
 }
 
 std::vector<size_t> default_sizes(RmaMode mode) {
   if (mode == RmaMode::kPutRate) return {8, 64, 512, 4096};
+  if (mode == RmaMode::kAtomicLatency) return {8};
   return {8, 4096, size_t{1} << 20, size_t{16} << 20};
 }
 
@@ -320,7 +364,8 @@ Status follow_rma(Endpoint& ep, ControlChannel& control, BufferSet& buffers, con
 using namespace internal;  // NOLINT(google-build-using-namespace)
 
 bool is_latency(RmaMode mode) noexcept {
-  return mode == RmaMode::kPutLatency || mode == RmaMode::kGetLatency || mode == RmaMode::kNotifyLatency;
+  return mode == RmaMode::kPutLatency || mode == RmaMode::kGetLatency || mode == RmaMode::kNotifyLatency ||
+         mode == RmaMode::kAtomicLatency;
 }
 
 std::string_view to_string(RmaMode mode) noexcept {
@@ -331,18 +376,20 @@ std::string_view to_string(RmaMode mode) noexcept {
     case RmaMode::kGetLatency: return "get_lat";
     case RmaMode::kPutRate: return "put_rate";
     case RmaMode::kNotifyLatency: return "notify_lat";
+    case RmaMode::kAtomicLatency: return "atomic_lat";
   }
   return "?";
 }
 
 Result<RmaMode> parse_rma_mode(std::string_view text) {
   for (RmaMode m : {RmaMode::kPutBandwidth, RmaMode::kGetBandwidth, RmaMode::kPutLatency, RmaMode::kGetLatency,
-                    RmaMode::kPutRate, RmaMode::kNotifyLatency}) {
+                    RmaMode::kPutRate, RmaMode::kNotifyLatency, RmaMode::kAtomicLatency}) {
     if (text == to_string(m)) return m;
   }
   return Status(
       StatusCode::kInvalidArgument,
-      fmt::format("unknown RMA mode '{}': use put_bw, get_bw, put_lat, get_lat, put_rate or notify_lat", text));
+      fmt::format("unknown RMA mode '{}': use put_bw, get_bw, put_lat, get_lat, put_rate, notify_lat or atomic_lat",
+                  text));
 }
 
 Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
@@ -350,6 +397,9 @@ Result<RmaReport> run_rma(const PeerOptions& peer, const RmaOptions& o) {
   if (o.iters && *o.iters == 0) return Status(StatusCode::kInvalidArgument, "--iters must be at least 1");
   if (o.duration_s && !(*o.duration_s > 0)) return Status(StatusCode::kInvalidArgument, "--duration must be positive");
   const std::vector<size_t> sizes = o.sizes.empty() ? default_sizes(o.mode) : o.sizes;
+  if (o.mode == RmaMode::kAtomicLatency && std::ranges::any_of(sizes, [](size_t s) { return s != sizeof(uint64_t); })) {
+    return Status(StatusCode::kInvalidArgument, "atomic_lat works on one 8-byte word: --sizes 8");
+  }
 
   std::vector<Step> steps;
   nlohmann::json plan = {{"kind", "rma"},
