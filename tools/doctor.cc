@@ -218,57 +218,63 @@ std::string yama_fix(const SameHostProbe& p) {
   return "sysctl kernel.yama.ptrace_scope=0 lets processes of one user read each other, as a debugger could";
 }
 
-/// Whether two processes of this user on this host can read each other's chunks
-/// (same-host pulls, docs/protocol.md).
-ProbeAnswer same_host_answer(const SameHostProbe& p) {
+/// What one of the same-host answers says: after "REMORA_SAME_HOST=off: ", where it
+/// worked (with a note), and what a refusal means.
+struct SameHostWording {
+  std::string_view off;
+  std::string yes;
+  std::string_view note;
+  std::string_view no;
+};
+
+/// A same-host answer from the probe's `refusal` ("" where it worked).
+ProbeAnswer same_host_kind(const SameHostProbe& p, const std::string& refusal, const SameHostWording& w) {
   ProbeAnswer a;
   if (p.off) {
     a.state = ProbeAnswer::State::kNo;
-    a.reason = "REMORA_SAME_HOST=off: every byte between processes of this host goes over loopback TCP";
+    a.reason = fmt::format("REMORA_SAME_HOST=off: {}", w.off);
     a.fix = "unset REMORA_SAME_HOST (or set it to auto)";
-    return a;
-  }
-  if (p.pulls.empty()) {
+  } else if (refusal.empty()) {
     a.state = ProbeAnswer::State::kYes;
-    a.detail = fmt::format(
-        "a process of this user read a sibling's memory with process_vm_readv ({}): endpoints "
-        "between processes of this host read each other's chunks straight out of memory "
-        "(REMORA_SAME_HOST=auto); memory read again and again: {}",
-        p.yama, pull_huge_pages_note());
-    a.reason = "other users, other network or pid namespaces (containers) and non-dumpable processes stay on TCP";
-    return a;
+    a.detail = w.yes;
+    a.reason = w.note;
+  } else {
+    a.state = ProbeAnswer::State::kNo;
+    a.reason = fmt::format("{} ({}): {}", refusal, p.yama, w.no);
+    a.fix = yama_fix(p);
   }
-  a.state = ProbeAnswer::State::kNo;
-  a.reason = fmt::format("{} ({}): endpoints between processes of this host use loopback TCP", p.pulls, p.yama);
-  a.fix = yama_fix(p);
   return a;
+}
+
+/// Whether two processes of this user on this host can read each other's chunks
+/// (same-host pulls, docs/protocol.md).
+ProbeAnswer same_host_answer(const SameHostProbe& p) {
+  return same_host_kind(
+      p, p.pulls,
+      {.off = "every byte between processes of this host goes over loopback TCP",
+       .yes = p.off || !p.pulls.empty()
+                  ? std::string()
+                  : fmt::format("a process of this user read a sibling's memory with process_vm_readv ({}): endpoints "
+                                "between processes of this host read each other's chunks straight out of memory "
+                                "(REMORA_SAME_HOST=auto); memory read again and again: {}",
+                                p.yama, pull_huge_pages_note()),
+       .note = "other users, other network or pid namespaces (containers) and non-dumpable processes stay on TCP",
+       .no = "endpoints between processes of this host use loopback TCP"});
 }
 
 /// Whether two processes of this user on this host can map each other's shared memory
 /// (the shared-memory channel and direct mappings, docs/protocol.md).
 ProbeAnswer shared_memory_answer(const SameHostProbe& p) {
-  ProbeAnswer a;
-  if (p.off) {
-    a.state = ProbeAnswer::State::kNo;
-    a.reason = "REMORA_SAME_HOST=off: no shared-memory channel and no direct mappings";
-    a.fix = "unset REMORA_SAME_HOST (or set it to auto)";
-    return a;
-  }
-  if (p.shared.empty()) {
-    a.state = ProbeAnswer::State::kYes;
-    a.detail = fmt::format(
-        "a process of this user took a sibling's sealed memfd with pidfd_getfd and mapped it ({}): "
-        "between processes of this host the control stream runs in shared-memory rings, and puts and "
-        "gets of at most 16 KiB and atomics into pool buffers go through a mapping (direct mappings)",
-        p.yama);
-    a.reason = "not with REMORA_ENCRYPT (sealed endpoints stay on TCP), nor where same-host pulls are refused";
-    return a;
-  }
-  a.state = ProbeAnswer::State::kNo;
-  a.reason =
-      fmt::format("{} ({}): the control stream between processes of this host stays on loopback TCP", p.shared, p.yama);
-  a.fix = yama_fix(p);
-  return a;
+  return same_host_kind(
+      p, p.shared,
+      {.off = "no shared-memory channel and no direct mappings",
+       .yes = fmt::format(
+           "a process of this user took a sibling's sealed memfd with pidfd_getfd and mapped it ({}): between "
+           "processes of this host the control stream runs in shared-memory rings, and puts and gets of at most "
+           "16 KiB and atomics into pool buffers go through a mapping (direct mappings)",
+           p.yama),
+       .note = "not with REMORA_ENCRYPT (sealed endpoints stay on TCP), nor where same-host pulls are refused",
+       .no = "the control stream between processes of this host stays on loopback TCP"});
 }
 
 /// The rails an endpoint of this process would use (REMORA_RAILS, docs/rails.md): one
