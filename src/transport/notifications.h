@@ -45,7 +45,8 @@ class Notifications {
   // --- lock held --------------------------------------------------------------
   /// True when `max` notifications are queued or promised: a notified put is refused.
   bool full(uint64_t max) const noexcept { return queue_.size() + handler_queue_.size() + promised_ >= max; }
-  /// A served put will deliver one (or settle) once its data is in.
+  /// A served put will deliver one (or settle) once its data is in; or a place given to
+  /// the peer for a PLACED frame, settled when one comes.
   void promise() noexcept { ++promised_; }
   /// A promising put is finished; it delivers or not.
   void settle() noexcept { --promised_; }
@@ -79,7 +80,9 @@ class Notifications {
   std::string peer_;
   EndpointStats& stats_;
   std::deque<Notification> queue_;
-  uint64_t promised_ = 0;  // served puts in flight that will queue one
+  // Served puts in flight that will queue one, and places the peer holds for its PLACED
+  // frames (direct mappings: EndpointCore::credit_placed).
+  uint64_t promised_ = 0;
   std::deque<std::shared_ptr<RequestState>> waiters_;
   /// A waiter's state that completed and that nothing else holds, for the next wait()
   /// to use again instead of allocating one (a ping-pong of notified puts waits once
