@@ -127,12 +127,6 @@ inline const std::byte* at(const void* p, size_t elems, size_t es) {
   return static_cast<const std::byte*>(p) + elems * es;
 }
 
-/// Temporary buffers an algorithm keeps per communicator (operations of one
-/// communicator run one at a time, so no lock is needed), so that small collectives
-/// do not allocate every call.
-struct Scratch {
-  std::vector<std::byte> a, b, c;
-};
 inline std::byte* grow(std::vector<std::byte>& v, size_t bytes) {
   if (v.size() < bytes) v.resize(bytes);
   return v.data();

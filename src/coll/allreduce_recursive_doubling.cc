@@ -54,7 +54,7 @@ Status allreduce_rd(Op& op, const void* send, void* buf, size_t count, DataType 
     if (send != buf && bytes > 0) std::memcpy(buf, send, bytes);
     return Status::ok();
   }
-  std::byte* tmp = grow(op.comm().state<Scratch>("reduce_scratch").a, bytes);
+  std::byte* tmp = grow(op.comm().scratch().a, bytes);
   const size_t piece = op.config().exchange_piece_bytes;
 
   int p2 = 1;

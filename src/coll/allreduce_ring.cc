@@ -330,7 +330,7 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
   const bool ring = select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block_bytes) == Algo::kRing;
   if (!ring) {
     // Small: recursive doubling over the whole input, keeping our block.
-    Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+    Scratch& sc = op.comm().scratch();
     std::byte* all = grow(sc.c, total);
     REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, all, recv_count * static_cast<size_t>(n), type, rop));
     std::memcpy(recv, all + static_cast<size_t>(r) * block_bytes, block_bytes);
@@ -341,7 +341,7 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
   // to recv's own input area when in place, else to scratch.
   std::vector<size_t> offsets(static_cast<size_t>(n)), counts(static_cast<size_t>(n), recv_count);
   for (size_t b = 0; b < offsets.size(); ++b) offsets[b] = b * recv_count;
-  std::byte* partials = in_place ? static_cast<std::byte*>(recv) : grow(op.comm().state<Scratch>("reduce_scratch").c, total);
+  std::byte* partials = in_place ? static_cast<std::byte*>(recv) : grow(op.comm().scratch().c, total);
   RingBlocks blk{offsets, counts, [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
                  [&](int b) -> std::byte* {
                    if (!in_place && b == r) return static_cast<std::byte*>(recv);

@@ -269,7 +269,8 @@ Request Op::recv(int peer, void* data, size_t bytes, uint32_t step) {
 }
 
 Status Op::wait(const Request& r, size_t expected_bytes) {
-  Status s = r.wait(left_until(deadline_));
+  // One already complete (an eager send) needs no time left: no reading of the clock.
+  Status s = r.done() ? r.test() : r.wait(left_until(deadline_));
   if (s.code() == StatusCode::kTimeout) {
     if (!r.done()) {  // the wait ran out, not the operation (a dial's timeout)
       return Status(StatusCode::kTimeout,
@@ -342,7 +343,7 @@ CommCore::~CommCore() {
   if (worker_.joinable()) worker_.join();
 }
 
-Status CommCore::execute(const Body& body, const CollConfig& call) {
+Status CommCore::execute(BodyRef body, const CollConfig& call) {
   if (world_->failed()) return world_->failure();
   const uint32_t seq = ++seq_ & kSeqMask;
   Op op(*this, seq, Clock::now() + call.timeout, call);
@@ -353,9 +354,9 @@ Status CommCore::execute(const Body& body, const CollConfig& call) {
 
 uint32_t CommCore::reserve_seq() noexcept { return ++seq_ & kSeqMask; }
 
-Status CommCore::run(const Body& body) { return run(body, config_); }
+Status CommCore::run(BodyRef body) { return run(body, config_); }
 
-Status CommCore::run(const Body& body, const CollConfig& call) {
+Status CommCore::run(BodyRef body, const CollConfig& call) {
   {
     std::unique_lock lock(queue_mu_);
     queue_cv_.wait(lock, [&] { return queued_or_running_ == 0; });

@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "coll/world.h"
@@ -107,6 +108,12 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
 
 class CommCore;
 
+/// Temporary buffers the reductions keep per communicator (CommCore::scratch), so that
+/// small collectives do not allocate every call.
+struct Scratch {
+  std::vector<std::byte> a, b, c;
+};
+
 /// One collective (or p2p) operation in progress: its tags, its deadline.
 class Op {
  public:
@@ -156,6 +163,24 @@ class Op {
   CollConfig config_;
 };
 
+/// A borrowed callable of Status(Op&), for the duration of one call: what a blocking
+/// operation runs in the calling thread. A CommCore::Body (std::function) allocates for
+/// a capture of more than 16 bytes, which most collectives' bodies have, on every call
+/// (bench/results/coll.md); this only points at the caller's callable.
+class BodyRef {
+ public:
+  template <typename F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, BodyRef> && std::is_invocable_r_v<Status, F&, Op&>) BodyRef(F&& f)
+  noexcept  // NOLINT(google-explicit-constructor): converts like a std::function
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* obj, Op& op) -> Status { return (*static_cast<std::remove_reference_t<F>*>(obj))(op); }) {}
+  Status operator()(Op& op) const { return call_(obj_, op); }
+
+ private:
+  void* obj_;
+  Status (*call_)(void*, Op&);
+};
+
 /// A communicator: `members` are world ranks in communicator-rank order.
 class CommCore : public std::enable_shared_from_this<CommCore> {
  public:
@@ -177,8 +202,8 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   /// Runs `body` as the next operation of this communicator, in the calling thread
   /// (after every posted asynchronous op has finished). A failure breaks the world.
   /// The op runs under `call` (its timeout and algorithm choices), else config().
-  Status run(const Body& body);
-  Status run(const Body& body, const CollConfig& call);
+  Status run(BodyRef body);
+  Status run(BodyRef body, const CollConfig& call);
   /// Queues `body` to run on this communicator's worker thread, in posting order.
   Request post(Body body);
   Request post(Body body, const CollConfig& call);
@@ -207,6 +232,11 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
                    std::optional<uint32_t> notify);
   Result<uint32_t> wait_user_notification(int from, Duration timeout);
 
+  /// The reductions' scratch buffers. Operations of one communicator run one at a
+  /// time (exec_mu_), so the running one uses them without a lock or a lookup (a
+  /// small allreduce's call is a few hundred nanoseconds: bench/results/coll.md).
+  Scratch& scratch() noexcept { return scratch_; }
+
   /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
   /// scratch and the neighbours' keys). Created on first use, lives with the comm.
   template <typename T>
@@ -220,7 +250,7 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   }
 
  private:
-  Status execute(const Body& body, const CollConfig& call);
+  Status execute(BodyRef body, const CollConfig& call);
   void worker_main();
 
   std::shared_ptr<World> world_;
@@ -244,6 +274,7 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   bool stopping_ = false;
   std::thread worker_;  ///< started on first post()
 
+  Scratch scratch_;  ///< used by the running operation only
   std::mutex state_mu_;
   std::map<std::string, std::shared_ptr<void>, std::less<>> states_;
   std::atomic<uint32_t> shrink_attempts_{0};

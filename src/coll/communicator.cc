@@ -26,9 +26,14 @@ using coll::Op;
 
 namespace {
 
+/// A collective checked and ready to run: `body`, or (a collective on host memory
+/// that runs whole, coll/device_stage.h) `whole` over its `count` elements, which a
+/// blocking call runs without wrapping it in a Body of its own.
 struct Prepared {
   Status check;
   CommCore::Body body;
+  coll::DeviceStage::SegmentFn whole = {};
+  size_t count = 0;
 };
 
 Status invalid(std::string message) { return Status(StatusCode::kInvalidArgument, std::move(message)); }
@@ -37,7 +42,12 @@ Status invalid(std::string message) { return Status(StatusCode::kInvalidArgument
 Status check_buffer(const char* what, const void* p, size_t count, DataType type, bool in_place_ok) {
   if (p == kInPlace) return in_place_ok ? Status::ok() : invalid(fmt::format("{}: kInPlace is not allowed here", what));
   if (count != 0 && p == nullptr) return invalid(fmt::format("{}: null buffer for {} elements", what, count));
-  if (count > SIZE_MAX / 16 / size_of(type)) return invalid(fmt::format("{}: {} elements is too many", what, count));
+  // count * element size * 16 must not wrap (a multiplication: a division here costs a
+  // small collective more than all its checks together).
+  size_t wrapped = 0;
+  if (__builtin_mul_overflow(count, size_of(type) * 16, &wrapped)) {
+    return invalid(fmt::format("{}: {} elements is too many", what, count));
+  }
   return Status::ok();
 }
 
@@ -96,11 +106,15 @@ namespace {
 Status run(CommCore& c, Prepared p, const Result<CollConfig>& call) {
   if (!p.check.is_ok()) return p.check;
   if (!call.is_ok()) return call.status();
+  if (p.whole) return c.run([&](Op& op) { return p.whole(op, 0, p.count); }, *call);
   return c.run(p.body, *call);
 }
 Request post(CommCore& c, Prepared p, const Result<CollConfig>& call) {
   Status check = p.check.is_ok() ? call.status() : p.check;
   if (!check.is_ok()) return detail::make_request(detail::RequestState::completed(check, 0, Tag{}));
+  if (p.whole) {
+    return c.post([whole = std::move(p.whole), count = p.count](Op& op) { return whole(op, 0, count); }, *call);
+  }
   return c.post(std::move(p.body), *call);
 }
 Result<CollConfig> call_config(CommCore& c, CollectiveKind kind, const CollectiveOptions& options) {
@@ -142,6 +156,7 @@ Prepared prepare_segmented(CommCore& c, Status check, size_t count, size_t elem,
   if (!check.is_ok()) return {std::move(check), {}};
   coll::DeviceStage staging(c);
   coll::DeviceStage::SegmentFn run = stage(staging);
+  if (staging.runs_whole(count, elem, blocks)) return {Status::ok(), {}, std::move(run), count};
   return {Status::ok(), staging.wrap_segmented(count, elem, blocks, std::move(run))};
 }
 template <typename Stage>

@@ -120,9 +120,15 @@ Status run_segments(Op& op, const std::vector<DeviceStage::Staged>& staged, size
 
 }  // namespace
 
+bool DeviceStage::segmented(size_t count, size_t elem, size_t blocks, size_t* segment) const noexcept {
+  const size_t elems = elem == 0 || blocks == 0 ? 0 : comm_.config().device_segment_bytes / (elem * blocks);
+  if (segment != nullptr) *segment = elems;
+  return elems != 0 && count / 4 >= elems;
+}
+
 CommCore::Body DeviceStage::wrap_segmented(size_t count, size_t elem, size_t blocks, SegmentFn run) {
-  const size_t segment = elem == 0 || blocks == 0 ? 0 : comm_.config().device_segment_bytes / (elem * blocks);
-  if (segment == 0 || count / 4 < segment) {
+  size_t segment = 0;
+  if (!segmented(count, elem, blocks, &segment)) {
     return wrap([run = std::move(run), count](Op& op) { return run(op, 0, count); });
   }
   return [run = std::move(run), staged = std::move(staged_), count, elem, segment](Op& op) -> Status {

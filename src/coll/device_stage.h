@@ -90,8 +90,16 @@ class DeviceStage {
   /// bytes, at most `blocks` of them: staged whole, or pipelined segment by segment
   /// (see the top of this file). Every rank must pass the same count, elem and blocks.
   CommCore::Body wrap_segmented(size_t count, size_t elem, size_t blocks, SegmentFn run);
+  /// No buffer is device memory and the collective is under 4 segments: wrap_segmented
+  /// would run `run(op, 0, count)` as it is, so a caller may run it without the wrapper.
+  bool runs_whole(size_t count, size_t elem, size_t blocks) const noexcept {
+    return staged_.empty() && !segmented(count, elem, blocks);
+  }
 
  private:
+  /// Whether a collective of `count` elements in `blocks` blocks of `elem` bytes is
+  /// pipelined segment by segment (4 segments or more); its segment's elements.
+  bool segmented(size_t count, size_t elem, size_t blocks, size_t* segment = nullptr) const noexcept;
   void* stage(const void* p, size_t bytes, bool written, size_t blocks = 1, size_t out_blocks = 1, size_t stride = 0);
 
   CommCore& comm_;

@@ -13,7 +13,7 @@ Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType 
   const size_t es = size_of(type);
   const size_t bytes = count * es;
   const int vr = (r - root + n) % n;
-  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+  Scratch& sc = op.comm().scratch();
   std::byte* tmp = grow(sc.a, bytes);
   // acc: what this subtree has so far. The root accumulates into recv; an inner node
   // into scratch; a leaf sends its send buffer as it is.

@@ -28,7 +28,7 @@ Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType
     for (size_t p = 0; p < pieces; ++p) sends.push_back(op.send(down, at(send, p * piece, es), len_of(p) * es, kStepData));
     return op.wait_all(sends);
   }
-  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+  Scratch& sc = op.comm().scratch();
   std::byte* in = grow(sc.a, kWindow * piece * es);
   std::byte* out = down >= 0 ? grow(sc.b, kWindow * piece * es) : nullptr;
   std::vector<Request> recvs(pieces), sends(pieces);

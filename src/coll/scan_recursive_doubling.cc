@@ -17,7 +17,7 @@ Status scan_rd(Op& op, const void* send, void* recv, size_t count, DataType type
   const int r = op.rank();
   const size_t es = size_of(type);
   const size_t bytes = count * es;
-  Scratch& sc = op.comm().state<Scratch>("reduce_scratch");
+  Scratch& sc = op.comm().scratch();
   std::byte* partial = grow(sc.a, bytes);
   std::byte* tmp = grow(sc.b, bytes);
   std::memcpy(partial, send, bytes);

@@ -90,10 +90,14 @@ Status ContextCore::add_memory_domain(MemoryDomain& domain) {
     return Status(StatusCode::kInvalidArgument, fmt::format("the {} memory domain was added before", domain.name()));
   }
   domains_.push_back(&domain);
+  has_domains_.store(true, std::memory_order_release);
   return Status::ok();
 }
 
 MemoryDomain* ContextCore::device_of(const void* ptr, size_t len) {
+  // Every collective asks this of each buffer: without a domain, host memory, and no
+  // trip through the progress lock.
+  if (!has_domains_.load(std::memory_order_acquire)) return nullptr;
   engine::ProgressEngine::Guard guard(*engine_);
   for (MemoryDomain* d : domains_) {
     if (d->owns(ptr, len)) return d;

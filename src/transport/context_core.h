@@ -109,6 +109,7 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   /// it listens for deregistrations).
   std::shared_ptr<DevmemTxBindingCache> devmem_tx_bindings_ = std::make_shared<DevmemTxBindingCache>(registry_);
   std::vector<MemoryDomain*> domains_;  // device domains the endpoints look buffers up in; lock held
+  std::atomic<bool> has_domains_{false};  // domains_ is not empty (it never shrinks)
   std::shared_ptr<engine::ProgressEngine> engine_;
   /// Workers the endpoints share (REMORA_PROGRESS_THREADS above 1); each
   /// endpoint keeps them alive while it may use them.
