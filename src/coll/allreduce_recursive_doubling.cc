@@ -20,6 +20,13 @@ Status exchange_reduce(Op& op, int partner, const void* src, void* dst, std::byt
   const size_t es = size_of(type);
   const size_t piece_elems = std::max<size_t>(piece / es, 1);
   const bool partner_lower = partner < op.rank();
+  if (count <= piece_elems) {
+    // One piece: a plain exchange, without the request queues (a small allreduce's
+    // call is a few hundred nanoseconds, bench/results/coll.md).
+    REMORA_RETURN_IF_ERROR(op.sendrecv(partner, src, count * es, partner, tmp, count * es, kStepData));
+    reduce_to(type, rop, dst, partner_lower ? tmp : src, partner_lower ? src : tmp, count);
+    return Status::ok();
+  }
   // Every receive is posted before the first send, so no piece arrives unexpected.
   Inflight recvs(op), sends(op);
   for (size_t first = 0; first < count; first += piece_elems) {

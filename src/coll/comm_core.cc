@@ -311,7 +311,17 @@ Status Op::sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rd
   if (!first.is_ok()) comm_.world().fail(first);
   if (rr.valid()) {
     Status s = wait(rr, rbytes);
-    if (!s.is_ok() && first.is_ok()) first = s;
+    if (!s.is_ok() && first.is_ok()) {
+      first = s;
+      comm_.world().fail(first);
+    }
+  }
+  if (!first.is_ok()) {
+    // A request whose wait timed out is still posted into caller memory: failing the
+    // world closed its endpoint, which ends it; make sure before the buffers go back.
+    for (const Request* r : {&sr, &rr}) {
+      if (r->valid() && !r->done()) (void)r->wait(std::chrono::seconds(10));
+    }
   }
   return first;
 }
@@ -357,9 +367,9 @@ uint32_t CommCore::reserve_seq() noexcept { return ++seq_ & kSeqMask; }
 Status CommCore::run(BodyRef body) { return run(body, config_); }
 
 Status CommCore::run(BodyRef body, const CollConfig& call) {
-  {
+  if (queued_or_running_.load(std::memory_order_acquire) != 0) {
     std::unique_lock lock(queue_mu_);
-    queue_cv_.wait(lock, [&] { return queued_or_running_ == 0; });
+    queue_cv_.wait(lock, [&] { return queued_or_running_.load(std::memory_order_relaxed) == 0; });
   }
   std::lock_guard exec(exec_mu_);
   return execute(body, call);

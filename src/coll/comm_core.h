@@ -270,7 +270,9 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
     std::shared_ptr<void> state;  ///< its RequestState
   };
   std::deque<Queued> queue_;
-  size_t queued_or_running_ = 0;
+  /// Changed under queue_mu_; read without it by run(), which takes the lock only while
+  /// posted operations are queued or running.
+  std::atomic<size_t> queued_or_running_{0};
   bool stopping_ = false;
   std::thread worker_;  ///< started on first post()
 
