@@ -163,15 +163,20 @@ class Op {
   CollConfig config_;
 };
 
+class BodyRef;
+/// What a BodyRef may borrow: a callable of Status(Op&) other than a BodyRef.
+template <typename F>
+concept OpBody = !std::is_same_v<std::remove_cvref_t<F>, BodyRef> && std::is_invocable_r_v<Status, F&, Op&>;
+
 /// A borrowed callable of Status(Op&), for the duration of one call: what a blocking
 /// operation runs in the calling thread. A CommCore::Body (std::function) allocates for
 /// a capture of more than 16 bytes, which most collectives' bodies have, on every call
 /// (bench/results/coll.md); this only points at the caller's callable.
 class BodyRef {
  public:
-  template <typename F>
-  requires(!std::is_same_v<std::remove_cvref_t<F>, BodyRef> && std::is_invocable_r_v<Status, F&, Op&>) BodyRef(F&& f)
-  noexcept  // NOLINT(google-explicit-constructor): converts like a std::function
+  // Implicit, as a std::function converts: run([&](Op& op) { ... }).
+  template <OpBody F>
+  BodyRef(F&& f) noexcept  // NOLINT(google-explicit-constructor)
       : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* obj, Op& op) -> Status { return (*static_cast<std::remove_reference_t<F>*>(obj))(op); }) {}
   Status operator()(Op& op) const { return call_(obj_, op); }
