@@ -138,6 +138,11 @@ bool ChunkScheduler::idle() const noexcept {
                      [](const Stream& s) { return s.txq.empty() && s.rxq.empty() && s.unconfirmed.empty(); });
 }
 
+bool ChunkScheduler::sends_nothing() const noexcept {
+  return ready_.empty() && resend_.empty() &&
+         std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.txq.empty(); });
+}
+
 // --- sending ---------------------------------------------------------------------
 
 std::deque<TxTransfer*>::iterator ChunkScheduler::next_preparable(uint64_t epoch) {

@@ -284,6 +284,9 @@ class ChunkScheduler {
 
   /// Nothing is queued or waiting to be scheduled, in either direction.
   bool idle() const noexcept;
+  /// Nothing for schedule() or write_all() to do: no transfer ready, no chunk to send
+  /// again, none queued on a stream.
+  bool sends_nothing() const noexcept;
   uint64_t chunks_sent() const noexcept { return chunks_sent_; }
   /// Chunks this side announced as PULLs (counted in chunks_sent too), and the bytes
   /// this side pulled out of the peer.

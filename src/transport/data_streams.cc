@@ -21,6 +21,12 @@ void EndpointCore::pump(bool one_round) {
   // only then is a later EPOLLOUT edge guaranteed to call us again. Stopping earlier
   // (one round for a posting thread; another thread waiting for the lock) leaves
   // streams with room and no edge to come, so resume() goes on at the next round.
+  // With nothing for the streams (every round that read only small frames), the
+  // control stream's queue is all there is to send.
+  if (chunks_.sends_nothing()) {
+    if (state_ == State::kActive) flush_control();
+    return;
+  }
   while (state_ == State::kActive) {
     bool scheduled = chunks_.schedule();
     flush_control();

@@ -467,6 +467,13 @@ bool EndpointCore::crc_as_negotiated(bool has_crc, std::string_view frame) {
 
 void EndpointCore::flush_control() {
   if (!control_.valid() || ctl_blocked_) return;
+  if (ctl_tx_.empty() && ctl_pre_.empty() && !resume_handshake_) {
+    // Nothing queued (a round that only read): what the end below does, less the work.
+    target_.control_cleared();
+    ctl_resp_only_ = true;
+    hold_resps_ = false;
+    return;
+  }
   // A resumed connection: HANDLED (RESUMED), then (once the peer said where) the replay.
   while (ctl_pre_off_ < ctl_pre_.size()) {
     const net::IoResult r =
@@ -498,8 +505,9 @@ void EndpointCore::flush_control() {
     }
     return;
   }
-  if (rx_credit_owed_ > 0 && ctl_tx_off_ < ctl_tx_.size()) {
-    // Piggyback owed credit on traffic we send anyway.
+  if (rx_credit_owed_ >= config_.eager_credit / 16 && ctl_tx_off_ < ctl_tx_.size()) {
+    // Piggyback owed credit on traffic we send anyway, once enough is owed to be worth a
+    // frame: returned with every message, it doubled the frames of a ping-pong.
     uint64_t owed = rx_credit_owed_;
     rx_credit_owed_ = 0;
     rx_credit_used_ -= owed;
