@@ -36,7 +36,7 @@ Request EndpointCore::send_eager(const TransferMemory& memory, Tag tag, uint64_t
   stats_.bytes_sent += length;
   flush_control();
   // The payload is copied: the caller's buffer is free now.
-  return detail::make_request(RequestState::completed(Status::ok(), length, tag));
+  return detail::done_request(length, tag);
 }
 
 void EndpointCore::handle_eager(const wire::EagerFrame& f) {
@@ -67,6 +67,7 @@ void EndpointCore::handle_eager(const wire::EagerFrame& f) {
       ++stats_.messages_received;
       op->req->complete(corrupt, 0);
     }
+    recycle(std::move(op));
     return_credit(cost);
     return;
   }

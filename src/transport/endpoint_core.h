@@ -452,6 +452,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   /// (DataPaths::choose); the failure when no path takes it.
   Result<std::unique_ptr<RecvOp>> make_recv(std::span<std::byte> buffer, Tag tag, std::shared_ptr<RequestState> req);
   void deliver_eager(RecvOp& op, std::span<const std::byte> payload);
+  /// A receive that ended, kept (emptied) for the next make_recv: it was made on the
+  /// application's thread and often ended on the progress thread, where freeing it cost
+  /// more than the rest of the receive's bookkeeping.
+  void recycle(std::unique_ptr<RecvOp> op);
   void match_rendezvous(std::unique_ptr<RecvOp> op, uint64_t send_id, uint64_t length);
   void return_credit(uint64_t cost);
   /// A send's or receive's message did not fit (kTruncated, naming the tag).
@@ -727,6 +731,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
   Matcher matcher_;  // posted receives and unexpected messages
+  std::vector<std::unique_ptr<RecvOp>> spare_recvs_;  // recycle()'s, at most kSpareRecvs
+  static constexpr size_t kSpareRecvs = 8;
   /// After an orderly close the sockets linger until what was queued is delivered
   /// (see transport/linger.h); events on them go there. Null otherwise.
   std::shared_ptr<LingeringClose> linger_;

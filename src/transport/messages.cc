@@ -54,7 +54,13 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
 
 Result<std::unique_ptr<RecvOp>> EndpointCore::make_recv(std::span<std::byte> buffer, Tag tag,
                                                         std::shared_ptr<RequestState> req) {
-  auto op = std::make_unique<RecvOp>();
+  std::unique_ptr<RecvOp> op;
+  if (spare_recvs_.empty()) {
+    op = std::make_unique<RecvOp>();
+  } else {
+    op = std::move(spare_recvs_.back());
+    spare_recvs_.pop_back();
+  }
   op->req = std::move(req);
   op->capacity = buffer.size();
   op->tag = tag;
@@ -69,6 +75,17 @@ Result<std::unique_ptr<RecvOp>> EndpointCore::make_recv(std::span<std::byte> buf
   op->end = std::move(*sink);
   op->in.sink = op->end.sink(op->in);
   return op;
+}
+
+void EndpointCore::recycle(std::unique_ptr<RecvOp> op) {
+  if (spare_recvs_.size() >= kSpareRecvs) return;
+  // What make_recv does not set again is let go or reset here, as a delete would.
+  op->req.reset();
+  op->end = PathEnd();
+  op->in = RxTransfer();
+  op->claim.reset();
+  op->claim_index = 0;
+  spare_recvs_.push_back(std::move(op));
 }
 
 void EndpointCore::post_claimed(std::span<std::byte> buffer, Tag tag, const std::shared_ptr<RecvClaim>& claim,
@@ -120,6 +137,7 @@ void EndpointCore::match_unexpected(std::unique_ptr<RecvOp> op, Unexpected u, bo
     ++stats_.messages_received;
     op->req->complete(u.corrupt, 0);
   }
+  recycle(std::move(op));
   if (!arrived_only) return_credit(u.payload.size() + wire::kEagerCreditOverhead);
 }
 
