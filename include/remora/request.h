@@ -16,6 +16,9 @@ namespace detail {
 struct RequestState;
 /// The library's way to hand out a Request for an operation's state (engine/request_state.h).
 Request make_request(std::shared_ptr<RequestState> state) noexcept;
+/// A Request for an operation that succeeded before it was handed out (an eager send, a
+/// copy through a mapping): no state of its own is made for it.
+Request done_request(size_t bytes, Tag tag) noexcept;
 }  // namespace detail
 
 /// Handle to one asynchronous operation (send, recv, ...). Copies share the same
@@ -64,8 +67,12 @@ class Request {
  private:
   friend Status wait_all(std::span<const Request> requests, Duration timeout);
   friend Request detail::make_request(std::shared_ptr<detail::RequestState> state) noexcept;
+  friend Request detail::done_request(size_t bytes, Tag tag) noexcept;
   explicit Request(std::shared_ptr<detail::RequestState> state) noexcept;
   std::shared_ptr<detail::RequestState> state_;
+  // A done_request's bytes and tag (its state is one shared by all of them).
+  size_t done_bytes_ = 0;
+  Tag done_tag_{};
 };
 
 /// Waits for all requests (up to `timeout` in total). First error wins; kTimeout if

@@ -16,12 +16,44 @@ Request::Request(std::shared_ptr<detail::RequestState> state) noexcept : state_(
 
 Request detail::make_request(std::shared_ptr<RequestState> state) noexcept { return Request(std::move(state)); }
 
+namespace {
+/// The state of every done_request: complete and ok, never changed again, and owned by
+/// no one (made once, never freed, so no order of static destruction can matter).
+detail::RequestState* done_state() noexcept {
+  static detail::RequestState* const state = [] {
+    auto* s = new detail::RequestState();
+    s->word.store(2, std::memory_order_relaxed);
+    return s;
+  }();
+  return state;
+}
+}  // namespace
+
+Request detail::done_request(size_t bytes, Tag tag) noexcept {
+  // Aliasing an empty shared_ptr: a pointer with no control block, so neither this nor
+  // any copy of the Request counts references.
+  Request r(std::shared_ptr<RequestState>(std::shared_ptr<RequestState>(), done_state()));
+  r.done_bytes_ = bytes;
+  r.done_tag_ = tag;
+  return r;
+}
+
 bool Request::done() const noexcept { return state_ != nullptr && state_->done(); }
-size_t Request::bytes() const noexcept { return done() ? state_->bytes : 0; }
-Tag Request::tag() const noexcept { return state_ ? state_->tag : Tag{}; }
+size_t Request::bytes() const noexcept {
+  if (state_.get() == done_state()) return done_bytes_;
+  return done() ? state_->bytes : 0;
+}
+Tag Request::tag() const noexcept {
+  if (state_.get() == done_state()) return done_tag_;
+  return state_ ? state_->tag : Tag{};
+}
 
 Status Request::on_done(std::function<void()> fn) const {
   if (!state_) return Status(StatusCode::kInvalidArgument, "on_done() on an empty Request");
+  if (state_.get() == done_state()) {
+    fn();  // done already, and the shared state takes no functions
+    return Status::ok();
+  }
   state_->add_on_done(std::move(fn));
   return Status::ok();
 }

@@ -155,7 +155,7 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
           Status(StatusCode::kInvalidArgument, "put_batch: a notification needs at least one item to name its region"),
           0, Tag{}));
     }
-    return detail::make_request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
+    return detail::done_request(0, Tag{});
   }
   auto b = make_batch(core_);
   for (const TransferItem& it : items) b->bytes += it.local.size();
@@ -172,7 +172,7 @@ Request Endpoint::put_batch(std::span<const TransferItem> items, const PutOption
 }
 
 Request Endpoint::get_batch(std::span<const TransferItem> items) {
-  if (items.empty()) return detail::make_request(detail::RequestState::completed(Status::ok(), 0, Tag{}));
+  if (items.empty()) return detail::done_request(0, Tag{});
   auto b = make_batch(core_);
   for (const TransferItem& it : items) b->bytes += it.local.size();
   Request batch = detail::make_request(b->req);

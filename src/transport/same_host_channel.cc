@@ -236,7 +236,7 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     ++stats_.gets;
     stats_.rma_bytes_got += local.size();
   }
-  return detail::make_request(RequestState::completed(Status::ok(), local.size(), Tag{}));
+  return detail::done_request(local.size(), Tag{});
 }
 
 Request EndpointCore::try_direct_atomic(uint64_t* result, const RemoteKey& key, uint64_t offset, wire::AtomicOp op,
@@ -259,7 +259,7 @@ Request EndpointCore::try_direct_atomic(uint64_t* result, const RemoteKey& key, 
   if (result != nullptr) *result = previous;
   ++stats_.direct;
   ++stats_.atomics;
-  return detail::make_request(RequestState::completed(Status::ok(), sizeof(uint64_t), Tag{}));
+  return detail::done_request(sizeof(uint64_t), Tag{});
 }
 
 void EndpointCore::handle_map(const wire::MapFrame& f) {
