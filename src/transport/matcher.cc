@@ -20,6 +20,17 @@ void Matcher::retire(Map& map, typename Map::node_type& spare, typename Map::ite
 }
 
 std::unique_ptr<RecvOp> Matcher::take_posted(Tag tag, size_t* dropped) {
+  for (size_t i = 0; i < few_.size();) {
+    if (few_[i]->tag != tag) {
+      ++i;
+      continue;
+    }
+    std::unique_ptr<RecvOp> op = std::move(few_[i]);
+    few_.erase(few_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!op->claim || op->claim->take(op->claim_index)) return op;
+    if (dropped != nullptr) ++*dropped;  // another endpoint took this receive
+  }
+  if (posted_.empty()) return nullptr;
   auto it = posted_.find(key(tag));
   if (it == posted_.end()) return nullptr;
   std::unique_ptr<RecvOp> op;
@@ -36,23 +47,32 @@ std::unique_ptr<RecvOp> Matcher::take_posted(Tag tag, size_t* dropped) {
 }
 
 size_t Matcher::post(std::unique_ptr<RecvOp> op) {
-  auto& q = queue(posted_, spare_posted_, key(op->tag));
-  const size_t dropped =
-      std::erase_if(q, [](const std::unique_ptr<RecvOp>& o) { return o->claim && o->claim->decided(); });
+  const Tag tag = op->tag;
+  auto decided = [tag](const std::unique_ptr<RecvOp>& o) { return o->tag == tag && o->claim && o->claim->decided(); };
+  size_t dropped = std::erase_if(few_, decided);
+  if (posted_.empty() && few_.size() < kFewPosted) {
+    few_.push_back(std::move(op));
+    return dropped;
+  }
+  auto& q = queue(posted_, spare_posted_, key(tag));
+  dropped += std::erase_if(q, decided);
   q.push_back(std::move(op));
   return dropped;
 }
 
 size_t Matcher::fail_posted(const Status& why, bool orderly) {
-  size_t n = 0;
-  for (auto& [tag, q] : posted_) {
-    for (auto& op : q) {
-      if (!op->claim) {
-        op->req->complete(why, 0);
-      } else if (!orderly || op->claim->live.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        if (op->claim->take(op->claim_index)) op->req->complete(why, 0);
-      }
+  auto fail = [&](const RecvOp& op) {
+    if (!op.claim) {
+      op.req->complete(why, 0);
+    } else if (!orderly || op.claim->live.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (op.claim->take(op.claim_index)) op.req->complete(why, 0);
     }
+  };
+  for (const auto& op : few_) fail(*op);
+  size_t n = few_.size();
+  few_.clear();
+  for (auto& [tag, q] : posted_) {
+    for (const auto& op : q) fail(*op);
     n += q.size();
   }
   posted_.clear();

@@ -116,6 +116,13 @@ class Matcher {
   /// Takes out the entry `it` (its queue is empty), keeping it as the spare.
   template <class Map>
   static void retire(Map& map, typename Map::node_type& spare, typename Map::iterator it);
+  /// Receives posted while few wait, in post order: a ping-pong or a collective's
+  /// exchange has one or two posted at a time, and looking through those costs less
+  /// than a map entry put in and taken out per message. Once kFewPosted wait, later
+  /// receives queue in posted_ until it empties again; the few are older than any of
+  /// those, so they are matched first and each tag keeps its order.
+  std::vector<std::unique_ptr<RecvOp>> few_;
+  static constexpr size_t kFewPosted = 8;
   PostedMap posted_;
   UnexpectedMap unexpected_;
   // A tag's entry is taken out when its queue empties, so the maps hold only the tags

@@ -1,7 +1,9 @@
 // The Matcher on its own: posted receives and unexpected messages queue per tag in
 // order, while tags come and go (a tag's entry is taken out when its queue empties and
 // the last one taken out is reused for the next tag: nothing of one tag may show up
-// under another), and failing the posted receives completes every one of them.
+// under another), and while posted receives move between the few kept in post order
+// and the map that takes them once many wait; failing the posted receives completes
+// every one of them.
 #include "transport/matcher.h"
 
 #include <cstddef>
@@ -107,18 +109,50 @@ TEST(Matcher, UnexpectedMessagesKeepTheirOrderPerTagWhileTagsComeAndGo) {
   EXPECT_FALSE(m.take_unexpected(b));
 }
 
+TEST(Matcher, ManyPostedReceivesKeepEachTagsOrderAcrossTheFewAndTheMap) {
+  Matcher m;
+  const Tag a{1}, b{2};
+  std::vector<RecvOp*> want_a, want_b;
+  auto post = [&](Tag t) {
+    std::unique_ptr<RecvOp> r = op(t);
+    (t == a ? want_a : want_b).push_back(r.get());
+    m.post(std::move(r));
+  };
+  // Twenty, alternating tags: the first ones kept in order, the rest in the map.
+  for (int i = 0; i < 20; ++i) post(i % 3 == 0 ? b : a);
+  // One taken from the few: there is room there again, but the map still holds older
+  // receives of tag a, so these go behind them.
+  EXPECT_EQ(m.take_posted(a).get(), want_a.front());
+  want_a.erase(want_a.begin());
+  post(a);
+  post(b);
+  for (RecvOp* p : want_a) EXPECT_EQ(m.take_posted(a).get(), p);
+  EXPECT_EQ(m.take_posted(a), nullptr);
+  for (RecvOp* p : want_b) EXPECT_EQ(m.take_posted(b).get(), p);
+  EXPECT_EQ(m.take_posted(b), nullptr);
+
+  // Everything taken: the next receives are kept in order again, and match.
+  want_a.clear();
+  post(a);
+  post(a);
+  EXPECT_EQ(m.take_posted(a).get(), want_a[0]);
+  EXPECT_EQ(m.take_posted(a).get(), want_a[1]);
+  EXPECT_EQ(m.take_posted(a), nullptr);
+}
+
 TEST(Matcher, FailingThePostedReceivesCompletesEveryOneAfterTagsCameAndWent) {
   Matcher m;
   std::unique_ptr<RecvOp> first = op(Tag{1});
   m.post(std::move(first));
   ASSERT_NE(m.take_posted(Tag{1}), nullptr);
   std::vector<std::shared_ptr<RequestState>> reqs;
-  for (uint64_t t = 0; t < 5; ++t) {
-    std::unique_ptr<RecvOp> r = op(Tag{t});
+  // Twenty: some kept in post order, the rest in the map; every one fails.
+  for (uint64_t t = 0; t < 20; ++t) {
+    std::unique_ptr<RecvOp> r = op(Tag{t % 5});
     reqs.push_back(r->req);
     m.post(std::move(r));
   }
-  EXPECT_EQ(m.fail_posted(Status(StatusCode::kPeerFailed, "gone")), 5u);
+  EXPECT_EQ(m.fail_posted(Status(StatusCode::kPeerFailed, "gone")), 20u);
   for (const auto& r : reqs) {
     ASSERT_TRUE(r->done());
     EXPECT_EQ(r->status.code(), StatusCode::kPeerFailed);
