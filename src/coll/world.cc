@@ -390,10 +390,7 @@ Status World::failure() const {
   return failure_;
 }
 
-bool World::failed() const {
-  std::lock_guard lock(mu_);
-  return failed_;
-}
+bool World::failed() const { return failed_.load(std::memory_order_acquire); }
 
 uint32_t World::next_comm_id() const {
   std::lock_guard lock(mu_);

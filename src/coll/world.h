@@ -189,7 +189,8 @@ class World : public std::enable_shared_from_this<World> {
   std::vector<std::string> addresses_;
   std::vector<bool> dead_;  ///< per world rank: its endpoint ended without a GOODBYE
   Status failure_;
-  bool failed_ = false;
+  /// Set once, under mu_; read without it by failed(), which every collective call asks.
+  std::atomic<bool> failed_{false};
   uint32_t next_comm_id_ = 1;  ///< 0 is the world communicator
   std::map<uint32_t, std::deque<Incoming>> mail_;
   /// Application notifications per communicator id, per sending world rank.
