@@ -1,18 +1,19 @@
 // In-process tests of endpoints: two contexts in one process, real sockets on
 // loopback. Multi-process and namespace tests live in tests/integration/.
-#include <gtest/gtest.h>
-
 #include <dirent.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "remora/remora.h"
 
@@ -63,6 +64,64 @@ TEST(Endpoint, SmallMessageRoundTrip) {
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(r.bytes(), 100u);
   EXPECT_EQ(got, msg);
+}
+
+// Eager sends are complete when they return and share one state inside the library:
+// each must still report its own byte count and tag, run on_done at once, and copies
+// must keep both.
+TEST(Endpoint, EagerSendsAreDoneAtOnceEachWithItsOwnBytesAndTag) {
+  Pair p = make_pair();
+  std::vector<std::vector<std::byte>> msgs;
+  std::vector<Request> sends;
+  for (uint64_t i = 0; i < 6; ++i) {
+    msgs.push_back(pattern(i * 7, 100 + i));
+    sends.push_back(p.client->send(msgs.back(), Tag{40 + i}));
+  }
+  for (uint64_t i = 0; i < 6; ++i) {
+    const Request copy = sends[i];  // NOLINT(performance-unnecessary-copy-initialization): a copy is the point
+    ASSERT_TRUE(copy.done()) << i;
+    EXPECT_TRUE(copy.wait(10s).is_ok()) << i;
+    EXPECT_TRUE(copy.test().is_ok()) << i;
+    EXPECT_EQ(copy.bytes(), i * 7) << i;
+    EXPECT_EQ(copy.tag(), Tag{40 + i}) << i;
+    bool ran = false;
+    ASSERT_TRUE(copy.on_done([&] { ran = true; }).is_ok());
+    EXPECT_TRUE(ran) << i;
+  }
+  for (uint64_t i = 6; i-- > 0;) {  // received out of send order, by tag
+    std::vector<std::byte> got(64);
+    Request r = p.server->recv(got, Tag{40 + i});
+    ASSERT_TRUE(r.wait(10s).is_ok()) << i;
+    ASSERT_EQ(r.bytes(), i * 7) << i;
+    EXPECT_TRUE(std::equal(msgs[i].begin(), msgs[i].end(), got.begin())) << i;
+  }
+}
+
+// Receives that ended are kept and used again: each new one must land only in its own
+// buffer, with its own capacity and tag, whatever the one before it was.
+TEST(Endpoint, ReceivesOneAfterAnotherLandInTheirOwnBuffers) {
+  Pair p = make_pair();
+  std::vector<std::byte> big(64), small(5);
+  for (int round = 0; round < 20; ++round) {
+    const bool fits = round % 2 == 0;
+    std::vector<std::byte>& into = fits ? big : small;
+    std::fill(big.begin(), big.end(), std::byte{0xEE});
+    std::fill(small.begin(), small.end(), std::byte{0xEE});
+    const auto msg = pattern(fits ? 40 : 8, 300 + static_cast<uint64_t>(round));
+    const Tag tag{static_cast<uint64_t>(round % 3)};
+    Request r = p.server->recv(into, tag);
+    ASSERT_TRUE(p.client->send(msg, tag).wait(10s).is_ok());
+    const Status st = r.wait(10s);
+    if (fits) {
+      ASSERT_TRUE(st.is_ok()) << round << " " << st.to_string();
+      EXPECT_EQ(r.bytes(), msg.size());
+      EXPECT_TRUE(std::equal(msg.begin(), msg.end(), big.begin())) << round;
+      EXPECT_TRUE(std::all_of(big.begin() + 40, big.end(), [](std::byte b) { return b == std::byte{0xEE}; }));
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kTruncated) << round << " " << st.to_string();
+      EXPECT_TRUE(std::all_of(big.begin(), big.end(), [](std::byte b) { return b == std::byte{0xEE}; })) << round;
+    }
+  }
 }
 
 TEST(Endpoint, SizesAcrossEagerAndRendezvous) {
