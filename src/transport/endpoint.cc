@@ -134,7 +134,7 @@ Status EndpointCore::inactive() const {
 }
 
 Status EndpointCore::admission() const {
-  if (Status down = inactive(); !down) return down;
+  if (state_ != State::kActive) return inactive();
   const uint64_t outstanding = outstanding_ + initiator_.outstanding();
   if (outstanding >= config_.max_outstanding) {
     return Status(StatusCode::kNoResource, "endpoint has " + std::to_string(outstanding) +
