@@ -22,13 +22,10 @@ DataPaths::DataPaths(Params params)
 
 DataPaths::~DataPaths() = default;
 
-TransferMemory DataPaths::memory_of(const void* p, uint64_t n) const {
+TransferMemory DataPaths::memory_on_device(const void* p, uint64_t n) const {
   TransferMemory m;
   m.address = static_cast<std::byte*>(const_cast<void*>(p));  // a send's memory is only read (transfer.h)
   m.length = n;
-  // An empty range has no bytes to stage: it takes the host path whatever it points at.
-  // Without device domains this is one branch on the hot path.
-  if (params_.domains == nullptr || params_.domains->empty() || p == nullptr || n == 0) return m;
   for (MemoryDomain* d : *params_.domains) {
     if (d->owns(p, n)) {
       m.device = d;

@@ -68,7 +68,15 @@ class DataPaths {
 
   /// The memory [p, p + n) of an operation of this side's: host, or the device domain
   /// that owns it (an empty range is host memory whatever it points at).
-  TransferMemory memory_of(const void* p, uint64_t n) const;
+  TransferMemory memory_of(const void* p, uint64_t n) const {
+    // Without device domains (or for an empty range) this is host memory: every send and
+    // receive asks, so that answer takes no call.
+    if (params_.domains == nullptr || params_.domains->empty() || p == nullptr || n == 0) {
+      // (A send's memory is only read: transfer.h.)
+      return TransferMemory{.address = static_cast<std::byte*>(const_cast<void*>(p)), .length = n};
+    }
+    return memory_on_device(p, n);
+  }
 
   /// The one source or sink of the transfer `spec` describes (see the top of this file);
   /// for device memory the path it took is recorded in the stats. Errors: the selector's
@@ -110,6 +118,8 @@ class DataPaths {
   /// The endpoint's staging for `domain` in one direction, its pool made on first use.
   Result<StagingContext> staging_for(MemoryDomain& domain, bool tx);
   Result<PathEnd> device_end(const TransferSpec& spec, PathChoice choice);
+  /// memory_of where device domains exist: the one that owns [p, p + n), if any.
+  TransferMemory memory_on_device(const void* p, uint64_t n) const;
 
   const Config& config_;
   Params params_;

@@ -79,9 +79,10 @@ size_t Matcher::fail_posted(const Status& why, bool orderly) {
   return n;
 }
 
-bool Matcher::has_unexpected(Tag tag) const { return unexpected_.contains(key(tag)); }
+bool Matcher::has_unexpected(Tag tag) const { return !unexpected_.empty() && unexpected_.contains(key(tag)); }
 
 std::optional<Unexpected> Matcher::take_unexpected(Tag tag) {
+  if (unexpected_.empty()) return std::nullopt;  // every receive asks: no hashing when none waits
   auto it = unexpected_.find(key(tag));
   if (it == unexpected_.end()) return std::nullopt;
   Unexpected u = std::move(it->second.front());
