@@ -351,9 +351,7 @@ void EndpointCore::fail_locked(const Status& why) {
   ctl_pre_.clear();
   resuming_since_.reset();
   resume_stalled_ = resume_idle_ = false;
-  target_.control_cleared();
-  ctl_resp_only_ = true;
-  hold_resps_ = false;
+  control_queue_empty();
   if (!linger_) notify_closed();  // else once the linger ends
 }
 
@@ -468,10 +466,7 @@ bool EndpointCore::crc_as_negotiated(bool has_crc, std::string_view frame) {
 void EndpointCore::flush_control() {
   if (!control_.valid() || ctl_blocked_) return;
   if (ctl_tx_.empty() && ctl_pre_.empty() && !resume_handshake_) {
-    // Nothing queued (a round that only read): what the end below does, less the work.
-    target_.control_cleared();
-    ctl_resp_only_ = true;
-    hold_resps_ = false;
+    control_queue_empty();  // nothing queued (a round that only read)
     return;
   }
   // A resumed connection: HANDLED (RESUMED), then (once the peer said where) the replay.
@@ -550,6 +545,10 @@ void EndpointCore::flush_control() {
     return;
   }
   control_output_sent();
+  control_queue_empty();
+}
+
+void EndpointCore::control_queue_empty() noexcept {
   target_.control_cleared();
   ctl_resp_only_ = true;
   hold_resps_ = false;

@@ -543,6 +543,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void append_frame(const wire::Frame& frame);
   void append_encoded(const wire::Frame& frame);
   void flush_control();
+  /// Nothing is left in the control stream's queue: no RESP waits unsent, and the next
+  /// frame queued starts a queue of RESPs only.
+  void control_queue_empty() noexcept;
   /// Schedules chunks onto streams with room, announces them and writes. With
   /// `one_round` (a thread posting an operation) it writes at most one round, about a
   /// chunk per stream, so posting returns in bounded time whatever the size; otherwise
