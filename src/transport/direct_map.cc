@@ -57,7 +57,7 @@ DirectMaps::Found DirectMaps::find(const RemoteKey& key, uint64_t offset, uint64
     entry.mapping.reset();
     return {};
   }
-  return Found{.at = entry.mapping->base + key.offset + offset, .bytes = &entry.bytes};
+  return Found{.at = entry.mapping->base + key.offset + offset, .bytes = &entry.bytes, .grant = entry.grant};
 }
 
 std::optional<wire::KeyBytes> DirectMaps::ask(const RemoteKey& key) {
@@ -105,7 +105,7 @@ Result<std::shared_ptr<DirectMaps::Mapping>> DirectMaps::map(pid_t pid, const wi
   return m;
 }
 
-Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
+Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f, bool numbered) {
   // Keys this side asked about parse (they were serialized here), so one that does not
   // was never asked about.
   auto key = RemoteKey::deserialize(f.key);
@@ -122,6 +122,10 @@ Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
   if (key->offset > f.region_bytes || key->length > f.region_bytes - key->offset) {
     return Status(StatusCode::kProtocol, "MAP GRANT of a region smaller than the key's window");
   }
+  if (numbered != (f.grant != 0)) {
+    return Status(StatusCode::kProtocol, numbered ? "MAP GRANT without the key's number (PLACED_SHORT negotiated)"
+                                                  : "MAP GRANT with a key number, PLACED_SHORT not negotiated");
+  }
   auto mapping = map(pid, f, *key);
   if (!mapping) {
     if (mapping.status().code() == StatusCode::kProtocol) return mapping.status();
@@ -130,6 +134,7 @@ Status DirectMaps::answer(pid_t pid, const wire::MapFrame& f) {
   }
   entry.mapping = std::move(*mapping);
   entry.state = KeyState::kGranted;
+  entry.grant = f.grant;
   return Status::ok();
 }
 
@@ -142,26 +147,42 @@ Status DirectMaps::add_credits(uint64_t n) {
   return Status::ok();
 }
 
-bool DirectGrants::grant(const RemoteKey& key) {
-  if (keys_.contains(key)) return true;
-  if (keys_.size() >= DirectMaps::kMaxKeys) return false;
-  keys_.insert(key);
-  return true;
+uint32_t DirectGrants::grant(const RemoteKey& key) {
+  static_assert(DirectMaps::kMaxKeys == wire::kMaxGrantNumber, "every granted key has a number");
+  if (auto it = keys_.find(key); it != keys_.end()) return it->second;
+  if (numbered_.size() >= DirectMaps::kMaxKeys) return 0;
+  numbered_.push_back(key);
+  const auto number = static_cast<uint32_t>(numbered_.size());
+  keys_.emplace(key, number);
+  return number;
 }
 
 Result<RemoteKey> DirectGrants::placed(const wire::PlacedFrame& f) {
   auto key = RemoteKey::deserialize(f.key);
   if (!key || !keys_.contains(*key)) return Status(StatusCode::kProtocol, "PLACED with a key this side never granted");
+  return spend(*key, f.offset, f.length);
+}
+
+Result<RemoteKey> DirectGrants::placed(const wire::PlacedShortFrame& f) {
+  // The decoder checked 1 <= grant <= kMaxGrantNumber.
+  if (f.grant > numbered_.size()) {
+    return Status(StatusCode::kProtocol,
+                  fmt::format("PLACED_SHORT with key number {}, of {} granted", f.grant, numbered_.size()));
+  }
+  return spend(numbered_[f.grant - 1], f.offset, f.length);
+}
+
+Result<RemoteKey> DirectGrants::spend(const RemoteKey& key, uint64_t offset, uint64_t length) {
   // The decoder checked that offset + length does not wrap.
-  if (f.offset > key->length || f.length > key->length - f.offset || !grants(key->access, Access::kRemoteWrite)) {
+  if (offset > key.length || length > key.length - offset || !grants(key.access, Access::kRemoteWrite)) {
     return Status(StatusCode::kProtocol, fmt::format("PLACED of {} bytes at {} outside the key's {}-byte window, or "
                                                      "without its write right",
-                                                     f.length, f.offset, key->length));
+                                                     length, offset, key.length));
   }
   if (out_ == 0) return Status(StatusCode::kProtocol, "PLACED without a notification place (MAP CREDIT) left");
   --out_;
   ++handled_;
-  return *key;
+  return key;
 }
 
 }  // namespace remora::detail

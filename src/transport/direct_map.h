@@ -21,7 +21,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 #include "mem/shared_arena.h"
 #include "remora/memory.h"
@@ -48,6 +48,7 @@ class DirectMaps {
     std::byte* at = nullptr;  ///< where the range is in this process; null: go the usual way
     bool unknown = false;     ///< never seen: ask() about it (the usual way meanwhile)
     const wire::KeyBytes* bytes = nullptr;  ///< with `at`: the key as the peer granted it (for PLACED)
+    uint32_t grant = 0;  ///< with `at`: the number the peer's GRANT gave it (PLACED_SHORT); 0 if none
   };
   /// Where [offset, offset + length) of `key`'s window is in this process, when the key
   /// was granted, the range lies in its window, the key grants `needed` and the region
@@ -63,11 +64,12 @@ class DirectMaps {
   bool still_live() const;
 
   /// The peer's answer to a REQUEST this side sent (op GRANT or REFUSE). A GRANT's
-  /// descriptor is taken from process `pid`. kProtocol when the answer is for a key
-  /// this side did not ask about or its memfd is not what GRANT promises; other errors
-  /// (the kernel's refusal to hand over the descriptor) only keep the key off the
-  /// mapping.
-  Status answer(pid_t pid, const wire::MapFrame& f);
+  /// descriptor is taken from process `pid`; with `numbered` (kCapPlacedShort both
+  /// ways) it names the key's number, without it none. kProtocol when the answer is
+  /// for a key this side did not ask about, its number is missing or not expected, or
+  /// its memfd is not what GRANT promises; other errors (the kernel's refusal to hand
+  /// over the descriptor) only keep the key off the mapping.
+  Status answer(pid_t pid, const wire::MapFrame& f, bool numbered);
 
   /// Why the peer or the kernel last kept a key off the mapping ("" if neither did).
   const std::string& last_refusal() const noexcept { return last_refusal_; }
@@ -94,6 +96,7 @@ class DirectMaps {
     KeyState state = KeyState::kAsked;
     std::shared_ptr<Mapping> mapping;
     wire::KeyBytes bytes{};  // as asked about (and granted)
+    uint32_t grant = 0;      // the GRANT's number (0: PLACED frames name the key whole)
   };
   Result<std::shared_ptr<Mapping>> map(pid_t pid, const wire::MapFrame& f, const RemoteKey& key);
 
@@ -115,23 +118,35 @@ class DirectGrants {
   /// Places the peer is given at most, and the least worth a CREDIT frame (half).
   static constexpr uint64_t kCredits = 64;
 
-  /// Remembers `key` as granted; false when kMaxKeys keys are (refuse it then).
-  bool grant(const RemoteKey& key);
+  /// Remembers `key` as granted: its number (1 to kMaxKeys, the same for the same
+  /// key), which PLACED_SHORT frames name it by; 0 when kMaxKeys keys are (refuse it then).
+  uint32_t grant(const RemoteKey& key);
   bool any() const noexcept { return !keys_.empty(); }
   /// A PLACED frame spends one of the peer's places: the key it names (granted, its
   /// window holding the range, with the write right) on success; kProtocol otherwise,
   /// as an honest peer checks all of it first.
   Result<RemoteKey> placed(const wire::PlacedFrame& f);
+  /// The same for the key numbered `f.grant`.
+  Result<RemoteKey> placed(const wire::PlacedShortFrame& f);
   /// PLACED frames handled since the endpoint began (the count a MAP ACK carries).
   uint64_t handled() const noexcept { return handled_; }
+  /// Handled frames the peer was not told of yet (by an ACK or a PLACED_SHORT).
+  bool ack_owed() const noexcept { return handled_ != told_; }
+  /// The count to tell the peer now; it is told from then on.
+  uint64_t tell() noexcept { return told_ = handled_; }
   /// Places the peer holds now.
   uint64_t credits_out() const noexcept { return out_; }
   void credited(uint64_t n) noexcept { out_ += n; }
 
  private:
-  std::unordered_set<RemoteKey, DirectMaps::KeyHash> keys_;
+  /// `key` (granted) spends a place on `length` bytes at `offset` of its window.
+  Result<RemoteKey> spend(const RemoteKey& key, uint64_t offset, uint64_t length);
+
+  std::unordered_map<RemoteKey, uint32_t, DirectMaps::KeyHash> keys_;  // its number
+  std::vector<RemoteKey> numbered_;                                    // by number - 1
   uint64_t out_ = 0;
   uint64_t handled_ = 0;
+  uint64_t told_ = 0;
 };
 
 }  // namespace remora::detail

@@ -724,6 +724,8 @@ void EndpointCore::handle_frame(const wire::Frame& frame) {
           handle_map(f);
         else if constexpr (std::is_same_v<T, wire::PlacedFrame>)
           handle_placed(f);
+        else if constexpr (std::is_same_v<T, wire::PlacedShortFrame>)
+          handle_placed_short(f);
         else serve_request(f);  // PUT, GET, ATOMIC
       },
       frame);

@@ -390,6 +390,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // Direct mappings (direct_map.h; docs/protocol.md): a small put or get with a key the
   // peer granted is a memcpy through a mapping of the peer's memory.
   bool direct_negotiated() const noexcept;
+  /// Both sides number their GRANTs and take PLACED_SHORT frames (kCapPlacedShort).
+  bool placed_short_negotiated() const noexcept;
   /// A put (`local` into the peer's window) or get done through a mapping: a completed
   /// request; an invalid Request when it must go the usual way (and then, for a key
   /// never seen, a MAP REQUEST is queued for the next one). A put's `notify` goes in a
@@ -409,6 +411,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void handle_map(const wire::MapFrame& f);
   /// The peer put through its mapping of a key this side granted: its notification.
   void handle_placed(const wire::PlacedFrame& f);
+  /// The same in short, with the count of this side's PLACED frames the peer handled.
+  void handle_placed_short(const wire::PlacedShortFrame& f);
+  /// Both forms: the notification of the put through the mapping of `key` (or the
+  /// protocol error it is), then the ACK, held back while a woken waiter's answer may
+  /// carry it (PLACED_SHORT: placed_ack_held_), at once otherwise.
+  void deliver_placed(const Result<RemoteKey>& key, uint64_t offset, uint64_t length, uint64_t notify);
+  /// Queues a MAP ACK when this side handled PLACED frames the peer was not told of.
+  void ack_placed();
   /// Gives the peer places in this side's notification queue for its PLACED frames, up
   /// to DirectGrants::kCredits (bounded by REMORA_MAX_UNEXPECTED), half of them at a time.
   void credit_placed();
@@ -718,6 +728,10 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool hold_resps_ = false;        // a notification just went to a waiting thread
   bool hold_release_queued_ = false;
   void release_held_resps();
+  // A PLACED frame's notification went to a waiting thread, whose answer may carry the
+  // ACK (PLACED_SHORT): what it did not carry goes at the next poll of the ring, in the
+  // next round of any thread (poll_ring), at the latest before the progress thread sleeps.
+  bool placed_ack_held_ = false;
   bool ctl_hup_ = false;  // epoll reported a hang-up: read to EOF, never stop at a short read
   std::vector<std::byte> ctl_rx_;
   size_t rx_begin_ = 0;

@@ -376,7 +376,9 @@ wire::HelloAck ContextCore::make_ack(wire::HelloStatus status) const {
 uint64_t ContextCore::capabilities() const noexcept {
   return wire::kCapHeartbeat | (config_.segments ? wire::kCapSegments : 0) | (config_.auth_key ? wire::kCapAuth : 0) |
          checksum_capability(config_) |
-         (config_.same_host_pulls ? wire::kCapSameHost | wire::kCapShmChannel | wire::kCapDirectMap : 0) |
+         (config_.same_host_pulls
+              ? wire::kCapSameHost | wire::kCapShmChannel | wire::kCapDirectMap | wire::kCapPlacedShort
+              : 0) |
          (rails_.empty() ? 0 : wire::kCapRails) | encrypt_capabilities(config_) |
          (config_.failover ? wire::kCapFailover | wire::kCapRejoin | wire::kCapResume : 0);
 }

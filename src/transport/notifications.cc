@@ -10,19 +10,19 @@ Notifications::Notifications(Owner& owner, std::shared_ptr<engine::ProgressEngin
                              EndpointStats& stats)
     : owner_(owner), engine_(std::move(engine)), peer_(std::move(peer)), stats_(stats) {}
 
-void Notifications::deliver(const Notification& n) {
+bool Notifications::deliver(const Notification& n) {
   ++stats_.notifications;
   if (handler_) {
     handler_queue_.push_back(n);
     if (!delivering_) owner_.run_handler_later();
-    return;
+    return false;
   }
   queue_.push_back(n);
-  if (!waiters_.empty()) {
-    waiters_.front()->complete(Status::ok(), 0);
-    waiters_.pop_front();
-    owner_.waiter_woken();
-  }
+  if (waiters_.empty()) return false;
+  waiters_.front()->complete(Status::ok(), 0);
+  waiters_.pop_front();
+  owner_.waiter_woken();
+  return true;
 }
 
 std::optional<Notification> Notifications::take() {

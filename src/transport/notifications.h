@@ -50,8 +50,9 @@ class Notifications {
   void promise() noexcept { ++promised_; }
   /// A promising put is finished; it delivers or not.
   void settle() noexcept { --promised_; }
-  /// Queues `n` for the handler, a waiting thread or a later poll.
-  void deliver(const Notification& n);
+  /// Queues `n` for the handler, a waiting thread or a later poll; true when a waiting
+  /// thread was woken for it.
+  bool deliver(const Notification& n);
   /// The oldest queued notification, taken out; nullopt if none (or a handler takes them).
   std::optional<Notification> take();
   /// A thread waits in wait(): the endpoint then awaits the peer (its liveness watch

@@ -115,6 +115,8 @@ class RmaInitiator {
   /// count): those puts complete. kProtocol for a count that goes back or past what
   /// was sent.
   Status placed_acked(uint64_t handled);
+  /// The count the peer's last ACK (or PLACED_SHORT) gave.
+  uint64_t placed_handled() const noexcept { return placed_handled_; }
 
   /// Operations posted and not complete (those waiting for the window included; not
   /// the placed puts, which wait for nothing but their ACK).

@@ -154,6 +154,14 @@ int EndpointCore::poll_ring(bool arm) {
     return 0;
   }
   if (shm_ == nullptr || !shm_->rx_on()) return 0;
+  if (placed_ack_held_) {
+    // Held in an earlier round (deliver_placed), and not carried by an answer since.
+    placed_ack_held_ = false;
+    if (grants_.ack_owed()) {
+      ack_placed();
+      flush_control();
+    }
+  }
   ring_arm_ = arm;
   const bool got = read_control();
   ring_arm_ = false;
@@ -171,6 +179,10 @@ void EndpointCore::release_shm() {
 
 bool EndpointCore::direct_negotiated() const noexcept {
   return shm_negotiated() && (params_.peer_capabilities & wire::kCapDirectMap) != 0;
+}
+
+bool EndpointCore::placed_short_negotiated() const noexcept {
+  return direct_negotiated() && (params_.peer_capabilities & wire::kCapPlacedShort) != 0;
 }
 
 DirectMaps::Found EndpointCore::direct_target(const RemoteKey& key, uint64_t offset, uint64_t length, Access needed,
@@ -215,8 +227,18 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
   if (notify) {
     // Behind the bytes: the peer reads the frame after they are in its memory (the
     // ring's release and acquire), queues the notification exactly once, and counts
-    // the frame in its next ACK, which completes the put.
-    append_frame(wire::PlacedFrame{.key = *found.bytes, .offset = offset, .length = local.size(), .notify = *notify});
+    // the frame in its next ACK (or PLACED_SHORT), which completes the put. The short
+    // form also tells the peer of its PLACED frames this side handled: the answer to
+    // a notified put carries the ACK, and both fit beside the ring's head.
+    if (found.grant != 0) {
+      append_frame(wire::PlacedShortFrame{.grant = found.grant,
+                                          .length = static_cast<uint32_t>(local.size()),
+                                          .offset = offset,
+                                          .notify = *notify,
+                                          .handled = grants_.tell()});
+    } else {
+      append_frame(wire::PlacedFrame{.key = *found.bytes, .offset = offset, .length = local.size(), .notify = *notify});
+    }
     flush_control();
     direct_.spend_credit();
     ++stats_.direct;
@@ -280,7 +302,8 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
         key ? (params_.registry != nullptr ? region_share(*params_.registry, *key)
                                            : Result<RegionShare>(Status(StatusCode::kInvalidKey, "no registry")))
             : Result<RegionShare>(Status(StatusCode::kInvalidKey, "the key does not parse"));
-    if (share && !grants_.grant(*key)) {
+    const uint32_t number = share ? grants_.grant(*key) : 0;
+    if (share && number == 0) {
       share = Status(StatusCode::kNoResource, "this side granted the peer as many keys as it keeps");
     }
     if (!share) {
@@ -288,6 +311,7 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
     } else {
       append_frame(wire::MapFrame{.op = wire::MapOp::kGrant,
                                   .fd = static_cast<uint32_t>(share->fd),
+                                  .grant = placed_short_negotiated() ? number : 0,
                                   .region_bytes = share->region_bytes,
                                   .key = f.key});
       credit_placed();  // the first grant gives the peer its places; later ones top them up
@@ -295,7 +319,7 @@ void EndpointCore::handle_map(const wire::MapFrame& f) {
     flush_control();
     return;
   }
-  if (Status s = direct_.answer(static_cast<pid_t>(peer_pid_), f); !s.is_ok()) {
+  if (Status s = direct_.answer(static_cast<pid_t>(peer_pid_), f, placed_short_negotiated()); !s.is_ok()) {
     protocol_error(s.message());
     return;
   }
@@ -307,17 +331,47 @@ void EndpointCore::handle_placed(const wire::PlacedFrame& f) {
     protocol_error("PLACED on an endpoint without direct mappings negotiated");
     return;
   }
-  auto key = grants_.placed(f);
+  deliver_placed(grants_.placed(f), f.offset, f.length, f.notify);
+}
+
+void EndpointCore::handle_placed_short(const wire::PlacedShortFrame& f) {
+  if (!placed_short_negotiated()) {
+    protocol_error("PLACED_SHORT on an endpoint without it negotiated");
+    return;
+  }
+  // The peer's count of this side's PLACED frames it handled, as a MAP ACK's (the same
+  // count as before is no news).
+  if (f.handled != initiator_.placed_handled()) {
+    if (Status s = initiator_.placed_acked(f.handled); !s.is_ok()) {
+      protocol_error(s.message());
+      return;
+    }
+  }
+  deliver_placed(grants_.placed(f), f.offset, f.length, f.notify);
+}
+
+void EndpointCore::deliver_placed(const Result<RemoteKey>& key, uint64_t offset, uint64_t length, uint64_t notify) {
   if (!key) {
     protocol_error(key.status().message());
     return;
   }
   // The place the peer spent was promised in the queue's bound (credit_placed).
   notifications_.settle();
-  notifications_.deliver(
-      Notification{.value = f.notify, .region = key->region, .offset = key->offset + f.offset, .length = f.length});
-  append_frame(wire::MapFrame{.op = wire::MapOp::kAck, .count = grants_.handled()});
+  const bool woke = notifications_.deliver(
+      Notification{.value = notify, .region = key->region, .offset = key->offset + offset, .length = length});
+  // A thread woken for it usually answers at once, often with a notified put of its
+  // own, whose PLACED_SHORT carries the ACK; what it does not carry goes at the next
+  // round (poll_ring).
+  if (woke && placed_short_negotiated()) {
+    placed_ack_held_ = true;
+  } else {
+    ack_placed();
+  }
   credit_placed();
+}
+
+void EndpointCore::ack_placed() {
+  if (grants_.ack_owed()) append_frame(wire::MapFrame{.op = wire::MapOp::kAck, .count = grants_.tell()});
 }
 
 void EndpointCore::credit_placed() {

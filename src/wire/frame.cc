@@ -55,9 +55,10 @@ static_assert(kPulledBodySize == 8 + 4 + 4, "PULLED: recv_id, length, reserved")
 static_assert(kShmBodySize == 4 + 4 + 4 + 4, "SHM: op, ring_fd, wake_fd, code");
 static_assert(kReceivedBodySize == 2 + 2 + 4 + 8 && kRetireBodySize == 2 + 2 + 4 + 8,
               "RECEIVED, RETIRE: stream, reserved (6 bytes), chunks");
-static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kPlaced) == 22);
+static_assert(static_cast<uint8_t>(FrameType::kEager) == 1 && static_cast<uint8_t>(FrameType::kPlacedShort) == 23);
 static_assert(kMapBodySize == 4 + 4 + 4 + 4 + 8 + kKeySize, "MAP: op, fd, code, reserved, region_bytes, key");
 static_assert(kPlacedBodySize == kKeySize + 8 + 8 + 8, "PLACED: key, offset, length, notify");
+static_assert(kPlacedShortBodySize == 4 + 4 + 8 + 8 + 8, "PLACED_SHORT: grant, length, offset, notify, handled");
 static_assert(kRejoinedBodySize == 2 + 2 + 4 + 8, "REJOINED keeps the layout of RETIRE, its count reserved");
 static_assert(std::is_same_v<std::underlying_type_t<Tag>, uint64_t>, "tags are u64 on the wire");
 
@@ -67,7 +68,7 @@ constexpr uint64_t kMaxEagerWirePayload = UINT32_MAX - kEagerBodySize;
 Status protocol_error(std::string message) { return {StatusCode::kProtocol, std::move(message)}; }
 
 bool is_known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kPlaced);
+  return type >= static_cast<uint8_t>(FrameType::kEager) && type <= static_cast<uint8_t>(FrameType::kPlacedShort);
 }
 
 /// Types whose flags byte carries a ChunkKind (0..2).
@@ -133,6 +134,7 @@ size_t fixed_body_size(FrameType type) {
     case FrameType::kHandled: return kHandledBodySize;
     case FrameType::kMap: return kMapBodySize;
     case FrameType::kPlaced: return kPlacedBodySize;
+    case FrameType::kPlacedShort: return kPlacedShortBodySize;
   }
   return 0;
 }
@@ -443,8 +445,11 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       if (op < static_cast<uint32_t>(MapOp::kRequest) || op > static_cast<uint32_t>(MapOp::kAck)) {
         return protocol_error(fmt::format("MAP frame: unknown op {}", op));
       }
-      if (load_u32(p + 12) != 0) return protocol_error("MAP frame: reserved bytes not 0");
+      const uint32_t grant = load_u32(p + 12);
       const auto map_op = static_cast<MapOp>(op);
+      if (grant > (map_op == MapOp::kGrant ? kMaxGrantNumber : 0)) {
+        return protocol_error(fmt::format("MAP frame: grant number {} with op {}", grant, op));
+      }
       const bool error_code = code > static_cast<uint32_t>(StatusCode::kInProgress) &&
                               code <= static_cast<uint32_t>(StatusCode::kDataCorrupt);
       const KeyBytes key = load_key(p + 24);
@@ -466,6 +471,7 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
       return Frame{MapFrame{.op = map_op,
                             .fd = fd,
                             .code = static_cast<StatusCode>(code),
+                            .grant = grant,
                             .region_bytes = counted ? 0 : bytes,
                             .count = counted ? bytes : 0,
                             .key = key}};
@@ -476,6 +482,18 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
         return protocol_error(fmt::format("PLACED frame: {} bytes at offset {} end past 2^64", length, offset));
       }
       return Frame{PlacedFrame{.key = load_key(p), .offset = offset, .length = length, .notify = load_u64(p + 56)}};
+    }
+    case FrameType::kPlacedShort: {
+      const uint32_t grant = load_u32(p), length = load_u32(p + 4);
+      const uint64_t offset = load_u64(p + 8);
+      if (grant == 0 || grant > kMaxGrantNumber) {
+        return protocol_error(fmt::format("PLACED_SHORT frame: grant number {} outside 1..{}", grant, kMaxGrantNumber));
+      }
+      if (length > UINT64_MAX - offset) {
+        return protocol_error(fmt::format("PLACED_SHORT frame: {} bytes at offset {} end past 2^64", length, offset));
+      }
+      return Frame{PlacedShortFrame{
+          .grant = grant, .length = length, .offset = offset, .notify = load_u64(p + 16), .handled = load_u64(p + 24)}};
     }
   }
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
@@ -678,7 +696,7 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
       store_u32(body, static_cast<uint32_t>(f.op));
       store_u32(body + 4, f.fd);
       store_u32(body + 8, static_cast<uint32_t>(f.code));
-      store_u32(body + 12, 0);
+      store_u32(body + 12, f.grant);
       store_u64(body + 16, f.op == MapOp::kCredit || f.op == MapOp::kAck ? f.count : f.region_bytes);
       std::copy(f.key.begin(), f.key.end(), body + 24);
     }
@@ -687,6 +705,13 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
       store_u64(body + 40, f.offset);
       store_u64(body + 48, f.length);
       store_u64(body + 56, f.notify);
+    }
+    void operator()(const PlacedShortFrame& f) const {
+      store_u32(body, f.grant);
+      store_u32(body + 4, f.length);
+      store_u64(body + 8, f.offset);
+      store_u64(body + 16, f.notify);
+      store_u64(body + 24, f.handled);
     }
     void store_counts(uint16_t stream, uint64_t chunks) const {
       store_u16(body, stream);
@@ -766,6 +791,7 @@ std::string_view to_string(FrameType type) noexcept {
     case FrameType::kHandled: return "HANDLED";
     case FrameType::kMap: return "MAP";
     case FrameType::kPlaced: return "PLACED";
+    case FrameType::kPlacedShort: return "PLACED_SHORT";
   }
   return "unknown";
 }

@@ -47,6 +47,9 @@ enum class FrameType : uint8_t {
   /// A same-host initiator put bytes through its mapping and sends the put's
   /// notification (kCapDirectMap; docs/protocol.md "Direct mappings").
   kPlaced = 22,
+  /// PLACED in short: the key by the number its GRANT gave it, and the sender's own
+  /// count of PLACED frames handled, so an answer carries the ACK (kCapPlacedShort).
+  kPlacedShort = 23,
 };
 
 inline constexpr size_t kFrameHeaderSize = 8;
@@ -73,6 +76,7 @@ inline constexpr size_t kRejoinedBodySize = 16;  // stream, reserved
 inline constexpr size_t kHandledBodySize = 8;    // bytes
 inline constexpr size_t kMapBodySize = 64;       // op, fd, code, reserved, region_bytes (or credits), key
 inline constexpr size_t kPlacedBodySize = 64;    // key, offset, length, notify
+inline constexpr size_t kPlacedShortBodySize = 32;  // grant, length, offset, notify, handled
 /// Largest fixed-size frame (header + body), handy for stack buffers.
 inline constexpr size_t kMaxFixedFrameSize = kFrameHeaderSize + kAtomicBodySize;
 /// A PUT's data and a GET's reply travel inline only up to this many bytes, whatever
@@ -346,6 +350,9 @@ struct MapFrame {
   MapOp op = MapOp::kRequest;
   uint32_t fd = 0;
   StatusCode code = StatusCode::kOk;
+  /// GRANT (kCapPlacedShort): the number PLACED_SHORT frames name the key by, 1 to
+  /// kMaxGrantNumber; 0 in every other MAP.
+  uint32_t grant = 0;
   uint64_t region_bytes = 0;
   uint64_t count = 0;  ///< CREDIT: places; ACK: PLACED frames handled
   KeyBytes key{};
@@ -362,11 +369,26 @@ struct PlacedFrame {
   uint64_t length = 0;
   uint64_t notify = 0;
 };
+/// Highest number a GRANT gives a key (the granter keeps at most this many).
+inline constexpr uint32_t kMaxGrantNumber = 4096;
+/// PLACED_SHORT (kCapPlacedShort): a PLACED whose key is the one the receiver's GRANT
+/// numbered `grant`, and that also tells the receiver the sender has handled `handled`
+/// of its PLACED and PLACED_SHORT frames since the endpoint began (a MAP ACK's count,
+/// carried along; the same count as before is no news). 40 bytes with its header: the
+/// size a shared-memory ring hands over beside its head.
+struct PlacedShortFrame {
+  uint32_t grant = 0;
+  uint32_t length = 0;
+  uint64_t offset = 0;
+  uint64_t notify = 0;
+  uint64_t handled = 0;
+};
 
 /// Alternatives in FrameType order (index + 1 == type).
-using Frame = std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame,
-                           AtomicFrame, RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame,
-                           ShmFrame, ReceivedFrame, RetireFrame, RejoinedFrame, HandledFrame, MapFrame, PlacedFrame>;
+using Frame =
+    std::variant<EagerFrame, RtsFrame, CtsFrame, ChunkFrame, CreditFrame, GoodbyeFrame, PutFrame, GetFrame, AtomicFrame,
+                 RespFrame, AbortFrame, HeartbeatFrame, HostFrame, PullFrame, PulledFrame, ShmFrame, ReceivedFrame,
+                 RetireFrame, RejoinedFrame, HandledFrame, MapFrame, PlacedFrame, PlacedShortFrame>;
 
 struct DecodeLimits {
   uint32_t max_eager_payload = 0;  ///< this side's eager_limit: bounds EAGER, inline PUT and inline RESP payloads

@@ -78,6 +78,11 @@ inline constexpr uint64_t kCapSegments = uint64_t{1} << 13;
 /// stream moved into shared memory.
 inline constexpr uint64_t kCapDirectMap = uint64_t{1} << 14;
 
+/// With kCapDirectMap: numbers the keys it GRANTs and understands PLACED_SHORT frames
+/// (type 23), which name a key by that number and carry the sender's ACK count (docs/
+/// protocol.md "Direct mappings"). Used when both sides set it.
+inline constexpr uint64_t kCapPlacedShort = uint64_t{1} << 15;
+
 /// kProbe: a liveness question (Communicator::failed_ranks). The listener answers it with
 /// a HELLO_ACK of status 0 and endpoint id 0, before any authentication, and closes; no
 /// endpoint is made. Its other fields are a control HELLO's.

@@ -318,6 +318,13 @@ void wire() {
         frame(remora::wire::PlacedFrame{.offset = 0x40, .length = 8, .notify = 7})})
     stream.insert(stream.end(), f.begin(), f.end());
   write("wire_fuzz", "stream_map", stream);
+  // The short form: a numbered GRANT, then a PLACED_SHORT naming that number.
+  stream =
+      frame(remora::wire::MapFrame{.op = remora::wire::MapOp::kGrant, .fd = 7, .grant = 1, .region_bytes = 1 << 22});
+  const auto short_placed =
+      frame(remora::wire::PlacedShortFrame{.grant = 1, .length = 8, .offset = 0x40, .notify = 7, .handled = 1});
+  stream.insert(stream.end(), short_placed.begin(), short_placed.end());
+  write("wire_fuzz", "stream_map_short", stream);
 
   // A liveness probe (role 3): a control HELLO's fields.
   write("wire_fuzz", "hello_probe",

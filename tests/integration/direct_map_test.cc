@@ -5,6 +5,7 @@
 // guard buffers' checksums.
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "remora/context.h"
 #include "remora/endpoint.h"
 #include "remora/memory.h"
+#include "remora/pool.h"
 #include "support/rma_target.h"
 #include "support/test_data.h"
 
@@ -48,6 +50,10 @@ class Expected {
  private:
   std::vector<std::byte> region_;
 };
+
+/// Whether this run can map the peer's memory at all: sealed endpoints
+/// (integration.with_encryption) keep their control stream on TCP.
+bool can_map() { return !sealed_by_environment(); }
 
 class DirectMap : public ::testing::Test {
  protected:
@@ -89,10 +95,6 @@ class DirectMap : public ::testing::Test {
     ASSERT_TRUE(sums) << target_->last_error();
     EXPECT_EQ(*sums, expected.sums(guard));
   }
-
-  /// Whether this run can map the peer's memory at all: sealed endpoints
-  /// (integration.with_encryption) keep their control stream on TCP.
-  static bool can_map() { return !sealed_by_environment(); }
 
   Status put(std::span<const std::byte> data, const RemoteKey& key, uint64_t offset) {
     return ep_->put(data, key, offset).wait(std::chrono::seconds(30));
@@ -385,6 +387,129 @@ TEST_F(DirectMap, AFullNotificationQueueRefusesTheNextPutAndNothingIsWritten) {
   ASSERT_TRUE(notes) << target_->last_error();
   EXPECT_EQ(*notes, want);
   expect_target_holds(expected, size);
+}
+
+// Two endpoints of one process, each exposing a pool buffer (memory the other maps).
+class DirectMapBothWays : public ::testing::Test {
+ protected:
+  static constexpr size_t kSize = 4096;
+  void SetUp() override {
+    pair_ = make_pair_in_process(make_context(), make_context());
+    ASSERT_TRUE(pair_.ea && pair_.eb);
+    if (can_map()) {
+      ASSERT_TRUE(wait_for_shm_channel(*pair_.ea)) << pair_.ea->stats().shm_reason;
+      ASSERT_TRUE(wait_for_shm_channel(*pair_.eb)) << pair_.eb->stats().shm_reason;
+    }
+    pool_a_ = std::make_unique<Pool>(*pair_.a, PoolOptions{.arena_bytes = 1 << 20});
+    pool_b_ = std::make_unique<Pool>(*pair_.b, PoolOptions{.arena_bytes = 1 << 20});
+    for (auto [pool, buffer] : {std::pair{pool_a_.get(), &at_a_}, std::pair{pool_b_.get(), &at_b_}}) {
+      auto b = pool->allocate(kSize);
+      ASSERT_TRUE(b) << describe(b.status());
+      *buffer = std::move(b).value();
+      std::fill_n(buffer->data(), kSize, std::byte{0});
+    }
+  }
+  void TearDown() override {
+    at_a_.reset();
+    at_b_.reset();
+    pool_a_.reset();
+    pool_b_.reset();
+    reset(pair_);
+  }
+  /// Round `i`'s bytes from `side` (0: a, 1: b), and where they go in the other's buffer.
+  static std::vector<std::byte> bytes_of(int side, uint64_t i) { return stream_bytes(1 + i % 16, 9000 + 2 * i + side); }
+  static uint64_t offset_of(uint64_t i) { return (i * 24) % (kSize - 16); }
+
+  Pair pair_;
+  std::unique_ptr<Pool> pool_a_, pool_b_;
+  Buffer at_a_, at_b_;
+};
+
+// A ping-pong of notified puts (bench rma put_lat): each notification wakes the other
+// side's waiting thread, whose answer is a notified put of its own that also carries
+// the ACK (PLACED_SHORT). Every put completes, every notification comes once and in
+// order, and the last bytes of each round are in both buffers.
+TEST_F(DirectMapBothWays, NotifiedPutsAnsweredByNotifiedPutsCompleteAndLandInOrder) {
+  constexpr uint64_t kRounds = 300;
+  const RemoteKey to_a = at_a_.remote_key(), to_b = at_b_.remote_key();
+  std::string b_error;
+  std::thread answerer([&] {
+    for (uint64_t i = 0; i < kRounds && b_error.empty(); ++i) {
+      auto n = pair_.eb->wait_notification(std::chrono::seconds(30));
+      if (!n || n->value != i || n->length != 1 + i % 16 || n->offset != to_b.offset + offset_of(i)) {
+        b_error =
+            n ? "notification " + std::to_string(n->value) + " in round " + std::to_string(i) : describe(n.status());
+        break;
+      }
+      const std::vector<std::byte> data = bytes_of(1, i);
+      const Status s = pair_.eb->put(data, to_a, offset_of(i), PutOptions{.notify = i}).wait(std::chrono::seconds(30));
+      if (!s.is_ok()) b_error = "put back " + std::to_string(i) + ": " + describe(s);
+    }
+  });
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    const std::vector<std::byte> data = bytes_of(0, i);
+    Request put = pair_.ea->put(data, to_b, offset_of(i), PutOptions{.notify = i});
+    auto n = pair_.ea->wait_notification(std::chrono::seconds(30));
+    const Status done = put.wait(std::chrono::seconds(30));
+    if (!n || !done.is_ok()) {
+      ADD_FAILURE() << "round " << i << ": " << describe(n.status()) << ", " << describe(done);
+      pair_.ea->close();  // the answerer's wait ends
+      break;
+    }
+    EXPECT_EQ(n->value, i);
+    EXPECT_EQ(n->offset, to_a.offset + offset_of(i));
+    // Both puts of round i are complete: each side's bytes are in the other's buffer.
+    const std::vector<std::byte> back = bytes_of(1, i);
+    EXPECT_EQ(0, std::memcmp(at_a_.data() + offset_of(i), back.data(), back.size())) << "round " << i;
+    EXPECT_EQ(0, std::memcmp(at_b_.data() + offset_of(i), data.data(), data.size())) << "round " << i;
+  }
+  answerer.join();
+  EXPECT_EQ(b_error, "");
+  if (can_map()) {
+    EXPECT_GE(pair_.ea->stats().direct, kRounds - 1) << pair_.ea->stats().direct_reason;
+    EXPECT_GE(pair_.eb->stats().direct, kRounds - 1) << pair_.eb->stats().direct_reason;
+  }
+  ASSERT_TRUE(pair_.ea->flush().wait(std::chrono::seconds(30)).is_ok());
+  ASSERT_TRUE(pair_.eb->flush().wait(std::chrono::seconds(30)).is_ok());
+}
+
+// A woken thread that does not answer, and then leaves the library alone until the put
+// it was told of completed: the ACK it might have carried goes without it, so the put
+// completes.
+TEST_F(DirectMapBothWays, AWokenThreadThatDoesNotAnswerHoldsNoPutBack) {
+  constexpr uint64_t kRounds = 100;
+  const RemoteKey to_b = at_b_.remote_key();
+  std::vector<std::promise<void>> waiting(kRounds), done(kRounds);
+  std::string b_error;
+  std::thread waiter([&] {
+    for (uint64_t i = 0; i < kRounds; ++i) {
+      waiting[i].set_value();
+      auto n = pair_.eb->wait_notification(std::chrono::seconds(30));
+      if (!n || n->value != i) {
+        b_error =
+            n ? "notification " + std::to_string(n->value) + " in round " + std::to_string(i) : describe(n.status());
+        break;
+      }
+      done[i].get_future().wait();  // outside the library until the put completed
+    }
+  });
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    waiting[i].get_future().wait();
+    const std::vector<std::byte> data = bytes_of(0, i);
+    const Status s = pair_.ea->put(data, to_b, offset_of(i), PutOptions{.notify = i}).wait(std::chrono::seconds(30));
+    done[i].set_value();
+    if (!s.is_ok()) {
+      ADD_FAILURE() << "round " << i << ": " << describe(s);
+      pair_.ea->close();  // the waiter's next wait ends
+      break;
+    }
+    EXPECT_EQ(0, std::memcmp(at_b_.data() + offset_of(i), data.data(), data.size())) << "round " << i;
+  }
+  waiter.join();
+  EXPECT_EQ(b_error, "");
+  if (can_map()) {
+    EXPECT_GE(pair_.ea->stats().direct, kRounds - 1) << pair_.ea->stats().direct_reason;
+  }
 }
 
 }  // namespace

@@ -65,6 +65,9 @@ std::vector<uint8_t> map_without_direct_map(uint32_t) {
 std::vector<uint8_t> placed_without_direct_map(uint32_t) {
   return raw::frame(22, raw::Bytes().zeros(40).u64(0).u64(8).u64(7).bytes());
 }
+std::vector<uint8_t> placed_short_without_negotiation(uint32_t) {
+  return raw::frame(23, raw::Bytes().u32(1).u32(8).u64(0).u64(7).u64(0).bytes());
+}
 std::vector<uint8_t> goodbye_unknown_reason(uint32_t) { return raw::frame(6, raw::Bytes().u32(7).u32(0).bytes()); }
 
 // Failover's frames (docs/protocol.md, "Failover"). Without the capability on both sides
@@ -251,6 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
         Violation{"GoodbyeUnknownReason", goodbye_unknown_reason},
         Violation{"MapWithoutDirectMapping", map_without_direct_map},
         Violation{"PlacedWithoutDirectMapping", placed_without_direct_map},
+        Violation{"PlacedShortWithoutNegotiation", placed_short_without_negotiation},
         Violation{"ReceivedWithoutFailover", received_without_failover},
         Violation{"RetireWithoutFailover", retire_without_failover},
         Violation{"ResendChunkWithoutFailover", resend_without_failover},

@@ -88,7 +88,7 @@ TEST(DirectMaps, AGrantedKeyIsMappedWithinItsWindowAndRights) {
   Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
   DirectMaps maps;
   ask(maps, key);
-  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key), false).is_ok());
 
   const DirectMaps::Found found = maps.find(key, 100, 8, Access::kRemoteWrite);
   EXPECT_FALSE(found.unknown);
@@ -111,12 +111,42 @@ TEST(DirectMaps, AGrantedKeyIsMappedWithinItsWindowAndRights) {
   EXPECT_FALSE(maps.still_live());
 }
 
+TEST(DirectMaps, ANumberedGrantGivesTheKeysNumberAndOnlyWhereNegotiated) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteWrite);
+  Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
+  wire::MapFrame numbered = grant(arena, key);
+  numbered.grant = 7;
+  {
+    DirectMaps maps;
+    ask(maps, key);
+    ASSERT_TRUE(maps.answer(getpid(), numbered, true).is_ok());
+    const DirectMaps::Found found = maps.find(key, 0, 8, Access::kRemoteWrite);
+    ASSERT_NE(found.at, nullptr);
+    EXPECT_EQ(found.grant, 7u) << "PLACED_SHORT frames name the key by it";
+  }
+  {
+    DirectMaps maps;
+    ask(maps, key);
+    EXPECT_EQ(maps.answer(getpid(), grant(arena, key), true).code(), StatusCode::kProtocol) << "no number";
+    EXPECT_EQ(maps.find(key, 0, 8, Access::kRemoteWrite).at, nullptr);
+  }
+  {
+    DirectMaps maps;
+    ask(maps, key);
+    EXPECT_EQ(maps.answer(getpid(), numbered, false).code(), StatusCode::kProtocol) << "a number not negotiated";
+  }
+  DirectMaps maps;
+  ask(maps, key);
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key), false).is_ok());
+  EXPECT_EQ(maps.find(key, 0, 8, Access::kRemoteWrite).grant, 0u) << "PLACED frames name the key whole";
+}
+
 TEST(DirectMaps, AnotherKeyIsNotTheGrantedOne) {
   const RemoteKey key = window(0, 4096, Access::kRemoteRead);
   Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
   DirectMaps maps;
   ask(maps, key);
-  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key), false).is_ok());
   RemoteKey wider = key;
   wider.length = kRegion;  // a window the peer never authenticated
   const DirectMaps::Found found = maps.find(wider, 8192, 8, Access::kRemoteRead);
@@ -133,7 +163,8 @@ TEST(DirectMaps, ARefusalKeepsTheKeyOffTheMappingAndSaysWhy) {
   ask(maps, key);
   ASSERT_TRUE(
       maps.answer(getpid(),
-                  wire::MapFrame{.op = wire::MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = key.serialize()})
+                  wire::MapFrame{.op = wire::MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = key.serialize()},
+                  false)
           .is_ok());
   const DirectMaps::Found found = maps.find(key, 0, 8, Access::kRemoteRead);
   EXPECT_EQ(found.at, nullptr);
@@ -145,13 +176,13 @@ TEST(DirectMaps, AnswersNobodyAskedForAreProtocolErrors) {
   const RemoteKey key = window(0, 4096, Access::kRemoteRead);
   Arena arena(kRegion, kRegion + SharedArenaState::kPageBytes, true, key);
   DirectMaps maps;
-  EXPECT_EQ(maps.answer(getpid(), grant(arena, key)).code(), StatusCode::kProtocol);
+  EXPECT_EQ(maps.answer(getpid(), grant(arena, key), false).code(), StatusCode::kProtocol);
   ask(maps, key);
-  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key)).is_ok());
-  EXPECT_EQ(maps.answer(getpid(), grant(arena, key)).code(), StatusCode::kProtocol) << "a second answer";
+  ASSERT_TRUE(maps.answer(getpid(), grant(arena, key), false).is_ok());
+  EXPECT_EQ(maps.answer(getpid(), grant(arena, key), false).code(), StatusCode::kProtocol) << "a second answer";
   wire::MapFrame garbage{.op = wire::MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = key.serialize()};
   garbage.key[0] = std::byte{0xEE};  // a version no key has
-  EXPECT_EQ(maps.answer(getpid(), garbage).code(), StatusCode::kProtocol) << "bytes that are no key";
+  EXPECT_EQ(maps.answer(getpid(), garbage, false).code(), StatusCode::kProtocol) << "bytes that are no key";
 }
 
 TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
@@ -179,7 +210,7 @@ TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
     Arena arena(c.region_bytes, c.file_bytes, c.sealed, c.state_of);
     DirectMaps maps;
     ask(maps, key);
-    EXPECT_EQ(maps.answer(getpid(), grant(arena, key, c.region_bytes)).code(), StatusCode::kProtocol);
+    EXPECT_EQ(maps.answer(getpid(), grant(arena, key, c.region_bytes), false).code(), StatusCode::kProtocol);
     EXPECT_EQ(at(maps, key, 0, 8, Access::kRemoteRead), nullptr);
   }
   // Not a memfd at all: a pipe.
@@ -188,7 +219,7 @@ TEST(DirectMaps, AGrantOfTheWrongMemoryIsAProtocolError) {
   net::Fd r(p[0]), w(p[1]);
   DirectMaps maps;
   ask(maps, key);
-  EXPECT_EQ(maps.answer(getpid(), grant(r.get(), key)).code(), StatusCode::kProtocol);
+  EXPECT_EQ(maps.answer(getpid(), grant(r.get(), key), false).code(), StatusCode::kProtocol);
 }
 
 TEST(DirectMaps, ADescriptorTheKernelWillNotHandOverOnlyKeepsTheKeyOff) {
@@ -196,7 +227,7 @@ TEST(DirectMaps, ADescriptorTheKernelWillNotHandOverOnlyKeepsTheKeyOff) {
   DirectMaps maps;
   ask(maps, key);
   // A descriptor number this process does not have: pidfd_getfd fails with EBADF.
-  ASSERT_TRUE(maps.answer(getpid(), grant(0x7FFF0000, key)).is_ok());
+  ASSERT_TRUE(maps.answer(getpid(), grant(0x7FFF0000, key), false).is_ok());
   EXPECT_NE(maps.last_refusal().find("could not map"), std::string::npos) << maps.last_refusal();
   EXPECT_EQ(at(maps, key, 0, 8, Access::kRemoteRead), nullptr);
 }
@@ -242,7 +273,7 @@ TEST(DirectGrants, APlacedFrameMustNameAGrantedKeyInsideItsWindowWithAPlaceLeft)
   const RemoteKey key = window(4096, 8192, Access::kRemoteWrite);
   DirectGrants grants;
   EXPECT_FALSE(grants.any());
-  ASSERT_TRUE(grants.grant(key));
+  ASSERT_EQ(grants.grant(key), 1u);
   EXPECT_TRUE(grants.any());
   EXPECT_EQ(grants.placed(placed(key, 0, 8)).status().code(), StatusCode::kProtocol) << "no place given yet";
   grants.credited(2);
@@ -258,7 +289,7 @@ TEST(DirectGrants, APlacedFrameMustNameAGrantedKeyInsideItsWindowWithAPlaceLeft)
   EXPECT_EQ(grants.placed(placed(key, 8192 - 7, 8)).status().code(), StatusCode::kProtocol) << "past the window";
   EXPECT_EQ(grants.placed(placed(key, 8193, 0)).status().code(), StatusCode::kProtocol) << "past the window";
   const RemoteKey read_only = window(0, 4096, Access::kRemoteRead);
-  ASSERT_TRUE(grants.grant(read_only));
+  ASSERT_EQ(grants.grant(read_only), 2u);
   EXPECT_EQ(grants.placed(placed(read_only, 0, 8)).status().code(), StatusCode::kProtocol) << "no write right";
   wire::PlacedFrame garbage = placed(key, 0, 8);
   garbage.key[0] = std::byte{0xEE};
@@ -268,11 +299,55 @@ TEST(DirectGrants, APlacedFrameMustNameAGrantedKeyInsideItsWindowWithAPlaceLeft)
   EXPECT_EQ(grants.handled(), 2u);
 }
 
-TEST(DirectGrants, NoMoreThanMaxKeysAreGranted) {
+TEST(DirectGrants, NoMoreThanMaxKeysAreGrantedEachWithItsOwnNumber) {
   DirectGrants grants;
-  for (uint64_t i = 0; i < DirectMaps::kMaxKeys; ++i) ASSERT_TRUE(grants.grant(window(i * 8, 8, Access::kRemoteWrite)));
-  EXPECT_TRUE(grants.grant(window(0, 8, Access::kRemoteWrite))) << "one granted already";
-  EXPECT_FALSE(grants.grant(window(DirectMaps::kMaxKeys * 8, 8, Access::kRemoteWrite)));
+  for (uint64_t i = 0; i < DirectMaps::kMaxKeys; ++i) {
+    ASSERT_EQ(grants.grant(window(i * 8, 8, Access::kRemoteWrite)), i + 1);
+  }
+  EXPECT_EQ(grants.grant(window(0, 8, Access::kRemoteWrite)), 1u) << "one granted already keeps its number";
+  EXPECT_EQ(grants.grant(window(DirectMaps::kMaxKeys * 8, 8, Access::kRemoteWrite)), 0u);
+}
+
+/// A PLACED_SHORT frame naming key number `grant`, telling of `handled` frames.
+wire::PlacedShortFrame placed_short(uint32_t grant, uint64_t offset, uint32_t length, uint64_t handled = 0) {
+  return wire::PlacedShortFrame{.grant = grant, .length = length, .offset = offset, .notify = 9, .handled = handled};
+}
+
+TEST(DirectGrants, APlacedShortFrameNamesAGrantedKeyByItsNumber) {
+  const RemoteKey first = window(4096, 8192, Access::kRemoteWrite);
+  const RemoteKey read_only = window(0, 4096, Access::kRemoteRead);
+  DirectGrants grants;
+  ASSERT_EQ(grants.grant(first), 1u);
+  ASSERT_EQ(grants.grant(read_only), 2u);
+  grants.credited(3);
+  auto got = grants.placed(placed_short(1, 8192 - 8, 8));
+  ASSERT_TRUE(got) << got.status().to_string();
+  EXPECT_EQ(*got, first);
+  EXPECT_EQ(grants.handled(), 1u);
+  EXPECT_EQ(grants.placed(placed_short(3, 0, 8)).status().code(), StatusCode::kProtocol) << "never given";
+  EXPECT_EQ(grants.placed(placed_short(1, 8192 - 7, 8)).status().code(), StatusCode::kProtocol) << "past the window";
+  EXPECT_EQ(grants.placed(placed_short(2, 0, 8)).status().code(), StatusCode::kProtocol) << "no write right";
+  EXPECT_EQ(grants.credits_out(), 2u) << "a refused frame spends no place";
+  ASSERT_TRUE(grants.placed(placed_short(1, 0, 0)));
+  ASSERT_TRUE(grants.placed(placed(first, 0, 8))) << "the long form names the same key whole";
+  EXPECT_EQ(grants.placed(placed_short(1, 0, 8)).status().code(), StatusCode::kProtocol) << "no place left";
+  EXPECT_EQ(grants.handled(), 3u);
+}
+
+TEST(DirectGrants, TheAckCountIsOwedUntilTold) {
+  const RemoteKey key = window(0, 4096, Access::kRemoteWrite);
+  DirectGrants grants;
+  ASSERT_EQ(grants.grant(key), 1u);
+  grants.credited(4);
+  EXPECT_FALSE(grants.ack_owed());
+  ASSERT_TRUE(grants.placed(placed_short(1, 0, 8)));
+  ASSERT_TRUE(grants.placed(placed_short(1, 8, 8)));
+  EXPECT_TRUE(grants.ack_owed());
+  EXPECT_EQ(grants.tell(), 2u);
+  EXPECT_FALSE(grants.ack_owed()) << "told, by an ACK or a PLACED_SHORT";
+  ASSERT_TRUE(grants.placed(placed(key, 16, 8)));
+  EXPECT_TRUE(grants.ack_owed());
+  EXPECT_EQ(grants.tell(), 3u);
 }
 
 }  // namespace

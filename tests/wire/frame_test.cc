@@ -107,11 +107,14 @@ bool same_frame(const Frame& a, const Frame& b) {
         } else if constexpr (std::is_same_v<T, HandledFrame>) {
           return x.bytes == y.bytes && x.resumed == y.resumed;
         } else if constexpr (std::is_same_v<T, MapFrame>) {
-          return x.op == y.op && x.fd == y.fd && x.code == y.code && x.region_bytes == y.region_bytes &&
-                 x.count == y.count && x.key == y.key;
-        } else {
-          static_assert(std::is_same_v<T, PlacedFrame>, "same_frame: a frame type is not compared");
+          return x.op == y.op && x.fd == y.fd && x.code == y.code && x.grant == y.grant &&
+                 x.region_bytes == y.region_bytes && x.count == y.count && x.key == y.key;
+        } else if constexpr (std::is_same_v<T, PlacedFrame>) {
           return x.key == y.key && x.offset == y.offset && x.length == y.length && x.notify == y.notify;
+        } else {
+          static_assert(std::is_same_v<T, PlacedShortFrame>, "same_frame: a frame type is not compared");
+          return x.grant == y.grant && x.length == y.length && x.offset == y.offset && x.notify == y.notify &&
+                 x.handled == y.handled;
         }
       },
       a);
@@ -586,6 +589,15 @@ std::vector<Golden> goldens() {
                       0x00, 0x00, 0x00, 0x00,                            // reserved
                       0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00}),  // region_bytes: 4 MiB
                kKeyWire})},                                              // the key, echoed
+      {"map_grant_numbered",
+       MapFrame{.op = MapOp::kGrant, .fd = 0x0102, .grant = 0x0FFF, .region_bytes = 0x400000, .key = test_key()},
+       concat({bytes({0x15, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,    // type 21, no flags, body 64
+                      0x02, 0x00, 0x00, 0x00,                            // op GRANT
+                      0x02, 0x01, 0x00, 0x00,                            // fd in the sender's process
+                      0x00, 0x00, 0x00, 0x00,                            // code: none
+                      0xFF, 0x0F, 0x00, 0x00,                            // the key's number (PLACED_SHORT)
+                      0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00}),  // region_bytes: 4 MiB
+               kKeyWire})},                                              // the key, echoed
       {"map_refuse", MapFrame{.op = MapOp::kRefuse, .code = StatusCode::kUnsupported, .key = test_key()},
        concat({bytes({0x15,
                       0x00,
@@ -642,6 +654,14 @@ std::vector<Golden> goldens() {
                bytes({0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // offset in its window
                       0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,       // length written
                       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01})})},  // the notification
+      {"placed_short",
+       PlacedShortFrame{.grant = 3, .length = 0x0102, .offset = 0x10, .notify = 0x0102030405060708, .handled = 0x0A0B},
+       bytes({0x17, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,     // type 23, no flags, body 32
+              0x03, 0x00, 0x00, 0x00,                             // the key's number from its GRANT
+              0x02, 0x01, 0x00, 0x00,                             // length written
+              0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,     // offset in its window
+              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,     // the notification
+              0x0B, 0x0A, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00})},  // the receiver's PLACED frames handled
   };
 }
 
@@ -818,7 +838,7 @@ Bytes golden(const char* name) {
 }
 
 TEST(FrameReject, UnknownType) {
-  for (int type : {0, 23, 0x80, 0xFF}) {
+  for (int type : {0, 24, 0x80, 0xFF}) {
     Bytes wire = golden("credit");
     wire[0] = static_cast<std::byte>(type);
     expect_protocol_error(wire, "unknown type " + std::to_string(type));
@@ -1017,12 +1037,12 @@ TEST(FrameReject, GoodbyeReservedNonzero) {
 
 TEST(FrameReject, ErrorInSecondFrameLeavesFirstIntact) {
   Bytes bad = golden("goodbye");
-  bad[0] = std::byte{0x17};
+  bad[0] = std::byte{0x18};
   const Bytes stream = concat({golden("rts"), bad});
   auto first = decode_frame(stream, kLimits);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->consumed, 32u);
-  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 23");
+  expect_protocol_error(Bytes(stream.begin() + 32, stream.end()), "unknown type 24");
 }
 
 TEST(FrameEncode, RefusesTooSmallBuffer) {
@@ -1073,7 +1093,8 @@ TEST(FrameNames, ToString) {
   EXPECT_EQ(to_string(FrameType::kHandled), "HANDLED");
   EXPECT_EQ(to_string(FrameType::kMap), "MAP");
   EXPECT_EQ(to_string(FrameType::kPlaced), "PLACED");
-  EXPECT_EQ(to_string(static_cast<FrameType>(23)), "unknown");
+  EXPECT_EQ(to_string(FrameType::kPlacedShort), "PLACED_SHORT");
+  EXPECT_EQ(to_string(static_cast<FrameType>(24)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(0)), "unknown");
   EXPECT_EQ(to_string(static_cast<FrameType>(200)), "unknown");
 }
@@ -1704,7 +1725,11 @@ TEST(MapReject, FieldsTheOpDoesNotAllow) {
   expect_protocol_error(with("map_request", 4, 3), "do not fit op 1");
   expect_protocol_error(with("map_request", 8, 5), "do not fit op 1");
   expect_protocol_error(with("map_request", 16, 4096, 8), "do not fit op 1");
-  expect_protocol_error(with("map_request", 12, 1), "MAP frame: reserved bytes not 0");
+  for (const char* name : {"map_request", "map_refuse", "map_credit", "map_ack"}) {
+    expect_protocol_error(with(name, 12, 1), "MAP frame: grant number 1 with op");
+  }
+  expect_protocol_error(with("map_grant", 12, kMaxGrantNumber + 1), "MAP frame: grant number 4097 with op 2");
+  EXPECT_TRUE(decode_frame(with("map_grant", 12, kMaxGrantNumber), kLimits).is_ok());
   expect_protocol_error(with("map_grant", 4, 0x80000000u), "do not fit op 2");
   expect_protocol_error(with("map_grant", 8, 5), "do not fit op 2");
   expect_protocol_error(with("map_grant", 16, 0, 8), "do not fit op 2");
@@ -1737,6 +1762,28 @@ TEST(PlacedReject, ARangePastTheEndOfTheAddressSpace) {
   Bytes end_at_top = golden("placed");
   put_le(end_at_top, kFrameHeaderSize + 40, UINT64_MAX - 0x0102, 8);  // ends exactly at 2^64: the receiver judges it
   EXPECT_TRUE(decode_frame(end_at_top, kLimits).is_ok());
+}
+
+// PLACED_SHORT: a key number outside what a GRANT can give, or a range past 2^64.
+TEST(PlacedShortReject, KeyNumbersAGrantCannotGiveAndRangesPastTheEnd) {
+  for (uint64_t grant : {uint64_t{0}, uint64_t{kMaxGrantNumber} + 1, uint64_t{UINT32_MAX}}) {
+    Bytes wire = golden("placed_short");
+    put_le(wire, kFrameHeaderSize, grant, 4);
+    expect_protocol_error(wire, "PLACED_SHORT frame: grant number " + std::to_string(grant) + " outside 1..4096");
+  }
+  Bytes top = golden("placed_short");
+  put_le(top, kFrameHeaderSize, kMaxGrantNumber, 4);
+  EXPECT_TRUE(decode_frame(top, kLimits).is_ok());
+  Bytes wire = golden("placed_short");
+  put_le(wire, kFrameHeaderSize + 8, UINT64_MAX, 8);
+  expect_protocol_error(wire, "PLACED_SHORT frame: 258 bytes at offset 18446744073709551615 end past 2^64");
+  Bytes flagged = golden("placed_short");
+  flagged[1] = std::byte{0x80};
+  expect_protocol_error(flagged, "flags 0x80 has undefined bits");
+  Bytes long_body = golden("placed_short");
+  long_body[4] = std::byte{0x21};
+  long_body.push_back(std::byte{0});
+  expect_protocol_error(long_body, "");
 }
 
 TEST(SameHostReject, LengthZero) {

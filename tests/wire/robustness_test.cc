@@ -62,7 +62,7 @@ class Generator {
 
   Bytes valid_frame(uint32_t eager_limit, Bytes& payload_storage) {
     Frame f;
-    switch (below(22)) {
+    switch (below(23)) {
       case 0:
         payload_storage = random_bytes(std::min<size_t>(eager_limit, 48));
         if (coin(8)) payload_storage.assign(eager_limit, byte());
@@ -168,6 +168,7 @@ class Generator {
         f = MapFrame{.op = op,
                      .fd = op == MapOp::kGrant ? static_cast<uint32_t>(interesting_u64() & 0x7FFFFFFF) : 0,
                      .code = op == MapOp::kRefuse ? static_cast<StatusCode>(2 + below(15)) : StatusCode::kOk,
+                     .grant = op == MapOp::kGrant ? static_cast<uint32_t>(below(kMaxGrantNumber + 1)) : 0,
                      .region_bytes = op == MapOp::kGrant ? interesting_u64() | 1 : 0,
                      .count = op == MapOp::kCredit ? 1 + interesting_u64() % kMaxPlacedCredits
                               : op == MapOp::kAck  ? interesting_u64() | 1
@@ -180,6 +181,16 @@ class Generator {
         const uint64_t offset = interesting_u64(), room = UINT64_MAX - offset;
         const uint64_t length = room == UINT64_MAX ? interesting_u64() : interesting_u64() % (room + 1);
         f = PlacedFrame{.key = key(), .offset = offset, .length = length, .notify = interesting_u64()};
+        break;
+      }
+      case 22: {
+        const auto length = static_cast<uint32_t>(interesting_u64());
+        const uint64_t room = UINT64_MAX - length;  // offsets whose range ends by 2^64
+        f = PlacedShortFrame{.grant = 1 + static_cast<uint32_t>(below(kMaxGrantNumber)),
+                             .length = length,
+                             .offset = room == UINT64_MAX ? interesting_u64() : interesting_u64() % (room + 1),
+                             .notify = interesting_u64(),
+                             .handled = interesting_u64()};
         break;
       }
       case 10:
