@@ -17,10 +17,15 @@ bool Notifications::deliver(const Notification& n) {
     if (!delivering_) owner_.run_handler_later();
     return false;
   }
-  queue_.push_back(n);
-  if (waiters_.empty()) return false;
-  waiters_.front()->complete(Status::ok(), 0);
+  if (waiters_.empty()) {
+    queue_.push_back(n);
+    return false;
+  }
+  Waiter w = std::move(waiters_.front());
   waiters_.pop_front();
+  *w.slot = n;
+  w.state->complete(Status::ok(), 0);
+  spare_waiter_ = std::move(w.state);
   owner_.waiter_woken();
   return true;
 }
@@ -34,7 +39,7 @@ std::optional<Notification> Notifications::take() {
 
 void Notifications::fail() {
   promised_ = 0;
-  for (auto& w : waiters_) w->complete(Status::ok(), 0);
+  for (auto& w : waiters_) w.state->complete(Status::ok(), 0);  // no notification: they see why
   waiters_.clear();
 }
 
@@ -47,23 +52,20 @@ std::optional<Notification> Notifications::poll() {
 Result<Notification> Notifications::wait(Duration timeout) {
   const bool forever = timeout == kForever;
   const auto deadline = forever ? engine::Clock::time_point::max() : engine::Clock::now() + timeout;
-  std::shared_ptr<RequestState> waiter;
+  std::optional<Notification> slot;  // deliver() fills it while this thread is in waiters_
   for (;;) {
+    std::shared_ptr<RequestState> waiter;
     {
       engine::ProgressEngine::Guard guard(*engine_);
-      // The last round's waiter completed (deliver() completed it under this lock and
-      // let it go): kept for the next wait, unless something else still holds it.
-      if (waiter != nullptr && waiter->done() && waiter.use_count() == 1) spare_waiter_ = std::move(waiter);
-      waiter.reset();
       if (std::optional<Notification> n = take()) return *n;
       if (Status down = owner_.inactive(); !down) return down;
-      if (spare_waiter_ != nullptr) {
+      if (spare_waiter_ != nullptr && spare_waiter_.use_count() == 1) {
         waiter = std::move(spare_waiter_);
         waiter->rearm();
       } else {
         waiter = RequestState::make(engine_, Tag{});
       }
-      waiters_.push_back(waiter);
+      waiters_.push_back(Waiter{.state = waiter, .slot = &slot});
     }
     Duration left = kForever;
     if (!forever) {
@@ -71,12 +73,17 @@ Result<Notification> Notifications::wait(Duration timeout) {
       left = now >= deadline ? Duration::zero() : std::chrono::duration_cast<Duration>(deadline - now);
     }
     Status st = detail::make_request(waiter).wait(left);
+    // Completed: deliver() filled the slot before it completed the state (or fail()
+    // left it empty); the completion makes either visible here.
+    if (st.is_ok() && slot) return *slot;
     if (st.code() == StatusCode::kTimeout) {
       engine::ProgressEngine::Guard guard(*engine_);
-      std::erase(waiters_, waiter);
+      std::erase_if(waiters_, [&](const Waiter& w) { return w.state == waiter; });
+      if (slot) return *slot;  // delivered while the wait gave up
       if (std::optional<Notification> n = take()) return *n;
       return Status(StatusCode::kTimeout, "no notification from " + peer_ + " within the timeout");
     }
+    // Woken without one: the endpoint failed (fail()); the next round says why.
   }
 }
 

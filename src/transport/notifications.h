@@ -84,10 +84,17 @@ class Notifications {
   // Served puts in flight that will queue one, and places the peer holds for its PLACED
   // frames (direct mappings: EndpointCore::credit_placed).
   uint64_t promised_ = 0;
-  std::deque<std::shared_ptr<RequestState>> waiters_;
-  /// A waiter's state that completed and that nothing else holds, for the next wait()
-  /// to use again instead of allocating one (a ping-pong of notified puts waits once
-  /// per round trip).
+  /// A thread in wait(): deliver() puts the notification straight into its `slot`
+  /// (the queue is empty while anyone waits) and completes `state`, so the woken
+  /// thread returns it without taking the lock again.
+  struct Waiter {
+    std::shared_ptr<RequestState> state;
+    std::optional<Notification>* slot = nullptr;
+  };
+  std::deque<Waiter> waiters_;
+  /// The state of the waiter deliver() completed last, for the next wait() to use
+  /// again once nothing else holds it, instead of allocating one (a ping-pong of
+  /// notified puts waits once per round trip).
   std::shared_ptr<RequestState> spare_waiter_;
   std::shared_ptr<Handler> handler_;
   std::deque<Notification> handler_queue_;

@@ -88,6 +88,34 @@ TEST(NotificationsTest, AWaitingThreadGetsTheNextOneAndTheOwnerIsTold) {
   EXPECT_EQ(h.owner.woken, 1);
 }
 
+TEST(NotificationsTest, WaitsOneAfterAnotherEachGetTheirOwnAndDeliverSaysWhoTookIt) {
+  // Each wait is handed its notification directly (and the waiter's state is used
+  // again by the next wait): the values come in order, one per wait, and deliver()
+  // says a waiting thread took it only when one did.
+  Harness h;
+  for (uint64_t round = 1; round <= 3; ++round) {
+    h.owner.asked = std::promise<void>();
+    h.owner.asked_set = false;
+    std::future<void> asked = h.owner.asked.get_future();
+    auto waiter = std::async(std::launch::async, [&] { return h.notes.wait(10s); });
+    asked.wait();
+    bool taken = false;
+    {
+      engine::ProgressEngine::Guard guard(*h.engine);
+      taken = h.notes.deliver(Notification{.value = 100 + round, .length = round});
+    }
+    Result<Notification> got = waiter.get();
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    EXPECT_EQ(got->value, 100 + round);
+    EXPECT_EQ(got->length, round);
+    EXPECT_TRUE(taken);
+  }
+  EXPECT_EQ(h.owner.woken, 3);
+  engine::ProgressEngine::Guard guard(*h.engine);
+  EXPECT_FALSE(h.notes.deliver(Notification{.value = 7})) << "nobody waits: queued";
+  EXPECT_EQ(h.notes.take()->value, 7u);
+}
+
 TEST(NotificationsTest, AWaiterSeesWhyTheEndpointFailed) {
   Harness h;
   std::future<void> asked = h.owner.asked.get_future();
