@@ -46,6 +46,8 @@ EndpointCore::EndpointCore(std::shared_ptr<engine::ProgressEngine> engine, const
   // A chunk's rest goes to a worker when it is worth a hand-over: at least 64 KiB.
   if (params_.stream_workers) chunks_.set_workers(params_.stream_workers.get(), uint64_t{64} << 10);
   tx_credit_ = params_.peer_eager_credit;
+  direct_negotiated_ = shm_negotiated() && (params_.peer_capabilities & wire::kCapDirectMap) != 0;
+  placed_short_negotiated_ = direct_negotiated_ && (params_.peer_capabilities & wire::kCapPlacedShort) != 0;
 }
 
 EndpointCore::~EndpointCore() {

@@ -389,9 +389,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void release_shm();
   // Direct mappings (direct_map.h; docs/protocol.md): a small put or get with a key the
   // peer granted is a memcpy through a mapping of the peer's memory.
-  bool direct_negotiated() const noexcept;
+  bool direct_negotiated() const noexcept { return direct_negotiated_; }
   /// Both sides number their GRANTs and take PLACED_SHORT frames (kCapPlacedShort).
-  bool placed_short_negotiated() const noexcept;
+  bool placed_short_negotiated() const noexcept { return placed_short_negotiated_; }
   /// A put (`local` into the peer's window) or get done through a mapping: a completed
   /// request; an invalid Request when it must go the usual way (and then, for a key
   /// never seen, a MAP REQUEST is queued for the next one). A put's `notify` goes in a
@@ -732,6 +732,9 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   // ACK (PLACED_SHORT): what it did not carry goes at the next poll of the ring, in the
   // next round of any thread (poll_ring), at the latest before the progress thread sleeps.
   bool placed_ack_held_ = false;
+  // Both from the configuration and the peer's capabilities, fixed at construction.
+  bool direct_negotiated_ = false;
+  bool placed_short_negotiated_ = false;
   bool ctl_hup_ = false;  // epoll reported a hang-up: read to EOF, never stop at a short read
   std::vector<std::byte> ctl_rx_;
   size_t rx_begin_ = 0;

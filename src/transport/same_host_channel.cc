@@ -177,14 +177,6 @@ void EndpointCore::release_shm() {
   shm_.reset();
 }
 
-bool EndpointCore::direct_negotiated() const noexcept {
-  return shm_negotiated() && (params_.peer_capabilities & wire::kCapDirectMap) != 0;
-}
-
-bool EndpointCore::placed_short_negotiated() const noexcept {
-  return direct_negotiated() && (params_.peer_capabilities & wire::kCapPlacedShort) != 0;
-}
-
 DirectMaps::Found EndpointCore::direct_target(const RemoteKey& key, uint64_t offset, uint64_t length, Access needed,
                                               std::span<const std::byte> local) {
   // Only with the control stream in shared memory both ways (the peer is this host's and
@@ -231,11 +223,16 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     // form also tells the peer of its PLACED frames this side handled: the answer to
     // a notified put carries the ACK, and both fit beside the ring's head.
     if (found.grant != 0) {
-      append_frame(wire::PlacedShortFrame{.grant = found.grant,
-                                          .length = static_cast<uint32_t>(local.size()),
-                                          .offset = offset,
-                                          .notify = *notify,
-                                          .handled = grants_.tell()});
+      // Encoded in place, as a message's EAGER prefix is (no dispatch on the frame's type).
+      const size_t end = ctl_tx_.size();
+      ctl_tx_.resize(end + wire::kFrameHeaderSize + wire::kPlacedShortBodySize);
+      wire::encode_placed_short(wire::PlacedShortFrame{.grant = found.grant,
+                                                       .length = static_cast<uint32_t>(local.size()),
+                                                       .offset = offset,
+                                                       .notify = *notify,
+                                                       .handled = grants_.tell()},
+                                std::span(ctl_tx_).subspan(end));
+      ctl_resp_only_ = false;
     } else {
       append_frame(wire::PlacedFrame{.key = *found.bytes, .offset = offset, .length = local.size(), .notify = *notify});
     }

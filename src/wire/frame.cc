@@ -499,6 +499,14 @@ Result<Frame> decode_body(FrameType type, uint8_t flags, std::span<const std::by
   return Status(StatusCode::kInternal, "decode_body: unvalidated frame type");
 }
 
+void store_placed_short_body(std::byte* body, const PlacedShortFrame& f) {
+  store_u32(body, f.grant);
+  store_u32(body + 4, f.length);
+  store_u64(body + 8, f.offset);
+  store_u64(body + 16, f.notify);
+  store_u64(body + 24, f.handled);
+}
+
 void store_header(std::byte* p, FrameType type, uint32_t body_length, uint8_t flags = 0) {
   store_u8(p + kTypeOffset, static_cast<uint8_t>(type));
   store_u8(p + kFlagsOffset, flags);
@@ -706,13 +714,7 @@ size_t encode_frame(const Frame& frame, std::span<std::byte> out, bool with_payl
       store_u64(body + 48, f.length);
       store_u64(body + 56, f.notify);
     }
-    void operator()(const PlacedShortFrame& f) const {
-      store_u32(body, f.grant);
-      store_u32(body + 4, f.length);
-      store_u64(body + 8, f.offset);
-      store_u64(body + 16, f.notify);
-      store_u64(body + 24, f.handled);
-    }
+    void operator()(const PlacedShortFrame& f) const { store_placed_short_body(body, f); }
     void store_counts(uint16_t stream, uint64_t chunks) const {
       store_u16(body, stream);
       store_u16(body + 2, 0);
@@ -765,6 +767,15 @@ size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> o
   store_u64(out.data() + kBodyOffset, static_cast<uint64_t>(tag));
   if (crc != nullptr) store_u32(out.data() + kBodyOffset + kEagerBodySize, *crc);
   return prefix_size;
+}
+
+size_t encode_placed_short(const PlacedShortFrame& f, std::span<std::byte> out) noexcept {
+  constexpr size_t kSize = kFrameHeaderSize + kPlacedShortBodySize;
+  assert(out.size() >= kSize);
+  if (out.size() < kSize) return 0;
+  store_header(out.data(), FrameType::kPlacedShort, kPlacedShortBodySize);
+  store_placed_short_body(out.data() + kBodyOffset, f);
+  return kSize;
 }
 
 std::string_view to_string(FrameType type) noexcept {

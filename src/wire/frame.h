@@ -436,6 +436,11 @@ size_t encode_header(const Frame& frame, std::span<std::byte> out) noexcept;
 size_t encode_eager_prefix(Tag tag, uint32_t payload_len, std::span<std::byte> out,
                            const uint32_t* crc = nullptr) noexcept;
 
+/// Writes a whole PLACED_SHORT frame (kFrameHeaderSize + kPlacedShortBodySize bytes),
+/// as encode would, without the variant's dispatch: a notified put through a mapping,
+/// on the latency path like a message's EAGER.
+size_t encode_placed_short(const PlacedShortFrame& f, std::span<std::byte> out) noexcept;
+
 std::string_view to_string(FrameType type) noexcept;
 
 }  // namespace remora::wire

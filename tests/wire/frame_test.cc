@@ -1764,6 +1764,18 @@ TEST(PlacedReject, ARangePastTheEndOfTheAddressSpace) {
   EXPECT_TRUE(decode_frame(end_at_top, kLimits).is_ok());
 }
 
+TEST(FrameGolden, PlacedShortEncodedInPlaceIsTheSameFrame) {
+  const Bytes want = golden("placed_short");
+  Bytes out(want.size() + 3, std::byte{0xEE});
+  ASSERT_EQ(encode_placed_short(
+                PlacedShortFrame{
+                    .grant = 3, .length = 0x0102, .offset = 0x10, .notify = 0x0102030405060708, .handled = 0x0A0B},
+                out),
+            want.size());
+  EXPECT_EQ(Bytes(out.begin(), out.begin() + static_cast<ptrdiff_t>(want.size())), want);
+  EXPECT_EQ(out.back(), std::byte{0xEE}) << "nothing past the frame";
+}
+
 // PLACED_SHORT: a key number outside what a GRANT can give, or a range past 2^64.
 TEST(PlacedShortReject, KeyNumbersAGrantCannotGiveAndRangesPastTheEnd) {
   for (uint64_t grant : {uint64_t{0}, uint64_t{kMaxGrantNumber} + 1, uint64_t{UINT32_MAX}}) {
