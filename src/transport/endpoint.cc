@@ -595,6 +595,7 @@ void EndpointCore::on_control_event(uint32_t events) {
 bool EndpointCore::read_control() {
   bool got = false;
   if (!control_.valid()) return false;  // broken, being connected again (resume.cc)
+  if (placed_ack_held_ && state_ == State::kActive) release_placed_ack();
   const wire::DecodeLimits limits{static_cast<uint32_t>(config_.eager_limit)};
   while (state_ == State::kActive && control_.valid()) {
     if (rx_end_ == ctl_rx_.size()) {

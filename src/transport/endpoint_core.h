@@ -419,6 +419,8 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   void deliver_placed(const Result<RemoteKey>& key, uint64_t offset, uint64_t length, uint64_t notify);
   /// Queues a MAP ACK when this side handled PLACED frames the peer was not told of.
   void ack_placed();
+  /// A held ACK (placed_ack_held_) no answer carried goes now.
+  void release_placed_ack();
   /// Gives the peer places in this side's notification queue for its PLACED frames, up
   /// to DirectGrants::kCredits (bounded by REMORA_MAX_UNEXPECTED), half of them at a time.
   void credit_placed();
@@ -729,9 +731,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool hold_release_queued_ = false;
   void release_held_resps();
   // A PLACED frame's notification went to a waiting thread, whose answer may carry the
-  // ACK (PLACED_SHORT): what it did not carry goes at the next poll of the ring, in the
-  // next round of any thread (poll_ring), at the latest before the progress thread sleeps.
+  // ACK (PLACED_SHORT): what it did not carry goes the next time the control stream is
+  // read (read_control: the next round of any thread, at the latest when the progress
+  // thread arms the ring before it sleeps).
   bool placed_ack_held_ = false;
+  // Whether the last held ACK (or any owed one) went in an answer's PLACED_SHORT; while
+  // not, ACKs are held only every 64th time (acks_not_held_ counts), to find out again.
+  bool answers_carry_acks_ = true;
+  uint32_t acks_not_held_ = 0;
   // Both from the configuration and the peer's capabilities, fixed at construction.
   bool direct_negotiated_ = false;
   bool placed_short_negotiated_ = false;

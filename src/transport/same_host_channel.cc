@@ -154,14 +154,6 @@ int EndpointCore::poll_ring(bool arm) {
     return 0;
   }
   if (shm_ == nullptr || !shm_->rx_on()) return 0;
-  if (placed_ack_held_) {
-    // Held in an earlier round (deliver_placed), and not carried by an answer since.
-    placed_ack_held_ = false;
-    if (grants_.ack_owed()) {
-      ack_placed();
-      flush_control();
-    }
-  }
   ring_arm_ = arm;
   const bool got = read_control();
   ring_arm_ = false;
@@ -224,6 +216,7 @@ Request EndpointCore::try_direct(Direction direction, std::span<const std::byte>
     // a notified put carries the ACK, and both fit beside the ring's head.
     if (found.grant != 0) {
       // Encoded in place, as a message's EAGER prefix is (no dispatch on the frame's type).
+      if (grants_.ack_owed()) answers_carry_acks_ = true;  // this one carries an ACK
       const size_t end = ctl_tx_.size();
       ctl_tx_.resize(end + wire::kFrameHeaderSize + wire::kPlacedShortBodySize);
       wire::encode_placed_short(wire::PlacedShortFrame{.grant = found.grant,
@@ -357,14 +350,27 @@ void EndpointCore::deliver_placed(const Result<RemoteKey>& key, uint64_t offset,
   const bool woke = notifications_.deliver(
       Notification{.value = notify, .region = key->region, .offset = key->offset + offset, .length = length});
   // A thread woken for it usually answers at once, often with a notified put of its
-  // own, whose PLACED_SHORT carries the ACK; what it does not carry goes at the next
-  // round (poll_ring).
-  if (woke && placed_short_negotiated()) {
+  // own, whose PLACED_SHORT carries the ACK; what it does not carry goes when this
+  // endpoint's control stream is read next (read_control), in any thread's next round.
+  // Held only while woken threads' answers carry it (a ping-pong); a thread that takes
+  // notifications and answers nothing (or not with a notified put) gets the ACK at
+  // once, the hold tried again every 64th time.
+  bool hold = woke && placed_short_negotiated();
+  if (hold && !answers_carry_acks_) hold = (++acks_not_held_ % 64) == 0;
+  if (hold) {
     placed_ack_held_ = true;
   } else {
     ack_placed();
   }
   credit_placed();
+}
+
+void EndpointCore::release_placed_ack() {
+  placed_ack_held_ = false;
+  if (!grants_.ack_owed()) return;  // an answer carried it
+  answers_carry_acks_ = false;
+  ack_placed();
+  flush_control();
 }
 
 void EndpointCore::ack_placed() {
