@@ -1,6 +1,7 @@
 // engine/request_state.h — the shared state behind a remora::Request.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -93,6 +94,37 @@ struct RequestState {
     r->complete(std::move(s), n);
     return r;
   }
+};
+
+/// Completed request states kept to be used again, so that an owner that makes one per
+/// operation (a receive, a notified put through a mapping, a wait for a notification)
+/// allocates and frees none in a steady ping-pong. keep() a state as it completes;
+/// take() hands back one that nothing else holds any more (its Request is gone), pending
+/// again, or a new one. Under the owner's lock: a state held only here cannot be reached
+/// by anyone else, so none is rearmed under a waiter.
+template <size_t N>
+class SpareStates {
+ public:
+  std::shared_ptr<RequestState> take(const std::shared_ptr<engine::ProgressEngine>& engine, Tag tag) {
+    for (std::shared_ptr<RequestState>& s : spares_) {
+      if (s != nullptr && s.use_count() == 1 && !s->has_on_done.load(std::memory_order_relaxed)) {
+        std::shared_ptr<RequestState> r = std::move(s);
+        r->rearm();
+        r->tag = tag;
+        return r;
+      }
+    }
+    return RequestState::make(engine, tag);
+  }
+  /// `s` (completed) replaces the oldest kept.
+  void keep(std::shared_ptr<RequestState> s) noexcept {
+    spares_[next_] = std::move(s);
+    next_ = (next_ + 1) % N;
+  }
+
+ private:
+  std::array<std::shared_ptr<RequestState>, N> spares_{};
+  size_t next_ = 0;
 };
 
 }  // namespace remora::detail

@@ -760,6 +760,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   Matcher matcher_;  // posted receives and unexpected messages
   std::vector<std::unique_ptr<RecvOp>> spare_recvs_;  // recycle()'s, at most kSpareRecvs
   static constexpr size_t kSpareRecvs = 8;
+  SpareStates<4> spare_recv_states_;  // receives' states, used again once their Requests are gone
   /// After an orderly close the sockets linger until what was queued is delivered
   /// (see transport/linger.h); events on them go there. Null otherwise.
   std::shared_ptr<LingeringClose> linger_;

@@ -33,7 +33,7 @@ Request EndpointCore::recv(std::span<std::byte> buffer, Tag tag) {
   if (!arrived_only) {
     if (Status refused = admission(); !refused) return failed_request(std::move(refused), tag);
   }
-  auto made = make_recv(buffer, tag, RequestState::make(engine_, tag));
+  auto made = make_recv(buffer, tag, spare_recv_states_.take(engine_, tag));
   if (!made) return failed_request(made.status(), tag);
   std::unique_ptr<RecvOp> op = std::move(*made);
   Request r = detail::make_request(op->req);
@@ -80,6 +80,7 @@ Result<std::unique_ptr<RecvOp>> EndpointCore::make_recv(std::span<std::byte> buf
 void EndpointCore::recycle(std::unique_ptr<RecvOp> op) {
   if (spare_recvs_.size() >= kSpareRecvs) return;
   // What make_recv does not set again is let go or reset here, as a delete would.
+  if (op->req != nullptr && op->req->done()) spare_recv_states_.keep(std::move(op->req));
   op->req.reset();
   op->end = PathEnd();
   op->in = RxTransfer();

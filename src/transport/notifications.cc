@@ -25,7 +25,7 @@ bool Notifications::deliver(const Notification& n) {
   waiters_.pop_front();
   *w.slot = n;
   w.state->complete(Status::ok(), 0);
-  spare_waiter_ = std::move(w.state);
+  spare_waiters_.keep(std::move(w.state));
   owner_.waiter_woken();
   return true;
 }
@@ -59,12 +59,7 @@ Result<Notification> Notifications::wait(Duration timeout) {
       engine::ProgressEngine::Guard guard(*engine_);
       if (std::optional<Notification> n = take()) return *n;
       if (Status down = owner_.inactive(); !down) return down;
-      if (spare_waiter_ != nullptr && spare_waiter_.use_count() == 1) {
-        waiter = std::move(spare_waiter_);
-        waiter->rearm();
-      } else {
-        waiter = RequestState::make(engine_, Tag{});
-      }
+      waiter = spare_waiters_.take(engine_, Tag{});
       waiters_.push_back(Waiter{.state = waiter, .slot = &slot});
     }
     Duration left = kForever;

@@ -92,10 +92,9 @@ class Notifications {
     std::optional<Notification>* slot = nullptr;
   };
   std::deque<Waiter> waiters_;
-  /// The state of the waiter deliver() completed last, for the next wait() to use
-  /// again once nothing else holds it, instead of allocating one (a ping-pong of
-  /// notified puts waits once per round trip).
-  std::shared_ptr<RequestState> spare_waiter_;
+  /// The states of waiters deliver() completed, for later waits to use again once
+  /// nothing else holds them (a ping-pong of notified puts waits once per round trip).
+  SpareStates<2> spare_waiters_;
   std::shared_ptr<Handler> handler_;
   std::deque<Notification> handler_queue_;
   bool delivering_ = false;  // a thread runs the handler (outside the lock)

@@ -244,15 +244,7 @@ void RmaInitiator::finish_flushes() {
 }
 
 Request RmaInitiator::placed(uint64_t length) {
-  std::shared_ptr<RequestState> req;
-  if (spare_placed_ != nullptr && spare_placed_.use_count() == 1 &&
-      !spare_placed_->has_on_done.load(std::memory_order_relaxed)) {
-    req = std::move(spare_placed_);
-    req->rearm();
-  } else {
-    req = RequestState::make(engine_, Tag{});
-  }
-  Placed p{.seq = next_seq_++, .length = length, .req = std::move(req)};
+  Placed p{.seq = next_seq_++, .length = length, .req = spare_placed_.take(engine_, Tag{})};
   seq_done_.push_back(false);
   ++placed_sent_;
   Request r = detail::make_request(p.req);
@@ -271,7 +263,7 @@ Status RmaInitiator::placed_acked(uint64_t handled) {
     seq_completed(p.seq, Status::ok());
     stats_.rma_bytes_put += p.length;
     p.req->complete(Status::ok(), p.length);
-    spare_placed_ = std::move(p.req);
+    spare_placed_.keep(std::move(p.req));
   }
   finish_flushes();
   return Status::ok();

@@ -210,9 +210,8 @@ class RmaInitiator {
   };
   std::deque<Placed> placed_;  // sent, not yet counted by an ACK (oldest first)
   uint64_t placed_sent_ = 0, placed_handled_ = 0;
-  /// The state of the placed put completed last, for the next placed() to use again
-  /// once nothing else holds it (a ping-pong of notified puts makes one per round).
-  std::shared_ptr<RequestState> spare_placed_;
+  /// Placed puts' states, used again once their Requests are gone.
+  SpareStates<2> spare_placed_;
   /// Put `seq` (a put or atomic) completed with `s`: flush order and flushes.
   void seq_completed(uint64_t seq, const Status& s);
   /// Completes the flushes nothing pending holds back any more.
