@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace remora::wire {
@@ -1751,14 +1752,21 @@ TEST(MapReject, FieldsTheOpDoesNotAllow) {
   expect_protocol_error(flagged, "flags 0x01 has undefined bits");
 }
 
+/// Golden frame `name` (a range of 258 bytes whose u64 offset is at body offset `at`)
+/// refused with the offset 2^64 - 1 (the range ends past 2^64), and with flag `flag`,
+/// which its type does not define.
+void expect_range_past_the_end_and_flag_refused(const char* name, size_t at, const std::string& type, uint8_t flag) {
+  Bytes wire = golden(name);
+  put_le(wire, kFrameHeaderSize + at, UINT64_MAX, 8);
+  expect_protocol_error(wire, type + " frame: 258 bytes at offset 18446744073709551615 end past 2^64");
+  Bytes flagged = golden(name);
+  flagged[1] = std::byte{flag};
+  expect_protocol_error(flagged, fmt::format("flags {:#04x} has undefined bits", flag));
+}
+
 // PLACED: a range that ends past 2^64 is refused before the receiver looks at the key.
 TEST(PlacedReject, ARangePastTheEndOfTheAddressSpace) {
-  Bytes wire = golden("placed");
-  put_le(wire, kFrameHeaderSize + 40, UINT64_MAX, 8);
-  expect_protocol_error(wire, "PLACED frame: 258 bytes at offset 18446744073709551615 end past 2^64");
-  Bytes flagged = golden("placed");
-  flagged[1] = std::byte{0x01};
-  expect_protocol_error(flagged, "flags 0x01 has undefined bits");
+  expect_range_past_the_end_and_flag_refused("placed", 40, "PLACED", 0x01);
   Bytes end_at_top = golden("placed");
   put_le(end_at_top, kFrameHeaderSize + 40, UINT64_MAX - 0x0102, 8);  // ends exactly at 2^64: the receiver judges it
   EXPECT_TRUE(decode_frame(end_at_top, kLimits).is_ok());
@@ -1786,12 +1794,7 @@ TEST(PlacedShortReject, KeyNumbersAGrantCannotGiveAndRangesPastTheEnd) {
   Bytes top = golden("placed_short");
   put_le(top, kFrameHeaderSize, kMaxGrantNumber, 4);
   EXPECT_TRUE(decode_frame(top, kLimits).is_ok());
-  Bytes wire = golden("placed_short");
-  put_le(wire, kFrameHeaderSize + 8, UINT64_MAX, 8);
-  expect_protocol_error(wire, "PLACED_SHORT frame: 258 bytes at offset 18446744073709551615 end past 2^64");
-  Bytes flagged = golden("placed_short");
-  flagged[1] = std::byte{0x80};
-  expect_protocol_error(flagged, "flags 0x80 has undefined bits");
+  expect_range_past_the_end_and_flag_refused("placed_short", 8, "PLACED_SHORT", 0x80);
   Bytes long_body = golden("placed_short");
   long_body[4] = std::byte{0x21};
   long_body.push_back(std::byte{0});
