@@ -102,18 +102,26 @@ struct RequestState {
 /// take() hands back one that nothing else holds any more (its Request is gone), pending
 /// again, or a new one. Under the owner's lock: a state held only here cannot be reached
 /// by anyone else, so none is rearmed under a waiter.
+///
+/// The last Request may have gone on another thread, which read the state before its
+/// reference count went down (acquire-release); the count is read relaxed, then an
+/// acquire fence orders the rearm after that thread's reads. ThreadSanitizer does not
+/// model fences, so its builds make a new state every time.
 template <size_t N>
 class SpareStates {
  public:
   std::shared_ptr<RequestState> take(const std::shared_ptr<engine::ProgressEngine>& engine, Tag tag) {
+#if !defined(__SANITIZE_THREAD__)
     for (std::shared_ptr<RequestState>& s : spares_) {
       if (s != nullptr && s.use_count() == 1 && !s->has_on_done.load(std::memory_order_relaxed)) {
+        std::atomic_thread_fence(std::memory_order_acquire);
         std::shared_ptr<RequestState> r = std::move(s);
         r->rearm();
         r->tag = tag;
         return r;
       }
     }
+#endif
     return RequestState::make(engine, tag);
   }
   /// `s` (completed) replaces the oldest kept.
