@@ -153,6 +153,8 @@ void EndpointCore::close(wire::GoodbyeReason reason) {
     return;
   }
   if (state_ == State::kActive && control_.valid() && !resuming_since_) {
+    // A held PLACED ACK first: the peer's put reached this side before it closed.
+    if (reason == wire::GoodbyeReason::kClosed) ack_placed();
     append_frame(GoodbyeFrame{static_cast<uint32_t>(reason)});
     flush_control();
     if (reason == wire::GoodbyeReason::kClosed && state_ == State::kActive) {
