@@ -17,49 +17,14 @@
 
 #include <fmt/format.h>
 
-#if defined(__SANITIZE_THREAD__)
-#include <map>
-#include <memory>
-#include <mutex>
-#include <utility>
-
-#include <sanitizer/tsan_interface.h>
-#endif
-
 namespace remora::net {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-/// One address per memfd (device and inode) for ThreadSanitizer's acquire and release:
-/// kept for the process's life (a few bytes per ring, in sanitizer builds only), and
-/// never destroyed, since progress threads may still map rings while the process exits.
-void* ring_sync_key(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return nullptr;
-  static auto* mu = new std::mutex;
-  static auto* keys = new std::map<std::pair<dev_t, ino_t>, std::unique_ptr<char>>;
-  std::lock_guard lock(*mu);
-  auto& key = (*keys)[{st.st_dev, st.st_ino}];
-  if (key == nullptr) key = std::make_unique<char>();
-  return key.get();
-}
-void sync_acquire(void* key) {
-  if (key != nullptr) __tsan_acquire(key);
-}
-void sync_release(void* key) {
-  if (key != nullptr) __tsan_release(key);
-}
-#else
-void sync_acquire(void*) {}
-void sync_release(void*) {}
-#endif
 
 static_assert(sizeof(ShmRingMemory::Header) <= ShmRingMemory::kHeaderBytes);
 static_assert(offsetof(ShmRingMemory::Header, tail) == 64, "the copy shares head's line (docs/protocol.md)");
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the ring's counters are shared between processes: they must be lock-free");
-
-constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 Status corrupt(std::string what) {
   return Status(StatusCode::kProtocol, "shared-memory ring corrupt: " + std::move(what));
@@ -89,82 +54,32 @@ void from_ring(const std::byte* data, size_t capacity, uint64_t pos, std::byte* 
 // Memory
 // ---------------------------------------------------------------------------
 
-ShmRingMemory& ShmRingMemory::operator=(ShmRingMemory&& o) noexcept {
-  if (this == &o) return *this;
-  if (base_ != nullptr) ::munmap(base_, kHeaderBytes + capacity_);
-  fd_ = std::move(o.fd_);
-  base_ = o.base_;
-  capacity_ = o.capacity_;
-  sync_key_ = o.sync_key_;
-  o.base_ = nullptr;
-  o.capacity_ = 0;
-  o.sync_key_ = nullptr;
-  return *this;
-}
-
-ShmRingMemory::~ShmRingMemory() {
-  if (base_ != nullptr) ::munmap(base_, kHeaderBytes + capacity_);
-}
-
-Result<ShmRingMemory> ShmRingMemory::map(Fd fd, size_t capacity) {
-  void* base = ::mmap(nullptr, kHeaderBytes + capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) return errno_status(errno, "mmap of a shared-memory ring");
-  ShmRingMemory m;
-#if defined(__SANITIZE_THREAD__)
-  m.sync_key_ = ring_sync_key(fd.get());
-#endif
-  m.fd_ = std::move(fd);
-  m.base_ = base;
-  m.capacity_ = capacity;
-  return m;
-}
-
 Result<ShmRingMemory> ShmRingMemory::create(size_t capacity) {
   if (!std::has_single_bit(capacity) || capacity < kMinCapacity || capacity > kMaxCapacity) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("shared-memory ring of {} bytes: the capacity must be a power of two in [{}, {}]",
                               capacity, kMinCapacity, kMaxCapacity));
   }
-  Fd fd(::memfd_create("remora-shm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) return errno_status(errno, "memfd_create for a shared-memory ring");
-  if (::ftruncate(fd.get(), static_cast<off_t>(kHeaderBytes + capacity)) != 0) {
-    return errno_status(errno, "ftruncate of a shared-memory ring");
-  }
-  // The peer maps it too: sealed, so neither side can shrink it under the other's
-  // accesses (SIGBUS) or grow it.
-  if (::fcntl(fd.get(), F_ADD_SEALS, kSeals | F_SEAL_SEAL) != 0)
-    return errno_status(errno, "sealing a shared-memory ring");
-  REMORA_ASSIGN_OR_RETURN(ShmRingMemory m, map(std::move(fd), capacity));
+  ShmRingMemory m;
+  REMORA_ASSIGN_OR_RETURN(m.memory_, SharedMemory::create("remora-shm-ring", kHeaderBytes + capacity));
+  m.capacity_ = capacity;
   // A fresh memfd reads as zeros: head = tail = 0, producer not waiting.
   m.header().consumer_sleeping.store(1, std::memory_order_release);
   return m;
 }
 
-Result<uint64_t> sealed_memfd_size(int fd, std::string_view what) {
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0) {
-    return Status(StatusCode::kProtocol, fmt::format("the peer's {} is not a memfd ({})", what, std::strerror(errno)));
-  }
-  if ((static_cast<unsigned>(seals) & kSeals) != kSeals) {
-    return Status(StatusCode::kProtocol,
-                  fmt::format("the peer's {} is not sealed against shrinking and growing", what));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return errno_status(errno, fmt::format("fstat of the peer's {}", what));
-  return static_cast<uint64_t>(st.st_size);
-}
-
 Result<ShmRingMemory> ShmRingMemory::adopt(Fd fd) {
-  REMORA_ASSIGN_OR_RETURN(const uint64_t size, sealed_memfd_size(fd.get(), "shared-memory ring"));
-  const uint64_t capacity = size > kHeaderBytes ? size - kHeaderBytes : 0;
+  ShmRingMemory m;
+  REMORA_ASSIGN_OR_RETURN(m.memory_, SharedMemory::adopt(std::move(fd), "shared-memory ring"));
+  const size_t size = m.memory_.size();
+  const size_t capacity = size > kHeaderBytes ? size - kHeaderBytes : 0;
   if (!std::has_single_bit(capacity) || capacity < kMinCapacity || capacity > kMaxCapacity) {
     return Status(StatusCode::kProtocol,
                   fmt::format("the peer's shared-memory ring has {} bytes: not a header and a power-of-two capacity "
                               "in [{}, {}]",
                               size, kMinCapacity, kMaxCapacity));
   }
-  REMORA_ASSIGN_OR_RETURN(ShmRingMemory m, map(std::move(fd), static_cast<size_t>(capacity)));
-  m.fd_.reset();  // the mapping keeps the memory; the descriptor is only the peer's to offer
+  m.capacity_ = capacity;
   return m;
 }
 
@@ -313,34 +228,6 @@ void wake(int fd) noexcept {
     n = ::write(fd, &one, sizeof one);
   } while (n < 0 && errno == EINTR);
   // EAGAIN: the counter is full, so the owner has a wake-up pending anyway.
-}
-
-Result<Fd> take_peer_fd(pid_t pid, int peer_fd) {
-#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
-  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd.valid()) {
-    if (errno == ENOSYS) return Status(StatusCode::kUnsupported, "the kernel has no pidfd_open (Linux 5.3)");
-    if (errno == ESRCH) return Status(StatusCode::kPeerFailed, fmt::format("pidfd_open({}): the peer is gone", pid));
-    return errno_status(errno, fmt::format("pidfd_open({})", pid));
-  }
-  Fd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), peer_fd, 0)));
-  if (!fd.valid()) {
-    if (errno == ENOSYS) return Status(StatusCode::kUnsupported, "the kernel has no pidfd_getfd (Linux 5.6)");
-    if (errno == EPERM) {
-      return Status(StatusCode::kAccessDenied,
-                    fmt::format("pidfd_getfd of the peer's descriptor {} (pid {}): not allowed (ptrace rules: "
-                                "another user, Yama ptrace_scope, or the peer is not dumpable)",
-                                peer_fd, pid));
-    }
-    if (errno == ESRCH) return Status(StatusCode::kPeerFailed, fmt::format("pidfd_getfd({}): the peer is gone", pid));
-    return errno_status(errno, fmt::format("pidfd_getfd of the peer's descriptor {} (pid {})", peer_fd, pid));
-  }
-  return fd;  // pidfd_getfd sets close-on-exec
-#else
-  (void)pid;
-  (void)peer_fd;
-  return Status(StatusCode::kUnsupported, "built without pidfd_getfd (Linux 5.6)");
-#endif
 }
 
 Status check_eventfd(int fd) {

@@ -36,6 +36,7 @@
 #include <span>
 #include <string_view>
 
+#include "net/shared_memory.h"
 #include "net/socket.h"
 #include "remora/status.h"
 
@@ -78,29 +79,18 @@ class ShmRingMemory {
   /// power-of-two capacity in range.
   static Result<ShmRingMemory> adopt(Fd fd);
 
-  ShmRingMemory() = default;
-  ShmRingMemory(ShmRingMemory&& o) noexcept { *this = std::move(o); }
-  ShmRingMemory& operator=(ShmRingMemory&& o) noexcept;
-  ShmRingMemory(const ShmRingMemory&) = delete;
-  ShmRingMemory& operator=(const ShmRingMemory&) = delete;
-  ~ShmRingMemory();
-
-  bool valid() const noexcept { return base_ != nullptr; }
-  int fd() const noexcept { return fd_.get(); }
+  bool valid() const noexcept { return memory_.valid(); }
+  /// The memfd the peer takes (-1 in a ring this side adopted).
+  int fd() const noexcept { return memory_.fd(); }
   size_t capacity() const noexcept { return capacity_; }
-  Header& header() const noexcept { return *static_cast<Header*>(base_); }
-  /// ThreadSanitizer builds: one address per ring shared by every mapping of it in this
-  /// process (two endpoints of one process map the same ring at two addresses, where
-  /// ThreadSanitizer cannot see the head and tail synchronise them). Null otherwise.
-  void* sync_key() const noexcept { return sync_key_; }
-  std::byte* data() const noexcept { return static_cast<std::byte*>(base_) + kHeaderBytes; }
+  Header& header() const noexcept { return *reinterpret_cast<Header*>(memory_.base()); }
+  /// For sync_acquire / sync_release (net/shared_memory.h).
+  void* sync_key() const noexcept { return memory_.sync_key(); }
+  std::byte* data() const noexcept { return memory_.base() + kHeaderBytes; }
 
  private:
-  static Result<ShmRingMemory> map(Fd fd, size_t capacity);
-  Fd fd_;
-  void* base_ = nullptr;
+  SharedMemory memory_;
   size_t capacity_ = 0;
-  void* sync_key_ = nullptr;
 };
 
 /// The consumer's end: reads bytes out of its own ring.
@@ -160,14 +150,6 @@ class ShmRingWriter {
 Result<Fd> make_wake_fd();
 /// Wakes the side that owns eventfd `fd` (one write of 1; a full counter is ignored).
 void wake(int fd) noexcept;
-/// The peer's descriptor `peer_fd` of process `pid`, taken with pidfd_open(2) and
-/// pidfd_getfd(2) (close-on-exec). kUnsupported on kernels without them (before 5.6),
-/// kAccessDenied where the kernel does not let this process take it (EPERM: ptrace
-/// rules), kPeerFailed when the process is gone, else the errno.
-Result<Fd> take_peer_fd(pid_t pid, int peer_fd);
-/// The size of a memfd the peer handed over, once it is seen sealed against shrinking and
-/// growing (so a mapping of it can never fault): kProtocol otherwise, naming `what`.
-Result<uint64_t> sealed_memfd_size(int fd, std::string_view what);
 /// kProtocol unless `fd` is an eventfd (a hostile peer could name any descriptor).
 Status check_eventfd(int fd);
 
