@@ -379,6 +379,12 @@ class Endpoint {
   bool peer_said_goodbye() const;
   /// Why the endpoint failed (ok if it has not).
   Status failure() const;
+  /// Watches the peer while nothing is outstanding: between watch_peer(true) and the
+  /// matching watch_peer(false) the endpoint's heartbeat runs as if an operation were
+  /// outstanding, so a peer that died or stopped fails the endpoint within
+  /// REMORA_PEER_TIMEOUT_MS. For a thread that waits on the peer by other means (a
+  /// communicator's shared memory does). Calls nest; thread-safe.
+  void watch_peer(bool on);
   /// This endpoint's id within its context (the handshake names it; logs show it).
   EndpointId id() const;
   /// The peer's "host:port" as this side connected to it or accepted it from.

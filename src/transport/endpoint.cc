@@ -769,7 +769,8 @@ bool EndpointCore::awaiting_peer() const {
   // own timeout instead of failing at the peer timeout (found by the fault matrix,
   // tests/faults, put-in × sigstop).
   return outstanding_ > 0 || initiator_.outstanding() > 0 || initiator_.placed_pending() > 0 || target_.serving() ||
-         !recvs_.empty() || !chunks_.idle() || ctl_tx_off_ < ctl_tx_.size() || notifications_.waited_for();
+         !recvs_.empty() || !chunks_.idle() || ctl_tx_off_ < ctl_tx_.size() || notifications_.waited_for() ||
+         peer_watchers_.load(std::memory_order_relaxed) != 0;
 }
 
 void EndpointCore::read_input() {
@@ -813,6 +814,7 @@ bool Endpoint::failed() const { return core_->failed(); }
 bool Endpoint::closed_by_peer() const { return core_->closed_by_peer(); }
 bool Endpoint::peer_said_goodbye() const { return core_->peer_said_goodbye(); }
 Status Endpoint::failure() const { return core_->failure(); }
+void Endpoint::watch_peer(bool on) { core_->watch_peer(on); }
 EndpointId Endpoint::id() const { return core_->id(); }
 std::string Endpoint::peer_address() const { return core_->peer(); }
 uint32_t Endpoint::data_streams() const { return core_->streams(); }

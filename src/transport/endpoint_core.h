@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -214,6 +215,14 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   bool closed_by_peer() const;
   bool peer_said_goodbye() const;
   Status failure() const;
+  /// Endpoint::watch_peer (any thread).
+  void watch_peer(bool on) noexcept {
+    if (on) {
+      peer_watchers_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      peer_watchers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
   EndpointId id() const noexcept { return params_.id; }
   const std::string& peer() const noexcept { return params_.peer; }
   uint32_t streams() const noexcept { return params_.streams; }
@@ -755,6 +764,7 @@ class EndpointCore final : public std::enable_shared_from_this<EndpointCore>,
   uint64_t next_send_id_ = 1;
   uint64_t next_recv_id_ = 1;
   uint64_t outstanding_ = 0;  // two-sided operations; one-sided ones are the initiator's
+  std::atomic<uint32_t> peer_watchers_{0};  // Endpoint::watch_peer: counts as outstanding
   std::unordered_map<uint64_t, std::unique_ptr<SendOp>> sends_;
   std::unordered_map<uint64_t, std::unique_ptr<RecvOp>> recvs_;  // matched rendezvous receives
   Matcher matcher_;  // posted receives and unexpected messages
