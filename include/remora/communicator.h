@@ -113,7 +113,10 @@ Result<CollectiveKind> parse_collective_kind(std::string_view name);
 struct AlgorithmChoice {
   /// "ring", "rd" (recursive doubling), "bruck", "tree" (binomial), "chain" (pipelined),
   /// "pairwise", "linear", "dissemination", or "local" when nothing crosses the network
-  /// (one rank, or nothing to reduce).
+  /// (one rank, or nothing to reduce), or "shm": through the communicator's shared memory
+  /// (a barrier, or an allreduce of at most REMORA_COLL_SHM bytes with the algorithm left
+  /// to the communicator, once its ranks, all of one host, set it up at their first
+  /// barrier or allreduce).
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends
   /// to and/or receives from its peers of that round, each round waiting for the one
@@ -122,7 +125,7 @@ struct AlgorithmChoice {
   /// rd log2(p) for p the largest power of two <= n, plus 2 (fold in, fold out) when
   /// n > p, except allgather (log2 n, powers of two only); bruck, tree and dissemination
   /// ceil(log2 n); chain n-1; pairwise n-1 (up to 8 of them in flight at once); linear 1
-  /// (the root exchanges with every rank at once); local 0.
+  /// (the root exchanges with every rank at once); shm 1; local 0.
   int steps = 0;
 };
 

@@ -64,6 +64,7 @@
 #include "coll/algorithms.h"
 #include "coll/allgather_ring.h"
 #include "coll/reduce.h"
+#include "coll/shm_segment.h"
 
 namespace remora::coll {
 
@@ -113,6 +114,14 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
   if (count == 0) return Status::ok();
+  if (op.size() > 1) {
+    REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, shm_segment(op));
+    if (seg != nullptr) {
+      REMORA_ASSIGN_OR_RETURN(
+          const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop, op.config().allreduce == Algo::kAuto));
+      if (done) return Status::ok();
+    }
+  }
   if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {
     return allreduce_ring(op, send, recv, count, type, rop);
   }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "coll/shm_segment.h"
 #include "coll/variables.h"
 #include "core/env.h"
 #include "core/log.h"
@@ -127,6 +128,15 @@ constexpr ConfigVariable kVariables[] = {
      .max = kGiB,
      .doc = "segment of device-memory staging in collectives; the same on every rank (docs/device-memory.md)",
      .range_note = "0 (off), 4K–1G"},
+    {.name = "REMORA_COLL_SHM",
+     .section = kSection,
+     .kind = ConfigKind::kBytes,
+     .default_text = "16K",
+     .min = 0,
+     .max = 64 * 1024,
+     .doc = "largest allreduce (and any barrier) that goes through the communicator's shared memory when its 2–16 "
+            "ranks share a host; the same on every rank (docs/guide.md, \"Collectives\")",
+     .range_note = "0 (off), 1–64K"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,
      .default_text = "300000",
@@ -195,6 +205,7 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   REMORA_ASSIGN_OR_RETURN(c.pipeline_bytes, read_number("REMORA_COLL_PIPELINE", c.pipeline_bytes));
   REMORA_ASSIGN_OR_RETURN(c.device_segment_bytes, read_number("REMORA_COLL_DEVICE_SEGMENT", c.device_segment_bytes));
   REMORA_RETURN_IF_ERROR(check_device_segment(c.device_segment_bytes));
+  REMORA_ASSIGN_OR_RETURN(c.shm_bytes, read_number("REMORA_COLL_SHM", c.shm_bytes));
   if (options.timeout) {
     if (*options.timeout <= Duration::zero()) return Status(StatusCode::kInvalidArgument, "CommOptions::timeout must be positive");
     c.timeout = *options.timeout;
@@ -360,6 +371,12 @@ Status CommCore::execute(BodyRef body, const CollConfig& call) {
   Status s = body(op);
   if (!s.is_ok()) world_->fail(s);
   return s;
+}
+
+void CommCore::set_shm(std::unique_ptr<ShmSegment> segment) {
+  shm_decided_ = true;
+  shm_ = std::move(segment);  // set once: shm_on() readers see it after the flag
+  shm_on_.store(shm_ != nullptr, std::memory_order_release);
 }
 
 uint32_t CommCore::reserve_seq() noexcept { return ++seq_ & kSeqMask; }

@@ -94,6 +94,10 @@ struct CollConfig {
   /// (coll/device_stage.h; all but the v-forms); from 4 segments up, copies overlap the network.
   /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.
   size_t device_segment_bytes = 4 * 1024 * 1024;
+  /// REMORA_COLL_SHM: the largest allreduce that goes through the communicator's shared
+  /// segment (coll/shm_segment.h) where every rank runs on this host; 0: never, and no
+  /// segment. The same on every rank.
+  size_t shm_bytes = 16 * 1024;
 
   static Result<CollConfig> from_env(const CommOptions& options);
 };
@@ -107,6 +111,7 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
                                Algo CollConfig::*field, const CollectiveOptions& options);
 
 class CommCore;
+class ShmSegment;
 
 /// Temporary buffers the reductions keep per communicator (CommCore::scratch), so that
 /// small collectives do not allocate every call.
@@ -244,6 +249,14 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
 
   /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
   /// scratch and the neighbours' keys). Created on first use, lives with the comm.
+  /// The shared segment (coll/shm_segment.h): whether its set-up ran, and the segment
+  /// (null where it is off). The running operation only.
+  bool shm_decided() const noexcept { return shm_decided_; }
+  ShmSegment* shm() const noexcept { return shm_.get(); }
+  void set_shm(std::unique_ptr<ShmSegment> segment);
+  /// Whether the communicator has a segment (any thread: Communicator::algorithm).
+  bool shm_on() const noexcept { return shm_on_.load(std::memory_order_acquire); }
+
   template <typename T>
   T& state(const char* name) {
     std::lock_guard lock(state_mu_);
@@ -282,6 +295,9 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   std::thread worker_;  ///< started on first post()
 
   Scratch scratch_;  ///< used by the running operation only
+  std::unique_ptr<ShmSegment> shm_;  ///< the running operation only
+  bool shm_decided_ = false;
+  std::atomic<bool> shm_on_{false};
   std::mutex state_mu_;
   std::map<std::string, std::shared_ptr<void>, std::less<>> states_;
   std::atomic<uint32_t> shrink_attempts_{0};

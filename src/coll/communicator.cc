@@ -15,6 +15,7 @@
 #include "coll/comm_core.h"
 #include "coll/device_stage.h"
 #include "coll/reduce.h"
+#include "coll/shm_segment.h"
 #include "engine/request_state.h"
 
 namespace remora {
@@ -427,6 +428,11 @@ AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const
   auto call = coll::call_config(core_->config(), kind, options);
   if (!call.is_ok()) return {"invalid", 0};
   const coll::Algo a = coll::select_algorithm(kind, *call, size(), bytes);
+  if (core_->shm_on() && a != coll::Algo::kLocal &&
+      (kind == CollectiveKind::kBarrier ||
+       (kind == CollectiveKind::kAllreduce && call->allreduce == coll::Algo::kAuto && bytes <= core_->shm()->slot()))) {
+    return {"shm", 1};
+  }
   return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};
 }
 

@@ -141,7 +141,10 @@ std::vector<Observed> observe_allreduce(std::vector<test::Rank>& ranks, size_t b
   return seen;
 }
 
+// These tests are about the algorithms of messages: without the communicators' shared
+// segment, which would take the small calls once set up (shm_segment_test.cc).
 TEST(CommunicatorAlgorithm, FollowsSizeAndNamesWhatRuns) {
+  testing::ScopedEnv no_segment("REMORA_COLL_SHM", "0");
   auto ranks = make_ranks(3);
   for (const Observed& o : observe_allreduce(ranks, 4 * kKiB)) {
     EXPECT_EQ(o.name, "rd");
@@ -192,6 +195,7 @@ TEST(CommunicatorAlgorithm, FollowsTheEnvironmentOverride) {
 // size where the communicator would run recursive doubling, and recursive doubling
 // (sends only) where the environment asks for the ring.
 TEST(CommunicatorAlgorithm, APerCallAlgorithmSelectsWhatRuns) {
+  testing::ScopedEnv no_segment("REMORA_COLL_SHM", "0");
   auto ranks = make_ranks(2);
   for (const Observed& o : observe_allreduce(ranks, 4 * kKiB, {.algorithm = CollAlgorithm::kRing})) {
     EXPECT_EQ(o.name, "ring");

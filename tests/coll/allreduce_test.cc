@@ -1,8 +1,9 @@
 // Allreduce (coll/allreduce_ring.cc, coll/allreduce_recursive_doubling.cc) against a
 // sequential reference: every type × op at 1, 2, 3, 4, 5 and 8 ranks, counts 0, 1,
 // primes and sizes around the pipeline piece and the ring's block boundaries, the ring
-// and recursive doubling, in place or not; kAuto choosing each by size, and a rank that
-// aborts failing the ring on the others before the timeout.
+// and recursive doubling, in place or not, and the communicator's choice by size, which
+// takes small vectors through its shared segment; kAuto choosing each by size, and a
+// rank that aborts failing the ring on the others before the timeout.
 //
 // The inputs and the reference are in reference.h (small exact integers, so the
 // reference matches bit for bit whatever the order of combination); the communicators
@@ -46,7 +47,7 @@ void check_allreduce(int r, Communicator& c, const char* algo, DataType t, Reduc
 class AllreduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllreduceTest, EveryTypeAndOpMatchesTheSequentialReference) {
-  BothAlgorithms f(GetParam());
+  BothAlgorithms f(GetParam(), /*with_shm=*/true);
   f.run([](int r, Communicator& c, const char* algo) {
     int k = 0;
     for (DataType t : kAllTypes) {
@@ -63,7 +64,7 @@ TEST_P(AllreduceTest, EveryTypeAndOpMatchesTheSequentialReference) {
 
 TEST_P(AllreduceTest, SizesAroundPiecesAndBlocksInPlaceOrNot) {
   const int n = GetParam();
-  BothAlgorithms f(n);
+  BothAlgorithms f(n, /*with_shm=*/true);
   f.run([n](int r, Communicator& c, const char* algo) {
     // Fewer types at 8 ranks keeps the suite quick; every element size is covered.
     std::vector<DataType> types = {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};

@@ -24,15 +24,14 @@ struct Rank {
   std::unique_ptr<Communicator> comm;
 };
 
-/// Builds `n` ranks. `timeout` bounds every collective (keep it short in tests so a
-/// bug fails instead of hanging the suite).
-inline std::vector<Rank> make_ranks(int n, Duration timeout = std::chrono::seconds(30),
-                                    ContextOptions options = {.ignore_env = true}) {
+/// Builds `n` ranks, rank r's Context made with options_of(r). `timeout` bounds every
+/// collective (keep it short in tests so a bug fails instead of hanging the suite).
+inline std::vector<Rank> make_ranks(int n, Duration timeout, const std::function<ContextOptions(int)>& options_of) {
   std::vector<Rank> ranks(static_cast<size_t>(n));
   std::vector<std::shared_ptr<coll::Rendezvous>> rendezvous(static_cast<size_t>(n));
   std::vector<std::string> addresses(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    auto ctx = Context::create(options);
+    auto ctx = Context::create(options_of(r));
     EXPECT_TRUE(ctx.is_ok()) << ctx.status().to_string();
     ranks[static_cast<size_t>(r)].ctx = std::move(*ctx);
     auto l = ranks[static_cast<size_t>(r)].ctx->listen("127.0.0.1:0");
@@ -56,6 +55,12 @@ inline std::vector<Rank> make_ranks(int n, Duration timeout = std::chrono::secon
     rk.comm = coll::CommAccess::make(std::make_shared<coll::CommCore>(world, 0, members, r, *config));
   }
   return ranks;
+}
+
+/// Builds `n` ranks whose Contexts share `options`.
+inline std::vector<Rank> make_ranks(int n, Duration timeout = std::chrono::seconds(30),
+                                    ContextOptions options = {.ignore_env = true}) {
+  return make_ranks(n, timeout, [&](int) { return options; });
 }
 
 /// Runs body(rank index, communicator) on one thread per rank and joins them.

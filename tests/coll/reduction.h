@@ -60,6 +60,12 @@ inline coll::CollConfig rd_config() {  // recursive doubling / tree at any size
   return c;
 }
 
+inline coll::CollConfig shm_config() {  // auto: the communicator's shared segment for small vectors
+  coll::CollConfig c = small_config();
+  c.shm_bytes = 16 * 1024;
+  return c;
+}
+
 /// Counts around pieces and ring blocks for type t at n ranks: the interesting edges
 /// are a block of exactly one piece and more pieces per block than the ring's slots.
 inline std::vector<size_t> boundary_counts(DataType t, int n) {
@@ -68,20 +74,25 @@ inline std::vector<size_t> boundary_counts(DataType t, int n) {
   return {piece - 1, piece * nn - 1, piece * nn, piece * nn + 1, piece * 5 * nn + 13};
 }
 
-/// `n` ranks, each with a ring/chain communicator and a recursive-doubling/tree one.
+/// `n` ranks, each with a ring/chain communicator and a recursive-doubling/tree one;
+/// `with_shm`: and one that chooses by size, through its shared segment for small
+/// vectors (coll/shm_segment.h; the ranks are threads of one process).
 struct BothAlgorithms {
   std::vector<Rank> ranks;
-  std::vector<std::unique_ptr<Communicator>> ring, rd;
-  explicit BothAlgorithms(int n) : ranks(make_ranks(n)) {
+  std::vector<std::unique_ptr<Communicator>> ring, rd, shm;
+  explicit BothAlgorithms(int n, bool with_shm = false) : ranks(make_ranks(n)) {
     ring = with_config(ranks, ring_config(), 100);
     rd = with_config(ranks, rd_config(), 101);
+    if (with_shm) shm = with_config(ranks, shm_config(), 102);
   }
-  /// body(rank, communicator, algorithm name) for both algorithm choices.
+  /// body(rank, communicator, algorithm name) for each algorithm choice.
   void run(const std::function<void(int, Communicator&, const char*)>& body) {
     run_ranks(ranks, [&](int r, Communicator&) {
       body(r, *ring[static_cast<size_t>(r)], "ring");
       if (::testing::Test::HasFatalFailure()) return;
       body(r, *rd[static_cast<size_t>(r)], "rd");
+      if (::testing::Test::HasFatalFailure() || shm.empty()) return;
+      body(r, *shm[static_cast<size_t>(r)], "auto (shm)");
     });
   }
 };

@@ -11,6 +11,9 @@
 //                                     rounds); prints "rank R of N: looping" after the first round
 //   remora_coll_check --loop --until-file=PATH   ... or until PATH exists on some rank (each
 //                                     round ends with an allreduce of that, so all stop together)
+//   remora_coll_check --loop --small  the loop of small barriers and allreduces only, which
+//                                     ranks of one host run through their shared segment;
+//                                     "looping (barrier: ALGORITHM)" says which path ran
 //
 // Sizes follow the configuration: counts 0, 1, a prime, around the eager limit
 // (REMORA_EAGER_LIMIT) and the pipeline piece (REMORA_COLL_PIPELINE), and above 1 MiB,
@@ -85,6 +88,15 @@ class Checker {
     asynchronous();
     split();
     barrier();
+  }
+
+  /// One round of the dead-rank loop of small calls: what ranks of one host run
+  /// through their communicator's shared segment, so that is where they wait.
+  void small_loop_round() {
+    for (int i = 0; i < 64; ++i) {
+      check_allreduce(world_, "small loop", DataType::kFloat32, ReduceOp::kSum, 4, false);
+      ok(world_.barrier(), "small loop barrier");
+    }
   }
 
   /// One round of the dead-rank loop: collectives that need every rank, each checked.
@@ -651,18 +663,20 @@ class Checker {
 };
 
 int usage(const char* why) {
-  std::fprintf(stderr, "remora_coll_check: %s\nusage: remora_coll_check [--iterations=N] [--loop]\n", why);
+  std::fprintf(stderr, "remora_coll_check: %s\nusage: remora_coll_check [--iterations=N] [--loop [--small]]\n", why);
   return kExitUsage;
 }
 
 int run(int argc, char** argv) {
-  bool loop = false;
+  bool loop = false, small = false;
   long iterations = -1;
   std::string until_file;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--loop") {
       loop = true;
+    } else if (a == "--small") {
+      small = true;
     } else if (a.starts_with("--until-file=")) {
       until_file = std::string(a.substr(std::strlen("--until-file=")));
     } else if (a.starts_with("--iterations=")) {
@@ -695,8 +709,17 @@ int run(int argc, char** argv) {
   Checker check(**comm, (*ctx)->config().eager_limit, coll::CommAccess::core(**comm).config().pipeline_bytes);
   if (loop) {
     for (int round = 0; iterations < 0 || round < iterations; ++round) {
-      check.loop_round(round);
-      if (round == 0) {
+      if (small) {
+        check.small_loop_round();
+      } else {
+        check.loop_round(round);
+      }
+      if (round == 0 && small) {
+        // Which path the small calls take (the test wants the shared segment's).
+        const std::string_view path = (*comm)->algorithm(CollectiveKind::kBarrier, 0).name;
+        std::printf("rank %d of %d: looping (barrier: %.*s)\n", rank, size, static_cast<int>(path.size()), path.data());
+        std::fflush(stdout);
+      } else if (round == 0) {
         std::printf("rank %d of %d: looping\n", rank, size);
         std::fflush(stdout);
       }

@@ -2,8 +2,9 @@
 // remora_coll_check suite (every collective against the sequential reference, on every
 // rank) started by `remora run`, by Open MPI's mpirun, and with explicit REMORA_*
 // variables in four network namespaces joined by a bridge; and a rank killed (SIGKILL)
-// in the middle of a loop of collectives, which must fail every surviving rank with the
-// peer's failure, not a hang and not the collective timeout.
+// or stopped in the middle of a loop of collectives, which must fail every surviving rank
+// with the peer's failure, not a hang and not the collective timeout, also where the
+// survivors wait in their communicator's shared segment.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,14 +151,17 @@ TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
 
 // Rank `victim` of a looping 4-rank job is killed (SIGKILL) or stopped (SIGSTOP: its
 // kernel still ACKs, so only the endpoints' heartbeat notices, REMORA_PEER_TIMEOUT_MS);
-// every survivor must fail with the peer's failure, not wait it out.
-void expect_survivors_fail(int victim, bool stop) {
+// every survivor must fail with the peer's failure, not wait it out. `small`: the loop of
+// small calls, which the ranks (all of this host) wait for in their shared segment.
+void expect_survivors_fail(int victim, bool stop, bool small = false) {
   constexpr int kRanks = 4;
   const std::string store = "REMORA_STORE=127.0.0.1:" + std::to_string(free_tcp_port());
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < kRanks; ++r) {
+    std::vector<std::string> argv = {kCheck, "--loop"};
+    if (small) argv.emplace_back("--small");
     ranks.push_back(spawn_program(
-        {kCheck, "--loop"},
+        std::move(argv),
         {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout,
          // The default (30 s) where nothing stops, so the killed-rank case is as before.
          stop ? "REMORA_PEER_TIMEOUT_MS=1000" : "REMORA_PEER_TIMEOUT_MS=30000"}));
@@ -173,7 +177,7 @@ void expect_survivors_fail(int victim, bool stop) {
     while ((line = p.read_line(left_until(started_by))) && line->rfind(mine, 0) != 0) {
     }
     ASSERT_TRUE(line.has_value()) << "rank " << r << (p.timed_out() ? " timed out" : " EOF");
-    ASSERT_EQ(*line, mine + "looping");
+    ASSERT_EQ(*line, mine + (small ? "looping (barrier: shm)" : "looping"));
   }
   if (stop) {
     ranks[static_cast<size_t>(victim)]->signal(SIGSTOP);  // killed (and reaped) at the end
@@ -211,6 +215,14 @@ INSTANTIATE_TEST_SUITE_P(Victim, DeadRank, ::testing::Values(0, 2),
                          [](const ::testing::TestParamInfo<int>& p) { return "Rank" + std::to_string(p.param); });
 
 TEST(StoppedRank, EverySurvivorFailsWithinThePeerTimeoutNotACollectiveTimeout) { expect_survivors_fail(2, true); }
+
+TEST(DeadRankInTheSegment, EverySurvivorWaitingInTheSharedSegmentFailsNotATimeout) {
+  expect_survivors_fail(1, false, true);
+}
+
+TEST(StoppedRankInTheSegment, EverySurvivorWaitingInTheSharedSegmentFailsWithinThePeerTimeout) {
+  expect_survivors_fail(1, true, true);
+}
 
 }  // namespace
 }  // namespace remora::itest

@@ -50,7 +50,7 @@ string(JSON rows LENGTH "${json}" results)
 expect("rows" "${rows}" 6)
 # op size count root algorithm steps out_of_place? in_place?   (4 bytes per float32)
 set(want
-  "allreduce|4096|1024|-1|rd|3|ON|ON"
+  "allreduce|4096|1024|-1|shm|1|ON|ON"              # 3 ranks of one host: their shared segment
   "allreduce|1048576|262144|-1|ring|4|ON|ON"
   "allgather|4092|1023|-1|bruck|2|ON|ON"           # 4K / (3 ranks x 4 B) = 341 per rank
   "allgather|1048572|262143|-1|ring|2|ON|ON"

@@ -1,0 +1,115 @@
+// coll/shm_segment.h — a communicator's shared segment: memory every rank of a
+// communicator maps when all of them run on one host, through which small barriers and
+// allreduces go without messages (docs/guide.md, "Collectives"; docs/protocol.md,
+// "Communicator segment").
+//
+// Set up once, at the communicator's first barrier or allreduce (every rank makes that
+// call), over messages: rank 0 makes a sealed memfd (net/shared_memory.h) and offers its
+// descriptor, its pid and a random nonce; every other rank takes it with pidfd_getfd and
+// maps it, and checks the size and the nonce (a pid names another process on another
+// host or in another pid namespace); rank 0 gathers the answers and tells everyone
+// whether all took it. Otherwise, or with REMORA_SAME_HOST=off or REMORA_ENCRYPT on any
+// rank, or REMORA_COLL_SHM=0, or more than kMaxRanks ranks, the communicator uses
+// messages only, for its whole life.
+//
+// Layout: a 4 KiB header (magic, ranks, slot bytes, nonce; then per rank a line of its
+// own with `seq`, the last round it published, and `sleepers`, the ranks blocked on that
+// `seq`); then per rank two buffers, used by odd and even rounds, each a 64-byte shape
+// (what the rank calls: collective, type and operation, bytes) and `slot` data bytes.
+//
+// A round: a rank waits until every other rank published the round before (so nobody
+// still reads the buffer it is about to fill, which held the round before that), writes
+// its shape and contribution, stores `seq`, and waits until the ranks it needs published
+// this round. A rank is at most one round ahead of another, so a `seq` more than that
+// away is corruption (kProtocol). A shape that differs from this rank's is kProtocol
+// naming the rank: ranks calling different collectives, sizes or algorithms fail at
+// once, as they do with messages. Waits spin for REMORA_SPIN_US, then block on a futex
+// in the segment (the publisher wakes it), and stop at the deadline, when the world
+// fails, or when the endpoint to the awaited rank fails (a dead or stopped process).
+// Contents a hostile rank writes are only values: every size and offset comes from this
+// rank's own arguments and the sealed size it checked.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "net/shared_memory.h"
+#include "remora/communicator.h"
+#include "remora/status.h"
+
+namespace remora::coll {
+
+class Op;
+
+/// What a rank publishes beside its contribution; ranks that disagree fail.
+struct ShmShape {
+  uint32_t kind = 0;    ///< ShmKind
+  uint32_t detail = 0;  ///< type and operation
+  uint64_t bytes = 0;
+  bool operator==(const ShmShape&) const = default;
+};
+
+enum class ShmKind : uint32_t {
+  kBarrier = 1,
+  kAllreduce = 2,          ///< through the segment
+  kAllreduceMessages = 3,  ///< by messages (too large, or an algorithm named): the shape only
+};
+
+class ShmSegment {
+ public:
+  static constexpr int kMaxRanks = 16;
+  static constexpr size_t kHeaderBytes = 4096;
+  static constexpr size_t kShapeBytes = 64;
+  using Nonce = std::array<uint8_t, 16>;
+
+  /// Rank 0's: a new segment for `ranks` ranks with `slot` bytes per buffer (a multiple
+  /// of 64).
+  static Result<ShmSegment> create(int ranks, size_t slot);
+  /// Another rank's: maps rank 0's memfd `fd` and checks it is the segment offered (size,
+  /// magic, ranks, slot bytes and nonce): kProtocol otherwise.
+  static Result<ShmSegment> adopt(net::Fd fd, int ranks, int me, size_t slot, const Nonce& nonce);
+
+  int fd() const noexcept { return memory_.fd(); }
+  void close_fd() noexcept { memory_.close_fd(); }
+  const Nonce& nonce() const noexcept { return nonce_; }
+  size_t slot() const noexcept { return slot_; }
+
+  /// Starts the next round: waits until every other rank published the last one, then
+  /// publishes `shape` and `bytes` of `data` (bytes <= slot()) as this rank's.
+  Status publish(Op& op, const ShmShape& shape, const void* data, size_t bytes);
+  /// Waits until every other rank published this round, and checks their shapes equal
+  /// `shape`.
+  Status wait_all(Op& op, const ShmShape& shape);
+  /// Rank r's contribution to this round (after wait_all).
+  const std::byte* data(int r) const noexcept;
+
+ private:
+  struct Line;
+  Line& line(int r) const noexcept;
+  std::byte* buffer(int r, uint32_t round) const noexcept;
+  /// Waits until rank r's seq reaches `target` (this round or the one before).
+  Status wait_for(Op& op, int r, uint32_t target);
+
+  net::SharedMemory memory_;
+  int ranks_ = 0;
+  int me_ = -1;
+  size_t slot_ = 0;
+  Nonce nonce_{};
+  uint32_t round_ = 0;  ///< this rank's: never read back from the segment
+};
+
+/// The communicator's segment, set up at the first call here; null where it is off.
+/// Every rank calls it at the same point (its first barrier or allreduce).
+Result<ShmSegment*> shm_segment(Op& op);
+
+/// Allreduce through `seg` when `fits` (auto chose, and the vector fits a slot): true.
+/// Otherwise publishes only the call's shape, so that a rank that disagrees fails at
+/// once, and returns false (the caller runs the messages' algorithm).
+Result<bool> allreduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp rop, bool fits);
+Status barrier_shm(Op& op, ShmSegment& seg);
+
+}  // namespace remora::coll

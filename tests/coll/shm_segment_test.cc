@@ -1,0 +1,188 @@
+// The communicator's shared segment (coll/shm_segment.cc): ranks of one host (here,
+// threads of one process with their own Contexts and real loopback endpoints) take small
+// barriers and allreduces through memory they all map, and larger ones by messages; a
+// rank with REMORA_SAME_HOST=off or REMORA_COLL_SHM=0 keeps the whole communicator on
+// messages; ranks that disagree on the call fail at once; a rank that aborts, a segment
+// scribbled over and a rank that never comes each end the others' wait with an error.
+// Every type and operation through the segment is in allreduce_test.cc (the "auto (shm)"
+// communicator).
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "coll/comm_access.h"
+#include "coll/comm_core.h"
+#include "mesh.h"
+#include "reduction.h"
+#include "reference.h"
+
+namespace remora::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Allreduce of `count` elements of `t` with `op` on rank r, checked against the reference.
+void expect_allreduce(int r, Communicator& c, DataType t, ReduceOp op, size_t count) {
+  const int n = c.size();
+  auto in = rank_input(r, count, t, op, n);
+  std::vector<std::byte> out(in.size(), std::byte{0x5A});
+  Status s = c.allreduce(in.data(), out.data(), count, t, op);
+  ASSERT_TRUE(s.is_ok()) << "rank " << r << " count " << count << ": " << s.to_string();
+  auto want = reference(0, n - 1, 0, count, t, op, n);
+  EXPECT_EQ(first_diff(want, out.data(), out.size(), size_of(t)), -1) << "rank " << r << " count " << count;
+}
+
+class ShmSegmentRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllExact) {
+  const int n = GetParam();
+  auto ranks = make_ranks(n);
+  auto comms = with_config(ranks, shm_config(), 7);
+  const size_t slot = shm_config().shm_bytes;
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    // Before the first barrier or allreduce the segment is not set up yet.
+    EXPECT_NE(c.algorithm(CollectiveKind::kBarrier, 0).name, "shm");
+    ASSERT_TRUE(c.barrier().is_ok());
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "shm");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "shm");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, slot).name, "shm");
+    EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, slot + 4).name, "shm");
+    EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, 8, {.algorithm = CollAlgorithm::kRecursiveDoubling}).name, "shm");
+    // Sizes on both sides of the slot, alternating paths, so that buffers of both
+    // parities are written while other ranks may still be a round behind.
+    for (int round = 0; round < 3; ++round) {
+      for (size_t count : {size_t{1}, size_t{2}, slot / 4 - 1, slot / 4, slot / 4 + 1, size_t{3}, 5 * slot / 4}) {
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, count);
+        if (::testing::Test::HasFatalFailure()) return;
+        ASSERT_TRUE(c.barrier().is_ok());
+      }
+      expect_allreduce(r, c, DataType::kInt64, ReduceOp::kMax, slot / 8);
+      expect_allreduce(r, c, DataType::kFloat64, ReduceOp::kAvg, 33);
+    }
+    // A named algorithm goes by messages even when small; every rank names it.
+    auto in = rank_input(r, 4, DataType::kInt32, ReduceOp::kSum, n);
+    std::vector<std::byte> out(in.size());
+    ASSERT_TRUE(c.allreduce(in.data(), out.data(), 4, DataType::kInt32, ReduceOp::kSum,
+                            {.algorithm = CollAlgorithm::kRecursiveDoubling})
+                    .is_ok());
+    EXPECT_EQ(first_diff(reference(0, n - 1, 0, 4, DataType::kInt32, ReduceOp::kSum, n), out.data(), out.size(), 4),
+              -1);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmSegmentRanks, ::testing::Values(2, 3, 4, 5),
+                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param); });
+
+TEST(ShmSegment, OneRankWithSameHostOffKeepsTheCommunicatorOnMessages) {
+  auto ranks = make_ranks(3, 30s, [](int r) {
+    ContextOptions o{.ignore_env = true};
+    if (r == 2) o.same_host_pulls = false;  // REMORA_SAME_HOST=off on that rank only
+    return o;
+  });
+  auto comms = with_config(ranks, shm_config(), 7);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "dissemination") << "rank " << r;
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "rd") << "rank " << r;
+    expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
+  });
+}
+
+TEST(ShmSegment, CollShmZeroMakesNoSegment) {
+  auto ranks = make_ranks(2);
+  coll::CollConfig config = shm_config();
+  config.shm_bytes = 0;  // REMORA_COLL_SHM=0
+  auto comms = with_config(ranks, config, 7);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "rd");
+    EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
+    expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
+  });
+}
+
+/// Rank 0 allreduces `count0` floats, the others `count1`: every rank must fail, none by
+/// the timeout, and a rank whose call went through the segment with kProtocol.
+void expect_disagreement_fails(size_t count0, size_t count1) {
+  auto ranks = make_ranks(2);
+  auto comms = with_config(ranks, shm_config(), 7);
+  run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+  run_ranks(ranks, [&](int r, Communicator&) {
+    const size_t count = r == 0 ? count0 : count1;
+    std::vector<float> in(count, 1.0f), out(count);
+    Status s =
+        comms[static_cast<size_t>(r)]->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_FALSE(s.is_ok()) << "rank " << r;
+    EXPECT_NE(s.code(), StatusCode::kTimeout) << "rank " << r << ": " << s.to_string();
+    if (count * 4 <= shm_config().shm_bytes) {
+      EXPECT_EQ(s.code(), StatusCode::kProtocol) << s.to_string();
+    }
+  });
+}
+
+TEST(ShmSegment, RanksThatDisagreeOnTheSizeFailAtOnce) { expect_disagreement_fails(2, 3); }
+
+TEST(ShmSegment, ASmallCallAgainstALargeOneFailsBoth) { expect_disagreement_fails(2, 64 * 1024); }
+
+TEST(ShmSegment, ARankThatAbortsFailsTheOthersWaitingInTheSegment) {
+  auto ranks = make_ranks(3);
+  auto comms = with_config(ranks, shm_config(), 7);
+  run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    if (r == 0) {
+      c.abort();
+      return;
+    }
+    Status s = c.barrier();
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.code(), StatusCode::kTimeout) << s.to_string();
+  });
+}
+
+TEST(ShmSegment, ARankThatNeverComesEndsTheWaitAtTheCallsTimeout) {
+  auto ranks = make_ranks(2);
+  auto comms = with_config(ranks, shm_config(), 7);
+  run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+  Status s = comms[0]->barrier({.timeout = std::chrono::milliseconds(300)});
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+}
+
+/// Where this process maps the first communicator segment (/proc/self/maps).
+std::byte* mapped_segment() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("memfd:remora-coll-segment") == std::string::npos) continue;
+    return reinterpret_cast<std::byte*>(std::stoull(line.substr(0, line.find('-')), nullptr, 16));
+  }
+  return nullptr;
+}
+
+TEST(ShmSegment, ASegmentScribbledOverIsAProtocolErrorOnEveryRank) {
+  auto ranks = make_ranks(2);
+  auto comms = with_config(ranks, shm_config(), 7);
+  run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+  std::byte* seg = mapped_segment();
+  ASSERT_NE(seg, nullptr);
+  // A hostile rank's garbage over every rank's line (header's bytes 256 to 4096):
+  // rounds far from any rank's own.
+  for (size_t at = 256; at < 4096; at += 4) {
+    reinterpret_cast<std::atomic<uint32_t>*>(seg + at)->store(0x40000000u + static_cast<uint32_t>(at));
+  }
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Status s = comms[static_cast<size_t>(r)]->barrier();
+    EXPECT_EQ(s.code(), StatusCode::kProtocol) << "rank " << r << ": " << s.to_string();
+  });
+}
+
+}  // namespace
+}  // namespace remora::test
