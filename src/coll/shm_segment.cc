@@ -1,6 +1,7 @@
 // coll/shm_segment.cc — see shm_segment.h.
 #include "coll/shm_segment.h"
 
+#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -21,7 +22,7 @@ namespace {
 constexpr char kMagic[8] = {'r', 'e', 'm', 'o', 'r', 'a', 'C', 'S'};
 constexpr size_t kLinesAt = 256;
 constexpr size_t kLineBytes = 128;  // two cache lines: no false sharing with a neighbour's prefetch
-static_assert(kLinesAt + ShmSegment::kMaxRanks * kLineBytes <= ShmSegment::kHeaderBytes);
+static_assert(kLinesAt + 2 * ShmSegment::kMaxRanks * kLineBytes <= ShmSegment::kHeaderBytes);
 
 struct Header {
   char magic[8];
@@ -43,7 +44,7 @@ struct Offer {
 };
 
 size_t segment_bytes(int ranks, size_t slot) {
-  return ShmSegment::kHeaderBytes + static_cast<size_t>(ranks) * 2 * (ShmSegment::kShapeBytes + slot);
+  return ShmSegment::kHeaderBytes + static_cast<size_t>(ranks) * 2 * slot;
 }
 
 /// Why this rank keeps the communicator's collectives on messages ("" when it need not).
@@ -64,9 +65,11 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
-struct ShmSegment::Line {
-  std::atomic<uint32_t> seq;       ///< the last round this rank published
+struct alignas(64) ShmSegment::Line {
+  std::atomic<uint32_t> seq;       ///< the last round of this parity the rank published
   std::atomic<uint32_t> sleepers;  ///< ranks blocked on seq (futex)
+  ShmShape shape;                  ///< of that round
+  std::byte data[kInlineBytes];    ///< its data, when at most kInlineBytes
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared between processes: must be lock-free");
 
@@ -87,6 +90,9 @@ Result<ShmSegment> ShmSegment::create(int ranks, size_t slot) {
   h->ranks = static_cast<uint32_t>(ranks);
   h->slot = static_cast<uint32_t>(slot);
   std::memcpy(h->nonce, s.nonce_.data(), s.nonce_.size());
+  // Each line holds its parity's last round, or two less before the first: round -1 for
+  // the odd lines (the even ones start at round 0, which everyone has passed).
+  for (int r = 0; r < ranks; ++r) s.line(r, 1).seq.store(UINT32_MAX, std::memory_order_relaxed);
   return s;
 }
 
@@ -114,28 +120,33 @@ Result<ShmSegment> ShmSegment::adopt(net::Fd fd, int ranks, int me, size_t slot,
   return s;
 }
 
-ShmSegment::Line& ShmSegment::line(int r) const noexcept {
-  static_assert(sizeof(Line) <= kLineBytes);
-  return *reinterpret_cast<Line*>(memory_.base() + kLinesAt + static_cast<size_t>(r) * kLineBytes);
+ShmSegment::Line& ShmSegment::line(int r, uint32_t round) const noexcept {
+  static_assert(sizeof(Line) == 64, "one cache line");
+  const size_t index = static_cast<size_t>(r) * 2 + (round & 1);
+  return *reinterpret_cast<Line*>(memory_.base() + kLinesAt + index * kLineBytes);
 }
 
 std::byte* ShmSegment::buffer(int r, uint32_t round) const noexcept {
   const size_t index = static_cast<size_t>(r) * 2 + (round & 1);
-  return memory_.base() + kHeaderBytes + index * (kShapeBytes + slot_);
+  return memory_.base() + kHeaderBytes + index * slot_;
 }
 
-const std::byte* ShmSegment::data(int r) const noexcept { return buffer(r, round_) + kShapeBytes; }
+const std::byte* ShmSegment::data(int r) const noexcept {
+  return bytes_ <= kInlineBytes ? line(r, round_).data : buffer(r, round_);
+}
 
 Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
-  Line& l = line(r);
+  Line& l = line(r, target);
   auto seen = [&](uint32_t seq) -> Result<bool> {
-    const auto ahead = static_cast<int32_t>(seq - round_);
-    if (ahead < -2 || ahead > 1) {
-      return Status(
-          StatusCode::kProtocol,
-          fmt::format("communicator segment corrupt: rank {} is at round {} while this rank is at {}", r, seq, round_));
+    // The line of target's parity holds target, or two rounds less before the rank
+    // publishes it: anything else is not a round an honest rank can be at.
+    const auto ahead = static_cast<int32_t>(seq - target);
+    if (ahead != 0 && ahead != -2) {
+      return Status(StatusCode::kProtocol,
+                    fmt::format("communicator segment corrupt: rank {} says round {} where this rank waits for {}", r,
+                                seq, target));
     }
-    return static_cast<int32_t>(seq - target) >= 0;
+    return ahead == 0;
   };
   REMORA_ASSIGN_OR_RETURN(bool done, seen(l.seq.load(std::memory_order_acquire)));
   if (done) {
@@ -162,6 +173,9 @@ Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
     REMORA_ASSIGN_OR_RETURN(done, seen(l.seq.load(std::memory_order_acquire)));
     if (done) break;
     if ((i & 127) != 0) continue;
+    // A few microseconds went by: let a process that shares this CPU run (the awaited
+    // rank, where ranks outnumber CPUs). Returns at once when none waits.
+    sched_yield();
     const Clock::time_point now = Clock::now();
     if (world.failed()) return world.failure();
     if (ep != nullptr && ep->failed()) {
@@ -203,11 +217,11 @@ Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size
     if (r != me_) REMORA_RETURN_IF_ERROR(wait_for(op, r, round_));
   }
   ++round_;
-  std::byte* b = buffer(me_, round_);
-  std::memcpy(b, &shape, sizeof shape);
-  if (bytes > 0) std::memcpy(b + kShapeBytes, data, std::min(bytes, slot_));
+  bytes_ = std::min(bytes, slot_);
+  Line& l = line(me_, round_);
+  l.shape = shape;
+  if (bytes_ > 0) std::memcpy(bytes_ <= kInlineBytes ? l.data : buffer(me_, round_), data, bytes_);
   net::sync_release(memory_.sync_key());
-  Line& l = line(me_);
   l.seq.store(round_, std::memory_order_seq_cst);
   // After the store: a rank that counted itself a sleeper before it looked at seq either
   // saw the new value or is counted here.
@@ -219,8 +233,7 @@ Status ShmSegment::wait_all(Op& op, const ShmShape& shape) {
   for (int r = 0; r < ranks_; ++r) {
     if (r == me_) continue;
     REMORA_RETURN_IF_ERROR(wait_for(op, r, round_));
-    ShmShape theirs;
-    std::memcpy(&theirs, buffer(r, round_), sizeof theirs);
+    const ShmShape theirs = line(r, round_).shape;
     if (!(theirs == shape)) {
       return Status(StatusCode::kProtocol,
                     fmt::format("rank {} calls another collective than this rank's (kind {} of {} bytes, detail {:#x}; "

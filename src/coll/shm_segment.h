@@ -12,18 +12,21 @@
 // rank, or REMORA_COLL_SHM=0, or more than kMaxRanks ranks, the communicator uses
 // messages only, for its whole life.
 //
-// Layout: a 4 KiB header (magic, ranks, slot bytes, nonce; then per rank a line of its
-// own with `seq`, the last round it published, and `sleepers`, the ranks blocked on that
-// `seq`); then per rank two buffers, used by odd and even rounds, each a 64-byte shape
-// (what the rank calls: collective, type and operation, bytes) and `slot` data bytes.
+// Layout: an 8 KiB header (magic, ranks, slot bytes, nonce; then per rank two lines of
+// their own, one for odd and one for even rounds, each holding `seq` (the last round of
+// that parity the rank published), `sleepers` (the ranks blocked on that `seq`), the
+// round's shape (what the rank calls: collective, type and operation, bytes) and up to
+// kInlineBytes of its data); then per rank two buffers of `slot` bytes, for larger data
+// of odd and even rounds.
 //
 // A round: a rank waits until every other rank published the round before (so nobody
-// still reads the buffer it is about to fill, which held the round before that), writes
-// its shape and contribution, stores `seq`, and waits until the ranks it needs published
-// this round. A rank is at most one round ahead of another, so a `seq` more than that
-// away is corruption (kProtocol). A shape that differs from this rank's is kProtocol
+// still reads the line and buffer it is about to fill, which held the round before
+// that), writes its shape and contribution, stores `seq`, and waits until the ranks it
+// needs published this round. A rank is at most one round ahead of another, so a `seq`
+// further away than that is corruption (kProtocol). A shape that differs from this rank's is kProtocol
 // naming the rank: ranks calling different collectives, sizes or algorithms fail at
-// once, as they do with messages. Waits spin for REMORA_SPIN_US, then block on a futex
+// once, as they do with messages. Waits spin for REMORA_SPIN_US (yielding the CPU every
+// few microseconds, for ranks that outnumber CPUs), then block on a futex
 // in the segment (the publisher wakes it), and stop at the deadline, when the world
 // fails, or when the endpoint to the awaited rank fails (a dead or stopped process).
 // Contents a hostile rank writes are only values: every size and offset comes from this
@@ -61,8 +64,10 @@ enum class ShmKind : uint32_t {
 class ShmSegment {
  public:
   static constexpr int kMaxRanks = 16;
-  static constexpr size_t kHeaderBytes = 4096;
-  static constexpr size_t kShapeBytes = 64;
+  static constexpr size_t kHeaderBytes = 8192;
+  /// Data of at most this many bytes travels in the round's line, beside `seq` and the
+  /// shape: one cache line from the publisher's CPU per rank and round.
+  static constexpr size_t kInlineBytes = 40;
   using Nonce = std::array<uint8_t, 16>;
 
   /// Rank 0's: a new segment for `ranks` ranks with `slot` bytes per buffer (a multiple
@@ -88,7 +93,9 @@ class ShmSegment {
 
  private:
   struct Line;
-  Line& line(int r) const noexcept;
+  /// Rank r's line for rounds of `round`'s parity.
+  Line& line(int r, uint32_t round) const noexcept;
+  /// Rank r's data buffer for rounds of `round`'s parity (contributions above kInlineBytes).
   std::byte* buffer(int r, uint32_t round) const noexcept;
   /// Waits until rank r's seq reaches `target` (this round or the one before).
   Status wait_for(Op& op, int r, uint32_t target);
@@ -99,6 +106,7 @@ class ShmSegment {
   size_t slot_ = 0;
   Nonce nonce_{};
   uint32_t round_ = 0;  ///< this rank's: never read back from the segment
+  size_t bytes_ = 0;    ///< this rank's contribution to the round
 };
 
 /// The communicator's segment, set up at the first call here; null where it is off.

@@ -463,14 +463,11 @@ Result<CollRow> run_row(RunContext& x, CollectiveKind op, size_t requested) {
   Communicator& c = x.comm;
   const size_t es = size_of(x.o.type);
   const Geometry g = geometry(op, requested, es, c.size());
-  const AlgorithmChoice algo = c.algorithm(op, g.count * es);
   CollRow row;
   row.op = op;
   row.requested = requested;
   row.size = g.size;
   row.count = g.size / es;
-  row.algorithm = std::string(algo.name);
-  row.steps = algo.steps;
   const Step st = default_step(StepKind::kCollective, g.size, 1, x.o.iters, x.o.warmup);
   row.iterations = st.iters;
   row.warmup = st.warmup;
@@ -490,6 +487,11 @@ Result<CollRow> run_row(RunContext& x, CollectiveKind op, size_t requested) {
     REMORA_RETURN_IF_ERROR(
         measure(x, p, st, t).with_context(fmt::format("{} of {}", to_string(op), format_size(g.size))));
   }
+  // Asked after the runs: what ran (a communicator's shared segment is set up by its
+  // first barrier or allreduce).
+  const AlgorithmChoice algo = c.algorithm(op, g.count * es);
+  row.algorithm = std::string(algo.name);
+  row.steps = algo.steps;
   return row;
 }
 
