@@ -114,9 +114,9 @@ struct AlgorithmChoice {
   /// "ring", "rd" (recursive doubling), "bruck", "tree" (binomial), "chain" (pipelined),
   /// "pairwise", "linear", "dissemination", or "local" when nothing crosses the network
   /// (one rank, or nothing to reduce), or "shm": through the communicator's shared memory
-  /// (a barrier, or an allreduce of at most REMORA_COLL_SHM bytes with the algorithm left
-  /// to the communicator, once its ranks, all of one host, set it up at their first
-  /// barrier or allreduce).
+  /// (a barrier, or a broadcast, reduce, allreduce or allgather of at most REMORA_COLL_SHM
+  /// bytes, an allgather's per rank, with the algorithm left to the communicator, once
+  /// its ranks, all of one host, set it up at the first of these calls).
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends
   /// to and/or receives from its peers of that round, each round waiting for the one

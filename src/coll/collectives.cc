@@ -68,10 +68,21 @@
 
 namespace remora::coll {
 
+namespace {
+/// The communicator's shared segment (coll/shm_segment.h), set up at the first call
+/// that asks; null where it is off.
+Result<ShmSegment*> segment(Op& op) { return op.size() > 1 ? shm_segment(op) : nullptr; }
+}  // namespace
+
 Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   const int n = op.size();
   if (n == 1) return Status::ok();
   const size_t bytes = count * size_of(type);
+  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  if (seg != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(const bool done, broadcast_shm(op, *seg, buf, bytes, root));
+    if (done) return Status::ok();
+  }
   const size_t piece = std::max<size_t>(op.config().pipeline_bytes, 1);
   const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.config(), n, bytes);
   return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
@@ -82,6 +93,11 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   const size_t block = count * size_of(type);
   if (send != nullptr) copy_block(at(recv, static_cast<size_t>(op.rank()) * block), send, block);
   if (n == 1) return Status::ok();
+  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  if (seg != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
+    if (done) return Status::ok();
+  }
   const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.config(), n, block);
   if (algo == Algo::kRecursiveDoubling) return allgather_rd(op, recv, block);
   if (algo == Algo::kBruck) return allgather_bruck(op, recv, block);
@@ -107,6 +123,11 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
     return Status::ok();
   }
   if (count == 0) return Status::ok();
+  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  if (seg != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(const bool done, reduce_shm(op, *seg, send, recv, count, type, rop, root));
+    if (done) return Status::ok();
+  }
   const bool chain = select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) == Algo::kChain;
   return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
 }
@@ -114,13 +135,10 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
   if (count == 0) return Status::ok();
-  if (op.size() > 1) {
-    REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, shm_segment(op));
-    if (seg != nullptr) {
-      REMORA_ASSIGN_OR_RETURN(
-          const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop, op.config().allreduce == Algo::kAuto));
-      if (done) return Status::ok();
-    }
+  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  if (seg != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop));
+    if (done) return Status::ok();
   }
   if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {
     return allreduce_ring(op, send, recv, count, type, rop);

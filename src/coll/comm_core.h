@@ -94,9 +94,9 @@ struct CollConfig {
   /// (coll/device_stage.h; all but the v-forms); from 4 segments up, copies overlap the network.
   /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.
   size_t device_segment_bytes = 4 * 1024 * 1024;
-  /// REMORA_COLL_SHM: the largest allreduce that goes through the communicator's shared
-  /// segment (coll/shm_segment.h) where every rank runs on this host; 0: never, and no
-  /// segment. The same on every rank.
+  /// REMORA_COLL_SHM: the largest broadcast, reduce, allreduce and allgather block that
+  /// goes through the communicator's shared segment (coll/shm_segment.h) where every rank
+  /// runs on this host; 0: never, and no segment. The same on every rank.
   size_t shm_bytes = 16 * 1024;
 
   static Result<CollConfig> from_env(const CommOptions& options);

@@ -428,9 +428,7 @@ AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const
   auto call = coll::call_config(core_->config(), kind, options);
   if (!call.is_ok()) return {"invalid", 0};
   const coll::Algo a = coll::select_algorithm(kind, *call, size(), bytes);
-  if (core_->shm_on() && a != coll::Algo::kLocal &&
-      (kind == CollectiveKind::kBarrier ||
-       (kind == CollectiveKind::kAllreduce && call->allreduce == coll::Algo::kAuto && bytes <= core_->shm()->slot()))) {
+  if (core_->shm_on() && a != coll::Algo::kLocal && coll::shm_takes(kind, *call, bytes, core_->shm()->slot())) {
     return {"shm", 1};
   }
   return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};

@@ -131,8 +131,8 @@ std::byte* ShmSegment::buffer(int r, uint32_t round) const noexcept {
   return memory_.base() + kHeaderBytes + index * slot_;
 }
 
-const std::byte* ShmSegment::data(int r) const noexcept {
-  return bytes_ <= kInlineBytes ? line(r, round_).data : buffer(r, round_);
+const std::byte* ShmSegment::data(int r, size_t bytes) const noexcept {
+  return bytes <= kInlineBytes ? line(r, round_).data : buffer(r, round_);
 }
 
 Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
@@ -217,10 +217,10 @@ Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size
     if (r != me_) REMORA_RETURN_IF_ERROR(wait_for(op, r, round_));
   }
   ++round_;
-  bytes_ = std::min(bytes, slot_);
+  bytes = std::min(bytes, slot_);
   Line& l = line(me_, round_);
   l.shape = shape;
-  if (bytes_ > 0) std::memcpy(bytes_ <= kInlineBytes ? l.data : buffer(me_, round_), data, bytes_);
+  if (bytes > 0) std::memcpy(bytes <= kInlineBytes ? l.data : buffer(me_, round_), data, bytes);
   net::sync_release(memory_.sync_key());
   l.seq.store(round_, std::memory_order_seq_cst);
   // After the store: a rank that counted itself a sleeper before it looked at seq either
@@ -229,18 +229,20 @@ Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size
   return Status::ok();
 }
 
+Status ShmSegment::wait_rank(Op& op, int r, const ShmShape& shape) {
+  REMORA_RETURN_IF_ERROR(wait_for(op, r, round_));
+  const ShmShape theirs = line(r, round_).shape;
+  if (theirs == shape) return Status::ok();
+  return Status(StatusCode::kProtocol,
+                fmt::format("rank {} calls another collective than this rank's (kind {} of {} bytes, detail {:#x}; "
+                            "this rank: kind {} of {} bytes, detail {:#x}): ranks disagree on the call, its size, "
+                            "its root or its algorithm",
+                            r, theirs.kind, theirs.bytes, theirs.detail, shape.kind, shape.bytes, shape.detail));
+}
+
 Status ShmSegment::wait_all(Op& op, const ShmShape& shape) {
   for (int r = 0; r < ranks_; ++r) {
-    if (r == me_) continue;
-    REMORA_RETURN_IF_ERROR(wait_for(op, r, round_));
-    const ShmShape theirs = line(r, round_).shape;
-    if (!(theirs == shape)) {
-      return Status(StatusCode::kProtocol,
-                    fmt::format("rank {} calls another collective than this rank's (kind {} of {} bytes, detail {:#x}; "
-                                "this rank: kind {} of {} bytes, detail {:#x}): ranks disagree on the call, its size "
-                                "or its algorithm",
-                                r, theirs.kind, theirs.bytes, theirs.detail, shape.kind, shape.bytes, shape.detail));
-    }
+    if (r != me_) REMORA_RETURN_IF_ERROR(wait_rank(op, r, shape));
   }
   return Status::ok();
 }
@@ -317,22 +319,91 @@ Result<ShmSegment*> shm_segment(Op& op) {
   return comm.shm();
 }
 
-Result<bool> allreduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
-                           ReduceOp rop, bool fits) {
+namespace {
+
+/// The shape of a call through the segment, or of one by messages (`through` false).
+ShmShape shape_of(ShmKind through, bool fits, uint32_t detail, size_t bytes) {
+  // Each kind through the segment is followed by its kind by messages.
+  const auto kind = static_cast<uint32_t>(through) + (fits ? 0 : 1);
+  return ShmShape{.kind = kind, .detail = detail, .bytes = bytes};
+}
+
+uint32_t reduction(DataType type, ReduceOp rop) {
+  return (static_cast<uint32_t>(type) << 8) | static_cast<uint32_t>(rop);
+}
+
+/// Combines every rank's `count` elements in rank order into `out`.
+void combine_all(const ShmSegment& seg, int n, void* out, size_t count, DataType type, ReduceOp rop) {
+  std::array<const void*, ShmSegment::kMaxRanks> inputs{};
   const size_t bytes = count * size_of(type);
-  fits = fits && bytes <= seg.slot();
-  const ShmShape shape{.kind = static_cast<uint32_t>(fits ? ShmKind::kAllreduce : ShmKind::kAllreduceMessages),
-                       .detail = (static_cast<uint32_t>(type) << 8) | static_cast<uint32_t>(rop),
-                       .bytes = bytes};
+  for (int r = 0; r < n; ++r) inputs[static_cast<size_t>(r)] = seg.data(r, bytes);
+  // Every rank that combines does it on the same bytes in the same order.
+  reduce_many(type, rop, out, std::span(inputs.data(), static_cast<size_t>(n)), count);
+  if (rop == ReduceOp::kAvg) finish_avg(type, out, count, n);
+}
+
+}  // namespace
+
+bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, size_t slot) noexcept {
+  switch (kind) {
+    case CollectiveKind::kBarrier: return true;
+    case CollectiveKind::kAllreduce: return call.allreduce == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kReduce: return call.reduce == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kBroadcast: return call.broadcast == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kAllgather: return call.allgather == Algo::kAuto && bytes <= slot;
+    default: return false;
+  }
+}
+
+Result<bool> allreduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp rop) {
+  const size_t bytes = count * size_of(type);
+  const bool fits = shm_takes(CollectiveKind::kAllreduce, op.config(), bytes, seg.slot());
+  const ShmShape shape = shape_of(ShmKind::kAllreduce, fits, reduction(type, rop), bytes);
   REMORA_RETURN_IF_ERROR(seg.publish(op, shape, send, fits ? bytes : 0));
   if (!fits) return false;
   REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
-  const int n = op.size();
-  std::array<const void*, ShmSegment::kMaxRanks> inputs{};
-  for (int r = 0; r < n; ++r) inputs[static_cast<size_t>(r)] = seg.data(r);
-  // Every rank combines the same bytes in rank order: the same result everywhere.
-  reduce_many(type, rop, recv, std::span(inputs.data(), static_cast<size_t>(n)), count);
-  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, n);
+  combine_all(seg, op.size(), recv, count, type, rop);
+  return true;
+}
+
+Result<bool> reduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+                        ReduceOp rop, int root) {
+  const size_t bytes = count * size_of(type);
+  const bool fits = shm_takes(CollectiveKind::kReduce, op.config(), bytes, seg.slot());
+  const ShmShape shape =
+      shape_of(ShmKind::kReduce, fits, (static_cast<uint32_t>(root) << 16) | reduction(type, rop), bytes);
+  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, send, fits ? bytes : 0));
+  if (!fits) return false;
+  if (op.rank() != root) return true;  // the root reads it before it starts its next round
+  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
+  combine_all(seg, op.size(), recv, count, type, rop);
+  return true;
+}
+
+Result<bool> broadcast_shm(Op& op, ShmSegment& seg, void* buf, size_t bytes, int root) {
+  const bool fits = shm_takes(CollectiveKind::kBroadcast, op.config(), bytes, seg.slot());
+  const ShmShape shape = shape_of(ShmKind::kBroadcast, fits, static_cast<uint32_t>(root), bytes);
+  const bool mine = op.rank() == root;
+  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, buf, fits && mine ? bytes : 0));
+  if (!fits) return false;
+  if (mine) return true;
+  REMORA_RETURN_IF_ERROR(seg.wait_rank(op, root, shape));
+  if (bytes > 0) std::memcpy(buf, seg.data(root, bytes), bytes);
+  return true;
+}
+
+Result<bool> allgather_shm(Op& op, ShmSegment& seg, void* recv, size_t block) {
+  const bool fits = shm_takes(CollectiveKind::kAllgather, op.config(), block, seg.slot());
+  const ShmShape shape = shape_of(ShmKind::kAllgather, fits, 0, block);
+  auto* out = static_cast<std::byte*>(recv);
+  const auto me = static_cast<size_t>(op.rank());
+  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, out + me * block, fits ? block : 0));
+  if (!fits) return false;
+  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
+  for (int r = 0; r < op.size(); ++r) {
+    if (r != op.rank() && block > 0) std::memcpy(out + static_cast<size_t>(r) * block, seg.data(r, block), block);
+  }
   return true;
 }
 

@@ -1,14 +1,13 @@
 // coll/shm_segment.h — a communicator's shared segment: memory every rank of a
 // communicator maps when all of them run on one host, through which small barriers and
-// allreduces go without messages (docs/guide.md, "Collectives"; docs/protocol.md,
+// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md, "Collectives"; docs/protocol.md,
 // "Communicator segment").
 //
-// Set up once, at the communicator's first barrier or allreduce (every rank makes that
-// call), over messages: rank 0 makes a sealed memfd (net/shared_memory.h) and offers its
-// descriptor, its pid and a random nonce; every other rank takes it with pidfd_getfd and
-// maps it, and checks the size and the nonce (a pid names another process on another
-// host or in another pid namespace); rank 0 gathers the answers and tells everyone
-// whether all took it. Otherwise, or with REMORA_SAME_HOST=off or REMORA_ENCRYPT on any
+// Set up once, at the communicator's first barrier, broadcast, reduce, allreduce or
+// allgather (every rank makes that call), over messages: rank 0 makes a sealed memfd (net/shared_memory.h) and offers
+// its descriptor, its pid and a random nonce; every other rank takes it with pidfd_getfd and maps it, and checks the
+// size and the nonce (a pid names another process on another host or in another pid namespace); rank 0 gathers the
+// answers and tells everyone whether all took it. Otherwise, or with REMORA_SAME_HOST=off or REMORA_ENCRYPT on any
 // rank, or REMORA_COLL_SHM=0, or more than kMaxRanks ranks, the communicator uses
 // messages only, for its whole life.
 //
@@ -39,13 +38,12 @@
 #include <cstdint>
 #include <optional>
 
+#include "coll/comm_core.h"
 #include "net/shared_memory.h"
 #include "remora/communicator.h"
 #include "remora/status.h"
 
 namespace remora::coll {
-
-class Op;
 
 /// What a rank publishes beside its contribution; ranks that disagree fail.
 struct ShmShape {
@@ -55,10 +53,14 @@ struct ShmShape {
   bool operator==(const ShmShape&) const = default;
 };
 
+/// Each kind through the segment is followed by the same call by messages (too large,
+/// or an algorithm named), which publishes its shape only.
 enum class ShmKind : uint32_t {
   kBarrier = 1,
-  kAllreduce = 2,          ///< through the segment
-  kAllreduceMessages = 3,  ///< by messages (too large, or an algorithm named): the shape only
+  kAllreduce = 2,  ///< 3: by messages
+  kReduce = 4,     ///< 5: by messages
+  kBroadcast = 6,  ///< 7: by messages
+  kAllgather = 8,  ///< 9: by messages
 };
 
 class ShmSegment {
@@ -85,11 +87,13 @@ class ShmSegment {
   /// Starts the next round: waits until every other rank published the last one, then
   /// publishes `shape` and `bytes` of `data` (bytes <= slot()) as this rank's.
   Status publish(Op& op, const ShmShape& shape, const void* data, size_t bytes);
-  /// Waits until every other rank published this round, and checks their shapes equal
-  /// `shape`.
+  /// Waits until rank r published this round, and checks its shape equals `shape`
+  /// (kProtocol naming the rank otherwise).
+  Status wait_rank(Op& op, int r, const ShmShape& shape);
+  /// wait_rank for every other rank.
   Status wait_all(Op& op, const ShmShape& shape);
-  /// Rank r's contribution to this round (after wait_all).
-  const std::byte* data(int r) const noexcept;
+  /// Rank r's `bytes` of this round (after waiting for it).
+  const std::byte* data(int r, size_t bytes) const noexcept;
 
  private:
   struct Line;
@@ -106,18 +110,28 @@ class ShmSegment {
   size_t slot_ = 0;
   Nonce nonce_{};
   uint32_t round_ = 0;  ///< this rank's: never read back from the segment
-  size_t bytes_ = 0;    ///< this rank's contribution to the round
 };
 
 /// The communicator's segment, set up at the first call here; null where it is off.
-/// Every rank calls it at the same point (its first barrier or allreduce).
+/// Every rank calls it at the same point (its first barrier, broadcast, reduce,
+/// allreduce or allgather).
 Result<ShmSegment*> shm_segment(Op& op);
 
-/// Allreduce through `seg` when `fits` (auto chose, and the vector fits a slot): true.
-/// Otherwise publishes only the call's shape, so that a rank that disagrees fails at
-/// once, and returns false (the caller runs the messages' algorithm).
+/// Whether a call of `kind` of `bytes` (one rank's block for an allgather) goes through
+/// a segment of `slot` bytes under `call`: a barrier always; the others when the
+/// algorithm is the communicator's choice and the data fits a slot.
+bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, size_t slot) noexcept;
+
+/// The collectives through `seg` where shm_takes says so: true. Otherwise they publish
+/// only the call's shape, so that a rank that disagrees fails at once, and return false
+/// (the caller runs the messages' algorithm). allgather_shm finds this rank's block in
+/// place in `recv`. Only a reduce's root and a broadcast's other ranks wait for anyone.
 Result<bool> allreduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
-                           ReduceOp rop, bool fits);
+                           ReduceOp rop);
+Result<bool> reduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+                        ReduceOp rop, int root);
+Result<bool> broadcast_shm(Op& op, ShmSegment& seg, void* buf, size_t bytes, int root);
+Result<bool> allgather_shm(Op& op, ShmSegment& seg, void* recv, size_t block);
 Status barrier_shm(Op& op, ShmSegment& seg);
 
 }  // namespace remora::coll

@@ -1,6 +1,7 @@
 // The communicator's shared segment (coll/shm_segment.cc): ranks of one host (here,
 // threads of one process with their own Contexts and real loopback endpoints) take small
-// barriers and allreduces through memory they all map, and larger ones by messages; a
+// barriers, allreduces, reduces, broadcasts and allgathers through memory they all map,
+// and larger ones by messages; a
 // rank with REMORA_SAME_HOST=off or REMORA_COLL_SHM=0 keeps the whole communicator on
 // messages; ranks that disagree on the call fail at once; a rank that aborts, a segment
 // scribbled over and a rank that never comes each end the others' wait with an error.
@@ -73,6 +74,63 @@ TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllE
                     .is_ok());
     EXPECT_EQ(first_diff(reference(0, n - 1, 0, 4, DataType::kInt32, ReduceOp::kSum, n), out.data(), out.size(), 4),
               -1);
+  });
+}
+
+/// The byte at `i` of rank r's data in round `salt`.
+std::byte pattern(int r, size_t i, int salt) {
+  return static_cast<std::byte>((static_cast<size_t>(r) * 131 + i * 7 + static_cast<size_t>(salt) * 29) & 0xFF);
+}
+
+TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExact) {
+  const int n = GetParam();
+  auto ranks = make_ranks(n);
+  auto comms = with_config(ranks, shm_config(), 7);
+  const size_t slot = shm_config().shm_bytes;
+  run_ranks(ranks, [&](int r, Communicator& /*world*/) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    // Set up by the first of them, a broadcast.
+    int salt = 0;
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot, slot + 1}) {
+      for (int root = 0; root < n; ++root, ++salt) {
+        std::vector<std::byte> buf(bytes);
+        for (size_t i = 0; i < bytes; ++i) buf[i] = r == root ? pattern(root, i, salt) : std::byte{0xEE};
+        ASSERT_TRUE(c.broadcast(buf.data(), bytes, DataType::kUint8, root).is_ok());
+        for (size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(buf[i], pattern(root, i, salt)) << "broadcast of " << bytes << " from " << root << ", byte " << i;
+        }
+      }
+    }
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBroadcast, slot).name, "shm");
+    EXPECT_NE(c.algorithm(CollectiveKind::kBroadcast, slot + 1).name, "shm");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduce, 8).name, "shm");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot).name, "shm");
+    EXPECT_NE(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, "shm");
+    for (size_t count : {size_t{1}, size_t{10}, size_t{11}, slot / 4, slot / 4 + 1}) {
+      for (int root = 0; root < n; ++root) {
+        auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, n);
+        std::vector<std::byte> out(in.size(), std::byte{0x5A});
+        ASSERT_TRUE(c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root).is_ok());
+        if (r == root) {
+          EXPECT_EQ(first_diff(reference(0, n - 1, 0, count, DataType::kFloat32, ReduceOp::kSum, n), out.data(),
+                               out.size(), 4),
+                    -1)
+              << "reduce of " << count << " to " << root;
+        }
+      }
+    }
+    for (size_t block : {size_t{1}, size_t{40}, size_t{41}, slot, slot + 1}) {
+      ++salt;
+      std::vector<std::byte> mine(block), all(block * static_cast<size_t>(n), std::byte{0xEE});
+      for (size_t i = 0; i < block; ++i) mine[i] = pattern(r, i, salt);
+      ASSERT_TRUE(c.allgather(mine.data(), all.data(), block, DataType::kUint8).is_ok());
+      for (int from = 0; from < n; ++from) {
+        for (size_t i = 0; i < block; ++i) {
+          ASSERT_EQ(all[static_cast<size_t>(from) * block + i], pattern(from, i, salt))
+              << "allgather of " << block << ", rank " << from << "'s byte " << i;
+        }
+      }
+    }
   });
 }
 

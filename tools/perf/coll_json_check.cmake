@@ -52,9 +52,9 @@ expect("rows" "${rows}" 6)
 set(want
   "allreduce|4096|1024|-1|shm|1|ON|ON"              # 3 ranks of one host: their shared segment
   "allreduce|1048576|262144|-1|ring|4|ON|ON"
-  "allgather|4092|1023|-1|bruck|2|ON|ON"           # 4K / (3 ranks x 4 B) = 341 per rank
+  "allgather|4092|1023|-1|shm|1|ON|ON"             # 4K / (3 ranks x 4 B) = 341 per rank
   "allgather|1048572|262143|-1|ring|2|ON|ON"
-  "broadcast|4096|1024|0|tree|2|OFF|ON"            # one buffer: the in-place column only
+  "broadcast|4096|1024|0|shm|1|OFF|ON"             # one buffer: the in-place column only
   "broadcast|1048576|262144|0|chain|2|OFF|ON")
 math(EXPR last "${rows} - 1")
 foreach(i RANGE ${last})
