@@ -22,7 +22,7 @@ namespace {
 constexpr char kMagic[8] = {'r', 'e', 'm', 'o', 'r', 'a', 'C', 'S'};
 constexpr size_t kLinesAt = 256;
 constexpr size_t kLineBytes = 128;  // two cache lines: no false sharing with a neighbour's prefetch
-static_assert(kLinesAt + 2 * ShmSegment::kMaxRanks * kLineBytes <= ShmSegment::kHeaderBytes);
+static_assert(kLinesAt + ShmSegment::kDepth * ShmSegment::kMaxRanks * kLineBytes <= ShmSegment::kHeaderBytes);
 
 struct Header {
   char magic[8];
@@ -44,7 +44,7 @@ struct Offer {
 };
 
 size_t segment_bytes(int ranks, size_t slot) {
-  return ShmSegment::kHeaderBytes + static_cast<size_t>(ranks) * 2 * slot;
+  return ShmSegment::kHeaderBytes + static_cast<size_t>(ranks) * ShmSegment::kDepth * slot;
 }
 
 /// Why this rank keeps the communicator's collectives on messages ("" when it need not).
@@ -90,9 +90,11 @@ Result<ShmSegment> ShmSegment::create(int ranks, size_t slot) {
   h->ranks = static_cast<uint32_t>(ranks);
   h->slot = static_cast<uint32_t>(slot);
   std::memcpy(h->nonce, s.nonce_.data(), s.nonce_.size());
-  // Each line holds its parity's last round, or two less before the first: round -1 for
-  // the odd lines (the even ones start at round 0, which everyone has passed).
-  for (int r = 0; r < ranks; ++r) s.line(r, 1).seq.store(UINT32_MAX, std::memory_order_relaxed);
+  // Each line holds the last round of its residue, or kDepth less before the first:
+  // line i starts at round i - kDepth (line 0 at round 0, which everyone has passed).
+  for (int r = 0; r < ranks; ++r) {
+    for (uint32_t i = 1; i < kDepth; ++i) s.line(r, i).seq.store(i - kDepth, std::memory_order_relaxed);
+  }
   return s;
 }
 
@@ -122,12 +124,12 @@ Result<ShmSegment> ShmSegment::adopt(net::Fd fd, int ranks, int me, size_t slot,
 
 ShmSegment::Line& ShmSegment::line(int r, uint32_t round) const noexcept {
   static_assert(sizeof(Line) == 64, "one cache line");
-  const size_t index = static_cast<size_t>(r) * 2 + (round & 1);
+  const size_t index = static_cast<size_t>(r) * kDepth + (round % kDepth);
   return *reinterpret_cast<Line*>(memory_.base() + kLinesAt + index * kLineBytes);
 }
 
 std::byte* ShmSegment::buffer(int r, uint32_t round) const noexcept {
-  const size_t index = static_cast<size_t>(r) * 2 + (round & 1);
+  const size_t index = static_cast<size_t>(r) * kDepth + (round % kDepth);
   return memory_.base() + kHeaderBytes + index * slot_;
 }
 
@@ -138,15 +140,18 @@ const std::byte* ShmSegment::data(int r, size_t bytes) const noexcept {
 Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
   Line& l = line(r, target);
   auto seen = [&](uint32_t seq) -> Result<bool> {
-    // The line of target's parity holds target, or two rounds less before the rank
-    // publishes it: anything else is not a round an honest rank can be at.
+    // The line of target's residue holds target, kDepth rounds less before the rank
+    // publishes it, or kDepth more once it went on (only while this rank waits for an
+    // older round before it publishes): anything else is not a round an honest rank can
+    // be at.
     const auto ahead = static_cast<int32_t>(seq - target);
-    if (ahead != 0 && ahead != -2) {
+    constexpr auto kD = static_cast<int32_t>(kDepth);
+    if (ahead != 0 && ahead != -kD && ahead != kD) {
       return Status(StatusCode::kProtocol,
                     fmt::format("communicator segment corrupt: rank {} says round {} where this rank waits for {}", r,
                                 seq, target));
     }
-    return ahead == 0;
+    return ahead >= 0;
   };
   REMORA_ASSIGN_OR_RETURN(bool done, seen(l.seq.load(std::memory_order_acquire)));
   if (done) {
@@ -212,9 +217,11 @@ Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
 }
 
 Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size_t bytes) {
-  // Nobody still reads the buffer of this round's parity: everyone published the last round.
+  // Nobody still reads the line and buffer of the next round's residue, last used kDepth
+  // rounds before it: everyone has published the round after that one.
+  const uint32_t done_by_all = round_ + 2 - kDepth;
   for (int r = 0; r < ranks_; ++r) {
-    if (r != me_) REMORA_RETURN_IF_ERROR(wait_for(op, r, round_));
+    if (r != me_) REMORA_RETURN_IF_ERROR(wait_for(op, r, done_by_all));
   }
   ++round_;
   bytes = std::min(bytes, slot_);

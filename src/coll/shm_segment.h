@@ -11,25 +11,22 @@
 // rank, or REMORA_COLL_SHM=0, or more than kMaxRanks ranks, the communicator uses
 // messages only, for its whole life.
 //
-// Layout: an 8 KiB header (magic, ranks, slot bytes, nonce; then per rank two lines of
-// their own, one for odd and one for even rounds, each holding `seq` (the last round of
-// that parity the rank published), `sleepers` (the ranks blocked on that `seq`), the
-// round's shape (what the rank calls: collective, type and operation, bytes) and up to
-// kInlineBytes of its data); then per rank two buffers of `slot` bytes, for larger data
-// of odd and even rounds.
+// Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
+// of their own, used by rounds in turn, each holding `seq` (the last round that used
+// it), `sleepers` (the ranks blocked on that `seq`), the round's shape (what the rank
+// calls: collective, type and operation, root, bytes) and up to kInlineBytes of its
+// data); then per rank kDepth buffers of `slot` bytes for larger data.
 //
-// A round: a rank waits until every other rank published the round before (so nobody
-// still reads the line and buffer it is about to fill, which held the round before
-// that), writes its shape and contribution, stores `seq`, and waits until the ranks it
-// needs published this round. A rank is at most one round ahead of another, so a `seq`
-// further away than that is corruption (kProtocol). A shape that differs from this rank's is kProtocol
-// naming the rank: ranks calling different collectives, sizes or algorithms fail at
-// once, as they do with messages. Waits spin for REMORA_SPIN_US (yielding the CPU every
-// few microseconds, for ranks that outnumber CPUs), then block on a futex
-// in the segment (the publisher wakes it), and stop at the deadline, when the world
-// fails, or when the endpoint to the awaited rank fails (a dead or stopped process).
-// Contents a hostile rank writes are only values: every size and offset comes from this
-// rank's own arguments and the sealed size it checked.
+// A round: a rank waits until every other rank published the round kDepth - 1 before
+// (so nobody still reads the line and buffer it is about to fill, last used kDepth rounds
+// before), writes its shape and contribution, stores `seq`, and waits until the ranks it
+// needs published this round. So a rank is at most kDepth - 1 rounds ahead of another,
+// and a `seq` no honest rank could have written is corruption (kProtocol). A shape that differs from this rank's is
+// kProtocol naming the rank: ranks calling different collectives, sizes or algorithms fail at once, as they do with
+// messages. Waits spin for REMORA_SPIN_US (yielding the CPU every few microseconds, for ranks that outnumber CPUs),
+// then block on a futex in the segment (the publisher wakes it), and stop at the deadline, when the world fails, or
+// when the endpoint to the awaited rank fails (a dead or stopped process). Contents a hostile rank writes are only
+// values: every size and offset comes from this rank's own arguments and the sealed size it checked.
 #pragma once
 
 #include <array>
@@ -66,7 +63,12 @@ enum class ShmKind : uint32_t {
 class ShmSegment {
  public:
   static constexpr int kMaxRanks = 16;
-  static constexpr size_t kHeaderBytes = 8192;
+  static constexpr size_t kHeaderBytes = 16384;
+  /// Rounds a rank may be ahead of another, plus one: lines and buffers per rank, used
+  /// by rounds in turn. More than two lets a broadcast's root or a reduce's other ranks,
+  /// who wait for nobody, run ahead where CPUs are shared.
+  static constexpr uint32_t kDepth = 4;
+  static_assert((kDepth & (kDepth - 1)) == 0, "a power of two: rounds wrap at 2^32");
   /// Data of at most this many bytes travels in the round's line, beside `seq` and the
   /// shape: one cache line from the publisher's CPU per rank and round.
   static constexpr size_t kInlineBytes = 40;
@@ -97,9 +99,9 @@ class ShmSegment {
 
  private:
   struct Line;
-  /// Rank r's line for rounds of `round`'s parity.
+  /// Rank r's line for rounds of `round`'s residue modulo kDepth.
   Line& line(int r, uint32_t round) const noexcept;
-  /// Rank r's data buffer for rounds of `round`'s parity (contributions above kInlineBytes).
+  /// Rank r's data buffer for those rounds (contributions above kInlineBytes).
   std::byte* buffer(int r, uint32_t round) const noexcept;
   /// Waits until rank r's seq reaches `target` (this round or the one before).
   Status wait_for(Op& op, int r, uint32_t target);
