@@ -135,8 +135,8 @@ constexpr ConfigVariable kVariables[] = {
      .min = 0,
      .max = 64 * 1024,
      .doc = "largest broadcast, reduce, allreduce and allgather block (and any barrier) that goes through the "
-            "communicator's shared memory when its 2–16 ranks share a host; the same on every rank (docs/guide.md, "
-            "\"Collectives\")",
+            "communicator's shared memory when its 2–16 ranks share a host; rank 0's counts, and 0 on any rank turns "
+            "it off (docs/guide.md, \"Collectives\")",
      .range_note = "0 (off), 1–64K"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,

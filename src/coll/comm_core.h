@@ -96,7 +96,7 @@ struct CollConfig {
   size_t device_segment_bytes = 4 * 1024 * 1024;
   /// REMORA_COLL_SHM: the largest broadcast, reduce, allreduce and allgather block that
   /// goes through the communicator's shared segment (coll/shm_segment.h) where every rank
-  /// runs on this host; 0: never, and no segment. The same on every rank.
+  /// runs on this host. Rank 0's counts; 0 on any rank: no segment.
   size_t shm_bytes = 16 * 1024;
 
   static Result<CollConfig> from_env(const CommOptions& options);

@@ -50,6 +50,7 @@ size_t segment_bytes(int ranks, size_t slot) {
 /// Why this rank keeps the communicator's collectives on messages ("" when it need not).
 std::string local_refusal(Op& op) {
   const Config& c = op.comm().world().context().config();
+  if (op.config().shm_bytes == 0) return "REMORA_COLL_SHM=0";
   if (!c.same_host_pulls) return "REMORA_SAME_HOST=off";
   if (c.encrypt != EncryptMode::kOff) return "REMORA_ENCRYPT: collectives stay sealed on TCP";
   return "";
@@ -258,9 +259,10 @@ Result<ShmSegment*> shm_segment(Op& op) {
   CommCore& comm = op.comm();
   if (comm.shm_decided()) return comm.shm();
   const int n = comm.size();
+  // Rank 0's slot is everyone's. A rank with REMORA_COLL_SHM=0 still answers (no), so
+  // that one rank set apart from the others makes no segment rather than a hang.
   const size_t slot = (op.config().shm_bytes + 63) / 64 * 64;
-  // Decided alike on every rank without a word: REMORA_COLL_* settings are the same on all.
-  if (n < 2 || n > ShmSegment::kMaxRanks || slot == 0) {
+  if (n < 2 || n > ShmSegment::kMaxRanks) {
     comm.set_shm(nullptr);
     return nullptr;
   }

@@ -7,9 +7,9 @@
 // allgather (every rank makes that call), over messages: rank 0 makes a sealed memfd (net/shared_memory.h) and offers
 // its descriptor, its pid and a random nonce; every other rank takes it with pidfd_getfd and maps it, and checks the
 // size and the nonce (a pid names another process on another host or in another pid namespace); rank 0 gathers the
-// answers and tells everyone whether all took it. Otherwise, or with REMORA_SAME_HOST=off or REMORA_ENCRYPT on any
-// rank, or REMORA_COLL_SHM=0, or more than kMaxRanks ranks, the communicator uses
-// messages only, for its whole life.
+// answers and tells everyone whether all took it. Otherwise, or with REMORA_SAME_HOST=off, REMORA_ENCRYPT or
+// REMORA_COLL_SHM=0 on any rank, or more than kMaxRanks ranks, the communicator uses messages only, for its whole
+// life. Rank 0's slot (REMORA_COLL_SHM) is everyone's.
 //
 // Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
 // of their own, used by rounds in turn, each holding `seq` (the last round that used

@@ -24,18 +24,26 @@ namespace remora::test {
 
 inline constexpr size_t kPipeline = 4096;  // small pieces, so few bytes cross piece and slot boundaries
 
-/// A communicator per rank over the same mesh with `config` (algorithm choices).
-inline std::vector<std::unique_ptr<Communicator>> with_config(std::vector<Rank>& ranks, coll::CollConfig config,
-                                                              uint32_t id) {
+/// A communicator per rank over the same mesh, rank r's with config_of(r).
+inline std::vector<std::unique_ptr<Communicator>> with_configs(std::vector<Rank>& ranks,
+                                                               const std::function<coll::CollConfig(int)>& config_of,
+                                                               uint32_t id) {
   std::vector<std::unique_ptr<Communicator>> out;
   const int n = static_cast<int>(ranks.size());
   std::vector<int> members(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) members[static_cast<size_t>(i)] = i;
   for (int r = 0; r < n; ++r) {
     auto& core = coll::CommAccess::core(*ranks[static_cast<size_t>(r)].comm);
-    out.push_back(coll::CommAccess::make(std::make_shared<coll::CommCore>(core.world_ptr(), id, members, r, config)));
+    out.push_back(
+        coll::CommAccess::make(std::make_shared<coll::CommCore>(core.world_ptr(), id, members, r, config_of(r))));
   }
   return out;
+}
+/// A communicator per rank over the same mesh with `config` (algorithm choices).
+inline std::vector<std::unique_ptr<Communicator>> with_config(std::vector<Rank>& ranks, coll::CollConfig config,
+                                                              uint32_t id) {
+  return with_configs(
+      ranks, [&](int) { return config; }, id);
 }
 
 inline coll::CollConfig small_config() {

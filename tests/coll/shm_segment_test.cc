@@ -167,6 +167,28 @@ TEST(ShmSegment, CollShmZeroMakesNoSegment) {
   });
 }
 
+// REMORA_COLL_SHM=0 on one rank only (it should be the same everywhere): that rank
+// refuses in the set-up, so there is no segment, and nobody waits for the timeout.
+TEST(ShmSegment, CollShmZeroOnOneRankAloneMakesNoSegmentAndNoHang) {
+  for (int odd : {0, 2}) {
+    auto ranks = make_ranks(3);
+    auto comms = with_configs(
+        ranks,
+        [&](int r) {
+          coll::CollConfig c = shm_config();
+          if (r == odd) c.shm_bytes = 0;
+          return c;
+        },
+        7);
+    run_ranks(ranks, [&](int r, Communicator&) {
+      Communicator& c = *comms[static_cast<size_t>(r)];
+      ASSERT_TRUE(c.barrier().is_ok()) << "rank " << r << ", REMORA_COLL_SHM=0 on rank " << odd;
+      EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
+      expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
+    });
+  }
+}
+
 /// Rank 0 allreduces `count0` floats, the others `count1`: every rank must fail, none by
 /// the timeout, and a rank whose call went through the segment with kProtocol.
 void expect_disagreement_fails(size_t count0, size_t count1) {
