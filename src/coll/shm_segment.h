@@ -1,15 +1,17 @@
 // coll/shm_segment.h — a communicator's shared segment: memory every rank of a
 // communicator maps when all of them run on one host, through which small barriers and
-// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md, "Collectives"; docs/protocol.md,
-// "Communicator segment").
+// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md,
+// "Collectives"; docs/protocol.md, "Communicator segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce or
-// allgather (every rank makes that call), over messages: rank 0 makes a sealed memfd (net/shared_memory.h) and offers
-// its descriptor, its pid and a random nonce; every other rank takes it with pidfd_getfd and maps it, and checks the
-// size and the nonce (a pid names another process on another host or in another pid namespace); rank 0 gathers the
-// answers and tells everyone whether all took it. Otherwise, or with REMORA_SAME_HOST=off, REMORA_ENCRYPT or
-// REMORA_COLL_SHM=0 on any rank, or more than kMaxRanks ranks, the communicator uses messages only, for its whole
-// life. Rank 0's slot (REMORA_COLL_SHM) is everyone's.
+// allgather (every rank makes that call), over messages: rank 0 makes a sealed memfd
+// (net/shared_memory.h) and offers its descriptor, its pid and a random nonce; every
+// other rank takes it with pidfd_getfd and maps it, and checks the size and the nonce (a
+// pid names another process on another host or in another pid namespace); rank 0 gathers
+// the answers and tells everyone whether all took it. Otherwise, or with
+// REMORA_SAME_HOST=off, REMORA_ENCRYPT or REMORA_COLL_SHM=0 on any rank, or more than
+// kMaxRanks ranks, the communicator uses messages only, for its whole life. Rank 0's
+// slot (REMORA_COLL_SHM) is everyone's.
 //
 // Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
 // of their own, used by rounds in turn, each holding `seq` (the last round that used
@@ -17,16 +19,18 @@
 // calls: collective, type and operation, root, bytes) and up to kInlineBytes of its
 // data); then per rank kDepth buffers of `slot` bytes for larger data.
 //
-// A round: a rank waits until every other rank published the round kDepth - 1 before
-// (so nobody still reads the line and buffer it is about to fill, last used kDepth rounds
+// A round: a rank waits until every other rank published the round kDepth - 1 before (so
+// nobody still reads the line and buffer it is about to fill, last used kDepth rounds
 // before), writes its shape and contribution, stores `seq`, and waits until the ranks it
 // needs published this round. So a rank is at most kDepth - 1 rounds ahead of another,
-// and a `seq` no honest rank could have written is corruption (kProtocol). A shape that differs from this rank's is
-// kProtocol naming the rank: ranks calling different collectives, sizes or algorithms fail at once, as they do with
-// messages. Waits spin for REMORA_SPIN_US (yielding the CPU every few microseconds, for ranks that outnumber CPUs),
-// then block on a futex in the segment (the publisher wakes it), and stop at the deadline, when the world fails, or
-// when the endpoint to the awaited rank fails (a dead or stopped process). Contents a hostile rank writes are only
-// values: every size and offset comes from this rank's own arguments and the sealed size it checked.
+// and a `seq` no honest rank could have written is corruption (kProtocol). A shape that
+// differs from this rank's is kProtocol naming the rank: ranks calling different
+// collectives, sizes or algorithms fail at once, as they do with messages. Waits spin
+// for REMORA_SPIN_US (yielding the CPU every few microseconds, for ranks that outnumber
+// CPUs), then block on a futex in the segment (the publisher wakes it), and stop at the
+// deadline, when the world fails, or when the endpoint to the awaited rank fails (a dead
+// or stopped process). Contents a hostile rank writes are only values: every size and
+// offset comes from this rank's own arguments and the sealed size it checked.
 #pragma once
 
 #include <array>
@@ -45,7 +49,7 @@ namespace remora::coll {
 /// What a rank publishes beside its contribution; ranks that disagree fail.
 struct ShmShape {
   uint32_t kind = 0;    ///< ShmKind
-  uint32_t detail = 0;  ///< type and operation
+  uint32_t detail = 0;  ///< type and operation, root (docs/protocol.md)
   uint64_t bytes = 0;
   bool operator==(const ShmShape&) const = default;
 };
