@@ -17,9 +17,12 @@ with the tool's own iteration counts scaled by size unless --bw-iters / --lat-it
 given.
 
 --bench coll runs `remora bench coll --op allreduce -n 2` (two ranks of this host, or
---ranks N; no p2p reference) at --lat-sizes (default 4K), --lat-iters timed operations per size
-(default: the tool's, scaled by size), and compares the out-of-place time per operation
-of the slowest rank (below 1 is faster). Not with --netns.
+--ranks N; --coll-ops for other collectives, comma-separated; no p2p reference) at
+--lat-sizes (default 4K), --lat-iters timed operations per size (default: the tool's,
+scaled by size), and compares the out-of-place time per operation of the slowest rank
+(below 1 is faster; a broadcast's in-place time). With --netns its ranks alternate between the two namespaces (ranks
+0, 2, ... in one, 1, 3, ... in the other: two hosts of N/2 ranks each), started as a
+launcher would (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_STORE).
 
 One build against itself under two environments (a setting's cost, e.g. REMORA_ENCRYPT):
   bench/ab_builds.py --baseline B/tools/remora --candidate B/tools/remora \
@@ -62,6 +65,9 @@ def env_of(spec):
 NETNS = ("remora-ab-a", "remora-ab-b")
 NETNS_ADDR = "10.231.7.2"
 _ports = itertools.count(47100)
+# The coll runs' store: above the kernel's ephemeral ports (32768-60999 by default), which
+# the ranks' own listeners take, so that no earlier run's leftover holds it.
+_store_ports = itertools.count(61100)
 
 
 def netns_up():
@@ -99,6 +105,43 @@ def start_follower(binary, bench, env, ns=NETNS[1], address=None, listen=None):
     return proc, address
 
 
+def run_pair(command, binary, bench, mode, env, netns):
+    """`command` on this host, or as the driver in the first namespace with a follower in the other."""
+    follower = None
+    if netns:
+        follower, address = start_follower(binary, bench, env)
+        command = ["ip", "netns", "exec", NETNS[0]] + command + ["--peer", address]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    if follower:
+        try:
+            follower.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+        follower.stdout.close()
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
+
+
+def run_coll_across(command, env, ranks):
+    """`remora bench coll` as `ranks` processes, rank r in namespace r % 2, started as a
+    launcher would; rank 0 (in the first namespace) hosts the store and writes the JSON."""
+    store = f"10.231.7.1:{next(_store_ports)}"
+    at = command.index("--json")
+    others = command[:at] + command[at + 2:]
+    procs = []
+    for r in range(ranks):
+        rank_command = command if r == 0 else others
+        rank_env = dict(env, REMORA_RANK=str(r), REMORA_WORLD_SIZE=str(ranks), REMORA_STORE=store)
+        procs.append(subprocess.Popen(["ip", "netns", "exec", NETNS[r % 2]] + rank_command, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, env=rank_env))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        for r, out in enumerate(outputs):
+            sys.stderr.write(f"--- rank {r}:\n{out}")
+        raise SystemExit(f"ab_builds: {command[0]} bench coll across two namespaces failed")
+
+
 def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2):
     """One `remora bench p2p|rma` run; {size: bandwidth MB/s (a *bw mode) or average latency us}."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,27 +153,18 @@ def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2)
             command = [binary, "bench", bench, "--mode", mode, "--sizes", sizes, "--json", out]
         if iters:
             command += ["--iters", str(iters)]
-        follower = None
-        if netns:
-            follower, address = start_follower(binary, bench, env)
-            command = ["ip", "netns", "exec", NETNS[0]] + command + ["--peer", address]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-        if follower:
-            try:
-                follower.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                follower.kill()
-            follower.stdout.close()
-        if proc.returncode != 0:
-            sys.stderr.write(proc.stdout + proc.stderr)
-            raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
+        if bench == "coll" and netns:
+            run_coll_across(command, env, ranks)
+        else:
+            run_pair(command, binary, bench, mode, env, netns)
         with open(out) as f:
             results = json.load(f)["results"]
     if bench == "coll":
-        wrong = sum(r["out_of_place"]["wrong"] + r["in_place"]["wrong"] for r in results)
+        wrong = sum((r["out_of_place"] or {}).get("wrong", 0) + (r["in_place"] or {}).get("wrong", 0) for r in results)
         if wrong:
             raise SystemExit(f"ab_builds: {binary} bench coll --op {mode}: {wrong} wrong results")
-        return {r["size"]: r["out_of_place"]["time_us"] for r in results}
+        # Broadcast has only the in-place form.
+        return {r["size"]: (r["out_of_place"] or r["in_place"])["time_us"] for r in results}
     key = (lambda r: r["bandwidth_MBps"]) if mode.endswith("bw") else (lambda r: r["latency_us"]["avg"])
     return {r["size"]: key(r) for r in results}
 
@@ -138,7 +172,7 @@ def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2)
 def cases_of(a):
     """(mode, sizes, iters) of each run of one pair."""
     if a.bench == "coll":
-        return [("allreduce", a.lat_sizes or "4K", a.lat_iters)]
+        return [(op, a.lat_sizes or "4K", a.lat_iters) for op in a.coll_ops.split(",")]
     if a.bench == "p2p":
         return [("bw", a.bw_sizes or "64K,1M,16M", 200 if a.bw_iters is None else a.bw_iters),
                 ("lat", a.lat_sizes or "8,4K", 20000 if a.lat_iters is None else a.lat_iters)]
@@ -169,10 +203,9 @@ def main():
     ap.add_argument("--candidate-env")
     ap.add_argument("--json")
     ap.add_argument("--ranks", type=int, default=2, help="--bench coll: ranks of this host (default 2)")
+    ap.add_argument("--coll-ops", default="allreduce", help="--bench coll: the collectives, comma-separated")
     ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
     a = ap.parse_args()
-    if a.netns and a.bench == "coll":
-        ap.error("--bench coll runs its ranks on this host: not with --netns")
     if a.netns:
         netns_up()
     try:
@@ -213,6 +246,7 @@ def compare(a):
             json.dump({"baseline": a.baseline, "candidate": a.candidate, "baseline_env": a.baseline_env,
                        "candidate_env": a.candidate_env, "bench": a.bench, "ranks": a.ranks, "pairs": a.pairs,
                        "path": "veth between two network namespaces" if a.netns else "loopback",
+                       "coll_ops": a.coll_ops if a.bench == "coll" else None,
                        "results": [{"mode": m, "size": s, "median_ratio": statistics.median(rs),
                                     "ratios": rs, "values": values[(m, s)]} for (m, s), rs in ratios.items()]},
                       f, indent=2)

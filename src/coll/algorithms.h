@@ -71,6 +71,7 @@ Status exscan(Op& op, const void* send, void* recv, size_t count, DataType type,
 
 // The algorithm families, one file each, named after it; the entry points call them.
 // `bytes` / `block` in bytes, `count` in elements.
+Status barrier_dissemination(Op& op);                                              // barrier_dissemination.cc
 Status broadcast_tree(Op& op, void* buf, size_t bytes, int root);                 // bcast_binomial.cc
 Status broadcast_chain(Op& op, void* buf, size_t bytes, int root, size_t piece);  // bcast_chain.cc
 Status allgather_rd(Op& op, void* recv, size_t block);     // allgather_recursive_doubling.cc

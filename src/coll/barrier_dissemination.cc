@@ -8,12 +8,16 @@
 namespace remora::coll {
 
 Status barrier(Op& op) {
+  if (op.size() > 1) {
+    REMORA_ASSIGN_OR_RETURN(ShmPlan * plan, shm_plan(op));
+    if (plan != nullptr) return barrier_shm(op, *plan);
+  }
+  return barrier_dissemination(op);
+}
+
+Status barrier_dissemination(Op& op) {
   const int n = op.size();
   const int r = op.rank();
-  if (n > 1) {
-    REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, shm_segment(op));
-    if (seg != nullptr) return barrier_shm(op, *seg);
-  }
   uint32_t round = 0;
   for (int d = 1; d < n; d <<= 1, ++round) {
     REMORA_RETURN_IF_ERROR(op.sendrecv(mod(r + d, n), nullptr, 0, mod(r - d, n), nullptr, 0, round));

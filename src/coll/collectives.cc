@@ -69,16 +69,16 @@
 namespace remora::coll {
 
 namespace {
-/// The communicator's shared segment (coll/shm_segment.h), set up at the first call
-/// that asks; null where it is off.
-Result<ShmSegment*> segment(Op& op) { return op.size() > 1 ? shm_segment(op) : nullptr; }
+/// The communicator's shared segments (coll/shm_segment.h), set up at the first call
+/// that asks; null where they are off.
+Result<ShmPlan*> segment(Op& op) { return op.size() > 1 ? shm_plan(op) : nullptr; }
 }  // namespace
 
 Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   const int n = op.size();
   if (n == 1) return Status::ok();
   const size_t bytes = count * size_of(type);
-  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, broadcast_shm(op, *seg, buf, bytes, root));
     if (done) return Status::ok();
@@ -93,7 +93,7 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   const size_t block = count * size_of(type);
   if (send != nullptr) copy_block(at(recv, static_cast<size_t>(op.rank()) * block), send, block);
   if (n == 1) return Status::ok();
-  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
     if (done) return Status::ok();
@@ -123,7 +123,7 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
     return Status::ok();
   }
   if (count == 0) return Status::ok();
-  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, reduce_shm(op, *seg, send, recv, count, type, rop, root));
     if (done) return Status::ok();
@@ -135,7 +135,7 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
   if (count == 0) return Status::ok();
-  REMORA_ASSIGN_OR_RETURN(ShmSegment * seg, segment(op));
+  REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop));
     if (done) return Status::ok();

@@ -135,8 +135,8 @@ constexpr ConfigVariable kVariables[] = {
      .min = 0,
      .max = 64 * 1024,
      .doc = "largest broadcast, reduce, allreduce and allgather block (and any barrier) that goes through the "
-            "communicator's shared memory when its 2–16 ranks share a host; rank 0's counts, and 0 on any rank turns "
-            "it off (docs/guide.md, \"Collectives\")",
+            "shared memory of a communicator's ranks of one host (groups of up to 16; allgathers only where one group "
+            "holds every rank); rank 0's counts, and 0 on any rank turns it off (docs/guide.md, \"Collectives\")",
      .range_note = "0 (off), 1–64K"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,
@@ -243,20 +243,22 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
 
 // --- Op -------------------------------------------------------------------------------
 
-int Op::rank() const noexcept { return comm_.rank(); }
-int Op::size() const noexcept { return comm_.size(); }
+int Op::rank() const noexcept { return view_ != nullptr ? view_rank_ : comm_.rank(); }
+int Op::size() const noexcept { return view_ != nullptr ? view_size_ : comm_.size(); }
 
 Tag Op::tag(uint32_t step) const noexcept {
   return static_cast<Tag>(kCollectiveBit | (uint64_t{comm_.id() & kCommIdMask} << 40) |
                           (uint64_t{seq_ & kSeqMask} << 16) | (step & 0xFFFFu));
 }
 
-Result<Endpoint*> Op::endpoint(int peer) { return comm_.world().endpoint(comm_.world_rank(peer), deadline_); }
+Result<Endpoint*> Op::endpoint(int peer) {
+  return comm_.world().endpoint(comm_.world_rank(comm_rank(peer)), deadline_);
+}
 
 Status Op::prepare_all_peers() {
   std::vector<int> ranks;
-  for (int p = 0; p < comm_.size(); ++p) {
-    if (p != comm_.rank()) ranks.push_back(comm_.world_rank(p));
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank()) ranks.push_back(comm_.world_rank(comm_rank(p)));
   }
   REMORA_RETURN_IF_ERROR(comm_.world().prepare(ranks));
   return comm_.world().connect_all(ranks, deadline_);
@@ -346,7 +348,7 @@ Status Op::wait_notification(World::Incoming* out, std::initializer_list<int> fr
   std::array<int, 4> world_ranks{};
   if (from.size() > world_ranks.size()) return Status(StatusCode::kInternal, "wait_notification: too many ranks");
   size_t n = 0;
-  for (int r : from) world_ranks[n++] = comm_.world_rank(r);
+  for (int r : from) world_ranks[n++] = comm_.world_rank(comm_rank(r));
   return comm_.world().wait_notification(comm_.id(), out, deadline_, std::span(world_ranks).first(n));
 }
 
@@ -374,9 +376,9 @@ Status CommCore::execute(BodyRef body, const CollConfig& call) {
   return s;
 }
 
-void CommCore::set_shm(std::unique_ptr<ShmSegment> segment) {
+void CommCore::set_shm(std::unique_ptr<ShmPlan> plan) {
   shm_decided_ = true;
-  shm_ = std::move(segment);  // set once: shm_on() readers see it after the flag
+  shm_ = std::move(plan);  // set once: shm_on() readers see it after the flag
   shm_on_.store(shm_ != nullptr, std::memory_order_release);
 }
 

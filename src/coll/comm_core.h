@@ -95,8 +95,8 @@ struct CollConfig {
   /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.
   size_t device_segment_bytes = 4 * 1024 * 1024;
   /// REMORA_COLL_SHM: the largest broadcast, reduce, allreduce and allgather block that
-  /// goes through the communicator's shared segment (coll/shm_segment.h) where every rank
-  /// runs on this host. Rank 0's counts; 0 on any rank: no segment.
+  /// goes through the shared segments of the communicator's ranks of one host
+  /// (coll/shm_segment.h). Rank 0's counts; 0 on any rank: no segment.
   size_t shm_bytes = 16 * 1024;
 
   static Result<CollConfig> from_env(const CommOptions& options);
@@ -111,7 +111,7 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
                                Algo CollConfig::*field, const CollectiveOptions& options);
 
 class CommCore;
-class ShmSegment;
+struct ShmPlan;
 
 /// Temporary buffers the reductions keep per communicator (CommCore::scratch), so that
 /// small collectives do not allocate every call.
@@ -124,6 +124,20 @@ class Op {
  public:
   Op(CommCore& comm, uint32_t seq, Clock::time_point deadline, const CollConfig& config)
       : comm_(comm), seq_(seq), deadline_(deadline), config_(config) {}
+  /// A view of `parent` over some of its communicator's ranks, `members` (communicator
+  /// ranks, which outlive the view), this rank being members[me]: the same tags,
+  /// deadline and configuration, but rank() is `me`, size() is members.size(), and
+  /// peers are indices into `members`. An algorithm run on it talks to those ranks only
+  /// (the hosts' leaders of a hierarchical collective, coll/shm_segment.h). Only for
+  /// algorithms that keep no state in the communicator between calls.
+  Op(const Op& parent, std::span<const int> members, int me)
+      : comm_(parent.comm_),
+        seq_(parent.seq_),
+        deadline_(parent.deadline_),
+        config_(parent.config_),
+        view_(members.data()),
+        view_rank_(me),
+        view_size_(static_cast<int>(members.size())) {}
 
   int rank() const noexcept;
   int size() const noexcept;
@@ -162,10 +176,16 @@ class Op {
   Status wait_notification(World::Incoming* out, std::initializer_list<int> from);
 
  private:
+  /// The communicator rank of peer `p` of this op (of its view, if it is one).
+  int comm_rank(int p) const noexcept { return view_ != nullptr ? view_[p] : p; }
+
   CommCore& comm_;
   uint32_t seq_;
   Clock::time_point deadline_;
   CollConfig config_;
+  const int* view_ = nullptr;  ///< a view's members; null: the whole communicator
+  int view_rank_ = 0;
+  int view_size_ = 0;
 };
 
 class BodyRef;
@@ -249,12 +269,13 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
 
   /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
   /// scratch and the neighbours' keys). Created on first use, lives with the comm.
-  /// The shared segment (coll/shm_segment.h): whether its set-up ran, and the segment
-  /// (null where it is off). The running operation only.
+  /// The shared segments (coll/shm_segment.h): whether their set-up ran, and its plan
+  /// (null where they are off). The running operation only.
   bool shm_decided() const noexcept { return shm_decided_; }
-  ShmSegment* shm() const noexcept { return shm_.get(); }
-  void set_shm(std::unique_ptr<ShmSegment> segment);
-  /// Whether the communicator has a segment (any thread: Communicator::algorithm).
+  ShmPlan* shm() const noexcept { return shm_.get(); }
+  void set_shm(std::unique_ptr<ShmPlan> plan);
+  /// Whether the communicator has a plan (any thread, which then may read it:
+  /// Communicator::algorithm).
   bool shm_on() const noexcept { return shm_on_.load(std::memory_order_acquire); }
 
   template <typename T>
@@ -295,7 +316,7 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   std::thread worker_;  ///< started on first post()
 
   Scratch scratch_;  ///< used by the running operation only
-  std::unique_ptr<ShmSegment> shm_;  ///< the running operation only
+  std::unique_ptr<ShmPlan> shm_;  ///< set once, by the running operation
   bool shm_decided_ = false;
   std::atomic<bool> shm_on_{false};
   std::mutex state_mu_;

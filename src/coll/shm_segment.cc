@@ -7,14 +7,19 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "coll/algo_helpers.h"
+#include "coll/algorithms.h"
 #include "coll/comm_core.h"
 #include "coll/reduce.h"
 #include "core/log.h"
 #include "engine/futex.h"
+#include "net/same_host.h"
 
 namespace remora::coll {
 namespace {
@@ -74,7 +79,8 @@ struct alignas(64) ShmSegment::Line {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared between processes: must be lock-free");
 
-Result<ShmSegment> ShmSegment::create(int ranks, size_t slot) {
+Result<ShmSegment> ShmSegment::create(std::span<const int> members, size_t slot) {
+  const auto ranks = static_cast<int>(members.size());
   if (ranks < 2 || ranks > kMaxRanks || slot == 0 || slot % 64 != 0) {
     return Status(StatusCode::kInvalidArgument, fmt::format("shared segment of {} ranks and {} bytes", ranks, slot));
   }
@@ -82,6 +88,7 @@ Result<ShmSegment> ShmSegment::create(int ranks, size_t slot) {
   REMORA_ASSIGN_OR_RETURN(s.memory_, net::SharedMemory::create("remora-coll-segment", segment_bytes(ranks, slot)));
   s.ranks_ = ranks;
   s.me_ = 0;
+  std::copy(members.begin(), members.end(), s.members_.begin());
   s.slot_ = slot;
   if (::getrandom(s.nonce_.data(), s.nonce_.size(), 0) != static_cast<ssize_t>(s.nonce_.size())) {
     return Status(StatusCode::kInternal, "getrandom for a shared segment's nonce failed");
@@ -99,7 +106,9 @@ Result<ShmSegment> ShmSegment::create(int ranks, size_t slot) {
   return s;
 }
 
-Result<ShmSegment> ShmSegment::adopt(net::Fd fd, int ranks, int me, size_t slot, const Nonce& nonce) {
+Result<ShmSegment> ShmSegment::adopt(net::Fd fd, std::span<const int> members, int me, size_t slot,
+                                     const Nonce& nonce) {
+  const auto ranks = static_cast<int>(members.size());
   ShmSegment s;
   REMORA_ASSIGN_OR_RETURN(s.memory_, net::SharedMemory::adopt(std::move(fd), "communicator segment"));
   if (ranks < 2 || ranks > kMaxRanks || slot == 0 || slot % 64 != 0 || me <= 0 || me >= ranks ||
@@ -118,9 +127,17 @@ Result<ShmSegment> ShmSegment::adopt(net::Fd fd, int ranks, int me, size_t slot,
   }
   s.ranks_ = ranks;
   s.me_ = me;
+  std::copy(members.begin(), members.end(), s.members_.begin());
   s.slot_ = slot;
   s.nonce_ = nonce;
   return s;
+}
+
+int ShmSegment::index_of(int comm_rank) const noexcept {
+  for (int i = 0; i < ranks_; ++i) {
+    if (members_[static_cast<size_t>(i)] == comm_rank) return i;
+  }
+  return -1;
 }
 
 ShmSegment::Line& ShmSegment::line(int r, uint32_t round) const noexcept {
@@ -149,8 +166,8 @@ Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
     constexpr auto kD = static_cast<int32_t>(kDepth);
     if (ahead != 0 && ahead != -kD && ahead != kD) {
       return Status(StatusCode::kProtocol,
-                    fmt::format("communicator segment corrupt: rank {} says round {} where this rank waits for {}", r,
-                                seq, target));
+                    fmt::format("communicator segment corrupt: rank {} says round {} where this rank waits for {}",
+                                member(r), seq, target));
     }
     return ahead >= 0;
   };
@@ -160,7 +177,8 @@ Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
     return Status::ok();
   }
   World& world = op.comm().world();
-  Endpoint* ep = world.connected(op.comm().world_rank(r));
+  Endpoint* ep = world.connected(op.comm().world_rank(member(r)));
+  if (ep == nullptr) ep = world.connected(op.comm().world_rank(member(0)));  // the leader's: it has r's
   // Once it blocks, the endpoint's heartbeat watches the awaited rank (nothing is
   // outstanding on it otherwise): a stopped process fails it at the peer timeout.
   struct Watch {
@@ -189,13 +207,13 @@ Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
       if (done) break;
       Status why = ep->failure();
       return Status(StatusCode::kPeerFailed,
-                    fmt::format("rank {} failed while this rank waited for it in the communicator segment: {}", r,
-                                why.to_string()));
+                    fmt::format("rank {} failed while this rank waited for it in the communicator segment: {}",
+                                member(r), why.to_string()));
     }
     if (now >= op.deadline()) {
       return Status(StatusCode::kTimeout, fmt::format("collective timed out waiting for rank {} in the communicator "
                                                       "segment (REMORA_COLL_TIMEOUT_MS)",
-                                                      r));
+                                                      member(r)));
     }
     if (now - start < spin) continue;
     // Block until the rank publishes (it wakes sleepers after its store), at most 10 ms
@@ -245,7 +263,7 @@ Status ShmSegment::wait_rank(Op& op, int r, const ShmShape& shape) {
                 fmt::format("rank {} calls another collective than this rank's (kind {} of {} bytes, detail {:#x}; "
                             "this rank: kind {} of {} bytes, detail {:#x}): ranks disagree on the call, its size, "
                             "its root or its algorithm",
-                            r, theirs.kind, theirs.bytes, theirs.detail, shape.kind, shape.bytes, shape.detail));
+                            member(r), theirs.kind, theirs.bytes, theirs.detail, shape.kind, shape.bytes, shape.detail));
 }
 
 Status ShmSegment::wait_all(Op& op, const ShmShape& shape) {
@@ -255,38 +273,105 @@ Status ShmSegment::wait_all(Op& op, const ShmShape& shape) {
   return Status::ok();
 }
 
-Result<ShmSegment*> shm_segment(Op& op) {
-  CommCore& comm = op.comm();
-  if (comm.shm_decided()) return comm.shm();
-  const int n = comm.size();
-  // Rank 0's slot is everyone's. A rank with REMORA_COLL_SHM=0 still answers (no), so
-  // that one rank set apart from the others makes no segment rather than a hang.
-  const size_t slot = (op.config().shm_bytes + 63) / 64 * 64;
-  if (n < 2 || n > ShmSegment::kMaxRanks) {
-    comm.set_shm(nullptr);
-    return nullptr;
+namespace {
+
+/// What each rank tells the others at the set-up (allgathered).
+struct HostRecord {
+  std::array<std::byte, 16> boot_id;  ///< zero: unknown (then alone)
+  uint64_t netns;                     ///< zero: unknown (then alone)
+  uint32_t flags;                     ///< kWilling, kShares
+  uint32_t slot;                      ///< its REMORA_COLL_SHM, rounded up (rank 0's counts)
+};
+static_assert(sizeof(HostRecord) == 32);
+constexpr uint32_t kWilling = 1;  ///< REMORA_COLL_SHM is not 0
+constexpr uint32_t kShares = 2;   ///< may share memory with ranks of its host
+
+/// Groups the ranks of `table`: ranks of one host (boot id and network namespace) that
+/// may share memory, in order of rank, at most kMaxRanks per group (a host's later ranks
+/// open another group); every other rank alone. Groups in order of their lowest rank.
+void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
+  std::map<std::pair<std::array<std::byte, 16>, uint64_t>, int> open;  // a host's group that has room
+  std::vector<int> sizes;
+  constexpr std::array<std::byte, 16> kNone{};
+  plan.leaders.clear();
+  plan.group_of.assign(table.size(), -1);
+  for (size_t r = 0; r < table.size(); ++r) {
+    const HostRecord& h = table[r];
+    const bool shares = (h.flags & kShares) != 0 && h.boot_id != kNone && h.netns != 0;
+    int g = -1;
+    if (shares) {
+      auto it = open.find({h.boot_id, h.netns});
+      if (it != open.end() && sizes[static_cast<size_t>(it->second)] < ShmSegment::kMaxRanks) g = it->second;
+    }
+    if (g < 0) {
+      g = static_cast<int>(plan.leaders.size());
+      plan.leaders.push_back(static_cast<int>(r));
+      sizes.push_back(0);
+      if (shares) open[{h.boot_id, h.netns}] = g;
+    }
+    ++sizes[static_cast<size_t>(g)];
+    plan.group_of[r] = g;
   }
-  std::string why = local_refusal(op);
+}
+
+/// The communicator ranks of group g, ascending.
+std::vector<int> members_of(const ShmPlan& plan, int g) {
+  std::vector<int> m;
+  for (size_t r = 0; r < plan.group_of.size(); ++r) {
+    if (plan.group_of[r] == g) m.push_back(static_cast<int>(r));
+  }
+  return m;
+}
+
+/// The communicator ranks a rank of the group `members` keeps endpoints to while it has
+/// the segment (a rank waiting in it watches the endpoint of the rank it waits for):
+/// every other member where the group is the whole communicator (every rank reads every
+/// other's data); else the leader its members, and each member its leader.
+std::vector<int> watched(std::span<const int> members, int me, bool whole) {
+  std::vector<int> peers;
+  for (int r : members) {
+    if (r != me && (whole || me == members[0] || r == members[0])) peers.push_back(r);
+  }
+  return peers;
+}
+
+/// Whether this rank may open the endpoints to `peers` it lacks: "" or why not (the
+/// open-file limit), so that a rank short of descriptors keeps messages instead of
+/// failing the communicator.
+std::string descriptors_for(Op& op, std::span<const int> peers) {
+  std::vector<int> ranks;
+  for (int r : peers) ranks.push_back(op.comm().world_rank(r));
+  Status s = op.comm().world().prepare(ranks);
+  return s.is_ok() ? "" : s.message();
+}
+
+/// The segment of the group `members` (this rank among them), made by its first rank
+/// and offered to the others over `op`'s messages; the first rank tells everyone
+/// whether all took it. `why` says why not, where this rank knows. `whole`: the group
+/// is the communicator.
+Result<std::optional<ShmSegment>> share_segment(Op& op, std::span<const int> members, bool whole, size_t slot,
+                                                std::string& why) {
+  const int me = op.rank();
+  const std::vector<int> peers = watched(members, me, whole);
   std::optional<ShmSegment> seg;
   uint32_t ok = 0;
-  if (comm.rank() == 0) {
+  if (me == members[0]) {
     Offer offer;
-    if (why.empty()) {
-      auto made = ShmSegment::create(n, slot);
-      if (made) {
-        seg.emplace(std::move(*made));
-        offer = Offer{.ok = 1,
-                      .pid = static_cast<int32_t>(::getpid()),
-                      .fd = seg->fd(),
-                      .slot = static_cast<uint32_t>(slot),
-                      .nonce = seg->nonce()};
-      } else {
-        why = "this rank could not make it: " + made.status().message();
-      }
+    why = descriptors_for(op, peers);
+    auto made = why.empty() ? ShmSegment::create(members, slot) : Status(StatusCode::kNoResource, why);
+    if (made) {
+      seg.emplace(std::move(*made));
+      offer = Offer{.ok = 1,
+                    .pid = static_cast<int32_t>(::getpid()),
+                    .fd = seg->fd(),
+                    .slot = static_cast<uint32_t>(slot),
+                    .nonce = seg->nonce()};
+    } else {
+      why = "this rank could not make it: " + made.status().message();
     }
-    for (int r = 1; r < n; ++r) REMORA_RETURN_IF_ERROR(op.wait(op.send(r, &offer, sizeof offer, kOfferStep)));
+    for (int r : members.subspan(1)) REMORA_RETURN_IF_ERROR(op.wait(op.send(r, &offer, sizeof offer, kOfferStep)));
     ok = offer.ok;
-    for (int r = 1; r < n; ++r) {
+    for (int r : members.subspan(1)) {
       uint32_t answer = 0;
       REMORA_RETURN_IF_ERROR(op.wait(op.recv(r, &answer, sizeof answer, kAnswerStep), sizeof answer));
       if (answer != 1 && ok == 1) {
@@ -294,37 +379,109 @@ Result<ShmSegment*> shm_segment(Op& op) {
         why = fmt::format("rank {} could not map it", r);
       }
     }
-    for (int r = 1; r < n; ++r) REMORA_RETURN_IF_ERROR(op.wait(op.send(r, &ok, sizeof ok, kVerdictStep)));
+    for (int r : members.subspan(1)) REMORA_RETURN_IF_ERROR(op.wait(op.send(r, &ok, sizeof ok, kVerdictStep)));
     if (seg) seg->close_fd();  // every rank that took it has it
   } else {
     Offer offer;
-    REMORA_RETURN_IF_ERROR(op.wait(op.recv(0, &offer, sizeof offer, kOfferStep), sizeof offer));
+    REMORA_RETURN_IF_ERROR(op.wait(op.recv(members[0], &offer, sizeof offer, kOfferStep), sizeof offer));
     uint32_t answer = 0;
     if (offer.ok != 1) {
-      if (why.empty()) why = "rank 0 did not make one";
-    } else if (why.empty()) {
+      why = fmt::format("rank {} did not make one", members[0]);
+    } else {
+      const auto index = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
       auto taken = net::take_peer_fd(offer.pid, offer.fd);
       Result<ShmSegment> adopted =
-          taken ? ShmSegment::adopt(std::move(*taken), n, comm.rank(), offer.slot, offer.nonce) : taken.status();
-      if (adopted) {
+          taken ? ShmSegment::adopt(std::move(*taken), members, index, offer.slot, offer.nonce) : taken.status();
+      if (adopted && (why = descriptors_for(op, peers)).empty()) {
         seg.emplace(std::move(*adopted));
         answer = 1;
-      } else {
-        why = "this rank could not map rank 0's: " + adopted.status().message();
+      } else if (!adopted) {
+        why = fmt::format("this rank could not map rank {}'s: {}", members[0], adopted.status().message());
       }
     }
-    REMORA_RETURN_IF_ERROR(op.wait(op.send(0, &answer, sizeof answer, kAnswerStep)));
-    REMORA_RETURN_IF_ERROR(op.wait(op.recv(0, &ok, sizeof ok, kVerdictStep), sizeof ok));
+    REMORA_RETURN_IF_ERROR(op.wait(op.send(members[0], &answer, sizeof answer, kAnswerStep)));
+    REMORA_RETURN_IF_ERROR(op.wait(op.recv(members[0], &ok, sizeof ok, kVerdictStep), sizeof ok));
   }
-  if (ok != 1 || !seg) {
-    REMORA_LOG(kDebug, "communicator {}: collectives stay on messages: {}", comm.id(),
-               why.empty() ? "another rank refused" : why);
+  if (ok != 1) seg.reset();
+  return seg;
+}
+
+}  // namespace
+
+Result<ShmPlan*> shm_plan(Op& op) {
+  CommCore& comm = op.comm();
+  if (comm.shm_decided()) return comm.shm();
+  const int n = comm.size();
+  const int me = comm.rank();
+  if (n < 2) {
     comm.set_shm(nullptr);
     return nullptr;
   }
-  // A rank waiting in the segment watches the endpoint of the rank it waits for.
-  REMORA_RETURN_IF_ERROR(op.prepare_all_peers());
-  comm.set_shm(std::make_unique<ShmSegment>(std::move(*seg)));
+  // Each step of the set-up runs as an operation of its own (every rank reserves the
+  // same numbers), so that its messages never meet the call's.
+  Op hosts(comm, comm.reserve_seq(), op.deadline(), op.config());
+  Op offers(comm, comm.reserve_seq(), op.deadline(), op.config());
+  Op verdicts(comm, comm.reserve_seq(), op.deadline(), op.config());
+
+  // Every rank learns every rank's host and whether it takes part. A rank with
+  // REMORA_COLL_SHM=0 still tells (no), so that one rank set apart from the others makes
+  // no segment rather than a hang; one with REMORA_SAME_HOST=off or REMORA_ENCRYPT is a
+  // group of its own.
+  std::string why = local_refusal(op);
+  const net::HostIdentity self = net::this_host();
+  std::vector<HostRecord> table(static_cast<size_t>(n));
+  HostRecord& mine = table[static_cast<size_t>(me)];
+  mine = HostRecord{.boot_id = self.boot_id,
+                    .netns = self.netns,
+                    .flags = (op.config().shm_bytes != 0 ? kWilling : 0u) | (why.empty() ? kShares : 0u),
+                    .slot = static_cast<uint32_t>(std::min<size_t>((op.config().shm_bytes + 63) / 64 * 64, 1u << 30))};
+  REMORA_RETURN_IF_ERROR(allgather_bruck(hosts, table.data(), sizeof(HostRecord)));
+  auto plan = std::make_unique<ShmPlan>();
+  plan->slot = table[0].slot;
+  group_ranks(table, *plan);
+  const bool willing =
+      std::all_of(table.begin(), table.end(), [](const HostRecord& h) { return (h.flags & kWilling) != 0; });
+  auto off = [&](std::string_view reason) -> Result<ShmPlan*> {
+    REMORA_LOG(kDebug, "communicator {}: collectives stay on messages: {}", comm.id(), reason);
+    comm.set_shm(nullptr);
+    return nullptr;
+  };
+  if (!willing) return off("REMORA_COLL_SHM=0 on a rank");
+  if (plan->leaders.size() == static_cast<size_t>(n)) {
+    return off(why.empty() ? "no two ranks share a host" : why);
+  }
+
+  const int g = plan->group_of[static_cast<size_t>(me)];
+  std::vector<int> members = members_of(*plan, g);
+  if (members.size() > 1) {
+    REMORA_ASSIGN_OR_RETURN(plan->segment, share_segment(offers, members, plan->flat(), plan->slot, why));
+  }
+  if (!plan->flat()) {
+    // Every rank learns which groups have their segment; a group without one is split
+    // into ranks alone.
+    std::vector<uint8_t> ok(static_cast<size_t>(n));
+    ok[static_cast<size_t>(me)] = members.size() == 1 || plan->segment ? 1 : 0;
+    REMORA_RETURN_IF_ERROR(allgather_bruck(verdicts, ok.data(), 1));
+    if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
+      for (size_t r = 0; r < table.size(); ++r) {
+        if (ok[r] == 0) table[r].flags &= ~kShares;
+      }
+      group_ranks(table, *plan);
+      members = members_of(*plan, plan->group_of[static_cast<size_t>(me)]);
+      if (plan->leaders.size() == static_cast<size_t>(n)) return off("no group of ranks could map its segment");
+    }
+  } else if (!plan->segment) {
+    return off(why.empty() ? "another rank could not map the segment" : why);
+  }
+  if (plan->segment) {
+    // A rank waiting in the segment watches the endpoint of the rank it waits for (or,
+    // where it has none, its leader's, which has).
+    std::vector<int> ranks;
+    for (int r : watched(members, me, plan->flat())) ranks.push_back(comm.world_rank(r));
+    REMORA_RETURN_IF_ERROR(comm.world().connect_all(ranks, op.deadline()));
+  }
+  plan->reps.reserve(plan->leaders.size());
+  comm.set_shm(std::move(plan));
   return comm.shm();
 }
 
@@ -341,69 +498,161 @@ uint32_t reduction(DataType type, ReduceOp rop) {
   return (static_cast<uint32_t>(type) << 8) | static_cast<uint32_t>(rop);
 }
 
-/// Combines every rank's `count` elements in rank order into `out`.
-void combine_all(const ShmSegment& seg, int n, void* out, size_t count, DataType type, ReduceOp rop) {
+/// Combines every rank's `count` elements in index order into `out` (kAvg divides by
+/// the segment's ranks).
+void combine_all(const ShmSegment& seg, void* out, size_t count, DataType type, ReduceOp rop) {
   std::array<const void*, ShmSegment::kMaxRanks> inputs{};
   const size_t bytes = count * size_of(type);
+  const int n = seg.ranks();
   for (int r = 0; r < n; ++r) inputs[static_cast<size_t>(r)] = seg.data(r, bytes);
   // Every rank that combines does it on the same bytes in the same order.
   reduce_many(type, rop, out, std::span(inputs.data(), static_cast<size_t>(n)), count);
   if (rop == ReduceOp::kAvg) finish_avg(type, out, count, n);
 }
 
+/// The call does not go through the segment: this rank's shape only, where it has one.
+Result<bool> shape_only(Op& op, ShmPlan& plan, const ShmShape& shape) {
+  if (plan.segment) REMORA_RETURN_IF_ERROR(plan.segment->publish(op, shape, nullptr, 0));
+  return false;
+}
+
+/// The groups' representatives for a call rooted at `root`: each group's leader, but
+/// the root for its own group.
+std::span<const int> reps_for(ShmPlan& plan, int root) {
+  plan.reps.assign(plan.leaders.begin(), plan.leaders.end());
+  plan.reps[static_cast<size_t>(plan.group_of[static_cast<size_t>(root)])] = root;
+  return plan.reps;
+}
+
+/// This rank's view among the leaders `reps` (its group's index).
+Op among(Op& op, const ShmPlan& plan, std::span<const int> reps) {
+  return Op(op, reps, plan.group_of[static_cast<size_t>(op.rank())]);
+}
+
 }  // namespace
 
-bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, size_t slot) noexcept {
+bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
+  const size_t slot = plan.slot;
   switch (kind) {
     case CollectiveKind::kBarrier: return true;
     case CollectiveKind::kAllreduce: return call.allreduce == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kReduce: return call.reduce == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kBroadcast: return call.broadcast == Algo::kAuto && bytes <= slot;
-    case CollectiveKind::kAllgather: return call.allgather == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kAllgather: return plan.flat() && call.allgather == Algo::kAuto && bytes <= slot;
     default: return false;
   }
 }
 
-Result<bool> allreduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+AlgorithmChoice shm_algorithm(CollectiveKind kind, const ShmPlan& plan) noexcept {
+  if (plan.flat()) return {"shm", 1};
+  const int k = static_cast<int>(plan.leaders.size());
+  switch (kind) {
+    case CollectiveKind::kBarrier: return {"hier", 2 + algorithm_steps(kind, Algo::kDissemination, k)};
+    case CollectiveKind::kAllreduce: return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
+    default: return {"hier", 1 + algorithm_steps(kind, Algo::kTree, k)};
+  }
+}
+
+Result<bool> allreduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t count, DataType type,
                            ReduceOp rop) {
   const size_t bytes = count * size_of(type);
-  const bool fits = shm_takes(CollectiveKind::kAllreduce, op.config(), bytes, seg.slot());
+  const bool fits = shm_takes(CollectiveKind::kAllreduce, op.config(), bytes, plan);
   const ShmShape shape = shape_of(ShmKind::kAllreduce, fits, reduction(type, rop), bytes);
-  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, send, fits ? bytes : 0));
-  if (!fits) return false;
-  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
-  combine_all(seg, op.size(), recv, count, type, rop);
+  if (!fits) return shape_only(op, plan, shape);
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  if (plan.flat()) {
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, send, bytes));
+    REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+    combine_all(*seg, recv, count, type, rop);
+    return true;
+  }
+  // Hierarchical: the group's sum to its leader, the leaders' allreduce, the leader's
+  // result to the group (a round of its own).
+  const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
+  if (seg != nullptr) {
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, send, bytes));
+    if (seg->me() != 0) {
+      REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+      REMORA_RETURN_IF_ERROR(seg->wait_rank(op, 0, shape));
+      if (bytes > 0) std::memcpy(recv, seg->data(0, bytes), bytes);
+      return true;
+    }
+    REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+    combine_all(*seg, recv, count, type, partial);
+  } else if (send != recv) {
+    std::memcpy(recv, send, bytes);
+  }
+  Op leaders = among(op, plan, plan.leaders);
+  REMORA_RETURN_IF_ERROR(allreduce_rd(leaders, recv, recv, count, type, partial));
+  if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
+  if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, recv, bytes));
   return true;
 }
 
-Result<bool> reduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+Result<bool> reduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t count, DataType type,
                         ReduceOp rop, int root) {
   const size_t bytes = count * size_of(type);
-  const bool fits = shm_takes(CollectiveKind::kReduce, op.config(), bytes, seg.slot());
+  const bool fits = shm_takes(CollectiveKind::kReduce, op.config(), bytes, plan);
   const ShmShape shape =
       shape_of(ShmKind::kReduce, fits, (static_cast<uint32_t>(root) << 16) | reduction(type, rop), bytes);
-  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, send, fits ? bytes : 0));
-  if (!fits) return false;
-  if (op.rank() != root) return true;  // the root reads it before it starts its next round
-  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
-  combine_all(seg, op.size(), recv, count, type, rop);
+  if (!fits) return shape_only(op, plan, shape);
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  const int me = op.rank();
+  if (plan.flat()) {
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, send, bytes));
+    if (me != root) return true;  // the root reads it before it starts its next round
+    REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+    combine_all(*seg, recv, count, type, rop);
+    return true;
+  }
+  // Hierarchical: each group's sum to its representative (the root in its own group),
+  // then the representatives' tree to the root.
+  const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
+  const std::span<const int> reps = reps_for(plan, root);
+  const bool rep = reps[static_cast<size_t>(plan.group_of[static_cast<size_t>(me)])] == me;
+  const void* mine = send;
+  if (seg != nullptr) {
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, send, bytes));
+    if (!rep) return true;
+    REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+    void* out = me == root ? recv : grow(op.comm().scratch().c, bytes);
+    combine_all(*seg, out, count, type, partial);
+    mine = out;
+  }
+  Op leaders = among(op, plan, reps);
+  REMORA_RETURN_IF_ERROR(
+      reduce_tree(leaders, mine, recv, count, type, partial, plan.group_of[static_cast<size_t>(root)]));
+  if (me == root && rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
   return true;
 }
 
-Result<bool> broadcast_shm(Op& op, ShmSegment& seg, void* buf, size_t bytes, int root) {
-  const bool fits = shm_takes(CollectiveKind::kBroadcast, op.config(), bytes, seg.slot());
+Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root) {
+  const bool fits = shm_takes(CollectiveKind::kBroadcast, op.config(), bytes, plan);
   const ShmShape shape = shape_of(ShmKind::kBroadcast, fits, static_cast<uint32_t>(root), bytes);
-  const bool mine = op.rank() == root;
-  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, buf, fits && mine ? bytes : 0));
-  if (!fits) return false;
-  if (mine) return true;
-  REMORA_RETURN_IF_ERROR(seg.wait_rank(op, root, shape));
-  if (bytes > 0) std::memcpy(buf, seg.data(root, bytes), bytes);
+  if (!fits) return shape_only(op, plan, shape);
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  const int me = op.rank();
+  // Hierarchical: the representatives (the root in its own group) first get it down
+  // their tree; each then publishes it to its group. Flat: the root is everyone's.
+  const std::span<const int> reps = plan.flat() ? std::span<const int>() : reps_for(plan, root);
+  const int from = plan.flat() ? root : reps[static_cast<size_t>(plan.group_of[static_cast<size_t>(me)])];
+  if (!plan.flat() && from == me) {
+    Op leaders = among(op, plan, reps);
+    REMORA_RETURN_IF_ERROR(broadcast_tree(leaders, buf, bytes, plan.group_of[static_cast<size_t>(root)]));
+  }
+  if (seg == nullptr) return true;
+  REMORA_RETURN_IF_ERROR(seg->publish(op, shape, buf, from == me ? bytes : 0));
+  if (from == me) return true;
+  REMORA_RETURN_IF_ERROR(seg->wait_rank(op, seg->index_of(from), shape));
+  if (bytes > 0) std::memcpy(buf, seg->data(seg->index_of(from), bytes), bytes);
   return true;
 }
 
-Result<bool> allgather_shm(Op& op, ShmSegment& seg, void* recv, size_t block) {
-  const bool fits = shm_takes(CollectiveKind::kAllgather, op.config(), block, seg.slot());
+Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block) {
+  // Hierarchical plans leave allgathers to messages, and publish nothing for them.
+  if (!plan.flat()) return false;
+  ShmSegment& seg = *plan.segment;
+  const bool fits = shm_takes(CollectiveKind::kAllgather, op.config(), block, plan);
   const ShmShape shape = shape_of(ShmKind::kAllgather, fits, 0, block);
   auto* out = static_cast<std::byte*>(recv);
   const auto me = static_cast<size_t>(op.rank());
@@ -416,10 +665,27 @@ Result<bool> allgather_shm(Op& op, ShmSegment& seg, void* recv, size_t block) {
   return true;
 }
 
-Status barrier_shm(Op& op, ShmSegment& seg) {
+Status barrier_shm(Op& op, ShmPlan& plan) {
   const ShmShape shape{.kind = static_cast<uint32_t>(ShmKind::kBarrier)};
-  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, nullptr, 0));
-  return seg.wait_all(op, shape);
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  if (plan.flat()) {
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+    return seg->wait_all(op, shape);
+  }
+  // Hierarchical: the group arrives at its leader, the leaders meet, the leader lets
+  // its group go (a round of its own).
+  if (seg != nullptr) {
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+    if (seg->me() != 0) {
+      REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+      return seg->wait_rank(op, 0, shape);
+    }
+    REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+  }
+  Op leaders = among(op, plan, plan.leaders);
+  REMORA_RETURN_IF_ERROR(barrier_dissemination(leaders));
+  if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+  return Status::ok();
 }
 
 }  // namespace remora::coll

@@ -1,17 +1,24 @@
-// coll/shm_segment.h — a communicator's shared segment: memory every rank of a
-// communicator maps when all of them run on one host, through which small barriers and
-// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md,
-// "Collectives"; docs/protocol.md, "Communicator segment").
+// coll/shm_segment.h — a communicator's shared segments: memory the ranks of one host
+// map, in groups of up to kMaxRanks of them, through which small barriers and
+// allreduces, reduces, broadcasts and (where one group holds every rank) allgathers go
+// without messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator
+// segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce or
-// allgather (every rank makes that call), over messages: rank 0 makes a sealed memfd
+// allgather (every rank makes that call), over messages: every rank allgathers its host
+// (boot id, network namespace) and whether it takes part, and all compute the same
+// groups (a rank with REMORA_SAME_HOST=off or REMORA_ENCRYPT alone; REMORA_COLL_SHM=0 on
+// any rank: none at all). A group's leader (its lowest rank) makes a sealed memfd
 // (net/shared_memory.h) and offers its descriptor, its pid and a random nonce; every
-// other rank takes it with pidfd_getfd and maps it, and checks the size and the nonce (a
-// pid names another process on another host or in another pid namespace); rank 0 gathers
-// the answers and tells everyone whether all took it. Otherwise, or with
-// REMORA_SAME_HOST=off, REMORA_ENCRYPT or REMORA_COLL_SHM=0 on any rank, or more than
-// kMaxRanks ranks, the communicator uses messages only, for its whole life. Rank 0's
-// slot (REMORA_COLL_SHM) is everyone's.
+// other member takes it with pidfd_getfd and maps it, and checks the size and the nonce
+// (a pid names another process in another pid namespace); the leader gathers the
+// answers and tells its members whether all took it, and every rank then learns which
+// groups have theirs (a group without one splits into ranks alone). Rank 0's slot
+// (REMORA_COLL_SHM) is everyone's. One group: every call is one round (flat). Several:
+// a call goes through each group's segment to its leader (a reduce's or broadcast's
+// root for its own group), the leaders run the messages' algorithm among themselves on
+// an Op that views only them, and a second round brings an allreduce's result or a
+// barrier's release back to the group.
 //
 // Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
 // of their own, used by rounds in turn, each holding `seq` (the last round that used
@@ -38,6 +45,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "coll/comm_core.h"
 #include "net/shared_memory.h"
@@ -78,23 +87,29 @@ class ShmSegment {
   static constexpr size_t kInlineBytes = 40;
   using Nonce = std::array<uint8_t, 16>;
 
-  /// Rank 0's: a new segment for `ranks` ranks with `slot` bytes per buffer (a multiple
-  /// of 64).
-  static Result<ShmSegment> create(int ranks, size_t slot);
-  /// Another rank's: maps rank 0's memfd `fd` and checks it is the segment offered (size,
-  /// magic, ranks, slot bytes and nonce): kProtocol otherwise.
-  static Result<ShmSegment> adopt(net::Fd fd, int ranks, int me, size_t slot, const Nonce& nonce);
+  /// The group's first rank's: a new segment for the communicator ranks `members`
+  /// (ascending, 2 to kMaxRanks of them) with `slot` bytes per buffer (a multiple of 64).
+  static Result<ShmSegment> create(std::span<const int> members, size_t slot);
+  /// Another member's (members[me]): maps the first's memfd `fd` and checks it is the
+  /// segment offered (size, magic, ranks, slot bytes and nonce): kProtocol otherwise.
+  static Result<ShmSegment> adopt(net::Fd fd, std::span<const int> members, int me, size_t slot, const Nonce& nonce);
 
   int fd() const noexcept { return memory_.fd(); }
   void close_fd() noexcept { memory_.close_fd(); }
   const Nonce& nonce() const noexcept { return nonce_; }
   size_t slot() const noexcept { return slot_; }
+  /// Its ranks: indices 0 to ranks() - 1 here, member(i) in the communicator.
+  int ranks() const noexcept { return ranks_; }
+  int me() const noexcept { return me_; }
+  int member(int i) const noexcept { return members_[static_cast<size_t>(i)]; }
+  /// The index here of communicator rank `comm_rank`, or -1.
+  int index_of(int comm_rank) const noexcept;
 
   /// Starts the next round: waits until every other rank published the last one, then
   /// publishes `shape` and `bytes` of `data` (bytes <= slot()) as this rank's.
   Status publish(Op& op, const ShmShape& shape, const void* data, size_t bytes);
-  /// Waits until rank r published this round, and checks its shape equals `shape`
-  /// (kProtocol naming the rank otherwise).
+  /// Waits until rank r (an index here) published this round, and checks its shape
+  /// equals `shape` (kProtocol naming the rank otherwise).
   Status wait_rank(Op& op, int r, const ShmShape& shape);
   /// wait_rank for every other rank.
   Status wait_all(Op& op, const ShmShape& shape);
@@ -113,31 +128,52 @@ class ShmSegment {
   net::SharedMemory memory_;
   int ranks_ = 0;
   int me_ = -1;
+  std::array<int, kMaxRanks> members_{};
   size_t slot_ = 0;
   Nonce nonce_{};
   uint32_t round_ = 0;  ///< this rank's: never read back from the segment
 };
 
-/// The communicator's segment, set up at the first call here; null where it is off.
-/// Every rank calls it at the same point (its first barrier, broadcast, reduce,
-/// allreduce or allgather).
-Result<ShmSegment*> shm_segment(Op& op);
+/// What a communicator's set-up decided where it uses segments: its ranks in groups of
+/// at most ShmSegment::kMaxRanks ranks of one host, each group with a segment (a rank
+/// alone in its group has none), and the groups' leaders (their lowest ranks).
+struct ShmPlan {
+  size_t slot = 0;  ///< rank 0's REMORA_COLL_SHM, rounded up to 64
+  std::optional<ShmSegment> segment;  ///< this rank's group's; none where it is alone
+  std::vector<int> leaders;   ///< per group, its lowest rank; groups in that order
+  std::vector<int> group_of;  ///< per communicator rank, its group
+  std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
+  /// One group: every rank of one host, each call one round through the segment. Else
+  /// hierarchical: through each group's segment to its leader, between the leaders by
+  /// messages, and back.
+  bool flat() const noexcept { return leaders.size() == 1; }
+};
+
+/// The communicator's plan, set up at the first call here; null where it has none. Every
+/// rank calls it at the same point (its first barrier, broadcast, reduce, allreduce or
+/// allgather).
+Result<ShmPlan*> shm_plan(Op& op);
 
 /// Whether a call of `kind` of `bytes` (one rank's block for an allgather) goes through
-/// a segment of `slot` bytes under `call`: a barrier always; the others when the
-/// algorithm is the communicator's choice and the data fits a slot.
-bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, size_t slot) noexcept;
+/// `plan`'s segments under `call`: a barrier always; broadcast, reduce and allreduce
+/// when the algorithm is the communicator's choice and the data fits a slot; allgather
+/// so too, where the plan is flat.
+bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
+/// Communicator::algorithm's answer for a call shm_takes takes.
+AlgorithmChoice shm_algorithm(CollectiveKind kind, const ShmPlan& plan) noexcept;
 
-/// The collectives through `seg` where shm_takes says so: true. Otherwise they publish
-/// only the call's shape, so that a rank that disagrees fails at once, and return false
-/// (the caller runs the messages' algorithm). allgather_shm finds this rank's block in
-/// place in `recv`. Only a reduce's root and a broadcast's other ranks wait for anyone.
-Result<bool> allreduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+/// The collectives through `plan`'s segments where shm_takes says so: true. Otherwise
+/// they publish only the call's shape, so that a rank of the group that disagrees fails
+/// at once, and return false (the caller runs the messages' algorithm). allgather_shm
+/// finds this rank's block in place in `recv`. Where the plan is hierarchical, the
+/// leaders (a reduce's or broadcast's root for its own group) run the messages'
+/// algorithm among themselves in between.
+Result<bool> allreduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t count, DataType type,
                            ReduceOp rop);
-Result<bool> reduce_shm(Op& op, ShmSegment& seg, const void* send, void* recv, size_t count, DataType type,
+Result<bool> reduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t count, DataType type,
                         ReduceOp rop, int root);
-Result<bool> broadcast_shm(Op& op, ShmSegment& seg, void* buf, size_t bytes, int root);
-Result<bool> allgather_shm(Op& op, ShmSegment& seg, void* recv, size_t block);
-Status barrier_shm(Op& op, ShmSegment& seg);
+Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root);
+Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block);
+Status barrier_shm(Op& op, ShmPlan& plan);
 
 }  // namespace remora::coll

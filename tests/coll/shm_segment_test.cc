@@ -1,9 +1,9 @@
 // The communicator's shared segment (coll/shm_segment.cc): ranks of one host (here,
 // threads of one process with their own Contexts and real loopback endpoints) take small
 // barriers, allreduces, reduces, broadcasts and allgathers through memory they all map,
-// and larger ones by messages; a
-// rank with REMORA_SAME_HOST=off or REMORA_COLL_SHM=0 keeps the whole communicator on
-// messages; ranks that disagree on the call fail at once; a rank that aborts, a segment
+// and larger ones by messages; a rank with REMORA_SAME_HOST=off is a group of its own,
+// whose leader meets the other groups' by messages (the hierarchical path); one with
+// REMORA_COLL_SHM=0 keeps the whole communicator on messages; ranks that disagree on the call fail at once; a rank that aborts, a segment
 // scribbled over and a rank that never comes each end the others' wait with an error.
 // Every type and operation through the segment is in allreduce_test.cc (the "auto (shm)"
 // communicator).
@@ -38,23 +38,43 @@ void expect_allreduce(int r, Communicator& c, DataType t, ReduceOp op, size_t co
   EXPECT_EQ(first_diff(want, out.data(), out.size(), size_of(t)), -1) << "rank " << r << " count " << count;
 }
 
-class ShmSegmentRanks : public ::testing::TestWithParam<int> {};
+/// A communicator of `n` ranks of which those in `alone` (a bit per rank) have
+/// REMORA_SAME_HOST=off: each is a group of its own, and the others share a segment.
+/// With none alone, every call through the segment is one round ("shm"); otherwise the
+/// groups' leaders exchange by messages in between ("hier").
+struct Layout {
+  int n;
+  unsigned alone = 0;
+  const char* path() const { return alone == 0 ? "shm" : "hier"; }
+};
+
+std::vector<Rank> make_layout(const Layout& l) {
+  return make_ranks(l.n, 30s, [&](int r) {
+    ContextOptions o{.ignore_env = true};
+    if ((l.alone >> r) & 1u) o.same_host_pulls = false;
+    return o;
+  });
+}
+
+class ShmSegmentRanks : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllExact) {
-  const int n = GetParam();
-  auto ranks = make_ranks(n);
+  const Layout layout = GetParam();
+  const int n = layout.n;
+  auto ranks = make_layout(layout);
   auto comms = with_config(ranks, shm_config(), 7);
   const size_t slot = shm_config().shm_bytes;
+  const std::string path = layout.path();
   run_ranks(ranks, [&](int r, Communicator&) {
     Communicator& c = *comms[static_cast<size_t>(r)];
     // Before the first barrier or allreduce the segment is not set up yet.
-    EXPECT_NE(c.algorithm(CollectiveKind::kBarrier, 0).name, "shm");
+    EXPECT_NE(c.algorithm(CollectiveKind::kBarrier, 0).name, path);
     ASSERT_TRUE(c.barrier().is_ok());
-    EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "shm");
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "shm");
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, slot).name, "shm");
-    EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, slot + 4).name, "shm");
-    EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, 8, {.algorithm = CollAlgorithm::kRecursiveDoubling}).name, "shm");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, path);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, path);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, slot).name, path);
+    EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, slot + 4).name, path);
+    EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, 8, {.algorithm = CollAlgorithm::kRecursiveDoubling}).name, path);
     // Sizes on both sides of the slot, alternating paths, so that buffers of both
     // parities are written while other ranks may still be a round behind.
     for (int round = 0; round < 3; ++round) {
@@ -83,10 +103,12 @@ std::byte pattern(int r, size_t i, int salt) {
 }
 
 TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExact) {
-  const int n = GetParam();
-  auto ranks = make_ranks(n);
+  const Layout layout = GetParam();
+  const int n = layout.n;
+  auto ranks = make_layout(layout);
   auto comms = with_config(ranks, shm_config(), 7);
   const size_t slot = shm_config().shm_bytes;
+  const std::string path = layout.path();
   run_ranks(ranks, [&](int r, Communicator& /*world*/) {
     Communicator& c = *comms[static_cast<size_t>(r)];
     // Set up by the first of them, a broadcast.
@@ -101,10 +123,11 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
         }
       }
     }
-    EXPECT_EQ(c.algorithm(CollectiveKind::kBroadcast, slot).name, "shm");
-    EXPECT_NE(c.algorithm(CollectiveKind::kBroadcast, slot + 1).name, "shm");
-    EXPECT_EQ(c.algorithm(CollectiveKind::kReduce, 8).name, "shm");
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot).name, "shm");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBroadcast, slot).name, path);
+    EXPECT_NE(c.algorithm(CollectiveKind::kBroadcast, slot + 1).name, path);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduce, 8).name, path);
+    // Allgathers go through a segment only where it holds every rank.
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot).name == "shm", layout.alone == 0);
     EXPECT_NE(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, "shm");
     for (size_t count : {size_t{1}, size_t{10}, size_t{11}, slot / 4, slot / 4 + 1}) {
       for (int root = 0; root < n; ++root) {
@@ -134,19 +157,26 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ShmSegmentRanks, ::testing::Values(2, 3, 4, 5),
-                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param); });
+// Groups of one host, some of them alone: {0..n-1}; {0,1}{2}; {0}{1,2,3}; {0,2,4}{1}{3};
+// {0,1,2,3,5}{4}.
+INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
+                         ::testing::Values(Layout{2}, Layout{3}, Layout{4}, Layout{5}, Layout{3, 0b100},
+                                           Layout{4, 0b1}, Layout{5, 0b1010}, Layout{6, 0b10000}),
+                         [](const ::testing::TestParamInfo<Layout>& p) {
+                           std::string name = std::to_string(p.param.n);
+                           for (int r = 0; r < p.param.n; ++r) {
+                             if ((p.param.alone >> r) & 1u) name += "_alone" + std::to_string(r);
+                           }
+                           return name;
+                         });
 
-TEST(ShmSegment, OneRankWithSameHostOffKeepsTheCommunicatorOnMessages) {
-  auto ranks = make_ranks(3, 30s, [](int r) {
-    ContextOptions o{.ignore_env = true};
-    if (r == 2) o.same_host_pulls = false;  // REMORA_SAME_HOST=off on that rank only
-    return o;
-  });
+TEST(ShmSegment, RanksWithSameHostOffOnlyMakeNoSegment) {
+  auto ranks = make_layout(Layout{3, 0b111});
   auto comms = with_config(ranks, shm_config(), 7);
   run_ranks(ranks, [&](int r, Communicator&) {
     Communicator& c = *comms[static_cast<size_t>(r)];
     ASSERT_TRUE(c.barrier().is_ok());
+    EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
     EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "dissemination") << "rank " << r;
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "rd") << "rank " << r;
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);

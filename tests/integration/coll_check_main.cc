@@ -5,7 +5,8 @@
 // reference of tests/coll/reference.h. Every rank computes what it expects from
 // deterministic inputs (a function of rank and index); nothing is exchanged to check.
 //
-//   remora_coll_check                 the suite once; prints "rank R of N: K checks ok (launcher L)"
+//   remora_coll_check                 the suite once; prints "rank R of N: small calls: ALGORITHM"
+//                                     (a barrier's) and "rank R of N: K checks ok (launcher L)"
 //   remora_coll_check --iterations=I  the suite I times
 //   remora_coll_check --loop          a loop of collectives until one fails (or --iterations
 //                                     rounds); prints "rank R of N: looping" after the first round
@@ -734,6 +735,9 @@ int run(int argc, char** argv) {
     }
   } else {
     for (long i = 0; i < std::max(iterations, 1L); ++i) check.suite();
+    // Which path small calls took (ranks of one host: their shared segment).
+    const std::string_view path = (*comm)->algorithm(CollectiveKind::kBarrier, 0).name;
+    std::printf("rank %d of %d: small calls: %.*s\n", rank, size, static_cast<int>(path.size()), path.data());
   }
   // Tear down before reporting success: a shutdown that fails or hangs is a failure too.
   comm->reset();

@@ -149,16 +149,51 @@ TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
   }
 }
 
+// Two hosts of two ranks each (ranks 0 and 2 in one namespace, 1 and 3 in the other):
+// each pair shares a segment, and small calls go through it to the pair's leader, which
+// meets the other leader over TCP ("hier"). The whole suite, bit for bit.
+TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
+  constexpr int kRanks = 4;
+  NetnsBridge net(2);
+  REMORA_NETNS_OR_SKIP(net);
+  const std::string store = "REMORA_STORE=" + net.addr(0) + ":29500";
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    std::vector<std::string> argv = net.exec_prefix(net.ns(r % 2));
+    argv.emplace_back(kCheck);
+    ranks.push_back(spawn_program(
+        std::move(argv),
+        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout}));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kJobDeadline;
+  for (int r = 0; r < kRanks; ++r) {
+    auto [out, status] = finish(*ranks[static_cast<size_t>(r)], left_until(deadline));
+    EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << "\n" << out;
+    expect_rank_passed(out, r, kRanks, "remora");
+    const auto said = lines_after(out, "rank " + std::to_string(r) + " of 4: small calls: ");
+    EXPECT_EQ(said, std::vector<std::string>{"hier"}) << out;
+  }
+}
+
 // Rank `victim` of a looping 4-rank job is killed (SIGKILL) or stopped (SIGSTOP: its
 // kernel still ACKs, so only the endpoints' heartbeat notices, REMORA_PEER_TIMEOUT_MS);
 // every survivor must fail with the peer's failure, not wait it out. `small`: the loop of
 // small calls, which the ranks (all of this host) wait for in their shared segment.
-void expect_survivors_fail(int victim, bool stop, bool small = false) {
+// `two_hosts`: ranks 0 and 2 in one network namespace, 1 and 3 in another, so that each
+// pair shares a segment and the small calls' leaders (ranks 0 and 1) meet over TCP.
+void expect_survivors_fail(int victim, bool stop, bool small = false, bool two_hosts = false) {
   constexpr int kRanks = 4;
-  const std::string store = "REMORA_STORE=127.0.0.1:" + std::to_string(free_tcp_port());
+  std::optional<NetnsBridge> net;
+  if (two_hosts) {
+    net.emplace(2);
+    REMORA_NETNS_OR_SKIP(*net);
+  }
+  const std::string store = two_hosts ? "REMORA_STORE=" + net->addr(0) + ":29500"
+                                      : "REMORA_STORE=127.0.0.1:" + std::to_string(free_tcp_port());
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < kRanks; ++r) {
-    std::vector<std::string> argv = {kCheck, "--loop"};
+    std::vector<std::string> argv = two_hosts ? net->exec_prefix(net->ns(r % 2)) : std::vector<std::string>{};
+    argv.insert(argv.end(), {kCheck, "--loop"});
     if (small) argv.emplace_back("--small");
     ranks.push_back(spawn_program(
         std::move(argv),
@@ -177,7 +212,7 @@ void expect_survivors_fail(int victim, bool stop, bool small = false) {
     while ((line = p.read_line(left_until(started_by))) && line->rfind(mine, 0) != 0) {
     }
     ASSERT_TRUE(line.has_value()) << "rank " << r << (p.timed_out() ? " timed out" : " EOF");
-    ASSERT_EQ(*line, mine + (small ? "looping (barrier: shm)" : "looping"));
+    ASSERT_EQ(*line, mine + (small ? (two_hosts ? "looping (barrier: hier)" : "looping (barrier: shm)") : "looping"));
   }
   if (stop) {
     ranks[static_cast<size_t>(victim)]->signal(SIGSTOP);  // killed (and reaped) at the end
@@ -222,6 +257,15 @@ TEST(DeadRankInTheSegment, EverySurvivorWaitingInTheSharedSegmentFailsNotATimeou
 
 TEST(StoppedRankInTheSegment, EverySurvivorWaitingInTheSharedSegmentFailsWithinThePeerTimeout) {
   expect_survivors_fail(1, true, true);
+}
+
+// Two hosts of two ranks: a member killed (its leader waits for it in the segment, the
+// other host's ranks for that leader), and a leader stopped (its member waits for it in
+// the segment, the other leader for its message).
+TEST(DeadRankInTwoHostsSegments, EverySurvivorFailsNotATimeout) { expect_survivors_fail(3, false, true, true); }
+
+TEST(StoppedLeaderInTwoHostsSegments, EverySurvivorFailsWithinThePeerTimeout) {
+  expect_survivors_fail(1, true, true, true);
 }
 
 }  // namespace
