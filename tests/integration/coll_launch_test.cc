@@ -126,40 +126,18 @@ TEST(CollLaunch, MpirunFourRanksPassTheWholeSuite) {
   expect_every_rank_passed(out, status, 4, "openmpi");
 }
 
-TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
+// The whole suite as 4 ranks, rank r in network namespace r % `hosts` of `hosts` joined by
+// a bridge in another (each namespace is a host: the store's port is free in rank 0's,
+// and every rank listens on the address through which it reaches rank 0). Every rank
+// passes and says its small calls took `small_path`.
+void expect_suite_across_namespaces(int hosts, const std::string& small_path) {
   constexpr int kRanks = 4;
-  NetnsBridge net(kRanks);
-  REMORA_NETNS_OR_SKIP(net);
-  // Each namespace is its own host: the store's port is free in rank 0's namespace, and
-  // every rank listens on its own address (the interface through which it reaches rank 0).
-  const std::string store = "REMORA_STORE=" + net.addr(0) + ":29500";
-  std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < kRanks; ++r) {
-    std::vector<std::string> argv = net.exec_prefix(net.ns(r));
-    argv.emplace_back(kCheck);
-    ranks.push_back(spawn_program(
-        std::move(argv),
-        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout}));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + kJobDeadline;
-  for (int r = 0; r < kRanks; ++r) {
-    auto [out, status] = finish(*ranks[static_cast<size_t>(r)], left_until(deadline));
-    EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << "\n" << out;
-    expect_rank_passed(out, r, kRanks, "remora");
-  }
-}
-
-// Two hosts of two ranks each (ranks 0 and 2 in one namespace, 1 and 3 in the other):
-// each pair shares a segment, and small calls go through it to the pair's leader, which
-// meets the other leader over TCP ("hier"). The whole suite, bit for bit.
-TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
-  constexpr int kRanks = 4;
-  NetnsBridge net(2);
+  NetnsBridge net(hosts);
   REMORA_NETNS_OR_SKIP(net);
   const std::string store = "REMORA_STORE=" + net.addr(0) + ":29500";
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < kRanks; ++r) {
-    std::vector<std::string> argv = net.exec_prefix(net.ns(r % 2));
+    std::vector<std::string> argv = net.exec_prefix(net.ns(r % hosts));
     argv.emplace_back(kCheck);
     ranks.push_back(spawn_program(
         std::move(argv),
@@ -171,8 +149,18 @@ TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWhol
     EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << "\n" << out;
     expect_rank_passed(out, r, kRanks, "remora");
     const auto said = lines_after(out, "rank " + std::to_string(r) + " of 4: small calls: ");
-    EXPECT_EQ(said, std::vector<std::string>{"hier"}) << out;
+    EXPECT_EQ(said, std::vector<std::string>{small_path}) << out;
   }
+}
+
+// One rank per host: no two share memory, so everything goes by messages.
+TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) { expect_suite_across_namespaces(4, "dissemination"); }
+
+// Two hosts of two ranks each (ranks 0 and 2 in one namespace, 1 and 3 in the other):
+// each pair shares a segment, and small calls go through it to the pair's leader, which
+// meets the other leader over TCP ("hier"). The whole suite, bit for bit.
+TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
+  expect_suite_across_namespaces(2, "hier");
 }
 
 // Rank `victim` of a looping 4-rank job is killed (SIGKILL) or stopped (SIGSTOP: its
