@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,17 +57,22 @@ std::vector<Rank> make_layout(const Layout& l) {
   });
 }
 
+/// Runs `body(r, c)` on every rank r of `layout`, c its communicator taking small calls
+/// through the segments (shm_config).
+void run_layout(const Layout& layout, const std::function<void(int, Communicator&)>& body) {
+  auto ranks = make_layout(layout);
+  auto comms = with_config(ranks, shm_config(), 7);
+  run_ranks(ranks, [&](int r, Communicator&) { body(r, *comms[static_cast<size_t>(r)]); });
+}
+
 class ShmSegmentRanks : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllExact) {
   const Layout layout = GetParam();
   const int n = layout.n;
-  auto ranks = make_layout(layout);
-  auto comms = with_config(ranks, shm_config(), 7);
   const size_t slot = shm_config().shm_bytes;
   const std::string path = layout.path();
-  run_ranks(ranks, [&](int r, Communicator&) {
-    Communicator& c = *comms[static_cast<size_t>(r)];
+  run_layout(layout, [&](int r, Communicator& c) {
     // Before the first barrier or allreduce the segment is not set up yet.
     EXPECT_NE(c.algorithm(CollectiveKind::kBarrier, 0).name, path);
     ASSERT_TRUE(c.barrier().is_ok());
@@ -105,12 +111,9 @@ std::byte pattern(int r, size_t i, int salt) {
 TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExact) {
   const Layout layout = GetParam();
   const int n = layout.n;
-  auto ranks = make_layout(layout);
-  auto comms = with_config(ranks, shm_config(), 7);
   const size_t slot = shm_config().shm_bytes;
   const std::string path = layout.path();
-  run_ranks(ranks, [&](int r, Communicator& /*world*/) {
-    Communicator& c = *comms[static_cast<size_t>(r)];
+  run_layout(layout, [&](int r, Communicator& c) {
     // Set up by the first of them, a broadcast.
     int salt = 0;
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot, slot + 1}) {
@@ -171,10 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
                          });
 
 TEST(ShmSegment, RanksWithSameHostOffOnlyMakeNoSegment) {
-  auto ranks = make_layout(Layout{3, 0b111});
-  auto comms = with_config(ranks, shm_config(), 7);
-  run_ranks(ranks, [&](int r, Communicator&) {
-    Communicator& c = *comms[static_cast<size_t>(r)];
+  run_layout(Layout{3, 0b111}, [&](int r, Communicator& c) {
     ASSERT_TRUE(c.barrier().is_ok());
     EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
     EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "dissemination") << "rank " << r;
