@@ -117,10 +117,10 @@ struct AlgorithmChoice {
   /// (a barrier, or a broadcast, reduce, allreduce or allgather of at most REMORA_COLL_SHM
   /// bytes, an allgather's per rank, with the algorithm left to the communicator, once
   /// its ranks, all of one host and at most 16, set it up at the first of these calls),
-  /// or "hier": the same calls but allgather where the ranks span hosts, each host's
-  /// ranks (in groups of up to 16) through their shared memory to a leader, and the
-  /// leaders by messages (rd for allreduce, tree for broadcast and reduce, dissemination
-  /// for barrier).
+  /// or "hier": the same calls where the ranks span hosts, each host's ranks (in groups
+  /// of up to 16) through their shared memory to a leader, and the leaders by messages
+  /// (rd for allreduce, tree for broadcast and reduce, dissemination for barrier, the
+  /// allgather's own choice for the groups' blocks).
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends
   /// to and/or receives from its peers of that round, each round waiting for the one
@@ -129,8 +129,9 @@ struct AlgorithmChoice {
   /// rd log2(p) for p the largest power of two <= n, plus 2 (fold in, fold out) when
   /// n > p, except allgather (log2 n, powers of two only); bruck, tree and dissemination
   /// ceil(log2 n); chain n-1; pairwise n-1 (up to 8 of them in flight at once); linear 1
-  /// (the root exchanges with every rank at once); shm 1; hier 2 (allreduce, barrier) or
-  /// 1 (broadcast, reduce) plus the leaders' algorithm's steps among the groups; local 0.
+  /// (the root exchanges with every rank at once); shm 1; hier 2 (allreduce, barrier), 1
+  /// (broadcast, reduce) or 1 plus one per REMORA_COLL_SHM bytes of the whole result
+  /// (allgather), plus the leaders' algorithm's steps among the groups; local 0.
   int steps = 0;
 };
 

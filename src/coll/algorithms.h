@@ -77,6 +77,8 @@ Status broadcast_chain(Op& op, void* buf, size_t bytes, int root, size_t piece);
 Status allgather_rd(Op& op, void* recv, size_t block);     // allgather_recursive_doubling.cc
 Status allgather_bruck(Op& op, void* recv, size_t block);  // allgather_bruck.cc
 // allgather_ring (a template over the block layout): allgather_ring.h.
+/// allgather of equal blocks by messages, the algorithm select_algorithm picks (collectives.cc).
+Status allgather_messages(Op& op, void* recv, size_t block);
 Status allreduce_rd(Op& op, const void* send, void* buf, size_t count, DataType type,
                     ReduceOp rop);  // allreduce_recursive_doubling.cc
 Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type,

@@ -98,7 +98,11 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
     REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
     if (done) return Status::ok();
   }
-  const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.config(), n, block);
+  return allgather_messages(op, recv, block);
+}
+
+Status allgather_messages(Op& op, void* recv, size_t block) {
+  const Algo algo = select_algorithm(CollectiveKind::kAllgather, op.config(), op.size(), block);
   if (algo == Algo::kRecursiveDoubling) return allgather_rd(op, recv, block);
   if (algo == Algo::kBruck) return allgather_bruck(op, recv, block);
   return allgather_ring(op, recv, [block](size_t i) { return Span{i * block, block}; });

@@ -429,7 +429,7 @@ AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const
   if (!call.is_ok()) return {"invalid", 0};
   const coll::Algo a = coll::select_algorithm(kind, *call, size(), bytes);
   if (core_->shm_on() && a != coll::Algo::kLocal && coll::shm_takes(kind, *call, bytes, *core_->shm())) {
-    return coll::shm_algorithm(kind, *core_->shm());
+    return coll::shm_algorithm(kind, *call, bytes, *core_->shm());
   }
   return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};
 }

@@ -295,6 +295,7 @@ void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
   constexpr std::array<std::byte, 16> kNone{};
   plan.leaders.clear();
   plan.group_of.assign(table.size(), -1);
+  plan.index_in.assign(table.size(), 0);
   for (size_t r = 0; r < table.size(); ++r) {
     const HostRecord& h = table[r];
     const bool shares = (h.flags & kShares) != 0 && h.boot_id != kNone && h.netns != 0;
@@ -309,9 +310,10 @@ void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
       sizes.push_back(0);
       if (shares) open[{h.boot_id, h.netns}] = g;
     }
-    ++sizes[static_cast<size_t>(g)];
+    plan.index_in[r] = sizes[static_cast<size_t>(g)]++;
     plan.group_of[r] = g;
   }
+  plan.widest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
 }
 
 /// The communicator ranks of group g, ascending.
@@ -538,15 +540,21 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
     case CollectiveKind::kAllreduce: return call.allreduce == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kReduce: return call.reduce == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kBroadcast: return call.broadcast == Algo::kAuto && bytes <= slot;
-    case CollectiveKind::kAllgather: return plan.flat() && call.allgather == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kAllgather: return call.allgather == Algo::kAuto && bytes <= slot;
     default: return false;
   }
 }
 
-AlgorithmChoice shm_algorithm(CollectiveKind kind, const ShmPlan& plan) noexcept {
+AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
   if (plan.flat()) return {"shm", 1};
   const int k = static_cast<int>(plan.leaders.size());
   switch (kind) {
+    case CollectiveKind::kAllgather: {
+      const size_t widest = static_cast<size_t>(plan.widest) * bytes;
+      const size_t whole = plan.group_of.size() * bytes;
+      const int rounds = static_cast<int>(std::max<size_t>((whole + plan.slot - 1) / plan.slot, 1));
+      return {"hier", 1 + rounds + algorithm_steps(kind, select_algorithm(kind, call, k, widest), k)};
+    }
     case CollectiveKind::kBarrier: return {"hier", 2 + algorithm_steps(kind, Algo::kDissemination, k)};
     case CollectiveKind::kAllreduce: return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
     default: return {"hier", 1 + algorithm_steps(kind, Algo::kTree, k)};
@@ -649,18 +657,51 @@ Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int r
 }
 
 Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block) {
-  // Hierarchical plans leave allgathers to messages, and publish nothing for them.
-  if (!plan.flat()) return false;
-  ShmSegment& seg = *plan.segment;
   const bool fits = shm_takes(CollectiveKind::kAllgather, op.config(), block, plan);
   const ShmShape shape = shape_of(ShmKind::kAllgather, fits, 0, block);
+  if (!fits) return shape_only(op, plan, shape);
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
   auto* out = static_cast<std::byte*>(recv);
   const auto me = static_cast<size_t>(op.rank());
-  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, out + me * block, fits ? block : 0));
-  if (!fits) return false;
-  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
-  for (int r = 0; r < op.size(); ++r) {
-    if (r != op.rank() && block > 0) std::memcpy(out + static_cast<size_t>(r) * block, seg.data(r, block), block);
+  if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, out + me * block, block));
+  if (plan.flat()) {
+    REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+    for (int r = 0; r < op.size(); ++r) {
+      if (r != op.rank() && block > 0) std::memcpy(out + static_cast<size_t>(r) * block, seg->data(r, block), block);
+    }
+    return true;
+  }
+  // Hierarchical: the group's blocks to its leader, the leaders' allgather of their
+  // groups' blocks (each group's in a run of `widest` blocks, in the order of its
+  // ranks), the whole result to the group in rounds of a slot each.
+  const size_t whole = static_cast<size_t>(op.size()) * block;
+  if (seg == nullptr || seg->me() == 0) {
+    const size_t run = static_cast<size_t>(plan.widest) * block;
+    std::byte* runs = grow(op.comm().scratch().c, plan.leaders.size() * run);
+    std::byte* mine = runs + static_cast<size_t>(plan.group_of[me]) * run;
+    if (seg == nullptr) {
+      copy_block(mine, out + me * block, block);
+    } else {
+      REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+      for (int j = 0; j < seg->ranks(); ++j) copy_block(mine + static_cast<size_t>(j) * block, seg->data(j, block), block);
+    }
+    Op leaders = among(op, plan, plan.leaders);
+    REMORA_RETURN_IF_ERROR(allgather_messages(leaders, runs, run));
+    for (size_t r = 0; r < plan.group_of.size(); ++r) {
+      const auto at_run = static_cast<size_t>(plan.group_of[r]) * run + static_cast<size_t>(plan.index_in[r]) * block;
+      copy_block(out + r * block, runs + at_run, block);
+    }
+  }
+  if (seg == nullptr) return true;
+  for (size_t first = 0; first == 0 || first < whole; first += plan.slot) {
+    const size_t len = std::min(plan.slot, whole - first);
+    if (seg->me() == 0) {
+      REMORA_RETURN_IF_ERROR(seg->publish(op, shape, out + first, len));
+      continue;
+    }
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+    REMORA_RETURN_IF_ERROR(seg->wait_rank(op, 0, shape));
+    if (len > 0) std::memcpy(out + first, seg->data(0, len), len);
   }
   return true;
 }

@@ -1,7 +1,6 @@
 // coll/shm_segment.h — a communicator's shared segments: memory the ranks of one host
 // map, in groups of up to kMaxRanks of them, through which small barriers and
-// allreduces, reduces, broadcasts and (where one group holds every rank) allgathers go
-// without messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator
+// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator
 // segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce or
@@ -18,7 +17,8 @@
 // a call goes through each group's segment to its leader (a reduce's or broadcast's
 // root for its own group), the leaders run the messages' algorithm among themselves on
 // an Op that views only them, and a second round brings an allreduce's result or a
-// barrier's release back to the group.
+// barrier's release back to the group (an allgather's whole result: as many rounds as
+// it fills slots).
 //
 // Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
 // of their own, used by rounds in turn, each holding `seq` (the last round that used
@@ -142,6 +142,8 @@ struct ShmPlan {
   std::optional<ShmSegment> segment;  ///< this rank's group's; none where it is alone
   std::vector<int> leaders;   ///< per group, its lowest rank; groups in that order
   std::vector<int> group_of;  ///< per communicator rank, its group
+  std::vector<int> index_in;  ///< per communicator rank, its index in its group
+  int widest = 0;             ///< the most ranks of any group
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
   /// One group: every rank of one host, each call one round through the segment. Else
   /// hierarchical: through each group's segment to its leader, between the leaders by
@@ -157,10 +159,10 @@ Result<ShmPlan*> shm_plan(Op& op);
 /// Whether a call of `kind` of `bytes` (one rank's block for an allgather) goes through
 /// `plan`'s segments under `call`: a barrier always; broadcast, reduce and allreduce
 /// when the algorithm is the communicator's choice and the data fits a slot; allgather
-/// so too, where the plan is flat.
+/// so too (its whole result going to a hierarchical plan's members in rounds of a slot).
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
-/// Communicator::algorithm's answer for a call shm_takes takes.
-AlgorithmChoice shm_algorithm(CollectiveKind kind, const ShmPlan& plan) noexcept;
+/// Communicator::algorithm's answer for a call shm_takes takes (of `bytes` under `call`).
+AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 
 /// The collectives through `plan`'s segments where shm_takes says so: true. Otherwise
 /// they publish only the call's shape, so that a rank of the group that disagrees fails
