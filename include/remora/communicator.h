@@ -120,7 +120,9 @@ struct AlgorithmChoice {
   /// or "hier": the same calls where the ranks span hosts, each host's ranks (in groups
   /// of up to 16) through their shared memory to a leader, and the leaders by messages
   /// (rd for allreduce, tree for broadcast and reduce, dissemination for barrier, the
-  /// allgather's own choice for the groups' blocks).
+  /// allgather's own choice for the groups' blocks); also an allreduce too large for the
+  /// shared memory that would take the ring, where the groups are all of one size: a
+  /// ring within each group, an allreduce of each block across them, a ring within.
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends
   /// to and/or receives from its peers of that round, each round waiting for the one
@@ -131,7 +133,8 @@ struct AlgorithmChoice {
   /// ceil(log2 n); chain n-1; pairwise n-1 (up to 8 of them in flight at once); linear 1
   /// (the root exchanges with every rank at once); shm 1; hier 2 (allreduce, barrier), 1
   /// (broadcast, reduce) or 1 plus one per REMORA_COLL_SHM bytes of the whole result
-  /// (allgather), plus the leaders' algorithm's steps among the groups; local 0.
+  /// (allgather), plus the leaders' algorithm's steps among the groups, or for the large
+  /// allreduce 2(L-1) for groups of L plus the steps across them; local 0.
   int steps = 0;
 };
 

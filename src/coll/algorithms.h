@@ -83,6 +83,12 @@ Status allreduce_rd(Op& op, const void* send, void* buf, size_t count, DataType 
                     ReduceOp rop);  // allreduce_recursive_doubling.cc
 Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type,
                       ReduceOp rop);  // allreduce_ring.cc
+/// Allreduce in two levels, for ranks in equal groups (the ranks of a host): the ring
+/// reduce-scatter within `local` (this rank's group), an allreduce of this rank's block
+/// among `across` (the ranks of every group at this rank's index, ring or recursive
+/// doubling by size), the ring allgather within `local` (allreduce_ring.cc).
+Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp rop);
 Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,
                    int root);  // reduce_binomial.cc
 Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,

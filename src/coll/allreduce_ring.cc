@@ -39,9 +39,15 @@ struct RingState {
   size_t slot_bytes = 0;
   bool ready = false;
   uint64_t credit_source = 0;  ///< what credit puts carry (nobody reads it)
-  /// Notifications that belong to a later operation: a neighbour that finished this
-  /// operation may already be putting the next one's pieces (its credits prove the
-  /// slots are free), and they arrive while we still wait for our last credits.
+};
+
+/// Notifications a ring took that belong to another: to a later operation (a
+/// neighbour that finished this one may already be putting the next one's pieces, its
+/// credits proving the slots are free, while we still wait for our last credits), or to
+/// another ring of this one (a two-level allreduce runs rings over parts of the
+/// communicator, and a neighbour in one may already be at work in the other). One per
+/// communicator, shared by its rings.
+struct RingMail {
   std::deque<World::Incoming> early;
 };
 
@@ -77,21 +83,26 @@ Status ring_setup(Op& op, RingState& st) {
   return Status::ok();
 }
 
-/// Next notification of this op: from the stash first, stashing later ops' ones.
-Status next_notification(Op& op, RingState& st, World::Incoming* out) {
+/// Next notification of this op from the ring's neighbours (world ranks): from the
+/// stash first, stashing any other.
+Status next_notification(Op& op, std::deque<World::Incoming>& early, int left_world, int right_world,
+                         World::Incoming* out) {
   const uint64_t mine = op.notify_value(0) >> 16;
-  for (auto it = st.early.begin(); it != st.early.end(); ++it) {
-    if ((it->note.value >> 16) == mine) {
+  auto ours = [&](const World::Incoming& in) {
+    return (in.note.value >> 16) == mine && (in.from == left_world || in.from == right_world);
+  };
+  for (auto it = early.begin(); it != early.end(); ++it) {
+    if (ours(*it)) {
       *out = *it;
-      st.early.erase(it);
+      early.erase(it);
       return Status::ok();
     }
   }
   while (true) {
     REMORA_RETURN_IF_ERROR(op.wait_notification(out, {(op.rank() + op.size() - 1) % op.size(), (op.rank() + 1) % op.size()}));
-    if ((out->note.value >> 16) == mine) return Status::ok();
-    if (st.early.size() >= 4 * kSlots) return protocol("ring: notifications of another operation pile up");
-    st.early.push_back(*out);
+    if (ours(*out)) return Status::ok();
+    if (early.size() >= 8 * kSlots) return protocol("ring: notifications of another operation pile up");
+    early.push_back(*out);
   }
 }
 
@@ -124,16 +135,15 @@ struct RingBlocks {
 /// `on_final`, when set, is called with each piece of the owned block as soon as it
 /// holds the full reduction (before the remaining credits come in), so the allgather
 /// can start forwarding it while the reduce-scatter drains.
-Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks& blk, int shift,
+Status ring_reduce_scatter(Op& op, RingState& st, DataType type, ReduceOp rop, const RingBlocks& blk, int shift,
                            const std::function<void(const Piece&)>& on_final = {}) {
   const int n = op.size();
   const int r = op.rank();
   const size_t es = size_of(type);
-  RingState& st = op.comm().state<RingState>("reduce_ring");
-  REMORA_RETURN_IF_ERROR(ring_setup(op, st));
+  std::deque<World::Incoming>& early = op.comm().state<RingMail>("ring_mail").early;
   const size_t piece_elems = st.slot_bytes / es;
   const int right = (r + 1) % n, left = (r + n - 1) % n;
-  const int left_world = op.comm().world_rank(left), right_world = op.comm().world_rank(right);
+  const int left_world = op.world_rank(left), right_world = op.world_rank(right);
   const auto mod = [n](int x) { return ((x % n) + n) % n; };
   REMORA_ASSIGN_OR_RETURN(Endpoint* const to_right, op.endpoint(right));
   REMORA_ASSIGN_OR_RETURN(Endpoint* const to_left, op.endpoint(left));
@@ -183,7 +193,7 @@ Status ring_reduce_scatter(Op& op, DataType type, ReduceOp rop, const RingBlocks
       continue;
     }
     World::Incoming in;
-    Status s = next_notification(op, st, &in);
+    Status s = next_notification(op, early, left_world, right_world, &in);
     if (!s.is_ok()) return abandon(op, reqs, s);
     const uint64_t low = in.note.value & 0xFFFF;
     if (low & kCreditBit) {
@@ -292,14 +302,15 @@ class RingAllgather {
   std::vector<size_t> recv_bytes_;  ///< what each receive must bring
 };
 
-}  // namespace
-
-Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+/// The ring allreduce over `op`, its ring state named `ring` (one per set of ranks
+/// that runs rings: the communicator, or a two-level allreduce's parts of it).
+Status ring_allreduce(Op& op, const char* ring, const void* send, void* recv, size_t count, DataType type,
+                      ReduceOp rop) {
   const int n = op.size();
   const size_t es = size_of(type);
   std::vector<size_t> offsets, counts;
   split_blocks(count, n, offsets, counts);
-  RingState& st = op.comm().state<RingState>("reduce_ring");
+  RingState& st = op.comm().state<RingState>(ring);
   REMORA_RETURN_IF_ERROR(ring_setup(op, st));
   RingBlocks blk{offsets, counts,
                  [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
@@ -307,11 +318,48 @@ Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataTy
   const int owned = (op.rank() + 1) % n;
   std::byte* const owned_at = at(recv, offsets[static_cast<size_t>(owned)], es);
   RingAllgather ag(op, static_cast<std::byte*>(recv), es, offsets, counts, owned, st.slot_bytes / es);
-  Status rs = ring_reduce_scatter(op, type, rop, blk, 0, [&](const Piece& p) {
+  Status rs = ring_reduce_scatter(op, st, type, rop, blk, 0, [&](const Piece& p) {
     if (rop == ReduceOp::kAvg) finish_avg(type, at(owned_at, p.off, es), p.len, n);
     ag.send_owned(p.off, p.len);
   });
   if (!rs.is_ok()) return ag.fail(rs);
+  return ag.finish();
+}
+
+}  // namespace
+
+Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
+  return ring_allreduce(op, "reduce_ring", send, recv, count, type, rop);
+}
+
+Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp rop) {
+  const int n = local.size();
+  const size_t es = size_of(type);
+  const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
+  std::vector<size_t> offsets, counts;
+  split_blocks(count, n, offsets, counts);
+  RingState& st = local.comm().state<RingState>("reduce_ring.local");
+  REMORA_RETURN_IF_ERROR(ring_setup(local, st));
+  RingBlocks blk{offsets, counts,
+                 [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
+                 [&](int b) { return at(recv, offsets[static_cast<size_t>(b)], es); }};
+  const auto owned = static_cast<size_t>((local.rank() + 1) % n);
+  const size_t mine = counts[owned];
+  std::byte* const owned_at = at(recv, offsets[owned], es);
+  const size_t piece = st.slot_bytes / es;
+  RingAllgather ag(local, static_cast<std::byte*>(recv), es, offsets, counts, static_cast<int>(owned), piece);
+  Status s = ring_reduce_scatter(local, st, type, partial, blk, 0);
+  if (s.is_ok() && mine > 0) {
+    // Every rank of `across` has the same index here, so the same block.
+    const bool ring = select_algorithm(CollectiveKind::kAllreduce, across.config(), across.size(), mine * es) ==
+                      Algo::kRing;
+    s = ring ? ring_allreduce(across, "reduce_ring.across", owned_at, owned_at, mine, type, partial)
+             : allreduce_rd(across, owned_at, owned_at, mine, type, partial);
+    if (s.is_ok() && rop == ReduceOp::kAvg) finish_avg(type, owned_at, mine, n * across.size());
+  }
+  if (!s.is_ok()) return ag.fail(s);
+  for (size_t off = 0; off < mine; off += piece) ag.send_owned(off, std::min(piece, mine - off));
   return ag.finish();
 }
 
@@ -347,7 +395,9 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
                    if (!in_place && b == r) return static_cast<std::byte*>(recv);
                    return partials + offsets[static_cast<size_t>(b)] * es;
                  }};
-  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, type, rop, blk, -1));
+  RingState& st = op.comm().state<RingState>("reduce_ring");
+  REMORA_RETURN_IF_ERROR(ring_setup(op, st));
+  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, st, type, rop, blk, -1));
   if (in_place && r != 0) std::memmove(recv, at(recv, offsets[static_cast<size_t>(r)], es), block_bytes);
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
   return Status::ok();

@@ -143,6 +143,12 @@ Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType ty
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop));
     if (done) return Status::ok();
+    if (two_level_takes(CollectiveKind::kAllreduce, op.config(), bytes, *seg)) {
+      const auto me = static_cast<size_t>(op.rank());
+      Op local(op, seg->local, seg->index_in[me]);
+      Op across(op, seg->across, seg->group_of[me]);
+      return allreduce_two_level(local, across, send, recv, count, type, rop);
+    }
   }
   if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {
     return allreduce_ring(op, send, recv, count, type, rop);

@@ -137,6 +137,15 @@ constexpr ConfigVariable kVariables[] = {
      .doc = "largest broadcast, reduce, allreduce and allgather block (and any barrier) that goes through the "
             "shared memory of a communicator's ranks of one host (groups of up to 16); rank 0's counts, and 0 on any rank turns it off (docs/guide.md, \"Collectives\")",
      .range_note = "0 (off), 1–64K"},
+    {.name = "REMORA_COLL_SHM_GROUP",
+     .section = kSection,
+     .kind = ConfigKind::kCount,
+     .default_text = "16",
+     .min = 2,
+     .max = 16,
+     .doc = "most ranks of one host that share a segment: a host's further ranks form more groups, whose leaders "
+            "meet by messages, and a large allreduce over groups of one size runs in two levels; rank 0's counts "
+            "(docs/guide.md, \"Collectives\")"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,
      .default_text = "300000",
@@ -206,6 +215,7 @@ Result<CollConfig> CollConfig::from_env(const CommOptions& options) {
   REMORA_ASSIGN_OR_RETURN(c.device_segment_bytes, read_number("REMORA_COLL_DEVICE_SEGMENT", c.device_segment_bytes));
   REMORA_RETURN_IF_ERROR(check_device_segment(c.device_segment_bytes));
   REMORA_ASSIGN_OR_RETURN(c.shm_bytes, read_number("REMORA_COLL_SHM", c.shm_bytes));
+  REMORA_ASSIGN_OR_RETURN(c.shm_group, read_number("REMORA_COLL_SHM_GROUP", c.shm_group));
   if (options.timeout) {
     if (*options.timeout <= Duration::zero()) return Status(StatusCode::kInvalidArgument, "CommOptions::timeout must be positive");
     c.timeout = *options.timeout;
@@ -244,6 +254,7 @@ Result<CollConfig> call_config(const CollConfig& base, std::string_view what, st
 
 int Op::rank() const noexcept { return view_ != nullptr ? view_rank_ : comm_.rank(); }
 int Op::size() const noexcept { return view_ != nullptr ? view_size_ : comm_.size(); }
+int Op::world_rank(int p) const { return comm_.world_rank(comm_rank(p)); }
 
 Tag Op::tag(uint32_t step) const noexcept {
   return static_cast<Tag>(kCollectiveBit | (uint64_t{comm_.id() & kCommIdMask} << 40) |

@@ -98,6 +98,9 @@ struct CollConfig {
   /// goes through the shared segments of the communicator's ranks of one host
   /// (coll/shm_segment.h). Rank 0's counts; 0 on any rank: no segment.
   size_t shm_bytes = 16 * 1024;
+  /// REMORA_COLL_SHM_GROUP: the most ranks of one host that share one segment (2–16;
+  /// a host's further ranks make more groups). Rank 0's counts.
+  size_t shm_group = 16;
 
   static Result<CollConfig> from_env(const CommOptions& options);
 };
@@ -161,6 +164,8 @@ class Op {
   /// send to `to` and receive from `from` at once (either may be skipped with -1).
   Status sendrecv(int to, const void* sdata, size_t sbytes, int from, void* rdata, size_t rbytes, uint32_t step = 0);
 
+  /// The world rank of peer `p` (an index into the view, if this op is one).
+  int world_rank(int p) const;
   /// The endpoint to communicator rank `peer` (for RMA), opened now if the world has
   /// none yet (by the op's deadline).
   Result<Endpoint*> endpoint(int peer);

@@ -428,7 +428,8 @@ AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const
   auto call = coll::call_config(core_->config(), kind, options);
   if (!call.is_ok()) return {"invalid", 0};
   const coll::Algo a = coll::select_algorithm(kind, *call, size(), bytes);
-  if (core_->shm_on() && a != coll::Algo::kLocal && coll::shm_takes(kind, *call, bytes, *core_->shm())) {
+  if (core_->shm_on() && a != coll::Algo::kLocal &&
+      (coll::shm_takes(kind, *call, bytes, *core_->shm()) || coll::two_level_takes(kind, *call, bytes, *core_->shm()))) {
     return coll::shm_algorithm(kind, *call, bytes, *core_->shm());
   }
   return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};

@@ -279,7 +279,7 @@ namespace {
 struct HostRecord {
   std::array<std::byte, 16> boot_id;  ///< zero: unknown (then alone)
   uint64_t netns;                     ///< zero: unknown (then alone)
-  uint32_t flags;                     ///< kWilling, kShares
+  uint32_t flags;                     ///< kWilling, kShares; bits 8-15: REMORA_COLL_SHM_GROUP
   uint32_t slot;                      ///< its REMORA_COLL_SHM, rounded up (rank 0's counts)
 };
 static_assert(sizeof(HostRecord) == 32);
@@ -287,9 +287,11 @@ constexpr uint32_t kWilling = 1;  ///< REMORA_COLL_SHM is not 0
 constexpr uint32_t kShares = 2;   ///< may share memory with ranks of its host
 
 /// Groups the ranks of `table`: ranks of one host (boot id and network namespace) that
-/// may share memory, in order of rank, at most kMaxRanks per group (a host's later ranks
-/// open another group); every other rank alone. Groups in order of their lowest rank.
+/// may share memory, in order of rank, at most rank 0's REMORA_COLL_SHM_GROUP per group
+/// (a host's later ranks open another group); every other rank alone. Groups in order
+/// of their lowest rank.
 void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
+  const int most = std::clamp(static_cast<int>((table[0].flags >> 8) & 0xFF), 1, ShmSegment::kMaxRanks);
   std::map<std::pair<std::array<std::byte, 16>, uint64_t>, int> open;  // a host's group that has room
   std::vector<int> sizes;
   constexpr std::array<std::byte, 16> kNone{};
@@ -302,7 +304,7 @@ void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
     int g = -1;
     if (shares) {
       auto it = open.find({h.boot_id, h.netns});
-      if (it != open.end() && sizes[static_cast<size_t>(it->second)] < ShmSegment::kMaxRanks) g = it->second;
+      if (it != open.end() && sizes[static_cast<size_t>(it->second)] < most) g = it->second;
     }
     if (g < 0) {
       g = static_cast<int>(plan.leaders.size());
@@ -435,7 +437,8 @@ Result<ShmPlan*> shm_plan(Op& op) {
   HostRecord& mine = table[static_cast<size_t>(me)];
   mine = HostRecord{.boot_id = self.boot_id,
                     .netns = self.netns,
-                    .flags = (op.config().shm_bytes != 0 ? kWilling : 0u) | (why.empty() ? kShares : 0u),
+                    .flags = (op.config().shm_bytes != 0 ? kWilling : 0u) | (why.empty() ? kShares : 0u) |
+                             static_cast<uint32_t>(std::min<size_t>(op.config().shm_group, 255) << 8),
                     .slot = static_cast<uint32_t>(std::min<size_t>((op.config().shm_bytes + 63) / 64 * 64, 1u << 30))};
   REMORA_RETURN_IF_ERROR(allgather_bruck(hosts, table.data(), sizeof(HostRecord)));
   auto plan = std::make_unique<ShmPlan>();
@@ -483,6 +486,12 @@ Result<ShmPlan*> shm_plan(Op& op) {
     REMORA_RETURN_IF_ERROR(comm.world().connect_all(ranks, op.deadline()));
   }
   plan->reps.reserve(plan->leaders.size());
+  if (plan->two_level()) {
+    plan->local = members_of(*plan, plan->group_of[static_cast<size_t>(me)]);
+    for (size_t r = 0; r < plan->group_of.size(); ++r) {
+      if (plan->index_in[r] == plan->index_in[static_cast<size_t>(me)]) plan->across.push_back(static_cast<int>(r));
+    }
+  }
   comm.set_shm(std::move(plan));
   return comm.shm();
 }
@@ -545,6 +554,11 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
   }
 }
 
+bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
+  return kind == CollectiveKind::kAllreduce && plan.two_level() && call.allreduce == Algo::kAuto && bytes > plan.slot &&
+         select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) == Algo::kRing;
+}
+
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
   if (plan.flat()) return {"shm", 1};
   const int k = static_cast<int>(plan.leaders.size());
@@ -556,7 +570,14 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
       return {"hier", 1 + rounds + algorithm_steps(kind, select_algorithm(kind, call, k, widest), k)};
     }
     case CollectiveKind::kBarrier: return {"hier", 2 + algorithm_steps(kind, Algo::kDissemination, k)};
-    case CollectiveKind::kAllreduce: return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
+    case CollectiveKind::kAllreduce: {
+      if (!two_level_takes(kind, call, bytes, plan)) {
+        return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
+      }
+      // Reduce-scatter and allgather rings within a group, the allreduce of a block across.
+      const size_t block = bytes / static_cast<size_t>(plan.widest);
+      return {"hier", 2 * (plan.widest - 1) + algorithm_steps(kind, select_algorithm(kind, call, k, block), k)};
+    }
     default: return {"hier", 1 + algorithm_steps(kind, Algo::kTree, k)};
   }
 }

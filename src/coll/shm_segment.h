@@ -145,10 +145,18 @@ struct ShmPlan {
   std::vector<int> index_in;  ///< per communicator rank, its index in its group
   int widest = 0;             ///< the most ranks of any group
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
+  /// Where two_level(): this rank's group, and the ranks at its index in every group
+  /// (in the order of the groups).
+  std::vector<int> local, across;
   /// One group: every rank of one host, each call one round through the segment. Else
   /// hierarchical: through each group's segment to its leader, between the leaders by
   /// messages, and back.
   bool flat() const noexcept { return leaders.size() == 1; }
+  /// Several groups, all of the same size, at least two: a large allreduce may run in
+  /// two levels (allreduce_two_level).
+  bool two_level() const noexcept {
+    return !flat() && widest >= 2 && leaders.size() * static_cast<size_t>(widest) == group_of.size();
+  }
 };
 
 /// The communicator's plan, set up at the first call here; null where it has none. Every
@@ -161,7 +169,11 @@ Result<ShmPlan*> shm_plan(Op& op);
 /// when the algorithm is the communicator's choice and the data fits a slot; allgather
 /// so too (its whole result going to a hierarchical plan's members in rounds of a slot).
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
-/// Communicator::algorithm's answer for a call shm_takes takes (of `bytes` under `call`).
+/// Whether an allreduce of `bytes` under `call` too large for shm_takes runs in two
+/// levels over `plan`'s groups: where the plan allows it, the algorithm is the
+/// communicator's choice, and that choice over all ranks is the ring.
+bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
+/// Communicator::algorithm's answer for a call shm_takes or two_level_takes takes (of `bytes` under `call`).
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 
 /// The collectives through `plan`'s segments where shm_takes says so: true. Otherwise

@@ -176,6 +176,75 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
                            return name;
                          });
 
+/// `n` ranks of this host in groups of at most `group` (REMORA_COLL_SHM_GROUP): where
+/// every group has the same size, large allreduces run in two levels.
+struct Groups {
+  int n;
+  int group;
+  bool two_level() const { return n % group == 0; }
+};
+
+class TwoLevelRanks : public ::testing::TestWithParam<Groups> {};
+
+// From 20 KiB (the ring threshold here) allreduces run the ring within each group, an
+// allreduce of the group's blocks across (recursive doubling below 20 KiB a block, the
+// ring above), and the allgather ring within: exact at counts that split evenly and
+// unevenly, one piece or many, in place every other call, back to back without
+// barriers (so notifications of one level arrive while a rank is still at the other),
+// and after a call that runs the ring over all ranks.
+TEST_P(TwoLevelRanks, LargeAllreducesRunInTwoLevelsAllExact) {
+  const Groups g = GetParam();
+  auto ranks = make_ranks(g.n);
+  coll::CollConfig config = shm_config();
+  config.shm_group = static_cast<size_t>(g.group);
+  config.ring_threshold = 20 * 1024;
+  auto comms = with_config(ranks, config, 7);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "hier");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024).name, g.two_level() ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024 - 4).name, "rd");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 1 << 20, {.algorithm = CollAlgorithm::kRing}).name, "ring");
+    const size_t per_group = static_cast<size_t>(g.group);
+    int k = 0;
+    for (size_t count : {size_t{5120}, size_t{5121}, 5120 * per_group + 1, size_t{40000}, size_t{100003}}) {
+      for (int round = 0; round < 2; ++round, ++k) {
+        auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, g.n);
+        std::vector<std::byte> out(in.size(), std::byte{0x5A});
+        if (k % 2 == 1) out = in;
+        Status s = c.allreduce(k % 2 == 1 ? kInPlace : in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_TRUE(s.is_ok()) << "rank " << r << " count " << count << ": " << s.to_string();
+        EXPECT_EQ(first_diff(reference(0, g.n - 1, 0, count, DataType::kFloat32, ReduceOp::kSum, g.n), out.data(),
+                             out.size(), 4),
+                  -1)
+            << "rank " << r << " count " << count << (k % 2 == 1 ? " in place" : "");
+      }
+    }
+    expect_allreduce(r, c, DataType::kInt64, ReduceOp::kMax, 30001);
+    expect_allreduce(r, c, DataType::kFloat64, ReduceOp::kAvg, 12289);
+    // The ring over every rank, then two levels again: each keeps its own ring.
+    auto in = rank_input(r, 30000, DataType::kInt32, ReduceOp::kSum, g.n);
+    std::vector<std::byte> out(in.size());
+    ASSERT_TRUE(c.allreduce(in.data(), out.data(), 30000, DataType::kInt32, ReduceOp::kSum,
+                            {.algorithm = CollAlgorithm::kRing})
+                    .is_ok());
+    EXPECT_EQ(first_diff(reference(0, g.n - 1, 0, 30000, DataType::kInt32, ReduceOp::kSum, g.n), out.data(),
+                         out.size(), 4),
+              -1);
+    expect_allreduce(r, c, DataType::kBFloat16, ReduceOp::kMin, 50001);
+    expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
+  });
+}
+
+// Two groups of two; three of two (the ring across); two of three; two of four; and
+// groups of two, two and one, which do not take two levels.
+INSTANTIATE_TEST_SUITE_P(Groups, TwoLevelRanks,
+                         ::testing::Values(Groups{4, 2}, Groups{6, 2}, Groups{6, 3}, Groups{8, 4}, Groups{5, 2}),
+                         [](const ::testing::TestParamInfo<Groups>& p) {
+                           return std::to_string(p.param.n) + "_by" + std::to_string(p.param.group);
+                         });
+
 TEST(ShmSegment, RanksWithSameHostOffOnlyMakeNoSegment) {
   run_layout(Layout{3, 0b111}, [&](int r, Communicator& c) {
     ASSERT_TRUE(c.barrier().is_ok());

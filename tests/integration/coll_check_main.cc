@@ -6,7 +6,8 @@
 // deterministic inputs (a function of rank and index); nothing is exchanged to check.
 //
 //   remora_coll_check                 the suite once; prints "rank R of N: small calls: ALGORITHM"
-//                                     (a barrier's) and "rank R of N: K checks ok (launcher L)"
+//                                     (a barrier's), "rank R of N: large allreduce: ALGORITHM"
+//                                     (1 MiB) and "rank R of N: K checks ok (launcher L)"
 //   remora_coll_check --iterations=I  the suite I times
 //   remora_coll_check --loop          a loop of collectives until one fails (or --iterations
 //                                     rounds); prints "rank R of N: looping" after the first round
@@ -738,6 +739,9 @@ int run(int argc, char** argv) {
     // Which path small calls took (ranks of one host: their shared segment).
     const std::string_view path = (*comm)->algorithm(CollectiveKind::kBarrier, 0).name;
     std::printf("rank %d of %d: small calls: %.*s\n", rank, size, static_cast<int>(path.size()), path.data());
+    // And a 1 MiB allreduce (ranks in equal groups of several hosts: two levels).
+    const std::string_view large = (*comm)->algorithm(CollectiveKind::kAllreduce, kBig).name;
+    std::printf("rank %d of %d: large allreduce: %.*s\n", rank, size, static_cast<int>(large.size()), large.data());
   }
   // Tear down before reporting success: a shutdown that fails or hangs is a failure too.
   comm->reset();
