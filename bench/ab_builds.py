@@ -21,7 +21,8 @@ given.
 --lat-sizes (default 4K), --lat-iters timed operations per size (default: the tool's,
 scaled by size), and compares the out-of-place time per operation of the slowest rank
 (below 1 is faster; a broadcast's in-place time). With --netns its ranks alternate between the two namespaces (ranks
-0, 2, ... in one, 1, 3, ... in the other: two hosts of N/2 ranks each), started as a
+0, 2, ... in one, 1, 3, ... in the other: two hosts of N/2 ranks each; --placement block:
+the first N/2 in one, the rest in the other, as block-placing launchers do), started as a
 launcher would (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_STORE).
 
 One build against itself under two environments (a setting's cost, e.g. REMORA_ENCRYPT):
@@ -123,9 +124,10 @@ def run_pair(command, binary, bench, mode, env, netns):
         raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
 
 
-def run_coll_across(command, env, ranks):
-    """`remora bench coll` as `ranks` processes, rank r in namespace r % 2, started as a
-    launcher would; rank 0 (in the first namespace) hosts the store and writes the JSON."""
+def run_coll_across(command, env, ranks, placement):
+    """`remora bench coll` as `ranks` processes, rank r in namespace r % 2 (cyclic) or
+    2r // ranks (block), started as a launcher would; rank 0 (in the first namespace)
+    hosts the store and writes the JSON."""
     store = f"10.231.7.1:{next(_store_ports)}"
     at = command.index("--json")
     others = command[:at] + command[at + 2:]
@@ -133,7 +135,7 @@ def run_coll_across(command, env, ranks):
     for r in range(ranks):
         rank_command = command if r == 0 else others
         rank_env = dict(env, REMORA_RANK=str(r), REMORA_WORLD_SIZE=str(ranks), REMORA_STORE=store)
-        procs.append(subprocess.Popen(["ip", "netns", "exec", NETNS[r % 2]] + rank_command, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen(["ip", "netns", "exec", NETNS[r % 2 if placement == "cyclic" else 2 * r // ranks]] + rank_command, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, env=rank_env))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
@@ -142,7 +144,7 @@ def run_coll_across(command, env, ranks):
         raise SystemExit(f"ab_builds: {command[0]} bench coll across two namespaces failed")
 
 
-def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2):
+def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2, placement="cyclic"):
     """One `remora bench p2p|rma` run; {size: bandwidth MB/s (a *bw mode) or average latency us}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
@@ -154,7 +156,7 @@ def run_bench(binary, bench, mode, sizes, iters, env=None, netns=False, ranks=2)
         if iters:
             command += ["--iters", str(iters)]
         if bench == "coll" and netns:
-            run_coll_across(command, env, ranks)
+            run_coll_across(command, env, ranks, placement)
         else:
             run_pair(command, binary, bench, mode, env, netns)
         with open(out) as f:
@@ -205,6 +207,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=2, help="--bench coll: ranks of this host (default 2)")
     ap.add_argument("--coll-ops", default="allreduce", help="--bench coll: the collectives, comma-separated")
     ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
+    ap.add_argument("--placement", choices=["cyclic", "block"], default="cyclic",
+                    help="--bench coll --netns: ranks alternate between the namespaces, or fill one then the other")
     a = ap.parse_args()
     if a.netns:
         netns_up()
@@ -228,7 +232,7 @@ def compare(a):
             got = {}
             for name, binary in order:
                 progress.step(f"pair {pair + 1} of {a.pairs}: {name} bench {a.bench} --mode {mode} --sizes {sizes}")
-                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name], a.netns, a.ranks)
+                got[name] = run_bench(binary, a.bench, mode, sizes, iters, envs[name], a.netns, a.ranks, a.placement)
             for size, base in got["baseline"].items():
                 cand = got["candidate"][size]
                 ratios.setdefault((mode, size), []).append(cand / base)
@@ -246,6 +250,7 @@ def compare(a):
             json.dump({"baseline": a.baseline, "candidate": a.candidate, "baseline_env": a.baseline_env,
                        "candidate_env": a.candidate_env, "bench": a.bench, "ranks": a.ranks, "pairs": a.pairs,
                        "path": "veth between two network namespaces" if a.netns else "loopback",
+                       "placement": a.placement,
                        "coll_ops": a.coll_ops if a.bench == "coll" else None,
                        "results": [{"mode": m, "size": s, "median_ratio": statistics.median(rs),
                                     "ratios": rs, "values": values[(m, s)]} for (m, s), rs in ratios.items()]},
