@@ -85,6 +85,11 @@ Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   }
   const size_t piece = std::max<size_t>(op.config().pipeline_bytes, 1);
   const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.config(), n, bytes);
+  if (algo == Algo::kChain && seg != nullptr && !seg->by_host.empty()) {
+    // The chain host by host, from the root on.
+    Op hosts(op, seg->by_host, seg->place[static_cast<size_t>(op.rank())]);
+    return broadcast_chain(hosts, buf, bytes, seg->place[static_cast<size_t>(root)], piece);
+  }
   return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
 }
 
@@ -97,6 +102,12 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
     if (done) return Status::ok();
+    if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
+      // The ring host by host: block i of the view is its rank's.
+      Op hosts(op, seg->by_host, seg->place[static_cast<size_t>(op.rank())]);
+      const std::span<const int> order = seg->by_host;
+      return allgather_ring(hosts, recv, [&](size_t i) { return Span{static_cast<size_t>(order[i]) * block, block}; });
+    }
   }
   return allgather_messages(op, recv, block);
 }

@@ -486,6 +486,15 @@ Result<ShmPlan*> shm_plan(Op& op) {
     REMORA_RETURN_IF_ERROR(comm.world().connect_all(ranks, op.deadline()));
   }
   plan->reps.reserve(plan->leaders.size());
+  for (int grp = 0; grp < static_cast<int>(plan->leaders.size()); ++grp) {
+    for (int r : members_of(*plan, grp)) plan->by_host.push_back(r);
+  }
+  if (std::is_sorted(plan->by_host.begin(), plan->by_host.end())) {
+    plan->by_host.clear();
+  } else {
+    plan->place.resize(plan->by_host.size());
+    for (size_t i = 0; i < plan->by_host.size(); ++i) plan->place[static_cast<size_t>(plan->by_host[i])] = static_cast<int>(i);
+  }
   if (plan->two_level()) {
     plan->local = members_of(*plan, plan->group_of[static_cast<size_t>(me)]);
     for (size_t r = 0; r < plan->group_of.size(); ++r) {

@@ -148,6 +148,10 @@ struct ShmPlan {
   /// Where two_level(): this rank's group, and the ranks at its index in every group
   /// (in the order of the groups).
   std::vector<int> local, across;
+  /// Where the groups are several and not already in rank order: every rank, group by
+  /// group (each in rank order), and each rank's place there. Chains and rings of large
+  /// calls follow it, so that they cross between hosts once per group, not at every step.
+  std::vector<int> by_host, place;
   /// One group: every rank of one host, each call one round through the segment. Else
   /// hierarchical: through each group's segment to its leader, between the leaders by
   /// messages, and back.

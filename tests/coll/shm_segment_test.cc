@@ -116,7 +116,9 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
   run_layout(layout, [&](int r, Communicator& c) {
     // Set up by the first of them, a broadcast.
     int salt = 0;
-    for (size_t bytes : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot, slot + 1}) {
+    // Above the slot by messages: the tree, and from 64 KiB the chain (host by host
+    // where the groups are not in rank order).
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot, slot + 1, size_t{200'003}}) {
       for (int root = 0; root < n; ++root, ++salt) {
         std::vector<std::byte> buf(bytes);
         for (size_t i = 0; i < bytes; ++i) buf[i] = r == root ? pattern(root, i, salt) : std::byte{0xEE};
@@ -146,7 +148,7 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
     }
     // A hierarchical allgather's result reaches the groups in rounds of a slot: one, or
     // several with the last one full or not; in place every other call.
-    for (size_t block : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot / 2 + 1, slot, slot + 1}) {
+    for (size_t block : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot / 2 + 1, slot, slot + 1, 3 * slot + 7}) {
       ++salt;
       std::vector<std::byte> mine(block), all(block * static_cast<size_t>(n), std::byte{0xEE});
       for (size_t i = 0; i < block; ++i) mine[i] = pattern(r, i, salt);
