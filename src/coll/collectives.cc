@@ -72,6 +72,11 @@ namespace {
 /// The communicator's shared segments (coll/shm_segment.h), set up at the first call
 /// that asks; null where they are off.
 Result<ShmPlan*> segment(Op& op) { return op.size() > 1 ? shm_plan(op) : nullptr; }
+
+/// `op` over the ranks in host order (plan.by_host, not empty).
+Op in_host_order(Op& op, const ShmPlan& plan) {
+  return Op(op, plan.by_host, plan.place[static_cast<size_t>(op.rank())]);
+}
 }  // namespace
 
 Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
@@ -87,7 +92,7 @@ Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   const Algo algo = select_algorithm(CollectiveKind::kBroadcast, op.config(), n, bytes);
   if (algo == Algo::kChain && seg != nullptr && !seg->by_host.empty()) {
     // The chain host by host, from the root on.
-    Op hosts(op, seg->by_host, seg->place[static_cast<size_t>(op.rank())]);
+    Op hosts = in_host_order(op, *seg);
     return broadcast_chain(hosts, buf, bytes, seg->place[static_cast<size_t>(root)], piece);
   }
   return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
@@ -104,7 +109,7 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
     if (done) return Status::ok();
     if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
       // The ring host by host: block i of the view is its rank's.
-      Op hosts(op, seg->by_host, seg->place[static_cast<size_t>(op.rank())]);
+      Op hosts = in_host_order(op, *seg);
       const std::span<const int> order = seg->by_host;
       return allgather_ring(hosts, recv, [&](size_t i) { return Span{static_cast<size_t>(order[i]) * block, block}; });
     }

@@ -1,7 +1,7 @@
 // coll/shm_segment.h — a communicator's shared segments: memory the ranks of one host
 // map, in groups of up to kMaxRanks of them, through which small barriers and
-// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator
-// segment").
+// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md,
+// "Collectives"; docs/protocol.md, "Communicator segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce or
 // allgather (every rank makes that call), over messages: every rank allgathers its host
