@@ -44,8 +44,7 @@ size_t ring_threshold_for(const CollConfig& config, int n) noexcept;
 
 // The entry points: the collectives that have a choice of algorithm dispatch in
 // collectives.cc; the others live with their one algorithm (barrier_dissemination.cc,
-// gather_linear.cc, scatter_linear.cc, alltoall_pairwise.cc, allreduce_ring.cc for
-// reduce_scatter, scan_recursive_doubling.cc).
+// gather_linear.cc, scatter_linear.cc, alltoall_pairwise.cc, scan_recursive_doubling.cc).
 // Movement: type-agnostic except for element size.
 Status barrier(Op& op);
 Status broadcast(Op& op, void* buf, size_t count, DataType type, int root);
@@ -81,8 +80,16 @@ Status allgather_bruck(Op& op, void* recv, size_t block);  // allgather_bruck.cc
 Status allgather_messages(Op& op, void* recv, size_t block);
 Status allreduce_rd(Op& op, const void* send, void* buf, size_t count, DataType type,
                     ReduceOp rop);  // allreduce_recursive_doubling.cc
-Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type,
-                      ReduceOp rop);  // allreduce_ring.cc
+/// The ring allreduce over `op`, its registered scratch and neighbours' keys kept in
+/// the communicator's state named `ring` (one per set and order of ranks that runs
+/// rings) (allreduce_ring.cc).
+Status allreduce_ring(Op& op, const char* ring, const void* send, void* recv, size_t count, DataType type,
+                      ReduceOp rop);
+/// The ring reduce-scatter over `op` (its state named `ring`): rank i of `op` gets the
+/// block of the communicator's rank blocks[i], or block i where `blocks` is empty
+/// (allreduce_ring.cc).
+Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks, const void* send, void* recv,
+                           size_t recv_count, DataType type, ReduceOp rop);
 /// Allreduce in two levels, for ranks in equal groups (the ranks of a host): the ring
 /// reduce-scatter within `local` (this rank's group), an allreduce of this rank's block
 /// among `across` (the ranks of every group at this rank's index, ring or recursive

@@ -1,7 +1,7 @@
 // coll/allreduce_ring.cc — the ring family: the pipelined ring reduce-scatter by puts
 // into the right neighbour's registered scratch with notifications, the ring allreduce
-// (that reduce-scatter overlapped with a send/recv ring allgather), and
-// reduce_scatter, whose large path is that reduce-scatter.
+// (that reduce-scatter overlapped with a send/recv ring allgather), its two-level form,
+// and reduce_scatter's large path, that reduce-scatter alone.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -302,9 +302,11 @@ class RingAllgather {
   std::vector<size_t> recv_bytes_;  ///< what each receive must bring
 };
 
+}  // namespace
+
 /// The ring allreduce over `op`, its ring state named `ring` (one per set of ranks
 /// that runs rings: the communicator, or a two-level allreduce's parts of it).
-Status ring_allreduce(Op& op, const char* ring, const void* send, void* recv, size_t count, DataType type,
+Status allreduce_ring(Op& op, const char* ring, const void* send, void* recv, size_t count, DataType type,
                       ReduceOp rop) {
   const int n = op.size();
   const size_t es = size_of(type);
@@ -326,11 +328,6 @@ Status ring_allreduce(Op& op, const char* ring, const void* send, void* recv, si
   return ag.finish();
 }
 
-}  // namespace
-
-Status allreduce_ring(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
-  return ring_allreduce(op, "reduce_ring", send, recv, count, type, rop);
-}
 
 Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, size_t count, DataType type,
                            ReduceOp rop) {
@@ -354,7 +351,7 @@ Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, 
     // Every rank of `across` has the same index here, so the same block.
     const bool ring = select_algorithm(CollectiveKind::kAllreduce, across.config(), across.size(), mine * es) ==
                       Algo::kRing;
-    s = ring ? ring_allreduce(across, "reduce_ring.across", owned_at, owned_at, mine, type, partial)
+    s = ring ? allreduce_ring(across, "reduce_ring.across", owned_at, owned_at, mine, type, partial)
              : allreduce_rd(across, owned_at, owned_at, mine, type, partial);
     if (s.is_ok() && rop == ReduceOp::kAvg) finish_avg(type, owned_at, mine, n * across.size());
   }
@@ -363,42 +360,30 @@ Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, 
   return ag.finish();
 }
 
-Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
+Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks, const void* send, void* recv,
+                           size_t recv_count, DataType type, ReduceOp rop) {
   const int n = op.size();
-  const int r = op.rank();
+  const auto me = static_cast<size_t>(op.rank());
   const size_t es = size_of(type);
   const size_t block_bytes = recv_count * es;
   const bool in_place = send == recv;
-  if (recv_count == 0) return Status::ok();
-  if (n == 1) {
-    if (!in_place) std::memcpy(recv, send, block_bytes);
-    return Status::ok();
-  }
-  const size_t total = block_bytes * static_cast<size_t>(n);
-  const bool ring = select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block_bytes) == Algo::kRing;
-  if (!ring) {
-    // Small: recursive doubling over the whole input, keeping our block.
-    Scratch& sc = op.comm().scratch();
-    std::byte* all = grow(sc.c, total);
-    REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, all, recv_count * static_cast<size_t>(n), type, rop));
-    std::memcpy(recv, all + static_cast<size_t>(r) * block_bytes, block_bytes);
-    if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
-    return Status::ok();
-  }
-  // Ring with shift -1 leaves block r on rank r. Partial sums of the other blocks go
-  // to recv's own input area when in place, else to scratch.
+  // With shift -1 the ring leaves block i on rank i of `op`: the block of the
+  // communicator's rank blocks[i]. Partial sums of the other blocks go to recv's own
+  // input area when in place, else to scratch.
   std::vector<size_t> offsets(static_cast<size_t>(n)), counts(static_cast<size_t>(n), recv_count);
-  for (size_t b = 0; b < offsets.size(); ++b) offsets[b] = b * recv_count;
-  std::byte* partials = in_place ? static_cast<std::byte*>(recv) : grow(op.comm().scratch().c, total);
+  for (size_t b = 0; b < offsets.size(); ++b) {
+    offsets[b] = (blocks.empty() ? b : static_cast<size_t>(blocks[b])) * recv_count;
+  }
+  std::byte* partials = in_place ? static_cast<std::byte*>(recv) : grow(op.comm().scratch().c, block_bytes * offsets.size());
   RingBlocks blk{offsets, counts, [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
                  [&](int b) -> std::byte* {
-                   if (!in_place && b == r) return static_cast<std::byte*>(recv);
+                   if (!in_place && static_cast<size_t>(b) == me) return static_cast<std::byte*>(recv);
                    return partials + offsets[static_cast<size_t>(b)] * es;
                  }};
-  RingState& st = op.comm().state<RingState>("reduce_ring");
+  RingState& st = op.comm().state<RingState>(ring);
   REMORA_RETURN_IF_ERROR(ring_setup(op, st));
   REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, st, type, rop, blk, -1));
-  if (in_place && r != 0) std::memmove(recv, at(recv, offsets[static_cast<size_t>(r)], es), block_bytes);
+  if (in_place && offsets[me] != 0) std::memmove(recv, at(recv, offsets[me], es), block_bytes);
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
   return Status::ok();
 }

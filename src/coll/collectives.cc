@@ -52,11 +52,18 @@
 // - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
 //   (kAvg is refused for scans by the Communicator before they get here.)
 //
-// Determinism: every algorithm combines in a fixed order that depends only on ranks
-// and counts (never on arrival order), and each element of an allreduce result is
-// computed once and then copied, so results are bit-identical on every rank and from
-// run to run. kAvg combines as a sum; finish_avg divides by size() once, on the ranks
-// that hold the result (for the ring: each block's owner, before the allgather).
+// Host order: where the communicator's shared segments (shm_segment.h) find groups of
+// ranks (hosts) that are not in rank order, the chains (broadcast, reduce) and the rings
+// by messages (allgather, reduce_scatter, allreduce over unequal groups or when named)
+// run on a view that lists the ranks host by host, so they cross between hosts once
+// per group instead of at every step.
+//
+// Determinism: every algorithm combines in a fixed order that depends only on ranks,
+// counts and which ranks share a host (never on arrival order), and each element of an
+// allreduce result is computed once and then copied, so results are bit-identical on
+// every rank and from run to run. kAvg combines as a sum; finish_avg divides by size()
+// once, on the ranks that hold the result (for the ring: each block's owner, before the
+// allgather).
 #include <algorithm>
 #include <cstring>
 
@@ -148,8 +155,15 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
     REMORA_ASSIGN_OR_RETURN(const bool done, reduce_shm(op, *seg, send, recv, count, type, rop, root));
     if (done) return Status::ok();
   }
-  const bool chain = select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) == Algo::kChain;
-  return chain ? reduce_chain(op, send, recv, count, type, rop, root) : reduce_tree(op, send, recv, count, type, rop, root);
+  if (select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) != Algo::kChain) {
+    return reduce_tree(op, send, recv, count, type, rop, root);
+  }
+  if (seg != nullptr && !seg->by_host.empty()) {
+    // The chain host by host, toward the root.
+    Op hosts = in_host_order(op, *seg);
+    return reduce_chain(hosts, send, recv, count, type, rop, seg->place[static_cast<size_t>(root)]);
+  }
+  return reduce_chain(op, send, recv, count, type, rop, root);
 }
 
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
@@ -167,11 +181,41 @@ Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType ty
     }
   }
   if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {
-    return allreduce_ring(op, send, recv, count, type, rop);
+    if (seg != nullptr && !seg->by_host.empty()) {
+      // The ring host by host (its own ring state: other neighbours).
+      Op hosts = in_host_order(op, *seg);
+      return allreduce_ring(hosts, "reduce_ring.hosts", send, recv, count, type, rop);
+    }
+    return allreduce_ring(op, "reduce_ring", send, recv, count, type, rop);
   }
   REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, recv, count, type, rop));
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
   return Status::ok();
+}
+
+Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, DataType type, ReduceOp rop) {
+  const int n = op.size();
+  const size_t block = recv_count * size_of(type);
+  if (recv_count == 0) return Status::ok();
+  if (n == 1) {
+    if (send != recv) std::memcpy(recv, send, block);
+    return Status::ok();
+  }
+  REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
+  if (select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block) != Algo::kRing) {
+    // Small: recursive doubling over the whole input, keeping our block.
+    std::byte* all = grow(op.comm().scratch().c, block * static_cast<size_t>(n));
+    REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, all, recv_count * static_cast<size_t>(n), type, rop));
+    std::memcpy(recv, all + static_cast<size_t>(op.rank()) * block, block);
+    if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
+    return Status::ok();
+  }
+  if (seg != nullptr && !seg->by_host.empty()) {
+    // The ring host by host: block i of the view is its rank's.
+    Op hosts = in_host_order(op, *seg);
+    return reduce_scatter_ring(hosts, "reduce_ring.hosts", seg->by_host, send, recv, recv_count, type, rop);
+  }
+  return reduce_scatter_ring(op, "reduce_ring", {}, send, recv, recv_count, type, rop);
 }
 
 }  // namespace remora::coll

@@ -3,22 +3,22 @@
 // allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md,
 // "Collectives"; docs/protocol.md, "Communicator segment").
 //
-// Set up once, at the communicator's first barrier, broadcast, reduce, allreduce or
-// allgather (every rank makes that call), over messages: every rank allgathers its host
-// (boot id, network namespace) and whether it takes part, and all compute the same
-// groups (a rank with REMORA_SAME_HOST=off or REMORA_ENCRYPT alone; REMORA_COLL_SHM=0 on
-// any rank: none at all). A group's leader (its lowest rank) makes a sealed memfd
-// (net/shared_memory.h) and offers its descriptor, its pid and a random nonce; every
-// other member takes it with pidfd_getfd and maps it, and checks the size and the nonce
-// (a pid names another process in another pid namespace); the leader gathers the
-// answers and tells its members whether all took it, and every rank then learns which
-// groups have theirs (a group without one splits into ranks alone). Rank 0's slot
-// (REMORA_COLL_SHM) is everyone's. One group: every call is one round (flat). Several:
-// a call goes through each group's segment to its leader (a reduce's or broadcast's
-// root for its own group), the leaders run the messages' algorithm among themselves on
-// an Op that views only them, and a second round brings an allreduce's result or a
-// barrier's release back to the group (an allgather's whole result: as many rounds as
-// it fills slots).
+// Set up once, at the communicator's first barrier, broadcast, reduce, allreduce,
+// reduce_scatter or allgather (every rank makes that call), over messages: every rank
+// allgathers its host (boot id, network namespace) and whether it takes part, and all
+// compute the same groups (a rank with REMORA_SAME_HOST=off or REMORA_ENCRYPT alone;
+// REMORA_COLL_SHM=0 on any rank: none at all). A group's leader (its lowest rank) makes
+// a sealed memfd (net/shared_memory.h) and offers its descriptor, its pid and a random
+// nonce; every other member takes it with pidfd_getfd and maps it, and checks the size
+// and the nonce (a pid names another process in another pid namespace); the leader
+// gathers the answers and tells its members whether all took it, and every rank then
+// learns which groups have theirs (a group without one splits into ranks alone). Rank
+// 0's slot (REMORA_COLL_SHM) is everyone's. One group: every call is one round (flat).
+// Several: a call goes through each group's segment to its leader (a reduce's or
+// broadcast's root for its own group), the leaders run the messages' algorithm among
+// themselves on an Op that views only them, and a second round brings an allreduce's
+// result or a barrier's release back to the group (an allgather's whole result: as many
+// rounds as it fills slots).
 //
 // Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
 // of their own, used by rounds in turn, each holding `seq` (the last round that used
@@ -164,8 +164,8 @@ struct ShmPlan {
 };
 
 /// The communicator's plan, set up at the first call here; null where it has none. Every
-/// rank calls it at the same point (its first barrier, broadcast, reduce, allreduce or
-/// allgather).
+/// rank calls it at the same point (its first barrier, broadcast, reduce, allreduce,
+/// reduce_scatter or allgather).
 Result<ShmPlan*> shm_plan(Op& op);
 
 /// Whether a call of `kind` of `bytes` (one rank's block for an allgather) goes through

@@ -165,6 +165,58 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
   });
 }
 
+// Reductions too large for the segment, by messages: the chain of a reduce to every
+// root, the ring of a reduce-scatter (in place every other call) and of an allreduce
+// (whose groups, where some ranks are apart, are not all of one size: one ring), back to
+// back without barriers. Where the groups are not in rank order they run host by host
+// (their own ring state, the root's place in that order, each block still its rank's).
+TEST_P(ShmSegmentRanks, LargeReducesReduceScattersAndAllreducesByMessagesAllExact) {
+  const Layout layout = GetParam();
+  const int n = layout.n;
+  const auto nn = static_cast<size_t>(n);
+  run_layout(layout, [&](int r, Communicator& c) {
+    ASSERT_TRUE(c.barrier().is_ok());
+    const size_t large = 64 * 1024;  // the ring and the chain from here above 2 ranks
+    if (n > 2) {
+      EXPECT_EQ(c.algorithm(CollectiveKind::kReduce, large).name, "chain");
+      EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, (large + nn - 1) / nn).name, "ring");
+      EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, large).name, "ring");
+    }
+    for (size_t count : {large / 4, large / 4 + 13}) {
+      for (int root = 0; root < n; ++root) {
+        auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, n);
+        std::vector<std::byte> out(in.size(), std::byte{0x5A});
+        ASSERT_TRUE(c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root).is_ok());
+        if (r == root) {
+          EXPECT_EQ(first_diff(reference(0, n - 1, 0, count, DataType::kFloat32, ReduceOp::kSum, n), out.data(),
+                               out.size(), 4),
+                    -1)
+              << "reduce of " << count << " to " << root;
+        }
+      }
+    }
+    int k = 0;
+    for (size_t block : {large / 4 / nn + 1, large / 4 / nn + 1000, 3 * large / 4}) {
+      for (int round = 0; round < 2; ++round, ++k) {
+        auto in = rank_input(r, block * nn, DataType::kInt32, ReduceOp::kSum, n);
+        const bool in_place = k % 2 == 1;
+        std::vector<std::byte> out = in_place ? in : std::vector<std::byte>(block * 4, std::byte{0x5A});
+        ASSERT_TRUE(c.reduce_scatter(in_place ? kInPlace : in.data(), out.data(), block, DataType::kInt32,
+                                     ReduceOp::kSum)
+                        .is_ok());
+        EXPECT_EQ(first_diff(reference(0, n - 1, block * static_cast<size_t>(r), block, DataType::kInt32,
+                                       ReduceOp::kSum, n),
+                             out.data(), block * 4, 4),
+                  -1)
+            << "reduce_scatter of " << block << (in_place ? " in place" : "");
+      }
+    }
+    expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, large / 4 + 1);
+    expect_allreduce(r, c, DataType::kFloat64, ReduceOp::kAvg, 3 * large / 8 + 5);
+    expect_allreduce(r, c, DataType::kInt64, ReduceOp::kMax, large);
+  });
+}
+
 // Groups of one host, some of them alone: {0..n-1}; {0,1}{2}; {0}{1,2,3}; {0,2,4}{1}{3};
 // {0,1,2,3,5}{4}.
 INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
