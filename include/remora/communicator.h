@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -204,6 +205,13 @@ struct ConnectionStats {
   int sealed_peers = 0;         ///< of those peers, the ones whose connections are sealed (REMORA_ENCRYPT)
   size_t descriptors = 0;       ///< file descriptors this process has open, all of them
   size_t descriptor_limit = 0;  ///< its soft RLIMIT_NOFILE (raised toward the hard one when more are needed)
+  /// The communicator's shared segment (docs/guide.md, "Collectives"), set up at its
+  /// first barrier, broadcast, reduce, allreduce, reduce_scatter or allgather: how many
+  /// ranks map this rank's, itself included (0: it has none), and why it has none
+  /// ("REMORA_COLL_SHM=0 on a rank", "REMORA_SAME_HOST=off", "no two ranks share a
+  /// host", a rank that could not map it, ...; "not set up yet" before that call).
+  int segment_ranks = 0;
+  std::string no_segment;
 };
 
 /// A group of ranks running collectives and point-to-point messages over a mesh of

@@ -197,13 +197,16 @@ void bind_communicator(nb::class_<CommObj>& comm) {
             d["sealed_peers"] = st.sealed_peers;
             d["descriptors"] = st.descriptors;
             d["descriptor_limit"] = st.descriptor_limit;
+            d["segment_ranks"] = st.segment_ranks;
+            d["no_segment"] = st.no_segment;
             return d;
           },
           "What this rank holds to reach the others (Communicator::connections): a dict of peers "
           "(ranks it has an endpoint to), sockets (of those endpoints), sealed_peers (of those ranks, the ones "
           "whose connections are sealed: REMORA_ENCRYPT), descriptors (this process's open "
-          "file descriptors) and descriptor_limit (its soft RLIMIT_NOFILE). A communicator made by init "
-          "connects to a rank when something first needs it (docs/scaling.md).")
+          "file descriptors), descriptor_limit (its soft RLIMIT_NOFILE), segment_ranks (how many ranks map "
+          "this rank's shared segment, itself included; 0: none) and no_segment (why it has none). A "
+          "communicator made by init connects to a rank when something first needs it (docs/scaling.md).")
       .def(
           "failed_ranks",
           [](CommObj& c, double timeout) {

@@ -387,10 +387,20 @@ Status CommCore::execute(BodyRef body, const CollConfig& call) {
   return s;
 }
 
-void CommCore::set_shm(std::unique_ptr<ShmPlan> plan) {
+void CommCore::set_shm(std::unique_ptr<ShmPlan> plan, int ranks, std::string why) {
   shm_decided_ = true;
   shm_ = std::move(plan);  // set once: shm_on() readers see it after the flag
+  shm_ranks_ = ranks;
+  shm_why_ = std::move(why);
   shm_on_.store(shm_ != nullptr, std::memory_order_release);
+  shm_known_.store(true, std::memory_order_release);
+}
+
+bool CommCore::shm_verdict(int* ranks, std::string* why) const {
+  if (!shm_known_.load(std::memory_order_acquire)) return false;
+  *ranks = shm_ranks_;
+  *why = shm_why_;
+  return true;
 }
 
 uint32_t CommCore::reserve_seq() noexcept { return ++seq_ & kSeqMask; }

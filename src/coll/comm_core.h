@@ -272,17 +272,22 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   /// small allreduce's call is a few hundred nanoseconds: bench/results/coll.md).
   Scratch& scratch() noexcept { return scratch_; }
 
-  /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
-  /// scratch and the neighbours' keys). Created on first use, lives with the comm.
   /// The shared segments (coll/shm_segment.h): whether their set-up ran, and its plan
   /// (null where they are off). The running operation only.
   bool shm_decided() const noexcept { return shm_decided_; }
   ShmPlan* shm() const noexcept { return shm_.get(); }
-  void set_shm(std::unique_ptr<ShmPlan> plan);
+  /// Sets the plan, how many ranks map this rank's segment (itself included; 0: it has
+  /// none) and why it has none.
+  void set_shm(std::unique_ptr<ShmPlan> plan, int ranks, std::string why);
   /// Whether the communicator has a plan (any thread, which then may read it:
   /// Communicator::algorithm).
   bool shm_on() const noexcept { return shm_on_.load(std::memory_order_acquire); }
+  /// What set_shm said about this rank's segment, for any thread: false before the
+  /// set-up ran.
+  bool shm_verdict(int* ranks, std::string* why) const;
 
+  /// Per-communicator state an algorithm keeps between calls (e.g. registered ring
+  /// scratch and the neighbours' keys). Created on first use, lives with the comm.
   template <typename T>
   T& state(const char* name) {
     std::lock_guard lock(state_mu_);
@@ -324,6 +329,9 @@ class CommCore : public std::enable_shared_from_this<CommCore> {
   std::unique_ptr<ShmPlan> shm_;  ///< set once, by the running operation
   bool shm_decided_ = false;
   std::atomic<bool> shm_on_{false};
+  int shm_ranks_ = 0;                   ///< set before shm_known_
+  std::string shm_why_;                 ///< likewise
+  std::atomic<bool> shm_known_{false};  ///< the two above are set
   std::mutex state_mu_;
   std::map<std::string, std::shared_ptr<void>, std::less<>> states_;
   std::atomic<uint32_t> shrink_attempts_{0};

@@ -418,7 +418,7 @@ Result<ShmPlan*> shm_plan(Op& op) {
   const int n = comm.size();
   const int me = comm.rank();
   if (n < 2) {
-    comm.set_shm(nullptr);
+    comm.set_shm(nullptr, 0, "one rank");
     return nullptr;
   }
   // Each step of the set-up runs as an operation of its own (every rank reserves the
@@ -448,7 +448,7 @@ Result<ShmPlan*> shm_plan(Op& op) {
       std::all_of(table.begin(), table.end(), [](const HostRecord& h) { return (h.flags & kWilling) != 0; });
   auto off = [&](std::string_view reason) -> Result<ShmPlan*> {
     REMORA_LOG(kDebug, "communicator {}: collectives stay on messages: {}", comm.id(), reason);
-    comm.set_shm(nullptr);
+    comm.set_shm(nullptr, 0, std::string(reason));
     return nullptr;
   };
   if (!willing) return off("REMORA_COLL_SHM=0 on a rank");
@@ -501,7 +501,9 @@ Result<ShmPlan*> shm_plan(Op& op) {
       if (plan->index_in[r] == plan->index_in[static_cast<size_t>(me)]) plan->across.push_back(static_cast<int>(r));
     }
   }
-  comm.set_shm(std::move(plan));
+  const int ranks = plan->segment ? static_cast<int>(members.size()) : 0;
+  if (ranks == 0 && why.empty()) why = "no other rank of its host in its group";
+  comm.set_shm(std::move(plan), ranks, why);
   return comm.shm();
 }
 

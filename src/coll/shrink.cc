@@ -403,6 +403,10 @@ std::vector<int> Communicator::failed_ranks(Duration timeout) {
 
 uint64_t Communicator::epoch() const noexcept { return core_->world().epoch(); }
 
-ConnectionStats Communicator::connections() const { return core_->world().connections(); }
+ConnectionStats Communicator::connections() const {
+  ConnectionStats s = core_->world().connections();
+  if (!core_->shm_verdict(&s.segment_ranks, &s.no_segment)) s.no_segment = "not set up yet";
+  return s;
+}
 
 }  // namespace remora

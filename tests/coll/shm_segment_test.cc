@@ -8,6 +8,7 @@
 // Every type and operation through the segment is in allreduce_test.cc (the "auto (shm)"
 // communicator).
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -75,8 +76,15 @@ TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllE
   run_layout(layout, [&](int r, Communicator& c) {
     // Before the first barrier or allreduce the segment is not set up yet.
     EXPECT_NE(c.algorithm(CollectiveKind::kBarrier, 0).name, path);
+    EXPECT_EQ(c.connections().segment_ranks, 0);
+    EXPECT_EQ(c.connections().no_segment, "not set up yet");
     ASSERT_TRUE(c.barrier().is_ok());
     EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, path);
+    // connections() says how many map this rank's segment, or why it has none.
+    const ConnectionStats held = c.connections();
+    const bool alone = ((layout.alone >> r) & 1u) != 0;
+    EXPECT_EQ(held.segment_ranks, alone ? 0 : n - std::popcount(layout.alone)) << "rank " << r;
+    EXPECT_EQ(held.no_segment, alone ? "REMORA_SAME_HOST=off" : "") << "rank " << r;
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, path);
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, slot).name, path);
     EXPECT_NE(c.algorithm(CollectiveKind::kAllreduce, slot + 4).name, path);
@@ -303,6 +311,8 @@ TEST(ShmSegment, RanksWithSameHostOffOnlyMakeNoSegment) {
   run_layout(Layout{3, 0b111}, [&](int r, Communicator& c) {
     ASSERT_TRUE(c.barrier().is_ok());
     EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
+    EXPECT_EQ(c.connections().segment_ranks, 0);
+    EXPECT_EQ(c.connections().no_segment, "REMORA_SAME_HOST=off");
     EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "dissemination") << "rank " << r;
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "rd") << "rank " << r;
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
@@ -319,6 +329,7 @@ TEST(ShmSegment, CollShmZeroMakesNoSegment) {
     ASSERT_TRUE(c.barrier().is_ok());
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 8).name, "rd");
     EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
+    EXPECT_EQ(c.connections().no_segment, "REMORA_COLL_SHM=0 on a rank");
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
   });
 }
@@ -340,6 +351,7 @@ TEST(ShmSegment, CollShmZeroOnOneRankAloneMakesNoSegmentAndNoHang) {
       Communicator& c = *comms[static_cast<size_t>(r)];
       ASSERT_TRUE(c.barrier().is_ok()) << "rank " << r << ", REMORA_COLL_SHM=0 on rank " << odd;
       EXPECT_FALSE(coll::CommAccess::core(c).shm_on());
+      EXPECT_EQ(c.connections().no_segment, "REMORA_COLL_SHM=0 on a rank") << "rank " << r;
       expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
     });
   }

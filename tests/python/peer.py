@@ -46,6 +46,8 @@ def rank(r: int, n: int, store: str) -> None:
     assert held["peers"] == n - 1, held
     assert held["sockets"] == (n - 1) * (1 + ctx.config()["streams_per_endpoint"]), held
     assert held["descriptor_limit"] >= held["descriptors"] >= held["sockets"], held
+    # Ranks of one host: a segment all of them map, or a reason why not.
+    assert held["segment_ranks"] in (0, n) and (held["segment_ranks"] == 0) == bool(held["no_segment"]), held
     comm.close()
     ctx.close()
     print("ok", flush=True)

@@ -742,7 +742,9 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
                       {"most_peers", rep.most_peers},
                       {"most_sockets", rep.most_sockets},
                       {"rank0_descriptors", rep.connections.descriptors},
-                      {"rank0_descriptor_limit", rep.connections.descriptor_limit}};
+                      {"rank0_descriptor_limit", rep.connections.descriptor_limit},
+                      {"rank0_segment_ranks", rep.connections.segment_ranks},
+                      {"rank0_no_segment", rep.connections.no_segment}};
   return j;
 }
 

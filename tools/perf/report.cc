@@ -392,6 +392,11 @@ void print_coll_report(const CollReport& r, const CollOptions& o) {
       "# connections at the end: rank 0 holds {} endpoints ({} sockets); the most any rank holds: {} ({} "
       "sockets); a communicator connects to a rank when something first needs it\n",
       r.connections.peers, r.connections.sockets, r.most_peers, r.most_sockets);
+  if (r.connections.segment_ranks > 0) {
+    fmt::print("# rank 0's shared segment: {} ranks map it\n", r.connections.segment_ranks);
+  } else {
+    fmt::print("# rank 0 has no shared segment: {}\n", r.connections.no_segment);
+  }
   if (!print_coll_reference(r, o) || r.ratios.empty()) return;
   print_coll_ratios(r, o);
 }

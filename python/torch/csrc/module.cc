@@ -31,6 +31,8 @@ py::dict connections(const c10::intrusive_ptr<c10d::Backend>& backend) {
   d["peers"] = st.peers;
   d["sockets"] = st.sockets;
   d["sealed_peers"] = st.sealed_peers;
+  d["segment_ranks"] = st.segment_ranks;
+  d["no_segment"] = st.no_segment;
   return d;
 }
 
@@ -45,8 +47,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("allreduce_algorithm", &allreduce_algorithm, py::arg("backend"), py::arg("bytes"),
         "The algorithm remora runs for an allreduce of `bytes` on this backend (\"ring\", \"rd\", ...).");
   m.def("connections", &connections, py::arg("backend"),
-        "What this rank's backend holds to reach the others: peers (ranks with an endpoint), sockets, and "
-        "sealed_peers (of those, the ones whose connections are sealed: REMORA_ENCRYPT).");
+        "What this rank's backend holds to reach the others: peers (ranks with an endpoint), sockets, "
+        "sealed_peers (of those, the ones whose connections are sealed: REMORA_ENCRYPT), segment_ranks "
+        "(ranks that map this rank's shared segment, itself included; 0: none) and no_segment (why none).");
 #ifdef REMORA_TORCH_WINDOWS
   m.attr("has_windows") = true;
 #else

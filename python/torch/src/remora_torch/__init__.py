@@ -81,8 +81,10 @@ def allreduce_algorithm(nbytes: int, group=None) -> str:
 
 def connections(group=None) -> dict:
     """What this rank's remora backend holds to reach the other ranks of ``group``:
-    ``peers`` (ranks it has an endpoint to), ``sockets``, and ``sealed_peers`` (of those
-    ranks, the ones whose connections are sealed: ``REMORA_ENCRYPT``)."""
+    ``peers`` (ranks it has an endpoint to), ``sockets``, ``sealed_peers`` (of those
+    ranks, the ones whose connections are sealed: ``REMORA_ENCRYPT``), ``segment_ranks``
+    (ranks that map this rank's shared segment, itself included; 0: none) and
+    ``no_segment`` (why it has none)."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     return _C.connections(pg._get_backend(torch.device("cpu")))
 
