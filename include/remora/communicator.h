@@ -117,13 +117,15 @@ struct AlgorithmChoice {
   /// (one rank, or nothing to reduce), or "shm": through the communicator's shared memory
   /// (a barrier, or a broadcast, reduce, allreduce or allgather of at most REMORA_COLL_SHM
   /// bytes, an allgather's per rank, with the algorithm left to the communicator, once
-  /// its ranks, all of one host and at most 16, set it up at the first of these calls),
+  /// its ranks, all of one host and at most 16, set it up at the first of these calls
+  /// or of a reduce_scatter),
   /// or "hier": the same calls where the ranks span hosts, each host's ranks (in groups
   /// of up to 16) through their shared memory to a leader, and the leaders by messages
   /// (rd for allreduce, tree for broadcast and reduce, dissemination for barrier, the
   /// allgather's own choice for the groups' blocks); also an allreduce too large for the
   /// shared memory that would take the ring, where the groups are all of one size: a
-  /// ring within each group, an allreduce of each block across them, a ring within.
+  /// ring within each group, an allreduce of each block across them, a ring within; and
+  /// a reduce_scatter that would take the ring there: a ring within, a ring across.
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends
   /// to and/or receives from its peers of that round, each round waiting for the one

@@ -96,6 +96,12 @@ Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks
 /// doubling by size), the ring allgather within `local` (allreduce_ring.cc).
 Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, size_t count, DataType type,
                            ReduceOp rop);
+/// Reduce_scatter in two levels, for ranks in equal groups: the ring reduce-scatter
+/// within `local` of the runs of blocks of the ranks at each index (`by_index`: the
+/// communicator's ranks index by index, each index's in the order of the groups), then
+/// the ring reduce-scatter of this rank's run among `across` (allreduce_ring.cc).
+Status reduce_scatter_two_level(Op& local, Op& across, std::span<const int> by_index, const void* send,
+                                void* recv, size_t recv_count, DataType type, ReduceOp rop);
 Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,
                    int root);  // reduce_binomial.cc
 Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,

@@ -115,11 +115,13 @@ struct Piece {
 
 /// How the ring reduce-scatter reads and writes the caller's vectors.
 struct RingBlocks {
-  std::span<const size_t> offsets;  ///< element offset of each block (in the full vector)
-  std::span<const size_t> counts;   ///< elements of each block
-  /// Block b of this rank's contribution, and where the partial/final sum of b goes.
-  std::function<const std::byte*(int b)> src;
-  std::function<std::byte*(int b)> acc;
+  std::span<const size_t> counts;  ///< elements of each block
+  /// Where element `off` of block b of this rank's contribution is, and where the
+  /// partial/final sum of that element goes. Pieces never cross a multiple of `part`
+  /// elements of a block (0: one part), so a block may lie in parts apart.
+  std::function<const std::byte*(int b, size_t off)> src;
+  std::function<std::byte*(int b, size_t off)> acc;
+  size_t part = 0;
 };
 
 /// Pipelined ring reduce-scatter: after it, this rank's acc(owned) holds the full
@@ -156,8 +158,11 @@ Status ring_reduce_scatter(Op& op, RingState& st, DataType type, ReduceOp rop, c
     if (s == 1) first_recv = seq.size();
     if (s == n - 1) sends = seq.size();
     const int b = mod(r - s + shift);
-    for (size_t off = 0; off < blk.counts[static_cast<size_t>(b)]; off += piece_elems) {
-      seq.push_back({b, off, std::min(piece_elems, blk.counts[static_cast<size_t>(b)] - off)});
+    const size_t count = blk.counts[static_cast<size_t>(b)];
+    for (size_t off = 0, len = 0; off < count; off += len) {
+      len = std::min(piece_elems, count - off);
+      if (blk.part != 0) len = std::min(len, blk.part - off % blk.part);
+      seq.push_back({b, off, len});
     }
   }
   const size_t recvs = seq.size() - first_recv;
@@ -173,8 +178,8 @@ Status ring_reduce_scatter(Op& op, RingState& st, DataType type, ReduceOp rop, c
     // Put every piece that is ready (data reduced here already) and has a free slot.
     while (sent < sends && sent < acked + kSlots && (sent < first_recv || sent - first_recv < done)) {
       const Piece& p = seq[sent];
-      const std::byte* from = sent < first_recv ? blk.src(p.block) : blk.acc(p.block);
-      reqs.push_back(to_right->put(std::span(at(from, p.off, es), p.len * es), st.right_key,
+      const std::byte* from = sent < first_recv ? blk.src(p.block, p.off) : blk.acc(p.block, p.off);
+      reqs.push_back(to_right->put(std::span(from, p.len * es), st.right_key,
                                    (sent % kSlots) * st.slot_bytes,
                                    {.notify = op.notify_value(static_cast<uint16_t>(sent & kIndexMask))}));
       ++sent;
@@ -184,7 +189,7 @@ Status ring_reduce_scatter(Op& op, RingState& st, DataType type, ReduceOp rop, c
       arrived[done % kSlots] = false;
       const Piece& p = seq[first_recv + done];
       const std::byte* slot = st.memory.data() + (done % kSlots) * st.slot_bytes;
-      reduce_to(type, rop, at(blk.acc(p.block), p.off, es), at(blk.src(p.block), p.off, es), slot, p.len);
+      reduce_to(type, rop, blk.acc(p.block, p.off), blk.src(p.block, p.off), slot, p.len);
       reqs.push_back(
           to_left->put(std::as_bytes(std::span(&st.credit_source, 1)), st.left_key, kSlots * st.slot_bytes,
                        {.notify = op.notify_value(static_cast<uint16_t>(kCreditBit | (done & kIndexMask)))}));
@@ -314,9 +319,9 @@ Status allreduce_ring(Op& op, const char* ring, const void* send, void* recv, si
   split_blocks(count, n, offsets, counts);
   RingState& st = op.comm().state<RingState>(ring);
   REMORA_RETURN_IF_ERROR(ring_setup(op, st));
-  RingBlocks blk{offsets, counts,
-                 [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
-                 [&](int b) { return at(recv, offsets[static_cast<size_t>(b)], es); }};
+  RingBlocks blk{counts,
+                 [&](int b, size_t off) { return at(send, offsets[static_cast<size_t>(b)] + off, es); },
+                 [&](int b, size_t off) { return at(recv, offsets[static_cast<size_t>(b)] + off, es); }};
   const int owned = (op.rank() + 1) % n;
   std::byte* const owned_at = at(recv, offsets[static_cast<size_t>(owned)], es);
   RingAllgather ag(op, static_cast<std::byte*>(recv), es, offsets, counts, owned, st.slot_bytes / es);
@@ -338,9 +343,9 @@ Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, 
   split_blocks(count, n, offsets, counts);
   RingState& st = local.comm().state<RingState>("reduce_ring.local");
   REMORA_RETURN_IF_ERROR(ring_setup(local, st));
-  RingBlocks blk{offsets, counts,
-                 [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
-                 [&](int b) { return at(recv, offsets[static_cast<size_t>(b)], es); }};
+  RingBlocks blk{counts,
+                 [&](int b, size_t off) { return at(send, offsets[static_cast<size_t>(b)] + off, es); },
+                 [&](int b, size_t off) { return at(recv, offsets[static_cast<size_t>(b)] + off, es); }};
   const auto owned = static_cast<size_t>((local.rank() + 1) % n);
   const size_t mine = counts[owned];
   std::byte* const owned_at = at(recv, offsets[owned], es);
@@ -375,16 +380,45 @@ Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks
     offsets[b] = (blocks.empty() ? b : static_cast<size_t>(blocks[b])) * recv_count;
   }
   std::byte* partials = in_place ? static_cast<std::byte*>(recv) : grow(op.comm().scratch().c, block_bytes * offsets.size());
-  RingBlocks blk{offsets, counts, [&](int b) { return at(send, offsets[static_cast<size_t>(b)], es); },
-                 [&](int b) -> std::byte* {
-                   if (!in_place && static_cast<size_t>(b) == me) return static_cast<std::byte*>(recv);
-                   return partials + offsets[static_cast<size_t>(b)] * es;
+  RingBlocks blk{counts,
+                 [&](int b, size_t off) { return at(send, offsets[static_cast<size_t>(b)] + off, es); },
+                 [&](int b, size_t off) -> std::byte* {
+                   if (!in_place && static_cast<size_t>(b) == me) return at(recv, off, es);
+                   return partials + (offsets[static_cast<size_t>(b)] + off) * es;
                  }};
   RingState& st = op.comm().state<RingState>(ring);
   REMORA_RETURN_IF_ERROR(ring_setup(op, st));
   REMORA_RETURN_IF_ERROR(ring_reduce_scatter(op, st, type, rop, blk, -1));
   if (in_place && offsets[me] != 0) std::memmove(recv, at(recv, offsets[me], es), block_bytes);
   if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
+  return Status::ok();
+}
+
+Status reduce_scatter_two_level(Op& local, Op& across, std::span<const int> by_index, const void* send,
+                                void* recv, size_t recv_count, DataType type, ReduceOp rop) {
+  const auto groups = static_cast<size_t>(across.size());
+  const size_t es = size_of(type);
+  const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
+  // The ring within the group over runs: run i is the blocks of the ranks at index i of
+  // every group (in the order of the groups), read where they lie in the input, one
+  // part each; the partial sums go to scratch, run by run. Rank i of the group ends
+  // with run i's sum over the group.
+  const std::vector<size_t> counts(static_cast<size_t>(local.size()), groups * recv_count);
+  std::byte* runs = grow(local.comm().scratch().a, by_index.size() * recv_count * es);
+  RingBlocks blk{counts,
+                 [&](int b, size_t off) {
+                   const auto rank = static_cast<size_t>(by_index[static_cast<size_t>(b) * groups + off / recv_count]);
+                   return at(send, rank * recv_count + off % recv_count, es);
+                 },
+                 [&](int b, size_t off) { return at(runs, static_cast<size_t>(b) * groups * recv_count + off, es); },
+                 recv_count};
+  RingState& st = local.comm().state<RingState>("reduce_ring.local");
+  REMORA_RETURN_IF_ERROR(ring_setup(local, st));
+  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(local, st, type, partial, blk, -1));
+  // Then this rank's block of its run, from the ranks at its index.
+  std::byte* const mine = at(runs, static_cast<size_t>(local.rank()) * groups * recv_count, es);
+  REMORA_RETURN_IF_ERROR(reduce_scatter_ring(across, "reduce_ring.across", {}, mine, recv, recv_count, type, partial));
+  if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, static_cast<int>(by_index.size()));
   return Status::ok();
 }
 

@@ -46,7 +46,8 @@
 //   faster up to 2 MiB (0.49x the ring's time at 64 KiB, 0.88x at 256 KiB, level at
 //   1-2 MiB) and the ring from 4 MiB (bench/results/mpi.md).
 // - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold_for(n) and n > 2.
-// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n),
+// - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n)
+//   (in two levels where the segments found groups of one size, shm_segment.h),
 //   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
 //   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
 // - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
@@ -66,6 +67,7 @@
 // allgather).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
@@ -202,6 +204,17 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     return Status::ok();
   }
   REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
+  if (seg != nullptr && two_level_takes(CollectiveKind::kReduceScatter, op.config(), block, *seg)) {
+    const auto me = static_cast<size_t>(op.rank());
+    Op local(op, seg->local, seg->index_in[me]);
+    Op across(op, seg->across, seg->group_of[me]);
+    std::vector<int> by_index(static_cast<size_t>(n));
+    for (size_t r = 0; r < by_index.size(); ++r) {
+      by_index[static_cast<size_t>(seg->index_in[r]) * seg->across.size() + static_cast<size_t>(seg->group_of[r])] =
+          static_cast<int>(r);
+    }
+    return reduce_scatter_two_level(local, across, by_index, send, recv, recv_count, type, rop);
+  }
   if (select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block) != Algo::kRing) {
     // Small: recursive doubling over the whole input, keeping our block.
     std::byte* all = grow(op.comm().scratch().c, block * static_cast<size_t>(n));

@@ -131,8 +131,9 @@ class Op {
   /// ranks, which outlive the view), this rank being members[me]: the same tags,
   /// deadline and configuration, but rank() is `me`, size() is members.size(), and
   /// peers are indices into `members`. An algorithm run on it talks to those ranks only
-  /// (the hosts' leaders of a hierarchical collective, coll/shm_segment.h). Only for
-  /// algorithms that keep no state in the communicator between calls.
+  /// (the hosts' leaders of a hierarchical collective, coll/shm_segment.h). An algorithm
+  /// that keeps state in the communicator between calls keeps it per view, by name (the
+  /// rings' scratch and keys).
   Op(const Op& parent, std::span<const int> members, int me)
       : comm_(parent.comm_),
         seq_(parent.seq_),

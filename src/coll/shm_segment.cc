@@ -566,8 +566,9 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
 }
 
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
-  return kind == CollectiveKind::kAllreduce && plan.two_level() && call.allreduce == Algo::kAuto && bytes > plan.slot &&
-         select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) == Algo::kRing;
+  if (!plan.two_level() || call.allreduce != Algo::kAuto) return false;
+  const bool ring = select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) == Algo::kRing;
+  return ring && (kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot));
 }
 
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
@@ -589,6 +590,8 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
       const size_t block = bytes / static_cast<size_t>(plan.widest);
       return {"hier", 2 * (plan.widest - 1) + algorithm_steps(kind, select_algorithm(kind, call, k, block), k)};
     }
+    // The reduce-scatter rings within a group and across (two_level_takes).
+    case CollectiveKind::kReduceScatter: return {"hier", (plan.widest - 1) + (k - 1)};
     default: return {"hier", 1 + algorithm_steps(kind, Algo::kTree, k)};
   }
 }

@@ -173,9 +173,10 @@ Result<ShmPlan*> shm_plan(Op& op);
 /// when the algorithm is the communicator's choice and the data fits a slot; allgather
 /// so too (its whole result going to a hierarchical plan's members in rounds of a slot).
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
-/// Whether an allreduce of `bytes` under `call` too large for shm_takes runs in two
-/// levels over `plan`'s groups: where the plan allows it, the algorithm is the
-/// communicator's choice, and that choice over all ranks is the ring.
+/// Whether an allreduce of `bytes` under `call` too large for shm_takes, or a
+/// reduce_scatter of blocks of `bytes`, runs in two levels over `plan`'s groups: where
+/// the plan allows it, the algorithm is the communicator's choice, and that choice over
+/// all ranks is the ring.
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 /// Communicator::algorithm's answer for a call shm_takes or two_level_takes takes (of `bytes` under `call`).
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;

@@ -253,8 +253,9 @@ class TwoLevelRanks : public ::testing::TestWithParam<Groups> {};
 // ring above), and the allgather ring within: exact at counts that split evenly and
 // unevenly, one piece or many, in place every other call, back to back without
 // barriers (so notifications of one level arrive while a rank is still at the other),
-// and after a call that runs the ring over all ranks.
-TEST_P(TwoLevelRanks, LargeAllreducesRunInTwoLevelsAllExact) {
+// and after a call that runs the ring over all ranks. Reduce_scatters from 20 KiB of
+// input run the ring within each group and the ring across, between allreduces.
+TEST_P(TwoLevelRanks, LargeAllreducesAndReduceScattersRunInTwoLevelsAllExact) {
   const Groups g = GetParam();
   auto ranks = make_ranks(g.n);
   coll::CollConfig config = shm_config();
@@ -296,6 +297,36 @@ TEST_P(TwoLevelRanks, LargeAllreducesRunInTwoLevelsAllExact) {
               -1);
     expect_allreduce(r, c, DataType::kBFloat16, ReduceOp::kMin, 50001);
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
+    // Reduce_scatters of the ring's size: the ring within the group over runs of the
+    // blocks of the ranks at each index, then the ring across; in place every other call,
+    // back to back with allreduces.
+    const auto nn = static_cast<size_t>(g.n);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).name, g.two_level() ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 64).name, "rd");
+    struct Call {
+      DataType type;
+      ReduceOp op;
+      size_t block;
+    };
+    k = 0;
+    for (const Call& call : {Call{DataType::kFloat32, ReduceOp::kSum, 1300}, Call{DataType::kFloat32, ReduceOp::kSum, 1301},
+                             Call{DataType::kInt64, ReduceOp::kMax, 5000}, Call{DataType::kFloat64, ReduceOp::kAvg, 2561},
+                             Call{DataType::kBFloat16, ReduceOp::kMin, 25001}, Call{DataType::kInt32, ReduceOp::kSum, 30000}}) {
+      for (int round = 0; round < 2; ++round, ++k) {
+        const size_t es = size_of(call.type);
+        auto input = rank_input(r, call.block * nn, call.type, call.op, g.n);
+        const bool in_place = k % 2 == 1;
+        std::vector<std::byte> got = in_place ? input : std::vector<std::byte>(call.block * es, std::byte{0x5A});
+        Status s = c.reduce_scatter(in_place ? kInPlace : input.data(), got.data(), call.block, call.type, call.op);
+        ASSERT_TRUE(s.is_ok()) << "rank " << r << " block " << call.block << ": " << s.to_string();
+        EXPECT_EQ(first_diff(reference(0, g.n - 1, call.block * static_cast<size_t>(r), call.block, call.type, call.op,
+                                       g.n),
+                             got.data(), call.block * es, es),
+                  -1)
+            << "rank " << r << " reduce_scatter of " << call.block << (in_place ? " in place" : "");
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 6000);
+      }
+    }
   });
 }
 
