@@ -18,9 +18,10 @@
 //   data lands in (or leaves from) the caller's buffer at its displacement directly.
 // - allgather: for small results (up to 64 KiB, algo_select.cc) log2(n) rounds: recursive
 //   doubling when n is a power of two, Bruck otherwise (REMORA_ALLGATHER_ALGO=rd means
-//   this pair); else a ring, which receives straight into place. allgatherv: always
-//   the ring (its blocks need not be contiguous or equal, which both log-round
-//   algorithms rely on).
+//   this pair); else a ring, which receives straight into place (in two levels where the
+//   segments found groups of one size and the block is above their slot, shm_segment.h).
+//   allgatherv: always the ring (its blocks need not be contiguous or equal, which both
+//   log-round algorithms rely on).
 // - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight.
 //
 // Every rank sends its messages even for zero counts (a zero-byte message still
@@ -67,7 +68,6 @@
 // allgather).
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
@@ -116,6 +116,12 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
     if (done) return Status::ok();
+    if (two_level_takes(CollectiveKind::kAllgather, op.config(), block, *seg)) {
+      const auto me = static_cast<size_t>(op.rank());
+      Op local(op, seg->local, seg->index_in[me]);
+      Op across(op, seg->across, seg->group_of[me]);
+      return allgather_two_level(local, across, seg->by_index, recv, block);
+    }
     if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
       // The ring host by host: block i of the view is its rank's.
       Op hosts = in_host_order(op, *seg);
@@ -208,12 +214,7 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     const auto me = static_cast<size_t>(op.rank());
     Op local(op, seg->local, seg->index_in[me]);
     Op across(op, seg->across, seg->group_of[me]);
-    std::vector<int> by_index(static_cast<size_t>(n));
-    for (size_t r = 0; r < by_index.size(); ++r) {
-      by_index[static_cast<size_t>(seg->index_in[r]) * seg->across.size() + static_cast<size_t>(seg->group_of[r])] =
-          static_cast<int>(r);
-    }
-    return reduce_scatter_two_level(local, across, by_index, send, recv, recv_count, type, rop);
+    return reduce_scatter_two_level(local, across, seg->by_index, send, recv, recv_count, type, rop);
   }
   if (select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block) != Algo::kRing) {
     // Small: recursive doubling over the whole input, keeping our block.

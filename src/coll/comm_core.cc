@@ -145,9 +145,8 @@ constexpr ConfigVariable kVariables[] = {
      .min = 2,
      .max = 16,
      .doc = "most ranks of one host that share a segment: a host's further ranks form more groups, whose leaders "
-            "meet by messages, and a large allreduce or reduce_scatter over groups of one size runs in two levels; "
-            "rank 0's counts "
-            "(docs/guide.md, \"Collectives\")"},
+            "meet by messages, and a large allreduce, reduce_scatter or allgather over groups of one size runs in two "
+            "levels; rank 0's counts (docs/guide.md, \"Collectives\")"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,
      .default_text = "300000",

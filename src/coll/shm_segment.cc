@@ -500,6 +500,11 @@ Result<ShmPlan*> shm_plan(Op& op) {
     for (size_t r = 0; r < plan->group_of.size(); ++r) {
       if (plan->index_in[r] == plan->index_in[static_cast<size_t>(me)]) plan->across.push_back(static_cast<int>(r));
     }
+    plan->by_index.resize(plan->group_of.size());
+    for (size_t r = 0; r < plan->group_of.size(); ++r) {
+      const auto at = static_cast<size_t>(plan->index_in[r]) * plan->leaders.size() + static_cast<size_t>(plan->group_of[r]);
+      plan->by_index[at] = static_cast<int>(r);
+    }
   }
   const int ranks = plan->segment ? static_cast<int>(members.size()) : 0;
   if (ranks == 0 && why.empty()) why = "no other rank of its host in its group";
@@ -566,9 +571,11 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
 }
 
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
-  if (!plan.two_level() || call.allreduce != Algo::kAuto) return false;
-  const bool ring = select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) == Algo::kRing;
-  return ring && (kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot));
+  const Algo named = kind == CollectiveKind::kAllgather ? call.allgather : call.allreduce;
+  if (!plan.two_level() || named != Algo::kAuto) return false;
+  if (select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) != Algo::kRing) return false;
+  return kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot) ||
+         (kind == CollectiveKind::kAllgather && bytes > plan.slot);
 }
 
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
@@ -576,6 +583,8 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
   const int k = static_cast<int>(plan.leaders.size());
   switch (kind) {
     case CollectiveKind::kAllgather: {
+      // The rings across and within a group (two_level_takes).
+      if (two_level_takes(kind, call, bytes, plan)) return {"hier", (k - 1) + (plan.widest - 1)};
       const size_t widest = static_cast<size_t>(plan.widest) * bytes;
       const size_t whole = plan.group_of.size() * bytes;
       const int rounds = static_cast<int>(std::max<size_t>((whole + plan.slot - 1) / plan.slot, 1));

@@ -146,8 +146,9 @@ struct ShmPlan {
   int widest = 0;             ///< the most ranks of any group
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
   /// Where two_level(): this rank's group, and the ranks at its index in every group
-  /// (in the order of the groups).
-  std::vector<int> local, across;
+  /// (in the order of the groups); every rank, index by index (each index's in the order
+  /// of the groups).
+  std::vector<int> local, across, by_index;
   /// Where the groups are several and not already in rank order: every rank, group by
   /// group (each in rank order), and each rank's place there. Chains and rings of large
   /// calls follow it, so that they cross between hosts once per group, not at every step.

@@ -40,6 +40,43 @@ void expect_allreduce(int r, Communicator& c, DataType t, ReduceOp op, size_t co
   EXPECT_EQ(first_diff(want, out.data(), out.size(), size_of(t)), -1) << "rank " << r << " count " << count;
 }
 
+/// The byte at `i` of rank r's data in round `salt`.
+std::byte pattern(int r, size_t i, int salt) {
+  return static_cast<std::byte>((static_cast<size_t>(r) * 131 + i * 7 + static_cast<size_t>(salt) * 29) & 0xFF);
+}
+
+/// Float32 sums of `count` elements reduced to every root in turn, exact at the root.
+void expect_reduce_to_every_root(int r, Communicator& c, size_t count) {
+  const int n = c.size();
+  for (int root = 0; root < n; ++root) {
+    auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, n);
+    std::vector<std::byte> out(in.size(), std::byte{0x5A});
+    ASSERT_TRUE(c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root).is_ok());
+    if (r == root) {
+      EXPECT_EQ(
+          first_diff(reference(0, n - 1, 0, count, DataType::kFloat32, ReduceOp::kSum, n), out.data(), out.size(), 4),
+          -1)
+          << "reduce of " << count << " to " << root;
+    }
+  }
+}
+
+/// An allgather of blocks of `block` bytes, rank r's the pattern of round `salt` (from
+/// its place in the result when `in_place`), exact.
+void expect_allgather(int r, Communicator& c, size_t block, int salt, bool in_place) {
+  const auto n = static_cast<size_t>(c.size());
+  std::vector<std::byte> mine(block), all(block * n, std::byte{0xEE});
+  for (size_t i = 0; i < block; ++i) mine[i] = pattern(r, i, salt);
+  if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(r) * block);
+  ASSERT_TRUE(c.allgather(in_place ? kInPlace : mine.data(), all.data(), block, DataType::kUint8).is_ok());
+  for (size_t from = 0; from < n; ++from) {
+    for (size_t i = 0; i < block; ++i) {
+      ASSERT_EQ(all[from * block + i], pattern(static_cast<int>(from), i, salt))
+          << "rank " << r << ": allgather of " << block << ", rank " << from << "'s byte " << i;
+    }
+  }
+}
+
 /// A communicator of `n` ranks of which those in `alone` (a bit per rank) have
 /// REMORA_SAME_HOST=off: each is a group of its own, and the others share a segment.
 /// With none alone, every call through the segment is one round ("shm"); otherwise the
@@ -111,11 +148,6 @@ TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllE
   });
 }
 
-/// The byte at `i` of rank r's data in round `salt`.
-std::byte pattern(int r, size_t i, int salt) {
-  return static_cast<std::byte>((static_cast<size_t>(r) * 131 + i * 7 + static_cast<size_t>(salt) * 29) & 0xFF);
-}
-
 TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExact) {
   const Layout layout = GetParam();
   const int n = layout.n;
@@ -142,33 +174,15 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot).name, path);
     EXPECT_NE(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, path);
     for (size_t count : {size_t{1}, size_t{10}, size_t{11}, slot / 4, slot / 4 + 1}) {
-      for (int root = 0; root < n; ++root) {
-        auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, n);
-        std::vector<std::byte> out(in.size(), std::byte{0x5A});
-        ASSERT_TRUE(c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root).is_ok());
-        if (r == root) {
-          EXPECT_EQ(first_diff(reference(0, n - 1, 0, count, DataType::kFloat32, ReduceOp::kSum, n), out.data(),
-                               out.size(), 4),
-                    -1)
-              << "reduce of " << count << " to " << root;
-        }
-      }
+      expect_reduce_to_every_root(r, c, count);
+      if (::testing::Test::HasFatalFailure()) return;
     }
     // A hierarchical allgather's result reaches the groups in rounds of a slot: one, or
     // several with the last one full or not; in place every other call.
     for (size_t block : {size_t{0}, size_t{1}, size_t{40}, size_t{41}, slot / 2 + 1, slot, slot + 1, 3 * slot + 7}) {
       ++salt;
-      std::vector<std::byte> mine(block), all(block * static_cast<size_t>(n), std::byte{0xEE});
-      for (size_t i = 0; i < block; ++i) mine[i] = pattern(r, i, salt);
-      const bool in_place = salt % 2 == 0;
-      if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(r) * block);
-      ASSERT_TRUE(c.allgather(in_place ? kInPlace : mine.data(), all.data(), block, DataType::kUint8).is_ok());
-      for (int from = 0; from < n; ++from) {
-        for (size_t i = 0; i < block; ++i) {
-          ASSERT_EQ(all[static_cast<size_t>(from) * block + i], pattern(from, i, salt))
-              << "allgather of " << block << ", rank " << from << "'s byte " << i;
-        }
-      }
+      expect_allgather(r, c, block, salt, salt % 2 == 0);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   });
 }
@@ -191,17 +205,8 @@ TEST_P(ShmSegmentRanks, LargeReducesReduceScattersAndAllreducesByMessagesAllExac
       EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, large).name, "ring");
     }
     for (size_t count : {large / 4, large / 4 + 13}) {
-      for (int root = 0; root < n; ++root) {
-        auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, n);
-        std::vector<std::byte> out(in.size(), std::byte{0x5A});
-        ASSERT_TRUE(c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root).is_ok());
-        if (r == root) {
-          EXPECT_EQ(first_diff(reference(0, n - 1, 0, count, DataType::kFloat32, ReduceOp::kSum, n), out.data(),
-                               out.size(), 4),
-                    -1)
-              << "reduce of " << count << " to " << root;
-        }
-      }
+      expect_reduce_to_every_root(r, c, count);
+      if (::testing::Test::HasFatalFailure()) return;
     }
     int k = 0;
     for (size_t block : {large / 4 / nn + 1, large / 4 / nn + 1000, 3 * large / 4}) {
@@ -254,8 +259,9 @@ class TwoLevelRanks : public ::testing::TestWithParam<Groups> {};
 // unevenly, one piece or many, in place every other call, back to back without
 // barriers (so notifications of one level arrive while a rank is still at the other),
 // and after a call that runs the ring over all ranks. Reduce_scatters from 20 KiB of
-// input run the ring within each group and the ring across, between allreduces.
-TEST_P(TwoLevelRanks, LargeAllreducesAndReduceScattersRunInTwoLevelsAllExact) {
+// input run the ring within each group and the ring across, between allreduces;
+// allgathers of blocks above the slot the ring across and the ring within.
+TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAllExact) {
   const Groups g = GetParam();
   auto ranks = make_ranks(g.n);
   coll::CollConfig config = shm_config();
@@ -325,6 +331,26 @@ TEST_P(TwoLevelRanks, LargeAllreducesAndReduceScattersRunInTwoLevelsAllExact) {
                   -1)
             << "rank " << r << " reduce_scatter of " << call.block << (in_place ? " in place" : "");
         expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 6000);
+      }
+    }
+    // Allgathers of blocks above the slot: the ring across straight into place, then the
+    // ring within the group, a message per group at each step; in place every other
+    // call, back to back with reduce_scatters.
+    const size_t slot = config.shm_bytes;
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, g.two_level() ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1, {.algorithm = CollAlgorithm::kRing}).name, "ring");
+    int salt = 0;
+    for (size_t block : {slot + 1, 3 * slot + 7, size_t{100'003}}) {
+      for (int round = 0; round < 2; ++round, ++salt) {
+        expect_allgather(r, c, block, salt, salt % 2 == 1);
+        if (::testing::Test::HasFatalFailure()) return;
+        auto input = rank_input(r, 1300 * nn, DataType::kInt32, ReduceOp::kSum, g.n);
+        std::vector<std::byte> got(1300 * 4);
+        ASSERT_TRUE(c.reduce_scatter(input.data(), got.data(), 1300, DataType::kInt32, ReduceOp::kSum).is_ok());
+        EXPECT_EQ(first_diff(reference(0, g.n - 1, 1300 * static_cast<size_t>(r), 1300, DataType::kInt32,
+                                       ReduceOp::kSum, g.n),
+                             got.data(), got.size(), 4),
+                  -1);
       }
     }
   });

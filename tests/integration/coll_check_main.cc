@@ -7,7 +7,8 @@
 //
 //   remora_coll_check                 the suite once; prints "rank R of N: small calls: ALGORITHM"
 //                                     (a barrier's), "rank R of N: large allreduce: ALGORITHM"
-//                                     and "... large reduce_scatter: ALGORITHM" (1 MiB each),
+//                                     and "... large reduce_scatter|allgather: ALGORITHM" (1 MiB
+//                                     each),
 //                                     and "rank R of N: K checks ok (launcher L)"
 //   remora_coll_check --iterations=I  the suite I times
 //   remora_coll_check --loop          a loop of collectives until one fails (or --iterations
@@ -38,6 +39,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -743,11 +745,13 @@ int run(int argc, char** argv) {
     // And a 1 MiB allreduce (ranks in equal groups of several hosts: two levels).
     const std::string_view large = (*comm)->algorithm(CollectiveKind::kAllreduce, kBig).name;
     std::printf("rank %d of %d: large allreduce: %.*s\n", rank, size, static_cast<int>(large.size()), large.data());
-    // And a reduce_scatter of 1 MiB of input (likewise).
-    const std::string_view scatter =
-        (*comm)->algorithm(CollectiveKind::kReduceScatter, kBig / static_cast<size_t>(size)).name;
-    std::printf("rank %d of %d: large reduce_scatter: %.*s\n", rank, size, static_cast<int>(scatter.size()),
-                scatter.data());
+    // And a reduce_scatter of 1 MiB of input and an allgather of 1 MiB of result (likewise).
+    const std::pair<const char*, CollectiveKind> kinds[] = {{"reduce_scatter", CollectiveKind::kReduceScatter},
+                                                            {"allgather", CollectiveKind::kAllgather}};
+    for (const auto& [what, kind] : kinds) {
+      const std::string_view name = (*comm)->algorithm(kind, kBig / static_cast<size_t>(size)).name;
+      std::printf("rank %d of %d: large %s: %.*s\n", rank, size, what, static_cast<int>(name.size()), name.data());
+    }
   }
   // Tear down before reporting success: a shutdown that fails or hangs is a failure too.
   comm->reset();

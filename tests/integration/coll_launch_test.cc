@@ -153,9 +153,11 @@ void expect_suite_across_namespaces(int hosts, const std::string& small_path, co
     EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: large allreduce: "),
               std::vector<std::string>{large_path})
         << out;
-    EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: large reduce_scatter: "),
-              std::vector<std::string>{large_path})
-        << out;
+    for (const char* kind : {"reduce_scatter", "allgather"}) {
+      EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: large " + kind + ": "),
+                std::vector<std::string>{large_path})
+          << out;
+    }
   }
 }
 
@@ -164,8 +166,8 @@ TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) { expect_suite_
 
 // Two hosts of two ranks each (ranks 0 and 2 in one namespace, 1 and 3 in the other):
 // each pair shares a segment, and small calls go through it to the pair's leader, which
-// meets the other leader over TCP ("hier"); large allreduces and reduce_scatters run in
-// two levels (within each pair, then ranks 0 and 1, 2 and 3 across). The whole suite,
+// meets the other leader over TCP ("hier"); large allreduces, reduce_scatters and
+// allgathers run in two levels (within each pair, then ranks 0 and 1, 2 and 3 across). The whole suite,
 // bit for bit.
 TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
   expect_suite_across_namespaces(2, "hier", "hier");
