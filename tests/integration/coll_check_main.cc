@@ -108,6 +108,9 @@ class Checker {
   void loop_round(int round) {
     const int root = round % n_;
     check_allreduce(world_, "loop", DataType::kFloat32, ReduceOp::kSum, 2 * piece_ / 4 * uz(n_) + 3, false);
+    // The ring's sizes (in two levels where the hosts hold equal groups).
+    check_reduce_scatter(DataType::kFloat32, ReduceOp::kSum, 2 * piece_ / 4 + 1, round % 2 == 1);
+    allgather_case(DataType::kUint8, 2 * piece_ + 1, round);
     check_broadcast(DataType::kUint8, 100'003, root, salt(round, root));
     alltoall_case(DataType::kBFloat16, kPrime, round);
     ok(world_.barrier(), "loop barrier");
@@ -468,20 +471,25 @@ class Checker {
   void allgather() {
     int k = 0;
     for (DataType t : {DataType::kUint8, DataType::kFloat16, DataType::kFloat64}) {
-      const size_t es = size_of(t);
       for (size_t count : block_counts(t)) {
-        const bool in_place = k % 2 == 0;
-        const size_t block = count * es;
-        const Bytes want = concatenated(k, block);
-        const Bytes mine = pattern(salt(k, r_), block);
-        Bytes all(want.size(), kSentinel);
-        if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(uz(r_) * block));
-        const std::string what = fmt::format("{} in_place={}", tag("allgather", t, count), in_place);
-        ok(world_.allgather(in_place ? kInPlace : mine.data(), all.data(), count, t), what);
-        same(all, want, es, what);
+        allgather_case(t, count, k);
         ++k;
       }
     }
+  }
+
+  /// An allgather of `count` elements a rank, case k (in place when k is even), checked.
+  void allgather_case(DataType t, size_t count, int k) {
+    const size_t es = size_of(t);
+    const bool in_place = k % 2 == 0;
+    const size_t block = count * es;
+    const Bytes want = concatenated(k, block);
+    const Bytes mine = pattern(salt(k, r_), block);
+    Bytes all(want.size(), kSentinel);
+    if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(uz(r_) * block));
+    const std::string what = fmt::format("{} in_place={}", tag("allgather", t, count), in_place);
+    ok(world_.allgather(in_place ? kInPlace : mine.data(), all.data(), count, t), what);
+    same(all, want, es, what);
   }
 
   void allgatherv() {

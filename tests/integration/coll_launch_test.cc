@@ -266,9 +266,9 @@ TEST(StoppedLeaderInTwoHostsSegments, EverySurvivorFailsWithinThePeerTimeout) {
   expect_survivors_fail(1, true, true, true);
 }
 
-// The same two hosts with the whole loop, whose large allreduce runs in two levels
-// (rings within each host's pair, an exchange across): a rank killed, and a rank
-// stopped, wherever in those levels the others are.
+// The same two hosts with the whole loop, whose large allreduce, reduce_scatter and
+// allgather run in two levels (rings within each host's pair and across): a rank
+// killed, and a rank stopped, wherever in those levels the others are.
 TEST(DeadRankInTwoLevelAllreduces, EverySurvivorFailsNotATimeout) { expect_survivors_fail(3, false, false, true); }
 
 TEST(StoppedRankInTwoLevelAllreduces, EverySurvivorFailsWithinThePeerTimeout) {
