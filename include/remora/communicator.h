@@ -138,8 +138,9 @@ struct AlgorithmChoice {
   /// ceil(log2 n); chain n-1; pairwise n-1 (up to 8 of them in flight at once); linear 1
   /// (the root exchanges with every rank at once); shm 1; hier 2 (allreduce, barrier), 1
   /// (broadcast, reduce) or 1 plus one per REMORA_COLL_SHM bytes of the whole result
-  /// (allgather), plus the leaders' algorithm's steps among the groups, or for the large
-  /// allreduce 2(L-1) for groups of L plus the steps across them; local 0.
+  /// (allgather), plus the leaders' algorithm's steps among the groups, or in two levels
+  /// over G groups of L: allreduce 2(L-1) plus the steps across them, reduce_scatter and
+  /// allgather (L-1) + (G-1); local 0.
   int steps = 0;
 };
 

@@ -339,6 +339,12 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     const size_t slot = config.shm_bytes;
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, g.two_level() ? "hier" : "ring");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1, {.algorithm = CollAlgorithm::kRing}).name, "ring");
+    if (g.two_level()) {
+      // A ring across the groups and one within each: (G-1) + (L-1) steps, for both.
+      const int steps = (g.n / g.group - 1) + (g.group - 1);
+      EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).steps, steps);
+      EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).steps, steps);
+    }
     int salt = 0;
     for (size_t block : {slot + 1, 3 * slot + 7, size_t{100'003}}) {
       for (int round = 0; round < 2; ++round, ++salt) {
