@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "datapath/checksum.h"
 #include "net/same_host.h"
+#include "net/seal.h"
 
 namespace remora::detail {
 
@@ -590,6 +591,21 @@ bool ChunkScheduler::settle_tx_job(Stream& s, TxSettle how) {
   return advance(s, r.got, &left) && epoch == epoch_;
 }
 
+bool ChunkScheduler::take_sealed_sent(Stream& s, TxSettle how) {
+  const uint64_t epoch = epoch_;
+  while (!s.txq.empty() && s.fd.valid()) {
+    const uint64_t n = net::sealed_take_sent(s.fd.get(), s.txq.front().remaining);
+    if (n == 0) return true;
+    if (how == TxSettle::kCount) {
+      (void)count_written(s, n);
+      continue;
+    }
+    uint64_t left = n;
+    if (!advance(s, n, &left) || epoch != epoch_) return false;
+  }
+  return true;
+}
+
 TxTransfer* ChunkScheduler::count_written(Stream& s, uint64_t bytes) {
   TxChunk& c = s.txq.front();
   c.offset += bytes;
@@ -1019,7 +1035,7 @@ std::string ChunkScheduler::confirmed(uint16_t index, uint64_t chunks) {
   // A send worker may have written chunks the peer read before its report came here:
   // take its job back now, so that what it wrote is counted before the count is checked.
   if (chunks >= s.chunks_confirmed && chunks - s.chunks_confirmed > s.unconfirmed.size() &&
-      !settle_tx_job(s, TxSettle::kReport)) {
+      (!settle_tx_job(s, TxSettle::kReport) || !take_sealed_sent(s, TxSettle::kReport))) {
     return {};
   }
   if (chunks < s.chunks_confirmed || chunks - s.chunks_confirmed > s.unconfirmed.size()) {
@@ -1035,6 +1051,7 @@ Result<uint64_t> ChunkScheduler::retire(uint16_t index) {
   if (s.retired) return s.chunks_read;
   settle_rx_job(s, /*count=*/true);
   settle_tx_job(s, TxSettle::kCount);
+  (void)take_sealed_sent(s, TxSettle::kCount);  // while the socket is there to ask
   for (const RxChunk& c : s.rxq) {
     if (!c.t->sink->can_reread()) {
       return Status(StatusCode::kPeerFailed,
@@ -1101,6 +1118,7 @@ std::string ChunkScheduler::peer_retired(uint16_t index, uint64_t chunks) {
   Stream& s = streams_[index];
   if (s.peer_retired) return fmt::format("RETIRE of data stream {} twice", index);
   settle_tx_job(s, TxSettle::kCount);  // none: this side retired it first (retire)
+  (void)take_sealed_sent(s, TxSettle::kCount);
   if (chunks < s.chunks_confirmed || chunks - s.chunks_confirmed > s.unconfirmed.size()) {
     return fmt::format("RETIRE of data stream {} after {} chunks, where {} were confirmed and {} more written whole",
                        index, chunks, s.chunks_confirmed, s.unconfirmed.size());

@@ -542,6 +542,12 @@ class ChunkScheduler {
   /// Takes `s`'s send job back now (cancel, wait), if it has one. false when a callback
   /// (kReport) moved `epoch_`.
   bool settle_tx_job(Stream& s, TxSettle how);
+  /// Counts the queued bytes of `s` that a sealing layer put into the kernel without
+  /// telling the last sender (net::sealed_take_sent: a send job offered less than the
+  /// progress thread had offered before it), as settle_tx_job counts a job's (kCount or
+  /// kReport). The peer can have read them whole, so its RECEIVED or RETIRE may count
+  /// them. false when a callback (kReport) moved `epoch_`.
+  bool take_sealed_sent(Stream& s, TxSettle how);
   /// The checks expect() and expect_pull() share; "" or the violation.
   std::string check_expected(const RxTransfer* t, const char* frame, uint64_t offset, uint64_t length,
                              bool has_crc) const;

@@ -252,6 +252,12 @@ class SealedSocket {
     }
   }
 
+  size_t take_sent(size_t most) noexcept {
+    const size_t n = std::min(most, credit_);
+    credit_ -= n;
+    return n;
+  }
+
   IoResult recv(int fd, std::byte* dst, size_t len) {
     if (len == 0) return moved(0);
     size_t got = 0;
@@ -582,6 +588,11 @@ bool sealed_send_gathered(int fd, const iovec* pieces, int count, IoResult* out)
   if (s == nullptr) return false;
   *out = s->send(fd, std::span(pieces, static_cast<size_t>(std::max(count, 0))));
   return true;
+}
+
+size_t sealed_take_sent(int fd, size_t most) noexcept {
+  SealedSocket* s = find(fd);
+  return s == nullptr ? 0 : s->take_sent(most);
 }
 
 bool sealed_recv(int fd, void* data, size_t len, IoResult* out) noexcept {

@@ -141,6 +141,16 @@ bool sealed_send(int fd, const void* data, size_t len, IoResult* out) noexcept;
 bool sealed_send_gathered(int fd, const iovec* pieces, int count, IoResult* out) noexcept;
 bool sealed_recv(int fd, void* data, size_t len, IoResult* out) noexcept;
 
+/// Bytes in the kernel that no sender was told of yet, up to `most`, reported now: a
+/// send seals what it is offered, so where a later offer is shorter than an earlier one
+/// (a send worker offering the front chunk of a queue the progress thread offered
+/// whole), the records past it may be wholly sent, and the peer may act on them, before
+/// their bytes are offered again. A caller that must count what the peer can have read
+/// (a data stream checking the peer's count of chunks) takes them here; the next offer
+/// of them would have reported them at once. They are the bytes after the last ones
+/// reported, in the order they were offered. 0 for a socket without a layer.
+size_t sealed_take_sent(int fd, size_t most) noexcept;
+
 /// One record, for tests of the format: seals `plaintext` (1..kSealRecordMax bytes) as
 /// record number `counter` (taken modulo kSealRecordsPerKey: under `key` itself, not a
 /// replaced one) under `key`; open_record opens one whole record so made.

@@ -1036,6 +1036,73 @@ TEST(EncryptionRecords, AGatheredSendSealsEveryPieceInOrder) {
   }
 }
 
+// An offer shorter than the one before it (a send worker offering a queue's front chunk
+// after the progress thread offered the whole queue) is reported in full, and the
+// records sealed past it may go into the kernel in the same call: the peer can read
+// them before their bytes are offered again. sealed_take_sent reports them, in order,
+// once; the next offer of them would have been told at once too.
+TEST(EncryptionRecords, BytesSentPastAShorterOfferAreTakenOnce) {
+  for (net::SealCipher cipher : net::kSealCiphers) {
+    if (!net::cipher_available(cipher)) continue;
+    SCOPED_TRACE(std::string(net::cipher_name(cipher)));
+    net::Fd tx, rx;
+    ASSERT_NO_FATAL_FAILURE(sealed_pair(cipher, 7, 0, &tx, &rx));
+    EXPECT_EQ(net::sealed_take_sent(tx.get(), 1000), 0U);
+
+    // The socket is full (of bytes below the layer, read back below it), so the first
+    // offer seals both pieces and sends nothing.
+    std::vector<std::byte> filler(4096, std::byte{0x5A});
+    size_t filled = 0;
+    for (;;) {
+      const ssize_t n = ::send(tx.get(), filler.data(), filler.size(), MSG_DONTWAIT);
+      if (n < 0) {
+        ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << errno;
+        break;
+      }
+      filled += static_cast<size_t>(n);
+    }
+    const auto a = pattern(10000, 1), b = pattern(100, 2);
+    std::array<iovec, 2> both{iovec{.iov_base = const_cast<std::byte*>(a.data()), .iov_len = a.size()},
+                              iovec{.iov_base = const_cast<std::byte*>(b.data()), .iov_len = b.size()}};
+    EXPECT_TRUE(net::send_some_gathered(tx.get(), both.data(), 2).would_block());
+    for (size_t drained = 0; drained < filled;) {
+      const ssize_t n = ::recv(rx.get(), filler.data(), std::min(filler.size(), filled - drained), 0);
+      ASSERT_GT(n, 0) << errno;
+      drained += static_cast<size_t>(n);
+    }
+
+    // The second offer is the first piece alone: both records go, the first is told.
+    const net::IoResult r = net::send_some(tx.get(), a.data(), a.size());
+    ASSERT_TRUE(r.moved()) << r.err;
+    EXPECT_EQ(r.bytes, a.size());
+    EXPECT_EQ(net::sealed_take_sent(tx.get(), 60), 60U);
+    EXPECT_EQ(net::sealed_take_sent(tx.get(), 1000), 40U);
+    EXPECT_EQ(net::sealed_take_sent(tx.get(), 1000), 0U);
+
+    std::vector<std::byte> got(a.size() + b.size());
+    size_t received = 0;
+    while (received < got.size()) {
+      const net::IoResult in = net::recv_some(rx.get(), got.data() + received, got.size() - received);
+      ASSERT_TRUE(in.moved() && in.bytes > 0) << in.err;
+      received += in.bytes;
+    }
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), got.begin()));
+    EXPECT_TRUE(std::equal(b.begin(), b.end(), got.begin() + static_cast<ptrdiff_t>(a.size())));
+
+    // Taken, they are not told again: the next offer is sealed and sent anew.
+    const auto c = pattern(50, 3);
+    const net::IoResult next = net::send_some(tx.get(), c.data(), c.size());
+    ASSERT_TRUE(next.moved() && next.bytes == c.size()) << next.err;
+    std::vector<std::byte> third(c.size());
+    for (size_t n = 0; n < third.size();) {
+      const net::IoResult in = net::recv_some(rx.get(), third.data() + n, third.size() - n);
+      ASSERT_TRUE(in.moved() && in.bytes > 0) << in.err;
+      n += in.bytes;
+    }
+    EXPECT_TRUE(third == c);
+  }
+}
+
 TEST(EncryptionKeys, EveryConnectionAndDirectionHasItsOwn) {
   const AuthKey k = key_of("s");
   const auto hello = pattern(48, 1);
