@@ -129,18 +129,20 @@ struct AlgorithmChoice {
   /// an allgather of blocks above REMORA_COLL_SHM that would take the ring there: a
   /// ring across, a ring within.
   std::string_view name;
-  /// Sequential communication steps on the critical path: rounds in which a rank sends
-  /// to and/or receives from its peers of that round, each round waiting for the one
-  /// before. Pipelining into pieces is not counted (a ring step is one step however many
-  /// pieces it moves). ring allreduce 2(n-1); ring allgather and reduce_scatter n-1;
-  /// rd log2(p) for p the largest power of two <= n, plus 2 (fold in, fold out) when
-  /// n > p, except allgather (log2 n, powers of two only); bruck, tree and dissemination
-  /// ceil(log2 n); chain n-1; pairwise n-1 (up to 8 of them in flight at once); linear 1
-  /// (the root exchanges with every rank at once); shm 1; hier 2 (allreduce, barrier), 1
-  /// (broadcast, reduce) or 1 plus one per REMORA_COLL_SHM bytes of the whole result
-  /// (allgather), plus the leaders' algorithm's steps among the groups, or in two levels
-  /// over G groups of L: allreduce 2(L-1) plus the steps across them, reduce_scatter and
-  /// allgather (L-1) + (G-1); local 0.
+  /// Sequential communication steps on the critical path: rounds in which a rank sends to
+  /// and/or receives from its peers of that round, each round waiting for the one before.
+  /// Pipelining into pieces is not counted (a ring step is one step however many pieces
+  /// it moves). ring allreduce 2(n-1); ring allgather and reduce_scatter n-1; rd log2(p)
+  /// for p the largest power of two <= n, plus 2 (fold in, fold out) when n > p, except
+  /// allgather (log2 n, powers of two only); bruck, tree and dissemination ceil(log2 n),
+  /// except a tree over G groups of at most L ranks (the ranks span hosts and share
+  /// memory within them: the tree among the groups' representatives, then within each
+  /// group) ceil(log2 G) + ceil(log2 L); chain n-1; pairwise n-1 (up to 8 of them in
+  /// flight at once); linear 1 (the root exchanges with every rank at once); shm 1; hier
+  /// 2 (allreduce, barrier), 1 (broadcast, reduce) or 1 plus one per REMORA_COLL_SHM
+  /// bytes of the whole result (allgather), plus the leaders' algorithm's steps among the
+  /// groups, or in two levels over G groups of L: allreduce 2(L-1) plus the steps across
+  /// them, reduce_scatter and allgather (L-1) + (G-1); local 0.
   int steps = 0;
 };
 

@@ -109,6 +109,26 @@ inline Status check_own(const char* what, size_t have, size_t slot) {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
+/// A binomial tree of `n` places rooted at place 0, seen from place `vr`: the place it
+/// receives from (-1 at the root) and the places it sends to, the farthest subtree
+/// first (the order broadcast_tree sends in).
+struct BinomialEdges {
+  int parent = -1;
+  std::array<int, 32> children{};
+  int count = 0;
+  std::span<const int> sends() const noexcept { return std::span(children).first(static_cast<size_t>(count)); }
+};
+inline BinomialEdges binomial_edges(int vr, int n) {
+  BinomialEdges e;
+  int mask = 1;
+  while (mask < n && (vr & mask) == 0) mask <<= 1;
+  if (mask < n) e.parent = vr - mask;
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) e.children[static_cast<size_t>(e.count++)] = vr + mask;
+  }
+  return e;
+}
+
 // --- reductions: allreduce, reduce, reduce_scatter, scan --------------------------------
 
 // Op steps (tags) used below. Every algorithm of one op uses its own steps only.

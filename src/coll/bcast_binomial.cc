@@ -6,20 +6,13 @@ namespace remora::coll {
 
 Status broadcast_tree(Op& op, void* buf, size_t bytes, int root) {
   const int n = op.size();
-  const int vr = mod(op.rank() - root, n);
+  const BinomialEdges e = binomial_edges(mod(op.rank() - root, n), n);
   Inflight io(op);
-  int mask = 1;
-  while (mask < n) {
-    if (vr & mask) {
-      io.recv(mod(vr - mask + root, n), buf, bytes);
-      REMORA_RETURN_IF_ERROR(io.wait_oldest());
-      break;
-    }
-    mask <<= 1;
+  if (e.parent >= 0) {
+    io.recv(mod(e.parent + root, n), buf, bytes);
+    REMORA_RETURN_IF_ERROR(io.wait_oldest());
   }
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < n) io.send(mod(vr + mask + root, n), buf, bytes);
-  }
+  for (int child : e.sends()) io.send(mod(child + root, n), buf, bytes);
   return io.finish();
 }
 

@@ -58,7 +58,11 @@
 // ranks (hosts) that are not in rank order, the chains (broadcast, reduce) and the rings
 // by messages (allgather, reduce_scatter, allreduce over unequal groups or when named)
 // run on a view that lists the ranks host by host, so they cross between hosts once
-// per group instead of at every step.
+// per group instead of at every step. The trees of broadcasts and reduces too large
+// for the segments run in two levels wherever there are several groups, in rank order
+// or not: among the groups' representatives (the root for its own), then within each
+// group, so that each group is reached by one message from outside it
+// (broadcast_by_group, reduce_by_group).
 //
 // Determinism: every algorithm combines in a fixed order that depends only on ranks,
 // counts and which ranks share a host (never on arrival order), and each element of an
@@ -104,7 +108,9 @@ Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
     Op hosts = in_host_order(op, *seg);
     return broadcast_chain(hosts, buf, bytes, seg->place[static_cast<size_t>(root)], piece);
   }
-  return algo == Algo::kChain ? broadcast_chain(op, buf, bytes, root, piece) : broadcast_tree(op, buf, bytes, root);
+  if (algo == Algo::kChain) return broadcast_chain(op, buf, bytes, root, piece);
+  if (seg != nullptr && !seg->flat()) return broadcast_by_group(op, *seg, buf, bytes, root);
+  return broadcast_tree(op, buf, bytes, root);
 }
 
 Status allgather(Op& op, const void* send, void* recv, size_t count, DataType type) {
@@ -164,6 +170,7 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
     if (done) return Status::ok();
   }
   if (select_algorithm(CollectiveKind::kReduce, op.config(), op.size(), bytes) != Algo::kChain) {
+    if (seg != nullptr && !seg->flat()) return reduce_by_group(op, *seg, send, recv, count, type, rop, root);
     return reduce_tree(op, send, recv, count, type, rop, root);
   }
   if (seg != nullptr && !seg->by_host.empty()) {

@@ -432,6 +432,13 @@ AlgorithmChoice Communicator::algorithm(CollectiveKind kind, size_t bytes, const
       (coll::shm_takes(kind, *call, bytes, *core_->shm()) || coll::two_level_takes(kind, *call, bytes, *core_->shm()))) {
     return coll::shm_algorithm(kind, *call, bytes, *core_->shm());
   }
+  if (core_->shm_on() && a == coll::Algo::kTree && !core_->shm()->flat() &&
+      (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce)) {
+    // The tree among the groups' representatives, then within each group.
+    const coll::ShmPlan& plan = *core_->shm();
+    return {"tree", coll::algorithm_steps(kind, a, static_cast<int>(plan.leaders.size())) +
+                        coll::algorithm_steps(kind, a, plan.widest)};
+  }
   return {coll::to_string(a), coll::algorithm_steps(kind, a, size())};
 }
 

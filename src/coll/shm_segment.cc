@@ -495,8 +495,8 @@ Result<ShmPlan*> shm_plan(Op& op) {
     plan->place.resize(plan->by_host.size());
     for (size_t i = 0; i < plan->by_host.size(); ++i) plan->place[static_cast<size_t>(plan->by_host[i])] = static_cast<int>(i);
   }
+  if (!plan->flat()) plan->local = members_of(*plan, plan->group_of[static_cast<size_t>(me)]);
   if (plan->two_level()) {
-    plan->local = members_of(*plan, plan->group_of[static_cast<size_t>(me)]);
     for (size_t r = 0; r < plan->group_of.size(); ++r) {
       if (plan->index_in[r] == plan->index_in[static_cast<size_t>(me)]) plan->across.push_back(static_cast<int>(r));
     }
@@ -698,6 +698,54 @@ Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int r
   REMORA_RETURN_IF_ERROR(seg->wait_rank(op, seg->index_of(from), shape));
   if (bytes > 0) std::memcpy(buf, seg->data(seg->index_of(from), bytes), bytes);
   return true;
+}
+
+Status broadcast_by_group(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root) {
+  const auto me = static_cast<size_t>(op.rank());
+  const std::span<const int> reps = reps_for(plan, root);
+  const auto groups = static_cast<int>(reps.size()), ranks = static_cast<int>(plan.local.size());
+  const int first = plan.group_of[static_cast<size_t>(root)];
+  const int rep = reps[static_cast<size_t>(plan.group_of[me])];
+  const int rep_at = plan.index_in[static_cast<size_t>(rep)];
+  // The two trees as one, so that a representative's sends into its group go out
+  // together with those to other groups, as one tree over every rank would send them.
+  const BinomialEdges across =
+      rep == op.rank() ? binomial_edges(mod(plan.group_of[me] - first, groups), groups) : BinomialEdges{};
+  const BinomialEdges within = binomial_edges(mod(plan.index_in[me] - rep_at, ranks), ranks);
+  const auto across_rank = [&](int place) { return reps[static_cast<size_t>(mod(place + first, groups))]; };
+  const auto within_rank = [&](int place) { return plan.local[static_cast<size_t>(mod(place + rep_at, ranks))]; };
+  Inflight io(op);
+  if (across.parent >= 0 || within.parent >= 0) {
+    io.recv(across.parent >= 0 ? across_rank(across.parent) : within_rank(within.parent), buf, bytes);
+    REMORA_RETURN_IF_ERROR(io.wait_oldest());
+  }
+  for (int place : across.sends()) io.send(across_rank(place), buf, bytes);
+  for (int place : within.sends()) io.send(within_rank(place), buf, bytes);
+  return io.finish();
+}
+
+Status reduce_by_group(Op& op, ShmPlan& plan, const void* send, void* recv, size_t count, DataType type,
+                       ReduceOp rop, int root) {
+  const auto me = static_cast<size_t>(op.rank());
+  const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
+  const std::span<const int> reps = reps_for(plan, root);
+  const int rep = reps[static_cast<size_t>(plan.group_of[me])];
+  const void* mine = send;
+  if (plan.local.size() > 1) {
+    // The representative's partial result goes to scratch the trees do not use (the
+    // root's straight into its result).
+    void* out = op.rank() == root ? recv : grow(op.comm().scratch().c, count * size_of(type));
+    Op group(op, plan.local, plan.index_in[me]);
+    REMORA_RETURN_IF_ERROR(
+        reduce_tree(group, send, out, count, type, partial, plan.index_in[static_cast<size_t>(rep)]));
+    if (rep != op.rank()) return Status::ok();
+    mine = out;
+  }
+  Op leaders = among(op, plan, reps);
+  REMORA_RETURN_IF_ERROR(
+      reduce_tree(leaders, mine, recv, count, type, partial, plan.group_of[static_cast<size_t>(root)]));
+  if (op.rank() == root && rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
+  return Status::ok();
 }
 
 Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block) {

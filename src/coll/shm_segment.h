@@ -145,9 +145,9 @@ struct ShmPlan {
   std::vector<int> index_in;  ///< per communicator rank, its index in its group
   int widest = 0;             ///< the most ranks of any group
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
-  /// Where two_level(): this rank's group, and the ranks at its index in every group
-  /// (in the order of the groups); every rank, index by index (each index's in the order
-  /// of the groups).
+  /// Where the groups are several: this rank's group (in rank order). Where two_level():
+  /// also the ranks at its index in every group (in the order of the groups), and every
+  /// rank, index by index (each index's in the order of the groups).
   std::vector<int> local, across, by_index;
   /// Where the groups are several and not already in rank order: every rank, group by
   /// group (each in rank order), and each rank's place there. Chains and rings of large
@@ -195,5 +195,13 @@ Result<bool> reduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, siz
 Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root);
 Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block);
 Status barrier_shm(Op& op, ShmPlan& plan);
+
+/// The binomial trees of a broadcast or reduce too large for the segments, where `plan`
+/// has several groups: among the groups' representatives (the root for its own group,
+/// else the leader), and within each group from or to its representative, so that each
+/// group is reached by one message from outside it however its ranks are numbered.
+Status broadcast_by_group(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root);
+Status reduce_by_group(Op& op, ShmPlan& plan, const void* send, void* recv, size_t count, DataType type,
+                       ReduceOp rop, int root);
 
 }  // namespace remora::coll

@@ -362,6 +362,69 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
   });
 }
 
+// Broadcasts and reduces above the slot and below the chain's sizes run the binomial
+// tree among the groups' representatives (the root for its own group), then within each
+// group: from every root, exact, reduces of several types and operations, in place at
+// the root every other call, back to back with small calls through the segments.
+TEST_P(TwoLevelRanks, MiddleBroadcastsAndReducesRunTheTreeByGroupAllExact) {
+  const Groups g = GetParam();
+  auto ranks = make_ranks(g.n);
+  coll::CollConfig config = shm_config();
+  config.shm_group = static_cast<size_t>(g.group);
+  config.pipeline_bytes = 64 * 1024;  // the broadcast's chain from 256 KiB, the tree below
+  auto comms = with_config(ranks, config, 7);
+  const size_t slot = config.shm_bytes;
+  const int groups = (g.n + g.group - 1) / g.group;
+  const int steps = std::bit_width(static_cast<unsigned>(groups - 1)) + std::bit_width(static_cast<unsigned>(g.group - 1));
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBroadcast, slot + 1).steps, std::bit_width(static_cast<unsigned>(g.n - 1)));
+    ASSERT_TRUE(c.barrier().is_ok());
+    for (CollectiveKind kind : {CollectiveKind::kBroadcast, CollectiveKind::kReduce}) {
+      const AlgorithmChoice a = c.algorithm(kind, slot + 4);
+      EXPECT_EQ(a.name, "tree");
+      EXPECT_EQ(a.steps, steps) << "ceil(log2 G) + ceil(log2 L)";
+    }
+    EXPECT_EQ(c.algorithm(CollectiveKind::kBroadcast, 256 * 1024).name, "chain");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduce, 64 * 1024).name, "chain");
+    int salt = 100;
+    for (size_t bytes : {slot + 1, size_t{100'003}}) {
+      for (int root = 0; root < g.n; ++root, ++salt) {
+        std::vector<std::byte> buf(bytes);
+        for (size_t i = 0; i < bytes; ++i) buf[i] = r == root ? pattern(root, i, salt) : std::byte{0xEE};
+        ASSERT_TRUE(c.broadcast(buf.data(), bytes, DataType::kUint8, root).is_ok());
+        for (size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(buf[i], pattern(root, i, salt)) << "broadcast of " << bytes << " from " << root << ", byte " << i;
+        }
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
+      }
+    }
+    struct Call {
+      DataType type;
+      ReduceOp op;
+      size_t count;
+    };
+    int k = 0;
+    for (const Call& call : {Call{DataType::kFloat32, ReduceOp::kSum, slot / 4 + 1}, Call{DataType::kInt64, ReduceOp::kMax, 3001},
+                             Call{DataType::kFloat64, ReduceOp::kAvg, slot / 8 + 3}, Call{DataType::kBFloat16, ReduceOp::kMin, 9001}}) {
+      const size_t es = size_of(call.type);
+      for (int root = 0; root < g.n; ++root, ++k) {
+        auto in = rank_input(r, call.count, call.type, call.op, g.n);
+        const bool in_place = r == root && k % 2 == 1;
+        std::vector<std::byte> out = in_place ? in : std::vector<std::byte>(in.size(), std::byte{0x5A});
+        Status s = c.reduce(in_place ? kInPlace : in.data(), out.data(), call.count, call.type, call.op, root);
+        ASSERT_TRUE(s.is_ok()) << "rank " << r << " reduce to " << root << ": " << s.to_string();
+        if (r == root) {
+          EXPECT_EQ(first_diff(reference(0, g.n - 1, 0, call.count, call.type, call.op, g.n), out.data(), out.size(), es),
+                    -1)
+              << "reduce of " << call.count << " to " << root << (in_place ? " in place" : "");
+        }
+        ASSERT_TRUE(c.barrier().is_ok());
+      }
+    }
+  });
+}
+
 // Two groups of two; three of two (the ring across); two of three; two of four; and
 // groups of two, two and one, which do not take two levels.
 INSTANTIATE_TEST_SUITE_P(Groups, TwoLevelRanks,
