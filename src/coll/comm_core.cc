@@ -144,9 +144,9 @@ constexpr ConfigVariable kVariables[] = {
      .default_text = "16",
      .min = 2,
      .max = 16,
-     .doc = "most ranks of one host that share a segment: a host's further ranks form more groups, whose leaders "
-            "meet by messages, and a large allreduce, reduce_scatter or allgather over groups of one size runs in two "
-            "levels; rank 0's counts (docs/guide.md, \"Collectives\")"},
+     .doc = "most ranks of one host that share a segment: a host with more makes the fewest groups that hold them, "
+            "of sizes one apart at most, whose leaders meet by messages, and a large allreduce, reduce_scatter or "
+            "allgather over groups of one size runs in two levels; rank 0's counts (docs/guide.md, \"Collectives\")"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,
      .default_text = "300000",

@@ -99,7 +99,8 @@ struct CollConfig {
   /// (coll/shm_segment.h). Rank 0's counts; 0 on any rank: no segment.
   size_t shm_bytes = 16 * 1024;
   /// REMORA_COLL_SHM_GROUP: the most ranks of one host that share one segment (2–16;
-  /// a host's further ranks make more groups). Rank 0's counts.
+  /// a host with more makes the fewest groups that hold them, of sizes one apart at
+  /// most). Rank 0's counts.
   size_t shm_group = 16;
 
   static Result<CollConfig> from_env(const CommOptions& options);

@@ -287,30 +287,47 @@ constexpr uint32_t kWilling = 1;  ///< REMORA_COLL_SHM is not 0
 constexpr uint32_t kShares = 2;   ///< may share memory with ranks of its host
 
 /// Groups the ranks of `table`: ranks of one host (boot id and network namespace) that
-/// may share memory, in order of rank, at most rank 0's REMORA_COLL_SHM_GROUP per group
-/// (a host's later ranks open another group); every other rank alone. Groups in order
-/// of their lowest rank.
+/// may share memory, in order of rank; a host with more than rank 0's
+/// REMORA_COLL_SHM_GROUP of them splits into the fewest groups that hold them, of sizes
+/// that differ by one at most, the larger first (so hosts with the same number of ranks
+/// make groups of one size, which two-level calls need); every other rank alone. Groups
+/// in order of their lowest rank.
 void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
   const int most = std::clamp(static_cast<int>((table[0].flags >> 8) & 0xFF), 1, ShmSegment::kMaxRanks);
-  std::map<std::pair<std::array<std::byte, 16>, uint64_t>, int> open;  // a host's group that has room
-  std::vector<int> sizes;
   constexpr std::array<std::byte, 16> kNone{};
+  const auto shares = [&](const HostRecord& h) {
+    return (h.flags & kShares) != 0 && h.boot_id != kNone && h.netns != 0;
+  };
+  struct Host {
+    int ranks = 0;  // of this host that share
+    int made = 0;   // its groups so far
+    int open = -1;  // the last of them
+  };
+  std::map<std::pair<std::array<std::byte, 16>, uint64_t>, Host> hosts;
+  for (const HostRecord& h : table) {
+    if (shares(h)) ++hosts[{h.boot_id, h.netns}].ranks;
+  }
+  std::vector<int> sizes;
   plan.leaders.clear();
   plan.group_of.assign(table.size(), -1);
   plan.index_in.assign(table.size(), 0);
   for (size_t r = 0; r < table.size(); ++r) {
     const HostRecord& h = table[r];
-    const bool shares = (h.flags & kShares) != 0 && h.boot_id != kNone && h.netns != 0;
+    Host* host = shares(h) ? &hosts[{h.boot_id, h.netns}] : nullptr;
     int g = -1;
-    if (shares) {
-      auto it = open.find({h.boot_id, h.netns});
-      if (it != open.end() && sizes[static_cast<size_t>(it->second)] < most) g = it->second;
+    if (host != nullptr && host->open >= 0) {
+      const int groups = (host->ranks + most - 1) / most;
+      const int room = host->ranks / groups + (host->made - 1 < host->ranks % groups ? 1 : 0);
+      if (sizes[static_cast<size_t>(host->open)] < room) g = host->open;
     }
     if (g < 0) {
       g = static_cast<int>(plan.leaders.size());
       plan.leaders.push_back(static_cast<int>(r));
       sizes.push_back(0);
-      if (shares) open[{h.boot_id, h.netns}] = g;
+      if (host != nullptr) {
+        host->open = g;
+        ++host->made;
+      }
     }
     plan.index_in[r] = sizes[static_cast<size_t>(g)]++;
     plan.group_of[r] = g;

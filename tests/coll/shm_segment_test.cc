@@ -243,12 +243,23 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
                            return name;
                          });
 
-/// `n` ranks of this host in groups of at most `group` (REMORA_COLL_SHM_GROUP): where
-/// every group has the same size, large allreduces run in two levels.
+/// `n` ranks of this host in groups of at most `group` (REMORA_COLL_SHM_GROUP): the
+/// fewest groups that hold them, of sizes that differ by one at most, the larger first;
+/// where every group has the same size, large allreduces run in two levels.
 struct Groups {
   int n;
   int group;
-  bool two_level() const { return n % group == 0; }
+  int groups() const { return (n + group - 1) / group; }
+  int widest() const { return (n + groups() - 1) / groups(); }
+  bool two_level() const { return n % groups() == 0; }
+  /// How many ranks share rank r's segment (0: a group of one has none).
+  int sharing(int r) const {
+    for (int k = 0, first = 0;; ++k) {
+      const int size = n / groups() + (k < n % groups() ? 1 : 0);
+      if (r < first + size) return size > 1 ? size : 0;
+      first += size;
+    }
+  }
 };
 
 class TwoLevelRanks : public ::testing::TestWithParam<Groups> {};
@@ -272,10 +283,11 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     Communicator& c = *comms[static_cast<size_t>(r)];
     ASSERT_TRUE(c.barrier().is_ok());
     EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "hier");
+    EXPECT_EQ(c.connections().segment_ranks, g.sharing(r)) << "rank " << r;
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024).name, g.two_level() ? "hier" : "ring");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024 - 4).name, "rd");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 1 << 20, {.algorithm = CollAlgorithm::kRing}).name, "ring");
-    const size_t per_group = static_cast<size_t>(g.group);
+    const auto per_group = static_cast<size_t>(g.widest());
     int k = 0;
     for (size_t count : {size_t{5120}, size_t{5121}, 5120 * per_group + 1, size_t{40000}, size_t{100003}}) {
       for (int round = 0; round < 2; ++round, ++k) {
@@ -341,7 +353,7 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1, {.algorithm = CollAlgorithm::kRing}).name, "ring");
     if (g.two_level()) {
       // A ring across the groups and one within each: (G-1) + (L-1) steps, for both.
-      const int steps = (g.n / g.group - 1) + (g.group - 1);
+      const int steps = (g.groups() - 1) + (g.widest() - 1);
       EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).steps, steps);
       EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).steps, steps);
     }
@@ -374,8 +386,8 @@ TEST_P(TwoLevelRanks, MiddleBroadcastsAndReducesRunTheTreeByGroupAllExact) {
   config.pipeline_bytes = 64 * 1024;  // the broadcast's chain from 256 KiB, the tree below
   auto comms = with_config(ranks, config, 7);
   const size_t slot = config.shm_bytes;
-  const int groups = (g.n + g.group - 1) / g.group;
-  const int steps = std::bit_width(static_cast<unsigned>(groups - 1)) + std::bit_width(static_cast<unsigned>(g.group - 1));
+  const int steps =
+      std::bit_width(static_cast<unsigned>(g.groups() - 1)) + std::bit_width(static_cast<unsigned>(g.widest() - 1));
   run_ranks(ranks, [&](int r, Communicator&) {
     Communicator& c = *comms[static_cast<size_t>(r)];
     EXPECT_EQ(c.algorithm(CollectiveKind::kBroadcast, slot + 1).steps, std::bit_width(static_cast<unsigned>(g.n - 1)));
@@ -425,10 +437,12 @@ TEST_P(TwoLevelRanks, MiddleBroadcastsAndReducesRunTheTreeByGroupAllExact) {
   });
 }
 
-// Two groups of two; three of two (the ring across); two of three; two of four; and
-// groups of two, two and one, which do not take two levels.
+// Two groups of two; three of two (the ring across); two of three; two of four; two of
+// three under a bound of four (6 ranks split evenly, not 4 and 2); and groups of two, two
+// and one, or of four and three, which do not take two levels.
 INSTANTIATE_TEST_SUITE_P(Groups, TwoLevelRanks,
-                         ::testing::Values(Groups{4, 2}, Groups{6, 2}, Groups{6, 3}, Groups{8, 4}, Groups{5, 2}),
+                         ::testing::Values(Groups{4, 2}, Groups{6, 2}, Groups{6, 3}, Groups{8, 4}, Groups{6, 4},
+                                           Groups{5, 2}, Groups{7, 4}),
                          [](const ::testing::TestParamInfo<Groups>& p) {
                            return std::to_string(p.param.n) + "_by" + std::to_string(p.param.group);
                          });
