@@ -115,19 +115,19 @@ struct AlgorithmChoice {
   /// "ring", "rd" (recursive doubling), "bruck", "tree" (binomial), "chain" (pipelined),
   /// "pairwise", "linear", "dissemination", or "local" when nothing crosses the network
   /// (one rank, or nothing to reduce), or "shm": through the communicator's shared memory
-  /// (a barrier, or a broadcast, reduce, allreduce or allgather of at most REMORA_COLL_SHM
-  /// bytes, an allgather's per rank, with the algorithm left to the communicator, once
-  /// its ranks, all of one host and at most 16, set it up at the first of these calls
-  /// or of a reduce_scatter),
-  /// or "hier": the same calls where the ranks span hosts, each host's ranks (in groups
-  /// of up to 16) through their shared memory to a leader, and the leaders by messages
-  /// (rd for allreduce, tree for broadcast and reduce, dissemination for barrier, the
+  /// (a barrier, or a broadcast, reduce, allreduce, reduce_scatter or allgather of at
+  /// most REMORA_COLL_SHM bytes, a reduce_scatter's whole input, an allgather's per rank,
+  /// with the algorithm left to the communicator, once its ranks, all of one host and at
+  /// most 16, set it up at the first of these calls), or "hier": the same calls where the
+  /// ranks span hosts, each host's ranks (in groups of up to 16) through their shared
+  /// memory to a leader, and the leaders by messages (rd for allreduce and
+  /// reduce_scatter, tree for broadcast and reduce, dissemination for barrier, the
   /// allgather's own choice for the groups' blocks); also an allreduce too large for the
-  /// shared memory that would take the ring, where the groups are all of one size: a
-  /// ring within each group, an allreduce of each block across them, a ring within; and
-  /// a reduce_scatter that would take the ring there: a ring within, a ring across; and
-  /// an allgather of blocks above REMORA_COLL_SHM that would take the ring there: a
-  /// ring across, a ring within.
+  /// shared memory that would take the ring, where the groups are all of one size: a ring
+  /// within each group, an allreduce of each block across them, a ring within; and a
+  /// reduce_scatter that would take the ring there: a ring within, a ring across; and an
+  /// allgather of blocks above REMORA_COLL_SHM that would take the ring there: a ring
+  /// across, a ring within.
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends to
   /// and/or receives from its peers of that round, each round waiting for the one before.
@@ -139,10 +139,10 @@ struct AlgorithmChoice {
   /// memory within them: the tree among the groups' representatives, then within each
   /// group) ceil(log2 G) + ceil(log2 L); chain n-1; pairwise n-1 (up to 8 of them in
   /// flight at once); linear 1 (the root exchanges with every rank at once); shm 1; hier
-  /// 2 (allreduce, barrier), 1 (broadcast, reduce) or 1 plus one per REMORA_COLL_SHM
-  /// bytes of the whole result (allgather), plus the leaders' algorithm's steps among the
-  /// groups, or in two levels over G groups of L: allreduce 2(L-1) plus the steps across
-  /// them, reduce_scatter and allgather (L-1) + (G-1); local 0.
+  /// 2 (allreduce, reduce_scatter, barrier), 1 (broadcast, reduce) or 1 plus one per
+  /// REMORA_COLL_SHM bytes of the whole result (allgather), plus the leaders' algorithm's
+  /// steps among the groups, or in two levels over G groups of L: allreduce 2(L-1) plus
+  /// the steps across them, reduce_scatter and allgather (L-1) + (G-1); local 0.
   int steps = 0;
 };
 

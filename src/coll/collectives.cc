@@ -50,7 +50,9 @@
 // - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n)
 //   (in two levels where the segments found groups of one size, shm_segment.h),
 //   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
-//   reduce + scatter's) keeping the rank's block. REMORA_ALLREDUCE_ALGO steers it too.
+//   reduce + scatter's) keeping the rank's block, or, where the whole input fits the
+//   segment's slot, an allreduce through the segments (shm_segment.h), likewise.
+//   REMORA_ALLREDUCE_ALGO steers it too.
 // - scan / exscan: recursive doubling (log n rounds, MPICH's scheme) at every size.
 //   (kAvg is refused for scans by the Communicator before they get here.)
 //
@@ -222,6 +224,18 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     Op local(op, seg->local, seg->index_in[me]);
     Op across(op, seg->across, seg->group_of[me]);
     return reduce_scatter_two_level(local, across, seg->by_index, send, recv, recv_count, type, rop);
+  }
+  const size_t whole = recv_count * static_cast<size_t>(n);
+  if (seg != nullptr) {
+    // Small: the whole input through the segments, as an allreduce (which also says the
+    // call's shape to the group where it is larger), keeping this rank's block.
+    const bool fits = shm_takes(CollectiveKind::kReduceScatter, op.config(), block, *seg);
+    std::byte* all = fits ? grow(op.comm().scratch().c, block * static_cast<size_t>(n)) : nullptr;
+    REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, all, whole, type, rop));
+    if (done) {
+      std::memcpy(recv, all + static_cast<size_t>(op.rank()) * block, block);
+      return Status::ok();
+    }
   }
   if (select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block) != Algo::kRing) {
     // Small: recursive doubling over the whole input, keeping our block.

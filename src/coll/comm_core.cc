@@ -134,9 +134,10 @@ constexpr ConfigVariable kVariables[] = {
      .default_text = "16K",
      .min = 0,
      .max = 64 * 1024,
-     .doc = "largest broadcast, reduce, allreduce and allgather block (and any barrier) that goes through the "
-            "shared memory of a communicator's ranks of one host (groups of up to 16); rank 0's counts, and 0 on "
-            "any rank turns it off (docs/guide.md, \"Collectives\")",
+     .doc =
+         "largest broadcast, reduce, allreduce, reduce_scatter input and allgather block (and any barrier) that goes "
+         "through the shared memory of a communicator's ranks of one host (groups of up to 16); rank 0's counts, "
+         "and 0 on any rank turns it off (docs/guide.md, \"Collectives\")",
      .range_note = "0 (off), 1–64K"},
     {.name = "REMORA_COLL_SHM_GROUP",
      .section = kSection,

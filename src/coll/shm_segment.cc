@@ -583,6 +583,9 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
     case CollectiveKind::kReduce: return call.reduce == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kBroadcast: return call.broadcast == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kAllgather: return call.allgather == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kReduceScatter:  // `bytes` is a block: the whole input must fit
+      return call.allreduce == Algo::kAuto && bytes <= slot / std::max<size_t>(plan.group_of.size(), 1) &&
+             !two_level_takes(kind, call, bytes, plan);
     default: return false;
   }
 }
@@ -616,8 +619,11 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
       const size_t block = bytes / static_cast<size_t>(plan.widest);
       return {"hier", 2 * (plan.widest - 1) + algorithm_steps(kind, select_algorithm(kind, call, k, block), k)};
     }
-    // The reduce-scatter rings within a group and across (two_level_takes).
-    case CollectiveKind::kReduceScatter: return {"hier", (plan.widest - 1) + (k - 1)};
+    case CollectiveKind::kReduceScatter:
+      // The whole input as an allreduce (shm_takes), or the reduce-scatter rings within a
+      // group and across (two_level_takes).
+      if (shm_takes(kind, call, bytes, plan)) return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
+      return {"hier", (plan.widest - 1) + (k - 1)};
     default: return {"hier", 1 + algorithm_steps(kind, Algo::kTree, k)};
   }
 }

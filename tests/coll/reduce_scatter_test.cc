@@ -1,6 +1,7 @@
 // reduce_scatter (the ring reduce-scatter of coll/allreduce_ring.cc, and the
 // recursive-doubling path of coll/allreduce_recursive_doubling.cc) against a sequential
-// reference: each rank gets its reduced block, at 1, 2, 3, 4, 5 and 8 ranks, every
+// reference (and, where the whole input fits the communicator's shared segment, an
+// allreduce through it): each rank gets its reduced block, at 1, 2, 3, 4, 5 and 8 ranks, every
 // type × op at 3 and 5 ranks and a representative few elsewhere, counts 0, 1, a prime
 // and around the pipeline piece, in place or not.
 //
@@ -47,7 +48,7 @@ class ReduceScatterTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ReduceScatterTest, RingAndRecursiveDoublingGiveEachRankItsBlock) {
   const int n = GetParam();
-  BothAlgorithms f(n);
+  BothAlgorithms f(n, /*with_shm=*/true);  // and small ones through the shared segment
   f.run([n](int r, Communicator& c, const char* algo) {
     const bool all_types = n == 3 || n == 5;
     int k = 0;

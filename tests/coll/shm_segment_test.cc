@@ -137,6 +137,32 @@ TEST_P(ShmSegmentRanks, SmallCallsGoThroughTheSegmentAndLargerOnesByMessagesAllE
       expect_allreduce(r, c, DataType::kInt64, ReduceOp::kMax, slot / 8);
       expect_allreduce(r, c, DataType::kFloat64, ReduceOp::kAvg, 33);
     }
+    // Reduce_scatters whose whole input fits a slot go through it as an allreduce, each
+    // rank keeping its block; one element more per block goes by messages. In place every
+    // other call, back to back with allreduces.
+    const auto nn = static_cast<size_t>(n);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, slot / nn).name, path);
+    EXPECT_NE(c.algorithm(CollectiveKind::kReduceScatter, slot / nn + 4).name, path);
+    EXPECT_NE(c.algorithm(CollectiveKind::kReduceScatter, 4, {.algorithm = CollAlgorithm::kRecursiveDoubling}).name,
+              path);
+    int k = 0;
+    for (const auto& [type, rop] :
+         {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kFloat64, ReduceOp::kAvg},
+          std::pair{DataType::kInt64, ReduceOp::kMax}, std::pair{DataType::kBFloat16, ReduceOp::kMin}}) {
+      const size_t es = size_of(type);
+      for (size_t block : {size_t{1}, size_t{3}, slot / nn / es, slot / nn / es + 1}) {
+        auto input = rank_input(r, block * nn, type, rop, n);
+        const bool in_place = ++k % 2 == 0;
+        std::vector<std::byte> got = in_place ? input : std::vector<std::byte>(block * es, std::byte{0x5A});
+        Status s = c.reduce_scatter(in_place ? kInPlace : input.data(), got.data(), block, type, rop);
+        ASSERT_TRUE(s.is_ok()) << "rank " << r << " block " << block << ": " << s.to_string();
+        EXPECT_EQ(first_diff(reference(0, n - 1, block * static_cast<size_t>(r), block, type, rop, n), got.data(),
+                             block * es, es),
+                  -1)
+            << "rank " << r << " reduce_scatter of " << block << (in_place ? " in place" : "");
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 2);
+      }
+    }
     // A named algorithm goes by messages even when small; every rank names it.
     auto in = rank_input(r, 4, DataType::kInt32, ReduceOp::kSum, n);
     std::vector<std::byte> out(in.size());
@@ -320,7 +346,8 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     // back to back with allreduces.
     const auto nn = static_cast<size_t>(g.n);
     EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).name, g.two_level() ? "hier" : "ring");
-    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 64).name, "rd");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 64).name, "hier");  // the whole input fits a slot
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, config.shm_bytes / nn + 4).name, "rd");
     struct Call {
       DataType type;
       ReduceOp op;
