@@ -99,7 +99,7 @@ Result<CollConfig> call_config(const CollConfig& base, CollectiveKind kind, cons
                          options);
     case CollectiveKind::kGather:
     case CollectiveKind::kScatter: return call_config(base, what, {Algo::kLinear}, nullptr, options);
-    case CollectiveKind::kAlltoall: return call_config(base, what, {Algo::kPairwise}, nullptr, options);
+    case CollectiveKind::kAlltoall: return call_config(base, what, {Algo::kPairwise}, &CollConfig::alltoall, options);
   }
   return Status(StatusCode::kInternal, "call_config: unknown collective");
 }

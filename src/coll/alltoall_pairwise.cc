@@ -1,7 +1,9 @@
 // coll/alltoall_pairwise.cc — alltoall(v) by pairwise exchange, at most
-// kPairwiseWindow steps in flight.
+// kPairwiseWindow steps in flight (a small alltoall of ranks all of one host goes
+// through their shared segment instead, shm_segment.h).
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
+#include "coll/shm_segment.h"
 
 namespace remora::coll {
 namespace {
@@ -35,6 +37,12 @@ Status alltoall_pairwise(Op& op, const void* send, OutOf out, void* recv, InOf i
 
 Status alltoall(Op& op, const void* send, void* recv, size_t count, DataType type) {
   const size_t block = count * size_of(type);
+  // Small, between ranks all of one host: through their shared segment, where an
+  // earlier call set it up (an alltoall is not among the calls that set it up).
+  if (CommCore& comm = op.comm(); op.size() > 1 && comm.shm_decided() && comm.shm() != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(const bool done, alltoall_shm(op, *comm.shm(), send, recv, block));
+    if (done) return Status::ok();
+  }
   auto same = [block](size_t i) { return Span{i * block, block}; };
   return alltoall_pairwise(op, send, same, recv, same);
 }

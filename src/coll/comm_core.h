@@ -83,6 +83,7 @@ struct CollConfig {
   Algo broadcast = Algo::kAuto;                  ///< REMORA_BCAST_ALGO=auto|tree|chain
   Algo reduce = Algo::kAuto;                     ///< REMORA_REDUCE_ALGO=auto|tree|chain
   Algo allgather = Algo::kAuto;                  ///< REMORA_ALLGATHER_ALGO=auto|ring|rd (bruck: per call only)
+  Algo alltoall = Algo::kAuto;                   ///< per call only (pairwise: by messages even when small)
   /// REMORA_RING_THRESHOLD: allreduce bytes from which auto picks the ring (and reduce
   /// the chain); unset: ring_threshold_for's defaults, which depend on the rank count.
   std::optional<size_t> ring_threshold;

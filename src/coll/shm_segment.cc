@@ -583,6 +583,8 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
     case CollectiveKind::kReduce: return call.reduce == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kBroadcast: return call.broadcast == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kAllgather: return call.allgather == Algo::kAuto && bytes <= slot;
+    case CollectiveKind::kAlltoall:  // `bytes` is a block: a rank's whole send buffer must fit
+      return call.alltoall == Algo::kAuto && plan.flat() && bytes <= slot / std::max<size_t>(plan.group_of.size(), 1);
     case CollectiveKind::kReduceScatter:  // `bytes` is a block: the whole input must fit
       return call.allreduce == Algo::kAuto && bytes <= slot / std::max<size_t>(plan.group_of.size(), 1) &&
              !two_level_takes(kind, call, bytes, plan);
@@ -769,6 +771,25 @@ Status reduce_by_group(Op& op, ShmPlan& plan, const void* send, void* recv, size
       reduce_tree(leaders, mine, recv, count, type, partial, plan.group_of[static_cast<size_t>(root)]));
   if (op.rank() == root && rop == ReduceOp::kAvg) finish_avg(type, recv, count, op.size());
   return Status::ok();
+}
+
+Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t block) {
+  if (!plan.flat()) return false;
+  const bool fits = shm_takes(CollectiveKind::kAlltoall, op.config(), block, plan);
+  const ShmShape shape = shape_of(ShmKind::kAlltoall, fits, 0, block);
+  if (!fits) return shape_only(op, plan, shape);
+  ShmSegment& seg = *plan.segment;
+  const auto n = static_cast<size_t>(op.size()), me = static_cast<size_t>(op.rank());
+  const size_t whole = n * block;
+  // Every rank publishes its whole send buffer and takes its block out of each other's.
+  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, send, whole));
+  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
+  auto* out = static_cast<std::byte*>(recv);
+  for (size_t r = 0; r < n; ++r) {
+    const std::byte* from = r == me ? static_cast<const std::byte*>(send) : seg.data(static_cast<int>(r), whole);
+    if (block > 0) std::memcpy(out + r * block, from + me * block, block);
+  }
+  return true;
 }
 
 Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block) {

@@ -71,6 +71,7 @@ enum class ShmKind : uint32_t {
   kReduce = 4,     ///< 5: by messages
   kBroadcast = 6,  ///< 7: by messages
   kAllgather = 8,  ///< 9: by messages
+  kAlltoall = 10,  ///< 11: by messages
 };
 
 class ShmSegment {
@@ -194,6 +195,9 @@ Result<bool> reduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, siz
                         ReduceOp rop, int root);
 Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root);
 Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block);
+/// Only where the plan is flat (one group holds every rank): elsewhere false at once,
+/// with no round in the segment.
+Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t block);
 Status barrier_shm(Op& op, ShmPlan& plan);
 
 /// The binomial trees of a broadcast or reduce too large for the segments, where `plan`

@@ -213,6 +213,45 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
   });
 }
 
+// Alltoalls whose send buffer fits a slot go through the segment where one group holds
+// every rank (each rank publishes its buffer and takes its block out of each other's);
+// larger ones, and every alltoall over several groups, by messages. Blocks distinct per
+// (sender, receiver), exact, back to back with allreduces.
+TEST_P(ShmSegmentRanks, SmallAlltoallsGoThroughOneGroupsSegmentAllExact) {
+  const Layout layout = GetParam();
+  const auto n = static_cast<size_t>(layout.n);
+  const size_t slot = shm_config().shm_bytes;
+  run_layout(layout, [&](int r, Communicator& c) {
+    const auto me = static_cast<size_t>(r);
+    auto byte_of = [](size_t from, size_t to, size_t i, int salt) {
+      return static_cast<std::byte>((from * 37 + to * 11 + i * 5 + static_cast<size_t>(salt)) & 0xFF);
+    };
+    ASSERT_TRUE(c.barrier().is_ok());  // sets the segment up: an alltoall does not
+    const std::string path = layout.alone == 0 ? "shm" : "pairwise";
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, slot / n).name, path);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, slot / n + 1).name, "pairwise");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, 8, {.algorithm = CollAlgorithm::kPairwise}).name, "pairwise");
+    int salt = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t block : {size_t{0}, size_t{1}, 40 / n, 40 / n + 1, size_t{1000}, slot / n, slot / n + 1}) {
+        ++salt;
+        std::vector<std::byte> send(n * block), got(n * block, std::byte{0xEE});
+        for (size_t to = 0; to < n; ++to) {
+          for (size_t i = 0; i < block; ++i) send[to * block + i] = byte_of(me, to, i, salt);
+        }
+        ASSERT_TRUE(c.alltoall(send.data(), got.data(), block, DataType::kUint8).is_ok()) << "block " << block;
+        for (size_t from = 0; from < n; ++from) {
+          for (size_t i = 0; i < block; ++i) {
+            ASSERT_EQ(got[from * block + i], byte_of(from, me, i, salt))
+                << "rank " << r << ": alltoall of " << block << ", rank " << from << "'s byte " << i;
+          }
+        }
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
+      }
+    }
+  });
+}
+
 // Reductions too large for the segment, by messages: the chain of a reduce to every
 // root, the ring of a reduce-scatter (in place every other call) and of an allreduce
 // (whose groups, where some ranks are apart, are not all of one size: one ring), back to
@@ -544,6 +583,30 @@ void expect_disagreement_fails(size_t count0, size_t count1) {
 }
 
 TEST(ShmSegment, RanksThatDisagreeOnTheSizeFailAtOnce) { expect_disagreement_fails(2, 3); }
+
+// The same for an alltoall through the segment: one rank's block a byte longer fails
+// both with `protocol` at once; a small one against a large one fails both at once too
+// (`protocol` on the rank that sees the other's shape, the peer's failure on the other).
+TEST(ShmSegment, AlltoallsThatDisagreeOnTheSizeFailAtOnce) {
+  for (const auto& [block0, block1] : {std::pair<size_t, size_t>{4, 5}, std::pair<size_t, size_t>{4, 16 * 1024}}) {
+    auto ranks = make_ranks(2);
+    auto comms = with_config(ranks, shm_config(), 7);
+    run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+    std::atomic<int> protocol{0};
+    run_ranks(ranks, [&](int r, Communicator&) {
+      const size_t block = r == 0 ? block0 : block1;
+      std::vector<std::byte> send(2 * block), got(2 * block);
+      Status s = comms[static_cast<size_t>(r)]->alltoall(send.data(), got.data(), block, DataType::kUint8);
+      EXPECT_FALSE(s.is_ok()) << "rank " << r;
+      EXPECT_NE(s.code(), StatusCode::kTimeout) << "rank " << r << ": " << s.to_string();
+      if (s.code() == StatusCode::kProtocol) ++protocol;
+      if (block1 == 5) {
+        EXPECT_EQ(s.code(), StatusCode::kProtocol) << "rank " << r << ": " << s.to_string();
+      }
+    });
+    EXPECT_GE(protocol.load(), 1) << block0 << " against " << block1;
+  }
+}
 
 TEST(ShmSegment, ASmallCallAgainstALargeOneFailsBoth) { expect_disagreement_fails(2, 64 * 1024); }
 
