@@ -225,23 +225,26 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
     Op across(op, seg->across, seg->group_of[me]);
     return reduce_scatter_two_level(local, across, seg->by_index, send, recv, recv_count, type, rop);
   }
+  // Below the ring's sizes: an allreduce of the whole input (`whole` elements) into
+  // scratch, of which this rank keeps its block.
   const size_t whole = recv_count * static_cast<size_t>(n);
+  const size_t mine = static_cast<size_t>(op.rank()) * block;
   if (seg != nullptr) {
-    // Small: the whole input through the segments, as an allreduce (which also says the
-    // call's shape to the group where it is larger), keeping this rank's block.
+    // Through the segments where it fits (which also says the call's shape to the group
+    // where it does not).
     const bool fits = shm_takes(CollectiveKind::kReduceScatter, op.config(), block, *seg);
-    std::byte* all = fits ? grow(op.comm().scratch().c, block * static_cast<size_t>(n)) : nullptr;
+    std::byte* all = fits ? grow(op.comm().scratch().c, whole * size_of(type)) : nullptr;
     REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, all, whole, type, rop));
     if (done) {
-      std::memcpy(recv, all + static_cast<size_t>(op.rank()) * block, block);
+      std::memcpy(recv, all + mine, block);
       return Status::ok();
     }
   }
   if (select_algorithm(CollectiveKind::kReduceScatter, op.config(), n, block) != Algo::kRing) {
-    // Small: recursive doubling over the whole input, keeping our block.
-    std::byte* all = grow(op.comm().scratch().c, block * static_cast<size_t>(n));
-    REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, all, recv_count * static_cast<size_t>(n), type, rop));
-    std::memcpy(recv, all + static_cast<size_t>(op.rank()) * block, block);
+    // By recursive doubling (log n rounds, fewer than reduce + scatter's).
+    std::byte* all = grow(op.comm().scratch().c, whole * size_of(type));
+    REMORA_RETURN_IF_ERROR(allreduce_rd(op, send, all, whole, type, rop));
+    std::memcpy(recv, all + mine, block);
     if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, n);
     return Status::ok();
   }
