@@ -119,11 +119,11 @@ struct AlgorithmChoice {
   /// most REMORA_COLL_SHM bytes, a reduce_scatter's whole input, an allgather's per rank,
   /// with the algorithm left to the communicator, once its ranks, all of one host and at
   /// most 16, set it up at the first of these calls; after that also an alltoall whose
-  /// send buffer fits, there only), or "hier": the same calls where the ranks span hosts,
+  /// send buffer fits), or "hier": the same calls where the ranks span hosts,
   /// each host's ranks (in groups of up to 16) through their shared memory to a leader,
   /// and the leaders by messages (rd for allreduce and reduce_scatter, tree for broadcast
   /// and reduce, dissemination for barrier, the allgather's own choice for the groups'
-  /// blocks); also an allreduce too large for the shared memory that would take the ring,
+  /// blocks, pairwise for the alltoall's); also an allreduce too large for the shared memory that would take the ring,
   /// where the groups are all of one size: a ring within each group, an allreduce of each
   /// block across them, a ring within; and a reduce_scatter that would take the ring
   /// there: a ring within, a ring across; and an allgather of blocks above

@@ -20,6 +20,8 @@
 
 namespace remora::coll {
 
+struct Span;  // algo_helpers.h
+
 // algo_select.cc — which algorithm each collective runs. The algorithms call this to
 // decide, and Communicator::algorithm reports it, so the two cannot disagree.
 
@@ -102,6 +104,9 @@ Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, 
 /// the ring reduce-scatter of this rank's run among `across` (allreduce_ring.cc).
 Status reduce_scatter_two_level(Op& local, Op& across, std::span<const int> by_index, const void* send,
                                 void* recv, size_t recv_count, DataType type, ReduceOp rop);
+/// Pairwise exchange of blocks of any sizes: `out[i]` of `send` goes to rank i, and rank
+/// i's block for this rank lands at `in[i]` of `recv` (alltoall_pairwise.cc).
+Status alltoall_spans(Op& op, const void* send, std::span<const Span> out, void* recv, std::span<const Span> in);
 Status reduce_tree(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,
                    int root);  // reduce_binomial.cc
 Status reduce_chain(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop,

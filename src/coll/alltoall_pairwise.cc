@@ -1,6 +1,7 @@
 // coll/alltoall_pairwise.cc — alltoall(v) by pairwise exchange, at most
-// kPairwiseWindow steps in flight (a small alltoall of ranks all of one host goes
-// through their shared segment instead, shm_segment.h).
+// kPairwiseWindow steps in flight (a small alltoall goes through the communicator's
+// shared segments instead, its groups' leaders exchanging by alltoall_spans,
+// shm_segment.h).
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
 #include "coll/shm_segment.h"
@@ -45,6 +46,11 @@ Status alltoall(Op& op, const void* send, void* recv, size_t count, DataType typ
   }
   auto same = [block](size_t i) { return Span{i * block, block}; };
   return alltoall_pairwise(op, send, same, recv, same);
+}
+
+Status alltoall_spans(Op& op, const void* send, std::span<const Span> out, void* recv, std::span<const Span> in) {
+  return alltoall_pairwise(
+      op, send, [out](size_t i) { return out[i]; }, recv, [in](size_t i) { return in[i]; });
 }
 
 Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,

@@ -22,7 +22,8 @@
 //   segments found groups of one size and the block is above their slot, shm_segment.h).
 //   allgatherv: always the ring (its blocks need not be contiguous or equal, which both
 //   log-round algorithms rely on).
-// - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight.
+// - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight (a small
+//   alltoall through the segments, the leaders' exchange pairwise, shm_segment.h).
 //
 // Every rank sends its messages even for zero counts (a zero-byte message still
 // matches), so ranks that disagree on counts get kProtocol/kTruncated from the size

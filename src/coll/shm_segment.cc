@@ -573,6 +573,77 @@ Op among(Op& op, const ShmPlan& plan, std::span<const int> reps) {
   return Op(op, reps, plan.group_of[static_cast<size_t>(op.rank())]);
 }
 
+/// An alltoall over several groups, after each member published its send buffer: the
+/// leader (a rank alone is its own) packs, for every group, the blocks each of its
+/// members sends to each of that group's; the leaders exchange those runs by messages;
+/// each leader lays out every member's received blocks and hands them back in rounds
+/// of a slot (so ranks of different groups exchange one message per pair of groups).
+Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out, size_t block, const ShmShape& shape) {
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  const size_t n = plan.group_of.size(), whole = n * block;
+  const size_t mine = seg == nullptr ? 1 : static_cast<size_t>(seg->ranks());
+  const size_t stay = (mine - 1) * whole;  // the other members' received blocks
+  if (seg == nullptr || seg->me() == 0) {
+    if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+    // Every rank, group by group (each in its order), and where each group starts.
+    const size_t k = plan.leaders.size();
+    std::vector<size_t> first(k + 1, 0);
+    for (int g : plan.group_of) ++first[static_cast<size_t>(g) + 1];
+    for (size_t g = 0; g < k; ++g) first[g + 1] += first[g];
+    std::vector<int> ranks(n);
+    for (size_t r = 0; r < n; ++r) {
+      ranks[first[static_cast<size_t>(plan.group_of[r])] + static_cast<size_t>(plan.index_in[r])] = static_cast<int>(r);
+    }
+    std::vector<Span> runs(k);
+    for (size_t g = 0, at = 0; g < k; ++g) {
+      runs[g] = Span{at, mine * (first[g + 1] - first[g]) * block};
+      at += runs[g].bytes;
+    }
+    Scratch& scratch = op.comm().scratch();
+    std::byte* packed = grow(scratch.a, whole * mine);
+    std::byte* got = grow(scratch.b, whole * mine);
+    // To group g: member i's block for g's member j at (i * |g| + j) blocks into its run.
+    for (size_t i = 0; i < mine; ++i) {
+      const auto* from = i == 0 ? static_cast<const std::byte*>(send) : seg->data(static_cast<int>(i), whole);
+      for (size_t g = 0; g < k; ++g) {
+        const size_t width = first[g + 1] - first[g];
+        std::byte* to = packed + runs[g].offset + i * width * block;
+        for (size_t j = 0; j < width; ++j) {
+          copy_block(to + j * block, from + static_cast<size_t>(ranks[first[g] + j]) * block, block);
+        }
+      }
+    }
+    Op leaders = among(op, plan, plan.leaders);
+    REMORA_RETURN_IF_ERROR(alltoall_spans(leaders, packed, runs, got, runs));
+    // From group g: its member j's block for this group's member i at (j * mine + i).
+    std::byte* laid = stay > 0 ? grow(scratch.c, stay) : nullptr;
+    for (size_t g = 0; g < k; ++g) {
+      for (size_t j = 0; j < first[g + 1] - first[g]; ++j) {
+        const auto r = static_cast<size_t>(ranks[first[g] + j]);
+        for (size_t i = 0; i < mine; ++i) {
+          std::byte* to = i == 0 ? out : laid + (i - 1) * whole;
+          copy_block(to + r * block, got + runs[g].offset + (j * mine + i) * block, block);
+        }
+      }
+    }
+    if (seg == nullptr) return Status::ok();
+    for (size_t at = 0; at == 0 || at < stay; at += plan.slot) {
+      REMORA_RETURN_IF_ERROR(seg->publish(op, shape, laid + at, std::min(plan.slot, stay - at)));
+    }
+    return Status::ok();
+  }
+  // A member: its blocks are the leader's laid-out bytes [(i - 1) * whole, i * whole).
+  const size_t from = static_cast<size_t>(seg->me() - 1) * whole, to = from + whole;
+  for (size_t at = 0; at == 0 || at < stay; at += plan.slot) {
+    const size_t end = std::min(at + plan.slot, stay);
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+    REMORA_RETURN_IF_ERROR(seg->wait_rank(op, 0, shape));
+    const size_t lo = std::max(at, from), hi = std::min(end, to);
+    if (lo < hi) std::memcpy(out + (lo - from), seg->data(0, end - at) + (lo - at), hi - lo);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
@@ -584,7 +655,7 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
     case CollectiveKind::kBroadcast: return call.broadcast == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kAllgather: return call.allgather == Algo::kAuto && bytes <= slot;
     case CollectiveKind::kAlltoall:  // `bytes` is a block: a rank's whole send buffer must fit
-      return call.alltoall == Algo::kAuto && plan.flat() && bytes <= slot / std::max<size_t>(plan.group_of.size(), 1);
+      return call.alltoall == Algo::kAuto && bytes <= slot / std::max<size_t>(plan.group_of.size(), 1);
     case CollectiveKind::kReduceScatter:  // `bytes` is a block: the whole input must fit
       return call.allreduce == Algo::kAuto && bytes <= slot / std::max<size_t>(plan.group_of.size(), 1) &&
              !two_level_takes(kind, call, bytes, plan);
@@ -613,6 +684,13 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
       return {"hier", 1 + rounds + algorithm_steps(kind, select_algorithm(kind, call, k, widest), k)};
     }
     case CollectiveKind::kBarrier: return {"hier", 2 + algorithm_steps(kind, Algo::kDissemination, k)};
+    case CollectiveKind::kAlltoall: {
+      // The send buffers to the leader, the leaders' exchange, the widest group's
+      // received blocks back in rounds of a slot (alltoall_by_group).
+      const size_t back = static_cast<size_t>(plan.widest - 1) * plan.group_of.size() * bytes;
+      const int rounds = static_cast<int>(std::max<size_t>((back + plan.slot - 1) / plan.slot, 1));
+      return {"hier", 1 + rounds + algorithm_steps(kind, Algo::kPairwise, k)};
+    }
     case CollectiveKind::kAllreduce: {
       if (!two_level_takes(kind, call, bytes, plan)) {
         return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
@@ -774,19 +852,23 @@ Status reduce_by_group(Op& op, ShmPlan& plan, const void* send, void* recv, size
 }
 
 Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t block) {
-  if (!plan.flat()) return false;
   const bool fits = shm_takes(CollectiveKind::kAlltoall, op.config(), block, plan);
   const ShmShape shape = shape_of(ShmKind::kAlltoall, fits, 0, block);
   if (!fits) return shape_only(op, plan, shape);
-  ShmSegment& seg = *plan.segment;
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
   const auto n = static_cast<size_t>(op.size()), me = static_cast<size_t>(op.rank());
   const size_t whole = n * block;
-  // Every rank publishes its whole send buffer and takes its block out of each other's.
-  REMORA_RETURN_IF_ERROR(seg.publish(op, shape, send, whole));
-  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
+  // Every rank publishes its whole send buffer: in one group each takes its block out
+  // of each other's; over several, the leader takes them all.
+  if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, send, whole));
   auto* out = static_cast<std::byte*>(recv);
+  if (!plan.flat()) {
+    REMORA_RETURN_IF_ERROR(alltoall_by_group(op, plan, send, out, block, shape));
+    return true;
+  }
+  REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
   for (size_t r = 0; r < n; ++r) {
-    const std::byte* from = r == me ? static_cast<const std::byte*>(send) : seg.data(static_cast<int>(r), whole);
+    const std::byte* from = r == me ? static_cast<const std::byte*>(send) : seg->data(static_cast<int>(r), whole);
     if (block > 0) std::memcpy(out + r * block, from + me * block, block);
   }
   return true;

@@ -1,6 +1,6 @@
 // coll/shm_segment.h — a communicator's shared segments: memory the ranks of one host
 // map, in groups of up to kMaxRanks of them, through which small barriers and
-// allreduces, reduces, broadcasts and allgathers go without messages (docs/guide.md,
+// allreduces, reduces, broadcasts, allgathers and alltoalls go without messages (docs/guide.md,
 // "Collectives"; docs/protocol.md, "Communicator segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce,
@@ -17,8 +17,8 @@
 // Several: a call goes through each group's segment to its leader (a reduce's or
 // broadcast's root for its own group), the leaders run the messages' algorithm among
 // themselves on an Op that views only them, and a second round brings an allreduce's
-// result or a barrier's release back to the group (an allgather's whole result: as many
-// rounds as it fills slots).
+// result or a barrier's release back to the group (an allgather's whole result, an
+// alltoall's received blocks: as many rounds as they fill slots).
 //
 // Layout: a 16 KiB header (magic, ranks, slot bytes, nonce; then per rank kDepth lines
 // of their own, used by rounds in turn, each holding `seq` (the last round that used
@@ -195,8 +195,9 @@ Result<bool> reduce_shm(Op& op, ShmPlan& plan, const void* send, void* recv, siz
                         ReduceOp rop, int root);
 Result<bool> broadcast_shm(Op& op, ShmPlan& plan, void* buf, size_t bytes, int root);
 Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block);
-/// Only where the plan is flat (one group holds every rank): elsewhere false at once,
-/// with no round in the segment.
+/// In one group every rank takes its blocks out of each other's published buffer; over
+/// several, the leaders exchange their groups' blocks pairwise and hand them back in
+/// rounds of a slot.
 Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t block);
 Status barrier_shm(Op& op, ShmPlan& plan);
 

@@ -77,6 +77,26 @@ void expect_allgather(int r, Communicator& c, size_t block, int salt, bool in_pl
   }
 }
 
+/// An alltoall of blocks of `block` bytes, each distinct per (sender, receiver) and
+/// round `salt`, exact.
+void expect_alltoall(int r, Communicator& c, size_t block, int salt) {
+  const auto n = static_cast<size_t>(c.size()), me = static_cast<size_t>(r);
+  auto byte_of = [salt](size_t from, size_t to, size_t i) {
+    return static_cast<std::byte>((from * 37 + to * 11 + i * 5 + static_cast<size_t>(salt)) & 0xFF);
+  };
+  std::vector<std::byte> send(n * block), got(n * block, std::byte{0xEE});
+  for (size_t to = 0; to < n; ++to) {
+    for (size_t i = 0; i < block; ++i) send[to * block + i] = byte_of(me, to, i);
+  }
+  ASSERT_TRUE(c.alltoall(send.data(), got.data(), block, DataType::kUint8).is_ok()) << "block " << block;
+  for (size_t from = 0; from < n; ++from) {
+    for (size_t i = 0; i < block; ++i) {
+      ASSERT_EQ(got[from * block + i], byte_of(from, me, i))
+          << "rank " << r << ": alltoall of " << block << ", rank " << from << "'s byte " << i;
+    }
+  }
+}
+
 /// A communicator of `n` ranks of which those in `alone` (a bit per rank) have
 /// REMORA_SAME_HOST=off: each is a group of its own, and the others share a segment.
 /// With none alone, every call through the segment is one round ("shm"); otherwise the
@@ -213,39 +233,25 @@ TEST_P(ShmSegmentRanks, BroadcastsReducesAndAllgathersGoThroughTheSegmentAllExac
   });
 }
 
-// Alltoalls whose send buffer fits a slot go through the segment where one group holds
-// every rank (each rank publishes its buffer and takes its block out of each other's);
-// larger ones, and every alltoall over several groups, by messages. Blocks distinct per
+// Alltoalls whose send buffer fits a slot go through the segments: where one group
+// holds every rank each rank publishes its buffer and takes its block out of each
+// other's; over several groups the leaders exchange their groups' blocks by messages
+// and hand them back. Larger ones, or pairwise named, by messages. Blocks distinct per
 // (sender, receiver), exact, back to back with allreduces.
-TEST_P(ShmSegmentRanks, SmallAlltoallsGoThroughOneGroupsSegmentAllExact) {
+TEST_P(ShmSegmentRanks, SmallAlltoallsGoThroughTheSegmentsAllExact) {
   const Layout layout = GetParam();
   const auto n = static_cast<size_t>(layout.n);
   const size_t slot = shm_config().shm_bytes;
   run_layout(layout, [&](int r, Communicator& c) {
-    const auto me = static_cast<size_t>(r);
-    auto byte_of = [](size_t from, size_t to, size_t i, int salt) {
-      return static_cast<std::byte>((from * 37 + to * 11 + i * 5 + static_cast<size_t>(salt)) & 0xFF);
-    };
     ASSERT_TRUE(c.barrier().is_ok());  // sets the segment up: an alltoall does not
-    const std::string path = layout.alone == 0 ? "shm" : "pairwise";
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, slot / n).name, path);
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, slot / n).name, layout.path());
     EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, slot / n + 1).name, "pairwise");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, 8, {.algorithm = CollAlgorithm::kPairwise}).name, "pairwise");
     int salt = 0;
     for (int round = 0; round < 2; ++round) {
       for (size_t block : {size_t{0}, size_t{1}, 40 / n, 40 / n + 1, size_t{1000}, slot / n, slot / n + 1}) {
-        ++salt;
-        std::vector<std::byte> send(n * block), got(n * block, std::byte{0xEE});
-        for (size_t to = 0; to < n; ++to) {
-          for (size_t i = 0; i < block; ++i) send[to * block + i] = byte_of(me, to, i, salt);
-        }
-        ASSERT_TRUE(c.alltoall(send.data(), got.data(), block, DataType::kUint8).is_ok()) << "block " << block;
-        for (size_t from = 0; from < n; ++from) {
-          for (size_t i = 0; i < block; ++i) {
-            ASSERT_EQ(got[from * block + i], byte_of(from, me, i, salt))
-                << "rank " << r << ": alltoall of " << block << ", rank " << from << "'s byte " << i;
-          }
-        }
+        expect_alltoall(r, c, block, ++salt);
+        if (::testing::Test::HasFatalFailure()) return;
         expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
       }
     }
@@ -499,6 +505,35 @@ TEST_P(TwoLevelRanks, MiddleBroadcastsAndReducesRunTheTreeByGroupAllExact) {
         }
         ASSERT_TRUE(c.barrier().is_ok());
       }
+    }
+  });
+}
+
+// Alltoalls whose send buffer fits a slot, over groups of several ranks each (of one
+// size or not): the leaders exchange their groups' blocks, one message per pair of
+// groups, and hand each member its blocks back in as many rounds of a slot as the
+// group's fill (at slot / n, one fewer than the group's ranks). Exact, back to back
+// with small allreduces and after a larger alltoall by messages.
+TEST_P(TwoLevelRanks, SmallAlltoallsGoThroughTheGroupsSegmentsAllExact) {
+  const Groups g = GetParam();
+  auto ranks = make_ranks(g.n);
+  coll::CollConfig config = shm_config();
+  config.shm_group = static_cast<size_t>(g.group);
+  auto comms = with_config(ranks, config, 7);
+  const auto n = static_cast<size_t>(g.n);
+  const size_t slot = config.shm_bytes;
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    const AlgorithmChoice a = c.algorithm(CollectiveKind::kAlltoall, slot / n);
+    EXPECT_EQ(a.name, "hier");
+    EXPECT_EQ(a.steps, 1 + (g.widest() - 1) + (g.groups() - 1)) << "rounds of a slot, then the leaders' exchange";
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAlltoall, slot / n + 1).name, "pairwise");
+    int salt = 0;
+    for (size_t block : {size_t{0}, size_t{1}, size_t{7}, slot / n / 3, slot / n, slot / n + 1, slot / n - 1}) {
+      expect_alltoall(r, c, block, ++salt);
+      if (::testing::Test::HasFatalFailure()) return;
+      expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
     }
   });
 }

@@ -6,7 +6,8 @@
 // deterministic inputs (a function of rank and index); nothing is exchanged to check.
 //
 //   remora_coll_check                 the suite once; prints "rank R of N: small calls: ALGORITHM"
-//                                     (a barrier's), "rank R of N: large allreduce: ALGORITHM"
+//                                     (a barrier's), "... small alltoall: ALGORITHM" (8 B a
+//                                     block), "rank R of N: large allreduce: ALGORITHM"
 //                                     and "... large reduce_scatter|allgather: ALGORITHM" (1 MiB
 //                                     each),
 //                                     and "rank R of N: K checks ok (launcher L)"
@@ -750,6 +751,9 @@ int run(int argc, char** argv) {
     // Which path small calls took (ranks of one host: their shared segment).
     const std::string_view path = (*comm)->algorithm(CollectiveKind::kBarrier, 0).name;
     std::printf("rank %d of %d: small calls: %.*s\n", rank, size, static_cast<int>(path.size()), path.data());
+    // And a small alltoall's (8 bytes a block; an earlier call set the segments up).
+    const std::string_view a2a = (*comm)->algorithm(CollectiveKind::kAlltoall, 8).name;
+    std::printf("rank %d of %d: small alltoall: %.*s\n", rank, size, static_cast<int>(a2a.size()), a2a.data());
     // And a 1 MiB allreduce (ranks in equal groups of several hosts: two levels).
     const std::string_view large = (*comm)->algorithm(CollectiveKind::kAllreduce, kBig).name;
     std::printf("rank %d of %d: large allreduce: %.*s\n", rank, size, static_cast<int>(large.size()), large.data());

@@ -130,7 +130,8 @@ TEST(CollLaunch, MpirunFourRanksPassTheWholeSuite) {
 // a bridge in another (each namespace is a host: the store's port is free in rank 0's,
 // and every rank listens on the address through which it reaches rank 0). Every rank
 // passes and says its small calls took `small_path`, and a 1 MiB allreduce `large_path`.
-void expect_suite_across_namespaces(int hosts, const std::string& small_path, const std::string& large_path) {
+void expect_suite_across_namespaces(int hosts, const std::string& small_path, const std::string& alltoall_path,
+                                    const std::string& large_path) {
   constexpr int kRanks = 4;
   NetnsBridge net(hosts);
   REMORA_NETNS_OR_SKIP(net);
@@ -150,6 +151,9 @@ void expect_suite_across_namespaces(int hosts, const std::string& small_path, co
     expect_rank_passed(out, r, kRanks, "remora");
     const auto said = lines_after(out, "rank " + std::to_string(r) + " of 4: small calls: ");
     EXPECT_EQ(said, std::vector<std::string>{small_path}) << out;
+    EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: small alltoall: "),
+              std::vector<std::string>{alltoall_path})
+        << out;
     EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: large allreduce: "),
               std::vector<std::string>{large_path})
         << out;
@@ -162,15 +166,17 @@ void expect_suite_across_namespaces(int hosts, const std::string& small_path, co
 }
 
 // One rank per host: no two share memory, so everything goes by messages.
-TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) { expect_suite_across_namespaces(4, "dissemination", "ring"); }
+TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
+  expect_suite_across_namespaces(4, "dissemination", "pairwise", "ring");
+}
 
 // Two hosts of two ranks each (ranks 0 and 2 in one namespace, 1 and 3 in the other):
 // each pair shares a segment, and small calls go through it to the pair's leader, which
-// meets the other leader over TCP ("hier"); large allreduces, reduce_scatters and
+// meets the other leader over TCP ("hier", small alltoalls too); large allreduces, reduce_scatters and
 // allgathers run in two levels (within each pair, then ranks 0 and 1, 2 and 3 across). The whole suite,
 // bit for bit.
 TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
-  expect_suite_across_namespaces(2, "hier", "hier");
+  expect_suite_across_namespaces(2, "hier", "hier", "hier");
 }
 
 // Rank `victim` of a looping 4-rank job is killed (SIGKILL) or stopped (SIGSTOP: its
