@@ -573,6 +573,25 @@ Op among(Op& op, const ShmPlan& plan, std::span<const int> reps) {
   return Op(op, reps, plan.group_of[static_cast<size_t>(op.rank())]);
 }
 
+/// The leader publishes its `total` bytes at `data` to its group in rounds of a slot
+/// each (one round where there are none); a member copies `bytes` of them, from offset
+/// `from`, into `out`.
+Status hand_out(Op& op, ShmSegment& seg, const ShmShape& shape, const std::byte* data, size_t total, std::byte* out,
+                size_t from, size_t bytes) {
+  for (size_t at = 0; at == 0 || at < total; at += seg.slot()) {
+    const size_t end = std::min(at + seg.slot(), total);
+    if (seg.me() == 0) {
+      REMORA_RETURN_IF_ERROR(seg.publish(op, shape, data + at, end - at));
+      continue;
+    }
+    REMORA_RETURN_IF_ERROR(seg.publish(op, shape, nullptr, 0));
+    REMORA_RETURN_IF_ERROR(seg.wait_rank(op, 0, shape));
+    const size_t lo = std::max(at, from), hi = std::min(end, from + bytes);
+    if (lo < hi) std::memcpy(out + (lo - from), seg.data(0, end - at) + (lo - at), hi - lo);
+  }
+  return Status::ok();
+}
+
 /// An alltoall over several groups, after each member published its send buffer: the
 /// leader (a rank alone is its own) packs, for every group, the blocks each of its
 /// members sends to each of that group's; the leaders exchange those runs by messages;
@@ -626,22 +645,10 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
         }
       }
     }
-    if (seg == nullptr) return Status::ok();
-    for (size_t at = 0; at == 0 || at < stay; at += plan.slot) {
-      REMORA_RETURN_IF_ERROR(seg->publish(op, shape, laid + at, std::min(plan.slot, stay - at)));
-    }
-    return Status::ok();
+    return seg == nullptr ? Status::ok() : hand_out(op, *seg, shape, laid, stay, nullptr, 0, 0);
   }
   // A member: its blocks are the leader's laid-out bytes [(i - 1) * whole, i * whole).
-  const size_t from = static_cast<size_t>(seg->me() - 1) * whole, to = from + whole;
-  for (size_t at = 0; at == 0 || at < stay; at += plan.slot) {
-    const size_t end = std::min(at + plan.slot, stay);
-    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
-    REMORA_RETURN_IF_ERROR(seg->wait_rank(op, 0, shape));
-    const size_t lo = std::max(at, from), hi = std::min(end, to);
-    if (lo < hi) std::memcpy(out + (lo - from), seg->data(0, end - at) + (lo - at), hi - lo);
-  }
-  return Status::ok();
+  return hand_out(op, *seg, shape, nullptr, stay, out, static_cast<size_t>(seg->me() - 1) * whole, whole);
 }
 
 }  // namespace
@@ -911,16 +918,7 @@ Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block) {
     }
   }
   if (seg == nullptr) return true;
-  for (size_t first = 0; first == 0 || first < whole; first += plan.slot) {
-    const size_t len = std::min(plan.slot, whole - first);
-    if (seg->me() == 0) {
-      REMORA_RETURN_IF_ERROR(seg->publish(op, shape, out + first, len));
-      continue;
-    }
-    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
-    REMORA_RETURN_IF_ERROR(seg->wait_rank(op, 0, shape));
-    if (len > 0) std::memcpy(out + first, seg->data(0, len), len);
-  }
+  REMORA_RETURN_IF_ERROR(hand_out(op, *seg, shape, out, whole, out, 0, whole));
   return true;
 }
 
