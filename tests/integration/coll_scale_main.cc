@@ -9,7 +9,8 @@
 // after the small collectives (allreduce, broadcast, reduce_scatter, allgather,
 // barrier), and after each optional step: the sockets this process holds (counted in
 // /proc/self/fd), the communicator's own count where this build has one (-1 otherwise),
-// and the resident memory in KiB. --alltoall: an alltoall that every rank checks.
+// and the resident memory in KiB. --alltoall: an alltoall as the communicator chooses,
+// then a pairwise one, each checked by every rank.
 // --p2p-all: a send to and a receive from every other rank. --shrink-victim=W: world
 // rank W SIGKILLs itself after the small collectives; the survivors see the failure,
 // shrink to the rest and check an allreduce there. Exit 0 when every check passed; 1 on
@@ -117,17 +118,23 @@ void small_collectives(remora::Communicator& c) {
   check("barrier", c.barrier());
 }
 
+/// An alltoall of 8 int64 a block, checked: first as the communicator chooses (the ranks
+/// of one host through their shared segments, the groups' leaders by messages), then
+/// pairwise, which opens an endpoint to every other rank.
 void alltoall(remora::Communicator& c) {
   const int r = c.rank(), n = c.size();
   constexpr size_t kBlock = 8;
-  std::vector<int64_t> sent(kBlock * static_cast<size_t>(n)), in(kBlock * static_cast<size_t>(n), -1);
+  std::vector<int64_t> sent(kBlock * static_cast<size_t>(n));
   for (int q = 0; q < n; ++q) {
     for (size_t i = 0; i < kBlock; ++i) sent[size_t(q) * kBlock + i] = value(r, size_t(q) * 100 + i);
   }
-  check("alltoall", c.alltoall(sent.data(), in.data(), kBlock, remora::DataType::kInt64));
-  for (int q = 0; q < n; ++q) {
-    for (size_t i = 0; i < kBlock; ++i) {
-      if (in[size_t(q) * kBlock + i] != value(q, size_t(r) * 100 + i)) wrong("alltoall from " + std::to_string(q));
+  for (const auto algorithm : {remora::CollAlgorithm::kAuto, remora::CollAlgorithm::kPairwise}) {
+    std::vector<int64_t> in(kBlock * static_cast<size_t>(n), -1);
+    check("alltoall", c.alltoall(sent.data(), in.data(), kBlock, remora::DataType::kInt64, {.algorithm = algorithm}));
+    for (int q = 0; q < n; ++q) {
+      for (size_t i = 0; i < kBlock; ++i) {
+        if (in[size_t(q) * kBlock + i] != value(q, size_t(r) * 100 + i)) wrong("alltoall from " + std::to_string(q));
+      }
     }
   }
 }

@@ -3,7 +3,8 @@
 // buffers, remora_coll_scale) pass init, every collective and an alltoall, each checked
 // exactly, and hold only what the algorithms run so far need: the endpoints of init's
 // exchange and of the small collectives (their partners are r ± 2^k: at most 2·log2(N)
-// of them) and of their group of 16 sharing a segment, all N−1 only after the alltoall. Also: a rank killed among 64 is found by
+// of them) and of their group of 16 sharing a segment, all N−1 only after a pairwise
+// alltoall (one through the segments comes first). Also: a rank killed among 64 is found by
 // the survivors that never connected to it, who shrink without it; and ranks whose
 // open-file limit cannot hold an alltoall's endpoints all fail with a message naming
 // RLIMIT_NOFILE, at once, instead of hanging.
