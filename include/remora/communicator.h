@@ -123,11 +123,12 @@ struct AlgorithmChoice {
   /// each host's ranks (in groups of up to 16) through their shared memory to a leader,
   /// and the leaders by messages (rd for allreduce and reduce_scatter, tree for broadcast
   /// and reduce, dissemination for barrier, the allgather's own choice for the groups'
-  /// blocks, pairwise for the alltoall's); also an allreduce too large for the shared memory that would take the ring,
-  /// where the groups are all of one size: a ring within each group, an allreduce of each
-  /// block across them, a ring within; and a reduce_scatter that would take the ring
-  /// there: a ring within, a ring across; and an allgather of blocks above
-  /// REMORA_COLL_SHM that would take the ring there: a ring across, a ring within.
+  /// blocks, pairwise for the alltoall's); also an allreduce too large for the shared
+  /// memory that would take the ring, where the groups are all of one size: a ring
+  /// within each group, an allreduce of each block across them, a ring within; and a
+  /// reduce_scatter that would take the ring there: a ring within, a ring across; and an
+  /// allgather of blocks above REMORA_COLL_SHM that would take the ring there: a ring
+  /// across, a ring within.
   std::string_view name;
   /// Sequential communication steps on the critical path: rounds in which a rank sends to
   /// and/or receives from its peers of that round, each round waiting for the one before.

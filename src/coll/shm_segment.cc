@@ -604,15 +604,15 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
   const size_t stay = (mine - 1) * whole;  // the other members' received blocks
   if (seg == nullptr || seg->me() == 0) {
     if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
-    // Every rank, group by group (each in its order), and where each group starts.
+    // Where each group starts in the order of every rank group by group (plan.by_host,
+    // empty where that is rank order), and the rank at each place there.
     const size_t k = plan.leaders.size();
     std::vector<size_t> first(k + 1, 0);
     for (int g : plan.group_of) ++first[static_cast<size_t>(g) + 1];
     for (size_t g = 0; g < k; ++g) first[g + 1] += first[g];
-    std::vector<int> ranks(n);
-    for (size_t r = 0; r < n; ++r) {
-      ranks[first[static_cast<size_t>(plan.group_of[r])] + static_cast<size_t>(plan.index_in[r])] = static_cast<int>(r);
-    }
+    const auto rank_at = [&plan](size_t place) {
+      return plan.by_host.empty() ? place : static_cast<size_t>(plan.by_host[place]);
+    };
     std::vector<Span> runs(k);
     for (size_t g = 0, at = 0; g < k; ++g) {
       runs[g] = Span{at, mine * (first[g + 1] - first[g]) * block};
@@ -628,7 +628,7 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
         const size_t width = first[g + 1] - first[g];
         std::byte* to = packed + runs[g].offset + i * width * block;
         for (size_t j = 0; j < width; ++j) {
-          copy_block(to + j * block, from + static_cast<size_t>(ranks[first[g] + j]) * block, block);
+          copy_block(to + j * block, from + rank_at(first[g] + j) * block, block);
         }
       }
     }
@@ -638,7 +638,7 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
     std::byte* laid = stay > 0 ? grow(scratch.c, stay) : nullptr;
     for (size_t g = 0; g < k; ++g) {
       for (size_t j = 0; j < first[g + 1] - first[g]; ++j) {
-        const auto r = static_cast<size_t>(ranks[first[g] + j]);
+        const size_t r = rank_at(first[g] + j);
         for (size_t i = 0; i < mine; ++i) {
           std::byte* to = i == 0 ? out : laid + (i - 1) * whole;
           copy_block(to + r * block, got + runs[g].offset + (j * mine + i) * block, block);

@@ -172,9 +172,9 @@ TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
 
 // Two hosts of two ranks each (ranks 0 and 2 in one namespace, 1 and 3 in the other):
 // each pair shares a segment, and small calls go through it to the pair's leader, which
-// meets the other leader over TCP ("hier", small alltoalls too); large allreduces, reduce_scatters and
-// allgathers run in two levels (within each pair, then ranks 0 and 1, 2 and 3 across). The whole suite,
-// bit for bit.
+// meets the other leader over TCP ("hier", small alltoalls too); large allreduces,
+// reduce_scatters and allgathers run in two levels (within each pair, then ranks 0 and 1, 2 and 3 across). The whole
+// suite, bit for bit.
 TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
   expect_suite_across_namespaces(2, "hier", "hier", "hier");
 }
