@@ -58,6 +58,12 @@ Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, 
   const size_t elem = size_of(type);
   const auto me = static_cast<size_t>(op.rank());
   REMORA_RETURN_IF_ERROR(check_own("alltoallv", send_counts[me], recv_counts[me]));
+  // Between ranks all of one host, where every rank's blocks fit: through their segment.
+  if (CommCore& comm = op.comm(); op.size() > 1 && comm.shm_decided() && comm.shm() != nullptr) {
+    REMORA_ASSIGN_OR_RETURN(const bool done, alltoallv_shm(op, *comm.shm(), send, send_counts, send_displs, recv,
+                                                           recv_counts, recv_displs, type));
+    if (done) return Status::ok();
+  }
   return alltoall_pairwise(
       op, send, [&](size_t i) { return Span{send_displs[i] * elem, send_counts[i] * elem}; }, recv,
       [&](size_t i) { return Span{recv_displs[i] * elem, recv_counts[i] * elem}; });

@@ -126,6 +126,12 @@ Result<CollConfig> call_config(CommCore& c, std::string_view what, Algo only, co
   return coll::call_config(c.config(), what, {only}, nullptr, options);
 }
 
+/// An alltoallv's: pairwise, as an alltoall's, and under its name (kPairwise: by
+/// messages even where the blocks fit the shared segment).
+Result<CollConfig> alltoallv_config(CommCore& c, const CollectiveOptions& options) {
+  return coll::call_config(c.config(), "alltoallv", {Algo::kPairwise}, &CollConfig::alltoall, options);
+}
+
 /// The bytes a v-form's buffer spans: the end of its furthest block.
 size_t extent(std::span<const size_t> counts, std::span<const size_t> displs, DataType type) {
   size_t end = 0;
@@ -615,13 +621,13 @@ Status Communicator::alltoallv(const void* send, std::span<const size_t> send_co
                                std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
                                std::span<const size_t> recv_displs, DataType type, const CollectiveOptions& options) {
   return run(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
-             call_config(*core_, "alltoallv", Algo::kPairwise, options));
+             alltoallv_config(*core_, options));
 }
 Request Communicator::ialltoallv(const void* send, std::span<const size_t> send_counts,
                                  std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
                                  std::span<const size_t> recv_displs, DataType type, const CollectiveOptions& options) {
   return post(*core_, prep_alltoallv(*core_, send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
-              call_config(*core_, "alltoallv", Algo::kPairwise, options));
+              alltoallv_config(*core_, options));
 }
 Status Communicator::scan(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                           const CollectiveOptions& options) {

@@ -235,7 +235,7 @@ Status ShmSegment::wait_for(Op& op, int r, uint32_t target) {
   return Status::ok();
 }
 
-Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size_t bytes) {
+Status ShmSegment::next_round(Op& op) {
   // Nobody still reads the line and buffer of the next round's residue, last used kDepth
   // rounds before it: everyone has published the round after that one.
   const uint32_t done_by_all = round_ + 2 - kDepth;
@@ -243,15 +243,28 @@ Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size
     if (r != me_) REMORA_RETURN_IF_ERROR(wait_for(op, r, done_by_all));
   }
   ++round_;
-  bytes = std::min(bytes, slot_);
+  return Status::ok();
+}
+
+std::byte* ShmSegment::mine(size_t bytes) const noexcept {
+  return bytes <= kInlineBytes ? line(me_, round_).data : buffer(me_, round_);
+}
+
+void ShmSegment::release(const ShmShape& shape) {
   Line& l = line(me_, round_);
   l.shape = shape;
-  if (bytes > 0) std::memcpy(bytes <= kInlineBytes ? l.data : buffer(me_, round_), data, bytes);
   net::sync_release(memory_.sync_key());
   l.seq.store(round_, std::memory_order_seq_cst);
   // After the store: a rank that counted itself a sleeper before it looked at seq either
   // saw the new value or is counted here.
   if (l.sleepers.load(std::memory_order_seq_cst) != 0) engine::futex_wake_all(&l.seq, engine::FutexScope::kShared);
+}
+
+Status ShmSegment::publish(Op& op, const ShmShape& shape, const void* data, size_t bytes) {
+  REMORA_RETURN_IF_ERROR(next_round(op));
+  bytes = std::min(bytes, slot_);
+  if (bytes > 0) std::memcpy(mine(bytes), data, bytes);
+  release(shape);
   return Status::ok();
 }
 
@@ -877,6 +890,75 @@ Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, s
   for (size_t r = 0; r < n; ++r) {
     const std::byte* from = r == me ? static_cast<const std::byte*>(send) : seg->data(static_cast<int>(r), whole);
     if (block > 0) std::memcpy(out + r * block, from + me * block, block);
+  }
+  return true;
+}
+
+Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<const size_t> send_counts,
+                           std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
+                           std::span<const size_t> recv_displs, DataType type) {
+  const auto n = static_cast<size_t>(op.size()), me = static_cast<size_t>(op.rank());
+  const size_t elem = size_of(type), slot = plan.slot;
+  // The header: u64 bytes to each rank, then from each, in rank order; a multiple of 64
+  // bytes (so never in the line, and the blocks after it aligned).
+  const size_t head = (2 * n * sizeof(uint64_t) + 63) / 64 * 64;
+  const bool takes = plan.flat() && op.config().alltoall == Algo::kAuto && head <= slot;
+  const ShmShape shape = shape_of(ShmKind::kAlltoallv, takes, static_cast<uint32_t>(type) << 8, 0);
+  if (!takes) return shape_only(op, plan, shape);
+  ShmSegment& seg = *plan.segment;
+  // Every block but its own, in rank order after the header, where they fit.
+  size_t total = head;
+  for (size_t r = 0; r < n; ++r) total += r == me ? 0 : send_counts[r] * elem;
+  const bool fits = total <= slot;
+  REMORA_RETURN_IF_ERROR(seg.publish_with(op, shape, fits ? total : head, [&](std::byte* at) {
+    std::memset(at, 0, head);
+    std::byte* block = at + head;
+    for (size_t r = 0; r < n; ++r) {
+      const uint64_t out = send_counts[r] * elem, in = recv_counts[r] * elem;
+      std::memcpy(at + r * sizeof(uint64_t), &out, sizeof(out));
+      std::memcpy(at + (n + r) * sizeof(uint64_t), &in, sizeof(in));
+      if (!fits || r == me || out == 0) continue;
+      std::memcpy(block, static_cast<const std::byte*>(send) + send_displs[r] * elem, out);
+      block += out;
+    }
+  }));
+  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
+  // Each rank's header, copied once (what a hostile rank writes later changes nothing
+  // checked here): whether its blocks fit, and where the one for this rank starts.
+  std::array<uint64_t, 2 * ShmSegment::kMaxRanks> sizes{};
+  std::array<size_t, ShmSegment::kMaxRanks> from{};
+  std::array<uint64_t, ShmSegment::kMaxRanks> to_me{}, from_me{};
+  bool all_fit = true;
+  for (size_t r = 0; r < n; ++r) {
+    std::memcpy(sizes.data(), seg.data(static_cast<int>(r), head), 2 * n * sizeof(uint64_t));
+    uint64_t end = head;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == me) from[r] = end;
+      if (j == r) continue;
+      end += std::min<uint64_t>(sizes[j], slot + 1);  // no overflow: n · (slot + 1) at most
+    }
+    all_fit = all_fit && end <= slot;
+    to_me[r] = sizes[me];
+    from_me[r] = sizes[n + me];
+  }
+  // Every rank read the same headers: all go on here, or all by messages.
+  if (!all_fit) return false;
+  auto* out = static_cast<std::byte*>(recv);
+  for (size_t r = 0; r < n; ++r) {
+    const uint64_t want = recv_counts[r] * elem, give = send_counts[r] * elem;
+    if (to_me[r] != want || from_me[r] != give) {
+      return Status(StatusCode::kProtocol,
+                    fmt::format("alltoallv: rank {} sends {} bytes to rank {} and expects {} from it, where that rank "
+                                "expects {} and sends {}: ranks disagree on the counts",
+                                r, to_me[r], me, from_me[r], want, give));
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    const size_t bytes = recv_counts[r] * elem;
+    if (bytes == 0) continue;
+    const std::byte* block = r == me ? static_cast<const std::byte*>(send) + send_displs[me] * elem
+                                     : seg.data(static_cast<int>(r), head) + from[r];
+    std::memcpy(out + recv_displs[r] * elem, block, bytes);
   }
   return true;
 }

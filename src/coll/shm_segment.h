@@ -1,7 +1,8 @@
 // coll/shm_segment.h — a communicator's shared segments: memory the ranks of one host
 // map, in groups of up to kMaxRanks of them, through which small barriers and
-// allreduces, reduces, broadcasts, allgathers and alltoalls go without messages (docs/guide.md,
-// "Collectives"; docs/protocol.md, "Communicator segment").
+// allreduces, reduces, broadcasts, allgathers and alltoalls (alltoallvs in one group)
+// go without messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator
+// segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce,
 // reduce_scatter or allgather (every rank makes that call), over messages: every rank
@@ -37,7 +38,9 @@
 // CPUs), then block on a futex in the segment (the publisher wakes it), and stop at the
 // deadline, when the world fails, or when the endpoint to the awaited rank fails (a dead
 // or stopped process). Contents a hostile rank writes are only values: every size and
-// offset comes from this rank's own arguments and the sealed size it checked.
+// offset comes from this rank's own arguments and the sealed size it checked, but an
+// alltoallv's, which come from the other ranks' published counts, copied once and
+// checked against the slot and against this rank's own counts before any is used.
 #pragma once
 
 #include <array>
@@ -72,6 +75,7 @@ enum class ShmKind : uint32_t {
   kBroadcast = 6,  ///< 7: by messages
   kAllgather = 8,  ///< 9: by messages
   kAlltoall = 10,  ///< 11: by messages
+  kAlltoallv = 12,  ///< 13: by messages
 };
 
 class ShmSegment {
@@ -109,6 +113,15 @@ class ShmSegment {
   /// Starts the next round: waits until every other rank published the last one, then
   /// publishes `shape` and `bytes` of `data` (bytes <= slot()) as this rank's.
   Status publish(Op& op, const ShmShape& shape, const void* data, size_t bytes);
+  /// As publish, but `fill(std::byte* at)` writes this rank's `bytes` (<= slot()) in
+  /// place, where publish would copy them to.
+  template <typename Fill>
+  Status publish_with(Op& op, const ShmShape& shape, size_t bytes, Fill fill) {
+    REMORA_RETURN_IF_ERROR(next_round(op));
+    fill(mine(bytes));
+    release(shape);
+    return Status::ok();
+  }
   /// Waits until rank r (an index here) published this round, and checks its shape
   /// equals `shape` (kProtocol naming the rank otherwise).
   Status wait_rank(Op& op, int r, const ShmShape& shape);
@@ -123,6 +136,11 @@ class ShmSegment {
   Line& line(int r, uint32_t round) const noexcept;
   /// Rank r's data buffer for those rounds (contributions above kInlineBytes).
   std::byte* buffer(int r, uint32_t round) const noexcept;
+  /// publish's steps: wait until nobody reads the next round's line and buffer, and
+  /// start it; where this round's `bytes` of this rank's go; store `shape` and `seq`.
+  Status next_round(Op& op);
+  std::byte* mine(size_t bytes) const noexcept;
+  void release(const ShmShape& shape);
   /// Waits until rank r's seq reaches `target` (this round or the one before).
   Status wait_for(Op& op, int r, uint32_t target);
 
@@ -199,6 +217,13 @@ Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block);
 /// several, the leaders exchange their groups' blocks pairwise and hand them back in
 /// rounds of a slot.
 Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t block);
+/// In one group only: every rank publishes its bytes to and from each rank and, where
+/// they fit a slot after them, its blocks for the others; where every rank's fit, each
+/// checks that every other agrees with it on what they exchange (kProtocol naming the
+/// rank otherwise) and takes its blocks; else all return false (by messages).
+Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<const size_t> send_counts,
+                           std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
+                           std::span<const size_t> recv_displs, DataType type);
 Status barrier_shm(Op& op, ShmPlan& plan);
 
 /// The binomial trees of a broadcast or reduce too large for the segments, where `plan`

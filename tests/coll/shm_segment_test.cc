@@ -97,7 +97,51 @@ void expect_alltoall(int r, Communicator& c, size_t block, int salt) {
   }
 }
 
-/// A communicator of `n` ranks of which those in `alone` (a bit per rank) have
+/// Messages this rank's communicator has sent to all its peers so far.
+uint64_t messages_sent(Communicator& c) {
+  coll::World& world = coll::CommAccess::core(c).world();
+  uint64_t sent = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    if (Endpoint* ep = world.connected(r)) sent += ep->stats().messages_sent;
+  }
+  return sent;
+}
+
+/// An alltoallv in which rank `from` sends `count(from, to)` elements of `t` to rank
+/// `to`, both sides laid out in reverse rank order with gaps (scattered_layout); every
+/// byte distinct per (sender, receiver) and round `salt`, exact, and the gaps of the
+/// receive buffer untouched. Returns the messages this rank sent for it.
+uint64_t expect_alltoallv(int r, Communicator& c, DataType t, const std::function<size_t(size_t, size_t)>& count,
+                          int salt, const CollectiveOptions& options = {}) {
+  const auto n = static_cast<size_t>(c.size()), me = static_cast<size_t>(r), e = size_of(t);
+  auto byte_of = [salt](size_t from, size_t to, size_t i) {
+    return static_cast<std::byte>((from * 37 + to * 11 + i * 5 + static_cast<size_t>(salt)) & 0xFF);
+  };
+  std::vector<size_t> scounts(n), rcounts(n), sdispls, rdispls;
+  for (size_t p = 0; p < n; ++p) {
+    scounts[p] = count(me, p);
+    rcounts[p] = count(p, me);
+  }
+  std::vector<std::byte> send(scattered_layout(scounts, &sdispls) * e, std::byte{0xEE});
+  std::vector<std::byte> want(scattered_layout(rcounts, &rdispls) * e, std::byte{0xEE});
+  std::vector<std::byte> got = want;
+  for (size_t p = 0; p < n; ++p) {
+    for (size_t i = 0; i < scounts[p] * e; ++i) send[sdispls[p] * e + i] = byte_of(me, p, i);
+    for (size_t i = 0; i < rcounts[p] * e; ++i) want[rdispls[p] * e + i] = byte_of(p, me, i);
+  }
+  const uint64_t before = messages_sent(c);
+  Status s = c.alltoallv(send.data(), scounts, sdispls, got.data(), rcounts, rdispls, t, options);
+  EXPECT_TRUE(s.is_ok()) << "rank " << r << ": " << s.to_string();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i]) {
+      ADD_FAILURE() << "rank " << r << ": alltoallv round " << salt << ", byte " << i << " of " << want.size();
+      break;
+    }
+  }
+  return messages_sent(c) - before;
+}
+
+/// A communicator of `n` ranks of which those in `alone`/// A communicator of `n` ranks of which those in `alone` (a bit per rank) have
 /// REMORA_SAME_HOST=off: each is a group of its own, and the others share a segment.
 /// With none alone, every call through the segment is one round ("shm"); otherwise the
 /// groups' leaders exchange by messages in between ("hier").
@@ -252,6 +296,43 @@ TEST_P(ShmSegmentRanks, SmallAlltoallsGoThroughTheSegmentsAllExact) {
       for (size_t block : {size_t{0}, size_t{1}, 40 / n, 40 / n + 1, size_t{1000}, slot / n, slot / n + 1}) {
         expect_alltoall(r, c, block, ++salt);
         if (::testing::Test::HasFatalFailure()) return;
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
+      }
+    }
+  });
+}
+
+// Alltoallvs go through the segment where one group holds every rank and every rank's
+// blocks for the others fit a slot after a header of its counts (64 bytes per 4 ranks):
+// no message at all. Where one rank's do not (even the others' all fit), pairwise is
+// named, or the groups are several, every rank runs them by messages. Counts with zeros,
+// scattered displacements, 1-, 4- and 8-byte types, exact, back to back with allreduces.
+TEST_P(ShmSegmentRanks, SmallAlltoallvsGoThroughTheSegmentAllExact) {
+  const Layout layout = GetParam();
+  const auto n = static_cast<size_t>(layout.n);
+  const size_t slot = shm_config().shm_bytes;
+  const size_t head = (16 * n + 63) / 64 * 64;
+  const bool flat = layout.alone == 0;
+  run_layout(layout, [&](int r, Communicator& c) {
+    ASSERT_TRUE(c.barrier().is_ok());  // sets the segment up: an alltoallv does not
+    int salt = 0;
+    for (const DataType t : {DataType::kUint8, DataType::kInt32, DataType::kFloat64}) {
+      const size_t e = size_of(t);
+      const size_t most = (slot - head) / (n - 1) / e;  // elements to each other rank that fill the slot
+      // Zeros where (a + 2b) % 4 == 0, otherwise a count that differs per pair.
+      const auto uneven = [](size_t base) {
+        return [base](size_t a, size_t b) { return (a + 2 * b) % 4 == 0 ? 0 : base + a * 2 + b; };
+      };
+      const auto full = [most](size_t a, size_t b) { return a == b ? 3 : most; };
+      const auto one_over = [most](size_t a, size_t b) { return a == b ? 0 : most + (a == 1 && b == 0 ? 1 : 0); };
+      for (int round = 0; round < 2; ++round) {
+        EXPECT_EQ(expect_alltoallv(r, c, t, uneven(0), ++salt) == 0, flat) << "counts of 0 to a few elements";
+        EXPECT_EQ(expect_alltoallv(r, c, t, uneven(1000 / e / n), ++salt) == 0, flat) << "about 1000 bytes";
+        if (::testing::Test::HasFatalFailure()) return;
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
+        EXPECT_EQ(expect_alltoallv(r, c, t, full, ++salt) == 0, flat) << "a slot's worth to every other rank";
+        EXPECT_GT(expect_alltoallv(r, c, t, one_over, ++salt), 0u) << "rank 1's one element over the slot";
+        EXPECT_GT(expect_alltoallv(r, c, t, full, ++salt, {.algorithm = CollAlgorithm::kPairwise}), 0u);
         expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
       }
     }
@@ -640,6 +721,25 @@ TEST(ShmSegment, AlltoallsThatDisagreeOnTheSizeFailAtOnce) {
       }
     });
     EXPECT_GE(protocol.load(), 1) << block0 << " against " << block1;
+  }
+}
+
+// Ranks that disagree on what an alltoallv moves between them, each rank's blocks
+// fitting the segment: rank 1 expects one byte more from rank 0 than rank 0 sends it (or
+// rank 0 also names another type of the same size). Both fail with `protocol` at once,
+// whichever of them reads the other's counts first; with messages they would fail too.
+TEST(ShmSegment, AlltoallvsThatDisagreeOnTheCountsFailBothAtOnce) {
+  for (const bool other_type : {false, true}) {
+    auto ranks = make_ranks(2);
+    auto comms = with_config(ranks, shm_config(), 7);
+    run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+    run_ranks(ranks, [&](int r, Communicator&) {
+      const std::vector<size_t> scounts{4, 4}, rcounts{r == 1 && !other_type ? size_t{5} : 4, 4}, displs{0, 8};
+      std::vector<std::byte> send(64), got(64);
+      const DataType t = r == 0 && other_type ? DataType::kInt8 : DataType::kUint8;
+      Status s = comms[static_cast<size_t>(r)]->alltoallv(send.data(), scounts, displs, got.data(), rcounts, displs, t);
+      EXPECT_EQ(s.code(), StatusCode::kProtocol) << "rank " << r << ": " << s.to_string();
+    });
   }
 }
 
