@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -276,8 +277,12 @@ remora::Status coll_options(const CollArgs& a, remora::perf::CollOptions* o) {
       }
       continue;
     }
-    auto op = remora::parse_collective_kind(name);
+    if (name == "alltoallv") o->alltoallv = true;  // the alltoall rows, as alltoallv
+    auto op = remora::parse_collective_kind(name == "alltoallv" ? "alltoall" : name);
     if (!op) return op.status().with_context("--op");
+    if (*op == CollectiveKind::kAlltoall && std::count(o->ops.begin(), o->ops.end(), *op) > 0) {
+      return {remora::StatusCode::kInvalidArgument, "--op: alltoall and alltoallv are one row each; run them apart"};
+    }
     o->ops.push_back(*op);
   }
   if (a.sizes.empty()) {
@@ -510,7 +515,7 @@ void add_bench_coll(CLI::App* bench, Cli& c) {
       "coll", "collectives, nccl-tests-style: time, algbw, busbw, #wrong per size, against a p2p reference");
   coll->add_option("--op", a.ops,
                    "allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, gather, scatter, barrier; "
-                   "several separated by commas, or all")
+                   "several separated by commas, or all; also alltoallv (the alltoall rows with equal counts)")
       ->delimiter(',')
       ->capture_default_str();
   auto* minbytes = coll->add_option("-b,--minbytes", a.minbytes, "smallest size (K/M/G = powers of 1024)")

@@ -284,6 +284,7 @@ struct CaseParams {
   ReduceOp redop;
   int root;
   uint64_t seed;
+  bool alltoallv = false;  ///< CollOptions::alltoallv
 };
 
 Case make_case(const CaseParams& p, const Buffers& b, const std::shared_ptr<const ReductionData>& red) {
@@ -373,7 +374,15 @@ Case make_case(const CaseParams& p, const Buffers& b, const std::shared_ptr<cons
         for (int d = 0; d < n; ++d) fill_pattern(b.send.block(static_cast<size_t>(d), block), seed(r, d));
         poison(b.recv.span(block * static_cast<size_t>(n)));
       };
-      k.run = [=, &c] { return c.alltoall(send, recv, count, t); };
+      if (p.alltoallv) {
+        // Every count the same, the blocks in rank order: alltoall's data, alltoallv's path.
+        auto counts = std::make_shared<std::vector<size_t>>(static_cast<size_t>(n), count);
+        auto displs = std::make_shared<std::vector<size_t>>(static_cast<size_t>(n));
+        for (size_t i = 0; i < displs->size(); ++i) (*displs)[i] = i * count;
+        k.run = [=, &c] { return c.alltoallv(send, *counts, *displs, recv, *counts, *displs, t); };
+      } else {
+        k.run = [=, &c] { return c.alltoall(send, recv, count, t); };
+      }
       k.verify = [=] { return blocks_wrong(recv, [&](int from) { return seed(from, r); }); };
       k.output = b.recv.span(block * static_cast<size_t>(n));
       break;
@@ -422,7 +431,7 @@ Status measure(RunContext& x, const CaseParams& p, const Step& st, CollTiming* o
   std::shared_ptr<const ReductionData> red;
   if (is_reduction(p.op)) red = std::make_shared<ReductionData>(p.type, p.redop, c.size(), p.seed);
   Case k = make_case(p, x.buffers, red);
-  const std::string label = fmt::format("{} {} {}", to_string(p.op), format_size(p.g.size),
+  const std::string label = fmt::format("{} {} {}", op_name(p.op, x.o), format_size(p.g.size),
                                         p.placement == Placement::kInPlace ? "in" : "out");
   const uint64_t total = uint64_t{1} + st.warmup + st.iters;
   const auto progress = [&](uint64_t done) {
@@ -482,10 +491,11 @@ Result<CollRow> run_row(RunContext& x, CollectiveKind op, size_t requested) {
                        .type = x.o.type,
                        .redop = x.o.redop,
                        .root = x.o.root,
-                       .seed = seed};
+                       .seed = seed,
+                       .alltoallv = x.o.alltoallv};
     CollTiming* t = pl == Placement::kOutOfPlace ? &row.out_of_place : &row.in_place;
     REMORA_RETURN_IF_ERROR(
-        measure(x, p, st, t).with_context(fmt::format("{} of {}", to_string(op), format_size(g.size))));
+        measure(x, p, st, t).with_context(fmt::format("{} of {}", op_name(op, x.o), format_size(g.size))));
   }
   // Asked after the runs: what ran (a communicator's shared segment is set up by its
   // first barrier or allreduce).
@@ -648,7 +658,7 @@ nlohmann::json timing_json(const CollTiming& t, bool checked) {
 nlohmann::json results_json(const std::vector<CollRow>& rows, const CollOptions& o, int ranks, bool checked) {
   nlohmann::json out = nlohmann::json::array();
   for (const CollRow& r : rows) {
-    out.push_back({{"op", to_string(r.op)},
+    out.push_back({{"op", op_name(r.op, o)},
                    {"size", r.size},
                    {"requested", r.requested},
                    {"count", r.count},
@@ -692,7 +702,7 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
       {"tool", "remora bench coll"}, {"version", version_string()}, {"ranks", rep.ranks}, {"launcher", rep.launcher}};
   j["config"] = config;
   j["config"]["ops"] = nlohmann::json::array();
-  for (CollectiveKind op : o.ops) j["config"]["ops"].push_back(to_string(op));
+  for (CollectiveKind op : o.ops) j["config"]["ops"].push_back(op_name(op, o));
   j["config"]["sizes"] = o.sizes;
   j["config"]["type"] = to_string(o.type);
   j["config"]["redop"] = to_string(o.redop);
@@ -719,8 +729,8 @@ nlohmann::json report_json(const CollReport& rep, const CollOptions& o, const nl
   }
   j["ratios"] = nlohmann::json::array();
   for (const CollRatio& r : rep.ratios) {
-    nlohmann::json x = {{"op", to_string(r.op)},    {"size", r.size},   {"placement", r.placement},
-                        {"algorithm", r.algorithm}, {"steps", r.steps}, {"ratio", r.ratio},
+    nlohmann::json x = {{"op", op_name(r.op, o)},        {"size", r.size},   {"placement", r.placement},
+                        {"algorithm", r.algorithm},      {"steps", r.steps}, {"ratio", r.ratio},
                         {"ratio_per_round", r.per_round}};
     if (r.bandwidth) {
       x["kind"] = "busbw / per-direction bandwidth";

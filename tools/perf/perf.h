@@ -300,6 +300,9 @@ Status serve(std::string_view address, int port_fd);
 /// to a multiple of ranks × element size where it is cut into per-rank blocks.
 struct CollOptions {
   std::vector<CollectiveKind> ops = {CollectiveKind::kAllreduce};
+  /// The alltoall rows run alltoallv instead, every count the same and the blocks in
+  /// rank order (`--op alltoallv`).
+  bool alltoallv = false;
   /// Table sizes in bytes, in order. Empty: 4K, 16K, ... 64M (powers of 4).
   std::vector<size_t> sizes;
   DataType type = DataType::kFloat32;
@@ -331,6 +334,12 @@ struct CollOptions {
 };
 
 /// One placement (out-of-place or in-place) of one size.
+/// An operation's name in the report: to_string's, but "alltoallv" where
+/// CollOptions::alltoallv says the alltoall rows run it.
+inline std::string_view op_name(CollectiveKind op, const CollOptions& o) noexcept {
+  return op == CollectiveKind::kAlltoall && o.alltoallv ? std::string_view("alltoallv") : to_string(op);
+}
+
 struct CollTiming {
   bool ran = false;       ///< false where the operation has no such form (alltoall in place)
   double time_us = 0;     ///< per operation: each rank's average, the slowest rank's

@@ -67,7 +67,7 @@ void print_coll_tables(const CollReport& r, const CollOptions& o) {
   bool first = true;
   for (const auto& row : r.rows) {
     if (first || row.op != current) {
-      fmt::print("#\n# {} (bus factor {})\n", to_string(row.op), bus_formula(row.op));
+      fmt::print("#\n# {} (bus factor {})\n", op_name(row.op, o), bus_formula(row.op));
       fmt::print("# {:63} {:-^35}  {:-^35}\n", blank, " out-of-place ", " in-place ");
       fmt::print("# {:>10} {:>12} {:>8} {:>5} {:>4} {:>13} {:>5} {:>10} {:>8} {:>8} {:>6}  {:>10} {:>8} {:>8} {:>6}\n",
                  "size", "count", "type", "redop", "root", "algorithm", "steps", "time", "algbw", "busbw", "#wrong",
@@ -123,7 +123,7 @@ void print_coll_ratios(const CollReport& r, const CollOptions& o) {
   fmt::print("#\n# {:<15} {:>6} {:<13} {:>9} {:>5} {:>12} {:>14} {:>7}  {}\n", "vs reference", "size", "placement",
              "algorithm", "steps", "value", "reference", "ratio", "target");
   for (const auto& x : r.ratios) {
-    const std::string what = fmt::format("{} {}", to_string(x.op), x.bandwidth ? "busbw" : "time");
+    const std::string what = fmt::format("{} {}", op_name(x.op, o), x.bandwidth ? "busbw" : "time");
     const std::string value = x.bandwidth ? fmt::format("{:.3f} GB/s", x.value) : fmt::format("{:.2f} us", x.value);
     const std::string reference = x.bandwidth ? fmt::format("{:.3f} GB/s", x.reference)
                                               : fmt::format("{} x {:.2f} us", x.steps, x.reference / x.steps);
