@@ -1,7 +1,7 @@
 // coll/alltoall_pairwise.cc — alltoall(v) by pairwise exchange, at most
 // kPairwiseWindow steps in flight (a small alltoall goes through the communicator's
-// shared segments instead, its groups' leaders exchanging by alltoall_spans,
-// shm_segment.h).
+// shared segments instead, its groups' leaders exchanging by alltoall_spans, and so
+// does a small alltoallv of ranks all of one host; shm_segment.h).
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
 #include "coll/shm_segment.h"
