@@ -1,7 +1,7 @@
 // coll/alltoall_pairwise.cc — alltoall(v) by pairwise exchange, at most
 // kPairwiseWindow steps in flight (a small alltoall goes through the communicator's
 // shared segments instead, its groups' leaders exchanging by alltoall_spans, and so
-// does a small alltoallv of ranks all of one host; shm_segment.h).
+// does a small alltoallv; shm_segment.h).
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
 #include "coll/shm_segment.h"
@@ -58,7 +58,7 @@ Status alltoallv(Op& op, const void* send, std::span<const size_t> send_counts, 
   const size_t elem = size_of(type);
   const auto me = static_cast<size_t>(op.rank());
   REMORA_RETURN_IF_ERROR(check_own("alltoallv", send_counts[me], recv_counts[me]));
-  // Between ranks all of one host, where every rank's blocks fit: through their segment.
+  // Where every rank's blocks fit: through the segments of the ranks of each host.
   if (CommCore& comm = op.comm(); op.size() > 1 && comm.shm_decided() && comm.shm() != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, alltoallv_shm(op, *comm.shm(), send, send_counts, send_displs, recv,
                                                            recv_counts, recv_displs, type));

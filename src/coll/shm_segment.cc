@@ -605,6 +605,24 @@ Status hand_out(Op& op, ShmSegment& seg, const ShmShape& shape, const std::byte*
   return Status::ok();
 }
 
+/// Every rank group by group, each group in rank order (plan.by_host, or rank order
+/// where that is empty): where each group starts there, and the rank at each place.
+struct ByGroup {
+  explicit ByGroup(const ShmPlan& p) : plan(p), first(p.leaders.size() + 1, 0) {
+    for (int g : plan.group_of) ++first[static_cast<size_t>(g) + 1];
+    for (size_t g = 0; g + 1 < first.size(); ++g) first[g + 1] += first[g];
+  }
+  size_t groups() const noexcept { return first.size() - 1; }
+  size_t width(size_t g) const noexcept { return first[g + 1] - first[g]; }
+  /// Group g's j-th rank.
+  size_t rank(size_t g, size_t j) const noexcept {
+    const size_t place = first[g] + j;
+    return plan.by_host.empty() ? place : static_cast<size_t>(plan.by_host[place]);
+  }
+  const ShmPlan& plan;
+  std::vector<size_t> first;
+};
+
 /// An alltoall over several groups, after each member published its send buffer: the
 /// leader (a rank alone is its own) packs, for every group, the blocks each of its
 /// members sends to each of that group's; the leaders exchange those runs by messages;
@@ -617,18 +635,11 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
   const size_t stay = (mine - 1) * whole;  // the other members' received blocks
   if (seg == nullptr || seg->me() == 0) {
     if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
-    // Where each group starts in the order of every rank group by group (plan.by_host,
-    // empty where that is rank order), and the rank at each place there.
-    const size_t k = plan.leaders.size();
-    std::vector<size_t> first(k + 1, 0);
-    for (int g : plan.group_of) ++first[static_cast<size_t>(g) + 1];
-    for (size_t g = 0; g < k; ++g) first[g + 1] += first[g];
-    const auto rank_at = [&plan](size_t place) {
-      return plan.by_host.empty() ? place : static_cast<size_t>(plan.by_host[place]);
-    };
+    const ByGroup order(plan);
+    const size_t k = order.groups();
     std::vector<Span> runs(k);
     for (size_t g = 0, at = 0; g < k; ++g) {
-      runs[g] = Span{at, mine * (first[g + 1] - first[g]) * block};
+      runs[g] = Span{at, mine * order.width(g) * block};
       at += runs[g].bytes;
     }
     Scratch& scratch = op.comm().scratch();
@@ -638,11 +649,8 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
     for (size_t i = 0; i < mine; ++i) {
       const auto* from = i == 0 ? static_cast<const std::byte*>(send) : seg->data(static_cast<int>(i), whole);
       for (size_t g = 0; g < k; ++g) {
-        const size_t width = first[g + 1] - first[g];
-        std::byte* to = packed + runs[g].offset + i * width * block;
-        for (size_t j = 0; j < width; ++j) {
-          copy_block(to + j * block, from + rank_at(first[g] + j) * block, block);
-        }
+        std::byte* to = packed + runs[g].offset + i * order.width(g) * block;
+        for (size_t j = 0; j < order.width(g); ++j) copy_block(to + j * block, from + order.rank(g, j) * block, block);
       }
     }
     Op leaders = among(op, plan, plan.leaders);
@@ -650,8 +658,8 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
     // From group g: its member j's block for this group's member i at (j * mine + i).
     std::byte* laid = stay > 0 ? grow(scratch.c, stay) : nullptr;
     for (size_t g = 0; g < k; ++g) {
-      for (size_t j = 0; j < first[g + 1] - first[g]; ++j) {
-        const size_t r = rank_at(first[g] + j);
+      for (size_t j = 0; j < order.width(g); ++j) {
+        const size_t r = order.rank(g, j);
         for (size_t i = 0; i < mine; ++i) {
           std::byte* to = i == 0 ? out : laid + (i - 1) * whole;
           copy_block(to + r * block, got + runs[g].offset + (j * mine + i) * block, block);
@@ -662,6 +670,197 @@ Status alltoall_by_group(Op& op, ShmPlan& plan, const void* send, std::byte* out
   }
   // A member: its blocks are the leader's laid-out bytes [(i - 1) * whole, i * whole).
   return hand_out(op, *seg, shape, nullptr, stay, out, static_cast<size_t>(seg->me() - 1) * whole, whole);
+}
+
+/// An alltoallv's header in a segment: u64 bytes to each of `n` ranks, then from each,
+/// in rank order, padded to a multiple of 64 bytes (so never in the line).
+size_t counts_header(size_t n) { return (2 * n * sizeof(uint64_t) + 63) / 64 * 64; }
+
+/// Where, in a rank's published alltoallv data, its block for each rank starts (its own
+/// has none), from its header `counts`; whether its header and blocks fit `slot`.
+/// Sizes are clamped, so a hostile header cannot overflow the sum.
+bool block_starts(std::span<const uint64_t> counts, size_t self, size_t slot, std::span<size_t> starts) {
+  const size_t n = starts.size();
+  uint64_t end = counts_header(n);
+  for (size_t j = 0; j < n; ++j) {
+    starts[j] = static_cast<size_t>(std::min<uint64_t>(end, slot + 1));
+    if (j != self) end += std::min<uint64_t>(counts[j], slot + 1);  // n · (slot + 1) at most
+  }
+  return end <= slot;
+}
+
+Status disagree(size_t sender, uint64_t sends, size_t receiver, uint64_t expects) {
+  return Status(StatusCode::kProtocol,
+                fmt::format("alltoallv: rank {} sends {} bytes to rank {}, which expects {}: ranks disagree on the "
+                            "counts",
+                            sender, sends, receiver, expects));
+}
+
+/// An alltoallv over several groups, after each member published its counts and, where
+/// they fit, its blocks. The leaders (a rank alone is its own) agree whether every
+/// rank's fit (a step among them); if not, each tells its members and all run it by
+/// messages. Otherwise each leader checks its members agree among themselves, packs for
+/// every group a table of what each of its members sends to each of that group's and
+/// those blocks, and the leaders exchange those runs pairwise; each checks the tables
+/// against its members' counts, writes its own blocks, and hands its members theirs:
+/// a round saying where each member's blocks end, then as many rounds of a slot as they
+/// fill.
+Result<bool> alltoallv_by_group(Op& op, ShmPlan& plan, const void* send, std::span<const size_t> send_displs,
+                                void* recv, std::span<const size_t> recv_displs, size_t elem,
+                                std::span<const uint64_t> own, bool fits, const ShmShape& shape) {
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  const size_t n = plan.group_of.size(), me = static_cast<size_t>(op.rank());
+  const size_t mine = seg == nullptr ? 1 : static_cast<size_t>(seg->ranks());
+  const size_t head = counts_header(n), slot = plan.slot;
+  const size_t ends_bytes = (mine * sizeof(uint64_t) + 63) / 64 * 64;  // the hand-out's first round
+  auto* out = static_cast<std::byte*>(recv);
+  const auto* in = static_cast<const std::byte*>(send);
+  Scratch& scratch = op.comm().scratch();
+  if (seg != nullptr && seg->me() != 0) {
+    // A member: the leader's verdict and where each member's blocks end, then its blocks.
+    REMORA_RETURN_IF_ERROR(seg->publish(op, shape, nullptr, 0));
+    REMORA_RETURN_IF_ERROR(seg->wait_rank(op, 0, shape));
+    std::array<uint64_t, ShmSegment::kMaxRanks> ends{};
+    std::memcpy(ends.data(), seg->data(0, ends_bytes), mine * sizeof(uint64_t));
+    if (ends[0] == 0) return false;
+    const auto i = static_cast<size_t>(seg->me());
+    const uint64_t from = i == 1 ? 0 : ends[i - 1], to = ends[i];
+    uint64_t expected = 0;
+    for (size_t s = 0; s < n; ++s) expected += s == me ? 0 : own[n + s];
+    if (ends[0] != 1 || to < from || to - from != expected || ends[mine - 1] < to) {
+      return Status(StatusCode::kProtocol,
+                    fmt::format("communicator segment corrupt: the leader hands this rank bytes [{}, {}) of {} where "
+                                "it expects {}",
+                                from, to, ends[mine - 1], expected));
+    }
+    std::byte* mine_in = grow(scratch.a, expected);
+    REMORA_RETURN_IF_ERROR(hand_out(op, *seg, shape, nullptr, ends[mine - 1], mine_in, from, expected));
+    for (size_t s = 0; s < n; ++s) {
+      const size_t bytes = own[n + s];
+      const std::byte* block = s == me ? in + send_displs[me] * elem : mine_in;
+      if (bytes > 0) std::memcpy(out + recv_displs[s] * elem, block, bytes);
+      if (s != me) mine_in += bytes;
+    }
+    return true;
+  }
+  // The leader: every member's counts (its own first), copied once, and where each
+  // member's blocks start in what it published.
+  if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
+  std::vector<uint64_t> counts(mine * 2 * n);
+  std::vector<size_t> starts(mine * n);
+  std::copy(own.begin(), own.end(), counts.begin());
+  bool group_fits = fits;
+  for (size_t i = 1; i < mine; ++i) {
+    const std::span<uint64_t> c(counts.data() + i * 2 * n, 2 * n);
+    std::memcpy(c.data(), seg->data(static_cast<int>(i), head), 2 * n * sizeof(uint64_t));
+    const auto rank = static_cast<size_t>(seg->member(static_cast<int>(i)));
+    group_fits = block_starts(c, rank, slot, std::span(starts.data() + i * n, n)) && group_fits;
+  }
+  const auto member = [&](size_t i) {
+    return seg == nullptr ? me : static_cast<size_t>(seg->member(static_cast<int>(i)));
+  };
+  const auto sends = [&](size_t i, size_t r) { return counts[i * 2 * n + r]; };
+  const auto expects = [&](size_t i, size_t r) { return counts[i * 2 * n + n + r]; };
+  Op leaders = among(op, plan, plan.leaders);
+  int32_t all_fit = group_fits ? 1 : 0;
+  REMORA_RETURN_IF_ERROR(allreduce_rd(leaders, &all_fit, &all_fit, 1, DataType::kInt32, ReduceOp::kMin));
+  std::array<uint64_t, ShmSegment::kMaxRanks> ends{};  // ends_bytes of them: mine <= kMaxRanks
+  if (all_fit == 0) {
+    if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, ends.data(), ends_bytes));
+    return false;
+  }
+  // Every member's block for every other member of the group agrees with what that one
+  // expects (they are exchanged without a message, which would catch it).
+  for (size_t i = 0; i < mine; ++i) {
+    for (size_t j = 0; j < mine; ++j) {
+      if (i != j && sends(i, member(j)) != expects(j, member(i))) {
+        return disagree(member(i), sends(i, member(j)), member(j), expects(j, member(i)));
+      }
+    }
+  }
+  // To group g: a table of member i's bytes for g's member j at (i * |g| + j), then
+  // those blocks in that order (none from a rank to itself).
+  const ByGroup order(plan);
+  const size_t k = order.groups();
+  std::vector<Span> runs_out(k), runs_in(k);
+  for (size_t g = 0, at_out = 0, at_in = 0; g < k; ++g) {
+    const size_t width = order.width(g), table = mine * width * sizeof(uint64_t);
+    size_t bytes_out = table, bytes_in = table;
+    for (size_t i = 0; i < mine; ++i) {
+      for (size_t j = 0; j < width; ++j) {
+        const size_t r = order.rank(g, j);
+        if (r == member(i)) continue;
+        bytes_out += sends(i, r);
+        bytes_in += expects(i, r);
+      }
+    }
+    runs_out[g] = Span{at_out, bytes_out};
+    runs_in[g] = Span{at_in, bytes_in};
+    at_out += bytes_out;
+    at_in += bytes_in;
+  }
+  std::byte* packed = grow(scratch.a, runs_out[k - 1].offset + runs_out[k - 1].bytes);
+  std::byte* got = grow(scratch.b, runs_in[k - 1].offset + runs_in[k - 1].bytes);
+  for (size_t g = 0; g < k; ++g) {
+    const size_t width = order.width(g);
+    std::byte* table = packed + runs_out[g].offset;
+    std::byte* to = table + mine * width * sizeof(uint64_t);
+    for (size_t i = 0; i < mine; ++i) {
+      for (size_t j = 0; j < width; ++j) {
+        const size_t r = order.rank(g, j);
+        const uint64_t bytes = r == member(i) ? 0 : sends(i, r);
+        std::memcpy(table + (i * width + j) * sizeof(uint64_t), &bytes, sizeof(bytes));
+        if (bytes == 0) continue;
+        const std::byte* from =
+            i == 0 ? in + send_displs[r] * elem : seg->data(static_cast<int>(i), head) + starts[i * n + r];
+        std::memcpy(to, from, bytes);
+        to += bytes;
+      }
+    }
+  }
+  REMORA_RETURN_IF_ERROR(alltoall_spans(leaders, packed, runs_out, got, runs_in));
+  // From group g: a table of its member j's bytes for member i at (j * mine + i), then
+  // those blocks. Checked against the members' counts, then each block's place: the
+  // leader's straight into recv, the others' laid out member after member, each in
+  // rank order of the senders.
+  std::vector<const std::byte*> block_from(mine * n, nullptr);  // (receiver i, sender r)
+  for (size_t g = 0; g < k; ++g) {
+    const size_t width = order.width(g);
+    std::vector<uint64_t> table(mine * width);
+    std::memcpy(table.data(), got + runs_in[g].offset, table.size() * sizeof(uint64_t));
+    const std::byte* at = got + runs_in[g].offset + table.size() * sizeof(uint64_t);
+    for (size_t j = 0; j < width; ++j) {
+      const size_t r = order.rank(g, j);
+      for (size_t i = 0; i < mine; ++i) {
+        const uint64_t bytes = r == member(i) ? 0 : expects(i, r);
+        if (table[j * mine + i] != bytes) return disagree(r, table[j * mine + i], member(i), bytes);
+        block_from[i * n + r] = at;
+        at += bytes;
+      }
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    const std::byte* block = r == me ? in + send_displs[me] * elem : block_from[r];
+    if (expects(0, r) > 0) std::memcpy(out + recv_displs[r] * elem, block, expects(0, r));
+  }
+  if (seg == nullptr) return true;
+  ends[0] = 1;
+  uint64_t laid_bytes = 0;
+  for (size_t i = 1; i < mine; ++i) {
+    for (size_t r = 0; r < n; ++r) laid_bytes += r == member(i) ? 0 : expects(i, r);
+    ends[i] = laid_bytes;
+  }
+  std::byte* laid = grow(scratch.c, laid_bytes);
+  for (size_t i = 1, at = 0; i < mine; ++i) {
+    for (size_t r = 0; r < n; ++r) {
+      const uint64_t bytes = r == member(i) ? 0 : expects(i, r);
+      if (bytes > 0) std::memcpy(laid + at, block_from[i * n + r], bytes);
+      at += bytes;
+    }
+  }
+  REMORA_RETURN_IF_ERROR(seg->publish(op, shape, ends.data(), ends_bytes));
+  REMORA_RETURN_IF_ERROR(hand_out(op, *seg, shape, laid, laid_bytes, nullptr, 0, 0));
+  return true;
 }
 
 }  // namespace
@@ -898,67 +1097,63 @@ Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<co
                            std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
                            std::span<const size_t> recv_displs, DataType type) {
   const auto n = static_cast<size_t>(op.size()), me = static_cast<size_t>(op.rank());
-  const size_t elem = size_of(type), slot = plan.slot;
-  // The header: u64 bytes to each rank, then from each, in rank order; a multiple of 64
-  // bytes (so never in the line, and the blocks after it aligned).
-  const size_t head = (2 * n * sizeof(uint64_t) + 63) / 64 * 64;
-  const bool takes = plan.flat() && op.config().alltoall == Algo::kAuto && head <= slot;
+  const size_t elem = size_of(type), slot = plan.slot, head = counts_header(n);
+  const bool takes = op.config().alltoall == Algo::kAuto && head <= slot;
   const ShmShape shape = shape_of(ShmKind::kAlltoallv, takes, static_cast<uint32_t>(type) << 8, 0);
   if (!takes) return shape_only(op, plan, shape);
-  ShmSegment& seg = *plan.segment;
-  // Every block but its own, in rank order after the header, where they fit.
+  ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
+  // This rank's counts in bytes (its header), and whether its blocks for the others fit
+  // after them.
+  std::vector<uint64_t> own(2 * n);
   size_t total = head;
-  for (size_t r = 0; r < n; ++r) total += r == me ? 0 : send_counts[r] * elem;
+  for (size_t r = 0; r < n; ++r) {
+    own[r] = send_counts[r] * elem;
+    own[n + r] = recv_counts[r] * elem;
+    total += r == me ? 0 : own[r];
+  }
   const bool fits = total <= slot;
-  REMORA_RETURN_IF_ERROR(seg.publish_with(op, shape, fits ? total : head, [&](std::byte* at) {
-    std::memset(at, 0, head);
-    std::byte* block = at + head;
-    for (size_t r = 0; r < n; ++r) {
-      const uint64_t out = send_counts[r] * elem, in = recv_counts[r] * elem;
-      std::memcpy(at + r * sizeof(uint64_t), &out, sizeof(out));
-      std::memcpy(at + (n + r) * sizeof(uint64_t), &in, sizeof(in));
-      if (!fits || r == me || out == 0) continue;
-      std::memcpy(block, static_cast<const std::byte*>(send) + send_displs[r] * elem, out);
-      block += out;
-    }
-  }));
-  REMORA_RETURN_IF_ERROR(seg.wait_all(op, shape));
+  if (seg != nullptr) {
+    REMORA_RETURN_IF_ERROR(seg->publish_with(op, shape, fits ? total : head, [&](std::byte* at) {
+      std::memset(at, 0, head);
+      std::memcpy(at, own.data(), own.size() * sizeof(uint64_t));
+      if (!fits) return;
+      std::byte* block = at + head;
+      for (size_t r = 0; r < n; ++r) {
+        if (r == me || own[r] == 0) continue;
+        std::memcpy(block, static_cast<const std::byte*>(send) + send_displs[r] * elem, own[r]);
+        block += own[r];
+      }
+    }));
+  }
+  if (!plan.flat()) {
+    return alltoallv_by_group(op, plan, send, send_displs, recv, recv_displs, elem, own, fits, shape);
+  }
+  REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
   // Each rank's header, copied once (what a hostile rank writes later changes nothing
   // checked here): whether its blocks fit, and where the one for this rank starts.
-  std::array<uint64_t, 2 * ShmSegment::kMaxRanks> sizes{};
+  std::vector<uint64_t> counts(2 * n);
+  std::vector<size_t> starts(n);
   std::array<size_t, ShmSegment::kMaxRanks> from{};
   std::array<uint64_t, ShmSegment::kMaxRanks> to_me{}, from_me{};
   bool all_fit = true;
   for (size_t r = 0; r < n; ++r) {
-    std::memcpy(sizes.data(), seg.data(static_cast<int>(r), head), 2 * n * sizeof(uint64_t));
-    uint64_t end = head;
-    for (size_t j = 0; j < n; ++j) {
-      if (j == me) from[r] = end;
-      if (j == r) continue;
-      end += std::min<uint64_t>(sizes[j], slot + 1);  // no overflow: n · (slot + 1) at most
-    }
-    all_fit = all_fit && end <= slot;
-    to_me[r] = sizes[me];
-    from_me[r] = sizes[n + me];
+    std::memcpy(counts.data(), seg->data(static_cast<int>(r), head), 2 * n * sizeof(uint64_t));
+    all_fit = block_starts(counts, r, slot, starts) && all_fit;
+    from[r] = starts[me];
+    to_me[r] = counts[me];
+    from_me[r] = counts[n + me];
   }
   // Every rank read the same headers: all go on here, or all by messages.
   if (!all_fit) return false;
   auto* out = static_cast<std::byte*>(recv);
   for (size_t r = 0; r < n; ++r) {
-    const uint64_t want = recv_counts[r] * elem, give = send_counts[r] * elem;
-    if (to_me[r] != want || from_me[r] != give) {
-      return Status(StatusCode::kProtocol,
-                    fmt::format("alltoallv: rank {} sends {} bytes to rank {} and expects {} from it, where that rank "
-                                "expects {} and sends {}: ranks disagree on the counts",
-                                r, to_me[r], me, from_me[r], want, give));
-    }
+    if (to_me[r] != own[n + r]) return disagree(r, to_me[r], me, own[n + r]);
+    if (from_me[r] != own[r]) return disagree(me, own[r], r, from_me[r]);
   }
   for (size_t r = 0; r < n; ++r) {
-    const size_t bytes = recv_counts[r] * elem;
-    if (bytes == 0) continue;
     const std::byte* block = r == me ? static_cast<const std::byte*>(send) + send_displs[me] * elem
-                                     : seg.data(static_cast<int>(r), head) + from[r];
-    std::memcpy(out + recv_displs[r] * elem, block, bytes);
+                                     : seg->data(static_cast<int>(r), head) + from[r];
+    if (own[n + r] > 0) std::memcpy(out + recv_displs[r] * elem, block, own[n + r]);
   }
   return true;
 }

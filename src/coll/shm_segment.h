@@ -1,8 +1,7 @@
 // coll/shm_segment.h — a communicator's shared segments: memory the ranks of one host
 // map, in groups of up to kMaxRanks of them, through which small barriers and
-// allreduces, reduces, broadcasts, allgathers and alltoalls (alltoallvs in one group)
-// go without messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator
-// segment").
+// allreduces, reduces, broadcasts, allgathers, alltoalls and alltoallvs go without
+// messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce,
 // reduce_scatter or allgather (every rank makes that call), over messages: every rank
@@ -217,10 +216,13 @@ Result<bool> allgather_shm(Op& op, ShmPlan& plan, void* recv, size_t block);
 /// several, the leaders exchange their groups' blocks pairwise and hand them back in
 /// rounds of a slot.
 Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, size_t block);
-/// In one group only: every rank publishes its bytes to and from each rank and, where
-/// they fit a slot after them, its blocks for the others; where every rank's fit, each
+/// Every rank publishes its bytes to and from each rank and, where they fit a slot
+/// after them, its blocks for the others. Where every rank's fit: in one group, each
 /// checks that every other agrees with it on what they exchange (kProtocol naming the
-/// rank otherwise) and takes its blocks; else all return false (by messages).
+/// ranks otherwise) and takes its blocks; over several, the leaders (after a step that
+/// tells them all fit) check their members' counts, exchange their groups' blocks
+/// pairwise with a table of their sizes, check the tables, and hand the blocks back. Where
+/// some rank's do not fit, all return false (by messages).
 Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<const size_t> send_counts,
                            std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
                            std::span<const size_t> recv_displs, DataType type);

@@ -141,6 +141,28 @@ uint64_t expect_alltoallv(int r, Communicator& c, DataType t, const std::functio
   return messages_sent(c) - before;
 }
 
+/// Elements of `e` bytes to each other rank of `n` that fill a slot of `slot` bytes after
+/// an alltoallv's header of counts (16 bytes per rank, in steps of 64); and how many
+/// more to one of them put a rank's blocks one element over the slot.
+std::pair<size_t, size_t> filling_the_slot(size_t n, size_t slot, size_t e) {
+  const size_t room = slot - (16 * n + 63) / 64 * 64;
+  const size_t most = room / (n - 1) / e;
+  return {most, (room - (n - 1) * most * e) / e + 1};
+}
+/// Alltoallv counts from rank a to rank b: zeros where (a + 2b) % 4 == 0, otherwise
+/// `base` and a few more that differ per pair.
+std::function<size_t(size_t, size_t)> uneven_counts(size_t base) {
+  return [base](size_t a, size_t b) { return (a + 2 * b) % 4 == 0 ? 0 : base + a * 2 + b; };
+}
+/// `most` to every other rank (3 to itself); with `more`, that many more from rank 1 to
+/// rank 0 (and none to itself).
+std::function<size_t(size_t, size_t)> full_counts(size_t most, size_t more = 0) {
+  return [most, more](size_t a, size_t b) {
+    if (a == b) return more > 0 ? size_t{0} : size_t{3};
+    return most + (a == 1 && b == 0 ? more : 0);
+  };
+}
+
 /// A communicator of `n` ranks of which those in `alone`/// A communicator of `n` ranks of which those in `alone` (a bit per rank) have
 /// REMORA_SAME_HOST=off: each is a group of its own, and the others share a segment.
 /// With none alone, every call through the segment is one round ("shm"); otherwise the
@@ -302,37 +324,42 @@ TEST_P(ShmSegmentRanks, SmallAlltoallsGoThroughTheSegmentsAllExact) {
   });
 }
 
-// Alltoallvs go through the segment where one group holds every rank and every rank's
-// blocks for the others fit a slot after a header of its counts (64 bytes per 4 ranks):
-// no message at all. Where one rank's do not (even the others' all fit), pairwise is
-// named, or the groups are several, every rank runs them by messages. Counts with zeros,
-// scattered displacements, 1-, 4- and 8-byte types, exact, back to back with allreduces.
-TEST_P(ShmSegmentRanks, SmallAlltoallvsGoThroughTheSegmentAllExact) {
+// Alltoallvs go through the segments where every rank's blocks for the others fit a
+// slot after a header of its counts (64 bytes per 4 ranks): in one group no rank sends
+// a message; over several only the leaders do (the ranks apart and the shared group's
+// lowest). Where one rank's do not fit (even the others' all do), or pairwise is named,
+// every rank runs them by messages. Counts with zeros, scattered displacements, 1-, 4-
+// and 8-byte types, exact, back to back with allreduces.
+TEST_P(ShmSegmentRanks, SmallAlltoallvsGoThroughTheSegmentsAllExact) {
   const Layout layout = GetParam();
   const auto n = static_cast<size_t>(layout.n);
   const size_t slot = shm_config().shm_bytes;
-  const size_t head = (16 * n + 63) / 64 * 64;
-  const bool flat = layout.alone == 0;
+  const int leader = std::countr_one(layout.alone);  // the shared group's lowest rank
   run_layout(layout, [&](int r, Communicator& c) {
+    // Through the segments, this rank sends no message.
+    const bool quiet = layout.alone == 0 || (((layout.alone >> r) & 1u) == 0 && r != leader);
     ASSERT_TRUE(c.barrier().is_ok());  // sets the segment up: an alltoallv does not
     int salt = 0;
     for (const DataType t : {DataType::kUint8, DataType::kInt32, DataType::kFloat64}) {
       const size_t e = size_of(t);
-      const size_t most = (slot - head) / (n - 1) / e;  // elements to each other rank that fill the slot
-      // Zeros where (a + 2b) % 4 == 0, otherwise a count that differs per pair.
-      const auto uneven = [](size_t base) {
-        return [base](size_t a, size_t b) { return (a + 2 * b) % 4 == 0 ? 0 : base + a * 2 + b; };
-      };
-      const auto full = [most](size_t a, size_t b) { return a == b ? 3 : most; };
-      const auto one_over = [most](size_t a, size_t b) { return a == b ? 0 : most + (a == 1 && b == 0 ? 1 : 0); };
+      const auto [most, over] = filling_the_slot(n, slot, e);
       for (int round = 0; round < 2; ++round) {
-        EXPECT_EQ(expect_alltoallv(r, c, t, uneven(0), ++salt) == 0, flat) << "counts of 0 to a few elements";
-        EXPECT_EQ(expect_alltoallv(r, c, t, uneven(1000 / e / n), ++salt) == 0, flat) << "about 1000 bytes";
+        const uint64_t few = expect_alltoallv(r, c, t, uneven_counts(0), ++salt);
+        if (quiet) {
+          EXPECT_EQ(few, 0u) << "counts of 0 to a few elements";
+        }
+        const uint64_t some = expect_alltoallv(r, c, t, uneven_counts(1000 / e / n), ++salt);
+        if (quiet) {
+          EXPECT_EQ(some, 0u) << "about 1000 bytes";
+        }
         if (::testing::Test::HasFatalFailure()) return;
         expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
-        EXPECT_EQ(expect_alltoallv(r, c, t, full, ++salt) == 0, flat) << "a slot's worth to every other rank";
-        EXPECT_GT(expect_alltoallv(r, c, t, one_over, ++salt), 0u) << "rank 1's one element over the slot";
-        EXPECT_GT(expect_alltoallv(r, c, t, full, ++salt, {.algorithm = CollAlgorithm::kPairwise}), 0u);
+        const uint64_t full = expect_alltoallv(r, c, t, full_counts(most), ++salt);
+        if (quiet) {
+          EXPECT_EQ(full, 0u) << "a slot's worth to every other rank";
+        }
+        EXPECT_GT(expect_alltoallv(r, c, t, full_counts(most, over), ++salt), 0u) << "rank 1's one over the slot";
+        EXPECT_GT(expect_alltoallv(r, c, t, full_counts(most), ++salt, {.algorithm = CollAlgorithm::kPairwise}), 0u);
         expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
       }
     }
@@ -404,6 +431,14 @@ struct Groups {
   int groups() const { return (n + group - 1) / group; }
   int widest() const { return (n + groups() - 1) / groups(); }
   bool two_level() const { return n % groups() == 0; }
+  /// Whether rank r is its group's lowest.
+  bool leads(int r) const {
+    for (int k = 0, first = 0; first < n; ++k) {
+      if (r == first) return true;
+      first += n / groups() + (k < n % groups() ? 1 : 0);
+    }
+    return false;
+  }
   /// How many ranks share rank r's segment (0: a group of one has none).
   int sharing(int r) const {
     for (int k = 0, first = 0;; ++k) {
@@ -619,6 +654,39 @@ TEST_P(TwoLevelRanks, SmallAlltoallsGoThroughTheGroupsSegmentsAllExact) {
   });
 }
 
+// Alltoallvs over groups of several ranks each (of one size or not): only the leaders
+// send messages (the step that tells them every rank's blocks fit, and their exchange);
+// each member's blocks come back in as many rounds of a slot as its group's fill. Where
+// rank 1's blocks are one element over the slot, every rank runs it by messages. Exact,
+// each followed by a small allreduce.
+TEST_P(TwoLevelRanks, SmallAlltoallvsGoThroughTheGroupsSegmentsAllExact) {
+  const Groups g = GetParam();
+  auto ranks = make_ranks(g.n);
+  coll::CollConfig config = shm_config();
+  config.shm_group = static_cast<size_t>(g.group);
+  auto comms = with_config(ranks, config, 7);
+  const auto n = static_cast<size_t>(g.n);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    int salt = 0;
+    for (const DataType t : {DataType::kUint8, DataType::kFloat64}) {
+      const size_t e = size_of(t);
+      const auto [most, over] = filling_the_slot(n, config.shm_bytes, e);
+      for (const auto& count : {uneven_counts(0), uneven_counts(1000 / e / n), full_counts(most)}) {
+        const uint64_t sent = expect_alltoallv(r, c, t, count, ++salt);
+        if (!g.leads(r)) {
+          EXPECT_EQ(sent, 0u) << "a member, round " << salt;
+        }
+        if (::testing::Test::HasFatalFailure()) return;
+        expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
+      }
+      EXPECT_GT(expect_alltoallv(r, c, t, full_counts(most, over), ++salt), 0u) << "rank 1's one over the slot";
+      expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 3);
+    }
+  });
+}
+
 // Two groups of two; three of two (the ring across); two of three; two of four; two of
 // three under a bound of four (6 ranks split evenly, not 4 and 2); and groups of two, two
 // and one, or of four and three, which do not take two levels.
@@ -740,6 +808,55 @@ TEST(ShmSegment, AlltoallvsThatDisagreeOnTheCountsFailBothAtOnce) {
       Status s = comms[static_cast<size_t>(r)]->alltoallv(send.data(), scounts, displs, got.data(), rcounts, displs, t);
       EXPECT_EQ(s.code(), StatusCode::kProtocol) << "rank " << r << ": " << s.to_string();
     });
+  }
+}
+
+// The same over two groups of two ({0, 1} and {2, 3}), where only the leaders see the
+// counts: rank 0 sends rank 1 one byte more than it expects (within a group: rank 0, its
+// leader, fails with `protocol`); rank 0 sends rank 2 one byte more and rank 3 one less
+// than they expect (the same total between the groups: rank 2, their leader, fails with
+// `protocol` on the sizes its table names); or rank 0 sends rank 2 one byte more (the
+// leaders' message is longer than rank 2 expects: a size error there). The other ranks
+// of the failing leader's group fail too, and no rank waits for the timeout.
+TEST(ShmSegment, AlltoallvsThatDisagreeOverGroupsFailAtTheLeaderAtOnce) {
+  struct Case {
+    const char* what;
+    int sender_extra_to_1, sender_extra_to_2, sender_extra_to_3;
+    int failing;  // the leader that finds it
+  };
+  for (const Case& k : {Case{"within a group", 1, 0, 0, 0}, Case{"same total across", 0, 1, -1, 2},
+                        Case{"longer across", 0, 1, 0, 2}}) {
+    SCOPED_TRACE(k.what);
+    auto ranks = make_ranks(4);
+    coll::CollConfig config = shm_config();
+    config.shm_group = 2;
+    auto comms = with_config(ranks, config, 7);
+    run_ranks(ranks, [&](int r, Communicator&) { ASSERT_TRUE(comms[static_cast<size_t>(r)]->barrier().is_ok()); });
+    std::vector<Status> results(4);
+    run_ranks(ranks, [&](int r, Communicator&) {
+      std::vector<size_t> scounts(4, 4), rcounts(4, 4), displs{0, 8, 16, 24};
+      if (r == 0) {
+        scounts[1] += static_cast<size_t>(k.sender_extra_to_1);
+        scounts[2] += static_cast<size_t>(k.sender_extra_to_2);
+        scounts[3] += static_cast<size_t>(k.sender_extra_to_3);
+      }
+      std::vector<std::byte> send(64), got(64);
+      results[static_cast<size_t>(r)] = comms[static_cast<size_t>(r)]->alltoallv(
+          send.data(), scounts, displs, got.data(), rcounts, displs, DataType::kUint8);
+    });
+    for (int r = 0; r < 4; ++r) {
+      const Status& s = results[static_cast<size_t>(r)];
+      EXPECT_NE(s.code(), StatusCode::kTimeout) << "rank " << r << ": " << s.to_string();
+      if (r / 2 == k.failing / 2) {
+        EXPECT_FALSE(s.is_ok()) << "rank " << r;
+      }
+    }
+    const Status& found = results[static_cast<size_t>(k.failing)];
+    EXPECT_TRUE(found.code() == StatusCode::kProtocol || found.code() == StatusCode::kTruncated) << found.to_string();
+    if (k.sender_extra_to_3 != 0 || k.sender_extra_to_1 != 0) {
+      EXPECT_EQ(found.code(), StatusCode::kProtocol) << found.to_string();
+      EXPECT_NE(found.message().find("ranks disagree on the counts"), std::string::npos) << found.to_string();
+    }
   }
 }
 
