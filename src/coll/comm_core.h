@@ -95,9 +95,10 @@ struct CollConfig {
   /// (coll/device_stage.h; all but the v-forms); from 4 segments up, copies overlap the network.
   /// Like every REMORA_COLL_* setting, the same on every rank. 0: whole staging only.
   size_t device_segment_bytes = 4 * 1024 * 1024;
-  /// REMORA_COLL_SHM: the largest broadcast, reduce, allreduce and allgather block that
-  /// goes through the shared segments of the communicator's ranks of one host
-  /// (coll/shm_segment.h). Rank 0's counts; 0 on any rank: no segment.
+  /// REMORA_COLL_SHM: the largest broadcast, reduce, allreduce and allgather block (an
+  /// alltoall's whole send buffer; an alltoallv's blocks for the other ranks with its
+  /// counts) that goes through the shared segments of the communicator's ranks of one
+  /// host (coll/shm_segment.h). Rank 0's counts; 0 on any rank: no segment.
   size_t shm_bytes = 16 * 1024;
   /// REMORA_COLL_SHM_GROUP: the most ranks of one host that share one segment (2–16;
   /// a host with more makes the fewest groups that hold them, of sizes one apart at
