@@ -123,6 +123,7 @@ struct ShmPlan;
 /// small collectives do not allocate every call.
 struct Scratch {
   std::vector<std::byte> a, b, c;
+  std::vector<uint64_t> counts;  ///< an alltoallv's through the segments
 };
 
 /// One collective (or p2p) operation in progress: its tags, its deadline.

@@ -1104,7 +1104,8 @@ Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<co
   ShmSegment* seg = plan.segment ? &*plan.segment : nullptr;
   // This rank's counts in bytes (its header), and whether its blocks for the others fit
   // after them.
-  std::vector<uint64_t> own(2 * n);
+  std::vector<uint64_t>& own = op.comm().scratch().counts;
+  own.resize(2 * n);
   size_t total = head;
   for (size_t r = 0; r < n; ++r) {
     own[r] = send_counts[r] * elem;
@@ -1131,8 +1132,10 @@ Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<co
   REMORA_RETURN_IF_ERROR(seg->wait_all(op, shape));
   // Each rank's header, copied once (what a hostile rank writes later changes nothing
   // checked here): whether its blocks fit, and where the one for this rank starts.
-  std::vector<uint64_t> counts(2 * n);
-  std::vector<size_t> starts(n);
+  std::array<uint64_t, 2 * ShmSegment::kMaxRanks> counts_of{};  // one group: n <= kMaxRanks
+  std::array<size_t, ShmSegment::kMaxRanks> starts_of{};
+  const std::span<uint64_t> counts(counts_of.data(), 2 * n);
+  const std::span<size_t> starts(starts_of.data(), n);
   std::array<size_t, ShmSegment::kMaxRanks> from{};
   std::array<uint64_t, ShmSegment::kMaxRanks> to_me{}, from_me{};
   bool all_fit = true;
