@@ -135,7 +135,8 @@ constexpr ConfigVariable kVariables[] = {
      .min = 0,
      .max = 64 * 1024,
      .doc =
-         "largest broadcast, reduce, allreduce, reduce_scatter input and allgather block (and any barrier) that goes "
+         "largest broadcast, reduce, allreduce, reduce_scatter input, allgather block, alltoall's whole send buffer, "
+         "an alltoallv's blocks for the other ranks with its counts (16 bytes per rank; and any barrier) that goes "
          "through the shared memory of a communicator's ranks of one host (groups of up to 16); rank 0's counts, "
          "and 0 on any rank turns it off (docs/guide.md, \"Collectives\")",
      .range_note = "0 (off), 1–64K"},
