@@ -697,14 +697,13 @@ Status disagree(size_t sender, uint64_t sends, size_t receiver, uint64_t expects
 }
 
 /// An alltoallv over several groups, after each member published its counts and, where
-/// they fit, its blocks. The leaders (a rank alone is its own) agree whether every
-/// rank's fit (a step among them); if not, each tells its members and all run it by
-/// messages. Otherwise each leader checks its members agree among themselves, packs for
-/// every group a table of what each of its members sends to each of that group's and
-/// those blocks, and the leaders exchange those runs pairwise; each checks the tables
-/// against its members' counts, writes its own blocks, and hands its members theirs:
-/// a round saying where each member's blocks end, then as many rounds of a slot as they
-/// fill.
+/// they fit, its blocks. The leader (a rank alone is its own) sends every other leader
+/// whether its group's fit and a table of what each of its members sends to each of
+/// that group's, and, where they fit, those blocks right behind. Where any group's do
+/// not, every leader tells its members so and all run it by messages. Otherwise each
+/// checks the tables against its members' counts (and its members' counts among
+/// themselves), writes its own blocks, and hands its members theirs: a round saying
+/// where each member's blocks end, then as many rounds of a slot as they fill.
 Result<bool> alltoallv_by_group(Op& op, ShmPlan& plan, const void* send, std::span<const size_t> send_displs,
                                 void* recv, std::span<const size_t> recv_displs, size_t elem,
                                 std::span<const uint64_t> own, bool fits, const ShmShape& shape) {
@@ -761,81 +760,114 @@ Result<bool> alltoallv_by_group(Op& op, ShmPlan& plan, const void* send, std::sp
   };
   const auto sends = [&](size_t i, size_t r) { return counts[i * 2 * n + r]; };
   const auto expects = [&](size_t i, size_t r) { return counts[i * 2 * n + n + r]; };
-  Op leaders = among(op, plan, plan.leaders);
-  int32_t all_fit = group_fits ? 1 : 0;
-  REMORA_RETURN_IF_ERROR(allreduce_rd(leaders, &all_fit, &all_fit, 1, DataType::kInt32, ReduceOp::kMin));
   std::array<uint64_t, ShmSegment::kMaxRanks> ends{};  // ends_bytes of them: mine <= kMaxRanks
-  if (all_fit == 0) {
-    if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, ends.data(), ends_bytes));
-    return false;
-  }
   // Every member's block for every other member of the group agrees with what that one
-  // expects (they are exchanged without a message, which would catch it).
-  for (size_t i = 0; i < mine; ++i) {
+  // expects (they go from one to the other without a message, which would catch it).
+  for (size_t i = 0; group_fits && i < mine; ++i) {
     for (size_t j = 0; j < mine; ++j) {
       if (i != j && sends(i, member(j)) != expects(j, member(i))) {
         return disagree(member(i), sends(i, member(j)), member(j), expects(j, member(i)));
       }
     }
   }
-  // To group g: a table of member i's bytes for g's member j at (i * |g| + j), then
-  // those blocks in that order (none from a rank to itself).
+  // To every other group g: whether this group fits and a table of member i's bytes for
+  // g's member j at (i * |g| + j), in u64 words (the same count comes back: |g| * mine);
+  // then, where it fits, those blocks in that order in a second message.
   const ByGroup order(plan);
-  const size_t k = order.groups();
-  std::vector<Span> runs_out(k), runs_in(k);
-  for (size_t g = 0, at_out = 0, at_in = 0; g < k; ++g) {
-    const size_t width = order.width(g), table = mine * width * sizeof(uint64_t);
-    size_t bytes_out = table, bytes_in = table;
-    for (size_t i = 0; i < mine; ++i) {
-      for (size_t j = 0; j < width; ++j) {
-        const size_t r = order.rank(g, j);
-        if (r == member(i)) continue;
-        bytes_out += sends(i, r);
-        bytes_in += expects(i, r);
-      }
-    }
-    runs_out[g] = Span{at_out, bytes_out};
-    runs_in[g] = Span{at_in, bytes_in};
-    at_out += bytes_out;
-    at_in += bytes_in;
-  }
-  std::byte* packed = grow(scratch.a, runs_out[k - 1].offset + runs_out[k - 1].bytes);
-  std::byte* got = grow(scratch.b, runs_in[k - 1].offset + runs_in[k - 1].bytes);
+  const size_t k = order.groups(), own_group = static_cast<size_t>(plan.group_of[me]);
+  std::vector<size_t> words_at(k + 1, 0);
+  for (size_t g = 0; g < k; ++g) words_at[g + 1] = words_at[g] + (g == own_group ? 0 : 1 + mine * order.width(g));
+  std::vector<uint64_t> tables_out(words_at[k]), tables_in(words_at[k]);
+  std::vector<Span> blocks_out(k), blocks_in(k);
+  size_t all_out = 0, all_in = 0;  // bytes of every block message out, and in
   for (size_t g = 0; g < k; ++g) {
+    if (g == own_group) continue;
     const size_t width = order.width(g);
-    std::byte* table = packed + runs_out[g].offset;
-    std::byte* to = table + mine * width * sizeof(uint64_t);
+    uint64_t* table = tables_out.data() + words_at[g];
+    table[0] = group_fits ? 1 : 0;
     for (size_t i = 0; i < mine; ++i) {
-      for (size_t j = 0; j < width; ++j) {
+      for (size_t j = 0; j < width; ++j) table[1 + i * width + j] = sends(i, order.rank(g, j));
+    }
+    blocks_out[g] = Span{all_out, 0};
+    for (size_t w = 1; group_fits && w <= mine * width; ++w) blocks_out[g].bytes += table[w];
+    all_out += blocks_out[g].bytes;
+  }
+  std::byte* packed = grow(scratch.a, all_out);
+  for (size_t g = 0; group_fits && g < k; ++g) {
+    if (g == own_group) continue;
+    std::byte* to = packed + blocks_out[g].offset;
+    for (size_t i = 0; i < mine; ++i) {
+      for (size_t j = 0; j < order.width(g); ++j) {
         const size_t r = order.rank(g, j);
-        const uint64_t bytes = r == member(i) ? 0 : sends(i, r);
-        std::memcpy(table + (i * width + j) * sizeof(uint64_t), &bytes, sizeof(bytes));
+        const uint64_t bytes = sends(i, r);
         if (bytes == 0) continue;
-        const std::byte* from =
-            i == 0 ? in + send_displs[r] * elem : seg->data(static_cast<int>(i), head) + starts[i * n + r];
-        std::memcpy(to, from, bytes);
+        std::memcpy(to, i == 0 ? in + send_displs[r] * elem : seg->data(static_cast<int>(i), head) + starts[i * n + r],
+                    bytes);
         to += bytes;
       }
     }
   }
-  REMORA_RETURN_IF_ERROR(alltoall_spans(leaders, packed, runs_out, got, runs_in));
-  // From group g: a table of its member j's bytes for member i at (j * mine + i), then
-  // those blocks. Checked against the members' counts, then each block's place: the
-  // leader's straight into recv, the others' laid out member after member, each in
-  // rank order of the senders.
+  // The leaders' exchange: every table first, then the blocks of the groups that fit
+  // (sent right behind their table; received once the table said how many). Nothing
+  // waits for a step of its own to learn whether every group fits.
+  Op leaders = among(op, plan, plan.leaders);
+  Inflight io(leaders);
+  for (size_t g = 0; g < k; ++g) {
+    if (g != own_group)
+      io.recv(static_cast<int>(g), tables_in.data() + words_at[g], (words_at[g + 1] - words_at[g]) * 8);
+  }
+  for (size_t g = 0; g < k; ++g) {
+    if (g == own_group) continue;
+    io.send(static_cast<int>(g), tables_out.data() + words_at[g], (words_at[g + 1] - words_at[g]) * 8);
+    if (group_fits) io.send(static_cast<int>(g), packed + blocks_out[g].offset, blocks_out[g].bytes);
+  }
+  for (size_t g = 0; g + 1 < k; ++g) REMORA_RETURN_IF_ERROR(io.wait_oldest());  // the tables
+  bool all_fit = group_fits;
+  for (size_t g = 0; g < k; ++g) {
+    if (g == own_group) continue;
+    const uint64_t* table = tables_in.data() + words_at[g];
+    if (table[0] > 1) return Status(StatusCode::kProtocol, "alltoallv: a leader's table is corrupt");
+    all_fit = all_fit && table[0] == 1;
+    blocks_in[g] = Span{all_in, 0};
+    for (size_t w = 1; table[0] == 1 && w <= mine * order.width(g); ++w) {
+      // Only what this group's members expect is received (and the table checked against
+      // it below); a larger claim is corruption.
+      if (table[w] > slot) return Status(StatusCode::kProtocol, "alltoallv: a leader's table is corrupt");
+      blocks_in[g].bytes += table[w];
+    }
+    all_in += blocks_in[g].bytes;
+  }
+  std::byte* got = grow(scratch.b, all_in);
+  for (size_t g = 0; g < k; ++g) {
+    if (g != own_group && tables_in[words_at[g]] == 1) {
+      io.recv(static_cast<int>(g), got + blocks_in[g].offset, blocks_in[g].bytes);
+    }
+  }
+  REMORA_RETURN_IF_ERROR(io.finish());
+  if (!all_fit) {
+    if (seg != nullptr) REMORA_RETURN_IF_ERROR(seg->publish(op, shape, ends.data(), ends_bytes));
+    return false;
+  }
+  // Where each block for member i from rank r is: from another group, in what its
+  // leader sent (a table of its member j's bytes for member i at (j * mine + i), checked
+  // against the members' counts, then those blocks); from this group, where its member
+  // published it (the leader's own in its send buffer).
   std::vector<const std::byte*> block_from(mine * n, nullptr);  // (receiver i, sender r)
   for (size_t g = 0; g < k; ++g) {
     const size_t width = order.width(g);
-    std::vector<uint64_t> table(mine * width);
-    std::memcpy(table.data(), got + runs_in[g].offset, table.size() * sizeof(uint64_t));
-    const std::byte* at = got + runs_in[g].offset + table.size() * sizeof(uint64_t);
+    const uint64_t* table = tables_in.data() + words_at[g] + 1;
+    const std::byte* at = got + blocks_in[g].offset;
     for (size_t j = 0; j < width; ++j) {
       const size_t r = order.rank(g, j);
       for (size_t i = 0; i < mine; ++i) {
-        const uint64_t bytes = r == member(i) ? 0 : expects(i, r);
-        if (table[j * mine + i] != bytes) return disagree(r, table[j * mine + i], member(i), bytes);
+        if (g == own_group) {
+          block_from[i * n + r] = j == 0 ? in + send_displs[member(i)] * elem
+                                         : seg->data(static_cast<int>(j), head) + starts[j * n + member(i)];
+          continue;
+        }
+        if (table[j * mine + i] != expects(i, r)) return disagree(r, table[j * mine + i], member(i), expects(i, r));
         block_from[i * n + r] = at;
-        at += bytes;
+        at += expects(i, r);
       }
     }
   }

@@ -219,10 +219,10 @@ Result<bool> alltoall_shm(Op& op, ShmPlan& plan, const void* send, void* recv, s
 /// Every rank publishes its bytes to and from each rank and, where they fit a slot
 /// after them, its blocks for the others. Where every rank's fit: in one group, each
 /// checks that every other agrees with it on what they exchange (kProtocol naming the
-/// ranks otherwise) and takes its blocks; over several, the leaders (after a step that
-/// tells them all fit) check their members' counts, exchange their groups' blocks
-/// pairwise with a table of their sizes, check the tables, and hand the blocks back. Where
-/// some rank's do not fit, all return false (by messages).
+/// ranks otherwise) and takes its blocks; over several, the leaders exchange, per pair
+/// of groups, whether each group's fit with a table of their sizes, then the blocks,
+/// check the tables and their members' counts, and hand the blocks back. Where some
+/// rank's do not fit, all return false (by messages).
 Result<bool> alltoallv_shm(Op& op, ShmPlan& plan, const void* send, std::span<const size_t> send_counts,
                            std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
                            std::span<const size_t> recv_displs, DataType type);
