@@ -451,6 +451,20 @@ struct Groups {
 
 class TwoLevelRanks : public ::testing::TestWithParam<Groups> {};
 
+/// Runs `body(r, c)` on every rank r of a communicator of g.n ranks in groups of at most
+/// g.group, small calls through the segments (shm_config), after a barrier set them up.
+void run_groups(const Groups& g, const std::function<void(int, Communicator&)>& body) {
+  auto ranks = make_ranks(g.n);
+  coll::CollConfig config = shm_config();
+  config.shm_group = static_cast<size_t>(g.group);
+  auto comms = with_config(ranks, config, 7);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    body(r, c);
+  });
+}
+
 // From 20 KiB (the ring threshold here) allreduces run the ring within each group, an
 // allreduce of the group's blocks across (recursive doubling below 20 KiB a block, the
 // ring above), and the allgather ring within: exact at counts that split evenly and
@@ -632,15 +646,9 @@ TEST_P(TwoLevelRanks, MiddleBroadcastsAndReducesRunTheTreeByGroupAllExact) {
 // with small allreduces and after a larger alltoall by messages.
 TEST_P(TwoLevelRanks, SmallAlltoallsGoThroughTheGroupsSegmentsAllExact) {
   const Groups g = GetParam();
-  auto ranks = make_ranks(g.n);
-  coll::CollConfig config = shm_config();
-  config.shm_group = static_cast<size_t>(g.group);
-  auto comms = with_config(ranks, config, 7);
   const auto n = static_cast<size_t>(g.n);
-  const size_t slot = config.shm_bytes;
-  run_ranks(ranks, [&](int r, Communicator&) {
-    Communicator& c = *comms[static_cast<size_t>(r)];
-    ASSERT_TRUE(c.barrier().is_ok());
+  const size_t slot = shm_config().shm_bytes;
+  run_groups(g, [&](int r, Communicator& c) {
     const AlgorithmChoice a = c.algorithm(CollectiveKind::kAlltoall, slot / n);
     EXPECT_EQ(a.name, "hier");
     EXPECT_EQ(a.steps, 1 + (g.widest() - 1) + (g.groups() - 1)) << "rounds of a slot, then the leaders' exchange";
@@ -656,24 +664,17 @@ TEST_P(TwoLevelRanks, SmallAlltoallsGoThroughTheGroupsSegmentsAllExact) {
 
 // Alltoallvs over groups of several ranks each (of one size or not): only the leaders
 // send messages (to each other leader a table that says whether its group fits, then
-// the blocks);
-// each member's blocks come back in as many rounds of a slot as its group's fill. Where
-// rank 1's blocks are one element over the slot, every rank runs it by messages. Exact,
-// each followed by a small allreduce.
+// the blocks); each member's blocks come back in as many rounds of a slot as its
+// group's fill. Where rank 1's blocks are one element over the slot, every rank runs it
+// by messages. Exact, each followed by a small allreduce.
 TEST_P(TwoLevelRanks, SmallAlltoallvsGoThroughTheGroupsSegmentsAllExact) {
   const Groups g = GetParam();
-  auto ranks = make_ranks(g.n);
-  coll::CollConfig config = shm_config();
-  config.shm_group = static_cast<size_t>(g.group);
-  auto comms = with_config(ranks, config, 7);
   const auto n = static_cast<size_t>(g.n);
-  run_ranks(ranks, [&](int r, Communicator&) {
-    Communicator& c = *comms[static_cast<size_t>(r)];
-    ASSERT_TRUE(c.barrier().is_ok());
+  run_groups(g, [&](int r, Communicator& c) {
     int salt = 0;
     for (const DataType t : {DataType::kUint8, DataType::kFloat64}) {
       const size_t e = size_of(t);
-      const auto [most, over] = filling_the_slot(n, config.shm_bytes, e);
+      const auto [most, over] = filling_the_slot(n, shm_config().shm_bytes, e);
       for (const auto& count : {uneven_counts(0), uneven_counts(1000 / e / n), full_counts(most)}) {
         const uint64_t sent = expect_alltoallv(r, c, t, count, ++salt);
         if (!g.leads(r)) {
