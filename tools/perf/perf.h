@@ -333,13 +333,13 @@ struct CollOptions {
   ProgressFn progress;  ///< called on rank 0 only
 };
 
-/// One placement (out-of-place or in-place) of one size.
 /// An operation's name in the report: to_string's, but "alltoallv" where
 /// CollOptions::alltoallv says the alltoall rows run it.
 inline std::string_view op_name(CollectiveKind op, const CollOptions& o) noexcept {
   return op == CollectiveKind::kAlltoall && o.alltoallv ? std::string_view("alltoallv") : to_string(op);
 }
 
+/// One placement (out-of-place or in-place) of one size.
 struct CollTiming {
   bool ran = false;       ///< false where the operation has no such form (alltoall in place)
   double time_us = 0;     ///< per operation: each rank's average, the slowest rank's
