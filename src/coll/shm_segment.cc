@@ -826,13 +826,17 @@ Result<bool> alltoallv_by_group(Op& op, ShmPlan& plan, const void* send, std::sp
   for (size_t g = 0; g < k; ++g) {
     if (g == own_group) continue;
     const uint64_t* table = tables_in.data() + words_at[g];
-    if (table[0] > 1) return Status(StatusCode::kProtocol, "alltoallv: a leader's table is corrupt");
+    const auto corrupt = [&] {
+      return Status(StatusCode::kProtocol,
+                    fmt::format("alltoallv: the table from rank {}, its group's leader, is corrupt", plan.leaders[g]));
+    };
+    if (table[0] > 1) return corrupt();
     all_fit = all_fit && table[0] == 1;
     blocks_in[g] = Span{all_in, 0};
     for (size_t w = 1; table[0] == 1 && w <= mine * order.width(g); ++w) {
       // Only what this group's members expect is received (and the table checked against
       // it below); a larger claim is corruption.
-      if (table[w] > slot) return Status(StatusCode::kProtocol, "alltoallv: a leader's table is corrupt");
+      if (table[w] > slot) return corrupt();
       blocks_in[g].bytes += table[w];
     }
     all_in += blocks_in[g].bytes;
