@@ -119,8 +119,9 @@ struct AlgorithmChoice {
   /// most REMORA_COLL_SHM bytes, a reduce_scatter's whole input, an allgather's per rank,
   /// with the algorithm left to the communicator, once its ranks, all of one host and at
   /// most 16, set it up at the first of these calls; after that also an alltoall whose
-  /// send buffer fits; an alltoallv too where every rank's blocks for the others and 16
-  /// bytes per rank fit, which this does not ask), or "hier": the same calls where the ranks span hosts,
+  /// send buffer fits, and an alltoallv where every rank's blocks for the others fit with
+  /// 16 bytes per rank, though this answers for the alltoall only: an alltoallv's path
+  /// depends on every rank's counts), or "hier": the same calls where the ranks span hosts,
   /// each host's ranks (in groups of up to 16) through their shared memory to a leader,
   /// and the leaders by messages (rd for allreduce and reduce_scatter, tree for broadcast
   /// and reduce, dissemination for barrier, the allgather's own choice for the groups'
