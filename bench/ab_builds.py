@@ -35,6 +35,8 @@ One build against itself under two environments (a setting's cost, e.g. REMORA_E
 (TCP through the kernel's veth, as between hosts, instead of loopback): the follower
 (`bench ... --listen`) in one, the driver (`--peer`) in the other, each with its side's
 environment. Needs root; the namespaces are made for the run and removed after it.
+--rate 2gbit: each end of the veth sends at most that (tc's token bucket), so that the
+link between the "hosts" is slower than the copies on either side of it, as a NIC is.
 
 A baseline build of an earlier commit: `git worktree add /tmp/old <commit>`, then
 `cmake --preset release && cmake --build build/release --target remora_tool` there.
@@ -71,15 +73,21 @@ _ports = itertools.count(47100)
 _store_ports = itertools.count(61100)
 
 
-def netns_up():
-    """Two namespaces and a veth between them (10.231.7.1 and NETNS_ADDR)."""
+def netns_up(rate=None):
+    """Two namespaces and a veth between them (10.231.7.1 and NETNS_ADDR); with `rate`
+    (tc's syntax, e.g. 2gbit), each end sends at most that (a token bucket), as a NIC
+    would between hosts."""
     netns_down()
     a, b = NETNS
-    for cmd in (f"ip netns add {a}", f"ip netns add {b}",
-                f"ip link add rab-a netns {a} type veth peer name rab-b netns {b}",
-                f"ip -n {a} addr add 10.231.7.1/24 dev rab-a", f"ip -n {b} addr add {NETNS_ADDR}/24 dev rab-b",
-                f"ip -n {a} link set rab-a up", f"ip -n {b} link set rab-b up",
-                f"ip -n {a} link set lo up", f"ip -n {b} link set lo up"):
+    cmds = [f"ip netns add {a}", f"ip netns add {b}",
+            f"ip link add rab-a netns {a} type veth peer name rab-b netns {b}",
+            f"ip -n {a} addr add 10.231.7.1/24 dev rab-a", f"ip -n {b} addr add {NETNS_ADDR}/24 dev rab-b",
+            f"ip -n {a} link set rab-a up", f"ip -n {b} link set rab-b up",
+            f"ip -n {a} link set lo up", f"ip -n {b} link set lo up"]
+    if rate:
+        cmds += [f"ip netns exec {ns} tc qdisc add dev {dev} root tbf rate {rate} burst 1mbit latency 50ms"
+                 for ns, dev in ((a, "rab-a"), (b, "rab-b"))]
+    for cmd in cmds:
         subprocess.run(cmd.split(), check=True)
 
 
@@ -209,9 +217,12 @@ def main():
     ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
     ap.add_argument("--placement", choices=["cyclic", "block"], default="cyclic",
                     help="--bench coll --netns: ranks alternate between the namespaces, or fill one then the other")
+    ap.add_argument("--rate", help="--netns: each end of the veth sends at most this (tc's syntax: 2gbit)")
     a = ap.parse_args()
+    if a.rate and not a.netns:
+        ap.error("--rate needs --netns")
     if a.netns:
-        netns_up()
+        netns_up(a.rate)
     try:
         return compare(a)
     finally:

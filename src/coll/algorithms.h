@@ -92,12 +92,19 @@ Status allreduce_ring(Op& op, const char* ring, const void* send, void* recv, si
 /// (allreduce_ring.cc).
 Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks, const void* send, void* recv,
                            size_t recv_count, DataType type, ReduceOp rop);
-/// Allreduce in two levels, for ranks in equal groups (the ranks of a host): the ring
-/// reduce-scatter within `local` (this rank's group), an allreduce of this rank's block
-/// among `across` (the ranks of every group at this rank's index, ring or recursive
-/// doubling by size), the ring allgather within `local` (allreduce_ring.cc).
-Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, size_t count, DataType type,
-                           ReduceOp rop);
+/// Allreduce in two levels, for ranks in groups of `local.size()` lanes each (the ranks
+/// of a host, or the first of them): the ring reduce-scatter within `local` (this
+/// rank's group's lanes), an allreduce of this rank's block among `across` (the ranks of
+/// every group at this rank's index, ring or recursive doubling by size), the ring
+/// allgather within `local`. `group`, where the group has ranks past its lanes: all of
+/// it, the lanes first; each rank past them runs allreduce_past_lanes. kAvg divides by
+/// `ranks`, the communicator's (allreduce_ring.cc).
+Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp rop, int ranks);
+/// A rank of `group` past its first `lanes` ranks in allreduce_two_level: it sends lane
+/// b its block b (the vector cut as the lanes cut it) and takes every block back, final,
+/// from the lane that ends with it (allreduce_ring.cc).
+Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, size_t count, DataType type);
 /// Reduce_scatter in two levels, for ranks in equal groups: the ring reduce-scatter
 /// within `local` of the runs of blocks of the ranks at each index (`by_index`: the
 /// communicator's ranks index by index, each index's in the order of the groups), then

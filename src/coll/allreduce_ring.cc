@@ -333,18 +333,39 @@ Status allreduce_ring(Op& op, const char* ring, const void* send, void* recv, si
   return ag.finish();
 }
 
-
-Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, size_t count, DataType type,
-                           ReduceOp rop) {
+Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, void* recv, size_t count, DataType type,
+                           ReduceOp rop, int ranks) {
   const int n = local.size();
   const size_t es = size_of(type);
   const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
   std::vector<size_t> offsets, counts;
   split_blocks(count, n, offsets, counts);
+  const auto me = static_cast<size_t>(local.rank());
+  // The ranks of the group past its lanes: each sends this rank its block `me`, which
+  // joins this rank's input for that block (the ring reads it from recv: this rank sends
+  // its own block first and never writes it before the allgather), and gets the block
+  // this rank ends with, once final.
+  const int past = group != nullptr ? group->size() - n : 0;
+  if (past > 0) {
+    const size_t len = counts[me];
+    std::byte* in = grow(local.comm().scratch().b, static_cast<size_t>(past) * len * es);
+    std::vector<Request> ins;
+    for (int x = 0; x < past; ++x)
+      ins.push_back(group->recv(n + x, in + static_cast<size_t>(x) * len * es, len * es, kStepData));
+    for (int x = 0; x < past; ++x) {
+      Status w = group->wait(ins[static_cast<size_t>(x)], len * es);
+      if (!w.is_ok()) return abandon(*group, ins, w);
+      reduce_to(type, partial, at(recv, offsets[me], es), at(x == 0 ? send : recv, offsets[me], es),
+                in + static_cast<size_t>(x) * len * es, len);
+    }
+  }
   RingState& st = local.comm().state<RingState>("reduce_ring.local");
   REMORA_RETURN_IF_ERROR(ring_setup(local, st));
   RingBlocks blk{counts,
-                 [&](int b, size_t off) { return at(send, offsets[static_cast<size_t>(b)] + off, es); },
+                 [&](int b, size_t off) {
+                   return at(past > 0 && static_cast<size_t>(b) == me ? recv : send,
+                             offsets[static_cast<size_t>(b)] + off, es);
+                 },
                  [&](int b, size_t off) { return at(recv, offsets[static_cast<size_t>(b)] + off, es); }};
   const auto owned = static_cast<size_t>((local.rank() + 1) % n);
   const size_t mine = counts[owned];
@@ -358,11 +379,37 @@ Status allreduce_two_level(Op& local, Op& across, const void* send, void* recv, 
                       Algo::kRing;
     s = ring ? allreduce_ring(across, "reduce_ring.across", owned_at, owned_at, mine, type, partial)
              : allreduce_rd(across, owned_at, owned_at, mine, type, partial);
-    if (s.is_ok() && rop == ReduceOp::kAvg) finish_avg(type, owned_at, mine, n * across.size());
+    if (s.is_ok() && rop == ReduceOp::kAvg) finish_avg(type, owned_at, mine, ranks);
   }
   if (!s.is_ok()) return ag.fail(s);
+  std::vector<Request> back;
+  for (int x = 0; x < past; ++x) back.push_back(group->send(n + x, owned_at, mine * es, kStepData));
   for (size_t off = 0; off < mine; off += piece) ag.send_owned(off, std::min(piece, mine - off));
-  return ag.finish();
+  s = ag.finish();
+  if (!s.is_ok()) return abandon(*group, back, s);
+  return past > 0 ? group->wait_all(back) : s;
+}
+
+Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, size_t count, DataType type) {
+  const size_t es = size_of(type);
+  std::vector<size_t> offsets, counts;
+  split_blocks(count, lanes, offsets, counts);
+  std::vector<Request> reqs;
+  // Lane b - 1 ends the two levels with block b (allreduce_two_level's `owned`).
+  for (int b = 0; b < lanes; ++b) {
+    const auto at_b = static_cast<size_t>(b);
+    reqs.push_back(group.recv((b - 1 + lanes) % lanes, at(recv, offsets[at_b], es), counts[at_b] * es, kStepData));
+  }
+  for (int b = 0; b < lanes; ++b) {
+    const auto at_b = static_cast<size_t>(b);
+    reqs.push_back(group.send(b, at(send, offsets[at_b], es), counts[at_b] * es, kStepData));
+  }
+  for (int b = 0; b < lanes; ++b) {
+    const auto at_b = static_cast<size_t>(b);
+    Status w = group.wait(reqs[at_b], counts[at_b] * es);
+    if (!w.is_ok()) return abandon(group, reqs, w);
+  }
+  return group.wait_all(std::span<const Request>(reqs).subspan(static_cast<size_t>(lanes)));
 }
 
 Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks, const void* send, void* recv,

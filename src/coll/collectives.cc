@@ -46,7 +46,11 @@
 //   recursive doubling does it in one step where the ring takes two, each rank
 //   reducing the whole vector against the ring's half: measured over TCP it is
 //   faster up to 2 MiB (0.49x the ring's time at 64 KiB, 0.88x at 256 KiB, level at
-//   1-2 MiB) and the ring from 4 MiB (bench/results/mpi.md).
+//   1-2 MiB) and the ring from 4 MiB (bench/results/mpi.md). Where the segments found
+//   several groups of at least two ranks and none more than twice the narrowest, the
+//   ring's sizes run in two levels over the narrowest group's size of lanes, a rank
+//   past them handing each lane a block first and taking the result back
+//   (allreduce_lanes, shm_segment.h).
 // - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold_for(n) and n > 2.
 // - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n)
 //   (in two levels where the segments found groups of one size, shm_segment.h),
@@ -59,7 +63,8 @@
 //
 // Host order: where the communicator's shared segments (shm_segment.h) find groups of
 // ranks (hosts) that are not in rank order, the chains (broadcast, reduce) and the rings
-// by messages (allgather, reduce_scatter, allreduce over unequal groups or when named)
+// by messages (allgather and reduce_scatter over groups of different sizes, allreduce
+// where the groups allow no lanes, each when named)
 // run on a view that lists the ranks host by host, so they cross between hosts once
 // per group instead of at every step. The trees of broadcasts and reduces too large
 // for the segments run in two levels wherever there are several groups, in rank order
@@ -184,6 +189,25 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
   return reduce_chain(op, send, recv, count, type, rop, root);
 }
 
+namespace {
+
+/// A large allreduce in two levels over `seg`'s lanes (ShmPlan::lanes): the lanes run
+/// allreduce_two_level, with the rest of their group where it has ranks past them, and
+/// those ranks run allreduce_past_lanes.
+Status allreduce_lanes(Op& op, const ShmPlan& seg, const void* send, void* recv, size_t count, DataType type,
+                       ReduceOp rop) {
+  const auto me = static_cast<size_t>(op.rank());
+  const int lanes = seg.lanes();
+  Op group(op, seg.local, seg.index_in[me]);
+  if (seg.index_in[me] >= lanes) return allreduce_past_lanes(group, lanes, send, recv, count, type);
+  Op local(op, seg.lane_ranks, seg.index_in[me]);
+  Op across(op, seg.across, seg.group_of[me]);
+  Op* past = seg.local.size() > static_cast<size_t>(lanes) ? &group : nullptr;
+  return allreduce_two_level(local, across, past, send, recv, count, type, rop, op.size());
+}
+
+}  // namespace
+
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
   if (count == 0) return Status::ok();
@@ -192,10 +216,7 @@ Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType ty
     REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop));
     if (done) return Status::ok();
     if (two_level_takes(CollectiveKind::kAllreduce, op.config(), bytes, *seg)) {
-      const auto me = static_cast<size_t>(op.rank());
-      Op local(op, seg->local, seg->index_in[me]);
-      Op across(op, seg->across, seg->group_of[me]);
-      return allreduce_two_level(local, across, send, recv, count, type, rop);
+      return allreduce_lanes(op, *seg, send, recv, count, type, rop);
     }
   }
   if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {

@@ -346,6 +346,7 @@ void group_ranks(std::span<const HostRecord> table, ShmPlan& plan) {
     plan.group_of[r] = g;
   }
   plan.widest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+  plan.narrowest = sizes.empty() ? 0 : *std::min_element(sizes.begin(), sizes.end());
 }
 
 /// The communicator ranks of group g, ascending.
@@ -526,10 +527,16 @@ Result<ShmPlan*> shm_plan(Op& op) {
     for (size_t i = 0; i < plan->by_host.size(); ++i) plan->place[static_cast<size_t>(plan->by_host[i])] = static_cast<int>(i);
   }
   if (!plan->flat()) plan->local = members_of(*plan, plan->group_of[static_cast<size_t>(me)]);
-  if (plan->two_level()) {
-    for (size_t r = 0; r < plan->group_of.size(); ++r) {
-      if (plan->index_in[r] == plan->index_in[static_cast<size_t>(me)]) plan->across.push_back(static_cast<int>(r));
+  if (const int lanes = plan->lanes(); lanes > 0) {
+    // The lanes of a large allreduce: the group's first `lanes` ranks, and for them the
+    // ranks at the same index in every group.
+    const int at = plan->index_in[static_cast<size_t>(me)];
+    plan->lane_ranks.assign(plan->local.begin(), plan->local.begin() + lanes);
+    for (size_t r = 0; at < lanes && r < plan->group_of.size(); ++r) {
+      if (plan->index_in[r] == at) plan->across.push_back(static_cast<int>(r));
     }
+  }
+  if (plan->two_level()) {
     plan->by_index.resize(plan->group_of.size());
     for (size_t r = 0; r < plan->group_of.size(); ++r) {
       const auto at = static_cast<size_t>(plan->index_in[r]) * plan->leaders.size() + static_cast<size_t>(plan->group_of[r]);
@@ -920,7 +927,7 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
 
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
   const Algo named = kind == CollectiveKind::kAllgather ? call.allgather : call.allreduce;
-  if (!plan.two_level() || named != Algo::kAuto) return false;
+  if (named != Algo::kAuto || !(kind == CollectiveKind::kAllreduce ? plan.lanes() > 0 : plan.two_level())) return false;
   if (select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) != Algo::kRing) return false;
   return kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot) ||
          (kind == CollectiveKind::kAllgather && bytes > plan.slot);
@@ -950,9 +957,12 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
       if (!two_level_takes(kind, call, bytes, plan)) {
         return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
       }
-      // Reduce-scatter and allgather rings within a group, the allreduce of a block across.
-      const size_t block = bytes / static_cast<size_t>(plan.widest);
-      return {"hier", 2 * (plan.widest - 1) + algorithm_steps(kind, select_algorithm(kind, call, k, block), k)};
+      // Reduce-scatter and allgather rings within a group's lanes, the allreduce of a
+      // block across; where the groups differ, the blocks into the lanes and back.
+      const int lanes = plan.lanes();
+      const size_t block = bytes / static_cast<size_t>(lanes);
+      return {"hier", 2 * (lanes - 1) + algorithm_steps(kind, select_algorithm(kind, call, k, block), k) +
+                          (plan.widest > lanes ? 2 : 0)};
     }
     case CollectiveKind::kReduceScatter:
       // The whole input as an allreduce (shm_takes), or the reduce-scatter rings within a

@@ -162,11 +162,15 @@ struct ShmPlan {
   std::vector<int> group_of;  ///< per communicator rank, its group
   std::vector<int> index_in;  ///< per communicator rank, its index in its group
   int widest = 0;             ///< the most ranks of any group
+  int narrowest = 0;          ///< the fewest ranks of any group
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
-  /// Where the groups are several: this rank's group (in rank order). Where two_level():
-  /// also the ranks at its index in every group (in the order of the groups), and every
-  /// rank, index by index (each index's in the order of the groups).
+  /// Where the groups are several: this rank's group (in rank order). Where lanes() and
+  /// this rank is one of its group's first lanes(): also the ranks at its index in every
+  /// group (in the order of the groups). Where two_level(): every rank, index by index
+  /// (each index's in the order of the groups).
   std::vector<int> local, across, by_index;
+  /// Where lanes(): its group's first lanes() ranks (all of it where two_level()).
+  std::vector<int> lane_ranks;
   /// Where the groups are several and not already in rank order: every rank, group by
   /// group (each in rank order), and each rank's place there. Chains and rings of large
   /// calls follow it, so that they cross between hosts once per group, not at every step.
@@ -175,11 +179,14 @@ struct ShmPlan {
   /// hierarchical: through each group's segment to its leader, between the leaders by
   /// messages, and back.
   bool flat() const noexcept { return leaders.size() == 1; }
-  /// Several groups, all of the same size, at least two: a large allreduce may run in
-  /// two levels (allreduce_two_level).
-  bool two_level() const noexcept {
-    return !flat() && widest >= 2 && leaders.size() * static_cast<size_t>(widest) == group_of.size();
-  }
+  /// Several groups, the narrowest of at least two ranks and none more than twice as
+  /// wide: a large allreduce may run in two levels over that many lanes, each rank past
+  /// them adding its data to theirs block by block and taking the result back
+  /// (allreduce_two_level, allreduce_past_lanes). 0 where it may not.
+  int lanes() const noexcept { return !flat() && narrowest >= 2 && widest <= 2 * narrowest ? narrowest : 0; }
+  /// Several groups, all of the same size, at least two: large reduce_scatters and
+  /// allgathers too may run in two levels.
+  bool two_level() const noexcept { return lanes() > 0 && narrowest == widest; }
 };
 
 /// The communicator's plan, set up at the first call here; null where it has none. Every
@@ -193,9 +200,10 @@ Result<ShmPlan*> shm_plan(Op& op);
 /// so too (its whole result going to a hierarchical plan's members in rounds of a slot).
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 /// Whether an allreduce of `bytes` under `call` too large for shm_takes, or a
-/// reduce_scatter of blocks of `bytes`, runs in two levels over `plan`'s groups: where
-/// the plan allows it, the algorithm is the communicator's choice, and that choice over
-/// all ranks is the ring.
+/// reduce_scatter or allgather of blocks of `bytes`, runs in two levels over `plan`'s
+/// groups: where the plan allows it (lanes() for an allreduce, two_level() for the
+/// others), the algorithm is the communicator's choice, and that choice over all ranks
+/// is the ring.
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 /// Communicator::algorithm's answer for a call shm_takes or two_level_takes takes (of `bytes` under `call`).
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;

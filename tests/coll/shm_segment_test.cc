@@ -424,13 +424,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
 
 /// `n` ranks of this host in groups of at most `group` (REMORA_COLL_SHM_GROUP): the
 /// fewest groups that hold them, of sizes that differ by one at most, the larger first;
-/// where every group has the same size, large allreduces run in two levels.
+/// where every group has the same size, large reduce_scatters and allgathers run in two
+/// levels, and where the narrowest has two ranks or more, large allreduces do, over that
+/// many lanes.
 struct Groups {
   int n;
   int group;
   int groups() const { return (n + group - 1) / group; }
   int widest() const { return (n + groups() - 1) / groups(); }
+  int narrowest() const { return n / groups(); }
   bool two_level() const { return n % groups() == 0; }
+  int lanes() const { return narrowest() >= 2 ? narrowest() : 0; }
   /// Whether rank r is its group's lowest.
   bool leads(int r) const {
     for (int k = 0, first = 0; first < n; ++k) {
@@ -465,9 +469,10 @@ void run_groups(const Groups& g, const std::function<void(int, Communicator&)>& 
   });
 }
 
-// From 20 KiB (the ring threshold here) allreduces run the ring within each group, an
-// allreduce of the group's blocks across (recursive doubling below 20 KiB a block, the
-// ring above), and the allgather ring within: exact at counts that split evenly and
+// From 20 KiB (the ring threshold here) allreduces run the ring within each group's
+// lanes (as many as the narrowest group has ranks; a rank past them folds into one
+// first and takes the result back), an allreduce of the lanes' blocks across (recursive
+// doubling below 20 KiB a block, the ring above), and the allgather ring within: exact at counts that split evenly and
 // unevenly, one piece or many, in place every other call, back to back without
 // barriers (so notifications of one level arrive while a rank is still at the other),
 // and after a call that runs the ring over all ranks. Reduce_scatters from 20 KiB of
@@ -485,7 +490,12 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     ASSERT_TRUE(c.barrier().is_ok());
     EXPECT_EQ(c.algorithm(CollectiveKind::kBarrier, 0).name, "hier");
     EXPECT_EQ(c.connections().segment_ranks, g.sharing(r)) << "rank " << r;
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024).name, g.two_level() ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024).name, g.lanes() > 0 ? "hier" : "ring");
+    if (g.lanes() > 0) {
+      // The rings within the lanes, the ring across, and the fold there and back.
+      const int steps = 2 * (g.lanes() - 1) + 2 * (g.groups() - 1) + (g.widest() > g.lanes() ? 2 : 0);
+      EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 1 << 20).steps, steps);
+    }
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 20 * 1024 - 4).name, "rd");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 1 << 20, {.algorithm = CollAlgorithm::kRing}).name, "ring");
     const auto per_group = static_cast<size_t>(g.widest());
@@ -694,7 +704,7 @@ TEST_P(TwoLevelRanks, SmallAlltoallvsGoThroughTheGroupsSegmentsAllExact) {
 // and one, or of four and three, which do not take two levels.
 INSTANTIATE_TEST_SUITE_P(Groups, TwoLevelRanks,
                          ::testing::Values(Groups{4, 2}, Groups{6, 2}, Groups{6, 3}, Groups{8, 4}, Groups{6, 4},
-                                           Groups{5, 2}, Groups{7, 4}),
+                                           Groups{5, 2}, Groups{7, 4}, Groups{5, 3}),
                          [](const ::testing::TestParamInfo<Groups>& p) {
                            return std::to_string(p.param.n) + "_by" + std::to_string(p.param.group);
                          });
