@@ -101,9 +101,9 @@ Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks
 /// `ranks`, the communicator's (allreduce_ring.cc).
 Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, void* recv, size_t count, DataType type,
                            ReduceOp rop, int ranks);
-/// A rank of `group` past its first `lanes` ranks in allreduce_two_level: it sends lane
-/// b its block b (the vector cut as the lanes cut it) and takes every block back, final,
-/// from the lane that ends with it (allreduce_ring.cc).
+/// A rank of `group` past its first `lanes` ranks in allreduce_two_level: it sends each
+/// block (the vector cut as the lanes cut it) to the lane that ends the reduce-scatter
+/// with it, and takes it back from that lane, final (allreduce_ring.cc).
 Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, size_t count, DataType type);
 /// Reduce_scatter in two levels, for ranks in equal groups: the ring reduce-scatter
 /// within `local` of the runs of blocks of the ranks at each index (`by_index`: the

@@ -340,39 +340,29 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
   const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
   std::vector<size_t> offsets, counts;
   split_blocks(count, n, offsets, counts);
-  const auto me = static_cast<size_t>(local.rank());
-  // The ranks of the group past its lanes: each sends this rank its block `me`, which
-  // joins this rank's input for that block (the ring reads it from recv: this rank sends
-  // its own block first and never writes it before the allgather), and gets the block
-  // this rank ends with, once final.
-  const int past = group != nullptr ? group->size() - n : 0;
-  if (past > 0) {
-    const size_t len = counts[me];
-    std::byte* in = grow(local.comm().scratch().b, static_cast<size_t>(past) * len * es);
-    std::vector<Request> ins;
-    for (int x = 0; x < past; ++x)
-      ins.push_back(group->recv(n + x, in + static_cast<size_t>(x) * len * es, len * es, kStepData));
-    for (int x = 0; x < past; ++x) {
-      Status w = group->wait(ins[static_cast<size_t>(x)], len * es);
-      if (!w.is_ok()) return abandon(*group, ins, w);
-      reduce_to(type, partial, at(recv, offsets[me], es), at(x == 0 ? send : recv, offsets[me], es),
-                in + static_cast<size_t>(x) * len * es, len);
-    }
-  }
-  RingState& st = local.comm().state<RingState>("reduce_ring.local");
-  REMORA_RETURN_IF_ERROR(ring_setup(local, st));
-  RingBlocks blk{counts,
-                 [&](int b, size_t off) {
-                   return at(past > 0 && static_cast<size_t>(b) == me ? recv : send,
-                             offsets[static_cast<size_t>(b)] + off, es);
-                 },
-                 [&](int b, size_t off) { return at(recv, offsets[static_cast<size_t>(b)] + off, es); }};
   const auto owned = static_cast<size_t>((local.rank() + 1) % n);
   const size_t mine = counts[owned];
   std::byte* const owned_at = at(recv, offsets[owned], es);
+  // The ranks of the group past its lanes each send this rank their part of the block
+  // it ends the reduce-scatter with, which joins that block before the step across,
+  // and get the block back once final. Their parts travel while the ring runs.
+  const int past = group != nullptr ? group->size() - n : 0;
+  std::vector<Request> ins;
+  std::byte* const in = past > 0 ? grow(local.comm().scratch().b, static_cast<size_t>(past) * mine * es) : nullptr;
+  for (int x = 0; x < past; ++x) {
+    ins.push_back(group->recv(n + x, in + static_cast<size_t>(x) * mine * es, mine * es, kStepData));
+  }
+  RingState& st = local.comm().state<RingState>("reduce_ring.local");
+  if (Status setup = ring_setup(local, st); !setup.is_ok()) return past > 0 ? abandon(*group, ins, setup) : setup;
+  RingBlocks blk{counts, [&](int b, size_t off) { return at(send, offsets[static_cast<size_t>(b)] + off, es); },
+                 [&](int b, size_t off) { return at(recv, offsets[static_cast<size_t>(b)] + off, es); }};
   const size_t piece = st.slot_bytes / es;
   RingAllgather ag(local, static_cast<std::byte*>(recv), es, offsets, counts, static_cast<int>(owned), piece);
   Status s = ring_reduce_scatter(local, st, type, partial, blk, 0);
+  for (int x = 0; s.is_ok() && x < past; ++x) {
+    s = group->wait(ins[static_cast<size_t>(x)], mine * es);
+    if (s.is_ok()) reduce_to(type, partial, owned_at, owned_at, in + static_cast<size_t>(x) * mine * es, mine);
+  }
   if (s.is_ok() && mine > 0) {
     // Every rank of `across` has the same index here, so the same block.
     const bool ring = select_algorithm(CollectiveKind::kAllreduce, across.config(), across.size(), mine * es) ==
@@ -381,28 +371,29 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
              : allreduce_rd(across, owned_at, owned_at, mine, type, partial);
     if (s.is_ok() && rop == ReduceOp::kAvg) finish_avg(type, owned_at, mine, ranks);
   }
-  if (!s.is_ok()) return ag.fail(s);
+  if (!s.is_ok()) return ag.fail(past > 0 ? abandon(*group, ins, s) : s);
   std::vector<Request> back;
   for (int x = 0; x < past; ++x) back.push_back(group->send(n + x, owned_at, mine * es, kStepData));
   for (size_t off = 0; off < mine; off += piece) ag.send_owned(off, std::min(piece, mine - off));
   s = ag.finish();
-  if (!s.is_ok()) return abandon(*group, back, s);
-  return past > 0 ? group->wait_all(back) : s;
+  if (past == 0) return s;
+  return s.is_ok() ? group->wait_all(back) : abandon(*group, back, s);
 }
 
 Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, size_t count, DataType type) {
   const size_t es = size_of(type);
   std::vector<size_t> offsets, counts;
   split_blocks(count, lanes, offsets, counts);
+  // Block b goes to the lane that ends the reduce-scatter with it (allreduce_two_level's
+  // `owned`: lane b - 1), and comes back from it final.
   std::vector<Request> reqs;
-  // Lane b - 1 ends the two levels with block b (allreduce_two_level's `owned`).
   for (int b = 0; b < lanes; ++b) {
     const auto at_b = static_cast<size_t>(b);
     reqs.push_back(group.recv((b - 1 + lanes) % lanes, at(recv, offsets[at_b], es), counts[at_b] * es, kStepData));
   }
   for (int b = 0; b < lanes; ++b) {
     const auto at_b = static_cast<size_t>(b);
-    reqs.push_back(group.send(b, at(send, offsets[at_b], es), counts[at_b] * es, kStepData));
+    reqs.push_back(group.send((b - 1 + lanes) % lanes, at(send, offsets[at_b], es), counts[at_b] * es, kStepData));
   }
   for (int b = 0; b < lanes; ++b) {
     const auto at_b = static_cast<size_t>(b);

@@ -586,6 +586,50 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
   });
 }
 
+// An allreduce over lanes (groups of 3 and 2: two lanes, rank 2 past them) in which one
+// rank calls with an element more (the rank past the lanes, or the lane it sends to),
+// or the rank past the lanes aborts instead: every other rank fails, none by the
+// timeout, and none crashes on its way out.
+TEST(TwoLevel, AllreducesOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout) {
+  struct Case {
+    const char* what;
+    int odd;  // the rank that calls with one element more, or aborts
+    bool aborts;
+  };
+  for (const Case& k : {Case{"past the lanes, one more", 2, false}, Case{"its lane, one more", 0, false},
+                        Case{"past the lanes, aborts", 2, true}}) {
+    SCOPED_TRACE(k.what);
+    auto ranks = make_ranks(5);
+    coll::CollConfig config = shm_config();
+    config.shm_group = 3;
+    config.ring_threshold = 20 * 1024;
+    auto comms = with_config(ranks, config, 7);
+    run_ranks(ranks, [&](int r, Communicator&) {
+      Communicator& c = *comms[static_cast<size_t>(r)];
+      ASSERT_TRUE(c.barrier().is_ok());
+      ASSERT_EQ(c.algorithm(CollectiveKind::kAllreduce, 160000).name, "hier");
+    });
+    std::vector<Status> results(5);
+    run_ranks(ranks, [&](int r, Communicator&) {
+      Communicator& c = *comms[static_cast<size_t>(r)];
+      if (r == k.odd && k.aborts) {
+        c.abort();
+        return;
+      }
+      const size_t count = 40000 + (r == k.odd ? 1 : 0);
+      auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 5);
+      std::vector<std::byte> out(in.size());
+      results[static_cast<size_t>(r)] = c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    });
+    for (int r = 0; r < 5; ++r) {
+      if (r == k.odd && k.aborts) continue;
+      const Status& s = results[static_cast<size_t>(r)];
+      EXPECT_FALSE(s.is_ok()) << "rank " << r;
+      EXPECT_NE(s.code(), StatusCode::kTimeout) << "rank " << r << ": " << s.to_string();
+    }
+  }
+}
+
 // Broadcasts and reduces above the slot and below the chain's sizes run the binomial
 // tree among the groups' representatives (the root for its own group), then within each
 // group: from every root, exact, reduces of several types and operations, in place at
