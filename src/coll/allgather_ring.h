@@ -46,17 +46,53 @@ Status allgather_ring(Op& op, void* recv, BlockOf block) {
   return allgather_ring_parts(op, recv, 1, [&](size_t i, size_t) { return block(i); });
 }
 
-/// Allgather of equal blocks in two levels, for ranks in equal groups: the ring among
-/// `across` (the ranks at this rank's index in every group) straight into place, then the
-/// ring within `local` (this rank's group) of each index's blocks, one part per group.
-/// `by_index`: the communicator's ranks index by index, each index's in the order of the
-/// groups.
-inline Status allgather_two_level(Op& local, Op& across, std::span<const int> by_index, void* recv, size_t block) {
+/// Allgather of equal blocks in two levels over the groups' lanes (ShmPlan::lanes): the
+/// ring among `across` (the lanes at this rank's index in every group) straight into
+/// place, then the ring within `local` (this rank's group's lanes) of each lane's
+/// blocks, one part per group. `by_index`: the communicator's ranks index by index, each
+/// index's in the order of the groups, -1 where a group has none. Where the groups
+/// differ, lane i also carries the block of its group's rank i + lanes (a second part
+/// per group, empty where there is none): that rank sends it first and takes the whole
+/// result back at the end (`group`: this rank's whole group, lanes first;
+/// allgather_past_lanes). `whole`: the result's bytes.
+inline Status allgather_two_level(Op& local, Op& across, Op& group, std::span<const int> by_index, void* recv,
+                                  size_t block, size_t whole) {
   const auto groups = static_cast<size_t>(across.size());
-  const size_t mine = static_cast<size_t>(local.rank()) * groups;
-  auto of = [&](size_t k) { return Span{static_cast<size_t>(by_index[k]) * block, block}; };
-  REMORA_RETURN_IF_ERROR(allgather_ring(across, recv, [&](size_t g) { return of(mine + g); }));
-  return allgather_ring_parts(local, recv, groups, [&](size_t i, size_t g) { return of(i * groups + g); });
+  const auto lanes = static_cast<size_t>(local.size());
+  const size_t parts = by_index.size() > lanes * groups ? 2 : 1;  // a rank past some lane
+  auto of = [&](size_t index, size_t g) {
+    const size_t at = index * groups + g;
+    if (at >= by_index.size() || by_index[at] < 0) return Span{0, 0};
+    return Span{static_cast<size_t>(by_index[at]) * block, block};
+  };
+  const auto me = static_cast<size_t>(local.rank());
+  const size_t g_me = static_cast<size_t>(across.rank());
+  const int past = by_index.size() > (me + lanes) * groups && by_index[(me + lanes) * groups + g_me] >= 0
+                       ? static_cast<int>(me + lanes)
+                       : -1;
+  if (past >= 0) {
+    const Span x = of(me + lanes, g_me);
+    Request in = group.recv(past, at(recv, x.offset), x.bytes);
+    REMORA_RETURN_IF_ERROR(group.wait(in, x.bytes));
+  }
+  REMORA_RETURN_IF_ERROR(
+      allgather_ring_parts(across, recv, parts, [&](size_t g, size_t k) { return of(me + k * lanes, g); }));
+  REMORA_RETURN_IF_ERROR(allgather_ring_parts(
+      local, recv, parts * groups, [&](size_t i, size_t p) { return of(i + (p / groups) * lanes, p % groups); }));
+  if (past < 0) return Status::ok();
+  Request out = group.send(past, recv, whole);
+  return group.wait(out);
+}
+
+/// A rank of `group` past its first `lanes` ranks in allgather_two_level (rank `rank` of
+/// the communicator, its block in place in `recv`): it sends its block to the lane
+/// `lanes` places before it, then takes the whole result (`whole` bytes) from it.
+inline Status allgather_past_lanes(Op& group, int lanes, int rank, void* recv, size_t block, size_t whole) {
+  const int lane = group.rank() - lanes;
+  Request out = group.send(lane, at(recv, static_cast<size_t>(rank) * block), block);
+  REMORA_RETURN_IF_ERROR(group.wait(out));
+  Request in = group.recv(lane, recv, whole);
+  return group.wait(in, whole);
 }
 
 }  // namespace remora::coll

@@ -19,7 +19,8 @@
 // - allgather: for small results (up to 64 KiB, algo_select.cc) log2(n) rounds: recursive
 //   doubling when n is a power of two, Bruck otherwise (REMORA_ALLGATHER_ALGO=rd means
 //   this pair); else a ring, which receives straight into place (in two levels where the
-//   segments found groups of one size and the block is above their slot, shm_segment.h).
+//   segments found groups that allow lanes, as for the allreduce below, and the block is
+//   above their slot, shm_segment.h).
 //   allgatherv: always the ring (its blocks need not be contiguous or equal, which both
 //   log-round algorithms rely on).
 // - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight (a small
@@ -63,7 +64,7 @@
 //
 // Host order: where the communicator's shared segments (shm_segment.h) find groups of
 // ranks (hosts) that are not in rank order, the chains (broadcast, reduce) and the rings
-// by messages (allgather and reduce_scatter over groups of different sizes, allreduce
+// by messages (reduce_scatter over groups of different sizes, allreduce and allgather
 // where the groups allow no lanes, each when named)
 // run on a view that lists the ranks host by host, so they cross between hosts once
 // per group instead of at every step. The trees of broadcasts and reduces too large
@@ -132,9 +133,14 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
     if (done) return Status::ok();
     if (two_level_takes(CollectiveKind::kAllgather, op.config(), block, *seg)) {
       const auto me = static_cast<size_t>(op.rank());
-      Op local(op, seg->local, seg->index_in[me]);
+      Op group(op, seg->local, seg->index_in[me]);
+      const size_t whole = static_cast<size_t>(n) * block;
+      if (seg->index_in[me] >= seg->lanes()) {
+        return allgather_past_lanes(group, seg->lanes(), op.rank(), recv, block, whole);
+      }
+      Op local(op, seg->lane_ranks, seg->index_in[me]);
       Op across(op, seg->across, seg->group_of[me]);
-      return allgather_two_level(local, across, seg->by_index, recv, block);
+      return allgather_two_level(local, across, group, seg->by_index, recv, block, whole);
     }
     if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
       // The ring host by host: block i of the view is its rank's.

@@ -536,8 +536,8 @@ Result<ShmPlan*> shm_plan(Op& op) {
       if (plan->index_in[r] == at) plan->across.push_back(static_cast<int>(r));
     }
   }
-  if (plan->two_level()) {
-    plan->by_index.resize(plan->group_of.size());
+  if (plan->lanes() > 0) {
+    plan->by_index.assign(static_cast<size_t>(plan->widest) * plan->leaders.size(), -1);
     for (size_t r = 0; r < plan->group_of.size(); ++r) {
       const auto at = static_cast<size_t>(plan->index_in[r]) * plan->leaders.size() + static_cast<size_t>(plan->group_of[r]);
       plan->by_index[at] = static_cast<int>(r);
@@ -927,7 +927,9 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
 
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
   const Algo named = kind == CollectiveKind::kAllgather ? call.allgather : call.allreduce;
-  if (named != Algo::kAuto || !(kind == CollectiveKind::kAllreduce ? plan.lanes() > 0 : plan.two_level())) return false;
+  if (named != Algo::kAuto || !(kind == CollectiveKind::kReduceScatter ? plan.two_level() : plan.lanes() > 0)) {
+    return false;
+  }
   if (select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) != Algo::kRing) return false;
   return kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot) ||
          (kind == CollectiveKind::kAllgather && bytes > plan.slot);
@@ -938,8 +940,11 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
   const int k = static_cast<int>(plan.leaders.size());
   switch (kind) {
     case CollectiveKind::kAllgather: {
-      // The rings across and within a group (two_level_takes).
-      if (two_level_takes(kind, call, bytes, plan)) return {"hier", (k - 1) + (plan.widest - 1)};
+      // The rings across and within a group's lanes (two_level_takes), and where the
+      // groups differ, the blocks into the lanes and the result back.
+      if (two_level_takes(kind, call, bytes, plan)) {
+        return {"hier", (k - 1) + (plan.lanes() - 1) + (plan.widest > plan.lanes() ? 2 : 0)};
+      }
       const size_t widest = static_cast<size_t>(plan.widest) * bytes;
       const size_t whole = plan.group_of.size() * bytes;
       const int rounds = static_cast<int>(std::max<size_t>((whole + plan.slot - 1) / plan.slot, 1));

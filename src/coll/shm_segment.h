@@ -166,8 +166,8 @@ struct ShmPlan {
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
   /// Where the groups are several: this rank's group (in rank order). Where lanes() and
   /// this rank is one of its group's first lanes(): also the ranks at its index in every
-  /// group (in the order of the groups). Where two_level(): every rank, index by index
-  /// (each index's in the order of the groups).
+  /// group (in the order of the groups). Where lanes(): every rank, index by index (each
+  /// index's in the order of the groups), -1 where a group has no rank at an index.
   std::vector<int> local, across, by_index;
   /// Where lanes(): its group's first lanes() ranks (all of it where two_level()).
   std::vector<int> lane_ranks;
@@ -180,12 +180,12 @@ struct ShmPlan {
   /// messages, and back.
   bool flat() const noexcept { return leaders.size() == 1; }
   /// Several groups, the narrowest of at least two ranks and none more than twice as
-  /// wide: a large allreduce may run in two levels over that many lanes, each rank past
-  /// them adding its data to theirs block by block and taking the result back
-  /// (allreduce_two_level, allreduce_past_lanes). 0 where it may not.
+  /// wide: a large allreduce or allgather may run in two levels over that many lanes,
+  /// each rank past them handing its data to the lanes and taking the result back
+  /// (allreduce_two_level, allreduce_past_lanes, allgather_two_level). 0 where it may not.
   int lanes() const noexcept { return !flat() && narrowest >= 2 && widest <= 2 * narrowest ? narrowest : 0; }
-  /// Several groups, all of the same size, at least two: large reduce_scatters and
-  /// allgathers too may run in two levels.
+  /// Several groups, all of the same size, at least two: large reduce_scatters too may
+  /// run in two levels.
   bool two_level() const noexcept { return lanes() > 0 && narrowest == widest; }
 };
 
@@ -201,7 +201,7 @@ Result<ShmPlan*> shm_plan(Op& op);
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 /// Whether an allreduce of `bytes` under `call` too large for shm_takes, or a
 /// reduce_scatter or allgather of blocks of `bytes`, runs in two levels over `plan`'s
-/// groups: where the plan allows it (lanes() for an allreduce, two_level() for the
+/// groups: where the plan allows it (two_level() for a reduce_scatter, lanes() for the
 /// others), the algorithm is the communicator's choice, and that choice over all ranks
 /// is the ring.
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;

@@ -558,16 +558,21 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
       }
     }
     // Allgathers of blocks above the slot: the ring across straight into place, then the
-    // ring within the group, a message per group at each step; in place every other
-    // call, back to back with reduce_scatters.
+    // ring within the group's lanes, a message per group at each step (two where the
+    // groups differ: a rank past the lanes hands its block to one first and takes the
+    // result back); in place every other call, back to back with reduce_scatters.
     const size_t slot = config.shm_bytes;
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, g.two_level() ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, g.lanes() > 0 ? "hier" : "ring");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1, {.algorithm = CollAlgorithm::kRing}).name, "ring");
-    if (g.two_level()) {
-      // A ring across the groups and one within each: (G-1) + (L-1) steps, for both.
-      const int steps = (g.groups() - 1) + (g.widest() - 1);
-      EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).steps, steps);
-      EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).steps, steps);
+    if (g.lanes() > 0) {
+      // A ring across the groups and one within each group's lanes: (G-1) + (L-1)
+      // steps, for both; an allgather over groups of different sizes takes two more,
+      // the blocks past the lanes in and the result back.
+      const int steps = (g.groups() - 1) + (g.lanes() - 1);
+      EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).steps, steps + (g.two_level() ? 0 : 2));
+      if (g.two_level()) {
+        EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).steps, steps);
+      }
     }
     int salt = 0;
     for (size_t block : {slot + 1, 3 * slot + 7, size_t{100'003}}) {
@@ -586,28 +591,35 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
   });
 }
 
-// An allreduce over lanes (groups of 3 and 2: two lanes, rank 2 past them) in which one
-// rank calls with an element more (the rank past the lanes, or the lane it sends to),
-// or the rank past the lanes aborts instead: every other rank fails, none by the
-// timeout, and none crashes on its way out.
-TEST(TwoLevel, AllreducesOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout) {
+// An allreduce or an allgather over lanes (groups of 3 and 2: two lanes, rank 2 past
+// them) in which one rank calls with an element more (the rank past the lanes, or the
+// lane it sends to), or the rank past the lanes aborts: every other rank fails, none by
+// the timeout, and none crashes on its way out.
+TEST(TwoLevel, CallsOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout) {
   struct Case {
     const char* what;
+    bool allgather;
     int odd;  // the rank that calls with one element more, or aborts
     bool aborts;
   };
-  for (const Case& k : {Case{"past the lanes, one more", 2, false}, Case{"its lane, one more", 0, false},
-                        Case{"past the lanes, aborts", 2, true}}) {
+  for (const Case& k : {Case{"allreduce, past the lanes, one more", false, 2, false},
+                        Case{"allreduce, its lane, one more", false, 0, false},
+                        Case{"allreduce, past the lanes, aborts", false, 2, true},
+                        Case{"allgather, past the lanes, one more", true, 2, false},
+                        Case{"allgather, its lane, one more", true, 0, false},
+                        Case{"allgather, past the lanes, aborts", true, 2, true}}) {
     SCOPED_TRACE(k.what);
     auto ranks = make_ranks(5);
     coll::CollConfig config = shm_config();
     config.shm_group = 3;
     config.ring_threshold = 20 * 1024;
+    const size_t block = config.shm_bytes + 5;
     auto comms = with_config(ranks, config, 7);
     run_ranks(ranks, [&](int r, Communicator&) {
       Communicator& c = *comms[static_cast<size_t>(r)];
       ASSERT_TRUE(c.barrier().is_ok());
       ASSERT_EQ(c.algorithm(CollectiveKind::kAllreduce, 160000).name, "hier");
+      ASSERT_EQ(c.algorithm(CollectiveKind::kAllgather, block).name, "hier");
     });
     std::vector<Status> results(5);
     run_ranks(ranks, [&](int r, Communicator&) {
@@ -616,7 +628,13 @@ TEST(TwoLevel, AllreducesOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTi
         c.abort();
         return;
       }
-      const size_t count = 40000 + (r == k.odd ? 1 : 0);
+      const size_t more = r == k.odd ? 1 : 0;
+      if (k.allgather) {
+        std::vector<std::byte> mine(block + more, std::byte{7}), all(5 * (block + 1));
+        results[static_cast<size_t>(r)] = c.allgather(mine.data(), all.data(), block + more, DataType::kUint8);
+        return;
+      }
+      const size_t count = 40000 + more;
       auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 5);
       std::vector<std::byte> out(in.size());
       results[static_cast<size_t>(r)] = c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
