@@ -105,12 +105,21 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
 /// block (the vector cut as the lanes cut it) to the lane that ends the reduce-scatter
 /// with it, and takes it back from that lane, final (allreduce_ring.cc).
 Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, size_t count, DataType type);
-/// Reduce_scatter in two levels, for ranks in equal groups: the ring reduce-scatter
-/// within `local` of the runs of blocks of the ranks at each index (`by_index`: the
-/// communicator's ranks index by index, each index's in the order of the groups), then
-/// the ring reduce-scatter of this rank's run among `across` (allreduce_ring.cc).
-Status reduce_scatter_two_level(Op& local, Op& across, std::span<const int> by_index, const void* send,
+/// Reduce_scatter in two levels over the groups' lanes (ShmPlan::lanes): the ring
+/// reduce-scatter within `local` (this rank's group's lanes) of runs, run i the blocks
+/// of the ranks at index i, and i + lanes where there is one, of every group, group by
+/// group (`by_index`: the communicator's ranks index by index, each index's in the order
+/// of the groups, -1 where a group has none); then the ring reduce-scatter of this
+/// rank's run among `across`, each lane ending with the blocks of its group's ranks at
+/// its index and `lanes` places after it. `group`, where the group has ranks past its
+/// lanes: all of it, lanes first; each of those runs reduce_scatter_past_lanes, sending
+/// each lane its part of the lane's run and taking its block from the lane before it
+/// (allreduce_ring.cc).
+Status reduce_scatter_two_level(Op& local, Op& across, Op* group, std::span<const int> by_index, const void* send,
                                 void* recv, size_t recv_count, DataType type, ReduceOp rop);
+/// A rank of `group` past its first `lanes` ranks in reduce_scatter_two_level.
+Status reduce_scatter_past_lanes(Op& group, int lanes, size_t groups, std::span<const int> by_index, const void* send,
+                                 void* recv, size_t recv_count, DataType type);
 /// Pairwise exchange of blocks of any sizes: `out[i]` of `send` goes to rank i, and rank
 /// i's block for this rank lands at `in[i]` of `recv` (alltoall_pairwise.cc).
 Status alltoall_spans(Op& op, const void* send, std::span<const Span> out, void* recv, std::span<const Span> in);

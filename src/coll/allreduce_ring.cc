@@ -432,32 +432,121 @@ Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks
   return Status::ok();
 }
 
-Status reduce_scatter_two_level(Op& local, Op& across, std::span<const int> by_index, const void* send,
+namespace {
+
+/// The runs of a reduce_scatter over `lanes` lanes of `groups` groups: run i is the
+/// communicator ranks whose blocks lane i carries, group by group, in each group the
+/// rank at index i and then the one at index i + lanes where there is one.
+std::vector<std::vector<int>> lane_runs(std::span<const int> by_index, size_t groups, size_t lanes) {
+  std::vector<std::vector<int>> runs(lanes);
+  for (size_t i = 0; i < lanes; ++i) {
+    for (size_t g = 0; g < groups; ++g) {
+      for (size_t index = i; index * groups + g < by_index.size(); index += lanes) {
+        if (by_index[index * groups + g] >= 0) runs[i].push_back(by_index[index * groups + g]);
+      }
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
+Status reduce_scatter_two_level(Op& local, Op& across, Op* group, std::span<const int> by_index, const void* send,
                                 void* recv, size_t recv_count, DataType type, ReduceOp rop) {
   const auto groups = static_cast<size_t>(across.size());
+  const auto lanes = static_cast<size_t>(local.size());
+  const auto me = static_cast<size_t>(local.rank());
   const size_t es = size_of(type);
   const ReduceOp partial = rop == ReduceOp::kAvg ? ReduceOp::kSum : rop;
-  // The ring within the group over runs: run i is the blocks of the ranks at index i of
-  // every group (in the order of the groups), read where they lie in the input, one
-  // part each; the partial sums go to scratch, run by run. Rank i of the group ends
-  // with run i's sum over the group.
-  const std::vector<size_t> counts(static_cast<size_t>(local.size()), groups * recv_count);
-  std::byte* runs = grow(local.comm().scratch().a, by_index.size() * recv_count * es);
+  const int ranks =
+      static_cast<int>(by_index.size() - static_cast<size_t>(std::count(by_index.begin(), by_index.end(), -1)));
+  // The ring within the group's lanes over runs (lane_runs), each block read where it
+  // lies in the input, one part each; the partial sums go to scratch, run by run. Lane
+  // i ends with run i's sum over the lanes.
+  const std::vector<std::vector<int>> run = lane_runs(by_index, groups, lanes);
+  std::vector<size_t> counts(lanes), starts(lanes);
+  for (size_t i = 0, at_run = 0; i < lanes; at_run += counts[i], ++i) {
+    counts[i] = run[i].size() * recv_count;
+    starts[i] = at_run;
+  }
+  std::byte* runs = grow(local.comm().scratch().a, static_cast<size_t>(ranks) * recv_count * es);
+  // The ranks of the group past its lanes each send this lane their own part of its run,
+  // which joins its sum over the lanes; the message travels while the ring runs.
+  const int past = group != nullptr ? group->size() - static_cast<int>(lanes) : 0;
+  const size_t mine = counts[me];
+  std::vector<Request> ins;
+  std::byte* const in = past > 0 ? grow(local.comm().scratch().b, static_cast<size_t>(past) * mine * es) : nullptr;
+  for (int x = 0; x < past; ++x) {
+    ins.push_back(
+        group->recv(static_cast<int>(lanes) + x, in + static_cast<size_t>(x) * mine * es, mine * es, kStepData));
+  }
   RingBlocks blk{counts,
                  [&](int b, size_t off) {
-                   const auto rank = static_cast<size_t>(by_index[static_cast<size_t>(b) * groups + off / recv_count]);
+                   const auto rank = static_cast<size_t>(run[static_cast<size_t>(b)][off / recv_count]);
                    return at(send, rank * recv_count + off % recv_count, es);
                  },
-                 [&](int b, size_t off) { return at(runs, static_cast<size_t>(b) * groups * recv_count + off, es); },
-                 recv_count};
+                 [&](int b, size_t off) { return at(runs, starts[static_cast<size_t>(b)] + off, es); }, recv_count};
   RingState& st = local.comm().state<RingState>("reduce_ring.local");
-  REMORA_RETURN_IF_ERROR(ring_setup(local, st));
-  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(local, st, type, partial, blk, -1));
-  // Then this rank's block of its run, from the ranks at its index.
-  std::byte* const mine = at(runs, static_cast<size_t>(local.rank()) * groups * recv_count, es);
-  REMORA_RETURN_IF_ERROR(reduce_scatter_ring(across, "reduce_ring.across", {}, mine, recv, recv_count, type, partial));
-  if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, static_cast<int>(by_index.size()));
-  return Status::ok();
+  Status s = ring_setup(local, st);
+  if (s.is_ok()) s = ring_reduce_scatter(local, st, type, partial, blk, -1);
+  std::byte* const sum = at(runs, starts[me], es);
+  for (int x = 0; s.is_ok() && x < past; ++x) {
+    s = group->wait(ins[static_cast<size_t>(x)], mine * es);
+    if (s.is_ok()) reduce_to(type, partial, sum, sum, in + static_cast<size_t>(x) * mine * es, mine);
+  }
+  if (!s.is_ok()) return past > 0 ? abandon(*group, ins, s) : s;
+  if (by_index.size() == lanes * groups) {
+    // Groups of one size: this rank's block of its run, from the ranks at its index.
+    REMORA_RETURN_IF_ERROR(reduce_scatter_ring(across, "reduce_ring.across", {}, sum, recv, recv_count, type, partial));
+    if (rop == ReduceOp::kAvg) finish_avg(type, recv, recv_count, ranks);
+    return Status::ok();
+  }
+  // Otherwise lane i of group g ends with the blocks of the ranks at i and i + lanes of
+  // g (one or two: its part of the run), in place in the run's sum.
+  std::vector<size_t> part(groups, 0), part_at(groups, 0);
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t index = me; index * groups + g < by_index.size(); index += lanes) {
+      if (by_index[index * groups + g] >= 0) part[g] += recv_count;
+    }
+  }
+  for (size_t g = 1; g < groups; ++g) part_at[g] = part_at[g - 1] + part[g - 1];
+  RingBlocks parts{part, [&](int b, size_t off) { return at(sum, part_at[static_cast<size_t>(b)] + off, es); },
+                   [&](int b, size_t off) { return at(sum, part_at[static_cast<size_t>(b)] + off, es); }, recv_count};
+  RingState& ast = across.comm().state<RingState>("reduce_ring.across");
+  REMORA_RETURN_IF_ERROR(ring_setup(across, ast));
+  REMORA_RETURN_IF_ERROR(ring_reduce_scatter(across, ast, type, partial, parts, -1));
+  std::byte* const own = at(sum, part_at[static_cast<size_t>(across.rank())], es);
+  const size_t held = part[static_cast<size_t>(across.rank())] / recv_count;
+  if (rop == ReduceOp::kAvg) finish_avg(type, own, held * recv_count, ranks);
+  std::memcpy(recv, own, recv_count * es);
+  if (held < 2) return Status::ok();
+  Request out = group->send(static_cast<int>(me + lanes), at(own, recv_count, es), recv_count * es, kStepData);
+  return group->wait(out);
+}
+
+Status reduce_scatter_past_lanes(Op& group, int lanes, size_t groups, std::span<const int> by_index, const void* send,
+                                 void* recv, size_t recv_count, DataType type) {
+  const size_t es = size_of(type);
+  const std::vector<std::vector<int>> run = lane_runs(by_index, groups, static_cast<size_t>(lanes));
+  const size_t whole = by_index.size() * recv_count;
+  std::byte* packed = grow(group.comm().scratch().c, whole * es);
+  // This rank's part of each lane's run, laid out as the run is, one message per lane;
+  // then its block from the lane before it (after the packing: in place, recv is the
+  // input).
+  std::vector<Request> reqs;
+  std::byte* next = packed;
+  for (int i = 0; i < lanes; ++i) {
+    const std::byte* start = next;
+    for (int rank : run[static_cast<size_t>(i)]) {
+      std::memcpy(next, at(send, static_cast<size_t>(rank) * recv_count, es), recv_count * es);
+      next += recv_count * es;
+    }
+    reqs.push_back(group.send(i, start, static_cast<size_t>(next - start), kStepData));
+  }
+  reqs.push_back(group.recv(group.rank() - lanes, recv, recv_count * es, kStepData));
+  Status w = group.wait(reqs.back(), recv_count * es);
+  if (!w.is_ok()) return abandon(group, reqs, w);
+  return group.wait_all(std::span<const Request>(reqs).first(reqs.size() - 1));
 }
 
 }  // namespace remora::coll

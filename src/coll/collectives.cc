@@ -54,7 +54,7 @@
 //   (allreduce_lanes, shm_segment.h).
 // - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold_for(n) and n > 2.
 // - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n)
-//   (in two levels where the segments found groups of one size, shm_segment.h),
+//   (in two levels where the segments found groups that allow lanes, shm_segment.h),
 //   else recursive-doubling allreduce of the whole input (log n rounds, fewer than
 //   reduce + scatter's) keeping the rank's block, or, where the whole input fits the
 //   segment's slot, an allreduce through the segments (shm_segment.h), likewise.
@@ -64,8 +64,8 @@
 //
 // Host order: where the communicator's shared segments (shm_segment.h) find groups of
 // ranks (hosts) that are not in rank order, the chains (broadcast, reduce) and the rings
-// by messages (reduce_scatter over groups of different sizes, allreduce and allgather
-// where the groups allow no lanes, each when named)
+// by messages (allreduce, reduce_scatter and allgather where the groups allow no lanes,
+// or when named)
 // run on a view that lists the ranks host by host, so they cross between hosts once
 // per group instead of at every step. The trees of broadcasts and reduces too large
 // for the segments run in two levels wherever there are several groups, in rank order
@@ -249,9 +249,15 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
   REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
   if (seg != nullptr && two_level_takes(CollectiveKind::kReduceScatter, op.config(), block, *seg)) {
     const auto me = static_cast<size_t>(op.rank());
-    Op local(op, seg->local, seg->index_in[me]);
+    const int lanes = seg->lanes();
+    Op group(op, seg->local, seg->index_in[me]);
+    if (seg->index_in[me] >= lanes) {
+      return reduce_scatter_past_lanes(group, lanes, seg->leaders.size(), seg->by_index, send, recv, recv_count, type);
+    }
+    Op local(op, seg->lane_ranks, seg->index_in[me]);
     Op across(op, seg->across, seg->group_of[me]);
-    return reduce_scatter_two_level(local, across, seg->by_index, send, recv, recv_count, type, rop);
+    Op* past = seg->local.size() > static_cast<size_t>(lanes) ? &group : nullptr;
+    return reduce_scatter_two_level(local, across, past, seg->by_index, send, recv, recv_count, type, rop);
   }
   // Below the ring's sizes: an allreduce of the whole input (`whole` elements) into
   // scratch, of which this rank keeps its block.

@@ -927,9 +927,7 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
 
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
   const Algo named = kind == CollectiveKind::kAllgather ? call.allgather : call.allreduce;
-  if (named != Algo::kAuto || !(kind == CollectiveKind::kReduceScatter ? plan.two_level() : plan.lanes() > 0)) {
-    return false;
-  }
+  if (named != Algo::kAuto || plan.lanes() == 0) return false;
   if (select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) != Algo::kRing) return false;
   return kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot) ||
          (kind == CollectiveKind::kAllgather && bytes > plan.slot);
@@ -971,9 +969,10 @@ AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_
     }
     case CollectiveKind::kReduceScatter:
       // The whole input as an allreduce (shm_takes), or the reduce-scatter rings within a
-      // group and across (two_level_takes).
+      // group's lanes and across (two_level_takes), and where the groups differ, the
+      // parts into the lanes and the blocks back.
       if (shm_takes(kind, call, bytes, plan)) return {"hier", 2 + algorithm_steps(kind, Algo::kRecursiveDoubling, k)};
-      return {"hier", (plan.widest - 1) + (k - 1)};
+      return {"hier", (plan.lanes() - 1) + (k - 1) + (plan.widest > plan.lanes() ? 2 : 0)};
     default: return {"hier", 1 + algorithm_steps(kind, Algo::kTree, k)};
   }
 }

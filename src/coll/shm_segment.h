@@ -169,7 +169,8 @@ struct ShmPlan {
   /// group (in the order of the groups). Where lanes(): every rank, index by index (each
   /// index's in the order of the groups), -1 where a group has no rank at an index.
   std::vector<int> local, across, by_index;
-  /// Where lanes(): its group's first lanes() ranks (all of it where two_level()).
+  /// Where lanes(): its group's first lanes() ranks (all of it where the groups are of
+  /// one size).
   std::vector<int> lane_ranks;
   /// Where the groups are several and not already in rank order: every rank, group by
   /// group (each in rank order), and each rank's place there. Chains and rings of large
@@ -180,13 +181,11 @@ struct ShmPlan {
   /// messages, and back.
   bool flat() const noexcept { return leaders.size() == 1; }
   /// Several groups, the narrowest of at least two ranks and none more than twice as
-  /// wide: a large allreduce or allgather may run in two levels over that many lanes,
-  /// each rank past them handing its data to the lanes and taking the result back
-  /// (allreduce_two_level, allreduce_past_lanes, allgather_two_level). 0 where it may not.
+  /// wide: a large allreduce, reduce_scatter or allgather may run in two levels over
+  /// that many lanes (all of every group where the groups are of one size), each rank
+  /// past them handing its data to the lanes and taking its result back (the
+  /// *_two_level and *_past_lanes functions). 0 where it may not.
   int lanes() const noexcept { return !flat() && narrowest >= 2 && widest <= 2 * narrowest ? narrowest : 0; }
-  /// Several groups, all of the same size, at least two: large reduce_scatters too may
-  /// run in two levels.
-  bool two_level() const noexcept { return lanes() > 0 && narrowest == widest; }
 };
 
 /// The communicator's plan, set up at the first call here; null where it has none. Every
@@ -201,9 +200,8 @@ Result<ShmPlan*> shm_plan(Op& op);
 bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 /// Whether an allreduce of `bytes` under `call` too large for shm_takes, or a
 /// reduce_scatter or allgather of blocks of `bytes`, runs in two levels over `plan`'s
-/// groups: where the plan allows it (two_level() for a reduce_scatter, lanes() for the
-/// others), the algorithm is the communicator's choice, and that choice over all ranks
-/// is the ring.
+/// groups: where the plan has lanes(), the algorithm is the communicator's choice, and
+/// that choice over all ranks is the ring.
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;
 /// Communicator::algorithm's answer for a call shm_takes or two_level_takes takes (of `bytes` under `call`).
 AlgorithmChoice shm_algorithm(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept;

@@ -526,11 +526,12 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
               -1);
     expect_allreduce(r, c, DataType::kBFloat16, ReduceOp::kMin, 50001);
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, 5);
-    // Reduce_scatters of the ring's size: the ring within the group over runs of the
-    // blocks of the ranks at each index, then the ring across; in place every other call,
-    // back to back with allreduces.
+    // Reduce_scatters of the ring's size: the ring within the group's lanes over runs of
+    // the blocks of the ranks at each index (and the index a lane count further, where
+    // the groups differ: that rank sends the lanes its parts and takes its block back),
+    // then the ring across; in place every other call, back to back with allreduces.
     const auto nn = static_cast<size_t>(g.n);
-    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).name, g.two_level() ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).name, g.lanes() > 0 ? "hier" : "ring");
     EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 64).name, "hier");  // the whole input fits a slot
     EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, config.shm_bytes / nn + 4).name, "rd");
     struct Call {
@@ -566,13 +567,11 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1, {.algorithm = CollAlgorithm::kRing}).name, "ring");
     if (g.lanes() > 0) {
       // A ring across the groups and one within each group's lanes: (G-1) + (L-1)
-      // steps, for both; an allgather over groups of different sizes takes two more,
-      // the blocks past the lanes in and the result back.
+      // steps, for both; over groups of different sizes two more, the data of the ranks
+      // past the lanes in and their results back.
       const int steps = (g.groups() - 1) + (g.lanes() - 1);
       EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).steps, steps + (g.two_level() ? 0 : 2));
-      if (g.two_level()) {
-        EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).steps, steps);
-      }
+      EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).steps, steps + (g.two_level() ? 0 : 2));
     }
     int salt = 0;
     for (size_t block : {slot + 1, 3 * slot + 7, size_t{100'003}}) {
@@ -591,23 +590,27 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
   });
 }
 
-// An allreduce or an allgather over lanes (groups of 3 and 2: two lanes, rank 2 past
-// them) in which one rank calls with an element more (the rank past the lanes, or the
-// lane it sends to), or the rank past the lanes aborts: every other rank fails, none by
-// the timeout, and none crashes on its way out.
+// An allreduce, reduce_scatter or allgather over lanes (groups of 3 and 2: two lanes,
+// rank 2 past them) in which one rank calls with an element more (the rank past the
+// lanes, or the lane it sends to), or the rank past the lanes aborts: every other rank
+// fails, none by the timeout, and none crashes on its way out.
 TEST(TwoLevel, CallsOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout) {
+  enum class Call { kAllreduce, kReduceScatter, kAllgather };
   struct Case {
     const char* what;
-    bool allgather;
+    Call call;
     int odd;  // the rank that calls with one element more, or aborts
     bool aborts;
   };
-  for (const Case& k : {Case{"allreduce, past the lanes, one more", false, 2, false},
-                        Case{"allreduce, its lane, one more", false, 0, false},
-                        Case{"allreduce, past the lanes, aborts", false, 2, true},
-                        Case{"allgather, past the lanes, one more", true, 2, false},
-                        Case{"allgather, its lane, one more", true, 0, false},
-                        Case{"allgather, past the lanes, aborts", true, 2, true}}) {
+  for (const Case& k : {Case{"allreduce, past the lanes, one more", Call::kAllreduce, 2, false},
+                        Case{"allreduce, its lane, one more", Call::kAllreduce, 0, false},
+                        Case{"allreduce, past the lanes, aborts", Call::kAllreduce, 2, true},
+                        Case{"reduce_scatter, past the lanes, one more", Call::kReduceScatter, 2, false},
+                        Case{"reduce_scatter, its lane, one more", Call::kReduceScatter, 0, false},
+                        Case{"reduce_scatter, past the lanes, aborts", Call::kReduceScatter, 2, true},
+                        Case{"allgather, past the lanes, one more", Call::kAllgather, 2, false},
+                        Case{"allgather, its lane, one more", Call::kAllgather, 0, false},
+                        Case{"allgather, past the lanes, aborts", Call::kAllgather, 2, true}}) {
     SCOPED_TRACE(k.what);
     auto ranks = make_ranks(5);
     coll::CollConfig config = shm_config();
@@ -620,6 +623,7 @@ TEST(TwoLevel, CallsOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout
       ASSERT_TRUE(c.barrier().is_ok());
       ASSERT_EQ(c.algorithm(CollectiveKind::kAllreduce, 160000).name, "hier");
       ASSERT_EQ(c.algorithm(CollectiveKind::kAllgather, block).name, "hier");
+      ASSERT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 8000).name, "hier");
     });
     std::vector<Status> results(5);
     run_ranks(ranks, [&](int r, Communicator&) {
@@ -629,7 +633,15 @@ TEST(TwoLevel, CallsOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout
         return;
       }
       const size_t more = r == k.odd ? 1 : 0;
-      if (k.allgather) {
+      if (k.call == Call::kReduceScatter) {
+        const size_t per = 2000 + more;
+        auto in = rank_input(r, 5 * per, DataType::kFloat32, ReduceOp::kSum, 5);
+        std::vector<std::byte> out(per * 4);
+        results[static_cast<size_t>(r)] =
+            c.reduce_scatter(in.data(), out.data(), per, DataType::kFloat32, ReduceOp::kSum);
+        return;
+      }
+      if (k.call == Call::kAllgather) {
         std::vector<std::byte> mine(block + more, std::byte{7}), all(5 * (block + 1));
         results[static_cast<size_t>(r)] = c.allgather(mine.data(), all.data(), block + more, DataType::kUint8);
         return;
