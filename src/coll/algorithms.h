@@ -113,8 +113,8 @@ Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, 
 /// rank's run among `across`, each lane ending with the blocks of its group's ranks at
 /// its index and `lanes` places after it. `group`, where the group has ranks past its
 /// lanes: all of it, lanes first; each of those runs reduce_scatter_past_lanes, sending
-/// each lane its part of the lane's run and taking its block from the lane before it
-/// (allreduce_ring.cc).
+/// each lane its part of the lane's run and taking its block from the lane `lanes`
+/// places before it (allreduce_ring.cc).
 Status reduce_scatter_two_level(Op& local, Op& across, Op* group, std::span<const int> by_index, const void* send,
                                 void* recv, size_t recv_count, DataType type, ReduceOp rop);
 /// A rank of `group` past its first `lanes` ranks in reduce_scatter_two_level.

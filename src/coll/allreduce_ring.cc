@@ -531,8 +531,8 @@ Status reduce_scatter_past_lanes(Op& group, int lanes, size_t groups, std::span<
   const size_t whole = by_index.size() * recv_count;
   std::byte* packed = grow(group.comm().scratch().c, whole * es);
   // This rank's part of each lane's run, laid out as the run is, one message per lane;
-  // then its block from the lane before it (after the packing: in place, recv is the
-  // input).
+  // then its block from the lane `lanes` places before it (posted after the packing: in
+  // place, recv is the input).
   std::vector<Request> reqs;
   std::byte* next = packed;
   for (int i = 0; i < lanes; ++i) {
