@@ -754,7 +754,7 @@ int run(int argc, char** argv) {
     // And a small alltoall's (8 bytes a block; an earlier call set the segments up).
     const std::string_view a2a = (*comm)->algorithm(CollectiveKind::kAlltoall, 8).name;
     std::printf("rank %d of %d: small alltoall: %.*s\n", rank, size, static_cast<int>(a2a.size()), a2a.data());
-    // And a 1 MiB allreduce (ranks in equal groups of several hosts: two levels).
+    // And a 1 MiB allreduce (ranks in groups of several hosts that allow lanes: two levels).
     const std::string_view large = (*comm)->algorithm(CollectiveKind::kAllreduce, kBig).name;
     std::printf("rank %d of %d: large allreduce: %.*s\n", rank, size, static_cast<int>(large.size()), large.data());
     // And a reduce_scatter of 1 MiB of input and an allgather of 1 MiB of result (likewise).

@@ -131,36 +131,29 @@ TEST(CollLaunch, MpirunFourRanksPassTheWholeSuite) {
 // and every rank listens on the address through which it reaches rank 0). Every rank
 // passes and says its small calls took `small_path`, and a 1 MiB allreduce `large_path`.
 void expect_suite_across_namespaces(int hosts, const std::string& small_path, const std::string& alltoall_path,
-                                    const std::string& large_path) {
-  constexpr int kRanks = 4;
+                                    const std::string& large_path, int ranks_in_all = 4) {
+  const int n = ranks_in_all;
   NetnsBridge net(hosts);
   REMORA_NETNS_OR_SKIP(net);
   const std::string store = "REMORA_STORE=" + net.addr(0) + ":29500";
   std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < n; ++r) {
     std::vector<std::string> argv = net.exec_prefix(net.ns(r % hosts));
     argv.emplace_back(kCheck);
     ranks.push_back(spawn_program(
         std::move(argv),
-        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(kRanks), store, kLongCollTimeout}));
+        {"REMORA_RANK=" + std::to_string(r), "REMORA_WORLD_SIZE=" + std::to_string(n), store, kLongCollTimeout}));
   }
   const auto deadline = std::chrono::steady_clock::now() + kJobDeadline;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < n; ++r) {
     auto [out, status] = finish(*ranks[static_cast<size_t>(r)], left_until(deadline));
     EXPECT_TRUE(Process::exited_ok(status)) << "rank " << r << " " << Process::describe(status) << "\n" << out;
-    expect_rank_passed(out, r, kRanks, "remora");
-    const auto said = lines_after(out, "rank " + std::to_string(r) + " of 4: small calls: ");
-    EXPECT_EQ(said, std::vector<std::string>{small_path}) << out;
-    EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: small alltoall: "),
-              std::vector<std::string>{alltoall_path})
-        << out;
-    EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: large allreduce: "),
-              std::vector<std::string>{large_path})
-        << out;
-    for (const char* kind : {"reduce_scatter", "allgather"}) {
-      EXPECT_EQ(lines_after(out, "rank " + std::to_string(r) + " of 4: large " + kind + ": "),
-                std::vector<std::string>{large_path})
-          << out;
+    expect_rank_passed(out, r, n, "remora");
+    const std::string me = "rank " + std::to_string(r) + " of " + std::to_string(n) + ": ";
+    EXPECT_EQ(lines_after(out, me + "small calls: "), std::vector<std::string>{small_path}) << out;
+    EXPECT_EQ(lines_after(out, me + "small alltoall: "), std::vector<std::string>{alltoall_path}) << out;
+    for (const char* kind : {"allreduce", "reduce_scatter", "allgather"}) {
+      EXPECT_EQ(lines_after(out, me + "large " + kind + ": "), std::vector<std::string>{large_path}) << out;
     }
   }
 }
@@ -177,6 +170,14 @@ TEST(CollLaunch, FourNamespacesJoinedByABridgePassTheWholeSuite) {
 // suite, bit for bit.
 TEST(CollLaunch, TwoNamespacesOfTwoRanksEachGoThroughTheirSegmentsAndPassTheWholeSuite) {
   expect_suite_across_namespaces(2, "hier", "hier", "hier");
+}
+
+// Two hosts of three and two ranks (ranks 0, 2 and 4 in one namespace, 1 and 3 in the
+// other): large allreduces, reduce_scatters and allgathers run in two levels over two
+// lanes per host, rank 4 handing its data to the lanes of its host and taking its
+// results back. The whole suite, bit for bit.
+TEST(CollLaunch, TwoNamespacesOfThreeAndTwoRanksRunTwoLevelsOverLanesAndPassTheWholeSuite) {
+  expect_suite_across_namespaces(2, "hier", "hier", "hier", 5);
 }
 
 // Rank `victim` of a looping 4-rank job is killed (SIGKILL) or stopped (SIGSTOP: its
