@@ -51,7 +51,7 @@
 //   several groups of at least two ranks and none more than twice the narrowest, the
 //   ring's sizes run in two levels over the narrowest group's size of lanes, a rank
 //   past them handing each lane a block first and taking the result back
-//   (allreduce_lanes, shm_segment.h).
+//   (LaneViews, shm_segment.h).
 // - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold_for(n) and n > 2.
 // - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n)
 //   (in two levels where the segments found groups that allow lanes, shm_segment.h),
@@ -81,6 +81,7 @@
 // allgather).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "coll/algo_helpers.h"
 #include "coll/algorithms.h"
@@ -122,6 +123,32 @@ Status broadcast(Op& op, void* buf, size_t count, DataType type, int root) {
   return broadcast_tree(op, buf, bytes, root);
 }
 
+namespace {
+
+/// The views a call in two levels over `seg`'s lanes (ShmPlan::lanes) runs on: this
+/// rank's whole group, lanes first; where this rank is one of the lanes, the group's
+/// lanes and the lanes at its index in every group.
+struct LaneViews {
+  LaneViews(const Op& op, const ShmPlan& seg)
+      : lanes(seg.lanes()), index(seg.index_in[static_cast<size_t>(op.rank())]), group(op, seg.local, index) {
+    if (index < lanes) {
+      local.emplace(op, seg.lane_ranks, index);
+      across.emplace(op, seg.across, seg.group_of[static_cast<size_t>(op.rank())]);
+    }
+  }
+  /// This rank is past its group's lanes: it hands its data to them (a *_past_lanes call).
+  bool past_lanes() const { return index >= lanes; }
+  /// The group where it has ranks past its lanes, for a lane's *_two_level call; else null.
+  Op* group_past() { return group.size() > lanes ? &group : nullptr; }
+
+  const int lanes;
+  const int index;
+  Op group;
+  std::optional<Op> local, across;
+};
+
+}  // namespace
+
 Status allgather(Op& op, const void* send, void* recv, size_t count, DataType type) {
   const int n = op.size();
   const size_t block = count * size_of(type);
@@ -132,15 +159,10 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
     REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
     if (done) return Status::ok();
     if (two_level_takes(CollectiveKind::kAllgather, op.config(), block, *seg)) {
-      const auto me = static_cast<size_t>(op.rank());
-      Op group(op, seg->local, seg->index_in[me]);
+      LaneViews v(op, *seg);
       const size_t whole = static_cast<size_t>(n) * block;
-      if (seg->index_in[me] >= seg->lanes()) {
-        return allgather_past_lanes(group, seg->lanes(), op.rank(), recv, block, whole);
-      }
-      Op local(op, seg->lane_ranks, seg->index_in[me]);
-      Op across(op, seg->across, seg->group_of[me]);
-      return allgather_two_level(local, across, group, seg->by_index, recv, block, whole);
+      if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, block, whole);
+      return allgather_two_level(*v.local, *v.across, v.group, seg->by_index, recv, block, whole);
     }
     if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
       // The ring host by host: block i of the view is its rank's.
@@ -195,25 +217,6 @@ Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type,
   return reduce_chain(op, send, recv, count, type, rop, root);
 }
 
-namespace {
-
-/// A large allreduce in two levels over `seg`'s lanes (ShmPlan::lanes): the lanes run
-/// allreduce_two_level, with the rest of their group where it has ranks past them, and
-/// those ranks run allreduce_past_lanes.
-Status allreduce_lanes(Op& op, const ShmPlan& seg, const void* send, void* recv, size_t count, DataType type,
-                       ReduceOp rop) {
-  const auto me = static_cast<size_t>(op.rank());
-  const int lanes = seg.lanes();
-  Op group(op, seg.local, seg.index_in[me]);
-  if (seg.index_in[me] >= lanes) return allreduce_past_lanes(group, lanes, send, recv, count, type);
-  Op local(op, seg.lane_ranks, seg.index_in[me]);
-  Op across(op, seg.across, seg.group_of[me]);
-  Op* past = seg.local.size() > static_cast<size_t>(lanes) ? &group : nullptr;
-  return allreduce_two_level(local, across, past, send, recv, count, type, rop, op.size());
-}
-
-}  // namespace
-
 Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop) {
   const size_t bytes = count * size_of(type);
   if (count == 0) return Status::ok();
@@ -222,7 +225,9 @@ Status allreduce(Op& op, const void* send, void* recv, size_t count, DataType ty
     REMORA_ASSIGN_OR_RETURN(const bool done, allreduce_shm(op, *seg, send, recv, count, type, rop));
     if (done) return Status::ok();
     if (two_level_takes(CollectiveKind::kAllreduce, op.config(), bytes, *seg)) {
-      return allreduce_lanes(op, *seg, send, recv, count, type, rop);
+      LaneViews v(op, *seg);
+      if (v.past_lanes()) return allreduce_past_lanes(v.group, v.lanes, send, recv, count, type);
+      return allreduce_two_level(*v.local, *v.across, v.group_past(), send, recv, count, type, rop, op.size());
     }
   }
   if (select_algorithm(CollectiveKind::kAllreduce, op.config(), op.size(), bytes) == Algo::kRing) {
@@ -248,16 +253,13 @@ Status reduce_scatter(Op& op, const void* send, void* recv, size_t recv_count, D
   }
   REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
   if (seg != nullptr && two_level_takes(CollectiveKind::kReduceScatter, op.config(), block, *seg)) {
-    const auto me = static_cast<size_t>(op.rank());
-    const int lanes = seg->lanes();
-    Op group(op, seg->local, seg->index_in[me]);
-    if (seg->index_in[me] >= lanes) {
-      return reduce_scatter_past_lanes(group, lanes, seg->leaders.size(), seg->by_index, send, recv, recv_count, type);
+    LaneViews v(op, *seg);
+    if (v.past_lanes()) {
+      return reduce_scatter_past_lanes(v.group, v.lanes, seg->leaders.size(), seg->by_index, send, recv, recv_count,
+                                       type);
     }
-    Op local(op, seg->lane_ranks, seg->index_in[me]);
-    Op across(op, seg->across, seg->group_of[me]);
-    Op* past = seg->local.size() > static_cast<size_t>(lanes) ? &group : nullptr;
-    return reduce_scatter_two_level(local, across, past, seg->by_index, send, recv, recv_count, type, rop);
+    return reduce_scatter_two_level(*v.local, *v.across, v.group_past(), seg->by_index, send, recv, recv_count, type,
+                                    rop);
   }
   // Below the ring's sizes: an allreduce of the whole input (`whole` elements) into
   // scratch, of which this rank keeps its block.
