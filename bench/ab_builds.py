@@ -22,8 +22,9 @@ given.
 scaled by size), and compares the out-of-place time per operation of the slowest rank
 (below 1 is faster; a broadcast's in-place time). With --netns its ranks alternate between the two namespaces (ranks
 0, 2, ... in one, 1, 3, ... in the other: two hosts of N/2 ranks each; --placement block:
-the first N/2 in one, the rest in the other, as block-placing launchers do), started as a
-launcher would (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_STORE).
+the first N/2 in one, the rest in the other, as block-placing launchers do; --first K: the
+first K in one, the rest in the other, hosts of different sizes), started as a launcher
+would (REMORA_RANK, REMORA_WORLD_SIZE, REMORA_STORE).
 
 One build against itself under two environments (a setting's cost, e.g. REMORA_ENCRYPT):
   bench/ab_builds.py --baseline B/tools/remora --candidate B/tools/remora \
@@ -132,10 +133,18 @@ def run_pair(command, binary, bench, mode, env, netns):
         raise SystemExit(f"ab_builds: {binary} bench {bench} --mode {mode} failed (exit {proc.returncode})")
 
 
+def namespace_of(r, ranks, placement):
+    """Rank r's namespace: r % 2 (cyclic), 2r // ranks (block), or r >= K (first:K)."""
+    if placement == "cyclic":
+        return NETNS[r % 2]
+    if placement == "block":
+        return NETNS[2 * r // ranks]
+    return NETNS[0 if r < int(placement.split(":")[1]) else 1]
+
+
 def run_coll_across(command, env, ranks, placement):
-    """`remora bench coll` as `ranks` processes, rank r in namespace r % 2 (cyclic) or
-    2r // ranks (block), started as a launcher would; rank 0 (in the first namespace)
-    hosts the store and writes the JSON."""
+    """`remora bench coll` as `ranks` processes, each in its namespace_of, started as a
+    launcher would; rank 0 (in the first namespace) hosts the store and writes the JSON."""
     store = f"10.231.7.1:{next(_store_ports)}"
     at = command.index("--json")
     others = command[:at] + command[at + 2:]
@@ -143,7 +152,7 @@ def run_coll_across(command, env, ranks, placement):
     for r in range(ranks):
         rank_command = command if r == 0 else others
         rank_env = dict(env, REMORA_RANK=str(r), REMORA_WORLD_SIZE=str(ranks), REMORA_STORE=store)
-        procs.append(subprocess.Popen(["ip", "netns", "exec", NETNS[r % 2 if placement == "cyclic" else 2 * r // ranks]] + rank_command, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen(["ip", "netns", "exec", namespace_of(r, ranks, placement)] + rank_command, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, env=rank_env))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
@@ -217,10 +226,15 @@ def main():
     ap.add_argument("--netns", action="store_true", help="run each pair of processes across two network namespaces")
     ap.add_argument("--placement", choices=["cyclic", "block"], default="cyclic",
                     help="--bench coll --netns: ranks alternate between the namespaces, or fill one then the other")
+    ap.add_argument("--first", type=int, help="--bench coll --netns: the first K ranks in one namespace, the rest in the other")
     ap.add_argument("--rate", help="--netns: each end of the veth sends at most this (tc's syntax: 2gbit)")
     a = ap.parse_args()
     if a.rate and not a.netns:
         ap.error("--rate needs --netns")
+    if a.first is not None:
+        if not a.netns or not 0 < a.first < a.ranks:
+            ap.error("--first K needs --netns and 0 < K < --ranks")
+        a.placement = f"first:{a.first}"
     if a.netns:
         netns_up(a.rate)
     try:

@@ -94,7 +94,7 @@ Status reduce_scatter_ring(Op& op, const char* ring, std::span<const int> blocks
                            size_t recv_count, DataType type, ReduceOp rop);
 /// Allreduce in two levels, for ranks in groups of `local.size()` lanes each (the ranks
 /// of a host, or the first of them): the ring reduce-scatter within `local` (this
-/// rank's group's lanes), an allreduce of this rank's block among `across` (the ranks of
+/// rank's group's lanes; none where it is one), an allreduce of this rank's block among `across` (the ranks of
 /// every group at this rank's index, ring or recursive doubling by size), the ring
 /// allgather within `local`. `group`, where the group has ranks past its lanes: all of
 /// it, the lanes first; each rank past them runs allreduce_past_lanes. kAvg divides by

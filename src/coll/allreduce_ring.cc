@@ -333,6 +333,20 @@ Status allreduce_ring(Op& op, const char* ring, const void* send, void* recv, si
   return ag.finish();
 }
 
+namespace {
+
+/// The messages a rank past the lanes and its lane cut a block of `elems` elements
+/// into, so that the lane reduces one while the next travels: pieces of kFoldPiece
+/// bytes (whole elements), the last one shorter.
+constexpr size_t kFoldPiece = size_t{1} << 20;
+template <typename Each>
+void fold_pieces(size_t elems, size_t es, Each each) {
+  const size_t piece = std::max<size_t>(kFoldPiece / es, 1);
+  for (size_t off = 0; off < elems; off += piece) each(off, std::min(piece, elems - off));
+}
+
+}  // namespace
+
 Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, void* recv, size_t count, DataType type,
                            ReduceOp rop, int ranks) {
   const int n = local.size();
@@ -344,37 +358,53 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
   const size_t mine = counts[owned];
   std::byte* const owned_at = at(recv, offsets[owned], es);
   // The ranks of the group past its lanes each send this rank their part of the block
-  // it ends the reduce-scatter with, which joins that block before the step across,
-  // and get the block back once final. Their parts travel while the ring runs.
+  // it ends the reduce-scatter with, in pieces, which join that block before the step
+  // across, and get the block back once final. Their parts travel while the ring runs.
   const int past = group != nullptr ? group->size() - n : 0;
   std::vector<Request> ins;
   std::byte* const in = past > 0 ? grow(local.comm().scratch().b, static_cast<size_t>(past) * mine * es) : nullptr;
-  for (int x = 0; x < past; ++x) {
-    ins.push_back(group->recv(n + x, in + static_cast<size_t>(x) * mine * es, mine * es, kStepData));
-  }
+  fold_pieces(mine, es, [&](size_t off, size_t len) {
+    for (int x = 0; x < past; ++x) {
+      ins.push_back(group->recv(n + x, at(in + static_cast<size_t>(x) * mine * es, off, es), len * es, kStepData));
+    }
+  });
+  // A group of one lane (the narrowest group has one rank) has no ring within: its lane
+  // reduces the whole vector, read where it lies.
+  const std::byte* held = owned_at;
   RingState& st = local.comm().state<RingState>("reduce_ring.local");
-  if (Status setup = ring_setup(local, st); !setup.is_ok()) return past > 0 ? abandon(*group, ins, setup) : setup;
+  if (n > 1) {
+    if (Status setup = ring_setup(local, st); !setup.is_ok()) return past > 0 ? abandon(*group, ins, setup) : setup;
+  } else {
+    held = static_cast<const std::byte*>(send);
+  }
   RingBlocks blk{counts, [&](int b, size_t off) { return at(send, offsets[static_cast<size_t>(b)] + off, es); },
                  [&](int b, size_t off) { return at(recv, offsets[static_cast<size_t>(b)] + off, es); }};
-  const size_t piece = st.slot_bytes / es;
+  const size_t piece = n > 1 ? st.slot_bytes / es : mine;
   RingAllgather ag(local, static_cast<std::byte*>(recv), es, offsets, counts, static_cast<int>(owned), piece);
-  Status s = ring_reduce_scatter(local, st, type, partial, blk, 0);
-  for (int x = 0; s.is_ok() && x < past; ++x) {
-    s = group->wait(ins[static_cast<size_t>(x)], mine * es);
-    if (s.is_ok()) reduce_to(type, partial, owned_at, owned_at, in + static_cast<size_t>(x) * mine * es, mine);
-  }
+  Status s = n > 1 ? ring_reduce_scatter(local, st, type, partial, blk, 0) : Status::ok();
+  size_t k = 0;
+  fold_pieces(mine, es, [&](size_t off, size_t len) {
+    for (int x = 0; s.is_ok() && x < past; ++x, ++k) {
+      s = group->wait(ins[k], len * es);
+      if (s.is_ok()) {
+        reduce_to(type, partial, at(owned_at, off, es), at(x == 0 ? held : owned_at, off, es),
+                  at(in + static_cast<size_t>(x) * mine * es, off, es), len);
+      }
+    }
+  });
+  if (past > 0) held = owned_at;
   if (s.is_ok() && mine > 0) {
     // Every rank of `across` has the same index here, so the same block.
     const bool ring = select_algorithm(CollectiveKind::kAllreduce, across.config(), across.size(), mine * es) ==
                       Algo::kRing;
-    s = ring ? allreduce_ring(across, "reduce_ring.across", owned_at, owned_at, mine, type, partial)
-             : allreduce_rd(across, owned_at, owned_at, mine, type, partial);
+    s = ring ? allreduce_ring(across, "reduce_ring.across", held, owned_at, mine, type, partial)
+             : allreduce_rd(across, held, owned_at, mine, type, partial);
     if (s.is_ok() && rop == ReduceOp::kAvg) finish_avg(type, owned_at, mine, ranks);
   }
   if (!s.is_ok()) return ag.fail(past > 0 ? abandon(*group, ins, s) : s);
   std::vector<Request> back;
   for (int x = 0; x < past; ++x) back.push_back(group->send(n + x, owned_at, mine * es, kStepData));
-  for (size_t off = 0; off < mine; off += piece) ag.send_owned(off, std::min(piece, mine - off));
+  for (size_t off = 0; n > 1 && off < mine; off += piece) ag.send_owned(off, std::min(piece, mine - off));
   s = ag.finish();
   if (past == 0) return s;
   return s.is_ok() ? group->wait_all(back) : abandon(*group, back, s);
@@ -385,7 +415,7 @@ Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, 
   std::vector<size_t> offsets, counts;
   split_blocks(count, lanes, offsets, counts);
   // Block b goes to the lane that ends the reduce-scatter with it (allreduce_two_level's
-  // `owned`: lane b - 1), and comes back from it final.
+  // `owned`: lane b - 1), in pieces (fold_pieces), and comes back from it final.
   std::vector<Request> reqs;
   for (int b = 0; b < lanes; ++b) {
     const auto at_b = static_cast<size_t>(b);
@@ -393,7 +423,9 @@ Status allreduce_past_lanes(Op& group, int lanes, const void* send, void* recv, 
   }
   for (int b = 0; b < lanes; ++b) {
     const auto at_b = static_cast<size_t>(b);
-    reqs.push_back(group.send((b - 1 + lanes) % lanes, at(send, offsets[at_b], es), counts[at_b] * es, kStepData));
+    fold_pieces(counts[at_b], es, [&](size_t off, size_t len) {
+      reqs.push_back(group.send((b - 1 + lanes) % lanes, at(send, offsets[at_b] + off, es), len * es, kStepData));
+    });
   }
   for (int b = 0; b < lanes; ++b) {
     const auto at_b = static_cast<size_t>(b);

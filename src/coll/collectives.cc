@@ -48,10 +48,9 @@
 //   reducing the whole vector against the ring's half: measured over TCP it is
 //   faster up to 2 MiB (0.49x the ring's time at 64 KiB, 0.88x at 256 KiB, level at
 //   1-2 MiB) and the ring from 4 MiB (bench/results/mpi.md). Where the segments found
-//   several groups of at least two ranks and none more than twice the narrowest, the
-//   ring's sizes run in two levels over the narrowest group's size of lanes, a rank
-//   past them handing each lane a block first and taking the result back
-//   (LaneViews, shm_segment.h).
+//   several groups, one of at least two ranks, the ring's sizes run in two levels over
+//   the narrowest group's size of lanes (one where a rank is alone), a rank past them
+//   handing the lanes its blocks and taking the result back (LaneViews, shm_segment.h).
 // - reduce: binomial tree, or a pipelined chain when bytes >= ring_threshold_for(n) and n > 2.
 // - reduce_scatter: the ring reduce-scatter when size*count bytes >= ring_threshold_for(n)
 //   (in two levels where the segments found groups that allow lanes, shm_segment.h),

@@ -147,9 +147,9 @@ constexpr ConfigVariable kVariables[] = {
      .min = 2,
      .max = 16,
      .doc = "most ranks of one host that share a segment: a host with more makes the fewest groups that hold them, "
-            "of sizes one apart at most, whose leaders meet by messages, and a large allreduce, reduce_scatter or "
-            "allgather runs in two levels where the smallest group has two ranks or more and none more than twice as "
-            "many; rank 0's counts (docs/guide.md, \"Collectives\")"},
+            "of sizes one apart at most, whose leaders meet by messages, and a large allreduce runs in two levels, "
+            "a large reduce_scatter or allgather too where the smallest group has two ranks or more and none more "
+            "than twice as many; rank 0's counts (docs/guide.md, \"Collectives\")"},
     {.name = "REMORA_COLL_TIMEOUT_MS",
      .section = kSection,
      .default_text = "300000",

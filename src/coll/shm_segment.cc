@@ -536,7 +536,7 @@ Result<ShmPlan*> shm_plan(Op& op) {
       if (plan->index_in[r] == at) plan->across.push_back(static_cast<int>(r));
     }
   }
-  if (plan->lanes() > 0) {
+  if (plan->blocks_take_lanes()) {
     plan->by_index.assign(static_cast<size_t>(plan->widest) * plan->leaders.size(), -1);
     for (size_t r = 0; r < plan->group_of.size(); ++r) {
       const auto at = static_cast<size_t>(plan->index_in[r]) * plan->leaders.size() + static_cast<size_t>(plan->group_of[r]);
@@ -928,6 +928,7 @@ bool shm_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const 
 bool two_level_takes(CollectiveKind kind, const CollConfig& call, size_t bytes, const ShmPlan& plan) noexcept {
   const Algo named = kind == CollectiveKind::kAllgather ? call.allgather : call.allreduce;
   if (named != Algo::kAuto || plan.lanes() == 0) return false;
+  if (kind != CollectiveKind::kAllreduce && !plan.blocks_take_lanes()) return false;
   if (select_algorithm(kind, call, static_cast<int>(plan.group_of.size()), bytes) != Algo::kRing) return false;
   return kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllreduce && bytes > plan.slot) ||
          (kind == CollectiveKind::kAllgather && bytes > plan.slot);

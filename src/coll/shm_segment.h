@@ -166,8 +166,9 @@ struct ShmPlan {
   std::vector<int> reps;      ///< a call's representatives of the groups (scratch)
   /// Where the groups are several: this rank's group (in rank order). Where lanes() and
   /// this rank is one of its group's first lanes(): also the ranks at its index in every
-  /// group (in the order of the groups). Where lanes(): every rank, index by index (each
-  /// index's in the order of the groups), -1 where a group has no rank at an index.
+  /// group (in the order of the groups). Where blocks_take_lanes(): every rank, index by
+  /// index (each index's in the order of the groups), -1 where a group has no rank at an
+  /// index.
   std::vector<int> local, across, by_index;
   /// Where lanes(): its group's first lanes() ranks (all of it where the groups are of
   /// one size).
@@ -180,12 +181,19 @@ struct ShmPlan {
   /// hierarchical: through each group's segment to its leader, between the leaders by
   /// messages, and back.
   bool flat() const noexcept { return leaders.size() == 1; }
-  /// Several groups, the narrowest of at least two ranks and none more than twice as
-  /// wide: a large allreduce, reduce_scatter or allgather may run in two levels over
-  /// that many lanes (all of every group where the groups are of one size), each rank
-  /// past them handing its data to the lanes and taking its result back (the
-  /// *_two_level and *_past_lanes functions). 0 where it may not.
-  int lanes() const noexcept { return !flat() && narrowest >= 2 && widest <= 2 * narrowest ? narrowest : 0; }
+  /// Several groups, one of at least two ranks: a large allreduce may run in two levels
+  /// over as many lanes as the narrowest group has ranks (all of every group where the
+  /// groups are of one size; one where a rank is alone), each rank past them handing
+  /// its data to the lanes and taking its result back (the *_two_level and *_past_lanes
+  /// functions). 0 where it may not.
+  int lanes() const noexcept { return !flat() && widest >= 2 ? narrowest : 0; }
+  /// Large reduce_scatters and allgathers take the lanes only where the narrowest group
+  /// has at least two ranks and none more than twice as many. Into a group of one rank
+  /// the lanes carry as much as one ring over every rank ((n - 1)/n of the result, where
+  /// the ring carries that much into every group and the lanes n - its ranks); where a
+  /// group has more than twice the narrowest's ranks, the lanes' extra parts cost more
+  /// than the link saves (bench/results/coll.md).
+  bool blocks_take_lanes() const noexcept { return lanes() >= 2 && widest <= 2 * lanes(); }
 };
 
 /// The communicator's plan, set up at the first call here; null where it has none. Every

@@ -367,9 +367,10 @@ TEST_P(ShmSegmentRanks, SmallAlltoallvsGoThroughTheSegmentsAllExact) {
 }
 
 // Reductions too large for the segment, by messages: the chain of a reduce to every
-// root, the ring of a reduce-scatter (in place every other call) and of an allreduce
-// (whose groups, where some ranks are apart, are not all of one size: one ring), back to
-// back without barriers. Where the groups are not in rank order they run host by host
+// root, the ring of a reduce-scatter (in place every other call) and an allreduce (the
+// ring, or where some ranks are apart, two levels over one lane per group: the lane of
+// the widest takes the blocks of one to four ranks past it), back to back without
+// barriers. Where the groups are not in rank order they run host by host
 // (their own ring state, the root's place in that order, each block still its rank's).
 TEST_P(ShmSegmentRanks, LargeReducesReduceScattersAndAllreducesByMessagesAllExact) {
   const Layout layout = GetParam();
@@ -381,7 +382,8 @@ TEST_P(ShmSegmentRanks, LargeReducesReduceScattersAndAllreducesByMessagesAllExac
     if (n > 2) {
       EXPECT_EQ(c.algorithm(CollectiveKind::kReduce, large).name, "chain");
       EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, (large + nn - 1) / nn).name, "ring");
-      EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, large).name, "ring");
+      // Where some ranks are alone, the lanes: one per group.
+      EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, large).name, layout.alone == 0 ? "ring" : "hier");
     }
     for (size_t count : {large / 4, large / 4 + 13}) {
       expect_reduce_to_every_root(r, c, count);
@@ -406,6 +408,7 @@ TEST_P(ShmSegmentRanks, LargeReducesReduceScattersAndAllreducesByMessagesAllExac
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, large / 4 + 1);
     expect_allreduce(r, c, DataType::kFloat64, ReduceOp::kAvg, 3 * large / 8 + 5);
     expect_allreduce(r, c, DataType::kInt64, ReduceOp::kMax, large);
+    expect_allreduce(r, c, DataType::kInt32, ReduceOp::kSum, 300001);  // over lanes: two pieces past them
   });
 }
 
@@ -423,10 +426,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmSegmentRanks,
                          });
 
 /// `n` ranks of this host in groups of at most `group` (REMORA_COLL_SHM_GROUP): the
-/// fewest groups that hold them, of sizes that differ by one at most, the larger first;
-/// where every group has the same size, large reduce_scatters and allgathers run in two
-/// levels, and where the narrowest has two ranks or more, large allreduces do, over that
-/// many lanes.
+/// fewest groups that hold them, of sizes that differ by one at most, the larger first.
+/// Large allreduces run in two levels over as many lanes as the narrowest group has
+/// ranks, and where that is two or more, large reduce_scatters and allgathers do too.
 struct Groups {
   int n;
   int group;
@@ -434,7 +436,8 @@ struct Groups {
   int widest() const { return (n + groups() - 1) / groups(); }
   int narrowest() const { return n / groups(); }
   bool two_level() const { return n % groups() == 0; }
-  int lanes() const { return narrowest() >= 2 ? narrowest() : 0; }
+  int lanes() const { return groups() > 1 && widest() >= 2 ? narrowest() : 0; }
+  bool blocks_take_lanes() const { return lanes() >= 2 && widest() <= 2 * lanes(); }
   /// Whether rank r is its group's lowest.
   bool leads(int r) const {
     for (int k = 0, first = 0; first < n; ++k) {
@@ -500,7 +503,9 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllreduce, 1 << 20, {.algorithm = CollAlgorithm::kRing}).name, "ring");
     const auto per_group = static_cast<size_t>(g.widest());
     int k = 0;
-    for (size_t count : {size_t{5120}, size_t{5121}, 5120 * per_group + 1, size_t{40000}, size_t{100003}}) {
+    // 700001 elements: blocks past the lanes travel to them in pieces of 1 MiB, the last shorter.
+    for (size_t count :
+         {size_t{5120}, size_t{5121}, 5120 * per_group + 1, size_t{40000}, size_t{100003}, size_t{700001}}) {
       for (int round = 0; round < 2; ++round, ++k) {
         auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, g.n);
         std::vector<std::byte> out(in.size(), std::byte{0x5A});
@@ -531,7 +536,8 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     // the groups differ: that rank sends the lanes its parts and takes its block back),
     // then the ring across; in place every other call, back to back with allreduces.
     const auto nn = static_cast<size_t>(g.n);
-    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).name, g.lanes() > 0 ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 20 * 1024 / nn + 4).name,
+              g.blocks_take_lanes() ? "hier" : "ring");
     EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 64).name, "hier");  // the whole input fits a slot
     EXPECT_EQ(c.algorithm(CollectiveKind::kReduceScatter, config.shm_bytes / nn + 4).name, "rd");
     struct Call {
@@ -563,9 +569,9 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     // groups differ: a rank past the lanes hands its block to one first and takes the
     // result back); in place every other call, back to back with reduce_scatters.
     const size_t slot = config.shm_bytes;
-    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, g.lanes() > 0 ? "hier" : "ring");
+    EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1).name, g.blocks_take_lanes() ? "hier" : "ring");
     EXPECT_EQ(c.algorithm(CollectiveKind::kAllgather, slot + 1, {.algorithm = CollAlgorithm::kRing}).name, "ring");
-    if (g.lanes() > 0) {
+    if (g.blocks_take_lanes()) {
       // A ring across the groups and one within each group's lanes: (G-1) + (L-1)
       // steps, for both; over groups of different sizes two more, the data of the ranks
       // past the lanes in and their results back.
@@ -590,73 +596,96 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
   });
 }
 
+enum class LaneCall { kAllreduce, kReduceScatter, kAllgather };
+struct LaneFault {
+  const char* what;
+  LaneCall call;
+  int odd;  // the rank that calls with one element more, or aborts
+  bool aborts;
+};
+
+/// `fault` in a call over lanes among `n` ranks in groups of at most `group`: every other
+/// rank fails, none by the timeout, and none crashes on its way out.
+void expect_every_other_rank_fails(const LaneFault& fault, int n, size_t group) {
+  SCOPED_TRACE(fault.what);
+  const auto nn = static_cast<size_t>(n);
+  auto ranks = make_ranks(n);
+  coll::CollConfig config = shm_config();
+  config.shm_group = group;
+  config.ring_threshold = 20 * 1024;
+  const size_t block = config.shm_bytes + 5;
+  auto comms = with_config(ranks, config, 7);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    ASSERT_TRUE(c.barrier().is_ok());
+    ASSERT_EQ(c.algorithm(CollectiveKind::kAllreduce, 160000).name, "hier");
+    if (fault.call == LaneCall::kAllgather) {
+      ASSERT_EQ(c.algorithm(CollectiveKind::kAllgather, block).name, "hier");
+    }
+    if (fault.call == LaneCall::kReduceScatter) {
+      ASSERT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 8000).name, "hier");
+    }
+  });
+  std::vector<Status> results(nn);
+  run_ranks(ranks, [&](int r, Communicator&) {
+    Communicator& c = *comms[static_cast<size_t>(r)];
+    if (r == fault.odd && fault.aborts) {
+      c.abort();
+      return;
+    }
+    const size_t more = r == fault.odd ? 1 : 0;
+    if (fault.call == LaneCall::kReduceScatter) {
+      const size_t per = 2000 + more;
+      auto in = rank_input(r, nn * per, DataType::kFloat32, ReduceOp::kSum, n);
+      std::vector<std::byte> out(per * 4);
+      results[static_cast<size_t>(r)] =
+          c.reduce_scatter(in.data(), out.data(), per, DataType::kFloat32, ReduceOp::kSum);
+      return;
+    }
+    if (fault.call == LaneCall::kAllgather) {
+      std::vector<std::byte> mine(block + more, std::byte{7}), all(nn * (block + 1));
+      results[static_cast<size_t>(r)] = c.allgather(mine.data(), all.data(), block + more, DataType::kUint8);
+      return;
+    }
+    const size_t count = 40000 + more;
+    auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, n);
+    std::vector<std::byte> out(in.size());
+    results[static_cast<size_t>(r)] = c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r == fault.odd && fault.aborts) continue;
+    const Status& s = results[static_cast<size_t>(r)];
+    EXPECT_FALSE(s.is_ok()) << "rank " << r;
+    EXPECT_NE(s.code(), StatusCode::kTimeout) << "rank " << r << ": " << s.to_string();
+  }
+}
+
 // An allreduce, reduce_scatter or allgather over lanes (groups of 3 and 2: two lanes,
 // rank 2 past them) in which one rank calls with an element more (the rank past the
-// lanes, or the lane it sends to), or the rank past the lanes aborts: every other rank
-// fails, none by the timeout, and none crashes on its way out.
+// lanes, or the lane it sends to), or the rank past the lanes aborts.
 TEST(TwoLevel, CallsOverLanesThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout) {
-  enum class Call { kAllreduce, kReduceScatter, kAllgather };
-  struct Case {
-    const char* what;
-    Call call;
-    int odd;  // the rank that calls with one element more, or aborts
-    bool aborts;
-  };
-  for (const Case& k : {Case{"allreduce, past the lanes, one more", Call::kAllreduce, 2, false},
-                        Case{"allreduce, its lane, one more", Call::kAllreduce, 0, false},
-                        Case{"allreduce, past the lanes, aborts", Call::kAllreduce, 2, true},
-                        Case{"reduce_scatter, past the lanes, one more", Call::kReduceScatter, 2, false},
-                        Case{"reduce_scatter, its lane, one more", Call::kReduceScatter, 0, false},
-                        Case{"reduce_scatter, past the lanes, aborts", Call::kReduceScatter, 2, true},
-                        Case{"allgather, past the lanes, one more", Call::kAllgather, 2, false},
-                        Case{"allgather, its lane, one more", Call::kAllgather, 0, false},
-                        Case{"allgather, past the lanes, aborts", Call::kAllgather, 2, true}}) {
-    SCOPED_TRACE(k.what);
-    auto ranks = make_ranks(5);
-    coll::CollConfig config = shm_config();
-    config.shm_group = 3;
-    config.ring_threshold = 20 * 1024;
-    const size_t block = config.shm_bytes + 5;
-    auto comms = with_config(ranks, config, 7);
-    run_ranks(ranks, [&](int r, Communicator&) {
-      Communicator& c = *comms[static_cast<size_t>(r)];
-      ASSERT_TRUE(c.barrier().is_ok());
-      ASSERT_EQ(c.algorithm(CollectiveKind::kAllreduce, 160000).name, "hier");
-      ASSERT_EQ(c.algorithm(CollectiveKind::kAllgather, block).name, "hier");
-      ASSERT_EQ(c.algorithm(CollectiveKind::kReduceScatter, 8000).name, "hier");
-    });
-    std::vector<Status> results(5);
-    run_ranks(ranks, [&](int r, Communicator&) {
-      Communicator& c = *comms[static_cast<size_t>(r)];
-      if (r == k.odd && k.aborts) {
-        c.abort();
-        return;
-      }
-      const size_t more = r == k.odd ? 1 : 0;
-      if (k.call == Call::kReduceScatter) {
-        const size_t per = 2000 + more;
-        auto in = rank_input(r, 5 * per, DataType::kFloat32, ReduceOp::kSum, 5);
-        std::vector<std::byte> out(per * 4);
-        results[static_cast<size_t>(r)] =
-            c.reduce_scatter(in.data(), out.data(), per, DataType::kFloat32, ReduceOp::kSum);
-        return;
-      }
-      if (k.call == Call::kAllgather) {
-        std::vector<std::byte> mine(block + more, std::byte{7}), all(5 * (block + 1));
-        results[static_cast<size_t>(r)] = c.allgather(mine.data(), all.data(), block + more, DataType::kUint8);
-        return;
-      }
-      const size_t count = 40000 + more;
-      auto in = rank_input(r, count, DataType::kFloat32, ReduceOp::kSum, 5);
-      std::vector<std::byte> out(in.size());
-      results[static_cast<size_t>(r)] = c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
-    });
-    for (int r = 0; r < 5; ++r) {
-      if (r == k.odd && k.aborts) continue;
-      const Status& s = results[static_cast<size_t>(r)];
-      EXPECT_FALSE(s.is_ok()) << "rank " << r;
-      EXPECT_NE(s.code(), StatusCode::kTimeout) << "rank " << r << ": " << s.to_string();
-    }
+  for (const LaneFault& k : {LaneFault{"allreduce, past the lanes, one more", LaneCall::kAllreduce, 2, false},
+                             LaneFault{"allreduce, its lane, one more", LaneCall::kAllreduce, 0, false},
+                             LaneFault{"allreduce, past the lanes, aborts", LaneCall::kAllreduce, 2, true},
+                             LaneFault{"reduce_scatter, past the lanes, one more", LaneCall::kReduceScatter, 2, false},
+                             LaneFault{"reduce_scatter, its lane, one more", LaneCall::kReduceScatter, 0, false},
+                             LaneFault{"reduce_scatter, past the lanes, aborts", LaneCall::kReduceScatter, 2, true},
+                             LaneFault{"allgather, past the lanes, one more", LaneCall::kAllgather, 2, false},
+                             LaneFault{"allgather, its lane, one more", LaneCall::kAllgather, 0, false},
+                             LaneFault{"allgather, past the lanes, aborts", LaneCall::kAllgather, 2, true}}) {
+    expect_every_other_rank_fails(k, 5, 3);
+  }
+}
+
+// The same for an allreduce over one lane per group (groups {0, 1}, {2, 3} and {4}: rank
+// 4 alone, so one lane; ranks 1 and 3 past it): the rank past a lane, its lane, or the
+// rank alone calls with an element more, or a rank past a lane aborts.
+TEST(TwoLevel, AllreducesOverOneLaneThatDisagreeOrLoseARankFailEveryRankNotByTheTimeout) {
+  for (const LaneFault& k : {LaneFault{"past the lane, one more", LaneCall::kAllreduce, 3, false},
+                             LaneFault{"its lane, one more", LaneCall::kAllreduce, 2, false},
+                             LaneFault{"the rank alone, one more", LaneCall::kAllreduce, 4, false},
+                             LaneFault{"past the lane, aborts", LaneCall::kAllreduce, 1, true}}) {
+    expect_every_other_rank_fails(k, 5, 2);
   }
 }
 
@@ -774,8 +803,10 @@ TEST_P(TwoLevelRanks, SmallAlltoallvsGoThroughTheGroupsSegmentsAllExact) {
 }
 
 // Two groups of two; three of two (the ring across); two of three; two of four; two of
-// three under a bound of four (6 ranks split evenly, not 4 and 2); and groups of two, two
-// and one, or of four and three, which do not take two levels.
+// three under a bound of four (6 ranks split evenly, not 4 and 2); groups of four and
+// three, or three and two (lanes with a rank past some); and groups of two, two and one,
+// whose allreduces take one lane per group and whose reduce_scatters and allgathers one
+// ring.
 INSTANTIATE_TEST_SUITE_P(Groups, TwoLevelRanks,
                          ::testing::Values(Groups{4, 2}, Groups{6, 2}, Groups{6, 3}, Groups{8, 4}, Groups{6, 4},
                                            Groups{5, 2}, Groups{7, 4}, Groups{5, 3}),
