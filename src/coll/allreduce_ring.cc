@@ -337,11 +337,15 @@ namespace {
 
 /// The messages a rank past the lanes and its lane cut a block of `elems` elements
 /// into, so that the lane reduces one while the next travels: pieces of kFoldPiece
-/// bytes (whole elements), the last one shorter.
+/// bytes (whole elements), the last one shorter. The lane takes at most kFoldWindow
+/// pieces from each such rank at a time, so its scratch stays a few MiB a rank
+/// whatever the vector's size.
 constexpr size_t kFoldPiece = size_t{1} << 20;
+constexpr size_t kFoldWindow = 4;
+size_t fold_piece_elems(size_t es) { return std::max<size_t>(kFoldPiece / es, 1); }
 template <typename Each>
 void fold_pieces(size_t elems, size_t es, Each each) {
-  const size_t piece = std::max<size_t>(kFoldPiece / es, 1);
+  const size_t piece = fold_piece_elems(es);
   for (size_t off = 0; off < elems; off += piece) each(off, std::min(piece, elems - off));
 }
 
@@ -359,15 +363,23 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
   std::byte* const owned_at = at(recv, offsets[owned], es);
   // The ranks of the group past its lanes each send this rank their part of the block
   // it ends the reduce-scatter with, in pieces, which join that block before the step
-  // across, and get the block back once final. Their parts travel while the ring runs.
-  const int past = group != nullptr ? group->size() - n : 0;
-  std::vector<Request> ins;
-  std::byte* const in = past > 0 ? grow(local.comm().scratch().b, static_cast<size_t>(past) * mine * es) : nullptr;
-  fold_pieces(mine, es, [&](size_t off, size_t len) {
-    for (int x = 0; x < past; ++x) {
-      ins.push_back(group->recv(n + x, at(in + static_cast<size_t>(x) * mine * es, off, es), len * es, kStepData));
+  // across, and get the block back once final. Their first pieces travel while the
+  // ring runs, into a window of kFoldWindow slots for each; a slot takes the next piece
+  // once its own joined the block.
+  const auto past = static_cast<size_t>(group != nullptr ? group->size() - n : 0);
+  const size_t piece_in = fold_piece_elems(es);
+  const size_t pieces_in = (mine + piece_in - 1) / piece_in;
+  const size_t window = std::min(pieces_in, kFoldWindow);
+  std::byte* const in = past > 0 ? grow(local.comm().scratch().b, past * window * piece_in * es) : nullptr;
+  auto slot = [&](size_t x, size_t p) { return in + (x * window + p % window) * piece_in * es; };
+  std::vector<Request> ins;  // piece p of rank x past the lanes at p * past + x, in order
+  auto take = [&](size_t p) {
+    for (size_t x = 0; x < past; ++x) {
+      const size_t len = std::min(piece_in, mine - p * piece_in);
+      ins.push_back(group->recv(n + static_cast<int>(x), slot(x, p), len * es, kStepData));
     }
-  });
+  };
+  for (size_t p = 0; p < window && past > 0; ++p) take(p);
   // A group of one lane (the narrowest group has one rank) has no ring within: its lane
   // reduces the whole vector, read where it lies.
   const std::byte* held = owned_at;
@@ -382,16 +394,15 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
   const size_t piece = n > 1 ? st.slot_bytes / es : mine;
   RingAllgather ag(local, static_cast<std::byte*>(recv), es, offsets, counts, static_cast<int>(owned), piece);
   Status s = n > 1 ? ring_reduce_scatter(local, st, type, partial, blk, 0) : Status::ok();
-  size_t k = 0;
-  fold_pieces(mine, es, [&](size_t off, size_t len) {
-    for (int x = 0; s.is_ok() && x < past; ++x, ++k) {
-      s = group->wait(ins[k], len * es);
-      if (s.is_ok()) {
-        reduce_to(type, partial, at(owned_at, off, es), at(x == 0 ? held : owned_at, off, es),
-                  at(in + static_cast<size_t>(x) * mine * es, off, es), len);
-      }
+  for (size_t p = 0; s.is_ok() && past > 0 && p < pieces_in; ++p) {
+    const size_t off = p * piece_in, len = std::min(piece_in, mine - off);
+    for (size_t x = 0; s.is_ok() && x < past; ++x) {
+      s = group->wait(ins[p * past + x], len * es);
+      if (s.is_ok())
+        reduce_to(type, partial, at(owned_at, off, es), at(x == 0 ? held : owned_at, off, es), slot(x, p), len);
     }
-  });
+    if (s.is_ok() && p + window < pieces_in) take(p + window);
+  }
   if (past > 0) held = owned_at;
   if (s.is_ok() && mine > 0) {
     // Every rank of `across` has the same index here, so the same block.
@@ -403,7 +414,8 @@ Status allreduce_two_level(Op& local, Op& across, Op* group, const void* send, v
   }
   if (!s.is_ok()) return ag.fail(past > 0 ? abandon(*group, ins, s) : s);
   std::vector<Request> back;
-  for (int x = 0; x < past; ++x) back.push_back(group->send(n + x, owned_at, mine * es, kStepData));
+  for (size_t x = 0; x < past; ++x)
+    back.push_back(group->send(n + static_cast<int>(x), owned_at, mine * es, kStepData));
   for (size_t off = 0; n > 1 && off < mine; off += piece) ag.send_owned(off, std::min(piece, mine - off));
   s = ag.finish();
   if (past == 0) return s;

@@ -408,7 +408,9 @@ TEST_P(ShmSegmentRanks, LargeReducesReduceScattersAndAllreducesByMessagesAllExac
     expect_allreduce(r, c, DataType::kFloat32, ReduceOp::kSum, large / 4 + 1);
     expect_allreduce(r, c, DataType::kFloat64, ReduceOp::kAvg, 3 * large / 8 + 5);
     expect_allreduce(r, c, DataType::kInt64, ReduceOp::kMax, large);
-    expect_allreduce(r, c, DataType::kInt32, ReduceOp::kSum, 300001);  // over lanes: two pieces past them
+    // Over one lane a group: 5.2 MB from each rank past it, in pieces of 1 MiB, more than
+    // the lane's window of four.
+    expect_allreduce(r, c, DataType::kInt32, ReduceOp::kSum, 1'300'001);
   });
 }
 
