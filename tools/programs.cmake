@@ -115,13 +115,13 @@ if(REMORA_BUILD_TESTS)
   # remora bench coll: every operation at 2 and 3 ranks (and allreduce at 4), each
   # started by the tool itself (-n, no launcher around), every size checked on every
   # rank, in and out of place (alltoallv: the alltoall rows through it, up to 4100 bytes
-  # through the shared segment). The sizes cross the algorithm switches: 0, a size that
+  # through the shared segment; allgatherv: the allgather rows through it). The sizes cross the algorithm switches: 0, a size that
   # does not divide into blocks, 4100 (recursive doubling / Bruck / tree), 100K (ring
   # allreduce and reduce_scatter; reduce's chain at 3 ranks), 1100K (broadcast's chain
   # at 3 ranks, the allgather ring).
   set(coll_tests)
   foreach(n 2 3)
-    foreach(op allreduce reduce broadcast allgather reduce_scatter alltoall alltoallv gather scatter barrier)
+    foreach(op allreduce reduce broadcast allgather allgatherv reduce_scatter alltoall alltoallv gather scatter barrier)
       add_test(NAME remora_bench_coll_${op}_n${n}
                COMMAND remora_tool bench coll --op ${op} -n ${n} --sizes 0,6,4100,100K,1100K --root 1 --check
                        --iters 3 --warmup 1 --no-reference)
@@ -159,6 +159,8 @@ if(REMORA_BUILD_TESTS)
                           grep -q \"unknown collective 'allscatter'\" bad.out || exit 1; \
                           \"$0\" bench coll --op alltoall,alltoallv > bad.out 2>&1 && exit 1; \
                           grep -q 'alltoall and alltoallv are one row each' bad.out || exit 1; \
+                          \"$0\" bench coll --op allgather,allgatherv > bad.out 2>&1 && exit 1; \
+                          grep -q 'allgather and allgatherv are one row each' bad.out || exit 1; \
                           \"$0\" bench coll --rounds 0 > bad.out 2>&1 && exit 1; \
                           grep -q -- '--rounds: Value 0 not in range 1 to 1000' bad.out || exit 1; \
                           RANK=0 \"$0\" bench coll -n 2 > bad.out 2>&1 && exit 1; \

@@ -277,11 +277,17 @@ remora::Status coll_options(const CollArgs& a, remora::perf::CollOptions* o) {
       }
       continue;
     }
-    if (name == "alltoallv") o->alltoallv = true;  // the alltoall rows, as alltoallv
-    auto op = remora::parse_collective_kind(name == "alltoallv" ? "alltoall" : name);
+    if (name == "alltoallv") o->alltoallv = true;    // the alltoall rows, as alltoallv
+    if (name == "allgatherv") o->allgatherv = true;  // the allgather rows, as allgatherv
+    auto op = remora::parse_collective_kind(name == "alltoallv"    ? "alltoall"
+                                            : name == "allgatherv" ? "allgather"
+                                                                   : name);
     if (!op) return op.status().with_context("--op");
     if (*op == CollectiveKind::kAlltoall && std::count(o->ops.begin(), o->ops.end(), *op) > 0) {
       return {remora::StatusCode::kInvalidArgument, "--op: alltoall and alltoallv are one row each; run them apart"};
+    }
+    if (*op == CollectiveKind::kAllgather && std::count(o->ops.begin(), o->ops.end(), *op) > 0) {
+      return {remora::StatusCode::kInvalidArgument, "--op: allgather and allgatherv are one row each; run them apart"};
     }
     o->ops.push_back(*op);
   }
@@ -513,9 +519,11 @@ void add_bench_coll(CLI::App* bench, Cli& c) {
   CollArgs& a = c.coll_args;
   auto* coll = bench->add_subcommand(
       "coll", "collectives, nccl-tests-style: time, algbw, busbw, #wrong per size, against a p2p reference");
-  coll->add_option("--op", a.ops,
-                   "allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, gather, scatter, barrier; "
-                   "several separated by commas, or all; also alltoallv (the alltoall rows with equal counts)")
+  coll->add_option(
+          "--op", a.ops,
+          "allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, gather, scatter, barrier; "
+          "several separated by commas, or all; also alltoallv and allgatherv (the alltoall or allgather rows with "
+          "equal counts)")
       ->delimiter(',')
       ->capture_default_str();
   auto* minbytes = coll->add_option("-b,--minbytes", a.minbytes, "smallest size (K/M/G = powers of 1024)")

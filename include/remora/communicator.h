@@ -92,8 +92,9 @@ std::string_view to_string(ReduceOp op) noexcept;
 Result<ReduceOp> parse_reduce_op(std::string_view name);
 
 /// The collectives whose algorithm Communicator::algorithm reports. The v-forms run
-/// their plain form's algorithm family (allgatherv: ring; gatherv, scatterv: linear;
-/// alltoallv: pairwise).
+/// their plain form's algorithm family (allgatherv: ring, and where every count is the
+/// same the allgather's two levels over hosts; gatherv, scatterv: linear; alltoallv:
+/// pairwise).
 enum class CollectiveKind : uint8_t {
   kBarrier,        ///< barrier
   kBroadcast,      ///< broadcast
@@ -101,7 +102,7 @@ enum class CollectiveKind : uint8_t {
   kAllreduce,      ///< allreduce
   kGather,         ///< gather, gatherv
   kScatter,        ///< scatter, scatterv
-  kAllgather,      ///< allgather (allgatherv runs the ring)
+  kAllgather,      ///< allgather (allgatherv runs the ring, see above)
   kReduceScatter,  ///< reduce_scatter
   kAlltoall,       ///< alltoall, alltoallv
 };
@@ -160,7 +161,7 @@ struct AlgorithmChoice {
 /// | barrier | kDissemination |
 /// | gather(v), scatter(v) | kLinear |
 /// | alltoall(v) | kPairwise |
-/// | allgatherv | kRing |
+/// | allgatherv | kRing (naming it keeps every count's allgatherv on one ring) |
 /// | scan, exscan | kRecursiveDoubling |
 ///
 /// kAuto is accepted everywhere: the communicator's choice by size and rank count.
@@ -404,7 +405,9 @@ class Communicator {
                   size_t recv_count, DataType type, int root, const CollectiveOptions& options = {});
   /// Every rank's `count` elements into every rank's `recv`, rank r's at r * count.
   Status allgather(const void* send, void* recv, size_t count, DataType type, const CollectiveOptions& options = {});
-  /// allgather with per-rank counts and displacements.
+  /// allgather with per-rank counts and displacements. Over ranks of several hosts the
+  /// ring goes host by host, and where every count is the same and a block is above
+  /// REMORA_COLL_SHM, the allgather's two levels run it (docs/guide.md, "Collectives").
   Status allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                     std::span<const size_t> displs, DataType type, const CollectiveOptions& options = {});
   /// MPI_Reduce_scatter_block: send holds size*recv_count elements; rank r gets block r.

@@ -21,8 +21,10 @@
 //   this pair); else a ring, which receives straight into place (in two levels where the
 //   segments found groups that allow lanes, as for the allreduce below, and the block is
 //   above their slot, shm_segment.h).
-//   allgatherv: always the ring (its blocks need not be contiguous or equal, which both
-//   log-round algorithms rely on).
+//   allgatherv: the ring (its blocks need not be contiguous or equal, which both
+//   log-round algorithms rely on), host by host where the ranks span hosts, and where
+//   every count is the same the allgather's two levels over lanes (each block sent
+//   where its displacement puts it).
 // - alltoall(v): pairwise exchange, at most kPairwiseWindow steps in flight (a small
 //   alltoall through the segments, the leaders' exchange pairwise, shm_segment.h).
 //
@@ -160,8 +162,9 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
     if (two_level_takes(CollectiveKind::kAllgather, op.config(), block, *seg)) {
       LaneViews v(op, *seg);
       const size_t whole = static_cast<size_t>(n) * block;
-      if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, block, whole);
-      return allgather_two_level(*v.local, *v.across, v.group, seg->by_index, recv, block, whole);
+      auto span_of = [block](size_t r) { return Span{r * block, block}; };
+      if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, span_of, whole, n);
+      return allgather_two_level(*v.local, *v.across, v.group, seg->by_index, recv, span_of, whole, n);
     }
     if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
       // The ring host by host: block i of the view is its rank's.
@@ -188,8 +191,27 @@ Status allgatherv(Op& op, const void* send, size_t send_count, void* recv, std::
     REMORA_RETURN_IF_ERROR(check_own("allgatherv", send_count, recv_counts[me]));
     copy_block(at(recv, displs[me] * elem), send, send_count * elem);
   }
-  if (op.size() == 1) return Status::ok();
-  return allgather_ring(op, recv, [&](size_t i) { return Span{displs[i] * elem, recv_counts[i] * elem}; });
+  const int n = op.size();
+  if (n == 1) return Status::ok();
+  auto span_of = [&](size_t i) { return Span{displs[i] * elem, recv_counts[i] * elem}; };
+  REMORA_ASSIGN_OR_RETURN(ShmPlan * seg, segment(op));
+  if (seg != nullptr) {
+    // Blocks of one size (a device allgather's segments, say) above the slot run in two
+    // levels as an allgather's would; otherwise the ring host by host.
+    const bool equal =
+        std::all_of(recv_counts.begin(), recv_counts.end(), [&](size_t c) { return c == recv_counts.front(); });
+    if (equal && two_level_takes(CollectiveKind::kAllgather, op.config(), recv_counts.front() * elem, *seg)) {
+      LaneViews v(op, *seg);
+      if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, span_of, 0, n);
+      return allgather_two_level(*v.local, *v.across, v.group, seg->by_index, recv, span_of, 0, n);
+    }
+    if (!seg->by_host.empty()) {
+      Op hosts = in_host_order(op, *seg);
+      const std::span<const int> order = seg->by_host;
+      return allgather_ring(hosts, recv, [&](size_t i) { return span_of(static_cast<size_t>(order[i])); });
+    }
+  }
+  return allgather_ring(op, recv, span_of);
 }
 
 Status reduce(Op& op, const void* send, void* recv, size_t count, DataType type, ReduceOp rop, int root) {

@@ -126,6 +126,12 @@ Result<CollConfig> call_config(CommCore& c, std::string_view what, Algo only, co
   return coll::call_config(c.config(), what, {only}, nullptr, options);
 }
 
+/// An allgatherv's: the ring, under its name (kRing: one ring, host by host where the
+/// ranks span hosts, never the allgather's two levels).
+Result<CollConfig> allgatherv_config(CommCore& c, const CollectiveOptions& options) {
+  return coll::call_config(c.config(), "allgatherv", {Algo::kRing}, &CollConfig::allgather, options);
+}
+
 /// An alltoallv's: pairwise, as an alltoall's, and under its name (kPairwise: by
 /// messages even where the blocks fit the shared segment).
 Result<CollConfig> alltoallv_config(CommCore& c, const CollectiveOptions& options) {
@@ -590,12 +596,12 @@ Request Communicator::iallgather(const void* send, void* recv, size_t count, Dat
 Status Communicator::allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                                 std::span<const size_t> displs, DataType type, const CollectiveOptions& options) {
   return run(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type),
-             call_config(*core_, "allgatherv", Algo::kRing, options));
+             allgatherv_config(*core_, options));
 }
 Request Communicator::iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
                                   std::span<const size_t> displs, DataType type, const CollectiveOptions& options) {
   return post(*core_, prep_allgatherv(*core_, send, send_count, recv, recv_counts, displs, type),
-              call_config(*core_, "allgatherv", Algo::kRing, options));
+              allgatherv_config(*core_, options));
 }
 Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                                     const CollectiveOptions& options) {

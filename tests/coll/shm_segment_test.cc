@@ -77,6 +77,31 @@ void expect_allgather(int r, Communicator& c, size_t block, int salt, bool in_pl
   }
 }
 
+/// An allgatherv whose rank i's block is counts[i] bytes, in reverse rank order with a
+/// gap of 3 bytes before each, so blocks lie neither in order nor together: every block
+/// exact, every gap untouched.
+void expect_allgatherv(int r, Communicator& c, std::span<const size_t> counts, int salt, bool in_place) {
+  const auto n = static_cast<size_t>(c.size()), me = static_cast<size_t>(r);
+  std::vector<size_t> displs(n);
+  size_t end = 0;
+  for (size_t i = n; i-- > 0;) {
+    displs[i] = end + 3;
+    end = displs[i] + counts[i];
+  }
+  std::vector<std::byte> mine(counts[me]), all(end, std::byte{0xEE});
+  for (size_t i = 0; i < counts[me]; ++i) mine[i] = pattern(r, i, salt);
+  if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(displs[me]));
+  ASSERT_TRUE(c.allgatherv(in_place ? kInPlace : mine.data(), counts[me], all.data(), counts, displs, DataType::kUint8)
+                  .is_ok());
+  for (size_t from = 0; from < n; ++from) {
+    for (size_t i = 0; i < 3; ++i) ASSERT_EQ(all[displs[from] - 3 + i], std::byte{0xEE}) << "gap before " << from;
+    for (size_t i = 0; i < counts[from]; ++i) {
+      ASSERT_EQ(all[displs[from] + i], pattern(static_cast<int>(from), i, salt))
+          << "rank " << r << ": allgatherv, rank " << from << "'s byte " << i << " of " << counts[from];
+    }
+  }
+}
+
 /// An alltoall of blocks of `block` bytes, each distinct per (sender, receiver) and
 /// round `salt`, exact.
 void expect_alltoall(int r, Communicator& c, size_t block, int salt) {
@@ -585,6 +610,16 @@ TEST_P(TwoLevelRanks, LargeAllreducesReduceScattersAndAllgathersRunInTwoLevelsAl
     for (size_t block : {slot + 1, 3 * slot + 7, size_t{100'003}}) {
       for (int round = 0; round < 2; ++round, ++salt) {
         expect_allgather(r, c, block, salt, salt % 2 == 1);
+        if (::testing::Test::HasFatalFailure()) return;
+        // Allgathervs: blocks of one size above the slot take the same two levels (each
+        // block where its displacement puts it; a rank past the lanes takes the others'
+        // blocks one by one), blocks of different sizes the ring host by host.
+        const std::vector<size_t> same(nn, block);
+        expect_allgatherv(r, c, same, salt, salt % 2 == 0);
+        if (::testing::Test::HasFatalFailure()) return;
+        std::vector<size_t> differ(nn);
+        for (size_t i = 0; i < nn; ++i) differ[i] = block + i * 13;
+        expect_allgatherv(r, c, differ, salt + 100, salt % 2 == 1);
         if (::testing::Test::HasFatalFailure()) return;
         auto input = rank_input(r, 1300 * nn, DataType::kInt32, ReduceOp::kSum, g.n);
         std::vector<std::byte> got(1300 * 4);

@@ -284,7 +284,8 @@ struct CaseParams {
   ReduceOp redop;
   int root;
   uint64_t seed;
-  bool alltoallv = false;  ///< CollOptions::alltoallv
+  bool alltoallv = false;   ///< CollOptions::alltoallv
+  bool allgatherv = false;  ///< CollOptions::allgatherv
 };
 
 Case make_case(const CaseParams& p, const Buffers& b, const std::shared_ptr<const ReductionData>& red) {
@@ -365,7 +366,15 @@ Case make_case(const CaseParams& p, const Buffers& b, const std::shared_ptr<cons
         poison(b.recv.span(block * static_cast<size_t>(n)));
         fill_pattern(in_place ? b.recv.block(static_cast<size_t>(r), block) : b.send.span(block), seed(r));
       };
-      k.run = [=, &c] { return c.allgather(in_place ? kInPlace : send, recv, count, t); };
+      if (p.allgatherv) {
+        // Every count the same, the blocks in rank order: allgather's data, allgatherv's path.
+        auto counts = std::make_shared<std::vector<size_t>>(static_cast<size_t>(n), count);
+        auto displs = std::make_shared<std::vector<size_t>>(static_cast<size_t>(n));
+        for (size_t i = 0; i < displs->size(); ++i) (*displs)[i] = i * count;
+        k.run = [=, &c] { return c.allgatherv(in_place ? kInPlace : send, count, recv, *counts, *displs, t); };
+      } else {
+        k.run = [=, &c] { return c.allgather(in_place ? kInPlace : send, recv, count, t); };
+      }
       k.verify = [=] { return blocks_wrong(recv, [&](int i) { return seed(i); }); };
       k.output = b.recv.span(block * static_cast<size_t>(n));
       break;
@@ -492,7 +501,8 @@ Result<CollRow> run_row(RunContext& x, CollectiveKind op, size_t requested) {
                        .redop = x.o.redop,
                        .root = x.o.root,
                        .seed = seed,
-                       .alltoallv = x.o.alltoallv};
+                       .alltoallv = x.o.alltoallv,
+                       .allgatherv = x.o.allgatherv};
     CollTiming* t = pl == Placement::kOutOfPlace ? &row.out_of_place : &row.in_place;
     REMORA_RETURN_IF_ERROR(
         measure(x, p, st, t).with_context(fmt::format("{} of {}", op_name(op, x.o), format_size(g.size))));

@@ -303,6 +303,9 @@ struct CollOptions {
   /// The alltoall rows run alltoallv instead, every count the same and the blocks in
   /// rank order (`--op alltoallv`).
   bool alltoallv = false;
+  /// The allgather rows run allgatherv instead, every count the same and the blocks in
+  /// rank order (`--op allgatherv`).
+  bool allgatherv = false;
   /// Table sizes in bytes, in order. Empty: 4K, 16K, ... 64M (powers of 4).
   std::vector<size_t> sizes;
   DataType type = DataType::kFloat32;
@@ -333,10 +336,12 @@ struct CollOptions {
   ProgressFn progress;  ///< called on rank 0 only
 };
 
-/// An operation's name in the report: to_string's, but "alltoallv" where
-/// CollOptions::alltoallv says the alltoall rows run it.
+/// An operation's name in the report: to_string's, but "alltoallv" or "allgatherv" where
+/// CollOptions::alltoallv or allgatherv says the alltoall or allgather rows run it.
 inline std::string_view op_name(CollectiveKind op, const CollOptions& o) noexcept {
-  return op == CollectiveKind::kAlltoall && o.alltoallv ? std::string_view("alltoallv") : to_string(op);
+  if (op == CollectiveKind::kAlltoall && o.alltoallv) return "alltoallv";
+  if (op == CollectiveKind::kAllgather && o.allgatherv) return "allgatherv";
+  return to_string(op);
 }
 
 /// One placement (out-of-place or in-place) of one size.
