@@ -217,7 +217,7 @@ struct ConnectionStats {
   size_t descriptors = 0;       ///< file descriptors this process has open, all of them
   size_t descriptor_limit = 0;  ///< its soft RLIMIT_NOFILE (raised toward the hard one when more are needed)
   /// The communicator's shared segment (docs/guide.md, "Collectives"), set up at its
-  /// first barrier, broadcast, reduce, allreduce, reduce_scatter or allgather: how many
+  /// first barrier, broadcast, reduce, allreduce, reduce_scatter, allgather or allgatherv: how many
   /// ranks map this rank's, itself included (0: it has none), and why it has none
   /// ("REMORA_COLL_SHM=0 on a rank", "REMORA_SAME_HOST=off", "no two ranks share a
   /// host", a rank that could not map it, ...; "not set up yet" before that call).

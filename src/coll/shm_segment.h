@@ -4,7 +4,7 @@
 // messages (docs/guide.md, "Collectives"; docs/protocol.md, "Communicator segment").
 //
 // Set up once, at the communicator's first barrier, broadcast, reduce, allreduce,
-// reduce_scatter or allgather (every rank makes that call), over messages: every rank
+// reduce_scatter, allgather or allgatherv (every rank makes that call), over messages: every rank
 // allgathers its host (boot id, network namespace) and whether it takes part, and all
 // compute the same groups (a rank with REMORA_SAME_HOST=off or REMORA_ENCRYPT alone;
 // REMORA_COLL_SHM=0 on any rank: none at all). A group's leader (its lowest rank) makes
@@ -198,7 +198,7 @@ struct ShmPlan {
 
 /// The communicator's plan, set up at the first call here; null where it has none. Every
 /// rank calls it at the same point (its first barrier, broadcast, reduce, allreduce,
-/// reduce_scatter or allgather).
+/// reduce_scatter, allgather or allgatherv).
 Result<ShmPlan*> shm_plan(Op& op);
 
 /// Whether a call of `kind` of `bytes` (one rank's block for an allgather) goes through
