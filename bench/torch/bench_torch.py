@@ -20,6 +20,8 @@ Three warm-up steps per backend: DDP rebuilds its buckets in the second. Each pa
 times the same step on a model without DDP, every rank at once: the step with no
 communication. "added to the step" is each backend's step less that one, per pair: what
 communication costs the step where the ranks' compute shares the CPUs with it.
+--bytes-alone adds, in each allreduce pair, the bytes a ring allreduce moves over plain
+loopback sockets with no reduction (BytesRing): a floor for either backend over TCP.
 Ranks of one host: remora's chunks are read by same-host pulls (REMORA_SAME_HOST=off: over
 loopback TCP, as gloo's), and remora collapses the buckets it sends again and again into
 huge pages (REMORA_PULL_HUGEPAGES=off: left as they are), which the reading kernel pins as
@@ -52,7 +54,8 @@ def worker(args) -> None:
     torch.set_num_threads(threads)
     results = []
 
-    cpu = {"gloo": [], "remora": []}  # this process's CPU seconds (all threads) per call
+    cpu = {"gloo": [], "remora": [], "bytes": []}  # this process's CPU seconds (all threads) per call
+    ring = BytesRing(rank, world, int(os.environ["MASTER_PORT"]) + 50) if args.bytes_alone else None
 
     def timed(fn, iters: int, name: str) -> float:
         dist.barrier(group=groups["gloo"])
@@ -66,22 +69,29 @@ def worker(args) -> None:
         n = mib * (1 << 20) // 4
         t = torch.ones(n)
         iters = max(3, min(50, 256 // mib))
-        samples = {"gloo": [], "remora": []}
+        samples = {"gloo": [], "remora": [], "bytes": []}
         for pair in range(args.pairs):
             order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
             for name in order:
                 g = groups[name]
                 dist.all_reduce(t, group=g)  # warm-up
                 samples[name].append(timed(lambda g=g: dist.all_reduce(t, group=g), iters, name))
+            if ring is not None:
+                ring.move(n * 4)  # warm-up
+                samples["bytes"].append(timed(lambda: ring.move(n * 4), iters, "bytes"))
         busbw = {k: [2 * (world - 1) / world * n * 4 / s / 1e9 for s in v] for k, v in samples.items()}
         results.append({"what": "allreduce", "ranks": world, "mib": mib,
                         "gloo_GBps": statistics.median(busbw["gloo"]),
                         "remora_GBps": statistics.median(busbw["remora"]),
+                        "bytes_GBps": statistics.median(busbw["bytes"]) if ring is not None else None,
+                        "bytes_over_gloo": [b / g for g, b in zip(busbw["gloo"], busbw["bytes"])],
                         "ratios": [r / g for g, r in zip(busbw["gloo"], busbw["remora"])],
                         "algorithm": remora_torch.allreduce_algorithm(n * 4),
-                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
+                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items() if v}})
         for v in cpu.values():
             v.clear()
+    if ring is not None:
+        ring.close()
 
     if args.ddp_steps > 0 and world == 2:
         def mlp():
@@ -121,11 +131,64 @@ def worker(args) -> None:
                         "added_ms": {k: statistics.median(v) * 1e3 for k, v in added.items()},
                         "added_ratios": [r / g if g > 0 else float("nan") for g, r in zip(added["gloo"], added["remora"])],
                         "ratios": [r / g for g, r in zip(samples["gloo"], samples["remora"])],
-                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()}})
+                        "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items() if v}})
     if rank == 0:
         for r in results:
             print("RESULT " + json.dumps(r), flush=True)
     dist.destroy_process_group()
+
+
+class BytesRing:
+    """The bytes a ring allreduce moves, and nothing else: plain TCP sockets on loopback,
+    each rank sending 2 (n - 1) / n x size to the next rank while it receives as much from
+    the one before, with no reduction, no protocol and no dependence between steps. Both
+    backends move at least these bytes through the same kernel, so its time is a floor
+    for an allreduce over TCP on this host (--bytes-alone)."""
+
+    PIECE = 1 << 20
+
+    def __init__(self, rank: int, world: int, base_port: int):
+        import socket
+        import torch.distributed as dist
+
+        self.world = world
+        listener = socket.create_server(("127.0.0.1", base_port + rank), backlog=1)
+        listener.settimeout(60)
+        dist.barrier()  # every rank listens before any connects
+        self.out = socket.create_connection(("127.0.0.1", base_port + (rank + 1) % world), timeout=60)
+        self.inc, _ = listener.accept()
+        listener.close()
+        for s in (self.out, self.inc):
+            s.settimeout(60)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.src = memoryview(bytearray(self.PIECE))
+        self.dst = memoryview(bytearray(self.PIECE))
+
+    def move(self, nbytes: int) -> None:
+        import threading
+
+        total = 2 * (self.world - 1) * nbytes // self.world
+
+        def send() -> None:
+            left = total
+            while left > 0:
+                k = min(left, self.PIECE)
+                self.out.sendall(self.src[:k])
+                left -= k
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        left = total
+        while left > 0:
+            got = self.inc.recv_into(self.dst[:min(left, self.PIECE)])
+            if got == 0:
+                raise ConnectionError("the rank before closed its ring socket")
+            left -= got
+        sender.join()
+
+    def close(self) -> None:
+        self.out.close()
+        self.inc.close()
 
 
 def main() -> int:
@@ -140,6 +203,9 @@ def main() -> int:
                         help="THP_MEM_ALLOC_ENABLE=1 (C10_THP_MEM_ALLOC_ENABLE=1 in newer PyTorch) for every rank: "
                              "PyTorch's CPU allocator backs tensors of 2 MiB and more with transparent huge pages "
                              "(both backends alike)")
+    parser.add_argument("--bytes-alone", action="store_true",
+                        help="also time, in each pair, the bytes a ring allreduce moves over plain loopback sockets "
+                             "with no reduction: a floor for either backend over TCP")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -151,7 +217,7 @@ def main() -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr",
                "127.0.0.1", "--master-port", str(29600 + nproc), os.path.abspath(__file__), "--worker", "--pairs",
                str(args.pairs), "--ddp-steps", str(args.ddp_steps), "--sizes-mib", *map(str, args.sizes_mib),
-               "--bucket-view" if args.bucket_view else "--no-bucket-view"]
+               "--bucket-view" if args.bucket_view else "--no-bucket-view"] + (["--bytes-alone"] if args.bytes_alone else [])
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // nproc)))
         if args.thp:  # the variable's name changed between PyTorch versions: set both
             env["THP_MEM_ALLOC_ENABLE"] = env["C10_THP_MEM_ALLOC_ENABLE"] = "1"
@@ -176,6 +242,12 @@ def main() -> int:
             print(f"{label:<28}{r['gloo_GBps']:>9.2f} GB/s{r['remora_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{ratios}]"
                   f" (busbw; remora runs {r['algorithm']}; CPU ms/call gloo {r['cpu_ms']['gloo']:.1f},"
                   f" remora {r['cpu_ms']['remora']:.1f})")
+            if r["bytes_GBps"] is not None:
+                over = " ".join(f"{x:.2f}" for x in r["bytes_over_gloo"])
+                ratio = r["bytes_GBps"] / r["gloo_GBps"]
+                print(f"{'  the bytes alone':<28}{'':>12}{r['bytes_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{over}]"
+                      f" (a ring of plain sockets, no reduction: the floor; ratio to gloo; CPU ms/call"
+                      f" {r['cpu_ms']['bytes']:.1f})")
         else:
             label = f"DDP step, {r['ranks']} ranks"
             ratio = r["remora_ms"] / r["gloo_ms"]
