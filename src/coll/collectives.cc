@@ -148,6 +148,26 @@ struct LaneViews {
   std::optional<Op> local, across;
 };
 
+/// An allgather(v) by the plan's hosts: in two levels where `two_level`, else by the
+/// ring host by host where `ring` and the ranks span hosts; nullopt where neither runs
+/// (the caller's path by messages then). `span_of(r)`: rank r's block in `recv`;
+/// `whole`: as allgather_two_level's.
+template <typename SpanOf>
+std::optional<Status> allgather_by_hosts(Op& op, const ShmPlan& plan, void* recv, const SpanOf& span_of, size_t whole,
+                                         bool two_level, bool ring) {
+  const int n = op.size();
+  if (two_level) {
+    LaneViews v(op, plan);
+    if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, span_of, whole, n);
+    return allgather_two_level(*v.local, *v.across, v.group, plan.by_index, recv, span_of, whole, n);
+  }
+  if (!ring || plan.by_host.empty()) return std::nullopt;
+  // Block i of the view is its rank's.
+  Op hosts = in_host_order(op, plan);
+  const std::span<const int> order = plan.by_host;
+  return allgather_ring(hosts, recv, [&](size_t i) { return span_of(static_cast<size_t>(order[i])); });
+}
+
 }  // namespace
 
 Status allgather(Op& op, const void* send, void* recv, size_t count, DataType type) {
@@ -159,19 +179,11 @@ Status allgather(Op& op, const void* send, void* recv, size_t count, DataType ty
   if (seg != nullptr) {
     REMORA_ASSIGN_OR_RETURN(const bool done, allgather_shm(op, *seg, recv, block));
     if (done) return Status::ok();
-    if (two_level_takes(CollectiveKind::kAllgather, op.config(), block, *seg)) {
-      LaneViews v(op, *seg);
-      const size_t whole = static_cast<size_t>(n) * block;
-      auto span_of = [block](size_t r) { return Span{r * block, block}; };
-      if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, span_of, whole, n);
-      return allgather_two_level(*v.local, *v.across, v.group, seg->by_index, recv, span_of, whole, n);
-    }
-    if (!seg->by_host.empty() && select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing) {
-      // The ring host by host: block i of the view is its rank's.
-      Op hosts = in_host_order(op, *seg);
-      const std::span<const int> order = seg->by_host;
-      return allgather_ring(hosts, recv, [&](size_t i) { return Span{static_cast<size_t>(order[i]) * block, block}; });
-    }
+    const bool two_level = two_level_takes(CollectiveKind::kAllgather, op.config(), block, *seg);
+    const bool ring = select_algorithm(CollectiveKind::kAllgather, op.config(), n, block) == Algo::kRing;
+    auto span_of = [block](size_t r) { return Span{r * block, block}; };
+    const size_t whole = static_cast<size_t>(n) * block;
+    if (auto ran = allgather_by_hosts(op, *seg, recv, span_of, whole, two_level, ring)) return *ran;
   }
   return allgather_messages(op, recv, block);
 }
@@ -200,16 +212,9 @@ Status allgatherv(Op& op, const void* send, size_t send_count, void* recv, std::
     // levels as an allgather's would; otherwise the ring host by host.
     const bool equal =
         std::all_of(recv_counts.begin(), recv_counts.end(), [&](size_t c) { return c == recv_counts.front(); });
-    if (equal && two_level_takes(CollectiveKind::kAllgather, op.config(), recv_counts.front() * elem, *seg)) {
-      LaneViews v(op, *seg);
-      if (v.past_lanes()) return allgather_past_lanes(v.group, v.lanes, op.rank(), recv, span_of, 0, n);
-      return allgather_two_level(*v.local, *v.across, v.group, seg->by_index, recv, span_of, 0, n);
-    }
-    if (!seg->by_host.empty()) {
-      Op hosts = in_host_order(op, *seg);
-      const std::span<const int> order = seg->by_host;
-      return allgather_ring(hosts, recv, [&](size_t i) { return span_of(static_cast<size_t>(order[i])); });
-    }
+    const bool two_level =
+        equal && two_level_takes(CollectiveKind::kAllgather, op.config(), recv_counts.front() * elem, *seg);
+    if (auto ran = allgather_by_hosts(op, *seg, recv, span_of, 0, two_level, /*ring=*/true)) return *ran;
   }
   return allgather_ring(op, recv, span_of);
 }
