@@ -20,8 +20,9 @@ Three warm-up steps per backend: DDP rebuilds its buckets in the second. Each pa
 times the same step on a model without DDP, every rank at once: the step with no
 communication. "added to the step" is each backend's step less that one, per pair: what
 communication costs the step where the ranks' compute shares the CPUs with it.
---bytes-alone adds, in each allreduce pair, the bytes a ring allreduce moves over plain
-loopback sockets with no reduction (BytesRing): a floor for either backend over TCP.
+--bytes-alone adds to each allreduce pair, after both backends, the bytes a ring allreduce
+moves over plain loopback sockets with no reduction (BytesRing): a floor for either
+backend over TCP.
 Ranks of one host: remora's chunks are read by same-host pulls (REMORA_SAME_HOST=off: over
 loopback TCP, as gloo's), and remora collapses the buckets it sends again and again into
 huge pages (REMORA_PULL_HUGEPAGES=off: left as they are), which the reading kernel pins as
