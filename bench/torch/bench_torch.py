@@ -22,7 +22,9 @@ communication. "added to the step" is each backend's step less that one, per pai
 communication costs the step where the ranks' compute shares the CPUs with it.
 --bytes-alone adds to each allreduce pair, after both backends, the bytes a ring allreduce
 moves over plain loopback sockets with no reduction (BytesRing): a floor for either
-backend over TCP.
+backend over TCP. --lean-ring adds, after those, a ring allreduce of plain loopback
+sockets with torch's adds and nothing else (LeanRing; its sums are checked first): the
+least an allreduce over TCP does.
 Ranks of one host: remora's chunks are read by same-host pulls (REMORA_SAME_HOST=off: over
 loopback TCP, as gloo's), and remora collapses the buckets it sends again and again into
 huge pages (REMORA_PULL_HUGEPAGES=off: left as they are), which the reading kernel pins as
@@ -55,8 +57,9 @@ def worker(args) -> None:
     torch.set_num_threads(threads)
     results = []
 
-    cpu = {"gloo": [], "remora": [], "bytes": []}  # this process's CPU seconds (all threads) per call
+    cpu = {"gloo": [], "remora": [], "bytes": [], "lean": []}  # this process's CPU seconds (all threads) per call
     ring = BytesRing(rank, world, int(os.environ["MASTER_PORT"]) + 50) if args.bytes_alone else None
+    lean = LeanRing(rank, world, int(os.environ["MASTER_PORT"]) + 70) if args.lean_ring else None
 
     def timed(fn, iters: int, name: str) -> float:
         dist.barrier(group=groups["gloo"])
@@ -70,7 +73,7 @@ def worker(args) -> None:
         n = mib * (1 << 20) // 4
         t = torch.ones(n)
         iters = max(3, min(50, 256 // mib))
-        samples = {"gloo": [], "remora": [], "bytes": []}
+        samples = {"gloo": [], "remora": [], "bytes": [], "lean": []}
         for pair in range(args.pairs):
             order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
             for name in order:
@@ -80,12 +83,17 @@ def worker(args) -> None:
             if ring is not None:
                 ring.move(n * 4)  # warm-up
                 samples["bytes"].append(timed(lambda: ring.move(n * 4), iters, "bytes"))
+            if lean is not None:
+                lean.allreduce(t)  # warm-up
+                samples["lean"].append(timed(lambda: lean.allreduce(t), iters, "lean"))
         busbw = {k: [2 * (world - 1) / world * n * 4 / s / 1e9 for s in v] for k, v in samples.items()}
         results.append({"what": "allreduce", "ranks": world, "mib": mib,
                         "gloo_GBps": statistics.median(busbw["gloo"]),
                         "remora_GBps": statistics.median(busbw["remora"]),
                         "bytes_GBps": statistics.median(busbw["bytes"]) if ring is not None else None,
                         "bytes_over_gloo": [b / g for g, b in zip(busbw["gloo"], busbw["bytes"])],
+                        "lean_GBps": statistics.median(busbw["lean"]) if lean is not None else None,
+                        "lean_over_gloo": [b / g for g, b in zip(busbw["gloo"], busbw["lean"])],
                         "ratios": [r / g for g, r in zip(busbw["gloo"], busbw["remora"])],
                         "algorithm": remora_torch.allreduce_algorithm(n * 4),
                         "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items() if v}})
@@ -100,6 +108,27 @@ def worker(args) -> None:
             return torch.nn.Sequential(torch.nn.Linear(1024, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 2048),
                                        torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
         models = {k: DDP(mlp(), process_group=g, gradient_as_bucket_view=args.bucket_view) for k, g in groups.items()}
+        if lean is not None:
+            # DDP whose buckets the lean ring sums, one at a time on a thread of its own,
+            # while backward goes on: what the least allreduce over TCP adds to the step.
+            from concurrent.futures import ThreadPoolExecutor
+            pool = ThreadPoolExecutor(max_workers=1)
+
+            def lean_hook(_, bucket):
+                fut = torch.futures.Future()
+
+                def run(buf=bucket.buffer()):
+                    try:
+                        lean.allreduce(buf)
+                        fut.set_result(buf.div_(world))
+                    except Exception as e:  # the step fails with it, not hangs
+                        fut.set_exception(e)
+
+                pool.submit(run)
+                return fut
+
+            models["lean"] = DDP(mlp(), process_group=groups["gloo"], gradient_as_bucket_view=args.bucket_view)
+            models["lean"].register_comm_hook(None, lean_hook)
         # The same step without DDP, every rank at once: what the step costs with no
         # communication at all, so that each backend's share of the step shows.
         models["local"] = mlp()
@@ -112,8 +141,8 @@ def worker(args) -> None:
             torch.nn.functional.mse_loss(models[k](x), y).backward()
             opts[k].step()
 
-        samples = {"gloo": [], "remora": [], "local": []}
-        cpu["local"] = []
+        samples = {"gloo": [], "remora": [], "local": []} | ({"lean": []} if lean is not None else {})
+        cpu["local"], cpu["lean"] = [], []
         # Warm-up: DDP builds its buckets in the first step and rebuilds them, in the order
         # the gradients came, in the second; the third is the first of the steady state.
         for k in samples:
@@ -121,10 +150,23 @@ def worker(args) -> None:
                 step(k)
         for pair in range(args.pairs):
             order = ["gloo", "remora"] if pair % 2 == 0 else ["remora", "gloo"]
-            for k in order + ["local"]:
+            for k in order + ["local"] + (["lean"] if lean is not None else []):
                 samples[k].append(timed(lambda k=k: step(k), args.ddp_steps, k))
+        # Every DDP model must have stayed the same on every rank: a backend or the lean
+        # ring that summed wrongly shows here.
+        for k, m in models.items():
+            if k == "local":
+                continue
+            flat = torch.cat([p.detach().flatten() for p in m.parameters()])
+            low, high = flat.clone(), flat.clone()
+            dist.all_reduce(low, op=dist.ReduceOp.MIN, group=groups["gloo"])
+            dist.all_reduce(high, op=dist.ReduceOp.MAX, group=groups["gloo"])
+            if not torch.equal(low, high):
+                raise RuntimeError(f"DDP over {k}: the ranks' parameters differ after the steps")
+        if lean is not None:
+            pool.shutdown()
         # Communication's share per pair: the step less the compute-only step beside it.
-        added = {k: [s - c for s, c in zip(samples[k], samples["local"])] for k in ("gloo", "remora")}
+        added = {k: [s - c for s, c in zip(samples[k], samples["local"])] for k in samples if k != "local"}
         results.append({"what": "ddp_step", "ranks": world, "params": params,
                         "gloo_ms": statistics.median(samples["gloo"]) * 1e3,
                         "remora_ms": statistics.median(samples["remora"]) * 1e3,
@@ -132,11 +174,33 @@ def worker(args) -> None:
                         "added_ms": {k: statistics.median(v) * 1e3 for k, v in added.items()},
                         "added_ratios": [r / g if g > 0 else float("nan") for g, r in zip(added["gloo"], added["remora"])],
                         "ratios": [r / g for g, r in zip(samples["gloo"], samples["remora"])],
+                        "lean_ms": statistics.median(samples["lean"]) * 1e3 if lean is not None else None,
+                        "lean_ratios": [r / g for g, r in zip(samples["gloo"], samples.get("lean", []))],
                         "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items() if v}})
+    if lean is not None:
+        lean.close()
     if rank == 0:
         for r in results:
             print("RESULT " + json.dumps(r), flush=True)
     dist.destroy_process_group()
+
+
+def ring_sockets(rank: int, world: int, base_port: int):
+    """A ring of plain loopback TCP sockets among the ranks (ports base_port + rank): the
+    socket to the next rank and the one from the rank before, 60 s timeouts, no Nagle."""
+    import socket
+    import torch.distributed as dist
+
+    listener = socket.create_server(("127.0.0.1", base_port + rank), backlog=1)
+    listener.settimeout(60)
+    dist.barrier()  # every rank listens before any connects
+    out = socket.create_connection(("127.0.0.1", base_port + (rank + 1) % world), timeout=60)
+    inc, _ = listener.accept()
+    listener.close()
+    for s in (out, inc):
+        s.settimeout(60)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return out, inc
 
 
 class BytesRing:
@@ -149,19 +213,8 @@ class BytesRing:
     PIECE = 1 << 20
 
     def __init__(self, rank: int, world: int, base_port: int):
-        import socket
-        import torch.distributed as dist
-
         self.world = world
-        listener = socket.create_server(("127.0.0.1", base_port + rank), backlog=1)
-        listener.settimeout(60)
-        dist.barrier()  # every rank listens before any connects
-        self.out = socket.create_connection(("127.0.0.1", base_port + (rank + 1) % world), timeout=60)
-        self.inc, _ = listener.accept()
-        listener.close()
-        for s in (self.out, self.inc):
-            s.settimeout(60)
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.out, self.inc = ring_sockets(rank, world, base_port)
         self.src = memoryview(bytearray(self.PIECE))
         self.dst = memoryview(bytearray(self.PIECE))
 
@@ -192,6 +245,84 @@ class BytesRing:
         self.inc.close()
 
 
+class LeanRing:
+    """The least a ring allreduce over TCP does, in a few lines: plain loopback sockets,
+    the ring's 2 (n - 1) / n x size bytes sent out of the tensor and received into it (the
+    reduce-scatter's pieces into a 1 MiB scratch, added into the tensor with torch's add),
+    each piece passed on as soon as it is summed or has landed. No protocol, no
+    notifications, no checks but its own result's (--lean-ring). Against the bytes alone
+    it adds touching the tensor's memory and the reduction; against the backends, it
+    shows how far a ring of plain sockets gets on this host."""
+
+    PIECE = 1 << 20
+
+    def __init__(self, rank: int, world: int, base_port: int):
+        import torch
+
+        self.rank, self.world = rank, world
+        self.out, self.inc = ring_sockets(rank, world, base_port)
+        self.scratch = torch.empty(self.PIECE // 4)
+        # Its own sums must be right before it is timed: every rank contributes rank + 1.
+        probe = torch.full((3 * self.PIECE // 4 * world + 5,), float(rank + 1))
+        self.allreduce(probe)
+        if not bool((probe == world * (world + 1) / 2).all()):
+            raise RuntimeError("the lean ring's allreduce summed wrongly")
+
+    def _recv_exactly(self, view: memoryview) -> None:
+        got = 0
+        while got < len(view):
+            k = self.inc.recv_into(view[got:])
+            if k == 0:
+                raise ConnectionError("the rank before closed its ring socket")
+            got += k
+
+    def allreduce(self, t) -> None:
+        """Sums the fp32 tensor t over the ring, in place."""
+        import queue
+        import threading
+
+        n, r = self.world, self.rank
+        flat = t.view(-1)
+        raw = memoryview(flat.numpy()).cast("B")
+        base, extra = divmod(flat.numel(), n)
+        starts = [b * base + min(b, extra) for b in range(n + 1)]
+        step = self.PIECE // 4
+
+        def pieces(b):
+            return [(o, min(step, starts[b + 1] - o)) for o in range(starts[b], starts[b + 1], step)]
+
+        ready = queue.SimpleQueue()  # (element offset, count) to send, in order; None ends
+
+        def send() -> None:
+            while (item := ready.get()) is not None:
+                o, c = item
+                self.out.sendall(raw[4 * o:4 * (o + c)])
+
+        for p in pieces(r):  # the reduce-scatter's first step: this rank's own block
+            ready.put(p)
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            scratch = memoryview(self.scratch.numpy()).cast("B")
+            for s in range(n - 1):  # reduce-scatter: sum each piece, then pass it on
+                for o, c in pieces((r - s - 1) % n):
+                    self._recv_exactly(scratch[:4 * c])
+                    flat[o:o + c].add_(self.scratch[:c])
+                    ready.put((o, c))
+            for s in range(n - 1):  # allgather: into place, passed on but at the last step
+                for o, c in pieces((r - s) % n):
+                    self._recv_exactly(raw[4 * o:4 * (o + c)])
+                    if s < n - 2:
+                        ready.put((o, c))
+        finally:
+            ready.put(None)
+            sender.join()
+
+    def close(self) -> None:
+        self.out.close()
+        self.inc.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=5)
@@ -207,6 +338,9 @@ def main() -> int:
     parser.add_argument("--bytes-alone", action="store_true",
                         help="also time, in each pair, the bytes a ring allreduce moves over plain loopback sockets "
                              "with no reduction: a floor for either backend over TCP")
+    parser.add_argument("--lean-ring", action="store_true",
+                        help="also time, in each pair, a ring allreduce of plain loopback sockets with torch's adds "
+                             "and nothing else: how far the least an allreduce over TCP does gets on this host")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -218,7 +352,8 @@ def main() -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr",
                "127.0.0.1", "--master-port", str(29600 + nproc), os.path.abspath(__file__), "--worker", "--pairs",
                str(args.pairs), "--ddp-steps", str(args.ddp_steps), "--sizes-mib", *map(str, args.sizes_mib),
-               "--bucket-view" if args.bucket_view else "--no-bucket-view"] + (["--bytes-alone"] if args.bytes_alone else [])
+               "--bucket-view" if args.bucket_view else "--no-bucket-view"] + (["--bytes-alone"] if args.bytes_alone else []) \
+            + (["--lean-ring"] if args.lean_ring else [])
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // nproc)))
         if args.thp:  # the variable's name changed between PyTorch versions: set both
             env["THP_MEM_ALLOC_ENABLE"] = env["C10_THP_MEM_ALLOC_ENABLE"] = "1"
@@ -249,6 +384,12 @@ def main() -> int:
                 print(f"{'  the bytes alone':<28}{'':>12}{r['bytes_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{over}]"
                       f" (a ring of plain sockets, no reduction: the floor; ratio to gloo; CPU ms/call"
                       f" {r['cpu_ms']['bytes']:.1f})")
+            if r["lean_GBps"] is not None:
+                over = " ".join(f"{x:.2f}" for x in r["lean_over_gloo"])
+                ratio = r["lean_GBps"] / r["gloo_GBps"]
+                print(f"{'  a lean ring':<28}{'':>12}{r['lean_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{over}]"
+                      f" (plain sockets and torch's adds, nothing else; ratio to gloo; CPU ms/call"
+                      f" {r['cpu_ms']['lean']:.1f})")
         else:
             label = f"DDP step, {r['ranks']} ranks"
             ratio = r["remora_ms"] / r["gloo_ms"]
@@ -261,6 +402,11 @@ def main() -> int:
             print(f"{label:<28}{r['added_ms']['gloo']:>9.1f} ms{r['added_ms']['remora']:>9.1f} ms{ratio:>10.2f}x  [{added}]"
                   f" (the step less the same step without DDP, {r['compute_ms']:.1f} ms and CPU ms/step"
                   f" {r['cpu_ms']['local']:.0f}, timed beside it in each pair)")
+            if r.get("lean_ms") is not None:
+                over = " ".join(f"{x:.2f}" for x in r["lean_ratios"])
+                print(f"{'  a lean ring':<28}{'':>12}{r['lean_ms']:>6.1f} ms{r['lean_ms'] / r['gloo_ms']:>10.2f}x  [{over}]"
+                      f" (DDP whose buckets the lean ring sums; adds {r['added_ms']['lean']:.1f} ms;"
+                      f" CPU ms/step {r['cpu_ms']['lean']:.0f})")
     return 0
 
 
