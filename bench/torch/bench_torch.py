@@ -378,18 +378,15 @@ def main() -> int:
             print(f"{label:<28}{r['gloo_GBps']:>9.2f} GB/s{r['remora_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{ratios}]"
                   f" (busbw; remora runs {r['algorithm']}; CPU ms/call gloo {r['cpu_ms']['gloo']:.1f},"
                   f" remora {r['cpu_ms']['remora']:.1f})")
-            if r["bytes_GBps"] is not None:
-                over = " ".join(f"{x:.2f}" for x in r["bytes_over_gloo"])
-                ratio = r["bytes_GBps"] / r["gloo_GBps"]
-                print(f"{'  the bytes alone':<28}{'':>12}{r['bytes_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{over}]"
-                      f" (a ring of plain sockets, no reduction: the floor; ratio to gloo; CPU ms/call"
-                      f" {r['cpu_ms']['bytes']:.1f})")
-            if r["lean_GBps"] is not None:
-                over = " ".join(f"{x:.2f}" for x in r["lean_over_gloo"])
-                ratio = r["lean_GBps"] / r["gloo_GBps"]
-                print(f"{'  a lean ring':<28}{'':>12}{r['lean_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{over}]"
-                      f" (plain sockets and torch's adds, nothing else; ratio to gloo; CPU ms/call"
-                      f" {r['cpu_ms']['lean']:.1f})")
+            # The references, each against gloo in the same pairs.
+            for key, label, what in (("bytes", "  the bytes alone", "a ring of plain sockets, no reduction: the floor"),
+                                     ("lean", "  a lean ring", "plain sockets and torch's adds, nothing else")):
+                if r[f"{key}_GBps"] is None:
+                    continue
+                over = " ".join(f"{x:.2f}" for x in r[f"{key}_over_gloo"])
+                ratio = r[f"{key}_GBps"] / r["gloo_GBps"]
+                print(f"{label:<28}{'':>12}{r[f'{key}_GBps']:>7.2f} GB/s{ratio:>10.2f}x  [{over}]"
+                      f" ({what}; ratio to gloo; CPU ms/call {r['cpu_ms'][key]:.1f})")
         else:
             label = f"DDP step, {r['ranks']} ranks"
             ratio = r["remora_ms"] / r["gloo_ms"]
