@@ -569,9 +569,15 @@ int run_observer(const Flags& f) {
   // Armed: the driver applies the fault right after this answer, while the rounds go on
   // posting; the answer waits (bounded) until operations are outstanding.
   expect_command("arm");
+  // One reading, reported as it was: read again, an operation that completed just after
+  // the loop saw it would be reported as nothing in flight.
   const auto arm_deadline = Clock::now() + 10s;
-  while (g_outstanding.load() == 0 && Clock::now() < arm_deadline) std::this_thread::yield();
-  say("ARMED " + std::to_string(g_outstanding.load()));
+  auto outstanding = g_outstanding.load();
+  while (outstanding == 0 && Clock::now() < arm_deadline) {
+    std::this_thread::yield();
+    outstanding = g_outstanding.load();
+  }
+  say("ARMED " + std::to_string(outstanding));
   expect_command("faulted");
   const auto fault_time = Clock::now();  // complete: the rounds after the fault count from here
   faulted = true;
