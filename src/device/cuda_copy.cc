@@ -308,31 +308,36 @@ class CudaCopy final : public AsyncCopy {
   }
 
   void on_done(std::function<void()> fn) override {
+    // Once the function is registered, the host function's thread may end the copy and
+    // call it, and the function may destroy this copy: from there on, only these copies
+    // of its members are used (a use after free corrupted the heap: OnDoneMayDestroyItsCopy).
+    const std::shared_ptr<CopyState> state = state_;
+    const std::shared_ptr<CopyEvent> event = event_;
+    const std::string what = what_;
+    const std::chrono::microseconds spin = spin_;
     {
-      std::unique_lock lock(state_->mu);
-      if (state_->ended) {
+      std::unique_lock lock(state->mu);
+      if (state->ended) {
         lock.unlock();
         fn();
         return;
       }
-      state_->fn = std::move(fn);
+      state->fn = std::move(fn);
     }
     // Ended on the device but not yet reported by the host function: end it here, so
     // the function runs at once, as for a copy test() already calls done. (Should the
     // host function get there first, it makes the call instead: still exactly one.)
-    // A small copy is polled for a few microseconds first (spin_, track_copy_end).
-    Status s = event_->query(what_);
-    for (const Clock::time_point until = Clock::now() + spin_;
+    // A small copy is polled for a few microseconds first (spin, track_copy_end).
+    Status s = event->query(what);
+    for (const Clock::time_point until = Clock::now() + spin;
          s.code() == StatusCode::kInProgress && Clock::now() < until;) {
-      s = event_->query(what_);
+      s = event->query(what);
     }
     if (s.code() != StatusCode::kInProgress) {
-      // The function may destroy this copy: keep the state alive until finish returns.
-      const std::shared_ptr<CopyState> state = state_;
       end_by_query(*state, std::move(s));
       return;
     }
-    CompletionWatcher::instance().watch(state_, event_, what_);
+    CompletionWatcher::instance().watch(state, event, what);
   }
 
  private:
